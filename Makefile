@@ -1,0 +1,52 @@
+# OpenNeuron. `make demo` and `make test` set everything up from a fresh clone.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+SAN    := build/libtrn-asan
+PLAIN  := build/libtrn-test
+
+.PHONY: demo test test-c test-c-asan test-py build deps bench docs clean
+
+deps: $(VENV)/.deps-stamp
+
+$(VENV)/.deps-stamp: requirements-dev.txt scripts/install-deps.sh
+	bash scripts/install-deps.sh
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -r requirements-dev.txt
+	touch $@
+
+# Editable install: CMake builds libtrn and the _C extension into the package.
+build: deps
+	$(PIP) install -q --no-build-isolation -e .
+
+demo: build
+	$(PY) examples/quickstart.py
+
+test: build test-c test-c-asan test-py
+
+test-c: deps
+	cmake -S libtrn -B $(PLAIN) -G Ninja -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	cmake --build $(PLAIN)
+	cd $(PLAIN) && ctest --output-on-failure
+
+test-c-asan: deps
+	cmake -S libtrn -B $(SAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRN_SANITIZE=ON >/dev/null
+	cmake --build $(SAN)
+	cd $(SAN) && ctest --output-on-failure
+
+# The whole suite, then the memory tests again with device memory unreadable
+# from host code outside kernels (catches any host-side access).
+test-py: build
+	$(PY) -m pytest -q tests
+	TORCH_NEURONX_DEBUG_PROTECT_MEMORY=1 $(PY) -m pytest -q tests/test_tensors.py tests/test_fallback.py
+
+bench: build
+	$(PY) bench/bench_copy.py
+	cmake --build build/cmake --target trn_bench_stream && build/cmake/libtrn/trn_bench_stream
+
+docs: build
+	$(PY) scripts/gen_ops_doc.py
+
+clean:
+	rm -rf build torch_neuronx/_C*.so torch_neuronx/lib

@@ -1,0 +1,89 @@
+// trn/memory.h - device memory: a caching allocator per device, bounded by
+// the emulated HBM capacity, plus pinned host memory.
+//
+// Capacity per device: TORCH_NEURONX_HBM_SIZE ("16G", "512M", "4096K" or a
+// byte count); default: the smaller of 16 GiB and physical RAM divided by the
+// device count.
+//
+// Caching: freed blocks stay reserved and are reused for later requests of the
+// same size class on the same stream (stream-ordered reuse, as in CUDA's
+// caching allocator). Requests round up to 512 B granules below 1 MiB, to
+// size classes below 16 MiB and to 2 MiB multiples above. When a request would
+// exceed capacity the allocator first releases its cache, then fails with
+// TRN_ERROR_OUT_OF_MEMORY and a message giving the request, the allocated and
+// reserved bytes and the capacity. The process stays usable after an OOM.
+//
+// Registry: every reserved block is known, so freeing a pointer that was never
+// allocated (TRN_ERROR_INVALID_POINTER) or freeing twice is reported, never
+// undefined behaviour.
+//
+// Debug protection (TORCH_NEURONX_DEBUG_PROTECT_MEMORY=1, read at init): every
+// block is its own mmap, kept PROT_NONE except while a libtrn kernel or copy
+// accesses it, so host code that reads device memory directly faults at once.
+#ifndef TRN_MEMORY_H
+#define TRN_MEMORY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trn/status.h"
+#include "trn/stream.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct trn_mem_stats {
+    // current / peak values (peaks reset by trn_mem_reset_peak)
+    uint64_t allocated_bytes, allocated_bytes_peak;   // handed to users, rounded
+    uint64_t requested_bytes, requested_bytes_peak;   // as requested
+    uint64_t reserved_bytes, reserved_bytes_peak;     // allocated + cached
+    uint64_t active_blocks, active_blocks_peak;       // blocks handed out
+    uint64_t segments, segments_peak;                 // blocks reserved
+    // cumulative counts (reset by trn_mem_reset_accumulated)
+    uint64_t num_allocs, num_frees;                   // user alloc / free calls
+    uint64_t num_segment_allocs, num_segment_frees;   // host malloc / free calls
+    uint64_t num_alloc_retries;                       // cache flushes to fit
+    uint64_t num_ooms;
+    uint64_t capacity;                                // bytes
+} trn_mem_stats;
+
+// Allocates nbytes on the device for use on `stream` (NULL: the device's
+// current stream). nbytes == 0 gives *ptr == NULL and TRN_SUCCESS. Memory is
+// 64-byte aligned and uninitialised.
+trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream,
+                         void **ptr);
+// Returns a block to its device's cache. NULL is a no-op. An unknown pointer
+// or a second free gives TRN_ERROR_INVALID_POINTER and changes nothing.
+trn_status trn_mem_free(void *ptr);
+// Marks that `stream` also uses the block holding ptr, so it is not reused
+// before that stream's current work completes.
+trn_status trn_mem_record_stream(void *ptr, trn_stream *stream);
+// Releases every cached (unused) block of the device back to the host, after
+// waiting for the device's streams.
+trn_status trn_mem_empty_cache(int device);
+
+trn_status trn_mem_get_stats(int device, trn_mem_stats *stats);
+trn_status trn_mem_reset_peak(int device);
+trn_status trn_mem_reset_accumulated(int device);
+// free = capacity - reserved; total = capacity.
+trn_status trn_mem_get_info(int device, size_t *free_bytes,
+                            size_t *total_bytes);
+
+// Device that owns ptr; ptr may point anywhere inside a live block.
+// TRN_ERROR_INVALID_POINTER if it is not device memory.
+trn_status trn_mem_get_device(const void *ptr, int *device);
+// Whether debug protection (see above) is on.
+bool trn_mem_protect_enabled(void);
+
+// Pinned (page-locked in spirit) host memory, for async host<->device copies.
+// trn_host_is_pinned accepts interior pointers.
+trn_status trn_host_alloc(size_t nbytes, void **ptr);
+trn_status trn_host_free(void *ptr);
+bool trn_host_is_pinned(const void *ptr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

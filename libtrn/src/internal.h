@@ -1,0 +1,117 @@
+// internal.h - declarations shared between libtrn's translation units.
+//
+// Nothing here is public API: names carry the trn__ prefix. They are exported
+// from libtrn.so (default visibility) so that the tests can drive the parsers
+// and the kernels' memory-access hooks directly.
+#ifndef TRN_INTERNAL_H
+#define TRN_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trn/trn.h"
+
+#if defined(__GNUC__)
+#define TRN__PRINTF(fmt_index, first_arg) \
+    __attribute__((format(printf, fmt_index, first_arg)))
+#else
+#define TRN__PRINTF(fmt_index, first_arg)
+#endif
+
+// Longest error message kept (per thread, and per stream for deferred errors).
+#define TRN__ERROR_MAX 1024
+
+// ---- status.c --------------------------------------------------------------
+// Formats the calling thread's last-error message and returns `status`, so an
+// error path reads `return trn__set_error(TRN_ERROR_..., "...", ...);`.
+trn_status trn__set_error(trn_status status, const char *fmt, ...)
+    TRN__PRINTF(2, 3);
+
+// ---- runtime.c -------------------------------------------------------------
+// Settings read from the environment once, before any stream or block exists.
+typedef struct trn__config {
+    bool async;            // TORCH_NEURONX_ENABLE_ASYNC_NRT (default on)
+    bool launch_blocking;  // NEURON_LAUNCH_BLOCKING
+    bool protect;          // TORCH_NEURONX_DEBUG_PROTECT_MEMORY
+    size_t capacity;       // bytes per device (0 when capacity_error is set)
+    char capacity_error[256];  // why TORCH_NEURONX_HBM_SIZE was rejected
+} trn__config;
+
+const trn__config *trn__config_get(void);
+// TRN_ERROR_FORKED (with its message) in a child forked after init.
+trn_status trn__fork_check(void);
+// Fork check + validated device index (does not initialise the runtime).
+trn_status trn__device_enter(int device);
+
+// ---- device.c --------------------------------------------------------------
+// Device count for the given values of NEURON_RT_VISIBLE_CORES and
+// NEURON_RT_NUM_CORES (NULL = unset). An invalid value gives 0 and a reason
+// in `why` (which is "" otherwise).
+int trn__device_parse_env(const char *visible_cores, const char *num_cores,
+                          char *why, size_t why_size);
+
+// ---- size.c ----------------------------------------------------------------
+// "16G", "512M", "4096K", "123" (optionally followed by "B" or "iB") -> bytes.
+bool trn__parse_size(const char *text, size_t *bytes);
+// "1.00 GiB", "12.00 MiB", "512 bytes".
+void trn__format_bytes(char *buf, size_t size, uint64_t bytes);
+uint64_t trn__now_ns(void);  // CLOCK_MONOTONIC
+void trn__cpu_relax(void);   // pause instruction for spin loops
+
+// Lock, unlock and wait on mutexes and condition variables that libtrn
+// initialised itself. These fail only if that state is corrupt (never because
+// of a user's arguments), so a failure reports the call and aborts rather
+// than continuing with a broken invariant.
+_Noreturn void trn__die(const char *what, int rc);
+static inline void trn__lock(pthread_mutex_t *m) {
+    int rc = pthread_mutex_lock(m);
+    if (rc != 0) trn__die("pthread_mutex_lock", rc);
+}
+static inline void trn__unlock(pthread_mutex_t *m) {
+    int rc = pthread_mutex_unlock(m);
+    if (rc != 0) trn__die("pthread_mutex_unlock", rc);
+}
+static inline void trn__wait(pthread_cond_t *c, pthread_mutex_t *m) {
+    int rc = pthread_cond_wait(c, m);
+    if (rc != 0) trn__die("pthread_cond_wait", rc);
+}
+static inline void trn__signal(pthread_cond_t *c) {
+    int rc = pthread_cond_signal(c);
+    if (rc != 0) trn__die("pthread_cond_signal", rc);
+}
+static inline void trn__broadcast(pthread_cond_t *c) {
+    int rc = pthread_cond_broadcast(c);
+    if (rc != 0) trn__die("pthread_cond_broadcast", rc);
+}
+
+// ---- memory.c --------------------------------------------------------------
+// Size a request of nbytes occupies in the cache (see memory.h).
+size_t trn__mem_round_size(size_t nbytes);
+// Kernels bracket every access to [ptr, ptr + nbytes) with these. In protect
+// mode they make the device block holding ptr accessible (reference-counted,
+// so overlapping accesses from several streams work); otherwise, and for host
+// pointers, they do nothing. begin fails if the range leaves its block.
+trn_status trn__mem_access_begin(const void *ptr, size_t nbytes);
+void trn__mem_access_end(const void *ptr, size_t nbytes);
+
+// ---- stream.c --------------------------------------------------------------
+// Waits until the stream has run every task launched before the call, without
+// touching its deferred error (the allocator uses this before it recycles
+// memory).
+void trn__stream_wait_idle(trn_stream *stream);
+// The same for every stream of the device that exists.
+void trn__device_wait_idle(int device);
+// Counters of launched and finished tasks; a block freed when launched == n
+// is safe to hand to the host once completed >= n.
+uint64_t trn__stream_launched(const trn_stream *stream);
+uint64_t trn__stream_completed(const trn_stream *stream);
+// Returns and clears the stream's deferred error, copying its message to the
+// calling thread.
+trn_status trn__stream_take_error(trn_stream *stream);
+// Pool index of a stream: 0 for the default stream, 1..TRN_STREAM_POOL_SIZE.
+int trn__stream_index(const trn_stream *stream);
+
+#endif

@@ -1,0 +1,579 @@
+// memory.c - owns device memory: the per-device caching allocator (size
+// classes, stream-ordered reuse, the capacity limit and its OOM handling,
+// statistics), the registry of every reserved block, and debug protection.
+// One mutex guards everything here. Allocation is driven by a single Python
+// thread in practice, and stream workers only take the lock in protect mode,
+// so a finer scheme would buy nothing. The lock is never held while waiting
+// for a stream: tasks call trn__mem_access_begin, which takes it.
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../internal.h"
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+#define ALIGNMENT 64
+
+typedef enum block_state {
+    BLOCK_ALLOCATED,  // handed to a user
+    BLOCK_FREEING,    // freed, waiting for recorded streams before caching
+    BLOCK_CACHED,     // in its stream's free list
+    BLOCK_RELEASED,   // returned to the host; about to leave the registry
+} block_state;
+
+typedef struct block {
+    char *ptr;
+    size_t size;       // rounded size: what the request occupies
+    size_t requested;  // as asked for by the current user
+    size_t map_size;   // protect mode: the mapping's length; else 0
+    int device;
+    block_state state;
+    trn_stream *stream;  // allocation stream; owns the free list it joins
+    uint64_t free_seq;   // stream's launch count when the block was cached
+    trn_stream **uses;   // other streams recorded with trn_mem_record_stream
+    size_t n_uses, cap_uses;
+    int access;  // protect mode: kernel accesses in flight
+} block;
+
+// Cached blocks of one (device, stream), sorted by size so a request finds
+// its size class by binary search.
+typedef struct free_list {
+    block **items;
+    size_t n, cap;
+} free_list;
+
+typedef struct dev_alloc {
+    trn_mem_stats stats;
+    uint64_t cached_bytes;
+    free_list free[1 + TRN_STREAM_POOL_SIZE];
+} dev_alloc;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static dev_alloc g_dev[TRN_MAX_DEVICES];
+// Every reserved block of every device, sorted by address, for pointer
+// validation and interior-pointer lookup.
+static block **g_reg;
+static size_t g_reg_n, g_reg_cap;
+
+static size_t round_up(size_t n, size_t to) {
+    return n > SIZE_MAX - (to - 1) ? SIZE_MAX : (n + to - 1) / to * to;
+}
+
+size_t trn__mem_round_size(size_t nbytes) {
+    if (nbytes == 0) return 0;
+    if (nbytes < MiB) return round_up(nbytes, 512);
+    if (nbytes < 16 * MiB) {
+        // Four classes per power of two keep waste under 25%.
+        size_t pow2 = MiB;
+        while (pow2 * 2 <= nbytes) pow2 *= 2;
+        return round_up(nbytes, pow2 / 4);
+    }
+    return round_up(nbytes, 2 * MiB);
+}
+
+static void stat_add(uint64_t *current, uint64_t *peak, uint64_t delta) {
+    *current += delta;
+    if (*current > *peak) *peak = *current;
+}
+
+// ---- registry ---------------------------------------------------------------
+
+// Index of the first block whose address is > ptr.
+static size_t reg_upper(const void *ptr) {
+    size_t lo = 0, hi = g_reg_n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if ((const char *)ptr < g_reg[mid]->ptr)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+static block *reg_find_containing(const void *ptr) {
+    size_t i = reg_upper(ptr);
+    if (i == 0) return NULL;
+    block *b = g_reg[i - 1];
+    // Compare offsets, not pointers, so unrelated addresses stay defined.
+    uintptr_t off = (uintptr_t)ptr - (uintptr_t)b->ptr;
+    return off < b->size ? b : NULL;
+}
+
+static bool reg_insert(block *b) {
+    if (g_reg_n == g_reg_cap) {
+        size_t cap = g_reg_cap ? g_reg_cap * 2 : 64;
+        block **grown = realloc(g_reg, cap * sizeof *grown);
+        if (grown == NULL) return false;
+        g_reg = grown;
+        g_reg_cap = cap;
+    }
+    size_t i = reg_upper(b->ptr);
+    memmove(&g_reg[i + 1], &g_reg[i], (g_reg_n - i) * sizeof *g_reg);
+    g_reg[i] = b;
+    g_reg_n++;
+    return true;
+}
+
+static void reg_drop_released(void) {
+    size_t kept = 0;
+    for (size_t i = 0; i < g_reg_n; i++) {
+        if (g_reg[i]->state == BLOCK_RELEASED) {
+            free(g_reg[i]->uses);
+            free(g_reg[i]);
+        } else {
+            g_reg[kept++] = g_reg[i];
+        }
+    }
+    g_reg_n = kept;
+}
+
+// ---- free lists -------------------------------------------------------------
+
+// Index of the first cached block with size > size.
+static size_t free_upper(const free_list *fl, size_t size) {
+    size_t lo = 0, hi = fl->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (size < fl->items[mid]->size)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+static block *free_take(dev_alloc *d, free_list *fl, size_t size) {
+    size_t i = free_upper(fl, size);
+    if (i == 0 || fl->items[i - 1]->size != size) return NULL;
+    block *b = fl->items[i - 1];
+    memmove(&fl->items[i - 1], &fl->items[i], (fl->n - i) * sizeof *fl->items);
+    fl->n--;
+    d->cached_bytes -= b->size;
+    return b;
+}
+
+static bool free_put(dev_alloc *d, free_list *fl, block *b) {
+    if (fl->n == fl->cap) {
+        size_t cap = fl->cap ? fl->cap * 2 : 16;
+        block **grown = realloc(fl->items, cap * sizeof *grown);
+        if (grown == NULL) return false;
+        fl->items = grown;
+        fl->cap = cap;
+    }
+    size_t i = free_upper(fl, b->size);
+    memmove(&fl->items[i + 1], &fl->items[i], (fl->n - i) * sizeof *fl->items);
+    fl->items[i] = b;
+    fl->n++;
+    d->cached_bytes += b->size;
+    b->state = BLOCK_CACHED;
+    b->free_seq = trn__stream_launched(b->stream);
+    return true;
+}
+
+// ---- host segments ----------------------------------------------------------
+
+static void *segment_alloc(size_t size, size_t *map_size) {
+    *map_size = 0;
+    if (trn__config_get()->protect) {
+        long page = sysconf(_SC_PAGE_SIZE);
+        size_t len = round_up(size, page > 0 ? (size_t)page : 4096);
+        void *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return NULL;
+        *map_size = len;
+        return p;
+    }
+    void *p = NULL;
+    return posix_memalign(&p, ALIGNMENT, size) == 0 ? p : NULL;
+}
+
+static void segment_free(block *b) {
+    if (b->map_size != 0)
+        munmap(b->ptr, b->map_size);
+    else
+        free(b->ptr);
+}
+
+// A new reserved block, registered; NULL if the host has no memory for it.
+static block *block_create(int device, size_t size, trn_stream *stream) {
+    block *b = calloc(1, sizeof *b);
+    if (b == NULL) return NULL;
+    b->ptr = segment_alloc(size, &b->map_size);
+    if (b->ptr == NULL) {
+        free(b);
+        return NULL;
+    }
+    b->size = size;
+    b->device = device;
+    b->stream = stream;
+    if (!reg_insert(b)) {
+        segment_free(b);
+        free(b);
+        return NULL;
+    }
+    dev_alloc *d = &g_dev[device];
+    stat_add(&d->stats.reserved_bytes, &d->stats.reserved_bytes_peak, size);
+    stat_add(&d->stats.segments, &d->stats.segments_peak, 1);
+    d->stats.num_segment_allocs++;
+    return b;
+}
+
+// Returns the device's cached blocks to the host, except those whose stream
+// may still be running work queued before they were freed. Caller holds g_mu
+// and has usually waited for the device first. Returns the bytes released.
+static uint64_t release_cached(int device) {
+    dev_alloc *d = &g_dev[device];
+    uint64_t released = 0;
+    for (size_t s = 0; s < sizeof d->free / sizeof d->free[0]; s++) {
+        free_list *fl = &d->free[s];
+        size_t kept = 0;
+        for (size_t i = 0; i < fl->n; i++) {
+            block *b = fl->items[i];
+            if (trn__stream_completed(b->stream) < b->free_seq) {
+                fl->items[kept++] = b;
+                continue;
+            }
+            segment_free(b);
+            b->state = BLOCK_RELEASED;
+            released += b->size;
+            d->cached_bytes -= b->size;
+            d->stats.reserved_bytes -= b->size;
+            d->stats.segments--;
+            d->stats.num_segment_frees++;
+        }
+        fl->n = kept;
+    }
+    if (released != 0) reg_drop_released();
+    return released;
+}
+
+// ---- allocation -------------------------------------------------------------
+
+static trn_status oom_error(int device, size_t nbytes, bool host_failed) {
+    const trn__config *cfg = trn__config_get();
+    const trn_mem_stats *st = &g_dev[device].stats;
+    char want[32], alloc[32], resv[32], cap[32];
+    trn__format_bytes(want, sizeof want, nbytes);
+    trn__format_bytes(alloc, sizeof alloc, st->allocated_bytes);
+    trn__format_bytes(resv, sizeof resv, st->reserved_bytes);
+    trn__format_bytes(cap, sizeof cap, cfg->capacity);
+    if (host_failed)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
+                              "neuron:%d out of memory: tried to allocate %s; "
+                              "%s allocated, %s reserved, capacity %s; the "
+                              "host could not provide the memory (%s)",
+                              device, want, alloc, resv, cap, strerror(ENOMEM));
+    return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
+                          "neuron:%d out of memory: tried to allocate %s; %s "
+                          "allocated, %s reserved, capacity %s "
+                          "(TORCH_NEURONX_HBM_SIZE sets the capacity)",
+                          device, want, alloc, resv, cap);
+}
+
+static trn_status capacity_check(void) {
+    const trn__config *cfg = trn__config_get();
+    if (cfg->capacity_error[0] != '\0')
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s",
+                              cfg->capacity_error);
+    return TRN_SUCCESS;
+}
+
+trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream,
+                         void **ptr) {
+    if (ptr == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_mem_alloc: ptr is NULL");
+    *ptr = NULL;
+    trn_status st = trn_runtime_init();
+    if (st == TRN_SUCCESS) st = trn_device_check(device);
+    if (st == TRN_SUCCESS) st = capacity_check();
+    if (st != TRN_SUCCESS) return st;
+    if (stream == NULL) {
+        st = trn_stream_get_current(device, &stream);
+        if (st != TRN_SUCCESS) return st;
+    } else if (trn_stream_device(stream) != device) {
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "cannot allocate on neuron:%d for a stream of "
+                              "neuron:%d",
+                              device, trn_stream_device(stream));
+    }
+    if (nbytes == 0) return TRN_SUCCESS;
+
+    const size_t capacity = trn__config_get()->capacity;
+    const size_t size =
+        nbytes > capacity ? SIZE_MAX : trn__mem_round_size(nbytes);
+    dev_alloc *d = &g_dev[device];
+    free_list *fl = &d->free[trn__stream_index(stream)];
+    bool flushed = false;
+
+    trn__lock(&g_mu);
+    block *b = free_take(d, fl, size);
+    while (b == NULL) {
+        bool fits = size <= capacity && d->stats.reserved_bytes <= capacity - size;
+        if (fits) {
+            b = block_create(device, size, stream);
+            if (b != NULL) break;
+        }
+        if (!flushed && d->cached_bytes > 0) {
+            // Cached blocks may still be in use by queued work on their
+            // streams; wait for it (without the lock, which tasks need)
+            // before giving them back.
+            flushed = true;
+            trn__unlock(&g_mu);
+            trn__device_wait_idle(device);
+            trn__lock(&g_mu);
+            release_cached(device);
+            d->stats.num_alloc_retries++;
+            b = free_take(d, fl, size);  // another thread may have freed one
+            continue;
+        }
+        d->stats.num_ooms++;
+        st = oom_error(device, nbytes, fits);
+        trn__unlock(&g_mu);
+        return st;
+    }
+    b->state = BLOCK_ALLOCATED;
+    b->requested = nbytes;
+    stat_add(&d->stats.allocated_bytes, &d->stats.allocated_bytes_peak, b->size);
+    stat_add(&d->stats.requested_bytes, &d->stats.requested_bytes_peak, nbytes);
+    stat_add(&d->stats.active_blocks, &d->stats.active_blocks_peak, 1);
+    d->stats.num_allocs++;
+    trn__unlock(&g_mu);
+    *ptr = b->ptr;
+    return TRN_SUCCESS;
+}
+
+// Message for a pointer that is not the start of an allocated block.
+static trn_status bad_pointer(const char *what, const void *ptr) {
+    block *b = reg_find_containing(ptr);
+    if (b != NULL && b->ptr == (const char *)ptr &&
+        b->state != BLOCK_ALLOCATED)
+        return trn__set_error(TRN_ERROR_INVALID_POINTER,
+                              "%s: neuron:%d pointer %p was already freed%s",
+                              what, b->device, ptr,
+                              strcmp(what, "trn_mem_free") == 0
+                                  ? " (double free)"
+                                  : "");
+    if (b != NULL && b->state == BLOCK_ALLOCATED)
+        return trn__set_error(TRN_ERROR_INVALID_POINTER,
+                              "%s: %p points %zu bytes into the neuron:%d "
+                              "block at %p; pass the block's start",
+                              what, ptr, (size_t)((const char *)ptr - b->ptr),
+                              b->device, (void *)b->ptr);
+    return trn__set_error(TRN_ERROR_INVALID_POINTER,
+                          "%s: %p is not neuron device memory allocated by "
+                          "trn_mem_alloc (or was already freed)",
+                          what, ptr);
+}
+
+trn_status trn_mem_free(void *ptr) {
+    if (ptr == NULL) return TRN_SUCCESS;
+    trn_status st = trn__fork_check();
+    if (st != TRN_SUCCESS) return st;
+
+    trn__lock(&g_mu);
+    block *b = reg_find_containing(ptr);
+    if (b == NULL || b->ptr != (char *)ptr || b->state != BLOCK_ALLOCATED) {
+        st = bad_pointer("trn_mem_free", ptr);
+        trn__unlock(&g_mu);
+        return st;
+    }
+    dev_alloc *d = &g_dev[b->device];
+    d->stats.allocated_bytes -= b->size;
+    d->stats.requested_bytes -= b->requested;
+    d->stats.active_blocks--;
+    d->stats.num_frees++;
+    b->state = BLOCK_FREEING;
+    trn_stream **uses = b->uses;
+    size_t n_uses = b->n_uses;
+    b->uses = NULL;
+    b->n_uses = b->cap_uses = 0;
+    if (n_uses != 0) {
+        // Other streams may still touch the block: let their current work
+        // finish before the allocation stream can reuse it.
+        trn__unlock(&g_mu);
+        for (size_t i = 0; i < n_uses; i++) trn__stream_wait_idle(uses[i]);
+        free(uses);
+        trn__lock(&g_mu);
+    }
+    free_list *fl = &d->free[trn__stream_index(b->stream)];
+    if (!free_put(d, fl, b)) {
+        // No host memory to grow the free list: give the block back at once.
+        // Its own stream may still use it, so wait for that first.
+        trn__unlock(&g_mu);
+        trn__stream_wait_idle(b->stream);
+        trn__lock(&g_mu);
+        segment_free(b);
+        b->state = BLOCK_RELEASED;
+        d->stats.reserved_bytes -= b->size;
+        d->stats.segments--;
+        d->stats.num_segment_frees++;
+        reg_drop_released();
+    }
+    trn__unlock(&g_mu);
+    return TRN_SUCCESS;
+}
+
+trn_status trn_mem_record_stream(void *ptr, trn_stream *stream) {
+    if (ptr == NULL) return TRN_SUCCESS;
+    if (stream == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_mem_record_stream: stream is NULL");
+    trn_status st = trn__fork_check();
+    if (st != TRN_SUCCESS) return st;
+
+    trn__lock(&g_mu);
+    block *b = reg_find_containing(ptr);
+    if (b == NULL || b->state != BLOCK_ALLOCATED) {
+        st = bad_pointer("trn_mem_record_stream", ptr);
+    } else if (stream != b->stream) {
+        bool known = false;
+        for (size_t i = 0; i < b->n_uses && !known; i++)
+            known = b->uses[i] == stream;
+        if (!known && b->n_uses == b->cap_uses) {
+            size_t cap = b->cap_uses ? b->cap_uses * 2 : 4;
+            trn_stream **grown = realloc(b->uses, cap * sizeof *grown);
+            if (grown == NULL) {
+                st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
+                                    "trn_mem_record_stream: host out of memory");
+            } else {
+                b->uses = grown;
+                b->cap_uses = cap;
+            }
+        }
+        if (!known && st == TRN_SUCCESS) b->uses[b->n_uses++] = stream;
+    }
+    trn__unlock(&g_mu);
+    return st;
+}
+
+trn_status trn_mem_empty_cache(int device) {
+    trn_status st = trn__device_enter(device);
+    if (st != TRN_SUCCESS || !trn_runtime_is_initialized()) return st;
+    trn__device_wait_idle(device);
+    trn__lock(&g_mu);
+    release_cached(device);
+    trn__unlock(&g_mu);
+    return TRN_SUCCESS;
+}
+
+// ---- statistics -------------------------------------------------------------
+
+static trn_status stats_enter(int device, const void *out) {
+    trn_status st = trn__device_enter(device);
+    if (st == TRN_SUCCESS) st = capacity_check();
+    if (st == TRN_SUCCESS && out == NULL)
+        st = trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                            "memory statistics: output pointer is NULL");
+    return st;
+}
+
+trn_status trn_mem_get_stats(int device, trn_mem_stats *stats) {
+    trn_status st = stats_enter(device, stats);
+    if (st != TRN_SUCCESS) return st;
+    trn__lock(&g_mu);
+    *stats = g_dev[device].stats;
+    trn__unlock(&g_mu);
+    stats->capacity = trn__config_get()->capacity;
+    return TRN_SUCCESS;
+}
+
+trn_status trn_mem_reset_peak(int device) {
+    trn_status st = stats_enter(device, "");
+    if (st != TRN_SUCCESS) return st;
+    trn__lock(&g_mu);
+    trn_mem_stats *s = &g_dev[device].stats;
+    s->allocated_bytes_peak = s->allocated_bytes;
+    s->requested_bytes_peak = s->requested_bytes;
+    s->reserved_bytes_peak = s->reserved_bytes;
+    s->active_blocks_peak = s->active_blocks;
+    s->segments_peak = s->segments;
+    trn__unlock(&g_mu);
+    return TRN_SUCCESS;
+}
+
+trn_status trn_mem_reset_accumulated(int device) {
+    trn_status st = stats_enter(device, "");
+    if (st != TRN_SUCCESS) return st;
+    trn__lock(&g_mu);
+    trn_mem_stats *s = &g_dev[device].stats;
+    s->num_allocs = s->num_frees = 0;
+    s->num_segment_allocs = s->num_segment_frees = 0;
+    s->num_alloc_retries = s->num_ooms = 0;
+    trn__unlock(&g_mu);
+    return TRN_SUCCESS;
+}
+
+trn_status trn_mem_get_info(int device, size_t *free_bytes,
+                            size_t *total_bytes) {
+    trn_status st = stats_enter(device, free_bytes);
+    if (st == TRN_SUCCESS) st = stats_enter(device, total_bytes);
+    if (st != TRN_SUCCESS) return st;
+    size_t capacity = trn__config_get()->capacity;
+    trn__lock(&g_mu);
+    uint64_t reserved = g_dev[device].stats.reserved_bytes;
+    trn__unlock(&g_mu);
+    *free_bytes = reserved < capacity ? capacity - (size_t)reserved : 0;
+    *total_bytes = capacity;
+    return TRN_SUCCESS;
+}
+
+trn_status trn_mem_get_device(const void *ptr, int *device) {
+    if (device == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_mem_get_device: device is NULL");
+    trn_status st = trn__fork_check();
+    if (st != TRN_SUCCESS) return st;
+    trn__lock(&g_mu);
+    block *b = ptr != NULL ? reg_find_containing(ptr) : NULL;
+    if (b != NULL && b->state == BLOCK_ALLOCATED)
+        *device = b->device;
+    else
+        st = trn__set_error(TRN_ERROR_INVALID_POINTER,
+                            "%p is not neuron device memory", ptr);
+    trn__unlock(&g_mu);
+    return st;
+}
+
+bool trn_mem_protect_enabled(void) { return trn__config_get()->protect; }
+
+// ---- debug protection ---------------------------------------------------------
+
+trn_status trn__mem_access_begin(const void *ptr, size_t nbytes) {
+    if (nbytes == 0 || !trn__config_get()->protect) return TRN_SUCCESS;
+    trn_status st = TRN_SUCCESS;
+    trn__lock(&g_mu);
+    block *b = reg_find_containing(ptr);
+    if (b == NULL) {
+        // host memory: nothing to unprotect
+    } else if (nbytes > b->size - (size_t)((const char *)ptr - b->ptr)) {
+        st = trn__set_error(TRN_ERROR_INVALID_POINTER,
+                            "kernel access of %zu bytes at %p runs past the "
+                            "end of its %zu-byte neuron:%d block at %p",
+                            nbytes, ptr, b->size, b->device, (void *)b->ptr);
+    } else if (b->access++ == 0 &&
+               mprotect(b->ptr, b->map_size, PROT_READ | PROT_WRITE) != 0) {
+        int err = errno;
+        b->access--;
+        st = trn__set_error(TRN_ERROR_SYSTEM,
+                            "mprotect of a neuron:%d block failed: %s",
+                            b->device, strerror(err));
+    }
+    trn__unlock(&g_mu);
+    return st;
+}
+
+void trn__mem_access_end(const void *ptr, size_t nbytes) {
+    if (nbytes == 0 || !trn__config_get()->protect) return;
+    trn__lock(&g_mu);
+    block *b = reg_find_containing(ptr);
+    // Re-protecting can only fail for reasons that unprotecting would have
+    // hit first; the block then just stays readable, which is harmless.
+    if (b != NULL && b->access > 0 && --b->access == 0)
+        (void)mprotect(b->ptr, b->map_size, PROT_NONE);
+    trn__unlock(&g_mu);
+}

@@ -1,0 +1,522 @@
+// stream.c - owns streams: the per-device table (default stream + pool),
+// each stream's bounded task queue, its execution (a lazily started worker
+// thread, or inline on the launching thread), completion counters that
+// synchronisation waits on, the deferred ("sticky") error, and the per-thread
+// current stream. Device-wide synchronisation lives here too because it is a
+// walk over this table. The queue is a byte ring holding each task's header
+// followed by its private copy of the arguments, so a launch costs one memcpy
+// and no allocation; an entry that does not fit before the ring's end is
+// preceded by a padding entry.
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../internal.h"
+
+#define RING_BYTES ((size_t)256 * 1024)
+#define ENTRY_ALIGN 32
+// How long an idle worker, or a synchronising thread, spins before sleeping:
+// long enough to catch back-to-back launches, short enough not to burn a core.
+#define SPIN_NS 50000
+// After this much spinning, spin with sched_yield instead of pause: when
+// every core is busy, the thread being waited for may need ours.
+#define YIELD_AFTER_NS 10000
+
+// What a launch under NEURON_LAUNCH_BLOCKING waits for: the task's own status.
+typedef struct task_result {
+    trn_status status;
+    char message[TRN__ERROR_MAX];
+} task_result;
+
+typedef struct task_header {
+    _Alignas(ENTRY_ALIGN) trn_task_fn fn;  // NULL: padding to the ring's end
+    task_result *result;                   // blocking launcher, or NULL
+    uint32_t len;                          // whole entry, header included
+    uint32_t args_size;
+} task_header;
+
+_Static_assert(sizeof(task_header) % ENTRY_ALIGN == 0, "header alignment");
+_Static_assert(RING_BYTES % ENTRY_ALIGN == 0, "ring alignment");
+
+struct trn_stream {
+    int device;
+    int index;  // 0 = default stream, 1..TRN_STREAM_POOL_SIZE = pool
+    int priority;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv;  // the worker sleeps here
+    pthread_cond_t done_cv;  // synchronisers and launchers facing a full ring
+    // Inline mode: keeps tasks of this stream in order when several threads
+    // launch on it.
+    pthread_mutex_t exec_mu;
+    unsigned char *ring;
+    size_t head, tail, used;  // byte offsets / count, guarded by mu
+    atomic_uint_fast64_t launched, completed;
+    // Threads in done_cv. Atomic so that the worker can skip the lock when
+    // nobody waits: it bumps `completed`, then reads this, while a waiter
+    // bumps this, then reads `completed` (both seq_cst), so one of them
+    // always sees the other.
+    atomic_int waiters;
+    bool worker_started, worker_sleeping;
+    trn_status error;  // first deferred error, guarded by mu
+    char error_message[TRN__ERROR_MAX];
+};
+
+#define STREAMS_PER_DEVICE (1 + TRN_STREAM_POOL_SIZE)
+
+static pthread_mutex_t g_table_mu = PTHREAD_MUTEX_INITIALIZER;
+static trn_stream *_Atomic g_streams[TRN_MAX_DEVICES][STREAMS_PER_DEVICE];
+static atomic_uint g_next_pool[TRN_MAX_DEVICES];
+static _Thread_local trn_stream *tl_current[TRN_MAX_DEVICES];
+
+bool trn_stream_async_enabled(void) { return trn__config_get()->async; }
+
+// ---- table --------------------------------------------------------------------
+
+static trn_stream *stream_new(int device, int index) {
+    trn_stream *s = calloc(1, sizeof *s);
+    if (s == NULL) return NULL;
+    s->device = device;
+    s->index = index;
+    int stage = 0;
+    if (pthread_mutex_init(&s->mu, NULL) != 0) goto fail;
+    stage = 1;
+    if (pthread_mutex_init(&s->exec_mu, NULL) != 0) goto fail;
+    stage = 2;
+    if (pthread_cond_init(&s->work_cv, NULL) != 0) goto fail;
+    stage = 3;
+    if (pthread_cond_init(&s->done_cv, NULL) != 0) goto fail;
+    return s;
+fail:
+    if (stage > 2) pthread_cond_destroy(&s->work_cv);
+    if (stage > 1) pthread_mutex_destroy(&s->exec_mu);
+    if (stage > 0) pthread_mutex_destroy(&s->mu);
+    free(s);
+    return NULL;
+}
+
+// The stream (device, index), created on first use. Device already checked.
+static trn_status stream_get(int device, int index, trn_stream **out) {
+    trn_stream *s = atomic_load(&g_streams[device][index]);
+    if (s == NULL) {
+        trn__lock(&g_table_mu);
+        s = atomic_load(&g_streams[device][index]);
+        if (s == NULL) {
+            s = stream_new(device, index);
+            if (s != NULL) atomic_store(&g_streams[device][index], s);
+        }
+        trn__unlock(&g_table_mu);
+        if (s == NULL)
+            return trn__set_error(TRN_ERROR_SYSTEM,
+                                  "could not create stream %d of neuron:%d",
+                                  index, device);
+    }
+    *out = s;
+    return TRN_SUCCESS;
+}
+
+static trn_status stream_enter(int device, trn_stream **out) {
+    if (out == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "stream output pointer is NULL");
+    trn_status st = trn_runtime_init();
+    if (st == TRN_SUCCESS) st = trn_device_check(device);
+    return st;
+}
+
+trn_status trn_stream_get_default(int device, trn_stream **stream) {
+    trn_status st = stream_enter(device, stream);
+    return st != TRN_SUCCESS ? st : stream_get(device, 0, stream);
+}
+
+trn_status trn_stream_create(int device, int priority, trn_stream **stream) {
+    trn_status st = stream_enter(device, stream);
+    if (st != TRN_SUCCESS) return st;
+    unsigned n = atomic_fetch_add(&g_next_pool[device], 1u);
+    st = stream_get(device, 1 + (int)(n % TRN_STREAM_POOL_SIZE), stream);
+    // Priority is recorded only; the stream is shared, so the last wins.
+    if (st == TRN_SUCCESS) {
+        trn__lock(&(*stream)->mu);
+        (*stream)->priority = priority;
+        trn__unlock(&(*stream)->mu);
+    }
+    return st;
+}
+
+trn_status trn_stream_from_id(int device, int64_t id, trn_stream **stream) {
+    trn_status st = stream_enter(device, stream);
+    if (st != TRN_SUCCESS) return st;
+    if (id < 0 || id > TRN_STREAM_POOL_SIZE)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "stream id %lld is not a stream of neuron:%d "
+                              "(ids are 0..%d)",
+                              (long long)id, device, TRN_STREAM_POOL_SIZE);
+    return stream_get(device, (int)id, stream);
+}
+
+int64_t trn_stream_id(const trn_stream *stream) {
+    return stream != NULL ? stream->index : -1;
+}
+
+int trn_stream_device(const trn_stream *stream) {
+    return stream != NULL ? stream->device : -1;
+}
+
+int trn__stream_index(const trn_stream *stream) { return stream->index; }
+
+trn_status trn_stream_get_current(int device, trn_stream **stream) {
+    trn_status st = stream_enter(device, stream);
+    if (st != TRN_SUCCESS) return st;
+    if (tl_current[device] != NULL) {
+        *stream = tl_current[device];
+        return TRN_SUCCESS;
+    }
+    return stream_get(device, 0, stream);
+}
+
+trn_status trn_stream_set_current(trn_stream *stream) {
+    if (stream == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_stream_set_current: stream is NULL");
+    trn_status st = trn__fork_check();
+    if (st != TRN_SUCCESS) return st;
+    tl_current[stream->device] = stream;
+    return TRN_SUCCESS;
+}
+
+// ---- waiting and errors -------------------------------------------------------
+
+uint64_t trn__stream_launched(const trn_stream *stream) {
+    return atomic_load_explicit(&stream->launched, memory_order_acquire);
+}
+
+uint64_t trn__stream_completed(const trn_stream *stream) {
+    return atomic_load_explicit(&stream->completed, memory_order_acquire);
+}
+
+// Spins for up to SPIN_NS until *counter reaches `target` (or, with
+// `changed`, differs from it). True if it did.
+static bool spin_until(atomic_uint_fast64_t *counter, uint64_t target,
+                       bool changed) {
+    uint64_t start = trn__now_ns();
+    for (unsigned i = 1;; i++) {
+        uint64_t v = atomic_load_explicit(counter, memory_order_acquire);
+        if (changed ? v != target : v >= target) return true;
+        trn__cpu_relax();
+        if (i % 64 == 0) {
+            uint64_t spent = trn__now_ns() - start;
+            if (spent > SPIN_NS) return false;
+            if (spent > YIELD_AFTER_NS) sched_yield();
+        }
+    }
+}
+
+// Waits until `target` tasks have completed: a short spin first, because the
+// common case (synchronise right after a small launch) finishes within
+// microseconds and a futex sleep/wake pair costs more than that.
+static void wait_completed(trn_stream *s, uint64_t target) {
+    if (spin_until(&s->completed, target, false)) return;
+    trn__lock(&s->mu);
+    atomic_fetch_add(&s->waiters, 1);
+    while (atomic_load(&s->completed) < target) trn__wait(&s->done_cv, &s->mu);
+    atomic_fetch_sub(&s->waiters, 1);
+    trn__unlock(&s->mu);
+}
+
+void trn__stream_wait_idle(trn_stream *stream) {
+    wait_completed(stream, trn__stream_launched(stream));
+}
+
+void trn__device_wait_idle(int device) {
+    for (int i = 0; i < STREAMS_PER_DEVICE; i++) {
+        trn_stream *s = atomic_load(&g_streams[device][i]);
+        if (s != NULL) trn__stream_wait_idle(s);
+    }
+}
+
+// Clears the deferred error; copies its message into `message` if non-NULL.
+static trn_status take_error(trn_stream *s, char *message, size_t size) {
+    trn__lock(&s->mu);
+    trn_status st = s->error;
+    if (st != TRN_SUCCESS) {
+        if (message != NULL) snprintf(message, size, "%s", s->error_message);
+        s->error = TRN_SUCCESS;
+        s->error_message[0] = '\0';
+    }
+    trn__unlock(&s->mu);
+    return st;
+}
+
+trn_status trn__stream_take_error(trn_stream *stream) {
+    char message[TRN__ERROR_MAX];
+    trn_status st = take_error(stream, message, sizeof message);
+    return st == TRN_SUCCESS ? st : trn__set_error(st, "%s", message);
+}
+
+trn_status trn_stream_synchronize(trn_stream *stream) {
+    if (stream == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_stream_synchronize: stream is NULL");
+    trn_status st = trn__fork_check();
+    if (st != TRN_SUCCESS) return st;
+    trn__stream_wait_idle(stream);
+    return trn__stream_take_error(stream);
+}
+
+trn_status trn_stream_query(trn_stream *stream, bool *done) {
+    if (stream == NULL || done == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_stream_query: stream or done is NULL");
+    trn_status st = trn__fork_check();
+    if (st != TRN_SUCCESS) return st;
+    uint64_t launched = trn__stream_launched(stream);
+    *done = trn__stream_completed(stream) >= launched;
+    return TRN_SUCCESS;
+}
+
+trn_status trn_device_synchronize(int device) {
+    trn_status st = trn__device_enter(device);
+    if (st != TRN_SUCCESS) return st;
+    trn_status first = TRN_SUCCESS;
+    char message[TRN__ERROR_MAX] = "";
+    for (int i = 0; i < STREAMS_PER_DEVICE; i++) {
+        trn_stream *s = atomic_load(&g_streams[device][i]);
+        if (s == NULL) continue;
+        trn__stream_wait_idle(s);
+        // Every stream's error is cleared; the first one is reported.
+        st = take_error(s, first == TRN_SUCCESS ? message : NULL, sizeof message);
+        if (first == TRN_SUCCESS) first = st;
+    }
+    return first == TRN_SUCCESS ? first : trn__set_error(first, "%s", message);
+}
+
+// ---- execution ----------------------------------------------------------------
+
+// Records a task's failure, with s->mu held: either for its blocking
+// launcher or as the stream's deferred error (the first one sticks).
+static void task_failed(trn_stream *s, trn_status st, task_result *result) {
+    const char *message = trn_last_error();
+    char fallback[128];
+    if (message[0] == '\0') {
+        snprintf(fallback, sizeof fallback,
+                 "task on neuron:%d stream %d failed: %s", s->device, s->index,
+                 trn_status_string(st));
+        message = fallback;
+    }
+    if (result != NULL) {
+        snprintf(result->message, sizeof result->message, "%s", message);
+    } else if (s->error == TRN_SUCCESS) {
+        s->error = st;
+        snprintf(s->error_message, sizeof s->error_message, "%s", message);
+    }
+}
+
+// Publishes one more finished task and wakes synchronisers, if any.
+static void task_done(trn_stream *s, trn_status st, task_result *result) {
+    if (result != NULL) result->status = st;
+    atomic_fetch_add(&s->completed, 1);
+    if (atomic_load(&s->waiters) > 0) {
+        trn__lock(&s->mu);
+        trn__broadcast(&s->done_cv);
+        trn__unlock(&s->mu);
+    }
+}
+
+// Runs one queued task (or skips padding); returns the entry's length.
+static size_t worker_run(trn_stream *s, task_header *h) {
+    if (h->fn == NULL) return h->len;
+    trn_clear_error();
+    trn_status st = h->fn(h + 1);
+    if (st != TRN_SUCCESS) {
+        trn__lock(&s->mu);
+        task_failed(s, st, h->result);
+        trn__unlock(&s->mu);
+    }
+    task_done(s, st, h->result);
+    return h->len;
+}
+
+static void *worker_main(void *arg) {
+    trn_stream *s = arg;
+    trn__lock(&s->mu);
+    for (;;) {
+        if (s->used == 0) {
+            // Spin briefly without the lock: a launch right after the last
+            // one is then picked up without a sleep/wake round trip.
+            uint64_t seen = trn__stream_launched(s);
+            trn__unlock(&s->mu);
+            (void)spin_until(&s->launched, seen, true);
+            trn__lock(&s->mu);
+            while (s->used == 0) {
+                s->worker_sleeping = true;
+                trn__wait(&s->work_cv, &s->mu);
+                s->worker_sleeping = false;
+            }
+        }
+        // Drain everything queued so far without the lock; launchers only
+        // write to free space, so these entries stay intact. Their space is
+        // released in one step afterwards, which keeps the lock out of the
+        // per-task path.
+        size_t offset = s->head, batch = s->used;
+        trn__unlock(&s->mu);
+        for (size_t done = 0; done < batch;) {
+            size_t len = worker_run(s, (task_header *)(s->ring + offset));
+            done += len;
+            offset += len;
+            if (offset == RING_BYTES) offset = 0;
+        }
+        trn__lock(&s->mu);
+        s->head = offset;
+        s->used -= batch;
+        // A launcher may be waiting for ring space.
+        if (atomic_load(&s->waiters) > 0) trn__broadcast(&s->done_cv);
+    }
+    return NULL;
+}
+
+// Starts the worker with asynchronous signals blocked, so they keep going to
+// the application's threads (Python handles signals on its main thread).
+static trn_status worker_start(trn_stream *s) {
+    s->ring = aligned_alloc(ENTRY_ALIGN, RING_BYTES);
+    if (s->ring == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
+                              "no host memory for the queue of neuron:%d "
+                              "stream %d",
+                              s->device, s->index);
+    sigset_t all, old;
+    sigfillset(&all);
+    static const int synchronous[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL,
+                                      SIGTRAP, SIGABRT, SIGSYS};
+    for (size_t i = 0; i < sizeof synchronous / sizeof synchronous[0]; i++)
+        sigdelset(&all, synchronous[i]);
+    int rc = pthread_sigmask(SIG_BLOCK, &all, &old);
+    pthread_t thread;
+    if (rc == 0) {
+        rc = pthread_create(&thread, NULL, worker_main, s);
+        (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+    if (rc == 0) rc = pthread_detach(thread);
+    if (rc != 0) {
+        free(s->ring);
+        s->ring = NULL;
+        return trn__set_error(TRN_ERROR_SYSTEM,
+                              "could not start the worker thread of neuron:%d "
+                              "stream %d: %s",
+                              s->device, s->index, strerror(rc));
+    }
+    s->worker_started = true;
+    return TRN_SUCCESS;
+}
+
+// Offset where an entry of `len` bytes can go, writing a padding entry first
+// if it must wrap; false if the ring has no room now.
+static bool ring_reserve(trn_stream *s, size_t len, size_t *offset) {
+    if (s->used == 0) s->head = s->tail = 0;  // most contiguous space
+    if (s->used == RING_BYTES) return false;
+    if (s->tail >= s->head) {  // data in [head, tail): free at both ends
+        if (RING_BYTES - s->tail >= len) {
+            *offset = s->tail;
+            return true;
+        }
+        if (s->head < len) return false;
+        task_header *pad = (task_header *)(s->ring + s->tail);
+        pad->fn = NULL;
+        pad->len = (uint32_t)(RING_BYTES - s->tail);
+        s->used += pad->len;
+        s->tail = 0;
+        *offset = 0;
+        return true;
+    }
+    if (s->head - s->tail < len) return false;  // wrapped: free in [tail, head)
+    *offset = s->tail;
+    return true;
+}
+
+static trn_status launch_async(trn_stream *s, trn_task_fn fn, const void *args,
+                               size_t args_size, task_result *result) {
+    size_t len = (sizeof(task_header) + args_size + ENTRY_ALIGN - 1) /
+                 ENTRY_ALIGN * ENTRY_ALIGN;
+    trn__lock(&s->mu);
+    if (!s->worker_started) {
+        trn_status st = worker_start(s);
+        if (st != TRN_SUCCESS) {
+            trn__unlock(&s->mu);
+            return st;
+        }
+    }
+    size_t offset;
+    while (!ring_reserve(s, len, &offset)) {
+        atomic_fetch_add(&s->waiters, 1);
+        trn__wait(&s->done_cv, &s->mu);
+        atomic_fetch_sub(&s->waiters, 1);
+    }
+    task_header *h = (task_header *)(s->ring + offset);
+    h->fn = fn;
+    h->result = result;
+    h->len = (uint32_t)len;
+    h->args_size = (uint32_t)args_size;
+    if (args_size != 0) memcpy(h + 1, args, args_size);
+    s->tail = offset + len;
+    if (s->tail == RING_BYTES) s->tail = 0;
+    s->used += len;
+    uint64_t seq = atomic_fetch_add_explicit(&s->launched, 1,
+                                             memory_order_release) + 1;
+    if (s->worker_sleeping) trn__signal(&s->work_cv);
+    trn__unlock(&s->mu);
+    if (result == NULL) return TRN_SUCCESS;
+    wait_completed(s, seq);
+    // wait_completed may have returned from its spin without the lock; the
+    // worker wrote the result before publishing completion (release order).
+    if (result->status != TRN_SUCCESS)
+        return trn__set_error(result->status, "%s", result->message);
+    return TRN_SUCCESS;
+}
+
+static trn_status launch_inline(trn_stream *s, trn_task_fn fn, const void *args,
+                                size_t args_size, bool blocking) {
+    // The task gets its own aligned copy, as in the queued mode.
+    _Alignas(ENTRY_ALIGN) unsigned char copy[TRN_TASK_MAX_ARGS];
+    if (args_size != 0) memcpy(copy, args, args_size);
+    trn__lock(&s->exec_mu);
+    atomic_fetch_add_explicit(&s->launched, 1, memory_order_release);
+    trn_clear_error();
+    trn_status st = fn(copy);
+    task_result result;
+    if (st != TRN_SUCCESS) {
+        trn__lock(&s->mu);
+        task_failed(s, st, blocking ? &result : NULL);
+        trn__unlock(&s->mu);
+    }
+    task_done(s, st, NULL);
+    trn__unlock(&s->exec_mu);
+    if (!blocking || st == TRN_SUCCESS) return TRN_SUCCESS;
+    // task_finish filled in a message even if the task gave none.
+    return trn__set_error(st, "%s", result.message);
+}
+
+trn_status trn_stream_launch(trn_stream *stream, trn_task_fn fn,
+                             const void *args, size_t args_size) {
+    if (stream == NULL || fn == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_stream_launch: stream or task is NULL");
+    if (args_size > TRN_TASK_MAX_ARGS)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_stream_launch: %zu argument bytes exceed "
+                              "TRN_TASK_MAX_ARGS (%d)",
+                              args_size, TRN_TASK_MAX_ARGS);
+    if (args == NULL && args_size != 0)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_stream_launch: args is NULL but args_size "
+                              "is %zu",
+                              args_size);
+    trn_status st = trn__fork_check();
+    if (st != TRN_SUCCESS) return st;
+    const trn__config *cfg = trn__config_get();
+    if (!cfg->async)
+        return launch_inline(stream, fn, args, args_size, cfg->launch_blocking);
+    if (!cfg->launch_blocking)
+        return launch_async(stream, fn, args, args_size, NULL);
+    task_result result = {TRN_SUCCESS, ""};
+    return launch_async(stream, fn, args, args_size, &result);
+}

@@ -1,0 +1,418 @@
+// test_memory.c - the caching allocator: size parsing and rounding, reuse
+// from the cache, stream-ordered reuse, statistics, zero-size requests,
+// capacity OOM (message and recovery), host OOM, empty_cache, invalid and
+// double frees, interior-pointer lookup, record_stream, pinned host memory.
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "test.h"
+
+// Sanitizers reserve huge address ranges, so an address-space limit breaks
+// them rather than the allocator.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TEST_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TEST_SANITIZER 1
+#endif
+#endif
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+#define GiB ((size_t)1 << 30)
+
+static void test_parse_and_round(void) {
+    size_t n = 0;
+    CHECK(trn__parse_size("16G", &n));
+    CHECK_U64(n, 16 * GiB);
+    CHECK(trn__parse_size("512M", &n));
+    CHECK_U64(n, 512 * MiB);
+    CHECK(trn__parse_size("4096K", &n));
+    CHECK_U64(n, 4 * MiB);
+    CHECK(trn__parse_size("123", &n));
+    CHECK_U64(n, 123);
+    CHECK(trn__parse_size("2gib", &n));
+    CHECK_U64(n, 2 * GiB);
+    CHECK(trn__parse_size("1T", &n));
+    CHECK_U64(n, 1024 * GiB);
+    CHECK(trn__parse_size(" 8MB ", &n));
+    CHECK_U64(n, 8 * MiB);
+    CHECK(!trn__parse_size("", &n));
+    CHECK(!trn__parse_size("G", &n));
+    CHECK(!trn__parse_size("-1G", &n));
+    CHECK(!trn__parse_size("1.5G", &n));
+    CHECK(!trn__parse_size("12Q", &n));
+    CHECK(!trn__parse_size("99999999999999999999", &n));
+    CHECK(!trn__parse_size("99999999999T", &n));
+    CHECK(!trn__parse_size(NULL, &n));
+
+    char buf[32];
+    trn__format_bytes(buf, sizeof buf, 0);
+    CHECK_STR(buf, "0 bytes");
+    trn__format_bytes(buf, sizeof buf, 1023);
+    CHECK_STR(buf, "1023 bytes");
+    trn__format_bytes(buf, sizeof buf, 1536);
+    CHECK_STR(buf, "1.50 KiB");
+    trn__format_bytes(buf, sizeof buf, 10 * MiB);
+    CHECK_STR(buf, "10.00 MiB");
+    trn__format_bytes(buf, sizeof buf, GiB);
+    CHECK_STR(buf, "1.00 GiB");
+
+    CHECK_U64(trn__mem_round_size(1), 512);
+    CHECK_U64(trn__mem_round_size(512), 512);
+    CHECK_U64(trn__mem_round_size(513), 1024);
+    CHECK_U64(trn__mem_round_size(MiB - 1), MiB);
+    CHECK_U64(trn__mem_round_size(MiB), MiB);
+    CHECK_U64(trn__mem_round_size(MiB + 1), MiB + 256 * KiB);
+    CHECK_U64(trn__mem_round_size(3 * MiB + 1), 3 * MiB + 512 * KiB);
+    CHECK_U64(trn__mem_round_size(9 * MiB), 10 * MiB);
+    CHECK_U64(trn__mem_round_size(15 * MiB + 1), 16 * MiB);
+    CHECK_U64(trn__mem_round_size(16 * MiB), 16 * MiB);
+    CHECK_U64(trn__mem_round_size(16 * MiB + 1), 18 * MiB);
+    CHECK_U64(trn__mem_round_size(GiB), GiB);
+}
+
+static trn_mem_stats stats(int device) {
+    trn_mem_stats s;
+    memset(&s, 0xff, sizeof s);
+    CHECK_OK(trn_mem_get_stats(device, &s));
+    return s;
+}
+
+static void test_alloc_reuse_stats(void) {
+    void *p = NULL, *q = NULL;
+    CHECK_OK(trn_mem_alloc(0, 1000, NULL, &p));
+    CHECK(p != NULL);
+    CHECK_INT((uintptr_t)p % 64, 0);
+    if (!trn_mem_protect_enabled()) memset(p, 1, 1000);  // host-addressable
+    trn_mem_stats s = stats(0);
+    CHECK_U64(s.allocated_bytes, 1024);
+    CHECK_U64(s.requested_bytes, 1000);
+    CHECK_U64(s.reserved_bytes, 1024);
+    CHECK_U64(s.active_blocks, 1);
+    CHECK_U64(s.segments, 1);
+    CHECK_U64(s.num_allocs, 1);
+    CHECK_U64(s.num_segment_allocs, 1);
+    CHECK_U64(s.capacity, GiB);
+
+    CHECK_OK(trn_mem_free(p));
+    s = stats(0);
+    CHECK_U64(s.allocated_bytes, 0);
+    CHECK_U64(s.requested_bytes, 0);
+    CHECK_U64(s.reserved_bytes, 1024);  // cached
+    CHECK_U64(s.active_blocks, 0);
+    CHECK_U64(s.allocated_bytes_peak, 1024);
+    CHECK_U64(s.num_frees, 1);
+
+    // Same size class, same stream: the cached block comes back.
+    CHECK_OK(trn_mem_alloc(0, 600, NULL, &q));
+    CHECK(q == p);
+    s = stats(0);
+    CHECK_U64(s.num_segment_allocs, 1);
+    CHECK_U64(s.requested_bytes, 600);
+    CHECK_U64(s.requested_bytes_peak, 1000);
+    CHECK_OK(trn_mem_free(q));
+
+    // Another size class does not take it.
+    CHECK_OK(trn_mem_alloc(0, 2000, NULL, &q));
+    CHECK(q != p);
+    CHECK_OK(trn_mem_free(q));
+
+    // Stream-ordered: a block cached for the default stream is not handed to
+    // another stream, even for the same size class.
+    trn_stream *other;
+    CHECK_OK(trn_stream_create(0, 0, &other));
+    CHECK_OK(trn_mem_alloc(0, 1000, other, &q));
+    CHECK(q != p);
+    CHECK_OK(trn_mem_free(q));
+    trn_stream *def;
+    CHECK_OK(trn_stream_get_default(0, &def));
+    CHECK_OK(trn_mem_alloc(0, 1000, def, &q));
+    CHECK(q == p);
+    CHECK_OK(trn_mem_free(q));
+    // The current stream is the default for NULL.
+    CHECK_OK(trn_stream_set_current(other));
+    void *r;
+    CHECK_OK(trn_mem_alloc(0, 1000, NULL, &r));
+    CHECK(r != p);
+    CHECK_OK(trn_mem_free(r));
+    CHECK_OK(trn_stream_set_current(def));
+    trn_stream *dev1;
+    CHECK_OK(trn_stream_get_default(1, &dev1));
+    CHECK_STATUS(trn_mem_alloc(0, 16, dev1, &r), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(trn_last_error(), "stream of neuron:1");
+    CHECK_STATUS(trn_mem_alloc(0, 16, NULL, NULL), TRN_ERROR_INVALID_ARGUMENT);
+
+    // Zero-size: NULL and success, no accounting.
+    uint64_t allocs = stats(0).num_allocs;
+    r = &r;
+    CHECK_OK(trn_mem_alloc(0, 0, NULL, &r));
+    CHECK(r == NULL);
+    CHECK_U64(stats(0).num_allocs, allocs);
+    CHECK_OK(trn_mem_free(NULL));
+
+    // Peaks and counters reset.
+    CHECK_OK(trn_mem_reset_peak(0));
+    s = stats(0);
+    CHECK_U64(s.allocated_bytes_peak, 0);
+    CHECK_U64(s.reserved_bytes_peak, s.reserved_bytes);
+    CHECK_OK(trn_mem_reset_accumulated(0));
+    s = stats(0);
+    CHECK_U64(s.num_allocs, 0);
+    CHECK_U64(s.num_frees, 0);
+    CHECK_U64(s.num_segment_allocs, 0);
+
+    size_t free_b = 0, total = 0;
+    CHECK_OK(trn_mem_get_info(0, &free_b, &total));
+    CHECK_U64(total, GiB);
+    CHECK_U64(free_b, GiB - s.reserved_bytes);
+
+    // empty_cache hands every cached block back.
+    uint64_t segments = s.segments;
+    CHECK(segments >= 3);  // 1 KiB and 2 KiB on the default stream, 1 KiB on `other`
+    CHECK_OK(trn_mem_empty_cache(0));
+    s = stats(0);
+    CHECK_U64(s.reserved_bytes, 0);
+    CHECK_U64(s.segments, 0);
+    CHECK_U64(s.num_segment_frees, segments);
+    CHECK_STATUS(trn_mem_empty_cache(7), TRN_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(trn_mem_get_stats(0, NULL), TRN_ERROR_INVALID_ARGUMENT);
+}
+
+static void test_oom(void) {
+    CHECK_OK(trn_mem_empty_cache(0));
+    CHECK_OK(trn_mem_reset_accumulated(0));
+    void *a, *b, *big = NULL;
+    CHECK_OK(trn_mem_alloc(0, 10 * MiB, NULL, &a));
+    CHECK_OK(trn_mem_alloc(0, 2 * MiB, NULL, &b));
+    CHECK_OK(trn_mem_free(b));  // 2 MiB cached
+    CHECK_STATUS(trn_mem_alloc(0, GiB, NULL, &big), TRN_ERROR_OUT_OF_MEMORY);
+    CHECK(big == NULL);
+    // The cache was flushed before giving up.
+    CHECK_STR(trn_last_error(),
+              "neuron:0 out of memory: tried to allocate 1.00 GiB; 10.00 MiB "
+              "allocated, 10.00 MiB reserved, capacity 1.00 GiB "
+              "(TORCH_NEURONX_HBM_SIZE sets the capacity)");
+    trn_mem_stats s = stats(0);
+    CHECK_U64(s.num_ooms, 1);
+    CHECK_U64(s.num_alloc_retries, 1);
+    CHECK_U64(s.reserved_bytes, 10 * MiB);
+
+    // Cached bytes are reported as reserved when nothing could be flushed.
+    CHECK_OK(trn_mem_alloc(0, 2 * MiB, NULL, &b));
+    CHECK_STATUS(trn_mem_alloc(0, GiB, NULL, &big), TRN_ERROR_OUT_OF_MEMORY);
+    CHECK_CONTAINS(trn_last_error(), "12.00 MiB allocated, 12.00 MiB reserved");
+    CHECK_OK(trn_mem_free(b));
+    // Larger than the capacity altogether.
+    CHECK_STATUS(trn_mem_alloc(0, SIZE_MAX, NULL, &big), TRN_ERROR_OUT_OF_MEMORY);
+    CHECK_CONTAINS(trn_last_error(), "neuron:0 out of memory: tried to allocate");
+    CHECK_STATUS(trn_mem_alloc(0, GiB + 1, NULL, &big), TRN_ERROR_OUT_OF_MEMORY);
+
+    // The process stays usable: after freeing, the same request fits, with
+    // a cache flush to make room.
+    CHECK_OK(trn_mem_free(a));
+    CHECK_OK(trn_mem_reset_accumulated(0));
+    CHECK_OK(trn_mem_alloc(0, GiB, NULL, &big));
+    CHECK(big != NULL);
+    s = stats(0);
+    CHECK_U64(s.num_alloc_retries, 1);
+    CHECK_U64(s.reserved_bytes, GiB);
+    CHECK_U64(s.allocated_bytes, GiB);
+    // The other device has its own capacity.
+    void *other;
+    CHECK_OK(trn_mem_alloc(1, 512 * MiB, NULL, &other));
+    CHECK_OK(trn_mem_free(other));
+    CHECK_OK(trn_mem_free(big));
+    CHECK_OK(trn_mem_empty_cache(0));
+    CHECK_OK(trn_mem_empty_cache(1));
+    CHECK_U64(stats(0).reserved_bytes, 0);
+}
+
+static void test_bad_pointers(void) {
+    void *p;
+    int local = 0;
+    CHECK_OK(trn_mem_alloc(0, 256, NULL, &p));
+    trn_mem_stats before = stats(0);
+    CHECK_STATUS(trn_mem_free(&local), TRN_ERROR_INVALID_POINTER);
+    CHECK_CONTAINS(trn_last_error(), "is not neuron device memory");
+    CHECK_STATUS(trn_mem_free((char *)p + 16), TRN_ERROR_INVALID_POINTER);
+    CHECK_CONTAINS(trn_last_error(), "points 16 bytes into the neuron:0 block");
+    trn_mem_stats after = stats(0);
+    CHECK_U64(after.num_frees, before.num_frees);
+    CHECK_U64(after.allocated_bytes, before.allocated_bytes);
+
+    int dev = -1;
+    CHECK_OK(trn_mem_get_device(p, &dev));
+    CHECK_INT(dev, 0);
+    dev = -1;
+    CHECK_OK(trn_mem_get_device((char *)p + 511, &dev));  // inside the block
+    CHECK_INT(dev, 0);
+    CHECK_STATUS(trn_mem_get_device((char *)p + 512, &dev), TRN_ERROR_INVALID_POINTER);
+    CHECK_STATUS(trn_mem_get_device(&local, &dev), TRN_ERROR_INVALID_POINTER);
+    CHECK_CONTAINS(trn_last_error(), "is not neuron device memory");
+    CHECK_STATUS(trn_mem_get_device(NULL, &dev), TRN_ERROR_INVALID_POINTER);
+    CHECK_STATUS(trn_mem_get_device(p, NULL), TRN_ERROR_INVALID_ARGUMENT);
+    void *q;
+    CHECK_OK(trn_mem_alloc(1, 3 * MiB, NULL, &q));
+    CHECK_OK(trn_mem_get_device((char *)q + 2 * MiB, &dev));
+    CHECK_INT(dev, 1);
+    CHECK_OK(trn_mem_free(q));
+
+    CHECK_OK(trn_mem_free(p));
+    CHECK_STATUS(trn_mem_free(p), TRN_ERROR_INVALID_POINTER);
+    CHECK_CONTAINS(trn_last_error(), "double free");
+    CHECK_STATUS(trn_mem_get_device(p, &dev), TRN_ERROR_INVALID_POINTER);
+    CHECK_STATUS(trn_mem_record_stream(p, NULL), TRN_ERROR_INVALID_ARGUMENT);
+    trn_stream *s;
+    CHECK_OK(trn_stream_get_default(0, &s));
+    CHECK_STATUS(trn_mem_record_stream(p, s), TRN_ERROR_INVALID_POINTER);
+    CHECK_CONTAINS(trn_last_error(), "already freed");
+    CHECK_STATUS(trn_mem_record_stream(&local, s), TRN_ERROR_INVALID_POINTER);
+    CHECK_OK(trn_mem_record_stream(NULL, s));
+    CHECK_U64(stats(0).num_frees, before.num_frees + 1);
+    // Released blocks are unknown afterwards, still without UB.
+    CHECK_OK(trn_mem_empty_cache(0));
+    CHECK_STATUS(trn_mem_free(p), TRN_ERROR_INVALID_POINTER);
+}
+
+typedef struct slow_args {
+    atomic_int *flag;
+} slow_args;
+
+static trn_status slow_task(void *args) {
+    const slow_args *a = args;
+    usleep(50000);
+    atomic_store(a->flag, 1);
+    return TRN_SUCCESS;
+}
+
+static void test_record_stream(void) {
+    trn_stream *def, *side;
+    CHECK_OK(trn_stream_get_default(0, &def));
+    CHECK_OK(trn_stream_create(0, 0, &side));
+    CHECK(side != def);
+    void *p;
+    CHECK_OK(trn_mem_alloc(0, 4096, def, &p));
+    atomic_int flag = 0;
+    slow_args a = {&flag};
+    CHECK_OK(trn_stream_launch(side, slow_task, &a, sizeof a));
+    CHECK_OK(trn_mem_record_stream(p, side));
+    CHECK_OK(trn_mem_record_stream(p, side));  // recording twice is fine
+    CHECK_OK(trn_mem_record_stream(p, def));   // its own stream: no-op
+    CHECK_OK(trn_mem_free(p));
+    // The block may be reused by `def` right away, so freeing had to wait
+    // for the side stream's work.
+    CHECK_INT(atomic_load(&flag), 1);
+    void *q;
+    CHECK_OK(trn_mem_alloc(0, 4096, def, &q));
+    CHECK(q == p);
+    CHECK_OK(trn_mem_free(q));
+    CHECK_OK(trn_stream_synchronize(side));
+
+    // A block freed while its own stream still uses it survives empty_cache
+    // until that work is done (empty_cache waits for the device).
+    atomic_store(&flag, 0);
+    CHECK_OK(trn_mem_alloc(0, 8192, side, &p));
+    CHECK_OK(trn_stream_launch(side, slow_task, &a, sizeof a));
+    CHECK_OK(trn_mem_free(p));
+    CHECK_OK(trn_mem_empty_cache(0));
+    CHECK_INT(atomic_load(&flag), 1);
+    CHECK_U64(stats(0).reserved_bytes, 0);
+}
+
+static void test_pinned(void) {
+    void *h = NULL;
+    CHECK_OK(trn_host_alloc(100, &h));
+    CHECK(h != NULL);
+    CHECK(trn_host_is_pinned(h));
+    CHECK(trn_host_is_pinned((char *)h + 99));
+    CHECK(!trn_host_is_pinned((char *)h + 100));
+    CHECK(!trn_host_is_pinned(&h));
+    CHECK(!trn_host_is_pinned(NULL));
+    memset(h, 0, 100);
+    void *h2;
+    CHECK_OK(trn_host_alloc(1 << 20, &h2));
+    CHECK(trn_host_is_pinned((char *)h2 + 12345));
+    CHECK_STATUS(trn_host_free((char *)h + 1), TRN_ERROR_INVALID_POINTER);
+    CHECK_OK(trn_host_free(h));
+    CHECK(!trn_host_is_pinned(h));
+    CHECK_STATUS(trn_host_free(h), TRN_ERROR_INVALID_POINTER);
+    CHECK_OK(trn_host_free(h2));
+    CHECK_OK(trn_host_free(NULL));
+    h = &h;
+    CHECK_OK(trn_host_alloc(0, &h));
+    CHECK(h == NULL);
+    CHECK_STATUS(trn_host_alloc(8, NULL), TRN_ERROR_INVALID_ARGUMENT);
+    // Device memory is not pinned host memory.
+    void *d;
+    CHECK_OK(trn_mem_alloc(0, 64, NULL, &d));
+    CHECK(!trn_host_is_pinned(d));
+    CHECK_OK(trn_mem_free(d));
+}
+
+// In a child (own environment read): a capacity that cannot be parsed.
+static void child_bad_capacity(void) {
+    setenv("TORCH_NEURONX_HBM_SIZE", "12Q", 1);
+    void *p;
+    CHECK_STATUS(trn_mem_alloc(0, 64, NULL, &p), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(trn_last_error(), "TORCH_NEURONX_HBM_SIZE='12Q' is invalid");
+    trn_mem_stats s;
+    CHECK_STATUS(trn_mem_get_stats(0, &s), TRN_ERROR_INVALID_ARGUMENT);
+}
+
+// In a child: the host refuses memory (address-space limit) although the
+// emulated capacity would allow it; that is an OOM too, after a flush.
+static void child_host_oom(void) {
+#ifndef TEST_SANITIZER
+    setenv("TORCH_NEURONX_HBM_SIZE", "64G", 1);
+    struct rlimit lim = {(rlim_t)2 * GiB, (rlim_t)2 * GiB};
+    CHECK_INT(setrlimit(RLIMIT_AS, &lim), 0);
+    void *p, *big = NULL;
+    CHECK_STATUS(trn_mem_alloc(0, 4 * GiB, NULL, &big), TRN_ERROR_OUT_OF_MEMORY);
+    CHECK_CONTAINS(trn_last_error(), "tried to allocate 4.00 GiB");
+    CHECK_CONTAINS(trn_last_error(), "the host could not provide the memory");
+    CHECK_OK(trn_mem_alloc(0, MiB, NULL, &p));
+    CHECK_OK(trn_mem_free(p));
+    CHECK_STATUS(trn_mem_alloc(0, 4 * GiB, NULL, &big), TRN_ERROR_OUT_OF_MEMORY);
+    trn_mem_stats s = stats(0);
+    CHECK_U64(s.num_alloc_retries, 1);  // the cached MiB was flushed first
+    CHECK_U64(s.num_ooms, 2);
+    CHECK_U64(s.reserved_bytes, 0);
+    CHECK_OK(trn_mem_alloc(0, MiB, NULL, &p));  // still usable
+    CHECK_OK(trn_mem_free(p));
+#endif
+}
+
+static void in_child(void (*fn)(void)) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        fn();
+        fflush(NULL);
+        _exit(test_failed == 0 ? 0 : 1);
+    }
+    int status = 0;
+    CHECK_INT(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+int main(void) {
+    unsetenv("NEURON_RT_VISIBLE_CORES");
+    unsetenv("NEURON_RT_NUM_CORES");
+    // Children first: they must read the environment before this process
+    // initialises the runtime (a fork after that is unusable by design).
+    in_child(child_bad_capacity);
+    in_child(child_host_oom);
+    setenv("TORCH_NEURONX_HBM_SIZE", "1G", 1);
+    test_parse_and_round();
+    test_alloc_reuse_stats();
+    test_oom();
+    test_bad_pointers();
+    test_record_stream();
+    test_pinned();
+    return TEST_REPORT();
+}

@@ -1,0 +1,33 @@
+"""Shared helpers for the Python test suite.
+
+The backend is autoloaded by ``import torch``; tests that need a fresh process
+(environment variables read once, autoload, fork) use ``run_python``.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torch_neuronx  # noqa: F401  (explicit, in case autoload is disabled)
+
+
+def run_python(code: str, env: dict | None = None, timeout: int = 120):
+    """Runs ``code`` in a fresh interpreter; returns the CompletedProcess."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def python():
+    return run_python
+
+
+@pytest.fixture(autouse=True)
+def _clean_tracking():
+    torch_neuronx.clear_op_tracking()
+    yield

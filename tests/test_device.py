@@ -1,0 +1,171 @@
+"""The neuron device as PyTorch sees it: registration, autoload, indices,
+device module, generated methods, fork safety."""
+import multiprocessing as mp
+
+import pytest
+import torch
+
+import torch_neuronx
+
+
+def test_accelerator_is_neuron():
+    assert torch.accelerator.current_accelerator() == torch.device("neuron")
+    assert torch.accelerator.is_available()
+    assert torch.accelerator.device_count() == torch.neuron.device_count() >= 2
+    assert torch._C._get_privateuse1_backend_name() == "neuron"
+
+
+def test_autoload_needs_no_import(python):
+    r = python("""
+        import sys, torch
+        assert "torch_neuronx" in sys.modules
+        x = torch.ones(3, device="neuron")
+        print(x.device, torch.neuron.device_count())
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["neuron:0", "2"]
+
+
+def test_autoload_can_be_disabled(python):
+    r = python("""
+        import sys, torch
+        assert "torch_neuronx" not in sys.modules
+        assert not hasattr(torch, "neuron")
+        import torch_neuronx
+        print(torch.ones(1, device="neuron").device)
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "neuron:0"
+
+
+def test_register_is_idempotent():
+    torch_neuronx._register()
+    torch_neuronx._autoload()
+    assert torch.neuron is torch_neuronx.neuron
+
+
+@pytest.mark.parametrize("env,count", [
+    ({"NEURON_RT_VISIBLE_CORES": "0-3"}, 4),
+    ({"NEURON_RT_VISIBLE_CORES": "0,2"}, 2),
+    ({"NEURON_RT_VISIBLE_CORES": "5"}, 1),
+    ({"NEURON_RT_NUM_CORES": "3"}, 3),
+    ({"NEURON_RT_VISIBLE_CORES": "1-2", "NEURON_RT_NUM_CORES": "8"}, 2),
+])
+def test_device_count_from_env(python, env, count):
+    r = python("import torch; print(torch.neuron.device_count(), torch.accelerator.device_count())",
+               env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(count)] * 2
+
+
+def test_invalid_core_list_gives_no_device_and_a_clear_error(python):
+    r = python("""
+        import torch
+        print(torch.neuron.is_available())
+        try:
+            torch.ones(1, device="neuron")
+        except RuntimeError as e:
+            print("ERR", e)
+    """, env={"NEURON_RT_VISIBLE_CORES": "zero-one"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("False")
+    assert "NEURON_RT_VISIBLE_CORES" in r.stdout and "zero-one" in r.stdout
+
+
+def test_out_of_range_device_says_how_many_exist():
+    with pytest.raises(RuntimeError, match=r"2 devices"):
+        torch.empty(1, device="neuron:7")
+    with pytest.raises(RuntimeError, match=r"2 devices"):
+        torch.neuron.set_device(9)
+    with pytest.raises(RuntimeError, match=r"2 devices"):
+        torch.ones(2).to("neuron:2")
+
+
+def test_current_device_and_context():
+    assert torch.neuron.current_device() == 0
+    with torch.neuron.device(1):
+        assert torch.neuron.current_device() == 1
+        assert torch.empty(1, device="neuron").device == torch.device("neuron:1")
+        assert torch.accelerator.current_device_index() == 1
+    assert torch.neuron.current_device() == 0
+    torch.neuron.set_device("neuron:1")
+    try:
+        assert torch.ones(1).neuron().device.index == 1
+    finally:
+        torch.neuron.set_device(0)
+    x = torch.ones(1, device="neuron:1")
+    with torch.neuron.device_of(x):
+        assert torch.neuron.current_device() == 1
+
+
+def test_device_module_surface():
+    n = torch.neuron
+    for name in ["is_available", "is_initialized", "init", "device_count", "current_device",
+                 "set_device", "get_device_name", "get_device_properties", "device",
+                 "synchronize", "Stream", "Event", "stream", "current_stream", "default_stream",
+                 "set_stream", "wait_stream", "wait_event", "record_event", "query",
+                 "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed",
+                 "get_rng_state", "set_rng_state", "get_amp_supported_dtype",
+                 "is_bf16_supported", "memory_allocated", "memory_reserved",
+                 "max_memory_allocated", "max_memory_reserved", "memory_stats",
+                 "memory_summary", "reset_peak_memory_stats", "empty_cache",
+                 "_is_in_bad_fork", "_lazy_init"]:
+        assert callable(getattr(n, name)), name
+    props = n.get_device_properties(0)
+    assert "NeuronCore" in props.name and props.total_memory > 0
+    assert n.get_device_name() == props.name
+    assert torch.float16 in n.get_amp_supported_dtype() and n.is_bf16_supported()
+    torch.ones(1, device="neuron")
+    assert n.is_initialized() and torch_neuronx.is_neuron_runtime_initialized()
+
+
+def test_generated_methods():
+    t = torch.arange(4.0)
+    d = t.neuron()
+    assert d.is_neuron and not t.is_neuron and d.device == torch.device("neuron:0")
+    assert t.neuron(1).device == torch.device("neuron:1")
+    m = torch.nn.Linear(2, 2).neuron()
+    assert all(p.is_neuron for p in m.parameters())
+    s = torch.UntypedStorage(8).neuron()
+    assert s.device.type == "neuron"
+    assert torch.ones(2).to("neuron").is_neuron
+    assert torch.zeros(2, device="neuron").is_neuron
+
+
+def _child_uses_device(queue):
+    try:
+        torch.ones(1, device="neuron")
+        queue.put("no error")
+    except RuntimeError as e:
+        queue.put(str(e))
+
+
+def test_fork_after_init_raises_clearly():
+    torch.ones(1, device="neuron")  # initialise in the parent
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_uses_device, args=(q,))
+    p.start()
+    msg = q.get(timeout=60)
+    p.join(timeout=60)
+    assert "fork" in msg and "spawn" in msg, msg
+
+
+def test_fork_child_reports_bad_fork(python):
+    r = python("""
+        import os, torch
+        torch.ones(1, device="neuron")
+        pid = os.fork()
+        if pid == 0:
+            ok = torch.neuron._is_in_bad_fork()
+            try:
+                torch.neuron.synchronize()
+                ok = False
+            except RuntimeError as e:
+                ok = ok and "forked" in str(e)
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), torch.neuron._is_in_bad_fork())
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "False"]

@@ -1,0 +1,89 @@
+"""The caching allocator as users see it: stats, empty_cache, OOM."""
+import pytest
+import torch
+
+MiB = 1024 * 1024
+
+
+def test_stats_follow_allocations():
+    torch.neuron.synchronize()
+    torch.neuron.empty_cache()
+    base = torch.neuron.memory_allocated()
+    x = torch.empty(MiB, dtype=torch.uint8, device="neuron")
+    assert torch.neuron.memory_allocated() - base >= MiB
+    assert torch.neuron.memory_reserved() >= torch.neuron.memory_allocated()
+    assert torch.neuron.max_memory_allocated() >= torch.neuron.memory_allocated()
+    assert torch.accelerator.memory_allocated() == torch.neuron.memory_allocated()
+    del x
+    assert torch.neuron.memory_allocated() == base
+    reserved = torch.neuron.memory_reserved()
+    assert reserved >= MiB  # freed block stays cached
+    y = torch.empty(MiB, dtype=torch.uint8, device="neuron")  # reuses it
+    assert torch.neuron.memory_reserved() == reserved
+    del y
+    torch.neuron.empty_cache()
+    assert torch.neuron.memory_reserved() < reserved
+    stats = torch.neuron.memory_stats()
+    assert stats["allocated_bytes.all.current"] == torch.neuron.memory_allocated()
+    assert "num_ooms" in stats
+    torch.neuron.reset_peak_memory_stats()
+    assert torch.neuron.max_memory_allocated() == torch.neuron.memory_allocated()
+    assert "neuron:0 memory summary" in torch.neuron.memory_summary()
+
+
+def test_mem_get_info():
+    free, total = torch.neuron.mem_get_info()
+    assert total == torch.neuron.get_device_properties(0).total_memory
+    assert 0 <= free <= total
+    assert torch.accelerator.get_memory_info(0) == (free, total)
+
+
+def test_out_of_memory_is_recoverable(python):
+    r = python("""
+        import torch
+        keep = [torch.empty(40 * 2**20, dtype=torch.uint8, device="neuron") for _ in range(2)]
+        try:
+            torch.empty(40 * 2**20, dtype=torch.uint8, device="neuron")
+            print("no error")
+        except torch.OutOfMemoryError as e:
+            print("OOM", str(e).splitlines()[0])
+        del keep
+        z = torch.empty(90 * 2**20, dtype=torch.uint8, device="neuron")
+        print("after", z.numel(), torch.neuron.memory_stats()["num_ooms"])
+    """, env={"TORCH_NEURONX_HBM_SIZE": "100M"})
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "OOM" in out and "out of memory" in out and "allocated" in out
+    assert "reserved" in out and "capacity" in out and "100.00 MiB" in out
+    assert f"after {90 * 2**20} 1" in out
+
+
+def test_capacity_env_sets_total_memory(python):
+    r = python("import torch; print(torch.neuron.get_device_properties(1).total_memory)",
+               env={"TORCH_NEURONX_HBM_SIZE": "256M"})
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) == 256 * MiB
+
+
+def test_memory_per_device_is_separate():
+    torch.neuron.synchronize(1)
+    before0, before1 = torch.neuron.memory_allocated(0), torch.neuron.memory_allocated(1)
+    x = torch.empty(MiB, dtype=torch.uint8, device="neuron:1")
+    assert torch.neuron.memory_allocated(0) == before0
+    assert torch.neuron.memory_allocated(1) >= before1 + MiB
+    del x
+
+
+def test_protect_mode_makes_device_memory_unreadable_from_host(python):
+    r = python("""
+        import ctypes, torch
+        import torch_neuronx
+        assert torch_neuronx._C._memory_protect_enabled()
+        d = torch.arange(1024.0).to("neuron")
+        assert d.sum().item() == sum(range(1024))   # kernels and fallback still work
+        print("ok", flush=True)
+        ctypes.c_float.from_address(d.data_ptr()).value  # host read: must fault
+        print("read succeeded")
+    """, env={"TORCH_NEURONX_DEBUG_PROTECT_MEMORY": "1"})
+    assert r.stdout.startswith("ok") and "read succeeded" not in r.stdout
+    assert r.returncode != 0  # killed by SIGSEGV

@@ -1,0 +1,81 @@
+"""OpenNeuron's ``torch_neuronx``: the ``neuron`` PyTorch device, run by a
+software NeuronCore on the host CPU, API-compatible with AWS TorchNeuron.
+
+Importing ``torch`` loads this package through the ``torch.backends`` entry
+point (unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``). Loading renames
+PrivateUse1 to ``neuron``, registers ``torch.neuron`` and generates
+``Tensor.neuron()`` / ``Module.neuron()`` / ``UntypedStorage.neuron()``.
+"""
+import warnings
+
+import torch
+
+from . import _C  # registers kernels, guard, allocators, hooks, fallback
+from ._op_tracking import clear_op_tracking, get_executed_ops, get_fallback_ops
+from . import neuron
+from .neuron import (
+    Event,
+    Stream,
+    StreamContext,
+    current_device,
+    current_stream,
+    default_stream,
+    device_count,
+    empty_cache,
+    get_device_name,
+    get_device_properties,
+    is_available,
+    is_initialized,
+    manual_seed,
+    manual_seed_all,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    max_memory_allocated,
+    max_memory_reserved,
+    set_device,
+    set_stream,
+    stream,
+    synchronize,
+)
+
+__version__ = "0.1.0"
+
+_registered = False
+
+
+def is_neuron_runtime_initialized() -> bool:
+    """True once the runtime has started (first allocation, stream or copy)."""
+    return _C._is_initialized()
+
+
+def _register() -> None:
+    """Idempotent: rename PrivateUse1, register torch.neuron, generate methods."""
+    global _registered
+    if _registered:
+        return
+    name = torch._C._get_privateuse1_backend_name()
+    if name not in ("privateuseone", "neuron"):
+        # Another PrivateUse1 backend came first; like TorchNeuron, defer to it.
+        warnings.warn(f"torch_neuronx: PrivateUse1 is already taken by '{name}'; "
+                      "the neuron device is not registered")
+        return
+    if name == "privateuseone":
+        torch.utils.rename_privateuse1_backend("neuron")
+    if not hasattr(torch, "neuron"):
+        torch._register_device_module("neuron", neuron)
+    if not hasattr(torch.Tensor, "is_neuron"):
+        torch.utils.generate_methods_for_privateuse1_backend(
+            for_tensor=True, for_module=True, for_storage=True)
+    _registered = True
+
+
+def _autoload() -> None:
+    """``torch.backends`` entry point: never raises, so ``import torch`` can't fail."""
+    try:
+        _register()
+    except Exception as e:  # noqa: BLE001 - must not break `import torch`
+        warnings.warn(f"torch_neuronx: could not register the neuron device: {e!r}")
+
+
+_register()
