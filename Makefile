@@ -35,11 +35,13 @@ test-c-asan: deps
 	cmake --build $(SAN)
 	cd $(SAN) && ctest --output-on-failure
 
-# The whole suite, then the memory tests again with device memory unreadable
-# from host code outside kernels (catches any host-side access).
+# The whole suite (inline streams, the default); then tensor and fallback
+# tests with device memory unreadable from host code outside kernels (catches
+# any host-side access); then tensor and stream tests with worker threads.
 test-py: build
 	$(PY) -m pytest -q tests
 	TORCH_NEURONX_DEBUG_PROTECT_MEMORY=1 $(PY) -m pytest -q tests/test_tensors.py tests/test_fallback.py
+	TORCH_NEURONX_ENABLE_ASYNC_NRT=1 $(PY) -m pytest -q tests/test_tensors.py tests/test_streams.py tests/test_accelerator.py
 
 bench: build
 	$(PY) bench/bench_copy.py

@@ -33,7 +33,7 @@ trn_status trn__set_error(trn_status status, const char *fmt, ...)
 // ---- runtime.c -------------------------------------------------------------
 // Settings read from the environment once, before any stream or block exists.
 typedef struct trn__config {
-    bool async;            // TORCH_NEURONX_ENABLE_ASYNC_NRT (default on)
+    bool async;            // TORCH_NEURONX_ENABLE_ASYNC_NRT (default off)
     bool launch_blocking;  // NEURON_LAUNCH_BLOCKING
     bool protect;          // TORCH_NEURONX_DEBUG_PROTECT_MEMORY
     size_t capacity;       // bytes per device (0 when capacity_error is set)

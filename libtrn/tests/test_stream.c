@@ -332,7 +332,7 @@ static void test_parallel(void) {
 }
 
 int main(void) {
-    g_async = !env_is("TORCH_NEURONX_ENABLE_ASYNC_NRT", "0");
+    g_async = env_is("TORCH_NEURONX_ENABLE_ASYNC_NRT", "1");
     g_blocking = env_is("NEURON_LAUNCH_BLOCKING", "1");
     printf("mode: %s%s\n", g_async ? "worker threads" : "inline",
            g_blocking ? ", launch blocking" : "");
