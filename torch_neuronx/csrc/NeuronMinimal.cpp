@@ -45,17 +45,26 @@ at::Tensor &resize_neuron_(at::Tensor &self, at::IntArrayRef size,
 
 namespace {
 
-at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
-                               std::optional<at::Layout> layout,
-                               std::optional<at::Device> device,
-                               std::optional<bool> pin_memory,
-                               std::optional<at::MemoryFormat> memory_format) {
+// The checks every factory kernel makes: a valid device, a dense strided
+// layout, no pinning, a storable dtype. Returns the device index and dtype.
+std::pair<c10::DeviceIndex, at::ScalarType> check_factory_args(
+    std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+    std::optional<at::Device> device, std::optional<bool> pin_memory) {
     c10::DeviceIndex index = device_index(device.value_or(c10::Device(kNeuron)));
     TORCH_CHECK(!pin_memory.value_or(false), "only CPU tensors can be pinned");
     TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
                 "neuron supports only strided tensors, got layout ", *layout);
     at::ScalarType type = dtype.value_or(c10::get_default_dtype_as_scalartype());
     check_storable(type);
+    return {index, type};
+}
+
+at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout,
+                               std::optional<at::Device> device,
+                               std::optional<bool> pin_memory,
+                               std::optional<at::MemoryFormat> memory_format) {
+    auto [index, type] = check_factory_args(dtype, layout, device, pin_memory);
     c10::DeviceGuard guard(c10::Device(kNeuron, index));
     return at::detail::empty_generic(size, device_allocator(),
                                      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
@@ -65,12 +74,7 @@ at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarTyp
 at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride,
                          std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
                          std::optional<at::Device> device, std::optional<bool> pin_memory) {
-    c10::DeviceIndex index = device_index(device.value_or(c10::Device(kNeuron)));
-    TORCH_CHECK(!pin_memory.value_or(false), "only CPU tensors can be pinned");
-    TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
-                "neuron supports only strided tensors, got layout ", *layout);
-    at::ScalarType type = dtype.value_or(c10::get_default_dtype_as_scalartype());
-    check_storable(type);
+    auto [index, type] = check_factory_args(dtype, layout, device, pin_memory);
     c10::DeviceGuard guard(c10::Device(kNeuron, index));
     return at::detail::empty_strided_generic(
         size, stride, device_allocator(),
