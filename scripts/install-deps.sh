@@ -2,7 +2,7 @@
 # Installs the Debian packages the build needs, only when one is missing
 # (idempotent; a no-op on a machine that has them).
 set -euo pipefail
-packages=(cmake ninja-build g++ gcc make)
+packages=(cmake ninja-build g++ gcc make libdnnl-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

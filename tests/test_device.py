@@ -169,3 +169,12 @@ def test_fork_child_reports_bad_fork(python):
     """)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["0", "False"]
+
+
+def test_import_torch_neuronx_before_torch(python):
+    # The entry point fires while torch_neuronx is half-imported; it must not
+    # break the import, and the device must be registered afterwards.
+    r = python("import torch_neuronx, torch; print(torch.ones(2, device='neuron').device)",
+               env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "1"})
+    assert r.returncode == 0, r.stderr
+    assert "neuron:0" in r.stdout

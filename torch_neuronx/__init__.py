@@ -8,9 +8,25 @@ PrivateUse1 to ``neuron``, registers ``torch.neuron`` and generates
 """
 import warnings
 
-import torch
+# `import torch_neuronx` before torch: importing torch below runs the
+# entry point while this module is half-built. _autoload must already exist
+# then, and defers: the _register() call at the bottom does the work.
+_importing = True
 
-from . import _C  # registers kernels, guard, allocators, hooks, fallback
+
+def _autoload() -> None:
+    """``torch.backends`` entry point: never raises, so ``import torch`` can't fail."""
+    if _importing:
+        return
+    try:
+        _register()
+    except Exception as e:  # noqa: BLE001 - must not break `import torch`
+        warnings.warn(f"torch_neuronx: could not register the neuron device: {e!r}")
+
+
+import torch  # noqa: E402
+
+from . import _C  # noqa: E402  # registers kernels, guard, allocators, hooks, fallback
 from ._op_tracking import clear_op_tracking, get_executed_ops, get_fallback_ops
 from . import neuron
 from .neuron import (
@@ -70,12 +86,5 @@ def _register() -> None:
     _registered = True
 
 
-def _autoload() -> None:
-    """``torch.backends`` entry point: never raises, so ``import torch`` can't fail."""
-    try:
-        _register()
-    except Exception as e:  # noqa: BLE001 - must not break `import torch`
-        warnings.warn(f"torch_neuronx: could not register the neuron device: {e!r}")
-
-
 _register()
+_importing = False

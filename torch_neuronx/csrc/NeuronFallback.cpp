@@ -8,6 +8,7 @@
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
+#include "NeuronFallback.h"
 #include "NeuronGenerator.h"
 #include "neuron_device.h"
 #include "op_tracking.h"
@@ -53,6 +54,8 @@ void use_cpu_generators(const c10::OperatorHandle &op, torch::jit::Stack &stack)
     }
 }
 
+}  // namespace
+
 void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     const std::string &name = op.schema().operator_name().name;
     tracking::record_fallback(name);
@@ -62,6 +65,8 @@ void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     // answered by the fallback would silently stop being a view.
     at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
 }
+
+namespace {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
     m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());

@@ -1,0 +1,14 @@
+// NeuronFallback.h - the boxed CPU fallback, for native kernels that hand an
+// input they do not support (a dtype, a mode) to the CPU:
+//   at::native::call_fallback_fn<&neuron::cpu_fallback, ATEN_OP(add_Tensor)>::call(...)
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+namespace neuron {
+
+// Logs the op as a fallback, warns once, runs it on the CPU.
+void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack);
+
+}  // namespace neuron
