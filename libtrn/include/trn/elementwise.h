@@ -2,11 +2,18 @@
 // over strided n-d operands, launched on a stream.
 //
 // The caller (PyTorch's TensorIterator, in the C++ layer) has already decided
-// shapes, broadcasting and type promotion: every tensor input has the
-// descriptor's `dtype`, the output has `dtype` or TRN_DTYPE_BOOL (predicates:
-// comparisons, logical ops, isnan...), and WHERE's condition is BOOL.
+// shapes, broadcasting and type promotion: `dtype` is the compute dtype.
+// Like CUDA kernels, this one casts on the fly: a tensor input may have any
+// supported dtype (converted on load), and the output any dtype the result
+// may be stored in (predicates - comparisons, logical ops - and integer
+// results to any dtype; floating results to floating dtypes).
 // Float16 and bfloat16 are computed in float32 and rounded once on store,
-// like PyTorch CPU. Each op's per-element math lives in trn/scalar.h.
+// like PyTorch CPU. Float64 is computed in float32 too (TorchNeuron's
+// behaviour; the result keeps dtype float64) unless
+// TORCH_NEURONX_NATIVE_FLOAT64=1 (trn_float64_native()). Each op's
+// per-element math lives in trn/scalar.h.
+//
+// Large launches are split across the host's cores (trn/parallel.h).
 //
 // Strides are in BYTES (TensorIterator's convention); 0 broadcasts. An input
 // whose pointer is NULL is a scalar: its value is taken from `scalar_in`
@@ -39,6 +46,15 @@ extern "C" {
     X(HARDTANH, 1)     /* p0 min, p1 max */                                    \
     X(HARDSIGMOID, 1) X(HARDSWISH, 1)                                          \
     X(LEAKY_RELU, 1)   /* p0 negative slope */                                 \
+    X(EXP, 1) X(EXP2, 1) X(EXPM1, 1) X(LOG, 1) X(LOG2, 1) X(LOG10, 1)          \
+    X(LOG1P, 1) X(SIN, 1) X(COS, 1) X(TAN, 1) X(ASIN, 1) X(ACOS, 1)            \
+    X(ATAN, 1) X(SINH, 1) X(COSH, 1) X(TANH, 1) X(SIGMOID, 1)                  \
+    X(LOGIT, 1)        /* p0 eps (< 0: none) */                                \
+    X(ERF, 1) X(ERFC, 1) X(ERFINV, 1)                                          \
+    X(GELU, 1) X(GELU_TANH, 1) X(SILU, 1) X(MISH, 1)                           \
+    X(SOFTPLUS, 1)     /* p0 beta, p1 threshold */                             \
+    X(ELU, 1)          /* p0 alpha, p1 scale, p2 input_scale */                \
+    X(ROUND_DECIMALS, 1) /* p0 10^|decimals|, p1 1 if decimals < 0 */          \
     /* binary */                                                               \
     X(ADD, 2) X(SUB, 2) /* a +- p0 * b (p0 = alpha) */                         \
     X(MUL, 2) X(DIV, 2) X(DIV_TRUNC, 2) X(DIV_FLOOR, 2)                        \
@@ -49,6 +65,7 @@ extern "C" {
     X(LOGICAL_AND, 2) X(LOGICAL_OR, 2) X(LOGICAL_XOR, 2) /* -> bool */         \
     X(BITWISE_AND, 2) X(BITWISE_OR, 2) X(BITWISE_XOR, 2)                       \
     X(LSHIFT, 2) X(RSHIFT, 2)                                                  \
+    X(POW, 2) X(ATAN2, 2) X(HYPOT, 2)                                          \
     /* ternary: inputs in order */                                             \
     X(WHERE, 3)    /* cond(bool), a, b */                                      \
     X(CLAMP, 3)    /* x, lo, hi; p0/p1 != 0: lo/hi present (else ignored) */   \
@@ -83,6 +100,9 @@ typedef struct trn_ew_desc {
     const int64_t *out_strides;  // bytes
     trn_dtype out_dtype;         // dtype, or BOOL for predicates
     const void *in[3];           // NULL: scalar operand, value in scalar_in
+    trn_dtype in_dtype[3];       // dtype of each tensor input (any of the
+                                 // dtypes trn_ew_supports_dtypes accepts);
+                                 // converted to the compute dtype on load
     const int64_t *in_strides[3];// bytes (ignored for scalar operands)
     trn_scalar scalar_in[3];
     double params[4];            // op parameters, see TRN_EW_OP_LIST
@@ -93,8 +113,14 @@ typedef struct trn_ew_desc {
 // zero fails the task with TRN_ERROR_INVALID_ARGUMENT "ZeroDivisionError",
 // reported at the next synchronize (deferred, as every kernel error).
 trn_status trn_ew_launch(trn_stream *stream, const trn_ew_desc *desc);
-// Whether trn_ew_launch accepts (op, dtype); never sets an error.
+// Whether trn_ew_launch accepts (op, compute dtype); never sets an error.
 int trn_ew_supports(trn_ew_op op, trn_dtype dtype);
+// Whether an operand of dtype `operand` (input or output) may go with compute
+// dtype `dtype` for `op`; never sets an error.
+int trn_ew_supports_operand(trn_ew_op op, trn_dtype dtype, trn_dtype operand, int is_output);
+// Whether float64 is computed natively (TORCH_NEURONX_NATIVE_FLOAT64=1) or,
+// by default, in float32.
+int trn_float64_native(void);
 
 #ifdef __cplusplus
 }

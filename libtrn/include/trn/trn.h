@@ -20,4 +20,6 @@
 #include "trn/stream.h"
 #include "trn/memory.h"
 #include "trn/copy.h"
+#include "trn/elementwise.h"
+#include "trn/parallel.h"
 #endif

@@ -1,0 +1,848 @@
+// trn/scalar.h - the per-element math of every elementwise op, written once.
+//
+// Owner: this header is the single definition of what an op computes on one
+// element. The eager kernels (src/kernels/elementwise.c) call these in tight
+// loops over blocks of operands, and generated code will include it too, so
+// everything here is static inline, free of global state and branch-free in
+// the sense that matters for vectorization: conditionals are selects the
+// compiler turns into blends, never early returns.
+//
+// Three compute families:
+//   _f  float   - float32, float16, bfloat16 (and float64 under the default
+//                 float64-as-float32 policy). Transcendentals do their range
+//                 reduction and polynomial in double, then round once, so
+//                 results sit within ~1 ulp of correctly rounded float32
+//                 without any libm call (a libm call keeps a loop scalar).
+//   _d  double  - float64 computed natively (opt-in); uses libm, whose
+//                 double functions are correctly rounded or nearly so.
+//   _i  int64_t - every integer dtype and bool; narrower types are computed
+//                 in 64 bits with wrap-around (unsigned arithmetic, never
+//                 signed overflow) and truncated on store, which gives the
+//                 same bits as PyTorch computing in the narrow type.
+// Predicates (comparisons, logical ops) return int 0/1.
+//
+// Every function takes the op's context: parameters (alpha, slopes, clamp
+// bounds...) and, for the integer family, the bit width and signedness of the
+// stored dtype (shifts depend on them).
+#ifndef TRN_SCALAR_H
+#define TRN_SCALAR_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "trn/convert.h"
+
+typedef struct trn_sc_ctx {
+    double p[4];     // op parameters, as trn_ew_desc.params
+    int64_t ip[4];   // the same, as integers (integer family)
+    int bits;        // width of the stored dtype
+    int is_signed;   // integer family: signedness of the stored dtype
+    int round16;     // float family: 1 float16, 2 bfloat16 storage, else 0
+} trn_sc_ctx;
+
+#define TRN_SC_UNUSED(x) (void)(x)
+
+// ---- bit helpers -------------------------------------------------------------
+static inline uint64_t trn_sc_dbits(double x) {
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+static inline double trn_sc_dfrom(uint64_t u) {
+    double x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+static inline int64_t trn_sc_wrap_u64(uint64_t v) {
+    int64_t r;
+    memcpy(&r, &v, sizeof r);
+    return r;
+}
+static inline int trn_sc_isnan(double x) { return x != x; }
+
+// ---- double-internal kernels for the float family ---------------------------
+// Accurate to ~1e-12 relative for float inputs (the float result is then
+// rounded once); not meant as full double-precision functions.
+
+// 2^n for an integer-valued double n in [-1022, 1023].
+static inline double trn_sc_pow2i(double n) {
+    const double shifter = 0x1.8p52;  // adding it puts n in the low mantissa bits
+    uint64_t k = trn_sc_dbits(n + shifter);
+    return trn_sc_dfrom(((k + 1023) & 0x7ff) << 52);
+}
+
+// e^x. Clamped to where float results under- or overflow: float needs only
+// x in [-104, 89]; NaN passes through.
+static inline double trn_sc_exp_d(double x) {
+    double xc = x < -745.0 ? -745.0 : (x > 709.0 ? 709.0 : x);
+    xc = trn_sc_isnan(xc) ? 0.0 : xc;
+    const double n = nearbyint(xc * 1.4426950408889634);
+    // r = x - n ln2 with ln2 split so n*ln2_hi is exact.
+    const double r = (xc - n * 0.6931471803691238) - n * 1.9082149292705877e-10;
+    // e^r on |r| <= 0.347: Taylor to r^11 (truncation < 1e-14 relative).
+    double p = 1.0 / 39916800.0;
+    p = p * r + 1.0 / 3628800.0;
+    p = p * r + 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    // Split the scale so n = -1074..1023 stays in 2^[-1022, 1023].
+    const double h = nearbyint(n * 0.5);
+    const double res = p * trn_sc_pow2i(h) * trn_sc_pow2i(n - h);
+    return trn_sc_isnan(x) ? x : res;
+}
+
+// e^x - 1 without cancellation near 0.
+static inline double trn_sc_expm1_d(double x) {
+    // |x| < 0.25: Taylor to x^13 (truncation < 1e-16 relative).
+    double p = 1.0 / 6227020800.0;
+    p = p * x + 1.0 / 479001600.0;
+    p = p * x + 1.0 / 39916800.0;
+    p = p * x + 1.0 / 3628800.0;
+    p = p * x + 1.0 / 362880.0;
+    p = p * x + 1.0 / 40320.0;
+    p = p * x + 1.0 / 5040.0;
+    p = p * x + 1.0 / 720.0;
+    p = p * x + 1.0 / 120.0;
+    p = p * x + 1.0 / 24.0;
+    p = p * x + 1.0 / 6.0;
+    p = p * x + 0.5;
+    p = p * x * x + x;
+    const double big = trn_sc_exp_d(x) - 1.0;
+    return fabs(x) < 0.25 ? p : big;
+}
+
+// log(x) for x > 0 finite; x = m 2^e with m in [sqrt(1/2), sqrt(2)),
+// log m = 2 atanh(s), s = (m-1)/(m+1), |s| <= 0.1716.
+static inline double trn_sc_log_d(double x) {
+    // Subnormal doubles never come from float inputs; scale them anyway.
+    const int sub = x < 0x1p-1022;
+    const uint64_t b = trn_sc_dbits(sub ? x * 0x1p54 : x);
+    // Offset by sqrt(1/2)'s bits so the exponent field of the difference is e.
+    const int64_t t = trn_sc_wrap_u64(b - UINT64_C(0x3fe6a09e667f3bcd));
+    const int64_t e = t >> 52;
+    const double m = trn_sc_dfrom(b - ((uint64_t)e << 52));
+    const double ef = (double)e - (sub ? 54.0 : 0.0);
+    const double s = (m - 1.0) / (m + 1.0);
+    const double s2 = s * s;
+    double p = 2.0 / 17.0;
+    p = p * s2 + 2.0 / 15.0;
+    p = p * s2 + 2.0 / 13.0;
+    p = p * s2 + 2.0 / 11.0;
+    p = p * s2 + 2.0 / 9.0;
+    p = p * s2 + 2.0 / 7.0;
+    p = p * s2 + 2.0 / 5.0;
+    p = p * s2 + 2.0 / 3.0;
+    p = p * s2 + 2.0;
+    const double res = ef * 0.6931471805599453 + s * p;
+    double out = res;
+    out = x == 0.0 ? -INFINITY : out;
+    out = x < 0.0 ? NAN : out;
+    out = x == INFINITY ? INFINITY : out;
+    out = trn_sc_isnan(x) ? x : out;
+    return out;
+}
+
+// sin and cos of x reduced by pi/2 (Cody-Waite in three 33-bit parts: exact
+// while k < 2^19, |x| < ~8e5; the kernels recompute larger arguments with
+// libm, a rare path outside the vector loop).
+static inline void trn_sc_sincos_d(double x, double *s, double *c) {
+    const double xc = (trn_sc_isnan(x) || fabs(x) == INFINITY) ? 0.0 : x;
+    const double k = nearbyint(xc * 0.6366197723675814);
+    double r = xc - k * 1.5707963267341256;
+    r = r - k * 6.077100506506192e-11;
+    r = r - k * 2.0222662487959506e-21;
+    const double r2 = r * r;
+    double ps = -1.0 / 1307674368000.0;
+    ps = ps * r2 + 1.0 / 6227020800.0;
+    ps = ps * r2 - 1.0 / 39916800.0;
+    ps = ps * r2 + 1.0 / 362880.0;
+    ps = ps * r2 - 1.0 / 5040.0;
+    ps = ps * r2 + 1.0 / 120.0;
+    ps = ps * r2 - 1.0 / 6.0;
+    const double sr = r + r * r2 * ps;
+    double pc = 1.0 / 20922789888000.0;
+    pc = pc * r2 - 1.0 / 87178291200.0;
+    pc = pc * r2 + 1.0 / 479001600.0;
+    pc = pc * r2 - 1.0 / 3628800.0;
+    pc = pc * r2 + 1.0 / 40320.0;
+    pc = pc * r2 - 1.0 / 720.0;
+    pc = pc * r2 + 1.0 / 24.0;
+    pc = pc * r2 - 0.5;
+    const double cr = 1.0 + r2 * pc;
+    const int64_t q = (int64_t)(k - 4.0 * floor(k * 0.25));  // k mod 4
+    double sv = (q == 0) ? sr : (q == 1) ? cr : (q == 2) ? -sr : -cr;
+    double cv = (q == 0) ? cr : (q == 1) ? -sr : (q == 2) ? -cr : sr;
+    const int bad = trn_sc_isnan(x) || fabs(x) == INFINITY;
+    *s = bad ? NAN : sv;
+    *c = bad ? NAN : cv;
+}
+
+// atan on [0, inf]: reduce to |u| <= tan(pi/8) and sum the series.
+static inline double trn_sc_atan_pos_d(double t) {
+    const int inv = t > 1.0;
+    const double a = inv ? 1.0 / t : t;                 // [0, 1]
+    const int shift = a > 0.41421356237309503;
+    const double u = shift ? (a - 1.0) / (a + 1.0) : a;  // |u| <= 0.4142
+    const double u2 = u * u;
+    double p = -1.0 / 27.0;
+    p = p * u2 + 1.0 / 25.0;
+    p = p * u2 - 1.0 / 23.0;
+    p = p * u2 + 1.0 / 21.0;
+    p = p * u2 - 1.0 / 19.0;
+    p = p * u2 + 1.0 / 17.0;
+    p = p * u2 - 1.0 / 15.0;
+    p = p * u2 + 1.0 / 13.0;
+    p = p * u2 - 1.0 / 11.0;
+    p = p * u2 + 1.0 / 9.0;
+    p = p * u2 - 1.0 / 7.0;
+    p = p * u2 + 1.0 / 5.0;
+    p = p * u2 - 1.0 / 3.0;
+    double r = u + u * u2 * p;
+    r = shift ? r + 0.7853981633974483 : r;
+    r = inv ? 1.5707963267948966 - r : r;
+    return r;
+}
+
+static inline double trn_sc_atan_d(double x) {
+    const double r = copysign(trn_sc_atan_pos_d(fabs(x)), x);
+    return trn_sc_isnan(x) ? x : r;
+}
+
+static inline double trn_sc_atan2_d(double y, double x) {
+    const double ax = fabs(x), ay = fabs(y);
+    const double hi = ax > ay ? ax : ay, lo = ax > ay ? ay : ax;
+    double t = lo / hi;
+    t = hi == 0.0 ? 0.0 : t;
+    t = (ax == INFINITY && ay == INFINITY) ? 1.0 : t;
+    double r = trn_sc_atan_pos_d(t);
+    r = ay > ax ? 1.5707963267948966 - r : r;
+    r = signbit(x) ? 3.141592653589793 - r : r;
+    r = copysign(r, y);
+    return (trn_sc_isnan(x) || trn_sc_isnan(y)) ? x + y : r;
+}
+
+// erf: Taylor series below 0.5, 1 - erfc above.
+static inline double trn_sc_erfc_pos_d(double z);
+static inline double trn_sc_erf_d(double x) {
+    const double x2 = x * x;
+    // sum over n of (-x^2)^n / (n! (2n+1)), n = 10 down to 0
+    double p = 1.0 / (3628800.0 * 21.0);
+    p = p * -x2 + 1.0 / (362880.0 * 19.0);
+    p = p * -x2 + 1.0 / (40320.0 * 17.0);
+    p = p * -x2 + 1.0 / (5040.0 * 15.0);
+    p = p * -x2 + 1.0 / (720.0 * 13.0);
+    p = p * -x2 + 1.0 / (120.0 * 11.0);
+    p = p * -x2 + 1.0 / (24.0 * 9.0);
+    p = p * -x2 + 1.0 / (6.0 * 7.0);
+    p = p * -x2 + 1.0 / (2.0 * 5.0);
+    p = p * -x2 + 1.0 / 3.0;
+    p = p * -x2 + 1.0;
+    const double small = 1.1283791670955126 * x * p;
+    const double big = copysign(1.0 - trn_sc_erfc_pos_d(fabs(x)), x);
+    return fabs(x) < 0.5 ? small : big;
+}
+
+// erfc(z) for z >= 0: Chebyshev-fitted form (Numerical Recipes' erfcc),
+// fractional error below 1.2e-7 everywhere; exact limits at 0 and inf.
+static inline double trn_sc_erfc_pos_d(double z) {
+    const double t = 1.0 / (1.0 + 0.5 * z);
+    double p = 0.17087277;
+    p = p * t - 0.82215223;
+    p = p * t + 1.48851587;
+    p = p * t - 1.13520398;
+    p = p * t + 0.27886807;
+    p = p * t - 0.18628806;
+    p = p * t + 0.09678418;
+    p = p * t + 0.37409196;
+    p = p * t + 1.00002368;
+    p = p * t - 1.26551223;
+    const double zc = z > 30.0 ? 30.0 : z;
+    return t * trn_sc_exp_d(-zc * zc + p);
+}
+
+static inline double trn_sc_erfc_d(double x) {
+    const double pos = trn_sc_erfc_pos_d(fabs(x));
+    double r = x < 0.0 ? 2.0 - pos : pos;
+    r = fabs(x) < 0.5 ? 1.0 - trn_sc_erf_d(x) : r;
+    return trn_sc_isnan(x) ? x : r;
+}
+
+// erfinv: Giles' single-precision approximation (a few float ulp; the
+// double family refines it with Newton steps on libm's erf). |y| = 1 gives
+// +-inf, |y| > 1 NaN.
+static inline double trn_sc_erfinv_d(double y) {
+    double w = -trn_sc_log_d((1.0 - y) * (1.0 + y));
+    double pa, pb;
+    {
+        const double v = w - 2.5;
+        double p = 2.81022636e-08;
+        p = 3.43273939e-07 + p * v;
+        p = -3.5233877e-06 + p * v;
+        p = -4.39150654e-06 + p * v;
+        p = 0.00021858087 + p * v;
+        p = -0.00125372503 + p * v;
+        p = -0.00417768164 + p * v;
+        p = 0.246640727 + p * v;
+        p = 1.50140941 + p * v;
+        pa = p;
+    }
+    {
+        const double v = sqrt(w < 5.0 ? 5.0 : w) - 3.0;
+        double p = -0.000200214257;
+        p = 0.000100950558 + p * v;
+        p = 0.00134934322 + p * v;
+        p = -0.00367342844 + p * v;
+        p = 0.00573950773 + p * v;
+        p = -0.0076224613 + p * v;
+        p = 0.00943887047 + p * v;
+        p = 1.00167406 + p * v;
+        p = 2.83297682 + p * v;
+        pb = p;
+    }
+    double x = (w < 5.0 ? pa : pb) * y;
+    x = fabs(y) == 1.0 ? copysign(INFINITY, y) : x;
+    x = fabs(y) > 1.0 ? NAN : x;
+    return trn_sc_isnan(y) ? y : x;
+}
+
+// ---- float family ----------------------------------------------------------
+// Rounds to the 16-bit storage type where ATen's CPU kernel computes a step
+// in that type (its Vectorized<Half/BFloat16> ops round after every op), so
+// results match it; a no-op for float32 storage.
+static inline float trn_sc_r16(float x, const trn_sc_ctx *c) {
+    const float h = trn_half_to_float(trn_float_to_half(x));
+    const float b = trn_bf16_to_float(trn_float_to_bf16(x));
+    return c->round16 == 1 ? h : (c->round16 == 2 ? b : x);
+}
+
+#define TRN_SC_F1(name, expr)                                                  \
+    static inline float trn_sc_##name##_f(float x, const trn_sc_ctx *c) {      \
+        TRN_SC_UNUSED(c);                                                      \
+        return (expr);                                                         \
+    }
+#define TRN_SC_F2(name, expr)                                                  \
+    static inline float trn_sc_##name##_f(float a, float b,                   \
+                                          const trn_sc_ctx *c) {               \
+        TRN_SC_UNUSED(c);                                                      \
+        return (expr);                                                         \
+    }
+
+TRN_SC_F1(abs, fabsf(x))
+TRN_SC_F1(neg, -x)
+TRN_SC_F1(sign, x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x))  // 0 -> 0, NaN -> NaN
+TRN_SC_F1(relu, x > 0.0f ? x : (x != x ? x : 0.0f))
+TRN_SC_F1(floor, floorf(x))
+TRN_SC_F1(ceil, ceilf(x))
+TRN_SC_F1(round, nearbyintf(x))
+TRN_SC_F1(trunc, truncf(x))
+TRN_SC_F1(frac, x - truncf(x))
+TRN_SC_F1(sqrt, sqrtf(x))
+TRN_SC_F1(rsqrt, 1.0f / sqrtf(x))
+TRN_SC_F1(reciprocal, 1.0f / x)
+TRN_SC_F1(hardsigmoid, x <= -3.0f ? 0.0f : (x >= 3.0f ? 1.0f : x / 6.0f + 0.5f))
+TRN_SC_F1(hardswish, x <= -3.0f ? 0.0f : (x >= 3.0f ? x : x * (x + 3.0f) / 6.0f))
+TRN_SC_F1(leaky_relu, x > 0.0f ? x : x * (float)c->p[0])
+TRN_SC_F1(hardtanh, x < (float)c->p[0] ? (float)c->p[0] : (x > (float)c->p[1] ? (float)c->p[1] : x))
+TRN_SC_F1(exp, (float)trn_sc_exp_d(x))
+TRN_SC_F1(exp2, (float)trn_sc_exp_d((double)x * 0.6931471805599453))
+TRN_SC_F1(expm1, (float)trn_sc_expm1_d(x))
+TRN_SC_F1(log, (float)trn_sc_log_d(x))
+TRN_SC_F1(log2, (float)(trn_sc_log_d(x) * 1.4426950408889634))
+TRN_SC_F1(log10, (float)(trn_sc_log_d(x) * 0.4342944819032518))
+TRN_SC_F1(atan, (float)trn_sc_atan_d(x))
+TRN_SC_F1(erf, (float)trn_sc_erf_d(x))
+TRN_SC_F1(erfc, (float)trn_sc_erfc_d(x))
+TRN_SC_F1(erfinv, (float)trn_sc_erfinv_d(x))
+
+static inline float trn_sc_nan_to_num_f(float x, const trn_sc_ctx *c) {
+    float r = x != x ? (float)c->p[0] : x;
+    r = x == INFINITY ? (float)c->p[1] : r;
+    return x == -INFINITY ? (float)c->p[2] : r;
+}
+
+static inline float trn_sc_log1p_f(float x, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    // u = 1 + x rounds; log(u) * x / (u - 1) corrects the rounding.
+    const double u = 1.0 + (double)x;
+    const double d = u - 1.0;
+    const double r = d == 0.0 ? (double)x : trn_sc_log_d(u) * ((double)x / (d == 0.0 ? 1.0 : d));
+    return (float)(x == INFINITY ? (double)INFINITY : r);
+}
+
+static inline float trn_sc_sin_f(float x, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    double s, co;
+    trn_sc_sincos_d(x, &s, &co);
+    return (float)s;
+}
+static inline float trn_sc_cos_f(float x, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    double s, co;
+    trn_sc_sincos_d(x, &s, &co);
+    return (float)co;
+}
+static inline float trn_sc_tan_f(float x, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    double s, co;
+    trn_sc_sincos_d(x, &s, &co);
+    return (float)(s / co);
+}
+static inline float trn_sc_asin_f(float x, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    const double d = x;
+    return (float)trn_sc_atan_d(d / sqrt((1.0 - d) * (1.0 + d)));
+}
+static inline float trn_sc_acos_f(float x, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    // 2 atan(sqrt((1-x)/(1+x))) keeps full relative accuracy near x = 1.
+    const double d = x;
+    const double r = 2.0 * trn_sc_atan_pos_d(sqrt((1.0 - d) / (1.0 + d)));
+    return (float)(d == -1.0 ? 3.141592653589793 : r);
+}
+static inline float trn_sc_sinh_f(float x, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    const double d = x;
+    const double e = trn_sc_exp_d(fabs(d));
+    const double big = copysign(0.5 * (e - 1.0 / e), d);
+    const double em1 = trn_sc_expm1_d(fabs(d));
+    const double mid = copysign(0.5 * (em1 + em1 / (em1 + 1.0)), d);
+    return (float)(fabs(d) < 1.0 ? mid : big);
+}
+static inline float trn_sc_cosh_f(float x, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    const double e = trn_sc_exp_d(fabs((double)x));
+    return (float)(0.5 * (e + 1.0 / e));
+}
+static inline double trn_sc_tanh_d(double d) {
+    const double dc = d > 20.0 ? 20.0 : (d < -20.0 ? -20.0 : d);
+    const double e = trn_sc_expm1_d(2.0 * dc);
+    return e / (e + 2.0);
+}
+TRN_SC_F1(tanh, (float)trn_sc_tanh_d(x))
+TRN_SC_F1(sigmoid, (float)(1.0 / (1.0 + trn_sc_exp_d(-(double)x))))
+TRN_SC_F1(silu, (float)((double)x / (1.0 + trn_sc_exp_d(-(double)x))))
+
+static inline float trn_sc_logit_f(float x, const trn_sc_ctx *c) {
+    // p0 >= 0: clamp to [eps, 1 - eps] first; p0 < 0: no eps.
+    double d = x;
+    const double eps = c->p[0];
+    d = eps >= 0.0 ? (d < eps ? eps : (d > 1.0 - eps ? 1.0 - eps : d)) : d;
+    const float xf = trn_sc_r16((float)d, c);
+    const float ratio = trn_sc_r16(xf / trn_sc_r16(1.0f - xf, c), c);
+    return (float)trn_sc_log_d(ratio);
+}
+
+// gelu(x) = x/2 (1 + erf(x/sqrt2)); tanh form: x/2 (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))).
+TRN_SC_F1(gelu, (float)(0.5 * (double)x * (1.0 + trn_sc_erf_d((double)x * 0.7071067811865476))))
+TRN_SC_F1(gelu_tanh, (float)(0.5 * (double)x *
+                            (1.0 + trn_sc_tanh_d(0.7978845608028654 *
+                                                 ((double)x + 0.044715 * (double)x * x * x)))))
+
+static inline double trn_sc_softplus_d(double d, double beta, double threshold) {
+    const double z = d * beta;
+    const double ez = trn_sc_exp_d(z > threshold ? 0.0 : z);
+    // log1p(ez) via the same rounding correction as trn_sc_log1p_f.
+    const double u = 1.0 + ez;
+    const double du = u - 1.0;
+    const double l = du == 0.0 ? ez : trn_sc_log_d(u) * (ez / (du == 0.0 ? 1.0 : du));
+    return z > threshold ? d : l / beta;
+}
+TRN_SC_F1(softplus, (float)trn_sc_softplus_d(x, c->p[0], c->p[1]))
+// mish(x) = x tanh(softplus(x)) (beta 1, threshold 20).
+TRN_SC_F1(mish, (float)((double)x * trn_sc_tanh_d(trn_sc_softplus_d(x, 1.0, 20.0))))
+// elu: x > 0 ? scale x : scale alpha (e^{x input_scale} - 1); p = alpha, scale, input_scale.
+TRN_SC_F1(elu, (float)(x > 0.0f ? c->p[1] * (double)x
+                                : c->p[1] * c->p[0] * trn_sc_expm1_d((double)x * c->p[2])))
+
+static inline float trn_sc_round_decimals_f(float x, const trn_sc_ctx *c) {
+    // p0 = 10^|decimals|, p1 = 1 when decimals < 0 (as ATen's round_decimals).
+    const float ten = (float)c->p[0];
+    return c->p[1] != 0.0 ? nearbyintf(x / ten) * ten : nearbyintf(x * ten) / ten;
+}
+
+// Fused like ATen's vectorized float add (fmadd(b, alpha, a)); its 16-bit
+// float path rounds alpha * b to the 16-bit type before adding.
+TRN_SC_F2(add, c->round16 ? a + trn_sc_r16((float)c->p[0] * b, c) : fmaf((float)c->p[0], b, a))
+TRN_SC_F2(sub, c->round16 ? a - trn_sc_r16((float)c->p[0] * b, c) : fmaf(-(float)c->p[0], b, a))
+TRN_SC_F2(mul, a * b)
+TRN_SC_F2(div, a / b)
+TRN_SC_F2(div_trunc, truncf(trn_sc_r16(a / b, c)))
+TRN_SC_F2(fmod, fmodf(a, b))
+TRN_SC_F2(maximum, (a != a || b != b) ? a + b : (a < b ? b : a))
+TRN_SC_F2(minimum, (a != a || b != b) ? a + b : (b < a ? b : a))
+TRN_SC_F2(fmax, a != a ? b : (b != b ? a : (a < b ? b : a)))
+TRN_SC_F2(fmin, a != a ? b : (b != b ? a : (b < a ? b : a)))
+TRN_SC_F2(copysign, copysignf(a, b))
+TRN_SC_F2(atan2, (float)trn_sc_atan2_d(a, b))
+TRN_SC_F2(hypot, (fabsf(a) == INFINITY || fabsf(b) == INFINITY)
+                     ? INFINITY
+                     : (float)sqrt((double)a * a + (double)b * b))
+
+// Python's %: the result takes the sign of the divisor (ATen's remainder).
+static inline float trn_sc_remainder_f(float a, float b, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    float m = fmodf(a, b);
+    return (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) ? m + b : m;
+}
+
+// ATen's div_floor_floating, step for step.
+static inline float trn_sc_div_floor_f(float a, float b, const trn_sc_ctx *c) {
+    const float mod = fmodf(a, b);
+    float div = trn_sc_r16(trn_sc_r16(a - mod, c) / b, c);
+    div = (mod != 0.0f && ((b < 0.0f) != (mod < 0.0f))) ? div - 1.0f : div;
+    float fl = floorf(div);
+    fl = (div - fl > 0.5f) ? fl + 1.0f : fl;
+    const float r = div != 0.0f ? fl : copysignf(0.0f, a / b);
+    return b == 0.0f ? a / b : r;
+}
+
+// pow through exp(b log|a|) in double, with C99's special cases.
+static inline double trn_sc_pow_d(double a, double b) {
+    const double ab = fabs(a);
+    const int b_int = nearbyint(b) == b;
+    const int b_odd = b_int && fabs(b) < 0x1p53 && fmod(b, 2.0) != 0.0;
+    double r = trn_sc_exp_d(b * trn_sc_log_d(ab));
+    r = (a < 0.0 && b_odd) ? -r : r;
+    r = (a < 0.0 && !b_int && fabs(b) != INFINITY) ? NAN : r;
+    // a = +-0
+    r = (a == 0.0 && b < 0.0) ? (b_odd ? copysign(INFINITY, a) : INFINITY) : r;
+    r = (a == 0.0 && b > 0.0) ? (b_odd ? a : 0.0) : r;
+    // a = -inf
+    r = (a == -INFINITY) ? (b < 0.0 ? (b_odd ? -0.0 : 0.0)
+                                    : (b_odd ? -INFINITY : INFINITY)) : r;
+    // b = +-inf
+    r = (b == INFINITY) ? (ab == 1.0 ? 1.0 : (ab > 1.0 ? INFINITY : 0.0)) : r;
+    r = (b == -INFINITY) ? (ab == 1.0 ? 1.0 : (ab > 1.0 ? 0.0 : INFINITY)) : r;
+    r = (trn_sc_isnan(a) || trn_sc_isnan(b)) ? a + b : r;
+    r = (b == 0.0 || a == 1.0) ? 1.0 : r;
+    return r;
+}
+TRN_SC_F2(pow, (float)trn_sc_pow_d(a, b))
+
+// Predicates.
+#define TRN_SC_FP(name, expr)                                                  \
+    static inline int trn_sc_##name##_fp(float a, float b) { return (expr); }
+TRN_SC_FP(eq, a == b)
+TRN_SC_FP(ne, a != b)
+TRN_SC_FP(lt, a < b)
+TRN_SC_FP(le, a <= b)
+TRN_SC_FP(gt, a > b)
+TRN_SC_FP(ge, a >= b)
+TRN_SC_FP(logical_and, (a != 0.0f) & (b != 0.0f))
+TRN_SC_FP(logical_or, (a != 0.0f) | (b != 0.0f))
+TRN_SC_FP(logical_xor, (a != 0.0f) ^ (b != 0.0f))
+static inline int trn_sc_logical_not_fp(float a) { return a == 0.0f; }
+static inline int trn_sc_isnan_fp(float a) { return a != a; }
+static inline int trn_sc_isinf_fp(float a) { return fabsf(a) == INFINITY; }
+static inline int trn_sc_isfinite_fp(float a) { return fabsf(a) < INFINITY; }
+
+// Ternary.
+static inline float trn_sc_where_f(float cond, float a, float b, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    return cond != 0.0f ? a : b;
+}
+// clamp: p0/p1 != 0 when the lower/upper bound is present; NaN propagates
+// from x and from either bound (ATen: min(max(x, lo), hi) with NaN checks).
+static inline float trn_sc_clamp_f(float x, float lo, float hi, const trn_sc_ctx *c) {
+    float r = x;
+    r = (c->p[0] != 0.0 && (lo != lo || r < lo)) ? lo : r;
+    r = (c->p[1] != 0.0 && (hi != hi || r > hi)) ? hi : r;
+    return x != x ? x : r;
+}
+// ATen's lerp: weight < 0.5 ? start + w (end - start) : end - (end - start)(1 - w).
+static inline float trn_sc_lerp_f(float s, float e, float w, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    const float d = e - s;
+    return fabsf(w) < 0.5f ? s + w * d : e - d * (1.0f - w);
+}
+static inline float trn_sc_addcmul_f(float x, float a, float b, const trn_sc_ctx *c) {
+    return x + (float)c->p[0] * a * b;
+}
+static inline float trn_sc_addcdiv_f(float x, float a, float b, const trn_sc_ctx *c) {
+    return x + (float)c->p[0] * (a / b);
+}
+
+// ---- double family (float64 computed natively, with libm) -------------------
+#define TRN_SC_D1(name, expr)                                                  \
+    static inline double trn_sc_##name##_dd(double x, const trn_sc_ctx *c) {   \
+        TRN_SC_UNUSED(c);                                                      \
+        return (expr);                                                         \
+    }
+#define TRN_SC_D2(name, expr)                                                  \
+    static inline double trn_sc_##name##_dd(double a, double b,               \
+                                            const trn_sc_ctx *c) {             \
+        TRN_SC_UNUSED(c);                                                      \
+        return (expr);                                                         \
+    }
+TRN_SC_D1(abs, fabs(x))
+TRN_SC_D1(neg, -x)
+TRN_SC_D1(sign, x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x))
+TRN_SC_D1(relu, x > 0.0 ? x : (x != x ? x : 0.0))
+TRN_SC_D1(floor, floor(x))
+TRN_SC_D1(ceil, ceil(x))
+TRN_SC_D1(round, nearbyint(x))
+TRN_SC_D1(trunc, trunc(x))
+TRN_SC_D1(frac, x - trunc(x))
+TRN_SC_D1(sqrt, sqrt(x))
+TRN_SC_D1(rsqrt, 1.0 / sqrt(x))
+TRN_SC_D1(reciprocal, 1.0 / x)
+TRN_SC_D1(hardsigmoid, x <= -3.0 ? 0.0 : (x >= 3.0 ? 1.0 : x / 6.0 + 0.5))
+TRN_SC_D1(hardswish, x <= -3.0 ? 0.0 : (x >= 3.0 ? x : x * (x + 3.0) / 6.0))
+TRN_SC_D1(leaky_relu, x > 0.0 ? x : x * c->p[0])
+TRN_SC_D1(hardtanh, x < c->p[0] ? c->p[0] : (x > c->p[1] ? c->p[1] : x))
+TRN_SC_D1(exp, exp(x))
+TRN_SC_D1(exp2, exp2(x))
+TRN_SC_D1(expm1, expm1(x))
+TRN_SC_D1(log, log(x))
+TRN_SC_D1(log2, log2(x))
+TRN_SC_D1(log10, log10(x))
+TRN_SC_D1(log1p, log1p(x))
+TRN_SC_D1(sin, sin(x))
+TRN_SC_D1(cos, cos(x))
+TRN_SC_D1(tan, tan(x))
+TRN_SC_D1(asin, asin(x))
+TRN_SC_D1(acos, acos(x))
+TRN_SC_D1(atan, atan(x))
+TRN_SC_D1(sinh, sinh(x))
+TRN_SC_D1(cosh, cosh(x))
+TRN_SC_D1(tanh, tanh(x))
+TRN_SC_D1(sigmoid, 1.0 / (1.0 + exp(-x)))
+TRN_SC_D1(silu, x / (1.0 + exp(-x)))
+TRN_SC_D1(erf, erf(x))
+TRN_SC_D1(erfc, erfc(x))
+TRN_SC_D1(gelu, 0.5 * x * (1.0 + erf(x * 0.7071067811865476)))
+TRN_SC_D1(gelu_tanh, 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))))
+TRN_SC_D1(softplus, x * c->p[0] > c->p[1] ? x : log1p(exp(x * c->p[0])) / c->p[0])
+TRN_SC_D1(mish, x * tanh(x > 20.0 ? x : log1p(exp(x))))
+TRN_SC_D1(elu, x > 0.0 ? c->p[1] * x : c->p[1] * c->p[0] * expm1(x * c->p[2]))
+
+static inline double trn_sc_nan_to_num_dd(double x, const trn_sc_ctx *c) {
+    double r = x != x ? c->p[0] : x;
+    r = x == INFINITY ? c->p[1] : r;
+    return x == -INFINITY ? c->p[2] : r;
+}
+static inline double trn_sc_logit_dd(double x, const trn_sc_ctx *c) {
+    const double eps = c->p[0];
+    const double d = eps >= 0.0 ? (x < eps ? eps : (x > 1.0 - eps ? 1.0 - eps : x)) : x;
+    return log(d / (1.0 - d));
+}
+static inline double trn_sc_erfinv_dd(double y, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    double x = trn_sc_erfinv_d(y);
+    // Two more Newton steps on libm's erf for full double precision.
+    for (int i = 0; i < 2; i++) {
+        const double ok = fabs(x) < 6.0;
+        const double step = (erf(x) - y) / (1.1283791670955126 * exp(-x * x));
+        x = ok != 0.0 ? x - step : x;
+    }
+    return x;
+}
+static inline double trn_sc_round_decimals_dd(double x, const trn_sc_ctx *c) {
+    const double ten = c->p[0];
+    return c->p[1] != 0.0 ? nearbyint(x / ten) * ten : nearbyint(x * ten) / ten;
+}
+
+TRN_SC_D2(add, a + c->p[0] * b)
+TRN_SC_D2(sub, a - c->p[0] * b)
+TRN_SC_D2(mul, a * b)
+TRN_SC_D2(div, a / b)
+TRN_SC_D2(div_trunc, trunc(a / b))
+TRN_SC_D2(fmod, fmod(a, b))
+TRN_SC_D2(maximum, (a != a || b != b) ? a + b : (a < b ? b : a))
+TRN_SC_D2(minimum, (a != a || b != b) ? a + b : (b < a ? b : a))
+TRN_SC_D2(fmax, a != a ? b : (b != b ? a : (a < b ? b : a)))
+TRN_SC_D2(fmin, a != a ? b : (b != b ? a : (b < a ? b : a)))
+TRN_SC_D2(copysign, copysign(a, b))
+TRN_SC_D2(atan2, atan2(a, b))
+TRN_SC_D2(hypot, hypot(a, b))
+TRN_SC_D2(pow, pow(a, b))
+static inline double trn_sc_remainder_dd(double a, double b, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    double m = fmod(a, b);
+    return (m != 0.0 && ((b < 0.0) != (m < 0.0))) ? m + b : m;
+}
+static inline double trn_sc_div_floor_dd(double a, double b, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    const double mod = fmod(a, b);
+    double div = (a - mod) / b;
+    div = (mod != 0.0 && ((b < 0.0) != (mod < 0.0))) ? div - 1.0 : div;
+    double fl = floor(div);
+    fl = (div - fl > 0.5) ? fl + 1.0 : fl;
+    const double r = div != 0.0 ? fl : copysign(0.0, a / b);
+    return b == 0.0 ? a / b : r;
+}
+#define TRN_SC_DP(name, expr)                                                  \
+    static inline int trn_sc_##name##_dp(double a, double b) { return (expr); }
+TRN_SC_DP(eq, a == b)
+TRN_SC_DP(ne, a != b)
+TRN_SC_DP(lt, a < b)
+TRN_SC_DP(le, a <= b)
+TRN_SC_DP(gt, a > b)
+TRN_SC_DP(ge, a >= b)
+TRN_SC_DP(logical_and, (a != 0.0) & (b != 0.0))
+TRN_SC_DP(logical_or, (a != 0.0) | (b != 0.0))
+TRN_SC_DP(logical_xor, (a != 0.0) ^ (b != 0.0))
+static inline int trn_sc_logical_not_dp(double a) { return a == 0.0; }
+static inline int trn_sc_isnan_dp(double a) { return a != a; }
+static inline int trn_sc_isinf_dp(double a) { return fabs(a) == INFINITY; }
+static inline int trn_sc_isfinite_dp(double a) { return fabs(a) < INFINITY; }
+static inline double trn_sc_where_dd(double cond, double a, double b, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    return cond != 0.0 ? a : b;
+}
+static inline double trn_sc_clamp_dd(double x, double lo, double hi, const trn_sc_ctx *c) {
+    double r = x;
+    r = (c->p[0] != 0.0 && (lo != lo || r < lo)) ? lo : r;
+    r = (c->p[1] != 0.0 && (hi != hi || r > hi)) ? hi : r;
+    return x != x ? x : r;
+}
+static inline double trn_sc_lerp_dd(double s, double e, double w, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    const double d = e - s;
+    return fabs(w) < 0.5 ? s + w * d : e - d * (1.0 - w);
+}
+static inline double trn_sc_addcmul_dd(double x, double a, double b, const trn_sc_ctx *c) {
+    return x + c->p[0] * a * b;
+}
+static inline double trn_sc_addcdiv_dd(double x, double a, double b, const trn_sc_ctx *c) {
+    return x + c->p[0] * (a / b);
+}
+
+// ---- integer family (int64 compute; bool is 0/1) ------------------------------
+static inline int64_t trn_sc_wrap(uint64_t v) {
+    int64_t r;
+    memcpy(&r, &v, sizeof r);
+    return r;
+}
+#define TRN_SC_I1(name, expr)                                                  \
+    static inline int64_t trn_sc_##name##_i(int64_t x, const trn_sc_ctx *c) {  \
+        TRN_SC_UNUSED(c);                                                      \
+        return (expr);                                                         \
+    }
+#define TRN_SC_I2(name, expr)                                                  \
+    static inline int64_t trn_sc_##name##_i(int64_t a, int64_t b,             \
+                                            const trn_sc_ctx *c) {             \
+        TRN_SC_UNUSED(c);                                                      \
+        return (expr);                                                         \
+    }
+TRN_SC_I1(abs, x < 0 ? trn_sc_wrap(0u - (uint64_t)x) : x)
+TRN_SC_I1(neg, trn_sc_wrap(0u - (uint64_t)x))
+TRN_SC_I1(sign, (x > 0) - (x < 0))
+TRN_SC_I1(relu, x > 0 ? x : 0)
+TRN_SC_I1(floor, x)
+TRN_SC_I1(ceil, x)
+TRN_SC_I1(round, x)
+TRN_SC_I1(trunc, x)
+TRN_SC_I1(bitwise_not, ~x)
+TRN_SC_I1(leaky_relu, x > 0 ? x : (int64_t)((double)x * c->p[0]))
+TRN_SC_I1(hardtanh, x < c->ip[0] ? c->ip[0] : (x > c->ip[1] ? c->ip[1] : x))
+TRN_SC_I1(hardsigmoid, x <= -3 ? 0 : (x >= 3 ? 1 : (x + 3) / 6))
+TRN_SC_I1(hardswish, x <= -3 ? 0 : (x >= 3 ? x : x * (x + 3) / 6))
+TRN_SC_I1(nan_to_num, x)
+
+TRN_SC_I2(add, trn_sc_wrap((uint64_t)a + (uint64_t)c->ip[0] * (uint64_t)b))
+TRN_SC_I2(sub, trn_sc_wrap((uint64_t)a - (uint64_t)c->ip[0] * (uint64_t)b))
+TRN_SC_I2(mul, trn_sc_wrap((uint64_t)a * (uint64_t)b))
+TRN_SC_I2(maximum, a < b ? b : a)
+TRN_SC_I2(minimum, b < a ? b : a)
+TRN_SC_I2(fmax, a < b ? b : a)
+TRN_SC_I2(fmin, b < a ? b : a)
+TRN_SC_I2(bitwise_and, a & b)
+TRN_SC_I2(bitwise_or, a | b)
+TRN_SC_I2(bitwise_xor, a ^ b)
+
+// Division by zero is screened by the kernel (ZeroDivisionError) before these
+// run; b = -1 is handled apart because INT64_MIN / -1 overflows.
+static inline int64_t trn_sc_safe_b(int64_t b) { return (b == 0 || b == -1) ? 1 : b; }
+static inline int64_t trn_sc_div_trunc_i(int64_t a, int64_t b, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    return b == -1 ? trn_sc_wrap(0u - (uint64_t)a) : a / trn_sc_safe_b(b);
+}
+static inline int64_t trn_sc_div_floor_i(int64_t a, int64_t b, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    const int64_t sb = trn_sc_safe_b(b);
+    const int64_t q = a / sb, r = a % sb;
+    const int64_t fl = (r != 0 && ((r < 0) != (sb < 0))) ? q - 1 : q;
+    return b == -1 ? trn_sc_wrap(0u - (uint64_t)a) : fl;
+}
+static inline int64_t trn_sc_remainder_i(int64_t a, int64_t b, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    const int64_t sb = trn_sc_safe_b(b);
+    const int64_t r = a % sb;
+    const int64_t m = (r != 0 && ((r < 0) != (sb < 0))) ? r + sb : r;
+    return b == -1 ? 0 : m;
+}
+static inline int64_t trn_sc_fmod_i(int64_t a, int64_t b, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    return b == -1 ? 0 : a % trn_sc_safe_b(b);
+}
+// Shifts as ATen: out-of-range counts give 0 (left) or the sign fill (right).
+static inline int64_t trn_sc_lshift_i(int64_t a, int64_t b, const trn_sc_ctx *c) {
+    const int64_t bounded = (b < 0 || b >= c->bits) ? 0 : b;
+    const int64_t r = trn_sc_wrap((uint64_t)a << bounded);
+    return (b < 0 || b >= c->bits) ? 0 : r;
+}
+static inline int64_t trn_sc_rshift_i(int64_t a, int64_t b, const trn_sc_ctx *c) {
+    const int64_t max_shift = c->bits - (c->is_signed ? 1 : 0);
+    const int64_t s = (b < 0 || b >= max_shift) ? max_shift : b;
+    // a >= 0 for unsigned dtypes; arithmetic shift for signed ones. The
+    // shift of a 64-bit value by 64 (uint64 only) is avoided by splitting.
+    return (a >> (s > 62 ? 62 : s)) >> (s > 62 ? s - 62 : 0);
+}
+static inline int64_t trn_sc_copysign_i(int64_t a, int64_t b, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    const int64_t m = a < 0 ? trn_sc_wrap(0u - (uint64_t)a) : a;
+    return b < 0 ? trn_sc_wrap(0u - (uint64_t)m) : m;
+}
+// Integer power by squaring; negative exponents as ATen's powi.
+static inline int64_t trn_sc_pow_i(int64_t a, int64_t b, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    uint64_t result = 1, base = (uint64_t)a;
+    int64_t e = b < 0 ? 0 : b;
+    for (int i = 0; i < 64; i++) {
+        result = (e & 1) ? result * base : result;
+        base *= base;
+        e >>= 1;
+    }
+    const int64_t neg = a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
+    return b < 0 ? neg : trn_sc_wrap(result);
+}
+
+#define TRN_SC_IP(name, expr)                                                  \
+    static inline int trn_sc_##name##_ip(int64_t a, int64_t b) { return (expr); }
+TRN_SC_IP(eq, a == b)
+TRN_SC_IP(ne, a != b)
+TRN_SC_IP(lt, a < b)
+TRN_SC_IP(le, a <= b)
+TRN_SC_IP(gt, a > b)
+TRN_SC_IP(ge, a >= b)
+TRN_SC_IP(logical_and, (a != 0) & (b != 0))
+TRN_SC_IP(logical_or, (a != 0) | (b != 0))
+TRN_SC_IP(logical_xor, (a != 0) ^ (b != 0))
+static inline int trn_sc_logical_not_ip(int64_t a) { return a == 0; }
+static inline int trn_sc_isnan_ip(int64_t a) { TRN_SC_UNUSED(a); return 0; }
+static inline int trn_sc_isinf_ip(int64_t a) { TRN_SC_UNUSED(a); return 0; }
+static inline int trn_sc_isfinite_ip(int64_t a) { TRN_SC_UNUSED(a); return 1; }
+
+static inline int64_t trn_sc_where_i(int64_t cond, int64_t a, int64_t b, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    return cond != 0 ? a : b;
+}
+static inline int64_t trn_sc_clamp_i(int64_t x, int64_t lo, int64_t hi, const trn_sc_ctx *c) {
+    int64_t r = x;
+    r = (c->p[0] != 0.0 && r < lo) ? lo : r;
+    return (c->p[1] != 0.0 && r > hi) ? hi : r;
+}
+static inline int64_t trn_sc_addcmul_i(int64_t x, int64_t a, int64_t b, const trn_sc_ctx *c) {
+    return trn_sc_wrap((uint64_t)x + (uint64_t)c->ip[0] * (uint64_t)a * (uint64_t)b);
+}
+
+#endif

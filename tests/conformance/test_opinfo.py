@@ -1,0 +1,102 @@
+"""Conformance: every native elementwise op against PyTorch CPU on PyTorch's
+own OpInfo samples (values, dtypes, shapes; gradients for float32), and proof
+that the op ran natively (nothing in get_fallback_ops() for a supported dtype).
+"""
+import importlib.util
+import pathlib
+
+import pytest
+import torch
+from torch.testing._internal.common_methods_invocations import op_db
+
+import torch_neuronx
+from .exclusions import ALLOWED_FALLBACKS, EXCLUDED
+
+# OpInfo names whose aten kernels are native on neuron: the union of the
+# OPS sets in this folder's ops_*.py files (one per kernel family).
+NATIVE = set()
+for _path in sorted(pathlib.Path(__file__).parent.glob("ops_*.py")):
+    _spec = importlib.util.spec_from_file_location(_path.stem, _path)
+    _mod = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_mod)
+    NATIVE |= set(_mod.OPS)
+DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32,
+          torch.uint8, torch.bool]
+
+
+def _cases():
+    for op in op_db:
+        if op.name not in NATIVE:
+            continue
+        supported = op.supported_dtypes("cpu")
+        for dtype in DTYPES:
+            if dtype in supported:
+                variant = op.variant_test_name or "default"
+                yield pytest.param(op, dtype, id=f"{op.name}.{variant}-{str(dtype)[6:]}")
+
+
+def _to(x, device):
+    return x.to(device) if isinstance(x, torch.Tensor) else x
+
+
+def _excluded(op, dtype):
+    for key in [(op.name, op.variant_test_name, dtype), (op.name, op.variant_test_name, "*")]:
+        if key in EXCLUDED:
+            return EXCLUDED[key]
+    return None
+
+
+@pytest.mark.parametrize("op,dtype", list(_cases()))
+def test_matches_cpu(op, dtype):
+    reason = _excluded(op, dtype)
+    if reason:
+        pytest.skip(reason)
+    n = 0
+    for sample in op.sample_inputs("cpu", dtype, requires_grad=False):
+        dev = sample.transform(lambda t: _to(t, "neuron"))
+        expected = op(sample.input, *sample.args, **sample.kwargs)
+        torch_neuronx.clear_op_tracking()
+        got = op(dev.input, *dev.args, **dev.kwargs)
+        fallbacks = [f for f in torch_neuronx.get_fallback_ops()
+                     if f not in ALLOWED_FALLBACKS.get(op.name, ())]
+        assert fallbacks == [], f"{op.name} fell back on {dtype}: {fallbacks}; {sample}"
+        torch.testing.assert_close(got, expected, check_device=False, equal_nan=True,
+                                   msg=lambda m: f"{op.name} {dtype} {sample}: {m}")
+        n += 1
+    assert n > 0
+
+
+def _grad_cases():
+    for op in op_db:
+        if op.name in NATIVE and op.supports_autograd and torch.float32 in op.supported_dtypes("cpu"):
+            yield pytest.param(op, id=f"{op.name}.{op.variant_test_name or 'default'}")
+
+
+@pytest.mark.parametrize("op", list(_grad_cases()))
+def test_gradients_match_cpu(op):
+    if _excluded(op, torch.float32):
+        pytest.skip(_excluded(op, torch.float32))
+    for sample in op.sample_inputs("cpu", torch.float32, requires_grad=True):
+        leaves = [t for t in [sample.input, *sample.args, *sample.kwargs.values()]
+                  if isinstance(t, torch.Tensor) and t.requires_grad]
+        out = op(sample.input, *sample.args, **sample.kwargs)
+        if not isinstance(out, torch.Tensor) or not out.requires_grad:
+            continue
+        grads = torch.autograd.grad(out.sum(), leaves, allow_unused=True)
+        dev_leaves = {id(t): t.detach().to("neuron").requires_grad_() for t in leaves}
+        dev = sample.transform(
+            lambda t: dev_leaves[id(t)] if id(t) in dev_leaves else _to(t, "neuron"))
+        dout = op(dev.input, *dev.args, **dev.kwargs)
+        dgrads = torch.autograd.grad(dout.sum(), [dev_leaves[id(t)] for t in leaves],
+                                     allow_unused=True)
+        for g, dg in zip(grads, dgrads):
+            if g is None:
+                assert dg is None
+            else:
+                torch.testing.assert_close(dg, g, check_device=False, equal_nan=True)
+
+
+def test_exclusions_are_used():
+    names = {(op.name, op.variant_test_name) for op in op_db}
+    for (name, variant, _dtype) in EXCLUDED:
+        assert (name, variant) in names, f"stale exclusion {name}.{variant}"

@@ -1,0 +1,116 @@
+"""Elementwise ops beyond the OpInfo samples: layouts, promotion, scalars,
+in-place / out=, integer division by zero, float64 policy, large tensors
+(split across threads), and that none of it falls back to the CPU."""
+import pytest
+import torch
+
+import torch_neuronx
+
+
+def no_fallback():
+    return torch_neuronx.get_fallback_ops() == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_unary_float_ops_non_contiguous(dtype):
+    x = torch.randn(64, 33, dtype=torch.float32).to(dtype)
+    xt = x.t()  # non-contiguous
+    dx = xt.to("neuron")
+    for fn in [torch.exp, torch.log1p, torch.tanh, torch.sigmoid, torch.sin, torch.erf,
+               torch.nn.functional.gelu, torch.nn.functional.silu, torch.abs, torch.neg]:
+        arg = xt.abs() if fn is torch.log1p else xt
+        darg = dx.abs() if fn is torch.log1p else dx
+        torch.testing.assert_close(fn(darg).cpu(), fn(arg))
+    assert no_fallback(), torch_neuronx.get_fallback_ops()
+
+
+def test_broadcast_promotion_and_scalars():
+    a = torch.arange(12, dtype=torch.int32).reshape(3, 4)
+    b = torch.linspace(-1, 1, 4)
+    da, db = a.to("neuron"), b.to("neuron")
+    torch_neuronx.clear_op_tracking()
+    r = da * db + 2.5
+    assert r.dtype == torch.float32
+    torch.testing.assert_close(r.cpu(), a * b + 2.5)
+    assert (da + 1).dtype == torch.int32
+    assert (da / 2).dtype == torch.float32
+    torch.testing.assert_close((da // -5).cpu(), a // -5)
+    torch.testing.assert_close((da % -5).cpu(), a % -5)
+    torch.testing.assert_close(torch.where(da > 5, da, -da).cpu(), torch.where(a > 5, a, -a))
+    assert no_fallback(), torch_neuronx.get_fallback_ops()
+
+
+def test_inplace_and_out():
+    x = torch.randn(5, 6)
+    dx = x.to("neuron")
+    dx.mul_(3).add_(1, alpha=2).clamp_(-1, 1)
+    torch.testing.assert_close(dx.cpu(), x.mul(3).add(1, alpha=2).clamp(-1, 1))
+    out = torch.empty(0, device="neuron")
+    torch.exp(dx, out=out)  # resized by PyTorch's rules
+    assert out.shape == (5, 6)
+    torch.testing.assert_close(out.cpu(), x.mul(3).add(1, alpha=2).clamp(-1, 1).exp())
+    col = dx[:, 1]  # a strided view written in place
+    col.mul_(0)
+    assert dx.cpu()[:, 1].abs().sum() == 0
+
+
+def test_zero_size_and_zero_dim():
+    e = torch.empty(0, 3, device="neuron")
+    assert torch.exp(e).shape == (0, 3)
+    s = torch.tensor(2.0, device="neuron")
+    assert (s * 3).item() == 6.0
+    assert torch.pow(s, 10).item() == 1024.0
+
+
+def test_integer_division_by_zero_raises():
+    a = torch.tensor([1, 2], device="neuron")
+    b = torch.tensor([1, 0], device="neuron")
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        torch.div(a, b, rounding_mode="floor")
+    # The device still works afterwards.
+    assert torch.div(a, a, rounding_mode="trunc").tolist() == [1, 1]
+    # Float division by zero is IEEE, as on CPU.
+    assert torch.isinf(torch.tensor([1.0], device="neuron") / 0).item()
+
+
+def test_large_tensor_split_across_threads():
+    x = torch.randn(3_000_001)
+    dx = x.to("neuron")
+    torch.testing.assert_close((dx * 2 + 1).cpu(), x * 2 + 1)
+    torch.testing.assert_close(torch.exp(dx).cpu(), torch.exp(x))
+
+
+def test_unsupported_dtype_falls_back_correctly():
+    z = torch.randn(4, dtype=torch.complex64)
+    dz = z.to("neuron")
+    torch.testing.assert_close((dz * dz).cpu(), z * z)
+    assert "aten::mul.Tensor" in torch_neuronx.get_fallback_ops() or \
+        "aten::mul" in torch_neuronx.get_fallback_ops()
+
+
+FLOAT64_CHECK = """
+import warnings, torch, torch_neuronx
+x = torch.tensor([1.0 + 1e-12, 2.0], dtype=torch.float64)
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    y = (x.to("neuron") * 3).cpu()
+    (x.to("neuron") + 1).cpu()
+print(y.dtype, repr(y[0].item()), sum("float64" in str(m.message) for m in w))
+"""
+
+
+def test_float64_computed_in_float32_by_default(python):
+    r = python(FLOAT64_CHECK)
+    assert r.returncode == 0, r.stderr
+    dtype, value, warnings = r.stdout.split()
+    assert dtype == "torch.float64"
+    assert float(value) == 3.0  # float32 precision: the 1e-12 is gone
+    assert int(warnings) == 1  # warned once
+
+
+def test_float64_native_with_env(python):
+    r = python(FLOAT64_CHECK, env={"TORCH_NEURONX_NATIVE_FLOAT64": "1"})
+    assert r.returncode == 0, r.stderr
+    dtype, value, warnings = r.stdout.split()
+    assert float(value) == 3.0 * (1.0 + 1e-12)
+    assert int(warnings) == 0
