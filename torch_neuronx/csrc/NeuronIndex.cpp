@@ -518,7 +518,7 @@ Scalar identity_of(trn_index_reduce r, at::ScalarType t) {
 bool scatter_into(const Tensor &dst, int64_t dim, const Tensor &index, const Tensor &src,
                   const Scalar *value, trn_index_reduce r, bool include_self) {
     const at::ScalarType t = dst.scalar_type();
-    if (!native(t) || (r != TRN_REDUCE_NONE && (dst.is_complex() || t == at::kBool)))
+    if (!native(t) || (r != TRN_REDUCE_NONE && dst.is_complex()))
         return false;
     const Tensor dst1 = dst.dim() == 0 ? dst.view({1}) : dst;
     const Tensor idx1 = index.dim() == 0 ? as_long(index).view({1}) : as_long(index);
@@ -565,7 +565,7 @@ bool scatter_run(const Tensor &self, int64_t dim, const Tensor &index, const Ten
     TORCH_CHECK(out.scalar_type() == self.scalar_type(), name,
                 "(): Expected out tensor to have dtype ", self.scalar_type());
     if (!native(self.scalar_type()) ||
-        (r != TRN_REDUCE_NONE && (self.is_complex() || self.scalar_type() == at::kBool)))
+        (r != TRN_REDUCE_NONE && self.is_complex()))
         return false;
     if (!out.is_same(self)) {
         at::native::resize_output(out, self.sizes());

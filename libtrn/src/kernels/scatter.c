@@ -90,7 +90,7 @@ static inline void st_b(void *p, uint8_t x) {
 #define U_MUL I_MUL
 #define U_MAX I_MAX
 #define U_MIN I_MIN
-#define B_ADD(C, x, y) ((C)((x) | (y)))
+#define B_ADD(C, x, y) ((C)((x) | ((y) & (alpha_i != 0))))
 #define B_MUL(C, x, y) ((C)((x) & (y)))
 #define B_MAX(C, x, y) ((C)((x) | (y)))
 #define B_MIN(C, x, y) ((C)((x) & (y)))
