@@ -76,9 +76,15 @@ def _grad_cases():
 def test_gradients_match_cpu(op):
     if _excluded(op, torch.float32):
         pytest.skip(_excluded(op, torch.float32))
+    checked = 0
     for sample in op.sample_inputs("cpu", torch.float32, requires_grad=True):
-        leaves = [t for t in [sample.input, *sample.args, *sample.kwargs.values()]
-                  if isinstance(t, torch.Tensor) and t.requires_grad]
+        # Leaves may sit in the input itself or in a list (cat, stack...).
+        flat = []
+        for t in [sample.input, *sample.args, *sample.kwargs.values()]:
+            flat.extend(t if isinstance(t, (list, tuple)) else [t])
+        leaves = [t for t in flat if isinstance(t, torch.Tensor) and t.requires_grad]
+        if not leaves:
+            continue
         out = op(sample.input, *sample.args, **sample.kwargs)
         if not isinstance(out, torch.Tensor) or not out.requires_grad:
             continue
@@ -94,6 +100,8 @@ def test_gradients_match_cpu(op):
                 assert dg is None
             else:
                 torch.testing.assert_close(dg, g, check_device=False, equal_nan=True)
+        checked += 1
+    assert checked > 0, f"{op.name}: no differentiable sample was checked"
 
 
 def test_exclusions_are_used():

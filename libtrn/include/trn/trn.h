@@ -22,4 +22,5 @@
 #include "trn/copy.h"
 #include "trn/elementwise.h"
 #include "trn/parallel.h"
+#include "trn/index.h"
 #endif

@@ -1,0 +1,172 @@
+// gather.c - owns trn_index_launch (descriptor validation, argument packing,
+// the task) and the gather loops: index_select, gather, advanced indexing
+// and embedding all become "out[it] = src[it + index offsets]". Scatter
+// descriptors are handed to scatter.c. Elements are moved as bytes, one
+// loop per element size (no per-element dtype switch); contiguous rows whose
+// index offset is constant along the row are copied with memcpy.
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "index_impl.h"
+
+#define MOVE1(dp, sp, af, ai) memcpy(dp, sp, 1)
+#define MOVE2(dp, sp, af, ai) memcpy(dp, sp, 2)
+#define MOVE4(dp, sp, af, ai) memcpy(dp, sp, 4)
+#define MOVE8(dp, sp, af, ai) memcpy(dp, sp, 8)
+#define MOVE16(dp, sp, af, ai) memcpy(dp, sp, 16)
+
+TRN__INDEX_DRIVER(gather1, 0, 1, MOVE1, 1, )
+TRN__INDEX_DRIVER(gather2, 0, 2, MOVE2, 1, )
+TRN__INDEX_DRIVER(gather4, 0, 4, MOVE4, 1, )
+TRN__INDEX_DRIVER(gather8, 0, 8, MOVE8, 1, )
+TRN__INDEX_DRIVER(gather16, 0, 16, MOVE16, 1, )
+
+static const void *shift(const void *p, int64_t off) {
+    return (const void *)((uintptr_t)p + (uintptr_t)off);
+}
+
+static trn_status index_task(void *args) {
+    const index_args *a = args;
+    const char *src0 = a->src_scalar ? (const char *)a->value : a->src;
+    trn_status st = TRN_SUCCESS;
+    int opened = 0;  // ranges opened: 0 out, 1 src, 2.. indices
+    const int nranges = 2 + a->nidx;
+    for (; opened < nranges; opened++) {
+        if (opened == 0)
+            st = trn__mem_access_begin(shift(a->out, a->out_lo), (size_t)a->out_span);
+        else if (opened == 1)
+            st = a->src_scalar ? TRN_SUCCESS
+                               : trn__mem_access_begin(shift(a->src, a->src_lo),
+                                                       (size_t)a->src_span);
+        else
+            st = trn__mem_access_begin(shift(a->idx[opened - 2], a->idx_lo[opened - 2]),
+                                       (size_t)a->idx_span[opened - 2]);
+        if (st != TRN_SUCCESS) break;
+    }
+    if (st == TRN_SUCCESS) {
+        if (a->scatter) {
+            st = trn__scatter_run(a, src0);
+        } else {
+            switch (trn_dtype_size(a->dtype)) {
+            case 1: st = gather1(a, src0, NULL); break;
+            case 2: st = gather2(a, src0, NULL); break;
+            case 4: st = gather4(a, src0, NULL); break;
+            case 8: st = gather8(a, src0, NULL); break;
+            default: st = gather16(a, src0, NULL); break;
+            }
+        }
+    }
+    while (opened-- > 0) {
+        if (opened == 0)
+            trn__mem_access_end(shift(a->out, a->out_lo), (size_t)a->out_span);
+        else if (opened == 1) {
+            if (!a->src_scalar)
+                trn__mem_access_end(shift(a->src, a->src_lo), (size_t)a->src_span);
+        } else
+            trn__mem_access_end(shift(a->idx[opened - 2], a->idx_lo[opened - 2]),
+                                (size_t)a->idx_span[opened - 2]);
+    }
+    return st;
+}
+
+// ---- launch -------------------------------------------------------------------
+
+static trn_status bad(const char *what) {
+    return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_index_launch: %s", what);
+}
+
+// Adds the [lo, hi] byte reach of (size, stride) to *lo / *hi.
+static bool reach(int64_t size, int64_t stride, int64_t *lo, int64_t *hi) {
+    int64_t r;
+    if (size <= 0) return true;
+    if (__builtin_mul_overflow(stride, size - 1, &r)) return false;
+    return r < 0 ? !__builtin_add_overflow(*lo, r, lo)
+                 : !__builtin_add_overflow(*hi, r, hi);
+}
+
+trn_status trn_index_launch(trn_stream *stream, const trn_index_desc *desc) {
+    if (stream == NULL || desc == NULL) return bad("stream or descriptor is NULL");
+    const int nd = desc->ndim, nk = desc->nidx;
+    if ((unsigned)desc->dtype >= TRN_DTYPE_COUNT) return bad("invalid dtype");
+    if (nd < 0 || nk < 0)
+        return bad("negative ndim or index count");
+    if (nd > TRN_INDEX_MAX_DIMS || nk > TRN_INDEX_MAX_INDICES)
+        return trn__set_error(TRN_ERROR_UNSUPPORTED,
+                              "trn_index_launch: %d dims / %d indices exceed the "
+                              "limits (%d / %d)",
+                              nd, nk, TRN_INDEX_MAX_DIMS, TRN_INDEX_MAX_INDICES);
+    if ((unsigned)desc->reduce >= TRN_REDUCE_COUNT_ ||
+        (!desc->scatter && desc->reduce != TRN_REDUCE_NONE))
+        return bad("invalid reduction");
+    if (nd > 0 && (desc->sizes == NULL || desc->out_strides == NULL ||
+                   (desc->src != NULL && desc->src_strides == NULL)))
+        return bad("sizes or strides are NULL");
+    int64_t numel = 1;
+    for (int d = 0; d < nd; d++) {
+        if (desc->sizes[d] < 0) return bad("negative size");
+        if (__builtin_mul_overflow(numel, desc->sizes[d], &numel))
+            return bad("element count overflows");
+    }
+    const int64_t es = (int64_t)trn_dtype_size(desc->dtype);
+    if (desc->scatter && !trn__scatter_supports(desc->dtype, desc->reduce))
+        return trn__set_error(TRN_ERROR_UNSUPPORTED,
+                              "trn_index_launch: no scatter reduction for %s",
+                              trn_dtype_name(desc->dtype));
+    if (desc->reduce == TRN_REDUCE_MEAN && desc->out_numel < 0)
+        return bad("MEAN needs out_numel");
+    trn_status st = trn__fork_check();
+    if (st != TRN_SUCCESS || numel == 0) return st;
+    if (desc->out == NULL) return bad("out is NULL");
+
+    index_args a;
+    memset(&a, 0, sizeof a);
+    a.scatter = desc->scatter != 0;
+    a.reduce = desc->reduce;
+    a.include_self = desc->include_self != 0;
+    a.wrap = desc->wrap != 0;
+    a.dtype = desc->dtype;
+    a.ndim = nd > 0 ? nd : 1;
+    a.nidx = nk;
+    a.out = desc->out;
+    a.src = desc->src;
+    a.src_scalar = desc->src == NULL;
+    memcpy(a.value, desc->value, sizeof a.value);
+    a.alpha = desc->alpha;
+    a.alpha_int = desc->alpha_int;
+    a.out_numel = desc->out_numel;
+    if (nd == 0) a.sizes[0] = 1;
+    int64_t ohi = 0, shi = 0;
+    for (int d = 0; d < nd; d++) {
+        a.sizes[d] = desc->sizes[d];
+        a.ostr[d] = desc->out_strides[d];
+        a.sstr[d] = a.src_scalar ? 0 : desc->src_strides[d];
+        if (!reach(a.sizes[d], a.ostr[d], &a.out_lo, &ohi) ||
+            !reach(a.sizes[d], a.sstr[d], &a.src_lo, &shi))
+            return bad("strides overflow");
+    }
+    for (int k = 0; k < nk; k++) {
+        if (desc->idx[k] == NULL || (nd > 0 && desc->idx_strides[k] == NULL))
+            return bad("index pointer or strides are NULL");
+        if (desc->indexed_sizes[k] < 0) return bad("negative indexed size");
+        a.idx[k] = (const char *)desc->idx[k];
+        a.isize[k] = desc->indexed_sizes[k];
+        a.istride[k] = desc->indexed_strides[k];
+        a.dims[k] = desc->dims[k];
+        int64_t hi = 0;
+        for (int d = 0; d < nd; d++) {
+            a.xstr[k][d] = desc->idx_strides[k][d];
+            if (!reach(a.sizes[d], a.xstr[k][d], &a.idx_lo[k], &hi))
+                return bad("index strides overflow");
+        }
+        a.idx_span[k] = hi - a.idx_lo[k] + 8;
+        // The indexed side reaches index * stride for index in [0, size).
+        bool ok = a.scatter ? reach(a.isize[k], a.istride[k], &a.out_lo, &ohi)
+                            : reach(a.isize[k], a.istride[k], &a.src_lo, &shi);
+        if (!ok) return bad("indexed strides overflow");
+    }
+    a.out_span = ohi - a.out_lo + es;
+    a.src_span = shi - a.src_lo + es;
+    if (!a.src_scalar && a.src == NULL) return bad("src is NULL");
+    return trn_stream_launch(stream, index_task, &a, sizeof a);
+}

@@ -1,0 +1,22 @@
+"""Indexing and data-movement ops native on neuron (torch_neuronx/csrc/NeuronIndex.cpp,
+libtrn/src/kernels/{gather,scatter,mask,cat}.c): OpInfo names, all variants."""
+OPS = {
+    "cat",
+    "stack",
+    "hstack",
+    "vstack",
+    "index_select",
+    "gather",
+    "take_along_dim",
+    "scatter",
+    "scatter_add",
+    "scatter_reduce",
+    "index_add",
+    "__getitem__",
+    "index_put",
+    "masked_fill",
+    "masked_select",
+    "nonzero",
+    "argwhere",
+    "nn.functional.embedding",
+}

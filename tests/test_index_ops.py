@@ -1,0 +1,123 @@
+"""Indexing / data-movement ops on neuron against PyTorch CPU: dtypes,
+non-contiguous and zero-size inputs, out-of-range errors (exception type as
+on CPU, process survives), and no CPU fallback."""
+import pytest
+import torch
+
+import torch_neuronx
+
+DTYPES = [torch.float32, torch.bfloat16, torch.int64, torch.int32, torch.bool, torch.uint8]
+
+
+def make(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.5
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=g) * 10).to(dtype)
+    return torch.randint(0, 100, shape, generator=g).to(dtype)
+
+
+def N(t):
+    return t.to("neuron") if isinstance(t, torch.Tensor) else t
+
+
+def check(fn, *args, **kwargs):
+    expected = fn(*args, **kwargs)
+    dev_args = [N(a) if not isinstance(a, (list, tuple)) else type(a)(N(x) for x in a) for a in args]
+    torch_neuronx.clear_op_tracking()
+    got = fn(*dev_args, **{k: N(v) for k, v in kwargs.items()})
+    assert torch_neuronx.get_fallback_ops() == []
+    # bfloat16 sums may round differently when duplicates accumulate in
+    # another (still fixed) order than the CPU kernel's
+    tol = dict(atol=0.25, rtol=0.016) if expected.dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(got.cpu(), expected, equal_nan=True, **tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_index_select_gather_index(dtype):
+    x = make((6, 7), dtype)
+    idx = torch.tensor([5, 0, 2, 2])
+    check(lambda t, i: t.index_select(0, i), x, idx)
+    check(lambda t, i: t.index_select(1, i), x.t(), idx)           # non-contiguous
+    check(lambda t, i: t.index_select(1, i), x, idx.to(torch.int32))
+    g = torch.tensor([[0, 6, 3], [1, 1, 2]])
+    check(lambda t, i: t.gather(1, i), x, g)
+    check(lambda t, i: t.gather(0, i), x[:, ::2], g.clamp(max=3))
+    check(lambda t, i: t[i], x, torch.tensor([[-1, 0], [3, -6]]))  # negative wraps
+    check(lambda t, i, j: t[i, :, j], make((4, 5, 6), dtype), torch.tensor([0, 3]), torch.tensor([[5], [-1]]))
+    check(lambda t, m: t[m], x, make((6, 7), torch.bool, 1))
+    check(lambda t, i: t[:, i], x, torch.tensor([], dtype=torch.long))   # zero-size
+    check(lambda t, i: t.index_select(0, i), make((0, 3), dtype), torch.tensor([], dtype=torch.long))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_scatter_family(dtype):
+    x = make((4, 5), dtype)
+    src = make((4, 5), dtype, 1)
+    idx = torch.tensor([[0, 1, 2, 3, 0], [3, 3, 3, 0, 0]])
+    check(lambda t, i, s: t.scatter(0, i, s), x, idx, src)
+    check(lambda t, i: t.scatter(1, i, 1), x, idx.clamp(max=4))
+    check(lambda t, i, s: t.scatter_add(0, i, s), x, idx, src)
+    check(lambda t, i, s: t.t().scatter_add(1, i, s), x.t().contiguous(), idx, src)
+    for red in ["sum", "prod", "amax", "amin", "mean"]:
+        if dtype == torch.bool and red == "mean":
+            continue
+        for inc in [True, False]:
+            check(lambda t, i, s: t.scatter_reduce(0, i, s, red, include_self=inc), x, idx, src)
+    if dtype != torch.bool:
+        check(lambda t, i, s: t.scatter(0, i, s, reduce="multiply"), x, idx, src)
+    check(lambda t, i, s: t.index_add(0, i, s), x, torch.tensor([3, 0, 3, 1]), src)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_index_put_masks_cat(dtype):
+    x = make((5, 3), dtype)
+    v = make((3,), dtype, 2)
+
+    def put(t, i, v, acc):
+        t = t.clone()
+        t.index_put_((i,), v, accumulate=acc)
+        return t
+    check(put, x, torch.tensor([4, 0, 4, -1]), v, True)
+    check(put, x, torch.tensor([4, 0]), v, False)
+    m = make((5, 3), torch.bool, 3)
+    check(lambda t, m: t.masked_fill(m, 1), x, m)
+    check(lambda t, m: t.t().masked_fill(m, 0), x, m.t())
+    check(lambda t, m: t.masked_select(m), x, m[:1])             # mask broadcasts
+    check(lambda t: t.nonzero(), x.t())
+    check(lambda t: t.nonzero(), x[:0])
+    check(lambda a, b: torch.cat([a, b, a[:0]], 0), x, x[::2])
+    check(lambda a, b: torch.cat([a, b], 1), x, x.t().contiguous().t())
+
+
+def test_embedding_forward_backward():
+    w = torch.randn(10, 4)
+    idx = torch.tensor([[1, 2, 2], [9, 0, 2]])
+    check(lambda w, i: torch.nn.functional.embedding(i, w), w, idx)
+    g = torch.randn(2, 3, 4)
+    check(lambda g, i: torch.ops.aten.embedding_dense_backward(g, i, 10, 2, False), g, idx)
+
+
+@pytest.mark.parametrize("case", ["index", "index_put", "gather", "scatter", "index_select0",
+                                  "index_select1", "index_add"])
+def test_out_of_range_raises_like_cpu(case):
+    ops = {
+        "index": lambda t, i: t[i],
+        "index_put": lambda t, i: t.index_put_((i,), torch.tensor(1.0, device=t.device)),
+        "gather": lambda t, i: t.gather(1, i.view(1, 1)),
+        "scatter": lambda t, i: t.scatter_(1, i.view(1, 1), 1.0),
+        "index_select0": lambda t, i: t.index_select(0, i),
+        "index_select1": lambda t, i: t.index_select(1, i),
+        "index_add": lambda t, i: t.index_add_(0, i, t[:1]),
+    }
+    fn = ops[case]
+    i = torch.tensor([7])
+    with pytest.raises(Exception) as cpu:
+        fn(torch.zeros(3, 5), i)
+    with pytest.raises(Exception) as dev:
+        fn(torch.zeros(3, 5, device="neuron"), N(i))
+    assert type(dev.value) is type(cpu.value)
+    assert str(dev.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+    # the device still works afterwards
+    assert N(torch.arange(3.0))[N(torch.tensor([2]))].cpu().item() == 2.0
