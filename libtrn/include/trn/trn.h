@@ -20,4 +20,6 @@
 #include "trn/stream.h"
 #include "trn/memory.h"
 #include "trn/copy.h"
+#include "trn/blas.h"
+#include "trn/conv.h"
 #endif
