@@ -3,12 +3,18 @@
 // dnnl_common.h for why each exists).
 #include "dnnl_common.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <oneapi/dnnl/dnnl_debug.h>
+#ifndef TRN_DNNL_LIBRARY
+#define TRN_DNNL_LIBRARY "libdnnl.so.2"
+#endif
+
+trn__dnnl_api trn__dnnl;
 
 // ---- errors --------------------------------------------------------------------
 
@@ -22,7 +28,8 @@ trn_status trn__dnnl_error(dnnl_status_t st, const char *call,
     default: code = TRN_ERROR_KERNEL; break;
     }
     return trn__set_error(code, "oneDNN: %s failed: %s (%s)", call,
-                          dnnl_status2str(st), context ? context : "");
+                          trn__dnnl.dnnl_status2str_fn ? dnnl_status2str(st) : "?",
+                          context ? context : "");
 }
 
 // ---- engine --------------------------------------------------------------------
@@ -30,14 +37,48 @@ trn_status trn__dnnl_error(dnnl_status_t st, const char *call,
 static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
 static dnnl_engine_t engine_handle;
 static dnnl_status_t engine_status = dnnl_success;
+static char load_error[512];
+
+static bool load_api(void) {
+    int flags = RTLD_NOW | RTLD_LOCAL;
+#if !defined(TRN_DNNL_NO_DEEPBIND) && defined(RTLD_DEEPBIND)
+    flags |= RTLD_DEEPBIND;
+#endif
+    void *h = dlopen(TRN_DNNL_LIBRARY, flags);
+    if (h == NULL) {
+        const char *why = dlerror();
+        snprintf(load_error, sizeof load_error, "cannot load oneDNN (%s): %s",
+                 TRN_DNNL_LIBRARY, why ? why : "unknown error");
+        return false;
+    }
+    trn__dnnl_api api;
+#define TRN__DNNL_LOAD(name)                                                        \
+    {                                                                               \
+        void *sym = dlsym(h, #name);                                                \
+        if (sym == NULL) {                                                          \
+            snprintf(load_error, sizeof load_error,                                 \
+                     "oneDNN (%s) lacks %s: a oneDNN 2.x library is required",      \
+                     TRN_DNNL_LIBRARY, #name);                                      \
+            return false;                                                           \
+        }                                                                           \
+        memcpy(&api.name##_fn, &sym, sizeof sym);                                        \
+    }
+    TRN__DNNL_API(TRN__DNNL_LOAD)
+#undef TRN__DNNL_LOAD
+    trn__dnnl = api;
+    return true;
+}
 
 static void engine_init(void) {
+    if (!load_api()) return;
     engine_status = dnnl_engine_create(&engine_handle, dnnl_cpu, 0);
 }
 
 trn_status trn__dnnl_engine(dnnl_engine_t *engine) {
     int rc = pthread_once(&engine_once, engine_init);
     if (rc != 0) trn__die("pthread_once", rc);
+    if (load_error[0] != '\0')
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s", load_error);
     if (engine_status != dnnl_success)
         return trn__dnnl_error(engine_status,
                                "dnnl_engine_create(dnnl_cpu, 0)",
