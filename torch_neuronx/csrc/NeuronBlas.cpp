@@ -18,6 +18,8 @@
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
+#include <string_view>
+
 #include "NeuronFallback.h"
 #include "neuron_device.h"
 #include "op_tracking.h"
@@ -189,9 +191,30 @@ void dot_into(Tensor &out, const Tensor &a, const Tensor &b) {
 
 // ---- ATen entry points ------------------------------------------------------------------
 
+// CPU's wording for the most common mistake (the meta function words it
+// differently).
+// Mixed dtypes raise as on CPU (the shared meta functions let some through).
+void check_dtypes(const Tensor &a, const Tensor &b, const Tensor *self = nullptr) {
+    TORCH_CHECK(a.scalar_type() == b.scalar_type(),
+                "expected m1 and m2 to have the same dtype, but got: ", a.dtype(), " != ",
+                b.dtype());
+    if (self)
+        TORCH_CHECK(self->scalar_type() == a.scalar_type(),
+                    "self and mat2 must have the same dtype, but got ", self->scalar_type(),
+                    " and ", a.scalar_type());
+}
+
+void check_mm_shapes(const Tensor &a, const Tensor &b) {
+    check_dtypes(a, b);
+    if (a.dim() == 2 && b.dim() == 2)
+        TORCH_CHECK(a.size(1) == b.size(0), "mat1 and mat2 shapes cannot be multiplied (",
+                    a.size(0), "x", a.size(1), " and ", b.size(0), "x", b.size(1), ")");
+}
+
 #define RECORD(name) tracking::record_executed("aten::" name)
 
 Tensor mm(const Tensor &a, const Tensor &b) {
+    check_mm_shapes(a, b);
     Tensor meta = at::mm(meta_of(a), meta_of(b));
     if (!supported(meta.scalar_type()))
         return fallback<at::_ops::mm>(a, b);
@@ -202,6 +225,7 @@ Tensor mm(const Tensor &a, const Tensor &b) {
 }
 
 Tensor &mm_out(const Tensor &a, const Tensor &b, Tensor &out) {
+    check_mm_shapes(a, b);
     Tensor meta = at::mm(meta_of(a), meta_of(b));
     if (!supported(meta.scalar_type()))
         return fallback<at::_ops::mm_out>(a, b, out);
@@ -212,6 +236,7 @@ Tensor &mm_out(const Tensor &a, const Tensor &b, Tensor &out) {
 }
 
 Tensor bmm(const Tensor &a, const Tensor &b) {
+    check_dtypes(a, b);
     Tensor meta = at::bmm(meta_of(a), meta_of(b));
     if (!supported(meta.scalar_type()))
         return fallback<at::_ops::bmm>(a, b);
@@ -222,6 +247,7 @@ Tensor bmm(const Tensor &a, const Tensor &b) {
 }
 
 Tensor &bmm_out(const Tensor &a, const Tensor &b, Tensor &out) {
+    check_dtypes(a, b);
     Tensor meta = at::bmm(meta_of(a), meta_of(b));
     if (!supported(meta.scalar_type()))
         return fallback<at::_ops::bmm_out>(a, b, out);
@@ -235,6 +261,9 @@ Tensor &bmm_out(const Tensor &a, const Tensor &b, Tensor &out) {
 #define ADD_FAMILY(NAME, INTO)                                                              \
     Tensor NAME(const Tensor &self, const Tensor &x, const Tensor &y, const Scalar &beta,    \
                 const Scalar &alpha) {                                                       \
+        if (std::string_view(#NAME) == "addmm")                                              \
+            check_mm_shapes(x, y);                                                           \
+        check_dtypes(x, y, &self);                                                           \
         Tensor meta = at::NAME(meta_of(self), meta_of(x), meta_of(y), beta, alpha);          \
         if (!supported(meta.scalar_type()))                                                  \
             return fallback<at::_ops::NAME>(self, x, y, beta, alpha);                        \
@@ -245,6 +274,7 @@ Tensor &bmm_out(const Tensor &a, const Tensor &b, Tensor &out) {
     }                                                                                        \
     Tensor &NAME##_out(const Tensor &self, const Tensor &x, const Tensor &y,                 \
                        const Scalar &beta, const Scalar &alpha, Tensor &out) {               \
+        check_dtypes(x, y, &self);                                                           \
         Tensor meta = at::NAME(meta_of(self), meta_of(x), meta_of(y), beta, alpha);          \
         if (!supported(meta.scalar_type()))                                                  \
             return fallback<at::_ops::NAME##_out>(self, x, y, beta, alpha, out);             \
@@ -255,6 +285,7 @@ Tensor &bmm_out(const Tensor &a, const Tensor &b, Tensor &out) {
     }                                                                                        \
     Tensor &NAME##_(Tensor &self, const Tensor &x, const Tensor &y, const Scalar &beta,      \
                     const Scalar &alpha) {                                                   \
+        check_dtypes(x, y, &self);                                                           \
         Tensor m = meta_of(self);                                                            \
         m.NAME##_(meta_of(x), meta_of(y), beta, alpha);                                      \
         if (!supported(self.scalar_type()))                                                  \
@@ -270,6 +301,7 @@ ADD_FAMILY(addbmm, addbmm_into)
 ADD_FAMILY(addmv, addmv_into)
 
 Tensor mv(const Tensor &mat, const Tensor &vec) {
+    check_dtypes(mat, vec);
     Tensor meta = at::mv(meta_of(mat), meta_of(vec));
     if (!supported(meta.scalar_type()))
         return fallback<at::_ops::mv>(mat, vec);
@@ -280,6 +312,7 @@ Tensor mv(const Tensor &mat, const Tensor &vec) {
 }
 
 Tensor &mv_out(const Tensor &mat, const Tensor &vec, Tensor &out) {
+    check_dtypes(mat, vec);
     Tensor meta = at::mv(meta_of(mat), meta_of(vec));
     if (!supported(meta.scalar_type()))
         return fallback<at::_ops::mv_out>(mat, vec, out);
