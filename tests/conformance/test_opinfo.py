@@ -10,7 +10,7 @@ import torch
 from torch.testing._internal.common_methods_invocations import op_db
 
 import torch_neuronx
-from .exclusions import ALLOWED_FALLBACKS, EXCLUDED
+from .exclusions import ALLOWED_FALLBACKS, EXCLUDED, TOLERANCES
 
 # OpInfo names whose aten kernels are native on neuron: the union of the
 # OPS sets in this folder's ops_*.py files (one per kernel family).
@@ -39,6 +39,11 @@ def _to(x, device):
     return x.to(device) if isinstance(x, torch.Tensor) else x
 
 
+def _tolerance(op, key):
+    tol = TOLERANCES.get((op.name, op.variant_test_name, key))
+    return {} if tol is None else {"atol": tol[0], "rtol": tol[1]}
+
+
 def _excluded(op, dtype):
     for key in [(op.name, op.variant_test_name, dtype), (op.name, op.variant_test_name, "*")]:
         if key in EXCLUDED:
@@ -61,7 +66,8 @@ def test_matches_cpu(op, dtype):
                      if f not in ALLOWED_FALLBACKS.get(op.name, ())]
         assert fallbacks == [], f"{op.name} fell back on {dtype}: {fallbacks}; {sample}"
         torch.testing.assert_close(got, expected, check_device=False, equal_nan=True,
-                                   msg=lambda m: f"{op.name} {dtype} {sample}: {m}")
+                                   msg=lambda m: f"{op.name} {dtype} {sample}: {m}",
+                                   **_tolerance(op, dtype))
         n += 1
     assert n > 0
 
@@ -99,12 +105,13 @@ def test_gradients_match_cpu(op):
             if g is None:
                 assert dg is None
             else:
-                torch.testing.assert_close(dg, g, check_device=False, equal_nan=True)
+                torch.testing.assert_close(dg, g, check_device=False, equal_nan=True,
+                                           **_tolerance(op, "grad"))
         checked += 1
     assert checked > 0, f"{op.name}: no differentiable sample was checked"
 
 
 def test_exclusions_are_used():
     names = {(op.name, op.variant_test_name) for op in op_db}
-    for (name, variant, _dtype) in EXCLUDED:
+    for (name, variant, _dtype) in [*EXCLUDED, *TOLERANCES]:
         assert (name, variant) in names, f"stale exclusion {name}.{variant}"

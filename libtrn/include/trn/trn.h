@@ -23,4 +23,6 @@
 #include "trn/elementwise.h"
 #include "trn/parallel.h"
 #include "trn/index.h"
+#include "trn/blas.h"
+#include "trn/conv.h"
 #endif

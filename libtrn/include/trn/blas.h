@@ -1,0 +1,63 @@
+// trn/blas.h - batched matrix multiplication: C = alpha * A @ B + beta * C.
+//
+// Owns: the matmul kernel (libtrn/src/kernels/matmul.c). Every ATen matrix
+// product (mm, bmm, addmm, baddbmm, addbmm, mv, addmv, dot, and through them
+// matmul and linear) is one or more launches of it; the C++ layer only maps
+// each op's arguments onto (A, B, C, alpha, beta).
+//
+// Layout: each operand is a batch of matrices described by three strides in
+// ELEMENTS, [batch, row, column]; any non-negative strides are accepted
+// (transposed and sliced views need no copy; PyTorch never makes negative
+// strides, and oneDNN cannot describe them). A batch stride of 0 in A or B broadcasts that
+// matrix across the batch. C must not overlap A or B, nor itself.
+//
+// Compute:
+//   float32            oneDNN matmul (multithreaded via OpenMP).
+//   bfloat16, float16  oneDNN in float32: operands converted by oneDNN
+//                      reorders, accumulation in float32, C rounded once (to
+//                      nearest even) on store.
+//   float64            blocked C loop in double.
+//   int8/uint8/int16/  C loop; arithmetic wraps modulo 2^bits, like PyTorch's
+//   int32/int64        CPU kernels. alpha_int/beta_int are used.
+// Other dtypes give TRN_ERROR_UNSUPPORTED at launch.
+//
+// beta == 0 means C is written without being read (NaN/inf in C do not
+// propagate), as in BLAS and PyTorch. k == 0 gives C = beta * C.
+#ifndef TRN_BLAS_H
+#define TRN_BLAS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "trn/dtype.h"
+#include "trn/status.h"
+#include "trn/stream.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct trn_matmul_desc {
+    trn_dtype dtype;                 // of A, B and C
+    int64_t batch, m, n, k;          // each >= 0
+    const void *a;                   // batch x m x k
+    int64_t a_strides[3];
+    const void *b;                   // batch x k x n
+    int64_t b_strides[3];
+    void *c;                         // batch x m x n
+    int64_t c_strides[3];
+    double alpha, beta;              // floating dtypes
+    int64_t alpha_int, beta_int;     // integer dtypes
+} trn_matmul_desc;
+
+// Whether the kernel supports `dtype` (false: the caller must not launch).
+bool trn_matmul_supports(trn_dtype dtype);
+
+// Validates the descriptor and enqueues the product on `stream`. The
+// descriptor is copied; A and B must stay valid until the task has run.
+trn_status trn_matmul_launch(trn_stream *stream, const trn_matmul_desc *desc);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,266 @@
+// dnnl_common.c - owns libtrn's oneDNN engine, the per-thread oneDNN stream
+// and workspace, oneDNN status translation and the plan cache (see
+// dnnl_common.h for why each exists).
+#include "dnnl_common.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef TRN_DNNL_LIBRARY
+#define TRN_DNNL_LIBRARY "libdnnl.so.2"
+#endif
+
+trn__dnnl_api trn__dnnl;
+
+// ---- errors --------------------------------------------------------------------
+
+trn_status trn__dnnl_error(dnnl_status_t st, const char *call,
+                           const char *context) {
+    trn_status code;
+    switch (st) {
+    case dnnl_out_of_memory: code = TRN_ERROR_OUT_OF_MEMORY; break;
+    case dnnl_invalid_arguments: code = TRN_ERROR_INVALID_ARGUMENT; break;
+    case dnnl_unimplemented: code = TRN_ERROR_UNSUPPORTED; break;
+    default: code = TRN_ERROR_KERNEL; break;
+    }
+    return trn__set_error(code, "oneDNN: %s failed: %s (%s)", call,
+                          trn__dnnl.dnnl_status2str_fn ? dnnl_status2str(st) : "?",
+                          context ? context : "");
+}
+
+// ---- engine --------------------------------------------------------------------
+
+static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
+static dnnl_engine_t engine_handle;
+static dnnl_status_t engine_status = dnnl_success;
+static char load_error[512];
+
+static bool load_api(void) {
+    int flags = RTLD_NOW | RTLD_LOCAL;
+#if !defined(TRN_DNNL_NO_DEEPBIND) && defined(RTLD_DEEPBIND)
+    flags |= RTLD_DEEPBIND;
+#endif
+    void *h = dlopen(TRN_DNNL_LIBRARY, flags);
+    if (h == NULL) {
+        const char *why = dlerror();
+        snprintf(load_error, sizeof load_error, "cannot load oneDNN (%s): %s",
+                 TRN_DNNL_LIBRARY, why ? why : "unknown error");
+        return false;
+    }
+    trn__dnnl_api api;
+#define TRN__DNNL_LOAD(name)                                                        \
+    {                                                                               \
+        void *sym = dlsym(h, #name);                                                \
+        if (sym == NULL) {                                                          \
+            snprintf(load_error, sizeof load_error,                                 \
+                     "oneDNN (%s) lacks %s: a oneDNN 2.x library is required",      \
+                     TRN_DNNL_LIBRARY, #name);                                      \
+            return false;                                                           \
+        }                                                                           \
+        memcpy(&api.name##_fn, &sym, sizeof sym);                                        \
+    }
+    TRN__DNNL_API(TRN__DNNL_LOAD)
+#undef TRN__DNNL_LOAD
+    trn__dnnl = api;
+    return true;
+}
+
+static void engine_init(void) {
+    if (!load_api()) return;
+    engine_status = dnnl_engine_create(&engine_handle, dnnl_cpu, 0);
+}
+
+trn_status trn__dnnl_engine(dnnl_engine_t *engine) {
+    int rc = pthread_once(&engine_once, engine_init);
+    if (rc != 0) trn__die("pthread_once", rc);
+    if (load_error[0] != '\0')
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s", load_error);
+    if (engine_status != dnnl_success)
+        return trn__dnnl_error(engine_status,
+                               "dnnl_engine_create(dnnl_cpu, 0)",
+                               "creating the CPU engine");
+    *engine = engine_handle;
+    return TRN_SUCCESS;
+}
+
+// ---- per-thread state ------------------------------------------------------------
+
+typedef struct thread_state {
+    dnnl_stream_t stream;
+    void *workspace;
+    size_t workspace_size;
+} thread_state;
+
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t state_key;
+static int key_rc;
+
+static void state_destroy(void *p) {
+    thread_state *ts = p;
+    if (ts->stream) dnnl_stream_destroy(ts->stream);
+    free(ts->workspace);
+    free(ts);
+}
+
+static void key_init(void) { key_rc = pthread_key_create(&state_key, state_destroy); }
+
+static trn_status thread_state_get(thread_state **out) {
+    int rc = pthread_once(&key_once, key_init);
+    if (rc != 0) trn__die("pthread_once", rc);
+    if (key_rc != 0)
+        return trn__set_error(TRN_ERROR_SYSTEM,
+                              "pthread_key_create for the oneDNN thread "
+                              "state failed: %s",
+                              strerror(key_rc));
+    thread_state *ts = pthread_getspecific(state_key);
+    if (ts == NULL) {
+        ts = calloc(1, sizeof *ts);
+        if (ts == NULL)
+            return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
+                                  "out of host memory for the oneDNN "
+                                  "thread state");
+        rc = pthread_setspecific(state_key, ts);
+        if (rc != 0) {
+            free(ts);
+            return trn__set_error(TRN_ERROR_SYSTEM,
+                                  "pthread_setspecific failed: %s",
+                                  strerror(rc));
+        }
+    }
+    *out = ts;
+    return TRN_SUCCESS;
+}
+
+trn_status trn__dnnl_stream(dnnl_stream_t *stream) {
+    thread_state *ts = NULL;
+    trn_status st = thread_state_get(&ts);
+    if (st != TRN_SUCCESS) return st;
+    if (ts->stream == NULL) {
+        dnnl_engine_t engine;
+        st = trn__dnnl_engine(&engine);
+        if (st != TRN_SUCCESS) return st;
+        dnnl_status_t ds =
+            dnnl_stream_create(&ts->stream, engine, dnnl_stream_default_flags);
+        if (ds != dnnl_success) {
+            ts->stream = NULL;
+            return trn__dnnl_error(ds, "dnnl_stream_create",
+                                   "creating this thread's stream");
+        }
+    }
+    *stream = ts->stream;
+    return TRN_SUCCESS;
+}
+
+trn_status trn__dnnl_workspace(size_t bytes, void **ptr) {
+    thread_state *ts = NULL;
+    trn_status st = thread_state_get(&ts);
+    if (st != TRN_SUCCESS) return st;
+    if (bytes == 0) bytes = 64;
+    if (ts->workspace_size < bytes) {
+        size_t want = bytes + bytes / 4;  // some headroom against regrowth
+        want = (want + 4095) & ~(size_t)4095;
+        void *p = NULL;
+        int rc = posix_memalign(&p, 64, want);
+        if (rc != 0)
+            return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
+                                  "out of host memory for a %zu-byte "
+                                  "oneDNN workspace",
+                                  want);
+        free(ts->workspace);
+        ts->workspace = p;
+        ts->workspace_size = want;
+    }
+    *ptr = ts->workspace;
+    return TRN_SUCCESS;
+}
+
+// ---- plan cache --------------------------------------------------------------------
+
+#define PLAN_SLOTS 512  // power of two; at most PLAN_SLOTS / 2 plans are kept
+
+typedef struct plan_slot {
+    uint64_t hash;
+    size_t key_size;
+    unsigned char *key;
+    void *plan;
+} plan_slot;
+
+static pthread_mutex_t plan_lock = PTHREAD_MUTEX_INITIALIZER;
+static plan_slot plan_slots[PLAN_SLOTS];
+static int plan_count;
+
+static uint64_t hash_bytes(const void *key, size_t n) {
+    const unsigned char *p = key;
+    uint64_t h = UINT64_C(1469598103934665603);  // FNV-1a
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= UINT64_C(1099511628211);
+    }
+    return h;
+}
+
+// Slot holding the key, or the empty slot where it would go.
+static plan_slot *probe(const void *key, size_t n, uint64_t h) {
+    for (size_t i = 0;; i++) {
+        plan_slot *s = &plan_slots[(h + i) & (PLAN_SLOTS - 1)];
+        if (s->plan == NULL) return s;
+        if (s->hash == h && s->key_size == n && memcmp(s->key, key, n) == 0)
+            return s;
+    }
+}
+
+void *trn__plan_find(const void *key, size_t key_size) {
+    uint64_t h = hash_bytes(key, key_size);
+    trn__lock(&plan_lock);
+    void *plan = probe(key, key_size, h)->plan;
+    trn__unlock(&plan_lock);
+    return plan;
+}
+
+void *trn__plan_insert(const void *key, size_t key_size, void *plan) {
+    uint64_t h = hash_bytes(key, key_size);
+    void *result = NULL;
+    trn__lock(&plan_lock);
+    plan_slot *s = probe(key, key_size, h);
+    if (s->plan != NULL) {
+        result = s->plan;
+    } else if (plan_count < PLAN_SLOTS / 2) {
+        unsigned char *copy = malloc(key_size);
+        if (copy != NULL) {
+            memcpy(copy, key, key_size);
+            s->hash = h;
+            s->key_size = key_size;
+            s->key = copy;
+            s->plan = plan;
+            plan_count++;
+            result = plan;
+        }
+    }
+    trn__unlock(&plan_lock);
+    return result;
+}
+
+// ---- views -----------------------------------------------------------------------
+
+int trn__view_span(int ndim, const int64_t *sizes, const int64_t *strides,
+                   size_t esize, int64_t *lo, int64_t *span) {
+    int64_t l = 0, h = 0;
+    for (int d = 0; d < ndim; d++) {
+        int64_t reach;
+        if (__builtin_mul_overflow(strides[d], (int64_t)esize, &reach) ||
+            __builtin_mul_overflow(reach, sizes[d] - 1, &reach))
+            return 0;
+        if (reach < 0) {
+            if (__builtin_add_overflow(l, reach, &l)) return 0;
+        } else if (__builtin_add_overflow(h, reach, &h)) {
+            return 0;
+        }
+    }
+    *lo = l;
+    *span = h - l + (int64_t)esize;
+    return 1;
+}

@@ -1,0 +1,546 @@
+// matmul.c - owns the matmul kernel declared in trn/blas.h: descriptor
+// validation and stride normalisation at launch, the oneDNN path for float32
+// (and for bfloat16/float16 through float32 staging buffers), and blocked C
+// loops for float64 and the integer dtypes.
+//
+// oneDNN path: a plan (cached by geometry, see dnnl_common.h) holds the matmul
+// primitive and, when an operand cannot be handed to it as is, a reorder that
+// stages the operand in a contiguous float32 buffer (dtype conversion, or
+// strides that only oneDNN's slow reference kernel would accept). alpha is a
+// static output scale and beta a "sum" post-op, both part of the key.
+#include <stdlib.h>
+#include <string.h>
+
+#include "dnnl_common.h"
+#include "trn/blas.h"
+#include "trn/convert.h"
+
+typedef struct mm_args {
+    trn_matmul_desc d;
+    int64_t a_lo, a_span, b_lo, b_span, c_lo, c_span;
+} mm_args;
+
+_Static_assert(sizeof(mm_args) <= TRN_TASK_MAX_ARGS, "matmul args too large");
+
+bool trn_matmul_supports(trn_dtype dtype) {
+    switch (dtype) {
+    case TRN_DTYPE_F32:
+    case TRN_DTYPE_BF16:
+    case TRN_DTYPE_F16:
+    case TRN_DTYPE_F64:
+    case TRN_DTYPE_I8:
+    case TRN_DTYPE_U8:
+    case TRN_DTYPE_I16:
+    case TRN_DTYPE_I32:
+    case TRN_DTYPE_I64: return true;
+    default: return false;
+    }
+}
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// ---- C loops: float64 and integers ---------------------------------------------
+// Rows of C in blocks of BI, columns in blocks of BJ accumulated in a local
+// tile, so each B row segment is reused BI times from L1.
+enum { BI = 4, BJ = 256 };
+
+#define DEFINE_LOOP(NAME, T, ACC, ALPHA, BETA)                                   \
+    static void NAME(const trn_matmul_desc *d) {                                 \
+        const ACC alpha = (ACC)(ALPHA), beta = (ACC)(BETA);                      \
+        const bool read_c = d->beta != 0 || d->beta_int != 0;                    \
+        const int64_t *as = d->a_strides, *bs = d->b_strides, *cs = d->c_strides; \
+        ACC acc[BI][BJ];                                                         \
+        for (int64_t t = 0; t < d->batch; t++) {                                 \
+            const T *A = (const T *)d->a + t * as[0];                            \
+            const T *B = (const T *)d->b + t * bs[0];                            \
+            T *C = (T *)d->c + t * cs[0];                                        \
+            for (int64_t i0 = 0; i0 < d->m; i0 += BI) {                          \
+                const int64_t ni = min64(BI, d->m - i0);                         \
+                for (int64_t j0 = 0; j0 < d->n; j0 += BJ) {                      \
+                    const int64_t nj = min64(BJ, d->n - j0);                     \
+                    memset(acc, 0, sizeof acc);                                  \
+                    for (int64_t p = 0; p < d->k; p++) {                         \
+                        const T *brow = B + p * bs[1] + j0 * bs[2];              \
+                        for (int64_t r = 0; r < ni; r++) {                       \
+                            const ACC av = (ACC)A[(i0 + r) * as[1] + p * as[2]]; \
+                            ACC *ar = acc[r];                                    \
+                            if (bs[2] == 1) {                                    \
+                                for (int64_t j = 0; j < nj; j++)                 \
+                                    ar[j] += av * (ACC)brow[j];                  \
+                            } else {                                             \
+                                for (int64_t j = 0; j < nj; j++)                 \
+                                    ar[j] += av * (ACC)brow[j * bs[2]];          \
+                            }                                                    \
+                        }                                                        \
+                    }                                                            \
+                    for (int64_t r = 0; r < ni; r++)                             \
+                        for (int64_t j = 0; j < nj; j++) {                       \
+                            T *cp = C + (i0 + r) * cs[1] + (j0 + j) * cs[2];     \
+                            ACC v = alpha * acc[r][j];                           \
+                            if (read_c) v += beta * (ACC)*cp;                    \
+                            *cp = (T)v;                                          \
+                        }                                                        \
+                }                                                                \
+            }                                                                    \
+        }                                                                        \
+    }
+
+// Integers accumulate in uint64_t: wrap-around is defined there, and the low
+// bits equal those of PyTorch's same-width wrapping arithmetic.
+DEFINE_LOOP(loop_f64, double, double, d->alpha, d->beta)
+DEFINE_LOOP(loop_i8, int8_t, uint64_t, d->alpha_int, d->beta_int)
+DEFINE_LOOP(loop_u8, uint8_t, uint64_t, d->alpha_int, d->beta_int)
+DEFINE_LOOP(loop_i16, int16_t, uint64_t, d->alpha_int, d->beta_int)
+DEFINE_LOOP(loop_i32, int32_t, uint64_t, d->alpha_int, d->beta_int)
+DEFINE_LOOP(loop_i64, int64_t, uint64_t, d->alpha_int, d->beta_int)
+
+// k == 0: C = beta * C (0 when beta is 0). Not a hot path.
+#define DEFINE_SCALE(NAME, T, LOAD, STORE, BETA, ZERO)                           \
+    static void NAME(const trn_matmul_desc *d) {                                 \
+        const int64_t *cs = d->c_strides;                                        \
+        for (int64_t t = 0; t < d->batch; t++)                                   \
+            for (int64_t i = 0; i < d->m; i++)                                   \
+                for (int64_t j = 0; j < d->n; j++) {                             \
+                    T *cp = (T *)d->c + t * cs[0] + i * cs[1] + j * cs[2];       \
+                    if (BETA == ZERO)                                            \
+                        *cp = STORE(ZERO);                                       \
+                    else                                                         \
+                        *cp = STORE(BETA * LOAD(*cp));                           \
+                }                                                                \
+    }
+#define ID(x) (x)
+#define U64(x) ((uint64_t)(x))
+static inline float f16_load(uint16_t v) { return trn_half_to_float(v); }
+static inline uint16_t f16_store(double v) { return trn_float_to_half((float)v); }
+static inline float bf16_load(uint16_t v) { return trn_bf16_to_float(v); }
+static inline uint16_t bf16_store(double v) { return trn_float_to_bf16((float)v); }
+#define F32(x) ((float)(x))
+DEFINE_SCALE(scale_f32, float, ID, F32, d->beta, 0.0)
+DEFINE_SCALE(scale_f64, double, ID, ID, d->beta, 0.0)
+DEFINE_SCALE(scale_f16, uint16_t, f16_load, f16_store, d->beta, 0.0)
+DEFINE_SCALE(scale_bf16, uint16_t, bf16_load, bf16_store, d->beta, 0.0)
+DEFINE_SCALE(scale_i8, int8_t, U64, (int8_t), U64(d->beta_int), U64(0))
+DEFINE_SCALE(scale_u8, uint8_t, U64, (uint8_t), U64(d->beta_int), U64(0))
+DEFINE_SCALE(scale_i16, int16_t, U64, (int16_t), U64(d->beta_int), U64(0))
+DEFINE_SCALE(scale_i32, int32_t, U64, (int32_t), U64(d->beta_int), U64(0))
+DEFINE_SCALE(scale_i64, int64_t, U64, (int64_t), U64(d->beta_int), U64(0))
+
+// ---- oneDNN path ------------------------------------------------------------------
+
+typedef struct mm_key {
+    int64_t dtype;
+    int64_t a_dims[3], b_dims[3], c_dims[3];
+    int64_t as[3], bs[3], cs[3];
+    double alpha, beta;
+} mm_key;
+
+enum { OP_A, OP_B, OP_C_IN, OP_C_OUT, OP_MM, OP_COUNT };
+
+typedef struct mm_plan {
+    dnnl_primitive_t prim[OP_COUNT];  // reorders NULL when not needed
+    dnnl_memory_desc_t scratch_md[OP_COUNT];
+    size_t scratch_size;              // max over the primitives
+    dnnl_memory_desc_t user_md[3], comp_md[3];  // a, b, c
+    size_t temp_size[3];              // staging buffer bytes (0: direct)
+} mm_plan;
+
+static void plan_destroy(mm_plan *p) {
+    if (p == NULL) return;
+    for (int i = 0; i < OP_COUNT; i++)
+        if (p->prim[i]) dnnl_primitive_destroy(p->prim[i]);
+    free(p);
+}
+
+static dnnl_data_type_t dnnl_type(trn_dtype t) {
+    switch (t) {
+    case TRN_DTYPE_BF16: return dnnl_bf16;
+    case TRN_DTYPE_F16: return dnnl_f16;
+    default: return dnnl_f32;
+    }
+}
+
+// Creates the primitive of `pd` into plan slot `i`, recording its scratchpad.
+static trn_status take_primitive(mm_plan *p, int i, dnnl_primitive_desc_t pd) {
+    trn_status st = TRN_SUCCESS;
+    const dnnl_memory_desc_t *smd =
+        dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    if (smd) {
+        p->scratch_md[i] = *smd;
+        size_t sz = dnnl_memory_desc_get_size(smd);
+        if (sz > p->scratch_size) p->scratch_size = sz;
+    }
+    TRN_DNNL_TRY(dnnl_primitive_create(&p->prim[i], pd), "matmul plan");
+fail:
+    return st;
+}
+
+static trn_status make_reorder(mm_plan *p, int i, const dnnl_memory_desc_t *from,
+                               const dnnl_memory_desc_t *to, dnnl_engine_t engine,
+                               const_dnnl_primitive_attr_t attr) {
+    trn_status st = TRN_SUCCESS;
+    dnnl_primitive_desc_t pd = NULL;
+    TRN_DNNL_TRY(dnnl_reorder_primitive_desc_create(&pd, from, engine, to, engine, attr),
+                 "staging a matmul operand");
+    st = take_primitive(p, i, pd);
+fail:
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    return st;
+}
+
+static bool is_reference_impl(const_dnnl_primitive_desc_t pd) {
+    const char *name = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) != dnnl_success ||
+        name == NULL)
+        return false;
+    return strncmp(name, "ref", 3) == 0;
+}
+
+static trn_status plan_build(const mm_key *key, mm_plan **out) {
+    trn_status st = TRN_SUCCESS;
+    dnnl_engine_t engine;
+    dnnl_primitive_attr_t attr = NULL, plain_attr = NULL;
+    dnnl_post_ops_t ops = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    mm_plan *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "out of host memory for a matmul plan");
+    st = trn__dnnl_engine(&engine);
+    if (st != TRN_SUCCESS) goto fail;
+
+    const dnnl_data_type_t udt = dnnl_type((trn_dtype)key->dtype);
+    const int64_t *dims[3] = {key->a_dims, key->b_dims, key->c_dims};
+    const int64_t *strides[3] = {key->as, key->bs, key->cs};
+    dnnl_dims_t dd[3], ss[3];
+    for (int i = 0; i < 3; i++) {
+        memcpy(dd[i], dims[i], 3 * sizeof(int64_t));
+        memcpy(ss[i], strides[i], 3 * sizeof(int64_t));
+        TRN_DNNL_TRY(dnnl_memory_desc_init_by_strides(&p->user_md[i], 3, dd[i], udt, ss[i]),
+                     "matmul operand layout");
+    }
+
+    TRN_DNNL_TRY(dnnl_primitive_attr_create(&plain_attr), "matmul plan");
+    TRN_DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(plain_attr, dnnl_scratchpad_mode_user),
+                 "matmul plan");
+    TRN_DNNL_TRY(dnnl_primitive_attr_clone(&attr, plain_attr), "matmul plan");
+    if (key->alpha != 1.0) {
+        const float alpha = (float)key->alpha;
+        TRN_DNNL_TRY(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha), "matmul alpha");
+    }
+    if (key->beta != 0.0) {
+        TRN_DNNL_TRY(dnnl_post_ops_create(&ops), "matmul beta");
+        TRN_DNNL_TRY(dnnl_post_ops_append_sum(ops, (float)key->beta), "matmul beta");
+        TRN_DNNL_TRY(dnnl_primitive_attr_set_post_ops(attr, ops), "matmul beta");
+    }
+
+    // Direct: float32 operands as they are, unless only the reference kernel
+    // takes their strides.
+    bool direct = false;
+    if (udt == dnnl_f32) {
+        dnnl_matmul_desc_t md;
+        if (dnnl_matmul_desc_init(&md, &p->user_md[0], &p->user_md[1], NULL, &p->user_md[2]) ==
+                dnnl_success &&
+            dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL) == dnnl_success) {
+            if (is_reference_impl(pd)) {
+                dnnl_primitive_desc_destroy(pd);
+                pd = NULL;
+            } else {
+                direct = true;
+            }
+        }
+    }
+    if (!direct) {
+        for (int i = 0; i < 3; i++)
+            TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->comp_md[i], 3, dd[i], dnnl_f32,
+                                                      dnnl_abc),
+                         "matmul staging layout");
+        dnnl_matmul_desc_t md;
+        TRN_DNNL_TRY(dnnl_matmul_desc_init(&md, &p->comp_md[0], &p->comp_md[1], NULL,
+                                           &p->comp_md[2]),
+                     "matmul");
+        TRN_DNNL_TRY(dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL), "matmul");
+        for (int i = 0; i < 3; i++) {
+            if (dnnl_memory_desc_equal(&p->user_md[i], &p->comp_md[i])) continue;
+            p->temp_size[i] = dnnl_memory_desc_get_size(&p->comp_md[i]);
+            if (i < 2) {
+                st = make_reorder(p, i, &p->user_md[i], &p->comp_md[i], engine, plain_attr);
+            } else {
+                st = make_reorder(p, OP_C_OUT, &p->comp_md[2], &p->user_md[2], engine,
+                                  plain_attr);
+                if (st == TRN_SUCCESS && key->beta != 0.0)
+                    st = make_reorder(p, OP_C_IN, &p->user_md[2], &p->comp_md[2], engine,
+                                      plain_attr);
+            }
+            if (st != TRN_SUCCESS) goto fail;
+        }
+    }
+    st = take_primitive(p, OP_MM, pd);
+fail:
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (ops) dnnl_post_ops_destroy(ops);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (plain_attr) dnnl_primitive_attr_destroy(plain_attr);
+    if (st != TRN_SUCCESS) {
+        plan_destroy(p);
+        return st;
+    }
+    *out = p;
+    return TRN_SUCCESS;
+}
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static trn_status run_primitive(dnnl_primitive_t prim, dnnl_stream_t stream, int nargs,
+                                const dnnl_exec_arg_t *args, const char *what) {
+    trn_status st = TRN_SUCCESS;
+    TRN_DNNL_TRY(dnnl_primitive_execute(prim, stream, nargs, args), what);
+fail:
+    return st;
+}
+
+static trn_status plan_execute(const mm_plan *p, const trn_matmul_desc *d) {
+    trn_status st;
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    if ((st = trn__dnnl_engine(&engine)) != TRN_SUCCESS) return st;
+    if ((st = trn__dnnl_stream(&stream)) != TRN_SUCCESS) return st;
+
+    size_t off[4], total = 0;
+    for (int i = 0; i < 3; i++) {
+        off[i] = total;
+        total += align64(p->temp_size[i]);
+    }
+    off[3] = total;
+    total += align64(p->scratch_size);
+    char *ws;
+    if ((st = trn__dnnl_workspace(total, (void **)&ws)) != TRN_SUCCESS) return st;
+
+    // user[i]: the caller's memory; comp[i]: what the matmul reads/writes.
+    dnnl_memory_t user[3] = {NULL, NULL, NULL}, comp[3] = {NULL, NULL, NULL};
+    dnnl_memory_t scratch[OP_COUNT] = {NULL};
+    void *ptrs[3] = {(void *)d->a, (void *)d->b, d->c};
+    for (int i = 0; i < 3; i++) {
+        TRN_DNNL_TRY(dnnl_memory_create(&user[i], &p->user_md[i], engine, ptrs[i]),
+                     "matmul operand");
+        if (p->temp_size[i] != 0)
+            TRN_DNNL_TRY(dnnl_memory_create(&comp[i], &p->comp_md[i], engine, ws + off[i]),
+                         "matmul staging buffer");
+    }
+    for (int i = 0; i < OP_COUNT; i++)
+        if (p->prim[i] && p->scratch_md[i].ndims > 0)
+            TRN_DNNL_TRY(dnnl_memory_create(&scratch[i], &p->scratch_md[i], engine, ws + off[3]),
+                         "matmul scratchpad");
+
+    static const int reorder_src[OP_COUNT] = {[OP_A] = 0, [OP_B] = 1, [OP_C_IN] = 2};
+    for (int i = OP_A; i <= OP_C_IN; i++) {
+        if (p->prim[i] == NULL) continue;
+        const int o = reorder_src[i];
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, user[o]}, {DNNL_ARG_TO, comp[o]},
+                                   {DNNL_ARG_SCRATCHPAD, scratch[i]}};
+        if ((st = run_primitive(p->prim[i], stream, scratch[i] ? 3 : 2, args,
+                                "staging a matmul operand")) != TRN_SUCCESS)
+            goto fail;
+    }
+    {
+        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, comp[0] ? comp[0] : user[0]},
+                                   {DNNL_ARG_WEIGHTS, comp[1] ? comp[1] : user[1]},
+                                   {DNNL_ARG_DST, comp[2] ? comp[2] : user[2]},
+                                   {DNNL_ARG_SCRATCHPAD, scratch[OP_MM]}};
+        if ((st = run_primitive(p->prim[OP_MM], stream, scratch[OP_MM] ? 4 : 3, args,
+                                "matmul")) != TRN_SUCCESS)
+            goto fail;
+    }
+    if (p->prim[OP_C_OUT]) {
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, comp[2]}, {DNNL_ARG_TO, user[2]},
+                                   {DNNL_ARG_SCRATCHPAD, scratch[OP_C_OUT]}};
+        if ((st = run_primitive(p->prim[OP_C_OUT], stream, scratch[OP_C_OUT] ? 3 : 2, args,
+                                "storing the matmul result")) != TRN_SUCCESS)
+            goto fail;
+    }
+    TRN_DNNL_TRY(dnnl_stream_wait(stream), "matmul");
+fail:
+    for (int i = 0; i < 3; i++) {
+        if (user[i]) dnnl_memory_destroy(user[i]);
+        if (comp[i]) dnnl_memory_destroy(comp[i]);
+    }
+    for (int i = 0; i < OP_COUNT; i++)
+        if (scratch[i]) dnnl_memory_destroy(scratch[i]);
+    return st;
+}
+
+// Operand geometry for oneDNN: a broadcast batch (stride 0) becomes a batch
+// dim of 1, and the batch stride of a single matrix gets a harmless value.
+static void key_operand(int64_t batch, int64_t rows, int64_t cols, const int64_t *s,
+                        int64_t *dims, int64_t *strides) {
+    dims[0] = (batch > 1 && s[0] == 0) ? 1 : batch;
+    dims[1] = rows;
+    dims[2] = cols;
+    strides[1] = s[1];
+    strides[2] = s[2];
+    strides[0] = dims[0] == 1 ? (rows - 1) * s[1] + (cols - 1) * s[2] + 1 : s[0];
+    if (strides[0] <= 0) strides[0] = rows * cols;
+}
+
+static trn_status run_dnnl(const trn_matmul_desc *d) {
+    if (d->batch > 1 && d->a_strides[0] == 0 && d->b_strides[0] == 0) {
+        // Both operands broadcast: oneDNN wants a real batch on one side, so
+        // run the single product once per output matrix.
+        trn_matmul_desc one = *d;
+        one.batch = 1;
+        for (int64_t t = 0; t < d->batch; t++) {
+            one.c = (char *)d->c + t * d->c_strides[0] * (int64_t)trn_dtype_size(d->dtype);
+            trn_status st = run_dnnl(&one);
+            if (st != TRN_SUCCESS) return st;
+        }
+        return TRN_SUCCESS;
+    }
+    mm_key key;
+    memset(&key, 0, sizeof key);
+    key.dtype = d->dtype;
+    key_operand(d->batch, d->m, d->k, d->a_strides, key.a_dims, key.as);
+    key_operand(d->batch, d->k, d->n, d->b_strides, key.b_dims, key.bs);
+    key_operand(d->batch, d->m, d->n, d->c_strides, key.c_dims, key.cs);
+    key.alpha = d->alpha;
+    key.beta = d->beta;
+
+    mm_plan *plan = trn__plan_find(&key, sizeof key), *own = NULL;
+    if (plan == NULL) {
+        trn_status st = plan_build(&key, &own);
+        if (st != TRN_SUCCESS) return st;
+        plan = trn__plan_insert(&key, sizeof key, own);
+        if (plan == own) {
+            own = NULL;  // the cache keeps it
+        } else if (plan != NULL) {
+            plan_destroy(own);  // another thread inserted the same plan first
+            own = NULL;
+        } else {
+            plan = own;  // cache full: use once, then destroy
+        }
+    }
+    trn_status st = plan_execute(plan, d);
+    plan_destroy(own);
+    return st;
+}
+
+static trn_status mm_run(const trn_matmul_desc *d) {
+    if (d->k == 0) {
+        switch (d->dtype) {
+        case TRN_DTYPE_F32: scale_f32(d); break;
+        case TRN_DTYPE_F64: scale_f64(d); break;
+        case TRN_DTYPE_F16: scale_f16(d); break;
+        case TRN_DTYPE_BF16: scale_bf16(d); break;
+        case TRN_DTYPE_I8: scale_i8(d); break;
+        case TRN_DTYPE_U8: scale_u8(d); break;
+        case TRN_DTYPE_I16: scale_i16(d); break;
+        case TRN_DTYPE_I32: scale_i32(d); break;
+        case TRN_DTYPE_I64: scale_i64(d); break;
+        default: break;
+        }
+        return TRN_SUCCESS;
+    }
+    switch (d->dtype) {
+    case TRN_DTYPE_F64: loop_f64(d); return TRN_SUCCESS;
+    case TRN_DTYPE_I8: loop_i8(d); return TRN_SUCCESS;
+    case TRN_DTYPE_U8: loop_u8(d); return TRN_SUCCESS;
+    case TRN_DTYPE_I16: loop_i16(d); return TRN_SUCCESS;
+    case TRN_DTYPE_I32: loop_i32(d); return TRN_SUCCESS;
+    case TRN_DTYPE_I64: loop_i64(d); return TRN_SUCCESS;
+    default: return run_dnnl(d);
+    }
+}
+
+static const void *offset_ptr(const void *p, int64_t off) {
+    return (const void *)((uintptr_t)p + (uintptr_t)off);
+}
+
+static trn_status mm_task(void *args) {
+    const mm_args *a = args;
+    const trn_matmul_desc *d = &a->d;
+    const void *alo = offset_ptr(d->a, a->a_lo), *blo = offset_ptr(d->b, a->b_lo),
+               *clo = offset_ptr(d->c, a->c_lo);
+    trn_status st = trn__mem_access_begin(clo, (size_t)a->c_span);
+    if (st != TRN_SUCCESS) return st;
+    if (a->a_span > 0 && (st = trn__mem_access_begin(alo, (size_t)a->a_span)) != TRN_SUCCESS)
+        goto end_c;
+    if (a->b_span > 0 && (st = trn__mem_access_begin(blo, (size_t)a->b_span)) != TRN_SUCCESS)
+        goto end_a;
+    st = mm_run(d);
+    if (a->b_span > 0) trn__mem_access_end(blo, (size_t)a->b_span);
+end_a:
+    if (a->a_span > 0) trn__mem_access_end(alo, (size_t)a->a_span);
+end_c:
+    trn__mem_access_end(clo, (size_t)a->c_span);
+    return st;
+}
+
+// ---- launch ------------------------------------------------------------------------
+
+// Gives size-1 dims of a matrix strides that keep it a plain row- or
+// column-major layout (their strides are never used to address memory).
+static void normalize_matrix(int64_t rows, int64_t cols, int64_t *s) {
+    if (rows == 1 && cols == 1) {
+        s[1] = cols;
+        s[2] = 1;
+    } else if (rows == 1) {
+        s[1] = s[2] == 1 ? cols : 1;
+    } else if (cols == 1) {
+        s[2] = s[1] == 1 ? rows : 1;
+    }
+}
+
+trn_status trn_matmul_launch(trn_stream *stream, const trn_matmul_desc *desc) {
+    if (stream == NULL || desc == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_matmul_launch: stream or descriptor is NULL");
+    if ((unsigned)desc->dtype >= TRN_DTYPE_COUNT || !trn_matmul_supports(desc->dtype))
+        return trn__set_error(TRN_ERROR_UNSUPPORTED,
+                              "trn_matmul_launch: dtype %s is not supported",
+                              trn_dtype_name(desc->dtype));
+    if (desc->batch < 0 || desc->m < 0 || desc->n < 0 || desc->k < 0)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_matmul_launch: negative size (batch %lld, m %lld, n %lld, "
+                              "k %lld)",
+                              (long long)desc->batch, (long long)desc->m,
+                              (long long)desc->n, (long long)desc->k);
+    trn_status st = trn__fork_check();
+    if (st != TRN_SUCCESS) return st;
+    if (desc->batch == 0 || desc->m == 0 || desc->n == 0) return TRN_SUCCESS;
+
+    mm_args a;
+    memset(&a, 0, sizeof a);
+    a.d = *desc;
+    trn_matmul_desc *d = &a.d;
+    const size_t es = trn_dtype_size(d->dtype);
+    if (d->c == NULL || (d->k > 0 && (d->a == NULL || d->b == NULL)))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_matmul_launch: %s pointer is NULL",
+                              d->c == NULL ? "C" : d->a == NULL ? "A" : "B");
+    if ((d->m > 1 && d->c_strides[1] == 0) || (d->n > 1 && d->c_strides[2] == 0) ||
+        (d->batch > 1 && d->c_strides[0] == 0))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_matmul_launch: C has a zero stride in a dim of size > 1 "
+                              "(overlapping writes)");
+    for (int i = 0; i < 3; i++)
+        if (d->a_strides[i] < 0 || d->b_strides[i] < 0 || d->c_strides[i] < 0)
+            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                                  "trn_matmul_launch: negative strides are not supported "
+                                  "(A %lld,%lld,%lld B %lld,%lld,%lld C %lld,%lld,%lld)",
+                                  (long long)d->a_strides[0], (long long)d->a_strides[1],
+                                  (long long)d->a_strides[2], (long long)d->b_strides[0],
+                                  (long long)d->b_strides[1], (long long)d->b_strides[2],
+                                  (long long)d->c_strides[0], (long long)d->c_strides[1],
+                                  (long long)d->c_strides[2]);
+    if (d->batch == 1) d->a_strides[0] = d->b_strides[0] = d->c_strides[0] = 0;
+    normalize_matrix(d->m, d->k, d->a_strides);
+    normalize_matrix(d->k, d->n, d->b_strides);
+    normalize_matrix(d->m, d->n, d->c_strides);
+    if (d->batch == 1) d->c_strides[0] = d->m * d->n;
+
+    const int64_t asz[3] = {d->batch, d->m, d->k}, bsz[3] = {d->batch, d->k, d->n},
+                  csz[3] = {d->batch, d->m, d->n};
+    if (!trn__view_span(3, csz, d->c_strides, es, &a.c_lo, &a.c_span) ||
+        (d->k > 0 && (!trn__view_span(3, asz, d->a_strides, es, &a.a_lo, &a.a_span) ||
+                      !trn__view_span(3, bsz, d->b_strides, es, &a.b_lo, &a.b_span))))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_matmul_launch: strides overflow the address space");
+    return trn_stream_launch(stream, mm_task, &a, sizeof a);
+}

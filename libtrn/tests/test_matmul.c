@@ -1,0 +1,221 @@
+// test_matmul.c - the matmul kernel against a naive double-precision loop:
+// every supported dtype, layouts (row-major, transposed, strided views that
+// need staging, broadcast batches, negative strides), alpha/beta (beta = 0
+// with NaN in C), degenerate sizes, wrap-around integer arithmetic, and the
+// errors of invalid descriptors. Buffers live in device memory and move
+// through the copy kernel, so the test also runs in protect-memory mode.
+#include "internal.h"
+#include "test_common_dev.h"
+
+static trn_stream *g_stream;
+
+typedef enum layout { ROW, COL, STEP2, BCAST } layout;
+
+// Strides (elements) and element count of the buffer holding a batch of
+// rows x cols matrices in `l`, plus the offset of element (0,0,0).
+static int64_t make_layout(layout l, int64_t batch, int64_t rows, int64_t cols, int64_t *s,
+                           int64_t *origin) {
+    *origin = 0;
+    switch (l) {
+    case ROW: s[2] = 1, s[1] = cols, s[0] = rows * cols; return batch * rows * cols;
+    case COL: s[1] = 1, s[2] = rows, s[0] = rows * cols; return batch * rows * cols;
+    case STEP2:  // every other column, padded rows: no unit stride anywhere
+        s[2] = 2, s[1] = 2 * cols + 3, s[0] = rows * s[1];
+        return batch * rows * s[1];
+    case BCAST: s[2] = 1, s[1] = cols, s[0] = 0; return rows * cols;
+    }
+    return 0;
+}
+
+static int g_case;
+
+static void check_mm(trn_dtype dt, int64_t batch, int64_t m, int64_t n, int64_t k, layout la,
+                     layout lb, layout lc, double alpha, double beta, bool nan_c) {
+    g_case++;
+    const size_t es = trn_dtype_size(dt);
+    int64_t as[3], bs[3], cs[3], ao, bo, co;
+    int64_t an = make_layout(la, batch, m, k, as, &ao);
+    int64_t bn = make_layout(lb, batch, k, n, bs, &bo);
+    int64_t cn = make_layout(lc, batch, m, n, cs, &co);
+    char *ha = calloc((size_t)an + 1, es), *hb = calloc((size_t)bn + 1, es),
+         *hc = calloc((size_t)cn + 1, es), *out = calloc((size_t)cn + 1, es);
+    const bool isint = is_int_dtype(dt);
+    for (int64_t i = 0; i < an; i++)
+        put_elem(dt, ha, i, isint ? (double)(int64_t)(rng_next() % 19) - 9 : rng_unit());
+    for (int64_t i = 0; i < bn; i++)
+        put_elem(dt, hb, i, isint ? (double)(int64_t)(rng_next() % 19) - 9 : rng_unit());
+    for (int64_t i = 0; i < cn; i++)
+        put_elem(dt, hc, i, nan_c ? NAN : isint ? (double)(int64_t)(rng_next() % 7) - 3 : rng_unit());
+
+    char *da = dev_alloc(g_stream, (size_t)an * es), *db = dev_alloc(g_stream, (size_t)bn * es),
+         *dc = dev_alloc(g_stream, (size_t)cn * es);
+    xfer(g_stream, da, ha, (size_t)an * es);
+    xfer(g_stream, db, hb, (size_t)bn * es);
+    xfer(g_stream, dc, hc, (size_t)cn * es);
+
+    trn_matmul_desc d;
+    memset(&d, 0, sizeof d);
+    d.dtype = dt, d.batch = batch, d.m = m, d.n = n, d.k = k;
+    d.a = da + ao * (int64_t)es, d.b = db + bo * (int64_t)es, d.c = dc + co * (int64_t)es;
+    memcpy(d.a_strides, as, sizeof as);
+    memcpy(d.b_strides, bs, sizeof bs);
+    memcpy(d.c_strides, cs, sizeof cs);
+    if (isint) alpha = (double)(int64_t)alpha, beta = (double)(int64_t)beta;
+    d.alpha = alpha, d.beta = beta, d.alpha_int = (int64_t)alpha, d.beta_int = (int64_t)beta;
+    CHECK_OK(trn_matmul_launch(g_stream, &d));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    xfer(g_stream, out, dc, (size_t)cn * es);
+
+    const double tol = dt == TRN_DTYPE_F32 ? 1e-5 : dt == TRN_DTYPE_F64 ? 1e-12
+                       : isint ? 0 : 1e-2;
+    int bad = 0;
+    for (int64_t t = 0; t < batch; t++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double acc = 0, scale = 0;
+                for (int64_t p = 0; p < k; p++) {
+                    double x = get_elem(dt, ha, ao + t * as[0] + i * as[1] + p * as[2]);
+                    double y = get_elem(dt, hb, bo + t * bs[0] + p * bs[1] + j * bs[2]);
+                    acc += x * y;
+                    scale += fabs(x * y);
+                }
+                const int64_t ci = co + t * cs[0] + i * cs[1] + j * cs[2];
+                double want = alpha * acc;
+                if (beta != 0) want += beta * get_elem(dt, hc, ci);
+                double got = get_elem(dt, out, ci);
+                if (isint) {
+                    // Wrap the exact value to the dtype, as the kernel must.
+                    double tmp;
+                    char buf[8];
+                    put_elem(TRN_DTYPE_I64, buf, 0, want);
+                    tmp = get_elem(TRN_DTYPE_I64, buf, 0);
+                    put_elem(dt, buf, 0, 0);
+                    int64_t w = (int64_t)tmp;
+                    switch (dt) {
+                    case TRN_DTYPE_I8: want = (int8_t)w; break;
+                    case TRN_DTYPE_U8: want = (uint8_t)w; break;
+                    case TRN_DTYPE_I16: want = (int16_t)w; break;
+                    case TRN_DTYPE_I32: want = (int32_t)w; break;
+                    default: want = (double)w; break;
+                    }
+                }
+                double err = fabs(got - want);
+                double lim = tol * (scale * fabs(alpha) + fabs(want) + 1);
+                if (!(err <= lim)) {
+                    if (bad++ < 3)
+                        fprintf(stderr,
+                                "case %d (%s b%lld m%lld n%lld k%lld layouts %d/%d/%d): "
+                                "[%lld,%lld,%lld] got %g want %g\n",
+                                g_case, trn_dtype_name(dt), (long long)batch, (long long)m,
+                                (long long)n, (long long)k, la, lb, lc, (long long)t,
+                                (long long)i, (long long)j, got, want);
+                }
+            }
+    CHECK_INT(bad, 0);
+    CHECK_OK(trn_mem_free(da));
+    CHECK_OK(trn_mem_free(db));
+    CHECK_OK(trn_mem_free(dc));
+    free(ha), free(hb), free(hc), free(out);
+}
+
+static void test_layouts(trn_dtype dt) {
+    const layout ls[] = {ROW, COL, STEP2};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++) check_mm(dt, 1, 13, 9, 17, ls[a], ls[b], ROW, 1, 0, false);
+    check_mm(dt, 1, 13, 9, 17, ROW, ROW, COL, 1, 0, false);
+    check_mm(dt, 1, 13, 9, 17, ROW, ROW, STEP2, 1, 0, false);
+    check_mm(dt, 3, 7, 5, 6, ROW, ROW, ROW, 1, 0, false);     // batched
+    check_mm(dt, 3, 7, 5, 6, BCAST, ROW, ROW, 1, 0, false);   // broadcast A
+    check_mm(dt, 3, 7, 5, 6, ROW, BCAST, ROW, 1, 0, false);   // broadcast B
+    check_mm(dt, 3, 7, 5, 6, BCAST, BCAST, ROW, 1, 0, false); // both
+    check_mm(dt, 3, 7, 5, 6, COL, STEP2, COL, 2, 0, false);
+    check_mm(dt, 1, 8, 8, 8, ROW, ROW, ROW, 2, 3, false);     // alpha, beta
+    check_mm(dt, 2, 8, 8, 8, ROW, COL, STEP2, -1, 0.5, false);
+    check_mm(dt, 1, 1, 1, 33, ROW, ROW, ROW, 1, 0, false);    // dot
+    check_mm(dt, 1, 9, 1, 33, ROW, ROW, ROW, 1, 1, false);    // mv
+    check_mm(dt, 1, 1, 9, 33, ROW, COL, ROW, 1, 0, false);    // vm
+    check_mm(dt, 1, 5, 4, 0, ROW, ROW, ROW, 1, 2, false);     // k == 0
+    check_mm(dt, 1, 5, 4, 0, ROW, ROW, ROW, 1, 0, false);
+    check_mm(dt, 1, 64, 70, 300, ROW, COL, ROW, 1, 0, false); // beyond one block
+}
+
+static void test_beta_zero_ignores_nan(trn_dtype dt) {
+    check_mm(dt, 1, 6, 7, 5, ROW, ROW, ROW, 1, 0, true);
+    check_mm(dt, 2, 6, 7, 5, ROW, COL, STEP2, 2, 0, true);
+}
+
+static void test_int_wraps(void) {
+    // int8: 100 * 100 wraps; int64: products past 2^63 wrap.
+    int8_t a8[2] = {100, 100}, b8[2] = {100, 1}, c8 = 0;
+    void *da = dev_alloc(g_stream, 2), *db = dev_alloc(g_stream, 2), *dc = dev_alloc(g_stream, 1);
+    xfer(g_stream, da, a8, 2);
+    xfer(g_stream, db, b8, 2);
+    trn_matmul_desc d = {TRN_DTYPE_I8, 1, 1, 1, 2, da, {0, 2, 1}, db, {0, 1, 1}, dc, {0, 1, 1},
+                         1, 0, 1, 0};
+    CHECK_OK(trn_matmul_launch(g_stream, &d));
+    xfer(g_stream, &c8, dc, 1);
+    CHECK_INT(c8, (int8_t)(uint8_t)(10000 + 100));
+    trn_mem_free(da), trn_mem_free(db), trn_mem_free(dc);
+
+    int64_t a[1] = {INT64_C(1) << 62}, b[1] = {4}, c = 0;
+    da = dev_alloc(g_stream, 8), db = dev_alloc(g_stream, 8), dc = dev_alloc(g_stream, 8);
+    xfer(g_stream, da, a, 8);
+    xfer(g_stream, db, b, 8);
+    trn_matmul_desc e = {TRN_DTYPE_I64, 1, 1, 1, 1, da, {1, 1, 1}, db, {1, 1, 1}, dc, {1, 1, 1},
+                         1, 0, 3, 0};
+    CHECK_OK(trn_matmul_launch(g_stream, &e));
+    xfer(g_stream, &c, dc, 8);
+    CHECK_INT(c, 0);  // 3 * 2^64 mod 2^64
+    trn_mem_free(da), trn_mem_free(db), trn_mem_free(dc);
+}
+
+static void test_errors(void) {
+    float x[4] = {0};
+    trn_matmul_desc d = {TRN_DTYPE_BOOL, 1, 2, 2, 1, x, {0, 1, 1}, x, {0, 2, 1}, x, {0, 2, 1},
+                         1, 0, 1, 0};
+    CHECK(!trn_matmul_supports(TRN_DTYPE_BOOL));
+    CHECK(!trn_matmul_supports(TRN_DTYPE_C64));
+    CHECK(trn_matmul_supports(TRN_DTYPE_BF16));
+    CHECK_STATUS(trn_matmul_launch(g_stream, &d), TRN_ERROR_UNSUPPORTED);
+    CHECK_CONTAINS(trn_last_error(), "bool");
+    d.dtype = TRN_DTYPE_F32;
+    d.m = -1;
+    CHECK_STATUS(trn_matmul_launch(g_stream, &d), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(trn_last_error(), "negative size");
+    d.m = 2;
+    d.c_strides[1] = 0;
+    CHECK_STATUS(trn_matmul_launch(g_stream, &d), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(trn_last_error(), "overlapping");
+    d.c_strides[1] = 2;
+    d.a_strides[1] = -1;
+    CHECK_STATUS(trn_matmul_launch(g_stream, &d), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(trn_last_error(), "negative strides");
+    d.a_strides[1] = 1;
+    d.c = NULL;
+    CHECK_STATUS(trn_matmul_launch(g_stream, &d), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(trn_matmul_launch(NULL, &d), TRN_ERROR_INVALID_ARGUMENT);
+    // Empty outputs are a no-op even with NULL pointers.
+    trn_matmul_desc e = {TRN_DTYPE_F32, 0, 2, 2, 2, NULL, {0}, NULL, {0}, NULL, {0}, 1, 0, 1, 0};
+    CHECK_OK(trn_matmul_launch(g_stream, &e));
+}
+
+// The cached plan is reused: same geometry twice, then a different alpha.
+static void test_plan_reuse(void) {
+    for (int i = 0; i < 3; i++) check_mm(TRN_DTYPE_F32, 1, 32, 32, 32, ROW, ROW, ROW, 1, 0, false);
+    check_mm(TRN_DTYPE_F32, 1, 32, 32, 32, ROW, ROW, ROW, 0.5, 0, false);
+}
+
+int main(void) {
+    CHECK_OK(trn_stream_get_default(0, &g_stream));
+    const trn_dtype dts[] = {TRN_DTYPE_F32, TRN_DTYPE_BF16, TRN_DTYPE_F16, TRN_DTYPE_F64,
+                             TRN_DTYPE_I64, TRN_DTYPE_I32, TRN_DTYPE_I16, TRN_DTYPE_I8,
+                             TRN_DTYPE_U8};
+    for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) test_layouts(dts[i]);
+    test_beta_zero_ignores_nan(TRN_DTYPE_F32);
+    test_beta_zero_ignores_nan(TRN_DTYPE_BF16);
+    test_beta_zero_ignores_nan(TRN_DTYPE_F64);
+    test_int_wraps();
+    test_errors();
+    test_plan_reuse();
+    return TEST_REPORT();
+}

@@ -1,0 +1,188 @@
+"""Matrix products and convolution on neuron (libtrn matmul/conv kernels via
+oneDNN) against PyTorch CPU: layouts, alpha/beta, broadcasting, dtypes,
+gradients, and proof that nothing fell back to the CPU."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_neuronx
+
+DEV = "neuron"
+
+
+def _no_fallback():
+    assert torch_neuronx.get_fallback_ops() == []
+
+
+@pytest.fixture(autouse=True)
+def _clear():
+    torch_neuronx.clear_op_tracking()
+    torch.manual_seed(0)
+
+
+def _close(got, want, dtype=torch.float32):
+    tol = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (2e-2, 2e-2),
+           torch.float16: (2e-3, 2e-3), torch.float64: (1e-10, 1e-10)}.get(dtype, (0, 0))
+    torch.testing.assert_close(got.cpu(), want, rtol=tol[0], atol=tol[1], equal_nan=True)
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_mm_transposed_views(ta, tb):
+    a = torch.randn(37, 29) if not ta else torch.randn(29, 37).t()
+    b = torch.randn(29, 41) if not tb else torch.randn(41, 29).t()
+    got = torch.mm(a.to(DEV) if not ta else a.t().contiguous().to(DEV).t(),
+                   b.to(DEV) if not tb else b.t().contiguous().to(DEV).t())
+    _close(got, a @ b)
+    _no_fallback()
+
+
+def test_mm_non_contiguous_slices_and_out():
+    ad, bd = torch.randn(40, 60).to(DEV), torch.randn(60, 30).to(DEV)
+    a, b = ad.cpu()[::2, ::3], bd.cpu()[::3, 1::2]
+    out = torch.empty(20, 15, device=DEV)
+    torch.mm(ad[::2, ::3], bd[::3, 1::2], out=out)
+    _close(out, a @ b)
+    _no_fallback()
+
+
+def test_bmm_and_baddbmm():
+    a, b, c = torch.randn(4, 5, 6), torch.randn(4, 6, 7), torch.randn(4, 5, 7)
+    _close(torch.bmm(a.to(DEV), b.to(DEV)), torch.bmm(a, b))
+    _close(torch.baddbmm(c.to(DEV), a.to(DEV), b.to(DEV), beta=0.5, alpha=2),
+           torch.baddbmm(c, a, b, beta=0.5, alpha=2))
+    _close(torch.bmm(a.transpose(1, 2).contiguous().to(DEV).transpose(1, 2), b.to(DEV)),
+           torch.bmm(a, b))
+    _no_fallback()
+
+
+@pytest.mark.parametrize("beta,alpha", [(1, 1), (0.5, 2), (0, 1), (0, -3)])
+def test_addmm_alpha_beta(beta, alpha):
+    s, a, b = torch.randn(6, 8), torch.randn(6, 5), torch.randn(5, 8)
+    if beta == 0:
+        s[0, 0] = float("nan")  # must not propagate
+    _close(torch.addmm(s.to(DEV), a.to(DEV), b.to(DEV), beta=beta, alpha=alpha),
+           torch.addmm(s, a, b, beta=beta, alpha=alpha))
+    bias = torch.randn(8)  # broadcast self
+    _close(torch.addmm(bias.to(DEV), a.to(DEV), b.to(DEV), beta=beta, alpha=alpha),
+           torch.addmm(bias, a, b, beta=beta, alpha=alpha))
+    sd = s.to(DEV)
+    sd.addmm_(a.to(DEV), b.to(DEV), beta=beta, alpha=alpha)
+    _close(sd, s.clone().addmm_(a, b, beta=beta, alpha=alpha))
+    _no_fallback()
+
+
+def test_addbmm_addmv_mv_dot():
+    s, b1, b2 = torch.randn(5, 7), torch.randn(3, 5, 4), torch.randn(3, 4, 7)
+    torch.testing.assert_close(torch.addbmm(s.to(DEV), b1.to(DEV), b2.to(DEV), beta=2, alpha=0.5).cpu(),
+                               torch.addbmm(s, b1, b2, beta=2, alpha=0.5), rtol=1e-4, atol=1e-4)
+    m, v, y = torch.randn(6, 9), torch.randn(9), torch.randn(6)
+    _close(torch.mv(m.to(DEV), v.to(DEV)), torch.mv(m, v))
+    _close(torch.mv(m.t().contiguous().to(DEV).t()[:, :6], v[:6].to(DEV)), torch.mv(m[:, :6], v[:6]))
+    _close(torch.addmv(y.to(DEV), m.to(DEV), v.to(DEV), beta=0.5, alpha=2),
+           torch.addmv(y, m, v, beta=0.5, alpha=2))
+    x = torch.randn(20)
+    _close(torch.dot(x.to(DEV), x.to(DEV)), torch.dot(x, x))
+    _close(torch.vdot(x.to(DEV)[::2], x.to(DEV)[1::2]), torch.vdot(x[::2], x[1::2]))
+    _no_fallback()
+
+
+@pytest.mark.parametrize("sa,sb", [((7,), (7,)), ((3, 7), (7,)), ((7,), (7, 4)), ((2, 3, 7), (7, 4)),
+                                   ((2, 3, 7), (2, 7, 4)), ((2, 1, 3, 7), (5, 7, 4)), ((7,), (2, 7, 4))])
+def test_matmul_broadcasting(sa, sb):
+    a, b = torch.randn(sa), torch.randn(sb)
+    _close(torch.matmul(a.to(DEV), b.to(DEV)), torch.matmul(a, b))
+    _no_fallback()
+
+
+def test_linear():
+    x, w, bias = torch.randn(4, 5, 16), torch.randn(8, 16), torch.randn(8)
+    _close(F.linear(x.to(DEV), w.to(DEV), bias.to(DEV)), F.linear(x, w, bias))
+    _close(F.linear(x.to(DEV), w.to(DEV)), F.linear(x, w))
+    _no_fallback()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64, torch.int64,
+                                   torch.int32, torch.uint8])
+def test_dtypes(dtype):
+    if dtype.is_floating_point:
+        a, b, c = torch.randn(9, 13).to(dtype), torch.randn(13, 6).to(dtype), torch.randn(9, 6).to(dtype)
+    else:
+        a, b, c = (torch.randint(-5 if dtype != torch.uint8 else 0, 5, s).to(dtype)
+                   for s in [(9, 13), (13, 6), (9, 6)])
+    _close(torch.mm(a.to(DEV), b.to(DEV)), torch.mm(a, b), dtype)
+    _close(torch.addmm(c.to(DEV), a.to(DEV), b.to(DEV), beta=2, alpha=3),
+           torch.addmm(c, a, b, beta=2, alpha=3), dtype)
+    _close(torch.bmm(a[None].to(DEV), b[None].to(DEV)), torch.bmm(a[None], b[None]), dtype)
+    _no_fallback()
+
+
+def test_zero_size():
+    a, b = torch.randn(0, 4), torch.randn(4, 3)
+    assert torch.mm(a.to(DEV), b.to(DEV)).shape == (0, 3)
+    a, b = torch.randn(3, 0), torch.randn(0, 4)
+    _close(torch.mm(a.to(DEV), b.to(DEV)), torch.zeros(3, 4))
+    s = torch.randn(3, 4)
+    _close(torch.addmm(s.to(DEV), a.to(DEV), b.to(DEV), beta=2), torch.addmm(s, a, b, beta=2))
+    _no_fallback()
+
+
+def test_errors_match_cpu():
+    a, b = torch.randn(2, 3), torch.randn(4, 5)
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        torch.mm(a.to(DEV), b.to(DEV))
+    with pytest.raises(RuntimeError, match="dtype"):
+        torch.mm(a.to(DEV), torch.randn(3, 2, dtype=torch.float64).to(DEV))
+    with pytest.raises(RuntimeError):
+        torch.bmm(a.to(DEV), a.to(DEV))
+    with pytest.raises(RuntimeError, match="same dtype"):
+        torch.dot(torch.ones(3, device=DEV), torch.ones(3, device=DEV, dtype=torch.float64))
+    with pytest.raises(RuntimeError):
+        F.conv2d(torch.randn(1, 2, 5, 5, device=DEV), torch.randn(3, 2, 3, 3, device=DEV, dtype=torch.float64))
+
+
+CONV_CASES = [
+    (F.conv1d, (2, 4, 17), (6, 2, 3), dict(stride=2, padding=1, dilation=2, groups=2)),
+    (F.conv1d, (3, 3, 8), (5, 3, 1), dict()),
+    (F.conv2d, (2, 3, 9, 8), (5, 3, 3, 2), dict(stride=(1, 2), padding=(1, 0))),
+    (F.conv2d, (2, 8, 7, 7), (8, 1, 3, 3), dict(padding=2, dilation=2, groups=8)),  # depthwise
+    (F.conv2d, (1, 4, 6, 6), (6, 2, 3, 3), dict(stride=2, groups=2)),
+    (F.conv3d, (1, 2, 5, 4, 6), (3, 2, 2, 3, 2), dict(padding=1)),
+    (F.conv3d, (2, 4, 4, 5, 5), (4, 2, 3, 1, 2), dict(stride=(2, 1, 1), dilation=(1, 1, 2), groups=2)),
+]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("fn,xs,ws,kw", CONV_CASES)
+def test_conv_forward_and_gradients(fn, xs, ws, kw, bias):
+    x, w = torch.randn(xs, requires_grad=True), torch.randn(ws, requires_grad=True)
+    b = torch.randn(ws[0], requires_grad=True) if bias else None
+    leaves = [t for t in (x, w, b) if t is not None]
+    dev = [t.detach().to(DEV).requires_grad_() for t in leaves]
+    y = fn(x, w, b, **kw)
+    yd = fn(dev[0], dev[1], dev[2] if bias else None, **kw)
+    _close(yd, y)
+    g = torch.randn_like(y)
+    gc = torch.autograd.grad(y, leaves, g)
+    gd = torch.autograd.grad(yd, dev, g.to(DEV))
+    for a, d in zip(gc, gd):
+        torch.testing.assert_close(d.cpu(), a, rtol=1e-4, atol=1e-4)
+    _no_fallback()
+
+
+def test_conv_channels_last_and_bf16():
+    x, w, b = torch.randn(2, 16, 10, 10), torch.randn(8, 16, 3, 3), torch.randn(8)
+    xd = x.to(DEV).to(memory_format=torch.channels_last)
+    y = F.conv2d(xd, w.to(DEV), b.to(DEV), padding=1)
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    _close(y, F.conv2d(x, w, b, padding=1))
+    xb, wb, bb = x.bfloat16(), w.bfloat16(), b.bfloat16()
+    _close(F.conv2d(xb.to(DEV), wb.to(DEV), bb.to(DEV), padding=1),
+           F.conv2d(xb, wb, bb, padding=1).float().bfloat16(), torch.bfloat16)
+    _no_fallback()
+
+
+def test_conv_transposed_is_correct_cpu_fallback():
+    x, w, b = torch.randn(2, 3, 5, 5), torch.randn(3, 4, 3, 3), torch.randn(4)
+    got = F.conv_transpose2d(x.to(DEV), w.to(DEV), b.to(DEV), stride=2, output_padding=1)
+    _close(got, F.conv_transpose2d(x, w, b, stride=2, output_padding=1))
+    assert torch_neuronx.get_fallback_ops() == ["aten::convolution_overrideable"]
