@@ -20,4 +20,5 @@
 #include "trn/stream.h"
 #include "trn/memory.h"
 #include "trn/copy.h"
+#include "trn/reduce.h"
 #endif
