@@ -15,6 +15,7 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "NeuronFallback.h"
@@ -223,9 +224,19 @@ Tensor &prod_out(const Tensor &self, int64_t dim, bool keepdim, std::optional<Sc
 // ---------------------------------------------------------------------------
 // amax / amin / max / min / argmax / argmin
 // ---------------------------------------------------------------------------
+// The meta functions of amax/amin/max/min do not raise PyTorch CPU's
+// errors for empty reductions; these checks do, with the same messages.
+template <typename Op>
+std::string fn_name() {
+    std::string n = Op::name;
+    return n.substr(n.find("::") + 2) + "()";
+}
+
 template <typename FnOp, typename OutOp, trn_reduce_op OP>
 struct AminmaxOp {
     static Tensor fn(const Tensor &self, IntArrayRef dim, bool keepdim) {
+        if (self.numel() == 0)
+            at::native::zero_numel_check_dims(self, dim, fn_name<FnOp>().c_str());
         Tensor m = FnOp::call(meta_of(self), dim, keepdim);
         if (!supported(OP, self.scalar_type()))
             return fallback<FnOp>(self, dim, keepdim);
@@ -235,6 +246,8 @@ struct AminmaxOp {
         return out;
     }
     static Tensor &out(const Tensor &self, IntArrayRef dim, bool keepdim, Tensor &result) {
+        if (self.numel() == 0)
+            at::native::zero_numel_check_dims(self, dim, fn_name<FnOp>().c_str());
         Tensor mo = meta_out(result);
         OutOp::call(meta_of(self), dim, keepdim, mo);
         if (!supported(OP, self.scalar_type()))
@@ -249,6 +262,9 @@ struct AminmaxOp {
 // max() / min(): the extreme of all elements (NaN propagates).
 template <typename FnOp, trn_reduce_op OP>
 Tensor full_extreme(const Tensor &self) {
+    TORCH_CHECK(self.numel() > 0, fn_name<FnOp>(),
+                ": Expected reduction dim to be specified for input.numel() == 0. Specify the "
+                "reduction dim with the 'dim' argument.");
     Tensor m = FnOp::call(meta_of(self));
     if (!supported(OP, self.scalar_type()))
         return fallback<FnOp>(self);
@@ -261,6 +277,8 @@ Tensor full_extreme(const Tensor &self) {
 template <typename FnOp, typename OutOp, trn_reduce_op OP>
 struct MaxDimOp {
     static std::tuple<Tensor, Tensor> fn(const Tensor &self, int64_t dim, bool keepdim) {
+        if (self.numel() == 0)
+            at::native::zero_numel_check_dims(self, dim, fn_name<FnOp>().c_str());
         auto [mv, mi] = FnOp::call(meta_of(self), dim, keepdim);
         if (!supported(OP, self.scalar_type()))
             return fallback<FnOp>(self, dim, keepdim);
@@ -272,6 +290,8 @@ struct MaxDimOp {
     }
     static std::tuple<Tensor &, Tensor &> out(const Tensor &self, int64_t dim, bool keepdim,
                                              Tensor &values, Tensor &indices) {
+        if (self.numel() == 0)
+            at::native::zero_numel_check_dims(self, dim, fn_name<FnOp>().c_str());
         Tensor mv = meta_out(values), mi = meta_out(indices);
         OutOp::call(meta_of(self), dim, keepdim, mv, mi);
         if (!supported(OP, self.scalar_type()))

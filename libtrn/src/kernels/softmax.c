@@ -34,7 +34,10 @@ typedef struct softmax_args {
 #define EXP_d(x) exp(x)
 #define MAXN(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
 
-#define DEFINE_SOFTMAX(N, T, C, LD, ST, EXP)                                     \
+#define RT_id(v) (v)
+#define RT_bf16(v) trn_bf16_to_float(trn_float_to_bf16(v))
+
+#define DEFINE_SOFTMAX(N, T, C, LD, ST, EXP, RT)                                     \
     static C rowmax_##N(const T *restrict x, int64_t n) {                        \
         C m[L];                                                                  \
         for (int j = 0; j < L; j++) m[j] = -(C)INFINITY;                         \
@@ -87,7 +90,9 @@ typedef struct softmax_args {
                 const C mx = rowmax_##N(x, D);                                   \
                 const C s = rowexpsum_##N(x, D, mx);                             \
                 if (islog) {                                                       \
-                    const C t = mx + (C)log((double)s);                          \
+                    /* bfloat16: rounded, as PyTorch CPU's last-dim kernel  \
+                       does (measured; float16 keeps float32) */             \
+                    const C t = RT(mx + (C)log((double)s));                  \
                     for (int64_t i = 0; i < D; i++) y[i] = ST((C)LD(x[i]) - t);  \
                 } else {                                                         \
                     const C r = (C)1 / s;                                        \
@@ -171,12 +176,12 @@ typedef struct softmax_args {
     }
 
 #define SOFTMAX_DTYPES(X)                                                        \
-    X(TRN_DTYPE_F16, f16, uint16_t, float, LD_f16, ST_f16, EXP_f)                \
-    X(TRN_DTYPE_BF16, bf16, uint16_t, float, LD_bf16, ST_bf16, EXP_f)            \
-    X(TRN_DTYPE_F32, f32, float, float, LD_id, ST_id, EXP_f)                     \
-    X(TRN_DTYPE_F64, f64, double, double, LD_id, ST_id, EXP_d)
+    X(TRN_DTYPE_F16, f16, uint16_t, float, LD_f16, ST_f16, EXP_f, RT_id)         \
+    X(TRN_DTYPE_BF16, bf16, uint16_t, float, LD_bf16, ST_bf16, EXP_f, RT_bf16)   \
+    X(TRN_DTYPE_F32, f32, float, float, LD_id, ST_id, EXP_f, RT_id)              \
+    X(TRN_DTYPE_F64, f64, double, double, LD_id, ST_id, EXP_d, RT_id)
 
-#define DEFINE_ONE(E, N, T, C, LD, ST, EXP) DEFINE_SOFTMAX(N, T, C, LD, ST, EXP)
+#define DEFINE_ONE(E, N, T, C, LD, ST, EXP, RT) DEFINE_SOFTMAX(N, T, C, LD, ST, EXP, RT)
 SOFTMAX_DTYPES(DEFINE_ONE)
 
 typedef void (*softmax_fn)(const softmax_args *);
@@ -184,7 +189,7 @@ typedef void (*softmax_fn)(const softmax_args *);
 static softmax_fn pick(trn_softmax_op op, trn_dtype d) {
     const int bwd = op == TRN_SOFTMAX_BACKWARD || op == TRN_LOG_SOFTMAX_BACKWARD;
     switch (d) {
-#define CASE(E, N, T, C, LD, ST, EXP) case E: return bwd ? bwd_##N : fwd_##N;
+#define CASE(E, N, T, C, LD, ST, EXP, RT) case E: return bwd ? bwd_##N : fwd_##N;
         SOFTMAX_DTYPES(CASE)
 #undef CASE
     default: return NULL;
