@@ -14,6 +14,12 @@
 //  - strided: anything else, one output at a time.
 // Index kinds (max/min with indices, argmax/argmin), var/std and logsumexp
 // have their own per-output loops.
+// Selects on float compares (NaN-propagating max, the inline expf) only
+// if-convert into vector blends when compares may be assumed not to trap;
+// results are unchanged (the FP environment's flags are never read).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>

@@ -4,6 +4,12 @@
 // loop when the scanned dim is an outer one and the innermost other dim is
 // contiguous on both sides (a vector of running values folds whole rows),
 // else one sequential strided scan per line.
+// Selects on float compares (NaN-propagating max, the inline expf) only
+// if-convert into vector blends when compares may be assumed not to trap;
+// results are unchanged (the FP environment's flags are never read).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>

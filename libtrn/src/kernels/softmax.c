@@ -4,6 +4,12 @@
 // accumulators; for inner > 1 a block of up to COLS columns is processed at
 // once, so every pass streams whole contiguous rows. exp is the inline
 // fastmath approximation for float32 compute (libm exp for float64).
+// Selects on float compares (NaN-propagating max, the inline expf) only
+// if-convert into vector blends when compares may be assumed not to trap;
+// results are unchanged (the FP environment's flags are never read).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
