@@ -162,36 +162,36 @@ static void test_scatter(void) {
     const int64_t idx[6] = {0, 2, 0, 2, 2, 0};
     {
         float out[3] = {1, 1, 1}, src[6] = {1, 2, 3, 4, 5, 6};
-        scatter1d(TRN_DTYPE_F32, TRN_REDUCE_ADD, 1, out, src, idx, 2.0);
+        scatter1d(TRN_DTYPE_F32, TRN_INDEX_REDUCE_ADD, 1, out, src, idx, 2.0);
         CHECK(out[0] == 1 + 2 * 10 && out[1] == 1 && out[2] == 1 + 2 * 11);
     }
     {
         float out[3] = {9, 9, 9}, src[6] = {1, 2, 3, 4, 5, 6};
-        scatter1d(TRN_DTYPE_F32, TRN_REDUCE_NONE, 1, out, src, idx, 1.0);
+        scatter1d(TRN_DTYPE_F32, TRN_INDEX_REDUCE_NONE, 1, out, src, idx, 1.0);
         CHECK(out[0] == 6 && out[1] == 9 && out[2] == 5);  // last write wins
     }
     {
         float out[3] = {0, 0, 0}, src[6] = {1, NAN, 3, 4, 5, 6};
-        scatter1d(TRN_DTYPE_F32, TRN_REDUCE_MAX, 1, out, src, idx, 1.0);
+        scatter1d(TRN_DTYPE_F32, TRN_INDEX_REDUCE_MAX, 1, out, src, idx, 1.0);
         CHECK(out[0] == 6 && out[1] == 0 && isnan(out[2]));
         float out2[3] = {0, 0, 0}, src2[6] = {-1, 2, -3, 4, 5, -6};
-        scatter1d(TRN_DTYPE_F32, TRN_REDUCE_MIN, 1, out2, src2, idx, 1.0);
+        scatter1d(TRN_DTYPE_F32, TRN_INDEX_REDUCE_MIN, 1, out2, src2, idx, 1.0);
         CHECK(out2[0] == -6 && out2[1] == 0 && out2[2] == 0);
     }
     {
         int64_t out[3] = {1, 7, 2}, src[6] = {3, 4, 5, 6, 7, -9};
-        scatter1d(TRN_DTYPE_I64, TRN_REDUCE_MUL, 1, out, src, idx, 1.0);
+        scatter1d(TRN_DTYPE_I64, TRN_INDEX_REDUCE_MUL, 1, out, src, idx, 1.0);
         CHECK_INT(out[0], 1 * 3 * 5 * -9);
         CHECK_INT(out[1], 7);
         CHECK_INT(out[2], 2 * 4 * 6 * 7);
         // mean: floor division for integers, self counted once
         int64_t m[3] = {0, 7, 1}, ms[6] = {-1, 4, -1, 6, 7, -1};
-        scatter1d(TRN_DTYPE_I64, TRN_REDUCE_MEAN, 1, m, ms, idx, 1.0);
+        scatter1d(TRN_DTYPE_I64, TRN_INDEX_REDUCE_MEAN, 1, m, ms, idx, 1.0);
         CHECK_INT(m[0], -1);  // (0 - 3) / 4 = -0.75 -> -1
         CHECK_INT(m[1], 7);
         CHECK_INT(m[2], (1 + 4 + 6 + 7) / 4);
         float fm[3] = {100, 5, 100}, fs[6] = {1, 2, 3, 4, 5, 6};
-        scatter1d(TRN_DTYPE_F32, TRN_REDUCE_MEAN, 0, fm, fs, idx, 1.0);
+        scatter1d(TRN_DTYPE_F32, TRN_INDEX_REDUCE_MEAN, 0, fm, fs, idx, 1.0);
         // without self, the caller has stored the identity first; here it did not
         CHECK(fm[0] == (100.0f + 10.0f) / 3 && fm[1] == 5 && fm[2] == (100.0f + 11.0f) / 3);
     }
@@ -199,17 +199,17 @@ static void test_scatter(void) {
         uint16_t out[3], src[6];
         for (int i = 0; i < 3; i++) out[i] = trn_float_to_bf16(1.0f);
         for (int i = 0; i < 6; i++) src[i] = trn_float_to_bf16(0.00390625f);  // 2^-8
-        scatter1d(TRN_DTYPE_BF16, TRN_REDUCE_ADD, 1, out, src, idx, 1.0);
+        scatter1d(TRN_DTYPE_BF16, TRN_INDEX_REDUCE_ADD, 1, out, src, idx, 1.0);
         // each add rounds: 1 + 2^-8 rounds back to 1 in bfloat16 (ties to even)
         CHECK(trn_bf16_to_float(out[0]) == 1.0f);
         uint8_t b[3] = {0, 0, 1}, bs[6] = {1, 0, 0, 0, 0, 0};
-        scatter1d(TRN_DTYPE_BOOL, TRN_REDUCE_ADD, 1, b, bs, idx, 1.0);
+        scatter1d(TRN_DTYPE_BOOL, TRN_INDEX_REDUCE_ADD, 1, b, bs, idx, 1.0);
         CHECK(b[0] == 1 && b[1] == 0 && b[2] == 1);
     }
     // Unsupported reduction dtype (complex) is refused at launch.
     trn_index_desc d = {0};
     d.scatter = 1;
-    d.reduce = TRN_REDUCE_ADD;
+    d.reduce = TRN_INDEX_REDUCE_ADD;
     d.dtype = TRN_DTYPE_C64;
     CHECK_INT(trn_index_launch(S, &d), TRN_ERROR_UNSUPPORTED);
     d.dtype = TRN_DTYPE_F32;

@@ -9,6 +9,9 @@ EXCLUDED = {
     ("nn.functional.conv1d", "", torch.int64): "integer convolution runs on the CPU",
     ("nn.functional.conv2d", "", torch.int64): "integer convolution runs on the CPU",
     ("nn.functional.conv3d", "", torch.int64): "integer convolution runs on the CPU",
+    # The nuclear norm is a sum of singular values: it needs linalg_svd, which
+    # has no native kernel (the reduction part is native).
+    ("norm", "nuc", "*"): "nuclear norm needs an SVD, which runs on the CPU",
 }
 
 # Looser (atol, rtol) where neuron's values are as accurate as CPU's but the
@@ -20,6 +23,12 @@ TOLERANCES = {
     ("addbmm", "", torch.float32): (1e-4, 1e-4),
     ("matmul", "", torch.float32): (1e-4, 1e-4),
     ("nn.functional.conv3d", "", "grad"): (1e-4, 1e-4),
+    # ATen's 16-bit log_softmax rounds its shift (max + log-sum) to the 16-bit
+    # type before subtracting; neuron keeps it in float32 and rounds once. On
+    # these samples neuron's values are the correctly rounded ones (checked
+    # against float64), CPU's are off by a few 16-bit ulps near zero.
+    ("log_softmax", "", torch.bfloat16): (5e-3, 1.6e-2),
+    ("log_softmax", "", torch.float16): (1e-3, 1e-3),
 }
 
 # Ops whose OpInfo samples include CPU-fallback work other than the op

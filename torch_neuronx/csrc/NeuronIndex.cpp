@@ -90,7 +90,7 @@ void scalar_bytes(const Scalar &v, at::ScalarType type, unsigned char out[16]) {
 // operands from `first_idx` on = index tensors.
 struct IndexLaunch {
     int scatter = 0;
-    trn_index_reduce reduce = TRN_REDUCE_NONE;
+    trn_index_reduce reduce = TRN_INDEX_REDUCE_NONE;
     int include_self = 1;
     int wrap = 0;
     double alpha = 1.0;
@@ -290,7 +290,7 @@ Tensor &index_put_impl_(Tensor &self, const c10::List<std::optional<Tensor>> &in
         return fallback<at::_ops::_index_put_impl_>(self, indices, value, accumulate, unsafe);
     IndexLaunch l;
     l.scatter = 1;
-    l.reduce = accumulate ? TRN_REDUCE_ADD : TRN_REDUCE_NONE;
+    l.reduce = accumulate ? TRN_INDEX_REDUCE_ADD : TRN_INDEX_REDUCE_NONE;
     l.wrap = 1;
     l.indexed_sizes = info.indexed_sizes;
     l.indexed_strides = info.indexed_strides;
@@ -412,7 +412,7 @@ bool index_add_run(const Tensor &self, int64_t dim, const Tensor &index, const T
         return false;
     IndexLaunch l;
     l.scatter = 1;
-    l.reduce = TRN_REDUCE_ADD;
+    l.reduce = TRN_INDEX_REDUCE_ADD;
     l.alpha = alpha.toDouble();
     l.alpha_int = alpha.isIntegral(true) ? alpha.toLong() : static_cast<int64_t>(alpha.toDouble());
     l.indexed_sizes = {out1.size(dim)};
@@ -480,15 +480,15 @@ Tensor &gather_out(const Tensor &self, int64_t dim, const Tensor &index, bool sp
 
 trn_index_reduce reduce_of(std::string_view r, bool two) {
     if (two) {
-        if (r == "sum") return TRN_REDUCE_ADD;
-        if (r == "prod") return TRN_REDUCE_MUL;
-        if (r == "mean") return TRN_REDUCE_MEAN;
-        if (r == "amax") return TRN_REDUCE_MAX;
-        if (r == "amin") return TRN_REDUCE_MIN;
+        if (r == "sum") return TRN_INDEX_REDUCE_ADD;
+        if (r == "prod") return TRN_INDEX_REDUCE_MUL;
+        if (r == "mean") return TRN_INDEX_REDUCE_MEAN;
+        if (r == "amax") return TRN_INDEX_REDUCE_MAX;
+        if (r == "amin") return TRN_INDEX_REDUCE_MIN;
         TORCH_CHECK(false, "reduce argument must be either sum, prod, mean, amax or amin, got ", r);
     }
-    if (r == "add") return TRN_REDUCE_ADD;
-    if (r == "multiply") return TRN_REDUCE_MUL;
+    if (r == "add") return TRN_INDEX_REDUCE_ADD;
+    if (r == "multiply") return TRN_INDEX_REDUCE_MUL;
     TORCH_CHECK(false, "reduce argument must be either add or multiply.");
 }
 
@@ -498,11 +498,11 @@ Scalar identity_of(trn_index_reduce r, at::ScalarType t) {
     AT_DISPATCH_V2(t, "neuron_identity", AT_WRAP([&] {
                        using lim = std::numeric_limits<scalar_t>;
                        switch (r) {
-                       case TRN_REDUCE_MUL: v = Scalar(1); break;
-                       case TRN_REDUCE_MAX:
+                       case TRN_INDEX_REDUCE_MUL: v = Scalar(1); break;
+                       case TRN_INDEX_REDUCE_MAX:
                            v = lim::has_infinity ? Scalar(-lim::infinity()) : Scalar(lim::lowest());
                            break;
-                       case TRN_REDUCE_MIN:
+                       case TRN_INDEX_REDUCE_MIN:
                            v = lim::has_infinity ? Scalar(lim::infinity()) : Scalar(lim::max());
                            break;
                        default: v = Scalar(0); break;
@@ -518,7 +518,7 @@ Scalar identity_of(trn_index_reduce r, at::ScalarType t) {
 bool scatter_into(const Tensor &dst, int64_t dim, const Tensor &index, const Tensor &src,
                   const Scalar *value, trn_index_reduce r, bool include_self) {
     const at::ScalarType t = dst.scalar_type();
-    if (!native(t) || (r != TRN_REDUCE_NONE && dst.is_complex()))
+    if (!native(t) || (r != TRN_INDEX_REDUCE_NONE && dst.is_complex()))
         return false;
     const Tensor dst1 = dst.dim() == 0 ? dst.view({1}) : dst;
     const Tensor idx1 = index.dim() == 0 ? as_long(index).view({1}) : as_long(index);
@@ -545,7 +545,7 @@ bool scatter_into(const Tensor &dst, int64_t dim, const Tensor &index, const Ten
         scalar_bytes(*value, t, l.value);
     if (!include_self) {  // positions that receive values start from the identity
         IndexLaunch init = l;
-        init.reduce = TRN_REDUCE_NONE;
+        init.reduce = TRN_INDEX_REDUCE_NONE;
         scalar_bytes(identity_of(r, t), t, init.value);
         launch_iter(iter, t, -1, src.defined() ? 2 : 1, init);
     }
@@ -565,7 +565,7 @@ bool scatter_run(const Tensor &self, int64_t dim, const Tensor &index, const Ten
     TORCH_CHECK(out.scalar_type() == self.scalar_type(), name,
                 "(): Expected out tensor to have dtype ", self.scalar_type());
     if (!native(self.scalar_type()) ||
-        (r != TRN_REDUCE_NONE && self.is_complex()))
+        (r != TRN_INDEX_REDUCE_NONE && self.is_complex()))
         return false;
     if (!out.is_same(self)) {
         at::native::resize_output(out, self.sizes());
@@ -578,7 +578,7 @@ bool scatter_run(const Tensor &self, int64_t dim, const Tensor &index, const Ten
     if (src.defined())
         at::assert_no_overlap(out, src);
     // MEAN keeps a count per element of a contiguous destination.
-    const bool need_contig = r == TRN_REDUCE_MEAN && !out.is_contiguous();
+    const bool need_contig = r == TRN_INDEX_REDUCE_MEAN && !out.is_contiguous();
     Tensor dst = need_contig ? out.contiguous() : out;
     if (!scatter_into(dst, dim, index, src, value, r, include_self))
         return false;
@@ -598,10 +598,10 @@ bool scatter_run(const Tensor &self, int64_t dim, const Tensor &index, const Ten
 
 SCATTER_OUT(scatter_src_out, "aten::scatter", at::_ops::scatter_src_out,
             (const Tensor &self, int64_t dim, const Tensor &index, const Tensor &src, Tensor &out),
-            (self, dim, index, src, out), src, nullptr, TRN_REDUCE_NONE, true)
+            (self, dim, index, src, out), src, nullptr, TRN_INDEX_REDUCE_NONE, true)
 SCATTER_OUT(scatter_value_out, "aten::scatter", at::_ops::scatter_value_out,
             (const Tensor &self, int64_t dim, const Tensor &index, const Scalar &value, Tensor &out),
-            (self, dim, index, value, out), Tensor(), &value, TRN_REDUCE_NONE, true)
+            (self, dim, index, value, out), Tensor(), &value, TRN_INDEX_REDUCE_NONE, true)
 SCATTER_OUT(scatter_reduce_out, "aten::scatter", at::_ops::scatter_reduce_out,
             (const Tensor &self, int64_t dim, const Tensor &index, const Tensor &src,
              c10::string_view reduce, Tensor &out),
@@ -612,7 +612,7 @@ SCATTER_OUT(scatter_value_reduce_out, "aten::scatter", at::_ops::scatter_value_r
             (self, dim, index, value, reduce, out), Tensor(), &value, reduce_of(reduce, false), true)
 SCATTER_OUT(scatter_add_out, "aten::scatter_add", at::_ops::scatter_add_out,
             (const Tensor &self, int64_t dim, const Tensor &index, const Tensor &src, Tensor &out),
-            (self, dim, index, src, out), src, nullptr, TRN_REDUCE_ADD, true)
+            (self, dim, index, src, out), src, nullptr, TRN_INDEX_REDUCE_ADD, true)
 SCATTER_OUT(scatter_reduce_two_out, "aten::scatter_reduce", at::_ops::scatter_reduce_two_out,
             (const Tensor &self, int64_t dim, const Tensor &index, const Tensor &src,
              c10::string_view reduce, bool include_self, Tensor &out),

@@ -33,13 +33,13 @@ extern "C" {
 #define TRN_INDEX_MAX_INDICES 8
 
 typedef enum trn_index_reduce {
-    TRN_REDUCE_NONE = 0,  // plain store (the last write to a position wins)
-    TRN_REDUCE_ADD,       // dst += alpha * src (bool: logical or)
-    TRN_REDUCE_MUL,       // dst *= src (bool: logical and)
-    TRN_REDUCE_MEAN,      // sum, then divide by the count (floor for integers)
-    TRN_REDUCE_MAX,       // NaN propagates from src (PyTorch's scatter amax)
-    TRN_REDUCE_MIN,
-    TRN_REDUCE_COUNT_
+    TRN_INDEX_REDUCE_NONE = 0,  // plain store (the last write to a position wins)
+    TRN_INDEX_REDUCE_ADD,       // dst += alpha * src (bool: logical or)
+    TRN_INDEX_REDUCE_MUL,       // dst *= src (bool: logical and)
+    TRN_INDEX_REDUCE_MEAN,      // sum, then divide by the count (floor for integers)
+    TRN_INDEX_REDUCE_MAX,       // NaN propagates from src (PyTorch's scatter amax)
+    TRN_INDEX_REDUCE_MIN,
+    TRN_INDEX_REDUCE_COUNT_
 } trn_index_reduce;
 
 // One launch moves elements of an iteration space `sizes` between a direct

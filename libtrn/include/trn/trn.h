@@ -25,4 +25,5 @@
 #include "trn/index.h"
 #include "trn/blas.h"
 #include "trn/conv.h"
+#include "trn/reduce.h"
 #endif

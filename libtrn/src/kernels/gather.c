@@ -96,8 +96,8 @@ trn_status trn_index_launch(trn_stream *stream, const trn_index_desc *desc) {
                               "trn_index_launch: %d dims / %d indices exceed the "
                               "limits (%d / %d)",
                               nd, nk, TRN_INDEX_MAX_DIMS, TRN_INDEX_MAX_INDICES);
-    if ((unsigned)desc->reduce >= TRN_REDUCE_COUNT_ ||
-        (!desc->scatter && desc->reduce != TRN_REDUCE_NONE))
+    if ((unsigned)desc->reduce >= TRN_INDEX_REDUCE_COUNT_ ||
+        (!desc->scatter && desc->reduce != TRN_INDEX_REDUCE_NONE))
         return bad("invalid reduction");
     if (nd > 0 && (desc->sizes == NULL || desc->out_strides == NULL ||
                    (desc->src != NULL && desc->src_strides == NULL)))
@@ -113,7 +113,7 @@ trn_status trn_index_launch(trn_stream *stream, const trn_index_desc *desc) {
         return trn__set_error(TRN_ERROR_UNSUPPORTED,
                               "trn_index_launch: no scatter reduction for %s",
                               trn_dtype_name(desc->dtype));
-    if (desc->reduce == TRN_REDUCE_MEAN && desc->out_numel < 0)
+    if (desc->reduce == TRN_INDEX_REDUCE_MEAN && desc->out_numel < 0)
         return bad("MEAN needs out_numel");
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS || numel == 0) return st;

@@ -166,7 +166,7 @@ static bool red_for(trn_dtype dt, red_set *r) {
 
 bool trn__scatter_supports(trn_dtype dt, int reduce) {
     red_set r;
-    return reduce == TRN_REDUCE_NONE || red_for(dt, &r);
+    return reduce == TRN_INDEX_REDUCE_NONE || red_for(dt, &r);
 }
 
 // ---- MEAN: divide each counted position (floor division for integers) ----------
@@ -212,7 +212,7 @@ static void mean_finish(const index_args *a, const int64_t *counts) {
 }
 
 trn_status trn__scatter_run(const index_args *a, const char *src0) {
-    if (a->reduce == TRN_REDUCE_NONE) {
+    if (a->reduce == TRN_INDEX_REDUCE_NONE) {
         switch (trn_dtype_size(a->dtype)) {
         case 1: return put1(a, src0, NULL);
         case 2: return put2(a, src0, NULL);
@@ -226,10 +226,10 @@ trn_status trn__scatter_run(const index_args *a, const char *src0) {
         return trn__set_error(TRN_ERROR_UNSUPPORTED, "scatter reduction on %s",
                               trn_dtype_name(a->dtype));
     switch (a->reduce) {
-    case TRN_REDUCE_ADD: return r.add(a, src0, NULL);
-    case TRN_REDUCE_MUL: return r.mul(a, src0, NULL);
-    case TRN_REDUCE_MAX: return r.max(a, src0, NULL);
-    case TRN_REDUCE_MIN: return r.min(a, src0, NULL);
+    case TRN_INDEX_REDUCE_ADD: return r.add(a, src0, NULL);
+    case TRN_INDEX_REDUCE_MUL: return r.mul(a, src0, NULL);
+    case TRN_INDEX_REDUCE_MAX: return r.max(a, src0, NULL);
+    case TRN_INDEX_REDUCE_MIN: return r.min(a, src0, NULL);
     default: break;
     }
     // MEAN: count first (this pass also checks every index), then add.

@@ -1,0 +1,467 @@
+// test_reduce.c - the reduction, scan and softmax kernels against double
+// references: every loop shape (contiguous runs, column, strided), dtypes,
+// NaN rules, indices, empty reductions, protect mode (run again with
+// TORCH_NEURONX_DEBUG_PROTECT_MEMORY=1) and invalid descriptors.
+#include <math.h>
+#include <stdlib.h>
+
+#include "internal.h"
+#include "test.h"
+#include "trn/convert.h"
+#include "../src/kernels/fastmath.h"
+
+static trn_stream *g_stream;
+
+// Device buffer holding a copy of host data.
+static void *to_dev(const void *host, size_t bytes) {
+    void *d = NULL;
+    CHECK_OK(trn_mem_alloc(0, bytes ? bytes : 1, g_stream, &d));
+    if (bytes && host) {
+        int64_t n = (int64_t)bytes, one = 1;
+        trn_copy_desc c = {1, &n, d, &one, TRN_DTYPE_U8, host, &one, TRN_DTYPE_U8};
+        CHECK_OK(trn_copy_launch(g_stream, &c));
+        CHECK_OK(trn_stream_synchronize(g_stream));
+    }
+    return d;
+}
+
+static void from_dev(void *host, const void *dev, size_t bytes) {
+    int64_t n = (int64_t)bytes, one = 1;
+    trn_copy_desc c = {1, &n, host, &one, TRN_DTYPE_U8, dev, &one, TRN_DTYPE_U8};
+    CHECK_OK(trn_copy_launch(g_stream, &c));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+}
+
+static int close_to(double got, double want, double rtol) {
+    if (isnan(want)) return isnan(got);
+    if (isinf(want)) return got == want;
+    return fabs(got - want) <= rtol * fabs(want) + 1e-6;
+}
+
+#define CHECK_CLOSE(got, want, rtol)                                           \
+    do {                                                                       \
+        double g_ = (got), w_ = (want);                                        \
+        if (close_to(g_, w_, rtol)) {                                          \
+            test_passed++;                                                     \
+        } else {                                                               \
+            test_fail_header(__FILE__, __LINE__);                              \
+            fprintf(stderr, "%s ~ %s: %.9g vs %.9g\n", #got, #want, g_, w_);   \
+        }                                                                      \
+    } while (0)
+
+// Runs a reduction of a host float32 matrix [r, c] (strides rs, cs) over
+// `dims` (bit 0 = rows, bit 1 = cols) into a host result.
+static void reduce2d(trn_reduce_op op, trn_dtype dt, trn_dtype odt, const void *host,
+                     size_t bytes, int64_t r, int64_t c, int64_t rs, int64_t cs,
+                     int dims, double param, void *out, size_t out_bytes,
+                     int64_t *out2, trn_status expect) {
+    void *din = to_dev(host, bytes);
+    void *dout = to_dev(NULL, out_bytes);
+    void *dout2 = out2 ? to_dev(NULL, 8 * (size_t)(r * c)) : NULL;
+    int64_t sizes[2] = {r, c}, strides[2] = {rs, cs};
+    int64_t osz[2], ost[2], ist[2], isz[2], one[2] = {1, 1};
+    int no = 0, ni = 0;
+    for (int k = 0; k < 2; k++) {
+        if (dims & (1 << k)) {
+            isz[ni] = sizes[k];
+            ist[ni++] = strides[k];
+        } else {
+            osz[no] = sizes[k];
+            ist[0] = ist[0];
+            ost[no++] = strides[k];
+        }
+    }
+    (void)one;
+    int64_t outs[2] = {1, 1};
+    if (no == 2) outs[0] = c;
+    trn_reduce_desc d = {op, dt, odt, din, dout, dout2, no, osz, ost, outs, outs,
+                         ni, isz, ist, param};
+    CHECK_STATUS(trn_reduce_launch(g_stream, &d), expect);
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    if (expect == TRN_SUCCESS) {
+        from_dev(out, dout, out_bytes);
+        int64_t nout = no == 0 ? 1 : osz[0];
+        if (out2) from_dev(out2, dout2, 8 * (size_t)nout);
+    }
+    trn_mem_free(din);
+    trn_mem_free(dout);
+    if (dout2) trn_mem_free(dout2);
+}
+
+static double frand(unsigned *s) {
+    *s = *s * 1103515245u + 12345u;
+    return ((*s >> 8) & 0xFFFF) / 65536.0 - 0.5;
+}
+
+static void test_sum_large(void) {
+    const int64_t n = 1000000;
+    float *x = malloc(sizeof(float) * (size_t)n);
+    unsigned s = 1;
+    double ref = 0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = (float)(frand(&s) + 0.25);
+        ref += x[i];
+    }
+    float got;
+    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_F32, TRN_DTYPE_F32, x, sizeof(float) * (size_t)n,
+             1, n, n, 1, 3, 0, &got, 4, NULL, TRN_SUCCESS);
+    CHECK_CLOSE(got, ref, 2e-6);
+    float mean;
+    reduce2d(TRN_REDUCE_MEAN, TRN_DTYPE_F32, TRN_DTYPE_F32, x, sizeof(float) * (size_t)n,
+             1, n, n, 1, 3, 0, &mean, 4, NULL, TRN_SUCCESS);
+    CHECK_CLOSE(mean, ref / (double)n, 2e-6);
+    free(x);
+}
+
+// Every op over rows, cols and both, on a contiguous and a transposed
+// matrix, against a double reference.
+static double ref_op(trn_reduce_op op, const float *v, int64_t n, double p, int64_t *idx) {
+    double acc = 0, m = 0;
+    *idx = 0;
+    switch (op) {
+    case TRN_REDUCE_SUM: for (int64_t i = 0; i < n; i++) acc += v[i]; return acc;
+    case TRN_REDUCE_MEAN: for (int64_t i = 0; i < n; i++) acc += v[i]; return acc / (double)n;
+    case TRN_REDUCE_PROD: acc = 1; for (int64_t i = 0; i < n; i++) acc *= v[i]; return acc;
+    case TRN_REDUCE_AMAX: case TRN_REDUCE_MAX:
+        acc = v[0];
+        for (int64_t i = 1; i < n; i++) if (v[i] > acc) { acc = v[i]; *idx = i; }
+        return acc;
+    case TRN_REDUCE_AMIN: case TRN_REDUCE_MIN:
+        acc = v[0];
+        for (int64_t i = 1; i < n; i++) if (v[i] < acc) { acc = v[i]; *idx = i; }
+        return acc;
+    case TRN_REDUCE_VAR: case TRN_REDUCE_STD:
+        for (int64_t i = 0; i < n; i++) m += v[i];
+        m /= (double)n;
+        for (int64_t i = 0; i < n; i++) acc += (v[i] - m) * (v[i] - m);
+        acc /= (double)n - p;
+        return op == TRN_REDUCE_STD ? sqrt(acc) : acc;
+    case TRN_REDUCE_NORM:
+        if (p == INFINITY) { for (int64_t i = 0; i < n; i++) acc = fmax(acc, fabs(v[i])); return acc; }
+        if (p == 0) { for (int64_t i = 0; i < n; i++) acc += v[i] != 0; return acc; }
+        for (int64_t i = 0; i < n; i++) acc += pow(fabs(v[i]), p);
+        return pow(acc, 1 / p);
+    case TRN_REDUCE_LOGSUMEXP:
+        m = v[0];
+        for (int64_t i = 1; i < n; i++) m = fmax(m, v[i]);
+        for (int64_t i = 0; i < n; i++) acc += exp(v[i] - m);
+        return m + log(acc);
+    case TRN_REDUCE_COUNT_NONZERO: for (int64_t i = 0; i < n; i++) acc += v[i] != 0; return acc;
+    default: return 0;
+    }
+}
+
+static void test_ops_layouts(void) {
+    enum { R = 37, C = 1100 };
+    float *x = malloc(sizeof(float) * R * C), *col = malloc(sizeof(float) * R * C);
+    unsigned s = 7;
+    for (int i = 0; i < R * C; i++) x[i] = (float)(frand(&s) * 4 + 0.05);
+    for (int i = 0; i < 50; i++) x[(i * 977) % (R * C)] = 0;  // zeros for count/norm0
+    const struct { trn_reduce_op op; double p; double rtol; } ops[] = {
+        {TRN_REDUCE_SUM, 0, 1e-5}, {TRN_REDUCE_MEAN, 0, 1e-5}, {TRN_REDUCE_AMAX, 0, 0},
+        {TRN_REDUCE_AMIN, 0, 0}, {TRN_REDUCE_MAX, 0, 0}, {TRN_REDUCE_MIN, 0, 0},
+        {TRN_REDUCE_VAR, 1, 1e-6}, {TRN_REDUCE_STD, 0, 1e-6}, {TRN_REDUCE_NORM, 2, 1e-5},
+        {TRN_REDUCE_NORM, 1, 1e-5}, {TRN_REDUCE_NORM, INFINITY, 0}, {TRN_REDUCE_NORM, 0, 0},
+        {TRN_REDUCE_NORM, 3.5, 1e-5}, {TRN_REDUCE_LOGSUMEXP, 0, 1e-5},
+        {TRN_REDUCE_COUNT_NONZERO, 0, 0},
+    };
+    float *out = malloc(sizeof(float) * (R > C ? R : C) * 2);
+    int64_t *out2 = malloc(8 * (R > C ? R : C) * 2);
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+        const trn_reduce_op op = ops[k].op;
+        const int cnt = op == TRN_REDUCE_COUNT_NONZERO;
+        const int idx = op == TRN_REDUCE_MAX || op == TRN_REDUCE_MIN;
+        const trn_dtype odt = cnt ? TRN_DTYPE_I64 : TRN_DTYPE_F32;
+        for (int layout = 0; layout < 2; layout++) {
+            // layout 0: x is [R, C] row-major; layout 1: the same logical
+            // matrix [R, C] read through a transposed [C, R] buffer.
+            const float *buf = x;
+            int64_t rs = C, cs = 1;
+            if (layout == 1) {
+                for (int i = 0; i < R; i++)
+                    for (int j = 0; j < C; j++) col[j * R + i] = x[i * C + j];
+                buf = col;
+                rs = 1;
+                cs = R;
+            }
+            for (int dims = 1; dims <= 3; dims++) {
+                if (idx && dims == 3) continue;
+                const int64_t nout = dims == 1 ? C : dims == 2 ? R : 1;
+                reduce2d(op, TRN_DTYPE_F32, odt, buf, sizeof(float) * R * C, R, C, rs,
+                         cs, dims, ops[k].p, out, (cnt ? 8 : 4) * (size_t)nout,
+                         idx ? out2 : NULL, TRN_SUCCESS);
+                int bad = 0;
+                for (int64_t o = 0; o < nout; o++) {
+                    float v[R * C];
+                    int64_t n = 0;
+                    if (dims == 1) for (int i = 0; i < R; i++) v[n++] = x[i * C + o];
+                    if (dims == 2) for (int j = 0; j < C; j++) v[n++] = x[o * C + j];
+                    if (dims == 3) for (int i = 0; i < R * C; i++) v[n++] = x[i];
+                    int64_t ri;
+                    double want = ref_op(op, v, n, ops[k].p, &ri);
+                    double got = cnt ? (double)((int64_t *)(void *)out)[o] : out[o];
+                    // Sums of ~1000 float32 terms of size ~2: absolute error up to ~1e-4.
+                    const int ok = close_to(got, want, ops[k].rtol + 1e-7) ||
+                                   (ops[k].rtol > 0 && fabs(got - want) < 5e-4);
+                    if (!ok || (idx && out2[o] != ri)) {
+                        if (bad++ < 3)
+                            fprintf(stderr, "op %s p %g layout %d dims %d out %lld: %.9g vs %.9g\n",
+                                    trn_reduce_op_name(op), ops[k].p, layout, dims,
+                                    (long long)o, got, want);
+                    }
+                }
+                CHECK_INT(bad, 0);
+            }
+        }
+    }
+    free(out);
+    free(out2);
+    free(x);
+    free(col);
+}
+
+static void test_nan_and_indices(void) {
+    float x[6] = {1, 5, 5, NAN, 2, NAN};
+    float v;
+    int64_t i;
+    reduce2d(TRN_REDUCE_MAX, TRN_DTYPE_F32, TRN_DTYPE_F32, x, sizeof x, 1, 6, 6, 1, 2, 0,
+             &v, 4, &i, TRN_SUCCESS);
+    CHECK(isnan(v));
+    CHECK_INT(i, 3);
+    reduce2d(TRN_REDUCE_MAX, TRN_DTYPE_F32, TRN_DTYPE_F32, x, sizeof x, 1, 3, 3, 1, 2, 0,
+             &v, 4, &i, TRN_SUCCESS);
+    CHECK_CLOSE(v, 5, 0);
+    CHECK_INT(i, 1);  // first of the ties
+    reduce2d(TRN_REDUCE_AMIN, TRN_DTYPE_F32, TRN_DTYPE_F32, x, sizeof x, 1, 6, 6, 1, 2, 0,
+             &v, 4, NULL, TRN_SUCCESS);
+    CHECK(isnan(v));
+    reduce2d(TRN_REDUCE_ARGMIN, TRN_DTYPE_F32, TRN_DTYPE_I64, x, sizeof x, 1, 6, 6, 1, 2, 0,
+             &i, 8, NULL, TRN_SUCCESS);
+    CHECK_INT(i, 3);
+    // NaN in a column reduction (column loop) propagates.
+    float m[8 * 3] = {0};
+    m[8 + 5] = NAN;
+    float out[8];
+    reduce2d(TRN_REDUCE_AMAX, TRN_DTYPE_F32, TRN_DTYPE_F32, m, sizeof m, 3, 8, 8, 1, 1, 0,
+             out, sizeof out, NULL, TRN_SUCCESS);
+    CHECK(isnan(out[5]));
+    CHECK_CLOSE(out[4], 0, 0);
+    reduce2d(TRN_REDUCE_ANY, TRN_DTYPE_F32, TRN_DTYPE_BOOL, m, sizeof m, 3, 8, 8, 1, 3, 0,
+             out, 1, NULL, TRN_SUCCESS);
+    CHECK_INT(((uint8_t *)out)[0], 1);
+}
+
+static void test_int_and_half(void) {
+    int64_t xi[5] = {INT64_MAX, 1, -3, 7, 2};
+    int64_t r;
+    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_I64, TRN_DTYPE_I64, xi, sizeof xi, 1, 5, 5, 1, 2, 0,
+             &r, 8, NULL, TRN_SUCCESS);
+    CHECK_INT(r, (int64_t)((uint64_t)INT64_MAX + 7));  // wraps like PyTorch
+    reduce2d(TRN_REDUCE_PROD, TRN_DTYPE_I64, TRN_DTYPE_I64, xi + 1, 32, 1, 4, 4, 1, 2, 0,
+             &r, 8, NULL, TRN_SUCCESS);
+    CHECK_INT(r, -42);
+    reduce2d(TRN_REDUCE_AMIN, TRN_DTYPE_I64, TRN_DTYPE_I64, xi, sizeof xi, 1, 5, 5, 1, 2, 0,
+             &r, 8, NULL, TRN_SUCCESS);
+    CHECK_INT(r, -3);
+    int64_t mx;
+    reduce2d(TRN_REDUCE_MAX, TRN_DTYPE_I64, TRN_DTYPE_I64, xi, sizeof xi, 1, 5, 5, 1, 2, 0,
+             &r, 8, &mx, TRN_SUCCESS);
+    CHECK_INT(r, INT64_MAX);
+    CHECK_INT(mx, 0);
+    uint8_t b[4] = {1, 1, 0, 1}, o;
+    reduce2d(TRN_REDUCE_ALL, TRN_DTYPE_BOOL, TRN_DTYPE_BOOL, b, 4, 1, 4, 4, 1, 2, 0, &o, 1,
+             NULL, TRN_SUCCESS);
+    CHECK_INT(o, 0);
+    reduce2d(TRN_REDUCE_COUNT_NONZERO, TRN_DTYPE_BOOL, TRN_DTYPE_I64, b, 4, 1, 4, 4, 1, 2, 0,
+             &r, 8, NULL, TRN_SUCCESS);
+    CHECK_INT(r, 3);
+    uint16_t h[3000], hs;
+    double ref = 0;
+    for (int i = 0; i < 3000; i++) {
+        h[i] = trn_float_to_bf16((float)(i % 7) * 0.25f);
+        ref += trn_bf16_to_float(h[i]);
+    }
+    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_BF16, TRN_DTYPE_BF16, h, sizeof h, 1, 3000, 3000, 1,
+             2, 0, &hs, 2, NULL, TRN_SUCCESS);
+    CHECK_CLOSE(trn_bf16_to_float(hs), ref, 4e-3);
+    // Unsupported combinations.
+    reduce2d(TRN_REDUCE_MEAN, TRN_DTYPE_I64, TRN_DTYPE_I64, xi, sizeof xi, 1, 5, 5, 1, 2, 0,
+             &r, 8, NULL, TRN_ERROR_UNSUPPORTED);
+    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_C64, TRN_DTYPE_C64, xi, sizeof xi, 1, 5, 5, 1, 2, 0,
+             &r, 8, NULL, TRN_ERROR_UNSUPPORTED);
+}
+
+static void test_empty(void) {
+    float x[1] = {0}, out[4];
+    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 0, 4, 4, 1, 1, 0, out,
+             16, NULL, TRN_SUCCESS);
+    CHECK_CLOSE(out[0], 0, 0);
+    CHECK_CLOSE(out[3], 0, 0);
+    reduce2d(TRN_REDUCE_PROD, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 0, 4, 4, 1, 1, 0, out,
+             16, NULL, TRN_SUCCESS);
+    CHECK_CLOSE(out[2], 1, 0);
+    reduce2d(TRN_REDUCE_MEAN, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 0, 4, 4, 1, 1, 0, out,
+             16, NULL, TRN_SUCCESS);
+    CHECK(isnan(out[1]));
+    reduce2d(TRN_REDUCE_LOGSUMEXP, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 0, 4, 4, 1, 1, 0,
+             out, 16, NULL, TRN_SUCCESS);
+    CHECK(isinf(out[1]) && out[1] < 0);
+    reduce2d(TRN_REDUCE_AMAX, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 0, 4, 4, 1, 1, 0, out,
+             16, NULL, TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(trn_last_error(), "no identity");
+    // Empty output: nothing to do.
+    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 4, 0, 1, 1, 2, 0, out, 4,
+             NULL, TRN_SUCCESS);
+    float var[2];
+    float one[2] = {3, 4};
+    // var_mean with correction 1 of one element: 0/0 -> NaN, mean 3.
+    void *din = to_dev(one, 8), *dv = to_dev(NULL, 8), *dm = to_dev(NULL, 8);
+    int64_t osz = 2, ost = 1, isz = 1, ist = 1;
+    trn_reduce_desc d = {TRN_REDUCE_VAR_MEAN, TRN_DTYPE_F32, TRN_DTYPE_F32, din, dv, dm,
+                         1, &osz, &ost, &ost, &ost, 1, &isz, &ist, 1.0};
+    CHECK_OK(trn_reduce_launch(g_stream, &d));
+    from_dev(var, dv, 8);
+    CHECK(isnan(var[0]));
+    from_dev(var, dm, 8);
+    CHECK_CLOSE(var[1], 4, 0);
+    d.out2 = NULL;
+    CHECK_STATUS(trn_reduce_launch(g_stream, &d), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(trn_reduce_launch(g_stream, NULL), TRN_ERROR_INVALID_ARGUMENT);
+    trn_mem_free(din);
+    trn_mem_free(dv);
+    trn_mem_free(dm);
+}
+
+static void test_scan(void) {
+    enum { R = 5, C = 40 };
+    float x[R * C], y[R * C];
+    unsigned s = 3;
+    for (int i = 0; i < R * C; i++) x[i] = (float)frand(&s);
+    void *din = to_dev(x, sizeof x), *dout = to_dev(NULL, sizeof y);
+    for (int dim = 0; dim < 2; dim++) {
+        int64_t osz = dim == 0 ? C : R, ost = dim == 0 ? 1 : C;
+        trn_scan_desc d = {TRN_SCAN_CUMSUM, TRN_DTYPE_F32, din, dout, 1, &osz, &ost, &ost,
+                           dim == 0 ? R : C, dim == 0 ? C : 1, dim == 0 ? C : 1};
+        CHECK_OK(trn_scan_launch(g_stream, &d));
+        from_dev(y, dout, sizeof y);
+        int bad = 0;
+        for (int i = 0; i < R; i++)
+            for (int j = 0; j < C; j++) {
+                double acc = 0;
+                if (dim == 0) for (int k = 0; k <= i; k++) acc += x[k * C + j];
+                else for (int k = 0; k <= j; k++) acc += x[i * C + k];
+                bad += !close_to(y[i * C + j], acc, 1e-6);
+            }
+        CHECK_INT(bad, 0);
+    }
+    int32_t xi[6] = {1, 2, 3, 4, 5, 6}, yi[6];
+    void *di = to_dev(xi, sizeof xi);
+    int64_t osz = 1, ost = 1;
+    trn_scan_desc d = {TRN_SCAN_CUMPROD, TRN_DTYPE_I32, di, di, 1, &osz, &ost, &ost, 6, 1, 1};
+    CHECK_OK(trn_scan_launch(g_stream, &d));  // in place
+    from_dev(yi, di, sizeof yi);
+    CHECK_INT(yi[5], 720);
+    CHECK_INT(yi[2], 6);
+    d.dtype = TRN_DTYPE_C64;
+    CHECK_STATUS(trn_scan_launch(g_stream, &d), TRN_ERROR_UNSUPPORTED);
+    trn_mem_free(din);
+    trn_mem_free(dout);
+    trn_mem_free(di);
+}
+
+static void test_softmax(void) {
+    enum { O = 3, D = 37, I = 5 };
+    float x[O * D * I], y[O * D * I], g[O * D * I], z[O * D * I];
+    unsigned s = 11;
+    for (int i = 0; i < O * D * I; i++) {
+        x[i] = (float)(frand(&s) * 20);
+        g[i] = (float)frand(&s);
+    }
+    void *dx = to_dev(x, sizeof x), *dy = to_dev(NULL, sizeof y), *dg = to_dev(g, sizeof g);
+    void *dz = to_dev(NULL, sizeof z);
+    for (int inner = 0; inner < 2; inner++) {
+        const int64_t outer = inner ? O : O * I, dim = D, in = inner ? I : 1;
+        for (int lg = 0; lg < 2; lg++) {
+            trn_softmax_desc d = {lg ? TRN_LOG_SOFTMAX : TRN_SOFTMAX, TRN_DTYPE_F32, dx,
+                                  NULL, dy, outer, dim, in};
+            CHECK_OK(trn_softmax_launch(g_stream, &d));
+            trn_softmax_desc b = {lg ? TRN_LOG_SOFTMAX_BACKWARD : TRN_SOFTMAX_BACKWARD,
+                                  TRN_DTYPE_F32, dy, dg, dz, outer, dim, in};
+            CHECK_OK(trn_softmax_launch(g_stream, &b));
+            from_dev(y, dy, sizeof y);
+            from_dev(z, dz, sizeof z);
+            int bad = 0;
+            for (int64_t o = 0; o < outer; o++)
+                for (int64_t j = 0; j < in; j++) {
+                    const int64_t base = o * dim * in + j;
+                    double m = -INFINITY, sum = 0, gs = 0, gy = 0;
+                    for (int64_t k = 0; k < dim; k++) m = fmax(m, x[base + k * in]);
+                    for (int64_t k = 0; k < dim; k++) sum += exp(x[base + k * in] - m);
+                    for (int64_t k = 0; k < dim; k++) {
+                        const int64_t e = base + k * in;
+                        double p = exp(x[e] - m) / sum;
+                        gs += g[e];
+                        gy += g[e] * (lg ? log(p) : p);
+                        bad += !close_to(y[e], lg ? log(p) : p, 1e-5);
+                    }
+                    for (int64_t k = 0; k < dim; k++) {
+                        const int64_t e = base + k * in;
+                        double yy = y[e];
+                        double want = lg ? g[e] - exp(yy) * gs : yy * (g[e] - gy);
+                        bad += !close_to(z[e], want, 1e-4);
+                    }
+                }
+            CHECK_INT(bad, 0);
+        }
+    }
+    // NaN row: every output NaN; -inf entries give 0.
+    float r[4] = {1, NAN, 2, -INFINITY}, q[4];
+    void *dr = to_dev(r, sizeof r);
+    trn_softmax_desc d = {TRN_SOFTMAX, TRN_DTYPE_F32, dr, NULL, dr, 1, 4, 1};
+    CHECK_OK(trn_softmax_launch(g_stream, &d));
+    from_dev(q, dr, sizeof q);
+    CHECK(isnan(q[0]) && isnan(q[3]));
+    float r2[3] = {0, 1, -INFINITY};
+    void *dr2 = to_dev(r2, sizeof r2);
+    d.in = d.out = dr2;
+    d.dim = 3;
+    CHECK_OK(trn_softmax_launch(g_stream, &d));
+    from_dev(q, dr2, sizeof r2);
+    CHECK_CLOSE(q[2], 0, 0);
+    CHECK_CLOSE(q[1], exp(1) / (1 + exp(1)), 1e-6);
+    d.dtype = TRN_DTYPE_I32;
+    CHECK_STATUS(trn_softmax_launch(g_stream, &d), TRN_ERROR_UNSUPPORTED);
+    trn_mem_free(dx);
+    trn_mem_free(dy);
+    trn_mem_free(dg);
+    trn_mem_free(dz);
+    trn_mem_free(dr);
+    trn_mem_free(dr2);
+}
+
+static void test_fast_exp(void) {
+    double worst = 0;
+    for (float x = -87.0f; x < 88.0f; x += 0.0137f) {
+        double want = exp((double)x), got = trn_fast_expf(x);
+        double ulp = fabs(got - want) / (nextafterf((float)want, INFINITY) - (float)want);
+        if (ulp > worst) worst = ulp;
+    }
+    CHECK(worst < 2.0);
+    CHECK(isnan(trn_fast_expf(NAN)));
+    CHECK(isinf(trn_fast_expf(100.0f)));
+    CHECK(trn_fast_expf(-INFINITY) == 0.0f);
+    CHECK(trn_fast_expf(0.0f) == 1.0f);
+}
+
+int main(void) {
+    CHECK_OK(trn_stream_get_default(0, &g_stream));
+    test_fast_exp();
+    test_sum_large();
+    test_ops_layouts();
+    test_nan_and_indices();
+    test_int_and_half();
+    test_empty();
+    test_scan();
+    test_softmax();
+    return TEST_REPORT();
+}
