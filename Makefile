@@ -44,6 +44,7 @@ test-py: build
 	TORCH_NEURONX_ENABLE_ASYNC_NRT=1 $(PY) -m pytest -q tests/test_tensors.py tests/test_streams.py tests/test_accelerator.py
 
 bench: build
+	$(PY) bench/bench_ops.py
 	$(PY) bench/bench_copy.py
 	cmake --build build/cmake --target trn_bench_stream && build/cmake/libtrn/trn_bench_stream
 

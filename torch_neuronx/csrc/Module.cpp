@@ -93,6 +93,8 @@ PYBIND11_MODULE(_C, m) {
     m.def("_get_device_properties", [](int i) { return guarded([&] { return device_properties(i); }); });
     m.def("_memory_stats", [](int i) { return guarded([&] { return memory_stats(i); }); });
     m.def("_stream_async_enabled", [] { return trn_stream_async_enabled(); });
+    m.def("_num_threads", [] { return trn_parallel_threads(); });
+    m.def("_float64_native", [] { return trn_float64_native() != 0; });
     m.def("_memory_protect_enabled", [] { return trn_mem_protect_enabled(); });
     // Streams as (stream_id, device_index, device_type), torch.Stream's fields.
     m.def("_current_stream", [](int i) { return guarded([&] {

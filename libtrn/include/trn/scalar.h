@@ -313,6 +313,96 @@ static inline double trn_sc_erfinv_d(double y) {
     return trn_sc_isnan(y) ? y : x;
 }
 
+// ---- float-native kernels for the hottest float ops -------------------------
+// exp and what builds on it (sigmoid, silu, tanh, gelu) run at memory speed
+// only when the whole computation stays in 8-wide float vectors, so these
+// are done in float with FMA (Cephes' minimax coefficients), ~1 ulp for exp.
+
+static inline float trn_sc_expf(float x) {
+    float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+    xc = xc != xc ? 0.0f : xc;  // NaN: patched at the end; keeps casts defined
+    const float n = nearbyintf(xc * 1.44269504088896341f);
+    float r = fmaf(n, -0.693359375f, xc);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    p = fmaf(p, r * r, r) + 1.0f;
+    // 2^n as two factors so n in [-150, 129] never leaves the exponent range.
+    const int32_t ni = (int32_t)n;
+    const int32_t n1 = ni / 2, n2 = ni - n1;
+    const float s1 = trn_fp32_from_bits((uint32_t)(n1 + 127) << 23);
+    const float s2 = trn_fp32_from_bits((uint32_t)(n2 + 127) << 23);
+    const float res = p * s1 * s2;
+    return x != x ? x : res;
+}
+
+// tanh: odd polynomial below 0.625 (Cephes tanhf), 1 - 2 / (e^2x + 1) above.
+static inline float trn_sc_tanhf(float x) {
+    const float ax = fabsf(x);
+    const float z = x * x;
+    float p = -5.70498872745e-3f;
+    p = fmaf(p, z, 2.06390887954e-2f);
+    p = fmaf(p, z, -5.37397155531e-2f);
+    p = fmaf(p, z, 1.33314422036e-1f);
+    p = fmaf(p, z, -3.33332819422e-1f);
+    const float small = fmaf(p * z, x, x);
+    const float e = trn_sc_expf(2.0f * (ax > 20.0f ? 20.0f : ax));
+    const float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
+    return ax < 0.625f ? small : big;
+}
+
+// erfc(z) for z >= 0: Numerical Recipes' fit (fractional error < 1.2e-7).
+static inline float trn_sc_erfc_posf(float z) {
+    const float t = 1.0f / fmaf(0.5f, z, 1.0f);
+    float q = 0.17087277f;
+    q = fmaf(q, t, -0.82215223f);
+    q = fmaf(q, t, 1.48851587f);
+    q = fmaf(q, t, -1.13520398f);
+    q = fmaf(q, t, 0.27886807f);
+    q = fmaf(q, t, -0.18628806f);
+    q = fmaf(q, t, 0.09678418f);
+    q = fmaf(q, t, 0.37409196f);
+    q = fmaf(q, t, 1.00002368f);
+    q = fmaf(q, t, -1.26551223f);
+    const float zc = z > 10.0f ? 10.0f : z;
+    return t * trn_sc_expf(fmaf(-zc, zc, q));
+}
+
+// erf(x) / x for |x| < 0.5: Taylor series in x^2.
+static inline float trn_sc_erf_small_over_x(float x2) {
+    float p = 1.0f / (3628800.0f * 21.0f);
+    p = fmaf(p, -x2, 1.0f / (362880.0f * 19.0f));
+    p = fmaf(p, -x2, 1.0f / (40320.0f * 17.0f));
+    p = fmaf(p, -x2, 1.0f / (5040.0f * 15.0f));
+    p = fmaf(p, -x2, 1.0f / (720.0f * 13.0f));
+    p = fmaf(p, -x2, 1.0f / (120.0f * 11.0f));
+    p = fmaf(p, -x2, 1.0f / (24.0f * 9.0f));
+    p = fmaf(p, -x2, 1.0f / (6.0f * 7.0f));
+    p = fmaf(p, -x2, 1.0f / (2.0f * 5.0f));
+    p = fmaf(p, -x2, 1.0f / 3.0f);
+    p = fmaf(p, -x2, 1.0f);
+    return 1.12837916709551257f * p;
+}
+
+static inline float trn_sc_erff(float x) {
+    const float z = fabsf(x);
+    const float small = x * trn_sc_erf_small_over_x(x * x);
+    const float big = copysignf(1.0f - trn_sc_erfc_posf(z), x);
+    return z < 0.5f ? small : big;
+}
+
+// 1 + erf(u) without cancellation for negative u (= erfc(-u)).
+static inline float trn_sc_one_plus_erff(float u) {
+    const float a = fabsf(u);
+    const float ec = trn_sc_erfc_posf(a);
+    const float small = 1.0f + u * trn_sc_erf_small_over_x(u * u);
+    return a < 0.5f ? small : (u < 0.0f ? ec : 2.0f - ec);
+}
+
 // ---- float family ----------------------------------------------------------
 // Rounds to the 16-bit storage type where ATen's CPU kernel computes a step
 // in that type (its Vectorized<Half/BFloat16> ops round after every op), so
@@ -351,14 +441,14 @@ TRN_SC_F1(hardsigmoid, x <= -3.0f ? 0.0f : (x >= 3.0f ? 1.0f : x / 6.0f + 0.5f))
 TRN_SC_F1(hardswish, x <= -3.0f ? 0.0f : (x >= 3.0f ? x : x * (x + 3.0f) / 6.0f))
 TRN_SC_F1(leaky_relu, x > 0.0f ? x : x * (float)c->p[0])
 TRN_SC_F1(hardtanh, x < (float)c->p[0] ? (float)c->p[0] : (x > (float)c->p[1] ? (float)c->p[1] : x))
-TRN_SC_F1(exp, (float)trn_sc_exp_d(x))
+TRN_SC_F1(exp, trn_sc_expf(x))
 TRN_SC_F1(exp2, (float)trn_sc_exp_d((double)x * 0.6931471805599453))
 TRN_SC_F1(expm1, (float)trn_sc_expm1_d(x))
 TRN_SC_F1(log, (float)trn_sc_log_d(x))
 TRN_SC_F1(log2, (float)(trn_sc_log_d(x) * 1.4426950408889634))
 TRN_SC_F1(log10, (float)(trn_sc_log_d(x) * 0.4342944819032518))
 TRN_SC_F1(atan, (float)trn_sc_atan_d(x))
-TRN_SC_F1(erf, (float)trn_sc_erf_d(x))
+TRN_SC_F1(erf, trn_sc_erff(x))
 TRN_SC_F1(erfc, (float)trn_sc_erfc_d(x))
 TRN_SC_F1(erfinv, (float)trn_sc_erfinv_d(x))
 
@@ -426,9 +516,10 @@ static inline double trn_sc_tanh_d(double d) {
     const double e = trn_sc_expm1_d(2.0 * dc);
     return e / (e + 2.0);
 }
-TRN_SC_F1(tanh, (float)trn_sc_tanh_d(x))
-TRN_SC_F1(sigmoid, (float)(1.0 / (1.0 + trn_sc_exp_d(-(double)x))))
-TRN_SC_F1(silu, (float)((double)x / (1.0 + trn_sc_exp_d(-(double)x))))
+TRN_SC_F1(tanh, trn_sc_tanhf(x))
+// As ATen's vectorized sigmoid and silu: 1 / (1 + e^-x), x / (1 + e^-x).
+TRN_SC_F1(sigmoid, 1.0f / (1.0f + trn_sc_expf(-x)))
+TRN_SC_F1(silu, x / (1.0f + trn_sc_expf(-x)))
 
 static inline float trn_sc_logit_f(float x, const trn_sc_ctx *c) {
     // p0 >= 0: clamp to [eps, 1 - eps] first; p0 < 0: no eps.
@@ -441,10 +532,11 @@ static inline float trn_sc_logit_f(float x, const trn_sc_ctx *c) {
 }
 
 // gelu(x) = x/2 (1 + erf(x/sqrt2)); tanh form: x/2 (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))).
-TRN_SC_F1(gelu, (float)(0.5 * (double)x * (1.0 + trn_sc_erf_d((double)x * 0.7071067811865476))))
-TRN_SC_F1(gelu_tanh, (float)(0.5 * (double)x *
-                            (1.0 + trn_sc_tanh_d(0.7978845608028654 *
-                                                 ((double)x + 0.044715 * (double)x * x * x)))))
+// 1 + erf and 1 + tanh are formed without cancellation for negative x
+// (erfc, and 1 + tanh(y) = 2 / (1 + e^-2y)), so the tails are accurate.
+TRN_SC_F1(gelu, 0.5f * x * trn_sc_one_plus_erff(x * 0.70710678118654752f))
+TRN_SC_F1(gelu_tanh, x / (1.0f + trn_sc_expf(-1.59576912160573072f *
+                                             fmaf(0.044715f * x * x, x, x))))
 
 static inline double trn_sc_softplus_d(double d, double beta, double threshold) {
     const double z = d * beta;

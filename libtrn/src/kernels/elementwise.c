@@ -39,6 +39,17 @@ typedef void (*block_fn)(int n, void *o, const void *a, const void *b,
                          const void *c, const trn_sc_ctx *ctx);
 
 // ---- block functions ------------------------------------------------------------
+// The loop body is instantiated twice: once with round16 known to be 0 (the
+// float32 path, where the 16-bit rounding steps fold away) and once general.
+#define UNSWITCH16(cp, LOOP)                                                   \
+    if ((cp)->round16 == 0) {                                                  \
+        trn_sc_ctx ctx = *(cp);                                                \
+        ctx.round16 = 0;                                                       \
+        LOOP                                                                   \
+    } else {                                                                   \
+        const trn_sc_ctx ctx = *(cp);                                          \
+        LOOP                                                                   \
+    }
 // One per (op, family): o[i] = op(a[i], b[i], c[i]). The context is copied
 // to a local so stores through o cannot alias its parameters.
 
@@ -48,31 +59,28 @@ typedef void (*block_fn)(int n, void *o, const void *a, const void *b,
                                  const trn_sc_ctx *cp) {                       \
         (void)b_;                                                              \
         (void)c_;                                                              \
-        const trn_sc_ctx ctx = *cp;                                            \
         T *o = o_;                                                             \
         const T *a = a_;                                                       \
-        for (int i = 0; i < n; i++) o[i] = trn_sc_##FN##_##SUF(a[i], &ctx);    \
+        UNSWITCH16(cp, for (int i = 0; i < n; i++) o[i] = trn_sc_##FN##_##SUF(a[i], &ctx);) \
     }
 #define BLK2(FN, SUF, T)                                                       \
     static void blk_##FN##_##SUF(int n, void *o_, const void *a_,             \
                                  const void *b_, const void *c_,               \
                                  const trn_sc_ctx *cp) {                       \
         (void)c_;                                                              \
-        const trn_sc_ctx ctx = *cp;                                            \
         T *o = o_;                                                             \
         const T *a = a_, *b = b_;                                              \
-        for (int i = 0; i < n; i++)                                            \
-            o[i] = trn_sc_##FN##_##SUF(a[i], b[i], &ctx);                      \
+        UNSWITCH16(cp, for (int i = 0; i < n; i++)                             \
+            o[i] = trn_sc_##FN##_##SUF(a[i], b[i], &ctx);)                     \
     }
 #define BLK3(FN, SUF, T)                                                       \
     static void blk_##FN##_##SUF(int n, void *o_, const void *a_,             \
                                  const void *b_, const void *c_,               \
                                  const trn_sc_ctx *cp) {                       \
-        const trn_sc_ctx ctx = *cp;                                            \
         T *o = o_;                                                             \
         const T *a = a_, *b = b_, *c = c_;                                     \
-        for (int i = 0; i < n; i++)                                            \
-            o[i] = trn_sc_##FN##_##SUF(a[i], b[i], c[i], &ctx);                \
+        UNSWITCH16(cp, for (int i = 0; i < n; i++)                             \
+            o[i] = trn_sc_##FN##_##SUF(a[i], b[i], c[i], &ctx);)               \
     }
 // Predicates write bool bytes.
 #define PRED1(FN, SUF, T)                                                      \
