@@ -1,8 +1,11 @@
-"""Writes docs/ops.md from the live dispatcher registrations.
+"""Writes docs/ops.md from the live dispatcher registrations and the
+conformance suite's definition (tests/conformance: which OpInfo entries are
+checked against PyTorch CPU, for which dtypes, and every exclusion).
 
 Usage: python scripts/gen_ops_doc.py [--check]
 --check exits 1 when docs/ops.md differs from what would be written.
 """
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -10,7 +13,9 @@ import torch
 
 import torch_neuronx  # noqa: F401  registers the kernels
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "ops.md"
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "ops.md"
+CONFORMANCE = ROOT / "tests" / "conformance"
 
 # Common ops a model hits; listed so the doc shows what still falls back.
 COMMON = ["add", "sub", "mul", "div", "mm", "bmm", "addmm", "relu", "gelu", "exp", "sum",
@@ -19,14 +24,54 @@ COMMON = ["add", "sub", "mul", "div", "mm", "bmm", "addmm", "relu", "gelu", "exp
           "normal_", "uniform_", "argmax", "topk", "sort", "nonzero"]
 
 
+# aten kernels reached by OpInfo entries whose names differ from theirs.
+ALIASES = {
+    "convolution_overrideable": ["nn.functional.conv1d", "nn.functional.conv2d",
+                                 "nn.functional.conv3d"],
+    "convolution_backward_overrideable": ["nn.functional.conv2d (grad)"],
+    "index": ["__getitem__"],
+    "embedding_dense_backward": ["nn.functional.embedding (grad)"],
+    "_log_softmax_backward_data": ["log_softmax (grad)"],
+}
+
+
 def native_ops() -> list[str]:
     regs = torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1")
     return sorted(r for r in regs if r.startswith("aten::"))
 
 
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def conformance():
+    """(OpInfo entries checked, exclusions, tolerances, dtypes) of the suite."""
+    from torch.testing._internal.common_methods_invocations import op_db
+    checked = set()
+    for path in sorted(CONFORMANCE.glob("ops_*.py")):
+        checked |= set(_load(path).OPS)
+    excl = _load(CONFORMANCE / "exclusions.py")
+    dtypes = _load(CONFORMANCE / "dtypes.py").DTYPES
+    entries = [op for op in op_db if op.name in checked]
+    return entries, excl, dtypes
+
+
+def _dt(d) -> str:
+    return d if isinstance(d, str) else str(d).replace("torch.", "")
+
+
 def render() -> str:
     native = native_ops()
     names = {n.split("::", 1)[1].split(".", 1)[0] for n in native}
+    entries, excl, dtypes = conformance()
+    by_aten: dict[str, list[str]] = {}
+    for op in entries:
+        label = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+        for aten in {op.aten_name, op.name.rsplit(".", 1)[-1]}:
+            by_aten.setdefault(aten, []).append(label)
     lines = [
         "# Operators on neuron",
         "",
@@ -36,12 +81,44 @@ def render() -> str:
         "Every aten op not listed as native runs through the CPU fallback: it works,",
         "it is recorded in `torch_neuronx.get_fallback_ops()`, and it warns once.",
         "",
+        "Conformance: `tests/conformance` runs PyTorch's own OpInfo samples for each",
+        "listed OpInfo entry on neuron and on CPU and compares values, dtypes and shapes",
+        f"(dtypes: {', '.join(_dt(d) for d in dtypes)}, as each op supports), plus",
+        "float32 gradients; it also asserts the op did not fall back. It runs in CI.",
+        "",
         f"## Native ({len(native)})",
         "",
-        "| op (overload) | status |",
-        "|---|---|",
+        "| op (overload) | status | OpInfo conformance |",
+        "|---|---|---|",
     ]
-    lines += [f"| `{op}` | native |" for op in native]
+    for op in native:
+        base = op.split("::", 1)[1].split(".", 1)[0]
+        # _softmax -> softmax, add_ -> add, _index_put_impl_ -> index_put
+        candidates = {base, base.rstrip("_"), base.strip("_"),
+                      base.strip("_").removesuffix("_impl")}
+        infos = sorted({i for c in candidates for i in by_aten.get(c, []) + ALIASES.get(c, [])})
+        cell = ", ".join(f"`{i}`" for i in infos) if infos else "(tests/test_*.py only)"
+        lines.append(f"| `{op}` | native | {cell} |")
+    lines += ["", f"## OpInfo entries checked ({len(entries)})", "",
+              "| OpInfo entry | dtypes checked |", "|---|---|"]
+    for op in sorted(entries, key=lambda o: (o.name, o.variant_test_name)):
+        label = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+        sup = op.supported_dtypes("cpu")
+        checked = [_dt(d) for d in dtypes if d in sup]
+        lines.append(f"| `{label}` | {', '.join(checked)} |")
+    lines += ["", "## Exclusions and adjusted tolerances", "",
+              "From `tests/conformance/exclusions.py` (each with its reason there).", "",
+              "| OpInfo entry | dtype | what | reason |", "|---|---|---|---|"]
+    for (name, variant, dt), reason in sorted(excl.EXCLUDED.items(), key=str):
+        lines.append(f"| `{name}{'.' + variant if variant else ''}` | {_dt(dt)} | skipped | "
+                     f"{reason} |")
+    for (name, variant, dt), (atol, rtol) in sorted(excl.TOLERANCES.items(), key=str):
+        lines.append(f"| `{name}{'.' + variant if variant else ''}` | {_dt(dt)} | "
+                     f"atol {atol:g}, rtol {rtol:g} | summation order / rounding steps "
+                     "differ from ATen (see exclusions.py) |")
+    for name, ops in sorted(excl.ALLOWED_FALLBACKS.items()):
+        lines.append(f"| `{name}` | all | may also call {', '.join(ops)} on the CPU | "
+                     "sample preparation, see exclusions.py |")
     lines += ["", "## Common ops that fall back today", "", "| op | status |", "|---|---|"]
     lines += [f"| `aten::{op}` | CPU fallback |" for op in COMMON if op not in names]
     return "\n".join(lines) + "\n"

@@ -10,6 +10,7 @@ import torch
 from torch.testing._internal.common_methods_invocations import op_db
 
 import torch_neuronx
+from .dtypes import DTYPES
 from .exclusions import ALLOWED_FALLBACKS, EXCLUDED, TOLERANCES
 
 # OpInfo names whose aten kernels are native on neuron: the union of the
@@ -20,8 +21,6 @@ for _path in sorted(pathlib.Path(__file__).parent.glob("ops_*.py")):
     _mod = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_mod)
     NATIVE |= set(_mod.OPS)
-DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32,
-          torch.uint8, torch.bool]
 
 
 def _cases():
