@@ -40,8 +40,10 @@ test-c-asan: deps
 # any host-side access); then tensor and stream tests with worker threads.
 test-py: build
 	$(PY) -m pytest -q tests
-	TORCH_NEURONX_DEBUG_PROTECT_MEMORY=1 $(PY) -m pytest -q tests/test_tensors.py tests/test_fallback.py
-	TORCH_NEURONX_ENABLE_ASYNC_NRT=1 $(PY) -m pytest -q tests/test_tensors.py tests/test_streams.py tests/test_accelerator.py
+	TORCH_NEURONX_DEBUG_PROTECT_MEMORY=1 $(PY) -m pytest -q tests/test_tensors.py tests/test_fallback.py \
+	  tests/test_elementwise.py tests/test_reduce.py tests/test_index_ops.py tests/test_blas.py
+	TORCH_NEURONX_ENABLE_ASYNC_NRT=1 $(PY) -m pytest -q tests/test_tensors.py tests/test_streams.py tests/test_accelerator.py \
+	  tests/test_elementwise.py
 
 bench: build
 	$(PY) bench/bench_ops.py
