@@ -452,6 +452,7 @@ std::tuple<Tensor, Tensor> sort_stable(const Tensor &self, std::optional<bool> s
 
 std::tuple<Tensor &, Tensor &> topk_values(const Tensor &self, int64_t k, int64_t dim, bool largest,
                                            bool sorted, Tensor &values, Tensor &indices) {
+    TORCH_CHECK(self.scalar_type() != at::kBool, "topk does not support bool dtypes on neuron");
     Tensor mv = meta_out(values), mi = meta_out(indices);
     at::_ops::topk_values::call(meta_of(self), k, dim, largest, sorted, mv, mi);
     if (!sortable(self.scalar_type()) || values.scalar_type() != self.scalar_type())
