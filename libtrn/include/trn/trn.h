@@ -26,4 +26,6 @@
 #include "trn/blas.h"
 #include "trn/conv.h"
 #include "trn/reduce.h"
+#include "trn/fill.h"
+#include "trn/sort.h"
 #endif
