@@ -16,12 +16,18 @@
 #include <ATen/Operators.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/addmm_meta.h>
+#include <ATen/ops/addmv_meta.h>
+#include <ATen/ops/baddbmm_meta.h>
+#include <ATen/ops/bmm_meta.h>
+#include <ATen/ops/mm_meta.h>
 #include <torch/library.h>
 
 #include <string_view>
 
 #include "NeuronFallback.h"
 #include "neuron_device.h"
+#include "neuron_meta.h"
 #include "op_tracking.h"
 
 namespace neuron {
@@ -124,10 +130,14 @@ void copy_broadcast(const Tensor &out, const Tensor &self) {
 }
 
 // Prepares `out` (shape/dtype from the meta result) for an out= call.
+void prepare_out(Tensor &out, at::ScalarType type, at::IntArrayRef sizes) {
+    TORCH_CHECK(out.scalar_type() == type, "Expected out tensor to have dtype ", type,
+                ", but got ", out.scalar_type(), " instead");
+    at::native::resize_output(out, sizes);
+}
+
 void prepare_out(Tensor &out, const Tensor &meta) {
-    TORCH_CHECK(out.scalar_type() == meta.scalar_type(), "Expected out tensor to have dtype ",
-                meta.scalar_type(), ", but got ", out.scalar_type(), " instead");
-    at::native::resize_output(out, meta.sizes());
+    prepare_out(out, meta.scalar_type(), meta.sizes());
 }
 
 // ---- per-op kernels on a prepared output --------------------------------------------
@@ -215,10 +225,11 @@ void check_mm_shapes(const Tensor &a, const Tensor &b) {
 
 Tensor mm(const Tensor &a, const Tensor &b) {
     check_mm_shapes(a, b);
-    Tensor meta = at::mm(meta_of(a), meta_of(b));
-    if (!supported(meta.scalar_type()))
+    MetaShape<at::meta::structured_mm> meta;
+    meta.meta(a, b);
+    if (!supported(meta.dtype(0)))
         return fallback<at::_ops::mm>(a, b);
-    Tensor out = at::empty(meta.sizes(), a.options());
+    Tensor out = meta.output(0);
     addmm_into(out, out, a, b, 0, 1);
     RECORD("mm");
     return out;
@@ -226,10 +237,10 @@ Tensor mm(const Tensor &a, const Tensor &b) {
 
 Tensor &mm_out(const Tensor &a, const Tensor &b, Tensor &out) {
     check_mm_shapes(a, b);
-    Tensor meta = at::mm(meta_of(a), meta_of(b));
-    if (!supported(meta.scalar_type()))
+    MetaShape<at::meta::structured_mm> meta(&out);  // checks the dtype, resizes
+    meta.meta(a, b);
+    if (!supported(meta.dtype(0)))
         return fallback<at::_ops::mm_out>(a, b, out);
-    prepare_out(out, meta);
     addmm_into(out, out, a, b, 0, 1);
     RECORD("mm");
     return out;
@@ -237,10 +248,11 @@ Tensor &mm_out(const Tensor &a, const Tensor &b, Tensor &out) {
 
 Tensor bmm(const Tensor &a, const Tensor &b) {
     check_dtypes(a, b);
-    Tensor meta = at::bmm(meta_of(a), meta_of(b));
-    if (!supported(meta.scalar_type()))
+    MetaShape<at::meta::structured_bmm> meta;
+    meta.meta(a, b);
+    if (!supported(meta.dtype(0)))
         return fallback<at::_ops::bmm>(a, b);
-    Tensor out = at::empty(meta.sizes(), a.options());
+    Tensor out = meta.output(0);
     baddbmm_into(out, out, a, b, 0, 1);
     RECORD("bmm");
     return out;
@@ -248,26 +260,53 @@ Tensor bmm(const Tensor &a, const Tensor &b) {
 
 Tensor &bmm_out(const Tensor &a, const Tensor &b, Tensor &out) {
     check_dtypes(a, b);
-    Tensor meta = at::bmm(meta_of(a), meta_of(b));
-    if (!supported(meta.scalar_type()))
+    MetaShape<at::meta::structured_bmm> meta(&out);  // checks the dtype, resizes
+    meta.meta(a, b);
+    if (!supported(meta.dtype(0)))
         return fallback<at::_ops::bmm_out>(a, b, out);
-    prepare_out(out, meta);
     baddbmm_into(out, out, a, b, 0, 1);
     RECORD("bmm");
     return out;
 }
 
+// Output shape and dtype of the "add" forms: PyTorch's C++ structured meta
+// function where the op has one (cheap), else the op on meta tensors.
+// Returns the result dtype and, without `out`, the allocated result; `out`
+// is checked and resized.
+template <typename S>
+struct AddMeta {
+    static std::pair<at::ScalarType, Tensor> of(const Tensor &self, const Tensor &x,
+                                                const Tensor &y, const Scalar &beta,
+                                                const Scalar &alpha, Tensor *out = nullptr) {
+        MetaShape<S> m(out);
+        m.meta(self, x, y, beta, alpha);
+        return {m.dtype(0), m.output(0)};
+    }
+};
+struct NoStructured {};
+template <>
+struct AddMeta<NoStructured> {
+    static std::pair<at::ScalarType, Tensor> of(const Tensor &self, const Tensor &x,
+                                                const Tensor &y, const Scalar &beta,
+                                                const Scalar &alpha, Tensor *out = nullptr) {
+        Tensor m = at::addbmm(meta_of(self), meta_of(x), meta_of(y), beta, alpha);
+        if (out == nullptr)
+            return {m.scalar_type(), at::empty(m.sizes(), self.options())};
+        prepare_out(*out, m);
+        return {m.scalar_type(), Tensor()};
+    }
+};
+
 // The four "add" families share one shape: functional, out=, in-place.
-#define ADD_FAMILY(NAME, INTO)                                                              \
+#define ADD_FAMILY(NAME, INTO, S)                                                           \
     Tensor NAME(const Tensor &self, const Tensor &x, const Tensor &y, const Scalar &beta,    \
                 const Scalar &alpha) {                                                       \
         if (std::string_view(#NAME) == "addmm")                                              \
             check_mm_shapes(x, y);                                                           \
         check_dtypes(x, y, &self);                                                           \
-        Tensor meta = at::NAME(meta_of(self), meta_of(x), meta_of(y), beta, alpha);          \
-        if (!supported(meta.scalar_type()))                                                  \
+        auto [mtype, out] = AddMeta<S>::of(self, x, y, beta, alpha);                        \
+        if (!supported(mtype))                                                               \
             return fallback<at::_ops::NAME>(self, x, y, beta, alpha);                        \
-        Tensor out = at::empty(meta.sizes(), self.options());                               \
         INTO(out, self, x, y, beta, alpha);                                                  \
         RECORD(#NAME);                                                                       \
         return out;                                                                          \
@@ -275,10 +314,9 @@ Tensor &bmm_out(const Tensor &a, const Tensor &b, Tensor &out) {
     Tensor &NAME##_out(const Tensor &self, const Tensor &x, const Tensor &y,                 \
                        const Scalar &beta, const Scalar &alpha, Tensor &out) {               \
         check_dtypes(x, y, &self);                                                           \
-        Tensor meta = at::NAME(meta_of(self), meta_of(x), meta_of(y), beta, alpha);          \
-        if (!supported(meta.scalar_type()))                                                  \
+        const at::ScalarType mtype = AddMeta<S>::of(self, x, y, beta, alpha, &out).first;    \
+        if (!supported(mtype))                                                               \
             return fallback<at::_ops::NAME##_out>(self, x, y, beta, alpha, out);             \
-        prepare_out(out, meta);                                                              \
         INTO(out, self, x, y, beta, alpha);                                                  \
         RECORD(#NAME);                                                                       \
         return out;                                                                          \
@@ -295,10 +333,10 @@ Tensor &bmm_out(const Tensor &a, const Tensor &b, Tensor &out) {
         return self;                                                                         \
     }
 
-ADD_FAMILY(addmm, addmm_into)
-ADD_FAMILY(baddbmm, baddbmm_into)
-ADD_FAMILY(addbmm, addbmm_into)
-ADD_FAMILY(addmv, addmv_into)
+ADD_FAMILY(addmm, addmm_into, at::meta::structured_addmm)
+ADD_FAMILY(baddbmm, baddbmm_into, at::meta::structured_baddbmm)
+ADD_FAMILY(addbmm, addbmm_into, NoStructured)
+ADD_FAMILY(addmv, addmv_into, at::meta::structured_addmv)
 
 Tensor mv(const Tensor &mat, const Tensor &vec) {
     check_dtypes(mat, vec);

@@ -23,6 +23,7 @@
 #include <ATen/native/Resize.h>
 #include <ATen/native/ScatterGatherChecks.h>
 #include <ATen/native/TensorAdvancedIndexingUtils.h>
+#include <ATen/ops/cat_meta.h>
 #include <torch/library.h>
 
 #include <cinttypes>
@@ -32,6 +33,7 @@
 
 #include "NeuronFallback.h"
 #include "neuron_device.h"
+#include "neuron_meta.h"
 #include "op_tracking.h"
 
 namespace neuron {
@@ -737,20 +739,18 @@ Tensor masked_select(const Tensor &self, const Tensor &mask) {
 // ---------------------------------------------------------------------------
 Tensor &cat_out(const at::ITensorListRef &tensors, int64_t dim, Tensor &out) {
     auto mat = tensors.materialize();
-    // PyTorch's own meta function decides the shape, dtype and every error.
-    std::vector<Tensor> metas;
-    metas.reserve(mat.size());
-    for (const Tensor &t : mat)
-        metas.push_back(at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta)));
-    Tensor shape_of = at::cat(metas, dim);
-    TORCH_CHECK(at::canCast(shape_of.scalar_type(), out.scalar_type()),
+    // PyTorch's own (C++) meta function decides the shape, dtype and every
+    // error.
+    MetaShape<at::meta::structured_cat, /*Alloc=*/false> shape_of;
+    shape_of.meta(tensors, dim);
+    TORCH_CHECK(at::canCast(shape_of.dtype(0), out.scalar_type()),
                 "torch.cat(): input types can't be cast to the desired output type ",
                 out.scalar_type());
     for (const Tensor &t : mat)
         TORCH_CHECK(t.device() == out.device(),
                     "torch.cat(): all input tensors and out must be on the same device, but "
                     "inputs are on ", t.device(), " and out is on ", out.device());
-    at::native::resize_output(out, shape_of.sizes());
+    at::native::resize_output(out, shape_of.sizes(0));
     if (!native(out.scalar_type()) || out.dim() > TRN_INDEX_MAX_DIMS)
         return fallback<at::_ops::cat_out>(tensors, dim, out);
     at::assert_no_internal_overlap(out);

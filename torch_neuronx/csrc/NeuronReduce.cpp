@@ -12,6 +12,24 @@
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/ReduceOpsUtils.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/_log_softmax_backward_data_meta.h>
+#include <ATen/ops/_log_softmax_meta.h>
+#include <ATen/ops/_softmax_backward_data_meta.h>
+#include <ATen/ops/_softmax_meta.h>
+#include <ATen/ops/all_meta.h>
+#include <ATen/ops/amax_meta.h>
+#include <ATen/ops/amin_meta.h>
+#include <ATen/ops/any_meta.h>
+#include <ATen/ops/argmax_meta.h>
+#include <ATen/ops/argmin_meta.h>
+#include <ATen/ops/cumprod_meta.h>
+#include <ATen/ops/cumsum_meta.h>
+#include <ATen/ops/linalg_vector_norm_meta.h>
+#include <ATen/ops/max_meta.h>
+#include <ATen/ops/mean_meta.h>
+#include <ATen/ops/min_meta.h>
+#include <ATen/ops/prod_meta.h>
+#include <ATen/ops/sum_meta.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -20,6 +38,7 @@
 
 #include "NeuronFallback.h"
 #include "neuron_device.h"
+#include "neuron_meta.h"
 #include "op_tracking.h"
 
 namespace neuron {
@@ -44,6 +63,11 @@ Tensor meta_of(const Tensor &t) {
 // A meta tensor standing for an out= argument.
 Tensor meta_out(const Tensor &out) {
     return at::empty(out.sizes(), out.options().device(at::kMeta));
+}
+
+void resize_to(Tensor &out, IntArrayRef sizes) {
+    if (out.sizes() != sizes)
+        at::native::resize_output(out, sizes);
 }
 
 void resize_like_meta(Tensor &out, const Tensor &m) {
@@ -145,22 +169,23 @@ DimMask mask_one(int64_t dim, int64_t ndim) {
 // ---------------------------------------------------------------------------
 Tensor sum_dim(const Tensor &self, OptionalIntArrayRef dim, bool keepdim,
                std::optional<ScalarType> dtype) {
-    Tensor m = at::_ops::sum_dim_IntList::call(meta_of(self), dim, keepdim, dtype);
-    if (!supported(TRN_REDUCE_SUM, m.scalar_type()))
+    MetaShape<at::meta::structured_sum_dim_IntList> m;
+    m.meta(self, dim, keepdim, dtype);
+    if (!supported(TRN_REDUCE_SUM, m.dtype(0)))
         return fallback<at::_ops::sum_dim_IntList>(self, dim, keepdim, dtype);
-    Tensor out = at::empty(m.sizes(), self.options().dtype(m.scalar_type()));
-    run_reduce(TRN_REDUCE_SUM, self, mask_of(dim, self.dim()), out, nullptr, 0, m.scalar_type(),
+    Tensor out = m.output(0);
+    run_reduce(TRN_REDUCE_SUM, self, mask_of(dim, self.dim()), out, nullptr, 0, m.dtype(0),
                "aten::sum");
     return out;
 }
 
 Tensor &sum_out(const Tensor &self, OptionalIntArrayRef dim, bool keepdim,
                 std::optional<ScalarType> dtype, Tensor &out) {
-    Tensor mo = meta_out(out);
-    at::_ops::sum_IntList_out::call(meta_of(self), dim, keepdim, dtype, mo);
+    MetaShape<at::meta::structured_sum_dim_IntList> m(&out);
+    m.meta(self, dim, keepdim, dtype);
     if (!supported(TRN_REDUCE_SUM, out.scalar_type()))
         return fallback<at::_ops::sum_IntList_out>(self, dim, keepdim, dtype, out);
-    resize_like_meta(out, mo);
+    resize_to(out, m.sizes(0));
     run_reduce(TRN_REDUCE_SUM, self, mask_of(dim, self.dim()), out, nullptr, 0, out.scalar_type(),
                "aten::sum");
     return out;
@@ -168,22 +193,23 @@ Tensor &sum_out(const Tensor &self, OptionalIntArrayRef dim, bool keepdim,
 
 Tensor mean_dim(const Tensor &self, OptionalIntArrayRef dim, bool keepdim,
                 std::optional<ScalarType> dtype) {
-    Tensor m = at::_ops::mean_dim::call(meta_of(self), dim, keepdim, dtype);
-    if (!supported(TRN_REDUCE_MEAN, m.scalar_type()))
+    MetaShape<at::meta::structured_mean_dim> m;
+    m.meta(self, dim, keepdim, dtype);
+    if (!supported(TRN_REDUCE_MEAN, m.dtype(0)))
         return fallback<at::_ops::mean_dim>(self, dim, keepdim, dtype);
-    Tensor out = at::empty(m.sizes(), self.options().dtype(m.scalar_type()));
-    run_reduce(TRN_REDUCE_MEAN, self, mask_of(dim, self.dim()), out, nullptr, 0, m.scalar_type(),
+    Tensor out = m.output(0);
+    run_reduce(TRN_REDUCE_MEAN, self, mask_of(dim, self.dim()), out, nullptr, 0, m.dtype(0),
                "aten::mean");
     return out;
 }
 
 Tensor &mean_out(const Tensor &self, OptionalIntArrayRef dim, bool keepdim,
                  std::optional<ScalarType> dtype, Tensor &out) {
-    Tensor mo = meta_out(out);
-    at::_ops::mean_out::call(meta_of(self), dim, keepdim, dtype, mo);
+    MetaShape<at::meta::structured_mean_dim> m(&out);
+    m.meta(self, dim, keepdim, dtype);
     if (!supported(TRN_REDUCE_MEAN, out.scalar_type()))
         return fallback<at::_ops::mean_out>(self, dim, keepdim, dtype, out);
-    resize_like_meta(out, mo);
+    resize_to(out, m.sizes(0));
     run_reduce(TRN_REDUCE_MEAN, self, mask_of(dim, self.dim()), out, nullptr, 0, out.scalar_type(),
                "aten::mean");
     return out;
@@ -200,22 +226,23 @@ Tensor prod_full(const Tensor &self, std::optional<ScalarType> dtype) {
 }
 
 Tensor prod_dim(const Tensor &self, int64_t dim, bool keepdim, std::optional<ScalarType> dtype) {
-    Tensor m = at::_ops::prod_dim_int::call(meta_of(self), dim, keepdim, dtype);
-    if (!supported(TRN_REDUCE_PROD, m.scalar_type()))
+    MetaShape<at::meta::structured_prod_dim_int> m;
+    m.meta(self, dim, keepdim, dtype);
+    if (!supported(TRN_REDUCE_PROD, m.dtype(0)))
         return fallback<at::_ops::prod_dim_int>(self, dim, keepdim, dtype);
-    Tensor out = at::empty(m.sizes(), self.options().dtype(m.scalar_type()));
-    run_reduce(TRN_REDUCE_PROD, self, mask_one(dim, self.dim()), out, nullptr, 0, m.scalar_type(),
+    Tensor out = m.output(0);
+    run_reduce(TRN_REDUCE_PROD, self, mask_one(dim, self.dim()), out, nullptr, 0, m.dtype(0),
                "aten::prod");
     return out;
 }
 
 Tensor &prod_out(const Tensor &self, int64_t dim, bool keepdim, std::optional<ScalarType> dtype,
                  Tensor &out) {
-    Tensor mo = meta_out(out);
-    at::_ops::prod_int_out::call(meta_of(self), dim, keepdim, dtype, mo);
+    MetaShape<at::meta::structured_prod_dim_int> m(&out);
+    m.meta(self, dim, keepdim, dtype);
     if (!supported(TRN_REDUCE_PROD, out.scalar_type()))
         return fallback<at::_ops::prod_int_out>(self, dim, keepdim, dtype, out);
-    resize_like_meta(out, mo);
+    resize_to(out, m.sizes(0));
     run_reduce(TRN_REDUCE_PROD, self, mask_one(dim, self.dim()), out, nullptr, 0,
                out.scalar_type(), "aten::prod");
     return out;
@@ -232,15 +259,16 @@ std::string fn_name() {
     return n.substr(n.find("::") + 2) + "()";
 }
 
-template <typename FnOp, typename OutOp, trn_reduce_op OP>
+template <typename FnOp, typename OutOp, typename S, trn_reduce_op OP>
 struct AminmaxOp {
     static Tensor fn(const Tensor &self, IntArrayRef dim, bool keepdim) {
         if (self.numel() == 0)
             at::native::zero_numel_check_dims(self, dim, fn_name<FnOp>().c_str());
-        Tensor m = FnOp::call(meta_of(self), dim, keepdim);
+        MetaShape<S> m;
+        m.meta(self, dim, keepdim);
         if (!supported(OP, self.scalar_type()))
             return fallback<FnOp>(self, dim, keepdim);
-        Tensor out = at::empty(m.sizes(), self.options());
+        Tensor out = m.output(0);
         run_reduce(OP, self, mask_of(dim, self.dim()), out, nullptr, 0, self.scalar_type(),
                    FnOp::name);
         return out;
@@ -248,11 +276,11 @@ struct AminmaxOp {
     static Tensor &out(const Tensor &self, IntArrayRef dim, bool keepdim, Tensor &result) {
         if (self.numel() == 0)
             at::native::zero_numel_check_dims(self, dim, fn_name<FnOp>().c_str());
-        Tensor mo = meta_out(result);
-        OutOp::call(meta_of(self), dim, keepdim, mo);
+        MetaShape<S> m(&result);
+        m.meta(self, dim, keepdim);
         if (!supported(OP, self.scalar_type()))
             return fallback<OutOp>(self, dim, keepdim, result);
-        resize_like_meta(result, mo);
+        resize_to(result, m.sizes(0));
         run_reduce(OP, self, mask_of(dim, self.dim()), result, nullptr, 0, self.scalar_type(),
                    OutOp::name);
         return result;
@@ -265,7 +293,6 @@ Tensor full_extreme(const Tensor &self) {
     TORCH_CHECK(self.numel() > 0, fn_name<FnOp>(),
                 ": Expected reduction dim to be specified for input.numel() == 0. Specify the "
                 "reduction dim with the 'dim' argument.");
-    Tensor m = FnOp::call(meta_of(self));
     if (!supported(OP, self.scalar_type()))
         return fallback<FnOp>(self);
     Tensor out = at::empty({}, self.options());
@@ -274,16 +301,17 @@ Tensor full_extreme(const Tensor &self) {
     return out;
 }
 
-template <typename FnOp, typename OutOp, trn_reduce_op OP>
+template <typename FnOp, typename OutOp, typename S, trn_reduce_op OP>
 struct MaxDimOp {
     static std::tuple<Tensor, Tensor> fn(const Tensor &self, int64_t dim, bool keepdim) {
         if (self.numel() == 0)
             at::native::zero_numel_check_dims(self, dim, fn_name<FnOp>().c_str());
-        auto [mv, mi] = FnOp::call(meta_of(self), dim, keepdim);
+        MetaShape<S> m;
+        m.meta(self, dim, keepdim);
         if (!supported(OP, self.scalar_type()))
             return fallback<FnOp>(self, dim, keepdim);
-        Tensor values = at::empty(mv.sizes(), self.options());
-        Tensor indices = at::empty(mi.sizes(), self.options().dtype(at::kLong));
+        Tensor values = m.output(0);
+        Tensor indices = m.output(1);
         run_reduce(OP, self, mask_one(dim, self.dim()), values, &indices, 0, self.scalar_type(),
                    FnOp::name);
         return {values, indices};
@@ -292,38 +320,39 @@ struct MaxDimOp {
                                              Tensor &values, Tensor &indices) {
         if (self.numel() == 0)
             at::native::zero_numel_check_dims(self, dim, fn_name<FnOp>().c_str());
-        Tensor mv = meta_out(values), mi = meta_out(indices);
-        OutOp::call(meta_of(self), dim, keepdim, mv, mi);
+        MetaShape<S> m(&values, &indices);
+        m.meta(self, dim, keepdim);
         if (!supported(OP, self.scalar_type()))
             return fallback<OutOp>(self, dim, keepdim, values, indices);
-        resize_like_meta(values, mv);
-        resize_like_meta(indices, mi);
+        resize_to(values, m.sizes(0));
+        resize_to(indices, m.sizes(1));
         run_reduce(OP, self, mask_one(dim, self.dim()), values, &indices, 0, self.scalar_type(),
                    OutOp::name);
         return {values, indices};
     }
 };
 
-template <typename FnOp, typename OutOp, trn_reduce_op OP>
+template <typename FnOp, typename OutOp, typename S, trn_reduce_op OP>
 struct ArgOp {
     static DimMask mask(const Tensor &self, std::optional<int64_t> dim) {
         return dim ? mask_one(*dim, self.dim()) : mask_of(std::nullopt, self.dim());
     }
     static Tensor fn(const Tensor &self, std::optional<int64_t> dim, bool keepdim) {
-        Tensor m = FnOp::call(meta_of(self), dim, keepdim);
+        MetaShape<S> m;
+        m.meta(self, dim, keepdim);
         if (!supported(OP, self.scalar_type()))
             return fallback<FnOp>(self, dim, keepdim);
-        Tensor out = at::empty(m.sizes(), self.options().dtype(at::kLong));
+        Tensor out = m.output(0);
         run_reduce(OP, self, mask(self, dim), out, nullptr, 0, self.scalar_type(), FnOp::name);
         return out;
     }
     static Tensor &out(const Tensor &self, std::optional<int64_t> dim, bool keepdim,
                        Tensor &result) {
-        Tensor mo = meta_out(result);
-        OutOp::call(meta_of(self), dim, keepdim, mo);
+        MetaShape<S> m(&result);
+        m.meta(self, dim, keepdim);
         if (!supported(OP, self.scalar_type()))
             return fallback<OutOp>(self, dim, keepdim, result);
-        resize_like_meta(result, mo);
+        resize_to(result, m.sizes(0));
         run_reduce(OP, self, mask(self, dim), result, nullptr, 0, self.scalar_type(), OutOp::name);
         return result;
     }
@@ -386,8 +415,9 @@ bool norm_run(const Tensor &self, double p, OptionalIntArrayRef dim, const Tenso
 
 Tensor vector_norm(const Tensor &self, const Scalar &ord, OptionalIntArrayRef dim, bool keepdim,
                    std::optional<ScalarType> dtype) {
-    Tensor m = at::_ops::linalg_vector_norm::call(meta_of(self), ord, dim, keepdim, dtype);
-    Tensor out = at::empty(m.sizes(), self.options().dtype(m.scalar_type()));
+    MetaShape<at::meta::structured_linalg_vector_norm> m;
+    m.meta(self, ord, dim, keepdim, dtype);
+    Tensor out = m.output(0);
     if (!norm_run(self, ord.toDouble(), dim, out, "aten::linalg_vector_norm"))
         return fallback<at::_ops::linalg_vector_norm>(self, ord, dim, keepdim, dtype);
     return out;
@@ -395,11 +425,11 @@ Tensor vector_norm(const Tensor &self, const Scalar &ord, OptionalIntArrayRef di
 
 Tensor &vector_norm_out(const Tensor &self, const Scalar &ord, OptionalIntArrayRef dim,
                         bool keepdim, std::optional<ScalarType> dtype, Tensor &result) {
-    Tensor mo = meta_out(result);
-    at::_ops::linalg_vector_norm_out::call(meta_of(self), ord, dim, keepdim, dtype, mo);
+    MetaShape<at::meta::structured_linalg_vector_norm> m(&result);
+    m.meta(self, ord, dim, keepdim, dtype);
     if (!supported(TRN_REDUCE_NORM, result.scalar_type()) || self.is_complex())
         return fallback<at::_ops::linalg_vector_norm_out>(self, ord, dim, keepdim, dtype, result);
-    resize_like_meta(result, mo);
+    resize_to(result, m.sizes(0));
     norm_run(self, ord.toDouble(), dim, result, "aten::linalg_vector_norm");
     return result;
 }
@@ -470,7 +500,7 @@ Tensor &logsumexp_out(const Tensor &self, IntArrayRef dim, bool keepdim, Tensor 
 // any / all / count_nonzero
 // ---------------------------------------------------------------------------
 template <trn_reduce_op OP, typename FullOp, typename DimOp, typename DimsOp, typename FullOut,
-          typename DimOut, typename DimsOut>
+          typename DimOut, typename DimsOut, typename SFull, typename SDim, typename SDims>
 struct AnyAllOp {
     static bool run(const Tensor &self, const DimMask &mask, const Tensor &out) {
         if (!supported(OP, self.scalar_type()))
@@ -479,51 +509,54 @@ struct AnyAllOp {
         return true;
     }
     static Tensor full(const Tensor &self) {
-        Tensor m = FullOp::call(meta_of(self));
-        Tensor out = at::empty(m.sizes(), self.options().dtype(m.scalar_type()));
+        MetaShape<SFull> m;
+        m.meta(self);
+        Tensor out = m.output(0);
         if (!run(self, mask_of(std::nullopt, self.dim()), out))
             return fallback<FullOp>(self);
         return out;
     }
     static Tensor dim(const Tensor &self, int64_t d, bool keepdim) {
-        Tensor m = DimOp::call(meta_of(self), d, keepdim);
-        Tensor out = at::empty(m.sizes(), self.options().dtype(m.scalar_type()));
+        MetaShape<SDim> m;
+        m.meta(self, d, keepdim);
+        Tensor out = m.output(0);
         if (!run(self, mask_one(d, self.dim()), out))
             return fallback<DimOp>(self, d, keepdim);
         return out;
     }
     static Tensor dims(const Tensor &self, OptionalIntArrayRef d, bool keepdim) {
-        Tensor m = DimsOp::call(meta_of(self), d, keepdim);
-        Tensor out = at::empty(m.sizes(), self.options().dtype(m.scalar_type()));
+        MetaShape<SDims> m;
+        m.meta(self, d, keepdim);
+        Tensor out = m.output(0);
         if (!run(self, mask_of(d, self.dim(), /*allow_empty=*/true), out))
             return fallback<DimsOp>(self, d, keepdim);
         return out;
     }
     static Tensor &full_out(const Tensor &self, Tensor &result) {
-        Tensor mo = meta_out(result);
-        FullOut::call(meta_of(self), mo);
+        MetaShape<SFull> m(&result);
+        m.meta(self);
         if (!supported(OP, self.scalar_type()))
             return fallback<FullOut>(self, result);
-        resize_like_meta(result, mo);
+        resize_to(result, m.sizes(0));
         run(self, mask_of(std::nullopt, self.dim()), result);
         return result;
     }
     static Tensor &dim_out(const Tensor &self, int64_t d, bool keepdim, Tensor &result) {
-        Tensor mo = meta_out(result);
-        DimOut::call(meta_of(self), d, keepdim, mo);
+        MetaShape<SDim> m(&result);
+        m.meta(self, d, keepdim);
         if (!supported(OP, self.scalar_type()))
             return fallback<DimOut>(self, d, keepdim, result);
-        resize_like_meta(result, mo);
+        resize_to(result, m.sizes(0));
         run(self, mask_one(d, self.dim()), result);
         return result;
     }
     static Tensor &dims_out(const Tensor &self, OptionalIntArrayRef d, bool keepdim,
                             Tensor &result) {
-        Tensor mo = meta_out(result);
-        DimsOut::call(meta_of(self), d, keepdim, mo);
+        MetaShape<SDims> m(&result);
+        m.meta(self, d, keepdim);
         if (!supported(OP, self.scalar_type()))
             return fallback<DimsOut>(self, d, keepdim, result);
-        resize_like_meta(result, mo);
+        resize_to(result, m.sizes(0));
         run(self, mask_of(d, self.dim(), /*allow_empty=*/true), result);
         return result;
     }
@@ -586,13 +619,14 @@ void run_scan(trn_scan_op op, const Tensor &self, int64_t dim, const Tensor &out
     tracking::record_executed(name);
 }
 
-template <trn_scan_op OP, typename FnOp, typename InOp, typename OutOp>
+template <trn_scan_op OP, typename FnOp, typename InOp, typename OutOp, typename S>
 struct ScanOp {
     static Tensor fn(const Tensor &self, int64_t dim, std::optional<ScalarType> dtype) {
-        Tensor m = FnOp::call(meta_of(self), dim, dtype);
-        if (!scan_supported(OP, m.scalar_type()))
+        MetaShape<S> m;
+        m.meta(self, dim, dtype);
+        if (!scan_supported(OP, m.dtype(0)))
             return fallback<FnOp>(self, dim, dtype);
-        Tensor out = at::empty(m.sizes(), self.options().dtype(m.scalar_type()));
+        Tensor out = m.output(0);
         run_scan(OP, self, dim, out, FnOp::name);
         return out;
     }
@@ -606,11 +640,11 @@ struct ScanOp {
     }
     static Tensor &out(const Tensor &self, int64_t dim, std::optional<ScalarType> dtype,
                        Tensor &result) {
-        Tensor mo = meta_out(result);
-        OutOp::call(meta_of(self), dim, dtype, mo);
+        MetaShape<S> m(&result);
+        m.meta(self, dim, dtype);
         if (!scan_supported(OP, result.scalar_type()))
             return fallback<OutOp>(self, dim, dtype, result);
-        resize_like_meta(result, mo);
+        resize_to(result, m.sizes(0));
         if (result.is_same(self) || !result.is_non_overlapping_and_dense()) {
             Tensor tmp = at::empty(result.sizes(), result.options());
             run_scan(OP, self, dim, tmp, OutOp::name);
@@ -664,47 +698,49 @@ void run_softmax(trn_softmax_op op, const Tensor &in_, const Tensor *grad_, int6
     tracking::record_executed(name);
 }
 
-template <trn_softmax_op OP, typename FnOp, typename OutOp>
+template <trn_softmax_op OP, typename FnOp, typename OutOp, typename S>
 struct SoftmaxOp {
     // half_to_float: PyTorch computes in float32 and returns float32; the
     // input is converted first (exact), so the kernel runs in float32.
     static Tensor fn(const Tensor &self, int64_t dim, bool half_to_float) {
-        Tensor m = FnOp::call(meta_of(self), dim, half_to_float);
-        if (!softmax_supported(OP, m.scalar_type()))
+        MetaShape<S> m;
+        m.meta(self, dim, half_to_float);
+        if (!softmax_supported(OP, m.dtype(0)))
             return fallback<FnOp>(self, dim, half_to_float);
-        Tensor out = at::empty(m.sizes(), self.options().dtype(m.scalar_type()));
-        run_softmax(OP, self, nullptr, dim, out, m.scalar_type(), FnOp::name);
+        Tensor out = m.output(0);
+        run_softmax(OP, self, nullptr, dim, out, m.dtype(0), FnOp::name);
         return out;
     }
     static Tensor &out(const Tensor &self, int64_t dim, bool half_to_float, Tensor &result) {
-        Tensor mo = meta_out(result);
-        OutOp::call(meta_of(self), dim, half_to_float, mo);
+        MetaShape<S> m(&result);
+        m.meta(self, dim, half_to_float);
         const ScalarType t = half_to_float ? at::kFloat : self.scalar_type();
         if (!softmax_supported(OP, t))
             return fallback<OutOp>(self, dim, half_to_float, result);
-        resize_like_meta(result, mo);
+        resize_to(result, m.sizes(0));
         run_softmax(OP, self, nullptr, dim, result, t, OutOp::name);
         return result;
     }
 };
 
-template <trn_softmax_op OP, typename FnOp, typename OutOp>
+template <trn_softmax_op OP, typename FnOp, typename OutOp, typename S>
 struct SoftmaxBackwardOp {
     static Tensor fn(const Tensor &grad, const Tensor &output, int64_t dim, ScalarType input_dtype) {
-        Tensor m = FnOp::call(meta_of(grad), meta_of(output), dim, input_dtype);
+        MetaShape<S> m;
+        m.meta(grad, output, dim, input_dtype);
         if (!softmax_supported(OP, grad.scalar_type()) || output.scalar_type() != grad.scalar_type())
             return fallback<FnOp>(grad, output, dim, input_dtype);
-        Tensor out = at::empty(m.sizes(), grad.options().dtype(m.scalar_type()));
+        Tensor out = m.output(0);
         run_softmax(OP, output, &grad, dim, out, grad.scalar_type(), FnOp::name);
         return out;
     }
     static Tensor &out(const Tensor &grad, const Tensor &output, int64_t dim,
                        ScalarType input_dtype, Tensor &result) {
-        Tensor mo = meta_out(result);
-        OutOp::call(meta_of(grad), meta_of(output), dim, input_dtype, mo);
+        MetaShape<S> m(&result);
+        m.meta(grad, output, dim, input_dtype);
         if (!softmax_supported(OP, grad.scalar_type()) || output.scalar_type() != grad.scalar_type())
             return fallback<OutOp>(grad, output, dim, input_dtype, result);
-        resize_like_meta(result, mo);
+        resize_to(result, m.sizes(0));
         run_softmax(OP, output, &grad, dim, result, grad.scalar_type(), OutOp::name);
         return result;
     }
@@ -719,22 +755,22 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl("prod.dim_int", TORCH_FN(prod_dim));
     m.impl("prod.int_out", TORCH_FN(prod_out));
 
-    using Amax = AminmaxOp<at::_ops::amax, at::_ops::amax_out, TRN_REDUCE_AMAX>;
-    using Amin = AminmaxOp<at::_ops::amin, at::_ops::amin_out, TRN_REDUCE_AMIN>;
+    using Amax = AminmaxOp<at::_ops::amax, at::_ops::amax_out, at::meta::structured_amax, TRN_REDUCE_AMAX>;
+    using Amin = AminmaxOp<at::_ops::amin, at::_ops::amin_out, at::meta::structured_amin, TRN_REDUCE_AMIN>;
     m.impl("amax", TORCH_FN(Amax::fn));
     m.impl("amax.out", TORCH_FN(Amax::out));
     m.impl("amin", TORCH_FN(Amin::fn));
     m.impl("amin.out", TORCH_FN(Amin::out));
     m.impl("max", TORCH_FN((full_extreme<at::_ops::max, TRN_REDUCE_AMAX>)));
     m.impl("min", TORCH_FN((full_extreme<at::_ops::min, TRN_REDUCE_AMIN>)));
-    using MaxDim = MaxDimOp<at::_ops::max_dim, at::_ops::max_dim_max, TRN_REDUCE_MAX>;
-    using MinDim = MaxDimOp<at::_ops::min_dim, at::_ops::min_dim_min, TRN_REDUCE_MIN>;
+    using MaxDim = MaxDimOp<at::_ops::max_dim, at::_ops::max_dim_max, at::meta::structured_max_dim, TRN_REDUCE_MAX>;
+    using MinDim = MaxDimOp<at::_ops::min_dim, at::_ops::min_dim_min, at::meta::structured_min_dim, TRN_REDUCE_MIN>;
     m.impl("max.dim", TORCH_FN(MaxDim::fn));
     m.impl("max.dim_max", TORCH_FN(MaxDim::out));
     m.impl("min.dim", TORCH_FN(MinDim::fn));
     m.impl("min.dim_min", TORCH_FN(MinDim::out));
-    using Argmax = ArgOp<at::_ops::argmax, at::_ops::argmax_out, TRN_REDUCE_ARGMAX>;
-    using Argmin = ArgOp<at::_ops::argmin, at::_ops::argmin_out, TRN_REDUCE_ARGMIN>;
+    using Argmax = ArgOp<at::_ops::argmax, at::_ops::argmax_out, at::meta::structured_argmax, TRN_REDUCE_ARGMAX>;
+    using Argmin = ArgOp<at::_ops::argmin, at::_ops::argmin_out, at::meta::structured_argmin, TRN_REDUCE_ARGMIN>;
     m.impl("argmax", TORCH_FN(Argmax::fn));
     m.impl("argmax.out", TORCH_FN(Argmax::out));
     m.impl("argmin", TORCH_FN(Argmin::fn));
@@ -761,9 +797,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl("logsumexp.out", TORCH_FN(logsumexp_out));
 
     using Any = AnyAllOp<TRN_REDUCE_ANY, at::_ops::any, at::_ops::any_dim, at::_ops::any_dims,
-                         at::_ops::any_all_out, at::_ops::any_out, at::_ops::any_dims_out>;
+                         at::_ops::any_all_out, at::_ops::any_out, at::_ops::any_dims_out,
+                         at::meta::structured_any, at::meta::structured_any_dim,
+                         at::meta::structured_any_dims>;
     using All = AnyAllOp<TRN_REDUCE_ALL, at::_ops::all, at::_ops::all_dim, at::_ops::all_dims,
-                         at::_ops::all_all_out, at::_ops::all_out, at::_ops::all_dims_out>;
+                         at::_ops::all_all_out, at::_ops::all_out, at::_ops::all_dims_out,
+                         at::meta::structured_all, at::meta::structured_all_dim,
+                         at::meta::structured_all_dims>;
     m.impl("any", TORCH_FN(Any::full));
     m.impl("any.dim", TORCH_FN(Any::dim));
     m.impl("any.dims", TORCH_FN(Any::dims));
@@ -778,9 +818,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl("all.dims_out", TORCH_FN(All::dims_out));
     m.impl("count_nonzero.dim_IntList", TORCH_FN(count_nonzero_dims));
 
-    using Cumsum = ScanOp<TRN_SCAN_CUMSUM, at::_ops::cumsum, at::_ops::cumsum_, at::_ops::cumsum_out>;
+    using Cumsum = ScanOp<TRN_SCAN_CUMSUM, at::_ops::cumsum, at::_ops::cumsum_, at::_ops::cumsum_out,
+                          at::meta::structured_cumsum>;
     using Cumprod =
-        ScanOp<TRN_SCAN_CUMPROD, at::_ops::cumprod, at::_ops::cumprod_, at::_ops::cumprod_out>;
+        ScanOp<TRN_SCAN_CUMPROD, at::_ops::cumprod, at::_ops::cumprod_, at::_ops::cumprod_out,
+               at::meta::structured_cumprod>;
     m.impl("cumsum", TORCH_FN(Cumsum::fn));
     m.impl("cumsum_", TORCH_FN(Cumsum::inplace));
     m.impl("cumsum.out", TORCH_FN(Cumsum::out));
@@ -788,17 +830,21 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl("cumprod_", TORCH_FN(Cumprod::inplace));
     m.impl("cumprod.out", TORCH_FN(Cumprod::out));
 
-    using Softmax = SoftmaxOp<TRN_SOFTMAX, at::_ops::_softmax, at::_ops::_softmax_out>;
-    using LogSoftmax = SoftmaxOp<TRN_LOG_SOFTMAX, at::_ops::_log_softmax, at::_ops::_log_softmax_out>;
+    using Softmax = SoftmaxOp<TRN_SOFTMAX, at::_ops::_softmax, at::_ops::_softmax_out,
+                              at::meta::structured__softmax>;
+    using LogSoftmax = SoftmaxOp<TRN_LOG_SOFTMAX, at::_ops::_log_softmax, at::_ops::_log_softmax_out,
+                                 at::meta::structured__log_softmax>;
     m.impl("_softmax", TORCH_FN(Softmax::fn));
     m.impl("_softmax.out", TORCH_FN(Softmax::out));
     m.impl("_log_softmax", TORCH_FN(LogSoftmax::fn));
     m.impl("_log_softmax.out", TORCH_FN(LogSoftmax::out));
     using SoftmaxBw = SoftmaxBackwardOp<TRN_SOFTMAX_BACKWARD, at::_ops::_softmax_backward_data,
-                                        at::_ops::_softmax_backward_data_out>;
+                                        at::_ops::_softmax_backward_data_out,
+                                        at::meta::structured__softmax_backward_data>;
     using LogSoftmaxBw =
         SoftmaxBackwardOp<TRN_LOG_SOFTMAX_BACKWARD, at::_ops::_log_softmax_backward_data,
-                          at::_ops::_log_softmax_backward_data_out>;
+                          at::_ops::_log_softmax_backward_data_out,
+                          at::meta::structured__log_softmax_backward_data>;
     m.impl("_softmax_backward_data", TORCH_FN(SoftmaxBw::fn));
     m.impl("_softmax_backward_data.out", TORCH_FN(SoftmaxBw::out));
     m.impl("_log_softmax_backward_data", TORCH_FN(LogSoftmaxBw::fn));

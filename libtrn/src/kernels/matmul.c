@@ -94,6 +94,57 @@ DEFINE_LOOP(loop_i16, int16_t, uint64_t, d->alpha_int, d->beta_int)
 DEFINE_LOOP(loop_i32, int32_t, uint64_t, d->alpha_int, d->beta_int)
 DEFINE_LOOP(loop_i64, int64_t, uint64_t, d->alpha_int, d->beta_int)
 
+// Small float products (m * n * k < SMALL_MNK): the same loop in float32,
+// halves converted on load and rounded once on store. Below this size
+// oneDNN's per-call cost (memory objects, plan lookup, stream) exceeds the
+// arithmetic.
+#define SMALL_MNK 32768
+#define DEFINE_SMALL(NAME, T, LD, ST)                                            \
+    static void NAME(const trn_matmul_desc *d) {                                 \
+        const float alpha = (float)d->alpha, beta = (float)d->beta;              \
+        const bool read_c = d->beta != 0;                                        \
+        const int64_t *as = d->a_strides, *bs = d->b_strides, *cs = d->c_strides; \
+        float acc[BI][BJ];                                                       \
+        for (int64_t t = 0; t < d->batch; t++) {                                 \
+            const T *A = (const T *)d->a + t * as[0];                            \
+            const T *B = (const T *)d->b + t * bs[0];                            \
+            T *C = (T *)d->c + t * cs[0];                                        \
+            for (int64_t i0 = 0; i0 < d->m; i0 += BI) {                          \
+                const int64_t ni = min64(BI, d->m - i0);                         \
+                for (int64_t j0 = 0; j0 < d->n; j0 += BJ) {                      \
+                    const int64_t nj = min64(BJ, d->n - j0);                     \
+                    memset(acc, 0, sizeof acc);                                  \
+                    for (int64_t p = 0; p < d->k; p++) {                         \
+                        const T *brow = B + p * bs[1] + j0 * bs[2];              \
+                        for (int64_t r = 0; r < ni; r++) {                       \
+                            const float av = LD(A[(i0 + r) * as[1] + p * as[2]]); \
+                            float *ar = acc[r];                                  \
+                            if (bs[2] == 1) {                                    \
+                                for (int64_t j = 0; j < nj; j++)                 \
+                                    ar[j] += av * LD(brow[j]);                   \
+                            } else {                                             \
+                                for (int64_t j = 0; j < nj; j++)                 \
+                                    ar[j] += av * LD(brow[j * bs[2]]);           \
+                            }                                                    \
+                        }                                                        \
+                    }                                                            \
+                    for (int64_t r = 0; r < ni; r++)                             \
+                        for (int64_t j = 0; j < nj; j++) {                       \
+                            T *cp = C + (i0 + r) * cs[1] + (j0 + j) * cs[2];     \
+                            float v = alpha * acc[r][j];                         \
+                            if (read_c) v += beta * LD(*cp);                     \
+                            *cp = ST(v);                                         \
+                        }                                                        \
+                }                                                                \
+            }                                                                    \
+        }                                                                        \
+    }
+#define LD_F32(x) (x)
+#define ST_F32(x) (x)
+DEFINE_SMALL(small_f32, float, LD_F32, ST_F32)
+DEFINE_SMALL(small_f16, uint16_t, trn_half_to_float, trn_float_to_half)
+DEFINE_SMALL(small_bf16, uint16_t, trn_bf16_to_float, trn_float_to_bf16)
+
 // k == 0: C = beta * C (0 when beta is 0). Not a hot path.
 #define DEFINE_SCALE(NAME, T, LOAD, STORE, BETA, ZERO)                           \
     static void NAME(const trn_matmul_desc *d) {                                 \
@@ -436,6 +487,15 @@ static trn_status mm_run(const trn_matmul_desc *d) {
         default: break;
         }
         return TRN_SUCCESS;
+    }
+    if (d->m < SMALL_MNK && d->n < SMALL_MNK && d->k < SMALL_MNK &&
+        d->m * d->n * d->k < SMALL_MNK) {
+        switch (d->dtype) {
+        case TRN_DTYPE_F32: small_f32(d); return TRN_SUCCESS;
+        case TRN_DTYPE_F16: small_f16(d); return TRN_SUCCESS;
+        case TRN_DTYPE_BF16: small_bf16(d); return TRN_SUCCESS;
+        default: break;
+        }
     }
     switch (d->dtype) {
     case TRN_DTYPE_F64: loop_f64(d); return TRN_SUCCESS;

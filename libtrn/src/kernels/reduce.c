@@ -29,6 +29,7 @@
 #include "../internal.h"
 #include "fastmath.h"
 #include "trn/convert.h"
+#include "trn/parallel.h"
 #include "trn/reduce.h"
 
 _Static_assert(TRN_DTYPE_COUNT == 15, "add the new dtype to this file");
@@ -47,6 +48,9 @@ typedef struct reduce_args {
     double param;
     int64_t count;  // elements reduced into each output
     int n_outer, n_inner;
+    // The map-combine loops use the column shape (decided once at launch, so
+    // that a piece of a split launch loops exactly as the whole would).
+    int column;
     // Byte ranges touched, relative to the pointers (protect mode).
     int64_t in_lo, in_span, out_lo, out_span, out2_lo, out2_span;
     // outer sizes, in strides, out strides, out2 strides; inner sizes,
@@ -132,6 +136,34 @@ static inline int64_t esize(trn_dtype d) { return (int64_t)trn_dtype_size(d); }
 #define C_MAX(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
 #define C_MIN(a, b) (((a) != (a) || (a) < (b)) ? (a) : (b))
 
+// ---- splitting work across threads ----------------------------------------------
+// No piece gets less than PAR_GRAIN elements of work.
+#define PAR_GRAIN 65536
+#define PAR_DEPTH 6
+
+static inline int64_t par_grain(int64_t work_per_item) {
+    return work_per_item >= PAR_GRAIN ? 1 : PAR_GRAIN / (work_per_item > 0 ? work_per_item : 1);
+}
+
+// A node of the pairwise summation tree of the contig loops.
+typedef struct par_seg {
+    int64_t off, n;
+} par_seg;
+
+static inline int64_t par_half(int64_t n) { return (n / 2 + LANES - 1) / LANES * LANES; }
+
+// The nodes at `depth` below (off, n) (or the leaves above it), in order.
+static int par_segments(int64_t off, int64_t n, int depth, par_seg *out, int k) {
+    if (depth == 0 || n <= BLOCK) {
+        out[k].off = off;
+        out[k].n = n;
+        return k + 1;
+    }
+    const int64_t h = par_half(n);
+    k = par_segments(off, h, depth - 1, out, k);
+    return par_segments(off + h, n - h, depth - 1, out, k);
+}
+
 // ---- map-combine loops ----------------------------------------------------------
 // DEFINE_MC(fn, T, CT, A, LD, MAP, COMB, IDENT): A fn_contig(const T *x, n,
 // p), fn_strided(x, n, stride, p), fn_row(acc, x, w, p). MAP uses `x` (the
@@ -180,6 +212,36 @@ static inline int64_t esize(trn_dtype d) { return (int64_t)trn_dtype_size(d); }
             for (int j = 0; j < w; j++) acc[j] = COMB(acc[j], acc[j + w]);       \
         return acc[0];                                                           \
     }                                                                            \
+    /* The pairwise tree of fn##_contig cut at depth PAR_DEPTH: the leaves   \
+       run in parallel, the top is combined here in the same order, so the   \
+       result is bit-identical to fn##_contig's for any thread count. */      \
+    typedef struct fn##_pctx {                                                   \
+        const T *xs;                                                             \
+        double p;                                                                \
+        const par_seg *segs;                                                     \
+        A *vals;                                                                 \
+    } fn##_pctx;                                                                 \
+    static MAYBE_UNUSED void fn##_leaf(void *ctx, int64_t b, int64_t e) {        \
+        const fn##_pctx *c = ctx;                                                \
+        for (int64_t i = b; i < e; i++)                                          \
+            c->vals[i] = fn##_contig(c->xs + c->segs[i].off, c->segs[i].n, c->p); \
+    }                                                                            \
+    static MAYBE_UNUSED A fn##_top(const A *vals, int *k, int64_t n, int depth) { \
+        if (depth == 0 || n <= BLOCK) return vals[(*k)++];                       \
+        const int64_t h = par_half(n);                                           \
+        const A l = fn##_top(vals, k, h, depth - 1);                             \
+        const A r = fn##_top(vals, k, n - h, depth - 1);                         \
+        return COMB(l, r);                                                       \
+    }                                                                            \
+    static MAYBE_UNUSED A fn##_par(const T *xs, int64_t n, double p) {           \
+        par_seg segs[1 << PAR_DEPTH];                                            \
+        A vals[1 << PAR_DEPTH];                                                  \
+        const int nseg = par_segments(0, n, PAR_DEPTH, segs, 0);                 \
+        fn##_pctx c = {xs, p, segs, vals};                                       \
+        trn_parallel_for(nseg, par_grain(n / nseg), fn##_leaf, &c);              \
+        int k = 0;                                                               \
+        return fn##_top(vals, &k, n, PAR_DEPTH);                                 \
+    }                                                                            \
     /* Fold one input row of w columns into acc. */                              \
     static MAYBE_UNUSED void fn##_row(A *restrict acc, const T *restrict xs, int64_t w,       \
                          double p) {                                             \
@@ -205,8 +267,14 @@ static inline int64_t esize(trn_dtype d) { return (int64_t)trn_dtype_size(d); }
         (void)cnt;                                                               \
         int64_t oidx[TRN_MAX_DIMS] = {0}, iidx[TRN_MAX_DIMS];                    \
         int64_t ioff = 0, ooff = 0, dummy = 0;                                   \
-        if (a->count > 0 && no >= 1 && osi[no - 1] == 1 && oso[no - 1] == 1 &&  \
-            ist[ni - 1] != 1 && os[no - 1] >= 8) {                               \
+        if (no == 1 && os[0] == 1 && ni == 1 && ist[0] == 1 &&                  \
+            a->count >= 2 * PAR_GRAIN) {                                         \
+            /* one output of a long contiguous run: split the pairwise tree */   \
+            const A v = fn##_par(in, a->count, p);                               \
+            STORE(a->out, FIN(A, v, cnt, p));                                    \
+            return;                                                              \
+        }                                                                        \
+        if (a->column) {                                                         \
             /* column loop over the last outer dim */                            \
             const int64_t wtot = os[no - 1];                                     \
             A acc[COLS], tot[COLS];                                              \
@@ -608,6 +676,49 @@ static const void *offset_ptr(const void *p, int64_t off) {
     return (const void *)((uintptr_t)p + (uintptr_t)off);
 }
 
+// Splitting a launch across threads: pieces of the largest outer dim, each
+// run as a launch of its own (every output is computed exactly as unsplit).
+typedef struct split_ctx {
+    const reduce_args *a;
+    run_fn fn;
+    int k;  // the outer dim split
+    size_t header;  // bytes of reduce_args to copy
+} split_ctx;
+
+static void split_piece(void *ctx, int64_t b, int64_t e) {
+    const split_ctx *c = ctx;
+    const reduce_args *a = c->a;
+    reduce_args sub;
+    memcpy(&sub, a, c->header);
+    OSIZE(&sub)[c->k] = e - b;
+    const int64_t ies = esize(a->dtype), oes = esize(a->out_dtype);
+    const int64_t o2es = (a->op == TRN_REDUCE_MAX || a->op == TRN_REDUCE_MIN) ? 8 : oes;
+    if (a->in != NULL && a->count > 0) sub.in = a->in + b * OSTR_IN(a)[c->k] * ies;
+    sub.out = a->out + b * OSTR_OUT(a)[c->k] * oes;
+    if (a->out2 != NULL) sub.out2 = a->out2 + b * OSTR_OUT2(a)[c->k] * o2es;
+    c->fn(&sub);
+}
+
+static void reduce_run(const reduce_args *a) {
+    const run_fn fn = pick(a->op, a->dtype, a->param);
+    const int64_t *os = OSIZE(a);
+    int k = 0;
+    int64_t nout = 1;
+    for (int d = 0; d < a->n_outer; d++) {
+        nout *= os[d];
+        if (os[d] > os[k]) k = d;
+    }
+    if (nout < 2 || nout * (a->count > 0 ? a->count : 1) < 2 * PAR_GRAIN) {
+        fn(a);
+        return;
+    }
+    const int64_t work = (nout / os[k]) * (a->count > 0 ? a->count : 1);
+    split_ctx c = {a, fn, k,
+                   offsetof(reduce_args, dims) +
+                       (size_t)(4 * a->n_outer + 2 * a->n_inner) * sizeof(int64_t)};
+    trn_parallel_for(os[k], par_grain(work), split_piece, &c);
+}
+
 static trn_status reduce_task(void *args) {
     const reduce_args *a = args;
     const void *in_lo = offset_ptr(a->in, a->in_lo);
@@ -619,7 +730,7 @@ static trn_status reduce_task(void *args) {
     if (st == TRN_SUCCESS) {
         if (out2_lo) st = trn__mem_access_begin(out2_lo, (size_t)a->out2_span);
         if (st == TRN_SUCCESS) {
-            pick(a->op, a->dtype, a->param)(a);
+            reduce_run(a);
             if (out2_lo) trn__mem_access_end(out2_lo, (size_t)a->out2_span);
         }
         if (a->count > 0) trn__mem_access_end(in_lo, (size_t)a->in_span);
@@ -773,6 +884,8 @@ trn_status trn_reduce_launch(trn_stream *stream, const trn_reduce_desc *d) {
         osi[0] = oso[0] = oso2[0] = 1;
         no = 1;
     }
+    a.column = count > 0 && osi[no - 1] == 1 && oso[no - 1] == 1 && ist[ni - 1] != 1 &&
+               osz[no - 1] >= 8;
     if ((count > 0 && d->in == NULL) || d->out == NULL || (two && d->out2 == NULL))
         return bad("a data pointer is NULL");
     a.in = d->in;

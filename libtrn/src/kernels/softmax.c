@@ -17,6 +17,7 @@
 #include "../internal.h"
 #include "fastmath.h"
 #include "trn/convert.h"
+#include "trn/parallel.h"
 #include "trn/reduce.h"
 
 #define COLS 256
@@ -42,6 +43,12 @@ typedef struct softmax_args {
 
 #define RT_id(v) (v)
 #define RT_bf16(v) trn_bf16_to_float(trn_float_to_bf16(v))
+
+// Work is split in units: a row (inner == 1), or a block of up to COLS
+// columns of one outer index.
+static inline int64_t units_per_outer(int64_t inner) {
+    return inner == 1 ? 1 : (inner + COLS - 1) / COLS;
+}
 
 #define DEFINE_SOFTMAX(N, T, C, LD, ST, EXP, RT)                                     \
     static C rowmax_##N(const T *restrict x, int64_t n) {                        \
@@ -86,10 +93,11 @@ typedef struct softmax_args {
             for (int j = 0; j < w; j++) s[j] += s[j + w];                        \
         return s[0];                                                             \
     }                                                                            \
-    static void fwd_##N(const softmax_args *a) {                                 \
+    static void fwd_##N(const softmax_args *a, int64_t u0, int64_t u1) {        \
         const int islog = a->op == TRN_LOG_SOFTMAX;                                \
-        const int64_t D = a->dim, I = a->inner;                                  \
-        for (int64_t o = 0; o < a->outer; o++) {                                 \
+        const int64_t D = a->dim, I = a->inner, nb = units_per_outer(I);         \
+        for (int64_t u = u0; u < u1; u++) {                                      \
+            const int64_t o = u / nb;                                            \
             const T *x = (const T *)(const void *)a->in + o * D * I;             \
             T *y = (T *)(void *)a->out + o * D * I;                              \
             if (I == 1) {                                                        \
@@ -106,7 +114,8 @@ typedef struct softmax_args {
                 continue;                                                        \
             }                                                                    \
             C m[COLS], s[COLS];                                                  \
-            for (int64_t j0 = 0; j0 < I; j0 += COLS) {                           \
+            {                                                                    \
+                const int64_t j0 = (u % nb) * COLS;                              \
                 const int64_t w = I - j0 < COLS ? I - j0 : COLS;                 \
                 for (int64_t j = 0; j < w; j++) {                                \
                     m[j] = -(C)INFINITY;                                         \
@@ -136,10 +145,11 @@ typedef struct softmax_args {
             }                                                                    \
         }                                                                        \
     }                                                                            \
-    static void bwd_##N(const softmax_args *a) {                                 \
+    static void bwd_##N(const softmax_args *a, int64_t u0, int64_t u1) {        \
         const int islog = a->op == TRN_LOG_SOFTMAX_BACKWARD;                       \
-        const int64_t D = a->dim, I = a->inner;                                  \
-        for (int64_t o = 0; o < a->outer; o++) {                                 \
+        const int64_t D = a->dim, I = a->inner, nb = units_per_outer(I);         \
+        for (int64_t u = u0; u < u1; u++) {                                      \
+            const int64_t o = u / nb;                                            \
             const T *y = (const T *)(const void *)a->in + o * D * I;             \
             const T *g = (const T *)(const void *)a->grad + o * D * I;           \
             T *z = (T *)(void *)a->out + o * D * I;                              \
@@ -154,7 +164,8 @@ typedef struct softmax_args {
                 continue;                                                        \
             }                                                                    \
             C s[COLS];                                                           \
-            for (int64_t j0 = 0; j0 < I; j0 += COLS) {                           \
+            {                                                                    \
+                const int64_t j0 = (u % nb) * COLS;                              \
                 const int64_t w = I - j0 < COLS ? I - j0 : COLS;                 \
                 for (int64_t j = 0; j < w; j++) s[j] = 0;                        \
                 for (int64_t d = 0; d < D; d++) {                                \
@@ -188,7 +199,7 @@ typedef struct softmax_args {
 #define DEFINE_ONE(E, N, T, C, LD, ST, EXP, RT) DEFINE_SOFTMAX(N, T, C, LD, ST, EXP, RT)
 SOFTMAX_DTYPES(DEFINE_ONE)
 
-typedef void (*softmax_fn)(const softmax_args *);
+typedef void (*softmax_fn)(const softmax_args *, int64_t, int64_t);
 
 static softmax_fn pick(trn_softmax_op op, trn_dtype d) {
     const int bwd = op == TRN_SOFTMAX_BACKWARD || op == TRN_LOG_SOFTMAX_BACKWARD;
@@ -205,6 +216,26 @@ int trn_softmax_supports(trn_softmax_op op, trn_dtype dtype) {
            (unsigned)dtype < TRN_DTYPE_COUNT && pick(op, dtype) != NULL;
 }
 
+typedef struct par_ctx {
+    const softmax_args *a;
+    softmax_fn fn;
+} par_ctx;
+
+static void par_piece(void *ctx, int64_t b, int64_t e) {
+    const par_ctx *c = ctx;
+    c->fn(c->a, b, e);
+}
+
+// Units in parallel, none less than 64K elements of work per piece.
+static void softmax_run(const softmax_args *a) {
+    const int64_t nb = units_per_outer(a->inner);
+    const int64_t units = a->outer * nb;
+    const int64_t per_unit = a->dim * (a->inner < COLS ? a->inner : COLS);
+    const int64_t grain = per_unit >= 65536 ? 1 : 65536 / (per_unit > 0 ? per_unit : 1);
+    par_ctx c = {a, pick(a->op, a->dtype)};
+    trn_parallel_for(units, grain, par_piece, &c);
+}
+
 static trn_status softmax_task(void *args) {
     const softmax_args *a = args;
     const size_t bytes = (size_t)(a->outer * a->dim * a->inner) * trn_dtype_size(a->dtype);
@@ -214,7 +245,7 @@ static trn_status softmax_task(void *args) {
     if (st == TRN_SUCCESS) {
         if (a->grad) st = trn__mem_access_begin(a->grad, bytes);
         if (st == TRN_SUCCESS) {
-            pick(a->op, a->dtype)(a);
+            softmax_run(a);
             if (a->grad) trn__mem_access_end(a->grad, bytes);
         }
         trn__mem_access_end(a->in, bytes);
