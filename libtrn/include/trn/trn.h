@@ -26,4 +26,6 @@
 #include "trn/blas.h"
 #include "trn/conv.h"
 #include "trn/reduce.h"
+#include "trn/norm.h"
+#include "trn/loss.h"
 #endif

@@ -132,6 +132,10 @@ P2(logical_or) P2(logical_xor)
 BLK2(bitwise_and, i, int64_t) BLK2(bitwise_or, i, int64_t)
 BLK2(bitwise_xor, i, int64_t) BLK2(lshift, i, int64_t) BLK2(rshift, i, int64_t)
 FDI2(pow) FD2(atan2) FD2(hypot)
+FD2(threshold_backward) FD2(sigmoid_backward) FD2(tanh_backward) FD2(hardtanh_backward)
+FD2(leaky_relu_backward) FD2(hardsigmoid_backward) FD2(hardswish_backward) FD2(gelu_backward)
+FD2(gelu_tanh_backward) FD2(silu_backward) FD2(elu_backward) FD2(softplus_backward)
+FD2(mish_backward)
 FDI3(where) FDI3(clamp) FD3(lerp) FDI3(addcmul) FD3(addcdiv)
 
 // ---- op table ---------------------------------------------------------------------
@@ -229,6 +233,19 @@ static const op_info ops[TRN_EW_OP_COUNT] = {
     ENTRY_FDI(POW, pow, 2, M_F | M_I),
     ENTRY_FD(ATAN2, atan2, 2, M_F),
     ENTRY_FD(HYPOT, hypot, 2, M_F),
+    ENTRY_FD(THRESHOLD_BACKWARD, threshold_backward, 2, M_F),
+    ENTRY_FD(SIGMOID_BACKWARD, sigmoid_backward, 2, M_F),
+    ENTRY_FD(TANH_BACKWARD, tanh_backward, 2, M_F),
+    ENTRY_FD(HARDTANH_BACKWARD, hardtanh_backward, 2, M_F),
+    ENTRY_FD(LEAKY_RELU_BACKWARD, leaky_relu_backward, 2, M_F),
+    ENTRY_FD(HARDSIGMOID_BACKWARD, hardsigmoid_backward, 2, M_F),
+    ENTRY_FD(HARDSWISH_BACKWARD, hardswish_backward, 2, M_F),
+    ENTRY_FD(GELU_BACKWARD, gelu_backward, 2, M_F),
+    ENTRY_FD(GELU_TANH_BACKWARD, gelu_tanh_backward, 2, M_F),
+    ENTRY_FD(SILU_BACKWARD, silu_backward, 2, M_F),
+    ENTRY_FD(ELU_BACKWARD, elu_backward, 2, M_F),
+    ENTRY_FD(SOFTPLUS_BACKWARD, softplus_backward, 2, M_F),
+    ENTRY_FD(MISH_BACKWARD, mish_backward, 2, M_F),
     ENTRY_FDI(WHERE, where, 3, M_ALL),
     ENTRY_FDI(CLAMP, clamp, 3, M_ALL),
     ENTRY_FD(LERP, lerp, 3, M_F),
