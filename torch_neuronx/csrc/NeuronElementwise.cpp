@@ -932,6 +932,36 @@ Tensor fallback_predicate(const Tensor &a) {
         return fallback<at::_ops::isfinite>(a);
 }
 
+// isposinf / isneginf (SDPA's math path uses isneginf through _safe_softmax).
+template <trn_ew_op OP>
+Tensor &inf_predicate_out(const Tensor &a, Tensor &result) {
+    const char *name = OP == TRN_EW_ISPOSINF ? "aten::isposinf" : "aten::isneginf";
+    TORCH_CHECK(!a.is_complex(), (OP == TRN_EW_ISPOSINF ? "isposinf" : "isneginf"),
+                " does not support complex inputs.");
+    TORCH_CHECK(result.scalar_type() == at::kBool, (OP == TRN_EW_ISPOSINF ? "isposinf" : "isneginf"),
+                " does not support non-boolean outputs.");
+    if (supports(OP, a.scalar_type())) {
+        at::native::resize_output(result, a.sizes());
+        TensorIterator iter = TensorIteratorConfig()
+                                  .check_all_same_dtype(false)
+                                  .add_output(result)
+                                  .add_const_input(a)
+                                  .build();
+        if (launch(iter, OP, a.scalar_type(), name))
+            return result;
+    }
+    if constexpr (OP == TRN_EW_ISPOSINF)
+        return fallback<at::_ops::isposinf_out>(a, result);
+    else
+        return fallback<at::_ops::isneginf_out>(a, result);
+}
+template <trn_ew_op OP>
+Tensor inf_predicate(const Tensor &a) {
+    Tensor out = at::empty({0}, a.options().dtype(at::kBool));
+    inf_predicate_out<OP>(a, out);
+    return out;
+}
+
 // isnan / isinf / isfinite: one predicate kernel instead of ATen's
 // composites (self != self, abs == inf, ...), integers included.
 template <trn_ew_op OP>
@@ -1099,6 +1129,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl("abs.out", TORCH_FN(abs_out));
     m.impl("isnan", TORCH_FN(predicate<TRN_EW_ISNAN>));
     m.impl("isinf", TORCH_FN(predicate<TRN_EW_ISINF>));
+    m.impl("isposinf", TORCH_FN(inf_predicate<TRN_EW_ISPOSINF>));
+    m.impl("isposinf.out", TORCH_FN(inf_predicate_out<TRN_EW_ISPOSINF>));
+    m.impl("isneginf", TORCH_FN(inf_predicate<TRN_EW_ISNEGINF>));
+    m.impl("isneginf.out", TORCH_FN(inf_predicate_out<TRN_EW_ISNEGINF>));
     m.impl("isfinite", TORCH_FN(predicate<TRN_EW_ISFINITE>));
     m.impl("rsub.Tensor", TORCH_FN(rsub_tensor));
     m.impl("rsub.Scalar", TORCH_FN(rsub_scalar));

@@ -29,6 +29,12 @@ template <typename Op, typename... Args>
 decltype(auto) fallback(Args &&...args) {
     return at::native::call_fallback_fn<&cpu_fallback, Op>::call(std::forward<Args>(args)...);
 }
+// For schemas with SymInt arguments.
+template <typename Op, typename... Args>
+decltype(auto) fallback_sym(Args &&...args) {
+    return at::native::call_fallback_fn_symint<&cpu_fallback, Op>::call(
+        std::forward<Args>(args)...);
+}
 
 trn_stream *stream_of(const Tensor &t) { return current_trn_stream(t.device().index()); }
 
@@ -100,7 +106,7 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm(const Tensor &input,
     auto [M, N] = layer_norm_rows(input, shape, weight, bias);
     trn_dtype dt, pdt, sdt;
     if (!ln_dtypes(input, weight, bias, dt, pdt, sdt) || (M > 0 && N == 0))
-        return fallback<at::_ops::native_layer_norm>(input, sym_shape, weight_opt, bias_opt, eps);
+        return fallback_sym<at::_ops::native_layer_norm>(input, sym_shape, weight_opt, bias_opt, eps);
     const Tensor x = input.contiguous();
     const Tensor w = weight.defined() ? weight.contiguous() : weight;
     const Tensor b = bias.defined() ? bias.contiguous() : bias;
@@ -145,7 +151,7 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(
     if (ok)
         sdt = *native_dtype(mean.scalar_type());
     if (!ok || !trn_layer_norm_supports(dt, pdt, sdt))
-        return fallback<at::_ops::native_layer_norm_backward>(grad_out, input, sym_shape, mean,
+        return fallback_sym<at::_ops::native_layer_norm_backward>(grad_out, input, sym_shape, mean,
                                                               rstd, weight_opt, bias_opt, mask);
     const Tensor x = input.contiguous(), dy = grad_out.contiguous();
     const Tensor mc = mean.contiguous(), rc = rstd.contiguous();
@@ -264,7 +270,7 @@ std::tuple<Tensor, Tensor> nll_loss_forward(const Tensor &self, const Tensor &ta
     const Tensor weight = weight_opt.value_or(Tensor());
     const NllShape sh = nll_check(self, target, weight);
     if (!nll_supported(self, target, weight))
-        return fallback<at::_ops::nll_loss_forward>(self, target, weight_opt, reduction,
+        return fallback_sym<at::_ops::nll_loss_forward>(self, target, weight_opt, reduction,
                                                     ignore_index);
     Tensor output = reduction == at::Reduction::None && self.dim() == 2
                         ? at::empty({sh.batch}, self.options())
@@ -281,7 +287,7 @@ std::tuple<Tensor, Tensor> nll_loss2d_forward(const Tensor &self, const Tensor &
     const Tensor weight = weight_opt.value_or(Tensor());
     const NllShape sh = nll2d_check(self, target, weight);
     if (!nll_supported(self, target, weight))
-        return fallback<at::_ops::nll_loss2d_forward>(self, target, weight_opt, reduction,
+        return fallback_sym<at::_ops::nll_loss2d_forward>(self, target, weight_opt, reduction,
                                                       ignore_index);
     Tensor output = reduction == at::Reduction::None ? at::empty(target.sizes(), self.options())
                                                      : at::empty({}, self.options());
@@ -330,17 +336,18 @@ Tensor nll_loss_backward(const Tensor &grad_output, const Tensor &self, const Te
                          c10::SymInt ignore_index, const Tensor &total_weight) {
     const Tensor weight = weight_opt.value_or(Tensor());
     const NllShape sh = nll_check(self, target, weight);
-    if (reduction == at::Reduction::None && self.dim() == 2)
+    if (reduction == at::Reduction::None && self.dim() == 2) {
         TORCH_CHECK(grad_output.dim() == 1 && grad_output.size(0) == sh.batch,
                     "Expected a tensor of dimension 1 and tensor.size[0] == ", sh.batch,
                     " but got: dimension ", grad_output.dim(), " and tensor.size[0] == ",
                     grad_output.dim() > 0 ? grad_output.size(0) : 0);
-    else
+    } else {
         TORCH_CHECK(grad_output.dim() <= 1 && grad_output.numel() == 1,
                     "Expected a single element grad_output tensor, but got: ",
                     grad_output.sizes());
+    }
     if (!nll_backward_supported(grad_output, self, target, weight, total_weight))
-        return fallback<at::_ops::nll_loss_backward>(grad_output, self, target, weight_opt,
+        return fallback_sym<at::_ops::nll_loss_backward>(grad_output, self, target, weight_opt,
                                                      reduction, ignore_index, total_weight);
     return nll_backward_run(grad_output, self, target, weight, reduction,
                             ignore_index.expect_int(), total_weight, sh,
@@ -355,7 +362,7 @@ Tensor nll_loss2d_backward(const Tensor &grad_output, const Tensor &self, const 
     if (!nll_backward_supported(grad_output, self, target, weight, total_weight) ||
         (reduction == at::Reduction::None && !grad_output.sizes().equals(target.sizes())) ||
         (reduction != at::Reduction::None && grad_output.numel() != 1))
-        return fallback<at::_ops::nll_loss2d_backward>(grad_output, self, target, weight_opt,
+        return fallback_sym<at::_ops::nll_loss2d_backward>(grad_output, self, target, weight_opt,
                                                        reduction, ignore_index, total_weight);
     return nll_backward_run(grad_output, self, target, weight, reduction,
                             ignore_index.expect_int(), total_weight, sh,
@@ -370,7 +377,7 @@ Tensor nll_loss2d_backward(const Tensor &grad_output, const Tensor &self, const 
 uint64_t draw_seed(const std::optional<at::Generator> &gen, c10::DeviceIndex index) {
     at::Generator g = gen.has_value() && gen->defined() ? *gen : default_generator(index);
     TORCH_CHECK(g.device().type() == kNeuron, "dropout on neuron needs a neuron generator");
-    const at::Generator &cpu = g.get<NeuronGeneratorImpl>()->cpu_generator();
+    at::Generator cpu = g.get<NeuronGeneratorImpl>()->cpu_generator();  // shares the state
     std::lock_guard<std::mutex> lock(cpu.mutex());
     return cpu.get<at::CPUGeneratorImpl>()->random64();
 }
@@ -420,7 +427,7 @@ Tensor mse_loss_backward(const Tensor &grad_output, const Tensor &self, const Te
     const double norm = reduction == at::Reduction::Mean ? 2.0 / static_cast<double>(self.numel())
                                                          : 2.0;
     tracking::record_executed("aten::mse_loss_backward");
-    return at::mul(at::sub(self, target), grad_output) * norm;
+    return at::mul(at::mul(at::sub(self, target), grad_output), at::Scalar(norm));
 }
 
 }  // namespace

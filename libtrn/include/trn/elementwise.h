@@ -42,6 +42,7 @@ extern "C" {
     X(FRAC, 1) X(SQRT, 1) X(RSQRT, 1) X(RECIPROCAL, 1)                         \
     X(BITWISE_NOT, 1) X(LOGICAL_NOT, 1) /* -> bool */                          \
     X(ISNAN, 1) X(ISINF, 1) X(ISFINITE, 1) /* -> bool */                       \
+    X(ISPOSINF, 1) X(ISNEGINF, 1) /* -> bool */                                \
     X(NAN_TO_NUM, 1)   /* p0 nan, p1 posinf, p2 neginf replacement */          \
     X(HARDTANH, 1)     /* p0 min, p1 max */                                    \
     X(HARDSIGMOID, 1) X(HARDSWISH, 1)                                          \

@@ -634,6 +634,8 @@ TRN_SC_FP(logical_xor, (a != 0.0f) ^ (b != 0.0f))
 static inline int trn_sc_logical_not_fp(float a) { return a == 0.0f; }
 static inline int trn_sc_isnan_fp(float a) { return a != a; }
 static inline int trn_sc_isinf_fp(float a) { return fabsf(a) == INFINITY; }
+static inline int trn_sc_isposinf_fp(float a) { return a == INFINITY; }
+static inline int trn_sc_isneginf_fp(float a) { return a == -INFINITY; }
 static inline int trn_sc_isfinite_fp(float a) { return fabsf(a) < INFINITY; }
 
 // Ternary.
@@ -868,6 +870,8 @@ TRN_SC_DP(logical_xor, (a != 0.0) ^ (b != 0.0))
 static inline int trn_sc_logical_not_dp(double a) { return a == 0.0; }
 static inline int trn_sc_isnan_dp(double a) { return a != a; }
 static inline int trn_sc_isinf_dp(double a) { return fabs(a) == INFINITY; }
+static inline int trn_sc_isposinf_dp(double a) { return a == INFINITY; }
+static inline int trn_sc_isneginf_dp(double a) { return a == -INFINITY; }
 static inline int trn_sc_isfinite_dp(double a) { return fabs(a) < INFINITY; }
 static inline double trn_sc_where_dd(double cond, double a, double b, const trn_sc_ctx *c) {
     TRN_SC_UNUSED(c);
@@ -1005,6 +1009,8 @@ TRN_SC_IP(logical_xor, (a != 0) ^ (b != 0))
 static inline int trn_sc_logical_not_ip(int64_t a) { return a == 0; }
 static inline int trn_sc_isnan_ip(int64_t a) { TRN_SC_UNUSED(a); return 0; }
 static inline int trn_sc_isinf_ip(int64_t a) { TRN_SC_UNUSED(a); return 0; }
+static inline int trn_sc_isposinf_ip(int64_t a) { TRN_SC_UNUSED(a); return 0; }
+static inline int trn_sc_isneginf_ip(int64_t a) { TRN_SC_UNUSED(a); return 0; }
 static inline int trn_sc_isfinite_ip(int64_t a) { TRN_SC_UNUSED(a); return 1; }
 
 static inline int64_t trn_sc_where_i(int64_t cond, int64_t a, int64_t b, const trn_sc_ctx *c) {

@@ -119,7 +119,7 @@ typedef void (*block_fn)(int n, void *o, const void *a, const void *b,
 FDI1(abs) FDI1(neg) FDI1(sign) FDI1(relu) FDI1(floor) FDI1(ceil) FDI1(round)
 FDI1(trunc) FD1(frac) FD1(sqrt) FD1(rsqrt) FD1(reciprocal)
 BLK1(bitwise_not, i, int64_t)
-P1(logical_not) P1(isnan) P1(isinf) P1(isfinite)
+P1(logical_not) P1(isnan) P1(isinf) P1(isfinite) P1(isposinf) P1(isneginf)
 FD1(nan_to_num) FDI1(hardtanh) FD1(hardsigmoid) FD1(hardswish) FD1(leaky_relu)
 FD1(exp) FD1(exp2) FD1(expm1) FD1(log) FD1(log2) FD1(log10) FD1(log1p)
 FD1(sin) FD1(cos) FD1(tan) FD1(asin) FD1(acos) FD1(atan) FD1(sinh) FD1(cosh)
@@ -169,6 +169,8 @@ static const op_info ops[TRN_EW_OP_COUNT] = {
     ENTRY_P(LOGICAL_NOT, logical_not, 1, M_ALL),
     ENTRY_P(ISNAN, isnan, 1, M_ALL),
     ENTRY_P(ISINF, isinf, 1, M_ALL),
+    ENTRY_P(ISPOSINF, isposinf, 1, M_ALL),
+    ENTRY_P(ISNEGINF, isneginf, 1, M_ALL),
     ENTRY_P(ISFINITE, isfinite, 1, M_ALL),
     ENTRY_FD(NAN_TO_NUM, nan_to_num, 1, M_F),
     ENTRY_FDI(HARDTANH, hardtanh, 1, M_F | M_I),
