@@ -248,7 +248,7 @@ static trn_status ln_task(void *args) {
         piece_fn fwd, dx, dw;
         pick(a->dtype, &fwd, &dx, &dw);
         ln_run run = {a, w, b};
-        int64_t grain = GRAIN / a->cols;
+        int64_t grain = GRAIN / (a->cols > 0 ? a->cols : 1);
         if (grain < 1) grain = 1;
         if (!a->backward) {
             trn_parallel_for(a->rows, grain, fwd, &run);
@@ -256,7 +256,7 @@ static trn_status ln_task(void *args) {
             if (a->dx) trn_parallel_for(a->rows, grain, dx, &run);
             if (a->dweight || a->dbias) {
                 const int64_t blocks = (a->cols + COLBLOCK - 1) / COLBLOCK;
-                int64_t g = GRAIN / (a->rows * COLBLOCK);
+                int64_t g = GRAIN / ((a->rows > 0 ? a->rows : 1) * COLBLOCK);
                 trn_parallel_for(blocks, g < 1 ? 1 : g, dw, &run);
             }
         }
