@@ -387,6 +387,88 @@ static void test_invalid(void) {
     CHECK(trn_ew_op_is_predicate(TRN_EW_EQ) && !trn_ew_op_is_predicate(TRN_EW_ADD));
 }
 
+// Activation backward ops against double references of ATen's formulas
+// (grad = 1.5 everywhere, x swept over [-8, 8]); error relative to
+// max(|want|, 1): near the zero crossings of a derivative (gelu, mish) the
+// float formulas cancel, in ATen as here.
+static double dref(trn_ew_op op, double x, const double *p) {
+    const double g = 1.5;
+    const double s = 1.0 / (1.0 + exp(-x));
+    switch (op) {
+    case TRN_EW_THRESHOLD_BACKWARD: return x <= p[0] ? 0.0 : g;
+    case TRN_EW_SIGMOID_BACKWARD: return g * (1.0 - x) * x;
+    case TRN_EW_TANH_BACKWARD: return g * (1.0 - x * x);
+    case TRN_EW_HARDTANH_BACKWARD: return (x <= p[0] || x >= p[1]) ? 0.0 : g;
+    case TRN_EW_LEAKY_RELU_BACKWARD: return x > 0 ? g : g * p[0];
+    case TRN_EW_HARDSIGMOID_BACKWARD: return (x > -3 && x < 3) ? g / 6.0 : 0.0;
+    case TRN_EW_HARDSWISH_BACKWARD: return x < -3 ? 0.0 : (x <= 3 ? g * (x / 3.0 + 0.5) : g);
+    case TRN_EW_GELU_BACKWARD:
+        return g * (0.5 * erfc(-x / sqrt(2.0)) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI));
+    case TRN_EW_GELU_TANH_BACKWARD: {
+        const double kb = sqrt(2.0 / M_PI), t = tanh(kb * (x + 0.044715 * x * x * x));
+        return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * kb * (1 + 3 * 0.044715 * x * x));
+    }
+    case TRN_EW_SILU_BACKWARD: return g * s * (1 + x * (1 - s));
+    case TRN_EW_ELU_BACKWARD: return x <= 0 ? g * p[2] * p[0] * p[1] * exp(x * p[2]) : g * p[1];
+    case TRN_EW_SOFTPLUS_BACKWARD: return x * p[0] > p[1] ? g : g * s;  /* beta 1 */
+    case TRN_EW_MISH_BACKWARD: {
+        const double t = tanh(log1p(exp(x)));
+        return g * (t + x * s * (1 - t * t));
+    }
+    default: return NAN;
+    }
+}
+
+static void test_activation_backward(void) {
+    enum { N = 4001 };
+    static float x[N], gr[N], out[N];
+    static double xd[N], gd[N], outd[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = (float)(-8.0 + 16.0 * i / (N - 1));
+        xd[i] = x[i];
+        gr[i] = 1.5f;
+        gd[i] = 1.5;
+    }
+    struct { trn_ew_op op; double p[4]; } cases[] = {
+        {TRN_EW_THRESHOLD_BACKWARD, {0.5, 0, 0, 0}},
+        {TRN_EW_SIGMOID_BACKWARD, {0}},
+        {TRN_EW_TANH_BACKWARD, {0}},
+        {TRN_EW_HARDTANH_BACKWARD, {-1, 1, 0, 0}},
+        {TRN_EW_LEAKY_RELU_BACKWARD, {0.01, 0, 0, 0}},
+        {TRN_EW_HARDSIGMOID_BACKWARD, {0}},
+        {TRN_EW_HARDSWISH_BACKWARD, {0}},
+        {TRN_EW_GELU_BACKWARD, {0}},
+        {TRN_EW_GELU_TANH_BACKWARD, {0}},
+        {TRN_EW_SILU_BACKWARD, {0}},
+        {TRN_EW_ELU_BACKWARD, {1.0, 1.0507, 1.0, 0}},
+        {TRN_EW_SOFTPLUS_BACKWARD, {1.0, 20.0, 0, 0}},
+        {TRN_EW_MISH_BACKWARD, {0}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        CHECK_OK(run1d(cases[c].op, TRN_DTYPE_F32, TRN_DTYPE_F32, N, out, gr, x, NULL, cases[c].p));
+        double worst = 0;
+        for (int i = 0; i < N; i++) {
+            const double want = dref(cases[c].op, xd[i], cases[c].p);
+            const double err = fabs(out[i] - want) / (fabs(want) > 1.0 ? fabs(want) : 1.0);
+            if (err > worst) worst = err;
+        }
+        if (worst > 2e-5)
+            fprintf(stderr, "%s: relative error %g\n", trn_ew_op_name(cases[c].op), worst);
+        CHECK(worst <= 2e-5);
+        // float64 computed natively must match the double reference closely
+        // (only checked when the policy computes float64 in double).
+        CHECK_OK(run1d(cases[c].op, TRN_DTYPE_F64, TRN_DTYPE_F64, N, outd, gd, xd, NULL, cases[c].p));
+        worst = 0;
+        for (int i = 0; i < N; i++) {
+            const double want = dref(cases[c].op, xd[i], cases[c].p);
+            const double err = fabs(outd[i] - want) / (fabs(want) > 1.0 ? fabs(want) : 1.0);
+            if (err > worst) worst = err;
+        }
+        CHECK(worst <= (trn_float64_native() ? 1e-12 : 2e-5));
+    }
+    CHECK_INT(trn_ew_op_arity(TRN_EW_GELU_BACKWARD), 2);
+}
+
 int main(void) {
     if (trn_stream_get_default(0, &g_stream) != TRN_SUCCESS) {
         fprintf(stderr, "no default stream: %s\n", trn_last_error());
@@ -398,5 +480,6 @@ int main(void) {
     test_layouts();
     test_device_memory();
     test_invalid();
+    test_activation_backward();
     return TEST_REPORT();
 }

@@ -12,6 +12,15 @@ EXCLUDED = {
     # The nuclear norm is a sum of singular values: it needs linalg_svd, which
     # has no native kernel (the reduction part is native).
     ("norm", "nuc", "*"): "nuclear norm needs an SVD, which runs on the CPU",
+    # Dropout draws its mask from the neuron generator (a counter-based hash,
+    # reproducible per seed), not from CPU's RNG: values are not comparable.
+    # tests/test_train_ops.py checks the mask statistics, scaling and seeding.
+    ("nn.functional.dropout", "", "*"): "random mask from the neuron generator, not CPU's RNG",
+    # Integer dropout grads are not a training case; they run on the CPU.
+    ("native_dropout_backward", "", torch.int64): "integer dropout backward runs on the CPU",
+    ("native_dropout_backward", "", torch.int32): "integer dropout backward runs on the CPU",
+    ("native_dropout_backward", "", torch.uint8): "integer dropout backward runs on the CPU",
+    ("native_dropout_backward", "", torch.bool): "integer dropout backward runs on the CPU",
 }
 
 # Looser (atol, rtol) where neuron's values are as accurate as CPU's but the
@@ -29,6 +38,17 @@ TOLERANCES = {
     # against float64), CPU's are off by a few 16-bit ulps near zero.
     ("log_softmax", "", torch.bfloat16): (5e-3, 1.6e-2),
     ("log_softmax", "", torch.float16): (1e-3, 1e-3),
+    # Layer norm over 1-element rows: the exact output and gradient are 0;
+    # CPU's 16-bit / float32 arithmetic leaves rounding noise (x - mean != 0),
+    # neuron computes x - mean exactly in float32 and returns 0.
+    ("native_layer_norm", "", torch.bfloat16): (2e-3, 2e-2),
+    ("native_layer_norm", "", torch.float16): (2e-3, 2e-2),
+    ("native_layer_norm", "", "grad"): (1e-4, 1e-4),
+    ("nn.functional.layer_norm", "", "grad"): (1e-4, 1e-4),
+    # 16-bit nll_loss: neuron sums in double and rounds once; CPU's sum
+    # differs by one 16-bit ulp on some samples.
+    ("nn.functional.nll_loss", "", torch.bfloat16): (4e-3, 4e-2),
+    ("nn.functional.nll_loss", "", torch.float16): (1e-3, 1e-2),
 }
 
 # Ops whose OpInfo samples include CPU-fallback work other than the op

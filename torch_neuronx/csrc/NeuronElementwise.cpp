@@ -932,6 +932,36 @@ Tensor fallback_predicate(const Tensor &a) {
         return fallback<at::_ops::isfinite>(a);
 }
 
+// isposinf / isneginf (SDPA's math path uses isneginf through _safe_softmax).
+template <trn_ew_op OP>
+Tensor &inf_predicate_out(const Tensor &a, Tensor &result) {
+    const char *name = OP == TRN_EW_ISPOSINF ? "aten::isposinf" : "aten::isneginf";
+    TORCH_CHECK(!a.is_complex(), (OP == TRN_EW_ISPOSINF ? "isposinf" : "isneginf"),
+                " does not support complex inputs.");
+    TORCH_CHECK(result.scalar_type() == at::kBool, (OP == TRN_EW_ISPOSINF ? "isposinf" : "isneginf"),
+                " does not support non-boolean outputs.");
+    if (supports(OP, a.scalar_type())) {
+        at::native::resize_output(result, a.sizes());
+        TensorIterator iter = TensorIteratorConfig()
+                                  .check_all_same_dtype(false)
+                                  .add_output(result)
+                                  .add_const_input(a)
+                                  .build();
+        if (launch(iter, OP, a.scalar_type(), name))
+            return result;
+    }
+    if constexpr (OP == TRN_EW_ISPOSINF)
+        return fallback<at::_ops::isposinf_out>(a, result);
+    else
+        return fallback<at::_ops::isneginf_out>(a, result);
+}
+template <trn_ew_op OP>
+Tensor inf_predicate(const Tensor &a) {
+    Tensor out = at::empty({0}, a.options().dtype(at::kBool));
+    inf_predicate_out<OP>(a, out);
+    return out;
+}
+
 // isnan / isinf / isfinite: one predicate kernel instead of ATen's
 // composites (self != self, abs == inf, ...), integers included.
 template <trn_ew_op OP>
@@ -1099,6 +1129,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl("abs.out", TORCH_FN(abs_out));
     m.impl("isnan", TORCH_FN(predicate<TRN_EW_ISNAN>));
     m.impl("isinf", TORCH_FN(predicate<TRN_EW_ISINF>));
+    m.impl("isposinf", TORCH_FN(inf_predicate<TRN_EW_ISPOSINF>));
+    m.impl("isposinf.out", TORCH_FN(inf_predicate_out<TRN_EW_ISPOSINF>));
+    m.impl("isneginf", TORCH_FN(inf_predicate<TRN_EW_ISNEGINF>));
+    m.impl("isneginf.out", TORCH_FN(inf_predicate_out<TRN_EW_ISNEGINF>));
     m.impl("isfinite", TORCH_FN(predicate<TRN_EW_ISFINITE>));
     m.impl("rsub.Tensor", TORCH_FN(rsub_tensor));
     m.impl("rsub.Scalar", TORCH_FN(rsub_scalar));
@@ -1127,5 +1161,196 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     NEURON_REG3(Addcdiv, "addcdiv", "addcdiv_", "addcdiv.out")
 }
 
+
+// ---------------------------------------------------------------------------
+// activation backward: (grad_output, x) -> grad_input, as ATen's structured
+// kernels build them (a binary op over grad and the saved tensor).
+// ---------------------------------------------------------------------------
+bool backward_run(Tensor &out, const Tensor &grad, const Tensor &x, trn_ew_op op,
+                  const char *name, std::array<double, 4> p = {}) {
+    if (!supports(op, at::result_type(grad, x)))
+        return false;
+    TensorIterator iter = TensorIterator::borrowing_binary_op(out, grad, x);
+    if (!launch(iter, op, iter.common_dtype(), name, p))
+        return false;
+    if (!out.defined())
+        out = iter.output();
+    return true;
+}
+
+// FnOp(grad, x, extra...) and OutOp(grad, x, extra..., grad_input); ARGS is
+// the parenthesized list of extra argument names, each preceded by a comma.
+#define NB_UNPAREN(...) __VA_ARGS__
+#define NEURON_BACKWARD(NAME, FN_OP, OUT_OP, OP, PARAMS, ARGS, ...)                              \
+    struct NAME {                                                                               \
+        static Tensor fn(const Tensor &grad, const Tensor &x __VA_OPT__(, ) __VA_ARGS__) {      \
+            Tensor out;                                                                         \
+            if (!backward_run(out, grad, x, OP, FN_OP::name, PARAMS))                           \
+                return fallback<FN_OP>(grad, x NB_UNPAREN ARGS);                                           \
+            return out;                                                                         \
+        }                                                                                       \
+        static Tensor &out(const Tensor &grad, const Tensor &x, __VA_OPT__(__VA_ARGS__, )       \
+                           Tensor &result) {                                                    \
+            Tensor o = result;                                                                  \
+            if (!backward_run(o, grad, x, OP, OUT_OP::name, PARAMS))                            \
+                return fallback<OUT_OP>(grad, x NB_UNPAREN ARGS, result);                                  \
+            return result;                                                                      \
+        }                                                                                       \
+    };
+#define NOPARAMS (std::array<double, 4>{})
+NEURON_BACKWARD(ThresholdBackward, at::_ops::threshold_backward,
+                at::_ops::threshold_backward_grad_input, TRN_EW_THRESHOLD_BACKWARD,
+                (std::array<double, 4>{threshold.toDouble(), 0, 0, 0}), (, threshold),
+                const Scalar &threshold)
+NEURON_BACKWARD(SigmoidBackward, at::_ops::sigmoid_backward,
+                at::_ops::sigmoid_backward_grad_input, TRN_EW_SIGMOID_BACKWARD, NOPARAMS, ())
+NEURON_BACKWARD(TanhBackward, at::_ops::tanh_backward, at::_ops::tanh_backward_grad_input,
+                TRN_EW_TANH_BACKWARD, NOPARAMS, ())
+NEURON_BACKWARD(HardtanhBackward, at::_ops::hardtanh_backward,
+                at::_ops::hardtanh_backward_grad_input, TRN_EW_HARDTANH_BACKWARD,
+                (std::array<double, 4>{lo.toDouble(), hi.toDouble(), 0, 0}), (, lo, hi),
+                const Scalar &lo, const Scalar &hi)
+NEURON_BACKWARD(HardsigmoidBackward, at::_ops::hardsigmoid_backward,
+                at::_ops::hardsigmoid_backward_grad_input, TRN_EW_HARDSIGMOID_BACKWARD,
+                NOPARAMS, ())
+NEURON_BACKWARD(HardswishBackward, at::_ops::hardswish_backward,
+                at::_ops::hardswish_backward_out, TRN_EW_HARDSWISH_BACKWARD, NOPARAMS, ())
+NEURON_BACKWARD(SiluBackward, at::_ops::silu_backward, at::_ops::silu_backward_grad_input,
+                TRN_EW_SILU_BACKWARD, NOPARAMS, ())
+NEURON_BACKWARD(SoftplusBackward, at::_ops::softplus_backward,
+                at::_ops::softplus_backward_grad_input, TRN_EW_SOFTPLUS_BACKWARD,
+                (std::array<double, 4>{beta.toDouble(), threshold.toDouble(), 0, 0}),
+                (, beta, threshold), const Scalar &beta, const Scalar &threshold)
+#undef NOPARAMS
+
+void check_leaky_slope(const Scalar &slope, bool self_is_result) {
+    TORCH_CHECK(!self_is_result || slope.to<double>() >= 0.0,
+                "In-place leakyReLu backward calculation is triggered with a negative slope "
+                "which is not supported. This is caused by calling in-place forward function "
+                "with a negative slope, please call out-of-place version instead. File an "
+                "issue at https://github.com/pytorch/pytorch if you do require supporting "
+                "in-place leakRelu backward calculation with negative slope");
+}
+Tensor leaky_relu_backward(const Tensor &grad, const Tensor &x, const Scalar &slope,
+                           bool self_is_result) {
+    check_leaky_slope(slope, self_is_result);
+    Tensor out;
+    if (!backward_run(out, grad, x, TRN_EW_LEAKY_RELU_BACKWARD, "aten::leaky_relu_backward",
+                      {slope.toDouble(), 0, 0, 0}))
+        return fallback<at::_ops::leaky_relu_backward>(grad, x, slope, self_is_result);
+    return out;
+}
+Tensor &leaky_relu_backward_out(const Tensor &grad, const Tensor &x, const Scalar &slope,
+                                bool self_is_result, Tensor &result) {
+    check_leaky_slope(slope, self_is_result);
+    Tensor o = result;
+    if (!backward_run(o, grad, x, TRN_EW_LEAKY_RELU_BACKWARD, "aten::leaky_relu_backward",
+                      {slope.toDouble(), 0, 0, 0}))
+        return fallback<at::_ops::leaky_relu_backward_grad_input>(grad, x, slope,
+                                                                  self_is_result, result);
+    return result;
+}
+
+trn_ew_op gelu_backward_op(std::string_view approximate) {
+    return gelu_op(approximate) == TRN_EW_GELU_TANH ? TRN_EW_GELU_TANH_BACKWARD
+                                                    : TRN_EW_GELU_BACKWARD;
+}
+Tensor gelu_backward(const Tensor &grad, const Tensor &x, std::string_view approx) {
+    Tensor out;
+    if (!backward_run(out, grad, x, gelu_backward_op(approx), "aten::gelu_backward"))
+        return fallback<at::_ops::gelu_backward>(grad, x, approx);
+    return out;
+}
+Tensor &gelu_backward_out(const Tensor &grad, const Tensor &x, std::string_view approx,
+                          Tensor &result) {
+    Tensor o = result;
+    if (!backward_run(o, grad, x, gelu_backward_op(approx), "aten::gelu_backward"))
+        return fallback<at::_ops::gelu_backward_grad_input>(grad, x, approx, result);
+    return result;
+}
+
+std::array<double, 4> elu_bw_params(const Scalar &alpha, const Scalar &scale,
+                                    const Scalar &input_scale, bool is_result) {
+    return {alpha.toDouble(), scale.toDouble(), input_scale.toDouble(), is_result ? 1.0 : 0.0};
+}
+void check_elu_result(const Scalar &alpha, bool is_result) {
+    TORCH_CHECK(!is_result || alpha.to<double>() >= 0.0,
+                "In-place elu backward calculation is triggered with a negative slope which is "
+                "not supported. This is caused by calling in-place forward function with a "
+                "negative slope, please call out-of-place version instead.");
+}
+Tensor elu_backward(const Tensor &grad, const Scalar &alpha, const Scalar &scale,
+                    const Scalar &input_scale, bool is_result, const Tensor &x) {
+    check_elu_result(alpha, is_result);
+    Tensor out;
+    if (!backward_run(out, grad, x, TRN_EW_ELU_BACKWARD, "aten::elu_backward",
+                      elu_bw_params(alpha, scale, input_scale, is_result)))
+        return fallback<at::_ops::elu_backward>(grad, alpha, scale, input_scale, is_result, x);
+    return out;
+}
+Tensor &elu_backward_out(const Tensor &grad, const Scalar &alpha, const Scalar &scale,
+                         const Scalar &input_scale, bool is_result, const Tensor &x,
+                         Tensor &result) {
+    check_elu_result(alpha, is_result);
+    Tensor o = result;
+    if (!backward_run(o, grad, x, TRN_EW_ELU_BACKWARD, "aten::elu_backward",
+                      elu_bw_params(alpha, scale, input_scale, is_result)))
+        return fallback<at::_ops::elu_backward_grad_input>(grad, alpha, scale, input_scale,
+                                                           is_result, x, result);
+    return result;
+}
+
+Tensor mish_backward(const Tensor &grad, const Tensor &x) {
+    Tensor out;
+    if (!backward_run(out, grad, x, TRN_EW_MISH_BACKWARD, "aten::mish_backward"))
+        return fallback<at::_ops::mish_backward>(grad, x);
+    return out;
+}
+
+// native_dropout_backward: grad * mask * scale (mask bool or the grad's dtype).
+Tensor native_dropout_backward(const Tensor &grad, const Tensor &mask, double scale) {
+    TORCH_CHECK(mask.scalar_type() == at::kBool || mask.scalar_type() == grad.scalar_type(),
+                "Mask should be Bool or same dtype as input");
+    if (supports(TRN_EW_ADDCMUL, grad.scalar_type())) {
+        // ADDCMUL computes x + p0 * a * b: x = 0 (a CPU scalar), a = grad,
+        // b = mask, p0 = scale; one rounding, as grad * mask * scale.
+        Tensor out = at::empty_like(grad);
+        Tensor zero = at::native::wrapped_scalar_tensor(Scalar(0.0));
+        TensorIterator iter = TensorIteratorConfig()
+                                  .add_output(out)
+                                  .add_const_input(zero)
+                                  .add_const_input(grad)
+                                  .add_const_input(mask)
+                                  .check_all_same_dtype(false)
+                                  .allow_cpu_scalars(true)
+                                  .build();
+        if (launch(iter, TRN_EW_ADDCMUL, grad.scalar_type(), "aten::native_dropout_backward",
+                   {scale, 0, 0, 0}))
+            return out;
+    }
+    return fallback<at::_ops::native_dropout_backward>(grad, mask, scale);
+}
+
+}  // namespace
+
+namespace {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+    NEURON_REG_FN_OUT(ThresholdBackward, "threshold_backward", "threshold_backward.grad_input")
+    NEURON_REG_FN_OUT(SigmoidBackward, "sigmoid_backward", "sigmoid_backward.grad_input")
+    NEURON_REG_FN_OUT(TanhBackward, "tanh_backward", "tanh_backward.grad_input")
+    NEURON_REG_FN_OUT(HardtanhBackward, "hardtanh_backward", "hardtanh_backward.grad_input")
+    NEURON_REG_FN_OUT(HardsigmoidBackward, "hardsigmoid_backward", "hardsigmoid_backward.grad_input")
+    NEURON_REG_FN_OUT(HardswishBackward, "hardswish_backward", "hardswish_backward.out")
+    NEURON_REG_FN_OUT(SiluBackward, "silu_backward", "silu_backward.grad_input")
+    NEURON_REG_FN_OUT(SoftplusBackward, "softplus_backward", "softplus_backward.grad_input")
+    m.impl("leaky_relu_backward", TORCH_FN(leaky_relu_backward));
+    m.impl("leaky_relu_backward.grad_input", TORCH_FN(leaky_relu_backward_out));
+    m.impl("gelu_backward", TORCH_FN(gelu_backward));
+    m.impl("gelu_backward.grad_input", TORCH_FN(gelu_backward_out));
+    m.impl("elu_backward", TORCH_FN(elu_backward));
+    m.impl("elu_backward.grad_input", TORCH_FN(elu_backward_out));
+    m.impl("mish_backward", TORCH_FN(mish_backward));
+    m.impl("native_dropout_backward", TORCH_FN(native_dropout_backward));
+}
 }  // namespace
 }  // namespace neuron

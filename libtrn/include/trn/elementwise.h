@@ -42,6 +42,7 @@ extern "C" {
     X(FRAC, 1) X(SQRT, 1) X(RSQRT, 1) X(RECIPROCAL, 1)                         \
     X(BITWISE_NOT, 1) X(LOGICAL_NOT, 1) /* -> bool */                          \
     X(ISNAN, 1) X(ISINF, 1) X(ISFINITE, 1) /* -> bool */                       \
+    X(ISPOSINF, 1) X(ISNEGINF, 1) /* -> bool */                                \
     X(NAN_TO_NUM, 1)   /* p0 nan, p1 posinf, p2 neginf replacement */          \
     X(HARDTANH, 1)     /* p0 min, p1 max */                                    \
     X(HARDSIGMOID, 1) X(HARDSWISH, 1)                                          \
@@ -66,6 +67,16 @@ extern "C" {
     X(BITWISE_AND, 2) X(BITWISE_OR, 2) X(BITWISE_XOR, 2)                       \
     X(LSHIFT, 2) X(RSHIFT, 2)                                                  \
     X(POW, 2) X(ATAN2, 2) X(HYPOT, 2)                                          \
+    /* activation backward: (grad, x); sigmoid/tanh: (grad, forward output) */ \
+    X(THRESHOLD_BACKWARD, 2) /* p0 threshold: x <= p0 ? 0 : grad */          \
+    X(SIGMOID_BACKWARD, 2) X(TANH_BACKWARD, 2)                                 \
+    X(HARDTANH_BACKWARD, 2)  /* p0 min, p1 max */                              \
+    X(LEAKY_RELU_BACKWARD, 2) /* p0 negative slope */                          \
+    X(HARDSIGMOID_BACKWARD, 2) X(HARDSWISH_BACKWARD, 2)                        \
+    X(GELU_BACKWARD, 2) X(GELU_TANH_BACKWARD, 2) X(SILU_BACKWARD, 2)           \
+    X(ELU_BACKWARD, 2)  /* p0 alpha, p1 scale, p2 input_scale, p3 x is result */ \
+    X(SOFTPLUS_BACKWARD, 2) /* p0 beta, p1 threshold */                        \
+    X(MISH_BACKWARD, 2)                                                        \
     /* ternary: inputs in order */                                             \
     X(WHERE, 3)    /* cond(bool), a, b */                                      \
     X(CLAMP, 3)    /* x, lo, hi; p0/p1 != 0: lo/hi present (else ignored) */   \

@@ -634,6 +634,8 @@ TRN_SC_FP(logical_xor, (a != 0.0f) ^ (b != 0.0f))
 static inline int trn_sc_logical_not_fp(float a) { return a == 0.0f; }
 static inline int trn_sc_isnan_fp(float a) { return a != a; }
 static inline int trn_sc_isinf_fp(float a) { return fabsf(a) == INFINITY; }
+static inline int trn_sc_isposinf_fp(float a) { return a == INFINITY; }
+static inline int trn_sc_isneginf_fp(float a) { return a == -INFINITY; }
 static inline int trn_sc_isfinite_fp(float a) { return fabsf(a) < INFINITY; }
 
 // Ternary.
@@ -660,6 +662,52 @@ static inline float trn_sc_addcmul_f(float x, float a, float b, const trn_sc_ctx
 }
 static inline float trn_sc_addcdiv_f(float x, float a, float b, const trn_sc_ctx *c) {
     return x + (float)c->p[0] * (a / b);
+}
+
+// ---- activation backward: (grad, x) -> grad * d act / dx (ATen's formulas) --
+// sigmoid/tanh backward take the forward's output y instead of x.
+TRN_SC_F2(threshold_backward, b <= (float)c->p[0] ? 0.0f : a)
+TRN_SC_F2(sigmoid_backward, a * (1.0f - b) * b)
+TRN_SC_F2(tanh_backward, a * (1.0f - b * b))
+TRN_SC_F2(hardtanh_backward, (b <= (float)c->p[0] || b >= (float)c->p[1]) ? 0.0f : a)
+TRN_SC_F2(leaky_relu_backward, b > 0.0f ? a : a * (float)c->p[0])
+TRN_SC_F2(hardsigmoid_backward, (b > -3.0f && b < 3.0f) ? a / 6.0f : 0.0f)
+TRN_SC_F2(hardswish_backward, b < -3.0f ? 0.0f : (b <= 3.0f ? a * (b / 3.0f + 0.5f) : a))
+// d gelu = cdf(x) + x pdf(x).
+TRN_SC_F2(gelu_backward, a * (0.5f * trn_sc_one_plus_erff(b * 0.70710678118654752f) +
+                              b * 0.39894228040143268f * trn_sc_expf(-0.5f * b * b)))
+static inline float trn_sc_gelu_tanh_backward_f(float a, float b, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    const float kb = 0.79788456080286536f, kk = 0.044715f;
+    const float x2 = b * b;
+    const float t = trn_sc_tanhf(kb * (b + kk * x2 * b));
+    const float left_d = 0.5f * (1.0f + t);
+    const float right_d = 0.5f * b * (1.0f - t * t) * kb * (1.0f + 3.0f * kk * x2);
+    return a * (left_d + right_d);
+}
+static inline float trn_sc_silu_backward_f(float a, float b, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    const float s = 1.0f / (1.0f + trn_sc_expf(-b));
+    return a * s * (1.0f + b * (1.0f - s));
+}
+// p0 alpha, p1 scale, p2 input_scale, p3 != 0: b is the forward's result.
+static inline float trn_sc_elu_backward_f(float a, float b, const trn_sc_ctx *c) {
+    const float negcoef = (float)(c->p[0] * c->p[1]), poscoef = (float)c->p[1];
+    const float negiptcoef = (float)c->p[2];
+    const float neg = c->p[3] != 0.0 ? a * negiptcoef * (b + negcoef)
+                                     : a * negiptcoef * negcoef * trn_sc_expf(b * negiptcoef);
+    return b <= 0.0f ? neg : a * poscoef;
+}
+// p0 beta, p1 threshold.
+static inline float trn_sc_softplus_backward_f(float a, float b, const trn_sc_ctx *c) {
+    const float z = trn_sc_expf(b * (float)c->p[0]);
+    return b * (float)c->p[0] > (float)c->p[1] ? a : a * z / (z + 1.0f);
+}
+static inline float trn_sc_mish_backward_f(float a, float b, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    const float s = 1.0f / (1.0f + trn_sc_expf(-b));
+    const float t = (float)trn_sc_tanh_d(trn_sc_softplus_d(b, 1.0, 20.0));
+    return a * (t + b * s * (1.0f - t * t));
 }
 
 // ---- double family (float64 computed natively, with libm) -------------------
@@ -756,6 +804,43 @@ TRN_SC_D2(copysign, copysign(a, b))
 TRN_SC_D2(atan2, atan2(a, b))
 TRN_SC_D2(hypot, hypot(a, b))
 TRN_SC_D2(pow, pow(a, b))
+TRN_SC_D2(threshold_backward, b <= c->p[0] ? 0.0 : a)
+TRN_SC_D2(sigmoid_backward, a * (1.0 - b) * b)
+TRN_SC_D2(tanh_backward, a * (1.0 - b * b))
+TRN_SC_D2(hardtanh_backward, (b <= c->p[0] || b >= c->p[1]) ? 0.0 : a)
+TRN_SC_D2(leaky_relu_backward, b > 0.0 ? a : a * c->p[0])
+TRN_SC_D2(hardsigmoid_backward, (b > -3.0 && b < 3.0) ? a / 6.0 : 0.0)
+TRN_SC_D2(hardswish_backward, b < -3.0 ? 0.0 : (b <= 3.0 ? a * (b / 3.0 + 0.5) : a))
+TRN_SC_D2(gelu_backward, a * (0.5 * (1.0 + erf(b * 0.7071067811865476)) +
+                              b * 0.3989422804014327 * exp(-0.5 * b * b)))
+static inline double trn_sc_gelu_tanh_backward_dd(double a, double b, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    const double kb = 0.7978845608028654, kk = 0.044715;
+    const double x2 = b * b;
+    const double t = tanh(kb * (b + kk * x2 * b));
+    return a * (0.5 * (1.0 + t) + 0.5 * b * (1.0 - t * t) * kb * (1.0 + 3.0 * kk * x2));
+}
+static inline double trn_sc_silu_backward_dd(double a, double b, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    const double s = 1.0 / (1.0 + exp(-b));
+    return a * s * (1.0 + b * (1.0 - s));
+}
+static inline double trn_sc_elu_backward_dd(double a, double b, const trn_sc_ctx *c) {
+    const double negcoef = c->p[0] * c->p[1], poscoef = c->p[1], negiptcoef = c->p[2];
+    const double neg = c->p[3] != 0.0 ? a * negiptcoef * (b + negcoef)
+                                      : a * negiptcoef * negcoef * exp(b * negiptcoef);
+    return b <= 0.0 ? neg : a * poscoef;
+}
+static inline double trn_sc_softplus_backward_dd(double a, double b, const trn_sc_ctx *c) {
+    const double z = exp(b * c->p[0]);
+    return b * c->p[0] > c->p[1] ? a : a * z / (z + 1.0);
+}
+static inline double trn_sc_mish_backward_dd(double a, double b, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    const double s = 1.0 / (1.0 + exp(-b));
+    const double t = tanh(b > 20.0 ? b : log1p(exp(b)));
+    return a * (t + b * s * (1.0 - t * t));
+}
 static inline double trn_sc_remainder_dd(double a, double b, const trn_sc_ctx *c) {
     TRN_SC_UNUSED(c);
     double m = fmod(a, b);
@@ -785,6 +870,8 @@ TRN_SC_DP(logical_xor, (a != 0.0) ^ (b != 0.0))
 static inline int trn_sc_logical_not_dp(double a) { return a == 0.0; }
 static inline int trn_sc_isnan_dp(double a) { return a != a; }
 static inline int trn_sc_isinf_dp(double a) { return fabs(a) == INFINITY; }
+static inline int trn_sc_isposinf_dp(double a) { return a == INFINITY; }
+static inline int trn_sc_isneginf_dp(double a) { return a == -INFINITY; }
 static inline int trn_sc_isfinite_dp(double a) { return fabs(a) < INFINITY; }
 static inline double trn_sc_where_dd(double cond, double a, double b, const trn_sc_ctx *c) {
     TRN_SC_UNUSED(c);
@@ -922,6 +1009,8 @@ TRN_SC_IP(logical_xor, (a != 0) ^ (b != 0))
 static inline int trn_sc_logical_not_ip(int64_t a) { return a == 0; }
 static inline int trn_sc_isnan_ip(int64_t a) { TRN_SC_UNUSED(a); return 0; }
 static inline int trn_sc_isinf_ip(int64_t a) { TRN_SC_UNUSED(a); return 0; }
+static inline int trn_sc_isposinf_ip(int64_t a) { TRN_SC_UNUSED(a); return 0; }
+static inline int trn_sc_isneginf_ip(int64_t a) { TRN_SC_UNUSED(a); return 0; }
 static inline int trn_sc_isfinite_ip(int64_t a) { TRN_SC_UNUSED(a); return 1; }
 
 static inline int64_t trn_sc_where_i(int64_t cond, int64_t a, int64_t b, const trn_sc_ctx *c) {

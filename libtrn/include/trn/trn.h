@@ -28,4 +28,6 @@
 #include "trn/reduce.h"
 #include "trn/fill.h"
 #include "trn/sort.h"
+#include "trn/norm.h"
+#include "trn/loss.h"
 #endif

@@ -119,7 +119,7 @@ typedef void (*block_fn)(int n, void *o, const void *a, const void *b,
 FDI1(abs) FDI1(neg) FDI1(sign) FDI1(relu) FDI1(floor) FDI1(ceil) FDI1(round)
 FDI1(trunc) FD1(frac) FD1(sqrt) FD1(rsqrt) FD1(reciprocal)
 BLK1(bitwise_not, i, int64_t)
-P1(logical_not) P1(isnan) P1(isinf) P1(isfinite)
+P1(logical_not) P1(isnan) P1(isinf) P1(isfinite) P1(isposinf) P1(isneginf)
 FD1(nan_to_num) FDI1(hardtanh) FD1(hardsigmoid) FD1(hardswish) FD1(leaky_relu)
 FD1(exp) FD1(exp2) FD1(expm1) FD1(log) FD1(log2) FD1(log10) FD1(log1p)
 FD1(sin) FD1(cos) FD1(tan) FD1(asin) FD1(acos) FD1(atan) FD1(sinh) FD1(cosh)
@@ -132,6 +132,10 @@ P2(logical_or) P2(logical_xor)
 BLK2(bitwise_and, i, int64_t) BLK2(bitwise_or, i, int64_t)
 BLK2(bitwise_xor, i, int64_t) BLK2(lshift, i, int64_t) BLK2(rshift, i, int64_t)
 FDI2(pow) FD2(atan2) FD2(hypot)
+FD2(threshold_backward) FD2(sigmoid_backward) FD2(tanh_backward) FD2(hardtanh_backward)
+FD2(leaky_relu_backward) FD2(hardsigmoid_backward) FD2(hardswish_backward) FD2(gelu_backward)
+FD2(gelu_tanh_backward) FD2(silu_backward) FD2(elu_backward) FD2(softplus_backward)
+FD2(mish_backward)
 FDI3(where) FDI3(clamp) FD3(lerp) FDI3(addcmul) FD3(addcdiv)
 
 // ---- op table ---------------------------------------------------------------------
@@ -165,6 +169,8 @@ static const op_info ops[TRN_EW_OP_COUNT] = {
     ENTRY_P(LOGICAL_NOT, logical_not, 1, M_ALL),
     ENTRY_P(ISNAN, isnan, 1, M_ALL),
     ENTRY_P(ISINF, isinf, 1, M_ALL),
+    ENTRY_P(ISPOSINF, isposinf, 1, M_ALL),
+    ENTRY_P(ISNEGINF, isneginf, 1, M_ALL),
     ENTRY_P(ISFINITE, isfinite, 1, M_ALL),
     ENTRY_FD(NAN_TO_NUM, nan_to_num, 1, M_F),
     ENTRY_FDI(HARDTANH, hardtanh, 1, M_F | M_I),
@@ -229,6 +235,19 @@ static const op_info ops[TRN_EW_OP_COUNT] = {
     ENTRY_FDI(POW, pow, 2, M_F | M_I),
     ENTRY_FD(ATAN2, atan2, 2, M_F),
     ENTRY_FD(HYPOT, hypot, 2, M_F),
+    ENTRY_FD(THRESHOLD_BACKWARD, threshold_backward, 2, M_F),
+    ENTRY_FD(SIGMOID_BACKWARD, sigmoid_backward, 2, M_F),
+    ENTRY_FD(TANH_BACKWARD, tanh_backward, 2, M_F),
+    ENTRY_FD(HARDTANH_BACKWARD, hardtanh_backward, 2, M_F),
+    ENTRY_FD(LEAKY_RELU_BACKWARD, leaky_relu_backward, 2, M_F),
+    ENTRY_FD(HARDSIGMOID_BACKWARD, hardsigmoid_backward, 2, M_F),
+    ENTRY_FD(HARDSWISH_BACKWARD, hardswish_backward, 2, M_F),
+    ENTRY_FD(GELU_BACKWARD, gelu_backward, 2, M_F),
+    ENTRY_FD(GELU_TANH_BACKWARD, gelu_tanh_backward, 2, M_F),
+    ENTRY_FD(SILU_BACKWARD, silu_backward, 2, M_F),
+    ENTRY_FD(ELU_BACKWARD, elu_backward, 2, M_F),
+    ENTRY_FD(SOFTPLUS_BACKWARD, softplus_backward, 2, M_F),
+    ENTRY_FD(MISH_BACKWARD, mish_backward, 2, M_F),
     ENTRY_FDI(WHERE, where, 3, M_ALL),
     ENTRY_FDI(CLAMP, clamp, 3, M_ALL),
     ENTRY_FD(LERP, lerp, 3, M_F),
