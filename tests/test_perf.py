@@ -126,7 +126,7 @@ def test_meta_errors_match_cpu():
     with pytest.raises(IndexError):
         a.sum(5)
     with pytest.raises(RuntimeError):
-        torch.cat([a, torch.ones(3, 3, device=DEV)], 0)
+        torch.cat([a, torch.ones(3, 3, device=DEV)], 1)
     with pytest.raises(RuntimeError):
         torch.bmm(torch.ones(2, 3, 4, device=DEV), torch.ones(2, 5, 4, device=DEV))
     # out= resized and written
