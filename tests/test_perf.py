@@ -151,3 +151,16 @@ def test_big_index_ops(dtype):
     _close(torch.gather(xn, 1, idx1.to(DEV)), torch.gather(x, 1, idx1))
     _close(torch.cat([xn, xn[:, :100], xn[:, 5:]], 1), torch.cat([x, x[:, :100], x[:, 5:]], 1))
     _close(torch.cat([xn, xn.t().contiguous().t()], 0), torch.cat([x, x], 0))
+
+
+def test_big_gather_bad_index_raises():
+    x = torch.randn(700, 300).to(DEV)
+    idx = torch.randint(0, 700, (900,))
+    idx[850] = 700
+    with pytest.raises(IndexError, match="index out of range in self"):
+        x.index_select(0, idx.to(DEV))
+    idx1 = torch.randint(0, 300, (700, 400))
+    idx1[650, 3] = -400
+    with pytest.raises(RuntimeError, match="index -400 is out of bounds for dimension 1"):
+        torch.gather(x, 1, idx1.to(DEV))
+    _close(x.index_select(0, torch.tensor([1, 2], device=DEV)), x.cpu()[1:3])
