@@ -92,6 +92,12 @@ def test_big_cumsum():
     x = torch.randn(400, 700)
     for d in (0, 1):
         _close(x.to(DEV).cumsum(d), x.cumsum(d), rtol=1e-4, atol=1e-3)
+        y = x.to(DEV)
+        y.cumsum_(d)
+        _close(y, x.cumsum(d), rtol=1e-4, atol=1e-3)
+        _close(x.to(DEV).t().cumsum(d), x.t().cumsum(d), rtol=1e-4, atol=1e-3)
+    i = torch.randint(-5, 5, (300, 900))
+    _close(i.to(DEV).cumsum(1), i.cumsum(1))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
