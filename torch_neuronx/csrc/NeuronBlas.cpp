@@ -340,10 +340,12 @@ ADD_FAMILY(addmv, addmv_into, at::meta::structured_addmv)
 
 Tensor mv(const Tensor &mat, const Tensor &vec) {
     check_dtypes(mat, vec);
-    Tensor meta = at::mv(meta_of(mat), meta_of(vec));
-    if (!supported(meta.scalar_type()))
+    // As PyTorch's mv: an output of mat.size(0), then addmv_'s checks.
+    Tensor out = at::empty({mat.size(0)}, vec.options());
+    MetaShape<at::meta::structured_addmv> meta(&out);
+    meta.meta(out, mat, vec, 0, 1);
+    if (!supported(meta.dtype(0)))
         return fallback<at::_ops::mv>(mat, vec);
-    Tensor out = at::empty(meta.sizes(), mat.options());
     addmv_into(out, out, mat, vec, 0, 1);
     RECORD("mv");
     return out;
@@ -360,9 +362,22 @@ Tensor &mv_out(const Tensor &mat, const Tensor &vec, Tensor &out) {
     return out;
 }
 
+// PyTorch CPU's dot_check.
+void check_dot(const Tensor &a, const Tensor &b) {
+    TORCH_CHECK(a.dim() == 1 && b.dim() == 1, "1D tensors expected, but got ", a.dim(), "D and ",
+                b.dim(), "D tensors");
+    TORCH_CHECK(a.scalar_type() == b.scalar_type(),
+                "dot : expected both vectors to have same dtype, but found ", a.scalar_type(),
+                " and ", b.scalar_type());
+    TORCH_CHECK(a.numel() == b.numel(), "inconsistent tensor size, expected tensor [", a.numel(),
+                "] and src [", b.numel(),
+                "] to have the same number of elements, but got ", a.numel(), " and ", b.numel(),
+                " elements respectively");
+}
+
 Tensor dot(const Tensor &a, const Tensor &b) {
-    Tensor meta = at::dot(meta_of(a), meta_of(b));
-    if (!supported(meta.scalar_type()))
+    check_dot(a, b);
+    if (!supported(a.scalar_type()))
         return fallback<at::_ops::dot>(a, b);
     Tensor out = at::empty({}, a.options());
     dot_into(out, a, b);
@@ -372,8 +387,8 @@ Tensor dot(const Tensor &a, const Tensor &b) {
 
 // Real dtypes only (conjugation is the identity); complex goes to the CPU.
 Tensor vdot(const Tensor &a, const Tensor &b) {
-    Tensor meta = at::vdot(meta_of(a), meta_of(b));
-    if (!supported(meta.scalar_type()))
+    check_dot(a, b);
+    if (!supported(a.scalar_type()))
         return fallback<at::_ops::vdot>(a, b);
     Tensor out = at::empty({}, a.options());
     dot_into(out, a, b);

@@ -157,6 +157,12 @@ DimMask mask_of(OptionalIntArrayRef dim, int64_t ndim, bool allow_empty = false)
     return at::native::make_dim_mask(dim, ndim, allow_empty);
 }
 
+// The result shape of reducing `dim` (none or empty: all dims), with
+// PyTorch's errors for bad or repeated dims.
+at::DimVector reduced_shape(const Tensor &self, OptionalIntArrayRef dim, bool keepdim) {
+    return at::native::shape_from_dim_mask(self, mask_of(dim, self.dim()), keepdim);
+}
+
 DimMask mask_one(int64_t dim, int64_t ndim) {
     DimMask m;
     if (ndim > 0)
@@ -216,12 +222,12 @@ Tensor &mean_out(const Tensor &self, OptionalIntArrayRef dim, bool keepdim,
 }
 
 Tensor prod_full(const Tensor &self, std::optional<ScalarType> dtype) {
-    Tensor m = at::_ops::prod::call(meta_of(self), dtype);
-    if (!supported(TRN_REDUCE_PROD, m.scalar_type()))
+    const ScalarType t = at::native::get_dtype_from_self(self, dtype, /*promote_integers=*/true);
+    if (!supported(TRN_REDUCE_PROD, t))
         return fallback<at::_ops::prod>(self, dtype);
-    Tensor out = at::empty(m.sizes(), self.options().dtype(m.scalar_type()));
-    run_reduce(TRN_REDUCE_PROD, self, mask_of(std::nullopt, self.dim()), out, nullptr, 0,
-               m.scalar_type(), "aten::prod");
+    Tensor out = at::empty({}, self.options().dtype(t));
+    run_reduce(TRN_REDUCE_PROD, self, mask_of(std::nullopt, self.dim()), out, nullptr, 0, t,
+               "aten::prod");
     return out;
 }
 
@@ -363,14 +369,26 @@ struct ArgOp {
 // ---------------------------------------------------------------------------
 double correction_of(const std::optional<Scalar> &c) { return c ? c->toDouble() : 1.0; }
 
+// PyTorch CPU's warning when the correction leaves no degrees of freedom.
+template <typename Op>
+void warn_dof(const Tensor &self, const Tensor &out, const std::optional<Scalar> &correction) {
+    const int64_t n = out.numel() == 0 ? 0 : self.numel() / out.numel();
+    if (static_cast<double>(n) - correction_of(correction) <= 0) {
+        std::string name = Op::name;
+        TORCH_WARN(name.substr(name.find("::") + 2),
+                   "(): degrees of freedom is <= 0. Correction should be strictly less than the "
+                   "reduction factor (input numel divided by output numel).");
+    }
+}
+
 template <typename FnOp, typename OutOp, trn_reduce_op OP>
 struct VarOp {
     static Tensor fn(const Tensor &self, OptionalIntArrayRef dim,
                      const std::optional<Scalar> &correction, bool keepdim) {
-        Tensor m = FnOp::call(meta_of(self), dim, correction, keepdim);
         if (!supported(OP, self.scalar_type()))
             return fallback<FnOp>(self, dim, correction, keepdim);
-        Tensor out = at::empty(m.sizes(), self.options());
+        Tensor out = at::empty(reduced_shape(self, dim, keepdim), self.options());
+        warn_dof<FnOp>(self, out, correction);
         run_reduce(OP, self, mask_of(dim, self.dim()), out, nullptr, correction_of(correction),
                    self.scalar_type(), FnOp::name);
         return out;
@@ -391,11 +409,12 @@ struct VarOp {
 template <typename FnOp, trn_reduce_op OP>
 std::tuple<Tensor, Tensor> var_mean(const Tensor &self, OptionalIntArrayRef dim,
                                     const std::optional<Scalar> &correction, bool keepdim) {
-    auto [mv, mm] = FnOp::call(meta_of(self), dim, correction, keepdim);
     if (!supported(OP, self.scalar_type()))
         return fallback<FnOp>(self, dim, correction, keepdim);
-    Tensor v = at::empty(mv.sizes(), self.options());
-    Tensor mean = at::empty(mm.sizes(), self.options());
+    const auto shape = reduced_shape(self, dim, keepdim);
+    Tensor v = at::empty(shape, self.options());
+    Tensor mean = at::empty(shape, self.options());
+    warn_dof<FnOp>(self, v, correction);
     run_reduce(OP, self, mask_of(dim, self.dim()), v, &mean, correction_of(correction),
                self.scalar_type(), FnOp::name);
     return {v, mean};
@@ -476,12 +495,15 @@ Tensor &norm_dtype_out(const Tensor &self, const std::optional<Scalar> &p, IntAr
 }
 
 Tensor logsumexp(const Tensor &self, IntArrayRef dim, bool keepdim) {
-    Tensor m = at::_ops::logsumexp::call(meta_of(self), dim, keepdim);
-    if (!supported(TRN_REDUCE_LOGSUMEXP, m.scalar_type()) || self.is_complex())
+    // Integers (and bool) compute in the default float dtype, as on CPU.
+    const ScalarType t = at::isIntegralType(self.scalar_type(), /*includeBool=*/true)
+                             ? c10::typeMetaToScalarType(c10::get_default_dtype())
+                             : self.scalar_type();
+    if (dim.empty() || !supported(TRN_REDUCE_LOGSUMEXP, t) || self.is_complex())
         return fallback<at::_ops::logsumexp>(self, dim, keepdim);
-    Tensor out = at::empty(m.sizes(), self.options().dtype(m.scalar_type()));
-    run_reduce(TRN_REDUCE_LOGSUMEXP, self, mask_of(dim, self.dim()), out, nullptr, 0,
-               m.scalar_type(), "aten::logsumexp");
+    Tensor out = at::empty(reduced_shape(self, dim, keepdim), self.options().dtype(t));
+    run_reduce(TRN_REDUCE_LOGSUMEXP, self, mask_of(dim, self.dim()), out, nullptr, 0, t,
+               "aten::logsumexp");
     return out;
 }
 
@@ -563,10 +585,9 @@ struct AnyAllOp {
 };
 
 Tensor count_nonzero_dims(const Tensor &self, IntArrayRef dim) {
-    Tensor m = at::_ops::count_nonzero_dim_IntList::call(meta_of(self), dim);
     if (!supported(TRN_REDUCE_COUNT_NONZERO, self.scalar_type()))
         return fallback<at::_ops::count_nonzero_dim_IntList>(self, dim);
-    Tensor out = at::empty(m.sizes(), self.options().dtype(at::kLong));
+    Tensor out = at::empty(reduced_shape(self, dim, false), self.options().dtype(at::kLong));
     run_reduce(TRN_REDUCE_COUNT_NONZERO, self, mask_of(dim, self.dim()), out, nullptr, 0,
                self.scalar_type(), "aten::count_nonzero");
     return out;

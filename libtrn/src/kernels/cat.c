@@ -8,6 +8,7 @@
 
 #include "../internal.h"
 #include "trn/index.h"
+#include "trn/parallel.h"
 
 // Per input: dst byte offset from out, src pointer, ndim, then sizes, dst and
 // src byte strides (coalesced), all in a flat int64 array.
@@ -49,6 +50,44 @@ static void copy_nd(char *dst, const char *src, int n, const int64_t *size,
     }
 }
 
+// Big copies are split across threads along their largest dim (pieces of
+// at least PAR_BYTES).
+#define PAR_BYTES ((int64_t)256 * 1024)
+
+typedef struct copy_ctx {
+    char *dst;
+    const char *src;
+    int n, k;
+    const int64_t *size, *dstr, *sstr;
+    size_t es;
+} copy_ctx;
+
+static void copy_piece(void *ctx, int64_t b, int64_t e) {
+    const copy_ctx *c = ctx;
+    int64_t size[TRN_INDEX_MAX_DIMS];
+    memcpy(size, c->size, (size_t)c->n * sizeof size[0]);
+    size[c->k] = e - b;
+    copy_nd(c->dst + b * c->dstr[c->k], c->src + b * c->sstr[c->k], c->n, size, c->dstr,
+            c->sstr, c->es);
+}
+
+static void copy_par(char *dst, const char *src, int n, const int64_t *size,
+                     const int64_t *dstr, const int64_t *sstr, size_t es) {
+    int k = 0;
+    int64_t bytes = (int64_t)es;
+    for (int d = 0; d < n; d++) {
+        bytes *= size[d];
+        if (size[d] > size[k]) k = d;
+    }
+    if (bytes < 2 * PAR_BYTES) {
+        copy_nd(dst, src, n, size, dstr, sstr, es);
+        return;
+    }
+    const int64_t unit = bytes / size[k];
+    copy_ctx c = {dst, src, n, k, size, dstr, sstr, es};
+    trn_parallel_for(size[k], unit >= PAR_BYTES ? 1 : PAR_BYTES / unit, copy_piece, &c);
+}
+
 static trn_status cat_task(void *args) {
     const cat_args *a = args;
     trn_status st = trn__mem_access_begin(a->out + a->out_lo, (size_t)a->out_span);
@@ -60,7 +99,7 @@ static trn_status cat_task(void *args) {
         const int n = (int)p[5];
         st = trn__mem_access_begin(src + p[2], (size_t)p[3]);
         if (st != TRN_SUCCESS) break;
-        copy_nd(a->out + p[0], src, n, p + CAT_HEADER, p + CAT_HEADER + n,
+        copy_par(a->out + p[0], src, n, p + CAT_HEADER, p + CAT_HEADER + n,
                 p + CAT_HEADER + 2 * n, (size_t)p[4]);
         trn__mem_access_end(src + p[2], (size_t)p[3]);
         p += CAT_HEADER + 3 * n;

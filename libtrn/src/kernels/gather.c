@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "index_impl.h"
+#include "trn/parallel.h"
 
 #define MOVE1(dp, sp, af, ai) memcpy(dp, sp, 1)
 #define MOVE2(dp, sp, af, ai) memcpy(dp, sp, 2)
@@ -24,6 +25,47 @@ TRN__INDEX_DRIVER(gather16, 0, 16, MOVE16, 1, )
 
 static const void *shift(const void *p, int64_t off) {
     return (const void *)((uintptr_t)p + (uintptr_t)off);
+}
+
+// A big gather is split across threads along its largest dim (pieces of at
+// least PAR_ELEMS elements), each piece a gather of its own. An index error
+// in a piece is reported by rerunning the whole gather on this thread (same
+// result: the first bad index in order, its message in this thread's error).
+#define PAR_ELEMS 65536
+
+typedef trn_status (*gather_fn)(const index_args *, const char *, int64_t *);
+
+typedef struct gather_ctx {
+    const index_args *a;
+    const char *src0;
+    gather_fn fn;
+    int k;
+    _Atomic int failed;
+} gather_ctx;
+
+static void gather_piece(void *ctx, int64_t b, int64_t e) {
+    gather_ctx *c = ctx;
+    const index_args *a = c->a;
+    index_args sub = *a;
+    const int k = c->k;
+    sub.sizes[k] = e - b;
+    sub.out = a->out + b * a->ostr[k];
+    for (int j = 0; j < a->nidx; j++) sub.idx[j] = a->idx[j] + b * a->xstr[j][k];
+    if (c->fn(&sub, c->src0 + b * a->sstr[k], NULL) != TRN_SUCCESS) c->failed = 1;
+}
+
+static trn_status gather_run(const index_args *a, const char *src0, gather_fn fn) {
+    int k = 0;
+    int64_t numel = 1;
+    for (int d = 0; d < a->ndim; d++) {
+        numel *= a->sizes[d];
+        if (a->sizes[d] > a->sizes[k]) k = d;
+    }
+    if (numel < 2 * PAR_ELEMS) return fn(a, src0, NULL);
+    const int64_t unit = numel / a->sizes[k];
+    gather_ctx c = {a, src0, fn, k, 0};
+    trn_parallel_for(a->sizes[k], unit >= PAR_ELEMS ? 1 : PAR_ELEMS / unit, gather_piece, &c);
+    return c.failed ? fn(a, src0, NULL) : TRN_SUCCESS;
 }
 
 static trn_status index_task(void *args) {
@@ -49,11 +91,11 @@ static trn_status index_task(void *args) {
             st = trn__scatter_run(a, src0);
         } else {
             switch (trn_dtype_size(a->dtype)) {
-            case 1: st = gather1(a, src0, NULL); break;
-            case 2: st = gather2(a, src0, NULL); break;
-            case 4: st = gather4(a, src0, NULL); break;
-            case 8: st = gather8(a, src0, NULL); break;
-            default: st = gather16(a, src0, NULL); break;
+            case 1: st = gather_run(a, src0, gather1); break;
+            case 2: st = gather_run(a, src0, gather2); break;
+            case 4: st = gather_run(a, src0, gather4); break;
+            case 8: st = gather_run(a, src0, gather8); break;
+            default: st = gather_run(a, src0, gather16); break;
             }
         }
     }

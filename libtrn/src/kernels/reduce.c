@@ -37,7 +37,7 @@ _Static_assert(TRN_DTYPE_COUNT == 15, "add the new dtype to this file");
 #define MAYBE_UNUSED __attribute__((unused))
 #define LANES 32
 #define BLOCK 2048
-#define COLS 1024
+#define COLS 4096
 #define FLUSH 256
 
 typedef struct reduce_args {

@@ -16,6 +16,7 @@
 
 #include "../internal.h"
 #include "trn/convert.h"
+#include "trn/parallel.h"
 #include "trn/reduce.h"
 
 #define COLS 1024
@@ -161,6 +162,47 @@ static const void *offset_ptr(const void *p, int64_t off) {
     return (const void *)((uintptr_t)p + (uintptr_t)off);
 }
 
+// Lines are independent: a big scan is split across threads along its
+// largest outer dim (pieces of at least PAR_ELEMS elements), each piece a
+// scan of its own; every line is computed exactly as unsplit.
+#define PAR_ELEMS 65536
+
+typedef struct split_ctx {
+    const scan_args *a;
+    scan_fn fn;
+    int k;
+} split_ctx;
+
+static void split_piece(void *ctx, int64_t b, int64_t e) {
+    const split_ctx *c = ctx;
+    const scan_args *a = c->a;
+    const int no = a->n_outer;
+    scan_args sub;
+    memcpy(&sub, a, offsetof(scan_args, dims) + (size_t)(3 * no) * sizeof(int64_t));
+    const int64_t es = (int64_t)trn_dtype_size(a->dtype);
+    sub.dims[c->k] = e - b;
+    sub.in = a->in + b * a->dims[no + c->k] * es;
+    sub.out = a->out + b * a->dims[2 * no + c->k] * es;
+    c->fn(&sub);
+}
+
+static void scan_run(const scan_args *a) {
+    const scan_fn fn = pick(a->dtype);
+    int k = 0;
+    int64_t lines = 1;
+    for (int d = 0; d < a->n_outer; d++) {
+        lines *= a->dims[d];
+        if (a->dims[d] > a->dims[k]) k = d;
+    }
+    if (a->n_outer < 1 || lines < 2 || lines * a->len < 2 * PAR_ELEMS) {
+        fn(a);
+        return;
+    }
+    const int64_t unit = lines / a->dims[k] * a->len;
+    split_ctx c = {a, fn, k};
+    trn_parallel_for(a->dims[k], unit >= PAR_ELEMS ? 1 : PAR_ELEMS / unit, split_piece, &c);
+}
+
 static trn_status scan_task(void *args) {
     const scan_args *a = args;
     const void *in_lo = offset_ptr(a->in, a->in_lo);
@@ -169,7 +211,7 @@ static trn_status scan_task(void *args) {
     if (st != TRN_SUCCESS) return st;
     st = trn__mem_access_begin(in_lo, (size_t)a->in_span);
     if (st == TRN_SUCCESS) {
-        pick(a->dtype)(a);
+        scan_run(a);
         trn__mem_access_end(in_lo, (size_t)a->in_span);
     }
     trn__mem_access_end(out_lo, (size_t)a->out_span);

@@ -73,6 +73,26 @@ static inline int64_t units_per_outer(int64_t inner) {
             for (int j = 0; j < w; j++) s[j] += s[j + w];                        \
         return s[0];                                                             \
     }                                                                            \
+    /* rowexpsum that also stores each exp in y (when T holds C exactly). */    \
+    static C rowexpstore_##N(const T *x, T *y, int64_t n, C mx) {                \
+        C s[L];                                                                  \
+        for (int j = 0; j < L; j++) s[j] = 0;                                    \
+        int64_t i = 0;                                                           \
+        for (; i + L <= n; i += L)                                               \
+            for (int j = 0; j < L; j++) {                                        \
+                const C e = EXP((C)LD(x[i + j]) - mx);                           \
+                y[i + j] = ST(e);                                                \
+                s[j] += e;                                                       \
+            }                                                                    \
+        for (int j = 0; i < n; i++, j++) {                                       \
+            const C e = EXP((C)LD(x[i]) - mx);                                   \
+            y[i] = ST(e);                                                        \
+            s[j] += e;                                                           \
+        }                                                                        \
+        for (int w = L / 2; w > 0; w /= 2)                                       \
+            for (int j = 0; j < w; j++) s[j] += s[j + w];                        \
+        return s[0];                                                             \
+    }                                                                            \
     /* sum(g * y) (softmax) or sum(g) (log_softmax) over a row. */               \
     static C rowdot_##N(const T *restrict g, const T *restrict y, int64_t n,     \
                         int islog) {                                             \
@@ -102,6 +122,13 @@ static inline int64_t units_per_outer(int64_t inner) {
             T *y = (T *)(void *)a->out + o * D * I;                              \
             if (I == 1) {                                                        \
                 const C mx = rowmax_##N(x, D);                                   \
+                if (!islog && sizeof(T) == sizeof(C)) {                          \
+                    /* exp once: y = exp(x - max), then y *= 1 / sum (the */    \
+                    /* same float products as below; x may alias y) */          \
+                    const C r = (C)1 / rowexpstore_##N(x, y, D, mx);             \
+                    for (int64_t i = 0; i < D; i++) y[i] = ST((C)LD(y[i]) * r);  \
+                    continue;                                                    \
+                }                                                                \
                 const C s = rowexpsum_##N(x, D, mx);                             \
                 if (islog) {                                                       \
                     const C t = mx + (C)log((double)s);                      \
