@@ -22,8 +22,7 @@ def _close(got, want, **kw):
 def _no_fallback():
     torch_neuronx.clear_op_tracking()
     yield
-    # fill_ (torch.full on the device, test setup only) is not native yet.
-    assert set(torch_neuronx.get_fallback_ops()) <= {"aten::fill_"}
+    assert torch_neuronx.get_fallback_ops() == []
 
 
 @pytest.mark.parametrize("shape,dim", [(((1 << 20) + 37,), None), ((512, 1030), 0), ((512, 1030), 1),
