@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../internal.h"
+#include "real_io.h"
 #include "trn/convert.h"
 #include "trn/loss.h"
 #include "trn/parallel.h"
@@ -23,24 +24,6 @@ typedef struct nll_args {
 
 _Static_assert(sizeof(nll_args) <= TRN_TASK_MAX_ARGS, "nll args too large");
 
-static double ld(trn_dtype d, const void *p, int64_t i) {
-    switch (d) {
-    case TRN_DTYPE_F16: return trn_half_to_float(((const uint16_t *)p)[i]);
-    case TRN_DTYPE_BF16: return trn_bf16_to_float(((const uint16_t *)p)[i]);
-    case TRN_DTYPE_F32: return ((const float *)p)[i];
-    case TRN_DTYPE_F64: return ((const double *)p)[i];
-    default: return NAN;
-    }
-}
-static void st(trn_dtype d, void *p, int64_t i, double v) {
-    switch (d) {
-    case TRN_DTYPE_F16: ((uint16_t *)p)[i] = trn_float_to_half((float)v); break;
-    case TRN_DTYPE_BF16: ((uint16_t *)p)[i] = trn_float_to_bf16((float)v); break;
-    case TRN_DTYPE_F32: ((float *)p)[i] = (float)v; break;
-    case TRN_DTYPE_F64: ((double *)p)[i] = v; break;
-    default: break;
-    }
-}
 static int64_t ld_target(const nll_args *a, int64_t i) {
     return a->target_dtype == TRN_DTYPE_U8 ? (int64_t)((const uint8_t *)a->target)[i]
                                            : ((const int64_t *)a->target)[i];
@@ -64,23 +47,23 @@ static void nll_forward(const nll_args *a) {
             const int64_t t = ld_target(a, b * I + i);
             double v = 0;
             if (t != a->ignore_index) {
-                const double w = a->weight ? ld(a->dtype, a->weight, t) : 1.0;
-                v = -w * ld(a->dtype, a->input, (b * C + t) * I + i);
+                const double w = a->weight ? trn__load_real(a->dtype, a->weight, t) : 1.0;
+                v = -w * trn__load_real(a->dtype, a->input, (b * C + t) * I + i);
                 wsum += w;
             }
-            if (a->reduction == TRN_REDUCTION_NONE) st(a->dtype, a->out, b * I + i, v);
+            if (a->reduction == TRN_REDUCTION_NONE) trn__store_real(a->dtype, a->out, b * I + i, v);
             else total += v;
         }
     }
     if (a->reduction == TRN_REDUCTION_NONE) {
-        st(a->dtype, a->total_weight, 0, 0.0);
+        trn__store_real(a->dtype, a->total_weight, 0, 0.0);
         return;
     }
     const int64_t n = a->batch * I;
     if (a->reduction == TRN_REDUCTION_MEAN)
         total = n == 0 ? NAN : total / wsum;
-    st(a->dtype, a->out, 0, total);
-    st(a->dtype, a->total_weight, 0, wsum);
+    trn__store_real(a->dtype, a->out, 0, total);
+    trn__store_real(a->dtype, a->total_weight, 0, wsum);
 }
 
 static void nll_backward_piece(void *ctx, int64_t b0, int64_t b1) {
@@ -90,18 +73,18 @@ static void nll_backward_piece(void *ctx, int64_t b0, int64_t b1) {
     memset((char *)a->grad_input + (size_t)(b0 * C * I) * es, 0, (size_t)((b1 - b0) * C * I) * es);
     double scale = 1.0;
     if (a->reduction != TRN_REDUCTION_NONE) {
-        scale = ld(a->dtype, a->grad_output, 0);
-        if (a->reduction == TRN_REDUCTION_MEAN) scale /= ld(a->dtype, a->total_weight_in, 0);
+        scale = trn__load_real(a->dtype, a->grad_output, 0);
+        if (a->reduction == TRN_REDUCTION_MEAN) scale /= trn__load_real(a->dtype, a->total_weight_in, 0);
     }
     for (int64_t b = b0; b < b1; b++) {
         for (int64_t i = 0; i < I; i++) {
             const int64_t t = ld_target(a, b * I + i);
             if (t == a->ignore_index) continue;
-            const double w = a->weight ? ld(a->dtype, a->weight, t) : 1.0;
+            const double w = a->weight ? trn__load_real(a->dtype, a->weight, t) : 1.0;
             const double g = a->reduction == TRN_REDUCTION_NONE
-                                 ? ld(a->dtype, a->grad_output, b * I + i)
+                                 ? trn__load_real(a->dtype, a->grad_output, b * I + i)
                                  : scale;
-            st(a->dtype, a->grad_input, (b * C + t) * I + i, -w * g);
+            trn__store_real(a->dtype, a->grad_input, (b * C + t) * I + i, -w * g);
         }
     }
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../internal.h"
+#include "real_io.h"
 #include "trn/convert.h"
 #include "trn/norm.h"
 #include "trn/parallel.h"
@@ -45,25 +46,6 @@ typedef struct ln_run {
     const void *w, *b;  // weight / bias in the compute type (NULL: absent)
 } ln_run;
 
-static double load_any(trn_dtype d, const void *p, int64_t i) {
-    switch (d) {
-    case TRN_DTYPE_F16: return trn_half_to_float(((const uint16_t *)p)[i]);
-    case TRN_DTYPE_BF16: return trn_bf16_to_float(((const uint16_t *)p)[i]);
-    case TRN_DTYPE_F32: return ((const float *)p)[i];
-    case TRN_DTYPE_F64: return ((const double *)p)[i];
-    default: return NAN;
-    }
-}
-static void store_any(trn_dtype d, void *p, int64_t i, double v) {
-    switch (d) {
-    case TRN_DTYPE_F16: ((uint16_t *)p)[i] = trn_float_to_half((float)v); break;
-    case TRN_DTYPE_BF16: ((uint16_t *)p)[i] = trn_float_to_bf16((float)v); break;
-    case TRN_DTYPE_F32: ((float *)p)[i] = (float)v; break;
-    case TRN_DTYPE_F64: ((double *)p)[i] = v; break;
-    default: break;
-    }
-}
-
 #define DEFINE_LN(N, T, C, LD, ST)                                                 \
     static void fwd_##N(void *ctx, int64_t r0, int64_t r1) {                      \
         const ln_run *run = ctx;                                                  \
@@ -91,8 +73,8 @@ static void store_any(trn_dtype d, void *p, int64_t i, double v) {
             else                                                                  \
                 for (int64_t i = 0; i < n; i++)                                   \
                     y[i] = ST(((C)LD(x[i]) - mean) * rstd + (b ? b[i] : (C)0));   \
-            if (a->mean) store_any(a->stat_dtype, a->mean, r, (double)mean);      \
-            if (a->rstd) store_any(a->stat_dtype, a->rstd, r, (double)rstd);      \
+            if (a->mean) trn__store_real(a->stat_dtype, a->mean, r, (double)mean);      \
+            if (a->rstd) trn__store_real(a->stat_dtype, a->rstd, r, (double)rstd);      \
         }                                                                         \
     }                                                                             \
     static void bwd_dx_##N(void *ctx, int64_t r0, int64_t r1) {                   \
@@ -104,8 +86,8 @@ static void store_any(trn_dtype d, void *p, int64_t i, double v) {
             const T *x = (const T *)a->x + r * n;                                 \
             const T *dy = (const T *)a->dy + r * n;                               \
             T *dx = (T *)a->dx + r * n;                                           \
-            const C mean = (C)load_any(a->stat_dtype, a->mean_in, r);             \
-            const C rstd = (C)load_any(a->stat_dtype, a->rstd_in, r);             \
+            const C mean = (C)trn__load_real(a->stat_dtype, a->mean_in, r);             \
+            const C rstd = (C)trn__load_real(a->stat_dtype, a->rstd_in, r);             \
             C s1 = 0, s2 = 0;                                                     \
             for (int64_t i = 0; i < n; i++) {                                     \
                 const C g = (C)LD(dy[i]) * (w ? w[i] : (C)1);                     \
@@ -134,8 +116,8 @@ static void store_any(trn_dtype d, void *p, int64_t i, double v) {
             for (int64_t r = 0; r < a->rows; r++) {                               \
                 const T *x = (const T *)a->x + r * n + c0;                        \
                 const T *dy = (const T *)a->dy + r * n + c0;                      \
-                const C mean = (C)load_any(a->stat_dtype, a->mean_in, r);         \
-                const C rstd = (C)load_any(a->stat_dtype, a->rstd_in, r);         \
+                const C mean = (C)trn__load_real(a->stat_dtype, a->mean_in, r);         \
+                const C rstd = (C)trn__load_real(a->stat_dtype, a->rstd_in, r);         \
                 for (int64_t j = 0; j < w; j++) {                                 \
                     const C g = (C)LD(dy[j]);                                     \
                     gw[j] += g * ((C)LD(x[j]) - mean) * rstd;                     \
@@ -143,8 +125,8 @@ static void store_any(trn_dtype d, void *p, int64_t i, double v) {
                 }                                                                 \
             }                                                                     \
             for (int64_t j = 0; j < w; j++) {                                     \
-                if (a->dweight) store_any(a->param_dtype, a->dweight, c0 + j, (double)gw[j]); \
-                if (a->dbias) store_any(a->param_dtype, a->dbias, c0 + j, (double)gb[j]); \
+                if (a->dweight) trn__store_real(a->param_dtype, a->dweight, c0 + j, (double)gw[j]); \
+                if (a->dbias) trn__store_real(a->param_dtype, a->dbias, c0 + j, (double)gb[j]); \
             }                                                                     \
         }                                                                         \
     }
@@ -182,7 +164,7 @@ static void *convert_param(trn_dtype d, const void *p, int64_t n, int is_double)
     void *buf = malloc((size_t)n * (is_double ? 8 : 4) + 1);
     if (buf == NULL) return NULL;
     for (int64_t i = 0; i < n; i++) {
-        const double v = load_any(d, p, i);
+        const double v = trn__load_real(d, p, i);
         if (is_double) ((double *)buf)[i] = v;
         else ((float *)buf)[i] = (float)v;
     }
