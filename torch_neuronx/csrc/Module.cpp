@@ -4,16 +4,28 @@
 // to the Python package. Each one converts, checks and calls libtrn.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <vector>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
 
 #include "NeuronGenerator.h"
+#include "bindings.h"
 #include "neuron_device.h"
 #include "op_tracking.h"
 
 namespace py = pybind11;
 
 namespace neuron {
+
+// Filled by static BindingsRegistrar objects in other files before
+// PYBIND11_MODULE runs (static initialisers of the same .so run first).
+static std::vector<BindingsFn> &bindings_list() {
+    static std::vector<BindingsFn> list;
+    return list;
+}
+
+BindingsRegistrar::BindingsRegistrar(BindingsFn fn) { bindings_list().push_back(fn); }
+
 namespace {
 
 py::dict device_properties(int index) {
@@ -118,4 +130,5 @@ PYBIND11_MODULE(_C, m) {
     m.def("_executed_ops", [] { return tracking::executed_ops(); });
     m.def("_fallback_ops", [] { return tracking::fallback_ops(); });
     m.def("_clear_op_tracking", [] { tracking::clear(); });
+    for (BindingsFn fn : neuron::bindings_list()) fn(m);
 }
