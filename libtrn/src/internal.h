@@ -96,6 +96,9 @@ size_t trn__mem_round_size(size_t nbytes);
 // pointers, they do nothing. begin fails if the range leaves its block.
 trn_status trn__mem_access_begin(const void *ptr, size_t nbytes);
 void trn__mem_access_end(const void *ptr, size_t nbytes);
+// Device owning ptr (interior pointers allowed), or -1 for host memory. Sets
+// no error.
+int trn__mem_device_of(const void *ptr);
 
 // ---- stream.c --------------------------------------------------------------
 // Waits until the stream has run every task launched before the call, without
@@ -113,5 +116,41 @@ uint64_t trn__stream_completed(const trn_stream *stream);
 trn_status trn__stream_take_error(trn_stream *stream);
 // Pool index of a stream: 0 for the default stream, 1..TRN_STREAM_POOL_SIZE.
 int trn__stream_index(const trn_stream *stream);
+
+// ---- observe/ (trace.c, metrics.c) ----------------------------------------
+#include "trn/metrics.h"
+#include "trn/trace.h"
+// Bytes a traced launch puts before the task's own arguments.
+#define TRN__TRACE_HEADER 320
+// While tracing: writes the traced task's arguments (header + args) to out
+// (TRN__TRACE_HEADER + args_size bytes), sets *out_fn and returns the size.
+size_t trn__trace_wrap(int device, int64_t stream, trn_task_fn fn,
+                       const void *args, size_t args_size, void *out,
+                       trn_task_fn *out_fn);
+// Kind, name (a string literal) and bytes of the calling thread's next
+// traced launch; call only while trn_trace_active().
+void trn__trace_mark_next(trn_activity_kind kind, const char *name,
+                          uint64_t bytes);
+void trn__trace_clear_next(void);
+// Fills an activity with the calling thread's current label.
+void trn__trace_fill(trn_activity *a, int device, int64_t stream,
+                     trn_activity_kind kind, const char *name, uint64_t bytes);
+
+// Counts a copy by direction (metrics) and names it for the trace.
+void trn__copy_observe(trn_stream *stream, const void *dst, const void *src,
+                       uint64_t bytes);
+
+// Per-device live figures in the stats page.
+static inline void trn__stats_launch(int device) {
+    trn_stats_device *d = &trn_stats_page_get()->devices[device];
+    __atomic_fetch_add(&d->counters[TRN_COUNTER_KERNEL_LAUNCHES], 1,
+                       __ATOMIC_RELAXED);
+    if (!__atomic_load_n(&d->in_use, __ATOMIC_RELAXED))
+        __atomic_store_n(&d->in_use, 1, __ATOMIC_RELAXED);
+}
+static inline void trn__stats_running(int device, int64_t delta) {
+    __atomic_fetch_add(&trn_stats_page_get()->devices[device].running,
+                       (uint64_t)delta, __ATOMIC_RELAXED);
+}
 
 #endif

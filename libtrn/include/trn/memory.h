@@ -71,6 +71,40 @@ trn_status trn_mem_reset_accumulated(int device);
 trn_status trn_mem_get_info(int device, size_t *free_bytes,
                             size_t *total_bytes);
 
+// Per-process limit on the device's reserved bytes
+// (torch.neuron.set_per_process_memory_fraction): a request that would take
+// reserved memory past it first empties the cache, then fails with
+// TRN_ERROR_OUT_OF_MEMORY. 0 removes the limit (the capacity applies).
+// A limit above the capacity is TRN_ERROR_INVALID_ARGUMENT.
+trn_status trn_mem_set_limit(int device, size_t bytes);
+// The effective limit: the per-process limit if set, else the capacity.
+size_t trn_mem_get_limit(int device);
+
+// One reserved block (each block is its own host segment).
+typedef struct trn_mem_block_info {
+    void *ptr;
+    size_t size;        // rounded size
+    size_t requested;   // as requested by its current user (0 when cached)
+    int device;
+    int64_t stream;     // trn_stream_id of the allocation stream
+    bool allocated;     // false: cached (free for reuse)
+} trn_mem_block_info;
+// Copies up to max of the device's reserved blocks (by address) into out and
+// returns how many there are (may exceed max).
+size_t trn_mem_snapshot(int device, trn_mem_block_info *out, size_t max);
+
+// Allocator events for memory-history recorders. The observer runs with the
+// allocator's lock held: it must be quick and must not call the allocator.
+typedef enum trn_mem_event {
+    TRN_MEM_EVENT_SEGMENT_ALLOC = 0,  // a block was reserved from the host
+    TRN_MEM_EVENT_SEGMENT_FREE = 1,   // a cached block went back to the host
+    TRN_MEM_EVENT_OOM = 2,            // a request failed (size = request)
+} trn_mem_event;
+typedef void (*trn_mem_observer)(void *ctx, trn_mem_event event, int device,
+                                 const void *ptr, size_t size, int64_t stream);
+// Installs (or, with NULL, removes) the single observer.
+void trn_mem_set_observer(trn_mem_observer observer, void *ctx);
+
 // Device that owns ptr; ptr may point anywhere inside a live block.
 // TRN_ERROR_INVALID_POINTER if it is not device memory.
 trn_status trn_mem_get_device(const void *ptr, int *device);

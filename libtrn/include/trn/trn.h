@@ -30,4 +30,7 @@
 #include "trn/sort.h"
 #include "trn/norm.h"
 #include "trn/loss.h"
+#include "trn/log.h"
+#include "trn/metrics.h"
+#include "trn/trace.h"
 #endif

@@ -411,5 +411,6 @@ trn_status trn_copy_launch(trn_stream *stream, const trn_copy_desc *desc) {
     memcpy(a.dims + n, dstr, (size_t)n * sizeof(int64_t));
     memcpy(a.dims + 2 * n, sstr, (size_t)n * sizeof(int64_t));
     size_t args_size = offsetof(copy_args, dims) + 3 * (size_t)n * sizeof(int64_t);
+    trn__copy_observe(stream, desc->dst, desc->src, (uint64_t)numel * dsize);
     return trn_stream_launch(stream, copy_task, &a, args_size);
 }

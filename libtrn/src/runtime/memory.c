@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../internal.h"
+#include "trn/log.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -54,6 +55,34 @@ typedef struct dev_alloc {
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static dev_alloc g_dev[TRN_MAX_DEVICES];
+static size_t g_limit[TRN_MAX_DEVICES];  // 0 = the capacity
+static trn_mem_observer g_observer;
+static void *g_observer_ctx;
+
+static size_t limit_of(int device);
+
+static void observe(trn_mem_event event, const block *b, size_t size) {
+    if (g_observer != NULL)
+        g_observer(g_observer_ctx, event, b->device, b->ptr, size,
+                   b->stream != NULL ? trn_stream_id(b->stream) : 0);
+}
+
+// Mirrors the device's memory figures into the stats page (neuron-top).
+static void publish(int device) {
+    trn_stats_device *p = &trn_stats_page_get()->devices[device];
+    const trn_mem_stats *st = &g_dev[device].stats;
+    __atomic_store_n(&p->mem_allocated, st->allocated_bytes, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->mem_reserved, st->reserved_bytes, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->mem_capacity, (uint64_t)limit_of(device),
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&p->in_use, 1, __ATOMIC_RELAXED);
+}
+
+static size_t limit_of(int device) {
+    size_t capacity = trn__config_get()->capacity;
+    size_t limit = g_limit[device];
+    return limit != 0 && limit < capacity ? limit : capacity;
+}
 // Every reserved block of every device, sorted by address, for pointer
 // validation and interior-pointer lookup.
 static block **g_reg;
@@ -219,6 +248,7 @@ static block *block_create(int device, size_t size, trn_stream *stream) {
     stat_add(&d->stats.reserved_bytes, &d->stats.reserved_bytes_peak, size);
     stat_add(&d->stats.segments, &d->stats.segments_peak, 1);
     d->stats.num_segment_allocs++;
+    observe(TRN_MEM_EVENT_SEGMENT_ALLOC, b, size);
     return b;
 }
 
@@ -237,6 +267,7 @@ static uint64_t release_cached(int device) {
                 fl->items[kept++] = b;
                 continue;
             }
+            observe(TRN_MEM_EVENT_SEGMENT_FREE, b, b->size);
             segment_free(b);
             b->state = BLOCK_RELEASED;
             released += b->size;
@@ -255,6 +286,20 @@ static uint64_t release_cached(int device) {
 
 static trn_status oom_error(int device, size_t nbytes, bool host_failed) {
     const trn__config *cfg = trn__config_get();
+    trn_counter_add(TRN_COUNTER_OOMS, device, 1);
+    if (!host_failed && limit_of(device) < cfg->capacity) {
+        const trn_mem_stats *st = &g_dev[device].stats;
+        char want[32], alloc[32], resv[32], lim[32];
+        trn__format_bytes(want, sizeof want, nbytes);
+        trn__format_bytes(alloc, sizeof alloc, st->allocated_bytes);
+        trn__format_bytes(resv, sizeof resv, st->reserved_bytes);
+        trn__format_bytes(lim, sizeof lim, limit_of(device));
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
+                              "neuron:%d out of memory: tried to allocate %s; "
+                              "%s allocated, %s reserved, per-process limit "
+                              "%s (set_per_process_memory_fraction)",
+                              device, want, alloc, resv, lim);
+    }
     const trn_mem_stats *st = &g_dev[device].stats;
     char want[32], alloc[32], resv[32], cap[32];
     trn__format_bytes(want, sizeof want, nbytes);
@@ -303,7 +348,7 @@ trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream,
     }
     if (nbytes == 0) return TRN_SUCCESS;
 
-    const size_t capacity = trn__config_get()->capacity;
+    const size_t capacity = limit_of(device);
     const size_t size =
         nbytes > capacity ? SIZE_MAX : trn__mem_round_size(nbytes);
     dev_alloc *d = &g_dev[device];
@@ -333,7 +378,11 @@ trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream,
         }
         d->stats.num_ooms++;
         st = oom_error(device, nbytes, fits);
+        if (g_observer != NULL)
+            g_observer(g_observer_ctx, TRN_MEM_EVENT_OOM, device, NULL, nbytes,
+                       trn_stream_id(stream));
         trn__unlock(&g_mu);
+        trn_log(TRN_LOG_INFO, "alloc", "%s", trn_last_error());
         return st;
     }
     b->state = BLOCK_ALLOCATED;
@@ -342,8 +391,13 @@ trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream,
     stat_add(&d->stats.requested_bytes, &d->stats.requested_bytes_peak, nbytes);
     stat_add(&d->stats.active_blocks, &d->stats.active_blocks_peak, 1);
     d->stats.num_allocs++;
+    publish(device);
     trn__unlock(&g_mu);
     *ptr = b->ptr;
+    if (trn_log_enabled(TRN_LOG_DEBUG))
+        trn_log(TRN_LOG_DEBUG, "alloc", "neuron:%d alloc %zu bytes at %p "
+                "(block %zu, stream %lld)", device, nbytes, *ptr, size,
+                (long long)trn_stream_id(stream));
     return TRN_SUCCESS;
 }
 
@@ -407,6 +461,7 @@ trn_status trn_mem_free(void *ptr) {
         trn__unlock(&g_mu);
         trn__stream_wait_idle(b->stream);
         trn__lock(&g_mu);
+        observe(TRN_MEM_EVENT_SEGMENT_FREE, b, b->size);
         segment_free(b);
         b->state = BLOCK_RELEASED;
         d->stats.reserved_bytes -= b->size;
@@ -414,7 +469,10 @@ trn_status trn_mem_free(void *ptr) {
         d->stats.num_segment_frees++;
         reg_drop_released();
     }
+    publish(d - g_dev);
     trn__unlock(&g_mu);
+    if (trn_log_enabled(TRN_LOG_DEBUG))
+        trn_log(TRN_LOG_DEBUG, "alloc", "free %p", ptr);
     return TRN_SUCCESS;
 }
 
@@ -456,9 +514,68 @@ trn_status trn_mem_empty_cache(int device) {
     if (st != TRN_SUCCESS || !trn_runtime_is_initialized()) return st;
     trn__device_wait_idle(device);
     trn__lock(&g_mu);
-    release_cached(device);
+    uint64_t released = release_cached(device);
+    publish(device);
     trn__unlock(&g_mu);
+    trn_log(TRN_LOG_DEBUG, "alloc", "neuron:%d empty_cache released %llu bytes",
+            device, (unsigned long long)released);
     return TRN_SUCCESS;
+}
+
+trn_status trn_mem_set_limit(int device, size_t bytes) {
+    trn_status st = trn__device_enter(device);
+    if (st == TRN_SUCCESS) st = capacity_check();
+    if (st != TRN_SUCCESS) return st;
+    size_t capacity = trn__config_get()->capacity;
+    if (bytes > capacity)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "neuron:%d memory limit of %zu bytes exceeds the "
+                              "capacity (%zu bytes)",
+                              device, bytes, capacity);
+    trn__lock(&g_mu);
+    g_limit[device] = bytes;
+    trn__unlock(&g_mu);
+    __atomic_store_n(&trn_stats_page_get()->devices[device].mem_capacity,
+                     (uint64_t)limit_of(device), __ATOMIC_RELAXED);
+    trn_log(TRN_LOG_INFO, "alloc", "neuron:%d per-process memory limit %zu bytes",
+            device, limit_of(device));
+    return TRN_SUCCESS;
+}
+
+size_t trn_mem_get_limit(int device) {
+    if (device < 0 || device >= TRN_MAX_DEVICES) return 0;
+    trn__lock(&g_mu);
+    size_t limit = limit_of(device);
+    trn__unlock(&g_mu);
+    return limit;
+}
+
+size_t trn_mem_snapshot(int device, trn_mem_block_info *out, size_t max) {
+    trn__lock(&g_mu);
+    size_t n = 0;
+    for (size_t i = 0; i < g_reg_n; i++) {
+        const block *b = g_reg[i];
+        if (b->device != device || b->state == BLOCK_RELEASED) continue;
+        if (out != NULL && n < max) {
+            trn_mem_block_info *o = &out[n];
+            o->ptr = b->ptr;
+            o->size = b->size;
+            o->allocated = b->state == BLOCK_ALLOCATED;
+            o->requested = o->allocated ? b->requested : 0;
+            o->device = b->device;
+            o->stream = b->stream != NULL ? trn_stream_id(b->stream) : 0;
+        }
+        n++;
+    }
+    trn__unlock(&g_mu);
+    return n;
+}
+
+void trn_mem_set_observer(trn_mem_observer observer, void *ctx) {
+    trn__lock(&g_mu);
+    g_observer = observer;
+    g_observer_ctx = ctx;
+    trn__unlock(&g_mu);
 }
 
 // ---- statistics -------------------------------------------------------------
@@ -537,6 +654,14 @@ trn_status trn_mem_get_device(const void *ptr, int *device) {
                             "%p is not neuron device memory", ptr);
     trn__unlock(&g_mu);
     return st;
+}
+
+int trn__mem_device_of(const void *ptr) {
+    trn__lock(&g_mu);
+    block *b = ptr != NULL ? reg_find_containing(ptr) : NULL;
+    int device = b != NULL && b->state == BLOCK_ALLOCATED ? b->device : -1;
+    trn__unlock(&g_mu);
+    return device;
 }
 
 bool trn_mem_protect_enabled(void) { return trn__config_get()->protect; }

@@ -327,7 +327,9 @@ static void task_done(trn_stream *s, trn_status st, task_result *result) {
 static size_t worker_run(trn_stream *s, task_header *h) {
     if (h->fn == NULL) return h->len;
     trn_clear_error();
+    trn__stats_running(s->device, 1);
     trn_status st = h->fn(h + 1);
+    trn__stats_running(s->device, -1);
     if (st != TRN_SUCCESS) {
         trn__lock(&s->mu);
         task_failed(s, st, h->result);
@@ -476,12 +478,14 @@ static trn_status launch_async(trn_stream *s, trn_task_fn fn, const void *args,
 static trn_status launch_inline(trn_stream *s, trn_task_fn fn, const void *args,
                                 size_t args_size, bool blocking) {
     // The task gets its own aligned copy, as in the queued mode.
-    _Alignas(ENTRY_ALIGN) unsigned char copy[TRN_TASK_MAX_ARGS];
+    _Alignas(ENTRY_ALIGN) unsigned char copy[TRN__TRACE_HEADER + TRN_TASK_MAX_ARGS];
     if (args_size != 0) memcpy(copy, args, args_size);
     trn__lock(&s->exec_mu);
     atomic_fetch_add_explicit(&s->launched, 1, memory_order_release);
     trn_clear_error();
+    trn__stats_running(s->device, 1);
     trn_status st = fn(copy);
+    trn__stats_running(s->device, -1);
     task_result result;
     if (st != TRN_SUCCESS) {
         trn__lock(&s->mu);
@@ -512,6 +516,15 @@ trn_status trn_stream_launch(trn_stream *stream, trn_task_fn fn,
                               args_size);
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS) return st;
+    trn__stats_launch(stream->device);
+    // While a profiler traces, the task runs wrapped in one that times it
+    // and records it (trace.c).
+    _Alignas(ENTRY_ALIGN) unsigned char traced[TRN__TRACE_HEADER + TRN_TASK_MAX_ARGS];
+    if (trn_trace_active()) {
+        args_size = trn__trace_wrap(stream->device, trn_stream_id(stream), fn,
+                                    args, args_size, traced, &fn);
+        args = traced;
+    }
     const trn__config *cfg = trn__config_get();
     if (!cfg->async)
         return launch_inline(stream, fn, args, args_size, cfg->launch_blocking);
