@@ -3,6 +3,7 @@
 # (idempotent; a no-op on a machine that has them).
 set -euo pipefail
 packages=(cmake ninja-build g++ gcc make libdnnl-dev)
+packages+=(tmux)  # tests/test_observe_cli.py drives neuron-top in a terminal
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

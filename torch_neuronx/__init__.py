@@ -88,3 +88,8 @@ def _register() -> None:
 
 _register()
 _importing = False
+
+# Observability (docs/observability.md): metrics, profiler entry points, memory summary.
+from . import metrics, multiprocessing, profiling  # noqa: E402
+from .memory import memory_summary  # noqa: E402
+from .profiling import NeuronConfig, NeuronProfiler, ProfileMode  # noqa: E402

@@ -87,3 +87,58 @@ def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
         lines.append(f"allocs {s['num_allocs']}, frees {s['num_frees']}, "
                      f"cache flushes {s['num_alloc_retries']}, OOMs {s['num_ooms']}")
     return "\n".join(lines)
+
+
+# ---- limits, snapshots and memory history (torch.cuda.memory's API) ---------
+
+def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+    """Cap this process's reserved memory on ``device`` at ``fraction`` of its
+    capacity. The allocator enforces it: a request past the cap empties the
+    cache, then raises ``torch.OutOfMemoryError``."""
+    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool):
+        raise TypeError(f"fraction must be a float, got {type(fraction).__name__}")
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must be in [0, 1], got {fraction}")
+    index = _get_device_index(device)
+    capacity = _raw(index)["capacity"]
+    _C._set_memory_limit(index, 0 if fraction >= 1.0 else int(capacity * fraction))
+
+
+def get_per_process_memory_fraction(device: Any = None) -> float:
+    index = _get_device_index(device)
+    return _C._memory_limit(index) / _raw(index)["capacity"]
+
+
+def _record_memory_history(enabled: "str | None | bool" = "all", context: "str | None" = "all",
+                           stacks: str = "python", max_entries: int = 0,
+                           device: Any = None, **_ignored: Any) -> None:
+    """Start (or with ``enabled=None``/``False`` stop) recording allocator
+    events with the Python stack of each allocation, as
+    ``torch.cuda.memory._record_memory_history`` does. ``stacks="all"`` adds
+    C++ frames. ``max_entries`` bounds the event ring (0: unbounded)."""
+    if stacks not in ("python", "all"):
+        raise ValueError(f"stacks must be 'python' or 'all', got {stacks!r}")
+    on = enabled not in (None, False)
+    if on and enabled not in (True, "all", "state"):
+        raise ValueError(f"enabled must be None, 'state' or 'all', got {enabled!r}")
+    _C._record_memory_history(on, int(max_entries), stacks == "all")
+
+
+def _snapshot(device: Any = None) -> dict[str, Any]:
+    """Segments, blocks (with allocation stacks) and the event history of
+    every device, in the layout torch.cuda.memory._snapshot() returns."""
+    return _C._memory_snapshot()
+
+
+def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
+    """Pickle ``_snapshot()`` to ``filename``; open it at
+    https://pytorch.org/memory_viz or with ``torch.cuda._memory_viz``."""
+    import pickle
+
+    with open(filename, "wb") as f:
+        pickle.dump(_snapshot(), f)
+
+
+def memory_snapshot(mempool_id: Any = None) -> list[dict[str, Any]]:
+    """The segments of every device (``_snapshot()["segments"]``)."""
+    return _snapshot()["segments"]

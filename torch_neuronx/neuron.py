@@ -18,7 +18,14 @@ from ._device import (
     set_device,
     synchronize,
 )
+from . import memory
 from .memory import (
+    _dump_snapshot,
+    _record_memory_history,
+    _snapshot,
+    get_per_process_memory_fraction,
+    memory_snapshot,
+    set_per_process_memory_fraction,
     empty_cache,
     max_memory_allocated,
     max_memory_reserved,

@@ -8,6 +8,7 @@
 
 #include "internal.h"
 #include "test.h"
+#include "trn/ipc.h"
 
 static trn_status noop_task(void *p) {
     (void)p;
@@ -154,11 +155,38 @@ static void test_limit_and_snapshot(void) {
     trn_mem_set_observer(NULL, NULL);
 }
 
+static void test_ipc(void) {
+    void *a = NULL, *b = NULL;
+    CHECK_INT(trn_ipc_alloc(0, 4096, &a), TRN_SUCCESS);
+    CHECK(trn_ipc_is_shared(a));
+    int fd = -1;
+    size_t n = 0;
+    CHECK_INT(trn_ipc_export(a, &fd, &n), TRN_SUCCESS);
+    CHECK_U64(n, 4096);
+    // A second mapping of the same pages, as another process would make.
+    CHECK_INT(trn_ipc_import(0, fd, n, &b), TRN_SUCCESS);
+    close(fd);
+    CHECK(a != b);
+    ((unsigned char *)a)[100] = 42;
+    CHECK_INT(((unsigned char *)b)[100], 42);
+    CHECK_INT(trn_mem_free(a), TRN_SUCCESS);  // b still holds the pages
+    CHECK_INT(((unsigned char *)b)[100], 42);
+    CHECK_INT(trn_mem_free(b), TRN_SUCCESS);
+    CHECK_INT(trn_ipc_export(b, &fd, &n), TRN_ERROR_INVALID_POINTER);
+    void *plain = NULL;
+    CHECK_INT(trn_mem_alloc(0, 64, NULL, &plain), TRN_SUCCESS);
+    CHECK(!trn_ipc_is_shared(plain));
+    CHECK_INT(trn_ipc_export(plain, &fd, &n), TRN_ERROR_INVALID_POINTER);
+    CHECK_INT(trn_mem_free(plain), TRN_SUCCESS);
+    CHECK_INT(trn_ipc_import(0, -1, 64, &b), TRN_ERROR_INVALID_ARGUMENT);
+}
+
 int main(void) {
     setenv("TORCH_NEURONX_HBM_SIZE", "64M", 1);
     test_log_levels();
     test_counters_and_metrics();
     test_trace_and_page();
     test_limit_and_snapshot();
+    test_ipc();
     return TEST_REPORT();
 }

@@ -7,12 +7,14 @@
 
 #include <cstdio>
 
+#include "memory_history.h"
 #include "neuron_device.h"
 
 namespace neuron {
 namespace {
 
 void device_delete(void *ptr) {
+    memory_history::on_free(ptr);
     // A deleter cannot throw: report and carry on, as CUDA's allocator does.
     if (trn_mem_free(ptr) != TRN_SUCCESS) {
         std::fprintf(stderr, "[neuron] warning: freeing device memory failed: %s\n",
@@ -37,6 +39,7 @@ struct NeuronDeviceAllocator final : public c10::DeviceAllocator {
         check_device(dev);
         void *ptr = nullptr;
         TRN_CHECK(trn_mem_alloc(dev, nbytes, nullptr, &ptr));
+        memory_history::on_alloc(dev, ptr, nbytes, trn_stream_id(current_trn_stream(dev)));
         return {ptr, ptr, &device_delete, c10::Device(kNeuron, dev)};
     }
     c10::DeleterFnPtr raw_deleter() const override { return &device_delete; }

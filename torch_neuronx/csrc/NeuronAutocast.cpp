@@ -12,7 +12,19 @@ namespace {
 #define NEURON_FP32_SET_OPT_DTYPE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
 #define NEURON_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
 
+// Refused under autocast, as on CUDA: fed the float16 output of a sigmoid,
+// binary cross entropy loses the precision it needs near 0 and 1.
+at::Tensor binary_cross_entropy_banned(const at::Tensor &, const at::Tensor &,
+                                       const std::optional<at::Tensor> &, int64_t) {
+    TORCH_CHECK(false,
+                "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to "
+                "autocast (on neuron as on CUDA): a sigmoid followed by binary cross entropy "
+                "should be written as torch.nn.functional.binary_cross_entropy_with_logits or "
+                "torch.nn.BCEWithLogitsLoss, which are safe to autocast.");
+}
+
 TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+    m.impl("binary_cross_entropy", TORCH_FN(binary_cross_entropy_banned));
     AT_FORALL_LOWER_PRECISION_FP(NEURON_LOW_PRECISION_FP)
     AT_FORALL_FP32(NEURON_FP32)
     AT_FORALL_FP32_SET_OPT_DTYPE(NEURON_FP32_SET_OPT_DTYPE)

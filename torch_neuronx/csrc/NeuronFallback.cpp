@@ -60,6 +60,12 @@ void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     const std::string &name = op.schema().operator_name().name;
     tracking::record_fallback(name);
     tracking::warn_fallback_once(name, "has no native neuron kernel");
+    if (stack->size() >= op.schema().arguments().size()) {
+        const size_t begin = stack->size() - op.schema().arguments().size();
+        trn_counter_add(TRN_COUNTER_FALLBACKS, op_device(*stack, begin), 1);
+    }
+    trn_log(TRN_LOG_DEBUG, "fallback", "%s has no native neuron kernel: runs on CPU",
+            name.c_str());
     use_cpu_generators(op, *stack);
     // error_on_views: a CPU result cannot alias device memory, so a view op
     // answered by the fallback would silently stop being a view.

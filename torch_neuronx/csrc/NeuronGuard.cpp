@@ -56,6 +56,21 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     c10::DeviceIndex deviceCount() const noexcept override {
         return static_cast<c10::DeviceIndex>(trn_device_count());
     }
+    // torch.accelerator.get_device_capability: the dtypes libtrn stores
+    // (trn/dtype.h); quantized and float8 types are not supported.
+    c10::DeviceCapability getDeviceCapability(c10::Device d) const override {
+        (void)device_index(d);  // validates the index
+        using namespace c10;
+        DeviceCapability cap;
+        cap.capability_data.capability_bits =
+            (1ULL << kIndex_Bool) | (1ULL << kIndex_Byte) | (1ULL << kIndex_Char) |
+            (1ULL << kIndex_Short) | (1ULL << kIndex_Int) | (1ULL << kIndex_Long) |
+            (1ULL << kIndex_UInt16) | (1ULL << kIndex_UInt32) | (1ULL << kIndex_UInt64) |
+            (1ULL << kIndex_Half) | (1ULL << kIndex_BFloat16) | (1ULL << kIndex_Float) |
+            (1ULL << kIndex_Double) | (1ULL << kIndex_ComplexFloat) |
+            (1ULL << kIndex_ComplexDouble);
+        return cap;
+    }
 
     // Events: created lazily on first record, as CUDA does. Every event
     // takes timestamps (clock reads are cheap here), so the enable_timing

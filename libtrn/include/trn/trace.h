@@ -54,6 +54,11 @@ size_t trn_trace_drain(trn_activity *out, size_t max);
 size_t trn_trace_pending(void);
 uint64_t trn_trace_dropped(void);
 
+// The profiler's correlation id of the host op running on the calling thread
+// (0: none); launches record it unless their label carries its own.
+void trn_trace_set_correlation(uint64_t correlation);
+uint64_t trn_trace_get_correlation(void);
+
 // Labels the calling thread's next launches (a stack, up to 8 deep; deeper
 // pushes are ignored but must still be popped). Strings are copied.
 void trn_trace_push(trn_activity_kind kind, const char *name,

@@ -31,6 +31,13 @@ static atomic_uint_fast64_t g_seq;
 
 static _Thread_local label tl_labels[LABEL_DEPTH];
 static _Thread_local int tl_depth;
+static _Thread_local uint64_t tl_correlation;
+
+void trn_trace_set_correlation(uint64_t correlation) {
+    tl_correlation = correlation;
+}
+
+uint64_t trn_trace_get_correlation(void) { return tl_correlation; }
 
 uint64_t trn_trace_now_ns(void) {
     struct timespec ts;
@@ -127,8 +134,9 @@ void trn__trace_fill(trn_activity *a, int device, int64_t stream,
     a->seq = atomic_fetch_add(&g_seq, 1) + 1;
     int d = tl_depth < LABEL_DEPTH ? tl_depth : LABEL_DEPTH;
     const label *l = d > 0 ? &tl_labels[d - 1] : NULL;
+    a->correlation = tl_correlation;
     if (l != NULL) {
-        a->correlation = l->correlation;
+        if (l->correlation != 0) a->correlation = l->correlation;
         if (kind == TRN_ACTIVITY_KERNEL) a->kind = l->kind;
         if (a->bytes == 0) a->bytes = l->bytes;
         snprintf(a->detail, sizeof a->detail, "%s", l->detail);

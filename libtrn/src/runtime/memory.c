@@ -6,13 +6,17 @@
 // so a finer scheme would buy nothing. The lock is never held while waiting
 // for a stream: tasks call trn__mem_access_begin, which takes it.
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "../internal.h"
+#include "trn/ipc.h"
 #include "trn/log.h"
 
 #define KiB ((size_t)1 << 10)
@@ -38,6 +42,9 @@ typedef struct block {
     trn_stream **uses;   // other streams recorded with trn_mem_record_stream
     size_t n_uses, cap_uses;
     int access;  // protect mode: kernel accesses in flight
+    int shm_fd;  // shared block (trn/ipc.h): its memfd; else -1 (or 0 from
+                 // calloc, see is_shared)
+    bool shared;
 } block;
 
 // Cached blocks of one (device, stream), sorted by size so a request finds
@@ -442,6 +449,29 @@ trn_status trn_mem_free(void *ptr) {
     d->stats.active_blocks--;
     d->stats.num_frees++;
     b->state = BLOCK_FREEING;
+    if (b->shared) {
+        // Never cached: unmapping is what lets the other processes' last
+        // reference free the pages. Work queued on it must finish first.
+        trn_stream **su = b->uses;
+        size_t sn = b->n_uses;
+        b->uses = NULL;
+        trn__unlock(&g_mu);
+        trn__stream_wait_idle(b->stream);
+        for (size_t i = 0; i < sn; i++) trn__stream_wait_idle(su[i]);
+        free(su);
+        trn__lock(&g_mu);
+        observe(TRN_MEM_EVENT_SEGMENT_FREE, b, b->size);
+        munmap(b->ptr, b->map_size);
+        close(b->shm_fd);
+        b->state = BLOCK_RELEASED;
+        d->stats.reserved_bytes -= b->size;
+        d->stats.segments--;
+        d->stats.num_segment_frees++;
+        reg_drop_released();
+        publish(d - g_dev);
+        trn__unlock(&g_mu);
+        return TRN_SUCCESS;
+    }
     trn_stream **uses = b->uses;
     size_t n_uses = b->n_uses;
     b->uses = NULL;
@@ -701,4 +731,126 @@ void trn__mem_access_end(const void *ptr, size_t nbytes) {
     if (b != NULL && b->access > 0 && --b->access == 0)
         (void)mprotect(b->ptr, b->map_size, PROT_NONE);
     trn__unlock(&g_mu);
+}
+
+// ---- shared blocks (trn/ipc.h) ----------------------------------------------
+
+// Registers a MAP_SHARED mapping of fd as an allocated block of the device.
+static trn_status shared_block_add(int device, int fd, size_t nbytes, void **ptr) {
+    trn_status st = trn_runtime_init();
+    if (st == TRN_SUCCESS) st = trn_device_check(device);
+    if (st == TRN_SUCCESS) st = capacity_check();
+    if (st != TRN_SUCCESS) return st;
+    if (nbytes == 0)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "shared device memory of 0 bytes");
+    trn_stream *stream = NULL;
+    st = trn_stream_get_current(device, &stream);
+    if (st != TRN_SUCCESS) return st;
+    int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0)
+        return trn__set_error(TRN_ERROR_SYSTEM, "shared device memory: bad "
+                              "descriptor %d (%s)", fd, strerror(errno));
+    void *p = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, own, 0);
+    if (p == MAP_FAILED) {
+        int err = errno;
+        close(own);
+        return trn__set_error(TRN_ERROR_SYSTEM, "shared device memory: mmap "
+                              "of %zu bytes failed (%s)", nbytes, strerror(err));
+    }
+    block *b = calloc(1, sizeof *b);
+    if (b != NULL) b->ptr = p;
+    trn__lock(&g_mu);
+    if (b == NULL || !reg_insert(b)) {
+        trn__unlock(&g_mu);
+        free(b);
+        munmap(p, nbytes);
+        close(own);
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
+                              "shared device memory: host out of memory");
+    }
+    b->size = b->requested = b->map_size = nbytes;
+    b->device = device;
+    b->stream = stream;
+    b->shared = true;
+    b->shm_fd = own;
+    b->state = BLOCK_ALLOCATED;
+    dev_alloc *d = &g_dev[device];
+    stat_add(&d->stats.reserved_bytes, &d->stats.reserved_bytes_peak, nbytes);
+    stat_add(&d->stats.segments, &d->stats.segments_peak, 1);
+    d->stats.num_segment_allocs++;
+    stat_add(&d->stats.allocated_bytes, &d->stats.allocated_bytes_peak, nbytes);
+    stat_add(&d->stats.requested_bytes, &d->stats.requested_bytes_peak, nbytes);
+    stat_add(&d->stats.active_blocks, &d->stats.active_blocks_peak, 1);
+    d->stats.num_allocs++;
+    observe(TRN_MEM_EVENT_SEGMENT_ALLOC, b, nbytes);
+    publish(device);
+    trn__unlock(&g_mu);
+    *ptr = p;
+    trn_log(TRN_LOG_DEBUG, "ipc", "neuron:%d shared block of %zu bytes at %p",
+            device, nbytes, p);
+    return TRN_SUCCESS;
+}
+
+trn_status trn_ipc_alloc(int device, size_t nbytes, void **ptr) {
+    if (ptr == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_ipc_alloc: ptr is NULL");
+    *ptr = NULL;
+    int fd = (int)syscall(SYS_memfd_create, "neuron-shared", 1u /* CLOEXEC */);
+    if (fd < 0)
+        return trn__set_error(TRN_ERROR_SYSTEM, "memfd_create failed (%s)",
+                              strerror(errno));
+    if (ftruncate(fd, (off_t)nbytes) != 0) {
+        int err = errno;
+        close(fd);
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "shared device memory "
+                              "of %zu bytes: %s", nbytes, strerror(err));
+    }
+    trn_status st = shared_block_add(device, fd, nbytes, ptr);
+    close(fd);
+    return st;
+}
+
+trn_status trn_ipc_import(int device, int fd, size_t nbytes, void **ptr) {
+    if (ptr == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_ipc_import: ptr is NULL");
+    *ptr = NULL;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || (size_t)sb.st_size < nbytes)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "shared device "
+                              "memory: descriptor %d does not hold %zu bytes",
+                              fd, nbytes);
+    return shared_block_add(device, fd, nbytes, ptr);
+}
+
+trn_status trn_ipc_export(const void *ptr, int *fd, size_t *nbytes) {
+    if (fd == NULL || nbytes == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_ipc_export: NULL output");
+    trn__lock(&g_mu);
+    block *b = ptr != NULL ? reg_find_containing(ptr) : NULL;
+    if (b == NULL || !b->shared || b->ptr != (const char *)ptr ||
+        b->state != BLOCK_ALLOCATED) {
+        trn__unlock(&g_mu);
+        return trn__set_error(TRN_ERROR_INVALID_POINTER,
+                              "%p is not the start of shared device memory", ptr);
+    }
+    *fd = fcntl(b->shm_fd, F_DUPFD_CLOEXEC, 0);
+    *nbytes = b->size;
+    trn__unlock(&g_mu);
+    if (*fd < 0)
+        return trn__set_error(TRN_ERROR_SYSTEM, "dup of a shared block's "
+                              "descriptor failed (%s)", strerror(errno));
+    return TRN_SUCCESS;
+}
+
+int trn_ipc_is_shared(const void *ptr) {
+    trn__lock(&g_mu);
+    block *b = ptr != NULL ? reg_find_containing(ptr) : NULL;
+    int shared = b != NULL && b->shared && b->ptr == (const char *)ptr &&
+                 b->state == BLOCK_ALLOCATED;
+    trn__unlock(&g_mu);
+    return shared;
 }

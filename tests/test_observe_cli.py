@@ -1,0 +1,99 @@
+"""neuron-ls and neuron-top against a running training script; neuron-top is
+driven in a real terminal (tmux), quit with q and with Ctrl-C. Every stats
+page these processes create is gone afterwards."""
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+BIN = Path(sys.executable).parent
+
+
+def _tool(name):
+    script = BIN / name
+    if script.exists():
+        return [str(script)]
+    module = {"neuron-ls": "torch_neuronx.cli.neuron_ls", "neuron-top": "torch_neuronx.cli.neuron_top"}[name]
+    return [sys.executable, "-m", module]
+
+
+FULL = os.environ.get("OPENNEURON_FULL_TESTS") == "1"
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory):
+    stop = tmp_path_factory.mktemp("trainer") / "stop"
+    proc = subprocess.Popen([sys.executable, str(HERE / "observe_train_script.py"), str(stop)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("ready"), proc.stderr.read()
+    yield proc
+    stop.touch()
+    proc.wait(timeout=60)
+    assert proc.returncode == 0, proc.stderr.read()
+    assert not Path(f"/dev/shm/trn-stats-{proc.pid}").exists()
+
+
+def test_neuron_ls_shows_the_process_using_the_core(trainer):
+    out = subprocess.run(_tool("neuron-ls"), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "2 cores" in lines[0]
+    nc0 = next(ln for ln in lines if ln.startswith("| nc0"))
+    assert str(trainer.pid) in nc0 and "observe_train_script.py" in nc0
+    assert "NeuronCore" in nc0 and "GiB" in nc0
+    nc1 = next(ln for ln in lines if ln.startswith("| nc1"))
+    assert str(trainer.pid) not in nc1
+    js = subprocess.run(_tool("neuron-ls") + ["--json"], capture_output=True, text=True, timeout=60)
+    import json
+    info = json.loads(js.stdout)
+    users = info["devices"][0]["processes"]
+    assert any(u["pid"] == trainer.pid and u["memory_allocated"] >= 8 << 20 for u in users)
+
+
+def _capture(sock, session):
+    return subprocess.run(["tmux", "-L", sock, "capture-pane", "-p", "-t", session],
+                          capture_output=True, text=True).stdout
+
+
+def _wait(pred, timeout=30.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (scripts/install-deps.sh)")
+@pytest.mark.parametrize("quit_key", ["q", pytest.param("C-c", marks=pytest.mark.skipif(
+    not FULL, reason="a second terminal session; OPENNEURON_FULL_TESTS=1 runs it"))])
+def test_neuron_top_in_a_terminal(trainer, quit_key):
+    sock = f"openneuron-test-{os.getpid()}"
+    session = "top"
+    cmd = " ".join(_tool("neuron-top") + ["--interval", "0.5"])
+    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-s", session, "-x", "150", "-y", "30", cmd],
+                   check=True)
+    try:
+        def shows_activity():
+            screen = _capture(sock, session)
+            rows = [ln for ln in screen.splitlines() if ln.startswith(str(trainer.pid))]
+            if not rows:
+                return False
+            fields = rows[0].split()
+            # PID CORE UTIL MEMORY(2 words) KERNELS/S FALLBACKS/S COMMAND
+            return fields[1] == "nc0" and float(fields[5]) > 0 and float(fields[6]) > 0
+        assert _wait(shows_activity), _capture(sock, session)
+        screen = _capture(sock, session)
+        assert "nc0" in screen and "MiB" in screen and "KERNELS/S" in screen
+        subprocess.run(["tmux", "-L", sock, "send-keys", "-t", session, quit_key], check=True)
+        gone = _wait(lambda: subprocess.run(["tmux", "-L", sock, "has-session", "-t", session],
+                                            capture_output=True).returncode != 0, timeout=15)
+        assert gone, _capture(sock, session)
+    finally:
+        subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)

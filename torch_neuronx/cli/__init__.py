@@ -1,0 +1,1 @@
+"""Command-line tools: ``neuron-ls`` and ``neuron-top`` (console scripts)."""
