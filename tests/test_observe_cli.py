@@ -44,10 +44,14 @@ def test_neuron_ls_shows_the_process_using_the_core(trainer):
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert "2 cores" in lines[0]
-    nc0 = next(ln for ln in lines if ln.startswith("| nc0"))
-    assert str(trainer.pid) in nc0 and "observe_train_script.py" in nc0
-    assert "NeuronCore" in nc0 and "GiB" in nc0
-    nc1 = next(ln for ln in lines if ln.startswith("| nc1"))
+    # a core's rows: its own line plus continuation lines for more processes
+    # (this test process may use the device too)
+    i0 = next(i for i, ln in enumerate(lines) if ln.startswith("| nc0"))
+    i1 = next(i for i, ln in enumerate(lines) if ln.startswith("| nc1"))
+    nc0, nc1 = "\n".join(lines[i0:i1]), "\n".join(lines[i1:-1])
+    assert "NeuronCore" in lines[i0] and "GiB" in lines[i0]
+    row = next(ln for ln in lines[i0:i1] if str(trainer.pid) in ln)
+    assert "python observe_train_script.py" in row
     assert str(trainer.pid) not in nc1
     js = subprocess.run(_tool("neuron-ls") + ["--json"], capture_output=True, text=True, timeout=60)
     import json
