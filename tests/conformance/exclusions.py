@@ -21,6 +21,13 @@ EXCLUDED = {
     ("native_dropout_backward", "", torch.int32): "integer dropout backward runs on the CPU",
     ("native_dropout_backward", "", torch.uint8): "integer dropout backward runs on the CPU",
     ("native_dropout_backward", "", torch.bool): "integer dropout backward runs on the CPU",
+    # The pooling kernels are floating-point only (training); integer pooling
+    # runs PyTorch's CPU kernel on host copies (values correct, recorded).
+    ("nn.functional.max_pool2d", "", torch.int64): "integer pooling runs on the CPU",
+    ("nn.functional.max_pool2d", "", torch.int32): "integer pooling runs on the CPU",
+    ("nn.functional.max_pool2d", "", torch.uint8): "integer pooling runs on the CPU",
+    ("nn.functional.avg_pool2d", "", torch.int64): "integer pooling runs on the CPU",
+    ("nn.functional.avg_pool1d", "", torch.int64): "integer pooling runs on the CPU",
 }
 
 # Looser (atol, rtol) where neuron's values are as accurate as CPU's but the
@@ -48,6 +55,13 @@ TOLERANCES = {
     # 16-bit nll_loss: neuron sums in double and rounds once; CPU's sum
     # differs by one 16-bit ulp on some samples.
     ("nn.functional.nll_loss", "", torch.bfloat16): (4e-3, 4e-2),
+    # bfloat16 batch norm: neuron sums the batch statistics in double, CPU in
+    # float; outputs where (x - mean) cancels differ by 1-3 bfloat16 ulps.
+    ("nn.functional.batch_norm", "", torch.bfloat16): (3e-2, 1.6e-2),
+    ("native_batch_norm", "", torch.bfloat16): (3e-2, 1.6e-2),
+    ("_native_batch_norm_legit", "", torch.bfloat16): (3e-2, 1.6e-2),
+    ("_batch_norm_with_update", "", torch.bfloat16): (3e-2, 1.6e-2),
+    ("nn.functional.instance_norm", "", torch.bfloat16): (3e-2, 1.6e-2),
     ("nn.functional.nll_loss", "", torch.float16): (1e-3, 1e-2),
 }
 

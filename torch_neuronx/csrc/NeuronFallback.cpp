@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include "NeuronFallback.h"
+#include "NeuronFallbackWrites.h"
 #include "NeuronGenerator.h"
 #include "neuron_device.h"
 #include "op_tracking.h"
@@ -67,9 +68,13 @@ void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     trn_log(TRN_LOG_DEBUG, "fallback", "%s has no native neuron kernel: runs on CPU",
             name.c_str());
     use_cpu_generators(op, *stack);
+    // Writes the schema does not declare (batch norm's running stats) are
+    // staged on CPU copies here and copied back below.
+    const std::vector<UndeclaredWrite> writes = stage_undeclared_writes(op, *stack);
     // error_on_views: a CPU result cannot alias device memory, so a view op
     // answered by the fallback would silently stop being a view.
     at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+    commit_undeclared_writes(writes);
 }
 
 namespace {

@@ -1,0 +1,304 @@
+// batch_norm.c - owns the batch norm forward/backward kernels (trn/batch_norm.h).
+//
+// Channels are independent: both passes split channels across the thread
+// pool; each piece walks the batch * spatial elements of its channels (one
+// contiguous run of `spatial` elements per batch item). Per-channel sums are
+// accumulated in double, so the statistics do not depend on how the work is
+// split and are at least as accurate as PyTorch CPU's.
+#include <math.h>
+#include <string.h>
+
+#include "../internal.h"
+#include "real_io.h"
+#include "trn/batch_norm.h"
+#include "trn/convert.h"
+#include "trn/parallel.h"
+
+#define LD_id(v) (v)
+#define LD_f16(v) trn_half_to_float(v)
+#define LD_bf16(v) trn_bf16_to_float(v)
+#define ST_id(v) (v)
+#define ST_f16(v) trn_float_to_half(v)
+#define ST_bf16(v) trn_float_to_bf16(v)
+
+// Elements per parallel piece.
+#define GRAIN 32768
+
+typedef struct bn_args {
+    trn_dtype dtype, pdt;
+    int64_t batch, channels, spatial;
+    const void *x, *dy, *weight, *bias, *mean_in, *var_in;
+    void *rmean, *rvar, *y, *smean, *sinvstd, *dx, *dweight, *dbias;
+    int training, backward;
+    double momentum, eps;
+} bn_args;
+
+_Static_assert(sizeof(bn_args) <= TRN_TASK_MAX_ARGS, "batch norm args too large");
+
+static double param_or(const bn_args *a, const void *p, int64_t c, double dflt) {
+    return p ? trn__load_real(a->pdt, p, c) : dflt;
+}
+
+// Per-channel statistics of the forward pass: mean and 1 / sqrt(var + eps),
+// from the batch (training, also updating the running stats) or from the
+// running stats (eval).
+static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, double *mean,
+                          double *invstd) {
+    const int64_t n = a->batch * a->spatial;
+    if (!a->training) {
+        *mean = trn__load_real(a->pdt, a->rmean, c);
+        *invstd = 1.0 / sqrt(trn__load_real(a->pdt, a->rvar, c) + a->eps);
+        return;
+    }
+    (void)sum;
+    const double var = sq / (double)n;
+    *invstd = 1.0 / sqrt(var + a->eps);
+    // The running update uses the exact statistics; the normalization uses
+    // them as saved (rounded to a 16-bit param dtype), as PyTorch CPU does.
+    const double exact_mean = *mean;
+    if (a->smean) {
+        trn__store_real(a->pdt, a->smean, c, *mean);
+        *mean = trn__load_real(a->pdt, a->smean, c);
+    }
+    if (a->sinvstd) {
+        trn__store_real(a->pdt, a->sinvstd, c, *invstd);
+        *invstd = trn__load_real(a->pdt, a->sinvstd, c);
+    }
+    if (a->rmean) {
+        const double rm = trn__load_real(a->pdt, a->rmean, c);
+        trn__store_real(a->pdt, a->rmean, c, a->momentum * exact_mean + (1 - a->momentum) * rm);
+    }
+    if (a->rvar) {
+        const double rv = trn__load_real(a->pdt, a->rvar, c);
+        const double unbiased = sq / (double)(n - 1);
+        trn__store_real(a->pdt, a->rvar, c, a->momentum * unbiased + (1 - a->momentum) * rv);
+    }
+}
+
+#define DEFINE_BN(N, T, C, LD, ST)                                                 \
+    static void fwd_##N(void *ctx, int64_t c0, int64_t c1) {                      \
+        const bn_args *a = ctx;                                                   \
+        const int64_t S = a->spatial, CH = a->channels;                           \
+        for (int64_t c = c0; c < c1; c++) {                                       \
+            double mean = 0, sq = 0, sum = 0;                                     \
+            if (a->training) {                                                    \
+                for (int64_t b = 0; b < a->batch; b++) {                          \
+                    const T *x = (const T *)a->x + (b * CH + c) * S;              \
+                    C s = 0;                                                      \
+                    for (int64_t i = 0; i < S; i++) s += (C)LD(x[i]);             \
+                    sum += (double)s;                                             \
+                }                                                                 \
+                mean = sum / (double)(a->batch * S);                              \
+                const C m = (C)mean;                                              \
+                for (int64_t b = 0; b < a->batch; b++) {                          \
+                    const T *x = (const T *)a->x + (b * CH + c) * S;              \
+                    C v = 0;                                                      \
+                    for (int64_t i = 0; i < S; i++) {                             \
+                        const C d = (C)LD(x[i]) - m;                              \
+                        v += d * d;                                               \
+                    }                                                             \
+                    sq += (double)v;                                              \
+                }                                                                 \
+            }                                                                     \
+            double invstd;                                                        \
+            channel_stats(a, c, sum, sq, &mean, &invstd);                         \
+            const double w = param_or(a, a->weight, c, 1.0);                      \
+            const double bias = param_or(a, a->bias, c, 0.0);                     \
+            const C alpha = (C)(invstd * w), beta = (C)(bias - mean * invstd * w);\
+            for (int64_t b = 0; b < a->batch; b++) {                              \
+                const T *x = (const T *)a->x + (b * CH + c) * S;                  \
+                T *y = (T *)a->y + (b * CH + c) * S;                              \
+                for (int64_t i = 0; i < S; i++) y[i] = ST((C)LD(x[i]) * alpha + beta); \
+            }                                                                     \
+        }                                                                         \
+    }                                                                             \
+    static void bwd_##N(void *ctx, int64_t c0, int64_t c1) {                      \
+        const bn_args *a = ctx;                                                   \
+        const int64_t S = a->spatial, CH = a->channels;                           \
+        const double n = (double)(a->batch * S);                                  \
+        for (int64_t c = c0; c < c1; c++) {                                       \
+            const double mean = trn__load_real(a->pdt, a->mean_in, c);            \
+            const double sv = trn__load_real(a->pdt, a->var_in, c);               \
+            const double invstd = a->training ? sv : 1.0 / sqrt(sv + a->eps);     \
+            const C m = (C)mean;                                                  \
+            double sum = 0, dot = 0;                                              \
+            for (int64_t b = 0; b < a->batch; b++) {                              \
+                const T *x = (const T *)a->x + (b * CH + c) * S;                  \
+                const T *dy = (const T *)a->dy + (b * CH + c) * S;                \
+                C s = 0, d = 0;                                                   \
+                for (int64_t i = 0; i < S; i++) {                                 \
+                    const C g = (C)LD(dy[i]);                                     \
+                    s += g;                                                       \
+                    d += g * ((C)LD(x[i]) - m);                                   \
+                }                                                                 \
+                sum += (double)s;                                                 \
+                dot += (double)d;                                                 \
+            }                                                                     \
+            if (a->dweight) trn__store_real(a->pdt, a->dweight, c, dot * invstd); \
+            if (a->dbias) trn__store_real(a->pdt, a->dbias, c, sum);              \
+            if (!a->dx) continue;                                                 \
+            const double w = param_or(a, a->weight, c, 1.0);                      \
+            const C scale = (C)(invstd * w);                                      \
+            const C k = a->training ? (C)(dot * invstd * invstd / n) : (C)0;      \
+            const C gmean = a->training ? (C)(sum / n) : (C)0;                    \
+            for (int64_t b = 0; b < a->batch; b++) {                              \
+                const T *x = (const T *)a->x + (b * CH + c) * S;                  \
+                const T *dy = (const T *)a->dy + (b * CH + c) * S;                \
+                T *dx = (T *)a->dx + (b * CH + c) * S;                            \
+                if (a->training)                                                  \
+                    for (int64_t i = 0; i < S; i++)                               \
+                        dx[i] = ST(((C)LD(dy[i]) - gmean - ((C)LD(x[i]) - m) * k) * scale); \
+                else                                                              \
+                    for (int64_t i = 0; i < S; i++) dx[i] = ST((C)LD(dy[i]) * scale); \
+            }                                                                     \
+        }                                                                         \
+    }
+
+DEFINE_BN(f16, uint16_t, float, LD_f16, ST_f16)
+DEFINE_BN(bf16, uint16_t, float, LD_bf16, ST_bf16)
+DEFINE_BN(f32, float, float, LD_id, ST_id)
+DEFINE_BN(f64, double, double, LD_id, ST_id)
+
+typedef void (*piece_fn)(void *, int64_t, int64_t);
+
+static void pick(trn_dtype d, piece_fn *fwd, piece_fn *bwd) {
+    switch (d) {
+#define CASE(E, N)                                                                 \
+    case E: *fwd = fwd_##N; *bwd = bwd_##N; return;
+        CASE(TRN_DTYPE_F16, f16)
+        CASE(TRN_DTYPE_BF16, bf16)
+        CASE(TRN_DTYPE_F32, f32)
+        CASE(TRN_DTYPE_F64, f64)
+#undef CASE
+    default: *fwd = *bwd = NULL;
+    }
+}
+
+int trn_batch_norm_supports(trn_dtype dtype, trn_dtype param_dtype) {
+    const int half = dtype == TRN_DTYPE_F16 || dtype == TRN_DTYPE_BF16;
+    if (!half && dtype != TRN_DTYPE_F32 && dtype != TRN_DTYPE_F64) return 0;
+    return param_dtype == dtype || (half && param_dtype == TRN_DTYPE_F32);
+}
+
+// Memory ranges the task touches (protect mode).
+enum { MAX_RANGES = 12 };
+typedef struct ranges {
+    const void *p[MAX_RANGES];
+    size_t n[MAX_RANGES];
+    int count, begun;
+} ranges;
+static void add_range(ranges *r, const void *p, size_t n) {
+    if (p == NULL || n == 0) return;
+    r->p[r->count] = p;
+    r->n[r->count++] = n;
+}
+
+static trn_status bn_task(void *args) {
+    const bn_args *a = args;
+    const size_t data = (size_t)(a->batch * a->channels * a->spatial) * trn_dtype_size(a->dtype);
+    const size_t par = (size_t)a->channels * trn_dtype_size(a->pdt);
+    ranges rg = {.count = 0};
+    add_range(&rg, a->x, data);
+    add_range(&rg, a->dy, data);
+    add_range(&rg, a->y, data);
+    add_range(&rg, a->dx, data);
+    const void *pars[] = {a->weight, a->bias, a->mean_in, a->var_in, a->rmean, a->rvar,
+                          a->smean, a->sinvstd};
+    for (size_t i = 0; i < sizeof pars / sizeof *pars; i++) add_range(&rg, pars[i], par);
+    add_range(&rg, a->dweight, par);
+    add_range(&rg, a->dbias, par);
+    trn_status st = TRN_SUCCESS;
+    for (rg.begun = 0; rg.begun < rg.count && st == TRN_SUCCESS; rg.begun++)
+        st = trn__mem_access_begin(rg.p[rg.begun], rg.n[rg.begun]);
+    if (st != TRN_SUCCESS) rg.begun--;  // the failed one was not begun
+    if (st == TRN_SUCCESS) {
+        piece_fn fwd, bwd;
+        pick(a->dtype, &fwd, &bwd);
+        const int64_t per = a->batch * a->spatial > 0 ? a->batch * a->spatial : 1;
+        const int64_t grain = GRAIN / per > 1 ? GRAIN / per : 1;
+        trn_parallel_for(a->channels, grain, a->backward ? bwd : fwd, (void *)a);
+    }
+    for (int k = rg.begun - 1; k >= 0; k--) trn__mem_access_end(rg.p[k], rg.n[k]);
+    return st;
+}
+
+static trn_status check_common(trn_stream *stream, const void *d, trn_dtype dtype,
+                               trn_dtype pd, int64_t batch, int64_t channels, int64_t spatial,
+                               const char *fn) {
+    if (stream == NULL || d == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
+    if (!trn_batch_norm_supports(dtype, pd))
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtypes %s (params %s) are not supported",
+                              fn, trn_dtype_name(dtype), trn_dtype_name(pd));
+    int64_t n;
+    if (batch < 0 || channels < 0 || spatial < 0 || __builtin_mul_overflow(batch, channels, &n) ||
+        __builtin_mul_overflow(n, spatial, &n) || __builtin_mul_overflow(n, 8, &n))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: invalid sizes [%lld, %lld, %lld]",
+                              fn, (long long)batch, (long long)channels, (long long)spatial);
+    return trn__fork_check();
+}
+
+trn_status trn_batch_norm_launch(trn_stream *stream, const trn_batch_norm_desc *d) {
+    trn_status st = check_common(stream, d, d ? d->dtype : TRN_DTYPE_F32,
+                                 d ? d->param_dtype : TRN_DTYPE_F32, d ? d->batch : 0,
+                                 d ? d->channels : 0, d ? d->spatial : 0, "trn_batch_norm_launch");
+    if (st != TRN_SUCCESS || d->channels == 0) return st;
+    const int64_t numel = d->batch * d->channels * d->spatial;
+    if ((numel > 0 && (d->x == NULL || d->y == NULL)) ||
+        (!d->training && (d->running_mean == NULL || d->running_var == NULL)))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_batch_norm_launch: x / y (or, in eval, the running stats) "
+                              "is NULL");
+    bn_args a;
+    memset(&a, 0, sizeof a);
+    a.dtype = d->dtype;
+    a.pdt = d->param_dtype;
+    a.batch = d->batch;
+    a.channels = d->channels;
+    a.spatial = d->spatial;
+    a.x = numel > 0 ? d->x : NULL;
+    a.y = numel > 0 ? d->y : NULL;
+    a.weight = d->weight;
+    a.bias = d->bias;
+    a.rmean = d->running_mean;
+    a.rvar = d->running_var;
+    a.smean = d->training ? d->save_mean : NULL;
+    a.sinvstd = d->training ? d->save_invstd : NULL;
+    a.training = d->training != 0;
+    a.momentum = d->momentum;
+    a.eps = d->eps;
+    return trn_stream_launch(stream, bn_task, &a, sizeof a);
+}
+
+trn_status trn_batch_norm_backward_launch(trn_stream *stream,
+                                          const trn_batch_norm_backward_desc *d) {
+    trn_status st = check_common(stream, d, d ? d->dtype : TRN_DTYPE_F32,
+                                 d ? d->param_dtype : TRN_DTYPE_F32, d ? d->batch : 0,
+                                 d ? d->channels : 0, d ? d->spatial : 0,
+                                 "trn_batch_norm_backward_launch");
+    if (st != TRN_SUCCESS || d->channels == 0) return st;
+    const int64_t numel = d->batch * d->channels * d->spatial;
+    if ((numel > 0 && (d->x == NULL || d->dy == NULL)) || d->mean == NULL ||
+        d->invstd_or_var == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_batch_norm_backward_launch: an input pointer is NULL");
+    bn_args a;
+    memset(&a, 0, sizeof a);
+    a.backward = 1;
+    a.dtype = d->dtype;
+    a.pdt = d->param_dtype;
+    a.batch = d->batch;
+    a.channels = d->channels;
+    a.spatial = d->spatial;
+    a.x = numel > 0 ? d->x : NULL;
+    a.dy = numel > 0 ? d->dy : NULL;
+    a.weight = d->weight;
+    a.mean_in = d->mean;
+    a.var_in = d->invstd_or_var;
+    a.training = d->training != 0;
+    a.eps = d->eps;
+    a.dx = numel > 0 ? d->dx : NULL;
+    a.dweight = d->dweight;
+    a.dbias = d->dbias;
+    return trn_stream_launch(stream, bn_task, &a, sizeof a);
+}

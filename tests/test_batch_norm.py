@@ -1,0 +1,102 @@
+"""Batch norm on neuron against PyTorch CPU, natively (no fallback): nn
+BatchNorm1d/2d/3d trained for a few steps (outputs, gradients, running
+stats incl. momentum=None's cumulative average, num_batches_tracked), eval
+after training, track_running_stats=False, affine=False, bfloat16 input with
+float32 parameters, channels_last input, and PyTorch's errors."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torch_neuronx
+
+
+def _rand(*shape, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * 2 + 0.5).to(dtype)
+
+
+def _train_steps(ref, x_shape, steps=3, dtype=torch.float32, channels_last=False, tol=None):
+    tol = tol or {}
+    dev = copy.deepcopy(ref).to("neuron")
+    torch_neuronx.clear_op_tracking()
+    for step in range(steps):
+        x = _rand(*x_shape, seed=step, dtype=dtype)
+        if channels_last:
+            x = x.to(memory_format=torch.channels_last)
+        xc = x.clone().requires_grad_()
+        xd = x.to("neuron").requires_grad_()
+        yc, yd = ref(xc), dev(xd)
+        g = _rand(*x_shape, seed=100 + step, dtype=dtype)
+        yc.backward(g)
+        yd.backward(g.to("neuron"))
+        torch.testing.assert_close(yd.cpu(), yc, **tol)
+        torch.testing.assert_close(xd.grad.cpu(), xc.grad, **tol)
+    for (name, a), (_, b) in zip(dev.named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(a.grad.cpu(), b.grad, msg=name, **tol)
+    for (name, a), (_, b) in zip(dev.named_buffers(), ref.named_buffers()):
+        torch.testing.assert_close(a.cpu(), b, msg=name)
+    # Eval with the trained running stats.
+    ref.eval()
+    dev.eval()
+    x = _rand(*x_shape, seed=50, dtype=dtype)
+    torch.testing.assert_close(dev(x.to("neuron")).detach().cpu(), ref(x).detach(), **tol)
+    assert torch_neuronx.get_fallback_ops() == [], torch_neuronx.get_fallback_ops()
+    return dev
+
+
+@pytest.mark.parametrize("cls,shape", [(nn.BatchNorm1d, (8, 5)), (nn.BatchNorm1d, (4, 5, 7)),
+                                       (nn.BatchNorm2d, (4, 3, 6, 5)),
+                                       (nn.BatchNorm3d, (2, 3, 4, 3, 5))])
+def test_batch_norm_module_trains_like_cpu(cls, shape):
+    torch.manual_seed(0)
+    m = cls(shape[1], momentum=0.3)
+    with torch.no_grad():
+        m.weight.uniform_(0.5, 1.5)
+        m.bias.uniform_(-0.5, 0.5)
+    dev = _train_steps(m, shape)
+    assert int(dev.num_batches_tracked) == 3
+    assert not torch.equal(dev.running_mean.cpu(), torch.zeros(shape[1]))
+
+
+def test_cumulative_average_momentum_none():
+    _train_steps(nn.BatchNorm2d(3, momentum=None), (4, 3, 5, 5))
+
+
+def test_no_running_stats_and_no_affine():
+    _train_steps(nn.BatchNorm2d(3, track_running_stats=False), (4, 3, 5, 5))
+    _train_steps(nn.BatchNorm2d(3, affine=False), (4, 3, 5, 5))
+
+
+def test_channels_last():
+    dev = _train_steps(nn.BatchNorm2d(4), (2, 4, 5, 3), channels_last=True)
+    y = dev.train()(_rand(2, 4, 5, 3).to(memory_format=torch.channels_last).to("neuron"))
+    assert y.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_bfloat16_input_float_params():
+    _train_steps(nn.BatchNorm2d(3), (4, 3, 5, 5), dtype=torch.bfloat16,
+                 tol=dict(rtol=2e-2, atol=2e-2))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
+def test_other_dtypes(dtype):
+    m = nn.BatchNorm1d(5).to(dtype)
+    # float64 elementwise ops (the grad accumulation) compute in float32 by
+    # default (TORCH_NEURONX_NATIVE_FLOAT64): float32-level tolerance.
+    tol = dict(rtol=2e-3, atol=2e-3) if dtype == torch.float16 else dict(rtol=1e-5, atol=1e-5)
+    _train_steps(m, (6, 5, 4), dtype=dtype, tol=tol)
+
+
+def test_bad_input_is_a_clear_error():
+    # (CPU reads past the end of a too-short vector; neuron refuses it.)
+    x = torch.randn(4, 3, 2, device="neuron")
+    with pytest.raises(RuntimeError, match="running_mean should contain 3 elements not 4"):
+        torch.ops.aten.native_batch_norm(x, None, None, torch.zeros(4, device="neuron"),
+                                         torch.ones(4, device="neuron"), True, 0.1, 1e-5)
+    with pytest.raises(RuntimeError, match="at least 2 dimensions"):
+        torch.ops.aten.native_batch_norm(torch.randn(3, device="neuron"), None, None, None, None,
+                                         True, 0.1, 1e-5)
+    with pytest.raises(ValueError, match="Expected more than 1 value per channel"):
+        nn.BatchNorm1d(3).to("neuron")(torch.randn(1, 3, device="neuron"))

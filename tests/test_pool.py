@@ -1,0 +1,79 @@
+"""2-d (and 1-d) max / average pooling on neuron against PyTorch CPU,
+natively: ResNet's stem pooling forward and backward, ceil mode, dilation,
+padding with count_include_pad, divisor_override, NaN propagation, channels
+last, and PyTorch's argument errors."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_neuronx
+
+
+def _rand(*shape, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+def _check(fn, x, tol=None):
+    tol = tol or {}
+    xc = x.clone().requires_grad_()
+    xd = x.to("neuron").requires_grad_()
+    torch_neuronx.clear_op_tracking()
+    yd = fn(xd)
+    yc = fn(xc)
+    yc, yd = (yc[0], yd[0]) if isinstance(yc, tuple) else (yc, yd)
+    torch.testing.assert_close(yd.detach().cpu(), yc.detach(), equal_nan=True, **tol)
+    g = _rand(*yc.shape, seed=7, dtype=x.dtype)
+    yc.backward(g)
+    yd.backward(g.to("neuron"))
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad, equal_nan=True, **tol)
+    assert torch_neuronx.get_fallback_ops() == [], torch_neuronx.get_fallback_ops()
+    return yd
+
+
+CASES = {
+    "resnet_stem": lambda x: F.max_pool2d(x, 3, 2, 1),
+    "indices": lambda x: F.max_pool2d(x, (2, 3), (1, 2), (1, 0), return_indices=True),
+    "ceil_dilation": lambda x: F.max_pool2d(x, 3, 2, 1, dilation=2, ceil_mode=True),
+    "avg": lambda x: F.avg_pool2d(x, 3, 2, 1),
+    "avg_no_pad_count": lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False,
+                                               ceil_mode=True),
+    "avg_divisor": lambda x: F.avg_pool2d(x, 2, divisor_override=3),
+    "max1d": lambda x: F.max_pool1d(x.flatten(2), 4, 3, 2),
+    "avg1d": lambda x: F.avg_pool1d(x.flatten(2), 4, 3, 2),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_pool_matches_cpu(name, dtype):
+    tol = dict(rtol=1e-2, atol=1e-2) if dtype == torch.bfloat16 else None
+    _check(CASES[name], _rand(2, 3, 11, 10, dtype=dtype), tol)
+
+
+def test_unbatched_and_channels_last():
+    _check(lambda x: F.max_pool2d(x, 2), _rand(3, 8, 8))
+    x = _rand(2, 4, 9, 9).to(memory_format=torch.channels_last)
+    y = _check(lambda x: F.max_pool2d(x, 3, 2, 1), x)
+    assert y.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_nan_propagates_with_its_index():
+    x = _rand(1, 1, 4, 4)
+    x[0, 0, 1, 1] = float("nan")
+    yc, ic = F.max_pool2d(x, 2, return_indices=True)
+    yd, idd = F.max_pool2d(x.to("neuron"), 2, return_indices=True)
+    torch.testing.assert_close(yd.cpu(), yc, equal_nan=True)
+    assert torch.equal(idd.cpu(), ic)
+
+
+@pytest.mark.parametrize("kwargs,msg", [
+    (dict(kernel_size=3, padding=2), "pad should be at most half"),
+    (dict(kernel_size=0, stride=1), "kernel size should be greater than zero"),
+    (dict(kernel_size=2, stride=0), "stride should"),
+    (dict(kernel_size=20), "Output size is too small"),
+])
+def test_errors_match_cpu(kwargs, msg):
+    for dev in ("cpu", "neuron"):
+        with pytest.raises(RuntimeError, match=msg):
+            F.max_pool2d(torch.randn(1, 2, 8, 8, device=dev), **kwargs)
