@@ -78,10 +78,31 @@ at::Tensor cpu_alias(const at::Tensor &t) {
     if (t.numel() == 0) return at::empty(t.sizes(), opts);
     return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), opts);
 }
+// Data movement through Gloo goes as bytes: Gloo lacks some dtypes (int16,
+// the unsigned ones) that only need copying.
+at::Tensor byte_alias(const at::Tensor &t) {
+    auto opts = at::TensorOptions().dtype(at::kByte);
+    if (t.numel() == 0) return at::empty({0}, opts);
+    return at::from_blob(t.data_ptr(), {(int64_t)nbytes(t)}, opts);
+}
 std::vector<at::Tensor> cpu_aliases(const std::vector<at::Tensor> &v) {
     std::vector<at::Tensor> out;
-    for (const auto &t : v) out.push_back(cpu_alias(t));
+    for (const auto &t : v) out.push_back(byte_alias(t));
     return out;
+}
+
+// Gloo reduces only these; the shared-memory engine reduces every dtype.
+void check_gloo_reducible(const at::Tensor &t) {
+    switch (t.scalar_type()) {
+    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
+    case at::kChar: case at::kByte: case at::kInt: case at::kLong:
+    case at::kBool: case at::kComplexFloat: case at::kComplexDouble:
+        return;
+    default:
+        TORCH_CHECK_TYPE(false, "neuron: the Gloo transport (several hosts, or "
+                         "TORCH_NEURONX_DIST_TRANSPORT=gloo) cannot reduce ",
+                         t.scalar_type(), " tensors; use int32/int64");
+    }
 }
 
 void sync_stream(const at::Tensor &t) {
@@ -363,7 +384,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::p2p(
                       " is not another rank of this group of ", size_);
     sync_stream(t);
     if (gloo_) {
-        std::vector<at::Tensor> a{cpu_alias(t)};
+        std::vector<at::Tensor> a{byte_alias(t)};
         auto inner = is_send ? gloo_->send(a, peer, tag)
                      : peer < 0 ? gloo_->recvAnysource(a, tag)
                                 : gloo_->recv(a, peer, tag);
@@ -440,6 +461,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
     std::vector<RedOp> ops;
     for (const auto &t : tensors) {
         dts.push_back(reduce_dtype(t, "all_reduce"));
+        if (gloo_) check_gloo_reducible(t);
         ops.push_back(to_redop(opts.reduceOp, dts.back()));
     }
     sync_stream(tensors[0]);
@@ -468,6 +490,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(
     at::Tensor t = single(tensors, "reduce");
     check_output(t, "reduce");
     trn_dtype dt = reduce_dtype(t, "reduce");
+    if (gloo_) check_gloo_reducible(t);
     RedOp op = to_redop(opts.reduceOp, dt);
     int root = static_cast<int>(opts.rootRank);
     TORCH_CHECK_VALUE(root >= 0 && root < size_, "neuron reduce: root ", root,
@@ -514,6 +537,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesc
             ins[i].scalar_type(), " must hold ", size_, " x the output ",
             outputs[i].sizes(), " ", outputs[i].scalar_type());
         dts.push_back(reduce_dtype(ins[i], "reduce_scatter"));
+        if (gloo_) check_gloo_reducible(ins[i]);
         ops.push_back(to_redop(opts.reduceOp, dts.back()));
     }
     sync_stream(ins[0]);
@@ -573,7 +597,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(
     sync_stream(t);
     Body body = [this, t, root, opts] {
         if (gloo_) {
-            std::vector<at::Tensor> a{cpu_alias(t)};
+            std::vector<at::Tensor> a{byte_alias(t)};
             gloo_->broadcast(a, opts)->wait();
         } else {
             COMM_CHECK(trn_comm_broadcast(comm_, ptr(t), nbytes(t), root));
@@ -621,7 +645,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
         for (size_t i = 0; i < ins.size(); i++) {
             if (gloo_) {
                 std::vector<std::vector<at::Tensor>> o{cpu_aliases(outputs[i])};
-                std::vector<at::Tensor> in{cpu_alias(ins[i])};
+                std::vector<at::Tensor> in{byte_alias(ins[i])};
                 gloo_->allgather(o, in, opts)->wait();
                 continue;
             }
@@ -669,7 +693,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesc
     Body body = [this, outputs, ins, opts] {
         for (size_t i = 0; i < ins.size(); i++) {
             if (gloo_) {
-                at::Tensor o = cpu_alias(outputs[i]), in = cpu_alias(ins[i]);
+                at::Tensor o = byte_alias(outputs[i]), in = byte_alias(ins[i]);
                 gloo_->_allgather_base(o, in, opts)->wait();
                 continue;
             }
@@ -713,7 +737,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(
         if (gloo_) {
             std::vector<std::vector<at::Tensor>> o;
             if (rank_ == root) o.push_back(cpu_aliases(outs));
-            std::vector<at::Tensor> i{cpu_alias(in)};
+            std::vector<at::Tensor> i{byte_alias(in)};
             gloo_->gather(o, i, opts)->wait();
             return;
         }
@@ -755,7 +779,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(
         if (gloo_) {
             std::vector<std::vector<at::Tensor>> i;
             if (rank_ == root) i.push_back(cpu_aliases(ins));
-            std::vector<at::Tensor> o{cpu_alias(out)};
+            std::vector<at::Tensor> o{byte_alias(out)};
             gloo_->scatter(o, i, opts)->wait();
             return;
         }
@@ -823,8 +847,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(
     std::vector<int64_t> os = outSplits, is = inSplits;
     Body body = [this, out, in, send, recv, os, is, opts]() mutable {
         if (gloo_) {
-            at::Tensor o = cpu_alias(out), i = cpu_alias(in);
-            gloo_->alltoall_base(o, i, os, is, opts)->wait();
+            // Bytes, so split sizes count bytes too (equal rows stay equal).
+            at::Tensor o = byte_alias(out), i = byte_alias(in);
+            std::vector<int64_t> ob, ib;
+            if (!os.empty()) ob.assign(recv.begin(), recv.end());
+            if (!is.empty()) ib.assign(send.begin(), send.end());
+            gloo_->alltoall_base(o, i, ob, ib, opts)->wait();
             return;
         }
         std::vector<size_t> off(size_), dlen = recv;

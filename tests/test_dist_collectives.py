@@ -1,0 +1,45 @@
+"""The neuron c10d backend: every collective on both transports (libtrn shared
+memory; Gloo on device memory, forced with TORCH_NEURONX_DIST_TRANSPORT),
+world sizes 2 and 4, failure behaviour (timeouts, a killed rank) and /dev/shm
+hygiene. Each case runs ranks in fresh processes with a hard timeout."""
+import os
+
+import pytest
+
+from _dist_harness import check_ranks, run_ranks
+
+
+def _shm_entries():
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+@pytest.fixture(autouse=True)
+def _shm_clean():
+    before = _shm_entries()
+    yield
+    assert _shm_entries() <= before, f"left in /dev/shm: {_shm_entries() - before}"
+
+
+@pytest.mark.parametrize("world,transport", [(2, "auto"), (4, "auto"), (2, "gloo")])
+def test_every_collective(world, transport):
+    check_ranks("collectives", world, {"TORCH_NEURONX_DIST_TRANSPORT": transport}, timeout=150)
+
+
+def test_file_init_method(tmp_path):
+    check_ranks("smoke", 2, {"DIST_INIT": f"file://{tmp_path}/rendezvous"}, timeout=60)
+
+
+def test_mixed_backend_default_backend_mesh_and_reinit():
+    check_ranks("mixed_and_reinit", 2, timeout=90)
+
+
+def test_stalled_rank_times_out_with_names():
+    outs = check_ranks("stall", 2, timeout=60)
+    assert "stall detected" in outs[0][1]
+
+
+def test_killed_rank_is_reported_quickly():
+    outs = run_ranks("killed", 2, timeout=60)
+    assert outs[1][0] == 3
+    assert outs[0][0] == 0, outs[0][1][-3000:]
+    assert "death detected" in outs[0][1]
