@@ -299,3 +299,155 @@ def killed():
     assert time.monotonic() - start < 30
     dist.destroy_process_group()
     print("death detected in", time.monotonic() - start)
+
+
+def _mlp(seed=0, unused=False):
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    if unused:
+        class WithUnused(torch.nn.Module):
+            def __init__(self, body):
+                super().__init__()
+                self.body, self.extra = body, torch.nn.Linear(4, 4)  # extra: never used
+
+            def forward(self, x):
+                return self.body(x)
+        return WithUnused(m)
+    return m
+
+
+def _data(world, steps=3, per_rank=4):
+    g = torch.Generator().manual_seed(123)
+    return [(torch.randn(world * per_rank, 8, generator=g), torch.randn(world * per_rank, 4, generator=g))
+            for _ in range(steps)]
+
+
+def _reference(data, lr=0.1):
+    """Single-process CPU training on the full batches: losses, final params."""
+    m = _mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=lr)
+    losses = []
+    for x, y in data:
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(m(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, {k: v.detach() for k, v in m.state_dict().items()}
+
+
+def _global_loss(local_loss):
+    t = local_loss.detach().clone()
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    return t.item()
+
+
+def parallel():
+    """DDP (buckets, no_sync, unused params, bf16 hook), FSDP2 and DTensor /
+    tensor parallelism against single-process CPU references."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    rank, world = rank_world()
+    dist.init_process_group("neuron")
+    dev = torch.device("neuron", rank)
+    torch.neuron.set_device(dev)
+    data = _data(world)
+    ref_losses, ref_params = _reference(data)
+    per = data[0][0].shape[0] // world
+    shard = lambda t: t[rank * per:(rank + 1) * per].to(dev)  # noqa: E731
+
+    def run_ddp(tol, **kw):
+        hook = kw.pop("hook", None)
+        unused = kw.get("find_unused_parameters", False)
+        m = DDP(_mlp(unused=unused).to(dev), bucket_cap_mb=0.0005, **kw)
+        if hook:
+            m.register_comm_hook(None, hook)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        losses = []
+        for x, y in data:
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(m(shard(x)), shard(y))
+            loss.backward()
+            opt.step()
+            losses.append(_global_loss(loss))
+        torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=tol, atol=tol)
+        for k, v in m.module.state_dict().items():
+            k = k.removeprefix("body.")
+            if k in ref_params:
+                torch.testing.assert_close(v.cpu(), ref_params[k], rtol=tol, atol=tol)
+
+    run_ddp(1e-5)
+    run_ddp(1e-5, find_unused_parameters=True)
+    # DDP refuses bf16_compress_hook by name unless CUDA/XPU: a wrapper with
+    # another name runs the very same hook (its future carries neuron tensors).
+    def bf16_hook(state, bucket):
+        return default_hooks.bf16_compress_hook(state, bucket)
+    run_ddp(2e-2, hook=bf16_hook)
+
+    # no_sync: two half-batches accumulate locally, one allreduce.
+    m = DDP(_mlp().to(dev))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for x, y in data:
+        opt.zero_grad()
+        xs, ys = shard(x), shard(y)
+        h = per // 2
+        with m.no_sync():
+            (torch.nn.functional.mse_loss(m(xs[:h]), ys[:h]) / 2).backward()
+        (torch.nn.functional.mse_loss(m(xs[h:]), ys[h:]) / 2).backward()
+        opt.step()
+    for k, v in m.module.state_dict().items():
+        torch.testing.assert_close(v.cpu(), ref_params[k], rtol=1e-5, atol=1e-5)
+
+    # FSDP2, both reshard settings, then a bf16-compute mixed precision policy.
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    for reshard, mp, tol in [(True, None, 1e-5), (False, None, 1e-5),
+                             (True, MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                         reduce_dtype=torch.float32), 5e-2)]:
+        m = _mlp().to(dev)
+        kw = {"reshard_after_forward": reshard}
+        if mp is not None:
+            kw["mp_policy"] = mp
+        fully_shard(m[0], **kw)
+        fully_shard(m[2], **kw)
+        fully_shard(m, **kw)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        losses = []
+        for x, y in data:
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(m(shard(x)).float(), shard(y))
+            loss.backward()
+            opt.step()
+            losses.append(_global_loss(loss))
+        torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=tol, atol=tol)
+        for k, v in m.state_dict().items():
+            torch.testing.assert_close(v.full_tensor().cpu(), ref_params[k], rtol=tol, atol=tol)
+
+    # DTensor: distribute, redistribute Shard <-> Replicate <-> Partial.
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+    mesh = init_device_mesh("neuron", (world,))
+    full = torch.arange(world * 6.0).reshape(world * 2, 3)
+    d = distribute_tensor(full.to(dev), mesh, [Shard(0)])
+    assert torch.equal(d.to_local().cpu(), full[rank * 2:(rank + 1) * 2])
+    assert torch.equal(d.redistribute(mesh, [Replicate()]).to_local().cpu(), full)
+    assert torch.equal(d.redistribute(mesh, [Shard(1)]).full_tensor().cpu(), full)
+    from torch.distributed.tensor import DTensor
+    p = DTensor.from_local(torch.ones(2, 3, device=dev) * (rank + 1), mesh, [Partial()])
+    assert torch.equal(p.redistribute(mesh, [Replicate()]).to_local().cpu(),
+                       torch.full((2, 3), float(world * (world + 1) // 2)))
+    s = p.redistribute(mesh, [Shard(0)])
+    assert s.to_local().shape[0] == 2 // world or world > 2
+
+    # Tensor parallelism: Colwise -> Rowwise MLP against the CPU module.
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    ref = _mlp()
+    tp = parallelize_module(_mlp().to(dev), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    x = data[0][0][:4]
+    out = tp(x.to(dev))
+    out = out.full_tensor() if isinstance(out, DTensor) else out
+    torch.testing.assert_close(out.cpu(), ref(x), rtol=1e-5, atol=1e-5)
+    out.sum().backward()
+    ref(x).sum().backward()
+    g = tp[0].weight.grad.full_tensor().cpu()
+    torch.testing.assert_close(g, ref[0].weight.grad, rtol=1e-5, atol=1e-5)
+    dist.destroy_process_group()

@@ -43,3 +43,8 @@ def test_killed_rank_is_reported_quickly():
     assert outs[1][0] == 3
     assert outs[0][0] == 0, outs[0][1][-3000:]
     assert "death detected" in outs[0][1]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ddp_fsdp2_dtensor_tp_match_cpu_reference(world):
+    check_ranks("parallel", world, timeout=180)
