@@ -48,3 +48,15 @@ def test_killed_rank_is_reported_quickly():
 @pytest.mark.parametrize("world", [2, 4])
 def test_ddp_fsdp2_dtensor_tp_match_cpu_reference(world):
     check_ranks("parallel", world, timeout=180)
+
+
+def test_example_gloo_cpu_vs_neuron_losses_match():
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, os.path.join(root, "examples", "distributed_train.py"),
+                        "--nproc", "2", "--steps", "3"], env=env, capture_output=True, text=True,
+                       timeout=240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "OK" in r.stdout
