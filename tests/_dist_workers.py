@@ -451,3 +451,54 @@ def parallel():
     g = tp[0].weight.grad.full_tensor().cpu()
     torch.testing.assert_close(g, ref[0].weight.grad, rtol=1e-5, atol=1e-5)
     dist.destroy_process_group()
+
+
+def pipeline_and_dcp():
+    """Pipelining (GPipe, 1F1B) over send/recv, and DCP save (sharded over
+    this world) for a later load with another world size."""
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe, Schedule1F1B
+    rank, world = rank_world()
+    dist.init_process_group("neuron")
+    dev = torch.device("neuron", rank)
+    torch.neuron.set_device(dev)
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(8, 8) for _ in range(world)]
+    ref = torch.nn.Sequential(*layers)
+    x = torch.randn(8, 8, generator=torch.Generator().manual_seed(5))
+    y = torch.randn(8, 8, generator=torch.Generator().manual_seed(6))
+    ref_loss = torch.nn.functional.mse_loss(ref(x), y)
+    ref_loss.backward()
+
+    def loss_fn(out, target):
+        return torch.nn.functional.mse_loss(out, target)
+
+    for sched_cls in (ScheduleGPipe, Schedule1F1B):
+        stage_mod = torch.nn.Sequential(torch.nn.Linear(8, 8))
+        stage_mod[0].load_state_dict(layers[rank].state_dict())
+        stage_mod = stage_mod.to(dev)
+        stage = PipelineStage(stage_mod, rank, world, dev)
+        # 4 microbatches of 2 rows; the schedule divides gradients by 4, so
+        # they equal the full batch's; the mean microbatch loss is its loss.
+        sched = sched_cls(stage, n_microbatches=4, loss_fn=loss_fn)
+        losses = []
+        if rank == 0:
+            sched.step(x.to(dev))
+        elif rank == world - 1:
+            sched.step(target=y.to(dev), losses=losses)
+            total = sum(float(l.detach().cpu()) for l in losses) / 4
+            torch.testing.assert_close(torch.tensor(total), ref_loss.detach(), rtol=1e-5, atol=1e-6)
+        else:
+            sched.step()
+        torch.testing.assert_close(stage_mod[0].weight.grad.cpu(), layers[rank].weight.grad,
+                                   rtol=1e-4, atol=1e-6)
+
+    # DCP: save a Shard(0) DTensor state dict; the test loads it in one process.
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    mesh = init_device_mesh("neuron", (world,))
+    full = torch.arange(world * 12.0).reshape(world * 3, 4)
+    sd = {"w": distribute_tensor(full.to(dev), mesh, [Shard(0)])}
+    dcp.save(sd, checkpoint_id=os.environ["DIST_ARGS"])
+    dist.barrier()
+    dist.destroy_process_group()

@@ -60,3 +60,14 @@ def test_example_gloo_cpu_vs_neuron_losses_match():
                        timeout=240)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "OK" in r.stdout
+
+
+def test_pipelining_and_checkpoint_across_world_sizes(tmp_path):
+    import torch
+    import torch.distributed.checkpoint as dcp
+    ckpt = str(tmp_path / "ckpt")
+    check_ranks("pipeline_and_dcp", 2, timeout=120, args=ckpt)
+    # Saved by 2 ranks, loaded by a single process (no process group), on neuron.
+    sd = {"w": torch.zeros(6, 4, device="neuron")}
+    dcp.load(sd, checkpoint_id=ckpt, no_dist=True)
+    assert torch.equal(sd["w"].cpu(), torch.arange(24.0).reshape(6, 4))
