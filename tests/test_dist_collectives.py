@@ -9,8 +9,15 @@ import pytest
 from _dist_harness import check_ranks, run_ranks
 
 
+# Names this backend or the processes it starts could leave (other projects'
+# processes on the machine may create their own entries meanwhile).
+_OURS = ("trn_c10d", "torch_", "neuron")
+
+
 def _shm_entries():
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    if not os.path.isdir("/dev/shm"):
+        return set()
+    return {n for n in os.listdir("/dev/shm") if n.startswith(_OURS)}
 
 
 @pytest.fixture(autouse=True)
@@ -50,6 +57,8 @@ def test_ddp_fsdp2_dtensor_tp_match_cpu_reference(world):
     check_ranks("parallel", world, timeout=180)
 
 
+@pytest.mark.skipif(os.environ.get("OPENNEURON_FULL_TESTS") != "1",
+                    reason="two torchrun launches (~1-2 min on 2 cores): OPENNEURON_FULL_TESTS=1")
 def test_example_gloo_cpu_vs_neuron_losses_match():
     import subprocess
     import sys
