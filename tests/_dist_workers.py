@@ -450,6 +450,29 @@ def parallel():
     ref(x).sum().backward()
     g = tp[0].weight.grad.full_tensor().cpu()
     torch.testing.assert_close(g, ref[0].weight.grad, rtol=1e-5, atol=1e-5)
+
+    # 2-D mesh (world 4): FSDP over "dp" x tensor parallelism over "tp".
+    if world == 4:
+        mesh2 = init_device_mesh("neuron", (2, 2), mesh_dim_names=("dp", "tp"))
+        m = parallelize_module(_mlp().to(dev), mesh2["tp"],
+                               {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        fully_shard(m, mesh=mesh2["dp"])
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        dp = mesh2["dp"].get_local_rank()
+        half = data[0][0].shape[0] // 2
+        for step, (x, y) in enumerate(data):
+            opt.zero_grad()
+            xs, ys = x[dp * half:(dp + 1) * half], y[dp * half:(dp + 1) * half]
+            out = m(xs.to(dev))
+            out = out.full_tensor() if isinstance(out, DTensor) else out
+            loss = torch.nn.functional.mse_loss(out, ys.to(dev))
+            loss.backward()
+            opt.step()
+            t = loss.detach().clone()
+            dist.all_reduce(t, op=dist.ReduceOp.AVG, group=mesh2["dp"].get_group())
+            torch.testing.assert_close(t.cpu(), torch.tensor(ref_losses[step]), rtol=1e-5, atol=1e-5)
+        for k, v in m.state_dict().items():
+            torch.testing.assert_close(v.full_tensor().cpu(), ref_params[k], rtol=1e-5, atol=1e-5)
     dist.destroy_process_group()
 
 
