@@ -451,6 +451,30 @@ def parallel():
     g = tp[0].weight.grad.full_tensor().cpu()
     torch.testing.assert_close(g, ref[0].weight.grad, rtol=1e-5, atol=1e-5)
 
+    # Sequence parallelism on a transformer-style block: LayerNorm over a
+    # sequence shard, all-gather into Colwise, reduce-scatter out of Rowwise.
+    from torch.distributed.tensor.parallel import SequenceParallel
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(3)
+            self.norm = torch.nn.LayerNorm(8)
+            self.fc1, self.fc2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
+
+        def forward(self, x):
+            return self.fc2(torch.relu(self.fc1(self.norm(x))))
+    ref_block = Block()
+    sp = parallelize_module(Block().to(dev), mesh, {
+        "norm": SequenceParallel(),
+        "fc1": ColwiseParallel(input_layouts=Shard(1)),
+        "fc2": RowwiseParallel(output_layouts=Shard(1))})
+    seq = torch.randn(2, 2 * world, 8, generator=torch.Generator().manual_seed(9))
+    out = sp(seq[:, rank * 2:(rank + 1) * 2].to(dev))
+    out = out.to_local() if isinstance(out, DTensor) else out
+    torch.testing.assert_close(out.cpu(), ref_block(seq)[:, rank * 2:(rank + 1) * 2].detach(),
+                               rtol=1e-5, atol=1e-5)
+
     # 2-D mesh (world 4): FSDP over "dp" x tensor parallelism over "tp".
     if world == 4:
         mesh2 = init_device_mesh("neuron", (2, 2), mesh_dim_names=("dp", "tp"))
