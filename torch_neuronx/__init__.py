@@ -87,6 +87,14 @@ def _register() -> None:
 
 
 _register()
+# The neuron c10d backend (torch_neuronx/distributed): launcher device count
+# first (before anything reads the device count), then registration.
+from . import distributed  # noqa: E402
+distributed._default_device_count_for_launcher()
+try:
+    distributed._register()
+except Exception as e:  # noqa: BLE001 - a broken torch.distributed must not break the device
+    warnings.warn(f"torch_neuronx: could not register the neuron c10d backend: {e!r}")
 _importing = False
 
 # Observability (docs/observability.md): metrics, profiler entry points, memory summary.

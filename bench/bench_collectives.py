@@ -1,0 +1,135 @@
+"""Collective bandwidth and latency, neuron (device tensors) vs Gloo (CPU
+tensors), side by side: all_reduce, all_gather, reduce_scatter, all_to_all bus
+bandwidth from 4 KiB to 256 MiB for 2 and 4 ranks, 8-byte all_reduce latency
+and a DDP training step. Bus bandwidth follows nccl-tests.
+
+    python bench/bench_collectives.py [--max-mib 256] [--worlds 2,4]
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+OPS = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+
+
+def _bus_factor(op, n):
+    return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+
+
+def _rank_main(backend, max_bytes, out):
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group(backend)
+    rank, n = dist.get_rank(), dist.get_world_size()
+    dev = torch.device("neuron", rank) if backend == "neuron" else torch.device("cpu")
+    res = {"bw": {}, "lat_us": None, "ddp_ms": None}
+
+    def timeit(fn, iters):
+        fn()
+        dist.barrier() if backend == "gloo" else torch.neuron.synchronize()
+        times = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        t = torch.tensor([statistics.median(times)])
+        dist.all_reduce(t.to(dev), op=dist.ReduceOp.MAX)
+        return float(t)
+
+    size = 4096
+    while size <= max_bytes:
+        elems = size // 4
+        elems -= elems % n
+        x = torch.ones(elems, device=dev)
+        y = torch.empty(elems, device=dev)
+        part = torch.ones(elems // n, device=dev)
+        iters = max(3, min(20, (64 << 20) // size))
+        for op in OPS:
+            if op == "all_reduce":
+                fn = lambda: dist.all_reduce(x)  # noqa: E731
+            elif op == "all_gather":
+                fn = lambda: dist.all_gather_into_tensor(y, part)  # noqa: E731
+            elif op == "reduce_scatter":
+                fn = lambda: dist.reduce_scatter_tensor(part, x)  # noqa: E731
+            else:
+                fn = lambda: dist.all_to_all_single(y, x)  # noqa: E731
+            sec = timeit(fn, iters)
+            res["bw"].setdefault(op, {})[size] = size / sec / 1e9 * _bus_factor(op, n)
+        size *= 4
+    tiny = torch.ones(2, device=dev)
+    res["lat_us"] = timeit(lambda: dist.all_reduce(tiny), 200) * 1e6
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(4)]).to(dev)
+    ddp = DDP(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+    xb = torch.randn(32, 512, device=dev)
+
+    def step():
+        opt.zero_grad()
+        ddp(xb).sum().backward()
+        opt.step()
+        if backend == "neuron":
+            torch.neuron.synchronize()
+    res["ddp_ms"] = timeit(step, 10) * 1e3
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(res, f)
+    dist.destroy_process_group()
+
+
+def _run(backend, world, max_bytes, out):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for r in range(world):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
+                   LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   OMP_NUM_THREADS="1", TORCH_NEURONX_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, __file__, "--rank-backend", backend,
+                                       "--max-mib", str(max_bytes >> 20), "--out", out], env=env))
+    for p in procs:
+        if p.wait(timeout=1800) != 0:
+            raise SystemExit(f"{backend} world {world} failed")
+    with open(out) as f:
+        return json.load(f)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--max-mib", type=int, default=256)
+    ap.add_argument("--worlds", default="2,4")
+    ap.add_argument("--rank-backend")
+    ap.add_argument("--out", default="/tmp/bench_collectives.json")
+    a = ap.parse_args()
+    max_bytes = a.max_mib << 20
+    if a.rank_backend:
+        _rank_main(a.rank_backend, max_bytes, a.out)
+        return
+    for world in [int(w) for w in a.worlds.split(",")]:
+        res = {b: _run(b, world, max_bytes, f"{a.out}.{b}.{world}") for b in ("neuron", "gloo")}
+        print(f"\n== {world} ranks: bus bandwidth GB/s (neuron | gloo-cpu | ratio) ==")
+        print(f"{'size':>9} " + " ".join(f"{op:>26}" for op in OPS))
+        for size in res["neuron"]["bw"]["all_reduce"]:
+            cells = []
+            for op in OPS:
+                nb, gb = res["neuron"]["bw"][op][size], res["gloo"]["bw"][op][size]
+                cells.append(f"{nb:8.2f} |{gb:6.2f} |{nb / gb:6.1f}x")
+            print(f"{int(size) >> 10:>7}Ki " + " ".join(f"{c:>26}" for c in cells))
+        nl, gl = res["neuron"]["lat_us"], res["gloo"]["lat_us"]
+        print(f"8-byte all_reduce latency: neuron {nl:.1f} us, gloo {gl:.1f} us "
+              f"(neuron/gloo {nl / gl:.2f})")
+        nd, gd = res["neuron"]["ddp_ms"], res["gloo"]["ddp_ms"]
+        print(f"DDP step (4x Linear 512, batch 32): neuron {nd:.2f} ms, gloo-cpu {gd:.2f} ms "
+              f"(speedup {gd / nd:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+// test_collectives.c - the shared-memory collective engine with forked ranks:
+// every collective against values computed here, messages larger than a slot
+// or a pipe, mismatches, a stalled rank (timeout) and a dead rank.
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "trn/collectives.h"
+#include "trn/convert.h"
+
+// Runs fn(comm) in `size` forked ranks; returns how many ranks failed.
+typedef int (*rank_fn)(trn_comm *c);
+
+static int run_ranks(int size, int64_t timeout_ms, rank_fn fn) {
+    int fd = -1;
+    if (trn_comm_region_create(size, &fd) != TRN_SUCCESS) return size;
+    pid_t pids[16];
+    for (int r = 0; r < size; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            trn_comm *c = NULL;
+            if (trn_comm_attach(fd, r, size, timeout_ms, &c) != TRN_SUCCESS)
+                _exit(100);
+            int failures = fn(c);
+            trn_comm_destroy(c);
+            _exit(failures > 99 ? 99 : failures);
+        }
+    }
+    close(fd);
+    int bad = 0;
+    for (int r = 0; r < size; r++) {
+        int status = 0;
+        waitpid(pids[r], &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "rank %d failed (status %d)\n", r, status);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+#define RANK_CHECK(cond)                                                      \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            fprintf(stderr, "rank %d: %s:%d: CHECK(%s) failed: %s\n",         \
+                    trn_comm_rank(c), __FILE__, __LINE__, #cond,               \
+                    trn_last_error());                                        \
+            fails++;                                                          \
+        }                                                                     \
+    } while (0)
+
+// 1.5 slots of float32 so the rounds loop runs more than once.
+#define BIG ((size_t)1536 * 1024)
+
+static int ranks_allreduce(trn_comm *c) {
+    int fails = 0, r = trn_comm_rank(c), n = trn_comm_size(c);
+    float *x = malloc(BIG * sizeof *x), *y = malloc(BIG * sizeof *y);
+    for (size_t i = 0; i < BIG; i++) x[i] = (float)(r + 1) * (float)(i % 97);
+    RANK_CHECK(trn_comm_allreduce(c, x, y, BIG, TRN_DTYPE_F32, TRN_REDOP_SUM,
+                                  NULL) == TRN_SUCCESS);
+    float tri = (float)(n * (n + 1) / 2);
+    size_t bad = 0;
+    for (size_t i = 0; i < BIG; i++) bad += y[i] != tri * (float)(i % 97);
+    RANK_CHECK(bad == 0);
+    // In place, AVG.
+    trn_reduce_post avg = {true, false, 1.0};
+    RANK_CHECK(trn_comm_allreduce(c, x, x, BIG, TRN_DTYPE_F32, TRN_REDOP_SUM,
+                                  &avg) == TRN_SUCCESS);
+    bad = 0;
+    for (size_t i = 0; i < BIG; i++)
+        bad += x[i] != tri * (float)(i % 97) / (float)n;
+    RANK_CHECK(bad == 0);
+    // int32 MAX / BXOR, bool PROD, bfloat16 SUM.
+    int32_t a[5], b[5];
+    for (int i = 0; i < 5; i++) a[i] = r * 10 + i;
+    RANK_CHECK(trn_comm_allreduce(c, a, b, 5, TRN_DTYPE_I32, TRN_REDOP_MAX,
+                                  NULL) == TRN_SUCCESS);
+    RANK_CHECK(b[4] == (n - 1) * 10 + 4);
+    RANK_CHECK(trn_comm_allreduce(c, a, b, 5, TRN_DTYPE_I32, TRN_REDOP_BXOR,
+                                  NULL) == TRN_SUCCESS);
+    int32_t want = 0;
+    for (int q = 0; q < n; q++) want ^= q * 10 + 1;
+    RANK_CHECK(b[1] == want);
+    unsigned char t = r != 1, u = 9;
+    RANK_CHECK(trn_comm_allreduce(c, &t, &u, 1, TRN_DTYPE_BOOL, TRN_REDOP_PROD,
+                                  NULL) == TRN_SUCCESS);
+    RANK_CHECK(u == 0);
+    uint16_t h = trn_float_to_bf16(1.5f), g = 0;
+    RANK_CHECK(trn_comm_allreduce(c, &h, &g, 1, TRN_DTYPE_BF16, TRN_REDOP_SUM,
+                                  NULL) == TRN_SUCCESS);
+    RANK_CHECK(trn_bf16_to_float(g) == 1.5f * (float)n);
+    // Zero elements, then a reduce to the last rank with PREMUL_SUM.
+    RANK_CHECK(trn_comm_allreduce(c, x, y, 0, TRN_DTYPE_F32, TRN_REDOP_SUM,
+                                  NULL) == TRN_SUCCESS);
+    trn_reduce_post pre = {false, true, 0.5};
+    double v = r + 1, w = -1;
+    RANK_CHECK(trn_comm_reduce(c, &v, &w, 1, TRN_DTYPE_F64, TRN_REDOP_SUM,
+                               &pre, n - 1) == TRN_SUCCESS);
+    RANK_CHECK(r != n - 1 || w == 0.5 * n * (n + 1) / 2);
+    // Bitwise on floats is refused before any rank waits.
+    RANK_CHECK(trn_comm_allreduce(c, x, y, 1, TRN_DTYPE_F32, TRN_REDOP_BAND,
+                                  NULL) == TRN_ERROR_INVALID_ARGUMENT);
+    free(x);
+    free(y);
+    return fails;
+}
+
+static int ranks_reduce_scatter(trn_comm *c) {
+    int fails = 0, r = trn_comm_rank(c), n = trn_comm_size(c);
+    size_t count = BIG / 2;
+    int64_t *x = malloc(count * (size_t)n * sizeof *x);
+    int64_t *y = malloc(count * sizeof *y);
+    for (size_t i = 0; i < count * (size_t)n; i++) x[i] = (int64_t)i * (r + 1);
+    RANK_CHECK(trn_comm_reduce_scatter(c, x, y, count, TRN_DTYPE_I64,
+                                       TRN_REDOP_SUM, NULL) == TRN_SUCCESS);
+    size_t bad = 0;
+    int64_t tri = n * (n + 1) / 2;
+    for (size_t i = 0; i < count; i++)
+        bad += y[i] != (int64_t)((size_t)r * count + i) * tri;
+    RANK_CHECK(bad == 0);
+    free(x);
+    free(y);
+    return fails;
+}
+
+// All-to-all with uneven parts: rank i sends (i + j + 1) * 1000 bytes to j.
+static int ranks_exchange(trn_comm *c) {
+    int fails = 0, r = trn_comm_rank(c), n = trn_comm_size(c);
+    size_t off[16], len[16], dlen[16], total = 0, rtotal = 0;
+    for (int j = 0; j < n; j++) {
+        off[j] = total;
+        len[j] = (size_t)(r + j + 1) * 1000 * 1000;
+        total += len[j];
+        dlen[j] = (size_t)(j + r + 1) * 1000 * 1000;
+        rtotal += dlen[j];
+    }
+    unsigned char *src = malloc(total), *dst = malloc(rtotal);
+    void *dp[16];
+    for (int j = 0; j < n; j++)
+        memset(src + off[j], r * 16 + j, len[j]);
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        dp[i] = dst + at;
+        at += dlen[i];
+    }
+    RANK_CHECK(trn_comm_exchange(c, "all_to_all", src, total, off, len, dp,
+                                 dlen) == TRN_SUCCESS);
+    size_t bad = 0;
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < dlen[i]; k++)
+            bad += ((unsigned char *)dp[i])[k] != (unsigned char)(i * 16 + r);
+    RANK_CHECK(bad == 0);
+    // Broadcast from rank 1.
+    int32_t v[3] = {r, r, r};
+    RANK_CHECK(trn_comm_broadcast(c, v, sizeof v, 1) == TRN_SUCCESS);
+    RANK_CHECK(v[0] == 1 && v[2] == 1);
+    // A reader expecting the wrong size: every rank gets the same error and
+    // the group keeps working.
+    dlen[0] = r == 0 ? dlen[0] + 1 : dlen[0];
+    RANK_CHECK(trn_comm_exchange(c, "all_to_all", src, total, off, len, dp,
+                                 dlen) == TRN_ERROR_INVALID_ARGUMENT);
+    RANK_CHECK(strstr(trn_last_error(), "shapes differ") != NULL);
+    // Different collectives on different ranks.
+    trn_status st = r == 0 ? trn_comm_barrier(c)
+                           : trn_comm_broadcast(c, v, sizeof v, 0);
+    RANK_CHECK(st == TRN_ERROR_INVALID_ARGUMENT);
+    RANK_CHECK(strstr(trn_last_error(), "mismatch") != NULL);
+    RANK_CHECK(trn_comm_barrier(c) == TRN_SUCCESS);
+    free(src);
+    free(dst);
+    return fails;
+}
+
+// Ranks 0 and 1 send each other 3 MiB at once (more than a pipe holds), so
+// both must progress sends and receives together; rank 0 then receives from
+// any source.
+static int ranks_p2p(trn_comm *c) {
+    int fails = 0, r = trn_comm_rank(c), n = trn_comm_size(c);
+    if (r > 1) {
+        int32_t v = r;
+        trn_p2p_req s = {.is_send = true, .peer = 0, .tag = 7, .buf = &v,
+                         .nbytes = sizeof v};
+        bool done = false;
+        while (!done) RANK_CHECK(trn_comm_p2p_progress(c, &s, &done) == TRN_SUCCESS);
+        return fails;
+    }
+    size_t bytes = (size_t)3 << 20;
+    unsigned char *out = malloc(bytes), *in = malloc(bytes);
+    memset(out, r + 1, bytes);
+    trn_p2p_req reqs[2] = {
+        {.is_send = true, .peer = 1 - r, .tag = 0, .buf = out, .nbytes = bytes},
+        {.is_send = false, .peer = 1 - r, .tag = 0, .buf = in, .nbytes = bytes}};
+    bool done[2] = {false, false};
+    while (!(done[0] && done[1]))
+        for (int k = 0; k < 2; k++)
+            if (!done[k])
+                RANK_CHECK(trn_comm_p2p_progress(c, &reqs[k], &done[k]) ==
+                           TRN_SUCCESS);
+    size_t bad = 0;
+    for (size_t i = 0; i < bytes; i++) bad += in[i] != (unsigned char)(2 - r);
+    RANK_CHECK(bad == 0);
+    for (int k = 2; r == 0 && k < n; k++) {
+        int32_t v = -1;
+        trn_p2p_req any = {.is_send = false, .peer = -1, .tag = 7, .buf = &v,
+                           .nbytes = sizeof v};
+        bool d = false;
+        while (!d) RANK_CHECK(trn_comm_p2p_progress(c, &any, &d) == TRN_SUCCESS);
+        RANK_CHECK(v == any.source && v >= 2);
+    }
+    free(out);
+    free(in);
+    return fails;
+}
+
+// Rank 1 never joins: rank 0 times out naming it.
+static int ranks_stall(trn_comm *c) {
+    int fails = 0;
+    if (trn_comm_rank(c) == 1) {
+        usleep(600 * 1000);
+        return 0;
+    }
+    RANK_CHECK(trn_comm_barrier(c) == TRN_ERROR_SYSTEM);
+    RANK_CHECK(strstr(trn_last_error(), "timed out") != NULL);
+    RANK_CHECK(strstr(trn_last_error(), "rank(s) 1") != NULL);
+    return fails;
+}
+
+// Rank 1 exits: rank 0 sees it long before the (long) timeout.
+static int ranks_dead(trn_comm *c) {
+    int fails = 0;
+    if (trn_comm_rank(c) == 1) _exit(0);
+    RANK_CHECK(trn_comm_barrier(c) == TRN_ERROR_SYSTEM);
+    RANK_CHECK(strstr(trn_last_error(), "exited") != NULL);
+    // The group is aborted from now on.
+    RANK_CHECK(trn_comm_barrier(c) == TRN_ERROR_SYSTEM);
+    RANK_CHECK(strstr(trn_last_error(), "aborted") != NULL);
+    return fails;
+}
+
+int main(void) {
+    CHECK_INT(run_ranks(3, 60000, ranks_allreduce), 0);
+    CHECK_INT(run_ranks(2, 60000, ranks_allreduce), 0);
+    CHECK_INT(run_ranks(3, 60000, ranks_reduce_scatter), 0);
+    CHECK_INT(run_ranks(3, 60000, ranks_exchange), 0);
+    CHECK_INT(run_ranks(4, 60000, ranks_p2p), 0);
+    CHECK_INT(run_ranks(2, 200, ranks_stall), 0);
+    CHECK_INT(run_ranks(2, 60000, ranks_dead), 0);
+    int fd = -1;
+    trn_comm *c = NULL;
+    CHECK(trn_comm_region_create(0, &fd) == TRN_ERROR_INVALID_ARGUMENT);
+    CHECK(trn_comm_region_create(2, &fd) == TRN_SUCCESS);
+    CHECK(trn_comm_attach(fd, 0, 3, 0, &c) == TRN_ERROR_INVALID_ARGUMENT);
+    close(fd);
+    return TEST_REPORT();
+}

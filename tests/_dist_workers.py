@@ -1,0 +1,551 @@
+"""Worker functions run by tests/_dist_harness.py, one process per rank.
+Each initialises one process group and runs many checks with it (process
+start-up dominates the cost on this machine)."""
+import datetime
+import os
+import sys
+import traceback
+
+import torch
+import torch.distributed as dist
+
+import torch_neuronx  # noqa: F401
+
+
+def rank_world():
+    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+
+def main():
+    fn = globals()[os.environ["DIST_FN"]]
+    try:
+        fn()
+    except BaseException:
+        traceback.print_exc()
+        sys.stdout.flush()
+        os._exit(1)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def smoke():
+    rank, world = rank_world()
+    init = os.environ.get("DIST_INIT")
+    if init:
+        dist.init_process_group("neuron", init_method=init, rank=rank, world_size=world)
+    else:
+        dist.init_process_group("neuron")
+    t = torch.full((5,), float(rank + 1), device="neuron")
+    dist.all_reduce(t)
+    assert t.cpu().tolist() == [world * (world + 1) / 2] * 5, t
+    print("transport", dist.group.WORLD._get_backend(torch.device("neuron")).transport)
+    dist.destroy_process_group()
+
+
+def _expect_error(fn, *words):
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001
+        msg = str(e)
+        assert all(w in msg for w in words), f"error {msg!r} lacks {words}"
+        return
+    raise AssertionError(f"no error raised (expected one mentioning {words})")
+
+
+def _gloo():
+    return os.environ.get("TORCH_NEURONX_DIST_TRANSPORT") == "gloo"
+
+
+def collectives():
+    """Every collective, dtype and ReduceOp against values computed here."""
+    import torch.distributed._functional_collectives as funcol
+    rank, world = rank_world()
+    dist.init_process_group("neuron", init_method=os.environ.get("DIST_INIT") or None,
+                            timeout=datetime.timedelta(seconds=60))
+    dev = torch.device("neuron", rank % torch.neuron.device_count())
+    torch.neuron.set_device(dev)
+
+    def val(r, n=6, dtype=torch.float32):
+        x = torch.arange(n, dtype=torch.float64) % 5 + r + 1
+        return x.to(dtype)
+
+    # Every dtype, SUM, against the sum of every rank's value.
+    for dtype in [torch.float32, torch.float64, torch.float16, torch.bfloat16,
+                  torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64,
+                  torch.complex64]:
+        if dtype == torch.int16 and _gloo():
+            _expect_error(lambda: dist.all_reduce(val(0, dtype=dtype).to(dev)), "Gloo")
+            t = val(rank, dtype=dtype).to(dev)
+            dist.broadcast(t, 0)  # data movement still works
+            assert torch.equal(t.cpu(), val(0, dtype=dtype))
+            continue
+        t = val(rank, dtype=dtype).to(dev)
+        dist.all_reduce(t)
+        want = sum(val(r, dtype=dtype).to(torch.float64 if not dtype.is_complex else dtype)
+                   for r in range(world)).to(dtype)
+        assert torch.equal(t.cpu(), want), (dtype, t.cpu(), want)
+    b = torch.tensor([rank % 2 == 0, True, False], device=dev)
+    dist.all_reduce(b, op=dist.ReduceOp.PRODUCT)
+    assert b.cpu().tolist() == [world == 1, True, False]
+
+    # Every ReduceOp.
+    f = val(rank).to(dev)
+    ref = torch.stack([val(r) for r in range(world)])
+    for op, want in [(dist.ReduceOp.SUM, ref.sum(0)), (dist.ReduceOp.PRODUCT, ref.prod(0)),
+                     (dist.ReduceOp.MIN, ref.min(0).values), (dist.ReduceOp.MAX, ref.max(0).values),
+                     (dist.ReduceOp.AVG, ref.sum(0) / world),
+                     (dist._make_nccl_premul_sum(0.5), ref.sum(0) * 0.5)]:
+        t = f.clone()
+        dist.all_reduce(t, op=op)
+        torch.testing.assert_close(t.cpu(), want)
+    i = torch.tensor([rank + 1, 6, 12], dtype=torch.int32, device=dev)
+    iref = torch.stack([torch.tensor([r + 1, 6, 12], dtype=torch.int32) for r in range(world)])
+    for op, fold in [(dist.ReduceOp.BAND, lambda a, b: a & b), (dist.ReduceOp.BOR, lambda a, b: a | b),
+                     (dist.ReduceOp.BXOR, lambda a, b: a ^ b)]:
+        t = i.clone()
+        dist.all_reduce(t, op=op)
+        want = iref[0]
+        for r in range(1, world):
+            want = fold(want, iref[r])
+        assert torch.equal(t.cpu(), want), (op, t, want)
+    _expect_error(lambda: dist.all_reduce(f.clone(), op=dist.ReduceOp.BAND), "BAND")
+    _expect_error(lambda: dist.all_reduce(i.clone(), op=dist.ReduceOp.AVG), "AVG")
+
+    # Large (several slots) allreduce, async with future.
+    big = torch.full((3 << 20,), float(rank), device=dev)
+    work = dist.all_reduce(big, async_op=True)
+    fut = work.get_future()
+    work.wait()
+    assert work.is_completed()
+    res = fut.wait()[0]
+    assert res.device == dev and float(res[-1].cpu()) == sum(range(world))
+
+    # Coalesced.
+    ts = [val(rank).to(dev), val(rank, 3).to(dev)]
+    dist.all_reduce_coalesced(ts)
+    torch.testing.assert_close(ts[1].cpu(), sum(val(r, 3) for r in range(world)))
+
+    # Broadcast, reduce.
+    t = val(rank).to(dev)
+    dist.broadcast(t, src=world - 1)
+    assert torch.equal(t.cpu(), val(world - 1))
+    t = val(rank).to(dev)
+    dist.reduce(t, dst=1, op=dist.ReduceOp.MAX)
+    if rank == 1:
+        assert torch.equal(t.cpu(), ref.max(0).values)
+
+    # All-gather: list, into tensor, coalesced; non-contiguous input.
+    src = torch.arange(12.0).reshape(3, 4)[:, 1:3] + rank  # strided
+    outs = [torch.empty(3, 2, device=dev) for _ in range(world)]
+    dist.all_gather(outs, src.to(dev).t().t())
+    nc = src.to(dev)[:, :]  # contiguous copy
+    outs2 = [torch.empty(2, 3, device=dev) for _ in range(world)]
+    dist.all_gather(outs2, nc.t())  # non-contiguous input
+    for r in range(world):
+        want = torch.arange(12.0).reshape(3, 4)[:, 1:3] + r
+        assert torch.equal(outs[r].cpu(), want) and torch.equal(outs2[r].cpu(), want.t())
+    flat = torch.empty(world * 6, device=dev)
+    dist.all_gather_into_tensor(flat, val(rank).to(dev))
+    assert torch.equal(flat.cpu(), torch.cat([val(r) for r in range(world)]))
+    bad_outs = [torch.empty(2, 3, device=dev).t() for _ in range(world)]
+    _expect_error(lambda: dist.all_gather(bad_outs, src.to(dev)), "contiguous")
+    ins = [val(rank, 2).to(dev), val(rank, 5).to(dev)]
+    outl = [[torch.empty(2, device=dev) for _ in range(world)],
+            [torch.empty(5, device=dev) for _ in range(world)]]
+    dist.all_gather_coalesced(outl, ins)
+    assert torch.equal(outl[1][world - 1].cpu(), val(world - 1, 5))
+
+    # Reduce-scatter: list, tensor, coalesced through funcol.
+    out = torch.empty(6, device=dev)
+    dist.reduce_scatter(out, [val(rank + j).to(dev) for j in range(world)])
+    torch.testing.assert_close(out.cpu(), sum(val(r + rank) for r in range(world)))
+    inp = torch.cat([val(rank + j) for j in range(world)]).to(dev)
+    out = torch.empty(6, device=dev)
+    dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.AVG)
+    torch.testing.assert_close(out.cpu(), sum(val(r + rank) for r in range(world)) / world)
+
+    # All-to-all: list and single with uneven splits.
+    ins = [torch.full((j + 1,), float(rank * 10 + j), device=dev) for j in range(world)]
+    outs = [torch.empty(rank + 1, device=dev) for _ in range(world)]
+    dist.all_to_all(outs, ins)
+    for r in range(world):
+        assert torch.equal(outs[r].cpu(), torch.full((rank + 1,), float(r * 10 + rank)))
+    in_splits = [(rank + j) % 3 for j in range(world)]
+    out_splits = [(r + rank) % 3 for r in range(world)]
+    x = torch.cat([torch.full(((rank + j) % 3, 2), float(rank * 10 + j)) for j in range(world)]).to(dev)
+    y = torch.empty(sum(out_splits), 2, device=dev)
+    dist.all_to_all_single(y, x, out_splits, in_splits)
+    want = torch.cat([torch.full(((r + rank) % 3, 2), float(r * 10 + rank)) for r in range(world)])
+    assert torch.equal(y.cpu(), want)
+
+    # Gather, scatter.
+    g = [torch.empty(6, device=dev) for _ in range(world)] if rank == 0 else None
+    dist.gather(val(rank).to(dev), g, dst=0)
+    if rank == 0:
+        assert all(torch.equal(g[r].cpu(), val(r)) for r in range(world))
+    s = torch.empty(6, device=dev)
+    dist.scatter(s, [val(10 + r).to(dev) for r in range(world)] if rank == 1 else None, src=1)
+    assert torch.equal(s.cpu(), val(10 + rank))
+    dist.barrier()
+
+    # Send / recv ring, recv from any source.
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    sreq = dist.isend(torch.full((1 << 19,), float(rank), device=dev), nxt)
+    r = torch.empty(1 << 19, device=dev)
+    dist.recv(r, prv)
+    sreq.wait()
+    assert float(r[7].cpu()) == prv
+    if rank == 0:
+        got = set()
+        for _ in range(world - 1):
+            t = torch.empty(1, device=dev)
+            src_rank = dist.recv(t)
+            got.add((src_rank, float(t.cpu())))
+        assert got == {(q, float(q)) for q in range(1, world)}, got
+    else:
+        dist.send(torch.tensor([float(rank)], device=dev), 0)
+
+    # Functional collectives on neuron tensors.
+    group = dist.group.WORLD
+    t = val(rank).to(dev)
+    torch.testing.assert_close(funcol.all_reduce(t, "sum", group).cpu(), ref.sum(0))
+    ag = funcol.all_gather_tensor(t, 0, group)
+    assert torch.equal(ag.cpu(), torch.cat([val(r) for r in range(world)]))
+    rs = funcol.reduce_scatter_tensor(torch.cat([t] * world), "sum", 0, group)
+    torch.testing.assert_close(rs.cpu(), ref.sum(0))
+    a2a = funcol.all_to_all_single(torch.arange(world * 2.0, device=dev) + rank, None, None, group)
+    assert a2a.shape == (world * 2,)
+
+    # Zero-size tensors.
+    z = torch.empty(0, device=dev)
+    dist.all_reduce(z)
+    zo = [torch.empty(0, device=dev) for _ in range(world)]
+    dist.all_gather(zo, z)
+    dist.broadcast(z, 0)
+
+    # Mismatched shapes across ranks: the same clear error everywhere, and
+    # the group still works afterwards. (Gloo reports mismatches itself, by
+    # failing the connection: checked on the shared-memory transport only.)
+    if _gloo():
+        _expect_error(lambda: dist.all_reduce(torch.ones(2)), "cpu")
+        dist.destroy_process_group()
+        return
+    _expect_error(lambda: dist.all_reduce(torch.ones(4 + rank, device=dev)), "differ")
+    m = [torch.empty(2 + rank, device=dev) for _ in range(world)]
+    _expect_error(lambda: dist.all_gather(m, torch.ones(2 + rank, device=dev)), "differ")
+    t = torch.ones(3, device=dev)
+    dist.all_reduce(t)
+    assert float(t[0].cpu()) == world
+
+    # CPU tensors are refused with a pointer to the mixed backend string.
+    _expect_error(lambda: dist.all_reduce(torch.ones(2)), "cpu")
+    dist.destroy_process_group()
+
+
+def mixed_and_reinit():
+    """'cpu:gloo,neuron:neuron', default backend, device mesh, re-init."""
+    rank, world = rank_world()
+    dist.init_process_group("cpu:gloo,neuron:neuron")
+    c = torch.ones(2) * rank
+    n = torch.ones(2, device="neuron") * rank
+    dist.all_reduce(c)
+    dist.all_reduce(n)
+    assert c.tolist() == n.cpu().tolist() == [sum(range(world))] * 2
+    objs = [None] * world
+    dist.all_gather_object(objs, {"rank": rank})
+    assert [o["rank"] for o in objs] == list(range(world))
+    dist.destroy_process_group()
+    # Backend inferred from the accelerator; then a device mesh.
+    dist.init_process_group()
+    t = torch.ones(1, device="neuron")
+    dist.all_reduce(t)
+    assert float(t.cpu()) == world
+    dist.destroy_process_group()
+    from torch.distributed.device_mesh import init_device_mesh
+    mesh = init_device_mesh("neuron", (world,))
+    t = torch.ones(1, device="neuron")
+    dist.all_reduce(t, group=mesh.get_group())
+    assert float(t.cpu()) == world
+    dist.destroy_process_group()
+
+
+def stall():
+    """Rank 1 never joins; rank 0 must fail within the timeout."""
+    import time
+    rank, world = rank_world()
+    dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=3))
+    t = torch.ones(4, device="neuron")
+    dist.all_reduce(t)
+    if rank == 1:
+        time.sleep(5)
+        return
+    start = time.monotonic()
+    _expect_error(lambda: dist.all_reduce(t), "allreduce", "timed out", "1")
+    assert time.monotonic() - start < 6
+    print("stall detected in", time.monotonic() - start)
+
+
+def killed():
+    """Rank 1 dies mid-run; rank 0 fails fast naming it, then re-inits alone."""
+    import time
+    rank, world = rank_world()
+    dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=120))
+    t = torch.ones(4, device="neuron")
+    dist.all_reduce(t)
+    if rank == 1:
+        os._exit(3)
+    start = time.monotonic()
+    _expect_error(lambda: dist.all_reduce(t), "rank 1", "exited")
+    assert time.monotonic() - start < 30
+    dist.destroy_process_group()
+    print("death detected in", time.monotonic() - start)
+
+
+def _mlp(seed=0, unused=False):
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    if unused:
+        class WithUnused(torch.nn.Module):
+            def __init__(self, body):
+                super().__init__()
+                self.body, self.extra = body, torch.nn.Linear(4, 4)  # extra: never used
+
+            def forward(self, x):
+                return self.body(x)
+        return WithUnused(m)
+    return m
+
+
+def _data(world, steps=3, per_rank=4):
+    g = torch.Generator().manual_seed(123)
+    return [(torch.randn(world * per_rank, 8, generator=g), torch.randn(world * per_rank, 4, generator=g))
+            for _ in range(steps)]
+
+
+def _reference(data, lr=0.1):
+    """Single-process CPU training on the full batches: losses, final params."""
+    m = _mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=lr)
+    losses = []
+    for x, y in data:
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(m(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, {k: v.detach() for k, v in m.state_dict().items()}
+
+
+def _global_loss(local_loss):
+    t = local_loss.detach().clone()
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    return t.item()
+
+
+def parallel():
+    """DDP (buckets, no_sync, unused params, bf16 hook), FSDP2 and DTensor /
+    tensor parallelism against single-process CPU references."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    rank, world = rank_world()
+    dist.init_process_group("neuron")
+    dev = torch.device("neuron", rank)
+    torch.neuron.set_device(dev)
+    data = _data(world)
+    ref_losses, ref_params = _reference(data)
+    per = data[0][0].shape[0] // world
+    shard = lambda t: t[rank * per:(rank + 1) * per].to(dev)  # noqa: E731
+
+    def run_ddp(tol, **kw):
+        hook = kw.pop("hook", None)
+        unused = kw.get("find_unused_parameters", False)
+        m = DDP(_mlp(unused=unused).to(dev), bucket_cap_mb=0.0005, **kw)
+        if hook:
+            m.register_comm_hook(None, hook)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        losses = []
+        for x, y in data:
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(m(shard(x)), shard(y))
+            loss.backward()
+            opt.step()
+            losses.append(_global_loss(loss))
+        torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=tol, atol=tol)
+        for k, v in m.module.state_dict().items():
+            k = k.removeprefix("body.")
+            if k in ref_params:
+                torch.testing.assert_close(v.cpu(), ref_params[k], rtol=tol, atol=tol)
+
+    run_ddp(1e-5)
+    run_ddp(1e-5, find_unused_parameters=True)
+    # DDP refuses bf16_compress_hook by name unless CUDA/XPU: a wrapper with
+    # another name runs the very same hook (its future carries neuron tensors).
+    def bf16_hook(state, bucket):
+        return default_hooks.bf16_compress_hook(state, bucket)
+    run_ddp(2e-2, hook=bf16_hook)
+
+    # no_sync: two half-batches accumulate locally, one allreduce.
+    m = DDP(_mlp().to(dev))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for x, y in data:
+        opt.zero_grad()
+        xs, ys = shard(x), shard(y)
+        h = per // 2
+        with m.no_sync():
+            (torch.nn.functional.mse_loss(m(xs[:h]), ys[:h]) / 2).backward()
+        (torch.nn.functional.mse_loss(m(xs[h:]), ys[h:]) / 2).backward()
+        opt.step()
+    for k, v in m.module.state_dict().items():
+        torch.testing.assert_close(v.cpu(), ref_params[k], rtol=1e-5, atol=1e-5)
+
+    # FSDP2, both reshard settings, then a bf16-compute mixed precision policy.
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    for reshard, mp, tol in [(True, None, 1e-5), (False, None, 1e-5),
+                             (True, MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                         reduce_dtype=torch.float32), 5e-2)]:
+        m = _mlp().to(dev)
+        kw = {"reshard_after_forward": reshard}
+        if mp is not None:
+            kw["mp_policy"] = mp
+        fully_shard(m[0], **kw)
+        fully_shard(m[2], **kw)
+        fully_shard(m, **kw)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        losses = []
+        for x, y in data:
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(m(shard(x)).float(), shard(y))
+            loss.backward()
+            opt.step()
+            losses.append(_global_loss(loss))
+        torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=tol, atol=tol)
+        for k, v in m.state_dict().items():
+            torch.testing.assert_close(v.full_tensor().cpu(), ref_params[k], rtol=tol, atol=tol)
+
+    # DTensor: distribute, redistribute Shard <-> Replicate <-> Partial.
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+    mesh = init_device_mesh("neuron", (world,))
+    full = torch.arange(world * 6.0).reshape(world * 2, 3)
+    d = distribute_tensor(full.to(dev), mesh, [Shard(0)])
+    assert torch.equal(d.to_local().cpu(), full[rank * 2:(rank + 1) * 2])
+    assert torch.equal(d.redistribute(mesh, [Replicate()]).to_local().cpu(), full)
+    assert torch.equal(d.redistribute(mesh, [Shard(1)]).full_tensor().cpu(), full)
+    from torch.distributed.tensor import DTensor
+    p = DTensor.from_local(torch.ones(2, 3, device=dev) * (rank + 1), mesh, [Partial()])
+    assert torch.equal(p.redistribute(mesh, [Replicate()]).to_local().cpu(),
+                       torch.full((2, 3), float(world * (world + 1) // 2)))
+    s = p.redistribute(mesh, [Shard(0)])
+    assert s.to_local().shape[0] == 2 // world or world > 2
+
+    # Tensor parallelism: Colwise -> Rowwise MLP against the CPU module.
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    ref = _mlp()
+    tp = parallelize_module(_mlp().to(dev), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    x = data[0][0][:4]
+    out = tp(x.to(dev))
+    out = out.full_tensor() if isinstance(out, DTensor) else out
+    torch.testing.assert_close(out.cpu(), ref(x), rtol=1e-5, atol=1e-5)
+    out.sum().backward()
+    ref(x).sum().backward()
+    g = tp[0].weight.grad.full_tensor().cpu()
+    torch.testing.assert_close(g, ref[0].weight.grad, rtol=1e-5, atol=1e-5)
+
+    # Sequence parallelism on a transformer-style block: LayerNorm over a
+    # sequence shard, all-gather into Colwise, reduce-scatter out of Rowwise.
+    from torch.distributed.tensor.parallel import SequenceParallel
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(3)
+            self.norm = torch.nn.LayerNorm(8)
+            self.fc1, self.fc2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
+
+        def forward(self, x):
+            return self.fc2(torch.relu(self.fc1(self.norm(x))))
+    ref_block = Block()
+    sp = parallelize_module(Block().to(dev), mesh, {
+        "norm": SequenceParallel(),
+        "fc1": ColwiseParallel(input_layouts=Shard(1)),
+        "fc2": RowwiseParallel(output_layouts=Shard(1))})
+    seq = torch.randn(2, 2 * world, 8, generator=torch.Generator().manual_seed(9))
+    out = sp(seq[:, rank * 2:(rank + 1) * 2].to(dev))
+    out = out.to_local() if isinstance(out, DTensor) else out
+    torch.testing.assert_close(out.cpu(), ref_block(seq)[:, rank * 2:(rank + 1) * 2].detach(),
+                               rtol=1e-5, atol=1e-5)
+
+    # 2-D mesh (world 4): FSDP over "dp" x tensor parallelism over "tp".
+    if world == 4:
+        mesh2 = init_device_mesh("neuron", (2, 2), mesh_dim_names=("dp", "tp"))
+        m = parallelize_module(_mlp().to(dev), mesh2["tp"],
+                               {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        fully_shard(m, mesh=mesh2["dp"])
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        dp = mesh2["dp"].get_local_rank()
+        half = data[0][0].shape[0] // 2
+        for step, (x, y) in enumerate(data):
+            opt.zero_grad()
+            xs, ys = x[dp * half:(dp + 1) * half], y[dp * half:(dp + 1) * half]
+            out = m(xs.to(dev))
+            out = out.full_tensor() if isinstance(out, DTensor) else out
+            loss = torch.nn.functional.mse_loss(out, ys.to(dev))
+            loss.backward()
+            opt.step()
+            t = loss.detach().clone()
+            dist.all_reduce(t, op=dist.ReduceOp.AVG, group=mesh2["dp"].get_group())
+            torch.testing.assert_close(t.cpu(), torch.tensor(ref_losses[step]), rtol=1e-5, atol=1e-5)
+        for k, v in m.state_dict().items():
+            torch.testing.assert_close(v.full_tensor().cpu(), ref_params[k], rtol=1e-5, atol=1e-5)
+    dist.destroy_process_group()
+
+
+def pipeline_and_dcp():
+    """Pipelining (GPipe, 1F1B) over send/recv, and DCP save (sharded over
+    this world) for a later load with another world size."""
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe, Schedule1F1B
+    rank, world = rank_world()
+    dist.init_process_group("neuron")
+    dev = torch.device("neuron", rank)
+    torch.neuron.set_device(dev)
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(8, 8) for _ in range(world)]
+    ref = torch.nn.Sequential(*layers)
+    x = torch.randn(8, 8, generator=torch.Generator().manual_seed(5))
+    y = torch.randn(8, 8, generator=torch.Generator().manual_seed(6))
+    ref_loss = torch.nn.functional.mse_loss(ref(x), y)
+    ref_loss.backward()
+
+    def loss_fn(out, target):
+        return torch.nn.functional.mse_loss(out, target)
+
+    for sched_cls in (ScheduleGPipe, Schedule1F1B):
+        stage_mod = torch.nn.Sequential(torch.nn.Linear(8, 8))
+        stage_mod[0].load_state_dict(layers[rank].state_dict())
+        stage_mod = stage_mod.to(dev)
+        stage = PipelineStage(stage_mod, rank, world, dev)
+        # 4 microbatches of 2 rows; the schedule divides gradients by 4, so
+        # they equal the full batch's; the mean microbatch loss is its loss.
+        sched = sched_cls(stage, n_microbatches=4, loss_fn=loss_fn)
+        losses = []
+        if rank == 0:
+            sched.step(x.to(dev))
+        elif rank == world - 1:
+            sched.step(target=y.to(dev), losses=losses)
+            total = sum(float(l.detach().cpu()) for l in losses) / 4
+            torch.testing.assert_close(torch.tensor(total), ref_loss.detach(), rtol=1e-5, atol=1e-6)
+        else:
+            sched.step()
+        torch.testing.assert_close(stage_mod[0].weight.grad.cpu(), layers[rank].weight.grad,
+                                   rtol=1e-4, atol=1e-6)
+
+    # DCP: save a Shard(0) DTensor state dict; the test loads it in one process.
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    mesh = init_device_mesh("neuron", (world,))
+    full = torch.arange(world * 12.0).reshape(world * 3, 4)
+    sd = {"w": distribute_tensor(full.to(dev), mesh, [Shard(0)])}
+    dcp.save(sd, checkpoint_id=os.environ["DIST_ARGS"])
+    dist.barrier()
+    dist.destroy_process_group()
