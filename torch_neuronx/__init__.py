@@ -88,3 +88,8 @@ def _register() -> None:
 
 _register()
 _importing = False
+
+# torch.compile(backend="neuron"): registered lazily when torch._dynamo loads.
+from ._compile import get_dynamo_metrics, reset_dynamo_metrics, install as _install_compile  # noqa: E402
+neuron.get_dynamo_metrics, neuron.reset_dynamo_metrics = get_dynamo_metrics, reset_dynamo_metrics
+_install_compile()
