@@ -91,7 +91,12 @@ def _graph_key(gm: torch.fx.GraphModule, kind: str) -> str:
         if node.op == "get_attr":
             c = getattr(gm, node.target)
             if isinstance(c, torch.Tensor):
-                h.update(c.detach().cpu().contiguous().numpy().tobytes() if c.numel() < 65536 else str(id(c)).encode())
+                # Baked constants are part of the graph: hash their bytes.
+                from torch._subclasses.fake_tensor import unset_fake_temporarily
+                with unset_fake_temporarily():
+                    data = c.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+                h.update(f"{node.target}:{c.dtype}:{tuple(c.shape)}".encode())
+                h.update(data)
     h.update(f"{kind}|{_C._compiler_version()}|{os.environ.get('NEURON_CC_FLAGS', '')}|"
              f"{os.environ.get('CC', '')}|{torch.__version__}|"
              f"{os.environ.get('TORCH_NEURONX_NATIVE_FLOAT64', '')}".encode())

@@ -451,8 +451,8 @@ def _compute_dtype(out_meta, *xs):
     return out_meta.dtype
 
 
-def pointwise(L: Lowerer, node, op: str, inputs, compute=None, params=(), out_dtype=None):
-    m = meta(node)
+def pointwise(L: Lowerer, node, op: str, inputs, compute=None, params=(), out_dtype=None, m=None):
+    m = meta(node) if m is None else m
     out_dtype = out_dtype or m.dtype
     compute = compute or out_dtype
     if compute not in TRN_DTYPE or out_dtype not in TRN_DTYPE:
@@ -539,6 +539,14 @@ for _t, _op in BINARY.items():
     register(_t)(_binary(_op))
 for _t, _op in PREDICATE_BINARY.items():
     register(_t)(_pred_binary(_op))
+
+
+@register(aten.bitwise_not.default)
+def _bitwise_not(L, node, x):
+    # On bool, ~ is logical not (the int64 compute family would give ~1 = -2).
+    if meta(x).dtype == torch.bool:
+        return pointwise(L, node, "LOGICAL_NOT", [_val(L, x)], compute=torch.bool)
+    return pointwise(L, node, "BITWISE_NOT", [_val(L, x)])
 
 
 @register(aten.add.Tensor, aten.add.Scalar)
@@ -858,7 +866,10 @@ def reduce(L: Lowerer, node, op, x, dims, keepdim, out_dtype=None):
     mask = 0
     for d in dims:
         mask |= 1 << d
-    nid = L.g.reduce(op, L.node_of(v), TRN_DTYPE[out_dtype], mask)
+    src = L.node_of(v)
+    if v.dtype != out_dtype:  # sum(bool) -> int64, sum(x, dtype=...): convert first
+        src = L.g.cast(src, TRN_DTYPE[out_dtype])
+    nid = L.g.reduce(op, src, TRN_DTYPE[out_dtype], mask)
     ksizes = tuple(1 if i in dims else s for i, s in enumerate(v.sizes))
     r = L.new_base(nid, "node", ksizes, contiguous_strides(ksizes), out_dtype)
     if keepdim:
@@ -1029,3 +1040,57 @@ def _conv_bw(L, node, go, x, w, bias_sizes, stride, padding, dilation, transpose
         r = L.new_base(nid, "node", ks, contiguous_strides(ks), vg.dtype)
         out[2] = L.reshape(r, tuple(ms[2].shape))
     return out
+
+
+# ---- foreach ops (the optimizer step): one pointwise op per list element ------------------
+def _foreach(op, kind):
+    """kind: 'scalar' (list, scalar), 'list' (list, list), 'unary', 'tensor'
+    (list, 0-d tensor), 'cmul' (list, list, list, value), 'spow' (scalar, list)."""
+    def low(L, node, *args, **kw):
+        ms = meta(node)
+        out = []
+        for i, m in enumerate(ms):
+            if kind == "unary":
+                ins, params = [_val(L, args[0][i])], ()
+            elif kind == "scalar":
+                ins, params = [_val(L, args[0][i]), args[1]], (kw.get("alpha", 1),)
+            elif kind == "list":
+                ins, params = [_val(L, args[0][i]), _val(L, args[1][i])], (kw.get("alpha", args[2] if len(args) > 2 else 1),)
+            elif kind == "tensor":
+                ins, params = [_val(L, args[0][i]), _val(L, args[1])], (kw.get("alpha", 1),)
+            elif kind == "spow":
+                ins, params = [args[0], _val(L, args[1][i])], ()
+            else:  # cmul / cdiv with a scalar value
+                value = args[3] if len(args) > 3 else kw.get("value", 1)
+                if not isinstance(value, (int, float)):
+                    raise Unsupported("tensor value")
+                ins, params = [_val(L, args[0][i]), _val(L, args[1][i]), _val(L, args[2][i])], (value,)
+            if op in ("ADD", "SUB"):
+                params = params or (1,)
+            out.append(pointwise(L, node, op, ins, params=params, m=m))
+        return out
+    return low
+
+
+_F = aten
+for _t, _op, _k in [
+    (_F._foreach_add.Scalar, "ADD", "scalar"), (_F._foreach_add.List, "ADD", "list"),
+    (_F._foreach_add.Tensor, "ADD", "tensor"), (_F._foreach_sub.Scalar, "SUB", "scalar"),
+    (_F._foreach_sub.List, "SUB", "list"), (_F._foreach_mul.Scalar, "MUL", "scalar"),
+    (_F._foreach_mul.List, "MUL", "list"), (_F._foreach_mul.Tensor, "MUL", "tensor"),
+    (_F._foreach_div.Scalar, "DIV", "scalar"), (_F._foreach_div.List, "DIV", "list"),
+    (_F._foreach_div.Tensor, "DIV", "tensor"), (_F._foreach_maximum.List, "MAXIMUM", "list"),
+    (_F._foreach_minimum.List, "MINIMUM", "list"), (_F._foreach_pow.ScalarAndTensor, "POW", "spow"),
+    (_F._foreach_pow.Scalar, "POW", "scalar"), (_F._foreach_pow.List, "POW", "list"),
+    (_F._foreach_sqrt.default, "SQRT", "unary"), (_F._foreach_neg.default, "NEG", "unary"),
+    (_F._foreach_reciprocal.default, "RECIPROCAL", "unary"), (_F._foreach_abs.default, "ABS", "unary"),
+    (_F._foreach_exp.default, "EXP", "unary"), (_F._foreach_sign.default, "SIGN", "unary"),
+    (_F._foreach_addcmul.Scalar, "ADDCMUL", "cmul"), (_F._foreach_addcdiv.Scalar, "ADDCDIV", "cmul"),
+    (_F._foreach_lerp.Scalar, "LERP", "lerp"),
+]:
+    if _k == "lerp":
+        LOWERINGS[_t] = (lambda L, node, a, b, w: [
+            pointwise(L, node, "LERP", [_val(L, x), _val(L, y), w], m=m)
+            for x, y, m in zip(a, b, meta(node))])
+    else:
+        LOWERINGS[_t] = _foreach(_op, _k)

@@ -211,7 +211,7 @@ static int64_t view_last(int ndim, const int64_t *sizes, const int64_t *strides,
 
 trn_status trn_graph_view(trn_graph *g, int in, int ndim, const int64_t *sizes,
                           const int64_t *strides, int64_t offset, int *id) {
-    if (g == NULL || strides == NULL) return BAD("trn_graph_view: graph or strides NULL");
+    if (g == NULL || (strides == NULL && ndim > 0)) return BAD("trn_graph_view: graph or strides NULL");
     trn_status st = check_node(g, in, "the viewed node");
     if (st != TRN_SUCCESS) return st;
     const trn__cc_node *src = &g->nodes[in];
@@ -236,7 +236,7 @@ trn_status trn_graph_view(trn_graph *g, int in, int ndim, const int64_t *sizes,
     if (st != TRN_SUCCESS) return st;
     n->n_in = 1;
     n->in[0] = in;
-    memcpy(n->vstrides, strides, (size_t)ndim * sizeof *strides);
+    if (ndim) memcpy(n->vstrides, strides, (size_t)ndim * sizeof *strides);
     n->voffset = offset;
     return TRN_SUCCESS;
 }
