@@ -189,8 +189,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=
     opts = _Options(options, mode)
     copy_idx = _autocopy_inputs(example_inputs)
     if copy_idx:
-        dev = torch.device("neuron", 0)
-        example_inputs = [x.to(dev) if i in copy_idx else x for i, x in enumerate(example_inputs)]
+        _insert_device_copies(gm, copy_idx)
     compiler = aot_autograd(
         fw_compiler=_graph_compiler("fw", opts),
         bw_compiler=_graph_compiler("bw", opts),
@@ -209,14 +208,20 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=
         warnings.warn(f"neuron backend: {type(e).__name__}: {e}; running the graph eagerly (fallback_execution)")
         metrics.add(fallback_graphs=1)
         return gm.forward
-    if not copy_idx:
-        return compiled
-    dev = torch.device("neuron", 0)
+    return compiled
 
-    @functools.wraps(compiled)
-    def with_copies(*args):
-        return compiled(*[a.to(dev) if i in copy_idx else a for i, a in enumerate(args)])
-    return with_copies
+
+def _insert_device_copies(gm: torch.fx.GraphModule, idx) -> None:
+    """The graph copies these CPU inputs to the device first thing (the copy
+    is a host step; everything after it runs compiled on the device)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    dev = torch.device("neuron", 0)
+    with gm.graph.inserting_after(placeholders[-1]):
+        for i in idx:
+            ph = placeholders[i]
+            cp = gm.graph.call_function(torch.ops.aten._to_copy.default, (ph,), {"device": dev})
+            ph.replace_all_uses_with(cp, delete_user_cb=lambda u, cp=cp: u is not cp)
+    gm.recompile()
 
 
 def dispatch_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None):
