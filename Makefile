@@ -50,6 +50,7 @@ bench: build
 	$(PY) bench/bench_copy.py
 	cmake --build build/cmake --target trn_bench_stream && build/cmake/libtrn/trn_bench_stream
 	$(PY) bench/bench_collectives.py
+	$(PY) bench/bench_compile.py
 
 docs: build
 	$(PY) scripts/gen_ops_doc.py

@@ -101,3 +101,8 @@ _importing = False
 from . import metrics, multiprocessing, profiling  # noqa: E402
 from .memory import memory_summary  # noqa: E402
 from .profiling import NeuronConfig, NeuronProfiler, ProfileMode  # noqa: E402
+
+# torch.compile(backend="neuron"): registered lazily when torch._dynamo loads.
+from ._compile import get_dynamo_metrics, reset_dynamo_metrics, install as _install_compile  # noqa: E402
+neuron.get_dynamo_metrics, neuron.reset_dynamo_metrics = get_dynamo_metrics, reset_dynamo_metrics
+_install_compile()

@@ -1,0 +1,120 @@
+"""torch.compile(backend="neuron") vs Inductor (CPU) vs eager, per model:
+training step (forward, backward, AdamW) and inference forward; cold compile
+time (empty caches) and warm start (Dynamo reset, disk caches kept).
+
+usage: python bench/bench_compile.py [model ...]   (default: mlp cnn llama gpt2 bert)
+"""
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import torch
+import torch._dynamo
+
+import torch_neuronx  # noqa: F401
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+import compile_models as cm  # noqa: E402
+
+
+def sync(dev):
+    if dev == "neuron":
+        torch.neuron.synchronize()
+
+
+def setup(name, dev, backend, train):
+    model, batch, loss_fn = cm.MODELS[name]()
+    model = model.to(dev).train(train)
+    batch = tuple(t.to(dev) for t in batch)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    if train:
+        def step(*b):
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model, *b)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+    else:
+        def step(*b):
+            with torch.no_grad():
+                return loss_fn(model, *b).detach()
+    if backend:
+        step = torch.compile(step, backend=backend)
+    return step, batch
+
+
+def first_call(name, dev, backend, train):
+    step, batch = setup(name, dev, backend, train)
+    t = time.perf_counter()
+    step(*batch)
+    step(*batch)  # the optimizer graph compiles at the second call's step
+    sync(dev)
+    return time.perf_counter() - t, step, batch
+
+
+def run_time(step, batch, dev, iters):
+    step(*batch)
+    sync(dev)
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(iters):
+            step(*batch)
+        sync(dev)
+        best = min(best, (time.perf_counter() - t) / iters)
+    return best
+
+
+CONFIGS = [("neuron compiled", "neuron", "neuron"), ("inductor cpu", "cpu", "inductor"),
+           ("cpu eager", "cpu", None), ("neuron eager", "neuron", None)]
+
+
+def bench(name, iters=10):
+    print(f"== {name}")
+    for train in (True, False):
+        what = "train step" if train else "inference"
+        times, colds, warms = {}, {}, {}
+        for label, dev, backend in CONFIGS:
+            torch._dynamo.reset()
+            cold = None
+            if backend:
+                cold, step, batch = first_call(name, dev, backend, train)
+                torch._dynamo.reset()
+                from torch_neuronx._compile import backend as nb
+                nb._memory_cache.clear()
+                warms[label], step, batch = first_call(name, dev, backend, train)
+                colds[label] = cold
+            else:
+                step, batch = setup(name, dev, None, train)
+            times[label] = run_time(step, batch, dev, iters)
+        base = times["inductor cpu"]
+        for label in times:
+            extra = ""
+            if label in colds:
+                extra = f"  cold compile {colds[label]:.2f} s  warm start {warms[label]:.2f} s"
+            print(f"  {what:10s} {label:16s} {times[label] * 1e3:9.3f} ms  "
+                  f"speed vs inductor {base / times[label]:5.2f}x{extra}")
+        if "neuron compiled" in colds:
+            print(f"  {what:10s} cold compile ratio neuron/inductor "
+                  f"{colds['neuron compiled'] / colds['inductor cpu']:.3f}, warm start ratio "
+                  f"{warms['neuron compiled'] / warms['inductor cpu']:.3f}")
+
+
+def main():
+    names = sys.argv[1:] or ["mlp", "cnn", "llama", "gpt2", "bert"]
+    # Cold means empty caches: private cache dirs for both compilers.
+    tmp = tempfile.mkdtemp(prefix="bench-compile-")
+    os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = os.path.join(tmp, "neuron")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")
+    try:
+        for n in names:
+            bench(n)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

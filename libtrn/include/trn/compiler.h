@@ -1,0 +1,169 @@
+// trn/compiler.h - the graph compiler: build a graph, compile it to fused C,
+// run it on a stream.
+//
+// Owner: src/compiler/, folders in pipeline order:
+//   graph/     the IR and this builder API (validation happens here)
+//   schedule/  which nodes become buffers, kernels and steps; buffer planning
+//   render/    one C translation unit per graph, one function per kernel
+//   jit/       the system C compiler, dlopen, and running a program
+//   cache/     compiled shared objects on disk, keyed by a hash of the source
+//
+// Example (y = relu(x + 1) on a 4x8 float32 input):
+//   trn_graph *g; trn_graph_create(&g);
+//   int x, one, s, y, slot;
+//   int64_t sz[2] = {4, 8}, st[2] = {8, 1};
+//   trn_graph_input(g, TRN_DTYPE_F32, 2, sz, st, &x);
+//   trn_graph_const(g, TRN_DTYPE_F32, 1.0, 1, 0, NULL, &one);
+//   trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2,
+//                       (int[]){x, one}, (double[]){1, 0, 0, 0}, &s);
+//   trn_graph_pointwise(g, TRN_EW_RELU, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, &s, NULL, &y);
+//   trn_graph_export(g, y, st);
+//   trn_program *p; trn_program_compile(g, &opts, &p);      // gcc + dlopen
+//   trn_run *r; trn_run_create(p, workspace, &r);
+//   trn_run_set_buffer(r, x, x_ptr); trn_run_set_buffer(r, y, y_ptr);
+//   int host; trn_run_continue(r, stream, &host);           // host == -1: done
+//   trn_run_finish(r, stream);
+//
+// Nodes are numbered in creation order (which must be topological: inputs of
+// a node exist before it). A node's value is a dense tensor of its sizes.
+// Buffers: graph inputs and host results are given by the caller; nodes
+// exported with trn_graph_export are written into caller buffers; every
+// other node that must live in memory gets a piece of one workspace whose
+// size the program reports (pieces are reused once their last reader ran).
+// All strides are in ELEMENTS. Every function returns a trn_status and, on
+// failure, leaves a message (trn_last_error) naming the node.
+#ifndef TRN_COMPILER_H
+#define TRN_COMPILER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trn/dtype.h"
+#include "trn/elementwise.h"
+#include "trn/status.h"
+#include "trn/stream.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Version of the compiler's output: part of every disk cache key.
+#define TRN_COMPILER_VERSION "openneuron-compiler-1"
+#define TRN_GRAPH_MAX_DIMS 8
+
+typedef struct trn_graph trn_graph;
+typedef struct trn_program trn_program;
+typedef struct trn_run trn_run;
+
+typedef enum trn_graph_reduce_op {
+    TRN_GRAPH_SUM,
+    TRN_GRAPH_PROD,
+    TRN_GRAPH_MAX,  // NaN propagates
+    TRN_GRAPH_MIN,
+} trn_graph_reduce_op;
+
+typedef enum trn_conv_kind {
+    TRN_CONV_FORWARD,       // (input, weight[, bias]) -> output
+    TRN_CONV_BACKWARD_DATA, // (grad_output, weight) -> grad_input
+    TRN_CONV_BACKWARD_WEIGHTS, // (input, grad_output) -> grad_weight
+} trn_conv_kind;
+
+trn_status trn_graph_create(trn_graph **graph);
+void trn_graph_free(trn_graph *graph);  // NULL is fine
+
+// ---- nodes ----------------------------------------------------------------
+// A buffer the caller passes to every run (trn_run_set_buffer(node)).
+trn_status trn_graph_input(trn_graph *g, trn_dtype dtype, int ndim, const int64_t *sizes,
+                           const int64_t *strides, int *node);
+// A tensor of `sizes` whose every element is the value (.f for floating
+// dtypes, .i otherwise). Consts fuse into every reader and never take memory.
+trn_status trn_graph_const(trn_graph *g, trn_dtype dtype, double f, int64_t i, int ndim,
+                           const int64_t *sizes, int *node);
+// Elementwise op of trn/scalar.h computed in `compute` (the op's compute
+// dtype, as for trn_ew_launch), result of dtype `out`. Every input has the
+// node's sizes, or is a const; `params` (4 values, NULL = zeros) as in
+// TRN_EW_OP_LIST.
+trn_status trn_graph_pointwise(trn_graph *g, trn_ew_op op, trn_dtype compute, trn_dtype out,
+                               int n_in, const int *in, const double *params, int *node);
+// Conversion to `dtype` with PyTorch's rules (float -> int truncates,
+// anything -> bool is != 0, 16-bit floats round to nearest even).
+trn_status trn_graph_cast(trn_graph *g, int in, trn_dtype dtype, int *node);
+// A strided view of `in`'s memory: element (i0..) is at
+// offset + sum(i_k * strides_k) of `in` laid out with its layout strides
+// (set by trn_graph_export / trn_graph_set_layout; contiguous by default).
+// Forces `in` into memory unless it is a const.
+trn_status trn_graph_view(trn_graph *g, int in, int ndim, const int64_t *sizes,
+                          const int64_t *strides, int64_t offset, int *node);
+// Reduction over the dims whose bit is set in `dims_mask`; the result keeps
+// them with size 1. Floating sums and products accumulate in double.
+trn_status trn_graph_reduce(trn_graph *g, trn_graph_reduce_op op, int in, trn_dtype out,
+                            uint32_t dims_mask, int *node);
+// Batched matrix product through the oneDNN kernel (an extern call):
+// a is (batch, m, k), b is (batch, k, n), both 3-d nodes of one floating
+// dtype; the result is (batch, m, n) of that dtype. alpha scales the product.
+trn_status trn_graph_matmul(trn_graph *g, int a, int b, double alpha, int *node);
+// Convolution through the oneDNN kernels (an extern call). `x` and `y` are
+// the kernel's two inputs in the order of trn_conv_kind; `bias` is -1 or a
+// 1-d node (forward only). `out_sizes` is the result's shape.
+trn_status trn_graph_conv(trn_graph *g, trn_conv_kind kind, int x, int y, int bias,
+                          int spatial, const int64_t *stride, const int64_t *padding,
+                          const int64_t *dilation, int64_t groups, int out_ndim,
+                          const int64_t *out_sizes, int *node);
+// A host step: at this point of a run, trn_run_continue returns `*step` so
+// the caller can run something the compiler cannot (an eager op) on `args`
+// (which become caller-visible: each must be exported, an input or a host
+// result). Its results are declared with trn_graph_host_result and set with
+// trn_run_set_buffer before continuing.
+trn_status trn_graph_host_call(trn_graph *g, int n_args, const int *args, int *step);
+trn_status trn_graph_host_result(trn_graph *g, int step, trn_dtype dtype, int ndim,
+                                 const int64_t *sizes, const int64_t *strides, int *node);
+// The node is written into a caller buffer with these strides (dense, no
+// overlap); the caller passes it with trn_run_set_buffer.
+trn_status trn_graph_export(trn_graph *g, int node, const int64_t *strides);
+// Strides the node gets if it is put in memory (dense, no overlap).
+trn_status trn_graph_set_layout(trn_graph *g, int node, const int64_t *strides);
+// Names the node in the generated source (an FX node name). Copied.
+trn_status trn_graph_set_label(trn_graph *g, int node, const char *label);
+int trn_graph_node_count(const trn_graph *g);
+
+// ---- compile -----------------------------------------------------------------
+typedef struct trn_compile_options {
+    const char *include_dir;  // where trn/kernel_abi.h and trn/scalar.h live
+    const char *cache_dir;    // disk cache (created 0700); NULL: no disk cache
+    const char *debug_dir;    // NULL, or a directory for graph.c, command, log
+    const char *name;         // file stem in debug_dir (e.g. "graph_3_fw")
+} trn_compile_options;
+
+// Schedules, renders, compiles (or loads from the disk cache) and dlopens.
+// The graph may be freed afterwards. Compiler (CC, default gcc) and extra
+// flags (NEURON_CC_FLAGS) come from the environment.
+trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *opts,
+                               trn_program **program);
+void trn_program_free(trn_program *p);
+size_t trn_program_workspace_size(const trn_program *p);
+int trn_program_kernel_count(const trn_program *p);
+// 1 when the shared object came from the disk cache (nothing was compiled).
+int trn_program_from_cache(const trn_program *p);
+double trn_program_compile_seconds(const trn_program *p);  // C compiler only
+const char *trn_program_source(const trn_program *p);      // the rendered C
+const char *trn_program_cache_key(const trn_program *p);   // hex sha256
+
+// ---- run -------------------------------------------------------------------
+// A run holds the buffer addresses of one call. `workspace` has at least
+// trn_program_workspace_size bytes (64-byte aligned) and stays valid until
+// the stream has run the work.
+trn_status trn_run_create(const trn_program *p, void *workspace, trn_run **run);
+trn_status trn_run_set_buffer(trn_run *run, int node, void *ptr);
+// Launches the next steps on `stream` up to the next host step (*host_step
+// set to its number) or to the end (*host_step = -1).
+trn_status trn_run_continue(trn_run *run, trn_stream *stream, int *host_step);
+// Releases the run once the stream has executed its work (a stream task).
+trn_status trn_run_finish(trn_run *run, trn_stream *stream);
+
+// sha256 of `len` bytes as 64 hex digits + NUL (used by the cache key).
+void trn_sha256_hex(const void *data, size_t len, char out[65]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

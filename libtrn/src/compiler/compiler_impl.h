@@ -1,0 +1,137 @@
+// compiler_impl.h - the graph IR and the schedule, shared by the compiler's
+// stages (graph/ builds nodes, schedule/ plans them, render/ prints them,
+// jit/ compiles and runs). Nothing here is public; names carry trn__cc_.
+#ifndef TRN_COMPILER_IMPL_H
+#define TRN_COMPILER_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trn/compiler.h"
+#include "trn/kernel_abi.h"
+
+typedef enum trn__cc_kind {
+    CC_INPUT,
+    CC_HOST_RESULT,
+    CC_CONST,
+    CC_POINTWISE,
+    CC_CAST,
+    CC_VIEW,
+    CC_REDUCE,
+    CC_MATMUL,
+    CC_CONV,
+} trn__cc_kind;
+
+typedef struct trn__cc_node {
+    trn__cc_kind kind;
+    trn_dtype dtype;
+    int ndim;
+    int64_t sizes[TRN_GRAPH_MAX_DIMS];
+    int64_t layout[TRN_GRAPH_MAX_DIMS];  // strides when in memory
+    int n_in;
+    int in[3];
+    // pointwise
+    trn_ew_op op;
+    trn_dtype compute;
+    double params[4];
+    // const
+    double cf;
+    int64_t ci;
+    // view
+    int64_t vstrides[TRN_GRAPH_MAX_DIMS];
+    int64_t voffset;
+    // reduce
+    trn_graph_reduce_op rop;
+    uint32_t mask;
+    // matmul / conv
+    double alpha;
+    trn_conv_kind conv_kind;
+    int spatial;
+    int64_t cstride[3], cpad[3], cdil[3], groups;
+    // host
+    int host_step;     // host result: its step
+    bool exported;
+    char *label;
+} trn__cc_node;
+
+typedef struct trn__cc_host {
+    int position;  // nodes [0, position) exist when the step runs
+    int n_args;
+    int *args;
+} trn__cc_host;
+
+struct trn_graph {
+    trn__cc_node *nodes;
+    int count, cap;
+    trn__cc_host *hosts;
+    int n_hosts, cap_hosts;
+};
+
+// ---- schedule ------------------------------------------------------------------
+typedef enum trn__cc_step_kind { STEP_KERNEL, STEP_MATMUL, STEP_CONV, STEP_HOST } trn__cc_step_kind;
+
+typedef struct trn__cc_step {
+    trn__cc_step_kind kind;
+    int node;    // the node the step produces (kernel/matmul/conv)
+    int kernel;  // kernel index in the shared object (STEP_KERNEL)
+    int host;    // host step number (STEP_HOST)
+} trn__cc_step;
+
+// Where a node lives once scheduled.
+typedef enum trn__cc_home {
+    HOME_FUSED,      // computed inside its readers' kernels
+    HOME_CALLER,     // input, host result or exported: caller's buffer
+    HOME_WORKSPACE,  // a piece of the workspace
+    HOME_NONE,       // const or view: no memory of its own
+} trn__cc_home;
+
+typedef struct trn__cc_schedule {
+    int n_nodes;
+    trn__cc_home *home;
+    int64_t *ws_offset;  // bytes, for HOME_WORKSPACE
+    size_t ws_size;
+    trn__cc_step *steps;
+    int n_steps;
+    int n_kernels;
+} trn__cc_schedule;
+
+// Operand access: the buffer node a value is read from, and how.
+typedef struct trn__cc_access {
+    int buffer;  // node id whose memory is read; -1 for a const
+    int64_t strides[TRN_GRAPH_MAX_DIMS];
+    int64_t offset;
+} trn__cc_access;
+
+trn_status trn__cc_schedule_build(const trn_graph *g, trn__cc_schedule *s);
+void trn__cc_schedule_free(trn__cc_schedule *s);
+// Resolves how node `n` (a buffer, or a view of one, or a const) is read.
+void trn__cc_access_of(const trn_graph *g, int n, trn__cc_access *a);
+int64_t trn__cc_numel(const trn__cc_node *n);
+bool trn__cc_is_float(trn_dtype d);
+
+// ---- render ----------------------------------------------------------------------
+// Renders the graph's kernels as one C translation unit (malloc'd string).
+trn_status trn__cc_render(const trn_graph *g, const trn__cc_schedule *s, char **source);
+
+// ---- cache --------------------------------------------------------------------------
+// Path of a verified cached object for `key` (malloc'd) or NULL.
+char *trn__cc_cache_lookup(const char *dir, const char *key);
+// Stores the object at `so_path` under `key` atomically; errors are
+// reported but non-fatal to the caller (the program still runs).
+trn_status trn__cc_cache_store(const char *dir, const char *key, const char *so_path,
+                               char **stored_path);
+trn_status trn__cc_mkdir_private(const char *dir);
+
+struct trn_program {
+    trn_graph graph;  // a copy: runs need node shapes and strides
+    trn__cc_schedule sched;
+    void *dl;
+    trn_kernel_fn *kernels;
+    char *source;
+    char key[65];
+    int from_cache;
+    double compile_seconds;
+};
+
+#endif

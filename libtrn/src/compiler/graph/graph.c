@@ -1,0 +1,410 @@
+// graph.c - the compiler's IR builder (trn/compiler.h, "nodes").
+//
+// Owns: trn_graph and its nodes. Every check on shapes, dtypes and operands
+// happens here, so the later stages (schedule, render, run) cannot fail on
+// user input and generated kernels need no error path.
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../internal.h"
+#include "../compiler_impl.h"
+
+#define BAD(...) trn__set_error(TRN_ERROR_INVALID_ARGUMENT, __VA_ARGS__)
+
+bool trn__cc_is_float(trn_dtype d) {
+    return d == TRN_DTYPE_F32 || d == TRN_DTYPE_F16 || d == TRN_DTYPE_BF16 || d == TRN_DTYPE_F64;
+}
+
+static bool dtype_ok(trn_dtype d) {
+    return (unsigned)d < TRN_DTYPE_COUNT && d != TRN_DTYPE_C64 && d != TRN_DTYPE_C128;
+}
+
+int64_t trn__cc_numel(const trn__cc_node *n) {
+    int64_t e = 1;
+    for (int i = 0; i < n->ndim; i++) e *= n->sizes[i];
+    return e;
+}
+
+trn_status trn_graph_create(trn_graph **graph) {
+    if (graph == NULL) return BAD("trn_graph_create: graph is NULL");
+    *graph = calloc(1, sizeof **graph);
+    if (*graph == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_graph_create: out of memory");
+    return TRN_SUCCESS;
+}
+
+void trn_graph_free(trn_graph *g) {
+    if (g == NULL) return;
+    for (int i = 0; i < g->count; i++) free(g->nodes[i].label);
+    for (int i = 0; i < g->n_hosts; i++) free(g->hosts[i].args);
+    free(g->nodes);
+    free(g->hosts);
+    free(g);
+}
+
+int trn_graph_node_count(const trn_graph *g) { return g ? g->count : 0; }
+
+static void contiguous(int ndim, const int64_t *sizes, int64_t *strides) {
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= sizes[i] > 1 ? sizes[i] : 1;
+    }
+}
+
+// Appends a node of the given shape (contiguous layout) and returns it.
+static trn_status add_node(trn_graph *g, trn__cc_kind kind, trn_dtype dtype, int ndim,
+                           const int64_t *sizes, trn__cc_node **out, int *id) {
+    if (g == NULL || id == NULL) return BAD("trn_graph: graph or node pointer is NULL");
+    if (!dtype_ok(dtype)) return trn__set_error(TRN_ERROR_UNSUPPORTED, "trn_graph: dtype %s is not supported by the compiler", trn_dtype_name(dtype));
+    if (ndim < 0 || ndim > TRN_GRAPH_MAX_DIMS || (ndim > 0 && sizes == NULL))
+        return BAD("trn_graph: %d dims (at most %d)", ndim, TRN_GRAPH_MAX_DIMS);
+    for (int i = 0; i < ndim; i++)
+        if (sizes[i] < 0) return BAD("trn_graph: negative size %lld in dim %d", (long long)sizes[i], i);
+    if (g->count == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 64;
+        trn__cc_node *n = realloc(g->nodes, (size_t)cap * sizeof *n);
+        if (n == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_graph: out of memory");
+        g->nodes = n;
+        g->cap = cap;
+    }
+    trn__cc_node *n = &g->nodes[g->count];
+    memset(n, 0, sizeof *n);
+    n->kind = kind;
+    n->dtype = dtype;
+    n->ndim = ndim;
+    if (ndim) memcpy(n->sizes, sizes, (size_t)ndim * sizeof *sizes);
+    contiguous(ndim, n->sizes, n->layout);
+    n->host_step = -1;
+    *out = n;
+    *id = g->count++;
+    return TRN_SUCCESS;
+}
+
+static trn_status check_node(const trn_graph *g, int id, const char *what) {
+    if (id < 0 || id >= g->count) return BAD("trn_graph: %s is node %d, not one of the %d nodes", what, id, g->count);
+    return TRN_SUCCESS;
+}
+
+// Dense and non-overlapping: some permutation of the dims is contiguous.
+static bool dense(int ndim, const int64_t *sizes, const int64_t *strides) {
+    int order[TRN_GRAPH_MAX_DIMS], k = 0;
+    for (int i = 0; i < ndim; i++)
+        if (sizes[i] > 1) order[k++] = i;
+    for (int i = 1; i < k; i++)  // insertion sort by stride
+        for (int j = i; j > 0 && strides[order[j]] < strides[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    int64_t expect = 1;
+    for (int i = 0; i < k; i++) {
+        if (strides[order[i]] != expect) return false;
+        expect *= sizes[order[i]];
+    }
+    return true;
+}
+
+static trn_status set_strides(trn__cc_node *n, const int64_t *strides, int id) {
+    if (strides == NULL) return TRN_SUCCESS;
+    if (!dense(n->ndim, n->sizes, strides))
+        return BAD("trn_graph: node %d: layout strides are not dense and non-overlapping", id);
+    for (int i = 0; i < n->ndim; i++) n->layout[i] = n->sizes[i] > 1 ? strides[i] : n->layout[i];
+    return TRN_SUCCESS;
+}
+
+static trn_status check_input_strides(int ndim, const int64_t *sizes, const int64_t *strides) {
+    if (strides == NULL) return TRN_SUCCESS;
+    for (int i = 0; i < ndim; i++)
+        if (strides[i] < 0 && sizes[i] > 1) return BAD("trn_graph_input: negative stride in dim %d", i);
+    return TRN_SUCCESS;
+}
+
+trn_status trn_graph_input(trn_graph *g, trn_dtype dtype, int ndim, const int64_t *sizes,
+                           const int64_t *strides, int *id) {
+    trn__cc_node *n;
+    trn_status st = check_input_strides(ndim, sizes, strides);
+    if (st == TRN_SUCCESS) st = add_node(g, CC_INPUT, dtype, ndim, sizes, &n, id);
+    if (st != TRN_SUCCESS) return st;
+    // Inputs may be any strided view (broadcast or overlapping): no density check.
+    if (strides) memcpy(n->layout, strides, (size_t)ndim * sizeof *strides);
+    return TRN_SUCCESS;
+}
+
+trn_status trn_graph_const(trn_graph *g, trn_dtype dtype, double f, int64_t i, int ndim,
+                           const int64_t *sizes, int *id) {
+    trn__cc_node *n;
+    trn_status st = add_node(g, CC_CONST, dtype, ndim, sizes, &n, id);
+    if (st != TRN_SUCCESS) return st;
+    n->cf = f;
+    n->ci = i;
+    return TRN_SUCCESS;
+}
+
+static bool same_shape(const trn__cc_node *a, const trn__cc_node *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->sizes[i] != b->sizes[i]) return false;
+    return true;
+}
+
+trn_status trn_graph_pointwise(trn_graph *g, trn_ew_op op, trn_dtype compute, trn_dtype out,
+                               int n_in, const int *in, const double *params, int *id) {
+    if (g == NULL || in == NULL) return BAD("trn_graph_pointwise: graph or inputs NULL");
+    if ((unsigned)op >= TRN_EW_OP_COUNT) return BAD("trn_graph_pointwise: invalid op %d", (int)op);
+    if (trn_ew_op_arity(op) != n_in)
+        return BAD("trn_graph_pointwise: %s takes %d inputs, got %d", trn_ew_op_name(op), trn_ew_op_arity(op), n_in);
+    if (!trn_ew_supports(op, compute) || (compute == TRN_DTYPE_F64 && trn_float64_native()))
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "trn_graph_pointwise: %s is not supported for %s",
+                              trn_ew_op_name(op), trn_dtype_name(compute));
+    if (trn_ew_op_is_predicate(op) && out != TRN_DTYPE_BOOL)
+        return BAD("trn_graph_pointwise: %s writes bool, not %s", trn_ew_op_name(op), trn_dtype_name(out));
+    // The shape is the first non-const input's (consts are uniform).
+    const trn__cc_node *shape = NULL;
+    for (int i = 0; i < n_in; i++) {
+        trn_status st = check_node(g, in[i], "an input");
+        if (st != TRN_SUCCESS) return st;
+        const trn__cc_node *x = &g->nodes[in[i]];
+        if (x->kind == CC_CONST) continue;
+        if (shape == NULL) shape = x;
+        else if (!same_shape(shape, x))
+            return BAD("trn_graph_pointwise: %s: input %d has a different shape (views must broadcast first)",
+                       trn_ew_op_name(op), i);
+    }
+    if (shape == NULL) shape = &g->nodes[in[0]];
+    int64_t sizes[TRN_GRAPH_MAX_DIMS];
+    int ndim = shape->ndim;
+    memcpy(sizes, shape->sizes, sizeof sizes);
+    trn__cc_node *n;
+    trn_status st = add_node(g, CC_POINTWISE, out, ndim, sizes, &n, id);
+    if (st != TRN_SUCCESS) return st;
+    n->op = op;
+    n->compute = compute;
+    n->n_in = n_in;
+    memcpy(n->in, in, (size_t)n_in * sizeof *in);
+    if (params) memcpy(n->params, params, sizeof n->params);
+    return TRN_SUCCESS;
+}
+
+trn_status trn_graph_cast(trn_graph *g, int in, trn_dtype dtype, int *id) {
+    if (g == NULL) return BAD("trn_graph_cast: graph is NULL");
+    trn_status st = check_node(g, in, "the input");
+    if (st != TRN_SUCCESS) return st;
+    int64_t sizes[TRN_GRAPH_MAX_DIMS];
+    int ndim = g->nodes[in].ndim;
+    memcpy(sizes, g->nodes[in].sizes, sizeof sizes);
+    trn__cc_node *n;
+    st = add_node(g, CC_CAST, dtype, ndim, sizes, &n, id);
+    if (st != TRN_SUCCESS) return st;
+    n->n_in = 1;
+    n->in[0] = in;
+    return TRN_SUCCESS;
+}
+
+// Largest element offset a strided view reaches (smallest is `offset`).
+static int64_t view_last(int ndim, const int64_t *sizes, const int64_t *strides, int64_t offset) {
+    int64_t last = offset;
+    for (int i = 0; i < ndim; i++)
+        if (sizes[i] == 0) return offset;
+    for (int i = 0; i < ndim; i++) last += (sizes[i] - 1) * strides[i];
+    return last;
+}
+
+trn_status trn_graph_view(trn_graph *g, int in, int ndim, const int64_t *sizes,
+                          const int64_t *strides, int64_t offset, int *id) {
+    if (g == NULL || (strides == NULL && ndim > 0)) return BAD("trn_graph_view: graph or strides NULL");
+    trn_status st = check_node(g, in, "the viewed node");
+    if (st != TRN_SUCCESS) return st;
+    const trn__cc_node *src = &g->nodes[in];
+    if (src->kind == CC_VIEW) return BAD("trn_graph_view: node %d is a view; view its base instead", in);
+    for (int i = 0; i < ndim; i++)
+        if (strides[i] < 0) return BAD("trn_graph_view: negative stride in dim %d", i);
+    if (offset < 0) return BAD("trn_graph_view: negative offset");
+    if (src->kind != CC_CONST && src->kind != CC_INPUT && src->kind != CC_HOST_RESULT) {
+        // The view must stay inside the base's dense layout.
+        int64_t span = 0;
+        for (int i = 0; i < src->ndim; i++) span += (src->sizes[i] - 1) * src->layout[i];
+        int64_t numel = trn__cc_numel(src);
+        int64_t last = view_last(ndim, sizes, strides, offset);
+        bool empty = false;
+        for (int i = 0; i < ndim; i++) empty |= sizes[i] == 0;
+        if (!empty && (numel == 0 || last > span))
+            return BAD("trn_graph_view: view of node %d reaches element %lld of %lld", in,
+                       (long long)last, (long long)numel);
+    }
+    trn__cc_node *n;
+    st = add_node(g, CC_VIEW, src->dtype, ndim, sizes, &n, id);
+    if (st != TRN_SUCCESS) return st;
+    n->n_in = 1;
+    n->in[0] = in;
+    if (ndim) memcpy(n->vstrides, strides, (size_t)ndim * sizeof *strides);
+    n->voffset = offset;
+    return TRN_SUCCESS;
+}
+
+trn_status trn_graph_reduce(trn_graph *g, trn_graph_reduce_op op, int in, trn_dtype out,
+                            uint32_t dims_mask, int *id) {
+    if (g == NULL) return BAD("trn_graph_reduce: graph is NULL");
+    trn_status st = check_node(g, in, "the input");
+    if (st != TRN_SUCCESS) return st;
+    if ((unsigned)op > TRN_GRAPH_MIN) return BAD("trn_graph_reduce: invalid op %d", (int)op);
+    const trn__cc_node *x = &g->nodes[in];
+    if (x->ndim < 32 && (dims_mask >> x->ndim) != 0) return BAD("trn_graph_reduce: dims mask 0x%x out of range for %d dims", dims_mask, x->ndim);
+    if (x->dtype == TRN_DTYPE_BOOL || out == TRN_DTYPE_BOOL)
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "trn_graph_reduce: bool reductions are not supported");
+    if ((op == TRN_GRAPH_MAX || op == TRN_GRAPH_MIN) && trn__cc_numel(x) == 0)
+        return BAD("trn_graph_reduce: max/min of an empty tensor");
+    int64_t sizes[TRN_GRAPH_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) sizes[i] = (dims_mask >> i) & 1 ? 1 : x->sizes[i];
+    trn__cc_node *n;
+    st = add_node(g, CC_REDUCE, out, x->ndim, sizes, &n, id);
+    if (st != TRN_SUCCESS) return st;
+    n->rop = op;
+    n->mask = dims_mask;
+    n->n_in = 1;
+    n->in[0] = in;
+    return TRN_SUCCESS;
+}
+
+trn_status trn_graph_matmul(trn_graph *g, int a, int b, double alpha, int *id) {
+    if (g == NULL) return BAD("trn_graph_matmul: graph is NULL");
+    trn_status st = check_node(g, a, "A");
+    if (st == TRN_SUCCESS) st = check_node(g, b, "B");
+    if (st != TRN_SUCCESS) return st;
+    const trn__cc_node *A = &g->nodes[a], *B = &g->nodes[b];
+    if (A->ndim != 3 || B->ndim != 3) return BAD("trn_graph_matmul: operands must be 3-d (batch, rows, cols)");
+    if (A->dtype != B->dtype || !trn__cc_is_float(A->dtype) || A->dtype == TRN_DTYPE_F64)
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "trn_graph_matmul: dtypes %s x %s are not supported",
+                              trn_dtype_name(A->dtype), trn_dtype_name(B->dtype));
+    if (A->sizes[0] != B->sizes[0] || A->sizes[2] != B->sizes[1])
+        return BAD("trn_graph_matmul: shapes (%lld,%lld,%lld) x (%lld,%lld,%lld) do not match",
+                   (long long)A->sizes[0], (long long)A->sizes[1], (long long)A->sizes[2],
+                   (long long)B->sizes[0], (long long)B->sizes[1], (long long)B->sizes[2]);
+    int64_t sizes[3] = {A->sizes[0], A->sizes[1], B->sizes[2]};
+    trn_dtype dt = A->dtype;
+    trn__cc_node *n;
+    st = add_node(g, CC_MATMUL, dt, 3, sizes, &n, id);
+    if (st != TRN_SUCCESS) return st;
+    n->n_in = 2;
+    n->in[0] = a;
+    n->in[1] = b;
+    n->alpha = alpha;
+    return TRN_SUCCESS;
+}
+
+trn_status trn_graph_conv(trn_graph *g, trn_conv_kind kind, int x, int y, int bias, int spatial,
+                          const int64_t *stride, const int64_t *padding, const int64_t *dilation,
+                          int64_t groups, int out_ndim, const int64_t *out_sizes, int *id) {
+    if (g == NULL || stride == NULL || padding == NULL || dilation == NULL)
+        return BAD("trn_graph_conv: NULL argument");
+    trn_status st = check_node(g, x, "the first operand");
+    if (st == TRN_SUCCESS) st = check_node(g, y, "the second operand");
+    if (st == TRN_SUCCESS && bias >= 0) st = check_node(g, bias, "the bias");
+    if (st != TRN_SUCCESS) return st;
+    if ((unsigned)kind > TRN_CONV_BACKWARD_WEIGHTS) return BAD("trn_graph_conv: invalid kind");
+    if (spatial < 1 || spatial > 3 || out_ndim != spatial + 2 || g->nodes[x].ndim != spatial + 2 ||
+        g->nodes[y].ndim != spatial + 2)
+        return BAD("trn_graph_conv: %d spatial dims with operands of %d/%d dims and a %d-d result",
+                   spatial, g->nodes[x].ndim, g->nodes[y].ndim, out_ndim);
+    if (bias >= 0 && (kind != TRN_CONV_FORWARD || g->nodes[bias].ndim != 1))
+        return BAD("trn_graph_conv: a bias is a 1-d operand of the forward convolution");
+    trn_dtype dt = g->nodes[x].dtype;
+    if (dt != g->nodes[y].dtype || (bias >= 0 && g->nodes[bias].dtype != dt) ||
+        !trn__cc_is_float(dt) || dt == TRN_DTYPE_F64)
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "trn_graph_conv: dtype %s is not supported", trn_dtype_name(dt));
+    if (groups < 1) return BAD("trn_graph_conv: groups %lld", (long long)groups);
+    trn__cc_node *n;
+    st = add_node(g, CC_CONV, dt, out_ndim, out_sizes, &n, id);
+    if (st != TRN_SUCCESS) return st;
+    n->conv_kind = kind;
+    n->spatial = spatial;
+    n->n_in = bias >= 0 ? 3 : 2;
+    n->in[0] = x;
+    n->in[1] = y;
+    n->in[2] = bias;
+    memcpy(n->cstride, stride, (size_t)spatial * sizeof *stride);
+    memcpy(n->cpad, padding, (size_t)spatial * sizeof *padding);
+    memcpy(n->cdil, dilation, (size_t)spatial * sizeof *dilation);
+    n->groups = groups;
+    return TRN_SUCCESS;
+}
+
+trn_status trn_graph_host_call(trn_graph *g, int n_args, const int *args, int *step) {
+    if (g == NULL || step == NULL || (n_args > 0 && args == NULL)) return BAD("trn_graph_host_call: NULL argument");
+    for (int i = 0; i < n_args; i++) {
+        trn_status st = check_node(g, args[i], "a host argument");
+        if (st != TRN_SUCCESS) return st;
+        const trn__cc_node *a = &g->nodes[args[i]];
+        if (a->kind != CC_INPUT && a->kind != CC_HOST_RESULT && !a->exported)
+            return BAD("trn_graph_host_call: argument node %d is not an input, a host result or exported", args[i]);
+    }
+    if (g->n_hosts == g->cap_hosts) {
+        int cap = g->cap_hosts ? 2 * g->cap_hosts : 8;
+        trn__cc_host *h = realloc(g->hosts, (size_t)cap * sizeof *h);
+        if (h == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_graph_host_call: out of memory");
+        g->hosts = h;
+        g->cap_hosts = cap;
+    }
+    trn__cc_host *h = &g->hosts[g->n_hosts];
+    h->position = g->count;
+    h->n_args = n_args;
+    h->args = malloc((size_t)(n_args > 0 ? n_args : 1) * sizeof *args);
+    if (h->args == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_graph_host_call: out of memory");
+    if (n_args) memcpy(h->args, args, (size_t)n_args * sizeof *args);
+    *step = g->n_hosts++;
+    return TRN_SUCCESS;
+}
+
+trn_status trn_graph_host_result(trn_graph *g, int step, trn_dtype dtype, int ndim,
+                                 const int64_t *sizes, const int64_t *strides, int *id) {
+    if (g == NULL || step < 0 || step >= g->n_hosts) return BAD("trn_graph_host_result: no host step %d", step);
+    if (step != g->n_hosts - 1) return BAD("trn_graph_host_result: results belong to the latest host step");
+    trn__cc_node *n;
+    trn_status st = check_input_strides(ndim, sizes, strides);
+    if (st == TRN_SUCCESS) st = add_node(g, CC_HOST_RESULT, dtype, ndim, sizes, &n, id);
+    if (st != TRN_SUCCESS) return st;
+    if (strides) memcpy(n->layout, strides, (size_t)ndim * sizeof *strides);
+    n->host_step = step;
+    return TRN_SUCCESS;
+}
+
+trn_status trn_graph_export(trn_graph *g, int node, const int64_t *strides) {
+    if (g == NULL) return BAD("trn_graph_export: graph is NULL");
+    trn_status st = check_node(g, node, "the exported node");
+    if (st != TRN_SUCCESS) return st;
+    trn__cc_node *n = &g->nodes[node];
+    if (n->kind == CC_INPUT || n->kind == CC_HOST_RESULT || n->kind == CC_VIEW)
+        return BAD("trn_graph_export: node %d is an input, host result or view (the caller has it already)", node);
+    if (n->exported) return TRN_SUCCESS;
+    st = set_strides(n, strides, node);
+    if (st != TRN_SUCCESS) return st;
+    n->exported = true;
+    return TRN_SUCCESS;
+}
+
+trn_status trn_graph_set_layout(trn_graph *g, int node, const int64_t *strides) {
+    if (g == NULL) return BAD("trn_graph_set_layout: graph is NULL");
+    trn_status st = check_node(g, node, "the node");
+    if (st != TRN_SUCCESS) return st;
+    trn__cc_node *n = &g->nodes[node];
+    if (n->kind == CC_INPUT || n->kind == CC_HOST_RESULT) return BAD("trn_graph_set_layout: node %d has the caller's strides", node);
+    return set_strides(n, strides, node);
+}
+
+trn_status trn_graph_set_label(trn_graph *g, int node, const char *label) {
+    if (g == NULL || label == NULL) return BAD("trn_graph_set_label: NULL argument");
+    trn_status st = check_node(g, node, "the node");
+    if (st != TRN_SUCCESS) return st;
+    // Labels go into C comments: keep them to identifier-ish characters.
+    size_t n = strlen(label);
+    if (n > 200) n = 200;
+    char *copy = malloc(n + 1);
+    if (copy == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_graph_set_label: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        char c = label[i];
+        copy[i] = (c == '*' || c == '/' || c == '\n' || c == '\\') ? '_' : c;
+    }
+    copy[n] = 0;
+    free(g->nodes[node].label);
+    g->nodes[node].label = copy;
+    return TRN_SUCCESS;
+}

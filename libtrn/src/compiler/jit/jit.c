@@ -1,0 +1,334 @@
+// jit.c - compiles a graph's C with the system compiler and loads it.
+//
+// Owns: trn_program (schedule + loaded shared object). The compiler is $CC
+// (default gcc) with -O2 -march=native -shared -fPIC plus the flags the
+// eager kernels use (-fno-math-errno -fno-trapping-math: sqrt and compares
+// vectorize; NaN/inf semantics unchanged) and $NEURON_CC_FLAGS. The source
+// is written into a private mkdtemp directory; the object goes into the
+// disk cache (cache/) keyed by a hash of everything that shapes it.
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../../internal.h"
+#include "../compiler_impl.h"
+
+extern char **environ;
+
+#define CACHE_VERSION "1"
+#define MAX_FLAGS 64
+
+static const char *cc_path(void) {
+    const char *cc = getenv("CC");
+    return cc && *cc ? cc : "gcc";
+}
+
+// Reads a whole file (malloc'd, NUL-terminated); NULL if unreadable.
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return NULL;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = (cap + 4096) * 2;
+            char *nb = realloc(buf, cap);
+            if (nb == NULL) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = nb;
+        }
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0) break;
+    }
+    fclose(f);
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+static bool write_file(const char *path, const char *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (f == NULL) return false;
+    bool ok = fwrite(data, 1, len, f) == len;
+    return fclose(f) == 0 && ok;
+}
+
+// Splits $NEURON_CC_FLAGS on blanks into argv entries (no shell quoting).
+static int split_flags(char *text, char **argv, int max) {
+    int n = 0;
+    for (char *p = text; p && *p && n < max;) {
+        while (*p == ' ' || *p == '\t') p++;
+        if (!*p) break;
+        argv[n++] = p;
+        while (*p && *p != ' ' && *p != '\t') p++;
+        if (*p) *p++ = 0;
+    }
+    return n;
+}
+
+// The C compiler's version line (once per process; it is part of the key).
+static const char *cc_version(void) {
+    static char version[256];
+    static int done;
+    if (done) return version;
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "%s -dumpfullversion -dumpversion 2>/dev/null", cc_path());
+    FILE *p = popen(cmd, "r");
+    if (p) {
+        if (fgets(version, sizeof version, p) == NULL) version[0] = 0;
+        pclose(p);
+    }
+    done = 1;
+    return version;
+}
+
+// Hash of the headers generated code includes: a changed scalar.h must not
+// reuse objects compiled against the old one.
+static void headers_hash(const char *dir, char out[65]) {
+    static const char *names[] = {"trn/kernel_abi.h", "trn/scalar.h", "trn/convert.h"};
+    char *all = NULL;
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        size_t len = 0;
+        char *text = read_file(path, &len);
+        if (text == NULL) continue;
+        char *na = realloc(all, total + len + 1);
+        if (na) {
+            memcpy(na + total, text, len);
+            total += len;
+            all = na;
+        }
+        free(text);
+    }
+    trn_sha256_hex(all ? all : "", total, out);
+    free(all);
+}
+
+static double now_s(void) { return (double)trn__now_ns() * 1e-9; }
+
+// Runs the compiler: source -> so_path; the command and its output go to
+// `log` (malloc'd). Returns the exit status (-1 if it could not start).
+static int run_cc(const char *src_path, const char *so_path, const char *inc, const char *log_path,
+                  char **cmdline) {
+    char *flags_copy = NULL;
+    const char *extra = getenv("NEURON_CC_FLAGS");
+    if (extra && *extra) {
+        flags_copy = malloc(strlen(extra) + 1);
+        if (flags_copy) strcpy(flags_copy, extra);
+    }
+    char incflag[4200];
+    snprintf(incflag, sizeof incflag, "-I%s", inc);
+    char *argv[MAX_FLAGS + 16];
+    int n = 0;
+    argv[n++] = (char *)cc_path();
+    const char *fixed[] = {"-O2", "-march=native", "-shared", "-fPIC", "-fno-math-errno",
+                           "-fno-trapping-math", "-std=gnu11", "-w"};
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) argv[n++] = (char *)fixed[i];
+    n += split_flags(flags_copy, argv + n, MAX_FLAGS);
+    argv[n++] = incflag;
+    argv[n++] = (char *)src_path;
+    argv[n++] = "-o";
+    argv[n++] = (char *)so_path;
+    argv[n] = NULL;
+    size_t len = 0;
+    for (int i = 0; i < n; i++) len += strlen(argv[i]) + 1;
+    *cmdline = malloc(len + 1);
+    if (*cmdline) {
+        (*cmdline)[0] = 0;
+        for (int i = 0; i < n; i++) {
+            strcat(*cmdline, argv[i]);
+            if (i + 1 < n) strcat(*cmdline, " ");
+        }
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    free(flags_copy);
+    if (rc != 0) return -1;
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void debug_write(const trn_compile_options *o, const char *suffix, const char *text) {
+    if (o->debug_dir == NULL || text == NULL) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s%s", o->debug_dir, o->name ? o->name : "graph", suffix);
+    write_file(path, text, strlen(text));
+}
+
+static void rm_tree(const char *dir, const char *const *names, int n) {
+    char path[4200];
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+static trn_status copy_graph(trn_graph *dst, const trn_graph *src) {
+    memset(dst, 0, sizeof *dst);
+    dst->nodes = malloc(((size_t)src->count + 1) * sizeof *dst->nodes);
+    if (dst->nodes == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory");
+    memcpy(dst->nodes, src->nodes, (size_t)src->count * sizeof *dst->nodes);
+    for (int i = 0; i < src->count; i++) dst->nodes[i].label = NULL;
+    dst->count = dst->cap = src->count;
+    dst->hosts = NULL;  // runs only need the steps, which record host numbers
+    return TRN_SUCCESS;
+}
+
+static trn_status load_so(trn_program *p, const char *path) {
+    p->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (p->dl == NULL) return trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: dlopen %s: %s", path, dlerror());
+    const int *abi = dlsym(p->dl, "trn_graph_abi_version");
+    const int *count = dlsym(p->dl, "trn_graph_kernel_count");
+    p->kernels = dlsym(p->dl, "trn_graph_kernels");
+    if (abi == NULL || count == NULL || p->kernels == NULL || *abi != TRN_KERNEL_ABI_VERSION ||
+        *count != p->sched.n_kernels)
+        return trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: %s is not a graph of this compiler "
+                              "(ABI or kernel count differs)", path);
+    return TRN_SUCCESS;
+}
+
+trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *opts, trn_program **out) {
+    if (g == NULL || opts == NULL || out == NULL || opts->include_dir == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_program_compile: NULL argument");
+    trn_program *p = calloc(1, sizeof *p);
+    if (p == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory");
+    char *cmd = NULL, *log = NULL, *stored = NULL, *hit = NULL;
+    char tmpdir[] = "/tmp/trn-cc-XXXXXX";
+    bool have_tmp = false;
+    trn_status st = trn__cc_schedule_build(g, &p->sched);
+    if (st != TRN_SUCCESS) goto fail;
+    st = copy_graph(&p->graph, g);
+    if (st != TRN_SUCCESS) goto fail;
+    st = trn__cc_render(g, &p->sched, &p->source);
+    if (st != TRN_SUCCESS) goto fail;
+    debug_write(opts, ".c", p->source);
+
+    // Key: source, our version, compiler, its version, flags, headers.
+    char hh[65];
+    headers_hash(opts->include_dir, hh);
+    const char *extra = getenv("NEURON_CC_FLAGS");
+    size_t klen = strlen(p->source) + 1024 + (extra ? strlen(extra) : 0);
+    char *keytext = malloc(klen);
+    if (keytext == NULL) {
+        st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory");
+        goto fail;
+    }
+    int kn = snprintf(keytext, klen, "%s\n%s\ncache %s abi %d\ncc %s %s\nflags %s\nheaders %s\n", p->source,
+                      TRN_COMPILER_VERSION, CACHE_VERSION, TRN_KERNEL_ABI_VERSION, cc_path(), cc_version(),
+                      extra ? extra : "", hh);
+    trn_sha256_hex(keytext, (size_t)kn, p->key);
+    free(keytext);
+
+    if (opts->cache_dir) {
+        hit = trn__cc_cache_lookup(opts->cache_dir, p->key);
+        if (hit) {
+            st = load_so(p, hit);
+            if (st == TRN_SUCCESS) {
+                p->from_cache = 1;
+                debug_write(opts, ".log", "loaded from the disk cache; nothing compiled\n");
+                free(hit);
+                *out = p;
+                return TRN_SUCCESS;
+            }
+            if (p->dl) dlclose(p->dl);
+            p->dl = NULL;
+            trn_clear_error();
+        }
+    }
+    if (mkdtemp(tmpdir) == NULL) {
+        st = trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: mkdtemp: %s", strerror(errno));
+        goto fail;
+    }
+    have_tmp = true;
+    char src[64], so[64], logp[64];
+    snprintf(src, sizeof src, "%s/graph.c", tmpdir);
+    snprintf(so, sizeof so, "%s/graph.so", tmpdir);
+    snprintf(logp, sizeof logp, "%s/cc.log", tmpdir);
+    if (!write_file(src, p->source, strlen(p->source))) {
+        st = trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: cannot write %s", src);
+        goto fail;
+    }
+    double t0 = now_s();
+    int rc = run_cc(src, so, opts->include_dir, logp, &cmd);
+    p->compile_seconds = now_s() - t0;
+    log = read_file(logp, NULL);
+    debug_write(opts, ".cmd", cmd);
+    if (opts->debug_dir) {
+        char text[256];
+        snprintf(text, sizeof text, "exit status %d after %.3f s\n", rc, p->compile_seconds);
+        size_t ll = (log ? strlen(log) : 0) + strlen(text) + 1;
+        char *full = malloc(ll);
+        if (full) {
+            snprintf(full, ll, "%s%s", log ? log : "", text);
+            debug_write(opts, ".log", full);
+            free(full);
+        }
+    }
+    if (rc != 0) {
+        st = trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: `%s` failed (status %d): %.600s",
+                            cmd ? cmd : cc_path(), rc, log ? log : "");
+        goto fail;
+    }
+    const char *load_path = so;
+    if (opts->cache_dir && trn__cc_cache_store(opts->cache_dir, p->key, so, &stored) == TRN_SUCCESS)
+        load_path = stored;
+    trn_clear_error();  // a cache that cannot be written only costs time
+    st = load_so(p, load_path);
+    if (st != TRN_SUCCESS) goto fail;
+    const char *names[] = {"graph.c", "graph.so", "cc.log"};
+    rm_tree(tmpdir, names, 3);
+    free(cmd);
+    free(log);
+    free(stored);
+    *out = p;
+    return TRN_SUCCESS;
+fail:
+    if (have_tmp) {
+        const char *names[] = {"graph.c", "graph.so", "cc.log"};
+        rm_tree(tmpdir, names, 3);
+    }
+    free(cmd);
+    free(log);
+    free(stored);
+    free(hit);
+    trn_program_free(p);
+    return st;
+}
+
+void trn_program_free(trn_program *p) {
+    if (p == NULL) return;
+    if (p->dl) dlclose(p->dl);
+    trn__cc_schedule_free(&p->sched);
+    free(p->graph.nodes);
+    free(p->source);
+    free(p);
+}
+
+size_t trn_program_workspace_size(const trn_program *p) { return p ? p->sched.ws_size : 0; }
+int trn_program_kernel_count(const trn_program *p) { return p ? p->sched.n_kernels : 0; }
+int trn_program_from_cache(const trn_program *p) { return p ? p->from_cache : 0; }
+double trn_program_compile_seconds(const trn_program *p) { return p ? p->compile_seconds : 0.0; }
+const char *trn_program_source(const trn_program *p) { return p ? p->source : ""; }
+const char *trn_program_cache_key(const trn_program *p) { return p ? p->key : ""; }

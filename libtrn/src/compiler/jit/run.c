@@ -1,0 +1,207 @@
+// run.c - running a compiled program on a stream.
+//
+// Owns: trn_run. Each step is one stream task (a generated kernel) or one
+// extern launch (matmul, convolution) on the same stream, so compiled steps
+// stay ordered with eager work exactly like eager kernels. The run's array
+// of buffer addresses is read by the queued tasks, so it is freed by a task
+// queued after them (trn_run_finish).
+#include <stdlib.h>
+#include <string.h>
+
+#include "trn/blas.h"
+#include "trn/conv.h"
+#include "trn/parallel.h"
+
+#include "../../internal.h"
+#include "../compiler_impl.h"
+
+struct trn_run {
+    const trn_program *p;
+    void **ptrs;  // per node
+    int next;     // next step
+};
+
+static void abi_parallel_for(int64_t n, int64_t grain, trn_kernel_range_fn fn, void *ctx) {
+    trn_parallel_for(n, grain, fn, ctx);
+}
+
+static const trn_kernel_abi kernel_abi = {TRN_KERNEL_ABI_VERSION, abi_parallel_for};
+
+typedef struct kernel_task {
+    trn_kernel_fn fn;
+    void *const *ptrs;
+} kernel_task;
+
+static trn_status run_kernel(void *args) {
+    const kernel_task *t = args;
+    t->fn(t->ptrs, &kernel_abi);
+    return TRN_SUCCESS;
+}
+
+static trn_status free_run(void *args) {
+    trn_run *r = *(trn_run **)args;
+    free(r->ptrs);
+    free(r);
+    return TRN_SUCCESS;
+}
+
+trn_status trn_run_create(const trn_program *p, void *workspace, trn_run **run) {
+    if (p == NULL || run == NULL) return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_create: NULL argument");
+    if (p->sched.ws_size > 0 && workspace == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_create: the program needs %zu bytes of workspace", p->sched.ws_size);
+    trn_run *r = calloc(1, sizeof *r);
+    void **ptrs = calloc((size_t)p->graph.count + 1, sizeof *ptrs);
+    if (r == NULL || ptrs == NULL) {
+        free(r);
+        free(ptrs);
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_run_create: out of memory");
+    }
+    for (int i = 0; i < p->graph.count; i++)
+        if (p->sched.home[i] == HOME_WORKSPACE) ptrs[i] = (char *)workspace + p->sched.ws_offset[i];
+    r->p = p;
+    r->ptrs = ptrs;
+    *run = r;
+    return TRN_SUCCESS;
+}
+
+trn_status trn_run_set_buffer(trn_run *r, int node, void *ptr) {
+    if (r == NULL || node < 0 || node >= r->p->graph.count)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_set_buffer: no node %d", node);
+    if (r->p->sched.home[node] != HOME_CALLER)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_set_buffer: node %d is not an input, host result or exported node", node);
+    r->ptrs[node] = ptr;
+    return TRN_SUCCESS;
+}
+
+static void *at(const trn_run *r, const trn__cc_access *a) {
+    const trn__cc_node *b = &r->p->graph.nodes[a->buffer];
+    return (char *)r->ptrs[a->buffer] + a->offset * (int64_t)trn_dtype_size(b->dtype);
+}
+
+static trn_status launch_matmul(const trn_run *r, trn_stream *s, int node) {
+    const trn_graph *g = &r->p->graph;
+    const trn__cc_node *n = &g->nodes[node];
+    trn__cc_access A, B;
+    trn__cc_access_of(g, n->in[0], &A);
+    trn__cc_access_of(g, n->in[1], &B);
+    trn_matmul_desc d;
+    memset(&d, 0, sizeof d);
+    d.dtype = n->dtype;
+    d.batch = n->sizes[0];
+    d.m = n->sizes[1];
+    d.n = n->sizes[2];
+    d.k = g->nodes[n->in[0]].sizes[2];
+    d.a = at(r, &A);
+    d.b = at(r, &B);
+    d.c = r->ptrs[node];
+    memcpy(d.a_strides, A.strides, sizeof d.a_strides);
+    memcpy(d.b_strides, B.strides, sizeof d.b_strides);
+    memcpy(d.c_strides, n->layout, sizeof d.c_strides);
+    d.alpha = n->alpha;
+    d.beta = 0.0;
+    d.alpha_int = 1;
+    return trn_matmul_launch(s, &d);
+}
+
+static void operand(const trn_run *r, int node, void **ptr, int64_t *strides, int nd) {
+    trn__cc_access a;
+    trn__cc_access_of(&r->p->graph, node, &a);
+    *ptr = at(r, &a);
+    memcpy(strides, a.strides, (size_t)nd * sizeof *strides);
+}
+
+static trn_status launch_conv(const trn_run *r, trn_stream *s, int node) {
+    const trn_graph *g = &r->p->graph;
+    const trn__cc_node *n = &g->nodes[node];
+    const trn__cc_node *x = &g->nodes[n->in[0]], *y = &g->nodes[n->in[1]];
+    const int sp = n->spatial, nd = sp + 2;
+    trn_conv_desc d;
+    memset(&d, 0, sizeof d);
+    d.dtype = n->dtype;
+    d.spatial = sp;
+    d.groups = n->groups;
+    memcpy(d.stride, n->cstride, sizeof d.stride);
+    memcpy(d.padding, n->cpad, sizeof d.padding);
+    memcpy(d.dilation, n->cdil, sizeof d.dilation);
+    const trn__cc_node *in, *w, *out;
+    switch (n->conv_kind) {
+    case TRN_CONV_FORWARD:
+        in = x, w = y, out = n;
+        operand(r, n->in[0], &d.input, d.input_strides, nd);
+        operand(r, n->in[1], &d.weight, d.weight_strides, nd);
+        d.output = r->ptrs[node];
+        memcpy(d.output_strides, n->layout, (size_t)nd * sizeof(int64_t));
+        if (n->n_in == 3 && n->in[2] >= 0) {
+            int64_t bs;
+            operand(r, n->in[2], &d.bias, &bs, 1);
+            d.bias_stride = bs;
+        }
+        break;
+    case TRN_CONV_BACKWARD_DATA:
+        out = x, w = y, in = n;
+        operand(r, n->in[0], &d.output, d.output_strides, nd);
+        operand(r, n->in[1], &d.weight, d.weight_strides, nd);
+        d.input = r->ptrs[node];
+        memcpy(d.input_strides, n->layout, (size_t)nd * sizeof(int64_t));
+        break;
+    default:
+        in = x, out = y, w = n;
+        operand(r, n->in[0], &d.input, d.input_strides, nd);
+        operand(r, n->in[1], &d.output, d.output_strides, nd);
+        d.weight = r->ptrs[node];
+        memcpy(d.weight_strides, n->layout, (size_t)nd * sizeof(int64_t));
+        break;
+    }
+    d.n = in->sizes[0];
+    d.c_in = in->sizes[1];
+    d.c_out = out->sizes[1];
+    for (int i = 0; i < sp; i++) {
+        d.in_size[i] = in->sizes[2 + i];
+        d.out_size[i] = out->sizes[2 + i];
+        d.kernel[i] = w->sizes[2 + i];
+    }
+    switch (n->conv_kind) {
+    case TRN_CONV_FORWARD: return trn_conv_forward_launch(s, &d);
+    case TRN_CONV_BACKWARD_DATA: return trn_conv_backward_data_launch(s, &d);
+    default: return trn_conv_backward_weights_launch(s, &d);
+    }
+}
+
+trn_status trn_run_continue(trn_run *r, trn_stream *s, int *host_step) {
+    if (r == NULL || s == NULL || host_step == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_continue: NULL argument");
+    const trn__cc_schedule *sc = &r->p->sched;
+    for (int i = 0; i < sc->n_nodes; i++)
+        if (sc->home[i] == HOME_CALLER && r->ptrs[i] == NULL && r->next == 0 &&
+            r->p->graph.nodes[i].kind != CC_HOST_RESULT && trn__cc_numel(&r->p->graph.nodes[i]) > 0)
+            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_continue: buffer of node %d was not set", i);
+    while (r->next < sc->n_steps) {
+        const trn__cc_step *sp = &sc->steps[r->next++];
+        trn_status st = TRN_SUCCESS;
+        switch (sp->kind) {
+        case STEP_HOST: *host_step = sp->host; return TRN_SUCCESS;
+        case STEP_KERNEL: {
+            kernel_task t = {r->p->kernels[sp->kernel], r->ptrs};
+            st = trn_stream_launch(s, run_kernel, &t, sizeof t);
+            break;
+        }
+        case STEP_MATMUL: st = launch_matmul(r, s, sp->node); break;
+        case STEP_CONV: st = launch_conv(r, s, sp->node); break;
+        }
+        if (st != TRN_SUCCESS) return st;
+    }
+    *host_step = -1;
+    return TRN_SUCCESS;
+}
+
+trn_status trn_run_finish(trn_run *r, trn_stream *s) {
+    if (r == NULL) return TRN_SUCCESS;
+    if (s == NULL) return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_finish: stream is NULL");
+    trn_status st = trn_stream_launch(s, free_run, &r, sizeof r);
+    if (st != TRN_SUCCESS) {  // nothing can still read it only if the stream is idle
+        trn_stream_synchronize(s);
+        free(r->ptrs);
+        free(r);
+    }
+    return st;
+}

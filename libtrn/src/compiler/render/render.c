@@ -1,0 +1,648 @@
+// render.c - one C translation unit per graph, one function per kernel.
+//
+// Owns: the text of generated code. A kernel is a loop nest over its root
+// node's shape (for a reduction: its input's shape, reduced dims innermost);
+// the body computes every fused node once per element, in node order, with
+// the per-element functions of trn/scalar.h, so fused and eager results are
+// computed by the same math. Shapes and strides are literals (graphs are
+// static), dims that every access walks contiguously are merged, and the
+// outer loop is split across the device's cores through the ABI table.
+// The output is meant to be read: a comment before each kernel names the FX
+// nodes it covers, and values are named v<node>.
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../internal.h"
+#include "../compiler_impl.h"
+
+// ---- string builder -------------------------------------------------------------
+typedef struct sb {
+    char *s;
+    size_t len, cap;
+    bool oom;
+} sb;
+
+TRN__PRINTF(2, 3) static void put(sb *b, const char *fmt, ...) {
+    if (b->oom) return;
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = true;
+            return;
+        }
+        if (b->s && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = (b->cap + (size_t)n + 1) * 2;
+        char *s = realloc(b->s, cap);
+        if (s == NULL) {
+            b->oom = true;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+}
+
+// ---- types ----------------------------------------------------------------------
+static bool is_f(trn_dtype d) { return trn__cc_is_float(d); }
+static const char *reg_type(trn_dtype d) { return is_f(d) ? "float" : "int64_t"; }
+
+static const char *mem_type(trn_dtype d) {
+    switch (d) {
+    case TRN_DTYPE_F32: return "float";
+    case TRN_DTYPE_F64: return "double";
+    case TRN_DTYPE_F16:
+    case TRN_DTYPE_BF16:
+    case TRN_DTYPE_U16: return "uint16_t";
+    case TRN_DTYPE_BOOL:
+    case TRN_DTYPE_U8: return "uint8_t";
+    case TRN_DTYPE_I8: return "int8_t";
+    case TRN_DTYPE_I16: return "int16_t";
+    case TRN_DTYPE_I32: return "int32_t";
+    case TRN_DTYPE_I64: return "int64_t";
+    case TRN_DTYPE_U32: return "uint32_t";
+    case TRN_DTYPE_U64: return "uint64_t";
+    default: return "uint8_t";
+    }
+}
+
+// Converts the value of expression `e` held in the register type of `from`
+// to the value it has as dtype `to` (in `to`'s register type).
+static void put_convert(sb *b, const char *e, trn_dtype from, trn_dtype to) {
+    if (is_f(to)) {
+        const char *src = is_f(from) ? "" : "(float)";
+        if (to == TRN_DTYPE_F16) put(b, "trn_g_round_half(%s(%s))", src, e);
+        else if (to == TRN_DTYPE_BF16) put(b, "trn_g_round_bf16(%s(%s))", src, e);
+        else put(b, "%s(%s)", src, e);
+        return;
+    }
+    if (to == TRN_DTYPE_BOOL) {
+        put(b, "(int64_t)((%s) != 0)", e);
+        return;
+    }
+    if (is_f(from)) put(b, "(int64_t)(%s)(int64_t)(%s)", mem_type(to), e);
+    else put(b, "(int64_t)(%s)(%s)", mem_type(to), e);
+}
+
+static void put_load(sb *b, trn_dtype d, const char *ptr, const char *idx) {
+    switch (d) {
+    case TRN_DTYPE_F16: put(b, "trn_half_to_float(%s[%s])", ptr, idx); break;
+    case TRN_DTYPE_BF16: put(b, "trn_bf16_to_float(%s[%s])", ptr, idx); break;
+    case TRN_DTYPE_F64: put(b, "(float)%s[%s]", ptr, idx); break;
+    case TRN_DTYPE_F32: put(b, "%s[%s]", ptr, idx); break;
+    default: put(b, "(int64_t)%s[%s]", ptr, idx); break;
+    }
+}
+
+static void put_store_value(sb *b, trn_dtype d, const char *v) {
+    switch (d) {
+    case TRN_DTYPE_F16: put(b, "trn_float_to_half(%s)", v); break;
+    case TRN_DTYPE_BF16: put(b, "trn_float_to_bf16(%s)", v); break;
+    case TRN_DTYPE_F64: put(b, "(double)%s", v); break;
+    case TRN_DTYPE_F32: put(b, "%s", v); break;
+    case TRN_DTYPE_BOOL: put(b, "(uint8_t)(%s != 0)", v); break;
+    default: put(b, "(%s)%s", mem_type(d), v); break;
+    }
+}
+
+static void put_float_literal(sb *b, double v) {
+    if (v != v) put(b, "NAN");
+    else if (v == INFINITY) put(b, "INFINITY");
+    else if (v == -INFINITY) put(b, "(-INFINITY)");
+    else {
+        char t[64];
+        snprintf(t, sizeof t, "%.9g", (double)(float)v);
+        put(b, "%s%sf", t, strpbrk(t, ".en") ? "" : ".0");
+    }
+}
+
+static void put_const(sb *b, const trn__cc_node *c) {
+    if (is_f(c->dtype)) put_float_literal(b, c->cf);
+    else if (c->dtype == TRN_DTYPE_BOOL) put(b, "INT64_C(%d)", c->ci != 0);
+    else put(b, "INT64_C(%lld)", (long long)c->ci);
+}
+
+static void lower_name(const char *up, char *out, size_t n) {
+    size_t i = 0;
+    for (; up[i] && i + 1 < n; i++) out[i] = (char)(up[i] >= 'A' && up[i] <= 'Z' ? up[i] - 'A' + 'a' : up[i]);
+    out[i] = 0;
+}
+
+// ---- kernel structure -------------------------------------------------------------
+typedef struct kernel {
+    const trn_graph *g;
+    const trn__cc_schedule *s;
+    int root;
+    bool reduce;
+    int loop_ndim;
+    int64_t loop_sizes[TRN_GRAPH_MAX_DIMS];
+    int *fused;  // fused nodes in node order (pointwise/cast), root excluded
+    int n_fused;
+    int *leaves;  // nodes read from memory (buffer or view), in node order
+    int n_leaves;
+    trn__cc_access *acc;  // per leaf
+    char *mark;
+} kernel;
+
+// Collects the fused nodes and leaves below node n.
+static void collect(kernel *k, int n) {
+    if (k->mark[n]) return;
+    k->mark[n] = 1;
+    const trn__cc_node *x = &k->g->nodes[n];
+    if (x->kind == CC_CONST) return;
+    if (x->kind == CC_VIEW) {
+        if (k->g->nodes[x->in[0]].kind == CC_CONST && k->s->home[x->in[0]] == HOME_NONE) {
+            k->mark[n] = 2;  // a view of a literal is the literal
+            return;
+        }
+        k->leaves[k->n_leaves++] = n;
+        return;
+    }
+    if (k->s->home[n] != HOME_FUSED) {
+        k->leaves[k->n_leaves++] = n;
+        return;
+    }
+    for (int i = 0; i < x->n_in; i++) collect(k, x->in[i]);
+    k->fused[k->n_fused++] = n;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+// Name of the value of node n inside the loop body.
+static void put_value(sb *b, const kernel *k, int n) {
+    const trn__cc_node *x = &k->g->nodes[n];
+    if (x->kind == CC_CONST) put_const(b, x);
+    else if (x->kind == CC_VIEW && k->mark[n] == 2) put_const(b, &k->g->nodes[x->in[0]]);
+    else put(b, "v%d", n);
+}
+
+static trn_dtype value_dtype(const kernel *k, int n) {
+    const trn__cc_node *x = &k->g->nodes[n];
+    if (x->kind == CC_VIEW && k->mark[n] == 2) return k->g->nodes[x->in[0]].dtype;
+    return x->dtype;
+}
+
+// An input value converted to the register type of dtype `to`.
+static void put_arg(sb *b, const kernel *k, int n, trn_dtype to) {
+    trn_dtype from = value_dtype(k, n);
+    sb tmp = {0};
+    put_value(&tmp, k, n);
+    if (tmp.oom) {
+        b->oom = true;
+        return;
+    }
+    if (is_f(from) == is_f(to)) put(b, "%s", tmp.s);
+    else put(b, is_f(to) ? "(float)%s" : "(int64_t)%s", tmp.s);
+    free(tmp.s);
+}
+
+// Statement computing fused node n (a pointwise op or a cast).
+static void put_compute(sb *b, const kernel *k, int n, const char *indent) {
+    const trn__cc_node *x = &k->g->nodes[n];
+    put(b, "%sconst %s v%d = ", indent, reg_type(x->dtype), n);
+    if (x->kind == CC_CAST) {
+        sb tmp = {0};
+        put_value(&tmp, k, x->in[0]);
+        if (!tmp.oom) put_convert(b, tmp.s, value_dtype(k, x->in[0]), x->dtype);
+        free(tmp.s);
+        put(b, ";\n");
+        return;
+    }
+    char name[48];
+    lower_name(trn_ew_op_name(x->op), name, sizeof name);
+    bool fam_f = is_f(x->compute);
+    bool pred = trn_ew_op_is_predicate(x->op);
+    sb call = {0};
+    put(&call, "trn_sc_%s_%s(", name, pred ? (fam_f ? "fp" : "ip") : (fam_f ? "f" : "i"));
+    for (int i = 0; i < x->n_in; i++) {
+        if (i) put(&call, ", ");
+        put_arg(&call, k, x->in[i], x->compute);
+    }
+    if (!pred) put(&call, ", &c%d", n);
+    put(&call, ")");
+    if (call.oom) {
+        b->oom = true;
+        free(call.s);
+        return;
+    }
+    if (pred) put(b, "(int64_t)%s;\n", call.s);
+    else if (x->dtype == TRN_DTYPE_F16 || x->dtype == TRN_DTYPE_BF16 || x->compute != x->dtype) {
+        put_convert(b, call.s, x->compute, x->dtype);
+        put(b, ";\n");
+    } else put(b, "%s;\n", call.s);
+    free(call.s);
+}
+
+static void put_ctx(sb *b, const kernel *k, int n) {
+    const trn__cc_node *x = &k->g->nodes[n];
+    if (x->kind != CC_POINTWISE || trn_ew_op_is_predicate(x->op)) return;
+    trn_dtype d = x->compute;
+    put(b, "static const trn_sc_ctx c%d = {{", n);
+    for (int i = 0; i < 4; i++) {
+        if (i) put(b, ", ");
+        double p = x->params[i];
+        if (p != p) put(b, "NAN");
+        else if (p == INFINITY || p == -INFINITY) put(b, "%sINFINITY", p < 0 ? "-" : "");
+        else put(b, "%.17g", p);
+    }
+    put(b, "}, {");
+    for (int i = 0; i < 4; i++) {
+        double p = x->params[i];
+        long long ip = (p != p || p > 9.2e18 || p < -9.2e18) ? 0 : (long long)p;
+        put(b, "%sINT64_C(%lld)", i ? ", " : "", ip);
+    }
+    put(b, "}, %d, %d, %d};\n", (int)trn_dtype_size(d) * 8,
+        d != TRN_DTYPE_U8 && d != TRN_DTYPE_BOOL && d != TRN_DTYPE_U16 && d != TRN_DTYPE_U32 && d != TRN_DTYPE_U64,
+        d == TRN_DTYPE_F16 ? 1 : (d == TRN_DTYPE_BF16 ? 2 : 0));
+}
+
+// ---- loop dims: drop size-1 dims, merge dims every access walks as one ---
+typedef struct loops {
+    int nd;
+    int64_t size[TRN_GRAPH_MAX_DIMS];
+    int dim[TRN_GRAPH_MAX_DIMS][TRN_GRAPH_MAX_DIMS];  // merged original dims
+    int nmerged[TRN_GRAPH_MAX_DIMS];
+} loops;
+
+// Stride of access `a` (strides over the original dims) along loop dim i.
+static int64_t loop_stride(const loops *l, int i, const int64_t *strides) {
+    return strides[l->dim[i][l->nmerged[i] - 1]];
+}
+
+static void build_loops(loops *l, const int64_t *sizes, const int *dims, int n,
+                        const int64_t *const *acc, int n_acc) {
+    l->nd = 0;
+    for (int t = 0; t < n; t++) {
+        int d = dims[t];
+        if (sizes[d] == 1) continue;
+        if (l->nd > 0) {
+            int p = l->nd - 1;
+            bool ok = true;
+            for (int a = 0; a < n_acc && ok; a++)
+                ok = loop_stride(l, p, acc[a]) == acc[a][d] * sizes[d];
+            if (ok) {
+                l->size[p] *= sizes[d];
+                l->dim[p][l->nmerged[p]++] = d;
+                continue;
+            }
+        }
+        l->size[l->nd] = sizes[d];
+        l->dim[l->nd][0] = d;
+        l->nmerged[l->nd] = 1;
+        l->nd++;
+    }
+}
+
+static int64_t eff_stride(const loops *l, int i, const int64_t *strides) { return loop_stride(l, i, strides); }
+
+static void put_ptrs(sb *b, const kernel *k, const char *in) {
+    // One pointer per distinct buffer read, plus the output.
+    for (int i = 0; i < k->n_leaves; i++) {
+        int buf = k->acc[i].buffer;
+        bool dup = false;
+        for (int j = 0; j < i; j++) dup |= k->acc[j].buffer == buf;
+        if (dup) continue;
+        trn_dtype d = k->g->nodes[buf].dtype;
+        put(b, "%sconst %s *const b%d = (const %s *)bufs[%d];\n", in, mem_type(d), buf, mem_type(d), buf);
+    }
+    trn_dtype od = k->g->nodes[k->root].dtype;
+    put(b, "%s%s *const restrict out = (%s *)bufs[%d];\n", in, mem_type(od), mem_type(od), k->root);
+}
+
+static void put_body_values(sb *b, const kernel *k, const char *in, const char *const *idx) {
+    for (int i = 0; i < k->n_leaves; i++) {
+        int n = k->leaves[i];
+        put(b, "%sconst %s v%d = ", in, reg_type(k->g->nodes[n].dtype), n);
+        char buf[32];
+        snprintf(buf, sizeof buf, "b%d", k->acc[i].buffer);
+        put_load(b, k->g->nodes[k->acc[i].buffer].dtype, buf, idx[i]);
+        put(b, ";\n");
+    }
+    for (int i = 0; i < k->n_fused; i++) put_compute(b, k, k->fused[i], in);
+}
+
+// Unravels `var` over loop dims [0, nd) into i0.., and writes per-access
+// offsets o<a> (base offsets of every access for those dims).
+static void put_unravel(sb *b, const loops *l, int nd, const char *var, const char *in) {
+    if (nd == 0) return;
+    put(b, "%sint64_t t = %s;\n", in, var);
+    for (int i = nd - 1; i > 0; i--) put(b, "%sconst int64_t i%d = t %% %lld; t /= %lld;\n", in, i, (long long)l->size[i], (long long)l->size[i]);
+    put(b, "%sconst int64_t i0 = t;\n", in);
+}
+
+static void put_offset(sb *b, const loops *l, int nd, const int64_t *strides, int64_t base) {
+    put(b, "%lld", (long long)base);
+    for (int i = 0; i < nd; i++) {
+        int64_t s = eff_stride(l, i, strides);
+        if (s != 0) put(b, " + i%d * %lld", i, (long long)s);
+    }
+}
+
+// Pointwise kernel: loop over the root's shape.
+static void render_pointwise(sb *b, kernel *k, int kid) {
+    const trn__cc_node *r = &k->g->nodes[k->root];
+    int n_acc = k->n_leaves + 1;
+    const int64_t **acc = malloc((size_t)n_acc * sizeof *acc);
+    int dims[TRN_GRAPH_MAX_DIMS];
+    for (int i = 0; i < r->ndim; i++) dims[i] = i;
+    if (acc == NULL) {
+        b->oom = true;
+        return;
+    }
+    for (int i = 0; i < k->n_leaves; i++) acc[i] = k->acc[i].strides;
+    acc[n_acc - 1] = r->layout;
+    loops l;
+    build_loops(&l, r->sizes, dims, r->ndim, acc, n_acc);
+    free(acc);
+    int64_t numel = trn__cc_numel(r);
+    int64_t inner = l.nd ? l.size[l.nd - 1] : 1;
+    int64_t rows = numel == 0 ? 0 : numel / (inner ? inner : 1);
+    int64_t nb = 1;
+    if (rows < 16 && inner >= 4096) {
+        nb = (16 + rows - 1) / (rows ? rows : 1);
+        if (nb > inner / 2048) nb = inner / 2048;
+        if (nb < 1) nb = 1;
+    }
+    int64_t bs = (inner + nb - 1) / nb;
+    int64_t items = rows * nb;
+    int64_t grain = 16384 / (bs ? bs : 1);
+    if (grain < 1) grain = 1;
+    int od = l.nd ? l.nd - 1 : 0;
+
+    put(b, "static void k%d_body(void *ctx, int64_t p0, int64_t p1) {\n", kid);
+    put(b, "    void *const *bufs = (void *const *)ctx;\n");
+    put_ptrs(b, k, "    ");
+    put(b, "    for (int64_t p = p0; p < p1; p++) {\n");
+    if (nb > 1) {
+        put(b, "        const int64_t row = p / %lld, j0 = (p %% %lld) * %lld;\n", (long long)nb, (long long)nb, (long long)bs);
+        put(b, "        const int64_t j1 = j0 + %lld < %lld ? j0 + %lld : %lld;\n", (long long)bs, (long long)inner, (long long)bs, (long long)inner);
+    } else {
+        put(b, "        const int64_t row = p, j0 = 0, j1 = %lld;\n", (long long)inner);
+    }
+    put_unravel(b, &l, od, "row", "        ");
+    if (od == 0) put(b, "        (void)row;\n");
+    char **idx = calloc((size_t)k->n_leaves + 1, sizeof *idx);
+    for (int a = 0; a < k->n_leaves; a++) {
+        put(b, "        const int64_t o%d = ", a);
+        put_offset(b, &l, od, k->acc[a].strides, k->acc[a].offset);
+        put(b, ";\n");
+        int64_t s = l.nd ? eff_stride(&l, l.nd - 1, k->acc[a].strides) : 0;
+        char tmp[64];
+        if (s == 0) snprintf(tmp, sizeof tmp, "o%d", a);
+        else if (s == 1) snprintf(tmp, sizeof tmp, "o%d + j", a);
+        else snprintf(tmp, sizeof tmp, "o%d + j * %lld", a, (long long)s);
+        idx[a] = malloc(strlen(tmp) + 1);
+        if (idx[a]) strcpy(idx[a], tmp);
+        else b->oom = true;
+    }
+    put(b, "        const int64_t oo = ");
+    put_offset(b, &l, od, r->layout, 0);
+    put(b, ";\n");
+    int64_t so = l.nd ? eff_stride(&l, l.nd - 1, r->layout) : 0;
+    put(b, "        for (int64_t j = j0; j < j1; j++) {\n");
+    if (!b->oom) put_body_values(b, k, "            ", (const char *const *)idx);
+    if (r->kind == CC_CONST) {
+        put(b, "            out[oo + j * %lld] = ", (long long)so);
+        sb v = {0};
+        put_const(&v, r);
+        if (!v.oom) put_store_value(b, r->dtype, v.s);
+        free(v.s);
+        put(b, ";\n");
+    } else {
+        put_compute(b, k, k->root, "            ");
+        char v[32];
+        snprintf(v, sizeof v, "v%d", k->root);
+        put(b, "            out[oo + j * %lld] = ", (long long)so);
+        put_store_value(b, r->dtype, v);
+        put(b, ";\n");
+    }
+    put(b, "        }\n    }\n}\n");
+    put(b, "static void trn_kernel_%d(void *const *bufs, const trn_kernel_abi *abi) {\n", kid);
+    put(b, "    abi->parallel_for(%lld, %lld, k%d_body, (void *)bufs);\n}\n\n", (long long)items, (long long)grain, kid);
+    for (int a = 0; a < k->n_leaves; a++) free(idx[a]);
+    free(idx);
+}
+
+// Reduction kernel: kept dims outer (split across cores), reduced inner.
+static void render_reduce(sb *b, kernel *k, int kid) {
+    const trn__cc_node *r = &k->g->nodes[k->root];
+    const trn__cc_node *x = &k->g->nodes[r->in[0]];
+    int kept[TRN_GRAPH_MAX_DIMS], red[TRN_GRAPH_MAX_DIMS], nk = 0, nr = 0;
+    for (int i = 0; i < x->ndim; i++) {
+        if ((r->mask >> i) & 1) red[nr++] = i;
+        else kept[nk++] = i;
+    }
+    const int64_t **acc = malloc(((size_t)k->n_leaves + 1) * sizeof *acc);
+    if (acc == NULL) {
+        b->oom = true;
+        return;
+    }
+    int n_acc = 0;
+    for (int i = 0; i < k->n_leaves; i++) acc[n_acc++] = k->acc[i].strides;
+    // Output strides over the input's dims (reduced dims never move it).
+    int64_t ostr[TRN_GRAPH_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) ostr[i] = (r->mask >> i) & 1 ? 0 : r->layout[i];
+    acc[n_acc++] = ostr;
+    loops lk, lr;
+    build_loops(&lk, x->sizes, kept, nk, acc, n_acc);
+    build_loops(&lr, x->sizes, red, nr, acc, n_acc - 1);
+    free(acc);
+    int64_t rows = 1, per = 1;
+    for (int i = 0; i < lk.nd; i++) rows *= lk.size[i];
+    for (int i = 0; i < lr.nd; i++) per *= lr.size[i];
+    if (trn__cc_numel(r) == 0) rows = 0;
+    int64_t grain = 16384 / (per ? per : 1);
+    if (grain < 1) grain = 1;
+    bool fam_f = is_f(x->dtype) || is_f(r->dtype);
+    const char *acc_t = fam_f ? ((r->rop == TRN_GRAPH_SUM || r->rop == TRN_GRAPH_PROD) ? "double" : "float") : "int64_t";
+    const char *init;
+    switch (r->rop) {
+    case TRN_GRAPH_SUM: init = "0"; break;
+    case TRN_GRAPH_PROD: init = "1"; break;
+    case TRN_GRAPH_MAX: init = fam_f ? "-INFINITY" : "INT64_MIN"; break;
+    default: init = fam_f ? "INFINITY" : "INT64_MAX"; break;
+    }
+    put(b, "static void k%d_body(void *ctx, int64_t p0, int64_t p1) {\n", kid);
+    put(b, "    void *const *bufs = (void *const *)ctx;\n");
+    put_ptrs(b, k, "    ");
+    put(b, "    for (int64_t p = p0; p < p1; p++) {\n");
+    put_unravel(b, &lk, lk.nd, "p", "        ");
+    for (int a = 0; a < k->n_leaves; a++) {
+        put(b, "        const int64_t o%d = ", a);
+        put_offset(b, &lk, lk.nd, k->acc[a].strides, k->acc[a].offset);
+        put(b, ";\n");
+    }
+    put(b, "        const int64_t oo = ");
+    put_offset(b, &lk, lk.nd, ostr, 0);
+    put(b, ";\n");
+    put(b, "        %s acc = %s;\n", acc_t, init);
+    char in[64] = "        ";
+    for (int i = 0; i < lr.nd; i++) {
+        put(b, "%sfor (int64_t r%d = 0; r%d < %lld; r%d++) {\n", in, i, i, (long long)lr.size[i], i);
+        size_t len = strlen(in);
+        if (len + 4 < sizeof in) memcpy(in + len, "    ", 5);
+    }
+    char **idx = calloc((size_t)k->n_leaves + 1, sizeof *idx);
+    for (int a = 0; a < k->n_leaves && idx; a++) {
+        sb t = {0};
+        put(&t, "o%d", a);
+        for (int i = 0; i < lr.nd; i++) {
+            int64_t s = eff_stride(&lr, i, k->acc[a].strides);
+            if (s == 1) put(&t, " + r%d", i);
+            else if (s != 0) put(&t, " + r%d * %lld", i, (long long)s);
+        }
+        if (t.oom) b->oom = true;
+        idx[a] = t.s;
+    }
+    if (idx == NULL) b->oom = true;
+    if (!b->oom) put_body_values(b, k, in, (const char *const *)idx);
+    sb v = {0};
+    put_value(&v, k, r->in[0]);
+    if (v.oom) b->oom = true;
+    else {
+        const char *cast = fam_f ? (strcmp(acc_t, "double") == 0 ? "(double)" : "(float)") : "(int64_t)";
+        switch (r->rop) {
+        case TRN_GRAPH_SUM: put(b, "%sacc += %s%s;\n", in, cast, v.s); break;
+        case TRN_GRAPH_PROD: put(b, "%sacc *= %s%s;\n", in, cast, v.s); break;
+        case TRN_GRAPH_MAX:
+            if (fam_f) put(b, "%s{ const float e = %s; acc = (e != e || e > acc) ? e : acc; }\n", in, v.s);
+            else put(b, "%s{ const int64_t e = %s; acc = e > acc ? e : acc; }\n", in, v.s);
+            break;
+        default:
+            if (fam_f) put(b, "%s{ const float e = %s; acc = (e != e || e < acc) ? e : acc; }\n", in, v.s);
+            else put(b, "%s{ const int64_t e = %s; acc = e < acc ? e : acc; }\n", in, v.s);
+            break;
+        }
+    }
+    free(v.s);
+    for (int i = lr.nd - 1; i >= 0; i--) {
+        in[strlen(in) - 4] = 0;
+        put(b, "%s}\n", in);
+    }
+    put(b, "        { const %s vr = ", reg_type(r->dtype));
+    sb e = {0};
+    put(&e, "(%s)acc", fam_f ? "float" : "int64_t");
+    if (!e.oom) put_convert(b, e.s, fam_f ? TRN_DTYPE_F32 : TRN_DTYPE_I64, r->dtype);
+    free(e.s);
+    put(b, "; out[oo] = ");
+    put_store_value(b, r->dtype, "vr");
+    put(b, "; }\n    }\n}\n");
+    put(b, "static void trn_kernel_%d(void *const *bufs, const trn_kernel_abi *abi) {\n", kid);
+    put(b, "    abi->parallel_for(%lld, %lld, k%d_body, (void *)bufs);\n}\n\n", (long long)rows, (long long)grain, kid);
+    for (int a = 0; a < k->n_leaves && idx; a++) free(idx[a]);
+    free(idx);
+}
+
+static const char *label_of(const trn_graph *g, int n, char *buf, size_t size) {
+    if (g->nodes[n].label) return g->nodes[n].label;
+    snprintf(buf, size, "node%d", n);
+    return buf;
+}
+
+static void put_comment(sb *b, const kernel *k, int kid) {
+    char lb[32];
+    const trn__cc_node *r = &k->g->nodes[k->root];
+    put(b, "// kernel %d: %s %s", kid, r->kind == CC_REDUCE ? "reduction" : "pointwise",
+        label_of(k->g, k->root, lb, sizeof lb));
+    put(b, " -> buffer %d (%s", k->root, trn_dtype_name(r->dtype));
+    for (int i = 0; i < r->ndim; i++) put(b, "%s%lld", i ? "x" : " ", (long long)r->sizes[i]);
+    put(b, ")\n");
+    if (k->n_fused) {
+        put(b, "//   fuses:");
+        for (int i = 0; i < k->n_fused; i++) put(b, " %s", label_of(k->g, k->fused[i], lb, sizeof lb));
+        put(b, "\n");
+    }
+    if (k->n_leaves) {
+        put(b, "//   reads:");
+        for (int i = 0; i < k->n_leaves; i++) put(b, " %s", label_of(k->g, k->leaves[i], lb, sizeof lb));
+        put(b, "\n");
+    }
+}
+
+static const char *prologue =
+    "#include \"trn/kernel_abi.h\"\n"
+    "#include \"trn/scalar.h\"\n\n"
+    "// Casts to 16-bit floats keep the value rounded as stored.\n"
+    "static inline float trn_g_round_half(float x) { return trn_half_to_float(trn_float_to_half(x)); }\n"
+    "static inline float trn_g_round_bf16(float x) { return trn_bf16_to_float(trn_float_to_bf16(x)); }\n\n";
+
+trn_status trn__cc_render(const trn_graph *g, const trn__cc_schedule *s, char **source) {
+    sb b = {0};
+    put(&b, "// Generated by the OpenNeuron graph compiler (%s).\n", TRN_COMPILER_VERSION);
+    put(&b, "// %d nodes, %d steps, %d kernels, workspace %zu bytes.\n", g->count, s->n_steps,
+        s->n_kernels, s->ws_size);
+    put(&b, "// Extern calls (matmul, convolution) and host steps run between kernels.\n");
+    put(&b, "%s", prologue);
+    size_t n = (size_t)g->count + 1;
+    kernel k;
+    memset(&k, 0, sizeof k);
+    k.g = g;
+    k.s = s;
+    k.fused = malloc(n * sizeof *k.fused);
+    k.leaves = malloc(n * sizeof *k.leaves);
+    k.acc = malloc(n * sizeof *k.acc);
+    k.mark = malloc(n);
+    if (!k.fused || !k.leaves || !k.acc || !k.mark) b.oom = true;
+    for (int st = 0; st < s->n_steps && !b.oom; st++) {
+        const trn__cc_step *sp = &s->steps[st];
+        char lb[32];
+        if (sp->kind == STEP_MATMUL || sp->kind == STEP_CONV) {
+            put(&b, "// step %d: extern %s %s -> buffer %d\n\n", st, sp->kind == STEP_MATMUL ? "matmul" : "convolution",
+                label_of(g, sp->node, lb, sizeof lb), sp->node);
+            continue;
+        }
+        if (sp->kind == STEP_HOST) {
+            put(&b, "// step %d: host call %d (an eager op)\n\n", st, sp->host);
+            continue;
+        }
+        memset(k.mark, 0, n);
+        k.root = sp->node;
+        k.n_fused = k.n_leaves = 0;
+        const trn__cc_node *r = &g->nodes[sp->node];
+        k.reduce = r->kind == CC_REDUCE;
+        k.mark[sp->node] = 1;
+        if (r->kind == CC_REDUCE) {
+            // The reduced value may itself be fused: collect its whole tree.
+            int in0 = r->in[0];
+            collect(&k, in0);
+        } else if (r->kind != CC_CONST) {
+            for (int i = 0; i < r->n_in; i++) collect(&k, r->in[i]);
+        }
+        qsort(k.fused, (size_t)k.n_fused, sizeof *k.fused, cmp_int);
+        qsort(k.leaves, (size_t)k.n_leaves, sizeof *k.leaves, cmp_int);
+        for (int i = 0; i < k.n_leaves; i++) trn__cc_access_of(g, k.leaves[i], &k.acc[i]);
+        put(&b, "// step %d\n", st);
+        put_comment(&b, &k, sp->kernel);
+        for (int i = 0; i < k.n_fused; i++) put_ctx(&b, &k, k.fused[i]);
+        put_ctx(&b, &k, k.root);
+        if (k.reduce) render_reduce(&b, &k, sp->kernel);
+        else render_pointwise(&b, &k, sp->kernel);
+    }
+    put(&b, "const int trn_graph_abi_version = TRN_KERNEL_ABI_VERSION;\n");
+    put(&b, "const int trn_graph_kernel_count = %d;\n", s->n_kernels);
+    put(&b, "const trn_kernel_fn trn_graph_kernels[%d] = {", s->n_kernels ? s->n_kernels : 1);
+    for (int i = 0; i < s->n_kernels; i++) put(&b, "%strn_kernel_%d", i ? ", " : "", i);
+    if (s->n_kernels == 0) put(&b, "0");
+    put(&b, "};\n");
+    free(k.fused);
+    free(k.leaves);
+    free(k.acc);
+    free(k.mark);
+    if (b.oom) {
+        free(b.s);
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory rendering");
+    }
+    *source = b.s;
+    return TRN_SUCCESS;
+}

@@ -1,0 +1,236 @@
+// schedule.c - from nodes to steps: fusion decisions and buffer planning.
+//
+// Owns: trn__cc_schedule. Fusion rule (Inductor's, simplified): a pointwise
+// node is computed inside the kernel of each node that reads it, unless it
+// must be in memory: it is exported, viewed, an operand of an extern call
+// (matmul, conv), or read by two or more nodes (recomputing it would repeat
+// its loads and math). Reductions and extern calls always write memory.
+// Every node in memory that is not the caller's gets a workspace piece,
+// planned greedily in step order and reused once its last reader ran.
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../internal.h"
+#include "../compiler_impl.h"
+
+void trn__cc_access_of(const trn_graph *g, int n, trn__cc_access *a) {
+    const trn__cc_node *x = &g->nodes[n];
+    memset(a, 0, sizeof *a);
+    if (x->kind == CC_CONST) {
+        a->buffer = -1;
+        return;
+    }
+    if (x->kind == CC_VIEW) {
+        const trn__cc_node *src = &g->nodes[x->in[0]];
+        a->buffer = src->kind == CC_CONST ? -1 : x->in[0];
+        memcpy(a->strides, x->vstrides, sizeof a->strides);
+        a->offset = x->voffset;
+        return;
+    }
+    a->buffer = n;
+    memcpy(a->strides, x->layout, sizeof a->strides);
+}
+
+static size_t node_bytes(const trn__cc_node *n) {
+    int64_t numel = trn__cc_numel(n);
+    return numel == 0 ? 0 : (size_t)numel * trn_dtype_size(n->dtype);
+}
+
+// Marks which nodes must live in memory.
+static trn_status plan_homes(const trn_graph *g, trn__cc_home *home) {
+    int *readers = calloc((size_t)g->count + 1, sizeof *readers);
+    bool *forced = calloc((size_t)g->count + 1, sizeof *forced);
+    if (readers == NULL || forced == NULL) {
+        free(readers);
+        free(forced);
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory");
+    }
+    for (int i = 0; i < g->count; i++) {
+        const trn__cc_node *n = &g->nodes[i];
+        for (int k = 0; k < n->n_in; k++) {
+            int src = n->in[k];
+            if (src < 0) continue;
+            readers[src]++;
+            if (n->kind == CC_VIEW || n->kind == CC_MATMUL || n->kind == CC_CONV) forced[src] = true;
+        }
+    }
+    for (int i = 0; i < g->count; i++) {
+        const trn__cc_node *n = &g->nodes[i];
+        switch (n->kind) {
+        case CC_INPUT:
+        case CC_HOST_RESULT: home[i] = HOME_CALLER; break;
+        case CC_VIEW: home[i] = HOME_NONE; break;
+        case CC_CONST:
+            // A const is a literal, unless an extern call needs it in memory.
+            home[i] = n->exported ? HOME_CALLER
+                      : (forced[i] && n->kind == CC_CONST && readers[i] > 0) ? HOME_WORKSPACE
+                                                                             : HOME_NONE;
+            break;
+        case CC_REDUCE:
+        case CC_MATMUL:
+        case CC_CONV: home[i] = n->exported ? HOME_CALLER : HOME_WORKSPACE; break;
+        case CC_POINTWISE:
+        case CC_CAST:
+            if (n->exported) home[i] = HOME_CALLER;
+            else if (forced[i] || readers[i] >= 2) home[i] = HOME_WORKSPACE;
+            else home[i] = HOME_FUSED;
+            break;
+        }
+    }
+    // A view of a const reads no memory: the const stays a literal there.
+    for (int i = 0; i < g->count; i++) {
+        const trn__cc_node *n = &g->nodes[i];
+        if (n->kind == CC_VIEW && g->nodes[n->in[0]].kind == CC_CONST && !g->nodes[n->in[0]].exported) {
+            bool other = false;  // is the const also an extern operand?
+            for (int j = 0; j < g->count && !other; j++) {
+                const trn__cc_node *m = &g->nodes[j];
+                if (m->kind == CC_MATMUL || m->kind == CC_CONV)
+                    for (int k = 0; k < m->n_in; k++) other |= m->in[k] == n->in[0];
+            }
+            if (!other) home[n->in[0]] = HOME_NONE;
+        }
+    }
+    free(readers);
+    free(forced);
+    return TRN_SUCCESS;
+}
+
+// Buffers a step reads: the memory nodes reached through fused nodes.
+static void step_reads(const trn_graph *g, const trn__cc_home *home, int root, bool top,
+                       void (*fn)(void *, int), void *ctx) {
+    const trn__cc_node *n = &g->nodes[root];
+    if (!top) {
+        if (n->kind == CC_VIEW) {
+            trn__cc_access a;
+            trn__cc_access_of(g, root, &a);
+            if (a.buffer >= 0) fn(ctx, a.buffer);
+            return;
+        }
+        if (home[root] != HOME_FUSED) {
+            if (home[root] != HOME_NONE) fn(ctx, root);
+            return;
+        }
+    }
+    for (int k = 0; k < n->n_in; k++)
+        if (n->in[k] >= 0) step_reads(g, home, n->in[k], false, fn, ctx);
+}
+
+typedef struct last_use_ctx {
+    int *last;
+    int step;
+} last_use_ctx;
+
+static void note_last(void *ctx, int node) {
+    last_use_ctx *c = ctx;
+    if (c->last[node] < c->step) c->last[node] = c->step;
+}
+
+typedef struct block {
+    int64_t off, size;
+} block;
+
+trn_status trn__cc_schedule_build(const trn_graph *g, trn__cc_schedule *s) {
+    memset(s, 0, sizeof *s);
+    s->n_nodes = g->count;
+    size_t n = (size_t)g->count + 1;
+    s->home = calloc(n, sizeof *s->home);
+    s->ws_offset = calloc(n, sizeof *s->ws_offset);
+    s->steps = calloc(n + (size_t)g->n_hosts, sizeof *s->steps);
+    int *last = malloc(n * sizeof *last);
+    block *free_list = malloc(n * sizeof *free_list);
+    if (!s->home || !s->ws_offset || !s->steps || !last || !free_list) {
+        free(last);
+        free(free_list);
+        trn__cc_schedule_free(s);
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory");
+    }
+    trn_status st = plan_homes(g, s->home);
+    if (st != TRN_SUCCESS) goto fail;
+
+    // Steps in node order, host steps at their positions.
+    int h = 0;
+    for (int i = 0; i <= g->count; i++) {
+        while (h < g->n_hosts && g->hosts[h].position == i) {
+            s->steps[s->n_steps++] = (trn__cc_step){STEP_HOST, -1, -1, h};
+            h++;
+        }
+        if (i == g->count) break;
+        const trn__cc_node *x = &g->nodes[i];
+        bool computed = (s->home[i] == HOME_WORKSPACE || s->home[i] == HOME_CALLER) &&
+                        x->kind != CC_INPUT && x->kind != CC_HOST_RESULT;
+        if (!computed) continue;
+        trn__cc_step step = {STEP_KERNEL, i, -1, -1};
+        if (x->kind == CC_MATMUL) step.kind = STEP_MATMUL;
+        else if (x->kind == CC_CONV) step.kind = STEP_CONV;
+        else step.kernel = s->n_kernels++;
+        if (step.kind != STEP_KERNEL)
+            for (int k = 0; k < x->n_in; k++) {
+                trn__cc_access a;
+                if (x->in[k] < 0) continue;
+                trn__cc_access_of(g, x->in[k], &a);
+                if (a.buffer < 0) {
+                    st = trn__set_error(TRN_ERROR_UNSUPPORTED,
+                                        "trn_program_compile: node %d: an extern call reads a view of a constant", i);
+                    goto fail;
+                }
+            }
+        s->steps[s->n_steps++] = step;
+    }
+
+    // Liveness: the last step reading each buffer.
+    for (size_t i = 0; i < n; i++) last[i] = -1;
+    for (int k = 0; k < s->n_steps; k++) {
+        last_use_ctx c = {last, k};
+        const trn__cc_step *sp = &s->steps[k];
+        if (sp->kind == STEP_HOST) {
+            const trn__cc_host *hc = &g->hosts[sp->host];
+            for (int a = 0; a < hc->n_args; a++) note_last(&c, hc->args[a]);
+        } else {
+            step_reads(g, s->home, sp->node, true, note_last, &c);
+        }
+    }
+    // Greedy best-fit planning in step order.
+    int nfree = 0;
+    int64_t top = 0;
+    for (int k = 0; k < s->n_steps; k++) {
+        const trn__cc_step *sp = &s->steps[k];
+        if (sp->kind != STEP_HOST && s->home[sp->node] == HOME_WORKSPACE) {
+            int64_t size = (int64_t)((node_bytes(&g->nodes[sp->node]) + 63) & ~(size_t)63);
+            int best = -1;
+            for (int b = 0; b < nfree; b++)
+                if (free_list[b].size >= size && (best < 0 || free_list[b].size < free_list[best].size)) best = b;
+            if (best >= 0) {
+                s->ws_offset[sp->node] = free_list[best].off;
+                free_list[best].off += size;
+                free_list[best].size -= size;
+                if (free_list[best].size == 0) free_list[best] = free_list[--nfree];
+            } else {
+                s->ws_offset[sp->node] = top;
+                top += size;
+            }
+            if (last[sp->node] < k) last[sp->node] = k;  // written, never read
+        }
+        // Release pieces whose last reader is this step.
+        for (int i = 0; i < g->count; i++) {
+            if (s->home[i] != HOME_WORKSPACE || last[i] != k) continue;
+            int64_t size = (int64_t)((node_bytes(&g->nodes[i]) + 63) & ~(size_t)63);
+            if (size > 0) free_list[nfree++] = (block){s->ws_offset[i], size};
+        }
+    }
+    s->ws_size = (size_t)top;
+    free(last);
+    free(free_list);
+    return TRN_SUCCESS;
+fail:
+    free(last);
+    free(free_list);
+    trn__cc_schedule_free(s);
+    return st;
+}
+
+void trn__cc_schedule_free(trn__cc_schedule *s) {
+    free(s->home);
+    free(s->ws_offset);
+    free(s->steps);
+    memset(s, 0, sizeof *s);
+}

@@ -1,0 +1,263 @@
+// test_compiler.c - the graph compiler end to end: build, schedule, render,
+// gcc, dlopen, run; fusion, reductions, extern matmul, host steps, the disk
+// cache (hit, corrupted entry recompiled) and builder errors.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "trn/compiler.h"
+
+static char include_dir[4096];
+
+static void find_include_dir(void) {
+    // __FILE__ is .../libtrn/tests/test_compiler.c
+    snprintf(include_dir, sizeof include_dir, "%s", __FILE__);
+    char *p = strstr(include_dir, "tests/test_compiler.c");
+    if (p) strcpy(p, "include");
+}
+
+static trn_stream *stream(void) {
+    trn_stream *s = NULL;
+    trn_stream_get_default(0, &s);
+    return s;
+}
+
+static trn_program *compile(trn_graph *g, const char *cache) {
+    trn_compile_options o = {include_dir, cache, NULL, "test"};
+    trn_program *p = NULL;
+    trn_status st = trn_program_compile(g, &o, &p);
+    if (st != TRN_SUCCESS) fprintf(stderr, "compile: %s\n", trn_last_error());
+    CHECK_INT(st, TRN_SUCCESS);
+    return p;
+}
+
+static void run(trn_program *p, const int *nodes, void **bufs, int n) {
+    void *ws = NULL;
+    if (trn_program_workspace_size(p)) ws = aligned_alloc(64, (trn_program_workspace_size(p) + 63) & ~(size_t)63);
+    trn_run *r = NULL;
+    CHECK_INT(trn_run_create(p, ws, &r), TRN_SUCCESS);
+    for (int i = 0; i < n; i++) CHECK_INT(trn_run_set_buffer(r, nodes[i], bufs[i]), TRN_SUCCESS);
+    int host = 0;
+    CHECK_INT(trn_run_continue(r, stream(), &host), TRN_SUCCESS);
+    CHECK_INT(host, -1);
+    CHECK_INT(trn_run_finish(r, stream()), TRN_SUCCESS);
+    CHECK_INT(trn_stream_synchronize(stream()), TRN_SUCCESS);
+    free(ws);
+}
+
+// y = relu(x * 2 + b) with b broadcast along rows: one fused kernel.
+static void test_fused_pointwise(void) {
+    trn_graph *g;
+    CHECK_INT(trn_graph_create(&g), TRN_SUCCESS);
+    int64_t xs[2] = {5, 33}, xst[2] = {33, 1}, bs[1] = {33}, bst[1] = {1}, zero_row[2] = {0, 1};
+    int x, b, bv, two, m, a, y;
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 2, xs, xst, &x), TRN_SUCCESS);
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 1, bs, bst, &b), TRN_SUCCESS);
+    CHECK_INT(trn_graph_view(g, b, 2, xs, zero_row, 0, &bv), TRN_SUCCESS);
+    CHECK_INT(trn_graph_const(g, TRN_DTYPE_F32, 2.0, 2, 0, NULL, &two), TRN_SUCCESS);
+    CHECK_INT(trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, two}, NULL, &m), TRN_SUCCESS);
+    CHECK_INT(trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){m, bv}, (double[]){1, 0, 0, 0}, &a), TRN_SUCCESS);
+    CHECK_INT(trn_graph_pointwise(g, TRN_EW_RELU, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, &a, NULL, &y), TRN_SUCCESS);
+    trn_graph_set_label(g, y, "relu_1");
+    CHECK_INT(trn_graph_export(g, y, NULL), TRN_SUCCESS);
+    trn_program *p = compile(g, NULL);
+    trn_graph_free(g);
+    if (!p) return;
+    CHECK_INT(trn_program_kernel_count(p), 1);
+    CHECK_INT(trn_program_workspace_size(p), 0);
+    CHECK(strstr(trn_program_source(p), "relu_1") != NULL);
+    float X[5 * 33], B[33], Y[5 * 33];
+    for (int i = 0; i < 5 * 33; i++) X[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < 33; i++) B[i] = (float)i * 0.1f - 1.0f;
+    run(p, (int[]){x, b, y}, (void *[]){X, B, Y}, 3);
+    int bad = 0;
+    for (int i = 0; i < 5 * 33; i++) {
+        float e = X[i] * 2.0f + B[i % 33];
+        e = e > 0 ? e : 0;
+        bad += fabsf(Y[i] - e) > 1e-6f;
+    }
+    CHECK_INT(bad, 0);
+    trn_program_free(p);
+}
+
+// Softmax over the last dim: max and sum reductions, exp fused into both.
+static void test_softmax(void) {
+    trn_graph *g;
+    trn_graph_create(&g);
+    int64_t xs[2] = {3, 100}, xst[2] = {100, 1}, bc[2] = {1, 0};
+    int x, mx, mxv, d, e, s, sv, y;
+    trn_graph_input(g, TRN_DTYPE_F32, 2, xs, xst, &x);
+    CHECK_INT(trn_graph_reduce(g, TRN_GRAPH_MAX, x, TRN_DTYPE_F32, 2u, &mx), TRN_SUCCESS);
+    CHECK_INT(trn_graph_view(g, mx, 2, xs, bc, 0, &mxv), TRN_SUCCESS);
+    trn_graph_pointwise(g, TRN_EW_SUB, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, mxv}, (double[]){1, 0, 0, 0}, &d);
+    trn_graph_pointwise(g, TRN_EW_EXP, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, &d, NULL, &e);
+    CHECK_INT(trn_graph_reduce(g, TRN_GRAPH_SUM, e, TRN_DTYPE_F32, 2u, &s), TRN_SUCCESS);
+    trn_graph_view(g, s, 2, xs, bc, 0, &sv);
+    trn_graph_pointwise(g, TRN_EW_DIV, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){e, sv}, NULL, &y);
+    trn_graph_export(g, y, NULL);
+    trn_program *p = compile(g, NULL);
+    trn_graph_free(g);
+    if (!p) return;
+    float X[300], Y[300];
+    for (int i = 0; i < 300; i++) X[i] = (float)((i * 37) % 23) * 0.3f;
+    run(p, (int[]){x, y}, (void *[]){X, Y}, 2);
+    int bad = 0;
+    for (int r = 0; r < 3; r++) {
+        double m = -INFINITY, sum = 0;
+        for (int j = 0; j < 100; j++) m = fmax(m, X[r * 100 + j]);
+        for (int j = 0; j < 100; j++) sum += exp(X[r * 100 + j] - m);
+        for (int j = 0; j < 100; j++) bad += fabs(Y[r * 100 + j] - exp(X[r * 100 + j] - m) / sum) > 1e-6;
+    }
+    CHECK_INT(bad, 0);
+    trn_program_free(p);
+}
+
+// (x @ w) * 3 with a host step in between; a 5-node chain reuses workspace.
+static void test_matmul_host_and_workspace(void) {
+    trn_graph *g;
+    trn_graph_create(&g);
+    int64_t as[3] = {1, 4, 6}, ast[3] = {24, 6, 1}, bs[3] = {1, 6, 3}, bst[3] = {18, 3, 1};
+    int a, b, c, three, y, step, h;
+    trn_graph_input(g, TRN_DTYPE_F32, 3, as, ast, &a);
+    trn_graph_input(g, TRN_DTYPE_F32, 3, bs, bst, &b);
+    CHECK_INT(trn_graph_matmul(g, a, b, 1.0, &c), TRN_SUCCESS);
+    trn_graph_const(g, TRN_DTYPE_F32, 3.0, 3, 0, NULL, &three);
+    trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){c, three}, NULL, &y);
+    trn_graph_export(g, y, NULL);
+    CHECK_INT(trn_graph_host_call(g, 1, &y, &step), TRN_SUCCESS);
+    int64_t ys[3] = {1, 4, 3}, yst[3] = {12, 3, 1};
+    CHECK_INT(trn_graph_host_result(g, step, TRN_DTYPE_F32, 3, ys, yst, &h), TRN_SUCCESS);
+    // Chain of materialized values (each read twice) to exercise reuse.
+    int prev = h;
+    for (int i = 0; i < 5; i++) {
+        int n;
+        trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){prev, prev}, (double[]){1, 0, 0, 0}, &n);
+        int m;
+        trn_graph_pointwise(g, TRN_EW_NEG, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, &n, NULL, &m);
+        int k;
+        trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){n, m}, (double[]){-1, 0, 0, 0}, &k);
+        prev = k;  // k = n - (-n) = 2n = 4 prev
+    }
+    trn_graph_export(g, prev, NULL);
+    trn_program *p = compile(g, NULL);
+    trn_graph_free(g);
+    if (!p) return;
+    // n is read twice (by m and k), so it is in memory; pieces are reused.
+    CHECK(trn_program_workspace_size(p) > 0);
+    CHECK(trn_program_workspace_size(p) < 5 * 64 * 2);
+    float A[24], B[18], Y[12], H[12], O[12];
+    for (int i = 0; i < 24; i++) A[i] = (float)(i % 5) - 2.0f;
+    for (int i = 0; i < 18; i++) B[i] = (float)(i % 3) + 0.5f;
+    void *ws = aligned_alloc(64, (trn_program_workspace_size(p) + 63) & ~(size_t)63);
+    trn_run *r;
+    CHECK_INT(trn_run_create(p, ws, &r), TRN_SUCCESS);
+    trn_run_set_buffer(r, a, A);
+    trn_run_set_buffer(r, b, B);
+    trn_run_set_buffer(r, y, Y);
+    trn_run_set_buffer(r, prev, O);
+    int host = -2;
+    CHECK_INT(trn_run_continue(r, stream(), &host), TRN_SUCCESS);
+    CHECK_INT(host, 0);
+    trn_stream_synchronize(stream());
+    for (int i = 0; i < 12; i++) H[i] = Y[i] + 1.0f;  // the "eager op"
+    CHECK_INT(trn_run_set_buffer(r, h, H), TRN_SUCCESS);
+    CHECK_INT(trn_run_continue(r, stream(), &host), TRN_SUCCESS);
+    CHECK_INT(host, -1);
+    trn_run_finish(r, stream());
+    CHECK_INT(trn_stream_synchronize(stream()), TRN_SUCCESS);
+    int bad = 0;
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 3; j++) {
+            double e = 0;
+            for (int k = 0; k < 6; k++) e += A[i * 6 + k] * B[k * 3 + j];
+            bad += fabs(Y[i * 3 + j] - 3 * e) > 1e-4;
+            bad += fabs(O[i * 3 + j] - (3 * e + 1) * 1024.0) > 1e-1;
+        }
+    CHECK_INT(bad, 0);
+    free(ws);
+    trn_program_free(p);
+}
+
+static void test_cache(void) {
+    char dir[] = "/tmp/trn-cc-test-XXXXXX";
+    if (mkdtemp(dir) == NULL) return;
+    char cache[4200];
+    snprintf(cache, sizeof cache, "%s/sub/cache", dir);
+    for (int round = 0; round < 3; round++) {
+        trn_graph *g;
+        trn_graph_create(&g);
+        int64_t s[1] = {10}, st[1] = {1};
+        int x, y;
+        trn_graph_input(g, TRN_DTYPE_F32, 1, s, st, &x);
+        trn_graph_pointwise(g, TRN_EW_EXP, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, &x, NULL, &y);
+        trn_graph_export(g, y, NULL);
+        trn_program *p = compile(g, cache);
+        trn_graph_free(g);
+        if (!p) continue;
+        // 0: compiled; 1: cache hit; 2: after corrupting the entry, compiled again.
+        CHECK_INT(trn_program_from_cache(p), round == 1);
+        char so[4400];
+        snprintf(so, sizeof so, "%s/%s.so", cache, trn_program_cache_key(p));
+        if (round == 1) {
+            FILE *f = fopen(so, "r+b");
+            CHECK(f != NULL);
+            if (f) {
+                fseek(f, 100, SEEK_SET);
+                fputc(0x5a, f);
+                fclose(f);
+            }
+        }
+        struct stat sb;
+        CHECK_INT(stat(cache, &sb), 0);
+        CHECK_INT(sb.st_mode & 0777, 0700);
+        float X[10], Y[10];
+        for (int i = 0; i < 10; i++) X[i] = (float)i * 0.1f;
+        if (round != 1) run(p, (int[]){x, y}, (void *[]){X, Y}, 2);
+        if (round != 1) CHECK(fabsf(Y[3] - expf(0.3f)) < 1e-6f);
+        trn_program_free(p);
+    }
+    char cmd[4400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK_INT(system(cmd), 0);
+}
+
+static void test_errors(void) {
+    trn_graph *g;
+    trn_graph_create(&g);
+    int64_t a[2] = {2, 3}, b[2] = {3, 2}, st[2] = {3, 1}, st2[2] = {2, 1};
+    int x, y, z;
+    trn_graph_input(g, TRN_DTYPE_F32, 2, a, st, &x);
+    trn_graph_input(g, TRN_DTYPE_F32, 2, b, st2, &y);
+    CHECK_INT(trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, y}, NULL, &z),
+              TRN_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(trn_last_error(), "different shape") != NULL);
+    CHECK_INT(trn_graph_pointwise(g, TRN_EW_EXP, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, (int[]){99}, NULL, &z),
+              TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_INT(trn_graph_pointwise(g, TRN_EW_BITWISE_AND, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, x}, NULL, &z),
+              TRN_ERROR_UNSUPPORTED);
+    int e;
+    trn_graph_pointwise(g, TRN_EW_EXP, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, &x, NULL, &e);
+    int64_t big[1] = {7}, one[1] = {1};
+    CHECK_INT(trn_graph_view(g, e, 1, big, one, 0, &z), TRN_ERROR_INVALID_ARGUMENT);
+    int64_t overlap[2] = {1, 1};
+    CHECK_INT(trn_graph_export(g, e, overlap), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_INT(trn_graph_matmul(g, x, y, 1.0, &z), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_INT(trn_graph_host_call(g, 1, &e, &z), TRN_ERROR_INVALID_ARGUMENT);
+    trn_graph_free(g);
+    char hex[65];
+    trn_sha256_hex("abc", 3, hex);
+    CHECK(strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") == 0);
+}
+
+int main(void) {
+    find_include_dir();
+    test_fused_pointwise();
+    test_softmax();
+    test_matmul_host_and_workspace();
+    test_cache();
+    test_errors();
+    return TEST_REPORT();
+}

@@ -1,0 +1,114 @@
+"""Conformance through torch.compile(backend="neuron"): PyTorch's OpInfo
+samples of the ops the compiler lowers (elementwise, reductions, matmul),
+compiled and compared with PyTorch CPU. float32 and int64, the first two
+samples of each op; all of a dtype's samples go into one compiled function
+(one graph, one C compile), then each op is checked on its own."""
+import importlib.util
+import os
+import pathlib
+
+import pytest
+import torch
+import torch._dynamo
+from torch.testing._internal.common_methods_invocations import op_db
+
+import torch_neuronx  # noqa: F401
+from .exclusions import EXCLUDED, TOLERANCES
+
+
+def _ops_from(name):
+    path = pathlib.Path(__file__).parent / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return set(mod.OPS)
+
+
+# Elementwise ops lower to fused loops; these reductions and products too.
+LOWERED = _ops_from("ops_elementwise") | {"sum", "mean", "amax", "amin", "softmax", "log_softmax",
+                                          "var", "mm", "bmm", "addmm", "nn.functional.linear"}
+# The default run keeps to float32 and one sample per op (the machine's test
+# time budget); OPENNEURON_FULL_TESTS=1 adds int64 and a second sample.
+FULL = os.environ.get("OPENNEURON_FULL_TESTS") == "1"
+DTYPES = [torch.float32, torch.int64] if FULL else [torch.float32]
+SAMPLES_PER_OP = 2 if FULL else 1
+# Not compared: outputs that depend on something other than the inputs.
+COMPILE_EXCLUDED = {
+    # float_power computes in float64: the compiler computes float64 in
+    # float32 (TorchNeuron's policy) while CPU keeps double precision.
+    "float_power": "float64 computed as float32",
+}
+
+
+def _cases():
+    for op in op_db:
+        if op.name not in LOWERED or op.name in COMPILE_EXCLUDED or op.variant_test_name:
+            continue
+        for dtype in DTYPES:
+            if dtype in op.supported_dtypes("cpu") and (op.name, "", dtype) not in EXCLUDED \
+                    and (op.name, "", "*") not in EXCLUDED:
+                yield op, dtype
+
+
+def _to(x, dev):
+    if isinstance(x, torch.Tensor):
+        return x.to(dev)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to(y, dev) for y in x)
+    return x
+
+
+_results = {}
+
+
+def _run_dtype(dtype, tmp_cache):
+    """Runs every (op, sample) of `dtype` through one compiled function."""
+    if dtype in _results:
+        return _results[dtype]
+    work = []
+    for op, dt in _cases():
+        if dt != dtype:
+            continue
+        for i, s in enumerate(op.sample_inputs("cpu", dtype)):
+            if i >= SAMPLES_PER_OP:
+                break
+            if not isinstance(s.input, torch.Tensor):
+                continue
+            work.append((op, s))
+    expected = []
+    for op, s in work:
+        try:
+            expected.append(op.op(s.input, *s.args, **s.kwargs))
+        except Exception as e:  # noqa: BLE001 - CPU rejects this sample: so must we
+            expected.append(e)
+    live = [(op, s) for (op, s), e in zip(work, expected) if not isinstance(e, Exception)]
+    dev_args = [(_to(s.input, "neuron"), _to(s.args, "neuron"), _to(s.kwargs, "neuron")) for _, s in live]
+
+    def all_ops(args):
+        return [op.op(x, *a, **k) for (op, _), (x, a, k) in zip(live, args)]
+    torch._dynamo.reset()
+    got = torch.compile(all_ops, backend="neuron")(dev_args)
+    out = {}
+    it = iter(got)
+    for (op, s), e in zip(work, expected):
+        if isinstance(e, Exception):
+            continue
+        out.setdefault(op.name, []).append((e, next(it)))
+    _results[dtype] = out
+    return out
+
+
+@pytest.mark.parametrize("op,dtype", [pytest.param(op, dt, id=f"{op.name}-{str(dt)[6:]}") for op, dt in _cases()])
+def test_compiled_op_matches_cpu(op, dtype, tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "neuron-compile-cache"))
+    results = _run_dtype(dtype, None).get(op.name, [])
+    assert results, f"{op.name}: no sample ran"
+    for expected, got in results:
+        floating = isinstance(expected, torch.Tensor) and expected.dtype.is_floating_point
+        atol, rtol = TOLERANCES.get((op.name, "", dtype), (1e-5, 1e-4) if floating else (0, 0))
+        if isinstance(expected, torch.Tensor):
+            assert got.device.type == "neuron"
+            torch.testing.assert_close(got.cpu(), expected, atol=atol, rtol=rtol, equal_nan=True,
+                                       check_stride=False)
+        else:
+            torch.testing.assert_close(_to(got, "cpu"), expected, atol=atol, rtol=rtol, equal_nan=True)

@@ -1,0 +1,31 @@
+"""Compile metrics: what get_dynamo_metrics() reports (TorchNeuron's API)."""
+from __future__ import annotations
+
+import threading
+
+_lock = threading.Lock()
+_FIELDS = ("graphs", "compiles", "cache_hits", "memory_cache_hits", "disk_cache_hits",
+           "compile_seconds", "cc_seconds", "fallback_graphs", "host_steps", "kernels")
+_metrics = dict.fromkeys(_FIELDS, 0)
+
+
+def add(**kw) -> None:
+    with _lock:
+        for k, v in kw.items():
+            _metrics[k] += v
+
+
+def get_dynamo_metrics() -> dict:
+    """Counters since the last reset: graphs lowered, ``compiles`` (C compiler
+    runs), ``cache_hits`` (graphs that compiled nothing: in memory or on disk),
+    ``compile_seconds`` (backend time, lowering included), ``cc_seconds`` (C
+    compiler only), ``fallback_graphs`` (graphs run eagerly), ``host_steps``
+    (eager ops inside compiled graphs) and ``kernels`` (generated)."""
+    with _lock:
+        return dict(_metrics)
+
+
+def reset_dynamo_metrics() -> None:
+    with _lock:
+        for k in _metrics:
+            _metrics[k] = 0

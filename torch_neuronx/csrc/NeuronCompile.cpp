@@ -1,0 +1,230 @@
+// NeuronCompile.cpp - Python bindings of the graph compiler (trn/compiler.h).
+//
+// Owns: torch_neuronx._C._CompilerGraph / _CompiledProgram / _CompiledRun.
+// Converts and checks only: the Python backend (torch_neuronx/_compile)
+// translates an FX graph into these builder calls; every decision (fusion,
+// memory, code) is libtrn's. Buffers are passed as tensors' data pointers.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/Exceptions.h>
+
+#include "bindings.h"
+#include "neuron_device.h"
+#include "trn/compiler.h"
+#include "trn_check.h"
+
+namespace py = pybind11;
+
+namespace neuron {
+namespace {
+
+template <typename F>
+auto guarded(F &&f) -> decltype(f()) {
+    try {
+        return f();
+    } catch (const py::error_already_set &) {
+        throw;
+    } catch (...) {
+        torch::translate_exception_to_python(std::current_exception());
+        throw py::error_already_set();
+    }
+}
+
+using I64s = std::vector<int64_t>;
+
+struct Graph {
+    trn_graph *g = nullptr;
+    Graph() { TRN_CHECK(trn_graph_create(&g)); }
+    ~Graph() { trn_graph_free(g); }
+};
+
+struct Program {
+    trn_program *p = nullptr;
+    ~Program() { trn_program_free(p); }
+};
+
+struct Run {
+    std::shared_ptr<Program> prog;
+    trn_run *r = nullptr;
+    int device = 0;
+    ~Run() {
+        if (r == nullptr) return;
+        trn_stream *s = nullptr;
+        if (trn_stream_get_current(device, &s) == TRN_SUCCESS) trn_run_finish(r, s);
+    }
+};
+
+const int64_t *opt_ptr(const std::optional<I64s> &v) { return v ? v->data() : nullptr; }
+
+void *tensor_ptr(const at::Tensor &t) {
+    TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1,
+                "compiled graph: buffer on ", t.device(), ", expected a neuron tensor");
+    return t.data_ptr();
+}
+
+void register_compiler(py::module_ &m) {
+    py::class_<Graph, std::shared_ptr<Graph>>(m, "_CompilerGraph")
+        .def(py::init([] { return guarded([] { return std::make_shared<Graph>(); }); }))
+        .def("input", [](Graph &g, int dt, const I64s &sizes, const I64s &strides) {
+            return guarded([&] {
+                int id;
+                TRN_CHECK(trn_graph_input(g.g, (trn_dtype)dt, (int)sizes.size(), sizes.data(), strides.data(), &id));
+                return id;
+            });
+        })
+        .def("const", [](Graph &g, int dt, double f, int64_t i, const I64s &sizes) {
+            return guarded([&] {
+                int id;
+                TRN_CHECK(trn_graph_const(g.g, (trn_dtype)dt, f, i, (int)sizes.size(), sizes.data(), &id));
+                return id;
+            });
+        })
+        .def("pointwise", [](Graph &g, int op, int compute, int out, const std::vector<int> &in, const std::vector<double> &params) {
+            return guarded([&] {
+                int id;
+                double p[4] = {0, 0, 0, 0};
+                for (size_t i = 0; i < params.size() && i < 4; i++) p[i] = params[i];
+                TRN_CHECK(trn_graph_pointwise(g.g, (trn_ew_op)op, (trn_dtype)compute, (trn_dtype)out, (int)in.size(), in.data(), p, &id));
+                return id;
+            });
+        })
+        .def("cast", [](Graph &g, int in, int dt) {
+            return guarded([&] {
+                int id;
+                TRN_CHECK(trn_graph_cast(g.g, in, (trn_dtype)dt, &id));
+                return id;
+            });
+        })
+        .def("view", [](Graph &g, int in, const I64s &sizes, const I64s &strides, int64_t offset) {
+            return guarded([&] {
+                int id;
+                TORCH_CHECK(sizes.size() == strides.size(), "view: sizes and strides differ in length");
+                TRN_CHECK(trn_graph_view(g.g, in, (int)sizes.size(), sizes.data(), strides.data(), offset, &id));
+                return id;
+            });
+        })
+        .def("reduce", [](Graph &g, int op, int in, int out, uint32_t mask) {
+            return guarded([&] {
+                int id;
+                TRN_CHECK(trn_graph_reduce(g.g, (trn_graph_reduce_op)op, in, (trn_dtype)out, mask, &id));
+                return id;
+            });
+        })
+        .def("matmul", [](Graph &g, int a, int b, double alpha) {
+            return guarded([&] {
+                int id;
+                TRN_CHECK(trn_graph_matmul(g.g, a, b, alpha, &id));
+                return id;
+            });
+        })
+        .def("conv", [](Graph &g, int kind, int x, int y, int bias, const I64s &stride, const I64s &pad,
+                        const I64s &dil, int64_t groups, const I64s &out_sizes) {
+            return guarded([&] {
+                int id;
+                TORCH_CHECK(stride.size() == pad.size() && pad.size() == dil.size(), "conv: parameter lengths differ");
+                TRN_CHECK(trn_graph_conv(g.g, (trn_conv_kind)kind, x, y, bias, (int)stride.size(), stride.data(),
+                                         pad.data(), dil.data(), groups, (int)out_sizes.size(), out_sizes.data(), &id));
+                return id;
+            });
+        })
+        .def("host_call", [](Graph &g, const std::vector<int> &args) {
+            return guarded([&] {
+                int step;
+                TRN_CHECK(trn_graph_host_call(g.g, (int)args.size(), args.data(), &step));
+                return step;
+            });
+        })
+        .def("host_result", [](Graph &g, int step, int dt, const I64s &sizes, const I64s &strides) {
+            return guarded([&] {
+                int id;
+                TRN_CHECK(trn_graph_host_result(g.g, step, (trn_dtype)dt, (int)sizes.size(), sizes.data(), strides.data(), &id));
+                return id;
+            });
+        })
+        .def("export", [](Graph &g, int node, const std::optional<I64s> &strides) {
+            guarded([&] { TRN_CHECK(trn_graph_export(g.g, node, opt_ptr(strides))); });
+        })
+        .def("set_layout", [](Graph &g, int node, const I64s &strides) {
+            guarded([&] { TRN_CHECK(trn_graph_set_layout(g.g, node, strides.data())); });
+        })
+        .def("set_label", [](Graph &g, int node, const std::string &label) {
+            guarded([&] { TRN_CHECK(trn_graph_set_label(g.g, node, label.c_str())); });
+        })
+        .def("node_count", [](Graph &g) { return trn_graph_node_count(g.g); })
+        .def("compile", [](Graph &g, const std::string &include_dir, const std::optional<std::string> &cache_dir,
+                           const std::optional<std::string> &debug_dir, const std::string &name) {
+            return guarded([&] {
+                auto prog = std::make_shared<Program>();
+                trn_compile_options o{include_dir.c_str(), cache_dir ? cache_dir->c_str() : nullptr,
+                                      debug_dir ? debug_dir->c_str() : nullptr, name.c_str()};
+                trn_status st;
+                {
+                    py::gil_scoped_release nogil;
+                    st = trn_program_compile(g.g, &o, &prog->p);
+                }
+                TRN_CHECK(st);
+                return prog;
+            });
+        });
+
+    py::class_<Program, std::shared_ptr<Program>>(m, "_CompiledProgram")
+        .def_property_readonly("workspace_size", [](Program &p) { return trn_program_workspace_size(p.p); })
+        .def_property_readonly("kernel_count", [](Program &p) { return trn_program_kernel_count(p.p); })
+        .def_property_readonly("from_cache", [](Program &p) { return trn_program_from_cache(p.p) != 0; })
+        .def_property_readonly("compile_seconds", [](Program &p) { return trn_program_compile_seconds(p.p); })
+        .def_property_readonly("source", [](Program &p) { return std::string(trn_program_source(p.p)); })
+        .def_property_readonly("cache_key", [](Program &p) { return std::string(trn_program_cache_key(p.p)); });
+
+    py::class_<Run, std::shared_ptr<Run>>(m, "_CompiledRun")
+        .def(py::init([](std::shared_ptr<Program> prog, const std::optional<at::Tensor> &ws, int device) {
+            return guarded([&] {
+                auto run = std::make_shared<Run>();
+                run->prog = prog;
+                run->device = device;
+                TRN_CHECK(trn_run_create(prog->p, ws ? tensor_ptr(*ws) : nullptr, &run->r));
+                return run;
+            });
+        }))
+        .def("set", [](Run &r, int node, const at::Tensor &t) {
+            guarded([&] { TRN_CHECK(trn_run_set_buffer(r.r, node, tensor_ptr(t))); });
+        })
+        .def("set_many", [](Run &r, const std::vector<int> &nodes, const std::vector<at::Tensor> &ts) {
+            guarded([&] {
+                TORCH_CHECK(nodes.size() == ts.size(), "set_many: lengths differ");
+                for (size_t i = 0; i < nodes.size(); i++) TRN_CHECK(trn_run_set_buffer(r.r, nodes[i], tensor_ptr(ts[i])));
+            });
+        })
+        .def("cont", [](Run &r) {
+            return guarded([&] {
+                int host = -1;
+                TRN_CHECK(trn_run_continue(r.r, current_trn_stream(static_cast<c10::DeviceIndex>(r.device)), &host));
+                return host;
+            });
+        })
+        .def("finish", [](Run &r) {
+            guarded([&] {
+                trn_run *run = r.r;
+                r.r = nullptr;
+                TRN_CHECK(trn_run_finish(run, current_trn_stream(static_cast<c10::DeviceIndex>(r.device))));
+            });
+        });
+
+    m.def("_ew_op_ids", [] {
+        py::dict d;
+        for (int i = 0; i < TRN_EW_OP_COUNT; i++) d[py::str(trn_ew_op_name((trn_ew_op)i))] = i;
+        return d;
+    });
+    m.def("_compiler_version", [] { return std::string(TRN_COMPILER_VERSION); });
+}
+
+BindingsRegistrar reg_compiler(register_compiler);
+
+}  // namespace
+}  // namespace neuron
