@@ -71,9 +71,10 @@ def tied_pairs(model):
     return pairs
 
 
-def train(name, model, device, batches, autocast=None, scaler=None):
-    """STEPS AdamW steps; returns the losses (floats)."""
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
+def train(name, model, device, batches, autocast=None, scaler=None, sgd=False):
+    """One AdamW (or SGD) step per batch; returns the losses (floats)."""
+    opt = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if sgd else
+           torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01))
     losses = []
     for b in batches:
         b = zoo.to_device(b, device)
@@ -177,19 +178,30 @@ def test_greedy_generate_matches_cpu(name):
     assert torch.equal(got.cpu(), want)
 
 
+def assert_updates_agree(dev, cpu, name, rel):
+    """Reduced precision: elementwise bounds would be loose or flaky (AdamW
+    flips the step sign of near-zero gradients; these tests train with SGD,
+    whose update is proportional to the gradient), so compare each
+    parameter's whole update (final - initial) in norm: within `rel`."""
+    _, init = build(name)
+    for (n, p), q, p0 in zip(dev.named_parameters(), cpu.parameters(), init.parameters()):
+        du, cu = p.detach().cpu() - p0.detach(), q.detach() - p0.detach()
+        assert cu.norm() > 0, n
+        assert (du - cu).norm() <= rel * cu.norm(), f"{n}: {(du - cu).norm()} vs {cu.norm()}"
+
+
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_bf16_autocast_matches_cpu(name):
     cpu, dev = build(name)
     dev = move(dev, "neuron")
     batches = make_batches(name, 2)
     torch_neuronx.clear_op_tracking()
-    got = train(name, dev, "neuron", batches, autocast=torch.bfloat16)
+    got = train(name, dev, "neuron", batches, autocast=torch.bfloat16, sgd=True)
     assert_no_fallback()
-    want = train(name, cpu, "cpu", batches, autocast=torch.bfloat16)
+    want = train(name, cpu, "cpu", batches, autocast=torch.bfloat16, sgd=True)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=3e-2, atol=3e-2)
-    for p, q in zip(dev.parameters(), cpu.parameters()):
-        assert p.dtype == torch.float32  # autocast keeps float32 master weights
-        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=0, atol=5e-3)
+    assert all(p.dtype == torch.float32 for p in dev.parameters())  # float32 master weights
+    assert_updates_agree(dev, cpu, name, rel=0.05)
 
 
 def test_fp16_grad_scaler_matches_cpu():
@@ -200,13 +212,12 @@ def test_fp16_grad_scaler_matches_cpu():
     scaler_dev = torch.amp.GradScaler("neuron", init_scale=2.0 ** 10)
     scaler_cpu = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
     torch_neuronx.clear_op_tracking()
-    got = train(name, dev, "neuron", batches, autocast=torch.float16, scaler=scaler_dev)
+    got = train(name, dev, "neuron", batches, autocast=torch.float16, scaler=scaler_dev, sgd=True)
     assert_no_fallback()
-    want = train(name, cpu, "cpu", batches, autocast=torch.float16, scaler=scaler_cpu)
+    want = train(name, cpu, "cpu", batches, autocast=torch.float16, scaler=scaler_cpu, sgd=True)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-2, atol=1e-2)
     assert scaler_dev.get_scale() == scaler_cpu.get_scale()
-    for p, q in zip(dev.parameters(), cpu.parameters()):
-        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=0, atol=2e-3)
+    assert_updates_agree(dev, cpu, name, rel=0.05)
 
 
 def test_grad_scaler_skips_inf_step_like_cpu():
