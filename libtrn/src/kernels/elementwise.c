@@ -132,7 +132,7 @@ P2(logical_or) P2(logical_xor)
 BLK2(bitwise_and, i, int64_t) BLK2(bitwise_or, i, int64_t)
 BLK2(bitwise_xor, i, int64_t) BLK2(lshift, i, int64_t) BLK2(rshift, i, int64_t)
 FDI2(pow) FD2(atan2) FD2(hypot)
-FD1(pow_square) FD1(pow_cube) FD1(pow_inv_square)
+FD1(pow_square) FD1(pow_one) FD1(pow_zero) FD1(pow_cube) FD1(pow_inv_square)
 FD2(threshold_backward) FD2(sigmoid_backward) FD2(tanh_backward) FD2(hardtanh_backward)
 FD2(leaky_relu_backward) FD2(hardsigmoid_backward) FD2(hardswish_backward) FD2(gelu_backward)
 FD2(gelu_tanh_backward) FD2(silu_backward) FD2(elu_backward) FD2(softplus_backward)
@@ -577,9 +577,11 @@ static void pow_fast_path(ew_args *a) {
     const bool f = a->fam == FAM_F;
     // ATen computes float16 with std::pow for every exponent: only x*x and
     // 1/x round identically (both are one correctly rounded float op).
-    if (a->ctx.round16 == 1 && e != 2.0 && e != -1.0) return;
+    if (a->ctx.round16 == 1 && e != 2.0 && e != -1.0 && e != 1.0 && e != 0.0) return;
     block_fn fn = NULL;
-    if (e == 2.0) fn = f ? blk_pow_square_f : blk_pow_square_dd;
+    if (e == 1.0) fn = f ? blk_pow_one_f : blk_pow_one_dd;
+    else if (e == 0.0) fn = f ? blk_pow_zero_f : blk_pow_zero_dd;
+    else if (e == 2.0) fn = f ? blk_pow_square_f : blk_pow_square_dd;
     else if (e == 3.0) fn = f ? blk_pow_cube_f : blk_pow_cube_dd;
     else if (e == 0.5) fn = f ? blk_sqrt_f : blk_sqrt_dd;
     else if (e == -0.5) fn = f ? blk_rsqrt_f : blk_rsqrt_dd;
