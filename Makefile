@@ -22,6 +22,7 @@ build: deps
 
 demo: build
 	$(PY) examples/quickstart.py
+	$(PY) examples/train_gpt.py
 
 test: build test-c test-c-asan test-py
 
@@ -48,6 +49,7 @@ test-py: build
 bench: build
 	$(PY) bench/bench_ops.py
 	$(PY) bench/bench_copy.py
+	$(PY) bench/bench_models.py
 	cmake --build build/cmake --target trn_bench_stream && build/cmake/libtrn/trn_bench_stream
 	$(PY) bench/bench_collectives.py
 	$(PY) bench/bench_compile.py

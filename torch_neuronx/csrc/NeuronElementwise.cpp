@@ -91,13 +91,25 @@ bool launch(at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute,
                         "TORCH_NEURONX_NATIVE_FLOAT64=1 to compute float64 natively.");
     }
     if (iter.numel() != 0) {
+        // TensorIterator orders dims fastest-moving first; libtrn wants the
+        // innermost dim last (row-major), or a broadcast op walks memory
+        // with the outer stride innermost (10-30x slower, no coalescing).
+        const int nd = static_cast<int>(iter.ndim());
+        TORCH_CHECK(nd <= TRN_MAX_DIMS, "neuron elementwise ops support at most ", TRN_MAX_DIMS,
+                    " dimensions, got ", nd);
+        std::array<std::array<int64_t, TRN_MAX_DIMS>, 5> rev;  // sizes, out, 3 inputs
+        auto reversed = [&](int slot, at::IntArrayRef v) {
+            for (int k = 0; k < nd; ++k)
+                rev[slot][nd - 1 - k] = v[k];
+            return rev[slot].data();
+        };
         trn_ew_desc d{};
         d.op = op;
         d.dtype = *native_dtype(compute);
-        d.ndim = static_cast<int>(iter.ndim());
-        d.sizes = iter.shape().data();
+        d.ndim = nd;
+        d.sizes = reversed(0, iter.shape());
         d.out = iter.data_ptr(0);
-        d.out_strides = iter.strides(0).data();
+        d.out_strides = reversed(1, iter.strides(0));
         d.out_dtype = *native_dtype(iter.dtype(0));
         for (int k = 0; k < 4; ++k)
             d.params[k] = params[k];
@@ -111,7 +123,7 @@ bool launch(at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute,
                                             iter.original_scalar_value<int64_t>(arg));
             } else {
                 d.in[i] = iter.data_ptr(arg);
-                d.in_strides[i] = iter.strides(arg).data();
+                d.in_strides[i] = reversed(2 + i, iter.strides(arg));
                 d.in_dtype[i] = *native_dtype(iter.dtype(arg));
             }
         }

@@ -132,6 +132,7 @@ P2(logical_or) P2(logical_xor)
 BLK2(bitwise_and, i, int64_t) BLK2(bitwise_or, i, int64_t)
 BLK2(bitwise_xor, i, int64_t) BLK2(lshift, i, int64_t) BLK2(rshift, i, int64_t)
 FDI2(pow) FD2(atan2) FD2(hypot)
+FD1(pow_square) FD1(pow_one) FD1(pow_zero) FD1(pow_cube) FD1(pow_inv_square)
 FD2(threshold_backward) FD2(sigmoid_backward) FD2(tanh_backward) FD2(hardtanh_backward)
 FD2(leaky_relu_backward) FD2(hardsigmoid_backward) FD2(hardswish_backward) FD2(gelu_backward)
 FD2(gelu_tanh_backward) FD2(silu_backward) FD2(elu_backward) FD2(softplus_backward)
@@ -402,6 +403,7 @@ typedef struct ew_args {
     int arity;
     int ndim;  // >= 1
     trn_sc_ctx ctx;
+    block_fn fn;  // the op's block function (or a constant-exponent pow's)
     char *out;
     const char *in[3];
     bool is_scalar[3];
@@ -481,7 +483,7 @@ static void ew_range(void *vrun, int64_t begin, int64_t end) {
     const int64_t *istr[3] = {a->dims + 2 * nd, a->dims + 3 * nd, a->dims + 4 * nd};
     const int inner = nd - 1;
     const int64_t row = size[inner];
-    block_fn fn = ops[a->op].fam[a->fam];
+    block_fn fn = a->fn;
 
     // Buffers: 3 inputs + output of BLOCK compute elements, scalars pre-filled.
     _Alignas(64) char tmpmem[4][BLOCK * 8];
@@ -566,6 +568,30 @@ static trn_status ew_task(void *args) {
 
 // ---- launch ---------------------------------------------------------------------------
 
+// pow(tensor, constant) for the exponents ATen's CPU kernel special-cases
+// (x**2 in RMSNorm, x**3 in GELU-new): a unary block function on input 0,
+// ~20x faster than the general exp(e log|x|) path and bit-identical to CPU.
+static void pow_fast_path(ew_args *a) {
+    if (a->op != TRN_EW_POW || a->fam == FAM_I || a->is_scalar[0] || !a->is_scalar[1]) return;
+    const double e = a->fam == FAM_F ? (double)a->sval[1].f : a->sval[1].d;
+    const bool f = a->fam == FAM_F;
+    // ATen computes float16 with std::pow for every exponent: only x*x and
+    // 1/x round identically (both are one correctly rounded float op).
+    if (a->ctx.round16 == 1 && e != 2.0 && e != -1.0 && e != 1.0 && e != 0.0) return;
+    block_fn fn = NULL;
+    if (e == 1.0) fn = f ? blk_pow_one_f : blk_pow_one_dd;
+    else if (e == 0.0) fn = f ? blk_pow_zero_f : blk_pow_zero_dd;
+    else if (e == 2.0) fn = f ? blk_pow_square_f : blk_pow_square_dd;
+    else if (e == 3.0) fn = f ? blk_pow_cube_f : blk_pow_cube_dd;
+    else if (e == 0.5) fn = f ? blk_sqrt_f : blk_sqrt_dd;
+    else if (e == -0.5) fn = f ? blk_rsqrt_f : blk_rsqrt_dd;
+    else if (e == -1.0) fn = f ? blk_reciprocal_f : blk_reciprocal_dd;
+    else if (e == -2.0) fn = f ? blk_pow_inv_square_f : blk_pow_inv_square_dd;
+    if (fn == NULL) return;
+    a->fn = fn;
+    a->arity = 1;  // the exponent is baked into fn
+}
+
 static trn_status invalid(const char *what) {
     return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_ew_launch: %s", what);
 }
@@ -643,6 +669,8 @@ trn_status trn_ew_launch(trn_stream *stream, const trn_ew_desc *desc) {
             a.in[k] = desc->in[k];
         }
     }
+    a.fn = ops[op].fam[a.fam];
+    pow_fast_path(&a);
     // Coalesce: drop size-1 dims; merge a dim into its outer neighbour when
     // every operand is laid out contiguously across both. Track byte ranges.
     int64_t size[TRN_MAX_DIMS], str[4][TRN_MAX_DIMS];

@@ -1,0 +1,109 @@
+"""Whole-model training throughput and peak memory: neuron vs PyTorch CPU eager.
+
+For each model of tests/model_zoo.py ("small" configs: a few layers of width
+256, batch 8 x 64 tokens; ResNet 32 x 32 images) one AdamW training step
+(forward, backward, optimizer) runs on neuron and on the CPU, interleaved
+(neuron step, CPU step, ...) so both see the same machine load; the ratio
+is what to read (>1: neuron is faster). Peak memory is the step's peak above
+what was allocated before it (weights, grads and optimizer state are the
+same on both): neuron's from its allocator statistics, the CPU's from the
+profiler's allocation events.
+
+    .venv/bin/python bench/bench_models.py [--steps N] [--models gpt2,llama]
+"""
+import argparse
+import copy
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+import torch_neuronx  # noqa: E402,F401
+import model_zoo as zoo  # noqa: E402
+
+
+def make_step(name, model, device, batch):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batch = zoo.to_device(batch, device)
+
+    def step():
+        opt.zero_grad()
+        loss = zoo.loss_of(name, model, batch)
+        loss.backward()
+        opt.step()
+        return loss.item()  # synchronizes, as a training loop that logs does
+    return step
+
+
+def cpu_peak_bytes(step) -> int:
+    """Peak of live CPU allocations during one step, above the level at its start."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                    if e.name() == "[memory]" and str(e.device_type()) == "DeviceType.CPU")
+    live = peak = 0
+    for _, n in events:
+        live += n
+        peak = max(peak, live)
+    return peak
+
+
+def neuron_peak_bytes(step) -> int:
+    torch.neuron.synchronize()
+    base = torch.neuron.memory_allocated()
+    torch.neuron.reset_peak_memory_stats()
+    step()
+    torch.neuron.synchronize()
+    return torch.neuron.max_memory_allocated() - base
+
+
+def bench(name, steps, warmup):
+    torch.manual_seed(0)
+    cpu = zoo.MODELS[name]("small")
+    dev = copy.deepcopy(cpu).to("neuron")
+    if hasattr(dev, "tie_weights"):
+        dev.tie_weights()  # until .to() keeps Parameter identity (issue 7, fix7)
+    gen = torch.Generator().manual_seed(0)
+    batch = zoo.image_batch(32, 32, gen=gen) if name == "resnet" else zoo.lm_batch(8, 64, gen=gen)
+    run_dev = make_step(name, dev, "neuron", batch)
+    run_cpu = make_step(name, cpu, "cpu", batch)
+    for _ in range(warmup):
+        run_dev()
+        run_cpu()
+    t_dev = t_cpu = 0.0
+    for _ in range(steps):
+        t = time.perf_counter()
+        run_dev()
+        t_dev += time.perf_counter() - t
+        t = time.perf_counter()
+        run_cpu()
+        t_cpu += time.perf_counter() - t
+    mem_dev = neuron_peak_bytes(run_dev)
+    mem_cpu = cpu_peak_bytes(run_cpu)
+    return steps / t_dev, steps / t_cpu, mem_dev, mem_cpu
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--models", default=",".join(zoo.MODELS))
+    args = ap.parse_args()
+    torch_neuronx.clear_op_tracking()
+    print(f"training step (AdamW), {torch.get_num_threads()} CPU threads; ratio > 1: neuron faster")
+    print(f"{'model':8s} {'neuron step/s':>14s} {'cpu step/s':>11s} {'ratio':>6s}   "
+          f"{'neuron peak MiB':>15s} {'cpu peak MiB':>12s} {'ratio':>6s}")
+    for name in args.models.split(","):
+        sd, sc, md, mc = bench(name, args.steps, args.warmup)
+        print(f"{name:8s} {sd:14.2f} {sc:11.2f} {sd / sc:6.2f}   "
+              f"{md / 2**20:15.1f} {mc / 2**20:12.1f} {md / max(mc, 1):6.2f}", flush=True)
+    fallbacks = sorted(set(torch_neuronx.get_fallback_ops()))
+    print("ops on the CPU fallback:", ", ".join(fallbacks) if fallbacks else "none")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+// test_random.c - the random fill kernel: moments of each distribution,
+// ranges, reproducibility from a seed (and independence of the thread
+// split), a different seed giving different values, argument errors.
+#include <math.h>
+#include <stdlib.h>
+
+#include "test.h"
+#include "trn/random.h"
+
+static trn_stream *g_stream;
+enum { N = 200000 };
+
+static void fill(trn_random_desc *d) {
+    CHECK_OK(trn_random_launch(g_stream, d));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+}
+
+static void moments(const float *x, double *mean, double *var) {
+    double s = 0, s2 = 0;
+    for (int i = 0; i < N; i++) s += x[i], s2 += (double)x[i] * x[i];
+    *mean = s / N;
+    *var = s2 / N - *mean * *mean;
+}
+
+static void test_float_dists(void) {
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+    double m, v;
+    trn_random_desc d = {TRN_RANDOM_UNIFORM, TRN_DTYPE_F32, N, x, -1.0, 3.0, 0, 0, 7};
+    fill(&d);
+    int out = 0;
+    for (int i = 0; i < N; i++) out += x[i] < -1.0f || x[i] >= 3.0f;
+    CHECK_INT(out, 0);
+    moments(x, &m, &v);
+    CHECK(fabs(m - 1.0) < 0.02 && fabs(v - 16.0 / 12) < 0.02);
+    d.out = y;  // same seed: same values
+    fill(&d);
+    CHECK(memcmp(x, y, N * sizeof *x) == 0);
+    d.seed = 8;
+    fill(&d);
+    CHECK(memcmp(x, y, N * sizeof *x) != 0);
+    trn_random_desc nd = {TRN_RANDOM_NORMAL, TRN_DTYPE_F32, N, x, 2.0, 0.5, 0, 0, 1};
+    fill(&nd);
+    moments(x, &m, &v);
+    CHECK(fabs(m - 2.0) < 0.01 && fabs(v - 0.25) < 0.01);
+    trn_random_desc ed = {TRN_RANDOM_EXPONENTIAL, TRN_DTYPE_F32, N, x, 4.0, 0, 0, 0, 1};
+    fill(&ed);
+    moments(x, &m, &v);
+    int neg = 0;
+    for (int i = 0; i < N; i++) neg += x[i] < 0;
+    CHECK_INT(neg, 0);
+    CHECK(fabs(m - 0.25) < 0.005 && fabs(v - 1.0 / 16) < 0.005);
+    free(x);
+    free(y);
+}
+
+static void test_discrete(void) {
+    int64_t *k = malloc(N * sizeof *k);
+    trn_random_desc d = {TRN_RANDOM_INTEGER, TRN_DTYPE_I64, N, k, 0, 0, -3, 7, 5};
+    fill(&d);
+    int64_t count[7] = {0};
+    int out = 0;
+    for (int i = 0; i < N; i++) {
+        if (k[i] < -3 || k[i] > 3) out++;
+        else count[k[i] + 3]++;
+    }
+    CHECK_INT(out, 0);
+    for (int j = 0; j < 7; j++) CHECK(fabs(count[j] / (double)N - 1.0 / 7) < 0.01);
+    uint8_t *b = malloc(N);
+    trn_random_desc bd = {TRN_RANDOM_BERNOULLI, TRN_DTYPE_BOOL, N, b, 0.3, 0, 0, 0, 5};
+    fill(&bd);
+    int64_t ones = 0, bad = 0;
+    for (int i = 0; i < N; i++) ones += b[i] == 1, bad += b[i] > 1;
+    CHECK_INT(bad, 0);
+    CHECK(fabs(ones / (double)N - 0.3) < 0.01);
+    // Errors.
+    bd.a = 1.5;
+    CHECK_INT(trn_random_launch(g_stream, &bd), TRN_ERROR_INVALID_ARGUMENT);
+    d.range = 0;
+    CHECK_INT(trn_random_launch(g_stream, &d), TRN_ERROR_INVALID_ARGUMENT);
+    trn_random_desc nd = {TRN_RANDOM_NORMAL, TRN_DTYPE_I32, N, k, 0, 1, 0, 0, 1};
+    CHECK_INT(trn_random_launch(g_stream, &nd), TRN_ERROR_UNSUPPORTED);
+    CHECK_INT(trn_random_launch(g_stream, NULL), TRN_ERROR_INVALID_ARGUMENT);
+    free(k);
+    free(b);
+}
+
+int main(void) {
+    CHECK_OK(trn_stream_get_default(0, &g_stream));
+    test_float_dists();
+    test_discrete();
+    return TEST_REPORT();
+}

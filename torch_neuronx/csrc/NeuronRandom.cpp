@@ -1,0 +1,160 @@
+// NeuronRandom.cpp - in-place random fills on neuron (uniform_, normal_,
+// bernoulli_(p), exponential_, random_), run by libtrn's counter-based
+// random kernel (trn/random.h). Each call draws one 64-bit seed from the
+// device's generator (default or given), so torch.manual_seed /
+// torch.neuron.manual_seed reproduce the values, devices have independent
+// streams, and get_rng_state / set_rng_state round-trip. Argument checks and
+// messages follow ATen's; dtypes the kernel does not cover go to the CPU
+// fallback. randn / rand / randint / rand_like / nn.init are built on these.
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Functions.h>
+#include <ATen/Operators.h>
+#include <ATen/native/CPUFallback.h>
+#include <torch/library.h>
+
+#include <limits>
+#include <mutex>
+
+#include "NeuronFallback.h"
+#include "NeuronGenerator.h"
+#include "neuron_device.h"
+#include "op_tracking.h"
+#include "trn/random.h"
+
+namespace neuron {
+namespace {
+
+using at::Tensor;
+
+template <typename Op, typename... Args>
+decltype(auto) fallback(Args &&...args) {
+    return at::native::call_fallback_fn<&cpu_fallback, Op>::call(std::forward<Args>(args)...);
+}
+
+// One 64-bit draw from the neuron generator's state (the fill's seed).
+uint64_t draw_seed(const std::optional<at::Generator> &gen, c10::DeviceIndex index) {
+    at::Generator g = gen.has_value() && gen->defined() ? *gen : default_generator(index);
+    TORCH_CHECK(g.device().type() == kNeuron,
+                "random ops on neuron need a neuron generator, got one for ", g.device());
+    at::Generator cpu = g.get<NeuronGeneratorImpl>()->cpu_generator();  // shares the state
+    std::lock_guard<std::mutex> lock(cpu.mutex());
+    return cpu.get<at::CPUGeneratorImpl>()->random64();
+}
+
+bool is_float_dtype(const Tensor &t) {
+    const auto s = t.scalar_type();
+    return s == at::kFloat || s == at::kDouble || s == at::kHalf || s == at::kBFloat16;
+}
+
+// Fills `self` (any layout: a contiguous staging tensor when needed).
+Tensor &run(Tensor &self, trn_random_dist dist, double a, double b, int64_t from, uint64_t range,
+            const std::optional<at::Generator> &gen, const char *name) {
+    if (self.numel() == 0)
+        return self;
+    Tensor work = self.is_contiguous() ? self : at::empty_like(self, at::MemoryFormat::Contiguous);
+    trn_random_desc d{};
+    d.dist = dist;
+    d.dtype = *native_dtype(self.scalar_type());
+    d.n = work.numel();
+    d.out = work.data_ptr();
+    d.a = a;
+    d.b = b;
+    d.from = from;
+    d.range = range;
+    d.seed = draw_seed(gen, self.device().index());
+    TRN_CHECK(trn_random_launch(current_trn_stream(self.device().index()), &d));
+    if (!work.is_same(self))
+        self.copy_(work);
+    tracking::record_executed(name);
+    return self;
+}
+
+Tensor &uniform_(Tensor &self, double from, double to, std::optional<at::Generator> gen) {
+    if (!is_float_dtype(self))
+        return fallback<at::_ops::uniform_>(self, from, to, gen);
+    TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from,
+                " > to=", to);
+    return run(self, TRN_RANDOM_UNIFORM, from, to, 0, 0, gen, "aten::uniform_");
+}
+
+Tensor &normal_(Tensor &self, double mean, double std, std::optional<at::Generator> gen) {
+    TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
+    if (!is_float_dtype(self))
+        return fallback<at::_ops::normal_>(self, mean, std, gen);
+    return run(self, TRN_RANDOM_NORMAL, mean, std, 0, 0, gen, "aten::normal_");
+}
+
+Tensor &exponential_(Tensor &self, double lambd, std::optional<at::Generator> gen) {
+    TORCH_CHECK(lambd > 0.0, "exponential_ expects lambda > 0.0, but found lambda=", lambd);
+    if (!is_float_dtype(self))
+        return fallback<at::_ops::exponential_>(self, lambd, gen);
+    return run(self, TRN_RANDOM_EXPONENTIAL, lambd, 0, 0, 0, gen, "aten::exponential_");
+}
+
+Tensor &bernoulli_float(Tensor &self, double p, std::optional<at::Generator> gen) {
+    TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
+    if (!native_dtype(self.scalar_type()) || self.is_complex())
+        return fallback<at::_ops::bernoulli__float>(self, p, gen);
+    return run(self, TRN_RANDOM_BERNOULLI, p, 0, 0, 0, gen, "aten::bernoulli_");
+}
+
+// Values random_() may produce without `to`: [0, 2^mantissa digits] for
+// floating types, [0, max] for integers, as ATen.
+uint64_t default_range(at::ScalarType s) {
+    switch (s) {
+    case at::kFloat: return (UINT64_C(1) << 24) + 1;
+    case at::kDouble: return (UINT64_C(1) << 53) + 1;
+    case at::kHalf: return (UINT64_C(1) << 11) + 1;
+    case at::kBFloat16: return (UINT64_C(1) << 8) + 1;
+    case at::kBool: return 2;
+    case at::kByte: return 256;
+    case at::kChar: return 128;
+    case at::kShort: return UINT64_C(1) << 15;
+    case at::kInt: return UINT64_C(1) << 31;
+    case at::kLong: return UINT64_C(1) << 63;
+    default: return 0;
+    }
+}
+
+bool random_ok(const Tensor &self) {
+    return native_dtype(self.scalar_type()).has_value() && default_range(self.scalar_type()) != 0;
+}
+
+Tensor &random_from(Tensor &self, int64_t from, std::optional<int64_t> to,
+                    std::optional<at::Generator> gen) {
+    if (!random_ok(self) || !to.has_value())
+        return fallback<at::_ops::random__from>(self, from, to, gen);
+    TORCH_CHECK(from < *to, "random_ expects 'from' to be less than 'to', but got from=", from,
+                " >= to=", *to);
+    const uint64_t range = static_cast<uint64_t>(*to) - static_cast<uint64_t>(from);
+    return run(self, TRN_RANDOM_INTEGER, 0, 0, from, range, gen, "aten::random_");
+}
+
+Tensor &random_to(Tensor &self, int64_t to, std::optional<at::Generator> gen) {
+    if (!random_ok(self))
+        return fallback<at::_ops::random__to>(self, to, gen);
+    TORCH_CHECK(0 < to, "random_ expects 'from' to be less than 'to', but got from=0 >= to=", to);
+    return run(self, TRN_RANDOM_INTEGER, 0, 0, 0, static_cast<uint64_t>(to), gen,
+               "aten::random_");
+}
+
+Tensor &random_default(Tensor &self, std::optional<at::Generator> gen) {
+    if (!random_ok(self))
+        return fallback<at::_ops::random_>(self, gen);
+    return run(self, TRN_RANDOM_INTEGER, 0, 0, 0, default_range(self.scalar_type()), gen,
+               "aten::random_");
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+    m.impl("uniform_", TORCH_FN(uniform_));
+    m.impl("normal_", TORCH_FN(normal_));
+    m.impl("exponential_", TORCH_FN(exponential_));
+    m.impl("bernoulli_.float", TORCH_FN(bernoulli_float));
+    m.impl("random_.from", TORCH_FN(random_from));
+    m.impl("random_.to", TORCH_FN(random_to));
+    m.impl("random_", TORCH_FN(random_default));
+}
+
+}  // namespace neuron
