@@ -65,8 +65,6 @@ def bench(name, steps, warmup):
     torch.manual_seed(0)
     cpu = zoo.MODELS[name]("small")
     dev = copy.deepcopy(cpu).to("neuron")
-    if hasattr(dev, "tie_weights"):
-        dev.tie_weights()  # until .to() keeps Parameter identity (issue 7, fix7)
     gen = torch.Generator().manual_seed(0)
     batch = zoo.image_batch(32, 32, gen=gen) if name == "resnet" else zoo.lm_batch(8, 64, gen=gen)
     run_dev = make_step(name, dev, "neuron", batch)

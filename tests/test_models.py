@@ -6,7 +6,7 @@ built in code (tests/model_zoo.py; no hub downloads). Each is trained a few
 AdamW steps on neuron and on the CPU from the same weights and batches:
 the losses and the final parameters agree, eval outputs after training
 agree, greedy ``generate()`` gives the same tokens, and no op falls back to
-the CPU (beyond the explicit PENDING_NATIVE set below). Then the same under
+the CPU. Then the same under
 ``torch.autocast("neuron", dtype=torch.bfloat16)`` and with a float16
 ``GradScaler``.
 
@@ -27,37 +27,19 @@ import torch
 import torch_neuronx
 import model_zoo as zoo
 
-# Ops the other half of issue 7 (branch fix7) is making native: batch norm
-# and pooling. Until it is merged they still run through the CPU fallback;
-# every other op these models use must already be native. Remove entries as
-# they land; the goal is the empty set.
-PENDING_NATIVE = {
-    "aten::native_batch_norm",
-    "aten::native_batch_norm_backward",
-    "aten::_native_batch_norm_legit",
-    "aten::_native_batch_norm_legit_no_training",
-    "aten::_native_batch_norm_legit_functional",
-    "aten::max_pool2d_with_indices",
-    "aten::max_pool2d_with_indices_backward",
-    "aten::isin",  # generate()'s stopping criteria
-}
+# Every op these models train with is native. The one exception left:
+# generate()'s stopping criteria call aten::isin, which has no native kernel
+# yet (issue 7, open); it runs once per generated token, outside training.
+PENDING_NATIVE = frozenset({"aten::isin"})
 
 STEPS = 3
 LR = 1e-3
 
 
 def move(model, device):
-    """``model.to(device)``, as a user writes it.
-
-    WORKAROUND (until fix7's Parameter-identity fix is merged): ``.to()``
-    creates new Parameter objects on neuron, which unties tied weights; HF's
-    ``tie_weights()`` re-ties them. It is a no-op once ``.to()`` preserves
-    identity - the assertion after it keeps the test honest either way.
-    """
-    model = model.to(device)
-    if hasattr(model, "tie_weights"):
-        model.tie_weights()  # WORKAROUND: see docstring
-    return model
+    """``model.to(device)``, exactly as a user writes it (tied weights must
+    stay tied and Parameter objects keep their identity)."""
+    return model.to(device)
 
 
 def tied_pairs(model):
@@ -123,14 +105,7 @@ def eval_output(name, model, device, batch):
         return model(input_ids=b["input_ids"]).logits.float().cpu()
 
 
-# The CPU fallback never writes batch norm's running stats back to neuron
-# (issue 7; fixed on branch fix7). Strict: once fix7 is merged this XPASSes
-# and fails, so the mark gets removed.
-RESNET_PENDING_FIX7 = pytest.param("resnet", marks=pytest.mark.xfail(
-    strict=True, reason="batch norm running stats not written back until fix7 is merged"))
-
-
-@pytest.mark.parametrize("name", ["gpt2", "llama", "bert", RESNET_PENDING_FIX7])
+@pytest.mark.parametrize("name", ["gpt2", "llama", "bert", "resnet"])
 def test_train_matches_cpu(name):
     cpu, dev = build(name)
     pairs = tied_pairs(cpu)

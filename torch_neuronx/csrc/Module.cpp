@@ -62,21 +62,6 @@ py::object default_generator_object(int index) {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(gen));
 }
 
-// libtrn errors surface here as c10 exceptions; torch's own translator
-// turns them into the Python exceptions PyTorch users know
-// (torch.OutOfMemoryError, NotImplementedError, ValueError, RuntimeError).
-template <typename F>
-auto guarded(F &&f) -> decltype(f()) {
-    try {
-        return f();
-    } catch (const py::error_already_set &) {
-        throw;
-    } catch (...) {
-        torch::translate_exception_to_python(std::current_exception());
-        throw py::error_already_set();
-    }
-}
-
 }  // namespace
 }  // namespace neuron
 

@@ -25,17 +25,6 @@ namespace py = pybind11;
 namespace neuron {
 namespace {
 
-template <typename F>
-auto guarded(F &&f) -> decltype(f()) {
-    try {
-        return f();
-    } catch (const py::error_already_set &) {
-        throw;
-    } catch (...) {
-        torch::translate_exception_to_python(std::current_exception());
-        throw py::error_already_set();
-    }
-}
 
 using I64s = std::vector<int64_t>;
 

@@ -21,17 +21,6 @@ at::Allocator *device_allocator();
 
 namespace {
 
-template <typename F>
-auto guarded(F &&f) -> decltype(f()) {
-    try {
-        return f();
-    } catch (const py::error_already_set &) {
-        throw;
-    } catch (...) {
-        torch::translate_exception_to_python(std::current_exception());
-        throw py::error_already_set();
-    }
-}
 
 void shared_delete(void *ptr) {
     if (trn_mem_free(ptr) != TRN_SUCCESS) {

@@ -15,19 +15,6 @@ namespace py = pybind11;
 namespace neuron {
 namespace {
 
-// c10 errors become the Python exceptions torch users expect (ValueError,
-// torch.OutOfMemoryError, ...), as in Module.cpp.
-template <typename F>
-auto guarded(F &&f) -> decltype(f()) {
-    try {
-        return f();
-    } catch (const py::error_already_set &) {
-        throw;
-    } catch (...) {
-        torch::translate_exception_to_python(std::current_exception());
-        throw py::error_already_set();
-    }
-}
 
 trn_log_level to_level(int level) {
     return static_cast<trn_log_level>(std::clamp(level, 0, 3));

@@ -5,6 +5,9 @@
 // Owned by Module.cpp (it drains the list); files only append to it.
 #pragma once
 #include <pybind11/pybind11.h>
+#include <torch/csrc/Exceptions.h>
+
+#include <exception>
 
 namespace neuron {
 
@@ -13,5 +16,20 @@ using BindingsFn = void (*)(pybind11::module_ &);
 struct BindingsRegistrar {
     explicit BindingsRegistrar(BindingsFn fn);
 };
+
+// Runs f; a C++ exception (c10 errors from TRN_CHECK included) becomes the
+// Python exception PyTorch users know (torch.OutOfMemoryError, ValueError,
+// NotImplementedError, RuntimeError). Every binding body goes through it.
+template <typename F>
+auto guarded(F &&f) -> decltype(f()) {
+    try {
+        return f();
+    } catch (const pybind11::error_already_set &) {
+        throw;
+    } catch (...) {
+        torch::translate_exception_to_python(std::current_exception());
+        throw pybind11::error_already_set();
+    }
+}
 
 }  // namespace neuron
