@@ -23,8 +23,11 @@
 
 // Elements per parallel piece (each element costs a few exp / tanh).
 #define GRAIN 4096
-// Columns summed together in the bias-gradient pass.
+// Columns summed together in the bias-gradient pass, and the elements
+// (rows x columns, one add each) below which that pass stays on one thread:
+// handing a few microseconds of adds to the pool costs more than it saves.
 #define TILE 64
+#define SUM_GRAIN 65536
 
 enum kind { LSTM_FWD, LSTM_BWD, GRU_FWD, GRU_BWD };
 
@@ -239,7 +242,7 @@ static trn_status rnn_task(void *args) {
         if (a->gb1 || a->gb2) {
             const int64_t cols = (a->kind == LSTM_BWD ? 4 : 3) * a->hidden;
             const int64_t per = a->batch > 0 ? a->batch : 1;
-            trn_parallel_for(cols, GRAIN / per > TILE ? GRAIN / per : TILE, bias, a);
+            trn_parallel_for(cols, SUM_GRAIN / per > TILE ? SUM_GRAIN / per : TILE, bias, a);
         }
     }
     for (int k = begun - 1; k >= 0; k--) trn__mem_access_end(rg.p[k], rg.n[k]);
