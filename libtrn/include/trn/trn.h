@@ -28,6 +28,7 @@
 #include "trn/reduce.h"
 #include "trn/fill.h"
 #include "trn/sort.h"
+#include "trn/isin.h"
 #include "trn/norm.h"
 #include "trn/loss.h"
 #endif
