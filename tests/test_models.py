@@ -27,10 +27,9 @@ import torch
 import torch_neuronx
 import model_zoo as zoo
 
-# Every op these models train with is native. The one exception left:
-# generate()'s stopping criteria call aten::isin, which has no native kernel
-# yet (issue 7, open); it runs once per generated token, outside training.
-PENDING_NATIVE = frozenset({"aten::isin"})
+# Every op these models run (training, eval and generate()) is native:
+# nothing may fall back to the CPU.
+PENDING_NATIVE = frozenset()
 
 STEPS = 3
 LR = 1e-3
