@@ -177,7 +177,8 @@ g = torch.Generator().manual_seed(0)
 x, y = torch.randn(8, 6, generator=g), torch.randn(6, 5, generator=g)
 out = torch.compile(f, backend="neuron")(x.to("neuron"), y.to("neuron"))
 assert torch.allclose(out.cpu(), f(x, y), atol=1e-5)
-print(json.dumps(torch.neuron.get_dynamo_metrics()))
+print(json.dumps({"dynamo": torch.neuron.get_dynamo_metrics(),
+                  "device": torch_neuronx.metrics.get_compilation_metrics()}))
 """
 
 
@@ -187,11 +188,24 @@ def test_second_process_compiles_nothing(tmp_path):
     # First run in this process (cold: a fresh cache directory).
     B._memory_cache.clear()
     os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = env["TORCH_NEURONX_NEFF_CACHE_DIR"]
+    before = torch_neuronx.metrics.get_compilation_metrics()
     exec(compile(_CHILD.replace("print(", "_m = ("), "<first>", "exec"), {})
     first = torch.neuron.get_dynamo_metrics()
     assert first["compiles"] >= 1 and first["disk_cache_hits"] == 0
+    # TorchNeuron's metrics API sees the same compiles (device counters).
+    after = torch_neuronx.metrics.get_compilation_metrics()
+    assert after["compiles"] - before["compiles"] == first["compiles"]
+    assert after["compile_cache_misses"] - before["compile_cache_misses"] == first["compiles"]
+    assert after["compiled_graph_launches"] > before["compiled_graph_launches"]
+    assert after["compile_ns"] > before["compile_ns"]
     assert oct((tmp_path / "cache").stat().st_mode & 0o777) == "0o700"
+    env["TORCH_NEURONX_LOG_LEVEL"] = "INFO"
     r = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    second = json.loads(r.stdout.strip().splitlines()[-1])
+    reported = json.loads(r.stdout.strip().splitlines()[-1])
+    second, device = reported["dynamo"], reported["device"]
     assert second["compiles"] == 0 and second["disk_cache_hits"] == first["compiles"]
+    assert device["compiles"] == 0 and device["compile_cache_hits"] == first["compiles"]
+    assert device["compiled_graph_launches"] >= 1
+    # Compiles are logged at INFO: one record per graph, naming the cache hit.
+    assert r.stderr.count("disk cache hit in") == first["compiles"], r.stderr[-2000:]

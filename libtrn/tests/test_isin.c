@@ -8,6 +8,7 @@
 #include "internal.h"
 #include "test.h"
 #include "trn/convert.h"
+#include "trn/isin.h"
 
 static trn_stream *g_stream;
 

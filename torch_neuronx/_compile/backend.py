@@ -22,7 +22,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-from .. import _C
+from .. import _C, _logging
 from . import metrics
 from .lower import Lowerer, UnsupportedOpError
 from .runtime import CompiledGraph
@@ -119,6 +119,7 @@ def compile_fx_graph(gm: torch.fx.GraphModule, kind: str, opts: _Options):
     key = _graph_key(gm, kind)
     if use_cache and key in _memory_cache:
         metrics.add(graphs=1, cache_hits=1, memory_cache_hits=1, compile_seconds=time.perf_counter() - t0)
+        _C._counter_add("compile_cache_hits", _memory_cache[key].device.index or 0, 1)
         return _memory_cache[key]
     _graph_counter[0] += 1
     name = f"{opts.model_name}_{_graph_counter[0]}_{kind}"
@@ -139,11 +140,27 @@ def compile_fx_graph(gm: torch.fx.GraphModule, kind: str, opts: _Options):
         metrics.add(cache_hits=1, disk_cache_hits=1)
     else:
         metrics.add(compiles=1, cc_seconds=program.compile_seconds)
+    seconds = time.perf_counter() - t0
     metrics.add(graphs=1, kernels=program.kernel_count, host_steps=len(lowered.hosts),
-                compile_seconds=time.perf_counter() - t0)
+                compile_seconds=seconds)
+    _report_compile(name, program, seconds, compiled.device.index or 0)
     if use_cache:
         _memory_cache[key] = compiled
     return compiled
+
+
+def _report_compile(name: str, program, seconds: float, device: int) -> None:
+    """The same event in TorchNeuron's metrics API (torch_neuronx.metrics:
+    compiles, compile_ns, cache hits/misses per device) and in the log."""
+    if program.from_cache:
+        _C._counter_add("compile_cache_hits", device, 1)
+    else:
+        _C._counter_add("compile_cache_misses", device, 1)
+        _C._counter_add("compiles", device, 1)
+    _C._counter_add("compile_ns", device, int(seconds * 1e9))
+    _logging.log(_logging.INFO, "compile",
+                 f"graph {name}: {program.kernel_count} kernels, "
+                 f"{'disk cache hit' if program.from_cache else 'compiled'} in {seconds * 1e3:.0f} ms")
 
 
 def _graph_compiler(kind: str, opts: _Options):

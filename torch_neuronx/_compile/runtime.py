@@ -61,6 +61,7 @@ class CompiledGraph:
     def __call__(self, args):
         args = list(args)
         dev = self.device
+        _C._counter_add("compiled_graph_launches", dev.index or 0, 1)
         bufs = {}
         nodes, tensors = [], []
         for nid, i in self.input_nodes:

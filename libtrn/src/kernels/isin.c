@@ -12,6 +12,7 @@
 #include "../internal.h"
 #include "trn/convert.h"
 #include "trn/isin.h"
+#include "trn/isin.h"
 #include "trn/parallel.h"
 
 #define GRAIN (16 * 1024)  // elements per parallel piece
