@@ -27,11 +27,6 @@ namespace {
 using at::Tensor;
 using Result = std::tuple<Tensor, Tensor, Tensor>;
 
-template <typename Op, typename... Args>
-decltype(auto) fallback(Args &&...args) {
-    return at::native::call_fallback_fn<&cpu_fallback, Op>::call(std::forward<Args>(args)...);
-}
-
 Tensor opt(const std::optional<Tensor> &t) { return t.value_or(Tensor()); }
 
 // [batch, channels, spatial] view of input, with PyTorch's checks.

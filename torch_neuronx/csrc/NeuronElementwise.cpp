@@ -145,11 +145,6 @@ bool launch(at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute,
     return true;
 }
 
-template <typename Op, typename... Args>
-decltype(auto) fallback(Args &&...args) {
-    return at::native::call_fallback_fn<&cpu_fallback, Op>::call(std::forward<Args>(args)...);
-}
-
 // ---------------------------------------------------------------------------
 // binary ops: (self, other), optionally with alpha
 // ---------------------------------------------------------------------------

@@ -42,11 +42,6 @@ namespace {
 using at::Scalar;
 using at::Tensor;
 
-template <typename Op, typename... Args>
-decltype(auto) fallback(Args &&...args) {
-    return at::native::call_fallback_fn<&cpu_fallback, Op>::call(std::forward<Args>(args)...);
-}
-
 trn_stream *stream_of(const at::TensorBase &t) { return current_trn_stream(t.device().index()); }
 
 bool native(at::ScalarType t) { return native_dtype(t).has_value(); }

@@ -24,11 +24,6 @@ namespace {
 using at::Scalar;
 using at::Tensor;
 
-template <typename Op, typename... Args>
-decltype(auto) fallback(Args &&...args) {
-    return at::native::call_fallback_fn<&cpu_fallback, Op>::call(std::forward<Args>(args)...);
-}
-
 Tensor reduce(const Tensor &loss, int64_t reduction) {
     if (reduction == at::Reduction::Mean)
         return at::mean(loss);

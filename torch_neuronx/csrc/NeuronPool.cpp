@@ -21,11 +21,6 @@ namespace {
 
 using at::Tensor;
 
-template <typename Op, typename... Args>
-decltype(auto) fallback(Args &&...args) {
-    return at::native::call_fallback_fn<&cpu_fallback, Op>::call(std::forward<Args>(args)...);
-}
-
 // PyTorch's pooling_output_shape (floor or ceil mode, last window must start
 // inside the input or left padding).
 int64_t pool_out(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil, bool ceil) {

@@ -26,11 +26,6 @@ namespace {
 
 using at::Tensor;
 
-template <typename Op, typename... Args>
-decltype(auto) fallback(Args &&...args) {
-    return at::native::call_fallback_fn<&cpu_fallback, Op>::call(std::forward<Args>(args)...);
-}
-
 // One 64-bit draw from the neuron generator's state (the fill's seed).
 uint64_t draw_seed(const std::optional<at::Generator> &gen, c10::DeviceIndex index) {
     at::Generator g = gen.has_value() && gen->defined() ? *gen : default_generator(index);

@@ -33,11 +33,6 @@ using at::Scalar;
 using at::ScalarType;
 using at::Tensor;
 
-template <typename Op, typename... Args>
-decltype(auto) fallback(Args &&...args) {
-    return at::native::call_fallback_fn<&cpu_fallback, Op>::call(std::forward<Args>(args)...);
-}
-
 Tensor meta_of(const Tensor &t) {
     return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
 }

@@ -25,10 +25,6 @@ namespace {
 
 using at::Tensor;
 
-template <typename Op, typename... Args>
-decltype(auto) fallback(Args &&...args) {
-    return at::native::call_fallback_fn<&cpu_fallback, Op>::call(std::forward<Args>(args)...);
-}
 // For schemas with SymInt arguments.
 template <typename Op, typename... Args>
 decltype(auto) fallback_sym(Args &&...args) {
