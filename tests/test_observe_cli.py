@@ -101,3 +101,24 @@ def test_neuron_top_in_a_terminal(trainer, quit_key):
         assert gone, _capture(sock, session)
     finally:
         subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
+
+
+def test_sigkilled_process_is_not_listed_and_its_page_is_swept():
+    from torch_neuronx.cli import neuron_ls
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys, torch, torch_neuronx\n"
+         "t = torch.ones(1 << 20, device='neuron')\nprint('ready', flush=True)\nsys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().startswith("ready")
+        page = Path(f"/dev/shm/trn-stats-{child.pid}")
+        pids = lambda: {u["pid"] for d in neuron_ls.collect()["devices"] for u in d["processes"]}  # noqa: E731
+        assert page.exists() and child.pid in pids()
+        os.kill(child.pid, 9)
+        # not reaped yet: a zombie, which kill(pid, 0) still finds
+        assert _wait(lambda: Path(f"/proc/{child.pid}/stat").read_text().split(")")[1].split()[0] == "Z")
+        assert child.pid not in pids()
+        assert not page.exists()
+    finally:
+        child.kill()
+        child.wait()
