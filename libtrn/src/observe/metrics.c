@@ -260,3 +260,7 @@ void trn_metrics_reset(void) {
             __atomic_store_n(counter_slot((trn_counter)c, d), 0, __ATOMIC_RELAXED);
     }
 }
+
+// ---- fork (see fork.c): the named-metrics table's lock is held across fork. -----
+void trn__metrics_fork_prepare(void) { pthread_mutex_lock(&g_mu); }
+void trn__metrics_fork_release(void) { pthread_mutex_unlock(&g_mu); }
