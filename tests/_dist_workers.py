@@ -549,3 +549,37 @@ def pipeline_and_dcp():
     dcp.save(sd, checkpoint_id=os.environ["DIST_ARGS"])
     dist.barrier()
     dist.destroy_process_group()
+
+
+def observe_collectives():
+    """Collectives as the profiler, the metrics API and the DEBUG log see
+    them: rank r writes its Chrome trace to DIST_ARGS/trace-<r>.json; the test
+    reads it and the log lines."""
+    import torch_neuronx.metrics as metrics
+    from torch.profiler import ProfilerActivity, profile
+    rank, world = rank_world()
+    torch.neuron.set_device(rank)  # as a torchrun script does
+    dist.init_process_group("neuron")
+    dev = torch.device("neuron", rank)
+    t = torch.ones(1024, device=dev)
+    parts = torch.empty(world * 256, device=dev)
+    dist.all_reduce(t)  # outside the profiler: counted, not traced
+    before = metrics.get_counter_value("collectives", device=rank)
+    bytes_before = metrics.get_counter_value("collective_bytes", device=rank)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        dist.all_reduce(t)
+        dist.all_gather_into_tensor(parts, t[:256])
+        if rank == 0:
+            dist.send(t[:16], 1)
+        elif rank == 1:
+            buf = torch.empty(16, device=dev)
+            dist.recv(buf, 0)
+        dist.barrier()
+    prof.export_chrome_trace(os.path.join(os.environ["DIST_ARGS"], f"trace-{rank}.json"))
+    p2p = 1 if rank < 2 else 0
+    assert metrics.get_counter_value("collectives", device=rank) - before == 3 + p2p
+    got = metrics.get_counter_value("collective_bytes", device=rank) - bytes_before
+    assert got == 4096 + world * 1024 + p2p * 64, got
+    assert "collectives" in metrics.get_counter_names()
+    print("counters ok", flush=True)
+    dist.destroy_process_group()

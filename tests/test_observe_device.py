@@ -64,36 +64,32 @@ def test_metrics_count_launches_copies_and_fallbacks():
         m.get_counter_value("no_such_counter")
 
 
-def test_log_level_shows_allocator_and_fallback_events(python):
+def test_log_level_and_stack_trace(python):
+    # One interpreter per setting (the level is read once per process).
     code = """
         import torch
+        from torch_neuronx._logging import log, WARNING
         x = torch.ones(1000, device="neuron")
         torch.special.zeta(x, x)
         del x
-    """
-    quiet = python(code, env={"TORCH_NEURONX_LOG_LEVEL": "ERROR"})
-    assert quiet.returncode == 0, quiet.stderr
-    assert "] alloc:" not in quiet.stderr
-    loud = python(code, env={"TORCH_NEURONX_LOG_LEVEL": "DEBUG"})
-    assert loud.returncode == 0, loud.stderr
-    assert "[neuron D" in loud.stderr and "] alloc: neuron:0 alloc 4000 bytes" in loud.stderr
-    assert "] fallback: aten::special_zeta has no native neuron kernel" in loud.stderr
-    bad = python("import torch; torch.ones(1, device='neuron')",
-                 env={"TORCH_NEURONX_LOG_LEVEL": "LOUD"})
-    assert "TORCH_NEURONX_LOG_LEVEL='LOUD'" in bad.stderr
-
-
-def test_stack_trace_in_warnings(python):
-    code = """
-        from torch_neuronx._logging import log, WARNING
         def where_it_happened():
             log(WARNING, "test", "something odd")
         where_it_happened()
     """
-    traced = python(code, env={"TORCH_NEURONX_ENABLE_STACK_TRACE": "1"})
-    assert "] test: something odd" in traced.stderr
-    assert "where_it_happened" in traced.stderr  # Python stack
-    assert "libc.so" in traced.stderr             # native stack (backtrace_symbols)
+    quiet = python(code, env={"TORCH_NEURONX_LOG_LEVEL": "ERROR"})
+    assert quiet.returncode == 0, quiet.stderr
+    assert "] alloc:" not in quiet.stderr and "something odd" not in quiet.stderr
+    loud = python(code, env={"TORCH_NEURONX_LOG_LEVEL": "DEBUG",
+                             "TORCH_NEURONX_ENABLE_STACK_TRACE": "1"})
+    assert loud.returncode == 0, loud.stderr
+    assert "[neuron D" in loud.stderr and "] alloc: neuron:0 alloc 4000 bytes" in loud.stderr
+    assert "] fallback: aten::special_zeta has no native neuron kernel" in loud.stderr
+    assert "] test: something odd" in loud.stderr
+    assert "where_it_happened" in loud.stderr  # Python stack
+    assert "libc.so" in loud.stderr            # native stack (backtrace_symbols)
+    bad = python("import torch; torch.ones(1, device='neuron')",
+                 env={"TORCH_NEURONX_LOG_LEVEL": "LOUD"})
+    assert "TORCH_NEURONX_LOG_LEVEL='LOUD'" in bad.stderr
 
 
 def test_per_process_memory_fraction_is_enforced():

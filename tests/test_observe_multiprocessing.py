@@ -57,15 +57,28 @@ def test_queue_and_pipe_share_device_memory():
     assert _leaked(before) == set()
 
 
-@pytest.mark.skipif(not FULL, reason="spawns two workers (~20 s here); OPENNEURON_FULL_TESTS=1 runs it")
-def test_dataloader_workers_return_neuron_tensors():
+def _check_loader(**kwargs):
     before = _shm_files()
     loader = torch.utils.data.DataLoader(helpers.NeuronDataset(), batch_size=2, num_workers=2,
-                                         multiprocessing_context="spawn")
+                                         **kwargs)
     batches = [b for b in loader]
     assert len(batches) == 4
     assert all(b.device.type == "neuron" for b in batches)
     got = torch.cat([b.cpu() for b in batches])
     assert torch.equal(got[:, 0], torch.arange(8.0))
+    # the workers computed with the parent's weight (inherited by fork / pickled)
+    assert torch.equal(got[:, 1], torch.arange(8.0) * 3 + 1)
     del loader, batches
     assert _leaked(before) == set()
+
+
+def test_dataloader_workers_return_neuron_tensors_default_fork():
+    # The parent used the device (kernels, the thread pool) before forking.
+    w = torch.nn.Linear(16, 16).to("neuron")
+    assert w(torch.ones(2, 16, device="neuron")).shape == (2, 16)
+    _check_loader()
+
+
+@pytest.mark.skipif(not FULL, reason="spawns two workers (~20 s here); OPENNEURON_FULL_TESTS=1 runs it")
+def test_dataloader_workers_return_neuron_tensors_spawn():
+    _check_loader(multiprocessing_context="spawn")

@@ -6,8 +6,9 @@ writes. Each process's tensors hold a reference; the memory is freed when
 the last holder lets go. The memory is an anonymous memory file, so nothing
 can be left in /dev/shm.
 
-The receiving process must be able to use the device: start workers with
-the ``spawn`` method (a child forked after the parent used the device cannot).
+Any start method works: a child forked after the parent used the device
+keeps using it (libtrn's fork handlers, libtrn/src/runtime/fork.c), so
+DataLoader workers with the default ``fork`` method return neuron tensors.
 """
 from __future__ import annotations
 
@@ -30,11 +31,20 @@ def _rebuild_storage(dupfd, nbytes: int, device: int) -> torch.UntypedStorage:
 
 
 def _storage_args(storage: torch.UntypedStorage):
+    import os
+    from multiprocessing import util
+    from multiprocessing.context import get_spawning_popen
     fd, nbytes, device = _C._share_storage(storage)
+    popen = get_spawning_popen()
+    if popen is not None:
+        # Pickled as a new process's argument (spawn): the fd itself is
+        # handed to the child at exec, so it stays open as long as the
+        # process object does.
+        util.Finalize(popen, os.close, args=(fd,))
+        return (reduction.DupFd(fd), nbytes, device)
     try:
         return (reduction.DupFd(fd), nbytes, device)
     finally:
-        import os
         os.close(fd)  # DupFd keeps its own duplicate until the receiver takes it
 
 

@@ -41,7 +41,8 @@ typedef struct trn__config {
 } trn__config;
 
 const trn__config *trn__config_get(void);
-// TRN_ERROR_FORKED (with its message) in a child forked after init.
+// TRN_ERROR_FORKED (with its message) in a child forked after init whose
+// runtime could not be restored (fork.c); TRN_SUCCESS otherwise.
 trn_status trn__fork_check(void);
 // Fork check + validated device index (does not initialise the runtime).
 trn_status trn__device_enter(int device);
@@ -152,5 +153,30 @@ static inline void trn__stats_running(int device, int64_t delta) {
     __atomic_fetch_add(&trn_stats_page_get()->devices[device].running,
                        (uint64_t)delta, __ATOMIC_RELAXED);
 }
+
+
+// ---- fork.c ------------------------------------------------------------------
+// A child forked from a process that used the device keeps using it. Each
+// owner of a lock takes it before fork (prepare) and releases it after, in
+// parent and child alike (the forking thread, the child's only one, holds it);
+// streams also reset their worker state in the child. fork.c calls them in
+// the order in which locks nest.
+// pthread_atfork's result.
+int trn__fork_handlers_install(void);
+void trn__stream_fork_prepare(void);
+void trn__stream_fork_parent(void);
+bool trn__stream_fork_child(void);  // false: a condition variable failed
+void trn__mem_fork_prepare(void);
+void trn__mem_fork_release(void);
+void trn__host_fork_prepare(void);
+void trn__host_fork_release(void);
+void trn__plan_fork_prepare(void);
+void trn__plan_fork_release(void);
+void trn__trace_fork_prepare(void);
+void trn__trace_fork_release(void);
+void trn__metrics_fork_prepare(void);
+void trn__metrics_fork_release(void);
+// Set by the child handler when it could not restore the runtime.
+void trn__fork_mark_bad(void);
 
 #endif

@@ -1,15 +1,34 @@
-// test_fork.c - fork safety: a child forked before initialisation may use
-// the runtime; a child forked after it gets TRN_ERROR_FORKED from every entry
-// point (device counting still works), and the parent is unaffected.
+// test_fork.c - fork safety (fork.c): a child forked before or after
+// initialisation uses the runtime; after, it sees the parent's device memory
+// as of the fork (work queued before fork included, even a task still running
+// on an async stream), copied on write, and the parent is unaffected. Covers
+// the inline and the async (worker thread) stream modes, grandchildren, and a
+// fork while another thread launches and allocates.
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
 #include "test.h"
 
+#define N 4096  // floats: enough for the parallel pool to split copies
+
 static trn_status nop_task(void *args) {
     (void)args;
+    return TRN_SUCCESS;
+}
+
+// Sleeps, then writes 7 to *(int *)args[0]: still running when fork is called.
+static trn_status slow_write(void *args) {
+    int *p;
+    memcpy(&p, args, sizeof p);
+    struct timespec ts = {0, 30 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    *p = 7;
     return TRN_SUCCESS;
 }
 
@@ -26,115 +45,145 @@ static void in_child(void (*fn)(void)) {
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
-static void child_before_init(void) {
-    CHECK(!trn_runtime_in_bad_fork());
-    void *p;
-    CHECK_OK(trn_mem_alloc(0, 128, NULL, &p));
-    trn_stream *s;
-    CHECK_OK(trn_stream_get_default(0, &s));
-    CHECK_OK(trn_stream_launch(s, nop_task, NULL, 0));
-    CHECK_OK(trn_stream_synchronize(s));
-    CHECK_OK(trn_mem_free(p));
+static void copy_f32(trn_stream *s, float *dst, const float *src, int64_t n) {
+    int64_t one = 1;
+    trn_copy_desc c = {1, &n, dst, &one, TRN_DTYPE_F32, src, &one, TRN_DTYPE_F32};
+    CHECK_OK(trn_copy_launch(s, &c));
 }
 
 static trn_stream *g_stream;
-static void *g_block;
+static float *g_block;  // device: 0..N-1 before the fork
+static int *g_flag;     // device: written by slow_write across the fork
 static trn_event *g_event;
 static void *g_pinned;
 
-static void child_grandchild(void) {
-    CHECK(trn_runtime_in_bad_fork());
+// Everything a DataLoader worker does: allocate, launch, copy both ways,
+// events, pinned memory, free (its own and inherited blocks).
+static void use_device(void) {
+    CHECK(!trn_runtime_in_bad_fork());
     trn_stream *s;
-    CHECK_STATUS(trn_stream_get_default(0, &s), TRN_ERROR_FORKED);
+    CHECK_OK(trn_stream_get_default(0, &s));
+    CHECK(s == g_stream || g_stream == NULL);
+    float *mine = NULL;
+    CHECK_OK(trn_mem_alloc(0, N * sizeof(float), s, (void **)&mine));
+    if (g_block != NULL) {
+        copy_f32(s, mine, g_block, N);
+        CHECK_OK(trn_stream_synchronize(s));
+        CHECK(mine[0] == 0.0f && mine[N - 1] == (float)(N - 1));
+        g_block[5] = -1.0f;  // the child's copy only
+    }
+    for (int i = 0; i < 8; i++) CHECK_OK(trn_stream_launch(s, nop_task, NULL, 0));
+    trn_event *e;
+    CHECK_OK(trn_event_create(0, &e));
+    CHECK_OK(trn_event_record(e, s));
+    CHECK_OK(trn_event_synchronize(e));
+    trn_event_destroy(e);
+    trn_stream *side;
+    CHECK_OK(trn_stream_create(0, 0, &side));
+    CHECK_OK(trn_stream_launch(side, nop_task, NULL, 0));
+    CHECK_OK(trn_stream_synchronize(side));
+    void *pinned;
+    CHECK_OK(trn_host_alloc(64, &pinned));
+    CHECK(trn_host_is_pinned(pinned));
+    CHECK_OK(trn_host_free(pinned));
+    CHECK_OK(trn_device_synchronize(0));
+    CHECK_OK(trn_mem_free(mine));
+    if (g_block != NULL) {
+        CHECK(*g_flag == 7);  // queued before fork: done before the copy
+        CHECK_OK(trn_event_synchronize(g_event));
+        CHECK(trn_host_is_pinned(g_pinned));
+        CHECK_OK(trn_mem_free(g_block));
+    }
 }
 
-#define CHECK_FORKED(call)                                                       \
-    do {                                                                         \
-        trn_clear_error();                                                       \
-        CHECK_STATUS(call, TRN_ERROR_FORKED);                                    \
-        CHECK_CONTAINS(trn_last_error(), "cannot be used in a forked subprocess"); \
-        CHECK_CONTAINS(trn_last_error(), "'spawn' start method");                \
-    } while (0)
+static void grandchild(void) { use_device(); }
 
 static void child_after_init(void) {
-    CHECK(trn_runtime_in_bad_fork());
-    CHECK(trn_runtime_is_initialized());
-    // Counting and checking devices stay allowed.
-    CHECK_INT(trn_device_count(), 2);
-    CHECK_OK(trn_device_check(1));
-    CHECK_STATUS(trn_device_check(2), TRN_ERROR_INVALID_DEVICE);
+    use_device();
+    // Not freed here (the child's copy of g_block was freed above, but the
+    // grandchild gets a fresh view of this process's state).
+    g_block = NULL;
+    in_child(grandchild);
+}
 
-    void *p = NULL;
+// A second thread launching and allocating while the main thread forks.
+static atomic_bool g_stop;
+static void *busy_thread(void *arg) {
+    (void)arg;
     trn_stream *s;
-    trn_event *e;
-    trn_device_props props;
-    trn_mem_stats stats;
-    size_t a, b;
-    int dev;
-    bool done;
-    CHECK_FORKED(trn_runtime_init());
-    CHECK_FORKED(trn_mem_alloc(0, 128, NULL, &p));
-    CHECK(p == NULL);
-    CHECK_FORKED(trn_mem_free(g_block));
-    CHECK_FORKED(trn_mem_record_stream(g_block, g_stream));
-    CHECK_FORKED(trn_mem_empty_cache(0));
-    CHECK_FORKED(trn_mem_get_stats(0, &stats));
-    CHECK_FORKED(trn_mem_reset_peak(0));
-    CHECK_FORKED(trn_mem_reset_accumulated(0));
-    CHECK_FORKED(trn_mem_get_info(0, &a, &b));
-    CHECK_FORKED(trn_mem_get_device(g_block, &dev));
-    CHECK_FORKED(trn_host_alloc(64, &p));
-    CHECK_FORKED(trn_host_free(g_pinned));
-    CHECK(!trn_host_is_pinned(g_pinned));
-    CHECK_FORKED(trn_device_set_current(0));
-    CHECK_FORKED(trn_device_get_props(0, &props));
-    CHECK_FORKED(trn_device_synchronize(0));
-    CHECK_FORKED(trn_stream_get_default(0, &s));
-    CHECK_FORKED(trn_stream_create(0, 0, &s));
-    CHECK_FORKED(trn_stream_from_id(0, 1, &s));
-    CHECK_FORKED(trn_stream_get_current(0, &s));
-    CHECK_FORKED(trn_stream_set_current(g_stream));
-    CHECK_FORKED(trn_stream_launch(g_stream, nop_task, NULL, 0));
-    CHECK_FORKED(trn_stream_synchronize(g_stream));
-    CHECK_FORKED(trn_stream_query(g_stream, &done));
-    CHECK_FORKED(trn_stream_wait_event(g_stream, g_event));
-    CHECK_FORKED(trn_event_create(0, &e));
-    CHECK_FORKED(trn_event_record(g_event, g_stream));
-    CHECK_FORKED(trn_event_query(g_event, &done));
-    CHECK_FORKED(trn_event_synchronize(g_event));
-    double ms;
-    CHECK_FORKED(trn_event_elapsed_ms(g_event, g_event, &ms));
-    float x = 0, y = 0;
-    int64_t one = 1;
-    trn_copy_desc c = {1, &one, &x, &one, TRN_DTYPE_F32, &y, &one, TRN_DTYPE_F32};
-    CHECK_FORKED(trn_copy_launch(g_stream, &c));
-    // A grandchild is just as forked.
-    in_child(child_grandchild);
+    CHECK_OK(trn_stream_create(0, 0, &s));
+    while (!atomic_load(&g_stop)) {
+        void *p;
+        CHECK_OK(trn_mem_alloc(0, 1024, s, &p));
+        CHECK_OK(trn_stream_launch(s, nop_task, NULL, 0));
+        CHECK_OK(trn_mem_free(p));
+    }
+    CHECK_OK(trn_stream_synchronize(s));
+    return NULL;
+}
+
+static void scenario(void) {
+    CHECK_OK(trn_stream_get_default(0, &g_stream));
+    CHECK(trn_runtime_is_initialized());
+    CHECK_OK(trn_mem_alloc(0, N * sizeof(float), NULL, (void **)&g_block));
+    CHECK_OK(trn_mem_alloc(0, sizeof(int), NULL, (void **)&g_flag));
+    float *host = malloc(N * sizeof(float));
+    for (int i = 0; i < N; i++) host[i] = (float)i;
+    copy_f32(g_stream, g_block, host, N);
+    *g_flag = 0;
+    CHECK_OK(trn_event_create(0, &g_event));
+    CHECK_OK(trn_host_alloc(64, &g_pinned));
+    CHECK_OK(trn_stream_launch(g_stream, slow_write, &g_flag, sizeof g_flag));
+    CHECK_OK(trn_event_record(g_event, g_stream));
+    in_child(child_after_init);
+
+    // The parent carries on; the child's writes stayed in the child.
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    CHECK(*g_flag == 7);
+    CHECK(g_block[5] == 5.0f);
+    CHECK_OK(trn_event_synchronize(g_event));
+
+    atomic_store(&g_stop, false);
+    pthread_t t;
+    CHECK_INT(pthread_create(&t, NULL, busy_thread, NULL), 0);
+    float *sink = NULL;
+    for (int round = 0; round < 5; round++) in_child(child_after_init);
+    atomic_store(&g_stop, true);
+    CHECK_INT(pthread_join(t, NULL), 0);
+
+    CHECK_OK(trn_mem_alloc(0, N * sizeof(float), NULL, (void **)&sink));
+    copy_f32(g_stream, sink, g_block, N);
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    CHECK(sink[N - 1] == (float)(N - 1));
+    CHECK_OK(trn_mem_free(sink));
+    CHECK_OK(trn_mem_free(g_block));
+    CHECK_OK(trn_mem_free(g_flag));
+    CHECK_OK(trn_host_free(g_pinned));
+    trn_event_destroy(g_event);
+    free(host);
+}
+
+// The same with each stream run by a worker thread.
+static void async_scenario(void) {
+    setenv("TORCH_NEURONX_ENABLE_ASYNC_NRT", "1", 1);
+    CHECK(!trn_runtime_is_initialized());
+    scenario();
+    CHECK(trn_stream_async_enabled());
+}
+
+static void child_before_init(void) {
+    g_block = NULL;
+    use_device();
 }
 
 int main(void) {
     setenv("TORCH_NEURONX_HBM_SIZE", "1G", 1);
     CHECK(!trn_runtime_is_initialized());
     in_child(child_before_init);
+    in_child(async_scenario);  // before this process initialises
     CHECK(!trn_runtime_is_initialized());
-
-    CHECK_OK(trn_stream_get_default(0, &g_stream));
-    CHECK(trn_runtime_is_initialized());
-    CHECK_OK(trn_mem_alloc(0, 256, NULL, &g_block));
-    CHECK_OK(trn_event_create(0, &g_event));
-    CHECK_OK(trn_host_alloc(64, &g_pinned));
-    // Leave a worker thread running (async mode) while forking.
-    CHECK_OK(trn_stream_launch(g_stream, nop_task, NULL, 0));
-    CHECK_OK(trn_event_record(g_event, g_stream));
-    in_child(child_after_init);
-
-    // The parent carries on.
+    scenario();
+    CHECK(!trn_stream_async_enabled());
     CHECK(!trn_runtime_in_bad_fork());
-    CHECK_OK(trn_stream_launch(g_stream, nop_task, NULL, 0));
-    CHECK_OK(trn_stream_synchronize(g_stream));
-    CHECK_OK(trn_event_synchronize(g_event));
-    CHECK_OK(trn_mem_free(g_block));
-    CHECK_OK(trn_host_free(g_pinned));
-    trn_event_destroy(g_event);
     return TEST_REPORT();
 }

@@ -35,13 +35,45 @@ class ProcessStats:
     devices: list[DeviceStats] = field(default_factory=list)
 
 
-def _alive(pid: int) -> bool:
+def _boot_time() -> "float | None":
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open("/proc/stat") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _alive(pid: int, page_start_ns: "int | None" = None) -> bool:
+    """Whether the page's process still runs: the pid exists, is not a zombie
+    (a SIGKILLed child its parent has not reaped yet still has a pid), and was
+    not reused by a process started after the page was written."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except FileNotFoundError:
         return False
-    except PermissionError:
+    except OSError:
+        stat = None
+    if stat is None:  # no /proc access: the pid's existence is all we know
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
         return True
+    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+    if fields[0] in ("Z", "X"):
+        return False
+    boot = _boot_time()
+    if page_start_ns and boot is not None:
+        started = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        # btime has 1 s resolution; a page is written after its process starts
+        if started > page_start_ns / 1e9 + 2:
+            return False
     return True
 
 
@@ -87,18 +119,18 @@ def read_all(names: "list[str] | None" = None, skip_pid: "int | None" = None) ->
     for pid, path in page_files():
         if pid == skip_pid:
             continue
-        if not _alive(pid):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-            continue
         try:
             with open(path, "rb") as f:
                 data = f.read(PAGE_SIZE)
         except OSError:
             continue
         proc = parse(data, names)
+        if not _alive(pid, proc.start_unix_ns if proc is not None else None):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            continue
         if proc is not None:
             procs.append(proc)
     return procs

@@ -267,12 +267,16 @@ c10::intrusive_ptr<NeuronWork> ProcessGroupNeuron::enqueue(
     auto work = c10::make_intrusive<NeuronWork>(rank_, type, title,
                                                 std::move(keep),
                                                 std::move(outputs), device);
+    CollectiveRecord obs = collective_describe(
+        title, device.index(), rank_, size_, gloo_ ? "gloo" : "shm",
+        work->keep_, work->outputs_);
     {
         std::lock_guard<std::mutex> lk(mutex_);
         check_open();
         queue_.push_back(Task{work, std::move(body),
                               timeout == c10d::kUnsetTimeout ? -1
-                                                             : timeout.count()});
+                                                             : timeout.count(),
+                              std::move(obs)});
     }
     cv_.notify_all();
     return work;
@@ -293,11 +297,13 @@ void ProcessGroupNeuron::worker_loop() {
             trn_comm_set_timeout(comm_, task.timeout_ms >= 0 ? task.timeout_ms
                                                              : timeout_ms_.load());
         std::exception_ptr error;
+        collective_started(task.obs);
         try {
             task.body();
         } catch (...) {
             error = std::current_exception();
         }
+        collective_finished(task.obs, !error);
         {
             std::lock_guard<std::mutex> lk(mutex_);
             busy_ = false;
@@ -346,6 +352,7 @@ void ProcessGroupNeuron::p2p_loop() {
                 }
             }
             if (st != TRN_SUCCESS || finished) {
+                collective_finished(w->obs_, st == TRN_SUCCESS);
                 w->source_rank_ = r.is_send ? r.peer : r.source;
                 {
                     std::lock_guard<std::mutex> lk(mutex_);
@@ -419,6 +426,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::p2p(
     w->req_.tag = tag;
     w->req_.buf = ptr(t);
     w->req_.nbytes = nbytes(t);
+    // Timed from posting: a receive mostly waits for its sender.
+    w->obs_ = collective_describe(is_send ? "neuron:send" : "neuron:recv",
+                                  t.device().index(), rank_, size_, "shm",
+                                  {t}, is_send ? std::vector<at::Tensor>{}
+                                               : std::vector<at::Tensor>{t});
+    collective_started(w->obs_);
     {
         std::lock_guard<std::mutex> lk(mutex_);
         check_open();
@@ -928,7 +941,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(
     const c10d::BarrierOptions &opts) {
+    // The device the caller names (device_ids, or an indexed device), else
+    // the current one.
     c10::Device device(kNeuron, current_device());
+    if (!opts.device_ids.empty())
+        device = c10::Device(kNeuron, static_cast<c10::DeviceIndex>(opts.device_ids[0]));
+    else if (opts.device && opts.device->type() == kNeuron && opts.device->has_index())
+        device = *opts.device;
+    check_device(device.index());
     // Work queued before the barrier on this device finishes first.
     TRN_CHECK(trn_stream_synchronize(current_trn_stream(device.index())));
     Body body = [this, opts] {

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <thread>
 
+#include "collective_observe.h"
 #include "trn/collectives.h"
 
 namespace neuron {
@@ -44,6 +45,7 @@ class NeuronWork : public c10d::Work {
     c10::intrusive_ptr<c10::ivalue::Future> future_;
     int source_rank_ = -1;
     trn_p2p_req req_{};
+    CollectiveRecord obs_;  // profiler / metrics / log view (shm send, recv)
     // Gloo send/recv run asynchronously inside Gloo; the work forwards to it.
     c10::intrusive_ptr<c10d::Work> inner_;
 };
@@ -129,6 +131,7 @@ class ProcessGroupNeuron : public c10d::Backend {
         c10::intrusive_ptr<NeuronWork> work;
         Body body;
         int64_t timeout_ms;
+        CollectiveRecord obs;
     };
 
     c10::intrusive_ptr<NeuronWork> enqueue(c10d::OpType type,

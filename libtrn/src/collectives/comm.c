@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -25,10 +26,13 @@
 #define SMALL_GROUP 8
 
 // Waiting: pause-spin first (a peer usually arrives within microseconds),
-// then yield (more ranks than cores), then sleep (a peer still computing).
+// then yield briefly (more ranks than cores), then sleep on a futex in the
+// region until an arrival (or abort) wakes it. Sleeping early matters: a rank
+// that waits for a peer still computing (DDP's bucket all-reduce during
+// backward) would otherwise take CPU time from that peer, and from its own
+// compute thread, whenever ranks outnumber free cores.
 #define SPIN_PAUSES 64
-#define SLEEP_AFTER_NS ((uint64_t)2000000)
-#define SLEEP_NS 50000
+#define SLEEP_AFTER_NS ((uint64_t)20000)
 #define LIVENESS_EVERY_NS ((uint64_t)20000000)
 
 static uint64_t align64(uint64_t v) { return (v + 63) & ~(uint64_t)63; }
@@ -132,12 +136,22 @@ void trn_comm_set_timeout(trn_comm *c, int64_t timeout_ms) {
 int trn_comm_rank(const trn_comm *c) { return c ? c->rank : -1; }
 int trn_comm_size(const trn_comm *c) { return c ? c->size : 0; }
 
+// Wakes every rank sleeping in a barrier (shared futex: the region is mapped
+// by several processes).
+static void wake_sleepers(trn_comm *c) {
+    atomic_fetch_add(&c->hdr->wake, 1);
+    if (atomic_load(&c->hdr->sleepers) > 0)
+        (void)syscall(SYS_futex, &c->hdr->wake, FUTEX_WAKE, INT32_MAX, NULL,
+                      NULL, 0);
+}
+
 static void set_abort(trn_comm *c, const char *msg) {
     int32_t expected = 0;
     // The first reason wins; later ones are consequences.
     if (atomic_compare_exchange_strong(&c->hdr->aborted, &expected, -1)) {
         snprintf(c->hdr->abort_msg, sizeof c->hdr->abort_msg, "%s", msg);
         atomic_store_explicit(&c->hdr->aborted, 1, memory_order_release);
+        wake_sleepers(c);
     }
 }
 
@@ -204,13 +218,33 @@ static void missing_ranks(trn_comm *c, uint64_t target, char *buf,
     }
 }
 
+// Sleeps until `wake` moves past `seen` or `ns` pass. Arrivals store their
+// counter, then bump `wake`, then read `sleepers`; a sleeper bumps
+// `sleepers`, then re-reads the counters (all sequentially consistent), so
+// either the arrival sees the sleeper and wakes it, or the sleeper sees the
+// arrival and does not sleep; a bump between reading `seen` and sleeping
+// makes the futex return at once.
+static void sleep_for_arrival(trn_comm *c, uint32_t seen, uint64_t target,
+                              uint64_t ns) {
+    atomic_fetch_add(&c->hdr->sleepers, 1);
+    bool all = true;
+    for (int r = 0; r < c->size && all; r++)
+        all = atomic_load(&trn__comm_ctl(c, r)->arrive) >= target;
+    if (!all && atomic_load(&c->hdr->aborted) == 0) {
+        struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+        (void)syscall(SYS_futex, &c->hdr->wake, FUTEX_WAIT, seen, &ts, NULL, 0);
+    }
+    atomic_fetch_sub(&c->hdr->sleepers, 1);
+}
+
 trn_status trn__comm_barrier(trn_comm *c, const char *what) {
     uint64_t target = ++c->barriers;
-    atomic_store_explicit(&trn__comm_ctl(c, c->rank)->arrive, target,
-                          memory_order_release);
+    atomic_store(&trn__comm_ctl(c, c->rank)->arrive, target);
+    wake_sleepers(c);
     uint64_t start = 0, last_check = 0;
     int first = 0;
     for (unsigned iter = 0;; iter++) {
+        uint32_t seen = atomic_load(&c->hdr->wake);
         while (first < c->size &&
                atomic_load_explicit(&trn__comm_ctl(c, first)->arrive,
                                     memory_order_acquire) >= target)
@@ -250,8 +284,14 @@ trn_status trn__comm_barrier(trn_comm *c, const char *what) {
             }
         }
         if (now - start > SLEEP_AFTER_NS) {
-            struct timespec ts = {0, SLEEP_NS};
-            nanosleep(&ts, NULL);
+            // Woken by the next arrival; wakes up anyway for the liveness
+            // check and the timeout.
+            uint64_t ns = LIVENESS_EVERY_NS;
+            if (c->timeout_ms > 0) {
+                uint64_t left = (uint64_t)c->timeout_ms * UINT64_C(1000000) - (now - start);
+                if (left + 1000000 < ns) ns = left + 1000000;
+            }
+            sleep_for_arrival(c, seen, target, ns);
         } else {
             sched_yield();
         }

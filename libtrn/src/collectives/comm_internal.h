@@ -45,6 +45,10 @@ typedef struct trn__region_hdr {
     uint64_t off_ctl, off_desc, off_slots, off_pipes;
     _Atomic int32_t aborted;
     char abort_msg[512];
+    // Sleeping waiters (comm.c): every arrival and abort bumps `wake`, and
+    // wakes the futex on it when `sleepers` says anyone sleeps there.
+    _Alignas(128) _Atomic uint32_t wake;
+    _Atomic int32_t sleepers;
 } trn__region_hdr;
 
 typedef struct trn__pipe_ctl {

@@ -264,3 +264,7 @@ int trn__view_span(int ndim, const int64_t *sizes, const int64_t *strides,
     *span = h - l + (int64_t)esize;
     return 1;
 }
+
+// ---- fork (see fork.c): the plan cache's lock is held across fork. --------------
+void trn__plan_fork_prepare(void) { trn__lock(&plan_lock); }
+void trn__plan_fork_release(void) { trn__unlock(&plan_lock); }

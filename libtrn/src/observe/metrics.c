@@ -45,7 +45,22 @@ static bool env_disabled(const char *name) {
                          strcasecmp(v, "off") == 0 || strcasecmp(v, "no") == 0);
 }
 
-// Removes /dev/shm/trn-stats-<pid> files whose process no longer exists.
+// Whether `pid` has exited: gone, or a zombie (SIGKILLed, not yet reaped by
+// its parent, so kill(pid, 0) still succeeds).
+static bool pid_exited(long pid) {
+    if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
+    char path[48], buf[256];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *close = strrchr(buf, ')');  // the command may contain spaces
+    return close != NULL && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
+}
+
+// Removes /dev/shm/trn-stats-<pid> files whose process no longer runs.
 static void sweep_dead_pages(void) {
     DIR *dir = opendir("/dev/shm");
     if (dir == NULL) return;
@@ -55,7 +70,7 @@ static void sweep_dead_pages(void) {
         char tail;
         if (sscanf(e->d_name, "trn-stats-%ld%c", &pid, &tail) != 1 || pid <= 0)
             continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        if (!pid_exited(pid)) continue;
         char name[64];
         snprintf(name, sizeof name, "/trn-stats-%ld", pid);
         (void)shm_unlink(name);
@@ -245,3 +260,7 @@ void trn_metrics_reset(void) {
             __atomic_store_n(counter_slot((trn_counter)c, d), 0, __ATOMIC_RELAXED);
     }
 }
+
+// ---- fork (see fork.c): the named-metrics table's lock is held across fork. -----
+void trn__metrics_fork_prepare(void) { pthread_mutex_lock(&g_mu); }
+void trn__metrics_fork_release(void) { pthread_mutex_unlock(&g_mu); }

@@ -220,3 +220,7 @@ void trn__copy_observe(trn_stream *stream, const void *dst, const void *src,
                            : "Memcpy DtoD (Device -> Device)";
     trn__trace_mark_next(TRN_ACTIVITY_MEMCPY, name, bytes);
 }
+
+// ---- fork (see fork.c): the buffer's lock is held across fork. ------------------
+void trn__trace_fork_prepare(void) { trn__lock(&g_mu); }
+void trn__trace_fork_release(void) { trn__unlock(&g_mu); }

@@ -98,3 +98,7 @@ bool trn_host_is_pinned(const void *ptr) {
     trn__unlock(&g_mu);
     return pinned_ptr;
 }
+
+// ---- fork (see fork.c): the registry's lock is held across fork. ----------------
+void trn__host_fork_prepare(void) { trn__lock(&g_mu); }
+void trn__host_fork_release(void) { trn__unlock(&g_mu); }

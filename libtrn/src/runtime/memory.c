@@ -854,3 +854,11 @@ int trn_ipc_is_shared(const void *ptr) {
     trn__unlock(&g_mu);
     return shared;
 }
+
+// ---- fork (see fork.c) ----------------------------------------------------------
+
+// The allocator's lock is held across fork, so the child's copy of the
+// registry and free lists is never caught mid-update. Its blocks are the
+// parent's, copied on write (shared blocks stay shared, as shared memory does).
+void trn__mem_fork_prepare(void) { trn__lock(&g_mu); }
+void trn__mem_fork_release(void) { trn__unlock(&g_mu); }

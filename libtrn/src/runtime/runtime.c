@@ -1,9 +1,9 @@
 // runtime.c - owns process-wide runtime state: the environment settings read
 // once (execution mode, launch blocking, memory protection, HBM capacity),
-// lazy initialisation, and fork detection. A child forked after
-// initialisation inherits locked mutexes and queues without their worker
-// threads, so it must never touch them; the atfork handler only sets a flag
-// that every entry point checks first.
+// lazy initialisation, and the fork flag. A child forked after
+// initialisation keeps using the device (fork.c makes its locks and queues
+// consistent); only if that fails is the flag set, which every entry point
+// checks first.
 #include <ctype.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -75,13 +75,11 @@ const trn__config *trn__config_get(void) {
     return &g_config;
 }
 
-static void on_fork_child(void) {
-    if (atomic_load(&g_initialized)) atomic_store(&g_bad_fork, true);
-}
+void trn__fork_mark_bad(void) { atomic_store(&g_bad_fork, true); }
 
 static void runtime_init_once(void) {
     (void)trn__config_get();
-    int rc = pthread_atfork(NULL, NULL, on_fork_child);
+    int rc = trn__fork_handlers_install();
     if (rc != 0) {
         g_init_status = TRN_ERROR_SYSTEM;
         snprintf(g_init_error, sizeof g_init_error,
@@ -98,8 +96,8 @@ trn_status trn__fork_check(void) {
         return TRN_SUCCESS;
     return trn__set_error(
         TRN_ERROR_FORKED,
-        "neuron runtime cannot be used in a forked subprocess after it was "
-        "initialized in the parent; use the 'spawn' start method");
+        "neuron runtime cannot be used in this forked subprocess: restoring "
+        "its locks after fork failed; use the 'spawn' start method");
 }
 
 trn_status trn_runtime_init(void) {

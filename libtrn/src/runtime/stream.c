@@ -533,3 +533,70 @@ trn_status trn_stream_launch(trn_stream *stream, trn_task_fn fn,
     task_result result = {TRN_SUCCESS, ""};
     return launch_async(stream, fn, args, args_size, &result);
 }
+
+// ---- fork (see fork.c) ----------------------------------------------------------
+
+// Every stream's locks, taken in the order launches nest them (exec_mu, then
+// the table, then mu), with each queue drained: a child then starts with no
+// queued work and no worker thread it would wait for.
+void trn__stream_fork_prepare(void) {
+    for (int d = 0; d < TRN_MAX_DEVICES; d++)
+        for (int i = 0; i < STREAMS_PER_DEVICE; i++) {
+            trn_stream *s = atomic_load(&g_streams[d][i]);
+            if (s != NULL) trn__lock(&s->exec_mu);
+        }
+    trn__lock(&g_table_mu);
+    for (int d = 0; d < TRN_MAX_DEVICES; d++)
+        for (int i = 0; i < STREAMS_PER_DEVICE; i++) {
+            trn_stream *s = atomic_load(&g_streams[d][i]);
+            if (s == NULL) continue;
+            // The worker releases ring space only after the tasks in it have
+            // completed, so an empty ring under the lock means an idle queue.
+            for (;;) {
+                trn__lock(&s->mu);
+                if (s->used == 0) break;
+                trn__unlock(&s->mu);
+                trn__stream_wait_idle(s);
+            }
+        }
+}
+
+static void streams_unlock(void) {
+    for (int d = TRN_MAX_DEVICES - 1; d >= 0; d--)
+        for (int i = STREAMS_PER_DEVICE - 1; i >= 0; i--) {
+            trn_stream *s = atomic_load(&g_streams[d][i]);
+            if (s != NULL) trn__unlock(&s->mu);
+        }
+    trn__unlock(&g_table_mu);
+    for (int d = TRN_MAX_DEVICES - 1; d >= 0; d--)
+        for (int i = STREAMS_PER_DEVICE - 1; i >= 0; i--) {
+            trn_stream *s = atomic_load(&g_streams[d][i]);
+            if (s != NULL) trn__unlock(&s->exec_mu);
+        }
+}
+
+void trn__stream_fork_parent(void) { streams_unlock(); }
+
+// The child has only the forking thread: the workers are gone, and condition
+// variables may still count waiters that no longer exist. Each stream starts
+// over with an empty queue; a worker is started on its next async launch.
+bool trn__stream_fork_child(void) {
+    bool ok = true;
+    for (int d = 0; d < TRN_MAX_DEVICES; d++)
+        for (int i = 0; i < STREAMS_PER_DEVICE; i++) {
+            trn_stream *s = atomic_load(&g_streams[d][i]);
+            if (s == NULL) continue;
+            if (s->worker_started) {
+                free(s->ring);
+                s->ring = NULL;
+                s->worker_started = false;
+            }
+            s->worker_sleeping = false;
+            s->head = s->tail = s->used = 0;
+            atomic_store(&s->waiters, 0);
+            ok = pthread_cond_init(&s->work_cv, NULL) == 0 && ok;
+            ok = pthread_cond_init(&s->done_cv, NULL) == 0 && ok;
+        }
+    streams_unlock();
+    return ok;
+}
