@@ -75,6 +75,16 @@ def test_group_norm_channels_last_and_mixed_type():
     _no_fallback()
 
 
+def test_group_norm_empty():
+    for x in [torch.randn(2, 4, 0), torch.randn(0, 4, 3)]:
+        want = torch.ops.aten.native_group_norm(x, None, None, x.shape[0], 4, x.shape[2], 2, 1e-5)
+        got = torch.ops.aten.native_group_norm(x.to("neuron"), None, None, x.shape[0], 4,
+                                               x.shape[2], 2, 1e-5)
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g.cpu(), e, equal_nan=True)
+    _no_fallback()
+
+
 def test_group_norm_errors():
     x = torch.randn(2, 6, 3, device="neuron")
     with pytest.raises(RuntimeError, match="divisible by num_groups"):
@@ -308,6 +318,20 @@ def test_embedding_bag_2d_input_bf16():
     want = F.embedding_bag(idx, w, mode="mean")
     got = F.embedding_bag(idx.to("neuron"), w.to("neuron"), mode="mean")
     torch.testing.assert_close(got.cpu(), want, atol=1e-2, rtol=1e-2)
+    _no_fallback()
+
+
+def test_embedding_bag_empty():
+    # No bags (mean: no bag sizes to read) and no indices: zero gradients.
+    # (PyTorch 2.13's CPU backward crashes on the first; checked by value.)
+    w = torch.randn(5, 3, device="neuron", requires_grad=True)
+    y = F.embedding_bag(torch.tensor([1, 2], device="neuron"), w,
+                        torch.tensor([], dtype=torch.long, device="neuron"))
+    y.sum().backward()
+    assert y.shape == (0, 3) and torch.count_nonzero(w.grad.cpu()) == 0
+    y = F.embedding_bag(torch.tensor([], dtype=torch.long, device="neuron"), w,
+                        torch.tensor([0, 0], device="neuron"), mode="max")
+    assert torch.equal(y.detach().cpu(), torch.zeros(2, 3))
     _no_fallback()
 
 

@@ -37,7 +37,8 @@ typedef struct trn_group_norm_desc {
 } trn_group_norm_desc;
 
 // y = (x - mean) * rstd * weight[c] + bias[c], rstd = 1 / sqrt(var + eps)
-// with the biased variance of the group.
+// with the biased variance of the group. Empty groups (spatial == 0) get
+// mean 0 and rstd NaN, as PyTorch CPU.
 trn_status trn_group_norm_launch(trn_stream *stream, const trn_group_norm_desc *desc);
 
 typedef struct trn_group_norm_backward_desc {

@@ -351,7 +351,7 @@ static trn_status launch(trn_stream *stream, const trn_embedding_bag_desc *d, in
                d->max_indices == NULL) ||
               (d->grad_weight && d->mode != TRN_EMBEDDING_BAG_MAX && has_i &&
                (d->indices == NULL || d->offset2bag == NULL ||
-                (d->mode == TRN_EMBEDDING_BAG_MEAN && d->bag_size == NULL))) ||
+                (d->mode == TRN_EMBEDDING_BAG_MEAN && d->num_bags > 0 && d->bag_size == NULL))) ||
               (d->grad_per_sample_weights && has_i &&
                (d->indices == NULL || d->offset2bag == NULL || (has_w && d->weight == NULL)));
     if (bad)

@@ -215,7 +215,15 @@ static trn_status gn_task(void *args) {
         pick(a->dtype, &fwd, &bwd);
         const int64_t len = a->channels / a->groups * a->spatial;
         const int64_t grain = len > 0 && GRAIN / len > 1 ? GRAIN / len : 1;
-        if (len > 0) trn_parallel_for(a->n * a->groups, grain, a->backward ? bwd : fwd, &run);
+        if (len > 0) {
+            trn_parallel_for(a->n * a->groups, grain, a->backward ? bwd : fwd, &run);
+        } else if (!a->backward) {
+            // Empty groups: mean 0 and rstd NaN (the 0 / 0 variance), as CPU.
+            for (int64_t r = 0; r < a->n * a->groups; r++) {
+                if (a->mean) trn__store_real(a->sdt, a->mean, r, 0.0);
+                if (a->rstd) trn__store_real(a->sdt, a->rstd, r, NAN);
+            }
+        }
         if (run.sums) reduce_params(a, run.sums);
     }
     free(run.sums);
