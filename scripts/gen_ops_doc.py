@@ -46,7 +46,8 @@ _UP = {"upsample_nearest1d": ["nn.functional.interpolate.nearest",
        "_upsample_nearest_exact3d": ["nn.functional.interpolate.nearest-exact"],
        "upsample_bilinear2d": ["nn.functional.interpolate.bilinear",
                                "nn.functional.upsample_bilinear"],
-       "upsample_linear1d": ["nn.functional.interpolate.linear"]}
+       "upsample_linear1d": ["nn.functional.interpolate.linear"],
+       "upsample_trilinear3d": ["nn.functional.interpolate.trilinear"]}
 ALIASES.update(_UP)
 ALIASES.update({k + "_backward": [i + " (grad)" for i in v] for k, v in _UP.items()})
 ALIASES.update({

@@ -165,6 +165,8 @@ def test_rms_norm_errors():
     ("bilinear", (2, 3, 4, 5), {"scale_factor": 2.5, "align_corners": True}),
     ("bilinear", (1, 2, 8, 6), {"scale_factor": 0.6, "align_corners": False}),
     ("linear", (2, 3, 6), {"size": 13, "align_corners": False}),
+    ("trilinear", (1, 2, 3, 4, 5), {"size": (5, 7, 3), "align_corners": False}),
+    ("trilinear", (2, 1, 3, 2, 4), {"scale_factor": (2, 1.5, 1), "align_corners": True}),
 ])
 def test_interpolate_trains_like_cpu(mode, shape, kw):
     m = nn.Upsample(mode=mode, **kw)

@@ -96,6 +96,9 @@ static void test_backward_adjoint(void) {
     check_adjoint(TRN_UPSAMPLE_BILINEAR, 0, in2, out2);
     check_adjoint(TRN_UPSAMPLE_BILINEAR, 1, in2, out2);
     check_adjoint(TRN_UPSAMPLE_BILINEAR, 0, in2, small2);
+    check_adjoint(TRN_UPSAMPLE_BILINEAR, 0, in3, out3);  // trilinear
+    check_adjoint(TRN_UPSAMPLE_BILINEAR, 1, in3, out3);
+    check_adjoint(TRN_UPSAMPLE_BILINEAR, 0, in3, down3);
 }
 
 static void test_bf16(void) {
@@ -125,8 +128,8 @@ static void test_errors(void) {
     d.mode = TRN_UPSAMPLE_BILINEAR;
     CHECK_INT(trn_upsample_launch(g_stream, &d), TRN_ERROR_UNSUPPORTED);
     d.dtype = TRN_DTYPE_F32;
-    d = desc1d(TRN_UPSAMPLE_BILINEAR, 2, 4, x, y);
-    d.in_size[0] = 2;  // bilinear is 2-d: d must be 1
+    d = desc1d(TRN_UPSAMPLE_NEAREST, 2, 4, x, y);
+    d.mode = (trn_upsample_mode)7;
     CHECK_INT(trn_upsample_launch(g_stream, &d), TRN_ERROR_INVALID_ARGUMENT);
     CHECK_INT(trn_upsample_backward_launch(NULL, &d), TRN_ERROR_INVALID_ARGUMENT);
     trn_clear_error();

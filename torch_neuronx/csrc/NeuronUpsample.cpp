@@ -1,6 +1,7 @@
 // NeuronUpsample.cpp - upsampling on neuron: upsample_nearest{1,2,3}d,
-// _upsample_nearest_exact{1,2,3}d, upsample_bilinear2d and upsample_linear1d, with their
-// backwards, run by libtrn's upsample kernels (trn/upsample.h). F.interpolate
+// _upsample_nearest_exact{1,2,3}d, upsample_linear1d, upsample_bilinear2d and
+// upsample_trilinear3d, with their backwards, run by libtrn's upsample
+// kernels (trn/upsample.h). F.interpolate
 // and nn.Upsample reach them through the CompositeImplicit .vec overloads,
 // which compute the output size and pass the scale factors on.
 //
@@ -191,6 +192,24 @@ Tensor upsample_linear1d_backward(const Tensor &g, c10::SymIntArrayRef out,
     return fallback_sym<at::_ops::upsample_linear1d_backward>(g, out, in, align, s);
 }
 
+// Trilinear: the same kernel, linear in d too.
+Tensor upsample_trilinear3d(const Tensor &self, c10::SymIntArrayRef out, bool align, Scale sd,
+                            Scale sh, Scale sw) {
+    if (auto r = up_forward(self, ints(out), {sd, sh, sw}, TRN_UPSAMPLE_BILINEAR, align,
+                            "aten::upsample_trilinear3d"))
+        return *r;
+    return fallback_sym<at::_ops::upsample_trilinear3d>(self, out, align, sd, sh, sw);
+}
+
+Tensor upsample_trilinear3d_backward(const Tensor &g, c10::SymIntArrayRef out,
+                                     c10::SymIntArrayRef in, bool align, Scale sd, Scale sh,
+                                     Scale sw) {
+    if (auto r = up_backward(g, ints(out), ints(in), {sd, sh, sw}, TRN_UPSAMPLE_BILINEAR, align,
+                             "aten::upsample_trilinear3d_backward"))
+        return *r;
+    return fallback_sym<at::_ops::upsample_trilinear3d_backward>(g, out, in, align, sd, sh, sw);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 #define REG(NAME)                                                                              \
     m.impl(#NAME, TORCH_FN(NAME));                                                             \
@@ -203,6 +222,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     REG(_upsample_nearest_exact3d)
     REG(upsample_bilinear2d)
     REG(upsample_linear1d)
+    REG(upsample_trilinear3d)
 #undef REG
 }
 

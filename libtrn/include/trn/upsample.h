@@ -1,5 +1,6 @@
-// trn/upsample.h - nearest (1-d/2-d/3-d, legacy and "exact") and bilinear
-// (2-d) upsampling / interpolation kernels, forward and backward.
+// trn/upsample.h - nearest (1-d/2-d/3-d, legacy and "exact") and linear
+// (linear 1-d, bilinear 2-d, trilinear 3-d) upsampling / interpolation
+// kernels, forward and backward.
 //
 // Owned by the upsample family (libtrn/src/kernels/upsample.c). The C++
 // layer (torch_neuronx/csrc/NeuronUpsample.cpp) checks shapes with PyTorch's
@@ -11,7 +12,8 @@
 // in / out otherwise;
 //   NEAREST        src = min(floor(o * scale), in - 1)  (float32 scale)
 //   NEAREST_EXACT  src = min(floor((o + 0.5) * scale), in - 1)
-//   BILINEAR       align_corners: src = o * (in - 1) / (out - 1); else
+//   BILINEAR       (every dim; a dim with in == out is the identity)
+//                  align_corners: src = o * (in - 1) / (out - 1); else
 //                  src = max((o + 0.5) * scale - 0.5, 0); the two taps are
 //                  floor(src) and the next one (clamped), weighted by the
 //                  distances.
@@ -35,7 +37,7 @@ extern "C" {
 typedef enum trn_upsample_mode {
     TRN_UPSAMPLE_NEAREST,
     TRN_UPSAMPLE_NEAREST_EXACT,
-    TRN_UPSAMPLE_BILINEAR,  // over h and w; d must be 1
+    TRN_UPSAMPLE_BILINEAR,  // linear in d, h and w (bi-/trilinear)
 } trn_upsample_mode;
 
 typedef struct trn_upsample_desc {

@@ -37,8 +37,8 @@ _Static_assert(sizeof(up_args) <= TRN_TASK_MAX_ARGS, "upsample args too large");
 
 // Tables built once per launch.
 typedef struct up_tables {
-    int64_t *idx[3];   // nearest: [out]; bilinear (h, w): [2 * out] (i0, i1)
-    double *lam[3];    // bilinear (h, w): [2 * out] (weight of i0, of i1)
+    int64_t *idx[3];   // nearest: [out]; linear: [2 * out] (i0, i1)
+    double *lam[3];    // linear: [2 * out] (weight of i0, of i1)
 } up_tables;
 
 typedef struct up_run {
@@ -101,7 +101,7 @@ static trn_status build_tables(const trn_upsample_desc *d, up_tables *t) {
     const int dbl = d->dtype == TRN_DTYPE_F64;
     for (int k = 0; k < 3; k++) {
         const int64_t in = d->in_size[k], out = d->out_size[k];
-        const int lin = d->mode == TRN_UPSAMPLE_BILINEAR && k > 0;
+        const int lin = d->mode == TRN_UPSAMPLE_BILINEAR;
         t->idx[k] = malloc(sizeof(int64_t) * (size_t)(lin ? 2 * out : out));
         t->lam[k] = lin ? malloc(sizeof(double) * (size_t)(2 * out)) : NULL;
         if (t->idx[k] == NULL || (lin && t->lam[k] == NULL))
@@ -110,8 +110,6 @@ static trn_status build_tables(const trn_upsample_desc *d, up_tables *t) {
             if (lin)
                 linear_taps(o, in, out, d->scales[k], d->align_corners, dbl, &t->idx[k][2 * o],
                             &t->idx[k][2 * o + 1], &t->lam[k][2 * o], &t->lam[k][2 * o + 1]);
-            else if (d->mode == TRN_UPSAMPLE_BILINEAR)
-                t->idx[k][o] = 0;  // d of a 2-d op: 1 -> 1
             else
                 t->idx[k][o] = nearest_src(d->mode, o, in, out, d->scales[k]);
         }
@@ -120,27 +118,40 @@ static trn_status build_tables(const trn_upsample_desc *d, up_tables *t) {
 }
 
 #define DEFINE_UP(N, T, C, LD, ST)                                                 \
-    /* Bilinear forward (nearest forward is copy_<size> below). */                \
+    /* Bilinear of one (h, w) plane at output row oh, column ow. */               \
+    static inline C bil_##N(const T *x, int64_t IW, const int64_t *ih, const int64_t *iw, \
+                            const double *lh, const double *lw, int64_t oh, int64_t ow) { \
+        const T *r0 = x + ih[2 * oh] * IW, *r1 = x + ih[2 * oh + 1] * IW;          \
+        const C h0 = (C)lh[2 * oh], h1 = (C)lh[2 * oh + 1];                       \
+        const int64_t w0 = iw[2 * ow], w1 = iw[2 * ow + 1];                       \
+        const C a = (C)lw[2 * ow], b = (C)lw[2 * ow + 1];                         \
+        return h0 * (a * (C)LD(r0[w0]) + b * (C)LD(r0[w1])) +                     \
+               h1 * (a * (C)LD(r1[w0]) + b * (C)LD(r1[w1]));                      \
+    }                                                                             \
+    /* Linear forward over d, h, w (nearest forward is copy_<size> below). A d    \
+       tap of weight 0 on the same plane (2-d ops, in == out) is skipped. */      \
     static void fwd_##N(void *ctx, int64_t p0, int64_t p1) {                      \
         const up_run *run = ctx;                                                  \
         const trn_upsample_desc *d = &run->a->d;                                  \
-        const int64_t IH = d->in_size[1], IW = d->in_size[2];                     \
-        const int64_t OH = d->out_size[1], OW = d->out_size[2];                   \
-        const int64_t *ih = run->t.idx[1], *iw = run->t.idx[2];                   \
+        const int64_t ID = d->in_size[0], IH = d->in_size[1], IW = d->in_size[2]; \
+        const int64_t OD = d->out_size[0], OH = d->out_size[1], OW = d->out_size[2]; \
+        const int64_t *id = run->t.idx[0], *ih = run->t.idx[1], *iw = run->t.idx[2]; \
+        const double *ld = run->t.lam[0], *lh = run->t.lam[1], *lw = run->t.lam[2]; \
         for (int64_t p = p0; p < p1; p++) {                                       \
-            const T *x = (const T *)d->src + p * IH * IW;                         \
-            T *y = (T *)d->dst + p * OH * OW;                                     \
-            const double *lh = run->t.lam[1], *lw = run->t.lam[2];                \
-            for (int64_t oh = 0; oh < OH; oh++) {                                 \
-                const T *r0 = x + ih[2 * oh] * IW, *r1 = x + ih[2 * oh + 1] * IW;  \
-                const C h0 = (C)lh[2 * oh], h1 = (C)lh[2 * oh + 1];               \
-                T *yr = y + oh * OW;                                              \
-                for (int64_t ow = 0; ow < OW; ow++) {                             \
-                    const int64_t w0 = iw[2 * ow], w1 = iw[2 * ow + 1];           \
-                    const C a = (C)lw[2 * ow], b = (C)lw[2 * ow + 1];             \
-                    yr[ow] = ST(h0 * (a * (C)LD(r0[w0]) + b * (C)LD(r0[w1])) +    \
-                                h1 * (a * (C)LD(r1[w0]) + b * (C)LD(r1[w1])));    \
-                }                                                                 \
+            const T *x = (const T *)d->src + p * ID * IH * IW;                    \
+            T *y = (T *)d->dst + p * OD * OH * OW;                                \
+            for (int64_t od = 0; od < OD; od++) {                                 \
+                const T *x0 = x + id[2 * od] * IH * IW, *x1 = x + id[2 * od + 1] * IH * IW; \
+                const C t0 = (C)ld[2 * od], t1 = (C)ld[2 * od + 1];               \
+                const int one = t1 == 0 && x0 == x1;                              \
+                T *yp = y + od * OH * OW;                                         \
+                for (int64_t oh = 0; oh < OH; oh++)                               \
+                    for (int64_t ow = 0; ow < OW; ow++) {                         \
+                        const C v0 = bil_##N(x0, IW, ih, iw, lh, lw, oh, ow);     \
+                        yp[oh * OW + ow] =                                        \
+                            ST(one ? v0 * t0                                      \
+                                   : t0 * v0 + t1 * bil_##N(x1, IW, ih, iw, lh, lw, oh, ow)); \
+                    }                                                             \
             }                                                                     \
         }                                                                         \
     }                                                                             \
@@ -170,19 +181,28 @@ static trn_status build_tables(const trn_upsample_desc *d, up_tables *t) {
                         for (int64_t ow = 0; ow < OW; ow++) sr[iw[ow]] += (C)LD(gr[ow]); \
                     }                                                             \
             } else {                                                              \
-                const double *lh = run->t.lam[1], *lw = run->t.lam[2];            \
-                for (int64_t oh = 0; oh < OH; oh++) {                             \
-                    C *r0 = s + ih[2 * oh] * IW, *r1 = s + ih[2 * oh + 1] * IW;    \
-                    const C h0 = (C)lh[2 * oh], h1 = (C)lh[2 * oh + 1];           \
-                    const T *gr = g + oh * OW;                                    \
-                    for (int64_t ow = 0; ow < OW; ow++) {                         \
-                        const int64_t w0 = iw[2 * ow], w1 = iw[2 * ow + 1];       \
-                        const C a = (C)lw[2 * ow], b = (C)lw[2 * ow + 1];         \
-                        const C v = (C)LD(gr[ow]);                                \
-                        r0[w0] += h0 * a * v;                                     \
-                        r0[w1] += h0 * b * v;                                     \
-                        r1[w0] += h1 * a * v;                                     \
-                        r1[w1] += h1 * b * v;                                     \
+                const double *ld = run->t.lam[0], *lh = run->t.lam[1], *lw = run->t.lam[2]; \
+                for (int64_t od = 0; od < OD; od++) {                             \
+                    const int64_t dd[2] = {id[2 * od], id[2 * od + 1]};           \
+                    const C tt[2] = {(C)ld[2 * od], (C)ld[2 * od + 1]};           \
+                    const int taps = tt[1] == 0 && dd[0] == dd[1] ? 1 : 2;        \
+                    for (int k = 0; k < taps; k++) {                              \
+                        C *sp = s + dd[k] * IH * IW;                              \
+                        const C t = tt[k];                                        \
+                        for (int64_t oh = 0; oh < OH; oh++) {                     \
+                            C *r0 = sp + ih[2 * oh] * IW, *r1 = sp + ih[2 * oh + 1] * IW; \
+                            const C h0 = t * (C)lh[2 * oh], h1 = t * (C)lh[2 * oh + 1]; \
+                            const T *gr = g + (od * OH + oh) * OW;                \
+                            for (int64_t ow = 0; ow < OW; ow++) {                 \
+                                const int64_t w0 = iw[2 * ow], w1 = iw[2 * ow + 1]; \
+                                const C a = (C)lw[2 * ow], b = (C)lw[2 * ow + 1]; \
+                                const C v = (C)LD(gr[ow]);                        \
+                                r0[w0] += h0 * a * v;                             \
+                                r0[w1] += h0 * b * v;                             \
+                                r1[w0] += h1 * a * v;                             \
+                                r1[w1] += h1 * b * v;                             \
+                            }                                                     \
+                        }                                                         \
                     }                                                             \
                 }                                                                 \
             }                                                                     \
@@ -309,7 +329,6 @@ static trn_status launch(trn_stream *stream, const trn_upsample_desc *d, int bac
              !__builtin_mul_overflow(n, d->in_size[k], &n) &&
              !__builtin_mul_overflow(m, d->out_size[k], &m);
     if (ok) ok = !__builtin_mul_overflow(n, 8, &n) && !__builtin_mul_overflow(m, 8, &m);
-    if (ok && d->mode == TRN_UPSAMPLE_BILINEAR) ok = d->in_size[0] == 1 && d->out_size[0] == 1;
     if (!ok)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "%s: invalid sizes (planes %lld, in [%lld, %lld, %lld], out "
