@@ -34,6 +34,37 @@ ALIASES = {
     "_log_softmax_backward_data": ["log_softmax (grad)"],
 }
 
+# ops7a: group norm, RMS norm, upsampling, transposed conv, embedding_bag.
+_UP = {"upsample_nearest1d": ["nn.functional.interpolate.nearest",
+                              "nn.functional.upsample_nearest"],
+       "upsample_nearest2d": ["nn.functional.interpolate.nearest",
+                              "nn.functional.upsample_nearest"],
+       "upsample_nearest3d": ["nn.functional.interpolate.nearest",
+                              "nn.functional.upsample_nearest"],
+       "_upsample_nearest_exact1d": ["nn.functional.interpolate.nearest-exact"],
+       "_upsample_nearest_exact2d": ["nn.functional.interpolate.nearest-exact"],
+       "_upsample_nearest_exact3d": ["nn.functional.interpolate.nearest-exact"],
+       "upsample_bilinear2d": ["nn.functional.interpolate.bilinear",
+                               "nn.functional.upsample_bilinear"],
+       "upsample_linear1d": ["nn.functional.interpolate.linear"],
+       "upsample_trilinear3d": ["nn.functional.interpolate.trilinear"]}
+ALIASES.update(_UP)
+ALIASES.update({k + "_backward": [i + " (grad)" for i in v] for k, v in _UP.items()})
+ALIASES.update({
+    "_fused_rms_norm": ["nn.functional.rms_norm"],
+    "_fused_rms_norm_backward": ["nn.functional.rms_norm (grad)"],
+    "native_group_norm": ["nn.functional.group_norm"],
+    "native_group_norm_backward": ["nn.functional.group_norm (grad)"],
+    "_embedding_bag": ["nn.functional.embedding_bag"],
+    "_embedding_bag_forward_only": ["nn.functional.embedding_bag"],
+    "_embedding_bag_backward": ["nn.functional.embedding_bag (grad)"],
+    "_embedding_bag_dense_backward": ["nn.functional.embedding_bag (grad)"],
+    "_embedding_bag_per_sample_weights_backward": ["nn.functional.embedding_bag (grad)"],
+})
+ALIASES["convolution_overrideable"] = ALIASES["convolution_overrideable"] + [
+    "nn.functional.conv_transpose1d", "nn.functional.conv_transpose2d",
+    "nn.functional.conv_transpose3d"]
+
 
 def native_ops() -> list[str]:
     regs = torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1")

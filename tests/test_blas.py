@@ -181,8 +181,14 @@ def test_conv_channels_last_and_bf16():
     _no_fallback()
 
 
-def test_conv_transposed_is_correct_cpu_fallback():
+def test_conv_transposed_is_native():
+    # Native since ops7a (tests/test_nn_layers.py has the full coverage);
+    # float64 (no oneDNN f64 convolution) still runs on the CPU, correctly.
     x, w, b = torch.randn(2, 3, 5, 5), torch.randn(3, 4, 3, 3), torch.randn(4)
     got = F.conv_transpose2d(x.to(DEV), w.to(DEV), b.to(DEV), stride=2, output_padding=1)
     _close(got, F.conv_transpose2d(x, w, b, stride=2, output_padding=1))
+    _no_fallback()
+    xd, wd, bd = x.double(), w.double(), b.double()
+    got = F.conv_transpose2d(xd.to(DEV), wd.to(DEV), bd.to(DEV), stride=2, output_padding=1)
+    _close(got, F.conv_transpose2d(xd, wd, bd, stride=2, output_padding=1), torch.float64)
     assert torch_neuronx.get_fallback_ops() == ["aten::convolution_overrideable"]

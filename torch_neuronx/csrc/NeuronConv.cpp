@@ -5,15 +5,17 @@
 // convolution_overrideable, and its backward to
 // convolution_backward_overrideable; both are registered here.
 //
-// Native: non-transposed 1-d/2-d/3-d convolution in float32, bfloat16 and
-// float16 (any strides: channels-last stays channels-last). Transposed
-// convolution and other dtypes (float64) run PyTorch's CPU implementation on
-// host copies and are recorded as fallbacks (get_fallback_ops), because the
-// boxed CPU fallback cannot serve these two ops: on CPU they are stubs.
+// Native: 1-d/2-d/3-d convolution in float32, bfloat16 and float16 (any
+// strides: channels-last stays channels-last); transposed convolution is
+// NeuronConvTranspose.cpp's. Other dtypes (float64) run PyTorch's CPU
+// implementation on host copies and are recorded as fallbacks
+// (get_fallback_ops), because the boxed CPU fallback cannot serve these two
+// ops: on CPU they are stubs.
 #include <ATen/ATen.h>
 #include <ATen/native/ConvUtils.h>
 #include <torch/library.h>
 
+#include "NeuronConvTranspose.h"
 #include "neuron_device.h"
 #include "op_tracking.h"
 
@@ -34,7 +36,7 @@ void record_cpu(const char *op, const char *why) {
 }
 
 const char *cpu_reason(bool transposed) {
-    return transposed ? "has no native neuron kernel for transposed convolution"
+    return transposed ? "has no native neuron kernel for transposed convolution in this dtype"
                       : "has no native neuron kernel for this dtype";
 }
 
@@ -87,6 +89,12 @@ Tensor convolution_overrideable(const Tensor &input, const Tensor &weight,
     check_same_type(input, weight, "weight");
     if (bias.defined())
         check_same_type(input, bias, "bias");
+    if (transposed && conv_transpose_native(input)) {
+        Tensor out = conv_transpose_forward(input, weight, bias, stride, padding, dilation,
+                                            output_padding, groups);
+        tracking::record_executed("aten::convolution_overrideable");
+        return out;
+    }
     if (!native_conv(input, transposed)) {
         record_cpu("aten::convolution_overrideable", cpu_reason(transposed));
         Tensor out = at::convolution(input.cpu(), weight.cpu(),
@@ -119,6 +127,12 @@ convolution_backward_overrideable(const Tensor &grad_output, const Tensor &input
                                   std::array<bool, 3> output_mask) {
     check_same_type(input, weight, "weight");
     check_same_type(input, grad_output, "grad_output");
+    if (transposed && conv_transpose_native(input)) {
+        auto r = conv_transpose_backward(grad_output, input, weight, stride, padding, dilation,
+                                         groups, output_mask);
+        tracking::record_executed("aten::convolution_backward_overrideable");
+        return r;
+    }
     if (!native_conv(input, transposed)) {
         record_cpu("aten::convolution_backward_overrideable", cpu_reason(transposed));
         const int64_t c_out = transposed ? weight.size(1) * groups : weight.size(0);
