@@ -16,16 +16,20 @@ from .exclusions import ALLOWED_FALLBACKS, EXCLUDED, TIE_ORDER_FREE, TOLERANCES
 # OpInfo names whose aten kernels are native on neuron: the union of the
 # OPS sets in this folder's ops_*.py files (one per kernel family).
 # A family may also set SAMPLE_STRIDE {name: k}: only every k-th sample of
-# that op runs (ops with thousands of near-identical samples; all run with
-# OPENNEURON_FULL_TESTS=1).
+# that op runs, and SAMPLE_DTYPES {name: dtypes}: only those dtypes (ops
+# with thousands of near-identical samples, whose generation alone costs
+# seconds per dtype; families fill both only outside
+# OPENNEURON_FULL_TESTS=1, which runs everything).
 NATIVE = set()
 SAMPLE_STRIDE = {}
+SAMPLE_DTYPES = {}
 for _path in sorted(pathlib.Path(__file__).parent.glob("ops_*.py")):
     _spec = importlib.util.spec_from_file_location(_path.stem, _path)
     _mod = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_mod)
     NATIVE |= set(_mod.OPS)
     SAMPLE_STRIDE.update(getattr(_mod, "SAMPLE_STRIDE", {}))
+    SAMPLE_DTYPES.update(getattr(_mod, "SAMPLE_DTYPES", {}))
 
 
 def _samples(op, dtype, requires_grad):
@@ -40,7 +44,7 @@ def _cases():
         if op.name not in NATIVE:
             continue
         supported = op.supported_dtypes("cpu")
-        for dtype in DTYPES:
+        for dtype in SAMPLE_DTYPES.get(op.name, DTYPES):
             if dtype in supported:
                 variant = op.variant_test_name or "default"
                 yield pytest.param(op, dtype, id=f"{op.name}.{variant}-{str(dtype)[6:]}")
