@@ -13,6 +13,7 @@
 #include <torch/library.h>
 
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "NeuronFallback.h"
@@ -254,15 +255,21 @@ Tensor adaptive_avg(const Tensor &input, c10::SymIntArrayRef sym_out, int sd) {
                                            : "aten::_adaptive_avg_pool3d"));
 }
 
+template <typename Op, typename... Args>
+decltype(auto) fallback_sym(Args &&...args) {
+    return at::native::call_fallback_fn_symint<&cpu_fallback, Op>::call(
+        std::forward<Args>(args)...);
+}
+
 Tensor adaptive_avg_pool2d(const Tensor &input, c10::SymIntArrayRef out) {
     if (!native_ok(input))
-        return at::native::call_fallback_fn_symint<&cpu_fallback, at::_ops::_adaptive_avg_pool2d>::call(input, out);
+        return fallback_sym<at::_ops::_adaptive_avg_pool2d>(input, out);
     return adaptive_avg(input, out, 2);
 }
 
 Tensor adaptive_avg_pool3d(const Tensor &input, c10::SymIntArrayRef out) {
     if (!native_ok(input))
-        return at::native::call_fallback_fn_symint<&cpu_fallback, at::_ops::_adaptive_avg_pool3d>::call(input, out);
+        return fallback_sym<at::_ops::_adaptive_avg_pool3d>(input, out);
     return adaptive_avg(input, out, 3);
 }
 
