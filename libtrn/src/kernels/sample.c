@@ -111,6 +111,34 @@ static int by_key_desc(const void *pa, const void *pb) {
     return (a->idx > b->idx) - (a->idx < b->idx);
 }
 
+// Before b in the draw order: larger key, then smaller index.
+static int before(const keyed *a, const keyed *b) {
+    return a->key > b->key || (a->key == b->key && a->idx < b->idx);
+}
+
+// Moves the m first items of the draw order to k[0..m) (quickselect with a
+// middle pivot), so only those m need sorting: one draw out of a 32k-entry
+// vocabulary is linear, not n log n.
+static void partial_top(keyed *k, int64_t n, int64_t m) {
+    int64_t lo = 0, hi = n;  // the boundary m lies in [lo, hi]
+    while (hi - lo > 1 && m > lo && m < hi) {
+        const keyed piv = k[lo + (hi - lo) / 2];
+        int64_t i = lo, j = hi - 1;
+        while (i <= j) {  // Hoare: [lo, i) before-or-equal pivot, (j, hi) after-or-equal
+            while (before(&k[i], &piv)) i++;
+            while (before(&piv, &k[j])) j--;
+            if (i <= j) {
+                const keyed t = k[i];
+                k[i] = k[j], k[j] = t;
+                i++, j--;
+            }
+        }
+        if (m <= j + 1) hi = j + 1;
+        else if (m >= i) lo = i;
+        else return;  // [j + 1, i) equals the pivot: boundary settled
+    }
+}
+
 static void multi_piece(void *ctx, int64_t r0, int64_t r1) {
     const multi_args *a = ctx;
     const trn_multinomial_desc *d = &a->d;
@@ -161,7 +189,8 @@ static void multi_piece(void *ctx, int64_t r0, int64_t r1) {
             const double e = -log1p(-unit(mix(d->seed, (uint64_t)(r * nc + c))));  // Exp(1)
             k[c].key = p > 0 ? p / e : 0;  // e == 0 (u == 0) gives +inf: drawn first
         }
-        qsort(k, (size_t)nc, sizeof *k, by_key_desc);
+        partial_top(k, nc, ns);
+        qsort(k, (size_t)ns, sizeof *k, by_key_desc);
         for (int64_t s = 0; s < ns; s++) out[s] = k[s].idx;
     }
     free(buf);
