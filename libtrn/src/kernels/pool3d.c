@@ -249,7 +249,9 @@ static trn_status check(trn_stream *stream, const void *d, trn_dtype dtype, trn_
             bad |= g->k[i] <= 0 || g->s[i] <= 0 || g->p[i] < 0 || g->dil[i] <= 0;
         bad |= __builtin_mul_overflow(ti, g->in[i], &ti) || __builtin_mul_overflow(to, g->out[i], &to);
         // Adaptive window bounds compute (o + 1) * in.
-        bad |= g->adaptive && __builtin_mul_overflow(g->out[i] + 1, g->in[i], &(int64_t){0});
+        int64_t o1;
+        bad |= g->adaptive && (__builtin_add_overflow(g->out[i], 1, &o1) ||
+                               __builtin_mul_overflow(o1, g->in[i], &o1));
     }
     bad |= __builtin_mul_overflow(ti, 8, &ti) || __builtin_mul_overflow(to, 8, &to);
     if (bad) return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: invalid pooling geometry", fn);
