@@ -28,6 +28,10 @@ EXCLUDED = {
     ("nn.functional.max_pool2d", "", torch.uint8): "integer pooling runs on the CPU",
     ("nn.functional.avg_pool2d", "", torch.int64): "integer pooling runs on the CPU",
     ("nn.functional.avg_pool1d", "", torch.int64): "integer pooling runs on the CPU",
+    ("nn.functional.avg_pool3d", "", torch.int64): "integer pooling runs on the CPU",
+    ("nn.functional.max_pool3d", "", torch.int64): "integer pooling runs on the CPU",
+    ("nn.functional.max_pool3d", "", torch.int32): "integer pooling runs on the CPU",
+    ("nn.functional.max_pool3d", "", torch.uint8): "integer pooling runs on the CPU",
 }
 
 # Looser (atol, rtol) where neuron's values are as accurate as CPU's but the
@@ -36,6 +40,11 @@ EXCLUDED = {
 # by ~1e-5 absolute (relative <= 7e-5). Keys as EXCLUDED; "grad" entries
 # apply to the gradient check.
 TOLERANCES = {
+    # PyTorch CPU sums 16-bit 3-d adaptive averages in the 16-bit type;
+    # neuron sums in float32 and rounds once (closer to the float64 result:
+    # max error 0.015 vs CPU's 0.049 on bfloat16 values of magnitude ~10).
+    ("nn.functional.adaptive_avg_pool3d", "", torch.bfloat16): (6e-2, 1.6e-2),
+    ("nn.functional.adaptive_avg_pool3d", "", torch.float16): (1e-2, 1e-3),
     ("addbmm", "", torch.float32): (1e-4, 1e-4),
     ("matmul", "", torch.float32): (1e-4, 1e-4),
     ("nn.functional.conv3d", "", "grad"): (1e-4, 1e-4),
@@ -71,7 +80,7 @@ TOLERANCES = {
 # Ops whose index outputs order equal elements arbitrarily (sort/argsort with
 # stable=False, topk): values are compared exactly and indices by the values
 # they select (neuron's sort is always stable; CPU's unstable order differs).
-TIE_ORDER_FREE = {"sort", "argsort", "topk"}
+TIE_ORDER_FREE = {"sort", "argsort", "topk", "kthvalue", "median", "nanmedian"}
 
 ALLOWED_FALLBACKS = {
     # unique / unique_consecutive with dim= (unique_dim*) have no native
