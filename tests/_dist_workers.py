@@ -16,16 +16,27 @@ def rank_world():
     return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
 
+def _exit(code):
+    # os._exit skips atexit, where libtrn removes this process's stats page
+    # (/dev/shm/trn-stats-<pid>): remove it here so nothing is left behind.
+    path = torch_neuronx._C._stats_page_path()
+    if path:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    sys.stdout.flush()
+    os._exit(code)
+
+
 def main():
     fn = globals()[os.environ["DIST_FN"]]
     try:
         fn()
     except BaseException:
         traceback.print_exc()
-        sys.stdout.flush()
-        os._exit(1)
-    sys.stdout.flush()
-    os._exit(0)
+        _exit(1)
+    _exit(0)
 
 
 def smoke():
