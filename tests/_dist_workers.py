@@ -597,8 +597,8 @@ def observe_collectives():
 
 
 def subgroups():
-    """new_group gives working neuron sub-groups (their own shared regions)
-    used in between collectives of the world group."""
+    """new_group and split_group give working neuron sub-groups (their own
+    shared regions) used in between collectives of the world group."""
     rank, world = rank_world()
     dev = torch.device("neuron", rank)
     torch.neuron.set_device(rank)
@@ -616,6 +616,19 @@ def subgroups():
     parts = [torch.empty(1, device=dev) for _ in members]
     dist.all_gather(parts, torch.tensor([float(rank)], device=dev), group=mine)
     assert [float(p) for p in parts] == [float(r) for r in members]
-    # split_group: not supported yet (PyTorch says the backend cannot split)
-    _expect_error(lambda: dist.split_group(split_ranks=[lo, hi]), "does not support splitting")
+    # split_group: each half gets its own backend (Backend::split, a new
+    # shared region); its collectives stay within the half.
+    split = dist.split_group(split_ranks=[lo, hi])
+    assert split is not None and split.size() == len(members), split
+    assert dist.get_rank(split) == members.index(rank)
+    assert dist.get_process_group_ranks(split) == members
+    s = torch.full((4,), float(10 * (rank + 1)), device=dev)
+    dist.all_reduce(s, group=split)
+    assert s.cpu().tolist() == [float(sum(10 * (r + 1) for r in members))] * 4, s
+    b = torch.full((2,), float(rank), device=dev)
+    dist.broadcast(b, src=members[-1], group=split)  # a global rank, as c10d takes it
+    assert b.cpu().tolist() == [float(members[-1])] * 2, b
+    w = torch.full((2,), 2.0, device=dev)
+    dist.all_reduce(w)  # the world group still works after the split
+    assert w.cpu().tolist() == [2.0 * world] * 2, w
     dist.destroy_process_group()
