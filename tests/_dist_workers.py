@@ -16,16 +16,27 @@ def rank_world():
     return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
 
+def _exit(code):
+    # os._exit skips atexit, where libtrn removes this process's stats page
+    # (/dev/shm/trn-stats-<pid>): remove it here so nothing is left behind.
+    path = torch_neuronx._C._stats_page_path()
+    if path:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    sys.stdout.flush()
+    os._exit(code)
+
+
 def main():
     fn = globals()[os.environ["DIST_FN"]]
     try:
         fn()
     except BaseException:
         traceback.print_exc()
-        sys.stdout.flush()
-        os._exit(1)
-    sys.stdout.flush()
-    os._exit(0)
+        _exit(1)
+    _exit(0)
 
 
 def smoke():
@@ -582,4 +593,42 @@ def observe_collectives():
     assert got == 4096 + world * 1024 + p2p * 64, got
     assert "collectives" in metrics.get_counter_names()
     print("counters ok", flush=True)
+    dist.destroy_process_group()
+
+
+def subgroups():
+    """new_group and split_group give working neuron sub-groups (their own
+    shared regions) used in between collectives of the world group."""
+    rank, world = rank_world()
+    dev = torch.device("neuron", rank)
+    torch.neuron.set_device(rank)
+    dist.init_process_group("neuron", device_id=dev)  # split_group needs the bound device
+    half = world // 2
+    lo, hi = list(range(half)), list(range(half, world))
+    g_lo, g_hi = dist.new_group(lo), dist.new_group(hi)
+    mine, members = (g_lo, lo) if rank < half else (g_hi, hi)
+    t = torch.full((3,), float(rank + 1), device=dev)
+    dist.all_reduce(t, group=mine)
+    assert t.cpu().tolist() == [float(sum(r + 1 for r in members))] * 3, t
+    w = torch.ones(2, device=dev)
+    dist.all_reduce(w)  # the world group still works in between
+    assert w.cpu().tolist() == [float(world)] * 2
+    parts = [torch.empty(1, device=dev) for _ in members]
+    dist.all_gather(parts, torch.tensor([float(rank)], device=dev), group=mine)
+    assert [float(p) for p in parts] == [float(r) for r in members]
+    # split_group: each half gets its own backend (Backend::split, a new
+    # shared region); its collectives stay within the half.
+    split = dist.split_group(split_ranks=[lo, hi])
+    assert split is not None and split.size() == len(members), split
+    assert dist.get_rank(split) == members.index(rank)
+    assert dist.get_process_group_ranks(split) == members
+    s = torch.full((4,), float(10 * (rank + 1)), device=dev)
+    dist.all_reduce(s, group=split)
+    assert s.cpu().tolist() == [float(sum(10 * (r + 1) for r in members))] * 4, s
+    b = torch.full((2,), float(rank), device=dev)
+    dist.broadcast(b, src=members[-1], group=split)  # a global rank, as c10d takes it
+    assert b.cpu().tolist() == [float(members[-1])] * 2, b
+    w = torch.full((2,), 2.0, device=dev)
+    dist.all_reduce(w)  # the world group still works after the split
+    assert w.cpu().tolist() == [2.0 * world] * 2, w
     dist.destroy_process_group()

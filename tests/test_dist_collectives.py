@@ -80,3 +80,7 @@ def test_pipelining_and_checkpoint_across_world_sizes(tmp_path):
     sd = {"w": torch.zeros(6, 4, device="neuron")}
     dcp.load(sd, checkpoint_id=ckpt, no_dist=True)
     assert torch.equal(sd["w"].cpu(), torch.arange(24.0).reshape(6, 4))
+
+
+def test_new_group_subgroups_next_to_the_world_group():
+    check_ranks("subgroups", 4, timeout=120)

@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "neuron_device.h"
@@ -258,12 +259,50 @@ void ProcessGroupNeuron::abort() {
     shutdown();
 }
 
+// ---- splitting -------------------------------------------------------------
+
+ProcessGroupNeuron::SplitFactory ProcessGroupNeuron::split_factory;
+
+c10::intrusive_ptr<c10d::Backend::Options>
+ProcessGroupNeuron::getBackendOptions() {
+    return c10::make_intrusive<Options>(
+        "neuron", std::chrono::milliseconds(timeout_ms_.load()));
+}
+
+// `ranks` are sorted ranks of this group; ranks outside it get no backend
+// (c10d's convention). Every member calls this with the same store, which
+// c10d prefixes with the new group's unique name, so splits never share keys.
+c10::intrusive_ptr<c10d::Backend> ProcessGroupNeuron::split(
+    const c10::intrusive_ptr<c10d::Store> &store,
+    const std::vector<int> &ranks, const c10::intrusive_ptr<Options> &opts) {
+    check_open();
+    for (size_t i = 0; i < ranks.size(); i++)
+        TORCH_CHECK_VALUE(ranks[i] >= 0 && ranks[i] < size_ &&
+                              (i == 0 || ranks[i] > ranks[i - 1]),
+                          "neuron split: ranks must be distinct ranks of the "
+                          "parent group (0..", size_ - 1, "), got ", ranks);
+    auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    if (it == ranks.end()) return nullptr;
+    TORCH_CHECK(split_factory, "neuron split: torch_neuronx.distributed is "
+                               "not initialized");
+    auto timeout = opts ? opts->timeout
+                        : std::chrono::milliseconds(timeout_ms_.load());
+    auto backend = split_factory(store, static_cast<int>(it - ranks.begin()),
+                                 static_cast<int>(ranks.size()), timeout);
+    if (opts) {
+        backend->setGroupUid(opts->group_name);
+        backend->setGroupDesc(opts->group_desc);
+    }
+    return backend;
+}
+
 // ---- threads ---------------------------------------------------------------
 
 c10::intrusive_ptr<NeuronWork> ProcessGroupNeuron::enqueue(
     c10d::OpType type, const char *title, std::vector<at::Tensor> keep,
     std::vector<at::Tensor> outputs, c10::Device device, Body body,
     std::chrono::milliseconds timeout) {
+    seq_++;
     auto work = c10::make_intrusive<NeuronWork>(rank_, type, title,
                                                 std::move(keep),
                                                 std::move(outputs), device);

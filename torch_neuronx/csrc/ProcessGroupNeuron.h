@@ -64,6 +64,26 @@ class ProcessGroupNeuron : public c10d::Backend {
     void shutdown() override;
     void abort() override;
 
+    // Splitting (dist.split_group): the sub-group gets its own shared region,
+    // set up through the split's store by the same rendezvous as the world
+    // group's. That rendezvous lives in Python (torch_neuronx.distributed),
+    // which installs `split_factory` when it binds this class.
+    using SplitFactory = std::function<c10::intrusive_ptr<c10d::Backend>(
+        const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
+        std::chrono::milliseconds timeout)>;
+    static SplitFactory split_factory;
+    bool supportsSplitting() const override { return true; }
+    // Collectives queued on this group since it was made (or the count was
+    // reset): equal on every rank as long as ranks call the same collectives,
+    // which is what c10d's sequence number checks rely on.
+    void setSequenceNumberForGroup() override { seq_ = 0; }
+    uint64_t getSequenceNumberForGroup() override { return seq_; }
+    c10::intrusive_ptr<Options> getBackendOptions() override;
+    c10::intrusive_ptr<c10d::Backend> split(
+        const c10::intrusive_ptr<c10d::Store> &store,
+        const std::vector<int> &ranks,
+        const c10::intrusive_ptr<Options> &opts) override;
+
     c10::intrusive_ptr<c10d::Work> broadcast(
         std::vector<at::Tensor> &tensors,
         const c10d::BroadcastOptions &opts) override;
@@ -149,6 +169,7 @@ class ProcessGroupNeuron : public c10d::Backend {
     trn_comm *comm_ = nullptr;
     c10::intrusive_ptr<c10d::Backend> gloo_;
     std::atomic<int64_t> timeout_ms_;
+    std::atomic<uint64_t> seq_{0};
 
     std::mutex mutex_;
     std::condition_variable cv_;

@@ -61,8 +61,19 @@ def _open_region(store, rank: int, size: int) -> int:
 
 
 def _create_backend(opts, pg_options=None):
-    store, rank, size = opts.store, opts.group_rank, opts.group_size
-    timeout_ms = int(opts.timeout.total_seconds() * 1000)
+    return _make_backend(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+
+
+def _split_backend(store, rank: int, size: int, timeout_ms: int):
+    """Called by ProcessGroupNeuron::split (dist.split_group) on each member
+    of the new group: `store` is already prefixed with the group's unique
+    name, so its region rendezvous never meets another group's keys."""
+    from datetime import timedelta
+    return _make_backend(store, rank, size, timedelta(milliseconds=timeout_ms))
+
+
+def _make_backend(store, rank: int, size: int, timeout):
+    timeout_ms = int(timeout.total_seconds() * 1000)
     choice = _transport_choice()
     fd = -1
     if choice != "gloo" and size > 0:
@@ -78,7 +89,7 @@ def _create_backend(opts, pg_options=None):
     if fd < 0:
         import torch.distributed as dist
         gloo = dist.ProcessGroupGloo(dist.PrefixStore("neuron/gloo/", store),
-                                     rank, size, opts.timeout)
+                                     rank, size, timeout)
     try:
         return _C.ProcessGroupNeuron(rank, size, timeout_ms, fd, gloo)
     finally:
