@@ -36,6 +36,13 @@ EXCLUDED = {
 # by ~1e-5 absolute (relative <= 7e-5). Keys as EXCLUDED; "grad" entries
 # apply to the gradient check.
 TOLERANCES = {
+    # Fused attention sums exp(score - running max) tile by tile (online
+    # softmax) where CPU's flash kernel uses other tiles: float32 results of
+    # OpInfo's large-magnitude samples (|score| ~ 100) differ by ~3e-5.
+    ("nn.functional.scaled_dot_product_attention", "", torch.float32): (1e-4, 1e-4),
+    ("nn.functional.scaled_dot_product_attention", "", torch.bfloat16): (5e-2, 2e-2),
+    ("nn.functional.scaled_dot_product_attention", "", torch.float16): (5e-3, 5e-3),
+    ("nn.functional.scaled_dot_product_attention", "", "grad"): (2e-4, 2e-4),
     ("addbmm", "", torch.float32): (1e-4, 1e-4),
     ("matmul", "", torch.float32): (1e-4, 1e-4),
     ("nn.functional.conv3d", "", "grad"): (1e-4, 1e-4),
@@ -82,4 +89,12 @@ ALLOWED_FALLBACKS = {
     # (embedding_renorm_), which has no native kernel yet; the lookup itself
     # is native and its values are still compared.
     "nn.functional.embedding": ("aten::embedding_renorm_",),
+}
+
+# Samples whose values depend on the random generator (neuron's dropout
+# masks come from its own generator, not CPU's): skipped one by one, the
+# op's other samples are still compared. tests/test_attention_sdpa.py checks
+# SDPA's dropout (statistics, reproducibility, backward consistency).
+RANDOM_SAMPLES = {
+    "nn.functional.scaled_dot_product_attention": lambda s: s.kwargs.get("dropout_p", 0.0) > 0,
 }
