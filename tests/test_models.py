@@ -117,6 +117,10 @@ def test_train_matches_cpu(name):
     torch_neuronx.clear_op_tracking()
     got = train(name, dev, "neuron", batches)
     assert_no_fallback()
+    if name != "resnet":  # attn_implementation="sdpa" reaches the fused kernel
+        ran = set(torch_neuronx.get_executed_ops())
+        assert {"aten::_scaled_dot_product_fused_attention_overrideable",
+                "aten::_scaled_dot_product_fused_attention_overrideable_backward"} <= ran
     want = train(name, cpu, "cpu", batches)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=2e-4, atol=1e-5)
     # Training moved the weights (a test that trains nothing would pass the rest).

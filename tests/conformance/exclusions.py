@@ -45,6 +45,13 @@ TOLERANCES = {
     # max error 0.015 vs CPU's 0.049 on bfloat16 values of magnitude ~10).
     ("nn.functional.adaptive_avg_pool3d", "", torch.bfloat16): (6e-2, 1.6e-2),
     ("nn.functional.adaptive_avg_pool3d", "", torch.float16): (1e-2, 1e-3),
+    # Fused attention sums exp(score - running max) tile by tile (online
+    # softmax) where CPU's flash kernel uses other tiles: float32 results of
+    # OpInfo's large-magnitude samples (|score| ~ 100) differ by ~3e-5.
+    ("nn.functional.scaled_dot_product_attention", "", torch.float32): (1e-4, 1e-4),
+    ("nn.functional.scaled_dot_product_attention", "", torch.bfloat16): (5e-2, 2e-2),
+    ("nn.functional.scaled_dot_product_attention", "", torch.float16): (5e-3, 5e-3),
+    ("nn.functional.scaled_dot_product_attention", "", "grad"): (2e-4, 2e-4),
     ("addbmm", "", torch.float32): (1e-4, 1e-4),
     ("matmul", "", torch.float32): (1e-4, 1e-4),
     ("nn.functional.conv3d", "", "grad"): (1e-4, 1e-4),
@@ -142,3 +149,10 @@ ALLOWED_FALLBACKS.update({
     # native and its values are compared.
     "nn.functional.embedding_bag": ("aten::embedding_renorm_",),
 })
+# Samples whose values depend on the random generator (neuron's dropout
+# masks come from its own generator, not CPU's): skipped one by one, the
+# op's other samples are still compared. tests/test_attention_sdpa.py checks
+# SDPA's dropout (statistics, reproducibility, backward consistency).
+RANDOM_SAMPLES = {
+    "nn.functional.scaled_dot_product_attention": lambda s: s.kwargs.get("dropout_p", 0.0) > 0,
+}

@@ -1,0 +1,500 @@
+// attention.c - owns the fused scaled dot-product attention kernels
+// (trn/attention.h).
+//
+// Forward: the work units are (batch, head, block of BQ query rows); each
+// loads its query rows once (in float32, pre-scaled), then walks the keys in
+// tiles of BK: scores for the tile, the running row maximum and sum
+// (online softmax: earlier partial sums are rescaled by exp(m_old - m_new)),
+// then the tile's probabilities times V are added to a float32 accumulator.
+// Keys are stored transposed in the tile so the score loop runs along keys
+// (vectorizes); the P.V loop runs along the value dim.
+//
+// Backward: the units are (batch, kv head), so dk/dv of a kv head are
+// accumulated by one thread (no atomics) over every query head of its group
+// and every query block; dq of a block is accumulated over the key tiles.
+// The probabilities are recomputed from the saved logsumexp, and
+// D_i = dout_i . out_i replaces the row sum of P * dP (that identity also
+// holds with dropout).
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../internal.h"
+#include "fastmath.h"
+#include "trn/attention.h"
+#include "trn/convert.h"
+#include "trn/parallel.h"
+
+enum { BQ = 64, BK = 64 };
+
+typedef struct attn_args {
+    trn_attention_backward_desc d;  // d.fwd for the forward
+    int backward;
+} attn_args;
+
+_Static_assert(sizeof(attn_args) <= TRN_TASK_MAX_ARGS, "attention args too large");
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// ---- element access -----------------------------------------------------------
+static inline float load_f(trn_dtype t, const void *p, int64_t i) {
+    switch (t) {
+    case TRN_DTYPE_F16: return trn_half_to_float(((const uint16_t *)p)[i]);
+    case TRN_DTYPE_BF16: return trn_bf16_to_float(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+// n contiguous elements of dtype t from p into float dst, times mul.
+static void load_row(trn_dtype t, const void *p, int64_t off, int64_t n, float mul, float *dst) {
+    switch (t) {
+    case TRN_DTYPE_F16: {
+        const uint16_t *s = (const uint16_t *)p + off;
+        for (int64_t e = 0; e < n; e++) dst[e] = trn_half_to_float(s[e]) * mul;
+        break;
+    }
+    case TRN_DTYPE_BF16: {
+        const uint16_t *s = (const uint16_t *)p + off;
+        for (int64_t e = 0; e < n; e++) dst[e] = trn_bf16_to_float(s[e]) * mul;
+        break;
+    }
+    default: {
+        const float *s = (const float *)p + off;
+        for (int64_t e = 0; e < n; e++) dst[e] = s[e] * mul;
+    }
+    }
+}
+
+static void store_row(trn_dtype t, void *p, int64_t off, int64_t n, const float *src, float mul) {
+    switch (t) {
+    case TRN_DTYPE_F16: {
+        uint16_t *d = (uint16_t *)p + off;
+        for (int64_t e = 0; e < n; e++) d[e] = trn_float_to_half(src[e] * mul);
+        break;
+    }
+    case TRN_DTYPE_BF16: {
+        uint16_t *d = (uint16_t *)p + off;
+        for (int64_t e = 0; e < n; e++) d[e] = trn_float_to_bf16(src[e] * mul);
+        break;
+    }
+    default: {
+        float *d = (float *)p + off;
+        for (int64_t e = 0; e < n; e++) d[e] = src[e] * mul;
+    }
+    }
+}
+
+// Same hash as dropout.c: the keep decision for flat element index i.
+static inline int keep_elem(uint64_t seed, int64_t i, float keep) {
+    uint64_t z = seed + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)(z >> 40) * 0x1p-24f < keep;
+}
+
+// Scores of query row qrow (float, pre-scaled as wanted) against a key tile
+// stored transposed kt[e * BK + j]: s[j] for j < nj, plus the mask row and
+// causal masking. Returns the row maximum.
+static float tile_scores(const trn_attention_desc *d, const float *qrow, const float *kt,
+                         int64_t nj, int64_t b, int64_t h, int64_t i, int64_t j0, float *s) {
+    for (int64_t j = 0; j < nj; j++) s[j] = 0.0f;
+    for (int64_t e = 0; e < d->head_dim; e++) {
+        const float qe = qrow[e];
+        const float *kr = kt + e * BK;
+        for (int64_t j = 0; j < nj; j++) s[j] += qe * kr[j];
+    }
+    if (d->mask) {
+        const int64_t *ms = d->mask_strides;
+        const int64_t base = b * ms[0] + h * ms[1] + i * ms[2] + j0 * ms[3];
+        if (d->mask_dtype == TRN_DTYPE_BOOL) {
+            const uint8_t *m = (const uint8_t *)d->mask + base;
+            for (int64_t j = 0; j < nj; j++)
+                if (!m[j * ms[3]]) s[j] = -INFINITY;
+        } else {
+            for (int64_t j = 0; j < nj; j++) s[j] += load_f(d->mask_dtype, d->mask, base + j * ms[3]);
+        }
+    }
+    if (d->causal)
+        for (int64_t j = i - j0 + 1; j < nj; j++) s[j] = -INFINITY;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < nj; j++) mx = s[j] > mx ? s[j] : mx;
+    return mx;
+}
+
+// Loads keys [j0, j0 + nj) of (b, hk) transposed into kt[e * BK + j].
+static void load_kt(trn_dtype t, const void *k, const int64_t *ks, int64_t b, int64_t hk,
+                    int64_t j0, int64_t nj, int64_t dim, float *kt, float *row) {
+    for (int64_t j = 0; j < nj; j++) {
+        load_row(t, k, b * ks[0] + hk * ks[1] + (j0 + j) * ks[2], dim, 1.0f, row);
+        for (int64_t e = 0; e < dim; e++) kt[e * BK + j] = row[e];
+    }
+}
+
+// ---- forward --------------------------------------------------------------------
+typedef struct fwd_scratch {
+    float *q, *kt, *v, *s, *o, *m, *l, *row;
+} fwd_scratch;
+
+static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t unit) {
+    const int64_t E = d->head_dim, Ev = d->v_dim, L = d->q_len, S = d->kv_len;
+    const int64_t nqb = (L + BQ - 1) / BQ;
+    const int64_t bh = unit / nqb, i0 = (unit % nqb) * BQ;
+    const int64_t b = bh / d->heads, h = bh % d->heads;
+    const int64_t hk = h / (d->heads / d->kv_heads);
+    const int64_t ni = min64(BQ, L - i0);
+    const float scale = (float)d->scale;
+    const float keep = (float)(1.0 - d->dropout_p);
+    const float rkeep = keep > 0.0f ? 1.0f / keep : 0.0f;
+    for (int64_t i = 0; i < ni; i++) {
+        load_row(d->dtype, d->q, b * d->q_strides[0] + h * d->q_strides[1] + (i0 + i) * d->q_strides[2],
+                 E, scale, w->q + i * E);
+        w->m[i] = -INFINITY;
+        w->l[i] = 0.0f;
+        for (int64_t e = 0; e < Ev; e++) w->o[i * Ev + e] = 0.0f;
+    }
+    const int64_t jend = d->causal ? min64(S, i0 + ni) : S;
+    for (int64_t j0 = 0; j0 < jend; j0 += BK) {
+        const int64_t nj = min64(BK, jend - j0);
+        load_kt(d->dtype, d->k, d->k_strides, b, hk, j0, nj, E, w->kt, w->row);
+        for (int64_t j = 0; j < nj; j++)
+            load_row(d->dtype, d->v, b * d->v_strides[0] + hk * d->v_strides[1] + (j0 + j) * d->v_strides[2],
+                     Ev, 1.0f, w->v + j * Ev);
+        for (int64_t i = 0; i < ni; i++) {
+            float *s = w->s;
+            const float mx = tile_scores(d, w->q + i * E, w->kt, nj, b, h, i0 + i, j0, s);
+            const float mnew = mx > w->m[i] ? mx : w->m[i];
+            if (mnew == -INFINITY) continue;  // every key so far masked out
+            const float alpha = trn_fast_expf(w->m[i] - mnew);
+            float sum = 0.0f;
+            for (int64_t j = 0; j < nj; j++) {
+                s[j] = trn_fast_expf(s[j] - mnew);
+                sum += s[j];
+            }
+            w->l[i] = w->l[i] * alpha + sum;
+            w->m[i] = mnew;
+            float *o = w->o + i * Ev;
+            for (int64_t e = 0; e < Ev; e++) o[e] *= alpha;
+            if (d->dropout_p > 0.0) {
+                const int64_t flat = ((b * d->heads + h) * L + i0 + i) * S + j0;
+                for (int64_t j = 0; j < nj; j++)
+                    s[j] = keep_elem(d->seed, flat + j, keep) ? s[j] * rkeep : 0.0f;
+            }
+            for (int64_t j = 0; j < nj; j++) {
+                const float p = s[j];
+                if (p == 0.0f) continue;
+                const float *vr = w->v + j * Ev;
+                for (int64_t e = 0; e < Ev; e++) o[e] += p * vr[e];
+            }
+        }
+    }
+    for (int64_t i = 0; i < ni; i++) {
+        const float l = w->l[i];
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        store_row(d->dtype, d->out,
+                  b * d->out_strides[0] + h * d->out_strides[1] + (i0 + i) * d->out_strides[2], Ev,
+                  w->o + i * Ev, inv);
+        if (d->lse) d->lse[(b * d->heads + h) * L + i0 + i] = l > 0.0f ? w->m[i] + logf(l) : -INFINITY;
+    }
+}
+
+static void fwd_piece(void *ctx, int64_t u0, int64_t u1) {
+    const trn_attention_desc *d = ctx;
+    const int64_t E = d->head_dim, Ev = d->v_dim;
+    const int64_t wide = E > Ev ? E : Ev;
+    const size_t floats = (size_t)(BQ * E + E * BK + BK * Ev + BK + BQ * Ev + 2 * BQ + wide);
+    float *buf = malloc(floats * sizeof(float));
+    if (buf == NULL) return;  // checked by the task (see attn_task)
+    fwd_scratch w;
+    w.q = buf;
+    w.kt = w.q + BQ * E;
+    w.v = w.kt + E * BK;
+    w.s = w.v + BK * Ev;
+    w.o = w.s + BK;
+    w.m = w.o + BQ * Ev;
+    w.l = w.m + BQ;
+    w.row = w.l + BQ;
+    for (int64_t u = u0; u < u1; u++) fwd_unit(d, &w, u);
+    free(buf);
+}
+
+// ---- backward -------------------------------------------------------------------
+typedef struct bwd_scratch {
+    float *q, *dout, *dd, *lse, *dq, *k, *kt, *vt, *s, *dp, *dk, *dv, *row;
+} bwd_scratch;
+
+static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w, int64_t unit) {
+    const trn_attention_desc *d = &bd->fwd;
+    const int64_t E = d->head_dim, Ev = d->v_dim, L = d->q_len, S = d->kv_len;
+    const int64_t group = d->heads / d->kv_heads;
+    const int64_t b = unit / d->kv_heads, hk = unit % d->kv_heads;
+    const float scale = (float)d->scale;
+    const float keep = (float)(1.0 - d->dropout_p);
+    const float rkeep = keep > 0.0f ? 1.0f / keep : 0.0f;
+    const int dropout = d->dropout_p > 0.0;
+    memset(w->dk, 0, (size_t)(S * E) * sizeof(float));
+    memset(w->dv, 0, (size_t)(S * Ev) * sizeof(float));
+    for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
+        for (int64_t i0 = 0; i0 < L; i0 += BQ) {
+            const int64_t ni = min64(BQ, L - i0);
+            for (int64_t i = 0; i < ni; i++) {
+                const int64_t r = i0 + i;
+                load_row(d->dtype, d->q, b * d->q_strides[0] + h * d->q_strides[1] + r * d->q_strides[2],
+                         E, 1.0f, w->q + i * E);
+                load_row(d->dtype, bd->dout,
+                         b * bd->dout_strides[0] + h * bd->dout_strides[1] + r * bd->dout_strides[2], Ev,
+                         1.0f, w->dout + i * Ev);
+                load_row(d->dtype, d->out,
+                         b * d->out_strides[0] + h * d->out_strides[1] + r * d->out_strides[2], Ev, 1.0f,
+                         w->row);
+                float dd = 0.0f;
+                for (int64_t e = 0; e < Ev; e++) dd += w->dout[i * Ev + e] * w->row[e];
+                w->dd[i] = dd;
+                w->lse[i] = d->lse[(b * d->heads + h) * L + r];
+                for (int64_t e = 0; e < E; e++) w->dq[i * E + e] = 0.0f;
+            }
+            const int64_t jend = d->causal ? min64(S, i0 + ni) : S;
+            for (int64_t j0 = 0; j0 < jend; j0 += BK) {
+                const int64_t nj = min64(BK, jend - j0);
+                for (int64_t j = 0; j < nj; j++) {
+                    float *kr = w->k + j * E;
+                    load_row(d->dtype, d->k,
+                             b * d->k_strides[0] + hk * d->k_strides[1] + (j0 + j) * d->k_strides[2], E,
+                             1.0f, kr);
+                    for (int64_t e = 0; e < E; e++) w->kt[e * BK + j] = kr[e];
+                    load_row(d->dtype, d->v,
+                             b * d->v_strides[0] + hk * d->v_strides[1] + (j0 + j) * d->v_strides[2], Ev,
+                             1.0f, w->row);
+                    for (int64_t e = 0; e < Ev; e++) w->vt[e * BK + j] = w->row[e];
+                }
+                for (int64_t i = 0; i < ni; i++) {
+                    const int64_t r = i0 + i;
+                    float *s = w->s, *dp = w->dp;
+                    for (int64_t e = 0; e < E; e++) w->row[e] = w->q[i * E + e] * scale;
+                    tile_scores(d, w->row, w->kt, nj, b, h, r, j0, s);
+                    const float lse = w->lse[i];
+                    for (int64_t j = 0; j < nj; j++)
+                        s[j] = lse == -INFINITY ? 0.0f : trn_fast_expf(s[j] - lse);
+                    for (int64_t j = 0; j < nj; j++) dp[j] = 0.0f;
+                    const float *dor = w->dout + i * Ev;
+                    for (int64_t e = 0; e < Ev; e++) {
+                        const float g = dor[e];
+                        const float *vr = w->vt + e * BK;
+                        for (int64_t j = 0; j < nj; j++) dp[j] += g * vr[j];
+                    }
+                    const int64_t flat = ((b * d->heads + h) * L + r) * S + j0;
+                    const float *qr = w->q + i * E;
+                    float *dqr = w->dq + i * E;
+                    for (int64_t j = 0; j < nj; j++) {
+                        const float p = s[j];
+                        if (p == 0.0f) {
+                            dp[j] = 0.0f;
+                            continue;
+                        }
+                        float z = 1.0f;
+                        if (dropout) z = keep_elem(d->seed, flat + j, keep) ? rkeep : 0.0f;
+                        const float pd = p * z;
+                        const float ds = p * (dp[j] * z - w->dd[i]);
+                        dp[j] = ds;
+                        float *dvr = w->dv + (j0 + j) * Ev;
+                        if (pd != 0.0f)
+                            for (int64_t e = 0; e < Ev; e++) dvr[e] += pd * dor[e];
+                        const float g = ds * scale;
+                        float *dkr = w->dk + (j0 + j) * E;
+                        const float *kr = w->k + j * E;
+                        for (int64_t e = 0; e < E; e++) {
+                            dkr[e] += g * qr[e];
+                            dqr[e] += g * kr[e];
+                        }
+                    }
+                    if (bd->dmask)
+                        store_row(d->dtype, bd->dmask, ((b * d->heads + h) * L + r) * S + j0, nj, dp, 1.0f);
+                }
+            }
+            // Keys a causal row never reaches: their bias gradient is 0.
+            if (bd->dmask && jend < S) {
+                const size_t es = trn_dtype_size(d->dtype);
+                for (int64_t i = 0; i < ni; i++)
+                    memset((char *)bd->dmask + ((((b * d->heads + h) * L + i0 + i) * S + jend) * (int64_t)es), 0,
+                           (size_t)(S - jend) * es);
+            }
+            if (bd->dq)
+                for (int64_t i = 0; i < ni; i++)
+                    store_row(d->dtype, bd->dq, ((b * d->heads + h) * L + i0 + i) * E, E, w->dq + i * E, 1.0f);
+        }
+    }
+    if (bd->dk) store_row(d->dtype, bd->dk, (b * d->kv_heads + hk) * S * E, S * E, w->dk, 1.0f);
+    if (bd->dv) store_row(d->dtype, bd->dv, (b * d->kv_heads + hk) * S * Ev, S * Ev, w->dv, 1.0f);
+}
+
+static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
+    const trn_attention_backward_desc *bd = ctx;
+    const trn_attention_desc *d = &bd->fwd;
+    const int64_t E = d->head_dim, Ev = d->v_dim, S = d->kv_len;
+    const int64_t wide = E > Ev ? E : Ev;
+    const size_t floats = (size_t)(BQ * E + BQ * Ev + 2 * BQ + BQ * E + BK * E + E * BK + Ev * BK +
+                                   2 * BK + S * E + S * Ev + wide);
+    float *buf = malloc(floats * sizeof(float));
+    if (buf == NULL) return;
+    bwd_scratch w;
+    w.q = buf;
+    w.dout = w.q + BQ * E;
+    w.dd = w.dout + BQ * Ev;
+    w.lse = w.dd + BQ;
+    w.dq = w.lse + BQ;
+    w.k = w.dq + BQ * E;
+    w.kt = w.k + BK * E;
+    w.vt = w.kt + E * BK;
+    w.s = w.vt + Ev * BK;
+    w.dp = w.s + BK;
+    w.dk = w.dp + BK;
+    w.dv = w.dk + S * E;
+    w.row = w.dv + S * Ev;
+    for (int64_t u = u0; u < u1; u++) bwd_unit(bd, &w, u);
+    free(buf);
+}
+
+// ---- launch ---------------------------------------------------------------------
+int trn_attention_supports(trn_dtype dtype, int has_mask, trn_dtype mask_dtype) {
+    const int ok = dtype == TRN_DTYPE_F32 || dtype == TRN_DTYPE_F16 || dtype == TRN_DTYPE_BF16;
+    if (!ok || !has_mask) return ok;
+    return mask_dtype == TRN_DTYPE_BOOL || mask_dtype == TRN_DTYPE_F32 ||
+           mask_dtype == TRN_DTYPE_F16 || mask_dtype == TRN_DTYPE_BF16;
+}
+
+// Bytes spanned by a [n0, n1, n2, n3] view with strides s (last stride s3).
+static size_t span4(const int64_t *n, const int64_t *s, size_t es) {
+    int64_t last = 0;
+    for (int k = 0; k < 4; k++) {
+        if (n[k] == 0) return 0;
+        last += (n[k] - 1) * s[k];
+    }
+    return (size_t)(last + 1) * es;
+}
+
+typedef struct ranges {
+    const void *p[12];
+    size_t n[12];
+    int count, begun;
+} ranges;
+static void add_range(ranges *r, const void *p, size_t n) {
+    if (p == NULL || n == 0) return;
+    r->p[r->count] = p;
+    r->n[r->count++] = n;
+}
+static trn_status begin_ranges(ranges *r) {
+    for (r->begun = 0; r->begun < r->count; r->begun++) {
+        trn_status st = trn__mem_access_begin(r->p[r->begun], r->n[r->begun]);
+        if (st != TRN_SUCCESS) return st;
+    }
+    return TRN_SUCCESS;
+}
+static void end_ranges(ranges *r) {
+    for (int k = r->begun - 1; k >= 0; k--) trn__mem_access_end(r->p[k], r->n[k]);
+}
+
+static void add_operands(ranges *rg, const trn_attention_desc *d) {
+    const size_t es = trn_dtype_size(d->dtype);
+    const int64_t qn[4] = {d->batch, d->heads, d->q_len, d->head_dim};
+    const int64_t kn[4] = {d->batch, d->kv_heads, d->kv_len, d->head_dim};
+    const int64_t vn[4] = {d->batch, d->kv_heads, d->kv_len, d->v_dim};
+    const int64_t on[4] = {d->batch, d->heads, d->q_len, d->v_dim};
+    const int64_t mn[4] = {d->batch, d->heads, d->q_len, d->kv_len};
+    const int64_t qs[4] = {d->q_strides[0], d->q_strides[1], d->q_strides[2], 1};
+    const int64_t ks[4] = {d->k_strides[0], d->k_strides[1], d->k_strides[2], 1};
+    const int64_t vs[4] = {d->v_strides[0], d->v_strides[1], d->v_strides[2], 1};
+    const int64_t os[4] = {d->out_strides[0], d->out_strides[1], d->out_strides[2], 1};
+    add_range(rg, d->q, span4(qn, qs, es));
+    add_range(rg, d->k, span4(kn, ks, es));
+    add_range(rg, d->v, span4(vn, vs, es));
+    add_range(rg, d->out, span4(on, os, es));
+    if (d->mask) add_range(rg, d->mask, span4(mn, d->mask_strides, trn_dtype_size(d->mask_dtype)));
+    add_range(rg, d->lse, (size_t)(d->batch * d->heads * d->q_len) * sizeof(float));
+}
+
+static trn_status attn_task(void *args) {
+    attn_args *a = args;
+    const trn_attention_desc *d = &a->d.fwd;
+    ranges rg = {.count = 0};
+    add_operands(&rg, d);
+    if (a->backward) {
+        const trn_attention_backward_desc *bd = &a->d;
+        const size_t es = trn_dtype_size(d->dtype);
+        const int64_t on[4] = {d->batch, d->heads, d->q_len, d->v_dim};
+        const int64_t gs[4] = {bd->dout_strides[0], bd->dout_strides[1], bd->dout_strides[2], 1};
+        add_range(&rg, bd->dout, span4(on, gs, es));
+        add_range(&rg, bd->dq, (size_t)(d->batch * d->heads * d->q_len * d->head_dim) * es);
+        add_range(&rg, bd->dk, (size_t)(d->batch * d->kv_heads * d->kv_len * d->head_dim) * es);
+        add_range(&rg, bd->dv, (size_t)(d->batch * d->kv_heads * d->kv_len * d->v_dim) * es);
+        add_range(&rg, bd->dmask, (size_t)(d->batch * d->heads * d->q_len * d->kv_len) * es);
+    }
+    trn_status st = begin_ranges(&rg);
+    if (st == TRN_SUCCESS) {
+        // Scratch is allocated per piece; probe once here so that an
+        // out-of-memory host reports an error instead of skipping work.
+        void *probe = malloc((size_t)(d->kv_len * (d->head_dim + d->v_dim) + 64 * 1024) * sizeof(float));
+        if (probe == NULL) {
+            st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "attention: out of host memory");
+        } else {
+            free(probe);
+            if (!a->backward) {
+                const int64_t units = d->batch * d->heads * ((d->q_len + BQ - 1) / BQ);
+                trn_parallel_for(units, 1, fwd_piece, (void *)d);
+            } else {
+                trn_parallel_for(d->batch * d->kv_heads, 1, bwd_piece, &a->d);
+            }
+        }
+    }
+    end_ranges(&rg);
+    return st;
+}
+
+static trn_status check_fwd(const trn_attention_desc *d, const char *fn) {
+    if (!trn_attention_supports(d->dtype, d->mask != NULL, d->mask_dtype))
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtype %s (mask %s) is not supported", fn,
+                              trn_dtype_name(d->dtype), d->mask ? trn_dtype_name(d->mask_dtype) : "none");
+    if (d->batch < 0 || d->heads < 0 || d->kv_heads < 0 || d->q_len < 0 || d->kv_len < 0 ||
+        d->head_dim < 0 || d->v_dim < 0)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: negative size", fn);
+    if (d->kv_heads == 0 ? d->heads != 0 : d->heads % d->kv_heads != 0)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "%s: %lld query heads are not a multiple of %lld key/value heads", fn,
+                              (long long)d->heads, (long long)d->kv_heads);
+    if (!(d->dropout_p >= 0.0 && d->dropout_p <= 1.0))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: dropout_p %g not in [0, 1]", fn,
+                              d->dropout_p);
+    const int64_t work = d->batch * d->heads * d->q_len;
+    if (work > 0 && (d->q == NULL || d->out == NULL || (d->kv_len > 0 && (d->k == NULL || d->v == NULL))))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: an operand pointer is NULL", fn);
+    return trn__fork_check();
+}
+
+trn_status trn_attention_launch(trn_stream *stream, const trn_attention_desc *desc) {
+    if (stream == NULL || desc == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_attention_launch: stream or descriptor is NULL");
+    trn_status st = check_fwd(desc, "trn_attention_launch");
+    if (st != TRN_SUCCESS) return st;
+    if (desc->batch * desc->heads * desc->q_len == 0) return TRN_SUCCESS;
+    attn_args a;
+    memset(&a, 0, sizeof a);
+    a.d.fwd = *desc;
+    return trn_stream_launch(stream, attn_task, &a, sizeof a);
+}
+
+trn_status trn_attention_backward_launch(trn_stream *stream, const trn_attention_backward_desc *desc) {
+    if (stream == NULL || desc == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_attention_backward_launch: stream or descriptor is NULL");
+    trn_status st = check_fwd(&desc->fwd, "trn_attention_backward_launch");
+    if (st != TRN_SUCCESS) return st;
+    const trn_attention_desc *d = &desc->fwd;
+    if (d->batch * d->heads * d->q_len > 0 && (desc->dout == NULL || d->lse == NULL))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_attention_backward_launch: dout or lse is NULL");
+    if (d->batch * d->kv_heads == 0) return TRN_SUCCESS;
+    attn_args a;
+    memset(&a, 0, sizeof a);
+    a.d = *desc;
+    a.backward = 1;
+    return trn_stream_launch(stream, attn_task, &a, sizeof a);
+}

@@ -1,0 +1,147 @@
+"""Fused scaled_dot_product_attention on neuron (NeuronAttention.cpp,
+libtrn/src/kernels/attention.c): F.scaled_dot_product_attention selects it
+through the _fused_sdp_choice stub; forward and backward match CPU for
+causal, bool and additive (broadcast, differentiable) masks, grouped-query
+heads, transposed inputs, 16-bit dtypes and causal plus mask; dropout is reproducible under
+torch.manual_seed and its backward uses the forward's mask; a 4096-long
+sequence runs with memory far below its score matrix; the math path is
+taken where the kernel does not apply."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import torch_neuronx
+
+FWD = "aten::_scaled_dot_product_fused_attention_overrideable"
+BWD = "aten::_scaled_dot_product_fused_attention_overrideable_backward"
+
+
+def _run(q, k, v, dev, grad_out, **kw):
+    leaves = [t.detach().to(dev).requires_grad_(t.requires_grad) for t in (q, k, v)]
+    mask = kw.pop("attn_mask", None)
+    if mask is not None:
+        mask = mask.detach().to(dev).requires_grad_(mask.requires_grad)
+    out = F.scaled_dot_product_attention(*leaves, attn_mask=mask, **kw)
+    wrt = [t for t in (*leaves, mask) if t is not None and t.requires_grad]
+    grads = torch.autograd.grad(out, wrt, grad_out.to(dev)) if wrt else ()
+    return out, grads
+
+
+def _compare(q, k, v, atol=2e-5, rtol=1e-4, **kw):
+    g = torch.randn(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
+    ref, ref_g = _run(q, k, v, "cpu", g, **dict(kw))
+    torch_neuronx.clear_op_tracking()
+    out, grads = _run(q, k, v, "neuron", g, **dict(kw))
+    ran = set(torch_neuronx.get_executed_ops())
+    assert FWD in ran and (not grads or BWD in ran), sorted(ran)
+    assert torch_neuronx.get_fallback_ops() == []
+    torch.testing.assert_close(out.cpu(), ref, atol=atol, rtol=rtol)
+    for a, b in zip(grads, ref_g):
+        torch.testing.assert_close(a.cpu(), b, atol=atol * 5, rtol=rtol * 5)
+
+
+def _qkv(B=2, H=4, Hk=4, L=37, S=53, E=16, Ev=16, dtype=torch.float32, grad=True):
+    torch.manual_seed(0)
+    mk = lambda *s: torch.randn(*s, dtype=dtype).requires_grad_(grad)
+    return mk(B, H, L, E), mk(B, Hk, S, E), mk(B, Hk, S, Ev)
+
+
+def test_plain_causal_scale():
+    q, k, v = _qkv()
+    _compare(q, k, v)
+    _compare(q, k, v, is_causal=True)
+    _compare(q, k, v, scale=0.3)
+    q, k, v = _qkv(L=80, S=80, Ev=8)
+    _compare(q, k, v, is_causal=True)
+
+
+def test_masks():
+    q, k, v = _qkv()
+    bool_mask = torch.rand(37, 53) > 0.3
+    _compare(q, k, v, attn_mask=bool_mask)
+    add_mask = torch.randn(2, 1, 37, 53).requires_grad_()  # its gradient too
+    _compare(q, k, v, attn_mask=add_mask)
+
+
+def test_gqa_and_transposed_inputs():
+    q, k, v = _qkv(H=4, Hk=2)
+    _compare(q, k, v, enable_gqa=True, is_causal=True)
+    # HF layout: [B, L, H, E] viewed as [B, H, L, E] (no copy)
+    torch.manual_seed(1)
+    qt = torch.randn(2, 37, 4, 16).transpose(1, 2).requires_grad_()
+    kt = torch.randn(2, 53, 4, 16).transpose(1, 2).requires_grad_()
+    vt = torch.randn(2, 53, 4, 16).transpose(1, 2).requires_grad_()
+    _compare(qt, kt, vt)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_dtypes(dtype):
+    q, k, v = _qkv(dtype=dtype)
+    _compare(q, k, v, atol=2e-2, rtol=2e-2, is_causal=True)
+
+
+def test_dropout_reproducible_and_consistent():
+    # v = identity makes out the dropped-out probability matrix itself.
+    B, H, L, S = 1, 2, 24, 40
+    q, k, _ = _qkv(B=B, H=H, Hk=H, L=L, S=S, E=8, grad=False)
+    eye = torch.eye(S).expand(B, H, S, S)
+    probs = torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5, -1)
+    qn, kn = q.to("neuron"), k.to("neuron")
+    vn = eye.to("neuron").requires_grad_()
+    torch.manual_seed(5)
+    a = F.scaled_dot_product_attention(qn, kn, vn, dropout_p=0.25)
+    torch.manual_seed(5)
+    b = F.scaled_dot_product_attention(qn, kn, vn, dropout_p=0.25)
+    c = F.scaled_dot_product_attention(qn, kn, vn, dropout_p=0.25)
+    assert torch.equal(a.cpu(), b.cpu()) and not torch.equal(a.cpu(), c.cpu())
+    kept = a.detach().cpu() != 0
+    assert 0.65 < kept.float().mean().item() < 0.85
+    torch.testing.assert_close(a.detach().cpu()[kept], (probs / 0.75)[kept], atol=1e-5, rtol=1e-4)
+    g = torch.randn(B, H, L, S)
+    (dv,) = torch.autograd.grad(a, vn, g.to("neuron"))
+    torch.testing.assert_close(dv.cpu(), a.detach().cpu().transpose(-1, -2) @ g, atol=1e-5, rtol=1e-4)
+
+
+def test_long_sequence_bounded_memory():
+    B, H, L, E = 1, 2, 4096, 16
+    q, k, v = _qkv(B=B, H=H, Hk=H, L=L, S=L, E=E, Ev=E)
+    g = torch.randn(B, H, L, E)
+    ref, ref_g = _run(q, k, v, "cpu", g, is_causal=True)
+    dev = [t.detach().to("neuron").requires_grad_() for t in (q, k, v)]
+    torch.neuron.synchronize()
+    base = torch_neuronx.memory.memory_allocated()
+    torch_neuronx.memory.reset_peak_memory_stats()
+    out = F.scaled_dot_product_attention(*dev, is_causal=True)
+    grads = torch.autograd.grad(out, dev, g.to("neuron"))
+    torch.neuron.synchronize()
+    peak = torch_neuronx.memory.max_memory_allocated() - base
+    scores = B * H * L * L * 4  # one float32 score matrix: 128 MiB
+    assert peak < scores / 8, (peak, scores)
+    torch.testing.assert_close(out.cpu(), ref, atol=2e-5, rtol=1e-4)
+    for a, b in zip(grads, ref_g):
+        torch.testing.assert_close(a.cpu(), b, atol=1e-4, rtol=1e-3)
+
+
+def test_math_path_where_kernel_does_not_apply():
+    q, k, v = _qkv(dtype=torch.float64, grad=False)
+    torch_neuronx.clear_op_tracking()
+    out = F.scaled_dot_product_attention(q.to("neuron"), k.to("neuron"), v.to("neuron"))
+    assert FWD not in torch_neuronx.get_executed_ops()
+    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q, k, v))
+    q, k, v = _qkv(grad=False)
+    with sdpa_kernel(SDPBackend.MATH):
+        torch_neuronx.clear_op_tracking()
+        out = F.scaled_dot_product_attention(q.to("neuron"), k.to("neuron"), v.to("neuron"))
+        assert FWD not in torch_neuronx.get_executed_ops()
+    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q, k, v), atol=2e-5, rtol=1e-4)
+
+
+def test_causal_with_mask_and_errors_match_cpu():
+    # CPU's flash kernel applies both; so does neuron's
+    q, k, v = _qkv()
+    _compare(q, k, v, attn_mask=torch.randn(37, 53), is_causal=True)
+    q, k, v = _qkv(H=4, Hk=2, grad=False)  # GQA heads without enable_gqa
+    for dev in ("cpu", "neuron"):
+        with pytest.raises(RuntimeError):
+            F.scaled_dot_product_attention(q.to(dev), k.to(dev), v.to(dev))
