@@ -46,28 +46,35 @@ def _lm_batch(vocab, seq=16, bsz=2):
     return (ids,)
 
 
-def gpt2():
+# Transformer depth: one layer in CI (Dynamo traces every layer again; the
+# ops are the same), two for the benchmark and OPENNEURON_FULL_TESTS=1.
+def _layers(layers):
+    return layers if layers is not None else 2
+
+
+def gpt2(layers=None):
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0,
+    cfg = GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=_layers(layers), n_head=2, resid_pdrop=0.0,
                      embd_pdrop=0.0, attn_pdrop=0.0)
     m = GPT2LMHeadModel(cfg)
     return m, _lm_batch(128), lambda m, ids: m(input_ids=ids, labels=ids).loss
 
 
-def llama():
+def llama(layers=None):
+    # Grouped-query attention (2 heads share 1 key/value head), RoPE, RMSNorm.
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    cfg = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=_layers(layers),
                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
     m = LlamaForCausalLM(cfg)
     return m, _lm_batch(128), lambda m, ids: m(input_ids=ids, labels=ids).loss
 
 
-def bert():
+def bert(layers=None):
     from transformers import BertConfig, BertForMaskedLM
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+    cfg = BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=_layers(layers), num_attention_heads=2,
                      intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
                      attention_probs_dropout_prob=0.0)
     m = BertForMaskedLM(cfg)
@@ -77,9 +84,16 @@ def bert():
 MODELS = {"mlp": mlp, "cnn": cnn, "gpt2": gpt2, "llama": llama, "bert": bert}
 
 
-def train_losses(name, device, compile_backend=None, steps=3):
-    """Losses of `steps` AdamW training steps (forward, backward, optimizer)."""
-    model, batch, loss_fn = MODELS[name]()
+def build(name, layers=None):
+    if name in ("gpt2", "llama", "bert"):
+        return MODELS[name](layers)
+    return MODELS[name]()
+
+
+def train(name, device, compile_backend=None, steps=3, layers=None):
+    """`steps` AdamW training steps (forward, backward, optimizer): the
+    losses and the final parameters (on the CPU, by name)."""
+    model, batch, loss_fn = build(name, layers)
     model = model.to(device).train()
     batch = tuple(t.to(device) for t in batch)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -92,4 +106,9 @@ def train_losses(name, device, compile_backend=None, steps=3):
         return loss.detach()
     if compile_backend:
         step = torch.compile(step, backend=compile_backend)
-    return [float(step(*batch)) for _ in range(steps)]
+    losses = [float(step(*batch)) for _ in range(steps)]
+    return losses, {k: p.detach().cpu() for k, p in model.named_parameters()}
+
+
+def train_losses(name, device, compile_backend=None, steps=3, layers=None):
+    return train(name, device, compile_backend, steps, layers)[0]

@@ -252,6 +252,91 @@ static void test_errors(void) {
     CHECK(strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") == 0);
 }
 
+// In-place stores of graph inputs (an optimizer step): m = 0.9 m + g and
+// p = p - 0.1 m_new write their inputs; a second graph whose stores read each
+// other's input is computed first, then copied; a transposed self-read is
+// refused (the caller copies eagerly).
+static void test_store(void) {
+    int64_t sz[2] = {4, 8}, st[2] = {8, 1};
+    trn_graph *g;
+    trn_graph_create(&g);
+    int p, m, gr, c09, c01, mm, mn, u, pn, sm, sp;
+    trn_graph_input(g, TRN_DTYPE_F32, 2, sz, st, &p);
+    trn_graph_input(g, TRN_DTYPE_F32, 2, sz, st, &m);
+    trn_graph_input(g, TRN_DTYPE_F32, 2, sz, st, &gr);
+    trn_graph_const(g, TRN_DTYPE_F32, 0.9, 0, 0, NULL, &c09);
+    trn_graph_const(g, TRN_DTYPE_F32, 0.1, 0, 0, NULL, &c01);
+    trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){m, c09}, NULL, &mm);
+    trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){mm, gr}, (double[]){1, 0, 0, 0}, &mn);
+    trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){mn, c01}, NULL, &u);
+    trn_graph_pointwise(g, TRN_EW_SUB, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){p, u}, (double[]){1, 0, 0, 0}, &pn);
+    CHECK_INT(trn_graph_store(g, m, mn, &sm), TRN_SUCCESS);
+    CHECK_INT(trn_graph_store(g, p, pn, &sp), TRN_SUCCESS);
+    CHECK_INT(trn_graph_store(g, p, pn, &sp), TRN_ERROR_INVALID_ARGUMENT);  // one store per input
+    CHECK_INT(trn_graph_store(g, mn, p, &sp), TRN_ERROR_INVALID_ARGUMENT);  // not an input
+    CHECK_INT(trn_graph_export(g, sm, NULL), TRN_ERROR_INVALID_ARGUMENT);
+    trn_program *prog = compile(g, NULL);
+    trn_graph_free(g);
+    if (!prog) return;
+    // mn is read twice (in memory); the store of p computes p - 0.1 mn itself.
+    CHECK_INT(trn_program_kernel_count(prog), 3);
+    CHECK(strstr(trn_program_source(prog), "in place") != NULL);
+    float P[32], M[32], G[32], P0[32], M0[32];
+    for (int i = 0; i < 32; i++) P0[i] = P[i] = (float)i, M0[i] = M[i] = (float)(i % 5), G[i] = 1.0f - (float)(i % 3);
+    trn_run *r = NULL;
+    void *ws = trn_program_workspace_size(prog) ? aligned_alloc(64, 4096) : NULL;
+    CHECK_INT(trn_run_create(prog, ws, &r), TRN_SUCCESS);
+    CHECK_INT(trn_run_set_buffer(r, sm, M), TRN_ERROR_INVALID_ARGUMENT);
+    trn_run_set_buffer(r, p, P);
+    trn_run_set_buffer(r, m, M);
+    trn_run_set_buffer(r, gr, G);
+    int host = 0;
+    CHECK_INT(trn_run_continue(r, stream(), &host), TRN_SUCCESS);
+    trn_run_finish(r, stream());
+    trn_stream_synchronize(stream());
+    free(ws);
+    int bad = 0;
+    for (int i = 0; i < 32; i++) {
+        float mnew = M0[i] * 0.9f + G[i];
+        bad += fabsf(M[i] - mnew) > 1e-6f || fabsf(P[i] - (P0[i] - mnew * 0.1f)) > 1e-5f;
+    }
+    CHECK_INT(bad, 0);
+    trn_program_free(prog);
+
+    // a = a + b; b = b * a_old: the fused store of a would clobber what b's reads.
+    trn_graph_create(&g);
+    int a, b, an, bn, sa, sb;
+    trn_graph_input(g, TRN_DTYPE_F32, 2, sz, st, &a);
+    trn_graph_input(g, TRN_DTYPE_F32, 2, sz, st, &b);
+    trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){a, b}, (double[]){1, 0, 0, 0}, &an);
+    trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){b, a}, NULL, &bn);
+    trn_graph_store(g, a, an, &sa);
+    trn_graph_store(g, b, bn, &sb);
+    prog = compile(g, NULL);
+    trn_graph_free(g);
+    if (!prog) return;
+    CHECK_INT(trn_program_kernel_count(prog), 4);  // both values first, then two copies
+    float A[32], B[32], A0[32], B0[32];
+    for (int i = 0; i < 32; i++) A0[i] = A[i] = (float)i * 0.5f, B0[i] = B[i] = 2.0f - (float)(i % 4);
+    run(prog, (int[]){a, b}, (void *[]){A, B}, 2);
+    bad = 0;
+    for (int i = 0; i < 32; i++) bad += A[i] != A0[i] + B0[i] || B[i] != B0[i] * A0[i];
+    CHECK_INT(bad, 0);
+    trn_program_free(prog);
+
+    // x = x^T (square): reads other elements of what it writes -> unsupported.
+    trn_graph_create(&g);
+    int64_t sq[2] = {4, 4}, sqs[2] = {4, 1}, tr[2] = {1, 4};
+    int x, xt, sx;
+    trn_graph_input(g, TRN_DTYPE_F32, 2, sq, sqs, &x);
+    trn_graph_view(g, x, 2, sq, tr, 0, &xt);
+    CHECK_INT(trn_graph_store(g, x, xt, &sx), TRN_SUCCESS);
+    trn_compile_options o = {include_dir, NULL, NULL, "test"};
+    CHECK_INT(trn_program_compile(g, &o, &prog), TRN_ERROR_UNSUPPORTED);
+    CHECK(strstr(trn_last_error(), "store") != NULL);
+    trn_graph_free(g);
+}
+
 int main(void) {
     find_include_dir();
     test_fused_pointwise();
@@ -259,5 +344,6 @@ int main(void) {
     test_matmul_host_and_workspace();
     test_cache();
     test_errors();
+    test_store();
     return TEST_REPORT();
 }

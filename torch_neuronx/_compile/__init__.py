@@ -47,6 +47,9 @@ def _on_dynamo_loaded() -> None:
     if "neuron" not in registry._COMPILER_FNS and not isinstance(registry._BACKENDS.get("neuron"), EntryPoint):
         registry.register_backend(compiler_fn=impl, name="neuron")
     device_interface.register()
+    if os.environ.get("TORCH_NEURONX_DYNAMO_CAPTURABLE_OPTIMIZER", "1") != "0":
+        from . import optimizer
+        optimizer.install()
     if os.environ.get("TORCH_NEURONX_DYNAMO_AUTO_BACKEND", "1") != "0" and \
             registry.get_default_backend() == "inductor":
         registry.set_default_backend(dispatch_backend)

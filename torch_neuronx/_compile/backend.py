@@ -128,7 +128,15 @@ def compile_fx_graph(gm: torch.fx.GraphModule, kind: str, opts: _Options):
         Path(ddir, name + ".fx.txt").write_text(gm.print_readable(print_output=False))
     try:
         lowered = Lowerer(gm).run()
-        program = lowered.graph.compile(_include_dir(), cache_dir(), ddir, name)
+        try:
+            program = lowered.graph.compile(_include_dir(), cache_dir(), ddir, name)
+        except NotImplementedError:
+            if not lowered.stores:
+                raise
+            # The schedule cannot order an in-place input update after every
+            # read of the old values: the copies run eagerly instead.
+            lowered = Lowerer(gm, in_place=False).run()
+            program = lowered.graph.compile(_include_dir(), cache_dir(), ddir, name)
     except UnsupportedOpError as e:
         if not opts.fallback:
             raise NeuronCompileError(str(e)) from None
@@ -213,7 +221,10 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=
         inference_compiler=_graph_compiler("inf", opts),
         decompositions=_decompositions(),
         partition_fn=min_cut_rematerialization_partition,
-        keep_inference_input_mutations=False,
+        # Inference graphs (the optimizer step, no_grad forwards) keep their
+        # input mutations as copy_ nodes: the compiler writes those inputs in
+        # place instead of AOTAutograd copying each one back eagerly.
+        keep_inference_input_mutations=True,
     )
     try:
         compiled = compiler(gm, example_inputs)

@@ -142,11 +142,16 @@ class Lowered:
     outputs: Any          # FX output structure with Val/py values
     env_py: dict          # placeholder index -> python-only values
     env: dict = field(default_factory=dict)
+    stores: int = 0       # inputs written in place (trn_graph_store)
 
 
 class Lowerer:
-    def __init__(self, gm: torch.fx.GraphModule, device_index: int = 0):
+    def __init__(self, gm: torch.fx.GraphModule, device_index: int = 0, in_place: bool = True):
         self.gm = gm
+        # copy_ into a graph input (a mutation AOTAutograd kept in the graph)
+        # becomes a libtrn store; off, it runs as an eager host step.
+        self.in_place = in_place
+        self.stored: set[int] = set()
         self.g = _C._CompilerGraph()
         self.bases: dict[int, Base] = {}
         self.env: dict[torch.fx.Node, Any] = {}
@@ -278,7 +283,7 @@ class Lowerer:
             else:
                 raise UnsupportedOpError(f"neuron compiler: FX node kind {node.op} ({node.name}) is not supported")
         return Lowered(self.g, self.bases, self.inputs, list(self.exported.items()), self.hosts, output, env_py,
-                       self.env)
+                       self.env, len(self.stored))
 
     def lower_node(self, node: torch.fx.Node):
         if node.target is operator.getitem:
@@ -677,6 +682,24 @@ def _to_copy(L, node, x, **kw):
 @register(aten.copy.default)
 def _copy(L, node, dst, src, non_blocking=False):
     return _copy_to(L, node, _val(L, src))
+
+
+@register(aten.copy_.default)
+def _copy_inplace(L, node, dst, src, non_blocking=False):
+    """copy_ into a graph input: libtrn writes the input's buffer in place
+    (its schedule checks nothing reads the old values afterwards)."""
+    d = L.env.get(dst) if isinstance(dst, torch.fx.Node) else None
+    if not L.in_place or not isinstance(d, Val) or dst.op != "placeholder":
+        raise Unsupported("copy_ into a non-input")
+    b = L.bases[d.base]
+    if b.kind != "input" or d.base in L.stored or tuple(d.sizes) != b.sizes or d.offset != 0 \
+            or not is_dense(b.sizes, b.layout):
+        raise Unsupported("copy_ into a strided input")
+    v = L.broadcast(_val(L, src) if isinstance(src, torch.fx.Node) else src, d.sizes) \
+        if isinstance(src, torch.fx.Node) else L.const(src, d.dtype, d.sizes)
+    L.g.store(d.base, L.node_of(v))
+    L.stored.add(d.base)
+    return d
 
 
 @register(aten.alias.default, aten.detach.default)

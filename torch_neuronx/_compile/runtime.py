@@ -29,6 +29,67 @@ class CompiledGraph:
         self.outputs = lowered.outputs
         self.env = lowered.env
         self._boxed_call = True
+        self._fast = self._plan_fast()
+        if self._fast is not None:
+            # No host steps: one C++ call allocates, launches and returns.
+            self._in_idx = [i for _, i in self.input_nodes]
+            self._call = _C._CompiledCall(
+                program, [nid for nid, _ in self.input_nodes], [e[0] for e in self.exports],
+                [list(e[1]) for e in self.exports], [list(e[2]) for e in self.exports],
+                [e[3] for e in self.exports], self.ws_size, device.index or 0)
+
+    def _plan_fast(self):
+        """Per output, where it comes from without the general lookup:
+        ("ex", export index | "in", input index, view or None), ("arg", i),
+        ("const", value) or None; None overall when the graph has host steps
+        or an output needs the general path."""
+        if self.hosts:
+            return None
+        slot = {nid: ("in", j) for j, (nid, _) in enumerate(self.input_nodes)}
+        slot.update({e[0]: ("ex", j) for j, e in enumerate(self.exports)})
+        plan = []
+        for v in _flat(self.outputs):
+            if v is None:
+                plan.append(None)
+            elif isinstance(v, Val):
+                if v.base not in slot:
+                    return None
+                kind, j = slot[v.base]
+                b = self.bases[v.base]
+                whole = tuple(v.sizes) == tuple(b.sizes) and v.offset == 0 and tuple(v.strides) == tuple(b.layout)
+                plan.append((kind, j, None if whole else (tuple(v.sizes), tuple(v.strides), v.offset)))
+            elif isinstance(v, _PyInput):
+                plan.append(("arg", v.index, None))
+            elif isinstance(v, _PyConst):
+                plan.append(("const", v.value, None))
+            else:
+                return None
+        return plan
+
+    def _call_fast(self, args):
+        ins = [args[i] for i in self._in_idx]
+        ex = self._call(ins)
+        out = []
+        for p in self._fast:
+            if p is None:
+                out.append(None)
+                continue
+            kind, j, view = p
+            if kind == "ex":
+                t = ex[j]
+            elif kind == "in":
+                t = ins[j]
+            elif kind == "arg":
+                out.append(args[j])
+                continue
+            else:
+                out.append(j)
+                continue
+            if view is not None:
+                t = t.as_strided(view[0], view[1], t.storage_offset() + view[2])
+            out.append(t)
+        args.clear()  # boxed calling convention: drop inputs early
+        return out
 
     # Tensor for a value, given the buffers of this call.
     def _tensor(self, v, bufs, args, host_out):
@@ -62,6 +123,8 @@ class CompiledGraph:
         args = list(args)
         dev = self.device
         _C._counter_add("compiled_graph_launches", dev.index or 0, 1)
+        if self._fast is not None:
+            return self._call_fast(args)
         bufs = {}
         nodes, tensors = [], []
         for nid, i in self.input_nodes:

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
 
 #include "bindings.h"
@@ -47,6 +48,45 @@ struct Run {
         if (r == nullptr) return;
         trn_stream *s = nullptr;
         if (trn_stream_get_current(device, &s) == TRN_SUCCESS) trn_run_finish(r, s);
+    }
+};
+
+struct Call {
+    std::shared_ptr<Program> prog;
+    std::vector<int> in_nodes, ex_nodes;
+    std::vector<I64s> ex_sizes, ex_strides;
+    std::vector<at::ScalarType> ex_dtypes;
+    int64_t ws_size = 0;
+    int device = 0;
+
+    std::vector<at::Tensor> run(const std::vector<at::Tensor> &inputs) {
+        TORCH_CHECK(inputs.size() == in_nodes.size(), "compiled graph: ", inputs.size(), " inputs, expected ",
+                    in_nodes.size());
+        for (const auto &t : inputs)
+            TORCH_CHECK(t.defined() && t.device().type() == c10::DeviceType::PrivateUse1,
+                        "compiled graph: an input is not a neuron tensor");
+        const auto dev = c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device));
+        std::vector<at::Tensor> out;
+        out.reserve(ex_nodes.size());
+        for (size_t i = 0; i < ex_nodes.size(); i++)
+            out.push_back(at::empty_strided(ex_sizes[i], ex_strides[i], at::TensorOptions().dtype(ex_dtypes[i]).device(dev)));
+        at::Tensor ws;
+        if (ws_size > 0) ws = at::empty({ws_size}, at::TensorOptions().dtype(at::kByte).device(dev));
+        trn_run *r = nullptr;
+        TRN_CHECK(trn_run_create(prog->p, ws_size > 0 ? ws.data_ptr() : nullptr, &r));
+        trn_stream *s = current_trn_stream(static_cast<c10::DeviceIndex>(device));
+        trn_status st = TRN_SUCCESS;
+        for (size_t i = 0; i < inputs.size() && st == TRN_SUCCESS; i++)
+            st = trn_run_set_buffer(r, in_nodes[i], inputs[i].data_ptr());
+        for (size_t i = 0; i < out.size() && st == TRN_SUCCESS; i++) st = trn_run_set_buffer(r, ex_nodes[i], out[i].data_ptr());
+        int host = -1;
+        if (st == TRN_SUCCESS) st = trn_run_continue(r, s, &host);
+        // The run (and its address array) is released by a task after the launched work.
+        trn_status fin = trn_run_finish(r, s);
+        TRN_CHECK(st);
+        TRN_CHECK(fin);
+        TORCH_CHECK(host < 0, "compiled graph: stopped at host step ", host, " in a call without host steps");
+        return out;
     }
 };
 
@@ -140,6 +180,13 @@ void register_compiler(py::module_ &m) {
         .def("export", [](Graph &g, int node, const std::optional<I64s> &strides) {
             guarded([&] { TRN_CHECK(trn_graph_export(g.g, node, opt_ptr(strides))); });
         })
+        .def("store", [](Graph &g, int input, int src) {
+            return guarded([&] {
+                int id;
+                TRN_CHECK(trn_graph_store(g.g, input, src, &id));
+                return id;
+            });
+        })
         .def("set_layout", [](Graph &g, int node, const I64s &strides) {
             guarded([&] { TRN_CHECK(trn_graph_set_layout(g.g, node, strides.data())); });
         })
@@ -203,6 +250,37 @@ void register_compiler(py::module_ &m) {
                 r.r = nullptr;
                 TRN_CHECK(trn_run_finish(run, current_trn_stream(static_cast<c10::DeviceIndex>(r.device))));
             });
+        });
+
+    // A whole run of a program without host steps in one call: allocates the
+    // exported buffers and the workspace, launches every step and returns the
+    // exported tensors (in the order given at construction). The specs are
+    // fixed per compiled graph, so a call converts only the input tensors.
+    py::class_<Call, std::shared_ptr<Call>>(m, "_CompiledCall")
+        .def(py::init([](std::shared_ptr<Program> prog, std::vector<int> in_nodes, std::vector<int> ex_nodes,
+                         std::vector<I64s> ex_sizes, std::vector<I64s> ex_strides, std::vector<py::object> ex_dtypes,
+                         int64_t ws_size, int device) {
+            return guarded([&] {
+                auto c = std::make_shared<Call>();
+                TORCH_CHECK(ex_nodes.size() == ex_sizes.size() && ex_sizes.size() == ex_strides.size() &&
+                                ex_strides.size() == ex_dtypes.size(),
+                            "_CompiledCall: export spec lengths differ");
+                c->prog = std::move(prog);
+                c->in_nodes = std::move(in_nodes);
+                c->ex_nodes = std::move(ex_nodes);
+                c->ex_sizes = std::move(ex_sizes);
+                c->ex_strides = std::move(ex_strides);
+                for (auto &d : ex_dtypes) {
+                    TORCH_CHECK(THPDtype_Check(d.ptr()), "_CompiledCall: export dtypes must be torch dtypes");
+                    c->ex_dtypes.push_back(reinterpret_cast<THPDtype *>(d.ptr())->scalar_type);
+                }
+                c->ws_size = ws_size;
+                c->device = device;
+                return c;
+            });
+        }))
+        .def("__call__", [](Call &c, const std::vector<at::Tensor> &inputs) {
+            return guarded([&] { return c.run(inputs); });
         });
 
     m.def("_ew_op_ids", [] {

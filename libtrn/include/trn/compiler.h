@@ -120,6 +120,18 @@ trn_status trn_graph_host_result(trn_graph *g, int step, trn_dtype dtype, int nd
 // The node is written into a caller buffer with these strides (dense, no
 // overlap); the caller passes it with trn_run_set_buffer.
 trn_status trn_graph_export(trn_graph *g, int node, const int64_t *strides);
+// An in-place update of a graph input (how a functionalized graph ends for an
+// optimizer's parameters and states): when the run ends, `input`'s buffer
+// holds `src`'s value, converted to the input's dtype as trn_graph_cast does.
+// `src` has the input's sizes; the input's strides must be dense and
+// non-overlapping; one store per input. *node is the store node: a kernel
+// writing straight into the input's buffer (no trn_run_set_buffer for it),
+// which computes `src` itself when nothing else reads it. The schedule makes
+// sure no step reads the input's old values after the store overwrote them
+// (first by putting every stored value in memory, so stores are plain
+// copies); when even that cannot be ensured, trn_program_compile fails with
+// TRN_ERROR_UNSUPPORTED and the caller copies eagerly instead.
+trn_status trn_graph_store(trn_graph *g, int input, int src, int *node);
 // Strides the node gets if it is put in memory (dense, no overlap).
 trn_status trn_graph_set_layout(trn_graph *g, int node, const int64_t *strides);
 // Names the node in the generated source (an FX node name). Copied.

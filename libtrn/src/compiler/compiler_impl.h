@@ -51,6 +51,8 @@ typedef struct trn__cc_node {
     int64_t cstride[3], cpad[3], cdil[3], groups;
     // host
     int host_step;     // host result: its step
+    int store_to;      // store node (trn_graph_store): the input it writes; else -1
+    bool stored;       // input: a store writes it
     bool exported;
     char *label;
 } trn__cc_node;
@@ -103,6 +105,8 @@ typedef struct trn__cc_access {
     int64_t offset;
 } trn__cc_access;
 
+// Fails with TRN_ERROR_UNSUPPORTED when stores (trn_graph_store) cannot be
+// ordered after every read of the old input values.
 trn_status trn__cc_schedule_build(const trn_graph *g, trn__cc_schedule *s);
 void trn__cc_schedule_free(trn__cc_schedule *s);
 // Resolves how node `n` (a buffer, or a view of one, or a const) is read.

@@ -75,6 +75,7 @@ static trn_status add_node(trn_graph *g, trn__cc_kind kind, trn_dtype dtype, int
     if (ndim) memcpy(n->sizes, sizes, (size_t)ndim * sizeof *sizes);
     contiguous(ndim, n->sizes, n->layout);
     n->host_step = -1;
+    n->store_to = -1;
     *out = n;
     *id = g->count++;
     return TRN_SUCCESS;
@@ -374,10 +375,36 @@ trn_status trn_graph_export(trn_graph *g, int node, const int64_t *strides) {
     trn__cc_node *n = &g->nodes[node];
     if (n->kind == CC_INPUT || n->kind == CC_HOST_RESULT || n->kind == CC_VIEW)
         return BAD("trn_graph_export: node %d is an input, host result or view (the caller has it already)", node);
+    if (n->store_to >= 0) return BAD("trn_graph_export: node %d is a store (it writes input %d)", node, n->store_to);
     if (n->exported) return TRN_SUCCESS;
     st = set_strides(n, strides, node);
     if (st != TRN_SUCCESS) return st;
     n->exported = true;
+    return TRN_SUCCESS;
+}
+
+trn_status trn_graph_store(trn_graph *g, int input, int src, int *id) {
+    if (g == NULL) return BAD("trn_graph_store: graph is NULL");
+    trn_status st = check_node(g, input, "the stored input");
+    if (st == TRN_SUCCESS) st = check_node(g, src, "the stored value");
+    if (st != TRN_SUCCESS) return st;
+    const trn__cc_node *x = &g->nodes[input], *v = &g->nodes[src];
+    if (x->kind != CC_INPUT) return BAD("trn_graph_store: node %d is not a graph input", input);
+    if (x->stored) return BAD("trn_graph_store: input %d is already stored to", input);
+    if (v->ndim != x->ndim || memcmp(v->sizes, x->sizes, (size_t)x->ndim * sizeof *x->sizes) != 0)
+        return BAD("trn_graph_store: node %d does not have the sizes of input %d", src, input);
+    // The store writes through the input's strides: they must not overlap.
+    if (!dense(x->ndim, x->sizes, x->layout))
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "trn_graph_store: input %d is not dense and non-overlapping", input);
+    int64_t layout[TRN_GRAPH_MAX_DIMS];
+    memcpy(layout, x->layout, sizeof layout);
+    st = trn_graph_cast(g, src, x->dtype, id);
+    if (st != TRN_SUCCESS) return st;
+    trn__cc_node *n = &g->nodes[*id];
+    memcpy(n->layout, layout, sizeof layout);
+    n->store_to = input;
+    n->exported = true;  // a caller buffer: the input's
+    g->nodes[input].stored = true;
     return TRN_SUCCESS;
 }
 
@@ -386,7 +413,8 @@ trn_status trn_graph_set_layout(trn_graph *g, int node, const int64_t *strides) 
     trn_status st = check_node(g, node, "the node");
     if (st != TRN_SUCCESS) return st;
     trn__cc_node *n = &g->nodes[node];
-    if (n->kind == CC_INPUT || n->kind == CC_HOST_RESULT) return BAD("trn_graph_set_layout: node %d has the caller's strides", node);
+    if (n->kind == CC_INPUT || n->kind == CC_HOST_RESULT || n->store_to >= 0)
+        return BAD("trn_graph_set_layout: node %d has the caller's strides", node);
     return set_strides(n, strides, node);
 }
 

@@ -1,7 +1,7 @@
 // run.c - running a compiled program on a stream.
 //
-// Owns: trn_run. Each step is one stream task (a generated kernel) or one
-// extern launch (matmul, convolution) on the same stream, so compiled steps
+// Owns: trn_run. Each run of consecutive generated kernels is one stream
+// task, each extern call one launch (matmul, convolution) on the same stream, so compiled steps
 // stay ordered with eager work exactly like eager kernels. The run's array
 // of buffer addresses is read by the queued tasks, so it is freed by a task
 // queued after them (trn_run_finish).
@@ -27,14 +27,17 @@ static void abi_parallel_for(int64_t n, int64_t grain, trn_kernel_range_fn fn, v
 
 static const trn_kernel_abi kernel_abi = {TRN_KERNEL_ABI_VERSION, abi_parallel_for};
 
+// Consecutive generated kernels (no extern call or host step between them)
+// run as one stream task: one queue hop per run of kernels, not per kernel.
 typedef struct kernel_task {
-    trn_kernel_fn fn;
+    const trn_program *p;
     void *const *ptrs;
+    int first, end;  // steps [first, end), all STEP_KERNEL
 } kernel_task;
 
-static trn_status run_kernel(void *args) {
+static trn_status run_kernels(void *args) {
     const kernel_task *t = args;
-    t->fn(t->ptrs, &kernel_abi);
+    for (int i = t->first; i < t->end; i++) t->p->kernels[t->p->sched.steps[i].kernel](t->ptrs, &kernel_abi);
     return TRN_SUCCESS;
 }
 
@@ -67,6 +70,8 @@ trn_status trn_run_create(const trn_program *p, void *workspace, trn_run **run) 
 trn_status trn_run_set_buffer(trn_run *r, int node, void *ptr) {
     if (r == NULL || node < 0 || node >= r->p->graph.count)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_set_buffer: no node %d", node);
+    if (r->p->graph.nodes[node].store_to >= 0)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_set_buffer: node %d is a store (it uses its input's buffer)", node);
     if (r->p->sched.home[node] != HOME_CALLER)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_set_buffer: node %d is not an input, host result or exported node", node);
     r->ptrs[node] = ptr;
@@ -171,6 +176,9 @@ trn_status trn_run_continue(trn_run *r, trn_stream *s, int *host_step) {
     if (r == NULL || s == NULL || host_step == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_continue: NULL argument");
     const trn__cc_schedule *sc = &r->p->sched;
+    if (r->next == 0)  // a store writes its input's buffer
+        for (int i = 0; i < sc->n_nodes; i++)
+            if (r->p->graph.nodes[i].store_to >= 0) r->ptrs[i] = r->ptrs[r->p->graph.nodes[i].store_to];
     for (int i = 0; i < sc->n_nodes; i++)
         if (sc->home[i] == HOME_CALLER && r->ptrs[i] == NULL && r->next == 0 &&
             r->p->graph.nodes[i].kind != CC_HOST_RESULT && trn__cc_numel(&r->p->graph.nodes[i]) > 0)
@@ -181,8 +189,10 @@ trn_status trn_run_continue(trn_run *r, trn_stream *s, int *host_step) {
         switch (sp->kind) {
         case STEP_HOST: *host_step = sp->host; return TRN_SUCCESS;
         case STEP_KERNEL: {
-            kernel_task t = {r->p->kernels[sp->kernel], r->ptrs};
-            st = trn_stream_launch(s, run_kernel, &t, sizeof t);
+            kernel_task t = {r->p, r->ptrs, r->next - 1, r->next};
+            while (t.end < sc->n_steps && sc->steps[t.end].kind == STEP_KERNEL) t.end++;
+            r->next = t.end;
+            st = trn_stream_launch(s, run_kernels, &t, sizeof t);
             break;
         }
         case STEP_MATMUL: st = launch_matmul(r, s, sp->node); break;

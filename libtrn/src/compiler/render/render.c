@@ -317,7 +317,9 @@ static void put_ptrs(sb *b, const kernel *k, const char *in) {
         put(b, "%sconst %s *const b%d = (const %s *)bufs[%d];\n", in, mem_type(d), buf, mem_type(d), buf);
     }
     trn_dtype od = k->g->nodes[k->root].dtype;
-    put(b, "%s%s *const restrict out = (%s *)bufs[%d];\n", in, mem_type(od), mem_type(od), k->root);
+    // A store writes the input it may also read (element by element): no restrict.
+    const char *restrict_kw = k->g->nodes[k->root].store_to >= 0 ? "" : "restrict ";
+    put(b, "%s%s *const %sout = (%s *)bufs[%d];\n", in, mem_type(od), restrict_kw, mem_type(od), k->root);
 }
 
 static void put_body_values(sb *b, const kernel *k, const char *in, const char *const *idx) {
@@ -486,9 +488,15 @@ static void render_reduce(sb *b, kernel *k, int kid) {
     put(b, "        const int64_t oo = ");
     put_offset(b, &lk, lk.nd, ostr, 0);
     put(b, ";\n");
-    put(b, "        %s acc = %s;\n", acc_t, init);
+    // The innermost reduced loop runs four independent accumulators (when it
+    // has at least 8 elements), so consecutive adds do not wait on each other
+    // and the loop can use SIMD; they combine at the end (sums in double).
+    const int inner = lr.nd - 1;
+    const int64_t n_in = lr.nd ? lr.size[inner] : 1;
+    const int lanes = n_in >= 8 ? 4 : 1;
+    for (int l = 0; l < lanes; l++) put(b, "        %s acc%d = %s;\n", acc_t, l, init);
     char in[64] = "        ";
-    for (int i = 0; i < lr.nd; i++) {
+    for (int i = 0; i < inner; i++) {
         put(b, "%sfor (int64_t r%d = 0; r%d < %lld; r%d++) {\n", in, i, i, (long long)lr.size[i], i);
         size_t len = strlen(in);
         if (len + 4 < sizeof in) memcpy(in + len, "    ", 5);
@@ -506,30 +514,76 @@ static void render_reduce(sb *b, kernel *k, int kid) {
         idx[a] = t.s;
     }
     if (idx == NULL) b->oom = true;
-    if (!b->oom) put_body_values(b, k, in, (const char *const *)idx);
     sb v = {0};
     put_value(&v, k, r->in[0]);
     if (v.oom) b->oom = true;
-    else {
-        const char *cast = fam_f ? (strcmp(acc_t, "double") == 0 ? "(double)" : "(float)") : "(int64_t)";
+    const char *cast = fam_f ? (strcmp(acc_t, "double") == 0 ? "(double)" : "(float)") : "(int64_t)";
+    // One element: binds r<inner> (when the loop exists), computes the fused
+    // value and folds it into accumulator `l`.
+    const int n_pass = lanes > 1 ? lanes + 1 : 1;  // unrolled lanes, then the tail loop
+    const int64_t main_end = n_in - n_in % lanes;
+    for (int pass = 0; pass < n_pass && !b->oom; pass++) {
+        const bool tail = lanes > 1 && pass == lanes;
+        const int l = tail ? 0 : pass;
+        char body[80];
+        snprintf(body, sizeof body, "%s    ", in);
+        if (lr.nd == 0) {
+            put(b, "%s{\n", in);
+        } else if (lanes == 1) {
+            put(b, "%sfor (int64_t r%d = 0; r%d < %lld; r%d++) {\n", in, inner, inner, (long long)n_in, inner);
+        } else if (tail) {
+            if (main_end == n_in) break;
+            put(b, "%sfor (int64_t r%d = %lld; r%d < %lld; r%d++) {\n", in, inner, (long long)main_end, inner,
+                (long long)n_in, inner);
+        } else {
+            if (pass == 0) {
+                put(b, "%sfor (int64_t rb = 0; rb < %lld; rb += %d) {\n", in, (long long)main_end, lanes);
+                size_t len = strlen(in);
+                if (len + 4 < sizeof in) memcpy(in + len, "    ", 5);
+                snprintf(body, sizeof body, "%s    ", in);
+            }
+            put(b, "%s{\n%s    const int64_t r%d = rb + %d;\n", in, in, inner, l);
+        }
+        put_body_values(b, k, body, (const char *const *)idx);
         switch (r->rop) {
-        case TRN_GRAPH_SUM: put(b, "%sacc += %s%s;\n", in, cast, v.s); break;
-        case TRN_GRAPH_PROD: put(b, "%sacc *= %s%s;\n", in, cast, v.s); break;
+        case TRN_GRAPH_SUM: put(b, "%sacc%d += %s%s;\n", body, l, cast, v.s); break;
+        case TRN_GRAPH_PROD: put(b, "%sacc%d *= %s%s;\n", body, l, cast, v.s); break;
         case TRN_GRAPH_MAX:
-            if (fam_f) put(b, "%s{ const float e = %s; acc = (e != e || e > acc) ? e : acc; }\n", in, v.s);
-            else put(b, "%s{ const int64_t e = %s; acc = e > acc ? e : acc; }\n", in, v.s);
+            if (fam_f) put(b, "%s{ const float e = %s; acc%d = (e != e || e > acc%d) ? e : acc%d; }\n", body, v.s, l, l, l);
+            else put(b, "%s{ const int64_t e = %s; acc%d = e > acc%d ? e : acc%d; }\n", body, v.s, l, l, l);
             break;
         default:
-            if (fam_f) put(b, "%s{ const float e = %s; acc = (e != e || e < acc) ? e : acc; }\n", in, v.s);
-            else put(b, "%s{ const int64_t e = %s; acc = e < acc ? e : acc; }\n", in, v.s);
+            if (fam_f) put(b, "%s{ const float e = %s; acc%d = (e != e || e < acc%d) ? e : acc%d; }\n", body, v.s, l, l, l);
+            else put(b, "%s{ const int64_t e = %s; acc%d = e < acc%d ? e : acc%d; }\n", body, v.s, l, l, l);
             break;
+        }
+        put(b, "%s}\n", in);
+        if (lanes > 1 && pass == lanes - 1) {  // close the unrolled loop
+            in[strlen(in) - 4] = 0;
+            put(b, "%s}\n", in);
         }
     }
     free(v.s);
-    for (int i = lr.nd - 1; i >= 0; i--) {
+    for (int i = inner - 1; i >= 0; i--) {
         in[strlen(in) - 4] = 0;
         put(b, "%s}\n", in);
     }
+    // Lanes combine pairwise (NaN still wins for max/min).
+    for (int l = 1; l < lanes; l++) {
+        switch (r->rop) {
+        case TRN_GRAPH_SUM: put(b, "        acc0 += acc%d;\n", l); break;
+        case TRN_GRAPH_PROD: put(b, "        acc0 *= acc%d;\n", l); break;
+        case TRN_GRAPH_MAX:
+            if (fam_f) put(b, "        acc0 = (acc%d != acc%d || acc%d > acc0) ? acc%d : acc0;\n", l, l, l, l);
+            else put(b, "        acc0 = acc%d > acc0 ? acc%d : acc0;\n", l, l);
+            break;
+        default:
+            if (fam_f) put(b, "        acc0 = (acc%d != acc%d || acc%d < acc0) ? acc%d : acc0;\n", l, l, l, l);
+            else put(b, "        acc0 = acc%d < acc0 ? acc%d : acc0;\n", l, l);
+            break;
+        }
+    }
+    put(b, "        const %s acc = acc0;\n", acc_t);
     put(b, "        { const %s vr = ", reg_type(r->dtype));
     sb e = {0};
     put(&e, "(%s)acc", fam_f ? "float" : "int64_t");
@@ -557,7 +611,9 @@ static void put_comment(sb *b, const kernel *k, int kid) {
         label_of(k->g, k->root, lb, sizeof lb));
     put(b, " -> buffer %d (%s", k->root, trn_dtype_name(r->dtype));
     for (int i = 0; i < r->ndim; i++) put(b, "%s%lld", i ? "x" : " ", (long long)r->sizes[i]);
-    put(b, ")\n");
+    put(b, ")");
+    if (r->store_to >= 0) put(b, " = input %s, in place", label_of(k->g, r->store_to, lb, sizeof lb));
+    put(b, "\n");
     if (k->n_fused) {
         put(b, "//   fuses:");
         for (int i = 0; i < k->n_fused; i++) put(b, " %s", label_of(k->g, k->fused[i], lb, sizeof lb));

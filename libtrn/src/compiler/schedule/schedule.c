@@ -36,8 +36,9 @@ static size_t node_bytes(const trn__cc_node *n) {
     return numel == 0 ? 0 : (size_t)numel * trn_dtype_size(n->dtype);
 }
 
-// Marks which nodes must live in memory.
-static trn_status plan_homes(const trn_graph *g, trn__cc_home *home) {
+// Marks which nodes must live in memory. With copy_stores, every stored
+// value (trn_graph_store) is in memory, so a store kernel only copies it.
+static trn_status plan_homes(const trn_graph *g, trn__cc_home *home, bool copy_stores) {
     int *readers = calloc((size_t)g->count + 1, sizeof *readers);
     bool *forced = calloc((size_t)g->count + 1, sizeof *forced);
     if (readers == NULL || forced == NULL) {
@@ -52,6 +53,7 @@ static trn_status plan_homes(const trn_graph *g, trn__cc_home *home) {
             if (src < 0) continue;
             readers[src]++;
             if (n->kind == CC_VIEW || n->kind == CC_MATMUL || n->kind == CC_CONV) forced[src] = true;
+            if (copy_stores && n->store_to >= 0) forced[src] = true;
         }
     }
     for (int i = 0; i < g->count; i++) {
@@ -129,7 +131,7 @@ typedef struct block {
     int64_t off, size;
 } block;
 
-trn_status trn__cc_schedule_build(const trn_graph *g, trn__cc_schedule *s) {
+static trn_status build(const trn_graph *g, trn__cc_schedule *s, bool copy_stores) {
     memset(s, 0, sizeof *s);
     s->n_nodes = g->count;
     size_t n = (size_t)g->count + 1;
@@ -144,7 +146,7 @@ trn_status trn__cc_schedule_build(const trn_graph *g, trn__cc_schedule *s) {
         trn__cc_schedule_free(s);
         return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory");
     }
-    trn_status st = plan_homes(g, s->home);
+    trn_status st = plan_homes(g, s->home, copy_stores);
     if (st != TRN_SUCCESS) goto fail;
 
     // Steps in node order, host steps at their positions.
@@ -226,6 +228,85 @@ fail:
     free(free_list);
     trn__cc_schedule_free(s);
     return st;
+}
+
+// ---- stores: in-place writes of graph inputs --------------------------------------
+
+typedef struct hit_ctx {
+    int target;
+    bool hit;
+} hit_ctx;
+
+static void note_hit(void *ctx, int node) {
+    hit_ctx *c = ctx;
+    c->hit |= node == c->target;
+}
+
+// Whether the kernel of store node `root` reads input `x` only at the element
+// it writes (then overwriting it in the same loop iteration is safe). Every
+// fused node has the store's sizes (pointwise inputs share their node's
+// sizes), and `x` read directly has the store's layout, so only views of `x`
+// can read another element.
+static bool reads_in_place(const trn_graph *g, const trn__cc_home *home, int n, bool top, int x,
+                           const trn__cc_node *store) {
+    const trn__cc_node *nd = &g->nodes[n];
+    if (!top) {
+        if (nd->kind == CC_VIEW) {
+            trn__cc_access a;
+            trn__cc_access_of(g, n, &a);
+            if (a.buffer != x) return true;
+            if (a.offset != 0) return false;
+            for (int i = 0; i < nd->ndim; i++)
+                if (nd->sizes[i] > 1 && a.strides[i] != store->layout[i]) return false;
+            return true;
+        }
+        if (home[n] != HOME_FUSED) return true;
+    }
+    for (int k = 0; k < nd->n_in; k++)
+        if (nd->in[k] >= 0 && !reads_in_place(g, home, nd->in[k], false, x, store)) return false;
+    return true;
+}
+
+// The first store node after whose step something still reads the old
+// values of the input it overwrote, or -1.
+static int store_hazard(const trn_graph *g, const trn__cc_schedule *s) {
+    for (int k = 0; k < s->n_steps; k++) {
+        const trn__cc_step *sp = &s->steps[k];
+        if (sp->kind != STEP_KERNEL || g->nodes[sp->node].store_to < 0) continue;
+        const trn__cc_node *st = &g->nodes[sp->node];
+        const int x = st->store_to;
+        if (!reads_in_place(g, s->home, sp->node, true, x, st)) return sp->node;
+        for (int j = k + 1; j < s->n_steps; j++) {
+            const trn__cc_step *later = &s->steps[j];
+            hit_ctx c = {x, false};
+            if (later->kind == STEP_HOST) {
+                const trn__cc_host *hc = &g->hosts[later->host];
+                for (int a = 0; a < hc->n_args; a++) c.hit |= hc->args[a] == x;
+            } else {
+                step_reads(g, s->home, later->node, true, note_hit, &c);
+            }
+            if (c.hit) return sp->node;
+        }
+    }
+    return -1;
+}
+
+trn_status trn__cc_schedule_build(const trn_graph *g, trn__cc_schedule *s) {
+    bool stores = false;
+    for (int i = 0; i < g->count; i++) stores |= g->nodes[i].store_to >= 0;
+    trn_status st = build(g, s, false);
+    if (st != TRN_SUCCESS || !stores || store_hazard(g, s) < 0) return st;
+    // A store fused its value's computation where the old input is still
+    // needed: compute every stored value first, then copy.
+    trn__cc_schedule_free(s);
+    st = build(g, s, true);
+    if (st != TRN_SUCCESS) return st;
+    int bad = store_hazard(g, s);
+    if (bad < 0) return TRN_SUCCESS;
+    trn__cc_schedule_free(s);
+    return trn__set_error(TRN_ERROR_UNSUPPORTED,
+                          "trn_program_compile: store node %d overwrites input %d while a later step still reads it",
+                          bad, g->nodes[bad].store_to);
 }
 
 void trn__cc_schedule_free(trn__cc_schedule *s) {
