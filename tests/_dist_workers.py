@@ -253,6 +253,10 @@ def collectives():
     dist.destroy_process_group()
 
 
+def _next_master_port():
+    os.environ["MASTER_PORT"] = str(int(os.environ["MASTER_PORT"]) + 1)
+
+
 def mixed_and_reinit():
     """'cpu:gloo,neuron:neuron', default backend, device mesh, re-init."""
     rank, world = rank_world()
@@ -266,12 +270,18 @@ def mixed_and_reinit():
     dist.all_gather_object(objs, {"rank": rank})
     assert [o["rank"] for o in objs] == list(range(world))
     dist.destroy_process_group()
-    # Backend inferred from the accelerator; then a device mesh.
+    # Backend inferred from the accelerator; then a device mesh. Each re-init
+    # rendezvous on a new port: on the old one a fast rank can reach rank 0's
+    # previous TCPStore before rank 0 has torn it down, read that group's
+    # stale keys and lose the connection when it closes (PyTorch's own
+    # re-init race, whatever the backend).
+    _next_master_port()
     dist.init_process_group()
     t = torch.ones(1, device="neuron")
     dist.all_reduce(t)
     assert float(t.cpu()) == world
     dist.destroy_process_group()
+    _next_master_port()
     from torch.distributed.device_mesh import init_device_mesh
     mesh = init_device_mesh("neuron", (world,))
     t = torch.ones(1, device="neuron")
