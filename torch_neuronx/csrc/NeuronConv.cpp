@@ -40,37 +40,6 @@ const char *cpu_reason(bool transposed) {
                       : "has no native neuron kernel for this dtype";
 }
 
-trn_conv_desc make_desc(const Tensor &input, const Tensor &weight, const Tensor &output,
-                        IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                        int64_t groups) {
-    const int sp = static_cast<int>(input.dim()) - 2;
-    TORCH_CHECK(sp >= 1 && sp <= 3, "neuron convolution supports 1-d, 2-d and 3-d inputs, got ",
-                input.dim(), "-d input");
-    trn_conv_desc d{};
-    d.dtype = *native_dtype(input.scalar_type());
-    d.spatial = sp;
-    d.n = input.size(0);
-    d.c_in = input.size(1);
-    d.c_out = weight.size(0);
-    d.groups = groups;
-    for (int i = 0; i < sp; ++i) {
-        d.in_size[i] = input.size(2 + i);
-        d.out_size[i] = output.size(2 + i);
-        d.kernel[i] = weight.size(2 + i);
-        d.stride[i] = stride[i];
-        d.padding[i] = padding[i];
-        d.dilation[i] = dilation[i];
-    }
-    for (int i = 0; i < sp + 2; ++i) {
-        d.input_strides[i] = input.stride(i);
-        d.weight_strides[i] = weight.stride(i);
-        d.output_strides[i] = output.stride(i);
-    }
-    d.input = input.data_ptr();
-    d.weight = weight.data_ptr();
-    d.output = output.data_ptr();
-    return d;
-}
 
 void check_same_type(const Tensor &input, const Tensor &other, const char *what) {
     TORCH_CHECK(input.scalar_type() == other.scalar_type(), "Input type (",
@@ -108,7 +77,7 @@ Tensor convolution_overrideable(const Tensor &input, const Tensor &weight,
                                               dilation);
     Tensor output = at::empty(sizes, input.options().memory_format(input.suggest_memory_format()));
     if (output.numel() != 0) {
-        trn_conv_desc d = make_desc(input, weight, output, stride, padding, dilation, groups);
+        trn_conv_desc d = make_desc(input, weight, output, stride, padding, dilation, groups, "convolution");
         if (bias.defined()) {
             d.bias = bias.data_ptr();
             d.bias_stride = bias.stride(0);
@@ -150,7 +119,7 @@ convolution_backward_overrideable(const Tensor &grad_output, const Tensor &input
         grad_input = at::empty_like(input);
         if (grad_input.numel() != 0) {
             trn_conv_desc d =
-                make_desc(grad_input, weight, grad_output, stride, padding, dilation, groups);
+                make_desc(grad_input, weight, grad_output, stride, padding, dilation, groups, "convolution");
             TRN_CHECK(trn_conv_backward_data_launch(s, &d));
         }
     }
@@ -159,7 +128,7 @@ convolution_backward_overrideable(const Tensor &grad_output, const Tensor &input
         if (output_mask[2])
             grad_bias = at::empty({weight.size(0)}, weight.options());
         trn_conv_desc d = make_desc(input, grad_weight, grad_output, stride, padding, dilation,
-                                    groups);
+                                    groups, "convolution");
         if (grad_bias.defined()) {
             d.bias = grad_bias.data_ptr();
             d.bias_stride = 1;
@@ -178,4 +147,37 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 }  // namespace
+
+trn_conv_desc make_desc(const Tensor &input, const Tensor &weight, const Tensor &output,
+                        IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                        int64_t groups, const char *what) {
+    const int sp = static_cast<int>(input.dim()) - 2;
+    TORCH_CHECK(sp >= 1 && sp <= 3, "neuron ", what, " supports 1-d, 2-d and 3-d inputs, got ",
+                input.dim(), "-d input");
+    trn_conv_desc d{};
+    d.dtype = *native_dtype(input.scalar_type());
+    d.spatial = sp;
+    d.n = input.size(0);
+    d.c_in = input.size(1);
+    d.c_out = weight.size(0);
+    d.groups = groups;
+    for (int i = 0; i < sp; ++i) {
+        d.in_size[i] = input.size(2 + i);
+        d.out_size[i] = output.size(2 + i);
+        d.kernel[i] = weight.size(2 + i);
+        d.stride[i] = stride[i];
+        d.padding[i] = padding[i];
+        d.dilation[i] = dilation[i];
+    }
+    for (int i = 0; i < sp + 2; ++i) {
+        d.input_strides[i] = input.stride(i);
+        d.weight_strides[i] = weight.stride(i);
+        d.output_strides[i] = output.stride(i);
+    }
+    d.input = input.data_ptr();
+    d.weight = weight.data_ptr();
+    d.output = output.data_ptr();
+    return d;
+}
+
 }  // namespace neuron

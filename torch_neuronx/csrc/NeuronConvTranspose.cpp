@@ -30,41 +30,6 @@ using at::Tensor;
 
 namespace {
 
-// Descriptor of the forward convolution C: `input` has C's input shape (the
-// transposed op's output), `output` C's output shape (the transposed op's
-// input); `weight` is shared.
-trn_conv_desc c_desc(const Tensor &c_input, const Tensor &weight, const Tensor &c_output,
-                     IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                     int64_t groups) {
-    const int sp = static_cast<int>(c_input.dim()) - 2;
-    TORCH_CHECK(sp >= 1 && sp <= 3, "neuron transposed convolution supports 1-d, 2-d and 3-d ",
-                "inputs, got ", c_output.dim(), "-d input");
-    trn_conv_desc d{};
-    d.dtype = *native_dtype(c_input.scalar_type());
-    d.spatial = sp;
-    d.n = c_input.size(0);
-    d.c_in = c_input.size(1);
-    d.c_out = weight.size(0);
-    d.groups = groups;
-    for (int i = 0; i < sp; ++i) {
-        d.in_size[i] = c_input.size(2 + i);
-        d.out_size[i] = c_output.size(2 + i);
-        d.kernel[i] = weight.size(2 + i);
-        d.stride[i] = stride[i];
-        d.padding[i] = padding[i];
-        d.dilation[i] = dilation[i];
-    }
-    for (int i = 0; i < sp + 2; ++i) {
-        d.input_strides[i] = c_input.stride(i);
-        d.weight_strides[i] = weight.stride(i);
-        d.output_strides[i] = c_output.stride(i);
-    }
-    d.input = c_input.data_ptr();
-    d.weight = weight.data_ptr();
-    d.output = c_output.data_ptr();
-    return d;
-}
-
 trn_stream *stream_of(const Tensor &t) { return current_trn_stream(t.device().index()); }
 
 }  // namespace
@@ -129,7 +94,7 @@ Tensor conv_transpose_forward(const Tensor &input, const Tensor &weight, const T
     if (output.numel() != 0) {
         const Tensor x = pad_to(input, c_output_sizes(input, sizes, weight, stride, padding,
                                                       dilation));
-        trn_conv_desc d = c_desc(output, weight, x, stride, padding, dilation, groups);
+        trn_conv_desc d = make_desc(output, weight, x, stride, padding, dilation, groups, "transposed convolution");
         TRN_CHECK(trn_conv_backward_data_launch(stream_of(input), &d));
     }
     if (bias.defined()) {
@@ -151,7 +116,7 @@ conv_transpose_backward(const Tensor &grad_output, const Tensor &input, const Te
     if (mask[0]) {
         grad_input = padded ? at::empty(big, input.options()) : at::empty_like(input);
         if (grad_input.numel() != 0) {
-            trn_conv_desc d = c_desc(dy, weight, grad_input, stride, padding, dilation, groups);
+            trn_conv_desc d = make_desc(dy, weight, grad_input, stride, padding, dilation, groups, "transposed convolution");
             TRN_CHECK(trn_conv_forward_launch(stream_of(input), &d));
         }
         if (padded) {
@@ -163,7 +128,7 @@ conv_transpose_backward(const Tensor &grad_output, const Tensor &input, const Te
     if (mask[1]) {
         grad_weight = at::empty_like(weight);
         const Tensor x = pad_to(input, big);
-        trn_conv_desc d = c_desc(dy, grad_weight, x, stride, padding, dilation, groups);
+        trn_conv_desc d = make_desc(dy, grad_weight, x, stride, padding, dilation, groups, "transposed convolution");
         TRN_CHECK(trn_conv_backward_weights_launch(stream_of(input), &d));
     }
     if (mask[2]) {
