@@ -94,6 +94,16 @@ def _dt(d) -> str:
     return d if isinstance(d, str) else str(d).replace("torch.", "")
 
 
+def _unregistered_status(op: str) -> str:
+    """How an op with no PrivateUse1 kernel runs: as a composite or on the CPU."""
+    keys = (torch._C.DispatchKey.CompositeImplicitAutograd,
+            torch._C.DispatchKey.CompositeExplicitAutograd)
+    packet = getattr(torch.ops.aten, op)
+    composite = any(getattr(packet, o).has_kernel_for_dispatch_key(k)
+                    for o in packet.overloads() if not o.endswith("out") for k in keys)
+    return "composite (runs as native ops)" if composite else "CPU fallback"
+
+
 def render() -> str:
     native = native_ops()
     names = {n.split("::", 1)[1].split(".", 1)[0] for n in native}
@@ -150,8 +160,10 @@ def render() -> str:
     for name, ops in sorted(excl.ALLOWED_FALLBACKS.items()):
         lines.append(f"| `{name}` | all | may also call {', '.join(ops)} on the CPU | "
                      "sample preparation, see exclusions.py |")
-    lines += ["", "## Common ops that fall back today", "", "| op | status |", "|---|---|"]
-    lines += [f"| `aten::{op}` | CPU fallback |" for op in COMMON if op not in names]
+    lines += ["", "## Common ops without a neuron kernel of their own", "",
+              "A composite op decomposes, below autograd, into the native ops above and",
+              "never reaches the CPU fallback itself.", "", "| op | status |", "|---|---|"]
+    lines += [f"| `aten::{op}` | {_unregistered_status(op)} |" for op in COMMON if op not in names]
     return "\n".join(lines) + "\n"
 
 
