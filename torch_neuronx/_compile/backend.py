@@ -259,6 +259,11 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=
     # (With force_disable_caches AOTAutograd would not consult the warm cache.)
     key = warm.graph_key(gm, example_inputs, _salt(opts)) \
         if root is not None and not torch.compiler.config.force_disable_caches else None
+    if key is not None:
+        hit = warm.load_compiled(root, key, gm)
+        if hit is not None:
+            from torch._dynamo import disable
+            return disable(hit, reason="compiled graph")
 
     def mk(kind):
         fn = _graph_compiler(kind, opts)

@@ -65,6 +65,13 @@ def _constant_bytes(c: torch.Tensor) -> bytes:
         return c.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
+def module_state(gm: torch.nn.Module) -> list:
+    """The graph's own parameters and buffers (nn modules Dynamo did not
+    inline), which AOTAutograd passes as leading inputs, in its order."""
+    return [*dict(gm.named_parameters(remove_duplicate=False)).values(),
+            *dict(gm.named_buffers(remove_duplicate=False)).values()]
+
+
 def graph_key(gm: torch.fx.GraphModule, example_inputs, salt: str) -> str | None:
     """The warm-cache key of one Dynamo graph and its inputs, or None when the
     graph holds something this key cannot describe (then nothing is cached)."""
@@ -84,18 +91,22 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, salt: str) -> str | None
             h.update(mod.code.encode())
         elif name:
             return None  # a real submodule: its state is not in the code
+        lifted = {id(t) for t in module_state(mod)}
         for node in mod.graph.nodes:
             if node.op == "get_attr":
-                c = getattr(mod, node.target)
+                c = functools.reduce(getattr, node.target.split("."), mod)
                 if isinstance(c, torch.Tensor):
-                    h.update(f"const {node.target}:{_tensor_meta(c)}".encode())
-                    h.update(_constant_bytes(c))
+                    h.update(f"attr {node.target}:{_tensor_meta(c)}".encode())
+                    # Parameters and buffers are inputs to AOTAutograd (hashed
+                    # below); other tensors are baked into the graph.
+                    if id(c) not in lifted:
+                        h.update(_constant_bytes(c))
                 elif not isinstance(c, torch.fx.GraphModule):
                     return None
     # Inputs: metadata, and which earlier input each one shares storage with
     # (AOTAutograd plans aliased inputs differently).
     storages: dict[int, int] = {}
-    for i, x in enumerate(example_inputs):
+    for i, x in enumerate([*module_state(gm), *example_inputs]):
         if isinstance(x, torch.Tensor):
             ptr = x.untyped_storage().data_ptr()
             alias = storages.setdefault(ptr, i) if ptr else i
@@ -165,31 +176,49 @@ def save(root: str, key: str, entry) -> bool:
     return True
 
 
+def load_compiled(root: str, key: str, gm: torch.fx.GraphModule):
+    """The compiled callable for a Dynamo graph from its warm entry, or None.
+    PyTorch's own loader rebuilds AOTAutograd's runtime wrappers around our
+    graphs (whose ``post_compile`` rebuilds the programs), with the
+    AOTAutograd config saved in the entry, as PyTorch's precompile path does:
+    AOTAutograd's set-up (fake copies of every input) is skipped too."""
+    from torch._functorch._aot_autograd.autograd_cache import create_fx_config
+
+    try:
+        entry = load(root, key)
+    except Exception as e:  # noqa: BLE001 - e.g. an entry pickled by another PyTorch
+        warnings.warn(f"neuron warm cache: cannot read entry {key[:12]}: {type(e).__name__}: {e}; recompiling")
+        return None
+    if entry is None or entry.guards_expr:  # static shapes only: no shape guards expected
+        return None
+    try:
+        fn = entry.wrap_post_compile([], entry.sanitized_aot_config, create_fx_config(None, None))
+    except Exception as e:  # noqa: BLE001
+        warnings.warn(f"neuron warm cache: entry {key[:12]} did not load: {type(e).__name__}: {e}; recompiling")
+        return None
+    metrics.add(warm_graphs=1)
+
+    # Dynamo's calling convention (what aot_module_simplified returns):
+    # positional inputs, after the graph's own parameters and buffers.
+    state = module_state(gm)
+
+    def forward(*runtime_args):
+        return fn([*state, *runtime_args])
+    return forward
+
+
 @contextlib.contextmanager
 def aot_cache(root: str, key: str, decompositions):
-    """While AOTAutograd runs for one graph: look the entry up by our key in
-    our directory, or save what AOTAutograd makes under it. AOTAutograd is
-    called without decompositions; ``decompositions()`` builds the table
-    only on a miss, when tracing needs it (a warm process never does)."""
+    """While AOTAutograd compiles a graph that missed the warm cache: save
+    what it makes under our key in our directory. AOTAutograd is called
+    without decompositions; ``decompositions()`` builds the table here, on
+    a miss, when tracing needs it (a warm process never does)."""
     from torch._functorch import config as functorch_config
-    from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache, create_fx_config
+    from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
     from torch._functorch._aot_autograd.schemas import AOTAutogradCacheInfo
 
     def try_load(mod, args, aot_config, compiler_config_extra, local, remote, compile_region_name=None):
-        entry = None
-        try:
-            entry = load(root, key)
-        except Exception as e:  # noqa: BLE001 - e.g. an entry from an older PyTorch
-            warnings.warn(f"neuron warm cache: cannot load entry {key[:12]}: {type(e).__name__}: {e}; recompiling")
-        if entry is not None:
-            try:
-                fn = entry.wrap_post_compile(args, aot_config, create_fx_config(compiler_config_extra,
-                                                                                compile_region_name))
-                metrics.add(warm_graphs=1)
-                return fn, aot_config
-            except Exception as e:  # noqa: BLE001
-                warnings.warn(f"neuron warm cache: entry {key[:12]} did not load: {type(e).__name__}: {e}; "
-                              f"recompiling")
+        # load_compiled already looked: a miss, to be saved under our key.
         info = AOTAutogradCacheInfo(key, time.time_ns(), forward_symints=[])
         return None, dataclasses.replace(aot_config, cache_info=info, decompositions=decompositions())
 
