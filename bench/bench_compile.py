@@ -3,6 +3,11 @@ training step (forward, backward, AdamW) and inference forward; cold compile
 time (empty caches) and warm start (Dynamo reset, disk caches kept).
 
 usage: python bench/bench_compile.py [model ...]   (default: mlp cnn llama gpt2 bert)
+
+Warm start is measured in the same process (imports done, Dynamo reset, in-memory
+caches cleared, disk caches kept). "backend adds" is the warm start's time inside
+the backend (Dynamo's call_user_compiler, summed over graphs): the total minus
+Dynamo's own tracing. At the end a table gives neuron/Inductor ratios.
 """
 import os
 import shutil
@@ -47,12 +52,16 @@ def setup(name, dev, backend, train):
 
 
 def first_call(name, dev, backend, train):
+    from torch._dynamo.utils import compilation_time_metrics
     step, batch = setup(name, dev, backend, train)
+    compilation_time_metrics.clear()
     t = time.perf_counter()
     step(*batch)
     step(*batch)  # the optimizer graph compiles at the second call's step
     sync(dev)
-    return time.perf_counter() - t, step, batch
+    total = time.perf_counter() - t
+    backend_s = sum(compilation_time_metrics.get("OutputGraph.call_user_compiler", []))
+    return total, backend_s, step, batch
 
 
 def run_time(step, batch, dev, iters):
@@ -72,21 +81,22 @@ CONFIGS = [("neuron compiled", "neuron", "neuron"), ("inductor cpu", "cpu", "ind
            ("cpu eager", "cpu", None), ("neuron eager", "neuron", None)]
 
 
+SUMMARY = []
+
+
 def bench(name, iters=10):
-    print(f"== {name}")
+    print(f"== {name}", flush=True)
     for train in (True, False):
         what = "train step" if train else "inference"
-        times, colds, warms = {}, {}, {}
+        times, colds, warms, adds = {}, {}, {}, {}
         for label, dev, backend in CONFIGS:
             torch._dynamo.reset()
-            cold = None
             if backend:
-                cold, step, batch = first_call(name, dev, backend, train)
+                colds[label], _, step, batch = first_call(name, dev, backend, train)
                 torch._dynamo.reset()
                 from torch_neuronx._compile import backend as nb
                 nb._memory_cache.clear()
-                warms[label], step, batch = first_call(name, dev, backend, train)
-                colds[label] = cold
+                warms[label], adds[label], step, batch = first_call(name, dev, backend, train)
             else:
                 step, batch = setup(name, dev, None, train)
             times[label] = run_time(step, batch, dev, iters)
@@ -94,13 +104,20 @@ def bench(name, iters=10):
         for label in times:
             extra = ""
             if label in colds:
-                extra = f"  cold compile {colds[label]:.2f} s  warm start {warms[label]:.2f} s"
+                extra = (f"  cold compile {colds[label]:.2f} s  warm start {warms[label]:.2f} s "
+                         f"(backend adds {adds[label]:.3f} s)")
             print(f"  {what:10s} {label:16s} {times[label] * 1e3:9.3f} ms  "
-                  f"speed vs inductor {base / times[label]:5.2f}x{extra}")
-        if "neuron compiled" in colds:
-            print(f"  {what:10s} cold compile ratio neuron/inductor "
-                  f"{colds['neuron compiled'] / colds['inductor cpu']:.3f}, warm start ratio "
-                  f"{warms['neuron compiled'] / warms['inductor cpu']:.3f}")
+                  f"speed vs inductor {base / times[label]:5.2f}x{extra}", flush=True)
+        n, i = "neuron compiled", "inductor cpu"
+        SUMMARY.append((name, what, base / times[n], colds[n] / colds[i], warms[n] / warms[i], adds[n], adds[i]))
+
+
+def print_summary():
+    print("\n| model | mode | run time: speed vs Inductor | cold compile: neuron/Inductor | "
+          "warm start: neuron/Inductor | warm: backend adds (neuron / Inductor) |")
+    print("|---|---|---|---|---|---|")
+    for name, what, speed, cold, warm, add_n, add_i in SUMMARY:
+        print(f"| {name} | {what} | {speed:.2f}x | {cold:.3f} | {warm:.2f} | {add_n:.3f} s / {add_i:.3f} s |")
 
 
 def main():
@@ -112,6 +129,7 @@ def main():
     try:
         for n in names:
             bench(n)
+        print_summary()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -9,6 +9,7 @@ copied to the device.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -18,14 +19,15 @@ import warnings
 from pathlib import Path
 
 import torch
-from torch._dynamo.backends.common import aot_autograd
-from torch._functorch.aot_autograd import make_boxed_func
+from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler, make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
+from torch._inductor.output_code import OutputCode
 
 from .. import _C, _logging
-from . import metrics
+from . import metrics, warm
 from .lower import Lowerer, UnsupportedOpError
 from .runtime import CompiledGraph
+from .tape import replay
 
 
 class NeuronCompileError(RuntimeError):
@@ -126,6 +128,7 @@ def compile_fx_graph(gm: torch.fx.GraphModule, kind: str, opts: _Options):
     ddir = debug_dir()
     if ddir:
         Path(ddir, name + ".fx.txt").write_text(gm.print_readable(print_output=False))
+    metrics.add(lowerings=1)
     try:
         lowered = Lowerer(gm).run()
         try:
@@ -142,7 +145,7 @@ def compile_fx_graph(gm: torch.fx.GraphModule, kind: str, opts: _Options):
             raise NeuronCompileError(str(e)) from None
         warnings.warn(f"neuron backend: {e}; running graph {name} eagerly (fallback_execution)", stacklevel=2)
         metrics.add(graphs=1, fallback_graphs=1, compile_seconds=time.perf_counter() - t0)
-        return make_boxed_func(gm.forward)
+        return _EagerGraph(gm)
     compiled = CompiledGraph(lowered, program, _device_of(gm), name)
     if program.from_cache:
         metrics.add(cache_hits=1, disk_cache_hits=1)
@@ -155,6 +158,42 @@ def compile_fx_graph(gm: torch.fx.GraphModule, kind: str, opts: _Options):
     if use_cache:
         _memory_cache[key] = compiled
     return compiled
+
+
+class _EagerGraph(OutputCode):
+    """A graph run eagerly (fallback execution), in the OutputCode form
+    AOTAutograd's cache entries need; it is never written to the warm cache
+    (it does not pickle), so a warm process compiles it again and warns."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        self._run = make_boxed_func(gm.forward)
+        self._boxed_call = True
+
+    def __call__(self, args):
+        return self._run(args)
+
+    def __reduce__(self):
+        raise TypeError("graphs run eagerly (fallback execution) are not cached")
+
+    def post_compile(self, example_inputs, constants, graph_kwargs) -> None:
+        pass
+
+
+def rebuild_program(tape, name: str, device: torch.device):
+    """A compiled graph's program from its builder tape (a warm start): the
+    schedule and C source are made again, the shared object comes from the
+    disk cache (compiled only if it is missing there)."""
+    t0 = time.perf_counter()
+    ddir = debug_dir()
+    program = replay(tape).compile(_include_dir(), cache_dir(), ddir, name)
+    if program.from_cache:
+        metrics.add(cache_hits=1, disk_cache_hits=1)
+    else:
+        metrics.add(compiles=1, cc_seconds=program.compile_seconds)
+    seconds = time.perf_counter() - t0
+    metrics.add(graphs=1, kernels=program.kernel_count, compile_seconds=seconds)
+    _report_compile(name, program, seconds, device.index or 0)
+    return program
 
 
 def _report_compile(name: str, program, seconds: float, device: int) -> None:
@@ -177,6 +216,7 @@ def _graph_compiler(kind: str, opts: _Options):
     return fn
 
 
+@functools.cache
 def _decompositions():
     from torch._decomp import core_aten_decompositions, get_decompositions
     aten = torch.ops.aten
@@ -215,11 +255,26 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=
     copy_idx = _autocopy_inputs(example_inputs)
     if copy_idx:
         _insert_device_copies(gm, copy_idx)
-    compiler = aot_autograd(
-        fw_compiler=_graph_compiler("fw", opts),
-        bw_compiler=_graph_compiler("bw", opts),
-        inference_compiler=_graph_compiler("inf", opts),
-        decompositions=_decompositions(),
+    root = cache_dir()
+    # (With force_disable_caches AOTAutograd would not consult the warm cache.)
+    key = warm.graph_key(gm, example_inputs, _salt(opts)) \
+        if root is not None and not torch.compiler.config.force_disable_caches else None
+    if key is not None:
+        hit = warm.load_compiled(root, key, gm)
+        if hit is not None:
+            from torch._dynamo import disable
+            return disable(hit, reason="compiled graph")
+
+    def mk(kind):
+        fn = _graph_compiler(kind, opts)
+        # Serializable compilers make AOTAutograd consult (our) cache.
+        return SerializableAOTDispatchCompiler(OutputCode, fn) if key is not None else fn
+    aot_kwargs = dict(
+        fw_compiler=mk("fw"),
+        bw_compiler=mk("bw"),
+        inference_compiler=mk("inf"),
+        # With the warm cache, warm.aot_cache supplies them on a miss.
+        decompositions=_decompositions() if key is None else None,
         partition_fn=min_cut_rematerialization_partition,
         # Inference graphs (the optimizer step, no_grad forwards) keep their
         # input mutations as copy_ nodes: the compiler writes those inputs in
@@ -227,7 +282,8 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=
         keep_inference_input_mutations=True,
     )
     try:
-        compiled = compiler(gm, example_inputs)
+        with warm.aot_cache(root, key, _decompositions) if key is not None else contextlib.nullcontext():
+            compiled = _aot(gm, example_inputs, aot_kwargs)
     except NeuronCompileError:
         raise
     except Exception as e:  # noqa: BLE001 - AOT tracing failed
@@ -237,6 +293,40 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=
         metrics.add(fallback_graphs=1)
         return gm.forward
     return compiled
+
+
+def _aot(gm, example_inputs, kw):
+    """AOTAutograd for one Dynamo graph. What Dynamo's ``aot_autograd()``
+    wrapper does, minus its debug-logging setup, which imports most of
+    Inductor (~0.3 s of a warm start): list inputs are flattened, and Dynamo
+    is kept out of the backward compiler and of the compiled graphs."""
+    from torch._dynamo import disable
+    from torch._dynamo.utils import flatten_graph_inputs
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
+        return flatten_graph_inputs(gm, example_inputs, lambda g, ex: _aot(g, ex, kw))
+    bw = kw["bw_compiler"]
+    if not getattr(bw, "_neuron_bw_wrapped", False):
+        inner = bw.compiler_fn if isinstance(bw, SerializableAOTDispatchCompiler) else bw
+
+        def bw_compile(*args, **kwargs):
+            return disable(disable(inner, reason="neuron backward compiler")(*args, **kwargs),
+                           reason="compiled backward graph")
+        if isinstance(bw, SerializableAOTDispatchCompiler):
+            bw.compiler_fn = bw_compile
+        else:
+            bw = bw_compile
+        bw._neuron_bw_wrapped = True
+        kw = dict(kw, bw_compiler=bw)
+    return disable(aot_module_simplified(gm, example_inputs, **kw), reason="compiled graph")
+
+
+def _salt(opts: _Options) -> str:
+    """What else decides our compiled graphs (the warm key's part that is ours)."""
+    env = "|".join(f"{k}={os.environ.get(k, '')}" for k in (
+        "CC", "NEURON_CC_FLAGS", "TORCH_NEURONX_NATIVE_FLOAT64", "TORCH_NEURONX_DYNAMO_CAPTURABLE_OPTIMIZER"))
+    return f"compiler={_C._compiler_version()}|{env}|fallback={opts.fallback}|name={opts.model_name}"
 
 
 def _insert_device_copies(gm: torch.fx.GraphModule, idx) -> None:

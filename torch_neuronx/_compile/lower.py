@@ -21,6 +21,7 @@ import torch
 from torch.fx.node import map_arg
 
 from .. import _C
+from .tape import RecordingGraph
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -152,7 +153,8 @@ class Lowerer:
         # becomes a libtrn store; off, it runs as an eager host step.
         self.in_place = in_place
         self.stored: set[int] = set()
-        self.g = _C._CompilerGraph()
+        # Recorded, so a warm start can rebuild the graph without lowering.
+        self.g = RecordingGraph()
         self.bases: dict[int, Base] = {}
         self.env: dict[torch.fx.Node, Any] = {}
         self.inputs: list = []

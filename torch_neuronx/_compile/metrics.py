@@ -5,7 +5,8 @@ import threading
 
 _lock = threading.Lock()
 _FIELDS = ("graphs", "compiles", "cache_hits", "memory_cache_hits", "disk_cache_hits",
-           "compile_seconds", "cc_seconds", "fallback_graphs", "host_steps", "kernels")
+           "compile_seconds", "cc_seconds", "fallback_graphs", "host_steps", "kernels", "lowerings",
+           "warm_graphs", "warm_rejected", "warm_unsaved")
 _metrics = dict.fromkeys(_FIELDS, 0)
 
 
@@ -20,7 +21,11 @@ def get_dynamo_metrics() -> dict:
     runs), ``cache_hits`` (graphs that compiled nothing: in memory or on disk),
     ``compile_seconds`` (backend time, lowering included), ``cc_seconds`` (C
     compiler only), ``fallback_graphs`` (graphs run eagerly), ``host_steps``
-    (eager ops inside compiled graphs) and ``kernels`` (generated)."""
+    (eager ops inside compiled graphs), ``kernels`` (generated), ``lowerings``
+    (FX graphs lowered), ``warm_graphs`` (Dynamo graphs loaded from the warm
+    cache: no AOTAutograd trace, no lowering), ``warm_rejected`` (entries that
+    failed verification) and ``warm_unsaved`` (graphs that could not be
+    cached)."""
     with _lock:
         return dict(_metrics)
 

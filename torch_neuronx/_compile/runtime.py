@@ -8,6 +8,7 @@ each host step calls the eager op and passes its results back.
 from __future__ import annotations
 
 import torch
+from torch._inductor.output_code import OutputCode
 from torch.fx.node import map_arg
 
 from .. import _C
@@ -16,19 +17,67 @@ from .lower import Lowered, Val, _PyConst, _PyHostResult, _PyInput, _PyItem
 _NEURON = "neuron"
 
 
-class CompiledGraph:
+class Host:
+    """A host step as the runtime needs it: the op (by name, so it pickles),
+    its arguments with FX nodes replaced by their lowered values, and where
+    its results go."""
+
+    def __init__(self, step, env):
+        self.op = step.fn.name()          # "aten::add.Tensor"
+        self.args = _plain(map_arg(step.args, lambda n: env[n]))
+        self.kwargs = _plain(map_arg(step.kwargs, lambda n: env[n]))
+        self.results = step.results
+        self._fn = step.fn
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_fn"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._fn = None
+
+    @property
+    def fn(self):
+        if self._fn is None:
+            ns, rest = self.op.split("::", 1)
+            name, _, overload = rest.partition(".")
+            self._fn = getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
+        return self._fn
+
+
+def _plain(v):
+    """FX's immutable containers as plain lists/tuples/dicts (they pickle)."""
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, tuple):
+        return tuple(_plain(x) for x in v)
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v
+
+
+class CompiledGraph(OutputCode):
+    """What AOTAutograd gets back: an OutputCode, so AOTAutograd's cache
+    entry can carry it to a warm process. It pickles as the builder tape and
+    the run plan; ``post_compile`` (called when AOTAutograd loads the entry)
+    rebuilds the program, which the libtrn disk cache serves without running
+    the C compiler."""
+
     def __init__(self, lowered: Lowered, program, device: torch.device, name: str):
-        self.program = program
+        self.tape = lowered.graph.tape
         self.device = device
         self.name = name
         self.bases = lowered.bases
-        self.ws_size = program.workspace_size
         self.input_nodes = [(nid, i) for nid, i in lowered.inputs if nid is not None]
         self.exports = [(nid, sizes, layout, dtype) for nid, (sizes, layout, dtype) in lowered.exports]
-        self.hosts = lowered.hosts
+        self.hosts = [Host(h, lowered.env) for h in lowered.hosts]
         self.outputs = lowered.outputs
-        self.env = lowered.env
         self._boxed_call = True
+        self._attach(program)
+
+    def _attach(self, program) -> None:
+        self.program = program
+        self.ws_size = program.workspace_size
         self._fast = self._plan_fast()
         if self._fast is not None:
             # No host steps: one C++ call allocates, launches and returns.
@@ -36,7 +85,28 @@ class CompiledGraph:
             self._call = _C._CompiledCall(
                 program, [nid for nid, _ in self.input_nodes], [e[0] for e in self.exports],
                 [list(e[1]) for e in self.exports], [list(e[2]) for e in self.exports],
-                [e[3] for e in self.exports], self.ws_size, device.index or 0)
+                [e[3] for e in self.exports], self.ws_size, self.device.index or 0)
+
+    # ---- OutputCode: pickling for AOTAutograd's cache entry -----------------------
+    _LIVE = ("program", "_call", "_fast", "_in_idx", "ws_size")
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k not in self._LIVE}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.program = None
+
+    def prepare_for_serialization(self) -> None:
+        pass  # __getstate__ drops the live program
+
+    def post_compile(self, example_inputs, constants, graph_kwargs) -> None:
+        if self.program is None:
+            from . import backend
+            self._attach(backend.rebuild_program(self.tape, self.name, self.device))
+
+    def set_triton_bundle(self, triton_bundle) -> None:
+        pass
 
     def _plan_fast(self):
         """Per output, where it comes from without the general lookup:
@@ -121,6 +191,8 @@ class CompiledGraph:
 
     def __call__(self, args):
         args = list(args)
+        if self.program is None:
+            self.post_compile(None, None, None)
         dev = self.device
         _C._counter_add("compiled_graph_launches", dev.index or 0, 1)
         if self._fast is not None:
@@ -156,12 +228,8 @@ class CompiledGraph:
 
     def _host(self, h, run, bufs, args, host_out):
         step = self.hosts[h]
-        env = self.env
-
-        def arg(a):
-            return self._tensor(env[a], bufs, args, host_out)
-        call_args = map_arg(step.args, arg)
-        call_kwargs = map_arg(step.kwargs, arg)
+        call_args = [self._tensor(a, bufs, args, host_out) for a in step.args]
+        call_kwargs = {k: self._tensor(a, bufs, args, host_out) for k, a in step.kwargs.items()}
         out = step.fn(*call_args, **call_kwargs)
         host_out[h] = out
         for nid, path, sizes, strides in step.results:

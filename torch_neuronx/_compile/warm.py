@@ -1,0 +1,243 @@
+"""Warm start: a second process skips AOTAutograd's tracing and our lowering.
+
+Owner: the warm cache, one file per Dynamo graph under
+``$TORCH_NEURONX_NEFF_CACHE_DIR/aot/``. It holds what AOTAutograd built for
+the graph (its runtime metadata and wrappers: PyTorch's own
+BundledAOTAutogradResult, loaded by PyTorch's own code) and, inside it, our
+compiled graphs as builder tapes plus run plans (runtime.CompiledGraph);
+their shared objects come from libtrn's disk cache, so nothing is traced,
+lowered or compiled.
+
+We reuse AOTAutogradCache's entry machinery but not its key or its
+directory: its key hashes every torch source file (over a second per
+process) yet knows nothing of our decompositions, lowering or compiler. Our
+key (``graph_key``) hashes the Dynamo graph, each input's metadata and
+aliasing, the global state AOTAutograd reads, the functorch config, torch's
+version and our compiler's sources, version and flags. The two
+AOTAutogradCache entry points are replaced only while our backend runs
+AOTAutograd (Dynamo compiles one graph at a time), and the backward is
+compiled eagerly then, so the entry is complete when it is saved.
+
+Files are ``MAGIC, sha256 of the payload, payload``; written atomically
+(private temporary file, rename) in a 0700 directory; a file whose payload
+does not hash to its header is removed and recompiled, never unpickled.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import os
+import pickle
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from . import metrics
+
+MAGIC = b"openneuron-aot-v1\n"
+
+
+@functools.cache
+def _sources_hash() -> str:
+    """Our Python compiler (decompositions, lowering, runtime plan): a change
+    to it must not load entries it made."""
+    h = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for p in sorted(here.glob("*.py")):
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _tensor_meta(x: torch.Tensor) -> str:
+    return (f"T{tuple(x.shape)}:{x.stride()}:{x.storage_offset()}:{x.dtype}:{x.device}:{x.requires_grad}:"
+            f"{x.is_leaf}:{type(x).__name__}:{x.is_inference()}:{x.untyped_storage().nbytes()}")
+
+
+def _constant_bytes(c: torch.Tensor) -> bytes:
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily():
+        return c.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def module_state(gm: torch.nn.Module) -> list:
+    """The graph's own parameters and buffers (nn modules Dynamo did not
+    inline), which AOTAutograd passes as leading inputs, in its order."""
+    return [*dict(gm.named_parameters(remove_duplicate=False)).values(),
+            *dict(gm.named_buffers(remove_duplicate=False)).values()]
+
+
+def graph_key(gm: torch.fx.GraphModule, example_inputs, salt: str) -> str | None:
+    """The warm-cache key of one Dynamo graph and its inputs, or None when the
+    graph holds something this key cannot describe (then nothing is cached)."""
+    from torch._functorch import config as functorch_config
+    from torch._functorch._aot_autograd.autograd_cache import check_cacheable
+
+    try:
+        # PyTorch's own test: only torch ops, builtins and known functions.
+        check_cacheable(gm)
+    except Exception:  # noqa: BLE001 - BypassAOTAutogradCache and friends
+        return None
+    h = hashlib.sha256()
+    h.update(MAGIC)
+    for name, mod in gm.named_modules():
+        if isinstance(mod, torch.fx.GraphModule):
+            h.update(f"module {name}\n".encode())
+            h.update(mod.code.encode())
+        elif name:
+            return None  # a real submodule: its state is not in the code
+        lifted = {id(t) for t in module_state(mod)}
+        for node in mod.graph.nodes:
+            if node.op == "get_attr":
+                c = functools.reduce(getattr, node.target.split("."), mod)
+                if isinstance(c, torch.Tensor):
+                    h.update(f"attr {node.target}:{_tensor_meta(c)}".encode())
+                    # Parameters and buffers are inputs to AOTAutograd (hashed
+                    # below); other tensors are baked into the graph.
+                    if id(c) not in lifted:
+                        h.update(_constant_bytes(c))
+                elif not isinstance(c, torch.fx.GraphModule):
+                    return None
+    # Inputs: metadata, and which earlier input each one shares storage with
+    # (AOTAutograd plans aliased inputs differently).
+    storages: dict[int, int] = {}
+    for i, x in enumerate([*module_state(gm), *example_inputs]):
+        if isinstance(x, torch.Tensor):
+            ptr = x.untyped_storage().data_ptr()
+            alias = storages.setdefault(ptr, i) if ptr else i
+            h.update(f"in{i}:{_tensor_meta(x)}:alias{alias};".encode())
+        elif isinstance(x, (int, float, bool, str, type(None))):
+            h.update(f"in{i}:{type(x).__name__}:{x!r};".encode())
+        else:
+            return None
+    autocast = [(d, torch.get_autocast_dtype(d)) for d in torch._C._autocast_supported_devices()
+                if torch.is_autocast_enabled(d)]
+    h.update(f"grad={torch.is_grad_enabled()} autocast={autocast} "
+             f"det={torch.are_deterministic_algorithms_enabled()} torch={torch.__version__} "
+             f"src={_sources_hash()} {salt}".encode())
+    h.update(functorch_config.save_config())
+    return h.hexdigest()
+
+
+def _dir(root: str) -> str:
+    d = os.path.join(root, "aot")
+    if not os.path.isdir(d):
+        # Private like libtrn's cache (makedirs gives parents default modes).
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        os.makedirs(d, mode=0o700, exist_ok=True)
+    return d
+
+
+def load(root: str, key: str):
+    """The verified, unpickled entry for key, or None."""
+    path = os.path.join(_dir(root), key + ".bin")
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
+    except FileNotFoundError:
+        return None
+    head = len(MAGIC) + 65
+    digest = blob[len(MAGIC):head - 1]
+    payload = blob[head:]
+    if not blob.startswith(MAGIC) or hashlib.sha256(payload).hexdigest().encode() != digest:
+        # Never unpickle bytes that do not verify; the compile rewrites it.
+        metrics.add(warm_rejected=1)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return None
+    return pickle.loads(payload)
+
+
+def save(root: str, key: str, entry) -> bool:
+    try:
+        entry.pre_save()
+        with torch.utils._python_dispatch._disable_current_modes():
+            payload = pickle.dumps(entry)
+    except Exception as e:  # noqa: BLE001 - an unpicklable graph is simply not cached
+        metrics.add(warm_unsaved=1)
+        from .. import _logging
+        _logging.log(_logging.INFO, "compile", f"warm cache: graph not saved ({type(e).__name__}: {e})")
+        return False
+    d = _dir(root)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+        os.replace(tmp, os.path.join(d, key + ".bin"))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return True
+
+
+def load_compiled(root: str, key: str, gm: torch.fx.GraphModule):
+    """The compiled callable for a Dynamo graph from its warm entry, or None.
+    PyTorch's own loader rebuilds AOTAutograd's runtime wrappers around our
+    graphs (whose ``post_compile`` rebuilds the programs), with the
+    AOTAutograd config saved in the entry, as PyTorch's precompile path does:
+    AOTAutograd's set-up (fake copies of every input) is skipped too."""
+    from torch._functorch._aot_autograd.autograd_cache import create_fx_config
+
+    try:
+        entry = load(root, key)
+    except Exception as e:  # noqa: BLE001 - e.g. an entry pickled by another PyTorch
+        warnings.warn(f"neuron warm cache: cannot read entry {key[:12]}: {type(e).__name__}: {e}; recompiling")
+        return None
+    if entry is None or entry.guards_expr:  # static shapes only: no shape guards expected
+        return None
+    try:
+        fn = entry.wrap_post_compile([], entry.sanitized_aot_config, create_fx_config(None, None))
+    except Exception as e:  # noqa: BLE001
+        warnings.warn(f"neuron warm cache: entry {key[:12]} did not load: {type(e).__name__}: {e}; recompiling")
+        return None
+    metrics.add(warm_graphs=1)
+
+    # Dynamo's calling convention (what aot_module_simplified returns):
+    # positional inputs, after the graph's own parameters and buffers.
+    state = module_state(gm)
+
+    def forward(*runtime_args):
+        return fn([*state, *runtime_args])
+    return forward
+
+
+@contextlib.contextmanager
+def aot_cache(root: str, key: str, decompositions):
+    """While AOTAutograd compiles a graph that missed the warm cache: save
+    what it makes under our key in our directory. AOTAutograd is called
+    without decompositions; ``decompositions()`` builds the table here, on
+    a miss, when tracing needs it (a warm process never does)."""
+    from torch._functorch import config as functorch_config
+    from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
+    from torch._functorch._aot_autograd.schemas import AOTAutogradCacheInfo
+
+    def try_load(mod, args, aot_config, compiler_config_extra, local, remote, compile_region_name=None):
+        # load_compiled already looked: a miss, to be saved under our key.
+        info = AOTAutogradCacheInfo(key, time.time_ns(), forward_symints=[])
+        return None, dataclasses.replace(aot_config, cache_info=info, decompositions=decompositions())
+
+    def save_entry(cache_key, entry, remote):
+        save(root, cache_key, entry)
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(functorch_config.patch(
+            enable_autograd_cache=True, bundled_autograd_cache=True, force_non_lazy_backward_lowering=True))
+        stack.enter_context(_patch_static(AOTAutogradCache, "try_load", try_load))
+        stack.enter_context(_patch_static(AOTAutogradCache, "save", save_entry))
+        yield
+
+
+@contextlib.contextmanager
+def _patch_static(cls, name, fn):
+    old = cls.__dict__[name]
+    setattr(cls, name, staticmethod(fn))
+    try:
+        yield
+    finally:
+        setattr(cls, name, old)
