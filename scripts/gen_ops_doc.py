@@ -47,7 +47,8 @@ _UP = {"upsample_nearest1d": ["nn.functional.interpolate.nearest",
        "upsample_bilinear2d": ["nn.functional.interpolate.bilinear",
                                "nn.functional.upsample_bilinear"],
        "upsample_linear1d": ["nn.functional.interpolate.linear"],
-       "upsample_trilinear3d": ["nn.functional.interpolate.trilinear"]}
+       "upsample_trilinear3d": ["nn.functional.interpolate.trilinear"],
+       "upsample_bicubic2d": ["nn.functional.interpolate.bicubic"]}
 ALIASES.update(_UP)
 ALIASES.update({k + "_backward": [i + " (grad)" for i in v] for k, v in _UP.items()})
 ALIASES.update({
@@ -82,11 +83,16 @@ def conformance():
     """(OpInfo entries checked, exclusions, tolerances, dtypes) of the suite."""
     from torch.testing._internal.common_methods_invocations import op_db
     checked = set()
+    # A family may check entries of PyTorch's other OpInfo lists (the
+    # foreach_*_op_db ForeachFuncInfos): it names them in DB.
+    extra_db = []
     for path in sorted(CONFORMANCE.glob("ops_*.py")):
-        checked |= set(_load(path).OPS)
+        mod = _load(path)
+        checked |= set(mod.OPS)
+        extra_db += getattr(mod, "DB", [])
     excl = _load(CONFORMANCE / "exclusions.py")
     dtypes = _load(CONFORMANCE / "dtypes.py").DTYPES
-    entries = [op for op in op_db if op.name in checked]
+    entries = [op for op in [*op_db, *extra_db] if op.name in checked]
     return entries, excl, dtypes
 
 

@@ -1,8 +1,12 @@
 """Native random fills on neuron (libtrn random.c, csrc/NeuronRandom.cpp):
 no CPU fallback, the right distribution (moments, ranges, dtypes, strided
 outputs), reproducible from the device generator, successive draws differ,
-explicit generators, ATen's argument errors. The values are neuron's own
+explicit generators, ATen's argument errors; log_normal_, cauchy_ and
+geometric_ (quantiles and the moments that exist, independence of CPU's
+generator, rng state round trips). The values are neuron's own
 stream (like CUDA's), so they are compared to distributions, not to the CPU."""
+import math
+
 import pytest
 import torch
 
@@ -86,3 +90,71 @@ def test_argument_errors():
         t.random_(5, 2)
     with pytest.raises(RuntimeError, match="uniform_ expects to return"):
         t.uniform_(3, 1)
+
+
+# --- log_normal_, cauchy_, geometric_ (ops8a)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_log_normal_and_cauchy(dtype):
+    x = native(lambda: torch.empty(N, device="neuron", dtype=dtype).log_normal_(0.5, 0.25))
+    assert x.dtype == dtype
+    lx = x.cpu().double().log()
+    assert (x.cpu() > 0).all() and abs(lx.mean() - 0.5) < 0.01 and abs(lx.std() - 0.25) < 0.01
+    c = native(lambda: torch.empty(N, device="neuron", dtype=dtype).cauchy_(1.0, 2.0))
+    c = c.cpu().double()
+    # Quartiles of Cauchy(median, scale) are median -+ scale.
+    q = torch.quantile(c[:16384], torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
+    assert (q - torch.tensor([-1.0, 1.0, 3.0], dtype=torch.float64)).abs().max() < 0.15
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.float32,
+                                   torch.bfloat16, torch.float64])
+def test_geometric(dtype):
+    k = native(lambda: torch.empty(N, device="neuron", dtype=dtype).geometric_(0.25)).cpu()
+    assert k.dtype == dtype and k.min() >= 1
+    k = k.double()
+    assert torch.equal(k, k.round())
+    if dtype != torch.uint8:  # uint8 wraps the rare counts above 255, as ATen's cast
+        assert abs(k.mean() - 4.0) < 0.06 and abs(k.var() - 12.0) < 0.6
+    assert abs((k == 1).double().mean() - 0.25) < 0.01
+    b = native(lambda: torch.empty(64, device="neuron", dtype=torch.bool).geometric_(0.5)).cpu()
+    assert b.all()  # every count is >= 1
+
+
+def test_heavy_tail_seeding_state_and_strides():
+    base = torch.zeros(60, 80, device="neuron")
+    view = base.t()[::2]
+    torch.manual_seed(5)
+    native(lambda: view.log_normal_())
+    assert (base.t()[1::2] == 0).all().item() and (view > 0).all().item()
+    for op in (lambda t: t.log_normal_(), lambda t: t.cauchy_(), lambda t: t.geometric_(0.3)):
+        torch.manual_seed(7)
+        a = op(torch.empty(500, device="neuron")).cpu()
+        torch.manual_seed(7)
+        torch.rand(1000)  # CPU's generator moves; neuron's must not care
+        b = op(torch.empty(500, device="neuron")).cpu()
+        assert torch.equal(a, b)
+        c = op(torch.empty(500, device="neuron")).cpu()
+        assert not torch.equal(a, c)  # the device generator advanced
+        state = torch.neuron.get_rng_state()
+        d = op(torch.empty(500, device="neuron")).cpu()
+        torch.neuron.set_rng_state(state)
+        assert torch.equal(op(torch.empty(500, device="neuron")).cpu(), d)
+    g = torch.Generator(device="neuron").manual_seed(3)
+    x = torch.empty(64, device="neuron").cauchy_(generator=g).cpu()
+    g.manual_seed(3)
+    assert torch.equal(torch.empty(64, device="neuron").cauchy_(generator=g).cpu(), x)
+
+
+def test_heavy_tail_argument_errors():
+    t = torch.empty(4, device="neuron")
+    with pytest.raises(RuntimeError, match="log_normal_ expects std > 0.0"):
+        t.log_normal_(0, 0)
+    with pytest.raises(RuntimeError, match="cauchy_ expects sigma > 0.0"):
+        t.cauchy_(0, -1)
+    with pytest.raises(RuntimeError, match="geometric_ expects p to be in"):
+        t.geometric_(1.0)
+    with pytest.raises(RuntimeError, match="Cauchy distribution is a continuous"):
+        torch.empty(4, device="neuron", dtype=torch.int64).cauchy_()
+    with pytest.raises(RuntimeError, match="log_normal_"):
+        torch.empty(4, device="neuron", dtype=torch.int64).log_normal_()
+    assert math.isfinite(native(lambda: torch.empty(0, device="neuron").cauchy_()).sum().item())

@@ -35,7 +35,7 @@ static void test_elementwise(void) {
         ts[t] = (trn_foreach_tensor){o[t], a[t], b[t], c[t], sizes[t], 0.25 * (t + 1)};
     }
     // addcdiv with per-tensor scalars
-    trn_foreach_desc d = {TRN_FOREACH_ADDCDIV, TRN_DTYPE_F32, NT, ts, 1.0, NULL, TRN_DTYPE_F32, 2};
+    trn_foreach_desc d = {TRN_FOREACH_ADDCDIV, TRN_DTYPE_F32, NT, ts, 1.0, NULL, TRN_DTYPE_F32, 2, 0, 0};
     CHECK_OK(trn_foreach_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     double worst = 0;
@@ -46,14 +46,14 @@ static void test_elementwise(void) {
     // add List with alpha, in place into a
     for (int t = 0; t < NT; t++) ts[t] = (trn_foreach_tensor){a[t], a[t], b[t], NULL, sizes[t], 0};
     float keep0 = a[0][123456], b0 = b[0][123456];
-    d = (trn_foreach_desc){TRN_FOREACH_ADD, TRN_DTYPE_F32, NT, ts, -0.5, NULL, TRN_DTYPE_F32, 2};
+    d = (trn_foreach_desc){TRN_FOREACH_ADD, TRN_DTYPE_F32, NT, ts, -0.5, NULL, TRN_DTYPE_F32, 2, 0, 0};
     CHECK_OK(trn_foreach_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     CHECK(a[0][123456] == keep0 + -0.5f * b0);
     // mul by a scalar read from a "device" tensor when the task runs
     float factor = 3.0f;
     for (int t = 0; t < NT; t++) ts[t] = (trn_foreach_tensor){o[t], b[t], NULL, NULL, sizes[t], 0};
-    d = (trn_foreach_desc){TRN_FOREACH_MUL, TRN_DTYPE_F32, NT, ts, 1, &factor, TRN_DTYPE_F32, 2};
+    d = (trn_foreach_desc){TRN_FOREACH_MUL, TRN_DTYPE_F32, NT, ts, 1, &factor, TRN_DTYPE_F32, 2, 0, 0};
     CHECK_OK(trn_foreach_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     CHECK(o[1][3] == b[1][3] * 3.0f && o[0][149999] == b[0][149999] * 3.0f);
@@ -62,7 +62,7 @@ static void test_elementwise(void) {
     const double ords[3] = {2, 1, INFINITY};
     for (int k = 0; k < 3; k++) {
         for (int t = 0; t < NT; t++) ts[t] = (trn_foreach_tensor){&norms[t], b[t], NULL, NULL, sizes[t], 0};
-        d = (trn_foreach_desc){TRN_FOREACH_NORM, TRN_DTYPE_F32, NT, ts, 1, NULL, TRN_DTYPE_F32, ords[k]};
+        d = (trn_foreach_desc){TRN_FOREACH_NORM, TRN_DTYPE_F32, NT, ts, 1, NULL, TRN_DTYPE_F32, ords[k], 0, 0};
         CHECK_OK(trn_foreach_launch(g_stream, &d));
         CHECK_OK(trn_stream_synchronize(g_stream));
         for (int t = 0; t < NT; t++) {
@@ -77,12 +77,50 @@ static void test_elementwise(void) {
     }
     d.ord = 3;
     CHECK_INT(trn_foreach_launch(g_stream, &d), TRN_ERROR_UNSUPPORTED);
-    d = (trn_foreach_desc){TRN_FOREACH_ADD, TRN_DTYPE_I32, NT, ts, 1, NULL, TRN_DTYPE_F32, 2};
+    d = (trn_foreach_desc){TRN_FOREACH_ADD, TRN_DTYPE_I32, NT, ts, 1, NULL, TRN_DTYPE_F32, 2, 0, 0};
     CHECK_INT(trn_foreach_launch(g_stream, &d), TRN_ERROR_UNSUPPORTED);
     ts[1].a = NULL;
     d.dtype = TRN_DTYPE_F32;
     CHECK_INT(trn_foreach_launch(g_stream, &d), TRN_ERROR_INVALID_ARGUMENT);
     for (int t = 0; t < NT; t++) free(a[t]), free(b[t]), free(c[t]), free(o[t]);
+}
+
+static float r16(float v) { return trn_bf16_to_float(trn_float_to_bf16(v)); }
+
+// bfloat16 a - alpha * b as ATen's CPU sub: alpha rounded to bfloat16; in
+// each thread's range (70000 elements on 2 threads: two of 35000) the
+// vector body (32-element steps) rounds once, the last 35000 % 32 = 24
+// elements round alpha * b to bfloat16 first.
+static void test_add16_rounding(void) {
+    enum { N16 = 70000 };
+    uint16_t *a = malloc(N16 * 2), *b = malloc(N16 * 2), *o = malloc(N16 * 2);
+    unsigned s = 9;
+    for (int i = 0; i < N16; i++)
+        a[i] = trn_float_to_bf16((float)frand(&s)), b[i] = trn_float_to_bf16((float)frand(&s));
+    trn_foreach_tensor t = {o, a, b, NULL, N16, 0};
+    trn_foreach_desc d = {TRN_FOREACH_SUB, TRN_DTYPE_BF16, 1, &t, 0.7, NULL, TRN_DTYPE_F32, 2, 32, 2};
+    CHECK_OK(trn_foreach_launch(g_stream, &d));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    const float al = r16(-0.7f);
+    int bad = 0, differ = 0;
+    for (int i = 0; i < N16; i++) {
+        const float x = trn_bf16_to_float(a[i]), y = trn_bf16_to_float(b[i]);
+        const int tail = i % 35000 >= 35000 - 24;
+        const float body = r16(fmaf(al, y, x)), scal = r16(x + r16(al * y));
+        bad += trn_bf16_to_float(o[i]) != (tail ? scal : body);
+        differ += body != scal;
+    }
+    CHECK_INT(bad, 0);
+    CHECK(differ > 0);  // the two roundings do differ on these values
+    d.cpu_block = 0;  // no tail: every element rounds once
+    CHECK_OK(trn_foreach_launch(g_stream, &d));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    bad = 0;
+    for (int i = 0; i < N16; i++)
+        bad += trn_bf16_to_float(o[i]) !=
+               r16(fmaf(al, trn_bf16_to_float(b[i]), trn_bf16_to_float(a[i])));
+    CHECK_INT(bad, 0);
+    free(a), free(b), free(o);
 }
 
 // One Adam(W) step in double for element values (p, g, m, v, mx).
@@ -154,6 +192,7 @@ static void test_sgd(void) {
 int main(void) {
     CHECK_OK(trn_stream_get_default(0, &g_stream));
     test_elementwise();
+    test_add16_rounding();
     test_adam(0, 0);
     test_adam(1, 1);
     test_sgd();

@@ -1,5 +1,5 @@
 // test_random.c - the random fill kernel: moments of each distribution,
-// ranges, reproducibility from a seed (and independence of the thread
+// ranges (log-normal, Cauchy and geometric included), reproducibility from a seed (and independence of the thread
 // split), a different seed giving different values, argument errors.
 #include <math.h>
 #include <stdlib.h>
@@ -53,6 +53,65 @@ static void test_float_dists(void) {
     free(y);
 }
 
+// Log-normal: log(x) is normal(mean, std); Cauchy: median and quartiles
+// (it has no mean), every value finite in float64.
+static void test_heavy_tails(void) {
+    double *x = malloc(N * sizeof *x);
+    trn_random_desc ld = {TRN_RANDOM_LOG_NORMAL, TRN_DTYPE_F64, N, x, 0.5, 0.25, 0, 0, 3};
+    fill(&ld);
+    double s = 0, s2 = 0;
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        bad += !(x[i] > 0);
+        const double l = log(x[i]);
+        s += l, s2 += l * l;
+    }
+    CHECK_INT(bad, 0);
+    CHECK(fabs(s / N - 0.5) < 0.005 && fabs(s2 / N - 0.25 - 0.0625) < 0.005);
+    trn_random_desc cd = {TRN_RANDOM_CAUCHY, TRN_DTYPE_F64, N, x, 1.0, 2.0, 0, 0, 4};
+    fill(&cd);
+    int below = 0, q1 = 0, q3 = 0;
+    bad = 0;
+    for (int i = 0; i < N; i++) {
+        bad += !isfinite(x[i]);
+        below += x[i] < 1.0, q1 += x[i] < -1.0, q3 += x[i] < 3.0;  // quartiles: median -+ scale
+    }
+    CHECK_INT(bad, 0);
+    CHECK(fabs(below / (double)N - 0.5) < 0.01);
+    CHECK(fabs(q1 / (double)N - 0.25) < 0.01 && fabs(q3 / (double)N - 0.75) < 0.01);
+    // Scale and probability errors.
+    cd.b = 0;
+    CHECK_INT(trn_random_launch(g_stream, &cd), TRN_ERROR_INVALID_ARGUMENT);
+    ld.b = -1;
+    CHECK_INT(trn_random_launch(g_stream, &ld), TRN_ERROR_INVALID_ARGUMENT);
+    free(x);
+}
+
+// Geometric(p): values >= 1, mean 1/p, P(k = 1) = p; integer and float outputs.
+static void test_geometric(void) {
+    int32_t *k = malloc(N * sizeof *k);
+    trn_random_desc gd = {TRN_RANDOM_GEOMETRIC, TRN_DTYPE_I32, N, k, 0.25, 0, 0, 0, 9};
+    fill(&gd);
+    double s = 0;
+    int ones = 0, bad = 0;
+    for (int i = 0; i < N; i++) s += k[i], ones += k[i] == 1, bad += k[i] < 1;
+    CHECK_INT(bad, 0);
+    CHECK(fabs(s / N - 4.0) < 0.05 && fabs(ones / (double)N - 0.25) < 0.01);
+    float *f = malloc(N * sizeof *f);
+    gd.dtype = TRN_DTYPE_F32;
+    gd.out = f;
+    fill(&gd);
+    int same = 0;
+    for (int i = 0; i < N; i++) same += f[i] == (float)k[i];  // same seed, same draws
+    CHECK_INT(same, N);
+    gd.a = 1.0;
+    CHECK_INT(trn_random_launch(g_stream, &gd), TRN_ERROR_INVALID_ARGUMENT);
+    gd.a = 0.0;
+    CHECK_INT(trn_random_launch(g_stream, &gd), TRN_ERROR_INVALID_ARGUMENT);
+    free(k);
+    free(f);
+}
+
 static void test_discrete(void) {
     int64_t *k = malloc(N * sizeof *k);
     trn_random_desc d = {TRN_RANDOM_INTEGER, TRN_DTYPE_I64, N, k, 0, 0, -3, 7, 5};
@@ -88,5 +147,7 @@ int main(void) {
     CHECK_OK(trn_stream_get_default(0, &g_stream));
     test_float_dists();
     test_discrete();
+    test_heavy_tails();
+    test_geometric();
     return TEST_REPORT();
 }

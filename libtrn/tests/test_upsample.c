@@ -1,4 +1,4 @@
-// test_upsample.c - nearest / nearest-exact / bilinear source positions on
+// test_upsample.c - nearest / nearest-exact / bilinear / bicubic source positions on
 // hand-checked cases, the backward as the exact adjoint of the forward
 // (<up(x), g> == <x, up_backward(g)>) in float64, a bfloat16 run, and
 // argument errors.
@@ -99,6 +99,38 @@ static void test_backward_adjoint(void) {
     check_adjoint(TRN_UPSAMPLE_BILINEAR, 0, in3, out3);  // trilinear
     check_adjoint(TRN_UPSAMPLE_BILINEAR, 1, in3, out3);
     check_adjoint(TRN_UPSAMPLE_BILINEAR, 0, in3, down3);
+    check_adjoint(TRN_UPSAMPLE_BICUBIC, 0, in2, out2);
+    check_adjoint(TRN_UPSAMPLE_BICUBIC, 1, in2, out2);
+    check_adjoint(TRN_UPSAMPLE_BICUBIC, 0, in2, small2);
+}
+
+// Bicubic: the four weights sum to 1 (a constant stays constant), a linear
+// ramp is reproduced away from the clamped borders (Keys' kernel is exact
+// for linear data), and a 3-d request is refused.
+static void test_bicubic(void) {
+    double x[6 * 6], y[11 * 11];
+    for (int i = 0; i < 36; i++) x[i] = 2.5;
+    trn_upsample_desc d = {TRN_DTYPE_F64, TRN_UPSAMPLE_BICUBIC, 1, 1, {1, 6, 6}, {1, 11, 11},
+                           {0, 0, 0}, x, y};
+    CHECK_OK(trn_upsample_launch(g_stream, &d));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    double worst = 0;
+    for (int i = 0; i < 121; i++) worst = fmax(worst, fabs(y[i] - 2.5));
+    CHECK(worst < 1e-12);
+    for (int h = 0; h < 6; h++)
+        for (int w = 0; w < 6; w++) x[h * 6 + w] = 3.0 * w - h;
+    CHECK_OK(trn_upsample_launch(g_stream, &d));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    // align_corners 6 -> 11: output o sits at o / 2; rows / columns 2..8
+    // only read taps inside the input.
+    worst = 0;
+    for (int oh = 2; oh <= 8; oh++)
+        for (int ow = 2; ow <= 8; ow++)
+            worst = fmax(worst, fabs(y[oh * 11 + ow] - (3.0 * ow / 2 - oh / 2.0)));
+    CHECK(worst < 1e-12);
+    d.in_size[0] = d.out_size[0] = 2;
+    CHECK_INT(trn_upsample_launch(g_stream, &d), TRN_ERROR_INVALID_ARGUMENT);
+    trn_clear_error();
 }
 
 static void test_bf16(void) {
@@ -138,6 +170,7 @@ static void test_errors(void) {
 int main(void) {
     CHECK_OK(trn_stream_get_default(0, &g_stream));
     test_positions();
+    test_bicubic();
     test_backward_adjoint();
     test_bf16();
     test_errors();

@@ -102,15 +102,14 @@ ALLOWED_FALLBACKS = {
 
 # --- ops7a: group norm, RMS norm, upsampling, transposed conv, embedding_bag.
 EXCLUDED.update({
-    # F.interpolate's other modes use kernels outside the upsample family
-    # (upsample_bicubic2d, adaptive_avg_pool for "area"); they are not
-    # native yet and run on the CPU fallback.
-    ("nn.functional.interpolate", "bicubic", "*"): "bicubic upsampling runs on the CPU",
+    # F.interpolate's "area" mode is adaptive average pooling (another
+    # family's kernel), checked there.
     ("nn.functional.interpolate", "area", "*"): "area interpolation is adaptive pooling",
-    # Integer bilinear interpolation (uint8 images) has its own rounding
-    # rules in ATen; the native kernel is floating point, uint8 runs on the
+    # Integer bilinear / bicubic interpolation (uint8 images) has its own
+    # rounding rules in ATen; the native kernels are floating point, uint8 runs on the
     # CPU (values correct, recorded as a fallback).
     ("nn.functional.interpolate", "bilinear", torch.uint8): "uint8 bilinear runs on the CPU",
+    ("nn.functional.interpolate", "bicubic", torch.uint8): "uint8 bicubic runs on the CPU",
     ("nn.functional.upsample_bilinear", "", torch.uint8): "uint8 bilinear runs on the CPU",
     # oneDNN has no integer convolution (as for conv1d/2d/3d above).
     ("nn.functional.conv_transpose1d", "", torch.int64): "integer convolution runs on the CPU",
@@ -156,3 +155,16 @@ ALLOWED_FALLBACKS.update({
 RANDOM_SAMPLES = {
     "nn.functional.scaled_dot_product_attention": lambda s: s.kwargs.get("dropout_p", 0.0) > 0,
 }
+
+# --- ops8a: random fills whose OpInfo samples are values of the generator.
+# Neuron's stream is its own (as CUDA's), so these ops are checked for no
+# fallback, dtype and shape on every sample, and for ATen's argument errors
+# (test_error_inputs_match_cpu); tests/test_random*.py check distributions,
+# seeding and rng state.
+VALUE_FREE = {"uniform", "exponential", "cauchy", "geometric", "log_normal"}
+
+EXCLUDED.update({
+    # The elementwise pow kernel has no bool loop: PyTorch's per-tensor
+    # foreach loop runs aten::pow on the CPU fallback (values correct).
+    ("_foreach_pow", "", torch.bool): "bool pow runs on the CPU",
+})

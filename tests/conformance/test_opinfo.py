@@ -11,7 +11,8 @@ from torch.testing._internal.common_methods_invocations import op_db
 
 import torch_neuronx
 from .dtypes import DTYPES
-from .exclusions import ALLOWED_FALLBACKS, EXCLUDED, RANDOM_SAMPLES, TIE_ORDER_FREE, TOLERANCES
+from .exclusions import (ALLOWED_FALLBACKS, EXCLUDED, RANDOM_SAMPLES, TIE_ORDER_FREE, TOLERANCES,
+                         VALUE_FREE)
 
 # OpInfo names whose aten kernels are native on neuron: the union of the
 # OPS sets in this folder's ops_*.py files (one per kernel family).
@@ -109,6 +110,27 @@ def _compare_tie_free(op, sample, got, expected):
     torch.testing.assert_close(x.gather(dim, got_idx), x.gather(dim, exp_idx), equal_nan=True)
 
 
+def _compare_value_free(got, expected):
+    """Random fills: neuron draws from its own generator, so only what does
+    not depend on the stream is compared (tests/test_random*.py check the
+    distributions)."""
+    assert got.device.type == "neuron"
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+
+
+@pytest.mark.parametrize("op", [op for op in op_db if op.name in NATIVE & VALUE_FREE],
+                         ids=lambda op: op.name)
+def test_error_inputs_match_cpu(op):
+    """ATen's argument checks of the random fills, on neuron's kernels."""
+    n = 0
+    for ei in op.error_inputs("neuron"):
+        s = ei.sample_input
+        with pytest.raises(ei.error_type, match=ei.error_regex):
+            op(s.input, *s.args, **s.kwargs)
+        n += 1
+    assert n > 0
+
+
 def _tolerance(op, key):
     tol = TOLERANCES.get((op.name, op.variant_test_name, key))
     return {} if tol is None else {"atol": tol[0], "rtol": tol[1]}
@@ -135,7 +157,9 @@ def test_matches_cpu(op, dtype):
         fallbacks = [f for f in torch_neuronx.get_fallback_ops()
                      if f not in ALLOWED_FALLBACKS.get(op.name, ())]
         assert fallbacks == [], f"{op.name} fell back on {dtype}: {fallbacks}; {sample}"
-        if op.name in TIE_ORDER_FREE:
+        if op.name in VALUE_FREE:
+            _compare_value_free(got, expected)
+        elif op.name in TIE_ORDER_FREE:
             _compare_tie_free(op, sample, got, expected)
         else:
             torch.testing.assert_close(got, expected, check_device=False, equal_nan=True,
@@ -191,6 +215,7 @@ def test_gradients_match_cpu(op):
 
 
 def test_exclusions_are_used():
-    names = {(op.name, op.variant_test_name) for op in op_db}
+    from .ops_foreach import DB as FOREACH_DB  # ForeachFuncInfos (test_opinfo_foreach.py)
+    names = {(op.name, op.variant_test_name) for op in [*op_db, *FOREACH_DB]}
     for (name, variant, _dtype) in [*EXCLUDED, *TOLERANCES]:
         assert (name, variant) in names, f"stale exclusion {name}.{variant}"

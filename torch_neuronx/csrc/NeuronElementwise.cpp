@@ -518,7 +518,8 @@ bool clamp_run(Tensor &out, const Tensor &self, const std::optional<Scalar> &lo,
     // In-place clamping may not promote; the CPU path raises PyTorch's error.
     if (out.defined() && out.is_same(self) && rt != self.scalar_type())
         return false;
-    if (!supports(TRN_EW_CLAMP, rt))
+    // ATen has no bool clamp: the CPU path raises its NotImplementedError.
+    if (!supports(TRN_EW_CLAMP, rt) || rt == at::kBool)
         return false;
     Tensor s = self.scalar_type() == rt ? self : self.to(rt);
     TensorIterator iter = TensorIterator::unary_op(out, s);

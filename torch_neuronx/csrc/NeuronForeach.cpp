@@ -9,6 +9,8 @@
 // native on neuron too, so results and errors are PyTorch's.
 #include <ATen/Functions.h>
 #include <ATen/NativeFunctions.h>
+#include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -52,6 +54,19 @@ bool real(at::ArrayRef<Scalar> ss) {
         if (s.isComplex()) return false;
     return true;
 }
+// Scalars the kernel takes for `op`: real ones, and no bool operand of a
+// subtraction (ATen refuses it; the per-tensor loop raises its error).
+bool fast_scalar(trn_foreach_op op, const Scalar &s) {
+    return real(s) && !(op == TRN_FOREACH_SUB && s.isBoolean());
+}
+bool fast_scalar(trn_foreach_op op, at::ArrayRef<Scalar> ss) {
+    for (const Scalar &s : ss)
+        if (!fast_scalar(op, s)) return false;
+    return true;
+}
+// alpha on floating lists: real and not bool (ATen's alpha_check refuses a
+// bool alpha for non-bool results; the per-tensor loop raises its error).
+bool fast_alpha(const Scalar &a) { return real(a) && !a.isBoolean(); }
 
 // A one-element scalar operand: on the device it is read by the kernel (no
 // synchronization); on the CPU its value is taken now.
@@ -74,6 +89,14 @@ bool scalar_arg(const Tensor &t, const Tensor &like, ScalarArg &out) {
     out.ptr = t.const_data_ptr();
     out.dtype = *d;
     return true;
+}
+
+// Elements per vector step of ATen's CPU add for 16-bit floats (two
+// vectors of 16 lanes, 32 under AVX-512): libtrn reproduces where that
+// kernel's scalar tail rounds differently (trn_foreach_desc.cpu_block).
+int64_t cpu_add_block() {
+    static const int64_t block = at::get_cpu_capability() == "AVX512" ? 64 : 32;
+    return block;
 }
 
 // One launch: out[i] = op(self[i], b[i], c[i]; scalar_i).
@@ -101,6 +124,8 @@ void launch(trn_foreach_op op, TensorList self, TensorList b, TensorList c, Tens
         d.scalar_dtype = sarg->dtype;
     }
     d.ord = 2;
+    d.cpu_block = cpu_add_block();
+    d.cpu_threads = at::get_num_threads();
     TRN_CHECK(trn_foreach_launch(current_trn_stream(self[0].device().index()), &d));
     tracking::record_executed(name);
 }
@@ -127,27 +152,27 @@ std::vector<double> to_doubles(at::ArrayRef<Scalar> ss) {
 // self, Scalar
 #define FE_SCALAR(OP, KOP, SLOW)                                                              \
     std::vector<Tensor> OP##_scalar(TensorList self, const Scalar &s) {                        \
-        if (!fast_ok({self}) || !real(s)) return at::native::SLOW(self, s);                     \
+        if (!fast_ok({self}) || !fast_scalar(KOP, s)) return at::native::SLOW(self, s);         \
         auto out = empty_like_list(self);                                                      \
         launch(KOP, self, {}, {}, out, {s.toDouble()}, 1.0, nullptr, FE_NAME(OP, Scalar));     \
         return out;                                                                            \
     }                                                                                          \
     void OP##_scalar_(TensorList self, const Scalar &s) {                                      \
-        if (!fast_ok({self}) || !real(s)) return at::native::SLOW##_(self, s);                  \
+        if (!fast_ok({self}) || !fast_scalar(KOP, s)) return at::native::SLOW##_(self, s);      \
         launch(KOP, self, {}, {}, self, {s.toDouble()}, 1.0, nullptr, FE_NAME(OP##_, Scalar)); \
     }
 
 // self, Scalar[]
 #define FE_SCALARLIST(OP, KOP, SLOW)                                                          \
     std::vector<Tensor> OP##_scalarlist(TensorList self, at::ArrayRef<Scalar> s) {             \
-        if (!fast_ok({self}) || !real(s) || s.size() != self.size())                           \
+        if (!fast_ok({self}) || !fast_scalar(KOP, s) || s.size() != self.size())               \
             return at::native::SLOW(self, s);                                                   \
         auto out = empty_like_list(self);                                                      \
         launch(KOP, self, {}, {}, out, to_doubles(s), 1.0, nullptr, FE_NAME(OP, ScalarList));  \
         return out;                                                                            \
     }                                                                                          \
     void OP##_scalarlist_(TensorList self, at::ArrayRef<Scalar> s) {                           \
-        if (!fast_ok({self}) || !real(s) || s.size() != self.size())                           \
+        if (!fast_ok({self}) || !fast_scalar(KOP, s) || s.size() != self.size())               \
             return at::native::SLOW##_(self, s);                                                \
         launch(KOP, self, {}, {}, self, to_doubles(s), 1.0, nullptr, FE_NAME(OP##_, ScalarList)); \
     }
@@ -168,13 +193,13 @@ std::vector<double> to_doubles(at::ArrayRef<Scalar> ss) {
 // self, other[], alpha
 #define FE_LIST_ALPHA(OP, KOP, SLOW)                                                          \
     std::vector<Tensor> OP##_list(TensorList self, TensorList other, const Scalar &alpha) {    \
-        if (!fast_ok({self, other}) || !real(alpha)) return at::native::SLOW(self, other, alpha); \
+        if (!fast_ok({self, other}) || !fast_alpha(alpha)) return at::native::SLOW(self, other, alpha); \
         auto out = empty_like_list(self);                                                      \
         launch(KOP, self, other, {}, out, {}, alpha.toDouble(), nullptr, FE_NAME(OP, List));   \
         return out;                                                                            \
     }                                                                                          \
     void OP##_list_(TensorList self, TensorList other, const Scalar &alpha) {                  \
-        if (!fast_ok({self, other}) || !real(alpha)) return at::native::SLOW##_(self, other, alpha); \
+        if (!fast_ok({self, other}) || !fast_alpha(alpha)) return at::native::SLOW##_(self, other, alpha); \
         launch(KOP, self, other, {}, self, {}, alpha.toDouble(), nullptr, FE_NAME(OP##_, List)); \
     }
 
@@ -295,7 +320,7 @@ FE_POINTWISE(addcdiv, TRN_FOREACH_ADDCDIV, foreach_tensor_addcdiv)
 // add.Tensor has an alpha: self + alpha * other.
 std::vector<Tensor> add_tensor(TensorList self, const Tensor &other, const Scalar &alpha) {
     ScalarArg sa;
-    if (!fast_ok({self}) || !real(alpha) || !scalar_arg(other, self[0], sa))
+    if (!fast_ok({self}) || !fast_alpha(alpha) || !scalar_arg(other, self[0], sa))
         return at::native::foreach_tensor_add_tensor_kernel_slow(self, other, alpha);
     auto out = empty_like_list(self);
     launch(TRN_FOREACH_ADD, self, {}, {}, out, {sa.value}, alpha.toDouble(), &sa, "aten::_foreach_add.Tensor");
@@ -303,7 +328,7 @@ std::vector<Tensor> add_tensor(TensorList self, const Tensor &other, const Scala
 }
 void add_tensor_(TensorList self, const Tensor &other, const Scalar &alpha) {
     ScalarArg sa;
-    if (!fast_ok({self}) || !real(alpha) || !scalar_arg(other, self[0], sa))
+    if (!fast_ok({self}) || !fast_alpha(alpha) || !scalar_arg(other, self[0], sa))
         return at::native::foreach_tensor_add_tensor_kernel_slow_(self, other, alpha);
     launch(TRN_FOREACH_ADD, self, {}, {}, self, {sa.value}, alpha.toDouble(), &sa, "aten::_foreach_add_.Tensor");
 }

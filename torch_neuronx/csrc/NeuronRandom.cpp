@@ -1,5 +1,5 @@
 // NeuronRandom.cpp - in-place random fills on neuron (uniform_, normal_,
-// bernoulli_(p), exponential_, random_), run by libtrn's counter-based
+// bernoulli_(p), exponential_, random_, log_normal_, cauchy_, geometric_), run by libtrn's counter-based
 // random kernel (trn/random.h). Each call draws one 64-bit seed from the
 // device's generator (default or given), so torch.manual_seed /
 // torch.neuron.manual_seed reproduce the values, devices have independent
@@ -86,6 +86,31 @@ Tensor &exponential_(Tensor &self, double lambd, std::optional<at::Generator> ge
     return run(self, TRN_RANDOM_EXPONENTIAL, lambd, 0, 0, 0, gen, "aten::exponential_");
 }
 
+Tensor &log_normal_(Tensor &self, double mean, double std, std::optional<at::Generator> gen) {
+    TORCH_CHECK(std > 0.0, "log_normal_ expects std > 0.0, but found std=", std);
+    if (!is_float_dtype(self))
+        return fallback<at::_ops::log_normal_>(self, mean, std, gen);
+    return run(self, TRN_RANDOM_LOG_NORMAL, mean, std, 0, 0, gen, "aten::log_normal_");
+}
+
+Tensor &cauchy_(Tensor &self, double median, double sigma, std::optional<at::Generator> gen) {
+    TORCH_CHECK(sigma > 0.0, "cauchy_ expects sigma > 0.0, but found sigma=", sigma);
+    TORCH_CHECK(at::isFloatingType(self.scalar_type()),
+                "Cauchy distribution is a continuous probability distribution. dtype must be a "
+                "floating point but you specified ", self.dtype());
+    if (!is_float_dtype(self))
+        return fallback<at::_ops::cauchy_>(self, median, sigma, gen);
+    return run(self, TRN_RANDOM_CAUCHY, median, sigma, 0, 0, gen, "aten::cauchy_");
+}
+
+// Any real dtype: the number of trials (>= 1) is stored as an integer.
+Tensor &geometric_(Tensor &self, double p, std::optional<at::Generator> gen) {
+    TORCH_CHECK(0 < p && p < 1, "geometric_ expects p to be in (0, 1), but got p=", p);
+    if (!native_dtype(self.scalar_type()) || self.is_complex())
+        return fallback<at::_ops::geometric_>(self, p, gen);
+    return run(self, TRN_RANDOM_GEOMETRIC, p, 0, 0, 0, gen, "aten::geometric_");
+}
+
 Tensor &bernoulli_float(Tensor &self, double p, std::optional<at::Generator> gen) {
     TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
     if (!native_dtype(self.scalar_type()) || self.is_complex())
@@ -147,6 +172,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl("normal_", TORCH_FN(normal_));
     m.impl("exponential_", TORCH_FN(exponential_));
     m.impl("bernoulli_.float", TORCH_FN(bernoulli_float));
+    m.impl("log_normal_", TORCH_FN(log_normal_));
+    m.impl("cauchy_", TORCH_FN(cauchy_));
+    m.impl("geometric_", TORCH_FN(geometric_));
     m.impl("random_.from", TORCH_FN(random_from));
     m.impl("random_.to", TORCH_FN(random_to));
     m.impl("random_", TORCH_FN(random_default));

@@ -1,14 +1,14 @@
 // NeuronUpsample.cpp - upsampling on neuron: upsample_nearest{1,2,3}d,
-// _upsample_nearest_exact{1,2,3}d, upsample_linear1d, upsample_bilinear2d and
-// upsample_trilinear3d, with their backwards, run by libtrn's upsample
+// _upsample_nearest_exact{1,2,3}d, upsample_linear1d, upsample_bilinear2d,
+// upsample_bicubic2d and upsample_trilinear3d, with their backwards, run by libtrn's upsample
 // kernels (trn/upsample.h). F.interpolate
 // and nn.Upsample reach them through the CompositeImplicit .vec overloads,
 // which compute the output size and pass the scale factors on.
 //
 // Shapes and errors follow PyTorch CPU's checks; operands are made contiguous
 // (a native copy) before their pointers reach libtrn, and outputs take the
-// input's memory format back. Nearest forward takes every dtype; bilinear
-// and the backwards are floating point, other dtypes go to the CPU fallback.
+// input's memory format back. Nearest forward takes every dtype; bilinear,
+// bicubic and the backwards are floating point, other dtypes go to the CPU fallback.
 #include <ATen/Functions.h>
 #include <ATen/Operators.h>
 #include <ATen/native/CPUFallback.h>
@@ -176,6 +176,24 @@ Tensor upsample_bilinear2d_backward(const Tensor &g, c10::SymIntArrayRef out,
     return fallback_sym<at::_ops::upsample_bilinear2d_backward>(g, out, in, align, sh, sw);
 }
 
+// Bicubic 2-d (antialias=False; F.interpolate's antialias=True is
+// _upsample_bicubic2d_aa, which stays on the CPU fallback).
+Tensor upsample_bicubic2d(const Tensor &self, c10::SymIntArrayRef out, bool align, Scale sh,
+                          Scale sw) {
+    if (auto r = up_forward(self, ints(out), {sh, sw}, TRN_UPSAMPLE_BICUBIC, align,
+                            "aten::upsample_bicubic2d"))
+        return *r;
+    return fallback_sym<at::_ops::upsample_bicubic2d>(self, out, align, sh, sw);
+}
+
+Tensor upsample_bicubic2d_backward(const Tensor &g, c10::SymIntArrayRef out,
+                                   c10::SymIntArrayRef in, bool align, Scale sh, Scale sw) {
+    if (auto r = up_backward(g, ints(out), ints(in), {sh, sw}, TRN_UPSAMPLE_BICUBIC, align,
+                             "aten::upsample_bicubic2d_backward"))
+        return *r;
+    return fallback_sym<at::_ops::upsample_bicubic2d_backward>(g, out, in, align, sh, sw);
+}
+
 // Linear 1-d is the bilinear kernel with a height of 1 (in and out).
 Tensor upsample_linear1d(const Tensor &self, c10::SymIntArrayRef out, bool align, Scale s) {
     if (auto r = up_forward(self, ints(out), {s}, TRN_UPSAMPLE_BILINEAR, align,
@@ -221,6 +239,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     REG(_upsample_nearest_exact2d)
     REG(_upsample_nearest_exact3d)
     REG(upsample_bilinear2d)
+    REG(upsample_bicubic2d)
     REG(upsample_linear1d)
     REG(upsample_trilinear3d)
 #undef REG

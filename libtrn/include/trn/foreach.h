@@ -71,6 +71,13 @@ typedef struct trn_foreach_desc {
     const void *scalar_tensor;
     trn_dtype scalar_dtype;
     double ord;       // NORM: 1, 2 or INFINITY
+    // ADD / SUB on F16 / BF16 round as ATen's CPU add does (alpha and a
+    // scalar operand rounded to the 16-bit type; a + alpha * b rounded once in its
+    // vectorized body, alpha * b rounded to 16 bits first in its scalar
+    // tail). cpu_block: elements per step of that body (2 vectors), 0 for
+    // "no tail"; cpu_threads: the CPU thread count splitting its range.
+    int64_t cpu_block;
+    int cpu_threads;
 } trn_foreach_desc;
 
 int trn_foreach_supports(trn_foreach_op op, trn_dtype dtype);

@@ -27,13 +27,17 @@ typedef enum trn_random_dist {
     TRN_RANDOM_BERNOULLI = 2,    // 1 with probability a, else 0
     TRN_RANDOM_EXPONENTIAL = 3,  // rate a: -log(1 - u) / a
     TRN_RANDOM_INTEGER = 4,      // from + (hash mod range), range >= 1
+    TRN_RANDOM_LOG_NORMAL = 5,   // exp(normal(mean a, standard deviation b)), b > 0
+    TRN_RANDOM_CAUCHY = 6,       // median a, scale b > 0: a + b * tan(pi * (u - 1/2))
+    TRN_RANDOM_GEOMETRIC = 7,    // success probability a in (0, 1): trials to the first, >= 1
     TRN_RANDOM_DIST_COUNT
 } trn_random_dist;
 
-// out: n contiguous elements. UNIFORM, NORMAL and EXPONENTIAL need a
-// floating dtype (F16, BF16, F32, F64); BERNOULLI and INTEGER write any
-// dtype but bool-only for INTEGER ranges beyond {0, 1} are the caller's
-// check. Floating values are generated in double and rounded once.
+// out: n contiguous elements. UNIFORM, NORMAL, EXPONENTIAL, LOG_NORMAL and
+// CAUCHY need a floating dtype (F16, BF16, F32, F64); BERNOULLI, INTEGER and
+// GEOMETRIC write any dtype but bool-only for INTEGER ranges beyond {0, 1}
+// are the caller's check. Floating values are generated in double and
+// rounded once.
 typedef struct trn_random_desc {
     trn_random_dist dist;
     trn_dtype dtype;

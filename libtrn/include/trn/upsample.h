@@ -1,5 +1,5 @@
 // trn/upsample.h - nearest (1-d/2-d/3-d, legacy and "exact") and linear
-// (linear 1-d, bilinear 2-d, trilinear 3-d) upsampling / interpolation
+// (linear 1-d, bilinear 2-d, trilinear 3-d) and bicubic 2-d upsampling / interpolation
 // kernels, forward and backward.
 //
 // Owned by the upsample family (libtrn/src/kernels/upsample.c). The C++
@@ -17,6 +17,10 @@
 //                  src = max((o + 0.5) * scale - 0.5, 0); the two taps are
 //                  floor(src) and the next one (clamped), weighted by the
 //                  distances.
+//   BICUBIC        src as BILINEAR but not clamped at 0; taps floor(src) - 1
+//                  .. + 2 clamped to the input, Keys' weights (A = -0.75) of
+//                  the fraction; the forward rounds the weights to 16-bit
+//                  dtypes first (as ATen's CPU kernel stores them).
 // Dtypes: F16, BF16, F32, F64; the nearest forward (pure data movement) also
 // takes every other dtype of 1, 2, 4 or 8 bytes. Arithmetic is float32 for 16-bit and float32
 // data and double for float64; the backward accumulates each plane's
@@ -38,12 +42,13 @@ typedef enum trn_upsample_mode {
     TRN_UPSAMPLE_NEAREST,
     TRN_UPSAMPLE_NEAREST_EXACT,
     TRN_UPSAMPLE_BILINEAR,  // linear in d, h and w (bi-/trilinear)
+    TRN_UPSAMPLE_BICUBIC,   // cubic in h and w (d sizes must be 1); floating dtypes
 } trn_upsample_mode;
 
 typedef struct trn_upsample_desc {
     trn_dtype dtype;
     trn_upsample_mode mode;
-    int align_corners;              // BILINEAR only
+    int align_corners;              // BILINEAR and BICUBIC
     int64_t planes;
     int64_t in_size[3], out_size[3];  // d, h, w; each >= 1 (planes may be 0)
     double scales[3];               // d, h, w: scale factor, or <= 0 for none

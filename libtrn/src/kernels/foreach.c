@@ -87,6 +87,46 @@ static double read_scalar(trn_dtype d, const void *p) {
     }
 }
 
+// ---- 16-bit add / sub, rounded as ATen's CPU kernel ---------------------------------
+// ATen's range grain: smaller ranges run on one thread (at::internal::GRAIN_SIZE).
+enum { ATEN_GRAIN = 32768 };
+
+// Whether element j of an n-element tensor lies in the scalar tail of
+// ATen's CPU loop: its range is split over threads in equal chunks (when n
+// reaches the grain) and each chunk runs `block` elements per vector step,
+// leaving len % block elements to the scalar loop.
+static int cpu_tail(int64_t j, int64_t n, int64_t block, int threads) {
+    if (block <= 0) return 0;
+    int64_t start = 0, len = n;
+    if (n >= ATEN_GRAIN && threads > 1) {
+        int64_t nt = (n + ATEN_GRAIN - 1) / ATEN_GRAIN;
+        if (nt > threads) nt = threads;
+        const int64_t cs = (n + nt - 1) / nt;
+        start = j / cs * cs;
+        len = n - start < cs ? n - start : cs;
+    }
+    return j - start >= len - len % block;
+}
+
+static float round16(trn_dtype d, float v) {
+    return d == TRN_DTYPE_F16 ? trn_half_to_float(trn_float_to_half(v))
+                              : trn_bf16_to_float(trn_float_to_bf16(v));
+}
+
+// x[i] += alpha * y[i] for elements first .. first + n - 1 of tensor t. A
+// scalar y (no b list) is rounded to the 16-bit type first, as ATen casts a
+// scalar operand of add / sub to the tensors' type.
+static void add16(const trn_foreach_desc *d, const trn_foreach_tensor *t, int64_t first,
+                  float *x, const float *y, int64_t n) {
+    const float alpha = round16(d->dtype, (float)(d->op == TRN_FOREACH_SUB ? -d->alpha : d->alpha));
+    for (int64_t i = 0; i < n; i++) {
+        const float v = t->b ? y[i] : round16(d->dtype, y[i]);
+        x[i] = cpu_tail(first + i, t->n, d->cpu_block, d->cpu_threads)
+                   ? x[i] + round16(d->dtype, alpha * v)
+                   : fmaf(alpha, v, x[i]);
+    }
+}
+
 // ---- elementwise ops ----------------------------------------------------------------
 typedef struct fe_run {
     const trn_foreach_desc *d;
@@ -97,12 +137,12 @@ typedef struct fe_run {
 } fe_run;
 
 // x: a (in place result), y: b or scalar broadcast, z: c; n <= BLK.
-#define DEFINE_OPS(N, C, SQRT, EXP, POW, FABS)                                              \
+#define DEFINE_OPS(N, C, SQRT, EXP, POW, FABS, FMA)                                              \
     static void op_##N(trn_foreach_op op, C *x, const C *y, const C *z, C s, C alpha,     \
                        int64_t n) {                                                        \
         switch (op) {                                                                      \
-        case TRN_FOREACH_ADD: for (int64_t i = 0; i < n; i++) x[i] = x[i] + alpha * y[i]; break; \
-        case TRN_FOREACH_SUB: for (int64_t i = 0; i < n; i++) x[i] = x[i] - alpha * y[i]; break; \
+        case TRN_FOREACH_ADD: for (int64_t i = 0; i < n; i++) x[i] = FMA(alpha, y[i], x[i]); break; \
+        case TRN_FOREACH_SUB: for (int64_t i = 0; i < n; i++) x[i] = FMA(-alpha, y[i], x[i]); break; \
         case TRN_FOREACH_MUL: for (int64_t i = 0; i < n; i++) x[i] = x[i] * y[i]; break;    \
         case TRN_FOREACH_DIV: for (int64_t i = 0; i < n; i++) x[i] = x[i] / y[i]; break;    \
         case TRN_FOREACH_MAXIMUM:                                                          \
@@ -149,6 +189,7 @@ typedef struct fe_run {
         const C s = (C)(r->has_override ? r->scalar_override : t->scalar);                 \
         const C alpha = (C)d->alpha;                                                       \
         const int unary = d->op >= TRN_FOREACH_SQRT;                                       \
+        const int sixteen = d->dtype == TRN_DTYPE_F16 || d->dtype == TRN_DTYPE_BF16;       \
         for (int64_t b = ch->begin; b < ch->end; b += BLK) {                               \
             const int64_t n = ch->end - b < BLK ? ch->end - b : BLK;                       \
             if (d->op == TRN_FOREACH_ZERO) {                                               \
@@ -161,7 +202,11 @@ typedef struct fe_run {
                 else for (int64_t i = 0; i < n; i++) y[i] = s;                             \
             }                                                                              \
             if (t->c) ld_##N(d->dtype, t->c, b, n, z);                                     \
-            op_##N(d->op, x, y, t->c ? z : NULL, s, alpha, n);                             \
+            /* sixteen is never set in the double instance: the casts are no-ops there */ \
+            if (sixteen && (d->op == TRN_FOREACH_ADD || d->op == TRN_FOREACH_SUB))          \
+                add16(d, t, b, (float *)(void *)x, (const float *)(const void *)y, n);     \
+            else                                                                           \
+                op_##N(d->op, x, y, t->c ? z : NULL, s, alpha, n);                         \
             st_##N(d->dtype, t->out, b, n, x);                                             \
         }                                                                                  \
     }                                                                                      \
@@ -191,8 +236,8 @@ typedef struct fe_run {
         return acc;                                                                        \
     }
 
-DEFINE_OPS(f, float, sqrtf, expf, powf, fabsf)
-DEFINE_OPS(d, double, sqrt, exp, pow, fabs)
+DEFINE_OPS(f, float, sqrtf, expf, powf, fabsf, fmaf)
+DEFINE_OPS(d, double, sqrt, exp, pow, fabs, fma)
 
 static void fe_piece(void *ctx, int64_t c0, int64_t c1) {
     const fe_run *r = ctx;
@@ -236,6 +281,50 @@ static void acc_free(acc_list *a) {
     for (int64_t k = a->begun - 1; k >= 0; k--) trn__mem_access_end(a->p[k], a->n[k]);
     free(a->p);
     free(a->n);
+}
+
+// ---- shared launch / task steps -----------------------------------------------------------
+// Launches `task` on `args` (a descriptor copy) after copying the descriptor's
+// tensor array (count elements of elem bytes) to the heap: the pointer at
+// tensors_field is set to the copy, which the task frees. A failed launch
+// frees it here, except under NEURON_LAUNCH_BLOCKING, where a failure is
+// the task's own result (it ran, and freed the copy).
+static trn_status launch_list(trn_stream *stream, trn_status (*task)(void *), void *args,
+                              size_t args_size, void *tensors_field, int64_t count, size_t elem,
+                              const char *fn) {
+    void *copy = malloc((size_t)count * elem);
+    if (copy == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    const void *src;
+    memcpy(&src, tensors_field, sizeof src);
+    memcpy(copy, src, (size_t)count * elem);
+    memcpy(tensors_field, &copy, sizeof copy);
+    trn_status st = trn_stream_launch(stream, task, args, args_size);
+    if (st != TRN_SUCCESS && !trn__config_get()->launch_blocking) free(copy);
+    return st;
+}
+
+typedef struct opt_run {
+    const void *d;
+    const fe_chunk *chunks;
+    float scale;  // grad_scale's value
+    int has_scale;
+} opt_run;
+
+// The optimizer tasks' step once their memory is open: nothing when
+// found_inf is set (a skipped step, as PyTorch), else `piece` over the chunks
+// of the tensor list.
+static trn_status opt_run_chunks(const void *d, int64_t count, int64_t (*numel)(const void *, int64_t),
+                                 const void *tensors, const float *grad_scale,
+                                 const float *found_inf, void (*piece)(void *, int64_t, int64_t),
+                                 const char *what) {
+    if (found_inf && *found_inf != 0.0f) return TRN_SUCCESS;
+    int64_t nchunks = 0;
+    fe_chunk *chunks = make_chunks(count, numel, tensors, &nchunks);
+    if (chunks == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "%s: out of host memory", what);
+    opt_run run = {d, chunks, grad_scale ? *grad_scale : 1.0f, grad_scale != NULL};
+    trn_parallel_for(nchunks, 1, piece, &run);
+    free(chunks);
+    return TRN_SUCCESS;
 }
 
 // ---- foreach launch --------------------------------------------------------------------
@@ -351,29 +440,17 @@ trn_status trn_foreach_launch(trn_stream *stream, const trn_foreach_desc *d) {
                                   (long long)t);
     }
     if (d->count == 0) return TRN_SUCCESS;
-    trn_foreach_tensor *copy = malloc((size_t)d->count * sizeof *copy);
-    if (copy == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_foreach_launch: out of host memory");
-    memcpy(copy, d->tensors, (size_t)d->count * sizeof *copy);
     fe_args a;
     memset(&a, 0, sizeof a);
     a.d = *d;
-    a.d.tensors = copy;
-    st = trn_stream_launch(stream, fe_task, &a, sizeof a);
-    if (st != TRN_SUCCESS) free(copy);
-    return st;
+    return launch_list(stream, fe_task, &a, sizeof a, &a.d.tensors, d->count, sizeof *d->tensors,
+                       "trn_foreach_launch");
 }
 
 // ---- fused Adam / AdamW ------------------------------------------------------------------
 typedef struct adam_args {
     trn_fused_adam_desc d;  // d.tensors: heap copy, freed by the task
 } adam_args;
-
-typedef struct opt_run {
-    const void *d;
-    const fe_chunk *chunks;
-    float scale;  // grad_scale's value
-    int has_scale;
-} opt_run;
 
 static int64_t adam_numel(const void *arr, int64_t t) { return ((const trn_fused_adam_tensor *)arr)[t].n; }
 static int64_t sgd_numel(const void *arr, int64_t t) { return ((const trn_fused_sgd_tensor *)arr)[t].n; }
@@ -446,7 +523,6 @@ static trn_status adam_task(void *args) {
     const size_t es = trn_dtype_size(d->dtype);
     acc_list acc;
     trn_status st = TRN_SUCCESS;
-    fe_chunk *chunks = NULL;
     if (!acc_init(&acc, 6 * d->count + 2)) {
         st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "fused adam: out of host memory");
         goto out;
@@ -464,18 +540,10 @@ static trn_status adam_task(void *args) {
     acc_add(&acc, d->grad_scale, sizeof(float));
     acc_add(&acc, d->found_inf, sizeof(float));
     st = acc_begin(&acc);
-    if (st != TRN_SUCCESS) goto out;
-    if (d->found_inf && *d->found_inf != 0.0f) goto out;  // skipped step, as PyTorch
-    int64_t nchunks = 0;
-    chunks = make_chunks(d->count, adam_numel, d->tensors, &nchunks);
-    if (chunks == NULL) {
-        st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "fused adam: out of host memory");
-        goto out;
-    }
-    opt_run run = {d, chunks, d->grad_scale ? *d->grad_scale : 1.0f, d->grad_scale != NULL};
-    trn_parallel_for(nchunks, 1, adam_piece, &run);
+    if (st == TRN_SUCCESS)
+        st = opt_run_chunks(d, d->count, adam_numel, d->tensors, d->grad_scale, d->found_inf,
+                            adam_piece, "fused adam");
 out:
-    free(chunks);
     acc_free(&acc);
     free((void *)d->tensors);
     return st;
@@ -495,16 +563,11 @@ trn_status trn_fused_adam_launch(trn_stream *stream, const trn_fused_adam_desc *
                                   (long long)t);
     }
     if (d->count == 0) return TRN_SUCCESS;
-    trn_fused_adam_tensor *copy = malloc((size_t)d->count * sizeof *copy);
-    if (copy == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_fused_adam_launch: out of host memory");
-    memcpy(copy, d->tensors, (size_t)d->count * sizeof *copy);
     adam_args a;
     memset(&a, 0, sizeof a);
     a.d = *d;
-    a.d.tensors = copy;
-    st = trn_stream_launch(stream, adam_task, &a, sizeof a);
-    if (st != TRN_SUCCESS) free(copy);
-    return st;
+    return launch_list(stream, adam_task, &a, sizeof a, &a.d.tensors, d->count, sizeof *d->tensors,
+                       "trn_fused_adam_launch");
 }
 
 // ---- fused SGD -----------------------------------------------------------------------------
@@ -562,7 +625,6 @@ static trn_status sgd_task(void *args) {
     const size_t es = trn_dtype_size(d->dtype);
     acc_list acc;
     trn_status st = TRN_SUCCESS;
-    fe_chunk *chunks = NULL;
     if (!acc_init(&acc, 3 * d->count + 2)) {
         st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "fused sgd: out of host memory");
         goto out;
@@ -577,18 +639,10 @@ static trn_status sgd_task(void *args) {
     acc_add(&acc, d->grad_scale, sizeof(float));
     acc_add(&acc, d->found_inf, sizeof(float));
     st = acc_begin(&acc);
-    if (st != TRN_SUCCESS) goto out;
-    if (d->found_inf && *d->found_inf != 0.0f) goto out;
-    int64_t nchunks = 0;
-    chunks = make_chunks(d->count, sgd_numel, d->tensors, &nchunks);
-    if (chunks == NULL) {
-        st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "fused sgd: out of host memory");
-        goto out;
-    }
-    opt_run run = {d, chunks, d->grad_scale ? *d->grad_scale : 1.0f, d->grad_scale != NULL};
-    trn_parallel_for(nchunks, 1, sgd_piece, &run);
+    if (st == TRN_SUCCESS)
+        st = opt_run_chunks(d, d->count, sgd_numel, d->tensors, d->grad_scale, d->found_inf,
+                            sgd_piece, "fused sgd");
 out:
-    free(chunks);
     acc_free(&acc);
     free((void *)d->tensors);
     return st;
@@ -606,14 +660,9 @@ trn_status trn_fused_sgd_launch(trn_stream *stream, const trn_fused_sgd_desc *d)
                                   (long long)t);
     }
     if (d->count == 0) return TRN_SUCCESS;
-    trn_fused_sgd_tensor *copy = malloc((size_t)d->count * sizeof *copy);
-    if (copy == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_fused_sgd_launch: out of host memory");
-    memcpy(copy, d->tensors, (size_t)d->count * sizeof *copy);
     sgd_args a;
     memset(&a, 0, sizeof a);
     a.d = *d;
-    a.d.tensors = copy;
-    st = trn_stream_launch(stream, sgd_task, &a, sizeof a);
-    if (st != TRN_SUCCESS) free(copy);
-    return st;
+    return launch_list(stream, sgd_task, &a, sizeof a, &a.d.tensors, d->count, sizeof *d->tensors,
+                       "trn_fused_sgd_launch");
 }

@@ -26,10 +26,20 @@ static inline uint64_t mix(uint64_t seed, uint64_t i) {
 
 // Uniform in [0, 1) with 53 random bits.
 static inline double unit(uint64_t h) { return (double)(h >> 11) * 0x1p-53; }
+// Uniform in the open interval (0, 1): the midpoints of unit()'s steps, so
+// log() and tan(pi * (u - 1/2)) never see an endpoint.
+static inline double open_unit(uint64_t h) { return ((double)(h >> 11) + 0.5) * 0x1p-53; }
+
+// Geometric trials, clamped so that the integer conversion stays defined
+// for p near 0 (2^62 trials is far beyond any reachable count).
+static int64_t geometric(uint64_t h, double p) {
+    const double k = ceil(log(open_unit(h)) / log1p(-p));
+    return k < 0x1p62 ? (int64_t)k : (int64_t)1 << 62;
+}
 
 static void store_int(trn_dtype d, void *p, int64_t i, int64_t v) {
     switch (d) {
-    case TRN_DTYPE_BOOL:
+    case TRN_DTYPE_BOOL: ((uint8_t *)p)[i] = v != 0; break;  // geometric counts > 1 too
     case TRN_DTYPE_U8:
     case TRN_DTYPE_I8: ((uint8_t *)p)[i] = (uint8_t)v; break;
     case TRN_DTYPE_I16: ((int16_t *)p)[i] = (int16_t)v; break;
@@ -43,12 +53,15 @@ static double sample(const trn_random_desc *d, int64_t i) {
     const uint64_t h = mix(d->seed, (uint64_t)i);
     switch (d->dist) {
     case TRN_RANDOM_UNIFORM: return d->a + (d->b - d->a) * unit(h);
-    case TRN_RANDOM_NORMAL: {
+    case TRN_RANDOM_NORMAL:
+    case TRN_RANDOM_LOG_NORMAL: {
         const double u1 = 1.0 - unit(mix(d->seed, 2 * (uint64_t)i));  // (0, 1]
         const double u2 = unit(mix(d->seed, 2 * (uint64_t)i + 1));
-        return d->a + d->b * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+        const double z = d->a + d->b * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+        return d->dist == TRN_RANDOM_NORMAL ? z : exp(z);
     }
     case TRN_RANDOM_EXPONENTIAL: return -log1p(-unit(h)) / d->a;
+    case TRN_RANDOM_CAUCHY: return d->a + d->b * tan(3.141592653589793 * (open_unit(h) - 0.5));
     default: return 0.0;
     }
 }
@@ -62,6 +75,9 @@ static void rand_piece(void *ctx, int64_t b, int64_t e) {
         for (int64_t i = b; i < e; i++)
             store_int(d->dtype, d->out, i,
                       d->from + (int64_t)(mix(d->seed, (uint64_t)i) % d->range));
+    } else if (d->dist == TRN_RANDOM_GEOMETRIC) {
+        for (int64_t i = b; i < e; i++)
+            store_int(d->dtype, d->out, i, geometric(mix(d->seed, (uint64_t)i), d->a));
     } else if (d->dtype == TRN_DTYPE_F32) {
         float *o = d->out;
         const float hi = (float)d->b, lo = (float)d->a;
@@ -101,7 +117,8 @@ trn_status trn_random_launch(trn_stream *stream, const trn_random_desc *d) {
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_random_launch: invalid distribution or dtype");
     const int fl = d->dist == TRN_RANDOM_UNIFORM || d->dist == TRN_RANDOM_NORMAL ||
-                   d->dist == TRN_RANDOM_EXPONENTIAL;
+                   d->dist == TRN_RANDOM_EXPONENTIAL || d->dist == TRN_RANDOM_LOG_NORMAL ||
+                   d->dist == TRN_RANDOM_CAUCHY;
     if (fl && !is_float(d->dtype))
         return trn__set_error(TRN_ERROR_UNSUPPORTED,
                               "trn_random_launch: this distribution needs a floating dtype, got %s",
@@ -111,6 +128,12 @@ trn_status trn_random_launch(trn_stream *stream, const trn_random_desc *d) {
     if (d->dist == TRN_RANDOM_EXPONENTIAL && !(d->a > 0))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_random_launch: exponential rate must be positive");
+    if ((d->dist == TRN_RANDOM_LOG_NORMAL || d->dist == TRN_RANDOM_CAUCHY) && !(d->b > 0))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_random_launch: log-normal / Cauchy scale must be positive");
+    if (d->dist == TRN_RANDOM_GEOMETRIC && !(d->a > 0 && d->a < 1))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_random_launch: geometric probability must be in (0, 1)");
     if (d->dist == TRN_RANDOM_BERNOULLI && !(d->a >= 0 && d->a <= 1))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_random_launch: bernoulli probability must be in [0, 1]");

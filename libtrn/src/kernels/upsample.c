@@ -1,4 +1,4 @@
-// upsample.c - owns the nearest / bilinear upsampling kernels (trn/upsample.h).
+// upsample.c - owns the nearest / bilinear / bicubic upsampling kernels (trn/upsample.h).
 //
 // Each launch first turns the sizes and scales into per-dim tables (source
 // index for nearest; two source indices and two weights for bilinear), once,
@@ -37,8 +37,8 @@ _Static_assert(sizeof(up_args) <= TRN_TASK_MAX_ARGS, "upsample args too large");
 
 // Tables built once per launch.
 typedef struct up_tables {
-    int64_t *idx[3];   // nearest: [out]; linear: [2 * out] (i0, i1)
-    double *lam[3];    // linear: [2 * out] (weight of i0, of i1)
+    int64_t *idx[3];   // nearest: [out]; linear: [2 * out] (i0, i1); cubic: [4 * out]
+    double *lam[3];    // linear: [2 * out] (weight of i0, of i1); cubic: [4 * out]
 } up_tables;
 
 typedef struct up_run {
@@ -97,17 +97,69 @@ static void linear_taps(int64_t o, int64_t in, int64_t out, double scale, int al
     *l0 = dbl ? 1.0 - lam : (double)(1.0f - (float)lam);
 }
 
-static trn_status build_tables(const trn_upsample_desc *d, up_tables *t) {
+// Keys' cubic convolution (A = -0.75) for |x| <= 1 and 1 < |x| < 2.
+static double cubic1(double x, int dbl) {
+    if (dbl) return ((1.25 * x - 2.25) * x) * x + 1.0;
+    const float f = (float)x;
+    return ((1.25f * f - 2.25f) * f) * f + 1.0f;
+}
+static double cubic2(double x, int dbl) {
+    if (dbl) return ((-0.75 * x + 3.75) * x - 6.0) * x + 3.0;
+    const float f = (float)x;
+    return ((-0.75f * f + 3.75f) * f - 6.0f) * f + 3.0f;
+}
+
+// Bicubic taps of one dim, as ATen: src = r * o (align_corners) or
+// r * (o + 0.5) - 0.5 (not clamped at 0), in float or double (`dbl`); the
+// four taps floor(src) - 1 .. + 2 clamped to the input; weights from the
+// fractional part t. `round` > 0 rounds the weights to the 16-bit dtype (1
+// float16, 2 bfloat16), as ATen's forward stores them in the input's type.
+static void cubic_taps(int64_t o, int64_t in, int64_t out, double scale, int align, int dbl,
+                       int round, int64_t *idx, double *w) {
+    double src;
+    if (dbl) {
+        const double r = align ? (out > 1 ? (double)(in - 1) / (double)(out - 1) : 0.0)
+                               : (scale > 0 ? 1.0 / scale : (double)in / (double)out);
+        src = align ? r * (double)o : r * ((double)o + 0.5) - 0.5;
+    } else {
+        const float r = align ? (out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f)
+                              : scale_f(scale, in, out);
+        src = align ? r * (float)o : r * ((float)o + 0.5f) - 0.5f;
+    }
+    int64_t k = (int64_t)floor(src);
+    if (k > in - 1) k = in - 1;
+    double t = src - (double)k;
+    if (!dbl) t = (float)t;
+    t = t < 0 ? 0 : (t > 1 ? 1 : t);
+    const double u = dbl ? 1.0 - t : (double)(1.0f - (float)t);
+    w[0] = cubic2(dbl ? t + 1.0 : (double)((float)t + 1.0f), dbl);
+    w[1] = cubic1(t, dbl);
+    w[2] = cubic1(u, dbl);
+    w[3] = cubic2(dbl ? u + 1.0 : (double)((float)u + 1.0f), dbl);
+    for (int j = 0; j < 4; j++) {
+        const int64_t i = k - 1 + j;
+        idx[j] = i < 0 ? 0 : (i > in - 1 ? in - 1 : i);
+        if (round == 1) w[j] = trn_half_to_float(trn_float_to_half((float)w[j]));
+        if (round == 2) w[j] = trn_bf16_to_float(trn_float_to_bf16((float)w[j]));
+    }
+}
+
+static trn_status build_tables(const trn_upsample_desc *d, int backward, up_tables *t) {
     const int dbl = d->dtype == TRN_DTYPE_F64;
+    const int round = backward ? 0 : (d->dtype == TRN_DTYPE_F16 ? 1 : d->dtype == TRN_DTYPE_BF16 ? 2 : 0);
     for (int k = 0; k < 3; k++) {
         const int64_t in = d->in_size[k], out = d->out_size[k];
-        const int lin = d->mode == TRN_UPSAMPLE_BILINEAR;
-        t->idx[k] = malloc(sizeof(int64_t) * (size_t)(lin ? 2 * out : out));
-        t->lam[k] = lin ? malloc(sizeof(double) * (size_t)(2 * out)) : NULL;
-        if (t->idx[k] == NULL || (lin && t->lam[k] == NULL))
+        const int lin = d->mode == TRN_UPSAMPLE_BILINEAR, cub = d->mode == TRN_UPSAMPLE_BICUBIC;
+        const int64_t per = cub ? 4 : (lin ? 2 : 1);
+        t->idx[k] = malloc(sizeof(int64_t) * (size_t)(per * out));
+        t->lam[k] = per > 1 ? malloc(sizeof(double) * (size_t)(per * out)) : NULL;
+        if (t->idx[k] == NULL || (per > 1 && t->lam[k] == NULL))
             return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "upsample: out of host memory");
         for (int64_t o = 0; o < out; o++) {
-            if (lin)
+            if (cub)
+                cubic_taps(o, in, out, d->scales[k], d->align_corners, dbl, round, &t->idx[k][4 * o],
+                           &t->lam[k][4 * o]);
+            else if (lin)
                 linear_taps(o, in, out, d->scales[k], d->align_corners, dbl, &t->idx[k][2 * o],
                             &t->idx[k][2 * o + 1], &t->lam[k][2 * o], &t->lam[k][2 * o + 1]);
             else
@@ -212,6 +264,71 @@ static trn_status build_tables(const trn_upsample_desc *d, up_tables *t) {
         free(acc);                                                                \
     }
 
+// Bicubic (2-d: d is 1) forward and backward, in ATen's order: each output
+// is the h-weighted sum of four w-weighted row sums; the backward adds
+// g * wh * ww into the 4 x 4 taps of each output, w tap outermost.
+// The (h, w) sizes and tap tables a bicubic piece reads.
+#define CUBIC_VIEW(RUN)                                                           \
+    const int64_t IH = (RUN)->a->d.in_size[1], IW = (RUN)->a->d.in_size[2];       \
+    const int64_t OH = (RUN)->a->d.out_size[1], OW = (RUN)->a->d.out_size[2];     \
+    const int64_t *ih = (RUN)->t.idx[1], *iw = (RUN)->t.idx[2];                   \
+    const double *lh = (RUN)->t.lam[1], *lw = (RUN)->t.lam[2]
+#define DEFINE_CUBIC(N, T, C, LD, ST)                                             \
+    static void cfwd_##N(void *ctx, int64_t p0, int64_t p1) {                     \
+        const up_run *run = ctx;                                                  \
+        const trn_upsample_desc *d = &run->a->d;                                  \
+        CUBIC_VIEW(run);                                                          \
+        for (int64_t p = p0; p < p1; p++) {                                       \
+            const T *x = (const T *)d->src + p * IH * IW;                         \
+            T *y = (T *)d->dst + p * OH * OW;                                     \
+            for (int64_t oh = 0; oh < OH; oh++)                                   \
+                for (int64_t ow = 0; ow < OW; ow++) {                             \
+                    C acc = 0;                                                    \
+                    for (int i = 0; i < 4; i++) {                                 \
+                        const T *r = x + ih[4 * oh + i] * IW;                     \
+                        C row = (C)LD(r[iw[4 * ow]]) * (C)lw[4 * ow];             \
+                        for (int j = 1; j < 4; j++)                               \
+                            row += (C)LD(r[iw[4 * ow + j]]) * (C)lw[4 * ow + j];  \
+                        acc = i == 0 ? row * (C)lh[4 * oh] : acc + row * (C)lh[4 * oh + i]; \
+                    }                                                             \
+                    y[oh * OW + ow] = ST(acc);                                    \
+                }                                                                 \
+        }                                                                         \
+    }                                                                             \
+    static void cbwd_##N(void *ctx, int64_t p0, int64_t p1) {                     \
+        const up_run *run = ctx;                                                  \
+        const trn_upsample_desc *d = &run->a->d;                                  \
+        CUBIC_VIEW(run);                                                          \
+        const int direct = sizeof(T) == sizeof(C);                                \
+        C *acc = direct ? NULL : malloc(sizeof(C) * (size_t)(IH * IW));           \
+        for (int64_t p = p0; p < p1; p++) {                                       \
+            const T *g = (const T *)d->src + p * OH * OW;                         \
+            T *gi = (T *)d->dst + p * IH * IW;                                    \
+            C *s = direct ? (C *)(void *)gi : acc;                                \
+            if (s == NULL) { /* reported by the task */                           \
+                atomic_store(&((up_run *)ctx)->oom, 1);                           \
+                return;                                                           \
+            }                                                                     \
+            for (int64_t i = 0; i < IH * IW; i++) s[i] = 0;                       \
+            for (int64_t oh = 0; oh < OH; oh++)                                   \
+                for (int64_t ow = 0; ow < OW; ow++) {                             \
+                    const C v = (C)LD(g[oh * OW + ow]);                           \
+                    for (int i = 0; i < 4; i++)                                   \
+                        for (int j = 0; j < 4; j++)                               \
+                            s[ih[4 * oh + j] * IW + iw[4 * ow + i]] +=            \
+                                v * (C)lh[4 * oh + j] * (C)lw[4 * ow + i];        \
+                }                                                                 \
+            if (!direct)                                                          \
+                for (int64_t i = 0; i < IH * IW; i++) gi[i] = ST(s[i]);           \
+        }                                                                         \
+        free(acc);                                                                \
+    }
+
+DEFINE_CUBIC(f16, uint16_t, float, LD_f16, ST_f16)
+DEFINE_CUBIC(bf16, uint16_t, float, LD_bf16, ST_bf16)
+DEFINE_CUBIC(f32, float, float, LD_id, ST_id)
+DEFINE_CUBIC(f64, double, double, LD_id, ST_id)
+
 DEFINE_UP(f16, uint16_t, float, LD_f16, ST_f16)
 DEFINE_UP(bf16, uint16_t, float, LD_bf16, ST_bf16)
 DEFINE_UP(f32, float, float, LD_id, ST_id)
@@ -251,6 +368,15 @@ static int is_float(trn_dtype dt) {
 }
 
 static piece_fn pick(trn_dtype dt, trn_upsample_mode mode, int backward) {
+    if (mode == TRN_UPSAMPLE_BICUBIC) {
+        switch (dt) {
+        case TRN_DTYPE_F16: return backward ? cbwd_f16 : cfwd_f16;
+        case TRN_DTYPE_BF16: return backward ? cbwd_bf16 : cfwd_bf16;
+        case TRN_DTYPE_F32: return backward ? cbwd_f32 : cfwd_f32;
+        case TRN_DTYPE_F64: return backward ? cbwd_f64 : cfwd_f64;
+        default: return NULL;
+        }
+    }
     if (mode != TRN_UPSAMPLE_BILINEAR && !backward) {
         switch (trn_dtype_size(dt)) {
         case 1: return copy_1;
@@ -273,7 +399,7 @@ static piece_fn pick(trn_dtype dt, trn_upsample_mode mode, int backward) {
 }
 
 int trn_upsample_supports(trn_dtype dtype, trn_upsample_mode mode, int backward) {
-    if ((unsigned)dtype >= TRN_DTYPE_COUNT || (unsigned)mode > TRN_UPSAMPLE_BILINEAR) return 0;
+    if ((unsigned)dtype >= TRN_DTYPE_COUNT || (unsigned)mode > TRN_UPSAMPLE_BICUBIC) return 0;
     return is_float(dtype) || pick(dtype, mode, backward) != NULL;
 }
 
@@ -295,7 +421,7 @@ static trn_status up_task(void *args) {
         return st;
     }
     up_run run = {a, {{NULL, NULL, NULL}, {NULL, NULL, NULL}}, 0};
-    st = build_tables(d, &run.t);
+    st = build_tables(d, a->backward, &run.t);
     if (st == TRN_SUCCESS) {
         const piece_fn fn = pick(d->dtype, d->mode, a->backward);
         const int64_t per = a->backward ? in_plane + out_plane : out_plane;
@@ -317,8 +443,10 @@ static trn_status launch(trn_stream *stream, const trn_upsample_desc *d, int bac
                          const char *fn) {
     if (stream == NULL || d == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
-    if ((unsigned)d->mode > TRN_UPSAMPLE_BILINEAR)
+    if ((unsigned)d->mode > TRN_UPSAMPLE_BICUBIC)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: unknown mode %d", fn, (int)d->mode);
+    if (d->mode == TRN_UPSAMPLE_BICUBIC && (d->in_size[0] != 1 || d->out_size[0] != 1))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: bicubic is 2-d (d sizes must be 1)", fn);
     if (!trn_upsample_supports(d->dtype, d->mode, backward))
         return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtype %s is not supported", fn,
                               trn_dtype_name(d->dtype));
