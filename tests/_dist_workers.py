@@ -130,6 +130,28 @@ def collectives():
     assert work.is_completed()
     res = fut.wait()[0]
     assert res.device == dev and float(res[-1].cpu()) == sum(range(world))
+    # More large messages (the single-copy path where the host allows it):
+    # reduce-scatter, in-place all-gather, uneven all-to-all, broadcast.
+    n = 1 << 16
+    inp = (torch.arange(world * n, dtype=torch.float32) % 1000) * (rank + 1)
+    out = torch.empty(n, device=dev)
+    dist.reduce_scatter_tensor(out, inp.to(dev))
+    tri = world * (world + 1) / 2
+    assert torch.equal(out.cpu(), (torch.arange(rank * n, (rank + 1) * n) % 1000).float() * tri)
+    ag = torch.zeros(world * n, device=dev)
+    ag[rank * n:(rank + 1) * n] = float(rank + 1)
+    dist.all_gather_into_tensor(ag, ag[rank * n:(rank + 1) * n])
+    assert torch.equal(ag.cpu(), torch.arange(world).repeat_interleave(n).float() + 1)
+    rows = [(rank + j) * 1000 + 1 for j in range(world)]
+    x = torch.cat([torch.full((rows[j], 8), float(rank * 10 + j)) for j in range(world)]).to(dev)
+    out_rows = [(r + rank) * 1000 + 1 for r in range(world)]
+    y = torch.empty(sum(out_rows), 8, device=dev)
+    dist.all_to_all_single(y, x, out_rows, rows)
+    assert torch.equal(y.cpu(), torch.cat([torch.full((out_rows[r], 8), float(r * 10 + rank))
+                                           for r in range(world)]))
+    bc = torch.full((n,), float(rank), device=dev)
+    dist.broadcast(bc, src=world - 1)
+    assert torch.equal(bc.cpu(), torch.full((n,), float(world - 1)))
 
     # Coalesced.
     ts = [val(rank).to(dev), val(rank, 3).to(dev)]

@@ -13,6 +13,12 @@
 // Runs fn(comm) in `size` forked ranks; returns how many ranks failed.
 typedef int (*rank_fn)(trn_comm *c);
 
+// Single-copy path (process_vm_readv) per run: SC_DEFAULT leaves it on,
+// SC_OFF turns it off on every rank, SC_MIXED on rank 1 only (every rank must
+// then fall back to the slots).
+enum { SC_DEFAULT, SC_OFF, SC_MIXED };
+static int g_single_copy = SC_DEFAULT;
+
 static int run_ranks(int size, int64_t timeout_ms, rank_fn fn) {
     int fd = -1;
     if (trn_comm_region_create(size, &fd) != TRN_SUCCESS) return size;
@@ -20,6 +26,8 @@ static int run_ranks(int size, int64_t timeout_ms, rank_fn fn) {
     for (int r = 0; r < size; r++) {
         pids[r] = fork();
         if (pids[r] == 0) {
+            if (g_single_copy == SC_OFF || (g_single_copy == SC_MIXED && r == 1))
+                setenv("TORCH_NEURONX_DIST_SINGLE_COPY", "0", 1);
             trn_comm *c = NULL;
             if (trn_comm_attach(fd, r, size, timeout_ms, &c) != TRN_SUCCESS)
                 _exit(100);
@@ -63,6 +71,22 @@ static int ranks_allreduce(trn_comm *c) {
     float tri = (float)(n * (n + 1) / 2);
     size_t bad = 0;
     for (size_t i = 0; i < BIG; i++) bad += y[i] != tri * (float)(i % 97);
+    RANK_CHECK(bad == 0);
+    // Every rank took the same path; none single-copy if any rank opted out
+    // (with SC_DEFAULT it depends on the host's ptrace rules).
+    int32_t sc = trn_comm_single_copy(c), lo = -1, hi = -1;
+    RANK_CHECK(trn_comm_allreduce(c, &sc, &lo, 1, TRN_DTYPE_I32, TRN_REDOP_MIN,
+                                  NULL) == TRN_SUCCESS);
+    RANK_CHECK(trn_comm_allreduce(c, &sc, &hi, 1, TRN_DTYPE_I32, TRN_REDOP_MAX,
+                                  NULL) == TRN_SUCCESS);
+    RANK_CHECK(lo == hi);
+    RANK_CHECK(g_single_copy == SC_DEFAULT || sc == 0);
+    // A count that does not split evenly into segments, in place.
+    size_t odd = 100003;
+    for (size_t i = 0; i < odd; i++) y[i] = (float)(r + 1) * (float)(i % 31);
+    RANK_CHECK(trn_comm_allreduce(c, y, y, odd, TRN_DTYPE_F32, TRN_REDOP_MAX,
+                                  NULL) == TRN_SUCCESS);
+    for (size_t i = 0; i < odd; i++) bad += y[i] != (float)n * (float)(i % 31);
     RANK_CHECK(bad == 0);
     // In place, AVG.
     trn_reduce_post avg = {true, false, 1.0};
@@ -152,6 +176,24 @@ static int ranks_exchange(trn_comm *c) {
         for (size_t k = 0; k < dlen[i]; k++)
             bad += ((unsigned char *)dp[i])[k] != (unsigned char)(i * 16 + r);
     RANK_CHECK(bad == 0);
+    // In-place all_gather: this rank's part already sits in the output.
+    size_t part = 50000;
+    unsigned char *all = malloc(part * (size_t)n);
+    void *ap[16];
+    size_t alen[16];
+    for (int i = 0; i < n; i++) {
+        ap[i] = all + (size_t)i * part;
+        alen[i] = part;
+    }
+    memset(all, 0xee, part * (size_t)n);
+    memset(ap[r], r + 1, part);
+    RANK_CHECK(trn_comm_exchange(c, "all_gather", ap[r], part, NULL, NULL, ap,
+                                 alen) == TRN_SUCCESS);
+    bad = 0;
+    for (size_t k = 0; k < part * (size_t)n; k++)
+        bad += all[k] != (unsigned char)(k / part + 1);
+    RANK_CHECK(bad == 0);
+    free(all);
     // Broadcast from rank 1.
     int32_t v[3] = {r, r, r};
     RANK_CHECK(trn_comm_broadcast(c, v, sizeof v, 1) == TRN_SUCCESS);
@@ -240,10 +282,13 @@ static int ranks_dead(trn_comm *c) {
 }
 
 int main(void) {
-    CHECK_INT(run_ranks(3, 60000, ranks_allreduce), 0);
-    CHECK_INT(run_ranks(2, 60000, ranks_allreduce), 0);
-    CHECK_INT(run_ranks(3, 60000, ranks_reduce_scatter), 0);
-    CHECK_INT(run_ranks(3, 60000, ranks_exchange), 0);
+    for (g_single_copy = SC_DEFAULT; g_single_copy <= SC_MIXED; g_single_copy++) {
+        CHECK_INT(run_ranks(3, 60000, ranks_allreduce), 0);
+        CHECK_INT(run_ranks(2, 60000, ranks_allreduce), 0);
+        CHECK_INT(run_ranks(3, 60000, ranks_reduce_scatter), 0);
+        CHECK_INT(run_ranks(3, 60000, ranks_exchange), 0);
+    }
+    g_single_copy = SC_DEFAULT;
     CHECK_INT(run_ranks(4, 60000, ranks_p2p), 0);
     CHECK_INT(run_ranks(2, 200, ranks_stall), 0);
     CHECK_INT(run_ranks(2, 60000, ranks_dead), 0);

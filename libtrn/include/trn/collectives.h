@@ -70,6 +70,12 @@ void trn_comm_abort(trn_comm *comm, const char *why);
 void trn_comm_set_timeout(trn_comm *comm, int64_t timeout_ms);
 int trn_comm_rank(const trn_comm *comm);
 int trn_comm_size(const trn_comm *comm);
+// Whether large collectives read peers' buffers directly (process_vm_readv,
+// one copy) rather than through the region's slots. Decided by all ranks
+// together at the first collective of at least 32 KiB: on when every rank
+// can read every other one and none set TORCH_NEURONX_DIST_SINGLE_COPY=0;
+// false before that.
+bool trn_comm_single_copy(const trn_comm *comm);
 
 // Whether `op` is defined for `dtype` (and the post step for it); on false
 // the thread's last error says why.

@@ -81,6 +81,8 @@ static trn_status begin_reduce(trn_comm *c, trn__desc *d, const void *in,
     d->post_div = post && post->divide_by_size;
     d->post_scale = post && post->scale;
     d->post_factor = post && post->scale ? post->factor : 1.0;
+    d->src_addr = (uint64_t)(uintptr_t)in;
+    d->dst_addr = (uint64_t)(uintptr_t)out;
     st = trn__comm_begin(c, d, NULL, NULL);
     if (st != TRN_SUCCESS) return st;
     return check_same_reduce(c, d);
@@ -132,6 +134,11 @@ trn_status trn_comm_allreduce(trn_comm *c, const void *in, void *out,
     desc_init(&d, "allreduce");
     trn_status st = begin_reduce(c, &d, in, out, count, dtype, op, post, 0);
     if (st != TRN_SUCCESS) return st;
+    bool direct = false;
+    st = trn__direct_use(c, d.what, count * trn_dtype_size(dtype), &direct);
+    if (st != TRN_SUCCESS) return st;
+    if (direct)
+        return trn__direct_allreduce(c, d.what, in, out, count, dtype, op, post);
     return reduce_rounds(c, d.what, in, out, count, dtype, op, post, 0, true);
 }
 
@@ -155,6 +162,12 @@ trn_status trn_comm_reduce_scatter(trn_comm *c, const void *in, void *out,
     if (st != TRN_SUCCESS) return st;
     size_t esz = trn_dtype_size(dtype);
     size_t size = (size_t)c->size;
+    bool direct = false;
+    st = trn__direct_use(c, d.what, count * size * esz, &direct);
+    if (st != TRN_SUCCESS) return st;
+    if (direct)
+        return trn__direct_reduce_scatter(c, d.what, in, out, count, dtype, op,
+                                          post);
     size_t per_round = round_bytes(c) / (esz * size);
     if (per_round == 0) per_round = 1;
     const unsigned char *src = in;
@@ -203,6 +216,16 @@ trn_status trn_comm_exchange(trn_comm *c, const char *what, const void *src,
     trn__desc d;
     desc_init(&d, what);
     d.src_bytes = src_bytes;
+    d.src_addr = (uint64_t)(uintptr_t)src;
+    // Single-copy reads would see an output that overlaps the input (other
+    // than this rank's own part) already overwritten.
+    uintptr_t s_lo = (uintptr_t)src, s_hi = s_lo + src_bytes;
+    for (size_t j = 0; dst && j < size; j++) {
+        uintptr_t o = (uintptr_t)dst[j];
+        if ((int)j != c->rank && o && dst_len[j] > 0 && o < s_hi &&
+            o + dst_len[j] > s_lo)
+            d.no_direct = 1;
+    }
     st = trn__comm_begin(c, &d, parts, expected);
     if (st != TRN_SUCCESS) return st;
     // Every reader's expectation against every writer's part, on every rank.
@@ -221,6 +244,14 @@ trn_status trn_comm_exchange(trn_comm *c, const char *what, const void *src,
                     "%lld bytes from rank %d, which sends %llu",
                     what, j, (long long)want, i, (unsigned long long)have);
         }
+    }
+    bool direct = true;
+    for (int i = 0; i < c->size; i++)
+        direct = direct && !trn__comm_desc(c, c->seq, i)->no_direct;
+    if (direct) {
+        st = trn__direct_use(c, what, max_bytes, &direct);
+        if (st != TRN_SUCCESS) return st;
+        if (direct) return trn__direct_exchange(c, what, src, dst);
     }
     uint64_t window = round_bytes(c);
     const unsigned char *s = src;

@@ -119,6 +119,7 @@ trn_status trn_comm_attach(int fd, int rank, int size, int64_t timeout_ms,
     c->rank = rank;
     c->size = size;
     c->timeout_ms = timeout_ms;
+    trn__comm_ctl(c, rank)->base_addr = (uint64_t)(uintptr_t)base;
     trn__comm_ctl(c, rank)->pid = (int32_t)getpid();
     *out = c;
     return TRN_SUCCESS;
@@ -127,6 +128,7 @@ trn_status trn_comm_attach(int fd, int rank, int size, int64_t timeout_ms,
 void trn_comm_destroy(trn_comm *c) {
     if (c == NULL) return;
     munmap(c->base, c->map_bytes);
+    free(c->scratch);
     free(c);
 }
 
@@ -135,6 +137,7 @@ void trn_comm_set_timeout(trn_comm *c, int64_t timeout_ms) {
 }
 int trn_comm_rank(const trn_comm *c) { return c ? c->rank : -1; }
 int trn_comm_size(const trn_comm *c) { return c ? c->size : 0; }
+bool trn_comm_single_copy(const trn_comm *c) { return c && c->direct > 0; }
 
 // Wakes every rank sleeping in a barrier (shared futex: the region is mapped
 // by several processes).

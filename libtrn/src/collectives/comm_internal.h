@@ -22,6 +22,10 @@
 typedef struct trn__rank_ctl {
     _Alignas(128) _Atomic uint64_t arrive;  // barriers this rank passed into
     int32_t pid;
+    // Single-copy path (direct.c): where this rank mapped the region (a
+    // known readable address for the probe) and its vote, 1 yes / 2 no.
+    _Atomic int32_t direct_vote;
+    uint64_t base_addr;
 } trn__rank_ctl;
 
 // What a rank is about to do; peers compare them before moving data.
@@ -33,6 +37,10 @@ typedef struct trn__desc {
     int32_t post_scale;
     uint64_t count;      // elements (reductions)
     uint64_t src_bytes;  // published bytes (exchange)
+    // This rank's buffers in its own address space, for peers' single-copy
+    // reads (direct.c); no_direct: this call cannot take that path.
+    uint64_t src_addr, dst_addr;
+    int32_t no_direct;
     // Followed by size x {off, len} parts and size x expected (int64, -1 none).
 } trn__desc;
 
@@ -65,6 +73,9 @@ struct trn_comm {
     uint64_t seq;       // collectives started
     uint64_t barriers;  // barriers entered
     uint64_t rounds;    // data rounds done (selects the slot set)
+    int direct;         // single-copy path: 0 not voted yet, 1 on, -1 off
+    void *scratch;      // direct.c's peer pieces, grown on demand
+    size_t scratch_bytes;
 };
 
 static inline trn__rank_ctl *trn__comm_ctl(trn_comm *c, int r) {
@@ -114,5 +125,20 @@ trn_status trn__comm_begin(trn_comm *c, const trn__desc *d,
 void trn__reduce_run(void *dst, const void *const *src, int nsrc, size_t count,
                      trn_dtype dtype, trn_redop op, const trn_reduce_post *post,
                      int size);
+
+// direct.c: the single-copy path, taken when *use says so (decided alike
+// on every rank from `max_bytes`, the largest rank's message, and a vote
+// held once per communicator). Called after trn__comm_begin.
+trn_status trn__direct_use(trn_comm *c, const char *what, uint64_t max_bytes,
+                           bool *use);
+trn_status trn__direct_allreduce(trn_comm *c, const char *what, const void *in,
+                                 void *out, size_t count, trn_dtype dtype,
+                                 trn_redop op, const trn_reduce_post *post);
+trn_status trn__direct_reduce_scatter(trn_comm *c, const char *what,
+                                      const void *in, void *out, size_t count,
+                                      trn_dtype dtype, trn_redop op,
+                                      const trn_reduce_post *post);
+trn_status trn__direct_exchange(trn_comm *c, const char *what, const void *src,
+                                void *const *dst);
 
 #endif

@@ -63,6 +63,13 @@ static trn_status check_stall(trn_comm *c, trn_p2p_req *r) {
         r->checked_ns = (int64_t)now;
         for (int q = 0; q < c->size; q++) {
             if ((peer >= 0 && q != peer) || q == c->rank) continue;
+            // A sender may finish writing and exit between this receiver's
+            // look at the pipe and this check: what it left is still there.
+            trn__pipe_ctl *in = trn__comm_pipe(c, q, c->rank);
+            if (!r->is_send &&
+                atomic_load_explicit(&in->head, memory_order_acquire) !=
+                    atomic_load_explicit(&in->tail, memory_order_relaxed))
+                continue;
             if (!trn__comm_peer_alive(c, q))
                 return trn__set_error(TRN_ERROR_SYSTEM,
                                       "neuron %s on rank %d failed: rank %d "
