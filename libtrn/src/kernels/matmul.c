@@ -8,10 +8,13 @@
 // stages the operand in a contiguous float32 buffer (dtype conversion, or
 // strides that only oneDNN's slow reference kernel would accept). alpha is a
 // static output scale and beta a "sum" post-op, both part of the key.
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dnnl_common.h"
+#include "trn/parallel.h"
 #include "trn/blas.h"
 #include "trn/convert.h"
 
@@ -431,19 +434,8 @@ static void key_operand(int64_t batch, int64_t rows, int64_t cols, const int64_t
     if (strides[0] <= 0) strides[0] = rows * cols;
 }
 
-static trn_status run_dnnl(const trn_matmul_desc *d) {
-    if (d->batch > 1 && d->a_strides[0] == 0 && d->b_strides[0] == 0) {
-        // Both operands broadcast: oneDNN wants a real batch on one side, so
-        // run the single product once per output matrix.
-        trn_matmul_desc one = *d;
-        one.batch = 1;
-        for (int64_t t = 0; t < d->batch; t++) {
-            one.c = (char *)d->c + t * d->c_strides[0] * (int64_t)trn_dtype_size(d->dtype);
-            trn_status st = run_dnnl(&one);
-            if (st != TRN_SUCCESS) return st;
-        }
-        return TRN_SUCCESS;
-    }
+// One oneDNN matmul (plan from the cache, or built) for the whole of `d`.
+static trn_status run_plan(const trn_matmul_desc *d) {
     mm_key key;
     memset(&key, 0, sizeof key);
     key.dtype = d->dtype;
@@ -470,6 +462,134 @@ static trn_status run_dnnl(const trn_matmul_desc *d) {
     trn_status st = plan_execute(plan, d);
     plan_destroy(own);
     return st;
+}
+
+// ---- splitting over libtrn's pool --------------------------------------------------
+// oneDNN would run each product on an OpenMP team of its own (one per
+// calling thread), whose workers spin after every call: on a small host
+// they take the cores libtrn's pool and the application need, and on a
+// loaded machine a preempted team member stalls the whole product. Instead
+// a product is cut into pieces (batch slices, else row or column blocks of
+// C) that libtrn's pool hands out to whichever thread is ready, each piece
+// one single-threaded oneDNN call. Pieces of one product share a geometry
+// (except the last), so they add at most two plans to the cache.
+
+// Below this many multiply-adds a product runs as one call on the launching
+// thread: a hand-off would cost more than it saves.
+#define SPLIT_MIN_MACS ((int64_t)1 << 20)
+// Pieces per pool thread: more than one, so a thread that is descheduled
+// mid-product leaves most of its share to the others.
+#define SPLIT_PER_THREAD 2
+
+static void normalize_matrix(int64_t rows, int64_t cols, int64_t *s);
+
+typedef struct mm_split {
+    trn_matmul_desc d;
+    int axis;          // 0: batch, 1: rows of A and C, 2: columns of B and C
+    int64_t step;      // items per piece along `axis`
+    int64_t extent;    // items along `axis`
+    _Atomic int failed;
+    trn_status status; // first failure, written by the thread that set `failed`
+    char message[TRN__ERROR_MAX];
+} mm_split;
+
+static void split_piece(void *ctx, int64_t p0, int64_t p1) {
+    mm_split *sp = ctx;
+    const int64_t es = (int64_t)trn_dtype_size(sp->d.dtype);
+    const int saved = trn__dnnl_serial_begin();
+    for (int64_t p = p0; p < p1; p++) {
+        if (atomic_load_explicit(&sp->failed, memory_order_relaxed)) break;
+        trn_matmul_desc d = sp->d;
+        const int64_t lo = p * sp->step;
+        const int64_t n = min64(sp->step, sp->extent - lo);
+        if (n <= 0) break;
+        const int64_t *as = d.a_strides, *bs = d.b_strides, *cs = d.c_strides;
+        int64_t aoff = 0, boff = 0, coff;
+        if (sp->axis == 0) {
+            d.batch = n;
+            aoff = lo * as[0];
+            boff = lo * bs[0];
+            coff = lo * cs[0];
+        } else if (sp->axis == 1) {
+            d.m = n;
+            aoff = lo * as[1];
+            coff = lo * cs[1];
+        } else {
+            d.n = n;
+            boff = lo * bs[2];
+            coff = lo * cs[2];
+        }
+        normalize_matrix(d.m, d.k, d.a_strides);
+        normalize_matrix(d.k, d.n, d.b_strides);
+        normalize_matrix(d.m, d.n, d.c_strides);
+        d.a = (const char *)d.a + aoff * es;
+        d.b = (const char *)d.b + boff * es;
+        d.c = (char *)d.c + coff * es;
+        trn_clear_error();
+        trn_status st = run_plan(&d);
+        if (st != TRN_SUCCESS) {
+            int expected = 0;
+            if (atomic_compare_exchange_strong(&sp->failed, &expected, 1)) {
+                sp->status = st;
+                snprintf(sp->message, sizeof sp->message, "%s", trn_last_error());
+            }
+            break;
+        }
+    }
+    trn__dnnl_serial_end(saved);
+}
+
+// Runs `d` (not both operands broadcast) as pieces over the pool, or as one
+// single-threaded call when it is small or the pool has one thread.
+static trn_status run_split(const trn_matmul_desc *d) {
+    dnnl_engine_t engine;  // loads oneDNN, which finds its OpenMP runtime
+    trn_status st = trn__dnnl_engine(&engine);
+    if (st != TRN_SUCCESS) return st;
+    if (!trn__dnnl_can_serialize()) return run_plan(d);  // oneDNN threads it
+    const int threads = trn_parallel_threads();
+    const int64_t macs = d->batch * d->m * d->n * d->k;
+    int64_t want = (int64_t)threads * SPLIT_PER_THREAD;
+    if (macs / SPLIT_MIN_MACS < want) want = macs / SPLIT_MIN_MACS;
+    if (threads <= 1 || want <= 1) {
+        const int saved = trn__dnnl_serial_begin();
+        st = run_plan(d);
+        trn__dnnl_serial_end(saved);
+        return st;
+    }
+    // A real batch splits best (whole matrices per piece); else the longer
+    // of C's dims, in blocks of whole cache lines of C where possible.
+    mm_split *sp = calloc(1, sizeof *sp);
+    if (sp == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "out of host memory for a matmul split");
+    sp->d = *d;
+    const bool batched = d->batch >= want;
+    sp->axis = batched ? 0 : d->m >= d->n ? 1 : 2;
+    sp->extent = sp->axis == 0 ? d->batch : sp->axis == 1 ? d->m : d->n;
+    int64_t step = (sp->extent + want - 1) / want;
+    if (sp->axis != 0 && step > 16) step = (step + 15) / 16 * 16;
+    sp->step = step;
+    const int64_t pieces = (sp->extent + step - 1) / step;
+    trn_parallel_for(pieces, 1, split_piece, sp);
+    st = TRN_SUCCESS;
+    if (atomic_load(&sp->failed)) st = trn__set_error(sp->status, "%s", sp->message);
+    free(sp);
+    return st;
+}
+
+static trn_status run_dnnl(const trn_matmul_desc *d) {
+    if (d->batch > 1 && d->a_strides[0] == 0 && d->b_strides[0] == 0) {
+        // Both operands broadcast: oneDNN wants a real batch on one side, so
+        // run the single product once per output matrix.
+        trn_matmul_desc one = *d;
+        one.batch = 1;
+        for (int64_t t = 0; t < d->batch; t++) {
+            one.c = (char *)d->c + t * d->c_strides[0] * (int64_t)trn_dtype_size(d->dtype);
+            trn_status st = run_split(&one);
+            if (st != TRN_SUCCESS) return st;
+        }
+        return TRN_SUCCESS;
+    }
+    return run_split(d);
 }
 
 static trn_status mm_run(const trn_matmul_desc *d) {
