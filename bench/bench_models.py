@@ -26,13 +26,16 @@ import torch_neuronx  # noqa: E402,F401
 import model_zoo as zoo  # noqa: E402
 
 
-def make_step(name, model, device, batch):
+def make_step(name, model, device, batch, autocast=False):
+    """One AdamW training step; with `autocast`, forward and loss under
+    torch.autocast(device, bfloat16) (weights and optimizer stay float32)."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch = zoo.to_device(batch, device)
 
     def step():
         opt.zero_grad()
-        loss = zoo.loss_of(name, model, batch)
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=autocast):
+            loss = zoo.loss_of(name, model, batch)
         loss.backward()
         opt.step()
         return loss.item()  # synchronizes, as a training loop that logs does
