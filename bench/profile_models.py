@@ -38,6 +38,7 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--autocast", action="store_true", help="bf16 autocast on both devices")
+    ap.add_argument("--devices", default="neuron,cpu")
     args = ap.parse_args()
     torch.manual_seed(0)
     cpu = zoo.MODELS[args.model]("small")
@@ -45,8 +46,9 @@ def main():
     gen = torch.Generator().manual_seed(0)
     batch = (zoo.image_batch(32, 32, gen=gen) if args.model == "resnet"
              else zoo.lm_batch(8, 64, gen=gen))
-    steps = {"neuron": make_step(args.model, dev, "neuron", batch, args.autocast),
-             "cpu": make_step(args.model, cpu, "cpu", batch, args.autocast)}
+    models = {"neuron": dev, "cpu": cpu}
+    steps = {d: make_step(args.model, models[d], d, batch, args.autocast)
+             for d in args.devices.split(",")}
     for s in steps.values():
         s()
         s()
