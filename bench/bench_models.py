@@ -9,7 +9,11 @@ what was allocated before it (weights, grads and optimizer state are the
 same on both): neuron's from its allocator statistics, the CPU's from the
 profiler's allocation events.
 
-    .venv/bin/python bench/bench_models.py [--steps N] [--models gpt2,llama]
+Each model also gets a "bf16" row: the same step with forward and loss under
+torch.autocast(<device>, bfloat16) on both devices (as the issue's models
+run; weights, gradients and AdamW stay float32).
+
+    .venv/bin/python bench/bench_models.py [--steps N] [--models gpt2,llama] [--no-autocast]
 """
 import argparse
 import copy
@@ -26,13 +30,16 @@ import torch_neuronx  # noqa: E402,F401
 import model_zoo as zoo  # noqa: E402
 
 
-def make_step(name, model, device, batch):
+def make_step(name, model, device, batch, autocast=False):
+    """One AdamW training step; with `autocast`, forward and loss under
+    torch.autocast(device, bfloat16) (weights and optimizer stay float32)."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch = zoo.to_device(batch, device)
 
     def step():
         opt.zero_grad()
-        loss = zoo.loss_of(name, model, batch)
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=autocast):
+            loss = zoo.loss_of(name, model, batch)
         loss.backward()
         opt.step()
         return loss.item()  # synchronizes, as a training loop that logs does
@@ -61,14 +68,14 @@ def neuron_peak_bytes(step) -> int:
     return torch.neuron.max_memory_allocated() - base
 
 
-def bench(name, steps, warmup):
+def bench(name, steps, warmup, autocast=False):
     torch.manual_seed(0)
     cpu = zoo.MODELS[name]("small")
     dev = copy.deepcopy(cpu).to("neuron")
     gen = torch.Generator().manual_seed(0)
     batch = zoo.image_batch(32, 32, gen=gen) if name == "resnet" else zoo.lm_batch(8, 64, gen=gen)
-    run_dev = make_step(name, dev, "neuron", batch)
-    run_cpu = make_step(name, cpu, "cpu", batch)
+    run_dev = make_step(name, dev, "neuron", batch, autocast)
+    run_cpu = make_step(name, cpu, "cpu", batch, autocast)
     for _ in range(warmup):
         run_dev()
         run_cpu()
@@ -90,14 +97,19 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--models", default=",".join(zoo.MODELS))
+    ap.add_argument("--no-autocast", action="store_true",
+                    help="skip the bf16-autocast row of each model")
     args = ap.parse_args()
     torch_neuronx.clear_op_tracking()
     print(f"training step (AdamW), {torch.get_num_threads()} CPU threads; ratio > 1: neuron faster")
-    print(f"{'model':8s} {'neuron step/s':>14s} {'cpu step/s':>11s} {'ratio':>6s}   "
+    print(f"{'model':13s} {'neuron step/s':>14s} {'cpu step/s':>11s} {'ratio':>6s}   "
           f"{'neuron peak MiB':>15s} {'cpu peak MiB':>12s} {'ratio':>6s}")
-    for name in args.models.split(","):
-        sd, sc, md, mc = bench(name, args.steps, args.warmup)
-        print(f"{name:8s} {sd:14.2f} {sc:11.2f} {sd / sc:6.2f}   "
+    rows = [(n, ac) for n in args.models.split(",") for ac in (False, True)
+            if not (ac and args.no_autocast)]
+    for name, ac in rows:
+        sd, sc, md, mc = bench(name, args.steps, args.warmup, ac)
+        label = name + (" bf16" if ac else "")
+        print(f"{label:13s} {sd:14.2f} {sc:11.2f} {sd / sc:6.2f}   "
               f"{md / 2**20:15.1f} {mc / 2**20:12.1f} {md / max(mc, 1):6.2f}", flush=True)
     fallbacks = sorted(set(torch_neuronx.get_fallback_ops()))
     print("ops on the CPU fallback:", ", ".join(fallbacks) if fallbacks else "none")

@@ -205,6 +205,24 @@ static void test_plan_reuse(void) {
     check_mm(TRN_DTYPE_F32, 1, 32, 32, 32, ROW, ROW, ROW, 0.5, 0, false);
 }
 
+// Products big enough to be cut into pieces over the thread pool (matmul.c
+// splits above 2^20 multiply-adds): along the batch, the rows of C and the
+// columns of C, with uneven last pieces, strided and broadcast operands,
+// alpha/beta, and a staged dtype.
+static void test_split(void) {
+    check_mm(TRN_DTYPE_F32, 1, 301, 67, 211, ROW, ROW, ROW, 1, 0, false);
+    check_mm(TRN_DTYPE_F32, 1, 67, 301, 211, ROW, COL, ROW, 1, 0, false);
+    check_mm(TRN_DTYPE_F32, 1, 301, 67, 211, COL, STEP2, COL, 0.5, 2, false);
+    check_mm(TRN_DTYPE_F32, 1, 67, 301, 211, STEP2, ROW, STEP2, 1, 0, true);
+    check_mm(TRN_DTYPE_F32, 9, 37, 41, 700, ROW, ROW, ROW, 1, 0, false);
+    check_mm(TRN_DTYPE_F32, 9, 37, 41, 700, BCAST, COL, ROW, 1, 1, false);
+    check_mm(TRN_DTYPE_F32, 9, 37, 41, 700, ROW, BCAST, ROW, 1, 0, false);
+    check_mm(TRN_DTYPE_F32, 3, 177, 33, 300, ROW, BCAST, ROW, 1, 0, false);
+    check_mm(TRN_DTYPE_F32, 3, 301, 67, 211, BCAST, BCAST, ROW, 1, 0, false);
+    check_mm(TRN_DTYPE_BF16, 1, 301, 67, 211, ROW, COL, ROW, 1, 0, false);
+    check_mm(TRN_DTYPE_F16, 2, 67, 301, 105, COL, ROW, ROW, 1, 0.5, false);
+}
+
 int main(void) {
     CHECK_OK(trn_stream_get_default(0, &g_stream));
     const trn_dtype dts[] = {TRN_DTYPE_F32, TRN_DTYPE_BF16, TRN_DTYPE_F16, TRN_DTYPE_F64,
@@ -217,5 +235,6 @@ int main(void) {
     test_int_wraps();
     test_errors();
     test_plan_reuse();
+    test_split();
     return TEST_REPORT();
 }

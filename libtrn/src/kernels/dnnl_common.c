@@ -16,6 +16,12 @@
 
 trn__dnnl_api trn__dnnl;
 
+// libgomp's thread-count controls, from oneDNN's own OpenMP runtime (found
+// through its handle, so it is the copy oneDNN uses, not PyTorch's). NULL if
+// that oneDNN is not built on OpenMP.
+static void (*omp_set_threads_fn)(int);
+static int (*omp_max_threads_fn)(void);
+
 // ---- errors --------------------------------------------------------------------
 
 trn_status trn__dnnl_error(dnnl_status_t st, const char *call,
@@ -66,6 +72,11 @@ static bool load_api(void) {
     TRN__DNNL_API(TRN__DNNL_LOAD)
 #undef TRN__DNNL_LOAD
     trn__dnnl = api;
+    void *set = dlsym(h, "omp_set_num_threads"), *max = dlsym(h, "omp_get_max_threads");
+    if (set != NULL && max != NULL) {
+        memcpy(&omp_set_threads_fn, &set, sizeof set);
+        memcpy(&omp_max_threads_fn, &max, sizeof max);
+    }
     return true;
 }
 
@@ -86,6 +97,21 @@ trn_status trn__dnnl_engine(dnnl_engine_t *engine) {
     *engine = engine_handle;
     return TRN_SUCCESS;
 }
+
+// ---- OpenMP thread count ----------------------------------------------------------
+
+int trn__dnnl_serial_begin(void) {
+    if (omp_set_threads_fn == NULL) return 0;
+    int old = omp_max_threads_fn();
+    if (old != 1) omp_set_threads_fn(1);
+    return old;
+}
+
+void trn__dnnl_serial_end(int saved) {
+    if (omp_set_threads_fn != NULL && saved > 1) omp_set_threads_fn(saved);
+}
+
+bool trn__dnnl_can_serialize(void) { return omp_set_threads_fn != NULL; }
 
 // ---- per-thread state ------------------------------------------------------------
 

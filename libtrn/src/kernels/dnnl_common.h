@@ -96,6 +96,17 @@ extern trn__dnnl_api trn__dnnl;
 #define dnnl_dilated_convolution_backward_weights_desc_init \
     (trn__dnnl.dnnl_dilated_convolution_backward_weights_desc_init_fn)
 
+// oneDNN runs its primitives on an OpenMP team of its own per calling thread,
+// whose workers spin after each call (libgomp's default) and compete with
+// libtrn's pool for the same cores. serial_begin makes the calling thread's
+// next oneDNN calls single-threaded (returns what serial_end restores), so a
+// kernel can split its work over libtrn's pool instead. can_serialize is
+// false when that oneDNN's OpenMP runtime was not found (the engine must
+// exist first); begin/end are then no-ops.
+int trn__dnnl_serial_begin(void);
+void trn__dnnl_serial_end(int saved);
+bool trn__dnnl_can_serialize(void);
+
 // The process-wide CPU engine, created on first use (thread-safe), after
 // loading libdnnl.
 trn_status trn__dnnl_engine(dnnl_engine_t *engine);

@@ -4,14 +4,17 @@
 // loops for float64 and the integer dtypes.
 //
 // oneDNN path: a plan (cached by geometry, see dnnl_common.h) holds the matmul
-// primitive and, when an operand cannot be handed to it as is, a reorder that
+// primitive and, when an operand cannot be handed to it as is, a copy that
 // stages the operand in a contiguous float32 buffer (dtype conversion, or
 // strides that only oneDNN's slow reference kernel would accept). alpha is a
 // static output scale and beta a "sum" post-op, both part of the key.
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dnnl_common.h"
+#include "trn/parallel.h"
 #include "trn/blas.h"
 #include "trn/convert.h"
 
@@ -188,11 +191,12 @@ typedef struct mm_key {
 enum { OP_A, OP_B, OP_C_IN, OP_C_OUT, OP_MM, OP_COUNT };
 
 typedef struct mm_plan {
-    dnnl_primitive_t prim[OP_COUNT];  // reorders NULL when not needed
+    dnnl_primitive_t prim[OP_COUNT];  // only OP_MM (staging: stage_in/out)
     dnnl_memory_desc_t scratch_md[OP_COUNT];
     size_t scratch_size;              // max over the primitives
     dnnl_memory_desc_t user_md[3], comp_md[3];  // a, b, c
     size_t temp_size[3];              // staging buffer bytes (0: direct)
+    mm_key key;                       // operand geometry, for staging
 } mm_plan;
 
 static void plan_destroy(mm_plan *p) {
@@ -225,19 +229,6 @@ fail:
     return st;
 }
 
-static trn_status make_reorder(mm_plan *p, int i, const dnnl_memory_desc_t *from,
-                               const dnnl_memory_desc_t *to, dnnl_engine_t engine,
-                               const_dnnl_primitive_attr_t attr) {
-    trn_status st = TRN_SUCCESS;
-    dnnl_primitive_desc_t pd = NULL;
-    TRN_DNNL_TRY(dnnl_reorder_primitive_desc_create(&pd, from, engine, to, engine, attr),
-                 "staging a matmul operand");
-    st = take_primitive(p, i, pd);
-fail:
-    if (pd) dnnl_primitive_desc_destroy(pd);
-    return st;
-}
-
 static bool is_reference_impl(const_dnnl_primitive_desc_t pd) {
     const char *name = NULL;
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) != dnnl_success ||
@@ -255,6 +246,7 @@ static trn_status plan_build(const mm_key *key, mm_plan **out) {
     mm_plan *p = calloc(1, sizeof *p);
     if (p == NULL)
         return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "out of host memory for a matmul plan");
+    p->key = *key;
     st = trn__dnnl_engine(&engine);
     if (st != TRN_SUCCESS) goto fail;
 
@@ -312,16 +304,6 @@ static trn_status plan_build(const mm_key *key, mm_plan **out) {
         for (int i = 0; i < 3; i++) {
             if (dnnl_memory_desc_equal(&p->user_md[i], &p->comp_md[i])) continue;
             p->temp_size[i] = dnnl_memory_desc_get_size(&p->comp_md[i]);
-            if (i < 2) {
-                st = make_reorder(p, i, &p->user_md[i], &p->comp_md[i], engine, plain_attr);
-            } else {
-                st = make_reorder(p, OP_C_OUT, &p->comp_md[2], &p->user_md[2], engine,
-                                  plain_attr);
-                if (st == TRN_SUCCESS && key->beta != 0.0)
-                    st = make_reorder(p, OP_C_IN, &p->user_md[2], &p->comp_md[2], engine,
-                                      plain_attr);
-            }
-            if (st != TRN_SUCCESS) goto fail;
         }
     }
     st = take_primitive(p, OP_MM, pd);
@@ -336,6 +318,60 @@ fail:
     }
     *out = p;
     return TRN_SUCCESS;
+}
+
+// Staging: an operand as a contiguous float32 batch of matrices, and the
+// float32 result back into C, converting the dtype. Our own loops, because
+// oneDNN 2.6's generic reorder (the only one for these layouts on an AVX2
+// host) costs ~0.3 us per element - 100x the product it feeds.
+static void stage_in(trn_dtype t, const void *src, const int64_t *dims, const int64_t *s,
+                     float *dst) {
+    for (int64_t b = 0; b < dims[0]; b++)
+        for (int64_t i = 0; i < dims[1]; i++) {
+            const int64_t base = b * s[0] + i * s[1];
+            float *row = dst + (b * dims[1] + i) * dims[2];
+            switch (t) {
+            case TRN_DTYPE_BF16: {
+                const uint16_t *p = (const uint16_t *)src + base;
+                for (int64_t j = 0; j < dims[2]; j++) row[j] = trn_bf16_to_float(p[j * s[2]]);
+                break;
+            }
+            case TRN_DTYPE_F16: {
+                const uint16_t *p = (const uint16_t *)src + base;
+                for (int64_t j = 0; j < dims[2]; j++) row[j] = trn_half_to_float(p[j * s[2]]);
+                break;
+            }
+            default: {
+                const float *p = (const float *)src + base;
+                for (int64_t j = 0; j < dims[2]; j++) row[j] = p[j * s[2]];
+            }
+            }
+        }
+}
+
+static void stage_out(trn_dtype t, const float *src, const int64_t *dims, const int64_t *s,
+                      void *dst) {
+    for (int64_t b = 0; b < dims[0]; b++)
+        for (int64_t i = 0; i < dims[1]; i++) {
+            const int64_t base = b * s[0] + i * s[1];
+            const float *row = src + (b * dims[1] + i) * dims[2];
+            switch (t) {
+            case TRN_DTYPE_BF16: {
+                uint16_t *p = (uint16_t *)dst + base;
+                for (int64_t j = 0; j < dims[2]; j++) p[j * s[2]] = trn_float_to_bf16(row[j]);
+                break;
+            }
+            case TRN_DTYPE_F16: {
+                uint16_t *p = (uint16_t *)dst + base;
+                for (int64_t j = 0; j < dims[2]; j++) p[j * s[2]] = trn_float_to_half(row[j]);
+                break;
+            }
+            default: {
+                float *p = (float *)dst + base;
+                for (int64_t j = 0; j < dims[2]; j++) p[j * s[2]] = row[j];
+            }
+            }
+        }
 }
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -381,16 +417,12 @@ static trn_status plan_execute(const mm_plan *p, const trn_matmul_desc *d) {
             TRN_DNNL_TRY(dnnl_memory_create(&scratch[i], &p->scratch_md[i], engine, ws + off[3]),
                          "matmul scratchpad");
 
-    static const int reorder_src[OP_COUNT] = {[OP_A] = 0, [OP_B] = 1, [OP_C_IN] = 2};
-    for (int i = OP_A; i <= OP_C_IN; i++) {
-        if (p->prim[i] == NULL) continue;
-        const int o = reorder_src[i];
-        dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, user[o]}, {DNNL_ARG_TO, comp[o]},
-                                   {DNNL_ARG_SCRATCHPAD, scratch[i]}};
-        if ((st = run_primitive(p->prim[i], stream, scratch[i] ? 3 : 2, args,
-                                "staging a matmul operand")) != TRN_SUCCESS)
-            goto fail;
-    }
+    const trn_dtype dt = (trn_dtype)p->key.dtype;
+    const int64_t *kdims[3] = {p->key.a_dims, p->key.b_dims, p->key.c_dims};
+    const int64_t *kstr[3] = {p->key.as, p->key.bs, p->key.cs};
+    for (int i = 0; i < 3; i++)
+        if (p->temp_size[i] != 0 && (i < 2 || p->key.beta != 0.0))
+            stage_in(dt, ptrs[i], kdims[i], kstr[i], (float *)(void *)(ws + off[i]));
     {
         dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, comp[0] ? comp[0] : user[0]},
                                    {DNNL_ARG_WEIGHTS, comp[1] ? comp[1] : user[1]},
@@ -400,14 +432,9 @@ static trn_status plan_execute(const mm_plan *p, const trn_matmul_desc *d) {
                                 "matmul")) != TRN_SUCCESS)
             goto fail;
     }
-    if (p->prim[OP_C_OUT]) {
-        dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, comp[2]}, {DNNL_ARG_TO, user[2]},
-                                   {DNNL_ARG_SCRATCHPAD, scratch[OP_C_OUT]}};
-        if ((st = run_primitive(p->prim[OP_C_OUT], stream, scratch[OP_C_OUT] ? 3 : 2, args,
-                                "storing the matmul result")) != TRN_SUCCESS)
-            goto fail;
-    }
     TRN_DNNL_TRY(dnnl_stream_wait(stream), "matmul");
+    if (p->temp_size[2] != 0)
+        stage_out(dt, (const float *)(void *)(ws + off[2]), kdims[2], kstr[2], d->c);
 fail:
     for (int i = 0; i < 3; i++) {
         if (user[i]) dnnl_memory_destroy(user[i]);
@@ -431,19 +458,8 @@ static void key_operand(int64_t batch, int64_t rows, int64_t cols, const int64_t
     if (strides[0] <= 0) strides[0] = rows * cols;
 }
 
-static trn_status run_dnnl(const trn_matmul_desc *d) {
-    if (d->batch > 1 && d->a_strides[0] == 0 && d->b_strides[0] == 0) {
-        // Both operands broadcast: oneDNN wants a real batch on one side, so
-        // run the single product once per output matrix.
-        trn_matmul_desc one = *d;
-        one.batch = 1;
-        for (int64_t t = 0; t < d->batch; t++) {
-            one.c = (char *)d->c + t * d->c_strides[0] * (int64_t)trn_dtype_size(d->dtype);
-            trn_status st = run_dnnl(&one);
-            if (st != TRN_SUCCESS) return st;
-        }
-        return TRN_SUCCESS;
-    }
+// One oneDNN matmul (plan from the cache, or built) for the whole of `d`.
+static trn_status run_plan(const trn_matmul_desc *d) {
     mm_key key;
     memset(&key, 0, sizeof key);
     key.dtype = d->dtype;
@@ -470,6 +486,134 @@ static trn_status run_dnnl(const trn_matmul_desc *d) {
     trn_status st = plan_execute(plan, d);
     plan_destroy(own);
     return st;
+}
+
+// ---- splitting over libtrn's pool --------------------------------------------------
+// oneDNN would run each product on an OpenMP team of its own (one per
+// calling thread), whose workers spin after every call: on a small host
+// they take the cores libtrn's pool and the application need, and on a
+// loaded machine a preempted team member stalls the whole product. Instead
+// a product is cut into pieces (batch slices, else row or column blocks of
+// C) that libtrn's pool hands out to whichever thread is ready, each piece
+// one single-threaded oneDNN call. Pieces of one product share a geometry
+// (except the last), so they add at most two plans to the cache.
+
+// Below this many multiply-adds a product runs as one call on the launching
+// thread: a hand-off would cost more than it saves.
+#define SPLIT_MIN_MACS ((int64_t)1 << 20)
+// Pieces per pool thread: more than one, so a thread that is descheduled
+// mid-product leaves most of its share to the others.
+#define SPLIT_PER_THREAD 2
+
+static void normalize_matrix(int64_t rows, int64_t cols, int64_t *s);
+
+typedef struct mm_split {
+    trn_matmul_desc d;
+    int axis;          // 0: batch, 1: rows of A and C, 2: columns of B and C
+    int64_t step;      // items per piece along `axis`
+    int64_t extent;    // items along `axis`
+    _Atomic int failed;
+    trn_status status; // first failure, written by the thread that set `failed`
+    char message[TRN__ERROR_MAX];
+} mm_split;
+
+static void split_piece(void *ctx, int64_t p0, int64_t p1) {
+    mm_split *sp = ctx;
+    const int64_t es = (int64_t)trn_dtype_size(sp->d.dtype);
+    const int saved = trn__dnnl_serial_begin();
+    for (int64_t p = p0; p < p1; p++) {
+        if (atomic_load_explicit(&sp->failed, memory_order_relaxed)) break;
+        trn_matmul_desc d = sp->d;
+        const int64_t lo = p * sp->step;
+        const int64_t n = min64(sp->step, sp->extent - lo);
+        if (n <= 0) break;
+        const int64_t *as = d.a_strides, *bs = d.b_strides, *cs = d.c_strides;
+        int64_t aoff = 0, boff = 0, coff;
+        if (sp->axis == 0) {
+            d.batch = n;
+            aoff = lo * as[0];
+            boff = lo * bs[0];
+            coff = lo * cs[0];
+        } else if (sp->axis == 1) {
+            d.m = n;
+            aoff = lo * as[1];
+            coff = lo * cs[1];
+        } else {
+            d.n = n;
+            boff = lo * bs[2];
+            coff = lo * cs[2];
+        }
+        normalize_matrix(d.m, d.k, d.a_strides);
+        normalize_matrix(d.k, d.n, d.b_strides);
+        normalize_matrix(d.m, d.n, d.c_strides);
+        d.a = (const char *)d.a + aoff * es;
+        d.b = (const char *)d.b + boff * es;
+        d.c = (char *)d.c + coff * es;
+        trn_clear_error();
+        trn_status st = run_plan(&d);
+        if (st != TRN_SUCCESS) {
+            int expected = 0;
+            if (atomic_compare_exchange_strong(&sp->failed, &expected, 1)) {
+                sp->status = st;
+                snprintf(sp->message, sizeof sp->message, "%s", trn_last_error());
+            }
+            break;
+        }
+    }
+    trn__dnnl_serial_end(saved);
+}
+
+// Runs `d` (not both operands broadcast) as pieces over the pool, or as one
+// single-threaded call when it is small or the pool has one thread.
+static trn_status run_split(const trn_matmul_desc *d) {
+    dnnl_engine_t engine;  // loads oneDNN, which finds its OpenMP runtime
+    trn_status st = trn__dnnl_engine(&engine);
+    if (st != TRN_SUCCESS) return st;
+    if (!trn__dnnl_can_serialize()) return run_plan(d);  // oneDNN threads it
+    const int threads = trn_parallel_threads();
+    const int64_t macs = d->batch * d->m * d->n * d->k;
+    int64_t want = (int64_t)threads * SPLIT_PER_THREAD;
+    if (macs / SPLIT_MIN_MACS < want) want = macs / SPLIT_MIN_MACS;
+    if (threads <= 1 || want <= 1) {
+        const int saved = trn__dnnl_serial_begin();
+        st = run_plan(d);
+        trn__dnnl_serial_end(saved);
+        return st;
+    }
+    // A real batch splits best (whole matrices per piece); else the longer
+    // of C's dims, in blocks of whole cache lines of C where possible.
+    mm_split *sp = calloc(1, sizeof *sp);
+    if (sp == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "out of host memory for a matmul split");
+    sp->d = *d;
+    const bool batched = d->batch >= want;
+    sp->axis = batched ? 0 : d->m >= d->n ? 1 : 2;
+    sp->extent = sp->axis == 0 ? d->batch : sp->axis == 1 ? d->m : d->n;
+    int64_t step = (sp->extent + want - 1) / want;
+    if (sp->axis != 0 && step > 16) step = (step + 15) / 16 * 16;
+    sp->step = step;
+    const int64_t pieces = (sp->extent + step - 1) / step;
+    trn_parallel_for(pieces, 1, split_piece, sp);
+    st = TRN_SUCCESS;
+    if (atomic_load(&sp->failed)) st = trn__set_error(sp->status, "%s", sp->message);
+    free(sp);
+    return st;
+}
+
+static trn_status run_dnnl(const trn_matmul_desc *d) {
+    if (d->batch > 1 && d->a_strides[0] == 0 && d->b_strides[0] == 0) {
+        // Both operands broadcast: oneDNN wants a real batch on one side, so
+        // run the single product once per output matrix.
+        trn_matmul_desc one = *d;
+        one.batch = 1;
+        for (int64_t t = 0; t < d->batch; t++) {
+            one.c = (char *)d->c + t * d->c_strides[0] * (int64_t)trn_dtype_size(d->dtype);
+            trn_status st = run_split(&one);
+            if (st != TRN_SUCCESS) return st;
+        }
+        return TRN_SUCCESS;
+    }
+    return run_split(d);
 }
 
 static trn_status mm_run(const trn_matmul_desc *d) {

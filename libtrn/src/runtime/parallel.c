@@ -27,6 +27,13 @@
 #define MAX_THREADS 64
 // Spin iterations (pause instructions) before a worker sleeps: ~0.5 ms.
 #define SPIN_LIMIT 20000
+// Past this many, a spinning thread also calls sched_yield every YIELD_EVERY
+// iterations: alone on its core that returns at once (the wake-up stays
+// quick), but when other threads wait for a core - the launching thread, a
+// kernel's other participants, another process on a loaded machine - they get
+// it instead of our spin.
+#define YIELD_AFTER 2000
+#define YIELD_EVERY 64
 // Chunks per thread: enough for a late thread's share to be taken by others.
 #define CHUNKS_PER_THREAD 4
 
@@ -107,6 +114,7 @@ static void *worker_main(void *arg) {
         while ((gen = st_gen(atomic_load_explicit(&pool.state, memory_order_acquire))) == seen) {
             if (++spins < SPIN_LIMIT) {
                 trn__cpu_relax();
+                if (spins > YIELD_AFTER && spins % YIELD_EVERY == 0) sched_yield();
                 continue;
             }
             trn__lock(&pool.mutex);
@@ -190,8 +198,14 @@ void trn_parallel_for(int64_t n, int64_t grain, trn_parallel_fn fn, void *ctx) {
     in_parallel = true;
     run_chunks(gen);
     in_parallel = false;
-    // Only chunks another thread claimed can still be running.
-    while (st_finished(atomic_load_explicit(&pool.state, memory_order_acquire)) < chunks)
+    // Only chunks another thread claimed can still be running. Yield while
+    // waiting long: the thread running them may have been preempted and need
+    // this core (a loaded machine), where a pure spin would hold it for a
+    // whole scheduler slice.
+    for (unsigned i = 1;
+         st_finished(atomic_load_explicit(&pool.state, memory_order_acquire)) < chunks; i++) {
         trn__cpu_relax();
+        if (i > YIELD_AFTER && i % YIELD_EVERY == 0) sched_yield();
+    }
     atomic_flag_clear(&pool.busy);
 }
