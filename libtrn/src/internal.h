@@ -97,6 +97,19 @@ size_t trn__mem_round_size(size_t nbytes);
 // pointers, they do nothing. begin fails if the range leaves its block.
 trn_status trn__mem_access_begin(const void *ptr, size_t nbytes);
 void trn__mem_access_end(const void *ptr, size_t nbytes);
+// The ranges one task touches, opened together before it computes and closed
+// in reverse after (each kernel used to keep its own copy of this). Null or
+// empty ranges are skipped. begin opens none if more than TRN__ACCESS_MAX
+// were added, and on a failure closes what it opened: end is always safe.
+enum { TRN__ACCESS_MAX = 20 };
+typedef struct trn__access_set {
+    const void *ptr[TRN__ACCESS_MAX];
+    size_t nbytes[TRN__ACCESS_MAX];
+    int count, begun;
+} trn__access_set;
+void trn__access_add(trn__access_set *set, const void *ptr, size_t nbytes);
+trn_status trn__access_begin(trn__access_set *set);
+void trn__access_end(trn__access_set *set);
 // Device owning ptr (interior pointers allowed), or -1 for host memory. Sets
 // no error.
 int trn__mem_device_of(const void *ptr);

@@ -180,37 +180,21 @@ int trn_batch_norm_supports(trn_dtype dtype, trn_dtype param_dtype) {
     return param_dtype == dtype || (half && param_dtype == TRN_DTYPE_F32);
 }
 
-// Memory ranges the task touches (protect mode).
-enum { MAX_RANGES = 12 };
-typedef struct ranges {
-    const void *p[MAX_RANGES];
-    size_t n[MAX_RANGES];
-    int count, begun;
-} ranges;
-static void add_range(ranges *r, const void *p, size_t n) {
-    if (p == NULL || n == 0) return;
-    r->p[r->count] = p;
-    r->n[r->count++] = n;
-}
-
 static trn_status bn_task(void *args) {
     const bn_args *a = args;
     const size_t data = (size_t)(a->batch * a->channels * a->spatial) * trn_dtype_size(a->dtype);
     const size_t par = (size_t)a->channels * trn_dtype_size(a->pdt);
-    ranges rg = {.count = 0};
-    add_range(&rg, a->x, data);
-    add_range(&rg, a->dy, data);
-    add_range(&rg, a->y, data);
-    add_range(&rg, a->dx, data);
+    trn__access_set rg = {.count = 0};
+    trn__access_add(&rg, a->x, data);
+    trn__access_add(&rg, a->dy, data);
+    trn__access_add(&rg, a->y, data);
+    trn__access_add(&rg, a->dx, data);
     const void *pars[] = {a->weight, a->bias, a->mean_in, a->var_in, a->rmean, a->rvar,
                           a->smean, a->sinvstd};
-    for (size_t i = 0; i < sizeof pars / sizeof *pars; i++) add_range(&rg, pars[i], par);
-    add_range(&rg, a->dweight, par);
-    add_range(&rg, a->dbias, par);
-    trn_status st = TRN_SUCCESS;
-    for (rg.begun = 0; rg.begun < rg.count && st == TRN_SUCCESS; rg.begun++)
-        st = trn__mem_access_begin(rg.p[rg.begun], rg.n[rg.begun]);
-    if (st != TRN_SUCCESS) rg.begun--;  // the failed one was not begun
+    for (size_t i = 0; i < sizeof pars / sizeof *pars; i++) trn__access_add(&rg, pars[i], par);
+    trn__access_add(&rg, a->dweight, par);
+    trn__access_add(&rg, a->dbias, par);
+    trn_status st = trn__access_begin(&rg);
     if (st == TRN_SUCCESS) {
         piece_fn fwd, bwd;
         pick(a->dtype, &fwd, &bwd);
@@ -218,7 +202,7 @@ static trn_status bn_task(void *args) {
         const int64_t grain = GRAIN / per > 1 ? GRAIN / per : 1;
         trn_parallel_for(a->channels, grain, a->backward ? bwd : fwd, (void *)a);
     }
-    for (int k = rg.begun - 1; k >= 0; k--) trn__mem_access_end(rg.p[k], rg.n[k]);
+    trn__access_end(&rg);
     return st;
 }
 

@@ -205,19 +205,6 @@ int trn_embedding_bag_supports(trn_dtype dtype, trn_dtype index_dtype) {
     return f && (index_dtype == TRN_DTYPE_I32 || index_dtype == TRN_DTYPE_I64);
 }
 
-// Memory ranges the task touches (protect mode).
-enum { MAX_RANGES = 11 };
-typedef struct ranges {
-    const void *p[MAX_RANGES];
-    size_t n[MAX_RANGES];
-    int count, begun;
-} ranges;
-static void add_range(ranges *r, const void *p, size_t n) {
-    if (p == NULL || n == 0) return;
-    r->p[r->count] = p;
-    r->n[r->count++] = n;
-}
-
 // Offsets must start at 0, never decrease and stay within the indices.
 static trn_status check_offsets(const trn_embedding_bag_desc *d) {
     int64_t prev = 0;
@@ -245,22 +232,19 @@ static trn_status eb_task(void *args) {
     const size_t rows = (size_t)(d->num_weights * d->dim) * es;
     const size_t bags = (size_t)(d->num_bags * d->dim) * es;
     const size_t ni = (size_t)d->num_indices;
-    ranges rg = {.count = 0};
-    add_range(&rg, d->weight, rows);
-    add_range(&rg, d->indices, ni * is);
-    add_range(&rg, d->offsets, (size_t)d->num_offsets * is);
-    add_range(&rg, d->per_sample_weights, ni * es);
-    add_range(&rg, d->output, bags);
-    add_range(&rg, d->offset2bag, ni * 8);
-    add_range(&rg, d->bag_size, (size_t)d->num_bags * 8);
-    add_range(&rg, d->max_indices, (size_t)(d->num_bags * d->dim) * 8);
-    add_range(&rg, d->grad, bags);
-    add_range(&rg, d->grad_weight, rows);
-    add_range(&rg, d->grad_per_sample_weights, ni * es);
-    trn_status st = TRN_SUCCESS;
-    for (rg.begun = 0; rg.begun < rg.count && st == TRN_SUCCESS; rg.begun++)
-        st = trn__mem_access_begin(rg.p[rg.begun], rg.n[rg.begun]);
-    if (st != TRN_SUCCESS) rg.begun--;  // the failed one was not begun
+    trn__access_set rg = {.count = 0};
+    trn__access_add(&rg, d->weight, rows);
+    trn__access_add(&rg, d->indices, ni * is);
+    trn__access_add(&rg, d->offsets, (size_t)d->num_offsets * is);
+    trn__access_add(&rg, d->per_sample_weights, ni * es);
+    trn__access_add(&rg, d->output, bags);
+    trn__access_add(&rg, d->offset2bag, ni * 8);
+    trn__access_add(&rg, d->bag_size, (size_t)d->num_bags * 8);
+    trn__access_add(&rg, d->max_indices, (size_t)(d->num_bags * d->dim) * 8);
+    trn__access_add(&rg, d->grad, bags);
+    trn__access_add(&rg, d->grad_weight, rows);
+    trn__access_add(&rg, d->grad_per_sample_weights, ni * es);
+    trn_status st = trn__access_begin(&rg);
     eb_run run;
     run.a = a;
     run.count = NULL;
@@ -310,7 +294,7 @@ static trn_status eb_task(void *args) {
                             "range [0, %lld)",
                             (long long)atomic_load(&run.bad_pos),
                             (long long)atomic_load(&run.bad_index), (long long)d->num_weights);
-    for (int k = rg.begun - 1; k >= 0; k--) trn__mem_access_end(rg.p[k], rg.n[k]);
+    trn__access_end(&rg);
     return st;
 }
 

@@ -153,19 +153,6 @@ int trn_group_norm_supports(trn_dtype dtype, trn_dtype param_dtype, trn_dtype st
     return pok && sok;
 }
 
-// Memory ranges the task touches (protect mode).
-enum { MAX_RANGES = 10 };
-typedef struct ranges {
-    const void *p[MAX_RANGES];
-    size_t n[MAX_RANGES];
-    int count, begun;
-} ranges;
-static void add_range(ranges *r, const void *p, size_t n) {
-    if (p == NULL || n == 0) return;
-    r->p[r->count] = p;
-    r->n[r->count++] = n;
-}
-
 // dweight / dbias from the per-(batch item, channel) sums.
 static void reduce_params(const gn_args *a, const double *sums) {
     const int64_t cg = a->channels / a->groups;
@@ -189,21 +176,18 @@ static trn_status gn_task(void *args) {
     const size_t data = (size_t)(a->n * a->channels * a->spatial) * trn_dtype_size(a->dtype);
     const size_t par = (size_t)a->channels * trn_dtype_size(a->pdt);
     const size_t stat = (size_t)(a->n * a->groups) * trn_dtype_size(a->sdt);
-    ranges rg = {.count = 0};
-    add_range(&rg, a->x, data);
-    add_range(&rg, a->dy, data);
-    add_range(&rg, a->y, data);
-    add_range(&rg, a->dx, data);
-    add_range(&rg, a->weight, par);
-    add_range(&rg, a->bias, par);
-    add_range(&rg, a->dweight, par);
-    add_range(&rg, a->dbias, par);
-    add_range(&rg, a->backward ? a->mean_in : a->mean, stat);
-    add_range(&rg, a->backward ? a->rstd_in : a->rstd, stat);
-    trn_status st = TRN_SUCCESS;
-    for (rg.begun = 0; rg.begun < rg.count && st == TRN_SUCCESS; rg.begun++)
-        st = trn__mem_access_begin(rg.p[rg.begun], rg.n[rg.begun]);
-    if (st != TRN_SUCCESS) rg.begun--;  // the failed one was not begun
+    trn__access_set rg = {.count = 0};
+    trn__access_add(&rg, a->x, data);
+    trn__access_add(&rg, a->dy, data);
+    trn__access_add(&rg, a->y, data);
+    trn__access_add(&rg, a->dx, data);
+    trn__access_add(&rg, a->weight, par);
+    trn__access_add(&rg, a->bias, par);
+    trn__access_add(&rg, a->dweight, par);
+    trn__access_add(&rg, a->dbias, par);
+    trn__access_add(&rg, a->backward ? a->mean_in : a->mean, stat);
+    trn__access_add(&rg, a->backward ? a->rstd_in : a->rstd, stat);
+    trn_status st = trn__access_begin(&rg);
     gn_run run = {a, NULL};
     if (st == TRN_SUCCESS && a->backward && (a->dweight || a->dbias)) {
         run.sums = calloc((size_t)(a->n * a->channels) * 2 + 1, sizeof(double));
@@ -227,7 +211,7 @@ static trn_status gn_task(void *args) {
         if (run.sums) reduce_params(a, run.sums);
     }
     free(run.sums);
-    for (int k = rg.begun - 1; k >= 0; k--) trn__mem_access_end(rg.p[k], rg.n[k]);
+    trn__access_end(&rg);
     return st;
 }
 

@@ -175,18 +175,12 @@ static trn_status pool_task(void *args) {
     const size_t es = trn_dtype_size(a->dtype);
     const size_t in_b = (size_t)(g->planes * g->in_h * g->in_w);
     const size_t out_b = (size_t)(g->planes * g->out_h * g->out_w);
-    const void *p[3];
-    size_t n[3];
-    int count = 0;
-    const void *in = a->backward ? a->dx : a->x, *out = a->backward ? a->dy : a->y;
     const void *ix = a->backward ? (const void *)a->idx_in : (const void *)a->idx_out;
-    if (in) p[count] = in, n[count++] = in_b * es;
-    if (out) p[count] = out, n[count++] = out_b * es;
-    if (ix && a->mode == TRN_POOL_MAX) p[count] = ix, n[count++] = out_b * sizeof(int64_t);
-    trn_status st = TRN_SUCCESS;
-    int begun = 0;
-    for (; begun < count && st == TRN_SUCCESS; begun++) st = trn__mem_access_begin(p[begun], n[begun]);
-    if (st != TRN_SUCCESS) begun--;
+    trn__access_set rg = {.count = 0};
+    trn__access_add(&rg, a->backward ? a->dx : a->x, in_b * es);
+    trn__access_add(&rg, a->backward ? a->dy : a->y, out_b * es);
+    if (a->mode == TRN_POOL_MAX) trn__access_add(&rg, ix, out_b * sizeof(int64_t));
+    trn_status st = trn__access_begin(&rg);
     atomic_int bad = 0;
     if (st == TRN_SUCCESS && g->planes > 0) {
         a->bad_index = &bad;
@@ -195,7 +189,7 @@ static trn_status pool_task(void *args) {
         const int64_t grain = work > 0 && GRAIN / work > 1 ? GRAIN / work : 1;
         trn_parallel_for(g->planes, grain, pick(a->dtype, a->backward), a);
     }
-    for (int k = begun - 1; k >= 0; k--) trn__mem_access_end(p[k], n[k]);
+    trn__access_end(&rg);
     if (st == TRN_SUCCESS && atomic_load(&bad) == 1)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "max_pool backward: an index is outside its input plane");

@@ -149,36 +149,20 @@ static void *convert_param(trn_dtype d, const void *p, int64_t n, int is_double)
     return buf;
 }
 
-// Memory ranges the task touches (protect mode).
-enum { MAX_RANGES = 7 };
-typedef struct ranges {
-    const void *p[MAX_RANGES];
-    size_t n[MAX_RANGES];
-    int count, begun;
-} ranges;
-static void add_range(ranges *r, const void *p, size_t n) {
-    if (p == NULL || n == 0) return;
-    r->p[r->count] = p;
-    r->n[r->count++] = n;
-}
-
 static trn_status rms_task(void *args) {
     const rms_args *a = args;
     const size_t data = (size_t)(a->rows * a->cols) * trn_dtype_size(a->dtype);
     const size_t par = (size_t)a->cols * trn_dtype_size(a->param_dtype);
     const size_t stat = (size_t)a->rows * trn_dtype_size(a->stat_dtype);
-    ranges rg = {.count = 0};
-    add_range(&rg, a->x, data);
-    add_range(&rg, a->weight, par);
-    add_range(&rg, a->y, data);
-    add_range(&rg, a->backward ? a->rstd_in : a->rstd, stat);
-    add_range(&rg, a->dy, data);
-    add_range(&rg, a->dx, data);
-    add_range(&rg, a->dweight, par);
-    trn_status st = TRN_SUCCESS;
-    for (rg.begun = 0; rg.begun < rg.count && st == TRN_SUCCESS; rg.begun++)
-        st = trn__mem_access_begin(rg.p[rg.begun], rg.n[rg.begun]);
-    if (st != TRN_SUCCESS) rg.begun--;  // the failed one was not begun
+    trn__access_set rg = {.count = 0};
+    trn__access_add(&rg, a->x, data);
+    trn__access_add(&rg, a->weight, par);
+    trn__access_add(&rg, a->y, data);
+    trn__access_add(&rg, a->backward ? a->rstd_in : a->rstd, stat);
+    trn__access_add(&rg, a->dy, data);
+    trn__access_add(&rg, a->dx, data);
+    trn__access_add(&rg, a->dweight, par);
+    trn_status st = trn__access_begin(&rg);
     void *w = NULL;
     if (st == TRN_SUCCESS && a->weight) {
         w = convert_param(a->param_dtype, a->weight, a->cols, a->dtype == TRN_DTYPE_F64);
@@ -202,7 +186,7 @@ static trn_status rms_task(void *args) {
         }
     }
     free(w);
-    for (int k = rg.begun - 1; k >= 0; k--) trn__mem_access_end(rg.p[k], rg.n[k]);
+    trn__access_end(&rg);
     return st;
 }
 

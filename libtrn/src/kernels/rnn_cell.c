@@ -208,53 +208,37 @@ int trn_rnn_cell_supports(trn_dtype dtype) {
 
 // Memory ranges the task touches (protect mode), in units of hidden-wide
 // rows per batch item (1, 3, 4 or 5) or of hidden-wide bias vectors.
-enum { MAX_RANGES = 12 };
-typedef struct ranges {
-    const void *p[MAX_RANGES];
-    size_t n[MAX_RANGES];
-    int count;
-} ranges;
-static void add_range(ranges *r, const void *p, size_t n) {
-    if (p == NULL || n == 0) return;
-    r->p[r->count] = p;
-    r->n[r->count++] = n;
-}
-
-static void collect_ranges(const rnn_args *a, ranges *r) {
+static void collect_ranges(const rnn_args *a, trn__access_set *r) {
     const size_t es = trn_dtype_size(a->dtype);
     const size_t h = (size_t)a->hidden * es, row = (size_t)a->batch * h;
     const size_t gates = a->kind == LSTM_FWD || a->kind == LSTM_BWD ? 4 : 3;
     r->count = 0;
-    add_range(r, a->ig, gates * row);
-    add_range(r, a->hg, gates * row);
-    add_range(r, a->bi, gates * h);
-    add_range(r, a->bh, gates * h);
-    add_range(r, a->prev, row);
-    add_range(r, a->gh, row);
-    add_range(r, a->gc, row);
-    add_range(r, a->cy_in, row);
+    trn__access_add(r, a->ig, gates * row);
+    trn__access_add(r, a->hg, gates * row);
+    trn__access_add(r, a->bi, gates * h);
+    trn__access_add(r, a->bh, gates * h);
+    trn__access_add(r, a->prev, row);
+    trn__access_add(r, a->gh, row);
+    trn__access_add(r, a->gc, row);
+    trn__access_add(r, a->cy_in, row);
     const size_t ws = a->kind == GRU_FWD || a->kind == GRU_BWD ? 5 : 4;
-    add_range(r, a->ws_in, ws * row);
-    add_range(r, a->ws, ws * row);
-    add_range(r, a->hy, row);
-    add_range(r, a->cy, row);
-    add_range(r, a->g1, gates * row);
-    add_range(r, a->g2, gates * row);
-    add_range(r, a->gprev, row);
-    add_range(r, a->gb1, gates * h);
-    add_range(r, a->gb2, gates * h);
+    trn__access_add(r, a->ws_in, ws * row);
+    trn__access_add(r, a->ws, ws * row);
+    trn__access_add(r, a->hy, row);
+    trn__access_add(r, a->cy, row);
+    trn__access_add(r, a->g1, gates * row);
+    trn__access_add(r, a->g2, gates * row);
+    trn__access_add(r, a->gprev, row);
+    trn__access_add(r, a->gb1, gates * h);
+    trn__access_add(r, a->gb2, gates * h);
 }
 
 static trn_status rnn_task(void *args) {
     rnn_args *a = args;
     // At most 12 of the 17 pointers are set for any kind.
-    ranges rg;
+    trn__access_set rg;
     collect_ranges(a, &rg);
-    trn_status st = TRN_SUCCESS;
-    int begun = 0;
-    for (; begun < rg.count && st == TRN_SUCCESS; begun++)
-        st = trn__mem_access_begin(rg.p[begun], rg.n[begun]);
-    if (st != TRN_SUCCESS) begun--;  // the failed one was not begun
+    trn_status st = trn__access_begin(&rg);
     if (st == TRN_SUCCESS) {
         piece_fn bias;
         const piece_fn fn = pick(a->dtype, a->kind, &bias);
@@ -265,7 +249,7 @@ static trn_status rnn_task(void *args) {
             trn_parallel_for(cols, SUM_GRAIN / per > TILE ? SUM_GRAIN / per : TILE, bias, a);
         }
     }
-    for (int k = begun - 1; k >= 0; k--) trn__mem_access_end(rg.p[k], rg.n[k]);
+    trn__access_end(&rg);
     return st;
 }
 

@@ -698,6 +698,35 @@ bool trn_mem_protect_enabled(void) { return trn__config_get()->protect; }
 
 // ---- debug protection ---------------------------------------------------------
 
+void trn__access_add(trn__access_set *set, const void *ptr, size_t nbytes) {
+    if (ptr == NULL || nbytes == 0) return;
+    if (set->count < TRN__ACCESS_MAX) {
+        set->ptr[set->count] = ptr;
+        set->nbytes[set->count] = nbytes;
+    }
+    set->count++;  // past the capacity: begin reports it
+}
+
+trn_status trn__access_begin(trn__access_set *set) {
+    set->begun = 0;
+    if (set->count > TRN__ACCESS_MAX)
+        return trn__set_error(TRN_ERROR_KERNEL, "a kernel task touches %d memory ranges, more "
+                              "than the %d its access set holds", set->count, TRN__ACCESS_MAX);
+    for (; set->begun < set->count; set->begun++) {
+        trn_status st = trn__mem_access_begin(set->ptr[set->begun], set->nbytes[set->begun]);
+        if (st != TRN_SUCCESS) {
+            trn__access_end(set);
+            return st;
+        }
+    }
+    return TRN_SUCCESS;
+}
+
+void trn__access_end(trn__access_set *set) {
+    for (; set->begun > 0; set->begun--)
+        trn__mem_access_end(set->ptr[set->begun - 1], set->nbytes[set->begun - 1]);
+}
+
 trn_status trn__mem_access_begin(const void *ptr, size_t nbytes) {
     if (nbytes == 0 || !trn__config_get()->protect) return TRN_SUCCESS;
     trn_status st = TRN_SUCCESS;
