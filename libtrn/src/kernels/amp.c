@@ -82,20 +82,17 @@ static void unscale_piece(void *ctx, int64_t b, int64_t e) {
 static trn_status unscale_task(void *args) {
     unscale_args *a = args;
     const size_t bytes = (size_t)a->n * trn_dtype_size(a->dtype);
-    trn_status st = trn__mem_access_begin(a->data, bytes);
-    if (st != TRN_SUCCESS) return st;
-    st = trn__mem_access_begin(a->inv_scale, 4);
+    trn__access_set rg = {.count = 0};
+    trn__access_add(&rg, a->data, bytes);
+    trn__access_add(&rg, a->inv_scale, 4);
+    trn__access_add(&rg, a->found_inf, 4);
+    trn_status st = trn__access_begin(&rg);
     if (st == TRN_SUCCESS) {
-        st = trn__mem_access_begin(a->found_inf, 4);
-        if (st == TRN_SUCCESS) {
-            unscale_run run = {a, *a->inv_scale, 0};
-            trn_parallel_for(a->n, GRAIN, unscale_piece, &run);
-            if (atomic_load(&run.bad)) *a->found_inf = 1.0f;
-            trn__mem_access_end(a->found_inf, 4);
-        }
-        trn__mem_access_end(a->inv_scale, 4);
+        unscale_run run = {a, *a->inv_scale, 0};
+        trn_parallel_for(a->n, GRAIN, unscale_piece, &run);
+        if (atomic_load(&run.bad)) *a->found_inf = 1.0f;
     }
-    trn__mem_access_end(a->data, bytes);
+    trn__access_end(&rg);
     return st;
 }
 
@@ -125,28 +122,26 @@ typedef struct update_args {
 
 static trn_status update_task(void *args) {
     const trn_amp_update_scale_desc *d = &((update_args *)args)->d;
-    trn_status st = trn__mem_access_begin(d->scale, 4);
+    trn__access_set rg = {.count = 0};
+    trn__access_add(&rg, d->scale, 4);
+    trn__access_add(&rg, d->growth_tracker, 4);
+    trn__access_add(&rg, d->found_inf, 4);
+    trn_status st = trn__access_begin(&rg);
     if (st != TRN_SUCCESS) return st;
-    if ((st = trn__mem_access_begin(d->growth_tracker, 4)) == TRN_SUCCESS) {
-        if ((st = trn__mem_access_begin(d->found_inf, 4)) == TRN_SUCCESS) {
-            if (*d->found_inf != 0.0f) {
-                *d->scale = (float)((double)*d->scale * d->backoff_factor);
-                *d->growth_tracker = 0;
-            } else {
-                const int64_t done = (int64_t)*d->growth_tracker + 1;
-                if (done == d->growth_interval) {
-                    const float grown = (float)((double)*d->scale * d->growth_factor);
-                    if (isfinite(grown)) *d->scale = grown;
-                    *d->growth_tracker = 0;
-                } else {
-                    *d->growth_tracker = (int32_t)done;
-                }
-            }
-            trn__mem_access_end(d->found_inf, 4);
+    if (*d->found_inf != 0.0f) {
+        *d->scale = (float)((double)*d->scale * d->backoff_factor);
+        *d->growth_tracker = 0;
+    } else {
+        const int64_t done = (int64_t)*d->growth_tracker + 1;
+        if (done == d->growth_interval) {
+            const float grown = (float)((double)*d->scale * d->growth_factor);
+            if (isfinite(grown)) *d->scale = grown;
+            *d->growth_tracker = 0;
+        } else {
+            *d->growth_tracker = (int32_t)done;
         }
-        trn__mem_access_end(d->growth_tracker, 4);
     }
-    trn__mem_access_end(d->scale, 4);
+    trn__access_end(&rg);
     return st;
 }
 

@@ -91,15 +91,16 @@ typedef struct isin_args {
 static trn_status isin_task(void *args) {
     const trn_isin_desc *d = &((isin_args *)args)->d;
     const size_t es = trn_dtype_size(d->dtype);
-    trn_status st = trn__mem_access_begin(d->elements, (size_t)d->n * es);
+    trn__access_set rg = {.count = 0};
+    trn__access_add(&rg, d->elements, (size_t)d->n * es);
+    trn__access_add(&rg, d->test_elements, (size_t)d->m * es);
+    trn__access_add(&rg, d->out, (size_t)d->n);
+    trn_status st = trn__access_begin(&rg);
     if (st != TRN_SUCCESS) return st;
-    if (d->m > 0 && (st = trn__mem_access_begin(d->test_elements, (size_t)d->m * es)) != TRN_SUCCESS)
-        goto out_el;
-    if ((st = trn__mem_access_begin(d->out, (size_t)d->n)) != TRN_SUCCESS) goto out_test;
     uint64_t *keys = malloc((size_t)(d->m > 0 ? d->m : 1) * sizeof(uint64_t));
     if (keys == NULL) {
         st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_isin_launch: out of host memory");
-        goto out_out;
+        goto out;
     }
     int64_t nk = 0;
     for (int64_t j = 0; j < d->m; j++)
@@ -108,12 +109,8 @@ static trn_status isin_task(void *args) {
     isin_ctx c = {d, keys, nk};
     trn_parallel_for(d->n, GRAIN, isin_piece, &c);
     free(keys);
-out_out:
-    trn__mem_access_end(d->out, (size_t)d->n);
-out_test:
-    if (d->m > 0) trn__mem_access_end(d->test_elements, (size_t)d->m * es);
-out_el:
-    trn__mem_access_end(d->elements, (size_t)d->n * es);
+out:
+    trn__access_end(&rg);
     return st;
 }
 

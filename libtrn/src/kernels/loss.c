@@ -95,27 +95,19 @@ static trn_status nll_task(void *args) {
     const size_t tsz = (size_t)(a->batch * a->inner) * trn_dtype_size(a->target_dtype);
     const size_t isz = (size_t)(a->batch * a->classes * a->inner) * es;
     const size_t osz = (a->reduction == TRN_REDUCTION_NONE ? (size_t)(a->batch * a->inner) : 1) * es;
-    const void *p[6];
-    size_t n[6];
-    int k = 0;
-    p[k] = a->target; n[k++] = tsz;
-    if (a->weight) { p[k] = a->weight; n[k++] = (size_t)a->classes * es; }
+    trn__access_set rg = {.count = 0};
+    trn__access_add(&rg, a->target, tsz);
+    trn__access_add(&rg, a->weight, (size_t)a->classes * es);
     if (!a->backward) {
-        p[k] = a->input; n[k++] = isz;
-        p[k] = a->out; n[k++] = osz;
-        p[k] = a->total_weight; n[k++] = es;
+        trn__access_add(&rg, a->input, isz);
+        trn__access_add(&rg, a->out, osz);
+        trn__access_add(&rg, a->total_weight, es);
     } else {
-        p[k] = a->grad_output; n[k++] = osz;
-        p[k] = a->total_weight_in; n[k++] = es;
-        p[k] = a->grad_input; n[k++] = isz;
+        trn__access_add(&rg, a->grad_output, osz);
+        trn__access_add(&rg, a->total_weight_in, es);
+        trn__access_add(&rg, a->grad_input, isz);
     }
-    int begun = 0;
-    trn_status s = TRN_SUCCESS;
-    for (; begun < k; begun++) {
-        if (n[begun] == 0) continue;
-        s = trn__mem_access_begin(p[begun], n[begun]);
-        if (s != TRN_SUCCESS) break;
-    }
+    trn_status s = trn__access_begin(&rg);
     if (s == TRN_SUCCESS) {
         const int64_t bad = check_targets(a);
         if (bad != a->ignore_index) {
@@ -128,8 +120,7 @@ static trn_status nll_task(void *args) {
             trn_parallel_for(a->batch, grain < 1 ? 1 : grain, nll_backward_piece, (void *)a);
         }
     }
-    for (int j = begun - 1; j >= 0; j--)
-        if (n[j] != 0) trn__mem_access_end(p[j], n[j]);
+    trn__access_end(&rg);
     return s;
 }
 

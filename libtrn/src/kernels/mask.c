@@ -217,15 +217,13 @@ static int64_t scan(const scan_args *a) {
 
 static trn_status scan_task(void *args) {
     const scan_args *a = args;
-    trn_status st = trn__mem_access_begin(shift(a->data, a->data_lo), (size_t)a->data_span);
-    if (st != TRN_SUCCESS) return st;
-    bool have_src = a->mode == 2, have_out = a->mode != 0 && a->expect > 0;
     const void *out_base = a->mode == 1 ? (const void *)a->coords : (const void *)a->out;
-    if (have_src) st = trn__mem_access_begin(shift(a->src, a->src_lo), (size_t)a->src_span);
-    if (st == TRN_SUCCESS && have_out)
-        st = trn__mem_access_begin(shift(out_base, a->out_lo), (size_t)a->out_span);
-    else if (st != TRN_SUCCESS)
-        have_src = false;
+    trn__access_set rg = {.count = 0};
+    trn__access_add(&rg, shift(a->data, a->data_lo), (size_t)a->data_span);
+    if (a->mode == 2) trn__access_add(&rg, shift(a->src, a->src_lo), (size_t)a->src_span);
+    if (a->mode != 0 && a->expect > 0)
+        trn__access_add(&rg, shift(out_base, a->out_lo), (size_t)a->out_span);
+    trn_status st = trn__access_begin(&rg);
     if (st == TRN_SUCCESS) {
         int64_t found = scan(a);
         if (a->mode == 0)
@@ -236,11 +234,8 @@ static trn_status scan_task(void *args) {
                                 "between counting (%lld) and writing",
                                 a->mode == 1 ? "nonzero" : "masked_select",
                                 (long long)a->expect);
-        if (have_out)
-            trn__mem_access_end(shift(out_base, a->out_lo), (size_t)a->out_span);
     }
-    if (have_src) trn__mem_access_end(shift(a->src, a->src_lo), (size_t)a->src_span);
-    trn__mem_access_end(shift(a->data, a->data_lo), (size_t)a->data_span);
+    trn__access_end(&rg);
     return st;
 }
 

@@ -150,23 +150,17 @@ static trn_status select_task(void *args) {
     const trn_select_desc *d = &a->d;
     const size_t es = trn_dtype_size(d->dtype);
     const size_t in_b = (size_t)(d->rows * d->n) * es, out_b = (size_t)d->rows * es;
-    trn_status st = trn__mem_access_begin(d->x, in_b);
+    trn__access_set rg = {.count = 0};
+    trn__access_add(&rg, d->x, in_b);
+    trn__access_add(&rg, d->values, out_b);
+    trn__access_add(&rg, d->indices, (size_t)d->rows * 8);
+    trn_status st = trn__access_begin(&rg);
     if (st != TRN_SUCCESS) return st;
-    st = trn__mem_access_begin(d->values, out_b);
-    if (st == TRN_SUCCESS && d->indices)
-        if ((st = trn__mem_access_begin(d->indices, (size_t)d->rows * 8)) != TRN_SUCCESS)
-            trn__mem_access_end(d->values, out_b);
-    if (st != TRN_SUCCESS) {
-        trn__mem_access_end(d->x, in_b);
-        return st;
-    }
     atomic_int oom = 0;
     a->oom = &oom;
     const int64_t grain = d->n >= GRAIN ? 1 : GRAIN / d->n;
     trn_parallel_for(d->rows, grain, select_piece, a);
-    if (d->indices) trn__mem_access_end(d->indices, (size_t)d->rows * 8);
-    trn__mem_access_end(d->values, out_b);
-    trn__mem_access_end(d->x, in_b);
+    trn__access_end(&rg);
     if (atomic_load(&oom))
         return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "select: out of host memory");
     return TRN_SUCCESS;

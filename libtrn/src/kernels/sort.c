@@ -371,12 +371,12 @@ static trn_status sort_task(void *args) {
     const void *xlo = offset_ptr(a->indices, a->idx_lo * 8);
     const size_t ispan = (size_t)(a->in_span * a->esize), vspan = (size_t)(a->val_span * a->esize),
                  xspan = (size_t)(a->idx_span * 8);
-    trn_status st = trn__mem_access_begin(ilo, ispan);
+    trn__access_set rg = {.count = 0};
+    trn__access_add(&rg, ilo, ispan);
+    trn__access_add(&rg, vlo, vspan);
+    trn__access_add(&rg, xlo, xspan);
+    trn_status st = trn__access_begin(&rg);
     if (st != TRN_SUCCESS) return st;
-    st = trn__mem_access_begin(vlo, vspan);
-    if (st != TRN_SUCCESS) goto out_in;
-    st = trn__mem_access_begin(xlo, xspan);
-    if (st != TRN_SUCCESS) goto out_val;
     sort_ctx c;
     c.a = a;
     dtype_lookup(a->dtype, &c.info);
@@ -388,11 +388,7 @@ static trn_status sort_task(void *args) {
     if (c.failed)
         st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "%s: out of host memory for scratch",
                             a->topk ? "trn_topk_launch" : "trn_sort_launch");
-    trn__mem_access_end(xlo, xspan);
-out_val:
-    trn__mem_access_end(vlo, vspan);
-out_in:
-    trn__mem_access_end(ilo, ispan);
+    trn__access_end(&rg);
     return st;
 }
 
@@ -484,21 +480,20 @@ static trn_status unique_task(void *args) {
     dtype_info info;
     dtype_lookup(d->dtype, &info);
     const uint64_t nan_key = info.bits == 32 ? 0xFFFFFFFFu : UINT64_MAX;
-    trn_status st = trn__mem_access_begin(d->in, (size_t)(n * es));
+    trn__access_set rg = {.count = 0};
+    trn__access_add(&rg, d->in, (size_t)(n * es));
+    trn__access_add(&rg, d->values, (size_t)(n * es));
+    trn__access_add(&rg, d->inverse, (size_t)n * 8);
+    trn__access_add(&rg, d->counts, (size_t)n * 8);
+    trn_status st = trn__access_begin(&rg);
     if (st != TRN_SUCCESS) return st;
-    st = trn__mem_access_begin(d->values, (size_t)(n * es));
-    if (st != TRN_SUCCESS) goto out_in;
-    if (d->inverse && (st = trn__mem_access_begin(d->inverse, (size_t)n * 8)) != TRN_SUCCESS)
-        goto out_val;
-    if (d->counts && (st = trn__mem_access_begin(d->counts, (size_t)n * 8)) != TRN_SUCCESS)
-        goto out_inv;
     uint64_t *kb = malloc((size_t)n * 2 * sizeof(uint64_t));
     int64_t *xb = malloc((size_t)n * 2 * sizeof(int64_t));
     if (kb == NULL || xb == NULL) {
         free(kb);
         free(xb);
         st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_unique_launch: out of host memory");
-        goto out_cnt;
+        goto out;
     }
     info.keys(d->in, 1, n, 0, kb);
     uint64_t *keys = kb;
@@ -508,7 +503,7 @@ static trn_status unique_task(void *args) {
         free(kb);
         free(xb);
         st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_unique_launch: out of host memory");
-        goto out_cnt;
+        goto out;
     }
     // Groups of equal keys (a NaN is never equal); idx[] holds each group's
     // elements, the first one gives the value.
@@ -528,14 +523,8 @@ static trn_status unique_task(void *args) {
     *d->num_unique = g + 1;
     free(kb);
     free(xb);
-out_cnt:
-    if (d->counts) trn__mem_access_end(d->counts, (size_t)n * 8);
-out_inv:
-    if (d->inverse) trn__mem_access_end(d->inverse, (size_t)n * 8);
-out_val:
-    trn__mem_access_end(d->values, (size_t)(n * es));
-out_in:
-    trn__mem_access_end(d->in, (size_t)(n * es));
+out:
+    trn__access_end(&rg);
     return st;
 }
 

@@ -413,13 +413,11 @@ static trn_status up_task(void *args) {
     const size_t out_bytes = (size_t)(d->planes * out_plane) * es;
     const size_t src_bytes = a->backward ? out_bytes : in_bytes;
     const size_t dst_bytes = a->backward ? in_bytes : out_bytes;
-    trn_status st = trn__mem_access_begin(d->src, src_bytes);
+    trn__access_set rg = {.count = 0};
+    trn__access_add(&rg, d->src, src_bytes);
+    trn__access_add(&rg, d->dst, dst_bytes);
+    trn_status st = trn__access_begin(&rg);
     if (st != TRN_SUCCESS) return st;
-    st = trn__mem_access_begin(d->dst, dst_bytes);
-    if (st != TRN_SUCCESS) {
-        trn__mem_access_end(d->src, src_bytes);
-        return st;
-    }
     up_run run = {a, {{NULL, NULL, NULL}, {NULL, NULL, NULL}}, 0};
     st = build_tables(d, a->backward, &run.t);
     if (st == TRN_SUCCESS) {
@@ -434,8 +432,7 @@ static trn_status up_task(void *args) {
         free(run.t.idx[k]);
         free(run.t.lam[k]);
     }
-    trn__mem_access_end(d->dst, dst_bytes);
-    trn__mem_access_end(d->src, src_bytes);
+    trn__access_end(&rg);
     return st;
 }
 
