@@ -10,6 +10,7 @@
 
 #include "trn/blas.h"
 #include "trn/conv.h"
+#include "trn/memory.h"
 #include "trn/parallel.h"
 
 #include "../../internal.h"
@@ -35,10 +36,35 @@ typedef struct kernel_task {
     int first, end;  // steps [first, end), all STEP_KERNEL
 } kernel_task;
 
+// Protect mode: generated code cannot bracket its own accesses, so the task
+// opens the block of every bound buffer first (reference-counted, so views
+// of one block and the workspace's many nodes are fine) and closes them after.
+static trn_status open_buffers(const kernel_task *t, int *opened) {
+    const trn_graph *g = &t->p->graph;
+    for (*opened = 0; *opened < g->count; (*opened)++) {
+        const int i = *opened;
+        if (t->ptrs[i] == NULL || trn__cc_numel(&g->nodes[i]) == 0) continue;
+        trn_status st = trn__mem_access_begin(t->ptrs[i], 1);
+        if (st != TRN_SUCCESS) return st;
+    }
+    return TRN_SUCCESS;
+}
+
+static void close_buffers(const kernel_task *t, int opened) {
+    for (int i = opened - 1; i >= 0; i--)
+        if (t->ptrs[i] != NULL && trn__cc_numel(&t->p->graph.nodes[i]) > 0)
+            trn__mem_access_end(t->ptrs[i], 1);
+}
+
 static trn_status run_kernels(void *args) {
     const kernel_task *t = args;
-    for (int i = t->first; i < t->end; i++) t->p->kernels[t->p->sched.steps[i].kernel](t->ptrs, &kernel_abi);
-    return TRN_SUCCESS;
+    const bool protect = trn_mem_protect_enabled();
+    int opened = 0;
+    trn_status st = protect ? open_buffers(t, &opened) : TRN_SUCCESS;
+    if (st == TRN_SUCCESS)
+        for (int i = t->first; i < t->end; i++) t->p->kernels[t->p->sched.steps[i].kernel](t->ptrs, &kernel_abi);
+    if (protect) close_buffers(t, opened);
+    return st;
 }
 
 static trn_status free_run(void *args) {
