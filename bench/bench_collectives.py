@@ -4,6 +4,11 @@ bandwidth from 4 KiB to 256 MiB for 2 and 4 ranks, 8-byte all_reduce latency
 and a DDP training step. Bus bandwidth follows nccl-tests.
 
     python bench/bench_collectives.py [--max-mib 256] [--worlds 2,4]
+    python bench/bench_collectives.py --ddp-rounds 5 --worlds 2   # DDP step only
+
+--ddp-rounds N skips the bandwidth sweep and runs the latency and DDP step
+N times per backend, alternating which backend goes first, and prints each
+round's ratio and their median (one run swings with the machine's load).
 """
 import argparse
 import json
@@ -108,16 +113,38 @@ def _run(backend, world, max_bytes, out):
         return json.load(f)
 
 
+def _ddp_rounds(worlds, rounds, out):
+    for world in worlds:
+        wall, cpu, lat = [], [], []
+        for r in range(rounds):
+            order = ("neuron", "gloo") if r % 2 == 0 else ("gloo", "neuron")
+            res = {b: _run(b, world, 0, f"{out}.{b}.{world}") for b in order}
+            n, g = res["neuron"], res["gloo"]
+            wall.append(g["ddp_ms"] / n["ddp_ms"])
+            cpu.append(g["ddp_cpu_ms"] / n["ddp_cpu_ms"])
+            lat.append(n["lat_us"] / g["lat_us"])
+            print(f"{world} ranks, round {r}: DDP step neuron {n['ddp_ms']:.2f} ms, gloo-cpu "
+                  f"{g['ddp_ms']:.2f} ms (speedup {wall[-1]:.2f}x; CPU per step {cpu[-1]:.2f}x "
+                  f"less); latency {n['lat_us']:.0f} vs {g['lat_us']:.0f} us", flush=True)
+        print(f"{world} ranks, median of {rounds}: DDP step speedup {statistics.median(wall):.2f}x "
+              f"(min {min(wall):.2f}x), CPU per step {statistics.median(cpu):.2f}x less, "
+              f"latency neuron/gloo {statistics.median(lat):.2f}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--max-mib", type=int, default=256)
     ap.add_argument("--worlds", default="2,4")
     ap.add_argument("--rank-backend")
     ap.add_argument("--out", default="/tmp/bench_collectives.json")
+    ap.add_argument("--ddp-rounds", type=int, default=0)
     a = ap.parse_args()
     max_bytes = a.max_mib << 20
     if a.rank_backend:
         _rank_main(a.rank_backend, max_bytes, a.out)
+        return
+    if a.ddp_rounds:
+        _ddp_rounds([int(w) for w in a.worlds.split(",")], a.ddp_rounds, a.out)
         return
     for world in [int(w) for w in a.worlds.split(",")]:
         res = {b: _run(b, world, max_bytes, f"{a.out}.{b}.{world}") for b in ("neuron", "gloo")}

@@ -664,3 +664,114 @@ def subgroups():
     dist.all_reduce(w)  # the world group still works after the split
     assert w.cpu().tolist() == [2.0 * world] * 2, w
     dist.destroy_process_group()
+
+
+def _state_offset():
+    return int(torch.neuron.get_rng_state()[8:].view(torch.int64))
+
+
+def dtensor_random():
+    """DTensor random ops through DTensor's offset-based RNG tracker: each
+    result equals the single-device reference drawn on this rank's device
+    from the same seed (replicas identical, Shard(0) shards the parts of the
+    one global tensor), the generator's offset moves as it would for the
+    whole tensor, and dropout in a TP / SP transformer block matches the
+    single-device block."""
+    import torch.nn.functional as F
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+    import torch.distributed.tensor as dt
+    rank, world = rank_world()
+    dist.init_process_group("neuron")
+    dev = torch.device("neuron", rank)
+    torch.neuron.set_device(dev)
+    mesh = init_device_mesh("neuron", (world,))
+    shape = (4 * world, 6)  # local shards of 24 elements: offsets stay multiples of 4
+
+    ops = {
+        "uniform_": lambda t: t.uniform_(-1, 2),
+        "normal_": lambda t: t.normal_(0.5, 2),
+        "bernoulli_": lambda t: t.bernoulli_(0.3),
+        "dropout": lambda t: F.dropout(t, 0.5),
+        "rand_like": lambda t: torch.rand_like(t),
+    }
+    for name, op in ops.items():
+        torch.manual_seed(5)
+        ref = op(torch.ones(shape, device=dev)).cpu()
+        after = op(torch.ones(shape, device=dev)).cpu()  # the op that follows
+        ref_offset = _state_offset()
+        for placements in ([Replicate()], [Shard(0)]):
+            torch.manual_seed(5)
+            d = op(distribute_tensor(torch.ones(shape, device=dev), mesh, placements))
+            assert isinstance(d, DTensor) and d.placements == tuple(placements), (name, d)
+            full = d.full_tensor().cpu()
+            assert torch.equal(full, ref), (name, placements, full, ref)
+            if placements == [Replicate()]:
+                assert torch.equal(d.to_local().cpu(), ref), name
+            nxt = op(distribute_tensor(torch.ones(shape, device=dev), mesh, placements))
+            assert torch.equal(nxt.full_tensor().cpu(), after), (name, placements)
+            assert _state_offset() == ref_offset, (name, placements)
+
+    # Factories: torch.distributed.tensor.rand / randn on Shard(0).
+    for factory, plain in ((dt.rand, torch.rand), (dt.randn, torch.randn)):
+        torch.manual_seed(9)
+        ref = plain(shape, device=dev).cpu()
+        torch.manual_seed(9)
+        d = factory(shape, device_mesh=mesh, placements=[Shard(0)])
+        assert torch.equal(d.full_tensor().cpu(), ref), factory
+
+    # Shard(1) is not contiguous in the global tensor: as on CUDA, each shard
+    # gets its own counters (shard k from offset k * local numel), distinct
+    # from the others and the same on every run.
+    torch.manual_seed(5)
+    d = distribute_tensor(torch.ones(shape[1], 4 * world, device=dev), mesh, [Shard(1)]).uniform_()
+    parts = d.redistribute(mesh, [Replicate()]).to_local().cpu().chunk(world, dim=1)
+    torch.manual_seed(5)
+    whole = torch.rand(shape[1] * 4 * world, device=dev).cpu()
+    for k, part in enumerate(parts):
+        n = part.numel()
+        assert torch.equal(part.contiguous().flatten(), whole[k * n:(k + 1) * n]), k
+
+    # Dropout in a transformer-style MLP block under tensor parallelism
+    # (Colwise -> Rowwise, Replicate output) and sequence parallelism
+    # (Shard(1) output, batch 1): same masks as the single-device block.
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(3)
+            self.norm = torch.nn.LayerNorm(8)
+            self.fc1, self.fc2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
+
+        def forward(self, x):
+            return F.dropout(self.fc2(torch.relu(self.fc1(self.norm(x)))), 0.25)
+
+    seq = torch.randn(1, 2 * world, 8, generator=torch.Generator().manual_seed(9))
+    ref_block = Block().to(dev)
+    torch.manual_seed(11)
+    ref = ref_block(seq.to(dev))
+    ref.sum().backward()
+    ref_out = ref.detach().cpu()
+    assert (ref_out == 0).any() and (ref_out != 0).any()
+    plans = {
+        "tp": ({"fc1": ColwiseParallel(), "fc2": RowwiseParallel(use_local_output=False)},
+               lambda: seq.to(dev), lambda out: out.to_local()),
+        "sp": ({"norm": SequenceParallel(), "fc1": ColwiseParallel(input_layouts=Shard(1)),
+                "fc2": RowwiseParallel(output_layouts=Shard(1), use_local_output=False)},
+               lambda: seq[:, rank * 2:(rank + 1) * 2].to(dev), lambda out: out.full_tensor()),
+    }
+    for name, (plan, inp, whole_of) in plans.items():
+        block = parallelize_module(Block().to(dev), mesh, plan)
+        torch.manual_seed(11)
+        out = block(inp())
+        assert isinstance(out, DTensor), name
+        torch.testing.assert_close(whole_of(out).cpu(), ref_out, rtol=1e-5, atol=1e-6)
+        # Every rank dropped the same elements as the reference.
+        assert torch.equal((whole_of(out).cpu() == 0), (ref_out == 0)), name
+        out.sum().backward()
+        g = block.fc2.weight.grad
+        g = g.full_tensor() if isinstance(g, DTensor) else g
+        torch.testing.assert_close(g.cpu(), ref_block.fc2.weight.grad.cpu(), rtol=1e-5, atol=1e-5)
+    dist.destroy_process_group()

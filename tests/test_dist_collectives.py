@@ -57,6 +57,10 @@ def test_ddp_fsdp2_dtensor_tp_match_cpu_reference(world):
     check_ranks("parallel", world, timeout=180)
 
 
+def test_dtensor_random_ops_match_the_single_device_reference():
+    check_ranks("dtensor_random", 2, timeout=120)
+
+
 @pytest.mark.skipif(os.environ.get("OPENNEURON_FULL_TESTS") != "1",
                     reason="two torchrun launches (~1-2 min on 2 cores): OPENNEURON_FULL_TESTS=1")
 def test_example_gloo_cpu_vs_neuron_losses_match():

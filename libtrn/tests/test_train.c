@@ -131,7 +131,7 @@ static void test_dropout(void) {
     CHECK(x && o && m && m2);
     if (!(x && o && m && m2)) return;
     for (int i = 0; i < N; i++) x[i] = 2.0f;
-    trn_dropout_desc d = {TRN_DTYPE_F32, N, x, o, m, 0.25, 1.0 / 0.75, 42};
+    trn_dropout_desc d = {TRN_DTYPE_F32, N, x, o, m, 0.25, 1.0 / 0.75, 42, 0};
     CHECK_OK(trn_dropout_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     int kept = 0, bad = 0;
@@ -142,7 +142,7 @@ static void test_dropout(void) {
     CHECK_INT(bad, 0);
     CHECK(fabs(kept / (double)N - 0.75) < 0.01);
     // Mask only, same seed: same mask; another seed: a different one.
-    trn_dropout_desc d2 = {TRN_DTYPE_F32, N, NULL, NULL, m2, 0.25, 0, 42};
+    trn_dropout_desc d2 = {TRN_DTYPE_F32, N, NULL, NULL, m2, 0.25, 0, 42, 0};
     CHECK_OK(trn_dropout_launch(g_stream, &d2));
     CHECK_OK(trn_stream_synchronize(g_stream));
     CHECK(memcmp(m, m2, N) == 0);
@@ -150,6 +150,17 @@ static void test_dropout(void) {
     CHECK_OK(trn_dropout_launch(g_stream, &d2));
     CHECK_OK(trn_stream_synchronize(g_stream));
     CHECK(memcmp(m, m2, N) != 0);
+    // Offsets: a mask of elements [k, N) at offset 5 + k is that part of the
+    // mask of [0, N) at offset 5 (DTensor shards).
+    d2.seed = 42, d2.offset = 5;
+    CHECK_OK(trn_dropout_launch(g_stream, &d2));
+    d2.n = N - 1000, d2.mask = m + 1000, d2.offset = 5 + 1000;
+    CHECK_OK(trn_dropout_launch(g_stream, &d2));
+    d2.n = 1000, d2.mask = m, d2.offset = 5;
+    CHECK_OK(trn_dropout_launch(g_stream, &d2));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    d2.n = N, d2.mask = m2;
+    CHECK(memcmp(m, m2, N) == 0);
     d2.p = 1.5;
     CHECK_INT(trn_dropout_launch(g_stream, &d2), TRN_ERROR_INVALID_ARGUMENT);
     free(x);

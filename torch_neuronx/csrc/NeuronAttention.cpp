@@ -20,13 +20,11 @@
 #include <ATen/Context.h>
 #include <ATen/Functions.h>
 #include <ATen/native/transformers/attention.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/SDPBackend.h>
 #include <torch/library.h>
 
 #include <cmath>
-#include <mutex>
 
 #include "NeuronGenerator.h"
 #include "neuron_device.h"
@@ -85,12 +83,6 @@ Tensor rows_contiguous(const Tensor &t) { return t.stride(-1) == 1 ? t : t.conti
 
 void fill_strides(int64_t *dst, const Tensor &t) {
     for (int i = 0; i < 3; i++) dst[i] = t.stride(i);
-}
-
-uint64_t draw_seed(c10::DeviceIndex index) {
-    at::Generator cpu = default_generator(index).get<NeuronGeneratorImpl>()->cpu_generator();
-    std::lock_guard<std::mutex> lock(cpu.mutex());
-    return cpu.get<at::CPUGeneratorImpl>()->random64();
 }
 
 // Fills the forward descriptor; q/k/v/out/lse must outlive the launch.
@@ -161,7 +153,7 @@ FwdResult sdpa_forward(const Tensor &query, const Tensor &key, const Tensor &val
     // usual transpose(1, 2).reshape(B, L, H * Ev) that follows is then free.
     Tensor out = at::empty({B, L, H, Ev}, q.options()).transpose(1, 2);
     Tensor lse = at::empty({B, H, L}, q.options().dtype(at::kFloat));
-    const uint64_t seed = dropout_p > 0 ? draw_seed(q.device().index()) : 0;
+    const uint64_t seed = dropout_p > 0 ? draw_key(std::nullopt, q.device().index()) : 0;
     trn_attention_desc d = make_desc(q, k, v, mask, out, lse, dropout_p, is_causal, scale, seed);
     TRN_CHECK(trn_attention_launch(current_trn_stream(q.device().index()), &d));
     tracking::record_executed("aten::_scaled_dot_product_fused_attention_overrideable");

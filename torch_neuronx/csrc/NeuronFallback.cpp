@@ -3,8 +3,9 @@
 //
 // Each invocation is logged (get_fallback_ops) and the first one of each op
 // warns. Random ops get the neuron device's generator: CPU kernels accept only
-// CPU generators, so a neuron generator is swapped for the CPU generator it
-// owns (see NeuronGenerator.h), and a missing one for the device default's.
+// CPU generators, so a neuron generator (a missing one: the device default)
+// is swapped for a fresh CPU generator seeded from its (seed, offset), whose
+// offset advances (see NeuronGenerator.h).
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
@@ -46,11 +47,9 @@ void use_cpu_generators(const c10::OperatorHandle &op, torch::jit::Stack &stack)
             continue;
         c10::IValue &v = stack[begin + i];
         if (v.isNone()) {
-            const at::Generator &gen = default_generator(op_device(stack, begin));
-            v = gen.get<NeuronGeneratorImpl>()->cpu_generator();
+            v = fallback_cpu_generator(default_generator(op_device(stack, begin)));
         } else if (v.isGenerator() && v.toGenerator().device().type() == kNeuron) {
-            at::Generator gen = v.toGenerator();
-            v = gen.get<NeuronGeneratorImpl>()->cpu_generator();
+            v = fallback_cpu_generator(v.toGenerator());
         }
     }
 }

@@ -1,19 +1,19 @@
 // NeuronRandom.cpp - in-place random fills on neuron (uniform_, normal_,
 // bernoulli_(p), exponential_, random_, log_normal_, cauchy_, geometric_), run by libtrn's counter-based
-// random kernel (trn/random.h). Each call draws one 64-bit seed from the
-// device's generator (default or given), so torch.manual_seed /
-// torch.neuron.manual_seed reproduce the values, devices have independent
-// streams, and get_rng_state / set_rng_state round-trip. Argument checks and
+// random kernel (trn/random.h). Each call takes the generator's (seed,
+// offset) (default or given) and advances the offset by the element count,
+// so torch.manual_seed / torch.neuron.manual_seed reproduce the values,
+// devices have independent streams, get_rng_state / set_rng_state
+// round-trip, and DTensor's offset-based RNG tracker gives each shard its
+// part of the global tensor. Argument checks and
 // messages follow ATen's; dtypes the kernel does not cover go to the CPU
 // fallback. randn / rand / randint / rand_like / nn.init are built on these.
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Functions.h>
 #include <ATen/Operators.h>
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
 #include <limits>
-#include <mutex>
 
 #include "NeuronFallback.h"
 #include "NeuronGenerator.h"
@@ -25,16 +25,6 @@ namespace neuron {
 namespace {
 
 using at::Tensor;
-
-// One 64-bit draw from the neuron generator's state (the fill's seed).
-uint64_t draw_seed(const std::optional<at::Generator> &gen, c10::DeviceIndex index) {
-    at::Generator g = gen.has_value() && gen->defined() ? *gen : default_generator(index);
-    TORCH_CHECK(g.device().type() == kNeuron,
-                "random ops on neuron need a neuron generator, got one for ", g.device());
-    at::Generator cpu = g.get<NeuronGeneratorImpl>()->cpu_generator();  // shares the state
-    std::lock_guard<std::mutex> lock(cpu.mutex());
-    return cpu.get<at::CPUGeneratorImpl>()->random64();
-}
 
 bool is_float_dtype(const Tensor &t) {
     const auto s = t.scalar_type();
@@ -56,7 +46,10 @@ Tensor &run(Tensor &self, trn_random_dist dist, double a, double b, int64_t from
     d.b = b;
     d.from = from;
     d.range = range;
-    d.seed = draw_seed(gen, self.device().index());
+    const CounterRange r = reserve_counters(gen, self.device().index(),
+                                            static_cast<uint64_t>(d.n));
+    d.seed = r.seed;
+    d.offset = r.offset;
     TRN_CHECK(trn_random_launch(current_trn_stream(self.device().index()), &d));
     if (!work.is_same(self))
         self.copy_(work);

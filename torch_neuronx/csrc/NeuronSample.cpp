@@ -7,7 +7,6 @@
 // devices are independent, and get_rng_state / set_rng_state round-trip.
 // Argument checks and messages follow PyTorch CPU; unsupported dtypes go to
 // the CPU fallback.
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/Functions.h>
 #include <ATen/Operators.h>
@@ -17,7 +16,6 @@
 
 #include <cmath>
 #include <limits>
-#include <mutex>
 
 #include "NeuronFallback.h"
 #include "NeuronGenerator.h"
@@ -29,16 +27,6 @@ namespace neuron {
 namespace {
 
 using at::Tensor;
-
-// One 64-bit draw from the neuron generator's state (a kernel's seed).
-uint64_t next_seed(const std::optional<at::Generator> &gen, c10::DeviceIndex index) {
-    at::Generator g = gen.has_value() && gen->defined() ? *gen : default_generator(index);
-    TORCH_CHECK(g.device().type() == kNeuron,
-                "random ops on neuron need a neuron generator, got one for ", g.device());
-    at::Generator cpu = g.get<NeuronGeneratorImpl>()->cpu_generator();  // shares the state
-    std::lock_guard<std::mutex> lock(cpu.mutex());
-    return cpu.get<at::CPUGeneratorImpl>()->random64();
-}
 
 trn_stream *stream_of(const Tensor &t) { return current_trn_stream(t.device().index()); }
 
@@ -81,7 +69,7 @@ Tensor &randperm_out(int64_t n, std::optional<at::Generator> gen, Tensor &out) {
     d.dtype = *native_dtype(out.scalar_type());
     d.n = n;
     d.out = work.data_ptr();
-    d.seed = next_seed(gen, out.device().index());
+    d.seed = draw_key(gen, out.device().index());
     TRN_CHECK(trn_randperm_launch(stream_of(out), &d));
     if (!work.is_same(out))
         out.copy_(work);
@@ -133,7 +121,7 @@ Tensor multinomial_draw(const Tensor &self, int64_t n_sample, bool replacement,
     d.replacement = replacement;
     d.probs = p.data_ptr();
     d.out = out.data_ptr<int64_t>();
-    d.seed = next_seed(gen, self.device().index());
+    d.seed = draw_key(gen, self.device().index());
     TRN_CHECK(trn_multinomial_launch(stream_of(self), &d));
     tracking::record_executed("aten::multinomial");
     return out;

@@ -4,7 +4,6 @@
 // Shapes, dtypes and errors follow PyTorch CPU's checks; operands are made
 // contiguous (a native copy) before their pointers reach libtrn. Dtypes the
 // kernels do not support go to the CPU fallback.
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Functions.h>
 #include <ATen/Operators.h>
 #include <ATen/core/Reduction.h>
@@ -12,7 +11,6 @@
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
-#include <mutex>
 #include <tuple>
 
 #include "NeuronFallback.h"
@@ -368,16 +366,9 @@ Tensor nll_loss2d_backward(const Tensor &grad_output, const Tensor &self, const 
 // ---------------------------------------------------------------------------
 // dropout
 // ---------------------------------------------------------------------------
-// One 64-bit draw from the neuron generator's state: the mask's seed. The
-// same generator state gives the same mask.
-uint64_t draw_seed(const std::optional<at::Generator> &gen, c10::DeviceIndex index) {
-    at::Generator g = gen.has_value() && gen->defined() ? *gen : default_generator(index);
-    TORCH_CHECK(g.device().type() == kNeuron, "dropout on neuron needs a neuron generator");
-    at::Generator cpu = g.get<NeuronGeneratorImpl>()->cpu_generator();  // shares the state
-    std::lock_guard<std::mutex> lock(cpu.mutex());
-    return cpu.get<at::CPUGeneratorImpl>()->random64();
-}
-
+// The mask takes (seed, offset) from the device's generator, as the random
+// fills do (NeuronGenerator.h), so DTensor's tracker gives each shard its
+// part of the whole tensor's mask.
 std::tuple<Tensor, Tensor> native_dropout(const Tensor &input, double p,
                                           std::optional<bool> train) {
     auto d = native_dtype(input.scalar_type());
@@ -399,7 +390,12 @@ std::tuple<Tensor, Tensor> native_dropout(const Tensor &input, double p,
     dd.mask = static_cast<uint8_t *>(mask.data_ptr());
     dd.p = training ? p : 0.0;  // eval: the input, and an all-true mask
     dd.scale = scale;
-    dd.seed = training && dd.n > 0 ? draw_seed(std::nullopt, input.device().index()) : 0;
+    if (training && dd.n > 0) {
+        const CounterRange r = reserve_counters(std::nullopt, input.device().index(),
+                                                static_cast<uint64_t>(dd.n));
+        dd.seed = r.seed;
+        dd.offset = r.offset;
+    }
     TRN_CHECK(trn_dropout_launch(stream_of(input), &dd));
     tracking::record_executed("aten::native_dropout");
     return {out, mask};

@@ -248,6 +248,7 @@ void ProcessGroupNeuron::shutdown() {
         trn_comm_abort(comm_, "its process group was shut down with operations "
                               "in flight");
     cv_.notify_all();
+    p2p_cv_.notify_all();
     if (worker_.joinable()) worker_.join();
     if (p2p_worker_.joinable()) p2p_worker_.join();
     trn_comm_destroy(comm_);
@@ -317,7 +318,7 @@ c10::intrusive_ptr<NeuronWork> ProcessGroupNeuron::enqueue(
                                                              : timeout.count(),
                               std::move(obs)});
     }
-    cv_.notify_all();
+    cv_.notify_one();
     return work;
 }
 
@@ -357,7 +358,7 @@ void ProcessGroupNeuron::p2p_loop() {
         std::vector<c10::intrusive_ptr<NeuronWork>> pending;
         {
             std::unique_lock<std::mutex> lk(mutex_);
-            cv_.wait(lk, [&] { return stop_ || !p2p_pending_.empty(); });
+            p2p_cv_.wait(lk, [&] { return stop_ || !p2p_pending_.empty(); });
             if (p2p_pending_.empty()) return;
             pending.assign(p2p_pending_.begin(), p2p_pending_.end());
         }
@@ -476,7 +477,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::p2p(
         check_open();
         p2p_pending_.push_back(w);
     }
-    cv_.notify_all();
+    p2p_cv_.notify_one();
     return w;
 }
 

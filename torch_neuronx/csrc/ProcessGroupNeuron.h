@@ -172,7 +172,12 @@ class ProcessGroupNeuron : public c10d::Backend {
     std::atomic<uint64_t> seq_{0};
 
     std::mutex mutex_;
-    std::condition_variable cv_;
+    // One condition per thread, so that queueing a collective does not wake
+    // the send/recv thread (and a send the collective worker) for nothing:
+    // DDP queues a bucket from autograd's thread while both would contend
+    // for the same two cores.
+    std::condition_variable cv_;      // queue_ (the collective worker)
+    std::condition_variable p2p_cv_;  // p2p_pending_ (the send/recv thread)
     std::deque<Task> queue_;
     std::list<c10::intrusive_ptr<NeuronWork>> p2p_pending_;
     bool stop_ = false;

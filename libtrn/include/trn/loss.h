@@ -57,9 +57,10 @@ trn_status trn_nll_loss_backward_launch(trn_stream *stream,
                                         const trn_nll_loss_backward_desc *desc);
 int trn_nll_loss_supports(trn_dtype dtype, trn_dtype target_dtype);
 
-// Dropout over n contiguous elements: keep[i] = u(seed, i) < 1 - p with
-// u uniform in [0, 1) from a counter-based hash of (seed, i), so a seed
-// gives the same mask whatever the thread split. out[i] = keep ? x * scale
+// Dropout over n contiguous elements: keep[i] = u(seed, offset + i) < 1 - p
+// with u uniform in [0, 1) from a counter-based hash (trn/random.h's), so a
+// (seed, offset) gives the same mask whatever the thread split, and a shard
+// at offset o + k gets elements k.. of the whole tensor's mask. out[i] = keep ? x * scale
 // : 0 (rounded once), mask[i] = keep (bool bytes). out may be NULL (mask
 // only, bernoulli) and x may be NULL then. dtype: F16, BF16, F32, F64.
 typedef struct trn_dropout_desc {
@@ -70,6 +71,7 @@ typedef struct trn_dropout_desc {
     uint8_t *mask;
     double p, scale;
     uint64_t seed;
+    uint64_t offset;  // counter of element 0
 } trn_dropout_desc;
 trn_status trn_dropout_launch(trn_stream *stream, const trn_dropout_desc *desc);
 

@@ -1,13 +1,16 @@
 // trn/random.h - filling a tensor with random numbers from a counter-based
-// generator: element i's value depends only on (seed, i), through the same
-// splitmix64 hash as dropout's mask, so a seed reproduces its output exactly
-// however the thread pool splits the range.
+// generator: element i's value depends only on (seed, offset + i), through
+// the same splitmix64 hash as dropout's mask, so a seed reproduces its output
+// exactly however the thread pool splits the range, and a fill of elements
+// [k, n) at offset o + k reproduces that part of a fill of [0, n) at offset
+// o: DTensor's RNG tracker relies on this to give each shard its part of the
+// one global tensor (the generator's state is (seed, offset), as CUDA's).
 //
 // Owned by libtrn/src/kernels/random.c; the C++ adapter is
-// torch_neuronx/csrc/NeuronRandom.cpp, which draws the seed from the
-// device's generator (torch.manual_seed / get_rng_state / set_rng_state act
-// on it). Values are not the CPU generator's: like CUDA's, neuron's random
-// streams are its own.
+// torch_neuronx/csrc/NeuronRandom.cpp, which takes (seed, offset) from the
+// device's generator and advances its offset past the fill
+// (torch.manual_seed / get_rng_state / set_rng_state act on it). Values are
+// not the CPU generator's: like CUDA's, neuron's random streams are its own.
 #ifndef TRN_RANDOM_H
 #define TRN_RANDOM_H
 
@@ -47,9 +50,15 @@ typedef struct trn_random_desc {
     int64_t from;
     uint64_t range;
     uint64_t seed;
+    uint64_t offset;  // counter of element 0
 } trn_random_desc;
 
 trn_status trn_random_launch(trn_stream *stream, const trn_random_desc *desc);
+
+// The hash of (seed, counter) the fills use: a 64-bit key for kernels that
+// take a seed only (randperm, multinomial, attention dropout), so they too
+// follow the generator's (seed, offset).
+uint64_t trn_random_key(uint64_t seed, uint64_t counter);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,8 @@
 // dropout.c - owns the dropout / bernoulli mask kernel (trn/loss.h).
 //
-// The mask bit of element i depends only on (seed, i) through a splitmix64
-// hash, so results do not depend on how the pool splits the range and a
-// seed reproduces its mask exactly.
+// The mask bit of element i depends only on (seed, offset + i) through
+// random.c's splitmix64 hash, so results do not depend on how the pool
+// splits the range and a (seed, offset) reproduces its mask exactly.
 #include <string.h>
 
 #include "../internal.h"
@@ -18,16 +18,16 @@ typedef struct drop_args {
     uint8_t *mask;
     float keep;  // 1 - p, compared against 24-bit uniforms
     double scale;
-    uint64_t seed;
+    uint64_t seed, offset;
 } drop_args;
 
-static inline uint8_t keep_bit(uint64_t seed, int64_t i, float keep) {
-    uint64_t z = seed + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
+static inline uint8_t keep_bit(const drop_args *a, int64_t i) {
+    uint64_t z = a->seed + (a->offset + (uint64_t)i + 1) * 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     z ^= z >> 31;
     const float u = (float)(z >> 40) * 0x1p-24f;
-    return (uint8_t)(u < keep);
+    return (uint8_t)(u < a->keep);
 }
 
 #define DEFINE_DROP(N, T, C, LD, ST)                                             \
@@ -36,7 +36,7 @@ static inline uint8_t keep_bit(uint64_t seed, int64_t i, float keep) {
         T *o = a->out;                                                          \
         const C s = (C)a->scale;                                                \
         for (int64_t i = b; i < e; i++) {                                       \
-            const uint8_t k = keep_bit(a->seed, i, a->keep);                    \
+            const uint8_t k = keep_bit(a, i);                    \
             a->mask[i] = k;                                                     \
             o[i] = ST(k ? (C)LD(x[i]) * s : (C)0);                              \
         }                                                                       \
@@ -51,7 +51,7 @@ DEFINE_DROP(f64, double, double, LD_id, ST_id)
 static void drop_piece(void *ctx, int64_t b, int64_t e) {
     const drop_args *a = ctx;
     if (a->out == NULL) {
-        for (int64_t i = b; i < e; i++) a->mask[i] = keep_bit(a->seed, i, a->keep);
+        for (int64_t i = b; i < e; i++) a->mask[i] = keep_bit(a, i);
         return;
     }
     switch (a->dtype) {
@@ -100,6 +100,7 @@ trn_status trn_dropout_launch(trn_stream *stream, const trn_dropout_desc *d) {
     if (s != TRN_SUCCESS || d->n == 0) return s;
     if (d->mask == NULL || (d->out != NULL && d->x == NULL))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_dropout_launch: a pointer is NULL");
-    drop_args a = {d->dtype, d->n, d->x, d->out, d->mask, (float)(1.0 - d->p), d->scale, d->seed};
+    drop_args a = {d->dtype, d->n,  d->x,     d->out,   d->mask, (float)(1.0 - d->p),
+                   d->scale, d->seed, d->offset};
     return trn_stream_launch(stream, drop_task, &a, sizeof a);
 }

@@ -1,8 +1,11 @@
 // random.c - owns the random fill kernel (trn/random.h).
 //
-// Each element hashes (seed, counter) with splitmix64; normal values use two
-// hashes (counters 2i and 2i+1) in Box-Muller. Uniforms take the top 53
-// bits, so float64 gets a full-precision value and no dtype sees exactly 1.
+// Element i hashes (seed, offset + i) with splitmix64; normal values take a
+// second hash of the same counter from a second lane (the seed moved by an
+// odd constant), so every element uses its own counter only and a fill at
+// offset o never shares values with the fill at o + n that follows it.
+// Uniforms take the top 53 bits, so float64 gets a full-precision value and
+// no dtype sees exactly 1.
 #include <math.h>
 #include <string.h>
 
@@ -25,6 +28,9 @@ static inline uint64_t mix(uint64_t seed, uint64_t i) {
 }
 
 // Uniform in [0, 1) with 53 random bits.
+// The second Box-Muller lane: far from the first for any reachable counter.
+#define LANE2 0xD1B54A32D192ED03ull
+
 static inline double unit(uint64_t h) { return (double)(h >> 11) * 0x1p-53; }
 // Uniform in the open interval (0, 1): the midpoints of unit()'s steps, so
 // log() and tan(pi * (u - 1/2)) never see an endpoint.
@@ -50,13 +56,14 @@ static void store_int(trn_dtype d, void *p, int64_t i, int64_t v) {
 }
 
 static double sample(const trn_random_desc *d, int64_t i) {
-    const uint64_t h = mix(d->seed, (uint64_t)i);
+    const uint64_t c = d->offset + (uint64_t)i;
+    const uint64_t h = mix(d->seed, c);
     switch (d->dist) {
     case TRN_RANDOM_UNIFORM: return d->a + (d->b - d->a) * unit(h);
     case TRN_RANDOM_NORMAL:
     case TRN_RANDOM_LOG_NORMAL: {
-        const double u1 = 1.0 - unit(mix(d->seed, 2 * (uint64_t)i));  // (0, 1]
-        const double u2 = unit(mix(d->seed, 2 * (uint64_t)i + 1));
+        const double u1 = 1.0 - unit(h);  // (0, 1]
+        const double u2 = unit(mix(d->seed + LANE2, c));
         const double z = d->a + d->b * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
         return d->dist == TRN_RANDOM_NORMAL ? z : exp(z);
     }
@@ -68,16 +75,17 @@ static double sample(const trn_random_desc *d, int64_t i) {
 
 static void rand_piece(void *ctx, int64_t b, int64_t e) {
     const trn_random_desc *d = &((const rand_args *)ctx)->d;
+    const uint64_t s = d->seed, off = d->offset;
     if (d->dist == TRN_RANDOM_BERNOULLI) {
         for (int64_t i = b; i < e; i++)
-            store_int(d->dtype, d->out, i, unit(mix(d->seed, (uint64_t)i)) < d->a);
+            store_int(d->dtype, d->out, i, unit(mix(s, off + (uint64_t)i)) < d->a);
     } else if (d->dist == TRN_RANDOM_INTEGER) {
         for (int64_t i = b; i < e; i++)
             store_int(d->dtype, d->out, i,
-                      d->from + (int64_t)(mix(d->seed, (uint64_t)i) % d->range));
+                      d->from + (int64_t)(mix(s, off + (uint64_t)i) % d->range));
     } else if (d->dist == TRN_RANDOM_GEOMETRIC) {
         for (int64_t i = b; i < e; i++)
-            store_int(d->dtype, d->out, i, geometric(mix(d->seed, (uint64_t)i), d->a));
+            store_int(d->dtype, d->out, i, geometric(mix(s, off + (uint64_t)i), d->a));
     } else if (d->dtype == TRN_DTYPE_F32) {
         float *o = d->out;
         const float hi = (float)d->b, lo = (float)d->a;
@@ -108,6 +116,8 @@ static trn_status rand_task(void *args) {
 static int is_float(trn_dtype t) {
     return t == TRN_DTYPE_F16 || t == TRN_DTYPE_BF16 || t == TRN_DTYPE_F32 || t == TRN_DTYPE_F64;
 }
+
+uint64_t trn_random_key(uint64_t seed, uint64_t counter) { return mix(seed, counter); }
 
 trn_status trn_random_launch(trn_stream *stream, const trn_random_desc *d) {
     if (stream == NULL || d == NULL)
