@@ -8,8 +8,12 @@ milliseconds per call on both devices and the ratio CPU time / neuron time
 (> 1: neuron is faster).
 
     .venv/bin/python bench/bench_attention.py [--dtype float32|bfloat16] [--min-time S] [--shapes small|long|all]
+
+On a loaded machine, single-threaded rows compare the kernels more steadily:
+    TORCH_NEURONX_NUM_THREADS=1 .venv/bin/python bench/bench_attention.py --threads 1
 """
 import argparse
+import os
 import time
 
 import torch
@@ -80,10 +84,14 @@ def main():
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--min-time", type=float, default=0.3)
     ap.add_argument("--shapes", default="all", choices=["small", "long", "all"])
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
     a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
     dtype = getattr(torch, a.dtype)
     shapes = {"small": SMALL, "long": LONG, "all": SMALL + LONG}[a.shapes]
-    print(f"threads: torch {torch.get_num_threads()}; dtype {a.dtype}")
+    print(f"threads: torch {torch.get_num_threads()}, neuron "
+          f"{os.environ.get('TORCH_NEURONX_NUM_THREADS', 'default')}; dtype {a.dtype}")
     print(f"{'shape':32s} {'pass':8s} {'neuron ms':>10s} {'cpu ms':>10s} {'cpu/neuron':>10s}")
     for name, b, h, hk, L, e, causal, mask in shapes:
         fn = {d: case(d, b, h, hk, L, e, causal, mask, dtype) for d in ("neuron", "cpu")}

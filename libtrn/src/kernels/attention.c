@@ -121,6 +121,20 @@ static void mask_tile_t(const trn_attention_desc *d, float *st, int64_t ni, int6
         }
 }
 
+// Causal tiles skip work on masked entries (trn_tile_band). With
+// dlt = i0 - j0, query i0 + i sees key j0 + j iff j <= i + dlt. Products:
+// 0: S^T or dP^T (rows: keys, columns: queries) - columns i >= j - dlt;
+// 1: dK / dV (rows: keys, terms: queries) - terms i >= j - dlt;
+// 2: O / dQ (rows: queries, terms: keys) - terms j <= i + dlt.
+static trn_tile_band causal_band(const trn_attention_desc *d, int64_t dlt, int product) {
+    trn_tile_band bd = {-TRN_TILE_UNBOUNDED, TRN_TILE_UNBOUNDED, -TRN_TILE_UNBOUNDED};
+    if (!d->causal) return bd;
+    if (product == 0) bd.clo = -dlt;
+    else if (product == 1) bd.plo = -dlt;
+    else bd.phi = dlt;
+    return bd;
+}
+
 // Loads rows [r0, r0 + n) of (b, head) of a [B, H, rows, dim] operand into
 // dst[r * dim + e] (float).
 static void load_rows(trn_dtype t, const void *p, const int64_t *st, int64_t b, int64_t head, int64_t r0,
@@ -169,7 +183,8 @@ static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t 
         load_rows(d->dtype, d->k, d->k_strides, b, hk, j0, nj, E, w->k);
         load_rows(d->dtype, d->v, d->v_strides, b, hk, j0, nj, Ev, w->v);
         float *st = w->st;
-        trn_tile_mm(nj, ni, E, w->k, E, 1, w->qt, BQ, st, BQ, 0);
+        const trn_tile_band sband = causal_band(d, i0 - j0, 0), oband = causal_band(d, i0 - j0, 2);
+        trn_tile_mm_band(nj, ni, E, w->k, E, 1, w->qt, BQ, st, BQ, 0, sband);
         mask_tile_t(d, st, ni, nj, b, h, i0, j0);
         for (int64_t i = 0; i < ni; i++) w->msub[i] = w->m[i];
         for (int64_t j = 0; j < nj; j++)
@@ -206,7 +221,7 @@ static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t 
                     float *p = st + j * BQ + i;
                     *p = keep_elem(d->seed, flat, keep) ? *p * rkeep : 0.0f;
                 }
-        trn_tile_mm(ni, Ev, nj, st, 1, BQ, w->v, Ev, w->o, Ev, 1);
+        trn_tile_mm_band(ni, Ev, nj, st, 1, BQ, w->v, Ev, w->o, Ev, 1, oband);
     }
     for (int64_t i = 0; i < ni; i++) {
         const float l = w->l[i];
@@ -223,7 +238,9 @@ static void fwd_piece(void *ctx, int64_t u0, int64_t u1) {
     const int64_t E = d->head_dim, Ev = d->v_dim;
     const int64_t wide = E > Ev ? E : Ev;
     const size_t floats = (size_t)(E * BQ + BK * E + BK * Ev + BK * BQ + BQ * Ev + 5 * BQ + wide);
-    float *buf = malloc(floats * sizeof(float));
+    // Zeroed: causal tiles leave masked score columns unwritten by the
+    // product (mask_tile_t overwrites them), never uninitialized memory.
+    float *buf = calloc(floats, sizeof(float));
     if (buf == NULL) return;  // checked by the task (see attn_task)
     fwd_scratch w;
     w.qt = buf;
@@ -291,11 +308,13 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                 load_rows(d->dtype, d->k, d->k_strides, b, hk, j0, nj, E, w->k);
                 load_rows(d->dtype, d->v, d->v_strides, b, hk, j0, nj, Ev, w->v);
                 float *pt = w->pt, *dst = w->dst;
-                trn_tile_mm(nj, ni, E, w->k, E, 1, w->qt, BQ, pt, BQ, 0);
+                const trn_tile_band sband = causal_band(d, i0 - j0, 0);
+                const trn_tile_band kvband = causal_band(d, i0 - j0, 1), qband = causal_band(d, i0 - j0, 2);
+                trn_tile_mm_band(nj, ni, E, w->k, E, 1, w->qt, BQ, pt, BQ, 0, sband);
                 mask_tile_t(d, pt, ni, nj, b, h, i0, j0);
                 for (int64_t j = 0; j < nj; j++)
                     for (int64_t i = 0; i < ni; i++) pt[j * BQ + i] = trn_fast_expf(pt[j * BQ + i] - w->lsub[i]);
-                trn_tile_mm(nj, ni, Ev, w->v, Ev, 1, w->dot, BQ, dst, BQ, 0);
+                trn_tile_mm_band(nj, ni, Ev, w->v, Ev, 1, w->dot, BQ, dst, BQ, 0, sband);
                 for (int64_t j = 0; j < nj; j++) {
                     float *pr = pt + j * BQ, *dr = dst + j * BQ;
                     if (dropout) {
@@ -318,11 +337,11 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                         for (int64_t j = 0; j < nj; j++) w->row[j] = dst[j * BQ + i];
                         store_row(d->dtype, bd->dmask, ((b * d->heads + h) * L + i0 + i) * S + j0, nj, w->row, 1.0f);
                     }
-                trn_tile_mm(nj, Ev, ni, pt, BQ, 1, w->dout, Ev, w->dv + j0 * Ev, Ev, 1);
+                trn_tile_mm_band(nj, Ev, ni, pt, BQ, 1, w->dout, Ev, w->dv + j0 * Ev, Ev, 1, kvband);
                 for (int64_t j = 0; j < nj; j++)
                     for (int64_t i = 0; i < ni; i++) dst[j * BQ + i] *= scale;
-                trn_tile_mm(nj, E, ni, dst, BQ, 1, w->q, E, w->dk + j0 * E, E, 1);
-                trn_tile_mm(ni, E, nj, dst, 1, BQ, w->k, E, w->dq, E, 1);
+                trn_tile_mm_band(nj, E, ni, dst, BQ, 1, w->q, E, w->dk + j0 * E, E, 1, kvband);
+                trn_tile_mm_band(ni, E, nj, dst, 1, BQ, w->k, E, w->dq, E, 1, qband);
             }
             // Keys a causal row never reaches: their bias gradient is 0.
             if (bd->dmask && jend < S) {
@@ -348,7 +367,7 @@ static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
     const int64_t row = wide > BK ? wide : BK;
     const size_t floats = (size_t)(2 * E * BQ + 2 * BQ * Ev + 2 * BQ + BQ * E + BK * E + BK * Ev +
                                    2 * BK * BQ + S * E + S * Ev + row);
-    float *buf = malloc(floats * sizeof(float));
+    float *buf = calloc(floats, sizeof(float));
     if (buf == NULL) return;
     bwd_scratch w;
     w.qt = buf;

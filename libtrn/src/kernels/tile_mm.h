@@ -101,23 +101,51 @@ static inline int64_t trn__tile_mm_simd_cols(int64_t n) {
 }
 #endif
 
-static inline void trn_tile_mm(int64_t m, int64_t n, int64_t k, const float *a, int64_t ars, int64_t acs,
-                               const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate) {
+// Band limits for causal tiles: row r of C needs only the terms p in
+// [r + plo, r + phi] (the others multiply zeros) and only the columns
+// >= r + clo (the others are masked out afterwards, so they are left
+// unwritten). A block of rows runs the union of its rows' ranges.
+typedef struct trn_tile_band {
+    int64_t plo, phi, clo;
+} trn_tile_band;
+#define TRN_TILE_UNBOUNDED (INT64_C(1) << 60)
+
+static inline void trn__tile_range(const trn_tile_band *bd, int64_t i, int64_t rows, int64_t k,
+                                   int64_t *p0, int64_t *p1) {
+    const int64_t lo = i + bd->plo, hi = i + rows + bd->phi;
+    *p0 = lo > 0 ? lo : 0;
+    *p1 = hi < k ? hi : k;
+    if (*p1 < *p0) *p1 = *p0;
+}
+
+static inline void trn_tile_mm_band(int64_t m, int64_t n, int64_t k, const float *a, int64_t ars,
+                                    int64_t acs, const float *b, int64_t ldb, float *c, int64_t ldc,
+                                    int accumulate, trn_tile_band bd) {
     const int64_t nv = trn__tile_mm_simd_cols(n);
+    int64_t p0, p1;
 #if defined(__AVX2__) && defined(__FMA__)
+#define TRN__TILE_CALL(KERNEL, ROWS)                                                            \
+    do {                                                                                       \
+        trn__tile_range(&bd, i, ROWS, k, &p0, &p1);                                            \
+        if (j + 32 > i + bd.clo && (p1 > p0 || !accumulate))                                   \
+            KERNEL(p1 - p0, a + i * ars + p0 * acs, ars, acs, b + p0 * ldb + j, ldb, c + i * ldc + j, \
+                   ldc, accumulate);                                                           \
+    } while (0)
     int64_t j = 0;
     for (; j + 32 <= nv; j += 32) {
         int64_t i = 0;
-        for (; i + 6 <= m; i += 6)
-            trn__tile_mm_6x32(k, a + i * ars, ars, acs, b + j, ldb, c + i * ldc + j, ldc, accumulate);
-        for (; i + 4 <= m; i += 4)
-            trn__tile_mm_4x32(k, a + i * ars, ars, acs, b + j, ldb, c + i * ldc + j, ldc, accumulate);
-        for (; i < m; i++)
-            trn__tile_mm_1x32(k, a + i * ars, ars, acs, b + j, ldb, c + i * ldc + j, ldc, accumulate);
+        for (; i + 6 <= m; i += 6) TRN__TILE_CALL(trn__tile_mm_6x32, 6);
+        for (; i + 4 <= m; i += 4) TRN__TILE_CALL(trn__tile_mm_4x32, 4);
+        for (; i < m; i++) TRN__TILE_CALL(trn__tile_mm_1x32, 1);
     }
+#undef TRN__TILE_CALL
     for (; j < nv; j += 8)
-        for (int64_t i = 0; i < m; i++)
-            trn__tile_mm_1x8(k, a + i * ars, acs, b + j, ldb, c + i * ldc + j, accumulate);
+        for (int64_t i = 0; i < m; i++) {
+            trn__tile_range(&bd, i, 1, k, &p0, &p1);
+            if (j + 8 > i + bd.clo && (p1 > p0 || !accumulate))
+                trn__tile_mm_1x8(p1 - p0, a + i * ars + p0 * acs, acs, b + p0 * ldb + j, ldb, c + i * ldc + j,
+                                 accumulate);
+        }
 #endif
     // Columns past the last full vector (and every column without AVX2/FMA).
     if (nv < n) {
@@ -125,13 +153,20 @@ static inline void trn_tile_mm(int64_t m, int64_t n, int64_t k, const float *a, 
             float *cr = c + i * ldc;
             if (!accumulate)
                 for (int64_t jj = nv; jj < n; jj++) cr[jj] = 0.0f;
-            for (int64_t p = 0; p < k; p++) {
+            trn__tile_range(&bd, i, 1, k, &p0, &p1);
+            for (int64_t p = p0; p < p1; p++) {
                 const float av = a[i * ars + p * acs];
                 const float *br = b + p * ldb;
                 for (int64_t jj = nv; jj < n; jj++) cr[jj] = fmaf(av, br[jj], cr[jj]);
             }
         }
     }
+}
+
+static inline void trn_tile_mm(int64_t m, int64_t n, int64_t k, const float *a, int64_t ars, int64_t acs,
+                               const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate) {
+    const trn_tile_band all = {-TRN_TILE_UNBOUNDED, TRN_TILE_UNBOUNDED, -TRN_TILE_UNBOUNDED};
+    trn_tile_mm_band(m, n, k, a, ars, acs, b, ldb, c, ldc, accumulate, all);
 }
 
 #endif
