@@ -99,7 +99,22 @@ static inline int keep_elem(uint64_t seed, int64_t i, float keep) {
 // its row become -inf, an additive mask is added.
 static void mask_tile_t(const trn_attention_desc *d, float *st, int64_t ni, int64_t nj, int64_t b,
                         int64_t h, int64_t i0, int64_t j0) {
-    if (d->mask) {
+    if (d->mask && d->mask_strides[2] == 0) {
+        // One value per key for every query (padding masks, [B, 1, 1, S]):
+        // read once, applied along the row.
+        const int64_t *ms = d->mask_strides;
+        for (int64_t j = 0; j < nj; j++) {
+            const int64_t at = b * ms[0] + h * ms[1] + (j0 + j) * ms[3];
+            float *sr = st + j * BQ;
+            if (d->mask_dtype == TRN_DTYPE_BOOL) {
+                if (!((const uint8_t *)d->mask)[at])
+                    for (int64_t i = 0; i < ni; i++) sr[i] = -INFINITY;
+            } else {
+                const float v = load_f(d->mask_dtype, d->mask, at);
+                for (int64_t i = 0; i < ni; i++) sr[i] += v;
+            }
+        }
+    } else if (d->mask) {
         const int64_t *ms = d->mask_strides;
         for (int64_t j = 0; j < nj; j++) {
             const int64_t base = b * ms[0] + h * ms[1] + i0 * ms[2] + (j0 + j) * ms[3];
