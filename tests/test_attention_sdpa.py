@@ -62,6 +62,14 @@ def test_masks():
     _compare(q, k, v, attn_mask=bool_mask)
     add_mask = torch.randn(2, 1, 37, 53).requires_grad_()  # its gradient too
     _compare(q, k, v, attn_mask=add_mask)
+    # Key-padding masks [B, 1, 1, S] (one value per key: the kernel's
+    # broadcast-row path), bool and additive with its gradient.
+    pad = torch.ones(2, 1, 1, 53, dtype=torch.bool)
+    pad[0, :, :, 40:] = False
+    _compare(q, k, v, attn_mask=pad)
+    _compare(q, k, v, attn_mask=pad, is_causal=False, scale=0.3)
+    add_pad = torch.randn(2, 1, 1, 53).requires_grad_()
+    _compare(q, k, v, attn_mask=add_pad)
 
 
 def test_gqa_and_transposed_inputs():

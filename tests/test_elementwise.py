@@ -114,3 +114,37 @@ def test_float64_native_with_env(python):
     dtype, value, warnings = r.stdout.split()
     assert float(value) == 3.0 * (1.0 + 1e-12)
     assert int(warnings) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_add_sub_alpha_16bit_bitwise_cpu(dtype):
+    # ATen's CPU add rounds alpha to the 16-bit type and computes a + alpha * b
+    # fused in its vector body but rounds alpha * b first in each inner run's
+    # scalar tail (and everywhere when the inner dim is strided). Sizes cover
+    # short runs, tails, the thread split (>= 32768) and broadcast rows.
+    gen = torch.Generator().manual_seed(0)
+    cases = []
+    for n in (5, 100, 1000, 1047, 70001):  # 1000 % 64 >= 32: tails are len % 32
+        cases.append((torch.randn(n, generator=gen), torch.randn(n, generator=gen)))
+    cases.append((torch.randn(37, 300, generator=gen), torch.randn(300, generator=gen)))  # b broadcast rows
+    cases.append((torch.randn(300, generator=gen), torch.randn(37, 300, generator=gen)))  # a broadcast rows
+    cases.append((torch.randn(200, 3, generator=gen), torch.randn(200, 3, generator=gen)[:, :1]))  # strided
+    base = torch.randn(90, 70, generator=gen)
+    cases.append((base.t(), torch.randn(70, 90, generator=gen)))  # non-contiguous inner dim
+    for a, b in cases:
+        a, b = a.to(dtype), b.to(dtype)
+        for alpha in (2.7, -0.3):
+            for op in (torch.add, torch.sub):
+                want = op(a, b, alpha=alpha)
+                got = op(a.to("neuron"), b.to("neuron"), alpha=alpha).cpu()
+                assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (op, a.shape, b.shape)
+            if a.shape == b.shape and a.is_contiguous():  # the list kernel: same split
+                want = torch._foreach_add([a, b], [b, a], alpha=alpha)
+                got = torch._foreach_add([a.to("neuron"), b.to("neuron")],
+                                         [b.to("neuron"), a.to("neuron")], alpha=alpha)
+                for w, g in zip(want, got):
+                    assert torch.equal(g.cpu().view(torch.int16), w.view(torch.int16))
+            # scalar operand, in place
+            want = a.clone().add_(0.3, alpha=alpha)
+            got = a.to("neuron").add_(0.3, alpha=alpha).cpu()
+            assert torch.equal(got.view(torch.int16), want.view(torch.int16))

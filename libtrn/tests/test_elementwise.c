@@ -3,7 +3,8 @@
 // integer semantics (wrap-around, division rounding and by zero, shifts),
 // predicates, layouts (strided, broadcast, scalar operands, zero-size, 0-d,
 // in-place), on-the-fly dtype conversion, device memory, float64 in both
-// policies' float path, and invalid descriptors.
+// policies' float path, 16-bit add / sub rounding as ATen's CPU loop, and
+// invalid descriptors.
 #include <math.h>
 #include <stdlib.h>
 
@@ -469,6 +470,81 @@ static void test_activation_backward(void) {
     CHECK_INT(trn_ew_op_arity(TRN_EW_GELU_BACKWARD), 2);
 }
 
+// 16-bit ADD / SUB with alpha round as ATen's CPU add (trn_ew_desc.cpu_block):
+// alpha rounded to bfloat16; fused in the vector body, alpha * b rounded
+// first in the scalar tail of each thread's run (70000 elements over 2 CPU
+// threads: runs of 35000, tails of 35000 % 32 = 24); strided: all tail.
+static float bf16_round(float x) { return trn_bf16_to_float(trn_float_to_bf16(x)); }
+static void test_add16_cpu_rounding(void) {
+    enum { N = 70000 };
+    uint16_t *a = malloc(N * 2), *b = malloc(N * 2), *o = malloc(N * 2);
+    CHECK(a && b && o);
+    if (!a || !b || !o) return;
+    for (int i = 0; i < N; i++) {
+        a[i] = trn_float_to_bf16((float)sin(i * 0.37) * 3.0f);
+        b[i] = trn_float_to_bf16((float)cos(i * 0.11) * 2.0f);
+    }
+    const float alpha = bf16_round(2.7f);
+    for (int sub = 0; sub < 2; sub++) {
+        int64_t sizes[1] = {N}, st[1] = {2};
+        trn_ew_desc d;
+        memset(&d, 0, sizeof d);
+        d.op = sub ? TRN_EW_SUB : TRN_EW_ADD;
+        d.dtype = d.out_dtype = d.in_dtype[0] = d.in_dtype[1] = TRN_DTYPE_BF16;
+        d.ndim = 1;
+        d.sizes = sizes;
+        d.out = o;
+        d.out_strides = d.in_strides[0] = d.in_strides[1] = st;
+        d.in[0] = a;
+        d.in[1] = b;
+        d.params[0] = 2.7;
+        d.cpu_block = 32;
+        d.cpu_threads = 2;
+        CHECK_OK(trn_ew_launch(g_stream, &d));
+        CHECK_OK(trn_stream_synchronize(g_stream));
+        const float al = sub ? -alpha : alpha;
+        int bad = 0, tails = 0;
+        for (int i = 0; i < N; i++) {
+            const float x = trn_bf16_to_float(a[i]), y = trn_bf16_to_float(b[i]);
+            const int tail = i % 35000 >= 35000 - 24;
+            tails += tail;
+            const float want = tail ? bf16_round(x + bf16_round(al * y)) : bf16_round(fmaf(al, y, x));
+            bad += o[i] != trn_float_to_bf16(want);
+        }
+        CHECK_INT(tails, 48);
+        CHECK_INT(bad, 0);
+    }
+    // Every other element (inner stride 2 elements): ATen's scalar loop only.
+    {
+        int64_t sizes[1] = {N / 2}, st2[1] = {4}, so[1] = {2};
+        trn_ew_desc d;
+        memset(&d, 0, sizeof d);
+        d.op = TRN_EW_ADD;
+        d.dtype = d.out_dtype = d.in_dtype[0] = d.in_dtype[1] = TRN_DTYPE_BF16;
+        d.ndim = 1;
+        d.sizes = sizes;
+        d.out = o;
+        d.out_strides = so;
+        d.in_strides[0] = d.in_strides[1] = st2;
+        d.in[0] = a;
+        d.in[1] = b;
+        d.params[0] = 2.7;
+        d.cpu_block = 32;
+        d.cpu_threads = 2;
+        CHECK_OK(trn_ew_launch(g_stream, &d));
+        CHECK_OK(trn_stream_synchronize(g_stream));
+        int bad = 0;
+        for (int i = 0; i < N / 2; i++) {
+            const float x = trn_bf16_to_float(a[2 * i]), y = trn_bf16_to_float(b[2 * i]);
+            bad += o[i] != trn_float_to_bf16(bf16_round(x + bf16_round(alpha * y)));
+        }
+        CHECK_INT(bad, 0);
+    }
+    free(a);
+    free(b);
+    free(o);
+}
+
 int main(void) {
     if (trn_stream_get_default(0, &g_stream) != TRN_SUCCESS) {
         fprintf(stderr, "no default stream: %s\n", trn_last_error());
@@ -481,5 +557,6 @@ int main(void) {
     test_device_memory();
     test_invalid();
     test_activation_backward();
+    test_add16_cpu_rounding();
     return TEST_REPORT();
 }

@@ -5,6 +5,7 @@
 // kernels use; this file turns the built iterator into a flat descriptor.
 // A dtype libtrn does not support (complex, say) goes to the CPU fallback.
 #include <ATen/Operators.h>
+#include <ATen/Parallel.h>
 #include <ATen/ScalarOps.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/native/BinaryOps.h>
@@ -18,6 +19,7 @@
 #include <limits>
 
 #include "NeuronFallback.h"
+#include "cpu_add_block.h"
 #include "neuron_device.h"
 #include "op_tracking.h"
 
@@ -113,6 +115,8 @@ bool launch(at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute,
         d.out_dtype = *native_dtype(iter.dtype(0));
         for (int k = 0; k < 4; ++k)
             d.params[k] = params[k];
+        d.cpu_block = cpu_add_block();
+        d.cpu_threads = at::get_num_threads();
         for (int i = 0; i < iter.ninputs(); ++i) {
             const int arg = i + iter.noutputs();
             const at::ScalarType expected =

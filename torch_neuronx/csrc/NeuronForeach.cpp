@@ -16,6 +16,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cpu_add_block.h"
 #include "neuron_device.h"
 #include "op_tracking.h"
 #include "trn/foreach.h"
@@ -89,14 +90,6 @@ bool scalar_arg(const Tensor &t, const Tensor &like, ScalarArg &out) {
     out.ptr = t.const_data_ptr();
     out.dtype = *d;
     return true;
-}
-
-// Elements per vector step of ATen's CPU add for 16-bit floats (two
-// vectors of 16 lanes, 32 under AVX-512): libtrn reproduces where that
-// kernel's scalar tail rounds differently (trn_foreach_desc.cpu_block).
-int64_t cpu_add_block() {
-    static const int64_t block = at::get_cpu_capability() == "AVX512" ? 64 : 32;
-    return block;
 }
 
 // One launch: out[i] = op(self[i], b[i], c[i]; scalar_i).

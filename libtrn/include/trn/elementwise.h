@@ -117,6 +117,16 @@ typedef struct trn_ew_desc {
     const int64_t *in_strides[3];// bytes (ignored for scalar operands)
     trn_scalar scalar_in[3];
     double params[4];            // op parameters, see TRN_EW_OP_LIST
+    // ADD / SUB computed in F16 / BF16 round as ATen's CPU add does: alpha
+    // rounded to the 16-bit type; a + alpha * b rounded once in its
+    // vectorized body, alpha * b rounded to 16 bits first in its scalar
+    // tail - the last len % cpu_block elements of each inner-loop run (every
+    // element when the innermost dim is not contiguous or one-operand
+    // broadcast), runs split over cpu_threads as ATen's parallel_for splits
+    // them. cpu_block: elements per step of that body (2 vectors), 0 for
+    // "no tail" (fused everywhere); cpu_threads: CPU thread count.
+    int64_t cpu_block;
+    int cpu_threads;
 } trn_ew_desc;
 
 // Validates (op/dtype support: TRN_ERROR_UNSUPPORTED naming both), copies

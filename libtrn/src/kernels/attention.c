@@ -2,12 +2,12 @@
 // (trn/attention.h).
 //
 // Forward: the work units are (batch, head, block of BQ query rows); each
-// loads its query rows once (in float32, pre-scaled), then walks the keys in
-// tiles of BK: scores for the tile, the running row maximum and sum
-// (online softmax: earlier partial sums are rescaled by exp(m_old - m_new)),
-// then the tile's probabilities times V are added to a float32 accumulator.
-// Keys are stored transposed in the tile so the score loop runs along keys
-// (vectorizes); the P.V loop runs along the value dim.
+// loads its query rows once (float32, pre-scaled, transposed), then walks
+// the keys in tiles of BK: the tile's scores S^T = K . Q^T, the running row
+// maximum and sum (online softmax: earlier partial sums are rescaled by
+// exp(m_old - m_new)), then O += P . V into a float32 accumulator. Every
+// product is a register-blocked tile product (tile_mm.h); the transposed
+// score layout lets key and value tiles be used as stored.
 //
 // Backward: the units are (batch, kv head), so dk/dv of a kv head are
 // accumulated by one thread (no atomics) over every query head of its group
@@ -21,6 +21,7 @@
 
 #include "../internal.h"
 #include "fastmath.h"
+#include "tile_mm.h"
 #include "trn/attention.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
@@ -93,47 +94,87 @@ static inline int keep_elem(uint64_t seed, int64_t i, float keep) {
     return (float)(z >> 40) * 0x1p-24f < keep;
 }
 
-// Scores of query row qrow (float, pre-scaled as wanted) against a key tile
-// stored transposed kt[e * BK + j]: s[j] for j < nj, plus the mask row and
-// causal masking. Returns the row maximum.
-static float tile_scores(const trn_attention_desc *d, const float *qrow, const float *kt,
-                         int64_t nj, int64_t b, int64_t h, int64_t i, int64_t j0, float *s) {
-    for (int64_t j = 0; j < nj; j++) s[j] = 0.0f;
-    for (int64_t e = 0; e < d->head_dim; e++) {
-        const float qe = qrow[e];
-        const float *kr = kt + e * BK;
-        for (int64_t j = 0; j < nj; j++) s[j] += qe * kr[j];
-    }
-    if (d->mask) {
+// Masks a transposed score tile st[j * BQ + i] (key j0 + j, query row i0 + i)
+// with the mask and causal rule: a bool mask's false and a causal key past
+// its row become -inf, an additive mask is added.
+static void mask_tile_t(const trn_attention_desc *d, float *st, int64_t ni, int64_t nj, int64_t b,
+                        int64_t h, int64_t i0, int64_t j0) {
+    if (d->mask && d->mask_strides[2] == 0) {
+        // One value per key for every query (padding masks, [B, 1, 1, S]):
+        // read once, applied along the row.
         const int64_t *ms = d->mask_strides;
-        const int64_t base = b * ms[0] + h * ms[1] + i * ms[2] + j0 * ms[3];
-        if (d->mask_dtype == TRN_DTYPE_BOOL) {
-            const uint8_t *m = (const uint8_t *)d->mask + base;
-            for (int64_t j = 0; j < nj; j++)
-                if (!m[j * ms[3]]) s[j] = -INFINITY;
-        } else {
-            for (int64_t j = 0; j < nj; j++) s[j] += load_f(d->mask_dtype, d->mask, base + j * ms[3]);
+        for (int64_t j = 0; j < nj; j++) {
+            const int64_t at = b * ms[0] + h * ms[1] + (j0 + j) * ms[3];
+            float *sr = st + j * BQ;
+            if (d->mask_dtype == TRN_DTYPE_BOOL) {
+                if (!((const uint8_t *)d->mask)[at])
+                    for (int64_t i = 0; i < ni; i++) sr[i] = -INFINITY;
+            } else {
+                const float v = load_f(d->mask_dtype, d->mask, at);
+                for (int64_t i = 0; i < ni; i++) sr[i] += v;
+            }
+        }
+    } else if (d->mask) {
+        const int64_t *ms = d->mask_strides;
+        for (int64_t j = 0; j < nj; j++) {
+            const int64_t base = b * ms[0] + h * ms[1] + i0 * ms[2] + (j0 + j) * ms[3];
+            float *sr = st + j * BQ;
+            if (d->mask_dtype == TRN_DTYPE_BOOL) {
+                const uint8_t *m = (const uint8_t *)d->mask + base;
+                for (int64_t i = 0; i < ni; i++)
+                    if (!m[i * ms[2]]) sr[i] = -INFINITY;
+            } else {
+                for (int64_t i = 0; i < ni; i++) sr[i] += load_f(d->mask_dtype, d->mask, base + i * ms[2]);
+            }
         }
     }
     if (d->causal)
-        for (int64_t j = i - j0 + 1; j < nj; j++) s[j] = -INFINITY;
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < nj; j++) mx = s[j] > mx ? s[j] : mx;
-    return mx;
+        for (int64_t j = 0; j < nj; j++) {
+            // Rows i0 + i < j0 + j must not see key j0 + j.
+            const int64_t stop = min64(ni, j0 + j - i0);
+            for (int64_t i = 0; i < stop; i++) st[j * BQ + i] = -INFINITY;
+        }
 }
 
-// Loads keys [j0, j0 + nj) of (b, hk) transposed into kt[e * BK + j].
-static void load_kt(trn_dtype t, const void *k, const int64_t *ks, int64_t b, int64_t hk,
-                    int64_t j0, int64_t nj, int64_t dim, float *kt, float *row) {
-    for (int64_t j = 0; j < nj; j++) {
-        load_row(t, k, b * ks[0] + hk * ks[1] + (j0 + j) * ks[2], dim, 1.0f, row);
-        for (int64_t e = 0; e < dim; e++) kt[e * BK + j] = row[e];
+// Causal tiles skip work on masked entries (trn_tile_band). With
+// dlt = i0 - j0, query i0 + i sees key j0 + j iff j <= i + dlt. Products:
+// 0: S^T or dP^T (rows: keys, columns: queries) - columns i >= j - dlt;
+// 1: dK / dV (rows: keys, terms: queries) - terms i >= j - dlt;
+// 2: O / dQ (rows: queries, terms: keys) - terms j <= i + dlt.
+static trn_tile_band causal_band(const trn_attention_desc *d, int64_t dlt, int product) {
+    trn_tile_band bd = {-TRN_TILE_UNBOUNDED, TRN_TILE_UNBOUNDED, -TRN_TILE_UNBOUNDED};
+    if (!d->causal) return bd;
+    if (product == 0) bd.clo = -dlt;
+    else if (product == 1) bd.plo = -dlt;
+    else bd.phi = dlt;
+    return bd;
+}
+
+// Loads rows [r0, r0 + n) of (b, head) of a [B, H, rows, dim] operand into
+// dst[r * dim + e] (float).
+static void load_rows(trn_dtype t, const void *p, const int64_t *st, int64_t b, int64_t head, int64_t r0,
+                      int64_t n, int64_t dim, float *dst) {
+    for (int64_t r = 0; r < n; r++)
+        load_row(t, p, b * st[0] + head * st[1] + (r0 + r) * st[2], dim, 1.0f, dst + r * dim);
+}
+
+// The same rows transposed into dst[e * BQ + r], times mul.
+static void load_rows_t(trn_dtype t, const void *p, const int64_t *st, int64_t b, int64_t head, int64_t r0,
+                        int64_t n, int64_t dim, float mul, float *row, float *dst) {
+    for (int64_t r = 0; r < n; r++) {
+        load_row(t, p, b * st[0] + head * st[1] + (r0 + r) * st[2], dim, mul, row);
+        for (int64_t e = 0; e < dim; e++) dst[e * BQ + r] = row[e];
     }
 }
 
 // ---- forward --------------------------------------------------------------------
+// Scores are computed transposed, S^T = K . (scale Q)^T, so that the key
+// tile is used as stored (rows) and only the query block, loaded once per
+// unit, is transposed; the softmax statistics then run along rows of S^T
+// (vectorized over the block's queries) and O += P . V reads P^T with
+// swapped strides.
 typedef struct fwd_scratch {
-    float *q, *kt, *v, *s, *o, *m, *l, *row;
+    float *qt, *k, *v, *st, *o, *m, *l, *msub, *alpha, *sum, *row;
 } fwd_scratch;
 
 static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t unit) {
@@ -143,50 +184,59 @@ static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t 
     const int64_t b = bh / d->heads, h = bh % d->heads;
     const int64_t hk = h / (d->heads / d->kv_heads);
     const int64_t ni = min64(BQ, L - i0);
-    const float scale = (float)d->scale;
     const float keep = (float)(1.0 - d->dropout_p);
     const float rkeep = keep > 0.0f ? 1.0f / keep : 0.0f;
+    load_rows_t(d->dtype, d->q, d->q_strides, b, h, i0, ni, E, (float)d->scale, w->row, w->qt);
     for (int64_t i = 0; i < ni; i++) {
-        load_row(d->dtype, d->q, b * d->q_strides[0] + h * d->q_strides[1] + (i0 + i) * d->q_strides[2],
-                 E, scale, w->q + i * E);
         w->m[i] = -INFINITY;
         w->l[i] = 0.0f;
-        for (int64_t e = 0; e < Ev; e++) w->o[i * Ev + e] = 0.0f;
     }
+    for (int64_t e = 0; e < ni * Ev; e++) w->o[e] = 0.0f;
     const int64_t jend = d->causal ? min64(S, i0 + ni) : S;
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {
         const int64_t nj = min64(BK, jend - j0);
-        load_kt(d->dtype, d->k, d->k_strides, b, hk, j0, nj, E, w->kt, w->row);
+        load_rows(d->dtype, d->k, d->k_strides, b, hk, j0, nj, E, w->k);
+        load_rows(d->dtype, d->v, d->v_strides, b, hk, j0, nj, Ev, w->v);
+        float *st = w->st;
+        const trn_tile_band sband = causal_band(d, i0 - j0, 0), oband = causal_band(d, i0 - j0, 2);
+        trn_tile_mm_band(nj, ni, E, w->k, E, 1, w->qt, BQ, st, BQ, 0, sband);
+        mask_tile_t(d, st, ni, nj, b, h, i0, j0);
+        for (int64_t i = 0; i < ni; i++) w->msub[i] = w->m[i];
         for (int64_t j = 0; j < nj; j++)
-            load_row(d->dtype, d->v, b * d->v_strides[0] + hk * d->v_strides[1] + (j0 + j) * d->v_strides[2],
-                     Ev, 1.0f, w->v + j * Ev);
+            for (int64_t i = 0; i < ni; i++) {
+                const float s = st[j * BQ + i];
+                w->msub[i] = s > w->msub[i] ? s : w->msub[i];
+            }
         for (int64_t i = 0; i < ni; i++) {
-            float *s = w->s;
-            const float mx = tile_scores(d, w->q + i * E, w->kt, nj, b, h, i0 + i, j0, s);
-            const float mnew = mx > w->m[i] ? mx : w->m[i];
-            if (mnew == -INFINITY) continue;  // every key so far masked out
-            const float alpha = trn_fast_expf(w->m[i] - mnew);
-            float sum = 0.0f;
-            for (int64_t j = 0; j < nj; j++) {
-                s[j] = trn_fast_expf(s[j] - mnew);
-                sum += s[j];
-            }
-            w->l[i] = w->l[i] * alpha + sum;
+            const float mnew = w->msub[i];
+            // Every key so far masked: subtract 0 (exp(-inf) = 0 keeps the
+            // row empty) instead of -inf (NaN).
+            w->msub[i] = mnew == -INFINITY ? 0.0f : mnew;
+            w->alpha[i] = trn_fast_expf(w->m[i] - w->msub[i]);
             w->m[i] = mnew;
-            float *o = w->o + i * Ev;
-            for (int64_t e = 0; e < Ev; e++) o[e] *= alpha;
-            if (d->dropout_p > 0.0) {
-                const int64_t flat = ((b * d->heads + h) * L + i0 + i) * S + j0;
-                for (int64_t j = 0; j < nj; j++)
-                    s[j] = keep_elem(d->seed, flat + j, keep) ? s[j] * rkeep : 0.0f;
+            w->sum[i] = 0.0f;
+        }
+        for (int64_t j = 0; j < nj; j++)
+            for (int64_t i = 0; i < ni; i++) {
+                const float p = trn_fast_expf(st[j * BQ + i] - w->msub[i]);
+                st[j * BQ + i] = p;
+                w->sum[i] += p;
             }
-            for (int64_t j = 0; j < nj; j++) {
-                const float p = s[j];
-                if (p == 0.0f) continue;
-                const float *vr = w->v + j * Ev;
-                for (int64_t e = 0; e < Ev; e++) o[e] += p * vr[e];
+        for (int64_t i = 0; i < ni; i++) {
+            w->l[i] = w->l[i] * w->alpha[i] + w->sum[i];
+            if (w->alpha[i] != 1.0f) {
+                float *o = w->o + i * Ev;
+                for (int64_t e = 0; e < Ev; e++) o[e] *= w->alpha[i];
             }
         }
+        if (d->dropout_p > 0.0)
+            for (int64_t j = 0; j < nj; j++)
+                for (int64_t i = 0; i < ni; i++) {
+                    const int64_t flat = ((b * d->heads + h) * L + i0 + i) * S + j0 + j;
+                    float *p = st + j * BQ + i;
+                    *p = keep_elem(d->seed, flat, keep) ? *p * rkeep : 0.0f;
+                }
+        trn_tile_mm_band(ni, Ev, nj, st, 1, BQ, w->v, Ev, w->o, Ev, 1, oband);
     }
     for (int64_t i = 0; i < ni; i++) {
         const float l = w->l[i];
@@ -202,25 +252,37 @@ static void fwd_piece(void *ctx, int64_t u0, int64_t u1) {
     const trn_attention_desc *d = ctx;
     const int64_t E = d->head_dim, Ev = d->v_dim;
     const int64_t wide = E > Ev ? E : Ev;
-    const size_t floats = (size_t)(BQ * E + E * BK + BK * Ev + BK + BQ * Ev + 2 * BQ + wide);
-    float *buf = malloc(floats * sizeof(float));
+    const size_t floats = (size_t)(E * BQ + BK * E + BK * Ev + BK * BQ + BQ * Ev + 5 * BQ + wide);
+    // Zeroed: causal tiles leave masked score columns unwritten by the
+    // product (mask_tile_t overwrites them), never uninitialized memory.
+    float *buf = calloc(floats, sizeof(float));
     if (buf == NULL) return;  // checked by the task (see attn_task)
     fwd_scratch w;
-    w.q = buf;
-    w.kt = w.q + BQ * E;
-    w.v = w.kt + E * BK;
-    w.s = w.v + BK * Ev;
-    w.o = w.s + BK;
+    w.qt = buf;
+    w.k = w.qt + E * BQ;
+    w.v = w.k + BK * E;
+    w.st = w.v + BK * Ev;
+    w.o = w.st + BK * BQ;
     w.m = w.o + BQ * Ev;
     w.l = w.m + BQ;
-    w.row = w.l + BQ;
+    w.msub = w.l + BQ;
+    w.alpha = w.msub + BQ;
+    w.sum = w.alpha + BQ;
+    w.row = w.sum + BQ;
     for (int64_t u = u0; u < u1; u++) fwd_unit(d, &w, u);
     free(buf);
 }
 
 // ---- backward -------------------------------------------------------------------
+// Per key tile of a query block, all products run on tiles (trn_tile_mm),
+// in the transposed layout of the forward:
+//   S^T = K . (scale Q)^T,  P^T = exp(S^T - lse),  dP^T = V . dO^T,
+//   dS^T = P^T * (dP^T - D),  dV += P^T . dO,  dK += scale dS^T . Q,
+//   dQ += scale dS . K   (dS read from dS^T with swapped strides).
+// Q and dO are transposed once per query block; key and value tiles are
+// used as stored.
 typedef struct bwd_scratch {
-    float *q, *dout, *dd, *lse, *dq, *k, *kt, *vt, *s, *dp, *dk, *dv, *row;
+    float *qt, *q, *dout, *dot, *dd, *lsub, *dq, *k, *v, *pt, *dst, *dk, *dv, *row;
 } bwd_scratch;
 
 static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w, int64_t unit) {
@@ -237,79 +299,64 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
     for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
         for (int64_t i0 = 0; i0 < L; i0 += BQ) {
             const int64_t ni = min64(BQ, L - i0);
+            load_rows(d->dtype, d->q, d->q_strides, b, h, i0, ni, E, w->q);
+            for (int64_t i = 0; i < ni; i++)
+                for (int64_t e = 0; e < E; e++) w->qt[e * BQ + i] = w->q[i * E + e] * scale;
+            load_rows(d->dtype, bd->dout, bd->dout_strides, b, h, i0, ni, Ev, w->dout);
             for (int64_t i = 0; i < ni; i++) {
-                const int64_t r = i0 + i;
-                load_row(d->dtype, d->q, b * d->q_strides[0] + h * d->q_strides[1] + r * d->q_strides[2],
-                         E, 1.0f, w->q + i * E);
-                load_row(d->dtype, bd->dout,
-                         b * bd->dout_strides[0] + h * bd->dout_strides[1] + r * bd->dout_strides[2], Ev,
-                         1.0f, w->dout + i * Ev);
-                load_row(d->dtype, d->out,
-                         b * d->out_strides[0] + h * d->out_strides[1] + r * d->out_strides[2], Ev, 1.0f,
-                         w->row);
+                const float *dor = w->dout + i * Ev;
+                for (int64_t e = 0; e < Ev; e++) w->dot[e * BQ + i] = dor[e];
+                load_row(d->dtype, d->out, b * d->out_strides[0] + h * d->out_strides[1] + (i0 + i) * d->out_strides[2],
+                         Ev, 1.0f, w->row);
                 float dd = 0.0f;
-                for (int64_t e = 0; e < Ev; e++) dd += w->dout[i * Ev + e] * w->row[e];
+                for (int64_t e = 0; e < Ev; e++) dd += dor[e] * w->row[e];
                 w->dd[i] = dd;
-                w->lse[i] = d->lse[(b * d->heads + h) * L + r];
-                for (int64_t e = 0; e < E; e++) w->dq[i * E + e] = 0.0f;
+                // A row with no visible key (lse -inf) has P = 0:
+                // exp(s - inf) = 0 for every score, where s - (-inf) would not be.
+                const float lse = d->lse[(b * d->heads + h) * L + i0 + i];
+                w->lsub[i] = lse == -INFINITY ? INFINITY : lse;
             }
+            for (int64_t e = 0; e < ni * E; e++) w->dq[e] = 0.0f;
             const int64_t jend = d->causal ? min64(S, i0 + ni) : S;
             for (int64_t j0 = 0; j0 < jend; j0 += BK) {
                 const int64_t nj = min64(BK, jend - j0);
+                load_rows(d->dtype, d->k, d->k_strides, b, hk, j0, nj, E, w->k);
+                load_rows(d->dtype, d->v, d->v_strides, b, hk, j0, nj, Ev, w->v);
+                float *pt = w->pt, *dst = w->dst;
+                const trn_tile_band sband = causal_band(d, i0 - j0, 0);
+                const trn_tile_band kvband = causal_band(d, i0 - j0, 1), qband = causal_band(d, i0 - j0, 2);
+                trn_tile_mm_band(nj, ni, E, w->k, E, 1, w->qt, BQ, pt, BQ, 0, sband);
+                mask_tile_t(d, pt, ni, nj, b, h, i0, j0);
+                for (int64_t j = 0; j < nj; j++)
+                    for (int64_t i = 0; i < ni; i++) pt[j * BQ + i] = trn_fast_expf(pt[j * BQ + i] - w->lsub[i]);
+                trn_tile_mm_band(nj, ni, Ev, w->v, Ev, 1, w->dot, BQ, dst, BQ, 0, sband);
                 for (int64_t j = 0; j < nj; j++) {
-                    float *kr = w->k + j * E;
-                    load_row(d->dtype, d->k,
-                             b * d->k_strides[0] + hk * d->k_strides[1] + (j0 + j) * d->k_strides[2], E,
-                             1.0f, kr);
-                    for (int64_t e = 0; e < E; e++) w->kt[e * BK + j] = kr[e];
-                    load_row(d->dtype, d->v,
-                             b * d->v_strides[0] + hk * d->v_strides[1] + (j0 + j) * d->v_strides[2], Ev,
-                             1.0f, w->row);
-                    for (int64_t e = 0; e < Ev; e++) w->vt[e * BK + j] = w->row[e];
-                }
-                for (int64_t i = 0; i < ni; i++) {
-                    const int64_t r = i0 + i;
-                    float *s = w->s, *dp = w->dp;
-                    for (int64_t e = 0; e < E; e++) w->row[e] = w->q[i * E + e] * scale;
-                    tile_scores(d, w->row, w->kt, nj, b, h, r, j0, s);
-                    const float lse = w->lse[i];
-                    for (int64_t j = 0; j < nj; j++)
-                        s[j] = lse == -INFINITY ? 0.0f : trn_fast_expf(s[j] - lse);
-                    for (int64_t j = 0; j < nj; j++) dp[j] = 0.0f;
-                    const float *dor = w->dout + i * Ev;
-                    for (int64_t e = 0; e < Ev; e++) {
-                        const float g = dor[e];
-                        const float *vr = w->vt + e * BK;
-                        for (int64_t j = 0; j < nj; j++) dp[j] += g * vr[j];
-                    }
-                    const int64_t flat = ((b * d->heads + h) * L + r) * S + j0;
-                    const float *qr = w->q + i * E;
-                    float *dqr = w->dq + i * E;
-                    for (int64_t j = 0; j < nj; j++) {
-                        const float p = s[j];
-                        if (p == 0.0f) {
-                            dp[j] = 0.0f;
-                            continue;
+                    float *pr = pt + j * BQ, *dr = dst + j * BQ;
+                    if (dropout) {
+                        for (int64_t i = 0; i < ni; i++) {
+                            const int64_t flat = ((b * d->heads + h) * L + i0 + i) * S + j0 + j;
+                            const float z = keep_elem(d->seed, flat, keep) ? rkeep : 0.0f;
+                            const float p = pr[i];
+                            dr[i] = p == 0.0f ? 0.0f : p * (dr[i] * z - w->dd[i]);
+                            pr[i] = p * z;
                         }
-                        float z = 1.0f;
-                        if (dropout) z = keep_elem(d->seed, flat + j, keep) ? rkeep : 0.0f;
-                        const float pd = p * z;
-                        const float ds = p * (dp[j] * z - w->dd[i]);
-                        dp[j] = ds;
-                        float *dvr = w->dv + (j0 + j) * Ev;
-                        if (pd != 0.0f)
-                            for (int64_t e = 0; e < Ev; e++) dvr[e] += pd * dor[e];
-                        const float g = ds * scale;
-                        float *dkr = w->dk + (j0 + j) * E;
-                        const float *kr = w->k + j * E;
-                        for (int64_t e = 0; e < E; e++) {
-                            dkr[e] += g * qr[e];
-                            dqr[e] += g * kr[e];
+                    } else {
+                        for (int64_t i = 0; i < ni; i++) {
+                            const float p = pr[i];
+                            dr[i] = p == 0.0f ? 0.0f : p * (dr[i] - w->dd[i]);
                         }
                     }
-                    if (bd->dmask)
-                        store_row(d->dtype, bd->dmask, ((b * d->heads + h) * L + r) * S + j0, nj, dp, 1.0f);
                 }
+                if (bd->dmask)
+                    for (int64_t i = 0; i < ni; i++) {
+                        for (int64_t j = 0; j < nj; j++) w->row[j] = dst[j * BQ + i];
+                        store_row(d->dtype, bd->dmask, ((b * d->heads + h) * L + i0 + i) * S + j0, nj, w->row, 1.0f);
+                    }
+                trn_tile_mm_band(nj, Ev, ni, pt, BQ, 1, w->dout, Ev, w->dv + j0 * Ev, Ev, 1, kvband);
+                for (int64_t j = 0; j < nj; j++)
+                    for (int64_t i = 0; i < ni; i++) dst[j * BQ + i] *= scale;
+                trn_tile_mm_band(nj, E, ni, dst, BQ, 1, w->q, E, w->dk + j0 * E, E, 1, kvband);
+                trn_tile_mm_band(ni, E, nj, dst, 1, BQ, w->k, E, w->dq, E, 1, qband);
             }
             // Keys a causal row never reaches: their bias gradient is 0.
             if (bd->dmask && jend < S) {
@@ -332,22 +379,24 @@ static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
     const trn_attention_desc *d = &bd->fwd;
     const int64_t E = d->head_dim, Ev = d->v_dim, S = d->kv_len;
     const int64_t wide = E > Ev ? E : Ev;
-    const size_t floats = (size_t)(BQ * E + BQ * Ev + 2 * BQ + BQ * E + BK * E + E * BK + Ev * BK +
-                                   2 * BK + S * E + S * Ev + wide);
-    float *buf = malloc(floats * sizeof(float));
+    const int64_t row = wide > BK ? wide : BK;
+    const size_t floats = (size_t)(2 * E * BQ + 2 * BQ * Ev + 2 * BQ + BQ * E + BK * E + BK * Ev +
+                                   2 * BK * BQ + S * E + S * Ev + row);
+    float *buf = calloc(floats, sizeof(float));
     if (buf == NULL) return;
     bwd_scratch w;
-    w.q = buf;
+    w.qt = buf;
+    w.q = w.qt + E * BQ;
     w.dout = w.q + BQ * E;
-    w.dd = w.dout + BQ * Ev;
-    w.lse = w.dd + BQ;
-    w.dq = w.lse + BQ;
+    w.dot = w.dout + BQ * Ev;
+    w.dd = w.dot + Ev * BQ;
+    w.lsub = w.dd + BQ;
+    w.dq = w.lsub + BQ;
     w.k = w.dq + BQ * E;
-    w.kt = w.k + BK * E;
-    w.vt = w.kt + E * BK;
-    w.s = w.vt + Ev * BK;
-    w.dp = w.s + BK;
-    w.dk = w.dp + BK;
+    w.v = w.k + BK * E;
+    w.pt = w.v + BK * Ev;
+    w.dst = w.pt + BK * BQ;
+    w.dk = w.dst + BK * BQ;
     w.dv = w.dk + S * E;
     w.row = w.dv + S * Ev;
     for (int64_t u = u0; u < u1; u++) bwd_unit(bd, &w, u);

@@ -411,6 +411,10 @@ typedef struct ew_args {
     union { float f; double d; int64_t i; } sval[3];  // scalar in compute type
     // Byte ranges touched, relative to the pointers (protect mode).
     int64_t lo[4], span[4];
+    // 16-bit ADD / SUB rounding as ATen's CPU kernel (trn_ew_desc.cpu_block).
+    bool add16, cpu_vec;
+    int cpu_threads;
+    int64_t cpu_block, numel;
     int64_t dims[5 * TRN_MAX_DIMS];  // sizes, out strides, 3 x in strides
 } ew_args;
 
@@ -426,9 +430,50 @@ static bool int_division(trn_ew_op op) {
            op == TRN_EW_FMOD;
 }
 
+// ATen's CPU loop over the op's n elements (same order and coalescing as
+// here: both walk TensorIterator's shape): split over threads in equal
+// chunks once n reaches its grain, each chunk walked in runs of the
+// innermost dim (`row` elements, cut at chunk ends); a run executes
+// cpu_block elements per vector step and leaves len % cpu_block to its
+// scalar loop. Returns where the scalar part of the run holding element j
+// starts; *run_end gets the run's end.
+#define ATEN_GRAIN 32768
+static int64_t cpu_tail_start(const ew_args *a, int64_t row, int64_t j, int64_t *run_end) {
+    int64_t cb = 0, ce = a->numel;
+    if (a->numel >= ATEN_GRAIN && a->cpu_threads > 1) {
+        int64_t nt = (a->numel + ATEN_GRAIN - 1) / ATEN_GRAIN;
+        if (nt > a->cpu_threads) nt = a->cpu_threads;
+        const int64_t cs = (a->numel + nt - 1) / nt;
+        cb = j / cs * cs;
+        ce = cb + cs < a->numel ? cb + cs : a->numel;
+    }
+    const int64_t rs = j - j % row;
+    const int64_t start = rs > cb ? rs : cb;
+    const int64_t end = rs + row < ce ? rs + row : ce;
+    *run_end = end;
+    if (!a->cpu_vec) return start;
+    const int64_t len = end - start;
+    return end - (a->cpu_block > 0 ? len % a->cpu_block : 0);
+}
+
+// The block function computed every element as CPU's scalar tail does
+// (a + r16(alpha * b)); elements CPU runs in its vector body are
+// recomputed fused. j0: linear index of the block's first element.
+static void add16_body(const ew_args *a, float *o, const float *x, const float *y, int n, int64_t j0) {
+    const int64_t row = a->dims[a->ndim - 1];
+    const float alpha = (float)(a->op == TRN_EW_SUB ? -a->ctx.p[0] : a->ctx.p[0]);
+    int64_t run_end = -1, tail = 0;
+    for (int i = 0; i < n; i++) {
+        const int64_t j = j0 + i;
+        if (j >= run_end) tail = cpu_tail_start(a, row, j, &run_end);
+        if (j < tail) o[i] = trn_sc_r16(fmaf(alpha, y[i], x[i]), &a->ctx);
+    }
+}
+
 // Runs n <= BLOCK elements of one row; pointers and byte strides given.
+// j0: linear index of the first element.
 static bool run_block(const ew_args *a, block_fn fn, char *out, int64_t os,
-                      const char *const in[3], const int64_t is[3], int n,
+                      const char *const in[3], const int64_t is[3], int n, int64_t j0,
                       void *scal[3], void *tmp[4]) {
     const size_t cs = compute_size(a->fam);
     const trn_dtype nat = native_of(a->fam);
@@ -453,6 +498,7 @@ static bool run_block(const ew_args *a, block_fn fn, char *out, int64_t os,
                         os == (int64_t)(ops[a->op].pred ? 1 : cs);
     void *obuf = direct ? (void *)out : tmp[3];
     fn(n, obuf, buf[0], buf[1], buf[2], &a->ctx);
+    if (a->add16) add16_body(a, obuf, buf[0], buf[1], n, j0);
     // Beyond 2^19 pi/2 the inline three-part reduction is no longer exact.
     if (a->fam == FAM_F && (a->op == TRN_EW_SIN || a->op == TRN_EW_COS || a->op == TRN_EW_TAN)) {
         const float *x = buf[0];
@@ -523,7 +569,7 @@ static void ew_range(void *vrun, int64_t begin, int64_t end) {
                 is[k] = istr[k][inner];
             }
             if (!run_block(a, fn, a->out + off_o + c * ostr[inner], ostr[inner], in, is, n,
-                           scal, tmp)) {
+                           pos + (c - col), scal, tmp)) {
                 run->zero_division = true;
                 return;
             }
@@ -716,6 +762,27 @@ trn_status trn_ew_launch(trn_stream *stream, const trn_ew_desc *desc) {
                                               (int64_t)trn_dtype_size(a.in_dtype[k])
                                         : 0;
     a.ndim = n;
+    if ((op == TRN_EW_ADD || op == TRN_EW_SUB) && a.fam == FAM_F && a.ctx.round16) {
+        // ATen casts alpha to the 16-bit type, and so a scalar operand
+        // (TensorIterator casts it to the common dtype). Its vector body needs
+        // the innermost dim contiguous in every operand, or one input broadcast.
+        a.add16 = true;
+        a.ctx.p[0] = trn_sc_r16((float)a.ctx.p[0], &a.ctx);
+        for (int k = 0; k < 2; k++)
+            if (a.is_scalar[k]) a.sval[k].f = trn_sc_r16(a.sval[k].f, &a.ctx);
+        a.cpu_block = desc->cpu_block;
+        a.cpu_threads = desc->cpu_threads;
+        a.numel = numel;
+        const int in0 = n - 1;
+        bool contiguous = str[0][in0] == (int64_t)osize || size[in0] == 1;
+        int broadcast = 0;
+        for (int k = 0; k < 2; k++) {
+            const int64_t s = a.in[k] != NULL ? str[k + 1][in0] : 0;
+            if (s == 0) broadcast++;
+            else contiguous = contiguous && s == (int64_t)trn_dtype_size(a.in_dtype[k]);
+        }
+        a.cpu_vec = contiguous && broadcast < 2;
+    }
     for (int d = 0; d < n; d++) {
         a.dims[d] = size[d];
         for (int k = 0; k < 4; k++) a.dims[(k + 1) * n + d] = str[k][d];
