@@ -1119,3 +1119,5 @@ for _t, _op, _k in [
             for x, y, m in zip(a, b, meta(node))])
     else:
         LOWERINGS[_t] = _foreach(_op, _k)
+
+from . import lower_index  # noqa: E402,F401  (registers the index-op lowerings)

@@ -1,0 +1,218 @@
+"""Index ops (embedding, index_select, gather, advanced indexing, index_put,
+scatter, the embedding backward) -> libtrn gather/scatter nodes.
+
+Owner: the geometry only: which result dim walks which source dim, which
+source dim each index selects, and how an index tensor is laid over the
+result (a broadcast view). libtrn renders them as bounds-checked loops in
+the generated C (trn_graph_gather / trn_graph_scatter); an index out of
+range fails the run with the op's PyTorch error, raised when the graph's
+run ends. Anything else (bool masks, more indices) raises Unsupported and
+runs as an eager host step.
+"""
+from __future__ import annotations
+
+import torch
+
+from .lower import TRN_DTYPE, Unsupported, Val, _val, aten, meta, register
+
+# trn_graph_index_error
+ERR_BOUNDS, ERR_SELF, ERR_GATHER = 0, 1, 2
+
+
+def _index_int64(L, v: Val) -> Val:
+    if v.dtype == torch.int64:
+        return v
+    if v.dtype not in (torch.int32, torch.int16, torch.int8, torch.uint8):
+        raise Unsupported(f"index dtype {v.dtype}")
+    nid = L.g.cast(L.node_of(v), TRN_DTYPE[torch.int64])
+    return L.new_base(nid, "node", v.sizes, _contig(v.sizes), torch.int64)
+
+
+def _contig(sizes):
+    out, s = [], 1
+    for n in reversed(sizes):
+        out.append(s)
+        s *= max(int(n), 1)
+    return tuple(reversed(out))
+
+
+def _place(L, v: Val, out_sizes, dims) -> int:
+    """Index `v` laid over a result of `out_sizes`: v's dim i runs along
+    result dim dims[i] (size 1 broadcasts), the other result dims repeat it."""
+    v = _index_int64(L, v)
+    strides = [0] * len(out_sizes)
+    for i, d in enumerate(dims):
+        if v.sizes[i] == out_sizes[d]:
+            strides[d] = v.strides[i] if out_sizes[d] > 1 else 0
+        elif v.sizes[i] != 1:
+            raise Unsupported("index does not broadcast")
+    return L.node_of(Val(v.base, tuple(out_sizes), tuple(strides), v.offset, torch.int64))
+
+
+def _in_memory(L, v: Val) -> int:
+    """A node for v that the compiler reads from memory (not a literal)."""
+    if L.bases[v.base].kind == "const":
+        v = L.materialize(v)
+    return L.node_of(v)
+
+
+def _src(L, x) -> Val:
+    v = _val(L, x)
+    if not isinstance(v, Val) or not v.sizes:
+        raise Unsupported("0-d or scalar source")
+    return v
+
+
+def _out(node):
+    return tuple(int(s) for s in meta(node).shape)
+
+
+@register(aten.embedding.default)
+def _embedding(L, node, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    w, i = _src(L, weight), _val(L, indices)
+    if len(w.sizes) != 2 or not isinstance(i, Val):
+        raise Unsupported("embedding of a non-2-d weight")
+    out = _out(node)
+    k = len(i.sizes)
+    idx = _place(L, i, out, list(range(k)))
+    nid = L.g.gather(_in_memory(L, w), [idx], [0], [-1] * k + [1], 0, ERR_SELF)
+    return L.finish_node(nid, meta(node))
+
+
+@register(aten.index_select.default)
+def _index_select(L, node, x, dim, index):
+    v, i = _src(L, x), _val(L, index)
+    if not isinstance(i, Val) or len(i.sizes) > 1:
+        raise Unsupported("index_select index")
+    out = _out(node)
+    dim %= len(v.sizes)
+    idx = _place(L, i, out, [dim] if i.sizes else [])
+    nid = L.g.gather(_in_memory(L, v), [idx], [dim], [-1 if j == dim else j for j in range(len(out))], 0, ERR_SELF)
+    return L.finish_node(nid, meta(node))
+
+
+@register(aten.gather.default)
+def _gather(L, node, x, dim, index, sparse_grad=False):
+    v, i = _src(L, x), _val(L, index)
+    if not isinstance(i, Val) or len(i.sizes) != len(v.sizes):
+        raise Unsupported("gather of a 0-d tensor")
+    out = _out(node)
+    dim %= len(v.sizes)
+    idx = _place(L, i, out, list(range(len(out))))
+    nid = L.g.gather(_in_memory(L, v), [idx], [dim], [-1 if j == dim else j for j in range(len(out))], 0,
+                     ERR_GATHER)
+    return L.finish_node(nid, meta(node))
+
+
+def _advanced(L, v: Val, indices, max_idx):
+    """Geometry of x[indices] (PyTorch's advanced indexing): the result's
+    sizes, per result dim the x dim it walks (-1: an index dim), the x dims
+    the indices select, and each index laid over the result."""
+    sel = [(d, _val(L, a)) for d, a in enumerate(indices) if a is not None]
+    if not sel or len(sel) > max_idx or any(not isinstance(i, Val) or i.dtype == torch.bool for _, i in sel):
+        raise Unsupported("index form")
+    dims = [d for d, _ in sel]
+    bshape = tuple(torch.broadcast_shapes(*[torch.Size(i.sizes) for _, i in sel]))
+    rest = [d for d in range(len(v.sizes)) if d not in dims]
+    if dims == list(range(dims[0], dims[-1] + 1)):  # adjacent: the index dims replace them in place
+        before = [d for d in rest if d < dims[0]]
+        after = [d for d in rest if d > dims[-1]]
+    else:  # PyTorch puts the index dims first
+        before, after = [], rest
+    walk = before + [-1] * len(bshape) + after
+    out = tuple(bshape[j - len(before)] if d < 0 else v.sizes[d] for j, d in enumerate(walk))
+    start = len(before)
+    place = []
+    for _, i in sel:
+        pad = len(bshape) - len(i.sizes)
+        ib = Val(i.base, (1,) * pad + tuple(i.sizes), (0,) * pad + tuple(i.strides), i.offset, i.dtype)
+        place.append(_place(L, ib, out, list(range(start, start + len(bshape)))))
+    return out, walk, dims, place
+
+
+@register(aten.index.Tensor)
+def _index(L, node, x, indices):
+    v = _src(L, x)
+    out, walk, dims, place = _advanced(L, v, indices, 2)
+    if out != _out(node):
+        raise Unsupported("index shape")
+    nid = L.g.gather(_in_memory(L, v), place, dims, walk, 1, ERR_BOUNDS)
+    return L.finish_node(nid, meta(node))
+
+
+@register(aten.index_put.default)
+def _index_put(L, node, x, indices, values, accumulate=False):
+    v = _src(L, x)
+    out, walk, dims, place = _advanced(L, v, indices, 1)
+    vals = _val(L, values)
+    if not isinstance(vals, Val) or vals.dtype != v.dtype:
+        raise Unsupported("index_put values")
+    src = _in_memory(L, L.broadcast(vals, out))
+    nid = L.g.scatter(L.node_of(v), place[0], src, dims[0], walk, int(bool(accumulate)), 1, ERR_BOUNDS)
+    return L.finish_node(nid, meta(node))
+
+
+def _scatter(L, node, x, dim, index, src, accumulate):
+    v, i = _src(L, x), _val(L, index)
+    if not isinstance(i, Val) or len(i.sizes) != len(v.sizes):
+        raise Unsupported("scatter of a 0-d tensor")
+    dim %= len(v.sizes)
+    isz = tuple(i.sizes)
+    if isinstance(src, torch.fx.Node):
+        s = _val(L, src)
+        if not isinstance(s, Val) or s.dtype != v.dtype:
+            raise Unsupported("scatter source")
+        s = Val(s.base, isz, s.strides, s.offset, s.dtype)  # src is read over the index's extent
+    else:
+        s = L.const(src, v.dtype, isz)
+    idx = _place(L, i, isz, list(range(len(isz))))
+    walk = [-1 if j == dim else j for j in range(len(isz))]
+    nid = L.g.scatter(L.node_of(v), idx, _in_memory(L, s), dim, walk, int(accumulate), 0, ERR_GATHER)
+    return L.finish_node(nid, meta(node))
+
+
+@register(aten.scatter.src, aten.scatter.value)
+def _scatter_plain(L, node, x, dim, index, src):
+    return _scatter(L, node, x, dim, index, src, False)
+
+
+@register(aten.scatter_add.default)
+def _scatter_add(L, node, x, dim, index, src):
+    return _scatter(L, node, x, dim, index, src, True)
+
+
+@register(aten.embedding_dense_backward.default)
+def _embedding_backward(L, node, grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """zeros(num_weights, D).index_put_([indices], grad, accumulate=True),
+    rows at padding_idx skipped, summed in float32 for 16-bit grads (as
+    PyTorch's decomposition does)."""
+    if scale_grad_by_freq:
+        raise Unsupported("scale_grad_by_freq")
+    g, i = _val(L, grad), _val(L, indices)
+    if not isinstance(g, Val) or not isinstance(i, Val):
+        raise Unsupported("embedding backward inputs")
+    m = meta(node)
+    acc = torch.float32 if g.dtype in (torch.float16, torch.bfloat16) else g.dtype
+    k = len(i.sizes)
+    it = tuple(g.sizes)
+    idx_val = _index_int64(L, i)
+    gv = L.node_of(g)
+    if padding_idx >= 0:
+        keep = L.g.pointwise(_ew("NE"), TRN_DTYPE[torch.int64], TRN_DTYPE[torch.bool],
+                             [_place(L, idx_val, it, list(range(k))), L.const(padding_idx, torch.int64).base], [])
+        gv = L.g.pointwise(_ew("WHERE"), TRN_DTYPE[acc], TRN_DTYPE[acc], [keep, gv, L.const(0, acc).base], [])
+    elif acc != g.dtype:
+        gv = L.g.cast(gv, TRN_DTYPE[acc])
+    gv = L.new_base(gv, "node", it, _contig(it), acc) if gv != L.node_of(g) else g
+    src = _in_memory(L, gv) if L.bases[gv.base].kind == "const" else L.node_of(gv)
+    zeros = L.const(0, acc, tuple(int(s) for s in m.shape)).base
+    walk = [-1] * k + list(range(1, len(m.shape)))
+    nid = L.g.scatter(zeros, _place(L, idx_val, it, list(range(k))), src, 0, walk, 1, 0, ERR_SELF)
+    if acc != m.dtype:
+        nid = L.g.cast(nid, TRN_DTYPE[m.dtype])
+    return L.finish_node(nid, m)
+
+
+def _ew(name):
+    from .lower import ew
+    return ew(name)
