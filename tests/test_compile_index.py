@@ -97,3 +97,26 @@ def test_out_of_range_index_raises_like_pytorch():
     # The device is still usable, with the same compiled graphs.
     out = emb(w.to("neuron"), torch.tensor([2, 1]).to("neuron"))
     torch.testing.assert_close(out.cpu(), F.embedding(torch.tensor([2, 1]), w) + 1)
+
+
+def test_cat_pad_arange_any_compile_without_host_steps():
+    """The mask and label plumbing of HF transformers (arange, pad with -100,
+    cat with a legacy empty tensor, any) and rotate_half's cat."""
+    torch.manual_seed(2)
+    x, y, ids = torch.randn(2, 3, 5), torch.randn(2, 3, 4), torch.randint(0, 9, (2, 16))
+
+    def f(x, y, ids):
+        dev = x.device
+        return (torch.cat([-x[..., 2:], x[..., :2], y], -1),
+                torch.arange(0, 16, device=dev).view(16, 1) <= torch.arange(16, device=dev),
+                F.pad(ids, (0, 1), value=-100),
+                torch.cat([torch.empty(0, device=dev), x.reshape(-1)]),
+                (x > 0).any(-1, keepdim=True), (x > -3).all(),
+                torch.arange(1.5, 4.0, 0.5, device=dev) * 2,
+                F.pad(x, (1, 2, 0, 1)))
+
+    got = _compiled(f)(x.to("neuron"), y.to("neuron"), ids.to("neuron"))
+    assert torch.neuron.get_dynamo_metrics()["host_steps"] == 0
+    for g, e in zip(got, f(x, y, ids)):
+        assert g.dtype == e.dtype
+        torch.testing.assert_close(g.cpu(), e)

@@ -2,7 +2,7 @@
 // an embedding lookup fused with an add, a 2-index gather with negative
 // (wrapped) indices, a scatter-add with duplicate positions (the embedding
 // backward), and out-of-range indices failing the run with PyTorch's
-// message instead of reading or writing out of bounds.
+// message instead of reading or writing out of bounds; iotas.
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -205,6 +205,35 @@ static void test_gather_reduce(bool keep) {
     trn_program_free(p);
 }
 
+// causal[i, j] = j <= i from two iotas (no memory read at all), and a
+// float iota (arange(1.5, ., 0.5)) exported as its own kernel.
+static void test_iota(void) {
+    enum { T = 5 };
+    trn_graph *g;
+    CHECK_INT(trn_graph_create(&g), TRN_SUCCESS);
+    int r, c, m, f;
+    CHECK_INT(trn_graph_iota(g, TRN_DTYPE_I64, 2, (int64_t[]){T, T}, (int64_t[]){1, 0}, 0, 0, 1, &r), TRN_SUCCESS);
+    CHECK_INT(trn_graph_iota(g, TRN_DTYPE_I64, 2, (int64_t[]){T, T}, (int64_t[]){0, 1}, 0, 0, 1, &c), TRN_SUCCESS);
+    CHECK_INT(trn_graph_pointwise(g, TRN_EW_LE, TRN_DTYPE_I64, TRN_DTYPE_BOOL, 2, (int[]){c, r}, NULL, &m), TRN_SUCCESS);
+    CHECK_INT(trn_graph_export(g, m, NULL), TRN_SUCCESS);
+    CHECK_INT(trn_graph_iota(g, TRN_DTYPE_F32, 1, (int64_t[]){T}, (int64_t[]){1}, 1, 1.5, 0.5, &f), TRN_SUCCESS);
+    CHECK_INT(trn_graph_export(g, f, NULL), TRN_SUCCESS);
+    trn_program *p = compile(g);
+    trn_graph_free(g);
+    if (!p) return;
+    CHECK_INT(trn_program_kernel_count(p), 2);
+    CHECK_INT(trn_program_workspace_size(p), 0);
+    unsigned char M[T * T];
+    float F[T];
+    CHECK_INT(run(p, (int[]){m, f}, (void *[]){M, F}, 2), TRN_SUCCESS);
+    int bad = 0;
+    for (int i = 0; i < T; i++)
+        for (int j = 0; j < T; j++) bad += M[i * T + j] != (j <= i);
+    for (int i = 0; i < T; i++) bad += F[i] != 1.5f + 0.5f * (float)(i + 1);
+    CHECK_INT(bad, 0);
+    trn_program_free(p);
+}
+
 int main(void) {
     find_include_dir();
     test_embedding();
@@ -212,5 +241,6 @@ int main(void) {
     test_scatter_add();
     test_gather_reduce(false);
     test_gather_reduce(true);
+    test_iota();
     return TEST_REPORT();
 }

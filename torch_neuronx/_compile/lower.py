@@ -64,7 +64,7 @@ class Val:
 
 @dataclass
 class Base:
-    kind: str  # "input", "host", "node", "const"
+    kind: str  # "input", "host", "node", "const", "iota" (const: (start, step))
     sizes: tuple
     layout: tuple
     dtype: torch.dtype
@@ -186,6 +186,15 @@ class Lowerer:
     def node_of(self, v: Val) -> int:
         """A builder node whose value is exactly v (a view node if needed)."""
         b = self.bases[v.base]
+        if b.kind == "iota":  # any view of an iota is an iota: no memory
+            if tuple(v.sizes) == b.sizes and v.offset == 0 and tuple(v.strides) == b.layout:
+                return v.base
+            key = ("i", v.base, tuple(v.sizes), tuple(v.strides), v.offset)
+            if key not in self.view_cache:
+                start, step = b.const
+                self.view_cache[key] = self.g.iota(TRN_DTYPE[b.dtype], list(v.sizes), list(v.strides), v.offset,
+                                                   start, step)
+            return self.view_cache[key]
         if b.kind == "const":
             if tuple(v.sizes) == b.sizes:
                 return v.base
@@ -281,7 +290,13 @@ class Lowerer:
             elif node.op == "output":
                 output = self.lower_outputs(node.args[0])
             elif node.op == "get_attr":
-                self.env[node] = _PyConst(getattr(self.gm, node.target))
+                c = getattr(self.gm, node.target)
+                m = meta(node)
+                if isinstance(c, torch.Tensor) and c.numel() == 0 and c.dtype in TRN_DTYPE and \
+                        isinstance(m, torch.Tensor) and m.device.type == "neuron":
+                    self.env[node] = self.const(0, c.dtype, tuple(c.shape))  # no values to carry
+                else:
+                    self.env[node] = _PyConst(c)
             else:
                 raise UnsupportedOpError(f"neuron compiler: FX node kind {node.op} ({node.name}) is not supported")
         return Lowered(self.g, self.bases, self.inputs, list(self.exported.items()), self.hosts, output, env_py,
@@ -900,6 +915,34 @@ def reduce(L: Lowerer, node, op, x, dims, keepdim, out_dtype=None):
     if keepdim:
         return r
     return L.reshape(r, tuple(int(s) for s in m.shape))
+
+
+def _any_all(L, node, x, dims, keepdim, op):
+    """any/all: (x != 0) as int64, max/min over dims, back to bool."""
+    v = _val(L, x)
+    nz = L.g.pointwise(ew("NE"), TRN_DTYPE[v.dtype], TRN_DTYPE[torch.bool], [L.node_of(v), L.const(0, v.dtype).base], [])
+    nz = L.g.cast(nz, TRN_DTYPE[torch.int64])
+    iv = L.new_base(nz, "node", v.sizes, contiguous_strides(v.sizes), torch.int64)
+    d = _dims(v, dims)
+    if not v.sizes or not d:
+        r = iv
+    else:
+        nid = L.g.reduce(op, nz, TRN_DTYPE[torch.int64], sum(1 << i for i in d))
+        ks = tuple(1 if i in d else s for i, s in enumerate(v.sizes))
+        r = L.new_base(nid, "node", ks, contiguous_strides(ks), torch.int64)
+    b = L.g.cast(L.node_of(r), TRN_DTYPE[torch.bool])
+    r = L.new_base(b, "node", r.sizes, contiguous_strides(r.sizes), torch.bool)
+    return L.reshape(r, tuple(int(s) for s in meta(node).shape))
+
+
+@register(aten.any.dim, aten.any.dims, aten.any.default)
+def _any(L, node, x, dim=None, keepdim=False):
+    return _any_all(L, node, x, dim, keepdim, REDUCE_MAX)
+
+
+@register(aten.all.dim, aten.all.dims, aten.all.default)
+def _all(L, node, x, dim=None, keepdim=False):
+    return _any_all(L, node, x, dim, keepdim, REDUCE_MIN)
 
 
 @register(aten.sum.dim_IntList)

@@ -216,3 +216,113 @@ def _embedding_backward(L, node, grad, indices, num_weights, padding_idx, scale_
 def _ew(name):
     from .lower import ew
     return ew(name)
+
+
+# ---- index-valued tensors and the ops that select by coordinate ------------------------------
+def _iota(L, dtype, sizes, coef, start=0, step=1) -> int:
+    return L.g.iota(TRN_DTYPE[dtype], list(sizes), list(coef), 0, float(start), float(step))
+
+
+@register(aten.arange.start_step, aten.arange.start, aten.arange.default)
+def _arange(L, node, *args, **kw):
+    m = meta(node)
+    if m.dtype not in TRN_DTYPE or m.dtype == torch.bool or len(m.shape) != 1:
+        raise Unsupported("arange dtype")
+    nums = [a for a in args if isinstance(a, (int, float))]
+    if len(nums) == 1:
+        start, step = 0, 1
+    else:
+        start, step = nums[0], nums[2] if len(nums) > 2 else 1
+    n = int(m.shape[0])
+    nid = L.g.iota(TRN_DTYPE[m.dtype], [n], [1], 0, float(start), float(step))
+    return L.new_base(nid, "iota", (n,), (1,), m.dtype, (float(start), float(step)))
+
+
+def _pw(L, op, dtype, out, ins, params=()):
+    from .lower import ew
+    return L.g.pointwise(ew(op), TRN_DTYPE[dtype], TRN_DTYPE[out], ins, list(params))
+
+
+def _clamped(L, coord: int, shift: int, size: int) -> int:
+    """coord - shift clamped into [0, size): an index that is always valid
+    (the value it reads is selected away where it is out of the piece)."""
+    i64 = torch.int64
+    c = L.const
+    x = _pw(L, "SUB", i64, i64, [coord, c(shift, i64).base], (1,)) if shift else coord
+    return _pw(L, "CLAMP", i64, i64, [x, c(0, i64).base, c(size - 1, i64).base], (1, 1))
+
+
+def _piece(L, v: Val, dtype) -> int:
+    if v.dtype != dtype:
+        nid = L.g.cast(L.node_of(v), TRN_DTYPE[dtype])
+        v = L.new_base(nid, "node", v.sizes, _contig(v.sizes), dtype)
+    return _in_memory(L, v)
+
+
+@register(aten.cat.default)
+def _cat(L, node, tensors, dim=0):
+    """Each result element gathers from the piece its coordinate falls in:
+    one fused loop, every piece read at a clamped (valid) position."""
+    m = meta(node)
+    out = _out(node)
+    if not out or m.dtype not in TRN_DTYPE:
+        raise Unsupported("cat of 0-d")
+    d = dim % len(out)
+    vals = [_val(L, t) for t in tensors]
+    if any(not isinstance(v, Val) for v in vals):
+        raise Unsupported("cat of host values")
+    # PyTorch skips legacy empty (0,) pieces; zero-width pieces add nothing.
+    pieces = [v for v in vals if not (len(v.sizes) == 1 and v.sizes[0] == 0 and len(out) != 1)
+              and v.sizes[d] > 0]
+    if len(pieces) == 1:
+        nid = L.g.cast(L.node_of(pieces[0]), TRN_DTYPE[m.dtype])
+        return L.finish_node(nid, m)
+    if not pieces or len(pieces) > 4 or any(len(v.sizes) != len(out) for v in pieces):
+        raise Unsupported("cat form")
+    coef = [1 if j == d else 0 for j in range(len(out))]
+    coord = _iota(L, torch.int64, out, coef)
+    walk = [-1 if j == d else j for j in range(len(out))]
+    ends, start = [], 0
+    for v in pieces:
+        start += v.sizes[d]
+        ends.append(start)
+    value = None
+    for k in reversed(range(len(pieces))):
+        v = pieces[k]
+        begin = ends[k] - v.sizes[d]
+        g = L.g.gather(_piece(L, v, m.dtype), [_clamped(L, coord, begin, v.sizes[d])], [d], walk, 0, ERR_BOUNDS)
+        if value is None:
+            value = g
+        else:
+            inside = _pw(L, "LT", torch.int64, torch.bool, [coord, L.const(ends[k], torch.int64).base])
+            value = _pw(L, "WHERE", m.dtype, m.dtype, [inside, g, value])
+    return L.finish_node(value, m)
+
+
+@register(aten.constant_pad_nd.default)
+def _constant_pad(L, node, x, pad, value=0):
+    """where(inside, x at the clamped coordinate, value), for up to two
+    padded dims and no cropping."""
+    v = _src(L, x)
+    m = meta(node)
+    out = _out(node)
+    n = len(out)
+    pads = [(n - 1 - i // 2, pad[i], pad[i + 1]) for i in range(0, len(pad), 2)]
+    pads = [(d, lo, hi) for d, lo, hi in pads if lo or hi]
+    if not pads or len(pads) > 2 or any(lo < 0 or hi < 0 for _, lo, hi in pads) or 0 in v.sizes:
+        raise Unsupported("pad form")
+    i64, b = torch.int64, torch.bool
+    idx, dims, inside = [], [], None
+    for d, lo, hi in pads:
+        coord = _iota(L, i64, out, [1 if j == d else 0 for j in range(n)])
+        idx.append(_clamped(L, coord, lo, v.sizes[d]))
+        dims.append(d)
+        ge = _pw(L, "GE", i64, b, [coord, L.const(lo, i64).base])
+        lt = _pw(L, "LT", i64, b, [coord, L.const(lo + v.sizes[d], i64).base])
+        ok = _pw(L, "LOGICAL_AND", b, b, [ge, lt])
+        inside = ok if inside is None else _pw(L, "LOGICAL_AND", b, b, [inside, ok])
+    walk = [-1 if j in dims else j for j in range(n)]
+    g = L.g.gather(_in_memory(L, v), idx, dims, walk, 0, ERR_BOUNDS)
+    fill = L.const(value, m.dtype).base
+    nid = _pw(L, "WHERE", m.dtype, m.dtype, [inside, g, fill])
+    return L.finish_node(nid, m)

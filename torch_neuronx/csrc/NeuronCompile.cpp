@@ -184,6 +184,15 @@ void register_compiler(py::module_ &m) {
                 return id;
             });
         })
+        .def("iota", [](Graph &g, int dt, const I64s &sizes, const I64s &coef, int64_t offset, double start, double step) {
+            return guarded([&] {
+                int id;
+                TORCH_CHECK(sizes.size() == coef.size(), "iota: sizes and coefficients differ in length");
+                TRN_CHECK(trn_graph_iota(g.g, (trn_dtype)dt, (int)sizes.size(), sizes.data(), coef.data(), offset, start,
+                                         step, &id));
+                return id;
+            });
+        })
         .def("gather", [](Graph &g, int src, const std::vector<int> &idx, const std::vector<int> &src_dims,
                           const std::vector<int> &out_to_src, int wrap, int err) {
             return guarded([&] {

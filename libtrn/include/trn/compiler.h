@@ -94,6 +94,13 @@ trn_status trn_graph_input(trn_graph *g, trn_dtype dtype, int ndim, const int64_
 // dtypes, .i otherwise). Consts fuse into every reader and never take memory.
 trn_status trn_graph_const(trn_graph *g, trn_dtype dtype, double f, int64_t i, int ndim,
                            const int64_t *sizes, int *node);
+// An index-valued tensor of `sizes`: element (i0..) is
+// start + step * (offset + sum(i_k * coef_k)) in `dtype` (computed in
+// double for floating dtypes, int64 otherwise): arange and its views, and
+// the coordinates that pads and concatenations select with. Never takes
+// memory unless viewed or exported.
+trn_status trn_graph_iota(trn_graph *g, trn_dtype dtype, int ndim, const int64_t *sizes,
+                          const int64_t *coef, int64_t offset, double start, double step, int *node);
 // Elementwise op of trn/scalar.h computed in `compute` (the op's compute
 // dtype, as for trn_ew_launch), result of dtype `out`. Every input has the
 // node's sizes, or is a const; `params` (4 values, NULL = zeros) as in

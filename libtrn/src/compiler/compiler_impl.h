@@ -23,6 +23,7 @@ typedef enum trn__cc_kind {
     CC_CONV,
     CC_GATHER,   // in[0] src, in[1..] indices
     CC_SCATTER,  // in[0] self, in[1] index, in[2] src
+    CC_IOTA,     // start + step * (voffset + sum(i_k * vstrides_k)), params[0..1]
 } trn__cc_kind;
 
 typedef struct trn__cc_node {

@@ -141,6 +141,20 @@ trn_status trn_graph_const(trn_graph *g, trn_dtype dtype, double f, int64_t i, i
     return TRN_SUCCESS;
 }
 
+trn_status trn_graph_iota(trn_graph *g, trn_dtype dtype, int ndim, const int64_t *sizes,
+                          const int64_t *coef, int64_t offset, double start, double step, int *id) {
+    if (g == NULL || (ndim > 0 && coef == NULL)) return BAD("trn_graph_iota: NULL argument");
+    if (dtype == TRN_DTYPE_BOOL) return BAD("trn_graph_iota: bool values");
+    trn__cc_node *n;
+    trn_status st = add_node(g, CC_IOTA, dtype, ndim, sizes, &n, id);
+    if (st != TRN_SUCCESS) return st;
+    if (ndim) memcpy(n->vstrides, coef, (size_t)ndim * sizeof *coef);
+    n->voffset = offset;
+    n->params[0] = start;
+    n->params[1] = step;
+    return TRN_SUCCESS;
+}
+
 static bool same_shape(const trn__cc_node *a, const trn__cc_node *b) {
     if (a->ndim != b->ndim) return false;
     for (int i = 0; i < a->ndim; i++)

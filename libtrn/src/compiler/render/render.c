@@ -153,10 +153,11 @@ typedef struct kernel {
     char **istr;  // per leaf: its element's offset expression in the loop body
 } kernel;
 
-// A leaf that is a gather computed here (fused, or the root), not one read
-// back from memory.
+// A leaf computed here (a gather or an iota, fused or the root), not one
+// read back from memory: its access positions the computation.
 static bool is_gather(const kernel *k, int n) {
-    return k->g->nodes[n].kind == CC_GATHER && (k->s->home[n] == HOME_FUSED || n == k->root);
+    trn__cc_kind kind = k->g->nodes[n].kind;
+    return (kind == CC_GATHER || kind == CC_IOTA) && (k->s->home[n] == HOME_FUSED || n == k->root);
 }
 
 // Collects the fused nodes and leaves below node n.
@@ -180,7 +181,7 @@ static void collect(kernel *k, int n) {
     // A gather computes its indices in the loop and loads its source
     // itself: the source is an access (a leaf) but not a loaded value.
     for (int i = x->kind == CC_GATHER ? 1 : 0; i < x->n_in; i++) collect(k, x->in[i]);
-    if (x->kind == CC_GATHER) k->leaves[k->n_leaves++] = n;
+    if (x->kind == CC_GATHER || x->kind == CC_IOTA) k->leaves[k->n_leaves++] = n;
     k->fused[k->n_fused++] = n;
 }
 
@@ -253,10 +254,29 @@ static void put_gather(sb *b, const kernel *k, int n, const char *in) {
     free(idx.s);
 }
 
+// An iota's element: start + step * its position (the leaf's offset).
+static void put_iota(sb *b, const kernel *k, int n, const char *in) {
+    const trn__cc_node *x = &k->g->nodes[n];
+    int pos = leaf_pos(k, n);
+    const char *at = pos >= 0 && k->istr[pos] ? k->istr[pos] : "0";
+    sb e = {0};
+    if (is_f(x->dtype)) put(&e, "(float)(%.17g + %.17g * (double)(%s))", x->params[0], x->params[1], at);
+    else put(&e, "(INT64_C(%lld) + INT64_C(%lld) * (%s))", (long long)x->params[0], (long long)x->params[1], at);
+    put(b, "%sconst %s v%d = ", in, reg_type(x->dtype), n);
+    if (e.oom) b->oom = true;
+    else put_convert(b, e.s, is_f(x->dtype) ? TRN_DTYPE_F32 : TRN_DTYPE_I64, x->dtype);
+    put(b, ";\n");
+    free(e.s);
+}
+
 static void put_compute(sb *b, const kernel *k, int n, const char *indent) {
     const trn__cc_node *x = &k->g->nodes[n];
     if (x->kind == CC_GATHER) {
         put_gather(b, k, n, indent);
+        return;
+    }
+    if (x->kind == CC_IOTA) {
+        put_iota(b, k, n, indent);
         return;
     }
     put(b, "%sconst %s v%d = ", indent, reg_type(x->dtype), n);
@@ -366,6 +386,7 @@ static void put_ptrs(sb *b, const kernel *k, const char *in) {
     // One pointer per distinct buffer read, plus the output.
     for (int i = 0; i < k->n_leaves; i++) {
         int buf = k->acc[i].buffer;
+        if (buf < 0) continue;  // an iota reads nothing
         bool dup = false;
         for (int j = 0; j < i; j++) dup |= k->acc[j].buffer == buf;
         if (dup) continue;
@@ -818,7 +839,7 @@ trn_status trn__cc_render(const trn_graph *g, const trn__cc_schedule *s, char **
             collect(&k, in0);
         } else if (r->kind == CC_SCATTER) {
             collect(&k, r->in[0]);  // the first pass computes self
-        } else if (r->kind == CC_GATHER) {
+        } else if (r->kind == CC_GATHER || r->kind == CC_IOTA) {
             for (int i = 1; i < r->n_in; i++) collect(&k, r->in[i]);
             k.leaves[k.n_leaves++] = sp->node;
         } else if (r->kind != CC_CONST) {
@@ -828,8 +849,16 @@ trn_status trn__cc_render(const trn_graph *g, const trn__cc_schedule *s, char **
         qsort(k.leaves, (size_t)k.n_leaves, sizeof *k.leaves, cmp_int);
         for (int i = 0; i < k.n_leaves; i++) {
             int64_t ist[2], isz[2];
-            if (is_gather(&k, k.leaves[i])) trn__cc_gather_access(g, k.leaves[i], &k.acc[i], ist, isz);
-            else trn__cc_access_of(g, k.leaves[i], &k.acc[i]);
+            const trn__cc_node *lf = &g->nodes[k.leaves[i]];
+            if (is_gather(&k, k.leaves[i]) && lf->kind == CC_IOTA) {
+                k.acc[i].buffer = -1;
+                memcpy(k.acc[i].strides, lf->vstrides, sizeof k.acc[i].strides);
+                k.acc[i].offset = lf->voffset;
+            } else if (is_gather(&k, k.leaves[i])) {
+                trn__cc_gather_access(g, k.leaves[i], &k.acc[i], ist, isz);
+            } else {
+                trn__cc_access_of(g, k.leaves[i], &k.acc[i]);
+            }
         }
         put(&b, "// step %d\n", st);
         put_comment(&b, &k, sp->kernel);

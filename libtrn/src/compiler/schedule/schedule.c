@@ -90,6 +90,9 @@ static trn_status plan_homes(const trn_graph *g, trn__cc_home *home, bool copy_s
         case CC_MATMUL:
         case CC_CONV:
         case CC_SCATTER: home[i] = n->exported ? HOME_CALLER : HOME_WORKSPACE; break;
+        case CC_IOTA:  // cheaper to recompute than to load: only forced into memory
+            home[i] = n->exported ? HOME_CALLER : forced[i] ? HOME_WORKSPACE : HOME_FUSED;
+            break;
         case CC_GATHER:
         case CC_POINTWISE:
         case CC_CAST:
