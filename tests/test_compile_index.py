@@ -120,3 +120,18 @@ def test_cat_pad_arange_any_compile_without_host_steps():
     for g, e in zip(got, f(x, y, ids)):
         assert g.dtype == e.dtype
         torch.testing.assert_close(g.cpu(), e)
+
+
+def test_slice_scatter_and_scalar_tensor_constants():
+    """rotate_half's backward (slice_scatter) and HF's torch.tensor(1.0) - mask."""
+    torch.manual_seed(3)
+    x, s = torch.randn(2, 8), torch.randn(2, 3)
+
+    def f(x, s):
+        return (torch.slice_scatter(x, s, 1, 2, 5), torch.slice_scatter(x, s, 1, -3),
+                torch.tensor(1.0) - x, x * torch.tensor(2))
+
+    got = _compiled(f)(x.to("neuron"), s.to("neuron"))
+    assert torch.neuron.get_dynamo_metrics()["host_steps"] == 0
+    for g, e in zip(got, f(x, s)):
+        torch.testing.assert_close(g.cpu(), e)

@@ -308,8 +308,11 @@ class Lowerer:
             if isinstance(src, (list, tuple)):
                 return src[node.args[1]]
             return _PyItem(src, node.args[1])
+        if node.target in (aten.lift_fresh_copy.default, aten.clone.default) and \
+                _scalar_const(self.env.get(node.args[0])) is not None:
+            return self.env[node.args[0]]  # a functional graph never writes it: no copy needed
         fn = LOWERINGS.get(node.target)
-        args_ok = all(not isinstance(self.env.get(a), _PyValue)
+        args_ok = all(not isinstance(self.env.get(a), _PyValue) or _scalar_const(self.env.get(a)) is not None
                       for a in node.all_input_nodes)
         m = meta(node)
         outs_ok = all(t.device.type == "neuron" for t in _tensors(m))
@@ -400,6 +403,17 @@ class _PyItem(_PyValue):
     index: int
 
 
+def _scalar_const(v):
+    """The value of a graph constant that is a 0-d CPU tensor (torch.tensor(1.0)
+    in model code), which ops take like a Python scalar; else None."""
+    if isinstance(v, _PyConst) and isinstance(v.value, torch.Tensor) and v.value.dim() == 0 and \
+            v.value.device.type == "cpu" and v.value.dtype in TRN_DTYPE and not v.value.requires_grad:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        with unset_fake_temporarily():  # lowering runs under AOTAutograd's fake mode
+            return v.value.item()
+    return None
+
+
 def _tensors(m):
     if isinstance(m, torch.Tensor):
         return [m]
@@ -462,7 +476,10 @@ def _val(L: Lowerer, a, dtype=None):
     if isinstance(a, torch.fx.Node):
         v = L.env[a]
         if not isinstance(v, Val):
-            raise Unsupported("non-device input")
+            s = _scalar_const(v)
+            if s is None:
+                raise Unsupported("non-device input")
+            return s
         return v
     if isinstance(a, (bool, int, float)):
         return a

@@ -185,7 +185,9 @@ trn_status trn_graph_pointwise(trn_graph *g, trn_ew_op op, trn_dtype compute, tr
             return BAD("trn_graph_pointwise: %s: input %d has a different shape (views must broadcast first)",
                        trn_ew_op_name(op), i);
     }
-    if (shape == NULL) shape = &g->nodes[in[0]];
+    if (shape == NULL)  // all consts (uniform): the shape of the one with the most dims
+        for (int i = 0; i < n_in; i++)
+            if (shape == NULL || g->nodes[in[i]].ndim > shape->ndim) shape = &g->nodes[in[i]];
     int64_t sizes[TRN_GRAPH_MAX_DIMS];
     int ndim = shape->ndim;
     memcpy(sizes, shape->sizes, sizeof sizes);
