@@ -135,3 +135,17 @@ def test_slice_scatter_and_scalar_tensor_constants():
     assert torch.neuron.get_dynamo_metrics()["host_steps"] == 0
     for g, e in zip(got, f(x, s)):
         torch.testing.assert_close(g.cpu(), e)
+
+
+def test_embedding_backward_skips_padding_idx():
+    w_cpu = torch.randn(6, 3, requires_grad=True)
+    w = w_cpu.detach().to("neuron").requires_grad_()
+    ids = torch.tensor([[3, 1, 3], [5, 3, 1]])
+
+    def f(w, ids):
+        return (F.embedding(ids, w, padding_idx=3) * 1.5).sum()
+
+    _compiled(f)(w, ids.to("neuron")).backward()
+    f(w_cpu, ids).backward()
+    assert torch.neuron.get_dynamo_metrics()["host_steps"] == 0
+    torch.testing.assert_close(w.grad.cpu(), w_cpu.grad)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .lower import TRN_DTYPE, Unsupported, Val, _val, aten, meta, register
+from .lower import TRN_DTYPE, Unsupported, Val, _val, aten, ew, meta, register
 
 # trn_graph_index_error
 ERR_BOUNDS, ERR_SELF, ERR_GATHER = 0, 1, 2
@@ -198,9 +198,9 @@ def _embedding_backward(L, node, grad, indices, num_weights, padding_idx, scale_
     idx_val = _index_int64(L, i)
     gv = L.node_of(g)
     if padding_idx >= 0:
-        keep = L.g.pointwise(_ew("NE"), TRN_DTYPE[torch.int64], TRN_DTYPE[torch.bool],
+        keep = L.g.pointwise(ew("NE"), TRN_DTYPE[torch.int64], TRN_DTYPE[torch.bool],
                              [_place(L, idx_val, it, list(range(k))), L.const(padding_idx, torch.int64).base], [])
-        gv = L.g.pointwise(_ew("WHERE"), TRN_DTYPE[acc], TRN_DTYPE[acc], [keep, gv, L.const(0, acc).base], [])
+        gv = L.g.pointwise(ew("WHERE"), TRN_DTYPE[acc], TRN_DTYPE[acc], [keep, gv, L.const(0, acc).base], [])
     elif acc != g.dtype:
         gv = L.g.cast(gv, TRN_DTYPE[acc])
     gv = L.new_base(gv, "node", it, _contig(it), acc) if gv != L.node_of(g) else g
@@ -211,11 +211,6 @@ def _embedding_backward(L, node, grad, indices, num_weights, padding_idx, scale_
     if acc != m.dtype:
         nid = L.g.cast(nid, TRN_DTYPE[m.dtype])
     return L.finish_node(nid, m)
-
-
-def _ew(name):
-    from .lower import ew
-    return ew(name)
 
 
 # ---- index-valued tensors and the ops that select by coordinate ------------------------------
@@ -239,7 +234,6 @@ def _arange(L, node, *args, **kw):
 
 
 def _pw(L, op, dtype, out, ins, params=()):
-    from .lower import ew
     return L.g.pointwise(ew(op), TRN_DTYPE[dtype], TRN_DTYPE[out], ins, list(params))
 
 
