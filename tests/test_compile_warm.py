@@ -156,3 +156,28 @@ def test_graph_with_unknown_function_compiles_uncached(tmp_path, monkeypatch):
     assert torch.neuron.get_dynamo_metrics()["lowerings"] == 1
     assert not (root / "aot").exists() or not any((root / "aot").iterdir())
     torch._dynamo.reset()
+
+
+# LLaMA's rotary embedding runs under `with torch.autocast(..., enabled=False)`:
+# Dynamo keeps autocast's enter/exit in the graph. That graph must get a key
+# (it used to get none, so a warm LLaMA process lowered 2 of its 4 graphs).
+_AUTOCAST_CHILD = r"""
+import json, torch, torch_neuronx
+x = torch.linspace(-1, 1, 24, device="neuron").reshape(4, 6)
+def f(x):
+    with torch.autocast(device_type="cpu", enabled=False):
+        y = (x.float() * 2).sin()
+    return y.sum(1)
+out = torch.compile(f, backend="neuron")(x)
+print(json.dumps({"out": out.cpu().tolist(), "m": torch.neuron.get_dynamo_metrics()}))
+"""
+
+
+def test_autocast_block_graph_is_cached_warm(tmp_path):
+    env = dict(os.environ, TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("TORCH_NEURONX_NEFF_DISABLE_CACHE", None)
+    cold = _child(env, _AUTOCAST_CHILD)
+    assert cold["m"]["lowerings"] == 1 and len(_entries(str(tmp_path / "cache"))) == 1
+    hot = _child(env, _AUTOCAST_CHILD)
+    assert hot["m"]["lowerings"] == 0 and hot["m"]["warm_graphs"] == 1, hot["m"]
+    assert hot["out"] == cold["out"]

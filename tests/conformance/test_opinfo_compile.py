@@ -1,5 +1,6 @@
 """Conformance through torch.compile(backend="neuron"): PyTorch's OpInfo
-samples of the ops the compiler lowers (elementwise, reductions, matmul),
+samples of the ops the compiler lowers (elementwise, reductions, matmul,
+index ops),
 compiled and compared with PyTorch CPU. float32 and int64, the first two
 samples of each op; all of a dtype's samples go into one compiled function
 (one graph, one C compile), then each op is checked on its own."""
@@ -26,7 +27,12 @@ def _ops_from(name):
 
 # Elementwise ops lower to fused loops; these reductions and products too.
 LOWERED = _ops_from("ops_elementwise") | {"sum", "mean", "amax", "amin", "softmax", "log_softmax",
-                                          "var", "mm", "bmm", "addmm", "nn.functional.linear"}
+                                          "var", "mm", "bmm", "addmm", "nn.functional.linear",
+                                          # bounds-checked gather/scatter loops (lower_index.py)
+                                          "gather", "index_select", "nn.functional.embedding", "scatter",
+                                          "scatter_add", "index_put", "take_along_dim",
+                                          # coordinate-selected: iota + clamped gathers + where
+                                          "cat", "constant_pad_nd", "any", "all"}
 # The default run keeps to float32 and one sample per op (the machine's test
 # time budget); OPENNEURON_FULL_TESTS=1 adds int64 and a second sample.
 FULL = os.environ.get("OPENNEURON_FULL_TESTS") == "1"
@@ -72,7 +78,8 @@ def _run_dtype(dtype, tmp_cache):
         for i, s in enumerate(op.sample_inputs("cpu", dtype)):
             if i >= SAMPLES_PER_OP:
                 break
-            if not isinstance(s.input, torch.Tensor):
+            tensors = isinstance(s.input, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in s.input)
+            if not isinstance(s.input, torch.Tensor) and not tensors:  # cat takes a list
                 continue
             work.append((op, s))
     expected = []

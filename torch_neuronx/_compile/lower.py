@@ -64,7 +64,7 @@ class Val:
 
 @dataclass
 class Base:
-    kind: str  # "input", "host", "node", "const"
+    kind: str  # "input", "host", "node", "const", "iota" (const: (start, step))
     sizes: tuple
     layout: tuple
     dtype: torch.dtype
@@ -186,6 +186,15 @@ class Lowerer:
     def node_of(self, v: Val) -> int:
         """A builder node whose value is exactly v (a view node if needed)."""
         b = self.bases[v.base]
+        if b.kind == "iota":  # any view of an iota is an iota: no memory
+            if tuple(v.sizes) == b.sizes and v.offset == 0 and tuple(v.strides) == b.layout:
+                return v.base
+            key = ("i", v.base, tuple(v.sizes), tuple(v.strides), v.offset)
+            if key not in self.view_cache:
+                start, step = b.const
+                self.view_cache[key] = self.g.iota(TRN_DTYPE[b.dtype], list(v.sizes), list(v.strides), v.offset,
+                                                   start, step)
+            return self.view_cache[key]
         if b.kind == "const":
             if tuple(v.sizes) == b.sizes:
                 return v.base
@@ -281,7 +290,13 @@ class Lowerer:
             elif node.op == "output":
                 output = self.lower_outputs(node.args[0])
             elif node.op == "get_attr":
-                self.env[node] = _PyConst(getattr(self.gm, node.target))
+                c = getattr(self.gm, node.target)
+                m = meta(node)
+                if isinstance(c, torch.Tensor) and c.numel() == 0 and c.dtype in TRN_DTYPE and \
+                        isinstance(m, torch.Tensor) and m.device.type == "neuron":
+                    self.env[node] = self.const(0, c.dtype, tuple(c.shape))  # no values to carry
+                else:
+                    self.env[node] = _PyConst(c)
             else:
                 raise UnsupportedOpError(f"neuron compiler: FX node kind {node.op} ({node.name}) is not supported")
         return Lowered(self.g, self.bases, self.inputs, list(self.exported.items()), self.hosts, output, env_py,
@@ -293,8 +308,11 @@ class Lowerer:
             if isinstance(src, (list, tuple)):
                 return src[node.args[1]]
             return _PyItem(src, node.args[1])
+        if node.target in (aten.lift_fresh_copy.default, aten.clone.default) and \
+                _scalar_const(self.env.get(node.args[0])) is not None:
+            return self.env[node.args[0]]  # a functional graph never writes it: no copy needed
         fn = LOWERINGS.get(node.target)
-        args_ok = all(not isinstance(self.env.get(a), _PyValue)
+        args_ok = all(not isinstance(self.env.get(a), _PyValue) or _scalar_const(self.env.get(a)) is not None
                       for a in node.all_input_nodes)
         m = meta(node)
         outs_ok = all(t.device.type == "neuron" for t in _tensors(m))
@@ -385,6 +403,17 @@ class _PyItem(_PyValue):
     index: int
 
 
+def _scalar_const(v):
+    """The value of a graph constant that is a 0-d CPU tensor (torch.tensor(1.0)
+    in model code), which ops take like a Python scalar; else None."""
+    if isinstance(v, _PyConst) and isinstance(v.value, torch.Tensor) and v.value.dim() == 0 and \
+            v.value.device.type == "cpu" and v.value.dtype in TRN_DTYPE and not v.value.requires_grad:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        with unset_fake_temporarily():  # lowering runs under AOTAutograd's fake mode
+            return v.value.item()
+    return None
+
+
 def _tensors(m):
     if isinstance(m, torch.Tensor):
         return [m]
@@ -447,7 +476,10 @@ def _val(L: Lowerer, a, dtype=None):
     if isinstance(a, torch.fx.Node):
         v = L.env[a]
         if not isinstance(v, Val):
-            raise Unsupported("non-device input")
+            s = _scalar_const(v)
+            if s is None:
+                raise Unsupported("non-device input")
+            return s
         return v
     if isinstance(a, (bool, int, float)):
         return a
@@ -902,6 +934,34 @@ def reduce(L: Lowerer, node, op, x, dims, keepdim, out_dtype=None):
     return L.reshape(r, tuple(int(s) for s in m.shape))
 
 
+def _any_all(L, node, x, dims, keepdim, op):
+    """any/all: (x != 0) as int64, max/min over dims, back to bool."""
+    v = _val(L, x)
+    nz = L.g.pointwise(ew("NE"), TRN_DTYPE[v.dtype], TRN_DTYPE[torch.bool], [L.node_of(v), L.const(0, v.dtype).base], [])
+    nz = L.g.cast(nz, TRN_DTYPE[torch.int64])
+    iv = L.new_base(nz, "node", v.sizes, contiguous_strides(v.sizes), torch.int64)
+    d = _dims(v, dims)
+    if not v.sizes or not d:
+        r = iv
+    else:
+        nid = L.g.reduce(op, nz, TRN_DTYPE[torch.int64], sum(1 << i for i in d))
+        ks = tuple(1 if i in d else s for i, s in enumerate(v.sizes))
+        r = L.new_base(nid, "node", ks, contiguous_strides(ks), torch.int64)
+    b = L.g.cast(L.node_of(r), TRN_DTYPE[torch.bool])
+    r = L.new_base(b, "node", r.sizes, contiguous_strides(r.sizes), torch.bool)
+    return L.reshape(r, tuple(int(s) for s in meta(node).shape))
+
+
+@register(aten.any.dim, aten.any.dims, aten.any.default)
+def _any(L, node, x, dim=None, keepdim=False):
+    return _any_all(L, node, x, dim, keepdim, REDUCE_MAX)
+
+
+@register(aten.all.dim, aten.all.dims, aten.all.default)
+def _all(L, node, x, dim=None, keepdim=False):
+    return _any_all(L, node, x, dim, keepdim, REDUCE_MIN)
+
+
 @register(aten.sum.dim_IntList)
 def _sum(L, node, x, dims, keepdim=False, dtype=None):
     return reduce(L, node, REDUCE_SUM, x, dims, keepdim)
@@ -1119,3 +1179,5 @@ for _t, _op, _k in [
             for x, y, m in zip(a, b, meta(node))])
     else:
         LOWERINGS[_t] = _foreach(_op, _k)
+
+from . import lower_index  # noqa: E402,F401  (registers the index-op lowerings)

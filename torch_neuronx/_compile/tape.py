@@ -12,7 +12,7 @@ from __future__ import annotations
 from .. import _C
 
 # Builder calls that change the graph (everything but compile/node_count).
-_RECORDED = ("input", "const", "pointwise", "cast", "view", "reduce", "matmul", "conv", "host_call",
+_RECORDED = ("input", "const", "pointwise", "cast", "view", "reduce", "matmul", "conv", "iota", "gather", "scatter", "host_call",
              "host_result", "export", "store", "set_layout", "set_label")
 
 

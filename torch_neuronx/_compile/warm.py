@@ -72,15 +72,27 @@ def module_state(gm: torch.nn.Module) -> list:
             *dict(gm.named_buffers(remove_duplicate=False)).values()]
 
 
+_AUTOCAST_FNS = {"torch.amp.autocast_mode._enter_autocast": torch.__version__,
+                 "torch.amp.autocast_mode._exit_autocast": torch.__version__}
+
+
 def graph_key(gm: torch.fx.GraphModule, example_inputs, salt: str) -> str | None:
     """The warm-cache key of one Dynamo graph and its inputs, or None when the
     graph holds something this key cannot describe (then nothing is cached)."""
     from torch._functorch import config as functorch_config
     from torch._functorch._aot_autograd.autograd_cache import check_cacheable
 
+    from torch._inductor import config as inductor_config
+
     try:
-        # PyTorch's own test: only torch ops, builtins and known functions.
-        check_cacheable(gm)
+        # PyTorch's own test: only torch ops, builtins and known functions,
+        # plus autocast's enter/exit, which Dynamo puts in the graph for a
+        # `with torch.autocast(...)` block (LLaMA's rotary embedding): their
+        # arguments are in the graph's code, which the key hashes, and the
+        # traced graph they produce depends on nothing else.
+        marked = {**inductor_config.unsafe_marked_cacheable_functions, **_AUTOCAST_FNS}
+        with inductor_config.patch(unsafe_marked_cacheable_functions=marked):
+            check_cacheable(gm)
     except Exception:  # noqa: BLE001 - BypassAOTAutogradCache and friends
         return None
     h = hashlib.sha256()

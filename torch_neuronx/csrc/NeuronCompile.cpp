@@ -40,6 +40,26 @@ struct Program {
     ~Program() { trn_program_free(p); }
 };
 
+// A program that gathers or scatters can fail on an index value: its run is
+// waited for, so the error is raised at the op, as eager index ops do
+// (IndexError for indexing, index_select and embedding, RuntimeError for
+// gather and scatter: the kernel's status says which).
+void check_indices(const Program &prog, trn_stream *s) {
+    if (!trn_program_checks_indices(prog.p)) return;
+    trn_status st = trn_stream_synchronize(s);
+    if (st == TRN_ERROR_INVALID_ARGUMENT) {
+        std::string msg = trn_last_error();
+        trn_clear_error();
+        TORCH_CHECK_INDEX(false, msg);
+    }
+    if (st == TRN_ERROR_KERNEL) {
+        std::string msg = trn_last_error();
+        trn_clear_error();
+        TORCH_CHECK(false, msg);
+    }
+    TRN_CHECK(st);
+}
+
 struct Run {
     std::shared_ptr<Program> prog;
     trn_run *r = nullptr;
@@ -86,6 +106,7 @@ struct Call {
         TRN_CHECK(st);
         TRN_CHECK(fin);
         TORCH_CHECK(host < 0, "compiled graph: stopped at host step ", host, " in a call without host steps");
+        check_indices(*prog, s);
         return out;
     }
 };
@@ -163,6 +184,34 @@ void register_compiler(py::module_ &m) {
                 return id;
             });
         })
+        .def("iota", [](Graph &g, int dt, const I64s &sizes, const I64s &coef, int64_t offset, double start, double step) {
+            return guarded([&] {
+                int id;
+                TORCH_CHECK(sizes.size() == coef.size(), "iota: sizes and coefficients differ in length");
+                TRN_CHECK(trn_graph_iota(g.g, (trn_dtype)dt, (int)sizes.size(), sizes.data(), coef.data(), offset, start,
+                                         step, &id));
+                return id;
+            });
+        })
+        .def("gather", [](Graph &g, int src, const std::vector<int> &idx, const std::vector<int> &src_dims,
+                          const std::vector<int> &out_to_src, int wrap, int err) {
+            return guarded([&] {
+                int id;
+                TORCH_CHECK(idx.size() == src_dims.size(), "gather: indices and dims differ in length");
+                TRN_CHECK(trn_graph_gather(g.g, src, (int)idx.size(), idx.data(), src_dims.data(), out_to_src.data(),
+                                           wrap, (trn_graph_index_error)err, &id));
+                return id;
+            });
+        })
+        .def("scatter", [](Graph &g, int self, int index, int src, int dim, const std::vector<int> &out_to_self,
+                           int accumulate, int wrap, int err) {
+            return guarded([&] {
+                int id;
+                TRN_CHECK(trn_graph_scatter(g.g, self, index, src, dim, out_to_self.data(), accumulate, wrap,
+                                            (trn_graph_index_error)err, &id));
+                return id;
+            });
+        })
         .def("host_call", [](Graph &g, const std::vector<int> &args) {
             return guarded([&] {
                 int step;
@@ -216,7 +265,8 @@ void register_compiler(py::module_ &m) {
         .def_property_readonly("from_cache", [](Program &p) { return trn_program_from_cache(p.p) != 0; })
         .def_property_readonly("compile_seconds", [](Program &p) { return trn_program_compile_seconds(p.p); })
         .def_property_readonly("source", [](Program &p) { return std::string(trn_program_source(p.p)); })
-        .def_property_readonly("cache_key", [](Program &p) { return std::string(trn_program_cache_key(p.p)); });
+        .def_property_readonly("cache_key", [](Program &p) { return std::string(trn_program_cache_key(p.p)); })
+        .def_property_readonly("checks_indices", [](Program &p) { return trn_program_checks_indices(p.p) != 0; });
 
     py::class_<Run, std::shared_ptr<Run>>(m, "_CompiledRun")
         .def(py::init([](std::shared_ptr<Program> prog, const std::optional<at::Tensor> &ws, int device) {
@@ -248,7 +298,9 @@ void register_compiler(py::module_ &m) {
             guarded([&] {
                 trn_run *run = r.r;
                 r.r = nullptr;
-                TRN_CHECK(trn_run_finish(run, current_trn_stream(static_cast<c10::DeviceIndex>(r.device))));
+                trn_stream *s = current_trn_stream(static_cast<c10::DeviceIndex>(r.device));
+                TRN_CHECK(trn_run_finish(run, s));
+                check_indices(*r.prog, s);
             });
         });
 

@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 // Version of the compiler's output: part of every disk cache key.
-#define TRN_COMPILER_VERSION "openneuron-compiler-1"
+#define TRN_COMPILER_VERSION "openneuron-compiler-2"
 #define TRN_GRAPH_MAX_DIMS 8
 
 typedef struct trn_graph trn_graph;
@@ -61,6 +61,21 @@ typedef enum trn_graph_reduce_op {
     TRN_GRAPH_MAX,  // NaN propagates
     TRN_GRAPH_MIN,
 } trn_graph_reduce_op;
+
+// How an out-of-range index is reported (PyTorch's wording per op). The
+// run that hits one fails: the first bad index of a kernel becomes the
+// stream's error, the element reads 0 (nothing is read out of bounds) and
+// the rest of the kernel's steps still run.
+typedef enum trn_graph_index_error {
+    // "index 7 is out of bounds for dimension 0 with size 5",
+    // TRN_ERROR_INVALID_ARGUMENT (indexing, index_put: an IndexError)
+    TRN_INDEX_ERROR_BOUNDS,
+    // "index out of range in self", TRN_ERROR_INVALID_ARGUMENT
+    // (index_select, embedding: an IndexError)
+    TRN_INDEX_ERROR_SELF,
+    // the BOUNDS wording, TRN_ERROR_KERNEL (gather, scatter: a RuntimeError)
+    TRN_INDEX_ERROR_GATHER,
+} trn_graph_index_error;
 
 typedef enum trn_conv_kind {
     TRN_CONV_FORWARD,       // (input, weight[, bias]) -> output
@@ -79,6 +94,13 @@ trn_status trn_graph_input(trn_graph *g, trn_dtype dtype, int ndim, const int64_
 // dtypes, .i otherwise). Consts fuse into every reader and never take memory.
 trn_status trn_graph_const(trn_graph *g, trn_dtype dtype, double f, int64_t i, int ndim,
                            const int64_t *sizes, int *node);
+// An index-valued tensor of `sizes`: element (i0..) is
+// start + step * (offset + sum(i_k * coef_k)) in `dtype` (computed in
+// double for floating dtypes, int64 otherwise): arange and its views, and
+// the coordinates that pads and concatenations select with. Never takes
+// memory unless viewed or exported.
+trn_status trn_graph_iota(trn_graph *g, trn_dtype dtype, int ndim, const int64_t *sizes,
+                          const int64_t *coef, int64_t offset, double start, double step, int *node);
 // Elementwise op of trn/scalar.h computed in `compute` (the op's compute
 // dtype, as for trn_ew_launch), result of dtype `out`. Every input has the
 // node's sizes, or is a const; `params` (4 values, NULL = zeros) as in
@@ -109,6 +131,27 @@ trn_status trn_graph_conv(trn_graph *g, trn_conv_kind kind, int x, int y, int bi
                           int spatial, const int64_t *stride, const int64_t *padding,
                           const int64_t *dilation, int64_t groups, int out_ndim,
                           const int64_t *out_sizes, int *node);
+// Indexed read: element i (the sizes of the index nodes, which all have
+// them: broadcast with views first) of the result is `src` at coordinates
+// c where c[out_to_src[j]] = i_j for the result dims j that walk a `src`
+// dim (out_to_src[j] >= 0; at most once per src dim, i_j must stay below
+// that dim's size), c[src_dims[k]] = index k's value (int64; negative
+// values count from the end when `wrap` is set; out of [0, size) fails the
+// run as `err` says), and 0 in every other src dim. Covers gather,
+// index_select, embedding and advanced indexing. At most 2 indices. Fuses
+// like a pointwise node (the indices too); `src` is read from memory.
+trn_status trn_graph_gather(trn_graph *g, int src, int n_idx, const int *idx, const int *src_dims,
+                            const int *out_to_src, int wrap, trn_graph_index_error err, int *node);
+// Indexed write: the result is `self` (any node) with, for each element i
+// of `index`'s sizes, element c of it (c as for trn_graph_gather, with
+// `self` for `src`, one index at self dim `dim`) replaced by `src`'s
+// element i (`src` has the index's sizes), or incremented by it when
+// `accumulate` is set. Elements are written one at a time in row-major
+// order, so duplicate positions accumulate deterministically and a plain
+// write keeps the last. `index` and `src` are read from memory.
+trn_status trn_graph_scatter(trn_graph *g, int self, int index, int src, int dim,
+                             const int *out_to_self, int accumulate, int wrap,
+                             trn_graph_index_error err, int *node);
 // A host step: at this point of a run, trn_run_continue returns `*step` so
 // the caller can run something the compiler cannot (an eager op) on `args`
 // (which become caller-visible: each must be exported, an input or a host
@@ -159,6 +202,9 @@ int trn_program_from_cache(const trn_program *p);
 double trn_program_compile_seconds(const trn_program *p);  // C compiler only
 const char *trn_program_source(const trn_program *p);      // the rendered C
 const char *trn_program_cache_key(const trn_program *p);   // hex sha256
+// 1 when a run may fail on an out-of-range index (the program gathers or
+// scatters): callers that must raise at the op synchronize after the run.
+int trn_program_checks_indices(const trn_program *p);
 
 // ---- run -------------------------------------------------------------------
 // A run holds the buffer addresses of one call. `workspace` has at least

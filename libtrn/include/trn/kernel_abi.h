@@ -17,7 +17,7 @@ extern "C" {
 
 // Bump when the table or the kernel signature changes: the disk cache keys
 // on it, so old shared objects are recompiled instead of misused.
-#define TRN_KERNEL_ABI_VERSION 1
+#define TRN_KERNEL_ABI_VERSION 2
 
 typedef void (*trn_kernel_range_fn)(void *ctx, int64_t begin, int64_t end);
 
@@ -26,12 +26,17 @@ typedef struct trn_kernel_abi {
     // Calls fn on pieces of [0, n) of at least `grain` items over the device's
     // cores and returns when all are done (trn_parallel_for).
     void (*parallel_for)(int64_t n, int64_t grain, trn_kernel_range_fn fn, void *ctx);
+    // Reports an out-of-range index as the calling thread's libtrn error
+    // (`style`: trn_graph_index_error) and returns the status the kernel
+    // returns.
+    int (*index_error)(int64_t value, int dim, int64_t size, int style);
 } trn_kernel_abi;
 
 // A generated kernel: `bufs[i]` is the base address of buffer i (the
-// program's numbering; see trn/compiler.h). Kernels cannot fail: every shape
-// and stride was checked when the graph was built.
-typedef void (*trn_kernel_fn)(void *const *bufs, const trn_kernel_abi *abi);
+// program's numbering; see trn/compiler.h). Returns 0, or the status of
+// index_error: every shape and stride was checked when the graph was built,
+// so an index value read at run time is the only way a kernel can fail.
+typedef int (*trn_kernel_fn)(void *const *bufs, const trn_kernel_abi *abi);
 
 #ifdef __cplusplus
 }

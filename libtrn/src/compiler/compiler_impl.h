@@ -21,6 +21,9 @@ typedef enum trn__cc_kind {
     CC_REDUCE,
     CC_MATMUL,
     CC_CONV,
+    CC_GATHER,   // in[0] src, in[1..] indices
+    CC_SCATTER,  // in[0] self, in[1] index, in[2] src
+    CC_IOTA,     // start + step * (voffset + sum(i_k * vstrides_k)), params[0..1]
 } trn__cc_kind;
 
 typedef struct trn__cc_node {
@@ -49,6 +52,12 @@ typedef struct trn__cc_node {
     trn_conv_kind conv_kind;
     int spatial;
     int64_t cstride[3], cpad[3], cdil[3], groups;
+    // gather / scatter: the src (self) dim each result (index) dim walks or
+    // -1, the dim each index selects, and how a bad index is reported
+    int gmap[TRN_GRAPH_MAX_DIMS];
+    int gdim[2];
+    int wrap, accumulate;
+    trn_graph_index_error ierr;
     // host
     int host_step;     // host result: its step
     int store_to;      // store node (trn_graph_store): the input it writes; else -1
@@ -112,6 +121,11 @@ void trn__cc_schedule_free(trn__cc_schedule *s);
 // Resolves how node `n` (a buffer, or a view of one, or a const) is read.
 void trn__cc_access_of(const trn_graph *g, int n, trn__cc_access *a);
 int64_t trn__cc_numel(const trn__cc_node *n);
+// The memory a gather reads (its src's access), as strides over the
+// gather's own dims (src dims it does not walk contribute 0); *idx_strides
+// and *idx_sizes get the stride and size of each indexed src dim.
+void trn__cc_gather_access(const trn_graph *g, int n, trn__cc_access *a, int64_t *idx_strides,
+                           int64_t *idx_sizes);
 bool trn__cc_is_float(trn_dtype d);
 
 // ---- render ----------------------------------------------------------------------

@@ -141,6 +141,20 @@ trn_status trn_graph_const(trn_graph *g, trn_dtype dtype, double f, int64_t i, i
     return TRN_SUCCESS;
 }
 
+trn_status trn_graph_iota(trn_graph *g, trn_dtype dtype, int ndim, const int64_t *sizes,
+                          const int64_t *coef, int64_t offset, double start, double step, int *id) {
+    if (g == NULL || (ndim > 0 && coef == NULL)) return BAD("trn_graph_iota: NULL argument");
+    if (dtype == TRN_DTYPE_BOOL) return BAD("trn_graph_iota: bool values");
+    trn__cc_node *n;
+    trn_status st = add_node(g, CC_IOTA, dtype, ndim, sizes, &n, id);
+    if (st != TRN_SUCCESS) return st;
+    if (ndim) memcpy(n->vstrides, coef, (size_t)ndim * sizeof *coef);
+    n->voffset = offset;
+    n->params[0] = start;
+    n->params[1] = step;
+    return TRN_SUCCESS;
+}
+
 static bool same_shape(const trn__cc_node *a, const trn__cc_node *b) {
     if (a->ndim != b->ndim) return false;
     for (int i = 0; i < a->ndim; i++)
@@ -171,7 +185,9 @@ trn_status trn_graph_pointwise(trn_graph *g, trn_ew_op op, trn_dtype compute, tr
             return BAD("trn_graph_pointwise: %s: input %d has a different shape (views must broadcast first)",
                        trn_ew_op_name(op), i);
     }
-    if (shape == NULL) shape = &g->nodes[in[0]];
+    if (shape == NULL)  // all consts (uniform): the shape of the one with the most dims
+        for (int i = 0; i < n_in; i++)
+            if (shape == NULL || g->nodes[in[i]].ndim > shape->ndim) shape = &g->nodes[in[i]];
     int64_t sizes[TRN_GRAPH_MAX_DIMS];
     int ndim = shape->ndim;
     memcpy(sizes, shape->sizes, sizeof sizes);
@@ -434,5 +450,115 @@ trn_status trn_graph_set_label(trn_graph *g, int node, const char *label) {
     copy[n] = 0;
     free(g->nodes[node].label);
     g->nodes[node].label = copy;
+    return TRN_SUCCESS;
+}
+
+// ---- indexed reads and writes -------------------------------------------------------
+
+// Checks a dim map from `it` (the index's sizes) into `dst`: each dst dim
+// walked at most once, never one an index selects, within its size.
+static trn_status check_map(const char *fn, const trn__cc_node *it, const trn__cc_node *dst,
+                            const int *map, int n_sel, const int *sel) {
+    bool used[TRN_GRAPH_MAX_DIMS] = {false};
+    for (int k = 0; k < n_sel; k++) {
+        if (sel[k] < 0 || sel[k] >= dst->ndim) return BAD("%s: index %d selects dim %d of a %d-d tensor", fn, k, sel[k], dst->ndim);
+        if (used[sel[k]]) return BAD("%s: dim %d is selected twice", fn, sel[k]);
+        used[sel[k]] = true;
+    }
+    for (int j = 0; j < it->ndim; j++) {
+        int d = map[j];
+        if (d < 0) continue;
+        if (d >= dst->ndim) return BAD("%s: dim %d maps to dim %d of a %d-d tensor", fn, j, d, dst->ndim);
+        if (used[d]) return BAD("%s: dim %d of the indexed tensor is walked twice or also selected", fn, d);
+        used[d] = true;
+        if (it->sizes[j] > dst->sizes[d])
+            return BAD("%s: dim %d (size %lld) walks dim %d of size %lld", fn, j, (long long)it->sizes[j], d,
+                       (long long)dst->sizes[d]);
+    }
+    return TRN_SUCCESS;
+}
+
+static trn_status check_index(const trn_graph *g, const char *fn, int id, const trn__cc_node *shape) {
+    trn_status st = check_node(g, id, "an index");
+    if (st != TRN_SUCCESS) return st;
+    const trn__cc_node *x = &g->nodes[id];
+    if (x->dtype != TRN_DTYPE_I64) return BAD("%s: index node %d is %s, not int64", fn, id, trn_dtype_name(x->dtype));
+    if (shape != NULL && !same_shape(shape, x)) return BAD("%s: the indices have different shapes", fn);
+    return TRN_SUCCESS;
+}
+
+// Whether a gather/scatter operand reads memory (not a literal).
+static bool in_memory(const trn_graph *g, int id) {
+    const trn__cc_node *x = &g->nodes[id];
+    if (x->kind == CC_VIEW) x = &g->nodes[x->in[0]];
+    return x->kind != CC_CONST;
+}
+
+trn_status trn_graph_gather(trn_graph *g, int src, int n_idx, const int *idx, const int *src_dims,
+                            const int *out_to_src, int wrap, trn_graph_index_error err, int *id) {
+    static const char fn[] = "trn_graph_gather";
+    if (g == NULL || idx == NULL || src_dims == NULL || n_idx < 1 || n_idx > 2)
+        return BAD("%s: NULL argument or %d indices (1 or 2)", fn, n_idx);
+    if ((unsigned)err > TRN_INDEX_ERROR_GATHER) return BAD("%s: invalid error style %d", fn, (int)err);
+    trn_status st = check_node(g, src, "the source");
+    for (int k = 0; k < n_idx && st == TRN_SUCCESS; k++)
+        st = check_index(g, fn, idx[k], k ? &g->nodes[idx[0]] : NULL);
+    if (st != TRN_SUCCESS) return st;
+    const trn__cc_node *it = &g->nodes[idx[0]];
+    if (it->ndim > 0 && out_to_src == NULL) return BAD("%s: NULL dim map", fn);
+    if (!in_memory(g, src))
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: the source is a constant", fn);
+    st = check_map(fn, it, &g->nodes[src], out_to_src, n_idx, src_dims);
+    if (st != TRN_SUCCESS) return st;
+    int64_t sizes[TRN_GRAPH_MAX_DIMS];
+    int ndim = it->ndim;
+    memcpy(sizes, it->sizes, sizeof sizes);
+    trn__cc_node *n;
+    st = add_node(g, CC_GATHER, g->nodes[src].dtype, ndim, sizes, &n, id);
+    if (st != TRN_SUCCESS) return st;
+    n->n_in = 1 + n_idx;
+    n->in[0] = src;
+    for (int k = 0; k < n_idx; k++) {
+        n->in[1 + k] = idx[k];
+        n->gdim[k] = src_dims[k];
+    }
+    for (int j = 0; j < ndim; j++) n->gmap[j] = out_to_src[j];
+    n->wrap = wrap != 0;
+    n->ierr = err;
+    return TRN_SUCCESS;
+}
+
+trn_status trn_graph_scatter(trn_graph *g, int self, int index, int src, int dim, const int *out_to_self,
+                             int accumulate, int wrap, trn_graph_index_error err, int *id) {
+    static const char fn[] = "trn_graph_scatter";
+    if (g == NULL) return BAD("%s: graph is NULL", fn);
+    if ((unsigned)err > TRN_INDEX_ERROR_GATHER) return BAD("%s: invalid error style %d", fn, (int)err);
+    trn_status st = check_node(g, self, "self");
+    if (st == TRN_SUCCESS) st = check_index(g, fn, index, NULL);
+    if (st == TRN_SUCCESS) st = check_node(g, src, "the source");
+    if (st != TRN_SUCCESS) return st;
+    const trn__cc_node *it = &g->nodes[index], *x = &g->nodes[self], *v = &g->nodes[src];
+    if (!same_shape(it, v)) return BAD("%s: the source does not have the index's sizes", fn);
+    if (v->dtype != x->dtype) return BAD("%s: source %s, self %s", fn, trn_dtype_name(v->dtype), trn_dtype_name(x->dtype));
+    if (it->ndim > 0 && out_to_self == NULL) return BAD("%s: NULL dim map", fn);
+    if (!in_memory(g, index) || !in_memory(g, src))
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: the index or source is a constant", fn);
+    st = check_map(fn, it, x, out_to_self, 1, &dim);
+    if (st != TRN_SUCCESS) return st;
+    int64_t sizes[TRN_GRAPH_MAX_DIMS];
+    int ndim = x->ndim;
+    memcpy(sizes, x->sizes, sizeof sizes);
+    trn__cc_node *n;
+    st = add_node(g, CC_SCATTER, x->dtype, ndim, sizes, &n, id);
+    if (st != TRN_SUCCESS) return st;
+    n->n_in = 3;
+    n->in[0] = self;
+    n->in[1] = index;
+    n->in[2] = src;
+    n->gdim[0] = dim;
+    for (int j = 0; j < g->nodes[index].ndim; j++) n->gmap[j] = out_to_self[j];
+    n->accumulate = accumulate != 0;
+    n->wrap = wrap != 0;
+    n->ierr = err;
     return TRN_SUCCESS;
 }

@@ -332,3 +332,10 @@ int trn_program_from_cache(const trn_program *p) { return p ? p->from_cache : 0;
 double trn_program_compile_seconds(const trn_program *p) { return p ? p->compile_seconds : 0.0; }
 const char *trn_program_source(const trn_program *p) { return p ? p->source : ""; }
 const char *trn_program_cache_key(const trn_program *p) { return p ? p->key : ""; }
+
+int trn_program_checks_indices(const trn_program *p) {
+    if (p == NULL) return 0;
+    for (int i = 0; i < p->graph.count; i++)
+        if (p->graph.nodes[i].kind == CC_GATHER || p->graph.nodes[i].kind == CC_SCATTER) return 1;
+    return 0;
+}

@@ -26,7 +26,17 @@ static void abi_parallel_for(int64_t n, int64_t grain, trn_kernel_range_fn fn, v
     trn_parallel_for(n, grain, fn, ctx);
 }
 
-static const trn_kernel_abi kernel_abi = {TRN_KERNEL_ABI_VERSION, abi_parallel_for};
+// An out-of-range index met by a generated kernel, in PyTorch's wording for
+// the op (trn_graph_index_error); the kernel's task fails with the status.
+static int abi_index_error(int64_t value, int dim, int64_t size, int style) {
+    if (style == TRN_INDEX_ERROR_SELF)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "index out of range in self");
+    return trn__set_error(style == TRN_INDEX_ERROR_GATHER ? TRN_ERROR_KERNEL : TRN_ERROR_INVALID_ARGUMENT,
+                          "index %lld is out of bounds for dimension %d with size %lld", (long long)value, dim,
+                          (long long)size);
+}
+
+static const trn_kernel_abi kernel_abi = {TRN_KERNEL_ABI_VERSION, abi_parallel_for, abi_index_error};
 
 // Consecutive generated kernels (no extern call or host step between them)
 // run as one stream task: one queue hop per run of kernels, not per kernel.
@@ -61,8 +71,9 @@ static trn_status run_kernels(void *args) {
     const bool protect = trn_mem_protect_enabled();
     int opened = 0;
     trn_status st = protect ? open_buffers(t, &opened) : TRN_SUCCESS;
-    if (st == TRN_SUCCESS)
-        for (int i = t->first; i < t->end; i++) t->p->kernels[t->p->sched.steps[i].kernel](t->ptrs, &kernel_abi);
+    // A failed kernel (a bad index) ends the task: its error is the stream's.
+    for (int i = t->first; i < t->end && st == TRN_SUCCESS; i++)
+        st = (trn_status)t->p->kernels[t->p->sched.steps[i].kernel](t->ptrs, &kernel_abi);
     if (protect) close_buffers(t, opened);
     return st;
 }

@@ -146,11 +146,19 @@ typedef struct kernel {
     int64_t loop_sizes[TRN_GRAPH_MAX_DIMS];
     int *fused;  // fused nodes in node order (pointwise/cast), root excluded
     int n_fused;
-    int *leaves;  // nodes read from memory (buffer or view), in node order
+    int *leaves;  // nodes read from memory (buffer, view, gather), in node order
     int n_leaves;
-    trn__cc_access *acc;  // per leaf
+    trn__cc_access *acc;  // per leaf (a gather's: its source, over its dims)
     char *mark;
+    char **istr;  // per leaf: its element's offset expression in the loop body
 } kernel;
+
+// A leaf computed here (a gather or an iota, fused or the root), not one
+// read back from memory: its access positions the computation.
+static bool is_gather(const kernel *k, int n) {
+    trn__cc_kind kind = k->g->nodes[n].kind;
+    return (kind == CC_GATHER || kind == CC_IOTA) && (k->s->home[n] == HOME_FUSED || n == k->root);
+}
 
 // Collects the fused nodes and leaves below node n.
 static void collect(kernel *k, int n) {
@@ -170,7 +178,10 @@ static void collect(kernel *k, int n) {
         k->leaves[k->n_leaves++] = n;
         return;
     }
-    for (int i = 0; i < x->n_in; i++) collect(k, x->in[i]);
+    // A gather computes its indices in the loop and loads its source
+    // itself: the source is an access (a leaf) but not a loaded value.
+    for (int i = x->kind == CC_GATHER ? 1 : 0; i < x->n_in; i++) collect(k, x->in[i]);
+    if (x->kind == CC_GATHER || x->kind == CC_IOTA) k->leaves[k->n_leaves++] = n;
     k->fused[k->n_fused++] = n;
 }
 
@@ -208,9 +219,72 @@ static void put_arg(sb *b, const kernel *k, int n, trn_dtype to) {
 }
 
 // Statement computing fused node n (a pointwise op or a cast).
+static int leaf_pos(const kernel *k, int n) {
+    for (int i = 0; i < k->n_leaves; i++)
+        if (k->leaves[i] == n) return i;
+    return -1;
+}
+
+// A gather's element: each index checked (a bad one is reported and reads
+// element 0 of nothing: the load is skipped), then one load.
+static void put_gather(sb *b, const kernel *k, int n, const char *in) {
+    const trn__cc_node *x = &k->g->nodes[n];
+    trn__cc_access a;
+    int64_t ist[2], isz[2];
+    trn__cc_gather_access(k->g, n, &a, ist, isz);
+    int pos = leaf_pos(k, n);
+    put(b, "%sint ok%d = 1;\n", in, n);
+    for (int q = 0; q < x->n_in - 1; q++) {
+        put(b, "%sconst int64_t q%d_%d = ", in, n, q);
+        put_arg(b, k, x->in[1 + q], TRN_DTYPE_I64);
+        put(b, ";\n%sint64_t w%d_%d = q%d_%d", in, n, q, n, q);
+        if (x->wrap) put(b, " < 0 ? q%d_%d + %lld : q%d_%d", n, q, (long long)isz[q], n, q);
+        put(b, ";\n%sif ((uint64_t)w%d_%d >= UINT64_C(%lld)) { trn_g_fail(c, q%d_%d, %d, %lld, %d); w%d_%d = 0; ok%d = 0; }\n",
+            in, n, q, (long long)isz[q], n, q, x->gdim[q], (long long)isz[q], (int)x->ierr, n, q, n);
+    }
+    sb idx = {0};
+    put(&idx, "%s", pos >= 0 && k->istr[pos] ? k->istr[pos] : "0");
+    for (int q = 0; q < x->n_in - 1; q++) put(&idx, " + w%d_%d * %lld", n, q, (long long)ist[q]);
+    char ptr[32];
+    snprintf(ptr, sizeof ptr, "b%d", a.buffer);
+    put(b, "%sconst %s v%d = ok%d ? ", in, reg_type(x->dtype), n, n);
+    if (idx.oom) b->oom = true;
+    else put_load(b, x->dtype, ptr, idx.s);
+    put(b, " : 0;\n");
+    free(idx.s);
+}
+
+// An iota's element: start + step * its position (the leaf's offset).
+static void put_iota(sb *b, const kernel *k, int n, const char *in) {
+    const trn__cc_node *x = &k->g->nodes[n];
+    int pos = leaf_pos(k, n);
+    const char *at = pos >= 0 && k->istr[pos] ? k->istr[pos] : "0";
+    sb e = {0};
+    if (is_f(x->dtype)) put(&e, "(float)(%.17g + %.17g * (double)(%s))", x->params[0], x->params[1], at);
+    else put(&e, "(INT64_C(%lld) + INT64_C(%lld) * (%s))", (long long)x->params[0], (long long)x->params[1], at);
+    put(b, "%sconst %s v%d = ", in, reg_type(x->dtype), n);
+    if (e.oom) b->oom = true;
+    else put_convert(b, e.s, is_f(x->dtype) ? TRN_DTYPE_F32 : TRN_DTYPE_I64, x->dtype);
+    put(b, ";\n");
+    free(e.s);
+}
+
 static void put_compute(sb *b, const kernel *k, int n, const char *indent) {
     const trn__cc_node *x = &k->g->nodes[n];
+    if (x->kind == CC_GATHER) {
+        put_gather(b, k, n, indent);
+        return;
+    }
+    if (x->kind == CC_IOTA) {
+        put_iota(b, k, n, indent);
+        return;
+    }
     put(b, "%sconst %s v%d = ", indent, reg_type(x->dtype), n);
+    if (x->kind == CC_SCATTER) {  // the first pass: self's value
+        put_arg(b, k, x->in[0], x->dtype);
+        put(b, ";\n");
+        return;
+    }
     if (x->kind == CC_CAST) {
         sb tmp = {0};
         put_value(&tmp, k, x->in[0]);
@@ -307,9 +381,12 @@ static void build_loops(loops *l, const int64_t *sizes, const int *dims, int n,
 static int64_t eff_stride(const loops *l, int i, const int64_t *strides) { return loop_stride(l, i, strides); }
 
 static void put_ptrs(sb *b, const kernel *k, const char *in) {
+    put(b, "%strn_g_ctx *const c = (trn_g_ctx *)ctx;\n", in);
+    put(b, "%svoid *const *bufs = c->bufs;\n", in);
     // One pointer per distinct buffer read, plus the output.
     for (int i = 0; i < k->n_leaves; i++) {
         int buf = k->acc[i].buffer;
+        if (buf < 0) continue;  // an iota reads nothing
         bool dup = false;
         for (int j = 0; j < i; j++) dup |= k->acc[j].buffer == buf;
         if (dup) continue;
@@ -322,9 +399,11 @@ static void put_ptrs(sb *b, const kernel *k, const char *in) {
     put(b, "%s%s *const %sout = (%s *)bufs[%d];\n", in, mem_type(od), restrict_kw, mem_type(od), k->root);
 }
 
-static void put_body_values(sb *b, const kernel *k, const char *in, const char *const *idx) {
+static void put_body_values(sb *b, kernel *k, const char *in, const char *const *idx) {
+    k->istr = (char **)idx;
     for (int i = 0; i < k->n_leaves; i++) {
         int n = k->leaves[i];
+        if (is_gather(k, n)) continue;  // loads in its own statement
         put(b, "%sconst %s v%d = ", in, reg_type(k->g->nodes[n].dtype), n);
         char buf[32];
         snprintf(buf, sizeof buf, "b%d", k->acc[i].buffer);
@@ -349,6 +428,82 @@ static void put_offset(sb *b, const loops *l, int nd, const int64_t *strides, in
         int64_t s = eff_stride(l, i, strides);
         if (s != 0) put(b, " + i%d * %lld", i, (long long)s);
     }
+}
+
+// A scatter's second pass, after the first wrote self's value: one element
+// of the index at a time, in row-major order (deterministic accumulation).
+static void put_scatter(sb *b, const kernel *k) {
+    const trn_graph *g = k->g;
+    const trn__cc_node *r = &g->nodes[k->root], *it = &g->nodes[r->in[1]];
+    trn__cc_access ai, as;
+    trn__cc_access_of(g, r->in[1], &ai);
+    trn__cc_access_of(g, r->in[2], &as);
+    const trn_dtype d = r->dtype;
+    const int64_t size = r->sizes[r->gdim[0]], ost = r->layout[r->gdim[0]];
+    put(b, "    // then each source element goes to its indexed place%s\n", r->accumulate ? " (accumulated)" : "");
+    put(b, "    {\n        const int64_t *const bi = (const int64_t *)bufs[%d];\n", ai.buffer);
+    put(b, "        const %s *const bs = (const %s *)bufs[%d];\n", mem_type(d), mem_type(d), as.buffer);
+    put(b, "        %s *const out = (%s *)bufs[%d];\n", mem_type(d), mem_type(d), k->root);
+    char in[64] = "        ";
+    int nloops = 0;
+    sb oi = {0}, os = {0}, oo = {0};
+    put(&oi, "%lld", (long long)ai.offset);
+    put(&os, "%lld", (long long)as.offset);
+    put(&oo, "0");
+    for (int j = 0; j < it->ndim; j++) {
+        if (it->sizes[j] == 1) continue;
+        put(b, "%sfor (int64_t i%d = 0; i%d < %lld; i%d++) {\n", in, j, j, (long long)it->sizes[j], j);
+        size_t len = strlen(in);
+        if (len + 4 < sizeof in) memcpy(in + len, "    ", 5);
+        nloops++;
+        if (ai.strides[j]) put(&oi, " + i%d * %lld", j, (long long)ai.strides[j]);
+        if (as.strides[j]) put(&os, " + i%d * %lld", j, (long long)as.strides[j]);
+        if (r->gmap[j] >= 0 && r->layout[r->gmap[j]]) put(&oo, " + i%d * %lld", j, (long long)r->layout[r->gmap[j]]);
+    }
+    if (nloops == 0) {  // one element: still a loop, for `continue`
+        put(b, "%sfor (int once = 0; once < 1; once++) {\n", in);
+        size_t len = strlen(in);
+        if (len + 4 < sizeof in) memcpy(in + len, "    ", 5);
+        nloops = 1;
+    }
+    if (oi.oom || os.oom || oo.oom) b->oom = true;
+    else {
+        put(b, "%sconst int64_t q = bi[%s];\n", in, oi.s);
+        if (r->wrap) put(b, "%sconst int64_t w = q < 0 ? q + %lld : q;\n", in, (long long)size);
+        else put(b, "%sconst int64_t w = q;\n", in);
+        put(b, "%sif ((uint64_t)w >= UINT64_C(%lld)) { trn_g_fail(&c, q, %d, %lld, %d); continue; }\n", in,
+            (long long)size, r->gdim[0], (long long)size, (int)r->ierr);
+        put(b, "%sconst int64_t o = %s + w * %lld;\n", in, oo.s, (long long)ost);
+        put(b, "%sconst %s v = ", in, reg_type(d));
+        put_load(b, d, "bs", os.s);
+        put(b, ";\n");
+        if (r->accumulate) {
+            put(b, "%sconst %s a = ", in, reg_type(d));
+            put_load(b, d, "out", "o");
+            put(b, ";\n%sout[o] = ", in);
+            put_store_value(b, d, "(a + v)");
+        } else {
+            put(b, "%sout[o] = ", in);
+            put_store_value(b, d, "v");
+        }
+        put(b, ";\n");
+    }
+    free(oi.s);
+    free(os.s);
+    free(oo.s);
+    for (int j = 0; j < nloops; j++) {
+        in[strlen(in) - 4] = 0;
+        put(b, "%s}\n", in);
+    }
+    put(b, "    }\n");
+}
+
+static void put_kernel_fn(sb *b, const kernel *k, int kid, int64_t items, int64_t grain) {
+    put(b, "static int trn_kernel_%d(void *const *bufs, const trn_kernel_abi *abi) {\n", kid);
+    put(b, "    trn_g_ctx c = {bufs, 0, 0, 0, 0, 0};\n");
+    put(b, "    abi->parallel_for(%lld, %lld, k%d_body, &c);\n", (long long)items, (long long)grain, kid);
+    if (k->g->nodes[k->root].kind == CC_SCATTER) put_scatter(b, k);
+    put(b, "    return c.failed ? abi->index_error(c.value, c.dim, c.size, c.style) : 0;\n}\n\n");
 }
 
 // Pointwise kernel: loop over the root's shape.
@@ -383,7 +538,6 @@ static void render_pointwise(sb *b, kernel *k, int kid) {
     int od = l.nd ? l.nd - 1 : 0;
 
     put(b, "static void k%d_body(void *ctx, int64_t p0, int64_t p1) {\n", kid);
-    put(b, "    void *const *bufs = (void *const *)ctx;\n");
     put_ptrs(b, k, "    ");
     put(b, "    for (int64_t p = p0; p < p1; p++) {\n");
     if (nb > 1) {
@@ -430,8 +584,7 @@ static void render_pointwise(sb *b, kernel *k, int kid) {
         put(b, ";\n");
     }
     put(b, "        }\n    }\n}\n");
-    put(b, "static void trn_kernel_%d(void *const *bufs, const trn_kernel_abi *abi) {\n", kid);
-    put(b, "    abi->parallel_for(%lld, %lld, k%d_body, (void *)bufs);\n}\n\n", (long long)items, (long long)grain, kid);
+    put_kernel_fn(b, k, kid, items, grain);
     for (int a = 0; a < k->n_leaves; a++) free(idx[a]);
     free(idx);
 }
@@ -476,7 +629,6 @@ static void render_reduce(sb *b, kernel *k, int kid) {
     default: init = fam_f ? "INFINITY" : "INT64_MAX"; break;
     }
     put(b, "static void k%d_body(void *ctx, int64_t p0, int64_t p1) {\n", kid);
-    put(b, "    void *const *bufs = (void *const *)ctx;\n");
     put_ptrs(b, k, "    ");
     put(b, "    for (int64_t p = p0; p < p1; p++) {\n");
     put_unravel(b, &lk, lk.nd, "p", "        ");
@@ -592,8 +744,7 @@ static void render_reduce(sb *b, kernel *k, int kid) {
     put(b, "; out[oo] = ");
     put_store_value(b, r->dtype, "vr");
     put(b, "; }\n    }\n}\n");
-    put(b, "static void trn_kernel_%d(void *const *bufs, const trn_kernel_abi *abi) {\n", kid);
-    put(b, "    abi->parallel_for(%lld, %lld, k%d_body, (void *)bufs);\n}\n\n", (long long)rows, (long long)grain, kid);
+    put_kernel_fn(b, k, kid, rows, grain);
     for (int a = 0; a < k->n_leaves && idx; a++) free(idx[a]);
     free(idx);
 }
@@ -607,7 +758,8 @@ static const char *label_of(const trn_graph *g, int n, char *buf, size_t size) {
 static void put_comment(sb *b, const kernel *k, int kid) {
     char lb[32];
     const trn__cc_node *r = &k->g->nodes[k->root];
-    put(b, "// kernel %d: %s %s", kid, r->kind == CC_REDUCE ? "reduction" : "pointwise",
+    put(b, "// kernel %d: %s %s", kid,
+        r->kind == CC_REDUCE ? "reduction" : r->kind == CC_GATHER ? "gather" : r->kind == CC_SCATTER ? "scatter" : "pointwise",
         label_of(k->g, k->root, lb, sizeof lb));
     put(b, " -> buffer %d (%s", k->root, trn_dtype_name(r->dtype));
     for (int i = 0; i < r->ndim; i++) put(b, "%s%lld", i ? "x" : " ", (long long)r->sizes[i]);
@@ -631,7 +783,20 @@ static const char *prologue =
     "#include \"trn/scalar.h\"\n\n"
     "// Casts to 16-bit floats keep the value rounded as stored.\n"
     "static inline float trn_g_round_half(float x) { return trn_half_to_float(trn_float_to_half(x)); }\n"
-    "static inline float trn_g_round_bf16(float x) { return trn_bf16_to_float(trn_float_to_bf16(x)); }\n\n";
+    "static inline float trn_g_round_bf16(float x) { return trn_bf16_to_float(trn_float_to_bf16(x)); }\n\n"
+    "// A kernel's context: its buffers and the first out-of-range index its\n"
+    "// loops met (reported by the kernel once they are done).\n"
+    "typedef struct trn_g_ctx {\n"
+    "    void *const *bufs;\n"
+    "    int failed, dim, style;\n"
+    "    int64_t value, size;\n"
+    "} trn_g_ctx;\n"
+    "static inline void trn_g_fail(trn_g_ctx *c, int64_t value, int dim, int64_t size, int style) {\n"
+    "    int expected = 0;\n"
+    "    if (__atomic_compare_exchange_n(&c->failed, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {\n"
+    "        c->value = value, c->dim = dim, c->size = size, c->style = style;\n"
+    "    }\n"
+    "}\n\n";
 
 trn_status trn__cc_render(const trn_graph *g, const trn__cc_schedule *s, char **source) {
     sb b = {0};
@@ -672,12 +837,29 @@ trn_status trn__cc_render(const trn_graph *g, const trn__cc_schedule *s, char **
             // The reduced value may itself be fused: collect its whole tree.
             int in0 = r->in[0];
             collect(&k, in0);
+        } else if (r->kind == CC_SCATTER) {
+            collect(&k, r->in[0]);  // the first pass computes self
+        } else if (r->kind == CC_GATHER || r->kind == CC_IOTA) {
+            for (int i = 1; i < r->n_in; i++) collect(&k, r->in[i]);
+            k.leaves[k.n_leaves++] = sp->node;
         } else if (r->kind != CC_CONST) {
             for (int i = 0; i < r->n_in; i++) collect(&k, r->in[i]);
         }
         qsort(k.fused, (size_t)k.n_fused, sizeof *k.fused, cmp_int);
         qsort(k.leaves, (size_t)k.n_leaves, sizeof *k.leaves, cmp_int);
-        for (int i = 0; i < k.n_leaves; i++) trn__cc_access_of(g, k.leaves[i], &k.acc[i]);
+        for (int i = 0; i < k.n_leaves; i++) {
+            int64_t ist[2], isz[2];
+            const trn__cc_node *lf = &g->nodes[k.leaves[i]];
+            if (is_gather(&k, k.leaves[i]) && lf->kind == CC_IOTA) {
+                k.acc[i].buffer = -1;
+                memcpy(k.acc[i].strides, lf->vstrides, sizeof k.acc[i].strides);
+                k.acc[i].offset = lf->voffset;
+            } else if (is_gather(&k, k.leaves[i])) {
+                trn__cc_gather_access(g, k.leaves[i], &k.acc[i], ist, isz);
+            } else {
+                trn__cc_access_of(g, k.leaves[i], &k.acc[i]);
+            }
+        }
         put(&b, "// step %d\n", st);
         put_comment(&b, &k, sp->kernel);
         for (int i = 0; i < k.n_fused; i++) put_ctx(&b, &k, k.fused[i]);

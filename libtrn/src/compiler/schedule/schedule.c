@@ -31,6 +31,22 @@ void trn__cc_access_of(const trn_graph *g, int n, trn__cc_access *a) {
     memcpy(a->strides, x->layout, sizeof a->strides);
 }
 
+void trn__cc_gather_access(const trn_graph *g, int n, trn__cc_access *a, int64_t *idx_strides,
+                           int64_t *idx_sizes) {
+    const trn__cc_node *x = &g->nodes[n];
+    trn__cc_access src;
+    trn__cc_access_of(g, x->in[0], &src);
+    a->buffer = src.buffer;
+    a->offset = src.offset;
+    memset(a->strides, 0, sizeof a->strides);
+    for (int j = 0; j < x->ndim; j++)
+        if (x->gmap[j] >= 0) a->strides[j] = src.strides[x->gmap[j]];
+    for (int k = 0; k < x->n_in - 1; k++) {
+        idx_strides[k] = src.strides[x->gdim[k]];
+        idx_sizes[k] = g->nodes[x->in[0]].sizes[x->gdim[k]];
+    }
+}
+
 static size_t node_bytes(const trn__cc_node *n) {
     int64_t numel = trn__cc_numel(n);
     return numel == 0 ? 0 : (size_t)numel * trn_dtype_size(n->dtype);
@@ -53,6 +69,8 @@ static trn_status plan_homes(const trn_graph *g, trn__cc_home *home, bool copy_s
             if (src < 0) continue;
             readers[src]++;
             if (n->kind == CC_VIEW || n->kind == CC_MATMUL || n->kind == CC_CONV) forced[src] = true;
+            // Indexed operands are read at run-time positions: from memory.
+            if ((n->kind == CC_GATHER && k == 0) || (n->kind == CC_SCATTER && k > 0)) forced[src] = true;
             if (copy_stores && n->store_to >= 0) forced[src] = true;
         }
     }
@@ -70,7 +88,12 @@ static trn_status plan_homes(const trn_graph *g, trn__cc_home *home, bool copy_s
             break;
         case CC_REDUCE:
         case CC_MATMUL:
-        case CC_CONV: home[i] = n->exported ? HOME_CALLER : HOME_WORKSPACE; break;
+        case CC_CONV:
+        case CC_SCATTER: home[i] = n->exported ? HOME_CALLER : HOME_WORKSPACE; break;
+        case CC_IOTA:  // cheaper to recompute than to load: only forced into memory
+            home[i] = n->exported ? HOME_CALLER : forced[i] ? HOME_WORKSPACE : HOME_FUSED;
+            break;
+        case CC_GATHER:
         case CC_POINTWISE:
         case CC_CAST:
             if (n->exported) home[i] = HOME_CALLER;
@@ -261,6 +284,11 @@ static bool reads_in_place(const trn_graph *g, const trn__cc_home *home, int n, 
             return true;
         }
         if (home[n] != HOME_FUSED) return true;
+        if (nd->kind == CC_GATHER) {  // reads its source anywhere
+            trn__cc_access a;
+            trn__cc_access_of(g, nd->in[0], &a);
+            if (a.buffer == x) return false;
+        }
     }
     for (int k = 0; k < nd->n_in; k++)
         if (nd->in[k] >= 0 && !reads_in_place(g, home, nd->in[k], false, x, store)) return false;

@@ -1,0 +1,151 @@
+"""Index ops through torch.compile(backend="neuron") (lower_index.py): they
+compile into bounds-checked loops (no host steps), fused with their
+neighbours; an out-of-range index raises the op's PyTorch error at the call,
+never reads or writes out of bounds; the embedding backward accumulates
+duplicate rows like PyTorch."""
+import pytest
+import torch
+import torch._dynamo
+import torch.nn.functional as F
+
+import torch_neuronx  # noqa: F401
+
+
+@pytest.fixture(autouse=True)
+def _fresh(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "cache"))
+    torch._dynamo.reset()
+    torch.neuron.reset_dynamo_metrics()
+    yield
+    torch._dynamo.reset()
+
+
+def _compiled(fn):
+    return torch.compile(fn, backend="neuron", fullgraph=True)
+
+
+def test_embedding_forward_backward_no_host_steps():
+    torch.manual_seed(0)
+    w_cpu = torch.randn(11, 6, requires_grad=True)
+    w = w_cpu.detach().to("neuron").requires_grad_()
+    ids = torch.tensor([[1, 10, 3, 3], [0, 3, 5, 10]])  # duplicates accumulate in the backward
+    pos = torch.randn(4, 6)
+
+    def f(w, ids, pos):
+        return (F.embedding(ids, w) + pos).tanh().sum()
+
+    loss = _compiled(f)(w, ids.to("neuron"), pos.to("neuron"))
+    loss.backward()
+    ref = f(w_cpu, ids, pos)
+    ref.backward()
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["host_steps"] == 0 and m["fallback_graphs"] == 0, m
+    torch.testing.assert_close(loss.cpu(), ref.detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(w.grad.cpu(), w_cpu.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_bf16_embedding_backward_sums_in_float32():
+    """As PyTorch's decomposition (and Inductor) do: the sum of 300 rows is
+    the float32 sum rounded once (CPU's eager kernel, summing in bf16 in its
+    own order, gives 3.22 here)."""
+    w = torch.zeros(3, 4, dtype=torch.bfloat16, device="neuron", requires_grad=True)
+    ids = torch.zeros(300, dtype=torch.long)
+    g = torch.full((300, 4), 0.01, dtype=torch.bfloat16)
+
+    def f(w, ids, g):
+        return (F.embedding(ids, w) * g).sum()
+
+    _compiled(f)(w, ids.to("neuron"), g.to("neuron")).backward()
+    expected = torch.zeros(3, 4)
+    expected[0] = g.float().sum(0)
+    torch.testing.assert_close(w.grad.cpu(), expected.bfloat16())
+
+
+def test_gather_scatter_and_advanced_indexing_match_cpu():
+    torch.manual_seed(1)
+    x = torch.randn(5, 7)
+    rows, cols = torch.tensor([0, -1, 3, 2]), torch.tensor([6, 0, -7, 2])
+    t = torch.tensor([[6], [0], [3], [1], [2]])
+
+    def f(x, rows, cols, t):
+        picked = x[rows, cols] * 2                           # index.Tensor, negative indices wrap
+        nll = -torch.gather(x.log_softmax(1), 1, t).mean()  # gather fused into a reduction
+        upd = torch.zeros(5, 7, device=x.device).scatter_add(1, t.expand(5, 3), x[:, :3])
+        put = x.index_put((rows,), torch.ones(4, 7, device=x.device), accumulate=True)
+        return picked, nll, upd, put
+
+    got = _compiled(f)(*(a.to("neuron") for a in (x, rows, cols, t)))
+    assert torch.neuron.get_dynamo_metrics()["host_steps"] == 0
+    for g, e in zip(got, f(x, rows, cols, t)):
+        torch.testing.assert_close(g.cpu(), e, atol=1e-5, rtol=1e-5)
+
+
+def test_out_of_range_index_raises_like_pytorch():
+    w = torch.randn(4, 3)
+    emb = _compiled(lambda w, i: F.embedding(i, w) + 1)
+    emb(w.to("neuron"), torch.tensor([0, 3]).to("neuron"))  # compiles; in range
+    with pytest.raises(IndexError, match="index out of range in self"):
+        emb(w.to("neuron"), torch.tensor([0, 4]).to("neuron"))
+    with pytest.raises(IndexError, match="index out of range in self"):
+        emb(w.to("neuron"), torch.tensor([-1, 0]).to("neuron"))  # embedding does not wrap
+    gat = _compiled(lambda x, i: torch.gather(x, 1, i))
+    with pytest.raises(RuntimeError, match="index 3 is out of bounds for dimension 1 with size 3"):
+        gat(w.to("neuron"), torch.tensor([[0], [3], [1], [2]]).to("neuron"))
+    idx = _compiled(lambda x, i: x[i])
+    with pytest.raises(IndexError, match="index -5 is out of bounds for dimension 0 with size 4"):
+        idx(w.to("neuron"), torch.tensor([1, -5]).to("neuron"))
+    # The device is still usable, with the same compiled graphs.
+    out = emb(w.to("neuron"), torch.tensor([2, 1]).to("neuron"))
+    torch.testing.assert_close(out.cpu(), F.embedding(torch.tensor([2, 1]), w) + 1)
+
+
+def test_cat_pad_arange_any_compile_without_host_steps():
+    """The mask and label plumbing of HF transformers (arange, pad with -100,
+    cat with a legacy empty tensor, any) and rotate_half's cat."""
+    torch.manual_seed(2)
+    x, y, ids = torch.randn(2, 3, 5), torch.randn(2, 3, 4), torch.randint(0, 9, (2, 16))
+
+    def f(x, y, ids):
+        dev = x.device
+        return (torch.cat([-x[..., 2:], x[..., :2], y], -1),
+                torch.arange(0, 16, device=dev).view(16, 1) <= torch.arange(16, device=dev),
+                F.pad(ids, (0, 1), value=-100),
+                torch.cat([torch.empty(0, device=dev), x.reshape(-1)]),
+                (x > 0).any(-1, keepdim=True), (x > -3).all(),
+                torch.arange(1.5, 4.0, 0.5, device=dev) * 2,
+                F.pad(x, (1, 2, 0, 1)))
+
+    got = _compiled(f)(x.to("neuron"), y.to("neuron"), ids.to("neuron"))
+    assert torch.neuron.get_dynamo_metrics()["host_steps"] == 0
+    for g, e in zip(got, f(x, y, ids)):
+        assert g.dtype == e.dtype
+        torch.testing.assert_close(g.cpu(), e)
+
+
+def test_slice_scatter_and_scalar_tensor_constants():
+    """rotate_half's backward (slice_scatter) and HF's torch.tensor(1.0) - mask."""
+    torch.manual_seed(3)
+    x, s = torch.randn(2, 8), torch.randn(2, 3)
+
+    def f(x, s):
+        return (torch.slice_scatter(x, s, 1, 2, 5), torch.slice_scatter(x, s, 1, -3),
+                torch.tensor(1.0) - x, x * torch.tensor(2))
+
+    got = _compiled(f)(x.to("neuron"), s.to("neuron"))
+    assert torch.neuron.get_dynamo_metrics()["host_steps"] == 0
+    for g, e in zip(got, f(x, s)):
+        torch.testing.assert_close(g.cpu(), e)
+
+
+def test_embedding_backward_skips_padding_idx():
+    w_cpu = torch.randn(6, 3, requires_grad=True)
+    w = w_cpu.detach().to("neuron").requires_grad_()
+    ids = torch.tensor([[3, 1, 3], [5, 3, 1]])
+
+    def f(w, ids):
+        return (F.embedding(ids, w, padding_idx=3) * 1.5).sum()
+
+    _compiled(f)(w, ids.to("neuron")).backward()
+    f(w_cpu, ids).backward()
+    assert torch.neuron.get_dynamo_metrics()["host_steps"] == 0
+    torch.testing.assert_close(w.grad.cpu(), w_cpu.grad)

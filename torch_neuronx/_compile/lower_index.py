@@ -1,0 +1,348 @@
+"""Index ops (embedding, index_select, gather, advanced indexing, index_put,
+scatter, the embedding backward) -> libtrn gather/scatter nodes.
+
+Owner: the geometry only: which result dim walks which source dim, which
+source dim each index selects, and how an index tensor is laid over the
+result (a broadcast view). libtrn renders them as bounds-checked loops in
+the generated C (trn_graph_gather / trn_graph_scatter); an index out of
+range fails the run with the op's PyTorch error, raised when the graph's
+run ends. Anything else (bool masks, more indices) raises Unsupported and
+runs as an eager host step.
+"""
+from __future__ import annotations
+
+import torch
+
+from .lower import TRN_DTYPE, Unsupported, Val, _val, aten, ew, meta, register
+
+# trn_graph_index_error
+ERR_BOUNDS, ERR_SELF, ERR_GATHER = 0, 1, 2
+
+
+def _index_int64(L, v: Val) -> Val:
+    if v.dtype == torch.int64:
+        return v
+    if v.dtype not in (torch.int32, torch.int16, torch.int8, torch.uint8):
+        raise Unsupported(f"index dtype {v.dtype}")
+    nid = L.g.cast(L.node_of(v), TRN_DTYPE[torch.int64])
+    return L.new_base(nid, "node", v.sizes, _contig(v.sizes), torch.int64)
+
+
+def _contig(sizes):
+    out, s = [], 1
+    for n in reversed(sizes):
+        out.append(s)
+        s *= max(int(n), 1)
+    return tuple(reversed(out))
+
+
+def _place(L, v: Val, out_sizes, dims) -> int:
+    """Index `v` laid over a result of `out_sizes`: v's dim i runs along
+    result dim dims[i] (size 1 broadcasts), the other result dims repeat it."""
+    v = _index_int64(L, v)
+    strides = [0] * len(out_sizes)
+    for i, d in enumerate(dims):
+        if v.sizes[i] == out_sizes[d]:
+            strides[d] = v.strides[i] if out_sizes[d] > 1 else 0
+        elif v.sizes[i] != 1:
+            raise Unsupported("index does not broadcast")
+    return L.node_of(Val(v.base, tuple(out_sizes), tuple(strides), v.offset, torch.int64))
+
+
+def _in_memory(L, v: Val) -> int:
+    """A node for v that the compiler reads from memory (not a literal)."""
+    if L.bases[v.base].kind == "const":
+        v = L.materialize(v)
+    return L.node_of(v)
+
+
+def _src(L, x) -> Val:
+    v = _val(L, x)
+    if not isinstance(v, Val) or not v.sizes:
+        raise Unsupported("0-d or scalar source")
+    return v
+
+
+def _out(node):
+    return tuple(int(s) for s in meta(node).shape)
+
+
+@register(aten.embedding.default)
+def _embedding(L, node, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    w, i = _src(L, weight), _val(L, indices)
+    if len(w.sizes) != 2 or not isinstance(i, Val):
+        raise Unsupported("embedding of a non-2-d weight")
+    out = _out(node)
+    k = len(i.sizes)
+    idx = _place(L, i, out, list(range(k)))
+    nid = L.g.gather(_in_memory(L, w), [idx], [0], [-1] * k + [1], 0, ERR_SELF)
+    return L.finish_node(nid, meta(node))
+
+
+@register(aten.index_select.default)
+def _index_select(L, node, x, dim, index):
+    v, i = _src(L, x), _val(L, index)
+    if not isinstance(i, Val) or len(i.sizes) > 1:
+        raise Unsupported("index_select index")
+    out = _out(node)
+    dim %= len(v.sizes)
+    idx = _place(L, i, out, [dim] if i.sizes else [])
+    nid = L.g.gather(_in_memory(L, v), [idx], [dim], [-1 if j == dim else j for j in range(len(out))], 0, ERR_SELF)
+    return L.finish_node(nid, meta(node))
+
+
+@register(aten.gather.default)
+def _gather(L, node, x, dim, index, sparse_grad=False):
+    v, i = _src(L, x), _val(L, index)
+    if not isinstance(i, Val) or len(i.sizes) != len(v.sizes):
+        raise Unsupported("gather of a 0-d tensor")
+    out = _out(node)
+    dim %= len(v.sizes)
+    idx = _place(L, i, out, list(range(len(out))))
+    nid = L.g.gather(_in_memory(L, v), [idx], [dim], [-1 if j == dim else j for j in range(len(out))], 0,
+                     ERR_GATHER)
+    return L.finish_node(nid, meta(node))
+
+
+def _advanced(L, v: Val, indices, max_idx):
+    """Geometry of x[indices] (PyTorch's advanced indexing): the result's
+    sizes, per result dim the x dim it walks (-1: an index dim), the x dims
+    the indices select, and each index laid over the result."""
+    sel = [(d, _val(L, a)) for d, a in enumerate(indices) if a is not None]
+    if not sel or len(sel) > max_idx or any(not isinstance(i, Val) or i.dtype == torch.bool for _, i in sel):
+        raise Unsupported("index form")
+    dims = [d for d, _ in sel]
+    bshape = tuple(torch.broadcast_shapes(*[torch.Size(i.sizes) for _, i in sel]))
+    rest = [d for d in range(len(v.sizes)) if d not in dims]
+    if dims == list(range(dims[0], dims[-1] + 1)):  # adjacent: the index dims replace them in place
+        before = [d for d in rest if d < dims[0]]
+        after = [d for d in rest if d > dims[-1]]
+    else:  # PyTorch puts the index dims first
+        before, after = [], rest
+    walk = before + [-1] * len(bshape) + after
+    out = tuple(bshape[j - len(before)] if d < 0 else v.sizes[d] for j, d in enumerate(walk))
+    start = len(before)
+    place = []
+    for _, i in sel:
+        pad = len(bshape) - len(i.sizes)
+        ib = Val(i.base, (1,) * pad + tuple(i.sizes), (0,) * pad + tuple(i.strides), i.offset, i.dtype)
+        place.append(_place(L, ib, out, list(range(start, start + len(bshape)))))
+    return out, walk, dims, place
+
+
+@register(aten.index.Tensor)
+def _index(L, node, x, indices):
+    v = _src(L, x)
+    out, walk, dims, place = _advanced(L, v, indices, 2)
+    if out != _out(node):
+        raise Unsupported("index shape")
+    nid = L.g.gather(_in_memory(L, v), place, dims, walk, 1, ERR_BOUNDS)
+    return L.finish_node(nid, meta(node))
+
+
+@register(aten.index_put.default)
+def _index_put(L, node, x, indices, values, accumulate=False):
+    v = _src(L, x)
+    out, walk, dims, place = _advanced(L, v, indices, 1)
+    vals = _val(L, values)
+    if not isinstance(vals, Val) or vals.dtype != v.dtype:
+        raise Unsupported("index_put values")
+    src = _in_memory(L, L.broadcast(vals, out))
+    nid = L.g.scatter(L.node_of(v), place[0], src, dims[0], walk, int(bool(accumulate)), 1, ERR_BOUNDS)
+    return L.finish_node(nid, meta(node))
+
+
+def _scatter(L, node, x, dim, index, src, accumulate):
+    v, i = _src(L, x), _val(L, index)
+    if not isinstance(i, Val) or len(i.sizes) != len(v.sizes):
+        raise Unsupported("scatter of a 0-d tensor")
+    dim %= len(v.sizes)
+    isz = tuple(i.sizes)
+    if isinstance(src, torch.fx.Node):
+        s = _val(L, src)
+        if not isinstance(s, Val) or s.dtype != v.dtype:
+            raise Unsupported("scatter source")
+        s = Val(s.base, isz, s.strides, s.offset, s.dtype)  # src is read over the index's extent
+    else:
+        s = L.const(src, v.dtype, isz)
+    idx = _place(L, i, isz, list(range(len(isz))))
+    walk = [-1 if j == dim else j for j in range(len(isz))]
+    nid = L.g.scatter(L.node_of(v), idx, _in_memory(L, s), dim, walk, int(accumulate), 0, ERR_GATHER)
+    return L.finish_node(nid, meta(node))
+
+
+@register(aten.scatter.src, aten.scatter.value)
+def _scatter_plain(L, node, x, dim, index, src):
+    return _scatter(L, node, x, dim, index, src, False)
+
+
+@register(aten.scatter_add.default)
+def _scatter_add(L, node, x, dim, index, src):
+    return _scatter(L, node, x, dim, index, src, True)
+
+
+@register(aten.embedding_dense_backward.default)
+def _embedding_backward(L, node, grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """zeros(num_weights, D).index_put_([indices], grad, accumulate=True),
+    rows at padding_idx skipped, summed in float32 for 16-bit grads (as
+    PyTorch's decomposition does)."""
+    if scale_grad_by_freq:
+        raise Unsupported("scale_grad_by_freq")
+    g, i = _val(L, grad), _val(L, indices)
+    if not isinstance(g, Val) or not isinstance(i, Val):
+        raise Unsupported("embedding backward inputs")
+    m = meta(node)
+    acc = torch.float32 if g.dtype in (torch.float16, torch.bfloat16) else g.dtype
+    k = len(i.sizes)
+    it = tuple(g.sizes)
+    idx_val = _index_int64(L, i)
+    gv = L.node_of(g)
+    if padding_idx >= 0:
+        keep = L.g.pointwise(ew("NE"), TRN_DTYPE[torch.int64], TRN_DTYPE[torch.bool],
+                             [_place(L, idx_val, it, list(range(k))), L.const(padding_idx, torch.int64).base], [])
+        gv = L.g.pointwise(ew("WHERE"), TRN_DTYPE[acc], TRN_DTYPE[acc], [keep, gv, L.const(0, acc).base], [])
+    elif acc != g.dtype:
+        gv = L.g.cast(gv, TRN_DTYPE[acc])
+    gv = L.new_base(gv, "node", it, _contig(it), acc) if gv != L.node_of(g) else g
+    src = _in_memory(L, gv) if L.bases[gv.base].kind == "const" else L.node_of(gv)
+    zeros = L.const(0, acc, tuple(int(s) for s in m.shape)).base
+    walk = [-1] * k + list(range(1, len(m.shape)))
+    nid = L.g.scatter(zeros, _place(L, idx_val, it, list(range(k))), src, 0, walk, 1, 0, ERR_SELF)
+    if acc != m.dtype:
+        nid = L.g.cast(nid, TRN_DTYPE[m.dtype])
+    return L.finish_node(nid, m)
+
+
+# ---- index-valued tensors and the ops that select by coordinate ------------------------------
+def _iota(L, dtype, sizes, coef, start=0, step=1) -> int:
+    return L.g.iota(TRN_DTYPE[dtype], list(sizes), list(coef), 0, float(start), float(step))
+
+
+@register(aten.arange.start_step, aten.arange.start, aten.arange.default)
+def _arange(L, node, *args, **kw):
+    m = meta(node)
+    if m.dtype not in TRN_DTYPE or m.dtype == torch.bool or len(m.shape) != 1:
+        raise Unsupported("arange dtype")
+    nums = [a for a in args if isinstance(a, (int, float))]
+    if len(nums) == 1:
+        start, step = 0, 1
+    else:
+        start, step = nums[0], nums[2] if len(nums) > 2 else 1
+    n = int(m.shape[0])
+    nid = L.g.iota(TRN_DTYPE[m.dtype], [n], [1], 0, float(start), float(step))
+    return L.new_base(nid, "iota", (n,), (1,), m.dtype, (float(start), float(step)))
+
+
+def _pw(L, op, dtype, out, ins, params=()):
+    return L.g.pointwise(ew(op), TRN_DTYPE[dtype], TRN_DTYPE[out], ins, list(params))
+
+
+def _clamped(L, coord: int, shift: int, size: int) -> int:
+    """coord - shift clamped into [0, size): an index that is always valid
+    (the value it reads is selected away where it is out of the piece)."""
+    i64 = torch.int64
+    c = L.const
+    x = _pw(L, "SUB", i64, i64, [coord, c(shift, i64).base], (1,)) if shift else coord
+    return _pw(L, "CLAMP", i64, i64, [x, c(0, i64).base, c(size - 1, i64).base], (1, 1))
+
+
+def _piece(L, v: Val, dtype) -> int:
+    if v.dtype != dtype:
+        nid = L.g.cast(L.node_of(v), TRN_DTYPE[dtype])
+        v = L.new_base(nid, "node", v.sizes, _contig(v.sizes), dtype)
+    return _in_memory(L, v)
+
+
+@register(aten.cat.default)
+def _cat(L, node, tensors, dim=0):
+    """Each result element gathers from the piece its coordinate falls in:
+    one fused loop, every piece read at a clamped (valid) position."""
+    m = meta(node)
+    out = _out(node)
+    if not out or m.dtype not in TRN_DTYPE:
+        raise Unsupported("cat of 0-d")
+    d = dim % len(out)
+    vals = [_val(L, t) for t in tensors]
+    if any(not isinstance(v, Val) for v in vals):
+        raise Unsupported("cat of host values")
+    # PyTorch skips legacy empty (0,) pieces; zero-width pieces add nothing.
+    pieces = [v for v in vals if not (len(v.sizes) == 1 and v.sizes[0] == 0 and len(out) != 1)
+              and v.sizes[d] > 0]
+    if len(pieces) == 1:
+        nid = L.g.cast(L.node_of(pieces[0]), TRN_DTYPE[m.dtype])
+        return L.finish_node(nid, m)
+    if not pieces or len(pieces) > 4 or any(len(v.sizes) != len(out) for v in pieces):
+        raise Unsupported("cat form")
+    coef = [1 if j == d else 0 for j in range(len(out))]
+    coord = _iota(L, torch.int64, out, coef)
+    walk = [-1 if j == d else j for j in range(len(out))]
+    ends, start = [], 0
+    for v in pieces:
+        start += v.sizes[d]
+        ends.append(start)
+    value = None
+    for k in reversed(range(len(pieces))):
+        v = pieces[k]
+        begin = ends[k] - v.sizes[d]
+        g = L.g.gather(_piece(L, v, m.dtype), [_clamped(L, coord, begin, v.sizes[d])], [d], walk, 0, ERR_BOUNDS)
+        if value is None:
+            value = g
+        else:
+            inside = _pw(L, "LT", torch.int64, torch.bool, [coord, L.const(ends[k], torch.int64).base])
+            value = _pw(L, "WHERE", m.dtype, m.dtype, [inside, g, value])
+    return L.finish_node(value, m)
+
+
+@register(aten.constant_pad_nd.default)
+def _constant_pad(L, node, x, pad, value=0):
+    """where(inside, x at the clamped coordinate, value), for up to two
+    padded dims and no cropping."""
+    v = _src(L, x)
+    m = meta(node)
+    out = _out(node)
+    n = len(out)
+    pads = [(n - 1 - i // 2, pad[i], pad[i + 1]) for i in range(0, len(pad), 2)]
+    pads = [(d, lo, hi) for d, lo, hi in pads if lo or hi]
+    if not pads or len(pads) > 2 or any(lo < 0 or hi < 0 for _, lo, hi in pads) or 0 in v.sizes:
+        raise Unsupported("pad form")
+    i64, b = torch.int64, torch.bool
+    idx, dims, inside = [], [], None
+    for d, lo, hi in pads:
+        coord = _iota(L, i64, out, [1 if j == d else 0 for j in range(n)])
+        idx.append(_clamped(L, coord, lo, v.sizes[d]))
+        dims.append(d)
+        ge = _pw(L, "GE", i64, b, [coord, L.const(lo, i64).base])
+        lt = _pw(L, "LT", i64, b, [coord, L.const(lo + v.sizes[d], i64).base])
+        ok = _pw(L, "LOGICAL_AND", b, b, [ge, lt])
+        inside = ok if inside is None else _pw(L, "LOGICAL_AND", b, b, [inside, ok])
+    walk = [-1 if j in dims else j for j in range(n)]
+    g = L.g.gather(_in_memory(L, v), idx, dims, walk, 0, ERR_BOUNDS)
+    fill = L.const(value, m.dtype).base
+    nid = _pw(L, "WHERE", m.dtype, m.dtype, [inside, g, fill])
+    return L.finish_node(nid, m)
+
+
+@register(aten.slice_scatter.default)
+def _slice_scatter(L, node, x, src, dim=0, start=None, end=None, step=1):
+    """where(coordinate in the slice, src at the clamped coordinate, x): the
+    backward of a slice, fused with its neighbours."""
+    v, s = _src(L, x), _val(L, src)
+    if not isinstance(s, Val) or step != 1 or s.dtype != v.dtype:
+        raise Unsupported("slice_scatter form")
+    m = meta(node)
+    out = _out(node)
+    d = dim % len(out)
+    begin, stop, _ = slice(start, end, 1).indices(out[d])
+    n = max(stop - begin, 0)
+    if n == 0 or 0 in s.sizes:
+        nid = L.g.cast(L.node_of(v), TRN_DTYPE[m.dtype])
+        return L.finish_node(nid, m)
+    i64, b = torch.int64, torch.bool
+    coord = _iota(L, i64, out, [1 if j == d else 0 for j in range(len(out))])
+    walk = [-1 if j == d else j for j in range(len(out))]
+    g = L.g.gather(_in_memory(L, s), [_clamped(L, coord, begin, n)], [d], walk, 0, ERR_BOUNDS)
+    ge = _pw(L, "GE", i64, b, [coord, L.const(begin, i64).base])
+    lt = _pw(L, "LT", i64, b, [coord, L.const(begin + n, i64).base])
+    inside = _pw(L, "LOGICAL_AND", b, b, [ge, lt])
+    nid = _pw(L, "WHERE", m.dtype, m.dtype, [inside, g, L.node_of(v)])
+    return L.finish_node(nid, m)
