@@ -6,6 +6,8 @@ TorchDispatchMode, then times each distinct call on both devices,
 interleaved, on operands of the same sizes and strides. Prints per call us,
 the CPU/neuron time ratio (> 1: neuron faster) and the per-step total
 (time x calls per step), so the cases that lose show with their weight.
+Process CPU time is printed too; Linux brings other threads' share of it up
+to date only at scheduler ticks, so for multi-threaded calls it is rough.
 
     .venv/bin/python bench/bench_gemm_shapes.py --model bert [--reps 20]
 """
