@@ -71,6 +71,34 @@ def test_addmm_alpha_beta(beta, alpha):
     _no_fallback()
 
 
+@pytest.mark.parametrize("m,k,n", [(600, 64, 70), (200, 96, 260)])
+def test_addmm_bias_row(m, k, n):
+    # nn.Linear's addmm(bias, x, W^T): the bias row goes to the kernel (added
+    # by oneDNN for float32 with alpha 1, pieces split by rows, then by
+    # columns; broadcast into C first otherwise), not copied into out.
+    x, w, bias = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+    xd, wd, bd = x.to(DEV), w.to(DEV), bias.to(DEV)
+    _close(torch.addmm(bd, xd, wd.t()), torch.addmm(bias, x, w.t()))
+    _close(torch.addmm(bd, xd, wd.t(), alpha=0.5), torch.addmm(bias, x, w.t(), alpha=0.5))
+    _close(torch.addmm(bd[::1], xd, wd.t(), beta=2), torch.addmm(bias, x, w.t(), beta=2))
+    wide = torch.randn(2 * n)  # a strided row
+    _close(torch.addmm(wide.to(DEV)[::2], xd, wd.t()), torch.addmm(wide[::2], x, w.t()))
+    out = torch.full((m, n), float("nan"), device=DEV)  # out= is written, not read
+    torch.addmm(bd, xd, wd.t(), out=out)
+    _close(out, torch.addmm(bias, x, w.t()))
+    store = torch.randn(m * n + n)  # self inside out's storage: copied, as before
+    sd = store.to(DEV)
+    got = torch.addmm(sd[:n], xd, wd.t(), out=sd[n:].view(m, n))
+    _close(got, torch.addmm(store[:n], x, w.t()))
+    xg, wg, bg = (t.clone().requires_grad_() for t in (xd, wd, bd))
+    F.linear(xg, wg, bg).square().sum().backward()
+    xc, wc, bc = (t.clone().requires_grad_() for t in (x, w, bias))
+    F.linear(xc, wc, bc).square().sum().backward()
+    for g, c in ((xg, xc), (wg, wc), (bg, bc)):
+        torch.testing.assert_close(g.grad.cpu(), c.grad, rtol=1e-4, atol=1e-3)
+    _no_fallback()
+
+
 def test_addbmm_addmv_mv_dot():
     s, b1, b2 = torch.randn(5, 7), torch.randn(3, 5, 4), torch.randn(3, 4, 7)
     torch.testing.assert_close(torch.addbmm(s.to(DEV), b1.to(DEV), b2.to(DEV), beta=2, alpha=0.5).cpu(),

@@ -2,10 +2,12 @@
 // every supported dtype, layouts (row-major, transposed, strided views that
 // need staging, broadcast batches, negative strides), alpha/beta (beta = 0
 // with NaN in C), degenerate sizes, wrap-around integer arithmetic, and the
-// errors of invalid descriptors. Buffers live in device memory and move
+// errors of invalid descriptors; a bias row (fused into oneDNN's float32
+// matmul, broadcast into C elsewhere). Buffers live in device memory and move
 // through the copy kernel, so the test also runs in protect-memory mode.
 #include "internal.h"
 #include "test_common_dev.h"
+#include "trn/matmul_bias.h"
 
 static trn_stream *g_stream;
 
@@ -28,6 +30,8 @@ static int64_t make_layout(layout l, int64_t batch, int64_t rows, int64_t cols, 
 }
 
 static int g_case;
+// > 0: check_mm passes a bias row with this element stride (beta must be 0).
+static int64_t g_bias_stride;
 
 static void check_mm(trn_dtype dt, int64_t batch, int64_t m, int64_t n, int64_t k, layout la,
                      layout lb, layout lc, double alpha, double beta, bool nan_c) {
@@ -62,7 +66,17 @@ static void check_mm(trn_dtype dt, int64_t batch, int64_t m, int64_t n, int64_t 
     memcpy(d.c_strides, cs, sizeof cs);
     if (isint) alpha = (double)(int64_t)alpha, beta = (double)(int64_t)beta;
     d.alpha = alpha, d.beta = beta, d.alpha_int = (int64_t)alpha, d.beta_int = (int64_t)beta;
-    CHECK_OK(trn_matmul_launch(g_stream, &d));
+    char *hbias = NULL, *dbias = NULL;
+    if (g_bias_stride > 0) {
+        const int64_t bn_ = (n - 1) * g_bias_stride + 1;
+        hbias = calloc((size_t)bn_, es);
+        for (int64_t i = 0; i < bn_; i++)
+            put_elem(dt, hbias, i, isint ? (double)(int64_t)(rng_next() % 11) - 5 : rng_unit());
+        dbias = dev_alloc(g_stream, (size_t)bn_ * es);
+        xfer(g_stream, dbias, hbias, (size_t)bn_ * es);
+    }
+    CHECK_OK(dbias ? trn_matmul_bias_launch(g_stream, &d, dbias, g_bias_stride)
+                   : trn_matmul_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     xfer(g_stream, out, dc, (size_t)cn * es);
 
@@ -82,6 +96,7 @@ static void check_mm(trn_dtype dt, int64_t batch, int64_t m, int64_t n, int64_t 
                 const int64_t ci = co + t * cs[0] + i * cs[1] + j * cs[2];
                 double want = alpha * acc;
                 if (beta != 0) want += beta * get_elem(dt, hc, ci);
+                if (hbias) want += get_elem(dt, hbias, j * g_bias_stride);
                 double got = get_elem(dt, out, ci);
                 if (isint) {
                     // Wrap the exact value to the dtype, as the kernel must.
@@ -115,7 +130,8 @@ static void check_mm(trn_dtype dt, int64_t batch, int64_t m, int64_t n, int64_t 
     CHECK_OK(trn_mem_free(da));
     CHECK_OK(trn_mem_free(db));
     CHECK_OK(trn_mem_free(dc));
-    free(ha), free(hb), free(hc), free(out);
+    if (dbias) CHECK_OK(trn_mem_free(dbias));
+    free(ha), free(hb), free(hc), free(out), free(hbias);
 }
 
 static void test_layouts(trn_dtype dt) {
@@ -197,6 +213,15 @@ static void test_errors(void) {
     // Empty outputs are a no-op even with NULL pointers.
     trn_matmul_desc e = {TRN_DTYPE_F32, 0, 2, 2, 2, NULL, {0}, NULL, {0}, NULL, {0}, 1, 0, 1, 0};
     CHECK_OK(trn_matmul_launch(g_stream, &e));
+    // A bias comes with beta == 0, a non-negative stride, and a pointer.
+    d.c = x;
+    d.beta = 1;
+    CHECK_STATUS(trn_matmul_bias_launch(g_stream, &d, x, 1), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(trn_last_error(), "beta == 0");
+    d.beta = 0;
+    CHECK_STATUS(trn_matmul_bias_launch(g_stream, &d, x, -1), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(trn_matmul_bias_launch(g_stream, &d, NULL, 1), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(trn_last_error(), "bias is NULL");
 }
 
 // The cached plan is reused: same geometry twice, then a different alpha.
@@ -223,6 +248,27 @@ static void test_split(void) {
     check_mm(TRN_DTYPE_F16, 2, 67, 301, 105, COL, ROW, ROW, 1, 0.5, false);
 }
 
+// A bias row: fused (float32, alpha 1, contiguous: whole, and cut with the
+// columns of C and the batch) and broadcast into C first (small products,
+// alpha != 1, a strided row, k == 0, other dtypes); NaN in C is not read.
+static void test_bias(void) {
+    g_bias_stride = 1;
+    check_mm(TRN_DTYPE_F32, 1, 64, 70, 300, ROW, COL, ROW, 1, 0, true);
+    check_mm(TRN_DTYPE_F32, 1, 301, 67, 211, ROW, COL, ROW, 1, 0, true);
+    check_mm(TRN_DTYPE_F32, 1, 67, 301, 211, ROW, COL, COL, 1, 0, false);
+    check_mm(TRN_DTYPE_F32, 9, 37, 41, 700, ROW, ROW, ROW, 1, 0, false);
+    check_mm(TRN_DTYPE_F32, 1, 67, 301, 211, STEP2, ROW, STEP2, 1, 0, false);
+    check_mm(TRN_DTYPE_F32, 1, 13, 9, 17, ROW, ROW, ROW, 1, 0, true);
+    check_mm(TRN_DTYPE_F32, 1, 64, 70, 300, ROW, ROW, ROW, 2, 0, false);
+    check_mm(TRN_DTYPE_F32, 1, 5, 4, 0, ROW, ROW, ROW, 1, 0, true);
+    check_mm(TRN_DTYPE_BF16, 1, 301, 67, 211, ROW, COL, ROW, 1, 0, false);
+    check_mm(TRN_DTYPE_F64, 1, 13, 9, 17, ROW, COL, ROW, 1, 0, false);
+    check_mm(TRN_DTYPE_I32, 1, 13, 9, 17, ROW, ROW, ROW, 1, 0, false);
+    g_bias_stride = 3;
+    check_mm(TRN_DTYPE_F32, 1, 301, 67, 211, ROW, ROW, ROW, 1, 0, false);
+    g_bias_stride = 0;
+}
+
 int main(void) {
     CHECK_OK(trn_stream_get_default(0, &g_stream));
     const trn_dtype dts[] = {TRN_DTYPE_F32, TRN_DTYPE_BF16, TRN_DTYPE_F16, TRN_DTYPE_F64,
@@ -236,5 +282,6 @@ int main(void) {
     test_errors();
     test_plan_reuse();
     test_split();
+    test_bias();
     return TEST_REPORT();
 }

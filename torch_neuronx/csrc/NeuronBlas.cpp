@@ -25,6 +25,8 @@
 
 #include <string_view>
 
+#include <trn/matmul_bias.h>
+
 #include "NeuronFallback.h"
 #include "neuron_device.h"
 #include "neuron_meta.h"
@@ -77,9 +79,11 @@ Mat scalar_mat(const Tensor &t) { return {1, 1, 1, {0, 1, 1}, t.data_ptr()}; }
 
 bool is_zero(const Scalar &s) { return s.equal(0); }
 
-// C = alpha * A @ B + beta * C on the current stream of C's device.
+// C = alpha * A @ B + beta * C (+ the row `bias`, with beta 0) on the current
+// stream of C's device.
 void launch(at::ScalarType type, const Mat &c, const Mat &a, const Mat &b, int64_t k,
-            const Scalar &alpha, const Scalar &beta, c10::DeviceIndex device) {
+            const Scalar &alpha, const Scalar &beta, c10::DeviceIndex device,
+            const Tensor *bias = nullptr) {
     trn_matmul_desc d{};
     d.dtype = *native_dtype(type);
     d.batch = c.batch;
@@ -103,7 +107,11 @@ void launch(at::ScalarType type, const Mat &c, const Mat &a, const Mat &b, int64
         d.alpha = static_cast<double>(d.alpha_int);
         d.beta = static_cast<double>(d.beta_int);
     }
-    TRN_CHECK(trn_matmul_launch(current_trn_stream(device), &d));
+    if (bias)
+        TRN_CHECK(trn_matmul_bias_launch(current_trn_stream(device), &d, bias->data_ptr(),
+                                         bias->stride(0)));
+    else
+        TRN_CHECK(trn_matmul_launch(current_trn_stream(device), &d));
 }
 
 // out <- self broadcast to out's shape (same dtype), through the copy kernel.
@@ -137,10 +145,24 @@ void prepare_out(Tensor &out, const Tensor &meta) {
 
 // ---- per-op kernels on a prepared output --------------------------------------------
 
+// Whether self, broadcast into out, can be the kernel's bias row instead of
+// a copy into out that the product then reads back: nn.Linear's addmm (a 1-d
+// bias of out's columns, beta 1) into an output it does not overlap.
+bool self_as_bias(const Tensor &out, const Tensor &self, const Scalar &beta) {
+    return self.dim() == 1 && out.dim() == 2 && self.size(0) == out.size(1) &&
+           self.scalar_type() == out.scalar_type() && beta.equal(1) &&
+           !self.storage().is_alias_of(out.storage());
+}
+
 // out (m, n) = beta * self + alpha * m1 @ m2; self already in out when aliased.
 void addmm_into(Tensor &out, const Tensor &self, const Tensor &m1, const Tensor &m2,
                 const Scalar &beta, const Scalar &alpha) {
     check_devices(out, {&self, &m1, &m2});
+    if (out.numel() != 0 && self_as_bias(out, self, beta)) {
+        launch(out.scalar_type(), mat2(out), mat2(m1), mat2(m2), m1.size(1), alpha, 0,
+               out.device().index(), &self);
+        return;
+    }
     const bool use_c = !is_zero(beta);
     if (use_c)
         copy_broadcast(out, self);

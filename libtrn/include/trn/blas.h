@@ -12,10 +12,12 @@
 // matrix across the batch. C must not overlap A or B, nor itself.
 //
 // Compute:
-//   float32            oneDNN matmul (multithreaded via OpenMP).
-//   bfloat16, float16  oneDNN in float32: operands converted by oneDNN
-//                      reorders, accumulation in float32, C rounded once (to
-//                      nearest even) on store.
+//   float32            oneDNN matmul; products of >= 2^20 multiply-adds are
+//                      cut into pieces over libtrn's pool (trn/parallel.h),
+//                      each piece a single-threaded oneDNN call.
+//   bfloat16, float16  oneDNN in float32: operands staged in float32 by
+//                      libtrn's conversion loops, accumulation in float32, C
+//                      rounded once (to nearest even) on store.
 //   float64            blocked C loop in double.
 //   int8/uint8/int16/  C loop; arithmetic wraps modulo 2^bits, like PyTorch's
 //   int32/int64        CPU kernels. alpha_int/beta_int are used.
@@ -23,6 +25,7 @@
 //
 // beta == 0 means C is written without being read (NaN/inf in C do not
 // propagate), as in BLAS and PyTorch. k == 0 gives C = beta * C.
+// trn/matmul_bias.h adds a bias row (nn.Linear's addmm).
 #ifndef TRN_BLAS_H
 #define TRN_BLAS_H
 

@@ -7,7 +7,8 @@
 // primitive and, when an operand cannot be handed to it as is, a copy that
 // stages the operand in a contiguous float32 buffer (dtype conversion, or
 // strides that only oneDNN's slow reference kernel would accept). alpha is a
-// static output scale and beta a "sum" post-op, both part of the key.
+// static output scale and beta a "sum" post-op, both part of the key; a
+// bias row (float32, alpha == 1) is the matmul's own bias argument.
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,10 +18,13 @@
 #include "trn/parallel.h"
 #include "trn/blas.h"
 #include "trn/convert.h"
+#include "trn/matmul_bias.h"
 
 typedef struct mm_args {
     trn_matmul_desc d;
-    int64_t a_lo, a_span, b_lo, b_span, c_lo, c_span;
+    const void *bias;  // NULL: none
+    int64_t bias_stride;
+    int64_t a_lo, a_span, b_lo, b_span, c_lo, c_span, bias_lo, bias_span;
 } mm_args;
 
 _Static_assert(sizeof(mm_args) <= TRN_TASK_MAX_ARGS, "matmul args too large");
@@ -186,6 +190,7 @@ typedef struct mm_key {
     int64_t a_dims[3], b_dims[3], c_dims[3];
     int64_t as[3], bs[3], cs[3];
     double alpha, beta;
+    int64_t bias;  // 1: a contiguous float32 bias row of c_dims[2] entries
 } mm_key;
 
 enum { OP_A, OP_B, OP_C_IN, OP_C_OUT, OP_MM, OP_COUNT };
@@ -195,6 +200,7 @@ typedef struct mm_plan {
     dnnl_memory_desc_t scratch_md[OP_COUNT];
     size_t scratch_size;              // max over the primitives
     dnnl_memory_desc_t user_md[3], comp_md[3];  // a, b, c
+    dnnl_memory_desc_t bias_md;       // when key.bias
     size_t temp_size[3];              // staging buffer bytes (0: direct)
     mm_key key;                       // operand geometry, for staging
 } mm_plan;
@@ -260,6 +266,13 @@ static trn_status plan_build(const mm_key *key, mm_plan **out) {
         TRN_DNNL_TRY(dnnl_memory_desc_init_by_strides(&p->user_md[i], 3, dd[i], udt, ss[i]),
                      "matmul operand layout");
     }
+    const dnnl_memory_desc_t *bias_md = NULL;
+    if (key->bias) {
+        dnnl_dims_t bdims = {1, 1, key->c_dims[2]};
+        TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->bias_md, 3, bdims, dnnl_f32, dnnl_abc),
+                     "matmul bias layout");
+        bias_md = &p->bias_md;
+    }
 
     TRN_DNNL_TRY(dnnl_primitive_attr_create(&plain_attr), "matmul plan");
     TRN_DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(plain_attr, dnnl_scratchpad_mode_user),
@@ -280,7 +293,7 @@ static trn_status plan_build(const mm_key *key, mm_plan **out) {
     bool direct = false;
     if (udt == dnnl_f32) {
         dnnl_matmul_desc_t md;
-        if (dnnl_matmul_desc_init(&md, &p->user_md[0], &p->user_md[1], NULL, &p->user_md[2]) ==
+        if (dnnl_matmul_desc_init(&md, &p->user_md[0], &p->user_md[1], bias_md, &p->user_md[2]) ==
                 dnnl_success &&
             dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL) == dnnl_success) {
             if (is_reference_impl(pd)) {
@@ -297,7 +310,7 @@ static trn_status plan_build(const mm_key *key, mm_plan **out) {
                                                       dnnl_abc),
                          "matmul staging layout");
         dnnl_matmul_desc_t md;
-        TRN_DNNL_TRY(dnnl_matmul_desc_init(&md, &p->comp_md[0], &p->comp_md[1], NULL,
+        TRN_DNNL_TRY(dnnl_matmul_desc_init(&md, &p->comp_md[0], &p->comp_md[1], bias_md,
                                            &p->comp_md[2]),
                      "matmul");
         TRN_DNNL_TRY(dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL), "matmul");
@@ -384,7 +397,7 @@ fail:
     return st;
 }
 
-static trn_status plan_execute(const mm_plan *p, const trn_matmul_desc *d) {
+static trn_status plan_execute(const mm_plan *p, const trn_matmul_desc *d, const void *bias_row) {
     trn_status st;
     dnnl_engine_t engine;
     dnnl_stream_t stream;
@@ -402,8 +415,11 @@ static trn_status plan_execute(const mm_plan *p, const trn_matmul_desc *d) {
     if ((st = trn__dnnl_workspace(total, (void **)&ws)) != TRN_SUCCESS) return st;
 
     // user[i]: the caller's memory; comp[i]: what the matmul reads/writes.
-    dnnl_memory_t user[3] = {NULL, NULL, NULL}, comp[3] = {NULL, NULL, NULL};
+    dnnl_memory_t user[3] = {NULL, NULL, NULL}, comp[3] = {NULL, NULL, NULL}, bias = NULL;
     dnnl_memory_t scratch[OP_COUNT] = {NULL};
+    if (p->key.bias)
+        TRN_DNNL_TRY(dnnl_memory_create(&bias, &p->bias_md, engine, (void *)bias_row),
+                     "matmul bias");
     void *ptrs[3] = {(void *)d->a, (void *)d->b, d->c};
     for (int i = 0; i < 3; i++) {
         TRN_DNNL_TRY(dnnl_memory_create(&user[i], &p->user_md[i], engine, ptrs[i]),
@@ -424,12 +440,13 @@ static trn_status plan_execute(const mm_plan *p, const trn_matmul_desc *d) {
         if (p->temp_size[i] != 0 && (i < 2 || p->key.beta != 0.0))
             stage_in(dt, ptrs[i], kdims[i], kstr[i], (float *)(void *)(ws + off[i]));
     {
-        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, comp[0] ? comp[0] : user[0]},
+        dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, comp[0] ? comp[0] : user[0]},
                                    {DNNL_ARG_WEIGHTS, comp[1] ? comp[1] : user[1]},
-                                   {DNNL_ARG_DST, comp[2] ? comp[2] : user[2]},
-                                   {DNNL_ARG_SCRATCHPAD, scratch[OP_MM]}};
-        if ((st = run_primitive(p->prim[OP_MM], stream, scratch[OP_MM] ? 4 : 3, args,
-                                "matmul")) != TRN_SUCCESS)
+                                   {DNNL_ARG_DST, comp[2] ? comp[2] : user[2]}};
+        int nargs = 3;
+        if (scratch[OP_MM]) args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, scratch[OP_MM]};
+        if (bias) args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, bias};
+        if ((st = run_primitive(p->prim[OP_MM], stream, nargs, args, "matmul")) != TRN_SUCCESS)
             goto fail;
     }
     TRN_DNNL_TRY(dnnl_stream_wait(stream), "matmul");
@@ -440,6 +457,7 @@ fail:
         if (user[i]) dnnl_memory_destroy(user[i]);
         if (comp[i]) dnnl_memory_destroy(comp[i]);
     }
+    if (bias) dnnl_memory_destroy(bias);
     for (int i = 0; i < OP_COUNT; i++)
         if (scratch[i]) dnnl_memory_destroy(scratch[i]);
     return st;
@@ -458,8 +476,9 @@ static void key_operand(int64_t batch, int64_t rows, int64_t cols, const int64_t
     if (strides[0] <= 0) strides[0] = rows * cols;
 }
 
-// One oneDNN matmul (plan from the cache, or built) for the whole of `d`.
-static trn_status run_plan(const trn_matmul_desc *d) {
+// One oneDNN matmul (plan from the cache, or built) for the whole of `d`,
+// adding the contiguous float32 row `bias` unless it is NULL.
+static trn_status run_plan(const trn_matmul_desc *d, const void *bias) {
     mm_key key;
     memset(&key, 0, sizeof key);
     key.dtype = d->dtype;
@@ -468,6 +487,7 @@ static trn_status run_plan(const trn_matmul_desc *d) {
     key_operand(d->batch, d->m, d->n, d->c_strides, key.c_dims, key.cs);
     key.alpha = d->alpha;
     key.beta = d->beta;
+    key.bias = bias != NULL;
 
     mm_plan *plan = trn__plan_find(&key, sizeof key), *own = NULL;
     if (plan == NULL) {
@@ -483,7 +503,7 @@ static trn_status run_plan(const trn_matmul_desc *d) {
             plan = own;  // cache full: use once, then destroy
         }
     }
-    trn_status st = plan_execute(plan, d);
+    trn_status st = plan_execute(plan, d, bias);
     plan_destroy(own);
     return st;
 }
@@ -509,6 +529,7 @@ static void normalize_matrix(int64_t rows, int64_t cols, int64_t *s);
 
 typedef struct mm_split {
     trn_matmul_desc d;
+    const void *bias;  // contiguous float32 row, or NULL
     int axis;          // 0: batch, 1: rows of A and C, 2: columns of B and C
     int64_t step;      // items per piece along `axis`
     int64_t extent;    // items along `axis`
@@ -524,6 +545,7 @@ static void split_piece(void *ctx, int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; p++) {
         if (atomic_load_explicit(&sp->failed, memory_order_relaxed)) break;
         trn_matmul_desc d = sp->d;
+        const void *bias = sp->bias;
         const int64_t lo = p * sp->step;
         const int64_t n = min64(sp->step, sp->extent - lo);
         if (n <= 0) break;
@@ -542,6 +564,7 @@ static void split_piece(void *ctx, int64_t p0, int64_t p1) {
             d.n = n;
             boff = lo * bs[2];
             coff = lo * cs[2];
+            if (bias) bias = (const char *)bias + lo * es;
         }
         normalize_matrix(d.m, d.k, d.a_strides);
         normalize_matrix(d.k, d.n, d.b_strides);
@@ -550,7 +573,7 @@ static void split_piece(void *ctx, int64_t p0, int64_t p1) {
         d.b = (const char *)d.b + boff * es;
         d.c = (char *)d.c + coff * es;
         trn_clear_error();
-        trn_status st = run_plan(&d);
+        trn_status st = run_plan(&d, bias);
         if (st != TRN_SUCCESS) {
             int expected = 0;
             if (atomic_compare_exchange_strong(&sp->failed, &expected, 1)) {
@@ -565,18 +588,18 @@ static void split_piece(void *ctx, int64_t p0, int64_t p1) {
 
 // Runs `d` (not both operands broadcast) as pieces over the pool, or as one
 // single-threaded call when it is small or the pool has one thread.
-static trn_status run_split(const trn_matmul_desc *d) {
+static trn_status run_split(const trn_matmul_desc *d, const void *bias) {
     dnnl_engine_t engine;  // loads oneDNN, which finds its OpenMP runtime
     trn_status st = trn__dnnl_engine(&engine);
     if (st != TRN_SUCCESS) return st;
-    if (!trn__dnnl_can_serialize()) return run_plan(d);  // oneDNN threads it
+    if (!trn__dnnl_can_serialize()) return run_plan(d, bias);  // oneDNN threads it
     const int threads = trn_parallel_threads();
     const int64_t macs = d->batch * d->m * d->n * d->k;
     int64_t want = (int64_t)threads * SPLIT_PER_THREAD;
     if (macs / SPLIT_MIN_MACS < want) want = macs / SPLIT_MIN_MACS;
     if (threads <= 1 || want <= 1) {
         const int saved = trn__dnnl_serial_begin();
-        st = run_plan(d);
+        st = run_plan(d, bias);
         trn__dnnl_serial_end(saved);
         return st;
     }
@@ -586,6 +609,7 @@ static trn_status run_split(const trn_matmul_desc *d) {
     if (sp == NULL)
         return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "out of host memory for a matmul split");
     sp->d = *d;
+    sp->bias = bias;
     const bool batched = d->batch >= want;
     sp->axis = batched ? 0 : d->m >= d->n ? 1 : 2;
     sp->extent = sp->axis == 0 ? d->batch : sp->axis == 1 ? d->m : d->n;
@@ -600,7 +624,7 @@ static trn_status run_split(const trn_matmul_desc *d) {
     return st;
 }
 
-static trn_status run_dnnl(const trn_matmul_desc *d) {
+static trn_status run_dnnl(const trn_matmul_desc *d, const void *bias) {
     if (d->batch > 1 && d->a_strides[0] == 0 && d->b_strides[0] == 0) {
         // Both operands broadcast: oneDNN wants a real batch on one side, so
         // run the single product once per output matrix.
@@ -608,15 +632,49 @@ static trn_status run_dnnl(const trn_matmul_desc *d) {
         one.batch = 1;
         for (int64_t t = 0; t < d->batch; t++) {
             one.c = (char *)d->c + t * d->c_strides[0] * (int64_t)trn_dtype_size(d->dtype);
-            trn_status st = run_split(&one);
+            trn_status st = run_split(&one, bias);
             if (st != TRN_SUCCESS) return st;
         }
         return TRN_SUCCESS;
     }
-    return run_split(d);
+    return run_split(d, bias);
 }
 
-static trn_status mm_run(const trn_matmul_desc *d) {
+static bool is_small(const trn_matmul_desc *d) {
+    return d->m < SMALL_MNK && d->n < SMALL_MNK && d->k < SMALL_MNK &&
+           d->m * d->n * d->k < SMALL_MNK;
+}
+
+// Whether oneDNN's matmul adds the bias row itself: float32 on the oneDNN
+// path with no output scale (whether oneDNN scales before or after its bias
+// is then moot), and a contiguous row.
+static bool bias_fused(const trn_matmul_desc *d, int64_t bias_stride) {
+    return d->dtype == TRN_DTYPE_F32 && d->alpha == 1.0 && bias_stride == 1 && d->k > 0 &&
+           !is_small(d);
+}
+
+// C = bias row broadcast over every row of every matrix (same dtype: a
+// plain element copy).
+static void broadcast_bias(const trn_matmul_desc *d, const void *bias, int64_t bias_stride) {
+    const size_t es = trn_dtype_size(d->dtype);
+    const int64_t *cs = d->c_strides;
+    for (int64_t t = 0; t < d->batch; t++)
+        for (int64_t i = 0; i < d->m; i++)
+            for (int64_t j = 0; j < d->n; j++)
+                memcpy((char *)d->c + (t * cs[0] + i * cs[1] + j * cs[2]) * (int64_t)es,
+                       (const char *)bias + j * bias_stride * (int64_t)es, es);
+}
+
+static trn_status mm_run(const trn_matmul_desc *d, const void *bias, int64_t bias_stride) {
+    trn_matmul_desc unfused;
+    if (bias != NULL && !bias_fused(d, bias_stride)) {
+        broadcast_bias(d, bias, bias_stride);
+        bias = NULL;
+        unfused = *d;
+        unfused.beta = 1.0;
+        unfused.beta_int = 1;
+        d = &unfused;
+    }
     if (d->k == 0) {
         switch (d->dtype) {
         case TRN_DTYPE_F32: scale_f32(d); break;
@@ -632,8 +690,7 @@ static trn_status mm_run(const trn_matmul_desc *d) {
         }
         return TRN_SUCCESS;
     }
-    if (d->m < SMALL_MNK && d->n < SMALL_MNK && d->k < SMALL_MNK &&
-        d->m * d->n * d->k < SMALL_MNK) {
+    if (is_small(d)) {
         switch (d->dtype) {
         case TRN_DTYPE_F32: small_f32(d); return TRN_SUCCESS;
         case TRN_DTYPE_F16: small_f16(d); return TRN_SUCCESS;
@@ -648,7 +705,7 @@ static trn_status mm_run(const trn_matmul_desc *d) {
     case TRN_DTYPE_I16: loop_i16(d); return TRN_SUCCESS;
     case TRN_DTYPE_I32: loop_i32(d); return TRN_SUCCESS;
     case TRN_DTYPE_I64: loop_i64(d); return TRN_SUCCESS;
-    default: return run_dnnl(d);
+    default: return run_dnnl(d, bias);
     }
 }
 
@@ -667,7 +724,12 @@ static trn_status mm_task(void *args) {
         goto end_c;
     if (a->b_span > 0 && (st = trn__mem_access_begin(blo, (size_t)a->b_span)) != TRN_SUCCESS)
         goto end_a;
-    st = mm_run(d);
+    const void *biaslo = a->bias ? offset_ptr(a->bias, a->bias_lo) : NULL;
+    if (biaslo && (st = trn__mem_access_begin(biaslo, (size_t)a->bias_span)) != TRN_SUCCESS)
+        goto end_b;
+    st = mm_run(d, a->bias, a->bias_stride);
+    if (biaslo) trn__mem_access_end(biaslo, (size_t)a->bias_span);
+end_b:
     if (a->b_span > 0) trn__mem_access_end(blo, (size_t)a->b_span);
 end_a:
     if (a->a_span > 0) trn__mem_access_end(alo, (size_t)a->a_span);
@@ -691,7 +753,8 @@ static void normalize_matrix(int64_t rows, int64_t cols, int64_t *s) {
     }
 }
 
-trn_status trn_matmul_launch(trn_stream *stream, const trn_matmul_desc *desc) {
+static trn_status launch(trn_stream *stream, const trn_matmul_desc *desc, const void *bias,
+                         int64_t bias_stride) {
     if (stream == NULL || desc == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_matmul_launch: stream or descriptor is NULL");
@@ -705,6 +768,11 @@ trn_status trn_matmul_launch(trn_stream *stream, const trn_matmul_desc *desc) {
                               "k %lld)",
                               (long long)desc->batch, (long long)desc->m,
                               (long long)desc->n, (long long)desc->k);
+    if (bias != NULL && (desc->beta != 0 || desc->beta_int != 0 || bias_stride < 0))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_matmul_bias_launch: a bias needs beta == 0 and a "
+                              "non-negative bias_stride (beta %g, bias_stride %lld)",
+                              desc->beta, (long long)bias_stride);
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS) return st;
     if (desc->batch == 0 || desc->m == 0 || desc->n == 0) return TRN_SUCCESS;
@@ -712,6 +780,8 @@ trn_status trn_matmul_launch(trn_stream *stream, const trn_matmul_desc *desc) {
     mm_args a;
     memset(&a, 0, sizeof a);
     a.d = *desc;
+    a.bias = bias;
+    a.bias_stride = bias_stride;
     trn_matmul_desc *d = &a.d;
     const size_t es = trn_dtype_size(d->dtype);
     if (d->c == NULL || (d->k > 0 && (d->a == NULL || d->b == NULL)))
@@ -743,8 +813,21 @@ trn_status trn_matmul_launch(trn_stream *stream, const trn_matmul_desc *desc) {
                   csz[3] = {d->batch, d->m, d->n};
     if (!trn__view_span(3, csz, d->c_strides, es, &a.c_lo, &a.c_span) ||
         (d->k > 0 && (!trn__view_span(3, asz, d->a_strides, es, &a.a_lo, &a.a_span) ||
-                      !trn__view_span(3, bsz, d->b_strides, es, &a.b_lo, &a.b_span))))
+                      !trn__view_span(3, bsz, d->b_strides, es, &a.b_lo, &a.b_span))) ||
+        (bias != NULL &&
+         !trn__view_span(1, &d->n, &bias_stride, es, &a.bias_lo, &a.bias_span)))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_matmul_launch: strides overflow the address space");
     return trn_stream_launch(stream, mm_task, &a, sizeof a);
+}
+
+trn_status trn_matmul_launch(trn_stream *stream, const trn_matmul_desc *desc) {
+    return launch(stream, desc, NULL, 0);
+}
+
+trn_status trn_matmul_bias_launch(trn_stream *stream, const trn_matmul_desc *desc,
+                                  const void *bias, int64_t bias_stride) {
+    if (bias == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_matmul_bias_launch: bias is NULL");
+    return launch(stream, desc, bias, bias_stride);
 }
