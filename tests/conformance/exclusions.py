@@ -40,6 +40,11 @@ EXCLUDED = {
 # by ~1e-5 absolute (relative <= 7e-5). Keys as EXCLUDED; "grad" entries
 # apply to the gradient check.
 TOLERANCES = {
+    # oneDNN's convolution and PyTorch CPU's sum in different orders; on an
+    # AMD EPYC (AVX-512) host the float32 conv3d samples (|result| up to ~440)
+    # then differ by up to 4e-5. Against a float64 reference neuron's error is
+    # never above CPU's (max 5.0e-5 vs 6.6e-5, 8.9e-5 vs 8.9e-5).
+    ("nn.functional.conv3d", "", torch.float32): (1e-4, 1e-5),
     # PyTorch CPU sums 16-bit 3-d adaptive averages in the 16-bit type;
     # neuron sums in float32 and rounds once (closer to the float64 result:
     # max error 0.015 vs CPU's 0.049 on bfloat16 values of magnitude ~10).
