@@ -14,14 +14,13 @@ On a loaded machine, single-threaded rows compare the kernels more steadily:
 """
 import argparse
 import os
-import time
 
 import torch
 import torch.nn.functional as F
 
 import torch_neuronx  # noqa: F401
 
-SYNC = {"neuron": torch.neuron.synchronize, "cpu": lambda: None}
+from bench_ops import timeit as best_time  # best per-call seconds over rounds
 
 # name, batch, heads, kv heads, L, head dim, causal, mask
 SMALL = [
@@ -35,25 +34,6 @@ LONG = [
     ("L1024 1x8x1024x64", 1, 8, 8, 1024, 64, False, None),
     ("L2048 1x4x2048x64 causal", 1, 4, 4, 2048, 64, True, None),
 ]
-
-
-def best_time(fn, device, min_time):
-    sync = SYNC[device]
-    fn()
-    sync()
-    best, spent, reps = float("inf"), 0.0, 1
-    while spent < min_time:
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        sync()
-        dt = time.perf_counter() - t0
-        spent += dt
-        best = min(best, dt / reps)
-        if dt < 0.02:
-            reps *= 2
-    return best
-
 
 def case(device, b, h, hk, L, e, causal, mask, dtype):
     gen = torch.Generator().manual_seed(0)

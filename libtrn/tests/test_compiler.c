@@ -7,45 +7,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "test.h"
-#include "trn/compiler.h"
+#include "compiler_test.h"
 
-static char include_dir[4096];
-
-static void find_include_dir(void) {
-    // __FILE__ is .../libtrn/tests/test_compiler.c
-    snprintf(include_dir, sizeof include_dir, "%s", __FILE__);
-    char *p = strstr(include_dir, "tests/test_compiler.c");
-    if (p) strcpy(p, "include");
-}
-
-static trn_stream *stream(void) {
-    trn_stream *s = NULL;
-    trn_stream_get_default(0, &s);
-    return s;
-}
-
-static trn_program *compile(trn_graph *g, const char *cache) {
-    trn_compile_options o = {include_dir, cache, NULL, "test"};
-    trn_program *p = NULL;
-    trn_status st = trn_program_compile(g, &o, &p);
-    if (st != TRN_SUCCESS) fprintf(stderr, "compile: %s\n", trn_last_error());
-    CHECK_INT(st, TRN_SUCCESS);
-    return p;
-}
+static trn_program *compile(trn_graph *g, const char *cache) { return compile_named(g, cache, "test"); }
 
 static void run(trn_program *p, const int *nodes, void **bufs, int n) {
-    void *ws = NULL;
-    if (trn_program_workspace_size(p)) ws = aligned_alloc(64, (trn_program_workspace_size(p) + 63) & ~(size_t)63);
-    trn_run *r = NULL;
-    CHECK_INT(trn_run_create(p, ws, &r), TRN_SUCCESS);
-    for (int i = 0; i < n; i++) CHECK_INT(trn_run_set_buffer(r, nodes[i], bufs[i]), TRN_SUCCESS);
-    int host = 0;
-    CHECK_INT(trn_run_continue(r, stream(), &host), TRN_SUCCESS);
-    CHECK_INT(host, -1);
-    CHECK_INT(trn_run_finish(r, stream()), TRN_SUCCESS);
-    CHECK_INT(trn_stream_synchronize(stream()), TRN_SUCCESS);
-    free(ws);
+    CHECK_INT(run_status(p, nodes, bufs, n), TRN_SUCCESS);
 }
 
 // y = relu(x * 2 + b) with b broadcast along rows: one fused kernel.

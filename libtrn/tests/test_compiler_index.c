@@ -8,47 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "test.h"
-#include "trn/compiler.h"
+#include "compiler_test.h"
 
-static char include_dir[4096];
-
-static void find_include_dir(void) {
-    snprintf(include_dir, sizeof include_dir, "%s", __FILE__);
-    char *p = strstr(include_dir, "tests/test_compiler_index.c");
-    if (p) strcpy(p, "include");
-}
-
-static trn_stream *stream(void) {
-    trn_stream *s = NULL;
-    trn_stream_get_default(0, &s);
-    return s;
-}
-
-static trn_program *compile(trn_graph *g) {
-    trn_compile_options o = {include_dir, NULL, NULL, "test_index"};
-    trn_program *p = NULL;
-    trn_status st = trn_program_compile(g, &o, &p);
-    if (st != TRN_SUCCESS) fprintf(stderr, "compile: %s\n", trn_last_error());
-    CHECK_INT(st, TRN_SUCCESS);
-    return p;
-}
-
-// Runs the program; returns the stream's status after it (the run's error).
-static trn_status run(trn_program *p, const int *nodes, void **bufs, int n) {
-    void *ws = NULL;
-    if (trn_program_workspace_size(p)) ws = aligned_alloc(64, (trn_program_workspace_size(p) + 63) & ~(size_t)63);
-    trn_run *r = NULL;
-    CHECK_INT(trn_run_create(p, ws, &r), TRN_SUCCESS);
-    for (int i = 0; i < n; i++) CHECK_INT(trn_run_set_buffer(r, nodes[i], bufs[i]), TRN_SUCCESS);
-    int host = 0;
-    CHECK_INT(trn_run_continue(r, stream(), &host), TRN_SUCCESS);
-    CHECK_INT(host, -1);
-    CHECK_INT(trn_run_finish(r, stream()), TRN_SUCCESS);
-    trn_status st = trn_stream_synchronize(stream());
-    free(ws);
-    return st;
-}
+static trn_program *compile(trn_graph *g) { return compile_named(g, NULL, "test_index"); }
 
 // y[b, t, :] = W[ids[b, t], :] + P[t, :]: the gather fuses into the add.
 static void test_embedding(void) {
@@ -82,7 +44,7 @@ static void test_embedding(void) {
     for (int i = 0; i < V * D; i++) W[i] = (float)i;
     for (int i = 0; i < T * D; i++) P[i] = 0.5f * (float)i;
     int64_t I[B * T] = {6, 0, 3, 3, 1, 2};
-    CHECK_INT(run(p, (int[]){w, ids, pos, y}, (void *[]){W, I, P, Y}, 4), TRN_SUCCESS);
+    CHECK_INT(run_status(p, (int[]){w, ids, pos, y}, (void *[]){W, I, P, Y}, 4), TRN_SUCCESS);
     int bad = 0;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
@@ -91,10 +53,10 @@ static void test_embedding(void) {
     CHECK_INT(bad, 0);
     // An index past the table fails the run with index_select's message.
     I[4] = V;
-    CHECK_INT(run(p, (int[]){w, ids, pos, y}, (void *[]){W, I, P, Y}, 4), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_INT(run_status(p, (int[]){w, ids, pos, y}, (void *[]){W, I, P, Y}, 4), TRN_ERROR_INVALID_ARGUMENT);
     CHECK_STR(trn_last_error(), "index out of range in self");
     I[4] = -1;  // no wrapping here
-    CHECK_INT(run(p, (int[]){w, ids, pos, y}, (void *[]){W, I, P, Y}, 4), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_INT(run_status(p, (int[]){w, ids, pos, y}, (void *[]){W, I, P, Y}, 4), TRN_ERROR_INVALID_ARGUMENT);
     trn_clear_error();
     trn_program_free(p);
 }
@@ -117,7 +79,7 @@ static void test_two_indices(void) {
     float X[R * C], Y[N];
     for (int i = 0; i < R * C; i++) X[i] = (float)i;  // column-major: X[i, j] = i + j * R
     int64_t RI[N] = {0, 3, -1, 2, -4}, CI[2 * N] = {5, 0, -6, 0, 1, 0, 2, 0, -1, 0};
-    CHECK_INT(run(p, (int[]){x, r, c, y}, (void *[]){X, RI, CI, Y}, 4), TRN_SUCCESS);
+    CHECK_INT(run_status(p, (int[]){x, r, c, y}, (void *[]){X, RI, CI, Y}, 4), TRN_SUCCESS);
     int bad = 0;
     for (int i = 0; i < N; i++) {
         int64_t ri = RI[i] < 0 ? RI[i] + R : RI[i], ci = CI[2 * i] < 0 ? CI[2 * i] + C : CI[2 * i];
@@ -125,7 +87,7 @@ static void test_two_indices(void) {
     }
     CHECK_INT(bad, 0);
     CI[4] = 6;
-    CHECK_INT(run(p, (int[]){x, r, c, y}, (void *[]){X, RI, CI, Y}, 4), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_INT(run_status(p, (int[]){x, r, c, y}, (void *[]){X, RI, CI, Y}, 4), TRN_ERROR_INVALID_ARGUMENT);
     CHECK_STR(trn_last_error(), "index 6 is out of bounds for dimension 1 with size 6");
     trn_clear_error();
     trn_program_free(p);
@@ -155,14 +117,14 @@ static void test_scatter_add(void) {
     float G[N * D], Y[V * D], E[V * D] = {0};
     for (int i = 0; i < N * D; i++) G[i] = (float)i * 0.25f;
     int64_t I[N] = {1, 3, 1, -1, 0, 1};  // -1 wraps to 3; row 2 gets nothing
-    CHECK_INT(run(p, (int[]){gr, ids, y}, (void *[]){G, I, Y}, 3), TRN_SUCCESS);
+    CHECK_INT(run_status(p, (int[]){gr, ids, y}, (void *[]){G, I, Y}, 3), TRN_SUCCESS);
     for (int n = 0; n < N; n++)
         for (int d = 0; d < D; d++) E[(I[n] < 0 ? I[n] + V : I[n]) * D + d] += G[n * D + d];
     int bad = 0;
     for (int i = 0; i < V * D; i++) bad += Y[i] != 2.0f * E[i];
     CHECK_INT(bad, 0);
     I[2] = -5;
-    CHECK_INT(run(p, (int[]){gr, ids, y}, (void *[]){G, I, Y}, 3), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_INT(run_status(p, (int[]){gr, ids, y}, (void *[]){G, I, Y}, 3), TRN_ERROR_INVALID_ARGUMENT);
     CHECK_STR(trn_last_error(), "index -5 is out of bounds for dimension 0 with size 4");
     trn_clear_error();
     trn_program_free(p);
@@ -195,11 +157,11 @@ static void test_gather_reduce(bool keep) {
         T[i] = (i * 3) % K;
         e += X[i * K + T[i]];
     }
-    CHECK_INT(run(p, (int[]){x, t, s, pick}, (void *[]){X, T, &S, PK}, keep ? 4 : 3), TRN_SUCCESS);
+    CHECK_INT(run_status(p, (int[]){x, t, s, pick}, (void *[]){X, T, &S, PK}, keep ? 4 : 3), TRN_SUCCESS);
     CHECK(fabs(S - e) < 1e-4);
     for (int i = 0; i < N && keep; i++) CHECK(PK[i] == X[i * K + T[i]]);
     T[8] = K;
-    CHECK_INT(run(p, (int[]){x, t, s, pick}, (void *[]){X, T, &S, PK}, keep ? 4 : 3), TRN_ERROR_KERNEL);
+    CHECK_INT(run_status(p, (int[]){x, t, s, pick}, (void *[]){X, T, &S, PK}, keep ? 4 : 3), TRN_ERROR_KERNEL);
     CHECK_STR(trn_last_error(), "index 5 is out of bounds for dimension 1 with size 5");
     trn_clear_error();
     trn_program_free(p);
@@ -225,7 +187,7 @@ static void test_iota(void) {
     CHECK_INT(trn_program_workspace_size(p), 0);
     unsigned char M[T * T];
     float F[T];
-    CHECK_INT(run(p, (int[]){m, f}, (void *[]){M, F}, 2), TRN_SUCCESS);
+    CHECK_INT(run_status(p, (int[]){m, f}, (void *[]){M, F}, 2), TRN_SUCCESS);
     int bad = 0;
     for (int i = 0; i < T; i++)
         for (int j = 0; j < T; j++) bad += M[i * T + j] != (j <= i);
