@@ -654,15 +654,23 @@ static bool bias_fused(const trn_matmul_desc *d, int64_t bias_stride) {
 }
 
 // C = bias row broadcast over every row of every matrix (same dtype: a
-// plain element copy).
+// plain element copy). Rows of C and a contiguous bias copy as whole rows:
+// element by element, a bf16 nn.Linear's output took longer than its product.
 static void broadcast_bias(const trn_matmul_desc *d, const void *bias, int64_t bias_stride) {
     const size_t es = trn_dtype_size(d->dtype);
     const int64_t *cs = d->c_strides;
+    const bool rows = cs[2] == 1 && bias_stride == 1;
     for (int64_t t = 0; t < d->batch; t++)
-        for (int64_t i = 0; i < d->m; i++)
+        for (int64_t i = 0; i < d->m; i++) {
+            char *row = (char *)d->c + (t * cs[0] + i * cs[1]) * (int64_t)es;
+            if (rows) {
+                memcpy(row, bias, (size_t)d->n * es);
+                continue;
+            }
             for (int64_t j = 0; j < d->n; j++)
-                memcpy((char *)d->c + (t * cs[0] + i * cs[1] + j * cs[2]) * (int64_t)es,
+                memcpy(row + j * cs[2] * (int64_t)es,
                        (const char *)bias + j * bias_stride * (int64_t)es, es);
+        }
 }
 
 static trn_status mm_run(const trn_matmul_desc *d, const void *bias, int64_t bias_stride) {
