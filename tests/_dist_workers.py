@@ -379,6 +379,22 @@ def _reference(data, lr=0.1):
     return losses, {k: v.detach() for k, v in m.state_dict().items()}
 
 
+class _MlpBlock(torch.nn.Module):
+    """LayerNorm -> Linear -> ReLU -> Linear (then dropout p_drop): the
+    transformer-style block of the TP/SP tests, weights from seed 3."""
+
+    def __init__(self, p_drop=0.0):
+        super().__init__()
+        torch.manual_seed(3)
+        self.p_drop = p_drop
+        self.norm = torch.nn.LayerNorm(8)
+        self.fc1, self.fc2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        y = self.fc2(torch.relu(self.fc1(self.norm(x))))
+        return torch.nn.functional.dropout(y, self.p_drop) if self.p_drop else y
+
+
 def _global_loss(local_loss):
     t = local_loss.detach().clone()
     dist.all_reduce(t, op=dist.ReduceOp.AVG)
@@ -498,17 +514,8 @@ def parallel():
     # sequence shard, all-gather into Colwise, reduce-scatter out of Rowwise.
     from torch.distributed.tensor.parallel import SequenceParallel
 
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            torch.manual_seed(3)
-            self.norm = torch.nn.LayerNorm(8)
-            self.fc1, self.fc2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
-
-        def forward(self, x):
-            return self.fc2(torch.relu(self.fc1(self.norm(x))))
-    ref_block = Block()
-    sp = parallelize_module(Block().to(dev), mesh, {
+    ref_block = _MlpBlock()
+    sp = parallelize_module(_MlpBlock().to(dev), mesh, {
         "norm": SequenceParallel(),
         "fc1": ColwiseParallel(input_layouts=Shard(1)),
         "fc2": RowwiseParallel(output_layouts=Shard(1))})
@@ -738,18 +745,8 @@ def dtensor_random():
     from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                    SequenceParallel, parallelize_module)
 
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            torch.manual_seed(3)
-            self.norm = torch.nn.LayerNorm(8)
-            self.fc1, self.fc2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
-
-        def forward(self, x):
-            return F.dropout(self.fc2(torch.relu(self.fc1(self.norm(x)))), 0.25)
-
     seq = torch.randn(1, 2 * world, 8, generator=torch.Generator().manual_seed(9))
-    ref_block = Block().to(dev)
+    ref_block = _MlpBlock(p_drop=0.25).to(dev)
     torch.manual_seed(11)
     ref = ref_block(seq.to(dev))
     ref.sum().backward()
@@ -763,7 +760,7 @@ def dtensor_random():
                lambda: seq[:, rank * 2:(rank + 1) * 2].to(dev), lambda out: out.full_tensor()),
     }
     for name, (plan, inp, whole_of) in plans.items():
-        block = parallelize_module(Block().to(dev), mesh, plan)
+        block = parallelize_module(_MlpBlock(p_drop=0.25).to(dev), mesh, plan)
         torch.manual_seed(11)
         out = block(inp())
         assert isinstance(out, DTensor), name
