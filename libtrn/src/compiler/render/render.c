@@ -566,6 +566,12 @@ static void render_pointwise(sb *b, kernel *k, int kid) {
     put_offset(b, &l, od, r->layout, 0);
     put(b, ";\n");
     int64_t so = l.nd ? eff_stride(&l, l.nd - 1, r->layout) : 0;
+    // ivdep: the output never overlaps an operand except a store's own
+    // input at the element it writes (the schedule allocates a step's output
+    // before releasing its operands), so no iteration depends on another.
+    // Without it GCC -O2's "very cheap" vectorizer skips every loop that
+    // would need an aliasing check: gelu ran scalar at ~10 ns/element.
+    put(b, "        #pragma GCC ivdep\n");
     put(b, "        for (int64_t j = j0; j < j1; j++) {\n");
     if (!b->oom) put_body_values(b, k, "            ", (const char *const *)idx);
     if (r->kind == CC_CONST) {
