@@ -182,13 +182,50 @@ CONV_CASES = [
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("fn,xs,ws,kw", CONV_CASES)
 def test_conv_forward_and_gradients(fn, xs, ws, kw, bias):
+    _check_conv(fn, xs, ws, kw, bias, 1e-5)
+
+
+# Convolutions of >= 2 M multiply-adds run as pieces over libtrn's pool
+# (oneDNN single-threaded per piece): along the batch, or along channels
+# with an uneven last piece (24 output channels: 16 + 8; one image: output
+# channels forward, input channels for the input gradient).
+CONV_SPLIT_CASES = [
+    (F.conv2d, (4, 16, 20, 20), (24, 16, 3, 3), dict(padding=1)),
+    (F.conv2d, (1, 16, 40, 40), (40, 16, 3, 3), dict(padding=1)),
+    (F.conv2d, (1, 40, 30, 30), (16, 40, 3, 3), dict()),
+]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("fn,xs,ws,kw", CONV_SPLIT_CASES)
+def test_conv_split_forward_and_gradients(fn, xs, ws, kw, bias):
+    # Sums of 144-360 products: float32 rounding differs by ~1e-5 absolute.
+    _check_conv(fn, xs, ws, kw, bias, 1e-4)
+
+
+def test_conv_split_strided_operands():
+    # Pieces address the caller's strides: channels-last input and gradient.
+    x, w, b = torch.randn(4, 16, 20, 20), torch.randn(24, 16, 3, 3), torch.randn(24)
+    xd = x.to(DEV).to(memory_format=torch.channels_last).requires_grad_()
+    wd, bd = w.to(DEV).requires_grad_(), b.to(DEV).requires_grad_()
+    xc, wc, bc = (t.clone().requires_grad_() for t in (x, w, b))
+    y, yd = F.conv2d(xc, wc, bc, padding=1), F.conv2d(xd, wd, bd, padding=1)
+    torch.testing.assert_close(yd.cpu(), y, rtol=1e-4, atol=1e-4)
+    g = torch.randn_like(y)
+    gd = torch.autograd.grad(yd, (xd, wd, bd), g.to(DEV).to(memory_format=torch.channels_last))
+    for a, d in zip(torch.autograd.grad(y, (xc, wc, bc), g), gd):
+        torch.testing.assert_close(d.cpu(), a, rtol=1e-4, atol=1e-4)
+    _no_fallback()
+
+
+def _check_conv(fn, xs, ws, kw, bias, atol):
     x, w = torch.randn(xs, requires_grad=True), torch.randn(ws, requires_grad=True)
     b = torch.randn(ws[0], requires_grad=True) if bias else None
     leaves = [t for t in (x, w, b) if t is not None]
     dev = [t.detach().to(DEV).requires_grad_() for t in leaves]
     y = fn(x, w, b, **kw)
     yd = fn(dev[0], dev[1], dev[2] if bias else None, **kw)
-    _close(yd, y)
+    torch.testing.assert_close(yd.cpu(), y, rtol=1e-4, atol=atol)
     g = torch.randn_like(y)
     gc = torch.autograd.grad(y, leaves, g)
     gd = torch.autograd.grad(yd, dev, g.to(DEV))

@@ -2,11 +2,14 @@
 // validation, plans (oneDNN convolution primitive + reorders between the
 // caller's strided tensors and the blocked float32 layouts oneDNN prefers,
 // cached by geometry, see dnnl_common.h) and their execution.
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dnnl_common.h"
 #include "trn/conv.h"
+#include "trn/parallel.h"
 
 typedef enum conv_kind { CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS } conv_kind;
 typedef enum slot { S_INPUT, S_WEIGHT, S_BIAS, S_OUTPUT, S_COUNT } slot;
@@ -378,18 +381,12 @@ static void zero_strided(trn_dtype dt, void *base, int nd, const int64_t *sizes,
     }
 }
 
-static trn_status conv_run(const conv_args *a) {
-    const trn_conv_desc *d = &a->d;
-    if (a->kind == CONV_BWD_WEIGHTS && d->n == 0) {
-        int64_t wsz[5] = {d->c_out, d->c_in / d->groups};
-        memcpy(wsz + 2, d->kernel, (size_t)d->spatial * sizeof(int64_t));
-        zero_strided(d->dtype, d->weight, 2 + d->spatial, wsz, d->weight_strides);
-        if (d->bias) zero_strided(d->dtype, d->bias, 1, &d->c_out, &d->bias_stride);
-        return TRN_SUCCESS;
-    }
+// One oneDNN convolution of `d` (plan looked up or built, then run) on the
+// calling thread's oneDNN stream.
+static trn_status conv_run_one(conv_kind kind, const trn_conv_desc *d) {
     conv_key key;
     memset(&key, 0, sizeof key);
-    key.kind = a->kind;
+    key.kind = kind;
     key.dtype = d->dtype;
     key.spatial = d->spatial;
     key.has_bias = d->bias != NULL;
@@ -423,6 +420,137 @@ static trn_status conv_run(const conv_args *a) {
     }
     trn_status st = plan_execute(plan, d);
     plan_destroy(own);
+    return st;
+}
+
+// oneDNN would run each convolution on an OpenMP team of its own, next to
+// libtrn's pool on the same cores; its kernels meet at spinning barriers, so
+// when a team thread is descheduled (the pool's threads or any other load
+// hold the core) the others spin out whole time slices: on 2 loaded cores a
+// 0.4 M-MAC weight gradient took 7.5 ms instead of 0.03 ms, a 600 M-MAC
+// convolution 50-100 ms instead of 20-26 ms single-threaded. So oneDNN runs
+// single-threaded, and a large convolution is cut into independent pieces
+// that run on libtrn's pool: along the batch (forward, input gradient) or
+// along output channels (weight gradient; forward/input gradient of a
+// single image: output/input channels).
+#define CONV_SPLIT_MIN_MACS ((int64_t)1 << 21)
+#define CONV_SPLIT_PER_THREAD 2
+
+typedef enum conv_axis { AXIS_BATCH, AXIS_C_OUT, AXIS_C_IN } conv_axis;
+
+typedef struct conv_split {
+    trn_conv_desc d;
+    conv_kind kind;
+    conv_axis axis;
+    int64_t step, extent;
+    _Atomic int failed;
+    trn_status status;  // first failure, written by the thread that set `failed`
+    char message[TRN__ERROR_MAX];
+} conv_split;
+
+static void *byte_offset(const void *p, int64_t elems, size_t es) {
+    return p == NULL ? NULL : (void *)((uintptr_t)p + (uintptr_t)(elems * (int64_t)es));
+}
+
+static void split_piece(void *ctx, int64_t p0, int64_t p1) {
+    conv_split *sp = ctx;
+    const size_t es = trn_dtype_size(sp->d.dtype);
+    const int saved = trn__dnnl_serial_begin();
+    for (int64_t p = p0; p < p1; p++) {
+        if (atomic_load_explicit(&sp->failed, memory_order_relaxed)) break;
+        trn_conv_desc d = sp->d;
+        const int64_t lo = p * sp->step;
+        const int64_t n = sp->extent - lo < sp->step ? sp->extent - lo : sp->step;
+        if (n <= 0) break;
+        if (sp->axis == AXIS_BATCH) {
+            d.n = n;
+            d.input = byte_offset(d.input, lo * d.input_strides[0], es);
+            d.output = byte_offset(d.output, lo * d.output_strides[0], es);
+        } else if (sp->axis == AXIS_C_OUT) {
+            d.c_out = n;
+            d.output = byte_offset(d.output, lo * d.output_strides[1], es);
+            d.weight = byte_offset(d.weight, lo * d.weight_strides[0], es);
+            d.bias = byte_offset(d.bias, lo * d.bias_stride, es);
+        } else {
+            d.c_in = n;
+            d.input = byte_offset(d.input, lo * d.input_strides[1], es);
+            d.weight = byte_offset(d.weight, lo * d.weight_strides[1], es);
+        }
+        trn_clear_error();
+        trn_status st = conv_run_one(sp->kind, &d);
+        if (st != TRN_SUCCESS) {
+            int expected = 0;
+            if (atomic_compare_exchange_strong(&sp->failed, &expected, 1)) {
+                sp->status = st;
+                snprintf(sp->message, sizeof sp->message, "%s", trn_last_error());
+            }
+            break;
+        }
+    }
+    trn__dnnl_serial_end(saved);
+}
+
+static int64_t conv_macs(const trn_conv_desc *d) {
+    int64_t m = d->n * d->c_out * (d->c_in / d->groups);
+    for (int i = 0; i < d->spatial; i++) m *= d->out_size[i] * d->kernel[i];
+    return m;
+}
+
+static trn_status conv_run(const conv_args *a) {
+    const trn_conv_desc *d = &a->d;
+    if (a->kind == CONV_BWD_WEIGHTS && d->n == 0) {
+        int64_t wsz[5] = {d->c_out, d->c_in / d->groups};
+        memcpy(wsz + 2, d->kernel, (size_t)d->spatial * sizeof(int64_t));
+        zero_strided(d->dtype, d->weight, 2 + d->spatial, wsz, d->weight_strides);
+        if (d->bias) zero_strided(d->dtype, d->bias, 1, &d->c_out, &d->bias_stride);
+        return TRN_SUCCESS;
+    }
+    dnnl_engine_t engine;  // loads oneDNN, which finds its OpenMP runtime
+    trn_status st = trn__dnnl_engine(&engine);
+    if (st != TRN_SUCCESS) return st;
+    if (!trn__dnnl_can_serialize()) return conv_run_one(a->kind, d);  // oneDNN threads it
+    const int threads = trn_parallel_threads();
+    const int64_t macs = conv_macs(d);
+    int64_t want = (int64_t)threads * CONV_SPLIT_PER_THREAD;
+    if (macs / CONV_SPLIT_MIN_MACS < want) want = macs / CONV_SPLIT_MIN_MACS;
+    conv_axis axis = AXIS_BATCH;
+    int64_t extent = 0;
+    if (a->kind != CONV_BWD_WEIGHTS && d->n >= 2) {
+        axis = AXIS_BATCH, extent = d->n;
+    } else if (d->groups == 1) {
+        axis = a->kind == CONV_BWD_DATA ? AXIS_C_IN : AXIS_C_OUT;
+        extent = axis == AXIS_C_IN ? d->c_in : d->c_out;
+    }
+    if (want > extent) want = extent;
+    if (threads <= 1 || want <= 1) {
+        const int saved = trn__dnnl_serial_begin();
+        st = conv_run_one(a->kind, d);
+        trn__dnnl_serial_end(saved);
+        return st;
+    }
+    conv_split *sp = calloc(1, sizeof *sp);
+    if (sp == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "out of host memory for a convolution split");
+    sp->d = *d;
+    sp->kind = a->kind;
+    sp->axis = axis;
+    sp->extent = extent;
+    int64_t step = (extent + want - 1) / want;
+    // Channel pieces are whole 16-channel blocks (oneDNN's blocked layouts):
+    // 8-channel pieces of a 32-channel weight gradient ran slower than one.
+    if (axis != AXIS_BATCH) step = (step + 15) / 16 * 16;
+    sp->step = step;
+    const int64_t pieces = (extent + step - 1) / step;
+    if (pieces <= 1) {
+        free(sp);
+        const int saved = trn__dnnl_serial_begin();
+        st = conv_run_one(a->kind, d);
+        trn__dnnl_serial_end(saved);
+        return st;
+    }
+    trn_parallel_for(pieces, 1, split_piece, sp);
+    if (atomic_load(&sp->failed)) st = trn__set_error(sp->status, "%s", sp->message);
+    free(sp);
     return st;
 }
 
