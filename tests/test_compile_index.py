@@ -129,6 +129,8 @@ def test_slice_scatter_and_scalar_tensor_constants():
 
     def f(x, s):
         return (torch.slice_scatter(x, s, 1, 2, 5), torch.slice_scatter(x, s, 1, -3),
+                # strided: positions 1, 4, 7 (and a negative start: 0, 3, 6)
+                torch.slice_scatter(x, s, 1, 1, None, 3), torch.slice_scatter(x, s, 1, -8, 7, 3),
                 torch.tensor(1.0) - x, x * torch.tensor(2))
 
     got = _compiled(f)(x.to("neuron"), s.to("neuron"))

@@ -325,24 +325,36 @@ def _constant_pad(L, node, x, pad, value=0):
 @register(aten.slice_scatter.default)
 def _slice_scatter(L, node, x, src, dim=0, start=None, end=None, step=1):
     """where(coordinate in the slice, src at the clamped coordinate, x): the
-    backward of a slice, fused with its neighbours."""
+    backward of a slice, fused with its neighbours. With a step, the slice's
+    coordinates are those at a multiple of it from the start, and src's
+    position is the floor quotient."""
     v, s = _src(L, x), _val(L, src)
-    if not isinstance(s, Val) or step != 1 or s.dtype != v.dtype:
+    if not isinstance(s, Val) or step < 1 or s.dtype != v.dtype:
         raise Unsupported("slice_scatter form")
     m = meta(node)
     out = _out(node)
     d = dim % len(out)
-    begin, stop, _ = slice(start, end, 1).indices(out[d])
-    n = max(stop - begin, 0)
+    begin, stop, _ = slice(start, end, step).indices(out[d])
+    n = len(range(begin, stop, step))
     if n == 0 or 0 in s.sizes:
         nid = L.g.cast(L.node_of(v), TRN_DTYPE[m.dtype])
         return L.finish_node(nid, m)
     i64, b = torch.int64, torch.bool
+    c = L.const
     coord = _iota(L, i64, out, [1 if j == d else 0 for j in range(len(out))])
     walk = [-1 if j == d else j for j in range(len(out))]
-    g = L.g.gather(_in_memory(L, s), [_clamped(L, coord, begin, n)], [d], walk, 0, ERR_BOUNDS)
-    ge = _pw(L, "GE", i64, b, [coord, L.const(begin, i64).base])
-    lt = _pw(L, "LT", i64, b, [coord, L.const(begin + n, i64).base])
-    inside = _pw(L, "LOGICAL_AND", b, b, [ge, lt])
+    last = begin + (n - 1) * step
+    ge = _pw(L, "GE", i64, b, [coord, c(begin, i64).base])
+    le = _pw(L, "LE", i64, b, [coord, c(last, i64).base])
+    inside = _pw(L, "LOGICAL_AND", b, b, [ge, le])
+    if step == 1:
+        pos = _clamped(L, coord, begin, n)
+    else:
+        rel = _pw(L, "SUB", i64, i64, [coord, c(begin, i64).base], (1,))
+        q = _pw(L, "DIV_FLOOR", i64, i64, [rel, c(step, i64).base])
+        pos = _pw(L, "CLAMP", i64, i64, [q, c(0, i64).base, c(n - 1, i64).base], (1, 1))
+        on = _pw(L, "EQ", i64, b, [_pw(L, "REMAINDER", i64, i64, [rel, c(step, i64).base]), c(0, i64).base])
+        inside = _pw(L, "LOGICAL_AND", b, b, [inside, on])
+    g = L.g.gather(_in_memory(L, s), [pos], [d], walk, 0, ERR_BOUNDS)
     nid = _pw(L, "WHERE", m.dtype, m.dtype, [inside, g, L.node_of(v)])
     return L.finish_node(nid, m)
