@@ -39,8 +39,9 @@ FULL = os.environ.get("OPENNEURON_FULL_TESTS") == "1"
 DTYPES = [torch.float32, torch.int64] if FULL else [torch.float32]
 SAMPLES_PER_OP = 2 if FULL else 1
 # Samples run beyond the first ones, by index, where those miss a lowered
-# form: slice_scatter's first samples all have step 1 (2 and 8: step 2).
-EXTRA_SAMPLES = {"slice_scatter": (2, 8)}
+# form: slice_scatter's first samples all have step 1 (2 and 8: step 2),
+# constant_pad_nd's pad at most two dims (37 and 45: three).
+EXTRA_SAMPLES = {"slice_scatter": (2, 8), "constant_pad_nd": (37, 45)}
 # Not compared: outputs that depend on something other than the inputs.
 COMPILE_EXCLUDED = {
     # float_power computes in float64: the compiler computes float64 in

@@ -295,16 +295,31 @@ def _cat(L, node, tensors, dim=0):
 
 @register(aten.constant_pad_nd.default)
 def _constant_pad(L, node, x, pad, value=0):
-    """where(inside, x at the clamped coordinate, value), for up to two
-    padded dims and no cropping."""
+    """where(inside, x at the clamped coordinate, value), no cropping. A gather
+    takes two index dims, so a pad of more dims is a chain of pads of two
+    (each inner result in memory)."""
     v = _src(L, x)
     m = meta(node)
-    out = _out(node)
-    n = len(out)
+    n = len(_out(node))
     pads = [(n - 1 - i // 2, pad[i], pad[i + 1]) for i in range(0, len(pad), 2)]
     pads = [(d, lo, hi) for d, lo, hi in pads if lo or hi]
-    if not pads or len(pads) > 2 or any(lo < 0 or hi < 0 for _, lo, hi in pads) or 0 in v.sizes:
+    if not pads or any(lo < 0 or hi < 0 for _, lo, hi in pads) or 0 in v.sizes:
         raise Unsupported("pad form")
+    while len(pads) > 2:
+        nid, sizes = _pad_two(L, v, pads[:2], value, m.dtype)
+        v = L.new_base(nid, "node", sizes, _contig(sizes), m.dtype)
+        pads = pads[2:]
+    nid, _ = _pad_two(L, v, pads, value, m.dtype)
+    return L.finish_node(nid, m)
+
+
+def _pad_two(L, v: Val, pads, value, dtype):
+    """v padded in at most two dims: (node, its sizes)."""
+    out = list(v.sizes)
+    for d, lo, hi in pads:
+        out[d] += lo + hi
+    out = tuple(out)
+    n = len(out)
     i64, b = torch.int64, torch.bool
     idx, dims, inside = [], [], None
     for d, lo, hi in pads:
@@ -317,9 +332,8 @@ def _constant_pad(L, node, x, pad, value=0):
         inside = ok if inside is None else _pw(L, "LOGICAL_AND", b, b, [inside, ok])
     walk = [-1 if j in dims else j for j in range(n)]
     g = L.g.gather(_in_memory(L, v), idx, dims, walk, 0, ERR_BOUNDS)
-    fill = L.const(value, m.dtype).base
-    nid = _pw(L, "WHERE", m.dtype, m.dtype, [inside, g, fill])
-    return L.finish_node(nid, m)
+    fill = L.const(value, dtype).base
+    return _pw(L, "WHERE", dtype, dtype, [inside, g, fill]), out
 
 
 @register(aten.slice_scatter.default)
