@@ -115,7 +115,9 @@ def test_cat_pad_arange_any_compile_without_host_steps():
                 torch.arange(1.5, 4.0, 0.5, device=dev) * 2,
                 F.pad(x, (1, 2, 0, 1)),
                 # three and four padded dims: chains of two-dim pads
-                F.pad(x, (1, 1, 1, 1, 1, 1), value=2.0), F.pad(x[None], (0, 1, 2, 0, 1, 1, 3, 0), value=-1.5))
+                F.pad(x, (1, 1, 1, 1, 1, 1), value=2.0), F.pad(x[None], (0, 1, 2, 0, 1, 1, 3, 0), value=-1.5),
+                # six pieces, mixed dtypes: cats of up to 4, joined
+                torch.cat([x, y, ids[:, None, :4].expand(2, 3, 4), x * 2, y, ids[:, None, 4:9].expand(2, 3, 5)], -1))
 
     got = _compiled(f)(x.to("neuron"), y.to("neuron"), ids.to("neuron"))
     assert torch.neuron.get_dynamo_metrics()["host_steps"] == 0

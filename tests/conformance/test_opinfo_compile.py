@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch._dynamo
 from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal.opinfo.core import SampleInput
 
 import torch_neuronx  # noqa: F401
 from .exclusions import EXCLUDED, TOLERANCES
@@ -42,6 +43,16 @@ SAMPLES_PER_OP = 2 if FULL else 1
 # form: slice_scatter's first samples all have step 1 (2 and 8: step 2),
 # constant_pad_nd's pad at most two dims (37 and 45: three).
 EXTRA_SAMPLES = {"slice_scatter": (2, 8), "constant_pad_nd": (37, 45)}
+
+
+def _own_samples(name, dtype):
+    """Forms OpInfo has no sample of: cat of more than 4 pieces (lowered as
+    cats of up to 4, then joined)."""
+    if name != "cat":
+        return []
+    g = torch.Generator().manual_seed(0)
+    pieces = [torch.randn(3, i + 1, 2, generator=g).to(dtype) for i in range(9)]
+    return [SampleInput(pieces, kwargs={"dim": 1}), SampleInput(pieces[:6], kwargs={"dim": -2})]
 # Not compared: outputs that depend on something other than the inputs.
 COMPILE_EXCLUDED = {
     # float_power computes in float64: the compiler computes float64 in
@@ -89,6 +100,7 @@ def _run_dtype(dtype, tmp_cache):
             if not isinstance(s.input, torch.Tensor) and not tensors:  # cat takes a list
                 continue
             work.append((op, s))
+        work.extend((op, s) for s in _own_samples(op.name, dtype))
     expected = []
     for op, s in work:
         try:

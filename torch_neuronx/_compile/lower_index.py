@@ -271,8 +271,29 @@ def _cat(L, node, tensors, dim=0):
     if len(pieces) == 1:
         nid = L.g.cast(L.node_of(pieces[0]), TRN_DTYPE[m.dtype])
         return L.finish_node(nid, m)
-    if not pieces or len(pieces) > 4 or any(len(v.sizes) != len(out) for v in pieces):
+    if not pieces or any(len(v.sizes) != len(out) for v in pieces):
         raise Unsupported("cat form")
+    # Every element reads every piece of its cat (at a clamped position): more
+    # than 4 pieces are cut into cats of up to 4 (in memory), then joined.
+    while len(pieces) > 4:
+        joined = []
+        for k in range(0, len(pieces), 4):
+            group = pieces[k:k + 4]
+            if len(group) == 1:
+                joined.append(group[0])
+                continue
+            nid, sizes = _cat_nodes(L, group, d, m.dtype)
+            joined.append(L.new_base(nid, "node", sizes, _contig(sizes), m.dtype))
+        pieces = joined
+    nid, _ = _cat_nodes(L, pieces, d, m.dtype)
+    return L.finish_node(nid, m)
+
+
+def _cat_nodes(L, pieces, d, dtype):
+    """The cat of 2-4 pieces along d: (node, its sizes)."""
+    out = list(pieces[0].sizes)
+    out[d] = sum(v.sizes[d] for v in pieces)
+    out = tuple(out)
     coef = [1 if j == d else 0 for j in range(len(out))]
     coord = _iota(L, torch.int64, out, coef)
     walk = [-1 if j == d else j for j in range(len(out))]
@@ -284,13 +305,13 @@ def _cat(L, node, tensors, dim=0):
     for k in reversed(range(len(pieces))):
         v = pieces[k]
         begin = ends[k] - v.sizes[d]
-        g = L.g.gather(_piece(L, v, m.dtype), [_clamped(L, coord, begin, v.sizes[d])], [d], walk, 0, ERR_BOUNDS)
+        g = L.g.gather(_piece(L, v, dtype), [_clamped(L, coord, begin, v.sizes[d])], [d], walk, 0, ERR_BOUNDS)
         if value is None:
             value = g
         else:
             inside = _pw(L, "LT", torch.int64, torch.bool, [coord, L.const(ends[k], torch.int64).base])
-            value = _pw(L, "WHERE", m.dtype, m.dtype, [inside, g, value])
-    return L.finish_node(value, m)
+            value = _pw(L, "WHERE", dtype, dtype, [inside, g, value])
+    return value, out
 
 
 @register(aten.constant_pad_nd.default)
