@@ -570,7 +570,8 @@ static void render_pointwise(sb *b, kernel *k, int kid) {
     // input at the element it writes (the schedule allocates a step's output
     // before releasing its operands), so no iteration depends on another.
     // Without it GCC -O2's "very cheap" vectorizer skips every loop that
-    // would need an aliasing check: gelu ran scalar at ~10 ns/element.
+    // would need an aliasing check: the MLP's gelu loop ran scalar (12 % of
+    // an inference step's perf samples; the graph took 67 us, now 23-33 us).
     put(b, "        #pragma GCC ivdep\n");
     put(b, "        for (int64_t j = j0; j < j1; j++) {\n");
     if (!b->oom) put_body_values(b, k, "            ", (const char *const *)idx);
