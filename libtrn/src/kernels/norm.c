@@ -12,6 +12,7 @@
 
 #include "../internal.h"
 #include "real_io.h"
+#include "vec_sum.h"
 #include "trn/convert.h"
 #include "trn/norm.h"
 #include "trn/parallel.h"
@@ -46,20 +47,12 @@ typedef struct ln_run {
     const void *w, *b;  // weight / bias in the compute type (NULL: absent)
 } ln_run;
 
-// Row sums accumulate one 64-byte vector of partial sums (element i goes to
-// lane i % lanes) and add the lanes at the end. A single running sum is one
-// dependent add per element, which the compiler may not reorder (no
-// -ffast-math): 6x slower than ATen's vectorized moments on a 1024-wide
-// row. Written with GNU vector types because GCC 12 turned the equivalent
-// array-of-lanes loop into 12 KB of permutes, 8x slower than this.
-typedef float vec_f __attribute__((vector_size(64)));
-typedef double vec_d __attribute__((vector_size(64)));
-#define VLANES(V, C) ((int)(sizeof(V) / sizeof(C)))
+// Row sums: vector partial sums (vec_sum.h).
 
 // acc1 += dy * w, acc2 += dy * w * xhat over the whole vectors of a row.
 #define DX_SUMS(C, V, LD, WJ)                                                     \
     for (int64_t i = 0; i < nv; i += L) {                                         \
-        C g[VLANES(V, C)], xh[VLANES(V, C)];                                      \
+        C g[TRN_VLANES(V, C)], xh[TRN_VLANES(V, C)];                                      \
         for (int j = 0; j < L; j++) {                                             \
             g[j] = (C)LD(dy[i + j]) * (WJ);                                       \
             xh[j] = ((C)LD(x[i + j]) - mean) * rstd;                              \
@@ -80,11 +73,11 @@ typedef double vec_d __attribute__((vector_size(64)));
         for (int64_t r = r0; r < r1; r++) {                                       \
             const T *x = (const T *)a->x + r * n;                                 \
             T *y = (T *)a->y + r * n;                                             \
-            const int L = VLANES(V, C);                                           \
+            const int L = TRN_VLANES(V, C);                                           \
             const int64_t nv = n - n % L;                                         \
             V acc = {0};                                                          \
             for (int64_t i = 0; i < nv; i += L) {                                 \
-                C t[VLANES(V, C)];                                                \
+                C t[TRN_VLANES(V, C)];                                                \
                 for (int j = 0; j < L; j++) t[j] = (C)LD(x[i + j]);               \
                 V tv;                                                             \
                 memcpy(&tv, t, sizeof tv);                                        \
@@ -96,7 +89,7 @@ typedef double vec_d __attribute__((vector_size(64)));
             const C mean = s / (C)n;                                              \
             V vacc = {0};                                                         \
             for (int64_t i = 0; i < nv; i += L) {                                 \
-                C t[VLANES(V, C)];                                                \
+                C t[TRN_VLANES(V, C)];                                                \
                 for (int j = 0; j < L; j++) t[j] = (C)LD(x[i + j]) - mean;        \
                 V tv;                                                             \
                 memcpy(&tv, t, sizeof tv);                                        \
@@ -133,7 +126,7 @@ typedef double vec_d __attribute__((vector_size(64)));
             T *dx = (T *)a->dx + r * n;                                           \
             const C mean = (C)trn__load_real(a->stat_dtype, a->mean_in, r);             \
             const C rstd = (C)trn__load_real(a->stat_dtype, a->rstd_in, r);             \
-            const int L = VLANES(V, C);                                           \
+            const int L = TRN_VLANES(V, C);                                           \
             const int64_t nv = n - n % L;                                         \
             V acc1 = {0}, acc2 = {0};                                             \
             /* unswitched on w: a select here defeats the vectorizer */           \
@@ -196,10 +189,10 @@ typedef double vec_d __attribute__((vector_size(64)));
         }                                                                         \
     }
 
-DEFINE_LN(f16, uint16_t, float, vec_f, LD_f16, ST_f16)
-DEFINE_LN(bf16, uint16_t, float, vec_f, LD_bf16, ST_bf16)
-DEFINE_LN(f32, float, float, vec_f, LD_id, ST_id)
-DEFINE_LN(f64, double, double, vec_d, LD_id, ST_id)
+DEFINE_LN(f16, uint16_t, float, trn__vec_f, LD_f16, ST_f16)
+DEFINE_LN(bf16, uint16_t, float, trn__vec_f, LD_bf16, ST_bf16)
+DEFINE_LN(f32, float, float, trn__vec_f, LD_id, ST_id)
+DEFINE_LN(f64, double, double, trn__vec_d, LD_id, ST_id)
 
 typedef void (*piece_fn)(void *, int64_t, int64_t);
 
