@@ -418,12 +418,17 @@ TRN_SC_INLINE float trn_sc_erff(float x) {
     return z < 0.5f ? small : big;
 }
 
-// 1 + erf(u) without cancellation for negative u (= erfc(-u)).
-TRN_SC_INLINE float trn_sc_one_plus_erff(float u) {
-    const float a = fabsf(u);
-    const float ec = trn_sc_erfc_posf(a);
+
+// 1 + erf(u), u = x / sqrt(2), without cancellation for negative u (=
+// erfc(-u)), given e = exp(-x^2 / 2) (= exp(-u^2)): the Taylor series below
+// |u| = 0.5, erfc(|u|) = t P(t) e above. GELU and its
+// derivative need e anyway, so this costs no second exponential.
+TRN_SC_INLINE float trn_sc_one_plus_erf_e(float u, float e) {
+    const float z = fabsf(u);
+    const float t = 1.0f / fmaf(0.5f, z, 1.0f);
+    const float ec = t * trn_sc_erfcx_over_t(t) * e;
     const float small = 1.0f + u * trn_sc_erf_small_over_x(u * u);
-    return a < 0.5f ? small : (u < 0.0f ? ec : 2.0f - ec);
+    return z < 0.5f ? small : (u < 0.0f ? ec : 2.0f - ec);
 }
 
 // ---- float family ----------------------------------------------------------
@@ -557,7 +562,8 @@ TRN_SC_INLINE float trn_sc_logit_f(float x, const trn_sc_ctx *c) {
 // gelu(x) = x/2 (1 + erf(x/sqrt2)); tanh form: x/2 (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))).
 // 1 + erf and 1 + tanh are formed without cancellation for negative x
 // (erfc, and 1 + tanh(y) = 2 / (1 + e^-2y)), so the tails are accurate.
-TRN_SC_F1(gelu, 0.5f * x * trn_sc_one_plus_erff(x * 0.70710678118654752f))
+TRN_SC_F1(gelu, 0.5f * x * trn_sc_one_plus_erf_e(x * 0.70710678118654752f,
+                                                  trn_sc_expf(-0.5f * x * x)))
 TRN_SC_F1(gelu_tanh, x / (1.0f + trn_sc_expf(-1.59576912160573072f *
                                              fmaf(0.044715f * x * x, x, x))))
 
@@ -719,14 +725,9 @@ TRN_SC_F2(hardswish_backward, b < -3.0f ? 0.0f : (b <= 3.0f ? a * (b / 3.0f + 0.
 // and the erfc of the cdf's tails.
 TRN_SC_INLINE float trn_sc_gelu_backward_f(float a, float b, const trn_sc_ctx *c) {
     TRN_SC_UNUSED(c);
-    const float u = b * 0.70710678118654752f;
-    const float z = fabsf(u);
     const float e = trn_sc_expf(-0.5f * b * b);
-    const float t = 1.0f / fmaf(0.5f, z, 1.0f);
-    const float ec = t * trn_sc_erfcx_over_t(t) * e;  // erfc(z), z >= 0.5
-    const float small = 1.0f + u * trn_sc_erf_small_over_x(u * u);
-    const float one_plus_erf = z < 0.5f ? small : (u < 0.0f ? ec : 2.0f - ec);
-    return a * (0.5f * one_plus_erf + b * 0.39894228040143268f * e);
+    const float cdf2 = trn_sc_one_plus_erf_e(b * 0.70710678118654752f, e);
+    return a * (0.5f * cdf2 + b * 0.39894228040143268f * e);
 }
 TRN_SC_INLINE float trn_sc_gelu_tanh_backward_f(float a, float b, const trn_sc_ctx *c) {
     TRN_SC_UNUSED(c);
