@@ -84,6 +84,14 @@ def test_non_contiguous_copies():
     for make in [lambda t: t.transpose(0, 2), lambda t: t[:, ::2, 1:], lambda t: t.unfold(2, 2, 1),
                  lambda t: t.permute(1, 2, 0).contiguous()]:
         assert torch.equal(make(d).cpu(), make(x))
+    # 2-d transposes big enough for the tiled path, every element size it takes
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        y = torch.arange(75 * 130).reshape(75, 130).to(dtype)
+        assert torch.equal(y.t().to("neuron").cpu(), y.t())
+        assert torch.equal(y.to("neuron").t().contiguous().cpu(), y.t().contiguous())
+        tdst = torch.empty(130, 75, dtype=dtype, device="neuron").t()
+        tdst.copy_(y.to("neuron"))
+        assert torch.equal(tdst.cpu(), y)
     # non-contiguous destination on device
     dst = torch.zeros(5, 4, 3, device="neuron").transpose(0, 2)
     dst.copy_(x)

@@ -621,6 +621,34 @@ done:
     free(back);
 }
 
+// 2-d transposes go through cache tiles: sizes that are not multiples of
+// the tile, each element size the tiles handle, both directions.
+static void test_transpose_tiles(void) {
+    enum { R = 75, C = 130 };
+    static uint64_t src[R * C], dst[R * C];
+    for (int i = 0; i < R * C; i++) src[i] = UINT64_C(0x0101010101010101) * (uint64_t)(i % 251) + (uint64_t)i;
+    static const trn_dtype by_size[] = {TRN_DTYPE_I16, TRN_DTYPE_F32, TRN_DTYPE_I64};
+    for (int k = 0; k < 3; k++) {
+        const trn_dtype d = by_size[k];
+        const size_t es = trn_dtype_size(d);
+        for (int dir = 0; dir < 2; dir++) {
+            // dir 0: dst [C][R] contiguous <- src [R][C] read transposed;
+            // dir 1: dst written transposed, src read contiguously.
+            int64_t sizes[2] = {C, R}, dstr[2] = {R, 1}, sstr[2] = {1, C};
+            if (dir == 1) sizes[0] = R, sizes[1] = C, dstr[0] = 1, dstr[1] = R, sstr[0] = C, sstr[1] = 1;
+            memset(dst, 0, sizeof dst);
+            CHECK_OK(launch_nd(2, sizes, dst, dstr, d, src, sstr, d));
+            CHECK_OK(trn_stream_synchronize(g_stream));
+            int bad = 0;
+            for (int r = 0; r < R; r++)
+                for (int c = 0; c < C; c++)
+                    bad += memcmp((const char *)dst + ((int64_t)c * R + r) * es,
+                                  (const char *)src + ((int64_t)r * C + c) * es, es) != 0;
+            CHECK_INT(bad, 0);
+        }
+    }
+}
+
 int main(void) {
     if (trn_stream_get_default(0, &g_stream) != TRN_SUCCESS) {
         fprintf(stderr, "no stream: %s\n", trn_last_error());
@@ -632,6 +660,7 @@ int main(void) {
     test_complex();
     test_layouts();
     test_parallel_pieces();
+    test_transpose_tiles();
     test_device_memory();
     test_invalid();
     return TEST_REPORT();

@@ -353,9 +353,60 @@ static void copy_range(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
+// 2-d transposes (one side's rows run along the other side's columns):
+// walking either side's rows strides the other by a whole row per element,
+// a cache miss each (a 4096^2 float32 transpose ran at 0.8 GB/s); TILE x TILE
+// tiles keep both sides' lines in cache. Pieces are bands of TILE rows.
+#define TILE 32
+#define DEFINE_TILE(N, T)                                                         \
+    static void tile_##N(char *dst, int64_t d0, int64_t d1, const char *src,      \
+                         int64_t s0, int64_t s1, int64_t rows, int64_t cols) {    \
+        for (int64_t r = 0; r < rows; r++)                                        \
+            for (int64_t c = 0; c < cols; c++) {                                  \
+                T v;                                                              \
+                memcpy(&v, src + r * s0 + c * s1, sizeof v);                      \
+                memcpy(dst + r * d0 + c * d1, &v, sizeof v);                      \
+            }                                                                     \
+    }
+DEFINE_TILE(2, uint16_t)
+DEFINE_TILE(4, uint32_t)
+DEFINE_TILE(8, uint64_t)
+
+static bool is_transpose(const copy_args *a) {
+    if (a->ndim != 2 || a->dst_dtype != a->src_dtype) return false;
+    const int64_t es = (int64_t)trn_dtype_size(a->dst_dtype);
+    const int64_t *size = a->dims, *dstr = a->dims + 2, *sstr = a->dims + 4;
+    if (es != 2 && es != 4 && es != 8) return false;
+    if (size[0] < TILE || size[1] < TILE) return false;
+    return (dstr[1] == es && sstr[0] == es) || (dstr[0] == es && sstr[1] == es);
+}
+
+static void transpose_range(void *ctx, int64_t b0, int64_t b1) {
+    const copy_args *a = ctx;
+    const int64_t *size = a->dims, *dstr = a->dims + 2, *sstr = a->dims + 4;
+    const size_t es = trn_dtype_size(a->dst_dtype);
+    for (int64_t rb = b0; rb < b1; rb++) {
+        const int64_t r0 = rb * TILE, rows = size[0] - r0 < TILE ? size[0] - r0 : TILE;
+        for (int64_t c0 = 0; c0 < size[1]; c0 += TILE) {
+            const int64_t cols = size[1] - c0 < TILE ? size[1] - c0 : TILE;
+            char *d = a->dst + r0 * dstr[0] + c0 * dstr[1];
+            const char *src = a->src + r0 * sstr[0] + c0 * sstr[1];
+            if (es == 2) tile_2(d, dstr[0], dstr[1], src, sstr[0], sstr[1], rows, cols);
+            else if (es == 4) tile_4(d, dstr[0], dstr[1], src, sstr[0], sstr[1], rows, cols);
+            else tile_8(d, dstr[0], dstr[1], src, sstr[0], sstr[1], rows, cols);
+        }
+    }
+}
+
 static void copy_run(copy_args *a) {
     int64_t numel = 1;
     for (int d = 0; d < a->ndim; d++) numel *= a->dims[d];
+    if (is_transpose(a)) {
+        const int64_t bands = (a->dims[0] + TILE - 1) / TILE;
+        int64_t grain = COPY_GRAIN / (TILE * a->dims[1]);
+        trn_parallel_for(bands, grain < 1 ? 1 : grain, transpose_range, a);
+        return;
+    }
     trn_parallel_for(numel, COPY_GRAIN, copy_range, a);
 }
 
