@@ -133,7 +133,7 @@ def test_add_sub_alpha_16bit_bitwise_cpu(dtype):
     cases.append((base.t(), torch.randn(70, 90, generator=gen)))  # non-contiguous inner dim
     for a, b in cases:
         a, b = a.to(dtype), b.to(dtype)
-        for alpha in (2.7, -0.3):
+        for alpha in (2.7, -0.3, 1.0, -1.0):  # +-1: no re-rounding, one path
             for op in (torch.add, torch.sub):
                 want = op(a, b, alpha=alpha)
                 got = op(a.to("neuron"), b.to("neuron"), alpha=alpha).cpu()

@@ -235,6 +235,27 @@ def test_conv_transpose_16bit_rounds_once(dtype):
     _no_fallback()
 
 
+def test_conv2d_bf16_forward_and_backward():
+    # bfloat16 convolutions run natively in oneDNN where the CPU has bf16
+    # instructions (float32 accumulation, one rounding): forward, input,
+    # weight and bias gradients against float64 on the same bf16 values.
+    x = _rand(2, 8, 9, 10, dtype=torch.bfloat16)
+    w = _rand(12, 4, 3, 3, seed=1, dtype=torch.bfloat16)
+    b = _rand(12, seed=2, dtype=torch.bfloat16)
+    g = _rand(2, 12, 5, 5, seed=3, dtype=torch.bfloat16)
+    kw = {"stride": 2, "padding": 1, "groups": 2}
+    ref_in = [t.double().requires_grad_() for t in (x, w, b)]
+    ref = F.conv2d(*ref_in, **kw)
+    ref_grads = torch.autograd.grad(ref, ref_in, g.double())
+    dev_in = [t.to("neuron").requires_grad_() for t in (x, w, b)]
+    got = F.conv2d(*dev_in, **kw)
+    got_grads = torch.autograd.grad(got, dev_in, g.to("neuron"))
+    for r, d in zip((ref,) + ref_grads, (got,) + got_grads):
+        assert d.dtype == torch.bfloat16
+        torch.testing.assert_close(d.detach().cpu().double(), r.detach(), atol=3e-2, rtol=1.6e-2)
+    _no_fallback()
+
+
 def test_conv_transpose_output_padding_beyond_stride():
     # PyTorch allows output_padding >= stride when it is below the dilation.
     torch.manual_seed(0)

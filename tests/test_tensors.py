@@ -51,6 +51,31 @@ def test_special_float_conversions_match_cpu():
         assert torch.equal(finite.to("neuron").to(dtype).cpu(), finite.to(dtype)), dtype
 
 
+@pytest.mark.parametrize("half", [torch.bfloat16, torch.float16], ids=str)
+def test_16bit_conversions_bitwise_on_large_and_strided_tensors(half):
+    # Every float32 bit pattern class (subnormals, rounding ties, overflow,
+    # infinities) through the contiguous conversion loops and the strided
+    # ones, on tensors big enough to be split across threads. NaN stays NaN
+    # (its payload bits are libtrn's, not compared).
+    g = torch.Generator().manual_seed(0)
+    bits = torch.randint(-2**31, 2**31, (3, 70001), generator=g, dtype=torch.int64)
+    x = bits.to(torch.int32).view(torch.float32)
+    x[0, :4] = torch.tensor([float("nan"), -float("nan"), float("inf"), 65520.0])
+    for view in (x, x[:, 1:], x.t(), x[::2, ::3]):
+        for src in (view, view.to(half)):
+            dst_dtype = torch.float32 if src.dtype == half else half
+            want = src.to(dst_dtype)
+            got = src.to("neuron").to(dst_dtype).cpu()
+            nan = want.isnan()
+            assert torch.equal(got.isnan(), nan)
+            ints = torch.int16 if dst_dtype == half else torch.int32
+            assert torch.equal(got[~nan].view(ints), want[~nan].view(ints)), (src.dtype, view.shape)
+            # a strided destination on the device
+            dst = torch.empty(view.shape[::-1], dtype=dst_dtype, device="neuron").t()
+            dst.copy_(src.to("neuron"))
+            assert torch.equal(dst.cpu()[~nan].view(ints), want[~nan].view(ints))
+
+
 def test_non_contiguous_copies():
     x = torch.arange(60.0).reshape(3, 4, 5)
     for view in [x.transpose(0, 2), x[:, ::2, 1:], x.permute(1, 2, 0), x[1], x.expand(2, 3, 4, 5)]:
@@ -59,6 +84,14 @@ def test_non_contiguous_copies():
     for make in [lambda t: t.transpose(0, 2), lambda t: t[:, ::2, 1:], lambda t: t.unfold(2, 2, 1),
                  lambda t: t.permute(1, 2, 0).contiguous()]:
         assert torch.equal(make(d).cpu(), make(x))
+    # 2-d transposes big enough for the tiled path, every element size it takes
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        y = torch.arange(75 * 130).reshape(75, 130).to(dtype)
+        assert torch.equal(y.t().to("neuron").cpu(), y.t())
+        assert torch.equal(y.to("neuron").t().contiguous().cpu(), y.t().contiguous())
+        tdst = torch.empty(130, 75, dtype=dtype, device="neuron").t()
+        tdst.copy_(y.to("neuron"))
+        assert torch.equal(tdst.cpu(), y)
     # non-contiguous destination on device
     dst = torch.zeros(5, 4, 3, device="neuron").transpose(0, 2)
     dst.copy_(x)

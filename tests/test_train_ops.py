@@ -111,6 +111,16 @@ def test_layer_norm(dtype, affine):
     _compare(fn, inputs, dtype, **tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_layer_norm_wide_rows(dtype):
+    # Rows of whole vectors of partial sums plus a tail (1030 = 64 * 16 + 6),
+    # values far from zero so that the variance pass matters.
+    x = _rand((5, 1030), dtype) + 50
+    w, b = _rand((1030,), dtype, seed=2), _rand((1030,), dtype, seed=3)
+    _compare(lambda t, *p: F.layer_norm(t, (1030,), *p, eps=1e-5), [x, w, b], dtype,
+             rtol=1e-4, atol=1e-4)
+
+
 def test_layer_norm_stats_and_multidim():
     x = _rand((3, 5, 4, 6))
     w, b = _rand((4, 6), seed=1), _rand((4, 6), seed=2)

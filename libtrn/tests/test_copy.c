@@ -577,6 +577,78 @@ static void test_invalid(void) {
     CHECK_OK(trn_stream_synchronize(g_stream));
 }
 
+// Copies big enough to be split across the pool: pieces start mid-row and
+// mid-matrix, in the contiguous 16-bit conversion loops and the strided
+// ones, and every element must come out as the scalar conversion gives it.
+static void test_parallel_pieces(void) {
+    enum { A = 3, B = 301, C = 101, N = A * B * C };  // 91203 elements
+    float *src = malloc(sizeof(float) * N);
+    uint16_t *dst = malloc(sizeof(uint16_t) * N);
+    float *back = malloc(sizeof(float) * N);
+    CHECK(src != NULL && dst != NULL && back != NULL);
+    if (src == NULL || dst == NULL || back == NULL) goto done;
+    uint32_t state = 12345;
+    for (int i = 0; i < N; i++) {
+        state = state * 1664525u + 1013904223u;  // every bit pattern class
+        memcpy(&src[i], &state, 4);
+    }
+    for (int k = 0; k < 2; k++) {
+        const trn_dtype half = k == 0 ? TRN_DTYPE_BF16 : TRN_DTYPE_F16;
+        // Contiguous f32 -> 16-bit, then 16-bit -> f32 transposed (strided).
+        int64_t n = N, one = 1;
+        CHECK_OK(launch_nd(1, &n, dst, &one, half, src, &one, TRN_DTYPE_F32));
+        int64_t sizes[3] = {A, C, B}, dstr[3] = {B * C, B, 1}, sstr[3] = {B * C, 1, C};
+        CHECK_OK(launch_nd(3, sizes, back, dstr, TRN_DTYPE_F32, dst, sstr, half));
+        CHECK_OK(trn_stream_synchronize(g_stream));
+        int bad = 0;
+        for (int a = 0; a < A; a++)
+            for (int b = 0; b < B; b++)
+                for (int c = 0; c < C; c++) {
+                    const int i = (a * B + b) * C + c;
+                    const uint16_t want = half == TRN_DTYPE_BF16 ? trn_float_to_bf16(src[i])
+                                                                 : trn_float_to_half(src[i]);
+                    const float wf = half == TRN_DTYPE_BF16 ? trn_bf16_to_float(want)
+                                                            : trn_half_to_float(want);
+                    const float got = back[(a * C + c) * B + b];
+                    bad += dst[i] != want;
+                    bad += memcmp(&got, &wf, 4) != 0;
+                }
+        CHECK_INT(bad, 0);
+    }
+done:
+    free(src);
+    free(dst);
+    free(back);
+}
+
+// 2-d transposes go through cache tiles: sizes that are not multiples of
+// the tile, each element size the tiles handle, both directions.
+static void test_transpose_tiles(void) {
+    enum { R = 75, C = 130 };
+    static uint64_t src[R * C], dst[R * C];
+    for (int i = 0; i < R * C; i++) src[i] = UINT64_C(0x0101010101010101) * (uint64_t)(i % 251) + (uint64_t)i;
+    static const trn_dtype by_size[] = {TRN_DTYPE_I16, TRN_DTYPE_F32, TRN_DTYPE_I64};
+    for (int k = 0; k < 3; k++) {
+        const trn_dtype d = by_size[k];
+        const size_t es = trn_dtype_size(d);
+        for (int dir = 0; dir < 2; dir++) {
+            // dir 0: dst [C][R] contiguous <- src [R][C] read transposed;
+            // dir 1: dst written transposed, src read contiguously.
+            int64_t sizes[2] = {C, R}, dstr[2] = {R, 1}, sstr[2] = {1, C};
+            if (dir == 1) sizes[0] = R, sizes[1] = C, dstr[0] = 1, dstr[1] = R, sstr[0] = C, sstr[1] = 1;
+            memset(dst, 0, sizeof dst);
+            CHECK_OK(launch_nd(2, sizes, dst, dstr, d, src, sstr, d));
+            CHECK_OK(trn_stream_synchronize(g_stream));
+            int bad = 0;
+            for (int r = 0; r < R; r++)
+                for (int c = 0; c < C; c++)
+                    bad += memcmp((const char *)dst + ((int64_t)c * R + r) * es,
+                                  (const char *)src + ((int64_t)r * C + c) * es, es) != 0;
+            CHECK_INT(bad, 0);
+        }
+    }
+}
+
 int main(void) {
     if (trn_stream_get_default(0, &g_stream) != TRN_SUCCESS) {
         fprintf(stderr, "no stream: %s\n", trn_last_error());
@@ -587,6 +659,8 @@ int main(void) {
     test_half_rounding();
     test_complex();
     test_layouts();
+    test_parallel_pieces();
+    test_transpose_tiles();
     test_device_memory();
     test_invalid();
     return TEST_REPORT();

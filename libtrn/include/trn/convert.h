@@ -72,14 +72,15 @@ static inline float trn_bf16_to_float(uint16_t b) {
     return trn_fp32_from_bits((uint32_t)b << 16);
 }
 
+// A select, not an early return, so that loops over it vectorize.
 static inline uint16_t trn_float_to_bf16(float f) {
     const uint32_t u = trn_fp32_to_bits(f);
-    // NaN: keep sign and top payload bits, force the quiet bit, so that the
-    // truncation below cannot turn it into an infinity.
-    if ((u & UINT32_C(0x7FFFFFFF)) > UINT32_C(0x7F800000))
-        return (uint16_t)((u >> 16) | UINT32_C(0x0040));
     const uint32_t rounding_bias = UINT32_C(0x7FFF) + ((u >> 16) & 1u);
-    return (uint16_t)((u + rounding_bias) >> 16);
+    const uint32_t rounded = (u + rounding_bias) >> 16;
+    // NaN: keep sign and top payload bits, force the quiet bit, so that the
+    // rounding cannot turn it into an infinity.
+    const uint32_t nan = (u >> 16) | UINT32_C(0x0040);
+    return (uint16_t)((u & UINT32_C(0x7FFFFFFF)) > UINT32_C(0x7F800000) ? nan : rounded);
 }
 
 #endif

@@ -10,6 +10,7 @@
 
 #include "../internal.h"
 #include "real_io.h"
+#include "vec_sum.h"
 #include "trn/batch_norm.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
@@ -75,25 +76,35 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
     }
 }
 
-#define DEFINE_BN(N, T, C, LD, ST)                                                 \
+#define DEFINE_BN(N, T, C, V, LD, ST)                                              \
     static void fwd_##N(void *ctx, int64_t c0, int64_t c1) {                      \
         const bn_args *a = ctx;                                                   \
         const int64_t S = a->spatial, CH = a->channels;                           \
+        const int64_t L = TRN_VLANES(V, C);                                       \
         for (int64_t c = c0; c < c1; c++) {                                       \
             double mean = 0, sq = 0, sum = 0;                                     \
             if (a->training) {                                                    \
                 for (int64_t b = 0; b < a->batch; b++) {                          \
                     const T *x = (const T *)a->x + (b * CH + c) * S;              \
+                    V acc = {0};                                                  \
+                    int64_t i = 0;                                                \
+                    for (; i + L <= S; i += L) TRN_VACC(V, C, acc, j, (C)LD(x[i + j])); \
                     C s = 0;                                                      \
-                    for (int64_t i = 0; i < S; i++) s += (C)LD(x[i]);             \
+                    TRN_VREDUCE(V, C, acc, s);                                    \
+                    for (; i < S; i++) s += (C)LD(x[i]);                          \
                     sum += (double)s;                                             \
                 }                                                                 \
                 mean = sum / (double)(a->batch * S);                              \
                 const C m = (C)mean;                                              \
                 for (int64_t b = 0; b < a->batch; b++) {                          \
                     const T *x = (const T *)a->x + (b * CH + c) * S;              \
+                    V acc = {0};                                                  \
+                    int64_t i = 0;                                                \
+                    for (; i + L <= S; i += L)                                    \
+                        TRN_VACC(V, C, acc, j, ((C)LD(x[i + j]) - m) * ((C)LD(x[i + j]) - m)); \
                     C v = 0;                                                      \
-                    for (int64_t i = 0; i < S; i++) {                             \
+                    TRN_VREDUCE(V, C, acc, v);                                    \
+                    for (; i < S; i++) {                                          \
                         const C d = (C)LD(x[i]) - m;                              \
                         v += d * d;                                               \
                     }                                                             \
@@ -115,6 +126,7 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
     static void bwd_##N(void *ctx, int64_t c0, int64_t c1) {                      \
         const bn_args *a = ctx;                                                   \
         const int64_t S = a->spatial, CH = a->channels;                           \
+        const int64_t L = TRN_VLANES(V, C);                                       \
         const double n = (double)(a->batch * S);                                  \
         for (int64_t c = c0; c < c1; c++) {                                       \
             const double mean = trn__load_real(a->pdt, a->mean_in, c);            \
@@ -125,8 +137,16 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
             for (int64_t b = 0; b < a->batch; b++) {                              \
                 const T *x = (const T *)a->x + (b * CH + c) * S;                  \
                 const T *dy = (const T *)a->dy + (b * CH + c) * S;                \
+                V acc_s = {0}, acc_d = {0};                                       \
+                int64_t i = 0;                                                    \
+                for (; i + L <= S; i += L) {                                      \
+                    TRN_VACC(V, C, acc_s, j, (C)LD(dy[i + j]));                   \
+                    TRN_VACC(V, C, acc_d, j, (C)LD(dy[i + j]) * ((C)LD(x[i + j]) - m)); \
+                }                                                                 \
                 C s = 0, d = 0;                                                   \
-                for (int64_t i = 0; i < S; i++) {                                 \
+                TRN_VREDUCE(V, C, acc_s, s);                                      \
+                TRN_VREDUCE(V, C, acc_d, d);                                      \
+                for (; i < S; i++) {                                              \
                     const C g = (C)LD(dy[i]);                                     \
                     s += g;                                                       \
                     d += g * ((C)LD(x[i]) - m);                                   \
@@ -154,10 +174,10 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
         }                                                                         \
     }
 
-DEFINE_BN(f16, uint16_t, float, LD_f16, ST_f16)
-DEFINE_BN(bf16, uint16_t, float, LD_bf16, ST_bf16)
-DEFINE_BN(f32, float, float, LD_id, ST_id)
-DEFINE_BN(f64, double, double, LD_id, ST_id)
+DEFINE_BN(f16, uint16_t, float, trn__vec_f, LD_f16, ST_f16)
+DEFINE_BN(bf16, uint16_t, float, trn__vec_f, LD_bf16, ST_bf16)
+DEFINE_BN(f32, float, float, trn__vec_f, LD_id, ST_id)
+DEFINE_BN(f64, double, double, trn__vec_d, LD_id, ST_id)
 
 typedef void (*piece_fn)(void *, int64_t, int64_t);
 

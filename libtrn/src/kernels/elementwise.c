@@ -50,6 +50,23 @@ typedef void (*block_fn)(int n, void *o, const void *a, const void *b,
         const trn_sc_ctx ctx = *(cp);                                          \
         LOOP                                                                   \
     }
+// add / sub round alpha * b to the storage type (trn_sc_r16): with round16
+// a constant in each copy of the loop, only that type's rounding is left in
+// it and the loop vectorizes (the general copy computes both and selects).
+#define UNSWITCH16_3(cp, LOOP)                                                 \
+    if ((cp)->round16 == 2) {                                                  \
+        trn_sc_ctx ctx = *(cp);                                                \
+        ctx.round16 = 2;                                                       \
+        LOOP                                                                   \
+    } else if ((cp)->round16 == 1) {                                           \
+        trn_sc_ctx ctx = *(cp);                                                \
+        ctx.round16 = 1;                                                       \
+        LOOP                                                                   \
+    } else {                                                                   \
+        trn_sc_ctx ctx = *(cp);                                                \
+        ctx.round16 = 0;                                                       \
+        LOOP                                                                   \
+    }
 // One per (op, family): o[i] = op(a[i], b[i], c[i]). The context is copied
 // to a local so stores through o cannot alias its parameters.
 
@@ -81,6 +98,15 @@ typedef void (*block_fn)(int n, void *o, const void *a, const void *b,
         const T *a = a_, *b = b_, *c = c_;                                     \
         UNSWITCH16(cp, for (int i = 0; i < n; i++)                             \
             o[i] = trn_sc_##FN##_##SUF(a[i], b[i], c[i], &ctx);)               \
+    }
+#define BLK2_16(FN)                                                            \
+    static void blk_##FN##_f(int n, void *o_, const void *a_, const void *b_, \
+                             const void *c_, const trn_sc_ctx *cp) {           \
+        (void)c_;                                                              \
+        float *o = o_;                                                         \
+        const float *a = a_, *b = b_;                                          \
+        UNSWITCH16_3(cp, for (int i = 0; i < n; i++)                           \
+            o[i] = trn_sc_##FN##_f(a[i], b[i], &ctx);)                         \
     }
 // Predicates write bool bytes.
 #define PRED1(FN, SUF, T)                                                      \
@@ -125,7 +151,8 @@ FD1(exp) FD1(exp2) FD1(expm1) FD1(log) FD1(log2) FD1(log10) FD1(log1p)
 FD1(sin) FD1(cos) FD1(tan) FD1(asin) FD1(acos) FD1(atan) FD1(sinh) FD1(cosh)
 FD1(tanh) FD1(sigmoid) FD1(logit) FD1(erf) FD1(erfc) FD1(erfinv) FD1(gelu)
 FD1(gelu_tanh) FD1(silu) FD1(mish) FD1(softplus) FD1(elu) FD1(round_decimals)
-FDI2(add) FDI2(sub) FDI2(mul) FD2(div) FDI2(div_trunc) FDI2(div_floor)
+BLK2_16(add) BLK2(add, dd, double) BLK2(add, i, int64_t)
+BLK2_16(sub) BLK2(sub, dd, double) BLK2(sub, i, int64_t) FDI2(mul) FD2(div) FDI2(div_trunc) FDI2(div_floor)
 FDI2(remainder) FDI2(fmod) FDI2(maximum) FDI2(minimum) FDI2(fmax) FDI2(fmin)
 FD2(copysign) P2(eq) P2(ne) P2(lt) P2(le) P2(gt) P2(ge) P2(logical_and)
 P2(logical_or) P2(logical_xor)
@@ -328,8 +355,14 @@ static trn_dtype native_of(family f) {
     case TRN_DTYPE_I16: for (int i = 0; i < n; i++) o[i] = (CT)load_i16(src + i * s); break; \
     case TRN_DTYPE_I32: for (int i = 0; i < n; i++) o[i] = (CT)load_i32(src + i * s); break; \
     case TRN_DTYPE_I64: for (int i = 0; i < n; i++) o[i] = (CT)load_i64(src + i * s); break; \
-    case TRN_DTYPE_F16: for (int i = 0; i < n; i++) o[i] = (CT)trn_half_to_float(load_u16(src + i * s)); break; \
-    case TRN_DTYPE_BF16: for (int i = 0; i < n; i++) o[i] = (CT)trn_bf16_to_float(load_u16(src + i * s)); break; \
+    case TRN_DTYPE_F16:                                                        \
+        if (s == 2) for (int i = 0; i < n; i++) o[i] = (CT)trn_half_to_float(load_u16(src + i * 2)); \
+        else for (int i = 0; i < n; i++) o[i] = (CT)trn_half_to_float(load_u16(src + i * s)); \
+        break;                                                                 \
+    case TRN_DTYPE_BF16:                                                       \
+        if (s == 2) for (int i = 0; i < n; i++) o[i] = (CT)trn_bf16_to_float(load_u16(src + i * 2)); \
+        else for (int i = 0; i < n; i++) o[i] = (CT)trn_bf16_to_float(load_u16(src + i * s)); \
+        break;                                                                 \
     case TRN_DTYPE_F32: for (int i = 0; i < n; i++) o[i] = (CT)load_f32(src + i * s); break; \
     case TRN_DTYPE_F64: for (int i = 0; i < n; i++) o[i] = (CT)load_f64(src + i * s); break; \
     default: break;
@@ -371,8 +404,14 @@ static void load_block(family f, trn_dtype d, const char *src, int64_t s, int n,
 #define STORE_FLOAT_CASES(T)                                                   \
     case TRN_DTYPE_F32: for (int i = 0; i < n; i++) { float x = (float)v[i]; memcpy(dst + i * s, &x, 4); } break; \
     case TRN_DTYPE_F64: for (int i = 0; i < n; i++) { double x = (double)v[i]; memcpy(dst + i * s, &x, 8); } break; \
-    case TRN_DTYPE_F16: for (int i = 0; i < n; i++) { uint16_t x = trn_float_to_half((float)v[i]); memcpy(dst + i * s, &x, 2); } break; \
-    case TRN_DTYPE_BF16: for (int i = 0; i < n; i++) { uint16_t x = trn_float_to_bf16((float)v[i]); memcpy(dst + i * s, &x, 2); } break;
+    case TRN_DTYPE_F16:                                                        \
+        if (s == 2) for (int i = 0; i < n; i++) { uint16_t x = trn_float_to_half((float)v[i]); memcpy(dst + i * 2, &x, 2); } \
+        else for (int i = 0; i < n; i++) { uint16_t x = trn_float_to_half((float)v[i]); memcpy(dst + i * s, &x, 2); } \
+        break;                                                                 \
+    case TRN_DTYPE_BF16:                                                       \
+        if (s == 2) for (int i = 0; i < n; i++) { uint16_t x = trn_float_to_bf16((float)v[i]); memcpy(dst + i * 2, &x, 2); } \
+        else for (int i = 0; i < n; i++) { uint16_t x = trn_float_to_bf16((float)v[i]); memcpy(dst + i * s, &x, 2); } \
+        break;
 #define STORE_INT_CASES(T)                                                     \
     case TRN_DTYPE_BOOL: for (int i = 0; i < n; i++) dst[i * s] = (char)(v[i] != 0); break; \
     case TRN_DTYPE_U8:                                                         \
@@ -458,15 +497,25 @@ static int64_t cpu_tail_start(const ew_args *a, int64_t row, int64_t j, int64_t 
 
 // The block function computed every element as CPU's scalar tail does
 // (a + r16(alpha * b)); elements CPU runs in its vector body are
-// recomputed fused. j0: linear index of the block's first element.
+// recomputed fused, one tight loop per stretch of them. j0: linear index of
+// the block's first element.
 static void add16_body(const ew_args *a, float *o, const float *x, const float *y, int n, int64_t j0) {
     const int64_t row = a->dims[a->ndim - 1];
     const float alpha = (float)(a->op == TRN_EW_SUB ? -a->ctx.p[0] : a->ctx.p[0]);
-    int64_t run_end = -1, tail = 0;
-    for (int i = 0; i < n; i++) {
-        const int64_t j = j0 + i;
-        if (j >= run_end) tail = cpu_tail_start(a, row, j, &run_end);
-        if (j < tail) o[i] = trn_sc_r16(fmaf(alpha, y[i], x[i]), &a->ctx);
+    const bool bf16 = a->ctx.round16 == 2;
+    int i = 0;
+    while (i < n) {
+        int64_t run_end;
+        const int64_t tail = cpu_tail_start(a, row, j0 + i, &run_end);
+        const int fused_end = tail - j0 < n ? (int)(tail - j0) : n;
+        if (bf16) {
+            for (int k = i; k < fused_end; k++)
+                o[k] = trn_bf16_to_float(trn_float_to_bf16(fmaf(alpha, y[k], x[k])));
+        } else {
+            for (int k = i; k < fused_end; k++)
+                o[k] = trn_half_to_float(trn_float_to_half(fmaf(alpha, y[k], x[k])));
+        }
+        i = run_end - j0 < n ? (int)(run_end - j0) : n;
     }
 }
 
@@ -782,6 +831,9 @@ trn_status trn_ew_launch(trn_stream *stream, const trn_ew_desc *desc) {
             else contiguous = contiguous && s == (int64_t)trn_dtype_size(a.in_dtype[k]);
         }
         a.cpu_vec = contiguous && broadcast < 2;
+        // With alpha +-1 (after its rounding) r16(alpha * b) is exact, so
+        // both of CPU's paths compute the one rounding of a +- b.
+        if (fabs(a.ctx.p[0]) == 1.0) a.add16 = false;
     }
     for (int d = 0; d < n; d++) {
         a.dims[d] = size[d];

@@ -12,6 +12,7 @@
 
 #include "../internal.h"
 #include "real_io.h"
+#include "vec_sum.h"
 #include "trn/convert.h"
 #include "trn/norm.h"
 #include "trn/parallel.h"
@@ -46,7 +47,24 @@ typedef struct ln_run {
     const void *w, *b;  // weight / bias in the compute type (NULL: absent)
 } ln_run;
 
-#define DEFINE_LN(N, T, C, LD, ST)                                                 \
+// Row sums: vector partial sums (vec_sum.h).
+
+// acc1 += dy * w, acc2 += dy * w * xhat over the whole vectors of a row.
+#define DX_SUMS(C, V, LD, WJ)                                                     \
+    for (int64_t i = 0; i < nv; i += L) {                                         \
+        C g[TRN_VLANES(V, C)], xh[TRN_VLANES(V, C)];                                      \
+        for (int j = 0; j < L; j++) {                                             \
+            g[j] = (C)LD(dy[i + j]) * (WJ);                                       \
+            xh[j] = ((C)LD(x[i + j]) - mean) * rstd;                              \
+        }                                                                         \
+        V gv, xv;                                                                 \
+        memcpy(&gv, g, sizeof gv);                                                \
+        memcpy(&xv, xh, sizeof xv);                                               \
+        acc1 += gv;                                                               \
+        acc2 += gv * xv;                                                          \
+    }
+
+#define DEFINE_LN(N, T, C, V, LD, ST)                                               \
     static void fwd_##N(void *ctx, int64_t r0, int64_t r1) {                      \
         const ln_run *run = ctx;                                                  \
         const ln_args *a = run->a;                                                \
@@ -55,11 +73,31 @@ typedef struct ln_run {
         for (int64_t r = r0; r < r1; r++) {                                       \
             const T *x = (const T *)a->x + r * n;                                 \
             T *y = (T *)a->y + r * n;                                             \
+            const int L = TRN_VLANES(V, C);                                           \
+            const int64_t nv = n - n % L;                                         \
+            V acc = {0};                                                          \
+            for (int64_t i = 0; i < nv; i += L) {                                 \
+                C t[TRN_VLANES(V, C)];                                                \
+                for (int j = 0; j < L; j++) t[j] = (C)LD(x[i + j]);               \
+                V tv;                                                             \
+                memcpy(&tv, t, sizeof tv);                                        \
+                acc += tv;                                                        \
+            }                                                                     \
             C s = 0;                                                              \
-            for (int64_t i = 0; i < n; i++) s += (C)LD(x[i]);                     \
+            for (int j = 0; j < L; j++) s += acc[j];                              \
+            for (int64_t i = nv; i < n; i++) s += (C)LD(x[i]);                    \
             const C mean = s / (C)n;                                              \
+            V vacc = {0};                                                         \
+            for (int64_t i = 0; i < nv; i += L) {                                 \
+                C t[TRN_VLANES(V, C)];                                                \
+                for (int j = 0; j < L; j++) t[j] = (C)LD(x[i + j]) - mean;        \
+                V tv;                                                             \
+                memcpy(&tv, t, sizeof tv);                                        \
+                vacc += tv * tv;                                                  \
+            }                                                                     \
             C v = 0;                                                              \
-            for (int64_t i = 0; i < n; i++) {                                     \
+            for (int j = 0; j < L; j++) v += vacc[j];                             \
+            for (int64_t i = nv; i < n; i++) {                                    \
                 const C d = (C)LD(x[i]) - mean;                                   \
                 v += d * d;                                                       \
             }                                                                     \
@@ -88,19 +126,39 @@ typedef struct ln_run {
             T *dx = (T *)a->dx + r * n;                                           \
             const C mean = (C)trn__load_real(a->stat_dtype, a->mean_in, r);             \
             const C rstd = (C)trn__load_real(a->stat_dtype, a->rstd_in, r);             \
+            const int L = TRN_VLANES(V, C);                                           \
+            const int64_t nv = n - n % L;                                         \
+            V acc1 = {0}, acc2 = {0};                                             \
+            /* unswitched on w: a select here defeats the vectorizer */           \
+            if (w) {                                                              \
+                DX_SUMS(C, V, LD, w[i + j]);                                      \
+            } else {                                                              \
+                DX_SUMS(C, V, LD, (C)1);                                          \
+            }                                                                     \
             C s1 = 0, s2 = 0;                                                     \
-            for (int64_t i = 0; i < n; i++) {                                     \
+            for (int j = 0; j < L; j++) {                                         \
+                s1 += acc1[j];                                                    \
+                s2 += acc2[j];                                                    \
+            }                                                                     \
+            for (int64_t i = nv; i < n; i++) {                                    \
                 const C g = (C)LD(dy[i]) * (w ? w[i] : (C)1);                     \
                 s1 += g;                                                          \
                 s2 += g * ((C)LD(x[i]) - mean) * rstd;                            \
             }                                                                     \
             s1 /= (C)n;                                                           \
             s2 /= (C)n;                                                           \
-            for (int64_t i = 0; i < n; i++) {                                     \
-                const C g = (C)LD(dy[i]) * (w ? w[i] : (C)1);                     \
-                const C xh = ((C)LD(x[i]) - mean) * rstd;                         \
-                dx[i] = ST(rstd * (g - s1 - xh * s2));                            \
-            }                                                                     \
+            if (w)                                                                \
+                for (int64_t i = 0; i < n; i++) {                                 \
+                    const C g = (C)LD(dy[i]) * w[i];                              \
+                    const C xh = ((C)LD(x[i]) - mean) * rstd;                     \
+                    dx[i] = ST(rstd * (g - s1 - xh * s2));                        \
+                }                                                                 \
+            else                                                                  \
+                for (int64_t i = 0; i < n; i++) {                                 \
+                    const C g = (C)LD(dy[i]);                                     \
+                    const C xh = ((C)LD(x[i]) - mean) * rstd;                     \
+                    dx[i] = ST(rstd * (g - s1 - xh * s2));                        \
+                }                                                                 \
         }                                                                         \
     }                                                                             \
     /* Columns [blk * COLBLOCK, ...) of dweight / dbias. */                       \
@@ -131,10 +189,10 @@ typedef struct ln_run {
         }                                                                         \
     }
 
-DEFINE_LN(f16, uint16_t, float, LD_f16, ST_f16)
-DEFINE_LN(bf16, uint16_t, float, LD_bf16, ST_bf16)
-DEFINE_LN(f32, float, float, LD_id, ST_id)
-DEFINE_LN(f64, double, double, LD_id, ST_id)
+DEFINE_LN(f16, uint16_t, float, trn__vec_f, LD_f16, ST_f16)
+DEFINE_LN(bf16, uint16_t, float, trn__vec_f, LD_bf16, ST_bf16)
+DEFINE_LN(f32, float, float, trn__vec_f, LD_id, ST_id)
+DEFINE_LN(f64, double, double, trn__vec_d, LD_id, ST_id)
 
 typedef void (*piece_fn)(void *, int64_t, int64_t);
 
