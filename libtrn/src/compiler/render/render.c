@@ -404,7 +404,7 @@ static void build_loops(loops *l, const int64_t *sizes, const int *dims, int n,
 static int64_t eff_stride(const loops *l, int i, const int64_t *strides) { return loop_stride(l, i, strides); }
 
 static void put_ptrs(sb *b, const kernel *k, const char *in) {
-    put(b, "%strn_g_ctx *const c = (trn_g_ctx *)ctx;\n", in);
+    put(b, "%strn_kernel_ctx *const c = (trn_kernel_ctx *)ctx;\n", in);
     put(b, "%svoid *const *bufs = c->bufs;\n", in);
     // One pointer per distinct buffer read, then the output (the last slot).
     for (int i = 0; i + 1 < k->n_slots; i++) {
@@ -458,7 +458,7 @@ static void put_scatter(sb *b, const kernel *k) {
     trn__cc_access_of(g, r->in[2], &as);
     const trn_dtype d = r->dtype;
     const int64_t size = r->sizes[r->gdim[0]], ost = r->layout[r->gdim[0]];
-    put(b, "    // then each source element goes to its indexed place%s\n", r->accumulate ? " (accumulated)" : "");
+    put(b, "    // each source element goes to its indexed place%s\n", r->accumulate ? " (accumulated)" : "");
     put(b, "    {\n        const int64_t *const bi = (const int64_t *)bufs[%d];\n", ai.buffer);
     put(b, "        const %s *const bs = (const %s *)bufs[%d];\n", mem_type(d), mem_type(d), as.buffer);
     put(b, "        %s *const out = (%s *)bufs[%d];\n", mem_type(d), mem_type(d), k->root);
@@ -489,7 +489,7 @@ static void put_scatter(sb *b, const kernel *k) {
         put(b, "%sconst int64_t q = bi[%s];\n", in, oi.s);
         if (r->wrap) put(b, "%sconst int64_t w = q < 0 ? q + %lld : q;\n", in, (long long)size);
         else put(b, "%sconst int64_t w = q;\n", in);
-        put(b, "%sif ((uint64_t)w >= UINT64_C(%lld)) { trn_g_fail(&c, q, %d, %lld, %d); continue; }\n", in,
+        put(b, "%sif ((uint64_t)w >= UINT64_C(%lld)) { trn_g_fail(c, q, %d, %lld, %d); continue; }\n", in,
             (long long)size, r->gdim[0], (long long)size, (int)r->ierr);
         put(b, "%sconst int64_t o = %s + w * %lld;\n", in, oo.s, (long long)ost);
         put(b, "%sconst %s v = ", in, reg_type(d));
@@ -516,20 +516,32 @@ static void put_scatter(sb *b, const kernel *k) {
     put(b, "    }\n");
 }
 
-// The kernel: its buffers in the body's pointer order, then the loop
-// (`body`: the function of the first kernel with the same body text).
-static void put_kernel_fn(sb *b, const kernel *k, int kid, int body, int64_t items, int64_t grain) {
-    put(b, "static int trn_kernel_%d(void *const *bufs, const trn_kernel_abi *abi) {\n", kid);
-    put(b, "    void *const p[%d] = {", k->n_slots);
-    for (int i = 0; i < k->n_slots; i++) put(b, "%sbufs[%d]", i ? ", " : "", k->slots[i]);
-    put(b, "};\n");
-    put(b, "    trn_g_ctx c = {p, 0, 0, 0, 0, 0};\n");
-    put(b, "    abi->parallel_for(%lld, %lld, k%d_body, &c);\n", (long long)items, (long long)grain, body);
-    if (k->g->nodes[k->root].kind == CC_SCATTER) put_scatter(b, k);
-    put(b, "    return c.failed ? abi->index_error(c.value, c.dim, c.size, c.style) : 0;\n}\n\n");
+static const char *label_of(const trn_graph *g, int n, char *buf, size_t size) {
+    if (g->nodes[n].label) return g->nodes[n].label;
+    snprintf(buf, size, "node%d", n);
+    return buf;
 }
 
-// Pointwise kernel: loop over the root's shape.
+// The kernel's launch: its buffers in the body's pointer order and, for a
+// scatter, the serial pass that runs after the body wrote self.
+static void put_launch(sb *b, sb *table, const kernel *k, int kid, int body, int64_t items, int64_t grain) {
+    char lb[32];
+    put(b, "static const int k%d_bufs[%d] = {", kid, k->n_slots);
+    for (int i = 0; i < k->n_slots; i++) put(b, "%s%d", i ? ", " : "", k->slots[i]);
+    put(b, "};\n");
+    const bool scatter = k->g->nodes[k->root].kind == CC_SCATTER;
+    if (scatter) {
+        put(b, "static void k%d_after(void *const *bufs, trn_kernel_ctx *c) {\n", kid);
+        put_scatter(b, k);
+        put(b, "}\n");
+    }
+    put(b, "\n");
+    put(table, "    {k%d_body, %lld, %lld, %d, k%d_bufs, ", body, (long long)items, (long long)grain, k->n_slots, kid);
+    if (scatter) put(table, "k%d_after", kid);
+    else put(table, "0");
+    put(table, "},  // kernel %d: %s\n", kid, label_of(k->g, k->root, lb, sizeof lb));
+}
+
 // Both write the body function's text from its parameter list on (the
 // caller names it), and its launch size into *items / *grain.
 static void render_pointwise(sb *b, kernel *k, int64_t *items_out, int64_t *grain_out) {
@@ -782,12 +794,6 @@ static void render_reduce(sb *b, kernel *k, int64_t *items_out, int64_t *grain_o
     free(idx);
 }
 
-static const char *label_of(const trn_graph *g, int n, char *buf, size_t size) {
-    if (g->nodes[n].label) return g->nodes[n].label;
-    snprintf(buf, size, "node%d", n);
-    return buf;
-}
-
 static void put_comment(sb *b, const kernel *k, int kid, int body) {
     char lb[32];
     const trn__cc_node *r = &k->g->nodes[k->root];
@@ -850,14 +856,9 @@ static const char *prologue =
     "// Casts to 16-bit floats keep the value rounded as stored.\n"
     "static inline float trn_g_round_half(float x) { return trn_half_to_float(trn_float_to_half(x)); }\n"
     "static inline float trn_g_round_bf16(float x) { return trn_bf16_to_float(trn_float_to_bf16(x)); }\n\n"
-    "// A kernel's context: its buffers and the first out-of-range index its\n"
-    "// loops met (reported by the kernel once they are done).\n"
-    "typedef struct trn_g_ctx {\n"
-    "    void *const *bufs;\n"
-    "    int failed, dim, style;\n"
-    "    int64_t value, size;\n"
-    "} trn_g_ctx;\n"
-    "static inline void trn_g_fail(trn_g_ctx *c, int64_t value, int dim, int64_t size, int style) {\n"
+    "// Records the first out-of-range index a kernel's loops meet (the runtime\n"
+    "// reports it once the kernel is done).\n"
+    "static inline void trn_g_fail(trn_kernel_ctx *c, int64_t value, int dim, int64_t size, int style) {\n"
     "    int expected = 0;\n"
     "    if (__atomic_compare_exchange_n(&c->failed, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {\n"
     "        c->value = value, c->dim = dim, c->size = size, c->style = style;\n"
@@ -872,6 +873,7 @@ trn_status trn__cc_render(const trn_graph *g, const trn__cc_schedule *s, char **
     put(&b, "// Extern calls (matmul, convolution) and host steps run between kernels.\n");
     put(&b, "%s", prologue);
     size_t n = (size_t)g->count + 1;
+    sb table = {0};  // the launch table's rows, one per kernel
     kernel k;
     memset(&k, 0, sizeof k);
     k.g = g;
@@ -961,16 +963,18 @@ trn_status trn__cc_render(const trn_graph *g, const trn__cc_schedule *s, char **
         put_comment(&b, &k, sp->kernel, first);
         if (kept) put(&b, "static void k%d_body%s", first, body.s);
         else free(body.s);
-        put_kernel_fn(&b, &k, sp->kernel, first, items, grain);
+        put_launch(&b, &table, &k, sp->kernel, first, items, grain);
         for (int i = 0; i < k.n_named; i++) k.local[k.named[i]] = -1;
         for (int i = 0; i + 1 < k.n_slots; i++) k.slot[k.slots[i]] = -1;
     }
     put(&b, "const int trn_graph_abi_version = TRN_KERNEL_ABI_VERSION;\n");
     put(&b, "const int trn_graph_kernel_count = %d;\n", s->n_kernels);
-    put(&b, "const trn_kernel_fn trn_graph_kernels[%d] = {", s->n_kernels ? s->n_kernels : 1);
-    for (int i = 0; i < s->n_kernels; i++) put(&b, "%strn_kernel_%d", i ? ", " : "", i);
-    if (s->n_kernels == 0) put(&b, "0");
+    put(&b, "const trn_kernel_launch trn_graph_launches[%d] = {\n", s->n_kernels ? s->n_kernels : 1);
+    if (table.oom) b.oom = true;
+    else if (s->n_kernels == 0) put(&b, "    {0, 0, 0, 0, 0, 0},\n");
+    else put(&b, "%s", table.s);
     put(&b, "};\n");
+    free(table.s);
     free(k.fused);
     free(k.leaves);
     free(k.acc);
