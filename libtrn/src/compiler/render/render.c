@@ -701,8 +701,10 @@ static void render_reduce(sb *b, kernel *k, int64_t *items_out, int64_t *grain_o
     // The innermost reduced loop runs four independent accumulators (when it
     // has at least 8 elements), so consecutive adds do not wait on each other;
     // they combine at the end (sums in double). The fused body is written once
-    // (gcc's time grows with the code): each block of four elements computes
+    // (not once per lane plus a tail): each block of four elements computes
     // them into e[], lane l folds e[l]; past the end e[l] is the identity.
+    // `unroll 4` lets gcc keep e[] in registers: without it the block loop
+    // stays a loop through memory, 1.3-1.8x slower on the CNN's reductions.
     const int inner = lr.nd - 1;
     const int64_t n_in = lr.nd ? lr.size[inner] : 1;
     const int lanes = n_in >= 8 ? 4 : 1;
@@ -743,6 +745,7 @@ static void render_reduce(sb *b, kernel *k, int64_t *items_out, int64_t *grain_o
     } else if (!b->oom) {
         put(b, "%sfor (int64_t rb = 0; rb < %lld; rb += 4) {\n", in, (long long)n_in);
         put(b, "%s    %s e[4];\n", in, acc_t);
+        put(b, "%s    #pragma GCC unroll 4\n", in);
         put(b, "%s    for (int l = 0; l < 4; l++) {\n", in);
         put(b, "%s        const int64_t r%d = rb + l;\n", in, inner);
         if (n_in % 4) put(b, "%s        if (r%d >= %lld) { e[l] = %s; continue; }\n", in, inner, (long long)n_in, init);
