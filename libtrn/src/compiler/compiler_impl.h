@@ -141,11 +141,16 @@ trn_status trn__cc_cache_store(const char *dir, const char *key, const char *so_
                                char **stored_path);
 trn_status trn__cc_mkdir_private(const char *dir);
 
+// ---- jit ----------------------------------------------------------------------------
+// Runs kernel `kernel` of `p` on the program's buffer table `bufs` (one base
+// address per node); returns its status (an index error, via abi).
+trn_status trn__cc_kernel_launch(const trn_program *p, int kernel, void *const *bufs, const trn_kernel_abi *abi);
+
 struct trn_program {
     trn_graph graph;  // a copy: runs need node shapes and strides
     trn__cc_schedule sched;
     void *dl;
-    trn_kernel_fn *kernels;
+    const trn_kernel_launch *launches;  // per kernel, in the shared object
     char *source;
     char key[65];
     int from_cache;

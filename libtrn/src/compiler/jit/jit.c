@@ -201,8 +201,8 @@ static trn_status load_so(trn_program *p, const char *path) {
     if (p->dl == NULL) return trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: dlopen %s: %s", path, dlerror());
     const int *abi = dlsym(p->dl, "trn_graph_abi_version");
     const int *count = dlsym(p->dl, "trn_graph_kernel_count");
-    p->kernels = dlsym(p->dl, "trn_graph_kernels");
-    if (abi == NULL || count == NULL || p->kernels == NULL || *abi != TRN_KERNEL_ABI_VERSION ||
+    p->launches = dlsym(p->dl, "trn_graph_launches");
+    if (abi == NULL || count == NULL || p->launches == NULL || *abi != TRN_KERNEL_ABI_VERSION ||
         *count != p->sched.n_kernels)
         return trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: %s is not a graph of this compiler "
                               "(ABI or kernel count differs)", path);

@@ -73,7 +73,7 @@ static trn_status run_kernels(void *args) {
     trn_status st = protect ? open_buffers(t, &opened) : TRN_SUCCESS;
     // A failed kernel (a bad index) ends the task: its error is the stream's.
     for (int i = t->first; i < t->end && st == TRN_SUCCESS; i++)
-        st = (trn_status)t->p->kernels[t->p->sched.steps[i].kernel](t->ptrs, &kernel_abi);
+        st = trn__cc_kernel_launch(t->p, t->p->sched.steps[i].kernel, t->ptrs, &kernel_abi);
     if (protect) close_buffers(t, opened);
     return st;
 }
