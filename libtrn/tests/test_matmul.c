@@ -280,8 +280,8 @@ static void test_bias(void) {
 }
 
 // bfloat16 products big enough for oneDNN (odd sizes, transposed, strided
-// and broadcast operands, column-major C, alpha/beta, NaN in C, bias rows,
-// pieces over the pool), once natively (where the CPU allows) and once
+// and broadcast operands, column-major C, alpha/beta, NaN in C, bias rows
+// fused into oneDNN's matmul or added through C, pieces over the pool), once natively (where the CPU allows) and once
 // through float32 staging.
 static void test_bf16_paths(void) {
     const bool native = trn_matmul_bf16_native();
@@ -305,6 +305,8 @@ static void test_bf16_paths(void) {
         check_mm(dt, 1, 64, 70, 300, ROW, COL, ROW, 1, 0, true);
         check_mm(dt, 1, 301, 67, 211, ROW, COL, ROW, 1, 0, false);
         check_mm(dt, 3, 37, 41, 700, ROW, ROW, ROW, 0.5, 0, false);
+        check_mm(dt, 1, 67, 301, 211, ROW, ROW, COL, 1, 0, true);   // staged, bias fused
+        check_mm(dt, 2, 61, 47, 390, STEP2, COL, ROW, 1, 0, false);
         g_bias_stride = 3;
         check_mm(dt, 1, 67, 301, 211, ROW, ROW, COL, 1, 0, false);
         g_bias_stride = 0;
