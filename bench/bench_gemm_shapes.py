@@ -9,7 +9,10 @@ the CPU/neuron time ratio (> 1: neuron faster) and the per-step total
 Process CPU time is printed too; Linux brings other threads' share of it up
 to date only at scheduler ticks, so for multi-threaded calls it is rough.
 
-    .venv/bin/python bench/bench_gemm_shapes.py --model bert [--reps 20]
+    .venv/bin/python bench/bench_gemm_shapes.py --model bert [--reps 20] [--autocast]
+
+With --autocast the step runs under torch.autocast(bfloat16), so the
+recorded GEMMs are the bfloat16 ones and are timed in bfloat16.
 """
 import argparse
 import collections
@@ -42,14 +45,15 @@ class Recorder(TorchDispatchMode):
         if func in OPS:
             tens = tuple((tuple(a.shape), tuple(a.stride())) for a in args
                          if isinstance(a, torch.Tensor))
+            dtype = next(a.dtype for a in args if isinstance(a, torch.Tensor))
             scal = tuple(kwargs.get(k, 1) for k in ("beta", "alpha"))
-            self.calls[(OPS[func], tens, scal)] += 1
+            self.calls[(OPS[func], tens, scal, dtype)] += 1
         return func(*args, **kwargs)
 
 
-def operand(shape, stride, device, gen):
+def operand(shape, stride, device, gen, dtype):
     need = 1 + sum((s - 1) * st for s, st in zip(shape, stride))
-    base = torch.randn(max(need, 1), generator=gen)
+    base = torch.randn(max(need, 1), generator=gen).to(dtype)
     return base.as_strided(shape, stride).to(device) if device == "cpu" else \
         base.to(device).as_strided(shape, stride)
 
@@ -71,24 +75,26 @@ def main():
     ap.add_argument("--model", default="bert")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; best kept")
+    ap.add_argument("--autocast", action="store_true",
+                    help="record the step under bfloat16 autocast (bfloat16 GEMMs)")
     args = ap.parse_args()
     torch.manual_seed(0)
     cpu = zoo.MODELS[args.model]("small")
     gen = torch.Generator().manual_seed(0)
     batch = (zoo.image_batch(32, 32, gen=gen) if args.model == "resnet"
              else zoo.lm_batch(8, 64, gen=gen))
-    step = make_step(args.model, copy.deepcopy(cpu), "cpu", batch)
+    step = make_step(args.model, copy.deepcopy(cpu), "cpu", batch, args.autocast)
     step()
     rec = Recorder()
     with rec:
         step()
     sync = {"cpu": lambda: None, "neuron": torch.neuron.synchronize}
     cases = []
-    for (op, tens, (beta, alpha)), count in rec.calls.items():
+    for (op, tens, (beta, alpha), dtype), count in rec.calls.items():
         fns = {}
         for dev in ("cpu", "neuron"):
             g = torch.Generator().manual_seed(1)
-            ts = [operand(s, st, dev, g) for s, st in tens]
+            ts = [operand(s, st, dev, g, dtype) for s, st in tens]
             f = getattr(torch, op)
             kw = {"beta": beta, "alpha": alpha} if op in ("addmm", "baddbmm") else {}
             fns[dev] = (lambda f=f, ts=ts, kw=kw: f(*ts, **kw))
@@ -106,7 +112,7 @@ def main():
     rows.sort(key=lambda r: -r[2] * r[5])
     tot = [0.0] * 4
     print(f"{args.model}: {sum(r[2] for r in rows)} GEMM calls per step, "
-          f"{torch.get_num_threads()} threads; best of {args.rounds} rounds of {args.reps}")
+          f"{torch.get_num_threads()} threads{', bf16 autocast' if args.autocast else ''}; best of {args.rounds} rounds of {args.reps}")
     print(f"{'op':8s} {'operands (shape/stride)':58s} {'n':>3s} {'cpu us':>7s} {'neu us':>7s} "
           f"{'ratio':>6s} {'cpu-time us cpu/neu':>20s}")
     for op, tens, count, *t in rows:

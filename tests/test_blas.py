@@ -257,3 +257,78 @@ def test_conv_transposed_is_native():
     got = F.conv_transpose2d(xd.to(DEV), wd.to(DEV), bd.to(DEV), stride=2, output_padding=1)
     _close(got, F.conv_transpose2d(xd, wd, bd, stride=2, output_padding=1), torch.float64)
     assert torch_neuronx.get_fallback_ops() == ["aten::convolution_overrideable"]
+
+
+def _cpu_has_avx512_bf16():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any("avx512_bf16" in line.split() for line in f if line.startswith("flags"))
+    except OSError:
+        return False
+
+
+@pytest.fixture(params=[True, False], ids=["bf16-native", "bf16-staged"])
+def bf16_path(request):
+    """Runs a test on each bfloat16 matmul path: native (where the CPU has
+    AVX512-BF16; elsewhere both params take the staging path) and float32
+    staging."""
+    C = torch_neuronx._C
+    C._set_matmul_bf16_native(request.param)
+    try:
+        yield request.param
+    finally:
+        torch.neuron.synchronize()
+        C._set_matmul_bf16_native(True)
+
+
+def test_bf16_native_follows_cpu_and_switch(bf16_path):
+    assert torch_neuronx._C._matmul_bf16_native() == (bf16_path and _cpu_has_avx512_bf16())
+
+
+def _ints(*shape):
+    # Small integers: every float32 partial sum of these products is exact,
+    # so a correct kernel's bfloat16 result is one rounding of the exact
+    # value, bit for bit, whatever its summation order.
+    return torch.randint(-4, 5, shape).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_bf16_mm_rounds_once(bf16_path, ta, tb):
+    a = _ints(200, 96).t() if ta else _ints(96, 200)
+    b = _ints(130, 200).t() if tb else _ints(200, 130)
+    got = torch.mm(a.to(DEV), b.to(DEV))
+    assert torch.equal(got.cpu(), (a.double() @ b.double()).to(torch.bfloat16))
+    _no_fallback()
+
+
+def test_bf16_addmm_linear_bmm_round_once(bf16_path):
+    x, w, bias = _ints(8, 64, 96), _ints(160, 96), _ints(160)
+    want = (x.double() @ w.double().t() + bias.double()).to(torch.bfloat16)
+    assert torch.equal(F.linear(x.to(DEV), w.to(DEV), bias.to(DEV)).cpu(), want)
+    c, m1, m2 = _ints(100, 70), _ints(100, 300), _ints(70, 300).t()
+    got = torch.addmm(c.to(DEV), m1.to(DEV), m2.to(DEV), beta=2, alpha=0.5)
+    want = (2 * c.double() + 0.5 * (m1.double() @ m2.double())).to(torch.bfloat16)
+    assert torch.equal(got.cpu(), want)
+    q, k = _ints(6, 64, 48), _ints(6, 80, 48)
+    got = torch.bmm(q.to(DEV), k.to(DEV).transpose(1, 2))
+    assert torch.equal(got.cpu(), (q.double() @ k.double().transpose(1, 2)).to(torch.bfloat16))
+    s = _ints(6, 64, 80)
+    got = torch.baddbmm(s.to(DEV), q.to(DEV), k.to(DEV).transpose(1, 2), beta=-1, alpha=2)
+    want = (2 * (q.double() @ k.double().transpose(1, 2)) - s.double()).to(torch.bfloat16)
+    assert torch.equal(got.cpu(), want)
+    _no_fallback()
+
+
+def test_bf16_matmul_matches_cpu(bf16_path):
+    # Real-valued operands: within one bfloat16 rounding of PyTorch CPU's
+    # (both sum in float32), including the gradients of a linear layer.
+    x = torch.randn(64, 96).bfloat16().requires_grad_()
+    w = torch.randn(192, 96).bfloat16().requires_grad_()
+    xd = x.detach().to(DEV).requires_grad_()
+    wd = w.detach().to(DEV).requires_grad_()
+    F.linear(x, w).square().sum().backward()
+    F.linear(xd, wd).square().sum().backward()
+    torch.testing.assert_close(F.linear(xd, wd).cpu(), F.linear(x, w), rtol=8e-3, atol=1e-2)
+    torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=2e-2, atol=5e-1)
+    torch.testing.assert_close(wd.grad.cpu(), w.grad, rtol=2e-2, atol=5e-1)
+    _no_fallback()

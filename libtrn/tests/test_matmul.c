@@ -3,8 +3,10 @@
 // need staging, broadcast batches, negative strides), alpha/beta (beta = 0
 // with NaN in C), degenerate sizes, wrap-around integer arithmetic, and the
 // errors of invalid descriptors; a bias row (fused into oneDNN's float32
-// matmul, broadcast into C elsewhere). Buffers live in device memory and move
-// through the copy kernel, so the test also runs in protect-memory mode.
+// matmul, broadcast into C elsewhere); bfloat16 on both of its paths (native
+// where the CPU has AVX512-BF16, float32 staging), held to one rounding of
+// a float32 sum. Buffers live in device memory and move through the copy
+// kernel, so the test also runs in protect-memory mode.
 #include "internal.h"
 #include "test_common_dev.h"
 #include "trn/matmul_bias.h"
@@ -81,7 +83,7 @@ static void check_mm(trn_dtype dt, int64_t batch, int64_t m, int64_t n, int64_t 
     xfer(g_stream, out, dc, (size_t)cn * es);
 
     const double tol = dt == TRN_DTYPE_F32 ? 1e-5 : dt == TRN_DTYPE_F64 ? 1e-12
-                       : isint ? 0 : 1e-2;
+                       : isint ? 0 : dt == TRN_DTYPE_BF16 ? 1e-5 : 1e-2;
     int bad = 0;
     for (int64_t t = 0; t < batch; t++)
         for (int64_t i = 0; i < m; i++)
@@ -116,6 +118,14 @@ static void check_mm(trn_dtype dt, int64_t batch, int64_t m, int64_t n, int64_t 
                 }
                 double err = fabs(got - want);
                 double lim = tol * (scale * fabs(alpha) + fabs(want) + 1);
+                // bfloat16: a float32 sum (error within tol) rounded once to
+                // nearest, so at most half a unit in the last place of the
+                // 8-bit significand of `want` (|want| < 2^e: 2^(e - 9)).
+                if (dt == TRN_DTYPE_BF16) {
+                    int e;
+                    (void)frexp(want, &e);
+                    lim += ldexp(1.0, e - 9);
+                }
                 if (!(err <= lim)) {
                     if (bad++ < 3)
                         fprintf(stderr,
@@ -269,6 +279,42 @@ static void test_bias(void) {
     g_bias_stride = 0;
 }
 
+// bfloat16 products big enough for oneDNN (odd sizes, transposed, strided
+// and broadcast operands, column-major C, alpha/beta, NaN in C, bias rows
+// fused into oneDNN's matmul or added through C, pieces over the pool), once natively (where the CPU allows) and once
+// through float32 staging.
+static void test_bf16_paths(void) {
+    const bool native = trn_matmul_bf16_native();
+    for (int pass = 0; pass < 2; pass++) {
+        trn_matmul_set_bf16_native(pass == 0);
+        CHECK(trn_matmul_bf16_native() == (pass == 0 && native));
+        const trn_dtype dt = TRN_DTYPE_BF16;
+        check_mm(dt, 1, 64, 70, 300, ROW, ROW, ROW, 1, 0, false);
+        check_mm(dt, 1, 64, 70, 300, ROW, COL, ROW, 1, 0, true);
+        check_mm(dt, 1, 67, 45, 33, COL, ROW, ROW, 1, 0, false);
+        check_mm(dt, 1, 67, 45, 33, COL, COL, ROW, 0.5, 2, false);
+        check_mm(dt, 1, 61, 47, 39, ROW, ROW, COL, 1, 0, false);
+        check_mm(dt, 1, 61, 47, 39, STEP2, ROW, STEP2, -1, 0.5, false);
+        check_mm(dt, 1, 301, 67, 211, ROW, COL, ROW, 1, 1, false);
+        check_mm(dt, 1, 67, 301, 211, COL, ROW, ROW, 2, 0, true);
+        check_mm(dt, 9, 37, 41, 70, ROW, COL, ROW, 2, 0.5, false);
+        check_mm(dt, 9, 37, 41, 700, BCAST, COL, ROW, 1, 0, false);
+        check_mm(dt, 9, 37, 41, 70, ROW, BCAST, ROW, 1, 1, false);
+        check_mm(dt, 3, 101, 67, 70, BCAST, BCAST, ROW, 1, 0, false);
+        g_bias_stride = 1;
+        check_mm(dt, 1, 64, 70, 300, ROW, COL, ROW, 1, 0, true);
+        check_mm(dt, 1, 301, 67, 211, ROW, COL, ROW, 1, 0, false);
+        check_mm(dt, 3, 37, 41, 700, ROW, ROW, ROW, 0.5, 0, false);
+        check_mm(dt, 1, 67, 301, 211, ROW, ROW, COL, 1, 0, true);   // staged, bias fused
+        check_mm(dt, 2, 61, 47, 390, STEP2, COL, ROW, 1, 0, false);
+        g_bias_stride = 3;
+        check_mm(dt, 1, 67, 301, 211, ROW, ROW, COL, 1, 0, false);
+        g_bias_stride = 0;
+    }
+    trn_matmul_set_bf16_native(true);
+    CHECK(trn_matmul_bf16_native() == native);
+}
+
 int main(void) {
     CHECK_OK(trn_stream_get_default(0, &g_stream));
     const trn_dtype dts[] = {TRN_DTYPE_F32, TRN_DTYPE_BF16, TRN_DTYPE_F16, TRN_DTYPE_F64,
@@ -283,5 +329,6 @@ int main(void) {
     test_plan_reuse();
     test_split();
     test_bias();
+    test_bf16_paths();
     return TEST_REPORT();
 }

@@ -92,6 +92,9 @@ PYBIND11_MODULE(_C, m) {
     m.def("_stream_async_enabled", [] { return trn_stream_async_enabled(); });
     m.def("_num_threads", [] { return trn_parallel_threads(); });
     m.def("_float64_native", [] { return trn_float64_native() != 0; });
+    // Tests and benchmarks: which bfloat16 matmul path runs (trn/blas.h).
+    m.def("_matmul_bf16_native", [] { return trn_matmul_bf16_native(); });
+    m.def("_set_matmul_bf16_native", [](bool allow) { trn_matmul_set_bf16_native(allow); });
     m.def("_memory_protect_enabled", [] { return trn_mem_protect_enabled(); });
     // Streams as (stream_id, device_index, device_type), torch.Stream's fields.
     m.def("_current_stream", [](int i) { return guarded([&] {

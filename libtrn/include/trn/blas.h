@@ -15,9 +15,15 @@
 //   float32            oneDNN matmul; products of >= 2^20 multiply-adds are
 //                      cut into pieces over libtrn's pool (trn/parallel.h),
 //                      each piece a single-threaded oneDNN call.
-//   bfloat16, float16  oneDNN in float32: operands staged in float32 by
-//                      libtrn's conversion loops, accumulation in float32, C
-//                      rounded once (to nearest even) on store.
+//   bfloat16           on a CPU with AVX512-BF16: oneDNN's bf16 matmul on
+//                      the operands as they are (vdpbf16ps, float32
+//                      accumulation), split like float32. Elsewhere, or
+//                      when oneDNN would only take the strides in its
+//                      reference kernel: as float16.
+//   float16            oneDNN in float32: operands staged in float32 by
+//                      libtrn's conversion loops, accumulation in float32.
+//   Both half dtypes round C once (to nearest even) on store; alpha scales
+//   the float32 sum and beta * C is added to it before that rounding.
 //   float64            blocked C loop in double.
 //   int8/uint8/int16/  C loop; arithmetic wraps modulo 2^bits, like PyTorch's
 //   int32/int64        CPU kernels. alpha_int/beta_int are used.
@@ -55,6 +61,15 @@ typedef struct trn_matmul_desc {
 
 // Whether the kernel supports `dtype` (false: the caller must not launch).
 bool trn_matmul_supports(trn_dtype dtype);
+
+// Whether bfloat16 products may use the native bf16 path (the CPU has
+// AVX512-BF16 and trn_matmul_set_bf16_native has not turned it off).
+bool trn_matmul_bf16_native(void);
+
+// For tests and benchmarks: false makes every bfloat16 product take the
+// float32 staging path; true restores the native path where the CPU has it.
+// Affects products launched afterwards.
+void trn_matmul_set_bf16_native(bool allow);
 
 // Validates the descriptor and enqueues the product on `stream`. The
 // descriptor is copied; A and B must stay valid until the task has run.

@@ -4,11 +4,12 @@
 //
 // Owns: nothing new (libtrn/src/kernels/matmul.c implements it). It exists
 // for nn.Linear's addmm(bias, x, W^T): the same result as broadcasting the
-// bias into C and launching with beta = 1, but float32 products with
-// alpha == 1 and a contiguous row hand the bias to oneDNN's matmul, which
-// adds it as it writes C - no separate pass writing C nor a "sum" post-op
-// reading it back. Other cases (small products, alpha != 1, strided rows,
-// other dtypes, k == 0) broadcast the row into C first.
+// bias into C and launching with beta = 1, but float32 products (and
+// bfloat16 ones on the native path, trn_matmul_bf16_native) with alpha == 1
+// and a contiguous row hand the bias to oneDNN's matmul, which adds it to
+// the float32 sum as it writes C - no separate pass writing C nor a "sum"
+// post-op reading it back. Other cases (small products, alpha != 1, strided
+// rows, other dtypes, k == 0) broadcast the row into C first.
 #ifndef TRN_MATMUL_BIAS_H
 #define TRN_MATMUL_BIAS_H
 

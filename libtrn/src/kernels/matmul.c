@@ -1,16 +1,21 @@
 // matmul.c - owns the matmul kernel declared in trn/blas.h: descriptor
 // validation and stride normalisation at launch, the oneDNN path for float32
-// (and for bfloat16/float16 through float32 staging buffers), and blocked C
-// loops for float64 and the integer dtypes.
+// and bfloat16 (natively on an AVX512-BF16 CPU), float16 and the rest of
+// bfloat16 through float32 staging buffers, and blocked C loops for float64
+// and the integer dtypes.
 //
 // oneDNN path: a plan (cached by geometry, see dnnl_common.h) holds the matmul
 // primitive and, when an operand cannot be handed to it as is, a copy that
 // stages the operand in a contiguous float32 buffer (dtype conversion, or
 // strides that only oneDNN's slow reference kernel would accept). alpha is a
 // static output scale and beta a "sum" post-op, both part of the key; a
-// bias row (float32, alpha == 1) is the matmul's own bias argument.
+// bias row (float32, or bfloat16 on the native path; alpha == 1) is the
+// matmul's own bias argument.
 #include <stdatomic.h>
 #include <stdio.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +50,43 @@ bool trn_matmul_supports(trn_dtype dtype) {
 }
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// ---- native bfloat16 ----------------------------------------------------------
+// oneDNN 2.6 has bf16 matmul kernels (brgemm, jit gemm) that use vdpbf16ps on
+// an AVX512-BF16 CPU; they run at the float32 kernel's multiply-add rate per
+// instruction with twice the elements, and skip the staging copies. On an
+// AVX-512 CPU without BF16 oneDNN emulates the instruction (slower than
+// staging to float32), and on AVX2 it has only its reference kernel, so the
+// native path is taken only where the CPU has the instruction.
+static bool cpu_has_avx512_bf16(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax, ebx, ecx, edx;
+    // __builtin_cpu_supports("avx512f") also checks that the OS saves the
+    // zmm state; AVX512_BF16 is CPUID leaf 7, subleaf 1, EAX bit 5.
+    if (!__builtin_cpu_supports("avx512f")) return false;
+    if (__get_cpuid_max(0, NULL) < 7) return false;
+    __cpuid_count(7, 1, eax, ebx, ecx, edx);
+    (void)ebx, (void)ecx, (void)edx;
+    return (eax >> 5) & 1u;
+#else
+    return false;
+#endif
+}
+
+static pthread_once_t g_bf16_once = PTHREAD_ONCE_INIT;
+static bool g_bf16_cpu;
+static atomic_bool g_bf16_allowed = true;
+
+static void bf16_probe(void) { g_bf16_cpu = cpu_has_avx512_bf16(); }
+
+bool trn_matmul_bf16_native(void) {
+    (void)pthread_once(&g_bf16_once, bf16_probe);
+    return g_bf16_cpu && atomic_load_explicit(&g_bf16_allowed, memory_order_relaxed);
+}
+
+void trn_matmul_set_bf16_native(bool allow) {
+    atomic_store_explicit(&g_bf16_allowed, allow, memory_order_relaxed);
+}
 
 // ---- C loops: float64 and integers ---------------------------------------------
 // Rows of C in blocks of BI, columns in blocks of BJ accumulated in a local
@@ -190,7 +232,8 @@ typedef struct mm_key {
     int64_t a_dims[3], b_dims[3], c_dims[3];
     int64_t as[3], bs[3], cs[3];
     double alpha, beta;
-    int64_t bias;  // 1: a contiguous float32 bias row of c_dims[2] entries
+    int64_t bias;  // 1: a contiguous bias row of c_dims[2] entries, of `dtype`
+    int64_t native;  // 1: bfloat16 operands may go to oneDNN as they are
 } mm_key;
 
 enum { OP_A, OP_B, OP_C_IN, OP_C_OUT, OP_MM, OP_COUNT };
@@ -200,7 +243,9 @@ typedef struct mm_plan {
     dnnl_memory_desc_t scratch_md[OP_COUNT];
     size_t scratch_size;              // max over the primitives
     dnnl_memory_desc_t user_md[3], comp_md[3];  // a, b, c
-    dnnl_memory_desc_t bias_md;       // when key.bias
+    dnnl_memory_desc_t bias_md;       // when key.bias: as the caller's,
+    dnnl_memory_desc_t bias_comp_md;  // and as the matmul reads it
+    size_t bias_temp_size;            // staged bias bytes (0: direct)
     size_t temp_size[3];              // staging buffer bytes (0: direct)
     mm_key key;                       // operand geometry, for staging
 } mm_plan;
@@ -267,9 +312,9 @@ static trn_status plan_build(const mm_key *key, mm_plan **out) {
                      "matmul operand layout");
     }
     const dnnl_memory_desc_t *bias_md = NULL;
+    dnnl_dims_t bdims = {1, 1, key->c_dims[2]};
     if (key->bias) {
-        dnnl_dims_t bdims = {1, 1, key->c_dims[2]};
-        TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->bias_md, 3, bdims, dnnl_f32, dnnl_abc),
+        TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->bias_md, 3, bdims, udt, dnnl_abc),
                      "matmul bias layout");
         bias_md = &p->bias_md;
     }
@@ -288,10 +333,10 @@ static trn_status plan_build(const mm_key *key, mm_plan **out) {
         TRN_DNNL_TRY(dnnl_primitive_attr_set_post_ops(attr, ops), "matmul beta");
     }
 
-    // Direct: float32 operands as they are, unless only the reference kernel
-    // takes their strides.
+    // Direct: float32 (and native bfloat16) operands as they are, unless
+    // only the reference kernel takes their strides.
     bool direct = false;
-    if (udt == dnnl_f32) {
+    if (udt == dnnl_f32 || (udt == dnnl_bf16 && key->native)) {
         dnnl_matmul_desc_t md;
         if (dnnl_matmul_desc_init(&md, &p->user_md[0], &p->user_md[1], bias_md, &p->user_md[2]) ==
                 dnnl_success &&
@@ -309,6 +354,14 @@ static trn_status plan_build(const mm_key *key, mm_plan **out) {
             TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->comp_md[i], 3, dd[i], dnnl_f32,
                                                       dnnl_abc),
                          "matmul staging layout");
+        if (key->bias && udt != dnnl_f32) {
+            // A bfloat16 bias row of a plan that fell back to staging.
+            TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->bias_comp_md, 3, bdims, dnnl_f32,
+                                                      dnnl_abc),
+                         "matmul bias staging layout");
+            p->bias_temp_size = dnnl_memory_desc_get_size(&p->bias_comp_md);
+            bias_md = &p->bias_comp_md;
+        }
         dnnl_matmul_desc_t md;
         TRN_DNNL_TRY(dnnl_matmul_desc_init(&md, &p->comp_md[0], &p->comp_md[1], bias_md,
                                            &p->comp_md[2]),
@@ -404,22 +457,31 @@ static trn_status plan_execute(const mm_plan *p, const trn_matmul_desc *d, const
     if ((st = trn__dnnl_engine(&engine)) != TRN_SUCCESS) return st;
     if ((st = trn__dnnl_stream(&stream)) != TRN_SUCCESS) return st;
 
-    size_t off[4], total = 0;
+    size_t off[5], total = 0;
     for (int i = 0; i < 3; i++) {
         off[i] = total;
         total += align64(p->temp_size[i]);
     }
     off[3] = total;
     total += align64(p->scratch_size);
+    off[4] = total;
+    total += align64(p->bias_temp_size);
     char *ws;
     if ((st = trn__dnnl_workspace(total, (void **)&ws)) != TRN_SUCCESS) return st;
 
     // user[i]: the caller's memory; comp[i]: what the matmul reads/writes.
     dnnl_memory_t user[3] = {NULL, NULL, NULL}, comp[3] = {NULL, NULL, NULL}, bias = NULL;
     dnnl_memory_t scratch[OP_COUNT] = {NULL};
-    if (p->key.bias)
+    if (p->key.bias && p->bias_temp_size != 0) {
+        float *staged = (float *)(void *)(ws + off[4]);
+        const uint16_t *row = bias_row;
+        for (int64_t j = 0; j < p->key.c_dims[2]; j++) staged[j] = trn_bf16_to_float(row[j]);
+        TRN_DNNL_TRY(dnnl_memory_create(&bias, &p->bias_comp_md, engine, staged),
+                     "matmul bias");
+    } else if (p->key.bias) {
         TRN_DNNL_TRY(dnnl_memory_create(&bias, &p->bias_md, engine, (void *)bias_row),
                      "matmul bias");
+    }
     void *ptrs[3] = {(void *)d->a, (void *)d->b, d->c};
     for (int i = 0; i < 3; i++) {
         TRN_DNNL_TRY(dnnl_memory_create(&user[i], &p->user_md[i], engine, ptrs[i]),
@@ -477,7 +539,7 @@ static void key_operand(int64_t batch, int64_t rows, int64_t cols, const int64_t
 }
 
 // One oneDNN matmul (plan from the cache, or built) for the whole of `d`,
-// adding the contiguous float32 row `bias` unless it is NULL.
+// adding the contiguous row `bias` (of d's dtype) unless it is NULL.
 static trn_status run_plan(const trn_matmul_desc *d, const void *bias) {
     mm_key key;
     memset(&key, 0, sizeof key);
@@ -488,6 +550,7 @@ static trn_status run_plan(const trn_matmul_desc *d, const void *bias) {
     key.alpha = d->alpha;
     key.beta = d->beta;
     key.bias = bias != NULL;
+    key.native = d->dtype == TRN_DTYPE_BF16 && trn_matmul_bf16_native();
 
     mm_plan *plan = trn__plan_find(&key, sizeof key), *own = NULL;
     if (plan == NULL) {
@@ -529,7 +592,7 @@ static void normalize_matrix(int64_t rows, int64_t cols, int64_t *s);
 
 typedef struct mm_split {
     trn_matmul_desc d;
-    const void *bias;  // contiguous float32 row, or NULL
+    const void *bias;  // contiguous row of d's dtype, or NULL
     int axis;          // 0: batch, 1: rows of A and C, 2: columns of B and C
     int64_t step;      // items per piece along `axis`
     int64_t extent;    // items along `axis`
@@ -645,12 +708,16 @@ static bool is_small(const trn_matmul_desc *d) {
            d->m * d->n * d->k < SMALL_MNK;
 }
 
-// Whether oneDNN's matmul adds the bias row itself: float32 on the oneDNN
-// path with no output scale (whether oneDNN scales before or after its bias
-// is then moot), and a contiguous row.
+// Whether oneDNN's matmul adds the bias row itself: float32, or bfloat16
+// where the native path runs, on the oneDNN path with no output scale
+// (whether oneDNN scales before or after its bias is then moot), and a
+// contiguous row. It adds the row to the float32 sum before the one
+// rounding, as adding it through C (copied there, beta 1) would, without
+// writing and reading C once more.
 static bool bias_fused(const trn_matmul_desc *d, int64_t bias_stride) {
-    return d->dtype == TRN_DTYPE_F32 && d->alpha == 1.0 && bias_stride == 1 && d->k > 0 &&
-           !is_small(d);
+    const bool dtype_ok = d->dtype == TRN_DTYPE_F32 ||
+                          (d->dtype == TRN_DTYPE_BF16 && trn_matmul_bf16_native());
+    return dtype_ok && d->alpha == 1.0 && bias_stride == 1 && d->k > 0 && !is_small(d);
 }
 
 // C = bias row broadcast over every row of every matrix (same dtype: a
