@@ -2,7 +2,6 @@
 // validation, plans (oneDNN convolution primitive + reorders between the
 // caller's strided tensors and the blocked float32 layouts oneDNN prefers,
 // cached by geometry, see dnnl_common.h) and their execution.
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -465,9 +464,7 @@ typedef struct conv_split {
     conv_kind kind;
     conv_axis axis;
     int64_t step, extent;
-    _Atomic int failed;
-    trn_status status;  // first failure, written by the thread that set `failed`
-    char message[TRN__ERROR_MAX];
+    trn__split_error error;
 } conv_split;
 
 static void *byte_offset(const void *p, int64_t elems, size_t es) {
@@ -479,7 +476,7 @@ static void split_piece(void *ctx, int64_t p0, int64_t p1) {
     const size_t es = trn_dtype_size(sp->d.dtype);
     const int saved = trn__dnnl_serial_begin();
     for (int64_t p = p0; p < p1; p++) {
-        if (atomic_load_explicit(&sp->failed, memory_order_relaxed)) break;
+        if (trn__split_failed(&sp->error)) break;
         trn_conv_desc d = sp->d;
         const int64_t lo = p * sp->step;
         const int64_t n = sp->extent - lo < sp->step ? sp->extent - lo : sp->step;
@@ -501,11 +498,7 @@ static void split_piece(void *ctx, int64_t p0, int64_t p1) {
         trn_clear_error();
         trn_status st = conv_run_one(sp->kind, &d);
         if (st != TRN_SUCCESS) {
-            int expected = 0;
-            if (atomic_compare_exchange_strong(&sp->failed, &expected, 1)) {
-                sp->status = st;
-                snprintf(sp->message, sizeof sp->message, "%s", trn_last_error());
-            }
+            trn__split_error_record(&sp->error, st);
             break;
         }
     }
@@ -571,7 +564,7 @@ static trn_status conv_run(const conv_args *a) {
         return st;
     }
     trn_parallel_for(pieces, 1, split_piece, sp);
-    if (atomic_load(&sp->failed)) st = trn__set_error(sp->status, "%s", sp->message);
+    st = trn__split_error_raise(&sp->error);
     free(sp);
     return st;
 }

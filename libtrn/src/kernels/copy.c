@@ -252,42 +252,21 @@ static run_fn move_for(size_t element_size) {
 // Contiguous float16/bfloat16 <-> float32 runs (autocast's casts): loops of
 // fixed stride over the select-based conversions, which the compiler
 // vectorizes; the same functions as convert_one, so the same bits.
-static void f32_to_bf16_run(trn_dtype dt, char *dst, int64_t ds, const char *src, int64_t ss,
-                            int64_t n) {
-    (void)dt, (void)ds, (void)ss;
-    for (int64_t i = 0; i < n; i++) {
-        float v;
-        memcpy(&v, src + 4 * i, 4);
-        put_u16(dst + 2 * i, trn_float_to_bf16(v));
+#define DEFINE_CONV_RUN(NAME, SRC_T, SRC_SIZE, DST_SIZE, PUT, CONVERT)                   \
+    static void NAME(trn_dtype dt, char *dst, int64_t ds, const char *src, int64_t ss,   \
+                     int64_t n) {                                                        \
+        (void)dt, (void)ds, (void)ss;                                                    \
+        for (int64_t i = 0; i < n; i++) {                                                \
+            SRC_T v;                                                                     \
+            memcpy(&v, src + SRC_SIZE * i, SRC_SIZE);                                    \
+            PUT(dst + DST_SIZE * i, CONVERT(v));                                         \
+        }                                                                                \
     }
-}
-static void bf16_to_f32_run(trn_dtype dt, char *dst, int64_t ds, const char *src, int64_t ss,
-                            int64_t n) {
-    (void)dt, (void)ds, (void)ss;
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t v;
-        memcpy(&v, src + 2 * i, 2);
-        put_f32(dst + 4 * i, trn_bf16_to_float(v));
-    }
-}
-static void f32_to_f16_run(trn_dtype dt, char *dst, int64_t ds, const char *src, int64_t ss,
-                           int64_t n) {
-    (void)dt, (void)ds, (void)ss;
-    for (int64_t i = 0; i < n; i++) {
-        float v;
-        memcpy(&v, src + 4 * i, 4);
-        put_u16(dst + 2 * i, trn_float_to_half(v));
-    }
-}
-static void f16_to_f32_run(trn_dtype dt, char *dst, int64_t ds, const char *src, int64_t ss,
-                           int64_t n) {
-    (void)dt, (void)ds, (void)ss;
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t v;
-        memcpy(&v, src + 2 * i, 2);
-        put_f32(dst + 4 * i, trn_half_to_float(v));
-    }
-}
+DEFINE_CONV_RUN(f32_to_bf16_run, float, 4, 2, put_u16, trn_float_to_bf16)
+DEFINE_CONV_RUN(bf16_to_f32_run, uint16_t, 2, 4, put_f32, trn_bf16_to_float)
+DEFINE_CONV_RUN(f32_to_f16_run, float, 4, 2, put_u16, trn_float_to_half)
+DEFINE_CONV_RUN(f16_to_f32_run, uint16_t, 2, 4, put_f32, trn_half_to_float)
+#undef DEFINE_CONV_RUN
 
 // The contiguous loop for a conversion, or NULL.
 static run_fn contiguous_conv(trn_dtype dt, trn_dtype st) {

@@ -113,6 +113,19 @@ void trn__dnnl_serial_end(int saved) {
 
 bool trn__dnnl_can_serialize(void) { return omp_set_threads_fn != NULL; }
 
+void trn__split_error_record(trn__split_error *e, trn_status st) {
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&e->failed, &expected, 1)) {
+        e->status = st;
+        snprintf(e->message, sizeof e->message, "%s", trn_last_error());
+    }
+}
+
+trn_status trn__split_error_raise(trn__split_error *e) {
+    if (!atomic_load(&e->failed)) return TRN_SUCCESS;
+    return trn__set_error(e->status, "%s", e->message);
+}
+
 // ---- per-thread state ------------------------------------------------------------
 
 typedef struct thread_state {

@@ -14,6 +14,8 @@
 #ifndef TRN_DNNL_COMMON_H
 #define TRN_DNNL_COMMON_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -106,6 +108,21 @@ extern trn__dnnl_api trn__dnnl;
 int trn__dnnl_serial_begin(void);
 void trn__dnnl_serial_end(int saved);
 bool trn__dnnl_can_serialize(void);
+
+// The first failure among the pieces of a call split over the pool: pieces
+// stop once `failed` is set, the piece that set it keeps its status and
+// message (libtrn's error is per thread), and the caller re-raises it on its
+// own thread after the join.
+typedef struct trn__split_error {
+    _Atomic int failed;
+    trn_status status;
+    char message[TRN__ERROR_MAX];
+} trn__split_error;
+static inline bool trn__split_failed(trn__split_error *e) {
+    return atomic_load_explicit(&e->failed, memory_order_relaxed) != 0;
+}
+void trn__split_error_record(trn__split_error *e, trn_status st);  // message: trn_last_error()
+trn_status trn__split_error_raise(trn__split_error *e);            // TRN_SUCCESS if none
 
 // The process-wide CPU engine, created on first use (thread-safe), after
 // loading libdnnl.

@@ -596,9 +596,7 @@ typedef struct mm_split {
     int axis;          // 0: batch, 1: rows of A and C, 2: columns of B and C
     int64_t step;      // items per piece along `axis`
     int64_t extent;    // items along `axis`
-    _Atomic int failed;
-    trn_status status; // first failure, written by the thread that set `failed`
-    char message[TRN__ERROR_MAX];
+    trn__split_error error;
 } mm_split;
 
 static void split_piece(void *ctx, int64_t p0, int64_t p1) {
@@ -606,7 +604,7 @@ static void split_piece(void *ctx, int64_t p0, int64_t p1) {
     const int64_t es = (int64_t)trn_dtype_size(sp->d.dtype);
     const int saved = trn__dnnl_serial_begin();
     for (int64_t p = p0; p < p1; p++) {
-        if (atomic_load_explicit(&sp->failed, memory_order_relaxed)) break;
+        if (trn__split_failed(&sp->error)) break;
         trn_matmul_desc d = sp->d;
         const void *bias = sp->bias;
         const int64_t lo = p * sp->step;
@@ -638,11 +636,7 @@ static void split_piece(void *ctx, int64_t p0, int64_t p1) {
         trn_clear_error();
         trn_status st = run_plan(&d, bias);
         if (st != TRN_SUCCESS) {
-            int expected = 0;
-            if (atomic_compare_exchange_strong(&sp->failed, &expected, 1)) {
-                sp->status = st;
-                snprintf(sp->message, sizeof sp->message, "%s", trn_last_error());
-            }
+            trn__split_error_record(&sp->error, st);
             break;
         }
     }
@@ -681,8 +675,7 @@ static trn_status run_split(const trn_matmul_desc *d, const void *bias) {
     sp->step = step;
     const int64_t pieces = (sp->extent + step - 1) / step;
     trn_parallel_for(pieces, 1, split_piece, sp);
-    st = TRN_SUCCESS;
-    if (atomic_load(&sp->failed)) st = trn__set_error(sp->status, "%s", sp->message);
+    st = trn__split_error_raise(&sp->error);
     free(sp);
     return st;
 }
