@@ -17,7 +17,9 @@ relative per op; over STEPS AdamW steps at lr 1e-3 the losses agree to
 ~lr per step, its sign set by grad / sqrt(v), which amplifies tiny gradient
 differences for near-zero gradients, hence an absolute bound of 1e-4
 = 10 % of one step). bfloat16 autocast: 3e-2 on the loss (bf16 has 8
-mantissa bits; matmul accumulation order differs).
+mantissa bits; matmul accumulation order differs), and each parameter's
+update within a multiple of the CPU's own bf16 rounding noise (see
+BF16_NOISE_K).
 """
 import copy
 
@@ -168,18 +170,59 @@ def assert_updates_agree(dev, cpu, name, rel):
         assert (du - cu).norm() <= rel * cu.norm(), f"{n}: {(du - cu).norm()} vs {cu.norm()}"
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama"])
+# bfloat16 autocast: neuron and the CPU each round to bf16 in their own
+# order (GEMM blocking, fused vs unfused kernels), so their updates differ by
+# bf16 rounding noise, and that noise is not a fixed fraction of the update:
+# it is amplified where the math is ill-conditioned (batch norm's
+# 1/sqrt(var) on a ResNet stem) and is all there is where the true gradient
+# is zero (BERT's attention key bias: softmax is shift-invariant, so its
+# gradient is exactly 0 in exact arithmetic and ~1e-12 in float32).
+# The CPU's own bf16 run measures that noise: its distance from a float32
+# run of the same steps. If neuron's and the CPU's rounding errors were
+# independent and of the same size, neuron-bf16 would sit sqrt(2) = 1.41x
+# that distance from CPU-bf16 (measured: at most 1.19x over all parameters
+# of the four models). K = 3 allows ~2x that for run-to-run spread while a
+# real bug (a wrong kernel, a lost term) is orders of magnitude above it.
+# BF16_FLOOR: an absolute floor, below float32's epsilon at unit scale, for
+# a parameter whose two CPU runs happen to agree exactly.
+BF16_NOISE_K = 3.0
+BF16_FLOOR = 1e-7
+
+
+def assert_updates_within_bf16_noise(dev, cpu, ref, name):
+    """Per parameter, in norm: |update(neuron bf16) - update(CPU bf16)| <=
+    K * |update(CPU bf16) - update(CPU float32)| + floor."""
+    _, init = build(name)
+    for (n, p), q, f, p0 in zip(dev.named_parameters(), cpu.parameters(),
+                                ref.parameters(), init.parameters()):
+        du, cu, fu = (t.detach().cpu() - p0.detach() for t in (p, q, f))
+        noise = (cu - fu).norm()
+        assert (du - cu).norm() <= BF16_NOISE_K * noise + BF16_FLOOR, (
+            f"{n}: neuron-bf16 vs CPU-bf16 {(du - cu).norm():.3g}, "
+            f"CPU-bf16 vs CPU-f32 {noise:.3g}")
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "bert", "resnet"])
 def test_bf16_autocast_matches_cpu(name):
     cpu, dev = build(name)
+    _, ref = build(name)
     dev = move(dev, "neuron")
     batches = make_batches(name, 2)
     torch_neuronx.clear_op_tracking()
     got = train(name, dev, "neuron", batches, autocast=torch.bfloat16, sgd=True)
     assert_no_fallback()
     want = train(name, cpu, "cpu", batches, autocast=torch.bfloat16, sgd=True)
+    train(name, ref, "cpu", batches, sgd=True)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=3e-2, atol=3e-2)
     assert all(p.dtype == torch.float32 for p in dev.parameters())  # float32 master weights
-    assert_updates_agree(dev, cpu, name, rel=0.05)
+    if name == "resnet":  # batch norm's running stats stay float32 and move
+        for (n, b), c in zip(dev.named_buffers(), cpu.buffers()):
+            if b.is_floating_point():
+                assert b.dtype == torch.float32, n
+                torch.testing.assert_close(b.cpu(), c, rtol=2e-2, atol=2e-2, msg=lambda m: f"{n}: {m}")
+    assert_updates_within_bf16_noise(dev, cpu, ref, name)
+    if name in ("gpt2", "llama"):  # well-conditioned: also a plain relative bound
+        assert_updates_agree(dev, cpu, name, rel=0.05)
 
 
 def test_fp16_grad_scaler_matches_cpu():

@@ -25,6 +25,59 @@
 // Elements per parallel piece.
 #define GRAIN 32768
 
+// Whole-vector loads and stores of one lane group. Written out because GCC
+// 12 assembled a bf16 vector from 16 scalar word inserts when the
+// conversion was per element inside TRN_VACC (bf16 batch norm ran at half
+// of CPU's speed); the conversions are the same bits as LD_* / ST_*.
+typedef uint16_t bn_vec_u16 __attribute__((vector_size(32)));
+typedef uint32_t bn_vec_u32 __attribute__((vector_size(64)));
+
+static inline trn__vec_f vld_bf16(const uint16_t *p) {
+    bn_vec_u16 h;
+    memcpy(&h, p, sizeof h);
+    const bn_vec_u32 u = __builtin_convertvector(h, bn_vec_u32) << 16;
+    trn__vec_f f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline void vst_bf16(uint16_t *p, trn__vec_f f) {
+    bn_vec_u32 u;
+    memcpy(&u, &f, sizeof u);
+    const bn_vec_u32 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    const bn_vec_u32 nan = (u >> 16) | 0x0040u;
+    const bn_vec_u32 is_nan = (bn_vec_u32)((u & 0x7FFFFFFFu) > 0x7F800000u);
+    const bn_vec_u16 h = __builtin_convertvector((is_nan & nan) | (~is_nan & rounded), bn_vec_u16);
+    memcpy(p, &h, sizeof h);
+}
+
+static inline trn__vec_f vld_f16(const uint16_t *p) {
+    float t[TRN_VLANES(trn__vec_f, float)];
+    for (int j = 0; j < TRN_VLANES(trn__vec_f, float); j++) t[j] = trn_half_to_float(p[j]);
+    trn__vec_f f;
+    memcpy(&f, t, sizeof f);
+    return f;
+}
+
+static inline void vst_f16(uint16_t *p, trn__vec_f f) {
+    for (int j = 0; j < TRN_VLANES(trn__vec_f, float); j++) p[j] = trn_float_to_half(f[j]);
+}
+
+static inline trn__vec_f vld_f32(const float *p) {
+    trn__vec_f f;
+    memcpy(&f, p, sizeof f);
+    return f;
+}
+
+static inline void vst_f32(float *p, trn__vec_f f) { memcpy(p, &f, sizeof f); }
+
+static inline trn__vec_d vld_f64(const double *p) {
+    trn__vec_d f;
+    memcpy(&f, p, sizeof f);
+    return f;
+}
+
+static inline void vst_f64(double *p, trn__vec_d f) { memcpy(p, &f, sizeof f); }
 typedef struct bn_args {
     trn_dtype dtype, pdt;
     int64_t batch, channels, spatial;
@@ -76,7 +129,23 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
     }
 }
 
-#define DEFINE_BN(N, T, C, V, LD, ST)                                              \
+// Channel sums: lane partial sums (and a float sum of the tails of rows
+// shorter than a lane group) run over whole batch items and move to the
+// double total every BN_FLUSH_ELEMS elements of a channel, so a lane never
+// holds more than ~64 elements, as when it was flushed per item of a 32x32
+// plane, while 4x4 planes no longer pay a 16-lane reduction per item.
+// Deterministic: the grouping depends only on the shape, not on the split.
+#define BN_FLUSH_ELEMS 1024
+#define BN_FLUSH(V, C, acc, tail, total)                                          \
+    do {                                                                          \
+        C r_ = 0;                                                                 \
+        TRN_VREDUCE(V, C, acc, r_);                                               \
+        (total) += (double)(r_ + (tail));                                         \
+        (tail) = 0;                                                               \
+        memset(&(acc), 0, sizeof(acc));                                           \
+    } while (0)
+
+#define DEFINE_BN(N, T, C, V, LD, ST, VLD, VST)                                              \
     static void fwd_##N(void *ctx, int64_t c0, int64_t c1) {                      \
         const bn_args *a = ctx;                                                   \
         const int64_t S = a->spatial, CH = a->channels;                           \
@@ -84,31 +153,39 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
         for (int64_t c = c0; c < c1; c++) {                                       \
             double mean = 0, sq = 0, sum = 0;                                     \
             if (a->training) {                                                    \
+                V acc;                                                        \
+                C s = 0;                                                      \
+                int64_t run = 0;                                              \
+                memset(&acc, 0, sizeof acc);                                  \
                 for (int64_t b = 0; b < a->batch; b++) {                          \
                     const T *x = (const T *)a->x + (b * CH + c) * S;              \
-                    V acc = {0};                                                  \
                     int64_t i = 0;                                                \
-                    for (; i + L <= S; i += L) TRN_VACC(V, C, acc, j, (C)LD(x[i + j])); \
-                    C s = 0;                                                      \
-                    TRN_VREDUCE(V, C, acc, s);                                    \
+                    for (; i + L <= S; i += L) acc += VLD(x + i);                \
                     for (; i < S; i++) s += (C)LD(x[i]);                          \
-                    sum += (double)s;                                             \
+                    if ((run += S) >= BN_FLUSH_ELEMS || b + 1 == a->batch) {  \
+                        BN_FLUSH(V, C, acc, s, sum);                          \
+                        run = 0;                                              \
+                    }                                                         \
                 }                                                                 \
                 mean = sum / (double)(a->batch * S);                              \
                 const C m = (C)mean;                                              \
+                C v = 0;                                                      \
+                memset(&acc, 0, sizeof acc);                                  \
                 for (int64_t b = 0; b < a->batch; b++) {                          \
                     const T *x = (const T *)a->x + (b * CH + c) * S;              \
-                    V acc = {0};                                                  \
                     int64_t i = 0;                                                \
-                    for (; i + L <= S; i += L)                                    \
-                        TRN_VACC(V, C, acc, j, ((C)LD(x[i + j]) - m) * ((C)LD(x[i + j]) - m)); \
-                    C v = 0;                                                      \
-                    TRN_VREDUCE(V, C, acc, v);                                    \
+                    for (; i + L <= S; i += L) {                                  \
+                        const V d = VLD(x + i) - m;                               \
+                        acc += d * d;                                             \
+                    }                                                             \
                     for (; i < S; i++) {                                          \
                         const C d = (C)LD(x[i]) - m;                              \
                         v += d * d;                                               \
                     }                                                             \
-                    sq += (double)v;                                              \
+                    if ((run += S) >= BN_FLUSH_ELEMS || b + 1 == a->batch) {  \
+                        BN_FLUSH(V, C, acc, v, sq);                           \
+                        run = 0;                                              \
+                    }                                                         \
                 }                                                                 \
             }                                                                     \
             double invstd;                                                        \
@@ -119,7 +196,9 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
             for (int64_t b = 0; b < a->batch; b++) {                              \
                 const T *x = (const T *)a->x + (b * CH + c) * S;                  \
                 T *y = (T *)a->y + (b * CH + c) * S;                              \
-                for (int64_t i = 0; i < S; i++) y[i] = ST((C)LD(x[i]) * alpha + beta); \
+                int64_t i = 0;                                                \
+                for (; i + L <= S; i += L) VST(y + i, VLD(x + i) * alpha + beta); \
+                for (; i < S; i++) y[i] = ST((C)LD(x[i]) * alpha + beta);     \
             }                                                                     \
         }                                                                         \
     }                                                                             \
@@ -134,25 +213,30 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
             const double invstd = a->training ? sv : 1.0 / sqrt(sv + a->eps);     \
             const C m = (C)mean;                                                  \
             double sum = 0, dot = 0;                                              \
+            V acc_s, acc_d;                                                       \
+            C s = 0, d = 0;                                                       \
+            int64_t run = 0;                                                      \
+            memset(&acc_s, 0, sizeof acc_s);                                      \
+            memset(&acc_d, 0, sizeof acc_d);                                      \
             for (int64_t b = 0; b < a->batch; b++) {                              \
                 const T *x = (const T *)a->x + (b * CH + c) * S;                  \
                 const T *dy = (const T *)a->dy + (b * CH + c) * S;                \
-                V acc_s = {0}, acc_d = {0};                                       \
                 int64_t i = 0;                                                    \
                 for (; i + L <= S; i += L) {                                      \
-                    TRN_VACC(V, C, acc_s, j, (C)LD(dy[i + j]));                   \
-                    TRN_VACC(V, C, acc_d, j, (C)LD(dy[i + j]) * ((C)LD(x[i + j]) - m)); \
+                    const V g = VLD(dy + i);                                      \
+                    acc_s += g;                                                   \
+                    acc_d += g * (VLD(x + i) - m);                                \
                 }                                                                 \
-                C s = 0, d = 0;                                                   \
-                TRN_VREDUCE(V, C, acc_s, s);                                      \
-                TRN_VREDUCE(V, C, acc_d, d);                                      \
                 for (; i < S; i++) {                                              \
                     const C g = (C)LD(dy[i]);                                     \
                     s += g;                                                       \
                     d += g * ((C)LD(x[i]) - m);                                   \
                 }                                                                 \
-                sum += (double)s;                                                 \
-                dot += (double)d;                                                 \
+                if ((run += S) >= BN_FLUSH_ELEMS || b + 1 == a->batch) {          \
+                    BN_FLUSH(V, C, acc_s, s, sum);                                \
+                    BN_FLUSH(V, C, acc_d, d, dot);                                \
+                    run = 0;                                                      \
+                }                                                                 \
             }                                                                     \
             if (a->dweight) trn__store_real(a->pdt, a->dweight, c, dot * invstd); \
             if (a->dbias) trn__store_real(a->pdt, a->dbias, c, sum);              \
@@ -165,19 +249,24 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
                 const T *x = (const T *)a->x + (b * CH + c) * S;                  \
                 const T *dy = (const T *)a->dy + (b * CH + c) * S;                \
                 T *dx = (T *)a->dx + (b * CH + c) * S;                            \
-                if (a->training)                                                  \
-                    for (int64_t i = 0; i < S; i++)                               \
+                int64_t i = 0;                                                \
+                if (a->training) {                                                \
+                    for (; i + L <= S; i += L)                                    \
+                        VST(dx + i, (VLD(dy + i) - gmean - (VLD(x + i) - m) * k) * scale); \
+                    for (; i < S; i++)                                            \
                         dx[i] = ST(((C)LD(dy[i]) - gmean - ((C)LD(x[i]) - m) * k) * scale); \
-                else                                                              \
-                    for (int64_t i = 0; i < S; i++) dx[i] = ST((C)LD(dy[i]) * scale); \
+                } else {                                                          \
+                    for (; i + L <= S; i += L) VST(dx + i, VLD(dy + i) * scale);  \
+                    for (; i < S; i++) dx[i] = ST((C)LD(dy[i]) * scale);          \
+                }                                                                 \
             }                                                                     \
         }                                                                         \
     }
 
-DEFINE_BN(f16, uint16_t, float, trn__vec_f, LD_f16, ST_f16)
-DEFINE_BN(bf16, uint16_t, float, trn__vec_f, LD_bf16, ST_bf16)
-DEFINE_BN(f32, float, float, trn__vec_f, LD_id, ST_id)
-DEFINE_BN(f64, double, double, trn__vec_d, LD_id, ST_id)
+DEFINE_BN(f16, uint16_t, float, trn__vec_f, LD_f16, ST_f16, vld_f16, vst_f16)
+DEFINE_BN(bf16, uint16_t, float, trn__vec_f, LD_bf16, ST_bf16, vld_bf16, vst_bf16)
+DEFINE_BN(f32, float, float, trn__vec_f, LD_id, ST_id, vld_f32, vst_f32)
+DEFINE_BN(f64, double, double, trn__vec_d, LD_id, ST_id, vld_f64, vst_f64)
 
 typedef void (*piece_fn)(void *, int64_t, int64_t);
 
