@@ -169,6 +169,34 @@ def test_disable_cache_writes_nothing(tmp_path, monkeypatch):
     assert torch.neuron.get_dynamo_metrics()["compiles"] == 1
 
 
+@pytest.mark.parametrize("cache", [True, False])
+def test_training_forward_compiled_on_worker(tmp_path, monkeypatch, cache):
+    # The forward's C compile runs on the compile thread; it is finished when
+    # the backward compiles (warm cache on: eager backward) or when the backend
+    # returns (cache off: lazy backward), never left for the first call.
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "c"))
+    if cache:
+        monkeypatch.delenv("TORCH_NEURONX_NEFF_DISABLE_CACHE", raising=False)
+    else:
+        monkeypatch.setenv("TORCH_NEURONX_NEFF_DISABLE_CACHE", "1")
+    torch._dynamo.reset()
+    torch.neuron.reset_dynamo_metrics()
+
+    def f(x, w):
+        return (torch.relu(x @ w) * 1.5 + torch.sigmoid(w).sum()).sum()
+    x, w = _x(5, 4), _x(4, 3, seed=1)
+    wd = w.to(DEV).requires_grad_()
+    out = torch.compile(f, backend="neuron")(x.to(DEV), wd)
+    assert not B._pending
+    out.backward()
+    w.requires_grad_()
+    f(x, w).backward()
+    torch.testing.assert_close(out.detach().cpu(), f(x, w).detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(wd.grad.cpu(), w.grad, atol=1e-5, rtol=1e-5)
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["lowerings"] == 2 and m["graphs"] == 2 and m["fallback_graphs"] == 0, m
+
+
 _CHILD = r"""
 import json, torch, torch_neuronx
 def f(x, y):

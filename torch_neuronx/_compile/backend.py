@@ -114,8 +114,11 @@ def _device_of(gm) -> torch.device:
     return torch.device("neuron", 0)
 
 
-def compile_fx_graph(gm: torch.fx.GraphModule, kind: str, opts: _Options):
-    """Lowers and compiles one AOT graph; returns a boxed callable."""
+def compile_fx_graph(gm: torch.fx.GraphModule, kind: str, opts: _Options, background: bool = False):
+    """Lowers and compiles one AOT graph; returns a boxed callable. With
+    ``background``, the C compile (schedule, render, gcc: the GIL is released)
+    runs on a worker thread while AOTAutograd goes on with the next graph; the
+    graph is finished by ``finish_pending()``, before anything can call it."""
     t0 = time.perf_counter()
     use_cache = cache_dir() is not None
     key = _graph_key(gm, kind)
@@ -131,33 +134,94 @@ def compile_fx_graph(gm: torch.fx.GraphModule, kind: str, opts: _Options):
     metrics.add(lowerings=1)
     try:
         lowered = Lowerer(gm).run()
-        try:
-            program = lowered.graph.compile(_include_dir(), cache_dir(), ddir, name)
-        except NotImplementedError:
-            if not lowered.stores:
-                raise
-            # The schedule cannot order an in-place input update after every
-            # read of the old values: the copies run eagerly instead.
-            lowered = Lowerer(gm, in_place=False).run()
-            program = lowered.graph.compile(_include_dir(), cache_dir(), ddir, name)
     except UnsupportedOpError as e:
-        if not opts.fallback:
-            raise NeuronCompileError(str(e)) from None
-        warnings.warn(f"neuron backend: {e}; running graph {name} eagerly (fallback_execution)", stacklevel=2)
-        metrics.add(graphs=1, fallback_graphs=1, compile_seconds=time.perf_counter() - t0)
-        return _EagerGraph(gm)
-    compiled = CompiledGraph(lowered, program, _device_of(gm), name)
-    if program.from_cache:
-        metrics.add(cache_hits=1, disk_cache_hits=1)
-    else:
-        metrics.add(compiles=1, cc_seconds=program.compile_seconds)
-    seconds = time.perf_counter() - t0
-    metrics.add(graphs=1, kernels=program.kernel_count, host_steps=len(lowered.hosts),
-                compile_seconds=seconds)
-    _report_compile(name, program, seconds, compiled.device.index or 0)
-    if use_cache:
-        _memory_cache[key] = compiled
-    return compiled
+        return _fallback(e, name, opts, gm, t0)
+    job = _CompileJob(gm, lowered, name, ddir, key if use_cache else None, opts, t0)
+    if background:
+        job.future = _compile_pool().submit(job.compile)
+        _pending.append(job)
+        return job.graph
+    return job.finish()
+
+
+def _fallback(e, name, opts, gm, t0):
+    if not opts.fallback:
+        raise NeuronCompileError(str(e)) from None
+    warnings.warn(f"neuron backend: {e}; running graph {name} eagerly (fallback_execution)", stacklevel=3)
+    metrics.add(graphs=1, fallback_graphs=1, compile_seconds=time.perf_counter() - t0)
+    return _EagerGraph(gm)
+
+
+class _CompileJob:
+    """One lowered graph's C compile, run here or on the compile thread."""
+
+    def __init__(self, gm, lowered, name, ddir, key, opts, t0):
+        self.gm, self.lowered, self.name, self.ddir, self.key, self.opts = gm, lowered, name, ddir, key, opts
+        self.t0, self.busy, self.future = t0, time.perf_counter() - t0, None
+        # What AOTAutograd gets back now; its program is attached by finish().
+        self.graph = CompiledGraph(lowered, None, _device_of(gm), name)
+
+    def compile(self):
+        t = time.perf_counter()
+        try:
+            return self.lowered.graph.compile(_include_dir(), cache_dir(), self.ddir, self.name)
+        finally:
+            self.busy += time.perf_counter() - t
+
+    def finish(self):
+        """The compiled graph (waits for the compile thread if it ran there)."""
+        try:
+            try:
+                program = self.future.result() if self.future is not None else self.compile()
+            except NotImplementedError:
+                if not self.lowered.stores:
+                    raise
+                # The schedule cannot order an in-place input update after every
+                # read of the old values: the copies run eagerly instead.
+                self.lowered = Lowerer(self.gm, in_place=False).run()
+                self.graph.__init__(self.lowered, None, self.graph.device, self.name)
+                self.future = None
+                program = self.compile()
+        except UnsupportedOpError as e:
+            return _fallback(e, self.name, self.opts, self.gm, self.t0)
+        compiled = self.graph
+        compiled._attach(program)
+        if program.from_cache:
+            metrics.add(cache_hits=1, disk_cache_hits=1)
+        else:
+            metrics.add(compiles=1, cc_seconds=program.compile_seconds)
+        # Our own time (lowering and C compile), not the overlapped wall time.
+        seconds = self.busy
+        metrics.add(graphs=1, kernels=program.kernel_count, host_steps=len(self.lowered.hosts),
+                    compile_seconds=seconds)
+        _report_compile(self.name, program, seconds, compiled.device.index or 0)
+        if self.key is not None:
+            _memory_cache[self.key] = compiled
+        return compiled
+
+
+_pending: list[_CompileJob] = []
+
+
+@functools.cache
+def _compile_pool():
+    from concurrent.futures import ThreadPoolExecutor
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="neuron-compile")
+
+
+def finish_pending() -> None:
+    """Waits for every graph compiling on the compile thread; the first
+    failure is raised (after all have finished)."""
+    err = None
+    while _pending:
+        job = _pending.pop(0)
+        try:
+            if job.finish() is not job.graph:
+                raise NeuronCompileError(f"neuron backend: graph {job.name} cannot run compiled")
+        except BaseException as e:  # noqa: BLE001 - raised below, once all are done
+            err = err or e
+    if err is not None:
+        raise err
 
 
 class _EagerGraph(OutputCode):
@@ -212,7 +276,14 @@ def _report_compile(name: str, program, seconds: float, device: int) -> None:
 
 def _graph_compiler(kind: str, opts: _Options):
     def fn(gm, example_inputs):
-        return compile_fx_graph(gm, kind, opts)
+        if kind == "fw":
+            # The forward's C compile overlaps the backward's tracing,
+            # partition and lowering; the backward compiler waits for it.
+            return compile_fx_graph(gm, kind, opts, background=True)
+        try:
+            return compile_fx_graph(gm, kind, opts)
+        finally:
+            finish_pending()
     return fn
 
 
@@ -282,8 +353,11 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=
         keep_inference_input_mutations=True,
     )
     try:
-        with warm.aot_cache(root, key, _decompositions) if key is not None else contextlib.nullcontext():
-            compiled = _aot(gm, example_inputs, aot_kwargs)
+        try:
+            with warm.aot_cache(root, key, _decompositions) if key is not None else contextlib.nullcontext():
+                compiled = _aot(gm, example_inputs, aot_kwargs)
+        finally:
+            finish_pending()  # a forward whose backward compiles lazily
     except NeuronCompileError:
         raise
     except Exception as e:  # noqa: BLE001 - AOT tracing failed

@@ -73,7 +73,9 @@ class CompiledGraph(OutputCode):
         self.hosts = [Host(h, lowered.env) for h in lowered.hosts]
         self.outputs = lowered.outputs
         self._boxed_call = True
-        self._attach(program)
+        self.program = None
+        if program is not None:  # else attached when its compile finishes (backend.finish_pending)
+            self._attach(program)
 
     def _attach(self, program) -> None:
         self.program = program

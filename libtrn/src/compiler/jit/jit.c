@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,19 +79,23 @@ static int split_flags(char *text, char **argv, int max) {
 }
 
 // The C compiler's version line (once per process; it is part of the key).
-static const char *cc_version(void) {
-    static char version[256];
-    static int done;
-    if (done) return version;
+// Once, not a flag: graphs may compile on several threads at a time.
+static char cc_version_line[256];
+static pthread_once_t cc_version_once = PTHREAD_ONCE_INIT;
+
+static void cc_version_read(void) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "%s -dumpfullversion -dumpversion 2>/dev/null", cc_path());
     FILE *p = popen(cmd, "r");
     if (p) {
-        if (fgets(version, sizeof version, p) == NULL) version[0] = 0;
+        if (fgets(cc_version_line, sizeof cc_version_line, p) == NULL) cc_version_line[0] = 0;
         pclose(p);
     }
-    done = 1;
-    return version;
+}
+
+static const char *cc_version(void) {
+    pthread_once(&cc_version_once, cc_version_read);
+    return cc_version_line;
 }
 
 // Hash of the headers generated code includes: a changed scalar.h must not
