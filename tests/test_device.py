@@ -162,3 +162,29 @@ def test_import_torch_neuronx_before_torch(python):
                env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "1"})
     assert r.returncode == 0, r.stderr
     assert "neuron:0" in r.stdout
+
+
+def test_exit_right_after_backward_drains_autograd_threads():
+    """A script that ends right after a neuron backward: the exit hook runs one
+    backward per device through the C++ engine (torch_neuronx/_autograd_exit.py),
+    so a device thread never drops a GraphTask holding a Python object during
+    finalization (that aborted with "terminate called without an active
+    exception"). The hook itself must run cleanly: nothing ignored in atexit."""
+    import subprocess
+    import sys
+    script = (
+        "import torch, torch_neuronx\n"
+        "import atexit\n"
+        "m = torch.nn.Linear(8, 8).to('neuron')\n"
+        "for _ in range(3):\n"
+        "    m(torch.randn(4, 8, device='neuron')).sum().backward()\n"
+        "atexit.register(lambda: print('exit-hooks-ran', flush=True))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "exit-hooks-ran" in r.stdout
+    assert "Exception ignored" not in r.stderr and "terminate called" not in r.stderr, r.stderr[-2000:]
+    # The hook is what runs last of ours and it needs a live runtime: check it
+    # directly too (a backward on every device, no stash in thread-local state).
+    from torch_neuronx import _autograd_exit
+    _autograd_exit._drain_device_threads()

@@ -106,3 +106,7 @@ from .profiling import NeuronConfig, NeuronProfiler, ProfileMode  # noqa: E402
 from ._compile import get_dynamo_metrics, reset_dynamo_metrics, install as _install_compile  # noqa: E402
 neuron.get_dynamo_metrics, neuron.reset_dynamo_metrics = get_dynamo_metrics, reset_dynamo_metrics
 _install_compile()
+
+# Autograd's device threads must not drop a GraphTask during interpreter finalization.
+from ._autograd_exit import install as _install_autograd_exit  # noqa: E402
+_install_autograd_exit()
