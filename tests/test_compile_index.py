@@ -155,3 +155,35 @@ def test_embedding_backward_skips_padding_idx():
     f(w_cpu, ids).backward()
     assert torch.neuron.get_dynamo_metrics()["host_steps"] == 0
     torch.testing.assert_close(w.grad.cpu(), w_cpu.grad)
+
+
+def test_scatter_reduce_and_boolean_mask_puts_compile_without_host_steps():
+    """scatter_reduce (every reduction, with and without self; duplicate
+    positions, a NaN source), the legacy scatter reduce= forms, and
+    x[mask] = value (where; accumulate adds) lower natively."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 5, generator=g)
+    src = torch.randn(4, 5, generator=g)
+    src[1, 2] = float("nan")
+    idx = torch.randint(0, 6, (4, 5), generator=g)
+    xi = torch.randint(-9, 9, (6, 5), generator=g)
+    si = torch.randint(-9, 9, (4, 5), generator=g)
+    mask, rows = x > 0, x[:, 0] > 0
+    row = torch.randn(5, generator=g)
+
+    def f(x, src, idx, xi, si, mask, rows, row):
+        out = [x.scatter_reduce(0, idx, src, r, include_self=inc)
+               for r in ("sum", "prod", "mean", "amax", "amin") for inc in (True, False)]
+        out += [xi.scatter_reduce(0, idx, si, r, include_self=inc) for r in ("mean", "amax", "prod") for inc in (True, False)]
+        out += [x.scatter(1, idx[:, :3] % 5, src, reduce="multiply"), x.scatter(0, idx, 2.0, reduce="add")]
+        a, b, c = x.clone(), x.clone(), x.clone()
+        a[mask] = 0.5
+        b[rows] = row
+        c.index_put_((rows,), row, accumulate=True)
+        return out + [a, b, c]
+
+    args = (x, src, idx, xi, si, mask, rows, row)
+    got = _compiled(f)(*[t.to("neuron") for t in args])
+    for e, r in zip(f(*args), got):
+        torch.testing.assert_close(r.cpu(), e, equal_nan=True)
+    assert torch.neuron.get_dynamo_metrics()["host_steps"] == 0

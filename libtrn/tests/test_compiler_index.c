@@ -1,8 +1,9 @@
 // test_compiler_index.c - the graph compiler's indexed reads and writes:
 // an embedding lookup fused with an add, a 2-index gather with negative
 // (wrapped) indices, a scatter-add with duplicate positions (the embedding
-// backward), and out-of-range indices failing the run with PyTorch's
-// message instead of reading or writing out of bounds; iotas.
+// backward), scatters folding by product, max and min (scatter_reduce;
+// a NaN source wins), and out-of-range indices failing the run with
+// PyTorch's message instead of reading or writing out of bounds; iotas.
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -196,11 +197,49 @@ static void test_iota(void) {
     trn_program_free(p);
 }
 
+// y = x with y[idx[n]] folded with s[n] by product, max or min (1-d, duplicate
+// positions; a NaN source wins max/min, as eager scatter_reduce).
+static void test_scatter_fold(int mode) {
+    enum { V = 4, N = 6 };
+    trn_graph *g;
+    CHECK_INT(trn_graph_create(&g), TRN_SUCCESS);
+    int x, sv, ids, y, bad_mode;
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 1, (int64_t[]){V}, (int64_t[]){1}, &x), TRN_SUCCESS);
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 1, (int64_t[]){N}, (int64_t[]){1}, &sv), TRN_SUCCESS);
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_I64, 1, (int64_t[]){N}, (int64_t[]){1}, &ids), TRN_SUCCESS);
+    CHECK_INT(trn_graph_scatter(g, x, ids, sv, 0, (int[]){-1}, 1 + TRN_GRAPH_MIN + 1, 0, TRN_INDEX_ERROR_GATHER,
+                                &bad_mode),
+              TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_INT(trn_graph_scatter(g, x, ids, sv, 0, (int[]){-1}, 1 + mode, 0, TRN_INDEX_ERROR_GATHER, &y), TRN_SUCCESS);
+    CHECK_INT(trn_graph_export(g, y, NULL), TRN_SUCCESS);
+    trn_program *p = compile(g);
+    trn_graph_free(g);
+    if (!p) return;
+    float X[V] = {1.5f, -2.0f, NAN, 4.0f}, S[N] = {3.0f, -1.0f, 0.5f, NAN, 2.0f, -7.0f}, Y[V], E[V];
+    int64_t I[N] = {0, 1, 0, 3, 2, 1};
+    memcpy(E, X, sizeof E);
+    for (int n = 0; n < N; n++) {
+        float *a = &E[I[n]], v = S[n];
+        if (mode == TRN_GRAPH_PROD) *a = *a * v;
+        else if (isnan(v)) *a = v;
+        else if (mode == TRN_GRAPH_MAX) *a = *a < v ? v : *a;
+        else *a = v < *a ? v : *a;
+    }
+    CHECK_INT(run_status(p, (int[]){x, sv, ids, y}, (void *[]){X, S, I, Y}, 4), TRN_SUCCESS);
+    int bad = 0;
+    for (int i = 0; i < V; i++) bad += !(Y[i] == E[i] || (isnan(Y[i]) && isnan(E[i])));
+    CHECK_INT(bad, 0);
+    trn_program_free(p);
+}
+
 int main(void) {
     find_include_dir();
     test_embedding();
     test_two_indices();
     test_scatter_add();
+    test_scatter_fold(TRN_GRAPH_PROD);
+    test_scatter_fold(TRN_GRAPH_MAX);
+    test_scatter_fold(TRN_GRAPH_MIN);
     test_gather_reduce(false);
     test_gather_reduce(true);
     test_iota();

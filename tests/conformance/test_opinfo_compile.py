@@ -32,6 +32,8 @@ LOWERED = _ops_from("ops_elementwise") | {"sum", "mean", "amax", "amin", "softma
                                           # bounds-checked gather/scatter loops (lower_index.py)
                                           "gather", "index_select", "nn.functional.embedding", "scatter",
                                           "scatter_add", "index_put", "take_along_dim",
+                                          # folding scatters (every variant: sum, prod, mean, amax, amin)
+                                          "scatter_reduce",
                                           # coordinate-selected: iota + clamped gathers + where
                                           "cat", "constant_pad_nd", "slice_scatter", "any", "all"}
 # The default run keeps to float32 and one sample per op (the machine's test
@@ -41,16 +43,27 @@ DTYPES = [torch.float32, torch.int64] if FULL else [torch.float32]
 SAMPLES_PER_OP = 2 if FULL else 1
 # Samples run beyond the first ones, by index, where those miss a lowered
 # form: slice_scatter's first samples all have step 1 (2 and 8: step 2),
-# constant_pad_nd's pad at most two dims (37 and 45: three).
-EXTRA_SAMPLES = {"slice_scatter": (2, 8), "constant_pad_nd": (37, 45)}
+# constant_pad_nd's pad at most two dims (37 and 45: three); scatter's 1 and 2
+# are reduce="add" / "multiply"; scatter_reduce's 1 keeps self (0 does not).
+EXTRA_SAMPLES = {"slice_scatter": (2, 8), "constant_pad_nd": (37, 45), "scatter": (1, 2), "scatter_reduce": (1,)}
+# Ops whose OpInfo variants (variant_test_name) are all lowered.
+VARIANTS = {"scatter_reduce"}
 
 
 def _own_samples(name, dtype):
     """Forms OpInfo has no sample of: cat of more than 4 pieces (lowered as
-    cats of up to 4, then joined)."""
+    cats of up to 4, then joined); index_put with a boolean mask and one
+    value for every selected element (a where)."""
+    g = torch.Generator().manual_seed(0)
+    if name == "index_put":
+        x = torch.randn(5, 4, generator=g).to(dtype)
+        mask, rows = x > 0, torch.tensor([True, False, True, True, False])
+        return [SampleInput(x, args=((mask,), torch.tensor(3).to(dtype))),
+                SampleInput(x, args=((rows,), torch.randn(4, generator=g).to(dtype))),
+                SampleInput(x, args=((None, mask[0]), torch.randn(5, 1, generator=g).to(dtype)),
+                            kwargs={"accumulate": True})]
     if name != "cat":
         return []
-    g = torch.Generator().manual_seed(0)
     pieces = [torch.randn(3, i + 1, 2, generator=g).to(dtype) for i in range(9)]
     return [SampleInput(pieces, kwargs={"dim": 1}), SampleInput(pieces[:6], kwargs={"dim": -2})]
 # Not compared: outputs that depend on something other than the inputs.
@@ -63,11 +76,13 @@ COMPILE_EXCLUDED = {
 
 def _cases():
     for op in op_db:
-        if op.name not in LOWERED or op.name in COMPILE_EXCLUDED or op.variant_test_name:
+        if op.name not in LOWERED or op.name in COMPILE_EXCLUDED or (op.variant_test_name and
+                                                                   op.name not in VARIANTS):
             continue
+        v = op.variant_test_name
         for dtype in DTYPES:
-            if dtype in op.supported_dtypes("cpu") and (op.name, "", dtype) not in EXCLUDED \
-                    and (op.name, "", "*") not in EXCLUDED:
+            if dtype in op.supported_dtypes("cpu") and (op.name, v, dtype) not in EXCLUDED \
+                    and (op.name, v, "*") not in EXCLUDED:
                 yield op, dtype
 
 
@@ -119,19 +134,23 @@ def _run_dtype(dtype, tmp_cache):
     for (op, s), e in zip(work, expected):
         if isinstance(e, Exception):
             continue
-        out.setdefault(op.name, []).append((e, next(it)))
+        out.setdefault(_key(op), []).append((e, next(it)))
     _results[dtype] = out
     return out
 
 
-@pytest.mark.parametrize("op,dtype", [pytest.param(op, dt, id=f"{op.name}-{str(dt)[6:]}") for op, dt in _cases()])
+def _key(op):
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+@pytest.mark.parametrize("op,dtype", [pytest.param(op, dt, id=f"{_key(op)}-{str(dt)[6:]}") for op, dt in _cases()])
 def test_compiled_op_matches_cpu(op, dtype, tmp_path_factory, monkeypatch):
     monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "neuron-compile-cache"))
-    results = _run_dtype(dtype, None).get(op.name, [])
-    assert results, f"{op.name}: no sample ran"
+    results = _run_dtype(dtype, None).get(_key(op), [])
+    assert results, f"{_key(op)}: no sample ran"
     for expected, got in results:
         floating = isinstance(expected, torch.Tensor) and expected.dtype.is_floating_point
-        atol, rtol = TOLERANCES.get((op.name, "", dtype), (1e-5, 1e-4) if floating else (0, 0))
+        atol, rtol = TOLERANCES.get((op.name, op.variant_test_name, dtype), (1e-5, 1e-4) if floating else (0, 0))
         if isinstance(expected, torch.Tensor):
             assert got.device.type == "neuron"
             torch.testing.assert_close(got.cpu(), expected, atol=atol, rtol=rtol, equal_nan=True,

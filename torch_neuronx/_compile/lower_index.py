@@ -11,6 +11,8 @@ runs as an eager host step.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .lower import TRN_DTYPE, Unsupported, Val, _val, aten, ew, meta, register
@@ -143,6 +145,8 @@ def _index(L, node, x, indices):
 @register(aten.index_put.default)
 def _index_put(L, node, x, indices, values, accumulate=False):
     v = _src(L, x)
+    if any(isinstance(a, torch.fx.Node) and meta(a) is not None and meta(a).dtype == torch.bool for a in indices):
+        return _masked_put(L, node, v, indices, values, accumulate)
     out, walk, dims, place = _advanced(L, v, indices, 1)
     vals = _val(L, values)
     if not isinstance(vals, Val) or vals.dtype != v.dtype:
@@ -152,8 +156,51 @@ def _index_put(L, node, x, indices, values, accumulate=False):
     return L.finish_node(nid, meta(node))
 
 
-def _scatter(L, node, x, dim, index, src, accumulate):
-    v, i = _src(L, x), _val(L, index)
+def _masked_put(L, node, v: Val, indices, values, accumulate):
+    """x[mask] = values (index_put with one boolean index) when every selected
+    element gets the same value wherever it is (values of size 1 along the
+    selection): where(mask, values, x), or x + values there (accumulate). A
+    mask position is written at most once, so this is eager's result."""
+    sel = [(d, a) for d, a in enumerate(indices) if a is not None]
+    if len(sel) != 1:
+        raise Unsupported("boolean mask with other indices")
+    d, mask = sel[0][0], _val(L, sel[0][1])
+    vals = _val(L, values)
+    if not isinstance(mask, Val) or not isinstance(vals, Val) or vals.dtype != v.dtype or not mask.sizes:
+        raise Unsupported("masked index_put form")
+    if accumulate and v.dtype == torch.bool:
+        raise Unsupported("accumulating bool index_put")
+    k, xs = len(mask.sizes), tuple(v.sizes)
+    if tuple(mask.sizes) != xs[d:d + k]:
+        raise Unsupported("mask shape")  # eager raises its IndexError
+    pre, post = xs[:d], xs[d + k:]
+    vs, vst = tuple(vals.sizes), tuple(vals.strides)
+    if len(vs) > len(pre) + 1 + len(post) or (len(vs) > len(post) and vs[len(vs) - len(post) - 1] != 1):
+        raise Unsupported("one value per selected element")
+    # values laid over x: right-aligned to pre + (selection,) + post, 0 along the mask
+    if len(vs) > len(post):
+        n_pre = len(vs) - len(post) - 1
+        lead, lead_st, tail, tail_st = vs[:n_pre], vst[:n_pre], vs[n_pre + 1:], vst[n_pre + 1:]
+    else:
+        pad = len(post) - len(vs)
+        lead, lead_st, tail, tail_st = (), (), (1,) * pad + vs, (0,) * pad + vst
+    pad = len(pre) - len(lead)
+    vsz = (1,) * pad + lead + (1,) * k + tail
+    vstr = (0,) * pad + lead_st + (0,) * k + tail_st
+    val = L.broadcast(Val(vals.base, vsz, vstr, vals.offset, vals.dtype), xs)
+    mk = Val(mask.base, xs, (0,) * len(pre) + tuple(mask.strides) + (0,) * len(post), mask.offset, torch.bool)
+    dt = v.dtype
+    new = L.node_of(val)
+    if accumulate:
+        new = _pw(L, "ADD", dt, dt, [L.node_of(v), new], (1,))
+    nid = _pw(L, "WHERE", dt, dt, [L.node_of(mk), new, L.node_of(v)])
+    return L.finish_node(nid, meta(node))
+
+
+def _scatter_geometry(L, v: Val, dim, index, src):
+    """(dim, index node laid over its own sizes, src node over the index's
+    extent, walk, the index's sizes) of a scatter of `src` (a node or a number) into v."""
+    i = _val(L, index)
     if not isinstance(i, Val) or len(i.sizes) != len(v.sizes):
         raise Unsupported("scatter of a 0-d tensor")
     dim %= len(v.sizes)
@@ -167,18 +214,76 @@ def _scatter(L, node, x, dim, index, src, accumulate):
         s = L.const(src, v.dtype, isz)
     idx = _place(L, i, isz, list(range(len(isz))))
     walk = [-1 if j == dim else j for j in range(len(isz))]
-    nid = L.g.scatter(L.node_of(v), idx, _in_memory(L, s), dim, walk, int(accumulate), 0, ERR_GATHER)
+    return dim, idx, _in_memory(L, s), walk, isz
+
+
+def _scatter(L, node, x, dim, index, src, mode):
+    """mode: 0 writes, 1 + trn_graph_reduce_op folds (1: add)."""
+    v = _src(L, x)
+    dim, idx, s, walk, _ = _scatter_geometry(L, v, dim, index, src)
+    nid = L.g.scatter(L.node_of(v), idx, s, dim, walk, mode, 0, ERR_GATHER)
     return L.finish_node(nid, meta(node))
 
 
 @register(aten.scatter.src, aten.scatter.value)
 def _scatter_plain(L, node, x, dim, index, src):
-    return _scatter(L, node, x, dim, index, src, False)
+    return _scatter(L, node, x, dim, index, src, 0)
 
 
 @register(aten.scatter_add.default)
 def _scatter_add(L, node, x, dim, index, src):
-    return _scatter(L, node, x, dim, index, src, True)
+    return _scatter(L, node, x, dim, index, src, FOLD["sum"])
+
+
+# trn_graph_scatter's accumulate: 1 + trn_graph_reduce_op
+FOLD = {"sum": 1, "prod": 2, "amax": 3, "amin": 4, "mean": 1, "add": 1, "multiply": 2}
+
+
+@register(aten.scatter.reduce, aten.scatter.value_reduce)
+def _scatter_legacy_reduce(L, node, x, dim, index, src, reduce):
+    if reduce not in ("add", "multiply"):
+        raise Unsupported(f"scatter reduce={reduce!r}")
+    return _scatter(L, node, x, dim, index, src, FOLD[reduce])
+
+
+def _identity(reduce, dt):
+    """What ATen starts a position from when include_self=False."""
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    if dt.is_floating_point:
+        return -math.inf if reduce == "amax" else math.inf
+    info = torch.iinfo(dt)
+    return info.min if reduce == "amax" else info.max
+
+
+@register(aten.scatter_reduce.two)
+def _scatter_reduce(L, node, x, dim, index, src, reduce, include_self=True):
+    """ATen's scatter_reduce: without include_self the scattered positions
+    start from the reduction's identity (a plain scatter first); mean is the
+    sum divided by the count of values folded in (floor division for
+    integers), positions with none keeping self."""
+    v = _src(L, x)
+    if reduce not in ("sum", "prod", "amax", "amin", "mean") or v.dtype == torch.bool:
+        raise Unsupported(f"scatter_reduce {reduce} of {v.dtype}")
+    dt = v.dtype
+    d, idx, s, walk, isz = _scatter_geometry(L, v, dim, index, src)
+    base = L.node_of(v)
+    if not include_self:
+        init = L.const(_identity(reduce, dt), dt, isz)
+        base = L.g.scatter(base, idx, _in_memory(L, init), d, walk, 0, 0, ERR_GATHER)
+    nid = L.g.scatter(base, idx, s, d, walk, FOLD[reduce], 0, ERR_GATHER)
+    if reduce == "mean":
+        xs = tuple(v.sizes)
+        ones = _in_memory(L, L.const(1, dt, isz))
+        cnt = L.g.scatter(L.const(1 if include_self else 0, dt, xs).base, idx, ones, d, walk, FOLD["sum"], 0,
+                          ERR_GATHER)
+        if not include_self:  # positions nothing went to divide by 1
+            zero = _pw(L, "EQ", dt, torch.bool, [cnt, L.const(0, dt).base])
+            cnt = _pw(L, "WHERE", dt, dt, [zero, L.const(1, dt).base, cnt])
+        nid = _pw(L, "DIV" if dt.is_floating_point else "DIV_FLOOR", dt, dt, [nid, cnt])
+    return L.finish_node(nid, meta(node))
 
 
 @register(aten.embedding_dense_backward.default)

@@ -145,10 +145,12 @@ trn_status trn_graph_gather(trn_graph *g, int src, int n_idx, const int *idx, co
 // Indexed write: the result is `self` (any node) with, for each element i
 // of `index`'s sizes, element c of it (c as for trn_graph_gather, with
 // `self` for `src`, one index at self dim `dim`) replaced by `src`'s
-// element i (`src` has the index's sizes), or incremented by it when
-// `accumulate` is set. Elements are written one at a time in row-major
-// order, so duplicate positions accumulate deterministically and a plain
-// write keeps the last. `index` and `src` are read from memory.
+// element i (`src` has the index's sizes), or, with `accumulate` = 1 + a
+// trn_graph_reduce_op, folded into it (1: added; 2: multiplied; 3, 4: max,
+// min, a NaN source winning, as eager scatter_reduce). Elements are written
+// one at a time in row-major order, so duplicate positions accumulate
+// deterministically and a plain write keeps the last. `index` and `src` are
+// read from memory.
 trn_status trn_graph_scatter(trn_graph *g, int self, int index, int src, int dim,
                              const int *out_to_self, int accumulate, int wrap,
                              trn_graph_index_error err, int *node);

@@ -533,6 +533,7 @@ trn_status trn_graph_scatter(trn_graph *g, int self, int index, int src, int dim
     static const char fn[] = "trn_graph_scatter";
     if (g == NULL) return BAD("%s: graph is NULL", fn);
     if ((unsigned)err > TRN_INDEX_ERROR_GATHER) return BAD("%s: invalid error style %d", fn, (int)err);
+    if (accumulate < 0 || accumulate > 1 + (int)TRN_GRAPH_MIN) return BAD("%s: invalid accumulate mode %d", fn, accumulate);
     trn_status st = check_node(g, self, "self");
     if (st == TRN_SUCCESS) st = check_index(g, fn, index, NULL);
     if (st == TRN_SUCCESS) st = check_node(g, src, "the source");
@@ -557,7 +558,7 @@ trn_status trn_graph_scatter(trn_graph *g, int self, int index, int src, int dim
     n->in[2] = src;
     n->gdim[0] = dim;
     for (int j = 0; j < g->nodes[index].ndim; j++) n->gmap[j] = out_to_self[j];
-    n->accumulate = accumulate != 0;
+    n->accumulate = accumulate;
     n->wrap = wrap != 0;
     n->ierr = err;
     return TRN_SUCCESS;

@@ -458,7 +458,8 @@ static void put_scatter(sb *b, const kernel *k) {
     trn__cc_access_of(g, r->in[2], &as);
     const trn_dtype d = r->dtype;
     const int64_t size = r->sizes[r->gdim[0]], ost = r->layout[r->gdim[0]];
-    put(b, "    // each source element goes to its indexed place%s\n", r->accumulate ? " (accumulated)" : "");
+    static const char *const how[] = {"", " (accumulated)", " (multiplied)", " (max)", " (min)"};
+    put(b, "    // each source element goes to its indexed place%s\n", how[r->accumulate]);
     put(b, "    {\n        const int64_t *const bi = (const int64_t *)bufs[%d];\n", ai.buffer);
     put(b, "        const %s *const bs = (const %s *)bufs[%d];\n", mem_type(d), mem_type(d), as.buffer);
     put(b, "        %s *const out = (%s *)bufs[%d];\n", mem_type(d), mem_type(d), k->root);
@@ -496,10 +497,13 @@ static void put_scatter(sb *b, const kernel *k) {
         put_load(b, d, "bs", os.s);
         put(b, ";\n");
         if (r->accumulate) {
+            // 1 + trn_graph_reduce_op; max/min as eager's (a NaN source wins, a NaN kept)
+            static const char *const fold[] = {"(a + v)", "(a * v)", "(v != v ? v : (a < v ? v : a))",
+                                               "(v != v ? v : (v < a ? v : a))"};
             put(b, "%sconst %s a = ", in, reg_type(d));
             put_load(b, d, "out", "o");
             put(b, ";\n%sout[o] = ", in);
-            put_store_value(b, d, "(a + v)");
+            put_store_value(b, d, fold[r->accumulate - 1]);
         } else {
             put(b, "%sout[o] = ", in);
             put_store_value(b, d, "v");
