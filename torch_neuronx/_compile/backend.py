@@ -83,7 +83,11 @@ _graph_counter = [0]
 
 def _graph_key(gm: torch.fx.GraphModule, kind: str) -> str:
     h = hashlib.sha256()
-    h.update(gm.code.encode())
+    # The nodes as text, not gm.code: AOTAutograd's graphs recompile lazily and
+    # .code would generate their Python only for this key (~10 ms a graph).
+    for sub_name, sub in gm.named_modules():
+        if isinstance(sub, torch.fx.GraphModule):
+            h.update(f"module {sub_name}\n{warm._graph_text(sub.graph)}\n".encode())
     for node in gm.graph.nodes:
         v = node.meta.get("val")
         for t in (v if isinstance(v, (list, tuple)) else [v]):
