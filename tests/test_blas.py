@@ -319,6 +319,41 @@ def test_bf16_addmm_linear_bmm_round_once(bf16_path):
     _no_fallback()
 
 
+# bfloat16 convolutions follow the same switch (native where the CPU has
+# AVX512-BF16, else float32 staging): forward, input, weight and bias
+# gradients on small integers, bit for bit the exact value rounded once.
+# Includes pieces over the pool (batch and channel splits), channels-last
+# and a transposed convolution (its forward is conv.c's backward data).
+BF16_CONV_CASES = [
+    (F.conv2d, (2, 8, 9, 10), (12, 4, 3, 3), dict(stride=2, padding=1, groups=2), False),
+    (F.conv2d, (4, 16, 20, 20), (24, 16, 3, 3), dict(padding=1), True),
+    (F.conv2d, (1, 16, 40, 40), (40, 16, 3, 3), dict(padding=1), False),
+    (F.conv1d, (3, 6, 17), (4, 6, 3), dict(dilation=2), False),
+    (F.conv3d, (2, 4, 5, 4, 6), (6, 4, 2, 3, 2), dict(padding=1), False),
+    (F.conv_transpose2d, (2, 8, 6, 7), (8, 6, 3, 3), dict(stride=2, output_padding=1), False),
+]
+
+
+@pytest.mark.parametrize("fn,xs,ws,kw,channels_last", BF16_CONV_CASES)
+def test_bf16_conv_rounds_once(bf16_path, fn, xs, ws, kw, channels_last):
+    x, w = _ints(*xs), _ints(*ws)
+    b = _ints(ws[1] if fn is F.conv_transpose2d else ws[0])
+    ref_in = [t.double().requires_grad_() for t in (x, w, b)]
+    ref = fn(*ref_in, **kw)
+    g = _ints(*ref.shape)
+    ref_grads = torch.autograd.grad(ref, ref_in, g.double())
+    xd = x.to(DEV)
+    if channels_last:
+        xd = xd.to(memory_format=torch.channels_last)
+    dev_in = [t.requires_grad_() for t in (xd, w.to(DEV), b.to(DEV))]
+    got = fn(*dev_in, **kw)
+    got_grads = torch.autograd.grad(got, dev_in, g.to(DEV))
+    for r, d in zip((ref,) + ref_grads, (got,) + got_grads):
+        assert d.dtype == torch.bfloat16
+        assert torch.equal(d.detach().cpu(), r.detach().to(torch.bfloat16))
+    _no_fallback()
+
+
 def test_bf16_matmul_matches_cpu(bf16_path):
     # Real-valued operands: within one bfloat16 rounding of PyTorch CPU's
     # (both sum in float32), including the gradients of a linear layer.

@@ -188,3 +188,32 @@ def test_exit_right_after_backward_drains_autograd_threads():
     # directly too (a backward on every device, no stash in thread-local state).
     from torch_neuronx import _autograd_exit
     _autograd_exit._drain_device_threads()
+
+
+def test_metrics_csv_written_at_exit_after_backward(tmp_path):
+    """TORCH_NEURONX_METRICS_DIR's CSV is written at exit after a backward, and
+    before the autograd exit hook runs its own kernels (atexit is last-in,
+    first-out, so that hook is registered first): the CSV's kernel_launches
+    is the count the script itself saw at exit."""
+    import subprocess
+    import sys
+    script = (
+        "import atexit, torch, torch_neuronx\n"
+        "m = torch.nn.Linear(8, 8).to('neuron')\n"
+        "m(torch.randn(4, 8, device='neuron')).sum().backward()\n"
+        "def seen():\n"
+        "    torch.neuron.synchronize()\n"
+        "    n = torch_neuronx.metrics.get_counter_value('kernel_launches')\n"
+        "    print('launches', n, flush=True)\n"
+        "atexit.register(seen)\n"
+    )
+    env = dict(os.environ, TORCH_NEURONX_METRICS_DIR=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    seen = int(r.stdout.split("launches")[1].split()[0])
+    csvs = list(tmp_path.glob("neuron_metrics_*.csv"))
+    assert len(csvs) == 1, csvs
+    rows = {line.split(",")[0]: line.split(",")[2].strip('"')
+            for line in csvs[0].read_text().splitlines()[1:]}
+    assert int(rows["kernel_launches"]) == seen > 0

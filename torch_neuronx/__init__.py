@@ -27,6 +27,13 @@ def _autoload() -> None:
 import torch  # noqa: E402
 
 from . import _C  # noqa: E402  # registers kernels, guard, allocators, hooks, fallback
+
+# Autograd's device threads must not drop a GraphTask during interpreter
+# finalization. Registered before anything else of ours registers an atexit
+# hook (atexit runs them last-in, first-out), so it runs after them: the
+# metrics CSV writer (metrics.py) must not count the drain's kernels.
+from ._autograd_exit import install as _install_autograd_exit  # noqa: E402
+_install_autograd_exit()
 from ._op_tracking import clear_op_tracking, get_executed_ops, get_fallback_ops
 from . import neuron
 from .neuron import (
@@ -106,7 +113,3 @@ from .profiling import NeuronConfig, NeuronProfiler, ProfileMode  # noqa: E402
 from ._compile import get_dynamo_metrics, reset_dynamo_metrics, install as _install_compile  # noqa: E402
 neuron.get_dynamo_metrics, neuron.reset_dynamo_metrics = get_dynamo_metrics, reset_dynamo_metrics
 _install_compile()
-
-# Autograd's device threads must not drop a GraphTask during interpreter finalization.
-from ._autograd_exit import install as _install_autograd_exit  # noqa: E402
-_install_autograd_exit()

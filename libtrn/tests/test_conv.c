@@ -1,10 +1,12 @@
 // test_conv.c - the convolution kernels (forward, backward data, backward
 // weights + bias) against naive double-precision loops: 1-d/2-d/3-d, groups,
 // stride, padding, dilation, with and without bias, channels-last inputs,
-// bfloat16, an empty batch, and invalid descriptors. Device memory moves
+// bfloat16 (natively and through float32 staging, bit for bit on
+// small-integer operands), an empty batch, and invalid descriptors. Device memory moves
 // through the copy kernel, so the test also runs in protect-memory mode.
 #include "internal.h"
 #include "test_common_dev.h"
+#include "trn/blas.h"
 
 static trn_stream *g_stream;
 
@@ -26,6 +28,20 @@ static void contiguous(int nd, const int64_t *sizes, int64_t *st) {
 }
 
 static int g_case;
+// Small-integer operands: every float32 partial sum is exact, so a correct
+// kernel returns the exact value rounded once to the dtype, whatever its
+// summation order (native bfloat16 and float32 staging alike).
+static bool g_exact;
+
+static double operand(void) {
+    return g_exact ? (double)(int)(rng_next() % 9) - 4 : rng_unit();
+}
+
+static double rounded(trn_dtype dt, double v) {
+    uint64_t cell = 0;
+    put_elem(dt, &cell, 0, v);
+    return get_elem(dt, &cell, 0);
+}
 
 static void check_conv(trn_dtype dt, geo G, bool bias, bool channels_last) {
     g_case++;
@@ -52,10 +68,10 @@ static void check_conv(trn_dtype dt, geo G, bool bias, bool channels_last) {
     const size_t es = trn_dtype_size(dt);
     char *hin = calloc((size_t)in_n + 1, es), *hw = calloc((size_t)w_n + 1, es),
          *hb = calloc((size_t)G.co + 1, es), *hout = calloc((size_t)out_n + 1, es);
-    for (int64_t i = 0; i < in_n; i++) put_elem(dt, hin, i, rng_unit());
-    for (int64_t i = 0; i < w_n; i++) put_elem(dt, hw, i, rng_unit());
-    for (int64_t i = 0; i < G.co; i++) put_elem(dt, hb, i, rng_unit());
-    for (int64_t i = 0; i < out_n; i++) put_elem(dt, hout, i, rng_unit());  // grad_output
+    for (int64_t i = 0; i < in_n; i++) put_elem(dt, hin, i, operand());
+    for (int64_t i = 0; i < w_n; i++) put_elem(dt, hw, i, operand());
+    for (int64_t i = 0; i < G.co; i++) put_elem(dt, hb, i, operand());
+    for (int64_t i = 0; i < out_n; i++) put_elem(dt, hout, i, operand());  // grad_output
 
     // Reference: forward output, grad input, grad weight, grad bias.
     double *rf = calloc((size_t)out_n + 1, 8), *rgi = calloc((size_t)in_n + 1, 8),
@@ -109,12 +125,12 @@ static void check_conv(trn_dtype dt, geo G, bool bias, bool channels_last) {
     memcpy(d.weight_strides, wst, sizeof wst);
     memcpy(d.output_strides, ost, sizeof ost);
 
-    const double tol = dt == TRN_DTYPE_F32 ? 1e-4 : 3e-2;
+    const double tol = g_exact ? 0 : dt == TRN_DTYPE_F32 ? 1e-4 : 3e-2;
     char *got = malloc(((size_t)(in_n > out_n ? in_n : out_n) + w_n + 1) * es);
     int bad = 0;
 #define COMPARE(what, n_, ref)                                                           \
     for (int64_t i = 0; i < (n_); i++) {                                                 \
-        double g_ = get_elem(dt, got, i), w_ = (ref)[i];                                 \
+        double g_ = get_elem(dt, got, i), w_ = g_exact ? rounded(dt, (ref)[i]) : (ref)[i]; \
         if (!(fabs(g_ - w_) <= tol * (1 + fabs(w_)))) {                                  \
             if (bad++ < 3)                                                               \
                 fprintf(stderr, "case %d %s (%s sp%d g%lld): [%lld] got %g want %g\n",  \
@@ -208,7 +224,22 @@ static void test_errors(void) {
 int main(void) {
     CHECK_OK(trn_stream_get_default(0, &g_stream));
     test_shapes(TRN_DTYPE_F32);
-    test_shapes(TRN_DTYPE_BF16);
+    // bfloat16 on both paths: native (where the CPU has AVX512-BF16) and
+    // float32 staging, forced by the switch shared with matmul.
+    const bool native = trn_matmul_bf16_native();
+    for (int pass = 0; pass < 2; pass++) {
+        trn_matmul_set_bf16_native(pass == 0);
+        CHECK(trn_matmul_bf16_native() == (pass == 0 && native));
+        g_exact = false;
+        test_shapes(TRN_DTYPE_BF16);
+        g_exact = true;
+        test_shapes(TRN_DTYPE_BF16);
+    }
+    trn_matmul_set_bf16_native(true);
+    CHECK(trn_matmul_bf16_native() == native);
+    g_exact = true;
+    test_shapes(TRN_DTYPE_F32);
+    g_exact = false;
     check_conv(TRN_DTYPE_F16, (geo){2, 2, 3, 5, 1, {7, 8}, {3, 2}, {1, 2}, {1, 0}, {1, 1}, {0}}, true, false);
     test_empty_batch();
     test_errors();

@@ -329,6 +329,36 @@ out:
     free(wide);
 }
 
+// Contiguous float32 -> bfloat16 runs long enough for the vector path
+// (bf16_store.h: vcvtneps2bf16, with groups of 16 holding a denormal
+// converted in software): every bit pattern class, denormals in some groups
+// only, an unaligned start, bit for bit trn_float_to_bf16.
+static void test_bf16_runs(void) {
+    enum { N = 4099 };
+    uint32_t *bits = malloc((N + 1) * sizeof *bits);
+    uint16_t *got = malloc(N * sizeof *got);
+    CHECK(bits != NULL && got != NULL);
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < N + 1; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint32_t u = (uint32_t)(x >> 32);
+        const int group = i / 16;
+        if (group % 5 == 0 && i % 16 == 3) u &= 0x807FFFFFu;           // denormal or zero
+        else if (group % 7 == 1 && i % 16 == 9) u |= 0x7F800000u;       // inf or NaN
+        else if (group % 3 == 2 && i % 16 == 5) u = (u & 0xFFFF0000u) | 0x8000u;  // tie
+        else if (group % 5 != 0) u = (u & 0x807FFFFFu) | ((u % 200 + 27) << 23);  // normal
+        bits[i] = u;
+    }
+    float *src = malloc((N + 1) * sizeof *src);
+    CHECK(src != NULL);
+    memcpy(src, bits, (N + 1) * sizeof *src);
+    CHECK_OK(copy1(got, TRN_DTYPE_BF16, src + 1, TRN_DTYPE_F32, N));
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += got[i] != trn_float_to_bf16(src[i + 1]);
+    CHECK_INT(bad, 0);
+    free(bits), free(got), free(src);
+}
+
 static void test_complex(void) {
     float c64[6] = {3, 4, 0, 1, 0, 0};
     double c128[6];
@@ -657,6 +687,7 @@ int main(void) {
     test_all_pairs();
     test_special_values();
     test_half_rounding();
+    test_bf16_runs();
     test_complex();
     test_layouts();
     test_parallel_pieces();

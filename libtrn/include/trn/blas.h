@@ -62,13 +62,14 @@ typedef struct trn_matmul_desc {
 // Whether the kernel supports `dtype` (false: the caller must not launch).
 bool trn_matmul_supports(trn_dtype dtype);
 
-// Whether bfloat16 products may use the native bf16 path (the CPU has
-// AVX512-BF16 and trn_matmul_set_bf16_native has not turned it off).
+// Whether bfloat16 products and convolutions (trn/conv.h) may use the
+// native bf16 path (the CPU has AVX512-BF16 and trn_matmul_set_bf16_native
+// has not turned it off).
 bool trn_matmul_bf16_native(void);
 
-// For tests and benchmarks: false makes every bfloat16 product take the
-// float32 staging path; true restores the native path where the CPU has it.
-// Affects products launched afterwards.
+// For tests and benchmarks: false makes every bfloat16 product and
+// convolution take the float32 staging path; true restores the native path
+// where the CPU has it. Affects kernels launched afterwards.
 void trn_matmul_set_bf16_native(bool allow);
 
 // Validates the descriptor and enqueues the product on `stream`. The

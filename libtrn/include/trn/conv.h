@@ -18,8 +18,12 @@
 // them. Weight dims are (c_out, c_in / groups, kernel...), PyTorch's.
 // Padding is symmetric (PyTorch's `padding`); dilation is PyTorch's (1 = none).
 //
-// Compute: float32; bfloat16 and float16 are converted to float32 by the
-// reorders and rounded once on store. Other dtypes: TRN_ERROR_UNSUPPORTED.
+// Compute: float32; float16 is converted to float32 by the reorders and
+// rounded once on store. bfloat16 runs natively (bfloat16 products summed in
+// float32, rounded once on store) where trn_matmul_bf16_native() is true
+// (trn/blas.h: the CPU has AVX512-BF16 and the switch is on) and oneDNN has an
+// optimized kernel for the geometry; otherwise it is staged as float16 is.
+// Other dtypes: TRN_ERROR_UNSUPPORTED.
 #ifndef TRN_CONV_H
 #define TRN_CONV_H
 

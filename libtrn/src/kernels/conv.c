@@ -28,7 +28,7 @@ bool trn_conv_supports(trn_dtype dtype) {
 // ---- plans ---------------------------------------------------------------------------
 
 typedef struct conv_key {
-    int64_t kind, dtype, spatial, has_bias;
+    int64_t kind, dtype, native, spatial, has_bias;
     int64_t n, c_in, c_out, groups;
     int64_t in_size[3], out_size[3], kernel[3], stride[3], padding[3], dilation[3];
     int64_t input_strides[5], weight_strides[5], output_strides[5], bias_stride;
@@ -230,14 +230,11 @@ static trn_status plan_build_as(const conv_key *k, dnnl_data_type_t cdt, bool na
             (__typeof__(role[0])){true, false, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md};
         break;
     }
-    if (native_only) {
-        const char *impl = NULL;
-        if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
-            impl == NULL || strncmp(impl, "ref", 3) == 0) {
-            st = trn__set_error(TRN_ERROR_UNSUPPORTED, "no native oneDNN convolution for this "
-                                                       "dtype");
-            goto fail;
-        }
+    // A native attempt accepts only a kernel known to be optimized: the
+    // float32 staging plan it would otherwise fall back to is always fast.
+    if (native_only && trn__dnnl_impl_of(pd) != TRN__DNNL_IMPL_OPTIMIZED) {
+        st = trn__set_error(TRN_ERROR_UNSUPPORTED, "no native oneDNN convolution for this dtype");
+        goto fail;
     }
     for (int i = 0; i < S_COUNT; i++) {
         operand *o = &p->op[i];
@@ -282,11 +279,12 @@ fail:
     return TRN_SUCCESS;
 }
 
-// bfloat16 runs as bfloat16 where oneDNN has a native kernel for this CPU
-// (avx512_core_bf16 and later: 2x the float32 rate, and no staging copies);
-// otherwise, and for float16, the operands are staged to float32.
+// bfloat16 runs as bfloat16 where the native bfloat16 switch allows it
+// (trn__dnnl_bf16_native: an AVX512-BF16 CPU, not turned off) and oneDNN has
+// an optimized kernel for the geometry (2x the float32 rate, and no staging
+// copies); otherwise, and for float16, the operands are staged to float32.
 static trn_status plan_build(const conv_key *k, conv_plan **out) {
-    if (k->dtype == TRN_DTYPE_BF16 && plan_build_as(k, dnnl_bf16, true, out) == TRN_SUCCESS)
+    if (k->native && plan_build_as(k, dnnl_bf16, true, out) == TRN_SUCCESS)
         return TRN_SUCCESS;
     return plan_build_as(k, dnnl_f32, false, out);
 }
@@ -409,6 +407,8 @@ static trn_status conv_run_one(conv_kind kind, const trn_conv_desc *d) {
     memset(&key, 0, sizeof key);
     key.kind = kind;
     key.dtype = d->dtype;
+    // Part of the key: plans built before the switch changed are not reused.
+    key.native = d->dtype == TRN_DTYPE_BF16 && trn__dnnl_bf16_native();
     key.spatial = d->spatial;
     key.has_bias = d->bias != NULL;
     key.n = d->n, key.c_in = d->c_in, key.c_out = d->c_out, key.groups = d->groups;

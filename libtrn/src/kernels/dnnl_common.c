@@ -3,6 +3,9 @@
 // dnnl_common.h for why each exists).
 #include "dnnl_common.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -21,6 +24,53 @@ trn__dnnl_api trn__dnnl;
 // that oneDNN is not built on OpenMP.
 static void (*omp_set_threads_fn)(int);
 static int (*omp_max_threads_fn)(void);
+
+// ---- implementation choice --------------------------------------------------
+
+trn__dnnl_impl trn__dnnl_impl_of(const_dnnl_primitive_desc_t pd) {
+    const char *name = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) != dnnl_success ||
+        name == NULL)
+        return TRN__DNNL_IMPL_UNKNOWN;
+    return strncmp(name, "ref", 3) == 0 ? TRN__DNNL_IMPL_REFERENCE : TRN__DNNL_IMPL_OPTIMIZED;
+}
+
+// ---- native bfloat16 -------------------------------------------------------------
+// oneDNN 2.6 has bf16 matmul and convolution kernels that use vdpbf16ps on an
+// AVX512-BF16 CPU; they run at the float32 kernel's multiply-add rate per
+// instruction with twice the elements, and skip the staging copies. On an
+// AVX-512 CPU without BF16 oneDNN emulates the instruction (slower than
+// staging to float32), and on AVX2 it has only its reference kernel, so the
+// native path is taken only where the CPU has the instruction.
+static bool cpu_has_avx512_bf16(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax, ebx, ecx, edx;
+    // __builtin_cpu_supports("avx512f") also checks that the OS saves the
+    // zmm state; AVX512_BF16 is CPUID leaf 7, subleaf 1, EAX bit 5.
+    if (!__builtin_cpu_supports("avx512f")) return false;
+    if (__get_cpuid_max(0, NULL) < 7) return false;
+    __cpuid_count(7, 1, eax, ebx, ecx, edx);
+    (void)ebx, (void)ecx, (void)edx;
+    return (eax >> 5) & 1u;
+#else
+    return false;
+#endif
+}
+
+static pthread_once_t g_bf16_once = PTHREAD_ONCE_INIT;
+static bool g_bf16_cpu;
+static atomic_bool g_bf16_allowed = true;
+
+static void bf16_probe(void) { g_bf16_cpu = cpu_has_avx512_bf16(); }
+
+bool trn__dnnl_bf16_native(void) {
+    (void)pthread_once(&g_bf16_once, bf16_probe);
+    return g_bf16_cpu && atomic_load_explicit(&g_bf16_allowed, memory_order_relaxed);
+}
+
+void trn__dnnl_set_bf16_native(bool allow) {
+    atomic_store_explicit(&g_bf16_allowed, allow, memory_order_relaxed);
+}
 
 // ---- errors --------------------------------------------------------------------
 

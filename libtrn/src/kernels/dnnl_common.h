@@ -149,6 +149,28 @@ trn_status trn__dnnl_error(dnnl_status_t st, const char *call,
         }                                                                 \
     } while (0)
 
+// ---- implementation choice ---------------------------------------------------
+// Which kind of kernel oneDNN picked for a primitive descriptor: one of its
+// optimized (jit, brgemm, gemm) kernels, its reference loops ("ref:...",
+// orders of magnitude slower), or unknown when the query itself failed. Each
+// caller decides what an unknown answer means (matmul keeps the primitive,
+// convolution's native bfloat16 attempt refuses it).
+typedef enum trn__dnnl_impl {
+    TRN__DNNL_IMPL_OPTIMIZED,
+    TRN__DNNL_IMPL_REFERENCE,
+    TRN__DNNL_IMPL_UNKNOWN,
+} trn__dnnl_impl;
+trn__dnnl_impl trn__dnnl_impl_of(const_dnnl_primitive_desc_t pd);
+
+// ---- native bfloat16 ----------------------------------------------------------
+// Whether bfloat16 GEMMs and convolutions run as bfloat16 in oneDNN (true
+// when the CPU has AVX512-BF16 and trn__dnnl_set_bf16_native has not turned
+// it off) instead of staging their operands to float32. One switch for both
+// kernels so a test can force every bfloat16 product onto the staging path
+// (public as trn_matmul_bf16_native / trn_matmul_set_bf16_native).
+bool trn__dnnl_bf16_native(void);
+void trn__dnnl_set_bf16_native(bool allow);
+
 // ---- plan cache --------------------------------------------------------------
 #define TRN__PLAN_KEY_MAX 512
 

@@ -13,9 +13,6 @@
 // matmul's own bias argument.
 #include <stdatomic.h>
 #include <stdio.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,41 +49,11 @@ bool trn_matmul_supports(trn_dtype dtype) {
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // ---- native bfloat16 ----------------------------------------------------------
-// oneDNN 2.6 has bf16 matmul kernels (brgemm, jit gemm) that use vdpbf16ps on
-// an AVX512-BF16 CPU; they run at the float32 kernel's multiply-add rate per
-// instruction with twice the elements, and skip the staging copies. On an
-// AVX-512 CPU without BF16 oneDNN emulates the instruction (slower than
-// staging to float32), and on AVX2 it has only its reference kernel, so the
-// native path is taken only where the CPU has the instruction.
-static bool cpu_has_avx512_bf16(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    unsigned eax, ebx, ecx, edx;
-    // __builtin_cpu_supports("avx512f") also checks that the OS saves the
-    // zmm state; AVX512_BF16 is CPUID leaf 7, subleaf 1, EAX bit 5.
-    if (!__builtin_cpu_supports("avx512f")) return false;
-    if (__get_cpuid_max(0, NULL) < 7) return false;
-    __cpuid_count(7, 1, eax, ebx, ecx, edx);
-    (void)ebx, (void)ecx, (void)edx;
-    return (eax >> 5) & 1u;
-#else
-    return false;
-#endif
-}
+// The CPU probe and the switch live in dnnl_common.c: convolution follows
+// the same ones.
+bool trn_matmul_bf16_native(void) { return trn__dnnl_bf16_native(); }
 
-static pthread_once_t g_bf16_once = PTHREAD_ONCE_INIT;
-static bool g_bf16_cpu;
-static atomic_bool g_bf16_allowed = true;
-
-static void bf16_probe(void) { g_bf16_cpu = cpu_has_avx512_bf16(); }
-
-bool trn_matmul_bf16_native(void) {
-    (void)pthread_once(&g_bf16_once, bf16_probe);
-    return g_bf16_cpu && atomic_load_explicit(&g_bf16_allowed, memory_order_relaxed);
-}
-
-void trn_matmul_set_bf16_native(bool allow) {
-    atomic_store_explicit(&g_bf16_allowed, allow, memory_order_relaxed);
-}
+void trn_matmul_set_bf16_native(bool allow) { trn__dnnl_set_bf16_native(allow); }
 
 // ---- C loops: float64 and integers ---------------------------------------------
 // Rows of C in blocks of BI, columns in blocks of BJ accumulated in a local
@@ -280,14 +247,6 @@ fail:
     return st;
 }
 
-static bool is_reference_impl(const_dnnl_primitive_desc_t pd) {
-    const char *name = NULL;
-    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) != dnnl_success ||
-        name == NULL)
-        return false;
-    return strncmp(name, "ref", 3) == 0;
-}
-
 static trn_status plan_build(const mm_key *key, mm_plan **out) {
     trn_status st = TRN_SUCCESS;
     dnnl_engine_t engine;
@@ -334,14 +293,16 @@ static trn_status plan_build(const mm_key *key, mm_plan **out) {
     }
 
     // Direct: float32 (and native bfloat16) operands as they are, unless
-    // only the reference kernel takes their strides.
+    // only the reference kernel takes their strides. When the
+    // implementation cannot be told, the primitive is kept: it computes the
+    // right result either way, and staging would cost copies on every call.
     bool direct = false;
     if (udt == dnnl_f32 || (udt == dnnl_bf16 && key->native)) {
         dnnl_matmul_desc_t md;
         if (dnnl_matmul_desc_init(&md, &p->user_md[0], &p->user_md[1], bias_md, &p->user_md[2]) ==
                 dnnl_success &&
             dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL) == dnnl_success) {
-            if (is_reference_impl(pd)) {
+            if (trn__dnnl_impl_of(pd) == TRN__DNNL_IMPL_REFERENCE) {
                 dnnl_primitive_desc_destroy(pd);
                 pd = NULL;
             } else {
