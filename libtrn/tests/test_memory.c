@@ -118,7 +118,7 @@ static void test_alloc_reuse_stats(void) {
     CHECK_U64(s.allocated_bytes_peak, 1024);
     CHECK_U64(s.num_frees, 1);
 
-    // Same size class, same stream: the cached block comes back.
+    // Same rounded size, same stream: the cached block comes back.
     CHECK_OK(trn_mem_alloc(0, 600, NULL, &q));
     CHECK(q == p);
     s = stats(0);
@@ -135,7 +135,7 @@ static void test_alloc_reuse_stats(void) {
     CHECK_OK(trn_mem_free(q));
 
     // Stream-ordered: a block cached for the default stream is not handed to
-    // another stream, even for the same size class.
+    // another stream, even for the same size.
     trn_stream *other;
     CHECK_OK(trn_stream_create(0, 0, &other));
     CHECK_OK(trn_mem_alloc(0, 1000, other, &q));

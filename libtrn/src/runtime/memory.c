@@ -323,6 +323,28 @@ static block *segment_create(int device, size_t size, bool small,
     return b;
 }
 
+// Structs of merged blocks, kept for the next split: in a training loop most
+// allocations split a block and most frees merge one, and recycling spares
+// the host allocator a calloc/free pair on each.
+#define SPARE_MAX 256
+static block *g_spare[SPARE_MAX];
+static size_t g_spare_n;
+
+static block *block_new(void) {
+    if (g_spare_n == 0) return calloc(1, sizeof(block));
+    block *b = g_spare[--g_spare_n];
+    memset(b, 0, sizeof *b);
+    return b;
+}
+
+static void block_delete(block *b) {
+    free(b->uses);
+    if (g_spare_n < SPARE_MAX)
+        g_spare[g_spare_n++] = b;
+    else
+        free(b);
+}
+
 // Splits b (just taken for a request of `size`) so that the rest of it
 // becomes a cached block. Without host memory for the bookkeeping b simply
 // stays whole, which wastes the rest but is correct.
@@ -330,10 +352,10 @@ static void block_split(dev_alloc *d, block *b, size_t size) {
     size_t rest = b->size - size;
     if (rest < MIN_BLOCK || trn__config_get()->protect) return;
     free_list *fl = free_list_of(d, b);
-    block *r = calloc(1, sizeof *r);
+    block *r = block_new();
     if (r == NULL) return;
     if (!reg_reserve(1) || !free_add_block(fl)) {
-        free(r);
+        block_delete(r);
         return;
     }
     r->ptr = b->ptr + size;
@@ -360,8 +382,7 @@ static void block_absorb(free_list *fl, block *b, block *n) {
     if (n->next != NULL) n->next->prev = b;
     if (n->free_seq > b->free_seq) b->free_seq = n->free_seq;
     fl->blocks--;
-    free(n->uses);
-    free(n);
+    block_delete(n);
 }
 
 // Caches a freed block, merged with its cached neighbours.
