@@ -133,10 +133,17 @@ def test_memory_snapshot_loads_with_pytorch_memory_viz(tmp_path):
     with open(path, "rb") as f:
         snap = pickle.load(f)
     addr = keep.data_ptr()
-    seg = [s for s in snap["segments"] if s["address"] == addr]
+    # Blocks are split from segments: find keep's, and check the segment's
+    # blocks tile it and add up to its figures.
+    seg = [s for s in snap["segments"] if any(b["address"] == addr for b in s["blocks"])]
     assert len(seg) == 1 and seg[0]["device"] == 0
-    block = seg[0]["blocks"][0]
+    block = [b for b in seg[0]["blocks"] if b["address"] == addr][0]
     assert block["state"] == "active_allocated" and block["requested_size"] == 12000
+    assert block["size"] == 12288  # 512-byte granules
+    assert sum(b["size"] for b in seg[0]["blocks"]) == seg[0]["total_size"]
+    assert seg[0]["blocks"][0]["address"] == seg[0]["address"]
+    assert seg[0]["allocated_size"] == sum(b["size"] for b in seg[0]["blocks"]
+                                           if b["state"] == "active_allocated")
     assert any(fr["name"] == "_allocate_for_snapshot" for fr in block["frames"])
     actions = [e["action"] for e in snap["device_traces"][0]]
     assert "alloc" in actions and "free_requested" in actions and "free_completed" in actions
@@ -150,7 +157,7 @@ def test_memory_snapshot_loads_with_pytorch_memory_viz(tmp_path):
     assert "<html" in _memory_viz.segment_plot(snap).lower()
     _memory_viz.trace(snap)  # prints the event list; raises on a malformed snapshot
     flat = torch.neuron.memory_snapshot()
-    assert any(s["address"] == addr for s in flat)
+    assert any(b["address"] == addr for s in flat for b in s["blocks"])
     text = torch_neuronx.memory_summary(0)
     assert "Allocated memory" in text and "neuron:0" in text
     del keep

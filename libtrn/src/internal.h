@@ -91,6 +91,9 @@ static inline void trn__broadcast(pthread_cond_t *c) {
 // ---- memory.c --------------------------------------------------------------
 // Size a request of nbytes occupies in the cache (see memory.h).
 size_t trn__mem_round_size(size_t nbytes);
+// Size of the host segment reserved for a rounded request the cache cannot
+// serve (outside protect mode).
+size_t trn__mem_segment_size(size_t size);
 // Kernels bracket every access to [ptr, ptr + nbytes) with these. In protect
 // mode they make the device block holding ptr accessible (reference-counted,
 // so overlapping accesses from several streams work); otherwise, and for host

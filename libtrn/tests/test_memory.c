@@ -1,7 +1,10 @@
 // test_memory.c - the caching allocator: size parsing and rounding, reuse
 // from the cache, stream-ordered reuse, statistics, zero-size requests,
 // capacity OOM (message and recovery), host OOM, empty_cache, invalid and
-// double frees, interior-pointer lookup, record_stream, pinned host memory.
+// double frees, interior-pointer lookup, record_stream, blocks split from
+// segments and merged back, fragmentation, the segment-size fallback under a
+// limit, threads, pinned host memory.
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -67,13 +70,18 @@ static void test_parse_and_round(void) {
     CHECK_U64(trn__mem_round_size(513), 1024);
     CHECK_U64(trn__mem_round_size(MiB - 1), MiB);
     CHECK_U64(trn__mem_round_size(MiB), MiB);
-    CHECK_U64(trn__mem_round_size(MiB + 1), MiB + 256 * KiB);
-    CHECK_U64(trn__mem_round_size(3 * MiB + 1), 3 * MiB + 512 * KiB);
-    CHECK_U64(trn__mem_round_size(9 * MiB), 10 * MiB);
-    CHECK_U64(trn__mem_round_size(15 * MiB + 1), 16 * MiB);
-    CHECK_U64(trn__mem_round_size(16 * MiB), 16 * MiB);
-    CHECK_U64(trn__mem_round_size(16 * MiB + 1), 18 * MiB);
+    CHECK_U64(trn__mem_round_size(MiB + 1), MiB + 512);
+    CHECK_U64(trn__mem_round_size(16 * MiB + 1), 16 * MiB + 512);
     CHECK_U64(trn__mem_round_size(GiB), GiB);
+    // Segments: 2 MiB for the small pool, 20 MiB below 10 MiB, else the
+    // request rounded up to 2 MiB.
+    CHECK_U64(trn__mem_segment_size(512), 2 * MiB);
+    CHECK_U64(trn__mem_segment_size(MiB - 512), 2 * MiB);
+    CHECK_U64(trn__mem_segment_size(MiB), 20 * MiB);
+    CHECK_U64(trn__mem_segment_size(10 * MiB - 512), 20 * MiB);
+    CHECK_U64(trn__mem_segment_size(10 * MiB), 10 * MiB);
+    CHECK_U64(trn__mem_segment_size(10 * MiB + 512), 12 * MiB);
+    CHECK_U64(trn__mem_segment_size(GiB), GiB);
 }
 
 static trn_mem_stats stats(int device) {
@@ -84,6 +92,8 @@ static trn_mem_stats stats(int device) {
 }
 
 static void test_alloc_reuse_stats(void) {
+    // Protect mode keeps one block per segment, reused for its size only.
+    const bool prot = trn_mem_protect_enabled();
     void *p = NULL, *q = NULL;
     CHECK_OK(trn_mem_alloc(0, 1000, NULL, &p));
     CHECK(p != NULL);
@@ -92,7 +102,7 @@ static void test_alloc_reuse_stats(void) {
     trn_mem_stats s = stats(0);
     CHECK_U64(s.allocated_bytes, 1024);
     CHECK_U64(s.requested_bytes, 1000);
-    CHECK_U64(s.reserved_bytes, 1024);
+    CHECK_U64(s.reserved_bytes, prot ? 1024 : 2 * MiB);  // a small segment
     CHECK_U64(s.active_blocks, 1);
     CHECK_U64(s.segments, 1);
     CHECK_U64(s.num_allocs, 1);
@@ -103,12 +113,12 @@ static void test_alloc_reuse_stats(void) {
     s = stats(0);
     CHECK_U64(s.allocated_bytes, 0);
     CHECK_U64(s.requested_bytes, 0);
-    CHECK_U64(s.reserved_bytes, 1024);  // cached
+    CHECK_U64(s.reserved_bytes, prot ? 1024 : 2 * MiB);  // cached
     CHECK_U64(s.active_blocks, 0);
     CHECK_U64(s.allocated_bytes_peak, 1024);
     CHECK_U64(s.num_frees, 1);
 
-    // Same size class, same stream: the cached block comes back.
+    // Same rounded size, same stream: the cached block comes back.
     CHECK_OK(trn_mem_alloc(0, 600, NULL, &q));
     CHECK(q == p);
     s = stats(0);
@@ -117,13 +127,15 @@ static void test_alloc_reuse_stats(void) {
     CHECK_U64(s.requested_bytes_peak, 1000);
     CHECK_OK(trn_mem_free(q));
 
-    // Another size class does not take it.
+    // A larger request is split from the same cached block (protect mode:
+    // only the same size takes it).
     CHECK_OK(trn_mem_alloc(0, 2000, NULL, &q));
-    CHECK(q != p);
+    CHECK(prot ? q != p : q == p);
+    CHECK_U64(stats(0).allocated_bytes, 2048);
     CHECK_OK(trn_mem_free(q));
 
     // Stream-ordered: a block cached for the default stream is not handed to
-    // another stream, even for the same size class.
+    // another stream, even for the same size.
     trn_stream *other;
     CHECK_OK(trn_stream_create(0, 0, &other));
     CHECK_OK(trn_mem_alloc(0, 1000, other, &q));
@@ -173,7 +185,9 @@ static void test_alloc_reuse_stats(void) {
 
     // empty_cache hands every cached block back.
     uint64_t segments = s.segments;
-    CHECK(segments >= 3);  // 1 KiB and 2 KiB on the default stream, 1 KiB on `other`
+    // Protect mode: 1 KiB and 2 KiB on the default stream, 1 KiB on `other`;
+    // else one small segment per stream.
+    CHECK_U64(segments, prot ? 3 : 2);
     CHECK_OK(trn_mem_empty_cache(0));
     s = stats(0);
     CHECK_U64(s.reserved_bytes, 0);
@@ -184,6 +198,7 @@ static void test_alloc_reuse_stats(void) {
 }
 
 static void test_oom(void) {
+    const bool prot = trn_mem_protect_enabled();
     CHECK_OK(trn_mem_empty_cache(0));
     CHECK_OK(trn_mem_reset_accumulated(0));
     void *a, *b, *big = NULL;
@@ -202,10 +217,12 @@ static void test_oom(void) {
     CHECK_U64(s.num_alloc_retries, 1);
     CHECK_U64(s.reserved_bytes, 10 * MiB);
 
-    // Cached bytes are reported as reserved when nothing could be flushed.
+    // Cached bytes are reported as reserved when nothing could be flushed
+    // (the rest of b's 20 MiB segment cannot go back while b lives).
     CHECK_OK(trn_mem_alloc(0, 2 * MiB, NULL, &b));
     CHECK_STATUS(trn_mem_alloc(0, GiB, NULL, &big), TRN_ERROR_OUT_OF_MEMORY);
-    CHECK_CONTAINS(trn_last_error(), "12.00 MiB allocated, 12.00 MiB reserved");
+    CHECK_CONTAINS(trn_last_error(), prot ? "12.00 MiB allocated, 12.00 MiB reserved"
+                                          : "12.00 MiB allocated, 30.00 MiB reserved");
     CHECK_OK(trn_mem_free(b));
     // Larger than the capacity altogether.
     CHECK_STATUS(trn_mem_alloc(0, SIZE_MAX, NULL, &big), TRN_ERROR_OUT_OF_MEMORY);
@@ -324,6 +341,193 @@ static void test_record_stream(void) {
     CHECK_U64(stats(0).reserved_bytes, 0);
 }
 
+// Blocks split from segments and merged back: the layout inside a segment,
+// best fit, cached neighbours merging, and the snapshot's segment fields.
+static void test_split_merge(void) {
+    CHECK_OK(trn_mem_empty_cache(0));
+    CHECK_U64(stats(0).reserved_bytes, 0);
+    void *a, *b, *c, *d;
+    CHECK_OK(trn_mem_alloc(0, 1000, NULL, &a));
+    CHECK_OK(trn_mem_alloc(0, 3000, NULL, &b));
+    CHECK_OK(trn_mem_alloc(0, 512, NULL, &c));
+    trn_mem_stats s = stats(0);
+    CHECK_U64(s.allocated_bytes, 1024 + 3072 + 512);
+    if (trn_mem_protect_enabled()) {
+        CHECK_U64(s.segments, 3);  // one mapping per block
+        CHECK_U64(s.reserved_bytes, 1024 + 3072 + 512);
+        CHECK_OK(trn_mem_free(a));
+        CHECK_OK(trn_mem_free(b));
+        CHECK_OK(trn_mem_free(c));
+        CHECK_OK(trn_mem_empty_cache(0));
+        CHECK_U64(stats(0).reserved_bytes, 0);
+        return;
+    }
+    // One small segment, tiled in request order.
+    CHECK_U64(s.segments, 1);
+    CHECK_U64(s.reserved_bytes, 2 * MiB);
+    CHECK(b == (char *)a + 1024);
+    CHECK(c == (char *)b + 3072);
+
+    // A hole between allocated blocks is the best fit for what it holds.
+    CHECK_OK(trn_mem_free(b));
+    CHECK_OK(trn_mem_alloc(0, 2048, NULL, &d));
+    CHECK(d == b);
+    CHECK_OK(trn_mem_free(d));  // merges with the 1 KiB left after it
+    // Freeing a merges it with the hole: 4 KiB at a, no new segment.
+    CHECK_OK(trn_mem_free(a));
+    CHECK_OK(trn_mem_alloc(0, 4096, NULL, &d));
+    CHECK(d == a);
+    CHECK_OK(trn_mem_free(d));
+    CHECK_OK(trn_mem_free(c));  // the whole segment is one cached block again
+    trn_mem_block_info info[8];
+    CHECK_U64(trn_mem_snapshot(0, info, 8), 1);
+    CHECK(info[0].ptr == a && info[0].segment == a);
+    CHECK_U64(info[0].size, 2 * MiB);
+    CHECK_U64(info[0].segment_size, 2 * MiB);
+    CHECK(!info[0].allocated && info[0].small_pool);
+    CHECK_U64(stats(0).num_segment_allocs - s.num_segment_allocs, 0);
+
+    // Large pool: 1.5 MiB requests share a 20 MiB segment and occupy just
+    // their size (no size classes).
+    void *x, *y;
+    CHECK_OK(trn_mem_alloc(0, 3 * MiB / 2, NULL, &x));
+    CHECK_OK(trn_mem_alloc(0, 3 * MiB / 2, NULL, &y));
+    CHECK(y == (char *)x + 3 * MiB / 2);
+    s = stats(0);
+    CHECK_U64(s.allocated_bytes, 3 * MiB);
+    CHECK_U64(s.reserved_bytes, 22 * MiB);
+    CHECK_U64(s.segments, 2);
+    size_t n = trn_mem_snapshot(0, info, 8);
+    CHECK_U64(n, 4);  // the small segment; x, y and the rest of theirs
+    size_t yi = 0;
+    for (size_t i = 0; i < n; i++)
+        if (info[i].ptr == y) yi = i;
+    CHECK(info[yi].allocated && !info[yi].small_pool);
+    CHECK(info[yi].segment == x);
+    CHECK_U64(info[yi].segment_size, 20 * MiB);
+    CHECK_U64(info[yi].requested, 3 * MiB / 2);
+    CHECK(!info[yi + 1].allocated && info[yi + 1].segment == x);
+    CHECK_U64(info[yi + 1].size, 17 * MiB);
+    // empty_cache keeps a segment that is partly in use.
+    CHECK_OK(trn_mem_empty_cache(0));
+    CHECK_U64(stats(0).reserved_bytes, 20 * MiB);
+    CHECK_OK(trn_mem_free(x));
+    CHECK_OK(trn_mem_free(y));
+    CHECK_OK(trn_mem_empty_cache(0));
+    s = stats(0);
+    CHECK_U64(s.reserved_bytes, 0);
+    CHECK_U64(s.segments, 0);
+    CHECK_U64(trn_mem_snapshot(0, NULL, 0), 0);
+}
+
+// Holes left by interleaved frees serve requests that fit them; larger
+// requests take fresh space; freeing everything leaves whole segments.
+static void test_fragmentation(void) {
+    CHECK_OK(trn_mem_empty_cache(0));
+    void *p[8], *big, *hole;
+    for (int i = 0; i < 8; i++)
+        CHECK_OK(trn_mem_alloc(0, 256 * KiB, NULL, &p[i]));
+    const bool prot = trn_mem_protect_enabled();
+    CHECK_U64(stats(0).segments, prot ? 8 : 1);  // 8 x 256 KiB fill 2 MiB
+    for (int i = 0; i < 8; i += 2) CHECK_OK(trn_mem_free(p[i]));
+    CHECK_OK(trn_mem_alloc(0, 512 * KiB, NULL, &big));  // no hole holds it
+    for (int i = 0; i < 8; i++) CHECK(big != p[i]);
+    CHECK_U64(stats(0).segments, prot ? 9 : 2);
+    CHECK_OK(trn_mem_alloc(0, 200 * KiB, NULL, &hole));
+    if (!prot) CHECK(hole == p[0]);  // best fit: smallest, then lowest
+    trn_mem_stats s = stats(0);
+    CHECK_U64(s.allocated_bytes, 4 * 256 * KiB + 512 * KiB + 200 * KiB);
+    CHECK_OK(trn_mem_free(hole));
+    CHECK_OK(trn_mem_free(big));
+    for (int i = 1; i < 8; i += 2) CHECK_OK(trn_mem_free(p[i]));
+    s = stats(0);
+    CHECK_U64(s.allocated_bytes, 0);
+    if (!prot) {
+        CHECK_U64(trn_mem_snapshot(0, NULL, 0), 2);  // each segment whole
+    }
+    CHECK_OK(trn_mem_empty_cache(0));
+    CHECK_U64(stats(0).reserved_bytes, 0);
+}
+
+// Under a limit a preferred segment would pass, a segment of just the
+// request is reserved instead.
+static void test_segment_fallback(void) {
+    CHECK_OK(trn_mem_empty_cache(0));
+    CHECK_OK(trn_mem_set_limit(0, 4 * MiB));
+    void *p, *q;
+    CHECK_OK(trn_mem_alloc(0, 3 * MiB / 2, NULL, &p));  // not 20 MiB
+    CHECK_U64(stats(0).reserved_bytes, 3 * MiB / 2);
+    CHECK_OK(trn_mem_alloc(0, 1000, NULL, &q));  // a 2 MiB small segment fits
+    CHECK_U64(stats(0).reserved_bytes,
+              trn_mem_protect_enabled() ? 3 * MiB / 2 + 1024 : 7 * MiB / 2);
+    CHECK_OK(trn_mem_free(q));
+    CHECK_OK(trn_mem_free(p));
+    CHECK_OK(trn_mem_empty_cache(0));
+    CHECK_OK(trn_mem_set_limit(0, MiB));
+    CHECK_OK(trn_mem_alloc(0, 1000, NULL, &q));  // 1 KiB alone
+    CHECK_U64(stats(0).reserved_bytes, 1024);
+    CHECK_OK(trn_mem_free(q));
+    CHECK_OK(trn_mem_set_limit(0, 0));
+    CHECK_OK(trn_mem_empty_cache(0));
+    CHECK_U64(stats(0).reserved_bytes, 0);
+}
+
+// Threads allocating and freeing mixed sizes at once: every block is its
+// own memory (a tag written at both ends survives until its free), and the
+// statistics come back to zero.
+#define STRESS_THREADS 4
+#define STRESS_ROUNDS 400
+#define STRESS_LIVE 16
+
+static void *stress_thread(void *arg) {
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    const bool prot = trn_mem_protect_enabled();
+    void *live[STRESS_LIVE] = {0};
+    size_t len[STRESS_LIVE] = {0};
+    for (int r = 0; r < STRESS_ROUNDS; r++) {
+        int i = (int)(rand_r(&seed) % STRESS_LIVE);
+        if (live[i] != NULL) {
+            unsigned char tag = (unsigned char)(i + 1);
+            if (!prot) {
+                CHECK_INT(((unsigned char *)live[i])[0], tag);
+                CHECK_INT(((unsigned char *)live[i])[len[i] - 1], tag);
+            }
+            CHECK_OK(trn_mem_free(live[i]));
+            live[i] = NULL;
+            continue;
+        }
+        // Mostly small, some large-pool and some own-segment requests.
+        unsigned k = (unsigned)rand_r(&seed) % 16;
+        len[i] = k < 12 ? 1 + (size_t)rand_r(&seed) % (64 * KiB)
+                 : k < 15 ? MiB + (size_t)rand_r(&seed) % (3 * MiB)
+                          : 10 * MiB + (size_t)rand_r(&seed) % MiB;
+        CHECK_OK(trn_mem_alloc(0, len[i], NULL, &live[i]));
+        if (!prot) {
+            ((unsigned char *)live[i])[0] = (unsigned char)(i + 1);
+            ((unsigned char *)live[i])[len[i] - 1] = (unsigned char)(i + 1);
+        }
+    }
+    for (int i = 0; i < STRESS_LIVE; i++) CHECK_OK(trn_mem_free(live[i]));
+    return NULL;
+}
+
+static void test_threads(void) {
+    CHECK_OK(trn_mem_empty_cache(0));
+    pthread_t t[STRESS_THREADS];
+    for (int i = 0; i < STRESS_THREADS; i++)
+        CHECK_INT(pthread_create(&t[i], NULL, stress_thread, (void *)(uintptr_t)(i + 1)), 0);
+    for (int i = 0; i < STRESS_THREADS; i++) CHECK_INT(pthread_join(t[i], NULL), 0);
+    trn_mem_stats s = stats(0);
+    CHECK_U64(s.allocated_bytes, 0);
+    CHECK_U64(s.requested_bytes, 0);
+    CHECK_U64(s.active_blocks, 0);
+    CHECK_OK(trn_mem_empty_cache(0));
+    s = stats(0);
+    CHECK_U64(s.reserved_bytes, 0);
+    CHECK_U64(s.segments, 0);
+    CHECK_U64(trn_mem_snapshot(0, NULL, 0), 0);
+}
+
 static void test_pinned(void) {
     void *h = NULL;
     CHECK_OK(trn_host_alloc(100, &h));
@@ -413,6 +617,10 @@ int main(void) {
     test_oom();
     test_bad_pointers();
     test_record_stream();
+    test_split_merge();
+    test_fragmentation();
+    test_segment_fallback();
+    test_threads();
     test_pinned();
     return TEST_REPORT();
 }

@@ -5,8 +5,8 @@
 // layout of torch.cuda.memory._snapshot() so PyTorch's memory visualizer and
 // torch.cuda._memory_viz read it unchanged.
 //
-// Segments: libtrn reserves one host segment per block, so every segment has
-// exactly one block (state active_allocated or inactive).
+// Segments: libtrn splits host segments into blocks; trn_mem_snapshot lists
+// a segment's blocks consecutively, each naming its segment.
 #include <pybind11/pybind11.h>
 #include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/csrc/Export.h>
@@ -172,8 +172,34 @@ py::dict snapshot() {
         size_t n = trn_runtime_is_initialized() ? trn_mem_snapshot(d, nullptr, 0) : 0;
         std::vector<trn_mem_block_info> blocks(n);
         n = n ? std::min(n, trn_mem_snapshot(d, blocks.data(), n)) : 0;
+        py::dict seg;
+        py::list seg_blocks;
+        size_t allocated = 0, requested = 0;
+        auto close_segment = [&] {
+            if (seg_blocks.size() == 0)
+                return;
+            seg["allocated_size"] = allocated;
+            seg["active_size"] = allocated;
+            seg["requested_size"] = requested;
+            seg["blocks"] = seg_blocks;
+            segments.append(seg);
+        };
         for (size_t i = 0; i < n; ++i) {
             const trn_mem_block_info &b = blocks[i];
+            if (i == 0 || b.segment != blocks[i - 1].segment) {
+                close_segment();
+                seg = py::dict();
+                seg_blocks = py::list();
+                allocated = requested = 0;
+                seg["device"] = d;
+                seg["address"] = reinterpret_cast<uintptr_t>(b.segment);
+                seg["total_size"] = b.segment_size;
+                seg["stream"] = b.stream;
+                seg["segment_type"] = b.small_pool ? "small" : "large";
+                seg["segment_pool_id"] = py::make_tuple(0, 0);
+                seg["is_expandable"] = false;
+                seg["frames"] = py::list();
+            }
             auto addr = reinterpret_cast<uintptr_t>(b.ptr);
             py::dict block;
             block["address"] = addr;
@@ -183,21 +209,13 @@ py::dict snapshot() {
             auto it = live.find(addr);
             block["frames"] = b.allocated && it != live.end() ? frames(it->second.frames)
                                                               : py::list();
-            py::dict seg;
-            seg["device"] = d;
-            seg["address"] = addr;
-            seg["total_size"] = b.size;
-            seg["allocated_size"] = b.allocated ? b.size : 0;
-            seg["active_size"] = b.allocated ? b.size : 0;
-            seg["requested_size"] = b.allocated ? b.requested : 0;
-            seg["stream"] = b.stream;
-            seg["segment_type"] = b.size < (1u << 20) ? "small" : "large";
-            seg["segment_pool_id"] = py::make_tuple(0, 0);
-            seg["is_expandable"] = false;
-            seg["frames"] = py::list();
-            seg["blocks"] = py::make_tuple(block);
-            segments.append(seg);
+            seg_blocks.append(block);
+            if (b.allocated) {
+                allocated += b.size;
+                requested += b.requested;
+            }
         }
+        close_segment();
         py::list events;
         for (const Entry &e : trace) {
             if (e.device != d)

@@ -5,20 +5,26 @@
 // byte count); default: the smaller of 16 GiB and physical RAM divided by the
 // device count.
 //
-// Caching: freed blocks stay reserved and are reused for later requests of the
-// same size class on the same stream (stream-ordered reuse, as in CUDA's
-// caching allocator). Requests round up to 512 B granules below 1 MiB, to
-// size classes below 16 MiB and to 2 MiB multiples above. When a request would
-// exceed capacity the allocator first releases its cache, then fails with
+// Caching (PyTorch's CUDA caching allocator's design): the allocator reserves
+// host segments and hands out blocks split from them. Requests round up to
+// 512 B; those under 1 MiB come from the small pool (2 MiB segments), the
+// others from the large pool (20 MiB segments below 10 MiB, else a segment
+// of the request rounded up to 2 MiB). A request takes the smallest cached
+// block of its pool that holds it, on the same stream (stream-ordered reuse),
+// and the rest of that block stays cached; a freed block merges with the
+// cached blocks beside it. Only whole segments go back to the host. When a
+// request would exceed capacity the allocator first tries a segment of just
+// the request, then releases its cache, then fails with
 // TRN_ERROR_OUT_OF_MEMORY and a message giving the request, the allocated and
 // reserved bytes and the capacity. The process stays usable after an OOM.
 //
-// Registry: every reserved block is known, so freeing a pointer that was never
+// Registry: every block is known, so freeing a pointer that was never
 // allocated (TRN_ERROR_INVALID_POINTER) or freeing twice is reported, never
 // undefined behaviour.
 //
 // Debug protection (TORCH_NEURONX_DEBUG_PROTECT_MEMORY=1, read at init): every
-// block is its own mmap, kept PROT_NONE except while a libtrn kernel or copy
+// block is its own mmap (a segment of one block, reused only for its exact
+// size), kept PROT_NONE except while a libtrn kernel or copy
 // accesses it, so host code that reads device memory directly faults at once.
 #ifndef TRN_MEMORY_H
 #define TRN_MEMORY_H
@@ -40,7 +46,7 @@ typedef struct trn_mem_stats {
     uint64_t requested_bytes, requested_bytes_peak;   // as requested
     uint64_t reserved_bytes, reserved_bytes_peak;     // allocated + cached
     uint64_t active_blocks, active_blocks_peak;       // blocks handed out
-    uint64_t segments, segments_peak;                 // blocks reserved
+    uint64_t segments, segments_peak;                 // host segments
     // cumulative counts (reset by trn_mem_reset_accumulated)
     uint64_t num_allocs, num_frees;                   // user alloc / free calls
     uint64_t num_segment_allocs, num_segment_frees;   // host malloc / free calls
@@ -60,7 +66,7 @@ trn_status trn_mem_free(void *ptr);
 // Marks that `stream` also uses the block holding ptr, so it is not reused
 // before that stream's current work completes.
 trn_status trn_mem_record_stream(void *ptr, trn_stream *stream);
-// Releases every cached (unused) block of the device back to the host, after
+// Releases every wholly cached segment of the device back to the host, after
 // waiting for the device's streams.
 trn_status trn_mem_empty_cache(int device);
 
@@ -80,7 +86,7 @@ trn_status trn_mem_set_limit(int device, size_t bytes);
 // The effective limit: the per-process limit if set, else the capacity.
 size_t trn_mem_get_limit(int device);
 
-// One reserved block (each block is its own host segment).
+// One block of a segment (allocated, or cached for reuse).
 typedef struct trn_mem_block_info {
     void *ptr;
     size_t size;        // rounded size
@@ -88,16 +94,20 @@ typedef struct trn_mem_block_info {
     int device;
     int64_t stream;     // trn_stream_id of the allocation stream
     bool allocated;     // false: cached (free for reuse)
+    bool small_pool;    // its segment is in the small pool
+    void *segment;      // the segment holding the block, and its size
+    size_t segment_size;
 } trn_mem_block_info;
-// Copies up to max of the device's reserved blocks (by address) into out and
+// Copies up to max of the device's blocks (by address, so a segment's blocks
+// are consecutive) into out and
 // returns how many there are (may exceed max).
 size_t trn_mem_snapshot(int device, trn_mem_block_info *out, size_t max);
 
 // Allocator events for memory-history recorders. The observer runs with the
 // allocator's lock held: it must be quick and must not call the allocator.
 typedef enum trn_mem_event {
-    TRN_MEM_EVENT_SEGMENT_ALLOC = 0,  // a block was reserved from the host
-    TRN_MEM_EVENT_SEGMENT_FREE = 1,   // a cached block went back to the host
+    TRN_MEM_EVENT_SEGMENT_ALLOC = 0,  // a segment was reserved from the host
+    TRN_MEM_EVENT_SEGMENT_FREE = 1,   // a cached segment went back to the host
     TRN_MEM_EVENT_OOM = 2,            // a request failed (size = request)
 } trn_mem_event;
 typedef void (*trn_mem_observer)(void *ctx, trn_mem_event event, int device,

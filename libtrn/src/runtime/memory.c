@@ -1,10 +1,22 @@
-// memory.c - owns device memory: the per-device caching allocator (size
-// classes, stream-ordered reuse, the capacity limit and its OOM handling,
-// statistics), the registry of every reserved block, and debug protection.
+// memory.c - owns device memory: the per-device caching allocator (segments
+// split into blocks, stream-ordered reuse, the capacity limit and its OOM
+// handling, statistics), the registry of every block, and debug protection.
 // One mutex guards everything here. Allocation is driven by a single Python
 // thread in practice, and stream workers only take the lock in protect mode,
 // so a finer scheme would buy nothing. The lock is never held while waiting
 // for a stream: tasks call trn__mem_access_begin, which takes it.
+//
+// The design is PyTorch's CUDA caching allocator's, so that a block holds
+// little more than its request (allocated bytes track requested bytes):
+// requests round up to 512 B; those under 1 MiB come from the small pool,
+// whose segments are 2 MiB; the others from the large pool, whose segments
+// are 20 MiB for requests under 10 MiB and the request rounded up to 2 MiB
+// beyond. A request takes the smallest cached block of its pool and stream
+// that holds it (best fit) and splits off the rest as a cached block; a
+// freed block merges with cached neighbours of its segment. A segment goes
+// back to the host only whole (empty_cache, or a flush before an OOM).
+// Where a preferred segment would pass the capacity (or the host refuses
+// it), a segment of just the request is tried before flushing the cache.
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -22,6 +34,12 @@
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 #define ALIGNMENT 64
+#define MIN_BLOCK ((size_t)512)     // rounding granule and smallest block
+#define SMALL_SIZE MiB              // requests below: small pool
+#define SMALL_SEGMENT (2 * MiB)     // small pool segment
+#define LARGE_SEGMENT (20 * MiB)    // large pool segment for requests below
+#define MIN_LARGE_ALLOC (10 * MiB)  // this; larger ones get their own
+#define ROUND_LARGE (2 * MiB)       // segment, rounded up to this
 
 typedef enum block_state {
     BLOCK_ALLOCATED,  // handed to a user
@@ -30,6 +48,9 @@ typedef enum block_state {
     BLOCK_RELEASED,   // returned to the host; about to leave the registry
 } block_state;
 
+// A block is a piece of a segment; a segment's blocks tile it in address
+// order (prev/next), so a segment is whole again when its only block has
+// neither neighbour. That block's ptr and size are then the segment's.
 typedef struct block {
     char *ptr;
     size_t size;       // rounded size: what the request occupies
@@ -37,8 +58,10 @@ typedef struct block {
     size_t map_size;   // protect mode: the mapping's length; else 0
     int device;
     block_state state;
+    bool small;          // pool: segments of the small pool
     trn_stream *stream;  // allocation stream; owns the free list it joins
     uint64_t free_seq;   // stream's launch count when the block was cached
+    struct block *prev, *next;  // neighbours in the segment (NULL: its ends)
     trn_stream **uses;   // other streams recorded with trn_mem_record_stream
     size_t n_uses, cap_uses;
     int access;  // protect mode: kernel accesses in flight
@@ -47,17 +70,19 @@ typedef struct block {
     bool shared;
 } block;
 
-// Cached blocks of one (device, stream), sorted by size so a request finds
-// its size class by binary search.
+// Cached blocks of one (device, pool, stream), sorted by (size, address) so
+// a request finds its best fit by binary search. `blocks` counts every block
+// of the list's segments (cached or not) and `cap` never falls below it, so
+// caching a freed block never needs host memory.
 typedef struct free_list {
     block **items;
-    size_t n, cap;
+    size_t n, cap, blocks;
 } free_list;
 
 typedef struct dev_alloc {
     trn_mem_stats stats;
     uint64_t cached_bytes;
-    free_list free[1 + TRN_STREAM_POOL_SIZE];
+    free_list free[2][1 + TRN_STREAM_POOL_SIZE];  // [small][stream index]
 } dev_alloc;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -90,8 +115,8 @@ static size_t limit_of(int device) {
     size_t limit = g_limit[device];
     return limit != 0 && limit < capacity ? limit : capacity;
 }
-// Every reserved block of every device, sorted by address, for pointer
-// validation and interior-pointer lookup.
+// Every block (allocated or cached) of every device, sorted by address, for
+// pointer validation and interior-pointer lookup.
 static block **g_reg;
 static size_t g_reg_n, g_reg_cap;
 
@@ -100,15 +125,14 @@ static size_t round_up(size_t n, size_t to) {
 }
 
 size_t trn__mem_round_size(size_t nbytes) {
-    if (nbytes == 0) return 0;
-    if (nbytes < MiB) return round_up(nbytes, 512);
-    if (nbytes < 16 * MiB) {
-        // Four classes per power of two keep waste under 25%.
-        size_t pow2 = MiB;
-        while (pow2 * 2 <= nbytes) pow2 *= 2;
-        return round_up(nbytes, pow2 / 4);
-    }
-    return round_up(nbytes, 2 * MiB);
+    return nbytes == 0 ? 0 : round_up(nbytes, MIN_BLOCK);
+}
+
+// Size of the segment reserved for a rounded request the cache cannot serve.
+size_t trn__mem_segment_size(size_t size) {
+    if (size < SMALL_SIZE) return SMALL_SEGMENT;
+    if (size < MIN_LARGE_ALLOC) return LARGE_SEGMENT;
+    return round_up(size, ROUND_LARGE);
 }
 
 static void stat_add(uint64_t *current, uint64_t *peak, uint64_t delta) {
@@ -140,19 +164,32 @@ static block *reg_find_containing(const void *ptr) {
     return off < b->size ? b : NULL;
 }
 
+// Room for `extra` more blocks, so the inserts that follow cannot fail.
+static bool reg_reserve(size_t extra) {
+    if (g_reg_n + extra <= g_reg_cap) return true;
+    size_t cap = g_reg_cap ? g_reg_cap : 64;
+    while (cap < g_reg_n + extra) cap *= 2;
+    block **grown = realloc(g_reg, cap * sizeof *grown);
+    if (grown == NULL) return false;
+    g_reg = grown;
+    g_reg_cap = cap;
+    return true;
+}
+
 static bool reg_insert(block *b) {
-    if (g_reg_n == g_reg_cap) {
-        size_t cap = g_reg_cap ? g_reg_cap * 2 : 64;
-        block **grown = realloc(g_reg, cap * sizeof *grown);
-        if (grown == NULL) return false;
-        g_reg = grown;
-        g_reg_cap = cap;
-    }
+    if (!reg_reserve(1)) return false;
     size_t i = reg_upper(b->ptr);
     memmove(&g_reg[i + 1], &g_reg[i], (g_reg_n - i) * sizeof *g_reg);
     g_reg[i] = b;
     g_reg_n++;
     return true;
+}
+
+// Drops a block merged into a neighbour (its struct is freed by the caller).
+static void reg_remove(const block *b) {
+    size_t i = reg_upper(b->ptr) - 1;
+    memmove(&g_reg[i], &g_reg[i + 1], (g_reg_n - i - 1) * sizeof *g_reg);
+    g_reg_n--;
 }
 
 static void reg_drop_released(void) {
@@ -170,44 +207,65 @@ static void reg_drop_released(void) {
 
 // ---- free lists -------------------------------------------------------------
 
-// Index of the first cached block with size > size.
-static size_t free_upper(const free_list *fl, size_t size) {
+static free_list *free_list_of(dev_alloc *d, const block *b) {
+    return &d->free[b->small][trn__stream_index(b->stream)];
+}
+
+// Index of the first cached block ordered at or after (size, ptr).
+static size_t free_lower(const free_list *fl, size_t size, const char *ptr) {
     size_t lo = 0, hi = fl->n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (size < fl->items[mid]->size)
-            hi = mid;
-        else
+        const block *m = fl->items[mid];
+        if (m->size < size || (m->size == size && m->ptr < ptr))
             lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo;
 }
 
-static block *free_take(dev_alloc *d, free_list *fl, size_t size) {
-    size_t i = free_upper(fl, size);
-    if (i == 0 || fl->items[i - 1]->size != size) return NULL;
-    block *b = fl->items[i - 1];
-    memmove(&fl->items[i - 1], &fl->items[i], (fl->n - i) * sizeof *fl->items);
+static void free_remove_at(dev_alloc *d, free_list *fl, size_t i) {
+    d->cached_bytes -= fl->items[i]->size;
+    memmove(&fl->items[i], &fl->items[i + 1],
+            (fl->n - i - 1) * sizeof *fl->items);
     fl->n--;
-    d->cached_bytes -= b->size;
+}
+
+static void free_remove(dev_alloc *d, free_list *fl, const block *b) {
+    free_remove_at(d, fl, free_lower(fl, b->size, b->ptr));
+}
+
+// The smallest cached block of at least `size` (exactly `size` when blocks
+// cannot be split), taken out of the list; NULL if none.
+static block *free_take(dev_alloc *d, free_list *fl, size_t size, bool exact) {
+    size_t i = free_lower(fl, size, NULL);
+    if (i == fl->n || (exact && fl->items[i]->size != size)) return NULL;
+    block *b = fl->items[i];
+    free_remove_at(d, fl, i);
     return b;
 }
 
-static bool free_put(dev_alloc *d, free_list *fl, block *b) {
-    if (fl->n == fl->cap) {
+// Cannot fail: the list's capacity covers all its blocks (see free_list).
+static void free_put(dev_alloc *d, free_list *fl, block *b) {
+    size_t i = free_lower(fl, b->size, b->ptr);
+    memmove(&fl->items[i + 1], &fl->items[i], (fl->n - i) * sizeof *fl->items);
+    fl->items[i] = b;
+    fl->n++;
+    d->cached_bytes += b->size;
+    b->state = BLOCK_CACHED;
+}
+
+// Counts one more block in fl, growing its capacity to match first.
+static bool free_add_block(free_list *fl) {
+    if (fl->blocks + 1 > fl->cap) {
         size_t cap = fl->cap ? fl->cap * 2 : 16;
         block **grown = realloc(fl->items, cap * sizeof *grown);
         if (grown == NULL) return false;
         fl->items = grown;
         fl->cap = cap;
     }
-    size_t i = free_upper(fl, b->size);
-    memmove(&fl->items[i + 1], &fl->items[i], (fl->n - i) * sizeof *fl->items);
-    fl->items[i] = b;
-    fl->n++;
-    d->cached_bytes += b->size;
-    b->state = BLOCK_CACHED;
-    b->free_seq = trn__stream_launched(b->stream);
+    fl->blocks++;
     return true;
 }
 
@@ -227,6 +285,7 @@ static void *segment_alloc(size_t size, size_t *map_size) {
     return posix_memalign(&p, ALIGNMENT, size) == 0 ? p : NULL;
 }
 
+// b is a whole segment (no neighbours).
 static void segment_free(block *b) {
     if (b->map_size != 0)
         munmap(b->ptr, b->map_size);
@@ -234,8 +293,10 @@ static void segment_free(block *b) {
         free(b->ptr);
 }
 
-// A new reserved block, registered; NULL if the host has no memory for it.
-static block *block_create(int device, size_t size, trn_stream *stream) {
+// A new segment of `size` bytes as one block, registered; NULL if the host
+// has no memory for it.
+static block *segment_create(int device, size_t size, bool small,
+                             trn_stream *stream) {
     block *b = calloc(1, sizeof *b);
     if (b == NULL) return NULL;
     b->ptr = segment_alloc(size, &b->map_size);
@@ -245,13 +306,16 @@ static block *block_create(int device, size_t size, trn_stream *stream) {
     }
     b->size = size;
     b->device = device;
+    b->small = small;
     b->stream = stream;
-    if (!reg_insert(b)) {
+    dev_alloc *d = &g_dev[device];
+    free_list *fl = free_list_of(d, b);
+    if (!reg_reserve(1) || !free_add_block(fl)) {
         segment_free(b);
         free(b);
         return NULL;
     }
-    dev_alloc *d = &g_dev[device];
+    reg_insert(b);  // reserved above
     stat_add(&d->stats.reserved_bytes, &d->stats.reserved_bytes_peak, size);
     stat_add(&d->stats.segments, &d->stats.segments_peak, 1);
     d->stats.num_segment_allocs++;
@@ -259,31 +323,116 @@ static block *block_create(int device, size_t size, trn_stream *stream) {
     return b;
 }
 
-// Returns the device's cached blocks to the host, except those whose stream
-// may still be running work queued before they were freed. Caller holds g_mu
-// and has usually waited for the device first. Returns the bytes released.
+// Structs of merged blocks, kept for the next split: in a training loop most
+// allocations split a block and most frees merge one, and recycling spares
+// the host allocator a calloc/free pair on each.
+#define SPARE_MAX 256
+static block *g_spare[SPARE_MAX];
+static size_t g_spare_n;
+
+static block *block_new(void) {
+    if (g_spare_n == 0) return calloc(1, sizeof(block));
+    block *b = g_spare[--g_spare_n];
+    memset(b, 0, sizeof *b);
+    return b;
+}
+
+static void block_delete(block *b) {
+    free(b->uses);
+    if (g_spare_n < SPARE_MAX)
+        g_spare[g_spare_n++] = b;
+    else
+        free(b);
+}
+
+// Splits b (just taken for a request of `size`) so that the rest of it
+// becomes a cached block. Without host memory for the bookkeeping b simply
+// stays whole, which wastes the rest but is correct.
+static void block_split(dev_alloc *d, block *b, size_t size) {
+    size_t rest = b->size - size;
+    if (rest < MIN_BLOCK || trn__config_get()->protect) return;
+    free_list *fl = free_list_of(d, b);
+    block *r = block_new();
+    if (r == NULL) return;
+    if (!reg_reserve(1) || !free_add_block(fl)) {
+        block_delete(r);
+        return;
+    }
+    r->ptr = b->ptr + size;
+    r->size = rest;
+    r->device = b->device;
+    r->small = b->small;
+    r->stream = b->stream;
+    r->free_seq = b->free_seq;  // its earlier users are b's
+    r->prev = b;
+    r->next = b->next;
+    if (b->next != NULL) b->next->prev = r;
+    b->next = r;
+    b->size = size;
+    reg_insert(r);  // reserved above
+    free_put(d, fl, r);
+}
+
+// Merges n, the block after b, into b and frees n's struct; n has left the
+// free list already.
+static void block_absorb(free_list *fl, block *b, block *n) {
+    reg_remove(n);
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next != NULL) n->next->prev = b;
+    if (n->free_seq > b->free_seq) b->free_seq = n->free_seq;
+    fl->blocks--;
+    block_delete(n);
+}
+
+// Caches a freed block, merged with its cached neighbours.
+static void block_cache(dev_alloc *d, block *b) {
+    free_list *fl = free_list_of(d, b);
+    b->free_seq = trn__stream_launched(b->stream);
+    block *p = b->prev;
+    if (p != NULL && p->state == BLOCK_CACHED) {
+        free_remove(d, fl, p);
+        block_absorb(fl, p, b);
+        b = p;
+    }
+    block *n = b->next;
+    if (n != NULL && n->state == BLOCK_CACHED) {
+        free_remove(d, fl, n);
+        block_absorb(fl, b, n);
+    }
+    free_put(d, fl, b);
+}
+
+// Returns the device's whole cached segments to the host, except those whose
+// stream may still be running work queued before they were freed. Caller
+// holds g_mu and has usually waited for the device first. Returns the bytes
+// released.
 static uint64_t release_cached(int device) {
     dev_alloc *d = &g_dev[device];
     uint64_t released = 0;
-    for (size_t s = 0; s < sizeof d->free / sizeof d->free[0]; s++) {
-        free_list *fl = &d->free[s];
-        size_t kept = 0;
-        for (size_t i = 0; i < fl->n; i++) {
-            block *b = fl->items[i];
-            if (trn__stream_completed(b->stream) < b->free_seq) {
-                fl->items[kept++] = b;
-                continue;
+    for (size_t pool = 0; pool < 2; pool++) {
+        for (size_t s = 0; s < 1 + TRN_STREAM_POOL_SIZE; s++) {
+            free_list *fl = &d->free[pool][s];
+            size_t kept = 0;
+            for (size_t i = 0; i < fl->n; i++) {
+                block *b = fl->items[i];
+                if (b->prev != NULL || b->next != NULL ||
+                    trn__stream_completed(b->stream) < b->free_seq) {
+                    fl->items[kept++] = b;
+                    continue;
+                }
+                observe(TRN_MEM_EVENT_SEGMENT_FREE, b, b->size);
+                segment_free(b);
+                b->state = BLOCK_RELEASED;
+                released += b->size;
+                d->cached_bytes -= b->size;
+                d->stats.reserved_bytes -= b->size;
+                d->stats.segments--;
+                d->stats.num_segment_frees++;
+                fl->blocks--;
             }
-            observe(TRN_MEM_EVENT_SEGMENT_FREE, b, b->size);
-            segment_free(b);
-            b->state = BLOCK_RELEASED;
-            released += b->size;
-            d->cached_bytes -= b->size;
-            d->stats.reserved_bytes -= b->size;
-            d->stats.segments--;
-            d->stats.num_segment_frees++;
+            fl->n = kept;
         }
-        fl->n = kept;
     }
     if (released != 0) reg_drop_released();
     return released;
@@ -334,6 +483,26 @@ static trn_status capacity_check(void) {
     return TRN_SUCCESS;
 }
 
+// Reserves a segment for a rounded request the cache cannot serve: the
+// pool's preferred size, else (past the limit, or refused by the host) one
+// of just the request. *host_failed: a size within the limit was refused.
+static block *segment_reserve(int device, size_t size, bool small,
+                              trn_stream *stream, bool *host_failed) {
+    const dev_alloc *d = &g_dev[device];
+    const size_t limit = limit_of(device);
+    const size_t want =
+        trn__config_get()->protect ? size : trn__mem_segment_size(size);
+    const size_t tries[2] = {want, size};
+    for (int t = 0; t < (want != size ? 2 : 1); t++) {
+        size_t seg = tries[t];
+        if (seg > limit || d->stats.reserved_bytes > limit - seg) continue;
+        block *b = segment_create(device, seg, small, stream);
+        if (b != NULL) return b;
+        *host_failed = true;
+    }
+    return NULL;
+}
+
 trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream,
                          void **ptr) {
     if (ptr == NULL)
@@ -358,33 +527,34 @@ trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream,
     const size_t capacity = limit_of(device);
     const size_t size =
         nbytes > capacity ? SIZE_MAX : trn__mem_round_size(nbytes);
+    const bool small = size < SMALL_SIZE;
+    // Protect mode keeps one block per mapping: no splitting, exact reuse.
+    const bool exact = trn__config_get()->protect;
     dev_alloc *d = &g_dev[device];
-    free_list *fl = &d->free[trn__stream_index(stream)];
+    free_list *fl = &d->free[small][trn__stream_index(stream)];
     bool flushed = false;
 
     trn__lock(&g_mu);
-    block *b = free_take(d, fl, size);
+    block *b = free_take(d, fl, size, exact);
     while (b == NULL) {
-        bool fits = size <= capacity && d->stats.reserved_bytes <= capacity - size;
-        if (fits) {
-            b = block_create(device, size, stream);
-            if (b != NULL) break;
-        }
+        bool host_failed = false;
+        b = segment_reserve(device, size, small, stream, &host_failed);
+        if (b != NULL) break;
         if (!flushed && d->cached_bytes > 0) {
             // Cached blocks may still be in use by queued work on their
             // streams; wait for it (without the lock, which tasks need)
-            // before giving them back.
+            // before giving whole cached segments back.
             flushed = true;
             trn__unlock(&g_mu);
             trn__device_wait_idle(device);
             trn__lock(&g_mu);
             release_cached(device);
             d->stats.num_alloc_retries++;
-            b = free_take(d, fl, size);  // another thread may have freed one
+            b = free_take(d, fl, size, exact);  // another thread may have freed one
             continue;
         }
         d->stats.num_ooms++;
-        st = oom_error(device, nbytes, fits);
+        st = oom_error(device, nbytes, host_failed);
         if (g_observer != NULL)
             g_observer(g_observer_ctx, TRN_MEM_EVENT_OOM, device, NULL, nbytes,
                        trn_stream_id(stream));
@@ -392,6 +562,7 @@ trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream,
         trn_log(TRN_LOG_INFO, "alloc", "%s", trn_last_error());
         return st;
     }
+    block_split(d, b, size);
     b->state = BLOCK_ALLOCATED;
     b->requested = nbytes;
     stat_add(&d->stats.allocated_bytes, &d->stats.allocated_bytes_peak, b->size);
@@ -484,21 +655,7 @@ trn_status trn_mem_free(void *ptr) {
         free(uses);
         trn__lock(&g_mu);
     }
-    free_list *fl = &d->free[trn__stream_index(b->stream)];
-    if (!free_put(d, fl, b)) {
-        // No host memory to grow the free list: give the block back at once.
-        // Its own stream may still use it, so wait for that first.
-        trn__unlock(&g_mu);
-        trn__stream_wait_idle(b->stream);
-        trn__lock(&g_mu);
-        observe(TRN_MEM_EVENT_SEGMENT_FREE, b, b->size);
-        segment_free(b);
-        b->state = BLOCK_RELEASED;
-        d->stats.reserved_bytes -= b->size;
-        d->stats.segments--;
-        d->stats.num_segment_frees++;
-        reg_drop_released();
-    }
+    block_cache(d, b);
     publish(d - g_dev);
     trn__unlock(&g_mu);
     if (trn_log_enabled(TRN_LOG_DEBUG))
@@ -583,9 +740,17 @@ size_t trn_mem_get_limit(int device) {
 size_t trn_mem_snapshot(int device, trn_mem_block_info *out, size_t max) {
     trn__lock(&g_mu);
     size_t n = 0;
+    // A segment's blocks are consecutive in the registry (address order).
+    const block *seg = NULL;
+    size_t seg_size = 0;
     for (size_t i = 0; i < g_reg_n; i++) {
         const block *b = g_reg[i];
         if (b->device != device || b->state == BLOCK_RELEASED) continue;
+        if (b->prev == NULL) {
+            seg = b;
+            seg_size = 0;
+            for (const block *m = b; m != NULL; m = m->next) seg_size += m->size;
+        }
         if (out != NULL && n < max) {
             trn_mem_block_info *o = &out[n];
             o->ptr = b->ptr;
@@ -594,6 +759,9 @@ size_t trn_mem_snapshot(int device, trn_mem_block_info *out, size_t max) {
             o->requested = o->allocated ? b->requested : 0;
             o->device = b->device;
             o->stream = b->stream != NULL ? trn_stream_id(b->stream) : 0;
+            o->segment = seg != NULL ? seg->ptr : b->ptr;
+            o->segment_size = seg != NULL ? seg_size : b->size;
+            o->small_pool = b->small;
         }
         n++;
     }
