@@ -290,6 +290,38 @@ static void put_iota(sb *b, const kernel *k, int n, const char *in) {
     free(e.s);
 }
 
+// A literal value in the body (a constant, or a view of one).
+static bool is_literal(const kernel *k, int n) {
+    const trn__cc_node *x = &k->g->nodes[n];
+    return x->kind == CC_CONST || (x->kind == CC_VIEW && k->mark[n] == 2);
+}
+
+// pow by a literal exponent as eager's pow_fast_path (kernels/elementwise.c)
+// computes it, with ATen's CPU special cases (x*x, x*x*x, sqrt, ...): the
+// same numerics, and a loop without the exp(b log|a|) path (GPT-2's GELU
+// backward spent 29 % of its graph there). NULL: the general pow.
+static const char *pow_by_literal(const kernel *k, const trn__cc_node *x) {
+    if (x->kind != CC_POINTWISE || x->op != TRN_EW_POW || !is_f(x->compute) || x->n_in != 2 ||
+        is_literal(k, x->in[0]) || !is_literal(k, x->in[1]))
+        return NULL;
+    int c = x->in[1];
+    if (k->g->nodes[c].kind == CC_VIEW) c = k->g->nodes[c].in[0];
+    const trn__cc_node *e_node = &k->g->nodes[c];
+    if (!is_f(e_node->dtype) && e_node->dtype != TRN_DTYPE_I64 && e_node->dtype != TRN_DTYPE_I32) return NULL;
+    const double e = is_f(e_node->dtype) ? (double)(float)e_node->cf : (double)(float)e_node->ci;
+    // float16 rounds like ATen's std::pow only for the single-operation cases.
+    if (x->compute == TRN_DTYPE_F16 && e != 2.0 && e != -1.0 && e != 1.0 && e != 0.0) return NULL;
+    if (e == 1.0) return "pow_one";
+    if (e == 0.0) return "pow_zero";
+    if (e == 2.0) return "pow_square";
+    if (e == 3.0) return "pow_cube";
+    if (e == 0.5) return "sqrt";
+    if (e == -0.5) return "rsqrt";
+    if (e == -1.0) return "reciprocal";
+    if (e == -2.0) return "pow_inv_square";
+    return NULL;
+}
+
 static void put_compute(sb *b, const kernel *k, int n, const char *indent) {
     const trn__cc_node *x = &k->g->nodes[n];
     if (x->kind == CC_GATHER) {
@@ -318,14 +350,22 @@ static void put_compute(sb *b, const kernel *k, int n, const char *indent) {
     lower_name(trn_ew_op_name(x->op), name, sizeof name);
     bool fam_f = is_f(x->compute);
     bool pred = trn_ew_op_is_predicate(x->op);
+    const char *pow_fn = pow_by_literal(k, x);
     sb call = {0};
-    put(&call, "trn_sc_%s_%s(", name, pred ? (fam_f ? "fp" : "ip") : (fam_f ? "f" : "i"));
-    for (int i = 0; i < x->n_in; i++) {
+    if (pow_fn != NULL) {  // the exponent is in the function: one argument
+        put(&call, "trn_sc_%s_f(", pow_fn);
+        put_arg(&call, k, x->in[0], x->compute);
+        put(&call, ", &c%d)", vid(k, n));
+    }
+    else put(&call, "trn_sc_%s_%s(", name, pred ? (fam_f ? "fp" : "ip") : (fam_f ? "f" : "i"));
+    for (int i = 0; i < x->n_in && pow_fn == NULL; i++) {
         if (i) put(&call, ", ");
         put_arg(&call, k, x->in[i], x->compute);
     }
-    if (!pred) put(&call, ", &c%d", vid(k, n));
-    put(&call, ")");
+    if (pow_fn == NULL) {
+        if (!pred) put(&call, ", &c%d", vid(k, n));
+        put(&call, ")");
+    }
     if (call.oom) {
         b->oom = true;
         free(call.s);
