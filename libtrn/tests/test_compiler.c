@@ -414,6 +414,45 @@ static void test_pow_literal(void) {
     }
 }
 
+// Float sums run in float lanes when the innermost reduced loop is a multiple
+// of 8 (16 lanes for 16): within the bound stated in render.c, ~20 u sum|x|,
+// of the exact sum; other loops keep the double accumulators.
+static void test_float_lane_sums(void) {
+    const int64_t inner[3] = {48, 24, 20};  // 16 lanes, 8 lanes, double
+    const char *mark[3] = {"trn_g_lanes16(s)", "trn_g_lanes8(s)", "double acc3"};
+    for (int t = 0; t < 3; t++) {
+        const int64_t n = inner[t];
+        trn_graph *g;
+        CHECK_INT(trn_graph_create(&g), TRN_SUCCESS);
+        // sum over dims 0 and 2 of x * x, x of shape 5 x 3 x n
+        int64_t xs[3] = {5, 3, n}, xst[3] = {3 * n, n, 1};
+        int x, sq, s;
+        CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 3, xs, xst, &x), TRN_SUCCESS);
+        CHECK_INT(trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, x}, NULL, &sq),
+                  TRN_SUCCESS);
+        CHECK_INT(trn_graph_reduce(g, TRN_GRAPH_SUM, sq, TRN_DTYPE_F32, 5u, &s), TRN_SUCCESS);
+        CHECK_INT(trn_graph_export(g, s, NULL), TRN_SUCCESS);
+        trn_program *p = compile(g, NULL);
+        trn_graph_free(g);
+        if (!p) return;
+        CHECK(strstr(trn_program_source(p), mark[t]) != NULL);
+        float X[5 * 3 * 48], Y[3];
+        for (int i = 0; i < 5 * 3 * n; i++) X[i] = (float)((i * 7919) % 1013) / 101.3f - 4.9f;
+        run(p, (int[]){x, s}, (void *[]){X, Y}, 2);
+        for (int c = 0; c < 3; c++) {
+            double exact = 0, mag = 0;
+            for (int a = 0; a < 5; a++)
+                for (int64_t j = 0; j < n; j++) {
+                    const float v = X[(a * 3 + c) * n + j] * X[(a * 3 + c) * n + j];
+                    exact += v;
+                    mag += fabs(v);
+                }
+            CHECK(fabs((double)Y[c] - exact) <= 20 * 0x1p-24 * mag + fabs(exact) * 0x1p-24);
+        }
+        trn_program_free(p);
+    }
+}
+
 int main(void) {
     find_include_dir();
     test_fused_pointwise();
@@ -424,5 +463,6 @@ int main(void) {
     test_store();
     test_shared_bodies();
     test_pow_literal();
+    test_float_lane_sums();
     return TEST_REPORT();
 }
