@@ -108,5 +108,6 @@ neuron.get_dynamo_metrics, neuron.reset_dynamo_metrics = get_dynamo_metrics, res
 _install_compile()
 
 # Autograd's device threads must not drop a GraphTask during interpreter finalization.
-from ._autograd_exit import install as _install_autograd_exit  # noqa: E402
+from ._autograd_exit import install as _install_autograd_exit, run_backward_on_calling_thread  # noqa: E402
 _install_autograd_exit()
+run_backward_on_calling_thread()
