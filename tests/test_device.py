@@ -164,6 +164,26 @@ def test_import_torch_neuronx_before_torch(python):
     assert "neuron:0" in r.stdout
 
 
+def test_backward_runs_on_the_calling_thread():
+    """Importing torch_neuronx turns off autograd's device threads for the
+    importing thread (torch_neuronx/_autograd_exit.py): a neuron backward runs
+    where it was called; set_multithreading_enabled(True) restores PyTorch's
+    per-device thread."""
+    import threading
+    x = torch.ones(4, device="neuron", requires_grad=True)
+    seen = []
+    y = x * 2
+    y.register_hook(lambda g: seen.append(threading.get_ident()))
+    y.sum().backward()
+    assert seen == [threading.get_ident()]
+    assert torch.equal(x.grad.cpu(), torch.full((4,), 2.0))
+    with torch.autograd.set_multithreading_enabled(True):
+        y = x * 2
+        y.register_hook(lambda g: seen.append(threading.get_ident()))
+        y.sum().backward()
+    assert len(seen) == 2 and seen[1] != threading.get_ident()
+
+
 def test_exit_right_after_backward_drains_autograd_threads():
     """A script that ends right after a neuron backward: the exit hook runs one
     backward per device through the C++ engine (torch_neuronx/_autograd_exit.py),

@@ -28,12 +28,14 @@ import torch  # noqa: E402
 
 from . import _C  # noqa: E402  # registers kernels, guard, allocators, hooks, fallback
 
-# Autograd's device threads must not drop a GraphTask during interpreter
-# finalization. Registered before anything else of ours registers an atexit
+# Backward runs on the calling thread (the device is the host CPU: autograd's
+# per-device thread only added two hand-offs), and autograd's device threads
+# must not drop a GraphTask during interpreter finalization. Registered before anything else of ours registers an atexit
 # hook (atexit runs them last-in, first-out), so it runs after them: the
 # metrics CSV writer (metrics.py) must not count the drain's kernels.
-from ._autograd_exit import install as _install_autograd_exit  # noqa: E402
+from ._autograd_exit import install as _install_autograd_exit, run_backward_on_calling_thread  # noqa: E402
 _install_autograd_exit()
+run_backward_on_calling_thread()
 from ._op_tracking import clear_op_tracking, get_executed_ops, get_fallback_ops
 from . import neuron
 from .neuron import (

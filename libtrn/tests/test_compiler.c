@@ -364,6 +364,95 @@ static void test_shared_bodies(void) {
     trn_program_free(p);
 }
 
+// pow by a literal exponent: the special cases of eager's pow (x*x, x*x*x,
+// sqrt, 1/x, ...) are rendered as those functions, bit-identical to the
+// eager kernel; another exponent keeps the general pow.
+static void test_pow_literal(void) {
+    const double exps[] = {2.0, 3.0, 0.5, -0.5, -1.0, -2.0, 1.0, 0.0, 2.5};
+    const char *fns[] = {"pow_square", "pow_cube", "sqrt_f", "rsqrt_f", "reciprocal_f", "pow_inv_square",
+                         "pow_one", "pow_zero", "trn_sc_pow_f"};
+    enum { N = 97 };
+    float X[N], Y[N], E[N];
+    for (int i = 0; i < N; i++) X[i] = (float)(i - 48) * 0.173f + (i % 5 ? 0.0f : 1e-3f);
+    trn_stream *s = stream();
+    for (size_t t = 0; t < sizeof exps / sizeof exps[0]; t++) {
+        trn_graph *g;
+        CHECK_INT(trn_graph_create(&g), TRN_SUCCESS);
+        int64_t xs[1] = {N}, xst[1] = {1};
+        int x, e, y;
+        CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 1, xs, xst, &x), TRN_SUCCESS);
+        CHECK_INT(trn_graph_const(g, TRN_DTYPE_F32, exps[t], 0, 0, NULL, &e), TRN_SUCCESS);
+        int64_t one[1] = {N}, zero[1] = {0};
+        int ev;
+        CHECK_INT(trn_graph_view(g, e, 1, one, zero, 0, &ev), TRN_SUCCESS);
+        CHECK_INT(trn_graph_pointwise(g, TRN_EW_POW, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, ev}, NULL, &y),
+                  TRN_SUCCESS);
+        CHECK_INT(trn_graph_export(g, y, NULL), TRN_SUCCESS);
+        trn_program *p = compile(g, NULL);
+        trn_graph_free(g);
+        if (!p) return;
+        CHECK(strstr(trn_program_source(p), fns[t]) != NULL);
+        run(p, (int[]){x, y}, (void *[]){X, Y}, 2);
+        trn_program_free(p);
+        // The eager kernel, pow(tensor, scalar).
+        int64_t sizes[1] = {N}, st4[1] = {4};
+        trn_ew_desc d;
+        memset(&d, 0, sizeof d);
+        d.op = TRN_EW_POW;
+        d.dtype = d.out_dtype = TRN_DTYPE_F32;
+        d.ndim = 1;
+        d.sizes = sizes;
+        d.out = E;
+        d.out_strides = st4;
+        d.in[0] = X;
+        d.in_dtype[0] = d.in_dtype[1] = TRN_DTYPE_F32;
+        d.in_strides[0] = d.in_strides[1] = st4;
+        d.scalar_in[1].f = exps[t];
+        CHECK_INT(trn_ew_launch(s, &d), TRN_SUCCESS);
+        CHECK_INT(trn_stream_synchronize(s), TRN_SUCCESS);
+        CHECK(memcmp(Y, E, sizeof Y) == 0);
+    }
+}
+
+// Float sums run in float lanes when the innermost reduced loop is a multiple
+// of 8 (16 lanes for 16): within the bound stated in render.c, ~20 u sum|x|,
+// of the exact sum; other loops keep the double accumulators.
+static void test_float_lane_sums(void) {
+    const int64_t inner[3] = {48, 24, 20};  // 16 lanes, 8 lanes, double
+    const char *mark[3] = {"trn_g_lanes16(s)", "trn_g_lanes8(s)", "double acc3"};
+    for (int t = 0; t < 3; t++) {
+        const int64_t n = inner[t];
+        trn_graph *g;
+        CHECK_INT(trn_graph_create(&g), TRN_SUCCESS);
+        // sum over dims 0 and 2 of x * x, x of shape 5 x 3 x n
+        int64_t xs[3] = {5, 3, n}, xst[3] = {3 * n, n, 1};
+        int x, sq, s;
+        CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 3, xs, xst, &x), TRN_SUCCESS);
+        CHECK_INT(trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, x}, NULL, &sq),
+                  TRN_SUCCESS);
+        CHECK_INT(trn_graph_reduce(g, TRN_GRAPH_SUM, sq, TRN_DTYPE_F32, 5u, &s), TRN_SUCCESS);
+        CHECK_INT(trn_graph_export(g, s, NULL), TRN_SUCCESS);
+        trn_program *p = compile(g, NULL);
+        trn_graph_free(g);
+        if (!p) return;
+        CHECK(strstr(trn_program_source(p), mark[t]) != NULL);
+        float X[5 * 3 * 48], Y[3];
+        for (int i = 0; i < 5 * 3 * n; i++) X[i] = (float)((i * 7919) % 1013) / 101.3f - 4.9f;
+        run(p, (int[]){x, s}, (void *[]){X, Y}, 2);
+        for (int c = 0; c < 3; c++) {
+            double exact = 0, mag = 0;
+            for (int a = 0; a < 5; a++)
+                for (int64_t j = 0; j < n; j++) {
+                    const float v = X[(a * 3 + c) * n + j] * X[(a * 3 + c) * n + j];
+                    exact += v;
+                    mag += fabs(v);
+                }
+            CHECK(fabs((double)Y[c] - exact) <= 20 * 0x1p-24 * mag + fabs(exact) * 0x1p-24);
+        }
+        trn_program_free(p);
+    }
+}
+
 int main(void) {
     find_include_dir();
     test_fused_pointwise();
@@ -373,5 +462,7 @@ int main(void) {
     test_errors();
     test_store();
     test_shared_bodies();
+    test_pow_literal();
+    test_float_lane_sums();
     return TEST_REPORT();
 }

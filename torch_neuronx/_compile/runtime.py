@@ -82,15 +82,16 @@ class CompiledGraph(OutputCode):
         self.ws_size = program.workspace_size
         self._fast = self._plan_fast()
         if self._fast is not None:
-            # No host steps: one C++ call allocates, launches and returns.
-            self._in_idx = [i for _, i in self.input_nodes]
+            # No host steps: one C++ call picks the inputs from the arguments,
+            # allocates, launches and assembles the outputs (views included).
             self._call = _C._CompiledCall(
-                program, [nid for nid, _ in self.input_nodes], [e[0] for e in self.exports],
-                [list(e[1]) for e in self.exports], [list(e[2]) for e in self.exports],
-                [e[3] for e in self.exports], self.ws_size, self.device.index or 0)
+                program, [i for _, i in self.input_nodes], [nid for nid, _ in self.input_nodes],
+                [e[0] for e in self.exports], [list(e[1]) for e in self.exports],
+                [list(e[2]) for e in self.exports], [e[3] for e in self.exports], self.ws_size,
+                self.device.index or 0, self._fast)
 
     # ---- OutputCode: pickling for AOTAutograd's cache entry -----------------------
-    _LIVE = ("program", "_call", "_fast", "_in_idx", "ws_size")
+    _LIVE = ("program", "_call", "_fast", "ws_size")
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k not in self._LIVE}
@@ -138,31 +139,6 @@ class CompiledGraph(OutputCode):
                 return None
         return plan
 
-    def _call_fast(self, args):
-        ins = [args[i] for i in self._in_idx]
-        ex = self._call(ins)
-        out = []
-        for p in self._fast:
-            if p is None:
-                out.append(None)
-                continue
-            kind, j, view = p
-            if kind == "ex":
-                t = ex[j]
-            elif kind == "in":
-                t = ins[j]
-            elif kind == "arg":
-                out.append(args[j])
-                continue
-            else:
-                out.append(j)
-                continue
-            if view is not None:
-                t = t.as_strided(view[0], view[1], t.storage_offset() + view[2])
-            out.append(t)
-        args.clear()  # boxed calling convention: drop inputs early
-        return out
-
     # Tensor for a value, given the buffers of this call.
     def _tensor(self, v, bufs, args, host_out):
         if isinstance(v, Val):
@@ -192,13 +168,15 @@ class CompiledGraph(OutputCode):
         return v
 
     def __call__(self, args):
-        args = list(args)
         if self.program is None:
             self.post_compile(None, None, None)
+        if self._fast is not None:
+            if type(args) is not list:
+                args = list(args)
+            return self._call(args)  # counts the launch; empties args (boxed convention)
+        args = list(args)
         dev = self.device
         _C._counter_add("compiled_graph_launches", dev.index or 0, 1)
-        if self._fast is not None:
-            return self._call_fast(args)
         bufs = {}
         nodes, tensors = [], []
         for nid, i in self.input_nodes:

@@ -15,10 +15,12 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
 
 #include "bindings.h"
 #include "neuron_device.h"
 #include "trn/compiler.h"
+#include "trn/metrics.h"
 #include "trn_check.h"
 
 namespace py = pybind11;
@@ -71,11 +73,23 @@ struct Run {
     }
 };
 
+// Where one output of a compiled graph comes from (CompiledGraph._plan_fast).
+struct OutputSource {
+    enum Kind { NONE, EXPORT, INPUT, ARG, CONST } kind = NONE;
+    int index = 0;              // export / input node / argument number
+    py::object value;           // CONST
+    bool view = false;          // a view of the export or input
+    I64s sizes, strides;
+    int64_t offset = 0;
+};
+
 struct Call {
     std::shared_ptr<Program> prog;
+    std::vector<int> in_args;  // argument number of each input node
     std::vector<int> in_nodes, ex_nodes;
     std::vector<I64s> ex_sizes, ex_strides;
     std::vector<at::ScalarType> ex_dtypes;
+    std::vector<OutputSource> outputs;
     int64_t ws_size = 0;
     int device = 0;
 
@@ -107,6 +121,43 @@ struct Call {
         TRN_CHECK(fin);
         TORCH_CHECK(host < 0, "compiled graph: stopped at host step ", host, " in a call without host steps");
         check_indices(*prog, s);
+        trn_counter_add(TRN_COUNTER_COMPILED_LAUNCHES, device, 1);
+        return out;
+    }
+
+    // The whole call as AOTAutograd makes it (boxed: a list of arguments,
+    // emptied here so inputs are released early): inputs picked from the
+    // arguments, the run, and every output from its source, views made here.
+    // In C++ because the same in Python cost 3-90 us per graph call
+    // (GPT-2's backward returns 26 views).
+    py::list call(const py::list &args) {
+        const Py_ssize_t n_args = static_cast<Py_ssize_t>(args.size());
+        std::vector<at::Tensor> inputs;
+        inputs.reserve(in_args.size());
+        for (int i : in_args) {
+            TORCH_CHECK(i < n_args, "compiled graph: ", n_args, " arguments, expected more than ", i);
+            PyObject *o = PyList_GET_ITEM(args.ptr(), i);
+            TORCH_CHECK(THPVariable_Check(o), "compiled graph: argument ", i, " is not a tensor");
+            inputs.push_back(THPVariable_Unpack(o));
+        }
+        std::vector<at::Tensor> ex = run(inputs);
+        py::list out(outputs.size());
+        for (size_t i = 0; i < outputs.size(); i++) {
+            const OutputSource &o = outputs[i];
+            switch (o.kind) {
+            case OutputSource::NONE: out[i] = py::none(); continue;
+            case OutputSource::ARG:
+                TORCH_CHECK(o.index < n_args, "compiled graph: no argument ", o.index);
+                out[i] = args[o.index];
+                continue;
+            case OutputSource::CONST: out[i] = o.value; continue;
+            default: break;
+            }
+            at::Tensor t = o.kind == OutputSource::EXPORT ? ex[o.index] : inputs[o.index];
+            if (o.view) t = t.as_strided(o.sizes, o.strides, t.storage_offset() + o.offset);
+            out[i] = py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(t)));
+        }
+        if (PyList_SetSlice(args.ptr(), 0, n_args, nullptr) != 0) throw py::error_already_set();
         return out;
     }
 };
@@ -309,15 +360,16 @@ void register_compiler(py::module_ &m) {
     // exported tensors (in the order given at construction). The specs are
     // fixed per compiled graph, so a call converts only the input tensors.
     py::class_<Call, std::shared_ptr<Call>>(m, "_CompiledCall")
-        .def(py::init([](std::shared_ptr<Program> prog, std::vector<int> in_nodes, std::vector<int> ex_nodes,
-                         std::vector<I64s> ex_sizes, std::vector<I64s> ex_strides, std::vector<py::object> ex_dtypes,
-                         int64_t ws_size, int device) {
+        .def(py::init([](std::shared_ptr<Program> prog, std::vector<int> in_args, std::vector<int> in_nodes,
+                         std::vector<int> ex_nodes, std::vector<I64s> ex_sizes, std::vector<I64s> ex_strides,
+                         std::vector<py::object> ex_dtypes, int64_t ws_size, int device, const py::list &plan) {
             return guarded([&] {
                 auto c = std::make_shared<Call>();
                 TORCH_CHECK(ex_nodes.size() == ex_sizes.size() && ex_sizes.size() == ex_strides.size() &&
-                                ex_strides.size() == ex_dtypes.size(),
-                            "_CompiledCall: export spec lengths differ");
+                                ex_strides.size() == ex_dtypes.size() && in_args.size() == in_nodes.size(),
+                            "_CompiledCall: spec lengths differ");
                 c->prog = std::move(prog);
+                c->in_args = std::move(in_args);
                 c->in_nodes = std::move(in_nodes);
                 c->ex_nodes = std::move(ex_nodes);
                 c->ex_sizes = std::move(ex_sizes);
@@ -328,12 +380,43 @@ void register_compiler(py::module_ &m) {
                 }
                 c->ws_size = ws_size;
                 c->device = device;
+                // plan: per output None or (kind, index or value, None or (sizes, strides, offset)),
+                // kind "ex" (export), "in" (input node), "arg" (argument), "const" (value).
+                for (const auto &item : plan) {
+                    OutputSource o;
+                    if (!item.is_none()) {
+                        auto t = item.cast<py::tuple>();
+                        TORCH_CHECK(t.size() == 3, "_CompiledCall: a plan entry is (kind, index, view)");
+                        const auto kind = t[0].cast<std::string>();
+                        if (kind == "const") {
+                            o.kind = OutputSource::CONST;
+                            o.value = py::reinterpret_borrow<py::object>(t[1]);
+                        } else {
+                            o.kind = kind == "ex" ? OutputSource::EXPORT
+                                     : kind == "in" ? OutputSource::INPUT
+                                     : kind == "arg" ? OutputSource::ARG : OutputSource::NONE;
+                            TORCH_CHECK(o.kind != OutputSource::NONE, "_CompiledCall: unknown output kind ", kind);
+                            o.index = t[1].cast<int>();
+                            const size_t limit = o.kind == OutputSource::EXPORT ? c->ex_nodes.size()
+                                                 : o.kind == OutputSource::INPUT ? c->in_nodes.size() : SIZE_MAX;
+                            TORCH_CHECK(o.index >= 0 && static_cast<size_t>(o.index) < limit,
+                                        "_CompiledCall: output index ", o.index, " out of range");
+                        }
+                        if (!t[2].is_none() && o.kind != OutputSource::CONST && o.kind != OutputSource::ARG) {
+                            auto v = t[2].cast<py::tuple>();
+                            o.view = true;
+                            o.sizes = v[0].cast<I64s>();
+                            o.strides = v[1].cast<I64s>();
+                            o.offset = v[2].cast<int64_t>();
+                        }
+                    }
+                    c->outputs.push_back(std::move(o));
+                }
                 return c;
             });
         }))
-        .def("__call__", [](Call &c, const std::vector<at::Tensor> &inputs) {
-            return guarded([&] { return c.run(inputs); });
-        });
+        .def("__call__", [](Call &c, const py::list &args) { return guarded([&] { return c.call(args); }); })
+        .def("run", [](Call &c, const std::vector<at::Tensor> &inputs) { return guarded([&] { return c.run(inputs); }); });
 
     m.def("_ew_op_ids", [] {
         py::dict d;

@@ -290,6 +290,38 @@ static void put_iota(sb *b, const kernel *k, int n, const char *in) {
     free(e.s);
 }
 
+// A literal value in the body (a constant, or a view of one).
+static bool is_literal(const kernel *k, int n) {
+    const trn__cc_node *x = &k->g->nodes[n];
+    return x->kind == CC_CONST || (x->kind == CC_VIEW && k->mark[n] == 2);
+}
+
+// pow by a literal exponent as eager's pow_fast_path (kernels/elementwise.c)
+// computes it, with ATen's CPU special cases (x*x, x*x*x, sqrt, ...): the
+// same numerics, and a loop without the exp(b log|a|) path (GPT-2's GELU
+// backward spent 29 % of its graph there). NULL: the general pow.
+static const char *pow_by_literal(const kernel *k, const trn__cc_node *x) {
+    if (x->kind != CC_POINTWISE || x->op != TRN_EW_POW || !is_f(x->compute) || x->n_in != 2 ||
+        is_literal(k, x->in[0]) || !is_literal(k, x->in[1]))
+        return NULL;
+    int c = x->in[1];
+    if (k->g->nodes[c].kind == CC_VIEW) c = k->g->nodes[c].in[0];
+    const trn__cc_node *e_node = &k->g->nodes[c];
+    if (!is_f(e_node->dtype) && e_node->dtype != TRN_DTYPE_I64 && e_node->dtype != TRN_DTYPE_I32) return NULL;
+    const double e = is_f(e_node->dtype) ? (double)(float)e_node->cf : (double)(float)e_node->ci;
+    // float16 rounds like ATen's std::pow only for the single-operation cases.
+    if (x->compute == TRN_DTYPE_F16 && e != 2.0 && e != -1.0 && e != 1.0 && e != 0.0) return NULL;
+    if (e == 1.0) return "pow_one";
+    if (e == 0.0) return "pow_zero";
+    if (e == 2.0) return "pow_square";
+    if (e == 3.0) return "pow_cube";
+    if (e == 0.5) return "sqrt";
+    if (e == -0.5) return "rsqrt";
+    if (e == -1.0) return "reciprocal";
+    if (e == -2.0) return "pow_inv_square";
+    return NULL;
+}
+
 static void put_compute(sb *b, const kernel *k, int n, const char *indent) {
     const trn__cc_node *x = &k->g->nodes[n];
     if (x->kind == CC_GATHER) {
@@ -318,14 +350,22 @@ static void put_compute(sb *b, const kernel *k, int n, const char *indent) {
     lower_name(trn_ew_op_name(x->op), name, sizeof name);
     bool fam_f = is_f(x->compute);
     bool pred = trn_ew_op_is_predicate(x->op);
+    const char *pow_fn = pow_by_literal(k, x);
     sb call = {0};
-    put(&call, "trn_sc_%s_%s(", name, pred ? (fam_f ? "fp" : "ip") : (fam_f ? "f" : "i"));
-    for (int i = 0; i < x->n_in; i++) {
+    if (pow_fn != NULL) {  // the exponent is in the function: one argument
+        put(&call, "trn_sc_%s_f(", pow_fn);
+        put_arg(&call, k, x->in[0], x->compute);
+        put(&call, ", &c%d)", vid(k, n));
+    }
+    else put(&call, "trn_sc_%s_%s(", name, pred ? (fam_f ? "fp" : "ip") : (fam_f ? "f" : "i"));
+    for (int i = 0; i < x->n_in && pow_fn == NULL; i++) {
         if (i) put(&call, ", ");
         put_arg(&call, k, x->in[i], x->compute);
     }
-    if (!pred) put(&call, ", &c%d", vid(k, n));
-    put(&call, ")");
+    if (pow_fn == NULL) {
+        if (!pred) put(&call, ", &c%d", vid(k, n));
+        put(&call, ")");
+    }
     if (call.oom) {
         b->oom = true;
         free(call.s);
@@ -656,6 +696,43 @@ static void put_fold(sb *b, const char *in, trn_graph_reduce_op rop, bool fam_f,
     }
 }
 
+// Float sums in float lanes: the innermost reduced loop in blocks of up to
+// 16 x `lanes` elements, each lane summing every lanes-th element of its
+// block in float, the lanes added pairwise and each block's sum added to
+// the double accumulator. gcc turns the lane loop into vector adds (the fused
+// body too), where the double accumulators kept the loop scalar (and
+// converting). Error: a lane adds at most 16 values and the pairwise tree 4
+// levels, so |computed - exact| <= ~20 u sum|x| (u = 2^-24), against ~n u for
+// a plain float loop; ATen's CPU sum (cascade, float) is in that range too.
+// 0: not such a sum (another op, dtype, or a loop not a multiple of 8).
+static int float_sum_lanes(const trn__cc_node *r, const trn__cc_node *x, int64_t n_in) {
+    if (r->rop != TRN_GRAPH_SUM) return 0;
+    if (x->dtype != TRN_DTYPE_F32 && x->dtype != TRN_DTYPE_F16 && x->dtype != TRN_DTYPE_BF16) return 0;
+    if (n_in % 16 == 0) return 16;
+    if (n_in % 8 == 0) return 8;
+    return 0;
+}
+
+static void put_float_sum(sb *b, kernel *k, const char *in, int inner, int64_t n_in, int lanes,
+                          const char *const *idx, const char *value) {
+    int64_t block = (int64_t)lanes * 16;
+    while (n_in % block) block /= 2;  // n_in is a multiple of lanes
+    put(b, "%sfor (int64_t rb = 0; rb < %lld; rb += %lld) {\n", in, (long long)n_in, (long long)block);
+    put(b, "%s    float s[%d] = {0};\n", in, lanes);
+    put(b, "%s    for (int64_t rl = rb; rl < rb + %lld; rl += %d) {\n", in, (long long)block, lanes);
+    put(b, "%s        #pragma GCC ivdep\n", in);
+    put(b, "%s        for (int l = 0; l < %d; l++) {\n", in, lanes);
+    put(b, "%s            const int64_t r%d = rl + l;\n", in, inner);
+    char body[80];
+    snprintf(body, sizeof body, "%s            ", in);
+    put_body_values(b, k, body, idx);
+    put(b, "%s            s[l] += %s;\n", in, value);
+    put(b, "%s        }\n", in);
+    put(b, "%s    }\n", in);
+    put(b, "%s    acc0 += (double)trn_g_lanes%d(s);\n", in, lanes);
+    put(b, "%s}\n", in);
+}
+
 // Reduction kernel: kept dims outer (split across cores), reduced inner.
 static void render_reduce(sb *b, kernel *k, int64_t *items_out, int64_t *grain_out) {
     const trn__cc_node *r = &k->g->nodes[k->root];
@@ -718,7 +795,10 @@ static void render_reduce(sb *b, kernel *k, int64_t *items_out, int64_t *grain_o
     // stays a loop through memory, 1.3-1.8x slower on the CNN's reductions.
     const int inner = lr.nd - 1;
     const int64_t n_in = lr.nd ? lr.size[inner] : 1;
-    const int lanes = n_in >= 8 ? 4 : 1;
+    // A float sum whose innermost reduced loop is a multiple of 8 runs in
+    // float lanes instead (see render_float_sum); else, as here, in double.
+    const int flanes = float_sum_lanes(r, x, n_in);
+    const int lanes = flanes ? 1 : (n_in >= 8 ? 4 : 1);
     for (int l = 0; l < lanes; l++) put(b, "        %s acc%d = %s;\n", acc_t, l, init);
     char in[64] = "        ";
     for (int i = 0; i < inner; i++) {
@@ -743,7 +823,9 @@ static void render_reduce(sb *b, kernel *k, int64_t *items_out, int64_t *grain_o
     put_value(&v, k, r->in[0]);
     if (v.oom) b->oom = true;
     const char *cast = fam_f ? (strcmp(acc_t, "double") == 0 ? "(double)" : "(float)") : "(int64_t)";
-    if (!b->oom && lanes == 1) {
+    if (!b->oom && flanes) {
+        put_float_sum(b, k, in, inner, n_in, flanes, (const char *const *)idx, v.s);
+    } else if (!b->oom && lanes == 1) {
         if (lr.nd == 0) put(b, "%s{\n", in);
         else put(b, "%sfor (int64_t r%d = 0; r%d < %lld; r%d++) {\n", in, inner, inner, (long long)n_in, inner);
         char body[80];
@@ -870,6 +952,15 @@ static const char *prologue =
     "// Casts to 16-bit floats keep the value rounded as stored.\n"
     "static inline float trn_g_round_half(float x) { return trn_half_to_float(trn_float_to_half(x)); }\n"
     "static inline float trn_g_round_bf16(float x) { return trn_bf16_to_float(trn_float_to_bf16(x)); }\n\n"
+    "// The pairwise sum of a reduction's float lanes.\n"
+    "static inline float trn_g_lanes8(const float *s) {\n"
+    "    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));\n"
+    "}\n"
+    "static inline float trn_g_lanes16(const float *s) {\n"
+    "    float t[8];\n"
+    "    for (int l = 0; l < 8; l++) t[l] = s[l] + s[l + 8];\n"
+    "    return trn_g_lanes8(t);\n"
+    "}\n\n"
     "// Records the first out-of-range index a kernel's loops meet (the runtime\n"
     "// reports it once the kernel is done).\n"
     "static inline void trn_g_fail(trn_kernel_ctx *c, int64_t value, int dim, int64_t size, int style) {\n"
