@@ -36,24 +36,7 @@ def sync(dev):
 
 
 def setup(name, dev, backend, train):
-    model, batch, loss_fn = cm.MODELS[name]()
-    model = model.to(dev).train(train)
-    batch = tuple(t.to(dev) for t in batch)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-
-    if train:
-        def step(*b):
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model, *b)
-            loss.backward()
-            opt.step()
-            return loss.detach()
-    else:
-        def step(*b):
-            with torch.no_grad():
-                return loss_fn(model, *b).detach()
-    if backend:
-        step = torch.compile(step, backend=backend)
+    _, step, batch = cm.make_step(name, dev, train, backend)
     return step, batch
 
 

@@ -90,22 +90,35 @@ def build(name, layers=None):
     return MODELS[name]()
 
 
-def train(name, device, compile_backend=None, steps=3, layers=None):
-    """`steps` AdamW training steps (forward, backward, optimizer): the
-    losses and the final parameters (on the CPU, by name)."""
+def make_step(name, device, train_mode=True, compile_backend=None, layers=None):
+    """The model `name` on `device` and the function the tests and benches
+    compile: an AdamW training step (forward, backward, optimizer) or a
+    no-grad inference forward, each returning the detached loss."""
     model, batch, loss_fn = build(name, layers)
-    model = model.to(device).train()
+    model = model.to(device).train(train_mode)
     batch = tuple(t.to(device) for t in batch)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
-    def step(*b):
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model, *b)
-        loss.backward()
-        opt.step()
-        return loss.detach()
+    if train_mode:
+        def step(*b):
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model, *b)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+    else:
+        def step(*b):
+            with torch.no_grad():
+                return loss_fn(model, *b).detach()
     if compile_backend:
         step = torch.compile(step, backend=compile_backend)
+    return model, step, batch
+
+
+def train(name, device, compile_backend=None, steps=3, layers=None):
+    """`steps` AdamW training steps (forward, backward, optimizer): the
+    losses and the final parameters (on the CPU, by name)."""
+    model, step, batch = make_step(name, device, True, compile_backend, layers)
     losses = [float(step(*batch)) for _ in range(steps)]
     return losses, {k: p.detach().cpu() for k, p in model.named_parameters()}
 
