@@ -67,6 +67,27 @@ def test_nan_propagates_with_its_index():
     assert torch.equal(idd.cpu(), ic)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
+@pytest.mark.parametrize("kernel,stride", [(2, 2), ((2, 3), (2, 1)), (3, 3), ((1, 2), (3, 2))])
+def test_max_windows_inside_the_image_match_cpu_exactly(dtype, kernel, stride):
+    """Windows that never leave the image take pool.c's branch-free path
+    (runs of up to 128 outputs): values and indices equal CPU's bit for bit,
+    with ties (first maximum wins), NaN (a later NaN wins), -inf and rows
+    wider than one run."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(-3, 4, (2, 3, 9, 301), generator=g).to(dtype)
+    x[0, 0, 0, :7] = float("nan")
+    x[0, 1, 2, 5] = float("nan")
+    x[1, 2] = float("-inf")
+    x[1, 1, :, 260:] = float("-inf")
+    yc, ic = F.max_pool2d(x, kernel, stride, return_indices=True)
+    yd, idd = F.max_pool2d(x.to("neuron"), kernel, stride, return_indices=True)
+    assert torch.equal(idd.cpu(), ic)
+    assert torch.equal(yd.cpu().isnan(), yc.isnan())
+    torch.testing.assert_close(yd.cpu(), yc, equal_nan=True, rtol=0, atol=0)
+    assert torch.equal(F.max_pool2d(x.to("neuron"), kernel, stride).cpu().nan_to_num(), yc.nan_to_num())
+
+
 @pytest.mark.parametrize("kwargs,msg", [
     (dict(kernel_size=3, padding=2), "pad should be at most half"),
     (dict(kernel_size=0, stride=1), "kernel size should be greater than zero"),
