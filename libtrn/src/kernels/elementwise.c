@@ -19,6 +19,7 @@
 
 #include "../internal.h"
 #include "bf16_store.h"
+#include "pow_special.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
 #include "trn/scalar.h"
@@ -689,21 +690,19 @@ static trn_status ew_task(void *args) {
 static void pow_fast_path(ew_args *a) {
     if (a->op != TRN_EW_POW || a->fam == FAM_I || a->is_scalar[0] || !a->is_scalar[1]) return;
     const double e = a->fam == FAM_F ? (double)a->sval[1].f : a->sval[1].d;
-    const bool f = a->fam == FAM_F;
-    // ATen computes float16 with std::pow for every exponent: only x*x and
-    // 1/x round identically (both are one correctly rounded float op).
-    if (a->ctx.round16 == 1 && e != 2.0 && e != -1.0 && e != 1.0 && e != 0.0) return;
-    block_fn fn = NULL;
-    if (e == 1.0) fn = f ? blk_pow_one_f : blk_pow_one_dd;
-    else if (e == 0.0) fn = f ? blk_pow_zero_f : blk_pow_zero_dd;
-    else if (e == 2.0) fn = f ? blk_pow_square_f : blk_pow_square_dd;
-    else if (e == 3.0) fn = f ? blk_pow_cube_f : blk_pow_cube_dd;
-    else if (e == 0.5) fn = f ? blk_sqrt_f : blk_sqrt_dd;
-    else if (e == -0.5) fn = f ? blk_rsqrt_f : blk_rsqrt_dd;
-    else if (e == -1.0) fn = f ? blk_reciprocal_f : blk_reciprocal_dd;
-    else if (e == -2.0) fn = f ? blk_pow_inv_square_f : blk_pow_inv_square_dd;
-    if (fn == NULL) return;
-    a->fn = fn;
+    static const block_fn fns[TRN__POW_SPECIAL_COUNT][2] = {
+        [TRN__POW_ONE] = {blk_pow_one_f, blk_pow_one_dd},
+        [TRN__POW_ZERO] = {blk_pow_zero_f, blk_pow_zero_dd},
+        [TRN__POW_SQUARE] = {blk_pow_square_f, blk_pow_square_dd},
+        [TRN__POW_CUBE] = {blk_pow_cube_f, blk_pow_cube_dd},
+        [TRN__POW_SQRT] = {blk_sqrt_f, blk_sqrt_dd},
+        [TRN__POW_RSQRT] = {blk_rsqrt_f, blk_rsqrt_dd},
+        [TRN__POW_RECIPROCAL] = {blk_reciprocal_f, blk_reciprocal_dd},
+        [TRN__POW_INV_SQUARE] = {blk_pow_inv_square_f, blk_pow_inv_square_dd},
+    };
+    const trn__pow_special c = trn__pow_special_of(e, a->ctx.round16 == 1);
+    if (c == TRN__POW_GENERAL) return;
+    a->fn = fns[c][a->fam == FAM_F ? 0 : 1];
     a->arity = 1;  // the exponent is baked into fn
 }
 

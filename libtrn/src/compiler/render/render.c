@@ -17,6 +17,7 @@
 
 #include "../../internal.h"
 #include "../compiler_impl.h"
+#include "../../kernels/pow_special.h"
 
 // ---- string builder -------------------------------------------------------------
 typedef struct sb {
@@ -297,7 +298,7 @@ static bool is_literal(const kernel *k, int n) {
 }
 
 // pow by a literal exponent as eager's pow_fast_path (kernels/elementwise.c)
-// computes it, with ATen's CPU special cases (x*x, x*x*x, sqrt, ...): the
+// computes it, with ATen's CPU special cases (kernels/pow_special.h): the
 // same numerics, and a loop without the exp(b log|a|) path (GPT-2's GELU
 // backward spent 29 % of its graph there). NULL: the general pow.
 static const char *pow_by_literal(const kernel *k, const trn__cc_node *x) {
@@ -309,17 +310,8 @@ static const char *pow_by_literal(const kernel *k, const trn__cc_node *x) {
     const trn__cc_node *e_node = &k->g->nodes[c];
     if (!is_f(e_node->dtype) && e_node->dtype != TRN_DTYPE_I64 && e_node->dtype != TRN_DTYPE_I32) return NULL;
     const double e = is_f(e_node->dtype) ? (double)(float)e_node->cf : (double)(float)e_node->ci;
-    // float16 rounds like ATen's std::pow only for the single-operation cases.
-    if (x->compute == TRN_DTYPE_F16 && e != 2.0 && e != -1.0 && e != 1.0 && e != 0.0) return NULL;
-    if (e == 1.0) return "pow_one";
-    if (e == 0.0) return "pow_zero";
-    if (e == 2.0) return "pow_square";
-    if (e == 3.0) return "pow_cube";
-    if (e == 0.5) return "sqrt";
-    if (e == -0.5) return "rsqrt";
-    if (e == -1.0) return "reciprocal";
-    if (e == -2.0) return "pow_inv_square";
-    return NULL;
+    const trn__pow_special s = trn__pow_special_of(e, x->compute == TRN_DTYPE_F16);
+    return s == TRN__POW_GENERAL ? NULL : trn__pow_special_name[s];
 }
 
 static void put_compute(sb *b, const kernel *k, int n, const char *indent) {
@@ -356,13 +348,12 @@ static void put_compute(sb *b, const kernel *k, int n, const char *indent) {
         put(&call, "trn_sc_%s_f(", pow_fn);
         put_arg(&call, k, x->in[0], x->compute);
         put(&call, ", &c%d)", vid(k, n));
-    }
-    else put(&call, "trn_sc_%s_%s(", name, pred ? (fam_f ? "fp" : "ip") : (fam_f ? "f" : "i"));
-    for (int i = 0; i < x->n_in && pow_fn == NULL; i++) {
-        if (i) put(&call, ", ");
-        put_arg(&call, k, x->in[i], x->compute);
-    }
-    if (pow_fn == NULL) {
+    } else {
+        put(&call, "trn_sc_%s_%s(", name, pred ? (fam_f ? "fp" : "ip") : (fam_f ? "f" : "i"));
+        for (int i = 0; i < x->n_in; i++) {
+            if (i) put(&call, ", ");
+            put_arg(&call, k, x->in[i], x->compute);
+        }
         if (!pred) put(&call, ", &c%d", vid(k, n));
         put(&call, ")");
     }
@@ -796,7 +787,7 @@ static void render_reduce(sb *b, kernel *k, int64_t *items_out, int64_t *grain_o
     const int inner = lr.nd - 1;
     const int64_t n_in = lr.nd ? lr.size[inner] : 1;
     // A float sum whose innermost reduced loop is a multiple of 8 runs in
-    // float lanes instead (see render_float_sum); else, as here, in double.
+    // float lanes instead (see put_float_sum); else, as here, in double.
     const int flanes = float_sum_lanes(r, x, n_in);
     const int lanes = flanes ? 1 : (n_in >= 8 ? 4 : 1);
     for (int l = 0; l < lanes; l++) put(b, "        %s acc%d = %s;\n", acc_t, l, init);
