@@ -183,6 +183,7 @@ class _CompileJob:
                 # The schedule cannot order an in-place input update after every
                 # read of the old values: the copies run eagerly instead.
                 self.lowered = Lowerer(self.gm, in_place=False).run()
+                # AOTAutograd may already hold self.graph: rebuilt in place.
                 self.graph.__init__(self.lowered, None, self.graph.device, self.name)
                 self.future = None
                 program = self.compile()
