@@ -66,7 +66,7 @@ def _own_samples(name, dtype):
                 SampleInput(x, args=((None, mask[0]), torch.randn(5, 1, generator=g).to(dtype)),
                             kwargs={"accumulate": True}),
                 SampleInput(x, args=((rows,), torch.randn(3, 4, generator=g).to(dtype))),
-                SampleInput(x, args=((None, rows[:4]), torch.randn(5, 3, generator=g).to(dtype)),
+                SampleInput(x, args=((rows,), torch.randn(3, 1, generator=g).to(dtype)),
                             kwargs={"accumulate": True})]
     if name != "cat":
         return []
