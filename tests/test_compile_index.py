@@ -187,3 +187,66 @@ def test_scatter_reduce_and_boolean_mask_puts_compile_without_host_steps():
     for e, r in zip(f(*args), got):
         torch.testing.assert_close(r.cpu(), e, equal_nan=True)
     assert torch.neuron.get_dynamo_metrics()["host_steps"] == 0
+
+
+def test_boolean_mask_put_one_value_per_selected_element():
+    """x[mask] = values with one value per selected element, and
+    masked_scatter: the k-th selected element (row-major) takes value k, a
+    prefix count of the mask computed in the graph; no host steps. A mask
+    longer than a power of two checks the scan's last pass."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(37, 3, generator=g)
+    rows = torch.rand(37, generator=g) > 0.4
+    x4 = torch.randn(2, 3, 4, 5, generator=g)
+    mid = torch.rand(3, 4, generator=g) > 0.5
+    xm = torch.randn(6, 5, generator=g)
+    mm = xm > 0
+    cols = torch.tensor([True, False, True, True, False])
+    v_rows = torch.randn(int(rows.sum()), 3, generator=g)
+    v_mid = torch.randn(2, int(mid.sum()), 5, generator=g)
+    v_flat = torch.randn(int((xm > 0).sum()), generator=g)
+    src = torch.randn(40, generator=g)
+
+    def f(x, rows, x4, mid, xm, mm, cols, v_rows, v_mid, v_flat, src):
+        a, b, c, d = x.clone(), x4.clone(), xm.clone(), x.clone()
+        a[rows] = v_rows
+        b[:, mid] = v_mid
+        c[mm] = v_flat
+        d.index_put_((rows,), v_rows, accumulate=True)
+        return a, b, c, d, xm.masked_scatter(mm, src), xm.masked_scatter(cols, src)
+
+    args = (x, rows, x4, mid, xm, mm, cols, v_rows, v_mid, v_flat, src)
+    got = _compiled(f)(*[t.to("neuron") for t in args])
+    for e, r in zip(f(*args), got):
+        torch.testing.assert_close(r.cpu(), e)
+    assert torch.neuron.get_dynamo_metrics()["host_steps"] == 0
+
+
+def test_boolean_mask_put_count_mismatch_raises_and_keeps_x():
+    """The mask's count is known only when the graph runs: a count other
+    than the values' size fails the call with eager's shape-mismatch error
+    (never a read out of bounds) and the input x keeps its values; a
+    masked_scatter source shorter than the count fails like eager."""
+    def put(x, m, v):
+        x[m] = v
+
+    def scatter(x, m, s):
+        return x.masked_scatter(m, s)
+    x = torch.arange(12.0).reshape(4, 3).to("neuron")
+    v = torch.ones(2, 3).to("neuron")
+    fput, fscatter = _compiled(put), _compiled(scatter)
+    fput(x, torch.tensor([True, False, True, False]).to("neuron"), v)
+    expect = torch.arange(12.0).reshape(4, 3)
+    expect[[0, 2]] = 1
+    torch.testing.assert_close(x.cpu(), expect)
+    for mask in ([True, True, True, False], [False] * 4, [False, True, False, False]):
+        with pytest.raises(RuntimeError, match="shape mismatch: value tensor of size 2 along dimension 0 cannot be "
+                           f"broadcast to indexing result of {sum(mask)} selected elements"):
+            fput(x, torch.tensor(mask).to("neuron"), v)
+        torch.testing.assert_close(x.cpu(), expect)
+    s = torch.arange(5.0).to("neuron")
+    torch.testing.assert_close(fscatter(x, (x > 6).to("neuron"), s).cpu(),
+                               expect.masked_scatter(expect > 6, s.cpu()))
+    with pytest.raises(RuntimeError, match="Number of elements of source < number of ones in mask"):
+        fscatter(x, x > 0, s)
+    assert torch.neuron.get_dynamo_metrics()["host_steps"] == 0

@@ -181,3 +181,36 @@ def test_autocast_block_graph_is_cached_warm(tmp_path):
     hot = _child(env, _AUTOCAST_CHILD)
     assert hot["m"]["lowerings"] == 0 and hot["m"]["warm_graphs"] == 1, hot["m"]
     assert hot["out"] == cold["out"]
+
+
+def _tracked(obj, seen) -> int:
+    """GC-tracked objects reachable from obj (what a full collection walks)."""
+    import gc
+    if id(obj) in seen or not gc.is_tracked(obj):
+        return 0
+    seen.add(id(obj))
+    return 1 + sum(_tracked(r, seen) for r in gc.get_referents(obj) if not isinstance(r, type))
+
+
+def test_warm_entry_graphs_unpickle_into_few_gc_tracked_objects(tmp_path, monkeypatch):
+    """What a warm start unpickles for each compiled graph stays small for
+    the collector: the builder tape is bytes records (not a tuple and list
+    per call) and only the bases of values the run hands out are kept. As
+    objects, a GPT-2 training process's tapes were thousands of them, which
+    brought CPython's full collections into the backend's share of a warm
+    start (0.5-0.8 s each in bench_compile's long process)."""
+    import pickle
+    from torch_neuronx._compile.runtime import CompiledGraph
+    _in_process(monkeypatch, str(tmp_path / "cache"))
+    graphs = []
+    for path in _entries(str(tmp_path / "cache")):
+        blob = open(path, "rb").read()
+        entry = pickle.loads(blob[len(warm.MAGIC) + 65:])
+        graphs += [g for g in vars(entry).values() if isinstance(g, CompiledGraph)]
+        graphs += [g for f in vars(entry).values() for g in getattr(f, "__dict__", {}).values()
+                   if isinstance(g, CompiledGraph)]
+    assert len(graphs) >= 3 and max(len(g.tape) for g in graphs) >= 20
+    for g in graphs:
+        assert _tracked(g.tape, set()) <= 2, g.name  # the Tape and its list
+        used = {v.base for v in g.outputs if hasattr(v, "base")}
+        assert set(g.bases) == used, g.name

@@ -232,6 +232,34 @@ static void test_scatter_fold(int mode) {
     trn_program_free(p);
 }
 
+// The mask-count styles: the index carries -1 - count, the gathered dim's
+// size is the values' (x[mask] = v, masked_scatter); a style past the last
+// is rejected.
+static void test_count_styles(trn_graph_index_error style, const char *want) {
+    trn_graph *g;
+    CHECK_INT(trn_graph_create(&g), TRN_SUCCESS);
+    int v, i, y;
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 1, (int64_t[]){3}, (int64_t[]){1}, &v), TRN_SUCCESS);
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_I64, 1, (int64_t[]){4}, (int64_t[]){1}, &i), TRN_SUCCESS);
+    CHECK_INT(trn_graph_gather(g, v, 1, &i, (int[]){0}, (int[]){-1}, 0, (trn_graph_index_error)(TRN_INDEX_ERROR_SOURCE + 1),
+                               &y), TRN_ERROR_INVALID_ARGUMENT);
+    trn_clear_error();
+    CHECK_INT(trn_graph_gather(g, v, 1, &i, (int[]){0}, (int[]){-1}, 0, style, &y), TRN_SUCCESS);
+    CHECK_INT(trn_graph_export(g, y, NULL), TRN_SUCCESS);
+    trn_program *p = compile(g);
+    trn_graph_free(g);
+    if (!p) return;
+    float V[3] = {1, 2, 3}, Y[4];
+    int64_t I[4] = {2, 0, 1, 1};
+    CHECK_INT(run_status(p, (int[]){v, i, y}, (void *[]){V, I, Y}, 3), TRN_SUCCESS);
+    CHECK(Y[0] == 3 && Y[1] == 1 && Y[2] == 2 && Y[3] == 2);
+    for (int k = 0; k < 4; k++) I[k] = -1 - 5;
+    CHECK_INT(run_status(p, (int[]){v, i, y}, (void *[]){V, I, Y}, 3), TRN_ERROR_KERNEL);
+    CHECK_STR(trn_last_error(), want);
+    trn_clear_error();
+    trn_program_free(p);
+}
+
 int main(void) {
     find_include_dir();
     test_embedding();
@@ -243,5 +271,8 @@ int main(void) {
     test_gather_reduce(false);
     test_gather_reduce(true);
     test_iota();
+    test_count_styles(TRN_INDEX_ERROR_COUNT, "shape mismatch: value tensor of size 3 along dimension 0 cannot be "
+                                             "broadcast to indexing result of 5 selected elements");
+    test_count_styles(TRN_INDEX_ERROR_SOURCE, "Number of elements of source < number of ones in mask");
     return TEST_REPORT();
 }

@@ -34,6 +34,8 @@ LOWERED = _ops_from("ops_elementwise") | {"sum", "mean", "amax", "amin", "softma
                                           "scatter_add", "index_put", "take_along_dim",
                                           # folding scatters (every variant: sum, prod, mean, amax, amin)
                                           "scatter_reduce",
+                                          # a boolean mask's prefix count picks each element's value
+                                          "masked_scatter",
                                           # coordinate-selected: iota + clamped gathers + where
                                           "cat", "constant_pad_nd", "slice_scatter", "any", "all"}
 # The default run keeps to float32 and one sample per op (the machine's test
@@ -52,8 +54,9 @@ VARIANTS = {"scatter_reduce"}
 
 def _own_samples(name, dtype):
     """Forms OpInfo has no sample of: cat of more than 4 pieces (lowered as
-    cats of up to 4, then joined); index_put with a boolean mask and one
-    value for every selected element (a where)."""
+    cats of up to 4, then joined); index_put with a boolean mask and the
+    same value for every selected element (a where), or one value per
+    selected element (a gather at each element's prefix count)."""
     g = torch.Generator().manual_seed(0)
     if name == "index_put":
         x = torch.randn(5, 4, generator=g).to(dtype)
@@ -61,6 +64,9 @@ def _own_samples(name, dtype):
         return [SampleInput(x, args=((mask,), torch.tensor(3).to(dtype))),
                 SampleInput(x, args=((rows,), torch.randn(4, generator=g).to(dtype))),
                 SampleInput(x, args=((None, mask[0]), torch.randn(5, 1, generator=g).to(dtype)),
+                            kwargs={"accumulate": True}),
+                SampleInput(x, args=((rows,), torch.randn(3, 4, generator=g).to(dtype))),
+                SampleInput(x, args=((rows,), torch.randn(3, 1, generator=g).to(dtype)),
                             kwargs={"accumulate": True})]
     if name != "cat":
         return []

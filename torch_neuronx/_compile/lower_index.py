@@ -6,8 +6,10 @@ source dim each index selects, and how an index tensor is laid over the
 result (a broadcast view). libtrn renders them as bounds-checked loops in
 the generated C (trn_graph_gather / trn_graph_scatter); an index out of
 range fails the run with the op's PyTorch error, raised when the graph's
-run ends. Anything else (bool masks, more indices) raises Unsupported and
-runs as an eager host step.
+run ends. A boolean mask whose selected elements each take their own value
+(x[mask] = values, masked_scatter) gathers at each element's rank, a prefix
+count of the mask (log2(n) passes of clamped gathers). Anything else (more
+indices) raises Unsupported and runs as an eager host step.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import torch
 from .lower import TRN_DTYPE, Unsupported, Val, _val, aten, ew, meta, register
 
 # trn_graph_index_error
-ERR_BOUNDS, ERR_SELF, ERR_GATHER = 0, 1, 2
+ERR_BOUNDS, ERR_SELF, ERR_GATHER, ERR_COUNT, ERR_SOURCE = 0, 1, 2, 3, 4
 
 
 def _index_int64(L, v: Val) -> Val:
@@ -175,8 +177,10 @@ def _masked_put(L, node, v: Val, indices, values, accumulate):
         raise Unsupported("mask shape")  # eager raises its IndexError
     pre, post = xs[:d], xs[d + k:]
     vs, vst = tuple(vals.sizes), tuple(vals.strides)
-    if len(vs) > len(pre) + 1 + len(post) or (len(vs) > len(post) and vs[len(vs) - len(post) - 1] != 1):
-        raise Unsupported("one value per selected element")
+    if len(vs) > len(pre) + 1 + len(post):
+        raise Unsupported("values of more dims than the selection")
+    if len(vs) > len(post) and vs[len(vs) - len(post) - 1] != 1:
+        return _masked_put_each(L, node, v, d, mask, vals, accumulate)
     # values laid over x: right-aligned to pre + (selection,) + post, 0 along the mask
     if len(vs) > len(post):
         n_pre = len(vs) - len(post) - 1
@@ -194,6 +198,93 @@ def _masked_put(L, node, v: Val, indices, values, accumulate):
     if accumulate:
         new = _pw(L, "ADD", dt, dt, [L.node_of(v), new], (1,))
     nid = _pw(L, "WHERE", dt, dt, [L.node_of(mk), new, L.node_of(v)])
+    return L.finish_node(nid, meta(node))
+
+
+def _prefix_count(L, mask: Val) -> Val:
+    """The inclusive count of true elements up to each element of the mask,
+    row-major over its dims: (numel,) int64. Hillis-Steele: log2(numel)
+    passes, pass s adding the count s elements back (a clamped gather of the
+    previous pass, in memory); each pass is one parallel loop."""
+    i64 = torch.int64
+    n = math.prod(mask.sizes)
+    cnt = L.g.cast(L.node_of(mask), TRN_DTYPE[i64])
+    p = L.reshape(L.new_base(cnt, "node", mask.sizes, _contig(mask.sizes), i64), (n,))
+    coord = _iota(L, i64, (n,), [1])
+    shift = 1
+    while shift < n:
+        back = L.g.gather(_in_memory(L, p), [_clamped(L, coord, shift, n)], [0], [-1], 0, ERR_BOUNDS)
+        inside = _pw(L, "GE", i64, torch.bool, [coord, L.const(shift, i64).base])
+        back = _pw(L, "WHERE", i64, i64, [inside, back, L.const(0, i64).base])
+        nid = _pw(L, "ADD", i64, i64, [L.node_of(p), back], (1,))
+        p = L.new_base(nid, "node", (n,), (1,), i64)
+        shift *= 2
+    return p
+
+
+def _selected_rank(L, xs, mk: int, prefix: Val, pstrides, ok_op: str, limit: int):
+    """(sel, idx) over the result's sizes xs for the k-th selected element
+    taking value k: sel is the mask where the count passes ok_op(count,
+    limit) and False everywhere when it fails; idx is the element's rank
+    (prefix count minus one, `pstrides` laying the prefix over xs) where
+    sel, 0 elsewhere, and -1 - count everywhere when the count fails, so a
+    gather from the values fails the run with the count (styles COUNT,
+    SOURCE) and the result keeps x's values."""
+    i64, b = torch.int64, torch.bool
+    c = L.const
+    last = prefix.sizes[0] - 1
+    total = L.g.gather(_in_memory(L, prefix), [_iota(L, i64, xs, [0] * len(xs), last)], [0], [-1] * len(xs), 0,
+                       ERR_BOUNDS)
+    ok = _pw(L, ok_op, i64, b, [total, c(limit, i64).base])
+    sel = _pw(L, "LOGICAL_AND", b, b, [mk, ok])
+    rank = _pw(L, "SUB", i64, i64, [L.node_of(Val(prefix.base, xs, pstrides, 0, i64)), c(1, i64).base], (1,))
+    bad = _pw(L, "SUB", i64, i64, [c(-1, i64).base, total], (1,))
+    idx = _pw(L, "WHERE", i64, i64, [sel, rank, _pw(L, "WHERE", i64, i64, [ok, c(0, i64).base, bad])])
+    return sel, idx
+
+
+def _masked_put_each(L, node, v: Val, d, mask: Val, vals: Val, accumulate):
+    """x[mask] = values with one value per selected element: the k-th
+    selected element (row-major over the mask) takes values[..., k, ...].
+    The count must be the values' size along the selection, as eager checks
+    (its shape-mismatch error, style COUNT)."""
+    xs, k = tuple(v.sizes), len(mask.sizes)
+    pre, post = xs[:d], xs[d + k:]
+    src_sizes = pre + (int(vals.sizes[len(vals.sizes) - len(post) - 1]),) + post
+    n = src_sizes[d]
+    if n == 0 or 0 in mask.sizes:
+        raise Unsupported("no values")
+    src = _in_memory(L, L.broadcast(vals, src_sizes))
+    mk = L.node_of(Val(mask.base, xs, (0,) * len(pre) + tuple(mask.strides) + (0,) * len(post), mask.offset,
+                       torch.bool))
+    pstrides = (0,) * len(pre) + _contig(mask.sizes) + (0,) * len(post)
+    sel, idx = _selected_rank(L, xs, mk, _prefix_count(L, mask), pstrides, "EQ", n)
+    walk = [j if j < d else -1 if j < d + k else j - k + 1 for j in range(len(xs))]
+    new = L.g.gather(src, [idx], [d], walk, 0, ERR_COUNT)
+    dt = v.dtype
+    if accumulate:
+        new = _pw(L, "ADD", dt, dt, [L.node_of(v), new], (1,))
+    nid = _pw(L, "WHERE", dt, dt, [sel, new, L.node_of(v)])
+    return L.finish_node(nid, meta(node))
+
+
+@register(aten.masked_scatter.default)
+def _masked_scatter(L, node, x, mask, source):
+    """The k-th element where the mask (broadcast to the result) is set,
+    row-major, takes source.flatten()[k]; eager fails when the source has
+    fewer elements than the mask's count (style SOURCE)."""
+    v, mval, s = _src(L, x), _val(L, mask), _val(L, source)
+    xs = _out(node)
+    if not isinstance(mval, Val) or not isinstance(s, Val) or s.dtype != v.dtype or mval.dtype != torch.bool:
+        raise Unsupported("masked_scatter form")
+    numel, src_numel = math.prod(xs), math.prod(s.sizes)
+    if numel == 0 or src_numel == 0:
+        raise Unsupported("masked_scatter of no elements")
+    mk = L.broadcast(mval, xs)
+    src = _in_memory(L, L.reshape(s, (src_numel,)))
+    sel, idx = _selected_rank(L, xs, L.node_of(mk), _prefix_count(L, mk), _contig(xs), "LE", src_numel)
+    new = L.g.gather(src, [idx], [0], [-1] * len(xs), 0, ERR_SOURCE)
+    nid = _pw(L, "WHERE", v.dtype, v.dtype, [sel, new, L.node_of(L.broadcast(v, xs))])
     return L.finish_node(nid, meta(node))
 
 

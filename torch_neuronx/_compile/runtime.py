@@ -67,11 +67,14 @@ class CompiledGraph(OutputCode):
         self.tape = lowered.graph.tape
         self.device = device
         self.name = name
-        self.bases = lowered.bases
         self.input_nodes = [(nid, i) for nid, i in lowered.inputs if nid is not None]
         self.exports = [(nid, sizes, layout, dtype) for nid, (sizes, layout, dtype) in lowered.exports]
         self.hosts = [Host(h, lowered.env) for h in lowered.hosts]
         self.outputs = lowered.outputs
+        # Only the bases of values the run hands out (outputs, host step
+        # arguments): every node's was most of what a warm entry unpickled.
+        used = _bases_of([self.outputs, [(h.args, h.kwargs) for h in self.hosts]], set())
+        self.bases = {b: lowered.bases[b] for b in sorted(used)}
         self._boxed_call = True
         self.program = None
         if program is not None:  # else attached when its compile finishes (backend.finish_pending)
@@ -225,6 +228,19 @@ class CompiledGraph(OutputCode):
                 t = fixed
             bufs[nid] = t
             run.set(nid, t)
+
+
+def _bases_of(v, acc: set) -> set:
+    if isinstance(v, Val):
+        acc.add(v.base)
+    elif isinstance(v, _PyItem):
+        _bases_of(v.src, acc)
+    elif isinstance(v, dict):
+        _bases_of(list(v.values()), acc)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _bases_of(x, acc)
+    return acc
 
 
 def _flat(out):

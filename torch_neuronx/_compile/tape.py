@@ -1,13 +1,15 @@
 """A libtrn graph builder that remembers its calls, so a warm start can
 rebuild the same graph without lowering the FX graph again.
 
-Owner: RecordingGraph (what the Lowerer builds into) and replay(). The tape
-is the exact list of builder calls with plain arguments (ints, floats,
-lists, strings), which pickles; replaying it on a fresh builder gives node
-ids identical to the recorded ones, because the builder numbers nodes in
-call order.
+Owner: RecordingGraph (what the Lowerer builds into), Tape and replay().
+The tape is the exact list of builder calls with plain arguments (ints,
+floats, lists, strings); replaying it on a fresh builder gives node ids
+identical to the recorded ones, because the builder numbers nodes in call
+order.
 """
 from __future__ import annotations
+
+import marshal
 
 from .. import _C
 
@@ -16,10 +18,39 @@ _RECORDED = ("input", "const", "pointwise", "cast", "view", "reduce", "matmul", 
              "host_result", "export", "store", "set_layout", "set_label")
 
 
+class Tape:
+    """The builder calls, one marshal record (bytes) per call. Kept as
+    tuples and lists, a training graph's tape was thousands of GC-tracked
+    objects, most of what a warm start unpickled for our graphs: they
+    brought CPython's full collections sooner, and one that fell inside the
+    backend cost a warm start 0.5-0.8 s in a process holding millions of
+    objects (bench_compile's GPT-2 training after four other models). Bytes
+    are not tracked, and replay decodes one call at a time, so its
+    temporaries die young."""
+
+    __slots__ = ("records",)
+
+    def __init__(self, records=None):
+        self.records: list[bytes] = records if records is not None else []
+
+    def append(self, name: str, args: tuple) -> None:
+        self.records.append(marshal.dumps((name, args)))
+
+    def __iter__(self):
+        for r in self.records:
+            yield marshal.loads(r)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __reduce__(self):
+        return Tape, (self.records,)
+
+
 class RecordingGraph:
     def __init__(self):
         self.g = _C._CompilerGraph()
-        self.tape: list[tuple] = []
+        self.tape = Tape()
 
     def __getattr__(self, name):
         fn = getattr(self.g, name)
@@ -29,8 +60,8 @@ class RecordingGraph:
         def call(*args):
             out = fn(*args)
             # Recorded after the call: a rejected call (an exception) is not
-            # part of the graph. Lists are copied: a caller may reuse its own.
-            self.tape.append((name, tuple(list(a) if isinstance(a, list) else a for a in args)))
+            # part of the graph. Encoded now: a caller may reuse its lists.
+            self.tape.append(name, args)
             return out
         return call
 

@@ -75,6 +75,14 @@ typedef enum trn_graph_index_error {
     TRN_INDEX_ERROR_SELF,
     // the BOUNDS wording, TRN_ERROR_KERNEL (gather, scatter: a RuntimeError)
     TRN_INDEX_ERROR_GATHER,
+    // x[mask] = values with a count of selected elements other than the
+    // values' size along the selection: the index is -1 - count and the dim's
+    // size is the values' (eager's "shape mismatch" wording), TRN_ERROR_KERNEL
+    TRN_INDEX_ERROR_COUNT,
+    // masked_scatter with fewer source elements than selected ones (the
+    // index is -1 - count): "Number of elements of source < number of ones
+    // in mask", TRN_ERROR_KERNEL
+    TRN_INDEX_ERROR_SOURCE,
 } trn_graph_index_error;
 
 typedef enum trn_conv_kind {

@@ -499,7 +499,7 @@ trn_status trn_graph_gather(trn_graph *g, int src, int n_idx, const int *idx, co
     static const char fn[] = "trn_graph_gather";
     if (g == NULL || idx == NULL || src_dims == NULL || n_idx < 1 || n_idx > 2)
         return BAD("%s: NULL argument or %d indices (1 or 2)", fn, n_idx);
-    if ((unsigned)err > TRN_INDEX_ERROR_GATHER) return BAD("%s: invalid error style %d", fn, (int)err);
+    if ((unsigned)err > TRN_INDEX_ERROR_SOURCE) return BAD("%s: invalid error style %d", fn, (int)err);
     trn_status st = check_node(g, src, "the source");
     for (int k = 0; k < n_idx && st == TRN_SUCCESS; k++)
         st = check_index(g, fn, idx[k], k ? &g->nodes[idx[0]] : NULL);
@@ -532,7 +532,7 @@ trn_status trn_graph_scatter(trn_graph *g, int self, int index, int src, int dim
                              int accumulate, int wrap, trn_graph_index_error err, int *id) {
     static const char fn[] = "trn_graph_scatter";
     if (g == NULL) return BAD("%s: graph is NULL", fn);
-    if ((unsigned)err > TRN_INDEX_ERROR_GATHER) return BAD("%s: invalid error style %d", fn, (int)err);
+    if ((unsigned)err > TRN_INDEX_ERROR_SOURCE) return BAD("%s: invalid error style %d", fn, (int)err);
     if (accumulate < 0 || accumulate > 1 + (int)TRN_GRAPH_MIN) return BAD("%s: invalid accumulate mode %d", fn, accumulate);
     trn_status st = check_node(g, self, "self");
     if (st == TRN_SUCCESS) st = check_index(g, fn, index, NULL);

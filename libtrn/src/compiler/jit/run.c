@@ -31,6 +31,13 @@ static void abi_parallel_for(int64_t n, int64_t grain, trn_kernel_range_fn fn, v
 static int abi_index_error(int64_t value, int dim, int64_t size, int style) {
     if (style == TRN_INDEX_ERROR_SELF)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "index out of range in self");
+    if (style == TRN_INDEX_ERROR_SOURCE)
+        return trn__set_error(TRN_ERROR_KERNEL, "Number of elements of source < number of ones in mask");
+    if (style == TRN_INDEX_ERROR_COUNT)
+        return trn__set_error(TRN_ERROR_KERNEL,
+                              "shape mismatch: value tensor of size %lld along dimension %d cannot be broadcast to "
+                              "indexing result of %lld selected elements",
+                              (long long)size, dim, (long long)(-1 - value));
     return trn__set_error(style == TRN_INDEX_ERROR_GATHER ? TRN_ERROR_KERNEL : TRN_ERROR_INVALID_ARGUMENT,
                           "index %lld is out of bounds for dimension %d with size %lld", (long long)value, dim,
                           (long long)size);
