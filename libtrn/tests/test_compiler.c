@@ -505,6 +505,39 @@ static void test_column_sums(void) {
     }
 }
 
+// Float max/min over a multiple-of-8 inner loop run in branch-free lanes
+// (render.c, put_float_extreme): exact, NaN wins, infinities kept. Rows of
+// 48: plain values, one with a NaN in its last lane block, one all -inf but
+// a single finite value.
+static void test_float_lane_extremes(void) {
+    for (int op = 0; op < 2; op++) {
+        const trn_graph_reduce_op rop = op == 0 ? TRN_GRAPH_MAX : TRN_GRAPH_MIN;
+        trn_graph *g;
+        CHECK_INT(trn_graph_create(&g), TRN_SUCCESS);
+        int64_t xs[2] = {3, 48}, xst[2] = {48, 1};
+        int x, s;
+        CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 2, xs, xst, &x), TRN_SUCCESS);
+        CHECK_INT(trn_graph_reduce(g, rop, x, TRN_DTYPE_F32, 2u, &s), TRN_SUCCESS);
+        CHECK_INT(trn_graph_export(g, s, NULL), TRN_SUCCESS);
+        trn_program *p = compile(g, NULL);
+        trn_graph_free(g);
+        if (!p) return;
+        CHECK(strstr(trn_program_source(p), "m[l] = (e != e") != NULL);
+        float X[3 * 48], Y[3];
+        for (int i = 0; i < 3 * 48; i++) X[i] = (float)((i * 7919) % 1013) / 101.3f - 4.9f;
+        X[48 + 45] = NAN;
+        for (int i = 0; i < 48; i++) X[96 + i] = op == 0 ? -INFINITY : INFINITY;
+        X[96 + 17] = 2.5f;
+        run(p, (int[]){x, s}, (void *[]){X, Y}, 2);
+        float want0 = X[0];
+        for (int i = 1; i < 48; i++) want0 = op == 0 ? fmaxf(want0, X[i]) : fminf(want0, X[i]);
+        CHECK(Y[0] == want0);
+        CHECK(isnan(Y[1]));
+        CHECK(Y[2] == 2.5f);
+        trn_program_free(p);
+    }
+}
+
 int main(void) {
     find_include_dir();
     test_fused_pointwise();
@@ -517,5 +550,6 @@ int main(void) {
     test_pow_literal();
     test_float_lane_sums();
     test_column_sums();
+    test_float_lane_extremes();
     return TEST_REPORT();
 }

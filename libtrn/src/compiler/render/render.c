@@ -697,11 +697,39 @@ static void put_fold(sb *b, const char *in, trn_graph_reduce_op rop, bool fam_f,
 // a plain float loop; ATen's CPU sum (cascade, float) is in that range too.
 // 0: not such a sum (another op, dtype, or a loop not a multiple of 8).
 static int float_sum_lanes(const trn__cc_node *r, const trn__cc_node *x, int64_t n_in) {
-    if (r->rop != TRN_GRAPH_SUM) return 0;
+    if (r->rop != TRN_GRAPH_SUM && r->rop != TRN_GRAPH_MAX && r->rop != TRN_GRAPH_MIN) return 0;
     if (x->dtype != TRN_DTYPE_F32 && x->dtype != TRN_DTYPE_F16 && x->dtype != TRN_DTYPE_BF16) return 0;
     if (n_in % 16 == 0) return 16;
     if (n_in % 8 == 0) return 8;
     return 0;
+}
+
+// Float max/min in lanes too: lane l keeps the extreme of every lanes-th
+// element (NaN wins, as put_fold), folded into acc0 at the end. The lanes
+// compare branch-free, so gcc vectorizes them where the four-accumulator
+// loop compared and branched per element (softmax's row max was 16 % of
+// GPT-2's loss graph). Exact, like any order of max/min; between +0 and -0
+// (equal) the lane structure decides which is kept, as it did with four
+// accumulators.
+static void put_float_extreme(sb *b, kernel *k, const char *in, int inner, int64_t n_in, int lanes,
+                              trn_graph_reduce_op rop, const char *const *idx, const char *value) {
+    const char *cmp = rop == TRN_GRAPH_MAX ? ">" : "<";
+    put(b, "%s{\n", in);
+    put(b, "%s    float m[%d];\n", in, lanes);
+    put(b, "%s    for (int l = 0; l < %d; l++) m[l] = %sINFINITY;\n", in, lanes, rop == TRN_GRAPH_MAX ? "-" : "");
+    put(b, "%s    for (int64_t rl = 0; rl < %lld; rl += %d) {\n", in, (long long)n_in, lanes);
+    put(b, "%s        #pragma GCC ivdep\n", in);
+    put(b, "%s        for (int l = 0; l < %d; l++) {\n", in, lanes);
+    put(b, "%s            const int64_t r%d = rl + l;\n", in, inner);
+    char body[80];
+    snprintf(body, sizeof body, "%s            ", in);
+    put_body_values(b, k, body, idx);
+    put(b, "%s            const float e = %s;\n", in, value);
+    put(b, "%s            m[l] = (e != e || e %s m[l]) ? e : m[l];\n", in, cmp);
+    put(b, "%s        }\n", in);
+    put(b, "%s    }\n", in);
+    put(b, "%s    for (int l = 0; l < %d; l++) acc0 = (m[l] != m[l] || m[l] %s acc0) ? m[l] : acc0;\n", in, lanes, cmp);
+    put(b, "%s}\n", in);
 }
 
 static void put_float_sum(sb *b, kernel *k, const char *in, int inner, int64_t n_in, int lanes,
@@ -905,8 +933,9 @@ static void render_reduce(sb *b, kernel *k, int64_t *items_out, int64_t *grain_o
     // stays a loop through memory, 1.3-1.8x slower on the CNN's reductions.
     const int inner = lr.nd - 1;
     const int64_t n_in = lr.nd ? lr.size[inner] : 1;
-    // A float sum whose innermost reduced loop is a multiple of 8 runs in
-    // float lanes instead (see put_float_sum); else, as here, in double.
+    // A float sum, max or min whose innermost reduced loop is a multiple of
+    // 8 runs in float lanes instead (put_float_sum, put_float_extreme); else,
+    // as here, sums and products in double.
     const int flanes = float_sum_lanes(r, x, n_in);
     const int lanes = flanes ? 1 : (n_in >= 8 ? 4 : 1);
     for (int l = 0; l < lanes; l++) put(b, "        %s acc%d = %s;\n", acc_t, l, init);
@@ -933,7 +962,9 @@ static void render_reduce(sb *b, kernel *k, int64_t *items_out, int64_t *grain_o
     put_value(&v, k, r->in[0]);
     if (v.oom) b->oom = true;
     const char *cast = fam_f ? (strcmp(acc_t, "double") == 0 ? "(double)" : "(float)") : "(int64_t)";
-    if (!b->oom && flanes) {
+    if (!b->oom && flanes && r->rop != TRN_GRAPH_SUM) {
+        put_float_extreme(b, k, in, inner, n_in, flanes, r->rop, (const char *const *)idx, v.s);
+    } else if (!b->oom && flanes) {
         put_float_sum(b, k, in, inner, n_in, flanes, (const char *const *)idx, v.s);
     } else if (!b->oom && lanes == 1) {
         if (lr.nd == 0) put(b, "%s{\n", in);
