@@ -279,17 +279,19 @@ static void test_bias(void) {
     g_bias_stride = 0;
 }
 
-// Float32 products below 2^19 multiply-adds with beta 0 and unit column
-// stride in C run on register tiles (masked column tails, repeated last
-// rows, transposed or strided B copied row-major first): each element must
-// be exactly the fused multiply-add chain over k in order from zero, then
-// times alpha, then plus the bias (so |error| <= k u sum|a b| + one rounding
-// each, u = 2^-24), whatever the block it falls in.
-static void check_tile(int64_t batch, int64_t m, int64_t n, int64_t k, layout lb, float alpha, bool bias) {
+// Float32 products below 2^19 multiply-adds with beta 0 run on register
+// tiles (masked column tails, repeated last rows, transposed or strided B
+// copied row-major first, a C without contiguous rows written through a
+// row-major copy): each element must be exactly the fused multiply-add chain
+// over k in order from zero, then times alpha, then plus the bias (so
+// |error| <= k u sum|a b| + one rounding each, u = 2^-24), whatever the
+// block it falls in and whatever the layouts.
+static void check_tile(int64_t batch, int64_t m, int64_t n, int64_t k, layout lb, float alpha, bool bias,
+                       layout lc) {
     g_case++;
     int64_t as[3], bs[3], cs[3], ao, bo, co;
     const int64_t an = make_layout(ROW, batch, m, k, as, &ao), bn = make_layout(lb, batch, k, n, bs, &bo),
-                  cn = make_layout(ROW, batch, m, n, cs, &co);
+                  cn = make_layout(lc, batch, m, n, cs, &co);
     float *ha = malloc((size_t)an * 4), *hb = malloc((size_t)bn * 4), *hbias = malloc((size_t)n * 4),
           *out = malloc((size_t)cn * 4);
     for (int64_t i = 0; i < an; i++) ha[i] = (float)rng_unit();
@@ -336,17 +338,20 @@ static void check_tile(int64_t batch, int64_t m, int64_t n, int64_t k, layout lb
 static void test_tile_f32(void) {
     // Column tails of every width 1..33 (two masked vectors, one, none),
     // row tails of 1..9 (blocks of 4 and of 8), k from 1 to past 16.
-    for (int64_t n = 1; n <= 33; n++) check_tile(1, 9, n, 19, ROW, 1, false);
+    for (int64_t n = 1; n <= 33; n++) check_tile(1, 9, n, 19, ROW, 1, false, ROW);
     for (int64_t m = 1; m <= 9; m++) {
-        check_tile(1, m, 10, 64, ROW, 1, false);
-        check_tile(1, m, 40, 3, ROW, 1, false);
+        check_tile(1, m, 10, 64, ROW, 1, false, ROW);
+        check_tile(1, m, 40, 3, ROW, 1, false, ROW);
     }
     const layout lbs[] = {ROW, COL, STEP2, BCAST};
     for (int l = 0; l < 4; l++) {
-        check_tile(3, 32, 64, 32, lbs[l], 1, false);
-        check_tile(2, 17, 47, 40, lbs[l], 0.5f, true);
-        check_tile(1, 5, 100, 129, lbs[l], 1, true);
-        check_tile(2, 33, 10, 17, lbs[l], -2, false);
+        check_tile(3, 32, 64, 32, lbs[l], 1, false, ROW);
+        check_tile(2, 17, 47, 40, lbs[l], 0.5f, true, ROW);
+        check_tile(1, 5, 100, 129, lbs[l], 1, true, ROW);
+        check_tile(2, 33, 10, 17, lbs[l], -2, false, ROW);
+        // column-major and strided C: the same bits as a row-major one
+        check_tile(2, 17, 47, 40, lbs[l], 1, true, COL);
+        check_tile(1, 9, 20, 33, lbs[l], 0.5f, false, STEP2);
     }
 }
 

@@ -171,8 +171,7 @@ DEFINE_SMALL(small_f32, float, LD_F32, ST_F32)
 #define TILE_MNK ((int64_t)1 << 19)
 
 static bool tile_f32_fits(const trn_matmul_desc *d) {
-    return d->dtype == TRN_DTYPE_F32 && d->beta == 0 && (d->c_strides[2] == 1 || d->n == 1) &&
-           d->m * d->n * d->k < TILE_MNK;
+    return d->dtype == TRN_DTYPE_F32 && d->beta == 0 && d->m * d->n * d->k < TILE_MNK;
 }
 
 #if defined(__AVX512F__)
@@ -303,11 +302,19 @@ static void pack_b(int64_t k, int64_t n, const float *B, const int64_t *bs, floa
         }
 }
 
+// A C whose rows are not contiguous (a column-major output the compiler
+// chose) gets the tiles' row-major result copied in, so every float32
+// product below TILE_MNK computes the same bits whatever the layouts
+// (eager and compiled graphs agree).
 static bool tile_f32(const trn_matmul_desc *d, const float *bias, int64_t bias_stride) {
     const int64_t *as = d->a_strides, *bs = d->b_strides, *cs = d->c_strides;
-    const bool pack = bs[2] != 1;
-    float *packed = NULL;
-    if (pack && (packed = malloc((size_t)(d->k * d->n) * sizeof *packed)) == NULL) return false;
+    const bool pack = bs[2] != 1 && d->n > 1, direct = cs[2] == 1 || d->n == 1;
+    float *packed = NULL, *rows = NULL;
+    if ((pack && (packed = malloc((size_t)(d->k * d->n) * sizeof *packed)) == NULL) ||
+        (!direct && (rows = malloc((size_t)(d->m * d->n) * sizeof *rows)) == NULL)) {
+        free(packed);
+        return false;
+    }
     const float alpha = (float)d->alpha;
     for (int64_t t = 0; t < d->batch; t++) {
         const float *A = (const float *)d->a + t * as[0];
@@ -319,20 +326,21 @@ static bool tile_f32(const trn_matmul_desc *d, const float *bias, int64_t bias_s
             B = packed;
             ldb = d->n;
         }
-        TILE_F32(d->m, d->n, d->k, A, as[1], as[2], B, ldb, C, cs[1]);
+        float *T = direct ? C : rows;
+        const int64_t ldt = direct ? cs[1] : d->n;
+        TILE_F32(d->m, d->n, d->k, A, as[1], as[2], B, ldb, T, ldt);
         // As small_f32: alpha times the sum, then the bias added (one
         // rounding each; alpha 1 changes nothing).
-        if (alpha != 1.0f || bias != NULL)
-            for (int64_t i = 0; i < d->m; i++) {
-                float *cr = C + i * cs[1];
+        if (alpha != 1.0f || bias != NULL || !direct)
+            for (int64_t i = 0; i < d->m; i++)
                 for (int64_t j = 0; j < d->n; j++) {
-                    float v = alpha * cr[j];
+                    float v = alpha * T[i * ldt + j];
                     if (bias != NULL) v += bias[j * bias_stride];
-                    cr[j] = v;
+                    C[i * cs[1] + j * cs[2]] = v;
                 }
-            }
     }
     free(packed);
+    free(rows);
     return true;
 }
 DEFINE_SMALL(small_f16, uint16_t, trn_half_to_float, trn_float_to_half)
