@@ -234,10 +234,11 @@ static void test_errors(void) {
     CHECK_CONTAINS(trn_last_error(), "bias is NULL");
 }
 
-// The cached plan is reused: same geometry twice, then a different alpha.
+// The cached plan is reused: same geometry twice, then a different alpha
+// (96^3 multiply-adds: above the register tiles, one oneDNN call).
 static void test_plan_reuse(void) {
-    for (int i = 0; i < 3; i++) check_mm(TRN_DTYPE_F32, 1, 32, 32, 32, ROW, ROW, ROW, 1, 0, false);
-    check_mm(TRN_DTYPE_F32, 1, 32, 32, 32, ROW, ROW, ROW, 0.5, 0, false);
+    for (int i = 0; i < 3; i++) check_mm(TRN_DTYPE_F32, 1, 96, 96, 96, ROW, ROW, ROW, 1, 0, false);
+    check_mm(TRN_DTYPE_F32, 1, 96, 96, 96, ROW, ROW, ROW, 0.5, 0, false);
 }
 
 // Products big enough to be cut into pieces over the thread pool (matmul.c
@@ -259,8 +260,9 @@ static void test_split(void) {
 }
 
 // A bias row: fused (float32, alpha 1, contiguous: whole, and cut with the
-// columns of C and the batch) and broadcast into C first (small products,
-// alpha != 1, a strided row, k == 0, other dtypes); NaN in C is not read.
+// columns of C and the batch), added after the register tiles (small
+// float32 products) and broadcast into C first (alpha != 1, a strided row,
+// k == 0, other dtypes); NaN in C is not read.
 static void test_bias(void) {
     g_bias_stride = 1;
     check_mm(TRN_DTYPE_F32, 1, 64, 70, 300, ROW, COL, ROW, 1, 0, true);
