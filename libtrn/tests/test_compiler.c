@@ -453,6 +453,91 @@ static void test_float_lane_sums(void) {
     }
 }
 
+// Float sums over strided rows with a contiguous kept dim run across the
+// columns (render.c, render_reduce_cols): within ~16 u sum|x| plus the final
+// rounding of the exact sum. x * x over dim 0 of 37 x 70 (blocks of 16, 16
+// and 5 rows; column blocks of 64 and 6), and over dims 0 and 2 of
+// 5 x 12 x 3 x 10 (an outer reduced loop, an outer kept dim).
+static void test_column_sums(void) {
+    const int64_t shapes[2][4] = {{37, 70, 0, 0}, {5, 12, 3, 10}};
+    const int nds[2] = {2, 4};
+    const unsigned masks[2] = {1u, 5u};
+    for (int t = 0; t < 2; t++) {
+        const int nd = nds[t];
+        int64_t st[4], numel = 1;
+        for (int i = nd - 1; i >= 0; i--) st[i] = numel, numel *= shapes[t][i];
+        trn_graph *g;
+        CHECK_INT(trn_graph_create(&g), TRN_SUCCESS);
+        int x, sq, s;
+        CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, nd, shapes[t], st, &x), TRN_SUCCESS);
+        CHECK_INT(trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, x}, NULL, &sq),
+                  TRN_SUCCESS);
+        CHECK_INT(trn_graph_reduce(g, TRN_GRAPH_SUM, sq, TRN_DTYPE_F32, masks[t], &s), TRN_SUCCESS);
+        CHECK_INT(trn_graph_export(g, s, NULL), TRN_SUCCESS);
+        trn_program *p = compile(g, NULL);
+        trn_graph_free(g);
+        if (!p) return;
+        CHECK(strstr(trn_program_source(p), "double acc[") != NULL);
+        float *X = malloc((size_t)numel * sizeof *X), Y[70 * 12];
+        for (int64_t i = 0; i < numel; i++) X[i] = (float)((i * 7919) % 1013) / 101.3f - 4.9f;
+        run(p, (int[]){x, s}, (void *[]){X, Y}, 2);
+        int bad = 0;
+        for (int64_t o = 0; o < (t == 0 ? 70 : 12 * 10); o++) {
+            double exact = 0, mag = 0;
+            for (int64_t i = 0; i < numel; i++) {
+                // the kept coordinates of element i, as the output's index
+                int64_t rest = i, kept = 0;
+                for (int d = nd - 1, mul = 1; d >= 0; d--) {
+                    const int64_t c = rest % shapes[t][d];
+                    rest /= shapes[t][d];
+                    if (!((masks[t] >> d) & 1)) kept += c * mul, mul *= (int)shapes[t][d];
+                }
+                if (kept != o) continue;
+                const float v = X[i] * X[i];
+                exact += v;
+                mag += fabs(v);
+            }
+            bad += !(fabs((double)Y[o] - exact) <= 16 * 0x1p-24 * mag + fabs(exact) * 0x1p-24);
+        }
+        CHECK_INT(bad, 0);
+        free(X);
+        trn_program_free(p);
+    }
+}
+
+// Float max/min over a multiple-of-8 inner loop run in branch-free lanes
+// (render.c, put_float_extreme): exact, NaN wins, infinities kept. Rows of
+// 48: plain values, one with a NaN in its last lane block, one all -inf but
+// a single finite value.
+static void test_float_lane_extremes(void) {
+    for (int op = 0; op < 2; op++) {
+        const trn_graph_reduce_op rop = op == 0 ? TRN_GRAPH_MAX : TRN_GRAPH_MIN;
+        trn_graph *g;
+        CHECK_INT(trn_graph_create(&g), TRN_SUCCESS);
+        int64_t xs[2] = {3, 48}, xst[2] = {48, 1};
+        int x, s;
+        CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 2, xs, xst, &x), TRN_SUCCESS);
+        CHECK_INT(trn_graph_reduce(g, rop, x, TRN_DTYPE_F32, 2u, &s), TRN_SUCCESS);
+        CHECK_INT(trn_graph_export(g, s, NULL), TRN_SUCCESS);
+        trn_program *p = compile(g, NULL);
+        trn_graph_free(g);
+        if (!p) return;
+        CHECK(strstr(trn_program_source(p), "m[l] = (e != e") != NULL);
+        float X[3 * 48], Y[3];
+        for (int i = 0; i < 3 * 48; i++) X[i] = (float)((i * 7919) % 1013) / 101.3f - 4.9f;
+        X[48 + 45] = NAN;
+        for (int i = 0; i < 48; i++) X[96 + i] = op == 0 ? -INFINITY : INFINITY;
+        X[96 + 17] = 2.5f;
+        run(p, (int[]){x, s}, (void *[]){X, Y}, 2);
+        float want0 = X[0];
+        for (int i = 1; i < 48; i++) want0 = op == 0 ? fmaxf(want0, X[i]) : fminf(want0, X[i]);
+        CHECK(Y[0] == want0);
+        CHECK(isnan(Y[1]));
+        CHECK(Y[2] == 2.5f);
+        trn_program_free(p);
+    }
+}
+
 int main(void) {
     find_include_dir();
     test_fused_pointwise();
@@ -464,5 +549,7 @@ int main(void) {
     test_shared_bodies();
     test_pow_literal();
     test_float_lane_sums();
+    test_column_sums();
+    test_float_lane_extremes();
     return TEST_REPORT();
 }

@@ -234,10 +234,11 @@ static void test_errors(void) {
     CHECK_CONTAINS(trn_last_error(), "bias is NULL");
 }
 
-// The cached plan is reused: same geometry twice, then a different alpha.
+// The cached plan is reused: same geometry twice, then a different alpha
+// (96^3 multiply-adds: above the register tiles, one oneDNN call).
 static void test_plan_reuse(void) {
-    for (int i = 0; i < 3; i++) check_mm(TRN_DTYPE_F32, 1, 32, 32, 32, ROW, ROW, ROW, 1, 0, false);
-    check_mm(TRN_DTYPE_F32, 1, 32, 32, 32, ROW, ROW, ROW, 0.5, 0, false);
+    for (int i = 0; i < 3; i++) check_mm(TRN_DTYPE_F32, 1, 96, 96, 96, ROW, ROW, ROW, 1, 0, false);
+    check_mm(TRN_DTYPE_F32, 1, 96, 96, 96, ROW, ROW, ROW, 0.5, 0, false);
 }
 
 // Products big enough to be cut into pieces over the thread pool (matmul.c
@@ -259,8 +260,9 @@ static void test_split(void) {
 }
 
 // A bias row: fused (float32, alpha 1, contiguous: whole, and cut with the
-// columns of C and the batch) and broadcast into C first (small products,
-// alpha != 1, a strided row, k == 0, other dtypes); NaN in C is not read.
+// columns of C and the batch), added after the register tiles (small
+// float32 products) and broadcast into C first (alpha != 1, a strided row,
+// k == 0, other dtypes); NaN in C is not read.
 static void test_bias(void) {
     g_bias_stride = 1;
     check_mm(TRN_DTYPE_F32, 1, 64, 70, 300, ROW, COL, ROW, 1, 0, true);
@@ -277,6 +279,82 @@ static void test_bias(void) {
     g_bias_stride = 3;
     check_mm(TRN_DTYPE_F32, 1, 301, 67, 211, ROW, ROW, ROW, 1, 0, false);
     g_bias_stride = 0;
+}
+
+// Float32 products below 2^19 multiply-adds with beta 0 run on register
+// tiles (masked column tails, repeated last rows, transposed or strided B
+// copied row-major first, a C without contiguous rows written through a
+// row-major copy): each element must be exactly the fused multiply-add chain
+// over k in order from zero, then times alpha, then plus the bias (so
+// |error| <= k u sum|a b| + one rounding each, u = 2^-24), whatever the
+// block it falls in and whatever the layouts.
+static void check_tile(int64_t batch, int64_t m, int64_t n, int64_t k, layout lb, float alpha, bool bias,
+                       layout lc) {
+    g_case++;
+    int64_t as[3], bs[3], cs[3], ao, bo, co;
+    const int64_t an = make_layout(ROW, batch, m, k, as, &ao), bn = make_layout(lb, batch, k, n, bs, &bo),
+                  cn = make_layout(lc, batch, m, n, cs, &co);
+    float *ha = malloc((size_t)an * 4), *hb = malloc((size_t)bn * 4), *hbias = malloc((size_t)n * 4),
+          *out = malloc((size_t)cn * 4);
+    for (int64_t i = 0; i < an; i++) ha[i] = (float)rng_unit();
+    for (int64_t i = 0; i < bn; i++) hb[i] = (float)rng_unit();
+    for (int64_t i = 0; i < n; i++) hbias[i] = (float)rng_unit();
+    float *da = dev_alloc(g_stream, (size_t)an * 4), *db = dev_alloc(g_stream, (size_t)bn * 4),
+          *dc = dev_alloc(g_stream, (size_t)cn * 4), *dbias = dev_alloc(g_stream, (size_t)n * 4);
+    xfer(g_stream, da, ha, (size_t)an * 4);
+    xfer(g_stream, db, hb, (size_t)bn * 4);
+    xfer(g_stream, dbias, hbias, (size_t)n * 4);
+    trn_matmul_desc d;
+    memset(&d, 0, sizeof d);
+    d.dtype = TRN_DTYPE_F32, d.batch = batch, d.m = m, d.n = n, d.k = k, d.alpha = alpha;
+    d.a = da, d.b = db, d.c = dc;
+    memcpy(d.a_strides, as, sizeof as);
+    memcpy(d.b_strides, bs, sizeof bs);
+    memcpy(d.c_strides, cs, sizeof cs);
+    CHECK_OK(bias ? trn_matmul_bias_launch(g_stream, &d, dbias, 1) : trn_matmul_launch(g_stream, &d));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    xfer(g_stream, out, dc, (size_t)cn * 4);
+    int bad = 0;
+    for (int64_t t = 0; t < batch; t++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                float acc = 0;
+                for (int64_t p = 0; p < k; p++)
+                    acc = fmaf(ha[t * as[0] + i * as[1] + p * as[2]], hb[t * bs[0] + p * bs[1] + j * bs[2]], acc);
+                float want = alpha * acc;
+                if (bias) want += hbias[j];
+                const float got = out[t * cs[0] + i * cs[1] + j * cs[2]];
+                if (memcmp(&got, &want, 4) != 0 && bad++ < 3)
+                    fprintf(stderr, "tile case %d (b%lld m%lld n%lld k%lld B layout %d): [%lld,%lld,%lld] got %a want %a\n",
+                            g_case, (long long)batch, (long long)m, (long long)n, (long long)k, lb, (long long)t,
+                            (long long)i, (long long)j, got, want);
+            }
+    CHECK_INT(bad, 0);
+    CHECK_OK(trn_mem_free(da));
+    CHECK_OK(trn_mem_free(db));
+    CHECK_OK(trn_mem_free(dc));
+    CHECK_OK(trn_mem_free(dbias));
+    free(ha), free(hb), free(hbias), free(out);
+}
+
+static void test_tile_f32(void) {
+    // Column tails of every width 1..33 (two masked vectors, one, none),
+    // row tails of 1..9 (blocks of 4 and of 8), k from 1 to past 16.
+    for (int64_t n = 1; n <= 33; n++) check_tile(1, 9, n, 19, ROW, 1, false, ROW);
+    for (int64_t m = 1; m <= 9; m++) {
+        check_tile(1, m, 10, 64, ROW, 1, false, ROW);
+        check_tile(1, m, 40, 3, ROW, 1, false, ROW);
+    }
+    const layout lbs[] = {ROW, COL, STEP2, BCAST};
+    for (int l = 0; l < 4; l++) {
+        check_tile(3, 32, 64, 32, lbs[l], 1, false, ROW);
+        check_tile(2, 17, 47, 40, lbs[l], 0.5f, true, ROW);
+        check_tile(1, 5, 100, 129, lbs[l], 1, true, ROW);
+        check_tile(2, 33, 10, 17, lbs[l], -2, false, ROW);
+        // column-major and strided C: the same bits as a row-major one
+        check_tile(2, 17, 47, 40, lbs[l], 1, true, COL);
+        check_tile(1, 9, 20, 33, lbs[l], 0.5f, false, STEP2);
+    }
 }
 
 // bfloat16 products big enough for oneDNN (odd sizes, transposed, strided
@@ -329,6 +407,7 @@ int main(void) {
     test_plan_reuse();
     test_split();
     test_bias();
+    test_tile_f32();
     test_bf16_paths();
     return TEST_REPORT();
 }

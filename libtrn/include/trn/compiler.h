@@ -47,8 +47,9 @@
 extern "C" {
 #endif
 
-// Version of the compiler's output: part of every disk cache key.
-#define TRN_COMPILER_VERSION "openneuron-compiler-2"
+// Version of the compiler's output and of its fixed gcc flags: part of
+// every disk cache key.
+#define TRN_COMPILER_VERSION "openneuron-compiler-3"
 #define TRN_GRAPH_MAX_DIMS 8
 
 typedef struct trn_graph trn_graph;

@@ -155,6 +155,13 @@ struct trn_program {
     char key[65];
     int from_cache;
     double compile_seconds;
+    // What every run looks up, found once (a run used to scan every node
+    // twice, and trn_program_checks_indices once more: ~1300 nodes in
+    // GPT-2's optimizer graph): stores (they run in their input's buffer)
+    // and the nodes whose buffers the caller must set.
+    int checks_indices;
+    int n_stores, n_caller;
+    int *stores, *caller;
 };
 
 #endif

@@ -139,8 +139,12 @@ static int run_cc(const char *src_path, const char *so_path, const char *inc, co
     char *argv[MAX_FLAGS + 16];
     int n = 0;
     argv[n++] = (char *)cc_path();
+    // -ffp-contract=off: gnu11 lets gcc fuse a * b + c into one rounding,
+    // which libtrn's eager kernels (ISO C11) never do, so a compiled GELU
+    // differed from eager's by an ulp; scalar.h asks for fmaf where it
+    // wants one, and then both get it.
     const char *fixed[] = {"-O2", "-march=native", "-shared", "-fPIC", "-fno-math-errno",
-                           "-fno-trapping-math", "-std=gnu11", "-w"};
+                           "-fno-trapping-math", "-ffp-contract=off", "-std=gnu11", "-w"};
     for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) argv[n++] = (char *)fixed[i];
     n += split_flags(flags_copy, argv + n, MAX_FLAGS);
     argv[n++] = incflag;
@@ -214,6 +218,23 @@ static trn_status load_so(trn_program *p, const char *path) {
     return TRN_SUCCESS;
 }
 
+// The node lists of struct trn_program that runs read (see there).
+static trn_status index_nodes(trn_program *p) {
+    const trn_graph *g = &p->graph;
+    p->stores = malloc(((size_t)g->count + 1) * sizeof *p->stores);
+    p->caller = malloc(((size_t)g->count + 1) * sizeof *p->caller);
+    if (p->stores == NULL || p->caller == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory");
+    for (int i = 0; i < g->count; i++) {
+        const trn__cc_node *n = &g->nodes[i];
+        if (n->kind == CC_GATHER || n->kind == CC_SCATTER) p->checks_indices = 1;
+        if (n->store_to >= 0) p->stores[p->n_stores++] = i;
+        if (p->sched.home[i] == HOME_CALLER && n->kind != CC_HOST_RESULT && trn__cc_numel(n) > 0)
+            p->caller[p->n_caller++] = i;
+    }
+    return TRN_SUCCESS;
+}
+
 trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *opts, trn_program **out) {
     if (g == NULL || opts == NULL || out == NULL || opts->include_dir == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_program_compile: NULL argument");
@@ -225,6 +246,8 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
     trn_status st = trn__cc_schedule_build(g, &p->sched);
     if (st != TRN_SUCCESS) goto fail;
     st = copy_graph(&p->graph, g);
+    if (st != TRN_SUCCESS) goto fail;
+    st = index_nodes(p);
     if (st != TRN_SUCCESS) goto fail;
     st = trn__cc_render(g, &p->sched, &p->source);
     if (st != TRN_SUCCESS) goto fail;
@@ -328,6 +351,8 @@ void trn_program_free(trn_program *p) {
     trn__cc_schedule_free(&p->sched);
     free(p->graph.nodes);
     free(p->source);
+    free(p->stores);
+    free(p->caller);
     free(p);
 }
 
@@ -339,8 +364,5 @@ const char *trn_program_source(const trn_program *p) { return p ? p->source : ""
 const char *trn_program_cache_key(const trn_program *p) { return p ? p->key : ""; }
 
 int trn_program_checks_indices(const trn_program *p) {
-    if (p == NULL) return 0;
-    for (int i = 0; i < p->graph.count; i++)
-        if (p->graph.nodes[i].kind == CC_GATHER || p->graph.nodes[i].kind == CC_SCATTER) return 1;
-    return 0;
+    return p ? p->checks_indices : 0;
 }

@@ -220,13 +220,15 @@ trn_status trn_run_continue(trn_run *r, trn_stream *s, int *host_step) {
     if (r == NULL || s == NULL || host_step == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_continue: NULL argument");
     const trn__cc_schedule *sc = &r->p->sched;
-    if (r->next == 0)  // a store writes its input's buffer
-        for (int i = 0; i < sc->n_nodes; i++)
-            if (r->p->graph.nodes[i].store_to >= 0) r->ptrs[i] = r->ptrs[r->p->graph.nodes[i].store_to];
-    for (int i = 0; i < sc->n_nodes; i++)
-        if (sc->home[i] == HOME_CALLER && r->ptrs[i] == NULL && r->next == 0 &&
-            r->p->graph.nodes[i].kind != CC_HOST_RESULT && trn__cc_numel(&r->p->graph.nodes[i]) > 0)
-            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_continue: buffer of node %d was not set", i);
+    if (r->next == 0) {
+        const trn_program *p = r->p;
+        for (int s = 0; s < p->n_stores; s++)  // a store writes its input's buffer
+            r->ptrs[p->stores[s]] = r->ptrs[p->graph.nodes[p->stores[s]].store_to];
+        for (int c = 0; c < p->n_caller; c++)
+            if (r->ptrs[p->caller[c]] == NULL)
+                return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_continue: buffer of node %d was not set",
+                                      p->caller[c]);
+    }
     while (r->next < sc->n_steps) {
         const trn__cc_step *sp = &sc->steps[r->next++];
         trn_status st = TRN_SUCCESS;
