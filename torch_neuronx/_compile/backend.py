@@ -298,11 +298,14 @@ _tls = threading.local()                  # .group: the Dynamo graph our backend
 
 def _join_group(job) -> None:
     group = getattr(_tls, "group", None)
-    if group is None or job.done:
+    if group is None:
         return
     with _lock:
-        group.jobs.add(job)
-        job.groups.append(group)
+        if job.done:  # (a shared job that finished meanwhile)
+            group.ok = group.ok and job.error is None and job.result is job.graph
+        else:
+            group.jobs.add(job)
+            job.groups.append(group)
 
 
 def _finished(job) -> None:
