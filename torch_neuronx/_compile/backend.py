@@ -1,8 +1,8 @@
 """torch.compile(backend="neuron"): Dynamo -> AOTAutograd -> libtrn compiler.
 
 Owner: the backend entry (``neuron_backend``), its options and environment
-variables, the per-graph compile with in-memory and disk caching, and the
-fallback policy. TorchNeuron's documented behaviour: ``dynamic=True`` is
+variables, the per-graph compile (lowering here, the C compile on the compile
+threads) with in-memory and disk caching, and the fallback policy. TorchNeuron's documented behaviour: ``dynamic=True`` is
 rejected, a ``mode`` other than "default" warns, an op that cannot be lowered
 fails the compile naming it unless fallback execution is on, CPU inputs are
 copied to the device.
