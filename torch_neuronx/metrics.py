@@ -41,6 +41,13 @@ def _named() -> dict[str, tuple[bool, int, float, float, float]]:
             for name, is_counter, count, total, lo, hi in _C._metrics()}
 
 
+def _settle() -> None:
+    """Graphs still compiling on torch.compile's compile threads are finished
+    first, so the compile counters are complete when read or cleared."""
+    from ._compile.metrics import settle
+    settle()
+
+
 def get_counter_names() -> list[str]:
     named = [n for n, v in _named().items() if v[0]]
     return list(_C._counters()) + named
@@ -48,6 +55,7 @@ def get_counter_names() -> list[str]:
 
 def get_counter_value(name: str, device: "int | None" = None) -> int:
     """A counter's value on one device, or over all devices (``device=None``)."""
+    _settle()
     fixed = _C._counters(-2 if device is None else int(device))
     if name in fixed:
         return int(fixed[name])
@@ -86,11 +94,13 @@ def metric_record(name: str, value: float) -> None:
 
 def get_compilation_metrics() -> dict[str, int]:
     """Compile and cache counters, summed over devices."""
+    _settle()
     counters = _C._counters()
     return {k: int(counters[k]) for k in _COMPILE_COUNTERS}
 
 
 def clear_counters() -> None:
+    _settle()
     _C._metrics_reset()
 
 
@@ -99,6 +109,7 @@ clear_all = clear_counters
 
 
 def _rows(names: "list[str] | None" = None) -> list[tuple[str, str, str]]:
+    _settle()
     rows = [(name, "counter", str(v)) for name, v in _C._counters().items()]
     for name, (is_counter, count, total, lo, hi) in _named().items():
         if is_counter:
@@ -141,4 +152,5 @@ if os.environ.get("TORCH_NEURONX_METRICS_DIR"):
 
 
 def _all() -> dict[str, Any]:
+    _settle()
     return {"counters": _C._counters(), "metrics": _named()}

@@ -1,8 +1,8 @@
 """torch.compile(backend="neuron"): Dynamo -> AOTAutograd -> libtrn compiler.
 
 Owner: the backend entry (``neuron_backend``), its options and environment
-variables, the per-graph compile with in-memory and disk caching, and the
-fallback policy. TorchNeuron's documented behaviour: ``dynamic=True`` is
+variables, the per-graph compile (lowering here, the C compile on the compile
+threads) with in-memory and disk caching, and the fallback policy. TorchNeuron's documented behaviour: ``dynamic=True`` is
 rejected, a ``mode`` other than "default" warns, an op that cannot be lowered
 fails the compile naming it unless fallback execution is on, CPU inputs are
 copied to the device.
@@ -14,6 +14,7 @@ import functools
 import hashlib
 import os
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -118,18 +119,24 @@ def _device_of(gm) -> torch.device:
     return torch.device("neuron", 0)
 
 
-def compile_fx_graph(gm: torch.fx.GraphModule, kind: str, opts: _Options, background: bool = False):
-    """Lowers and compiles one AOT graph; returns a boxed callable. With
-    ``background``, the C compile (schedule, render, gcc: the GIL is released)
-    runs on a worker thread while AOTAutograd goes on with the next graph; the
-    graph is finished by ``finish_pending()``, before anything can call it."""
+def compile_fx_graph(gm: torch.fx.GraphModule, kind: str, opts: _Options):
+    """Lowers one AOT graph (here: an op that cannot be lowered fails now,
+    naming it) and returns a boxed callable at once; the C compile (schedule,
+    render, gcc: the GIL is released) runs on a compile thread while
+    AOTAutograd and Dynamo go on. The graph waits for it at its first call."""
     t0 = time.perf_counter()
     use_cache = cache_dir() is not None
     key = _graph_key(gm, kind)
-    if use_cache and key in _memory_cache:
-        metrics.add(graphs=1, cache_hits=1, memory_cache_hits=1, compile_seconds=time.perf_counter() - t0)
-        _C._counter_add("compile_cache_hits", _memory_cache[key].device.index or 0, 1)
-        return _memory_cache[key]
+    if use_cache:
+        hit = _memory_cache.get(key)
+        job = _inflight.get(key) if hit is None else None
+        if hit is not None or job is not None:
+            metrics.add(graphs=1, cache_hits=1, memory_cache_hits=1, compile_seconds=time.perf_counter() - t0)
+            graph = hit if hit is not None else job.graph
+            _C._counter_add("compile_cache_hits", graph.device.index or 0, 1)
+            if job is not None:
+                _join_group(job)
+            return graph
     _graph_counter[0] += 1
     name = f"{opts.model_name}_{_graph_counter[0]}_{kind}"
     ddir = debug_dir()
@@ -139,41 +146,78 @@ def compile_fx_graph(gm: torch.fx.GraphModule, kind: str, opts: _Options, backgr
     try:
         lowered = Lowerer(gm).run()
     except UnsupportedOpError as e:
-        return _fallback(e, name, opts, gm, t0)
+        return _fallback(e, name, opts, gm, time.perf_counter() - t0)
     job = _CompileJob(gm, lowered, name, ddir, key if use_cache else None, opts, t0)
-    if background:
-        job.future = _compile_pool().submit(job.compile)
+    workers = _compile_threads()
+    if workers == 0:
+        return job.finish()
+    with _lock:
         _pending.append(job)
-        return job.graph
-    return job.finish()
+        if job.key is not None:
+            _inflight[job.key] = job
+    _join_group(job)
+    job.future = _compile_pool(workers).submit(job.compile)
+    return job.graph
 
 
-def _fallback(e, name, opts, gm, t0):
+def _fallback(e, name, opts, gm, seconds):
     if not opts.fallback:
         raise NeuronCompileError(str(e)) from None
     warnings.warn(f"neuron backend: {e}; running graph {name} eagerly (fallback_execution)", stacklevel=3)
-    metrics.add(graphs=1, fallback_graphs=1, compile_seconds=time.perf_counter() - t0)
+    metrics.add(graphs=1, fallback_graphs=1, compile_seconds=seconds)
     return _EagerGraph(gm)
 
 
 class _CompileJob:
-    """One lowered graph's C compile, run here or on the compile thread."""
+    """One lowered graph's C compile, run on a compile thread (or here, with
+    TORCH_NEURONX_COMPILE_THREADS=0). ``finish()`` waits for it and makes the
+    graph runnable; it runs once, on the first of: the graph's first call,
+    ``finish_pending()`` (metrics reads, exit), and its result or error is
+    kept for every later caller."""
 
     def __init__(self, gm, lowered, name, ddir, key, opts, t0):
         self.gm, self.lowered, self.name, self.ddir, self.key, self.opts = gm, lowered, name, ddir, key, opts
         self.t0, self.busy, self.future = t0, time.perf_counter() - t0, None
+        # Read here, not on the compile thread: the caller's environment decides.
+        self.include, self.cache = _include_dir(), cache_dir()
+        self.groups: list[_Group] = []
+        self.lock = threading.Lock()
+        self.done, self.result, self.error = False, None, None
         # What AOTAutograd gets back now; its program is attached by finish().
-        self.graph = CompiledGraph(lowered, None, _device_of(gm), name)
+        self.graph = self._new_graph()
+
+    def _new_graph(self, graph=None):
+        if graph is None:
+            graph = CompiledGraph(self.lowered, None, _device_of(self.gm), self.name)
+        else:  # AOTAutograd may already hold it: rebuilt in place
+            graph.__init__(self.lowered, None, graph.device, self.name)
+        graph._job = self
+        return graph
 
     def compile(self):
         t = time.perf_counter()
         try:
-            return self.lowered.graph.compile(_include_dir(), cache_dir(), self.ddir, self.name)
+            return self.lowered.graph.compile(self.include, self.cache, self.ddir, self.name)
         finally:
             self.busy += time.perf_counter() - t
 
     def finish(self):
-        """The compiled graph (waits for the compile thread if it ran there)."""
+        """The runnable graph (CompiledGraph, or _EagerGraph under fallback
+        execution); waits for the compile thread. Raises the compile's error,
+        at every call, when the graph cannot run."""
+        with self.lock:
+            if not self.done:
+                try:
+                    self.result = self._finish()
+                except Exception as e:  # noqa: BLE001 - kept: every caller of this graph sees it
+                    self.error = e
+                self.done = True
+                _finished(self)
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+    def _finish(self):
         try:
             try:
                 program = self.future.result() if self.future is not None else self.compile()
@@ -183,14 +227,17 @@ class _CompileJob:
                 # The schedule cannot order an in-place input update after every
                 # read of the old values: the copies run eagerly instead.
                 self.lowered = Lowerer(self.gm, in_place=False).run()
-                # AOTAutograd may already hold self.graph: rebuilt in place.
-                self.graph.__init__(self.lowered, None, self.graph.device, self.name)
+                self._new_graph(self.graph)
                 self.future = None
                 program = self.compile()
         except UnsupportedOpError as e:
-            return _fallback(e, self.name, self.opts, self.gm, self.t0)
+            return _fallback(e, self.name, self.opts, self.gm, self.busy)
+        except Exception as e:  # noqa: BLE001 - the C compile failed (C compiler error, ...)
+            failed = NeuronCompileError(f"neuron compiler: graph {self.name} did not compile ({type(e).__name__}: {e})")
+            return _fallback(failed, self.name, self.opts, self.gm, self.busy)
         compiled = self.graph
         compiled._attach(program)
+        compiled._job = None
         if program.from_cache:
             metrics.add(cache_hits=1, disk_cache_hits=1)
         else:
@@ -202,30 +249,115 @@ class _CompileJob:
         _report_compile(self.name, program, seconds, compiled.device.index or 0)
         if self.key is not None:
             _memory_cache[self.key] = compiled
+        self.gm = self.lowered = None  # the graph keeps what it runs
         return compiled
 
 
-_pending: list[_CompileJob] = []
+class _Group:
+    """The compile jobs of one Dynamo graph and its warm-cache entry, which is
+    written only once all of them compiled (never an entry whose graph
+    failed or runs eagerly)."""
+
+    def __init__(self):
+        self.jobs: set[_CompileJob] = set()
+        self.save = None
+        self.ok = True
+        self.closed = False
+
+    def defer_save(self, save) -> None:
+        self.save = save
+
+    def close(self) -> None:
+        """AOTAutograd is done with this graph (its entry, if any, is known)."""
+        with _lock:
+            self.closed = True
+        self._maybe_save()
+
+    def _job_done(self, job) -> None:
+        with _lock:
+            self.jobs.discard(job)
+            self.ok = self.ok and job.error is None and job.result is job.graph
+        self._maybe_save()
+
+    def _maybe_save(self) -> None:
+        with _lock:
+            if not self.closed or self.jobs or self.save is None:
+                return
+            save, self.save = self.save, None
+        if self.ok:
+            save()
+        else:
+            metrics.add(warm_unsaved=1)
+
+
+_lock = threading.RLock()
+_pending: list[_CompileJob] = []          # submitted, not yet finished
+_inflight: dict[str, _CompileJob] = {}    # by graph key: a second identical graph shares the job
+_tls = threading.local()                  # .group: the Dynamo graph our backend is compiling
+
+
+def _join_group(job) -> None:
+    group = getattr(_tls, "group", None)
+    if group is None:
+        return
+    with _lock:
+        if job.done:  # (a shared job that finished meanwhile)
+            group.ok = group.ok and job.error is None and job.result is job.graph
+        else:
+            group.jobs.add(job)
+            job.groups.append(group)
+
+
+def _finished(job) -> None:
+    with _lock:
+        if job in _pending:
+            _pending.remove(job)
+        if job.key is not None and _inflight.get(job.key) is job:
+            del _inflight[job.key]
+        groups, job.groups = job.groups, []
+    for g in groups:
+        g._job_done(job)
+
+
+def _compile_threads() -> int:
+    v = os.environ.get("TORCH_NEURONX_COMPILE_THREADS", "")
+    try:
+        return max(0, int(v)) if v.strip() else 2
+    except ValueError:
+        raise NeuronCompileError(f"TORCH_NEURONX_COMPILE_THREADS={v!r}: expected a number of threads") from None
 
 
 @functools.cache
-def _compile_pool():
+def _compile_pool(workers: int):
     from concurrent.futures import ThreadPoolExecutor
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="neuron-compile")
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="neuron-compile")
+    # At exit, compiles not yet started are cancelled (their graphs were never
+    # called); running ones finish (gcc cleans up its temporary files). Hooks
+    # registered here run before concurrent.futures' own, which would run
+    # every queued job first.
+    threading._register_atexit(functools.partial(pool.shutdown, wait=True, cancel_futures=True))
+    return pool
 
 
-def finish_pending() -> None:
-    """Waits for every graph compiling on the compile thread; the first
-    failure is raised (after all have finished)."""
+def finish_pending(raise_errors: bool = True) -> None:
+    """Finishes every graph still compiling (waits for the compile threads):
+    metrics reads call it so their counts are complete. With
+    ``raise_errors``, the first failure is raised once all are done; a failed
+    graph raises its error at its own calls either way."""
     err = None
-    while _pending:
-        job = _pending.pop(0)
+    while True:
+        with _lock:
+            if not _pending:
+                break
+            job = _pending[0]
+            if job.future is not None and job.future.cancelled():
+                _pending.remove(job)  # at exit: never started, nothing to finish
+                continue
         try:
-            if job.finish() is not job.graph:
-                raise NeuronCompileError(f"neuron backend: graph {job.name} cannot run compiled")
-        except BaseException as e:  # noqa: BLE001 - raised below, once all are done
+            job.finish()
+        except Exception as e:  # noqa: BLE001 - raised below, once all are done
             err = err or e
-    if err is not None:
+    if err is not None and raise_errors:
         raise err
 
 
@@ -281,14 +413,7 @@ def _report_compile(name: str, program, seconds: float, device: int) -> None:
 
 def _graph_compiler(kind: str, opts: _Options):
     def fn(gm, example_inputs):
-        if kind == "fw":
-            # The forward's C compile overlaps the backward's tracing,
-            # partition and lowering; the backward compiler waits for it.
-            return compile_fx_graph(gm, kind, opts, background=True)
-        try:
-            return compile_fx_graph(gm, kind, opts)
-        finally:
-            finish_pending()
+        return compile_fx_graph(gm, kind, opts)
     return fn
 
 
@@ -357,12 +482,16 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=
         # place instead of AOTAutograd copying each one back eagerly.
         keep_inference_input_mutations=True,
     )
+    group = _Group()
+    _tls.group = group
     try:
         try:
-            with warm.aot_cache(root, key, _decompositions) if key is not None else contextlib.nullcontext():
+            with warm.aot_cache(root, key, _decompositions, group.defer_save) if key is not None \
+                    else contextlib.nullcontext():
                 compiled = _aot(gm, example_inputs, aot_kwargs)
         finally:
-            finish_pending()  # a forward whose backward compiles lazily
+            _tls.group = None
+            group.close()
     except NeuronCompileError:
         raise
     except Exception as e:  # noqa: BLE001 - AOT tracing failed

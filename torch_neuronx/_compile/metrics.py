@@ -1,6 +1,7 @@
 """Compile metrics: what get_dynamo_metrics() reports (TorchNeuron's API)."""
 from __future__ import annotations
 
+import sys
 import threading
 
 _lock = threading.Lock()
@@ -16,6 +17,14 @@ def add(**kw) -> None:
             _metrics[k] += v
 
 
+def settle() -> None:
+    """Finishes the graphs still compiling on the compile threads (their
+    counts are added when they finish); a failed one raises at its own call."""
+    backend = sys.modules.get("torch_neuronx._compile.backend")
+    if backend is not None:
+        backend.finish_pending(raise_errors=False)
+
+
 def get_dynamo_metrics() -> dict:
     """Counters since the last reset: graphs lowered, ``compiles`` (C compiler
     runs), ``cache_hits`` (graphs that compiled nothing: in memory or on disk),
@@ -26,11 +35,13 @@ def get_dynamo_metrics() -> dict:
     cache: no AOTAutograd trace, no lowering), ``warm_rejected`` (entries that
     failed verification) and ``warm_unsaved`` (graphs that could not be
     cached)."""
+    settle()
     with _lock:
         return dict(_metrics)
 
 
 def reset_dynamo_metrics() -> None:
+    settle()
     with _lock:
         for k in _metrics:
             _metrics[k] = 0

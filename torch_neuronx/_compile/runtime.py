@@ -77,11 +77,14 @@ class CompiledGraph(OutputCode):
         self.bases = {b: lowered.bases[b] for b in sorted(used)}
         self._boxed_call = True
         self.program = None
-        if program is not None:  # else attached when its compile finishes (backend.finish_pending)
+        # The compile-thread job (backend._CompileJob) until it attaches the program.
+        self._job = None
+        if program is not None:
             self._attach(program)
 
     def _attach(self, program) -> None:
-        self.program = program
+        # self.program is set last: another thread may be calling this graph
+        # and takes the ready path as soon as it is set.
         self.ws_size = program.workspace_size
         self._fast = self._plan_fast()
         if self._fast is not None:
@@ -92,9 +95,10 @@ class CompiledGraph(OutputCode):
                 [e[0] for e in self.exports], [list(e[1]) for e in self.exports],
                 [list(e[2]) for e in self.exports], [e[3] for e in self.exports], self.ws_size,
                 self.device.index or 0, self._fast)
+        self.program = program
 
     # ---- OutputCode: pickling for AOTAutograd's cache entry -----------------------
-    _LIVE = ("program", "_call", "_fast", "ws_size")
+    _LIVE = ("program", "_call", "_fast", "ws_size", "_job")
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k not in self._LIVE}
@@ -102,12 +106,13 @@ class CompiledGraph(OutputCode):
     def __setstate__(self, state):
         self.__dict__.update(state)
         self.program = None
+        self._job = None
 
     def prepare_for_serialization(self) -> None:
         pass  # __getstate__ drops the live program
 
     def post_compile(self, example_inputs, constants, graph_kwargs) -> None:
-        if self.program is None:
+        if self.program is None and self._job is None:
             from . import backend
             self._attach(backend.rebuild_program(self.tape, self.name, self.device))
 
@@ -172,7 +177,7 @@ class CompiledGraph(OutputCode):
 
     def __call__(self, args):
         if self.program is None:
-            self.post_compile(None, None, None)
+            return self._first_call(args)
         if self._fast is not None:
             if type(args) is not list:
                 args = list(args)
@@ -208,6 +213,19 @@ class CompiledGraph(OutputCode):
         args.clear()  # boxed calling convention: drop inputs early
         return list(self._tensor(v, bufs, None, host_out) if v is not None else None
                     for v in _flat(self.outputs))
+
+    def _first_call(self, args):
+        """No program yet: wait for the compile thread (or rebuild a warm
+        graph's program). A compile that failed raises here, naming the
+        graph; under fallback execution the graph runs eagerly instead."""
+        job = self._job
+        if job is not None:
+            ready = job.finish()
+            if ready is not self:
+                return ready(args)
+        else:
+            self.post_compile(None, None, None)
+        return self(args)
 
     def _host(self, h, run, bufs, args, host_out):
         step = self.hosts[h]

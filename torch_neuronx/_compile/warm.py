@@ -238,11 +238,13 @@ def load_compiled(root: str, key: str, gm: torch.fx.GraphModule):
 
 
 @contextlib.contextmanager
-def aot_cache(root: str, key: str, decompositions):
+def aot_cache(root: str, key: str, decompositions, save_later=None):
     """While AOTAutograd compiles a graph that missed the warm cache: save
-    what it makes under our key in our directory. AOTAutograd is called
-    without decompositions; ``decompositions()`` builds the table here, on
-    a miss, when tracing needs it (a warm process never does)."""
+    what it makes under our key in our directory (``save_later(fn)``, when
+    given, gets the save to run once the graph's C compiles succeeded).
+    AOTAutograd is called without decompositions; ``decompositions()``
+    builds the table here, on a miss, when tracing needs it (a warm process
+    never does)."""
     from torch._functorch import config as functorch_config
     from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
     from torch._functorch._aot_autograd.schemas import AOTAutogradCacheInfo
@@ -253,7 +255,10 @@ def aot_cache(root: str, key: str, decompositions):
         return None, dataclasses.replace(aot_config, cache_info=info, decompositions=decompositions())
 
     def save_entry(cache_key, entry, remote):
-        save(root, cache_key, entry)
+        if save_later is None:
+            save(root, cache_key, entry)
+        else:
+            save_later(functools.partial(save, root, cache_key, entry))
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(functorch_config.patch(
