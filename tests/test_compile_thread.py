@@ -104,6 +104,8 @@ def test_training_forward_and_backward_compile_on_the_thread(gate):
     torch.testing.assert_close(wd.grad.cpu(), w.grad, atol=1e-5, rtol=1e-5)
     m = torch.neuron.get_dynamo_metrics()
     assert m["graphs"] == 2 and m["compiles"] == 2 and m["fallback_graphs"] == 0, m
+    # The first calls waited for the held compiles, and say so.
+    assert m["compile_wait_seconds"] > 0, m
 
 
 def test_metrics_complete_while_compiles_pending(gate):

@@ -7,7 +7,7 @@ import threading
 _lock = threading.Lock()
 _FIELDS = ("graphs", "compiles", "cache_hits", "memory_cache_hits", "disk_cache_hits",
            "compile_seconds", "cc_seconds", "fallback_graphs", "host_steps", "kernels", "lowerings",
-           "warm_graphs", "warm_rejected", "warm_unsaved")
+           "warm_graphs", "warm_rejected", "warm_unsaved", "compile_wait_seconds")
 _metrics = dict.fromkeys(_FIELDS, 0)
 
 
@@ -33,8 +33,9 @@ def get_dynamo_metrics() -> dict:
     (eager ops inside compiled graphs), ``kernels`` (generated), ``lowerings``
     (FX graphs lowered), ``warm_graphs`` (Dynamo graphs loaded from the warm
     cache: no AOTAutograd trace, no lowering), ``warm_rejected`` (entries that
-    failed verification) and ``warm_unsaved`` (graphs that could not be
-    cached)."""
+    failed verification), ``warm_unsaved`` (graphs that could not be
+    cached) and ``compile_wait_seconds`` (time graphs' first calls waited for
+    the compile threads: the part of the C compiles nothing overlapped)."""
     settle()
     with _lock:
         return dict(_metrics)

@@ -7,11 +7,14 @@ each host step calls the eager op and passes its results back.
 """
 from __future__ import annotations
 
+import time
+
 import torch
 from torch._inductor.output_code import OutputCode
 from torch.fx.node import map_arg
 
 from .. import _C
+from . import metrics
 from .lower import Lowered, Val, _PyConst, _PyHostResult, _PyInput, _PyItem
 
 _NEURON = "neuron"
@@ -220,7 +223,13 @@ class CompiledGraph(OutputCode):
         graph; under fallback execution the graph runs eagerly instead."""
         job = self._job
         if job is not None:
-            ready = job.finish()
+            t = time.perf_counter()
+            try:
+                ready = job.finish()
+            finally:
+                # What the compile threads did not hide (the backend's share of
+                # a cold start that falls outside Dynamo's call_user_compiler).
+                metrics.add(compile_wait_seconds=time.perf_counter() - t)
             if ready is not self:
                 return ready(args)
         else:
