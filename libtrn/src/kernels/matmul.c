@@ -171,7 +171,8 @@ DEFINE_SMALL(small_f32, float, LD_F32, ST_F32)
 #define TILE_MNK ((int64_t)1 << 19)
 
 static bool tile_f32_fits(const trn_matmul_desc *d) {
-    return d->dtype == TRN_DTYPE_F32 && d->beta == 0 && d->m * d->n * d->k < TILE_MNK;
+    // The whole batch counts: the tiles run on one thread, oneDNN on all.
+    return d->dtype == TRN_DTYPE_F32 && d->beta == 0 && d->batch * d->m * d->n * d->k < TILE_MNK;
 }
 
 #if defined(__AVX512F__)
@@ -280,10 +281,6 @@ static void pack_transposed(int64_t k, int64_t n, const float *B, int64_t ldbt, 
 #define TILE_F32(m, n, k, A, ars, acs, B, ldb, C, ldc) trn_tile_mm(m, n, k, A, ars, acs, B, ldb, C, ldc, 0)
 #endif
 
-// C = alpha * A.B (+ the bias row) on tiles. A transposed B (column
-// stride != 1) is first copied row-major: the tiles read B by rows. Returns
-// false (nothing written) when that copy cannot be allocated; the caller
-// then runs the general loop, which needs no memory.
 // B (k x n, column stride != 1) copied row-major into packed (ldb n).
 static void pack_b(int64_t k, int64_t n, const float *B, const int64_t *bs, float *packed) {
 #ifdef PACK_TRANSPOSED
@@ -302,10 +299,13 @@ static void pack_b(int64_t k, int64_t n, const float *B, const int64_t *bs, floa
         }
 }
 
-// A C whose rows are not contiguous (a column-major output the compiler
-// chose) gets the tiles' row-major result copied in, so every float32
-// product below TILE_MNK computes the same bits whatever the layouts
-// (eager and compiled graphs agree).
+// C = alpha * A.B (+ the bias row) on tiles. A transposed B (column
+// stride != 1) is first copied row-major: the tiles read B by rows. A C
+// whose rows are not contiguous (a column-major output the compiler chose)
+// gets the tiles' row-major result copied in, so every float32 product
+// below TILE_MNK computes the same bits whatever the layouts (eager and
+// compiled graphs agree). Returns false (nothing written) when a copy
+// cannot be allocated; the caller then takes the other paths.
 static bool tile_f32(const trn_matmul_desc *d, const float *bias, int64_t bias_stride) {
     const int64_t *as = d->a_strides, *bs = d->b_strides, *cs = d->c_strides;
     const bool pack = bs[2] != 1 && d->n > 1, direct = cs[2] == 1 || d->n == 1;
