@@ -704,6 +704,17 @@ static int float_sum_lanes(const trn__cc_node *r, const trn__cc_node *x, int64_t
     return 0;
 }
 
+// Opens a reduction's lane loop (`l` over `lanes` consecutive positions
+// from rl) and emits the fused body's values for position rl + l.
+static void put_lane_loop(sb *b, kernel *k, const char *in, int inner, int lanes, const char *const *idx) {
+    put(b, "%s        #pragma GCC ivdep\n", in);
+    put(b, "%s        for (int l = 0; l < %d; l++) {\n", in, lanes);
+    put(b, "%s            const int64_t r%d = rl + l;\n", in, inner);
+    char body[80];
+    snprintf(body, sizeof body, "%s            ", in);
+    put_body_values(b, k, body, idx);
+}
+
 // Float max/min in lanes too: lane l keeps the extreme of every lanes-th
 // element (NaN wins, as put_fold), folded into acc0 at the end. The lanes
 // compare branch-free, so gcc vectorizes them where the four-accumulator
@@ -718,12 +729,7 @@ static void put_float_extreme(sb *b, kernel *k, const char *in, int inner, int64
     put(b, "%s    float m[%d];\n", in, lanes);
     put(b, "%s    for (int l = 0; l < %d; l++) m[l] = %sINFINITY;\n", in, lanes, rop == TRN_GRAPH_MAX ? "-" : "");
     put(b, "%s    for (int64_t rl = 0; rl < %lld; rl += %d) {\n", in, (long long)n_in, lanes);
-    put(b, "%s        #pragma GCC ivdep\n", in);
-    put(b, "%s        for (int l = 0; l < %d; l++) {\n", in, lanes);
-    put(b, "%s            const int64_t r%d = rl + l;\n", in, inner);
-    char body[80];
-    snprintf(body, sizeof body, "%s            ", in);
-    put_body_values(b, k, body, idx);
+    put_lane_loop(b, k, in, inner, lanes, idx);
     put(b, "%s            const float e = %s;\n", in, value);
     put(b, "%s            m[l] = (e != e || e %s m[l]) ? e : m[l];\n", in, cmp);
     put(b, "%s        }\n", in);
@@ -739,12 +745,7 @@ static void put_float_sum(sb *b, kernel *k, const char *in, int inner, int64_t n
     put(b, "%sfor (int64_t rb = 0; rb < %lld; rb += %lld) {\n", in, (long long)n_in, (long long)block);
     put(b, "%s    float s[%d] = {0};\n", in, lanes);
     put(b, "%s    for (int64_t rl = rb; rl < rb + %lld; rl += %d) {\n", in, (long long)block, lanes);
-    put(b, "%s        #pragma GCC ivdep\n", in);
-    put(b, "%s        for (int l = 0; l < %d; l++) {\n", in, lanes);
-    put(b, "%s            const int64_t r%d = rl + l;\n", in, inner);
-    char body[80];
-    snprintf(body, sizeof body, "%s            ", in);
-    put_body_values(b, k, body, idx);
+    put_lane_loop(b, k, in, inner, lanes, idx);
     put(b, "%s            s[l] += %s;\n", in, value);
     put(b, "%s        }\n", in);
     put(b, "%s    }\n", in);
