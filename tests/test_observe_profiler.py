@@ -51,8 +51,11 @@ def test_key_averages_device_times():
     assert avgs["trn::mm"].device_time_total > 0
     for e in prof.key_averages():
         assert e.cpu_time_total >= 0 and e.device_time_total >= 0, e.key
-    table = prof.key_averages().table(sort_by="device_time_total", row_limit=5)
-    assert "trn::mm" in table
+    # Every row (which kernels lead by device time depends on their speed:
+    # a 64x32x16 mm now takes about as long as the relu and the copies).
+    table = prof.key_averages().table(sort_by="device_time_total", row_limit=-1)
+    assert "trn::mm" in table and "trn::relu" in table
+    assert "Self NEURON time total" in table
 
 
 def test_autograd_profiler_use_device_neuron():
