@@ -695,8 +695,9 @@ static void put_fold(sb *b, const char *in, trn_graph_reduce_op rop, bool fam_f,
 // converting). Error: a lane adds at most 16 values and the pairwise tree 4
 // levels, so |computed - exact| <= ~20 u sum|x| (u = 2^-24), against ~n u for
 // a plain float loop; ATen's CPU sum (cascade, float) is in that range too.
-// 0: not such a sum (another op, dtype, or a loop not a multiple of 8).
-static int float_sum_lanes(const trn__cc_node *r, const trn__cc_node *x, int64_t n_in) {
+// float_lanes: how many lanes a float sum, max or min takes (max/min: below);
+// 0: none (another op, dtype, or a loop not a multiple of 8).
+static int float_lanes(const trn__cc_node *r, const trn__cc_node *x, int64_t n_in) {
     if (r->rop != TRN_GRAPH_SUM && r->rop != TRN_GRAPH_MAX && r->rop != TRN_GRAPH_MIN) return 0;
     if (x->dtype != TRN_DTYPE_F32 && x->dtype != TRN_DTYPE_F16 && x->dtype != TRN_DTYPE_BF16) return 0;
     if (n_in % 16 == 0) return 16;
@@ -937,7 +938,7 @@ static void render_reduce(sb *b, kernel *k, int64_t *items_out, int64_t *grain_o
     // A float sum, max or min whose innermost reduced loop is a multiple of
     // 8 runs in float lanes instead (put_float_sum, put_float_extreme); else,
     // as here, sums and products in double.
-    const int flanes = float_sum_lanes(r, x, n_in);
+    const int flanes = float_lanes(r, x, n_in);
     const int lanes = flanes ? 1 : (n_in >= 8 ? 4 : 1);
     for (int l = 0; l < lanes; l++) put(b, "        %s acc%d = %s;\n", acc_t, l, init);
     char in[64] = "        ";
