@@ -215,4 +215,4 @@ def test_exit_with_compiles_in_flight(tmp_path):
     # queued ones were cancelled.
     objects = sorted((tmp_path / "cache").glob("*.so"))
     assert 1 <= len(objects) <= 3
-    assert all(o.with_suffix(".sha256").is_file() for o in objects)
+    assert all(o.with_suffix(".mac").is_file() for o in objects)

@@ -1,6 +1,7 @@
 // test_compiler.c - the graph compiler end to end: build, schedule, render,
 // gcc, dlopen, run; fusion, reductions, extern matmul, host steps, the disk
-// cache (hit, corrupted entry recompiled), builder errors and kernels
+// cache (hit, corrupted entry recompiled, refused directories, planted
+// entries never loaded), builder errors and kernels
 // sharing a body.
 #include <math.h>
 #include <stdlib.h>
@@ -153,6 +154,8 @@ static void test_cache(void) {
     char dir[] = "/tmp/trn-cc-test-XXXXXX";
     if (mkdtemp(dir) == NULL) return;
     char cache[4200];
+    snprintf(cache, sizeof cache, "%s/config", dir);
+    setenv("XDG_CONFIG_HOME", cache, 1);  // the cache key, kept out of $HOME
     snprintf(cache, sizeof cache, "%s/sub/cache", dir);
     for (int round = 0; round < 3; round++) {
         trn_graph *g;
@@ -188,6 +191,143 @@ static void test_cache(void) {
         trn_program_free(p);
     }
     char cmd[4400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK_INT(system(cmd), 0);
+}
+
+// exp(x) on 10 floats, compiled with `cache`; NULL if the compile failed.
+static trn_program *compile_exp(const char *cache) {
+    trn_graph *g;
+    trn_graph_create(&g);
+    int64_t s[1] = {10}, st[1] = {1};
+    int x, y;
+    trn_graph_input(g, TRN_DTYPE_F32, 1, s, st, &x);
+    trn_graph_pointwise(g, TRN_EW_EXP, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, &x, NULL, &y);
+    trn_graph_export(g, y, NULL);
+    trn_program *p = compile(g, cache);
+    trn_graph_free(g);
+    return p;
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+// Another user's code must never load from the cache: directories that are
+// symlinks, foreign-owned or writable by others are refused (the compile
+// goes on without a cache), and an entry is trusted only with a MAC under the
+// user's own key: a planted object with a matching checksum, or with a MAC
+// under someone else's key, is recompiled, and its constructor never runs.
+static void test_cache_trust(void) {
+    char dir[] = "/tmp/trn-cc-trust-XXXXXX";
+    if (mkdtemp(dir) == NULL) return;
+    char path[4200], other[4200], cmd[9000];
+    snprintf(path, sizeof path, "%s/config", dir);
+    setenv("XDG_CONFIG_HOME", path, 1);
+
+    // Refused directories: the reason is named, and a compile still works.
+    snprintf(other, sizeof other, "%s/real", dir);
+    CHECK_INT(trn_compile_cache_check_dir(other), TRN_SUCCESS);
+    snprintf(path, sizeof path, "%s/link", dir);
+    CHECK_INT(symlink(other, path), 0);
+    CHECK_INT(trn_compile_cache_check_dir(path), TRN_ERROR_SYSTEM);
+    CHECK(strstr(trn_last_error(), "symbolic link") != NULL);
+    trn_program *p = compile_exp(path);
+    if (p) CHECK_INT(trn_program_from_cache(p), 0);
+    trn_program_free(p);
+    snprintf(cmd, sizeof cmd, "ls -A '%s' | grep -q .", other);
+    CHECK(system(cmd) != 0);  // nothing written through the link
+    snprintf(path, sizeof path, "%s/open", dir);
+    CHECK_INT(mkdir(path, 0700), 0);
+    CHECK_INT(chmod(path, 0777), 0);
+    CHECK_INT(trn_compile_cache_check_dir(path), TRN_ERROR_SYSTEM);
+    CHECK(strstr(trn_last_error(), "writable by group or others") != NULL);
+    snprintf(path, sizeof path, "%s/file", dir);
+    write_text(path, "not a directory");
+    CHECK(trn_compile_cache_check_dir(path) != TRN_SUCCESS);
+    p = compile_exp(path);  // a cache path that is a file: compiled without it
+    CHECK(p != NULL);
+    trn_program_free(p);
+    if (geteuid() == 0) {  // only root can give a directory away
+        snprintf(path, sizeof path, "%s/foreign", dir);
+        CHECK_INT(mkdir(path, 0700), 0);
+        CHECK_INT(chown(path, 65534, 65534), 0);
+        CHECK_INT(trn_compile_cache_check_dir(path), TRN_ERROR_SYSTEM);
+        CHECK(strstr(trn_last_error(), "owned by uid 65534") != NULL);
+    }
+
+    // A planted entry: an object whose constructor leaves a mark.
+    snprintf(path, sizeof path, "%s/cache", dir);
+    p = compile_exp(path);
+    if (p == NULL) return;
+    char key[65], so[4400], mac[4400], mark[4200], csrc[4200];
+    snprintf(key, sizeof key, "%s", trn_program_cache_key(p));
+    trn_program_free(p);
+    snprintf(so, sizeof so, "%s/%s.so", path, key);
+    snprintf(mac, sizeof mac, "%s/%s.mac", path, key);
+    snprintf(mark, sizeof mark, "%s/planted-code-ran", dir);
+    snprintf(csrc, sizeof csrc, "%s/evil.c", dir);
+    snprintf(cmd, sizeof cmd, "#include <stdio.h>\n__attribute__((constructor)) static void f(void) "
+             "{ FILE *m = fopen(\"%s\", \"w\"); if (m) fclose(m); }\n", mark);
+    write_text(csrc, cmd);
+    snprintf(cmd, sizeof cmd, "gcc -shared -fPIC -o '%s' '%s'", so, csrc);
+    CHECK_INT(system(cmd), 0);
+    size_t n = 0;
+    char *bytes = NULL;
+    FILE *f = fopen(so, "rb");
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        n = (size_t)ftell(f);
+        fseek(f, 0, SEEK_SET);
+        bytes = malloc(n);
+        if (bytes && fread(bytes, 1, n, f) != n) n = 0;
+        fclose(f);
+    }
+    CHECK(bytes != NULL && n > 0);
+    char planted[65];
+    for (int attack = 0; bytes && attack < 2; attack++) {
+        if (attack == 0) {
+            trn_sha256_hex(bytes, n, planted);  // a checksum, as the old cache kept
+        } else {  // a MAC under the attacker's own key
+            snprintf(other, sizeof other, "%s/attacker", dir);
+            setenv("XDG_CONFIG_HOME", other, 1);
+            CHECK_INT(trn_compile_cache_mac(key, bytes, n, planted), TRN_SUCCESS);
+            snprintf(other, sizeof other, "%s/config", dir);
+            setenv("XDG_CONFIG_HOME", other, 1);
+        }
+        write_text(mac, planted);
+        p = compile_exp(path);
+        if (p) CHECK_INT(trn_program_from_cache(p), 0);
+        trn_program_free(p);
+        CHECK(access(mark, F_OK) != 0);
+        // The recompile replaced the planted entry: it loads again.
+        p = compile_exp(path);
+        if (p) CHECK_INT(trn_program_from_cache(p), 1);
+        trn_program_free(p);
+        snprintf(cmd, sizeof cmd, "gcc -shared -fPIC -o '%s' '%s'", so, csrc);
+        CHECK_INT(system(cmd), 0);
+    }
+    free(bytes);
+
+    // The key itself must be private: a readable key is refused, by name.
+    snprintf(other, sizeof other, "%s/config/openneuron/compile-cache.key", dir);
+    CHECK_INT(chmod(other, 0644), 0);
+    snprintf(other, sizeof other, "%s/config2", dir);
+    setenv("XDG_CONFIG_HOME", other, 1);  // a new path: the key is read again
+    char out[65];
+    CHECK_INT(trn_compile_cache_mac("k", "x", 1, out), TRN_SUCCESS);
+    snprintf(other, sizeof other, "%s/config2/openneuron/compile-cache.key", dir);
+    CHECK_INT(chmod(other, 0644), 0);
+    snprintf(other, sizeof other, "%s/config", dir);
+    setenv("XDG_CONFIG_HOME", other, 1);
+    CHECK_INT(trn_compile_cache_mac("k", "x", 1, out), TRN_ERROR_SYSTEM);
+    CHECK(strstr(trn_last_error(), "readable or writable by others") != NULL);
+    unsetenv("XDG_CONFIG_HOME");
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK_INT(system(cmd), 0);
 }
@@ -544,6 +684,7 @@ int main(void) {
     test_softmax();
     test_matmul_host_and_workspace();
     test_cache();
+    test_cache_trust();
     test_errors();
     test_store();
     test_shared_bodies();

@@ -50,11 +50,32 @@ def _include_dir() -> str:
     raise NeuronCompileError("neuron compiler: libtrn headers (trn/scalar.h) not found next to torch_neuronx")
 
 
+_refused_caches: set[tuple[str, str]] = set()
+
+
 def cache_dir() -> str | None:
+    """The disk cache directory, or None (disabled, or refused). libtrn
+    trusts a directory only if it is the user's own, not a symlink and not
+    writable by others, and entries only with a MAC under the user's key
+    (another local user could otherwise plant code that runs as us): a
+    refused cache warns once and the process compiles without it."""
     if _env_flag("TORCH_NEURONX_NEFF_DISABLE_CACHE", False):
         return None
     d = os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR")
-    return d or os.path.join(tempfile.gettempdir(), f"openneuron-compile-cache-{os.getuid()}")
+    d = d or os.path.join(tempfile.gettempdir(), f"openneuron-compile-cache-{os.getuid()}")
+    why = _C._compile_cache_check_dir(d)
+    if not why:
+        try:
+            _C._compile_cache_mac("", b"")  # the user's key: made once, or refused
+        except RuntimeError as e:
+            why = str(e)
+    if why:
+        if (d, why) not in _refused_caches:
+            _refused_caches.add((d, why))
+            warnings.warn(f"neuron compile cache not used: {why}. Compiling without the disk cache; remove it, "
+                          "or set TORCH_NEURONX_NEFF_CACHE_DIR to a directory of your own", stacklevel=2)
+        return None
+    return d
 
 
 def debug_dir() -> str | None:

@@ -18,9 +18,13 @@ AOTAutogradCache entry points are replaced only while our backend runs
 AOTAutograd (Dynamo compiles one graph at a time), and the backward is
 compiled eagerly then, so the entry is complete when it is saved.
 
-Files are ``MAGIC, sha256 of the payload, payload``; written atomically
-(private temporary file, rename) in a 0700 directory; a file whose payload
-does not hash to its header is removed and recompiled, never unpickled.
+Files are ``MAGIC, MAC, payload``: the MAC is libtrn's HMAC of the key and
+the payload under the user's cache key (kept 0600 outside the cache), so
+only this user's processes can make an entry that loads; written
+atomically (private temporary file, rename) in a directory libtrn trusts
+(the user's own, not writable by others); a file whose MAC does not verify,
+or that does not hold an AOTAutograd entry, is removed and recompiled, and
+nothing is unpickled before its MAC verifies.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import hmac
 import os
 import pickle
 import tempfile
@@ -37,9 +42,10 @@ from pathlib import Path
 
 import torch
 
+from .. import _C
 from . import metrics
 
-MAGIC = b"openneuron-aot-v1\n"
+MAGIC = b"openneuron-aot-v2\n"
 
 
 @functools.cache
@@ -156,11 +162,19 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, salt: str) -> str | None
 
 def _dir(root: str) -> str:
     d = os.path.join(root, "aot")
-    if not os.path.isdir(d):
-        # Private like libtrn's cache (makedirs gives parents default modes).
-        os.makedirs(root, mode=0o700, exist_ok=True)
-        os.makedirs(d, mode=0o700, exist_ok=True)
+    why = _C._compile_cache_check_dir(d)  # created 0700, refused unless private
+    if why:
+        raise OSError(why)
     return d
+
+
+def _mac(key: str, payload: bytes) -> bytes:
+    return _C._compile_cache_mac(key, payload).encode()
+
+
+def _entry_type():
+    from torch._functorch._aot_autograd.autograd_cache import BundledAOTAutogradResult
+    return BundledAOTAutogradResult
 
 
 def load(root: str, key: str):
@@ -174,13 +188,17 @@ def load(root: str, key: str):
     head = len(MAGIC) + 65
     digest = blob[len(MAGIC):head - 1]
     payload = blob[head:]
-    if not blob.startswith(MAGIC) or hashlib.sha256(payload).hexdigest().encode() != digest:
-        # Never unpickle bytes that do not verify; the compile rewrites it.
+    entry = None
+    if blob.startswith(MAGIC) and hmac.compare_digest(_mac(key, payload), digest):
+        entry = pickle.loads(payload)
+    if not isinstance(entry, _entry_type()):
+        # Never unpickle bytes that do not verify, and never keep an entry
+        # that cannot load (it would fail every compile): recompiled.
         metrics.add(warm_rejected=1)
         with contextlib.suppress(OSError):
             os.unlink(path)
         return None
-    return pickle.loads(payload)
+    return entry
 
 
 def save(root: str, key: str, entry) -> bool:
@@ -193,11 +211,17 @@ def save(root: str, key: str, entry) -> bool:
         from .. import _logging
         _logging.log(_logging.INFO, "compile", f"warm cache: graph not saved ({type(e).__name__}: {e})")
         return False
-    d = _dir(root)
+    try:
+        d = _dir(root)
+    except OSError as e:  # a refused directory costs a recompile, nothing more
+        metrics.add(warm_unsaved=1)
+        from .. import _logging
+        _logging.log(_logging.INFO, "compile", f"warm cache: graph not saved ({e})")
+        return False
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+            f.write(MAGIC + _mac(key, payload) + b"\n" + payload)
         os.replace(tmp, os.path.join(d, key + ".bin"))
     except BaseException:
         with contextlib.suppress(OSError):

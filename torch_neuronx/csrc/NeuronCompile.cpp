@@ -424,6 +424,17 @@ void register_compiler(py::module_ &m) {
         return d;
     });
     m.def("_compiler_version", [] { return std::string(TRN_COMPILER_VERSION); });
+    // The disk cache's trust checks (libtrn decides; Python only reports):
+    // "" when `dir` may be used, else why not.
+    m.def("_compile_cache_check_dir", [](const std::string &dir) {
+        return trn_compile_cache_check_dir(dir.c_str()) == TRN_SUCCESS ? std::string() : std::string(trn_last_error());
+    });
+    m.def("_compile_cache_mac", [](const std::string &label, const py::bytes &data) {
+        const std::string bytes = data;
+        char out[65];
+        TRN_CHECK(trn_compile_cache_mac(label.c_str(), bytes.data(), bytes.size(), out));
+        return std::string(out);
+    });
 }
 
 BindingsRegistrar reg_compiler(register_compiler);

@@ -195,7 +195,7 @@ int trn_graph_node_count(const trn_graph *g);
 // ---- compile -----------------------------------------------------------------
 typedef struct trn_compile_options {
     const char *include_dir;  // where trn/kernel_abi.h and trn/scalar.h live
-    const char *cache_dir;    // disk cache (created 0700); NULL: no disk cache
+    const char *cache_dir;    // disk cache (see trn_compile_cache_check_dir); NULL: none
     const char *debug_dir;    // NULL, or a directory for graph.c, command, log
     const char *name;         // file stem in debug_dir (e.g. "graph_3_fw")
 } trn_compile_options;
@@ -231,6 +231,19 @@ trn_status trn_run_finish(trn_run *run, trn_stream *stream);
 
 // sha256 of `len` bytes as 64 hex digits + NUL (used by the cache key).
 void trn_sha256_hex(const void *data, size_t len, char out[65]);
+
+// ---- disk cache trust ------------------------------------------------------
+// A cache directory is used only when it is a directory (not a symlink) owned
+// by the calling user and not writable by group or others; it is created 0700
+// when missing. TRN_SUCCESS, or an error whose message says why it is refused.
+trn_status trn_compile_cache_check_dir(const char *dir);
+// HMAC-SHA256 (64 hex digits + NUL) of `label` and `len` bytes under the
+// user's cache key: 32 random bytes in $XDG_CONFIG_HOME/openneuron/
+// compile-cache.key (default ~/.config/...), created 0600 on first use and
+// refused unless private. Every cache entry carries it, so bytes that another
+// user planted never load; the label (the entry's key) keeps an entry from
+// being passed off under another name.
+trn_status trn_compile_cache_mac(const char *label, const void *data, size_t len, char out[65]);
 
 #ifdef __cplusplus
 }

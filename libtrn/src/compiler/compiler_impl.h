@@ -133,13 +133,31 @@ bool trn__cc_is_float(trn_dtype d);
 trn_status trn__cc_render(const trn_graph *g, const trn__cc_schedule *s, char **source);
 
 // ---- cache --------------------------------------------------------------------------
-// Path of a verified cached object for `key` (malloc'd) or NULL.
-char *trn__cc_cache_lookup(const char *dir, const char *key);
-// Stores the object at `so_path` under `key` atomically; errors are
+// SHA-256, streaming (sha256.c), and bytes as lower-case hex (out: 2n+1).
+typedef struct trn__sha256 {
+    uint32_t h[8];
+    uint64_t len;
+    unsigned char buf[64];
+    size_t fill;
+} trn__sha256;
+void trn__sha256_init(trn__sha256 *c);
+void trn__sha256_update(trn__sha256 *c, const void *data, size_t len);
+void trn__sha256_final(trn__sha256 *c, unsigned char out[32]);
+void trn__hex(const unsigned char *bytes, size_t n, char *out);
+
+// The verified bytes of the cached object for `key` (malloc'd, *len set),
+// or NULL: no entry, an entry whose MAC does not verify, or a directory
+// that fails trn_compile_cache_check_dir. Never a path: the caller loads a
+// private copy, so nothing can change between the check and the load.
+char *trn__cc_cache_read(const char *dir, const char *key, size_t *len);
+// Stores `len` bytes under `key` atomically with their MAC; errors are
 // reported but non-fatal to the caller (the program still runs).
-trn_status trn__cc_cache_store(const char *dir, const char *key, const char *so_path,
-                               char **stored_path);
+trn_status trn__cc_cache_store(const char *dir, const char *key, const char *bytes, size_t len);
+// mkdir -p with mode 0700 for what it creates.
 trn_status trn__cc_mkdir_private(const char *dir);
+// Refuses a path that is a symlink, not a directory, not owned by the
+// calling user, or writable by group or others (the message says which).
+trn_status trn__cc_check_private_dir(const char *dir, const char *what);
 
 // ---- jit ----------------------------------------------------------------------------
 // Runs kernel `kernel` of `p` on the program's buffer table `bufs` (one base

@@ -1,11 +1,13 @@
 // cache.c - compiled graphs on disk.
 //
-// Owns: the cache directory layout, <key>.so and <key>.sha256 (the sha256 of
-// the .so's bytes). Writes are atomic (a private temporary file in the same
-// directory, then rename), so concurrent processes never see half an entry;
-// two processes compiling the same key both rename identical bytes. An entry
-// whose bytes do not hash to its .sha256 is ignored (and rewritten by the
-// next compile), never loaded. The directory is created 0700.
+// Owns: the cache directory layout, <key>.so and <key>.mac (the HMAC of the
+// key and the .so's bytes under the user's cache key, cache_key.c). Writes
+// are atomic (a private temporary file in the same directory, then rename),
+// so concurrent processes never see half an entry; two processes compiling
+// the same key both rename identical bytes. A directory is used only if it
+// passes trn_compile_cache_check_dir; an entry whose MAC does not verify is
+// ignored (and rewritten by the next compile), never loaded; a verified entry
+// is handed out as bytes, so what is loaded is what was verified.
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -36,11 +38,13 @@ trn_status trn__cc_mkdir_private(const char *dir) {
     return TRN_SUCCESS;
 }
 
+// The whole of a regular file owned by the caller (no symlink followed),
+// malloc'd; NULL otherwise.
 static char *slurp(const char *path, size_t *len) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return NULL;
     struct stat sbuf;
-    if (fstat(fd, &sbuf) != 0 || sbuf.st_size < 0) {
+    if (fstat(fd, &sbuf) != 0 || !S_ISREG(sbuf.st_mode) || sbuf.st_uid != geteuid()) {
         close(fd);
         return NULL;
     }
@@ -62,30 +66,30 @@ static char *slurp(const char *path, size_t *len) {
     return buf;
 }
 
-char *trn__cc_cache_lookup(const char *dir, const char *key) {
-    char so[4200], sum[4200];
+char *trn__cc_cache_read(const char *dir, const char *key, size_t *len) {
+    if (trn_compile_cache_check_dir(dir) != TRN_SUCCESS) {
+        trn_clear_error();  // an unusable cache is a miss
+        return NULL;
+    }
+    char so[4200], macp[4200];
     snprintf(so, sizeof so, "%s/%s.so", dir, key);
-    snprintf(sum, sizeof sum, "%s/%s.sha256", dir, key);
-    size_t sl = 0, bl = 0;
-    char *expect = slurp(sum, &sl);
-    if (expect == NULL || sl < 64) {
-        free(expect);
-        return NULL;
-    }
-    char *bytes = slurp(so, &bl);
-    if (bytes == NULL) {
-        free(expect);
-        return NULL;
-    }
+    snprintf(macp, sizeof macp, "%s/%s.mac", dir, key);
+    size_t ml = 0, bl = 0;
+    char *expect = slurp(macp, &ml);
+    char *bytes = expect && ml == 64 ? slurp(so, &bl) : NULL;
     char got[65];
-    trn_sha256_hex(bytes, bl, got);
-    free(bytes);
-    bool ok = memcmp(got, expect, 64) == 0;
+    bool ok = bytes && trn_compile_cache_mac(key, bytes, bl, got) == TRN_SUCCESS;
+    // Compare every digit: how long a comparison takes says nothing.
+    unsigned diff = 0;
+    for (int i = 0; ok && i < 64; i++) diff |= (unsigned)(got[i] ^ expect[i]);
     free(expect);
-    if (!ok) return NULL;
-    char *path = malloc(strlen(so) + 1);
-    if (path) strcpy(path, so);
-    return path;
+    trn_clear_error();
+    if (!ok || diff != 0) {
+        free(bytes);
+        return NULL;
+    }
+    *len = bl;
+    return bytes;
 }
 
 // Writes `len` bytes to dir/<final> through a temporary file and rename.
@@ -110,26 +114,16 @@ static trn_status atomic_write(const char *dir, const char *final, const char *d
     return TRN_SUCCESS;
 }
 
-trn_status trn__cc_cache_store(const char *dir, const char *key, const char *so_path, char **stored) {
-    *stored = NULL;
-    trn_status st = trn__cc_mkdir_private(dir);
+trn_status trn__cc_cache_store(const char *dir, const char *key, const char *bytes, size_t len) {
+    trn_status st = trn_compile_cache_check_dir(dir);
     if (st != TRN_SUCCESS) return st;
-    size_t len = 0;
-    char *bytes = slurp(so_path, &len);
-    if (bytes == NULL) return trn__set_error(TRN_ERROR_SYSTEM, "compile cache: cannot read %s", so_path);
-    char sum[65], name[100];
-    trn_sha256_hex(bytes, len, sum);
-    // The object first, then its checksum: a reader needs both to agree.
+    char mac[65], name[100];
+    st = trn_compile_cache_mac(key, bytes, len, mac);
+    if (st != TRN_SUCCESS) return st;
+    // The object first, then its MAC: a reader needs both to agree.
     snprintf(name, sizeof name, "%s.so", key);
     st = atomic_write(dir, name, bytes, len);
-    free(bytes);
     if (st != TRN_SUCCESS) return st;
-    snprintf(name, sizeof name, "%s.sha256", key);
-    st = atomic_write(dir, name, sum, 64);
-    if (st != TRN_SUCCESS) return st;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s.so", dir, key);
-    *stored = malloc(strlen(path) + 1);
-    if (*stored) strcpy(*stored, path);
-    return TRN_SUCCESS;
+    snprintf(name, sizeof name, "%s.mac", key);
+    return atomic_write(dir, name, mac, 64);
 }

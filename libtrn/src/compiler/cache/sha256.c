@@ -1,10 +1,12 @@
 // sha256.c - SHA-256 (FIPS 180-4) for cache keys and entry verification.
-// Owns nothing else; written from the standard's description.
+// Streaming (init/update/final) for the cache MAC (cache_key.c). Owns nothing
+// else; written from the standard's description.
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "trn/compiler.h"
+#include "../compiler_impl.h"
 
 static const uint32_t K[64] = {
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
@@ -36,25 +38,58 @@ static void block(uint32_t h[8], const unsigned char *p) {
     h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += hh;
 }
 
-void trn_sha256_hex(const void *data, size_t len, char out[65]) {
-    uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                     0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+void trn__sha256_init(trn__sha256 *c) {
+    static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    memcpy(c->h, h0, sizeof h0);
+    c->len = 0;
+    c->fill = 0;
+}
+
+void trn__sha256_update(trn__sha256 *c, const void *data, size_t len) {
     const unsigned char *p = data;
-    size_t left = len;
-    while (left >= 64) {
-        block(h, p);
-        p += 64;
-        left -= 64;
+    c->len += len;
+    if (c->fill) {
+        size_t take = 64 - c->fill < len ? 64 - c->fill : len;
+        memcpy(c->buf + c->fill, p, take);
+        c->fill += take, p += take, len -= take;
+        if (c->fill < 64) return;
+        block(c->h, c->buf);
+        c->fill = 0;
     }
+    for (; len >= 64; p += 64, len -= 64) block(c->h, p);
+    memcpy(c->buf, p, len);
+    c->fill = len;
+}
+
+void trn__sha256_final(trn__sha256 *c, unsigned char out[32]) {
     unsigned char tail[128];
     memset(tail, 0, sizeof tail);
-    if (left) memcpy(tail, p, left);
-    tail[left] = 0x80;
-    size_t tl = left + 1 + 8 <= 64 ? 64 : 128;
-    uint64_t bits = (uint64_t)len * 8;
+    memcpy(tail, c->buf, c->fill);
+    tail[c->fill] = 0x80;
+    size_t tl = c->fill + 1 + 8 <= 64 ? 64 : 128;
+    uint64_t bits = c->len * 8;
     for (int i = 0; i < 8; i++) tail[tl - 1 - i] = (unsigned char)(bits >> (8 * i));
-    block(h, tail);
-    if (tl == 128) block(h, tail + 64);
-    for (int i = 0; i < 8; i++) snprintf(out + 8 * i, 9, "%08x", h[i]);
-    out[64] = 0;
+    block(c->h, tail);
+    if (tl == 128) block(c->h, tail + 64);
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 4; j++) out[4 * i + j] = (unsigned char)(c->h[i] >> (24 - 8 * j));
+}
+
+void trn__hex(const unsigned char *bytes, size_t n, char *out) {
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[bytes[i] >> 4];
+        out[2 * i + 1] = digits[bytes[i] & 15];
+    }
+    out[2 * n] = 0;
+}
+
+void trn_sha256_hex(const void *data, size_t len, char out[65]) {
+    trn__sha256 c;
+    unsigned char d[32];
+    trn__sha256_init(&c);
+    trn__sha256_update(&c, data, len);
+    trn__sha256_final(&c, d);
+    trn__hex(d, 32, out);
 }

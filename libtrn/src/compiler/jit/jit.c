@@ -23,7 +23,7 @@
 
 extern char **environ;
 
-#define CACHE_VERSION "1"
+#define CACHE_VERSION "2"  // 2: entries carry a MAC (.mac), not a checksum
 #define MAX_FLAGS 64
 
 static const char *cc_path(void) {
@@ -194,6 +194,19 @@ static void rm_tree(const char *dir, const char *const *names, int n) {
     rmdir(dir);
 }
 
+static const char *const tmp_names[] = {"graph.c", "graph.so", "cc.log"};
+
+// mkdtemp under $TMPDIR (else /tmp): 0700, a fresh name.
+static trn_status make_private_tmpdir(char *out, size_t cap) {
+    const char *base = getenv("TMPDIR");
+    if (base == NULL || base[0] != '/') base = "/tmp";
+    if ((size_t)snprintf(out, cap, "%s/trn-cc-XXXXXX", base) >= cap)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_program_compile: TMPDIR is too long");
+    if (mkdtemp(out) == NULL)
+        return trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: mkdtemp %s: %s", out, strerror(errno));
+    return TRN_SUCCESS;
+}
+
 static trn_status copy_graph(trn_graph *dst, const trn_graph *src) {
     memset(dst, 0, sizeof *dst);
     dst->nodes = malloc(((size_t)src->count + 1) * sizeof *dst->nodes);
@@ -240,8 +253,8 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_program_compile: NULL argument");
     trn_program *p = calloc(1, sizeof *p);
     if (p == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory");
-    char *cmd = NULL, *log = NULL, *stored = NULL, *hit = NULL;
-    char tmpdir[] = "/tmp/trn-cc-XXXXXX";
+    char *cmd = NULL, *log = NULL;
+    char tmpdir[4096];
     bool have_tmp = false;
     trn_status st = trn__cc_schedule_build(g, &p->sched);
     if (st != TRN_SUCCESS) goto fail;
@@ -269,31 +282,36 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
     trn_sha256_hex(keytext, (size_t)kn, p->key);
     free(keytext);
 
+    // One private directory (under $TMPDIR) holds the source, the object
+    // and the log; a cached object is loaded from a copy made here, so the
+    // bytes loaded are the bytes the cache verified.
+    st = make_private_tmpdir(tmpdir, sizeof tmpdir);
+    if (st != TRN_SUCCESS) goto fail;
+    have_tmp = true;
+    char src[4200], so[4200], logp[4200];
+    snprintf(src, sizeof src, "%s/graph.c", tmpdir);
+    snprintf(so, sizeof so, "%s/graph.so", tmpdir);
+    snprintf(logp, sizeof logp, "%s/cc.log", tmpdir);
     if (opts->cache_dir) {
-        hit = trn__cc_cache_lookup(opts->cache_dir, p->key);
-        if (hit) {
-            st = load_so(p, hit);
+        size_t n = 0;
+        char *bytes = trn__cc_cache_read(opts->cache_dir, p->key, &n);
+        bool copied = bytes && write_file(so, bytes, n);
+        free(bytes);
+        if (copied) {
+            st = load_so(p, so);
             if (st == TRN_SUCCESS) {
                 p->from_cache = 1;
                 debug_write(opts, ".log", "loaded from the disk cache; nothing compiled\n");
-                free(hit);
+                rm_tree(tmpdir, tmp_names, 3);
                 *out = p;
                 return TRN_SUCCESS;
             }
             if (p->dl) dlclose(p->dl);
             p->dl = NULL;
+            unlink(so);
             trn_clear_error();
         }
     }
-    if (mkdtemp(tmpdir) == NULL) {
-        st = trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: mkdtemp: %s", strerror(errno));
-        goto fail;
-    }
-    have_tmp = true;
-    char src[64], so[64], logp[64];
-    snprintf(src, sizeof src, "%s/graph.c", tmpdir);
-    snprintf(so, sizeof so, "%s/graph.so", tmpdir);
-    snprintf(logp, sizeof logp, "%s/cc.log", tmpdir);
     if (!write_file(src, p->source, strlen(p->source))) {
         st = trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: cannot write %s", src);
         goto fail;
@@ -319,28 +337,24 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
                             cmd ? cmd : cc_path(), rc, log ? log : "");
         goto fail;
     }
-    const char *load_path = so;
-    if (opts->cache_dir && trn__cc_cache_store(opts->cache_dir, p->key, so, &stored) == TRN_SUCCESS)
-        load_path = stored;
-    trn_clear_error();  // a cache that cannot be written only costs time
-    st = load_so(p, load_path);
+    if (opts->cache_dir) {
+        size_t n = 0;
+        char *bytes = read_file(so, &n);
+        if (bytes) trn__cc_cache_store(opts->cache_dir, p->key, bytes, n);
+        free(bytes);
+        trn_clear_error();  // a cache that cannot be written only costs time
+    }
+    st = load_so(p, so);
     if (st != TRN_SUCCESS) goto fail;
-    const char *names[] = {"graph.c", "graph.so", "cc.log"};
-    rm_tree(tmpdir, names, 3);
+    rm_tree(tmpdir, tmp_names, 3);
     free(cmd);
     free(log);
-    free(stored);
     *out = p;
     return TRN_SUCCESS;
 fail:
-    if (have_tmp) {
-        const char *names[] = {"graph.c", "graph.so", "cc.log"};
-        rm_tree(tmpdir, names, 3);
-    }
+    if (have_tmp) rm_tree(tmpdir, tmp_names, 3);
     free(cmd);
     free(log);
-    free(stored);
-    free(hit);
     trn_program_free(p);
     return st;
 }
