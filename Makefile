@@ -4,9 +4,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 SAN    := build/libtrn-asan
+TSAN   := build/libtrn-tsan
 PLAIN  := build/libtrn-test
 
-.PHONY: demo test test-c test-c-asan test-py build deps bench docs clean
+.PHONY: demo test test-c test-c-asan test-c-tsan test-py build deps bench docs clean
 
 deps: $(VENV)/.deps-stamp
 
@@ -24,7 +25,7 @@ demo: build
 	$(PY) examples/quickstart.py
 	$(PY) examples/train_gpt.py
 
-test: build test-c test-c-asan test-py
+test: build test-c test-c-asan test-c-tsan test-py
 
 test-c: deps
 	cmake -S libtrn -B $(PLAIN) -G Ninja -DCMAKE_BUILD_TYPE=Debug >/dev/null
@@ -35,6 +36,15 @@ test-c-asan: deps
 	cmake -S libtrn -B $(SAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRN_SANITIZE=ON >/dev/null
 	cmake --build $(SAN)
 	cd $(SAN) && ctest --output-on-failure
+
+# ThreadSanitizer over what runs concurrently: streams (worker threads and
+# inline), the device thread pool, fork, the compiler (gcc from several
+# threads) and the collective engine's threads; any report fails the run.
+TSAN_TESTS := stream_async|stream_inline|device|fork|compiler|collectives|memory|status|elementwise_async
+test-c-tsan: deps
+	cmake -S libtrn -B $(TSAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRN_SANITIZE_THREAD=ON >/dev/null
+	cmake --build $(TSAN)
+	cd $(TSAN) && TSAN_OPTIONS=halt_on_error=1:exitcode=66 ctest --output-on-failure -R '^trn_($(TSAN_TESTS))'
 
 # The whole suite (inline streams, the default); then tensor and fallback
 # tests (and compiled graphs) with device memory unreadable from host code

@@ -4,6 +4,7 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ gcc make libdnnl-dev)
 packages+=(tmux)  # tests/test_observe_cli.py drives neuron-top in a terminal
+packages+=(libasan8 libubsan1 libtsan2)  # make test: the C tests under ASan+UBSan and ThreadSanitizer
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

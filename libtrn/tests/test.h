@@ -10,7 +10,8 @@
 
 #include "trn/trn.h"
 
-static int test_passed, test_failed;
+// Atomic: tests check from several threads (ThreadSanitizer runs them).
+static _Atomic int test_passed, test_failed;
 
 static inline void test_fail_header(const char *file, int line) {
     test_failed++;

@@ -536,16 +536,42 @@ trn_status trn_stream_launch(trn_stream *stream, trn_task_fn fn,
 
 // ---- fork (see fork.c) ----------------------------------------------------------
 
+// Which streams' exec_mu the fork handlers hold (only the forking thread
+// reads or writes it, between prepare and parent/child).
+static bool g_fork_held[TRN_MAX_DEVICES][STREAMS_PER_DEVICE];
+
+static void fork_release_exec(void) {
+    for (int d = TRN_MAX_DEVICES - 1; d >= 0; d--)
+        for (int i = STREAMS_PER_DEVICE - 1; i >= 0; i--)
+            if (g_fork_held[d][i]) {
+                trn__unlock(&atomic_load(&g_streams[d][i])->exec_mu);
+                g_fork_held[d][i] = false;
+            }
+}
+
 // Every stream's locks, taken in the order launches nest them (exec_mu, then
 // the table, then mu), with each queue drained: a child then starts with no
-// queued work and no worker thread it would wait for.
+// queued work and no worker thread it would wait for. A stream another
+// thread creates while the exec locks are being taken would be missed (and
+// later unlocked without being locked, found by ThreadSanitizer): then all
+// are released and taken again.
 void trn__stream_fork_prepare(void) {
-    for (int d = 0; d < TRN_MAX_DEVICES; d++)
-        for (int i = 0; i < STREAMS_PER_DEVICE; i++) {
-            trn_stream *s = atomic_load(&g_streams[d][i]);
-            if (s != NULL) trn__lock(&s->exec_mu);
-        }
-    trn__lock(&g_table_mu);
+    for (;;) {
+        for (int d = 0; d < TRN_MAX_DEVICES; d++)
+            for (int i = 0; i < STREAMS_PER_DEVICE; i++) {
+                trn_stream *s = atomic_load(&g_streams[d][i]);
+                g_fork_held[d][i] = s != NULL;
+                if (s != NULL) trn__lock(&s->exec_mu);
+            }
+        trn__lock(&g_table_mu);
+        bool missed = false;
+        for (int d = 0; d < TRN_MAX_DEVICES && !missed; d++)
+            for (int i = 0; i < STREAMS_PER_DEVICE; i++)
+                missed |= atomic_load(&g_streams[d][i]) != NULL && !g_fork_held[d][i];
+        if (!missed) break;
+        trn__unlock(&g_table_mu);
+        fork_release_exec();
+    }
     for (int d = 0; d < TRN_MAX_DEVICES; d++)
         for (int i = 0; i < STREAMS_PER_DEVICE; i++) {
             trn_stream *s = atomic_load(&g_streams[d][i]);
@@ -568,11 +594,7 @@ static void streams_unlock(void) {
             if (s != NULL) trn__unlock(&s->mu);
         }
     trn__unlock(&g_table_mu);
-    for (int d = TRN_MAX_DEVICES - 1; d >= 0; d--)
-        for (int i = STREAMS_PER_DEVICE - 1; i >= 0; i--) {
-            trn_stream *s = atomic_load(&g_streams[d][i]);
-            if (s != NULL) trn__unlock(&s->exec_mu);
-        }
+    fork_release_exec();
 }
 
 void trn__stream_fork_parent(void) { streams_unlock(); }
