@@ -25,7 +25,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._inductor.output_code import OutputCode
 
 from .. import _C, _logging
-from . import metrics, warm
+from . import metrics, shapes, warm
 from .lower import Lowerer, UnsupportedOpError
 from .runtime import CompiledGraph
 from .tape import replay
@@ -469,10 +469,19 @@ def _autocopy_inputs(example_inputs):
 
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=None):
     """The ``neuron`` Dynamo backend (TorchNeuron's name and signature)."""
-    if not torch._dynamo.config.assume_static_by_default or any(
-            isinstance(x, torch.SymInt) for x in example_inputs):
+    if shapes.user_asked_dynamic(example_inputs):
         raise NeuronCompileError("torch.compile(backend='neuron') does not support dynamic=True (dynamic shapes); "
                                  "use dynamic=False: each new input shape compiles its own graph")
+    if shapes.is_symbolic(example_inputs):
+        # Dynamo made sizes symbolic on its own (dynamic=None, a shape that
+        # changed): one static graph per shape, compiled at first sight.
+        from torch._dynamo import disable
+
+        def compile_static(g, args):
+            fresh, keep = shapes.bake_symbolic_inputs(g, example_inputs, args)
+            fn = neuron_backend(fresh, [args[i] for i in keep], options=options, mode=mode)
+            return lambda *a: fn(*[a[i] for i in keep])
+        return disable(shapes.PerShape(gm, compile_static), reason="neuron per-shape graphs")
     opts = _Options(options, mode)
     copy_idx = _autocopy_inputs(example_inputs)
     if copy_idx:

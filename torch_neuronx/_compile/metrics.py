@@ -7,7 +7,7 @@ import threading
 _lock = threading.Lock()
 _FIELDS = ("graphs", "compiles", "cache_hits", "memory_cache_hits", "disk_cache_hits",
            "compile_seconds", "cc_seconds", "fallback_graphs", "host_steps", "kernels", "lowerings",
-           "warm_graphs", "warm_rejected", "warm_unsaved", "compile_wait_seconds")
+           "warm_graphs", "warm_rejected", "warm_unsaved", "compile_wait_seconds", "shape_graphs")
 _metrics = dict.fromkeys(_FIELDS, 0)
 
 
@@ -34,8 +34,10 @@ def get_dynamo_metrics() -> dict:
     (FX graphs lowered), ``warm_graphs`` (Dynamo graphs loaded from the warm
     cache: no AOTAutograd trace, no lowering), ``warm_rejected`` (entries that
     failed verification), ``warm_unsaved`` (graphs that could not be
-    cached) and ``compile_wait_seconds`` (time graphs' first calls waited for
-    the compile threads: the part of the C compiles nothing overlapped)."""
+    cached), ``compile_wait_seconds`` (time graphs' first calls waited for
+    the compile threads: the part of the C compiles nothing overlapped) and
+    ``shape_graphs`` (static graphs compiled for a new input shape of a graph
+    Dynamo made dynamic on its own, see _compile/shapes.py)."""
     settle()
     with _lock:
         return dict(_metrics)
