@@ -24,6 +24,7 @@
 #include <ATen/native/ScatterGatherChecks.h>
 #include <ATen/native/TensorAdvancedIndexingUtils.h>
 #include <ATen/ops/cat_meta.h>
+#include <ATen/ops/index_add_meta.h>
 #include <torch/library.h>
 
 #include <cinttypes>
@@ -422,6 +423,12 @@ bool index_add_run(const Tensor &self, int64_t dim, const Tensor &index, const T
 
 Tensor &index_add_out(const Tensor &self, int64_t dim, const Tensor &index, const Tensor &source,
                       const Scalar &alpha, Tensor &out) {
+    // PyTorch's meta function: out's dtype and device, resize, no internal
+    // overlap, no overlap with index or source; then, as CPU's copy of self
+    // into out, no partial overlap with self (out may be self).
+    MetaShape<at::meta::structured_index_add> meta(&out);
+    meta.meta(self, dim, index, source, alpha);
+    check_out_overlap(out, self);
     if (!index_add_run(self, dim, index, source, alpha, out))
         return fallback<at::_ops::index_add_out>(self, dim, index, source, alpha, out);
     tracking::record_executed("aten::index_add");
