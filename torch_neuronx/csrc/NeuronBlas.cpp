@@ -133,14 +133,35 @@ void copy_broadcast(const Tensor &out, const Tensor &self) {
 }
 
 // Prepares `out` (shape/dtype from the meta result) for an out= call.
-void prepare_out(Tensor &out, at::ScalarType type, at::IntArrayRef sizes) {
-    TORCH_CHECK(out.scalar_type() == type, "Expected out tensor to have dtype ", type,
-                ", but got ", out.scalar_type(), " instead");
-    at::native::resize_output(out, sizes);
+void prepare_out(Tensor &out, const Tensor &meta, at::Device device) {
+    check_out(out, meta.scalar_type(), device);
+    at::native::resize_output(out, meta.sizes());
 }
 
-void prepare_out(Tensor &out, const Tensor &meta) {
-    prepare_out(out, meta.scalar_type(), meta.sizes());
+// TensorIterator's overlap rule for out= (CPU's BLAS forms check it only
+// partly), and whether out is the memory of an input. The kernel cannot
+// write C while it reads A or B, and the "add" forms copy self into out
+// first: out = self is in place, as addmm_; out = another input's memory
+// computes into a temporary.
+template <typename... In>
+bool out_needs_temp(const Tensor &out, const Tensor &self, const In &...inputs) {
+    check_out_overlap(out, self, inputs...);
+    return out_aliases(out, inputs...) ||
+           (out_aliases(out, self) && !(out.data_ptr() == self.data_ptr() &&
+                                         out.sizes() == self.sizes() &&
+                                         out.strides() == self.strides()));
+}
+
+// Runs `into(target)` on out, or on a temporary copied into out.
+template <typename F>
+void into_out(Tensor &out, bool temp, F into) {
+    if (!temp) {
+        into(out);
+        return;
+    }
+    Tensor tmp = at::empty(out.sizes(), out.options());
+    into(tmp);
+    out.copy_(tmp);
 }
 
 // ---- per-op kernels on a prepared output --------------------------------------------
@@ -256,9 +277,10 @@ Tensor &mm_out(const Tensor &a, const Tensor &b, Tensor &out) {
     check_mm_shapes(a, b);
     MetaShape<at::meta::structured_mm> meta(&out);  // checks the dtype, resizes
     meta.meta(a, b);
+    const bool temp = out_needs_temp(out, out, a, b);
     if (!supported(meta.dtype(0)))
         return fallback<at::_ops::mm_out>(a, b, out);
-    addmm_into(out, out, a, b, 0, 1);
+    into_out(out, temp, [&](Tensor &o) { addmm_into(o, o, a, b, 0, 1); });
     RECORD("mm");
     return out;
 }
@@ -279,9 +301,10 @@ Tensor &bmm_out(const Tensor &a, const Tensor &b, Tensor &out) {
     check_dtypes(a, b);
     MetaShape<at::meta::structured_bmm> meta(&out);  // checks the dtype, resizes
     meta.meta(a, b);
+    const bool temp = out_needs_temp(out, out, a, b);
     if (!supported(meta.dtype(0)))
         return fallback<at::_ops::bmm_out>(a, b, out);
-    baddbmm_into(out, out, a, b, 0, 1);
+    into_out(out, temp, [&](Tensor &o) { baddbmm_into(o, o, a, b, 0, 1); });
     RECORD("bmm");
     return out;
 }
@@ -309,7 +332,11 @@ struct AddMeta<NoStructured> {
         Tensor m = at::addbmm(meta_of(self), meta_of(x), meta_of(y), beta, alpha);
         if (out == nullptr)
             return {m.scalar_type(), at::empty(m.sizes(), self.options())};
-        prepare_out(*out, m);
+        // CPU's addbmm_out writes through addmm_, whose check names the dtypes so.
+        TORCH_CHECK(out->scalar_type() == m.scalar_type(),
+                    "self and mat2 must have the same dtype, but got ", out->scalar_type(),
+                    " and ", m.scalar_type());
+        prepare_out(*out, m, self.device());
         return {m.scalar_type(), Tensor()};
     }
 };
@@ -331,7 +358,16 @@ struct AddMeta<NoStructured> {
     Tensor &NAME##_out(const Tensor &self, const Tensor &x, const Tensor &y,                 \
                        const Scalar &beta, const Scalar &alpha, Tensor &out) {               \
         check_dtypes(x, y, &self);                                                           \
+        /* before the meta function: baddbmm's copies self into out */                       \
+        if (out_needs_temp(out, self, x, y)) {                                               \
+            /* out is an input's memory: the functional result, copied in */                 \
+            Tensor r = neuron::NAME(self, x, y, beta, alpha);                                \
+            check_out(out, r.scalar_type(), self.device());                                  \
+            at::native::resize_output(out, r.sizes());                                       \
+            return out.copy_(r);                                                             \
+        }                                                                                    \
         const at::ScalarType mtype = AddMeta<S>::of(self, x, y, beta, alpha, &out).first;    \
+        check_out_overlap(out, self, x, y); /* again: out may have been resized */           \
         if (!supported(mtype))                                                               \
             return fallback<at::_ops::NAME##_out>(self, x, y, beta, alpha, out);             \
         INTO(out, self, x, y, beta, alpha);                                                  \
@@ -371,10 +407,11 @@ Tensor mv(const Tensor &mat, const Tensor &vec) {
 Tensor &mv_out(const Tensor &mat, const Tensor &vec, Tensor &out) {
     check_dtypes(mat, vec);
     Tensor meta = at::mv(meta_of(mat), meta_of(vec));
+    prepare_out(out, meta, mat.device());
+    const bool temp = out_needs_temp(out, out, mat, vec);
     if (!supported(meta.scalar_type()))
         return fallback<at::_ops::mv_out>(mat, vec, out);
-    prepare_out(out, meta);
-    addmv_into(out, out, mat, vec, 0, 1);
+    into_out(out, temp, [&](Tensor &o) { addmv_into(o, o, mat, vec, 0, 1); });
     RECORD("mv");
     return out;
 }

@@ -24,6 +24,11 @@
 #include <ATen/native/ScatterGatherChecks.h>
 #include <ATen/native/TensorAdvancedIndexingUtils.h>
 #include <ATen/ops/cat_meta.h>
+#include <ATen/ops/gather_meta.h>
+#include <ATen/ops/index_add_meta.h>
+#include <ATen/ops/scatter_add_meta.h>
+#include <ATen/ops/scatter_meta.h>
+#include <ATen/ops/scatter_reduce_meta.h>
 #include <torch/library.h>
 
 #include <cinttypes>
@@ -422,6 +427,12 @@ bool index_add_run(const Tensor &self, int64_t dim, const Tensor &index, const T
 
 Tensor &index_add_out(const Tensor &self, int64_t dim, const Tensor &index, const Tensor &source,
                       const Scalar &alpha, Tensor &out) {
+    // PyTorch's meta function: out's dtype and device, resize, no internal
+    // overlap, no overlap with index or source; then, as CPU's copy of self
+    // into out, no partial overlap with self (out may be self).
+    MetaShape<at::meta::structured_index_add> meta(&out);
+    meta.meta(self, dim, index, source, alpha);
+    check_out_overlap(out, self);
     if (!index_add_run(self, dim, index, source, alpha, out))
         return fallback<at::_ops::index_add_out>(self, dim, index, source, alpha, out);
     tracking::record_executed("aten::index_add");
@@ -433,14 +444,14 @@ Tensor &index_add_out(const Tensor &self, int64_t dim, const Tensor &index, cons
 // ---------------------------------------------------------------------------
 Tensor &gather_out(const Tensor &self, int64_t dim, const Tensor &index, bool sparse_grad,
                    Tensor &out) {
+    // PyTorch's meta function with out: dtype and device (the out= wrapper's
+    // wording), resize, no internal overlap, no overlap with self, no partial
+    // overlap with index, index dtype and shape checks.
+    MetaShape<at::meta::structured_gather> meta(&out);
+    meta.meta(self, dim, index, sparse_grad);
     dim = at::maybe_wrap_dim(dim, self.dim());
-    TORCH_CHECK(index.numel() == 0 || index.scalar_type() == at::kLong ||
-                    index.scalar_type() == at::kInt,
-                "gather(): Expected dtype int32/int64 for index");
     TORCH_CHECK(self.scalar_type() == out.scalar_type(),
                 "gather(): Expected self.dtype to be equal to src.dtype");
-    if (index.numel() != 0)
-        at::native::gather_shape_check(self, dim, index);
     at::native::resize_output(out, index.sizes());
     if (index.numel() == 0) {
         tracking::record_executed("aten::gather");
@@ -584,8 +595,16 @@ bool scatter_run(const Tensor &self, int64_t dim, const Tensor &index, const Ten
     return true;
 }
 
-#define SCATTER_OUT(fnname, opname, Op, params, call_args, src_expr, value_expr, red, self_flag) \
+// Each out= form first runs PyTorch's meta function with out (`meta_args`):
+// dtype and device (the out= wrapper's wording), resize, no internal overlap,
+// no overlap with index or src; then, as CPU's copy of self into out, no
+// partial overlap with self (out may be self).
+#define SCATTER_OUT(fnname, opname, Op, S, meta_args, params, call_args, src_expr, value_expr, red, \
+                    self_flag)                                                                  \
     Tensor &fnname params {                                                                     \
+        MetaShape<S> meta(&out);                                                                \
+        meta.meta meta_args;                                                                    \
+        check_out_overlap(out, self);                                                           \
         Tensor src_t = src_expr;                                                                \
         if (!scatter_run(self, dim, index, src_t, value_expr, red, self_flag, out, "scatter"))  \
             return fallback<Op> call_args;                                                      \
@@ -594,23 +613,29 @@ bool scatter_run(const Tensor &self, int64_t dim, const Tensor &index, const Ten
     }
 
 SCATTER_OUT(scatter_src_out, "aten::scatter", at::_ops::scatter_src_out,
+            at::meta::structured_scatter_src, (self, dim, index, src),
             (const Tensor &self, int64_t dim, const Tensor &index, const Tensor &src, Tensor &out),
             (self, dim, index, src, out), src, nullptr, TRN_INDEX_REDUCE_NONE, true)
 SCATTER_OUT(scatter_value_out, "aten::scatter", at::_ops::scatter_value_out,
+            at::meta::structured_scatter_value, (self, dim, index, value),
             (const Tensor &self, int64_t dim, const Tensor &index, const Scalar &value, Tensor &out),
             (self, dim, index, value, out), Tensor(), &value, TRN_INDEX_REDUCE_NONE, true)
 SCATTER_OUT(scatter_reduce_out, "aten::scatter", at::_ops::scatter_reduce_out,
+            at::meta::structured_scatter_reduce, (self, dim, index, src, reduce),
             (const Tensor &self, int64_t dim, const Tensor &index, const Tensor &src,
              c10::string_view reduce, Tensor &out),
             (self, dim, index, src, reduce, out), src, nullptr, reduce_of(reduce, false), true)
 SCATTER_OUT(scatter_value_reduce_out, "aten::scatter", at::_ops::scatter_value_reduce_out,
+            at::meta::structured_scatter_value_reduce, (self, dim, index, value, reduce),
             (const Tensor &self, int64_t dim, const Tensor &index, const Scalar &value,
              c10::string_view reduce, Tensor &out),
             (self, dim, index, value, reduce, out), Tensor(), &value, reduce_of(reduce, false), true)
 SCATTER_OUT(scatter_add_out, "aten::scatter_add", at::_ops::scatter_add_out,
+            at::meta::structured_scatter_add, (self, dim, index, src),
             (const Tensor &self, int64_t dim, const Tensor &index, const Tensor &src, Tensor &out),
             (self, dim, index, src, out), src, nullptr, TRN_INDEX_REDUCE_ADD, true)
 SCATTER_OUT(scatter_reduce_two_out, "aten::scatter_reduce", at::_ops::scatter_reduce_two_out,
+            at::meta::structured_scatter_reduce_two, (self, dim, index, src, reduce, include_self),
             (const Tensor &self, int64_t dim, const Tensor &index, const Tensor &src,
              c10::string_view reduce, bool include_self, Tensor &out),
             (self, dim, index, src, reduce, include_self, out), src, nullptr,
@@ -680,6 +705,7 @@ int64_t count_nonzero_sync(const Tensor &t) {
 
 Tensor &nonzero_out(const Tensor &self, Tensor &out) {
     TORCH_CHECK(out.scalar_type() == at::kLong, "nonzero: Expected out tensor to have scalar type Long but got scalar type", out.scalar_type());
+    check_out_device(out, self.device());
     if (!native(self.scalar_type()) || self.dim() > TRN_INDEX_MAX_DIMS)
         return fallback<at::_ops::nonzero_out>(self, out);
     at::assert_no_internal_overlap(out);
@@ -704,6 +730,7 @@ Tensor &masked_select_out(const Tensor &self, const Tensor &mask, Tensor &out) {
     TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_select: expected BoolTensor for mask");
     TORCH_CHECK(self.scalar_type() == out.scalar_type(),
                 "masked_select(): self and result must have the same scalar type");
+    check_out_device(out, self.device());
     if (!native(self.scalar_type()))
         return fallback<at::_ops::masked_select_out>(self, mask, out);
     at::assert_no_internal_overlap(out);
@@ -738,7 +765,7 @@ Tensor &cat_out(const at::ITensorListRef &tensors, int64_t dim, Tensor &out) {
     // error.
     MetaShape<at::meta::structured_cat, /*Alloc=*/false> shape_of;
     shape_of.meta(tensors, dim);
-    TORCH_CHECK(at::canCast(shape_of.dtype(0), out.scalar_type()),
+    TORCH_CHECK_TYPE(at::canCast(shape_of.dtype(0), out.scalar_type()),
                 "torch.cat(): input types can't be cast to the desired output type ",
                 out.scalar_type());
     for (const Tensor &t : mat)

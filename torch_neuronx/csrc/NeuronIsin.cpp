@@ -10,10 +10,12 @@
 // same, so it is ignored.
 #include <ATen/Operators.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/isin_meta.h>
 #include <torch/library.h>
 
 #include "NeuronFallback.h"
 #include "neuron_device.h"
+#include "neuron_meta.h"
 #include "op_tracking.h"
 #include "trn/isin.h"
 
@@ -38,7 +40,8 @@ void run_isin(const Tensor &elements, const Tensor &test, bool invert, const Ten
     TORCH_CHECK(dt && trn_isin_supports(*dt), "isin: dtype ", common, " is not supported on neuron");
     Tensor el = elements.to(common).contiguous();
     Tensor te = test.to(common).contiguous();
-    Tensor dst = out.is_contiguous() ? out : at::empty(out.sizes(), out.options());
+    const bool direct = out.is_contiguous() && !out_aliases(out, el, te);
+    Tensor dst = direct ? out : at::empty(out.sizes(), out.options());
     trn_isin_desc d{};
     d.dtype = *dt;
     d.invert = invert;
@@ -62,12 +65,11 @@ Tensor isin_tt(const Tensor &elements, const Tensor &test, bool assume_unique, b
 
 Tensor &isin_tt_out(const Tensor &elements, const Tensor &test, bool assume_unique, bool invert,
                     Tensor &out) {
-    Tensor m = at::isin(meta_of(elements), meta_of(test), assume_unique, invert);
-    TORCH_CHECK(out.scalar_type() == at::kBool, "isin: out must be a bool tensor, got ",
-                out.scalar_type());
-    TORCH_CHECK(out.device() == elements.device(), "isin: out is on ", out.device(),
-                ", expected ", elements.device());
-    at::native::resize_output(out, m.sizes());
+    // PyTorch's meta function with out: dtype, device (the generated out=
+    // wrapper's wording), resize; then TensorIterator's overlap rule.
+    MetaShape<at::meta::structured_isin_Tensor_Tensor> meta(&out);
+    meta.meta(elements, test, assume_unique, invert);
+    check_out_overlap(out, elements, test);
     run_isin(elements, test, invert, out);
     return out;
 }

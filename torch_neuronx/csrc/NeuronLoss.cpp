@@ -16,6 +16,7 @@
 
 #include "NeuronFallback.h"
 #include "neuron_device.h"
+#include "neuron_meta.h"
 #include "op_tracking.h"
 
 namespace neuron {
@@ -201,9 +202,11 @@ Tensor &xlogy_out(const Tensor &self, const Tensor &other, Tensor &out) {
     auto t = xlogy_type(self, other);
     TORCH_CHECK(at::canCast(t, out.scalar_type()), "result type ", t,
                 " can't be cast to the desired output type ", out.scalar_type());
+    check_out_device(out, self.device());
     tracking::record_executed("aten::xlogy");
-    Tensor r = xlogy_impl(self, other, t);
+    Tensor r = xlogy_impl(self, other, t);  // a new tensor: out may be self or other
     at::native::resize_output(out, r.sizes());
+    check_out_overlap(out, self, other);
     return out.copy_(r);
 }
 

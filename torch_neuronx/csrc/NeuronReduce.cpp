@@ -184,6 +184,7 @@ Tensor &sum_out(const Tensor &self, OptionalIntArrayRef dim, bool keepdim,
                 std::optional<ScalarType> dtype, Tensor &out) {
     MetaShape<at::meta::structured_sum_dim_IntList> m(&out);
     m.meta(self, dim, keepdim, dtype);
+    check_out_overlap(out, self);
     if (!supported(TRN_REDUCE_SUM, out.scalar_type()))
         return fallback<at::_ops::sum_IntList_out>(self, dim, keepdim, dtype, out);
     resize_to(out, m.sizes(0));
@@ -208,6 +209,7 @@ Tensor &mean_out(const Tensor &self, OptionalIntArrayRef dim, bool keepdim,
                  std::optional<ScalarType> dtype, Tensor &out) {
     MetaShape<at::meta::structured_mean_dim> m(&out);
     m.meta(self, dim, keepdim, dtype);
+    check_out_overlap(out, self);
     if (!supported(TRN_REDUCE_MEAN, out.scalar_type()))
         return fallback<at::_ops::mean_out>(self, dim, keepdim, dtype, out);
     resize_to(out, m.sizes(0));
@@ -241,6 +243,7 @@ Tensor &prod_out(const Tensor &self, int64_t dim, bool keepdim, std::optional<Sc
                  Tensor &out) {
     MetaShape<at::meta::structured_prod_dim_int> m(&out);
     m.meta(self, dim, keepdim, dtype);
+    check_out_overlap(out, self);
     if (!supported(TRN_REDUCE_PROD, out.scalar_type()))
         return fallback<at::_ops::prod_int_out>(self, dim, keepdim, dtype, out);
     resize_to(out, m.sizes(0));
@@ -279,6 +282,7 @@ struct AminmaxOp {
             at::native::zero_numel_check_dims(self, dim, fn_name<FnOp>().c_str());
         MetaShape<S> m(&result);
         m.meta(self, dim, keepdim);
+        check_out_overlap(result, self);
         if (!supported(OP, self.scalar_type()))
             return fallback<OutOp>(self, dim, keepdim, result);
         resize_to(result, m.sizes(0));
@@ -323,6 +327,8 @@ struct MaxDimOp {
             at::native::zero_numel_check_dims(self, dim, fn_name<FnOp>().c_str());
         MetaShape<S> m(&values, &indices);
         m.meta(self, dim, keepdim);
+        check_out_overlap(values, self);
+        check_out_overlap(indices, self);
         if (!supported(OP, self.scalar_type()))
             return fallback<OutOp>(self, dim, keepdim, values, indices);
         resize_to(values, m.sizes(0));
@@ -351,6 +357,7 @@ struct ArgOp {
                        Tensor &result) {
         MetaShape<S> m(&result);
         m.meta(self, dim, keepdim);
+        check_out_overlap(result, self);
         if (!supported(OP, self.scalar_type()))
             return fallback<OutOp>(self, dim, keepdim, result);
         resize_to(result, m.sizes(0));
@@ -390,8 +397,15 @@ struct VarOp {
     }
     static Tensor &out(const Tensor &self, OptionalIntArrayRef dim,
                        const std::optional<Scalar> &correction, bool keepdim, Tensor &result) {
+        // CPU's std_var_out checks (the meta function words them otherwise).
+        check_out_device(result, self.device());
+        if (!self.is_complex())
+            TORCH_CHECK(at::canCast(self.scalar_type(), result.scalar_type()), "result type ",
+                        self.scalar_type(), " can't be cast to the desired output type ",
+                        result.scalar_type());
         Tensor mo = meta_out(result);
         OutOp::call(meta_of(self), dim, correction, keepdim, mo);
+        check_out_overlap(result, self);
         if (!supported(OP, self.scalar_type()))
             return fallback<OutOp>(self, dim, correction, keepdim, result);
         resize_like_meta(result, mo);
@@ -441,6 +455,7 @@ Tensor &vector_norm_out(const Tensor &self, const Scalar &ord, OptionalIntArrayR
                         bool keepdim, std::optional<ScalarType> dtype, Tensor &result) {
     MetaShape<at::meta::structured_linalg_vector_norm> m(&result);
     m.meta(self, ord, dim, keepdim, dtype);
+    check_out_overlap(result, self);
     if (!supported(TRN_REDUCE_NORM, result.scalar_type()) || self.is_complex())
         return fallback<at::_ops::linalg_vector_norm_out>(self, ord, dim, keepdim, dtype, result);
     resize_to(result, m.sizes(0));
@@ -469,8 +484,10 @@ Tensor norm_dim_dtype(const Tensor &self, const std::optional<Scalar> &p, IntArr
 
 Tensor &norm_out(const Tensor &self, const std::optional<Scalar> &p, IntArrayRef dim, bool keepdim,
                  Tensor &result) {
+    check_out_device(result, self.device());
     Tensor mo = meta_out(result);
     at::_ops::norm_out::call(meta_of(self), p, dim, keepdim, mo);
+    check_out_overlap(result, self);
     if (!supported(TRN_REDUCE_NORM, result.scalar_type()) || self.is_complex())
         return fallback<at::_ops::norm_out>(self, p, dim, keepdim, result);
     resize_like_meta(result, mo);
@@ -480,8 +497,10 @@ Tensor &norm_out(const Tensor &self, const std::optional<Scalar> &p, IntArrayRef
 
 Tensor &norm_dtype_out(const Tensor &self, const std::optional<Scalar> &p, IntArrayRef dim,
                        bool keepdim, ScalarType dtype, Tensor &result) {
+    check_out_device(result, self.device());
     Tensor mo = meta_out(result);
     at::_ops::norm_dtype_out::call(meta_of(self), p, dim, keepdim, dtype, mo);
+    check_out_overlap(result, self);
     if (!supported(TRN_REDUCE_NORM, result.scalar_type()) || self.is_complex())
         return fallback<at::_ops::norm_dtype_out>(self, p, dim, keepdim, dtype, result);
     resize_like_meta(result, mo);
@@ -503,8 +522,14 @@ Tensor logsumexp(const Tensor &self, IntArrayRef dim, bool keepdim) {
 }
 
 Tensor &logsumexp_out(const Tensor &self, IntArrayRef dim, bool keepdim, Tensor &result) {
+    // CPU's logsumexp_out checks (the meta function words them otherwise).
+    check_out_device(result, self.device());
+    TORCH_CHECK(at::isFloatingType(result.scalar_type()) || at::isComplexType(result.scalar_type()),
+                "logsumexp(): Expected floating point type for result tensor, but got: ",
+                result.scalar_type());
     Tensor mo = meta_out(result);
     at::_ops::logsumexp_out::call(meta_of(self), dim, keepdim, mo);
+    check_out_overlap(result, self);
     if (!supported(TRN_REDUCE_LOGSUMEXP, result.scalar_type()) || self.is_complex())
         return fallback<at::_ops::logsumexp_out>(self, dim, keepdim, result);
     resize_like_meta(result, mo);
@@ -552,6 +577,7 @@ struct AnyAllOp {
     static Tensor &full_out(const Tensor &self, Tensor &result) {
         MetaShape<SFull> m(&result);
         m.meta(self);
+        check_out_overlap(result, self);
         if (!supported(OP, self.scalar_type()))
             return fallback<FullOut>(self, result);
         resize_to(result, m.sizes(0));
@@ -561,6 +587,7 @@ struct AnyAllOp {
     static Tensor &dim_out(const Tensor &self, int64_t d, bool keepdim, Tensor &result) {
         MetaShape<SDim> m(&result);
         m.meta(self, d, keepdim);
+        check_out_overlap(result, self);
         if (!supported(OP, self.scalar_type()))
             return fallback<DimOut>(self, d, keepdim, result);
         resize_to(result, m.sizes(0));
@@ -571,6 +598,7 @@ struct AnyAllOp {
                             Tensor &result) {
         MetaShape<SDims> m(&result);
         m.meta(self, d, keepdim);
+        check_out_overlap(result, self);
         if (!supported(OP, self.scalar_type()))
             return fallback<DimsOut>(self, d, keepdim, result);
         resize_to(result, m.sizes(0));
@@ -658,10 +686,12 @@ struct ScanOp {
                        Tensor &result) {
         MetaShape<S> m(&result);
         m.meta(self, dim, dtype);
+        check_out_overlap(result, self);
         if (!scan_supported(OP, result.scalar_type()))
             return fallback<OutOp>(self, dim, dtype, result);
         resize_to(result, m.sizes(0));
-        if (result.is_same(self) || !result.is_non_overlapping_and_dense()) {
+        // out = self (or its memory): the scan reads what it has overwritten.
+        if (out_aliases(result, self) || !result.is_non_overlapping_and_dense()) {
             Tensor tmp = at::empty(result.sizes(), result.options());
             run_scan(OP, self, dim, tmp, OutOp::name);
             result.copy_(tmp);
@@ -730,11 +760,18 @@ struct SoftmaxOp {
     static Tensor &out(const Tensor &self, int64_t dim, bool half_to_float, Tensor &result) {
         MetaShape<S> m(&result);
         m.meta(self, dim, half_to_float);
+        check_out_overlap(result, self);
         const ScalarType t = half_to_float ? at::kFloat : self.scalar_type();
         if (!softmax_supported(OP, t))
             return fallback<OutOp>(self, dim, half_to_float, result);
         resize_to(result, m.sizes(0));
-        run_softmax(OP, self, nullptr, dim, result, t, OutOp::name);
+        if (out_aliases(result, self)) {  // the kernel reads each row more than once
+            Tensor tmp = at::empty(result.sizes(), result.options());
+            run_softmax(OP, self, nullptr, dim, tmp, t, OutOp::name);
+            result.copy_(tmp);
+        } else {
+            run_softmax(OP, self, nullptr, dim, result, t, OutOp::name);
+        }
         return result;
     }
 };
@@ -754,10 +791,17 @@ struct SoftmaxBackwardOp {
                        ScalarType input_dtype, Tensor &result) {
         MetaShape<S> m(&result);
         m.meta(grad, output, dim, input_dtype);
+        check_out_overlap(result, grad, output);
         if (!softmax_supported(OP, grad.scalar_type()) || output.scalar_type() != grad.scalar_type())
             return fallback<OutOp>(grad, output, dim, input_dtype, result);
         resize_to(result, m.sizes(0));
-        run_softmax(OP, output, &grad, dim, result, grad.scalar_type(), OutOp::name);
+        if (out_aliases(result, grad, output)) {  // the kernel reads each row more than once
+            Tensor tmp = at::empty(result.sizes(), result.options());
+            run_softmax(OP, output, &grad, dim, tmp, grad.scalar_type(), OutOp::name);
+            result.copy_(tmp);
+        } else {
+            run_softmax(OP, output, &grad, dim, result, grad.scalar_type(), OutOp::name);
+        }
         return result;
     }
 };

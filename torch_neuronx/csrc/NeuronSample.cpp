@@ -20,6 +20,7 @@
 #include "NeuronFallback.h"
 #include "NeuronGenerator.h"
 #include "neuron_device.h"
+#include "neuron_meta.h"
 #include "op_tracking.h"
 #include "trn/sample.h"
 
@@ -62,6 +63,7 @@ Tensor &randperm_out(int64_t n, std::optional<at::Generator> gen, Tensor &out) {
                 out.scalar_type() == at::kFloat ? std::string("2^24+1") : std::to_string(limit),
                 " for ", out.scalar_type(), " type.");
     at::native::resize_output(out, {n});
+    check_out_overlap(out);
     if (n == 0)
         return out;
     Tensor work = out.is_contiguous() ? out : at::empty({n}, out.options());
@@ -131,8 +133,10 @@ Tensor &multinomial_out(const Tensor &self, int64_t n_sample, bool replacement,
                         std::optional<at::Generator> gen, Tensor &out) {
     if (!is_float(self.scalar_type()) || out.scalar_type() != at::kLong)
         return fallback<at::_ops::multinomial_out>(self, n_sample, replacement, gen, out);
+    check_out_device(out, self.device());
     const Tensor r = multinomial_draw(self, n_sample, replacement, gen);
     at::native::resize_output(out, r.sizes());
+    check_out_overlap(out, self);
     out.copy_(r);
     return out;
 }

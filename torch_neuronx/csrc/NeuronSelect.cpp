@@ -7,6 +7,7 @@
 // / evenly_distribute_backward, composed of native ops).
 #include <ATen/Functions.h>
 #include <ATen/Operators.h>
+#include <ATen/TensorUtils.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
@@ -17,6 +18,7 @@
 
 #include "NeuronFallback.h"
 #include "neuron_device.h"
+#include "neuron_meta.h"
 #include "op_tracking.h"
 #include "trn/select.h"
 
@@ -133,15 +135,35 @@ Tensor nanmedian_all(const Tensor &self) {
     return r;
 }
 
-// out= forms: computed functionally, then written into the given tensors.
+// out= forms: computed functionally, then written into the given tensors
+// (so an out that is the input's memory reads nothing it has overwritten).
+// The checks are CPU's: kthvalue's (_reduction_with_indices_allocate_or_
+// resize_output: same dtype and device as self, no overlap with self at
+// all) and median's (checkSameType, TensorIterator's overlap rule).
+void check_kthvalue_out(const Tensor &self, const Tensor &values, const Tensor &indices) {
+    check_out_device(values, self.device());  // CPU words it as a type mismatch
+    at::assert_no_overlap(self, values);
+    TORCH_CHECK(self.options().type_equal(values.options()),
+                "output values must be of same type as input");
+    TORCH_CHECK(indices.scalar_type() == at::kLong, "output indices must be of scalar type Long");
+    TORCH_CHECK(indices.device() == self.device(),
+                "output indices must be on same device as input");
+    check_out_overlap(values, self);
+    check_out_overlap(indices, self);
+}
+
+void check_median_out(const char *name, const Tensor &self, const Tensor &values,
+                      const Tensor &indices) {
+    check_out_device(values, self.device());
+    check_out_device(indices, self.device());
+    at::checkScalarType(name, {indices, "indices", 1}, at::kLong);
+    at::checkSameType(name, {values, "values", 0}, {self, "self", 2});
+    check_out_overlap(values, self);
+    check_out_overlap(indices, self);
+}
+
 std::tuple<Tensor &, Tensor &> write_out(const std::tuple<Tensor, Tensor> &r, Tensor &values,
                                          Tensor &indices) {
-    TORCH_CHECK(values.scalar_type() == std::get<0>(r).scalar_type(),
-                "Expected out tensor to have dtype ", std::get<0>(r).scalar_type(),
-                ", but got ", values.scalar_type(), " instead");
-    TORCH_CHECK(indices.scalar_type() == at::kLong,
-                "Expected out tensor to have dtype long int, but got ", indices.scalar_type(),
-                " instead");
     at::native::resize_output(values, std::get<0>(r).sizes());
     at::native::resize_output(indices, std::get<1>(r).sizes());
     values.copy_(std::get<0>(r));
@@ -153,6 +175,7 @@ std::tuple<Tensor &, Tensor &> kthvalue_out(const Tensor &self, int64_t k, int64
                                             bool keepdim, Tensor &values, Tensor &indices) {
     if (!native_ok(self))
         return fallback<at::_ops::kthvalue_values>(self, k, dim, keepdim, values, indices);
+    check_kthvalue_out(self, values, indices);
     return write_out(kth_select(self, k, dim, keepdim), values, indices);
 }
 
@@ -160,6 +183,7 @@ std::tuple<Tensor &, Tensor &> median_out(const Tensor &self, int64_t dim, bool 
                                           Tensor &values, Tensor &indices) {
     if (!native_ok(self))
         return fallback<at::_ops::median_dim_values>(self, dim, keepdim, values, indices);
+    check_median_out("median", self, values, indices);
     return write_out(median_dim(self, dim, keepdim), values, indices);
 }
 
@@ -167,6 +191,7 @@ std::tuple<Tensor &, Tensor &> nanmedian_out(const Tensor &self, int64_t dim, bo
                                              Tensor &values, Tensor &indices) {
     if (!native_ok(self))
         return fallback<at::_ops::nanmedian_dim_values>(self, dim, keepdim, values, indices);
+    check_median_out("nanmedian", self, values, indices);
     return write_out(nanmedian_dim(self, dim, keepdim), values, indices);
 }
 

@@ -15,6 +15,10 @@
 #include <ATen/WrapDimUtilsMulti.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/sort_meta.h>
+#include <ATen/ops/topk_meta.h>
+#include <ATen/ops/tril_meta.h>
+#include <ATen/ops/triu_meta.h>
 #include <torch/library.h>
 
 #include <cstring>
@@ -23,6 +27,7 @@
 
 #include "NeuronFallback.h"
 #include "neuron_device.h"
+#include "neuron_meta.h"
 #include "op_tracking.h"
 
 namespace neuron {
@@ -130,6 +135,7 @@ Tensor &arange_out(const Scalar &start, const Scalar &end, const Scalar &step, T
         return fallback<at::_ops::arange_start_out>(start, end, step, out);
     if (out.sizes() != mo.sizes())
         out.resize_(mo.sizes());
+    check_out_overlap(out);
     trn_range_desc d{};
     d.kind = TRN_RANGE_ARANGE;
     d.dtype = *native_dtype(out.scalar_type());
@@ -155,6 +161,7 @@ Tensor &linspace_out(const Scalar &start, const Scalar &end, int64_t steps, Tens
         return fallback<at::_ops::linspace_out>(start, end, steps, out);
     if (out.sizes() != mo.sizes())
         out.resize_(mo.sizes());
+    check_out_overlap(out);
     trn_range_desc d{};
     d.kind = TRN_RANGE_LINSPACE;
     d.dtype = *native_dtype(out.scalar_type());
@@ -224,14 +231,24 @@ Tensor tri(const Tensor &self, int64_t k) {
 
 template <bool Upper>
 Tensor &tri_out(const Tensor &self, int64_t k, Tensor &out) {
-    Tensor mo = meta_out(out);
-    Upper ? at::_ops::triu_out::call(meta_of(self), k, mo) : at::_ops::tril_out::call(meta_of(self), k, mo);
-    if (!native_dtype(self.scalar_type()) || out.scalar_type() != self.scalar_type())
+    // PyTorch's meta function with out (dtype, device, resize), then
+    // TensorIterator's overlap rule.
+    using S = std::conditional_t<Upper, at::meta::structured_triu, at::meta::structured_tril>;
+    MetaShape<S> meta(&out);
+    meta.meta(self, k);
+    check_out_overlap(out, self);
+    if (!native_dtype(self.scalar_type()))
         return Upper ? fallback<at::_ops::triu_out>(self, k, out) : fallback<at::_ops::tril_out>(self, k, out);
-    at::native::resize_output(out, mo.sizes());
-    if (!out.is_same(self) && !(out.data_ptr() == self.data_ptr() && out.strides() == self.strides()))
-        at::assert_no_overlap(out, self);
-    launch_tri(Upper, self, k, out);
+    // Element to element: in place when out is self's memory with self's
+    // strides, through a temporary when it is that memory otherwise.
+    if (out_aliases(out, self) &&
+        !(out.data_ptr() == self.data_ptr() && out.strides() == self.strides())) {
+        Tensor tmp = at::empty(out.sizes(), out.options());
+        launch_tri(Upper, self, k, tmp);
+        out.copy_(tmp);
+    } else {
+        launch_tri(Upper, self, k, out);
+    }
     tracking::record_executed(Upper ? "aten::triu" : "aten::tril");
     return out;
 }
@@ -420,17 +437,37 @@ void launch_sort(bool topk, const Tensor &self, int64_t dim, bool descending, in
     TRN_CHECK(topk ? trn_topk_launch(st, &s) : trn_sort_launch(st, &s));
 }
 
+// Runs `launch(v, i)` on the outs, or on temporaries copied into them when
+// an out shares memory with self (sort(x, out=(x, idx)) is legal): the
+// kernel reads self while it writes.
+template <typename F>
+void with_outs(const Tensor &self, const Tensor &values, const Tensor &indices, F launch) {
+    if (!out_aliases(values, self) && !out_aliases(indices, self)) {
+        launch(values, indices);
+        return;
+    }
+    Tensor v = at::empty(values.sizes(), values.options());
+    Tensor i = at::empty(indices.sizes(), indices.options());
+    launch(v, i);
+    values.copy_(v);
+    indices.copy_(i);
+}
+
 std::tuple<Tensor &, Tensor &> sort_values_stable(const Tensor &self, std::optional<bool> stable,
                                                   int64_t dim, bool descending, Tensor &values,
                                                   Tensor &indices) {
-    Tensor mv = meta_out(values), mi = meta_out(indices);
-    at::_ops::sort_values_stable::call(meta_of(self), stable, dim, descending, mv, mi);
-    if (!sortable(self.scalar_type()) || values.scalar_type() != self.scalar_type())
+    // PyTorch's meta function with the outs (dtype, device, resize), then
+    // TensorIterator's overlap rule.
+    MetaShape<at::meta::structured_sort_stable> meta(&values, &indices);
+    meta.meta(self, stable, dim, descending);
+    check_out_overlap(values, self);
+    check_out_overlap(indices, self);
+    if (!sortable(self.scalar_type()))
         return fallback<at::_ops::sort_values_stable>(self, stable, dim, descending, values, indices);
-    at::native::resize_output(values, mv.sizes());
-    at::native::resize_output(indices, mi.sizes());
     const int64_t d = c10::maybe_wrap_dim(dim, self.dim());
-    launch_sort(false, self, d, descending, self.dim() ? self.size(d) : 1, true, values, indices);
+    with_outs(self, values, indices, [&](const Tensor &v, const Tensor &i) {
+        launch_sort(false, self, d, descending, self.dim() ? self.size(d) : 1, true, v, i);
+    });
     tracking::record_executed("aten::sort");
     return {values, indices};
 }
@@ -448,14 +485,16 @@ std::tuple<Tensor, Tensor> sort_stable(const Tensor &self, std::optional<bool> s
 std::tuple<Tensor &, Tensor &> topk_values(const Tensor &self, int64_t k, int64_t dim, bool largest,
                                            bool sorted, Tensor &values, Tensor &indices) {
     TORCH_CHECK(self.scalar_type() != at::kBool, "topk does not support bool dtypes on neuron");
-    Tensor mv = meta_out(values), mi = meta_out(indices);
-    at::_ops::topk_values::call(meta_of(self), k, dim, largest, sorted, mv, mi);
-    if (!sortable(self.scalar_type()) || values.scalar_type() != self.scalar_type())
+    MetaShape<at::meta::structured_topk> meta(&values, &indices);
+    meta.meta(self, k, dim, largest, sorted);
+    check_out_overlap(values, self);
+    check_out_overlap(indices, self);
+    if (!sortable(self.scalar_type()))
         return fallback<at::_ops::topk_values>(self, k, dim, largest, sorted, values, indices);
-    at::native::resize_output(values, mv.sizes());
-    at::native::resize_output(indices, mi.sizes());
     const int64_t d = c10::maybe_wrap_dim(dim, self.dim());
-    launch_sort(true, self, d, largest, k, sorted, values, indices);
+    with_outs(self, values, indices, [&](const Tensor &v, const Tensor &i) {
+        launch_sort(true, self, d, largest, k, sorted, v, i);
+    });
     tracking::record_executed("aten::topk");
     return {values, indices};
 }

@@ -24,6 +24,7 @@
 // they are resized (at::native::resize_output) to the declared shape.
 #pragma once
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/TensorMeta.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/Resize.h>
@@ -31,8 +32,66 @@
 #include <c10/util/SmallVector.h>
 
 #include <array>
+#include <optional>
 
 namespace neuron {
+
+// ---------------------------------------------------------------------------
+// out= checks. Every native out= path checks its out tensor before a kernel
+// writes into it, as PyTorch's CPU kernels do:
+//   check_out(out, dtype, device)   the generated out= wrappers' checks
+//                                   (resize_out), with their wording;
+//   check_out_device(out, device)   the device alone (out= forms whose dtype
+//                                   rule is the op's own);
+//   check_out_overlap(out, in...)   TensorIterator's memory checks
+//                                   (compute_mem_overlaps): no internal
+//                                   overlap in out, no partial overlap with
+//                                   any input; out may *be* an input;
+//   out_aliases(out, in...)         whether out may share memory with an
+//                                   input (the full aliasing allowed above):
+//                                   a kernel that cannot run in place then
+//                                   computes into a temporary, copied back.
+// Undefined inputs are skipped. The overlap tests are ATen's own
+// (ATen/MemoryOverlap.h).
+// ---------------------------------------------------------------------------
+inline void check_out_device(const at::Tensor &out, at::Device device) {
+    TORCH_CHECK(out.device() == device, "Expected out tensor to have device ", device,
+                ", but got ", out.device(), " instead");
+}
+
+inline void check_out(const at::Tensor &out, at::ScalarType dtype, at::Device device) {
+    TORCH_CHECK(out.scalar_type() == dtype, "Expected out tensor to have dtype ",
+                c10::scalarTypeToTypeMeta(dtype), ", but got ", out.dtype(), " instead");
+    check_out_device(out, device);
+}
+
+namespace detail {
+inline void no_partial_overlap(const at::Tensor &out, const at::Tensor &in) {
+    if (in.defined() && !in.is_same(out))
+        at::assert_no_partial_overlap(out, in);
+}
+inline void no_partial_overlap(const at::Tensor &out, const std::optional<at::Tensor> &in) {
+    if (in)
+        no_partial_overlap(out, *in);
+}
+inline bool may_share(const at::Tensor &out, const at::Tensor &in) {
+    return in.defined() && at::get_overlap_status(out, in) != at::MemOverlapStatus::No;
+}
+inline bool may_share(const at::Tensor &out, const std::optional<at::Tensor> &in) {
+    return in && may_share(out, *in);
+}
+}  // namespace detail
+
+template <typename... Inputs>
+void check_out_overlap(const at::Tensor &out, const Inputs &...inputs) {
+    at::assert_no_internal_overlap(out);
+    (detail::no_partial_overlap(out, inputs), ...);
+}
+
+template <typename... Inputs>
+bool out_aliases(const at::Tensor &out, const Inputs &...inputs) {
+    return (detail::may_share(out, inputs) || ...);
+}
 
 template <typename Structured, bool Alloc = true, int N = 2>
 struct MetaShape final : Structured {
