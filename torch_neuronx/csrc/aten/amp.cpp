@@ -1,4 +1,4 @@
-// NeuronAmp.cpp - GradScaler's ops on neuron: _amp_foreach_non_finite_check_
+// aten/amp.cpp - GradScaler's ops on neuron: _amp_foreach_non_finite_check_
 // and_unscale_ and _amp_update_scale_, run by libtrn's amp kernels
 // (trn/amp.h). Checks and messages follow ATen's CPU kernels; the scale
 // tensors stay on the device and are read by the kernels in stream order,

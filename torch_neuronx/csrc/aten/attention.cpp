@@ -1,4 +1,4 @@
-// NeuronAttention.cpp - F.scaled_dot_product_attention on neuron through
+// aten/attention.cpp - F.scaled_dot_product_attention on neuron through
 // libtrn's fused attention kernel (trn/attention.h).
 //
 // Selection works as for CPU's flash kernel: PyTorch's composite

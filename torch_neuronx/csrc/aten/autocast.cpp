@@ -1,6 +1,6 @@
-// NeuronAutocast.cpp - torch.autocast("neuron"): the same op policies as
+// aten/autocast.cpp - torch.autocast("neuron"): the same op policies as
 // CUDA (TorchNeuron follows CUDA's lists), taken from ATen's shared lists so
-// they track PyTorch. Ops in no list pass through (NeuronFallback.cpp).
+// they track PyTorch. Ops in no list pass through (fallback/cpu_fallback.cpp).
 #include <ATen/autocast_mode.h>
 #include <torch/library.h>
 

@@ -1,4 +1,4 @@
-// NeuronBatchNorm.cpp - batch norm on neuron: native_batch_norm (training
+// aten/batch_norm.cpp - batch norm on neuron: native_batch_norm (training
 // with the running-stat update, eval), _native_batch_norm_legit and its
 // no_stats / no_training forms, and native_batch_norm_backward, run by
 // libtrn's batch_norm kernels (trn/batch_norm.h).
@@ -7,7 +7,7 @@
 // native copy) before their pointers reach libtrn. Running stats are updated
 // in place by the kernel, exactly as CPU does (momentum, unbiased variance).
 // Dtype combinations the kernel does not support go to the CPU fallback
-// (which copies the running stats back, see NeuronFallbackWrites.h).
+// (which copies the running stats back, see fallback/writes.h).
 #include <ATen/Functions.h>
 #include <ATen/Operators.h>
 #include <ATen/native/CPUFallback.h>

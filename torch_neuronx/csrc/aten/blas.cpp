@@ -1,4 +1,4 @@
-// NeuronBlas.cpp - matrix products on neuron, run by libtrn's matmul kernel
+// aten/blas.cpp - matrix products on neuron, run by libtrn's matmul kernel
 // (trn/blas.h): mm, bmm, addmm, baddbmm, addbmm, mv, addmv, dot, vdot, with
 // their out= and in-place forms. matmul and linear are
 // CompositeImplicitAutograd and reach these through PyTorch's own

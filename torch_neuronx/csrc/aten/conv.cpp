@@ -1,4 +1,4 @@
-// NeuronConv.cpp - convolution on neuron, run by libtrn's oneDNN-backed
+// aten/conv.cpp - convolution on neuron, run by libtrn's oneDNN-backed
 // kernels (trn/conv.h). PyTorch routes a PrivateUse1 tensor's
 // aten::convolution through _convolution (which checks shapes and expands
 // stride/padding/dilation to one entry per spatial dim) to
@@ -7,7 +7,7 @@
 //
 // Native: 1-d/2-d/3-d convolution in float32, bfloat16 and float16 (any
 // strides: channels-last stays channels-last); transposed convolution is
-// NeuronConvTranspose.cpp's. Other dtypes (float64) run PyTorch's CPU
+// aten/conv_transpose.cpp's. Other dtypes (float64) run PyTorch's CPU
 // implementation on host copies and are recorded as fallbacks
 // (get_fallback_ops), because the boxed CPU fallback cannot serve these two
 // ops: on CPU they are stubs.

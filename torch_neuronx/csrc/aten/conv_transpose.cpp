@@ -1,4 +1,4 @@
-// NeuronConvTranspose.cpp - transposed convolution (conv_transpose1d/2d/3d,
+// aten/conv_transpose.cpp - transposed convolution (conv_transpose1d/2d/3d,
 // nn.ConvTranspose*) on neuron, forward and backward, run by libtrn's
 // oneDNN-backed convolution kernels (trn/conv.h).
 //

@@ -1,5 +1,5 @@
-// NeuronConvTranspose.h - transposed convolution on neuron (NeuronConvTranspose.cpp),
-// called by NeuronConv.cpp's convolution_overrideable /
+// aten/conv_transpose.h - transposed convolution on neuron (aten/conv_transpose.cpp),
+// called by aten/conv.cpp's convolution_overrideable /
 // convolution_backward_overrideable when `transposed` is set.
 #pragma once
 
@@ -14,7 +14,7 @@
 namespace neuron {
 
 // libtrn's descriptor of the convolution `input` * `weight` -> `output`
-// (NeuronConv.cpp; the transposed op runs this convolution in swapped roles).
+// (aten/conv.cpp; the transposed op runs this convolution in swapped roles).
 // `what` names the op in the error for an unsupported rank.
 trn_conv_desc make_desc(const at::Tensor &input, const at::Tensor &weight,
                         const at::Tensor &output, at::IntArrayRef stride,

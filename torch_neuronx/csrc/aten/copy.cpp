@@ -1,4 +1,4 @@
-// NeuronCopy.cpp - _copy_from, _copy_from_and_resize and _local_scalar_dense:
+// aten/copy.cpp - _copy_from, _copy_from_and_resize and _local_scalar_dense:
 // every byte that enters or leaves the device goes through libtrn's copy
 // kernel on a stream.
 //

@@ -1,4 +1,4 @@
-// cpu_add_block.h - what libtrn needs to round 16-bit add / sub exactly as
+// aten/cpu_add_block.h - what libtrn needs to round 16-bit add / sub exactly as
 // ATen's CPU kernel (trn_ew_desc / trn_foreach_desc .cpu_block).
 #pragma once
 

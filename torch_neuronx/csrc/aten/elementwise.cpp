@@ -1,4 +1,4 @@
-// NeuronElementwise.cpp - elementwise ATen ops on neuron, run by libtrn's
+// aten/elementwise.cpp - elementwise ATen ops on neuron, run by libtrn's
 // trn_ew_launch. PyTorch decides everything about the call - broadcasting,
 // type promotion, output allocation and resizing, casting rules, overlap
 // checks - through the same TensorIterator configurations its CPU and CUDA

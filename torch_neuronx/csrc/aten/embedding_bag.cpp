@@ -1,4 +1,4 @@
-// NeuronEmbeddingBag.cpp - embedding_bag on neuron: _embedding_bag,
+// aten/embedding_bag.cpp - embedding_bag on neuron: _embedding_bag,
 // _embedding_bag_forward_only, _embedding_bag_dense_backward and
 // _embedding_bag_per_sample_weights_backward, run by libtrn's embedding_bag
 // kernels (trn/embedding_bag.h). F.embedding_bag / nn.EmbeddingBag reach

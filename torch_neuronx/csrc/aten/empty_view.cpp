@@ -1,4 +1,4 @@
-// NeuronMinimal.cpp - the kernels that create, view and reshape neuron
+// aten/empty_view.cpp - the kernels that create, view and reshape neuron
 // tensors: allocation, views, resize_ and the set_ overloads. They only move
 // metadata and memory; compute lives in libtrn.
 #include <ATen/EmptyTensor.h>

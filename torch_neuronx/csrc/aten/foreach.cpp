@@ -1,4 +1,4 @@
-// NeuronForeach.cpp - the _foreach_* ops and the fused optimizer steps
+// aten/foreach.cpp - the _foreach_* ops and the fused optimizer steps
 // (_fused_adam_, _fused_adamw_, _fused_sgd_) on neuron, each one launch of
 // libtrn's list kernels (trn/foreach.h) over the whole tensor list.
 //

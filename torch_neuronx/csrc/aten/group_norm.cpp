@@ -1,4 +1,4 @@
-// NeuronGroupNorm.cpp - group norm on neuron: native_group_norm and
+// aten/group_norm.cpp - group norm on neuron: native_group_norm and
 // native_group_norm_backward, run by libtrn's group_norm kernels
 // (trn/group_norm.h). F.group_norm / nn.GroupNorm reach these through
 // aten::group_norm (CompositeImplicit), as on CPU and CUDA.

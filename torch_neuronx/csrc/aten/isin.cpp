@@ -1,4 +1,4 @@
-// NeuronIsin.cpp - torch.isin on neuron (aten::isin, all four overloads that
+// aten/isin.cpp - torch.isin on neuron (aten::isin, all four overloads that
 // reach the backend: Tensor_Tensor, Tensor_Scalar, Scalar_Tensor, and the
 // Tensor_Tensor out= form).
 //

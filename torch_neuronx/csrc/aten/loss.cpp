@@ -1,4 +1,4 @@
-// NeuronLoss.cpp - the elementwise losses and their helpers on neuron: sgn
+// aten/loss.cpp - the elementwise losses and their helpers on neuron: sgn
 // (l1_loss's backward), smooth_l1_loss, huber_loss, binary_cross_entropy,
 // log_sigmoid (binary_cross_entropy_with_logits) and xlogy (kl_div), each
 // with its backward.

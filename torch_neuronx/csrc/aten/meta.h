@@ -1,4 +1,4 @@
-// neuron_meta.h - runs PyTorch's C++ structured meta function of an op on the
+// aten/meta.h - runs PyTorch's C++ structured meta function of an op on the
 // real (neuron) arguments and records the outputs it declares, instead of
 // calling the op on meta tensors.
 //

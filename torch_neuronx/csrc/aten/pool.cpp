@@ -1,4 +1,4 @@
-// NeuronPool.cpp - 2-d pooling on neuron: max_pool2d_with_indices and
+// aten/pool.cpp - 2-d pooling on neuron: max_pool2d_with_indices and
 // avg_pool2d with their backwards, run by libtrn's pool kernels
 // (trn/pool.h). Argument checks, output sizes and error messages follow
 // PyTorch CPU (pooling_output_shape, pool2d_shape_check); inputs are made

@@ -1,4 +1,4 @@
-// NeuronPool3d.cpp - 3-d pooling and adaptive pooling on neuron:
+// aten/pool3d.cpp - 3-d pooling and adaptive pooling on neuron:
 // max_pool3d_with_indices, avg_pool3d, _adaptive_avg_pool2d / 3d and
 // adaptive_max_pool2d / 3d, each with its backward, run by libtrn's 3-d
 // pooling kernel (trn/pool3d.h; 2-d volumes have depth 1). The 1-d forms

@@ -1,5 +1,5 @@
-// pool_shape.h - PyTorch's pooling output-size rule, shared by the 2-d
-// (NeuronPool.cpp) and 3-d / adaptive (NeuronPool3d.cpp) pooling adapters.
+// aten/pool_shape.h - PyTorch's pooling output-size rule, shared by the 2-d
+// (aten/pool.cpp) and 3-d / adaptive (aten/pool3d.cpp) pooling adapters.
 #pragma once
 
 #include <c10/util/Exception.h>

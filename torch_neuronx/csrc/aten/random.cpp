@@ -1,4 +1,4 @@
-// NeuronRandom.cpp - in-place random fills on neuron (uniform_, normal_,
+// aten/random.cpp - in-place random fills on neuron (uniform_, normal_,
 // bernoulli_(p), exponential_, random_, log_normal_, cauchy_, geometric_), run by libtrn's counter-based
 // random kernel (trn/random.h). Each call takes the generator's (seed,
 // offset) (default or given) and advances the offset by the element count,

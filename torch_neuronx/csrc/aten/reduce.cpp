@@ -1,4 +1,4 @@
-// NeuronReduce.cpp - reductions, scans and softmax on neuron, run by
+// aten/reduce.cpp - reductions, scans and softmax on neuron, run by
 // libtrn's trn_reduce_launch / trn_scan_launch / trn_softmax_launch.
 //
 // PyTorch decides everything about a call: each op first runs on meta

@@ -1,4 +1,4 @@
-// NeuronRmsNorm.cpp - RMS norm on neuron: aten::_fused_rms_norm and
+// aten/rms_norm.cpp - RMS norm on neuron: aten::_fused_rms_norm and
 // _fused_rms_norm_backward, run by libtrn's rms_norm kernels
 // (trn/rms_norm.h).
 //

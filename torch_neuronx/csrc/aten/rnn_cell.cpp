@@ -1,4 +1,4 @@
-// NeuronRnnCell.cpp - the fused recurrent cells PyTorch selects for a
+// aten/rnn_cell.cpp - the fused recurrent cells PyTorch selects for a
 // PrivateUse1 device (nn.LSTM / nn.GRU / nn.LSTMCell / nn.GRUCell call
 // _thnn_fused_lstm_cell / _thnn_fused_gru_cell after two matmuls per step):
 // forward, _thnn_fused_lstm_cell_backward_impl (autograd's

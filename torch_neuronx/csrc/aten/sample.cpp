@@ -1,7 +1,7 @@
-// NeuronSample.cpp - random sampling on neuron from the per-device
+// aten/sample.cpp - random sampling on neuron from the per-device
 // generator: randperm and multinomial (libtrn's trn/sample.h kernels), and
 // the tensor-parameter forms of normal and bernoulli_, composed of the native
-// random fills (NeuronRandom.cpp) and native elementwise ops as ATen's own
+// random fills (aten/random.cpp) and native elementwise ops as ATen's own
 // kernels compose them. Every seed is one 64-bit draw from the device's
 // generator (default or given), so torch.manual_seed reproduces results,
 // devices are independent, and get_rng_state / set_rng_state round-trip.

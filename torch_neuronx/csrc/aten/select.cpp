@@ -1,4 +1,4 @@
-// NeuronSelect.cpp - order statistics on neuron: kthvalue, median and
+// aten/select.cpp - order statistics on neuron: kthvalue, median and
 // nanmedian (whole tensor and along a dim, functional and out= forms), run
 // by libtrn's quickselect kernel (trn/select.h). The reduced dim is moved
 // last and made contiguous; results take keepdim's shape. Argument checks

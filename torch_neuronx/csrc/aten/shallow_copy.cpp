@@ -1,4 +1,4 @@
-// NeuronShallowCopy.cpp - tells PyTorch that a dense neuron tensor may take a
+// aten/shallow_copy.cpp - tells PyTorch that a dense neuron tensor may take a
 // dense CPU tensor's place (and back) in a shallow copy.
 //
 // nn.Module._apply (model.to / .cpu / .neuron), Tensor.data assignment and

@@ -1,4 +1,4 @@
-// NeuronShape.cpp - creation, layout and sort/select ops on neuron: fill_,
+// aten/shape.cpp - creation, layout and sort/select ops on neuron: fill_,
 // zero_, arange, linspace, eye, tril/triu, flip, roll, constant_pad_nd,
 // sort, topk, unique.
 //

@@ -1,4 +1,4 @@
-// NeuronTrain.cpp - the training-step ops that are not elementwise: layer
+// aten/train.cpp - the training-step ops that are not elementwise: layer
 // norm (forward/backward), nll_loss / nll_loss2d (forward/backward),
 // dropout and mse_loss, run by libtrn's norm/loss/dropout kernels.
 // Shapes, dtypes and errors follow PyTorch CPU's checks; operands are made
@@ -367,7 +367,7 @@ Tensor nll_loss2d_backward(const Tensor &grad_output, const Tensor &self, const 
 // dropout
 // ---------------------------------------------------------------------------
 // The mask takes (seed, offset) from the device's generator, as the random
-// fills do (NeuronGenerator.h), so DTensor's tracker gives each shard its
+// fills do (runtime/generator.h), so DTensor's tracker gives each shard its
 // part of the whole tensor's mask.
 std::tuple<Tensor, Tensor> native_dropout(const Tensor &input, double p,
                                           std::optional<bool> train) {

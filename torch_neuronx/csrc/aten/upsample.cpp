@@ -1,4 +1,4 @@
-// NeuronUpsample.cpp - upsampling on neuron: upsample_nearest{1,2,3}d,
+// aten/upsample.cpp - upsampling on neuron: upsample_nearest{1,2,3}d,
 // _upsample_nearest_exact{1,2,3}d, upsample_linear1d, upsample_bilinear2d,
 // upsample_bicubic2d and upsample_trilinear3d, with their backwards, run by libtrn's upsample
 // kernels (trn/upsample.h). F.interpolate

@@ -1,4 +1,4 @@
-// NeuronCompile.cpp - Python bindings of the graph compiler (trn/compiler.h).
+// compile/compiler.cpp - Python bindings of the graph compiler (trn/compiler.h).
 //
 // Owns: torch_neuronx._C._CompilerGraph / _CompiledProgram / _CompiledRun.
 // Converts and checks only: the Python backend (torch_neuronx/_compile)

@@ -1,4 +1,4 @@
-// ProcessGroupNeuronBindings.cpp - Python access to the neuron c10d backend.
+// distributed/bindings.cpp - Python access to the neuron c10d backend.
 // The class is bound on demand (_init_distributed), not at import: binding it
 // needs torch.distributed's types, and _C loads while `import torch` runs.
 #include <torch/csrc/utils/pybind.h>

@@ -1,5 +1,5 @@
-// collective_observe.cpp - the profiler record, counters and DEBUG log line
-// of each neuron collective (see collective_observe.h).
+// distributed/collective_observe.cpp - the profiler record, counters and DEBUG log line
+// of each neuron collective (see distributed/collective_observe.h).
 #include "distributed/collective_observe.h"
 
 #include <cstdio>

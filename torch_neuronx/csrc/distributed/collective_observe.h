@@ -1,5 +1,5 @@
-// collective_observe.h - what the profiler, the log and the metrics see of
-// each collective of the neuron process group (ProcessGroupNeuron.cpp owns
+// distributed/collective_observe.h - what the profiler, the log and the metrics see of
+// each collective of the neuron process group (distributed/process_group.cpp owns
 // the collectives; this owns their observation).
 //
 // A collective is described on the calling thread (its CPU op's profiler

@@ -1,4 +1,4 @@
-// ProcessGroupNeuron.cpp - the backend's threads, Work completion and the
+// distributed/process_group.cpp - the backend's threads, Work completion and the
 // collectives. Each op checks its tensors on the caller's thread (clear
 // errors before any rank waits), synchronizes the producer stream, then
 // queues a body that either calls libtrn's engine or Gloo on CPU aliases.

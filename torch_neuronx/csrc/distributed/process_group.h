@@ -1,4 +1,4 @@
-// ProcessGroupNeuron.h - the `neuron` c10d backend: adapts c10d's Backend /
+// distributed/process_group.h - the `neuron` c10d backend: adapts c10d's Backend /
 // Work interface to libtrn's shared-memory collective engine (ranks on one
 // host) or to a ProcessGroupGloo running on CPU aliases of device memory
 // (ranks on several hosts; device memory is host memory, so no staging).

@@ -1,7 +1,7 @@
-// NeuronFallbackCall.cpp - torch_neuronx._C._cpu_fallback_call: runs one aten
+// fallback/call.cpp - torch_neuronx._C._cpu_fallback_call: runs one aten
 // overload on neuron tensors through the CPU fallback even when it has a
 // native kernel, so tests can prove the fallback itself is correct (e.g. the
-// undeclared-write copy-back of NeuronFallbackWrites.h) for ops whose
+// undeclared-write copy-back of fallback/writes.h) for ops whose
 // fallback path is otherwise reached only with rare inputs.
 #include <torch/csrc/jit/python/pybind_utils.h>
 

@@ -1,11 +1,11 @@
-// NeuronFallback.cpp - the boxed CPU fallback for every op without a native
+// fallback/cpu_fallback.cpp - the boxed CPU fallback for every op without a native
 // neuron kernel, plus the dispatch-key fallthroughs (autograd, autocast).
 //
 // Each invocation is logged (get_fallback_ops) and the first one of each op
 // warns. Random ops get the neuron device's generator: CPU kernels accept only
 // CPU generators, so a neuron generator (a missing one: the device default)
 // is swapped for a fresh CPU generator seeded from its (seed, offset), whose
-// offset advances (see NeuronGenerator.h).
+// offset advances (see runtime/generator.h).
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 

@@ -1,4 +1,4 @@
-// NeuronFallback.h - the boxed CPU fallback, for native kernels that hand an
+// fallback/cpu_fallback.h - the boxed CPU fallback, for native kernels that hand an
 // input they do not support (a dtype, a mode) to the CPU:
 //   at::native::call_fallback_fn<&neuron::cpu_fallback, ATEN_OP(add_Tensor)>::call(...)
 #pragma once

@@ -1,4 +1,4 @@
-// NeuronFallbackWrites.cpp - copy-back of the writes that aten schemas do
+// fallback/writes.cpp - copy-back of the writes that aten schemas do
 // not declare, for ops answered by the CPU fallback (see the header).
 #include "fallback/writes.h"
 

@@ -1,4 +1,4 @@
-// NeuronFallbackWrites.h - the CPU fallback's list of ops that write an
+// fallback/writes.h - the CPU fallback's list of ops that write an
 // argument their schema does not mark as written, and the copy-back for it.
 //
 // at::native::cpu_fallback copies back only the arguments marked Tensor(a!).

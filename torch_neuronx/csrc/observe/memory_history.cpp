@@ -1,4 +1,4 @@
-// NeuronMemoryHistory.cpp - torch.neuron.memory._record_memory_history and
+// observe/memory_history.cpp - torch.neuron.memory._record_memory_history and
 // _snapshot: a ring of allocator events (alloc, free_requested,
 // free_completed, segment_alloc, segment_free, oom) with the Python stack of
 // each allocation, and a snapshot of every reserved block, in the dict

@@ -1,5 +1,5 @@
-// memory_history.h - the allocator's hooks into the memory-history recorder
-// (NeuronMemoryHistory.cpp). Both are one relaxed load when recording is off.
+// observe/memory_history.h - the allocator's hooks into the memory-history recorder
+// (observe/memory_history.cpp). Both are one relaxed load when recording is off.
 #pragma once
 
 #include <atomic>

@@ -1,4 +1,4 @@
-// NeuronObserve.cpp - Python bindings of libtrn's logging, counters, metrics,
+// observe/metrics.cpp - Python bindings of libtrn's logging, counters, metrics,
 // stats page and per-process memory limit (torch_neuronx.metrics,
 // torch_neuronx.logging, torch.neuron.set_per_process_memory_fraction).
 #include <pybind11/pybind11.h>

@@ -1,4 +1,4 @@
-// op_tracking.cpp - per-invocation op logs. Names are interned so a long
+// observe/op_tracking.cpp - per-invocation op logs. Names are interned so a long
 // training loop stores 4 bytes per invocation, not a string.
 #include "observe/op_tracking.h"
 

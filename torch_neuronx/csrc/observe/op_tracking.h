@@ -1,4 +1,4 @@
-// op_tracking.h - which ops ran natively on neuron and which fell back to the
+// observe/op_tracking.h - which ops ran natively on neuron and which fell back to the
 // CPU, one entry per invocation (torch_neuronx.get_executed_ops /
 // get_fallback_ops), plus the policy for native kernels that fail.
 #pragma once

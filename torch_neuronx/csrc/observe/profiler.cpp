@@ -1,4 +1,4 @@
-// NeuronProfiler.cpp - device activity in PyTorch's profilers.
+// observe/profiler.cpp - device activity in PyTorch's profilers.
 //
 // Two routes, because torch offers two:
 //  * torch.profiler / profile(use_kineto=True): a Kineto child profiler

@@ -1,4 +1,4 @@
-// NeuronAllocator.cpp - c10 allocators backed by libtrn: the device caching
+// runtime/allocator.cpp - c10 allocators backed by libtrn: the device caching
 // allocator (what torch.empty(..., device="neuron") and
 // torch.accelerator.memory_* reach) and the pinned host allocator.
 // Policy (caching, capacity, stats) lives in libtrn; this file adapts it.
@@ -113,7 +113,7 @@ void host_delete(void *ptr) {
 }
 
 // Pinned memory is plain host memory registered with libtrn: copies from it
-// are still synchronous (see NeuronCopy.cpp), so there are no events to track
+// are still synchronous (see aten/copy.cpp), so there are no events to track
 // and nothing to cache.
 struct NeuronHostAllocator final : public at::HostAllocator {
     c10::DataPtr allocate(size_t nbytes) override {

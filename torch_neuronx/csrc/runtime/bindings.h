@@ -1,8 +1,8 @@
-// bindings.h - lets any adapter file add Python functions to torch_neuronx._C
-// without editing Module.cpp: a file defines
+// runtime/bindings.h - lets any adapter file add Python functions to torch_neuronx._C
+// without editing runtime/module.cpp: a file defines
 //   static neuron::BindingsRegistrar reg([](pybind11::module_ &m) { m.def(...); });
-// and Module.cpp's PYBIND11_MODULE runs every registered function once.
-// Owned by Module.cpp (it drains the list); files only append to it.
+// and runtime/module.cpp's PYBIND11_MODULE runs every registered function once.
+// Owned by runtime/module.cpp (it drains the list); files only append to it.
 #pragma once
 #include <pybind11/pybind11.h>
 #include <torch/csrc/Exceptions.h>

@@ -1,4 +1,4 @@
-// neuron_device.cpp - device index checks, stream and dtype translation.
+// runtime/device.cpp - device index checks, stream and dtype translation.
 #include "runtime/device.h"
 
 namespace neuron {

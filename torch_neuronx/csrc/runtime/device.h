@@ -1,4 +1,4 @@
-// neuron_device.h - shared helpers of the C++ layer: device indices, streams
+// runtime/device.h - shared helpers of the C++ layer: device indices, streams
 // and dtypes translated between c10 and libtrn.
 #pragma once
 

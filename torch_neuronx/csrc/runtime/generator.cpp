@@ -1,4 +1,4 @@
-// NeuronGenerator.cpp - per-device generators; see NeuronGenerator.h.
+// runtime/generator.cpp - per-device generators; see runtime/generator.h.
 #include "runtime/generator.h"
 
 #include <ATen/CPUGeneratorImpl.h>

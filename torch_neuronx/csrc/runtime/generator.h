@@ -1,4 +1,4 @@
-// NeuronGenerator.h - the per-device random generator.
+// runtime/generator.h - the per-device random generator.
 //
 // The state is (seed, offset), as CUDA's Philox generator: neuron's random
 // kernels are counter-based (trn/random.h), element i of a fill drawing the

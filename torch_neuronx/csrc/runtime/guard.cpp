@@ -1,4 +1,4 @@
-// NeuronGuard.cpp - c10's device guard for `neuron`: current device, current
+// runtime/guard.cpp - c10's device guard for `neuron`: current device, current
 // stream and events, all kept by libtrn. torch.Stream, torch.Event,
 // torch.accelerator and every DeviceGuard in ATen reach the device through
 // this object.

@@ -1,4 +1,4 @@
-// NeuronHooks.cpp - PrivateUse1 hooks: what autograd, torch.accelerator,
+// runtime/hooks.cpp - PrivateUse1 hooks: what autograd, torch.accelerator,
 // pin_memory, from_blob and torch.Generator ask of an accelerator.
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>

@@ -1,4 +1,4 @@
-// NeuronIpc.cpp - neuron storages shared between processes
+// runtime/ipc.cpp - neuron storages shared between processes
 // (torch_neuronx/multiprocessing.py registers the pickling). Sharing moves a
 // storage into a shareable device block (trn/ipc.h) once, swapping its
 // DataPtr in place so every tensor viewing it keeps working; the receiver

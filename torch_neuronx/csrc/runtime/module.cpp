@@ -1,4 +1,4 @@
-// Module.cpp - torch_neuronx._C: the Python bindings. Loading it registers
+// runtime/module.cpp - torch_neuronx._C: the Python bindings. Loading it registers
 // every kernel, the guard, allocators, hooks and fallbacks (static
 // registrars in the other files); the functions below expose runtime state
 // to the Python package. Each one converts, checks and calls libtrn.

@@ -1,4 +1,4 @@
-// trn_check.cpp - the one place where a libtrn status becomes an exception.
+// runtime/trn_check.cpp - the one place where a libtrn status becomes an exception.
 #include "runtime/trn_check.h"
 
 #include <string>

@@ -1,4 +1,4 @@
-// trn_check.h - turns libtrn status codes into PyTorch exceptions.
+// runtime/trn_check.h - turns libtrn status codes into PyTorch exceptions.
 //
 // Every libtrn call made from C++ goes through TRN_CHECK. The exception type
 // follows the status (OOM -> torch.OutOfMemoryError, unsupported ->
