@@ -21,19 +21,25 @@ import torch
 from torch.fx.node import map_arg
 
 from .. import _C
+from .._trn_constants import DTYPE_IDS, VALUES
 from .tape import RecordingGraph
 
 aten = torch.ops.aten
 prims = torch.ops.prims
 
-# trn_dtype numbering (libtrn/include/trn/dtype.h).
-TRN_DTYPE = {
-    torch.bool: 0, torch.uint8: 1, torch.int8: 2, torch.int16: 3, torch.int32: 4,
-    torch.int64: 5, torch.uint16: 6, torch.uint32: 7, torch.uint64: 8,
-    torch.float16: 9, torch.bfloat16: 10, torch.float32: 11, torch.float64: 12,
-}
-REDUCE_SUM, REDUCE_PROD, REDUCE_MAX, REDUCE_MIN = 0, 1, 2, 3
-CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS = 0, 1, 2
+# The trn_dtype of each torch dtype the compiler takes (the values are
+# libtrn/include/trn/dtype.h's, looked up by name).
+TRN_DTYPE = {d: DTYPE_IDS[str(d).removeprefix("torch.")] for d in (
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint16, torch.uint32,
+    torch.uint64, torch.float16, torch.bfloat16, torch.float32, torch.float64)}
+# trn_graph_reduce_op and trn_conv_kind (libtrn/include/trn/compiler.h).
+TRN_GRAPH_SUM = VALUES["TRN_GRAPH_SUM"]
+TRN_GRAPH_PROD = VALUES["TRN_GRAPH_PROD"]
+TRN_GRAPH_MAX = VALUES["TRN_GRAPH_MAX"]
+TRN_GRAPH_MIN = VALUES["TRN_GRAPH_MIN"]
+TRN_CONV_FORWARD = VALUES["TRN_CONV_FORWARD"]
+TRN_CONV_BACKWARD_DATA = VALUES["TRN_CONV_BACKWARD_DATA"]
+TRN_CONV_BACKWARD_WEIGHTS = VALUES["TRN_CONV_BACKWARD_WEIGHTS"]
 
 _EW: dict[str, int] | None = None
 
@@ -954,37 +960,37 @@ def _any_all(L, node, x, dims, keepdim, op):
 
 @register(aten.any.dim, aten.any.dims, aten.any.default)
 def _any(L, node, x, dim=None, keepdim=False):
-    return _any_all(L, node, x, dim, keepdim, REDUCE_MAX)
+    return _any_all(L, node, x, dim, keepdim, TRN_GRAPH_MAX)
 
 
 @register(aten.all.dim, aten.all.dims, aten.all.default)
 def _all(L, node, x, dim=None, keepdim=False):
-    return _any_all(L, node, x, dim, keepdim, REDUCE_MIN)
+    return _any_all(L, node, x, dim, keepdim, TRN_GRAPH_MIN)
 
 
 @register(aten.sum.dim_IntList)
 def _sum(L, node, x, dims, keepdim=False, dtype=None):
-    return reduce(L, node, REDUCE_SUM, x, dims, keepdim)
+    return reduce(L, node, TRN_GRAPH_SUM, x, dims, keepdim)
 
 
 @register(aten.sum.default)
 def _sum_all(L, node, x, dtype=None):
-    return reduce(L, node, REDUCE_SUM, x, None, False)
+    return reduce(L, node, TRN_GRAPH_SUM, x, None, False)
 
 
 @register(aten.prod.dim_int)
 def _prod(L, node, x, dim, keepdim=False, dtype=None):
-    return reduce(L, node, REDUCE_PROD, x, [dim], keepdim)
+    return reduce(L, node, TRN_GRAPH_PROD, x, [dim], keepdim)
 
 
 @register(aten.amax.default)
 def _amax(L, node, x, dims=(), keepdim=False):
-    return reduce(L, node, REDUCE_MAX, x, dims, keepdim)
+    return reduce(L, node, TRN_GRAPH_MAX, x, dims, keepdim)
 
 
 @register(aten.amin.default)
 def _amin(L, node, x, dims=(), keepdim=False):
-    return reduce(L, node, REDUCE_MIN, x, dims, keepdim)
+    return reduce(L, node, TRN_GRAPH_MIN, x, dims, keepdim)
 
 
 def _scale(L, node_meta_shape, v: Val, factor, dtype):
@@ -1001,7 +1007,7 @@ def _mean(L, node, x, dims=None, keepdim=False, dtype=None):
     v = _val(L, x)
     d = _dims(v, dims)
     n = math.prod(v.sizes[i] for i in d) if v.sizes else 1
-    s = reduce(L, node, REDUCE_SUM, x, d, True, m.dtype)
+    s = reduce(L, node, TRN_GRAPH_SUM, x, d, True, m.dtype)
     s = _scale(L, None, s, 1.0 / n if n else float("nan"), m.dtype)
     return s if keepdim else L.reshape(s, tuple(int(q) for q in m.shape))
 
@@ -1011,13 +1017,13 @@ def _var(L, node, x, dims, correction, keepdim, out_meta):
     dt = out_meta.dtype
     d = _dims(v, dims)
     n = math.prod(v.sizes[i] for i in d) if v.sizes else 1
-    s = reduce(L, node, REDUCE_SUM, x, d, True, dt)
+    s = reduce(L, node, TRN_GRAPH_SUM, x, d, True, dt)
     mean = _scale(L, None, s, 1.0 / n if n else float("nan"), dt)
     diff = L.g.pointwise(ew("SUB"), TRN_DTYPE[dt], TRN_DTYPE[dt],
                          [L.node_of(v), L.node_of(L.broadcast(mean, v.sizes))], [1.0])
     sq = L.g.pointwise(ew("MUL"), TRN_DTYPE[dt], TRN_DTYPE[dt], [diff, diff], [])
     mask = sum(1 << i for i in d)
-    ss = L.g.reduce(REDUCE_SUM, sq, TRN_DTYPE[dt], mask)
+    ss = L.g.reduce(TRN_GRAPH_SUM, sq, TRN_DTYPE[dt], mask)
     ksizes = mean.sizes
     ssv = L.new_base(ss, "node", ksizes, contiguous_strides(ksizes), dt)
     c = 1 if correction is None else correction
@@ -1088,7 +1094,7 @@ def _conv(L, node, x, w, bias, stride, padding, dilation, transposed, output_pad
     sp = len(vw.sizes) - 2
     vb = _val(L, bias) if bias is not None else None
     m = meta(node)
-    nid = L.g.conv(CONV_FWD, L.node_of(vx), L.node_of(vw), L.node_of(vb) if vb else -1,
+    nid = L.g.conv(TRN_CONV_FORWARD, L.node_of(vx), L.node_of(vw), L.node_of(vb) if vb else -1,
                    _expand_list(stride, sp), _expand_list(padding, sp), _expand_list(dilation, sp),
                    int(groups), list(m.shape))
     return L.finish_node(nid, m)
@@ -1112,15 +1118,15 @@ def _conv_bw(L, node, go, x, w, bias_sizes, stride, padding, dilation, transpose
     ms = meta(node)
     out = [None, None, None]
     if output_mask[0]:
-        nid = L.g.conv(CONV_BWD_DATA, L.node_of(vg), L.node_of(vw), -1, *args, list(vx.sizes))
+        nid = L.g.conv(TRN_CONV_BACKWARD_DATA, L.node_of(vg), L.node_of(vw), -1, *args, list(vx.sizes))
         out[0] = L.finish_node(nid, ms[0])
     if output_mask[1]:
-        nid = L.g.conv(CONV_BWD_WEIGHTS, L.node_of(vx), L.node_of(vg), -1, *args, list(vw.sizes))
+        nid = L.g.conv(TRN_CONV_BACKWARD_WEIGHTS, L.node_of(vx), L.node_of(vg), -1, *args, list(vw.sizes))
         out[1] = L.finish_node(nid, ms[1])
     if output_mask[2]:
         dims = [0] + list(range(2, len(vg.sizes)))
         mask = sum(1 << d for d in dims)
-        nid = L.g.reduce(REDUCE_SUM, L.node_of(vg), TRN_DTYPE[vg.dtype], mask)
+        nid = L.g.reduce(TRN_GRAPH_SUM, L.node_of(vg), TRN_DTYPE[vg.dtype], mask)
         ks = tuple(1 if i in dims else s for i, s in enumerate(vg.sizes))
         r = L.new_base(nid, "node", ks, contiguous_strides(ks), vg.dtype)
         out[2] = L.reshape(r, tuple(ms[2].shape))
