@@ -18,8 +18,8 @@ import math
 import torch
 
 from .._trn_constants import VALUES
-from .lower import (TRN_DTYPE, TRN_GRAPH_MAX, TRN_GRAPH_MIN, TRN_GRAPH_PROD, TRN_GRAPH_SUM, Unsupported, Val, _val,
-                    aten, ew, meta, register)
+from .lower_core import (TRN_DTYPE, TRN_GRAPH_MAX, TRN_GRAPH_MIN, TRN_GRAPH_PROD, TRN_GRAPH_SUM, Unsupported, Val,
+                         _val, aten, ew, meta, register)
 
 # trn_graph_index_error (libtrn/include/trn/compiler.h)
 TRN_INDEX_ERROR_BOUNDS = VALUES["TRN_INDEX_ERROR_BOUNDS"]

@@ -15,7 +15,7 @@ from torch.fx.node import map_arg
 
 from .. import _C
 from . import metrics
-from .lower import Lowered, Val, _PyConst, _PyHostResult, _PyInput, _PyItem
+from .lower_core import Lowered, Val, _PyConst, _PyHostResult, _PyInput, _PyItem
 from .program import rebuild_program
 
 _NEURON = "neuron"
