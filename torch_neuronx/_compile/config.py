@@ -2,8 +2,8 @@
 
 Owner: ``NeuronCompileError``, the environment-flag reader, where libtrn's
 headers are (``_include_dir``), the disk cache (``cache_dir``) and the
-debug-artifact folder (``debug_dir``). A leaf: it imports nothing of the
-package, so every other ``_compile`` module may use it.
+debug-artifact folder (``debug_dir``). It imports no other ``_compile``
+module, so every one of them may use it.
 """
 from __future__ import annotations
 
