@@ -113,8 +113,8 @@ def bench(name, iters=10):
             if backend:
                 colds[label], cold_be[label], step, batch = first_call(name, dev, backend, train)
                 torch._dynamo.reset()
-                from torch_neuronx._compile import backend as nb
-                nb._memory_cache.clear()
+                from torch_neuronx._compile import jobs
+                jobs._memory_cache.clear()
                 warms[label], adds[label], step, batch = first_call(name, dev, backend, train)
             else:
                 step, batch = setup(name, dev, None, train)

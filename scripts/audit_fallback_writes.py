@@ -8,7 +8,7 @@ mode that snapshots every tensor argument of every aten call and reports the
 ops that changed an argument their schema does not mark as written.
 
 Run:  .venv/bin/python scripts/audit_fallback_writes.py [max_samples_per_op]
-The list it prints is what torch_neuronx/csrc/NeuronFallbackWrites.cpp
+The list it prints is what torch_neuronx/csrc/fallback/writes.cpp
 must cover (docs/training-ops.md records the result).
 """
 import sys

@@ -1,4 +1,4 @@
-"""Fused scaled_dot_product_attention on neuron (NeuronAttention.cpp,
+"""Fused scaled_dot_product_attention on neuron (aten/attention.cpp,
 libtrn/src/kernels/attention.c): F.scaled_dot_product_attention selects it
 through the _fused_sdp_choice stub; forward and backward match CPU for
 causal, bool and additive (broadcast, differentiable) masks, grouped-query

@@ -12,7 +12,7 @@ import torch
 import torch._dynamo
 
 import torch_neuronx  # noqa: F401
-from torch_neuronx._compile import backend as B
+from torch_neuronx._compile import jobs as J
 
 DEV = "neuron"
 
@@ -189,7 +189,7 @@ def test_training_compiled_on_worker(tmp_path, monkeypatch, cache):
     wd = w.to(DEV).requires_grad_()
     out = torch.compile(f, backend="neuron")(x.to(DEV), wd)
     out.backward()
-    assert not B._pending
+    assert not J._pending
     w.requires_grad_()
     f(x, w).backward()
     torch.testing.assert_close(out.detach().cpu(), f(x, w).detach(), atol=1e-5, rtol=1e-5)
@@ -215,7 +215,7 @@ def test_second_process_compiles_nothing(tmp_path):
     env = dict(os.environ, TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("TORCH_NEURONX_NEFF_DISABLE_CACHE", None)
     # First run in this process (cold: a fresh cache directory).
-    B._memory_cache.clear()
+    J._memory_cache.clear()
     os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = env["TORCH_NEURONX_NEFF_CACHE_DIR"]
     before = torch_neuronx.metrics.get_compilation_metrics()
     exec(compile(_CHILD.replace("print(", "_m = ("), "<first>", "exec"), {})

@@ -20,17 +20,17 @@ import torch
 import torch._dynamo
 
 import torch_neuronx  # noqa: F401
-from torch_neuronx._compile import backend as B
+from torch_neuronx._compile import config, jobs
 from torch_neuronx._compile import warm
 
 
 def _cache_dir_with(monkeypatch, path):
     monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(path))
     monkeypatch.delenv("TORCH_NEURONX_NEFF_DISABLE_CACHE", raising=False)
-    B._refused_caches.clear()
+    config._refused_caches.clear()
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        d = B.cache_dir()
+        d = config.cache_dir()
     return d, [str(x.message) for x in w]
 
 
@@ -81,7 +81,7 @@ def test_unusable_cache_path_skips_the_cache(tmp_path, monkeypatch, kind):
         assert msgs and "neuron compile cache not used" in msgs[0], msgs
     # The compile itself succeeds (without a disk cache where refused).
     torch._dynamo.reset()
-    B._memory_cache.clear()
+    jobs._memory_cache.clear()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         f = torch.compile(lambda x: torch.sin(x) + 1, backend="neuron")

@@ -12,7 +12,7 @@ import torch
 import torch._dynamo
 
 import torch_neuronx  # noqa: F401
-from torch_neuronx._compile import backend as B
+from torch_neuronx._compile import jobs as J
 
 DEV = "neuron"
 
@@ -23,7 +23,7 @@ def _fresh(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", "1")
     monkeypatch.setenv("TORCH_NEURONX_DEBUG_DIR", str(tmp_path / "debug"))
     torch._dynamo.reset()
-    B._memory_cache.clear()
+    J._memory_cache.clear()
     torch.neuron.reset_dynamo_metrics()
     yield
     torch._dynamo.reset()

@@ -11,7 +11,7 @@ import torch
 import torch._dynamo
 
 import torch_neuronx  # noqa: F401
-from torch_neuronx._compile import backend as B
+from torch_neuronx._compile import config, jobs
 from torch_neuronx._compile.backend import NeuronCompileError
 
 
@@ -20,7 +20,7 @@ def _fresh(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "cache"))  # compiles are counted
     monkeypatch.delenv("TORCH_NEURONX_NEFF_DISABLE_CACHE", raising=False)
     torch._dynamo.reset()
-    B._memory_cache.clear()
+    jobs._memory_cache.clear()
     torch.neuron.reset_dynamo_metrics()
     yield
     torch._dynamo.reset()

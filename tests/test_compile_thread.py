@@ -16,6 +16,7 @@ import torch._dynamo
 
 import torch_neuronx
 from torch_neuronx._compile import backend as B
+from torch_neuronx._compile import jobs as J
 
 DEV = "neuron"
 
@@ -26,10 +27,10 @@ def _fresh(tmp_path, monkeypatch):
     monkeypatch.delenv("TORCH_NEURONX_NEFF_DISABLE_CACHE", raising=False)
     monkeypatch.delenv("TORCH_NEURONX_COMPILE_THREADS", raising=False)
     torch._dynamo.reset()
-    B._memory_cache.clear()
+    J._memory_cache.clear()
     torch.neuron.reset_dynamo_metrics()
     yield
-    B.finish_pending(raise_errors=False)
+    J.finish_pending(raise_errors=False)
     torch._dynamo.reset()
 
 
@@ -37,13 +38,13 @@ def _fresh(tmp_path, monkeypatch):
 def gate(monkeypatch):
     """Holds every C compile on the compile thread until the test sets it."""
     opened = threading.Event()
-    original = B._CompileJob.compile
+    original = J._CompileJob.compile
 
     def compile(self):
         if threading.current_thread() is not threading.main_thread():
             assert opened.wait(120), "the test never opened the gate"
         return original(self)
-    monkeypatch.setattr(B._CompileJob, "compile", compile)
+    monkeypatch.setattr(J._CompileJob, "compile", compile)
     return opened
 
 
@@ -76,12 +77,12 @@ def test_backend_returns_before_the_c_compile_and_first_call_waits(gate, tmp_pat
     x, w = _x(5, 4), _x(4, 3, seed=1)
     compiled = B.neuron_backend(*_dynamo_graph(f, x.to(DEV), w.to(DEV)))
     # Returned while the compile thread is still held: nothing ran the C compiler here.
-    (job,) = B._pending
+    (job,) = J._pending
     assert job.graph.program is None and not job.done
     assert _aot_dir(tmp_path) == []  # the warm entry waits for the compile
     gate.set()
     (out,) = compiled(x.to(DEV), w.to(DEV))
-    assert job.graph.program is not None and not B._pending
+    assert job.graph.program is not None and not J._pending
     torch.testing.assert_close(out.cpu(), f(x, w)[0], atol=1e-5, rtol=1e-5)
     assert len(_aot_dir(tmp_path)) == 1
     (again,) = compiled(x.to(DEV), w.to(DEV))  # the ready path
@@ -93,11 +94,11 @@ def test_training_forward_and_backward_compile_on_the_thread(gate):
     wd = w.to(DEV).requires_grad_()
     compiled = B.neuron_backend(*_dynamo_graph(f, x.to(DEV), wd))
     # Forward and backward (AOTAutograd compiles it eagerly for the warm cache).
-    assert len(B._pending) == 2 and all(j.graph.program is None for j in B._pending)
+    assert len(J._pending) == 2 and all(j.graph.program is None for j in J._pending)
     gate.set()
     (out,) = compiled(x.to(DEV), wd)
     out.sum().backward()
-    assert not B._pending
+    assert not J._pending
     w.requires_grad_()
     f(x, w)[0].sum().backward()
     torch.testing.assert_close(out.detach().cpu(), f(x, w)[0].detach(), atol=1e-5, rtol=1e-5)
@@ -112,11 +113,11 @@ def test_metrics_complete_while_compiles_pending(gate):
     x, w = _x(5, 4), _x(4, 3, seed=1)
     before = torch_neuronx.metrics.get_compilation_metrics()
     compiled = B.neuron_backend(*_dynamo_graph(f, x.to(DEV), w.to(DEV)))
-    assert B._pending
+    assert J._pending
     gate.set()
     # Never called yet: the read finishes the compile and counts it.
     m = torch.neuron.get_dynamo_metrics()
-    assert m["graphs"] == 1 and m["compiles"] == 1 and m["kernels"] >= 1 and not B._pending, m
+    assert m["graphs"] == 1 and m["compiles"] == 1 and m["kernels"] >= 1 and not J._pending, m
     after = torch_neuronx.metrics.get_compilation_metrics()
     assert after["compiles"] - before["compiles"] == 1
     compiled(x.to(DEV), w.to(DEV))
@@ -130,7 +131,7 @@ def test_c_compile_failure_raises_at_first_call_and_is_not_cached(tmp_path, monk
     for _ in range(2):  # every call of the graph names it
         with pytest.raises(B.NeuronCompileError, match=r"graph graph_\d+_inf did not compile"):
             fn(x.to(DEV))
-    assert not B._memory_cache and not B._pending and _aot_dir(tmp_path) == []
+    assert not J._memory_cache and not J._pending and _aot_dir(tmp_path) == []
     m = torch.neuron.get_dynamo_metrics()
     assert m["compiles"] == 0 and m["warm_unsaved"] == 1, m
 
@@ -145,7 +146,7 @@ def test_c_compile_failure_falls_back_eagerly(tmp_path, monkeypatch):
     torch.testing.assert_close(fn(x.to(DEV)).cpu(), (x * 3 + 1).sum())
     m = torch.neuron.get_dynamo_metrics()
     assert m["fallback_graphs"] == 1 and m["compiles"] == 0 and m["warm_unsaved"] == 1, m
-    assert not B._memory_cache and _aot_dir(tmp_path) == []
+    assert not J._memory_cache and _aot_dir(tmp_path) == []
 
 
 def test_in_place_retry_runs_at_first_call(monkeypatch):
@@ -153,14 +154,14 @@ def test_in_place_retry_runs_at_first_call(monkeypatch):
     # compile) makes the graph lower again with eager copies; simulated here
     # for the first compile of a graph with stores.
     refused = []
-    original = B._CompileJob.compile
+    original = J._CompileJob.compile
 
     def compile(self):
         if self.lowered.stores and not refused:
             refused.append(self.name)
             raise NotImplementedError("store overwrites an input a later step reads (simulated)")
         return original(self)
-    monkeypatch.setattr(B._CompileJob, "compile", compile)
+    monkeypatch.setattr(J._CompileJob, "compile", compile)
 
     def ema(p, m, g):
         with torch.no_grad():
@@ -171,7 +172,7 @@ def test_in_place_retry_runs_at_first_call(monkeypatch):
     dp, dm = p.to(DEV), m.to(DEV)
     out = torch.compile(ema, backend="neuron")(dp, dm, g.to(DEV))
     ref = ema(p, m, g)
-    assert refused and not B._pending
+    assert refused and not J._pending
     torch.testing.assert_close(out.cpu(), ref)
     torch.testing.assert_close(dp.cpu(), p)
     torch.testing.assert_close(dm.cpu(), m)
@@ -192,6 +193,7 @@ _EXIT = r"""
 import torch, torch_neuronx
 import torch._dynamo
 from torch_neuronx._compile import backend as B
+from torch_neuronx._compile import jobs as J
 def make(c):
     def f(x, w):
         return (torch.tanh(x @ w) - c,)
@@ -201,7 +203,7 @@ args = [torch.randn(6, 5, generator=g).to("neuron"), torch.randn(5, 7, generator
 for i in range(3):  # compiled, never called: running or queued at exit
     B.neuron_backend(torch.fx.symbolic_trace(make(i + 2)), args)
 torch._dynamo.reset()
-print("pending", len(B._pending))
+print("pending", len(J._pending))
 """
 
 

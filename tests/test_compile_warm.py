@@ -15,6 +15,7 @@ import torch._dynamo
 
 import torch_neuronx  # noqa: F401
 from torch_neuronx._compile import backend as B
+from torch_neuronx._compile import jobs as J
 from torch_neuronx._compile import warm
 
 # Trains a tiny model for 3 steps (forward+backward graph, optimizer graph),
@@ -59,14 +60,14 @@ def _in_process(monkeypatch, root):
     monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", root)
     monkeypatch.delenv("TORCH_NEURONX_NEFF_DISABLE_CACHE", raising=False)
     torch._dynamo.reset()
-    B._memory_cache.clear()
+    J._memory_cache.clear()
     torch.neuron.reset_dynamo_metrics()
     out = []
     try:
         exec(compile(_CHILD, "<cold run>", "exec"), {"print": out.append})
     finally:
         torch._dynamo.reset()
-        B._memory_cache.clear()
+        J._memory_cache.clear()
     return json.loads(out[-1])
 
 
@@ -143,7 +144,7 @@ def test_graph_with_unknown_function_compiles_uncached(tmp_path, monkeypatch):
     root = tmp_path / "cache"
     monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(root))
     torch._dynamo.reset()
-    B._memory_cache.clear()
+    J._memory_cache.clear()
     torch.neuron.reset_dynamo_metrics()
 
     @torch._dynamo.allow_in_graph

@@ -19,6 +19,6 @@ def test_env_vars_doc_names_every_variable_the_code_reads():
                 "NEURON_LAUNCH_BLOCKING", "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS"]:
         assert f"`{var}`" in doc, var
     sources = "".join(p.read_text() for p in (ROOT / "libtrn" / "src").rglob("*.c"))
-    sources += "".join(p.read_text() for p in (ROOT / "torch_neuronx" / "csrc").glob("*.cpp"))
+    sources += "".join(p.read_text() for p in (ROOT / "torch_neuronx" / "csrc").rglob("*.cpp"))
     for var in set(re.findall(r'"((?:TORCH_NEURONX|NEURON)_[A-Z_]+)"', sources)):
         assert f"`{var}`" in doc, f"{var} is read by the code but not documented"

@@ -1,4 +1,4 @@
-"""_foreach_* ops and fused optimizers on neuron (NeuronForeach.cpp,
+"""_foreach_* ops and fused optimizers on neuron (aten/foreach.cpp,
 libtrn/src/kernels/foreach.c): Adam / AdamW / SGD with foreach=True and
 fused=True against CPU's single-tensor (foreach=False) reference over
 several steps, every state compared (param, exp_avg, exp_avg_sq,

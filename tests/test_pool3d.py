@@ -1,5 +1,5 @@
 """3-d and adaptive pooling on neuron against PyTorch CPU, natively
-(libtrn pool3d.c, csrc/NeuronPool3d.cpp): max_pool3d / avg_pool3d with
+(libtrn pool3d.c, csrc/aten/pool3d.cpp): max_pool3d / avg_pool3d with
 padding, stride, dilation, ceil mode, count_include_pad and divisor;
 adaptive average / max pooling in 1-3 d (non-divisible sizes, output 1,
 output larger than input), forward and backward, in float32 and bfloat16,

@@ -1,4 +1,4 @@
-"""Native random fills on neuron (libtrn random.c, csrc/NeuronRandom.cpp):
+"""Native random fills on neuron (libtrn random.c, csrc/aten/random.cpp):
 no CPU fallback, the right distribution (moments, ranges, dtypes, strided
 outputs), reproducible from the device generator, successive draws differ,
 explicit generators, ATen's argument errors; log_normal_, cauchy_ and

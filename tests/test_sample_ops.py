@@ -1,5 +1,5 @@
 """randperm, multinomial and the tensor-parameter forms of normal and
-bernoulli_ on neuron (libtrn sample.c, csrc/NeuronSample.cpp), natively,
+bernoulli_ on neuron (libtrn sample.c, csrc/aten/sample.cpp), natively,
 as property tests (neuron's random stream is its own, like CUDA's):
 permutations are valid, draws follow the weights, seeds reproduce,
 get_rng_state / set_rng_state round-trip, explicit generators, every random

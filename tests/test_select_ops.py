@@ -1,5 +1,5 @@
 """kthvalue / median / nanmedian on neuron (libtrn select.c,
-csrc/NeuronSelect.cpp), natively, against PyTorch CPU: values, indices that
+csrc/aten/select.cpp), natively, against PyTorch CPU: values, indices that
 select those values, keepdim, NaN rules, integer and 16-bit dtypes, long
 rows (quickselect, not a sort), gradients, out= forms, and ATen's errors."""
 import pytest

@@ -1,4 +1,4 @@
-"""Native creation/shape and sort/select ops (NeuronShape.cpp; libtrn
+"""Native creation/shape and sort/select ops (aten/shape.cpp; libtrn
 fill.c, sort.c, copy.c) against PyTorch CPU, asserting nothing falls back."""
 import pytest
 import torch

@@ -12,8 +12,13 @@ from __future__ import annotations
 import traceback
 
 from . import _C
+from ._trn_constants import VALUES
 
-ERROR, WARNING, INFO, DEBUG = 0, 1, 2, 3
+# trn_log_level (libtrn/include/trn/log.h)
+ERROR = VALUES["TRN_LOG_ERROR"]
+WARNING = VALUES["TRN_LOG_WARNING"]
+INFO = VALUES["TRN_LOG_INFO"]
+DEBUG = VALUES["TRN_LOG_DEBUG"]
 
 
 def enabled(level: int) -> bool:

@@ -1,6 +1,6 @@
 """Neuron tensors through ``torch.multiprocessing`` queues and pipes (and so
 DataLoader workers): pickling a neuron tensor moves its storage into shared
-device memory once (csrc/NeuronIpc.cpp, trn/ipc.h) and sends a file
+device memory once (csrc/runtime/ipc.cpp, trn/ipc.h) and sends a file
 descriptor; the receiver maps the same memory, so both see each other's
 writes. Each process's tensors hold a reference; the memory is freed when
 the last holder lets go. The memory is an anonymous memory file, so nothing

@@ -3,7 +3,7 @@ onto ``torch.profiler``.
 
 Device activity (a kernel event per launch on its stream, with the op name,
 input shapes and bytes; copies by direction) reaches torch.profiler through
-the Kineto plug-in in ``csrc/NeuronProfiler.cpp`` whenever
+the Kineto plug-in in ``csrc/observe/profiler.cpp`` whenever
 ``ProfilerActivity.PrivateUse1`` is profiled, so plain torch.profiler code
 works; ``NeuronProfiler`` only picks the activities for you:
 

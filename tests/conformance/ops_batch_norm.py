@@ -1,5 +1,5 @@
 """OpInfo names of the native batch norm ops (libtrn/src/kernels/batch_norm.c,
-torch_neuronx/csrc/NeuronBatchNorm.cpp): native_batch_norm, the
+torch_neuronx/csrc/aten/batch_norm.cpp): native_batch_norm, the
 _native_batch_norm_legit forms, the _batch_norm_with_update stack and their
 backwards. instance_norm runs through native_batch_norm. Running-stat
 updates are checked by tests/test_batch_norm.py (OpInfo compares outputs)."""

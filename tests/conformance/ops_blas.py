@@ -1,6 +1,6 @@
 """OpInfo names of the native matrix-product and convolution ops
-(libtrn/src/kernels/matmul.c, conv.c; torch_neuronx/csrc/NeuronBlas.cpp,
-NeuronConv.cpp). matmul, linear and the conv functionals decompose into them.
+(libtrn/src/kernels/matmul.c, conv.c; torch_neuronx/csrc/aten/blas.cpp,
+aten/conv.cpp). matmul, linear and the conv functionals decompose into them.
 Transposed convolution is not native (runs on the CPU, recorded as fallback)."""
 OPS = {
     "mm", "bmm", "addmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot",

@@ -1,4 +1,4 @@
-"""Indexing and data-movement ops native on neuron (torch_neuronx/csrc/NeuronIndex.cpp,
+"""Indexing and data-movement ops native on neuron (torch_neuronx/csrc/aten/index.cpp,
 libtrn/src/kernels/{gather,scatter,mask,cat}.c): OpInfo names, all variants."""
 OPS = {
     "cat",

@@ -1,5 +1,5 @@
 """OpInfo names of the losses composed from native ops in
-torch_neuronx/csrc/NeuronLoss.cpp (sgn, smooth_l1 / huber, binary cross
+torch_neuronx/csrc/aten/loss.cpp (sgn, smooth_l1 / huber, binary cross
 entropy, log_sigmoid, xlogy) and the Python-level losses built on them
 (l1_loss, binary_cross_entropy_with_logits, kl_div)."""
 OPS = {

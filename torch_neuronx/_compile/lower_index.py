@@ -17,10 +17,16 @@ import math
 
 import torch
 
-from .lower import TRN_DTYPE, Unsupported, Val, _val, aten, ew, meta, register
+from .._trn_constants import VALUES
+from .lower_core import (TRN_DTYPE, TRN_GRAPH_MAX, TRN_GRAPH_MIN, TRN_GRAPH_PROD, TRN_GRAPH_SUM, Unsupported, Val,
+                         _val, aten, ew, meta, register)
 
-# trn_graph_index_error
-ERR_BOUNDS, ERR_SELF, ERR_GATHER, ERR_COUNT, ERR_SOURCE = 0, 1, 2, 3, 4
+# trn_graph_index_error (libtrn/include/trn/compiler.h)
+TRN_INDEX_ERROR_BOUNDS = VALUES["TRN_INDEX_ERROR_BOUNDS"]
+TRN_INDEX_ERROR_SELF = VALUES["TRN_INDEX_ERROR_SELF"]
+TRN_INDEX_ERROR_GATHER = VALUES["TRN_INDEX_ERROR_GATHER"]
+TRN_INDEX_ERROR_COUNT = VALUES["TRN_INDEX_ERROR_COUNT"]
+TRN_INDEX_ERROR_SOURCE = VALUES["TRN_INDEX_ERROR_SOURCE"]
 
 
 def _index_int64(L, v: Val) -> Val:
@@ -79,7 +85,7 @@ def _embedding(L, node, weight, indices, padding_idx=-1, scale_grad_by_freq=Fals
     out = _out(node)
     k = len(i.sizes)
     idx = _place(L, i, out, list(range(k)))
-    nid = L.g.gather(_in_memory(L, w), [idx], [0], [-1] * k + [1], 0, ERR_SELF)
+    nid = L.g.gather(_in_memory(L, w), [idx], [0], [-1] * k + [1], 0, TRN_INDEX_ERROR_SELF)
     return L.finish_node(nid, meta(node))
 
 
@@ -91,7 +97,8 @@ def _index_select(L, node, x, dim, index):
     out = _out(node)
     dim %= len(v.sizes)
     idx = _place(L, i, out, [dim] if i.sizes else [])
-    nid = L.g.gather(_in_memory(L, v), [idx], [dim], [-1 if j == dim else j for j in range(len(out))], 0, ERR_SELF)
+    nid = L.g.gather(_in_memory(L, v), [idx], [dim], [-1 if j == dim else j for j in range(len(out))], 0,
+                     TRN_INDEX_ERROR_SELF)
     return L.finish_node(nid, meta(node))
 
 
@@ -104,7 +111,7 @@ def _gather(L, node, x, dim, index, sparse_grad=False):
     dim %= len(v.sizes)
     idx = _place(L, i, out, list(range(len(out))))
     nid = L.g.gather(_in_memory(L, v), [idx], [dim], [-1 if j == dim else j for j in range(len(out))], 0,
-                     ERR_GATHER)
+                     TRN_INDEX_ERROR_GATHER)
     return L.finish_node(nid, meta(node))
 
 
@@ -140,7 +147,7 @@ def _index(L, node, x, indices):
     out, walk, dims, place = _advanced(L, v, indices, 2)
     if out != _out(node):
         raise Unsupported("index shape")
-    nid = L.g.gather(_in_memory(L, v), place, dims, walk, 1, ERR_BOUNDS)
+    nid = L.g.gather(_in_memory(L, v), place, dims, walk, 1, TRN_INDEX_ERROR_BOUNDS)
     return L.finish_node(nid, meta(node))
 
 
@@ -154,7 +161,8 @@ def _index_put(L, node, x, indices, values, accumulate=False):
     if not isinstance(vals, Val) or vals.dtype != v.dtype:
         raise Unsupported("index_put values")
     src = _in_memory(L, L.broadcast(vals, out))
-    nid = L.g.scatter(L.node_of(v), place[0], src, dims[0], walk, int(bool(accumulate)), 1, ERR_BOUNDS)
+    nid = L.g.scatter(L.node_of(v), place[0], src, dims[0], walk, FOLD["sum"] if accumulate else 0, 1,
+                      TRN_INDEX_ERROR_BOUNDS)
     return L.finish_node(nid, meta(node))
 
 
@@ -213,7 +221,7 @@ def _prefix_count(L, mask: Val) -> Val:
     coord = _iota(L, i64, (n,), [1])
     shift = 1
     while shift < n:
-        back = L.g.gather(_in_memory(L, p), [_clamped(L, coord, shift, n)], [0], [-1], 0, ERR_BOUNDS)
+        back = L.g.gather(_in_memory(L, p), [_clamped(L, coord, shift, n)], [0], [-1], 0, TRN_INDEX_ERROR_BOUNDS)
         inside = _pw(L, "GE", i64, torch.bool, [coord, L.const(shift, i64).base])
         back = _pw(L, "WHERE", i64, i64, [inside, back, L.const(0, i64).base])
         nid = _pw(L, "ADD", i64, i64, [L.node_of(p), back], (1,))
@@ -234,7 +242,7 @@ def _selected_rank(L, xs, mk: int, prefix: Val, pstrides, ok_op: str, limit: int
     c = L.const
     last = prefix.sizes[0] - 1
     total = L.g.gather(_in_memory(L, prefix), [_iota(L, i64, xs, [0] * len(xs), last)], [0], [-1] * len(xs), 0,
-                       ERR_BOUNDS)
+                       TRN_INDEX_ERROR_BOUNDS)
     ok = _pw(L, ok_op, i64, b, [total, c(limit, i64).base])
     sel = _pw(L, "LOGICAL_AND", b, b, [mk, ok])
     rank = _pw(L, "SUB", i64, i64, [L.node_of(Val(prefix.base, xs, pstrides, 0, i64)), c(1, i64).base], (1,))
@@ -260,7 +268,7 @@ def _masked_put_each(L, node, v: Val, d, mask: Val, vals: Val, accumulate):
     pstrides = (0,) * len(pre) + _contig(mask.sizes) + (0,) * len(post)
     sel, idx = _selected_rank(L, xs, mk, _prefix_count(L, mask), pstrides, "EQ", n)
     walk = [j if j < d else -1 if j < d + k else j - k + 1 for j in range(len(xs))]
-    new = L.g.gather(src, [idx], [d], walk, 0, ERR_COUNT)
+    new = L.g.gather(src, [idx], [d], walk, 0, TRN_INDEX_ERROR_COUNT)
     dt = v.dtype
     if accumulate:
         new = _pw(L, "ADD", dt, dt, [L.node_of(v), new], (1,))
@@ -283,7 +291,7 @@ def _masked_scatter(L, node, x, mask, source):
     mk = L.broadcast(mval, xs)
     src = _in_memory(L, L.reshape(s, (src_numel,)))
     sel, idx = _selected_rank(L, xs, L.node_of(mk), _prefix_count(L, mk), _contig(xs), "LE", src_numel)
-    new = L.g.gather(src, [idx], [0], [-1] * len(xs), 0, ERR_SOURCE)
+    new = L.g.gather(src, [idx], [0], [-1] * len(xs), 0, TRN_INDEX_ERROR_SOURCE)
     nid = _pw(L, "WHERE", v.dtype, v.dtype, [sel, new, L.node_of(L.broadcast(v, xs))])
     return L.finish_node(nid, meta(node))
 
@@ -312,7 +320,7 @@ def _scatter(L, node, x, dim, index, src, mode):
     """mode: 0 writes, 1 + trn_graph_reduce_op folds (1: add)."""
     v = _src(L, x)
     dim, idx, s, walk, _ = _scatter_geometry(L, v, dim, index, src)
-    nid = L.g.scatter(L.node_of(v), idx, s, dim, walk, mode, 0, ERR_GATHER)
+    nid = L.g.scatter(L.node_of(v), idx, s, dim, walk, mode, 0, TRN_INDEX_ERROR_GATHER)
     return L.finish_node(nid, meta(node))
 
 
@@ -326,8 +334,9 @@ def _scatter_add(L, node, x, dim, index, src):
     return _scatter(L, node, x, dim, index, src, FOLD["sum"])
 
 
-# trn_graph_scatter's accumulate: 1 + trn_graph_reduce_op
-FOLD = {"sum": 1, "prod": 2, "amax": 3, "amin": 4, "mean": 1, "add": 1, "multiply": 2}
+# trn_graph_scatter's accumulate: 1 + trn_graph_reduce_op (0: a plain write)
+FOLD = {"sum": 1 + TRN_GRAPH_SUM, "prod": 1 + TRN_GRAPH_PROD, "amax": 1 + TRN_GRAPH_MAX, "amin": 1 + TRN_GRAPH_MIN,
+        "mean": 1 + TRN_GRAPH_SUM, "add": 1 + TRN_GRAPH_SUM, "multiply": 1 + TRN_GRAPH_PROD}
 
 
 @register(aten.scatter.reduce, aten.scatter.value_reduce)
@@ -363,13 +372,13 @@ def _scatter_reduce(L, node, x, dim, index, src, reduce, include_self=True):
     base = L.node_of(v)
     if not include_self:
         init = L.const(_identity(reduce, dt), dt, isz)
-        base = L.g.scatter(base, idx, _in_memory(L, init), d, walk, 0, 0, ERR_GATHER)
-    nid = L.g.scatter(base, idx, s, d, walk, FOLD[reduce], 0, ERR_GATHER)
+        base = L.g.scatter(base, idx, _in_memory(L, init), d, walk, 0, 0, TRN_INDEX_ERROR_GATHER)
+    nid = L.g.scatter(base, idx, s, d, walk, FOLD[reduce], 0, TRN_INDEX_ERROR_GATHER)
     if reduce == "mean":
         xs = tuple(v.sizes)
         ones = _in_memory(L, L.const(1, dt, isz))
         cnt = L.g.scatter(L.const(1 if include_self else 0, dt, xs).base, idx, ones, d, walk, FOLD["sum"], 0,
-                          ERR_GATHER)
+                          TRN_INDEX_ERROR_GATHER)
         if not include_self:  # positions nothing went to divide by 1
             zero = _pw(L, "EQ", dt, torch.bool, [cnt, L.const(0, dt).base])
             cnt = _pw(L, "WHERE", dt, dt, [zero, L.const(1, dt).base, cnt])
@@ -403,7 +412,7 @@ def _embedding_backward(L, node, grad, indices, num_weights, padding_idx, scale_
     src = _in_memory(L, gv) if L.bases[gv.base].kind == "const" else L.node_of(gv)
     zeros = L.const(0, acc, tuple(int(s) for s in m.shape)).base
     walk = [-1] * k + list(range(1, len(m.shape)))
-    nid = L.g.scatter(zeros, _place(L, idx_val, it, list(range(k))), src, 0, walk, 1, 0, ERR_SELF)
+    nid = L.g.scatter(zeros, _place(L, idx_val, it, list(range(k))), src, 0, walk, FOLD["sum"], 0, TRN_INDEX_ERROR_SELF)
     if acc != m.dtype:
         nid = L.g.cast(nid, TRN_DTYPE[m.dtype])
     return L.finish_node(nid, m)
@@ -501,7 +510,8 @@ def _cat_nodes(L, pieces, d, dtype):
     for k in reversed(range(len(pieces))):
         v = pieces[k]
         begin = ends[k] - v.sizes[d]
-        g = L.g.gather(_piece(L, v, dtype), [_clamped(L, coord, begin, v.sizes[d])], [d], walk, 0, ERR_BOUNDS)
+        g = L.g.gather(_piece(L, v, dtype), [_clamped(L, coord, begin, v.sizes[d])], [d], walk, 0,
+                       TRN_INDEX_ERROR_BOUNDS)
         if value is None:
             value = g
         else:
@@ -548,7 +558,7 @@ def _pad_two(L, v: Val, pads, value, dtype):
         ok = _pw(L, "LOGICAL_AND", b, b, [ge, lt])
         inside = ok if inside is None else _pw(L, "LOGICAL_AND", b, b, [inside, ok])
     walk = [-1 if j in dims else j for j in range(n)]
-    g = L.g.gather(_in_memory(L, v), idx, dims, walk, 0, ERR_BOUNDS)
+    g = L.g.gather(_in_memory(L, v), idx, dims, walk, 0, TRN_INDEX_ERROR_BOUNDS)
     fill = L.const(value, dtype).base
     return _pw(L, "WHERE", dtype, dtype, [inside, g, fill]), out
 
@@ -586,6 +596,6 @@ def _slice_scatter(L, node, x, src, dim=0, start=None, end=None, step=1):
         pos = _pw(L, "CLAMP", i64, i64, [q, c(0, i64).base, c(n - 1, i64).base], (1, 1))
         on = _pw(L, "EQ", i64, b, [_pw(L, "REMAINDER", i64, i64, [rel, c(step, i64).base]), c(0, i64).base])
         inside = _pw(L, "LOGICAL_AND", b, b, [inside, on])
-    g = L.g.gather(_in_memory(L, s), [pos], [d], walk, 0, ERR_BOUNDS)
+    g = L.g.gather(_in_memory(L, s), [pos], [d], walk, 0, TRN_INDEX_ERROR_BOUNDS)
     nid = _pw(L, "WHERE", m.dtype, m.dtype, [inside, g, L.node_of(v)])
     return L.finish_node(nid, m)

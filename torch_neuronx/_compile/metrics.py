@@ -1,7 +1,6 @@
 """Compile metrics: what get_dynamo_metrics() reports (TorchNeuron's API)."""
 from __future__ import annotations
 
-import sys
 import threading
 
 _lock = threading.Lock()
@@ -9,6 +8,7 @@ _FIELDS = ("graphs", "compiles", "cache_hits", "memory_cache_hits", "disk_cache_
            "compile_seconds", "cc_seconds", "fallback_graphs", "host_steps", "kernels", "lowerings",
            "warm_graphs", "warm_rejected", "warm_unsaved", "compile_wait_seconds", "shape_graphs")
 _metrics = dict.fromkeys(_FIELDS, 0)
+_settlers: list = []  # jobs.py's finish_pending, once it is loaded (on_settle)
 
 
 def add(**kw) -> None:
@@ -17,12 +17,17 @@ def add(**kw) -> None:
             _metrics[k] += v
 
 
+def on_settle(fn) -> None:
+    """``fn()`` runs at every settle(): jobs.py registers its finish_pending
+    when it loads (this module imports nothing of the package)."""
+    _settlers.append(fn)
+
+
 def settle() -> None:
     """Finishes the graphs still compiling on the compile threads (their
     counts are added when they finish); a failed one raises at its own call."""
-    backend = sys.modules.get("torch_neuronx._compile.backend")
-    if backend is not None:
-        backend.finish_pending(raise_errors=False)
+    for fn in list(_settlers):
+        fn()
 
 
 def get_dynamo_metrics() -> dict:

@@ -15,7 +15,8 @@ from torch.fx.node import map_arg
 
 from .. import _C
 from . import metrics
-from .lower import Lowered, Val, _PyConst, _PyHostResult, _PyInput, _PyItem
+from .lower_core import Lowered, Val, _PyConst, _PyHostResult, _PyInput, _PyItem
+from .program import rebuild_program
 
 _NEURON = "neuron"
 
@@ -80,7 +81,7 @@ class CompiledGraph(OutputCode):
         self.bases = {b: lowered.bases[b] for b in sorted(used)}
         self._boxed_call = True
         self.program = None
-        # The compile-thread job (backend._CompileJob) until it attaches the program.
+        # The compile-thread job (jobs._CompileJob) until it attaches the program.
         self._job = None
         if program is not None:
             self._attach(program)
@@ -116,8 +117,7 @@ class CompiledGraph(OutputCode):
 
     def post_compile(self, example_inputs, constants, graph_kwargs) -> None:
         if self.program is None and self._job is None:
-            from . import backend
-            self._attach(backend.rebuild_program(self.tape, self.name, self.device))
+            self._attach(rebuild_program(self.tape, self.name, self.device))
 
     def set_triton_bundle(self, triton_bundle) -> None:
         pass

@@ -7,9 +7,12 @@ import os
 import struct
 from dataclasses import dataclass, field
 
-MAGIC = 0x31544154534E5254  # "TRNSTAT1"
-MAX_DEVICES = 64
-COUNTERS = 16
+from .._trn_constants import VALUES
+
+MAGIC = VALUES["TRN_STATS_MAGIC"]  # "TRNSTAT1"
+VERSION = VALUES["TRN_STATS_VERSION"]
+MAX_DEVICES = VALUES["TRN_MAX_DEVICES"]
+COUNTERS = VALUES["TRN_STATS_COUNTERS"]
 _HEADER = struct.Struct("<6Q128s")
 _DEVICE = struct.Struct(f"<{COUNTERS}Q5Q")
 PAGE_SIZE = _HEADER.size + MAX_DEVICES * _DEVICE.size
@@ -86,7 +89,7 @@ def parse(data: bytes, names: list[str]) -> "ProcessStats | None":
     if len(data) < PAGE_SIZE:
         return None
     magic, version, pid, ndev, start, _ncounters, command = _HEADER.unpack_from(data, 0)
-    if magic != MAGIC or version != 1:
+    if magic != MAGIC or version != VERSION:
         return None
     proc = ProcessStats(pid, command.split(b"\0", 1)[0].decode(errors="replace"),
                         int(ndev), start)

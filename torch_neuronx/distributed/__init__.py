@@ -5,7 +5,7 @@ transport (libtrn's shared-memory engine when every rank of the group is on
 this host, Gloo on CPU aliases of device memory otherwise or when forced with
 TORCH_NEURONX_DIST_TRANSPORT=gloo) and hands the shared region's descriptor
 from rank 0 to the others through the group's store. The collectives
-themselves are C++ (ProcessGroupNeuron.cpp) and C (libtrn/src/collectives).
+themselves are C++ (distributed/process_group.cpp) and C (libtrn/src/collectives).
 """
 import os
 import socket

@@ -1,0 +1,168 @@
+// aten/copy.cpp - _copy_from, _copy_from_and_resize and _local_scalar_dense:
+// every byte that enters or leaves the device goes through libtrn's copy
+// kernel on a stream.
+//
+// Ordering rules: device-local copies are asynchronous on the device's
+// current stream. A copy that touches host memory synchronizes before
+// returning (the host buffer may be pageable and reused at once), and so does
+// a copy between two devices (the source block may be recycled on its own
+// stream). non_blocking is accepted and, for now, does not change that.
+#include <ATen/ExpandUtils.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <torch/library.h>
+
+#include "runtime/device.h"
+#include "observe/op_tracking.h"
+
+namespace neuron {
+
+at::Tensor &resize_neuron_(at::Tensor &self, at::IntArrayRef size,
+                           std::optional<at::IntArrayRef> stride);
+
+namespace {
+
+bool on_neuron(const at::Tensor &t) { return t.device().type() == kNeuron; }
+
+// dst <- src (broadcast to dst's shape), element by element, ignoring the
+// conj/neg view bits of both. Throws NotImplementedError when libtrn has no
+// native conversion between the two dtypes.
+void launch_copy(trn_stream *stream, const at::Tensor &dst, const at::Tensor &src) {
+    if (dst.numel() == 0)
+        return;
+    trn_dtype dd, sd;
+    if (dst.scalar_type() == src.scalar_type()) {
+        auto n = native_dtype(dst.scalar_type());
+        dd = sd = n ? *n : bytewise_dtype(dst.scalar_type());
+    } else {
+        auto nd = native_dtype(dst.scalar_type()), ns = native_dtype(src.scalar_type());
+        TORCH_CHECK_NOT_IMPLEMENTED(nd && ns, "no native conversion from ",
+                                    src.scalar_type(), " to ", dst.scalar_type());
+        dd = *nd;
+        sd = *ns;
+    }
+    auto geometry = at::inferExpandGeometry_dimvector(src.sizes(), src.strides(), dst.sizes());
+    TORCH_CHECK(dst.dim() <= TRN_MAX_DIMS, "neuron copies support at most ",
+                TRN_MAX_DIMS, " dimensions, got ", dst.dim());
+    trn_copy_desc desc{};
+    desc.ndim = static_cast<int>(dst.dim());
+    desc.sizes = dst.sizes().data();
+    desc.dst = dst.data_ptr();
+    desc.dst_strides = dst.strides().data();
+    desc.dst_dtype = dd;
+    desc.src = src.const_data_ptr();
+    desc.src_strides = geometry.strides.data();
+    desc.src_dtype = sd;
+    TRN_CHECK(trn_copy_launch(stream, &desc));
+}
+
+trn_stream *stream_for(const at::Tensor &src, const at::Tensor &dst) {
+    return current_trn_stream(on_neuron(dst) ? dst.device().index() : src.device().index());
+}
+
+void copy_native(const at::Tensor &src, const at::Tensor &dst) {
+    TORCH_CHECK_NOT_IMPLEMENTED(!src.is_conj() && !src.is_neg() && !dst.is_conj() &&
+                                    !dst.is_neg(),
+                                "conjugate or negative views");
+    if (on_neuron(src) && on_neuron(dst) && src.device() != dst.device()) {
+        TRN_CHECK(trn_stream_synchronize(current_trn_stream(src.device().index())));
+        trn_stream *s = current_trn_stream(dst.device().index());
+        launch_copy(s, dst, src);
+        TRN_CHECK(trn_stream_synchronize(s));
+        return;
+    }
+    trn_stream *s = stream_for(src, dst);
+    launch_copy(s, dst, src);
+    if (!on_neuron(src) || !on_neuron(dst))
+        TRN_CHECK(trn_stream_synchronize(s));
+}
+
+// The CPU route: stored values to the host, conversion and conj/neg bits
+// resolved by PyTorch CPU, values to store back. Only what libtrn lacks
+// (float8 conversions, view bits) comes here.
+at::Tensor stored_values_on_host(const at::Tensor &src) {
+    if (!on_neuron(src)) {
+        at::Tensor raw = src.is_conj() ? src.conj() : src;  // clears the bit
+        return raw.is_neg() ? raw._neg_view() : raw;
+    }
+    at::Tensor host = at::empty(src.sizes(), src.options().device(c10::kCPU));
+    trn_stream *s = current_trn_stream(src.device().index());
+    launch_copy(s, host, src);
+    TRN_CHECK(trn_stream_synchronize(s));
+    return host;
+}
+
+void copy_through_cpu(const at::Tensor &src, const at::Tensor &dst) {
+    at::Tensor values = stored_values_on_host(src);
+    if (src.is_conj())
+        values = values.conj_physical();
+    if (src.is_neg())
+        values = values.neg();
+    values = values.to(dst.scalar_type());
+    if (dst.is_conj())
+        values = values.conj_physical();
+    if (dst.is_neg())
+        values = values.neg();
+    trn_stream *s = stream_for(src, dst);
+    launch_copy(s, dst, values.contiguous());
+    TRN_CHECK(trn_stream_synchronize(s));
+}
+
+at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blocking) {
+    (void)non_blocking;
+    TORCH_CHECK(self.defined() && dst.defined(), "copy needs defined tensors");
+    if (dst.numel() == 0)
+        return dst;
+    try {
+        copy_native(self, dst);
+        tracking::record_executed("aten::_copy_from");
+    } catch (const c10::NotImplementedError &e) {
+        tracking::native_failed("aten::_copy_from", e);
+        copy_through_cpu(self, dst);
+    }
+    return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor &self, const at::Tensor &dst) {
+    at::Tensor out = dst;
+    if (out.sizes() != self.sizes())
+        resize_neuron_(out, self.sizes(), std::nullopt);
+    return copy_from(self, out, false);
+}
+
+c10::Scalar local_scalar_dense(const at::Tensor &self) {
+    TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
+                " elements cannot be converted to Scalar");
+    at::Tensor host = at::empty({}, self.options().device(c10::kCPU));
+    trn_stream *s = current_trn_stream(self.device().index());
+    launch_copy(s, host, self.reshape({}));
+    TRN_CHECK(trn_stream_synchronize(s));
+    tracking::record_executed("aten::_local_scalar_dense");
+    if (self.is_conj())
+        host = host.conj_physical();
+    if (self.is_neg())
+        host = host.neg();
+    return host.item();
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+    m.impl("_copy_from", TORCH_FN(copy_from));
+    m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+    m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+}
+
+// PyTorch's conjugate/negative-view fallbacks would resolve a conj source by
+// cloning it, and the clone copies through _copy_from again: infinite
+// recursion. Let the bits through; copy_from resolves them itself.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+    m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+    m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+    m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+    m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+}  // namespace
+}  // namespace neuron

@@ -1,0 +1,122 @@
+// runtime/module.cpp - torch_neuronx._C: the Python bindings. Loading it registers
+// every kernel, the guard, allocators, hooks and fallbacks (static
+// registrars in the other files); the functions below expose runtime state
+// to the Python package. Each one converts, checks and calls libtrn.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <vector>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/Generator.h>
+
+#include "runtime/generator.h"
+#include "runtime/bindings.h"
+#include "runtime/device.h"
+#include "observe/op_tracking.h"
+
+namespace py = pybind11;
+
+namespace neuron {
+
+// Filled by static BindingsRegistrar objects in other files before
+// PYBIND11_MODULE runs (static initialisers of the same .so run first).
+static std::vector<BindingsFn> &bindings_list() {
+    static std::vector<BindingsFn> list;
+    return list;
+}
+
+BindingsRegistrar::BindingsRegistrar(BindingsFn fn) { bindings_list().push_back(fn); }
+
+namespace {
+
+py::dict device_properties(int index) {
+    check_device(static_cast<c10::DeviceIndex>(index));
+    trn_device_props props{};
+    TRN_CHECK(trn_device_get_props(index, &props));
+    py::dict d;
+    d["name"] = std::string(props.name);
+    d["total_memory"] = props.total_memory;
+    d["core_count"] = props.core_count;
+    return d;
+}
+
+py::dict memory_stats(int index) {
+    check_device(static_cast<c10::DeviceIndex>(index));
+    trn_mem_stats s{};
+    TRN_CHECK(trn_mem_get_stats(index, &s));
+    py::dict d;
+#define NEURON_STAT(field) d[#field] = s.field
+    NEURON_STAT(allocated_bytes); NEURON_STAT(allocated_bytes_peak);
+    NEURON_STAT(requested_bytes); NEURON_STAT(requested_bytes_peak);
+    NEURON_STAT(reserved_bytes); NEURON_STAT(reserved_bytes_peak);
+    NEURON_STAT(active_blocks); NEURON_STAT(active_blocks_peak);
+    NEURON_STAT(segments); NEURON_STAT(segments_peak);
+    NEURON_STAT(num_allocs); NEURON_STAT(num_frees);
+    NEURON_STAT(num_segment_allocs); NEURON_STAT(num_segment_frees);
+    NEURON_STAT(num_alloc_retries); NEURON_STAT(num_ooms); NEURON_STAT(capacity);
+#undef NEURON_STAT
+    return d;
+}
+
+py::object default_generator_object(int index) {
+    const at::Generator &gen = default_generator(static_cast<c10::DeviceIndex>(index));
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(gen));
+}
+
+}  // namespace
+}  // namespace neuron
+
+PYBIND11_MODULE(_C, m) {
+    using namespace neuron;
+    m.doc() = "OpenNeuron native extension (libtrn runtime bindings)";
+    m.def("_device_count", [] { return trn_device_count(); });
+    m.def("_check_device", [](int i) { guarded([&] { check_device(static_cast<c10::DeviceIndex>(i)); }); });
+    m.def("_get_device", [] { return trn_device_get_current(); });
+    m.def("_set_device", [](int i) {
+        guarded([&] {
+            check_device(static_cast<c10::DeviceIndex>(i));
+            TRN_CHECK(trn_device_set_current(i));
+        });
+    });
+    m.def("_init", [] { guarded([] { TRN_CHECK(trn_runtime_init()); }); });
+    m.def("_is_initialized", [] { return trn_runtime_is_initialized(); });
+    m.def("_is_in_bad_fork", [] { return trn_runtime_in_bad_fork(); });
+    m.def("_synchronize", [](int i) {
+        guarded([&] {
+            check_device(static_cast<c10::DeviceIndex>(i));
+            py::gil_scoped_release release;
+            TRN_CHECK(trn_device_synchronize(i));
+        });
+    });
+    m.def("_get_device_properties", [](int i) { return guarded([&] { return device_properties(i); }); });
+    m.def("_memory_stats", [](int i) { return guarded([&] { return memory_stats(i); }); });
+    m.def("_stream_async_enabled", [] { return trn_stream_async_enabled(); });
+    m.def("_num_threads", [] { return trn_parallel_threads(); });
+    m.def("_float64_native", [] { return trn_float64_native() != 0; });
+    // Tests and benchmarks: which bfloat16 matmul path runs (trn/blas.h).
+    m.def("_matmul_bf16_native", [] { return trn_matmul_bf16_native(); });
+    m.def("_set_matmul_bf16_native", [](bool allow) { trn_matmul_set_bf16_native(allow); });
+    m.def("_memory_protect_enabled", [] { return trn_mem_protect_enabled(); });
+    // Streams as (stream_id, device_index, device_type), torch.Stream's fields.
+    m.def("_current_stream", [](int i) { return guarded([&] {
+        c10::Stream s = to_c10_stream(current_trn_stream(static_cast<c10::DeviceIndex>(i)));
+        return py::make_tuple(s.id(), s.device_index(), static_cast<int>(s.device_type()));
+    }); });
+    m.def("_default_stream", [](int i) { return guarded([&] {
+        check_device(static_cast<c10::DeviceIndex>(i));
+        trn_stream *st = nullptr;
+        TRN_CHECK(trn_stream_get_default(i, &st));
+        c10::Stream s = to_c10_stream(st);
+        return py::make_tuple(s.id(), s.device_index(), static_cast<int>(s.device_type()));
+    }); });
+    m.def("_set_stream", [](int64_t id, int i) { guarded([&] {
+        check_device(static_cast<c10::DeviceIndex>(i));
+        trn_stream *st = nullptr;
+        TRN_CHECK(trn_stream_from_id(i, id, &st));
+        TRN_CHECK(trn_stream_set_current(st));
+    }); });
+    m.def("_get_default_generator", [](int i) { return guarded([&] { return default_generator_object(i); }); });
+    m.def("_executed_ops", [] { return tracking::executed_ops(); });
+    m.def("_fallback_ops", [] { return tracking::fallback_ops(); });
+    m.def("_clear_op_tracking", [] { tracking::clear(); });
+    for (BindingsFn fn : neuron::bindings_list()) fn(m);
+}
