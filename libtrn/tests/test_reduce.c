@@ -8,7 +8,7 @@
 #include "internal.h"
 #include "test.h"
 #include "trn/convert.h"
-#include "../src/kernels/fastmath.h"
+#include "../src/kernels/kit/fastmath.h"
 
 static trn_stream *g_stream;
 

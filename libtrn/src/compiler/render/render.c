@@ -17,7 +17,7 @@
 
 #include "../../internal.h"
 #include "../compiler_impl.h"
-#include "../../kernels/pow_special.h"
+#include "../../kernels/kit/pow_special.h"
 
 // ---- string builder -------------------------------------------------------------
 typedef struct sb {

@@ -1,0 +1,259 @@
+// rms_norm.c - owns the RMS norm forward/backward kernels (trn/rms_norm.h).
+//
+// Rows are independent: the forward and the dx part of the backward split
+// rows across the thread pool. dweight is a column sum over all rows: it
+// splits the columns instead (each piece walks every row over its own column
+// range, so pieces never share an accumulator). The weight is converted once
+// per launch into a compute-type buffer, so the per-element loops never
+// switch on its dtype.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../internal.h"
+#include "../kit/real_io.h"
+#include "trn/convert.h"
+#include "trn/parallel.h"
+#include "trn/rms_norm.h"
+
+#define LD_id(v) (v)
+#define LD_f16(v) trn_half_to_float(v)
+#define LD_bf16(v) trn_bf16_to_float(v)
+#define ST_id(v) (v)
+#define ST_f16(v) trn_float_to_half(v)
+#define ST_bf16(v) trn_float_to_bf16(v)
+
+// Elements per parallel piece.
+#define GRAIN 16384
+// Columns per piece of the dweight sums.
+#define COLBLOCK 64
+
+typedef struct rms_args {
+    trn_dtype dtype, param_dtype, stat_dtype;
+    int64_t rows, cols;
+    const void *x, *dy, *weight, *rstd_in;
+    void *y, *rstd, *dx, *dweight;
+    double eps;
+    int backward;
+} rms_args;
+
+_Static_assert(sizeof(rms_args) <= TRN_TASK_MAX_ARGS, "rms norm args too large");
+
+// Per-launch state shared by the pieces.
+typedef struct rms_run {
+    const rms_args *a;
+    const void *w;  // weight in the compute type (NULL: absent)
+} rms_run;
+
+#define DEFINE_RMS(N, T, C, LD, ST)                                                \
+    static void fwd_##N(void *ctx, int64_t r0, int64_t r1) {                      \
+        const rms_run *run = ctx;                                                 \
+        const rms_args *a = run->a;                                               \
+        const int64_t n = a->cols;                                                \
+        const C *w = run->w;                                                      \
+        for (int64_t r = r0; r < r1; r++) {                                       \
+            const T *x = (const T *)a->x + r * n;                                 \
+            T *y = (T *)a->y + r * n;                                             \
+            double sq = 0;                                                        \
+            for (int64_t i = 0; i < n; i++) {                                     \
+                const double v = (double)LD(x[i]);                                \
+                sq += v * v;                                                      \
+            }                                                                     \
+            const C rstd = (C)(1.0 / sqrt(sq / (double)n + a->eps));              \
+            if (w)                                                                \
+                for (int64_t i = 0; i < n; i++) y[i] = ST((C)LD(x[i]) * rstd * w[i]); \
+            else                                                                  \
+                for (int64_t i = 0; i < n; i++) y[i] = ST((C)LD(x[i]) * rstd);    \
+            if (a->rstd) trn__store_real(a->stat_dtype, a->rstd, r, (double)rstd); \
+        }                                                                         \
+    }                                                                             \
+    static void bwd_dx_##N(void *ctx, int64_t r0, int64_t r1) {                   \
+        const rms_run *run = ctx;                                                 \
+        const rms_args *a = run->a;                                               \
+        const int64_t n = a->cols;                                                \
+        const C *w = run->w;                                                      \
+        for (int64_t r = r0; r < r1; r++) {                                       \
+            const T *x = (const T *)a->x + r * n;                                 \
+            const T *dy = (const T *)a->dy + r * n;                               \
+            T *dx = (T *)a->dx + r * n;                                           \
+            const C rstd = (C)trn__load_real(a->stat_dtype, a->rstd_in, r);       \
+            double dot = 0;                                                       \
+            for (int64_t i = 0; i < n; i++)                                       \
+                dot += (double)((C)LD(dy[i]) * (w ? w[i] : (C)1) * (C)LD(x[i]));  \
+            /* mean(w dy xhat) / ... folded: dx = rstd (g - x rstd^2 dot / n) */  \
+            const C k = (C)(dot * (double)rstd * (double)rstd / (double)n);       \
+            for (int64_t i = 0; i < n; i++) {                                     \
+                const C g = (C)LD(dy[i]) * (w ? w[i] : (C)1);                     \
+                dx[i] = ST(rstd * (g - (C)LD(x[i]) * k));                         \
+            }                                                                     \
+        }                                                                         \
+    }                                                                             \
+    /* Columns [blk * COLBLOCK, ...) of dweight. */                               \
+    static void bwd_dw_##N(void *ctx, int64_t b0, int64_t b1) {                   \
+        const rms_args *a = ((const rms_run *)ctx)->a;                            \
+        const int64_t n = a->cols;                                                \
+        for (int64_t blk = b0; blk < b1; blk++) {                                 \
+            const int64_t c0 = blk * COLBLOCK;                                    \
+            const int64_t wd = n - c0 < COLBLOCK ? n - c0 : COLBLOCK;             \
+            C gw[COLBLOCK];                                                       \
+            for (int64_t j = 0; j < wd; j++) gw[j] = 0;                           \
+            for (int64_t r = 0; r < a->rows; r++) {                               \
+                const T *x = (const T *)a->x + r * n + c0;                        \
+                const T *dy = (const T *)a->dy + r * n + c0;                      \
+                const C rstd = (C)trn__load_real(a->stat_dtype, a->rstd_in, r);   \
+                for (int64_t j = 0; j < wd; j++) gw[j] += (C)LD(dy[j]) * ((C)LD(x[j]) * rstd); \
+            }                                                                     \
+            for (int64_t j = 0; j < wd; j++)                                      \
+                trn__store_real(a->param_dtype, a->dweight, c0 + j, (double)gw[j]); \
+        }                                                                         \
+    }
+
+DEFINE_RMS(f16, uint16_t, float, LD_f16, ST_f16)
+DEFINE_RMS(bf16, uint16_t, float, LD_bf16, ST_bf16)
+DEFINE_RMS(f32, float, float, LD_id, ST_id)
+DEFINE_RMS(f64, double, double, LD_id, ST_id)
+
+typedef void (*piece_fn)(void *, int64_t, int64_t);
+
+static void pick(trn_dtype d, piece_fn *fwd, piece_fn *dx, piece_fn *dw) {
+    switch (d) {
+#define CASE(E, N)                                                                 \
+    case E: *fwd = fwd_##N; *dx = bwd_dx_##N; *dw = bwd_dw_##N; return;
+        CASE(TRN_DTYPE_F16, f16)
+        CASE(TRN_DTYPE_BF16, bf16)
+        CASE(TRN_DTYPE_F32, f32)
+        CASE(TRN_DTYPE_F64, f64)
+#undef CASE
+    default: *fwd = *dx = *dw = NULL;
+    }
+}
+
+static int is_float(trn_dtype d) {
+    return d == TRN_DTYPE_F16 || d == TRN_DTYPE_BF16 || d == TRN_DTYPE_F32 || d == TRN_DTYPE_F64;
+}
+
+int trn_rms_norm_supports(trn_dtype dtype, trn_dtype param_dtype, trn_dtype stat_dtype) {
+    if (!is_float(dtype) || !is_float(param_dtype)) return 0;
+    return stat_dtype == (dtype == TRN_DTYPE_F64 ? TRN_DTYPE_F64 : TRN_DTYPE_F32);
+}
+
+// Converts the [cols] weight into the compute type (float or double).
+static void *convert_param(trn_dtype d, const void *p, int64_t n, int is_double) {
+    void *buf = malloc((size_t)n * (is_double ? 8 : 4) + 1);
+    if (buf == NULL) return NULL;
+    for (int64_t i = 0; i < n; i++) {
+        const double v = trn__load_real(d, p, i);
+        if (is_double) ((double *)buf)[i] = v;
+        else ((float *)buf)[i] = (float)v;
+    }
+    return buf;
+}
+
+static trn_status rms_task(void *args) {
+    const rms_args *a = args;
+    const size_t data = (size_t)(a->rows * a->cols) * trn_dtype_size(a->dtype);
+    const size_t par = (size_t)a->cols * trn_dtype_size(a->param_dtype);
+    const size_t stat = (size_t)a->rows * trn_dtype_size(a->stat_dtype);
+    trn__access_set rg = {.count = 0};
+    trn__access_add(&rg, a->x, data);
+    trn__access_add(&rg, a->weight, par);
+    trn__access_add(&rg, a->y, data);
+    trn__access_add(&rg, a->backward ? a->rstd_in : a->rstd, stat);
+    trn__access_add(&rg, a->dy, data);
+    trn__access_add(&rg, a->dx, data);
+    trn__access_add(&rg, a->dweight, par);
+    trn_status st = trn__access_begin(&rg);
+    void *w = NULL;
+    if (st == TRN_SUCCESS && a->weight) {
+        w = convert_param(a->param_dtype, a->weight, a->cols, a->dtype == TRN_DTYPE_F64);
+        if (w == NULL) st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "rms norm: out of host memory");
+    }
+    if (st == TRN_SUCCESS) {
+        piece_fn fwd, dx, dw;
+        pick(a->dtype, &fwd, &dx, &dw);
+        rms_run run = {a, w};
+        int64_t grain = GRAIN / (a->cols > 0 ? a->cols : 1);
+        if (grain < 1) grain = 1;
+        if (!a->backward) {
+            trn_parallel_for(a->rows, grain, fwd, &run);
+        } else {
+            if (a->dx) trn_parallel_for(a->rows, grain, dx, &run);
+            if (a->dweight) {
+                const int64_t blocks = (a->cols + COLBLOCK - 1) / COLBLOCK;
+                int64_t g = GRAIN / ((a->rows > 0 ? a->rows : 1) * COLBLOCK);
+                trn_parallel_for(blocks, g < 1 ? 1 : g, dw, &run);
+            }
+        }
+    }
+    free(w);
+    trn__access_end(&rg);
+    return st;
+}
+
+static trn_status check_common(trn_stream *stream, const void *d, trn_dtype dtype,
+                               trn_dtype pd, trn_dtype sd, int64_t rows, int64_t cols,
+                               const char *fn) {
+    if (stream == NULL || d == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
+    if (!trn_rms_norm_supports(dtype, pd, sd))
+        return trn__set_error(TRN_ERROR_UNSUPPORTED,
+                              "%s: dtypes %s (weight %s, rstd %s) are not supported", fn,
+                              trn_dtype_name(dtype), trn_dtype_name(pd), trn_dtype_name(sd));
+    int64_t n;
+    if (rows < 0 || cols < 0 || (rows > 0 && cols == 0) ||
+        __builtin_mul_overflow(rows, cols, &n) || __builtin_mul_overflow(n, 8, &n))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: invalid sizes [%lld, %lld]", fn,
+                              (long long)rows, (long long)cols);
+    return trn__fork_check();
+}
+
+trn_status trn_rms_norm_launch(trn_stream *stream, const trn_rms_norm_desc *d) {
+    trn_status st = check_common(stream, d, d ? d->dtype : TRN_DTYPE_F32,
+                                 d ? d->param_dtype : TRN_DTYPE_F32,
+                                 d ? d->stat_dtype : TRN_DTYPE_F32, d ? d->rows : 0,
+                                 d ? d->cols : 0, "trn_rms_norm_launch");
+    if (st != TRN_SUCCESS || d->rows == 0) return st;
+    if (d->x == NULL || d->y == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_rms_norm_launch: x or y is NULL");
+    rms_args a;
+    memset(&a, 0, sizeof a);
+    a.dtype = d->dtype;
+    a.param_dtype = d->param_dtype;
+    a.stat_dtype = d->stat_dtype;
+    a.rows = d->rows;
+    a.cols = d->cols;
+    a.x = d->x;
+    a.weight = d->weight;
+    a.y = d->y;
+    a.rstd = d->rstd;
+    a.eps = d->eps;
+    return trn_stream_launch(stream, rms_task, &a, sizeof a);
+}
+
+trn_status trn_rms_norm_backward_launch(trn_stream *stream,
+                                        const trn_rms_norm_backward_desc *d) {
+    trn_status st = check_common(stream, d, d ? d->dtype : TRN_DTYPE_F32,
+                                 d ? d->param_dtype : TRN_DTYPE_F32,
+                                 d ? d->stat_dtype : TRN_DTYPE_F32, d ? d->rows : 0,
+                                 d ? d->cols : 0, "trn_rms_norm_backward_launch");
+    if (st != TRN_SUCCESS) return st;
+    if (d->rows == 0 && !(d->cols > 0 && d->dweight)) return TRN_SUCCESS;
+    if (d->rows > 0 && (d->x == NULL || d->dy == NULL || d->rstd == NULL))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_rms_norm_backward_launch: an input pointer is NULL");
+    rms_args a;
+    memset(&a, 0, sizeof a);
+    a.backward = 1;
+    a.dtype = d->dtype;
+    a.param_dtype = d->param_dtype;
+    a.stat_dtype = d->stat_dtype;
+    a.rows = d->rows;
+    a.cols = d->cols;
+    a.x = d->x;
+    a.dy = d->dy;
+    a.rstd_in = d->rstd;
+    a.weight = d->weight;
+    a.dx = d->dx;
+    a.dweight = d->dweight;
+    return trn_stream_launch(stream, rms_task, &a, sizeof a);
+}
