@@ -421,28 +421,7 @@ static size_t span4(const int64_t *n, const int64_t *s, size_t es) {
     return (size_t)(last + 1) * es;
 }
 
-typedef struct ranges {
-    const void *p[12];
-    size_t n[12];
-    int count, begun;
-} ranges;
-static void add_range(ranges *r, const void *p, size_t n) {
-    if (p == NULL || n == 0) return;
-    r->p[r->count] = p;
-    r->n[r->count++] = n;
-}
-static trn_status begin_ranges(ranges *r) {
-    for (r->begun = 0; r->begun < r->count; r->begun++) {
-        trn_status st = trn__mem_access_begin(r->p[r->begun], r->n[r->begun]);
-        if (st != TRN_SUCCESS) return st;
-    }
-    return TRN_SUCCESS;
-}
-static void end_ranges(ranges *r) {
-    for (int k = r->begun - 1; k >= 0; k--) trn__mem_access_end(r->p[k], r->n[k]);
-}
-
-static void add_operands(ranges *rg, const trn_attention_desc *d) {
+static void add_operands(trn__access_set *rg, const trn_attention_desc *d) {
     const size_t es = trn_dtype_size(d->dtype);
     const int64_t qn[4] = {d->batch, d->heads, d->q_len, d->head_dim};
     const int64_t kn[4] = {d->batch, d->kv_heads, d->kv_len, d->head_dim};
@@ -453,31 +432,32 @@ static void add_operands(ranges *rg, const trn_attention_desc *d) {
     const int64_t ks[4] = {d->k_strides[0], d->k_strides[1], d->k_strides[2], 1};
     const int64_t vs[4] = {d->v_strides[0], d->v_strides[1], d->v_strides[2], 1};
     const int64_t os[4] = {d->out_strides[0], d->out_strides[1], d->out_strides[2], 1};
-    add_range(rg, d->q, span4(qn, qs, es));
-    add_range(rg, d->k, span4(kn, ks, es));
-    add_range(rg, d->v, span4(vn, vs, es));
-    add_range(rg, d->out, span4(on, os, es));
-    if (d->mask) add_range(rg, d->mask, span4(mn, d->mask_strides, trn_dtype_size(d->mask_dtype)));
-    add_range(rg, d->lse, (size_t)(d->batch * d->heads * d->q_len) * sizeof(float));
+    trn__access_add(rg, d->q, span4(qn, qs, es));
+    trn__access_add(rg, d->k, span4(kn, ks, es));
+    trn__access_add(rg, d->v, span4(vn, vs, es));
+    trn__access_add(rg, d->out, span4(on, os, es));
+    if (d->mask)
+        trn__access_add(rg, d->mask, span4(mn, d->mask_strides, trn_dtype_size(d->mask_dtype)));
+    trn__access_add(rg, d->lse, (size_t)(d->batch * d->heads * d->q_len) * sizeof(float));
 }
 
 static trn_status attn_task(void *args) {
     attn_args *a = args;
     const trn_attention_desc *d = &a->d.fwd;
-    ranges rg = {.count = 0};
+    trn__access_set rg = {.count = 0};
     add_operands(&rg, d);
     if (a->backward) {
         const trn_attention_backward_desc *bd = &a->d;
         const size_t es = trn_dtype_size(d->dtype);
         const int64_t on[4] = {d->batch, d->heads, d->q_len, d->v_dim};
         const int64_t gs[4] = {bd->dout_strides[0], bd->dout_strides[1], bd->dout_strides[2], 1};
-        add_range(&rg, bd->dout, span4(on, gs, es));
-        add_range(&rg, bd->dq, (size_t)(d->batch * d->heads * d->q_len * d->head_dim) * es);
-        add_range(&rg, bd->dk, (size_t)(d->batch * d->kv_heads * d->kv_len * d->head_dim) * es);
-        add_range(&rg, bd->dv, (size_t)(d->batch * d->kv_heads * d->kv_len * d->v_dim) * es);
-        add_range(&rg, bd->dmask, (size_t)(d->batch * d->heads * d->q_len * d->kv_len) * es);
+        trn__access_add(&rg, bd->dout, span4(on, gs, es));
+        trn__access_add(&rg, bd->dq, (size_t)(d->batch * d->heads * d->q_len * d->head_dim) * es);
+        trn__access_add(&rg, bd->dk, (size_t)(d->batch * d->kv_heads * d->kv_len * d->head_dim) * es);
+        trn__access_add(&rg, bd->dv, (size_t)(d->batch * d->kv_heads * d->kv_len * d->v_dim) * es);
+        trn__access_add(&rg, bd->dmask, (size_t)(d->batch * d->heads * d->q_len * d->kv_len) * es);
     }
-    trn_status st = begin_ranges(&rg);
+    trn_status st = trn__access_begin(&rg);
     if (st == TRN_SUCCESS) {
         // Scratch is allocated per piece; probe once here so that an
         // out-of-memory host reports an error instead of skipping work.
@@ -494,7 +474,7 @@ static trn_status attn_task(void *args) {
             }
         }
     }
-    end_ranges(&rg);
+    trn__access_end(&rg);
     return st;
 }
 

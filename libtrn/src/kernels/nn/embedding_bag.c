@@ -13,17 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../internal.h"
+#include "../kit/launch.h"
+#include "../kit/dtype_io.h"
 #include "trn/convert.h"
 #include "trn/embedding_bag.h"
 #include "trn/parallel.h"
-
-#define LD_id(v) (v)
-#define LD_f16(v) trn_half_to_float(v)
-#define LD_bf16(v) trn_bf16_to_float(v)
-#define ST_id(v) (v)
-#define ST_f16(v) trn_float_to_half(v)
-#define ST_bf16(v) trn_float_to_bf16(v)
 
 // Elements per parallel piece, and columns per backward piece.
 #define GRAIN 16384
@@ -57,7 +51,7 @@ static void note_bad(eb_run *run, int64_t pos, int64_t v) {
     atomic_store(&run->bad, 1);
 }
 
-#define DEFINE_EB(N, T, C, LD, ST)                                                 \
+#define DEFINE_EB(E, N, T, C, V, LD, ST)                                                 \
     static void fwd_##N(void *ctx, int64_t b0, int64_t b1) {                      \
         eb_run *run = ctx;                                                        \
         const trn_embedding_bag_desc *d = &run->a->d;                             \
@@ -179,21 +173,15 @@ static void note_bad(eb_run *run, int64_t pos, int64_t v) {
         }                                                                         \
     }
 
-DEFINE_EB(f16, uint16_t, float, LD_f16, ST_f16)
-DEFINE_EB(bf16, uint16_t, float, LD_bf16, ST_bf16)
-DEFINE_EB(f32, float, float, LD_id, ST_id)
-DEFINE_EB(f64, double, double, LD_id, ST_id)
+TRN_KIT_FLOAT_TYPES(DEFINE_EB)
 
 typedef void (*piece_fn)(void *, int64_t, int64_t);
 
 static void pick(trn_dtype t, piece_fn *fwd, piece_fn *bw, piece_fn *bp) {
     switch (t) {
-#define CASE(E, N)                                                                 \
+#define CASE(E, N, ...)                                                                 \
     case E: *fwd = fwd_##N; *bw = bwd_w_##N; *bp = bwd_psw_##N; return;
-        CASE(TRN_DTYPE_F16, f16)
-        CASE(TRN_DTYPE_BF16, bf16)
-        CASE(TRN_DTYPE_F32, f32)
-        CASE(TRN_DTYPE_F64, f64)
+        TRN_KIT_FLOAT_TYPES(CASE)
 #undef CASE
     default: *fwd = *bw = *bp = NULL;
     }
@@ -300,8 +288,8 @@ static trn_status eb_task(void *args) {
 
 static trn_status launch(trn_stream *stream, const trn_embedding_bag_desc *d, int backward,
                          const char *fn) {
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
+    const trn_status null_st = trn__check_launch(stream, d, fn);
+    if (null_st != TRN_SUCCESS) return null_st;
     if (!trn_embedding_bag_supports(d->dtype, d->index_dtype))
         return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtypes %s / %s are not supported", fn,
                               trn_dtype_name(d->dtype), trn_dtype_name(d->index_dtype));

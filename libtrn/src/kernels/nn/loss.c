@@ -7,8 +7,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "../../internal.h"
-#include "../kit/real_io.h"
+#include "../kit/launch.h"
+#include "../kit/dtype_io.h"
 #include "trn/convert.h"
 #include "trn/loss.h"
 #include "trn/parallel.h"
@@ -133,8 +133,8 @@ int trn_nll_loss_supports(trn_dtype dtype, trn_dtype target_dtype) {
 static trn_status check(trn_stream *stream, const void *d, trn_dtype dt, trn_dtype tdt,
                         trn_reduction red, int64_t batch, int64_t classes, int64_t inner,
                         const char *fn) {
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
+    const trn_status null_st = trn__check_launch(stream, d, fn);
+    if (null_st != TRN_SUCCESS) return null_st;
     if (!trn_nll_loss_supports(dt, tdt))
         return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtypes %s / target %s not supported",
                               fn, trn_dtype_name(dt), trn_dtype_name(tdt));

@@ -9,18 +9,12 @@
 #include <math.h>
 #include <string.h>
 
-#include "../../internal.h"
+#include "../kit/launch.h"
+#include "../kit/dtype_io.h"
 #include "../kit/fastmath.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
 #include "trn/rnn_cell.h"
-
-#define LD_id(v) (v)
-#define LD_f16(v) trn_half_to_float(v)
-#define LD_bf16(v) trn_bf16_to_float(v)
-#define ST_id(v) (v)
-#define ST_f16(v) trn_float_to_half(v)
-#define ST_bf16(v) trn_float_to_bf16(v)
 
 // Elements per parallel piece (each element costs a few exp / tanh).
 #define GRAIN 4096
@@ -186,16 +180,13 @@ typedef void (*piece_fn)(void *, int64_t, int64_t);
 // The pointwise piece function for a kind and dtype, and the bias-sum one.
 static piece_fn pick(trn_dtype d, enum kind k, piece_fn *bias) {
     switch (d) {
-#define CASE(E, N)                                                                   \
+#define CASE(E, N, ...)                                                                   \
     case E: {                                                                        \
         static const piece_fn f[] = {lstm_fwd_##N, lstm_bwd_##N, gru_fwd_##N, gru_bwd_##N}; \
         *bias = bias_##N;                                                            \
         return f[k];                                                                 \
     }
-        CASE(TRN_DTYPE_F16, f16)
-        CASE(TRN_DTYPE_BF16, bf16)
-        CASE(TRN_DTYPE_F32, f32)
-        CASE(TRN_DTYPE_F64, f64)
+        TRN_KIT_FLOAT_TYPES(CASE)
 #undef CASE
     default: *bias = NULL; return NULL;
     }
@@ -255,8 +246,8 @@ static trn_status rnn_task(void *args) {
 
 static trn_status check(trn_stream *stream, const void *d, trn_dtype dtype, int64_t batch,
                         int64_t hidden, const char *fn) {
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
+    const trn_status null_st = trn__check_launch(stream, d, fn);
+    if (null_st != TRN_SUCCESS) return null_st;
     if (!trn_rnn_cell_supports(dtype))
         return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtype %s is not supported", fn,
                               trn_dtype_name(dtype));

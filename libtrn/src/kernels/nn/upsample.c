@@ -12,18 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../internal.h"
+#include "../kit/launch.h"
+#include "../kit/dtype_io.h"
 #include "trn/convert.h"
 #include "trn/dtype.h"
 #include "trn/parallel.h"
 #include "trn/upsample.h"
-
-#define LD_id(v) (v)
-#define LD_f16(v) trn_half_to_float(v)
-#define LD_bf16(v) trn_bf16_to_float(v)
-#define ST_id(v) (v)
-#define ST_f16(v) trn_float_to_half(v)
-#define ST_bf16(v) trn_float_to_bf16(v)
 
 // Elements per parallel piece.
 #define GRAIN 32768
@@ -169,7 +163,7 @@ static trn_status build_tables(const trn_upsample_desc *d, int backward, up_tabl
     return TRN_SUCCESS;
 }
 
-#define DEFINE_UP(N, T, C, LD, ST)                                                 \
+#define DEFINE_UP(E, N, T, C, V, LD, ST)                                                 \
     /* Bilinear of one (h, w) plane at output row oh, column ow. */               \
     static inline C bil_##N(const T *x, int64_t IW, const int64_t *ih, const int64_t *iw, \
                             const double *lh, const double *lw, int64_t oh, int64_t ow) { \
@@ -273,7 +267,7 @@ static trn_status build_tables(const trn_upsample_desc *d, int backward, up_tabl
     const int64_t OH = (RUN)->a->d.out_size[1], OW = (RUN)->a->d.out_size[2];     \
     const int64_t *ih = (RUN)->t.idx[1], *iw = (RUN)->t.idx[2];                   \
     const double *lh = (RUN)->t.lam[1], *lw = (RUN)->t.lam[2]
-#define DEFINE_CUBIC(N, T, C, LD, ST)                                             \
+#define DEFINE_CUBIC(E, N, T, C, V, LD, ST)                                             \
     static void cfwd_##N(void *ctx, int64_t p0, int64_t p1) {                     \
         const up_run *run = ctx;                                                  \
         const trn_upsample_desc *d = &run->a->d;                                  \
@@ -324,15 +318,9 @@ static trn_status build_tables(const trn_upsample_desc *d, int backward, up_tabl
         free(acc);                                                                \
     }
 
-DEFINE_CUBIC(f16, uint16_t, float, LD_f16, ST_f16)
-DEFINE_CUBIC(bf16, uint16_t, float, LD_bf16, ST_bf16)
-DEFINE_CUBIC(f32, float, float, LD_id, ST_id)
-DEFINE_CUBIC(f64, double, double, LD_id, ST_id)
+TRN_KIT_FLOAT_TYPES(DEFINE_CUBIC)
 
-DEFINE_UP(f16, uint16_t, float, LD_f16, ST_f16)
-DEFINE_UP(bf16, uint16_t, float, LD_bf16, ST_bf16)
-DEFINE_UP(f32, float, float, LD_id, ST_id)
-DEFINE_UP(f64, double, double, LD_id, ST_id)
+TRN_KIT_FLOAT_TYPES(DEFINE_UP)
 
 // Nearest forward moves elements without arithmetic: one loop per element
 // size serves every dtype (integers and bool included).
@@ -387,12 +375,9 @@ static piece_fn pick(trn_dtype dt, trn_upsample_mode mode, int backward) {
         }
     }
     switch (dt) {
-#define CASE(E, N)                                                                 \
+#define CASE(E, N, ...)                                                                 \
     case E: return backward ? bwd_##N : fwd_##N;
-        CASE(TRN_DTYPE_F16, f16)
-        CASE(TRN_DTYPE_BF16, bf16)
-        CASE(TRN_DTYPE_F32, f32)
-        CASE(TRN_DTYPE_F64, f64)
+        TRN_KIT_FLOAT_TYPES(CASE)
 #undef CASE
     default: return NULL;
     }
@@ -438,8 +423,8 @@ static trn_status up_task(void *args) {
 
 static trn_status launch(trn_stream *stream, const trn_upsample_desc *d, int backward,
                          const char *fn) {
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
+    const trn_status null_st = trn__check_launch(stream, d, fn);
+    if (null_st != TRN_SUCCESS) return null_st;
     if ((unsigned)d->mode > TRN_UPSAMPLE_BICUBIC)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: unknown mode %d", fn, (int)d->mode);
     if (d->mode == TRN_UPSAMPLE_BICUBIC && (d->in_size[0] != 1 || d->out_size[0] != 1))

@@ -8,19 +8,10 @@
 #include <math.h>
 #include <string.h>
 
-#include "../../internal.h"
-#include "../kit/real_io.h"
-#include "../kit/vec_sum.h"
+#include "norm_common.h"
 #include "trn/batch_norm.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
-
-#define LD_id(v) (v)
-#define LD_f16(v) trn_half_to_float(v)
-#define LD_bf16(v) trn_bf16_to_float(v)
-#define ST_id(v) (v)
-#define ST_f16(v) trn_float_to_half(v)
-#define ST_bf16(v) trn_float_to_bf16(v)
 
 // Elements per parallel piece.
 #define GRAIN 32768
@@ -272,21 +263,16 @@ typedef void (*piece_fn)(void *, int64_t, int64_t);
 
 static void pick(trn_dtype d, piece_fn *fwd, piece_fn *bwd) {
     switch (d) {
-#define CASE(E, N)                                                                 \
+#define CASE(E, N, ...)                                                                 \
     case E: *fwd = fwd_##N; *bwd = bwd_##N; return;
-        CASE(TRN_DTYPE_F16, f16)
-        CASE(TRN_DTYPE_BF16, bf16)
-        CASE(TRN_DTYPE_F32, f32)
-        CASE(TRN_DTYPE_F64, f64)
+        TRN_KIT_FLOAT_TYPES(CASE)
 #undef CASE
     default: *fwd = *bwd = NULL;
     }
 }
 
 int trn_batch_norm_supports(trn_dtype dtype, trn_dtype param_dtype) {
-    const int half = dtype == TRN_DTYPE_F16 || dtype == TRN_DTYPE_BF16;
-    if (!half && dtype != TRN_DTYPE_F32 && dtype != TRN_DTYPE_F64) return 0;
-    return param_dtype == dtype || (half && param_dtype == TRN_DTYPE_F32);
+    return trn__norm_dtype_pair_ok(dtype, param_dtype);
 }
 
 static trn_status bn_task(void *args) {
@@ -307,9 +293,8 @@ static trn_status bn_task(void *args) {
     if (st == TRN_SUCCESS) {
         piece_fn fwd, bwd;
         pick(a->dtype, &fwd, &bwd);
-        const int64_t per = a->batch * a->spatial > 0 ? a->batch * a->spatial : 1;
-        const int64_t grain = GRAIN / per > 1 ? GRAIN / per : 1;
-        trn_parallel_for(a->channels, grain, a->backward ? bwd : fwd, (void *)a);
+        trn_parallel_for(a->channels, trn__grain(GRAIN, a->batch * a->spatial),
+                         a->backward ? bwd : fwd, (void *)a);
     }
     trn__access_end(&rg);
     return st;
@@ -318,11 +303,9 @@ static trn_status bn_task(void *args) {
 static trn_status check_common(trn_stream *stream, const void *d, trn_dtype dtype,
                                trn_dtype pd, int64_t batch, int64_t channels, int64_t spatial,
                                const char *fn) {
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
-    if (!trn_batch_norm_supports(dtype, pd))
-        return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtypes %s (params %s) are not supported",
-                              fn, trn_dtype_name(dtype), trn_dtype_name(pd));
+    trn_status st = trn__norm_check_dtypes(stream, d, trn_batch_norm_supports(dtype, pd), fn,
+                                           dtype, "params", pd, NULL, pd);
+    if (st != TRN_SUCCESS) return st;
     int64_t n;
     if (batch < 0 || channels < 0 || spatial < 0 || __builtin_mul_overflow(batch, channels, &n) ||
         __builtin_mul_overflow(n, spatial, &n) || __builtin_mul_overflow(n, 8, &n))

@@ -10,18 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../internal.h"
-#include "../kit/real_io.h"
-#include "trn/convert.h"
+#include "norm_common.h"
 #include "trn/group_norm.h"
-#include "trn/parallel.h"
-
-#define LD_id(v) (v)
-#define LD_f16(v) trn_half_to_float(v)
-#define LD_bf16(v) trn_bf16_to_float(v)
-#define ST_id(v) (v)
-#define ST_f16(v) trn_float_to_half(v)
-#define ST_bf16(v) trn_float_to_bf16(v)
 
 // Elements per parallel piece.
 #define GRAIN 32768
@@ -47,7 +37,7 @@ static double param_or(const gn_args *a, const void *p, int64_t c, double dflt) 
     return p ? trn__load_real(a->pdt, p, c) : dflt;
 }
 
-#define DEFINE_GN(N, T, C, LD, ST)                                                 \
+#define DEFINE_GN(E, N, T, C, V, LD, ST)                                                 \
     static void fwd_##N(void *ctx, int64_t r0, int64_t r1) {                      \
         const gn_args *a = ((const gn_run *)ctx)->a;                              \
         const int64_t S = a->spatial, cg = a->channels / a->groups, len = cg * S; \
@@ -125,32 +115,22 @@ static double param_or(const gn_args *a, const void *p, int64_t c, double dflt) 
         }                                                                         \
     }
 
-DEFINE_GN(f16, uint16_t, float, LD_f16, ST_f16)
-DEFINE_GN(bf16, uint16_t, float, LD_bf16, ST_bf16)
-DEFINE_GN(f32, float, float, LD_id, ST_id)
-DEFINE_GN(f64, double, double, LD_id, ST_id)
+TRN_KIT_FLOAT_TYPES(DEFINE_GN)
 
 typedef void (*piece_fn)(void *, int64_t, int64_t);
 
 static void pick(trn_dtype d, piece_fn *fwd, piece_fn *bwd) {
     switch (d) {
-#define CASE(E, N)                                                                 \
+#define CASE(E, N, ...)                                                                 \
     case E: *fwd = fwd_##N; *bwd = bwd_##N; return;
-        CASE(TRN_DTYPE_F16, f16)
-        CASE(TRN_DTYPE_BF16, bf16)
-        CASE(TRN_DTYPE_F32, f32)
-        CASE(TRN_DTYPE_F64, f64)
+        TRN_KIT_FLOAT_TYPES(CASE)
 #undef CASE
     default: *fwd = *bwd = NULL;
     }
 }
 
 int trn_group_norm_supports(trn_dtype dtype, trn_dtype param_dtype, trn_dtype stat_dtype) {
-    const int half = dtype == TRN_DTYPE_F16 || dtype == TRN_DTYPE_BF16;
-    if (!half && dtype != TRN_DTYPE_F32 && dtype != TRN_DTYPE_F64) return 0;
-    const int pok = param_dtype == dtype || (half && param_dtype == TRN_DTYPE_F32);
-    const int sok = stat_dtype == dtype || (half && stat_dtype == TRN_DTYPE_F32);
-    return pok && sok;
+    return trn__norm_dtype_pair_ok(dtype, param_dtype) && trn__norm_dtype_pair_ok(dtype, stat_dtype);
 }
 
 // dweight / dbias from the per-(batch item, channel) sums.
@@ -198,7 +178,7 @@ static trn_status gn_task(void *args) {
         piece_fn fwd, bwd;
         pick(a->dtype, &fwd, &bwd);
         const int64_t len = a->channels / a->groups * a->spatial;
-        const int64_t grain = len > 0 && GRAIN / len > 1 ? GRAIN / len : 1;
+        const int64_t grain = trn__grain(GRAIN, len);
         if (len > 0) {
             trn_parallel_for(a->n * a->groups, grain, a->backward ? bwd : fwd, &run);
         } else if (!a->backward) {
@@ -218,12 +198,9 @@ static trn_status gn_task(void *args) {
 static trn_status check_common(trn_stream *stream, const void *d, trn_dtype dtype,
                                trn_dtype pd, trn_dtype sd, int64_t n, int64_t channels,
                                int64_t spatial, int64_t groups, const char *fn) {
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
-    if (!trn_group_norm_supports(dtype, pd, sd))
-        return trn__set_error(TRN_ERROR_UNSUPPORTED,
-                              "%s: dtypes %s (params %s, stats %s) are not supported", fn,
-                              trn_dtype_name(dtype), trn_dtype_name(pd), trn_dtype_name(sd));
+    trn_status st = trn__norm_check_dtypes(stream, d, trn_group_norm_supports(dtype, pd, sd), fn,
+                                           dtype, "params", pd, "stats", sd);
+    if (st != TRN_SUCCESS) return st;
     int64_t k;
     if (n < 0 || channels < 0 || spatial < 0 || groups <= 0 || channels % groups != 0 ||
         __builtin_mul_overflow(n, channels, &k) || __builtin_mul_overflow(k, spatial, &k) ||

@@ -1,4 +1,5 @@
-// norm.c - owns the layer norm forward/backward kernels (trn/norm.h).
+// layer_norm.c - owns the layer norm forward/backward kernels (trn/norm.h):
+// their per-row math; checks and the row driver are norm_common.h's.
 //
 // Rows are independent: the forward and the dx part of the backward split
 // rows across the thread pool. dweight/dbias are column sums over all rows:
@@ -10,24 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../internal.h"
-#include "../kit/real_io.h"
-#include "../kit/vec_sum.h"
-#include "trn/convert.h"
+#include "norm_common.h"
 #include "trn/norm.h"
-#include "trn/parallel.h"
 
-#define LD_id(v) (v)
-#define LD_f16(v) trn_half_to_float(v)
-#define LD_bf16(v) trn_bf16_to_float(v)
-#define ST_id(v) (v)
-#define ST_f16(v) trn_float_to_half(v)
-#define ST_bf16(v) trn_float_to_bf16(v)
-
-// Elements per parallel piece.
-#define GRAIN 16384
-// Columns per piece of the dweight/dbias sums.
-#define COLBLOCK 64
+#define COLBLOCK TRN__NORM_COLBLOCK
 
 typedef struct ln_args {
     trn_dtype dtype, param_dtype, stat_dtype;
@@ -64,7 +51,7 @@ typedef struct ln_run {
         acc2 += gv * xv;                                                          \
     }
 
-#define DEFINE_LN(N, T, C, V, LD, ST)                                               \
+#define DEFINE_LN(E, N, T, C, V, LD, ST)                                               \
     static void fwd_##N(void *ctx, int64_t r0, int64_t r1) {                      \
         const ln_run *run = ctx;                                                  \
         const ln_args *a = run->a;                                                \
@@ -189,66 +176,10 @@ typedef struct ln_run {
         }                                                                         \
     }
 
-DEFINE_LN(f16, uint16_t, float, trn__vec_f, LD_f16, ST_f16)
-DEFINE_LN(bf16, uint16_t, float, trn__vec_f, LD_bf16, ST_bf16)
-DEFINE_LN(f32, float, float, trn__vec_f, LD_id, ST_id)
-DEFINE_LN(f64, double, double, trn__vec_d, LD_id, ST_id)
-
-typedef void (*piece_fn)(void *, int64_t, int64_t);
-
-static void pick(trn_dtype d, piece_fn *fwd, piece_fn *dx, piece_fn *dw) {
-    switch (d) {
-#define CASE(E, N)                                                                 \
-    case E: *fwd = fwd_##N; *dx = bwd_dx_##N; *dw = bwd_dw_##N; return;
-        CASE(TRN_DTYPE_F16, f16)
-        CASE(TRN_DTYPE_BF16, bf16)
-        CASE(TRN_DTYPE_F32, f32)
-        CASE(TRN_DTYPE_F64, f64)
-#undef CASE
-    default: *fwd = *dx = *dw = NULL;
-    }
-}
+TRN_KIT_FLOAT_TYPES(DEFINE_LN)
 
 int trn_layer_norm_supports(trn_dtype dtype, trn_dtype param_dtype, trn_dtype stat_dtype) {
-    const int half = dtype == TRN_DTYPE_F16 || dtype == TRN_DTYPE_BF16;
-    if (!half && dtype != TRN_DTYPE_F32 && dtype != TRN_DTYPE_F64) return 0;
-    const int pok = param_dtype == dtype || (half && param_dtype == TRN_DTYPE_F32);
-    const int sok = stat_dtype == dtype || (half && stat_dtype == TRN_DTYPE_F32);
-    return pok && sok;
-}
-
-// Converts a [cols] parameter into the compute type (float or double).
-static void *convert_param(trn_dtype d, const void *p, int64_t n, int is_double) {
-    void *buf = malloc((size_t)n * (is_double ? 8 : 4) + 1);
-    if (buf == NULL) return NULL;
-    for (int64_t i = 0; i < n; i++) {
-        const double v = trn__load_real(d, p, i);
-        if (is_double) ((double *)buf)[i] = v;
-        else ((float *)buf)[i] = (float)v;
-    }
-    return buf;
-}
-
-// Memory ranges the task touches (protect mode).
-typedef struct ranges {
-    const void *p[10];
-    size_t n[10];
-    int count, begun;
-} ranges;
-static void add_range(ranges *r, const void *p, size_t n) {
-    if (p == NULL || n == 0) return;
-    r->p[r->count] = p;
-    r->n[r->count++] = n;
-}
-static trn_status begin_ranges(ranges *r) {
-    for (r->begun = 0; r->begun < r->count; r->begun++) {
-        trn_status st = trn__mem_access_begin(r->p[r->begun], r->n[r->begun]);
-        if (st != TRN_SUCCESS) return st;
-    }
-    return TRN_SUCCESS;
-}
-static void end_ranges(ranges *r) {
-    for (int k = r->begun - 1; k >= 0; k--) trn__mem_access_end(r->p[k], r->n[k]);
+    return trn__norm_dtype_pair_ok(dtype, param_dtype) && trn__norm_dtype_pair_ok(dtype, stat_dtype);
 }
 
 static trn_status ln_task(void *args) {
@@ -257,71 +188,57 @@ static trn_status ln_task(void *args) {
     const size_t ss = trn_dtype_size(a->stat_dtype);
     const size_t data = (size_t)(a->rows * a->cols) * es;
     const size_t par = (size_t)a->cols * ps, stat = (size_t)a->rows * ss;
-    ranges rg = {.count = 0};
-    add_range(&rg, a->x, data);
-    add_range(&rg, a->weight, par);
+    trn__access_set rg = {.count = 0};
+    trn__access_add(&rg, a->x, data);
+    trn__access_add(&rg, a->weight, par);
     if (!a->backward) {
-        add_range(&rg, a->bias, par);
-        add_range(&rg, a->y, data);
-        add_range(&rg, a->mean, stat);
-        add_range(&rg, a->rstd, stat);
+        trn__access_add(&rg, a->bias, par);
+        trn__access_add(&rg, a->y, data);
+        trn__access_add(&rg, a->mean, stat);
+        trn__access_add(&rg, a->rstd, stat);
     } else {
-        add_range(&rg, a->dy, data);
-        add_range(&rg, a->mean_in, stat);
-        add_range(&rg, a->rstd_in, stat);
-        add_range(&rg, a->dx, data);
-        add_range(&rg, a->dweight, par);
-        add_range(&rg, a->dbias, par);
+        trn__access_add(&rg, a->dy, data);
+        trn__access_add(&rg, a->mean_in, stat);
+        trn__access_add(&rg, a->rstd_in, stat);
+        trn__access_add(&rg, a->dx, data);
+        trn__access_add(&rg, a->dweight, par);
+        trn__access_add(&rg, a->dbias, par);
     }
-    trn_status st = begin_ranges(&rg);
+    trn_status st = trn__access_begin(&rg);
     const int dbl = a->dtype == TRN_DTYPE_F64;
     void *w = NULL, *b = NULL;
     if (st == TRN_SUCCESS && a->weight) {
-        w = convert_param(a->param_dtype, a->weight, a->cols, dbl);
+        w = trn__norm_param_to_compute(a->param_dtype, a->weight, a->cols, dbl);
         if (w == NULL) st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "layer norm: out of host memory");
     }
     if (st == TRN_SUCCESS && a->bias && !a->backward) {
-        b = convert_param(a->param_dtype, a->bias, a->cols, dbl);
+        b = trn__norm_param_to_compute(a->param_dtype, a->bias, a->cols, dbl);
         if (b == NULL) st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "layer norm: out of host memory");
     }
     if (st == TRN_SUCCESS) {
-        piece_fn fwd, dx, dw;
-        pick(a->dtype, &fwd, &dx, &dw);
-        ln_run run = {a, w, b};
-        int64_t grain = GRAIN / (a->cols > 0 ? a->cols : 1);
-        if (grain < 1) grain = 1;
-        if (!a->backward) {
-            trn_parallel_for(a->rows, grain, fwd, &run);
-        } else {
-            if (a->dx) trn_parallel_for(a->rows, grain, dx, &run);
-            if (a->dweight || a->dbias) {
-                const int64_t blocks = (a->cols + COLBLOCK - 1) / COLBLOCK;
-                int64_t g = GRAIN / ((a->rows > 0 ? a->rows : 1) * COLBLOCK);
-                trn_parallel_for(blocks, g < 1 ? 1 : g, dw, &run);
-            }
+        trn__row_norm_loops l = {NULL, NULL, NULL, a->rows, a->cols, a->backward, a->dx != NULL,
+                                 a->dweight || a->dbias};
+        switch (a->dtype) {
+#define CASE(E, N, ...) case E: l.fwd = fwd_##N; l.dx = bwd_dx_##N; l.dw = bwd_dw_##N; break;
+            TRN_KIT_FLOAT_TYPES(CASE)
+#undef CASE
+        default: break;
         }
+        ln_run run = {a, w, b};
+        trn__row_norm_run(&l, &run);
     }
     free(w);
     free(b);
-    end_ranges(&rg);
+    trn__access_end(&rg);
     return st;
 }
 
 static trn_status check_common(trn_stream *stream, const void *d, trn_dtype dtype,
                                trn_dtype pd, trn_dtype sd, int64_t rows, int64_t cols,
                                const char *fn) {
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
-    if (!trn_layer_norm_supports(dtype, pd, sd))
-        return trn__set_error(TRN_ERROR_UNSUPPORTED,
-                              "%s: dtypes %s (params %s, stats %s) are not supported", fn,
-                              trn_dtype_name(dtype), trn_dtype_name(pd), trn_dtype_name(sd));
-    int64_t n;
-    if (rows < 0 || cols < 0 || (rows > 0 && cols == 0) ||
-        __builtin_mul_overflow(rows, cols, &n) || __builtin_mul_overflow(n, 8, &n))
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: invalid sizes [%lld, %lld]", fn,
-                              (long long)rows, (long long)cols);
-    return trn__fork_check();
+    trn_status st = trn__norm_check_dtypes(stream, d, trn_layer_norm_supports(dtype, pd, sd), fn,
+                                           dtype, "params", pd, "stats", sd);
+    return st != TRN_SUCCESS ? st : trn__norm_check_rows(rows, cols, fn);
 }
 
 trn_status trn_layer_norm_launch(trn_stream *stream, const trn_layer_norm_desc *d) {

@@ -1,4 +1,5 @@
-// rms_norm.c - owns the RMS norm forward/backward kernels (trn/rms_norm.h).
+// rms_norm.c - owns the RMS norm forward/backward kernels (trn/rms_norm.h):
+// their per-row math; checks and the row driver are norm_common.h's.
 //
 // Rows are independent: the forward and the dx part of the backward split
 // rows across the thread pool. dweight is a column sum over all rows: it
@@ -10,23 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../internal.h"
-#include "../kit/real_io.h"
-#include "trn/convert.h"
-#include "trn/parallel.h"
+#include "norm_common.h"
 #include "trn/rms_norm.h"
 
-#define LD_id(v) (v)
-#define LD_f16(v) trn_half_to_float(v)
-#define LD_bf16(v) trn_bf16_to_float(v)
-#define ST_id(v) (v)
-#define ST_f16(v) trn_float_to_half(v)
-#define ST_bf16(v) trn_float_to_bf16(v)
-
-// Elements per parallel piece.
-#define GRAIN 16384
-// Columns per piece of the dweight sums.
-#define COLBLOCK 64
+#define COLBLOCK TRN__NORM_COLBLOCK
 
 typedef struct rms_args {
     trn_dtype dtype, param_dtype, stat_dtype;
@@ -45,7 +33,7 @@ typedef struct rms_run {
     const void *w;  // weight in the compute type (NULL: absent)
 } rms_run;
 
-#define DEFINE_RMS(N, T, C, LD, ST)                                                \
+#define DEFINE_RMS(E, N, T, C, V, LD, ST)                                                \
     static void fwd_##N(void *ctx, int64_t r0, int64_t r1) {                      \
         const rms_run *run = ctx;                                                 \
         const rms_args *a = run->a;                                               \
@@ -108,45 +96,11 @@ typedef struct rms_run {
         }                                                                         \
     }
 
-DEFINE_RMS(f16, uint16_t, float, LD_f16, ST_f16)
-DEFINE_RMS(bf16, uint16_t, float, LD_bf16, ST_bf16)
-DEFINE_RMS(f32, float, float, LD_id, ST_id)
-DEFINE_RMS(f64, double, double, LD_id, ST_id)
-
-typedef void (*piece_fn)(void *, int64_t, int64_t);
-
-static void pick(trn_dtype d, piece_fn *fwd, piece_fn *dx, piece_fn *dw) {
-    switch (d) {
-#define CASE(E, N)                                                                 \
-    case E: *fwd = fwd_##N; *dx = bwd_dx_##N; *dw = bwd_dw_##N; return;
-        CASE(TRN_DTYPE_F16, f16)
-        CASE(TRN_DTYPE_BF16, bf16)
-        CASE(TRN_DTYPE_F32, f32)
-        CASE(TRN_DTYPE_F64, f64)
-#undef CASE
-    default: *fwd = *dx = *dw = NULL;
-    }
-}
-
-static int is_float(trn_dtype d) {
-    return d == TRN_DTYPE_F16 || d == TRN_DTYPE_BF16 || d == TRN_DTYPE_F32 || d == TRN_DTYPE_F64;
-}
+TRN_KIT_FLOAT_TYPES(DEFINE_RMS)
 
 int trn_rms_norm_supports(trn_dtype dtype, trn_dtype param_dtype, trn_dtype stat_dtype) {
-    if (!is_float(dtype) || !is_float(param_dtype)) return 0;
+    if (!trn__is_float_dtype(dtype) || !trn__is_float_dtype(param_dtype)) return 0;
     return stat_dtype == (dtype == TRN_DTYPE_F64 ? TRN_DTYPE_F64 : TRN_DTYPE_F32);
-}
-
-// Converts the [cols] weight into the compute type (float or double).
-static void *convert_param(trn_dtype d, const void *p, int64_t n, int is_double) {
-    void *buf = malloc((size_t)n * (is_double ? 8 : 4) + 1);
-    if (buf == NULL) return NULL;
-    for (int64_t i = 0; i < n; i++) {
-        const double v = trn__load_real(d, p, i);
-        if (is_double) ((double *)buf)[i] = v;
-        else ((float *)buf)[i] = (float)v;
-    }
-    return buf;
 }
 
 static trn_status rms_task(void *args) {
@@ -165,25 +119,20 @@ static trn_status rms_task(void *args) {
     trn_status st = trn__access_begin(&rg);
     void *w = NULL;
     if (st == TRN_SUCCESS && a->weight) {
-        w = convert_param(a->param_dtype, a->weight, a->cols, a->dtype == TRN_DTYPE_F64);
+        w = trn__norm_param_to_compute(a->param_dtype, a->weight, a->cols, a->dtype == TRN_DTYPE_F64);
         if (w == NULL) st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "rms norm: out of host memory");
     }
     if (st == TRN_SUCCESS) {
-        piece_fn fwd, dx, dw;
-        pick(a->dtype, &fwd, &dx, &dw);
-        rms_run run = {a, w};
-        int64_t grain = GRAIN / (a->cols > 0 ? a->cols : 1);
-        if (grain < 1) grain = 1;
-        if (!a->backward) {
-            trn_parallel_for(a->rows, grain, fwd, &run);
-        } else {
-            if (a->dx) trn_parallel_for(a->rows, grain, dx, &run);
-            if (a->dweight) {
-                const int64_t blocks = (a->cols + COLBLOCK - 1) / COLBLOCK;
-                int64_t g = GRAIN / ((a->rows > 0 ? a->rows : 1) * COLBLOCK);
-                trn_parallel_for(blocks, g < 1 ? 1 : g, dw, &run);
-            }
+        trn__row_norm_loops l = {NULL, NULL, NULL, a->rows, a->cols, a->backward, a->dx != NULL,
+                                 a->dweight != NULL};
+        switch (a->dtype) {
+#define CASE(E, N, ...) case E: l.fwd = fwd_##N; l.dx = bwd_dx_##N; l.dw = bwd_dw_##N; break;
+            TRN_KIT_FLOAT_TYPES(CASE)
+#undef CASE
+        default: break;
         }
+        rms_run run = {a, w};
+        trn__row_norm_run(&l, &run);
     }
     free(w);
     trn__access_end(&rg);
@@ -193,18 +142,9 @@ static trn_status rms_task(void *args) {
 static trn_status check_common(trn_stream *stream, const void *d, trn_dtype dtype,
                                trn_dtype pd, trn_dtype sd, int64_t rows, int64_t cols,
                                const char *fn) {
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
-    if (!trn_rms_norm_supports(dtype, pd, sd))
-        return trn__set_error(TRN_ERROR_UNSUPPORTED,
-                              "%s: dtypes %s (weight %s, rstd %s) are not supported", fn,
-                              trn_dtype_name(dtype), trn_dtype_name(pd), trn_dtype_name(sd));
-    int64_t n;
-    if (rows < 0 || cols < 0 || (rows > 0 && cols == 0) ||
-        __builtin_mul_overflow(rows, cols, &n) || __builtin_mul_overflow(n, 8, &n))
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: invalid sizes [%lld, %lld]", fn,
-                              (long long)rows, (long long)cols);
-    return trn__fork_check();
+    trn_status st = trn__norm_check_dtypes(stream, d, trn_rms_norm_supports(dtype, pd, sd), fn,
+                                           dtype, "weight", pd, "rstd", sd);
+    return st != TRN_SUCCESS ? st : trn__norm_check_rows(rows, cols, fn);
 }
 
 trn_status trn_rms_norm_launch(trn_stream *stream, const trn_rms_norm_desc *d) {

@@ -1,4 +1,5 @@
-// pool.c - owns the 2-d max / average pooling kernels (trn/pool.h).
+// pool2d.c - owns the 2-d max / average pooling kernels (trn/pool.h): their
+// window loops and geometry checks; the rest is pool_common.h's skeleton.
 //
 // Planes are independent: forward and backward split planes across the
 // thread pool, so the backward's scatter-adds never race (each plane's dx is
@@ -9,31 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../internal.h"
-#include "trn/convert.h"
-#include "trn/parallel.h"
-#include "trn/pool.h"
-
-#define LD_id(v) (v)
-#define LD_f16(v) trn_half_to_float(v)
-#define LD_bf16(v) trn_bf16_to_float(v)
-#define ST_id(v) (v)
-#define ST_f16(v) trn_float_to_half(v)
-#define ST_bf16(v) trn_float_to_bf16(v)
-
-// Output elements per parallel piece (each costs a window's worth of loads).
-#define GRAIN 4096
+#include "pool_common.h"
 
 typedef struct pool_args {
-    trn_dtype dtype;
-    trn_pool_mode mode;
+    trn__pool_io io;
     trn_pool2d_geometry g;
-    const void *x, *dy;
-    void *y, *dx;
-    int64_t *idx_out;
-    const int64_t *idx_in;
-    int backward;
-    atomic_int *bad_index;  // backward: set when an index is outside its plane
 } pool_args;
 
 _Static_assert(sizeof(pool_args) <= TRN_TASK_MAX_ARGS, "pool args too large");
@@ -71,7 +52,7 @@ static int max_fast_ok(const trn_pool2d_geometry *g) {
 
 #define MAX_FAST_RUN 128
 
-#define DEFINE_MAX_FAST(N, T, C, LD)                                               \
+#define DEFINE_MAX_FAST(E, N, T, C, V, LD, ST)                                              \
     static void max_fast_##N(const trn_pool2d_geometry *g, const T *restrict x,   \
                              T *restrict y, int64_t *restrict ix) {               \
         const int64_t out_h = g->out_h, out_w = g->out_w, in_w = g->in_w;          \
@@ -105,15 +86,12 @@ static int max_fast_ok(const trn_pool2d_geometry *g) {
             }                                                                     \
     }
 
-DEFINE_MAX_FAST(f16, uint16_t, float, LD_f16)
-DEFINE_MAX_FAST(bf16, uint16_t, float, LD_bf16)
-DEFINE_MAX_FAST(f32, float, float, LD_id)
-DEFINE_MAX_FAST(f64, double, double, LD_id)
+TRN_KIT_FLOAT_TYPES(DEFINE_MAX_FAST)
 
-#define DEFINE_POOL(N, T, C, LD, ST)                                               \
+#define DEFINE_POOL(E, N, T, C, V, LD, ST)                                               \
     static void fwd_##N(void *ctx, int64_t p0, int64_t p1) {                      \
-        const pool_args *a = ctx;                                                 \
-        const trn_pool2d_geometry *g = &a->g;                                     \
+        const trn__pool_io *a = &((const pool_args *)ctx)->io;                    \
+        const trn_pool2d_geometry *g = &((const pool_args *)ctx)->g;              \
         const int64_t in_n = g->in_h * g->in_w, out_n = g->out_h * g->out_w;      \
         const int fast = a->mode == TRN_POOL_MAX && max_fast_ok(g);               \
         for (int64_t p = p0; p < p1; p++) {                                       \
@@ -162,8 +140,8 @@ DEFINE_MAX_FAST(f64, double, double, LD_id)
         }                                                                         \
     }                                                                             \
     static void bwd_##N(void *ctx, int64_t p0, int64_t p1) {                      \
-        const pool_args *a = ctx;                                                 \
-        const trn_pool2d_geometry *g = &a->g;                                     \
+        const trn__pool_io *a = &((const pool_args *)ctx)->io;                    \
+        const trn_pool2d_geometry *g = &((const pool_args *)ctx)->g;              \
         const int64_t in_n = g->in_h * g->in_w, out_n = g->out_h * g->out_w;      \
         C *acc = NULL;                                                            \
         for (int64_t p = p0; p < p1; p++) {                                       \
@@ -172,13 +150,8 @@ DEFINE_MAX_FAST(f64, double, double, LD_id)
             /* Accumulate in C (16-bit types would lose small additions): */      \
             /* the float types accumulate straight into dx. */                    \
             C local[256];                                                         \
-            C *sum = sizeof(T) == sizeof(C) ? (C *)(void *)dx                     \
-                     : (in_n <= 256 ? local : acc);                               \
-            if (sum == NULL) {                                                    \
-                acc = malloc((size_t)in_n * sizeof(C));                           \
-                if (acc == NULL) { atomic_store(a->bad_index, 2); return; }       \
-                sum = acc;                                                        \
-            }                                                                     \
+            C *sum = TRN__POOL_SUM_OPEN(T, C, dx, in_n, local, acc);              \
+            if (sum == NULL) { atomic_store(a->bad, 2); return; }                 \
             for (int64_t i = 0; i < in_n; i++) sum[i] = 0;                        \
             for (int64_t oh = 0; oh < g->out_h; oh++)                             \
                 for (int64_t ow = 0; ow < g->out_w; ow++) {                       \
@@ -187,7 +160,7 @@ DEFINE_MAX_FAST(f64, double, double, LD_id)
                     if (a->mode == TRN_POOL_MAX) {                                \
                         const int64_t k = a->idx_in[p * out_n + o];               \
                         if (k < 0 || k >= in_n) {                                 \
-                            atomic_store(a->bad_index, 1);                        \
+                            atomic_store(a->bad, 1);                        \
                             continue;                                             \
                         }                                                         \
                         sum[k] += gv;                                             \
@@ -206,66 +179,26 @@ DEFINE_MAX_FAST(f64, double, double, LD_id)
         free(acc);                                                                \
     }
 
-DEFINE_POOL(f16, uint16_t, float, LD_f16, ST_f16)
-DEFINE_POOL(bf16, uint16_t, float, LD_bf16, ST_bf16)
-DEFINE_POOL(f32, float, float, LD_id, ST_id)
-DEFINE_POOL(f64, double, double, LD_id, ST_id)
-
-typedef void (*piece_fn)(void *, int64_t, int64_t);
-
-int trn_pool_supports(trn_dtype d) {
-    return d == TRN_DTYPE_F16 || d == TRN_DTYPE_BF16 || d == TRN_DTYPE_F32 || d == TRN_DTYPE_F64;
-}
-
-static piece_fn pick(trn_dtype d, int backward) {
-    switch (d) {
-    case TRN_DTYPE_F16: return backward ? bwd_f16 : fwd_f16;
-    case TRN_DTYPE_BF16: return backward ? bwd_bf16 : fwd_bf16;
-    case TRN_DTYPE_F32: return backward ? bwd_f32 : fwd_f32;
-    case TRN_DTYPE_F64: return backward ? bwd_f64 : fwd_f64;
-    default: return NULL;
-    }
-}
+TRN_KIT_FLOAT_TYPES(DEFINE_POOL)
 
 static trn_status pool_task(void *args) {
     pool_args *a = args;
     const trn_pool2d_geometry *g = &a->g;
-    const size_t es = trn_dtype_size(a->dtype);
-    const size_t in_b = (size_t)(g->planes * g->in_h * g->in_w);
-    const size_t out_b = (size_t)(g->planes * g->out_h * g->out_w);
-    const void *ix = a->backward ? (const void *)a->idx_in : (const void *)a->idx_out;
-    trn__access_set rg = {.count = 0};
-    trn__access_add(&rg, a->backward ? a->dx : a->x, in_b * es);
-    trn__access_add(&rg, a->backward ? a->dy : a->y, out_b * es);
-    if (a->mode == TRN_POOL_MAX) trn__access_add(&rg, ix, out_b * sizeof(int64_t));
-    trn_status st = trn__access_begin(&rg);
-    atomic_int bad = 0;
-    if (st == TRN_SUCCESS && g->planes > 0) {
-        a->bad_index = &bad;
-        const int64_t work = (a->backward ? in_b + out_b : out_b * (size_t)(g->kh * g->kw)) /
-                             (size_t)g->planes;
-        const int64_t grain = work > 0 && GRAIN / work > 1 ? GRAIN / work : 1;
-        trn_parallel_for(g->planes, grain, pick(a->dtype, a->backward), a);
+    trn__pool_shape shape = {g->planes, g->in_h * g->in_w, g->out_h * g->out_w, g->kh * g->kw,
+                             NULL, NULL, "max_pool backward: an index is outside its input plane"};
+    switch (a->io.dtype) {
+#define CASE(E, N, ...) case E: shape.fwd = fwd_##N; shape.bwd = bwd_##N; break;
+        TRN_KIT_FLOAT_TYPES(CASE)
+#undef CASE
+    default: break;
     }
-    trn__access_end(&rg);
-    if (st == TRN_SUCCESS && atomic_load(&bad) == 1)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "max_pool backward: an index is outside its input plane");
-    if (st == TRN_SUCCESS && atomic_load(&bad) == 2)
-        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "pool backward: out of host memory");
-    return st;
+    return trn__pool_run(&a->io, &shape, a);
 }
 
 static trn_status check(trn_stream *stream, const void *d, trn_dtype dtype, trn_pool_mode mode,
                         const trn_pool2d_geometry *g, const char *fn) {
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
-    if (!trn_pool_supports(dtype))
-        return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtype %s is not supported", fn,
-                              trn_dtype_name(dtype));
-    if (mode != TRN_POOL_MAX && mode != TRN_POOL_AVG)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: unknown pooling mode %d", fn,
-                              (int)mode);
+    trn_status st = trn__pool_check(stream, d, dtype, mode, fn);
+    if (st != TRN_SUCCESS) return st;
     int64_t t;
     if (g->planes < 0 || g->in_h < 0 || g->in_w < 0 || g->out_h < 0 || g->out_w < 0 ||
         g->kh <= 0 || g->kw <= 0 || g->sh <= 0 || g->sw <= 0 || g->ph < 0 || g->pw < 0 ||
@@ -282,19 +215,9 @@ trn_status trn_pool2d_launch(trn_stream *stream, const trn_pool2d_desc *d) {
                           d ? &d->g : &(trn_pool2d_geometry){0}, "trn_pool2d_launch");
     if (st != TRN_SUCCESS) return st;
     if (d->g.planes * d->g.out_h * d->g.out_w == 0) return TRN_SUCCESS;
-    if (d->x == NULL || d->y == NULL || (d->mode == TRN_POOL_MAX && d->indices == NULL) ||
-        d->g.in_h * d->g.in_w == 0)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_pool2d_launch: x, y or indices is NULL, or the input is empty");
-    pool_args a;
-    memset(&a, 0, sizeof a);
-    a.dtype = d->dtype;
-    a.mode = d->mode;
-    a.g = d->g;
-    a.x = d->x;
-    a.y = d->y;
-    a.idx_out = d->mode == TRN_POOL_MAX ? d->indices : NULL;
-    return trn_stream_launch(stream, pool_task, &a, sizeof a);
+    pool_args a = {TRN__POOL_FORWARD_IO(d), d->g};
+    st = trn__pool_check_forward(&a.io, d->g.in_h * d->g.in_w, "trn_pool2d_launch");
+    return st != TRN_SUCCESS ? st : trn_stream_launch(stream, pool_task, &a, sizeof a);
 }
 
 trn_status trn_pool2d_backward_launch(trn_stream *stream, const trn_pool2d_backward_desc *d) {
@@ -302,18 +225,7 @@ trn_status trn_pool2d_backward_launch(trn_stream *stream, const trn_pool2d_backw
                           d ? &d->g : &(trn_pool2d_geometry){0}, "trn_pool2d_backward_launch");
     if (st != TRN_SUCCESS) return st;
     if (d->g.planes * d->g.in_h * d->g.in_w == 0) return TRN_SUCCESS;
-    if (d->dx == NULL || (d->g.out_h * d->g.out_w > 0 &&
-                          (d->dy == NULL || (d->mode == TRN_POOL_MAX && d->indices == NULL))))
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_pool2d_backward_launch: dx, dy or indices is NULL");
-    pool_args a;
-    memset(&a, 0, sizeof a);
-    a.backward = 1;
-    a.dtype = d->dtype;
-    a.mode = d->mode;
-    a.g = d->g;
-    a.dy = d->dy;
-    a.dx = d->dx;
-    a.idx_in = d->mode == TRN_POOL_MAX ? d->indices : NULL;
-    return trn_stream_launch(stream, pool_task, &a, sizeof a);
+    pool_args a = {TRN__POOL_BACKWARD_IO(d), d->g};
+    st = trn__pool_check_backward(&a.io, d->g.out_h * d->g.out_w, "trn_pool2d_backward_launch");
+    return st != TRN_SUCCESS ? st : trn_stream_launch(stream, pool_task, &a, sizeof a);
 }

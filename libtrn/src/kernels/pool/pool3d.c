@@ -1,5 +1,6 @@
 // pool3d.c - owns the 3-d (and adaptive 1-3-d) max / average pooling
-// kernels (trn/pool3d.h).
+// kernels (trn/pool3d.h): their window loops and geometry checks; the rest
+// is pool_common.h's skeleton.
 //
 // Planes are independent: forward and backward split planes across the
 // thread pool, so the backward's scatter-adds never race (each plane's dx is
@@ -10,31 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../internal.h"
-#include "trn/convert.h"
-#include "trn/parallel.h"
+#include "pool_common.h"
 #include "trn/pool3d.h"
 
-#define LD_id(v) (v)
-#define LD_f16(v) trn_half_to_float(v)
-#define LD_bf16(v) trn_bf16_to_float(v)
-#define ST_id(v) (v)
-#define ST_f16(v) trn_float_to_half(v)
-#define ST_bf16(v) trn_float_to_bf16(v)
-
-// Output elements per parallel piece (each costs a window's worth of loads).
-#define GRAIN 4096
-
 typedef struct pool3_args {
-    trn_dtype dtype;
-    trn_pool_mode mode;
+    trn__pool_io io;
     trn_pool3d_geometry g;
-    const void *x, *dy;
-    void *y, *dx;
-    int64_t *idx_out;
-    const int64_t *idx_in;
-    int backward;
-    atomic_int *bad;  // 1: an index outside its volume; 2: out of memory
 } pool3_args;
 
 _Static_assert(sizeof(pool3_args) <= TRN_TASK_MAX_ARGS, "pool3d args too large");
@@ -88,10 +70,10 @@ static void unflatten(const trn_pool3d_geometry *g, int64_t o, int64_t pos[3]) {
     pos[0] = o / g->out[1];
 }
 
-#define DEFINE_POOL3(N, T, C, LD, ST)                                                    \
+#define DEFINE_POOL3(E, N, T, C, V, LD, ST)                                                    \
     static void fwd_##N(void *ctx, int64_t p0, int64_t p1) {                            \
-        const pool3_args *a = ctx;                                                      \
-        const trn_pool3d_geometry *g = &a->g;                                           \
+        const trn__pool_io *a = &((const pool3_args *)ctx)->io;                         \
+        const trn_pool3d_geometry *g = &((const pool3_args *)ctx)->g;                   \
         const int64_t hw = g->in[1] * g->in[2];                                         \
         const int64_t in_n = g->in[0] * hw, out_n = g->out[0] * g->out[1] * g->out[2];  \
         for (int64_t p = p0; p < p1; p++) {                                             \
@@ -130,24 +112,19 @@ static void unflatten(const trn_pool3d_geometry *g, int64_t o, int64_t pos[3]) {
         }                                                                               \
     }                                                                                   \
     static void bwd_##N(void *ctx, int64_t p0, int64_t p1) {                            \
-        const pool3_args *a = ctx;                                                      \
-        const trn_pool3d_geometry *g = &a->g;                                           \
+        const trn__pool_io *a = &((const pool3_args *)ctx)->io;                         \
+        const trn_pool3d_geometry *g = &((const pool3_args *)ctx)->g;                   \
         const int64_t hw = g->in[1] * g->in[2];                                         \
         const int64_t in_n = g->in[0] * hw, out_n = g->out[0] * g->out[1] * g->out[2];  \
         C *acc = NULL;                                                                  \
         for (int64_t p = p0; p < p1; p++) {                                             \
             const T *dy = (const T *)a->dy + p * out_n;                                 \
             T *dx = (T *)a->dx + p * in_n;                                              \
-            /* 16-bit types accumulate in float (small additions would be lost); */     \
-            /* the float types accumulate straight into dx. */                          \
-            C *sum = (C *)(void *)dx;                                                   \
-            if (sizeof(T) != sizeof(C)) {                                               \
-                if (acc == NULL) acc = malloc((size_t)in_n * sizeof(C));                \
-                if (acc == NULL) {                                                      \
-                    atomic_store(a->bad, 2);                                            \
-                    return;                                                             \
-                }                                                                       \
-                sum = acc;                                                              \
+            C local[256];                                                               \
+            C *sum = TRN__POOL_SUM_OPEN(T, C, dx, in_n, local, acc);                    \
+            if (sum == NULL) {                                                          \
+                atomic_store(a->bad, 2);                                                \
+                return;                                                                 \
             }                                                                           \
             for (int64_t i = 0; i < in_n; i++) sum[i] = 0;                              \
             for (int64_t o = 0; o < out_n; o++) {                                       \
@@ -177,64 +154,29 @@ static void unflatten(const trn_pool3d_geometry *g, int64_t o, int64_t pos[3]) {
         free(acc);                                                                      \
     }
 
-DEFINE_POOL3(f16, uint16_t, float, LD_f16, ST_f16)
-DEFINE_POOL3(bf16, uint16_t, float, LD_bf16, ST_bf16)
-DEFINE_POOL3(f32, float, float, LD_id, ST_id)
-DEFINE_POOL3(f64, double, double, LD_id, ST_id)
-
-typedef void (*piece_fn)(void *, int64_t, int64_t);
-
-static piece_fn pick(trn_dtype d, int backward) {
-    switch (d) {
-    case TRN_DTYPE_F16: return backward ? bwd_f16 : fwd_f16;
-    case TRN_DTYPE_BF16: return backward ? bwd_bf16 : fwd_bf16;
-    case TRN_DTYPE_F32: return backward ? bwd_f32 : fwd_f32;
-    case TRN_DTYPE_F64: return backward ? bwd_f64 : fwd_f64;
-    default: return NULL;
-    }
-}
+TRN_KIT_FLOAT_TYPES(DEFINE_POOL3)
 
 static int64_t vol(const int64_t v[3]) { return v[0] * v[1] * v[2]; }
 
 static trn_status pool3_task(void *args) {
     pool3_args *a = args;
     const trn_pool3d_geometry *g = &a->g;
-    const size_t es = trn_dtype_size(a->dtype);
-    const size_t in_b = (size_t)(g->planes * vol(g->in)), out_b = (size_t)(g->planes * vol(g->out));
-    const void *ix = a->backward ? (const void *)a->idx_in : (const void *)a->idx_out;
-    trn__access_set rg = {.count = 0};
-    trn__access_add(&rg, a->backward ? a->dx : a->x, in_b * es);
-    trn__access_add(&rg, a->backward ? a->dy : a->y, out_b * es);
-    if (a->mode == TRN_POOL_MAX) trn__access_add(&rg, ix, out_b * sizeof(int64_t));
-    trn_status st = trn__access_begin(&rg);
-    atomic_int bad = 0;
-    if (st == TRN_SUCCESS && g->planes > 0) {
-        a->bad = &bad;
-        // Work per plane: the backward touches every input and output once;
-        // the forward reads about one input volume per output element at most.
-        const int64_t work = (int64_t)((a->backward ? in_b + out_b : out_b * 8) / (size_t)g->planes);
-        const int64_t grain = work > 0 && GRAIN / work > 1 ? GRAIN / work : 1;
-        trn_parallel_for(g->planes, grain, pick(a->dtype, a->backward), a);
+    // A forward output reads about one input volume at most: 8 is its estimate.
+    trn__pool_shape shape = {g->planes, vol(g->in), vol(g->out), 8, NULL, NULL,
+                             "max pool backward: an index is outside its input volume"};
+    switch (a->io.dtype) {
+#define CASE(E, N, ...) case E: shape.fwd = fwd_##N; shape.bwd = bwd_##N; break;
+        TRN_KIT_FLOAT_TYPES(CASE)
+#undef CASE
+    default: break;
     }
-    trn__access_end(&rg);
-    if (st == TRN_SUCCESS && atomic_load(&bad) == 1)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "max pool backward: an index is outside its input volume");
-    if (st == TRN_SUCCESS && atomic_load(&bad) == 2)
-        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "pool backward: out of host memory");
-    return st;
+    return trn__pool_run(&a->io, &shape, a);
 }
 
 static trn_status check(trn_stream *stream, const void *d, trn_dtype dtype, trn_pool_mode mode,
                         const trn_pool3d_geometry *g, const char *fn) {
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
-    if (!trn_pool_supports(dtype))
-        return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtype %s is not supported", fn,
-                              trn_dtype_name(dtype));
-    if (mode != TRN_POOL_MAX && mode != TRN_POOL_AVG)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: unknown pooling mode %d", fn,
-                              (int)mode);
+    trn_status st = trn__pool_check(stream, d, dtype, mode, fn);
+    if (st != TRN_SUCCESS) return st;
     int bad = g->planes < 0;
     int64_t ti = g->planes, to = g->planes;
     for (int i = 0; i < 3; i++) {
@@ -259,19 +201,9 @@ trn_status trn_pool3d_launch(trn_stream *stream, const trn_pool3d_desc *d) {
                           d ? &d->g : &zero_geometry, "trn_pool3d_launch");
     if (st != TRN_SUCCESS) return st;
     if (d->g.planes * vol(d->g.out) == 0) return TRN_SUCCESS;
-    if (d->x == NULL || d->y == NULL || (d->mode == TRN_POOL_MAX && d->indices == NULL) ||
-        vol(d->g.in) == 0)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_pool3d_launch: x, y or indices is NULL, or the input is empty");
-    pool3_args a;
-    memset(&a, 0, sizeof a);
-    a.dtype = d->dtype;
-    a.mode = d->mode;
-    a.g = d->g;
-    a.x = d->x;
-    a.y = d->y;
-    a.idx_out = d->mode == TRN_POOL_MAX ? d->indices : NULL;
-    return trn_stream_launch(stream, pool3_task, &a, sizeof a);
+    pool3_args a = {TRN__POOL_FORWARD_IO(d), d->g};
+    st = trn__pool_check_forward(&a.io, vol(d->g.in), "trn_pool3d_launch");
+    return st != TRN_SUCCESS ? st : trn_stream_launch(stream, pool3_task, &a, sizeof a);
 }
 
 trn_status trn_pool3d_backward_launch(trn_stream *stream, const trn_pool3d_backward_desc *d) {
@@ -279,18 +211,7 @@ trn_status trn_pool3d_backward_launch(trn_stream *stream, const trn_pool3d_backw
                           d ? &d->g : &zero_geometry, "trn_pool3d_backward_launch");
     if (st != TRN_SUCCESS) return st;
     if (d->g.planes * vol(d->g.in) == 0) return TRN_SUCCESS;
-    if (d->dx == NULL ||
-        (vol(d->g.out) > 0 && (d->dy == NULL || (d->mode == TRN_POOL_MAX && d->indices == NULL))))
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_pool3d_backward_launch: dx, dy or indices is NULL");
-    pool3_args a;
-    memset(&a, 0, sizeof a);
-    a.backward = 1;
-    a.dtype = d->dtype;
-    a.mode = d->mode;
-    a.g = d->g;
-    a.dy = d->dy;
-    a.dx = d->dx;
-    a.idx_in = d->mode == TRN_POOL_MAX ? d->indices : NULL;
-    return trn_stream_launch(stream, pool3_task, &a, sizeof a);
+    pool3_args a = {TRN__POOL_BACKWARD_IO(d), d->g};
+    st = trn__pool_check_backward(&a.io, vol(d->g.out), "trn_pool3d_backward_launch");
+    return st != TRN_SUCCESS ? st : trn_stream_launch(stream, pool3_task, &a, sizeof a);
 }

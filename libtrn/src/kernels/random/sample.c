@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "../../internal.h"
-#include "../kit/real_io.h"
+#include "../kit/dtype_io.h"
 #include "trn/parallel.h"
 #include "trn/sample.h"
 

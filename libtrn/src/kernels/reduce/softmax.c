@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../../internal.h"
+#include "../kit/dtype_io.h"
 #include "../kit/fastmath.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
@@ -31,12 +32,6 @@ typedef struct softmax_args {
     int64_t outer, dim, inner;
 } softmax_args;
 
-#define LD_id(v) (v)
-#define LD_f16(v) trn_half_to_float(v)
-#define LD_bf16(v) trn_bf16_to_float(v)
-#define ST_id(v) (v)
-#define ST_f16(v) trn_float_to_half(v)
-#define ST_bf16(v) trn_float_to_bf16(v)
 #define EXP_f(x) trn_fast_expf(x)
 #define EXP_d(x) exp(x)
 #define MAXN(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
