@@ -17,7 +17,7 @@
 
 #include "../../internal.h"
 #include "../compiler_impl.h"
-#include "../../kernels/kit/pow_special.h"
+#include "trn/scalar.h"
 
 // ---- string builder -------------------------------------------------------------
 typedef struct sb {
@@ -298,7 +298,7 @@ static bool is_literal(const kernel *k, int n) {
 }
 
 // pow by a literal exponent as eager's pow_fast_path (kernels/elementwise.c)
-// computes it, with ATen's CPU special cases (kernels/pow_special.h): the
+// computes it, with ATen's CPU special cases (trn/scalar.h): the
 // same numerics, and a loop without the exp(b log|a|) path (GPT-2's GELU
 // backward spent 29 % of its graph there). NULL: the general pow.
 static const char *pow_by_literal(const kernel *k, const trn__cc_node *x) {
@@ -310,8 +310,8 @@ static const char *pow_by_literal(const kernel *k, const trn__cc_node *x) {
     const trn__cc_node *e_node = &k->g->nodes[c];
     if (!is_f(e_node->dtype) && e_node->dtype != TRN_DTYPE_I64 && e_node->dtype != TRN_DTYPE_I32) return NULL;
     const double e = is_f(e_node->dtype) ? (double)(float)e_node->cf : (double)(float)e_node->ci;
-    const trn__pow_special s = trn__pow_special_of(e, x->compute == TRN_DTYPE_F16);
-    return s == TRN__POW_GENERAL ? NULL : trn__pow_special_name[s];
+    const trn_sc_pow_special s = trn_sc_pow_special_of(e, x->compute == TRN_DTYPE_F16);
+    return s == TRN_SC_POW_GENERAL ? NULL : trn_sc_pow_special_name(s);
 }
 
 static void put_compute(sb *b, const kernel *k, int n, const char *indent) {

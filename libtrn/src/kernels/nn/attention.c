@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "../../internal.h"
-#include "../kit/fastmath.h"
+#include "trn/scalar.h"
 #include "../blas/tile_mm.h"
 #include "trn/attention.h"
 #include "trn/convert.h"
@@ -212,13 +212,13 @@ static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t 
             // Every key so far masked: subtract 0 (exp(-inf) = 0 keeps the
             // row empty) instead of -inf (NaN).
             w->msub[i] = mnew == -INFINITY ? 0.0f : mnew;
-            w->alpha[i] = trn_fast_expf(w->m[i] - w->msub[i]);
+            w->alpha[i] = trn_sc_expf(w->m[i] - w->msub[i]);
             w->m[i] = mnew;
             w->sum[i] = 0.0f;
         }
         for (int64_t j = 0; j < nj; j++)
             for (int64_t i = 0; i < ni; i++) {
-                const float p = trn_fast_expf(st[j * BQ + i] - w->msub[i]);
+                const float p = trn_sc_expf(st[j * BQ + i] - w->msub[i]);
                 st[j * BQ + i] = p;
                 w->sum[i] += p;
             }
@@ -328,7 +328,7 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                 trn_tile_mm_band(nj, ni, E, w->k, E, 1, w->qt, BQ, pt, BQ, 0, sband);
                 mask_tile_t(d, pt, ni, nj, b, h, i0, j0);
                 for (int64_t j = 0; j < nj; j++)
-                    for (int64_t i = 0; i < ni; i++) pt[j * BQ + i] = trn_fast_expf(pt[j * BQ + i] - w->lsub[i]);
+                    for (int64_t i = 0; i < ni; i++) pt[j * BQ + i] = trn_sc_expf(pt[j * BQ + i] - w->lsub[i]);
                 trn_tile_mm_band(nj, ni, Ev, w->v, Ev, 1, w->dot, BQ, dst, BQ, 0, sband);
                 for (int64_t j = 0; j < nj; j++) {
                     float *pr = pt + j * BQ, *dr = dst + j * BQ;

@@ -11,7 +11,7 @@
 
 #include "../kit/launch.h"
 #include "../kit/dtype_io.h"
-#include "../kit/fastmath.h"
+#include "trn/scalar.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
 #include "trn/rnn_cell.h"
@@ -23,18 +23,6 @@
 // handing a few microseconds of adds to the pool costs more than it saves.
 #define TILE 64
 #define SUM_GRAIN 65536
-
-// tanh for the float32 path without a libm call (a call per element keeps
-// the loop scalar): an odd polynomial near 0, where (1 - e) / (1 + e) would
-// lose relative precision, else that formula with e = exp(-2|x|), whose
-// error is < 1e-7 absolute; +-1 for large |x|; NaN stays NaN. Branch-free.
-static inline float rnn_tanhf(float x) {
-    const float ax = fabsf(x), x2 = x * x;
-    const float poly = x * (1.0f + x2 * (-1.0f / 3.0f + x2 * (2.0f / 15.0f)));
-    const float e = trn_fast_expf(-2.0f * ax);
-    const float big = copysignf((1.0f - e) / (1.0f + e), x);
-    return ax < 0.0625f ? poly : big;
-}
 
 enum kind { LSTM_FWD, LSTM_BWD, GRU_FWD, GRU_BWD };
 
@@ -170,9 +158,9 @@ _Static_assert(sizeof(rnn_args) <= TRN_TASK_MAX_ARGS, "rnn cell args too large")
         if (a->gb2) colsum_##N(a->g2, a->gb2, a->batch, cols, c0, c1);             \
     }
 
-DEFINE_RNN(f16, uint16_t, float, LD_f16, ST_f16, trn_fast_expf, rnn_tanhf)
-DEFINE_RNN(bf16, uint16_t, float, LD_bf16, ST_bf16, trn_fast_expf, rnn_tanhf)
-DEFINE_RNN(f32, float, float, LD_id, ST_id, trn_fast_expf, rnn_tanhf)
+DEFINE_RNN(f16, uint16_t, float, LD_f16, ST_f16, trn_sc_expf, trn_sc_tanhf)
+DEFINE_RNN(bf16, uint16_t, float, LD_bf16, ST_bf16, trn_sc_expf, trn_sc_tanhf)
+DEFINE_RNN(f32, float, float, LD_id, ST_id, trn_sc_expf, trn_sc_tanhf)
 DEFINE_RNN(f64, double, double, LD_id, ST_id, exp, tanh)
 
 typedef void (*piece_fn)(void *, int64_t, int64_t);

@@ -19,7 +19,6 @@
 
 #include "../../internal.h"
 #include "../kit/bf16_store.h"
-#include "../kit/pow_special.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
 #include "trn/scalar.h"
@@ -690,18 +689,18 @@ static trn_status ew_task(void *args) {
 static void pow_fast_path(ew_args *a) {
     if (a->op != TRN_EW_POW || a->fam == FAM_I || a->is_scalar[0] || !a->is_scalar[1]) return;
     const double e = a->fam == FAM_F ? (double)a->sval[1].f : a->sval[1].d;
-    static const block_fn fns[TRN__POW_SPECIAL_COUNT][2] = {
-        [TRN__POW_ONE] = {blk_pow_one_f, blk_pow_one_dd},
-        [TRN__POW_ZERO] = {blk_pow_zero_f, blk_pow_zero_dd},
-        [TRN__POW_SQUARE] = {blk_pow_square_f, blk_pow_square_dd},
-        [TRN__POW_CUBE] = {blk_pow_cube_f, blk_pow_cube_dd},
-        [TRN__POW_SQRT] = {blk_sqrt_f, blk_sqrt_dd},
-        [TRN__POW_RSQRT] = {blk_rsqrt_f, blk_rsqrt_dd},
-        [TRN__POW_RECIPROCAL] = {blk_reciprocal_f, blk_reciprocal_dd},
-        [TRN__POW_INV_SQUARE] = {blk_pow_inv_square_f, blk_pow_inv_square_dd},
+    static const block_fn fns[TRN_SC_POW_SPECIAL_COUNT][2] = {
+        [TRN_SC_POW_ONE] = {blk_pow_one_f, blk_pow_one_dd},
+        [TRN_SC_POW_ZERO] = {blk_pow_zero_f, blk_pow_zero_dd},
+        [TRN_SC_POW_SQUARE] = {blk_pow_square_f, blk_pow_square_dd},
+        [TRN_SC_POW_CUBE] = {blk_pow_cube_f, blk_pow_cube_dd},
+        [TRN_SC_POW_SQRT] = {blk_sqrt_f, blk_sqrt_dd},
+        [TRN_SC_POW_RSQRT] = {blk_rsqrt_f, blk_rsqrt_dd},
+        [TRN_SC_POW_RECIPROCAL] = {blk_reciprocal_f, blk_reciprocal_dd},
+        [TRN_SC_POW_INV_SQUARE] = {blk_pow_inv_square_f, blk_pow_inv_square_dd},
     };
-    const trn__pow_special c = trn__pow_special_of(e, a->ctx.round16 == 1);
-    if (c == TRN__POW_GENERAL) return;
+    const trn_sc_pow_special c = trn_sc_pow_special_of(e, a->ctx.round16 == 1);
+    if (c == TRN_SC_POW_GENERAL) return;
     a->fn = fns[c][a->fam == FAM_F ? 0 : 1];
     a->arity = 1;  // the exponent is baked into fn
 }

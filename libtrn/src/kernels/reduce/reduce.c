@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "../../internal.h"
-#include "../kit/fastmath.h"
+#include "trn/scalar.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
 #include "trn/reduce.h"
@@ -584,9 +584,9 @@ FLOAT_DTYPES(DEFINE_ARG_FLOAT)
                           with_mean ? oso2 : NULL, &o2off));                     \
     }
 
-#define EXP_f16(x) trn_fast_expf(x)
-#define EXP_bf16(x) trn_fast_expf(x)
-#define EXP_f32(x) trn_fast_expf(x)
+#define EXP_f16(x) trn_sc_expf(x)
+#define EXP_bf16(x) trn_sc_expf(x)
+#define EXP_f32(x) trn_sc_expf(x)
 #define EXP_f64(x) exp(x)
 FLOAT_DTYPES(DEFINE_STATS)
 

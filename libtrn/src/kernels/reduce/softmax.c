@@ -16,7 +16,7 @@
 
 #include "../../internal.h"
 #include "../kit/dtype_io.h"
-#include "../kit/fastmath.h"
+#include "trn/scalar.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
 #include "trn/reduce.h"
@@ -32,7 +32,7 @@ typedef struct softmax_args {
     int64_t outer, dim, inner;
 } softmax_args;
 
-#define EXP_f(x) trn_fast_expf(x)
+#define EXP_f(x) trn_sc_expf(x)
 #define EXP_d(x) exp(x)
 #define MAXN(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
 
