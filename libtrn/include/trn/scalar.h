@@ -1,7 +1,7 @@
 // trn/scalar.h - the per-element math of every elementwise op, written once.
 //
 // Owner: this header is the single definition of what an op computes on one
-// element. The eager kernels (src/kernels/elementwise.c) call these in tight
+// element. The eager kernels (src/kernels/pointwise/elementwise.c) call these in tight
 // loops over blocks of operands, and generated code will include it too, so
 // everything here is static inline, free of global state and branch-free in
 // the sense that matters for vectorization: conditionals are selects the

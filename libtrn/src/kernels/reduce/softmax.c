@@ -2,8 +2,8 @@
 // (trn/reduce.h). Contiguous [outer, dim, inner] operands; halves compute in
 // float32, float64 in double. Rows (inner == 1) are reduced with lane
 // accumulators; for inner > 1 a block of up to COLS columns is processed at
-// once, so every pass streams whole contiguous rows. exp is the inline
-// fastmath approximation for float32 compute (libm exp for float64).
+// once, so every pass streams whole contiguous rows. exp is trn/scalar.h's
+// trn_sc_expf for float32 compute, as in compiled graphs (libm exp for float64).
 // Selects on float compares (NaN-propagating max, the inline expf) only
 // if-convert into vector blends when compares may be assumed not to trap;
 // results are unchanged (the FP environment's flags are never read).
