@@ -1,5 +1,5 @@
 """Indexing and data-movement ops native on neuron (torch_neuronx/csrc/NeuronIndex.cpp,
-libtrn/src/kernels/{gather,scatter,mask,cat}.c): OpInfo names, all variants."""
+libtrn/src/kernels/index/{gather,scatter,mask,cat}.c): OpInfo names, all variants."""
 OPS = {
     "cat",
     "stack",
