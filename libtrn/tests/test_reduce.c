@@ -453,15 +453,11 @@ static void test_sc_expf(void) {
     CHECK(trn_sc_expf(0.0f) == 1.0f);
 }
 
-int main(void) {
-    CHECK_OK(trn_stream_get_default(0, &g_stream));
-    test_sc_expf();
-    test_sum_large();
-    test_ops_layouts();
-    test_nan_and_indices();
-    test_int_and_half();
-    test_empty();
-    test_scan();
-    test_softmax();
-    return TEST_REPORT();
-}
+TEST_MAIN_DEFAULT_STREAM(test_sc_expf,
+                         test_sum_large,
+                         test_ops_layouts,
+                         test_nan_and_indices,
+                         test_int_and_half,
+                         test_empty,
+                         test_scan,
+                         test_softmax)
