@@ -521,9 +521,6 @@ trn_status trn_attention_backward_launch(trn_stream *stream, const trn_attention
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_attention_backward_launch: dout or lse is NULL");
     if (d->batch * d->kv_heads == 0) return TRN_SUCCESS;
-    attn_args a;
-    memset(&a, 0, sizeof a);
-    a.d = *desc;
-    a.backward = 1;
+    const attn_args a = {.d = *desc, .backward = 1};
     return trn_stream_launch(stream, attn_task, &a, sizeof a);
 }

@@ -330,10 +330,7 @@ static trn_status launch(trn_stream *stream, const trn_embedding_bag_desc *d, in
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: a needed pointer is NULL", fn);
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS) return st;
-    eb_args a;
-    memset(&a, 0, sizeof a);
-    a.d = *d;
-    a.backward = backward;
+    const eb_args a = {.d = *d, .backward = backward};
     return trn_stream_launch(stream, eb_task, &a, sizeof a);
 }
 

@@ -157,20 +157,11 @@ trn_status trn_nll_loss_launch(trn_stream *stream, const trn_nll_loss_desc *d) {
     if (d->out == NULL || d->total_weight == NULL ||
         (d->batch * d->inner > 0 && (d->input == NULL || d->target == NULL)))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_nll_loss_launch: a pointer is NULL");
-    nll_args a;
-    memset(&a, 0, sizeof a);
-    a.dtype = d->dtype;
-    a.target_dtype = d->target_dtype;
-    a.reduction = d->reduction;
-    a.batch = d->batch;
-    a.classes = d->classes;
-    a.inner = d->inner;
-    a.ignore_index = d->ignore_index;
-    a.input = d->input;
-    a.target = d->target;
-    a.weight = d->weight;
-    a.out = d->out;
-    a.total_weight = d->total_weight;
+    const nll_args a = {.dtype = d->dtype, .target_dtype = d->target_dtype,
+                        .reduction = d->reduction, .batch = d->batch, .classes = d->classes,
+                        .inner = d->inner, .ignore_index = d->ignore_index, .input = d->input,
+                        .target = d->target, .weight = d->weight, .out = d->out,
+                        .total_weight = d->total_weight};
     return trn_stream_launch(stream, nll_task, &a, sizeof a);
 }
 
@@ -185,20 +176,10 @@ trn_status trn_nll_loss_backward_launch(trn_stream *stream, const trn_nll_loss_b
         d->grad_input == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_nll_loss_backward_launch: a pointer is NULL");
-    nll_args a;
-    memset(&a, 0, sizeof a);
-    a.backward = 1;
-    a.dtype = d->dtype;
-    a.target_dtype = d->target_dtype;
-    a.reduction = d->reduction;
-    a.batch = d->batch;
-    a.classes = d->classes;
-    a.inner = d->inner;
-    a.ignore_index = d->ignore_index;
-    a.grad_output = d->grad_output;
-    a.target = d->target;
-    a.weight = d->weight;
-    a.total_weight_in = d->total_weight;
-    a.grad_input = d->grad_input;
+    const nll_args a = {.backward = 1, .dtype = d->dtype, .target_dtype = d->target_dtype,
+                        .reduction = d->reduction, .batch = d->batch, .classes = d->classes,
+                        .inner = d->inner, .ignore_index = d->ignore_index,
+                        .grad_output = d->grad_output, .target = d->target, .weight = d->weight,
+                        .total_weight_in = d->total_weight, .grad_input = d->grad_input};
     return trn_stream_launch(stream, nll_task, &a, sizeof a);
 }

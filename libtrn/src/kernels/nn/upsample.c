@@ -451,10 +451,7 @@ static trn_status launch(trn_stream *stream, const trn_upsample_desc *d, int bac
     if (st != TRN_SUCCESS || d->planes == 0) return st;
     if (d->src == NULL || d->dst == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: src or dst is NULL", fn);
-    up_args a;
-    memset(&a, 0, sizeof a);
-    a.d = *d;
-    a.backward = backward;
+    const up_args a = {.d = *d, .backward = backward};
     return trn_stream_launch(stream, up_task, &a, sizeof a);
 }
 

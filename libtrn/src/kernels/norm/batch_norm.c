@@ -325,24 +325,13 @@ trn_status trn_batch_norm_launch(trn_stream *stream, const trn_batch_norm_desc *
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_batch_norm_launch: x / y (or, in eval, the running stats) "
                               "is NULL");
-    bn_args a;
-    memset(&a, 0, sizeof a);
-    a.dtype = d->dtype;
-    a.pdt = d->param_dtype;
-    a.batch = d->batch;
-    a.channels = d->channels;
-    a.spatial = d->spatial;
-    a.x = numel > 0 ? d->x : NULL;
-    a.y = numel > 0 ? d->y : NULL;
-    a.weight = d->weight;
-    a.bias = d->bias;
-    a.rmean = d->running_mean;
-    a.rvar = d->running_var;
-    a.smean = d->training ? d->save_mean : NULL;
-    a.sinvstd = d->training ? d->save_invstd : NULL;
-    a.training = d->training != 0;
-    a.momentum = d->momentum;
-    a.eps = d->eps;
+    const bn_args a = {.dtype = d->dtype, .pdt = d->param_dtype, .batch = d->batch,
+                       .channels = d->channels, .spatial = d->spatial, .x = numel > 0 ? d->x : NULL,
+                       .y = numel > 0 ? d->y : NULL, .weight = d->weight, .bias = d->bias,
+                       .rmean = d->running_mean, .rvar = d->running_var,
+                       .smean = d->training ? d->save_mean : NULL,
+                       .sinvstd = d->training ? d->save_invstd : NULL, .training = d->training != 0,
+                       .momentum = d->momentum, .eps = d->eps};
     return trn_stream_launch(stream, bn_task, &a, sizeof a);
 }
 
@@ -358,23 +347,10 @@ trn_status trn_batch_norm_backward_launch(trn_stream *stream,
         d->invstd_or_var == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_batch_norm_backward_launch: an input pointer is NULL");
-    bn_args a;
-    memset(&a, 0, sizeof a);
-    a.backward = 1;
-    a.dtype = d->dtype;
-    a.pdt = d->param_dtype;
-    a.batch = d->batch;
-    a.channels = d->channels;
-    a.spatial = d->spatial;
-    a.x = numel > 0 ? d->x : NULL;
-    a.dy = numel > 0 ? d->dy : NULL;
-    a.weight = d->weight;
-    a.mean_in = d->mean;
-    a.var_in = d->invstd_or_var;
-    a.training = d->training != 0;
-    a.eps = d->eps;
-    a.dx = numel > 0 ? d->dx : NULL;
-    a.dweight = d->dweight;
-    a.dbias = d->dbias;
+    const bn_args a = {.backward = 1, .dtype = d->dtype, .pdt = d->param_dtype, .batch = d->batch,
+                       .channels = d->channels, .spatial = d->spatial, .x = numel > 0 ? d->x : NULL,
+                       .dy = numel > 0 ? d->dy : NULL, .weight = d->weight, .mean_in = d->mean,
+                       .var_in = d->invstd_or_var, .training = d->training != 0, .eps = d->eps,
+                       .dx = numel > 0 ? d->dx : NULL, .dweight = d->dweight, .dbias = d->dbias};
     return trn_stream_launch(stream, bn_task, &a, sizeof a);
 }

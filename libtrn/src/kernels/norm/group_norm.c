@@ -221,22 +221,10 @@ trn_status trn_group_norm_launch(trn_stream *stream, const trn_group_norm_desc *
     if (st != TRN_SUCCESS || d->n * d->channels == 0) return st;
     if (d->spatial > 0 && (d->x == NULL || d->y == NULL))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_group_norm_launch: x or y is NULL");
-    gn_args a;
-    memset(&a, 0, sizeof a);
-    a.dtype = d->dtype;
-    a.pdt = d->param_dtype;
-    a.sdt = d->stat_dtype;
-    a.n = d->n;
-    a.channels = d->channels;
-    a.spatial = d->spatial;
-    a.groups = d->groups;
-    a.x = d->x;
-    a.weight = d->weight;
-    a.bias = d->bias;
-    a.y = d->y;
-    a.mean = d->mean;
-    a.rstd = d->rstd;
-    a.eps = d->eps;
+    const gn_args a = {.dtype = d->dtype, .pdt = d->param_dtype, .sdt = d->stat_dtype, .n = d->n,
+                       .channels = d->channels, .spatial = d->spatial, .groups = d->groups,
+                       .x = d->x, .weight = d->weight, .bias = d->bias, .y = d->y, .mean = d->mean,
+                       .rstd = d->rstd, .eps = d->eps};
     return trn_stream_launch(stream, gn_task, &a, sizeof a);
 }
 
@@ -253,23 +241,11 @@ trn_status trn_group_norm_backward_launch(trn_stream *stream,
         (d->n > 0 && (d->mean == NULL || d->rstd == NULL)))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_group_norm_backward_launch: an input pointer is NULL");
-    gn_args a;
-    memset(&a, 0, sizeof a);
-    a.backward = 1;
-    a.dtype = d->dtype;
-    a.pdt = d->param_dtype;
-    a.sdt = d->stat_dtype;
-    a.n = d->n;
-    a.channels = d->channels;
-    a.spatial = d->spatial;
-    a.groups = d->groups;
-    a.x = numel > 0 ? d->x : NULL;
-    a.dy = numel > 0 ? d->dy : NULL;
-    a.mean_in = d->n > 0 ? d->mean : NULL;
-    a.rstd_in = d->n > 0 ? d->rstd : NULL;
-    a.weight = d->weight;
-    a.dx = numel > 0 ? d->dx : NULL;
-    a.dweight = d->dweight;
-    a.dbias = d->dbias;
+    const gn_args a = {.backward = 1, .dtype = d->dtype, .pdt = d->param_dtype,
+                       .sdt = d->stat_dtype, .n = d->n, .channels = d->channels,
+                       .spatial = d->spatial, .groups = d->groups, .x = numel > 0 ? d->x : NULL,
+                       .dy = numel > 0 ? d->dy : NULL, .mean_in = d->n > 0 ? d->mean : NULL,
+                       .rstd_in = d->n > 0 ? d->rstd : NULL, .weight = d->weight,
+                       .dx = numel > 0 ? d->dx : NULL, .dweight = d->dweight, .dbias = d->dbias};
     return trn_stream_launch(stream, gn_task, &a, sizeof a);
 }

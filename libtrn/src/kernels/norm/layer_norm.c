@@ -249,20 +249,10 @@ trn_status trn_layer_norm_launch(trn_stream *stream, const trn_layer_norm_desc *
     if (st != TRN_SUCCESS || d->rows == 0) return st;
     if (d->x == NULL || d->y == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_layer_norm_launch: x or y is NULL");
-    ln_args a;
-    memset(&a, 0, sizeof a);
-    a.dtype = d->dtype;
-    a.param_dtype = d->param_dtype;
-    a.stat_dtype = d->stat_dtype;
-    a.rows = d->rows;
-    a.cols = d->cols;
-    a.x = d->x;
-    a.weight = d->weight;
-    a.bias = d->bias;
-    a.y = d->y;
-    a.mean = d->mean;
-    a.rstd = d->rstd;
-    a.eps = d->eps;
+    const ln_args a = {.dtype = d->dtype, .param_dtype = d->param_dtype,
+                       .stat_dtype = d->stat_dtype, .rows = d->rows, .cols = d->cols, .x = d->x,
+                       .weight = d->weight, .bias = d->bias, .y = d->y, .mean = d->mean,
+                       .rstd = d->rstd, .eps = d->eps};
     return trn_stream_launch(stream, ln_task, &a, sizeof a);
 }
 
@@ -282,21 +272,9 @@ trn_status trn_layer_norm_backward_launch(trn_stream *stream,
         if (d->rows > 0)
             return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                                   "trn_layer_norm_backward_launch: an input pointer is NULL");
-    ln_args a;
-    memset(&a, 0, sizeof a);
-    a.backward = 1;
-    a.dtype = d->dtype;
-    a.param_dtype = d->param_dtype;
-    a.stat_dtype = d->stat_dtype;
-    a.rows = d->rows;
-    a.cols = d->cols;
-    a.x = d->x;
-    a.dy = d->dy;
-    a.mean_in = d->mean;
-    a.rstd_in = d->rstd;
-    a.weight = d->weight;
-    a.dx = d->dx;
-    a.dweight = d->dweight;
-    a.dbias = d->dbias;
+    const ln_args a = {.backward = 1, .dtype = d->dtype, .param_dtype = d->param_dtype,
+                       .stat_dtype = d->stat_dtype, .rows = d->rows, .cols = d->cols, .x = d->x,
+                       .dy = d->dy, .mean_in = d->mean, .rstd_in = d->rstd, .weight = d->weight,
+                       .dx = d->dx, .dweight = d->dweight, .dbias = d->dbias};
     return trn_stream_launch(stream, ln_task, &a, sizeof a);
 }

@@ -155,18 +155,9 @@ trn_status trn_rms_norm_launch(trn_stream *stream, const trn_rms_norm_desc *d) {
     if (st != TRN_SUCCESS || d->rows == 0) return st;
     if (d->x == NULL || d->y == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_rms_norm_launch: x or y is NULL");
-    rms_args a;
-    memset(&a, 0, sizeof a);
-    a.dtype = d->dtype;
-    a.param_dtype = d->param_dtype;
-    a.stat_dtype = d->stat_dtype;
-    a.rows = d->rows;
-    a.cols = d->cols;
-    a.x = d->x;
-    a.weight = d->weight;
-    a.y = d->y;
-    a.rstd = d->rstd;
-    a.eps = d->eps;
+    const rms_args a = {.dtype = d->dtype, .param_dtype = d->param_dtype,
+                        .stat_dtype = d->stat_dtype, .rows = d->rows, .cols = d->cols, .x = d->x,
+                        .weight = d->weight, .y = d->y, .rstd = d->rstd, .eps = d->eps};
     return trn_stream_launch(stream, rms_task, &a, sizeof a);
 }
 
@@ -181,19 +172,9 @@ trn_status trn_rms_norm_backward_launch(trn_stream *stream,
     if (d->rows > 0 && (d->x == NULL || d->dy == NULL || d->rstd == NULL))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_rms_norm_backward_launch: an input pointer is NULL");
-    rms_args a;
-    memset(&a, 0, sizeof a);
-    a.backward = 1;
-    a.dtype = d->dtype;
-    a.param_dtype = d->param_dtype;
-    a.stat_dtype = d->stat_dtype;
-    a.rows = d->rows;
-    a.cols = d->cols;
-    a.x = d->x;
-    a.dy = d->dy;
-    a.rstd_in = d->rstd;
-    a.weight = d->weight;
-    a.dx = d->dx;
-    a.dweight = d->dweight;
+    const rms_args a = {.backward = 1, .dtype = d->dtype, .param_dtype = d->param_dtype,
+                        .stat_dtype = d->stat_dtype, .rows = d->rows, .cols = d->cols, .x = d->x,
+                        .dy = d->dy, .rstd_in = d->rstd, .weight = d->weight, .dx = d->dx,
+                        .dweight = d->dweight};
     return trn_stream_launch(stream, rms_task, &a, sizeof a);
 }
