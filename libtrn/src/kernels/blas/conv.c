@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dnnl_common.h"
+#include "../kit/launch.h"
 #include "trn/conv.h"
 #include "trn/parallel.h"
 
@@ -569,10 +570,6 @@ static trn_status conv_run(const conv_args *a) {
     return st;
 }
 
-static const void *offset_ptr(const void *p, int64_t off) {
-    return (const void *)((uintptr_t)p + (uintptr_t)off);
-}
-
 static trn_status conv_task(void *args) {
     const conv_args *a = args;
     const void *ptrs[S_COUNT] = {a->d.input, a->d.weight, a->d.bias, a->d.output};
@@ -580,14 +577,14 @@ static trn_status conv_task(void *args) {
     int begun = 0;
     for (; begun < S_COUNT; begun++) {
         if (a->span[begun] == 0) continue;
-        st = trn__mem_access_begin(offset_ptr(ptrs[begun], a->lo[begun]),
+        st = trn__mem_access_begin(trn__offset_ptr(ptrs[begun], a->lo[begun]),
                                    (size_t)a->span[begun]);
         if (st != TRN_SUCCESS) break;
     }
     if (st == TRN_SUCCESS) st = conv_run(a);
     for (int i = 0; i < begun; i++)
         if (a->span[i] != 0)
-            trn__mem_access_end(offset_ptr(ptrs[i], a->lo[i]), (size_t)a->span[i]);
+            trn__mem_access_end(trn__offset_ptr(ptrs[i], a->lo[i]), (size_t)a->span[i]);
     return st;
 }
 

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "dnnl_common.h"
+#include "../kit/launch.h"
 #include "tile_mm.h"
 #include "trn/parallel.h"
 #include "trn/blas.h"
@@ -924,22 +925,18 @@ static trn_status mm_run(const trn_matmul_desc *d, const void *bias, int64_t bia
     }
 }
 
-static const void *offset_ptr(const void *p, int64_t off) {
-    return (const void *)((uintptr_t)p + (uintptr_t)off);
-}
-
 static trn_status mm_task(void *args) {
     const mm_args *a = args;
     const trn_matmul_desc *d = &a->d;
-    const void *alo = offset_ptr(d->a, a->a_lo), *blo = offset_ptr(d->b, a->b_lo),
-               *clo = offset_ptr(d->c, a->c_lo);
+    const void *alo = trn__offset_ptr(d->a, a->a_lo), *blo = trn__offset_ptr(d->b, a->b_lo),
+               *clo = trn__offset_ptr(d->c, a->c_lo);
     trn_status st = trn__mem_access_begin(clo, (size_t)a->c_span);
     if (st != TRN_SUCCESS) return st;
     if (a->a_span > 0 && (st = trn__mem_access_begin(alo, (size_t)a->a_span)) != TRN_SUCCESS)
         goto end_c;
     if (a->b_span > 0 && (st = trn__mem_access_begin(blo, (size_t)a->b_span)) != TRN_SUCCESS)
         goto end_a;
-    const void *biaslo = a->bias ? offset_ptr(a->bias, a->bias_lo) : NULL;
+    const void *biaslo = a->bias ? trn__offset_ptr(a->bias, a->bias_lo) : NULL;
     if (biaslo && (st = trn__mem_access_begin(biaslo, (size_t)a->bias_span)) != TRN_SUCCESS)
         goto end_b;
     st = mm_run(d, a->bias, a->bias_stride);

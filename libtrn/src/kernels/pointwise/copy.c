@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../internal.h"
+#include "../kit/launch.h"
 #include "../kit/bf16_store.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
@@ -285,10 +285,6 @@ static run_fn contiguous_conv(trn_dtype dt, trn_dtype st) {
 
 // ---- task -----------------------------------------------------------------------
 
-static const void *offset_ptr(const void *p, int64_t off) {
-    return (const void *)((uintptr_t)p + (uintptr_t)off);
-}
-
 // Copies the linear range [begin, end) of the coalesced index space.
 static void copy_range(void *ctx, int64_t begin, int64_t end) {
     const copy_args *a = ctx;
@@ -397,8 +393,8 @@ static void copy_run(copy_args *a) {
 
 static trn_status copy_task(void *args) {
     copy_args *a = args;
-    const void *dst_lo = offset_ptr(a->dst, a->dst_lo);
-    const void *src_lo = offset_ptr(a->src, a->src_lo);
+    const void *dst_lo = trn__offset_ptr(a->dst, a->dst_lo);
+    const void *src_lo = trn__offset_ptr(a->src, a->src_lo);
     trn_status st = trn__mem_access_begin(dst_lo, (size_t)a->dst_span);
     if (st != TRN_SUCCESS) return st;
     st = trn__mem_access_begin(src_lo, (size_t)a->src_span);

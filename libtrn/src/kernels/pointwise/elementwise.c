@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../internal.h"
+#include "../kit/launch.h"
 #include "../kit/bf16_store.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
@@ -652,10 +652,6 @@ static void ew_range(void *vrun, int64_t begin, int64_t end) {
     }
 }
 
-static const void *offset_ptr(const void *p, int64_t off) {
-    return (const void *)((uintptr_t)p + (uintptr_t)off);
-}
-
 static trn_status ew_task(void *args) {
     ew_args *a = args;
     const void *base[4] = {a->out, a->in[0], a->in[1], a->in[2]};
@@ -663,7 +659,7 @@ static trn_status ew_task(void *args) {
     trn_status st = TRN_SUCCESS;
     for (; begun < 4; begun++) {
         if (base[begun] == NULL || a->span[begun] == 0) continue;
-        st = trn__mem_access_begin(offset_ptr(base[begun], a->lo[begun]), (size_t)a->span[begun]);
+        st = trn__mem_access_begin(trn__offset_ptr(base[begun], a->lo[begun]), (size_t)a->span[begun]);
         if (st != TRN_SUCCESS) break;
     }
     if (st == TRN_SUCCESS) {
@@ -676,7 +672,7 @@ static trn_status ew_task(void *args) {
     }
     for (int k = begun - 1; k >= 0; k--) {
         if (base[k] == NULL || a->span[k] == 0) continue;
-        trn__mem_access_end(offset_ptr(base[k], a->lo[k]), (size_t)a->span[k]);
+        trn__mem_access_end(trn__offset_ptr(base[k], a->lo[k]), (size_t)a->span[k]);
     }
     return st;
 }

@@ -6,27 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../internal.h"
+#include "../kit/launch.h"
 #include "trn/convert.h"
 #include "trn/fill.h"
 #include "trn/parallel.h"
 
 #define GRAIN (64 * 1024)  // elements per parallel piece
-
-static const void *offset_ptr(const void *p, int64_t off) {
-    return (const void *)((uintptr_t)p + (uintptr_t)off);
-}
-
-// Adds the byte range a dim of `size` with element stride `stride` reaches to
-// [lo, hi]; 0 on overflow.
-static int extent(int64_t size, int64_t stride, int64_t es, int64_t *lo, int64_t *hi) {
-    int64_t bs, reach;
-    if (__builtin_mul_overflow(stride, es, &bs) ||
-        __builtin_mul_overflow(bs, size - 1, &reach))
-        return 0;
-    return reach < 0 ? !__builtin_add_overflow(*lo, reach, lo)
-                     : !__builtin_add_overflow(*hi, reach, hi);
-}
 
 static trn_status bad(const char *fn, const char *what) {
     return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: %s", fn, what);
@@ -125,7 +110,7 @@ static trn_status fill_task(void *args) {
         memcpy(v, a->value_ptr, (size_t)a->esize);
         trn__mem_access_end(a->value_ptr, (size_t)a->esize);
     }
-    const void *lo = offset_ptr(a->out, a->lo);
+    const void *lo = trn__offset_ptr(a->out, a->lo);
     trn_status st = trn__mem_access_begin(lo, (size_t)a->span);
     if (st != TRN_SUCCESS) return st;
     fill_exec(a, v);
@@ -151,7 +136,7 @@ trn_status trn_fill_launch(trn_stream *stream, const trn_fill_desc *d) {
         if (__builtin_mul_overflow(numel, s, &numel)) return bad(fn, "size overflows");
         if (s == 1) continue;
         if (s > 0 && d->strides[k] == 0) return bad(fn, "stride 0 on a dim of size > 1");
-        if (s > 0 && !extent(s, d->strides[k], a.esize, &a.lo, &hi))
+        if (s > 0 && !trn__extent(s, d->strides[k], a.esize, &a.lo, &hi))
             return bad(fn, "strides overflow the address space");
         if (n > 0 && str[n - 1] == d->strides[k] * s) {  // merge with outer dim
             sz[n - 1] *= s;
@@ -273,7 +258,7 @@ static void range_piece(void *ctx, int64_t b, int64_t e) {
 
 static trn_status range_task(void *args) {
     range_args *a = args;
-    const void *lo = offset_ptr(a->d.out, a->lo);
+    const void *lo = trn__offset_ptr(a->d.out, a->lo);
     trn_status st = trn__mem_access_begin(lo, (size_t)a->span);
     if (st != TRN_SUCCESS) return st;
     trn_parallel_for(a->d.n, GRAIN, range_piece, &a->d);
@@ -299,7 +284,7 @@ trn_status trn_range_launch(trn_stream *stream, const trn_range_desc *d) {
     const int64_t es = (int64_t)trn_dtype_size(d->dtype);
     int64_t hi = 0;
     a.lo = 0;
-    if (!extent(d->n, d->stride, es, &a.lo, &hi)) return bad(fn, "stride overflows");
+    if (!trn__extent(d->n, d->stride, es, &a.lo, &hi)) return bad(fn, "stride overflows");
     a.span = hi - a.lo + es;
     if (d->kind == TRN_RANGE_LINSPACE && d->n == 1) {  // just start
         a.d.kind = TRN_RANGE_ARANGE;  // step would be 0/0
@@ -387,7 +372,7 @@ static void tri_rows(void *ctx, int64_t begin, int64_t end) {
 
 static trn_status tri_task(void *args) {
     tri_args *a = args;
-    const void *olo = offset_ptr(a->out, a->out_lo), *ilo = offset_ptr(a->in, a->in_lo);
+    const void *olo = trn__offset_ptr(a->out, a->out_lo), *ilo = trn__offset_ptr(a->in, a->in_lo);
     trn_status st = trn__mem_access_begin(olo, (size_t)a->out_span);
     if (st != TRN_SUCCESS) return st;
     st = trn__mem_access_begin(ilo, (size_t)a->in_span);
@@ -425,8 +410,8 @@ trn_status trn_tri_launch(trn_stream *stream, const trn_tri_desc *d) {
     for (int k = 0; k < d->ndim; k++) {
         const int64_t s = d->sizes[k];
         if (s > 1 && d->out_strides[k] == 0) return bad(fn, "output stride 0 on a dim of size > 1");
-        if (!extent(s, d->in_strides[k], a.esize, &a.in_lo, &ihi) ||
-            !extent(s, d->out_strides[k], a.esize, &a.out_lo, &ohi))
+        if (!trn__extent(s, d->in_strides[k], a.esize, &a.in_lo, &ihi) ||
+            !trn__extent(s, d->out_strides[k], a.esize, &a.out_lo, &ohi))
             return bad(fn, "strides overflow the address space");
         if (k < d->ndim - 2 && s != 1) {
             bsz[nb] = s;

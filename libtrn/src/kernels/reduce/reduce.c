@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../internal.h"
+#include "../kit/launch.h"
 #include "trn/scalar.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
@@ -672,10 +672,6 @@ const char *trn_reduce_op_name(trn_reduce_op op) {
     return (unsigned)op < TRN_REDUCE_OP_COUNT ? op_names[op] : "invalid";
 }
 
-static const void *offset_ptr(const void *p, int64_t off) {
-    return (const void *)((uintptr_t)p + (uintptr_t)off);
-}
-
 // Splitting a launch across threads: pieces of the largest outer dim, each
 // run as a launch of its own (every output is computed exactly as unsplit).
 typedef struct split_ctx {
@@ -721,9 +717,9 @@ static void reduce_run(const reduce_args *a) {
 
 static trn_status reduce_task(void *args) {
     const reduce_args *a = args;
-    const void *in_lo = offset_ptr(a->in, a->in_lo);
-    const void *out_lo = offset_ptr(a->out, a->out_lo);
-    const void *out2_lo = a->out2 ? offset_ptr(a->out2, a->out2_lo) : NULL;
+    const void *in_lo = trn__offset_ptr(a->in, a->in_lo);
+    const void *out_lo = trn__offset_ptr(a->out, a->out_lo);
+    const void *out2_lo = a->out2 ? trn__offset_ptr(a->out2, a->out2_lo) : NULL;
     trn_status st = trn__mem_access_begin(out_lo, (size_t)a->out_span);
     if (st != TRN_SUCCESS) return st;
     if (a->count > 0) st = trn__mem_access_begin(in_lo, (size_t)a->in_span);
@@ -740,17 +736,6 @@ static trn_status reduce_task(void *args) {
 }
 
 // ---- launch -------------------------------------------------------------------------
-
-// Adds dim (size, stride) to the byte range [lo, hi]; false on overflow.
-static int extent(int64_t size, int64_t stride, int64_t es, int64_t *lo,
-                  int64_t *hi) {
-    int64_t bs, reach;
-    if (__builtin_mul_overflow(stride, es, &bs) ||
-        __builtin_mul_overflow(bs, size - 1, &reach))
-        return 0;
-    return reach < 0 ? !__builtin_add_overflow(*lo, reach, lo)
-                     : !__builtin_add_overflow(*hi, reach, hi);
-}
 
 static trn_status bad(const char *what) {
     return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_reduce_launch: %s", what);
@@ -812,9 +797,9 @@ trn_status trn_reduce_launch(trn_stream *stream, const trn_reduce_desc *d) {
         const int64_t si = d->in_outer_strides[k], so = d->out_strides[k];
         const int64_t so2 = two ? d->out2_strides[k] : 0;
         if (so == 0 || (two && so2 == 0)) return bad("output stride 0 on a dim of size > 1");
-        if (sz > 0 && (!extent(sz, si, ies, &a.in_lo, &in_hi) ||
-                       !extent(sz, so, oes, &a.out_lo, &out_hi) ||
-                       (two && !extent(sz, so2, o2es, &a.out2_lo, &out2_hi))))
+        if (sz > 0 && (!trn__extent(sz, si, ies, &a.in_lo, &in_hi) ||
+                       !trn__extent(sz, so, oes, &a.out_lo, &out_hi) ||
+                       (two && !trn__extent(sz, so2, o2es, &a.out2_lo, &out2_hi))))
             return bad("strides overflow the address space");
         if (no > 0 && osi[no - 1] == si * sz && oso[no - 1] == so * sz &&
             oso2[no - 1] == so2 * sz) {
@@ -858,7 +843,7 @@ trn_status trn_reduce_launch(trn_stream *stream, const trn_reduce_desc *d) {
     }
     int m = 0;
     for (int k = 0; k < ni; k++) {
-        if (count > 0 && !extent(isz[k], ist[k], ies, &a.in_lo, &in_hi))
+        if (count > 0 && !trn__extent(isz[k], ist[k], ies, &a.in_lo, &in_hi))
             return bad("strides overflow the address space");
         if (m > 0 && ist[m - 1] == ist[k] * isz[k]) {
             isz[m - 1] *= isz[k];

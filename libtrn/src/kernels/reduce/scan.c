@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../internal.h"
+#include "../kit/launch.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
 #include "trn/reduce.h"
@@ -158,10 +158,6 @@ int trn_scan_supports(trn_scan_op op, trn_dtype dtype) {
            (unsigned)dtype < TRN_DTYPE_COUNT && pick(dtype) != NULL;
 }
 
-static const void *offset_ptr(const void *p, int64_t off) {
-    return (const void *)((uintptr_t)p + (uintptr_t)off);
-}
-
 // Lines are independent: a big scan is split across threads along its
 // largest outer dim (pieces of at least PAR_ELEMS elements), each piece a
 // scan of its own; every line is computed exactly as unsplit.
@@ -205,8 +201,8 @@ static void scan_run(const scan_args *a) {
 
 static trn_status scan_task(void *args) {
     const scan_args *a = args;
-    const void *in_lo = offset_ptr(a->in, a->in_lo);
-    const void *out_lo = offset_ptr(a->out, a->out_lo);
+    const void *in_lo = trn__offset_ptr(a->in, a->in_lo);
+    const void *out_lo = trn__offset_ptr(a->out, a->out_lo);
     trn_status st = trn__mem_access_begin(out_lo, (size_t)a->out_span);
     if (st != TRN_SUCCESS) return st;
     st = trn__mem_access_begin(in_lo, (size_t)a->in_span);
@@ -216,16 +212,6 @@ static trn_status scan_task(void *args) {
     }
     trn__mem_access_end(out_lo, (size_t)a->out_span);
     return st;
-}
-
-static int extent(int64_t size, int64_t stride, int64_t es, int64_t *lo,
-                  int64_t *hi) {
-    int64_t bs, reach;
-    if (__builtin_mul_overflow(stride, es, &bs) ||
-        __builtin_mul_overflow(bs, size - 1, &reach))
-        return 0;
-    return reach < 0 ? !__builtin_add_overflow(*lo, reach, lo)
-                     : !__builtin_add_overflow(*hi, reach, hi);
 }
 
 static trn_status bad(const char *what) {
@@ -259,8 +245,8 @@ trn_status trn_scan_launch(trn_stream *stream, const trn_scan_desc *d) {
         if (__builtin_mul_overflow(total, s, &total)) return bad("size overflows");
         if (s == 1) continue;
         if (d->out_outer_strides[k] == 0) return bad("output stride 0 on a dim of size > 1");
-        if (s > 0 && (!extent(s, d->in_outer_strides[k], es, &a.in_lo, &in_hi) ||
-                      !extent(s, d->out_outer_strides[k], es, &a.out_lo, &out_hi)))
+        if (s > 0 && (!trn__extent(s, d->in_outer_strides[k], es, &a.in_lo, &in_hi) ||
+                      !trn__extent(s, d->out_outer_strides[k], es, &a.out_lo, &out_hi)))
             return bad("strides overflow the address space");
         if (n > 0 && si[n - 1] == d->in_outer_strides[k] * s &&
             so[n - 1] == d->out_outer_strides[k] * s) {
@@ -276,8 +262,8 @@ trn_status trn_scan_launch(trn_stream *stream, const trn_scan_desc *d) {
     }
     if (total == 0) return TRN_SUCCESS;
     if (d->len > 1 && d->out_stride == 0) return bad("output stride 0 on the scanned dim");
-    if (!extent(d->len, d->in_stride, es, &a.in_lo, &in_hi) ||
-        !extent(d->len, d->out_stride, es, &a.out_lo, &out_hi))
+    if (!trn__extent(d->len, d->in_stride, es, &a.in_lo, &in_hi) ||
+        !trn__extent(d->len, d->out_stride, es, &a.out_lo, &out_hi))
         return bad("strides overflow the address space");
     if (d->in == NULL || d->out == NULL) return bad("a data pointer is NULL");
     if (n == 0) {
