@@ -16,23 +16,10 @@
 
 #define COLBLOCK TRN__NORM_COLBLOCK
 
-typedef struct ln_args {
-    trn_dtype dtype, param_dtype, stat_dtype;
-    int64_t rows, cols;
-    const void *x, *dy, *weight, *bias;
-    const void *mean_in, *rstd_in;
-    void *y, *mean, *rstd, *dx, *dweight, *dbias;
-    double eps;
-    int backward;
-} ln_args;
-
-_Static_assert(sizeof(ln_args) <= TRN_TASK_MAX_ARGS, "layer norm args too large");
+typedef trn__row_norm_args ln_args;
 
 // Per-launch state shared by the pieces.
-typedef struct ln_run {
-    const ln_args *a;
-    const void *w, *b;  // weight / bias in the compute type (NULL: absent)
-} ln_run;
+typedef trn__row_norm_ctx ln_run;
 
 // Row sums: vector partial sums (vec_sum.h).
 
@@ -182,63 +169,20 @@ int trn_layer_norm_supports(trn_dtype dtype, trn_dtype param_dtype, trn_dtype st
     return trn__norm_dtype_pair_ok(dtype, param_dtype) && trn__norm_dtype_pair_ok(dtype, stat_dtype);
 }
 
-static trn_status ln_task(void *args) {
-    const ln_args *a = args;
-    const size_t es = trn_dtype_size(a->dtype), ps = trn_dtype_size(a->param_dtype);
-    const size_t ss = trn_dtype_size(a->stat_dtype);
-    const size_t data = (size_t)(a->rows * a->cols) * es;
-    const size_t par = (size_t)a->cols * ps, stat = (size_t)a->rows * ss;
-    trn__access_set rg = {.count = 0};
-    trn__access_add(&rg, a->x, data);
-    trn__access_add(&rg, a->weight, par);
-    if (!a->backward) {
-        trn__access_add(&rg, a->bias, par);
-        trn__access_add(&rg, a->y, data);
-        trn__access_add(&rg, a->mean, stat);
-        trn__access_add(&rg, a->rstd, stat);
-    } else {
-        trn__access_add(&rg, a->dy, data);
-        trn__access_add(&rg, a->mean_in, stat);
-        trn__access_add(&rg, a->rstd_in, stat);
-        trn__access_add(&rg, a->dx, data);
-        trn__access_add(&rg, a->dweight, par);
-        trn__access_add(&rg, a->dbias, par);
-    }
-    trn_status st = trn__access_begin(&rg);
-    const int dbl = a->dtype == TRN_DTYPE_F64;
-    void *w = NULL, *b = NULL;
-    if (st == TRN_SUCCESS && a->weight) {
-        w = trn__norm_param_to_compute(a->param_dtype, a->weight, a->cols, dbl);
-        if (w == NULL) st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "layer norm: out of host memory");
-    }
-    if (st == TRN_SUCCESS && a->bias && !a->backward) {
-        b = trn__norm_param_to_compute(a->param_dtype, a->bias, a->cols, dbl);
-        if (b == NULL) st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "layer norm: out of host memory");
-    }
-    if (st == TRN_SUCCESS) {
-        trn__row_norm_loops l = {NULL, NULL, NULL, a->rows, a->cols, a->backward, a->dx != NULL,
-                                 a->dweight || a->dbias};
-        switch (a->dtype) {
-#define CASE(E, N, ...) case E: l.fwd = fwd_##N; l.dx = bwd_dx_##N; l.dw = bwd_dw_##N; break;
-            TRN_KIT_FLOAT_TYPES(CASE)
+static trn__row_norm_fns pick(trn_dtype d) {
+    switch (d) {
+#define CASE(E, N, ...) case E: return (trn__row_norm_fns){fwd_##N, bwd_dx_##N, bwd_dw_##N};
+        TRN_KIT_FLOAT_TYPES(CASE)
 #undef CASE
-        default: break;
-        }
-        ln_run run = {a, w, b};
-        trn__row_norm_run(&l, &run);
+    default: return (trn__row_norm_fns){NULL, NULL, NULL};
     }
-    free(w);
-    free(b);
-    trn__access_end(&rg);
-    return st;
 }
 
 static trn_status check_common(trn_stream *stream, const void *d, trn_dtype dtype,
                                trn_dtype pd, trn_dtype sd, int64_t rows, int64_t cols,
                                const char *fn) {
-    trn_status st = trn__norm_check_dtypes(stream, d, trn_layer_norm_supports(dtype, pd, sd), fn,
-                                           dtype, "params", pd, "stats", sd);
-    return st != TRN_SUCCESS ? st : trn__norm_check_rows(rows, cols, fn);
+    return trn__row_norm_check(stream, d, trn_layer_norm_supports(dtype, pd, sd), fn, dtype, "params", pd,
+                               "stats", sd, rows, cols);
 }
 
 trn_status trn_layer_norm_launch(trn_stream *stream, const trn_layer_norm_desc *d) {
@@ -252,8 +196,9 @@ trn_status trn_layer_norm_launch(trn_stream *stream, const trn_layer_norm_desc *
     const ln_args a = {.dtype = d->dtype, .param_dtype = d->param_dtype,
                        .stat_dtype = d->stat_dtype, .rows = d->rows, .cols = d->cols, .x = d->x,
                        .weight = d->weight, .bias = d->bias, .y = d->y, .mean = d->mean,
-                       .rstd = d->rstd, .eps = d->eps};
-    return trn_stream_launch(stream, ln_task, &a, sizeof a);
+                       .rstd = d->rstd, .eps = d->eps,
+                       .fns = pick(d->dtype), .what = "layer norm"};
+    return trn_stream_launch(stream, trn__row_norm_task, &a, sizeof a);
 }
 
 trn_status trn_layer_norm_backward_launch(trn_stream *stream,
@@ -275,6 +220,7 @@ trn_status trn_layer_norm_backward_launch(trn_stream *stream,
     const ln_args a = {.backward = 1, .dtype = d->dtype, .param_dtype = d->param_dtype,
                        .stat_dtype = d->stat_dtype, .rows = d->rows, .cols = d->cols, .x = d->x,
                        .dy = d->dy, .mean_in = d->mean, .rstd_in = d->rstd, .weight = d->weight,
-                       .dx = d->dx, .dweight = d->dweight, .dbias = d->dbias};
-    return trn_stream_launch(stream, ln_task, &a, sizeof a);
+                       .dx = d->dx, .dweight = d->dweight, .dbias = d->dbias,
+                       .fns = pick(d->dtype), .what = "layer norm"};
+    return trn_stream_launch(stream, trn__row_norm_task, &a, sizeof a);
 }

@@ -16,22 +16,10 @@
 
 #define COLBLOCK TRN__NORM_COLBLOCK
 
-typedef struct rms_args {
-    trn_dtype dtype, param_dtype, stat_dtype;
-    int64_t rows, cols;
-    const void *x, *dy, *weight, *rstd_in;
-    void *y, *rstd, *dx, *dweight;
-    double eps;
-    int backward;
-} rms_args;
-
-_Static_assert(sizeof(rms_args) <= TRN_TASK_MAX_ARGS, "rms norm args too large");
+typedef trn__row_norm_args rms_args;
 
 // Per-launch state shared by the pieces.
-typedef struct rms_run {
-    const rms_args *a;
-    const void *w;  // weight in the compute type (NULL: absent)
-} rms_run;
+typedef trn__row_norm_ctx rms_run;
 
 #define DEFINE_RMS(E, N, T, C, V, LD, ST)                                                \
     static void fwd_##N(void *ctx, int64_t r0, int64_t r1) {                      \
@@ -103,48 +91,20 @@ int trn_rms_norm_supports(trn_dtype dtype, trn_dtype param_dtype, trn_dtype stat
     return stat_dtype == (dtype == TRN_DTYPE_F64 ? TRN_DTYPE_F64 : TRN_DTYPE_F32);
 }
 
-static trn_status rms_task(void *args) {
-    const rms_args *a = args;
-    const size_t data = (size_t)(a->rows * a->cols) * trn_dtype_size(a->dtype);
-    const size_t par = (size_t)a->cols * trn_dtype_size(a->param_dtype);
-    const size_t stat = (size_t)a->rows * trn_dtype_size(a->stat_dtype);
-    trn__access_set rg = {.count = 0};
-    trn__access_add(&rg, a->x, data);
-    trn__access_add(&rg, a->weight, par);
-    trn__access_add(&rg, a->y, data);
-    trn__access_add(&rg, a->backward ? a->rstd_in : a->rstd, stat);
-    trn__access_add(&rg, a->dy, data);
-    trn__access_add(&rg, a->dx, data);
-    trn__access_add(&rg, a->dweight, par);
-    trn_status st = trn__access_begin(&rg);
-    void *w = NULL;
-    if (st == TRN_SUCCESS && a->weight) {
-        w = trn__norm_param_to_compute(a->param_dtype, a->weight, a->cols, a->dtype == TRN_DTYPE_F64);
-        if (w == NULL) st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "rms norm: out of host memory");
-    }
-    if (st == TRN_SUCCESS) {
-        trn__row_norm_loops l = {NULL, NULL, NULL, a->rows, a->cols, a->backward, a->dx != NULL,
-                                 a->dweight != NULL};
-        switch (a->dtype) {
-#define CASE(E, N, ...) case E: l.fwd = fwd_##N; l.dx = bwd_dx_##N; l.dw = bwd_dw_##N; break;
-            TRN_KIT_FLOAT_TYPES(CASE)
+static trn__row_norm_fns pick(trn_dtype d) {
+    switch (d) {
+#define CASE(E, N, ...) case E: return (trn__row_norm_fns){fwd_##N, bwd_dx_##N, bwd_dw_##N};
+        TRN_KIT_FLOAT_TYPES(CASE)
 #undef CASE
-        default: break;
-        }
-        rms_run run = {a, w};
-        trn__row_norm_run(&l, &run);
+    default: return (trn__row_norm_fns){NULL, NULL, NULL};
     }
-    free(w);
-    trn__access_end(&rg);
-    return st;
 }
 
 static trn_status check_common(trn_stream *stream, const void *d, trn_dtype dtype,
                                trn_dtype pd, trn_dtype sd, int64_t rows, int64_t cols,
                                const char *fn) {
-    trn_status st = trn__norm_check_dtypes(stream, d, trn_rms_norm_supports(dtype, pd, sd), fn,
-                                           dtype, "weight", pd, "rstd", sd);
-    return st != TRN_SUCCESS ? st : trn__norm_check_rows(rows, cols, fn);
+    return trn__row_norm_check(stream, d, trn_rms_norm_supports(dtype, pd, sd), fn, dtype, "weight", pd,
+                               "rstd", sd, rows, cols);
 }
 
 trn_status trn_rms_norm_launch(trn_stream *stream, const trn_rms_norm_desc *d) {
@@ -157,8 +117,9 @@ trn_status trn_rms_norm_launch(trn_stream *stream, const trn_rms_norm_desc *d) {
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_rms_norm_launch: x or y is NULL");
     const rms_args a = {.dtype = d->dtype, .param_dtype = d->param_dtype,
                         .stat_dtype = d->stat_dtype, .rows = d->rows, .cols = d->cols, .x = d->x,
-                        .weight = d->weight, .y = d->y, .rstd = d->rstd, .eps = d->eps};
-    return trn_stream_launch(stream, rms_task, &a, sizeof a);
+                        .weight = d->weight, .y = d->y, .rstd = d->rstd, .eps = d->eps,
+                        .fns = pick(d->dtype), .what = "rms norm"};
+    return trn_stream_launch(stream, trn__row_norm_task, &a, sizeof a);
 }
 
 trn_status trn_rms_norm_backward_launch(trn_stream *stream,
@@ -175,6 +136,6 @@ trn_status trn_rms_norm_backward_launch(trn_stream *stream,
     const rms_args a = {.backward = 1, .dtype = d->dtype, .param_dtype = d->param_dtype,
                         .stat_dtype = d->stat_dtype, .rows = d->rows, .cols = d->cols, .x = d->x,
                         .dy = d->dy, .rstd_in = d->rstd, .weight = d->weight, .dx = d->dx,
-                        .dweight = d->dweight};
-    return trn_stream_launch(stream, rms_task, &a, sizeof a);
+                        .dweight = d->dweight, .fns = pick(d->dtype), .what = "rms norm"};
+    return trn_stream_launch(stream, trn__row_norm_task, &a, sizeof a);
 }
