@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "../../internal.h"
+#include "../kit/counter_rng.h"
 #include "trn/scalar.h"
 #include "../blas/tile_mm.h"
 #include "trn/attention.h"
@@ -87,11 +88,7 @@ static void store_row(trn_dtype t, void *p, int64_t off, int64_t n, const float 
 
 // Same hash as dropout.c: the keep decision for flat element index i.
 static inline int keep_elem(uint64_t seed, int64_t i, float keep) {
-    uint64_t z = seed + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (float)(z >> 40) * 0x1p-24f < keep;
+    return trn__rng_keep(trn__rng_hash(seed, (uint64_t)i), keep);
 }
 
 // Masks a transposed score tile st[j * BQ + i] (key j0 + j, query row i0 + i)

@@ -1,11 +1,12 @@
 // dropout.c - owns the dropout / bernoulli mask kernel (trn/loss.h).
 //
-// The mask bit of element i depends only on (seed, offset + i) through
-// random.c's splitmix64 hash, so results do not depend on how the pool
-// splits the range and a (seed, offset) reproduces its mask exactly.
+// The mask bit of element i depends only on (seed, offset + i) through the
+// splitmix64 hash of kit/counter_rng.h, so results do not depend on how the
+// pool splits the range and a (seed, offset) reproduces its mask exactly.
 #include <string.h>
 
 #include "../../internal.h"
+#include "../kit/counter_rng.h"
 #include "trn/convert.h"
 #include "trn/loss.h"
 #include "trn/parallel.h"
@@ -22,12 +23,7 @@ typedef struct drop_args {
 } drop_args;
 
 static inline uint8_t keep_bit(const drop_args *a, int64_t i) {
-    uint64_t z = a->seed + (a->offset + (uint64_t)i + 1) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    const float u = (float)(z >> 40) * 0x1p-24f;
-    return (uint8_t)(u < a->keep);
+    return (uint8_t)trn__rng_keep(trn__rng_hash(a->seed, a->offset + (uint64_t)i), a->keep);
 }
 
 #define DEFINE_DROP(N, T, C, LD, ST)                                             \

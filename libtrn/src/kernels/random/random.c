@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../../internal.h"
+#include "../kit/counter_rng.h"
 #include "../kit/dtype_io.h"
 #include "trn/parallel.h"
 #include "trn/random.h"
@@ -20,19 +21,10 @@ typedef struct rand_args {
     trn_random_desc d;
 } rand_args;
 
-static inline uint64_t mix(uint64_t seed, uint64_t i) {
-    uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-// Uniform in [0, 1) with 53 random bits.
 // The second Box-Muller lane: far from the first for any reachable counter.
 #define LANE2 0xD1B54A32D192ED03ull
 
-static inline double unit(uint64_t h) { return (double)(h >> 11) * 0x1p-53; }
-// Uniform in the open interval (0, 1): the midpoints of unit()'s steps, so
+// Uniform in the open interval (0, 1): the midpoints of trn__rng_unit()'s steps, so
 // log() and tan(pi * (u - 1/2)) never see an endpoint.
 static inline double open_unit(uint64_t h) { return ((double)(h >> 11) + 0.5) * 0x1p-53; }
 
@@ -57,17 +49,17 @@ static void store_int(trn_dtype d, void *p, int64_t i, int64_t v) {
 
 static double sample(const trn_random_desc *d, int64_t i) {
     const uint64_t c = d->offset + (uint64_t)i;
-    const uint64_t h = mix(d->seed, c);
+    const uint64_t h = trn__rng_hash(d->seed, c);
     switch (d->dist) {
-    case TRN_RANDOM_UNIFORM: return d->a + (d->b - d->a) * unit(h);
+    case TRN_RANDOM_UNIFORM: return d->a + (d->b - d->a) * trn__rng_unit(h);
     case TRN_RANDOM_NORMAL:
     case TRN_RANDOM_LOG_NORMAL: {
-        const double u1 = 1.0 - unit(h);  // (0, 1]
-        const double u2 = unit(mix(d->seed + LANE2, c));
+        const double u1 = 1.0 - trn__rng_unit(h);  // (0, 1]
+        const double u2 = trn__rng_unit(trn__rng_hash(d->seed + LANE2, c));
         const double z = d->a + d->b * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
         return d->dist == TRN_RANDOM_NORMAL ? z : exp(z);
     }
-    case TRN_RANDOM_EXPONENTIAL: return -log1p(-unit(h)) / d->a;
+    case TRN_RANDOM_EXPONENTIAL: return -log1p(-trn__rng_unit(h)) / d->a;
     case TRN_RANDOM_CAUCHY: return d->a + d->b * tan(3.141592653589793 * (open_unit(h) - 0.5));
     default: return 0.0;
     }
@@ -78,14 +70,14 @@ static void rand_piece(void *ctx, int64_t b, int64_t e) {
     const uint64_t s = d->seed, off = d->offset;
     if (d->dist == TRN_RANDOM_BERNOULLI) {
         for (int64_t i = b; i < e; i++)
-            store_int(d->dtype, d->out, i, unit(mix(s, off + (uint64_t)i)) < d->a);
+            store_int(d->dtype, d->out, i, trn__rng_unit(trn__rng_hash(s, off + (uint64_t)i)) < d->a);
     } else if (d->dist == TRN_RANDOM_INTEGER) {
         for (int64_t i = b; i < e; i++)
             store_int(d->dtype, d->out, i,
-                      d->from + (int64_t)(mix(s, off + (uint64_t)i) % d->range));
+                      d->from + (int64_t)(trn__rng_hash(s, off + (uint64_t)i) % d->range));
     } else if (d->dist == TRN_RANDOM_GEOMETRIC) {
         for (int64_t i = b; i < e; i++)
-            store_int(d->dtype, d->out, i, geometric(mix(s, off + (uint64_t)i), d->a));
+            store_int(d->dtype, d->out, i, geometric(trn__rng_hash(s, off + (uint64_t)i), d->a));
     } else if (d->dtype == TRN_DTYPE_F32) {
         float *o = d->out;
         const float hi = (float)d->b, lo = (float)d->a;
@@ -117,7 +109,7 @@ static int is_float(trn_dtype t) {
     return t == TRN_DTYPE_F16 || t == TRN_DTYPE_BF16 || t == TRN_DTYPE_F32 || t == TRN_DTYPE_F64;
 }
 
-uint64_t trn_random_key(uint64_t seed, uint64_t counter) { return mix(seed, counter); }
+uint64_t trn_random_key(uint64_t seed, uint64_t counter) { return trn__rng_hash(seed, counter); }
 
 trn_status trn_random_launch(trn_stream *stream, const trn_random_desc *d) {
     if (stream == NULL || d == NULL)

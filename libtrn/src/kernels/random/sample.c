@@ -1,6 +1,6 @@
 // sample.c - owns randperm and multinomial (trn/sample.h).
 //
-// Randomness is the splitmix64 hash of (seed, counter), as random.c: the
+// Randomness is kit/counter_rng.h's hash of (seed, counter), as random.c: the
 // permutation's step i uses counter i; multinomial's row r uses counters
 // r * samples + s (with replacement) or r * categories + c (without), so
 // rows are independent and split across the thread pool freely.
@@ -11,19 +11,11 @@
 #include <string.h>
 
 #include "../../internal.h"
+#include "../kit/counter_rng.h"
 #include "../kit/dtype_io.h"
 #include "trn/parallel.h"
 #include "trn/sample.h"
 
-static inline uint64_t mix(uint64_t seed, uint64_t i) {
-    uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-// Uniform in [0, 1) with 53 random bits.
-static inline double unit(uint64_t h) { return (double)(h >> 11) * 0x1p-53; }
 
 static int is_float(trn_dtype t) {
     return t == TRN_DTYPE_F16 || t == TRN_DTYPE_BF16 || t == TRN_DTYPE_F32 || t == TRN_DTYPE_F64;
@@ -62,7 +54,7 @@ static trn_status perm_task(void *args) {
         for (int64_t i = 0; i < d->n; i++) v[i] = i;
         for (int64_t i = d->n - 1; i > 0; i--) {
             // 64 random bits modulo i + 1: bias below 2^-20 for any n < 2^44.
-            const int64_t j = (int64_t)(mix(d->seed, (uint64_t)i) % (uint64_t)(i + 1));
+            const int64_t j = (int64_t)(trn__rng_hash(d->seed, (uint64_t)i) % (uint64_t)(i + 1));
             const int64_t t = v[i];
             v[i] = v[j], v[j] = t;
         }
@@ -170,7 +162,8 @@ static void multi_piece(void *ctx, int64_t r0, int64_t r1) {
         if (d->replacement) {
             const double *cum = buf;
             for (int64_t s = 0; s < ns; s++) {
-                const double u = unit(mix(d->seed, (uint64_t)(r * ns + s))) * total;
+                const uint64_t h = trn__rng_hash(d->seed, (uint64_t)(r * ns + s));
+                const double u = trn__rng_unit(h) * total;
                 // First category whose cumulative weight exceeds u: zero
                 // weights never are (their cumulative equals the previous).
                 int64_t lo = 0, hi = nc;
@@ -186,7 +179,8 @@ static void multi_piece(void *ctx, int64_t r0, int64_t r1) {
         keyed *k = buf;
         for (int64_t c = 0; c < nc; c++) {
             const double p = trn__load_real(d->dtype, d->probs, r * nc + c);
-            const double e = -log1p(-unit(mix(d->seed, (uint64_t)(r * nc + c))));  // Exp(1)
+            const uint64_t h = trn__rng_hash(d->seed, (uint64_t)(r * nc + c));
+            const double e = -log1p(-trn__rng_unit(h));  // Exp(1)
             k[c].key = p > 0 ? p / e : 0;  // e == 0 (u == 0) gives +inf: drawn first
         }
         partial_top(k, nc, ns);
