@@ -1,5 +1,5 @@
 """Fused scaled_dot_product_attention on neuron (aten/attention.cpp,
-libtrn/src/kernels/attention.c): F.scaled_dot_product_attention selects it
+libtrn/src/kernels/nn/attention.c): F.scaled_dot_product_attention selects it
 through the _fused_sdp_choice stub; forward and backward match CPU for
 causal, bool and additive (broadcast, differentiable) masks, grouped-query
 heads, transposed inputs, 16-bit dtypes and causal plus mask; dropout is reproducible under

@@ -1,5 +1,5 @@
 """_foreach_* ops and fused optimizers on neuron (aten/foreach.cpp,
-libtrn/src/kernels/foreach.c): Adam / AdamW / SGD with foreach=True and
+libtrn/src/kernels/train/foreach.c): Adam / AdamW / SGD with foreach=True and
 fused=True against CPU's single-tensor (foreach=False) reference over
 several steps, every state compared (param, exp_avg, exp_avg_sq,
 max_exp_avg_sq, step, momentum_buffer); lr as a tensor; grad_scale /

@@ -70,7 +70,7 @@ def test_nan_propagates_with_its_index():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
 @pytest.mark.parametrize("kernel,stride", [(2, 2), ((2, 3), (2, 1)), (3, 3), ((1, 2), (3, 2))])
 def test_max_windows_inside_the_image_match_cpu_exactly(dtype, kernel, stride):
-    """Windows that never leave the image take pool.c's branch-free path
+    """Windows that never leave the image take pool2d.c's branch-free path
     (runs of up to 128 outputs): values and indices equal CPU's bit for bit,
     with ties (first maximum wins), NaN (a later NaN wins), -inf and rows
     wider than one run."""

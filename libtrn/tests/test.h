@@ -96,4 +96,16 @@ static inline void test_fail_header(const char *file, int line) {
     (printf("%d passed, %d failed\n", test_passed, test_failed),          \
      fflush(stdout), test_failed == 0 ? 0 : 1)
 
+// main() of a test file whose tests take no arguments and run on device 0's
+// default stream, which the file keeps in its own `g_stream`: each test in
+// order, then the report.
+#define TEST_MAIN_DEFAULT_STREAM(...)                                     \
+    int main(void) {                                                      \
+        CHECK_OK(trn_stream_get_default(0, &g_stream));                   \
+        void (*const tests_[])(void) = {__VA_ARGS__};                     \
+        for (size_t t_ = 0; t_ < sizeof tests_ / sizeof *tests_; t_++)    \
+            tests_[t_]();                                                 \
+        return TEST_REPORT();                                             \
+    }
+
 #endif

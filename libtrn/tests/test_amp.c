@@ -86,9 +86,4 @@ static void test_update_scale(void) {
     CHECK_INT(trn_amp_update_scale_launch(g_stream, &null_ptr), TRN_ERROR_INVALID_ARGUMENT);
 }
 
-int main(void) {
-    CHECK_OK(trn_stream_get_default(0, &g_stream));
-    test_unscale();
-    test_update_scale();
-    return TEST_REPORT();
-}
+TEST_MAIN_DEFAULT_STREAM(test_unscale, test_update_scale)

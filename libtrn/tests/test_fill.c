@@ -156,10 +156,4 @@ static void test_tri(void) {
     trn_mem_free(ds);
 }
 
-int main(void) {
-    CHECK_OK(trn_stream_get_default(0, &g_stream));
-    test_fill();
-    test_range();
-    test_tri();
-    return TEST_REPORT();
-}
+TEST_MAIN_DEFAULT_STREAM(test_fill, test_range, test_tri)

@@ -131,10 +131,4 @@ static void test_errors(void) {
     CHECK_STATUS(trn_isin_launch(NULL, &d), TRN_ERROR_INVALID_ARGUMENT);
 }
 
-int main(void) {
-    CHECK_OK(trn_stream_get_default(0, &g_stream));
-    test_float();
-    test_int();
-    test_errors();
-    return TEST_REPORT();
-}
+TEST_MAIN_DEFAULT_STREAM(test_float, test_int, test_errors)

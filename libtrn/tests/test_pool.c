@@ -113,9 +113,4 @@ static void test_avg(void) {
     CHECK_INT(trn_pool2d_launch(NULL, &d), TRN_ERROR_INVALID_ARGUMENT);
 }
 
-int main(void) {
-    CHECK_OK(trn_stream_get_default(0, &g_stream));
-    test_max();
-    test_avg();
-    return TEST_REPORT();
-}
+TEST_MAIN_DEFAULT_STREAM(test_max, test_avg)

@@ -198,11 +198,4 @@ static void test_errors(void) {
     CHECK_INT(trn_pool3d_launch(g_stream, &d), TRN_ERROR_INVALID_ARGUMENT);
 }
 
-int main(void) {
-    CHECK_OK(trn_stream_get_default(0, &g_stream));
-    test_max();
-    test_avg();
-    test_adaptive();
-    test_errors();
-    return TEST_REPORT();
-}
+TEST_MAIN_DEFAULT_STREAM(test_max, test_avg, test_adaptive, test_errors)

@@ -184,12 +184,8 @@ static void test_offsets(void) {
     free(parts);
 }
 
-int main(void) {
-    CHECK_OK(trn_stream_get_default(0, &g_stream));
-    test_offsets();
-    test_float_dists();
-    test_discrete();
-    test_heavy_tails();
-    test_geometric();
-    return TEST_REPORT();
-}
+TEST_MAIN_DEFAULT_STREAM(test_offsets,
+                         test_float_dists,
+                         test_discrete,
+                         test_heavy_tails,
+                         test_geometric)

@@ -8,7 +8,7 @@
 #include "internal.h"
 #include "test.h"
 #include "trn/convert.h"
-#include "../src/kernels/fastmath.h"
+#include "trn/scalar.h"
 
 static trn_stream *g_stream;
 
@@ -439,29 +439,25 @@ static void test_softmax(void) {
     trn_mem_free(dr2);
 }
 
-static void test_fast_exp(void) {
+static void test_sc_expf(void) {
     double worst = 0;
     for (float x = -87.0f; x < 88.0f; x += 0.0137f) {
-        double want = exp((double)x), got = trn_fast_expf(x);
+        double want = exp((double)x), got = trn_sc_expf(x);
         double ulp = fabs(got - want) / (nextafterf((float)want, INFINITY) - (float)want);
         if (ulp > worst) worst = ulp;
     }
     CHECK(worst < 2.0);
-    CHECK(isnan(trn_fast_expf(NAN)));
-    CHECK(isinf(trn_fast_expf(100.0f)));
-    CHECK(trn_fast_expf(-INFINITY) == 0.0f);
-    CHECK(trn_fast_expf(0.0f) == 1.0f);
+    CHECK(isnan(trn_sc_expf(NAN)));
+    CHECK(isinf(trn_sc_expf(100.0f)));
+    CHECK(trn_sc_expf(-INFINITY) == 0.0f);
+    CHECK(trn_sc_expf(0.0f) == 1.0f);
 }
 
-int main(void) {
-    CHECK_OK(trn_stream_get_default(0, &g_stream));
-    test_fast_exp();
-    test_sum_large();
-    test_ops_layouts();
-    test_nan_and_indices();
-    test_int_and_half();
-    test_empty();
-    test_scan();
-    test_softmax();
-    return TEST_REPORT();
-}
+TEST_MAIN_DEFAULT_STREAM(test_sc_expf,
+                         test_sum_large,
+                         test_ops_layouts,
+                         test_nan_and_indices,
+                         test_int_and_half,
+                         test_empty,
+                         test_scan,
+                         test_softmax)

@@ -117,10 +117,4 @@ static void test_errors(void) {
     trn_clear_error();
 }
 
-int main(void) {
-    CHECK_OK(trn_stream_get_default(0, &g_stream));
-    test_forward();
-    test_backward();
-    test_errors();
-    return TEST_REPORT();
-}
+TEST_MAIN_DEFAULT_STREAM(test_forward, test_backward, test_errors)

@@ -95,9 +95,4 @@ static void test_multinomial(void) {
     CHECK_INT(trn_multinomial_launch(g_stream, &de), TRN_ERROR_UNSUPPORTED);
 }
 
-int main(void) {
-    CHECK_OK(trn_stream_get_default(0, &g_stream));
-    test_randperm();
-    test_multinomial();
-    return TEST_REPORT();
-}
+TEST_MAIN_DEFAULT_STREAM(test_randperm, test_multinomial)

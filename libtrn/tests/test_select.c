@@ -113,10 +113,4 @@ static void test_errors(void) {
     CHECK_INT(trn_select_launch(NULL, &d), TRN_ERROR_INVALID_ARGUMENT);
 }
 
-int main(void) {
-    CHECK_OK(trn_stream_get_default(0, &g_stream));
-    test_kth_all_ranks();
-    test_all_nan_and_types();
-    test_errors();
-    return TEST_REPORT();
-}
+TEST_MAIN_DEFAULT_STREAM(test_kth_all_ranks, test_all_nan_and_types, test_errors)

@@ -207,10 +207,4 @@ static void test_unique(void) {
     trn_mem_free(dc);
 }
 
-int main(void) {
-    CHECK_OK(trn_stream_get_default(0, &g_stream));
-    test_sort();
-    test_topk();
-    test_unique();
-    return TEST_REPORT();
-}
+TEST_MAIN_DEFAULT_STREAM(test_sort, test_topk, test_unique)

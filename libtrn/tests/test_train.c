@@ -169,10 +169,4 @@ static void test_dropout(void) {
     free(m2);
 }
 
-int main(void) {
-    CHECK_OK(trn_stream_get_default(0, &g_stream));
-    test_layer_norm();
-    test_nll_loss();
-    test_dropout();
-    return TEST_REPORT();
-}
+TEST_MAIN_DEFAULT_STREAM(test_layer_norm, test_nll_loss, test_dropout)

@@ -167,12 +167,8 @@ static void test_errors(void) {
     trn_clear_error();
 }
 
-int main(void) {
-    CHECK_OK(trn_stream_get_default(0, &g_stream));
-    test_positions();
-    test_bicubic();
-    test_backward_adjoint();
-    test_bf16();
-    test_errors();
-    return TEST_REPORT();
-}
+TEST_MAIN_DEFAULT_STREAM(test_positions,
+                         test_bicubic,
+                         test_backward_adjoint,
+                         test_bf16,
+                         test_errors)

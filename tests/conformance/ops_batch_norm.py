@@ -1,4 +1,4 @@
-"""OpInfo names of the native batch norm ops (libtrn/src/kernels/batch_norm.c,
+"""OpInfo names of the native batch norm ops (libtrn/src/kernels/norm/batch_norm.c,
 torch_neuronx/csrc/aten/batch_norm.cpp): native_batch_norm, the
 _native_batch_norm_legit forms, the _batch_norm_with_update stack and their
 backwards. instance_norm runs through native_batch_norm. Running-stat

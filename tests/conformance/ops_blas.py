@@ -1,5 +1,5 @@
 """OpInfo names of the native matrix-product and convolution ops
-(libtrn/src/kernels/matmul.c, conv.c; torch_neuronx/csrc/aten/blas.cpp,
+(libtrn/src/kernels/blas/matmul.c, conv.c; torch_neuronx/csrc/aten/blas.cpp,
 aten/conv.cpp). matmul, linear and the conv functionals decompose into them.
 Transposed convolution is not native (runs on the CPU, recorded as fallback)."""
 OPS = {

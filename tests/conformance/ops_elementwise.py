@@ -1,4 +1,4 @@
-"""OpInfo names of the native elementwise ops (libtrn/src/kernels/elementwise.c)."""
+"""OpInfo names of the native elementwise ops (libtrn/src/kernels/pointwise/elementwise.c)."""
 OPS = {
     # binary
     "add", "sub", "mul", "div", "floor_divide", "remainder", "fmod", "maximum", "minimum",

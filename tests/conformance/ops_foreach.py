@@ -1,4 +1,4 @@
-"""ForeachFuncInfo names of the native list ops (libtrn/src/kernels/foreach.c,
+"""ForeachFuncInfo names of the native list ops (libtrn/src/kernels/train/foreach.c,
 torch_neuronx/csrc/aten/foreach.cpp). They live in PyTorch's foreach_*_op_db
 lists, not in op_db: test_opinfo_foreach.py runs them (in place and out of
 place), DB is what it and scripts/gen_ops_doc.py look the names up in."""

@@ -1,8 +1,8 @@
 """OpInfo names of the native pooling ops: max_pool2d_with_indices and
-avg_pool2d with their backwards (libtrn/src/kernels/pool.c,
+avg_pool2d with their backwards (libtrn/src/kernels/pool/pool2d.c,
 torch_neuronx/csrc/aten/pool.cpp; the 1-d forms run through them), and
 max_pool3d_with_indices, avg_pool3d, the adaptive average / max pools in
-1-3 d with their backwards (libtrn/src/kernels/pool3d.c,
+1-3 d with their backwards (libtrn/src/kernels/pool/pool3d.c,
 torch_neuronx/csrc/aten/pool3d.cpp).
 
 PyTorch's max-pool OpInfo entries have 576-1,440 samples per dtype (every

@@ -1,5 +1,5 @@
 """OpInfo names of the native reduction, scan and softmax ops
-(libtrn/src/kernels/reduce.c, scan.c, softmax.c; torch_neuronx/csrc/aten/reduce.cpp)."""
+(libtrn/src/kernels/reduce/reduce.c, scan.c, softmax.c; torch_neuronx/csrc/aten/reduce.cpp)."""
 OPS = {
     "sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin",
     "var", "std", "var_mean", "std_mean", "linalg.vector_norm", "norm", "logsumexp",

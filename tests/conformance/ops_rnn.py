@@ -1,4 +1,4 @@
-"""OpInfo names of the native recurrent-cell ops (libtrn/src/kernels/rnn_cell.c,
+"""OpInfo names of the native recurrent-cell ops (libtrn/src/kernels/nn/rnn_cell.c,
 torch_neuronx/csrc/aten/rnn_cell.cpp): _thnn_fused_lstm_cell,
 _thnn_fused_lstm_cell_backward_impl, _thnn_fused_gru_cell,
 _thnn_fused_gru_cell_backward.

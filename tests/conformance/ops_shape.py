@@ -1,5 +1,5 @@
 """OpInfo names of the native creation/shape and sort/select ops
-(libtrn/src/kernels/fill.c, sort.c; flip/roll/pad through copy.c;
+(libtrn/src/kernels/pointwise/fill.c, sort.c; flip/roll/pad through copy.c;
 torch_neuronx/csrc/aten/shape.cpp). Composites that reduce to them:
 full*, zeros*, ones*, new_*, repeat, tile, argsort, msort, fliplr/flipud,
 nn.functional.pad (constant)."""

@@ -1,5 +1,5 @@
 """OpInfo names of the native training-step ops: layer norm
-(libtrn/src/kernels/norm.c), nll_loss and dropout (loss.c, dropout.c), mse_loss
+(libtrn/src/kernels/norm/layer_norm.c), nll_loss and dropout (loss.c, dropout.c), mse_loss
 and isposinf/isneginf (torch_neuronx/csrc/aten/train.cpp,
 aten/elementwise.cpp). The activation backward kernels are checked through
 the activations' gradients (ops_elementwise.py)."""

@@ -1,7 +1,7 @@
 // trn/batch_norm.h - batch normalization forward (training with running-stat
 // update, or eval) and backward kernels.
 //
-// Owned by the batch-norm family (libtrn/src/kernels/batch_norm.c). The C++
+// Owned by the batch-norm family (libtrn/src/kernels/norm/batch_norm.c). The C++
 // layer (torch_neuronx/csrc/NeuronBatchNorm.cpp) checks shapes with
 // PyTorch's rules, makes operands contiguous and hands over [batch, channels,
 // spatial] views: every channel is normalized over batch * spatial elements.

@@ -1,6 +1,6 @@
 // trn/blas.h - batched matrix multiplication: C = alpha * A @ B + beta * C.
 //
-// Owns: the matmul kernel (libtrn/src/kernels/matmul.c). Every ATen matrix
+// Owns: the matmul kernel (libtrn/src/kernels/blas/matmul.c). Every ATen matrix
 // product (mm, bmm, addmm, baddbmm, addbmm, mv, addmv, dot, and through them
 // matmul and linear) is one or more launches of it; the C++ layer only maps
 // each op's arguments onto (A, B, C, alpha, beta).

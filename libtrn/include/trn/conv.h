@@ -1,7 +1,7 @@
 // trn/conv.h - 1-d/2-d/3-d convolution: forward, backward data and backward
 // weights (+ bias gradient), with groups, stride, padding and dilation.
 //
-// Owns: the convolution kernels (libtrn/src/kernels/conv.c), run by oneDNN.
+// Owns: the convolution kernels (libtrn/src/kernels/blas/conv.c), run by oneDNN.
 // The C++ layer maps aten::convolution_overrideable and
 // convolution_backward_overrideable onto these (non-transposed only).
 //

@@ -2,7 +2,7 @@
 // sample weights, padding index) and its backwards (dense weight gradient,
 // per-sample-weight gradient).
 //
-// Owned by the embedding-bag family (libtrn/src/kernels/embedding_bag.c).
+// Owned by the embedding-bag family (libtrn/src/kernels/nn/embedding_bag.c).
 // The C++ layer (torch_neuronx/csrc/NeuronEmbeddingBag.cpp) checks shapes and
 // dtypes with PyTorch's rules and hands over contiguous operands.
 //

@@ -1,6 +1,6 @@
 // trn/fill.h - creation kernels: fill, arange/linspace, tril/triu.
 //
-// Owned by the shape family (libtrn/src/kernels/fill.c; the C++ side is
+// Owned by the shape family (libtrn/src/kernels/pointwise/fill.c; the C++ side is
 // torch_neuronx/csrc/NeuronShape.cpp). The C++ layer decides shapes, dtypes
 // and errors with PyTorch's own checks; these kernels only write memory.
 // ALL STRIDES ARE IN ELEMENTS.

@@ -2,7 +2,7 @@
 // _foreach_* ops, _foreach_norm, and the fused optimizer steps (Adam, AdamW,
 // SGD) that PyTorch's optimizers run with foreach=True / fused=True.
 //
-// Owned by libtrn/src/kernels/foreach.c; the C++ adapter is
+// Owned by libtrn/src/kernels/train/foreach.c; the C++ adapter is
 // torch_neuronx/csrc/NeuronForeach.cpp, which takes the fast path only when
 // every list position holds dense tensors of one floating dtype and equal
 // sizes (else it runs PyTorch's per-tensor loop of native ops).

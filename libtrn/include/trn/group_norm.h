@@ -1,6 +1,6 @@
 // trn/group_norm.h - group normalization forward and backward kernels.
 //
-// Owned by the group-norm family (libtrn/src/kernels/group_norm.c). The C++
+// Owned by the group-norm family (libtrn/src/kernels/norm/group_norm.c). The C++
 // layer (torch_neuronx/csrc/NeuronGroupNorm.cpp) checks shapes with PyTorch's
 // rules, makes operands contiguous and hands over [n, channels, spatial]
 // views: channels split into `groups` groups of channels / groups channels,

@@ -81,7 +81,7 @@ typedef struct trn_index_desc {
 // TRN_INDEX_MAX_* limits), copies and enqueues.
 trn_status trn_index_launch(trn_stream *stream, const trn_index_desc *desc);
 
-// ---- masks (src/kernels/mask.c) -------------------------------------------
+// ---- masks (src/kernels/index/mask.c) -------------------------------------------
 // Dims innermost first, strides in bytes (TensorIterator order).
 // masked_fill: out[it] = value where mask[it] (bool) is true.
 typedef struct trn_mask_fill_desc {
@@ -124,7 +124,7 @@ trn_status trn_masked_select_launch(trn_stream *stream, const trn_nz_tensor *src
                                     const trn_nz_tensor *mask, int64_t count,
                                     void *out, int64_t out_stride);
 
-// ---- cat (src/kernels/cat.c) ----------------------------------------------
+// ---- cat (src/kernels/index/cat.c) ----------------------------------------------
 // Copies `ninputs` tensors of `dtype` into consecutive slices of out along
 // `dim`. Sizes are outermost first and strides in ELEMENTS; input i has
 // out's sizes except sizes[dim] = input_dim_sizes[i]. Inputs may be empty.

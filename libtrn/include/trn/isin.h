@@ -1,7 +1,7 @@
 // trn/isin.h - membership test: out[i] = (elements[i] is in test_elements),
 // negated when invert (torch.isin).
 //
-// Owned by libtrn/src/kernels/isin.c; the C++ side is
+// Owned by libtrn/src/kernels/sort/isin.c; the C++ side is
 // torch_neuronx/csrc/NeuronIsin.cpp, which promotes both inputs to one dtype
 // and makes them contiguous. Real dtypes (bool, integers, float16/bfloat16/
 // float32/float64). Equality is ==, as on CPU: -0.0 equals 0.0 and a NaN

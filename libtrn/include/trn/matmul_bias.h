@@ -2,7 +2,7 @@
 // C = alpha * A @ B + bias, the bias (n elements of C's dtype, element stride
 // bias_stride >= 0) added to every row of every matrix of C.
 //
-// Owns: nothing new (libtrn/src/kernels/matmul.c implements it). It exists
+// Owns: nothing new (libtrn/src/kernels/blas/matmul.c implements it). It exists
 // for nn.Linear's addmm(bias, x, W^T): the same result as broadcasting the
 // bias into C and launching with beta = 1, but float32 products (and
 // bfloat16 ones on the native path, trn_matmul_bf16_native) with alpha == 1

@@ -1,6 +1,6 @@
 // trn/norm.h - layer normalization forward and backward kernels.
 //
-// Owned by the normalization family (libtrn/src/kernels/norm.c). The C++
+// Owned by the normalization family (libtrn/src/kernels/norm/layer_norm.c). The C++
 // layer (torch_neuronx/csrc/NeuronTrain.cpp) checks shapes with PyTorch's
 // rules, makes operands contiguous and hands over flat [rows, cols] views:
 // each row of `cols` elements is normalized on its own.

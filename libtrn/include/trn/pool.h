@@ -1,7 +1,7 @@
 // trn/pool.h - 2-d max pooling (with indices) and average pooling, forward
 // and backward. 1-d pooling is the 2-d kernel with a height of 1.
 //
-// Owned by the pooling family (libtrn/src/kernels/pool.c). The C++ layer
+// Owned by the pooling family (libtrn/src/kernels/pool/pool2d.c). The C++ layer
 // (torch_neuronx/csrc/NeuronPool.cpp) checks arguments and computes output
 // sizes with PyTorch's rules, makes operands contiguous and hands over
 // `planes` independent [in_h, in_w] images (batch * channels). Results follow

@@ -4,7 +4,7 @@
 // with fixed windows. (2-d fixed-window pooling has its own kernel,
 // trn/pool.h.)
 //
-// Owned by libtrn/src/kernels/pool3d.c; the C++ adapter is
+// Owned by libtrn/src/kernels/pool/pool3d.c; the C++ adapter is
 // torch_neuronx/csrc/NeuronPool3d.cpp, which checks arguments and computes
 // output sizes with PyTorch's rules and hands over `planes` contiguous
 // [in_d, in_h, in_w] volumes. Results follow PyTorch CPU:

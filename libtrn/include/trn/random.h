@@ -6,7 +6,7 @@
 // o: DTensor's RNG tracker relies on this to give each shard its part of the
 // one global tensor (the generator's state is (seed, offset), as CUDA's).
 //
-// Owned by libtrn/src/kernels/random.c; the C++ adapter is
+// Owned by libtrn/src/kernels/random/random.c; the C++ adapter is
 // torch_neuronx/csrc/NeuronRandom.cpp, which takes (seed, offset) from the
 // device's generator and advances its offset past the fill
 // (torch.manual_seed / get_rng_state / set_rng_state act on it). Values are

@@ -1,6 +1,6 @@
 // trn/reduce.h - reductions, scans (cumsum/cumprod) and softmax kernels.
 //
-// Owned by the reduction family (libtrn/src/kernels/reduce.c, scan.c,
+// Owned by the reduction family (libtrn/src/kernels/reduce/reduce.c, scan.c,
 // softmax.c). The C++ layer (torch_neuronx/csrc/NeuronReduce.cpp) decides
 // shapes, result dtypes and errors with PyTorch's own meta functions and hands
 // these kernels flat descriptors; the kernels only compute.

@@ -1,7 +1,7 @@
 // trn/rnn_cell.h - fused LSTM and GRU cell kernels (the pointwise part of one
 // recurrent step) and their backward.
 //
-// Owned by the recurrent family (libtrn/src/kernels/rnn_cell.c). The C++
+// Owned by the recurrent family (libtrn/src/kernels/nn/rnn_cell.c). The C++
 // layer (torch_neuronx/csrc/NeuronRnnCell.cpp) runs the two matrix products
 // of a step (x W_ih^T and h W_hh^T, no bias) with the BLAS kernels and hands
 // their results here as `input_gates` / `hidden_gates`, with the biases

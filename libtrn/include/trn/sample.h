@@ -3,7 +3,7 @@
 // splitmix64 hash as trn/random.h, so a seed reproduces the result exactly
 // however the thread pool splits the work.
 //
-// Owned by libtrn/src/kernels/sample.c; the C++ adapter is
+// Owned by libtrn/src/kernels/random/sample.c; the C++ adapter is
 // torch_neuronx/csrc/NeuronSample.cpp, which draws the seed from the
 // device's generator and checks the probabilities (with PyTorch's messages)
 // before launching. Values are not the CPU generator's.

@@ -1,7 +1,7 @@
 // trn/scalar.h - the per-element math of every elementwise op, written once.
 //
 // Owner: this header is the single definition of what an op computes on one
-// element. The eager kernels (src/kernels/elementwise.c) call these in tight
+// element. The eager kernels (src/kernels/pointwise/elementwise.c) call these in tight
 // loops over blocks of operands, and generated code will include it too, so
 // everything here is static inline, free of global state and branch-free in
 // the sense that matters for vectorization: conditionals are selects the
@@ -326,6 +326,9 @@ TRN_SC_INLINE double trn_sc_erfinv_d(double y) {
 // exp and what builds on it (sigmoid, silu, tanh, gelu) run at memory speed
 // only when the whole computation stays in 8-wide float vectors, so these
 // are done in float with FMA (Cephes' minimax coefficients), ~1 ulp for exp.
+// trn_sc_expf is the only float32 exp in libtrn: the eager reductions
+// (softmax, logsumexp), attention and RNN cells call it too, so eager and
+// compiled graphs agree to the bit, tiny (subnormal) results included.
 
 TRN_SC_INLINE float trn_sc_expf(float x) {
     // Clamped with the operand order of maxps/minps, which turns a NaN into
@@ -670,6 +673,56 @@ TRN_SC_INLINE float trn_sc_pow_cube_f(float x, const trn_sc_ctx *c) {
 }
 TRN_SC_INLINE float trn_sc_pow_inv_square_f(float x, const trn_sc_ctx *c) {
     return 1.0f / trn_sc_r16(x * x, c);
+}
+
+// Which exponents of pow(x, e) by a scalar or literal e run as ATen CPU's
+// special cases (x*x, x*x*x, sqrt, 1/x, ...) instead of the general
+// exp(e log|x|) path. One answer for the eager kernel (elementwise.c's
+// pow_fast_path) and compiled graphs (the renderer), so both give the same
+// bits.
+typedef enum trn_sc_pow_special {
+    TRN_SC_POW_GENERAL = 0,  // no special case
+    TRN_SC_POW_ONE,
+    TRN_SC_POW_ZERO,
+    TRN_SC_POW_SQUARE,
+    TRN_SC_POW_CUBE,
+    TRN_SC_POW_SQRT,
+    TRN_SC_POW_RSQRT,
+    TRN_SC_POW_RECIPROCAL,
+    TRN_SC_POW_INV_SQUARE,
+    TRN_SC_POW_SPECIAL_COUNT,
+} trn_sc_pow_special;
+
+// `half`: computed for float16 storage. ATen computes float16 with std::pow
+// for every exponent, so only the cases that are one correctly rounded float
+// operation (x*x, 1/x, and the trivial 1 and 0) round identically there.
+static inline trn_sc_pow_special trn_sc_pow_special_of(double e, int half) {
+    if (e == 1.0) return TRN_SC_POW_ONE;
+    if (e == 0.0) return TRN_SC_POW_ZERO;
+    if (e == 2.0) return TRN_SC_POW_SQUARE;
+    if (e == -1.0) return TRN_SC_POW_RECIPROCAL;
+    if (half) return TRN_SC_POW_GENERAL;
+    if (e == 3.0) return TRN_SC_POW_CUBE;
+    if (e == 0.5) return TRN_SC_POW_SQRT;
+    if (e == -0.5) return TRN_SC_POW_RSQRT;
+    if (e == -2.0) return TRN_SC_POW_INV_SQUARE;
+    return TRN_SC_POW_GENERAL;
+}
+
+// The <name> of each case's trn_sc_<name>_f function (and the eager
+// kernel's blk_<name>_* block functions).
+static inline const char *trn_sc_pow_special_name(trn_sc_pow_special s) {
+    switch (s) {
+    case TRN_SC_POW_ONE: return "pow_one";
+    case TRN_SC_POW_ZERO: return "pow_zero";
+    case TRN_SC_POW_SQUARE: return "pow_square";
+    case TRN_SC_POW_CUBE: return "pow_cube";
+    case TRN_SC_POW_SQRT: return "sqrt";
+    case TRN_SC_POW_RSQRT: return "rsqrt";
+    case TRN_SC_POW_RECIPROCAL: return "reciprocal";
+    case TRN_SC_POW_INV_SQUARE: return "pow_inv_square";
+    default: return "pow";
+    }
 }
 
 // Predicates.

@@ -3,7 +3,7 @@
 // PyTorch) with or without NaNs (median / nanmedian), by quickselect
 // (expected O(n) per row, no full sort).
 //
-// Owned by libtrn/src/kernels/select.c; the C++ adapter is
+// Owned by libtrn/src/kernels/sort/select.c; the C++ adapter is
 // torch_neuronx/csrc/NeuronSelect.cpp, which moves the reduced dim last and
 // makes the input a contiguous [rows, n] matrix. Semantics follow PyTorch
 // CPU: NaN orders above every number (kthvalue can select a NaN); MEDIAN

@@ -2,7 +2,7 @@
 // (linear 1-d, bilinear 2-d, trilinear 3-d) and bicubic 2-d upsampling / interpolation
 // kernels, forward and backward.
 //
-// Owned by the upsample family (libtrn/src/kernels/upsample.c). The C++
+// Owned by the upsample family (libtrn/src/kernels/nn/upsample.c). The C++
 // layer (torch_neuronx/csrc/NeuronUpsample.cpp) checks shapes with PyTorch's
 // rules, makes operands contiguous and hands over [planes, d, h, w] views
 // (planes = batch * channels; a 1-d op has d = h = 1, a 2-d op d = 1).

@@ -1,0 +1,669 @@
+// conv.c - owns the convolution kernels declared in trn/conv.h: descriptor
+// validation, plans (oneDNN convolution primitive + reorders between the
+// caller's strided tensors and the blocked float32 layouts oneDNN prefers,
+// cached by geometry, see dnnl_common.h) and their execution.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dnnl_common.h"
+#include "../kit/launch.h"
+#include "trn/conv.h"
+#include "trn/parallel.h"
+
+typedef enum conv_kind { CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS } conv_kind;
+typedef enum slot { S_INPUT, S_WEIGHT, S_BIAS, S_OUTPUT, S_COUNT } slot;
+
+typedef struct conv_args {
+    trn_conv_desc d;
+    conv_kind kind;
+    int64_t lo[S_COUNT], span[S_COUNT];  // bytes each tensor touches
+} conv_args;
+
+_Static_assert(sizeof(conv_args) <= TRN_TASK_MAX_ARGS, "conv args too large");
+
+bool trn_conv_supports(trn_dtype dtype) {
+    return dtype == TRN_DTYPE_F32 || dtype == TRN_DTYPE_BF16 || dtype == TRN_DTYPE_F16;
+}
+
+// ---- plans ---------------------------------------------------------------------------
+
+typedef struct conv_key {
+    int64_t kind, dtype, native, spatial, has_bias;
+    int64_t n, c_in, c_out, groups;
+    int64_t in_size[3], out_size[3], kernel[3], stride[3], padding[3], dilation[3];
+    int64_t input_strides[5], weight_strides[5], output_strides[5], bias_stride;
+} conv_key;
+
+typedef struct operand {
+    bool used, is_output;
+    int arg;                      // DNNL_ARG_* of the convolution
+    dnnl_memory_desc_t user_md, comp_md;
+    dnnl_primitive_t reorder;     // user <-> comp, NULL when equal
+    dnnl_memory_desc_t reorder_scratch_md;
+    size_t temp_size;
+} operand;
+
+typedef struct conv_plan {
+    operand op[S_COUNT];
+    dnnl_primitive_t prim;
+    dnnl_memory_desc_t scratch_md;
+    size_t scratch_size;
+} conv_plan;
+
+static void plan_destroy(conv_plan *p) {
+    if (p == NULL) return;
+    for (int i = 0; i < S_COUNT; i++)
+        if (p->op[i].reorder) dnnl_primitive_destroy(p->op[i].reorder);
+    if (p->prim) dnnl_primitive_destroy(p->prim);
+    free(p);
+}
+
+static void note_scratch(conv_plan *p, const_dnnl_primitive_desc_t pd, dnnl_memory_desc_t *md) {
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    if (smd == NULL) return;
+    *md = *smd;
+    size_t sz = dnnl_memory_desc_get_size(smd);
+    if (sz > p->scratch_size) p->scratch_size = sz;
+}
+
+static dnnl_data_type_t dnnl_type(trn_dtype t) {
+    return t == TRN_DTYPE_BF16 ? dnnl_bf16 : t == TRN_DTYPE_F16 ? dnnl_f16 : dnnl_f32;
+}
+
+// User and "any" compute descriptors of the four tensors; the data tensors
+// are computed in cdt (the bias stays float32).
+static trn_status init_mds(const conv_key *k, conv_plan *p, dnnl_data_type_t cdt) {
+    trn_status st = TRN_SUCCESS;
+    const int sp = (int)k->spatial, nd = 2 + sp;
+    const dnnl_data_type_t udt = dnnl_type((trn_dtype)k->dtype);
+    dnnl_dims_t dims, strides;
+
+    dims[0] = k->n, dims[1] = k->c_in;
+    memcpy(dims + 2, k->in_size, sp * sizeof(int64_t));
+    memcpy(strides, k->input_strides, (size_t)nd * sizeof(int64_t));
+    TRN_DNNL_TRY(dnnl_memory_desc_init_by_strides(&p->op[S_INPUT].user_md, nd, dims, udt,
+                                                  strides),
+                 "convolution input layout");
+    TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->op[S_INPUT].comp_md, nd, dims, cdt,
+                                              dnnl_format_tag_any),
+                 "convolution input layout");
+
+    dims[1] = k->c_out;
+    memcpy(dims + 2, k->out_size, sp * sizeof(int64_t));
+    memcpy(strides, k->output_strides, (size_t)nd * sizeof(int64_t));
+    TRN_DNNL_TRY(dnnl_memory_desc_init_by_strides(&p->op[S_OUTPUT].user_md, nd, dims, udt,
+                                                  strides),
+                 "convolution output layout");
+    TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->op[S_OUTPUT].comp_md, nd, dims, cdt,
+                                              dnnl_format_tag_any),
+                 "convolution output layout");
+
+    // Weights: (g, oc/g, ic/g, k...) when grouped; PyTorch's oc dim splits.
+    int wnd;
+    if (k->groups > 1) {
+        const int64_t g = k->groups, ocg = k->c_out / g;
+        wnd = 3 + sp;
+        dims[0] = g, dims[1] = ocg, dims[2] = k->c_in / g;
+        strides[0] = k->weight_strides[0] * ocg, strides[1] = k->weight_strides[0];
+        strides[2] = k->weight_strides[1];
+        memcpy(dims + 3, k->kernel, sp * sizeof(int64_t));
+        memcpy(strides + 3, k->weight_strides + 2, sp * sizeof(int64_t));
+    } else {
+        wnd = 2 + sp;
+        dims[0] = k->c_out, dims[1] = k->c_in;
+        memcpy(dims + 2, k->kernel, sp * sizeof(int64_t));
+        memcpy(strides, k->weight_strides, (size_t)wnd * sizeof(int64_t));
+    }
+    TRN_DNNL_TRY(dnnl_memory_desc_init_by_strides(&p->op[S_WEIGHT].user_md, wnd, dims, udt,
+                                                  strides),
+                 "convolution weight layout");
+    TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->op[S_WEIGHT].comp_md, wnd, dims, cdt,
+                                              dnnl_format_tag_any),
+                 "convolution weight layout");
+
+    if (k->has_bias) {
+        dims[0] = k->c_out;
+        strides[0] = k->bias_stride;
+        TRN_DNNL_TRY(dnnl_memory_desc_init_by_strides(&p->op[S_BIAS].user_md, 1, dims, udt,
+                                                      strides),
+                     "convolution bias layout");
+        TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->op[S_BIAS].comp_md, 1, dims, dnnl_f32,
+                                                  dnnl_a),
+                     "convolution bias layout");
+    }
+fail:
+    return st;
+}
+
+static trn_status fwd_desc(const conv_key *k, conv_plan *p, dnnl_prop_kind_t prop,
+                           dnnl_convolution_desc_t *cd) {
+    trn_status st = TRN_SUCCESS;
+    dnnl_dims_t stride, dil, pad;
+    for (int i = 0; i < k->spatial; i++) {
+        stride[i] = k->stride[i];
+        dil[i] = k->dilation[i] - 1;
+        pad[i] = k->padding[i];
+    }
+    TRN_DNNL_TRY(dnnl_dilated_convolution_forward_desc_init(
+                     cd, prop, dnnl_convolution_direct, &p->op[S_INPUT].comp_md,
+                     &p->op[S_WEIGHT].comp_md, k->has_bias ? &p->op[S_BIAS].comp_md : NULL,
+                     &p->op[S_OUTPUT].comp_md, stride, dil, pad, pad),
+                 "convolution forward descriptor");
+fail:
+    return st;
+}
+
+// A plan computing in cdt; with native_only, refused (TRN_ERROR_UNSUPPORTED)
+// when oneDNN offers only a reference implementation.
+static trn_status plan_build_as(const conv_key *k, dnnl_data_type_t cdt, bool native_only,
+                                conv_plan **out) {
+    trn_status st = TRN_SUCCESS;
+    dnnl_engine_t engine;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL, hint = NULL, rpd = NULL;
+    conv_plan *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "out of host memory for a conv plan");
+    if ((st = trn__dnnl_engine(&engine)) != TRN_SUCCESS) goto fail;
+    if ((st = init_mds(k, p, cdt)) != TRN_SUCCESS) goto fail;
+    TRN_DNNL_TRY(dnnl_primitive_attr_create(&attr), "convolution plan");
+    TRN_DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user),
+                 "convolution plan");
+
+    dnnl_convolution_desc_t cd;
+    dnnl_dims_t stride, dil, pad;
+    for (int i = 0; i < k->spatial; i++) {
+        stride[i] = k->stride[i];
+        dil[i] = k->dilation[i] - 1;
+        pad[i] = k->padding[i];
+    }
+    // Per slot: used, is_output, convolution argument, pd query.
+    struct { bool used, out; int arg; dnnl_query_t q; } role[S_COUNT];
+    memset(role, 0, sizeof role);
+    switch ((conv_kind)k->kind) {
+    case CONV_FWD:
+        if ((st = fwd_desc(k, p, dnnl_forward_inference, &cd)) != TRN_SUCCESS) goto fail;
+        TRN_DNNL_TRY(dnnl_primitive_desc_create(&pd, &cd, attr, engine, NULL),
+                     "convolution forward");
+        role[S_INPUT] = (__typeof__(role[0])){true, false, DNNL_ARG_SRC, dnnl_query_src_md};
+        role[S_WEIGHT] =
+            (__typeof__(role[0])){true, false, DNNL_ARG_WEIGHTS, dnnl_query_weights_md};
+        role[S_BIAS] = (__typeof__(role[0])){k->has_bias != 0, false, DNNL_ARG_BIAS,
+                                             dnnl_query_weights_md};
+        role[S_OUTPUT] = (__typeof__(role[0])){true, true, DNNL_ARG_DST, dnnl_query_dst_md};
+        break;
+    case CONV_BWD_DATA:
+        if ((st = fwd_desc(k, p, dnnl_forward_training, &cd)) != TRN_SUCCESS) goto fail;
+        TRN_DNNL_TRY(dnnl_primitive_desc_create(&hint, &cd, NULL, engine, NULL),
+                     "convolution forward (hint for backward data)");
+        TRN_DNNL_TRY(dnnl_dilated_convolution_backward_data_desc_init(
+                         &cd, dnnl_convolution_direct, &p->op[S_INPUT].comp_md,
+                         &p->op[S_WEIGHT].comp_md, &p->op[S_OUTPUT].comp_md, stride, dil, pad,
+                         pad),
+                     "convolution backward data descriptor");
+        TRN_DNNL_TRY(dnnl_primitive_desc_create(&pd, &cd, attr, engine, hint),
+                     "convolution backward data");
+        role[S_INPUT] =
+            (__typeof__(role[0])){true, true, DNNL_ARG_DIFF_SRC, dnnl_query_diff_src_md};
+        role[S_WEIGHT] =
+            (__typeof__(role[0])){true, false, DNNL_ARG_WEIGHTS, dnnl_query_weights_md};
+        role[S_OUTPUT] =
+            (__typeof__(role[0])){true, false, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md};
+        break;
+    case CONV_BWD_WEIGHTS:
+        if ((st = fwd_desc(k, p, dnnl_forward_training, &cd)) != TRN_SUCCESS) goto fail;
+        TRN_DNNL_TRY(dnnl_primitive_desc_create(&hint, &cd, NULL, engine, NULL),
+                     "convolution forward (hint for backward weights)");
+        TRN_DNNL_TRY(dnnl_dilated_convolution_backward_weights_desc_init(
+                         &cd, dnnl_convolution_direct, &p->op[S_INPUT].comp_md,
+                         &p->op[S_WEIGHT].comp_md, k->has_bias ? &p->op[S_BIAS].comp_md : NULL,
+                         &p->op[S_OUTPUT].comp_md, stride, dil, pad, pad),
+                     "convolution backward weights descriptor");
+        TRN_DNNL_TRY(dnnl_primitive_desc_create(&pd, &cd, attr, engine, hint),
+                     "convolution backward weights");
+        role[S_INPUT] = (__typeof__(role[0])){true, false, DNNL_ARG_SRC, dnnl_query_src_md};
+        role[S_WEIGHT] = (__typeof__(role[0])){true, true, DNNL_ARG_DIFF_WEIGHTS,
+                                               dnnl_query_diff_weights_md};
+        role[S_BIAS] = (__typeof__(role[0])){k->has_bias != 0, true, DNNL_ARG_DIFF_BIAS,
+                                             dnnl_query_diff_weights_md};
+        role[S_OUTPUT] =
+            (__typeof__(role[0])){true, false, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md};
+        break;
+    }
+    // A native attempt accepts only a kernel known to be optimized: the
+    // float32 staging plan it would otherwise fall back to is always fast.
+    if (native_only && trn__dnnl_impl_of(pd) != TRN__DNNL_IMPL_OPTIMIZED) {
+        st = trn__set_error(TRN_ERROR_UNSUPPORTED, "no native oneDNN convolution for this dtype");
+        goto fail;
+    }
+    for (int i = 0; i < S_COUNT; i++) {
+        operand *o = &p->op[i];
+        o->used = role[i].used;
+        if (!o->used) continue;
+        o->is_output = role[i].out;
+        o->arg = role[i].arg;
+        // The bias is the second "weights" of forward and backward weights.
+        const dnnl_memory_desc_t *md =
+            dnnl_primitive_desc_query_md(pd, role[i].q, i == S_BIAS ? 1 : 0);
+        if (md == NULL) {
+            st = trn__set_error(TRN_ERROR_KERNEL,
+                                "oneDNN: dnnl_primitive_desc_query_md returned no layout "
+                                "for convolution tensor %d",
+                                i);
+            goto fail;
+        }
+        o->comp_md = *md;
+        if (dnnl_memory_desc_equal(&o->user_md, &o->comp_md)) continue;
+        o->temp_size = dnnl_memory_desc_get_size(&o->comp_md);
+        const dnnl_memory_desc_t *from = o->is_output ? &o->comp_md : &o->user_md;
+        const dnnl_memory_desc_t *to = o->is_output ? &o->user_md : &o->comp_md;
+        TRN_DNNL_TRY(dnnl_reorder_primitive_desc_create(&rpd, from, engine, to, engine, attr),
+                     "convolution layout reorder");
+        note_scratch(p, rpd, &o->reorder_scratch_md);
+        TRN_DNNL_TRY(dnnl_primitive_create(&o->reorder, rpd), "convolution layout reorder");
+        dnnl_primitive_desc_destroy(rpd);
+        rpd = NULL;
+    }
+    note_scratch(p, pd, &p->scratch_md);
+    TRN_DNNL_TRY(dnnl_primitive_create(&p->prim, pd), "convolution");
+fail:
+    if (rpd) dnnl_primitive_desc_destroy(rpd);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (hint) dnnl_primitive_desc_destroy(hint);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (st != TRN_SUCCESS) {
+        plan_destroy(p);
+        return st;
+    }
+    *out = p;
+    return TRN_SUCCESS;
+}
+
+// bfloat16 runs as bfloat16 where the native bfloat16 switch allows it
+// (trn__dnnl_bf16_native: an AVX512-BF16 CPU, not turned off) and oneDNN has
+// an optimized kernel for the geometry (2x the float32 rate, and no staging
+// copies); otherwise, and for float16, the operands are staged to float32.
+static trn_status plan_build(const conv_key *k, conv_plan **out) {
+    if (k->native && plan_build_as(k, dnnl_bf16, true, out) == TRN_SUCCESS)
+        return TRN_SUCCESS;
+    return plan_build_as(k, dnnl_f32, false, out);
+}
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static trn_status exec(dnnl_primitive_t prim, dnnl_stream_t s, int n, const dnnl_exec_arg_t *a,
+                       const char *what) {
+    trn_status st = TRN_SUCCESS;
+    TRN_DNNL_TRY(dnnl_primitive_execute(prim, s, n, a), what);
+fail:
+    return st;
+}
+
+static trn_status plan_execute(const conv_plan *p, const trn_conv_desc *d) {
+    trn_status st;
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    if ((st = trn__dnnl_engine(&engine)) != TRN_SUCCESS) return st;
+    if ((st = trn__dnnl_stream(&stream)) != TRN_SUCCESS) return st;
+    size_t off[S_COUNT + 1], total = 0;
+    for (int i = 0; i < S_COUNT; i++) {
+        off[i] = total;
+        total += align64(p->op[i].temp_size);
+    }
+    off[S_COUNT] = total;
+    total += align64(p->scratch_size);
+    char *ws;
+    if ((st = trn__dnnl_workspace(total, (void **)&ws)) != TRN_SUCCESS) return st;
+
+    void *ptrs[S_COUNT] = {d->input, d->weight, d->bias, d->output};
+    dnnl_memory_t user[S_COUNT] = {NULL}, comp[S_COUNT] = {NULL}, rscratch[S_COUNT] = {NULL};
+    dnnl_memory_t scratch = NULL;
+    for (int i = 0; i < S_COUNT; i++) {
+        const operand *o = &p->op[i];
+        if (!o->used) continue;
+        TRN_DNNL_TRY(dnnl_memory_create(&user[i], &o->user_md, engine, ptrs[i]),
+                     "convolution tensor");
+        if (o->reorder) {
+            TRN_DNNL_TRY(dnnl_memory_create(&comp[i], &o->comp_md, engine, ws + off[i]),
+                         "convolution staging buffer");
+            if (o->reorder_scratch_md.ndims > 0)
+                TRN_DNNL_TRY(dnnl_memory_create(&rscratch[i], &o->reorder_scratch_md, engine,
+                                                ws + off[S_COUNT]),
+                             "convolution scratchpad");
+        }
+    }
+    if (p->scratch_md.ndims > 0)
+        TRN_DNNL_TRY(dnnl_memory_create(&scratch, &p->scratch_md, engine, ws + off[S_COUNT]),
+                     "convolution scratchpad");
+
+    for (int i = 0; i < S_COUNT; i++) {
+        const operand *o = &p->op[i];
+        if (!o->used || !o->reorder || o->is_output) continue;
+        dnnl_exec_arg_t a[3] = {{DNNL_ARG_FROM, user[i]}, {DNNL_ARG_TO, comp[i]},
+                                {DNNL_ARG_SCRATCHPAD, rscratch[i]}};
+        if ((st = exec(o->reorder, stream, rscratch[i] ? 3 : 2, a,
+                       "convolution input reorder")) != TRN_SUCCESS)
+            goto fail;
+    }
+    {
+        dnnl_exec_arg_t a[S_COUNT + 1];
+        int n = 0;
+        for (int i = 0; i < S_COUNT; i++) {
+            if (!p->op[i].used) continue;
+            a[n].arg = p->op[i].arg;
+            a[n].memory = comp[i] ? comp[i] : user[i];
+            n++;
+        }
+        if (scratch) {
+            a[n].arg = DNNL_ARG_SCRATCHPAD;
+            a[n].memory = scratch;
+            n++;
+        }
+        if ((st = exec(p->prim, stream, n, a, "convolution")) != TRN_SUCCESS) goto fail;
+    }
+    for (int i = 0; i < S_COUNT; i++) {
+        const operand *o = &p->op[i];
+        if (!o->used || !o->reorder || !o->is_output) continue;
+        dnnl_exec_arg_t a[3] = {{DNNL_ARG_FROM, comp[i]}, {DNNL_ARG_TO, user[i]},
+                                {DNNL_ARG_SCRATCHPAD, rscratch[i]}};
+        if ((st = exec(o->reorder, stream, rscratch[i] ? 3 : 2, a,
+                       "convolution output reorder")) != TRN_SUCCESS)
+            goto fail;
+    }
+    TRN_DNNL_TRY(dnnl_stream_wait(stream), "convolution");
+fail:
+    for (int i = 0; i < S_COUNT; i++) {
+        if (user[i]) dnnl_memory_destroy(user[i]);
+        if (comp[i]) dnnl_memory_destroy(comp[i]);
+        if (rscratch[i]) dnnl_memory_destroy(rscratch[i]);
+    }
+    if (scratch) dnnl_memory_destroy(scratch);
+    return st;
+}
+
+// ---- task ------------------------------------------------------------------------------
+
+// Backward weights with an empty batch: the gradients are zero.
+static void zero_strided(trn_dtype dt, void *base, int nd, const int64_t *sizes,
+                         const int64_t *strides) {
+    const size_t es = trn_dtype_size(dt);
+    int64_t idx[5] = {0}, total = 1;
+    for (int i = 0; i < nd; i++) total *= sizes[i];
+    for (int64_t t = 0; t < total; t++) {
+        int64_t off = 0;
+        for (int i = 0; i < nd; i++) off += idx[i] * strides[i];
+        memset((char *)base + off * (int64_t)es, 0, es);  // +0.0 in every float type
+        for (int i = nd - 1; i >= 0; i--) {
+            if (++idx[i] < sizes[i]) break;
+            idx[i] = 0;
+        }
+    }
+}
+
+// One oneDNN convolution of `d` (plan looked up or built, then run) on the
+// calling thread's oneDNN stream.
+static trn_status conv_run_one(conv_kind kind, const trn_conv_desc *d) {
+    conv_key key;
+    memset(&key, 0, sizeof key);
+    key.kind = kind;
+    key.dtype = d->dtype;
+    // Part of the key: plans built before the switch changed are not reused.
+    key.native = d->dtype == TRN_DTYPE_BF16 && trn__dnnl_bf16_native();
+    key.spatial = d->spatial;
+    key.has_bias = d->bias != NULL;
+    key.n = d->n, key.c_in = d->c_in, key.c_out = d->c_out, key.groups = d->groups;
+    const int sp = d->spatial;
+    const size_t sb = (size_t)sp * sizeof(int64_t), tb = (size_t)(sp + 2) * sizeof(int64_t);
+    memcpy(key.in_size, d->in_size, sb);
+    memcpy(key.out_size, d->out_size, sb);
+    memcpy(key.kernel, d->kernel, sb);
+    memcpy(key.stride, d->stride, sb);
+    memcpy(key.padding, d->padding, sb);
+    memcpy(key.dilation, d->dilation, sb);
+    memcpy(key.input_strides, d->input_strides, tb);
+    memcpy(key.weight_strides, d->weight_strides, tb);
+    memcpy(key.output_strides, d->output_strides, tb);
+    key.bias_stride = d->bias ? d->bias_stride : 0;
+
+    conv_plan *plan = trn__plan_find(&key, sizeof key), *own = NULL;
+    if (plan == NULL) {
+        trn_status st = plan_build(&key, &own);
+        if (st != TRN_SUCCESS) return st;
+        plan = trn__plan_insert(&key, sizeof key, own);
+        if (plan == own) {
+            own = NULL;
+        } else if (plan != NULL) {
+            plan_destroy(own);
+            own = NULL;
+        } else {
+            plan = own;
+        }
+    }
+    trn_status st = plan_execute(plan, d);
+    plan_destroy(own);
+    return st;
+}
+
+// oneDNN would run each convolution on an OpenMP team of its own, next to
+// libtrn's pool on the same cores; its kernels meet at spinning barriers, so
+// when a team thread is descheduled (the pool's threads or any other load
+// hold the core) the others spin out whole time slices: on 2 loaded cores a
+// 0.4 M-MAC weight gradient took 7.5 ms instead of 0.03 ms, a 600 M-MAC
+// convolution 50-100 ms instead of 20-26 ms single-threaded. So oneDNN runs
+// single-threaded, and a large convolution is cut into independent pieces
+// that run on libtrn's pool: along the batch (forward, input gradient) or
+// along output channels (weight gradient; forward/input gradient of a
+// single image: output/input channels).
+#define CONV_SPLIT_MIN_MACS ((int64_t)1 << 21)
+#define CONV_SPLIT_PER_THREAD 2
+
+typedef enum conv_axis { AXIS_BATCH, AXIS_C_OUT, AXIS_C_IN } conv_axis;
+
+typedef struct conv_split {
+    trn_conv_desc d;
+    conv_kind kind;
+    conv_axis axis;
+    int64_t step, extent;
+    trn__split_error error;
+} conv_split;
+
+static void *byte_offset(const void *p, int64_t elems, size_t es) {
+    return p == NULL ? NULL : (void *)((uintptr_t)p + (uintptr_t)(elems * (int64_t)es));
+}
+
+static void split_piece(void *ctx, int64_t p0, int64_t p1) {
+    conv_split *sp = ctx;
+    const size_t es = trn_dtype_size(sp->d.dtype);
+    const int saved = trn__dnnl_serial_begin();
+    for (int64_t p = p0; p < p1; p++) {
+        if (trn__split_failed(&sp->error)) break;
+        trn_conv_desc d = sp->d;
+        const int64_t lo = p * sp->step;
+        const int64_t n = sp->extent - lo < sp->step ? sp->extent - lo : sp->step;
+        if (n <= 0) break;
+        if (sp->axis == AXIS_BATCH) {
+            d.n = n;
+            d.input = byte_offset(d.input, lo * d.input_strides[0], es);
+            d.output = byte_offset(d.output, lo * d.output_strides[0], es);
+        } else if (sp->axis == AXIS_C_OUT) {
+            d.c_out = n;
+            d.output = byte_offset(d.output, lo * d.output_strides[1], es);
+            d.weight = byte_offset(d.weight, lo * d.weight_strides[0], es);
+            d.bias = byte_offset(d.bias, lo * d.bias_stride, es);
+        } else {
+            d.c_in = n;
+            d.input = byte_offset(d.input, lo * d.input_strides[1], es);
+            d.weight = byte_offset(d.weight, lo * d.weight_strides[1], es);
+        }
+        trn_clear_error();
+        trn_status st = conv_run_one(sp->kind, &d);
+        if (st != TRN_SUCCESS) {
+            trn__split_error_record(&sp->error, st);
+            break;
+        }
+    }
+    trn__dnnl_serial_end(saved);
+}
+
+static int64_t conv_macs(const trn_conv_desc *d) {
+    int64_t m = d->n * d->c_out * (d->c_in / d->groups);
+    for (int i = 0; i < d->spatial; i++) m *= d->out_size[i] * d->kernel[i];
+    return m;
+}
+
+static trn_status conv_run(const conv_args *a) {
+    const trn_conv_desc *d = &a->d;
+    if (a->kind == CONV_BWD_WEIGHTS && d->n == 0) {
+        int64_t wsz[5] = {d->c_out, d->c_in / d->groups};
+        memcpy(wsz + 2, d->kernel, (size_t)d->spatial * sizeof(int64_t));
+        zero_strided(d->dtype, d->weight, 2 + d->spatial, wsz, d->weight_strides);
+        if (d->bias) zero_strided(d->dtype, d->bias, 1, &d->c_out, &d->bias_stride);
+        return TRN_SUCCESS;
+    }
+    dnnl_engine_t engine;  // loads oneDNN, which finds its OpenMP runtime
+    trn_status st = trn__dnnl_engine(&engine);
+    if (st != TRN_SUCCESS) return st;
+    if (!trn__dnnl_can_serialize()) return conv_run_one(a->kind, d);  // oneDNN threads it
+    const int threads = trn_parallel_threads();
+    const int64_t macs = conv_macs(d);
+    int64_t want = (int64_t)threads * CONV_SPLIT_PER_THREAD;
+    if (macs / CONV_SPLIT_MIN_MACS < want) want = macs / CONV_SPLIT_MIN_MACS;
+    conv_axis axis = AXIS_BATCH;
+    int64_t extent = 0;
+    if (a->kind != CONV_BWD_WEIGHTS && d->n >= 2) {
+        axis = AXIS_BATCH, extent = d->n;
+    } else if (d->groups == 1) {
+        axis = a->kind == CONV_BWD_DATA ? AXIS_C_IN : AXIS_C_OUT;
+        extent = axis == AXIS_C_IN ? d->c_in : d->c_out;
+    }
+    if (want > extent) want = extent;
+    if (threads <= 1 || want <= 1) {
+        const int saved = trn__dnnl_serial_begin();
+        st = conv_run_one(a->kind, d);
+        trn__dnnl_serial_end(saved);
+        return st;
+    }
+    conv_split *sp = calloc(1, sizeof *sp);
+    if (sp == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "out of host memory for a convolution split");
+    sp->d = *d;
+    sp->kind = a->kind;
+    sp->axis = axis;
+    sp->extent = extent;
+    int64_t step = (extent + want - 1) / want;
+    // Channel pieces are whole 16-channel blocks (oneDNN's blocked layouts):
+    // 8-channel pieces of a 32-channel weight gradient ran slower than one.
+    if (axis != AXIS_BATCH) step = (step + 15) / 16 * 16;
+    sp->step = step;
+    const int64_t pieces = (extent + step - 1) / step;
+    if (pieces <= 1) {
+        free(sp);
+        const int saved = trn__dnnl_serial_begin();
+        st = conv_run_one(a->kind, d);
+        trn__dnnl_serial_end(saved);
+        return st;
+    }
+    trn_parallel_for(pieces, 1, split_piece, sp);
+    st = trn__split_error_raise(&sp->error);
+    free(sp);
+    return st;
+}
+
+static trn_status conv_task(void *args) {
+    const conv_args *a = args;
+    const void *ptrs[S_COUNT] = {a->d.input, a->d.weight, a->d.bias, a->d.output};
+    trn_status st = TRN_SUCCESS;
+    int begun = 0;
+    for (; begun < S_COUNT; begun++) {
+        if (a->span[begun] == 0) continue;
+        st = trn__mem_access_begin(trn__offset_ptr(ptrs[begun], a->lo[begun]),
+                                   (size_t)a->span[begun]);
+        if (st != TRN_SUCCESS) break;
+    }
+    if (st == TRN_SUCCESS) st = conv_run(a);
+    for (int i = 0; i < begun; i++)
+        if (a->span[i] != 0)
+            trn__mem_access_end(trn__offset_ptr(ptrs[i], a->lo[i]), (size_t)a->span[i]);
+    return st;
+}
+
+// ---- launch ------------------------------------------------------------------------------
+
+#define BAD(...) trn__set_error(TRN_ERROR_INVALID_ARGUMENT, __VA_ARGS__)
+
+static trn_status launch(trn_stream *stream, const trn_conv_desc *desc, conv_kind kind,
+                         const char *fn) {
+    if (stream == NULL || desc == NULL) return BAD("%s: stream or descriptor is NULL", fn);
+    const trn_conv_desc *d = desc;
+    if ((unsigned)d->dtype >= TRN_DTYPE_COUNT || !trn_conv_supports(d->dtype))
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtype %s is not supported", fn,
+                              trn_dtype_name(d->dtype));
+    if (d->spatial < 1 || d->spatial > 3)
+        return BAD("%s: spatial dims must be 1..3, got %d", fn, d->spatial);
+    if (d->n < 0 || d->c_in <= 0 || d->c_out <= 0 || d->groups <= 0 ||
+        d->c_in % d->groups != 0 || d->c_out % d->groups != 0)
+        return BAD("%s: bad sizes (n %lld, c_in %lld, c_out %lld, groups %lld)", fn,
+                   (long long)d->n, (long long)d->c_in, (long long)d->c_out,
+                   (long long)d->groups);
+    for (int i = 0; i < d->spatial; i++) {
+        if (d->kernel[i] <= 0 || d->stride[i] <= 0 || d->dilation[i] <= 0 ||
+            d->padding[i] < 0 || d->in_size[i] < 0)
+            return BAD("%s: bad kernel/stride/dilation/padding in spatial dim %d", fn, i);
+        const int64_t ext = d->dilation[i] * (d->kernel[i] - 1) + 1;
+        const int64_t out = (d->in_size[i] + 2 * d->padding[i] - ext) / d->stride[i] + 1;
+        if (d->in_size[i] + 2 * d->padding[i] < ext || out != d->out_size[i])
+            return BAD("%s: output size %lld of spatial dim %d does not match the input "
+                       "size %lld (expected %lld)",
+                       fn, (long long)d->out_size[i], i, (long long)d->in_size[i],
+                       (long long)out);
+    }
+    trn_status st = trn__fork_check();
+    if (st != TRN_SUCCESS) return st;
+
+    conv_args a;
+    memset(&a, 0, sizeof a);
+    a.d = *d;
+    a.kind = kind;
+    if (kind == CONV_BWD_DATA) a.d.bias = NULL;
+    const int nd = 2 + d->spatial;
+    int64_t isz[5] = {d->n, d->c_in}, osz[5] = {d->n, d->c_out},
+            wsz[5] = {d->c_out, d->c_in / d->groups};
+    int64_t in_numel = d->n * d->c_in, out_numel = d->n * d->c_out;
+    for (int i = 0; i < d->spatial; i++) {
+        isz[2 + i] = d->in_size[i];
+        osz[2 + i] = d->out_size[i];
+        wsz[2 + i] = d->kernel[i];
+        in_numel *= d->in_size[i];
+        out_numel *= d->out_size[i];
+    }
+    // Nothing to compute: forward/backward-data on an empty batch.
+    if (kind != CONV_BWD_WEIGHTS && (in_numel == 0 || out_numel == 0)) return TRN_SUCCESS;
+    if (kind == CONV_BWD_WEIGHTS && d->n > 0 && (in_numel == 0 || out_numel == 0))
+        return BAD("%s: empty spatial size", fn);
+    const size_t es = trn_dtype_size(d->dtype);
+    const void *ptrs[S_COUNT] = {a.d.input, a.d.weight, a.d.bias, a.d.output};
+    const int64_t *sizes[S_COUNT] = {isz, wsz, &d->c_out, osz};
+    const int64_t *strides[S_COUNT] = {d->input_strides, d->weight_strides, &d->bias_stride,
+                                       d->output_strides};
+    const int ndims[S_COUNT] = {nd, nd, 1, nd};
+    for (int i = 0; i < S_COUNT; i++) {
+        if (i == S_BIAS && ptrs[i] == NULL) continue;
+        if ((i == S_INPUT || i == S_OUTPUT) && d->n == 0) continue;
+        if ((i == S_INPUT || i == S_OUTPUT) && kind == CONV_BWD_WEIGHTS && d->n == 0) continue;
+        if (ptrs[i] == NULL) return BAD("%s: tensor %d pointer is NULL", fn, i);
+        if (!trn__view_span(ndims[i], sizes[i], strides[i], es, &a.lo[i], &a.span[i]))
+            return BAD("%s: strides of tensor %d overflow the address space", fn, i);
+    }
+    return trn_stream_launch(stream, conv_task, &a, sizeof a);
+}
+
+trn_status trn_conv_forward_launch(trn_stream *stream, const trn_conv_desc *desc) {
+    return launch(stream, desc, CONV_FWD, "trn_conv_forward_launch");
+}
+trn_status trn_conv_backward_data_launch(trn_stream *stream, const trn_conv_desc *desc) {
+    return launch(stream, desc, CONV_BWD_DATA, "trn_conv_backward_data_launch");
+}
+trn_status trn_conv_backward_weights_launch(trn_stream *stream, const trn_conv_desc *desc) {
+    return launch(stream, desc, CONV_BWD_WEIGHTS, "trn_conv_backward_weights_launch");
+}

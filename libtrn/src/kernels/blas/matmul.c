@@ -1,0 +1,1045 @@
+// matmul.c - owns the matmul kernel declared in trn/blas.h: descriptor
+// validation and stride normalisation at launch, the oneDNN path for float32
+// and bfloat16 (natively on an AVX512-BF16 CPU), float16 and the rest of
+// bfloat16 through float32 staging buffers, and blocked C loops for float64
+// and the integer dtypes.
+//
+// oneDNN path: a plan (cached by geometry, see dnnl_common.h) holds the matmul
+// primitive and, when an operand cannot be handed to it as is, a copy that
+// stages the operand in a contiguous float32 buffer (dtype conversion, or
+// strides that only oneDNN's slow reference kernel would accept). alpha is a
+// static output scale and beta a "sum" post-op, both part of the key; a
+// bias row (float32, or bfloat16 on the native path; alpha == 1) is the
+// matmul's own bias argument.
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dnnl_common.h"
+#include "../kit/launch.h"
+#include "tile_mm.h"
+#include "trn/parallel.h"
+#include "trn/blas.h"
+#include "trn/convert.h"
+#include "trn/matmul_bias.h"
+
+typedef struct mm_args {
+    trn_matmul_desc d;
+    const void *bias;  // NULL: none
+    int64_t bias_stride;
+    int64_t a_lo, a_span, b_lo, b_span, c_lo, c_span, bias_lo, bias_span;
+} mm_args;
+
+_Static_assert(sizeof(mm_args) <= TRN_TASK_MAX_ARGS, "matmul args too large");
+
+bool trn_matmul_supports(trn_dtype dtype) {
+    switch (dtype) {
+    case TRN_DTYPE_F32:
+    case TRN_DTYPE_BF16:
+    case TRN_DTYPE_F16:
+    case TRN_DTYPE_F64:
+    case TRN_DTYPE_I8:
+    case TRN_DTYPE_U8:
+    case TRN_DTYPE_I16:
+    case TRN_DTYPE_I32:
+    case TRN_DTYPE_I64: return true;
+    default: return false;
+    }
+}
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// ---- native bfloat16 ----------------------------------------------------------
+// The CPU probe and the switch live in dnnl_common.c: convolution follows
+// the same ones.
+bool trn_matmul_bf16_native(void) { return trn__dnnl_bf16_native(); }
+
+void trn_matmul_set_bf16_native(bool allow) { trn__dnnl_set_bf16_native(allow); }
+
+// ---- C loops: float64 and integers ---------------------------------------------
+// Rows of C in blocks of BI, columns in blocks of BJ accumulated in a local
+// tile, so each B row segment is reused BI times from L1.
+enum { BI = 4, BJ = 256 };
+
+#define DEFINE_LOOP(NAME, T, ACC, ALPHA, BETA)                                   \
+    static void NAME(const trn_matmul_desc *d) {                                 \
+        const ACC alpha = (ACC)(ALPHA), beta = (ACC)(BETA);                      \
+        const bool read_c = d->beta != 0 || d->beta_int != 0;                    \
+        const int64_t *as = d->a_strides, *bs = d->b_strides, *cs = d->c_strides; \
+        ACC acc[BI][BJ];                                                         \
+        for (int64_t t = 0; t < d->batch; t++) {                                 \
+            const T *A = (const T *)d->a + t * as[0];                            \
+            const T *B = (const T *)d->b + t * bs[0];                            \
+            T *C = (T *)d->c + t * cs[0];                                        \
+            for (int64_t i0 = 0; i0 < d->m; i0 += BI) {                          \
+                const int64_t ni = min64(BI, d->m - i0);                         \
+                for (int64_t j0 = 0; j0 < d->n; j0 += BJ) {                      \
+                    const int64_t nj = min64(BJ, d->n - j0);                     \
+                    memset(acc, 0, sizeof acc);                                  \
+                    for (int64_t p = 0; p < d->k; p++) {                         \
+                        const T *brow = B + p * bs[1] + j0 * bs[2];              \
+                        for (int64_t r = 0; r < ni; r++) {                       \
+                            const ACC av = (ACC)A[(i0 + r) * as[1] + p * as[2]]; \
+                            ACC *ar = acc[r];                                    \
+                            if (bs[2] == 1) {                                    \
+                                for (int64_t j = 0; j < nj; j++)                 \
+                                    ar[j] += av * (ACC)brow[j];                  \
+                            } else {                                             \
+                                for (int64_t j = 0; j < nj; j++)                 \
+                                    ar[j] += av * (ACC)brow[j * bs[2]];          \
+                            }                                                    \
+                        }                                                        \
+                    }                                                            \
+                    for (int64_t r = 0; r < ni; r++)                             \
+                        for (int64_t j = 0; j < nj; j++) {                       \
+                            T *cp = C + (i0 + r) * cs[1] + (j0 + j) * cs[2];     \
+                            ACC v = alpha * acc[r][j];                           \
+                            if (read_c) v += beta * (ACC)*cp;                    \
+                            *cp = (T)v;                                          \
+                        }                                                        \
+                }                                                                \
+            }                                                                    \
+        }                                                                        \
+    }
+
+// Integers accumulate in uint64_t: wrap-around is defined there, and the low
+// bits equal those of PyTorch's same-width wrapping arithmetic.
+DEFINE_LOOP(loop_f64, double, double, d->alpha, d->beta)
+DEFINE_LOOP(loop_i8, int8_t, uint64_t, d->alpha_int, d->beta_int)
+DEFINE_LOOP(loop_u8, uint8_t, uint64_t, d->alpha_int, d->beta_int)
+DEFINE_LOOP(loop_i16, int16_t, uint64_t, d->alpha_int, d->beta_int)
+DEFINE_LOOP(loop_i32, int32_t, uint64_t, d->alpha_int, d->beta_int)
+DEFINE_LOOP(loop_i64, int64_t, uint64_t, d->alpha_int, d->beta_int)
+
+// Small float products (m * n * k < SMALL_MNK): the same loop in float32,
+// halves converted on load and rounded once on store. Below this size
+// oneDNN's per-call cost (memory objects, plan lookup, stream) exceeds the
+// arithmetic.
+#define SMALL_MNK 32768
+#define DEFINE_SMALL(NAME, T, LD, ST)                                            \
+    static void NAME(const trn_matmul_desc *d) {                                 \
+        const float alpha = (float)d->alpha, beta = (float)d->beta;              \
+        const bool read_c = d->beta != 0;                                        \
+        const int64_t *as = d->a_strides, *bs = d->b_strides, *cs = d->c_strides; \
+        float acc[BI][BJ];                                                       \
+        for (int64_t t = 0; t < d->batch; t++) {                                 \
+            const T *A = (const T *)d->a + t * as[0];                            \
+            const T *B = (const T *)d->b + t * bs[0];                            \
+            T *C = (T *)d->c + t * cs[0];                                        \
+            for (int64_t i0 = 0; i0 < d->m; i0 += BI) {                          \
+                const int64_t ni = min64(BI, d->m - i0);                         \
+                for (int64_t j0 = 0; j0 < d->n; j0 += BJ) {                      \
+                    const int64_t nj = min64(BJ, d->n - j0);                     \
+                    memset(acc, 0, sizeof acc);                                  \
+                    for (int64_t p = 0; p < d->k; p++) {                         \
+                        const T *brow = B + p * bs[1] + j0 * bs[2];              \
+                        for (int64_t r = 0; r < ni; r++) {                       \
+                            const float av = LD(A[(i0 + r) * as[1] + p * as[2]]); \
+                            float *ar = acc[r];                                  \
+                            if (bs[2] == 1) {                                    \
+                                for (int64_t j = 0; j < nj; j++)                 \
+                                    ar[j] += av * LD(brow[j]);                   \
+                            } else {                                             \
+                                for (int64_t j = 0; j < nj; j++)                 \
+                                    ar[j] += av * LD(brow[j * bs[2]]);           \
+                            }                                                    \
+                        }                                                        \
+                    }                                                            \
+                    for (int64_t r = 0; r < ni; r++)                             \
+                        for (int64_t j = 0; j < nj; j++) {                       \
+                            T *cp = C + (i0 + r) * cs[1] + (j0 + j) * cs[2];     \
+                            float v = alpha * acc[r][j];                         \
+                            if (read_c) v += beta * LD(*cp);                     \
+                            *cp = ST(v);                                         \
+                        }                                                        \
+                }                                                                \
+            }                                                                    \
+        }                                                                        \
+    }
+#define LD_F32(x) (x)
+#define ST_F32(x) (x)
+DEFINE_SMALL(small_f32, float, LD_F32, ST_F32)
+
+// Float32 products below TILE_MNK multiply-adds run on register-blocked
+// tiles instead of oneDNN or small_f32: small_f32 keeps its accumulator
+// tile in memory (a load and a store per multiply-add, and a 4 KiB memset
+// per tile: a 32 x 10 x 64 product took 5.7 us), and below this size
+// oneDNN's per-call cost (plan lookup, memory objects, malloc) is most of
+// its time (32 x 64 x 32: 2.7 us). Each element of C is the same fused
+// multiply-add chain over k in order, from zero, as in small_f32, so the
+// bits equal small_f32's for every product both take.
+#define TILE_MNK ((int64_t)1 << 19)
+
+static bool tile_f32_fits(const trn_matmul_desc *d) {
+    // The whole batch counts: the tiles run on one thread, oneDNN on all.
+    return d->dtype == TRN_DTYPE_F32 && d->beta == 0 && d->batch * d->m * d->n * d->k < TILE_MNK;
+}
+
+#if defined(__AVX512F__)
+// AVX-512: blocks of 4 rows x 32 columns (8 accumulators) or, where at
+// most 16 columns are left, 8 rows x 16; a block's last columns are masked
+// (a masked load reads nothing past the mask), so narrow products (n = 10)
+// stay vectorized. Rows past m compute row m - 1 again and are not stored.
+// Accumulators are named variables: GCC keeps an array of them in memory
+// (tile_mm.h).
+#define T16_ROW(r) const float *a##r = A + (i + ((r) < rows ? (r) : rows - 1)) * ars
+#define T16_FMA1(r) c##r##0 = _mm512_fmadd_ps(_mm512_set1_ps(a##r[p * acs]), b0, c##r##0)
+#define T16_FMA2(r)                                                 \
+    do {                                                            \
+        const __m512 av = _mm512_set1_ps(a##r[p * acs]);            \
+        c##r##0 = _mm512_fmadd_ps(av, b0, c##r##0);                 \
+        c##r##1 = _mm512_fmadd_ps(av, b1, c##r##1);                 \
+    } while (0)
+#define T16_ST1(r) \
+    if ((r) < rows) _mm512_mask_storeu_ps(C + (i + (r)) * ldc + j, m0, c##r##0)
+#define T16_ST2(r)                                                   \
+    if ((r) < rows) {                                                \
+        _mm512_mask_storeu_ps(C + (i + (r)) * ldc + j, m0, c##r##0);      \
+        _mm512_mask_storeu_ps(C + (i + (r)) * ldc + j + 16, m1, c##r##1); \
+    }
+
+static __mmask16 t16_mask(int64_t w) { return w >= 16 ? (__mmask16)0xFFFF : w <= 0 ? 0 : (__mmask16)((1u << w) - 1); }
+
+static void tile16_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t ars, int64_t acs, const float *B,
+                       int64_t ldb, float *C, int64_t ldc) {
+    for (int64_t j = 0; j < n; j += 32) {
+        const __mmask16 m0 = t16_mask(n - j), m1 = t16_mask(n - j - 16);
+        if (m1 == 0) {
+            for (int64_t i = 0; i < m; i += 8) {
+                const int64_t rows = m - i < 8 ? m - i : 8;
+                T16_ROW(0); T16_ROW(1); T16_ROW(2); T16_ROW(3); T16_ROW(4); T16_ROW(5); T16_ROW(6); T16_ROW(7);
+                __m512 c00 = _mm512_setzero_ps(), c10 = c00, c20 = c00, c30 = c00, c40 = c00, c50 = c00,
+                       c60 = c00, c70 = c00;
+                for (int64_t p = 0; p < k; p++) {
+                    const __m512 b0 = _mm512_maskz_loadu_ps(m0, B + p * ldb + j);
+                    T16_FMA1(0); T16_FMA1(1); T16_FMA1(2); T16_FMA1(3);
+                    T16_FMA1(4); T16_FMA1(5); T16_FMA1(6); T16_FMA1(7);
+                }
+                T16_ST1(0); T16_ST1(1); T16_ST1(2); T16_ST1(3); T16_ST1(4); T16_ST1(5); T16_ST1(6); T16_ST1(7);
+            }
+            continue;
+        }
+        for (int64_t i = 0; i < m; i += 4) {
+            const int64_t rows = m - i < 4 ? m - i : 4;
+            T16_ROW(0); T16_ROW(1); T16_ROW(2); T16_ROW(3);
+            __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
+                   c31 = c00;
+            for (int64_t p = 0; p < k; p++) {
+                const __m512 b0 = _mm512_maskz_loadu_ps(m0, B + p * ldb + j);
+                const __m512 b1 = _mm512_maskz_loadu_ps(m1, B + p * ldb + j + 16);
+                T16_FMA2(0); T16_FMA2(1); T16_FMA2(2); T16_FMA2(3);
+            }
+            T16_ST2(0) T16_ST2(1) T16_ST2(2) T16_ST2(3)
+        }
+    }
+}
+#define TILE_F32(m, n, k, A, ars, acs, B, ldb, C, ldc) tile16_f32(m, n, k, A, ars, acs, B, ldb, C, ldc)
+
+// Transposes 16 x 16 floats in registers (unpack pairs, then pairs of
+// pairs, then 128-bit lanes twice): r[i] holds row i, o[c] gets column c.
+static inline void t16_transpose(__m512 r[16], __m512 o[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    // r[4i + c], 128-bit lane L: rows 4i..4i+3 of column 4L + c.
+    for (int i = 0; i < 4; i++) {
+        const __m512d t0 = _mm512_castps_pd(t[4 * i]), t1 = _mm512_castps_pd(t[4 * i + 1]),
+                      t2 = _mm512_castps_pd(t[4 * i + 2]), t3 = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512 u0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88), u1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd),
+                     u2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88),
+                     u3 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
+        o[c] = _mm512_shuffle_f32x4(u0, u2, 0x88);
+        o[4 + c] = _mm512_shuffle_f32x4(u1, u3, 0x88);
+        o[8 + c] = _mm512_shuffle_f32x4(u0, u2, 0xdd);
+        o[12 + c] = _mm512_shuffle_f32x4(u1, u3, 0xdd);
+    }
+}
+
+// packed[p * n + j] = B[j * ldbt + p] (B's rows contiguous along k), in
+// 16 x 16 blocks transposed in registers, tails masked.
+static void pack_transposed(int64_t k, int64_t n, const float *B, int64_t ldbt, float *packed) {
+    for (int64_t j0 = 0; j0 < n; j0 += 16)
+        for (int64_t p0 = 0; p0 < k; p0 += 16) {
+            const __mmask16 mp = t16_mask(k - p0), mj = t16_mask(n - j0);
+            __m512 r[16], o[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = j0 + i < n ? _mm512_maskz_loadu_ps(mp, B + (j0 + i) * ldbt + p0) : _mm512_setzero_ps();
+            t16_transpose(r, o);
+            for (int i = 0; i < 16 && p0 + i < k; i++) _mm512_mask_storeu_ps(packed + (p0 + i) * n + j0, mj, o[i]);
+        }
+}
+#define PACK_TRANSPOSED 1
+#else
+#define TILE_F32(m, n, k, A, ars, acs, B, ldb, C, ldc) trn_tile_mm(m, n, k, A, ars, acs, B, ldb, C, ldc, 0)
+#endif
+
+// B (k x n, column stride != 1) copied row-major into packed (ldb n).
+static void pack_b(int64_t k, int64_t n, const float *B, const int64_t *bs, float *packed) {
+#ifdef PACK_TRANSPOSED
+    if (bs[1] == 1) {
+        pack_transposed(k, n, B, bs[2], packed);
+        return;
+    }
+#endif
+    // In 16 x 16 blocks: the reads and the writes each stay in a few cache
+    // lines (row by row, a transposed read misses per element).
+    for (int64_t p0 = 0; p0 < k; p0 += 16)
+        for (int64_t j0 = 0; j0 < n; j0 += 16) {
+            const int64_t p1 = min64(p0 + 16, k), j1 = min64(j0 + 16, n);
+            for (int64_t j = j0; j < j1; j++)
+                for (int64_t p = p0; p < p1; p++) packed[p * n + j] = B[p * bs[1] + j * bs[2]];
+        }
+}
+
+// C = alpha * A.B (+ the bias row) on tiles. A transposed B (column
+// stride != 1) is first copied row-major: the tiles read B by rows. A C
+// whose rows are not contiguous (a column-major output the compiler chose)
+// gets the tiles' row-major result copied in, so every float32 product
+// below TILE_MNK computes the same bits whatever the layouts (eager and
+// compiled graphs agree). Returns false (nothing written) when a copy
+// cannot be allocated; the caller then takes the other paths.
+static bool tile_f32(const trn_matmul_desc *d, const float *bias, int64_t bias_stride) {
+    const int64_t *as = d->a_strides, *bs = d->b_strides, *cs = d->c_strides;
+    const bool pack = bs[2] != 1 && d->n > 1, direct = cs[2] == 1 || d->n == 1;
+    float *packed = NULL, *rows = NULL;
+    if ((pack && (packed = malloc((size_t)(d->k * d->n) * sizeof *packed)) == NULL) ||
+        (!direct && (rows = malloc((size_t)(d->m * d->n) * sizeof *rows)) == NULL)) {
+        free(packed);
+        return false;
+    }
+    const float alpha = (float)d->alpha;
+    for (int64_t t = 0; t < d->batch; t++) {
+        const float *A = (const float *)d->a + t * as[0];
+        const float *B = (const float *)d->b + t * bs[0];
+        float *C = (float *)d->c + t * cs[0];
+        int64_t ldb = bs[1];
+        if (pack) {
+            if (t == 0 || bs[0] != 0) pack_b(d->k, d->n, B, bs, packed);
+            B = packed;
+            ldb = d->n;
+        }
+        float *T = direct ? C : rows;
+        const int64_t ldt = direct ? cs[1] : d->n;
+        TILE_F32(d->m, d->n, d->k, A, as[1], as[2], B, ldb, T, ldt);
+        // As small_f32: alpha times the sum, then the bias added (one
+        // rounding each; alpha 1 changes nothing).
+        if (alpha != 1.0f || bias != NULL || !direct)
+            for (int64_t i = 0; i < d->m; i++)
+                for (int64_t j = 0; j < d->n; j++) {
+                    float v = alpha * T[i * ldt + j];
+                    if (bias != NULL) v += bias[j * bias_stride];
+                    C[i * cs[1] + j * cs[2]] = v;
+                }
+    }
+    free(packed);
+    free(rows);
+    return true;
+}
+DEFINE_SMALL(small_f16, uint16_t, trn_half_to_float, trn_float_to_half)
+DEFINE_SMALL(small_bf16, uint16_t, trn_bf16_to_float, trn_float_to_bf16)
+
+// k == 0: C = beta * C (0 when beta is 0). Not a hot path.
+#define DEFINE_SCALE(NAME, T, LOAD, STORE, BETA, ZERO)                           \
+    static void NAME(const trn_matmul_desc *d) {                                 \
+        const int64_t *cs = d->c_strides;                                        \
+        for (int64_t t = 0; t < d->batch; t++)                                   \
+            for (int64_t i = 0; i < d->m; i++)                                   \
+                for (int64_t j = 0; j < d->n; j++) {                             \
+                    T *cp = (T *)d->c + t * cs[0] + i * cs[1] + j * cs[2];       \
+                    if (BETA == ZERO)                                            \
+                        *cp = STORE(ZERO);                                       \
+                    else                                                         \
+                        *cp = STORE(BETA * LOAD(*cp));                           \
+                }                                                                \
+    }
+#define ID(x) (x)
+#define U64(x) ((uint64_t)(x))
+static inline float f16_load(uint16_t v) { return trn_half_to_float(v); }
+static inline uint16_t f16_store(double v) { return trn_float_to_half((float)v); }
+static inline float bf16_load(uint16_t v) { return trn_bf16_to_float(v); }
+static inline uint16_t bf16_store(double v) { return trn_float_to_bf16((float)v); }
+#define F32(x) ((float)(x))
+DEFINE_SCALE(scale_f32, float, ID, F32, d->beta, 0.0)
+DEFINE_SCALE(scale_f64, double, ID, ID, d->beta, 0.0)
+DEFINE_SCALE(scale_f16, uint16_t, f16_load, f16_store, d->beta, 0.0)
+DEFINE_SCALE(scale_bf16, uint16_t, bf16_load, bf16_store, d->beta, 0.0)
+DEFINE_SCALE(scale_i8, int8_t, U64, (int8_t), U64(d->beta_int), U64(0))
+DEFINE_SCALE(scale_u8, uint8_t, U64, (uint8_t), U64(d->beta_int), U64(0))
+DEFINE_SCALE(scale_i16, int16_t, U64, (int16_t), U64(d->beta_int), U64(0))
+DEFINE_SCALE(scale_i32, int32_t, U64, (int32_t), U64(d->beta_int), U64(0))
+DEFINE_SCALE(scale_i64, int64_t, U64, (int64_t), U64(d->beta_int), U64(0))
+
+// ---- oneDNN path ------------------------------------------------------------------
+
+typedef struct mm_key {
+    int64_t dtype;
+    int64_t a_dims[3], b_dims[3], c_dims[3];
+    int64_t as[3], bs[3], cs[3];
+    double alpha, beta;
+    int64_t bias;  // 1: a contiguous bias row of c_dims[2] entries, of `dtype`
+    int64_t native;  // 1: bfloat16 operands may go to oneDNN as they are
+} mm_key;
+
+enum { OP_A, OP_B, OP_C_IN, OP_C_OUT, OP_MM, OP_COUNT };
+
+typedef struct mm_plan {
+    dnnl_primitive_t prim[OP_COUNT];  // only OP_MM (staging: stage_in/out)
+    dnnl_memory_desc_t scratch_md[OP_COUNT];
+    size_t scratch_size;              // max over the primitives
+    dnnl_memory_desc_t user_md[3], comp_md[3];  // a, b, c
+    dnnl_memory_desc_t bias_md;       // when key.bias: as the caller's,
+    dnnl_memory_desc_t bias_comp_md;  // and as the matmul reads it
+    size_t bias_temp_size;            // staged bias bytes (0: direct)
+    size_t temp_size[3];              // staging buffer bytes (0: direct)
+    mm_key key;                       // operand geometry, for staging
+} mm_plan;
+
+static void plan_destroy(mm_plan *p) {
+    if (p == NULL) return;
+    for (int i = 0; i < OP_COUNT; i++)
+        if (p->prim[i]) dnnl_primitive_destroy(p->prim[i]);
+    free(p);
+}
+
+static dnnl_data_type_t dnnl_type(trn_dtype t) {
+    switch (t) {
+    case TRN_DTYPE_BF16: return dnnl_bf16;
+    case TRN_DTYPE_F16: return dnnl_f16;
+    default: return dnnl_f32;
+    }
+}
+
+// Creates the primitive of `pd` into plan slot `i`, recording its scratchpad.
+static trn_status take_primitive(mm_plan *p, int i, dnnl_primitive_desc_t pd) {
+    trn_status st = TRN_SUCCESS;
+    const dnnl_memory_desc_t *smd =
+        dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    if (smd) {
+        p->scratch_md[i] = *smd;
+        size_t sz = dnnl_memory_desc_get_size(smd);
+        if (sz > p->scratch_size) p->scratch_size = sz;
+    }
+    TRN_DNNL_TRY(dnnl_primitive_create(&p->prim[i], pd), "matmul plan");
+fail:
+    return st;
+}
+
+static trn_status plan_build(const mm_key *key, mm_plan **out) {
+    trn_status st = TRN_SUCCESS;
+    dnnl_engine_t engine;
+    dnnl_primitive_attr_t attr = NULL, plain_attr = NULL;
+    dnnl_post_ops_t ops = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    mm_plan *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "out of host memory for a matmul plan");
+    p->key = *key;
+    st = trn__dnnl_engine(&engine);
+    if (st != TRN_SUCCESS) goto fail;
+
+    const dnnl_data_type_t udt = dnnl_type((trn_dtype)key->dtype);
+    const int64_t *dims[3] = {key->a_dims, key->b_dims, key->c_dims};
+    const int64_t *strides[3] = {key->as, key->bs, key->cs};
+    dnnl_dims_t dd[3], ss[3];
+    for (int i = 0; i < 3; i++) {
+        memcpy(dd[i], dims[i], 3 * sizeof(int64_t));
+        memcpy(ss[i], strides[i], 3 * sizeof(int64_t));
+        TRN_DNNL_TRY(dnnl_memory_desc_init_by_strides(&p->user_md[i], 3, dd[i], udt, ss[i]),
+                     "matmul operand layout");
+    }
+    const dnnl_memory_desc_t *bias_md = NULL;
+    dnnl_dims_t bdims = {1, 1, key->c_dims[2]};
+    if (key->bias) {
+        TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->bias_md, 3, bdims, udt, dnnl_abc),
+                     "matmul bias layout");
+        bias_md = &p->bias_md;
+    }
+
+    TRN_DNNL_TRY(dnnl_primitive_attr_create(&plain_attr), "matmul plan");
+    TRN_DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(plain_attr, dnnl_scratchpad_mode_user),
+                 "matmul plan");
+    TRN_DNNL_TRY(dnnl_primitive_attr_clone(&attr, plain_attr), "matmul plan");
+    if (key->alpha != 1.0) {
+        const float alpha = (float)key->alpha;
+        TRN_DNNL_TRY(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha), "matmul alpha");
+    }
+    if (key->beta != 0.0) {
+        TRN_DNNL_TRY(dnnl_post_ops_create(&ops), "matmul beta");
+        TRN_DNNL_TRY(dnnl_post_ops_append_sum(ops, (float)key->beta), "matmul beta");
+        TRN_DNNL_TRY(dnnl_primitive_attr_set_post_ops(attr, ops), "matmul beta");
+    }
+
+    // Direct: float32 (and native bfloat16) operands as they are, unless
+    // only the reference kernel takes their strides. When the
+    // implementation cannot be told, the primitive is kept: it computes the
+    // right result either way, and staging would cost copies on every call.
+    bool direct = false;
+    if (udt == dnnl_f32 || (udt == dnnl_bf16 && key->native)) {
+        dnnl_matmul_desc_t md;
+        if (dnnl_matmul_desc_init(&md, &p->user_md[0], &p->user_md[1], bias_md, &p->user_md[2]) ==
+                dnnl_success &&
+            dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL) == dnnl_success) {
+            if (trn__dnnl_impl_of(pd) == TRN__DNNL_IMPL_REFERENCE) {
+                dnnl_primitive_desc_destroy(pd);
+                pd = NULL;
+            } else {
+                direct = true;
+            }
+        }
+    }
+    if (!direct) {
+        for (int i = 0; i < 3; i++)
+            TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->comp_md[i], 3, dd[i], dnnl_f32,
+                                                      dnnl_abc),
+                         "matmul staging layout");
+        if (key->bias && udt != dnnl_f32) {
+            // A bfloat16 bias row of a plan that fell back to staging.
+            TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->bias_comp_md, 3, bdims, dnnl_f32,
+                                                      dnnl_abc),
+                         "matmul bias staging layout");
+            p->bias_temp_size = dnnl_memory_desc_get_size(&p->bias_comp_md);
+            bias_md = &p->bias_comp_md;
+        }
+        dnnl_matmul_desc_t md;
+        TRN_DNNL_TRY(dnnl_matmul_desc_init(&md, &p->comp_md[0], &p->comp_md[1], bias_md,
+                                           &p->comp_md[2]),
+                     "matmul");
+        TRN_DNNL_TRY(dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL), "matmul");
+        for (int i = 0; i < 3; i++) {
+            if (dnnl_memory_desc_equal(&p->user_md[i], &p->comp_md[i])) continue;
+            p->temp_size[i] = dnnl_memory_desc_get_size(&p->comp_md[i]);
+        }
+    }
+    st = take_primitive(p, OP_MM, pd);
+fail:
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (ops) dnnl_post_ops_destroy(ops);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (plain_attr) dnnl_primitive_attr_destroy(plain_attr);
+    if (st != TRN_SUCCESS) {
+        plan_destroy(p);
+        return st;
+    }
+    *out = p;
+    return TRN_SUCCESS;
+}
+
+// Staging: an operand as a contiguous float32 batch of matrices, and the
+// float32 result back into C, converting the dtype. Our own loops, because
+// oneDNN 2.6's generic reorder (the only one for these layouts on an AVX2
+// host) costs ~0.3 us per element - 100x the product it feeds.
+static void stage_in(trn_dtype t, const void *src, const int64_t *dims, const int64_t *s,
+                     float *dst) {
+    for (int64_t b = 0; b < dims[0]; b++)
+        for (int64_t i = 0; i < dims[1]; i++) {
+            const int64_t base = b * s[0] + i * s[1];
+            float *row = dst + (b * dims[1] + i) * dims[2];
+            switch (t) {
+            case TRN_DTYPE_BF16: {
+                const uint16_t *p = (const uint16_t *)src + base;
+                for (int64_t j = 0; j < dims[2]; j++) row[j] = trn_bf16_to_float(p[j * s[2]]);
+                break;
+            }
+            case TRN_DTYPE_F16: {
+                const uint16_t *p = (const uint16_t *)src + base;
+                for (int64_t j = 0; j < dims[2]; j++) row[j] = trn_half_to_float(p[j * s[2]]);
+                break;
+            }
+            default: {
+                const float *p = (const float *)src + base;
+                for (int64_t j = 0; j < dims[2]; j++) row[j] = p[j * s[2]];
+            }
+            }
+        }
+}
+
+static void stage_out(trn_dtype t, const float *src, const int64_t *dims, const int64_t *s,
+                      void *dst) {
+    for (int64_t b = 0; b < dims[0]; b++)
+        for (int64_t i = 0; i < dims[1]; i++) {
+            const int64_t base = b * s[0] + i * s[1];
+            const float *row = src + (b * dims[1] + i) * dims[2];
+            switch (t) {
+            case TRN_DTYPE_BF16: {
+                uint16_t *p = (uint16_t *)dst + base;
+                for (int64_t j = 0; j < dims[2]; j++) p[j * s[2]] = trn_float_to_bf16(row[j]);
+                break;
+            }
+            case TRN_DTYPE_F16: {
+                uint16_t *p = (uint16_t *)dst + base;
+                for (int64_t j = 0; j < dims[2]; j++) p[j * s[2]] = trn_float_to_half(row[j]);
+                break;
+            }
+            default: {
+                float *p = (float *)dst + base;
+                for (int64_t j = 0; j < dims[2]; j++) p[j * s[2]] = row[j];
+            }
+            }
+        }
+}
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static trn_status run_primitive(dnnl_primitive_t prim, dnnl_stream_t stream, int nargs,
+                                const dnnl_exec_arg_t *args, const char *what) {
+    trn_status st = TRN_SUCCESS;
+    TRN_DNNL_TRY(dnnl_primitive_execute(prim, stream, nargs, args), what);
+fail:
+    return st;
+}
+
+static trn_status plan_execute(const mm_plan *p, const trn_matmul_desc *d, const void *bias_row) {
+    trn_status st;
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    if ((st = trn__dnnl_engine(&engine)) != TRN_SUCCESS) return st;
+    if ((st = trn__dnnl_stream(&stream)) != TRN_SUCCESS) return st;
+
+    size_t off[5], total = 0;
+    for (int i = 0; i < 3; i++) {
+        off[i] = total;
+        total += align64(p->temp_size[i]);
+    }
+    off[3] = total;
+    total += align64(p->scratch_size);
+    off[4] = total;
+    total += align64(p->bias_temp_size);
+    char *ws;
+    if ((st = trn__dnnl_workspace(total, (void **)&ws)) != TRN_SUCCESS) return st;
+
+    // user[i]: the caller's memory; comp[i]: what the matmul reads/writes.
+    dnnl_memory_t user[3] = {NULL, NULL, NULL}, comp[3] = {NULL, NULL, NULL}, bias = NULL;
+    dnnl_memory_t scratch[OP_COUNT] = {NULL};
+    if (p->key.bias && p->bias_temp_size != 0) {
+        float *staged = (float *)(void *)(ws + off[4]);
+        const uint16_t *row = bias_row;
+        for (int64_t j = 0; j < p->key.c_dims[2]; j++) staged[j] = trn_bf16_to_float(row[j]);
+        TRN_DNNL_TRY(dnnl_memory_create(&bias, &p->bias_comp_md, engine, staged),
+                     "matmul bias");
+    } else if (p->key.bias) {
+        TRN_DNNL_TRY(dnnl_memory_create(&bias, &p->bias_md, engine, (void *)bias_row),
+                     "matmul bias");
+    }
+    void *ptrs[3] = {(void *)d->a, (void *)d->b, d->c};
+    for (int i = 0; i < 3; i++) {
+        TRN_DNNL_TRY(dnnl_memory_create(&user[i], &p->user_md[i], engine, ptrs[i]),
+                     "matmul operand");
+        if (p->temp_size[i] != 0)
+            TRN_DNNL_TRY(dnnl_memory_create(&comp[i], &p->comp_md[i], engine, ws + off[i]),
+                         "matmul staging buffer");
+    }
+    for (int i = 0; i < OP_COUNT; i++)
+        if (p->prim[i] && p->scratch_md[i].ndims > 0)
+            TRN_DNNL_TRY(dnnl_memory_create(&scratch[i], &p->scratch_md[i], engine, ws + off[3]),
+                         "matmul scratchpad");
+
+    const trn_dtype dt = (trn_dtype)p->key.dtype;
+    const int64_t *kdims[3] = {p->key.a_dims, p->key.b_dims, p->key.c_dims};
+    const int64_t *kstr[3] = {p->key.as, p->key.bs, p->key.cs};
+    for (int i = 0; i < 3; i++)
+        if (p->temp_size[i] != 0 && (i < 2 || p->key.beta != 0.0))
+            stage_in(dt, ptrs[i], kdims[i], kstr[i], (float *)(void *)(ws + off[i]));
+    {
+        dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, comp[0] ? comp[0] : user[0]},
+                                   {DNNL_ARG_WEIGHTS, comp[1] ? comp[1] : user[1]},
+                                   {DNNL_ARG_DST, comp[2] ? comp[2] : user[2]}};
+        int nargs = 3;
+        if (scratch[OP_MM]) args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, scratch[OP_MM]};
+        if (bias) args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, bias};
+        if ((st = run_primitive(p->prim[OP_MM], stream, nargs, args, "matmul")) != TRN_SUCCESS)
+            goto fail;
+    }
+    TRN_DNNL_TRY(dnnl_stream_wait(stream), "matmul");
+    if (p->temp_size[2] != 0)
+        stage_out(dt, (const float *)(void *)(ws + off[2]), kdims[2], kstr[2], d->c);
+fail:
+    for (int i = 0; i < 3; i++) {
+        if (user[i]) dnnl_memory_destroy(user[i]);
+        if (comp[i]) dnnl_memory_destroy(comp[i]);
+    }
+    if (bias) dnnl_memory_destroy(bias);
+    for (int i = 0; i < OP_COUNT; i++)
+        if (scratch[i]) dnnl_memory_destroy(scratch[i]);
+    return st;
+}
+
+// Operand geometry for oneDNN: a broadcast batch (stride 0) becomes a batch
+// dim of 1, and the batch stride of a single matrix gets a harmless value.
+static void key_operand(int64_t batch, int64_t rows, int64_t cols, const int64_t *s,
+                        int64_t *dims, int64_t *strides) {
+    dims[0] = (batch > 1 && s[0] == 0) ? 1 : batch;
+    dims[1] = rows;
+    dims[2] = cols;
+    strides[1] = s[1];
+    strides[2] = s[2];
+    strides[0] = dims[0] == 1 ? (rows - 1) * s[1] + (cols - 1) * s[2] + 1 : s[0];
+    if (strides[0] <= 0) strides[0] = rows * cols;
+}
+
+// One oneDNN matmul (plan from the cache, or built) for the whole of `d`,
+// adding the contiguous row `bias` (of d's dtype) unless it is NULL.
+static trn_status run_plan(const trn_matmul_desc *d, const void *bias) {
+    mm_key key;
+    memset(&key, 0, sizeof key);
+    key.dtype = d->dtype;
+    key_operand(d->batch, d->m, d->k, d->a_strides, key.a_dims, key.as);
+    key_operand(d->batch, d->k, d->n, d->b_strides, key.b_dims, key.bs);
+    key_operand(d->batch, d->m, d->n, d->c_strides, key.c_dims, key.cs);
+    key.alpha = d->alpha;
+    key.beta = d->beta;
+    key.bias = bias != NULL;
+    key.native = d->dtype == TRN_DTYPE_BF16 && trn_matmul_bf16_native();
+
+    mm_plan *plan = trn__plan_find(&key, sizeof key), *own = NULL;
+    if (plan == NULL) {
+        trn_status st = plan_build(&key, &own);
+        if (st != TRN_SUCCESS) return st;
+        plan = trn__plan_insert(&key, sizeof key, own);
+        if (plan == own) {
+            own = NULL;  // the cache keeps it
+        } else if (plan != NULL) {
+            plan_destroy(own);  // another thread inserted the same plan first
+            own = NULL;
+        } else {
+            plan = own;  // cache full: use once, then destroy
+        }
+    }
+    trn_status st = plan_execute(plan, d, bias);
+    plan_destroy(own);
+    return st;
+}
+
+// ---- splitting over libtrn's pool --------------------------------------------------
+// oneDNN would run each product on an OpenMP team of its own (one per
+// calling thread), whose workers spin after every call: on a small host
+// they take the cores libtrn's pool and the application need, and on a
+// loaded machine a preempted team member stalls the whole product. Instead
+// a product is cut into pieces (batch slices, else row or column blocks of
+// C) that libtrn's pool hands out to whichever thread is ready, each piece
+// one single-threaded oneDNN call. Pieces of one product share a geometry
+// (except the last), so they add at most two plans to the cache.
+
+// Below this many multiply-adds a product runs as one call on the launching
+// thread: a hand-off would cost more than it saves.
+#define SPLIT_MIN_MACS ((int64_t)1 << 20)
+// Pieces per pool thread: more than one, so a thread that is descheduled
+// mid-product leaves most of its share to the others.
+#define SPLIT_PER_THREAD 2
+
+static void normalize_matrix(int64_t rows, int64_t cols, int64_t *s);
+
+typedef struct mm_split {
+    trn_matmul_desc d;
+    const void *bias;  // contiguous row of d's dtype, or NULL
+    int axis;          // 0: batch, 1: rows of A and C, 2: columns of B and C
+    int64_t step;      // items per piece along `axis`
+    int64_t extent;    // items along `axis`
+    trn__split_error error;
+} mm_split;
+
+static void split_piece(void *ctx, int64_t p0, int64_t p1) {
+    mm_split *sp = ctx;
+    const int64_t es = (int64_t)trn_dtype_size(sp->d.dtype);
+    const int saved = trn__dnnl_serial_begin();
+    for (int64_t p = p0; p < p1; p++) {
+        if (trn__split_failed(&sp->error)) break;
+        trn_matmul_desc d = sp->d;
+        const void *bias = sp->bias;
+        const int64_t lo = p * sp->step;
+        const int64_t n = min64(sp->step, sp->extent - lo);
+        if (n <= 0) break;
+        const int64_t *as = d.a_strides, *bs = d.b_strides, *cs = d.c_strides;
+        int64_t aoff = 0, boff = 0, coff;
+        if (sp->axis == 0) {
+            d.batch = n;
+            aoff = lo * as[0];
+            boff = lo * bs[0];
+            coff = lo * cs[0];
+        } else if (sp->axis == 1) {
+            d.m = n;
+            aoff = lo * as[1];
+            coff = lo * cs[1];
+        } else {
+            d.n = n;
+            boff = lo * bs[2];
+            coff = lo * cs[2];
+            if (bias) bias = (const char *)bias + lo * es;
+        }
+        normalize_matrix(d.m, d.k, d.a_strides);
+        normalize_matrix(d.k, d.n, d.b_strides);
+        normalize_matrix(d.m, d.n, d.c_strides);
+        d.a = (const char *)d.a + aoff * es;
+        d.b = (const char *)d.b + boff * es;
+        d.c = (char *)d.c + coff * es;
+        trn_clear_error();
+        trn_status st = run_plan(&d, bias);
+        if (st != TRN_SUCCESS) {
+            trn__split_error_record(&sp->error, st);
+            break;
+        }
+    }
+    trn__dnnl_serial_end(saved);
+}
+
+// Runs `d` (not both operands broadcast) as pieces over the pool, or as one
+// single-threaded call when it is small or the pool has one thread.
+static trn_status run_split(const trn_matmul_desc *d, const void *bias) {
+    dnnl_engine_t engine;  // loads oneDNN, which finds its OpenMP runtime
+    trn_status st = trn__dnnl_engine(&engine);
+    if (st != TRN_SUCCESS) return st;
+    if (!trn__dnnl_can_serialize()) return run_plan(d, bias);  // oneDNN threads it
+    const int threads = trn_parallel_threads();
+    const int64_t macs = d->batch * d->m * d->n * d->k;
+    int64_t want = (int64_t)threads * SPLIT_PER_THREAD;
+    if (macs / SPLIT_MIN_MACS < want) want = macs / SPLIT_MIN_MACS;
+    if (threads <= 1 || want <= 1) {
+        const int saved = trn__dnnl_serial_begin();
+        st = run_plan(d, bias);
+        trn__dnnl_serial_end(saved);
+        return st;
+    }
+    // A real batch splits best (whole matrices per piece); else the longer
+    // of C's dims, in blocks of whole cache lines of C where possible.
+    mm_split *sp = calloc(1, sizeof *sp);
+    if (sp == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "out of host memory for a matmul split");
+    sp->d = *d;
+    sp->bias = bias;
+    const bool batched = d->batch >= want;
+    sp->axis = batched ? 0 : d->m >= d->n ? 1 : 2;
+    sp->extent = sp->axis == 0 ? d->batch : sp->axis == 1 ? d->m : d->n;
+    int64_t step = (sp->extent + want - 1) / want;
+    if (sp->axis != 0 && step > 16) step = (step + 15) / 16 * 16;
+    sp->step = step;
+    const int64_t pieces = (sp->extent + step - 1) / step;
+    trn_parallel_for(pieces, 1, split_piece, sp);
+    st = trn__split_error_raise(&sp->error);
+    free(sp);
+    return st;
+}
+
+static trn_status run_dnnl(const trn_matmul_desc *d, const void *bias) {
+    if (d->batch > 1 && d->a_strides[0] == 0 && d->b_strides[0] == 0) {
+        // Both operands broadcast: oneDNN wants a real batch on one side, so
+        // run the single product once per output matrix.
+        trn_matmul_desc one = *d;
+        one.batch = 1;
+        for (int64_t t = 0; t < d->batch; t++) {
+            one.c = (char *)d->c + t * d->c_strides[0] * (int64_t)trn_dtype_size(d->dtype);
+            trn_status st = run_split(&one, bias);
+            if (st != TRN_SUCCESS) return st;
+        }
+        return TRN_SUCCESS;
+    }
+    return run_split(d, bias);
+}
+
+static bool is_small(const trn_matmul_desc *d) {
+    return d->m < SMALL_MNK && d->n < SMALL_MNK && d->k < SMALL_MNK &&
+           d->m * d->n * d->k < SMALL_MNK;
+}
+
+// Whether oneDNN's matmul adds the bias row itself: float32, or bfloat16
+// where the native path runs, on the oneDNN path with no output scale
+// (whether oneDNN scales before or after its bias is then moot), and a
+// contiguous row. It adds the row to the float32 sum before the one
+// rounding, as adding it through C (copied there, beta 1) would, without
+// writing and reading C once more.
+static bool bias_fused(const trn_matmul_desc *d, int64_t bias_stride) {
+    const bool dtype_ok = d->dtype == TRN_DTYPE_F32 ||
+                          (d->dtype == TRN_DTYPE_BF16 && trn_matmul_bf16_native());
+    return dtype_ok && d->alpha == 1.0 && bias_stride == 1 && d->k > 0 && !is_small(d);
+}
+
+// C = bias row broadcast over every row of every matrix (same dtype: a
+// plain element copy). Rows of C and a contiguous bias copy as whole rows:
+// element by element, a bf16 nn.Linear's output took longer than its product.
+static void broadcast_bias(const trn_matmul_desc *d, const void *bias, int64_t bias_stride) {
+    const size_t es = trn_dtype_size(d->dtype);
+    const int64_t *cs = d->c_strides;
+    const bool rows = cs[2] == 1 && bias_stride == 1;
+    for (int64_t t = 0; t < d->batch; t++)
+        for (int64_t i = 0; i < d->m; i++) {
+            char *row = (char *)d->c + (t * cs[0] + i * cs[1]) * (int64_t)es;
+            if (rows) {
+                memcpy(row, bias, (size_t)d->n * es);
+                continue;
+            }
+            for (int64_t j = 0; j < d->n; j++)
+                memcpy(row + j * cs[2] * (int64_t)es,
+                       (const char *)bias + j * bias_stride * (int64_t)es, es);
+        }
+}
+
+static trn_status mm_run(const trn_matmul_desc *d, const void *bias, int64_t bias_stride) {
+    if (d->k > 0 && tile_f32_fits(d) && tile_f32(d, bias, bias_stride)) return TRN_SUCCESS;
+    trn_matmul_desc unfused;
+    if (bias != NULL && !bias_fused(d, bias_stride)) {
+        broadcast_bias(d, bias, bias_stride);
+        bias = NULL;
+        unfused = *d;
+        unfused.beta = 1.0;
+        unfused.beta_int = 1;
+        d = &unfused;
+    }
+    if (d->k == 0) {
+        switch (d->dtype) {
+        case TRN_DTYPE_F32: scale_f32(d); break;
+        case TRN_DTYPE_F64: scale_f64(d); break;
+        case TRN_DTYPE_F16: scale_f16(d); break;
+        case TRN_DTYPE_BF16: scale_bf16(d); break;
+        case TRN_DTYPE_I8: scale_i8(d); break;
+        case TRN_DTYPE_U8: scale_u8(d); break;
+        case TRN_DTYPE_I16: scale_i16(d); break;
+        case TRN_DTYPE_I32: scale_i32(d); break;
+        case TRN_DTYPE_I64: scale_i64(d); break;
+        default: break;
+        }
+        return TRN_SUCCESS;
+    }
+    if (is_small(d)) {
+        switch (d->dtype) {
+        case TRN_DTYPE_F32: small_f32(d); return TRN_SUCCESS;
+        case TRN_DTYPE_F16: small_f16(d); return TRN_SUCCESS;
+        case TRN_DTYPE_BF16: small_bf16(d); return TRN_SUCCESS;
+        default: break;
+        }
+    }
+    switch (d->dtype) {
+    case TRN_DTYPE_F64: loop_f64(d); return TRN_SUCCESS;
+    case TRN_DTYPE_I8: loop_i8(d); return TRN_SUCCESS;
+    case TRN_DTYPE_U8: loop_u8(d); return TRN_SUCCESS;
+    case TRN_DTYPE_I16: loop_i16(d); return TRN_SUCCESS;
+    case TRN_DTYPE_I32: loop_i32(d); return TRN_SUCCESS;
+    case TRN_DTYPE_I64: loop_i64(d); return TRN_SUCCESS;
+    default: return run_dnnl(d, bias);
+    }
+}
+
+static trn_status mm_task(void *args) {
+    const mm_args *a = args;
+    const trn_matmul_desc *d = &a->d;
+    const void *alo = trn__offset_ptr(d->a, a->a_lo), *blo = trn__offset_ptr(d->b, a->b_lo),
+               *clo = trn__offset_ptr(d->c, a->c_lo);
+    trn_status st = trn__mem_access_begin(clo, (size_t)a->c_span);
+    if (st != TRN_SUCCESS) return st;
+    if (a->a_span > 0 && (st = trn__mem_access_begin(alo, (size_t)a->a_span)) != TRN_SUCCESS)
+        goto end_c;
+    if (a->b_span > 0 && (st = trn__mem_access_begin(blo, (size_t)a->b_span)) != TRN_SUCCESS)
+        goto end_a;
+    const void *biaslo = a->bias ? trn__offset_ptr(a->bias, a->bias_lo) : NULL;
+    if (biaslo && (st = trn__mem_access_begin(biaslo, (size_t)a->bias_span)) != TRN_SUCCESS)
+        goto end_b;
+    st = mm_run(d, a->bias, a->bias_stride);
+    if (biaslo) trn__mem_access_end(biaslo, (size_t)a->bias_span);
+end_b:
+    if (a->b_span > 0) trn__mem_access_end(blo, (size_t)a->b_span);
+end_a:
+    if (a->a_span > 0) trn__mem_access_end(alo, (size_t)a->a_span);
+end_c:
+    trn__mem_access_end(clo, (size_t)a->c_span);
+    return st;
+}
+
+// ---- launch ------------------------------------------------------------------------
+
+// Gives size-1 dims of a matrix strides that keep it a plain row- or
+// column-major layout (their strides are never used to address memory).
+static void normalize_matrix(int64_t rows, int64_t cols, int64_t *s) {
+    if (rows == 1 && cols == 1) {
+        s[1] = cols;
+        s[2] = 1;
+    } else if (rows == 1) {
+        s[1] = s[2] == 1 ? cols : 1;
+    } else if (cols == 1) {
+        s[2] = s[1] == 1 ? rows : 1;
+    }
+}
+
+static trn_status launch(trn_stream *stream, const trn_matmul_desc *desc, const void *bias,
+                         int64_t bias_stride) {
+    if (stream == NULL || desc == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_matmul_launch: stream or descriptor is NULL");
+    if ((unsigned)desc->dtype >= TRN_DTYPE_COUNT || !trn_matmul_supports(desc->dtype))
+        return trn__set_error(TRN_ERROR_UNSUPPORTED,
+                              "trn_matmul_launch: dtype %s is not supported",
+                              trn_dtype_name(desc->dtype));
+    if (desc->batch < 0 || desc->m < 0 || desc->n < 0 || desc->k < 0)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_matmul_launch: negative size (batch %lld, m %lld, n %lld, "
+                              "k %lld)",
+                              (long long)desc->batch, (long long)desc->m,
+                              (long long)desc->n, (long long)desc->k);
+    if (bias != NULL && (desc->beta != 0 || desc->beta_int != 0 || bias_stride < 0))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_matmul_bias_launch: a bias needs beta == 0 and a "
+                              "non-negative bias_stride (beta %g, bias_stride %lld)",
+                              desc->beta, (long long)bias_stride);
+    trn_status st = trn__fork_check();
+    if (st != TRN_SUCCESS) return st;
+    if (desc->batch == 0 || desc->m == 0 || desc->n == 0) return TRN_SUCCESS;
+
+    mm_args a;
+    memset(&a, 0, sizeof a);
+    a.d = *desc;
+    a.bias = bias;
+    a.bias_stride = bias_stride;
+    trn_matmul_desc *d = &a.d;
+    const size_t es = trn_dtype_size(d->dtype);
+    if (d->c == NULL || (d->k > 0 && (d->a == NULL || d->b == NULL)))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_matmul_launch: %s pointer is NULL",
+                              d->c == NULL ? "C" : d->a == NULL ? "A" : "B");
+    if ((d->m > 1 && d->c_strides[1] == 0) || (d->n > 1 && d->c_strides[2] == 0) ||
+        (d->batch > 1 && d->c_strides[0] == 0))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_matmul_launch: C has a zero stride in a dim of size > 1 "
+                              "(overlapping writes)");
+    for (int i = 0; i < 3; i++)
+        if (d->a_strides[i] < 0 || d->b_strides[i] < 0 || d->c_strides[i] < 0)
+            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                                  "trn_matmul_launch: negative strides are not supported "
+                                  "(A %lld,%lld,%lld B %lld,%lld,%lld C %lld,%lld,%lld)",
+                                  (long long)d->a_strides[0], (long long)d->a_strides[1],
+                                  (long long)d->a_strides[2], (long long)d->b_strides[0],
+                                  (long long)d->b_strides[1], (long long)d->b_strides[2],
+                                  (long long)d->c_strides[0], (long long)d->c_strides[1],
+                                  (long long)d->c_strides[2]);
+    if (d->batch == 1) d->a_strides[0] = d->b_strides[0] = d->c_strides[0] = 0;
+    normalize_matrix(d->m, d->k, d->a_strides);
+    normalize_matrix(d->k, d->n, d->b_strides);
+    normalize_matrix(d->m, d->n, d->c_strides);
+    if (d->batch == 1) d->c_strides[0] = d->m * d->n;
+
+    const int64_t asz[3] = {d->batch, d->m, d->k}, bsz[3] = {d->batch, d->k, d->n},
+                  csz[3] = {d->batch, d->m, d->n};
+    if (!trn__view_span(3, csz, d->c_strides, es, &a.c_lo, &a.c_span) ||
+        (d->k > 0 && (!trn__view_span(3, asz, d->a_strides, es, &a.a_lo, &a.a_span) ||
+                      !trn__view_span(3, bsz, d->b_strides, es, &a.b_lo, &a.b_span))) ||
+        (bias != NULL &&
+         !trn__view_span(1, &d->n, &bias_stride, es, &a.bias_lo, &a.bias_span)))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_matmul_launch: strides overflow the address space");
+    return trn_stream_launch(stream, mm_task, &a, sizeof a);
+}
+
+trn_status trn_matmul_launch(trn_stream *stream, const trn_matmul_desc *desc) {
+    return launch(stream, desc, NULL, 0);
+}
+
+trn_status trn_matmul_bias_launch(trn_stream *stream, const trn_matmul_desc *desc,
+                                  const void *bias, int64_t bias_stride) {
+    if (bias == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_matmul_bias_launch: bias is NULL");
+    return launch(stream, desc, bias, bias_stride);
+}

@@ -1,0 +1,210 @@
+// cat.c - owns trn_cat_launch: copies same-dtype inputs into consecutive
+// slices of the output along one dimension. Each input's copy is coalesced
+// (size-1 dims dropped, contiguous neighbours merged) so contiguous inputs
+// become one memcpy per outer row; inputs are packed into as few tasks as
+// the launch argument limit allows.
+#include <stddef.h>
+#include <string.h>
+
+#include "../../internal.h"
+#include "trn/index.h"
+#include "trn/parallel.h"
+
+// Per input: dst byte offset from out, src pointer, ndim, then sizes, dst and
+// src byte strides (coalesced), all in a flat int64 array.
+typedef struct cat_args {
+    char *out;
+    int64_t out_lo, out_span;
+    int ninputs;
+    int64_t words;  // used entries of data
+    int64_t data[(TRN_TASK_MAX_ARGS - 64) / 8];
+} cat_args;
+_Static_assert(sizeof(cat_args) <= TRN_TASK_MAX_ARGS, "cat args too large");
+
+// Entry layout: [dst_off, src(ptr as int64), src_lo, src_span, es, n, sizes[n], dstr[n], sstr[n]]
+#define CAT_HEADER 6
+
+static void copy_nd(char *dst, const char *src, int n, const int64_t *size,
+                    const int64_t *dstr, const int64_t *sstr, size_t es) {
+    const int inner = n - 1;
+    const bool contig = dstr[inner] == (int64_t)es && sstr[inner] == (int64_t)es;
+    int64_t outer = 1, pos[TRN_INDEX_MAX_DIMS] = {0}, doff = 0, soff = 0;
+    for (int d = 0; d < inner; d++) outer *= size[d];
+    for (int64_t it = 0; it < outer; it++) {
+        if (contig) {
+            memcpy(dst + doff, src + soff, (size_t)size[inner] * es);
+        } else {
+            for (int64_t i = 0; i < size[inner]; i++)
+                memcpy(dst + doff + i * dstr[inner], src + soff + i * sstr[inner], es);
+        }
+        for (int d = inner - 1; d >= 0; d--) {
+            if (++pos[d] < size[d]) {
+                doff += dstr[d];
+                soff += sstr[d];
+                break;
+            }
+            pos[d] = 0;
+            doff -= dstr[d] * (size[d] - 1);
+            soff -= sstr[d] * (size[d] - 1);
+        }
+    }
+}
+
+// Big copies are split across threads along their largest dim (pieces of
+// at least PAR_BYTES).
+#define PAR_BYTES ((int64_t)256 * 1024)
+
+typedef struct copy_ctx {
+    char *dst;
+    const char *src;
+    int n, k;
+    const int64_t *size, *dstr, *sstr;
+    size_t es;
+} copy_ctx;
+
+static void copy_piece(void *ctx, int64_t b, int64_t e) {
+    const copy_ctx *c = ctx;
+    int64_t size[TRN_INDEX_MAX_DIMS];
+    memcpy(size, c->size, (size_t)c->n * sizeof size[0]);
+    size[c->k] = e - b;
+    copy_nd(c->dst + b * c->dstr[c->k], c->src + b * c->sstr[c->k], c->n, size, c->dstr,
+            c->sstr, c->es);
+}
+
+static void copy_par(char *dst, const char *src, int n, const int64_t *size,
+                     const int64_t *dstr, const int64_t *sstr, size_t es) {
+    int k = 0;
+    int64_t bytes = (int64_t)es;
+    for (int d = 0; d < n; d++) {
+        bytes *= size[d];
+        if (size[d] > size[k]) k = d;
+    }
+    if (bytes < 2 * PAR_BYTES) {
+        copy_nd(dst, src, n, size, dstr, sstr, es);
+        return;
+    }
+    const int64_t unit = bytes / size[k];
+    copy_ctx c = {dst, src, n, k, size, dstr, sstr, es};
+    trn_parallel_for(size[k], unit >= PAR_BYTES ? 1 : PAR_BYTES / unit, copy_piece, &c);
+}
+
+static trn_status cat_task(void *args) {
+    const cat_args *a = args;
+    trn_status st = trn__mem_access_begin(a->out + a->out_lo, (size_t)a->out_span);
+    if (st != TRN_SUCCESS) return st;
+    const int64_t *p = a->data;
+    for (int i = 0; i < a->ninputs && st == TRN_SUCCESS; i++) {
+        const char *src;
+        memcpy(&src, &p[1], sizeof src);
+        const int n = (int)p[5];
+        st = trn__mem_access_begin(src + p[2], (size_t)p[3]);
+        if (st != TRN_SUCCESS) break;
+        copy_par(a->out + p[0], src, n, p + CAT_HEADER, p + CAT_HEADER + n,
+                p + CAT_HEADER + 2 * n, (size_t)p[4]);
+        trn__mem_access_end(src + p[2], (size_t)p[3]);
+        p += CAT_HEADER + 3 * n;
+    }
+    trn__mem_access_end(a->out + a->out_lo, (size_t)a->out_span);
+    return st;
+}
+
+static trn_status bad(const char *what) {
+    return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_cat_launch: %s", what);
+}
+
+trn_status trn_cat_launch(trn_stream *stream, const trn_cat_desc *d) {
+    if (stream == NULL || d == NULL) return bad("stream or descriptor is NULL");
+    if ((unsigned)d->dtype >= TRN_DTYPE_COUNT || d->ndim < 1 ||
+        d->ndim > TRN_INDEX_MAX_DIMS || d->dim < 0 || d->dim >= d->ndim ||
+        d->ninputs < 0 || (d->ninputs > 0 && d->inputs == NULL) ||
+        d->sizes == NULL || d->out_strides == NULL)
+        return bad("invalid descriptor");
+    const int nd = d->ndim;
+    const int64_t es = (int64_t)trn_dtype_size(d->dtype);
+    int64_t total = 0, numel = 1, olo = 0, ohi = 0;
+    for (int k = 0; k < nd; k++) {
+        if (d->sizes[k] < 0) return bad("negative size");
+        if (k != d->dim && __builtin_mul_overflow(numel, d->sizes[k], &numel))
+            return bad("size overflow");
+        int64_t r;
+        if (d->sizes[k] > 0) {
+            if (__builtin_mul_overflow(d->out_strides[k], (d->sizes[k] - 1) * es, &r))
+                return bad("stride overflow");
+            if (r < 0) olo += r; else ohi += r;
+        }
+    }
+    for (int i = 0; i < d->ninputs; i++) {
+        if (d->inputs[i].dim_size < 0) return bad("negative input size");
+        total += d->inputs[i].dim_size;
+    }
+    if (total != d->sizes[d->dim]) return bad("input sizes do not add up to the output's");
+    trn_status st = trn__fork_check();
+    if (st != TRN_SUCCESS || numel == 0 || total == 0) return st;
+    if (d->out == NULL) return bad("out is NULL");
+
+    cat_args a;
+    a.out = d->out;
+    a.out_lo = olo;
+    a.out_span = ohi - olo + es;
+    a.ninputs = 0;
+    a.words = 0;
+    const int64_t cap = (int64_t)(sizeof a.data / sizeof a.data[0]);
+    int64_t offset = 0;  // along dim
+    for (int i = 0; i < d->ninputs; i++) {
+        const trn_cat_input *in = &d->inputs[i];
+        const int64_t dim_size = in->dim_size;
+        if (dim_size == 0) continue;
+        if (in->data == NULL || in->strides == NULL) return bad("input data or strides NULL");
+        int64_t size[TRN_INDEX_MAX_DIMS], dstr[TRN_INDEX_MAX_DIMS], sstr[TRN_INDEX_MAX_DIMS];
+        int n = 0;
+        int64_t slo = 0, shi = 0;
+        for (int k = 0; k < nd; k++) {
+            int64_t sz = k == d->dim ? dim_size : d->sizes[k];
+            int64_t ds = d->out_strides[k] * es, ss, r;
+            if (__builtin_mul_overflow(in->strides[k], es, &ss) ||
+                __builtin_mul_overflow(ss, sz - 1, &r))
+                return bad("input stride overflow");
+            if (r < 0) slo += r; else shi += r;
+            if (sz == 1) continue;
+            if (n > 0 && dstr[n - 1] == sz * ds && sstr[n - 1] == sz * ss) {
+                size[n - 1] *= sz;
+                dstr[n - 1] = ds;
+                sstr[n - 1] = ss;
+                continue;
+            }
+            size[n] = sz;
+            dstr[n] = ds;
+            sstr[n] = ss;
+            n++;
+        }
+        if (n == 0) {
+            size[0] = 1;
+            dstr[0] = sstr[0] = es;
+            n = 1;
+        }
+        const int64_t need = CAT_HEADER + 3 * n;
+        if (a.words + need > cap) {  // flush the packed inputs
+            st = trn_stream_launch(stream, cat_task, &a,
+                                   offsetof(cat_args, data) + (size_t)a.words * 8);
+            if (st != TRN_SUCCESS) return st;
+            a.ninputs = 0;
+            a.words = 0;
+        }
+        int64_t *p = a.data + a.words;
+        p[0] = offset * d->out_strides[d->dim] * es;
+        memcpy(&p[1], &in->data, sizeof in->data);
+        p[2] = slo;
+        p[3] = shi - slo + es;
+        p[4] = es;
+        p[5] = n;
+        memcpy(p + CAT_HEADER, size, (size_t)n * 8);
+        memcpy(p + CAT_HEADER + n, dstr, (size_t)n * 8);
+        memcpy(p + CAT_HEADER + 2 * n, sstr, (size_t)n * 8);
+        a.words += need;
+        a.ninputs++;
+        offset += dim_size;
+    }
+    if (a.ninputs == 0) return TRN_SUCCESS;
+    return trn_stream_launch(stream, cat_task, &a,
+                             offsetof(cat_args, data) + (size_t)a.words * 8);
+}

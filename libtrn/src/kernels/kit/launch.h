@@ -1,0 +1,49 @@
+// kit/launch.h - owns what every kernel's launch and task repeat: the NULL
+// stream/descriptor check, the fork check, the parallel grain, and (through
+// internal.h) the one access-range helper, trn__access_set. Private to
+// src/kernels; a kernel includes this and kit/dtype_io.h, not internal.h.
+#ifndef TRN_KERNELS_KIT_LAUNCH_H
+#define TRN_KERNELS_KIT_LAUNCH_H
+
+#include <stdint.h>
+
+#include "../../internal.h"
+#include "trn/parallel.h"
+#include "trn/stream.h"
+
+// The first check of every launch, with one message for every kernel.
+static inline trn_status trn__check_launch(const trn_stream *stream, const void *desc,
+                                           const char *fn) {
+    if (stream == NULL || desc == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL",
+                              fn);
+    return TRN_SUCCESS;
+}
+
+// p + off bytes, for the lowest byte of a strided operand (off may be
+// negative); integer arithmetic, so a pointer never leaves its object in C's
+// eyes.
+static inline const void *trn__offset_ptr(const void *p, int64_t off) {
+    return (const void *)((uintptr_t)p + (uintptr_t)off);
+}
+
+// Adds the byte range a dim of `size` with element stride `stride` (element
+// size es) reaches to [lo, hi]; 0 on overflow. Launches size the memory an
+// operand touches with it.
+static inline int trn__extent(int64_t size, int64_t stride, int64_t es, int64_t *lo,
+                              int64_t *hi) {
+    int64_t bs, reach;
+    if (__builtin_mul_overflow(stride, es, &bs) || __builtin_mul_overflow(bs, size - 1, &reach))
+        return 0;
+    return reach < 0 ? !__builtin_add_overflow(*lo, reach, lo)
+                     : !__builtin_add_overflow(*hi, reach, hi);
+}
+
+// Items per trn_parallel_for piece when an item costs `per` elements and a
+// piece should cover about `elements` (at least one item).
+static inline int64_t trn__grain(int64_t elements, int64_t per) {
+    const int64_t g = elements / (per > 0 ? per : 1);
+    return g > 1 ? g : 1;
+}
+
+#endif

@@ -1,0 +1,523 @@
+// attention.c - owns the fused scaled dot-product attention kernels
+// (trn/attention.h).
+//
+// Forward: the work units are (batch, head, block of BQ query rows); each
+// loads its query rows once (float32, pre-scaled, transposed), then walks
+// the keys in tiles of BK: the tile's scores S^T = K . Q^T, the running row
+// maximum and sum (online softmax: earlier partial sums are rescaled by
+// exp(m_old - m_new)), then O += P . V into a float32 accumulator. Every
+// product is a register-blocked tile product (tile_mm.h); the transposed
+// score layout lets key and value tiles be used as stored.
+//
+// Backward: the units are (batch, kv head), so dk/dv of a kv head are
+// accumulated by one thread (no atomics) over every query head of its group
+// and every query block; dq of a block is accumulated over the key tiles.
+// The probabilities are recomputed from the saved logsumexp, and
+// D_i = dout_i . out_i replaces the row sum of P * dP (that identity also
+// holds with dropout).
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../internal.h"
+#include "../kit/counter_rng.h"
+#include "trn/scalar.h"
+#include "../blas/tile_mm.h"
+#include "trn/attention.h"
+#include "trn/convert.h"
+#include "trn/parallel.h"
+
+enum { BQ = 64, BK = 64 };
+
+typedef struct attn_args {
+    trn_attention_backward_desc d;  // d.fwd for the forward
+    int backward;
+} attn_args;
+
+_Static_assert(sizeof(attn_args) <= TRN_TASK_MAX_ARGS, "attention args too large");
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// ---- element access -----------------------------------------------------------
+static inline float load_f(trn_dtype t, const void *p, int64_t i) {
+    switch (t) {
+    case TRN_DTYPE_F16: return trn_half_to_float(((const uint16_t *)p)[i]);
+    case TRN_DTYPE_BF16: return trn_bf16_to_float(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+// n contiguous elements of dtype t from p into float dst, times mul.
+static void load_row(trn_dtype t, const void *p, int64_t off, int64_t n, float mul, float *dst) {
+    switch (t) {
+    case TRN_DTYPE_F16: {
+        const uint16_t *s = (const uint16_t *)p + off;
+        for (int64_t e = 0; e < n; e++) dst[e] = trn_half_to_float(s[e]) * mul;
+        break;
+    }
+    case TRN_DTYPE_BF16: {
+        const uint16_t *s = (const uint16_t *)p + off;
+        for (int64_t e = 0; e < n; e++) dst[e] = trn_bf16_to_float(s[e]) * mul;
+        break;
+    }
+    default: {
+        const float *s = (const float *)p + off;
+        for (int64_t e = 0; e < n; e++) dst[e] = s[e] * mul;
+    }
+    }
+}
+
+static void store_row(trn_dtype t, void *p, int64_t off, int64_t n, const float *src, float mul) {
+    switch (t) {
+    case TRN_DTYPE_F16: {
+        uint16_t *d = (uint16_t *)p + off;
+        for (int64_t e = 0; e < n; e++) d[e] = trn_float_to_half(src[e] * mul);
+        break;
+    }
+    case TRN_DTYPE_BF16: {
+        uint16_t *d = (uint16_t *)p + off;
+        for (int64_t e = 0; e < n; e++) d[e] = trn_float_to_bf16(src[e] * mul);
+        break;
+    }
+    default: {
+        float *d = (float *)p + off;
+        for (int64_t e = 0; e < n; e++) d[e] = src[e] * mul;
+    }
+    }
+}
+
+// Same hash as dropout.c: the keep decision for flat element index i.
+static inline int keep_elem(uint64_t seed, int64_t i, float keep) {
+    return trn__rng_keep(trn__rng_hash(seed, (uint64_t)i), keep);
+}
+
+// Masks a transposed score tile st[j * BQ + i] (key j0 + j, query row i0 + i)
+// with the mask and causal rule: a bool mask's false and a causal key past
+// its row become -inf, an additive mask is added.
+static void mask_tile_t(const trn_attention_desc *d, float *st, int64_t ni, int64_t nj, int64_t b,
+                        int64_t h, int64_t i0, int64_t j0) {
+    if (d->mask && d->mask_strides[2] == 0) {
+        // One value per key for every query (padding masks, [B, 1, 1, S]):
+        // read once, applied along the row.
+        const int64_t *ms = d->mask_strides;
+        for (int64_t j = 0; j < nj; j++) {
+            const int64_t at = b * ms[0] + h * ms[1] + (j0 + j) * ms[3];
+            float *sr = st + j * BQ;
+            if (d->mask_dtype == TRN_DTYPE_BOOL) {
+                if (!((const uint8_t *)d->mask)[at])
+                    for (int64_t i = 0; i < ni; i++) sr[i] = -INFINITY;
+            } else {
+                const float v = load_f(d->mask_dtype, d->mask, at);
+                for (int64_t i = 0; i < ni; i++) sr[i] += v;
+            }
+        }
+    } else if (d->mask) {
+        const int64_t *ms = d->mask_strides;
+        for (int64_t j = 0; j < nj; j++) {
+            const int64_t base = b * ms[0] + h * ms[1] + i0 * ms[2] + (j0 + j) * ms[3];
+            float *sr = st + j * BQ;
+            if (d->mask_dtype == TRN_DTYPE_BOOL) {
+                const uint8_t *m = (const uint8_t *)d->mask + base;
+                for (int64_t i = 0; i < ni; i++)
+                    if (!m[i * ms[2]]) sr[i] = -INFINITY;
+            } else {
+                for (int64_t i = 0; i < ni; i++) sr[i] += load_f(d->mask_dtype, d->mask, base + i * ms[2]);
+            }
+        }
+    }
+    if (d->causal)
+        for (int64_t j = 0; j < nj; j++) {
+            // Rows i0 + i < j0 + j must not see key j0 + j.
+            const int64_t stop = min64(ni, j0 + j - i0);
+            for (int64_t i = 0; i < stop; i++) st[j * BQ + i] = -INFINITY;
+        }
+}
+
+// Causal tiles skip work on masked entries (trn_tile_band). With
+// dlt = i0 - j0, query i0 + i sees key j0 + j iff j <= i + dlt. Products:
+// 0: S^T or dP^T (rows: keys, columns: queries) - columns i >= j - dlt;
+// 1: dK / dV (rows: keys, terms: queries) - terms i >= j - dlt;
+// 2: O / dQ (rows: queries, terms: keys) - terms j <= i + dlt.
+static trn_tile_band causal_band(const trn_attention_desc *d, int64_t dlt, int product) {
+    trn_tile_band bd = {-TRN_TILE_UNBOUNDED, TRN_TILE_UNBOUNDED, -TRN_TILE_UNBOUNDED};
+    if (!d->causal) return bd;
+    if (product == 0) bd.clo = -dlt;
+    else if (product == 1) bd.plo = -dlt;
+    else bd.phi = dlt;
+    return bd;
+}
+
+// Loads rows [r0, r0 + n) of (b, head) of a [B, H, rows, dim] operand into
+// dst[r * dim + e] (float).
+static void load_rows(trn_dtype t, const void *p, const int64_t *st, int64_t b, int64_t head, int64_t r0,
+                      int64_t n, int64_t dim, float *dst) {
+    for (int64_t r = 0; r < n; r++)
+        load_row(t, p, b * st[0] + head * st[1] + (r0 + r) * st[2], dim, 1.0f, dst + r * dim);
+}
+
+// The same rows transposed into dst[e * BQ + r], times mul.
+static void load_rows_t(trn_dtype t, const void *p, const int64_t *st, int64_t b, int64_t head, int64_t r0,
+                        int64_t n, int64_t dim, float mul, float *row, float *dst) {
+    for (int64_t r = 0; r < n; r++) {
+        load_row(t, p, b * st[0] + head * st[1] + (r0 + r) * st[2], dim, mul, row);
+        for (int64_t e = 0; e < dim; e++) dst[e * BQ + r] = row[e];
+    }
+}
+
+// ---- forward --------------------------------------------------------------------
+// Scores are computed transposed, S^T = K . (scale Q)^T, so that the key
+// tile is used as stored (rows) and only the query block, loaded once per
+// unit, is transposed; the softmax statistics then run along rows of S^T
+// (vectorized over the block's queries) and O += P . V reads P^T with
+// swapped strides.
+typedef struct fwd_scratch {
+    float *qt, *k, *v, *st, *o, *m, *l, *msub, *alpha, *sum, *row;
+} fwd_scratch;
+
+static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t unit) {
+    const int64_t E = d->head_dim, Ev = d->v_dim, L = d->q_len, S = d->kv_len;
+    const int64_t nqb = (L + BQ - 1) / BQ;
+    const int64_t bh = unit / nqb, i0 = (unit % nqb) * BQ;
+    const int64_t b = bh / d->heads, h = bh % d->heads;
+    const int64_t hk = h / (d->heads / d->kv_heads);
+    const int64_t ni = min64(BQ, L - i0);
+    const float keep = (float)(1.0 - d->dropout_p);
+    const float rkeep = keep > 0.0f ? 1.0f / keep : 0.0f;
+    load_rows_t(d->dtype, d->q, d->q_strides, b, h, i0, ni, E, (float)d->scale, w->row, w->qt);
+    for (int64_t i = 0; i < ni; i++) {
+        w->m[i] = -INFINITY;
+        w->l[i] = 0.0f;
+    }
+    for (int64_t e = 0; e < ni * Ev; e++) w->o[e] = 0.0f;
+    const int64_t jend = d->causal ? min64(S, i0 + ni) : S;
+    for (int64_t j0 = 0; j0 < jend; j0 += BK) {
+        const int64_t nj = min64(BK, jend - j0);
+        load_rows(d->dtype, d->k, d->k_strides, b, hk, j0, nj, E, w->k);
+        load_rows(d->dtype, d->v, d->v_strides, b, hk, j0, nj, Ev, w->v);
+        float *st = w->st;
+        const trn_tile_band sband = causal_band(d, i0 - j0, 0), oband = causal_band(d, i0 - j0, 2);
+        trn_tile_mm_band(nj, ni, E, w->k, E, 1, w->qt, BQ, st, BQ, 0, sband);
+        mask_tile_t(d, st, ni, nj, b, h, i0, j0);
+        for (int64_t i = 0; i < ni; i++) w->msub[i] = w->m[i];
+        for (int64_t j = 0; j < nj; j++)
+            for (int64_t i = 0; i < ni; i++) {
+                const float s = st[j * BQ + i];
+                w->msub[i] = s > w->msub[i] ? s : w->msub[i];
+            }
+        for (int64_t i = 0; i < ni; i++) {
+            const float mnew = w->msub[i];
+            // Every key so far masked: subtract 0 (exp(-inf) = 0 keeps the
+            // row empty) instead of -inf (NaN).
+            w->msub[i] = mnew == -INFINITY ? 0.0f : mnew;
+            w->alpha[i] = trn_sc_expf(w->m[i] - w->msub[i]);
+            w->m[i] = mnew;
+            w->sum[i] = 0.0f;
+        }
+        for (int64_t j = 0; j < nj; j++)
+            for (int64_t i = 0; i < ni; i++) {
+                const float p = trn_sc_expf(st[j * BQ + i] - w->msub[i]);
+                st[j * BQ + i] = p;
+                w->sum[i] += p;
+            }
+        for (int64_t i = 0; i < ni; i++) {
+            w->l[i] = w->l[i] * w->alpha[i] + w->sum[i];
+            if (w->alpha[i] != 1.0f) {
+                float *o = w->o + i * Ev;
+                for (int64_t e = 0; e < Ev; e++) o[e] *= w->alpha[i];
+            }
+        }
+        if (d->dropout_p > 0.0)
+            for (int64_t j = 0; j < nj; j++)
+                for (int64_t i = 0; i < ni; i++) {
+                    const int64_t flat = ((b * d->heads + h) * L + i0 + i) * S + j0 + j;
+                    float *p = st + j * BQ + i;
+                    *p = keep_elem(d->seed, flat, keep) ? *p * rkeep : 0.0f;
+                }
+        trn_tile_mm_band(ni, Ev, nj, st, 1, BQ, w->v, Ev, w->o, Ev, 1, oband);
+    }
+    for (int64_t i = 0; i < ni; i++) {
+        const float l = w->l[i];
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        store_row(d->dtype, d->out,
+                  b * d->out_strides[0] + h * d->out_strides[1] + (i0 + i) * d->out_strides[2], Ev,
+                  w->o + i * Ev, inv);
+        if (d->lse) d->lse[(b * d->heads + h) * L + i0 + i] = l > 0.0f ? w->m[i] + logf(l) : -INFINITY;
+    }
+}
+
+static void fwd_piece(void *ctx, int64_t u0, int64_t u1) {
+    const trn_attention_desc *d = ctx;
+    const int64_t E = d->head_dim, Ev = d->v_dim;
+    const int64_t wide = E > Ev ? E : Ev;
+    const size_t floats = (size_t)(E * BQ + BK * E + BK * Ev + BK * BQ + BQ * Ev + 5 * BQ + wide);
+    // Zeroed: causal tiles leave masked score columns unwritten by the
+    // product (mask_tile_t overwrites them), never uninitialized memory.
+    float *buf = calloc(floats, sizeof(float));
+    if (buf == NULL) return;  // checked by the task (see attn_task)
+    fwd_scratch w;
+    w.qt = buf;
+    w.k = w.qt + E * BQ;
+    w.v = w.k + BK * E;
+    w.st = w.v + BK * Ev;
+    w.o = w.st + BK * BQ;
+    w.m = w.o + BQ * Ev;
+    w.l = w.m + BQ;
+    w.msub = w.l + BQ;
+    w.alpha = w.msub + BQ;
+    w.sum = w.alpha + BQ;
+    w.row = w.sum + BQ;
+    for (int64_t u = u0; u < u1; u++) fwd_unit(d, &w, u);
+    free(buf);
+}
+
+// ---- backward -------------------------------------------------------------------
+// Per key tile of a query block, all products run on tiles (trn_tile_mm),
+// in the transposed layout of the forward:
+//   S^T = K . (scale Q)^T,  P^T = exp(S^T - lse),  dP^T = V . dO^T,
+//   dS^T = P^T * (dP^T - D),  dV += P^T . dO,  dK += scale dS^T . Q,
+//   dQ += scale dS . K   (dS read from dS^T with swapped strides).
+// Q and dO are transposed once per query block; key and value tiles are
+// used as stored.
+typedef struct bwd_scratch {
+    float *qt, *q, *dout, *dot, *dd, *lsub, *dq, *k, *v, *pt, *dst, *dk, *dv, *row;
+} bwd_scratch;
+
+static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w, int64_t unit) {
+    const trn_attention_desc *d = &bd->fwd;
+    const int64_t E = d->head_dim, Ev = d->v_dim, L = d->q_len, S = d->kv_len;
+    const int64_t group = d->heads / d->kv_heads;
+    const int64_t b = unit / d->kv_heads, hk = unit % d->kv_heads;
+    const float scale = (float)d->scale;
+    const float keep = (float)(1.0 - d->dropout_p);
+    const float rkeep = keep > 0.0f ? 1.0f / keep : 0.0f;
+    const int dropout = d->dropout_p > 0.0;
+    memset(w->dk, 0, (size_t)(S * E) * sizeof(float));
+    memset(w->dv, 0, (size_t)(S * Ev) * sizeof(float));
+    for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
+        for (int64_t i0 = 0; i0 < L; i0 += BQ) {
+            const int64_t ni = min64(BQ, L - i0);
+            load_rows(d->dtype, d->q, d->q_strides, b, h, i0, ni, E, w->q);
+            for (int64_t i = 0; i < ni; i++)
+                for (int64_t e = 0; e < E; e++) w->qt[e * BQ + i] = w->q[i * E + e] * scale;
+            load_rows(d->dtype, bd->dout, bd->dout_strides, b, h, i0, ni, Ev, w->dout);
+            for (int64_t i = 0; i < ni; i++) {
+                const float *dor = w->dout + i * Ev;
+                for (int64_t e = 0; e < Ev; e++) w->dot[e * BQ + i] = dor[e];
+                load_row(d->dtype, d->out, b * d->out_strides[0] + h * d->out_strides[1] + (i0 + i) * d->out_strides[2],
+                         Ev, 1.0f, w->row);
+                float dd = 0.0f;
+                for (int64_t e = 0; e < Ev; e++) dd += dor[e] * w->row[e];
+                w->dd[i] = dd;
+                // A row with no visible key (lse -inf) has P = 0:
+                // exp(s - inf) = 0 for every score, where s - (-inf) would not be.
+                const float lse = d->lse[(b * d->heads + h) * L + i0 + i];
+                w->lsub[i] = lse == -INFINITY ? INFINITY : lse;
+            }
+            for (int64_t e = 0; e < ni * E; e++) w->dq[e] = 0.0f;
+            const int64_t jend = d->causal ? min64(S, i0 + ni) : S;
+            for (int64_t j0 = 0; j0 < jend; j0 += BK) {
+                const int64_t nj = min64(BK, jend - j0);
+                load_rows(d->dtype, d->k, d->k_strides, b, hk, j0, nj, E, w->k);
+                load_rows(d->dtype, d->v, d->v_strides, b, hk, j0, nj, Ev, w->v);
+                float *pt = w->pt, *dst = w->dst;
+                const trn_tile_band sband = causal_band(d, i0 - j0, 0);
+                const trn_tile_band kvband = causal_band(d, i0 - j0, 1), qband = causal_band(d, i0 - j0, 2);
+                trn_tile_mm_band(nj, ni, E, w->k, E, 1, w->qt, BQ, pt, BQ, 0, sband);
+                mask_tile_t(d, pt, ni, nj, b, h, i0, j0);
+                for (int64_t j = 0; j < nj; j++)
+                    for (int64_t i = 0; i < ni; i++) pt[j * BQ + i] = trn_sc_expf(pt[j * BQ + i] - w->lsub[i]);
+                trn_tile_mm_band(nj, ni, Ev, w->v, Ev, 1, w->dot, BQ, dst, BQ, 0, sband);
+                for (int64_t j = 0; j < nj; j++) {
+                    float *pr = pt + j * BQ, *dr = dst + j * BQ;
+                    if (dropout) {
+                        for (int64_t i = 0; i < ni; i++) {
+                            const int64_t flat = ((b * d->heads + h) * L + i0 + i) * S + j0 + j;
+                            const float z = keep_elem(d->seed, flat, keep) ? rkeep : 0.0f;
+                            const float p = pr[i];
+                            dr[i] = p == 0.0f ? 0.0f : p * (dr[i] * z - w->dd[i]);
+                            pr[i] = p * z;
+                        }
+                    } else {
+                        for (int64_t i = 0; i < ni; i++) {
+                            const float p = pr[i];
+                            dr[i] = p == 0.0f ? 0.0f : p * (dr[i] - w->dd[i]);
+                        }
+                    }
+                }
+                if (bd->dmask)
+                    for (int64_t i = 0; i < ni; i++) {
+                        for (int64_t j = 0; j < nj; j++) w->row[j] = dst[j * BQ + i];
+                        store_row(d->dtype, bd->dmask, ((b * d->heads + h) * L + i0 + i) * S + j0, nj, w->row, 1.0f);
+                    }
+                trn_tile_mm_band(nj, Ev, ni, pt, BQ, 1, w->dout, Ev, w->dv + j0 * Ev, Ev, 1, kvband);
+                for (int64_t j = 0; j < nj; j++)
+                    for (int64_t i = 0; i < ni; i++) dst[j * BQ + i] *= scale;
+                trn_tile_mm_band(nj, E, ni, dst, BQ, 1, w->q, E, w->dk + j0 * E, E, 1, kvband);
+                trn_tile_mm_band(ni, E, nj, dst, 1, BQ, w->k, E, w->dq, E, 1, qband);
+            }
+            // Keys a causal row never reaches: their bias gradient is 0.
+            if (bd->dmask && jend < S) {
+                const size_t es = trn_dtype_size(d->dtype);
+                for (int64_t i = 0; i < ni; i++)
+                    memset((char *)bd->dmask + ((((b * d->heads + h) * L + i0 + i) * S + jend) * (int64_t)es), 0,
+                           (size_t)(S - jend) * es);
+            }
+            if (bd->dq)
+                for (int64_t i = 0; i < ni; i++)
+                    store_row(d->dtype, bd->dq, ((b * d->heads + h) * L + i0 + i) * E, E, w->dq + i * E, 1.0f);
+        }
+    }
+    if (bd->dk) store_row(d->dtype, bd->dk, (b * d->kv_heads + hk) * S * E, S * E, w->dk, 1.0f);
+    if (bd->dv) store_row(d->dtype, bd->dv, (b * d->kv_heads + hk) * S * Ev, S * Ev, w->dv, 1.0f);
+}
+
+static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
+    const trn_attention_backward_desc *bd = ctx;
+    const trn_attention_desc *d = &bd->fwd;
+    const int64_t E = d->head_dim, Ev = d->v_dim, S = d->kv_len;
+    const int64_t wide = E > Ev ? E : Ev;
+    const int64_t row = wide > BK ? wide : BK;
+    const size_t floats = (size_t)(2 * E * BQ + 2 * BQ * Ev + 2 * BQ + BQ * E + BK * E + BK * Ev +
+                                   2 * BK * BQ + S * E + S * Ev + row);
+    float *buf = calloc(floats, sizeof(float));
+    if (buf == NULL) return;
+    bwd_scratch w;
+    w.qt = buf;
+    w.q = w.qt + E * BQ;
+    w.dout = w.q + BQ * E;
+    w.dot = w.dout + BQ * Ev;
+    w.dd = w.dot + Ev * BQ;
+    w.lsub = w.dd + BQ;
+    w.dq = w.lsub + BQ;
+    w.k = w.dq + BQ * E;
+    w.v = w.k + BK * E;
+    w.pt = w.v + BK * Ev;
+    w.dst = w.pt + BK * BQ;
+    w.dk = w.dst + BK * BQ;
+    w.dv = w.dk + S * E;
+    w.row = w.dv + S * Ev;
+    for (int64_t u = u0; u < u1; u++) bwd_unit(bd, &w, u);
+    free(buf);
+}
+
+// ---- launch ---------------------------------------------------------------------
+int trn_attention_supports(trn_dtype dtype, int has_mask, trn_dtype mask_dtype) {
+    const int ok = dtype == TRN_DTYPE_F32 || dtype == TRN_DTYPE_F16 || dtype == TRN_DTYPE_BF16;
+    if (!ok || !has_mask) return ok;
+    return mask_dtype == TRN_DTYPE_BOOL || mask_dtype == TRN_DTYPE_F32 ||
+           mask_dtype == TRN_DTYPE_F16 || mask_dtype == TRN_DTYPE_BF16;
+}
+
+// Bytes spanned by a [n0, n1, n2, n3] view with strides s (last stride s3).
+static size_t span4(const int64_t *n, const int64_t *s, size_t es) {
+    int64_t last = 0;
+    for (int k = 0; k < 4; k++) {
+        if (n[k] == 0) return 0;
+        last += (n[k] - 1) * s[k];
+    }
+    return (size_t)(last + 1) * es;
+}
+
+static void add_operands(trn__access_set *rg, const trn_attention_desc *d) {
+    const size_t es = trn_dtype_size(d->dtype);
+    const int64_t qn[4] = {d->batch, d->heads, d->q_len, d->head_dim};
+    const int64_t kn[4] = {d->batch, d->kv_heads, d->kv_len, d->head_dim};
+    const int64_t vn[4] = {d->batch, d->kv_heads, d->kv_len, d->v_dim};
+    const int64_t on[4] = {d->batch, d->heads, d->q_len, d->v_dim};
+    const int64_t mn[4] = {d->batch, d->heads, d->q_len, d->kv_len};
+    const int64_t qs[4] = {d->q_strides[0], d->q_strides[1], d->q_strides[2], 1};
+    const int64_t ks[4] = {d->k_strides[0], d->k_strides[1], d->k_strides[2], 1};
+    const int64_t vs[4] = {d->v_strides[0], d->v_strides[1], d->v_strides[2], 1};
+    const int64_t os[4] = {d->out_strides[0], d->out_strides[1], d->out_strides[2], 1};
+    trn__access_add(rg, d->q, span4(qn, qs, es));
+    trn__access_add(rg, d->k, span4(kn, ks, es));
+    trn__access_add(rg, d->v, span4(vn, vs, es));
+    trn__access_add(rg, d->out, span4(on, os, es));
+    if (d->mask)
+        trn__access_add(rg, d->mask, span4(mn, d->mask_strides, trn_dtype_size(d->mask_dtype)));
+    trn__access_add(rg, d->lse, (size_t)(d->batch * d->heads * d->q_len) * sizeof(float));
+}
+
+static trn_status attn_task(void *args) {
+    attn_args *a = args;
+    const trn_attention_desc *d = &a->d.fwd;
+    trn__access_set rg = {.count = 0};
+    add_operands(&rg, d);
+    if (a->backward) {
+        const trn_attention_backward_desc *bd = &a->d;
+        const size_t es = trn_dtype_size(d->dtype);
+        const int64_t on[4] = {d->batch, d->heads, d->q_len, d->v_dim};
+        const int64_t gs[4] = {bd->dout_strides[0], bd->dout_strides[1], bd->dout_strides[2], 1};
+        trn__access_add(&rg, bd->dout, span4(on, gs, es));
+        trn__access_add(&rg, bd->dq, (size_t)(d->batch * d->heads * d->q_len * d->head_dim) * es);
+        trn__access_add(&rg, bd->dk, (size_t)(d->batch * d->kv_heads * d->kv_len * d->head_dim) * es);
+        trn__access_add(&rg, bd->dv, (size_t)(d->batch * d->kv_heads * d->kv_len * d->v_dim) * es);
+        trn__access_add(&rg, bd->dmask, (size_t)(d->batch * d->heads * d->q_len * d->kv_len) * es);
+    }
+    trn_status st = trn__access_begin(&rg);
+    if (st == TRN_SUCCESS) {
+        // Scratch is allocated per piece; probe once here so that an
+        // out-of-memory host reports an error instead of skipping work.
+        void *probe = malloc((size_t)(d->kv_len * (d->head_dim + d->v_dim) + 64 * 1024) * sizeof(float));
+        if (probe == NULL) {
+            st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "attention: out of host memory");
+        } else {
+            free(probe);
+            if (!a->backward) {
+                const int64_t units = d->batch * d->heads * ((d->q_len + BQ - 1) / BQ);
+                trn_parallel_for(units, 1, fwd_piece, (void *)d);
+            } else {
+                trn_parallel_for(d->batch * d->kv_heads, 1, bwd_piece, &a->d);
+            }
+        }
+    }
+    trn__access_end(&rg);
+    return st;
+}
+
+static trn_status check_fwd(const trn_attention_desc *d, const char *fn) {
+    if (!trn_attention_supports(d->dtype, d->mask != NULL, d->mask_dtype))
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtype %s (mask %s) is not supported", fn,
+                              trn_dtype_name(d->dtype), d->mask ? trn_dtype_name(d->mask_dtype) : "none");
+    if (d->batch < 0 || d->heads < 0 || d->kv_heads < 0 || d->q_len < 0 || d->kv_len < 0 ||
+        d->head_dim < 0 || d->v_dim < 0)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: negative size", fn);
+    if (d->kv_heads == 0 ? d->heads != 0 : d->heads % d->kv_heads != 0)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "%s: %lld query heads are not a multiple of %lld key/value heads", fn,
+                              (long long)d->heads, (long long)d->kv_heads);
+    if (!(d->dropout_p >= 0.0 && d->dropout_p <= 1.0))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: dropout_p %g not in [0, 1]", fn,
+                              d->dropout_p);
+    const int64_t work = d->batch * d->heads * d->q_len;
+    if (work > 0 && (d->q == NULL || d->out == NULL || (d->kv_len > 0 && (d->k == NULL || d->v == NULL))))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: an operand pointer is NULL", fn);
+    return trn__fork_check();
+}
+
+trn_status trn_attention_launch(trn_stream *stream, const trn_attention_desc *desc) {
+    if (stream == NULL || desc == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_attention_launch: stream or descriptor is NULL");
+    trn_status st = check_fwd(desc, "trn_attention_launch");
+    if (st != TRN_SUCCESS) return st;
+    if (desc->batch * desc->heads * desc->q_len == 0) return TRN_SUCCESS;
+    attn_args a;
+    memset(&a, 0, sizeof a);
+    a.d.fwd = *desc;
+    return trn_stream_launch(stream, attn_task, &a, sizeof a);
+}
+
+trn_status trn_attention_backward_launch(trn_stream *stream, const trn_attention_backward_desc *desc) {
+    if (stream == NULL || desc == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_attention_backward_launch: stream or descriptor is NULL");
+    trn_status st = check_fwd(&desc->fwd, "trn_attention_backward_launch");
+    if (st != TRN_SUCCESS) return st;
+    const trn_attention_desc *d = &desc->fwd;
+    if (d->batch * d->heads * d->q_len > 0 && (desc->dout == NULL || d->lse == NULL))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_attention_backward_launch: dout or lse is NULL");
+    if (d->batch * d->kv_heads == 0) return TRN_SUCCESS;
+    const attn_args a = {.d = *desc, .backward = 1};
+    return trn_stream_launch(stream, attn_task, &a, sizeof a);
+}

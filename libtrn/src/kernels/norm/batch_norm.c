@@ -1,0 +1,356 @@
+// batch_norm.c - owns the batch norm forward/backward kernels (trn/batch_norm.h).
+//
+// Channels are independent: both passes split channels across the thread
+// pool; each piece walks the batch * spatial elements of its channels (one
+// contiguous run of `spatial` elements per batch item). Per-channel sums are
+// accumulated in double, so the statistics do not depend on how the work is
+// split and are at least as accurate as PyTorch CPU's.
+#include <math.h>
+#include <string.h>
+
+#include "norm_common.h"
+#include "trn/batch_norm.h"
+#include "trn/convert.h"
+#include "trn/parallel.h"
+
+// Elements per parallel piece.
+#define GRAIN 32768
+
+// Whole-vector loads and stores of one lane group. Written out because GCC
+// 12 assembled a bf16 vector from 16 scalar word inserts when the
+// conversion was per element inside TRN_VACC (bf16 batch norm ran at half
+// of CPU's speed); the conversions are the same bits as LD_* / ST_*.
+typedef uint16_t bn_vec_u16 __attribute__((vector_size(32)));
+typedef uint32_t bn_vec_u32 __attribute__((vector_size(64)));
+
+static inline trn__vec_f vld_bf16(const uint16_t *p) {
+    bn_vec_u16 h;
+    memcpy(&h, p, sizeof h);
+    const bn_vec_u32 u = __builtin_convertvector(h, bn_vec_u32) << 16;
+    trn__vec_f f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline void vst_bf16(uint16_t *p, trn__vec_f f) {
+    bn_vec_u32 u;
+    memcpy(&u, &f, sizeof u);
+    const bn_vec_u32 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    const bn_vec_u32 nan = (u >> 16) | 0x0040u;
+    const bn_vec_u32 is_nan = (bn_vec_u32)((u & 0x7FFFFFFFu) > 0x7F800000u);
+    const bn_vec_u16 h = __builtin_convertvector((is_nan & nan) | (~is_nan & rounded), bn_vec_u16);
+    memcpy(p, &h, sizeof h);
+}
+
+static inline trn__vec_f vld_f16(const uint16_t *p) {
+    float t[TRN_VLANES(trn__vec_f, float)];
+    for (int j = 0; j < TRN_VLANES(trn__vec_f, float); j++) t[j] = trn_half_to_float(p[j]);
+    trn__vec_f f;
+    memcpy(&f, t, sizeof f);
+    return f;
+}
+
+static inline void vst_f16(uint16_t *p, trn__vec_f f) {
+    for (int j = 0; j < TRN_VLANES(trn__vec_f, float); j++) p[j] = trn_float_to_half(f[j]);
+}
+
+static inline trn__vec_f vld_f32(const float *p) {
+    trn__vec_f f;
+    memcpy(&f, p, sizeof f);
+    return f;
+}
+
+static inline void vst_f32(float *p, trn__vec_f f) { memcpy(p, &f, sizeof f); }
+
+static inline trn__vec_d vld_f64(const double *p) {
+    trn__vec_d f;
+    memcpy(&f, p, sizeof f);
+    return f;
+}
+
+static inline void vst_f64(double *p, trn__vec_d f) { memcpy(p, &f, sizeof f); }
+typedef struct bn_args {
+    trn_dtype dtype, pdt;
+    int64_t batch, channels, spatial;
+    const void *x, *dy, *weight, *bias, *mean_in, *var_in;
+    void *rmean, *rvar, *y, *smean, *sinvstd, *dx, *dweight, *dbias;
+    int training, backward;
+    double momentum, eps;
+} bn_args;
+
+_Static_assert(sizeof(bn_args) <= TRN_TASK_MAX_ARGS, "batch norm args too large");
+
+static double param_or(const bn_args *a, const void *p, int64_t c, double dflt) {
+    return p ? trn__load_real(a->pdt, p, c) : dflt;
+}
+
+// Per-channel statistics of the forward pass: mean and 1 / sqrt(var + eps),
+// from the batch (training, also updating the running stats) or from the
+// running stats (eval).
+static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, double *mean,
+                          double *invstd) {
+    const int64_t n = a->batch * a->spatial;
+    if (!a->training) {
+        *mean = trn__load_real(a->pdt, a->rmean, c);
+        *invstd = 1.0 / sqrt(trn__load_real(a->pdt, a->rvar, c) + a->eps);
+        return;
+    }
+    (void)sum;
+    const double var = sq / (double)n;
+    *invstd = 1.0 / sqrt(var + a->eps);
+    // The running update uses the exact statistics; the normalization uses
+    // them as saved (rounded to a 16-bit param dtype), as PyTorch CPU does.
+    const double exact_mean = *mean;
+    if (a->smean) {
+        trn__store_real(a->pdt, a->smean, c, *mean);
+        *mean = trn__load_real(a->pdt, a->smean, c);
+    }
+    if (a->sinvstd) {
+        trn__store_real(a->pdt, a->sinvstd, c, *invstd);
+        *invstd = trn__load_real(a->pdt, a->sinvstd, c);
+    }
+    if (a->rmean) {
+        const double rm = trn__load_real(a->pdt, a->rmean, c);
+        trn__store_real(a->pdt, a->rmean, c, a->momentum * exact_mean + (1 - a->momentum) * rm);
+    }
+    if (a->rvar) {
+        const double rv = trn__load_real(a->pdt, a->rvar, c);
+        const double unbiased = sq / (double)(n - 1);
+        trn__store_real(a->pdt, a->rvar, c, a->momentum * unbiased + (1 - a->momentum) * rv);
+    }
+}
+
+// Channel sums: lane partial sums (and a float sum of the tails of rows
+// shorter than a lane group) run over whole batch items and move to the
+// double total every BN_FLUSH_ELEMS elements of a channel, so a lane never
+// holds more than ~64 elements, as when it was flushed per item of a 32x32
+// plane, while 4x4 planes no longer pay a 16-lane reduction per item.
+// Deterministic: the grouping depends only on the shape, not on the split.
+#define BN_FLUSH_ELEMS 1024
+#define BN_FLUSH(V, C, acc, tail, total)                                          \
+    do {                                                                          \
+        C r_ = 0;                                                                 \
+        TRN_VREDUCE(V, C, acc, r_);                                               \
+        (total) += (double)(r_ + (tail));                                         \
+        (tail) = 0;                                                               \
+        memset(&(acc), 0, sizeof(acc));                                           \
+    } while (0)
+
+#define DEFINE_BN(N, T, C, V, LD, ST, VLD, VST)                                              \
+    static void fwd_##N(void *ctx, int64_t c0, int64_t c1) {                      \
+        const bn_args *a = ctx;                                                   \
+        const int64_t S = a->spatial, CH = a->channels;                           \
+        const int64_t L = TRN_VLANES(V, C);                                       \
+        for (int64_t c = c0; c < c1; c++) {                                       \
+            double mean = 0, sq = 0, sum = 0;                                     \
+            if (a->training) {                                                    \
+                V acc;                                                        \
+                C s = 0;                                                      \
+                int64_t run = 0;                                              \
+                memset(&acc, 0, sizeof acc);                                  \
+                for (int64_t b = 0; b < a->batch; b++) {                          \
+                    const T *x = (const T *)a->x + (b * CH + c) * S;              \
+                    int64_t i = 0;                                                \
+                    for (; i + L <= S; i += L) acc += VLD(x + i);                \
+                    for (; i < S; i++) s += (C)LD(x[i]);                          \
+                    if ((run += S) >= BN_FLUSH_ELEMS || b + 1 == a->batch) {  \
+                        BN_FLUSH(V, C, acc, s, sum);                          \
+                        run = 0;                                              \
+                    }                                                         \
+                }                                                                 \
+                mean = sum / (double)(a->batch * S);                              \
+                const C m = (C)mean;                                              \
+                C v = 0;                                                      \
+                memset(&acc, 0, sizeof acc);                                  \
+                for (int64_t b = 0; b < a->batch; b++) {                          \
+                    const T *x = (const T *)a->x + (b * CH + c) * S;              \
+                    int64_t i = 0;                                                \
+                    for (; i + L <= S; i += L) {                                  \
+                        const V d = VLD(x + i) - m;                               \
+                        acc += d * d;                                             \
+                    }                                                             \
+                    for (; i < S; i++) {                                          \
+                        const C d = (C)LD(x[i]) - m;                              \
+                        v += d * d;                                               \
+                    }                                                             \
+                    if ((run += S) >= BN_FLUSH_ELEMS || b + 1 == a->batch) {  \
+                        BN_FLUSH(V, C, acc, v, sq);                           \
+                        run = 0;                                              \
+                    }                                                         \
+                }                                                                 \
+            }                                                                     \
+            double invstd;                                                        \
+            channel_stats(a, c, sum, sq, &mean, &invstd);                         \
+            const double w = param_or(a, a->weight, c, 1.0);                      \
+            const double bias = param_or(a, a->bias, c, 0.0);                     \
+            const C alpha = (C)(invstd * w), beta = (C)(bias - mean * invstd * w);\
+            for (int64_t b = 0; b < a->batch; b++) {                              \
+                const T *x = (const T *)a->x + (b * CH + c) * S;                  \
+                T *y = (T *)a->y + (b * CH + c) * S;                              \
+                int64_t i = 0;                                                \
+                for (; i + L <= S; i += L) VST(y + i, VLD(x + i) * alpha + beta); \
+                for (; i < S; i++) y[i] = ST((C)LD(x[i]) * alpha + beta);     \
+            }                                                                     \
+        }                                                                         \
+    }                                                                             \
+    static void bwd_##N(void *ctx, int64_t c0, int64_t c1) {                      \
+        const bn_args *a = ctx;                                                   \
+        const int64_t S = a->spatial, CH = a->channels;                           \
+        const int64_t L = TRN_VLANES(V, C);                                       \
+        const double n = (double)(a->batch * S);                                  \
+        for (int64_t c = c0; c < c1; c++) {                                       \
+            const double mean = trn__load_real(a->pdt, a->mean_in, c);            \
+            const double sv = trn__load_real(a->pdt, a->var_in, c);               \
+            const double invstd = a->training ? sv : 1.0 / sqrt(sv + a->eps);     \
+            const C m = (C)mean;                                                  \
+            double sum = 0, dot = 0;                                              \
+            V acc_s, acc_d;                                                       \
+            C s = 0, d = 0;                                                       \
+            int64_t run = 0;                                                      \
+            memset(&acc_s, 0, sizeof acc_s);                                      \
+            memset(&acc_d, 0, sizeof acc_d);                                      \
+            for (int64_t b = 0; b < a->batch; b++) {                              \
+                const T *x = (const T *)a->x + (b * CH + c) * S;                  \
+                const T *dy = (const T *)a->dy + (b * CH + c) * S;                \
+                int64_t i = 0;                                                    \
+                for (; i + L <= S; i += L) {                                      \
+                    const V g = VLD(dy + i);                                      \
+                    acc_s += g;                                                   \
+                    acc_d += g * (VLD(x + i) - m);                                \
+                }                                                                 \
+                for (; i < S; i++) {                                              \
+                    const C g = (C)LD(dy[i]);                                     \
+                    s += g;                                                       \
+                    d += g * ((C)LD(x[i]) - m);                                   \
+                }                                                                 \
+                if ((run += S) >= BN_FLUSH_ELEMS || b + 1 == a->batch) {          \
+                    BN_FLUSH(V, C, acc_s, s, sum);                                \
+                    BN_FLUSH(V, C, acc_d, d, dot);                                \
+                    run = 0;                                                      \
+                }                                                                 \
+            }                                                                     \
+            if (a->dweight) trn__store_real(a->pdt, a->dweight, c, dot * invstd); \
+            if (a->dbias) trn__store_real(a->pdt, a->dbias, c, sum);              \
+            if (!a->dx) continue;                                                 \
+            const double w = param_or(a, a->weight, c, 1.0);                      \
+            const C scale = (C)(invstd * w);                                      \
+            const C k = a->training ? (C)(dot * invstd * invstd / n) : (C)0;      \
+            const C gmean = a->training ? (C)(sum / n) : (C)0;                    \
+            for (int64_t b = 0; b < a->batch; b++) {                              \
+                const T *x = (const T *)a->x + (b * CH + c) * S;                  \
+                const T *dy = (const T *)a->dy + (b * CH + c) * S;                \
+                T *dx = (T *)a->dx + (b * CH + c) * S;                            \
+                int64_t i = 0;                                                \
+                if (a->training) {                                                \
+                    for (; i + L <= S; i += L)                                    \
+                        VST(dx + i, (VLD(dy + i) - gmean - (VLD(x + i) - m) * k) * scale); \
+                    for (; i < S; i++)                                            \
+                        dx[i] = ST(((C)LD(dy[i]) - gmean - ((C)LD(x[i]) - m) * k) * scale); \
+                } else {                                                          \
+                    for (; i + L <= S; i += L) VST(dx + i, VLD(dy + i) * scale);  \
+                    for (; i < S; i++) dx[i] = ST((C)LD(dy[i]) * scale);          \
+                }                                                                 \
+            }                                                                     \
+        }                                                                         \
+    }
+
+DEFINE_BN(f16, uint16_t, float, trn__vec_f, LD_f16, ST_f16, vld_f16, vst_f16)
+DEFINE_BN(bf16, uint16_t, float, trn__vec_f, LD_bf16, ST_bf16, vld_bf16, vst_bf16)
+DEFINE_BN(f32, float, float, trn__vec_f, LD_id, ST_id, vld_f32, vst_f32)
+DEFINE_BN(f64, double, double, trn__vec_d, LD_id, ST_id, vld_f64, vst_f64)
+
+typedef void (*piece_fn)(void *, int64_t, int64_t);
+
+static void pick(trn_dtype d, piece_fn *fwd, piece_fn *bwd) {
+    switch (d) {
+#define CASE(E, N, ...)                                                                 \
+    case E: *fwd = fwd_##N; *bwd = bwd_##N; return;
+        TRN_KIT_FLOAT_TYPES(CASE)
+#undef CASE
+    default: *fwd = *bwd = NULL;
+    }
+}
+
+int trn_batch_norm_supports(trn_dtype dtype, trn_dtype param_dtype) {
+    return trn__norm_dtype_pair_ok(dtype, param_dtype);
+}
+
+static trn_status bn_task(void *args) {
+    const bn_args *a = args;
+    const size_t data = (size_t)(a->batch * a->channels * a->spatial) * trn_dtype_size(a->dtype);
+    const size_t par = (size_t)a->channels * trn_dtype_size(a->pdt);
+    trn__access_set rg = {.count = 0};
+    trn__access_add(&rg, a->x, data);
+    trn__access_add(&rg, a->dy, data);
+    trn__access_add(&rg, a->y, data);
+    trn__access_add(&rg, a->dx, data);
+    const void *pars[] = {a->weight, a->bias, a->mean_in, a->var_in, a->rmean, a->rvar,
+                          a->smean, a->sinvstd};
+    for (size_t i = 0; i < sizeof pars / sizeof *pars; i++) trn__access_add(&rg, pars[i], par);
+    trn__access_add(&rg, a->dweight, par);
+    trn__access_add(&rg, a->dbias, par);
+    trn_status st = trn__access_begin(&rg);
+    if (st == TRN_SUCCESS) {
+        piece_fn fwd, bwd;
+        pick(a->dtype, &fwd, &bwd);
+        trn_parallel_for(a->channels, trn__grain(GRAIN, a->batch * a->spatial),
+                         a->backward ? bwd : fwd, (void *)a);
+    }
+    trn__access_end(&rg);
+    return st;
+}
+
+static trn_status check_common(trn_stream *stream, const void *d, trn_dtype dtype,
+                               trn_dtype pd, int64_t batch, int64_t channels, int64_t spatial,
+                               const char *fn) {
+    trn_status st = trn__norm_check_dtypes(stream, d, trn_batch_norm_supports(dtype, pd), fn,
+                                           dtype, "params", pd, NULL, pd);
+    if (st != TRN_SUCCESS) return st;
+    int64_t n;
+    if (batch < 0 || channels < 0 || spatial < 0 || __builtin_mul_overflow(batch, channels, &n) ||
+        __builtin_mul_overflow(n, spatial, &n) || __builtin_mul_overflow(n, 8, &n))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: invalid sizes [%lld, %lld, %lld]",
+                              fn, (long long)batch, (long long)channels, (long long)spatial);
+    return trn__fork_check();
+}
+
+trn_status trn_batch_norm_launch(trn_stream *stream, const trn_batch_norm_desc *d) {
+    trn_status st = check_common(stream, d, d ? d->dtype : TRN_DTYPE_F32,
+                                 d ? d->param_dtype : TRN_DTYPE_F32, d ? d->batch : 0,
+                                 d ? d->channels : 0, d ? d->spatial : 0, "trn_batch_norm_launch");
+    if (st != TRN_SUCCESS || d->channels == 0) return st;
+    const int64_t numel = d->batch * d->channels * d->spatial;
+    if ((numel > 0 && (d->x == NULL || d->y == NULL)) ||
+        (!d->training && (d->running_mean == NULL || d->running_var == NULL)))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_batch_norm_launch: x / y (or, in eval, the running stats) "
+                              "is NULL");
+    const bn_args a = {.dtype = d->dtype, .pdt = d->param_dtype, .batch = d->batch,
+                       .channels = d->channels, .spatial = d->spatial, .x = numel > 0 ? d->x : NULL,
+                       .y = numel > 0 ? d->y : NULL, .weight = d->weight, .bias = d->bias,
+                       .rmean = d->running_mean, .rvar = d->running_var,
+                       .smean = d->training ? d->save_mean : NULL,
+                       .sinvstd = d->training ? d->save_invstd : NULL, .training = d->training != 0,
+                       .momentum = d->momentum, .eps = d->eps};
+    return trn_stream_launch(stream, bn_task, &a, sizeof a);
+}
+
+trn_status trn_batch_norm_backward_launch(trn_stream *stream,
+                                          const trn_batch_norm_backward_desc *d) {
+    trn_status st = check_common(stream, d, d ? d->dtype : TRN_DTYPE_F32,
+                                 d ? d->param_dtype : TRN_DTYPE_F32, d ? d->batch : 0,
+                                 d ? d->channels : 0, d ? d->spatial : 0,
+                                 "trn_batch_norm_backward_launch");
+    if (st != TRN_SUCCESS || d->channels == 0) return st;
+    const int64_t numel = d->batch * d->channels * d->spatial;
+    if ((numel > 0 && (d->x == NULL || d->dy == NULL)) || d->mean == NULL ||
+        d->invstd_or_var == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_batch_norm_backward_launch: an input pointer is NULL");
+    const bn_args a = {.backward = 1, .dtype = d->dtype, .pdt = d->param_dtype, .batch = d->batch,
+                       .channels = d->channels, .spatial = d->spatial, .x = numel > 0 ? d->x : NULL,
+                       .dy = numel > 0 ? d->dy : NULL, .weight = d->weight, .mean_in = d->mean,
+                       .var_in = d->invstd_or_var, .training = d->training != 0, .eps = d->eps,
+                       .dx = numel > 0 ? d->dx : NULL, .dweight = d->dweight, .dbias = d->dbias};
+    return trn_stream_launch(stream, bn_task, &a, sizeof a);
+}

@@ -1,0 +1,894 @@
+// reduce.c - owns the reduction kernel (trn/reduce.h): descriptor
+// validation, dimension coalescing, and the loops.
+//
+// Loops are generated per (kind, dtype) by macros, so no inner loop switches
+// on the dtype. "Map-combine" kinds (sum, prod, max, min, norms, any, all,
+// count) share three loop shapes:
+//  - contig: the innermost reduced dim has stride 1: LANES independent
+//    accumulators over blocks of at most BLOCK elements, blocks combined
+//    pairwise (like PyTorch's cascade sum), so float32 sums of millions of
+//    elements keep ~log2(n) ulp error and the loop vectorizes;
+//  - column: the innermost kept dim has stride 1 in the input and output
+//    (a reduction over an outer dim): whole input rows are folded into a
+//    vector of up to COLS partial results, flushed every FLUSH rows;
+//  - strided: anything else, one output at a time.
+// Index kinds (max/min with indices, argmax/argmin), var/std and logsumexp
+// have their own per-output loops.
+// Selects on float compares (NaN-propagating max, the inline expf) only
+// if-convert into vector blends when compares may be assumed not to trap;
+// results are unchanged (the FP environment's flags are never read).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kit/launch.h"
+#include "trn/scalar.h"
+#include "trn/convert.h"
+#include "trn/parallel.h"
+#include "trn/reduce.h"
+
+_Static_assert(TRN_DTYPE_COUNT == 15, "add the new dtype to this file");
+
+#define MAYBE_UNUSED __attribute__((unused))
+#define LANES 32
+#define BLOCK 2048
+#define COLS 4096
+#define FLUSH 256
+
+typedef struct reduce_args {
+    trn_reduce_op op;
+    trn_dtype dtype, out_dtype;
+    const char *in;
+    char *out, *out2;
+    double param;
+    int64_t count;  // elements reduced into each output
+    int n_outer, n_inner;
+    // The map-combine loops use the column shape (decided once at launch, so
+    // that a piece of a split launch loops exactly as the whole would).
+    int column;
+    // Byte ranges touched, relative to the pointers (protect mode).
+    int64_t in_lo, in_span, out_lo, out_span, out2_lo, out2_span;
+    // outer sizes, in strides, out strides, out2 strides; inner sizes,
+    // inner strides (elements).
+    int64_t dims[6 * TRN_MAX_DIMS];
+} reduce_args;
+
+_Static_assert(sizeof(reduce_args) <= TRN_TASK_MAX_ARGS, "reduce args too large");
+
+#define OSIZE(a) ((a)->dims)
+#define OSTR_IN(a) ((a)->dims + (a)->n_outer)
+#define OSTR_OUT(a) ((a)->dims + 2 * (a)->n_outer)
+#define OSTR_OUT2(a) ((a)->dims + 3 * (a)->n_outer)
+#define ISIZE(a) ((a)->dims + 4 * (a)->n_outer)
+#define ISTR(a) ((a)->dims + 4 * (a)->n_outer + (a)->n_inner)
+
+// Advances a row-major odometer over nd dims (the last varying fastest),
+// keeping up to three offsets in step. Returns false after the last index.
+static inline int odo_next(int nd, const int64_t *size, int64_t *idx,
+                           const int64_t *s0, int64_t *o0, const int64_t *s1,
+                           int64_t *o1, const int64_t *s2, int64_t *o2) {
+    for (int d = nd - 1; d >= 0; d--) {
+        if (++idx[d] < size[d]) {
+            *o0 += s0[d];
+            if (s1) *o1 += s1[d];
+            if (s2) *o2 += s2[d];
+            return 1;
+        }
+        idx[d] = 0;
+        *o0 -= s0[d] * (size[d] - 1);
+        if (s1) *o1 -= s1[d] * (size[d] - 1);
+        if (s2) *o2 -= s2[d] * (size[d] - 1);
+    }
+    return 0;
+}
+
+// ---- per-dtype load/store -------------------------------------------------------
+// LD_x(v): storage value -> compute value; ST_x(v): compute value -> storage.
+#define LD_id(v) (v)
+#define ST_id(T, v) ((T)(v))
+#define LD_f16(v) trn_half_to_float(v)
+#define LD_bf16(v) trn_bf16_to_float(v)
+
+static inline void store_u16h(uint16_t *p, float v) { *p = trn_float_to_half(v); }
+static inline void store_u16b(uint16_t *p, float v) { *p = trn_float_to_bf16(v); }
+
+// Store of a value in compute type into out dtype `od` (once per output,
+// so a switch is fine here).
+static void store_f(trn_dtype od, char *p, double v) {
+    switch (od) {
+    case TRN_DTYPE_F16: { uint16_t h = trn_float_to_half((float)v); memcpy(p, &h, 2); break; }
+    case TRN_DTYPE_BF16: { uint16_t h = trn_float_to_bf16((float)v); memcpy(p, &h, 2); break; }
+    case TRN_DTYPE_F32: { float f = (float)v; memcpy(p, &f, 4); break; }
+    case TRN_DTYPE_F64: memcpy(p, &v, 8); break;
+    default: break;
+    }
+}
+
+// Integer-valued store (wrapping to the target width, bool = != 0).
+static void store_u(trn_dtype od, char *p, uint64_t v) {
+    switch (od) {
+    case TRN_DTYPE_BOOL: { uint8_t x = v != 0; memcpy(p, &x, 1); break; }
+    case TRN_DTYPE_U8:
+    case TRN_DTYPE_I8: { uint8_t x = (uint8_t)v; memcpy(p, &x, 1); break; }
+    case TRN_DTYPE_I16:
+    case TRN_DTYPE_U16: { uint16_t x = (uint16_t)v; memcpy(p, &x, 2); break; }
+    case TRN_DTYPE_I32:
+    case TRN_DTYPE_U32: { uint32_t x = (uint32_t)v; memcpy(p, &x, 4); break; }
+    case TRN_DTYPE_I64:
+    case TRN_DTYPE_U64: memcpy(p, &v, 8); break;
+    default: store_f(od, p, (double)(int64_t)v); break;
+    }
+}
+
+static inline int64_t esize(trn_dtype d) { return (int64_t)trn_dtype_size(d); }
+
+// ---- combine operators ------------------------------------------------------------
+#define C_ADD(a, b) ((a) + (b))
+#define C_MUL(a, b) ((a) * (b))
+#define C_OR(a, b) ((a) | (b))
+#define C_AND(a, b) ((a) & (b))
+// NaN-propagating max/min (the first NaN seen is kept).
+#define C_MAX(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
+#define C_MIN(a, b) (((a) != (a) || (a) < (b)) ? (a) : (b))
+
+// ---- splitting work across threads ----------------------------------------------
+// No piece gets less than PAR_GRAIN elements of work.
+#define PAR_GRAIN 65536
+#define PAR_DEPTH 6
+
+static inline int64_t par_grain(int64_t work_per_item) {
+    return work_per_item >= PAR_GRAIN ? 1 : PAR_GRAIN / (work_per_item > 0 ? work_per_item : 1);
+}
+
+// A node of the pairwise summation tree of the contig loops.
+typedef struct par_seg {
+    int64_t off, n;
+} par_seg;
+
+static inline int64_t par_half(int64_t n) { return (n / 2 + LANES - 1) / LANES * LANES; }
+
+// The nodes at `depth` below (off, n) (or the leaves above it), in order.
+static int par_segments(int64_t off, int64_t n, int depth, par_seg *out, int k) {
+    if (depth == 0 || n <= BLOCK) {
+        out[k].off = off;
+        out[k].n = n;
+        return k + 1;
+    }
+    const int64_t h = par_half(n);
+    k = par_segments(off, h, depth - 1, out, k);
+    return par_segments(off + h, n - h, depth - 1, out, k);
+}
+
+// ---- map-combine loops ----------------------------------------------------------
+// DEFINE_MC(fn, T, CT, A, LD, MAP, COMB, IDENT): A fn_contig(const T *x, n,
+// p), fn_strided(x, n, stride, p), fn_row(acc, x, w, p). MAP uses `x` (the
+// element loaded as compute type CT) and `p` (the op parameter); its value
+// is converted to the accumulator type A.
+#define DEFINE_MC(fn, T, CT, A, LD, MAP, COMB, IDENT)                             \
+    static A fn##_contig(const T *restrict xs, int64_t n, double p) {            \
+        (void)p;                                                                 \
+        if (n > BLOCK) {                                                         \
+            int64_t h = (n / 2 + LANES - 1) / LANES * LANES;                     \
+            A l = fn##_contig(xs, h, p);                                         \
+            A r = fn##_contig(xs + h, n - h, p);                                 \
+            return COMB(l, r);                                                   \
+        }                                                                        \
+        A acc[LANES];                                                            \
+        for (int j = 0; j < LANES; j++) acc[j] = (IDENT);                        \
+        int64_t i = 0;                                                           \
+        for (; i + LANES <= n; i += LANES)                                       \
+            for (int j = 0; j < LANES; j++) {                                    \
+                const CT x = (CT)LD(xs[i + j]);                                    \
+                acc[j] = COMB(acc[j], (A)(MAP));                                    \
+            }                                                                    \
+        for (int j = 0; i < n; i++, j++) {                                       \
+            const CT x = (CT)LD(xs[i]);                                            \
+            acc[j] = COMB(acc[j], (A)(MAP));                                        \
+        }                                                                        \
+        for (int w = LANES / 2; w > 0; w /= 2)                                   \
+            for (int j = 0; j < w; j++) acc[j] = COMB(acc[j], acc[j + w]);       \
+        return acc[0];                                                           \
+    }                                                                            \
+    static A fn##_strided(const T *xs, int64_t n, int64_t s, double p) {         \
+        (void)p;                                                                 \
+        A acc[8];                                                                \
+        for (int j = 0; j < 8; j++) acc[j] = (IDENT);                            \
+        int64_t i = 0;                                                           \
+        for (; i + 8 <= n; i += 8)                                               \
+            for (int j = 0; j < 8; j++) {                                        \
+                const CT x = (CT)LD(xs[(i + j) * s]);                              \
+                acc[j] = COMB(acc[j], (A)(MAP));                                    \
+            }                                                                    \
+        for (int j = 0; i < n; i++, j++) {                                       \
+            const CT x = (CT)LD(xs[i * s]);                                        \
+            acc[j] = COMB(acc[j], (A)(MAP));                                        \
+        }                                                                        \
+        for (int w = 4; w > 0; w /= 2)                                           \
+            for (int j = 0; j < w; j++) acc[j] = COMB(acc[j], acc[j + w]);       \
+        return acc[0];                                                           \
+    }                                                                            \
+    /* The pairwise tree of fn##_contig cut at depth PAR_DEPTH: the leaves   \
+       run in parallel, the top is combined here in the same order, so the   \
+       result is bit-identical to fn##_contig's for any thread count. */      \
+    typedef struct fn##_pctx {                                                   \
+        const T *xs;                                                             \
+        double p;                                                                \
+        const par_seg *segs;                                                     \
+        A *vals;                                                                 \
+    } fn##_pctx;                                                                 \
+    static MAYBE_UNUSED void fn##_leaf(void *ctx, int64_t b, int64_t e) {        \
+        const fn##_pctx *c = ctx;                                                \
+        for (int64_t i = b; i < e; i++)                                          \
+            c->vals[i] = fn##_contig(c->xs + c->segs[i].off, c->segs[i].n, c->p); \
+    }                                                                            \
+    static MAYBE_UNUSED A fn##_top(const A *vals, int *k, int64_t n, int depth) { \
+        if (depth == 0 || n <= BLOCK) return vals[(*k)++];                       \
+        const int64_t h = par_half(n);                                           \
+        const A l = fn##_top(vals, k, h, depth - 1);                             \
+        const A r = fn##_top(vals, k, n - h, depth - 1);                         \
+        return COMB(l, r);                                                       \
+    }                                                                            \
+    static MAYBE_UNUSED A fn##_par(const T *xs, int64_t n, double p) {           \
+        par_seg segs[1 << PAR_DEPTH];                                            \
+        A vals[1 << PAR_DEPTH];                                                  \
+        const int nseg = par_segments(0, n, PAR_DEPTH, segs, 0);                 \
+        fn##_pctx c = {xs, p, segs, vals};                                       \
+        trn_parallel_for(nseg, par_grain(n / nseg), fn##_leaf, &c);              \
+        int k = 0;                                                               \
+        return fn##_top(vals, &k, n, PAR_DEPTH);                                 \
+    }                                                                            \
+    /* Fold one input row of w columns into acc. */                              \
+    static MAYBE_UNUSED void fn##_row(A *restrict acc, const T *restrict xs, int64_t w,       \
+                         double p) {                                             \
+        (void)p;                                                                 \
+        for (int64_t j = 0; j < w; j++) {                                        \
+            const CT x = (CT)LD(xs[j]);                                            \
+            acc[j] = COMB(acc[j], (A)(MAP));                                        \
+        }                                                                        \
+    }
+
+// The task for one (kind, dtype): iterates the outputs, picks a loop shape,
+// finalizes with FIN(acc) (uses `acc`, `cnt`, `p`) and stores with STORE(ptr,
+// value).
+#define DEFINE_MC_RUN(fn, T, A, COMB, IDENT, FIN, STORE)                         \
+    static void fn##_run(const reduce_args *a) {                                 \
+        const T *in = (const T *)(const void *)a->in;                            \
+        const int no = a->n_outer, ni = a->n_inner;                              \
+        const int64_t *os = OSIZE(a), *osi = OSTR_IN(a), *oso = OSTR_OUT(a);     \
+        const int64_t *is = ISIZE(a), *ist = ISTR(a);                            \
+        const int64_t oes = esize(a->out_dtype);                                 \
+        const double p = a->param;                                               \
+        const double cnt = (double)a->count;                                     \
+        (void)cnt;                                                               \
+        int64_t oidx[TRN_MAX_DIMS] = {0}, iidx[TRN_MAX_DIMS];                    \
+        int64_t ioff = 0, ooff = 0, dummy = 0;                                   \
+        if (no == 1 && os[0] == 1 && ni == 1 && ist[0] == 1 &&                  \
+            a->count >= 2 * PAR_GRAIN) {                                         \
+            /* one output of a long contiguous run: split the pairwise tree */   \
+            const A v = fn##_par(in, a->count, p);                               \
+            STORE(a->out, FIN(A, v, cnt, p));                                    \
+            return;                                                              \
+        }                                                                        \
+        if (a->column) {                                                         \
+            /* column loop over the last outer dim */                            \
+            const int64_t wtot = os[no - 1];                                     \
+            A acc[COLS], tot[COLS];                                              \
+            do {                                                                 \
+                for (int64_t j0 = 0; j0 < wtot; j0 += COLS) {                    \
+                    const int64_t w = wtot - j0 < COLS ? wtot - j0 : COLS;       \
+                    for (int64_t j = 0; j < w; j++) tot[j] = (IDENT);            \
+                    for (int64_t j = 0; j < w; j++) acc[j] = (IDENT);            \
+                    memset(iidx, 0, sizeof(int64_t) * (size_t)ni);               \
+                    int64_t roff = 0, rows = 0;                                  \
+                    do {                                                         \
+                        fn##_row(acc, in + ioff + j0 + roff, w, p);              \
+                        if (++rows == FLUSH) {                                   \
+                            rows = 0;                                            \
+                            for (int64_t j = 0; j < w; j++) {                    \
+                                tot[j] = COMB(tot[j], acc[j]);                   \
+                                acc[j] = (IDENT);                                \
+                            }                                                    \
+                        }                                                        \
+                    } while (odo_next(ni, is, iidx, ist, &roff, NULL, NULL,      \
+                                      NULL, NULL));                              \
+                    for (int64_t j = 0; j < w; j++) {                            \
+                        const A v = COMB(tot[j], acc[j]);                        \
+                        STORE(a->out + (ooff + j0 + j) * oes, FIN(A, v, cnt, p)); \
+                    }                                                            \
+                }                                                                \
+            } while (odo_next(no - 1, os, oidx, osi, &ioff, oso, &ooff, NULL,    \
+                              NULL));                                            \
+            return;                                                              \
+        }                                                                        \
+        const int64_t nlast = is[ni - 1], slast = ist[ni - 1];                   \
+        do {                                                                     \
+            A acc = (IDENT);                                                     \
+            if (a->count > 0) {                                                  \
+                memset(iidx, 0, sizeof(int64_t) * (size_t)ni);                   \
+                int64_t roff = 0;                                                \
+                do {                                                             \
+                    A r = slast == 1                                             \
+                              ? fn##_contig(in + ioff + roff, nlast, p)          \
+                              : fn##_strided(in + ioff + roff, nlast, slast, p); \
+                    acc = COMB(acc, r);                                          \
+                } while (odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL,      \
+                                  NULL, NULL));                                  \
+            }                                                                    \
+            STORE(a->out + ooff * oes, FIN(A, acc, cnt, p));                     \
+        } while (odo_next(no, os, oidx, osi, &ioff, oso, &ooff, NULL, &dummy));  \
+    }
+
+#define MC(fn, T, CT, A, LD, MAP, COMB, IDENT, FIN, STORE)                       \
+    DEFINE_MC(fn, T, CT, A, LD, MAP, COMB, IDENT)                                \
+    DEFINE_MC_RUN(fn, T, A, COMB, IDENT, FIN, STORE)
+
+#define STORE_F(ptr, v) store_f(a->out_dtype, (ptr), (double)(v))
+#define STORE_U(ptr, v) store_u(a->out_dtype, (ptr), (uint64_t)(v))
+#define STORE_I(ptr, v) store_u(a->out_dtype, (ptr), (uint64_t)(int64_t)(v))
+#define FIN_ACC(A, v, n, p) (v)
+
+// Integer and bool dtypes: name, storage type, compare type, lowest, highest.
+#define INT_DTYPES(X)                                                            \
+    X(TRN_DTYPE_BOOL, b8, uint8_t, 0, 1)                                         \
+    X(TRN_DTYPE_U8, u8, uint8_t, 0, UINT8_MAX)                                   \
+    X(TRN_DTYPE_I8, i8, int8_t, INT8_MIN, INT8_MAX)                              \
+    X(TRN_DTYPE_I16, i16, int16_t, INT16_MIN, INT16_MAX)                         \
+    X(TRN_DTYPE_I32, i32, int32_t, INT32_MIN, INT32_MAX)                         \
+    X(TRN_DTYPE_I64, i64, int64_t, INT64_MIN, INT64_MAX)                         \
+    X(TRN_DTYPE_U16, u16, uint16_t, 0, UINT16_MAX)                               \
+    X(TRN_DTYPE_U32, u32, uint32_t, 0, UINT32_MAX)                               \
+    X(TRN_DTYPE_U64, u64, uint64_t, 0, UINT64_MAX)
+
+// Float dtypes: name, storage, compute, loader, sum accumulator.
+#define FLOAT_DTYPES(X)                                                          \
+    X(TRN_DTYPE_F16, f16, uint16_t, float, LD_f16)                               \
+    X(TRN_DTYPE_BF16, bf16, uint16_t, float, LD_bf16)                            \
+    X(TRN_DTYPE_F32, f32, float, float, LD_id)                                   \
+    X(TRN_DTYPE_F64, f64, double, double, LD_id)
+
+#define NZ(x) ((x) != 0)
+
+#define C_IMAX(a, b) ((a) > (b) ? (a) : (b))
+#define C_IMIN(a, b) ((a) < (b) ? (a) : (b))
+#define DEFINE_INT_KINDS(E, N, T, LO, HI)                                         \
+    MC(sum_##N, T, T, uint64_t, LD_id, x, C_ADD, 0, FIN_ACC, STORE_U)             \
+    MC(prod_##N, T, T, uint64_t, LD_id, x, C_MUL, 1, FIN_ACC, STORE_U)            \
+    MC(amax_##N, T, T, T, LD_id, x, C_IMAX, (T)(LO), FIN_ACC, STORE_I)            \
+    MC(amin_##N, T, T, T, LD_id, x, C_IMIN, (T)(HI), FIN_ACC, STORE_I)            \
+    MC(nnz_##N, T, T, uint64_t, LD_id, NZ(x), C_ADD, 0, FIN_ACC, STORE_U)         \
+    MC(any_##N, T, T, uint8_t, LD_id, NZ(x), C_OR, 0, FIN_ACC, STORE_U)           \
+    MC(all_##N, T, T, uint8_t, LD_id, NZ(x), C_AND, 1, FIN_ACC, STORE_U)
+INT_DTYPES(DEFINE_INT_KINDS)
+
+// For the float kinds the accumulator is the compute type C (float or
+// double). MEAN divides the sum by the count in C, as PyTorch CPU does.
+#define FIN_MEAN(A, v, n, p) ((A)((v) / (A)(n)))
+#define FIN_SQRT(A, v, n, p) sqrt((double)(v))
+#define FIN_POW(A, v, n, p) pow((double)(v), 1.0 / (p))
+#define DEFINE_FLOAT_KINDS(E, N, T, C, LD)                                        \
+    MC(sum_##N, T, C, C, LD, x, C_ADD, 0, FIN_ACC, STORE_F)                          \
+    MC(mean_##N, T, C, C, LD, x, C_ADD, 0, FIN_MEAN, STORE_F)                        \
+    MC(prod_##N, T, C, C, LD, x, C_MUL, 1, FIN_ACC, STORE_F)                         \
+    MC(amax_##N, T, C, C, LD, x, C_MAX, -(C)INFINITY, FIN_ACC, STORE_F)              \
+    MC(amin_##N, T, C, C, LD, x, C_MIN, (C)INFINITY, FIN_ACC, STORE_F)               \
+    MC(nnz_##N, T, C, uint64_t, LD, NZ(x), C_ADD, 0, FIN_ACC, STORE_U)     \
+    MC(anyf_##N, T, C, C, LD, (C)NZ(x), C_MAX, 0, FIN_ACC, STORE_U)                  \
+    MC(allf_##N, T, C, C, LD, (C)NZ(x), C_MIN, 1, FIN_ACC, STORE_U)                  \
+    MC(norm0_##N, T, C, C, LD, (C)NZ(x), C_ADD, 0, FIN_ACC, STORE_F)                 \
+    MC(norm1_##N, T, C, C, LD, (x < 0 ? -x : x), C_ADD, 0, FIN_ACC, STORE_F)         \
+    MC(norm2_##N, T, C, C, LD, x * x, C_ADD, 0, FIN_SQRT, STORE_F)                   \
+    MC(normi_##N, T, C, C, LD, (x < 0 ? -x : x), C_MAX, 0, FIN_ACC, STORE_F)         \
+    MC(normni_##N, T, C, C, LD, (x < 0 ? -x : x), C_MIN, (C)INFINITY, FIN_ACC,       \
+       STORE_F)                                                                   \
+    MC(normp_##N, T, C, C, LD, (C)pow((double)(x < 0 ? -x : x), p), C_ADD, 0,        \
+       FIN_POW, STORE_F)
+FLOAT_DTYPES(DEFINE_FLOAT_KINDS)
+
+// ---- index reductions -------------------------------------------------------------
+// MAX/MIN/ARGMAX/ARGMIN: one output at a time; the index is row-major over
+// the (coalesced, never reordered) inner dims. BETTER(x, best) is true when
+// x replaces best: strictly better, or the first NaN.
+#define BETTER_MAX(x, b) ((x) > (b) || ((x) != (x) && (b) == (b)))
+#define BETTER_MIN(x, b) ((x) < (b) || ((x) != (x) && (b) == (b)))
+
+#define DEFINE_ARG(fn, T, C, LD, BETTER)                                         \
+    static void fn##_run(const reduce_args *a) {                                 \
+        const T *in = (const T *)(const void *)a->in;                            \
+        const int no = a->n_outer, ni = a->n_inner;                              \
+        const int64_t *os = OSIZE(a), *osi = OSTR_IN(a), *oso = OSTR_OUT(a);     \
+        const int64_t *oso2 = OSTR_OUT2(a);                                      \
+        const int64_t *is = ISIZE(a), *ist = ISTR(a);                            \
+        const int values = a->op == TRN_REDUCE_MAX || a->op == TRN_REDUCE_MIN;   \
+        const int64_t oes = esize(a->out_dtype);                                 \
+        const int64_t nlast = is[ni - 1], slast = ist[ni - 1];                   \
+        int64_t oidx[TRN_MAX_DIMS] = {0}, iidx[TRN_MAX_DIMS];                    \
+        int64_t ioff = 0, ooff = 0, o2off = 0;                                   \
+        do {                                                                     \
+            memset(iidx, 0, sizeof(int64_t) * (size_t)ni);                       \
+            int64_t roff = 0, base = 0, bi = 0;                                  \
+            C best = (C)LD(in[ioff]);                                            \
+            do {                                                                 \
+                const T *xs = in + ioff + roff;                                  \
+                for (int64_t i = 0; i < nlast; i++) {                            \
+                    const C x = (C)LD(xs[i * slast]);                            \
+                    if (BETTER(x, best)) {                                       \
+                        best = x;                                                \
+                        bi = base + i;                                           \
+                    }                                                            \
+                }                                                                \
+                base += nlast;                                                   \
+            } while (odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL, NULL,    \
+                              NULL));                                            \
+            if (values) {                                                        \
+                store_f(a->out_dtype, a->out + ooff * oes, (double)best);        \
+                memcpy(a->out2 + o2off * 8, &bi, 8);                             \
+            } else {                                                             \
+                memcpy(a->out + ooff * 8, &bi, 8);                               \
+            }                                                                    \
+        } while (odo_next(no, os, oidx, osi, &ioff, oso, &ooff,                  \
+                          values ? oso2 : NULL, &o2off));                        \
+    }
+
+
+// Integer values are stored exactly through their own type (a double would
+// round int64/uint64).
+#define DEFINE_ARG_INT(E, N, T, LO, HI)                                          \
+    DEFINE_ARG_EXACT(argmax_##N, T, C_GT)                                        \
+    DEFINE_ARG_EXACT(argmin_##N, T, C_LT)
+#define C_GT(x, b) ((x) > (b))
+#define C_LT(x, b) ((x) < (b))
+#define DEFINE_ARG_EXACT(fn, T, BETTER)                                          \
+    static void fn##_run(const reduce_args *a) {                                 \
+        const T *in = (const T *)(const void *)a->in;                            \
+        const int no = a->n_outer, ni = a->n_inner;                              \
+        const int64_t *os = OSIZE(a), *osi = OSTR_IN(a), *oso = OSTR_OUT(a);     \
+        const int64_t *oso2 = OSTR_OUT2(a);                                      \
+        const int64_t *is = ISIZE(a), *ist = ISTR(a);                            \
+        const int values = a->op == TRN_REDUCE_MAX || a->op == TRN_REDUCE_MIN;   \
+        const int64_t nlast = is[ni - 1], slast = ist[ni - 1];                   \
+        int64_t oidx[TRN_MAX_DIMS] = {0}, iidx[TRN_MAX_DIMS];                    \
+        int64_t ioff = 0, ooff = 0, o2off = 0;                                   \
+        do {                                                                     \
+            memset(iidx, 0, sizeof(int64_t) * (size_t)ni);                       \
+            int64_t roff = 0, base = 0, bi = 0;                                  \
+            T best = in[ioff];                                                   \
+            do {                                                                 \
+                const T *xs = in + ioff + roff;                                  \
+                for (int64_t i = 0; i < nlast; i++) {                            \
+                    const T x = xs[i * slast];                                   \
+                    if (BETTER(x, best)) {                                       \
+                        best = x;                                                \
+                        bi = base + i;                                           \
+                    }                                                            \
+                }                                                                \
+                base += nlast;                                                   \
+            } while (odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL, NULL,    \
+                              NULL));                                            \
+            if (values) {                                                        \
+                memcpy(a->out + ooff * (int64_t)sizeof(T), &best, sizeof(T));    \
+                memcpy(a->out2 + o2off * 8, &bi, 8);                             \
+            } else {                                                             \
+                memcpy(a->out + ooff * 8, &bi, 8);                               \
+            }                                                                    \
+        } while (odo_next(no, os, oidx, osi, &ioff, oso, &ooff,                  \
+                          values ? oso2 : NULL, &o2off));                        \
+    }
+INT_DTYPES(DEFINE_ARG_INT)
+
+#define DEFINE_ARG_FLOAT(E, N, T, C, LD)                                         \
+    DEFINE_ARG(argmax_##N, T, C, LD, BETTER_MAX)                                 \
+    DEFINE_ARG(argmin_##N, T, C, LD, BETTER_MIN)
+FLOAT_DTYPES(DEFINE_ARG_FLOAT)
+
+// ---- var/std and logsumexp ----------------------------------------------------------
+// Two passes per output in double: the mean, then the sum of squared
+// deviations (PyTorch CPU accumulates var/std in double as well).
+#define DEFINE_STATS(E, N, T, C, LD)                                             \
+    DEFINE_MC(sumd_##N, T, double, double, LD, x, C_ADD, 0)                      \
+    static double devsq_##N(const T *xs, int64_t n, int64_t s, double m) {       \
+        double acc[8] = {0};                                                     \
+        int64_t i = 0;                                                           \
+        for (; i + 8 <= n; i += 8)                                               \
+            for (int j = 0; j < 8; j++) {                                        \
+                const double d = (double)LD(xs[(i + j) * s]) - m;                \
+                acc[j] += d * d;                                                 \
+            }                                                                    \
+        for (int j = 0; i < n; i++, j++) {                                       \
+            const double d = (double)LD(xs[i * s]) - m;                          \
+            acc[j] += d * d;                                                     \
+        }                                                                        \
+        return ((acc[0] + acc[4]) + (acc[1] + acc[5])) +                         \
+               ((acc[2] + acc[6]) + (acc[3] + acc[7]));                          \
+    }                                                                            \
+    static C lse_exp_##N(const T *xs, int64_t n, int64_t s, C m) {               \
+        C acc[16];                                                               \
+        for (int j = 0; j < 16; j++) acc[j] = 0;                                 \
+        int64_t i = 0;                                                           \
+        for (; i + 16 <= n; i += 16)                                             \
+            for (int j = 0; j < 16; j++)                                         \
+                acc[j] += EXP_##N((C)LD(xs[(i + j) * s]) - m);                   \
+        for (int j = 0; i < n; i++, j++) acc[j] += EXP_##N((C)LD(xs[i * s]) - m); \
+        for (int w = 8; w > 0; w /= 2)                                           \
+            for (int j = 0; j < w; j++) acc[j] += acc[j + w];                    \
+        return acc[0];                                                           \
+    }                                                                            \
+    static void stats_##N##_run(const reduce_args *a) {                          \
+        const T *in = (const T *)(const void *)a->in;                            \
+        const int no = a->n_outer, ni = a->n_inner;                              \
+        const int64_t *os = OSIZE(a), *osi = OSTR_IN(a), *oso = OSTR_OUT(a);     \
+        const int64_t *oso2 = OSTR_OUT2(a);                                      \
+        const int64_t *is = ISIZE(a), *ist = ISTR(a);                            \
+        const int64_t oes = esize(a->out_dtype);                                 \
+        const int64_t nlast = is[ni - 1], slast = ist[ni - 1];                   \
+        const trn_reduce_op op = a->op;                                          \
+        const int lse = op == TRN_REDUCE_LOGSUMEXP;                              \
+        const int with_mean = op == TRN_REDUCE_VAR_MEAN || op == TRN_REDUCE_STD_MEAN; \
+        const int take_sqrt = op == TRN_REDUCE_STD || op == TRN_REDUCE_STD_MEAN; \
+        const double n = (double)a->count;                                       \
+        int64_t oidx[TRN_MAX_DIMS] = {0}, iidx[TRN_MAX_DIMS];                    \
+        int64_t ioff = 0, ooff = 0, o2off = 0;                                   \
+        do {                                                                     \
+            double s1 = 0;                                                       \
+            C mx = -(C)INFINITY;                                                 \
+            int64_t roff = 0;                                                    \
+            if (a->count > 0) {                                                  \
+                memset(iidx, 0, sizeof(int64_t) * (size_t)ni);                   \
+                do {                                                             \
+                    const T *xs = in + ioff + roff;                              \
+                    if (lse) {                                                   \
+                        C r = slast == 1 ? amax_##N##_contig(xs, nlast, 0)       \
+                                         : amax_##N##_strided(xs, nlast, slast, 0); \
+                        mx = C_MAX(mx, r);                                       \
+                    } else {                                                     \
+                        s1 += slast == 1 ? sumd_##N##_contig(xs, nlast, 0)       \
+                                         : sumd_##N##_strided(xs, nlast, slast, 0); \
+                    }                                                            \
+                } while (odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL,      \
+                                  NULL, NULL));                                  \
+            }                                                                    \
+            double mean = s1 / n, result;                                        \
+            if (lse) {                                                           \
+                const C m = (mx == (C)INFINITY || mx == -(C)INFINITY) ? 0 : mx;  \
+                C se = 0;                                                        \
+                if (a->count > 0) {                                              \
+                    memset(iidx, 0, sizeof(int64_t) * (size_t)ni);               \
+                    roff = 0;                                                    \
+                    do {                                                         \
+                        se += lse_exp_##N(in + ioff + roff, nlast, slast, m);    \
+                    } while (odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL,  \
+                                      NULL, NULL));                              \
+                }                                                                \
+                result = (double)((C)log((double)se) + m);                       \
+            } else {                                                             \
+                double m2 = 0;                                                   \
+                if (a->count > 0) {                                              \
+                    memset(iidx, 0, sizeof(int64_t) * (size_t)ni);               \
+                    roff = 0;                                                    \
+                    do {                                                         \
+                        m2 += devsq_##N(in + ioff + roff, nlast, slast, mean);   \
+                    } while (odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL,  \
+                                      NULL, NULL));                              \
+                }                                                                \
+                const double div = n - a->param > 0 ? n - a->param : 0;          \
+                result = m2 / div;                                               \
+                if (take_sqrt) result = sqrt(result);                            \
+            }                                                                    \
+            store_f(a->out_dtype, a->out + ooff * oes, result);                  \
+            if (with_mean) store_f(a->out_dtype, a->out2 + o2off * oes, mean);   \
+        } while (odo_next(no, os, oidx, osi, &ioff, oso, &ooff,                  \
+                          with_mean ? oso2 : NULL, &o2off));                     \
+    }
+
+#define EXP_f16(x) trn_sc_expf(x)
+#define EXP_bf16(x) trn_sc_expf(x)
+#define EXP_f32(x) trn_sc_expf(x)
+#define EXP_f64(x) exp(x)
+FLOAT_DTYPES(DEFINE_STATS)
+
+// ---- dispatch -----------------------------------------------------------------------
+typedef void (*run_fn)(const reduce_args *a);
+
+static int is_real(trn_dtype d) {
+    return (unsigned)d < TRN_DTYPE_COUNT && d != TRN_DTYPE_C64 && d != TRN_DTYPE_C128;
+}
+
+// The loop of (op, dtype); NULL when unsupported. NORM picks by p.
+static run_fn pick(trn_reduce_op op, trn_dtype d, double p) {
+    switch (d) {
+#define INT_CASE(E, N, T, LO, HI)                                                \
+    case E:                                                                      \
+        switch (op) {                                                            \
+        case TRN_REDUCE_SUM: return sum_##N##_run;                               \
+        case TRN_REDUCE_PROD: return prod_##N##_run;                             \
+        case TRN_REDUCE_AMAX: return amax_##N##_run;                             \
+        case TRN_REDUCE_AMIN: return amin_##N##_run;                             \
+        case TRN_REDUCE_MAX: case TRN_REDUCE_ARGMAX: return argmax_##N##_run;    \
+        case TRN_REDUCE_MIN: case TRN_REDUCE_ARGMIN: return argmin_##N##_run;    \
+        case TRN_REDUCE_ANY: return any_##N##_run;                               \
+        case TRN_REDUCE_ALL: return all_##N##_run;                               \
+        case TRN_REDUCE_COUNT_NONZERO: return nnz_##N##_run;                     \
+        default: return NULL;                                                    \
+        }
+        INT_DTYPES(INT_CASE)
+#undef INT_CASE
+#define FLOAT_CASE(E, N, T, C, LD)                                               \
+    case E:                                                                      \
+        switch (op) {                                                            \
+        case TRN_REDUCE_SUM: return sum_##N##_run;                               \
+        case TRN_REDUCE_MEAN: return mean_##N##_run;                             \
+        case TRN_REDUCE_PROD: return prod_##N##_run;                             \
+        case TRN_REDUCE_AMAX: return amax_##N##_run;                             \
+        case TRN_REDUCE_AMIN: return amin_##N##_run;                             \
+        case TRN_REDUCE_MAX: case TRN_REDUCE_ARGMAX: return argmax_##N##_run;    \
+        case TRN_REDUCE_MIN: case TRN_REDUCE_ARGMIN: return argmin_##N##_run;    \
+        case TRN_REDUCE_ANY: return anyf_##N##_run;                              \
+        case TRN_REDUCE_ALL: return allf_##N##_run;                              \
+        case TRN_REDUCE_COUNT_NONZERO: return nnz_##N##_run;                     \
+        case TRN_REDUCE_VAR: case TRN_REDUCE_STD: case TRN_REDUCE_VAR_MEAN:      \
+        case TRN_REDUCE_STD_MEAN: case TRN_REDUCE_LOGSUMEXP:                     \
+            return stats_##N##_run;                                              \
+        case TRN_REDUCE_NORM:                                                    \
+            if (p == 0) return norm0_##N##_run;                                  \
+            if (p == 1) return norm1_##N##_run;                                  \
+            if (p == 2) return norm2_##N##_run;                                  \
+            if (p == INFINITY) return normi_##N##_run;                           \
+            if (p == -INFINITY) return normni_##N##_run;                         \
+            return normp_##N##_run;                                              \
+        default: return NULL;                                                    \
+        }
+        FLOAT_DTYPES(FLOAT_CASE)
+#undef FLOAT_CASE
+    default: return NULL;
+    }
+}
+
+int trn_reduce_supports(trn_reduce_op op, trn_dtype dtype, trn_dtype out_dtype) {
+    if ((unsigned)op >= TRN_REDUCE_OP_COUNT || !is_real(dtype) ||
+        (unsigned)out_dtype >= TRN_DTYPE_COUNT)
+        return 0;
+    if (pick(op, dtype, 2.0) == NULL) return 0;
+    switch (op) {
+    case TRN_REDUCE_ARGMAX:
+    case TRN_REDUCE_ARGMIN:
+    case TRN_REDUCE_COUNT_NONZERO: return out_dtype == TRN_DTYPE_I64;
+    case TRN_REDUCE_ANY:
+    case TRN_REDUCE_ALL: return out_dtype == TRN_DTYPE_BOOL || out_dtype == TRN_DTYPE_U8;
+    default: return out_dtype == dtype;
+    }
+}
+
+static const char *const op_names[] = {
+#define OP_NAME(name) #name,
+    TRN_REDUCE_OP_LIST(OP_NAME)
+#undef OP_NAME
+};
+
+const char *trn_reduce_op_name(trn_reduce_op op) {
+    return (unsigned)op < TRN_REDUCE_OP_COUNT ? op_names[op] : "invalid";
+}
+
+// Splitting a launch across threads: pieces of the largest outer dim, each
+// run as a launch of its own (every output is computed exactly as unsplit).
+typedef struct split_ctx {
+    const reduce_args *a;
+    run_fn fn;
+    int k;  // the outer dim split
+    size_t header;  // bytes of reduce_args to copy
+} split_ctx;
+
+static void split_piece(void *ctx, int64_t b, int64_t e) {
+    const split_ctx *c = ctx;
+    const reduce_args *a = c->a;
+    reduce_args sub;
+    memcpy(&sub, a, c->header);
+    OSIZE(&sub)[c->k] = e - b;
+    const int64_t ies = esize(a->dtype), oes = esize(a->out_dtype);
+    const int64_t o2es = (a->op == TRN_REDUCE_MAX || a->op == TRN_REDUCE_MIN) ? 8 : oes;
+    if (a->in != NULL && a->count > 0) sub.in = a->in + b * OSTR_IN(a)[c->k] * ies;
+    sub.out = a->out + b * OSTR_OUT(a)[c->k] * oes;
+    if (a->out2 != NULL) sub.out2 = a->out2 + b * OSTR_OUT2(a)[c->k] * o2es;
+    c->fn(&sub);
+}
+
+static void reduce_run(const reduce_args *a) {
+    const run_fn fn = pick(a->op, a->dtype, a->param);
+    const int64_t *os = OSIZE(a);
+    int k = 0;
+    int64_t nout = 1;
+    for (int d = 0; d < a->n_outer; d++) {
+        nout *= os[d];
+        if (os[d] > os[k]) k = d;
+    }
+    if (nout < 2 || nout * (a->count > 0 ? a->count : 1) < 2 * PAR_GRAIN) {
+        fn(a);
+        return;
+    }
+    const int64_t work = (nout / os[k]) * (a->count > 0 ? a->count : 1);
+    split_ctx c = {a, fn, k,
+                   offsetof(reduce_args, dims) +
+                       (size_t)(4 * a->n_outer + 2 * a->n_inner) * sizeof(int64_t)};
+    trn_parallel_for(os[k], par_grain(work), split_piece, &c);
+}
+
+static trn_status reduce_task(void *args) {
+    const reduce_args *a = args;
+    const void *in_lo = trn__offset_ptr(a->in, a->in_lo);
+    const void *out_lo = trn__offset_ptr(a->out, a->out_lo);
+    const void *out2_lo = a->out2 ? trn__offset_ptr(a->out2, a->out2_lo) : NULL;
+    trn_status st = trn__mem_access_begin(out_lo, (size_t)a->out_span);
+    if (st != TRN_SUCCESS) return st;
+    if (a->count > 0) st = trn__mem_access_begin(in_lo, (size_t)a->in_span);
+    if (st == TRN_SUCCESS) {
+        if (out2_lo) st = trn__mem_access_begin(out2_lo, (size_t)a->out2_span);
+        if (st == TRN_SUCCESS) {
+            reduce_run(a);
+            if (out2_lo) trn__mem_access_end(out2_lo, (size_t)a->out2_span);
+        }
+        if (a->count > 0) trn__mem_access_end(in_lo, (size_t)a->in_span);
+    }
+    trn__mem_access_end(out_lo, (size_t)a->out_span);
+    return st;
+}
+
+// ---- launch -------------------------------------------------------------------------
+
+static trn_status bad(const char *what) {
+    return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_reduce_launch: %s", what);
+}
+
+static int no_identity(trn_reduce_op op, double p) {
+    switch (op) {
+    case TRN_REDUCE_AMAX: case TRN_REDUCE_AMIN: case TRN_REDUCE_MAX:
+    case TRN_REDUCE_MIN: case TRN_REDUCE_ARGMAX: case TRN_REDUCE_ARGMIN:
+        return 1;
+    case TRN_REDUCE_NORM: return p == -INFINITY;
+    default: return 0;
+    }
+}
+
+static int index_op(trn_reduce_op op) {
+    return op == TRN_REDUCE_MAX || op == TRN_REDUCE_MIN ||
+           op == TRN_REDUCE_ARGMAX || op == TRN_REDUCE_ARGMIN;
+}
+
+trn_status trn_reduce_launch(trn_stream *stream, const trn_reduce_desc *d) {
+    if (stream == NULL || d == NULL) return bad("stream or descriptor is NULL");
+    if ((unsigned)d->op >= TRN_REDUCE_OP_COUNT) return bad("invalid op");
+    if (d->outer_ndim < 0 || d->outer_ndim > TRN_MAX_DIMS || d->inner_ndim < 0 ||
+        d->inner_ndim > TRN_MAX_DIMS)
+        return bad("ndim outside 0..64");
+    if (!trn_reduce_supports(d->op, d->dtype, d->out_dtype))
+        return trn__set_error(TRN_ERROR_UNSUPPORTED,
+                              "trn_reduce_launch: %s of %s into %s is not supported",
+                              trn_reduce_op_name(d->op), trn_dtype_name(d->dtype),
+                              trn_dtype_name(d->out_dtype));
+    const int two = d->op == TRN_REDUCE_MAX || d->op == TRN_REDUCE_MIN ||
+                    d->op == TRN_REDUCE_VAR_MEAN || d->op == TRN_REDUCE_STD_MEAN;
+    if ((d->outer_ndim > 0 && (!d->outer_sizes || !d->in_outer_strides ||
+                               !d->out_strides || (two && !d->out2_strides))) ||
+        (d->inner_ndim > 0 && (!d->inner_sizes || !d->in_inner_strides)))
+        return bad("sizes or strides are NULL");
+    trn_status st = trn__fork_check();
+    if (st != TRN_SUCCESS) return st;
+
+    reduce_args a;
+    memset(&a, 0, offsetof(reduce_args, dims));
+    a.op = d->op;
+    a.dtype = d->dtype;
+    a.out_dtype = d->out_dtype;
+    a.param = d->param;
+    const int64_t ies = esize(d->dtype), oes = esize(d->out_dtype);
+    const int64_t o2es = (d->op == TRN_REDUCE_MAX || d->op == TRN_REDUCE_MIN) ? 8 : oes;
+
+    // Outer dims: drop size 1, merge neighbours contiguous on every side.
+    int64_t osz[TRN_MAX_DIMS], osi[TRN_MAX_DIMS], oso[TRN_MAX_DIMS], oso2[TRN_MAX_DIMS];
+    int no = 0;
+    int64_t nout = 1, in_hi = 0, out_hi = 0, out2_hi = 0;
+    for (int k = 0; k < d->outer_ndim; k++) {
+        const int64_t sz = d->outer_sizes[k];
+        if (sz < 0) return bad("negative outer size");
+        if (__builtin_mul_overflow(nout, sz, &nout)) return bad("outer size overflows");
+        if (sz == 1) continue;
+        const int64_t si = d->in_outer_strides[k], so = d->out_strides[k];
+        const int64_t so2 = two ? d->out2_strides[k] : 0;
+        if (so == 0 || (two && so2 == 0)) return bad("output stride 0 on a dim of size > 1");
+        if (sz > 0 && (!trn__extent(sz, si, ies, &a.in_lo, &in_hi) ||
+                       !trn__extent(sz, so, oes, &a.out_lo, &out_hi) ||
+                       (two && !trn__extent(sz, so2, o2es, &a.out2_lo, &out2_hi))))
+            return bad("strides overflow the address space");
+        if (no > 0 && osi[no - 1] == si * sz && oso[no - 1] == so * sz &&
+            oso2[no - 1] == so2 * sz) {
+            osz[no - 1] *= sz;
+            osi[no - 1] = si;
+            oso[no - 1] = so;
+            oso2[no - 1] = so2;
+            continue;
+        }
+        osz[no] = sz;
+        osi[no] = si;
+        oso[no] = so;
+        oso2[no] = so2;
+        no++;
+    }
+    if (nout == 0) return TRN_SUCCESS;
+    // Inner dims: drop size 1; order by decreasing |stride| unless the op
+    // returns indices (row-major order is part of its result); merge.
+    int64_t isz[TRN_MAX_DIMS], ist[TRN_MAX_DIMS];
+    int ni = 0;
+    int64_t count = 1;
+    for (int k = 0; k < d->inner_ndim; k++) {
+        const int64_t sz = d->inner_sizes[k];
+        if (sz < 0) return bad("negative inner size");
+        if (__builtin_mul_overflow(count, sz, &count)) return bad("inner size overflows");
+        if (sz == 1) continue;
+        isz[ni] = sz;
+        ist[ni] = d->in_inner_strides[k];
+        ni++;
+    }
+    if (count == 0 && no_identity(d->op, d->param))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_reduce_launch: %s over zero elements has no identity",
+                              trn_reduce_op_name(d->op));
+    if (!index_op(d->op)) {
+        for (int k = 1; k < ni; k++)  // insertion sort, stable
+            for (int j = k; j > 0 && llabs(ist[j - 1]) < llabs(ist[j]); j--) {
+                int64_t t = ist[j]; ist[j] = ist[j - 1]; ist[j - 1] = t;
+                t = isz[j]; isz[j] = isz[j - 1]; isz[j - 1] = t;
+            }
+    }
+    int m = 0;
+    for (int k = 0; k < ni; k++) {
+        if (count > 0 && !trn__extent(isz[k], ist[k], ies, &a.in_lo, &in_hi))
+            return bad("strides overflow the address space");
+        if (m > 0 && ist[m - 1] == ist[k] * isz[k]) {
+            isz[m - 1] *= isz[k];
+            ist[m - 1] = ist[k];
+            continue;
+        }
+        isz[m] = isz[k];
+        ist[m] = ist[k];
+        m++;
+    }
+    ni = m;
+    if (ni == 0) {
+        isz[0] = 1;
+        ist[0] = 1;
+        ni = 1;
+    }
+    if (count == 0) {  // the loops see one (never read) element per output
+        isz[0] = 0;
+        ni = 1;
+    }
+    if (no == 0) {
+        osz[0] = 1;
+        osi[0] = oso[0] = oso2[0] = 1;
+        no = 1;
+    }
+    a.column = count > 0 && osi[no - 1] == 1 && oso[no - 1] == 1 && ist[ni - 1] != 1 &&
+               osz[no - 1] >= 8;
+    if ((count > 0 && d->in == NULL) || d->out == NULL || (two && d->out2 == NULL))
+        return bad("a data pointer is NULL");
+    a.in = d->in;
+    a.out = d->out;
+    a.out2 = two ? d->out2 : NULL;
+    a.count = count;
+    a.n_outer = no;
+    a.n_inner = ni;
+    a.in_span = in_hi - a.in_lo + ies;
+    a.out_span = out_hi - a.out_lo + oes;
+    a.out2_span = out2_hi - a.out2_lo + o2es;
+    int64_t *p = a.dims;
+    memcpy(p, osz, (size_t)no * 8); p += no;
+    memcpy(p, osi, (size_t)no * 8); p += no;
+    memcpy(p, oso, (size_t)no * 8); p += no;
+    memcpy(p, oso2, (size_t)no * 8); p += no;
+    memcpy(p, isz, (size_t)ni * 8); p += ni;
+    memcpy(p, ist, (size_t)ni * 8); p += ni;
+    const size_t size = (size_t)((char *)p - (char *)&a);
+    return trn_stream_launch(stream, reduce_task, &a, size);
+}

@@ -1,0 +1,305 @@
+// softmax.c - owns the softmax / log_softmax forward and backward kernels
+// (trn/reduce.h). Contiguous [outer, dim, inner] operands; halves compute in
+// float32, float64 in double. Rows (inner == 1) are reduced with lane
+// accumulators; for inner > 1 a block of up to COLS columns is processed at
+// once, so every pass streams whole contiguous rows. exp is trn/scalar.h's
+// trn_sc_expf for float32 compute, as in compiled graphs (libm exp for float64).
+// Selects on float compares (NaN-propagating max, the inline expf) only
+// if-convert into vector blends when compares may be assumed not to trap;
+// results are unchanged (the FP environment's flags are never read).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "../../internal.h"
+#include "../kit/dtype_io.h"
+#include "trn/scalar.h"
+#include "trn/convert.h"
+#include "trn/parallel.h"
+#include "trn/reduce.h"
+
+#define COLS 256
+#define L 16
+
+typedef struct softmax_args {
+    trn_softmax_op op;
+    trn_dtype dtype;
+    const char *in, *grad;
+    char *out;
+    int64_t outer, dim, inner;
+} softmax_args;
+
+#define EXP_f(x) trn_sc_expf(x)
+#define EXP_d(x) exp(x)
+#define MAXN(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
+
+#define RT_id(v) (v)
+#define RT_bf16(v) trn_bf16_to_float(trn_float_to_bf16(v))
+
+// Work is split in units: a row (inner == 1), or a block of up to COLS
+// columns of one outer index.
+static inline int64_t units_per_outer(int64_t inner) {
+    return inner == 1 ? 1 : (inner + COLS - 1) / COLS;
+}
+
+#define DEFINE_SOFTMAX(N, T, C, LD, ST, EXP, RT)                                     \
+    static C rowmax_##N(const T *restrict x, int64_t n) {                        \
+        C m[L];                                                                  \
+        for (int j = 0; j < L; j++) m[j] = -(C)INFINITY;                         \
+        int64_t i = 0;                                                           \
+        for (; i + L <= n; i += L)                                               \
+            for (int j = 0; j < L; j++) m[j] = MAXN(m[j], (C)LD(x[i + j]));      \
+        for (int j = 0; i < n; i++, j++) m[j] = MAXN(m[j], (C)LD(x[i]));         \
+        for (int w = L / 2; w > 0; w /= 2)                                       \
+            for (int j = 0; j < w; j++) m[j] = MAXN(m[j], m[j + w]);             \
+        return m[0];                                                             \
+    }                                                                            \
+    static C rowexpsum_##N(const T *restrict x, int64_t n, C mx) {               \
+        C s[L];                                                                  \
+        for (int j = 0; j < L; j++) s[j] = 0;                                    \
+        int64_t i = 0;                                                           \
+        for (; i + L <= n; i += L)                                               \
+            for (int j = 0; j < L; j++) s[j] += EXP((C)LD(x[i + j]) - mx);       \
+        for (int j = 0; i < n; i++, j++) s[j] += EXP((C)LD(x[i]) - mx);          \
+        for (int w = L / 2; w > 0; w /= 2)                                       \
+            for (int j = 0; j < w; j++) s[j] += s[j + w];                        \
+        return s[0];                                                             \
+    }                                                                            \
+    /* rowexpsum that also stores each exp in y (when T holds C exactly). */    \
+    static C rowexpstore_##N(const T *x, T *y, int64_t n, C mx) {                \
+        C s[L];                                                                  \
+        for (int j = 0; j < L; j++) s[j] = 0;                                    \
+        int64_t i = 0;                                                           \
+        for (; i + L <= n; i += L)                                               \
+            for (int j = 0; j < L; j++) {                                        \
+                const C e = EXP((C)LD(x[i + j]) - mx);                           \
+                y[i + j] = ST(e);                                                \
+                s[j] += e;                                                       \
+            }                                                                    \
+        for (int j = 0; i < n; i++, j++) {                                       \
+            const C e = EXP((C)LD(x[i]) - mx);                                   \
+            y[i] = ST(e);                                                        \
+            s[j] += e;                                                           \
+        }                                                                        \
+        for (int w = L / 2; w > 0; w /= 2)                                       \
+            for (int j = 0; j < w; j++) s[j] += s[j + w];                        \
+        return s[0];                                                             \
+    }                                                                            \
+    /* sum(g * y) (softmax) or sum(g) (log_softmax) over a row. */               \
+    static C rowdot_##N(const T *restrict g, const T *restrict y, int64_t n,     \
+                        int islog) {                                             \
+        C s[L];                                                                  \
+        for (int j = 0; j < L; j++) s[j] = 0;                                    \
+        int64_t i = 0;                                                           \
+        if (islog) {                                                               \
+            for (; i + L <= n; i += L)                                           \
+                for (int j = 0; j < L; j++) s[j] += (C)LD(g[i + j]);             \
+            for (int j = 0; i < n; i++, j++) s[j] += (C)LD(g[i]);                \
+        } else {                                                                 \
+            for (; i + L <= n; i += L)                                           \
+                for (int j = 0; j < L; j++)                                      \
+                    s[j] += (C)LD(g[i + j]) * (C)LD(y[i + j]);                   \
+            for (int j = 0; i < n; i++, j++) s[j] += (C)LD(g[i]) * (C)LD(y[i]);  \
+        }                                                                        \
+        for (int w = L / 2; w > 0; w /= 2)                                       \
+            for (int j = 0; j < w; j++) s[j] += s[j + w];                        \
+        return s[0];                                                             \
+    }                                                                            \
+    static void fwd_##N(const softmax_args *a, int64_t u0, int64_t u1) {        \
+        const int islog = a->op == TRN_LOG_SOFTMAX;                                \
+        const int64_t D = a->dim, I = a->inner, nb = units_per_outer(I);         \
+        for (int64_t u = u0; u < u1; u++) {                                      \
+            const int64_t o = u / nb;                                            \
+            const T *x = (const T *)(const void *)a->in + o * D * I;             \
+            T *y = (T *)(void *)a->out + o * D * I;                              \
+            if (I == 1) {                                                        \
+                const C mx = rowmax_##N(x, D);                                   \
+                if (!islog && sizeof(T) == sizeof(C)) {                          \
+                    /* exp once: y = exp(x - max), then y *= 1 / sum (the */    \
+                    /* same float products as below; x may alias y) */          \
+                    const C r = (C)1 / rowexpstore_##N(x, y, D, mx);             \
+                    for (int64_t i = 0; i < D; i++) y[i] = ST((C)LD(y[i]) * r);  \
+                    continue;                                                    \
+                }                                                                \
+                const C s = rowexpsum_##N(x, D, mx);                             \
+                if (islog) {                                                       \
+                    const C t = mx + (C)log((double)s);                      \
+                    for (int64_t i = 0; i < D; i++) y[i] = ST((C)LD(x[i]) - t);  \
+                } else {                                                         \
+                    const C r = (C)1 / s;                                        \
+                    for (int64_t i = 0; i < D; i++)                              \
+                        y[i] = ST(EXP((C)LD(x[i]) - mx) * r);                    \
+                }                                                                \
+                continue;                                                        \
+            }                                                                    \
+            C m[COLS], s[COLS];                                                  \
+            {                                                                    \
+                const int64_t j0 = (u % nb) * COLS;                              \
+                const int64_t w = I - j0 < COLS ? I - j0 : COLS;                 \
+                for (int64_t j = 0; j < w; j++) {                                \
+                    m[j] = -(C)INFINITY;                                         \
+                    s[j] = 0;                                                    \
+                }                                                                \
+                for (int64_t d = 0; d < D; d++) {                                \
+                    const T *r = x + d * I + j0;                                 \
+                    for (int64_t j = 0; j < w; j++) m[j] = MAXN(m[j], (C)LD(r[j])); \
+                }                                                                \
+                for (int64_t d = 0; d < D; d++) {                                \
+                    const T *r = x + d * I + j0;                                 \
+                    for (int64_t j = 0; j < w; j++) s[j] += EXP((C)LD(r[j]) - m[j]); \
+                }                                                                \
+                if (islog)                                                         \
+                    for (int64_t j = 0; j < w; j++) s[j] = m[j] + (C)log((double)s[j]); \
+                else                                                             \
+                    for (int64_t j = 0; j < w; j++) s[j] = (C)1 / s[j];          \
+                for (int64_t d = 0; d < D; d++) {                                \
+                    const T *r = x + d * I + j0;                                 \
+                    T *q = y + d * I + j0;                                       \
+                    if (islog)                                                     \
+                        for (int64_t j = 0; j < w; j++) q[j] = ST((C)LD(r[j]) - s[j]); \
+                    else                                                         \
+                        for (int64_t j = 0; j < w; j++)                          \
+                            q[j] = ST(EXP((C)LD(r[j]) - m[j]) * s[j]);           \
+                }                                                                \
+            }                                                                    \
+        }                                                                        \
+    }                                                                            \
+    static void bwd_##N(const softmax_args *a, int64_t u0, int64_t u1) {        \
+        const int islog = a->op == TRN_LOG_SOFTMAX_BACKWARD;                       \
+        const int64_t D = a->dim, I = a->inner, nb = units_per_outer(I);         \
+        for (int64_t u = u0; u < u1; u++) {                                      \
+            const int64_t o = u / nb;                                            \
+            const T *y = (const T *)(const void *)a->in + o * D * I;             \
+            const T *g = (const T *)(const void *)a->grad + o * D * I;           \
+            T *z = (T *)(void *)a->out + o * D * I;                              \
+            if (I == 1) {                                                        \
+                const C s = rowdot_##N(g, y, D, islog);                            \
+                if (islog)                                                         \
+                    for (int64_t i = 0; i < D; i++)                              \
+                        z[i] = ST((C)LD(g[i]) - EXP((C)LD(y[i])) * s);           \
+                else                                                             \
+                    for (int64_t i = 0; i < D; i++)                              \
+                        z[i] = ST((C)LD(y[i]) * ((C)LD(g[i]) - s));              \
+                continue;                                                        \
+            }                                                                    \
+            C s[COLS];                                                           \
+            {                                                                    \
+                const int64_t j0 = (u % nb) * COLS;                              \
+                const int64_t w = I - j0 < COLS ? I - j0 : COLS;                 \
+                for (int64_t j = 0; j < w; j++) s[j] = 0;                        \
+                for (int64_t d = 0; d < D; d++) {                                \
+                    const T *gr = g + d * I + j0, *yr = y + d * I + j0;          \
+                    if (islog)                                                     \
+                        for (int64_t j = 0; j < w; j++) s[j] += (C)LD(gr[j]);    \
+                    else                                                         \
+                        for (int64_t j = 0; j < w; j++)                          \
+                            s[j] += (C)LD(gr[j]) * (C)LD(yr[j]);                 \
+                }                                                                \
+                for (int64_t d = 0; d < D; d++) {                                \
+                    const T *gr = g + d * I + j0, *yr = y + d * I + j0;          \
+                    T *zr = z + d * I + j0;                                      \
+                    if (islog)                                                     \
+                        for (int64_t j = 0; j < w; j++)                          \
+                            zr[j] = ST((C)LD(gr[j]) - EXP((C)LD(yr[j])) * s[j]); \
+                    else                                                         \
+                        for (int64_t j = 0; j < w; j++)                          \
+                            zr[j] = ST((C)LD(yr[j]) * ((C)LD(gr[j]) - s[j]));    \
+                }                                                                \
+            }                                                                    \
+        }                                                                        \
+    }
+
+#define SOFTMAX_DTYPES(X)                                                        \
+    X(TRN_DTYPE_F16, f16, uint16_t, float, LD_f16, ST_f16, EXP_f, RT_id)         \
+    X(TRN_DTYPE_BF16, bf16, uint16_t, float, LD_bf16, ST_bf16, EXP_f, RT_bf16)   \
+    X(TRN_DTYPE_F32, f32, float, float, LD_id, ST_id, EXP_f, RT_id)              \
+    X(TRN_DTYPE_F64, f64, double, double, LD_id, ST_id, EXP_d, RT_id)
+
+#define DEFINE_ONE(E, N, T, C, LD, ST, EXP, RT) DEFINE_SOFTMAX(N, T, C, LD, ST, EXP, RT)
+SOFTMAX_DTYPES(DEFINE_ONE)
+
+typedef void (*softmax_fn)(const softmax_args *, int64_t, int64_t);
+
+static softmax_fn pick(trn_softmax_op op, trn_dtype d) {
+    const int bwd = op == TRN_SOFTMAX_BACKWARD || op == TRN_LOG_SOFTMAX_BACKWARD;
+    switch (d) {
+#define CASE(E, N, T, C, LD, ST, EXP, RT) case E: return bwd ? bwd_##N : fwd_##N;
+        SOFTMAX_DTYPES(CASE)
+#undef CASE
+    default: return NULL;
+    }
+}
+
+int trn_softmax_supports(trn_softmax_op op, trn_dtype dtype) {
+    return (unsigned)op <= TRN_LOG_SOFTMAX_BACKWARD &&
+           (unsigned)dtype < TRN_DTYPE_COUNT && pick(op, dtype) != NULL;
+}
+
+typedef struct par_ctx {
+    const softmax_args *a;
+    softmax_fn fn;
+} par_ctx;
+
+static void par_piece(void *ctx, int64_t b, int64_t e) {
+    const par_ctx *c = ctx;
+    c->fn(c->a, b, e);
+}
+
+// Units in parallel, none less than 64K elements of work per piece.
+static void softmax_run(const softmax_args *a) {
+    const int64_t nb = units_per_outer(a->inner);
+    const int64_t units = a->outer * nb;
+    const int64_t per_unit = a->dim * (a->inner < COLS ? a->inner : COLS);
+    const int64_t grain = per_unit >= 65536 ? 1 : 65536 / (per_unit > 0 ? per_unit : 1);
+    par_ctx c = {a, pick(a->op, a->dtype)};
+    trn_parallel_for(units, grain, par_piece, &c);
+}
+
+static trn_status softmax_task(void *args) {
+    const softmax_args *a = args;
+    const size_t bytes = (size_t)(a->outer * a->dim * a->inner) * trn_dtype_size(a->dtype);
+    trn_status st = trn__mem_access_begin(a->out, bytes);
+    if (st != TRN_SUCCESS) return st;
+    st = trn__mem_access_begin(a->in, bytes);
+    if (st == TRN_SUCCESS) {
+        if (a->grad) st = trn__mem_access_begin(a->grad, bytes);
+        if (st == TRN_SUCCESS) {
+            softmax_run(a);
+            if (a->grad) trn__mem_access_end(a->grad, bytes);
+        }
+        trn__mem_access_end(a->in, bytes);
+    }
+    trn__mem_access_end(a->out, bytes);
+    return st;
+}
+
+trn_status trn_softmax_launch(trn_stream *stream, const trn_softmax_desc *d) {
+    if (stream == NULL || d == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_softmax_launch: stream or descriptor is NULL");
+    if (!trn_softmax_supports(d->op, d->dtype))
+        return trn__set_error(TRN_ERROR_UNSUPPORTED,
+                              "trn_softmax_launch: op %d on %s is not supported",
+                              (int)d->op, trn_dtype_name(d->dtype));
+    const int bwd = d->op == TRN_SOFTMAX_BACKWARD || d->op == TRN_LOG_SOFTMAX_BACKWARD;
+    int64_t n;
+    if (d->outer < 0 || d->dim < 0 || d->inner < 0 ||
+        __builtin_mul_overflow(d->outer, d->dim, &n) ||
+        __builtin_mul_overflow(n, d->inner, &n) ||
+        __builtin_mul_overflow(n, (int64_t)trn_dtype_size(d->dtype), &n))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_softmax_launch: invalid sizes [%lld, %lld, %lld]",
+                              (long long)d->outer, (long long)d->dim,
+                              (long long)d->inner);
+    trn_status st = trn__fork_check();
+    if (st != TRN_SUCCESS || n == 0) return st;
+    if (d->in == NULL || d->out == NULL || (bwd && d->grad == NULL))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_softmax_launch: a data pointer is NULL");
+    softmax_args a = {d->op, d->dtype, d->in, bwd ? d->grad : NULL, d->out,
+                      d->outer, d->dim, d->inner};
+    return trn_stream_launch(stream, softmax_task, &a, sizeof a);
+}
