@@ -237,3 +237,29 @@ def test_metrics_csv_written_at_exit_after_backward(tmp_path):
     rows = {line.split(",")[0]: line.split(",")[2].strip('"')
             for line in csvs[0].read_text().splitlines()[1:]}
     assert int(rows["kernel_launches"]) == seen > 0
+
+
+@pytest.mark.parametrize("env,expect", [
+    ({"LOCAL_RANK": "1"}, 1),                                    # torchrun rank 1: its own core
+    ({"LOCAL_RANK": "1", "NEURON_RT_NUM_CORES": "4"}, 1),
+    ({"LOCAL_RANK": "5"}, 0),                                    # more ranks than cores
+    ({"LOCAL_RANK": "1", "NEURON_RT_VISIBLE_CORES": "3"}, 0),    # one core per rank, TorchNeuron's way
+    ({"LOCAL_RANK": "x"}, 0),
+    ({}, 0),
+])
+def test_launcher_rank_is_the_default_device(python, env, expect):
+    """Under torchrun / accelerate each rank's default device is its own
+    core, so code that never calls set_device (and accelerate's
+    "neuron:{current_device()}") runs on it; set_device still wins."""
+    r = python("""
+        import torch, threading
+        t = torch.empty(2, device="neuron")
+        seen = []
+        th = threading.Thread(target=lambda: seen.append(torch.neuron.current_device()))
+        th.start(); th.join()
+        torch.neuron.set_device(0)
+        print(t.device.index, seen[0], torch.empty(1, device="neuron").device.index)
+    """, env={"NEURON_RT_NUM_CORES": "2", **env})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == [str(expect), str(expect), "0"], r.stdout
+

@@ -31,7 +31,7 @@ def is_initialized() -> bool:
 def _lazy_init() -> None:
     if _C._is_in_bad_fork():
         raise RuntimeError(
-            "Cannot re-initialize neuron in forked subprocess. To use neuron with "
+            "Cannot re-initialize NEURON in forked subprocess. To use NEURON with "
             "multiprocessing, you must use the 'spawn' start method")
     _C._init()
 

@@ -36,7 +36,8 @@ int trn_device_count(void);
 // message naming the index and the count (and the bad env var, if any).
 trn_status trn_device_check(int device);
 
-// The calling thread's current device (0 until set).
+// The calling thread's current device: until set, LOCAL_RANK when a
+// launcher set it and that device exists (one process per core), else 0.
 int trn_device_get_current(void);
 trn_status trn_device_set_current(int device);
 

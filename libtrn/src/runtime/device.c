@@ -1,6 +1,6 @@
 // device.c - owns the visible-device count (parsed once from
 // NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES), the per-thread current
-// device and device properties. Parsing never fails loudly: a bad value means
+// device (by default LOCAL_RANK's under a launcher) and device properties. Parsing never fails loudly: a bad value means
 // zero devices, and trn_device_check() carries the explanation to the user at
 // the first call that needs a device.
 #include <ctype.h>
@@ -20,7 +20,10 @@ static pthread_once_t g_count_once = PTHREAD_ONCE_INIT;
 static int g_count;
 static char g_count_why[256];
 
-static _Thread_local int tl_device;
+// -1 until the thread picks a device: then the process default (below).
+static _Thread_local int tl_device = -1;
+static pthread_once_t g_default_once = PTHREAD_ONCE_INIT;
+static int g_default_device;
 
 static const char *skip_space(const char *p) {
     while (isspace((unsigned char)*p)) p++;
@@ -138,7 +141,24 @@ trn_status trn_device_check(int device) {
                           count, count == 1 ? "" : "s");
 }
 
-int trn_device_get_current(void) { return tl_device; }
+// A launcher (torchrun, accelerate) starts one process per core and sets
+// LOCAL_RANK: that rank's device is its own core, as on TorchNeuron, where
+// each rank sees only its core. So code that never calls set_device (and
+// libraries that use "neuron:{current_device()}") lands on the rank's core.
+// With fewer visible cores than local ranks (NEURON_RT_VISIBLE_CORES set
+// per rank), device 0.
+static void default_device_init(void) {
+    const char *v = getenv("LOCAL_RANK");
+    char *end = NULL;
+    long r = v && *v ? strtol(v, &end, 10) : -1;
+    g_default_device = end && *end == '\0' && r >= 0 && r < trn_device_count() ? (int)r : 0;
+}
+
+int trn_device_get_current(void) {
+    if (tl_device >= 0) return tl_device;
+    (void)pthread_once(&g_default_once, default_device_init);
+    return g_default_device;
+}
 
 trn_status trn_device_set_current(int device) {
     trn_status st = trn__device_enter(device);
