@@ -367,3 +367,31 @@ def test_bf16_matmul_matches_cpu(bf16_path):
     torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=2e-2, atol=5e-1)
     torch.testing.assert_close(wd.grad.cpu(), w.grad, rtol=2e-2, atol=5e-1)
     _no_fallback()
+
+
+def test_missing_onednn_is_a_clear_error_never_zeros(python):
+    """Issue 26 item 3: with oneDNN unloadable, a 256x256 mm and a Conv2d
+    returned all zeros (the kernel's delayed error was taken by the copy as
+    "copy not supported", which then copied the unwritten buffer). Now the
+    error names the library and how to install it, and nothing falls back."""
+    r = python("""
+        import torch, torch_neuronx
+        a = torch.randn(256, 256, device="neuron")
+        conv = torch.nn.Conv2d(3, 8, 3).to("neuron")
+        x = torch.randn(2, 3, 16, 16, device="neuron")
+        for name, f in (("mm", lambda: a @ a), ("conv", lambda: conv(x))):
+            try:
+                y = f().cpu()
+                print(name, "returned", float(y.abs().max()))
+            except RuntimeError as e:
+                print(name, type(e).__name__, "|", str(e).splitlines()[0])
+        print("fallbacks", torch_neuronx.get_fallback_ops())
+    """, env={"TORCH_NEURONX_DNNL_LIBRARY": "/nonexistent/libdnnl.so.2"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    for name in ("mm", "conv"):
+        line = next(x for x in lines if x.startswith(name + " "))
+        assert "returned" not in line and "NotImplementedError" not in line, line
+        assert "cannot load oneDNN" in line and "apt-get install libdnnl2" in line, line
+        assert "/nonexistent/libdnnl.so.2" in line, line
+    assert "aten::_copy_from" not in r.stdout.splitlines()[-1], r.stdout

@@ -60,10 +60,18 @@ trn_stream *stream_for(const at::Tensor &src, const at::Tensor &dst) {
     return current_trn_stream(on_neuron(dst) ? dst.device().index() : src.device().index());
 }
 
-void copy_native(const at::Tensor &src, const at::Tensor &dst) {
+// What copy_native cannot do (conj/neg view bits, a dtype pair libtrn does
+// not convert) throws NotImplementedError here, before anything runs.
+void check_native_copy(const at::Tensor &src, const at::Tensor &dst) {
     TORCH_CHECK_NOT_IMPLEMENTED(!src.is_conj() && !src.is_neg() && !dst.is_conj() &&
                                     !dst.is_neg(),
                                 "conjugate or negative views");
+    if (src.scalar_type() != dst.scalar_type())
+        TORCH_CHECK_NOT_IMPLEMENTED(native_dtype(dst.scalar_type()) && native_dtype(src.scalar_type()),
+                                    "no native conversion from ", src.scalar_type(), " to ", dst.scalar_type());
+}
+
+void copy_native(const at::Tensor &src, const at::Tensor &dst) {
     if (on_neuron(src) && on_neuron(dst) && src.device() != dst.device()) {
         TRN_CHECK(trn_stream_synchronize(current_trn_stream(src.device().index())));
         trn_stream *s = current_trn_stream(dst.device().index());
@@ -114,12 +122,17 @@ at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blo
     if (dst.numel() == 0)
         return dst;
     try {
-        copy_native(self, dst);
-        tracking::record_executed("aten::_copy_from");
+        check_native_copy(self, dst);
     } catch (const c10::NotImplementedError &e) {
         tracking::native_failed("aten::_copy_from", e);
         copy_through_cpu(self, dst);
+        return dst;
     }
+    // Outside the try: an error here (this copy's, or an earlier kernel's
+    // surfacing at the synchronize) is the user's, never a reason to copy a
+    // buffer through the CPU that the failed kernel did not write.
+    copy_native(self, dst);
+    tracking::record_executed("aten::_copy_from");
     return dst;
 }
 

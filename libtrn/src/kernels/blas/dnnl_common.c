@@ -13,8 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef TRN_DNNL_LIBRARY
-#define TRN_DNNL_LIBRARY "libdnnl.so.2"
+// oneDNN 2.x by its soname (any 2.x the system has), then the file found at
+// build time (a oneDNN outside the loader's path), unless
+// TORCH_NEURONX_DNNL_LIBRARY names one.
+#define TRN_DNNL_SONAME "libdnnl.so.2"
+#ifndef TRN_DNNL_BUILD_PATH
+#define TRN_DNNL_BUILD_PATH TRN_DNNL_SONAME
 #endif
 
 trn__dnnl_api trn__dnnl;
@@ -100,11 +104,25 @@ static bool load_api(void) {
 #if !defined(TRN_DNNL_NO_DEEPBIND) && defined(RTLD_DEEPBIND)
     flags |= RTLD_DEEPBIND;
 #endif
-    void *h = dlopen(TRN_DNNL_LIBRARY, flags);
+    const char *env = getenv("TORCH_NEURONX_DNNL_LIBRARY");
+    const char *tries[2] = {TRN_DNNL_SONAME, TRN_DNNL_BUILD_PATH};
+    int n_tries = strcmp(tries[0], tries[1]) == 0 ? 1 : 2;
+    if (env && *env) tries[0] = env, n_tries = 1;
+    void *h = NULL;
+    const char *lib = tries[0];
+    char why[256] = "";
+    for (int i = 0; i < n_tries && h == NULL; i++) {
+        lib = tries[i];
+        h = dlopen(lib, flags);
+        const char *e = h == NULL && why[0] == '\0' ? dlerror() : NULL;
+        if (e) snprintf(why, sizeof why, "%s", e);
+    }
     if (h == NULL) {
-        const char *why = dlerror();
-        snprintf(load_error, sizeof load_error, "cannot load oneDNN (%s): %s",
-                 TRN_DNNL_LIBRARY, why ? why : "unknown error");
+        snprintf(load_error, sizeof load_error,
+                 "cannot load oneDNN, which runs matmul and convolution on neuron (tried %s%s%s): %s. "
+                 "Install oneDNN 2.x (Debian/Ubuntu: apt-get install libdnnl2, or the project's "
+                 "scripts/install-deps.sh) or point TORCH_NEURONX_DNNL_LIBRARY at a libdnnl.so.2",
+                 tries[0], n_tries > 1 ? ", " : "", n_tries > 1 ? tries[1] : "", why[0] ? why : "unknown error");
         return false;
     }
     trn__dnnl_api api;
@@ -114,7 +132,7 @@ static bool load_api(void) {
         if (sym == NULL) {                                                          \
             snprintf(load_error, sizeof load_error,                                 \
                      "oneDNN (%s) lacks %s: a oneDNN 2.x library is required",      \
-                     TRN_DNNL_LIBRARY, #name);                                      \
+                     lib, #name);                                                   \
             return false;                                                           \
         }                                                                           \
         memcpy(&api.name##_fn, &sym, sizeof sym);                                        \
@@ -138,8 +156,10 @@ static void engine_init(void) {
 trn_status trn__dnnl_engine(dnnl_engine_t *engine) {
     int rc = pthread_once(&engine_once, engine_init);
     if (rc != 0) trn__die("pthread_once", rc);
+    // A missing library is an error of the call (never "unsupported", which
+    // callers may answer with a CPU fallback that reads unwritten memory).
     if (load_error[0] != '\0')
-        return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s", load_error);
+        return trn__set_error(TRN_ERROR_SYSTEM, "%s", load_error);
     if (engine_status != dnnl_success)
         return trn__dnnl_error(engine_status,
                                "dnnl_engine_create(dnnl_cpu, 0)",
