@@ -136,3 +136,38 @@ def test_forked_child_compiles_with_its_own_janitor(tmp_path):
         proc.wait()
     assert _wait(lambda: list(tmp.iterdir()) == []), list(tmp.rglob("*"))
 
+
+def test_reset_unloads_every_compiled_graph(tmp_path):
+    """A compiled graph's shared object is unloaded once nothing references
+    the graph: 12 graphs (on the compile threads), then torch._dynamo.reset()
+    and a collection leave no graph object mapped; compiling one again loads
+    it from the disk cache."""
+    code = (
+        "import gc, json, torch, torch._dynamo, torch_neuronx\n"
+        "from torch_neuronx._compile import backend as B\n"
+        "def maps():\n"
+        "    return sum('/trn-cc-' in line for line in open('/proc/self/maps'))\n"
+        "def f(x):\n"
+        "    return (x * 2).relu().sum()\n"
+        "g = torch.compile(f, backend='neuron', dynamic=False)\n"
+        "got = [float(g(torch.ones(n, device='neuron')).cpu()) for n in range(1, 13)]\n"
+        "loaded = maps()\n"
+        "del g\n"
+        "torch._dynamo.reset()\n"
+        "gc.collect()\n"
+        "after = maps()\n"
+        "g = torch.compile(f, backend='neuron', dynamic=False)\n"
+        "again = float(g(torch.ones(5, device='neuron')).cpu())\n"
+        "print(json.dumps([got, loaded, after, len(B._memory_cache), maps(), again,"
+        " torch.neuron.get_dynamo_metrics()]))\n")
+    env = dict(os.environ, TMPDIR=str(tmp_path), TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "cache"),
+               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    got, loaded, after, cached, reloaded, again, m = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == [2.0 * n for n in range(1, 13)]
+    assert loaded >= 12  # each graph's object maps several segments
+    assert after == 0 and cached == 0
+    assert 0 < reloaded <= loaded // 12 * 2 and again == 10.0
+    assert m["disk_cache_hits"] >= 1
