@@ -155,7 +155,8 @@ def test_sigkilled_process_is_listed_while_alive_and_leaves_nothing_behind(tmp_p
         assert child.pid not in pids()
         assert not os.path.exists(path)
         assert _shm_names_of(child.pid) == []
-        assert list(tmp.iterdir()) == []
+        # its compile scratch root goes as soon as its janitor sees it gone
+        assert _wait(lambda: list(tmp.iterdir()) == []), list(tmp.rglob("*"))
     finally:
         child.kill()
         child.wait()
