@@ -28,12 +28,14 @@ class CMakeBuild(build_ext):
                               env=env)
         built = next(build_dir.glob("_C.*.so"))
         libtrn = build_dir / "libtrn" / "libtrn.so"
+        janitor = build_dir / "libtrn" / "trn-janitor"  # libtrn runs it from beside itself
         # The package itself (editable installs import from here) and the
         # wheel staging area (regular installs) both get a copy.
         for pkg in {ROOT / "torch_neuronx", Path(self.get_ext_fullpath(ext.name)).parent}:
             (pkg / "lib").mkdir(parents=True, exist_ok=True)
             shutil.copy2(built, pkg / built.name)
             shutil.copy2(libtrn, pkg / "lib" / "libtrn.so")
+            shutil.copy2(janitor, pkg / "lib" / "trn-janitor")
 
 
 setup(ext_modules=[Extension("torch_neuronx._C", sources=[])],

@@ -17,14 +17,8 @@ def rank_world():
 
 
 def _exit(code):
-    # os._exit skips atexit, where libtrn removes this process's stats page
-    # (/dev/shm/trn-stats-<pid>): remove it here so nothing is left behind.
-    path = torch_neuronx._C._stats_page_path()
-    if path:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+    # os._exit skips atexit; libtrn needs none (its stats page is a memfd
+    # the kernel frees with the process).
     sys.stdout.flush()
     os._exit(code)
 

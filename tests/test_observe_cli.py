@@ -1,7 +1,10 @@
 """neuron-ls and neuron-top against a running training script; neuron-top is
-driven in a real terminal (tmux), quit with q and with Ctrl-C. Every stats
-page these processes create is gone afterwards."""
+driven in a real terminal (tmux), quit with q and with Ctrl-C. Stats pages
+are memfds found through /proc/<pid>/fd: a process killed with SIGKILL leaves
+nothing behind (in /dev/shm or its $TMPDIR), and a forked child does not list
+its parent's page as its own."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,7 +38,12 @@ def trainer(tmp_path_factory):
     stop.touch()
     proc.wait(timeout=60)
     assert proc.returncode == 0, proc.stderr.read()
-    assert not Path(f"/dev/shm/trn-stats-{proc.pid}").exists()
+    assert _shm_names_of(proc.pid) == []
+
+
+def _shm_names_of(pid):
+    """/dev/shm entries whose name carries `pid` as a number."""
+    return [n for n in os.listdir("/dev/shm") if re.search(rf"(?<!\d){pid}(?!\d)", n)]
 
 
 def test_neuron_ls_shows_the_process_using_the_core(trainer):
@@ -116,22 +124,77 @@ def test_neuron_top_in_a_terminal_quits_on_q_and_ctrl_c(trainer, tmp_path):
         subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
 
 
-def test_sigkilled_process_is_not_listed_and_its_page_is_swept():
-    from torch_neuronx.cli import neuron_ls
+def test_sigkilled_process_is_listed_while_alive_and_leaves_nothing_behind(tmp_path):
+    from torch_neuronx.cli import neuron_ls, stats_pages
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     child = subprocess.Popen(
         [sys.executable, "-c", "import sys, torch, torch_neuronx\n"
-         "t = torch.ones(1 << 20, device='neuron')\nprint('ready', flush=True)\nsys.stdin.read()"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+         "t = torch.ones(1 << 20, device='neuron')\n"
+         "f = torch.compile(lambda x: (x * 2).relu().sum(), backend='neuron')\n"
+         "f(t).cpu()\n"
+         "print('ready', torch_neuronx._C._stats_page_path(), flush=True)\nsys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        # (PyTorch's own persistent cache would default to $TMPDIR too)
+        env=dict(os.environ, TMPDIR=str(tmp), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+                 TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "cache")))
     try:
-        assert child.stdout.readline().startswith("ready")
-        page = Path(f"/dev/shm/trn-stats-{child.pid}")
+        word, path = child.stdout.readline().split()
+        assert word == "ready"
+        # the page is the child's memfd, readable from here through /proc
+        fd = path.rsplit("/", 1)[1]
+        assert path == f"/proc/{child.pid}/fd/{fd}"
+        assert os.readlink(path) == "/memfd:trn-stats (deleted)"
+        assert (child.pid, path) in stats_pages.page_files()
         pids = lambda: {u["pid"] for d in neuron_ls.collect()["devices"] for u in d["processes"]}  # noqa: E731
-        assert page.exists() and child.pid in pids()
+        assert child.pid in pids()
+        assert _shm_names_of(child.pid) == []
         os.kill(child.pid, 9)
-        # not reaped yet: a zombie, which kill(pid, 0) still finds
+        # not reaped yet: a zombie, which has no open files left
         assert _wait(lambda: Path(f"/proc/{child.pid}/stat").read_text().split(")")[1].split()[0] == "Z")
         assert child.pid not in pids()
-        assert not page.exists()
+        assert not os.path.exists(path)
+        assert _shm_names_of(child.pid) == []
+        # its compile scratch root goes as soon as its janitor sees it gone
+        assert _wait(lambda: list(tmp.iterdir()) == []), list(tmp.rglob("*"))
     finally:
         child.kill()
         child.wait()
+
+
+def test_forked_child_neither_lists_nor_writes_the_parents_page():
+    import json
+    import torch
+    import torch_neuronx
+    from torch_neuronx.cli import stats_pages
+    (torch.ones(4, device="neuron") + 1).cpu()
+    path = torch_neuronx._C._stats_page_path()
+    assert path == f"/proc/{os.getpid()}/fd/{path.rsplit('/', 1)[1]}"
+    before = torch_neuronx.metrics.get_counter_value("kernel_launches", 0)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave without running pytest's exit
+        try:
+            os.close(r)
+            (torch.ones(4, device="neuron") * 3).cpu()  # counts in its private copy
+            links = []
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    links.append(os.readlink(f"/proc/self/fd/{fd}"))
+                except OSError:
+                    pass
+            os.write(w, json.dumps({"path": torch_neuronx._C._stats_page_path(),
+                                    "memfd": stats_pages.MEMFD_LINK in links}).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = json.loads(f.read())
+    os.waitpid(pid, 0)
+    assert got == {"path": "", "memfd": False}
+    listed = dict(stats_pages.page_files())
+    assert listed.get(os.getpid()) == path and pid not in listed
+    # the child's launches did not land in this process's page
+    page = stats_pages.parse(Path(path).read_bytes(), stats_pages.counter_names())
+    assert page.pid == os.getpid()
+    assert page.devices[0].counters["kernel_launches"] == before

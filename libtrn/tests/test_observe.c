@@ -1,9 +1,14 @@
 // test_observe.c - observability in libtrn: log levels and their parsing,
-// fixed and named counters, metrics, the shared-memory stats page (created,
-// live figures, removed on close), traced launches (labels, copies named by
+// fixed and named counters, metrics, the shared-memory stats page (an
+// unnamed memfd found through /proc/<pid>/fd: live figures another opener
+// sees, unlisted on close, neither written nor listed by a forked child),
+// traced launches (labels, copies named by
 // direction, correlation ids) and the per-process memory limit.
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -57,17 +62,33 @@ static void test_counters_and_metrics(void) {
     CHECK_INT(trn_metrics_list(NULL, 0), 0);
 }
 
+// The page as another process sees it: opened through its /proc path.
+static const trn_stats_page *map_page_path(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    void *p = mmap(NULL, sizeof(trn_stats_page), PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    return p == MAP_FAILED ? NULL : p;
+}
+
 static void test_trace_and_page(void) {
     trn_stats_page *page = trn_stats_page_get();
-    char path[64];
+    char path[64], want[64], link[128];
     snprintf(path, sizeof path, "%s", trn_stats_page_path());
     struct stat sb;
-    CHECK(path[0] != '\0');  // shared memory is available on the test hosts
-    if (path[0] != '\0') {
-        CHECK(stat(path, &sb) == 0);
-        CHECK_U64(page->pid, (uint64_t)getpid());
-    }
+    CHECK(path[0] != '\0');  // memfd_create works on the test hosts
+    int fd = -1;
+    CHECK(sscanf(path, "/proc/%*d/fd/%d", &fd) == 1);
+    snprintf(want, sizeof want, "/proc/%ld/fd/%d", (long)getpid(), fd);
+    CHECK_STR(path, want);
+    ssize_t ln = readlink(path, link, sizeof link - 1);
+    CHECK(ln > 0);
+    link[ln > 0 ? ln : 0] = '\0';
+    CHECK_STR(link, "/memfd:trn-stats (deleted)");  // what neuron-ls looks for
+    CHECK_U64(page->pid, (uint64_t)getpid());
     CHECK_U64(page->magic, TRN_STATS_MAGIC);
+    const trn_stats_page *seen = map_page_path(path);
+    CHECK(seen != NULL && seen != page);
 
     trn_stream *s = NULL;
     CHECK_INT(trn_stream_get_default(0, &s), TRN_SUCCESS);
@@ -92,6 +113,12 @@ static void test_trace_and_page(void) {
     CHECK_U64(trn_counter_get(TRN_COUNTER_BYTES_D2H, 0), sizeof host);
     CHECK_U64(page->devices[0].mem_allocated, trn__mem_round_size(sizeof host));
     CHECK_U64(page->devices[0].running, 0);
+    if (seen != NULL) {  // the same memory, live
+        CHECK_U64(seen->pid, (uint64_t)getpid());
+        CHECK_U64(seen->devices[0].counters[TRN_COUNTER_KERNEL_LAUNCHES],
+                  trn_counter_get(TRN_COUNTER_KERNEL_LAUNCHES, 0));
+        CHECK_U64(seen->devices[0].mem_allocated, trn__mem_round_size(sizeof host));
+    }
 
     trn_activity acts[8];
     size_t got = trn_trace_drain(acts, 8);
@@ -113,12 +140,43 @@ static void test_trace_and_page(void) {
     CHECK_INT(trn_trace_pending(), 0);
     CHECK_INT(trn_mem_free(dev), TRN_SUCCESS);
 
+    // A forked child counts in a private copy and does not list the page.
+    uint64_t copies = trn_counter_get(TRN_COUNTER_COPIES, 0);
+    int pipefd[2];
+    CHECK(pipe(pipefd) == 0);
+    pid_t child = fork();
+    if (child == 0) {
+        close(pipefd[0]);
+        int bad = 0;
+        if (trn_stats_page_path()[0] != '\0') bad |= 1;
+        if (fcntl(fd, F_GETFD) != -1) bad |= 2;  // the inherited memfd is closed
+        trn_counter_add(TRN_COUNTER_COPIES, 0, 1000);
+        if (trn_counter_get(TRN_COUNTER_COPIES, 0) != copies + 1000) bad |= 4;
+        if (trn_stats_page_get()->pid != (uint64_t)getpid()) bad |= 8;
+        _exit(write(pipefd[1], &bad, sizeof bad) == (ssize_t)sizeof bad ? 0 : 1);
+    }
+    close(pipefd[1]);
+    CHECK(child > 0);
+    int bad = -1, status = -1;
+    CHECK(read(pipefd[0], &bad, sizeof bad) == (ssize_t)sizeof bad);
+    close(pipefd[0]);
+    CHECK(child > 0 && waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_INT(bad, 0);
+    CHECK_U64(trn_counter_get(TRN_COUNTER_COPIES, 0), copies);
+    if (seen != NULL) CHECK_U64(seen->devices[0].counters[TRN_COUNTER_COPIES], copies);
+
     trn_stats_page_close();
-    CHECK(stat(path, &sb) != 0);  // removed
+    CHECK(stat(path, &sb) != 0);  // no longer listed
     CHECK_STR(trn_stats_page_path(), "");
-    // Counting still works on the private copy.
+    // Counting goes on in the same page.
     trn_counter_add(TRN_COUNTER_COPIES, 0, 1);
-    CHECK(trn_counter_get(TRN_COUNTER_COPIES, 0) >= 1);
+    CHECK_U64(trn_counter_get(TRN_COUNTER_COPIES, 0), copies + 1);
+    CHECK(trn_stats_page_get() == page);
+    if (seen != NULL) {
+        CHECK_U64(seen->devices[0].counters[TRN_COUNTER_COPIES], copies + 1);
+        munmap((void *)seen, sizeof *seen);
+    }
 }
 
 static int g_segment_events, g_oom_events;

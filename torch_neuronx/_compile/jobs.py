@@ -17,6 +17,7 @@ import os
 import threading
 import time
 import warnings
+import weakref
 from pathlib import Path
 
 import torch
@@ -31,7 +32,11 @@ from .program import _report_compile
 from .runtime import CompiledGraph
 
 
-_memory_cache: dict[str, CompiledGraph] = {}
+# Graphs by key while something still runs them: weak, so that a graph nobody
+# references (after torch._dynamo.reset(), say) is freed and its shared
+# object unloaded (trn_program_free dlcloses it); compiling it again then
+# loads it from the disk cache.
+_memory_cache: "weakref.WeakValueDictionary[str, CompiledGraph]" = weakref.WeakValueDictionary()
 _graph_counter = [0]
 
 

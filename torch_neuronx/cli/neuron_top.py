@@ -1,6 +1,6 @@
 """``neuron-top``: a live view per NeuronCore of every process using the
 device: utilization, memory in use, kernels per second and CPU fallbacks per
-second, read from the processes' stats pages (/dev/shm/trn-stats-<pid>).
+second, read from the processes' stats pages (memfds, through /proc/<pid>/fd).
 Quit with ``q`` (or Ctrl-C).
 
 Utilization is sampled: ~100 times a second neuron-top reads each page's

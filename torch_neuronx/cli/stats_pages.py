@@ -1,6 +1,10 @@
-"""Reads the per-process stats pages libtrn writes (/dev/shm/trn-stats-<pid>,
-layout: ``trn_stats_page`` in libtrn/include/trn/metrics.h) for neuron-ls and
-neuron-top. Pages of processes that are gone are removed."""
+"""Reads the per-process stats pages libtrn writes (layout:
+``trn_stats_page`` in libtrn/include/trn/metrics.h) for neuron-ls and
+neuron-top. Each page is an unnamed shared mapping (a memfd named
+"trn-stats") that the kernel frees with its process: it is found through
+/proc/<pid>/fd/<n>, whose link reads "/memfd:trn-stats (deleted)", which
+works for the reader's own processes (and for root). There is nothing to
+sweep: a process that is gone, or a zombie, has no open files."""
 from __future__ import annotations
 
 import os
@@ -16,7 +20,7 @@ COUNTERS = VALUES["TRN_STATS_COUNTERS"]
 _HEADER = struct.Struct("<6Q128s")
 _DEVICE = struct.Struct(f"<{COUNTERS}Q5Q")
 PAGE_SIZE = _HEADER.size + MAX_DEVICES * _DEVICE.size
-SHM_DIR = "/dev/shm"
+MEMFD_LINK = "/memfd:trn-stats (deleted)"
 
 
 @dataclass
@@ -36,48 +40,6 @@ class ProcessStats:
     device_count: int
     start_unix_ns: int
     devices: list[DeviceStats] = field(default_factory=list)
-
-
-def _boot_time() -> "float | None":
-    try:
-        with open("/proc/stat") as f:
-            for line in f:
-                if line.startswith("btime "):
-                    return float(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
-def _alive(pid: int, page_start_ns: "int | None" = None) -> bool:
-    """Whether the page's process still runs: the pid exists, is not a zombie
-    (a SIGKILLed child its parent has not reaped yet still has a pid), and was
-    not reused by a process started after the page was written."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        stat = None
-    if stat is None:  # no /proc access: the pid's existence is all we know
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
-    if fields[0] in ("Z", "X"):
-        return False
-    boot = _boot_time()
-    if page_start_ns and boot is not None:
-        started = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
-        # btime has 1 s resolution; a page is written after its process starts
-        if started > page_start_ns / 1e9 + 2:
-            return False
-    return True
 
 
 def counter_names() -> list[str]:
@@ -103,20 +65,55 @@ def parse(data: bytes, names: list[str]) -> "ProcessStats | None":
     return proc
 
 
+# pid -> the fd its page was last found at (neuron-top re-reads every
+# interval; most processes keep the same fd, so one readlink finds it).
+_known_fd: dict[int, str] = {}
+
+
+def _page_fd(pid: int) -> "str | None":
+    base = f"/proc/{pid}/fd"
+    fd = _known_fd.get(pid)
+    if fd is not None:
+        try:
+            if os.readlink(f"{base}/{fd}") == MEMFD_LINK:
+                return fd
+        except OSError:
+            pass
+        del _known_fd[pid]
+    try:
+        fds = os.listdir(base)  # PermissionError: another user's process
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            if os.readlink(f"{base}/{fd}") == MEMFD_LINK:
+                _known_fd[pid] = fd
+                return fd
+        except OSError:
+            continue
+    return None
+
+
 def page_files() -> list[tuple[int, str]]:
+    """(pid, /proc/<pid>/fd/<n>) of every process whose page this user can
+    read, by pid."""
     out = []
     try:
-        names = os.listdir(SHM_DIR)
+        pids = sorted(int(n) for n in os.listdir("/proc") if n.isdigit())
     except OSError:
         return out
-    for name in names:
-        if name.startswith("trn-stats-") and name[10:].isdigit():
-            out.append((int(name[10:]), os.path.join(SHM_DIR, name)))
-    return sorted(out)
+    for pid in list(_known_fd):
+        if pid not in pids:
+            del _known_fd[pid]
+    for pid in pids:
+        fd = _page_fd(pid)
+        if fd is not None:
+            out.append((pid, f"/proc/{pid}/fd/{fd}"))
+    return out
 
 
 def read_all(names: "list[str] | None" = None, skip_pid: "int | None" = None) -> list[ProcessStats]:
-    """Every live process's page; stale pages (dead pid) are removed."""
+    """Every live process's page (of this user; of everyone for root)."""
     names = names or counter_names()
     procs = []
     for pid, path in page_files():
@@ -125,16 +122,12 @@ def read_all(names: "list[str] | None" = None, skip_pid: "int | None" = None) ->
         try:
             with open(path, "rb") as f:
                 data = f.read(PAGE_SIZE)
-        except OSError:
+        except OSError:  # the process just exited
             continue
         proc = parse(data, names)
-        if not _alive(pid, proc.start_unix_ns if proc is not None else None):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-            continue
-        if proc is not None:
+        # A page inherited without libtrn's fork handler (a raw clone) still
+        # names the process that created it.
+        if proc is not None and proc.pid == pid:
             procs.append(proc)
     return procs
 

@@ -8,11 +8,13 @@
 // create ("compile.graph_breaks"). Metrics: named samples summarised as count,
 // sum, min and max ("compile.time_ms").
 //
-// Stats page: /dev/shm/trn-stats-<pid>, created on first use unless
-// TORCH_NEURONX_STATS_PAGE=0, removed at exit by the process that created it.
-// Pages of processes that died without cleaning up are removed by the next
-// process that creates one (and by neuron-ls / neuron-top). Layout: see
-// trn_stats_page below (all fields little-endian uint64 unless noted).
+// Stats page: an unnamed shared mapping (memfd "trn-stats"), created on
+// first use unless TORCH_NEURONX_STATS_PAGE=0. The kernel frees it with the
+// process, however that ends (SIGKILL included): nothing to remove, nothing
+// to sweep. Other processes of the same user (or root) read it through
+// /proc/<pid>/fd/<fd>, whose link reads "/memfd:trn-stats (deleted)"; a
+// forked child counts in a private copy and closes the inherited fd. Layout:
+// see trn_stats_page below (all fields little-endian uint64 unless noted).
 #ifndef TRN_METRICS_H
 #define TRN_METRICS_H
 
@@ -106,9 +108,12 @@ typedef struct trn_stats_page {
 // The process's page (the shared one, or a private copy when shared memory
 // is disabled or unavailable). Never NULL.
 trn_stats_page *trn_stats_page_get(void);
-// "/dev/shm/trn-stats-<pid>" of this process, or "" when there is none.
+// "/proc/<pid>/fd/<fd>": a path another process of the same user can open
+// to read this process's page; "" when there is none (disabled, closed, or
+// in a forked child).
 const char *trn_stats_page_path(void);
-// Removes this process's page now (also done at exit).
+// Unlists this process's page now (closes its fd: readers no longer find
+// it). Counting goes on in the same memory; the kernel frees it at exit.
 void trn_stats_page_close(void);
 
 #ifdef __cplusplus

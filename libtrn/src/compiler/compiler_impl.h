@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "trn/compiler.h"
 #include "trn/kernel_abi.h"
@@ -160,6 +161,14 @@ trn_status trn__cc_mkdir_private(const char *dir);
 trn_status trn__cc_check_private_dir(const char *dir, const char *what);
 
 // ---- jit ----------------------------------------------------------------------------
+// Makes a fresh private directory (0700) for one compile in `out`: inside
+// the process's scratch root, which trn-janitor removes (and whose compilers
+// it kills) however the process ends; without a janitor (a warning, once),
+// $TMPDIR/trn-cc-XXXXXX. *group: the process group to run compilers in (the
+// janitor's; 0: our own). janitor.c.
+trn_status trn__cc_scratch_dir(char *out, size_t cap, pid_t *group);
+// Removes a directory made by trn__cc_scratch_dir and every file in it.
+void trn__cc_scratch_remove(const char *dir);
 // Runs kernel `kernel` of `p` on the program's buffer table `bufs` (one base
 // address per node); returns its status (an index error, via abi).
 trn_status trn__cc_kernel_launch(const trn_program *p, int kernel, void *const *bufs, const trn_kernel_abi *abi);

@@ -1,19 +1,17 @@
 // metrics.c - owns the fixed per-device counters (stored in the stats page
 // so neuron-top reads them live), the named counters and metrics table, and
-// the stats page's lifetime: creation on first use, removal at exit, a
-// private copy in forked children, and sweeping pages of dead processes.
-#include <dirent.h>
+// the stats page's lifetime: an unnamed shared mapping (memfd) created on
+// first use, which the kernel frees with the process, however it ends; a
+// private copy in forked children.
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,12 +21,17 @@
 _Static_assert(TRN_COUNTER_COUNT <= TRN_STATS_COUNTERS,
                "the stats page has no room for every counter");
 
-static trn_stats_page g_private;          // when there is no shared page
+// The page: g_page points at the shared mapping once it exists, else at
+// g_private. It is set once (inside pthread_once) and only changed again in
+// a forked child, whose only thread runs the fork handler; so the threads
+// that update counters through it never race with a pointer swap.
+static trn_stats_page g_private;
 static trn_stats_page *g_page = &g_private;
 static pthread_once_t g_page_once = PTHREAD_ONCE_INIT;
-static char g_path[64];                   // "" when no shared page
-static char g_name[48];                   // shm_open name
-static pid_t g_owner;
+// The memfd behind the shared page (-1: none, or closed by
+// trn_stats_page_close). Readers find the page through /proc/<pid>/fd/<fd>.
+static int g_fd = -1;
+static char g_path[64];                   // "/proc/<pid>/fd/<fd>", set once
 static uint64_t g_nodevice[TRN_COUNTER_COUNT];
 
 static const char *const k_counter_names[] = {
@@ -39,43 +42,15 @@ static const char *const k_counter_names[] = {
 
 // ---- stats page ---------------------------------------------------------
 
+// memfd_create's flags (linux/memfd.h; the syscall is called directly since
+// strict C11 with _DEFAULT_SOURCE does not declare the glibc wrapper).
+#define TRN_MFD_CLOEXEC 0x0001u
+#define TRN_MFD_NOEXEC_SEAL 0x0008u  // Linux 6.3+; older kernels: EINVAL
+
 static bool env_disabled(const char *name) {
     const char *v = getenv(name);
     return v != NULL && (strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0 ||
                          strcasecmp(v, "off") == 0 || strcasecmp(v, "no") == 0);
-}
-
-// Whether `pid` has exited: gone, or a zombie (SIGKILLed, not yet reaped by
-// its parent, so kill(pid, 0) still succeeds).
-static bool pid_exited(long pid) {
-    if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
-    char path[48], buf[256];
-    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) return false;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *close = strrchr(buf, ')');  // the command may contain spaces
-    return close != NULL && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
-}
-
-// Removes /dev/shm/trn-stats-<pid> files whose process no longer runs.
-static void sweep_dead_pages(void) {
-    DIR *dir = opendir("/dev/shm");
-    if (dir == NULL) return;
-    struct dirent *e;
-    while ((e = readdir(dir)) != NULL) {
-        long pid = 0;
-        char tail;
-        if (sscanf(e->d_name, "trn-stats-%ld%c", &pid, &tail) != 1 || pid <= 0)
-            continue;
-        if (!pid_exited(pid)) continue;
-        char name[64];
-        snprintf(name, sizeof name, "/trn-stats-%ld", pid);
-        (void)shm_unlink(name);
-    }
-    closedir(dir);
 }
 
 static void read_command(char *out, size_t size) {
@@ -101,41 +76,55 @@ static void page_fill_header(trn_stats_page *p) {
     read_command(p->command, sizeof p->command);
 }
 
-static void page_at_exit(void) {
-    if (g_path[0] != '\0' && getpid() == g_owner) trn_stats_page_close();
+static void page_on_fork_child(void) {
+    // The child must neither write into its parent's page nor list it as its
+    // own: it counts in a private copy and closes the inherited memfd. Its
+    // only thread runs this, so swapping the pointer races with nobody.
+    if (g_page != &g_private) {
+        trn_stats_page *shared = g_page;
+        memcpy(&g_private, shared, sizeof g_private);
+        g_page = &g_private;
+        (void)munmap(shared, sizeof *shared);
+    }
+    g_private.pid = (uint64_t)getpid();
+    int fd = __atomic_exchange_n(&g_fd, -1, __ATOMIC_ACQ_REL);
+    if (fd >= 0) (void)close(fd);
 }
 
-static void page_on_fork_child(void) {
-    // The child must not write into (or later unlink) its parent's page.
-    if (g_page != &g_private) {
-        memcpy(&g_private, g_page, sizeof g_private);
-        g_page = &g_private;
-    }
-    g_path[0] = '\0';
-    g_private.pid = (uint64_t)getpid();
+static int memfd_open(const char *name) {
+    int fd = (int)syscall(SYS_memfd_create, name, TRN_MFD_CLOEXEC | TRN_MFD_NOEXEC_SEAL);
+    if (fd < 0 && errno == EINVAL)
+        fd = (int)syscall(SYS_memfd_create, name, TRN_MFD_CLOEXEC);
+    return fd;
 }
 
 static void page_open(void) {
     page_fill_header(&g_private);
     g_private.magic = TRN_STATS_MAGIC;
-    (void)pthread_atfork(NULL, NULL, page_on_fork_child);
-    if (env_disabled("TORCH_NEURONX_STATS_PAGE")) return;
-    sweep_dead_pages();
-    g_owner = getpid();
-    snprintf(g_name, sizeof g_name, "/trn-stats-%ld", (long)g_owner);
-    int fd = shm_open(g_name, O_CREAT | O_RDWR | O_TRUNC, 0644);
-    if (fd < 0) {
-        trn_log(TRN_LOG_INFO, "metrics", "no stats page (shm_open %s: %s)",
-                g_name, strerror(errno));
+    int rc = pthread_atfork(NULL, NULL, page_on_fork_child);
+    if (rc != 0) {
+        // Without the handler a forked child would write into this page.
+        trn_log(TRN_LOG_INFO, "metrics", "no stats page (pthread_atfork: %s)", strerror(rc));
         return;
     }
-    void *p = MAP_FAILED;
-    if (ftruncate(fd, sizeof(trn_stats_page)) == 0)
-        p = mmap(NULL, sizeof(trn_stats_page), PROT_READ | PROT_WRITE,
-                 MAP_SHARED, fd, 0);
-    close(fd);
+    if (env_disabled("TORCH_NEURONX_STATS_PAGE")) return;
+    // An unnamed shared mapping: nothing to remove at exit, and nothing is
+    // left behind when the process is killed. Readers open it through
+    // /proc/<pid>/fd/<fd> (readlink: "/memfd:trn-stats (deleted)").
+    int fd = memfd_open("trn-stats");
+    if (fd < 0) {
+        trn_log(TRN_LOG_INFO, "metrics", "no stats page (memfd_create: %s)", strerror(errno));
+        return;
+    }
+    if (ftruncate(fd, sizeof(trn_stats_page)) != 0) {
+        trn_log(TRN_LOG_INFO, "metrics", "no stats page (ftruncate: %s)", strerror(errno));
+        (void)close(fd);
+        return;
+    }
+    void *p = mmap(NULL, sizeof(trn_stats_page), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
-        (void)shm_unlink(g_name);
+        trn_log(TRN_LOG_INFO, "metrics", "no stats page (mmap: %s)", strerror(errno));
+        (void)close(fd);
         return;
     }
     trn_stats_page *page = p;
@@ -143,9 +132,9 @@ static void page_open(void) {
     page->magic = 0;
     // Readers skip the page until the header is complete.
     __atomic_store_n(&page->magic, TRN_STATS_MAGIC, __ATOMIC_RELEASE);
+    snprintf(g_path, sizeof g_path, "/proc/%ld/fd/%d", (long)getpid(), fd);
     g_page = page;
-    snprintf(g_path, sizeof g_path, "/dev/shm%s", g_name);
-    atexit(page_at_exit);
+    __atomic_store_n(&g_fd, fd, __ATOMIC_RELEASE);
     trn_log(TRN_LOG_DEBUG, "metrics", "stats page %s", g_path);
 }
 
@@ -156,19 +145,16 @@ trn_stats_page *trn_stats_page_get(void) {
 
 const char *trn_stats_page_path(void) {
     (void)trn_stats_page_get();
-    return g_path;
+    return __atomic_load_n(&g_fd, __ATOMIC_ACQUIRE) >= 0 ? g_path : "";
 }
 
 void trn_stats_page_close(void) {
     (void)trn_stats_page_get();
-    if (g_path[0] == '\0') return;
-    trn_stats_page *shared = g_page;
-    memcpy(&g_private, shared, sizeof g_private);
-    g_page = &g_private;
-    (void)shm_unlink(g_name);
-    g_path[0] = '\0';
-    // Threads may still hold the old pointer for a moment; leaving the
-    // mapping in place (one page) avoids a fault in them.
+    // Unlisted from now on; counting goes on in the same mapping (threads
+    // may hold a pointer into it at any time), which the kernel frees with
+    // the process.
+    int fd = __atomic_exchange_n(&g_fd, -1, __ATOMIC_ACQ_REL);
+    if (fd >= 0) (void)close(fd);
 }
 
 // ---- fixed counters -------------------------------------------------------

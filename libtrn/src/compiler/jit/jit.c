@@ -4,8 +4,12 @@
 // (default gcc) with -O2 -march=native -shared -fPIC plus the flags the
 // eager kernels use (-fno-math-errno -fno-trapping-math: sqrt and compares
 // vectorize; NaN/inf semantics unchanged) and $NEURON_CC_FLAGS. The source
-// is written into a private mkdtemp directory; the object goes into the
-// disk cache (cache/) keyed by a hash of everything that shapes it.
+// is written into a private directory (janitor.c), which is also the
+// compiler's $TMPDIR, so its temporaries land there too; the compiler runs
+// in the janitor's process group, which the janitor kills if this process
+// dies. The object goes into the disk cache (cache/) keyed by a hash of
+// everything that shapes it.
+#define _GNU_SOURCE 1  // pipe2
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -78,22 +83,92 @@ static int split_flags(char *text, char **argv, int max) {
     return n;
 }
 
+// Starts argv[0] (PATH lookup) with stdin /dev/null and stdout and stderr
+// to out_fd (or, when out_fd < 0, to the file log_path), in process group
+// `group` (0: ours), with environment envp. Returns its pid, or -1.
+static pid_t spawn_start(char *const argv[], char *const envp[], int out_fd, const char *log_path,
+                         pid_t group) {
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    int rc = posix_spawn_file_actions_init(&fa);
+    if (rc != 0) return -1;
+    rc = posix_spawnattr_init(&at);
+    if (rc != 0) {
+        posix_spawn_file_actions_destroy(&fa);
+        return -1;
+    }
+    if (out_fd >= 0)
+        rc = posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+    else
+        rc = posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (rc == 0) rc = posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    if (rc == 0) rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    if (rc == 0 && group > 0) {
+        rc = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+        if (rc == 0) rc = posix_spawnattr_setpgroup(&at, group);
+    }
+    pid_t pid = 0;
+    if (rc == 0) rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, envp);
+    if (rc == EPERM && group > 0) {
+        // The janitor's group is gone (its anchor was killed): run the
+        // compiler in our own group rather than not at all.
+        trn_log(TRN_LOG_WARNING, "compile", "the janitor's process group %ld is gone; "
+                "compiling without it", (long)group);
+        posix_spawnattr_destroy(&at);
+        rc = posix_spawnattr_init(&at);
+        if (rc == 0) rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, envp);
+    }
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    return rc == 0 ? pid : -1;
+}
+
+// Waits for pid: its exit status, or -1 when it did not exit normally.
+static int spawn_wait(pid_t pid) {
+    if (pid < 0) return -1;
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 // The C compiler's version line (once per process; it is part of the key).
 // Once, not a flag: graphs may compile on several threads at a time.
 static char cc_version_line[256];
 static pthread_once_t cc_version_once = PTHREAD_ONCE_INIT;
+static pid_t cc_version_group;  // the compilers' group, set before the once
 
 static void cc_version_read(void) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "%s -dumpfullversion -dumpversion 2>/dev/null", cc_path());
-    FILE *p = popen(cmd, "r");
-    if (p) {
-        if (fgets(cc_version_line, sizeof cc_version_line, p) == NULL) cc_version_line[0] = 0;
-        pclose(p);
+    cc_version_line[0] = 0;
+    int p[2];
+    // Close-on-exec: compilers other threads start meanwhile must not hold
+    // the write end (the read below would wait for them).
+    if (pipe2(p, O_CLOEXEC) != 0) return;
+    char *argv[] = {(char *)cc_path(), "-dumpfullversion", "-dumpversion", NULL};
+    pid_t pid = spawn_start(argv, environ, p[1], NULL,
+                            __atomic_load_n(&cc_version_group, __ATOMIC_RELAXED));
+    (void)close(p[1]);
+    char buf[4096], sink[512];
+    size_t n = 0;
+    for (;;) {  // all it prints (it may not exit before it is read); keeps the start
+        bool keep = n < sizeof buf - 1;
+        ssize_t r = keep ? read(p[0], buf + n, sizeof buf - 1 - n) : read(p[0], sink, sizeof sink);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        if (keep) n += (size_t)r;
     }
+    (void)close(p[0]);
+    buf[n] = 0;
+    if (spawn_wait(pid) != 0) return;
+    size_t line = strcspn(buf, "\n");
+    if (line < n) line++;  // with its newline, as fgets gave it
+    if (line >= sizeof cc_version_line) line = sizeof cc_version_line - 1;
+    memcpy(cc_version_line, buf, line);
+    cc_version_line[line] = 0;
 }
 
-static const char *cc_version(void) {
+static const char *cc_version(pid_t group) {
+    __atomic_store_n(&cc_version_group, group, __ATOMIC_RELAXED);
     pthread_once(&cc_version_once, cc_version_read);
     return cc_version_line;
 }
@@ -125,9 +200,10 @@ static void headers_hash(const char *dir, char out[65]) {
 static double now_s(void) { return (double)trn__now_ns() * 1e-9; }
 
 // Runs the compiler: source -> so_path; the command and its output go to
-// `log` (malloc'd). Returns the exit status (-1 if it could not start).
+// `log` (malloc'd). It runs in process group `group` (janitor.c) with
+// $TMPDIR set to tmpdir. Returns the exit status (-1 if it could not start).
 static int run_cc(const char *src_path, const char *so_path, const char *inc, const char *log_path,
-                  char **cmdline) {
+                  const char *tmpdir, pid_t group, char **cmdline) {
     char *flags_copy = NULL;
     const char *extra = getenv("NEURON_CC_FLAGS");
     if (extra && *extra) {
@@ -162,20 +238,26 @@ static int run_cc(const char *src_path, const char *so_path, const char *inc, co
             if (i + 1 < n) strcat(*cmdline, " ");
         }
     }
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    pid_t pid;
-    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
+    // The environment, with TMPDIR pointing into our private directory.
+    size_t nenv = 0;
+    for (char **e = environ; e != NULL && *e != NULL; e++) nenv++;
+    char **envp = malloc((nenv + 2) * sizeof *envp);
+    size_t tlen = strlen(tmpdir) + sizeof "TMPDIR=";
+    char *tmpvar = malloc(tlen);
+    int rc = -1;
+    if (envp != NULL && tmpvar != NULL) {
+        size_t k = 0;
+        for (size_t i = 0; i < nenv; i++)
+            if (strncmp(environ[i], "TMPDIR=", 7) != 0) envp[k++] = environ[i];
+        snprintf(tmpvar, tlen, "TMPDIR=%s", tmpdir);
+        envp[k++] = tmpvar;
+        envp[k] = NULL;
+        rc = spawn_wait(spawn_start(argv, envp, -1, log_path, group));
+    }
+    free(envp);
+    free(tmpvar);
     free(flags_copy);
-    if (rc != 0) return -1;
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return rc;
 }
 
 static void debug_write(const trn_compile_options *o, const char *suffix, const char *text) {
@@ -183,28 +265,6 @@ static void debug_write(const trn_compile_options *o, const char *suffix, const 
     char path[4096];
     snprintf(path, sizeof path, "%s/%s%s", o->debug_dir, o->name ? o->name : "graph", suffix);
     write_file(path, text, strlen(text));
-}
-
-static void rm_tree(const char *dir, const char *const *names, int n) {
-    char path[4200];
-    for (int i = 0; i < n; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        unlink(path);
-    }
-    rmdir(dir);
-}
-
-static const char *const tmp_names[] = {"graph.c", "graph.so", "cc.log"};
-
-// mkdtemp under $TMPDIR (else /tmp): 0700, a fresh name.
-static trn_status make_private_tmpdir(char *out, size_t cap) {
-    const char *base = getenv("TMPDIR");
-    if (base == NULL || base[0] != '/') base = "/tmp";
-    if ((size_t)snprintf(out, cap, "%s/trn-cc-XXXXXX", base) >= cap)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_program_compile: TMPDIR is too long");
-    if (mkdtemp(out) == NULL)
-        return trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: mkdtemp %s: %s", out, strerror(errno));
-    return TRN_SUCCESS;
 }
 
 static trn_status copy_graph(trn_graph *dst, const trn_graph *src) {
@@ -266,6 +326,14 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
     if (st != TRN_SUCCESS) goto fail;
     debug_write(opts, ".c", p->source);
 
+    // One private directory (janitor.c) holds the source, the object, the
+    // log and the compiler's temporaries; a cached object is loaded from a
+    // copy made here, so the bytes loaded are the bytes the cache verified.
+    pid_t group = 0;
+    st = trn__cc_scratch_dir(tmpdir, sizeof tmpdir, &group);
+    if (st != TRN_SUCCESS) goto fail;
+    have_tmp = true;
+
     // Key: source, our version, compiler, its version, flags, headers.
     char hh[65];
     headers_hash(opts->include_dir, hh);
@@ -277,17 +345,11 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
         goto fail;
     }
     int kn = snprintf(keytext, klen, "%s\n%s\ncache %s abi %d\ncc %s %s\nflags %s\nheaders %s\n", p->source,
-                      TRN_COMPILER_VERSION, CACHE_VERSION, TRN_KERNEL_ABI_VERSION, cc_path(), cc_version(),
+                      TRN_COMPILER_VERSION, CACHE_VERSION, TRN_KERNEL_ABI_VERSION, cc_path(), cc_version(group),
                       extra ? extra : "", hh);
     trn_sha256_hex(keytext, (size_t)kn, p->key);
     free(keytext);
 
-    // One private directory (under $TMPDIR) holds the source, the object
-    // and the log; a cached object is loaded from a copy made here, so the
-    // bytes loaded are the bytes the cache verified.
-    st = make_private_tmpdir(tmpdir, sizeof tmpdir);
-    if (st != TRN_SUCCESS) goto fail;
-    have_tmp = true;
     char src[4200], so[4200], logp[4200];
     snprintf(src, sizeof src, "%s/graph.c", tmpdir);
     snprintf(so, sizeof so, "%s/graph.so", tmpdir);
@@ -302,7 +364,7 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
             if (st == TRN_SUCCESS) {
                 p->from_cache = 1;
                 debug_write(opts, ".log", "loaded from the disk cache; nothing compiled\n");
-                rm_tree(tmpdir, tmp_names, 3);
+                trn__cc_scratch_remove(tmpdir);
                 *out = p;
                 return TRN_SUCCESS;
             }
@@ -317,7 +379,7 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
         goto fail;
     }
     double t0 = now_s();
-    int rc = run_cc(src, so, opts->include_dir, logp, &cmd);
+    int rc = run_cc(src, so, opts->include_dir, logp, tmpdir, group, &cmd);
     p->compile_seconds = now_s() - t0;
     log = read_file(logp, NULL);
     debug_write(opts, ".cmd", cmd);
@@ -346,13 +408,13 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
     }
     st = load_so(p, so);
     if (st != TRN_SUCCESS) goto fail;
-    rm_tree(tmpdir, tmp_names, 3);
+    trn__cc_scratch_remove(tmpdir);
     free(cmd);
     free(log);
     *out = p;
     return TRN_SUCCESS;
 fail:
-    if (have_tmp) rm_tree(tmpdir, tmp_names, 3);
+    if (have_tmp) trn__cc_scratch_remove(tmpdir);
     free(cmd);
     free(log);
     trn_program_free(p);
