@@ -460,7 +460,8 @@ TRN_SC_INLINE float trn_sc_r16(float x, const trn_sc_ctx *c) {
 
 TRN_SC_F1(abs, fabsf(x))
 TRN_SC_F1(neg, -x)
-TRN_SC_F1(sign, x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x))  // 0 -> 0, NaN -> NaN
+// ATen's (0 < x) - (x < 0): +0 for both zeros and for NaN.
+TRN_SC_F1(sign, (float)((x > 0.0f) - (x < 0.0f)))
 TRN_SC_F1(relu, x > 0.0f ? x : (x != x ? x : 0.0f))
 TRN_SC_F1(floor, floorf(x))
 TRN_SC_F1(ceil, ceilf(x))
@@ -782,7 +783,7 @@ TRN_SC_INLINE float trn_sc_mish_backward_f(float a, float b, const trn_sc_ctx *c
     }
 TRN_SC_D1(abs, fabs(x))
 TRN_SC_D1(neg, -x)
-TRN_SC_D1(sign, x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x))
+TRN_SC_D1(sign, (double)((x > 0.0) - (x < 0.0)))  // as the float family
 TRN_SC_D1(relu, x > 0.0 ? x : (x != x ? x : 0.0))
 TRN_SC_D1(floor, floor(x))
 TRN_SC_D1(ceil, ceil(x))
