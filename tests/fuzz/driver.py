@@ -104,6 +104,7 @@ class Worker:
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                   env=env, cwd=str(ROOT), start_new_session=True)
         self.buf = ""
+        self.eof = False
 
     def send(self, spec):
         self.p.stdin.write(json.dumps(spec) + "\n")
@@ -121,6 +122,7 @@ class Worker:
                 return None
             chunk = os.read(self.p.stdout.fileno(), 65536).decode()
             if not chunk:
+                self.eof = True
                 return None
             self.buf += chunk
         line, self.buf = self.buf.split("\n", 1)
@@ -135,6 +137,11 @@ class Worker:
 
     def why_dead(self):
         rc = self.p.poll()
+        if rc is None and self.eof:  # its output closed: it is exiting
+            try:
+                rc = self.p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                rc = None
         if rc is None:
             return f"no answer within {CASE_TIMEOUT_S} s (hang)"
         return f"worker died: signal {-rc}" if rc < 0 else f"worker exited with status {rc}"
