@@ -248,3 +248,57 @@ def test_launch_blocking_keeps_index_error(python):
         assert r.returncode == 0, r.stderr
         assert r.stdout.split() == expected, (env, r.stdout, r.stderr[-2000:])
 
+
+# ---- found by the bad-input fuzzer (tests/fuzz, docs/fuzz.md) -------------------------------
+
+@pytest.mark.parametrize("fn", [
+    lambda d: torch.abs(torch.tensor([True, False], device=d)),
+    lambda d: torch.zeros(3, dtype=torch.bool, device=d).geometric_(0.5),
+    lambda d: F.interpolate(torch.ones(1, 1, 2, 2, dtype=torch.int64, device=d), scale_factor=2),
+    lambda d: F.interpolate(torch.ones(1, 1, 2, 2, dtype=torch.bool, device=d), scale_factor=2,
+                            mode="nearest-exact"),
+    lambda d: F.binary_cross_entropy(torch.full((3,), 1, device=d), torch.full((3,), 0.5, device=d)),
+    lambda d: F.binary_cross_entropy(torch.full((3,), 0.5, device=d),
+                                     torch.full((3,), 0.5, device=d, dtype=torch.float16)),
+    lambda d: F.huber_loss(torch.ones(3, dtype=torch.int64, device=d), torch.ones(3, device=d)),
+    lambda d: F.smooth_l1_loss(torch.ones(3, dtype=torch.complex64, device=d),
+                               torch.ones(3, dtype=torch.complex64, device=d)),
+    lambda d: torch.xlogy(torch.ones(3, dtype=torch.complex64, device=d), torch.ones(3, device=d)),
+    lambda d: F.mse_loss(torch.ones(3, dtype=torch.complex64, device=d),
+                         torch.ones(3, dtype=torch.complex64, device=d)),
+    lambda d: F.mse_loss(torch.ones(3, dtype=torch.int64, device=d),
+                         torch.ones(3, dtype=torch.int64, device=d)),
+], ids=["abs-bool", "geometric-bool", "nearest-int64", "nearest_exact-bool", "bce-int64",
+        "bce-mixed", "huber-int64", "smooth_l1-complex", "xlogy-complex", "mse-complex",
+        "mse-int64"])
+def test_dtypes_cpu_refuses(fn):
+    check_like_cpu(fn)
+
+
+def test_nearest_uint8_still_native():
+    x = torch.arange(16, dtype=torch.uint8).reshape(1, 1, 4, 4)
+    check_like_cpu(lambda d: F.interpolate(x.to(d), scale_factor=2))
+
+
+def test_dropout_backward_integer_grad_promotes():
+    check_like_cpu(lambda d: torch.ops.aten.native_dropout_backward(
+        torch.ones(3, dtype=torch.int64, device=d), torch.ones(3, dtype=torch.bool, device=d), 2.0))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda d: torch.zeros(1, device=d).expand(3).copy_(torch.ones(3, device=d)),
+    lambda d: torch.zeros(1, device=d).expand(3).copy_(torch.ones(3)),
+    lambda d: torch.softmax(torch.randn(2, 3, device=d), 1,
+                            out=torch.zeros(1, device=d).expand(2, 3)),
+], ids=["copy-neuron", "copy-from-cpu", "softmax-out"])
+def test_write_into_expanded_refused(fn):
+    check_like_cpu(fn, "more than one element of the written-to tensor refers to a single memory")
+
+
+@pytest.mark.parametrize("f", [F.hardswish, F.mish], ids=["hardswish", "mish"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_activation_at_infinities(f, dtype):
+    x = torch.tensor([NAN, INF, -INF, 1.0, -2.0, -5.0, 4.0], dtype=dtype)
+    cpu = f(x)
+    dev = f(x.to("neuron")).cpu()
+    torch.testing.assert_close(dev, cpu, equal_nan=True)

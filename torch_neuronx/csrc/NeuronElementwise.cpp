@@ -389,7 +389,9 @@ struct UnaryOp {
 
 Tensor &abs_out(const Tensor &a, Tensor &result) {
     Tensor o = result;
-    if (a.is_complex() || !unary_run<TRN_EW_ABS, false>(o, a, "aten::abs"))
+    // ATen has no bool abs: the CPU path raises its NotImplementedError.
+    if (a.is_complex() || a.scalar_type() == at::kBool ||
+        !unary_run<TRN_EW_ABS, false>(o, a, "aten::abs"))
         return fallback<at::_ops::abs_out>(a, result);
     return result;
 }
@@ -1352,7 +1354,8 @@ Tensor mish_backward(const Tensor &grad, const Tensor &x) {
 Tensor native_dropout_backward(const Tensor &grad, const Tensor &mask, double scale) {
     TORCH_CHECK(mask.scalar_type() == at::kBool || mask.scalar_type() == grad.scalar_type(),
                 "Mask should be Bool or same dtype as input");
-    if (supports(TRN_EW_ADDCMUL, grad.scalar_type())) {
+    // Integer grads promote with the float scale (a float result): the CPU path.
+    if (at::isFloatingType(grad.scalar_type()) && supports(TRN_EW_ADDCMUL, grad.scalar_type())) {
         // ADDCMUL computes x + p0 * a * b: x = 0 (a CPU scalar), a = grad,
         // b = mask, p0 = scale; one rounding, as grad * mask * scale.
         Tensor out = at::empty_like(grad);

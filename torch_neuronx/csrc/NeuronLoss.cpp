@@ -217,11 +217,16 @@ at::ScalarType xlogy_type(const Tensor &self, const Tensor &other) {
     return at::isIntegralType(t, /*includeBool=*/true) ? c10::typeMetaToScalarType(at::get_default_dtype())
                                                         : t;
 }
+// Complex operands: the CPU path (ATen's xlogy has no complex kernel).
 Tensor xlogy(const Tensor &self, const Tensor &other) {
+    if (self.is_complex() || other.is_complex())
+        return fallback<at::_ops::xlogy_Tensor>(self, other);
     tracking::record_executed("aten::xlogy");
     return xlogy_impl(self, other, xlogy_type(self, other));
 }
 Tensor &xlogy_(Tensor &self, const Tensor &other) {
+    if (self.is_complex() || other.is_complex())
+        return fallback<at::_ops::xlogy__Tensor>(self, other);
     auto t = xlogy_type(self, other);
     TORCH_CHECK(at::canCast(t, self.scalar_type()), "result type ", t,
                 " can't be cast to the desired output type ", self.scalar_type());
@@ -232,6 +237,8 @@ Tensor &xlogy_(Tensor &self, const Tensor &other) {
     return self.copy_(r);
 }
 Tensor &xlogy_out(const Tensor &self, const Tensor &other, Tensor &out) {
+    if (self.is_complex() || other.is_complex() || out.is_complex())
+        return fallback<at::_ops::xlogy_OutTensor>(self, other, out);
     auto t = xlogy_type(self, other);
     TORCH_CHECK(at::canCast(t, out.scalar_type()), "result type ", t,
                 " can't be cast to the desired output type ", out.scalar_type());

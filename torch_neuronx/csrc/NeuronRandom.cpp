@@ -116,7 +116,8 @@ Tensor &cauchy_(Tensor &self, double median, double sigma, std::optional<at::Gen
 // Any real dtype: the number of trials (>= 1) is stored as an integer.
 Tensor &geometric_(Tensor &self, double p, std::optional<at::Generator> gen) {
     TORCH_CHECK(0 < p && p < 1, "geometric_ expects p to be in (0, 1), but got p=", p);
-    if (!native_dtype(self.scalar_type()) || self.is_complex())
+    // ATen has no bool geometric_: the CPU path raises its NotImplementedError.
+    if (!native_dtype(self.scalar_type()) || self.is_complex() || self.scalar_type() == at::kBool)
         return fallback<at::_ops::geometric_>(self, p, gen);
     return run(self, TRN_RANDOM_GEOMETRIC, p, 0, 0, 0, gen, "aten::geometric_");
 }

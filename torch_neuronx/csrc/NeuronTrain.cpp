@@ -404,6 +404,10 @@ std::tuple<Tensor, Tensor> native_dropout(const Tensor &input, double p,
 // mse_loss: (self - target)^2, reduced; composed from native ops.
 // ---------------------------------------------------------------------------
 Tensor mse_loss(const Tensor &self, const Tensor &target, int64_t reduction) {
+    // ATen's CPU kernel takes floating operands only: others (complex,
+    // integers) go to the CPU path, which raises its own error.
+    if (!at::isFloatingType(self.scalar_type()) || !at::isFloatingType(target.scalar_type()))
+        return fallback<at::_ops::mse_loss>(self, target, reduction);
     Tensor d = at::sub(self, target);
     Tensor sq = at::mul(d, d);
     tracking::record_executed("aten::mse_loss");
