@@ -7,7 +7,7 @@ SAN    := build/libtrn-asan
 TSAN   := build/libtrn-tsan
 PLAIN  := build/libtrn-test
 
-.PHONY: demo test test-c test-c-asan test-c-tsan test-py build deps bench docs clean
+.PHONY: demo test test-c test-c-asan test-c-tsan test-py build deps bench docs clean fuzz
 
 deps: $(VENV)/.deps-stamp
 
@@ -53,9 +53,15 @@ test-py: build
 	$(PY) -m pytest -q tests
 	TORCH_NEURONX_DEBUG_PROTECT_MEMORY=1 $(PY) -m pytest -q tests/test_tensors.py tests/test_fallback.py \
 	  tests/test_elementwise.py tests/test_reduce.py tests/test_index_ops.py tests/test_blas.py \
-	  tests/conformance/test_opinfo_compile.py tests/test_compile_inplace.py
+	  tests/conformance/test_opinfo_compile.py tests/test_compile_inplace.py tests/fuzz/test_fuzz.py
 	TORCH_NEURONX_ENABLE_ASYNC_NRT=1 $(PY) -m pytest -q tests/test_tensors.py tests/test_streams.py tests/test_accelerator.py \
 	  tests/test_elementwise.py
+
+# The bad-input fuzzer's full run (docs/fuzz.md): every OpInfo entry, four
+# dtypes, two samples each, every mutation; counts per class, report in
+# build/fuzz-report.json; fails on a difference not in docs/fuzz.md's table.
+fuzz: build
+	$(PY) tests/fuzz/driver.py --report build/fuzz-report.json
 
 bench: build
 	$(PY) bench/bench_ops.py

@@ -463,7 +463,8 @@ TRN_SC_INLINE float trn_sc_r16(float x, const trn_sc_ctx *c) {
 
 TRN_SC_F1(abs, fabsf(x))
 TRN_SC_F1(neg, -x)
-TRN_SC_F1(sign, x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x))  // 0 -> 0, NaN -> NaN
+// ATen's (0 < x) - (x < 0): +0 for both zeros and for NaN.
+TRN_SC_F1(sign, (float)((x > 0.0f) - (x < 0.0f)))
 TRN_SC_F1(relu, x > 0.0f ? x : (x != x ? x : 0.0f))
 TRN_SC_F1(floor, floorf(x))
 TRN_SC_F1(ceil, ceilf(x))
@@ -474,7 +475,14 @@ TRN_SC_F1(sqrt, sqrtf(x))
 TRN_SC_F1(rsqrt, 1.0f / sqrtf(x))
 TRN_SC_F1(reciprocal, 1.0f / x)
 TRN_SC_F1(hardsigmoid, x <= -3.0f ? 0.0f : (x >= 3.0f ? 1.0f : x / 6.0f + 0.5f))
-TRN_SC_F1(hardswish, x <= -3.0f ? 0.0f : (x >= 3.0f ? x : x * (x + 3.0f) / 6.0f))
+// ATen's x * min(max(x + 3, 0), 6) / 6 (so -inf gives NaN, as -inf * 0).
+TRN_SC_INLINE float trn_sc_hardswish_f(float x, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    float t = x + 3.0f;
+    t = t > 0.0f ? t : 0.0f;
+    t = t < 6.0f ? t : 6.0f;
+    return x * t / 6.0f;
+}
 TRN_SC_F1(leaky_relu, x > 0.0f ? x : x * (float)c->p[0])
 TRN_SC_F1(hardtanh, x < (float)c->p[0] ? (float)c->p[0] : (x > (float)c->p[1] ? (float)c->p[1] : x))
 TRN_SC_F1(exp, trn_sc_expf(x))
@@ -586,7 +594,9 @@ TRN_SC_INLINE double trn_sc_softplus_d(double d, double beta, double threshold) 
 }
 TRN_SC_F1(softplus, (float)trn_sc_softplus_d(x, c->p[0], c->p[1]))
 // mish(x) = x tanh(softplus(x)) (beta 1, threshold 20).
-TRN_SC_F1(mish, (float)((double)x * trn_sc_tanh_d(trn_sc_softplus_d(x, 1.0, 20.0))))
+// At -inf softplus is 0 and the product NaN (-inf * 0), as ATen's formula.
+TRN_SC_F1(mish, (float)((double)x * trn_sc_tanh_d(x == -INFINITY ? 0.0
+                                                                : trn_sc_softplus_d(x, 1.0, 20.0))))
 // elu: x > 0 ? scale x : scale alpha (e^{x input_scale} - 1); p = alpha, scale, input_scale.
 TRN_SC_F1(elu, (float)(x > 0.0f ? c->p[1] * (double)x
                                 : c->p[1] * c->p[0] * trn_sc_expm1_d((double)x * c->p[2])))
@@ -835,7 +845,7 @@ TRN_SC_INLINE float trn_sc_mish_backward_f(float a, float b, const trn_sc_ctx *c
     }
 TRN_SC_D1(abs, fabs(x))
 TRN_SC_D1(neg, -x)
-TRN_SC_D1(sign, x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x))
+TRN_SC_D1(sign, (double)((x > 0.0) - (x < 0.0)))  // as the float family
 TRN_SC_D1(relu, x > 0.0 ? x : (x != x ? x : 0.0))
 TRN_SC_D1(floor, floor(x))
 TRN_SC_D1(ceil, ceil(x))
@@ -846,7 +856,7 @@ TRN_SC_D1(sqrt, sqrt(x))
 TRN_SC_D1(rsqrt, 1.0 / sqrt(x))
 TRN_SC_D1(reciprocal, 1.0 / x)
 TRN_SC_D1(hardsigmoid, x <= -3.0 ? 0.0 : (x >= 3.0 ? 1.0 : x / 6.0 + 0.5))
-TRN_SC_D1(hardswish, x <= -3.0 ? 0.0 : (x >= 3.0 ? x : x * (x + 3.0) / 6.0))
+TRN_SC_D1(hardswish, x * (x + 3.0 > 0.0 ? (x + 3.0 < 6.0 ? x + 3.0 : 6.0) : 0.0) / 6.0)
 TRN_SC_D1(leaky_relu, x > 0.0 ? x : x * c->p[0])
 TRN_SC_D1(hardtanh, x < c->p[0] ? c->p[0] : (x > c->p[1] ? c->p[1] : x))
 TRN_SC_D1(exp, exp(x))

@@ -179,6 +179,10 @@ bool self_as_bias(const Tensor &out, const Tensor &self, const Scalar &beta) {
 void addmm_into(Tensor &out, const Tensor &self, const Tensor &m1, const Tensor &m2,
                 const Scalar &beta, const Scalar &alpha) {
     check_devices(out, {&self, &m1, &m2});
+    // CPU expands self to out's shape whatever beta and sizes (a zero-size
+    // product included): a self that does not broadcast raises expand's error.
+    if (!out.is_same(self))
+        (void)self.expand(out.sizes());
     if (out.numel() != 0 && self_as_bias(out, self, beta)) {
         launch(out.scalar_type(), mat2(out), mat2(m1), mat2(m2), m1.size(1), alpha, 0,
                out.device().index(), &self);

@@ -97,6 +97,7 @@ convolution_backward_overrideable(const Tensor &grad_output, const Tensor &input
     check_same_type(input, weight, "weight");
     check_same_type(input, grad_output, "grad_output");
     if (transposed && conv_transpose_native(input)) {
+        check_output_padding(stride, dilation, output_padding);
         auto r = conv_transpose_backward(grad_output, input, weight, stride, padding, dilation,
                                          groups, output_mask);
         tracking::record_executed("aten::convolution_backward_overrideable");

@@ -20,6 +20,8 @@
 
 #include <ATen/ATen.h>
 
+#include <string>
+
 #include "runtime/device.h"
 #include "observe/op_tracking.h"
 
@@ -72,9 +74,35 @@ Tensor pad_to(const Tensor &x, const std::vector<int64_t> &sizes) {
 
 }  // namespace
 
+void check_output_padding(IntArrayRef stride, IntArrayRef dilation, IntArrayRef output_padding) {
+    const size_t sp = output_padding.size();
+    bool ok = true;
+    for (size_t i = 0; i < sp; ++i)
+        ok = ok && (output_padding[i] < stride[i] || output_padding[i] < dilation[i]);
+    if (ok)
+        return;
+    static const char *const names2[] = {"height", "width"};
+    static const char *const names3[] = {"depth", "height", "width"};
+    const char *const *names = sp == 3 ? names3 : names2;
+    const size_t n = sp == 3 ? 3 : 2, skip = n - sp;  // 1-d: height is the unit dim
+    auto value = [&](IntArrayRef v, size_t k, int64_t unit) {
+        return k < skip ? unit : v[k - skip];
+    };
+    std::string msg = "output padding must be smaller than either stride or dilation, but got";
+    for (size_t k = 0; k < n; ++k)
+        msg += std::string(" output_padding_") + names[k] + ": " +
+               std::to_string(value(output_padding, k, 0));
+    for (size_t k = 0; k < n; ++k)
+        msg += std::string(" stride_") + names[k] + ": " + std::to_string(value(stride, k, 1));
+    for (size_t k = 0; k < n; ++k)
+        msg += std::string(" dilation_") + names[k] + ": " + std::to_string(value(dilation, k, 1));
+    TORCH_CHECK(false, msg);
+}
+
 Tensor conv_transpose_forward(const Tensor &input, const Tensor &weight, const Tensor &bias,
                               IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                               IntArrayRef output_padding, int64_t groups) {
+    check_output_padding(stride, dilation, output_padding);
     // 16-bit with a bias: the convolution and the bias add both in float32,
     // rounded once at the end, as CPU (the kernel itself rounds on store).
     if (bias.defined() && input.element_size() == 2)

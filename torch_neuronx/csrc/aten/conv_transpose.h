@@ -25,6 +25,12 @@ trn_conv_desc make_desc(const at::Tensor &input, const at::Tensor &weight,
 // dims); otherwise the caller runs PyTorch's CPU implementation.
 bool conv_transpose_native(const at::Tensor &input);
 
+// CPU's check (slow_conv_transpose2d/3d): in every spatial dim,
+// output_padding < stride or output_padding < dilation; its message (a 1-d
+// op reads as 2-d with a unit height).
+void check_output_padding(at::IntArrayRef stride, at::IntArrayRef dilation,
+                          at::IntArrayRef output_padding);
+
 at::Tensor conv_transpose_forward(const at::Tensor &input, const at::Tensor &weight,
                                   const at::Tensor &bias, at::IntArrayRef stride,
                                   at::IntArrayRef padding, at::IntArrayRef dilation,

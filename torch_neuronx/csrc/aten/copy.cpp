@@ -7,6 +7,7 @@
 // returning (the host buffer may be pageable and reused at once), and so does
 // a copy between two devices (the source block may be recycled on its own
 // stream). non_blocking is accepted and, for now, does not change that.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
@@ -119,8 +120,11 @@ void copy_through_cpu(const at::Tensor &src, const at::Tensor &dst) {
 at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blocking) {
     (void)non_blocking;
     TORCH_CHECK(self.defined() && dst.defined(), "copy needs defined tensors");
-    if (dst.numel() == 0)
+    if (dst.numel() == 0 || dst.is_same(self))
         return dst;
+    // As CPU's copy_ (TensorIterator's overlap check): a destination whose
+    // elements share memory (an expanded view) cannot be written.
+    at::assert_no_internal_overlap(dst);
     try {
         check_native_copy(self, dst);
     } catch (const c10::NotImplementedError &e) {

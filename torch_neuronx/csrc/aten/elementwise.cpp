@@ -4,6 +4,7 @@
 // checks - through the same TensorIterator configurations its CPU and CUDA
 // kernels use; this file turns the built iterator into a flat descriptor.
 // A dtype libtrn does not support (complex, say) goes to the CPU fallback.
+#include <ATen/Dispatch_v2.h>
 #include <ATen/Operators.h>
 #include <ATen/Parallel.h>
 #include <ATen/ScalarOps.h>
@@ -17,6 +18,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "fallback/cpu_fallback.h"
 #include "aten/cpu_add_block.h"
@@ -54,6 +56,34 @@ trn_scalar scalar_for(at::ScalarType expected, double f, int64_t i) {
         s.f = f;
     else
         s.i = i;
+    return s;
+}
+
+// A CPU scalar operand (a Python number or a 0-dim CPU tensor) as ATen's CPU
+// kernels read it: cast to the compute dtype, as TensorIterator casts every
+// input to the common dtype (a float16 remainder with a float32 0-dim tensor
+// reads it rounded to float16; a uint8 comparison with -1 reads 255). The
+// exception: for float16 / bfloat16, ATen's CPU mul and divisions read their
+// second operand unrounded, in float32 (original_scalar_value<opmath_t>).
+trn_scalar cpu_scalar_value(at::TensorIteratorBase &iter, int arg, int slot, trn_ew_op op,
+                            at::ScalarType expected) {
+    trn_scalar s{};
+    const bool opmath = slot == 1 && at::isReducedFloatingType(expected) &&
+                        (op == TRN_EW_MUL || op == TRN_EW_DIV || op == TRN_EW_DIV_TRUNC ||
+                         op == TRN_EW_DIV_FLOOR);
+    if (opmath) {
+        s.f = static_cast<double>(iter.original_scalar_value<float>(arg));
+        return s;
+    }
+    AT_DISPATCH_V2(expected, "neuron_cpu_scalar", AT_WRAP([&] {
+                       const scalar_t v = iter.scalar_value<scalar_t>(arg);
+                       if constexpr (std::is_integral_v<scalar_t>)
+                           s.i = static_cast<int64_t>(v);
+                       else
+                           s.f = static_cast<double>(v);
+                   }),
+                   AT_EXPAND(AT_ALL_TYPES), at::kBool, at::kHalf, at::kBFloat16,
+                   AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES));
     return s;
 }
 
@@ -123,8 +153,7 @@ bool launch(at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute,
                 (op == TRN_EW_WHERE && i == 0) ? at::kBool : compute;
             if (iter.is_cpu_scalar(arg)) {
                 d.in[i] = nullptr;
-                d.scalar_in[i] = scalar_for(expected, iter.original_scalar_value<double>(arg),
-                                            iter.original_scalar_value<int64_t>(arg));
+                d.scalar_in[i] = cpu_scalar_value(iter, arg, i, op, expected);
             } else {
                 d.in[i] = iter.data_ptr(arg);
                 d.in_strides[i] = reversed(2 + i, iter.strides(arg));
@@ -360,7 +389,9 @@ struct UnaryOp {
 
 Tensor &abs_out(const Tensor &a, Tensor &result) {
     Tensor o = result;
-    if (a.is_complex() || !unary_run<TRN_EW_ABS, false>(o, a, "aten::abs"))
+    // ATen has no bool abs: the CPU path raises its NotImplementedError.
+    if (a.is_complex() || a.scalar_type() == at::kBool ||
+        !unary_run<TRN_EW_ABS, false>(o, a, "aten::abs"))
         return fallback<at::_ops::abs_out>(a, result);
     return result;
 }
@@ -1323,7 +1354,8 @@ Tensor mish_backward(const Tensor &grad, const Tensor &x) {
 Tensor native_dropout_backward(const Tensor &grad, const Tensor &mask, double scale) {
     TORCH_CHECK(mask.scalar_type() == at::kBool || mask.scalar_type() == grad.scalar_type(),
                 "Mask should be Bool or same dtype as input");
-    if (supports(TRN_EW_ADDCMUL, grad.scalar_type())) {
+    // Integer grads promote with the float scale (a float result): the CPU path.
+    if (at::isFloatingType(grad.scalar_type()) && supports(TRN_EW_ADDCMUL, grad.scalar_type())) {
         // ADDCMUL computes x + p0 * a * b: x = 0 (a CPU scalar), a = grad,
         // b = mask, p0 = scale; one rounding, as grad * mask * scale.
         Tensor out = at::empty_like(grad);

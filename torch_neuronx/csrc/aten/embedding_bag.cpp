@@ -121,9 +121,10 @@ std::optional<Result> forward(const Tensor &weight, const Tensor &indices_in,
     d.bag_size = static_cast<int64_t *>(ptr_or_null(bag_size));
     d.max_indices = static_cast<int64_t *>(ptr_or_null(max_indices));
     trn_stream *s = current_trn_stream(weight.device().index());
-    TRN_CHECK(trn_embedding_bag_launch(s, &d));
-    // Index and offset errors raise here, as CPU's RuntimeError.
-    const trn_status st = trn_stream_synchronize(s);
+    // Index and offset errors raise here, as CPU's RuntimeError (from the
+    // launch itself under NEURON_LAUNCH_BLOCKING=1).
+    const trn_status launched = trn_embedding_bag_launch(s, &d);
+    const trn_status st = launched != TRN_SUCCESS ? launched : trn_stream_synchronize(s);
     if (st == TRN_ERROR_INVALID_ARGUMENT) {
         std::string msg = trn_last_error();
         trn_clear_error();

@@ -27,6 +27,11 @@ at::Tensor &resize_neuron_(at::Tensor &self, at::IntArrayRef size,
         TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s,
                     ": ", size);
     c10::TensorImpl *impl = self.unsafeGetTensorImpl();
+    // As ATen's resize_impl_cpu_: the same sizes (and strides, if given)
+    // leave the tensor as it is (an expanded out= stays expanded, and is
+    // then refused by the overlap checks, as on CPU).
+    if (self.sizes() == size && (!stride || self.strides() == *stride))
+        return self;
     if (stride)
         impl->set_sizes_and_strides(size, *stride);
     else

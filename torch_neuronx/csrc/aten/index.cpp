@@ -53,10 +53,11 @@ bool native(at::ScalarType t) { return native_dtype(t).has_value(); }
 
 enum class Err { Index, Runtime, IndexSelect0, IndexSelectN };
 
-// Synchronizes after an index-checking launch; an index error becomes the
-// exception PyTorch CPU raises for the op.
-void sync_checked(trn_stream *s, Err kind) {
-    trn_status st = trn_stream_synchronize(s);
+// An index-checking kernel's status: an index error becomes the exception
+// PyTorch CPU raises for the op. The status is the synchronize's after the
+// launch, or the launch's own under NEURON_LAUNCH_BLOCKING=1 (the launch
+// waits for its kernel and returns its error).
+void raise_checked(trn_status st, Err kind) {
     if (st == TRN_SUCCESS)
         return;
     if (st != TRN_ERROR_INVALID_ARGUMENT)
@@ -75,6 +76,9 @@ void sync_checked(trn_stream *s, Err kind) {
     default: TORCH_CHECK(false, msg);
     }
 }
+
+// Synchronizes after an index-checking launch (raise_checked).
+void sync_checked(trn_stream *s, Err kind) { raise_checked(trn_stream_synchronize(s), kind); }
 
 // One element of `type` holding `v`, for scalar sources.
 void scalar_bytes(const Scalar &v, at::ScalarType type, unsigned char out[16]) {
@@ -107,8 +111,9 @@ bool fits(const at::TensorIteratorBase &iter, size_t nidx) {
     return iter.ndim() <= TRN_INDEX_MAX_DIMS && nidx <= TRN_INDEX_MAX_INDICES;
 }
 
+// `checked`: the op checks indices (its error as raise_checked makes it).
 void launch_iter(at::TensorIteratorBase &iter, at::ScalarType type, int src_op, int first_idx,
-                 const IndexLaunch &l) {
+                 const IndexLaunch &l, std::optional<Err> checked = std::nullopt) {
     if (iter.numel() == 0)
         return;
     trn_index_desc d{};
@@ -137,7 +142,10 @@ void launch_iter(at::TensorIteratorBase &iter, at::ScalarType type, int src_op, 
     }
     d.wrap = l.wrap;
     d.out_numel = l.out_numel;
-    TRN_CHECK(trn_index_launch(stream_of(iter.tensor_base(0)), &d));
+    const trn_status st = trn_index_launch(stream_of(iter.tensor_base(0)), &d);
+    if (checked)
+        raise_checked(st, *checked);
+    TRN_CHECK(st);
 }
 
 Tensor as_long(const Tensor &index) {
@@ -242,7 +250,7 @@ Tensor &index_out(const Tensor &self, const c10::List<std::optional<Tensor>> &in
     l.indexed_sizes = info.indexed_sizes;
     l.indexed_strides = info.indexed_strides;
     l.dims = info.dims;
-    launch_iter(iter, self.scalar_type(), 1, 2, l);
+    launch_iter(iter, self.scalar_type(), 1, 2, l, Err::Index);
     if (iter.numel() != 0)
         sync_checked(stream_of(self), Err::Index);
     tracking::record_executed("aten::index");
@@ -297,7 +305,7 @@ Tensor &index_put_impl_(Tensor &self, const c10::List<std::optional<Tensor>> &in
     l.indexed_sizes = info.indexed_sizes;
     l.indexed_strides = info.indexed_strides;
     l.dims = info.dims;
-    launch_iter(iter, self.scalar_type(), 1, 2, l);
+    launch_iter(iter, self.scalar_type(), 1, 2, l, Err::Index);
     if (iter.numel() != 0)
         sync_checked(stream_of(self), Err::Index);
     tracking::record_executed("aten::_index_put_impl_");
@@ -360,9 +368,10 @@ Tensor &index_select_out(const Tensor &self, int64_t dim, const Tensor &index, T
     l.indexed_sizes = {self1.size(dim)};
     l.indexed_strides = {self1.stride(dim) * self.element_size()};
     l.dims = {static_cast<int>(dim)};
-    launch_iter(iter, self.scalar_type(), 1, 2, l);
+    const Err kind = dim == 0 ? Err::IndexSelect0 : Err::IndexSelectN;
+    launch_iter(iter, self.scalar_type(), 1, 2, l, kind);
     if (iter.numel() != 0)
-        sync_checked(stream_of(self), dim == 0 ? Err::IndexSelect0 : Err::IndexSelectN);
+        sync_checked(stream_of(self), kind);
     tracking::record_executed("aten::index_select");
     return out;
 }
@@ -420,7 +429,7 @@ bool index_add_run(const Tensor &self, int64_t dim, const Tensor &index, const T
     l.indexed_sizes = {out1.size(dim)};
     l.indexed_strides = {out1.stride(dim) * self.element_size()};
     l.dims = {static_cast<int>(dim)};
-    launch_iter(iter, self.scalar_type(), 1, 2, l);
+    launch_iter(iter, self.scalar_type(), 1, 2, l, Err::Runtime);
     sync_checked(stream_of(self), Err::Runtime);
     return true;
 }
@@ -480,7 +489,7 @@ Tensor &gather_out(const Tensor &self, int64_t dim, const Tensor &index, bool sp
     l.indexed_sizes = {self1.size(dim)};
     l.indexed_strides = {self1.stride(dim) * self.element_size()};
     l.dims = {static_cast<int>(dim)};
-    launch_iter(iter, self.scalar_type(), 1, 2, l);
+    launch_iter(iter, self.scalar_type(), 1, 2, l, Err::Runtime);
     sync_checked(stream_of(self), Err::Runtime);
     tracking::record_executed("aten::gather");
     return out;
@@ -555,9 +564,9 @@ bool scatter_into(const Tensor &dst, int64_t dim, const Tensor &index, const Ten
         IndexLaunch init = l;
         init.reduce = TRN_INDEX_REDUCE_NONE;
         scalar_bytes(identity_of(r, t), t, init.value);
-        launch_iter(iter, t, -1, src.defined() ? 2 : 1, init);
+        launch_iter(iter, t, -1, src.defined() ? 2 : 1, init, Err::Runtime);
     }
-    launch_iter(iter, t, src.defined() ? 1 : -1, src.defined() ? 2 : 1, l);
+    launch_iter(iter, t, src.defined() ? 1 : -1, src.defined() ? 2 : 1, l, Err::Runtime);
     sync_checked(stream_of(dst), Err::Runtime);
     return true;
 }

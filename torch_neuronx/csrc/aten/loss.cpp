@@ -42,6 +42,13 @@ Tensor down(const Tensor &r, const Tensor &like) {
     return low(like) ? r.to(like.scalar_type()) : r;
 }
 
+// Operands ATen's CPU loss kernels take: floating, of one dtype. Others
+// (integers, complex, mixed) go to the CPU path, which raises ATen's own
+// dtype error.
+bool same_floating(const Tensor &a, const Tensor &b) {
+    return at::isFloatingType(a.scalar_type()) && a.scalar_type() == b.scalar_type();
+}
+
 // The factor a reduced loss's gradient carries per element.
 double grad_norm(const Tensor &self, int64_t reduction) {
     return reduction == at::Reduction::Mean ? 1.0 / static_cast<double>(self.numel()) : 1.0;
@@ -74,6 +81,8 @@ Tensor &sgn_out(const Tensor &self, Tensor &out) {
 // ---------------------------------------------------------------------------
 Tensor smooth_l1_loss(const Tensor &self, const Tensor &target, int64_t reduction, double beta) {
     TORCH_CHECK(beta >= 0, "smooth_l1_loss does not support negative values for beta.");
+    if (!same_floating(self, target))
+        return fallback<at::_ops::smooth_l1_loss>(self, target, reduction, beta);
     tracking::record_executed("aten::smooth_l1_loss");
     Tensor z = at::abs(at::sub(up(self), up(target)));
     if (beta == 0)
@@ -88,13 +97,19 @@ Tensor smooth_l1_loss_backward(const Tensor &grad_output, const Tensor &self, co
     Tensor d = at::sub(up(self), up(target));
     const double norm = grad_norm(self, reduction);
     // beta 0 is l1: the gradient is sign(d) (0 at d == 0, as CPU).
-    Tensor g = beta <= 0 ? at::mul(at::sign(d), Scalar(norm))
-                         : at::mul(at::clamp(d, Scalar(-beta), Scalar(beta)), Scalar(norm / beta));
+    // beta 0 is l1: CPU's formula gives -norm for d <= 0 (zero included),
+    // norm for d > 0 and NaN for NaN.
+    Tensor g = beta <= 0
+                   ? at::where(at::le(d, Scalar(0)), Scalar(-norm),
+                               at::where(at::gt(d, Scalar(0)), Scalar(norm), at::mul(d, Scalar(0))))
+                   : at::mul(at::clamp(d, Scalar(-beta), Scalar(beta)), Scalar(norm / beta));
     return down(at::mul(g, up(grad_output)), self);
 }
 
 Tensor huber_loss(const Tensor &self, const Tensor &target, int64_t reduction, double delta) {
     TORCH_CHECK(delta > 0, "huber_loss does not support non-positive values for delta.");
+    if (!same_floating(self, target))
+        return fallback<at::_ops::huber_loss>(self, target, reduction, delta);
     tracking::record_executed("aten::huber_loss");
     Tensor z = at::abs(at::sub(up(self), up(target)));
     Tensor quad = at::mul(at::mul(z, z), Scalar(0.5));
@@ -117,15 +132,33 @@ void check_bce(const Tensor &self, const Tensor &target) {
     TORCH_CHECK(self.sizes() == target.sizes(), "Using a target size (", target.sizes(),
                 ") that is different to the input size (", self.sizes(), ") is deprecated. ",
                 "Please ensure they have the same size.");
-    // CPU raises on out-of-range probabilities; so do we (one sync).
+    // CPU checks each element, input then target, that 0 <= v <= 1 (so NaN
+    // fails too) and raises for the first element that fails; so do we (one
+    // sync).
     if (self.numel() > 0) {
-        Tensor bad = at::any(at::logical_or(at::lt(self, Scalar(0)), at::gt(self, Scalar(1))));
-        TORCH_CHECK(!bad.item<bool>(), "all elements of input should be between 0 and 1");
+        auto outside = [](const Tensor &t) {
+            return at::logical_not(at::logical_and(at::ge(t, Scalar(0)), at::le(t, Scalar(1))))
+                .reshape({-1})
+                .to(at::kFloat);
+        };
+        const Tensor bad_in = outside(self), bad = at::maximum(bad_in, outside(target));
+        // 0: all in range; 1: the first bad element's input is bad; 2: its target.
+        const Tensor first = at::argmax(bad).reshape({1});
+        const double code =
+            at::mul(at::max(bad), at::rsub(bad_in.index_select(0, first), Scalar(2)))
+                .item<double>();
+        if (code != 0) {
+            TORCH_CHECK(code != 1, "all elements of input should be between 0 and 1");
+            TORCH_CHECK(false, "all elements of target should be between 0 and 1");
+        }
     }
 }
 
 Tensor binary_cross_entropy(const Tensor &self, const Tensor &target,
                             const std::optional<Tensor> &weight, int64_t reduction) {
+    if (!same_floating(self, target) ||
+        (weight && weight->defined() && !same_floating(self, *weight)))
+        return fallback<at::_ops::binary_cross_entropy>(self, target, weight, reduction);
     check_bce(self, target);
     tracking::record_executed("aten::binary_cross_entropy");
     Tensor x = up(self), t = up(target);
@@ -184,11 +217,16 @@ at::ScalarType xlogy_type(const Tensor &self, const Tensor &other) {
     return at::isIntegralType(t, /*includeBool=*/true) ? c10::typeMetaToScalarType(at::get_default_dtype())
                                                         : t;
 }
+// Complex operands: the CPU path (ATen's xlogy has no complex kernel).
 Tensor xlogy(const Tensor &self, const Tensor &other) {
+    if (self.is_complex() || other.is_complex())
+        return fallback<at::_ops::xlogy_Tensor>(self, other);
     tracking::record_executed("aten::xlogy");
     return xlogy_impl(self, other, xlogy_type(self, other));
 }
 Tensor &xlogy_(Tensor &self, const Tensor &other) {
+    if (self.is_complex() || other.is_complex())
+        return fallback<at::_ops::xlogy__Tensor>(self, other);
     auto t = xlogy_type(self, other);
     TORCH_CHECK(at::canCast(t, self.scalar_type()), "result type ", t,
                 " can't be cast to the desired output type ", self.scalar_type());
@@ -199,6 +237,8 @@ Tensor &xlogy_(Tensor &self, const Tensor &other) {
     return self.copy_(r);
 }
 Tensor &xlogy_out(const Tensor &self, const Tensor &other, Tensor &out) {
+    if (self.is_complex() || other.is_complex() || out.is_complex())
+        return fallback<at::_ops::xlogy_OutTensor>(self, other, out);
     auto t = xlogy_type(self, other);
     TORCH_CHECK(at::canCast(t, out.scalar_type()), "result type ", t,
                 " can't be cast to the desired output type ", out.scalar_type());

@@ -11,6 +11,7 @@
 #include <ATen/Functions.h>
 #include <ATen/Operators.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/native/DistributionTemplates.h>
 #include <torch/library.h>
 
 #include <limits>
@@ -57,11 +58,27 @@ Tensor &run(Tensor &self, trn_random_dist dist, double a, double b, int64_t from
     return self;
 }
 
+// ATen's uniform_impl_ checks: both bounds finite in the dtype (NaN and
+// infinities are out of bounds), from <= to, and to - from representable.
+void check_uniform_bounds(const Tensor &self, double from, double to) {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "uniform_", [&] {
+        const auto lo = static_cast<double>(std::numeric_limits<scalar_t>::lowest());
+        const auto hi = static_cast<double>(std::numeric_limits<scalar_t>::max());
+        TORCH_CHECK(from >= lo && from <= hi, "from is out of bounds for ", self.dtype());
+        TORCH_CHECK(to >= lo && to <= hi, "to is out of bounds for ", self.dtype());
+        TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=",
+                    from, " > to=", to);
+        TORCH_CHECK((to - from) <= std::numeric_limits<scalar_t>::max(),
+                    "uniform_ expects to-from <= std::numeric_limits<",
+                    toString(self.scalar_type()), ">::max(), but found to=", to, " and from=", from,
+                    " which result in to-from to exceed the limit");
+    });
+}
+
 Tensor &uniform_(Tensor &self, double from, double to, std::optional<at::Generator> gen) {
     if (!is_float_dtype(self))
         return fallback<at::_ops::uniform_>(self, from, to, gen);
-    TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from,
-                " > to=", to);
+    check_uniform_bounds(self, from, to);
     return run(self, TRN_RANDOM_UNIFORM, from, to, 0, 0, gen, "aten::uniform_");
 }
 
@@ -99,7 +116,8 @@ Tensor &cauchy_(Tensor &self, double median, double sigma, std::optional<at::Gen
 // Any real dtype: the number of trials (>= 1) is stored as an integer.
 Tensor &geometric_(Tensor &self, double p, std::optional<at::Generator> gen) {
     TORCH_CHECK(0 < p && p < 1, "geometric_ expects p to be in (0, 1), but got p=", p);
-    if (!native_dtype(self.scalar_type()) || self.is_complex())
+    // ATen has no bool geometric_: the CPU path raises its NotImplementedError.
+    if (!native_dtype(self.scalar_type()) || self.is_complex() || self.scalar_type() == at::kBool)
         return fallback<at::_ops::geometric_>(self, p, gen);
     return run(self, TRN_RANDOM_GEOMETRIC, p, 0, 0, 0, gen, "aten::geometric_");
 }
@@ -137,9 +155,21 @@ Tensor &random_from(Tensor &self, int64_t from, std::optional<int64_t> to,
                     std::optional<at::Generator> gen) {
     if (!random_ok(self) || !to.has_value())
         return fallback<at::_ops::random__from>(self, from, to, gen);
-    TORCH_CHECK(from < *to, "random_ expects 'from' to be less than 'to', but got from=", from,
-                " >= to=", *to);
-    const uint64_t range = static_cast<uint64_t>(*to) - static_cast<uint64_t>(from);
+    // ATen's random_from_to_impl: for floating dtypes the bounds move to
+    // values the dtype holds, then both must lie in the dtype's range.
+    int64_t to_ex = *to;
+    TORCH_CHECK(from < to_ex, "random_ expects 'from' to be less than 'to', but got from=", from,
+                " >= to=", to_ex);
+    if (at::isFloatingType(self.scalar_type())) {
+        AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "random_", [&] {
+            from = at::native::templates::update_from<scalar_t>(from);
+            to_ex = at::native::templates::update_to<scalar_t>(to_ex);
+            TORCH_CHECK(from < to_ex, "random_ expects 'from' casted to dtype to be less than 'to' "
+                        "casted to dtype, but got from=", from, " >= to=", to_ex);
+        });
+    }
+    at::native::templates::check_from_to_in_range(from, to_ex - 1, self.dtype());
+    const uint64_t range = static_cast<uint64_t>(to_ex) - static_cast<uint64_t>(from);
     return run(self, TRN_RANDOM_INTEGER, 0, 0, from, range, gen, "aten::random_");
 }
 
@@ -147,6 +177,16 @@ Tensor &random_to(Tensor &self, int64_t to, std::optional<at::Generator> gen) {
     if (!random_ok(self))
         return fallback<at::_ops::random__to>(self, to, gen);
     TORCH_CHECK(0 < to, "random_ expects 'from' to be less than 'to', but got from=0 >= to=", to);
+    int64_t from = 0;
+    if (at::isFloatingType(self.scalar_type())) {
+        AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "random_", [&] {
+            from = at::native::templates::update_from<scalar_t>(from);
+            to = at::native::templates::update_to<scalar_t>(to);
+            TORCH_CHECK(from < to, "random_ expects 'from' casted to dtype to be less than 'to' "
+                        "casted to dtype, but got from=", from, " >= to=", to);
+        });
+    }
+    at::native::templates::check_from_to_in_range(from, to - 1, self.dtype());
     return run(self, TRN_RANDOM_INTEGER, 0, 0, 0, static_cast<uint64_t>(to), gen,
                "aten::random_");
 }

@@ -180,9 +180,10 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(
 // nll_loss / nll_loss2d
 // ---------------------------------------------------------------------------
 // Synchronizes so an out-of-range target raises at the call, as on CPU
-// (IndexError "Target k is out of bounds.").
-void sync_targets(trn_stream *s) {
-    const trn_status st = trn_stream_synchronize(s);
+// (IndexError "Target k is out of bounds."). `launched`: the launch's
+// status, which carries the kernel's error under NEURON_LAUNCH_BLOCKING=1.
+void sync_targets(trn_stream *s, trn_status launched) {
+    const trn_status st = launched != TRN_SUCCESS ? launched : trn_stream_synchronize(s);
     if (st == TRN_SUCCESS)
         return;
     const std::string msg = trn_last_error();
@@ -253,8 +254,7 @@ void nll_forward_run(const Tensor &self, const Tensor &target, const Tensor &wei
     d.out = output.data_ptr();
     d.total_weight = total_weight.data_ptr();
     trn_stream *s = stream_of(self);
-    TRN_CHECK(trn_nll_loss_launch(s, &d));
-    sync_targets(s);
+    sync_targets(s, trn_nll_loss_launch(s, &d));
     tracking::record_executed(name);
 }
 
@@ -312,8 +312,7 @@ Tensor nll_backward_run(const Tensor &grad_output, const Tensor &self, const Ten
     d.total_weight = tw.data_ptr();
     d.grad_input = grad_input.data_ptr();
     trn_stream *s = stream_of(self);
-    TRN_CHECK(trn_nll_loss_backward_launch(s, &d));
-    sync_targets(s);
+    sync_targets(s, trn_nll_loss_backward_launch(s, &d));
     tracking::record_executed(name);
     return grad_input;
 }
@@ -405,6 +404,10 @@ std::tuple<Tensor, Tensor> native_dropout(const Tensor &input, double p,
 // mse_loss: (self - target)^2, reduced; composed from native ops.
 // ---------------------------------------------------------------------------
 Tensor mse_loss(const Tensor &self, const Tensor &target, int64_t reduction) {
+    // ATen's CPU kernel takes floating operands only: others (complex,
+    // integers) go to the CPU path, which raises its own error.
+    if (!at::isFloatingType(self.scalar_type()) || !at::isFloatingType(target.scalar_type()))
+        return fallback<at::_ops::mse_loss>(self, target, reduction);
     Tensor d = at::sub(self, target);
     Tensor sq = at::mul(d, d);
     tracking::record_executed("aten::mse_loss");

@@ -83,7 +83,10 @@ std::optional<Tensor> up_forward(const Tensor &self, at::IntArrayRef output_size
                 "D input (got ", self.dim(), "D)");
     trn_upsample_desc d = describe(self.sizes(), output_size, scales, mode, align_corners);
     auto dt = native_dtype(self.scalar_type());
-    if (!dt || !trn_upsample_supports(*dt, mode, 0))
+    // ATen's CPU kernels take floating dtypes and uint8 only: other integer
+    // and bool inputs go to the CPU path, which raises its NotImplementedError.
+    const bool aten_dtype = at::isFloatingType(self.scalar_type()) || self.scalar_type() == at::kByte;
+    if (!dt || !aten_dtype || !trn_upsample_supports(*dt, mode, 0))
         return std::nullopt;
     d.dtype = *dt;
     std::vector<int64_t> osize{self.size(0), self.size(1)};

@@ -46,9 +46,14 @@ struct Program {
 // waited for, so the error is raised at the op, as eager index ops do
 // (IndexError for indexing, index_select and embedding, RuntimeError for
 // gather and scatter: the kernel's status says which).
-void check_indices(const Program &prog, trn_stream *s) {
-    if (!trn_program_checks_indices(prog.p)) return;
-    trn_status st = trn_stream_synchronize(s);
+// `launched`: a failed launch's status (under NEURON_LAUNCH_BLOCKING=1 it
+// carries the kernel's error), raised the same way.
+void check_indices(const Program &prog, trn_stream *s, trn_status launched = TRN_SUCCESS) {
+    if (!trn_program_checks_indices(prog.p)) {
+        TRN_CHECK(launched);
+        return;
+    }
+    trn_status st = launched != TRN_SUCCESS ? launched : trn_stream_synchronize(s);
     if (st == TRN_ERROR_INVALID_ARGUMENT) {
         std::string msg = trn_last_error();
         trn_clear_error();
@@ -114,10 +119,12 @@ struct Call {
             st = trn_run_set_buffer(r, in_nodes[i], inputs[i].data_ptr());
         for (size_t i = 0; i < out.size() && st == TRN_SUCCESS; i++) st = trn_run_set_buffer(r, ex_nodes[i], out[i].data_ptr());
         int host = -1;
-        if (st == TRN_SUCCESS) st = trn_run_continue(r, s, &host);
+        trn_status cont = TRN_SUCCESS;
+        if (st == TRN_SUCCESS) cont = trn_run_continue(r, s, &host);
         // The run (and its address array) is released by a task after the launched work.
         trn_status fin = trn_run_finish(r, s);
         TRN_CHECK(st);
+        if (cont != TRN_SUCCESS) check_indices(*prog, s, cont);
         TRN_CHECK(fin);
         TORCH_CHECK(host < 0, "compiled graph: stopped at host step ", host, " in a call without host steps");
         check_indices(*prog, s);
@@ -341,7 +348,9 @@ void register_compiler(py::module_ &m) {
         .def("cont", [](Run &r) {
             return guarded([&] {
                 int host = -1;
-                TRN_CHECK(trn_run_continue(r.r, current_trn_stream(static_cast<c10::DeviceIndex>(r.device)), &host));
+                trn_stream *s = current_trn_stream(static_cast<c10::DeviceIndex>(r.device));
+                const trn_status st = trn_run_continue(r.r, s, &host);
+                if (st != TRN_SUCCESS) check_indices(*r.prog, s, st);
                 return host;
             });
         })

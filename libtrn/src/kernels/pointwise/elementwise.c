@@ -454,6 +454,8 @@ typedef struct ew_args {
     const char *in[3];
     bool is_scalar[3];
     trn_dtype in_dtype[3];
+    // How a tensor input of another dtype is cast once loaded (in_cast_block).
+    unsigned char in_cast[3];
     union { float f; double d; int64_t i; } sval[3];  // scalar in compute type
     // Byte ranges touched, relative to the pointers (protect mode).
     int64_t lo[4], span[4];
@@ -526,6 +528,29 @@ static void add16_body(const ew_args *a, float *o, const float *x, const float *
     }
 }
 
+// in_cast values: a loaded input block rounded to float16 / bfloat16, or
+// wrapped to the integer compute dtype (bits, signedness in ctx).
+enum { CAST_NONE, CAST_F16, CAST_BF16, CAST_WRAP };
+
+static void in_cast_block(int mode, const trn_sc_ctx *ctx, int n, void *buf) {
+    if (mode == CAST_F16 || mode == CAST_BF16) {
+        float *f = buf;
+        if (mode == CAST_F16)
+            for (int i = 0; i < n; i++) f[i] = trn_half_to_float(trn_float_to_half(f[i]));
+        else
+            for (int i = 0; i < n; i++) f[i] = trn_bf16_to_float(trn_float_to_bf16(f[i]));
+    } else if (mode == CAST_WRAP && ctx->bits < 64) {
+        int64_t *v = buf;
+        const uint64_t mask = (UINT64_C(1) << ctx->bits) - 1;
+        const uint64_t top = UINT64_C(1) << (ctx->bits - 1);
+        for (int i = 0; i < n; i++) {
+            uint64_t u = (uint64_t)v[i] & mask;
+            if (ctx->is_signed && (u & top)) u |= ~mask;
+            v[i] = trn_sc_wrap_u64(u);
+        }
+    }
+}
+
 // Runs n <= BLOCK elements of one row; pointers and byte strides given.
 // j0: linear index of the first element.
 static bool run_block(const ew_args *a, block_fn fn, char *out, int64_t os,
@@ -537,10 +562,11 @@ static bool run_block(const ew_args *a, block_fn fn, char *out, int64_t os,
     for (int k = 0; k < a->arity; k++) {
         if (a->is_scalar[k]) {
             buf[k] = scal[k];
-        } else if (a->in_dtype[k] == nat && is[k] == (int64_t)cs) {
+        } else if (a->in_dtype[k] == nat && is[k] == (int64_t)cs && !a->in_cast[k]) {
             buf[k] = in[k];
         } else {
             load_block(a->fam, a->in_dtype[k], in[k], is[k], n, tmp[k]);
+            if (a->in_cast[k]) in_cast_block(a->in_cast[k], &a->ctx, n, tmp[k]);
             buf[k] = tmp[k];
         }
     }
@@ -596,7 +622,7 @@ static void ew_range(void *vrun, int64_t begin, int64_t end) {
     bool unstaged = a->out_dtype == (ops[a->op].pred ? TRN_DTYPE_BOOL : nat) &&
                     ostr[inner] == (int64_t)(ops[a->op].pred ? 1 : cs);
     for (int k = 0; k < a->arity; k++)
-        unstaged = unstaged && !a->is_scalar[k] && a->in_dtype[k] == nat &&
+        unstaged = unstaged && !a->is_scalar[k] && a->in_dtype[k] == nat && !a->in_cast[k] &&
                    istr[k][inner] == (int64_t)cs;
     const int64_t chunk = unstaged ? UNSTAGED_CHUNK : BLOCK;
 
@@ -825,6 +851,36 @@ trn_status trn_ew_launch(trn_stream *stream, const trn_ew_desc *desc) {
                                               (int64_t)trn_dtype_size(a.in_dtype[k])
                                         : 0;
     a.ndim = n;
+    // A tensor input of another dtype is read as ATen's CPU kernels read it:
+    // cast to the compute dtype, as TensorIterator casts every input to the
+    // common dtype (a float32 0-dim tensor in a float16 op is rounded to
+    // float16; an int64 one in a uint8 op wraps). Except, as there, a
+    // broadcast second operand of mul and the divisions in float16 /
+    // bfloat16: ATen's CPU kernel reads it unrounded (original_scalar_value).
+    // That kernel also computes the whole quotient in float32, rounded once
+    // on store (no rounding of a / b before trunc / floor).
+    bool opmath = false;
+    if (a.fam == FAM_F && a.ctx.round16 && a.arity == 2 &&
+        (op == TRN_EW_MUL || op == TRN_EW_DIV || op == TRN_EW_DIV_TRUNC ||
+         op == TRN_EW_DIV_FLOOR)) {
+        opmath = a.is_scalar[1];
+        if (!opmath) {
+            opmath = true;
+            for (int d = 0; d < n; d++) opmath = opmath && str[2][d] == 0;
+        }
+    }
+    for (int k = 0; k < a.arity; k++) {
+        if (a.is_scalar[k] || a.in_dtype[k] == desc->dtype || (op == TRN_EW_WHERE && k == 0))
+            continue;
+        if (a.fam == FAM_F && a.ctx.round16) {
+            if (!(opmath && k == 1)) a.in_cast[k] = a.ctx.round16 == 1 ? CAST_F16 : CAST_BF16;
+        } else if (a.fam == FAM_I && dtype_class(desc->dtype) == M_I &&
+                   dtype_class(a.in_dtype[k]) == M_I &&
+                   trn_dtype_size(a.in_dtype[k]) >= trn_dtype_size(desc->dtype)) {
+            a.in_cast[k] = CAST_WRAP;
+        }
+    }
+    if (opmath) a.ctx.round16 = 0;
     if ((op == TRN_EW_ADD || op == TRN_EW_SUB) && a.fam == FAM_F && a.ctx.round16) {
         // ATen casts alpha to the 16-bit type, and so a scalar operand
         // (TensorIterator casts it to the common dtype). Its vector body needs

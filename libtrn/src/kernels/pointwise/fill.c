@@ -422,7 +422,6 @@ trn_status trn_tri_launch(trn_stream *stream, const trn_tri_desc *d) {
     }
     if (d->in == NULL || d->out == NULL) return bad(fn, "a data pointer is NULL");
     a.upper = d->upper != 0;
-    a.diagonal = d->diagonal;
     a.in = d->in;
     a.out = d->out;
     a.in_span = ihi - a.in_lo + a.esize;
@@ -430,6 +429,11 @@ trn_status trn_tri_launch(trn_stream *stream, const trn_tri_desc *d) {
     const int r = d->ndim - 2, c = d->ndim - 1;
     a.rows = d->sizes[r];
     a.cols = d->sizes[c];
+    // Any diagonal beyond [-rows - 1, cols] keeps or zeroes whole rows, as
+    // the clamped one does; clamping keeps row + diagonal + 1 from
+    // overflowing for diagonals near +-2^63.
+    a.diagonal = d->diagonal > a.cols ? a.cols
+                 : d->diagonal < -a.rows - 1 ? -a.rows - 1 : d->diagonal;
     a.in_rs = d->in_strides[r];
     a.in_cs = d->in_strides[c];
     a.out_rs = d->out_strides[r];
