@@ -772,3 +772,62 @@ def dtensor_random():
         g = g.full_tensor() if isinstance(g, DTensor) else g
         torch.testing.assert_close(g.cpu(), ref_block.fc2.weight.grad.cpu(), rtol=1e-5, atol=1e-5)
     dist.destroy_process_group()
+
+
+def _region_leftovers():
+    """This process's mappings and descriptors of a shared collective region
+    (the memfd is named trn_c10d)."""
+    with open("/proc/self/maps") as f:
+        maps = [line.strip() for line in f if "trn_c10d" in line]
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if "trn_c10d" in os.readlink(f"/proc/self/fd/{fd}"):
+                fds.append(fd)
+        except OSError:
+            pass
+    return maps, fds
+
+
+def reinit_cycles():
+    """destroy_process_group() then init_process_group(), DIST_ARGS times, on
+    one store that outlives every group (as torchrun's agent store does, and
+    as under torchrun itself when TORCHELASTIC_RUN_ID is set): each cycle
+    must get a working group on the expected transport, a world group and a
+    sub-group, and leave no region mapped or open once destroyed."""
+    import time
+    rank, world = rank_world()
+    cycles = int(os.environ.get("DIST_ARGS") or 50)
+    under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+    store = None
+    if not under_torchrun:
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                              world, rank == 0, timeout=datetime.timedelta(seconds=30))
+    want = "gloo" if _gloo() else "shm"
+    dev = torch.device("neuron", rank % torch.neuron.device_count())
+    torch.neuron.set_device(dev)
+    start = time.monotonic()
+    for i in range(cycles):
+        kw = {} if store is None else {"store": store, "rank": rank, "world_size": world}
+        dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=10), **kw)
+        backend = dist.group.WORLD._get_backend(dev)
+        assert backend.transport == want, (i, backend.transport)
+        t = torch.full((3,), float(rank + i), device=dev)
+        dist.all_reduce(t)
+        assert t.cpu().tolist() == [float(sum(r + i for r in range(world)))] * 3, (i, t)
+        sub = dist.new_group(list(range(world - 1, -1, -1)) if i % 2 else list(range(world)))
+        s = torch.full((2,), float(rank), device=dev)
+        dist.broadcast(s, src=world - 1, group=sub)
+        assert s.cpu().tolist() == [float(world - 1)] * 2, (i, s)
+        dist.destroy_process_group()
+        maps, fds = _region_leftovers()
+        assert not maps and not fds, (i, maps, fds)
+    print(f"{cycles} destroy/init cycles in {time.monotonic() - start:.2f} s", flush=True)
+    if store is not None:
+        # Rank 0 hosts the store: it stays until every rank is done with it.
+        store.add("reinit/finished", 1)
+        deadline = time.monotonic() + 30
+        while rank == 0 and store.add("reinit/finished", 0) < world:
+            assert time.monotonic() < deadline, "peers never finished"
+            time.sleep(0.01)
+
