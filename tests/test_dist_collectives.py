@@ -122,3 +122,11 @@ def test_destroy_init_50_cycles_under_torchrun(world):
     assert rc == 0, out[-6000:]
     assert "50 destroy/init cycles" in out
 
+
+# Divergent ranks fail together (shared-memory transport): roots and dtypes
+# the byte counts cannot tell apart, an argument error found on one rank
+# only, and send / isend on an aborted group.
+@pytest.mark.parametrize("world", [2, 3])
+def test_divergent_ranks_fail_together(world):
+    outs = check_ranks("diverge", world, timeout=120)
+    assert all("diverge ok" in o[1] for o in outs.values())
