@@ -91,7 +91,7 @@ bool trn_comm_single_copy(const trn_comm *comm);
 // descriptor every collective already exchanges, so agreeing costs no extra
 // synchronization; a disagreement fails the collective on every rank with
 // an error naming the field and both ranks' values.
-#define TRN_COMM_DTYPE_NAME_MAX 24
+#define TRN_COMM_DTYPE_NAME_MAX 16
 typedef struct trn_comm_agree {
     int root;                             // -1: the collective has none
     char dtype[TRN_COMM_DTYPE_NAME_MAX];  // "float32"; "": not checked

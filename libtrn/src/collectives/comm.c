@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -370,7 +371,8 @@ trn_status trn__comm_begin(trn_comm *c, const trn__desc *d,
     if (st != TRN_SUCCESS) return st;
     uint64_t seq = ++c->seq;
     trn__desc *mine = trn__comm_desc(c, seq, c->rank);
-    *mine = *d;
+    // The reason of a stand-in is the bulk of a descriptor: copied only then.
+    memcpy(mine, d, d->failed ? sizeof *d : offsetof(trn__desc, error));
     mine->seq = seq;
     if (agreed && !d->failed) {
         snprintf(mine->agree_dtype, sizeof mine->agree_dtype, "%.*s",

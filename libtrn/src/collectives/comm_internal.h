@@ -36,17 +36,20 @@ typedef struct trn__desc {
     int32_t dtype, redop, root, post_div;
     double post_factor;
     int32_t post_scale;
+    // A stand-in for a call this rank could not make (trn_comm_fail_call);
+    // its reason is `error`, at the end: only copied and read when set.
+    int32_t failed;
     uint64_t count;      // elements (reductions)
     uint64_t src_bytes;  // published bytes (exchange)
     // This rank's buffers in its own address space, for peers' single-copy
     // reads (direct.c); no_direct: this call cannot take that path.
     uint64_t src_addr, dst_addr;
     int32_t no_direct;
-    // trn_comm_agree_next's fields (root is above), and a stand-in for a
-    // call this rank could not make (trn_comm_fail_call) with its reason.
-    char agree_dtype[TRN_COMM_DTYPE_NAME_MAX];
+    // trn_comm_agree_next's fields (its root is `root` above). What every
+    // rank reads of every peer's descriptor stays within its first two cache
+    // lines, as before these were added (but for dtype names over 11 chars).
     uint32_t part, parts;
-    int32_t failed;
+    char agree_dtype[TRN_COMM_DTYPE_NAME_MAX];
     char error[TRN__COMM_ERROR_MAX];
     // Followed by size x {off, len} parts and size x expected (int64, -1 none).
 } trn__desc;
