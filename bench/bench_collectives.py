@@ -73,6 +73,10 @@ def _rank_main(backend, max_bytes, out):
         size *= 4
     tiny = torch.ones(2, device=dev)
     res["lat_us"] = timeit(lambda: dist.all_reduce(tiny), 200) * 1e6
+    # Broadcast also agrees on its root and dtype across ranks (in the
+    # descriptor every collective exchanges): its small-message latency shows
+    # what that costs.
+    res["bcast_lat_us"] = timeit(lambda: dist.broadcast(tiny, 0), 200) * 1e6
 
     from torch.nn.parallel import DistributedDataParallel as DDP
     torch.manual_seed(0)
@@ -115,7 +119,7 @@ def _run(backend, world, max_bytes, out):
 
 def _ddp_rounds(worlds, rounds, out):
     for world in worlds:
-        wall, cpu, lat = [], [], []
+        wall, cpu, lat, blat = [], [], [], []
         for r in range(rounds):
             order = ("neuron", "gloo") if r % 2 == 0 else ("gloo", "neuron")
             res = {b: _run(b, world, 0, f"{out}.{b}.{world}") for b in order}
@@ -123,12 +127,15 @@ def _ddp_rounds(worlds, rounds, out):
             wall.append(g["ddp_ms"] / n["ddp_ms"])
             cpu.append(g["ddp_cpu_ms"] / n["ddp_cpu_ms"])
             lat.append(n["lat_us"] / g["lat_us"])
+            blat.append(n["bcast_lat_us"] / g["bcast_lat_us"])
             print(f"{world} ranks, round {r}: DDP step neuron {n['ddp_ms']:.2f} ms, gloo-cpu "
                   f"{g['ddp_ms']:.2f} ms (speedup {wall[-1]:.2f}x; CPU per step {cpu[-1]:.2f}x "
-                  f"less); latency {n['lat_us']:.0f} vs {g['lat_us']:.0f} us", flush=True)
+                  f"less); latency {n['lat_us']:.0f} vs {g['lat_us']:.0f} us, broadcast "
+                  f"{n['bcast_lat_us']:.0f} vs {g['bcast_lat_us']:.0f} us", flush=True)
         print(f"{world} ranks, median of {rounds}: DDP step speedup {statistics.median(wall):.2f}x "
               f"(min {min(wall):.2f}x), CPU per step {statistics.median(cpu):.2f}x less, "
-              f"latency neuron/gloo {statistics.median(lat):.2f}")
+              f"latency neuron/gloo {statistics.median(lat):.2f}, broadcast latency "
+              f"neuron/gloo {statistics.median(blat):.2f}")
 
 
 def main():
@@ -159,6 +166,9 @@ def main():
         nl, gl = res["neuron"]["lat_us"], res["gloo"]["lat_us"]
         print(f"8-byte all_reduce latency: neuron {nl:.1f} us, gloo {gl:.1f} us "
               f"(neuron/gloo {nl / gl:.2f})")
+        nb, gb = res["neuron"]["bcast_lat_us"], res["gloo"]["bcast_lat_us"]
+        print(f"8-byte broadcast latency: neuron {nb:.1f} us, gloo {gb:.1f} us "
+              f"(neuron/gloo {nb / gb:.2f})")
         nd, gd = res["neuron"]["ddp_ms"], res["gloo"]["ddp_ms"]
         nc, gc = res["neuron"]["ddp_cpu_ms"], res["gloo"]["ddp_cpu_ms"]
         print(f"DDP step (4x Linear 512, batch 32): neuron {nd:.2f} ms, gloo-cpu {gd:.2f} ms "

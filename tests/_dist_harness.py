@@ -61,3 +61,27 @@ def check_ranks(fn: str, world: int, env: dict | None = None, timeout: float = 9
     assert not bad, f"{fn} (world {world}) failed:\n" + "\n".join(
         f"--- rank {r} (exit {o[0]}) ---\n{o[1][-4000:]}" for r, o in bad.items())
     return outs
+
+
+def run_torchrun(fn: str, nproc: int, env: dict | None = None, timeout: float = 120,
+                 args: str = ""):
+    """Runs DIST_FN under `torchrun --standalone` (its agent's store outlives
+    every process group, unlike run_ranks' per-group store), with the same
+    hard timeout. Returns (returncode, combined output); raises on timeout."""
+    e = dict(os.environ)
+    e.update({"OMP_NUM_THREADS": "1", "TORCH_NEURONX_NUM_THREADS": "1",
+              "DIST_FN": fn, "DIST_ARGS": args})
+    e.update(env or {})
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={nproc}",
+           os.path.join(HERE, "_dist_torchrun.py")]
+    p = subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        raise AssertionError(f"torchrun {fn} ({nproc} ranks) timed out after {timeout}s:\n"
+                             + out[-6000:])
+    return p.returncode, out

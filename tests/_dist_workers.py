@@ -766,3 +766,158 @@ def dtensor_random():
         g = g.full_tensor() if isinstance(g, DTensor) else g
         torch.testing.assert_close(g.cpu(), ref_block.fc2.weight.grad.cpu(), rtol=1e-5, atol=1e-5)
     dist.destroy_process_group()
+
+
+def _region_leftovers():
+    """This process's mappings and descriptors of a shared collective region
+    (the memfd is named trn_c10d)."""
+    with open("/proc/self/maps") as f:
+        maps = [line.strip() for line in f if "trn_c10d" in line]
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if "trn_c10d" in os.readlink(f"/proc/self/fd/{fd}"):
+                fds.append(fd)
+        except OSError:
+            pass
+    return maps, fds
+
+
+def reinit_cycles():
+    """destroy_process_group() then init_process_group(), DIST_ARGS times, on
+    one store that outlives every group (as torchrun's agent store does, and
+    as under torchrun itself when TORCHELASTIC_RUN_ID is set): each cycle
+    must get a working group on the expected transport, a world group and a
+    sub-group, and leave no region mapped or open once destroyed."""
+    import time
+    rank, world = rank_world()
+    cycles = int(os.environ.get("DIST_ARGS") or 50)
+    under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+    store = None
+    if not under_torchrun:
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                              world, rank == 0, timeout=datetime.timedelta(seconds=30))
+    want = "gloo" if _gloo() else "shm"
+    dev = torch.device("neuron", rank % torch.neuron.device_count())
+    torch.neuron.set_device(dev)
+    start = time.monotonic()
+    for i in range(cycles):
+        kw = {} if store is None else {"store": store, "rank": rank, "world_size": world}
+        dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=10), **kw)
+        backend = dist.group.WORLD._get_backend(dev)
+        assert backend.transport == want, (i, backend.transport)
+        t = torch.full((3,), float(rank + i), device=dev)
+        dist.all_reduce(t)
+        assert t.cpu().tolist() == [float(sum(r + i for r in range(world)))] * 3, (i, t)
+        sub = dist.new_group(list(range(world - 1, -1, -1)) if i % 2 else list(range(world)))
+        s = torch.full((2,), float(rank), device=dev)
+        dist.broadcast(s, src=world - 1, group=sub)
+        assert s.cpu().tolist() == [float(world - 1)] * 2, (i, s)
+        dist.destroy_process_group()
+        maps, fds = _region_leftovers()
+        assert not maps and not fds, (i, maps, fds)
+    print(f"{cycles} destroy/init cycles in {time.monotonic() - start:.2f} s", flush=True)
+    if store is not None:
+        # Rank 0 hosts the store: it stays until every rank is done with it.
+        store.add("reinit/finished", 1)
+        deadline = time.monotonic() + 30
+        while rank == 0 and store.add("reinit/finished", 0) < world:
+            assert time.monotonic() < deadline, "peers never finished"
+            time.sleep(0.01)
+
+
+def diverge():
+    """Ranks that diverge fail together instead of silently: different roots
+    or dtypes, an argument error on one rank only (the ranks must stay in
+    step afterwards), and send / isend once the group is aborted. DIST_ARGS
+    may name some of the parts: roots,dtypes,args,abort."""
+    rank, world = rank_world()
+    parts = set((os.environ.get("DIST_ARGS") or "roots,dtypes,args,abort").split(","))
+    dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=30))
+    dev = torch.device("neuron", rank % torch.neuron.device_count())
+    torch.neuron.set_device(dev)
+
+    def in_step(v=1.0):
+        t = torch.full((3,), v * (rank + 1), device=dev)
+        dist.all_reduce(t)
+        assert t.cpu().tolist() == [v * world * (world + 1) / 2] * 3, t
+
+    # Each rank its own root: before, every rank "succeeded".
+    t = torch.full((4,), float(rank), device=dev)
+    other = 1 if rank == 0 else 0
+    if "roots" in parts:
+        _diverge_roots(rank, world, dev, in_step, t, other)
+    if "dtypes" in parts:
+        _diverge_dtypes(rank, world, dev, in_step)
+    if "args" in parts:
+        _diverge_args(rank, world, dev, in_step)
+    if "abort" in parts:
+        _diverge_abort(rank, world, dev, t)
+    print("diverge ok", flush=True)
+
+
+def _diverge_roots(rank, world, dev, in_step, t, other):
+    _expect_error(lambda: dist.broadcast(t, src=rank), "broadcast",
+                  f"rank {rank} passed root {rank}, rank {other} passed root {other}")
+    in_step()
+    root = 1 if rank == 1 else 0
+    s = torch.empty(3, device=dev)
+    _expect_error(lambda: dist.scatter(s, [torch.ones(3, device=dev)] * world if rank == root
+                                       else None, src=root), "scatter", "different roots")
+    in_step()
+    g = [torch.empty(3, device=dev) for _ in range(world)] if rank == root else None
+    _expect_error(lambda: dist.gather(torch.ones(3, device=dev), g, dst=root), "gather",
+                  "different roots")
+    in_step()
+
+
+def _diverge_dtypes(rank, world, dev, in_step):
+    # Same bytes, different dtypes.
+    dt = torch.int32 if rank == 1 else torch.float32
+    out = torch.empty(world * 4, dtype=dt, device=dev)
+    _expect_error(lambda: dist.all_gather_into_tensor(out, torch.ones(4, dtype=dt, device=dev)),
+                  "dtypes differ", "int32", "float32")
+    in_step()
+    b = torch.zeros(4, dtype=dt, device=dev)
+    _expect_error(lambda: dist.broadcast(b, src=0), "dtypes differ")
+    in_step()
+
+
+def _diverge_args(rank, world, dev, in_step):
+    # An argument error on rank 1 only (a non-contiguous output): every rank
+    # fails that call, and the next all_reduce pairs with the next one (it
+    # used to pair rank 0's failed-elsewhere call with rank 1's next).
+    x = torch.full((4, 4), 5.0, device=dev)
+    bad = x.t() if rank == 1 else x
+    if rank == 1:
+        _expect_error(lambda: dist.all_reduce(bad), "contiguous")
+    else:
+        _expect_error(lambda: dist.all_reduce(bad), "rank 1 could not make the call", "contiguous")
+    in_step(2.0)
+    # A reduce op the dtype lacks, on rank 0 only.
+    i = torch.ones(2, device=dev)
+    op = dist.ReduceOp.BAND if rank == 0 else dist.ReduceOp.SUM
+    _expect_error(lambda: dist.all_reduce(i, op=op), "ReduceOp.BAND needs an integer")
+    in_step(3.0)
+    # Asynchronous: the error reaches wait() on the ranks that queued it.
+    if rank == 1:
+        _expect_error(lambda: dist.all_reduce(bad, async_op=True), "contiguous")
+    else:
+        w = dist.all_reduce(bad, async_op=True)
+        _expect_error(w.wait, "rank 1 could not make the call")
+    in_step(4.0)
+
+
+def _diverge_abort(rank, world, dev, t):
+    # Send / isend once the group is aborted: rank 1 aborts it; rank 0 sees
+    # that in its next collective; then no send may succeed on either rank.
+    if rank == 1:
+        dist.group.WORLD.abort()
+    else:
+        _expect_error(lambda: dist.all_reduce(t), "abort")
+    if rank < 2:
+        peer = 1 - rank
+        one = torch.ones(4, device=dev)
+        why = "shut down" if rank == 1 else "aborted"
+        _expect_error(lambda: dist.send(one, peer), why)
+        _expect_error(lambda: dist.isend(one, peer).wait(), why)

@@ -256,6 +256,119 @@ static int ranks_p2p(trn_comm *c) {
     return fails;
 }
 
+// Divergence that moves no wrong byte count must still fail on every rank,
+// and a call one rank cannot make must fail everyone's (not pair with the
+// next collective): each case, then a collective that must still work.
+static int ranks_agree(trn_comm *c) {
+    int fails = 0, r = trn_comm_rank(c), n = trn_comm_size(c);
+    int32_t v[4] = {r, r, r, r}, all[16 * 4];
+    void *dp[16];
+    size_t dlen[16];
+    for (int i = 0; i < n; i++) {
+        dp[i] = all + 4 * i;
+        dlen[i] = sizeof v;
+    }
+#define STILL_IN_STEP()                                                       \
+    do {                                                                      \
+        int32_t one = 1, sum = 0;                                             \
+        RANK_CHECK(trn_comm_allreduce(c, &one, &sum, 1, TRN_DTYPE_I32,        \
+                                      TRN_REDOP_SUM, NULL) == TRN_SUCCESS);   \
+        RANK_CHECK(sum == n);                                                 \
+    } while (0)
+    // Broadcast, each rank naming itself the root: every rank's message
+    // names its own root and rank 0's (rank 0 names rank 1's).
+    RANK_CHECK(trn_comm_broadcast(c, v, sizeof v, r) ==
+               TRN_ERROR_INVALID_ARGUMENT);
+    char want[128];
+    snprintf(want, sizeof want, "rank %d passed root %d, rank %d passed root %d",
+             r, r, r == 0 ? 1 : 0, r == 0 ? 1 : 0);
+    RANK_CHECK(strstr(trn_last_error(), want) != NULL);
+    STILL_IN_STEP();
+    // A gather (exchange with a root) whose ranks disagree on the root.
+    trn_comm_agree ag = {.root = r == 1 ? 1 : 0, .dtype = "float32"};
+    trn_comm_agree_next(c, &ag);
+    RANK_CHECK(trn_comm_exchange(c, "gather", v, sizeof v, NULL, NULL,
+                                 r == ag.root ? dp : NULL, dlen) ==
+               TRN_ERROR_INVALID_ARGUMENT);
+    RANK_CHECK(strstr(trn_last_error(), "different roots") != NULL);
+    STILL_IN_STEP();
+    // Same bytes, different dtypes.
+    trn_comm_agree dt = {.root = -1};
+    snprintf(dt.dtype, sizeof dt.dtype, "%s", r == 1 ? "int32" : "float32");
+    trn_comm_agree_next(c, &dt);
+    RANK_CHECK(trn_comm_exchange(c, "all_gather", v, sizeof v, NULL, NULL, dp,
+                                 dlen) == TRN_ERROR_INVALID_ARGUMENT);
+    RANK_CHECK(strstr(trn_last_error(), "dtypes differ") != NULL);
+    RANK_CHECK(strstr(trn_last_error(), "int32") != NULL);
+    STILL_IN_STEP();
+    // A coalesced call of 2 tensors on rank 0, 3 elsewhere: caught at the
+    // first, so nobody's third pairs with anything.
+    trn_comm_agree co = {.root = -1, .part = 0, .parts = r == 0 ? 2 : 3};
+    trn_comm_agree_next(c, &co);
+    int32_t x = 1, y = 0;
+    RANK_CHECK(trn_comm_allreduce(c, &x, &y, 1, TRN_DTYPE_I32, TRN_REDOP_SUM,
+                                  NULL) == TRN_ERROR_INVALID_ARGUMENT);
+    RANK_CHECK(strstr(trn_last_error(), "coalesced calls differ") != NULL);
+    STILL_IN_STEP();
+    // PREMUL_SUM factors that differ.
+    trn_reduce_post pre = {false, true, r == 0 ? 0.5 : 2.0};
+    float f = 1.0f, g = 0.0f;
+    RANK_CHECK(trn_comm_allreduce(c, &f, &g, 1, TRN_DTYPE_F32, TRN_REDOP_SUM,
+                                  &pre) == TRN_ERROR_INVALID_ARGUMENT);
+    RANK_CHECK(strstr(trn_last_error(), "PREMUL_SUM factors") != NULL);
+    STILL_IN_STEP();
+    // Reduce ops that differ are named.
+    RANK_CHECK(trn_comm_allreduce(c, &x, &y, 1, TRN_DTYPE_I32,
+                                  r == 0 ? TRN_REDOP_MIN : TRN_REDOP_MAX,
+                                  NULL) == TRN_ERROR_INVALID_ARGUMENT);
+    RANK_CHECK(strstr(trn_last_error(), "MIN") != NULL &&
+               strstr(trn_last_error(), "MAX") != NULL);
+    STILL_IN_STEP();
+    // A local argument error on rank 1 only (a root out of range, an op the
+    // dtype lacks): every rank fails that call, naming rank 1 and why.
+    RANK_CHECK(trn_comm_broadcast(c, v, sizeof v, r == 1 ? n : 0) ==
+               TRN_ERROR_INVALID_ARGUMENT);
+    RANK_CHECK(strstr(trn_last_error(), "rank 1 could not make the call") !=
+               NULL);
+    RANK_CHECK(strstr(trn_last_error(), "not a rank") != NULL);
+    STILL_IN_STEP();
+    RANK_CHECK(trn_comm_allreduce(c, &f, &g, 1, TRN_DTYPE_F32,
+                                  r == 1 ? TRN_REDOP_BAND : TRN_REDOP_SUM,
+                                  NULL) == TRN_ERROR_INVALID_ARGUMENT);
+    RANK_CHECK(strstr(trn_last_error(), "rank 1 could not make the call") !=
+               NULL);
+    STILL_IN_STEP();
+    // The caller's own check (the c10d layer's) failed on rank 0.
+    trn_status st = r == 0 ? trn_comm_fail_call(c, "all_gather", "bad output")
+                           : trn_comm_exchange(c, "all_gather", v, sizeof v,
+                                               NULL, NULL, dp, dlen);
+    RANK_CHECK(st == TRN_ERROR_INVALID_ARGUMENT);
+    RANK_CHECK(strstr(trn_last_error(), "rank 0 could not make the call: "
+                                        "bad output") != NULL);
+    STILL_IN_STEP();
+#undef STILL_IN_STEP
+    return fails;
+}
+
+// After rank 0 aborts the group, no send or receive succeeds anywhere: not
+// even a send that fits in the pipe (it used to "complete" into it).
+static int ranks_p2p_aborted(trn_comm *c) {
+    int fails = 0, r = trn_comm_rank(c);
+    RANK_CHECK(trn_comm_barrier(c) == TRN_SUCCESS);
+    if (r == 0) trn_comm_abort(c, "test");
+    RANK_CHECK(trn_comm_barrier(c) == TRN_ERROR_SYSTEM);
+    int32_t v = r;
+    trn_p2p_req s = {.is_send = true, .peer = 1 - r, .tag = 1, .buf = &v,
+                     .nbytes = sizeof v};
+    bool done = false;
+    RANK_CHECK(trn_comm_p2p_progress(c, &s, &done) == TRN_ERROR_SYSTEM);
+    RANK_CHECK(!done && strstr(trn_last_error(), "aborted") != NULL);
+    trn_p2p_req q = {.is_send = false, .peer = 1 - r, .tag = 1, .buf = &v,
+                     .nbytes = sizeof v};
+    RANK_CHECK(trn_comm_p2p_progress(c, &q, &done) == TRN_ERROR_SYSTEM);
+    return fails;
+}
+
 // Rank 1 never joins: rank 0 times out naming it.
 static int ranks_stall(trn_comm *c) {
     int fails = 0;
@@ -290,6 +403,9 @@ int main(void) {
     }
     g_single_copy = SC_DEFAULT;
     CHECK_INT(run_ranks(4, 60000, ranks_p2p), 0);
+    CHECK_INT(run_ranks(3, 60000, ranks_agree), 0);
+    CHECK_INT(run_ranks(2, 60000, ranks_agree), 0);
+    CHECK_INT(run_ranks(2, 60000, ranks_p2p_aborted), 0);
     CHECK_INT(run_ranks(2, 200, ranks_stall), 0);
     CHECK_INT(run_ranks(2, 60000, ranks_dead), 0);
     int fd = -1;

@@ -39,25 +39,57 @@ def _transport_choice() -> str:
 def _open_region(store, rank: int, size: int) -> int:
     """Rank 0 creates the memfd; the others open it through /proc. Returns
     this rank's descriptor, or -1 where it could not be opened (then every
-    rank falls back to Gloo, decided alike from the store)."""
+    rank falls back to Gloo, decided alike from the store). `store` is this
+    incarnation's own (see _incarnation_store)."""
     if rank == 0:
         fd = _C._trn_comm_region_create(size)
-        store.set("neuron/region", f"{os.getpid()}:{fd}")
+        store.set("region", f"{os.getpid()}:{fd}")
         mine = fd
     else:
-        pid, fd = store.get("neuron/region").decode().split(":")
+        pid, fd = store.get("region").decode().split(":")
         try:
             mine = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR)
         except OSError:
             mine = -1
-    store.set(f"neuron/opened/{rank}", "1" if mine >= 0 else "0")
+    store.set(f"opened/{rank}", "1" if mine >= 0 else "0")
     # Rank 0 keeps its descriptor until every rank reported here.
-    opened = [store.get(f"neuron/opened/{r}") == b"1" for r in range(size)]
+    opened = [store.get(f"opened/{r}") == b"1" for r in range(size)]
     if all(opened):
         return mine
     if mine >= 0:
         os.close(mine)
     return -1
+
+
+def _incarnation_store(store, rank: int, size: int):
+    """The keys of this incarnation of the group, never another's.
+
+    c10d prefixes a group's store with its name only, and the name repeats:
+    the world group is "0" after every destroy_process_group(), and under
+    torchrun the agent's store outlives them all. Reusing the keys made a
+    rank read the last incarnation's region address (a descriptor number
+    that now names another file: "reading the collective region header
+    failed: Illegal seek") or Gloo's old addresses (a connect hang). Each
+    group rank counts the incarnations it joined, per group size, in the
+    store; every member of one incarnation makes the same number of joins,
+    so all agree on the count without talking to each other, and the
+    incarnation's keys live under it."""
+    import torch.distributed as dist
+    n = store.add(f"neuron/incarnation/{size}/{rank}", 1)
+    return dist.PrefixStore(f"neuron/{size}.{n}/", store)
+
+
+def _release_keys(store, rank: int, size: int, keys) -> None:
+    """Every rank calls this once it read all it needs from this
+    incarnation's keys; the last one deletes them (a rank that lost count
+    then waits and times out instead of reading stale values)."""
+    if store.add("left", 1) != size:
+        return
+    for key in list(keys) + ["left"]:
+        try:
+            store.delete_key(key)
+        except Exception:  # noqa: BLE001 - a store without deletion keeps them
+            return
 
 
 def _create_backend(opts, pg_options=None):
@@ -75,26 +107,34 @@ def _split_backend(store, rank: int, size: int, timeout_ms: int):
 def _make_backend(store, rank: int, size: int, timeout):
     timeout_ms = int(timeout.total_seconds() * 1000)
     choice = _transport_choice()
+    store = _incarnation_store(store, rank, size)
+    keys = []
     fd = -1
     if choice != "gloo" and size > 0:
-        store.set(f"neuron/host/{rank}", _host_identity())
-        hosts = {store.get(f"neuron/host/{r}") for r in range(size)}
+        store.set(f"host/{rank}", _host_identity())
+        hosts = {store.get(f"host/{r}") for r in range(size)}
+        keys += [f"host/{r}" for r in range(size)]
         if len(hosts) == 1:
             fd = _open_region(store, rank, size)
+            keys += ["region"] + [f"opened/{r}" for r in range(size)]
         if fd < 0 and choice == "shm":
             raise RuntimeError(f"{_TRANSPORT_ENV}=shm, but the ranks of this "
                                "group are not on one host (or cannot share "
                                "memory)")
     gloo = None
-    if fd < 0:
-        import torch.distributed as dist
-        gloo = dist.ProcessGroupGloo(dist.PrefixStore("neuron/gloo/", store),
-                                     rank, size, timeout)
     try:
-        return _C.ProcessGroupNeuron(rank, size, timeout_ms, fd, gloo)
+        if fd < 0:
+            import torch.distributed as dist
+            # Gloo's own rendezvous keys stay (their names are Gloo's); they
+            # are under this incarnation's prefix, so never read again.
+            gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store),
+                                         rank, size, timeout)
+        backend = _C.ProcessGroupNeuron(rank, size, timeout_ms, fd, gloo)
     finally:
         if fd >= 0:
             os.close(fd)  # the mapping keeps the region alive
+    _release_keys(store, rank, size, keys)
+    return backend
 
 
 def _default_device_count_for_launcher() -> None:

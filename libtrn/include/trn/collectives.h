@@ -11,8 +11,11 @@
 //
 // All calls are blocking and must be made by every rank of the group in the
 // same order (send/recv excepted). Each collective first exchanges a small
-// descriptor (sequence number, kind, sizes), so mismatched calls or shapes
-// fail on every rank with the same clear error instead of hanging. A wait
+// descriptor (sequence number, kind, sizes, root, what trn_comm_agree_next
+// adds), so mismatched calls, shapes or roots fail on every rank with a clear
+// error instead of hanging or moving the wrong data. An argument error one
+// rank finds fails that collective on every rank too (that rank takes part
+// as a stand-in, see trn_comm_fail_call), so the ranks stay in step. A wait
 // that passes the timeout, a peer that died, or trn_comm_abort() from another
 // rank makes the call fail with TRN_ERROR_SYSTEM and a message naming the
 // collective and the ranks involved. After a timeout or abort the
@@ -76,6 +79,37 @@ int trn_comm_size(const trn_comm *comm);
 // can read every other one and none set TORCH_NEURONX_DIST_SINGLE_COPY=0;
 // false before that.
 bool trn_comm_single_copy(const trn_comm *comm);
+
+// What the ranks of the next collective must agree on beyond what the engine
+// sees itself (it compares the kind of collective, element counts and
+// dtypes of reductions, reduce ops, roots of reduce and broadcast, and the
+// byte counts of every part moved): the root of a gather or scatter built on
+// trn_comm_exchange, the caller's element type where only bytes move (an
+// int32 all_gather into float32 tensors would otherwise succeed), and which
+// tensor of a coalesced call this is (ranks passing 2 and 3 tensors would
+// otherwise pair the third with the next collective). It travels in the
+// descriptor every collective already exchanges, so agreeing costs no extra
+// synchronization; a disagreement fails the collective on every rank with
+// an error naming the field and both ranks' values.
+#define TRN_COMM_DTYPE_NAME_MAX 16
+typedef struct trn_comm_agree {
+    int root;                             // -1: the collective has none
+    char dtype[TRN_COMM_DTYPE_NAME_MAX];  // "float32"; "": not checked
+    uint32_t part, parts;                 // parts 0: not a coalesced call
+} trn_comm_agree;
+
+// Applies `agree` to the next collective this communicator starts (then it
+// is forgotten). Collectives of one communicator are made from one thread
+// in the same order on every rank, so "the next" is well defined.
+void trn_comm_agree_next(trn_comm *comm, const trn_comm_agree *agree);
+
+// Takes this rank's place in the next collective when this rank could not
+// make the call (its arguments failed a check the other ranks' passed): every
+// rank's collective then fails with TRN_ERROR_INVALID_ARGUMENT naming this
+// rank and `why`, and the ranks stay in step (no later call pairs with the
+// wrong collective). Returns that error here too.
+trn_status trn_comm_fail_call(trn_comm *comm, const char *what,
+                              const char *why);
 
 // Whether `op` is defined for `dtype` (and the post step for it); on false
 // the thread's last error says why.

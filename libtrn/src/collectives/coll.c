@@ -29,9 +29,34 @@ static trn_status check_comm(trn_comm *c) {
     return TRN_SUCCESS;
 }
 
+// A local argument error must not leave the other ranks waiting in this
+// collective, to pair with this rank's next one: this rank takes its place
+// with a stand-in that fails the collective on every rank, giving the reason
+// (the thread's last error).
+static trn_status refuse(trn_comm *c, const char *what) {
+    char why[TRN__COMM_ERROR_MAX];
+    snprintf(why, sizeof why, "%s", trn_last_error());
+    return trn_comm_fail_call(c, what, why);
+}
+
 static void desc_init(trn__desc *d, const char *what) {
     memset(d, 0, sizeof *d);
     snprintf(d->what, sizeof d->what, "%s", what);
+}
+
+static const char *op_name(const trn__desc *d) {
+    if (d->post_div) return "AVG";
+    if (d->post_scale) return "PREMUL_SUM";
+    switch ((trn_redop)d->redop) {
+    case TRN_REDOP_SUM: return "SUM";
+    case TRN_REDOP_PROD: return "PRODUCT";
+    case TRN_REDOP_MIN: return "MIN";
+    case TRN_REDOP_MAX: return "MAX";
+    case TRN_REDOP_BAND: return "BAND";
+    case TRN_REDOP_BOR: return "BOR";
+    case TRN_REDOP_BXOR: return "BXOR";
+    default: return "an unknown op";
+    }
 }
 
 // Every rank must pass the same reduction parameters; checked on every rank
@@ -48,12 +73,21 @@ static trn_status check_same_reduce(trn_comm *c, const trn__desc *d) {
                 trn_dtype_name((trn_dtype)d->dtype), r,
                 (unsigned long long)o->count,
                 trn_dtype_name((trn_dtype)o->dtype));
-        if (o->redop != d->redop || o->root != d->root ||
-            o->post_div != d->post_div || o->post_scale != d->post_scale)
+        // (Roots were compared by trn__comm_begin.)
+        if (o->redop != d->redop || o->post_div != d->post_div ||
+            o->post_scale != d->post_scale)
             return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                                  "neuron %s: rank %d and rank %d passed "
-                                  "different reduce ops or roots",
-                                  d->what, c->rank, r);
+                                  "neuron %s: ranks passed different reduce "
+                                  "ops: rank %d passed %s, rank %d passed %s",
+                                  d->what, c->rank, op_name(d), r, op_name(o));
+        if (d->post_scale &&
+            memcmp(&o->post_factor, &d->post_factor, sizeof d->post_factor))
+            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                                  "neuron %s: ranks passed different "
+                                  "PREMUL_SUM factors: rank %d passed %g, "
+                                  "rank %d passed %g",
+                                  d->what, c->rank, d->post_factor, r,
+                                  o->post_factor);
     }
     return TRN_SUCCESS;
 }
@@ -65,15 +99,18 @@ static trn_status begin_reduce(trn_comm *c, trn__desc *d, const void *in,
     trn_status st = check_comm(c);
     if (st != TRN_SUCCESS) return st;
     st = trn_comm_check_reduce(dtype, op, post);
-    if (st != TRN_SUCCESS) return st;
-    if (root < 0 || root >= c->size)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "neuron %s: root %d is not a rank of a group of "
-                              "%d",
-                              d->what, root, c->size);
-    if (count > 0 && (in == NULL || (out == NULL && root == c->rank)))
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "neuron %s: null buffer", d->what);
+    if (st != TRN_SUCCESS) return refuse(c, d->what);
+    if (root < 0 || root >= c->size) {
+        trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                       "neuron %s: root %d is not a rank of a group of %d",
+                       d->what, root, c->size);
+        return refuse(c, d->what);
+    }
+    if (count > 0 && (in == NULL || (out == NULL && root == c->rank))) {
+        trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "neuron %s: null buffer",
+                       d->what);
+        return refuse(c, d->what);
+    }
     d->count = count;
     d->dtype = (int32_t)dtype;
     d->redop = (int32_t)op;
@@ -190,31 +227,36 @@ trn_status trn_comm_reduce_scatter(trn_comm *c, const void *in, void *out,
     return TRN_SUCCESS;
 }
 
-trn_status trn_comm_exchange(trn_comm *c, const char *what, const void *src,
-                             size_t src_bytes, const size_t *part_off,
-                             const size_t *part_len, void *const *dst,
-                             const size_t *dst_len) {
-    trn_status st = check_comm(c);
-    if (st != TRN_SUCCESS) return st;
+// `root`: -1 when the collective has none; every rank must pass the same.
+static trn_status exchange(trn_comm *c, const char *what, int root,
+                           const void *src, size_t src_bytes,
+                           const size_t *part_off, const size_t *part_len,
+                           void *const *dst, const size_t *dst_len) {
+    trn_status st;
     size_t size = (size_t)c->size;
     uint64_t parts[2 * TRN_COMM_MAX_RANKS];
     int64_t expected[TRN_COMM_MAX_RANKS];
     for (size_t j = 0; j < size; j++) {
         parts[2 * j] = part_off ? part_off[j] : 0;
         parts[2 * j + 1] = part_len ? part_len[j] : src_bytes;
-        if (parts[2 * j] + parts[2 * j + 1] > src_bytes)
-            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                                  "neuron %s: part %zu (%llu bytes at %llu) "
-                                  "lies outside the %zu-byte buffer",
-                                  what, j, (unsigned long long)parts[2 * j + 1],
-                                  (unsigned long long)parts[2 * j], src_bytes);
+        if (parts[2 * j] + parts[2 * j + 1] > src_bytes) {
+            trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                           "neuron %s: part %zu (%llu bytes at %llu) lies "
+                           "outside the %zu-byte buffer",
+                           what, j, (unsigned long long)parts[2 * j + 1],
+                           (unsigned long long)parts[2 * j], src_bytes);
+            return refuse(c, what);
+        }
         expected[j] = dst && dst[j] ? (int64_t)dst_len[j] : -1;
     }
-    if (src_bytes > 0 && src == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "neuron %s: null buffer", what);
+    if (src_bytes > 0 && src == NULL) {
+        trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "neuron %s: null buffer",
+                       what);
+        return refuse(c, what);
+    }
     trn__desc d;
     desc_init(&d, what);
+    d.root = root;
     d.src_bytes = src_bytes;
     d.src_addr = (uint64_t)(uintptr_t)src;
     // Single-copy reads would see an output that overlaps the input (other
@@ -295,15 +337,34 @@ trn_status trn_comm_exchange(trn_comm *c, const char *what, const void *src,
     return TRN_SUCCESS;
 }
 
+trn_status trn_comm_exchange(trn_comm *c, const char *what, const void *src,
+                             size_t src_bytes, const size_t *part_off,
+                             const size_t *part_len, void *const *dst,
+                             const size_t *dst_len) {
+    trn_status st = check_comm(c);
+    if (st != TRN_SUCCESS) return st;
+    int root = c->has_agree ? c->agree.root : -1;
+    if (root < -1 || root >= c->size) {
+        trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                       "neuron %s: root %d is not a rank of a group of %d",
+                       what, root, c->size);
+        return refuse(c, what);
+    }
+    return exchange(c, what, root, src, src_bytes, part_off, part_len, dst,
+                    dst_len);
+}
+
 trn_status trn_comm_broadcast(trn_comm *c, void *buf, size_t nbytes,
                               int root) {
     trn_status st = check_comm(c);
     if (st != TRN_SUCCESS) return st;
-    if (root < 0 || root >= c->size)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "neuron broadcast: root %d is not a rank of a "
-                              "group of %d",
-                              root, c->size);
+    if (root < 0 || root >= c->size) {
+        trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                       "neuron broadcast: root %d is not a rank of a group of "
+                       "%d",
+                       root, c->size);
+        return refuse(c, "broadcast");
+    }
     void *dst[TRN_COMM_MAX_RANKS] = {0};
     size_t dst_len[TRN_COMM_MAX_RANKS] = {0};
     bool me = c->rank == root;
@@ -311,6 +372,6 @@ trn_status trn_comm_broadcast(trn_comm *c, void *buf, size_t nbytes,
         dst[root] = buf;
         dst_len[root] = nbytes;
     }
-    return trn_comm_exchange(c, "broadcast", me ? buf : NULL, me ? nbytes : 0,
-                             NULL, NULL, dst, dst_len);
+    return exchange(c, "broadcast", root, me ? buf : NULL, me ? nbytes : 0,
+                    NULL, NULL, dst, dst_len);
 }

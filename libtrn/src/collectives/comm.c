@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -310,14 +311,75 @@ trn_status trn_comm_barrier(trn_comm *c) {
     return trn__comm_begin(c, &d, NULL, NULL);
 }
 
+void trn_comm_agree_next(trn_comm *c, const trn_comm_agree *agree) {
+    if (c == NULL) return;
+    c->has_agree = agree != NULL;
+    if (agree) c->agree = *agree;
+}
+
+trn_status trn_comm_fail_call(trn_comm *c, const char *what, const char *why) {
+    if (c == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "null communicator");
+    trn__desc d;
+    memset(&d, 0, sizeof d);
+    snprintf(d.what, sizeof d.what, "%s", what ? what : "collective");
+    d.failed = 1;
+    snprintf(d.error, sizeof d.error, "%s", why ? why : "no reason given");
+    c->has_agree = false;
+    return trn__comm_begin(c, &d, NULL, NULL);
+}
+
+// The agreed fields of every rank against this rank's; the first rank that
+// differs is named with both values (so each rank's message starts with its
+// own value, as the other mismatch errors do).
+static trn_status check_agreed(trn_comm *c, uint64_t seq) {
+    const trn__desc *mine = trn__comm_desc(c, seq, c->rank);
+    for (int r = 0; r < c->size; r++) {
+        const trn__desc *o = trn__comm_desc(c, seq, r);
+        if (o->root != mine->root)
+            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                                  "neuron %s: ranks passed different roots: "
+                                  "rank %d passed root %d, rank %d passed "
+                                  "root %d",
+                                  mine->what, c->rank, (int)mine->root, r,
+                                  (int)o->root);
+        if (mine->agree_dtype[0] && o->agree_dtype[0] &&
+            strncmp(mine->agree_dtype, o->agree_dtype,
+                    sizeof mine->agree_dtype) != 0)
+            return trn__set_error(
+                TRN_ERROR_INVALID_ARGUMENT,
+                "neuron %s: dtypes differ across ranks: rank %d passed %.*s, "
+                "rank %d passed %.*s",
+                mine->what, c->rank, TRN_COMM_DTYPE_NAME_MAX, mine->agree_dtype,
+                r, TRN_COMM_DTYPE_NAME_MAX, o->agree_dtype);
+        if (o->parts != mine->parts || o->part != mine->part)
+            return trn__set_error(
+                TRN_ERROR_INVALID_ARGUMENT,
+                "neuron %s: coalesced calls differ across ranks: rank %d "
+                "passed %u tensor(s) (this is #%u), rank %d passed %u (#%u)",
+                mine->what, c->rank, mine->parts ? mine->parts : 1,
+                mine->part, r, o->parts ? o->parts : 1, o->part);
+    }
+    return TRN_SUCCESS;
+}
+
 trn_status trn__comm_begin(trn_comm *c, const trn__desc *d,
                            const uint64_t *parts, const int64_t *expected) {
+    bool agreed = c->has_agree;
+    c->has_agree = false;  // consumed, whatever happens below
     trn_status st = trn__comm_check_abort(c, d->what);
     if (st != TRN_SUCCESS) return st;
     uint64_t seq = ++c->seq;
     trn__desc *mine = trn__comm_desc(c, seq, c->rank);
-    *mine = *d;
+    // The reason of a stand-in is the bulk of a descriptor: copied only then.
+    memcpy(mine, d, d->failed ? sizeof *d : offsetof(trn__desc, error));
     mine->seq = seq;
+    if (agreed && !d->failed) {
+        snprintf(mine->agree_dtype, sizeof mine->agree_dtype, "%.*s",
+                 TRN_COMM_DTYPE_NAME_MAX - 1, c->agree.dtype);
+        mine->part = c->agree.part;
+        mine->parts = c->agree.parts;
+    }
     size_t n = (size_t)c->size;
     if (parts) memcpy(trn__desc_parts(mine), parts, 2 * n * sizeof(uint64_t));
     if (expected)
@@ -325,6 +387,19 @@ trn_status trn__comm_begin(trn_comm *c, const trn__desc *d,
                n * sizeof(int64_t));
     st = trn__comm_barrier(c, d->what);
     if (st != TRN_SUCCESS) return st;
+    // A rank standing in for a call it could not make fails everyone's, with
+    // the same message on every rank.
+    for (int r = 0; r < c->size; r++) {
+        const trn__desc *o = trn__comm_desc(c, seq, r);
+        if (o->failed)
+            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                                  "neuron %.*s (collective #%llu) failed on "
+                                  "every rank: rank %d could not make the "
+                                  "call: %.*s",
+                                  TRN__COMM_WHAT_MAX, o->what,
+                                  (unsigned long long)seq, r,
+                                  TRN__COMM_ERROR_MAX, o->error);
+    }
     for (int r = 0; r < c->size; r++) {
         const trn__desc *o = trn__comm_desc(c, seq, r);
         if (strcmp(o->what, d->what) != 0)
@@ -334,5 +409,5 @@ trn_status trn__comm_begin(trn_comm *c, const trn__desc *d,
                                   (unsigned long long)seq, c->rank, d->what, r,
                                   TRN__COMM_WHAT_MAX, o->what);
     }
-    return TRN_SUCCESS;
+    return check_agreed(c, seq);
 }

@@ -17,6 +17,7 @@
 
 #define TRN__COMM_MAGIC UINT64_C(0x74726e5f636f6c6c)  // "trn_coll"
 #define TRN__COMM_WHAT_MAX 32
+#define TRN__COMM_ERROR_MAX 224
 
 // One cache line pair per rank so that arrivals do not false-share.
 typedef struct trn__rank_ctl {
@@ -35,12 +36,21 @@ typedef struct trn__desc {
     int32_t dtype, redop, root, post_div;
     double post_factor;
     int32_t post_scale;
+    // A stand-in for a call this rank could not make (trn_comm_fail_call);
+    // its reason is `error`, at the end: only copied and read when set.
+    int32_t failed;
     uint64_t count;      // elements (reductions)
     uint64_t src_bytes;  // published bytes (exchange)
     // This rank's buffers in its own address space, for peers' single-copy
     // reads (direct.c); no_direct: this call cannot take that path.
     uint64_t src_addr, dst_addr;
     int32_t no_direct;
+    // trn_comm_agree_next's fields (its root is `root` above). What every
+    // rank reads of every peer's descriptor stays within its first two cache
+    // lines, as before these were added (but for dtype names over 11 chars).
+    uint32_t part, parts;
+    char agree_dtype[TRN_COMM_DTYPE_NAME_MAX];
+    char error[TRN__COMM_ERROR_MAX];
     // Followed by size x {off, len} parts and size x expected (int64, -1 none).
 } trn__desc;
 
@@ -76,6 +86,8 @@ struct trn_comm {
     int direct;         // single-copy path: 0 not voted yet, 1 on, -1 off
     void *scratch;      // direct.c's peer pieces, grown on demand
     size_t scratch_bytes;
+    bool has_agree;       // trn_comm_agree_next for the next collective
+    trn_comm_agree agree;
 };
 
 static inline trn__rank_ctl *trn__comm_ctl(trn_comm *c, int r) {
@@ -115,8 +127,10 @@ trn_status trn__comm_barrier(trn_comm *c, const char *what);
 bool trn__comm_peer_alive(trn_comm *c, int r);
 // Records `msg` as this rank's error and every rank's abort reason.
 trn_status trn__comm_fail(trn_comm *c, const char *fmt, ...) TRN__PRINTF(2, 3);
-// Starts a collective: publishes `d` (seq is filled in) plus its tail, waits
-// for every rank, and checks that all ranks run the same collective.
+// Starts a collective: publishes `d` (seq is filled in, and the pending
+// trn_comm_agree_next fields) plus its tail, waits for every rank, and
+// checks that all ranks run the same collective with the same root and
+// agreed fields, and that none stands in for a call it could not make.
 trn_status trn__comm_begin(trn_comm *c, const trn__desc *d,
                            const uint64_t *parts, const int64_t *expected);
 

@@ -176,6 +176,10 @@ trn_status trn_comm_p2p_progress(trn_comm *c, trn_p2p_req *r, bool *finished) {
                               "null communicator, request or buffer");
     *finished = r->stage == 2;
     if (*finished) return TRN_SUCCESS;
+    // An aborted group moves nothing more: a send would otherwise "succeed"
+    // into a pipe nobody reads again.
+    trn_status st = trn__comm_check_abort(c, kind(r));
+    if (st != TRN_SUCCESS) return st;
     if (r->peer == c->rank || r->peer >= c->size || r->peer < -1 ||
         (r->is_send && r->peer < 0))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
@@ -186,7 +190,7 @@ trn_status trn_comm_p2p_progress(trn_comm *c, trn_p2p_req *r, bool *finished) {
     if (r->is_send) {
         moved = send_step(c, r);
     } else {
-        trn_status st = recv_step(c, r, &moved);
+        st = recv_step(c, r, &moved);
         if (st != TRN_SUCCESS) return st;
     }
     *finished = r->stage == 2;

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "runtime/device.h"
@@ -187,6 +188,23 @@ void check_same(const at::Tensor &a, const at::Tensor &b, const char *what) {
                       b.sizes());
 }
 
+// What the ranks of the next engine call agree on besides what the engine
+// compares itself (trn_comm_agree): `t`'s dtype (null: none), the root of a
+// gather / scatter (-1: none), which tensor of a coalesced call it is.
+void agree_next(trn_comm *comm, const at::Tensor *t, int root = -1,
+                size_t part = 0, size_t parts = 1) {
+    trn_comm_agree a{};
+    a.root = root;
+    if (t) {
+        auto d = native_dtype(t->scalar_type());
+        std::snprintf(a.dtype, sizeof a.dtype, "%s",
+                      d ? trn_dtype_name(*d) : c10::toString(t->scalar_type()));
+    }
+    a.part = static_cast<uint32_t>(part);
+    a.parts = static_cast<uint32_t>(parts);
+    trn_comm_agree_next(comm, &a);
+}
+
 }  // namespace
 
 // ---- Work ------------------------------------------------------------------
@@ -298,6 +316,44 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupNeuron::split(
 }
 
 // ---- threads ---------------------------------------------------------------
+
+// An argument error that one rank finds before queueing a collective, while
+// the others pass their checks and wait in it, used to shift this rank's
+// collectives by one: its next call paired with the one the others waited
+// in (a wrong result when the two look alike). So the failing rank queues a
+// stand-in that takes this call's place in the engine and fails it on every
+// rank, naming this rank and its reason (trn_comm_fail_call); where every
+// rank fails the check, the stand-ins meet each other. Runs in each
+// collective's handler; only the outermost call queues one (allreduce
+// delegates to allreduce_coalesced, ...). Over Gloo nothing is queued: Gloo
+// has no such handshake, so there a rank-local error stays local.
+void ProcessGroupNeuron::refuse_everywhere(c10d::OpType type, const char *what,
+                                           const char *title) {
+    static thread_local std::exception_ptr refused;
+    std::exception_ptr e = std::current_exception();
+    if (!comm_ || !e || e == refused) return;
+    refused = e;
+    std::string why;
+    try {
+        std::rethrow_exception(e);
+    } catch (const c10::Error &err) {
+        why = err.what_without_backtrace();
+    } catch (const std::exception &err) {
+        why = err.what();
+    } catch (...) {
+        why = "an unknown error";
+    }
+    std::string name = what;
+    Body body = [this, name, why] {
+        COMM_CHECK(trn_comm_fail_call(comm_, name.c_str(), why.c_str()));
+    };
+    try {
+        enqueue(type, title, {}, {}, c10::Device(kNeuron, current_device()),
+                body, c10d::kUnsetTimeout);
+    } catch (...) {
+        // Shut down: there is no sequence left to keep in step.
+    }
+}
 
 c10::intrusive_ptr<NeuronWork> ProcessGroupNeuron::enqueue(
     c10d::OpType type, const char *title, std::vector<at::Tensor> keep,
@@ -424,6 +480,11 @@ void ProcessGroupNeuron::p2p_loop() {
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::p2p(
     std::vector<at::Tensor> &tensors, int peer, int tag, bool is_send) {
     const char *what = is_send ? "send" : "recv";
+    {
+        // Shut down or aborted (abort() shuts down): nothing may "succeed".
+        std::lock_guard<std::mutex> lk(mutex_);
+        check_open();
+    }
     at::Tensor t = single(tensors, what);
     check_output(t, what);
     TORCH_CHECK_VALUE(peer == -1 || (peer >= 0 && peer < size_ && peer != rank_),
@@ -497,17 +558,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recvAnysource(
 // ---- reductions ------------------------------------------------------------
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(
-    std::vector<at::Tensor> &tensors, const c10d::AllreduceOptions &opts) {
+    std::vector<at::Tensor> &tensors, const c10d::AllreduceOptions &opts) try {
     std::vector<at::Tensor> one{single(tensors, "all_reduce")};
     c10d::AllreduceCoalescedOptions co;
     co.reduceOp = opts.reduceOp;
     co.timeout = opts.timeout;
     return allreduce_coalesced(one, co);
+} catch (...) {
+    refuse_everywhere(c10d::OpType::ALLREDUCE, "all_reduce",
+                      "neuron:all_reduce");
+    throw;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
     std::vector<at::Tensor> &tensors,
-    const c10d::AllreduceCoalescedOptions &opts) {
+    const c10d::AllreduceCoalescedOptions &opts) try {
     TORCH_CHECK(!tensors.empty(), "neuron all_reduce: no tensors");
     check_outputs(tensors, "all_reduce");
     std::vector<trn_dtype> dts;
@@ -529,6 +594,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
                 gloo_->allreduce(a, o)->wait();
                 finish_post(t, dts[i], ops[i], size_);
             } else {
+                agree_next(comm_, nullptr, -1, i, tensors.size());
                 COMM_CHECK(trn_comm_allreduce(comm_, ptr(t), ptr(t), t.numel(),
                                               dts[i], ops[i].op, &ops[i].post));
             }
@@ -536,10 +602,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
     };
     return enqueue(c10d::OpType::ALLREDUCE, "neuron:all_reduce", tensors,
                    tensors, tensors[0].device(), body, opts.timeout);
+} catch (...) {
+    refuse_everywhere(c10d::OpType::ALLREDUCE, "all_reduce",
+                      "neuron:all_reduce");
+    throw;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(
-    std::vector<at::Tensor> &tensors, const c10d::ReduceOptions &opts) {
+    std::vector<at::Tensor> &tensors, const c10d::ReduceOptions &opts) try {
     at::Tensor t = single(tensors, "reduce");
     check_output(t, "reduce");
     trn_dtype dt = reduce_dtype(t, "reduce");
@@ -563,18 +633,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(
     };
     return enqueue(c10d::OpType::REDUCE, "neuron:reduce", {t}, {t}, t.device(),
                    body, opts.timeout);
+} catch (...) {
+    refuse_everywhere(c10d::OpType::REDUCE, "reduce", "neuron:reduce");
+    throw;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(
     at::Tensor &output, at::Tensor &input,
-    const c10d::ReduceScatterOptions &opts) {
+    const c10d::ReduceScatterOptions &opts) try {
     std::vector<at::Tensor> outs{output}, ins{input};
     return reduce_scatter_tensor_coalesced(outs, ins, opts);
+} catch (...) {
+    refuse_everywhere(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter",
+                      "neuron:reduce_scatter");
+    throw;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
-    const c10d::ReduceScatterOptions &opts) {
+    const c10d::ReduceScatterOptions &opts) try {
     TORCH_CHECK(!outputs.empty() && outputs.size() == inputs.size(),
                 "neuron reduce_scatter: ", outputs.size(), " outputs for ",
                 inputs.size(), " inputs");
@@ -605,6 +682,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesc
                 gloo_->_reduce_scatter_base(o, in, go)->wait();
                 finish_post(outputs[i], dts[i], ops[i], size_);
             } else {
+                agree_next(comm_, nullptr, -1, i, ins.size());
                 COMM_CHECK(trn_comm_reduce_scatter(
                     comm_, ptr(ins[i]), ptr(outputs[i]), outputs[i].numel(),
                     dts[i], ops[i].op, &ops[i].post));
@@ -613,12 +691,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesc
     };
     return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "neuron:reduce_scatter",
                    keep, outputs, outputs[0].device(), body, opts.timeout);
+} catch (...) {
+    refuse_everywhere(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter",
+                      "neuron:reduce_scatter");
+    throw;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(
     std::vector<at::Tensor> &outputs,
     std::vector<std::vector<at::Tensor>> &inputs,
-    const c10d::ReduceScatterOptions &opts) {
+    const c10d::ReduceScatterOptions &opts) try {
     at::Tensor out = single(outputs, "reduce_scatter");
     TORCH_CHECK(inputs.size() == 1 && (int)inputs[0].size() == size_,
                 "neuron reduce_scatter: expected one list of ", size_,
@@ -636,12 +718,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(
     at::Tensor o = out.view({-1});
     std::vector<at::Tensor> os{o}, is{flat};
     return reduce_scatter_tensor_coalesced(os, is, opts);
+} catch (...) {
+    refuse_everywhere(c10d::OpType::REDUCE_SCATTER, "reduce_scatter",
+                      "neuron:reduce_scatter");
+    throw;
 }
 
 // ---- data movement ---------------------------------------------------------
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(
-    std::vector<at::Tensor> &tensors, const c10d::BroadcastOptions &opts) {
+    std::vector<at::Tensor> &tensors, const c10d::BroadcastOptions &opts) try {
     at::Tensor t = single(tensors, "broadcast");
     check_output(t, "broadcast");
     int root = static_cast<int>(opts.rootRank);
@@ -653,27 +739,35 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(
             std::vector<at::Tensor> a{byte_alias(t)};
             gloo_->broadcast(a, opts)->wait();
         } else {
+            agree_next(comm_, &t);
             COMM_CHECK(trn_comm_broadcast(comm_, ptr(t), nbytes(t), root));
         }
     };
     return enqueue(c10d::OpType::BROADCAST, "neuron:broadcast", {t}, {t},
                    t.device(), body, opts.timeout);
+} catch (...) {
+    refuse_everywhere(c10d::OpType::BROADCAST, "broadcast", "neuron:broadcast");
+    throw;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(
     std::vector<std::vector<at::Tensor>> &outputs,
-    std::vector<at::Tensor> &inputs, const c10d::AllgatherOptions &opts) {
+    std::vector<at::Tensor> &inputs, const c10d::AllgatherOptions &opts) try {
     TORCH_CHECK(outputs.size() == 1 && (int)outputs[0].size() == size_,
                 "neuron all_gather: expected one list of ", size_,
                 " output tensors");
     std::vector<at::Tensor> in{as_input(single(inputs, "all_gather"), "all_gather")};
     std::vector<std::vector<at::Tensor>> outs{outputs[0]};
     return allgather_coalesced(outs, in, opts);
+} catch (...) {
+    refuse_everywhere(c10d::OpType::ALLGATHER, "all_gather",
+                      "neuron:all_gather");
+    throw;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
     std::vector<std::vector<at::Tensor>> &outputs,
-    std::vector<at::Tensor> &inputs, const c10d::AllgatherOptions &opts) {
+    std::vector<at::Tensor> &inputs, const c10d::AllgatherOptions &opts) try {
     TORCH_CHECK(!inputs.empty() && outputs.size() == inputs.size(),
                 "neuron all_gather: ", outputs.size(), " output lists for ",
                 inputs.size(), " inputs");
@@ -710,6 +804,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
                 // A zero-size part still needs a non-null "read" marker.
                 if (!dst[r]) dst[r] = (void *)&len[r];
             }
+            agree_next(comm_, &ins[i], -1, i, ins.size());
             COMM_CHECK(trn_comm_exchange(comm_, "all_gather", ptr(ins[i]),
                                          nbytes(ins[i]), nullptr, nullptr,
                                          dst.data(), len.data()));
@@ -717,17 +812,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
     };
     return enqueue(c10d::OpType::ALLGATHER, "neuron:all_gather", keep,
                    flat_outs, ins[0].device(), body, opts.timeout);
+} catch (...) {
+    refuse_everywhere(c10d::OpType::ALLGATHER, "all_gather",
+                      "neuron:all_gather");
+    throw;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(
-    at::Tensor &output, at::Tensor &input, const c10d::AllgatherOptions &opts) {
+    at::Tensor &output, at::Tensor &input, const c10d::AllgatherOptions &opts) try {
     std::vector<at::Tensor> outs{output}, ins{input};
     return allgather_into_tensor_coalesced(outs, ins, opts);
+} catch (...) {
+    refuse_everywhere(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor",
+                      "neuron:all_gather_into_tensor");
+    throw;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesced(
     std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
-    const c10d::AllgatherOptions &opts) {
+    const c10d::AllgatherOptions &opts) try {
     TORCH_CHECK(!inputs.empty() && outputs.size() == inputs.size(),
                 "neuron all_gather_into_tensor: ", outputs.size(),
                 " outputs for ", inputs.size(), " inputs");
@@ -756,6 +859,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesc
             for (int r = 0; r < size_; r++)
                 dst[r] = part ? (unsigned char *)outputs[i].data_ptr() + r * part
                               : (void *)&len[r];
+            agree_next(comm_, &ins[i], -1, i, ins.size());
             COMM_CHECK(trn_comm_exchange(comm_, "all_gather_into_tensor",
                                          ptr(ins[i]), part, nullptr, nullptr,
                                          dst.data(), len.data()));
@@ -763,11 +867,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesc
     };
     return enqueue(c10d::OpType::_ALLGATHER_BASE, "neuron:all_gather_into_tensor",
                    keep, outputs, outputs[0].device(), body, opts.timeout);
+} catch (...) {
+    refuse_everywhere(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor",
+                      "neuron:all_gather_into_tensor");
+    throw;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(
     std::vector<std::vector<at::Tensor>> &outputs,
-    std::vector<at::Tensor> &inputs, const c10d::GatherOptions &opts) {
+    std::vector<at::Tensor> &inputs, const c10d::GatherOptions &opts) try {
     at::Tensor in = as_input(single(inputs, "gather"), "gather");
     int root = static_cast<int>(opts.rootRank);
     TORCH_CHECK_VALUE(root >= 0 && root < size_, "neuron gather: root ", root,
@@ -779,6 +887,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(
                     " output tensors");
         outs = outputs[0];
         check_outputs(outs, "gather");
+        for (const auto &o : outs)
+            TORCH_CHECK_VALUE(o.scalar_type() == in.scalar_type(),
+                              "neuron gather: output dtype ", o.scalar_type(),
+                              " differs from input dtype ", in.scalar_type());
     } else {
         TORCH_CHECK(outputs.empty() || outputs[0].empty(),
                     "neuron gather: only the root passes output tensors");
@@ -800,6 +912,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(
             len[r] = nbytes(outs[r]);
             dst[r] = len[r] ? outs[r].data_ptr() : (void *)&len[r];
         }
+        agree_next(comm_, &in, root);
         COMM_CHECK(trn_comm_exchange(comm_, "gather", ptr(in), nbytes(in),
                                      nullptr, nullptr,
                                      outs.empty() ? nullptr : dst.data(),
@@ -807,12 +920,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(
     };
     return enqueue(c10d::OpType::GATHER, "neuron:gather", keep, outs,
                    in.device(), body, opts.timeout);
+} catch (...) {
+    refuse_everywhere(c10d::OpType::GATHER, "gather", "neuron:gather");
+    throw;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(
     std::vector<at::Tensor> &outputs,
     std::vector<std::vector<at::Tensor>> &inputs,
-    const c10d::ScatterOptions &opts) {
+    const c10d::ScatterOptions &opts) try {
     at::Tensor out = single(outputs, "scatter");
     check_output(out, "scatter");
     int root = static_cast<int>(opts.rootRank);
@@ -824,6 +940,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(
                     "neuron scatter: the root needs one list of ", size_,
                     " input tensors");
         ins = inputs_of(inputs[0], "scatter");
+        for (const auto &i : ins)
+            TORCH_CHECK_VALUE(i.scalar_type() == out.scalar_type(),
+                              "neuron scatter: input dtype ", i.scalar_type(),
+                              " differs from output dtype ", out.scalar_type());
     }
     std::vector<at::Tensor> keep = ins;
     keep.push_back(out);
@@ -848,17 +968,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(
         std::vector<size_t> len(size_, 0);
         len[root] = nbytes(out);
         dst[root] = len[root] ? out.data_ptr() : (void *)&len[root];
+        agree_next(comm_, &out, root);
         COMM_CHECK(trn_comm_exchange(comm_, "scatter", src.data(), src.size(),
                                      off.data(), plen.data(), dst.data(),
                                      len.data()));
     };
     return enqueue(c10d::OpType::SCATTER, "neuron:scatter", keep, {out},
                    out.device(), body, opts.timeout);
+} catch (...) {
+    refuse_everywhere(c10d::OpType::SCATTER, "scatter", "neuron:scatter");
+    throw;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(
     at::Tensor &output, at::Tensor &input, std::vector<int64_t> &outSplits,
-    std::vector<int64_t> &inSplits, const c10d::AllToAllOptions &opts) {
+    std::vector<int64_t> &inSplits, const c10d::AllToAllOptions &opts) try {
     check_output(output, "all_to_all_single");
     at::Tensor in = as_input(input, "all_to_all_single");
     TORCH_CHECK_VALUE(in.scalar_type() == output.scalar_type(),
@@ -918,17 +1042,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(
                              : (void *)&dlen[r];
             d += dlen[r];
         }
+        agree_next(comm_, &in);
         COMM_CHECK(trn_comm_exchange(comm_, "all_to_all", ptr(in), nbytes(in),
                                      off.data(), send.data(), dst.data(),
                                      dlen.data()));
     };
     return enqueue(c10d::OpType::ALLTOALL_BASE, "neuron:all_to_all", {in, out},
                    {out}, out.device(), body, opts.timeout);
+} catch (...) {
+    refuse_everywhere(c10d::OpType::ALLTOALL_BASE, "all_to_all",
+                      "neuron:all_to_all");
+    throw;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(
     std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
-    const c10d::AllToAllOptions &opts) {
+    const c10d::AllToAllOptions &opts) try {
     TORCH_CHECK((int)outputs.size() == size_ && (int)inputs.size() == size_,
                 "neuron all_to_all: expected ", size_,
                 " input and output tensors, got ", inputs.size(), " and ",
@@ -971,16 +1100,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(
         }
         for (int r = 0; r < size_; r++)
             dst[r] = dlen[r] ? outputs[r].data_ptr() : (void *)&dlen[r];
+        agree_next(comm_, &ins[0]);
         COMM_CHECK(trn_comm_exchange(comm_, "all_to_all", src.data(),
                                      src.size(), off.data(), plen.data(),
                                      dst.data(), dlen.data()));
     };
     return enqueue(c10d::OpType::ALLTOALL, "neuron:all_to_all", keep, outputs,
                    outputs[0].device(), body, opts.timeout);
+} catch (...) {
+    refuse_everywhere(c10d::OpType::ALLTOALL, "all_to_all",
+                      "neuron:all_to_all");
+    throw;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(
-    const c10d::BarrierOptions &opts) {
+    const c10d::BarrierOptions &opts) try {
     // The device the caller names (device_ids, or an indexed device), else
     // the current one.
     c10::Device device(kNeuron, current_device());
@@ -1000,6 +1134,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(
     };
     return enqueue(c10d::OpType::BARRIER, "neuron:barrier", {}, {}, device, body,
                    opts.timeout);
+} catch (...) {
+    refuse_everywhere(c10d::OpType::BARRIER, "barrier", "neuron:barrier");
+    throw;
 }
 
 }  // namespace neuron

@@ -162,6 +162,11 @@ class ProcessGroupNeuron : public c10d::Backend {
                                            std::chrono::milliseconds timeout);
     c10::intrusive_ptr<c10d::Work> p2p(std::vector<at::Tensor> &tensors,
                                        int peer, int tag, bool is_send);
+    // Called from each collective's handler while its exception is in
+    // flight: queues a stand-in that fails this call on every rank (see the
+    // definition).
+    void refuse_everywhere(c10d::OpType type, const char *what,
+                           const char *title);
     void worker_loop();
     void p2p_loop();
     void check_open() const;
