@@ -90,6 +90,28 @@ def test_unusable_cache_path_skips_the_cache(tmp_path, monkeypatch, kind):
     torch._dynamo.reset()
 
 
+def test_refused_directory_keeps_the_in_memory_cache(tmp_path, monkeypatch):
+    p = tmp_path / "open"
+    p.mkdir()
+    p.chmod(0o777)
+    _refused(monkeypatch, p, "writable by group or others")
+    torch._dynamo.reset()
+    jobs._memory_cache.clear()
+    torch.neuron.reset_dynamo_metrics()
+    x = torch.randn(6, device="neuron")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # Two functions, one graph: the second is a memory hit while the
+        # first graph lives.
+        f = torch.compile(lambda t: torch.cos(t) * 3, backend="neuron")
+        g = torch.compile(lambda t: torch.cos(t) * 3, backend="neuron")
+        f(x), g(x)
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["memory_cache_hits"] >= 1 and m["disk_cache_hits"] == 0, m
+    assert not any(p.iterdir())  # nothing written into the refused directory
+    torch._dynamo.reset()
+
+
 # The attack: a planted pickle runs code when unpickled.
 class _Payload:
     def __init__(self, mark):

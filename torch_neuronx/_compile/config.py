@@ -38,13 +38,20 @@ def _include_dir() -> str:
 _refused_caches: set[tuple[str, str]] = set()
 
 
+def caching_enabled() -> bool:
+    """Whether compiled graphs are cached at all (in memory, and on disk when
+    ``cache_dir()`` is usable): TORCH_NEURONX_NEFF_DISABLE_CACHE turns every
+    cache off; a refused directory only costs the disk cache."""
+    return not _env_flag("TORCH_NEURONX_NEFF_DISABLE_CACHE", False)
+
+
 def cache_dir() -> str | None:
     """The disk cache directory, or None (disabled, or refused). libtrn
     trusts a directory only if it is the user's own, not a symlink and not
     writable by others, and entries only with a MAC under the user's key
     (another local user could otherwise plant code that runs as us): a
     refused cache warns once and the process compiles without it."""
-    if _env_flag("TORCH_NEURONX_NEFF_DISABLE_CACHE", False):
+    if not caching_enabled():
         return None
     d = os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR")
     d = d or os.path.join(tempfile.gettempdir(), f"openneuron-compile-cache-{os.getuid()}")

@@ -26,7 +26,7 @@ from torch._inductor.output_code import OutputCode
 
 from .. import _C
 from . import metrics, warm
-from .config import NeuronCompileError, _include_dir, cache_dir, debug_dir
+from .config import NeuronCompileError, _include_dir, cache_dir, caching_enabled, debug_dir
 from .lower import Lowerer, UnsupportedOpError
 from .program import _report_compile
 from .runtime import CompiledGraph
@@ -83,7 +83,7 @@ def compile_fx_graph(gm: torch.fx.GraphModule, kind: str, opts):
     render, gcc: the GIL is released) runs on a compile thread while
     AOTAutograd and Dynamo go on. The graph waits for it at its first call."""
     t0 = time.perf_counter()
-    use_cache = cache_dir() is not None
+    use_cache = caching_enabled()  # in memory: also when the disk cache is refused
     key = _graph_key(gm, kind)
     if use_cache:
         hit = _memory_cache.get(key)
