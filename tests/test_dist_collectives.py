@@ -130,3 +130,13 @@ def test_destroy_init_50_cycles_under_torchrun(world):
 def test_divergent_ranks_fail_together(world):
     outs = check_ranks("diverge", world, timeout=120)
     assert all("diverge ok" in o[1] for o in outs.values())
+
+
+# The same over the Gloo transport: Gloo compares nothing itself, so every
+# Gloo collective starts with an all_gather of what the ranks must agree on
+# (and of a failing rank's stand-in).
+@pytest.mark.parametrize("world", [2, 3])
+def test_divergent_ranks_fail_together_gloo(world):
+    outs = check_ranks("diverge", world, {"TORCH_NEURONX_DIST_TRANSPORT": "gloo",
+                                          "DIST_ARGS": "roots,dtypes,args"}, timeout=120)
+    assert all("diverge ok" in o[1] for o in outs.values())

@@ -125,6 +125,11 @@ at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blo
     // As CPU's copy_ (TensorIterator's overlap check): a destination whose
     // elements share memory (an expanded view) cannot be written.
     at::assert_no_internal_overlap(dst);
+    // And, as CPU's copy_, a source that partially overlaps it (one element
+    // apart in one buffer) is refused: the result would depend on the order
+    // the elements are copied in.
+    if (on_neuron(self) && on_neuron(dst))
+        at::assert_no_partial_overlap(dst, self);
     try {
         check_native_copy(self, dst);
     } catch (const c10::NotImplementedError &e) {

@@ -514,6 +514,9 @@ Tensor &where_out(const Tensor &cond, const Tensor &self, const Tensor &other, T
                 "where expected condition to be a boolean tensor, but got a tensor with dtype ",
                 cond.scalar_type());
     at::ScalarType rt = at::result_type(self, other);
+    // CPU's where_self_out: out= must have the promoted type (no casting).
+    TORCH_CHECK(result.scalar_type() == rt, "Expected out type to be ", rt, " but got ",
+                result.scalar_type());
     if (!supports(TRN_EW_WHERE, rt))
         return fallback<at::_ops::where_self_out>(cond, self, other, result);
     Tensor out = result;

@@ -620,6 +620,10 @@ Tensor count_nonzero_dims(const Tensor &self, IntArrayRef dim) {
 // cumsum / cumprod
 // ---------------------------------------------------------------------------
 bool scan_supported(trn_scan_op op, ScalarType t) {
+    // PyTorch has no bool cumsum / cumprod kernel (CPU nor CUDA): the CPU
+    // path raises its NotImplementedError.
+    if (t == at::kBool)
+        return false;
     auto d = native_dtype(t);
     return d && trn_scan_supports(op, *d);
 }

@@ -205,6 +205,81 @@ void agree_next(trn_comm *comm, const at::Tensor *t, int root = -1,
     trn_comm_agree_next(comm, &a);
 }
 
+// Over Gloo the same agreement travels as one all_gather of a fixed record
+// per rank ahead of each collective, because Gloo compares nothing itself
+// (different roots, or dtypes of equal size, "succeed" with wrong values)
+// and a rank that fails a local check must fail the call on every rank, as
+// the engine's stand-ins do (ProcessGroupNeuron::refuse_everywhere). The
+// messages are the engine's (libtrn/src/collectives/comm.c).
+struct GlooAgreement {
+    int32_t failed = 0;
+    int32_t root = -1;
+    uint32_t part = 0, parts = 1;
+    char what[32] = {};
+    char dtype[16] = {};
+    char error[448] = {};
+};
+static_assert(sizeof(GlooAgreement) == 512, "one fixed record per rank");
+
+GlooAgreement agreement(const char *what, const at::Tensor *t, int root = -1,
+                        size_t part = 0, size_t parts = 1) {
+    GlooAgreement a;
+    std::snprintf(a.what, sizeof a.what, "%s", what);
+    if (t) {
+        auto d = native_dtype(t->scalar_type());
+        std::snprintf(a.dtype, sizeof a.dtype, "%s",
+                      d ? trn_dtype_name(*d) : c10::toString(t->scalar_type()));
+    }
+    a.root = root;
+    a.part = static_cast<uint32_t>(part);
+    a.parts = static_cast<uint32_t>(parts);
+    return a;
+}
+
+void gloo_agree(c10d::Backend &gloo, int rank, int size, const GlooAgreement &mine) {
+    const int64_t rec = sizeof(GlooAgreement);
+    std::vector<at::Tensor> in{at::empty({rec}, at::kByte)};
+    std::memcpy(in[0].data_ptr(), &mine, sizeof mine);
+    std::vector<std::vector<at::Tensor>> all(1);
+    for (int r = 0; r < size; r++) all[0].push_back(at::empty({rec}, at::kByte));
+    gloo.allgather(all, in)->wait();
+    std::vector<GlooAgreement> got(size);
+    for (int r = 0; r < size; r++) {
+        std::memcpy(&got[r], all[0][r].data_ptr(), sizeof(GlooAgreement));
+        got[r].what[sizeof got[r].what - 1] = 0;
+        got[r].dtype[sizeof got[r].dtype - 1] = 0;
+        got[r].error[sizeof got[r].error - 1] = 0;
+    }
+    for (int r = 0; r < size; r++)
+        if (got[r].failed)
+            C10_THROW_ERROR(ValueError,
+                            c10::str("neuron ", got[r].what, " failed on every rank: rank ", r,
+                                     " could not make the call: ", got[r].error));
+    for (int r = 0; r < size; r++) {
+        const GlooAgreement &o = got[r];
+        if (std::strcmp(o.what, mine.what) != 0)
+            C10_THROW_ERROR(ValueError,
+                            c10::str("neuron collective mismatch: rank ", rank, " called ",
+                                     mine.what, " while rank ", r, " called ", o.what));
+        if (o.root != mine.root)
+            C10_THROW_ERROR(ValueError,
+                            c10::str("neuron ", mine.what, ": ranks passed different roots: rank ",
+                                     rank, " passed root ", mine.root, ", rank ", r,
+                                     " passed root ", o.root));
+        if (mine.dtype[0] && o.dtype[0] && std::strcmp(mine.dtype, o.dtype) != 0)
+            C10_THROW_ERROR(ValueError,
+                            c10::str("neuron ", mine.what, ": dtypes differ across ranks: rank ",
+                                     rank, " passed ", mine.dtype, ", rank ", r, " passed ",
+                                     o.dtype));
+        if (o.parts != mine.parts || o.part != mine.part)
+            C10_THROW_ERROR(ValueError,
+                            c10::str("neuron ", mine.what, ": coalesced calls differ across "
+                                     "ranks: rank ", rank, " passed ", mine.parts,
+                                     " tensor(s) (this is #", mine.part, "), rank ", r,
+                                     " passed ", o.parts, " (#", o.part, ")"));
+    }
+}
+
 }  // namespace
 
 // ---- Work ------------------------------------------------------------------
@@ -325,13 +400,14 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupNeuron::split(
 // rank, naming this rank and its reason (trn_comm_fail_call); where every
 // rank fails the check, the stand-ins meet each other. Runs in each
 // collective's handler; only the outermost call queues one (allreduce
-// delegates to allreduce_coalesced, ...). Over Gloo nothing is queued: Gloo
-// has no such handshake, so there a rank-local error stays local.
+// delegates to allreduce_coalesced, ...). Over Gloo the stand-in takes part
+// in the all_gather every Gloo collective starts with (gloo_agree) and fails
+// it on every rank the same way.
 void ProcessGroupNeuron::refuse_everywhere(c10d::OpType type, const char *what,
                                            const char *title) {
     static thread_local std::exception_ptr refused;
     std::exception_ptr e = std::current_exception();
-    if (!comm_ || !e || e == refused) return;
+    if ((!comm_ && !gloo_) || !e || e == refused) return;
     refused = e;
     std::string why;
     try {
@@ -345,7 +421,14 @@ void ProcessGroupNeuron::refuse_everywhere(c10d::OpType type, const char *what,
     }
     std::string name = what;
     Body body = [this, name, why] {
-        COMM_CHECK(trn_comm_fail_call(comm_, name.c_str(), why.c_str()));
+        if (gloo_) {
+            GlooAgreement a = agreement(name.c_str(), nullptr);
+            a.failed = 1;
+            std::snprintf(a.error, sizeof a.error, "%s", why.c_str());
+            gloo_agree(*gloo_, rank_, size_, a);
+        } else {
+            COMM_CHECK(trn_comm_fail_call(comm_, name.c_str(), why.c_str()));
+        }
     };
     try {
         enqueue(type, title, {}, {}, c10::Device(kNeuron, current_device()),
@@ -587,6 +670,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
         for (size_t i = 0; i < tensors.size(); i++) {
             const at::Tensor &t = tensors[i];
             if (gloo_) {
+                gloo_agree(*gloo_, rank_, size_, agreement("all_reduce", &t, -1, i, tensors.size()));
                 std::vector<at::Tensor> a{cpu_alias(t)};
                 c10d::AllreduceOptions o;
                 o.reduceOp = c10d::ReduceOp(ops[i].plain);
@@ -621,6 +705,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(
     sync_stream(t);
     Body body = [this, t, dt, op, root, opts] {
         if (gloo_) {
+            gloo_agree(*gloo_, rank_, size_, agreement("reduce", &t, root));
             std::vector<at::Tensor> a{cpu_alias(t)};
             c10d::ReduceOptions o = opts;
             o.reduceOp = c10d::ReduceOp(op.plain);
@@ -676,6 +761,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesc
     Body body = [this, outputs, ins, dts, ops, opts] {
         for (size_t i = 0; i < ins.size(); i++) {
             if (gloo_) {
+                gloo_agree(*gloo_, rank_, size_, agreement("reduce_scatter", &ins[i], -1, i, ins.size()));
                 at::Tensor o = cpu_alias(outputs[i]), in = cpu_alias(ins[i]);
                 c10d::ReduceScatterOptions go = opts;
                 go.reduceOp = c10d::ReduceOp(ops[i].plain);
@@ -736,6 +822,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(
     sync_stream(t);
     Body body = [this, t, root, opts] {
         if (gloo_) {
+            gloo_agree(*gloo_, rank_, size_, agreement("broadcast", &t, root));
             std::vector<at::Tensor> a{byte_alias(t)};
             gloo_->broadcast(a, opts)->wait();
         } else {
@@ -791,6 +878,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
     Body body = [this, outputs, ins, opts] {
         for (size_t i = 0; i < ins.size(); i++) {
             if (gloo_) {
+                gloo_agree(*gloo_, rank_, size_, agreement("all_gather", &ins[i], -1, i, ins.size()));
                 std::vector<std::vector<at::Tensor>> o{cpu_aliases(outputs[i])};
                 std::vector<at::Tensor> in{byte_alias(ins[i])};
                 gloo_->allgather(o, in, opts)->wait();
@@ -849,6 +937,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesc
     Body body = [this, outputs, ins, opts] {
         for (size_t i = 0; i < ins.size(); i++) {
             if (gloo_) {
+                gloo_agree(*gloo_, rank_, size_, agreement("all_gather", &ins[i], -1, i, ins.size()));
                 at::Tensor o = byte_alias(outputs[i]), in = byte_alias(ins[i]);
                 gloo_->_allgather_base(o, in, opts)->wait();
                 continue;
@@ -900,6 +989,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(
     sync_stream(in);
     Body body = [this, outs, in, root, opts] {
         if (gloo_) {
+            gloo_agree(*gloo_, rank_, size_, agreement("gather", &in, root));
             std::vector<std::vector<at::Tensor>> o;
             if (rank_ == root) o.push_back(cpu_aliases(outs));
             std::vector<at::Tensor> i{byte_alias(in)};
@@ -950,6 +1040,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(
     sync_stream(out);
     Body body = [this, out, ins, root, opts] {
         if (gloo_) {
+            gloo_agree(*gloo_, rank_, size_, agreement("scatter", &out, root));
             std::vector<std::vector<at::Tensor>> i;
             if (rank_ == root) i.push_back(cpu_aliases(ins));
             std::vector<at::Tensor> o{byte_alias(out)};
@@ -1024,6 +1115,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(
     std::vector<int64_t> os = outSplits, is = inSplits;
     Body body = [this, out, in, send, recv, os, is, opts]() mutable {
         if (gloo_) {
+            gloo_agree(*gloo_, rank_, size_, agreement("all_to_all", &in));
             // Bytes, so split sizes count bytes too (equal rows stay equal).
             at::Tensor o = byte_alias(out), i = byte_alias(in);
             std::vector<int64_t> ob, ib;
@@ -1079,6 +1171,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(
             dlen[r] = nbytes(outputs[r]);
         }
         if (gloo_) {
+            gloo_agree(*gloo_, rank_, size_, agreement("all_to_all", &ins[0]));
             // Gloo has no list form: one byte tensor each way, split sizes
             // in bytes.
             auto u8 = at::TensorOptions().dtype(at::kByte);
@@ -1127,6 +1220,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(
     TRN_CHECK(trn_stream_synchronize(current_trn_stream(device.index())));
     Body body = [this, opts] {
         if (gloo_) {
+            gloo_agree(*gloo_, rank_, size_, agreement("barrier", nullptr));
             gloo_->barrier(opts)->wait();
         } else {
             COMM_CHECK(trn_comm_barrier(comm_));

@@ -10,7 +10,7 @@
 #include <torch/library.h>
 
 #include "fallback/cpu_fallback.h"
-#include "fallback/writes.h"
+#include "fallback/host_stage.h"
 #include "runtime/generator.h"
 #include "runtime/device.h"
 #include "observe/op_tracking.h"
@@ -67,13 +67,10 @@ void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     trn_log(TRN_LOG_DEBUG, "fallback", "%s has no native neuron kernel: runs on CPU",
             name.c_str());
     use_cpu_generators(op, *stack);
-    // Writes the schema does not declare (batch norm's running stats) are
-    // staged on CPU copies here and copied back below.
-    const std::vector<UndeclaredWrite> writes = stage_undeclared_writes(op, *stack);
-    // error_on_views: a CPU result cannot alias device memory, so a view op
-    // answered by the fallback would silently stop being a view.
-    at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
-    commit_undeclared_writes(writes);
+    // Operands that share device memory share it on the host too, so CPU's
+    // overlap checks and legal aliasing behave as on CPU; written operands
+    // (declared, and the undeclared ones of fallback/writes.h) come back.
+    run_on_host(op, stack);
 }
 
 namespace {

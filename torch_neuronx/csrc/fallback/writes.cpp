@@ -1,11 +1,9 @@
-// fallback/writes.cpp - copy-back of the writes that aten schemas do
-// not declare, for ops answered by the CPU fallback (see the header).
+// fallback/writes.cpp - the writes that aten schemas do not declare, for
+// ops answered by the CPU fallback (see the header).
 #include "fallback/writes.h"
 
 #include <array>
 #include <string_view>
-
-#include "runtime/device.h"
 
 namespace neuron {
 namespace {
@@ -42,39 +40,14 @@ const UndeclaredWriteOp *find_undeclared_writes(const c10::OperatorName &name) {
 
 }  // namespace
 
-std::vector<UndeclaredWrite> stage_undeclared_writes(const c10::OperatorHandle &op,
-                                                     torch::jit::Stack &stack) {
-    std::vector<UndeclaredWrite> writes;
-    const UndeclaredWriteOp *entry = find_undeclared_writes(op.schema().operator_name());
+bool is_undeclared_write(const c10::OperatorName &op, std::string_view arg) {
+    const UndeclaredWriteOp *entry = find_undeclared_writes(op);
     if (!entry)
-        return writes;
-    const auto &args = op.schema().arguments();
-    const size_t begin = stack.size() - args.size();
-    for (size_t i = 0; i < args.size(); ++i) {
-        bool listed = false;
-        for (std::string_view n : entry->args)
-            listed |= !n.empty() && n == args[i].name();
-        c10::IValue &v = stack[begin + i];
-        if (!listed || !v.isTensor())
-            continue;
-        const at::Tensor &t = v.toTensor();
-        if (!t.defined() || t.device().type() != kNeuron)
-            continue;
-        // The CPU kernel writes into this copy; committing copies it back
-        // into the caller's tensor (whatever its strides).
-        at::Tensor host = t.to(c10::Device(c10::DeviceType::CPU), /*non_blocking=*/false,
-                               /*copy=*/true);
-        writes.emplace_back(t, host);
-        v = host;
-    }
-    return writes;
-}
-
-void commit_undeclared_writes(const std::vector<UndeclaredWrite> &writes) {
-    for (const auto &[device_tensor, host] : writes) {
-        at::Tensor dst = device_tensor;
-        dst.copy_(host);
-    }
+        return false;
+    for (std::string_view n : entry->args)
+        if (!n.empty() && n == arg)
+            return true;
+    return false;
 }
 
 }  // namespace neuron
