@@ -11,6 +11,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 #include "internal.h"
 #include "test.h"
 
@@ -604,6 +608,32 @@ static void in_child(void (*fn)(void)) {
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+// Under ASan the allocator poisons device memory outside the requested bytes
+// of allocated blocks (memory.c), so a kernel's overrun of a tensor is
+// reported even inside one segment (make fuzz-asan relies on it).
+static void test_asan_poison(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    if (trn_mem_protect_enabled()) return;  // mapped blocks are not poisoned
+    void *p = NULL;
+    CHECK_OK(trn_mem_alloc(0, 1000, NULL, &p));
+    CHECK(!__asan_address_is_poisoned(p));
+    CHECK(!__asan_address_is_poisoned((char *)p + 999));
+    CHECK(__asan_address_is_poisoned((char *)p + 1000));  // the rounding slack
+    CHECK(__asan_address_is_poisoned((char *)p + 1023));
+    // The rest of the segment is cached, not handed out: poisoned.
+    CHECK(__asan_address_is_poisoned((char *)p + 1024));
+    CHECK(__asan_address_is_poisoned((char *)p + 4096));
+    CHECK_OK(trn_mem_free(p));
+    // A block handed out again is open exactly up to its new request.
+    void *q = NULL;
+    CHECK_OK(trn_mem_alloc(0, 200, NULL, &q));
+    CHECK(!__asan_address_is_poisoned((char *)q + 199));
+    CHECK(__asan_address_is_poisoned((char *)q + 200));
+    CHECK_OK(trn_mem_free(q));
+    CHECK_OK(trn_mem_empty_cache(0));
+#endif
+}
+
 int main(void) {
     unsetenv("NEURON_RT_VISIBLE_CORES");
     unsetenv("NEURON_RT_NUM_CORES");
@@ -622,5 +652,6 @@ int main(void) {
     test_segment_fallback();
     test_threads();
     test_pinned();
+    test_asan_poison();
     return TEST_REPORT();
 }

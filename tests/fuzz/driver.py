@@ -259,13 +259,37 @@ def summarize(results, rows):
     return counts, accepted_n, failing, type_mismatch
 
 
-def worker_env(protect):
+def worker_env(protect, asan=None):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["OMP_NUM_THREADS"] = "1"
     if protect:
         env["TORCH_NEURONX_DEBUG_PROTECT_MEMORY"] = "1"
+    if asan:
+        # The ASan runtime first, then the instrumented libtrn: the
+        # extension's libtrn.so dependency resolves to the preloaded one (same
+        # soname). abort_on_error: a finding kills the worker, so its case is
+        # a crash; the report itself goes to a file per process.
+        lib, logs = asan
+        runtime = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
+                                 text=True, check=True).stdout.strip()
+        env["LD_PRELOAD"] = f"{runtime} {lib}"
+        env["ASAN_OPTIONS"] = f"detect_leaks=0:abort_on_error=1:log_path={logs}/asan"
+        env["UBSAN_OPTIONS"] = f"print_stacktrace=1:log_path={logs}/ubsan"
     return env
+
+
+def asan_findings(logs):
+    """ASan/UBSan reports that involve OpenNeuron: an access to poisoned
+    device memory (only libtrn poisons), or a frame in libtrn or the
+    extension. Reports of PyTorch's CPU kernels alone (the CPU side's known
+    crashes, accepted in the table) are not ours."""
+    found = []
+    for f in sorted(pathlib.Path(logs).glob("*san.*")):
+        text = f.read_text(errors="replace")
+        if "use-after-poison" in text or "libtrn" in text or "torch_neuronx" in text:
+            found.append((f.name, text))
+    return found
 
 
 def main(argv=None):
@@ -277,6 +301,9 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--protect", action="store_true",
                     help="workers run with TORCH_NEURONX_DEBUG_PROTECT_MEMORY=1")
+    ap.add_argument("--asan", metavar="LIBTRN",
+                    help="workers preload this ASan-instrumented libtrn.so (make fuzz-asan); "
+                         "its reports (build/fuzz-asan/) that involve OpenNeuron fail the run")
     ap.add_argument("--report", help="write every case's result here (JSON)")
     ap.add_argument("--show", type=int, default=50, help="failing cases to print")
     a = ap.parse_args(argv)
@@ -291,7 +318,14 @@ def main(argv=None):
         if done[0] % 50 == 0:
             print(f"  {done[0]}/{len(units)} units, {time.monotonic() - t0:.0f} s", flush=True)
 
-    results = run_units(units, a.jobs, worker_env(a.protect), progress)
+    asan = None
+    if a.asan:
+        logs = ROOT / "build" / "fuzz-asan"
+        logs.mkdir(parents=True, exist_ok=True)
+        for f in logs.glob("*san.*"):
+            f.unlink()
+        asan = (str(pathlib.Path(a.asan).resolve()), str(logs))
+    results = run_units(units, a.jobs, worker_env(a.protect, asan), progress)
     rows = accepted_table()
     counts, acc, failing, mismatch = summarize(results, rows)
     print(f"{len(results)} cases in {len(units)} units, {time.monotonic() - t0:.0f} s")
@@ -308,7 +342,12 @@ def main(argv=None):
     if a.report:
         pathlib.Path(a.report).write_text(json.dumps(
             {"counts": counts, "accepted": acc, "results": results}, indent=1))
-    return 1 if failing else 0
+    findings = asan_findings(asan[1]) if asan else []
+    for name, text in findings[:a.show]:
+        print(f"ASAN {name}:\n" + "\n".join(text.splitlines()[:25]))
+    if asan:
+        print(f"  sanitizer reports involving OpenNeuron: {len(findings)}")
+    return 1 if failing or findings else 0
 
 
 if __name__ == "__main__":

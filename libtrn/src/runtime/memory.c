@@ -31,6 +31,21 @@
 #include "trn/ipc.h"
 #include "trn/log.h"
 
+// Under AddressSanitizer (TRN_SANITIZE; `make fuzz-asan`, docs/fuzz.md)
+// device memory is poisoned everywhere except the requested bytes of
+// allocated blocks: segments are carved into blocks here, so without it a
+// kernel writing past a tensor's bytes would land in a neighbouring block
+// (or the rounding slack) unseen. Mapped segments (protect mode, shared
+// memory) are left alone.
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define MEM_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define MEM_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define MEM_POISON(p, n) ((void)(p), (void)(n))
+#define MEM_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 #define ALIGNMENT 64
@@ -254,6 +269,7 @@ static void free_put(dev_alloc *d, free_list *fl, block *b) {
     fl->n++;
     d->cached_bytes += b->size;
     b->state = BLOCK_CACHED;
+    if (b->map_size == 0 && !b->shared) MEM_POISON(b->ptr, b->size);
 }
 
 // Counts one more block in fl, growing its capacity to match first.
@@ -282,15 +298,19 @@ static void *segment_alloc(size_t size, size_t *map_size) {
         return p;
     }
     void *p = NULL;
-    return posix_memalign(&p, ALIGNMENT, size) == 0 ? p : NULL;
+    if (posix_memalign(&p, ALIGNMENT, size) != 0) return NULL;
+    MEM_POISON(p, size);
+    return p;
 }
 
 // b is a whole segment (no neighbours).
 static void segment_free(block *b) {
-    if (b->map_size != 0)
+    if (b->map_size != 0) {
         munmap(b->ptr, b->map_size);
-    else
+    } else {
+        MEM_UNPOISON(b->ptr, b->size);
         free(b->ptr);
+    }
 }
 
 // A new segment of `size` bytes as one block, registered; NULL if the host
@@ -565,6 +585,10 @@ trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream,
     block_split(d, b, size);
     b->state = BLOCK_ALLOCATED;
     b->requested = nbytes;
+    if (b->map_size == 0 && !b->shared) {
+        MEM_UNPOISON(b->ptr, nbytes);
+        MEM_POISON((char *)b->ptr + nbytes, b->size - nbytes);
+    }
     stat_add(&d->stats.allocated_bytes, &d->stats.allocated_bytes_peak, b->size);
     stat_add(&d->stats.requested_bytes, &d->stats.requested_bytes_peak, nbytes);
     stat_add(&d->stats.active_blocks, &d->stats.active_blocks_peak, 1);
