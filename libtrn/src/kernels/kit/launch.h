@@ -58,6 +58,12 @@ static inline trn_status trn__access_run(trn_status (*run)(const void *), const 
     return st;
 }
 
+// trn__extent for a dim that may be empty: size <= 0 reaches nothing.
+static inline int trn__extent_or_empty(int64_t size, int64_t stride, int64_t es, int64_t *lo,
+                                       int64_t *hi) {
+    return size <= 0 || trn__extent(size, stride, es, lo, hi);
+}
+
 // Items per trn_parallel_for piece when an item costs `per` elements and a
 // piece should cover about `elements` (at least one item).
 static inline int64_t trn__grain(int64_t elements, int64_t per) {
