@@ -412,9 +412,7 @@ static bool dim_extent(int64_t size, int64_t stride, size_t esize,
 }
 
 trn_status trn_copy_launch(trn_stream *stream, const trn_copy_desc *desc) {
-    if (stream == NULL || desc == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_copy_launch: stream or descriptor is NULL");
+    if (stream == NULL || desc == NULL) return trn__check_launch(stream, desc, "trn_copy_launch");
     const int nd = desc->ndim;
     if (nd < 0 || nd > TRN_MAX_DIMS)
         return invalid("ndim %d is outside 0..%lld", nd, TRN_MAX_DIMS);

@@ -380,8 +380,7 @@ static trn_status sort_task(void *args) {
 
 static trn_status sort_common(trn_stream *stream, const trn_sort_desc *d, int topk) {
     const char *fn = topk ? "trn_topk_launch" : "trn_sort_launch";
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
+    if (stream == NULL || d == NULL) return trn__check_launch(stream, d, fn);
     if (!trn_sort_supports(d->dtype))
         return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtype %s is not supported", fn,
                               (unsigned)d->dtype < TRN_DTYPE_COUNT ? trn_dtype_name(d->dtype)
@@ -517,8 +516,7 @@ out:
 
 trn_status trn_unique_launch(trn_stream *stream, const trn_unique_desc *d) {
     static const char fn[] = "trn_unique_launch";
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
+    if (stream == NULL || d == NULL) return trn__check_launch(stream, d, fn);
     if (!trn_sort_supports(d->dtype))
         return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtype %s is not supported", fn,
                               (unsigned)d->dtype < TRN_DTYPE_COUNT ? trn_dtype_name(d->dtype)
