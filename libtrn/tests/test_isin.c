@@ -7,36 +7,23 @@
 
 #include "internal.h"
 #include "test.h"
+#include "test_common_dev.h"
 #include "trn/convert.h"
 #include "trn/isin.h"
 
 static trn_stream *g_stream;
 
-static void *dev_alloc(size_t bytes) {
-    void *d = NULL;
-    CHECK_OK(trn_mem_alloc(0, bytes ? bytes : 1, g_stream, &d));
-    return d;
-}
-
-static void xfer(void *dst, const void *src, size_t bytes) {
-    if (bytes == 0) return;
-    int64_t n = (int64_t)bytes, one = 1;
-    trn_copy_desc c = {1, &n, dst, &one, TRN_DTYPE_U8, src, &one, TRN_DTYPE_U8};
-    CHECK_OK(trn_copy_launch(g_stream, &c));
-    CHECK_OK(trn_stream_synchronize(g_stream));
-}
-
 // Runs isin on host arrays (copied to the device) and returns the n results.
 static uint8_t *run(trn_dtype dt, const void *el, int64_t n, const void *te, int64_t m, int invert) {
     size_t es = trn_dtype_size(dt);
-    void *de = dev_alloc((size_t)n * es), *dt_ = dev_alloc((size_t)m * es);
-    uint8_t *dout = dev_alloc((size_t)n), *out = malloc((size_t)n + 1);
-    xfer(de, el, (size_t)n * es);
-    xfer(dt_, te, (size_t)m * es);
+    void *de = dev_alloc(g_stream, (size_t)n * es), *dt_ = dev_alloc(g_stream, (size_t)m * es);
+    uint8_t *dout = dev_alloc(g_stream, (size_t)n), *out = malloc((size_t)n + 1);
+    xfer(g_stream, de, el, (size_t)n * es);
+    xfer(g_stream, dt_, te, (size_t)m * es);
     trn_isin_desc d = {dt, invert, n, m, de, dt_, dout};
     CHECK_OK(trn_isin_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
-    xfer(out, dout, (size_t)n);
+    xfer(g_stream, out, dout, (size_t)n);
     trn_mem_free(de);
     trn_mem_free(dt_);
     trn_mem_free(dout);
