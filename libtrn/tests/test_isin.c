@@ -30,16 +30,31 @@ static uint8_t *run(trn_dtype dt, const void *el, int64_t n, const void *te, int
     return out;
 }
 
+// Equality of el[i] and te[j] in the elements' own type (the reference).
+typedef int (*eq_fn)(const void *el, int64_t i, const void *te, int64_t j);
+static int eq_f64(const void *el, int64_t i, const void *te, int64_t j) {
+    return ((const double *)el)[i] == ((const double *)te)[j];
+}
+static int eq_i64(const void *el, int64_t i, const void *te, int64_t j) {
+    return ((const int64_t *)el)[i] == ((const int64_t *)te)[j];
+}
+
+// Results that differ from a brute-force search of the test set.
+static int64_t mismatches(const uint8_t *out, const void *el, int64_t n, const void *te,
+                          int64_t m, int invert, eq_fn eq) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int found = 0;
+        for (int64_t j = 0; j < m && !found; j++) found = eq(el, i, te, j);
+        bad += out[i] != (uint8_t)(found ^ invert);
+    }
+    return bad;
+}
+
 static void check_f64(const double *el, int64_t n, const double *te, int64_t m) {
     for (int invert = 0; invert < 2; invert++) {
         uint8_t *out = run(TRN_DTYPE_F64, el, n, te, m, invert);
-        int64_t bad = 0;
-        for (int64_t i = 0; i < n; i++) {
-            int found = 0;
-            for (int64_t j = 0; j < m && !found; j++) found = el[i] == te[j];
-            bad += out[i] != (uint8_t)(found ^ invert);
-        }
-        CHECK_INT(bad, 0);
+        CHECK_INT(mismatches(out, el, n, te, m, invert, eq_f64), 0);
         free(out);
     }
 }
@@ -85,13 +100,7 @@ static void test_int(void) {
     el[1] = INT64_MIN;
     for (int invert = 0; invert < 2; invert++) {
         uint8_t *out = run(TRN_DTYPE_I64, el, n, te, m, invert);
-        int64_t bad = 0;
-        for (int64_t i = 0; i < n; i++) {
-            int found = 0;
-            for (int64_t j = 0; j < m && !found; j++) found = el[i] == te[j];
-            bad += out[i] != (uint8_t)(found ^ invert);
-        }
-        CHECK_INT(bad, 0);
+        CHECK_INT(mismatches(out, el, n, te, m, invert, eq_i64), 0);
         CHECK_INT(out[0], invert);
         CHECK_INT(out[1], !invert);
         free(out);

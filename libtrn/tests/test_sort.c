@@ -40,13 +40,25 @@ static double pick_value(int kind) {
     return (double)(int)(rnd() % 41) - 20;  // many duplicates
 }
 
+// Frees one check's device input / values / indices and its host buffers.
+static void release(void *d, void *dv, void *dx, void *h, void *hv, void *hx, void *ref) {
+    trn_mem_free(d);
+    trn_mem_free(dv);
+    trn_mem_free(dx);
+    free(h);
+    free(hv);
+    free(hx);
+    free(ref);
+}
+
 static void check_sort_f32(int64_t rows, int64_t n, int desc) {
     float *h = malloc((size_t)(rows * n) * 4), *hv = malloc((size_t)(rows * n) * 4);
     int64_t *hx = malloc((size_t)(rows * n) * 8), *ref = malloc((size_t)n * 8);
     double *x = malloc((size_t)n * 8);
     // Rows along dim 0 of a [n, rows] matrix: stride rows.
     for (int64_t i = 0; i < rows * n; i++) h[i] = (float)pick_value(1);
-    float *d = dev_alloc(g_stream, (size_t)(rows * n) * 4), *dv = dev_alloc(g_stream, (size_t)(rows * n) * 4);
+    float *d = dev_alloc(g_stream, (size_t)(rows * n) * 4);
+    float *dv = dev_alloc(g_stream, (size_t)(rows * n) * 4);
     int64_t *dx = dev_alloc(g_stream, (size_t)(rows * n) * 8);
     xfer(g_stream, d, h, (size_t)(rows * n) * 4);
     int64_t one = 1;
@@ -66,13 +78,7 @@ static void check_sort_f32(int64_t rows, int64_t n, int desc) {
         }
     }
     CHECK(ok);
-    trn_mem_free(d);
-    trn_mem_free(dv);
-    trn_mem_free(dx);
-    free(h);
-    free(hv);
-    free(hx);
-    free(ref);
+    release(d, dv, dx, h, hv, hx, ref);
     free(x);
 }
 
@@ -90,7 +96,8 @@ static void test_sort(void) {
     h[3] = INT64_MIN;
     h[9] = INT64_MAX;
     for (int i = 0; i < N; i++) x[i] = (double)h[i];
-    int64_t *d = dev_alloc(g_stream, sizeof h), *dv = dev_alloc(g_stream, sizeof h), *dx = dev_alloc(g_stream, sizeof h);
+    int64_t *d = dev_alloc(g_stream, sizeof h), *dv = dev_alloc(g_stream, sizeof h);
+    int64_t *dx = dev_alloc(g_stream, sizeof h);
     xfer(g_stream, d, h, sizeof h);
     for (int desc = 0; desc < 2; desc++) {
         trn_sort_desc s = {TRN_DTYPE_I64, desc, 0, NULL, NULL, NULL, NULL, N, 1, 1, 1,
@@ -151,19 +158,14 @@ static void test_topk(void) {
     trn_sort_desc bad = {TRN_DTYPE_F64, 0, 0, NULL, NULL, NULL, NULL, N, 1, 1, 1,
                          N + 1, 1, d, dv, dx};
     CHECK_STATUS(trn_topk_launch(g_stream, &bad), TRN_ERROR_INVALID_ARGUMENT);
-    trn_mem_free(d);
-    trn_mem_free(dv);
-    trn_mem_free(dx);
-    free(h);
-    free(hv);
-    free(hx);
-    free(ref);
+    release(d, dv, dx, h, hv, hx, ref);
 }
 
 static void test_unique(void) {
     float h[12] = {3, NAN, 1, 3, -0.0f, 0, NAN, 1, 1, 2, 2, 3};
     float *d = dev_alloc(g_stream, sizeof h), *dv = dev_alloc(g_stream, sizeof h), hv[12];
-    int64_t *di = dev_alloc(g_stream, 12 * 8), *dc = dev_alloc(g_stream, 12 * 8), hi[12], hc[12], nu = -1;
+    int64_t *di = dev_alloc(g_stream, 12 * 8), *dc = dev_alloc(g_stream, 12 * 8);
+    int64_t hi[12], hc[12], nu = -1;
     xfer(g_stream, d, h, sizeof h);
     trn_unique_desc u = {TRN_DTYPE_F32, 0, 12, d, dv, di, dc, &nu};
     CHECK_OK(trn_unique_launch(g_stream, &u));

@@ -3,9 +3,10 @@
 // share: size-1 dims dropped, a dim merged into its outer neighbour when
 // every operand is laid out contiguously across the two, and the packing of
 // the result into a task's argument words (the sizes, then each operand's
-// strides), and the odometer their tasks walk the outer dims with. Each launch keeps its own checks (which strides may be 0, how
-// the byte ranges are sized); only the bookkeeping lives here, so the
-// kernels agree on what "contiguous across two dims" means.
+// strides), and the odometer their tasks walk the outer dims with. Each
+// launch keeps its own checks (which strides may be 0, how the byte ranges
+// are sized); only the bookkeeping lives here, so the kernels agree on what
+// "contiguous across two dims" means.
 #ifndef TRN_KERNELS_KIT_DIMS_H
 #define TRN_KERNELS_KIT_DIMS_H
 

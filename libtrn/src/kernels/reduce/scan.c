@@ -79,7 +79,7 @@ _Static_assert(sizeof(scan_args) <= TRN_TASK_MAX_ARGS, "scan args too large");
                             }                                                    \
                     }                                                            \
                 }                                                                \
-            } while (trn_kit_odo_next(no - 1, os, idx, osi, &ioff, oso, &ooff, NULL, NULL));         \
+            } while (trn_kit_odo_next(no - 1, os, idx, osi, &ioff, oso, &ooff, NULL, NULL)); \
             return;                                                              \
         }                                                                        \
         do {                                                                     \
@@ -96,7 +96,7 @@ _Static_assert(sizeof(scan_args) <= TRN_TASK_MAX_ARGS, "scan args too large");
                     acc = MUL(acc, (A)LD(x[i * is]));                            \
                     y[i * ost] = ST(acc);                                        \
                 }                                                                \
-        } while (trn_kit_odo_next(no, os, idx, osi, &ioff, oso, &ooff, NULL, NULL));                 \
+        } while (trn_kit_odo_next(no, os, idx, osi, &ioff, oso, &ooff, NULL, NULL)); \
     }
 
 #define ST_u8(v) ((uint8_t)(v))
@@ -226,7 +226,8 @@ trn_status trn_scan_launch(trn_stream *stream, const trn_scan_desc *d) {
         if (s > 0 && (!trn__extent(s, d->in_outer_strides[k], es, &a.lo[1], &in_hi) ||
                       !trn__extent(s, d->out_outer_strides[k], es, &a.lo[0], &out_hi)))
             return bad("strides overflow the address space");
-        trn_kit_dims_push(&dims, s, (const int64_t[]){d->in_outer_strides[k], d->out_outer_strides[k]});
+        trn_kit_dims_push(&dims, s,
+                          (const int64_t[]){d->in_outer_strides[k], d->out_outer_strides[k]});
     }
     if (total == 0) return TRN_SUCCESS;
     if (d->len > 1 && d->out_stride == 0) return bad("output stride 0 on the scanned dim");
