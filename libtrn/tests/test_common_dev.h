@@ -1,4 +1,5 @@
-// test_common_dev.h - helpers shared by the matmul and conv tests: typed
+// test_common_dev.h - helpers shared by the kernel tests (matmul, conv, fill,
+// sort, isin, reduce): typed
 // element access on host buffers, a deterministic random generator, and
 // host <-> device transfers through the copy kernel (so the tests also pass
 // with every device block mprotect-ed).

@@ -150,6 +150,22 @@ static void test_matmul_host_and_workspace(void) {
     trn_program_free(p);
 }
 
+// exp(x) on 10 floats, compiled with `cache`; NULL if the compile failed.
+// ids (when not NULL) receives the input's and the output's value ids.
+static trn_program *compile_exp(const char *cache, int ids[2]) {
+    trn_graph *g;
+    trn_graph_create(&g);
+    int64_t s[1] = {10}, st[1] = {1};
+    int x, y;
+    trn_graph_input(g, TRN_DTYPE_F32, 1, s, st, &x);
+    trn_graph_pointwise(g, TRN_EW_EXP, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, &x, NULL, &y);
+    trn_graph_export(g, y, NULL);
+    trn_program *p = compile(g, cache);
+    trn_graph_free(g);
+    if (ids) ids[0] = x, ids[1] = y;
+    return p;
+}
+
 static void test_cache(void) {
     char dir[] = "/tmp/trn-cc-test-XXXXXX";
     if (mkdtemp(dir) == NULL) return;
@@ -158,15 +174,8 @@ static void test_cache(void) {
     setenv("XDG_CONFIG_HOME", cache, 1);  // the cache key, kept out of $HOME
     snprintf(cache, sizeof cache, "%s/sub/cache", dir);
     for (int round = 0; round < 3; round++) {
-        trn_graph *g;
-        trn_graph_create(&g);
-        int64_t s[1] = {10}, st[1] = {1};
-        int x, y;
-        trn_graph_input(g, TRN_DTYPE_F32, 1, s, st, &x);
-        trn_graph_pointwise(g, TRN_EW_EXP, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, &x, NULL, &y);
-        trn_graph_export(g, y, NULL);
-        trn_program *p = compile(g, cache);
-        trn_graph_free(g);
+        int ids[2];
+        trn_program *p = compile_exp(cache, ids);
         if (!p) continue;
         // 0: compiled; 1: cache hit; 2: after corrupting the entry, compiled again.
         CHECK_INT(trn_program_from_cache(p), round == 1);
@@ -186,27 +195,13 @@ static void test_cache(void) {
         CHECK_INT(sb.st_mode & 0777, 0700);
         float X[10], Y[10];
         for (int i = 0; i < 10; i++) X[i] = (float)i * 0.1f;
-        if (round != 1) run(p, (int[]){x, y}, (void *[]){X, Y}, 2);
+        if (round != 1) run(p, ids, (void *[]){X, Y}, 2);
         if (round != 1) CHECK(fabsf(Y[3] - expf(0.3f)) < 1e-6f);
         trn_program_free(p);
     }
     char cmd[4400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK_INT(system(cmd), 0);
-}
-
-// exp(x) on 10 floats, compiled with `cache`; NULL if the compile failed.
-static trn_program *compile_exp(const char *cache) {
-    trn_graph *g;
-    trn_graph_create(&g);
-    int64_t s[1] = {10}, st[1] = {1};
-    int x, y;
-    trn_graph_input(g, TRN_DTYPE_F32, 1, s, st, &x);
-    trn_graph_pointwise(g, TRN_EW_EXP, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, &x, NULL, &y);
-    trn_graph_export(g, y, NULL);
-    trn_program *p = compile(g, cache);
-    trn_graph_free(g);
-    return p;
 }
 
 static void write_text(const char *path, const char *text) {
@@ -237,7 +232,7 @@ static void test_cache_trust(void) {
     CHECK_INT(symlink(other, path), 0);
     CHECK_INT(trn_compile_cache_check_dir(path), TRN_ERROR_SYSTEM);
     CHECK(strstr(trn_last_error(), "symbolic link") != NULL);
-    trn_program *p = compile_exp(path);
+    trn_program *p = compile_exp(path, NULL);
     if (p) CHECK_INT(trn_program_from_cache(p), 0);
     trn_program_free(p);
     snprintf(cmd, sizeof cmd, "ls -A '%s' | grep -q .", other);
@@ -250,7 +245,7 @@ static void test_cache_trust(void) {
     snprintf(path, sizeof path, "%s/file", dir);
     write_text(path, "not a directory");
     CHECK(trn_compile_cache_check_dir(path) != TRN_SUCCESS);
-    p = compile_exp(path);  // a cache path that is a file: compiled without it
+    p = compile_exp(path, NULL);  // a cache path that is a file: compiled without it
     CHECK(p != NULL);
     trn_program_free(p);
     if (geteuid() == 0) {  // only root can give a directory away
@@ -263,7 +258,7 @@ static void test_cache_trust(void) {
 
     // A planted entry: an object whose constructor leaves a mark.
     snprintf(path, sizeof path, "%s/cache", dir);
-    p = compile_exp(path);
+    p = compile_exp(path, NULL);
     if (p == NULL) return;
     char key[65], so[4400], mac[4400], mark[4200], csrc[4200];
     snprintf(key, sizeof key, "%s", trn_program_cache_key(p));
@@ -301,12 +296,12 @@ static void test_cache_trust(void) {
             setenv("XDG_CONFIG_HOME", other, 1);
         }
         write_text(mac, planted);
-        p = compile_exp(path);
+        p = compile_exp(path, NULL);
         if (p) CHECK_INT(trn_program_from_cache(p), 0);
         trn_program_free(p);
         CHECK(access(mark, F_OK) != 0);
         // The recompile replaced the planted entry: it loads again.
-        p = compile_exp(path);
+        p = compile_exp(path, NULL);
         if (p) CHECK_INT(trn_program_from_cache(p), 1);
         trn_program_free(p);
         snprintf(cmd, sizeof cmd, "gcc -shared -fPIC -o '%s' '%s'", so, csrc);

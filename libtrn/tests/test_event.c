@@ -8,20 +8,9 @@
 
 #include "internal.h"
 #include "test.h"
+#include "test_sleep_task.h"
 
 static bool g_async;
-
-typedef struct sleep_args {
-    unsigned usec;
-    atomic_int *flag;
-} sleep_args;
-
-static trn_status sleep_task(void *p) {
-    const sleep_args *a = p;
-    usleep(a->usec);
-    if (a->flag) atomic_store(a->flag, 1);
-    return TRN_SUCCESS;
-}
 
 typedef struct check_args {
     atomic_int *flag;

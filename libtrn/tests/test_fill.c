@@ -7,32 +7,20 @@
 
 #include "internal.h"
 #include "test.h"
+#include "test_common_dev.h"
 
 static trn_stream *g_stream;
-
-static void *dev_alloc(size_t bytes) {
-    void *d = NULL;
-    CHECK_OK(trn_mem_alloc(0, bytes ? bytes : 1, g_stream, &d));
-    return d;
-}
-
-static void xfer(void *dst, const void *src, size_t bytes) {
-    int64_t n = (int64_t)bytes, one = 1;
-    trn_copy_desc c = {1, &n, dst, &one, TRN_DTYPE_U8, src, &one, TRN_DTYPE_U8};
-    CHECK_OK(trn_copy_launch(g_stream, &c));
-    CHECK_OK(trn_stream_synchronize(g_stream));
-}
 
 static void test_fill(void) {
     enum { N = 300000 };
     float *h = malloc(N * sizeof(float));
-    float *d = dev_alloc(N * sizeof(float));
+    float *d = dev_alloc(g_stream, N * sizeof(float));
     int64_t n = N, one = 1;
     trn_fill_desc f = {TRN_DTYPE_F32, 1, &n, d, &one, {0}, NULL};
     float v = 2.5f;
     memcpy(f.value, &v, 4);
     CHECK_OK(trn_fill_launch(g_stream, &f));
-    xfer(h, d, N * sizeof(float));
+    xfer(g_stream, h, d, N * sizeof(float));
     int ok = 1;
     for (int i = 0; i < N; i++) ok &= h[i] == 2.5f;
     CHECK(ok);
@@ -44,27 +32,27 @@ static void test_fill(void) {
     f.sizes = sz;
     f.strides = st;
     CHECK_OK(trn_fill_launch(g_stream, &f));
-    xfer(h, d, 20000 * sizeof(float));
+    xfer(g_stream, h, d, 20000 * sizeof(float));
     ok = 1;
     for (int i = 0; i < 20000; i++) ok &= h[i] == ((i % 2) ? 2.5f : 0.0f);
     CHECK(ok);
     // Value from device memory, int64.
-    int64_t *di = dev_alloc(1000 * 8), hv = -7, hi[1000];
-    int64_t *dv = dev_alloc(8);
-    xfer(dv, &hv, 8);
+    int64_t *di = dev_alloc(g_stream, 1000 * 8), hv = -7, hi[1000];
+    int64_t *dv = dev_alloc(g_stream, 8);
+    xfer(g_stream, dv, &hv, 8);
     int64_t m = 1000;
     trn_fill_desc g = {TRN_DTYPE_I64, 1, &m, di, &one, {0}, dv};
     CHECK_OK(trn_fill_launch(g_stream, &g));
-    xfer(hi, di, sizeof hi);
+    xfer(g_stream, hi, di, sizeof hi);
     ok = 1;
     for (int i = 0; i < 1000; i++) ok &= hi[i] == -7;
     CHECK(ok);
     // 16-byte elements (complex128), 0-d.
-    double *dc = dev_alloc(16), c[2] = {1.5, -2}, back[2];
+    double *dc = dev_alloc(g_stream, 16), c[2] = {1.5, -2}, back[2];
     trn_fill_desc z = {TRN_DTYPE_C128, 0, NULL, dc, NULL, {0}, NULL};
     memcpy(z.value, c, 16);
     CHECK_OK(trn_fill_launch(g_stream, &z));
-    xfer(back, dc, 16);
+    xfer(g_stream, back, dc, 16);
     CHECK(back[0] == 1.5 && back[1] == -2);
     // Zero-size and invalid.
     int64_t zero = 0;
@@ -83,10 +71,10 @@ static void test_fill(void) {
 
 static void test_range(void) {
     enum { N = 1001 };
-    float *d = dev_alloc(N * 4), h[N];
+    float *d = dev_alloc(g_stream, N * 4), h[N];
     trn_range_desc r = {TRN_RANGE_LINSPACE, TRN_DTYPE_F32, N, d, 1, -1.0, 0, 3.0, 0, 0};
     CHECK_OK(trn_range_launch(g_stream, &r));
-    xfer(h, d, sizeof h);
+    xfer(g_stream, h, d, sizeof h);
     const float step = (3.0f - -1.0f) / (float)(N - 1);
     int ok = 1;
     for (int i = 0; i < N; i++) {
@@ -98,13 +86,13 @@ static void test_range(void) {
     // linspace of one element is start.
     r.n = 1;
     CHECK_OK(trn_range_launch(g_stream, &r));
-    xfer(h, d, 4);
+    xfer(g_stream, h, d, 4);
     CHECK(h[0] == -1.0f);
     // Integer arange with a stride of 2.
-    int32_t *di = dev_alloc(20 * 4), hi[20];
+    int32_t *di = dev_alloc(g_stream, 20 * 4), hi[20];
     trn_range_desc a = {TRN_RANGE_ARANGE, TRN_DTYPE_I32, 10, di, 2, 0, 0, 0, 5, -3};
     CHECK_OK(trn_range_launch(g_stream, &a));
-    xfer(hi, di, sizeof hi);
+    xfer(g_stream, hi, di, sizeof hi);
     ok = 1;
     for (int i = 0; i < 10; i++) ok &= hi[2 * i] == 5 - 3 * i;
     CHECK(ok);
@@ -119,13 +107,13 @@ static void test_tri(void) {
     int64_t sz[3] = {B, R, C}, st[3] = {R * C, C, 1};
     double h[B * R * C], o[B * R * C];
     for (int i = 0; i < B * R * C; i++) h[i] = i + 1;
-    double *din = dev_alloc(sizeof h), *dout = dev_alloc(sizeof h);
-    xfer(din, h, sizeof h);
+    double *din = dev_alloc(g_stream, sizeof h), *dout = dev_alloc(g_stream, sizeof h);
+    xfer(g_stream, din, h, sizeof h);
     for (int upper = 0; upper < 2; upper++)
         for (int64_t diag = -6; diag <= 8; diag += 2) {
             trn_tri_desc t = {upper, diag, TRN_DTYPE_F64, 3, sz, din, st, dout, st};
             CHECK_OK(trn_tri_launch(g_stream, &t));
-            xfer(o, dout, sizeof o);
+            xfer(g_stream, o, dout, sizeof o);
             int ok = 1;
             for (int b = 0; b < B; b++)
                 for (int i = 0; i < R; i++)
@@ -139,12 +127,12 @@ static void test_tri(void) {
     // In place on a transposed (column-major) view, int16.
     int16_t hs[R * C], os[R * C];
     for (int i = 0; i < R * C; i++) hs[i] = (int16_t)(i + 1);
-    int16_t *ds = dev_alloc(sizeof hs);
-    xfer(ds, hs, sizeof hs);
+    int16_t *ds = dev_alloc(g_stream, sizeof hs);
+    xfer(g_stream, ds, hs, sizeof hs);
     int64_t tsz[2] = {C, R}, tst[2] = {1, C};  // rows = C, cols = R
     trn_tri_desc t = {0, 0, TRN_DTYPE_I16, 2, tsz, ds, tst, ds, tst};
     CHECK_OK(trn_tri_launch(g_stream, &t));
-    xfer(os, ds, sizeof os);
+    xfer(g_stream, os, ds, sizeof os);
     int ok = 1;
     for (int i = 0; i < C; i++)
         for (int j = 0; j < R; j++) ok &= os[i + j * C] == (j <= i ? hs[i + j * C] : 0);

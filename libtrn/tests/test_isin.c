@@ -7,52 +7,54 @@
 
 #include "internal.h"
 #include "test.h"
+#include "test_common_dev.h"
 #include "trn/convert.h"
 #include "trn/isin.h"
 
 static trn_stream *g_stream;
 
-static void *dev_alloc(size_t bytes) {
-    void *d = NULL;
-    CHECK_OK(trn_mem_alloc(0, bytes ? bytes : 1, g_stream, &d));
-    return d;
-}
-
-static void xfer(void *dst, const void *src, size_t bytes) {
-    if (bytes == 0) return;
-    int64_t n = (int64_t)bytes, one = 1;
-    trn_copy_desc c = {1, &n, dst, &one, TRN_DTYPE_U8, src, &one, TRN_DTYPE_U8};
-    CHECK_OK(trn_copy_launch(g_stream, &c));
-    CHECK_OK(trn_stream_synchronize(g_stream));
-}
-
 // Runs isin on host arrays (copied to the device) and returns the n results.
 static uint8_t *run(trn_dtype dt, const void *el, int64_t n, const void *te, int64_t m, int invert) {
     size_t es = trn_dtype_size(dt);
-    void *de = dev_alloc((size_t)n * es), *dt_ = dev_alloc((size_t)m * es);
-    uint8_t *dout = dev_alloc((size_t)n), *out = malloc((size_t)n + 1);
-    xfer(de, el, (size_t)n * es);
-    xfer(dt_, te, (size_t)m * es);
+    void *de = dev_alloc(g_stream, (size_t)n * es), *dt_ = dev_alloc(g_stream, (size_t)m * es);
+    uint8_t *dout = dev_alloc(g_stream, (size_t)n), *out = malloc((size_t)n + 1);
+    xfer(g_stream, de, el, (size_t)n * es);
+    xfer(g_stream, dt_, te, (size_t)m * es);
     trn_isin_desc d = {dt, invert, n, m, de, dt_, dout};
     CHECK_OK(trn_isin_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
-    xfer(out, dout, (size_t)n);
+    xfer(g_stream, out, dout, (size_t)n);
     trn_mem_free(de);
     trn_mem_free(dt_);
     trn_mem_free(dout);
     return out;
 }
 
+// Equality of el[i] and te[j] in the elements' own type (the reference).
+typedef int (*eq_fn)(const void *el, int64_t i, const void *te, int64_t j);
+static int eq_f64(const void *el, int64_t i, const void *te, int64_t j) {
+    return ((const double *)el)[i] == ((const double *)te)[j];
+}
+static int eq_i64(const void *el, int64_t i, const void *te, int64_t j) {
+    return ((const int64_t *)el)[i] == ((const int64_t *)te)[j];
+}
+
+// Results that differ from a brute-force search of the test set.
+static int64_t mismatches(const uint8_t *out, const void *el, int64_t n, const void *te,
+                          int64_t m, int invert, eq_fn eq) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int found = 0;
+        for (int64_t j = 0; j < m && !found; j++) found = eq(el, i, te, j);
+        bad += out[i] != (uint8_t)(found ^ invert);
+    }
+    return bad;
+}
+
 static void check_f64(const double *el, int64_t n, const double *te, int64_t m) {
     for (int invert = 0; invert < 2; invert++) {
         uint8_t *out = run(TRN_DTYPE_F64, el, n, te, m, invert);
-        int64_t bad = 0;
-        for (int64_t i = 0; i < n; i++) {
-            int found = 0;
-            for (int64_t j = 0; j < m && !found; j++) found = el[i] == te[j];
-            bad += out[i] != (uint8_t)(found ^ invert);
-        }
-        CHECK_INT(bad, 0);
+        CHECK_INT(mismatches(out, el, n, te, m, invert, eq_f64), 0);
         free(out);
     }
 }
@@ -98,13 +100,7 @@ static void test_int(void) {
     el[1] = INT64_MIN;
     for (int invert = 0; invert < 2; invert++) {
         uint8_t *out = run(TRN_DTYPE_I64, el, n, te, m, invert);
-        int64_t bad = 0;
-        for (int64_t i = 0; i < n; i++) {
-            int found = 0;
-            for (int64_t j = 0; j < m && !found; j++) found = el[i] == te[j];
-            bad += out[i] != (uint8_t)(found ^ invert);
-        }
-        CHECK_INT(bad, 0);
+        CHECK_INT(mismatches(out, el, n, te, m, invert, eq_i64), 0);
         CHECK_INT(out[0], invert);
         CHECK_INT(out[1], !invert);
         free(out);

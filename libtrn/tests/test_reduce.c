@@ -7,6 +7,7 @@
 
 #include "internal.h"
 #include "test.h"
+#include "test_common_dev.h"
 #include "trn/convert.h"
 #include "trn/scalar.h"
 
@@ -14,22 +15,9 @@ static trn_stream *g_stream;
 
 // Device buffer holding a copy of host data.
 static void *to_dev(const void *host, size_t bytes) {
-    void *d = NULL;
-    CHECK_OK(trn_mem_alloc(0, bytes ? bytes : 1, g_stream, &d));
-    if (bytes && host) {
-        int64_t n = (int64_t)bytes, one = 1;
-        trn_copy_desc c = {1, &n, d, &one, TRN_DTYPE_U8, host, &one, TRN_DTYPE_U8};
-        CHECK_OK(trn_copy_launch(g_stream, &c));
-        CHECK_OK(trn_stream_synchronize(g_stream));
-    }
+    void *d = dev_alloc(g_stream, bytes);
+    if (host) xfer(g_stream, d, host, bytes);
     return d;
-}
-
-static void from_dev(void *host, const void *dev, size_t bytes) {
-    int64_t n = (int64_t)bytes, one = 1;
-    trn_copy_desc c = {1, &n, host, &one, TRN_DTYPE_U8, dev, &one, TRN_DTYPE_U8};
-    CHECK_OK(trn_copy_launch(g_stream, &c));
-    CHECK_OK(trn_stream_synchronize(g_stream));
 }
 
 static int close_to(double got, double want, double rtol) {
@@ -79,9 +67,9 @@ static void reduce2d(trn_reduce_op op, trn_dtype dt, trn_dtype odt, const void *
     CHECK_STATUS(trn_reduce_launch(g_stream, &d), expect);
     CHECK_OK(trn_stream_synchronize(g_stream));
     if (expect == TRN_SUCCESS) {
-        from_dev(out, dout, out_bytes);
+        xfer(g_stream, out, dout, out_bytes);
         int64_t nout = no == 0 ? 1 : osz[0];
-        if (out2) from_dev(out2, dout2, 8 * (size_t)nout);
+        if (out2) xfer(g_stream, out2, dout2, 8 * (size_t)nout);
     }
     trn_mem_free(din);
     trn_mem_free(dout);
@@ -320,9 +308,9 @@ static void test_empty(void) {
     trn_reduce_desc d = {TRN_REDUCE_VAR_MEAN, TRN_DTYPE_F32, TRN_DTYPE_F32, din, dv, dm,
                          1, &osz, &ost, &ost, &ost, 1, &isz, &ist, 1.0};
     CHECK_OK(trn_reduce_launch(g_stream, &d));
-    from_dev(var, dv, 8);
+    xfer(g_stream, var, dv, 8);
     CHECK(isnan(var[0]));
-    from_dev(var, dm, 8);
+    xfer(g_stream, var, dm, 8);
     CHECK_CLOSE(var[1], 4, 0);
     d.out2 = NULL;
     CHECK_STATUS(trn_reduce_launch(g_stream, &d), TRN_ERROR_INVALID_ARGUMENT);
@@ -343,7 +331,7 @@ static void test_scan(void) {
         trn_scan_desc d = {TRN_SCAN_CUMSUM, TRN_DTYPE_F32, din, dout, 1, &osz, &ost, &ost,
                            dim == 0 ? R : C, dim == 0 ? C : 1, dim == 0 ? C : 1};
         CHECK_OK(trn_scan_launch(g_stream, &d));
-        from_dev(y, dout, sizeof y);
+        xfer(g_stream, y, dout, sizeof y);
         int bad = 0;
         for (int i = 0; i < R; i++)
             for (int j = 0; j < C; j++) {
@@ -359,7 +347,7 @@ static void test_scan(void) {
     int64_t osz = 1, ost = 1;
     trn_scan_desc d = {TRN_SCAN_CUMPROD, TRN_DTYPE_I32, di, di, 1, &osz, &ost, &ost, 6, 1, 1};
     CHECK_OK(trn_scan_launch(g_stream, &d));  // in place
-    from_dev(yi, di, sizeof yi);
+    xfer(g_stream, yi, di, sizeof yi);
     CHECK_INT(yi[5], 720);
     CHECK_INT(yi[2], 6);
     d.dtype = TRN_DTYPE_C64;
@@ -388,8 +376,8 @@ static void test_softmax(void) {
             trn_softmax_desc b = {lg ? TRN_LOG_SOFTMAX_BACKWARD : TRN_SOFTMAX_BACKWARD,
                                   TRN_DTYPE_F32, dy, dg, dz, outer, dim, in};
             CHECK_OK(trn_softmax_launch(g_stream, &b));
-            from_dev(y, dy, sizeof y);
-            from_dev(z, dz, sizeof z);
+            xfer(g_stream, y, dy, sizeof y);
+            xfer(g_stream, z, dz, sizeof z);
             int bad = 0;
             for (int64_t o = 0; o < outer; o++)
                 for (int64_t j = 0; j < in; j++) {
@@ -419,14 +407,14 @@ static void test_softmax(void) {
     void *dr = to_dev(r, sizeof r);
     trn_softmax_desc d = {TRN_SOFTMAX, TRN_DTYPE_F32, dr, NULL, dr, 1, 4, 1};
     CHECK_OK(trn_softmax_launch(g_stream, &d));
-    from_dev(q, dr, sizeof q);
+    xfer(g_stream, q, dr, sizeof q);
     CHECK(isnan(q[0]) && isnan(q[3]));
     float r2[3] = {0, 1, -INFINITY};
     void *dr2 = to_dev(r2, sizeof r2);
     d.in = d.out = dr2;
     d.dim = 3;
     CHECK_OK(trn_softmax_launch(g_stream, &d));
-    from_dev(q, dr2, sizeof r2);
+    xfer(g_stream, q, dr2, sizeof r2);
     CHECK_CLOSE(q[2], 0, 0);
     CHECK_CLOSE(q[1], exp(1) / (1 + exp(1)), 1e-6);
     d.dtype = TRN_DTYPE_I32;

@@ -11,6 +11,7 @@
 
 #include "internal.h"
 #include "test.h"
+#include "test_sleep_task.h"
 
 static bool g_async, g_blocking;
 
@@ -137,18 +138,6 @@ static void test_order(void) {
     CHECK_OK(trn_stream_query(s, &done));
     CHECK(done);
     free(log.entries);
-}
-
-typedef struct sleep_args {
-    unsigned usec;
-    atomic_int *flag;
-} sleep_args;
-
-static trn_status sleep_task(void *p) {
-    const sleep_args *a = p;
-    usleep(a->usec);
-    if (a->flag) atomic_store(a->flag, 1);
-    return TRN_SUCCESS;
 }
 
 typedef struct fail_args {

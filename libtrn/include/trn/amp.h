@@ -2,7 +2,7 @@
 // them for inf/NaN, and update the loss scale.
 //
 // Owned by libtrn/src/kernels/train/amp.c; the C++ adapter is
-// torch_neuronx/csrc/NeuronAmp.cpp (_amp_foreach_non_finite_check_and_unscale_
+// torch_neuronx/csrc/aten/amp.cpp (_amp_foreach_non_finite_check_and_unscale_
 // and _amp_update_scale_). The scale tensors live on the device, so both
 // kernels read them when they run (stream order), never at launch: no sync.
 #ifndef TRN_AMP_H

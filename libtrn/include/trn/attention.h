@@ -1,7 +1,7 @@
 // trn/attention.h - fused scaled dot-product attention, forward and backward.
 //
 // Owned by libtrn/src/kernels/nn/attention.c; the C++ adapter is
-// torch_neuronx/csrc/NeuronAttention.cpp (aten::_scaled_dot_product_fused_
+// torch_neuronx/csrc/aten/attention.cpp (aten::_scaled_dot_product_fused_
 // attention_overrideable and its backward, chosen through PyTorch's
 // _fused_sdp_choice stub as CPU chooses its flash kernel).
 //

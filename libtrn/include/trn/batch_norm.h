@@ -2,7 +2,7 @@
 // update, or eval) and backward kernels.
 //
 // Owned by the batch-norm family (libtrn/src/kernels/norm/batch_norm.c). The C++
-// layer (torch_neuronx/csrc/NeuronBatchNorm.cpp) checks shapes with
+// layer (torch_neuronx/csrc/aten/batch_norm.cpp) checks shapes with
 // PyTorch's rules, makes operands contiguous and hands over [batch, channels,
 // spatial] views: every channel is normalized over batch * spatial elements.
 //

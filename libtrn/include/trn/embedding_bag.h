@@ -3,7 +3,7 @@
 // per-sample-weight gradient).
 //
 // Owned by the embedding-bag family (libtrn/src/kernels/nn/embedding_bag.c).
-// The C++ layer (torch_neuronx/csrc/NeuronEmbeddingBag.cpp) checks shapes and
+// The C++ layer (torch_neuronx/csrc/aten/embedding_bag.cpp) checks shapes and
 // dtypes with PyTorch's rules and hands over contiguous operands.
 //
 // Bags: bag b holds indices [offsets[b], end_b) with end_b = offsets[b + 1]

@@ -1,7 +1,7 @@
 // trn/fill.h - creation kernels: fill, arange/linspace, tril/triu.
 //
 // Owned by the shape family (libtrn/src/kernels/pointwise/fill.c; the C++ side is
-// torch_neuronx/csrc/NeuronShape.cpp). The C++ layer decides shapes, dtypes
+// torch_neuronx/csrc/aten/shape.cpp). The C++ layer decides shapes, dtypes
 // and errors with PyTorch's own checks; these kernels only write memory.
 // ALL STRIDES ARE IN ELEMENTS.
 #ifndef TRN_FILL_H

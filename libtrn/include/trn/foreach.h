@@ -3,7 +3,7 @@
 // SGD) that PyTorch's optimizers run with foreach=True / fused=True.
 //
 // Owned by libtrn/src/kernels/train/foreach.c; the C++ adapter is
-// torch_neuronx/csrc/NeuronForeach.cpp, which takes the fast path only when
+// torch_neuronx/csrc/aten/foreach.cpp, which takes the fast path only when
 // every list position holds dense tensors of one floating dtype and equal
 // sizes (else it runs PyTorch's per-tensor loop of native ops).
 //

@@ -1,7 +1,7 @@
 // trn/group_norm.h - group normalization forward and backward kernels.
 //
 // Owned by the group-norm family (libtrn/src/kernels/norm/group_norm.c). The C++
-// layer (torch_neuronx/csrc/NeuronGroupNorm.cpp) checks shapes with PyTorch's
+// layer (torch_neuronx/csrc/aten/group_norm.cpp) checks shapes with PyTorch's
 // rules, makes operands contiguous and hands over [n, channels, spatial]
 // views: channels split into `groups` groups of channels / groups channels,
 // and every (batch item, group) is normalized over its

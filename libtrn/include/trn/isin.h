@@ -2,7 +2,7 @@
 // negated when invert (torch.isin).
 //
 // Owned by libtrn/src/kernels/sort/isin.c; the C++ side is
-// torch_neuronx/csrc/NeuronIsin.cpp, which promotes both inputs to one dtype
+// torch_neuronx/csrc/aten/isin.cpp, which promotes both inputs to one dtype
 // and makes them contiguous. Real dtypes (bool, integers, float16/bfloat16/
 // float32/float64). Equality is ==, as on CPU: -0.0 equals 0.0 and a NaN
 // equals nothing (a NaN element is never found, a NaN test element never

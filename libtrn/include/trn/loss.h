@@ -1,8 +1,8 @@
 // trn/loss.h - negative log likelihood loss (forward and backward) and
 // dropout with a counter-based random mask.
 //
-// Owned by the loss/training family (libtrn/src/kernels/nn/loss.c, dropout.c).
-// The C++ layer (torch_neuronx/csrc/NeuronTrain.cpp) checks shapes and
+// Owned by the loss/training family (libtrn/src/kernels/nn/loss.c, random/dropout.c).
+// The C++ layer (torch_neuronx/csrc/aten/train.cpp) checks shapes and
 // arguments with PyTorch's rules and passes contiguous operands.
 #ifndef TRN_LOSS_H
 #define TRN_LOSS_H

@@ -1,7 +1,7 @@
 // trn/norm.h - layer normalization forward and backward kernels.
 //
 // Owned by the normalization family (libtrn/src/kernels/norm/layer_norm.c). The C++
-// layer (torch_neuronx/csrc/NeuronTrain.cpp) checks shapes with PyTorch's
+// layer (torch_neuronx/csrc/aten/train.cpp) checks shapes with PyTorch's
 // rules, makes operands contiguous and hands over flat [rows, cols] views:
 // each row of `cols` elements is normalized on its own.
 //

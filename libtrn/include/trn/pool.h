@@ -2,7 +2,7 @@
 // and backward. 1-d pooling is the 2-d kernel with a height of 1.
 //
 // Owned by the pooling family (libtrn/src/kernels/pool/pool2d.c). The C++ layer
-// (torch_neuronx/csrc/NeuronPool.cpp) checks arguments and computes output
+// (torch_neuronx/csrc/aten/pool.cpp) checks arguments and computes output
 // sizes with PyTorch's rules, makes operands contiguous and hands over
 // `planes` independent [in_h, in_w] images (batch * channels). Results follow
 // PyTorch CPU: max pooling propagates NaN and its index is the flat position

@@ -5,7 +5,7 @@
 // trn/pool.h.)
 //
 // Owned by libtrn/src/kernels/pool/pool3d.c; the C++ adapter is
-// torch_neuronx/csrc/NeuronPool3d.cpp, which checks arguments and computes
+// torch_neuronx/csrc/aten/pool3d.cpp, which checks arguments and computes
 // output sizes with PyTorch's rules and hands over `planes` contiguous
 // [in_d, in_h, in_w] volumes. Results follow PyTorch CPU:
 // - fixed windows: dimension i's window starts at o * stride - pad and spans

@@ -7,7 +7,7 @@
 // one global tensor (the generator's state is (seed, offset), as CUDA's).
 //
 // Owned by libtrn/src/kernels/random/random.c; the C++ adapter is
-// torch_neuronx/csrc/NeuronRandom.cpp, which takes (seed, offset) from the
+// torch_neuronx/csrc/aten/random.cpp, which takes (seed, offset) from the
 // device's generator and advances its offset past the fill
 // (torch.manual_seed / get_rng_state / set_rng_state act on it). Values are
 // not the CPU generator's: like CUDA's, neuron's random streams are its own.

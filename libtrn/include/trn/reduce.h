@@ -1,7 +1,7 @@
 // trn/reduce.h - reductions, scans (cumsum/cumprod) and softmax kernels.
 //
 // Owned by the reduction family (libtrn/src/kernels/reduce/reduce.c, scan.c,
-// softmax.c). The C++ layer (torch_neuronx/csrc/NeuronReduce.cpp) decides
+// softmax.c). The C++ layer (torch_neuronx/csrc/aten/reduce.cpp) decides
 // shapes, result dtypes and errors with PyTorch's own meta functions and hands
 // these kernels flat descriptors; the kernels only compute.
 //

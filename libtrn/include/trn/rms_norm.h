@@ -1,7 +1,7 @@
 // trn/rms_norm.h - RMS normalization forward and backward kernels.
 //
 // Owned by the rms-norm family (libtrn/src/kernels/norm/rms_norm.c). The C++
-// layer (torch_neuronx/csrc/NeuronRmsNorm.cpp) checks shapes with PyTorch's
+// layer (torch_neuronx/csrc/aten/rms_norm.cpp) checks shapes with PyTorch's
 // rules, makes operands contiguous and hands over flat [rows, cols] views:
 // each row of `cols` elements is normalized on its own.
 //

@@ -2,7 +2,7 @@
 // recurrent step) and their backward.
 //
 // Owned by the recurrent family (libtrn/src/kernels/nn/rnn_cell.c). The C++
-// layer (torch_neuronx/csrc/NeuronRnnCell.cpp) runs the two matrix products
+// layer (torch_neuronx/csrc/aten/rnn_cell.cpp) runs the two matrix products
 // of a step (x W_ih^T and h W_hh^T, no bias) with the BLAS kernels and hands
 // their results here as `input_gates` / `hidden_gates`, with the biases
 // separate: this is the contract of PyTorch's _thnn_fused_lstm_cell /

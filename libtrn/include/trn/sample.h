@@ -4,7 +4,7 @@
 // however the thread pool splits the work.
 //
 // Owned by libtrn/src/kernels/random/sample.c; the C++ adapter is
-// torch_neuronx/csrc/NeuronSample.cpp, which draws the seed from the
+// torch_neuronx/csrc/aten/sample.cpp, which draws the seed from the
 // device's generator and checks the probabilities (with PyTorch's messages)
 // before launching. Values are not the CPU generator's.
 #ifndef TRN_SAMPLE_H

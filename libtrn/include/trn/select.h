@@ -4,7 +4,7 @@
 // (expected O(n) per row, no full sort).
 //
 // Owned by libtrn/src/kernels/sort/select.c; the C++ adapter is
-// torch_neuronx/csrc/NeuronSelect.cpp, which moves the reduced dim last and
+// torch_neuronx/csrc/aten/select.cpp, which moves the reduced dim last and
 // makes the input a contiguous [rows, n] matrix. Semantics follow PyTorch
 // CPU: NaN orders above every number (kthvalue can select a NaN); MEDIAN
 // returns a row's first NaN (value and index) if it has one, else its

@@ -1,7 +1,7 @@
 // trn/sort.h - sort, topk and unique kernels.
 //
 // Owned by the shape family (libtrn/src/kernels/sort/sort.c; the C++ side is
-// torch_neuronx/csrc/NeuronShape.cpp). Real dtypes (bool, integers,
+// torch_neuronx/csrc/aten/shape.cpp). Real dtypes (bool, integers,
 // float16/bfloat16/float32/float64). Order follows PyTorch: NaN sorts as
 // larger than every number (all NaNs equal), -0.0 equals 0.0. Every sort is
 // stable (equal elements keep their input order, in both directions), so

@@ -3,7 +3,7 @@
 // kernels, forward and backward.
 //
 // Owned by the upsample family (libtrn/src/kernels/nn/upsample.c). The C++
-// layer (torch_neuronx/csrc/NeuronUpsample.cpp) checks shapes with PyTorch's
+// layer (torch_neuronx/csrc/aten/upsample.cpp) checks shapes with PyTorch's
 // rules, makes operands contiguous and hands over [planes, d, h, w] views
 // (planes = batch * channels; a 1-d op has d = h = 1, a 2-d op d = 1).
 //

@@ -13,6 +13,8 @@
 #include <ATen/ops/empty_strided.h>
 #include <torch/library.h>
 
+#include <utility>
+
 #include "runtime/device.h"
 #include "observe/op_tracking.h"
 
@@ -25,23 +27,27 @@ namespace {
 
 bool on_neuron(const at::Tensor &t) { return t.device().type() == kNeuron; }
 
+// The libtrn dtypes of a dst <- src copy: one dtype read bytewise when both
+// agree, else both converted natively. Throws NotImplementedError when libtrn
+// has no native conversion between the two (the one place that decides it).
+std::pair<trn_dtype, trn_dtype> copy_dtypes(at::ScalarType dst, at::ScalarType src) {
+    if (dst == src) {
+        auto n = native_dtype(dst);
+        const trn_dtype d = n ? *n : bytewise_dtype(dst);
+        return {d, d};
+    }
+    auto nd = native_dtype(dst), ns = native_dtype(src);
+    TORCH_CHECK_NOT_IMPLEMENTED(nd && ns, "no native conversion from ", src, " to ", dst);
+    return {*nd, *ns};
+}
+
 // dst <- src (broadcast to dst's shape), element by element, ignoring the
 // conj/neg view bits of both. Throws NotImplementedError when libtrn has no
 // native conversion between the two dtypes.
 void launch_copy(trn_stream *stream, const at::Tensor &dst, const at::Tensor &src) {
     if (dst.numel() == 0)
         return;
-    trn_dtype dd, sd;
-    if (dst.scalar_type() == src.scalar_type()) {
-        auto n = native_dtype(dst.scalar_type());
-        dd = sd = n ? *n : bytewise_dtype(dst.scalar_type());
-    } else {
-        auto nd = native_dtype(dst.scalar_type()), ns = native_dtype(src.scalar_type());
-        TORCH_CHECK_NOT_IMPLEMENTED(nd && ns, "no native conversion from ",
-                                    src.scalar_type(), " to ", dst.scalar_type());
-        dd = *nd;
-        sd = *ns;
-    }
+    const auto [dd, sd] = copy_dtypes(dst.scalar_type(), src.scalar_type());
     auto geometry = at::inferExpandGeometry_dimvector(src.sizes(), src.strides(), dst.sizes());
     TORCH_CHECK(dst.dim() <= TRN_MAX_DIMS, "neuron copies support at most ",
                 TRN_MAX_DIMS, " dimensions, got ", dst.dim());
@@ -67,9 +73,7 @@ void check_native_copy(const at::Tensor &src, const at::Tensor &dst) {
     TORCH_CHECK_NOT_IMPLEMENTED(!src.is_conj() && !src.is_neg() && !dst.is_conj() &&
                                     !dst.is_neg(),
                                 "conjugate or negative views");
-    if (src.scalar_type() != dst.scalar_type())
-        TORCH_CHECK_NOT_IMPLEMENTED(native_dtype(dst.scalar_type()) && native_dtype(src.scalar_type()),
-                                    "no native conversion from ", src.scalar_type(), " to ", dst.scalar_type());
+    (void)copy_dtypes(dst.scalar_type(), src.scalar_type());
 }
 
 void copy_native(const at::Tensor &src, const at::Tensor &dst) {

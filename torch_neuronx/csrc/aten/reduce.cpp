@@ -168,55 +168,45 @@ DimMask mask_one(int64_t dim, int64_t ndim) {
 // ---------------------------------------------------------------------------
 // sum / mean / prod
 // ---------------------------------------------------------------------------
-Tensor sum_dim(const Tensor &self, OptionalIntArrayRef dim, bool keepdim,
-               std::optional<ScalarType> dtype) {
-    MetaShape<at::meta::structured_sum_dim_IntList> m;
-    m.meta(self, dim, keepdim, dtype);
-    if (!supported(TRN_REDUCE_SUM, m.dtype(0)))
-        return fallback<at::_ops::sum_dim_IntList>(self, dim, keepdim, dtype);
-    Tensor out = m.output(0);
-    run_reduce(TRN_REDUCE_SUM, self, mask_of(dim, self.dim()), out, nullptr, 0, m.dtype(0),
-               "aten::sum");
-    return out;
-}
+// The dims a reduction's `dim` argument names: a list (none or empty: all
+// dims) or one dim.
+DimMask mask_for(OptionalIntArrayRef dim, int64_t ndim) { return mask_of(dim, ndim); }
+DimMask mask_for(int64_t dim, int64_t ndim) { return mask_one(dim, ndim); }
 
-Tensor &sum_out(const Tensor &self, OptionalIntArrayRef dim, bool keepdim,
-                std::optional<ScalarType> dtype, Tensor &out) {
-    MetaShape<at::meta::structured_sum_dim_IntList> m(&out);
-    m.meta(self, dim, keepdim, dtype);
-    check_out_overlap(out, self);
-    if (!supported(TRN_REDUCE_SUM, out.scalar_type()))
-        return fallback<at::_ops::sum_IntList_out>(self, dim, keepdim, dtype, out);
-    resize_to(out, m.sizes(0));
-    run_reduce(TRN_REDUCE_SUM, self, mask_of(dim, self.dim()), out, nullptr, 0, out.scalar_type(),
-               "aten::sum");
-    return out;
-}
+// sum / mean / prod over `dim` with an optional result dtype: the functional
+// form (FnOp) and the out= form (OutOp), shaped by the structured meta S.
+template <typename FnOp, typename OutOp, typename S, trn_reduce_op OP, typename Dim>
+struct DtypeReduceOp {
+    static Tensor fn(const Tensor &self, Dim dim, bool keepdim, std::optional<ScalarType> dtype) {
+        MetaShape<S> m;
+        m.meta(self, dim, keepdim, dtype);
+        if (!supported(OP, m.dtype(0)))
+            return fallback<FnOp>(self, dim, keepdim, dtype);
+        Tensor out = m.output(0);
+        run_reduce(OP, self, mask_for(dim, self.dim()), out, nullptr, 0, m.dtype(0), FnOp::name);
+        return out;
+    }
+    static Tensor &out(const Tensor &self, Dim dim, bool keepdim, std::optional<ScalarType> dtype,
+                       Tensor &out) {
+        MetaShape<S> m(&out);
+        m.meta(self, dim, keepdim, dtype);
+        check_out_overlap(out, self);
+        if (!supported(OP, out.scalar_type()))
+            return fallback<OutOp>(self, dim, keepdim, dtype, out);
+        resize_to(out, m.sizes(0));
+        run_reduce(OP, self, mask_for(dim, self.dim()), out, nullptr, 0, out.scalar_type(),
+                   FnOp::name);
+        return out;
+    }
+};
 
-Tensor mean_dim(const Tensor &self, OptionalIntArrayRef dim, bool keepdim,
-                std::optional<ScalarType> dtype) {
-    MetaShape<at::meta::structured_mean_dim> m;
-    m.meta(self, dim, keepdim, dtype);
-    if (!supported(TRN_REDUCE_MEAN, m.dtype(0)))
-        return fallback<at::_ops::mean_dim>(self, dim, keepdim, dtype);
-    Tensor out = m.output(0);
-    run_reduce(TRN_REDUCE_MEAN, self, mask_of(dim, self.dim()), out, nullptr, 0, m.dtype(0),
-               "aten::mean");
-    return out;
-}
-
-Tensor &mean_out(const Tensor &self, OptionalIntArrayRef dim, bool keepdim,
-                 std::optional<ScalarType> dtype, Tensor &out) {
-    MetaShape<at::meta::structured_mean_dim> m(&out);
-    m.meta(self, dim, keepdim, dtype);
-    check_out_overlap(out, self);
-    if (!supported(TRN_REDUCE_MEAN, out.scalar_type()))
-        return fallback<at::_ops::mean_out>(self, dim, keepdim, dtype, out);
-    resize_to(out, m.sizes(0));
-    run_reduce(TRN_REDUCE_MEAN, self, mask_of(dim, self.dim()), out, nullptr, 0, out.scalar_type(),
-               "aten::mean");
-    return out;
-}
+using SumOp = DtypeReduceOp<at::_ops::sum_dim_IntList, at::_ops::sum_IntList_out,
+                            at::meta::structured_sum_dim_IntList, TRN_REDUCE_SUM,
+                            OptionalIntArrayRef>;
+using MeanOp = DtypeReduceOp<at::_ops::mean_dim, at::_ops::mean_out,
+                             at::meta::structured_mean_dim, TRN_REDUCE_MEAN, OptionalIntArrayRef>;
+using ProdOp = DtypeReduceOp<at::_ops::prod_dim_int, at::_ops::prod_int_out,
+                             at::meta::structured_prod_dim_int, TRN_REDUCE_PROD, int64_t>;
 
 Tensor prod_full(const Tensor &self, std::optional<ScalarType> dtype) {
     const ScalarType t = at::native::get_dtype_from_self(self, dtype, /*promote_integers=*/true);
@@ -225,30 +215,6 @@ Tensor prod_full(const Tensor &self, std::optional<ScalarType> dtype) {
     Tensor out = at::empty({}, self.options().dtype(t));
     run_reduce(TRN_REDUCE_PROD, self, mask_of(std::nullopt, self.dim()), out, nullptr, 0, t,
                "aten::prod");
-    return out;
-}
-
-Tensor prod_dim(const Tensor &self, int64_t dim, bool keepdim, std::optional<ScalarType> dtype) {
-    MetaShape<at::meta::structured_prod_dim_int> m;
-    m.meta(self, dim, keepdim, dtype);
-    if (!supported(TRN_REDUCE_PROD, m.dtype(0)))
-        return fallback<at::_ops::prod_dim_int>(self, dim, keepdim, dtype);
-    Tensor out = m.output(0);
-    run_reduce(TRN_REDUCE_PROD, self, mask_one(dim, self.dim()), out, nullptr, 0, m.dtype(0),
-               "aten::prod");
-    return out;
-}
-
-Tensor &prod_out(const Tensor &self, int64_t dim, bool keepdim, std::optional<ScalarType> dtype,
-                 Tensor &out) {
-    MetaShape<at::meta::structured_prod_dim_int> m(&out);
-    m.meta(self, dim, keepdim, dtype);
-    check_out_overlap(out, self);
-    if (!supported(TRN_REDUCE_PROD, out.scalar_type()))
-        return fallback<at::_ops::prod_int_out>(self, dim, keepdim, dtype, out);
-    resize_to(out, m.sizes(0));
-    run_reduce(TRN_REDUCE_PROD, self, mask_one(dim, self.dim()), out, nullptr, 0,
-               out.scalar_type(), "aten::prod");
     return out;
 }
 
@@ -811,13 +777,13 @@ struct SoftmaxBackwardOp {
 };
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-    m.impl("sum.dim_IntList", TORCH_FN(sum_dim));
-    m.impl("sum.IntList_out", TORCH_FN(sum_out));
-    m.impl("mean.dim", TORCH_FN(mean_dim));
-    m.impl("mean.out", TORCH_FN(mean_out));
+    m.impl("sum.dim_IntList", TORCH_FN(SumOp::fn));
+    m.impl("sum.IntList_out", TORCH_FN(SumOp::out));
+    m.impl("mean.dim", TORCH_FN(MeanOp::fn));
+    m.impl("mean.out", TORCH_FN(MeanOp::out));
     m.impl("prod", TORCH_FN(prod_full));
-    m.impl("prod.dim_int", TORCH_FN(prod_dim));
-    m.impl("prod.int_out", TORCH_FN(prod_out));
+    m.impl("prod.dim_int", TORCH_FN(ProdOp::fn));
+    m.impl("prod.int_out", TORCH_FN(ProdOp::out));
 
     using Amax = AminmaxOp<at::_ops::amax, at::_ops::amax_out, at::meta::structured_amax, TRN_REDUCE_AMAX>;
     using Amin = AminmaxOp<at::_ops::amin, at::_ops::amin_out, at::meta::structured_amin, TRN_REDUCE_AMIN>;

@@ -235,12 +235,10 @@ NllShape nll2d_check(const Tensor &self, const Tensor &target, const Tensor &wei
     return {self.size(0), self.size(1), self.size(2) * self.size(3)};
 }
 
-void nll_forward_run(const Tensor &self, const Tensor &target, const Tensor &weight,
-                     int64_t reduction, int64_t ignore_index, const NllShape &sh, Tensor &output,
-                     Tensor &total_weight, const char *name) {
-    const Tensor x = self.contiguous(), t = target.contiguous();
-    const Tensor w = weight.defined() ? weight.contiguous() : weight;
-    trn_nll_loss_desc d{};
+// The fields nll_loss's forward and backward descriptors share.
+template <typename Desc>
+void nll_desc_common(Desc &d, const Tensor &self, const Tensor &target, const Tensor &weight,
+                     int64_t reduction, int64_t ignore_index, const NllShape &sh) {
     d.dtype = *native_dtype(self.scalar_type());
     d.target_dtype = *native_dtype(target.scalar_type());
     d.reduction = static_cast<trn_reduction>(reduction);
@@ -248,9 +246,18 @@ void nll_forward_run(const Tensor &self, const Tensor &target, const Tensor &wei
     d.classes = sh.classes;
     d.inner = sh.inner;
     d.ignore_index = ignore_index;
+    d.target = target.data_ptr();
+    d.weight = weight.defined() ? weight.data_ptr() : nullptr;
+}
+
+void nll_forward_run(const Tensor &self, const Tensor &target, const Tensor &weight,
+                     int64_t reduction, int64_t ignore_index, const NllShape &sh, Tensor &output,
+                     Tensor &total_weight, const char *name) {
+    const Tensor x = self.contiguous(), t = target.contiguous();
+    const Tensor w = weight.defined() ? weight.contiguous() : weight;
+    trn_nll_loss_desc d{};
+    nll_desc_common(d, self, t, w, reduction, ignore_index, sh);
     d.input = x.data_ptr();
-    d.target = t.data_ptr();
-    d.weight = w.defined() ? w.data_ptr() : nullptr;
     d.out = output.data_ptr();
     d.total_weight = total_weight.data_ptr();
     trn_stream *s = stream_of(self);
@@ -258,37 +265,45 @@ void nll_forward_run(const Tensor &self, const Tensor &target, const Tensor &wei
     tracking::record_executed(name);
 }
 
+// nll_loss_forward / nll_loss2d_forward (Op), the input already checked
+// into sh: CPU's result where libtrn has no kernel, else the output
+// (output_of() allocates it: its shape depends on the op) and total weight.
+template <typename Op, typename OutputFn>
+std::tuple<Tensor, Tensor> nll_forward_op(const Tensor &self, const Tensor &target,
+                                          const std::optional<Tensor> &weight_opt,
+                                          int64_t reduction, const c10::SymInt &ignore_index,
+                                          const NllShape &sh, OutputFn output_of) {
+    const Tensor weight = weight_opt.value_or(Tensor());
+    if (!nll_supported(self, target, weight))
+        return fallback_sym<Op>(self, target, weight_opt, reduction, ignore_index);
+    Tensor output = output_of();
+    Tensor total_weight = at::empty({}, self.options());
+    nll_forward_run(self, target, weight, reduction, ignore_index.expect_int(), sh, output,
+                    total_weight, Op::name);
+    return {output, total_weight};
+}
+
 std::tuple<Tensor, Tensor> nll_loss_forward(const Tensor &self, const Tensor &target,
                                             const std::optional<Tensor> &weight_opt,
                                             int64_t reduction, c10::SymInt ignore_index) {
-    const Tensor weight = weight_opt.value_or(Tensor());
-    const NllShape sh = nll_check(self, target, weight);
-    if (!nll_supported(self, target, weight))
-        return fallback_sym<at::_ops::nll_loss_forward>(self, target, weight_opt, reduction,
-                                                    ignore_index);
-    Tensor output = reduction == at::Reduction::None && self.dim() == 2
-                        ? at::empty({sh.batch}, self.options())
-                        : at::empty({}, self.options());
-    Tensor total_weight = at::empty({}, self.options());
-    nll_forward_run(self, target, weight, reduction, ignore_index.expect_int(), sh, output,
-                    total_weight, "aten::nll_loss_forward");
-    return {output, total_weight};
+    const NllShape sh = nll_check(self, target, weight_opt.value_or(Tensor()));
+    return nll_forward_op<at::_ops::nll_loss_forward>(
+        self, target, weight_opt, reduction, ignore_index, sh, [&] {
+            return reduction == at::Reduction::None && self.dim() == 2
+                       ? at::empty({sh.batch}, self.options())
+                       : at::empty({}, self.options());
+        });
 }
 
 std::tuple<Tensor, Tensor> nll_loss2d_forward(const Tensor &self, const Tensor &target,
                                               const std::optional<Tensor> &weight_opt,
                                               int64_t reduction, c10::SymInt ignore_index) {
-    const Tensor weight = weight_opt.value_or(Tensor());
-    const NllShape sh = nll2d_check(self, target, weight);
-    if (!nll_supported(self, target, weight))
-        return fallback_sym<at::_ops::nll_loss2d_forward>(self, target, weight_opt, reduction,
-                                                      ignore_index);
-    Tensor output = reduction == at::Reduction::None ? at::empty(target.sizes(), self.options())
-                                                     : at::empty({}, self.options());
-    Tensor total_weight = at::empty({}, self.options());
-    nll_forward_run(self, target, weight, reduction, ignore_index.expect_int(), sh, output,
-                    total_weight, "aten::nll_loss2d_forward");
-    return {output, total_weight};
+    const NllShape sh = nll2d_check(self, target, weight_opt.value_or(Tensor()));
+    return nll_forward_op<at::_ops::nll_loss2d_forward>(
+        self, target, weight_opt, reduction, ignore_index, sh, [&] {
+            return reduction == at::Reduction::None ? at::empty(target.sizes(), self.options())
+                                                    : at::empty({}, self.options());
+        });
 }
 
 Tensor nll_backward_run(const Tensor &grad_output, const Tensor &self, const Tensor &target,
@@ -299,16 +314,8 @@ Tensor nll_backward_run(const Tensor &grad_output, const Tensor &self, const Ten
     const Tensor tw = total_weight.contiguous();
     Tensor grad_input = at::empty(self.sizes(), self.options().memory_format(at::MemoryFormat::Contiguous));
     trn_nll_loss_backward_desc d{};
-    d.dtype = *native_dtype(self.scalar_type());
-    d.target_dtype = *native_dtype(target.scalar_type());
-    d.reduction = static_cast<trn_reduction>(reduction);
-    d.batch = sh.batch;
-    d.classes = sh.classes;
-    d.inner = sh.inner;
-    d.ignore_index = ignore_index;
+    nll_desc_common(d, self, t, w, reduction, ignore_index, sh);
     d.grad_output = g.data_ptr();
-    d.target = t.data_ptr();
-    d.weight = w.defined() ? w.data_ptr() : nullptr;
     d.total_weight = tw.data_ptr();
     d.grad_input = grad_input.data_ptr();
     trn_stream *s = stream_of(self);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../../internal.h"
+#include "../kit/dims.h"
 #include "trn/index.h"
 #include "trn/parallel.h"
 
@@ -37,16 +38,7 @@ static void copy_nd(char *dst, const char *src, int n, const int64_t *size,
             for (int64_t i = 0; i < size[inner]; i++)
                 memcpy(dst + doff + i * dstr[inner], src + soff + i * sstr[inner], es);
         }
-        for (int d = inner - 1; d >= 0; d--) {
-            if (++pos[d] < size[d]) {
-                doff += dstr[d];
-                soff += sstr[d];
-                break;
-            }
-            pos[d] = 0;
-            doff -= dstr[d] * (size[d] - 1);
-            soff -= sstr[d] * (size[d] - 1);
-        }
+        trn_kit_odo_next(inner, size, pos, dstr, &doff, sstr, &soff, NULL, NULL);
     }
 }
 
@@ -155,33 +147,20 @@ trn_status trn_cat_launch(trn_stream *stream, const trn_cat_desc *d) {
         const int64_t dim_size = in->dim_size;
         if (dim_size == 0) continue;
         if (in->data == NULL || in->strides == NULL) return bad("input data or strides NULL");
-        int64_t size[TRN_INDEX_MAX_DIMS], dstr[TRN_INDEX_MAX_DIMS], sstr[TRN_INDEX_MAX_DIMS];
-        int n = 0;
+        trn_kit_dims dims;
+        trn_kit_dims_init(&dims, 2);
         int64_t slo = 0, shi = 0;
         for (int k = 0; k < nd; k++) {
             int64_t sz = k == d->dim ? dim_size : d->sizes[k];
-            int64_t ds = d->out_strides[k] * es, ss, r;
-            if (__builtin_mul_overflow(in->strides[k], es, &ss) ||
-                __builtin_mul_overflow(ss, sz - 1, &r))
+            int64_t s[2] = {d->out_strides[k] * es, 0}, r;
+            if (__builtin_mul_overflow(in->strides[k], es, &s[1]) ||
+                __builtin_mul_overflow(s[1], sz - 1, &r))
                 return bad("input stride overflow");
             if (r < 0) slo += r; else shi += r;
-            if (sz == 1) continue;
-            if (n > 0 && dstr[n - 1] == sz * ds && sstr[n - 1] == sz * ss) {
-                size[n - 1] *= sz;
-                dstr[n - 1] = ds;
-                sstr[n - 1] = ss;
-                continue;
-            }
-            size[n] = sz;
-            dstr[n] = ds;
-            sstr[n] = ss;
-            n++;
+            trn_kit_dims_push(&dims, sz, s);
         }
-        if (n == 0) {
-            size[0] = 1;
-            dstr[0] = sstr[0] = es;
-            n = 1;
-        }
+        trn_kit_dims_finish(&dims, (const int64_t[]){es, es});
+        const int n = dims.n;
         const int64_t need = CAT_HEADER + 3 * n;
         if (a.words + need > cap) {  // flush the packed inputs
             st = trn_stream_launch(stream, cat_task, &a,
@@ -197,9 +176,7 @@ trn_status trn_cat_launch(trn_stream *stream, const trn_cat_desc *d) {
         p[3] = shi - slo + es;
         p[4] = es;
         p[5] = n;
-        memcpy(p + CAT_HEADER, size, (size_t)n * 8);
-        memcpy(p + CAT_HEADER + n, dstr, (size_t)n * 8);
-        memcpy(p + CAT_HEADER + 2 * n, sstr, (size_t)n * 8);
+        trn_kit_dims_pack(&dims, p + CAT_HEADER);
         a.words += need;
         a.ninputs++;
         offset += dim_size;

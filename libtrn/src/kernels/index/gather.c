@@ -8,24 +8,16 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../kit/launch.h"
 #include "index_impl.h"
 #include "trn/parallel.h"
 
-#define MOVE1(dp, sp, af, ai) memcpy(dp, sp, 1)
-#define MOVE2(dp, sp, af, ai) memcpy(dp, sp, 2)
-#define MOVE4(dp, sp, af, ai) memcpy(dp, sp, 4)
-#define MOVE8(dp, sp, af, ai) memcpy(dp, sp, 8)
-#define MOVE16(dp, sp, af, ai) memcpy(dp, sp, 16)
 
-TRN__INDEX_DRIVER(gather1, 0, 1, MOVE1, 1, )
-TRN__INDEX_DRIVER(gather2, 0, 2, MOVE2, 1, )
-TRN__INDEX_DRIVER(gather4, 0, 4, MOVE4, 1, )
-TRN__INDEX_DRIVER(gather8, 0, 8, MOVE8, 1, )
-TRN__INDEX_DRIVER(gather16, 0, 16, MOVE16, 1, )
-
-static const void *shift(const void *p, int64_t off) {
-    return (const void *)((uintptr_t)p + (uintptr_t)off);
-}
+TRN__INDEX_DRIVER(gather1, 0, 1, TRN__INDEX_MOVE1, 1, )
+TRN__INDEX_DRIVER(gather2, 0, 2, TRN__INDEX_MOVE2, 1, )
+TRN__INDEX_DRIVER(gather4, 0, 4, TRN__INDEX_MOVE4, 1, )
+TRN__INDEX_DRIVER(gather8, 0, 8, TRN__INDEX_MOVE8, 1, )
+TRN__INDEX_DRIVER(gather16, 0, 16, TRN__INDEX_MOVE16, 1, )
 
 // A big gather is split across threads along its largest dim (pieces of at
 // least PAR_ELEMS elements), each piece a gather of its own. An index error
@@ -76,13 +68,13 @@ static trn_status index_task(void *args) {
     const int nranges = 2 + a->nidx;
     for (; opened < nranges; opened++) {
         if (opened == 0)
-            st = trn__mem_access_begin(shift(a->out, a->out_lo), (size_t)a->out_span);
+            st = trn__mem_access_begin(trn__offset_ptr(a->out, a->out_lo), (size_t)a->out_span);
         else if (opened == 1)
             st = a->src_scalar ? TRN_SUCCESS
-                               : trn__mem_access_begin(shift(a->src, a->src_lo),
+                               : trn__mem_access_begin(trn__offset_ptr(a->src, a->src_lo),
                                                        (size_t)a->src_span);
         else
-            st = trn__mem_access_begin(shift(a->idx[opened - 2], a->idx_lo[opened - 2]),
+            st = trn__mem_access_begin(trn__offset_ptr(a->idx[opened - 2], a->idx_lo[opened - 2]),
                                        (size_t)a->idx_span[opened - 2]);
         if (st != TRN_SUCCESS) break;
     }
@@ -101,12 +93,12 @@ static trn_status index_task(void *args) {
     }
     while (opened-- > 0) {
         if (opened == 0)
-            trn__mem_access_end(shift(a->out, a->out_lo), (size_t)a->out_span);
+            trn__mem_access_end(trn__offset_ptr(a->out, a->out_lo), (size_t)a->out_span);
         else if (opened == 1) {
             if (!a->src_scalar)
-                trn__mem_access_end(shift(a->src, a->src_lo), (size_t)a->src_span);
+                trn__mem_access_end(trn__offset_ptr(a->src, a->src_lo), (size_t)a->src_span);
         } else
-            trn__mem_access_end(shift(a->idx[opened - 2], a->idx_lo[opened - 2]),
+            trn__mem_access_end(trn__offset_ptr(a->idx[opened - 2], a->idx_lo[opened - 2]),
                                 (size_t)a->idx_span[opened - 2]);
     }
     return st;
@@ -116,15 +108,6 @@ static trn_status index_task(void *args) {
 
 static trn_status bad(const char *what) {
     return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_index_launch: %s", what);
-}
-
-// Adds the [lo, hi] byte reach of (size, stride) to *lo / *hi.
-static bool reach(int64_t size, int64_t stride, int64_t *lo, int64_t *hi) {
-    int64_t r;
-    if (size <= 0) return true;
-    if (__builtin_mul_overflow(stride, size - 1, &r)) return false;
-    return r < 0 ? !__builtin_add_overflow(*lo, r, lo)
-                 : !__builtin_add_overflow(*hi, r, hi);
 }
 
 trn_status trn_index_launch(trn_stream *stream, const trn_index_desc *desc) {
@@ -183,8 +166,8 @@ trn_status trn_index_launch(trn_stream *stream, const trn_index_desc *desc) {
         a.sizes[d] = desc->sizes[d];
         a.ostr[d] = desc->out_strides[d];
         a.sstr[d] = a.src_scalar ? 0 : desc->src_strides[d];
-        if (!reach(a.sizes[d], a.ostr[d], &a.out_lo, &ohi) ||
-            !reach(a.sizes[d], a.sstr[d], &a.src_lo, &shi))
+        if (!trn__extent_or_empty(a.sizes[d], a.ostr[d], 1, &a.out_lo, &ohi) ||
+            !trn__extent_or_empty(a.sizes[d], a.sstr[d], 1, &a.src_lo, &shi))
             return bad("strides overflow");
     }
     for (int k = 0; k < nk; k++) {
@@ -198,13 +181,14 @@ trn_status trn_index_launch(trn_stream *stream, const trn_index_desc *desc) {
         int64_t hi = 0;
         for (int d = 0; d < nd; d++) {
             a.xstr[k][d] = desc->idx_strides[k][d];
-            if (!reach(a.sizes[d], a.xstr[k][d], &a.idx_lo[k], &hi))
+            if (!trn__extent_or_empty(a.sizes[d], a.xstr[k][d], 1, &a.idx_lo[k], &hi))
                 return bad("index strides overflow");
         }
         a.idx_span[k] = hi - a.idx_lo[k] + 8;
         // The indexed side reaches index * stride for index in [0, size).
-        bool ok = a.scatter ? reach(a.isize[k], a.istride[k], &a.out_lo, &ohi)
-                            : reach(a.isize[k], a.istride[k], &a.src_lo, &shi);
+        bool ok = a.scatter
+                      ? trn__extent_or_empty(a.isize[k], a.istride[k], 1, &a.out_lo, &ohi)
+                      : trn__extent_or_empty(a.isize[k], a.istride[k], 1, &a.src_lo, &shi);
         if (!ok) return bad("indexed strides overflow");
     }
     a.out_span = ohi - a.out_lo + es;

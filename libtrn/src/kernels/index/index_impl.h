@@ -67,6 +67,14 @@ static inline bool index_resolve(const index_args *a, const int64_t *xoff,
 // once at the start, declares). SCATTER selects
 // which side the index offsets apply to. MEMCPY_ROWS: contiguous rows with a
 // constant offset are copied with one memcpy (plain moves only).
+// Plain element moves of 1..16 bytes, the ELEM of gather's and scatter's
+// byte-moving drivers (the reduction slots af / ai are unused).
+#define TRN__INDEX_MOVE1(dp, sp, af, ai) memcpy(dp, sp, 1)
+#define TRN__INDEX_MOVE2(dp, sp, af, ai) memcpy(dp, sp, 2)
+#define TRN__INDEX_MOVE4(dp, sp, af, ai) memcpy(dp, sp, 4)
+#define TRN__INDEX_MOVE8(dp, sp, af, ai) memcpy(dp, sp, 8)
+#define TRN__INDEX_MOVE16(dp, sp, af, ai) memcpy(dp, sp, 16)
+
 #define TRN__INDEX_DRIVER(NAME, SCATTER, ES, ELEM, MEMCPY_ROWS, PROLOGUE)       \
     static trn_status NAME(const index_args *a, const char *src0,              \
                            int64_t *counts) {                                  \

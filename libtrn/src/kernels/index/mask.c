@@ -6,20 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../internal.h"
+#include "../kit/launch.h"
 #include "trn/index.h"
-
-static const void *shift(const void *p, int64_t off) {
-    return (const void *)((uintptr_t)p + (uintptr_t)off);
-}
-
-static bool reach(int64_t size, int64_t stride, int64_t *lo, int64_t *hi) {
-    int64_t r;
-    if (size <= 0) return true;
-    if (__builtin_mul_overflow(stride, size - 1, &r)) return false;
-    return r < 0 ? !__builtin_add_overflow(*lo, r, lo)
-                 : !__builtin_add_overflow(*hi, r, hi);
-}
 
 // ---- masked_fill ------------------------------------------------------------------
 typedef struct fill_args {
@@ -47,9 +35,9 @@ DEF_FILL(16)
 
 static trn_status fill_task(void *args) {
     const fill_args *a = args;
-    trn_status st = trn__mem_access_begin(shift(a->out, a->out_lo), (size_t)a->out_span);
+    trn_status st = trn__mem_access_begin(trn__offset_ptr(a->out, a->out_lo), (size_t)a->out_span);
     if (st != TRN_SUCCESS) return st;
-    st = trn__mem_access_begin(shift(a->mask, a->mask_lo), (size_t)a->mask_span);
+    st = trn__mem_access_begin(trn__offset_ptr(a->mask, a->mask_lo), (size_t)a->mask_span);
     if (st == TRN_SUCCESS) {
         void (*row)(char *, int64_t, const char *, int64_t, int64_t,
                     const unsigned char *) =
@@ -70,9 +58,9 @@ static trn_status fill_task(void *args) {
                 mo -= a->mstr[d] * (a->sizes[d] - 1);
             }
         }
-        trn__mem_access_end(shift(a->mask, a->mask_lo), (size_t)a->mask_span);
+        trn__mem_access_end(trn__offset_ptr(a->mask, a->mask_lo), (size_t)a->mask_span);
     }
-    trn__mem_access_end(shift(a->out, a->out_lo), (size_t)a->out_span);
+    trn__mem_access_end(trn__offset_ptr(a->out, a->out_lo), (size_t)a->out_span);
     return st;
 }
 
@@ -95,8 +83,8 @@ trn_status trn_mask_fill_launch(trn_stream *stream, const trn_mask_fill_desc *d)
         a.sizes[k] = d->sizes[k];
         a.ostr[k] = d->out_strides[k];
         a.mstr[k] = d->mask_strides[k];
-        if (!reach(a.sizes[k], a.ostr[k], &a.out_lo, &ohi) ||
-            !reach(a.sizes[k], a.mstr[k], &a.mask_lo, &mhi))
+        if (!trn__extent_or_empty(a.sizes[k], a.ostr[k], 1, &a.out_lo, &ohi) ||
+            !trn__extent_or_empty(a.sizes[k], a.mstr[k], 1, &a.mask_lo, &mhi))
             return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                                   "trn_mask_fill_launch: strides overflow");
     }
@@ -219,10 +207,10 @@ static trn_status scan_task(void *args) {
     const scan_args *a = args;
     const void *out_base = a->mode == 1 ? (const void *)a->coords : (const void *)a->out;
     trn__access_set rg = {.count = 0};
-    trn__access_add(&rg, shift(a->data, a->data_lo), (size_t)a->data_span);
-    if (a->mode == 2) trn__access_add(&rg, shift(a->src, a->src_lo), (size_t)a->src_span);
+    trn__access_add(&rg, trn__offset_ptr(a->data, a->data_lo), (size_t)a->data_span);
+    if (a->mode == 2) trn__access_add(&rg, trn__offset_ptr(a->src, a->src_lo), (size_t)a->src_span);
     if (a->mode != 0 && a->expect > 0)
-        trn__access_add(&rg, shift(out_base, a->out_lo), (size_t)a->out_span);
+        trn__access_add(&rg, trn__offset_ptr(out_base, a->out_lo), (size_t)a->out_span);
     trn_status st = trn__access_begin(&rg);
     if (st == TRN_SUCCESS) {
         int64_t found = scan(a);
@@ -239,7 +227,7 @@ static trn_status scan_task(void *args) {
     return st;
 }
 
-// Fills the scanned tensor's part of the args; false (error set) if invalid.
+// Clears the args and fills the scanned tensor's part; an error if invalid.
 static trn_status scan_setup(scan_args *a, const trn_nz_tensor *t, const char *who,
                              int64_t *numel) {
     if (t == NULL || (unsigned)t->dtype >= TRN_DTYPE_COUNT || t->ndim < 0 ||
@@ -248,6 +236,7 @@ static trn_status scan_setup(scan_args *a, const trn_nz_tensor *t, const char *w
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: invalid tensor", who);
     const int64_t es = (int64_t)trn_dtype_size(t->dtype);
     int64_t n = 1, hi = 0;
+    memset(a, 0, sizeof *a);
     a->dtype = t->dtype;
     a->ndim = t->ndim > 0 ? t->ndim : 1;
     a->sizes[0] = 1;
@@ -255,7 +244,7 @@ static trn_status scan_setup(scan_args *a, const trn_nz_tensor *t, const char *w
     for (int d = 0; d < t->ndim; d++) {
         if (t->sizes[d] < 0 || __builtin_mul_overflow(n, t->sizes[d], &n) ||
             __builtin_mul_overflow(t->strides[d], es, &a->strides[d]) ||
-            !reach(t->sizes[d], a->strides[d], &a->data_lo, &hi))
+            !trn__extent_or_empty(t->sizes[d], a->strides[d], 1, &a->data_lo, &hi))
             return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                                   "%s: bad size or stride in dim %d", who, d);
         a->sizes[d] = t->sizes[d];
@@ -270,13 +259,12 @@ static trn_status scan_setup(scan_args *a, const trn_nz_tensor *t, const char *w
 
 trn_status trn_count_nonzero_launch(trn_stream *stream, const trn_nz_tensor *t,
                                     int64_t *count) {
+    static const char who[] = "trn_count_nonzero_launch";
     if (stream == NULL || count == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_count_nonzero_launch: NULL argument");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: NULL argument", who);
     scan_args a;
-    memset(&a, 0, sizeof a);
-    int64_t n;
-    trn_status st = scan_setup(&a, t, "trn_count_nonzero_launch", &n);
+    int64_t n = 0;
+    trn_status st = scan_setup(&a, t, who, &n);
     if (st != TRN_SUCCESS) return st;
     a.mode = 0;
     a.count = count;
@@ -291,8 +279,7 @@ trn_status trn_nonzero_launch(trn_stream *stream, const trn_nz_tensor *t,
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_nonzero_launch: invalid output");
     scan_args a;
-    memset(&a, 0, sizeof a);
-    int64_t n;
+    int64_t n = 0;
     trn_status st = scan_setup(&a, t, "trn_nonzero_launch", &n);
     if (st != TRN_SUCCESS || n == 0 || count == 0) return st;
     a.mode = 1;
@@ -301,8 +288,8 @@ trn_status trn_nonzero_launch(trn_stream *stream, const trn_nz_tensor *t,
     a.row_stride = out_row_stride;
     a.col_stride = out_col_stride;
     int64_t hi = 0;
-    if (!reach(count, out_row_stride * 8, &a.out_lo, &hi) ||
-        !reach(a.ndim, out_col_stride * 8, &a.out_lo, &hi))
+    if (!trn__extent_or_empty(count, out_row_stride * 8, 1, &a.out_lo, &hi) ||
+        !trn__extent_or_empty(a.ndim, out_col_stride * 8, 1, &a.out_lo, &hi))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_nonzero_launch: output strides overflow");
     a.out_span = hi - a.out_lo + 8;
@@ -317,9 +304,7 @@ trn_status trn_masked_select_launch(trn_stream *stream, const trn_nz_tensor *src
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_masked_select_launch: invalid arguments");
     scan_args a, s;
-    memset(&a, 0, sizeof a);
-    memset(&s, 0, sizeof s);
-    int64_t n, ns;
+    int64_t n = 0, ns = 0;
     trn_status st = scan_setup(&a, mask, "trn_masked_select_launch", &n);
     if (st == TRN_SUCCESS) st = scan_setup(&s, src, "trn_masked_select_launch", &ns);
     if (st != TRN_SUCCESS || n == 0 || count == 0) return st;
@@ -337,7 +322,7 @@ trn_status trn_masked_select_launch(trn_stream *stream, const trn_nz_tensor *src
     a.out = out;
     a.out_stride = out_stride * (int64_t)a.src_es;
     int64_t hi = 0;
-    if (!reach(count, a.out_stride, &a.out_lo, &hi))
+    if (!trn__extent_or_empty(count, a.out_stride, 1, &a.out_lo, &hi))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_masked_select_launch: output strides overflow");
     a.out_span = hi - a.out_lo + (int64_t)a.src_es;

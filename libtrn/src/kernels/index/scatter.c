@@ -13,16 +13,11 @@
 #include "trn/convert.h"
 
 // ---- plain stores ----------------------------------------------------------------
-#define MOVE1(dp, sp, af, ai) memcpy(dp, sp, 1)
-#define MOVE2(dp, sp, af, ai) memcpy(dp, sp, 2)
-#define MOVE4(dp, sp, af, ai) memcpy(dp, sp, 4)
-#define MOVE8(dp, sp, af, ai) memcpy(dp, sp, 8)
-#define MOVE16(dp, sp, af, ai) memcpy(dp, sp, 16)
-TRN__INDEX_DRIVER(put1, 1, 1, MOVE1, 1, )
-TRN__INDEX_DRIVER(put2, 1, 2, MOVE2, 1, )
-TRN__INDEX_DRIVER(put4, 1, 4, MOVE4, 1, )
-TRN__INDEX_DRIVER(put8, 1, 8, MOVE8, 1, )
-TRN__INDEX_DRIVER(put16, 1, 16, MOVE16, 1, )
+TRN__INDEX_DRIVER(put1, 1, 1, TRN__INDEX_MOVE1, 1, )
+TRN__INDEX_DRIVER(put2, 1, 2, TRN__INDEX_MOVE2, 1, )
+TRN__INDEX_DRIVER(put4, 1, 4, TRN__INDEX_MOVE4, 1, )
+TRN__INDEX_DRIVER(put8, 1, 8, TRN__INDEX_MOVE8, 1, )
+TRN__INDEX_DRIVER(put16, 1, 16, TRN__INDEX_MOVE16, 1, )
 
 // ---- counts (MEAN): one per destination element, at byte offset / size ----------
 #define COUNT_ELEM(dp, sp, af, ai) \
@@ -32,24 +27,6 @@ TRN__INDEX_DRIVER(put16, 1, 16, MOVE16, 1, )
 TRN__INDEX_DRIVER(count_run, 1, 1, COUNT_ELEM, 0, COUNT_PROLOGUE)
 
 // ---- per-dtype element access ---------------------------------------------------
-static inline float ld_f16(const void *p) {
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return trn_half_to_float(v);
-}
-static inline void st_f16(void *p, float x) {
-    uint16_t v = trn_float_to_half(x);
-    memcpy(p, &v, 2);
-}
-static inline float ld_bf16(const void *p) {
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return trn_bf16_to_float(v);
-}
-static inline void st_bf16(void *p, float x) {
-    uint16_t v = trn_float_to_bf16(x);
-    memcpy(p, &v, 2);
-}
 #define DEF_LDST(tag, T)                                                      \
     static inline T ld_##tag(const void *p) {                                 \
         T v;                                                                  \
@@ -67,6 +44,11 @@ DEF_LDST(i64, int64_t)
 DEF_LDST(u16, uint16_t)
 DEF_LDST(u32, uint32_t)
 DEF_LDST(u64, uint64_t)
+// 16-bit floats: their bits move as u16 and convert on the way.
+static inline float ld_f16(const void *p) { return trn_half_to_float(ld_u16(p)); }
+static inline void st_f16(void *p, float x) { st_u16(p, trn_float_to_half(x)); }
+static inline float ld_bf16(const void *p) { return trn_bf16_to_float(ld_u16(p)); }
+static inline void st_bf16(void *p, float x) { st_u16(p, trn_float_to_bf16(x)); }
 static inline uint8_t ld_b(const void *p) {
     uint8_t v;
     memcpy(&v, p, 1);

@@ -2,6 +2,8 @@
 // stream/descriptor check, the fork check, the parallel grain, and (through
 // internal.h) the one access-range helper, trn__access_set. Private to
 // src/kernels; a kernel includes this and kit/dtype_io.h, not internal.h.
+// The task skeleton that opens a strided kernel's memory ranges around its
+// body (trn__access_run) lives here too.
 #ifndef TRN_KERNELS_KIT_LAUNCH_H
 #define TRN_KERNELS_KIT_LAUNCH_H
 
@@ -37,6 +39,29 @@ static inline int trn__extent(int64_t size, int64_t stride, int64_t es, int64_t 
         return 0;
     return reach < 0 ? !__builtin_add_overflow(*lo, reach, lo)
                      : !__builtin_add_overflow(*hi, reach, hi);
+}
+
+// The task skeleton of a strided kernel: the byte ranges [base[k] + lo[k],
+// + span[k]) of its n operands opened (protect mode; a NULL base or an empty
+// span is skipped), run(args), the ranges closed in reverse.
+static inline trn_status trn__access_run(trn_status (*run)(const void *), const void *args,
+                                         int n, const void *const *base, const int64_t *lo,
+                                         const int64_t *span) {
+    trn__access_set r;
+    r.count = 0;
+    for (int k = 0; k < n; k++)
+        if (base[k] != NULL)
+            trn__access_add(&r, trn__offset_ptr(base[k], lo[k]), (size_t)span[k]);
+    trn_status st = trn__access_begin(&r);
+    if (st == TRN_SUCCESS) st = run(args);
+    trn__access_end(&r);
+    return st;
+}
+
+// trn__extent for a dim that may be empty: size <= 0 reaches nothing.
+static inline int trn__extent_or_empty(int64_t size, int64_t stride, int64_t es, int64_t *lo,
+                                       int64_t *hi) {
+    return size <= 0 || trn__extent(size, stride, es, lo, hi);
 }
 
 // Items per trn_parallel_for piece when an item costs `per` elements and a

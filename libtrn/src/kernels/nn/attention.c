@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../internal.h"
+#include "../kit/launch.h"
 #include "../kit/counter_rng.h"
 #include "trn/scalar.h"
 #include "../blas/tile_mm.h"
@@ -496,8 +496,7 @@ static trn_status check_fwd(const trn_attention_desc *d, const char *fn) {
 }
 
 trn_status trn_attention_launch(trn_stream *stream, const trn_attention_desc *desc) {
-    if (stream == NULL || desc == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_attention_launch: stream or descriptor is NULL");
+    if (stream == NULL || desc == NULL) return trn__check_launch(stream, desc, "trn_attention_launch");
     trn_status st = check_fwd(desc, "trn_attention_launch");
     if (st != TRN_SUCCESS) return st;
     if (desc->batch * desc->heads * desc->q_len == 0) return TRN_SUCCESS;
@@ -508,9 +507,7 @@ trn_status trn_attention_launch(trn_stream *stream, const trn_attention_desc *de
 }
 
 trn_status trn_attention_backward_launch(trn_stream *stream, const trn_attention_backward_desc *desc) {
-    if (stream == NULL || desc == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_attention_backward_launch: stream or descriptor is NULL");
+    if (stream == NULL || desc == NULL) return trn__check_launch(stream, desc, "trn_attention_backward_launch");
     trn_status st = check_fwd(&desc->fwd, "trn_attention_backward_launch");
     if (st != TRN_SUCCESS) return st;
     const trn_attention_desc *d = &desc->fwd;

@@ -249,112 +249,61 @@ static trn_status check(trn_stream *stream, const void *d, trn_dtype dtype, int6
     return trn__fork_check();
 }
 
-static trn_status null_error(const char *fn) {
-    return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: a required pointer is NULL", fn);
-}
-
 // Nothing to do without hidden units, or without rows unless a bias
 // gradient (then an empty sum: zeros, written by the task) is wanted.
-static trn_status launch(trn_stream *stream, rnn_args *a) {
+// `need` lists the operands the kind cannot run without (each launch names
+// its own); the desc pointer d is only checked against NULL.
+static trn_status submit(trn_stream *stream, const void *d, const rnn_args *a,
+                         const void *const *need, int n_need, const char *fn) {
+    trn_status st = check(stream, d, a->dtype, a->batch, a->hidden, fn);
+    if (st != TRN_SUCCESS) return st;
+    for (int k = 0; k < n_need && a->batch * a->hidden > 0; k++)
+        if (need[k] == NULL)
+            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: a required pointer is NULL",
+                                  fn);
     if (a->hidden == 0 || (a->batch == 0 && !a->gb1 && !a->gb2)) return TRN_SUCCESS;
     return trn_stream_launch(stream, rnn_task, a, sizeof *a);
 }
 
 trn_status trn_lstm_cell_launch(trn_stream *stream, const trn_lstm_cell_desc *d) {
     static const char fn[] = "trn_lstm_cell_launch";
-    trn_status st = check(stream, d, d ? d->dtype : TRN_DTYPE_F32, d ? d->batch : 0,
-                          d ? d->hidden : 0, fn);
-    if (st != TRN_SUCCESS) return st;
-    if (d->batch * d->hidden > 0 && (!d->input_gates || !d->hidden_gates || !d->cx || !d->hy ||
-                                     !d->cy || !d->workspace))
-        return null_error(fn);
-    rnn_args a;
-    memset(&a, 0, sizeof a);
-    a.kind = LSTM_FWD;
-    a.dtype = d->dtype;
-    a.batch = d->batch;
-    a.hidden = d->hidden;
-    a.ig = d->input_gates;
-    a.hg = d->hidden_gates;
-    a.bi = d->input_bias;
-    a.bh = d->hidden_bias;
-    a.prev = d->cx;
-    a.hy = d->hy;
-    a.cy = d->cy;
-    a.ws = d->workspace;
-    return launch(stream, &a);
+    if (d == NULL) return trn__check_launch(stream, d, fn);
+    const rnn_args a = {.kind = LSTM_FWD, .dtype = d->dtype, .batch = d->batch,
+                        .hidden = d->hidden, .ig = d->input_gates, .hg = d->hidden_gates,
+                        .bi = d->input_bias, .bh = d->hidden_bias, .prev = d->cx,
+                        .hy = d->hy, .cy = d->cy, .ws = d->workspace};
+    return submit(stream, d, &a, (const void *[]){a.ig, a.hg, a.prev, a.hy, a.cy, a.ws}, 6, fn);
 }
 
 trn_status trn_lstm_cell_backward_launch(trn_stream *stream,
                                          const trn_lstm_cell_backward_desc *d) {
     static const char fn[] = "trn_lstm_cell_backward_launch";
-    trn_status st = check(stream, d, d ? d->dtype : TRN_DTYPE_F32, d ? d->batch : 0,
-                          d ? d->hidden : 0, fn);
-    if (st != TRN_SUCCESS) return st;
-    if (d->batch * d->hidden > 0 &&
-        (!d->cx || !d->cy || !d->workspace || !d->grad_gates || !d->grad_cx))
-        return null_error(fn);
-    rnn_args a;
-    memset(&a, 0, sizeof a);
-    a.kind = LSTM_BWD;
-    a.dtype = d->dtype;
-    a.batch = d->batch;
-    a.hidden = d->hidden;
-    a.gh = d->grad_hy;
-    a.gc = d->grad_cy;
-    a.prev = d->cx;
-    a.cy_in = d->cy;
-    a.ws_in = d->workspace;
-    a.g1 = d->grad_gates;
-    a.gprev = d->grad_cx;
-    a.gb1 = d->grad_bias;
-    return launch(stream, &a);
+    if (d == NULL) return trn__check_launch(stream, d, fn);
+    const rnn_args a = {.kind = LSTM_BWD, .dtype = d->dtype, .batch = d->batch,
+                        .hidden = d->hidden, .gh = d->grad_hy, .gc = d->grad_cy,
+                        .prev = d->cx, .cy_in = d->cy, .ws_in = d->workspace,
+                        .g1 = d->grad_gates, .gprev = d->grad_cx, .gb1 = d->grad_bias};
+    return submit(stream, d, &a, (const void *[]){a.prev, a.cy_in, a.ws_in, a.g1, a.gprev}, 5,
+                  fn);
 }
 
 trn_status trn_gru_cell_launch(trn_stream *stream, const trn_gru_cell_desc *d) {
     static const char fn[] = "trn_gru_cell_launch";
-    trn_status st = check(stream, d, d ? d->dtype : TRN_DTYPE_F32, d ? d->batch : 0,
-                          d ? d->hidden : 0, fn);
-    if (st != TRN_SUCCESS) return st;
-    if (d->batch * d->hidden > 0 &&
-        (!d->input_gates || !d->hidden_gates || !d->hx || !d->hy || !d->workspace))
-        return null_error(fn);
-    rnn_args a;
-    memset(&a, 0, sizeof a);
-    a.kind = GRU_FWD;
-    a.dtype = d->dtype;
-    a.batch = d->batch;
-    a.hidden = d->hidden;
-    a.ig = d->input_gates;
-    a.hg = d->hidden_gates;
-    a.bi = d->input_bias;
-    a.bh = d->hidden_bias;
-    a.prev = d->hx;
-    a.hy = d->hy;
-    a.ws = d->workspace;
-    return launch(stream, &a);
+    if (d == NULL) return trn__check_launch(stream, d, fn);
+    const rnn_args a = {.kind = GRU_FWD, .dtype = d->dtype, .batch = d->batch,
+                        .hidden = d->hidden, .ig = d->input_gates, .hg = d->hidden_gates,
+                        .bi = d->input_bias, .bh = d->hidden_bias, .prev = d->hx,
+                        .hy = d->hy, .ws = d->workspace};
+    return submit(stream, d, &a, (const void *[]){a.ig, a.hg, a.prev, a.hy, a.ws}, 5, fn);
 }
 
 trn_status trn_gru_cell_backward_launch(trn_stream *stream, const trn_gru_cell_backward_desc *d) {
     static const char fn[] = "trn_gru_cell_backward_launch";
-    trn_status st = check(stream, d, d ? d->dtype : TRN_DTYPE_F32, d ? d->batch : 0,
-                          d ? d->hidden : 0, fn);
-    if (st != TRN_SUCCESS) return st;
-    if (d->batch * d->hidden > 0 && (!d->grad_hy || !d->workspace || !d->grad_input_gates ||
-                                     !d->grad_hidden_gates || !d->grad_hx))
-        return null_error(fn);
-    rnn_args a;
-    memset(&a, 0, sizeof a);
-    a.kind = GRU_BWD;
-    a.dtype = d->dtype;
-    a.batch = d->batch;
-    a.hidden = d->hidden;
-    a.gh = d->grad_hy;
-    a.ws_in = d->workspace;
-    a.g1 = d->grad_input_gates;
-    a.g2 = d->grad_hidden_gates;
-    a.gprev = d->grad_hx;
-    a.gb1 = d->grad_input_bias;
-    a.gb2 = d->grad_hidden_bias;
-    return launch(stream, &a);
+    if (d == NULL) return trn__check_launch(stream, d, fn);
+    const rnn_args a = {.kind = GRU_BWD, .dtype = d->dtype, .batch = d->batch,
+                        .hidden = d->hidden, .gh = d->grad_hy, .ws_in = d->workspace,
+                        .g1 = d->grad_input_gates, .g2 = d->grad_hidden_gates,
+                        .gprev = d->grad_hx, .gb1 = d->grad_input_bias,
+                        .gb2 = d->grad_hidden_bias};
+    return submit(stream, d, &a, (const void *[]){a.gh, a.ws_in, a.g1, a.g2, a.gprev}, 5, fn);
 }

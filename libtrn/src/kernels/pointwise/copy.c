@@ -12,6 +12,7 @@
 
 #include "../kit/launch.h"
 #include "../kit/bf16_store.h"
+#include "../kit/dims.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
 
@@ -35,7 +36,7 @@ typedef struct copy_args {
     trn_dtype dst_dtype, src_dtype;
     int ndim;  // >= 1
     // Byte range each side touches, relative to dst/src (for protect mode).
-    int64_t dst_lo, dst_span, src_lo, src_span;
+    int64_t lo[2], span[2];  // [0] dst, [1] src
     int64_t dims[3 * TRN_MAX_DIMS];  // sizes, dst strides, src strides
 } copy_args;
 
@@ -321,16 +322,7 @@ static void copy_range(void *ctx, int64_t begin, int64_t end) {
         doff -= col * dstr[inner];  // back to the start of the row
         soff -= col * sstr[inner];
         col = 0;
-        for (int d = inner - 1; d >= 0; d--) {  // odometer over outer dims
-            if (++index[d] < size[d]) {
-                doff += dstr[d];
-                soff += sstr[d];
-                break;
-            }
-            index[d] = 0;
-            doff -= dstr[d] * (size[d] - 1);
-            soff -= sstr[d] * (size[d] - 1);
-        }
+        trn_kit_odo_next(inner, size, index, dstr, &doff, sstr, &soff, NULL, NULL);
     }
 }
 
@@ -379,31 +371,23 @@ static void transpose_range(void *ctx, int64_t b0, int64_t b1) {
     }
 }
 
-static void copy_run(copy_args *a) {
+static trn_status copy_run(const void *args) {
+    copy_args *a = (copy_args *)args;
     int64_t numel = 1;
     for (int d = 0; d < a->ndim; d++) numel *= a->dims[d];
     if (is_transpose(a)) {
         const int64_t bands = (a->dims[0] + TILE - 1) / TILE;
         int64_t grain = COPY_GRAIN / (TILE * a->dims[1]);
         trn_parallel_for(bands, grain < 1 ? 1 : grain, transpose_range, a);
-        return;
+        return TRN_SUCCESS;
     }
     trn_parallel_for(numel, COPY_GRAIN, copy_range, a);
+    return TRN_SUCCESS;
 }
 
 static trn_status copy_task(void *args) {
-    copy_args *a = args;
-    const void *dst_lo = trn__offset_ptr(a->dst, a->dst_lo);
-    const void *src_lo = trn__offset_ptr(a->src, a->src_lo);
-    trn_status st = trn__mem_access_begin(dst_lo, (size_t)a->dst_span);
-    if (st != TRN_SUCCESS) return st;
-    st = trn__mem_access_begin(src_lo, (size_t)a->src_span);
-    if (st == TRN_SUCCESS) {
-        copy_run(a);
-        trn__mem_access_end(src_lo, (size_t)a->src_span);
-    }
-    trn__mem_access_end(dst_lo, (size_t)a->dst_span);
-    return st;
+    const copy_args *a = args;
+    return trn__access_run(copy_run, a, 2, (const void *[]){a->dst, a->src}, a->lo, a->span);
 }
 
 // ---- launch -----------------------------------------------------------------------
@@ -428,9 +412,7 @@ static bool dim_extent(int64_t size, int64_t stride, size_t esize,
 }
 
 trn_status trn_copy_launch(trn_stream *stream, const trn_copy_desc *desc) {
-    if (stream == NULL || desc == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_copy_launch: stream or descriptor is NULL");
+    if (stream == NULL || desc == NULL) return trn__check_launch(stream, desc, "trn_copy_launch");
     const int nd = desc->ndim;
     if (nd < 0 || nd > TRN_MAX_DIMS)
         return invalid("ndim %d is outside 0..%lld", nd, TRN_MAX_DIMS);
@@ -466,56 +448,36 @@ trn_status trn_copy_launch(trn_stream *stream, const trn_copy_desc *desc) {
     a.src = desc->src;
     a.dst_dtype = desc->dst_dtype;
     a.src_dtype = desc->src_dtype;
-    a.dst_lo = a.src_lo = 0;
+    a.lo[0] = a.lo[1] = 0;
     const size_t dsize = trn_dtype_size(a.dst_dtype);
     const size_t ssize = trn_dtype_size(a.src_dtype);
     int64_t dst_hi = 0, src_hi = 0;
-    // Coalesce into temporaries: drop size-1 dims, then merge a dim into its
-    // outer neighbour when both sides are laid out contiguously across them.
-    int64_t size[TRN_MAX_DIMS], dstr[TRN_MAX_DIMS], sstr[TRN_MAX_DIMS];
-    int n = 0;
+    // Coalesce: drop size-1 dims, merge a dim into its outer neighbour when
+    // both sides are laid out contiguously across them (byte strides).
+    trn_kit_dims dims;
+    trn_kit_dims_init(&dims, 2);
     for (int d = 0; d < nd; d++) {
-        int64_t sz = desc->sizes[d], ds, ss;
+        int64_t sz = desc->sizes[d], s[2];
         if (sz == 1) continue;
         if (desc->dst_strides[d] == 0)
             return invalid("dst stride of dim %d is 0 but its size is %lld "
                            "(overlapping writes)",
                            d, sz);
-        if (!dim_extent(sz, desc->dst_strides[d], dsize, &ds, &a.dst_lo,
+        if (!dim_extent(sz, desc->dst_strides[d], dsize, &s[0], &a.lo[0],
                         &dst_hi) ||
-            !dim_extent(sz, desc->src_strides[d], ssize, &ss, &a.src_lo,
+            !dim_extent(sz, desc->src_strides[d], ssize, &s[1], &a.lo[1],
                         &src_hi))
             return invalid("dim %d: strides overflow the address space "
                            "(size %lld)",
                            d, sz);
-        int64_t dst_run, src_run;  // bytes spanned by a whole row of dim d
-        bool run_ok = !__builtin_mul_overflow(sz, ds, &dst_run) &&
-                      !__builtin_mul_overflow(sz, ss, &src_run);
-        if (n > 0 && run_ok && dstr[n - 1] == dst_run &&
-            sstr[n - 1] == src_run) {
-            size[n - 1] *= sz;
-            dstr[n - 1] = ds;
-            sstr[n - 1] = ss;
-            continue;
-        }
-        size[n] = sz;
-        dstr[n] = ds;
-        sstr[n] = ss;
-        n++;
+        trn_kit_dims_push(&dims, sz, s);
     }
-    if (n == 0) {  // 0-d, or all dims of size 1: one element
-        size[0] = 1;
-        dstr[0] = (int64_t)dsize;
-        sstr[0] = (int64_t)ssize;
-        n = 1;
-    }
-    a.ndim = n;
-    a.dst_span = dst_hi - a.dst_lo + (int64_t)dsize;
-    a.src_span = src_hi - a.src_lo + (int64_t)ssize;
-    memcpy(a.dims, size, (size_t)n * sizeof(int64_t));
-    memcpy(a.dims + n, dstr, (size_t)n * sizeof(int64_t));
-    memcpy(a.dims + 2 * n, sstr, (size_t)n * sizeof(int64_t));
-    size_t args_size = offsetof(copy_args, dims) + 3 * (size_t)n * sizeof(int64_t);
+    trn_kit_dims_finish(&dims, (const int64_t[]){(int64_t)dsize, (int64_t)ssize});
+    a.ndim = dims.n;
+    a.span[0] = dst_hi - a.lo[0] + (int64_t)dsize;
+    a.span[1] = src_hi - a.lo[1] + (int64_t)ssize;
+    const int64_t *end = trn_kit_dims_pack(&dims, a.dims);
+    size_t args_size = (size_t)((const char *)end - (const char *)&a);
     trn__copy_observe(stream, desc->dst, desc->src, (uint64_t)numel * dsize);
     return trn_stream_launch(stream, copy_task, &a, args_size);
 }

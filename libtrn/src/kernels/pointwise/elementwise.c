@@ -19,6 +19,7 @@
 
 #include "../kit/launch.h"
 #include "../kit/bf16_store.h"
+#include "../kit/dims.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
 #include "trn/scalar.h"
@@ -678,29 +679,20 @@ static void ew_range(void *vrun, int64_t begin, int64_t end) {
     }
 }
 
+static trn_status ew_exec(const void *args) {
+    ew_args *a = (ew_args *)args;
+    int64_t numel = 1;
+    for (int d = 0; d < a->ndim; d++) numel *= a->dims[d];
+    ew_run run = {a, false};
+    trn_parallel_for(numel, PARALLEL_GRAIN, ew_range, &run);
+    return run.zero_division ? trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "ZeroDivisionError")
+                             : TRN_SUCCESS;
+}
+
 static trn_status ew_task(void *args) {
-    ew_args *a = args;
-    const void *base[4] = {a->out, a->in[0], a->in[1], a->in[2]};
-    int begun = 0;
-    trn_status st = TRN_SUCCESS;
-    for (; begun < 4; begun++) {
-        if (base[begun] == NULL || a->span[begun] == 0) continue;
-        st = trn__mem_access_begin(trn__offset_ptr(base[begun], a->lo[begun]), (size_t)a->span[begun]);
-        if (st != TRN_SUCCESS) break;
-    }
-    if (st == TRN_SUCCESS) {
-        int64_t numel = 1;
-        for (int d = 0; d < a->ndim; d++) numel *= a->dims[d];
-        ew_run run = {a, false};
-        trn_parallel_for(numel, PARALLEL_GRAIN, ew_range, &run);
-        if (run.zero_division)
-            st = trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "ZeroDivisionError");
-    }
-    for (int k = begun - 1; k >= 0; k--) {
-        if (base[k] == NULL || a->span[k] == 0) continue;
-        trn__mem_access_end(trn__offset_ptr(base[k], a->lo[k]), (size_t)a->span[k]);
-    }
-    return st;
+    const ew_args *a = args;
+    return trn__access_run(ew_exec, a, 4, (const void *[]){a->out, a->in[0], a->in[1], a->in[2]},
+                           a->lo, a->span);
 }
 
 // ---- launch ---------------------------------------------------------------------------
@@ -808,10 +800,10 @@ trn_status trn_ew_launch(trn_stream *stream, const trn_ew_desc *desc) {
     pow_fast_path(&a);
     // Coalesce: drop size-1 dims; merge a dim into its outer neighbour when
     // every operand is laid out contiguously across both. Track byte ranges.
-    int64_t size[TRN_MAX_DIMS], str[4][TRN_MAX_DIMS];
+    trn_kit_dims dims;
+    trn_kit_dims_init(&dims, 4);
     int64_t hi[4] = {0, 0, 0, 0};
     const size_t osize = trn_dtype_size(a.out_dtype);
-    int n = 0;
     for (int d = 0; d < nd; d++) {
         const int64_t sz = desc->sizes[d];
         if (sz == 1) continue;
@@ -826,25 +818,10 @@ trn_status trn_ew_launch(trn_stream *stream, const trn_ew_desc *desc) {
             if (reach < 0) a.lo[k] += reach;
             else hi[k] += reach;
         }
-        bool merge = n > 0;
-        for (int k = 0; k < 4 && merge; k++) {
-            int64_t run;
-            merge = !__builtin_mul_overflow(sz, s[k], &run) && str[k][n - 1] == run;
-        }
-        if (merge) {
-            size[n - 1] *= sz;
-            for (int k = 0; k < 4; k++) str[k][n - 1] = s[k];
-            continue;
-        }
-        size[n] = sz;
-        for (int k = 0; k < 4; k++) str[k][n] = s[k];
-        n++;
+        trn_kit_dims_push(&dims, sz, s);
     }
-    if (n == 0) {  // a single element
-        size[0] = 1;
-        for (int k = 0; k < 4; k++) str[k][0] = 0;
-        n = 1;
-    }
+    trn_kit_dims_finish(&dims, (const int64_t[]){0, 0, 0, 0});
+    const int n = dims.n;
     a.span[0] = hi[0] - a.lo[0] + (int64_t)osize;
     for (int k = 0; k < 3; k++)
         a.span[k + 1] = a.in[k] != NULL ? hi[k + 1] - a.lo[k + 1] +
@@ -866,7 +843,7 @@ trn_status trn_ew_launch(trn_stream *stream, const trn_ew_desc *desc) {
         opmath = a.is_scalar[1];
         if (!opmath) {
             opmath = true;
-            for (int d = 0; d < n; d++) opmath = opmath && str[2][d] == 0;
+            for (int d = 0; d < n; d++) opmath = opmath && dims.stride[2][d] == 0;
         }
     }
     for (int k = 0; k < a.arity; k++) {
@@ -893,10 +870,10 @@ trn_status trn_ew_launch(trn_stream *stream, const trn_ew_desc *desc) {
         a.cpu_threads = desc->cpu_threads;
         a.numel = numel;
         const int in0 = n - 1;
-        bool contiguous = str[0][in0] == (int64_t)osize || size[in0] == 1;
+        bool contiguous = dims.stride[0][in0] == (int64_t)osize || dims.size[in0] == 1;
         int broadcast = 0;
         for (int k = 0; k < 2; k++) {
-            const int64_t s = a.in[k] != NULL ? str[k + 1][in0] : 0;
+            const int64_t s = a.in[k] != NULL ? dims.stride[k + 1][in0] : 0;
             if (s == 0) broadcast++;
             else contiguous = contiguous && s == (int64_t)trn_dtype_size(a.in_dtype[k]);
         }
@@ -915,10 +892,7 @@ trn_status trn_ew_launch(trn_stream *stream, const trn_ew_desc *desc) {
             if (exact) a.ctx.round16 = 0;
         }
     }
-    for (int d = 0; d < n; d++) {
-        a.dims[d] = size[d];
-        for (int k = 0; k < 4; k++) a.dims[(k + 1) * n + d] = str[k][d];
-    }
-    const size_t used = offsetof(ew_args, dims) + sizeof(int64_t) * (size_t)(5 * n);
+    const int64_t *end = trn_kit_dims_pack(&dims, a.dims);
+    const size_t used = (size_t)((const char *)end - (const char *)&a);
     return trn_stream_launch(stream, ew_task, &a, used);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kit/dims.h"
 #include "../kit/launch.h"
 #include "trn/convert.h"
 #include "trn/fill.h"
@@ -89,14 +90,7 @@ static void fill_exec(const fill_args *a, const unsigned char *v) {
     int64_t idx[TRN_MAX_DIMS] = {0}, off = 0;
     for (int64_t it = 0; it < outer; it++) {
         fill_run(a->out + off * a->esize, str[inner], size[inner], v, a->esize);
-        for (int d = inner - 1; d >= 0; d--) {
-            if (++idx[d] < size[d]) {
-                off += str[d];
-                break;
-            }
-            idx[d] = 0;
-            off -= str[d] * (size[d] - 1);
-        }
+        trn_kit_odo_next(inner, size, idx, str, &off, NULL, NULL, NULL, NULL);
     }
 }
 
@@ -128,8 +122,9 @@ trn_status trn_fill_launch(trn_stream *stream, const trn_fill_desc *d) {
     fill_args a;
     memset(&a, 0, offsetof(fill_args, dims));
     a.esize = (int64_t)trn_dtype_size(d->dtype);
-    int64_t sz[TRN_MAX_DIMS], str[TRN_MAX_DIMS], numel = 1, hi = 0;
-    int n = 0;
+    trn_kit_dims dims;
+    trn_kit_dims_init(&dims, 1);
+    int64_t numel = 1, hi = 0;
     for (int k = 0; k < d->ndim; k++) {
         const int64_t s = d->sizes[k];
         if (s < 0) return bad(fn, "negative size");
@@ -138,32 +133,19 @@ trn_status trn_fill_launch(trn_stream *stream, const trn_fill_desc *d) {
         if (s > 0 && d->strides[k] == 0) return bad(fn, "stride 0 on a dim of size > 1");
         if (s > 0 && !trn__extent(s, d->strides[k], a.esize, &a.lo, &hi))
             return bad(fn, "strides overflow the address space");
-        if (n > 0 && str[n - 1] == d->strides[k] * s) {  // merge with outer dim
-            sz[n - 1] *= s;
-            str[n - 1] = d->strides[k];
-            continue;
-        }
-        sz[n] = s;
-        str[n] = d->strides[k];
-        n++;
+        trn_kit_dims_push(&dims, s, &d->strides[k]);
     }
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS || numel == 0) return st;
     if (d->out == NULL) return bad(fn, "out is NULL");
-    if (n == 0) {
-        sz[0] = 1;
-        str[0] = 1;
-        n = 1;
-    }
+    trn_kit_dims_finish(&dims, (const int64_t[]){1});
     a.out = d->out;
     a.value_ptr = d->value_ptr;
     memcpy(a.value, d->value, sizeof a.value);
     a.span = hi - a.lo + a.esize;
-    a.ndim = n;
-    memcpy(a.dims, sz, (size_t)n * 8);
-    memcpy(a.dims + n, str, (size_t)n * 8);
-    return trn_stream_launch(stream, fill_task, &a,
-                             offsetof(fill_args, dims) + 2 * (size_t)n * 8);
+    a.ndim = dims.n;
+    const int64_t *end = trn_kit_dims_pack(&dims, a.dims);
+    return trn_stream_launch(stream, fill_task, &a, (size_t)((const char *)end - (const char *)&a));
 }
 
 // ---- arange / linspace ---------------------------------------------------------
@@ -302,7 +284,7 @@ typedef struct tri_args {
     int64_t diagonal, esize;
     const char *in;
     char *out;
-    int64_t in_lo, in_span, out_lo, out_span;
+    int64_t lo[2], span[2];  // [0] out, [1] in
     int nb;                          // batch dims
     int64_t rows, cols, in_rs, in_cs, out_rs, out_cs;
     int64_t dims[3 * TRN_MAX_DIMS];  // batch sizes, in strides, out strides
@@ -370,21 +352,18 @@ static void tri_rows(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
+static trn_status tri_run(const void *args) {
+    tri_args *a = (tri_args *)args;
+    int64_t total = a->rows;
+    for (int d = 0; d < a->nb; d++) total *= a->dims[d];
+    int64_t grain = GRAIN / (a->cols > 0 ? a->cols : 1);
+    trn_parallel_for(total, grain > 0 ? grain : 1, tri_rows, a);
+    return TRN_SUCCESS;
+}
+
 static trn_status tri_task(void *args) {
-    tri_args *a = args;
-    const void *olo = trn__offset_ptr(a->out, a->out_lo), *ilo = trn__offset_ptr(a->in, a->in_lo);
-    trn_status st = trn__mem_access_begin(olo, (size_t)a->out_span);
-    if (st != TRN_SUCCESS) return st;
-    st = trn__mem_access_begin(ilo, (size_t)a->in_span);
-    if (st == TRN_SUCCESS) {
-        int64_t total = a->rows;
-        for (int d = 0; d < a->nb; d++) total *= a->dims[d];
-        int64_t grain = GRAIN / (a->cols > 0 ? a->cols : 1);
-        trn_parallel_for(total, grain > 0 ? grain : 1, tri_rows, a);
-        trn__mem_access_end(ilo, (size_t)a->in_span);
-    }
-    trn__mem_access_end(olo, (size_t)a->out_span);
-    return st;
+    const tri_args *a = args;
+    return trn__access_run(tri_run, a, 2, (const void *[]){a->out, a->in}, a->lo, a->span);
 }
 
 trn_status trn_tri_launch(trn_stream *stream, const trn_tri_desc *d) {
@@ -410,8 +389,8 @@ trn_status trn_tri_launch(trn_stream *stream, const trn_tri_desc *d) {
     for (int k = 0; k < d->ndim; k++) {
         const int64_t s = d->sizes[k];
         if (s > 1 && d->out_strides[k] == 0) return bad(fn, "output stride 0 on a dim of size > 1");
-        if (!trn__extent(s, d->in_strides[k], a.esize, &a.in_lo, &ihi) ||
-            !trn__extent(s, d->out_strides[k], a.esize, &a.out_lo, &ohi))
+        if (!trn__extent(s, d->in_strides[k], a.esize, &a.lo[1], &ihi) ||
+            !trn__extent(s, d->out_strides[k], a.esize, &a.lo[0], &ohi))
             return bad(fn, "strides overflow the address space");
         if (k < d->ndim - 2 && s != 1) {
             bsz[nb] = s;
@@ -424,8 +403,8 @@ trn_status trn_tri_launch(trn_stream *stream, const trn_tri_desc *d) {
     a.upper = d->upper != 0;
     a.in = d->in;
     a.out = d->out;
-    a.in_span = ihi - a.in_lo + a.esize;
-    a.out_span = ohi - a.out_lo + a.esize;
+    a.span[1] = ihi - a.lo[1] + a.esize;
+    a.span[0] = ohi - a.lo[0] + a.esize;
     const int r = d->ndim - 2, c = d->ndim - 1;
     a.rows = d->sizes[r];
     a.cols = d->sizes[c];

@@ -181,18 +181,19 @@ TRN_KIT_FLOAT_TYPES(DEFINE_MAX_FAST)
 
 TRN_KIT_FLOAT_TYPES(DEFINE_POOL)
 
+#define FWD(E, N, ...) fwd_##N,
+#define BWD(E, N, ...) bwd_##N,
+static const trn__pool_loops loops = {{TRN_KIT_FLOAT_TYPES(FWD)}, {TRN_KIT_FLOAT_TYPES(BWD)}};
+#undef FWD
+#undef BWD
+
 static trn_status pool_task(void *args) {
     pool_args *a = args;
     const trn_pool2d_geometry *g = &a->g;
-    trn__pool_shape shape = {g->planes, g->in_h * g->in_w, g->out_h * g->out_w, g->kh * g->kw,
-                             NULL, NULL, "max_pool backward: an index is outside its input plane"};
-    switch (a->io.dtype) {
-#define CASE(E, N, ...) case E: shape.fwd = fwd_##N; shape.bwd = bwd_##N; break;
-        TRN_KIT_FLOAT_TYPES(CASE)
-#undef CASE
-    default: break;
-    }
-    return trn__pool_run(&a->io, &shape, a);
+    const trn__pool_shape shape = {g->planes, g->in_h * g->in_w, g->out_h * g->out_w,
+                                   g->kh * g->kw,
+                                   "max_pool backward: an index is outside its input plane"};
+    return trn__pool_run(&a->io, &shape, &loops, a);
 }
 
 static trn_status check(trn_stream *stream, const void *d, trn_dtype dtype, trn_pool_mode mode,
@@ -210,22 +211,24 @@ static trn_status check(trn_stream *stream, const void *d, trn_dtype dtype, trn_
     return trn__fork_check();
 }
 
-trn_status trn_pool2d_launch(trn_stream *stream, const trn_pool2d_desc *d) {
-    trn_status st = check(stream, d, d ? d->dtype : TRN_DTYPE_F32, d ? d->mode : TRN_POOL_MAX,
-                          d ? &d->g : &(trn_pool2d_geometry){0}, "trn_pool2d_launch");
+// Forward and backward: io says which (d is non-NULL).
+static trn_status launch(trn_stream *stream, const void *d, trn__pool_io io,
+                         const trn_pool2d_geometry *g, const char *fn) {
+    trn_status st = check(stream, d, io.dtype, io.mode, g, fn);
     if (st != TRN_SUCCESS) return st;
-    if (d->g.planes * d->g.out_h * d->g.out_w == 0) return TRN_SUCCESS;
-    pool_args a = {TRN__POOL_FORWARD_IO(d), d->g};
-    st = trn__pool_check_forward(&a.io, d->g.in_h * d->g.in_w, "trn_pool2d_launch");
-    return st != TRN_SUCCESS ? st : trn_stream_launch(stream, pool_task, &a, sizeof a);
+    pool_args a = {io, *g};
+    return trn__pool_submit(stream, &a.io, g->planes, g->in_h * g->in_w, g->out_h * g->out_w,
+                            pool_task, sizeof a, fn);
+}
+
+trn_status trn_pool2d_launch(trn_stream *stream, const trn_pool2d_desc *d) {
+    static const char fn[] = "trn_pool2d_launch";
+    if (d == NULL) return trn__check_launch(stream, d, fn);
+    return launch(stream, d, TRN__POOL_FORWARD_IO(d), &d->g, fn);
 }
 
 trn_status trn_pool2d_backward_launch(trn_stream *stream, const trn_pool2d_backward_desc *d) {
-    trn_status st = check(stream, d, d ? d->dtype : TRN_DTYPE_F32, d ? d->mode : TRN_POOL_MAX,
-                          d ? &d->g : &(trn_pool2d_geometry){0}, "trn_pool2d_backward_launch");
-    if (st != TRN_SUCCESS) return st;
-    if (d->g.planes * d->g.in_h * d->g.in_w == 0) return TRN_SUCCESS;
-    pool_args a = {TRN__POOL_BACKWARD_IO(d), d->g};
-    st = trn__pool_check_backward(&a.io, d->g.out_h * d->g.out_w, "trn_pool2d_backward_launch");
-    return st != TRN_SUCCESS ? st : trn_stream_launch(stream, pool_task, &a, sizeof a);
+    static const char fn[] = "trn_pool2d_backward_launch";
+    if (d == NULL) return trn__check_launch(stream, d, fn);
+    return launch(stream, d, TRN__POOL_BACKWARD_IO(d), &d->g, fn);
 }

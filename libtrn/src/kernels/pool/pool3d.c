@@ -158,19 +158,19 @@ TRN_KIT_FLOAT_TYPES(DEFINE_POOL3)
 
 static int64_t vol(const int64_t v[3]) { return v[0] * v[1] * v[2]; }
 
+#define FWD(E, N, ...) fwd_##N,
+#define BWD(E, N, ...) bwd_##N,
+static const trn__pool_loops loops3 = {{TRN_KIT_FLOAT_TYPES(FWD)}, {TRN_KIT_FLOAT_TYPES(BWD)}};
+#undef FWD
+#undef BWD
+
 static trn_status pool3_task(void *args) {
     pool3_args *a = args;
     const trn_pool3d_geometry *g = &a->g;
     // A forward output reads about one input volume at most: 8 is its estimate.
-    trn__pool_shape shape = {g->planes, vol(g->in), vol(g->out), 8, NULL, NULL,
-                             "max pool backward: an index is outside its input volume"};
-    switch (a->io.dtype) {
-#define CASE(E, N, ...) case E: shape.fwd = fwd_##N; shape.bwd = bwd_##N; break;
-        TRN_KIT_FLOAT_TYPES(CASE)
-#undef CASE
-    default: break;
-    }
-    return trn__pool_run(&a->io, &shape, a);
+    const trn__pool_shape shape = {g->planes, vol(g->in), vol(g->out), 8,
+                                   "max pool backward: an index is outside its input volume"};
+    return trn__pool_run(&a->io, &shape, &loops3, a);
 }
 
 static trn_status check(trn_stream *stream, const void *d, trn_dtype dtype, trn_pool_mode mode,
@@ -194,24 +194,24 @@ static trn_status check(trn_stream *stream, const void *d, trn_dtype dtype, trn_
     return trn__fork_check();
 }
 
-static const trn_pool3d_geometry zero_geometry;
+// Forward and backward: io says which (d is non-NULL).
+static trn_status launch3(trn_stream *stream, const void *d, trn__pool_io io,
+                          const trn_pool3d_geometry *g, const char *fn) {
+    trn_status st = check(stream, d, io.dtype, io.mode, g, fn);
+    if (st != TRN_SUCCESS) return st;
+    pool3_args a = {io, *g};
+    return trn__pool_submit(stream, &a.io, g->planes, vol(g->in), vol(g->out), pool3_task,
+                            sizeof a, fn);
+}
 
 trn_status trn_pool3d_launch(trn_stream *stream, const trn_pool3d_desc *d) {
-    trn_status st = check(stream, d, d ? d->dtype : TRN_DTYPE_F32, d ? d->mode : TRN_POOL_MAX,
-                          d ? &d->g : &zero_geometry, "trn_pool3d_launch");
-    if (st != TRN_SUCCESS) return st;
-    if (d->g.planes * vol(d->g.out) == 0) return TRN_SUCCESS;
-    pool3_args a = {TRN__POOL_FORWARD_IO(d), d->g};
-    st = trn__pool_check_forward(&a.io, vol(d->g.in), "trn_pool3d_launch");
-    return st != TRN_SUCCESS ? st : trn_stream_launch(stream, pool3_task, &a, sizeof a);
+    static const char fn[] = "trn_pool3d_launch";
+    return d ? launch3(stream, d, TRN__POOL_FORWARD_IO(d), &d->g, fn)
+             : trn__check_launch(stream, d, fn);
 }
 
 trn_status trn_pool3d_backward_launch(trn_stream *stream, const trn_pool3d_backward_desc *d) {
-    trn_status st = check(stream, d, d ? d->dtype : TRN_DTYPE_F32, d ? d->mode : TRN_POOL_MAX,
-                          d ? &d->g : &zero_geometry, "trn_pool3d_backward_launch");
-    if (st != TRN_SUCCESS) return st;
-    if (d->g.planes * vol(d->g.in) == 0) return TRN_SUCCESS;
-    pool3_args a = {TRN__POOL_BACKWARD_IO(d), d->g};
-    st = trn__pool_check_backward(&a.io, vol(d->g.out), "trn_pool3d_backward_launch");
-    return st != TRN_SUCCESS ? st : trn_stream_launch(stream, pool3_task, &a, sizeof a);
+    static const char fn[] = "trn_pool3d_backward_launch";
+    return d ? launch3(stream, d, TRN__POOL_BACKWARD_IO(d), &d->g, fn)
+             : trn__check_launch(stream, d, fn);
 }

@@ -32,7 +32,25 @@ trn_status trn__pool_check_backward(const trn__pool_io *io, int64_t out_n, const
     return TRN_SUCCESS;
 }
 
-trn_status trn__pool_run(trn__pool_io *io, const trn__pool_shape *s, void *ctx) {
+trn_status trn__pool_submit(trn_stream *stream, trn__pool_io *io, int64_t planes, int64_t in_n,
+                            int64_t out_n, trn_task_fn task, size_t size, const char *fn) {
+    if (planes * (io->backward ? in_n : out_n) == 0) return TRN_SUCCESS;
+    const trn_status st = io->backward ? trn__pool_check_backward(io, out_n, fn)
+                                       : trn__pool_check_forward(io, in_n, fn);
+    return st != TRN_SUCCESS ? st : trn_stream_launch(stream, task, io, size);
+}
+
+// The position of a floating dtype in TRN_KIT_FLOAT_TYPES (launch checked it).
+static int float_slot(trn_dtype d) {
+    int k = 0;
+#define SLOT(E, ...) if (d == E) return k; k++;
+    TRN_KIT_FLOAT_TYPES(SLOT)
+#undef SLOT
+    return 0;
+}
+
+trn_status trn__pool_run(trn__pool_io *io, const trn__pool_shape *s, const trn__pool_loops *l,
+                         void *ctx) {
     const size_t es = trn_dtype_size(io->dtype);
     const size_t in_b = (size_t)(s->planes * s->in_n), out_b = (size_t)(s->planes * s->out_n);
     const void *ix = io->backward ? (const void *)io->idx_in : (const void *)io->idx_out;
@@ -50,7 +68,7 @@ trn_status trn__pool_run(trn__pool_io *io, const trn__pool_shape *s, void *ctx) 
                                                      : out_b * (size_t)s->fwd_reads) /
                                        (size_t)s->planes);
         trn_parallel_for(s->planes, work > 0 ? trn__grain(TRN__POOL_GRAIN, work) : 1,
-                         io->backward ? s->bwd : s->fwd, ctx);
+                         (io->backward ? l->bwd : l->fwd)[float_slot(io->dtype)], ctx);
     }
     trn__access_end(&rg);
     if (st == TRN_SUCCESS && atomic_load(&bad) == 1)

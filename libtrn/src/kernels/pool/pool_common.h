@@ -34,16 +34,27 @@ typedef struct trn__pool_io {
 typedef struct trn__pool_shape {
     int64_t planes, in_n, out_n;  // planes and elements per input / output plane
     int64_t fwd_reads;            // input elements a forward output reads (estimate)
-    trn_parallel_fn fwd, bwd;     // loops over [p0, p1) planes
     const char *outside;          // the error when a max index leaves its plane
 } trn__pool_shape;
+
+// A kernel's loops over [p0, p1) planes, one per floating dtype in
+// TRN_KIT_FLOAT_TYPES order (F16, BF16, F32, F64).
+typedef struct trn__pool_loops {
+    trn_parallel_fn fwd[4], bwd[4];
+} trn__pool_loops;
 
 // Null/dtype/mode checks every pooling launch starts with.
 trn_status trn__pool_check(const trn_stream *stream, const void *desc, trn_dtype dtype,
                            trn_pool_mode mode, const char *fn);
-// The task body: opens the ranges, splits planes across the pool, and turns
-// what the backward flagged into the task's error.
-trn_status trn__pool_run(trn__pool_io *io, const trn__pool_shape *s, void *ctx);
+// The task body: picks the dtype's loop, opens the ranges, splits planes
+// across the pool, and turns what the backward flagged into the task's error.
+trn_status trn__pool_run(trn__pool_io *io, const trn__pool_shape *s, const trn__pool_loops *l,
+                         void *ctx);
+// The launch tail both kernels share, once the descriptor and geometry are
+// checked: nothing to do without outputs (forward) / inputs (backward), the
+// pointer checks, then the task. args (size bytes) starts with *io.
+trn_status trn__pool_submit(trn_stream *stream, trn__pool_io *io, int64_t planes, int64_t in_n,
+                            int64_t out_n, trn_task_fn task, size_t size, const char *fn);
 // The forward's pointers (x, y, and indices for max) and a non-empty input.
 trn_status trn__pool_check_forward(const trn__pool_io *io, int64_t in_n, const char *fn);
 // The backward's pointers: dx always, dy and indices when there is an output.

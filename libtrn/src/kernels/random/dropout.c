@@ -5,7 +5,8 @@
 // pool splits the range and a (seed, offset) reproduces its mask exactly.
 #include <string.h>
 
-#include "../../internal.h"
+#include "../kit/dtype_io.h"
+#include "../kit/launch.h"
 #include "../kit/counter_rng.h"
 #include "trn/convert.h"
 #include "trn/loss.h"
@@ -37,12 +38,9 @@ static inline uint8_t keep_bit(const drop_args *a, int64_t i) {
             o[i] = ST(k ? (C)LD(x[i]) * s : (C)0);                              \
         }                                                                       \
     }
-#define LD_id(v) (v)
-#define ST_id(v) (v)
-DEFINE_DROP(f16, uint16_t, float, trn_half_to_float, trn_float_to_half)
-DEFINE_DROP(bf16, uint16_t, float, trn_bf16_to_float, trn_float_to_bf16)
-DEFINE_DROP(f32, float, float, LD_id, ST_id)
-DEFINE_DROP(f64, double, double, LD_id, ST_id)
+#define DROP_X(E, N, T, C, V, LD, ST) DEFINE_DROP(N, T, C, LD, ST)
+TRN_KIT_FLOAT_TYPES(DROP_X)
+#undef DROP_X
 
 static void drop_piece(void *ctx, int64_t b, int64_t e) {
     const drop_args *a = ctx;
@@ -51,10 +49,9 @@ static void drop_piece(void *ctx, int64_t b, int64_t e) {
         return;
     }
     switch (a->dtype) {
-    case TRN_DTYPE_F16: drop_f16(a, b, e); break;
-    case TRN_DTYPE_BF16: drop_bf16(a, b, e); break;
-    case TRN_DTYPE_F32: drop_f32(a, b, e); break;
-    case TRN_DTYPE_F64: drop_f64(a, b, e); break;
+#define CASE(E, N, ...) case E: drop_##N(a, b, e); break;
+        TRN_KIT_FLOAT_TYPES(CASE)
+#undef CASE
     default: break;
     }
 }
@@ -82,11 +79,8 @@ static trn_status drop_task(void *args) {
 }
 
 trn_status trn_dropout_launch(trn_stream *stream, const trn_dropout_desc *d) {
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_dropout_launch: stream or descriptor is NULL");
-    if (d->dtype != TRN_DTYPE_F16 && d->dtype != TRN_DTYPE_BF16 && d->dtype != TRN_DTYPE_F32 &&
-        d->dtype != TRN_DTYPE_F64)
+    if (stream == NULL || d == NULL) return trn__check_launch(stream, d, "trn_dropout_launch");
+    if (!trn__is_float_dtype(d->dtype))
         return trn__set_error(TRN_ERROR_UNSUPPORTED, "trn_dropout_launch: dtype %s not supported",
                               trn_dtype_name(d->dtype));
     if (d->n < 0 || !(d->p >= 0.0 && d->p <= 1.0))

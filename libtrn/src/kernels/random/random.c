@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../../internal.h"
+#include "../kit/launch.h"
 #include "../kit/counter_rng.h"
 #include "../kit/dtype_io.h"
 #include "trn/parallel.h"
@@ -112,9 +112,7 @@ static int is_float(trn_dtype t) {
 uint64_t trn_random_key(uint64_t seed, uint64_t counter) { return trn__rng_hash(seed, counter); }
 
 trn_status trn_random_launch(trn_stream *stream, const trn_random_desc *d) {
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_random_launch: stream or descriptor is NULL");
+    if (stream == NULL || d == NULL) return trn__check_launch(stream, d, "trn_random_launch");
     if ((unsigned)d->dist >= TRN_RANDOM_DIST_COUNT || (unsigned)d->dtype >= TRN_DTYPE_COUNT)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_random_launch: invalid distribution or dtype");

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../internal.h"
+#include "../kit/launch.h"
 #include "../kit/counter_rng.h"
 #include "../kit/dtype_io.h"
 #include "trn/parallel.h"
@@ -67,9 +67,7 @@ static trn_status perm_task(void *args) {
 }
 
 trn_status trn_randperm_launch(trn_stream *stream, const trn_randperm_desc *d) {
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_randperm_launch: stream or descriptor is NULL");
+    if (stream == NULL || d == NULL) return trn__check_launch(stream, d, "trn_randperm_launch");
     if (!is_int(d->dtype) && !is_float(d->dtype))
         return trn__set_error(TRN_ERROR_UNSUPPORTED, "trn_randperm_launch: dtype %s is not supported",
                               trn_dtype_name(d->dtype));
@@ -217,9 +215,7 @@ static trn_status multi_task(void *args) {
 }
 
 trn_status trn_multinomial_launch(trn_stream *stream, const trn_multinomial_desc *d) {
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_multinomial_launch: stream or descriptor is NULL");
+    if (stream == NULL || d == NULL) return trn__check_launch(stream, d, "trn_multinomial_launch");
     if (!is_float(d->dtype))
         return trn__set_error(TRN_ERROR_UNSUPPORTED,
                               "trn_multinomial_launch: dtype %s is not supported",

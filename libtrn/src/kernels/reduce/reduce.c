@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kit/dims.h"
 #include "../kit/launch.h"
 #include "trn/scalar.h"
 #include "trn/convert.h"
@@ -67,25 +68,6 @@ _Static_assert(sizeof(reduce_args) <= TRN_TASK_MAX_ARGS, "reduce args too large"
 #define ISIZE(a) ((a)->dims + 4 * (a)->n_outer)
 #define ISTR(a) ((a)->dims + 4 * (a)->n_outer + (a)->n_inner)
 
-// Advances a row-major odometer over nd dims (the last varying fastest),
-// keeping up to three offsets in step. Returns false after the last index.
-static inline int odo_next(int nd, const int64_t *size, int64_t *idx,
-                           const int64_t *s0, int64_t *o0, const int64_t *s1,
-                           int64_t *o1, const int64_t *s2, int64_t *o2) {
-    for (int d = nd - 1; d >= 0; d--) {
-        if (++idx[d] < size[d]) {
-            *o0 += s0[d];
-            if (s1) *o1 += s1[d];
-            if (s2) *o2 += s2[d];
-            return 1;
-        }
-        idx[d] = 0;
-        *o0 -= s0[d] * (size[d] - 1);
-        if (s1) *o1 -= s1[d] * (size[d] - 1);
-        if (s2) *o2 -= s2[d] * (size[d] - 1);
-    }
-    return 0;
-}
 
 // ---- per-dtype load/store -------------------------------------------------------
 // LD_x(v): storage value -> compute value; ST_x(v): compute value -> storage.
@@ -294,14 +276,14 @@ static int par_segments(int64_t off, int64_t n, int depth, par_seg *out, int k) 
                                 acc[j] = (IDENT);                                \
                             }                                                    \
                         }                                                        \
-                    } while (odo_next(ni, is, iidx, ist, &roff, NULL, NULL,      \
+                    } while (trn_kit_odo_next(ni, is, iidx, ist, &roff, NULL, NULL,      \
                                       NULL, NULL));                              \
                     for (int64_t j = 0; j < w; j++) {                            \
                         const A v = COMB(tot[j], acc[j]);                        \
                         STORE(a->out + (ooff + j0 + j) * oes, FIN(A, v, cnt, p)); \
                     }                                                            \
                 }                                                                \
-            } while (odo_next(no - 1, os, oidx, osi, &ioff, oso, &ooff, NULL,    \
+            } while (trn_kit_odo_next(no - 1, os, oidx, osi, &ioff, oso, &ooff, NULL,    \
                               NULL));                                            \
             return;                                                              \
         }                                                                        \
@@ -316,11 +298,11 @@ static int par_segments(int64_t off, int64_t n, int depth, par_seg *out, int k) 
                               ? fn##_contig(in + ioff + roff, nlast, p)          \
                               : fn##_strided(in + ioff + roff, nlast, slast, p); \
                     acc = COMB(acc, r);                                          \
-                } while (odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL,      \
+                } while (trn_kit_odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL,      \
                                   NULL, NULL));                                  \
             }                                                                    \
             STORE(a->out + ooff * oes, FIN(A, acc, cnt, p));                     \
-        } while (odo_next(no, os, oidx, osi, &ioff, oso, &ooff, NULL, &dummy));  \
+        } while (trn_kit_odo_next(no, os, oidx, osi, &ioff, oso, &ooff, NULL, &dummy));  \
     }
 
 #define MC(fn, T, CT, A, LD, MAP, COMB, IDENT, FIN, STORE)                       \
@@ -422,7 +404,7 @@ FLOAT_DTYPES(DEFINE_FLOAT_KINDS)
                     }                                                            \
                 }                                                                \
                 base += nlast;                                                   \
-            } while (odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL, NULL,    \
+            } while (trn_kit_odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL, NULL,    \
                               NULL));                                            \
             if (values) {                                                        \
                 store_f(a->out_dtype, a->out + ooff * oes, (double)best);        \
@@ -430,7 +412,7 @@ FLOAT_DTYPES(DEFINE_FLOAT_KINDS)
             } else {                                                             \
                 memcpy(a->out + ooff * 8, &bi, 8);                               \
             }                                                                    \
-        } while (odo_next(no, os, oidx, osi, &ioff, oso, &ooff,                  \
+        } while (trn_kit_odo_next(no, os, oidx, osi, &ioff, oso, &ooff,                  \
                           values ? oso2 : NULL, &o2off));                        \
     }
 
@@ -467,7 +449,7 @@ FLOAT_DTYPES(DEFINE_FLOAT_KINDS)
                     }                                                            \
                 }                                                                \
                 base += nlast;                                                   \
-            } while (odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL, NULL,    \
+            } while (trn_kit_odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL, NULL,    \
                               NULL));                                            \
             if (values) {                                                        \
                 memcpy(a->out + ooff * (int64_t)sizeof(T), &best, sizeof(T));    \
@@ -475,7 +457,7 @@ FLOAT_DTYPES(DEFINE_FLOAT_KINDS)
             } else {                                                             \
                 memcpy(a->out + ooff * 8, &bi, 8);                               \
             }                                                                    \
-        } while (odo_next(no, os, oidx, osi, &ioff, oso, &ooff,                  \
+        } while (trn_kit_odo_next(no, os, oidx, osi, &ioff, oso, &ooff,                  \
                           values ? oso2 : NULL, &o2off));                        \
     }
 INT_DTYPES(DEFINE_ARG_INT)
@@ -548,7 +530,7 @@ FLOAT_DTYPES(DEFINE_ARG_FLOAT)
                         s1 += slast == 1 ? sumd_##N##_contig(xs, nlast, 0)       \
                                          : sumd_##N##_strided(xs, nlast, slast, 0); \
                     }                                                            \
-                } while (odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL,      \
+                } while (trn_kit_odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL,      \
                                   NULL, NULL));                                  \
             }                                                                    \
             double mean = s1 / n, result;                                        \
@@ -560,7 +542,7 @@ FLOAT_DTYPES(DEFINE_ARG_FLOAT)
                     roff = 0;                                                    \
                     do {                                                         \
                         se += lse_exp_##N(in + ioff + roff, nlast, slast, m);    \
-                    } while (odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL,  \
+                    } while (trn_kit_odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL,  \
                                       NULL, NULL));                              \
                 }                                                                \
                 result = (double)((C)log((double)se) + m);                       \
@@ -571,7 +553,7 @@ FLOAT_DTYPES(DEFINE_ARG_FLOAT)
                     roff = 0;                                                    \
                     do {                                                         \
                         m2 += devsq_##N(in + ioff + roff, nlast, slast, mean);   \
-                    } while (odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL,  \
+                    } while (trn_kit_odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL,  \
                                       NULL, NULL));                              \
                 }                                                                \
                 const double div = n - a->param > 0 ? n - a->param : 0;          \
@@ -580,7 +562,7 @@ FLOAT_DTYPES(DEFINE_ARG_FLOAT)
             }                                                                    \
             store_f(a->out_dtype, a->out + ooff * oes, result);                  \
             if (with_mean) store_f(a->out_dtype, a->out2 + o2off * oes, mean);   \
-        } while (odo_next(no, os, oidx, osi, &ioff, oso, &ooff,                  \
+        } while (trn_kit_odo_next(no, os, oidx, osi, &ioff, oso, &ooff,                  \
                           with_mean ? oso2 : NULL, &o2off));                     \
     }
 
@@ -695,7 +677,8 @@ static void split_piece(void *ctx, int64_t b, int64_t e) {
     c->fn(&sub);
 }
 
-static void reduce_run(const reduce_args *a) {
+static trn_status reduce_run(const void *args) {
+    const reduce_args *a = args;
     const run_fn fn = pick(a->op, a->dtype, a->param);
     const int64_t *os = OSIZE(a);
     int k = 0;
@@ -706,33 +689,23 @@ static void reduce_run(const reduce_args *a) {
     }
     if (nout < 2 || nout * (a->count > 0 ? a->count : 1) < 2 * PAR_GRAIN) {
         fn(a);
-        return;
+        return TRN_SUCCESS;
     }
     const int64_t work = (nout / os[k]) * (a->count > 0 ? a->count : 1);
     split_ctx c = {a, fn, k,
                    offsetof(reduce_args, dims) +
                        (size_t)(4 * a->n_outer + 2 * a->n_inner) * sizeof(int64_t)};
     trn_parallel_for(os[k], par_grain(work), split_piece, &c);
+    return TRN_SUCCESS;
 }
 
 static trn_status reduce_task(void *args) {
     const reduce_args *a = args;
-    const void *in_lo = trn__offset_ptr(a->in, a->in_lo);
-    const void *out_lo = trn__offset_ptr(a->out, a->out_lo);
-    const void *out2_lo = a->out2 ? trn__offset_ptr(a->out2, a->out2_lo) : NULL;
-    trn_status st = trn__mem_access_begin(out_lo, (size_t)a->out_span);
-    if (st != TRN_SUCCESS) return st;
-    if (a->count > 0) st = trn__mem_access_begin(in_lo, (size_t)a->in_span);
-    if (st == TRN_SUCCESS) {
-        if (out2_lo) st = trn__mem_access_begin(out2_lo, (size_t)a->out2_span);
-        if (st == TRN_SUCCESS) {
-            reduce_run(a);
-            if (out2_lo) trn__mem_access_end(out2_lo, (size_t)a->out2_span);
-        }
-        if (a->count > 0) trn__mem_access_end(in_lo, (size_t)a->in_span);
-    }
-    trn__mem_access_end(out_lo, (size_t)a->out_span);
-    return st;
+    // No input is read when there is nothing to reduce.
+    return trn__access_run(reduce_run, a, 3,
+                           (const void *[]){a->out, a->count > 0 ? a->in : NULL, a->out2},
+                           (const int64_t[]){a->out_lo, a->in_lo, a->out2_lo},
+                           (const int64_t[]){a->out_span, a->in_span, a->out2_span});
 }
 
 // ---- launch -------------------------------------------------------------------------
@@ -786,8 +759,8 @@ trn_status trn_reduce_launch(trn_stream *stream, const trn_reduce_desc *d) {
     const int64_t o2es = (d->op == TRN_REDUCE_MAX || d->op == TRN_REDUCE_MIN) ? 8 : oes;
 
     // Outer dims: drop size 1, merge neighbours contiguous on every side.
-    int64_t osz[TRN_MAX_DIMS], osi[TRN_MAX_DIMS], oso[TRN_MAX_DIMS], oso2[TRN_MAX_DIMS];
-    int no = 0;
+    trn_kit_dims outer, inner;
+    trn_kit_dims_init(&outer, 3);
     int64_t nout = 1, in_hi = 0, out_hi = 0, out2_hi = 0;
     for (int k = 0; k < d->outer_ndim; k++) {
         const int64_t sz = d->outer_sizes[k];
@@ -801,19 +774,7 @@ trn_status trn_reduce_launch(trn_stream *stream, const trn_reduce_desc *d) {
                        !trn__extent(sz, so, oes, &a.out_lo, &out_hi) ||
                        (two && !trn__extent(sz, so2, o2es, &a.out2_lo, &out2_hi))))
             return bad("strides overflow the address space");
-        if (no > 0 && osi[no - 1] == si * sz && oso[no - 1] == so * sz &&
-            oso2[no - 1] == so2 * sz) {
-            osz[no - 1] *= sz;
-            osi[no - 1] = si;
-            oso[no - 1] = so;
-            oso2[no - 1] = so2;
-            continue;
-        }
-        osz[no] = sz;
-        osi[no] = si;
-        oso[no] = so;
-        oso2[no] = so2;
-        no++;
+        trn_kit_dims_push(&outer, sz, (const int64_t[]){si, so, so2});
     }
     if (nout == 0) return TRN_SUCCESS;
     // Inner dims: drop size 1; order by decreasing |stride| unless the op
@@ -841,36 +802,21 @@ trn_status trn_reduce_launch(trn_stream *stream, const trn_reduce_desc *d) {
                 t = isz[j]; isz[j] = isz[j - 1]; isz[j - 1] = t;
             }
     }
-    int m = 0;
+    trn_kit_dims_init(&inner, 1);
     for (int k = 0; k < ni; k++) {
         if (count > 0 && !trn__extent(isz[k], ist[k], ies, &a.in_lo, &in_hi))
             return bad("strides overflow the address space");
-        if (m > 0 && ist[m - 1] == ist[k] * isz[k]) {
-            isz[m - 1] *= isz[k];
-            ist[m - 1] = ist[k];
-            continue;
-        }
-        isz[m] = isz[k];
-        ist[m] = ist[k];
-        m++;
+        trn_kit_dims_push(&inner, isz[k], &ist[k]);
     }
-    ni = m;
-    if (ni == 0) {
-        isz[0] = 1;
-        ist[0] = 1;
-        ni = 1;
-    }
+    trn_kit_dims_finish(&inner, (const int64_t[]){1});
     if (count == 0) {  // the loops see one (never read) element per output
-        isz[0] = 0;
-        ni = 1;
+        inner.size[0] = 0;
+        inner.n = 1;
     }
-    if (no == 0) {
-        osz[0] = 1;
-        osi[0] = oso[0] = oso2[0] = 1;
-        no = 1;
-    }
-    a.column = count > 0 && osi[no - 1] == 1 && oso[no - 1] == 1 && ist[ni - 1] != 1 &&
-               osz[no - 1] >= 8;
+    trn_kit_dims_finish(&outer, (const int64_t[]){1, 1, 1});
+    const int no = outer.n;
+    a.column = count > 0 && outer.stride[0][no - 1] == 1 && outer.stride[1][no - 1] == 1 &&
+               inner.stride[0][inner.n - 1] != 1 && outer.size[no - 1] >= 8;
     if ((count > 0 && d->in == NULL) || d->out == NULL || (two && d->out2 == NULL))
         return bad("a data pointer is NULL");
     a.in = d->in;
@@ -878,17 +824,11 @@ trn_status trn_reduce_launch(trn_stream *stream, const trn_reduce_desc *d) {
     a.out2 = two ? d->out2 : NULL;
     a.count = count;
     a.n_outer = no;
-    a.n_inner = ni;
+    a.n_inner = inner.n;
     a.in_span = in_hi - a.in_lo + ies;
     a.out_span = out_hi - a.out_lo + oes;
     a.out2_span = out2_hi - a.out2_lo + o2es;
-    int64_t *p = a.dims;
-    memcpy(p, osz, (size_t)no * 8); p += no;
-    memcpy(p, osi, (size_t)no * 8); p += no;
-    memcpy(p, oso, (size_t)no * 8); p += no;
-    memcpy(p, oso2, (size_t)no * 8); p += no;
-    memcpy(p, isz, (size_t)ni * 8); p += ni;
-    memcpy(p, ist, (size_t)ni * 8); p += ni;
-    const size_t size = (size_t)((char *)p - (char *)&a);
+    const int64_t *end = trn_kit_dims_pack(&inner, trn_kit_dims_pack(&outer, a.dims));
+    const size_t size = (size_t)((const char *)end - (const char *)&a);
     return trn_stream_launch(stream, reduce_task, &a, size);
 }

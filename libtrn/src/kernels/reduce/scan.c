@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kit/dims.h"
 #include "../kit/launch.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
@@ -27,28 +28,13 @@ typedef struct scan_args {
     const char *in;
     char *out;
     int64_t len, in_stride, out_stride;
-    int64_t in_lo, in_span, out_lo, out_span;
+    int64_t lo[2], span[2];  // [0] out, [1] in
     int n_outer;
     int64_t dims[3 * TRN_MAX_DIMS];  // sizes, in strides, out strides
 } scan_args;
 
 _Static_assert(sizeof(scan_args) <= TRN_TASK_MAX_ARGS, "scan args too large");
 
-static inline int odo_next(int nd, const int64_t *size, int64_t *idx,
-                           const int64_t *s0, int64_t *o0, const int64_t *s1,
-                           int64_t *o1) {
-    for (int d = nd - 1; d >= 0; d--) {
-        if (++idx[d] < size[d]) {
-            *o0 += s0[d];
-            *o1 += s1[d];
-            return 1;
-        }
-        idx[d] = 0;
-        *o0 -= s0[d] * (size[d] - 1);
-        *o1 -= s1[d] * (size[d] - 1);
-    }
-    return 0;
-}
 
 #define LD_id(v) (v)
 #define LD_f16(v) trn_half_to_float(v)
@@ -93,7 +79,7 @@ static inline int odo_next(int nd, const int64_t *size, int64_t *idx,
                             }                                                    \
                     }                                                            \
                 }                                                                \
-            } while (odo_next(no - 1, os, idx, osi, &ioff, oso, &ooff));         \
+            } while (trn_kit_odo_next(no - 1, os, idx, osi, &ioff, oso, &ooff, NULL, NULL)); \
             return;                                                              \
         }                                                                        \
         do {                                                                     \
@@ -110,7 +96,7 @@ static inline int odo_next(int nd, const int64_t *size, int64_t *idx,
                     acc = MUL(acc, (A)LD(x[i * is]));                            \
                     y[i * ost] = ST(acc);                                        \
                 }                                                                \
-        } while (odo_next(no, os, idx, osi, &ioff, oso, &ooff));                 \
+        } while (trn_kit_odo_next(no, os, idx, osi, &ioff, oso, &ooff, NULL, NULL)); \
     }
 
 #define ST_u8(v) ((uint8_t)(v))
@@ -182,7 +168,8 @@ static void split_piece(void *ctx, int64_t b, int64_t e) {
     c->fn(&sub);
 }
 
-static void scan_run(const scan_args *a) {
+static trn_status scan_run(const void *args) {
+    const scan_args *a = args;
     const scan_fn fn = pick(a->dtype);
     int k = 0;
     int64_t lines = 1;
@@ -192,26 +179,17 @@ static void scan_run(const scan_args *a) {
     }
     if (a->n_outer < 1 || lines < 2 || lines * a->len < 2 * PAR_ELEMS) {
         fn(a);
-        return;
+        return TRN_SUCCESS;
     }
     const int64_t unit = lines / a->dims[k] * a->len;
     split_ctx c = {a, fn, k};
     trn_parallel_for(a->dims[k], unit >= PAR_ELEMS ? 1 : PAR_ELEMS / unit, split_piece, &c);
+    return TRN_SUCCESS;
 }
 
 static trn_status scan_task(void *args) {
     const scan_args *a = args;
-    const void *in_lo = trn__offset_ptr(a->in, a->in_lo);
-    const void *out_lo = trn__offset_ptr(a->out, a->out_lo);
-    trn_status st = trn__mem_access_begin(out_lo, (size_t)a->out_span);
-    if (st != TRN_SUCCESS) return st;
-    st = trn__mem_access_begin(in_lo, (size_t)a->in_span);
-    if (st == TRN_SUCCESS) {
-        scan_run(a);
-        trn__mem_access_end(in_lo, (size_t)a->in_span);
-    }
-    trn__mem_access_end(out_lo, (size_t)a->out_span);
-    return st;
+    return trn__access_run(scan_run, a, 2, (const void *[]){a->out, a->in}, a->lo, a->span);
 }
 
 static trn_status bad(const char *what) {
@@ -236,8 +214,8 @@ trn_status trn_scan_launch(trn_stream *stream, const trn_scan_desc *d) {
     a.op = d->op;
     a.dtype = d->dtype;
     const int64_t es = (int64_t)trn_dtype_size(d->dtype);
-    int64_t sz[TRN_MAX_DIMS], si[TRN_MAX_DIMS], so[TRN_MAX_DIMS];
-    int n = 0;
+    trn_kit_dims dims;
+    trn_kit_dims_init(&dims, 2);
     int64_t total = d->len, in_hi = 0, out_hi = 0;
     for (int k = 0; k < d->outer_ndim; k++) {
         const int64_t s = d->outer_sizes[k];
@@ -245,43 +223,27 @@ trn_status trn_scan_launch(trn_stream *stream, const trn_scan_desc *d) {
         if (__builtin_mul_overflow(total, s, &total)) return bad("size overflows");
         if (s == 1) continue;
         if (d->out_outer_strides[k] == 0) return bad("output stride 0 on a dim of size > 1");
-        if (s > 0 && (!trn__extent(s, d->in_outer_strides[k], es, &a.in_lo, &in_hi) ||
-                      !trn__extent(s, d->out_outer_strides[k], es, &a.out_lo, &out_hi)))
+        if (s > 0 && (!trn__extent(s, d->in_outer_strides[k], es, &a.lo[1], &in_hi) ||
+                      !trn__extent(s, d->out_outer_strides[k], es, &a.lo[0], &out_hi)))
             return bad("strides overflow the address space");
-        if (n > 0 && si[n - 1] == d->in_outer_strides[k] * s &&
-            so[n - 1] == d->out_outer_strides[k] * s) {
-            sz[n - 1] *= s;
-            si[n - 1] = d->in_outer_strides[k];
-            so[n - 1] = d->out_outer_strides[k];
-            continue;
-        }
-        sz[n] = s;
-        si[n] = d->in_outer_strides[k];
-        so[n] = d->out_outer_strides[k];
-        n++;
+        trn_kit_dims_push(&dims, s,
+                          (const int64_t[]){d->in_outer_strides[k], d->out_outer_strides[k]});
     }
     if (total == 0) return TRN_SUCCESS;
     if (d->len > 1 && d->out_stride == 0) return bad("output stride 0 on the scanned dim");
-    if (!trn__extent(d->len, d->in_stride, es, &a.in_lo, &in_hi) ||
-        !trn__extent(d->len, d->out_stride, es, &a.out_lo, &out_hi))
+    if (!trn__extent(d->len, d->in_stride, es, &a.lo[1], &in_hi) ||
+        !trn__extent(d->len, d->out_stride, es, &a.lo[0], &out_hi))
         return bad("strides overflow the address space");
     if (d->in == NULL || d->out == NULL) return bad("a data pointer is NULL");
-    if (n == 0) {
-        sz[0] = 1;
-        si[0] = so[0] = 1;
-        n = 1;
-    }
+    trn_kit_dims_finish(&dims, (const int64_t[]){1, 1});
     a.in = d->in;
     a.out = d->out;
     a.len = d->len;
     a.in_stride = d->in_stride;
     a.out_stride = d->out_stride;
-    a.in_span = in_hi - a.in_lo + es;
-    a.out_span = out_hi - a.out_lo + es;
-    a.n_outer = n;
-    memcpy(a.dims, sz, (size_t)n * 8);
-    memcpy(a.dims + n, si, (size_t)n * 8);
-    memcpy(a.dims + 2 * n, so, (size_t)n * 8);
-    const size_t size = offsetof(scan_args, dims) + 3 * (size_t)n * 8;
+    a.span[1] = in_hi - a.lo[1] + es;
+    a.span[0] = out_hi - a.lo[0] + es;
+    a.n_outer = dims.n;
+    const size_t size = (size_t)((char *)trn_kit_dims_pack(&dims, a.dims) - (char *)&a);
     return trn_stream_launch(stream, scan_task, &a, size);
 }

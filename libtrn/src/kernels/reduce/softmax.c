@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "../../internal.h"
+#include "../kit/launch.h"
 #include "../kit/dtype_io.h"
 #include "trn/scalar.h"
 #include "trn/convert.h"
@@ -277,9 +277,7 @@ static trn_status softmax_task(void *args) {
 }
 
 trn_status trn_softmax_launch(trn_stream *stream, const trn_softmax_desc *d) {
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_softmax_launch: stream or descriptor is NULL");
+    if (stream == NULL || d == NULL) return trn__check_launch(stream, d, "trn_softmax_launch");
     if (!trn_softmax_supports(d->op, d->dtype))
         return trn__set_error(TRN_ERROR_UNSUPPORTED,
                               "trn_softmax_launch: op %d on %s is not supported",

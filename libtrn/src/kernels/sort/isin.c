@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../internal.h"
+#include "../kit/launch.h"
 #include "trn/convert.h"
 #include "trn/isin.h"
 #include "trn/isin.h"
@@ -116,8 +116,7 @@ out:
 
 trn_status trn_isin_launch(trn_stream *stream, const trn_isin_desc *d) {
     static const char fn[] = "trn_isin_launch";
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
+    if (stream == NULL || d == NULL) return trn__check_launch(stream, d, fn);
     if (!trn_isin_supports(d->dtype))
         return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtype %s is not supported", fn,
                               (unsigned)d->dtype < TRN_DTYPE_COUNT ? trn_dtype_name(d->dtype)

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../internal.h"
+#include "../kit/launch.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
 #include "trn/select.h"
@@ -167,9 +167,7 @@ static trn_status select_task(void *args) {
 }
 
 trn_status trn_select_launch(trn_stream *stream, const trn_select_desc *d) {
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_select_launch: stream or descriptor is NULL");
+    if (stream == NULL || d == NULL) return trn__check_launch(stream, d, "trn_select_launch");
     if (!trn_select_supports(d->dtype))
         return trn__set_error(TRN_ERROR_UNSUPPORTED, "trn_select_launch: dtype %s is not supported",
                               trn_dtype_name(d->dtype));

@@ -15,27 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../internal.h"
+#include "../kit/launch.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
 #include "trn/sort.h"
 
 #define SMALL 32
 #define ROW_GRAIN (32 * 1024)  // elements per parallel piece
-
-static const void *offset_ptr(const void *p, int64_t off) {
-    return (const void *)((uintptr_t)p + (uintptr_t)off);
-}
-
-static int extent(int64_t size, int64_t stride, int64_t es, int64_t *lo, int64_t *hi) {
-    int64_t bs, reach;
-    if (size <= 0) return 1;
-    if (__builtin_mul_overflow(stride, es, &bs) ||
-        __builtin_mul_overflow(bs, size - 1, &reach))
-        return 0;
-    return reach < 0 ? !__builtin_add_overflow(*lo, reach, lo)
-                     : !__builtin_add_overflow(*hi, reach, hi);
-}
 
 // ---- keys -------------------------------------------------------------------------
 
@@ -366,9 +352,9 @@ static void sort_rows(void *ctx, int64_t begin, int64_t end) {
 
 static trn_status sort_task(void *args) {
     const sort_args *a = args;
-    const void *ilo = offset_ptr(a->in, a->in_lo * a->esize);
-    const void *vlo = offset_ptr(a->values, a->val_lo * a->esize);
-    const void *xlo = offset_ptr(a->indices, a->idx_lo * 8);
+    const void *ilo = trn__offset_ptr(a->in, a->in_lo * a->esize);
+    const void *vlo = trn__offset_ptr(a->values, a->val_lo * a->esize);
+    const void *xlo = trn__offset_ptr(a->indices, a->idx_lo * 8);
     const size_t ispan = (size_t)(a->in_span * a->esize), vspan = (size_t)(a->val_span * a->esize),
                  xspan = (size_t)(a->idx_span * 8);
     trn__access_set rg = {.count = 0};
@@ -394,8 +380,7 @@ static trn_status sort_task(void *args) {
 
 static trn_status sort_common(trn_stream *stream, const trn_sort_desc *d, int topk) {
     const char *fn = topk ? "trn_topk_launch" : "trn_sort_launch";
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
+    if (stream == NULL || d == NULL) return trn__check_launch(stream, d, fn);
     if (!trn_sort_supports(d->dtype))
         return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtype %s is not supported", fn,
                               (unsigned)d->dtype < TRN_DTYPE_COUNT ? trn_dtype_name(d->dtype)
@@ -429,16 +414,17 @@ static trn_status sort_common(trn_stream *stream, const trn_sort_desc *d, int to
         si[n] = d->in_outer_strides[q];
         sv[n] = d->val_outer_strides[q];
         sx[n] = d->idx_outer_strides[q];
-        if (!extent(s, si[n], 1, &a.in_lo, &ihi) || !extent(s, sv[n], 1, &a.val_lo, &vhi) ||
-            !extent(s, sx[n], 1, &a.idx_lo, &xhi))
+        if (!trn__extent_or_empty(s, si[n], 1, &a.in_lo, &ihi) ||
+            !trn__extent_or_empty(s, sv[n], 1, &a.val_lo, &vhi) ||
+            !trn__extent_or_empty(s, sx[n], 1, &a.idx_lo, &xhi))
             return BAD("strides overflow");
         n++;
     }
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS || rows == 0 || k == 0) return st;
-    if (!extent(d->len, d->in_stride, 1, &a.in_lo, &ihi) ||
-        !extent(k, d->val_stride, 1, &a.val_lo, &vhi) ||
-        !extent(k, d->idx_stride, 1, &a.idx_lo, &xhi))
+    if (!trn__extent_or_empty(d->len, d->in_stride, 1, &a.in_lo, &ihi) ||
+        !trn__extent_or_empty(k, d->val_stride, 1, &a.val_lo, &vhi) ||
+        !trn__extent_or_empty(k, d->idx_stride, 1, &a.idx_lo, &xhi))
         return BAD("strides overflow");
     if (d->in == NULL || d->values == NULL || d->indices == NULL)
         return BAD("a data pointer is NULL");
@@ -530,8 +516,7 @@ out:
 
 trn_status trn_unique_launch(trn_stream *stream, const trn_unique_desc *d) {
     static const char fn[] = "trn_unique_launch";
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
+    if (stream == NULL || d == NULL) return trn__check_launch(stream, d, fn);
     if (!trn_sort_supports(d->dtype))
         return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtype %s is not supported", fn,
                               (unsigned)d->dtype < TRN_DTYPE_COUNT ? trn_dtype_name(d->dtype)

@@ -8,7 +8,8 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "../../internal.h"
+#include "../kit/dtype_io.h"
+#include "../kit/launch.h"
 #include "trn/amp.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
@@ -97,11 +98,8 @@ static trn_status unscale_task(void *args) {
 }
 
 trn_status trn_amp_unscale_launch(trn_stream *stream, const trn_amp_unscale_desc *d) {
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_amp_unscale_launch: stream or descriptor is NULL");
-    if (d->dtype != TRN_DTYPE_F16 && d->dtype != TRN_DTYPE_BF16 && d->dtype != TRN_DTYPE_F32 &&
-        d->dtype != TRN_DTYPE_F64)
+    if (stream == NULL || d == NULL) return trn__check_launch(stream, d, "trn_amp_unscale_launch");
+    if (!trn__is_float_dtype(d->dtype))
         return trn__set_error(TRN_ERROR_UNSUPPORTED,
                               "trn_amp_unscale_launch: dtype %s is not a floating type",
                               trn_dtype_name(d->dtype));
@@ -146,9 +144,7 @@ static trn_status update_task(void *args) {
 }
 
 trn_status trn_amp_update_scale_launch(trn_stream *stream, const trn_amp_update_scale_desc *d) {
-    if (stream == NULL || d == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_amp_update_scale_launch: stream or descriptor is NULL");
+    if (stream == NULL || d == NULL) return trn__check_launch(stream, d, "trn_amp_update_scale_launch");
     if (d->scale == NULL || d->growth_tracker == NULL || d->found_inf == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_amp_update_scale_launch: a pointer is NULL");

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../internal.h"
+#include "../kit/launch.h"
 #include "trn/convert.h"
 #include "trn/foreach.h"
 #include "trn/parallel.h"
@@ -428,8 +428,7 @@ int trn_foreach_supports(trn_foreach_op op, trn_dtype dtype) {
 
 static trn_status check_list(trn_stream *stream, const void *desc, const void *tensors, int64_t count,
                              trn_dtype dtype, const char *fn) {
-    if (stream == NULL || desc == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
+    if (stream == NULL || desc == NULL) return trn__check_launch(stream, desc, fn);
     if (count < 0 || (count > 0 && tensors == NULL))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: invalid tensor list", fn);
     if (!trn_foreach_supports(TRN_FOREACH_ADD, dtype))
