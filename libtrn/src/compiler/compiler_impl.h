@@ -156,7 +156,8 @@ char *trn__cc_cache_read(const char *dir, const char *key, size_t *len);
 trn_status trn__cc_cache_store(const char *dir, const char *key, const char *bytes, size_t len);
 // The compile lock of `key` in `dir` (locks/<key>.lock, flock): waits up to
 // timeout_s for another process holding it. The lock's fd, or -1 (timed
-// out, or no lock possible: the caller compiles anyway).
+// out) or -2 (no lock possible: a refused directory); either way the caller
+// compiles anyway.
 int trn__cc_lock(const char *dir, const char *key, double timeout_s);
 void trn__cc_unlock(int fd);
 // mkdir -p with mode 0700 for what it creates.

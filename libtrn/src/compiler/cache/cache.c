@@ -153,14 +153,15 @@ trn_status trn_compile_cache_store(const char *dir, const char *key, const void 
 int trn__cc_lock(const char *dir, const char *key, double timeout_s) {
     char locks[4200], path[4300];
     snprintf(locks, sizeof locks, "%s/locks", dir);
-    if (trn__cc_mkdir_private(locks) != TRN_SUCCESS ||
+    // Nothing is created in a directory the cache refuses (a symlink, say).
+    if (trn_compile_cache_check_dir(dir) != TRN_SUCCESS || trn__cc_mkdir_private(locks) != TRN_SUCCESS ||
         trn__cc_check_private_dir(locks, "compile cache lock directory") != TRN_SUCCESS) {
         trn_clear_error();
-        return -1;
+        return -2;
     }
     snprintf(path, sizeof path, "%s/%s.lock", locks, key);
     int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) return -1;
+    if (fd < 0) return -2;
     // flock, not a pid file: the kernel releases it when the holder dies,
     // however it dies, so a crashed compile never blocks the others.
     uint64_t deadline = trn__now_ns() + (uint64_t)(timeout_s * 1e9);

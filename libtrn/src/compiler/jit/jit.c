@@ -427,7 +427,7 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
         // writes make that only a duplicate). A holder that dies drops it.
         double wait = opts->lock_timeout_s == 0 ? 600.0 : opts->lock_timeout_s;
         lock_fd = trn__cc_lock(opts->cache_dir, p->key, wait);
-        if (lock_fd < 0 && wait > 0)
+        if (lock_fd == -1 && wait > 0)
             trn_log(TRN_LOG_WARNING, "compile", "graph %s: the compile lock of %.12s was not free after %g s "
                     "(TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT); compiling it here too",
                     opts->name ? opts->name : "graph", p->key, wait);
