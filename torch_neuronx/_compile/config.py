@@ -170,11 +170,12 @@ def cache_max_bytes() -> int:
 
 
 def cache_lock_timeout() -> float:
-    """TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT in seconds (default 600), as
-    libtrn takes it: < 0 means do not wait (the variable's 0)."""
+    """TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT in seconds (default 1200, as
+    TorchNeuron's), as libtrn takes it: < 0 means do not wait (the
+    variable's 0)."""
     v = os.environ.get("TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT", "").strip()
     if not v:
-        return 600.0
+        return 1200.0
     try:
         t = float(v)
     except ValueError:

@@ -203,7 +203,7 @@ typedef struct trn_compile_options {
     const char *cc_flags;     // extra C compiler flags, split on blanks; NULL: none
     // Processes sharing cache_dir compile each key once: a compile waits up
     // to this long for another process compiling the same key (a lock the
-    // kernel drops if that process dies), then compiles itself. 0: 600 s;
+    // kernel drops if that process dies), then compiles itself. 0: 1200 s;
     // < 0: do not wait.
     double lock_timeout_s;
     // > 0: after storing an entry, the least recently used entries are

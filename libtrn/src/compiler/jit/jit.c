@@ -425,7 +425,7 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
         // Another process compiling this key: wait for it, then load its
         // object; without the lock (timed out) we compile too (atomic
         // writes make that only a duplicate). A holder that dies drops it.
-        double wait = opts->lock_timeout_s == 0 ? 600.0 : opts->lock_timeout_s;
+        double wait = opts->lock_timeout_s == 0 ? 1200.0 : opts->lock_timeout_s;
         lock_fd = trn__cc_lock(opts->cache_dir, p->key, wait);
         if (lock_fd == -1 && wait > 0)
             trn_log(TRN_LOG_WARNING, "compile", "graph %s: the compile lock of %.12s was not free after %g s "
