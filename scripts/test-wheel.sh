@@ -62,12 +62,14 @@ install_and_run() {  # $1: wheel
         mkdir -p "$borrowed"
         for p in "$site"/*; do
             case "$(basename "$p")" in
-                openneuron*|torch_neuronx*|__editable__*|_distutils_hack|distutils-precedence.pth|pip|pip-*|setuptools*|*.pth) ;;
+                openneuron*|torch_neuronx*|__editable__*|pip|pip-*|*.pth) ;;
                 *) ln -s "$p" "$borrowed/" ;;
             esac
         done
         local vsite
         vsite=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+        # The venv's own (older) setuptools would shadow the one torch requires.
+        rm -rf "$vsite"/setuptools "$vsite"/setuptools-* "$vsite"/_distutils_hack "$vsite"/distutils-precedence.pth
         echo "$borrowed" > "$vsite/borrowed-torch.pth"
     fi
     "$venv/bin/python" -m pip install -q --no-index --no-build-isolation "$1"
