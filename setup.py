@@ -1,7 +1,13 @@
 """Builds the two native libraries with CMake and places them in the package.
 
-`pip install --no-build-isolation -e .` runs this; the CMake build directory
-(build/cmake) is kept, so rebuilds are incremental.
+`pip install --no-build-isolation -e .` and `setup.py build_ext --inplace`
+(development) build for this machine (-march=native) and keep the CMake
+build directory (build/cmake), so rebuilds are incremental. A wheel or a
+regular install (`pip wheel .`, `pip install .`, from the sdist too) builds
+libtrn for a baseline any x86-64-v3 CPU runs (OPENNEURON_ARCH overrides:
+`native`, or any -march value), and adds libtrn's public headers to the
+package: torch.compile's generated C includes them at run time. The libtrn
+C tests are never built here (`make test-c` builds them on its own).
 """
 import os
 import shutil
@@ -17,12 +23,23 @@ ROOT = Path(__file__).resolve().parent
 
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
-        build_dir = ROOT / "build" / "cmake"
+        # A wheel stages in its own build tree: its CMake directory must not
+        # be the development one (other flags, other -march).
+        build_dir = ROOT / "build" / ("cmake" if self.inplace else "cmake-wheel")
         build_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+        arch = os.environ.get("OPENNEURON_ARCH") or ("native" if self.inplace else "x86-64-v3")
+        flags = ["-DTRN_BUILD_TESTS=OFF"]
+        if arch == "native":
+            flags.append("-DTRN_NATIVE_ARCH=ON")
+        else:
+            # -Wno-psabi: kernels' 64-byte GCC vectors (file-local helpers)
+            # warn that their calling convention differs without AVX-512.
+            flags += ["-DTRN_NATIVE_ARCH=OFF", f"-DCMAKE_C_FLAGS=-march={arch} -Wno-psabi"]
+        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         subprocess.check_call(
-            ["cmake", "-S", str(ROOT), "-B", str(build_dir), "-G", "Ninja",
-             f"-DPython3_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release"],
+            ["cmake", "-S", str(ROOT), "-B", str(build_dir), *generator,
+             f"-DPython3_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release", *flags],
             env=env)
         subprocess.check_call(["cmake", "--build", str(build_dir), "-j", str(os.cpu_count() or 2)],
                               env=env)
@@ -31,11 +48,20 @@ class CMakeBuild(build_ext):
         janitor = build_dir / "libtrn" / "trn-janitor"  # libtrn runs it from beside itself
         # The package itself (editable installs import from here) and the
         # wheel staging area (regular installs) both get a copy.
-        for pkg in {ROOT / "torch_neuronx", Path(self.get_ext_fullpath(ext.name)).parent}:
+        staging = Path(self.get_ext_fullpath(ext.name)).parent
+        for pkg in {ROOT / "torch_neuronx", staging}:
             (pkg / "lib").mkdir(parents=True, exist_ok=True)
             shutil.copy2(built, pkg / built.name)
             shutil.copy2(libtrn, pkg / "lib" / "libtrn.so")
             shutil.copy2(janitor, pkg / "lib" / "trn-janitor")
+        if staging.resolve() != (ROOT / "torch_neuronx").resolve():
+            # The headers generated C includes (the source tree finds them in
+            # libtrn/include; config._include_dir looks here first).
+            include = staging / "include" / "trn"
+            shutil.rmtree(include, ignore_errors=True)
+            include.mkdir(parents=True)
+            for h in (ROOT / "libtrn" / "include" / "trn").glob("*.h"):
+                shutil.copy2(h, include / h.name)
 
 
 setup(ext_modules=[Extension("torch_neuronx._C", sources=[])],

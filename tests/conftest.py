@@ -13,6 +13,11 @@ import torch
 
 import torch_neuronx  # noqa: F401  (explicit, in case autoload is disabled)
 
+# Generated C must compile warning-free: the suite compiles every graph with
+# warnings as errors (users' compiles keep warnings in the compile log).
+# Child processes inherit it.
+os.environ.setdefault("TORCH_NEURONX_CC_EXTRA_FLAGS", "-Wall -Wextra -Werror")
+
 
 def run_python(code: str, env: dict | None = None, timeout: int = 120):
     """Runs ``code`` in a fresh interpreter; returns the CompletedProcess."""

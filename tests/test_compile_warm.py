@@ -126,12 +126,15 @@ def test_key_covers_graph_inputs_state_and_salt():
         others.append(_key(lambda x: x + 1, a))                     # grad mode
     assert base not in others and len(set(others)) == len(others)
     # The salt follows the flags that decide the generated code.
-    opts = B._Options(None, None)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("NEURON_CC_FLAGS", "")
-        plain = B._salt(opts)
-        mp.setenv("NEURON_CC_FLAGS", "-O3")
-        assert B._salt(opts) != plain
+        plain = B._salt(B._Options(None, None))
+        mp.setenv("NEURON_CC_FLAGS", "-O3")  # the optimisation level (read when options are)
+        assert B._salt(B._Options(None, None)) != plain
+        mp.setenv("NEURON_CC_FLAGS", "--model-type=transformer")  # not applicable: same objects
+        assert B._salt(B._Options(None, None)) == plain
+        mp.setenv("TORCH_NEURONX_CC_EXTRA_FLAGS", "-fno-tree-vectorize")
+        assert B._salt(B._Options(None, None)) != plain
     # Two inputs sharing storage are planned differently from two that do not.
     b = torch.randn(8, 4, device="neuron")
     assert _key(lambda x, y: x + y, b[:4], b[4:]) != _key(lambda x, y: x + y, a, a.clone())

@@ -27,7 +27,8 @@ static trn_stream *stream(void) {
 }
 
 static trn_program *compile_named(trn_graph *g, const char *cache, const char *name) {
-    trn_compile_options o = {include_dir, cache, NULL, name};
+    // Warnings are errors here: the generated C must compile clean.
+    trn_compile_options o = {include_dir, cache, NULL, name, 0, "-Wall -Wextra -Werror", 0, 0};
     trn_program *p = NULL;
     trn_status st = trn_program_compile(g, &o, &p);
     if (st != TRN_SUCCESS) fprintf(stderr, "compile: %s\n", trn_last_error());

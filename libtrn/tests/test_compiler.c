@@ -434,7 +434,7 @@ static void test_store(void) {
     trn_graph_input(g, TRN_DTYPE_F32, 2, sq, sqs, &x);
     trn_graph_view(g, x, 2, sq, tr, 0, &xt);
     CHECK_INT(trn_graph_store(g, x, xt, &sx), TRN_SUCCESS);
-    trn_compile_options o = {include_dir, NULL, NULL, "test"};
+    trn_compile_options o = {include_dir, NULL, NULL, "test", 0, "-Wall -Wextra -Werror", 0, 0};
     CHECK_INT(trn_program_compile(g, &o, &prog), TRN_ERROR_UNSUPPORTED);
     CHECK(strstr(trn_last_error(), "store") != NULL);
     trn_graph_free(g);

@@ -87,6 +87,9 @@ def install() -> None:
     if _installed:
         return
     _installed = True
+    # The cache artifact type, before anyone calls load_cache_artifacts.
+    from . import artifacts
+    artifacts.register()
     dyn = sys.modules.get("torch._dynamo")
     if dyn is not None and hasattr(dyn, "optimize"):
         _on_dynamo_loaded()

@@ -23,7 +23,7 @@ from torch._inductor.output_code import OutputCode
 
 from .. import _C
 from . import jobs, metrics, shapes, warm
-from .config import NeuronCompileError, _env_flag, cache_dir  # noqa: F401  (NeuronCompileError: this module's public name)
+from .config import NeuronCompileError, _env_flag, cache_dir, cc_settings  # noqa: F401  (NeuronCompileError: this module's public name)
 
 
 class _Options:
@@ -36,7 +36,10 @@ class _Options:
         if fb is None:
             fb = not _env_flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", True)
         self.fallback = bool(fb)
-        self.model_name = str(options.pop("model_name", "graph"))
+        from . import config
+        self.model_name = str(options.pop("model_name", None) or config.default_model_name or "graph")
+        # TorchNeuron's compiler_args: neuronx-cc flags, read as NEURON_CC_FLAGS is.
+        self.cc = cc_settings(options.pop("compiler_args", None))
 
 
 def _graph_compiler(kind: str, opts: _Options):
@@ -165,8 +168,9 @@ def _aot(gm, example_inputs, kw):
 def _salt(opts: _Options) -> str:
     """What else decides our compiled graphs (the warm key's part that is ours)."""
     env = "|".join(f"{k}={os.environ.get(k, '')}" for k in (
-        "CC", "NEURON_CC_FLAGS", "TORCH_NEURONX_NATIVE_FLOAT64", "TORCH_NEURONX_DYNAMO_CAPTURABLE_OPTIMIZER"))
-    return f"compiler={_C._compiler_version()}|{env}|fallback={opts.fallback}|name={opts.model_name}"
+        "CC", "TORCH_NEURONX_NATIVE_FLOAT64", "TORCH_NEURONX_DYNAMO_CAPTURABLE_OPTIMIZER"))
+    return (f"compiler={_C._compiler_version()}|{env}|cc={opts.cc.key()}|fallback={opts.fallback}|"
+            f"name={opts.model_name}")
 
 
 def _insert_device_copies(gm: torch.fx.GraphModule, idx) -> None:

@@ -25,8 +25,8 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._inductor.output_code import OutputCode
 
 from .. import _C
-from . import metrics, warm
-from .config import NeuronCompileError, _include_dir, cache_dir, caching_enabled, debug_dir
+from . import artifacts, metrics, warm
+from .config import NeuronCompileError, _include_dir, cache_dir, caching_enabled, compile_program, debug_dir
 from .lower import Lowerer, UnsupportedOpError
 from .program import _report_compile
 from .runtime import CompiledGraph
@@ -40,7 +40,7 @@ _memory_cache: "weakref.WeakValueDictionary[str, CompiledGraph]" = weakref.WeakV
 _graph_counter = [0]
 
 
-def _graph_key(gm: torch.fx.GraphModule, kind: str) -> str:
+def _graph_key(gm: torch.fx.GraphModule, kind: str, cc) -> str:
     h = hashlib.sha256()
     # The nodes as text, not gm.code: AOTAutograd's graphs recompile lazily and
     # .code would generate their Python only for this key (~10 ms a graph).
@@ -62,7 +62,7 @@ def _graph_key(gm: torch.fx.GraphModule, kind: str) -> str:
                     data = c.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
                 h.update(f"{node.target}:{c.dtype}:{tuple(c.shape)}".encode())
                 h.update(data)
-    h.update(f"{kind}|{_C._compiler_version()}|{os.environ.get('NEURON_CC_FLAGS', '')}|"
+    h.update(f"{kind}|{_C._compiler_version()}|{cc.key()}|"
              f"{os.environ.get('CC', '')}|{torch.__version__}|"
              f"{os.environ.get('TORCH_NEURONX_NATIVE_FLOAT64', '')}".encode())
     return h.hexdigest()
@@ -84,7 +84,7 @@ def compile_fx_graph(gm: torch.fx.GraphModule, kind: str, opts):
     AOTAutograd and Dynamo go on. The graph waits for it at its first call."""
     t0 = time.perf_counter()
     use_cache = caching_enabled()  # in memory: also when the disk cache is refused
-    key = _graph_key(gm, kind)
+    key = _graph_key(gm, kind, opts.cc)
     if use_cache:
         hit = _memory_cache.get(key)
         job = _inflight.get(key) if hit is None else None
@@ -146,16 +146,16 @@ class _CompileJob:
 
     def _new_graph(self, graph=None):
         if graph is None:
-            graph = CompiledGraph(self.lowered, None, _device_of(self.gm), self.name)
+            graph = CompiledGraph(self.lowered, None, _device_of(self.gm), self.name, self.opts.cc)
         else:  # AOTAutograd may already hold it: rebuilt in place
-            graph.__init__(self.lowered, None, graph.device, self.name)
+            graph.__init__(self.lowered, None, graph.device, self.name, self.opts.cc)
         graph._job = self
         return graph
 
     def compile(self):
         t = time.perf_counter()
         try:
-            return self.lowered.graph.compile(self.include, self.cache, self.ddir, self.name)
+            return compile_program(self.lowered.graph, self.include, self.cache, self.ddir, self.name, self.opts.cc)
         finally:
             self.busy += time.perf_counter() - t
 
@@ -196,6 +196,7 @@ class _CompileJob:
         compiled = self.graph
         compiled._attach(program)
         compiled._job = None
+        artifacts.record_program(program)
         if program.from_cache:
             metrics.add(cache_hits=1, disk_cache_hits=1)
         else:

@@ -13,17 +13,17 @@ import torch
 
 from .. import _C, _logging
 from . import metrics
-from .config import _include_dir, cache_dir, debug_dir
+from .config import CcSettings, _include_dir, cache_dir, compile_program, debug_dir
 from .tape import replay
 
 
-def rebuild_program(tape, name: str, device: torch.device):
+def rebuild_program(tape, name: str, device: torch.device, cc: CcSettings | None = None):
     """A compiled graph's program from its builder tape (a warm start): the
     schedule and C source are made again, the shared object comes from the
     disk cache (compiled only if it is missing there)."""
     t0 = time.perf_counter()
     ddir = debug_dir()
-    program = replay(tape).compile(_include_dir(), cache_dir(), ddir, name)
+    program = compile_program(replay(tape), _include_dir(), cache_dir(), ddir, name, cc or CcSettings())
     if program.from_cache:
         metrics.add(cache_hits=1, disk_cache_hits=1)
     else:

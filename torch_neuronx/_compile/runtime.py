@@ -14,7 +14,7 @@ from torch._inductor.output_code import OutputCode
 from torch.fx.node import map_arg
 
 from .. import _C
-from . import metrics
+from . import artifacts, metrics
 from .lower_core import Lowered, Val, _PyConst, _PyHostResult, _PyInput, _PyItem
 from .program import rebuild_program
 
@@ -67,10 +67,11 @@ class CompiledGraph(OutputCode):
     rebuilds the program, which the libtrn disk cache serves without running
     the C compiler."""
 
-    def __init__(self, lowered: Lowered, program, device: torch.device, name: str):
+    def __init__(self, lowered: Lowered, program, device: torch.device, name: str, cc=None):
         self.tape = lowered.graph.tape
         self.device = device
         self.name = name
+        self.cc = cc  # config.CcSettings: how its C compiles (a warm rebuild compiles the same)
         self.input_nodes = [(nid, i) for nid, i in lowered.inputs if nid is not None]
         self.exports = [(nid, sizes, layout, dtype) for nid, (sizes, layout, dtype) in lowered.exports]
         self.hosts = [Host(h, lowered.env) for h in lowered.hosts]
@@ -117,7 +118,9 @@ class CompiledGraph(OutputCode):
 
     def post_compile(self, example_inputs, constants, graph_kwargs) -> None:
         if self.program is None and self._job is None:
-            self._attach(rebuild_program(self.tape, self.name, self.device))
+            program = rebuild_program(self.tape, self.name, self.device, getattr(self, "cc", None))
+            self._attach(program)
+            artifacts.record_program(program)
 
     def set_triton_bundle(self, triton_bundle) -> None:
         pass

@@ -191,6 +191,11 @@ def load(root: str, key: str):
     entry = None
     if blob.startswith(MAGIC) and hmac.compare_digest(_mac(key, payload), digest):
         entry = pickle.loads(payload)
+        if isinstance(entry, _entry_type()):
+            with contextlib.suppress(OSError):
+                os.utime(path)  # a use: the cache's size bound evicts the least recently used
+            from . import artifacts
+            artifacts.record_warm(key, payload)
     if not isinstance(entry, _entry_type()):
         # Never unpickle bytes that do not verify, and never keep an entry
         # that cannot load (it would fail every compile): recompiled.
@@ -211,6 +216,14 @@ def save(root: str, key: str, entry) -> bool:
         from .. import _logging
         _logging.log(_logging.INFO, "compile", f"warm cache: graph not saved ({type(e).__name__}: {e})")
         return False
+    from . import artifacts
+    artifacts.record_warm(key, payload)
+    return store_payload(root, key, payload)
+
+
+def store_payload(root: str, key: str, payload: bytes) -> bool:
+    """Writes a warm entry's payload under its MAC (atomically), then keeps
+    the cache within TORCH_NEURONX_NEFF_CACHE_MAX_SIZE."""
     try:
         d = _dir(root)
     except OSError as e:  # a refused directory costs a recompile, nothing more
@@ -227,6 +240,10 @@ def save(root: str, key: str, entry) -> bool:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    from .config import cache_max_bytes
+    bound = cache_max_bytes()
+    if bound:
+        _C._compile_cache_evict(root, bound, key)
     return True
 
 

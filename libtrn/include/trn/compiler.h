@@ -49,7 +49,7 @@ extern "C" {
 
 // Version of the compiler's output and of its fixed gcc flags: part of
 // every disk cache key.
-#define TRN_COMPILER_VERSION "openneuron-compiler-3"
+#define TRN_COMPILER_VERSION "openneuron-compiler-4"
 #define TRN_GRAPH_MAX_DIMS 8
 
 typedef struct trn_graph trn_graph;
@@ -193,16 +193,27 @@ trn_status trn_graph_set_label(trn_graph *g, int node, const char *label);
 int trn_graph_node_count(const trn_graph *g);
 
 // ---- compile -----------------------------------------------------------------
+// Fields after `name` may be left zero (the defaults).
 typedef struct trn_compile_options {
     const char *include_dir;  // where trn/kernel_abi.h and trn/scalar.h live
     const char *cache_dir;    // disk cache (see trn_compile_cache_check_dir); NULL: none
     const char *debug_dir;    // NULL, or a directory for graph.c, command, log
     const char *name;         // file stem in debug_dir (e.g. "graph_3_fw")
+    int opt_level;            // the C compiler's -O level + 1 (1..4 = -O0..-O3); 0: -O2
+    const char *cc_flags;     // extra C compiler flags, split on blanks; NULL: none
+    // Processes sharing cache_dir compile each key once: a compile waits up
+    // to this long for another process compiling the same key (a lock the
+    // kernel drops if that process dies), then compiles itself. 0: 1200 s;
+    // < 0: do not wait.
+    double lock_timeout_s;
+    // > 0: after storing an entry, the least recently used entries are
+    // removed until cache_dir (with its aot/ folder) holds at most this.
+    int64_t cache_max_bytes;
 } trn_compile_options;
 
 // Schedules, renders, compiles (or loads from the disk cache) and dlopens.
-// The graph may be freed afterwards. Compiler (CC, default gcc) and extra
-// flags (NEURON_CC_FLAGS) come from the environment.
+// The graph may be freed afterwards. The compiler is $CC (default gcc); a
+// compiler that cannot be started fails with a message saying how to get one.
 trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *opts,
                                trn_program **program);
 void trn_program_free(trn_program *p);
@@ -213,6 +224,9 @@ int trn_program_from_cache(const trn_program *p);
 double trn_program_compile_seconds(const trn_program *p);  // C compiler only
 const char *trn_program_source(const trn_program *p);      // the rendered C
 const char *trn_program_cache_key(const trn_program *p);   // hex sha256
+// The shared object's bytes (as compiled or verified from the cache), for
+// carrying the program to another cache (*len set); NULL if none.
+const void *trn_program_object(const trn_program *p, size_t *len);
 // 1 when a run may fail on an out-of-range index (the program gathers or
 // scatters): callers that must raise at the op synchronize after the run.
 int trn_program_checks_indices(const trn_program *p);
@@ -244,6 +258,15 @@ trn_status trn_compile_cache_check_dir(const char *dir);
 // user planted never load; the label (the entry's key) keeps an entry from
 // being passed off under another name.
 trn_status trn_compile_cache_mac(const char *label, const void *data, size_t len, char out[65]);
+// Stores `len` bytes as the entry for `key` (64 hex digits) in `dir`, with
+// its MAC under the user's key: how a cache bundle the user chose to load
+// (torch.compiler.load_cache_artifacts) enters their cache.
+trn_status trn_compile_cache_store(const char *dir, const char *key, const void *bytes, size_t len);
+// Removes the least recently used entries (<key>.so + .mac, aot/<key>.bin;
+// a hit counts as a use) until `dir` holds at most max_bytes of them.
+// `keep` (a key, or NULL) is never removed. Returns the bytes removed via
+// *removed (may be NULL).
+trn_status trn_compile_cache_evict(const char *dir, int64_t max_bytes, const char *keep, int64_t *removed);
 
 #ifdef __cplusplus
 }

@@ -154,6 +154,12 @@ char *trn__cc_cache_read(const char *dir, const char *key, size_t *len);
 // Stores `len` bytes under `key` atomically with their MAC; errors are
 // reported but non-fatal to the caller (the program still runs).
 trn_status trn__cc_cache_store(const char *dir, const char *key, const char *bytes, size_t len);
+// The compile lock of `key` in `dir` (locks/<key>.lock, flock): waits up to
+// timeout_s for another process holding it. The lock's fd, or -1 (timed
+// out) or -2 (no lock possible: a refused directory); either way the caller
+// compiles anyway.
+int trn__cc_lock(const char *dir, const char *key, double timeout_s);
+void trn__cc_unlock(int fd);
 // mkdir -p with mode 0700 for what it creates.
 trn_status trn__cc_mkdir_private(const char *dir);
 // Refuses a path that is a symlink, not a directory, not owned by the
@@ -179,6 +185,8 @@ struct trn_program {
     void *dl;
     const trn_kernel_launch *launches;  // per kernel, in the shared object
     char *source;
+    char *object;  // the shared object's bytes (trn_program_object)
+    size_t object_len;
     char key[65];
     int from_cache;
     double compile_seconds;

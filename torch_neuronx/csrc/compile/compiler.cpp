@@ -302,11 +302,13 @@ void register_compiler(py::module_ &m) {
         })
         .def("node_count", [](Graph &g) { return trn_graph_node_count(g.g); })
         .def("compile", [](Graph &g, const std::string &include_dir, const std::optional<std::string> &cache_dir,
-                           const std::optional<std::string> &debug_dir, const std::string &name) {
+                           const std::optional<std::string> &debug_dir, const std::string &name, int opt_level,
+                           const std::string &cc_flags, double lock_timeout_s, int64_t cache_max_bytes) {
             return guarded([&] {
                 auto prog = std::make_shared<Program>();
                 trn_compile_options o{include_dir.c_str(), cache_dir ? cache_dir->c_str() : nullptr,
-                                      debug_dir ? debug_dir->c_str() : nullptr, name.c_str()};
+                                      debug_dir ? debug_dir->c_str() : nullptr, name.c_str(), opt_level,
+                                      cc_flags.c_str(), lock_timeout_s, cache_max_bytes};
                 trn_status st;
                 {
                     py::gil_scoped_release nogil;
@@ -324,6 +326,11 @@ void register_compiler(py::module_ &m) {
         .def_property_readonly("compile_seconds", [](Program &p) { return trn_program_compile_seconds(p.p); })
         .def_property_readonly("source", [](Program &p) { return std::string(trn_program_source(p.p)); })
         .def_property_readonly("cache_key", [](Program &p) { return std::string(trn_program_cache_key(p.p)); })
+        .def_property_readonly("object", [](Program &p) {
+            size_t n = 0;
+            const void *bytes = trn_program_object(p.p, &n);
+            return py::bytes(static_cast<const char *>(bytes), bytes ? n : 0);
+        })
         .def_property_readonly("checks_indices", [](Program &p) { return trn_program_checks_indices(p.p) != 0; });
 
     py::class_<Run, std::shared_ptr<Run>>(m, "_CompiledRun")
@@ -437,6 +444,15 @@ void register_compiler(py::module_ &m) {
     // "" when `dir` may be used, else why not.
     m.def("_compile_cache_check_dir", [](const std::string &dir) {
         return trn_compile_cache_check_dir(dir.c_str()) == TRN_SUCCESS ? std::string() : std::string(trn_last_error());
+    });
+    m.def("_compile_cache_store", [](const std::string &dir, const std::string &key, const py::bytes &data) {
+        const std::string bytes = data;
+        TRN_CHECK(trn_compile_cache_store(dir.c_str(), key.c_str(), bytes.data(), bytes.size()));
+    });
+    m.def("_compile_cache_evict", [](const std::string &dir, int64_t max_bytes, const std::optional<std::string> &keep) {
+        int64_t removed = 0;
+        TRN_CHECK(trn_compile_cache_evict(dir.c_str(), max_bytes, keep ? keep->c_str() : nullptr, &removed));
+        return removed;
     });
     m.def("_compile_cache_mac", [](const std::string &label, const py::bytes &data) {
         const std::string bytes = data;

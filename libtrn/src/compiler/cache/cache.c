@@ -1,19 +1,24 @@
 // cache.c - compiled graphs on disk.
 //
 // Owns: the cache directory layout, <key>.so and <key>.mac (the HMAC of the
-// key and the .so's bytes under the user's cache key, cache_key.c). Writes
+// key and the .so's bytes under the user's cache key, cache_key.c), the
+// per-key compile locks (locks/<key>.lock) and the size bound (least
+// recently used entries go first; a hit refreshes an entry's time). Writes
 // are atomic (a private temporary file in the same directory, then rename),
 // so concurrent processes never see half an entry; two processes compiling
 // the same key both rename identical bytes. A directory is used only if it
 // passes trn_compile_cache_check_dir; an entry whose MAC does not verify is
 // ignored (and rewritten by the next compile), never loaded; a verified entry
 // is handed out as bytes, so what is loaded is what was verified.
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../internal.h"
@@ -88,6 +93,8 @@ char *trn__cc_cache_read(const char *dir, const char *key, size_t *len) {
         free(bytes);
         return NULL;
     }
+    // A use: the size bound removes the least recently used entries first.
+    (void)utimensat(AT_FDCWD, so, NULL, 0);
     *len = bl;
     return bytes;
 }
@@ -126,4 +133,148 @@ trn_status trn__cc_cache_store(const char *dir, const char *key, const char *byt
     if (st != TRN_SUCCESS) return st;
     snprintf(name, sizeof name, "%s.mac", key);
     return atomic_write(dir, name, mac, 64);
+}
+
+static bool is_key(const char *s, size_t n) {
+    if (n != 64) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
+    return true;
+}
+
+trn_status trn_compile_cache_store(const char *dir, const char *key, const void *bytes, size_t len) {
+    if (dir == NULL || key == NULL || (bytes == NULL && len))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_compile_cache_store: NULL argument");
+    if (!is_key(key, strlen(key)))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_compile_cache_store: key must be 64 hex digits");
+    return trn__cc_cache_store(dir, key, bytes, len);
+}
+
+int trn__cc_lock(const char *dir, const char *key, double timeout_s) {
+    char locks[4200], path[4300];
+    snprintf(locks, sizeof locks, "%s/locks", dir);
+    // Nothing is created in a directory the cache refuses (a symlink, say).
+    if (trn_compile_cache_check_dir(dir) != TRN_SUCCESS || trn__cc_mkdir_private(locks) != TRN_SUCCESS ||
+        trn__cc_check_private_dir(locks, "compile cache lock directory") != TRN_SUCCESS) {
+        trn_clear_error();
+        return -2;
+    }
+    snprintf(path, sizeof path, "%s/%s.lock", locks, key);
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return -2;
+    // flock, not a pid file: the kernel releases it when the holder dies,
+    // however it dies, so a crashed compile never blocks the others.
+    uint64_t deadline = trn__now_ns() + (uint64_t)(timeout_s * 1e9);
+    for (;;) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;
+        if (errno != EWOULDBLOCK && errno != EINTR) break;
+        if (timeout_s <= 0 || trn__now_ns() >= deadline) break;
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    close(fd);
+    return -1;
+}
+
+void trn__cc_unlock(int fd) {
+    if (fd >= 0) close(fd);  // closing drops the flock
+}
+
+typedef struct cache_entry {
+    char key[65];
+    bool aot;  // aot/<key>.bin (else <key>.so + <key>.mac)
+    int64_t bytes;
+    struct timespec used;
+} cache_entry;
+
+static int entry_older(const void *a, const void *b) {
+    const cache_entry *x = a, *y = b;
+    if (x->used.tv_sec != y->used.tv_sec) return x->used.tv_sec < y->used.tv_sec ? -1 : 1;
+    if (x->used.tv_nsec != y->used.tv_nsec) return x->used.tv_nsec < y->used.tv_nsec ? -1 : 1;
+    return 0;
+}
+
+// Adds dir's entries with suffix `suffix` to *list; their bytes to *total.
+static trn_status scan_entries(const char *dir, const char *suffix, bool aot, cache_entry **list, size_t *n,
+                               size_t *cap, int64_t *total) {
+    DIR *d = opendir(dir);
+    if (d == NULL) return errno == ENOENT ? TRN_SUCCESS : trn__set_error(TRN_ERROR_SYSTEM,
+                                 "compile cache: cannot list %s: %s", dir, strerror(errno));
+    size_t sl = strlen(suffix);
+    struct dirent *e;
+    trn_status st = TRN_SUCCESS;
+    while ((e = readdir(d)) != NULL) {
+        size_t nl = strlen(e->d_name);
+        if (nl != 64 + sl || strcmp(e->d_name + 64, suffix) != 0 || !is_key(e->d_name, 64)) continue;
+        struct stat sb;
+        if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode)) continue;
+        int64_t size = (int64_t)sb.st_size;
+        if (!aot) {  // the .mac beside it
+            char mac[80];
+            memcpy(mac, e->d_name, 64);
+            strcpy(mac + 64, ".mac");
+            struct stat mb;
+            if (fstatat(dirfd(d), mac, &mb, AT_SYMLINK_NOFOLLOW) == 0) size += (int64_t)mb.st_size;
+        }
+        if (*n == *cap) {
+            size_t nc = *cap ? *cap * 2 : 64;
+            cache_entry *nl2 = realloc(*list, nc * sizeof *nl2);
+            if (nl2 == NULL) {
+                st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "compile cache: out of memory");
+                break;
+            }
+            *list = nl2;
+            *cap = nc;
+        }
+        cache_entry *c = &(*list)[(*n)++];
+        memcpy(c->key, e->d_name, 64);
+        c->key[64] = 0;
+        c->aot = aot;
+        c->bytes = size;
+        c->used = sb.st_mtim;
+        *total += size;
+    }
+    closedir(d);
+    return st;
+}
+
+trn_status trn_compile_cache_evict(const char *dir, int64_t max_bytes, const char *keep, int64_t *removed) {
+    if (removed) *removed = 0;
+    if (dir == NULL) return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_compile_cache_evict: NULL directory");
+    trn_status st = trn_compile_cache_check_dir(dir);
+    if (st != TRN_SUCCESS) return st;
+    char aot[4200];
+    snprintf(aot, sizeof aot, "%s/aot", dir);
+    cache_entry *list = NULL;
+    size_t n = 0, cap = 0;
+    int64_t total = 0;
+    st = scan_entries(dir, ".so", false, &list, &n, &cap, &total);
+    if (st == TRN_SUCCESS) st = scan_entries(aot, ".bin", true, &list, &n, &cap, &total);
+    if (st != TRN_SUCCESS) {
+        free(list);
+        return st;
+    }
+    qsort(list, n, sizeof *list, entry_older);
+    int64_t gone = 0;
+    for (size_t i = 0; i < n && total > max_bytes; i++) {
+        if (keep != NULL && strcmp(list[i].key, keep) == 0) continue;
+        char path[4300];
+        if (list[i].aot) {
+            snprintf(path, sizeof path, "%s/%s.bin", aot, list[i].key);
+            if (unlink(path) != 0 && errno != ENOENT) continue;
+        } else {
+            // The MAC first: an .so without one is a miss, never a load.
+            snprintf(path, sizeof path, "%s/%s.mac", dir, list[i].key);
+            if (unlink(path) != 0 && errno != ENOENT) continue;
+            snprintf(path, sizeof path, "%s/%s.so", dir, list[i].key);
+            (void)unlink(path);
+            snprintf(path, sizeof path, "%s/locks/%s.lock", dir, list[i].key);
+            (void)unlink(path);
+        }
+        total -= list[i].bytes;
+        gone += list[i].bytes;
+    }
+    free(list);
+    if (removed) *removed = gone;
+    return TRN_SUCCESS;
 }

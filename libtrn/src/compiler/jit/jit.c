@@ -1,14 +1,19 @@
 // jit.c - compiles a graph's C with the system compiler and loads it.
 //
 // Owns: trn_program (schedule + loaded shared object). The compiler is $CC
-// (default gcc) with -O2 -march=native -shared -fPIC plus the flags the
-// eager kernels use (-fno-math-errno -fno-trapping-math: sqrt and compares
-// vectorize; NaN/inf semantics unchanged) and $NEURON_CC_FLAGS. The source
+// (default gcc) with -O<opt_level> (default -O2) -march=native -shared -fPIC
+// plus the flags the eager kernels use (-fno-math-errno -fno-trapping-math:
+// sqrt and compares vectorize; NaN/inf semantics unchanged) and the
+// caller's extra flags (trn_compile_options.cc_flags; the Python side reads
+// them from TORCH_NEURONX_CC_EXTRA_FLAGS: NEURON_CC_FLAGS holds neuronx-cc
+// flags, which are not the C compiler's). Warnings stay on (the generated
+// code is warning-free; the tests compile it with -Werror). The source
 // is written into a private directory (janitor.c), which is also the
 // compiler's $TMPDIR, so its temporaries land there too; the compiler runs
 // in the janitor's process group, which the janitor kills if this process
 // dies. The object goes into the disk cache (cache/) keyed by a hash of
-// everything that shapes it.
+// everything that shapes it (the host CPU's features too: -march=native);
+// processes sharing the cache take a per-key lock, so each key compiles once.
 #define _GNU_SOURCE 1  // pipe2
 #include <dlfcn.h>
 #include <errno.h>
@@ -70,7 +75,7 @@ static bool write_file(const char *path, const char *data, size_t len) {
     return fclose(f) == 0 && ok;
 }
 
-// Splits $NEURON_CC_FLAGS on blanks into argv entries (no shell quoting).
+// Splits extra flags on blanks into argv entries (no shell quoting).
 static int split_flags(char *text, char **argv, int max) {
     int n = 0;
     for (char *p = text; p && *p && n < max;) {
@@ -87,7 +92,7 @@ static int split_flags(char *text, char **argv, int max) {
 // to out_fd (or, when out_fd < 0, to the file log_path), in process group
 // `group` (0: ours), with environment envp. Returns its pid, or -1.
 static pid_t spawn_start(char *const argv[], char *const envp[], int out_fd, const char *log_path,
-                         pid_t group) {
+                         pid_t group, int *spawn_errno) {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
     int rc = posix_spawn_file_actions_init(&fa);
@@ -120,6 +125,7 @@ static pid_t spawn_start(char *const argv[], char *const envp[], int out_fd, con
     }
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
+    if (spawn_errno) *spawn_errno = rc;
     return rc == 0 ? pid : -1;
 }
 
@@ -146,7 +152,7 @@ static void cc_version_read(void) {
     if (pipe2(p, O_CLOEXEC) != 0) return;
     char *argv[] = {(char *)cc_path(), "-dumpfullversion", "-dumpversion", NULL};
     pid_t pid = spawn_start(argv, environ, p[1], NULL,
-                            __atomic_load_n(&cc_version_group, __ATOMIC_RELAXED));
+                            __atomic_load_n(&cc_version_group, __ATOMIC_RELAXED), NULL);
     (void)close(p[1]);
     char buf[4096], sink[512];
     size_t n = 0;
@@ -171,6 +177,35 @@ static const char *cc_version(pid_t group) {
     __atomic_store_n(&cc_version_group, group, __ATOMIC_RELAXED);
     pthread_once(&cc_version_once, cc_version_read);
     return cc_version_line;
+}
+
+// The host CPU's instruction-set features: -march=native makes objects
+// that only CPUs with them run, so a cache (or a bundle loaded from another
+// machine) must not hand one to a CPU without them.
+static char cpu_text[320];
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+
+static void cpu_fill(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    size_t n = 0;
+#define FEAT(f) \
+    if (__builtin_cpu_supports(f) && n + sizeof f + 1 < sizeof cpu_text) \
+        n += (size_t)snprintf(cpu_text + n, sizeof cpu_text - n, "%s ", f);
+    FEAT("sse4.2") FEAT("avx") FEAT("avx2") FEAT("fma") FEAT("bmi2") FEAT("f16c") FEAT("avx512f")
+    FEAT("avx512bw") FEAT("avx512vl") FEAT("avx512dq") FEAT("avx512cd") FEAT("avx512vnni")
+    FEAT("avx512bf16") FEAT("avx512fp16") FEAT("avx512vbmi") FEAT("avx512vbmi2") FEAT("avx512bitalg")
+    FEAT("avx512vpopcntdq") FEAT("amx-tile") FEAT("amx-bf16") FEAT("amx-int8") FEAT("gfni") FEAT("vaes")
+    FEAT("vpclmulqdq") FEAT("avxvnni")
+#undef FEAT
+#else
+    snprintf(cpu_text, sizeof cpu_text, "unknown-cpu");
+#endif
+}
+
+static const char *cpu_features(void) {
+    pthread_once(&cpu_once, cpu_fill);
+    return cpu_text;
 }
 
 // Hash of the headers generated code includes: a changed scalar.h must not
@@ -199,19 +234,25 @@ static void headers_hash(const char *dir, char out[65]) {
 
 static double now_s(void) { return (double)trn__now_ns() * 1e-9; }
 
+static const char *opt_flag(const trn_compile_options *o) {
+    static const char *levels[] = {"-O2", "-O0", "-O1", "-O2", "-O3"};
+    return o->opt_level >= 0 && o->opt_level <= 4 ? levels[o->opt_level] : "-O2";
+}
+
 // Runs the compiler: source -> so_path; the command and its output go to
 // `log` (malloc'd). It runs in process group `group` (janitor.c) with
-// $TMPDIR set to tmpdir. Returns the exit status (-1 if it could not start).
-static int run_cc(const char *src_path, const char *so_path, const char *inc, const char *log_path,
-                  const char *tmpdir, pid_t group, char **cmdline) {
+// $TMPDIR set to tmpdir. Returns the exit status (-1 if it could not start;
+// then *spawn_errno says why).
+static int run_cc(const trn_compile_options *o, const char *src_path, const char *so_path, const char *log_path,
+                  const char *tmpdir, pid_t group, char **cmdline, int *spawn_errno) {
     char *flags_copy = NULL;
-    const char *extra = getenv("NEURON_CC_FLAGS");
+    const char *extra = o->cc_flags;
     if (extra && *extra) {
         flags_copy = malloc(strlen(extra) + 1);
         if (flags_copy) strcpy(flags_copy, extra);
     }
     char incflag[4200];
-    snprintf(incflag, sizeof incflag, "-I%s", inc);
+    snprintf(incflag, sizeof incflag, "-I%s", o->include_dir);
     char *argv[MAX_FLAGS + 16];
     int n = 0;
     argv[n++] = (char *)cc_path();
@@ -219,8 +260,8 @@ static int run_cc(const char *src_path, const char *so_path, const char *inc, co
     // which libtrn's eager kernels (ISO C11) never do, so a compiled GELU
     // differed from eager's by an ulp; scalar.h asks for fmaf where it
     // wants one, and then both get it.
-    const char *fixed[] = {"-O2", "-march=native", "-shared", "-fPIC", "-fno-math-errno",
-                           "-fno-trapping-math", "-ffp-contract=off", "-std=gnu11", "-w"};
+    const char *fixed[] = {opt_flag(o), "-march=native", "-shared", "-fPIC", "-fno-math-errno",
+                           "-fno-trapping-math", "-ffp-contract=off", "-std=gnu11"};
     for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) argv[n++] = (char *)fixed[i];
     n += split_flags(flags_copy, argv + n, MAX_FLAGS);
     argv[n++] = incflag;
@@ -252,7 +293,7 @@ static int run_cc(const char *src_path, const char *so_path, const char *inc, co
         snprintf(tmpvar, tlen, "TMPDIR=%s", tmpdir);
         envp[k++] = tmpvar;
         envp[k] = NULL;
-        rc = spawn_wait(spawn_start(argv, envp, -1, log_path, group));
+        rc = spawn_wait(spawn_start(argv, envp, -1, log_path, group, spawn_errno));
     }
     free(envp);
     free(tmpvar);
@@ -308,12 +349,37 @@ static trn_status index_nodes(trn_program *p) {
     return TRN_SUCCESS;
 }
 
+// The verified cached object for p->key, copied to `so` and loaded: true
+// (p->object holds its bytes). False on a miss or an object that does not
+// load (then p is as before; it is compiled instead).
+static bool load_cached(trn_program *p, const trn_compile_options *opts, const char *so) {
+    size_t n = 0;
+    char *bytes = trn__cc_cache_read(opts->cache_dir, p->key, &n);
+    if (bytes == NULL || !write_file(so, bytes, n)) {
+        free(bytes);
+        return false;
+    }
+    if (load_so(p, so) == TRN_SUCCESS) {
+        p->object = bytes;
+        p->object_len = n;
+        return true;
+    }
+    free(bytes);
+    if (p->dl) dlclose(p->dl);
+    p->dl = NULL;
+    p->launches = NULL;
+    unlink(so);
+    trn_clear_error();
+    return false;
+}
+
 trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *opts, trn_program **out) {
     if (g == NULL || opts == NULL || out == NULL || opts->include_dir == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_program_compile: NULL argument");
     trn_program *p = calloc(1, sizeof *p);
     if (p == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory");
     char *cmd = NULL, *log = NULL;
+    int lock_fd = -1;
     char tmpdir[4096];
     bool have_tmp = false;
     trn_status st = trn__cc_schedule_build(g, &p->sched);
@@ -337,16 +403,16 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
     // Key: source, our version, compiler, its version, flags, headers.
     char hh[65];
     headers_hash(opts->include_dir, hh);
-    const char *extra = getenv("NEURON_CC_FLAGS");
-    size_t klen = strlen(p->source) + 1024 + (extra ? strlen(extra) : 0);
+    const char *extra = opts->cc_flags;
+    size_t klen = strlen(p->source) + 2048 + (extra ? strlen(extra) : 0);
     char *keytext = malloc(klen);
     if (keytext == NULL) {
         st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory");
         goto fail;
     }
-    int kn = snprintf(keytext, klen, "%s\n%s\ncache %s abi %d\ncc %s %s\nflags %s\nheaders %s\n", p->source,
-                      TRN_COMPILER_VERSION, CACHE_VERSION, TRN_KERNEL_ABI_VERSION, cc_path(), cc_version(group),
-                      extra ? extra : "", hh);
+    int kn = snprintf(keytext, klen, "%s\n%s\ncache %s abi %d\ncc %s %s\nflags %s %s\nheaders %s\ncpu %s\n",
+                      p->source, TRN_COMPILER_VERSION, CACHE_VERSION, TRN_KERNEL_ABI_VERSION, cc_path(),
+                      cc_version(group), opt_flag(opts), extra ? extra : "", hh, cpu_features());
     trn_sha256_hex(keytext, (size_t)kn, p->key);
     free(keytext);
 
@@ -354,32 +420,26 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
     snprintf(src, sizeof src, "%s/graph.c", tmpdir);
     snprintf(so, sizeof so, "%s/graph.so", tmpdir);
     snprintf(logp, sizeof logp, "%s/cc.log", tmpdir);
+    if (opts->cache_dir && load_cached(p, opts, so)) goto cached;
     if (opts->cache_dir) {
-        size_t n = 0;
-        char *bytes = trn__cc_cache_read(opts->cache_dir, p->key, &n);
-        bool copied = bytes && write_file(so, bytes, n);
-        free(bytes);
-        if (copied) {
-            st = load_so(p, so);
-            if (st == TRN_SUCCESS) {
-                p->from_cache = 1;
-                debug_write(opts, ".log", "loaded from the disk cache; nothing compiled\n");
-                trn__cc_scratch_remove(tmpdir);
-                *out = p;
-                return TRN_SUCCESS;
-            }
-            if (p->dl) dlclose(p->dl);
-            p->dl = NULL;
-            unlink(so);
-            trn_clear_error();
-        }
+        // Another process compiling this key: wait for it, then load its
+        // object; without the lock (timed out) we compile too (atomic
+        // writes make that only a duplicate). A holder that dies drops it.
+        double wait = opts->lock_timeout_s == 0 ? 1200.0 : opts->lock_timeout_s;
+        lock_fd = trn__cc_lock(opts->cache_dir, p->key, wait);
+        if (lock_fd == -1 && wait > 0)
+            trn_log(TRN_LOG_WARNING, "compile", "graph %s: the compile lock of %.12s was not free after %g s "
+                    "(TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT); compiling it here too",
+                    opts->name ? opts->name : "graph", p->key, wait);
+        if (lock_fd >= 0 && load_cached(p, opts, so)) goto cached;
     }
     if (!write_file(src, p->source, strlen(p->source))) {
         st = trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: cannot write %s", src);
         goto fail;
     }
     double t0 = now_s();
-    int rc = run_cc(src, so, opts->include_dir, logp, tmpdir, group, &cmd);
+    int spawn_errno = 0;
+    int rc = run_cc(opts, src, so, logp, tmpdir, group, &cmd, &spawn_errno);
     p->compile_seconds = now_s() - t0;
     log = read_file(logp, NULL);
     debug_write(opts, ".cmd", cmd);
@@ -394,18 +454,32 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
             free(full);
         }
     }
+    if (rc != 0 && spawn_errno != 0) {
+        st = trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: cannot run the C compiler `%s` (%s). "
+                            "torch.compile(backend=\"neuron\") needs a C compiler: install gcc (Debian/Ubuntu: "
+                            "`apt-get install gcc`; Fedora/RHEL: `dnf install gcc`; Alpine: `apk add gcc musl-dev`) "
+                            "or set CC to one",
+                            cc_path(), strerror(spawn_errno));
+        goto fail;
+    }
     if (rc != 0) {
         st = trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: `%s` failed (status %d): %.600s",
                             cmd ? cmd : cc_path(), rc, log ? log : "");
         goto fail;
     }
+    p->object = read_file(so, &p->object_len);
+    if (p->object == NULL) {
+        st = trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: cannot read %s", so);
+        goto fail;
+    }
     if (opts->cache_dir) {
-        size_t n = 0;
-        char *bytes = read_file(so, &n);
-        if (bytes) trn__cc_cache_store(opts->cache_dir, p->key, bytes, n);
-        free(bytes);
+        trn__cc_cache_store(opts->cache_dir, p->key, p->object, p->object_len);
+        if (opts->cache_max_bytes > 0)
+            trn_compile_cache_evict(opts->cache_dir, opts->cache_max_bytes, p->key, NULL);
         trn_clear_error();  // a cache that cannot be written only costs time
     }
+    trn__cc_unlock(lock_fd);
+    lock_fd = -1;
     st = load_so(p, so);
     if (st != TRN_SUCCESS) goto fail;
     trn__cc_scratch_remove(tmpdir);
@@ -413,7 +487,15 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
     free(log);
     *out = p;
     return TRN_SUCCESS;
+cached:
+    trn__cc_unlock(lock_fd);
+    p->from_cache = 1;
+    debug_write(opts, ".log", "loaded from the disk cache; nothing compiled\n");
+    trn__cc_scratch_remove(tmpdir);
+    *out = p;
+    return TRN_SUCCESS;
 fail:
+    trn__cc_unlock(lock_fd);
     if (have_tmp) trn__cc_scratch_remove(tmpdir);
     free(cmd);
     free(log);
@@ -427,6 +509,7 @@ void trn_program_free(trn_program *p) {
     trn__cc_schedule_free(&p->sched);
     free(p->graph.nodes);
     free(p->source);
+    free(p->object);
     free(p->stores);
     free(p->caller);
     free(p);
@@ -438,6 +521,11 @@ int trn_program_from_cache(const trn_program *p) { return p ? p->from_cache : 0;
 double trn_program_compile_seconds(const trn_program *p) { return p ? p->compile_seconds : 0.0; }
 const char *trn_program_source(const trn_program *p) { return p ? p->source : ""; }
 const char *trn_program_cache_key(const trn_program *p) { return p ? p->key : ""; }
+
+const void *trn_program_object(const trn_program *p, size_t *len) {
+    if (len) *len = p ? p->object_len : 0;
+    return p ? p->object : NULL;
+}
 
 int trn_program_checks_indices(const trn_program *p) {
     return p ? p->checks_indices : 0;

@@ -159,7 +159,8 @@ void put_ctx(sb *b, const kernel *k, int n) {
     for (int i = 0; i < 4; i++) {
         double p = x->params[i];
         long long ip = (p != p || p > 9.2e18 || p < -9.2e18) ? 0 : (long long)p;
-        put(b, "%sINT64_C(%lld)", i ? ", " : "", ip);
+        put(b, "%s", i ? ", " : "");
+        put_i64(b, ip);
     }
     put(b, "}, %d, %d, %d};\n", (int)trn_dtype_size(d) * 8,
         d != TRN_DTYPE_U8 && d != TRN_DTYPE_BOOL && d != TRN_DTYPE_U16 && d != TRN_DTYPE_U32 && d != TRN_DTYPE_U64,

@@ -90,6 +90,8 @@ TRN__PRINTF(2, 3) void put(sb *b, const char *fmt, ...);
 void put_convert(sb *b, const char *e, trn_dtype from, trn_dtype to);
 void put_load(sb *b, trn_dtype d, const char *ptr, const char *idx);
 void put_store_value(sb *b, trn_dtype d, const char *v);
+// An int64 as a C expression (INT64_C(v); INT64_MIN spelled so it is one).
+void put_i64(sb *b, int64_t v);
 void put_const(sb *b, const trn__cc_node *c);
 void lower_name(const char *up, char *out, size_t n);
 

@@ -43,7 +43,13 @@ void put_iota(sb *b, const kernel *k, int n, const char *in) {
     const char *at = pos >= 0 && k->istr[pos] ? k->istr[pos] : "0";
     sb e = {0};
     if (is_f(x->dtype)) put(&e, "(float)(%.17g + %.17g * (double)(%s))", x->params[0], x->params[1], at);
-    else put(&e, "(INT64_C(%lld) + INT64_C(%lld) * (%s))", (long long)x->params[0], (long long)x->params[1], at);
+    else {
+        put(&e, "(");
+        put_i64(&e, (int64_t)x->params[0]);
+        put(&e, " + ");
+        put_i64(&e, (int64_t)x->params[1]);
+        put(&e, " * (%s))", at);
+    }
     put(b, "%sconst %s v%d = ", in, reg_type(x->dtype), vid(k, n));
     if (e.oom) b->oom = true;
     else put_convert(b, e.s, is_f(x->dtype) ? TRN_DTYPE_F32 : TRN_DTYPE_I64, x->dtype);

@@ -88,10 +88,17 @@ static void put_float_literal(sb *b, double v) {
     }
 }
 
+void put_i64(sb *b, int64_t v) {
+    // -9223372036854775808 is not a literal in C: the unary minus applies to
+    // 9223372036854775808, which no signed type holds (a warning under -Wall).
+    if (v == INT64_MIN) put(b, "(-INT64_C(9223372036854775807) - 1)");
+    else put(b, "INT64_C(%lld)", (long long)v);
+}
+
 void put_const(sb *b, const trn__cc_node *c) {
     if (is_f(c->dtype)) put_float_literal(b, c->cf);
     else if (c->dtype == TRN_DTYPE_BOOL) put(b, "INT64_C(%d)", c->ci != 0);
-    else put(b, "INT64_C(%lld)", (long long)c->ci);
+    else put_i64(b, c->ci);
 }
 
 void lower_name(const char *up, char *out, size_t n) {
