@@ -30,6 +30,8 @@ bool trn_conv_supports(trn_dtype dtype) {
 
 typedef struct conv_key {
     int64_t kind, dtype, native, spatial, has_bias;
+    int64_t accum;      // forward: add to the output (a "sum" post-op), no bias
+    int64_t dst_plain;  // forward: compute in the output's own layout (no reorder)
     int64_t n, c_in, c_out, groups;
     int64_t in_size[3], out_size[3], kernel[3], stride[3], padding[3], dilation[3];
     int64_t input_strides[5], weight_strides[5], output_strides[5], bias_stride;
@@ -95,9 +97,12 @@ static trn_status init_mds(const conv_key *k, conv_plan *p, dnnl_data_type_t cdt
     TRN_DNNL_TRY(dnnl_memory_desc_init_by_strides(&p->op[S_OUTPUT].user_md, nd, dims, udt,
                                                   strides),
                  "convolution output layout");
-    TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->op[S_OUTPUT].comp_md, nd, dims, cdt,
-                                              dnnl_format_tag_any),
-                 "convolution output layout");
+    if (k->dst_plain)
+        p->op[S_OUTPUT].comp_md = p->op[S_OUTPUT].user_md;
+    else
+        TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->op[S_OUTPUT].comp_md, nd, dims, cdt,
+                                                  dnnl_format_tag_any),
+                     "convolution output layout");
 
     // Weights: (g, oc/g, ic/g, k...) when grouped; PyTorch's oc dim splits.
     int wnd;
@@ -160,7 +165,8 @@ static trn_status plan_build_as(const conv_key *k, dnnl_data_type_t cdt, bool na
                                 conv_plan **out) {
     trn_status st = TRN_SUCCESS;
     dnnl_engine_t engine;
-    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_attr_t attr = NULL, conv_attr = NULL;
+    dnnl_post_ops_t ops = NULL;
     dnnl_primitive_desc_t pd = NULL, hint = NULL, rpd = NULL;
     conv_plan *p = calloc(1, sizeof *p);
     if (p == NULL)
@@ -170,6 +176,13 @@ static trn_status plan_build_as(const conv_key *k, dnnl_data_type_t cdt, bool na
     TRN_DNNL_TRY(dnnl_primitive_attr_create(&attr), "convolution plan");
     TRN_DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user),
                  "convolution plan");
+    // The convolution's own attributes: a running sum adds to the output.
+    TRN_DNNL_TRY(dnnl_primitive_attr_clone(&conv_attr, attr), "convolution plan");
+    if (k->accum) {
+        TRN_DNNL_TRY(dnnl_post_ops_create(&ops), "convolution accumulation");
+        TRN_DNNL_TRY(dnnl_post_ops_append_sum(ops, 1.0f), "convolution accumulation");
+        TRN_DNNL_TRY(dnnl_primitive_attr_set_post_ops(conv_attr, ops), "convolution accumulation");
+    }
 
     dnnl_convolution_desc_t cd;
     dnnl_dims_t stride, dil, pad;
@@ -184,7 +197,7 @@ static trn_status plan_build_as(const conv_key *k, dnnl_data_type_t cdt, bool na
     switch ((conv_kind)k->kind) {
     case CONV_FWD:
         if ((st = fwd_desc(k, p, dnnl_forward_inference, &cd)) != TRN_SUCCESS) goto fail;
-        TRN_DNNL_TRY(dnnl_primitive_desc_create(&pd, &cd, attr, engine, NULL),
+        TRN_DNNL_TRY(dnnl_primitive_desc_create(&pd, &cd, conv_attr, engine, NULL),
                      "convolution forward");
         role[S_INPUT] = (__typeof__(role[0])){true, false, DNNL_ARG_SRC, dnnl_query_src_md};
         role[S_WEIGHT] =
@@ -272,6 +285,8 @@ fail:
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (hint) dnnl_primitive_desc_destroy(hint);
     if (attr) dnnl_primitive_attr_destroy(attr);
+    if (conv_attr) dnnl_primitive_attr_destroy(conv_attr);
+    if (ops) dnnl_post_ops_destroy(ops);
     if (st != TRN_SUCCESS) {
         plan_destroy(p);
         return st;
@@ -402,11 +417,14 @@ static void zero_strided(trn_dtype dt, void *base, int nd, const int64_t *sizes,
 }
 
 // One oneDNN convolution of `d` (plan looked up or built, then run) on the
-// calling thread's oneDNN stream.
-static trn_status conv_run_one(conv_kind kind, const trn_conv_desc *d) {
+// calling thread's oneDNN stream; accum / dst_plain as in conv_key.
+static trn_status conv_run_plan(conv_kind kind, const trn_conv_desc *d, bool accum,
+                                bool dst_plain) {
     conv_key key;
     memset(&key, 0, sizeof key);
     key.kind = kind;
+    key.accum = accum;
+    key.dst_plain = dst_plain;
     key.dtype = d->dtype;
     // Part of the key: plans built before the switch changed are not reused.
     key.native = d->dtype == TRN_DTYPE_BF16 && trn__dnnl_bf16_native();
@@ -443,6 +461,181 @@ static trn_status conv_run_one(conv_kind kind, const trn_conv_desc *d) {
     trn_status st = plan_execute(plan, d);
     plan_destroy(own);
     return st;
+}
+
+// ---- blocked reduction (float32) -------------------------------------------------
+// oneDNN 2.6's float32 convolutions keep each output in a register over the
+// whole reduction (c_in x kernel for forward, c_out x kernel for the input
+// gradient, batch x output plane for the weight gradient): one running sum
+// whose rounding error grows with its length (forward of a 256-channel 3x3
+// convolution: 4x PyTorch CPU's error against float64). PyTorch's oneDNN
+// adds blocks of 16 input channels to the output. So float32 convolutions
+// reduce in blocks here too, each block a convolution of its own:
+// forward: input-channel blocks accumulated by a "sum" post-op into a dense
+// channels-last float32 buffer (the layout the kernels compute in, so no
+// reorder between blocks), copied to the output at the end; input
+// gradient: output-channel blocks, each after the first into a scratch
+// buffer added to the output; weight gradient: one batch item at a time,
+// added the same way. Groups > 1 run unblocked (their reductions are short).
+#define CONV_RED_BLOCK 128  // reduction terms a block aims at
+#define CONV_CH_BLOCK 16    // channel blocks are multiples of this
+
+static int64_t kernel_volume(const trn_conv_desc *d) {
+    int64_t v = 1;
+    for (int i = 0; i < d->spatial; i++) v *= d->kernel[i];
+    return v;
+}
+
+static int64_t out_plane(const trn_conv_desc *d) {
+    int64_t v = 1;
+    for (int i = 0; i < d->spatial; i++) v *= d->out_size[i];
+    return v;
+}
+
+// Channels per block of a reduction over `channels` x kvol terms; 0: no blocks.
+static int64_t channel_block(int64_t channels, int64_t kvol) {
+    if (channels * kvol <= CONV_RED_BLOCK) return 0;
+    int64_t b = CONV_RED_BLOCK / kvol;
+    // Whole 16-channel blocks (oneDNN's blocked layouts) unless the kernel
+    // is so large (7x7) that 16 channels would make long sums again.
+    if (b >= CONV_CH_BLOCK) b = b / CONV_CH_BLOCK * CONV_CH_BLOCK;
+    else if (kvol * CONV_CH_BLOCK <= 2 * CONV_RED_BLOCK) b = CONV_CH_BLOCK;
+    else if (b < 1) b = 1;
+    return b >= channels ? 0 : b;
+}
+
+// Dense strides of [n, c, sizes...] (channels_last: c innermost).
+static void dense_strides(const trn_conv_desc *d, int64_t c, const int64_t *sizes,
+                          bool channels_last, int64_t *st) {
+    const int sp = d->spatial;
+    int64_t acc = channels_last ? c : 1;
+    for (int i = sp - 1; i >= 0; i--) {
+        st[2 + i] = acc;
+        acc *= sizes[i];
+    }
+    if (channels_last) {
+        st[1] = 1;
+    } else {
+        st[1] = acc;
+        acc *= c;
+    }
+    st[0] = acc;
+}
+
+// dst (float32, strides ds) = or += src (float32, strides ss), [d0, d1, sizes...].
+static void move_f32(float *dst, const int64_t *ds, const float *src, const int64_t *ss, int nd,
+                     const int64_t *sizes, bool add) {
+    int64_t idx[5] = {0}, total = 1;
+    for (int i = 0; i < nd - 1; i++) total *= sizes[i];
+    const int64_t inner = sizes[nd - 1], di = ds[nd - 1], si = ss[nd - 1];
+    for (int64_t t = 0; t < total; t++) {
+        int64_t od = 0, os = 0;
+        for (int i = 0; i < nd - 1; i++) od += idx[i] * ds[i], os += idx[i] * ss[i];
+        float *o = dst + od;
+        const float *q = src + os;
+        if (add)
+            for (int64_t j = 0; j < inner; j++) o[j * di] += q[j * si];
+        else
+            for (int64_t j = 0; j < inner; j++) o[j * di] = q[j * si];
+        for (int i = nd - 2; i >= 0; i--) {
+            if (++idx[i] < sizes[i]) break;
+            idx[i] = 0;
+        }
+    }
+}
+
+static void *offset_f32(void *p, int64_t elems) {
+    return p == NULL ? NULL : (void *)((float *)p + elems);
+}
+
+static trn_status fwd_blocked(const trn_conv_desc *d, int64_t cb) {
+    const int nd = 2 + d->spatial;
+    int64_t ysz[5] = {d->n, d->c_out}, yst[5];
+    memcpy(ysz + 2, d->out_size, (size_t)d->spatial * sizeof(int64_t));
+    dense_strides(d, d->c_out, d->out_size, true, yst);
+    float *y = NULL;
+    trn_status st = trn__dnnl_accum_buffer((size_t)(d->n * d->c_out * out_plane(d)) * 4,
+                                           (void **)&y);
+    if (st != TRN_SUCCESS) return st;
+    for (int64_t c0 = 0; c0 < d->c_in; c0 += cb) {
+        trn_conv_desc q = *d;
+        q.c_in = d->c_in - c0 < cb ? d->c_in - c0 : cb;
+        q.input = offset_f32(d->input, c0 * d->input_strides[1]);
+        q.weight = offset_f32(d->weight, c0 * d->weight_strides[1]);
+        if (c0 > 0) q.bias = NULL;
+        q.output = y;
+        memcpy(q.output_strides, yst, sizeof yst);
+        if ((st = conv_run_plan(CONV_FWD, &q, c0 > 0, true)) != TRN_SUCCESS) return st;
+    }
+    move_f32(d->output, d->output_strides, y, yst, nd, ysz, false);
+    return TRN_SUCCESS;
+}
+
+static trn_status bwd_data_blocked(const trn_conv_desc *d, int64_t cb) {
+    const int nd = 2 + d->spatial;
+    int64_t xsz[5] = {d->n, d->c_in}, tst[5];
+    memcpy(xsz + 2, d->in_size, (size_t)d->spatial * sizeof(int64_t));
+    dense_strides(d, d->c_in, d->in_size, false, tst);
+    float *tmp = NULL;
+    int64_t in_plane = 1;
+    for (int i = 0; i < d->spatial; i++) in_plane *= d->in_size[i];
+    trn_status st = trn__dnnl_accum_buffer((size_t)(d->n * d->c_in * in_plane) * 4, (void **)&tmp);
+    if (st != TRN_SUCCESS) return st;
+    for (int64_t c0 = 0; c0 < d->c_out; c0 += cb) {
+        trn_conv_desc q = *d;
+        q.c_out = d->c_out - c0 < cb ? d->c_out - c0 : cb;
+        q.output = offset_f32(d->output, c0 * d->output_strides[1]);
+        q.weight = offset_f32(d->weight, c0 * d->weight_strides[0]);
+        if (c0 > 0) {
+            q.input = tmp;
+            memcpy(q.input_strides, tst, sizeof tst);
+        }
+        if ((st = conv_run_plan(CONV_BWD_DATA, &q, false, false)) != TRN_SUCCESS) return st;
+        if (c0 > 0) move_f32(d->input, d->input_strides, tmp, tst, nd, xsz, true);
+    }
+    return TRN_SUCCESS;
+}
+
+static trn_status bwd_weights_blocked(const trn_conv_desc *d) {
+    const int nd = 2 + d->spatial;
+    int64_t wsz[5] = {d->c_out, d->c_in}, tst[5], one = 1;
+    memcpy(wsz + 2, d->kernel, (size_t)d->spatial * sizeof(int64_t));
+    dense_strides(d, d->c_in, d->kernel, false, tst);
+    const int64_t wn = d->c_out * d->c_in * kernel_volume(d);
+    float *tmp = NULL;
+    trn_status st = trn__dnnl_accum_buffer((size_t)(wn + d->c_out) * 4, (void **)&tmp);
+    if (st != TRN_SUCCESS) return st;
+    for (int64_t b = 0; b < d->n; b++) {
+        trn_conv_desc q = *d;
+        q.n = 1;
+        q.input = offset_f32(d->input, b * d->input_strides[0]);
+        q.output = offset_f32(d->output, b * d->output_strides[0]);
+        if (b > 0) {
+            q.weight = tmp;
+            memcpy(q.weight_strides, tst, sizeof tst);
+            if (d->bias) q.bias = tmp + wn, q.bias_stride = 1;
+        }
+        if ((st = conv_run_plan(CONV_BWD_WEIGHTS, &q, false, false)) != TRN_SUCCESS) return st;
+        if (b == 0) continue;
+        move_f32(d->weight, d->weight_strides, tmp, tst, nd, wsz, true);
+        if (d->bias) move_f32(d->bias, &d->bias_stride, tmp + wn, &one, 1, &d->c_out, true);
+    }
+    return TRN_SUCCESS;
+}
+
+// One convolution of `d` on the calling thread, float32 reductions blocked.
+static trn_status conv_run_one(conv_kind kind, const trn_conv_desc *d) {
+    if (d->dtype == TRN_DTYPE_F32 && d->groups == 1 && d->n > 0) {
+        const int64_t kvol = kernel_volume(d);
+        int64_t cb;
+        if (kind == CONV_FWD && (cb = channel_block(d->c_in, kvol)) > 0)
+            return fwd_blocked(d, cb);
+        if (kind == CONV_BWD_DATA && (cb = channel_block(d->c_out, kvol)) > 0)
+            return bwd_data_blocked(d, cb);
+        if (kind == CONV_BWD_WEIGHTS && d->n > 1 && d->n * out_plane(d) > CONV_RED_BLOCK)
+            return bwd_weights_blocked(d);
+    }
+    return conv_run_plan(kind, d, false, false);
 }
 
 // oneDNN would run each convolution on an OpenMP team of its own, next to

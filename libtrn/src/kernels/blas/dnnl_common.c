@@ -202,6 +202,8 @@ typedef struct thread_state {
     dnnl_stream_t stream;
     void *workspace;
     size_t workspace_size;
+    void *accum;
+    size_t accum_size;
 } thread_state;
 
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
@@ -212,6 +214,7 @@ static void state_destroy(void *p) {
     thread_state *ts = p;
     if (ts->stream) dnnl_stream_destroy(ts->stream);
     free(ts->workspace);
+    free(ts->accum);
     free(ts);
 }
 
@@ -264,32 +267,47 @@ trn_status trn__dnnl_stream(dnnl_stream_t *stream) {
     return TRN_SUCCESS;
 }
 
-trn_status trn__dnnl_workspace(size_t bytes, void **ptr) {
-    thread_state *ts = NULL;
-    trn_status st = thread_state_get(&ts);
-    if (st != TRN_SUCCESS) return st;
+// A grow-only 64-byte aligned buffer *buf of *size bytes.
+static trn_status grow(void **buf, size_t *size, size_t bytes, const char *what) {
     if (bytes == 0) bytes = 64;
-    if (ts->workspace_size < bytes) {
+    if (*size < bytes) {
         size_t want = bytes + bytes / 4;  // some headroom against regrowth
         want = (want + 4095) & ~(size_t)4095;
         void *p = NULL;
         int rc = posix_memalign(&p, 64, want);
         if (rc != 0)
             return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
-                                  "out of host memory for a %zu-byte "
-                                  "oneDNN workspace",
-                                  want);
-        free(ts->workspace);
-        ts->workspace = p;
-        ts->workspace_size = want;
+                                  "out of host memory for a %zu-byte oneDNN %s", want, what);
+        free(*buf);
+        *buf = p;
+        *size = want;
     }
+    return TRN_SUCCESS;
+}
+
+trn_status trn__dnnl_workspace(size_t bytes, void **ptr) {
+    thread_state *ts = NULL;
+    trn_status st = thread_state_get(&ts);
+    if (st != TRN_SUCCESS) return st;
+    if ((st = grow(&ts->workspace, &ts->workspace_size, bytes, "workspace")) != TRN_SUCCESS)
+        return st;
     *ptr = ts->workspace;
+    return TRN_SUCCESS;
+}
+
+trn_status trn__dnnl_accum_buffer(size_t bytes, void **ptr) {
+    thread_state *ts = NULL;
+    trn_status st = thread_state_get(&ts);
+    if (st != TRN_SUCCESS) return st;
+    if ((st = grow(&ts->accum, &ts->accum_size, bytes, "accumulation buffer")) != TRN_SUCCESS)
+        return st;
+    *ptr = ts->accum;
     return TRN_SUCCESS;
 }
 
 // ---- plan cache --------------------------------------------------------------------
 
-#define PLAN_SLOTS 512  // power of two; at most PLAN_SLOTS / 2 plans are kept
+#define PLAN_SLOTS 2048  // power of two; at most PLAN_SLOTS / 2 plans are kept
 
 typedef struct plan_slot {
     uint64_t hash;

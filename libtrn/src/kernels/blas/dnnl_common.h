@@ -134,6 +134,11 @@ trn_status trn__dnnl_stream(dnnl_stream_t *stream);
 // when the thread exits). Valid until the next call on the same thread.
 trn_status trn__dnnl_workspace(size_t bytes, void **ptr);
 
+// A second such buffer, for data that lives across several oneDNN calls
+// (each of which may grow and move the workspace): convolution's blocked
+// reductions keep their partial sums here.
+trn_status trn__dnnl_accum_buffer(size_t bytes, void **ptr);
+
 // Sets the libtrn error for a failed oneDNN call and returns its trn status.
 trn_status trn__dnnl_error(dnnl_status_t st, const char *call,
                            const char *context);

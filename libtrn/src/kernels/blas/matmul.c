@@ -718,6 +718,53 @@ static trn_status run_plan(const trn_matmul_desc *d, const void *bias) {
     return st;
 }
 
+// ---- blocked reduction (float32) ---------------------------------------------------
+// oneDNN's float32 kernels keep each element of C in a register over the
+// whole of k: one running sum of k products, whose rounding error grows
+// with k (a 4096-long product was 2.2x PyTorch CPU's error against a
+// float64 reference, rms; MKL accumulates k in blocks and adds them to C).
+// So a float32 product with k > MM_KC runs as k blocks of at most MM_KC:
+// the first writes alpha * A_0 B_0 + beta * C (+ the bias), each next one
+// adds alpha * A_j B_j to C (beta 1). Rows of C go in groups that stay in
+// the L2 cache over the k blocks (MM_C_BLOCK bytes), so C is read back
+// from cache, not memory. Same bits whatever the split over the pool
+// (blocks depend only on k and the row group, which splits never cut
+// inside: pieces are whole row groups or batch slices, or column blocks).
+#define MM_KC 128
+#define MM_C_BLOCK ((int64_t)512 * 1024)
+
+static void normalize_matrix(int64_t rows, int64_t cols, int64_t *s);
+
+static trn_status run_kblocked(const trn_matmul_desc *d, const void *bias) {
+    if (d->dtype != TRN_DTYPE_F32 || d->k <= MM_KC) return run_plan(d, bias);
+    const int64_t es = (int64_t)sizeof(float);
+    int64_t mb = MM_C_BLOCK / (d->n * es);
+    mb = mb < 16 ? 16 : mb / 16 * 16;
+    const int64_t nk = (d->k + MM_KC - 1) / MM_KC, kc = (d->k + nk - 1) / nk;
+    for (int64_t t = 0; t < d->batch; t++) {
+        for (int64_t r0 = 0; r0 < d->m; r0 += mb) {
+            for (int64_t k0 = 0; k0 < d->k; k0 += kc) {
+                trn_matmul_desc q = *d;
+                q.batch = 1;
+                q.m = min64(mb, d->m - r0);
+                q.k = min64(kc, d->k - k0);
+                q.a = (const char *)d->a +
+                      (t * d->a_strides[0] + r0 * d->a_strides[1] + k0 * d->a_strides[2]) * es;
+                q.b = (const char *)d->b + (t * d->b_strides[0] + k0 * d->b_strides[1]) * es;
+                q.c = (char *)d->c + (t * d->c_strides[0] + r0 * d->c_strides[1]) * es;
+                q.a_strides[0] = q.b_strides[0] = q.c_strides[0] = 0;
+                if (k0 > 0) q.beta = 1.0;
+                normalize_matrix(q.m, q.k, q.a_strides);
+                normalize_matrix(q.k, q.n, q.b_strides);
+                normalize_matrix(q.m, q.n, q.c_strides);
+                trn_status st = run_plan(&q, k0 == 0 ? bias : NULL);
+                if (st != TRN_SUCCESS) return st;
+            }
+        }
+    }
+    return TRN_SUCCESS;
+}
+
 // ---- splitting over libtrn's pool --------------------------------------------------
 // oneDNN would run each product on an OpenMP team of its own (one per
 // calling thread), whose workers spin after every call: on a small host
@@ -734,8 +781,6 @@ static trn_status run_plan(const trn_matmul_desc *d, const void *bias) {
 // Pieces per pool thread: more than one, so a thread that is descheduled
 // mid-product leaves most of its share to the others.
 #define SPLIT_PER_THREAD 2
-
-static void normalize_matrix(int64_t rows, int64_t cols, int64_t *s);
 
 typedef struct mm_split {
     trn_matmul_desc d;
@@ -781,7 +826,7 @@ static void split_piece(void *ctx, int64_t p0, int64_t p1) {
         d.b = (const char *)d.b + boff * es;
         d.c = (char *)d.c + coff * es;
         trn_clear_error();
-        trn_status st = run_plan(&d, bias);
+        trn_status st = run_kblocked(&d, bias);
         if (st != TRN_SUCCESS) {
             trn__split_error_record(&sp->error, st);
             break;
@@ -796,14 +841,14 @@ static trn_status run_split(const trn_matmul_desc *d, const void *bias) {
     dnnl_engine_t engine;  // loads oneDNN, which finds its OpenMP runtime
     trn_status st = trn__dnnl_engine(&engine);
     if (st != TRN_SUCCESS) return st;
-    if (!trn__dnnl_can_serialize()) return run_plan(d, bias);  // oneDNN threads it
+    if (!trn__dnnl_can_serialize()) return run_kblocked(d, bias);  // oneDNN threads it
     const int threads = trn_parallel_threads();
     const int64_t macs = d->batch * d->m * d->n * d->k;
     int64_t want = (int64_t)threads * SPLIT_PER_THREAD;
     if (macs / SPLIT_MIN_MACS < want) want = macs / SPLIT_MIN_MACS;
     if (threads <= 1 || want <= 1) {
         const int saved = trn__dnnl_serial_begin();
-        st = run_plan(d, bias);
+        st = run_kblocked(d, bias);
         trn__dnnl_serial_end(saved);
         return st;
     }

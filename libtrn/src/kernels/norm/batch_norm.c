@@ -99,15 +99,18 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
     const double var = sq / (double)n;
     *invstd = 1.0 / sqrt(var + a->eps);
     // The running update uses the exact statistics; the normalization uses
-    // them as saved (rounded to a 16-bit param dtype), as PyTorch CPU does.
+    // them as saved when the param dtype is 16-bit, as PyTorch CPU does, and
+    // exact (double) otherwise: a float32 mean of 100 is off by up to 4e-6,
+    // which would be an error of 4e-6 / std in every output.
     const double exact_mean = *mean;
+    const bool half = a->pdt == TRN_DTYPE_F16 || a->pdt == TRN_DTYPE_BF16;
     if (a->smean) {
         trn__store_real(a->pdt, a->smean, c, *mean);
-        *mean = trn__load_real(a->pdt, a->smean, c);
+        if (half) *mean = trn__load_real(a->pdt, a->smean, c);
     }
     if (a->sinvstd) {
         trn__store_real(a->pdt, a->sinvstd, c, *invstd);
-        *invstd = trn__load_real(a->pdt, a->sinvstd, c);
+        if (half) *invstd = trn__load_real(a->pdt, a->sinvstd, c);
     }
     if (a->rmean) {
         const double rm = trn__load_real(a->pdt, a->rmean, c);
@@ -120,76 +123,89 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
     }
 }
 
-// Channel sums: lane partial sums (and a float sum of the tails of rows
-// shorter than a lane group) run over whole batch items and move to the
-// double total every BN_FLUSH_ELEMS elements of a channel, so a lane never
-// holds more than ~64 elements, as when it was flushed per item of a 32x32
-// plane, while 4x4 planes no longer pay a 16-lane reduction per item.
+// Channel sums: lane partial sums (and a scalar sum of the tails of rows
+// that are not whole lane groups) move to the double total, lane by lane, every
+// BN_FLUSH_ELEMS elements of a channel, rows cut into chunks of at most that
+// many, so a lane never holds more than BN_FLUSH_ELEMS / lanes (16 floats)
+// terms: the float part of every sum is short, and the statistics and the
+// weight gradient stay within a few float roundings of the exact values
+// (CPU's float32 error or better; tests/test_numerics_vs_f64.py).
 // Deterministic: the grouping depends only on the shape, not on the split.
-#define BN_FLUSH_ELEMS 1024
+#define BN_FLUSH_ELEMS 256
 #define BN_FLUSH(V, C, acc, tail, total)                                          \
     do {                                                                          \
-        C r_ = 0;                                                                 \
-        TRN_VREDUCE(V, C, acc, r_);                                               \
-        (total) += (double)(r_ + (tail));                                         \
+        for (int j_ = 0; j_ < TRN_VLANES(V, C); j_++) (total) += (double)(acc)[j_]; \
+        (total) += (double)(tail);                                                \
         (tail) = 0;                                                               \
         memset(&(acc), 0, sizeof(acc));                                           \
     } while (0)
 
+// For each batch item b of channel c: rows x (and dy) of S elements, cut
+// into chunks [i0, i1); BODY_V / BODY_S accumulate a lane group at i / one
+// element at i, FLUSH runs after every BN_FLUSH_ELEMS elements and at the end.
+#define BN_CHUNKS(BODY_V, BODY_S, FLUSH)                                          \
+    do {                                                                          \
+        int64_t run = 0;                                                          \
+        for (int64_t b = 0; b < a->batch; b++) {                                  \
+            const int64_t row = (b * CH + c) * S;                                 \
+            for (int64_t i0 = 0; i0 < S; i0 += BN_FLUSH_ELEMS) {                  \
+                const int64_t i1 = S - i0 < BN_FLUSH_ELEMS ? S : i0 + BN_FLUSH_ELEMS; \
+                int64_t i = i0;                                                   \
+                for (; i + L <= i1; i += L) BODY_V;                               \
+                for (; i < i1; i++) BODY_S;                                       \
+                if ((run += i1 - i0) >= BN_FLUSH_ELEMS) {                         \
+                    FLUSH;                                                        \
+                    run = 0;                                                      \
+                }                                                                 \
+            }                                                                     \
+        }                                                                         \
+        FLUSH;                                                                    \
+    } while (0)
+
+// x - mean with the double mean as a float pair (hi + lo): x - hi is exact
+// for x near the mean, so a mean offset far larger than the spread (100 +-
+// 1) loses no more than one rounding, where x * alpha + (bias - mean *
+// alpha) would cancel two large terms.
 #define DEFINE_BN(N, T, C, V, LD, ST, VLD, VST)                                              \
     static void fwd_##N(void *ctx, int64_t c0, int64_t c1) {                      \
         const bn_args *a = ctx;                                                   \
         const int64_t S = a->spatial, CH = a->channels;                           \
         const int64_t L = TRN_VLANES(V, C);                                       \
+        const T *X = (const T *)a->x;                                             \
         for (int64_t c = c0; c < c1; c++) {                                       \
             double mean = 0, sq = 0, sum = 0;                                     \
             if (a->training) {                                                    \
-                V acc;                                                        \
-                C s = 0;                                                      \
-                int64_t run = 0;                                              \
-                memset(&acc, 0, sizeof acc);                                  \
-                for (int64_t b = 0; b < a->batch; b++) {                          \
-                    const T *x = (const T *)a->x + (b * CH + c) * S;              \
-                    int64_t i = 0;                                                \
-                    for (; i + L <= S; i += L) acc += VLD(x + i);                \
-                    for (; i < S; i++) s += (C)LD(x[i]);                          \
-                    if ((run += S) >= BN_FLUSH_ELEMS || b + 1 == a->batch) {  \
-                        BN_FLUSH(V, C, acc, s, sum);                          \
-                        run = 0;                                              \
-                    }                                                         \
-                }                                                                 \
+                V acc;                                                            \
+                C s = 0;                                                          \
+                memset(&acc, 0, sizeof acc);                                      \
+                BN_CHUNKS(acc += VLD(X + row + i), s += (C)LD(X[row + i]),        \
+                          BN_FLUSH(V, C, acc, s, sum));                           \
                 mean = sum / (double)(a->batch * S);                              \
                 const C m = (C)mean;                                              \
-                C v = 0;                                                      \
-                memset(&acc, 0, sizeof acc);                                  \
-                for (int64_t b = 0; b < a->batch; b++) {                          \
-                    const T *x = (const T *)a->x + (b * CH + c) * S;              \
-                    int64_t i = 0;                                                \
-                    for (; i + L <= S; i += L) {                                  \
-                        const V d = VLD(x + i) - m;                               \
+                C v = 0;                                                          \
+                BN_CHUNKS(                                                        \
+                    {                                                             \
+                        const V d = VLD(X + row + i) - m;                         \
                         acc += d * d;                                             \
-                    }                                                             \
-                    for (; i < S; i++) {                                          \
-                        const C d = (C)LD(x[i]) - m;                              \
+                    },                                                            \
+                    {                                                             \
+                        const C d = (C)LD(X[row + i]) - m;                        \
                         v += d * d;                                               \
-                    }                                                             \
-                    if ((run += S) >= BN_FLUSH_ELEMS || b + 1 == a->batch) {  \
-                        BN_FLUSH(V, C, acc, v, sq);                           \
-                        run = 0;                                              \
-                    }                                                         \
-                }                                                                 \
+                    },                                                            \
+                    BN_FLUSH(V, C, acc, v, sq));                                  \
             }                                                                     \
             double invstd;                                                        \
             channel_stats(a, c, sum, sq, &mean, &invstd);                         \
             const double w = param_or(a, a->weight, c, 1.0);                      \
-            const double bias = param_or(a, a->bias, c, 0.0);                     \
-            const C alpha = (C)(invstd * w), beta = (C)(bias - mean * invstd * w);\
+            const C alpha = (C)(invstd * w), beta = (C)param_or(a, a->bias, c, 0.0); \
+            const C mhi = (C)mean, mlo = (C)(mean - (double)mhi);                 \
             for (int64_t b = 0; b < a->batch; b++) {                              \
-                const T *x = (const T *)a->x + (b * CH + c) * S;                  \
+                const T *x = X + (b * CH + c) * S;                                \
                 T *y = (T *)a->y + (b * CH + c) * S;                              \
-                int64_t i = 0;                                                \
-                for (; i + L <= S; i += L) VST(y + i, VLD(x + i) * alpha + beta); \
-                for (; i < S; i++) y[i] = ST((C)LD(x[i]) * alpha + beta);     \
+                int64_t i = 0;                                                    \
+                for (; i + L <= S; i += L)                                        \
+                    VST(y + i, ((VLD(x + i) - mhi) - mlo) * alpha + beta);        \
+                for (; i < S; i++) y[i] = ST((((C)LD(x[i]) - mhi) - mlo) * alpha + beta); \
             }                                                                     \
         }                                                                         \
     }                                                                             \
@@ -198,37 +214,32 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
         const int64_t S = a->spatial, CH = a->channels;                           \
         const int64_t L = TRN_VLANES(V, C);                                       \
         const double n = (double)(a->batch * S);                                  \
+        const T *X = (const T *)a->x, *DY = (const T *)a->dy;                     \
         for (int64_t c = c0; c < c1; c++) {                                       \
             const double mean = trn__load_real(a->pdt, a->mean_in, c);            \
             const double sv = trn__load_real(a->pdt, a->var_in, c);               \
             const double invstd = a->training ? sv : 1.0 / sqrt(sv + a->eps);     \
-            const C m = (C)mean;                                                  \
+            const C mhi = (C)mean, mlo = (C)(mean - (double)mhi);                 \
             double sum = 0, dot = 0;                                              \
             V acc_s, acc_d;                                                       \
             C s = 0, d = 0;                                                       \
-            int64_t run = 0;                                                      \
             memset(&acc_s, 0, sizeof acc_s);                                      \
             memset(&acc_d, 0, sizeof acc_d);                                      \
-            for (int64_t b = 0; b < a->batch; b++) {                              \
-                const T *x = (const T *)a->x + (b * CH + c) * S;                  \
-                const T *dy = (const T *)a->dy + (b * CH + c) * S;                \
-                int64_t i = 0;                                                    \
-                for (; i + L <= S; i += L) {                                      \
-                    const V g = VLD(dy + i);                                      \
+            BN_CHUNKS(                                                            \
+                {                                                                 \
+                    const V g = VLD(DY + row + i);                                \
                     acc_s += g;                                                   \
-                    acc_d += g * (VLD(x + i) - m);                                \
-                }                                                                 \
-                for (; i < S; i++) {                                              \
-                    const C g = (C)LD(dy[i]);                                     \
+                    acc_d += g * ((VLD(X + row + i) - mhi) - mlo);                \
+                },                                                                \
+                {                                                                 \
+                    const C g = (C)LD(DY[row + i]);                               \
                     s += g;                                                       \
-                    d += g * ((C)LD(x[i]) - m);                                   \
-                }                                                                 \
-                if ((run += S) >= BN_FLUSH_ELEMS || b + 1 == a->batch) {          \
+                    d += g * (((C)LD(X[row + i]) - mhi) - mlo);                   \
+                },                                                                \
+                {                                                                 \
                     BN_FLUSH(V, C, acc_s, s, sum);                                \
                     BN_FLUSH(V, C, acc_d, d, dot);                                \
-                    run = 0;                                                      \
-                }                                                                 \
-            }                                                                     \
+                });                                                               \
             if (a->dweight) trn__store_real(a->pdt, a->dweight, c, dot * invstd); \
             if (a->dbias) trn__store_real(a->pdt, a->dbias, c, sum);              \
             if (!a->dx) continue;                                                 \
@@ -237,15 +248,15 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
             const C k = a->training ? (C)(dot * invstd * invstd / n) : (C)0;      \
             const C gmean = a->training ? (C)(sum / n) : (C)0;                    \
             for (int64_t b = 0; b < a->batch; b++) {                              \
-                const T *x = (const T *)a->x + (b * CH + c) * S;                  \
-                const T *dy = (const T *)a->dy + (b * CH + c) * S;                \
+                const T *x = X + (b * CH + c) * S;                                \
+                const T *dy = DY + (b * CH + c) * S;                              \
                 T *dx = (T *)a->dx + (b * CH + c) * S;                            \
-                int64_t i = 0;                                                \
+                int64_t i = 0;                                                    \
                 if (a->training) {                                                \
                     for (; i + L <= S; i += L)                                    \
-                        VST(dx + i, (VLD(dy + i) - gmean - (VLD(x + i) - m) * k) * scale); \
+                        VST(dx + i, (VLD(dy + i) - gmean - ((VLD(x + i) - mhi) - mlo) * k) * scale); \
                     for (; i < S; i++)                                            \
-                        dx[i] = ST(((C)LD(dy[i]) - gmean - ((C)LD(x[i]) - m) * k) * scale); \
+                        dx[i] = ST(((C)LD(dy[i]) - gmean - (((C)LD(x[i]) - mhi) - mlo) * k) * scale); \
                 } else {                                                          \
                     for (; i + L <= S; i += L) VST(dx + i, VLD(dy + i) * scale);  \
                     for (; i < S; i++) dx[i] = ST((C)LD(dy[i]) * scale);          \

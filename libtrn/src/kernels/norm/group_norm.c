@@ -30,7 +30,7 @@ _Static_assert(sizeof(gn_args) <= TRN_TASK_MAX_ARGS, "group norm args too large"
 // Per-launch state shared by the pieces.
 typedef struct gn_run {
     const gn_args *a;
-    double *sums;  // backward: [n, channels, 2] (sum dy x, sum dy), or NULL
+    double *sums;  // backward: [n, channels, 2] (sum dy (x - mean), sum dy), or NULL
 } gn_run;
 
 static double param_or(const gn_args *a, const void *p, int64_t c, double dflt) {
@@ -44,21 +44,15 @@ static double param_or(const gn_args *a, const void *p, int64_t c, double dflt) 
         for (int64_t r = r0; r < r1; r++) {                                       \
             const T *x = (const T *)a->x + r * len;                               \
             T *y = (T *)a->y + r * len;                                           \
+            /* Sums in double: sequential scalar loops either way (no  */     \
+            /* reassociation), and a float sum of 100 +- 1 data is off */     \
+            /* by more than CPU's.                                      */     \
             double sum = 0, sq = 0;                                               \
-            for (int64_t c = 0; c < cg; c++) {                                    \
-                C s = 0;                                                          \
-                for (int64_t i = 0; i < S; i++) s += (C)LD(x[c * S + i]);         \
-                sum += (double)s;                                                 \
-            }                                                                     \
+            for (int64_t i = 0; i < len; i++) sum += (double)LD(x[i]);            \
             const double mean = sum / (double)len;                                \
-            const C m = (C)mean;                                                  \
-            for (int64_t c = 0; c < cg; c++) {                                    \
-                C v = 0;                                                          \
-                for (int64_t i = 0; i < S; i++) {                                 \
-                    const C d = (C)LD(x[c * S + i]) - m;                          \
-                    v += d * d;                                                   \
-                }                                                                 \
-                sq += (double)v;                                                  \
+            for (int64_t i = 0; i < len; i++) {                                   \
+                const double d = (double)LD(x[i]) - mean;                         \
+                sq += d * d;                                                      \
             }                                                                     \
             const double rstd = 1.0 / sqrt(sq / (double)len + a->eps);            \
             if (a->mean) trn__store_real(a->sdt, a->mean, r, mean);               \
@@ -67,10 +61,14 @@ static double param_or(const gn_args *a, const void *p, int64_t c, double dflt) 
             for (int64_t c = 0; c < cg; c++) {                                    \
                 const double w = param_or(a, a->weight, c0 + c, 1.0);             \
                 const double b = param_or(a, a->bias, c0 + c, 0.0);               \
-                const C alpha = (C)(rstd * w), beta = (C)(b - mean * rstd * w);   \
+                /* (x - mean) * alpha + b, the mean as hi + lo floats:  */    \
+                /* x * alpha + (b - mean * alpha) cancels large terms.  */    \
+                const C alpha = (C)(rstd * w), beta = (C)b;                       \
+                const C mhi = (C)mean, mlo = (C)(mean - (double)mhi);             \
                 const T *xc = x + c * S;                                          \
                 T *yc = y + c * S;                                                \
-                for (int64_t i = 0; i < S; i++) yc[i] = ST((C)LD(xc[i]) * alpha + beta); \
+                for (int64_t i = 0; i < S; i++)                                   \
+                    yc[i] = ST((((C)LD(xc[i]) - mhi) - mlo) * alpha + beta);      \
             }                                                                     \
         }                                                                         \
     }                                                                             \
@@ -84,33 +82,37 @@ static double param_or(const gn_args *a, const void *p, int64_t c, double dflt) 
             const int64_t c0 = (r % a->groups) * cg;                              \
             const double mean = trn__load_real(a->sdt, a->mean_in, r);            \
             const double rstd = trn__load_real(a->sdt, a->rstd_in, r);            \
-            double sum1 = 0, sum2 = 0; /* sums of w dy x and w dy */              \
+            /* sums of w dy (x - mean) and w dy, in double: centred, */      \
+            /* so a large mean does not cancel them.                  */      \
+            double sum1 = 0, sum2 = 0;                                            \
             for (int64_t c = 0; c < cg; c++) {                                    \
-                C ds = 0, db = 0;                                                 \
+                double ds = 0, db = 0;                                            \
                 for (int64_t i = 0; i < S; i++) {                                 \
-                    const C g = (C)LD(dy[c * S + i]);                             \
-                    ds += g * (C)LD(x[c * S + i]);                                \
+                    const double g = (double)LD(dy[c * S + i]);                   \
+                    ds += g * ((double)LD(x[c * S + i]) - mean);                  \
                     db += g;                                                      \
                 }                                                                 \
                 const double w = param_or(a, a->weight, c0 + c, 1.0);             \
-                sum1 += (double)ds * w;                                           \
-                sum2 += (double)db * w;                                           \
+                sum1 += ds * w;                                                   \
+                sum2 += db * w;                                                   \
                 if (run->sums) {                                                  \
                     double *o = run->sums + 2 * ((r / a->groups) * a->channels + c0 + c); \
-                    o[0] = (double)ds;                                            \
-                    o[1] = (double)db;                                            \
+                    o[0] = ds;                                                    \
+                    o[1] = db;                                                    \
                 }                                                                 \
             }                                                                     \
             if (!a->dx) continue;                                                 \
             const double s = 1.0 / (double)len;                                   \
-            const double bc = (sum2 * mean - sum1) * rstd * rstd * rstd * s;      \
-            const double cc = -bc * mean - sum2 * rstd * s;                       \
+            const double bc = -sum1 * rstd * rstd * rstd * s;                    \
+            const double cc = -sum2 * rstd * s;                                   \
+            const C mhi = (C)mean, mlo = (C)(mean - (double)mhi);                 \
             T *dx = (T *)a->dx + r * len;                                         \
             for (int64_t c = 0; c < cg; c++) {                                    \
                 const C k = (C)(rstd * param_or(a, a->weight, c0 + c, 1.0));      \
                 const C b = (C)bc, cst = (C)cc;                                   \
                 for (int64_t i = 0; i < S; i++)                                   \
-                    dx[c * S + i] = ST(k * (C)LD(dy[c * S + i]) + b * (C)LD(x[c * S + i]) + cst); \
+                    dx[c * S + i] = ST(k * (C)LD(dy[c * S + i]) +                 \
+                                       b * (((C)LD(x[c * S + i]) - mhi) - mlo) + cst); \
             }                                                                     \
         }                                                                         \
     }
@@ -141,9 +143,8 @@ static void reduce_params(const gn_args *a, const double *sums) {
         for (int64_t b = 0; b < a->n && a->spatial > 0; b++) {
             const double *s = sums + 2 * (b * a->channels + c);
             const int64_t r = b * a->groups + c / cg;
-            const double mean = trn__load_real(a->sdt, a->mean_in, r);
             const double rstd = trn__load_real(a->sdt, a->rstd_in, r);
-            gw += (s[0] - s[1] * mean) * rstd;
+            gw += s[0] * rstd;  // s[0]: sum of dy (x - mean)
             gb += s[1];
         }
         if (a->dweight) trn__store_real(a->pdt, a->dweight, c, gw);

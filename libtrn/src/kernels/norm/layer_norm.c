@@ -38,6 +38,37 @@ typedef trn__row_norm_ctx ln_run;
         acc2 += gv * xv;                                                          \
     }
 
+// total += sum over the row x[0..n) of EXPR (an expression of x[i + j]),
+// squared when SQ is 1: lanes of V accumulate
+// chunks of LN_CHUNK elements (16 terms a lane), each chunk's lanes are
+// added to the double total one by one in lane order (a float sum of the
+// lanes of 100 +- 1 data would round at 6400), then the tail. Deterministic per shape.
+#define LN_CHUNK 256
+#define LN_CHUNKS(V, C, EXPR, total, SQ)                                            \
+    do {                                                                          \
+        const int64_t nv_ = n - n % L;                                            \
+        for (int64_t i0 = 0; i0 < nv_; i0 += LN_CHUNK) {                          \
+            const int64_t i1 = nv_ - i0 < LN_CHUNK ? nv_ : i0 + LN_CHUNK;         \
+            V acc_;                                                               \
+            memset(&acc_, 0, sizeof acc_);                                        \
+            for (int64_t i = i0; i < i1; i += L) {                                \
+                C t_[TRN_VLANES(V, C)];                                           \
+                for (int j = 0; j < L; j++) t_[j] = (EXPR);                       \
+                V v_;                                                             \
+                memcpy(&v_, t_, sizeof v_);                                       \
+                acc_ += (SQ) ? v_ * v_ : v_;                                      \
+            }                                                                     \
+            for (int j_ = 0; j_ < L; j_++) (total) += (double)acc_[j_];           \
+        }                                                                         \
+        C tail_ = 0;                                                              \
+        for (int64_t i = nv_; i < n; i++) {                                       \
+            const int j = 0;                                                      \
+            const C e_ = (EXPR);                                                  \
+            tail_ += (SQ) ? e_ * e_ : e_;                                     \
+        }                                                                         \
+        (total) += (double)tail_;                                                 \
+    } while (0)
+
 #define DEFINE_LN(E, N, T, C, V, LD, ST)                                               \
     static void fwd_##N(void *ctx, int64_t r0, int64_t r1) {                      \
         const ln_run *run = ctx;                                                  \
@@ -48,45 +79,28 @@ typedef trn__row_norm_ctx ln_run;
             const T *x = (const T *)a->x + r * n;                                 \
             T *y = (T *)a->y + r * n;                                             \
             const int L = TRN_VLANES(V, C);                                           \
-            const int64_t nv = n - n % L;                                         \
-            V acc = {0};                                                          \
-            for (int64_t i = 0; i < nv; i += L) {                                 \
-                C t[TRN_VLANES(V, C)];                                                \
-                for (int j = 0; j < L; j++) t[j] = (C)LD(x[i + j]);               \
-                V tv;                                                             \
-                memcpy(&tv, t, sizeof tv);                                        \
-                acc += tv;                                                        \
-            }                                                                     \
-            C s = 0;                                                              \
-            for (int j = 0; j < L; j++) s += acc[j];                              \
-            for (int64_t i = nv; i < n; i++) s += (C)LD(x[i]);                    \
-            const C mean = s / (C)n;                                              \
-            V vacc = {0};                                                         \
-            for (int64_t i = 0; i < nv; i += L) {                                 \
-                C t[TRN_VLANES(V, C)];                                                \
-                for (int j = 0; j < L; j++) t[j] = (C)LD(x[i + j]) - mean;        \
-                V tv;                                                             \
-                memcpy(&tv, t, sizeof tv);                                        \
-                vacc += tv * tv;                                                  \
-            }                                                                     \
-            C v = 0;                                                              \
-            for (int j = 0; j < L; j++) v += vacc[j];                             \
-            for (int64_t i = nv; i < n; i++) {                                    \
-                const C d = (C)LD(x[i]) - mean;                                   \
-                v += d * d;                                                       \
-            }                                                                     \
-            const C rstd = (C)1 / (C)sqrt((double)(v / (C)n) + a->eps);           \
+            /* Lane sums flushed to double every LN_CHUNK elements: the */     \
+            /* mean of 100 +- 1 data stays exact to a few roundings.    */     \
+            double sum = 0, sq = 0;                                               \
+            LN_CHUNKS(V, C, (C)LD(x[i + j]), sum, 0);                                \
+            const double dmean = sum / (double)n;                                 \
+            /* x - mean with the mean as hi + lo floats (x - hi exact). */     \
+            const C mhi = (C)dmean, mlo = (C)(dmean - (double)mhi);               \
+            LN_CHUNKS(V, C, ((C)LD(x[i + j]) - mhi) - mlo, sq, 1);                      \
+            const C mean = mhi;                                                   \
+            const C rstd = (C)(1.0 / sqrt(sq / (double)n + a->eps));              \
             if (w && b)                                                           \
                 for (int64_t i = 0; i < n; i++)                                   \
-                    y[i] = ST(((C)LD(x[i]) - mean) * rstd * w[i] + b[i]);         \
+                    y[i] = ST((((C)LD(x[i]) - mhi) - mlo) * rstd * w[i] + b[i]);  \
             else if (w)                                                           \
                 for (int64_t i = 0; i < n; i++)                                   \
-                    y[i] = ST(((C)LD(x[i]) - mean) * rstd * w[i]);                \
+                    y[i] = ST((((C)LD(x[i]) - mhi) - mlo) * rstd * w[i]);         \
             else                                                                  \
                 for (int64_t i = 0; i < n; i++)                                   \
-                    y[i] = ST(((C)LD(x[i]) - mean) * rstd + (b ? b[i] : (C)0));   \
-            if (a->mean) trn__store_real(a->stat_dtype, a->mean, r, (double)mean);      \
+                    y[i] = ST((((C)LD(x[i]) - mhi) - mlo) * rstd + (b ? b[i] : (C)0)); \
+            if (a->mean) trn__store_real(a->stat_dtype, a->mean, r, dmean);       \
             if (a->rstd) trn__store_real(a->stat_dtype, a->rstd, r, (double)rstd);      \
+            (void)mean;                                                           \
         }                                                                         \
     }                                                                             \
     static void bwd_dx_##N(void *ctx, int64_t r0, int64_t r1) {                   \
@@ -143,7 +157,9 @@ typedef trn__row_norm_ctx ln_run;
         for (int64_t blk = b0; blk < b1; blk++) {                                 \
             const int64_t c0 = blk * COLBLOCK;                                    \
             const int64_t w = n - c0 < COLBLOCK ? n - c0 : COLBLOCK;              \
-            C gw[COLBLOCK], gb[COLBLOCK];                                         \
+            /* double column sums: a float sum over many rows would */      \
+            /* round once per row (CPU's error or worse).           */      \
+            double gw[COLBLOCK], gb[COLBLOCK];                                    \
             for (int64_t j = 0; j < w; j++) gw[j] = gb[j] = 0;                    \
             for (int64_t r = 0; r < a->rows; r++) {                               \
                 const T *x = (const T *)a->x + r * n + c0;                        \
@@ -152,13 +168,13 @@ typedef trn__row_norm_ctx ln_run;
                 const C rstd = (C)trn__load_real(a->stat_dtype, a->rstd_in, r);         \
                 for (int64_t j = 0; j < w; j++) {                                 \
                     const C g = (C)LD(dy[j]);                                     \
-                    gw[j] += g * ((C)LD(x[j]) - mean) * rstd;                     \
-                    gb[j] += g;                                                   \
+                    gw[j] += (double)(g * (((C)LD(x[j]) - mean) * rstd));         \
+                    gb[j] += (double)g;                                           \
                 }                                                                 \
             }                                                                     \
             for (int64_t j = 0; j < w; j++) {                                     \
-                if (a->dweight) trn__store_real(a->param_dtype, a->dweight, c0 + j, (double)gw[j]); \
-                if (a->dbias) trn__store_real(a->param_dtype, a->dbias, c0 + j, (double)gb[j]); \
+                if (a->dweight) trn__store_real(a->param_dtype, a->dweight, c0 + j, gw[j]); \
+                if (a->dbias) trn__store_real(a->param_dtype, a->dbias, c0 + j, gb[j]); \
             }                                                                     \
         }                                                                         \
     }

@@ -10,7 +10,10 @@
 //    elements keep ~log2(n) ulp error and the loop vectorizes;
 //  - column: the innermost kept dim has stride 1 in the input and output
 //    (a reduction over an outer dim): whole input rows are folded into a
-//    vector of up to COLS partial results, flushed every FLUSH rows;
+//    vector of up to COLS partial results, flushed every FLUSH rows into a
+//    second vector, flushed every FLUSH flushes into the total (three
+//    short float sums: within CPU's cascade-sum error, where one flush per
+//    256 rows was 3x it);
 //  - strided: anything else, one output at a time.
 // Index kinds (max/min with indices, argmax/argmin), var/std and logsumexp
 // have their own per-output loops.
@@ -39,7 +42,7 @@ _Static_assert(TRN_DTYPE_COUNT == 15, "add the new dtype to this file");
 #define LANES 32
 #define BLOCK 2048
 #define COLS 4096
-#define FLUSH 256
+#define FLUSH 16
 
 typedef struct reduce_args {
     trn_reduce_op op;
@@ -259,27 +262,34 @@ static int par_segments(int64_t off, int64_t n, int depth, par_seg *out, int k) 
         if (a->column) {                                                         \
             /* column loop over the last outer dim */                            \
             const int64_t wtot = os[no - 1];                                     \
-            A acc[COLS], tot[COLS];                                              \
+            A acc[COLS], mid[COLS], tot[COLS];                                   \
             do {                                                                 \
                 for (int64_t j0 = 0; j0 < wtot; j0 += COLS) {                    \
                     const int64_t w = wtot - j0 < COLS ? wtot - j0 : COLS;       \
                     for (int64_t j = 0; j < w; j++) tot[j] = (IDENT);            \
-                    for (int64_t j = 0; j < w; j++) acc[j] = (IDENT);            \
+                    for (int64_t j = 0; j < w; j++) acc[j] = mid[j] = (IDENT);   \
                     memset(iidx, 0, sizeof(int64_t) * (size_t)ni);               \
-                    int64_t roff = 0, rows = 0;                                  \
+                    int64_t roff = 0, rows = 0, flushes = 0;                     \
                     do {                                                         \
                         fn##_row(acc, in + ioff + j0 + roff, w, p);              \
                         if (++rows == FLUSH) {                                   \
                             rows = 0;                                            \
                             for (int64_t j = 0; j < w; j++) {                    \
-                                tot[j] = COMB(tot[j], acc[j]);                   \
+                                mid[j] = COMB(mid[j], acc[j]);                   \
                                 acc[j] = (IDENT);                                \
+                            }                                                    \
+                            if (++flushes == FLUSH) {                            \
+                                flushes = 0;                                     \
+                                for (int64_t j = 0; j < w; j++) {                \
+                                    tot[j] = COMB(tot[j], mid[j]);               \
+                                    mid[j] = (IDENT);                            \
+                                }                                                \
                             }                                                    \
                         }                                                        \
                     } while (trn_kit_odo_next(ni, is, iidx, ist, &roff, NULL, NULL,      \
                                       NULL, NULL));                              \
                     for (int64_t j = 0; j < w; j++) {                            \
-                        const A v = COMB(tot[j], acc[j]);                        \
+                        const A v = COMB(tot[j], COMB(mid[j], acc[j]));          \
                         STORE(a->out + (ooff + j0 + j) * oes, FIN(A, v, cnt, p)); \
                     }                                                            \
                 }                                                                \

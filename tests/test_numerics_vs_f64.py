@@ -1,0 +1,224 @@
+"""Neuron's float32 numerics are at least as good as PyTorch CPU's.
+
+Each case computes the same float32 op on neuron and on the CPU and
+measures both against a float64 reference on the CPU (the float32 inputs
+widened, so the reference is the exact answer to the float32 question).
+Two error measures, each relative to the reference's magnitude: the largest
+elementwise error (max |out - ref| / max |ref|) and the root-mean-square
+error (||out - ref|| / ||ref||). Neuron's must not exceed 1.5x the CPU's
+(plus 1e-9, below which both are the final rounding).
+
+The inputs are chosen where float32 loses accuracy: long dot products
+(matmul and convolution with large reduction lengths), data with a mean
+offset of 100 (norm statistics, variance), long sums. Then a whole-model
+check: the first step's gradients of each tests/model_zoo.py model
+(tiny configs) on neuron vs the same model in float64 on the CPU.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_neuronx  # noqa: F401
+import model_zoo as zoo
+
+RATIO = 1.5
+FLOOR = 1e-9
+
+
+def _errors(out, ref):
+    out = out.detach().cpu().double()
+    ref = ref.detach().double()
+    d = out - ref
+    scale_max = ref.abs().max().clamp_min(1e-300)
+    scale_rms = ref.pow(2).mean().sqrt().clamp_min(1e-300)
+    return ((d.abs().max() / scale_max).item(), (d.pow(2).mean().sqrt() / scale_rms).item())
+
+
+def _check(name, fn, inputs):
+    """fn(*tensors) on the float64 reference, CPU float32 and neuron float32."""
+    ref = fn(*[t.double() for t in inputs])
+    cpu = fn(*inputs)
+    neu = fn(*[t.to("neuron") for t in inputs])
+    refs = ref if isinstance(ref, (tuple, list)) else (ref,)
+    cpus = cpu if isinstance(cpu, (tuple, list)) else (cpu,)
+    neus = neu if isinstance(neu, (tuple, list)) else (neu,)
+    for i, (r, c, n) in enumerate(zip(refs, cpus, neus)):
+        assert n.device.type == "neuron"
+        ce, ne = _errors(c, r), _errors(n, r)
+        for what, cv, nv in (("max", ce[0], ne[0]), ("rms", ce[1], ne[1])):
+            assert nv <= RATIO * cv + FLOOR, (
+                f"{name} output {i}: neuron {what} error {nv:.3g} vs CPU {cv:.3g} "
+                f"(ratio {nv / max(cv, 1e-300):.2f})")
+
+
+def _randn(*shape, seed=0, offset=0.0, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64).float() * scale + offset
+
+
+# ---- matmul ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("m,k,n", [(256, 64, 256), (256, 512, 256), (128, 4096, 128),
+                                   (64, 1000, 96), (1024, 256, 1024)])
+def test_matmul(m, k, n):
+    _check(f"mm {m}x{k}x{n}", torch.mm, [_randn(m, k, seed=1), _randn(k, n, seed=2)])
+
+
+def test_matmul_transposed_and_batched():
+    a, b = _randn(4, 768, 96, seed=3), _randn(4, 128, 768, seed=4)
+    _check("bmm transposed", lambda a, b: torch.bmm(a.transpose(1, 2), b.transpose(1, 2)), [a, b])
+
+
+def test_linear_with_bias():
+    _check("linear", F.linear, [_randn(64, 1024, seed=5), _randn(512, 1024, seed=6),
+                                _randn(512, seed=7)])
+
+
+def test_addmm_alpha_beta():
+    _check("addmm", lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0),
+           [_randn(128, 160, seed=8), _randn(128, 2048, seed=9), _randn(2048, 160, seed=10)])
+
+
+# ---- convolution -------------------------------------------------------------------
+
+CONVS = [  # (n, c_in, c_out, hw, kernel, stride, groups)
+    (8, 16, 32, 32, 3, 1, 1),
+    (4, 64, 64, 16, 3, 1, 1),
+    (4, 128, 128, 8, 3, 1, 1),
+    (4, 64, 128, 16, 3, 2, 1),
+    (4, 256, 64, 8, 1, 1, 1),
+    (4, 32, 32, 16, 3, 1, 4),
+    (8, 3, 16, 32, 7, 2, 1),
+]
+
+
+@pytest.mark.parametrize("n,cin,cout,hw,k,s,g", CONVS)
+def test_conv2d_forward(n, cin, cout, hw, k, s, g):
+    x, w = _randn(n, cin, hw, hw, seed=11), _randn(cout, cin // g, k, k, seed=12)
+    b = _randn(cout, seed=13)
+    _check("conv2d", lambda x, w, b: F.conv2d(x, w, b, s, k // 2, 1, g), [x, w, b])
+
+
+@pytest.mark.parametrize("n,cin,cout,hw,k,s,g", CONVS)
+def test_conv2d_backward(n, cin, cout, hw, k, s, g):
+    x, w = _randn(n, cin, hw, hw, seed=14), _randn(cout, cin // g, k, k, seed=15)
+    hw_out = (hw + 2 * (k // 2) - k) // s + 1
+    gy = _randn(n, cout, hw_out, hw_out, seed=16)
+
+    def grads(x, w, gy):
+        x, w = x.clone().requires_grad_(), w.clone().requires_grad_()
+        y = F.conv2d(x, w, None, s, k // 2, 1, g)
+        return torch.autograd.grad(y, (x, w), gy)
+
+    _check("conv2d backward (input, weight)", grads, [x, w, gy])
+
+
+# ---- normalization -----------------------------------------------------------------
+
+def _norm_fwd_bwd(norm):
+    def run(x, w, b, gy):
+        x, w, b = (t.clone().requires_grad_() for t in (x, w, b))
+        y = norm(x, w, b)
+        return (y,) + torch.autograd.grad(y, (x, w, b), gy)
+    return run
+
+
+@pytest.mark.parametrize("offset", [0.0, 100.0])
+def test_batch_norm_training(offset):
+    x, gy = _randn(16, 32, 8, 8, seed=17, offset=offset), _randn(16, 32, 8, 8, seed=18)
+    w, b = _randn(32, seed=19) + 1, _randn(32, seed=20)
+    _check(f"batch_norm offset {offset}",
+           _norm_fwd_bwd(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True)),
+           [x, w, b, gy])
+
+
+def test_batch_norm_eval():
+    x = _randn(16, 32, 8, 8, seed=21, offset=100.0)
+    rm, rv = _randn(32, seed=22, offset=100.0), _randn(32, seed=23).abs() + 0.5
+    w, b = _randn(32, seed=24) + 1, _randn(32, seed=25)
+    _check("batch_norm eval", lambda x, rm, rv, w, b: F.batch_norm(x, rm, rv, w, b),
+           [x, rm, rv, w, b])
+
+
+@pytest.mark.parametrize("cols,offset", [(64, 100.0), (1024, 100.0), (4096, 0.0)])
+def test_layer_norm(cols, offset):
+    x, gy = _randn(64, cols, seed=26, offset=offset), _randn(64, cols, seed=27)
+    w, b = _randn(cols, seed=28) + 1, _randn(cols, seed=29)
+    _check(f"layer_norm {cols} offset {offset}",
+           _norm_fwd_bwd(lambda x, w, b: F.layer_norm(x, (cols,), w, b)), [x, w, b, gy])
+
+
+@pytest.mark.parametrize("offset", [0.0, 100.0])
+def test_group_norm(offset):
+    x, gy = _randn(8, 32, 16, 16, seed=30, offset=offset), _randn(8, 32, 16, 16, seed=31)
+    w, b = _randn(32, seed=32) + 1, _randn(32, seed=33)
+    _check(f"group_norm offset {offset}",
+           _norm_fwd_bwd(lambda x, w, b: F.group_norm(x, 4, w, b)), [x, w, b, gy])
+
+
+def test_rms_norm():
+    x, w = _randn(64, 1024, seed=34, offset=3.0), _randn(1024, seed=35)
+    _check("rms_norm", lambda x, w: F.rms_norm(x, (1024,), w), [x, w])
+
+
+# ---- reductions and softmax ----------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["sum", "mean", "var", "std"])
+@pytest.mark.parametrize("offset", [0.0, 100.0])
+def test_full_reductions(op, offset):
+    _check(f"{op} offset {offset}", getattr(torch, op), [_randn(1 << 20, seed=36, offset=offset)])
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "var", "std"])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_dim_reductions(op, dim):
+    _check(f"{op} dim {dim}", lambda x: getattr(torch, op)(x, dim),
+           [_randn(512, 2048, seed=37, offset=100.0)])
+
+
+@pytest.mark.parametrize("fn", [torch.softmax, torch.log_softmax])
+def test_softmax(fn):
+    _check(fn.__name__, lambda x: fn(x, -1), [_randn(64, 4096, seed=38, scale=10.0)])
+
+
+# ---- whole models: the first step's gradients --------------------------------------
+
+def _grads(name, model, batch):
+    model.zero_grad(set_to_none=True)
+    zoo.loss_of(name, model, batch).backward()
+    return {k: p.grad.detach().cpu().double() for k, p in model.named_parameters()
+            if p.grad is not None}
+
+
+def _model_error(grads, ref):
+    """Largest per-tensor error relative to that tensor's largest gradient,
+    over tensors whose reference gradient is not (near) zero."""
+    top = max(g.abs().max().item() for g in ref.values())
+    worst = 0.0
+    for k, r in ref.items():
+        scale = r.abs().max().item()
+        if scale <= 1e-6 * top:
+            continue
+        worst = max(worst, (grads[k] - r).abs().max().item() / scale)
+    return worst
+
+
+@pytest.mark.parametrize("name", ["resnet", "gpt2", "llama", "bert"])
+def test_model_first_step_gradients(name):
+    torch.manual_seed(0)
+    model = zoo.MODELS[name]("tiny")
+    model.train()
+    gen = torch.Generator().manual_seed(1)
+    batch = zoo.image_batch(8, 16, gen) if name == "resnet" else zoo.lm_batch(4, 16, gen)
+    ref_model = zoo.MODELS[name]("tiny")
+    ref_model.load_state_dict(model.state_dict())
+    ref_model.double().train()
+    ref_batch = {k: (v.double() if v.is_floating_point() else v) for k, v in batch.items()}
+    ref = _grads(name, ref_model, ref_batch)
+    cpu = _grads(name, model, batch)
+    model.to("neuron")
+    neu = _grads(name, model, zoo.to_device(batch, "neuron"))
+    assert neu.keys() == ref.keys() == cpu.keys()
+    ce, ne = _model_error(cpu, ref), _model_error(neu, ref)
+    assert ne <= RATIO * ce + FLOOR, (
+        f"{name}: neuron gradient error {ne:.3g} vs CPU {ce:.3g} (ratio {ne / ce:.2f})")
