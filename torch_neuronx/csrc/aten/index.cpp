@@ -1,5 +1,5 @@
 // aten/index.cpp - indexing and data-movement ops on neuron (index,
-// index_put, index_select, gather, scatter*, index_add, masked_fill,
+// index_put, index_select, gather, scatter*, index_add, index_copy, masked_fill,
 // masked_select, nonzero, cat, embedding_dense_backward), run by libtrn's
 // trn/index.h kernels. PyTorch's own helpers decide shapes and layouts
 // (expandTensors / the AdvancedIndex restriding, the scatter/gather shape
