@@ -22,6 +22,7 @@ import torch
 
 import torch_neuronx
 import _ecosystem as eco
+from conftest import run_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -117,3 +118,30 @@ def test_device_map_auto_spreads_over_cores(tmp_path):
     ref = LlamaForCausalLM.from_pretrained(tmp_path)(ids).logits
     torch.testing.assert_close(m(ids.to("neuron")).logits.cpu(), ref, rtol=1e-4, atol=1e-5)
     assert torch_neuronx.get_fallback_ops() == []
+
+
+def test_notebook_launcher_forks_one_core_per_process():
+    """``notebook_launcher`` forks its processes, then sets each one's
+    LOCAL_RANK. The parent here used the device first (a notebook cell did):
+    each forked child still lands on its own core (a child starts on the
+    default device, as a spawned one), with accelerate's own environment
+    check (ACCELERATE_DEBUG_MODE) passing first."""
+    r = run_python(f"""
+        import torch
+        from accelerate import notebook_launcher
+
+        def train():
+            from accelerate import Accelerator
+            acc = Accelerator()
+            x = torch.full((2,), float(acc.process_index + 1), device=acc.device)
+            g = acc.gather(x)
+            print("rank", acc.process_index, acc.device, torch.neuron.current_device(),
+                  g.cpu().tolist(), flush=True)
+
+        torch.ones(1, device="neuron")
+        notebook_launcher(train, num_processes=2, use_port="{free_port()}")
+    """, env={"ACCELERATE_DEBUG_MODE": "true", "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lines = sorted(l for l in r.stdout.splitlines() if l.startswith("rank "))
+    assert lines == ["rank 0 neuron:0 0 [1.0, 1.0, 2.0, 2.0]",
+                     "rank 1 neuron:1 1 [1.0, 1.0, 2.0, 2.0]"], r.stdout
