@@ -3,7 +3,8 @@
 // as of the fork (work queued before fork included, even a task still running
 // on an async stream), copied on write, and the parent is unaffected. Covers
 // the inline and the async (worker thread) stream modes, grandchildren, and a
-// fork while another thread launches and allocates.
+// fork while another thread launches and allocates, and the default device
+// (LOCAL_RANK's) read again in a child.
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -184,8 +185,22 @@ static void child_before_init(void) {
     use_device();
 }
 
+// accelerate's notebook_launcher forks, then sets each child's LOCAL_RANK:
+// the child's default device is its own rank's, not the parent's.
+static void child_reads_local_rank(void) {
+    setenv("LOCAL_RANK", "1", 1);
+    CHECK_INT(trn_device_get_current(), 1);
+}
+
 int main(void) {
     setenv("TORCH_NEURONX_HBM_SIZE", "1G", 1);
+    unsetenv("LOCAL_RANK");
+    CHECK_INT(trn_device_get_current(), 0);  // read in the parent first
+    in_child(child_reads_local_rank);
+    CHECK_INT(trn_device_get_current(), 0);
+    CHECK_OK(trn_device_set_current(0));  // as PyTorch's device guard does
+    in_child(child_reads_local_rank);
+    CHECK_INT(trn_device_get_current(), 0);
     CHECK(!trn_runtime_is_initialized());
     in_child(child_before_init);
     in_child(async_scenario);  // before this process initialises

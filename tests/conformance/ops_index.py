@@ -12,6 +12,7 @@ OPS = {
     "scatter_add",
     "scatter_reduce",
     "index_add",
+    "index_copy",
     "__getitem__",
     "index_put",
     "masked_fill",

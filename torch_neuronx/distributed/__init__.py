@@ -82,8 +82,16 @@ def _incarnation_store(store, rank: int, size: int):
 def _release_keys(store, rank: int, size: int, keys) -> None:
     """Every rank calls this once it read all it needs from this
     incarnation's keys; the last one deletes them (a rank that lost count
-    then waits and times out instead of reading stale values)."""
-    if store.add("left", 1) != size:
+    then waits and times out instead of reading stale values). Best effort:
+    the rank that hosts the store may have returned from
+    init_process_group and exited already (accelerate's notebook_launcher
+    checks the environment with processes that only build the group), and
+    the keys went with its store."""
+    import torch.distributed as dist
+    try:
+        if store.add("left", 1) != size:
+            return
+    except dist.DistNetworkError:
         return
     for key in list(keys) + ["left"]:
         try:
@@ -93,6 +101,12 @@ def _release_keys(store, rank: int, size: int, keys) -> None:
 
 
 def _create_backend(opts, pg_options=None):
+    # A forked child of a process that started the runtime fails here, on
+    # every rank at once and before any store traffic, with the error
+    # accelerate's notebook_launcher looks for ("Cannot re-initialize
+    # NEURON in forked subprocess"), not with a peer's connection reset.
+    from .._device import _lazy_init
+    _lazy_init()
     return _make_backend(opts.store, opts.group_rank, opts.group_size, opts.timeout)
 
 

@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +23,11 @@ static char g_count_why[256];
 
 // -1 until the thread picks a device: then the process default (below).
 static _Thread_local int tl_device = -1;
-static pthread_once_t g_default_once = PTHREAD_ONCE_INIT;
-static int g_default_device;
+// The process default, -1 until read. A forked child starts like a spawned
+// one: on the default device, read again (notebook_launcher forks before it
+// sets each child's LOCAL_RANK), not on the forking thread's current device.
+static atomic_int g_default_device = -1;
+static pthread_once_t g_default_atfork_once = PTHREAD_ONCE_INIT;
 
 static const char *skip_space(const char *p) {
     while (isspace((unsigned char)*p)) p++;
@@ -147,17 +151,33 @@ trn_status trn_device_check(int device) {
 // libraries that use "neuron:{current_device()}") lands on the rank's core.
 // With fewer visible cores than local ranks (NEURON_RT_VISIBLE_CORES set
 // per rank), device 0.
-static void default_device_init(void) {
+static int default_device_read(void) {
     const char *v = getenv("LOCAL_RANK");
     char *end = NULL;
     long r = v && *v ? strtol(v, &end, 10) : -1;
-    g_default_device = end && *end == '\0' && r >= 0 && r < trn_device_count() ? (int)r : 0;
+    return end && *end == '\0' && r >= 0 && r < trn_device_count() ? (int)r : 0;
+}
+
+static void default_device_forget(void) {
+    atomic_store(&g_default_device, -1);
+    tl_device = -1;  // the child's only thread is the one that forked
+}
+
+static void default_device_atfork(void) {
+    // Without the handler a child keeps the parent's default: still a valid
+    // device, so a failure here is not an error.
+    (void)pthread_atfork(NULL, NULL, default_device_forget);
 }
 
 int trn_device_get_current(void) {
     if (tl_device >= 0) return tl_device;
-    (void)pthread_once(&g_default_once, default_device_init);
-    return g_default_device;
+    int d = atomic_load_explicit(&g_default_device, memory_order_relaxed);
+    if (d >= 0) return d;
+    (void)pthread_once(&g_default_atfork_once, default_device_atfork);
+    // Threads racing here read the same environment: same value.
+    d = default_device_read();
+    atomic_store(&g_default_device, d);
+    return d;
 }
 
 trn_status trn_device_set_current(int device) {

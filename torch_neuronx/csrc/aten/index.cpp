@@ -1,5 +1,5 @@
 // aten/index.cpp - indexing and data-movement ops on neuron (index,
-// index_put, index_select, gather, scatter*, index_add, masked_fill,
+// index_put, index_select, gather, scatter*, index_add, index_copy, masked_fill,
 // masked_select, nonzero, cat, embedding_dense_backward), run by libtrn's
 // trn/index.h kernels. PyTorch's own helpers decide shapes and layouts
 // (expandTensors / the AdvancedIndex restriding, the scatter/gather shape
@@ -26,6 +26,7 @@
 #include <ATen/ops/cat_meta.h>
 #include <ATen/ops/gather_meta.h>
 #include <ATen/ops/index_add_meta.h>
+#include <ATen/ops/index_copy_meta.h>
 #include <ATen/ops/scatter_add_meta.h>
 #include <ATen/ops/scatter_meta.h>
 #include <ATen/ops/scatter_reduce_meta.h>
@@ -51,7 +52,7 @@ trn_stream *stream_of(const at::TensorBase &t) { return current_trn_stream(t.dev
 
 bool native(at::ScalarType t) { return native_dtype(t).has_value(); }
 
-enum class Err { Index, Runtime, IndexSelect0, IndexSelectN };
+enum class Err { Index, Runtime, IndexSelect0, IndexSelectN, IndexCopy };
 
 // An index-checking kernel's status: an index error becomes the exception
 // PyTorch CPU raises for the op. The status is the synchronize's after the
@@ -73,6 +74,9 @@ void raise_checked(trn_status st, Err kind) {
     case Err::IndexSelect0: TORCH_CHECK_INDEX(false, "index out of range in self");
     case Err::IndexSelectN:
         TORCH_CHECK(false, "INDICES element is out of DATA bounds, id=", v, " axis_dim=", size);
+    case Err::IndexCopy:
+        TORCH_CHECK_INDEX(false, "index_copy_(): index ", v, " is out of bounds for dimension ", dim,
+                          " with size ", size);
     default: TORCH_CHECK(false, msg);
     }
 }
@@ -381,9 +385,10 @@ Tensor index_select(const Tensor &self, int64_t dim, const Tensor &index) {
     return index_select_out(self, dim, index, out);
 }
 
-// out = self; out[..., index[i], ...] += alpha * source[..., i, ...]
+// out = self; out[..., index[i], ...] += alpha * source[..., i, ...], or with
+// `copy`, = source[..., i, ...] (index_copy: a static KV cache's update).
 bool index_add_run(const Tensor &self, int64_t dim, const Tensor &index, const Tensor &source,
-                   const Scalar &alpha, const Tensor &out) {
+                   const Scalar &alpha, const Tensor &out, bool copy) {
     dim = at::maybe_wrap_dim(dim, self.dim());
     check_index_vector("index_add_", index);
     TORCH_CHECK(index.numel() == (source.dim() == 0 ? 1 : source.size(dim)),
@@ -423,14 +428,15 @@ bool index_add_run(const Tensor &self, int64_t dim, const Tensor &index, const T
         return false;
     IndexLaunch l;
     l.scatter = 1;
-    l.reduce = TRN_INDEX_REDUCE_ADD;
+    l.reduce = copy ? TRN_INDEX_REDUCE_NONE : TRN_INDEX_REDUCE_ADD;
     l.alpha = alpha.toDouble();
     l.alpha_int = alpha.isIntegral(true) ? alpha.toLong() : static_cast<int64_t>(alpha.toDouble());
     l.indexed_sizes = {out1.size(dim)};
     l.indexed_strides = {out1.stride(dim) * self.element_size()};
     l.dims = {static_cast<int>(dim)};
-    launch_iter(iter, self.scalar_type(), 1, 2, l, Err::Runtime);
-    sync_checked(stream_of(self), Err::Runtime);
+    const Err kind = copy ? Err::IndexCopy : Err::Runtime;
+    launch_iter(iter, self.scalar_type(), 1, 2, l, kind);
+    sync_checked(stream_of(self), kind);
     return true;
 }
 
@@ -442,9 +448,23 @@ Tensor &index_add_out(const Tensor &self, int64_t dim, const Tensor &index, cons
     MetaShape<at::meta::structured_index_add> meta(&out);
     meta.meta(self, dim, index, source, alpha);
     check_out_overlap(out, self);
-    if (!index_add_run(self, dim, index, source, alpha, out))
+    if (!index_add_run(self, dim, index, source, alpha, out, false))
         return fallback<at::_ops::index_add_out>(self, dim, index, source, alpha, out);
     tracking::record_executed("aten::index_add");
+    return out;
+}
+
+Tensor &index_copy_out(const Tensor &self, int64_t dim, const Tensor &index, const Tensor &source,
+                       Tensor &out) {
+    // PyTorch's meta function: index and source shape checks, out's dtype,
+    // device and size, no internal overlap; then, as CPU, no partial overlap
+    // of out with self (out may be self, the in-place form).
+    MetaShape<at::meta::structured_index_copy> meta(&out);
+    meta.meta(self, dim, index, source);
+    check_out_overlap(out, self);
+    if (!index_add_run(self, dim, index, source, 1, out, true))
+        return fallback<at::_ops::index_copy_out>(self, dim, index, source, out);
+    tracking::record_executed("aten::index_copy");
     return out;
 }
 
@@ -841,7 +861,7 @@ Tensor embedding_dense_backward(const Tensor &grad, const Tensor &indices, int64
     Tensor flat_idx = indices.reshape({-1});
     Tensor flat_grad = grad.reshape({flat_idx.numel(), width});
     if (flat_idx.numel() > 0)
-        TORCH_CHECK(index_add_run(weight, 0, flat_idx, flat_grad, 1, weight),
+        TORCH_CHECK(index_add_run(weight, 0, flat_idx, flat_grad, 1, weight, false),
                     "embedding_dense_backward: unsupported input");
     if (padding_idx >= 0 && padding_idx < num_weights)
         fill_zero(weight.select(0, padding_idx));
@@ -857,6 +877,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl("index_select", TORCH_FN(index_select));
     m.impl("index_select.out", TORCH_FN(index_select_out));
     m.impl("index_add.out", TORCH_FN(index_add_out));
+    m.impl("index_copy.out", TORCH_FN(index_copy_out));
     m.impl("gather.out", TORCH_FN(gather_out));
     m.impl("scatter.src_out", TORCH_FN(scatter_src_out));
     m.impl("scatter.value_out", TORCH_FN(scatter_value_out));
