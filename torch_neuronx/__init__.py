@@ -115,3 +115,9 @@ from .profiling import NeuronConfig, NeuronProfiler, ProfileMode  # noqa: E402
 from ._compile import get_dynamo_metrics, reset_dynamo_metrics, install as _install_compile  # noqa: E402
 neuron.get_dynamo_metrics, neuron.reset_dynamo_metrics = get_dynamo_metrics, reset_dynamo_metrics
 _install_compile()
+
+# neuron-evaluate's Python API (docs/evaluate.md); strict mode when asked.
+from .evaluate import evaluate  # noqa: E402
+if __import__("os").environ.get("TORCH_NEURONX_STRICT", "0").strip().lower() not in ("", "0", "false", "no", "off"):
+    from .evaluate import strict as _strict  # noqa: E402
+    _strict.install()
