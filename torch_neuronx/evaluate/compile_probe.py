@@ -68,11 +68,13 @@ class CompileProbe:
         fs["compiles"] += 1
         names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
         fs["inputs"] = names
+        fs.setdefault("location", _first_user_line(gm))
         try:
             fn = neuron_backend(gm, example_inputs, options={"fallback_execution": False})
         except NeuronCompileError as e:
             rec["error"] = str(e)
             op, where = _parse_unlowerable(str(e))
+            where = where or _node_location(gm, op, str(e))
             u = self.unlowerable.setdefault((op, where), {"op": op, "location": where, "count": 0,
                                                            "message": str(e)[:500]})
             u["count"] += 1
@@ -81,7 +83,7 @@ class CompileProbe:
         self.graphs.append(rec)
 
         def call(*args):
-            shp = tuple(_shape_of(a) for a in args)
+            shp = tuple((nm, _shape_of(a)) for nm, a in zip(names, args) if isinstance(a, torch.Tensor))
             if shp not in fs["shapes"]:
                 fs["shapes"].append(shp)
             return fn(*args)
@@ -113,28 +115,46 @@ class CompileProbe:
         out = []
         for frame, fs in self.frame_shapes.items():
             shapes = fs["shapes"]
-            if len(shapes) < 2:
+            # Only the user's code: a PyTorch frame (nn.Linear.forward compiled on
+            # its own after a break) "recompiles" per module instance, not per shape.
+            if len(shapes) < 2 or fs.get("location") is None:
                 continue
             varying = []
-            names = fs["inputs"] or []
-            n_in = min(len(s) for s in shapes)
-            for i in range(n_in):
-                col = [s[i] for s in shapes]
-                if any(c is None for c in col) or len({len(c) for c in col}) != 1:
+            seen = [dict(s) for s in shapes]
+            common = [n for n in shapes[0] and [nm for nm, _ in shapes[0]] if all(n in d for d in seen)]
+            for name in common:
+                col = [d[name] for d in seen]
+                if len({len(c) for c in col}) != 1:
                     continue
                 for d in range(len(col[0])):
                     vals = sorted({c[d] for c in col})
                     if len(vals) > 1:
-                        varying.append({"input": names[i] if i < len(names) else f"arg{i}", "dim": d,
-                                        "values": vals, "buckets": bucket(vals)})
+                        varying.append({"input": _pretty(name), "dim": d, "values": vals, "buckets": bucket(vals)})
             if not varying:
                 continue
             suggestion = "; ".join(
                 f"pad {v['input']} dim {v['dim']} to {v['buckets']} ({len(v['values'])} sizes -> "
                 f"{len(v['buckets'])} graphs)" for v in varying)
-            out.append({"frame": frame, "shapes_seen": [list(map(list, filter(None, s))) for s in shapes],
+            out.append({"frame": frame, "location": fs.get("location"), "shapes_seen": [{_pretty(k): list(v) for k, v in s} for s in shapes],
                         "graphs_compiled": len(shapes), "varying": varying, "suggestion": suggestion})
         return out
+
+
+def _first_user_line(gm) -> "str | None":
+    for n in gm.graph.nodes:
+        st = n.meta.get("stack_trace")
+        if st:
+            locs = [(f, ln) for f, ln in re.findall(r'File "([^"]+)", line (\d+)', st) if is_user_file(f)]
+            if locs:
+                return f"{locs[-1][0]}:{locs[-1][1]}"
+    return None
+
+
+def _pretty(name: str) -> str:
+    """Dynamo's placeholder name as the user wrote it: l_x_ -> x."""
+    if name.startswith("l_") and name.endswith("_"):
+        name = name[2:-1]
+    return name.replace("_modules_", ".").replace("_parameters_", ".")
 
 
 def bucket(values: list[int]) -> list[int]:
@@ -151,6 +171,28 @@ def bucket(values: list[int]) -> list[int]:
                 b *= 2
             out.add(b)
     return sorted(out)
+
+
+def _node_location(gm, op: str, msg: str) -> "str | None":
+    """The user line of the Dynamo graph's node behind an op the lowering
+    refused (the message quotes its source line; else match by op name)."""
+    short = op.split("::")[-1]
+    m = re.search(r" at (.*?) \| ", msg)
+    snippet = m.group(1).strip() if m else None
+    cands = []
+    for n in gm.graph.nodes:
+        st = n.meta.get("stack_trace")
+        if not st:
+            continue
+        locs = [(f, ln) for f, ln, _ in re.findall(r'File "([^"]+)", line (\d+), in (\S+)', st) if is_user_file(f)]
+        if not locs:
+            continue
+        loc = f"{locs[-1][0]}:{locs[-1][1]}"
+        if snippet and snippet in st:
+            return loc
+        if short in getattr(n.target, "__name__", str(n.target)):
+            cands.append(loc)
+    return cands[0] if cands else None
 
 
 def _short(reason: str) -> str:

@@ -16,9 +16,12 @@ NCCL) are not mapped.
 from __future__ import annotations
 
 import contextlib
+import sys
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from .locations import is_user_file
 
 
 def parse(spec: "str | None") -> dict[str, str]:
@@ -81,13 +84,26 @@ class DeviceMap(TorchFunctionMode):
 
 
 class _Patches:
+    """Replacements seen only by the user's code: PyTorch's own callers (Dynamo
+    saving the CUDA RNG state when CUDA "is available", ...) get the original."""
+
     def __init__(self):
         self.saved = []
 
     def set(self, owner, attr, value):
-        if hasattr(owner, attr):
-            self.saved.append((owner, attr, getattr(owner, attr)))
+        if not hasattr(owner, attr):
+            return
+        old = getattr(owner, attr)
+        self.saved.append((owner, attr, old))
+        if isinstance(value, type):
             setattr(owner, attr, value)
+            return
+
+        def for_user(*args, **kwargs):
+            if is_user_file(sys._getframe(1).f_code.co_filename):
+                return value(*args, **kwargs)
+            return old(*args, **kwargs)
+        setattr(owner, attr, for_user)
 
     def restore(self):
         for owner, attr, old in reversed(self.saved):

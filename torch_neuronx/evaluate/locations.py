@@ -33,7 +33,11 @@ def fmt(filename: str, lineno: int) -> str:
 
 def user_frame(skip: int = 1) -> "str | None":
     """``file:line`` of the innermost user frame on the current stack."""
-    f = sys._getframe(skip)
+    f = sys._getframe(1)
+    for _ in range(skip - 1):
+        if f.f_back is None:
+            break
+        f = f.f_back
     while f is not None:
         if is_user_file(f.f_code.co_filename):
             return fmt(f.f_code.co_filename, f.f_lineno)

@@ -231,7 +231,8 @@ class ModelProgram:
 
     def __init__(self, model, example_inputs, loss_fn=None, optimizer=None, steps: int = 5):
         self.base = copy.deepcopy(model).to("cpu")
-        self.inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+        # A tuple/list: positional arguments; a dict: keyword arguments.
+        self.inputs = example_inputs if isinstance(example_inputs, (tuple, list, dict)) else (example_inputs,)
         self.loss_fn = loss_fn
         self.optimizer = optimizer
         self.steps = steps
@@ -245,7 +246,9 @@ class ModelProgram:
         if o is None:
             return None
         if isinstance(o, torch.optim.Optimizer):
-            return type(o)(params, **o.defaults)
+            import inspect
+            accepted = inspect.signature(type(o).__init__).parameters
+            return type(o)(params, **{k: v for k, v in o.defaults.items() if k in accepted})
         return o(params)
 
     def _loss(self, out):
@@ -270,11 +273,13 @@ class ModelProgram:
                 opt = self._make_optimizer(model.parameters())
                 if compile_patch.mode == "probe":
                     model = torch.compile(model, backend=compile_patch.probe.backend)
-                inputs = tree_map(lambda x: x.to(target) if isinstance(x, torch.Tensor) else x, list(self.inputs))
+                moved = tree_map(lambda x: x.to(target) if isinstance(x, torch.Tensor) else x,
+                                 dict(self.inputs) if isinstance(self.inputs, dict) else list(self.inputs))
+                args, kwargs = ((), moved) if isinstance(moved, dict) else (moved, {})
                 for _ in range(self.steps):
                     if opt is not None:
                         opt.zero_grad()
-                    loss = self._loss(model(*inputs))
+                    loss = self._loss(model(*args, **kwargs))
                     loss.backward()
                     if opt is not None:
                         opt.step()

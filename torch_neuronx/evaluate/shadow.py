@@ -14,6 +14,7 @@ the CPU's).
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 import torch
@@ -29,21 +30,22 @@ _SKIP_OPS = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::ne
 
 
 def rel_error(y: torch.Tensor, r: torch.Tensor) -> float:
+    """``max|y - r| / max|r|`` (both converted to float64); inf when their
+    non-finite values differ."""
     if y.shape != r.shape or y.numel() == 0:
         return 0.0
     y = y.detach().to(torch.float64)
     r = r.detach().to(torch.float64)
+    d = float((y - r).abs().max())
+    if math.isfinite(d):
+        return d / max(float(r.abs().max()), 1e-30)
     fy, fr = torch.isfinite(y), torch.isfinite(r)
-    if not torch.equal(fy, fr):
+    if not torch.equal(fy, fr) or not torch.equal(y[~fr], r[~fr]):
         return float("inf")
-    if not bool(fr.all()):
-        if not torch.equal(y[~fr], r[~fr]):
-            return float("inf")
-        y, r = y[fr], r[fr]
-        if y.numel() == 0:
-            return 0.0
-    scale = max(float(r.abs().max()), 1e-30)
-    return float((y - r).abs().max()) / scale
+    y, r = y[fr], r[fr]
+    if y.numel() == 0:
+        return 0.0
+    return float((y - r).abs().max()) / max(float(r.abs().max()), 1e-30)
 
 
 def _to_cpu(x, dtype64=False):
@@ -55,6 +57,12 @@ def _to_cpu(x, dtype64=False):
     if isinstance(x, torch.device) and x.type == "neuron":
         return torch.device("cpu")
     return x
+
+
+def _to_f64(c):
+    if isinstance(c, torch.Tensor):
+        return c.to(torch.float64) if c.is_floating_point() else c.clone()
+    return c
 
 
 def _kw_cpu(kwargs, dtype64):
@@ -96,8 +104,9 @@ class ShadowNumerics(TorchDispatchMode):
             return func(*args, **kwargs)
         cpu_args = tree_map(_to_cpu, args)
         cpu_kwargs = _kw_cpu(kwargs, False)
-        f64_args = tree_map(lambda a: _to_cpu(a, True), args)
-        f64_kwargs = _kw_cpu(kwargs, True)
+        # float64 copies from the CPU copies (one device read per input).
+        f64_args = tree_map(_to_f64, cpu_args)
+        f64_kwargs = _kw_cpu(cpu_kwargs, True)
         out = func(*args, **kwargs)
         try:
             ref = func(*cpu_args, **cpu_kwargs)
@@ -121,10 +130,11 @@ class ShadowNumerics(TorchDispatchMode):
         for y, r, r64 in zip(outs, refs, refs64):
             if not (y.is_floating_point() and r.is_floating_point()):
                 continue
-            yc = y.detach().cpu()
-            e_cpu = max(e_cpu, rel_error(yc, r))
+            yc = y.detach().to("cpu", torch.float64)
+            rc = r.to(torch.float64)
+            e_cpu = max(e_cpu, rel_error(yc, rc))
             e_64 = max(e_64, rel_error(yc, r64))
-            c_64 = max(c_64, rel_error(r, r64))
+            c_64 = max(c_64, rel_error(rc, r64))
             t = TOLERANCE.get(y.dtype, 1e-3)
             tol = t if tol is None else max(tol, t)
         if tol is None:
