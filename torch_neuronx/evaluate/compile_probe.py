@@ -137,7 +137,19 @@ class CompileProbe:
                 f"{len(v['buckets'])} graphs)" for v in varying)
             out.append({"frame": frame, "location": fs.get("location"), "shapes_seen": [{_pretty(k): list(v) for k, v in s} for s in shapes],
                         "graphs_compiled": len(shapes), "varying": varying, "suggestion": suggestion})
-        return out
+        # A graph break splits a function into the part before and Dynamo's
+        # resume function after it: one shape change, reported once (at the
+        # function), with the resumed parts' graphs counted there.
+        parents = [r for r in out if not r["frame"].startswith("torch_dynamo_resume_in_")]
+        for r in out:
+            if r in parents:
+                continue
+            host = next((p for p in parents if r["frame"].split("(", 1)[-1].split(",")[0] in p["frame"]), None)
+            if host is None:
+                parents.append(r)
+            else:
+                host["resume_graphs"] = host.get("resume_graphs", 0) + r["graphs_compiled"]
+        return parents
 
 
 def _first_user_line(gm) -> "str | None":

@@ -21,9 +21,14 @@ _SKIP = tuple(os.path.normpath(p) + os.sep for p in {
 })
 
 
+_INTERACTIVE = ("<string>", "<stdin>", "<ipython-input-")
+
+
 def is_user_file(filename: str) -> bool:
-    if not filename or filename.startswith("<"):
+    if not filename:
         return False
+    if filename.startswith("<"):  # generated code (Dynamo, eval), but not code typed by the user
+        return filename.startswith(_INTERACTIVE)
     return not os.path.normpath(os.path.abspath(filename)).startswith(_SKIP)
 
 
