@@ -13,12 +13,15 @@ import traceback
 
 import torch
 
-_SKIP = tuple(os.path.normpath(p) + os.sep for p in {
+_OURS = tuple(os.path.normpath(p) + os.sep for p in {
     os.path.dirname(torch.__file__),
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # torch_neuronx
-    sysconfig.get_paths()["stdlib"],
-    sysconfig.get_paths().get("platstdlib", sysconfig.get_paths()["stdlib"]),
 })
+# The standard library (in a venv "platstdlib" is the venv's lib/pythonX.Y,
+# which also holds site-packages: third-party libraries are the program's).
+_STDLIB = tuple(os.path.normpath(p) + os.sep for p in {
+    sysconfig.get_paths()["stdlib"], sysconfig.get_paths().get("platstdlib", sysconfig.get_paths()["stdlib"])})
+_PACKAGES = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 
 
 _INTERACTIVE = ("<string>", "<stdin>", "<ipython-input-")
@@ -29,7 +32,10 @@ def is_user_file(filename: str) -> bool:
         return False
     if filename.startswith("<"):  # generated code (Dynamo, eval), but not code typed by the user
         return filename.startswith(_INTERACTIVE)
-    return not os.path.normpath(os.path.abspath(filename)).startswith(_SKIP)
+    path = os.path.normpath(os.path.abspath(filename))
+    if path.startswith(_OURS):
+        return False
+    return not path.startswith(_STDLIB) or any(p in path for p in _PACKAGES)
 
 
 def fmt(filename: str, lineno: int) -> str:

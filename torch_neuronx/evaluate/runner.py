@@ -160,9 +160,14 @@ def evaluate_program(program, opts: Options) -> dict:
     # ---- 3. CPU reference -----------------------------------------------------------------------
     cpu_steady = None
     if opts.cpu_reference:
-        with _Phase(report, "cpu", prog, len(phases)) as ph:
-            ctl = StepControl(opts.steps, "cpu", on_step=on_step_progress("cpu"))
-            cpu = program.run(ctl, "cpu", CompilePatch("off"))
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # (as the shadow phase, and its cost stays predictable)
+        try:
+            with _Phase(report, "cpu", prog, len(phases)) as ph:
+                ctl = StepControl(opts.steps, "cpu", on_step=on_step_progress("cpu"))
+                cpu = program.run(ctl, "cpu", CompilePatch("off"))
+        finally:
+            torch.set_num_threads(threads)
         add_phase("cpu", cpu, ph.seconds, opts.steps)
         cpu_steady = _median(cpu.step_seconds[1:] or cpu.step_seconds)
         numerics["loss"] = {"neuron": eager.losses, "cpu": cpu.losses, "max_rel_diff": _loss_diff(eager.losses,
