@@ -41,7 +41,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     ns = parser().parse_args(argv)
     if ns.strict:
+        # (Before the device starts: it reads these once.)
         os.environ["TORCH_NEURONX_STRICT"] = "1"
+        os.environ["TORCH_NEURONX_NATIVE_FLOAT64"] = "0"
+        os.environ["TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"] = "1"
     try:
         from . import devmap
         mapping = devmap.parse(ns.map_device)

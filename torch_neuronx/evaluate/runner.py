@@ -150,6 +150,9 @@ def evaluate_program(program, opts: Options) -> dict:
         add_phase("shadow", res, ph.seconds, opts.shadow_steps)
         numerics.update({"steps": len(res.step_seconds), "compared_ops": shadow.compared,
                          "skipped_ops": shadow.skipped, "seconds": round(ph.seconds, 4),
+                         # Random ops draw from the device's generator, the CPU run from the CPU's:
+                         # loss curves can part by that alone.
+                         "random_ops": dict(shadow.random_ops),
                          "first_divergence": shadow.first_divergence,
                          "divergences": sorted(shadow.divergences.values(), key=lambda d: d["op_index"]),
                          "by_module": [{"module": k, **v} for k, v in sorted(shadow.by_module.items())],

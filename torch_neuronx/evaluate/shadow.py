@@ -92,6 +92,7 @@ class ShadowNumerics(TorchDispatchMode):
         self.divergences: dict[tuple, dict] = {}
         self.compared = 0
         self.skipped = 0
+        self.random_ops: dict[str, int] = defaultdict(int)
         self.index = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -101,6 +102,11 @@ class ShadowNumerics(TorchDispatchMode):
         name = op_name(func)
         if name in _SKIP_OPS or torch.Tag.nondeterministic_seeded in func.tags or func.is_view:
             self.skipped += 1
+            if torch.Tag.nondeterministic_seeded in func.tags and \
+                    any(isinstance(a, torch.Tensor) for a in args):
+                # (dropout, normal_, ...: the CPU reference run draws factory
+                # randoms like randn from the device generator, not these.)
+                self.random_ops[name] += 1
             return func(*args, **kwargs)
         cpu_args = tree_map(_to_cpu, args)
         cpu_kwargs = _kw_cpu(kwargs, False)
