@@ -207,3 +207,22 @@ def test_python_api_gpt2_no_spurious_findings():
     assert r.performance["peak_memory_bytes"] > 0 and all(h["fits"] for h in r.performance["hbm"])
     # The model the caller passed is untouched (copies are evaluated).
     assert next(model.parameters()).device.type == "cpu"
+
+
+def test_shadow_float64_reference_for_every_op():
+    from torch.utils.module_tracker import ModuleTracker
+
+    from torch_neuronx.evaluate.shadow import ShadowNumerics
+    a = torch.randn(64, 64, device="neuron")
+    for mode, want_f64 in (("all", True), ("divergent", False)):
+        tracker = ModuleTracker()
+        shadow = ShadowNumerics(tracker, float64=mode)
+        with tracker, shadow:
+            (a @ a).softmax(-1).add_(1.0)
+        ops = shadow.by_op
+        assert {"aten::mm", "aten::_softmax", "aten::add_"} <= set(ops)
+        assert all(o["max_error_cpu"] < 1e-5 for o in ops.values())
+        # float32 rounding vs float64: small, nonzero where the op rounds.
+        assert (ops["aten::mm"]["max_error_f64"] > 0) == want_f64
+        assert ops["aten::mm"]["max_error_f64"] < 1e-5
+        assert shadow.divergences == {}

@@ -16,7 +16,7 @@ __all__ = ["evaluate", "evaluate_script", "Report", "THRESHOLDS", "NeuronStrictE
 
 def evaluate(model, example_inputs, loss_fn=None, optimizer=None, steps: int = 4, *, shadow: bool = True,
              compile: bool = True, cpu_reference: bool = True, strict: bool = False,
-             progress: bool = False) -> Report:
+             progress: bool = False, shadow_float64: str = "divergent") -> Report:
     """Evaluates ``steps`` training steps of ``model`` on neuron and returns a
     :class:`Report`. ``model`` and ``example_inputs`` may be on any device (a
     copy of the model is moved for each phase; the original is not touched).
@@ -29,7 +29,7 @@ def evaluate(model, example_inputs, loss_fn=None, optimizer=None, steps: int = 4
     from .runner import Options, evaluate_program
     prog = ModelProgram(model, example_inputs, loss_fn=loss_fn, optimizer=optimizer, steps=steps)
     opts = Options(steps=steps, shadow=shadow, compile=compile, cpu_reference=cpu_reference, strict=strict,
-                   progress=Progress() if progress else None)
+                   progress=Progress() if progress else None, shadow_float64=shadow_float64)
     return Report(evaluate_program(prog, opts))
 
 

@@ -27,6 +27,9 @@ def parser() -> argparse.ArgumentParser:
                     help="TorchNeuron strict mode (TORCH_NEURONX_STRICT=1): fail where real TorchNeuron would")
     ap.add_argument("--no-shadow", action="store_true", help="skip shadow numerics")
     ap.add_argument("--shadow-steps", type=int, default=1, help="steps run in shadow mode (default 1)")
+    ap.add_argument("--shadow-float64-all", action="store_true",
+                    help="run the float64 reference for every op (default: only for ops that differ from the CPU "
+                         "beyond tolerance, where it decides the verdict)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile phases")
     ap.add_argument("--no-cpu", action="store_true", help="skip the CPU reference run (loss curves)")
     ap.add_argument("--quiet", action="store_true", help="no progress display")
@@ -56,7 +59,9 @@ def main(argv=None) -> int:
         return 2
     from . import evaluate_script
     report = evaluate_script(ns.script, ns.args, steps=ns.steps, map_device=ns.map_device or None,
-                             shadow=not ns.no_shadow, shadow_steps=ns.shadow_steps, compile=not ns.no_compile,
+                             shadow=not ns.no_shadow, shadow_steps=ns.shadow_steps,
+                             shadow_float64="all" if ns.shadow_float64_all else "divergent",
+                             compile=not ns.no_compile,
                              cpu_reference=not ns.no_cpu, strict=ns.strict, progress=not ns.quiet)
     del mapping
     failures = report.check(**{k: getattr(ns, k) for k in THRESHOLDS})

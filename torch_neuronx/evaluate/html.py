@@ -125,8 +125,8 @@ def render(r: dict) -> str:
         H.append(_table(num.get("divergences", []), [("op", lambda d: d["op"]), ("module", lambda d: d["module"]),
                                                      ("source", lambda d: d["location"]),
                                                      ("error vs cpu", lambda d: f"{d['error_cpu']:.3g}"),
-                                                     ("error vs f64", lambda d: f"{d['error_f64']:.3g}"),
-                                                     ("cpu vs f64", lambda d: f"{d['cpu_error_f64']:.3g}")]))
+                                                     ("error vs f64", lambda d: _g(d["error_f64"])),
+                                                     ("cpu vs f64", lambda d: _g(d["cpu_error_f64"]))]))
     c = r.get("compile", {})
     if c.get("enabled"):
         H.append(f"<h2>torch.compile(backend=\"neuron\")</h2><p>{c.get('graphs', 0)} graphs; cold first step "
@@ -163,6 +163,10 @@ def render(r: dict) -> str:
     cost = r.get("cost", {})
     H.append(f"<p class=muted>Evaluation took {cost.get('total_seconds')} s.</p></body></html>")
     return "\n".join(H)
+
+
+def _g(x):
+    return "n/a" if x is None else f"{x:.3g}"
 
 
 def _s(x):

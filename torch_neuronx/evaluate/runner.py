@@ -29,7 +29,8 @@ from .program import CompilePatch, StepControl
 
 class Options:
     def __init__(self, steps=4, shadow=True, shadow_steps=1, compile=True, cpu_reference=True, strict=False,
-                 progress=None):
+                 progress=None, shadow_float64="divergent"):
+        self.shadow_float64 = shadow_float64
         self.steps = max(1, int(steps))
         self.shadow = shadow
         self.shadow_steps = max(1, min(int(shadow_steps), self.steps))
@@ -135,7 +136,7 @@ def evaluate_program(program, opts: Options) -> dict:
     if opts.shadow:
         torch.manual_seed(0)
         tr2 = ModuleTracker()
-        shadow = ShadowNumerics(tr2)
+        shadow = ShadowNumerics(tr2, float64=opts.shadow_float64)
         # The CPU re-runs go single-threaded: on a small host, PyTorch's CPU
         # thread pool and the device's workers spinning for each other cost
         # more than the second thread gains (measured ~6x on GPT-2, 2 cores).
@@ -149,6 +150,7 @@ def evaluate_program(program, opts: Options) -> dict:
             torch.set_num_threads(threads)
         add_phase("shadow", res, ph.seconds, opts.shadow_steps)
         numerics.update({"steps": len(res.step_seconds), "compared_ops": shadow.compared,
+                         "float64_reference": opts.shadow_float64,
                          "skipped_ops": shadow.skipped, "seconds": round(ph.seconds, 4),
                          # Random ops draw from the device's generator, the CPU run from the CPU's:
                          # loss curves can part by that alone.
@@ -313,7 +315,8 @@ def findings(report) -> list[dict]:
     num = report.get("numerics", {})
     for d in num.get("divergences", []):
         add("numerics", "divergence", f"{d['op']} differs from the CPU by {d['error_cpu']:.3g} (relative; "
-            f"tolerance {d['tolerance']:g}; CPU vs float64 {d['cpu_error_f64']:.3g})", d["location"], d["module"])
+            f"tolerance {d['tolerance']:g}; CPU vs float64 "
+            f"{'n/a' if d['cpu_error_f64'] is None else format(d['cpu_error_f64'], '.3g')})", d["location"], d["module"])
     comp = report.get("compile", {})
     for b in comp.get("graph_breaks", []):
         add("compile", "graph_break", f"graph break: {b['reason']}", b["location"])
