@@ -226,3 +226,16 @@ def test_shadow_float64_reference_for_every_op():
         assert (ops["aten::mm"]["max_error_f64"] > 0) == want_f64
         assert ops["aten::mm"]["max_error_f64"] < 1e-5
         assert shadow.divergences == {}
+
+
+def test_example_train_step_script():
+    """examples/train_step.py, unchanged: stopped after 3 optimizer steps,
+    nothing falls back and nothing is flagged."""
+    r = evaluate_script(str(ROOT / "examples" / "train_step.py"), ["--steps", "2"], steps=3, shadow=False,
+                        compile=False)
+    assert r.runs["ok"] and r.runs["status"] == "stopped" and r.runs["steps_completed"] == 3
+    assert r.findings == [], r.findings
+    assert r.fallbacks["ops_observed"] > 100
+    assert "Block.attn" not in {m["module"] for m in r.performance["module_time"]}  # attn is a method
+    assert {"Block.qkv", "Block.fc1", "Block.head"} <= {m["module"] for m in r.performance["module_time"]}
+    assert len(r.numerics["loss"]["cpu"]) == 3

@@ -116,8 +116,10 @@ from ._compile import get_dynamo_metrics, reset_dynamo_metrics, install as _inst
 neuron.get_dynamo_metrics, neuron.reset_dynamo_metrics = get_dynamo_metrics, reset_dynamo_metrics
 _install_compile()
 
-# neuron-evaluate's Python API (docs/evaluate.md); strict mode when asked.
-from .evaluate import evaluate  # noqa: E402
+# neuron-evaluate's Python API (docs/evaluate.md): the package itself is
+# callable, torch_neuronx.evaluate(model, inputs, ...), and keeps its
+# attributes (torch_neuronx.evaluate.Report). Strict mode when asked.
+from . import evaluate  # noqa: E402
 if __import__("os").environ.get("TORCH_NEURONX_STRICT", "0").strip().lower() not in ("", "0", "false", "no", "off"):
     from .evaluate import strict as _strict  # noqa: E402
     _strict.install()
