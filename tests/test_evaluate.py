@@ -98,7 +98,8 @@ def test_planted_compile_graph_break_and_recompiles():
     p = PROGRAMS / "planted_compile.py"
     r = evaluate_script(str(p), steps=4, shadow=False, cpu_reference=False)
     assert found(r, "compile") == sorted([("graph_break", plant(p, "graph_break")),
-                                          ("recompile", f"{p}:14")])  # forward's first op
+                                          ("recompile", f"{p}:14"),  # forward's first op
+                                          ("dynamic", plant(p, "dynamic")), ("mode", plant(p, "dynamic"))])
     (rc,) = r.compile["recompiles"]
     assert rc["varying"] == [{"input": "x", "dim": 0, "values": [3, 5, 6, 7], "buckets": [4, 8]}]
     assert len(rc["shapes_seen"]) == 4 and {"x": [3, 8]} in [{"x": s["x"]} for s in rc["shapes_seen"]]

@@ -16,6 +16,8 @@ class Net(nn.Module):
         return self.b(h).mean()
 
 
+# Never called: the call itself is the finding (TorchNeuron rejects dynamic=True, warns on modes).
+helper = torch.compile(lambda t: t + 1, dynamic=True, mode="max-autotune")  # PLANT-dynamic
 torch.manual_seed(0)
 model = Net().to("neuron")
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
