@@ -240,3 +240,23 @@ def test_example_train_step_script():
     assert "Block.attn" not in {m["module"] for m in r.performance["module_time"]}  # attn is a method
     assert {"Block.qkv", "Block.fc1", "Block.head"} <= {m["module"] for m in r.performance["module_time"]}
     assert len(r.numerics["loss"]["cpu"]) == 3
+
+
+@pytest.mark.parametrize("name", ["llama", "resnet"])
+def test_python_api_llama_resnet_no_spurious_findings(name):
+    import torch.nn.functional as F
+
+    import model_zoo
+    torch.manual_seed(0)
+    model = getattr(model_zoo, name)("tiny")
+    if name == "resnet":
+        batch = model_zoo.image_batch(4, 16)
+        r = torch_neuronx.evaluate(model, (batch["x"],),
+                                   loss_fn=lambda out: F.cross_entropy(out, batch["y"].to(out.device)),
+                                   optimizer=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), steps=2,
+                                   compile=False)
+    else:
+        r = torch_neuronx.evaluate(model, model_zoo.lm_batch(2, 16),
+                                   optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3), steps=2, compile=False)
+    assert r.runs["ok"] and r.findings == [], r.findings
+    assert r.numerics["compared_ops"] > 100 and r.numerics["loss"]["max_rel_diff"] < 1e-4
