@@ -120,6 +120,7 @@ def test_map_device_cuda_script_and_first_error():
     assert not bad.runs["ok"] and bad.runs["steps_completed"] == 2
     err = bad.runs["error"]
     assert err["type"] == "ValueError" and err["location"] == plant(p, "error")
+    assert err["step"] == 3 and err["stage"] == "forward"  # after step 2's optimizer step
     assert "planted failure" in err["source"]
 
 
@@ -128,6 +129,7 @@ def test_strict_mode_raises_at_the_int64_line():
     r = evaluate_script(str(p), steps=2, strict=True, shadow=False, compile=False, cpu_reference=False)
     err = r.runs["error"]
     assert err["type"] == "NeuronStrictError" and err["location"] == plant(p, "int64")
+    assert err["step"] == 1 and err["stage"] == "forward"
     assert "outside int32" in err["message"] and "int32" in err["message"]
 
 

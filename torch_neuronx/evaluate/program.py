@@ -52,6 +52,7 @@ class StepControl:
         self._loss = None
         self._t_last = None
         self._has_optimizer = False
+        self.stage = "forward"  # what the step was doing: forward | backward | optimizer step
         self._undo = []
 
     def install(self):
@@ -61,7 +62,9 @@ class StepControl:
         def patched_backward(t, *args, **kwargs):
             if t.numel() == 1:
                 ctl._loss = t.detach()
+            ctl.stage = "backward"
             out = backward(t, *args, **kwargs)
+            ctl.stage = "forward"
             if not ctl._has_optimizer:
                 ctl.step_end()
             return out
@@ -74,9 +77,10 @@ class StepControl:
             return opt_init(o, *args, **kwargs)
         torch.optim.Optimizer.__init__ = patched_init
         self._undo.append(lambda: setattr(torch.optim.Optimizer, "__init__", opt_init))
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+        h0 = register_optimizer_step_pre_hook(lambda opt, args, kwargs: setattr(ctl, "stage", "optimizer step"))
         h = register_optimizer_step_post_hook(lambda opt, args, kwargs: ctl.step_end())
-        self._undo.append(h.remove)
+        self._undo += [h0.remove, h.remove]
         # Step 1 starts at the first module call (a global forward hook would
         # be traced into compiled graphs: this runs before compiled code).
         call = torch.nn.Module.__call__
@@ -98,6 +102,7 @@ class StepControl:
         self._undo.clear()
 
     def step_end(self):
+        self.stage = "forward"
         _sync(self.device)
         now = time.perf_counter()
         self.steps += 1
@@ -216,7 +221,7 @@ class ScriptProgram:
                 res.error = {"type": "SystemExit", "message": f"exit status {e.code}"}
         except Exception as e:  # noqa: BLE001 - the report's "runs?" answer
             res.status = "error"
-            res.error = exception_site(e, self.path)
+            res.error = dict(exception_site(e, self.path), step=control.steps + 1, stage=control.stage)
         finally:
             compile_patch.uninstall()
             control.uninstall()
@@ -287,7 +292,7 @@ class ModelProgram:
             res.status = "stopped"
         except Exception as e:  # noqa: BLE001
             res.status = "error"
-            res.error = exception_site(e)
+            res.error = dict(exception_site(e), step=control.steps + 1, stage=control.stage)
         finally:
             control.uninstall()
         res.wall_seconds = time.perf_counter() - t0

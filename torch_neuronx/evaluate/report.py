@@ -105,7 +105,8 @@ class Report:
             L.append(f"  runs on neuron: yes ({runs['steps_completed']} steps, {runs['status']})")
         else:
             e = runs["error"] or {}
-            L.append(f"  runs on neuron: NO - {e.get('type')}: {e.get('message', '')[:200]}")
+            L.append(f"  runs on neuron: NO - {e.get('type')} in step {e.get('step')} ({e.get('stage')}): "
+                     f"{e.get('message', '')[:200]}")
             if e.get("location"):
                 L.append(f"      at {e['location']}: {e.get('source', '')}")
             if e.get("script_location"):
