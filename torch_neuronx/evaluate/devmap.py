@@ -71,7 +71,9 @@ class DeviceMap(TorchFunctionMode):
                     torch.device(kwargs["device"]).type == "cpu":
                 # Draw from the device's generator, as the device run does, so
                 # the CPU reference starts from the same numbers.
-                return func(*args, **dict(kwargs, device=orig)).to("cpu")
+                rg = kwargs.pop("requires_grad", False)
+                out = func(*args, **dict(kwargs, device=orig)).to("cpu")
+                return out.requires_grad_(rg) if rg else out
         if func is torch.Tensor.cuda and "cuda" in self.mapping:
             dst = self.mapping["cuda"]
             idx = args[1] if len(args) > 1 else kwargs.pop("device", None)

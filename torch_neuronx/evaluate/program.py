@@ -53,6 +53,7 @@ class StepControl:
         self._t_last = None
         self._has_optimizer = False
         self.stage = "forward"  # what the step was doing: forward | backward | optimizer step
+        self._in_backward = False
         self._undo = []
 
     def install(self):
@@ -60,10 +61,18 @@ class StepControl:
         backward = torch.Tensor.backward
 
         def patched_backward(t, *args, **kwargs):
+            if ctl._in_backward:
+                # Re-entered: Tensor.backward hands itself to a TorchFunctionMode
+                # (the device mapping), which calls Tensor.backward (this) again.
+                return backward(t, *args, **kwargs)
             if t.numel() == 1:
                 ctl._loss = t.detach()
-            ctl.stage = "backward"
-            out = backward(t, *args, **kwargs)
+            ctl.stage = "backward"  # (left so on an exception: the report names it)
+            ctl._in_backward = True
+            try:
+                out = backward(t, *args, **kwargs)
+            finally:
+                ctl._in_backward = False
             ctl.stage = "forward"
             if not ctl._has_optimizer:
                 ctl.step_end()

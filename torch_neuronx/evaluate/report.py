@@ -128,6 +128,10 @@ class Report:
         if loss and loss.get("max_rel_diff") is not None:
             L.append(f"  loss neuron vs cpu: max rel diff {loss['max_rel_diff']:.3g} over {len(loss['neuron'])} "
                      f"steps (last {_last(loss['neuron'])} vs {_last(loss['cpu'])})")
+            if loss.get("cpu_error"):
+                ce = loss["cpu_error"]
+                L.append(f"    (the CPU reference run failed in step {ce.get('step')}: {ce.get('type')}: "
+                         f"{ce.get('message', '')[:160]} at {ce.get('location')})")
             if num.get("random_ops"):
                 L.append(f"    (the program draws random numbers on the device: {', '.join(sorted(num['random_ops']))};"
                          " the CPU run draws its own, so the curves may differ by that alone)")

@@ -40,6 +40,19 @@ class Options:
         self.progress = progress
 
 
+class _seeded:
+    """Every phase starts from the same random state (torch.manual_seed(0):
+    CPU and device generators), so a program that does not seed itself draws
+    the same numbers in each phase; one that does, overrides it."""
+
+    def __init__(self, program):
+        self.program = program
+
+    def run(self, *args, **kwargs):
+        torch.manual_seed(0)
+        return self.program.run(*args, **kwargs)
+
+
 def _median(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -106,7 +119,7 @@ def evaluate_program(program, opts: Options) -> dict:
         cp = CompilePatch("off")
         watch.install()
         try:
-            eager = program.run(ctl, "neuron", cp, contexts=[tracker, observer])
+            eager = _seeded(program).run(ctl, "neuron", cp, contexts=[tracker, observer])
         finally:
             watch.uninstall()
     torch.neuron.synchronize()
@@ -134,7 +147,6 @@ def evaluate_program(program, opts: Options) -> dict:
     # ---- 2. shadow numerics ------------------------------------------------------------------
     numerics: dict = {"enabled": bool(opts.shadow)}
     if opts.shadow:
-        torch.manual_seed(0)
         tr2 = ModuleTracker()
         shadow = ShadowNumerics(tr2, float64=opts.shadow_float64)
         # The CPU re-runs go single-threaded: on a small host, PyTorch's CPU
@@ -145,7 +157,7 @@ def evaluate_program(program, opts: Options) -> dict:
         try:
             with _Phase(report, "shadow", prog, len(phases)) as ph:
                 ctl = StepControl(opts.shadow_steps, "neuron", on_step=on_step_progress("shadow"))
-                res = program.run(ctl, "neuron", CompilePatch("off"), contexts=[tr2, shadow])
+                res = _seeded(program).run(ctl, "neuron", CompilePatch("off"), contexts=[tr2, shadow])
         finally:
             torch.set_num_threads(threads)
         add_phase("shadow", res, ph.seconds, opts.shadow_steps)
@@ -170,13 +182,14 @@ def evaluate_program(program, opts: Options) -> dict:
         try:
             with _Phase(report, "cpu", prog, len(phases)) as ph:
                 ctl = StepControl(opts.steps, "cpu", on_step=on_step_progress("cpu"))
-                cpu = program.run(ctl, "cpu", CompilePatch("off"))
+                cpu = _seeded(program).run(ctl, "cpu", CompilePatch("off"))
         finally:
             torch.set_num_threads(threads)
         add_phase("cpu", cpu, ph.seconds, opts.steps)
         cpu_steady = _median(cpu.step_seconds[1:] or cpu.step_seconds)
         numerics["loss"] = {"neuron": eager.losses, "cpu": cpu.losses, "max_rel_diff": _loss_diff(eager.losses,
-                                                                                                   cpu.losses)}
+                                                                                                   cpu.losses),
+                            "cpu_error": cpu.error}
     # ---- 4./5. compile -----------------------------------------------------------------------
     comp: dict = {"enabled": bool(opts.compile)}
     compiled_steady = None
@@ -230,7 +243,7 @@ def _compile_phases(program, opts, report, phases, on_step_progress, add_phase, 
         with _Phase(report, "compile", opts.progress, len(phases)) as ph:
             ctl = StepControl(opts.steps, "neuron", on_step=on_step_progress("compile"))
             cp = CompilePatch("probe", probe)
-            res = program.run(ctl, "neuron", cp)
+            res = _seeded(program).run(ctl, "neuron", cp)
         add_phase("compile", res, ph.seconds, opts.steps)
         metrics = get_dynamo_metrics()
         steady = _median(res.step_seconds[1:]) if len(res.step_seconds) > 1 else None
@@ -255,7 +268,7 @@ def _compile_phases(program, opts, report, phases, on_step_progress, add_phase, 
         warm_steps = min(2, opts.steps)
         with _Phase(report, "warm", opts.progress, len(phases)) as ph:
             ctl = StepControl(warm_steps, "neuron", on_step=on_step_progress("warm"))
-            res2 = program.run(ctl, "neuron", CompilePatch("probe", CompileProbe()))
+            res2 = _seeded(program).run(ctl, "neuron", CompilePatch("probe", CompileProbe()))
         add_phase("warm", res2, ph.seconds, warm_steps)
         out["warm_first_step_seconds"] = res2.step_seconds[0] if res2.step_seconds else None
         torch._dynamo.reset()
