@@ -120,6 +120,6 @@ _install_compile()
 # callable, torch_neuronx.evaluate(model, inputs, ...), and keeps its
 # attributes (torch_neuronx.evaluate.Report). Strict mode when asked.
 from . import evaluate  # noqa: E402
-if __import__("os").environ.get("TORCH_NEURONX_STRICT", "0").strip().lower() not in ("", "0", "false", "no", "off"):
-    from .evaluate import strict as _strict  # noqa: E402
+from .evaluate import strict as _strict  # noqa: E402
+if _strict.enabled():
     _strict.install()
