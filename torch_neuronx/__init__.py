@@ -115,3 +115,11 @@ from .profiling import NeuronConfig, NeuronProfiler, ProfileMode  # noqa: E402
 from ._compile import get_dynamo_metrics, reset_dynamo_metrics, install as _install_compile  # noqa: E402
 neuron.get_dynamo_metrics, neuron.reset_dynamo_metrics = get_dynamo_metrics, reset_dynamo_metrics
 _install_compile()
+
+# neuron-evaluate's Python API (docs/evaluate.md): the package itself is
+# callable, torch_neuronx.evaluate(model, inputs, ...), and keeps its
+# attributes (torch_neuronx.evaluate.Report). Strict mode when asked.
+from . import evaluate  # noqa: E402
+from .evaluate import strict as _strict  # noqa: E402
+if _strict.enabled():
+    _strict.install()

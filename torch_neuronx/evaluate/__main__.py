@@ -1,0 +1,6 @@
+"""``python -m torch_neuronx.evaluate``: the ``neuron-evaluate`` command."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

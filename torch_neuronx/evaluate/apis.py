@@ -1,0 +1,119 @@
+"""Calls to APIs TorchNeuron does not support, seen at the call.
+
+Owner: the wrappers put around the public functions of ``torch.sparse``,
+``torch.nested``, ``torch.func``, ``torch.fft``, ``torch.distributions``
+(every ``Distribution`` construction) and ``torch.distributed``'s
+point-to-point calls and ``init_process_group`` (its backend). A call is
+recorded only when the caller is the user's code (PyTorch's own internal
+uses are not the program's), with the source line and the documented limit.
+``uninstall()`` restores every attribute.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+
+import torch
+
+from .locations import fmt, is_user_file
+
+_NAMESPACES = {"sparse": "torch.sparse", "nested": "torch.nested", "func": "torch.func", "fft": "torch.fft"}
+_P2P = ("send", "recv", "isend", "irecv", "batch_isend_irecv", "monitored_barrier")
+
+
+def _caller():
+    f = sys._getframe(2)
+    if f is not None and is_user_file(f.f_code.co_filename):
+        return fmt(f.f_code.co_filename, f.f_lineno)
+    return None
+
+
+class ApiWatch:
+    def __init__(self, strict=None):
+        self.strict = strict
+        self.calls: dict[tuple, dict] = {}
+        self.process_groups: list[dict] = []
+        self._saved: list[tuple] = []
+
+    def record(self, key: str, name: str, where: str):
+        e = self.calls.setdefault((name, where), {"api": name, "kind": key, "location": where, "count": 0})
+        e["count"] += 1
+        if self.strict is not None:
+            self.strict.api(key, name, where)
+
+    def _patch(self, owner, attr, new):
+        self._saved.append((owner, attr, owner.__dict__.get(attr, getattr(owner, attr))))
+        setattr(owner, attr, new)
+
+    def _wrap(self, key: str, qual: str, fn):
+        watch = self
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            where = _caller()
+            if where is not None:
+                watch.record(key, qual, where)
+            return fn(*args, **kwargs)
+        return wrapper
+
+    def install(self) -> "ApiWatch":
+        import importlib
+        for key, modname in _NAMESPACES.items():
+            mod = importlib.import_module(modname)
+            for attr in getattr(mod, "__all__", None) or [a for a in dir(mod) if not a.startswith("_")]:
+                fn = getattr(mod, attr, None)
+                if callable(fn) and not inspect.isclass(fn) and not inspect.ismodule(fn):
+                    self._patch(mod, attr, self._wrap(key, f"{modname}.{attr}", fn))
+        # Tensor.to_sparse*/ torch.sparse_coo_tensor: the usual ways into sparse.
+        for attr in ("sparse_coo_tensor", "sparse_csr_tensor"):
+            if hasattr(torch, attr):
+                self._patch(torch, attr, self._wrap("sparse", f"torch.{attr}", getattr(torch, attr)))
+        for attr in ("to_sparse", "to_sparse_csr", "to_sparse_coo"):
+            if hasattr(torch.Tensor, attr):
+                self._patch(torch.Tensor, attr, self._wrap("sparse", f"Tensor.{attr}", getattr(torch.Tensor, attr)))
+        import torch.distributions as D
+        init = D.Distribution.__init__
+        watch = self
+
+        @functools.wraps(init)
+        def dist_init(obj, *args, **kwargs):
+            f = sys._getframe(1)
+            while f is not None and f.f_code.co_name == "__init__" and not is_user_file(f.f_code.co_filename):
+                f = f.f_back  # subclasses' __init__ chain up to ours
+            if f is not None and is_user_file(f.f_code.co_filename):
+                watch.record("distributions", f"torch.distributions.{type(obj).__name__}",
+                             fmt(f.f_code.co_filename, f.f_lineno))
+            return init(obj, *args, **kwargs)
+        self._patch(D.Distribution, "__init__", dist_init)
+        if torch.distributed.is_available():
+            import torch.distributed as dist
+            for attr in _P2P:
+                if hasattr(dist, attr):
+                    self._patch(dist, attr, self._wrap("send_recv", f"torch.distributed.{attr}", getattr(dist, attr)))
+            ipg = dist.init_process_group
+
+            @functools.wraps(ipg)
+            def init_pg(*args, **kwargs):
+                where = _caller()
+                backend = kwargs.get("backend", args[0] if args else None)
+                watch.process_groups.append({"backend": None if backend is None else str(backend),
+                                             "location": where})
+                return ipg(*args, **kwargs)
+            self._patch(dist, "init_process_group", init_pg)
+        return self
+
+    def uninstall(self) -> None:
+        for owner, attr, old in reversed(self._saved):
+            setattr(owner, attr, old)
+        self._saved.clear()
+
+    def findings(self) -> list[dict]:
+        out = list(self.calls.values())
+        if "torchao" in sys.modules:
+            out.append({"api": "torchao", "kind": "torchao", "location": None, "count": 1})
+        for pg in self.process_groups:
+            if pg["backend"] not in (None, "neuron") and "neuron" not in (pg["backend"] or ""):
+                out.append({"api": f"init_process_group(backend={pg['backend']!r})", "kind": "pg_backend",
+                            "location": pg["location"], "count": 1})
+        return out

@@ -1,0 +1,221 @@
+"""Shadow numerics: a TorchDispatchMode that re-runs each device op on the
+CPU with the same inputs (copied before the device op runs, so in-place ops
+see the same values) and in float64, and records the device's error against
+both, by op and by module. The float64 re-run is made for every op
+(``float64="all"``) or, by default, only for ops whose CPU error exceeds the
+tolerance, where it decides the verdict; an in-place op then has none (its
+CPU re-run overwrote the copies) and is judged on the CPU comparison alone.
+
+Owner: the error metric and the divergence rule. Error of a result ``y``
+against a reference ``r``: ``max|y - r| / max(max|r|, tiny)`` over floating
+outputs (inf when non-finite values differ). An op *diverges* when its error
+against the CPU exceeds the dtype's tolerance AND its error against float64
+exceeds ``10 x`` the CPU's own error against float64 (so ill-conditioned ops,
+where the CPU is just as far from float64, are not blamed on the device).
+Ops that draw random numbers are not compared (the device's generator is not
+the CPU's).
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+from .locations import user_frame
+from .observe import module_path, on_neuron, op_name, outputs_of
+
+TOLERANCE = {torch.float32: 1e-3, torch.float64: 1e-3, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+_SKIP_OPS = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
+             "aten::new_empty_strided", "aten::set_", "aten::resize_", "aten::_local_scalar_dense"}
+
+
+def rel_error(y: torch.Tensor, r: torch.Tensor) -> float:
+    """``max|y - r| / max|r|`` (computed in the wider of the two dtypes, at
+    least float32); inf when their non-finite values differ."""
+    if y.shape != r.shape or y.numel() == 0:
+        return 0.0
+    dt = torch.float64 if torch.float64 in (y.dtype, r.dtype) else torch.float32
+    y = y.detach().to(dt)
+    r = r.detach().to(dt)
+    d = float((y - r).abs().max())
+    if math.isfinite(d):
+        return d / max(float(r.abs().max()), 1e-30)
+    fy, fr = torch.isfinite(y), torch.isfinite(r)
+    if not torch.equal(fy, fr) or not torch.equal(y[~fr], r[~fr]):
+        return float("inf")
+    y, r = y[fr], r[fr]
+    if y.numel() == 0:
+        return 0.0
+    return float((y - r).abs().max()) / max(float(r.abs().max()), 1e-30)
+
+
+def _to_cpu(x, dtype64=False):
+    if isinstance(x, torch.Tensor):
+        c = x.detach().to("cpu", copy=True)
+        if dtype64 and c.is_floating_point():
+            c = c.to(torch.float64)
+        return c
+    if isinstance(x, torch.device) and x.type == "neuron":
+        return torch.device("cpu")
+    return x
+
+
+def _to_f64(c):
+    if isinstance(c, torch.Tensor):
+        return c.to(torch.float64) if c.is_floating_point() else c.clone()
+    return c
+
+
+def _kw_cpu(kwargs, dtype64):
+    out = {}
+    for k, v in kwargs.items():
+        if k == "device" and v is not None:
+            out[k] = torch.device("cpu")
+        elif k == "dtype" and dtype64 and v in (torch.float32, torch.float16, torch.bfloat16):
+            out[k] = torch.float64
+        else:
+            out[k] = tree_map(lambda a: _to_cpu(a, dtype64), v)
+    return out
+
+
+def _random(func, args, kwargs) -> bool:
+    """Draws random numbers (an attention op only when its dropout_p > 0)."""
+    if torch.Tag.nondeterministic_seeded not in func.tags:
+        return False
+    for i, a in enumerate(func._schema.arguments):
+        if a.name == "dropout_p":
+            p = kwargs.get("dropout_p", args[i] if i < len(args) else a.default_value)
+            return bool(p)
+    return True
+
+
+class ShadowNumerics(TorchDispatchMode):
+    """See the module docstring. ``float64="divergent"`` (the default) runs the
+    float64 reference only for ops whose error vs the CPU exceeds the
+    tolerance, where it decides the verdict; ``"all"`` for every op."""
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True
+
+    def __init__(self, tracker, float64: str = "divergent"):
+        super().__init__()
+        self.tracker = tracker
+        self.float64_all = float64 == "all"
+        self.by_op = defaultdict(lambda: {"count": 0, "max_error_cpu": 0.0, "max_error_f64": 0.0,
+                                          "max_cpu_error_f64": 0.0})
+        self.by_module = defaultdict(lambda: {"ops": 0, "max_error_cpu": 0.0, "max_error_f64": 0.0})
+        self.first_divergence = None
+        self.divergences: dict[tuple, dict] = {}
+        self.compared = 0
+        self.skipped = 0
+        self.random_ops: dict[str, int] = defaultdict(int)
+        self.index = 0
+
+    @staticmethod
+    def _cpu(x):
+        return _to_cpu(x)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not on_neuron(args, kwargs):
+            return func(*args, **kwargs)
+        name = op_name(func)
+        if name in _SKIP_OPS or func.is_view or _random(func, args, kwargs):
+            self.skipped += 1
+            if torch.Tag.nondeterministic_seeded in func.tags and \
+                    any(isinstance(a, torch.Tensor) for a in args):
+                # (dropout, normal_, ...: the CPU reference run draws factory
+                # randoms like randn from the device generator, not these.)
+                self.random_ops[name] += 1
+            return func(*args, **kwargs)
+        mutable = func._schema.is_mutable
+        cpu_args = tree_map(self._cpu, args)
+        cpu_kwargs = _kw_cpu(kwargs, False)
+        # The float64 inputs come from the CPU copies: made now when every op
+        # needs them, else only if the CPU comparison fails. An in-place op's
+        # CPU run overwrites its copies, so in that mode it gets no float64
+        # reference (its verdict is the CPU comparison alone): keeping a third
+        # copy of every optimizer state tensor cost a quarter of the phase.
+        f64_args = tree_map(_to_f64, cpu_args) if self.float64_all else None
+        out = func(*args, **kwargs)
+        try:
+            ref = func(*cpu_args, **cpu_kwargs)
+        except Exception:  # noqa: BLE001 - an op the CPU cannot run with these inputs: not compared
+            self.skipped += 1
+            return out
+        self.index += 1
+
+        def ref64():
+            if f64_args is None and mutable:
+                return None, None
+            a = f64_args if f64_args is not None else tree_map(_to_f64, cpu_args)
+            r = func(*a, **_kw_cpu(cpu_kwargs, True))
+            return r, a
+        try:
+            self._compare(func, name, args, out, ref, ref64, cpu_args)
+        except Exception:  # noqa: BLE001 - the float64 re-run failed (an op without float64)
+            pass
+        return out
+
+    def _compare(self, func, name, args, out, ref, ref64, cpu_args):
+        outs, refs = outputs_of(out), outputs_of(ref)
+        pick = None
+        if not outs and func._schema.is_mutable:
+            # In-place / out= ops whose results are their mutated arguments.
+            outs = [a for a in args if isinstance(a, torch.Tensor)][:1]
+            refs = [a for a in cpu_args if isinstance(a, torch.Tensor)][:1]
+            pick = True
+        pairs = []
+        tol = None
+        e_cpu = 0.0
+        for y, r in zip(outs, refs):
+            yc = y.detach().to("cpu") if y.device.type == "neuron" else y
+            if not (y.is_floating_point() and r.is_floating_point()):
+                continue
+            e_cpu = max(e_cpu, rel_error(yc, r))
+            pairs.append((yc, r))
+            t = TOLERANCE.get(y.dtype, 1e-3)
+            tol = t if tol is None else max(tol, t)
+        if tol is None:
+            return
+        e_64 = c_64 = None
+        if self.float64_all or e_cpu > tol:
+            r64, a64 = ref64()
+        else:
+            r64 = a64 = None
+        if a64 is not None:
+            refs64 = [a for a in a64 if isinstance(a, torch.Tensor)][:1] if pick else outputs_of(r64)
+            refs64 = [x for x in refs64 if x.is_floating_point()]
+            e_64 = c_64 = 0.0
+            for (yc, r), x64 in zip(pairs, refs64):
+                e_64 = max(e_64, rel_error(yc, x64))
+                c_64 = max(c_64, rel_error(r, x64))
+        self.compared += 1
+        mod = module_path(self.tracker)
+        o = self.by_op[name]
+        o["count"] += 1
+        o["max_error_cpu"] = max(o["max_error_cpu"], e_cpu)
+        m = self.by_module[mod]
+        m["ops"] += 1
+        m["max_error_cpu"] = max(m["max_error_cpu"], e_cpu)
+        if e_64 is not None:
+            o["max_error_f64"] = max(o["max_error_f64"], e_64)
+            o["max_cpu_error_f64"] = max(o["max_cpu_error_f64"], c_64)
+            m["max_error_f64"] = max(m["max_error_f64"], e_64)
+        if e_cpu > tol and (e_64 is None or e_64 > max(tol, 10 * c_64)):
+            where = user_frame(2)
+            key = (name, mod, where)
+            d = self.divergences.get(key)
+            if d is None:
+                d = self.divergences[key] = {"op": name, "module": mod, "location": where,
+                                             "backward": bool(self.tracker.is_bw), "count": 0,
+                                             "error_cpu": e_cpu, "error_f64": e_64, "cpu_error_f64": c_64,
+                                             "tolerance": tol, "op_index": self.index}
+            d["count"] += 1
+            d["error_cpu"] = max(d["error_cpu"], e_cpu)
+            if self.first_divergence is None:
+                self.first_divergence = d
