@@ -115,3 +115,14 @@ from .profiling import NeuronConfig, NeuronProfiler, ProfileMode  # noqa: E402
 from ._compile import get_dynamo_metrics, reset_dynamo_metrics, install as _install_compile  # noqa: E402
 neuron.get_dynamo_metrics, neuron.reset_dynamo_metrics = get_dynamo_metrics, reset_dynamo_metrics
 _install_compile()
+
+# NKI kernels (docs/nki.md): `from torch_neuronx import nki_op, wrap_nki, nki`.
+# Loaded on first use: registering the custom ops imports torch.library.
+def __getattr__(name):
+    if name in ("nki_op", "wrap_nki"):
+        from . import nki_torch as _m
+        return getattr(_m, name)
+    if name == "nki":
+        from . import nki_torch as _m
+        return _m.nki
+    raise AttributeError(f"module 'torch_neuronx' has no attribute {name!r}")
