@@ -335,6 +335,9 @@ class Pred:
     __rand__ = __and__
 
     def __bool__(self):
+        vars_ = [v for e, _ in self.terms for v in e.a.t]
+        if vars_ and not any(e.s for e, _ in self.terms):
+            raise Concretize(vars_)  # `if i == 0` on a loop index: unroll that loop
         raise NkiError("nki: a mask/predicate expression has no Python truth value")
 
 

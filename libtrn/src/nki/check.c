@@ -225,7 +225,7 @@ static trn_status check_instr(const nki_prog *p, nki_instr *in, const range *var
         if (mode == 1) {
             if ((st = need_kind(p, in, 0, "the destination", false, true, false))) return st;
             if ((st = need_kind(p, in, 1, "the source", true, false, false))) return st;
-        } else {
+        } else if (mode == 0) {
             if (s->count[0] > 32 || s->count[1] > 32)
                 return fail_at(p, in->name, in->loc, "the Vector Engine transposes at most 32x32 (got %lldx%lld)",
                                (long long)s->count[0], (long long)s->count[1]);
