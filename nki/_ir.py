@@ -393,6 +393,9 @@ class AP:
             idx = [(Affine(0), [1 if j == d else 0 for j in range(nd)]) for d in range(nd)]
         self.dims, self.idx = list(dims), idx
 
+    def __class_getitem__(cls, item):  # nki.typing.tensor[128, 512] annotations
+        return cls
+
     # -- properties
     @property
     def shape(self):

@@ -293,7 +293,7 @@ def call(k, args, kwargs, host=False):
             else:
                 c = e.device_consts.get((id(src[1]), str(device)))
                 if c is None:
-                    c = torch.from_numpy(src[1]).to(device)
+                    c = (src[1] if isinstance(src[1], torch.Tensor) else torch.from_numpy(src[1])).to(device)
                     e.device_consts[(id(src[1]), str(device))] = c
                 bound.append(c)
         e.prog.launch(bound)

@@ -122,8 +122,12 @@ def full_like(x, fill_value, dtype=None, buffer=None, **kw):
 
 def shared_constant(constant, dtype=None, **kw):
     """A constant HBM tensor (bound at run time to the array given here)."""
-    arr = _np.ascontiguousarray(_np.asarray(constant, dtype=_dt.to_dtype(dtype).numpy if dtype else None))
-    d = _dt.to_dtype(arr.dtype if dtype is None else dtype)
+    d = _dt.to_dtype(_np.asarray(constant).dtype if dtype is None else dtype)
+    if d.np_name is None:  # bf16 / fp8: held as a CPU tensor
+        import torch
+        arr = torch.tensor(_np.asarray(constant, dtype=_np.float32)).to(d.torch).contiguous()
+    else:
+        arr = _np.ascontiguousarray(_np.asarray(constant, dtype=d.numpy))
     tr = current()
     t = tr.new_tensor(ARG, d, list(arr.shape))
     tr.constants.append((t.id, arr))
@@ -417,8 +421,15 @@ class _Grid(tuple):
 mgrid = _MGrid()
 
 
-def spmd_dim(*a, **kw):
-    raise NkiError("nki: nl.spmd_dim / nl.nc (multi-core SPMD) is not supported; use a grid kernel[g0, g1]")
+def nc(n):
+    """Legacy multi-core grid dimension: here the instances of all cores run
+    on the device's threads, so nl.nc(k) is a grid dimension of size k."""
+    return int(n)
 
 
-nc = spmd_dim
+def spmd_dim(*dims, **kw):
+    """Legacy: a grid dimension made of several (e.g. spmd_dim(nc(2), 2))."""
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n

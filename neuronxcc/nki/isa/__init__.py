@@ -7,6 +7,11 @@ from nki.isa import (dge_mode, dma_engine, engine, get_nc_version, matmul_perf_m
                      oob_mode, reduce_cmd)
 
 
+tensor_engine, vector_engine, scalar_engine, gpsimd_engine, unknown_engine = (engine.tensor, engine.vector,
+                                                                           engine.scalar, engine.gpsimd,
+                                                                           engine.unknown)
+
+
 def _dtype(dtype, default):
     return _dt.to_dtype(dtype) if dtype is not None else default
 
@@ -106,6 +111,12 @@ def bn_aggr(data, mask=None, dtype=None, **kw):
 
 def reciprocal(data, dtype=None, mask=None, **kw):
     return _ops.activation(None, "reciprocal", data, dtype=_dtype(dtype, data.dtype), mask=mask, name="reciprocal")
+
+
+def dma_transpose(src, axes=None, mask=None, dtype=None, **kw):
+    if src.ndim != 2:
+        raise NkiError("nki: dma_transpose of more than 2 dims is not supported here")
+    return _ops.transpose(None, src, 2, dtype=_dtype(dtype, src.dtype), name="dma_transpose")
 
 
 def dma_copy(dst, src, mask=None, dge_mode=None, **kw):
