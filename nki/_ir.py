@@ -494,8 +494,21 @@ class AP:
                 v = as_index(k)
                 if isinstance(v, int) and v < 0:
                     v += self.dims[j]
-                vals.append((Affine.of(v), {}))
+                if self._keeps_int_dim(j):
+                    vals.append((Affine.of(v), {len(newdims): 0}))
+                    newdims.append(1)
+                else:
+                    vals.append((Affine.of(v), {}))
         return self._compose(newdims, vals)
+
+    def _keeps_int_dim(self, j):
+        """Legacy tiles: an integer index on the partition or a free dim
+        keeps it (size 1); on a block dim (before par_dim) it drops it."""
+        tr = active()
+        if tr is None or not tr.legacy or self.tensor.kind not in (SBUF, PSUM):
+            return False
+        d = next((d for d, (_, c) in enumerate(self.idx) if c[j] != 0), None)
+        return d is not None and d >= self.tensor.par_axis
 
     def _index_exprs(self, key):
         ex = [IExpr.of(k) if not isinstance(k, slice) else k for k in key]
