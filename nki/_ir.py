@@ -713,6 +713,7 @@ class Tracer:
         self.depth = 0
         self.constants = []    # (tensor id, numpy array) for shared_constant
         self.n_instr = 0
+        self.unroll_all = False
 
     def __enter__(self):
         self._prev = active()
@@ -781,7 +782,7 @@ def loop(lo, hi, step, kind):
     n = len(range(lo, hi, step))
     if n == 0:
         return
-    if kind == "static" or key in tr.unroll or n == 1 or step < 0:
+    if kind == "static" or key in tr.unroll or tr.unroll_all or n == 1 or step < 0:
         yield from range(lo, hi, step)
         return
     v = tr.begin_loop(lo, hi, step, key)

@@ -100,8 +100,20 @@ def conform(ap, shape):
     return AP(ap.tensor, shape, idx)
 
 
+def _pad(shape, nd, like):
+    """Tiles align on the partition dim: a lower-rank shape whose first dim
+    is the other's partition size is padded on the right, else NumPy-style
+    on the left."""
+    shape = tuple(shape)
+    if len(shape) < nd and shape and like and shape[0] == like[0] and like[0] != 1:
+        return shape + (1,) * (nd - len(shape))
+    return (1,) * (nd - len(shape)) + shape
+
+
 def bshape(*shapes):
     nd = max(len(s) for s in shapes)
+    big = max(shapes, key=len)
+    shapes = [_pad(s, nd, big) for s in shapes]
     out = []
     for i in range(nd):
         sizes = {s[len(s) - nd + i] for s in shapes if len(s) - nd + i >= 0} - {1}
@@ -113,6 +125,9 @@ def bshape(*shapes):
 
 def align(ap, shape):
     """Right-aligned broadcast operand of `shape` (size-1 dims stay 1)."""
+    if ap.ndim < len(shape) and ap.dims and ap.dims[0] == shape[0] and shape[0] != 1:
+        while ap.ndim < len(shape):
+            ap = ap.expand_dims(ap.ndim)
     while ap.ndim < len(shape):
         ap = ap.expand_dims(0)
     return ap

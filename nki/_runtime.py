@@ -141,8 +141,10 @@ def _trace(k, args, kwargs, tensors):
     unroll = set()
     t0 = time.perf_counter()
     name = getattr(k.fn, "__name__", "kernel")
+    unroll_all = False
     for _attempt in range(64):
         tr = Tracer(name, k.grid or (1,), _target(), frozenset(unroll), k.legacy)
+        tr.unroll_all = unroll_all
         with tr:
             a2, k2 = list(args), dict(kwargs)
             sources = []  # per ARG/OUT tensor id: ("in", where) | ("const", array) | ("out", j)
@@ -163,6 +165,14 @@ def _trace(k, args, kwargs, tensors):
                     raise NkiError(f"nki kernel '{name}': a program id or loop index was used as a Python value "
                                    "(if/int()/range bound); use masks, nl.ds or iota instead") from None
                 unroll |= new
+                continue
+            except (IndexError, KeyError, TypeError) as err:
+                # Python state built across a symbolic loop (a list of tiles
+                # appended in one loop, indexed in another): retrace with
+                # every loop unrolled, NKI 0.6's own specialization
+                if unroll_all or isinstance(err, NkiError):
+                    raise
+                unroll_all = True
                 continue
         break
     else:  # pragma: no cover
