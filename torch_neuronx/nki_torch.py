@@ -65,6 +65,7 @@ def nki_op(name, fn=None, *, mutates_args=(), device_types=None, schema=None):
 
 # ---------------------------------------------------------------- wrap_nki
 _calls = {}
+_handles = {}
 _ids = itertools.count(1)
 
 
@@ -121,8 +122,13 @@ class _Wrapped:
                 tensors.append(a)
             else:
                 layout["kwargs"][n] = ("c", a)
-        h = next(_ids)
-        _calls[h] = (k, None, layout)
+        # one handle per (kernel, grid, constants): a compiled graph that
+        # captured the call keeps a stable constant
+        sig = (id(k.fn), k.grid, repr(layout))
+        h = _handles.get(sig)
+        if h is None:
+            h = _handles[sig] = next(_ids)
+            _calls[h] = (k, None, layout)
         outs = _nki_call(h, tensors)
         return outs[0] if len(outs) == 1 else tuple(outs) if outs else None
 
