@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _dtypes as dt
 from ._ir import AP, ARG, OUT, Concretize, NkiError, Tracer, active
+from ._rewrite import rewritten
 
 stats = {"calls": 0, "traces": 0, "compiles": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0,
          "trace_seconds": 0.0}
@@ -101,7 +102,7 @@ class Kernel:
 
     def __call__(self, *args, **kwargs):
         if active() is not None:  # a sub-kernel called while tracing: inlined
-            return self.fn(*args, **kwargs)
+            return rewritten(self.fn)(*args, **kwargs)
         return call(self, args, kwargs, host=self.force_host or _simulating() or self.mode == "simulation")
 
     # -- compile-only entry points (torch fake implementations, tests)
@@ -158,7 +159,7 @@ def _trace(k, args, kwargs, tensors):
                 else:
                     k2[w[1]] = AP(t)
             try:
-                ret = k.fn(*a2, **k2)
+                ret = rewritten(k.fn)(*a2, **k2)
             except Concretize as c:
                 new = {tr.loop_keys[v] for v in c.vars if v in tr.loop_keys} - unroll
                 if not new:

@@ -133,3 +133,23 @@ def test_loop_index_as_python_value_unrolls_that_loop():
     ref = a.copy()
     ref[:32] = 0
     np.testing.assert_array_equal(k(a), ref)
+
+
+@nki.jit
+def _guarded(a, n_valid):
+    out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0] // 32):
+        t = nl.load(a[nl.ds(i * 32, 32), :])
+        nl.store(out[nl.ds(i * 32, 32), :], t)
+        if i < n_valid:  # a condition on the loop index: one conditional block, the loop stays a loop
+            nl.store(out[nl.ds(i * 32, 32), :], nl.multiply(t, 2.0))
+    return out
+
+
+def test_if_on_loop_index_is_a_conditional_block():
+    a = rng.standard_normal((128, 8)).astype(np.float32)
+    ref = a.copy()
+    ref[:64] *= 2
+    np.testing.assert_array_equal(_guarded(a, 2), ref)
+    text = _guarded.trace(a, 2)[0].text()
+    assert "\nG 1 " in text and text.count("\nL ") == 1

@@ -284,7 +284,7 @@ static trn_status check_capacity(const nki_prog *p) {
     int depth = 0;
     for (int i = 0; i < p->ns; i++) {
         const nki_stmt *s = &p->s[i];
-        if (s->kind == NKI_LOOP) stack[depth++] = i;
+        if (s->kind == NKI_LOOP || s->kind == NKI_IF) stack[depth++] = i;
         else if (s->kind == NKI_END) depth--;
         else if (s->kind == NKI_POISON) {
             int r = p->t[s->tensor].root;
@@ -372,16 +372,74 @@ trn_status nki__check(nki_prog *p) {
     if (vars == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "nki: out of memory");
     for (int a = 0; a < 4; a++) vars[NKI_PID_VAR + a] = (range){0, a < p->ngrid ? p->grid[a] - 1 : 0};
     trn_status st = TRN_SUCCESS;
+    // an if narrows the range of a loop index its condition bounds alone
+    // (c + a*v cmp 0); saved ranges come back at its E
+    typedef struct saved { int var; range r; } saved;
+    saved *undo = malloc(((size_t)p->ns + 1) * 4 * sizeof *undo);
+    int *undo_at = malloc(((size_t)p->ns + 2) * sizeof *undo_at);
+    int nundo = 0, nopen = 0;
+    bool *is_if = calloc((size_t)p->ns + 1, sizeof *is_if);
+    int *open_kind = malloc(((size_t)p->ns + 1) * sizeof *open_kind);
+    if (undo == NULL || undo_at == NULL || is_if == NULL || open_kind == NULL) {
+        free(vars);
+        free(undo);
+        free(undo_at);
+        free(is_if);
+        free(open_kind);
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "nki: out of memory");
+    }
     for (int i = 0; i < p->ns && st == TRN_SUCCESS; i++) {
         nki_stmt *s = &p->s[i];
         if (s->kind == NKI_LOOP) {
             int64_t lastv = s->hi > s->lo ? s->lo + (s->hi - s->lo - 1) / s->step * s->step : s->lo;
             vars[s->var] = (range){s->lo, lastv};
+            open_kind[nopen++] = 0;
+        } else if (s->kind == NKI_IF) {
+            undo_at[nopen] = nundo;
+            open_kind[nopen++] = 1;
+            for (int k = 0; k < s->ncond; k++) {
+                const nki_expr *e = &s->cond[k];
+                if (e->a.n != 1 || e->a.coef[0] == 0) continue;
+                int v = e->a.var[0];
+                int64_t a = e->a.coef[0], c0 = e->a.c;
+                range r = vars[v];
+                undo[nundo++] = (saved){v, r};
+                // a*v + c0 cmp 0
+                int cmp = e->cmp;
+                if (a < 0) {  // flip to positive coefficient: -a*v - c0 (reversed cmp) 0
+                    a = -a;
+                    c0 = -c0;
+                    cmp = cmp == 10 ? 12 : cmp == 11 ? 13 : cmp == 12 ? 10 : cmp == 13 ? 11 : cmp;
+                }
+                // a*v + c0 < 0  <=>  v <= floor((-c0 - 1) / a)
+                int64_t num;
+                if (cmp == 10 || cmp == 11) {
+                    num = cmp == 10 ? -c0 - 1 : -c0;
+                    int64_t hi = num >= 0 ? num / a : -((-num + a - 1) / a);
+                    if (hi < r.hi) r.hi = hi;
+                } else if (cmp == 12 || cmp == 13) {
+                    num = cmp == 12 ? -c0 + 1 : -c0;
+                    int64_t lo = num >= 0 ? (num + a - 1) / a : -((-num) / a);
+                    if (lo > r.lo) r.lo = lo;
+                }
+                if (r.lo <= r.hi) vars[v] = r;
+            }
+        } else if (s->kind == NKI_END) {
+            if (nopen > 0 && open_kind[--nopen] == 1) {
+                while (nundo > undo_at[nopen]) {
+                    nundo--;
+                    vars[undo[nundo].var] = undo[nundo].r;
+                }
+            }
         } else if (s->kind == NKI_INSTR) {
             st = check_instr(p, s->ins, vars);
         }
     }
     free(vars);
+    free(undo);
+    free(undo_at);
+    free(is_if);
+    free(open_kind);
     if (st == TRN_SUCCESS) st = check_capacity(p);
     return st;
 }

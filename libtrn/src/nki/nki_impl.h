@@ -9,7 +9,9 @@
 //        (a view shares `base`'s memory from element `offset`; strides in
 //        elements; others are contiguous and their strides are ignored)
 //   L var lo hi step loc      loop (body traced once); var ids 0..999,
-//   E                         end of the innermost loop
+//   G n expr..  loc           if: the body runs where every expr holds
+//                             (Python `if` on loop indices, kernel source rewritten)
+//   E                         end of the innermost loop or if
 //   P id loc                  allocation point: the tensor's memory is poisoned
 //   I op name loc nparam params.. nopd operands.. nexpr exprs.. nmask masks..
 // Affine (over loop vars, and program ids as var 1000+axis):
@@ -112,7 +114,7 @@ typedef struct nki_tensor {
     int arg;             // arguments and outputs: index in the run's args
 } nki_tensor;
 
-typedef enum nki_stmt_kind { NKI_LOOP, NKI_END, NKI_POISON, NKI_INSTR } nki_stmt_kind;
+typedef enum nki_stmt_kind { NKI_LOOP, NKI_END, NKI_POISON, NKI_INSTR, NKI_IF } nki_stmt_kind;
 
 typedef struct nki_instr {
     nki_op op;
@@ -135,8 +137,10 @@ typedef struct nki_stmt {
     int64_t lo, hi, step;
     int tensor;   // poison
     char *loc;    // loop, poison
-    int end;      // loop: index of its E
+    int end;      // loop, if: index of its E
     nki_instr *ins;
+    int ncond;    // if: conjunction of (affine cmp 0) over loop indices and program ids
+    nki_expr cond[4];
 } nki_stmt;
 
 typedef struct nki_prog {

@@ -199,7 +199,7 @@ trn_status nki__parse(const char *text, nki_prog *p) {
             if (x->kind == NKI_VIEW && (x->base < 0 || x->base >= p->nt)) lx.bad = true;
             if (x->par_axis < 0 || (x->ndim > 0 && x->par_axis >= x->ndim)) lx.bad = true;
             p->nt++;
-        } else if (c == 'L' || c == 'E' || c == 'P' || c == 'I') {
+        } else if (c == 'L' || c == 'E' || c == 'P' || c == 'I' || c == 'G') {
             if (grow((void **)&p->s, &p->caps, p->ns + 1, sizeof *p->s) != TRN_SUCCESS) goto oom;
             nki_stmt *s = &p->s[p->ns];
             if (c == 'L') {
@@ -211,6 +211,18 @@ trn_status nki__parse(const char *text, nki_prog *p) {
                 s->loc = get_s(&lx);
                 if (s->var < 0 || s->var >= NKI_PID_VAR || s->step <= 0 || depth >= 64) lx.bad = true;
                 else open[depth++] = p->ns;
+            } else if (c == 'G') {
+                s->kind = NKI_IF;
+                int64_t nc = get_i(&lx);
+                if (nc < 1 || nc > 4 || depth >= 64) {
+                    lx.bad = true;
+                    lx.what = "an if takes 1 to 4 conditions";
+                    break;
+                }
+                s->ncond = (int)nc;
+                for (int i = 0; i < s->ncond; i++) get_expr(&lx, &s->cond[i]);
+                s->loc = get_s(&lx);
+                if (!lx.bad) open[depth++] = p->ns;
             } else if (c == 'E') {
                 s->kind = NKI_END;
                 if (depth == 0) lx.bad = true;

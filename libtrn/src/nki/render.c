@@ -507,7 +507,15 @@ trn_status nki__render(const nki_prog *p, char **source) {
         if (s->kind == NKI_LOOP)
             P("for(i64 v%d=%lldLL;v%d<%lldLL;v%d+=%lldLL){\n", s->var, (long long)s->lo, s->var, (long long)s->hi, s->var,
               (long long)s->step);
-        else if (s->kind == NKI_END) P("}\n");
+        else if (s->kind == NKI_IF) {
+            P("if(1");
+            for (int k = 0; k < s->ncond; k++) {
+                P("&&");
+                put_expr(b, &s->cond[k]);
+                P("%s0", cmp_c(s->cond[k].cmp));
+            }
+            P("){\n");
+        } else if (s->kind == NKI_END) P("}\n");
         else if (s->kind == NKI_POISON) {
             const nki_tensor *t = &p->t[s->tensor];
             int64_t n = 1;
