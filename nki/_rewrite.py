@@ -19,21 +19,29 @@ from ._ir import Affine, Concretize, IExpr, NkiError, Pred, active, expr_text, u
 _cache = {}
 
 
+_NEG = {"lt": "ge", "ge": "lt", "le": "gt", "gt": "le", "eq": "ne", "ne": "eq"}
+
+
 @contextlib.contextmanager
-def _nki_if(test, has_else):
+def _nki_if(test, mode):
+    """mode 0: `if` without else; 1: the then-branch of an if/else; 2: its
+    else-branch; 3: an if that must not become a block (unrolls)."""
     tr = active()
     if isinstance(test, Affine) and not test.is_const():
         test = test != 0
     if tr is None or not isinstance(test, Pred):
-        yield bool(test)
+        yield (not bool(test)) if mode == 2 else bool(test)
         return
     if any(e.s for e, _ in test.terms):
         raise NkiError("nki: an `if` on an arange/mgrid index expression; use mask= instead")
     vars_ = [v for e, _ in test.terms for v in e.a.t]
-    if has_else or len(test.terms) > 4:
-        raise Concretize(vars_)
-    tr.lines.append("G " + str(len(test.terms)) + " " +
-                    " ".join(expr_text(IExpr.of(e), 0, c) for e, c in test.terms) + " " + _esc(user_loc()))
+    terms = test.terms
+    if mode == 3 or len(terms) > 4 or (mode in (1, 2) and len(terms) != 1):
+        raise Concretize(vars_)  # the negation of a conjunction is not one condition: unroll
+    if mode == 2:
+        terms = [(terms[0][0], _NEG[terms[0][1]])]
+    tr.lines.append("G " + str(len(terms)) + " " +
+                    " ".join(expr_text(IExpr.of(e), 0, c) for e, c in terms) + " " + _esc(user_loc()))
     try:
         yield True
     finally:
@@ -60,14 +68,27 @@ class _IfToWith(ast.NodeTransformer):
                  and id(n) not in inside}
         escapes = bool(_stored(node.body + node.orelse) & loads)
         self.generic_visit(node)
-        call = ast.Call(func=ast.Name(id="__nki_if__", ctx=ast.Load()),
-                        args=[node.test, ast.Constant(value=bool(node.orelse) or escapes)], keywords=[])
-        inner = ast.If(test=ast.Name(id="__nki_cond__", ctx=ast.Load()), body=node.body, orelse=node.orelse)
-        w = ast.With(items=[ast.withitem(context_expr=call,
-                                         optional_vars=ast.Name(id="__nki_cond__", ctx=ast.Store()))],
-                     body=[inner])
-        ast.copy_location(inner, node)
-        return ast.copy_location(w, node)
+        self.n = getattr(self, "n", 0) + 1
+
+        def block(test, mode, body):
+            call = ast.Call(func=ast.Name(id="__nki_if__", ctx=ast.Load()), args=[test, ast.Constant(value=mode)],
+                            keywords=[])
+            inner = ast.If(test=ast.Name(id="__nki_cond__", ctx=ast.Load()), body=body, orelse=[])
+            w = ast.With(items=[ast.withitem(context_expr=call,
+                                             optional_vars=ast.Name(id="__nki_cond__", ctx=ast.Store()))],
+                         body=[inner])
+            ast.copy_location(inner, node)
+            return ast.copy_location(w, node)
+        if escapes:
+            w = block(node.test, 3, node.body)
+            w.body[0].orelse = node.orelse
+            return w
+        if not node.orelse:
+            return block(node.test, 0, node.body)
+        tmp = f"__nki_test_{self.n}__"
+        assign = ast.copy_location(ast.Assign(targets=[ast.Name(id=tmp, ctx=ast.Store())], value=node.test), node)
+        return [assign, block(ast.Name(id=tmp, ctx=ast.Load()), 1, node.body),
+                block(ast.Name(id=tmp, ctx=ast.Load()), 2, node.orelse)]
 
     def visit_FunctionDef(self, node):  # nested defs keep their own ifs (they are not kernels)
         if node is self.fdef:
