@@ -80,6 +80,7 @@ bench: build
 	cmake --build build/cmake --target trn_bench_stream && build/cmake/libtrn/trn_bench_stream
 	$(PY) bench/bench_collectives.py
 	$(PY) bench/bench_compile.py
+	$(PY) bench/bench_nki.py
 
 docs: build
 	$(PY) scripts/gen_ops_doc.py

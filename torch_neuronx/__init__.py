@@ -123,3 +123,14 @@ from . import evaluate  # noqa: E402
 from .evaluate import strict as _strict  # noqa: E402
 if _strict.enabled():
     _strict.install()
+
+# NKI kernels (docs/nki.md): `from torch_neuronx import nki_op, wrap_nki, nki`.
+# Loaded on first use: registering the custom ops imports torch.library.
+def __getattr__(name):
+    if name in ("nki_op", "wrap_nki"):
+        from . import nki_torch as _m
+        return getattr(_m, name)
+    if name == "nki":
+        from . import nki_torch as _m
+        return _m.nki
+    raise AttributeError(f"module 'torch_neuronx' has no attribute {name!r}")

@@ -179,6 +179,11 @@ void trn__cc_scratch_remove(const char *dir);
 // address per node); returns its status (an index error, via abi).
 trn_status trn__cc_kernel_launch(const trn_program *p, int kernel, void *const *bufs, const trn_kernel_abi *abi);
 
+// Compiles any generated translation unit (or loads it from the disk cache)
+// and dlopens it; *key gets the cache key. jit.c.
+trn_status trn__cc_build_shared(const char *source, const trn_compile_options *opts, void **dl, char key[65],
+                                int *from_cache, double *seconds);
+
 struct trn_program {
     trn_graph graph;  // a copy: runs need node shapes and strides
     trn__cc_schedule sched;

@@ -530,3 +530,83 @@ const void *trn_program_object(const trn_program *p, size_t *len) {
 int trn_program_checks_indices(const trn_program *p) {
     return p ? p->checks_indices : 0;
 }
+
+// Compiles (or loads from the disk cache) any generated C translation unit
+// and dlopens it: the graph compiler's path, for front ends that render
+// their own source (src/nki/). Same key rule, scratch directory, janitor
+// group and MAC-checked cache as trn_program_compile.
+trn_status trn__cc_build_shared(const char *source, const trn_compile_options *opts, void **dl, char key[65],
+                                int *from_cache, double *seconds) {
+    if (source == NULL || opts == NULL || dl == NULL || opts->include_dir == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn__cc_build_shared: NULL argument");
+    *dl = NULL;
+    *from_cache = 0;
+    *seconds = 0.0;
+    char tmpdir[4096];
+    char *cmd = NULL, *log = NULL;
+    pid_t group = 0;
+    trn_status st = trn__cc_scratch_dir(tmpdir, sizeof tmpdir, &group);
+    if (st != TRN_SUCCESS) return st;
+    debug_write(opts, ".c", source);
+    char hh[65];
+    headers_hash(opts->include_dir, hh);
+    const char *extra = getenv("NEURON_CC_FLAGS");
+    size_t klen = strlen(source) + 1024 + (extra ? strlen(extra) : 0);
+    char *keytext = malloc(klen);
+    if (keytext == NULL) {
+        st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn__cc_build_shared: out of memory");
+        goto done;
+    }
+    int kn = snprintf(keytext, klen, "%s\n%s\ncache %s abi %d\ncc %s %s\nflags %s\nheaders %s\n", source,
+                      TRN_COMPILER_VERSION, CACHE_VERSION, TRN_KERNEL_ABI_VERSION, cc_path(), cc_version(group),
+                      extra ? extra : "", hh);
+    trn_sha256_hex(keytext, (size_t)kn, key);
+    free(keytext);
+    char src[4200], so[4200], logp[4200];
+    snprintf(src, sizeof src, "%s/graph.c", tmpdir);
+    snprintf(so, sizeof so, "%s/graph.so", tmpdir);
+    snprintf(logp, sizeof logp, "%s/cc.log", tmpdir);
+    if (opts->cache_dir) {
+        size_t n = 0;
+        char *bytes = trn__cc_cache_read(opts->cache_dir, key, &n);
+        bool copied = bytes && write_file(so, bytes, n);
+        free(bytes);
+        if (copied) {
+            *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+            if (*dl != NULL) {
+                *from_cache = 1;
+                goto done;
+            }
+            unlink(so);
+        }
+        trn_clear_error();
+    }
+    if (!write_file(src, source, strlen(source))) {
+        st = trn__set_error(TRN_ERROR_SYSTEM, "trn__cc_build_shared: cannot write %s", src);
+        goto done;
+    }
+    double t0 = now_s();
+    int rc = run_cc(src, so, opts->include_dir, logp, tmpdir, group, &cmd);
+    *seconds = now_s() - t0;
+    log = read_file(logp, NULL);
+    debug_write(opts, ".cmd", cmd);
+    if (rc != 0) {
+        st = trn__set_error(TRN_ERROR_SYSTEM, "trn__cc_build_shared: `%s` failed (status %d): %.600s",
+                            cmd ? cmd : cc_path(), rc, log ? log : "");
+        goto done;
+    }
+    if (opts->cache_dir) {
+        size_t n = 0;
+        char *bytes = read_file(so, &n);
+        if (bytes) trn__cc_cache_store(opts->cache_dir, key, bytes, n);
+        free(bytes);
+        trn_clear_error();
+    }
+    *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    if (*dl == NULL) st = trn__set_error(TRN_ERROR_SYSTEM, "trn__cc_build_shared: dlopen %s: %s", so, dlerror());
+done:
+    trn__cc_scratch_remove(tmpdir);
+    free(cmd);
+    free(log);
+    return st;
+}

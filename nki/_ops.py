@@ -1,0 +1,430 @@
+"""Instruction emitters shared by both API generations: each builds the
+operands (access patterns) of one libtrn NKI instruction and records it on
+the current tracer. Op and activation-function codes mirror
+libtrn/src/nki/nki_impl.h and prelude.c."""
+import numpy as np
+
+from . import _dtypes as dt
+from ._ir import (AP, ARG, HBM, OUT, PSUM, SBUF, Affine, IExpr, NkiError, Pred, current, expr_text)
+
+OP_COPY, OP_TT, OP_TS, OP_ACT, OP_REDUCE, OP_MATMUL, OP_TRANSPOSE, OP_IOTA, OP_MEMSET, OP_SCAN, OP_STT, \
+    OP_PREDCOPY, OP_PREDUCE, OP_BNSTATS, OP_BNAGGR, OP_SELECT, OP_WHERE = range(17)
+
+ALU = {"bypass": 0, "add": 1, "subtract": 2, "multiply": 3, "divide": 4, "maximum": 5, "minimum": 6, "power": 7,
+       "equal": 8, "not_equal": 9, "less": 10, "less_equal": 11, "greater": 12, "greater_equal": 13,
+       "logical_and": 14, "logical_or": 15, "logical_xor": 16, "bitwise_and": 17, "bitwise_or": 18,
+       "bitwise_xor": 19, "left_shift": 20, "right_shift": 21, "abs_max": 22, "abs_min": 23, "mod": 24,
+       "fmod": 25, "rsub": 26}
+ALU_ALIAS = {"max": "maximum", "min": "minimum", "amax": "maximum", "amin": "minimum", "sum": "add",
+             "prod": "multiply", "true_divide": "divide", "remainder": "mod", "subtract": "subtract",
+             "sub": "subtract", "mul": "multiply", "div": "divide", "pow": "power", "arith_shift_right": "right_shift",
+             "logical_shift_left": "left_shift", "logical_shift_right": "right_shift", "invert": "bitwise_xor",
+             "eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater",
+             "ge": "greater_equal", "all": "logical_and", "any": "logical_or"}
+ACT = {"copy": 0, "identity": 0, "bypass": 0, "exp": 1, "log": 2, "sqrt": 3, "rsqrt": 4, "reciprocal": 5, "tanh": 6,
+       "sigmoid": 7, "relu": 8, "gelu": 9, "gelu_apprx_tanh": 10, "gelu_apprx_sigmoid": 11, "silu": 12,
+       "softplus": 13, "mish": 14, "erf": 15, "sin": 16, "cos": 17, "tan": 18, "arctan": 19, "abs": 20,
+       "absolute": 20, "sign": 21, "square": 22, "negative": 23, "ceil": 24, "floor": 25, "trunc": 26,
+       "gelu_dx": 27, "silu_dx": 28, "erf_dx": 29, "lrelu": 30, "leaky_relu": 30, "elu": 31, "rint": 32,
+       "round": 32, "gelu_apprx_sigmoid_dx": 33, "logical_not": 34, "bitwise_not": 35, "invert": 35, "cube": 36,
+       "exponential": 1}
+COMPARE = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or",
+           "logical_xor"}
+
+
+def op_name(op):
+    """A name for an op given as a string, an nl function or a NumPy function."""
+    if isinstance(op, str):
+        return op
+    n = getattr(op, "_nki_op", None) or getattr(op, "__name__", None)
+    if n is None:
+        raise NkiError(f"nki: {op!r} is not an operator")
+    return n
+
+
+def alu_code(op):
+    n = op_name(op)
+    n = ALU_ALIAS.get(n, n)
+    if n not in ALU:
+        raise NkiError(f"nki: {n} is not an arithmetic/logical operator")
+    return ALU[n]
+
+
+def act_code(op):
+    n = op_name(op)
+    if n not in ACT:
+        raise NkiError(f"nki: {n} is not an activation function")
+    return ACT[n]
+
+
+def loc_tracer():
+    return current()
+
+
+def alloc(shape, dtype, kind=SBUF, par_axis=0, name=None):
+    dtype = dt.to_dtype(dtype)
+    shape = [int(s) for s in shape]
+    return AP(current().new_tensor(kind, dtype, shape, par_axis=par_axis, name=name))
+
+
+def is_scalar(x):
+    return isinstance(x, (int, float, bool, np.number)) or (isinstance(x, Affine) and x.is_const())
+
+
+def scalar_value(x):
+    if isinstance(x, Affine):
+        return float(x.c)
+    return float(x)
+
+
+def conform(ap, shape):
+    """The same access pattern with `shape`'s dims: only size-1 dims may be
+    added or removed (broadcasts stay where the shapes say)."""
+    shape = list(shape)
+    if ap.dims == shape:
+        return ap
+    nz_a = [(j, d) for j, d in enumerate(ap.dims) if d != 1]
+    nz_s = [d for d in shape if d != 1]
+    if [d for _, d in nz_a] != nz_s:
+        raise NkiError(f"nki: shape {ap.shape} does not fit {tuple(shape)}")
+    idx = []
+    for b, c in ap.idx:
+        nc, k = [], 0
+        for d in shape:
+            if d == 1:
+                nc.append(0)
+            else:
+                nc.append(c[nz_a[k][0]])
+                k += 1
+        idx.append((b, nc))
+    return AP(ap.tensor, shape, idx)
+
+
+def _pad(shape, nd, like):
+    """Tiles align on the partition dim: a lower-rank shape whose first dim
+    is the other's partition size is padded on the right, else NumPy-style
+    on the left."""
+    shape = tuple(shape)
+    if len(shape) < nd and shape and like and shape[0] == like[0] and like[0] != 1:
+        return shape + (1,) * (nd - len(shape))
+    return (1,) * (nd - len(shape)) + shape
+
+
+def bshape(*shapes):
+    nd = max(len(s) for s in shapes)
+    big = max(shapes, key=len)
+    shapes = [_pad(s, nd, big) for s in shapes]
+    out = []
+    for i in range(nd):
+        sizes = {s[len(s) - nd + i] for s in shapes if len(s) - nd + i >= 0} - {1}
+        if len(sizes) > 1:
+            raise NkiError(f"nki: shapes {shapes} do not broadcast")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def align(ap, shape):
+    """Right-aligned broadcast operand of `shape` (size-1 dims stay 1)."""
+    if ap.ndim < len(shape) and ap.dims and ap.dims[0] == shape[0] and shape[0] != 1:
+        while ap.ndim < len(shape):
+            ap = ap.expand_dims(ap.ndim)
+    while ap.ndim < len(shape):
+        ap = ap.expand_dims(0)
+    return ap
+
+
+def masks_text(mask, nd):
+    if mask is None:
+        return []
+    if isinstance(mask, bool):
+        return [] if mask else [expr_text(IExpr.of(-1), nd, "ge")]
+    if not isinstance(mask, Pred):
+        raise NkiError("nki: mask= takes a predicate over index expressions (e.g. i_p < n)")
+    return [expr_text(e, nd, c) for e, c in mask.terms]
+
+
+def emit(op, name, params, operands, exprs=(), mask=None):
+    current().emit(op, name, params, operands, exprs, masks_text(mask, operands[0].ndim))
+
+
+def to_sbuf_if(ap, kinds):
+    if ap.tensor.kind in kinds:
+        out = alloc(ap.shape, ap.dtype)
+        emit(OP_COPY, "tensor_copy", [2], [out, ap])
+        return out
+    return ap
+
+
+# ---------------------------------------------------------------- instructions
+def copy(dst, src, mode=0, dtype=None, mask=None, name="copy", kind=SBUF):
+    if is_scalar(src):
+        if dst is None:
+            raise NkiError("nki: copy of a scalar needs a destination")
+        return memset(dst, scalar_value(src), mask=mask)
+    if dst is None:
+        dst = alloc(src.shape, dtype or src.dtype, kind)
+    s = align(src, dst.shape) if src.ndim < dst.ndim else src
+    emit(OP_COPY, name, [mode], [dst, s], mask=mask)
+    return dst
+
+
+def assign(dst, value):
+    if is_scalar(value):
+        memset(dst, scalar_value(value))
+    elif isinstance(value, AP):
+        v = value
+        if v.shape != dst.shape:
+            try:
+                v = conform(v, dst.shape)
+            except NkiError:
+                v = align(v, dst.shape)
+        copy(dst, v, 0, name="assign")
+    else:
+        raise NkiError(f"nki: cannot assign {type(value).__name__} to a tile")
+
+
+def memset(dst, value, mask=None, name="memset"):
+    emit(OP_MEMSET, name, [float(value)], [dst], mask=mask)
+    return dst
+
+
+def result_dtype(op, a, b, dtype):
+    if dtype is not None:
+        return dt.to_dtype(dtype)
+    n = ALU_ALIAS.get(op_name(op), op_name(op))
+    da = a.dtype if isinstance(a, AP) else None
+    db = b.dtype if isinstance(b, AP) else None
+    if n in COMPARE:
+        return dt.bool_
+    r = dt.promote(da, db)
+    for s in (a, b):
+        if isinstance(s, float) and r is not None and not r.is_float:
+            r = dt.float32
+    return r or dt.float32
+
+
+def binary(a, b, op, dst=None, dtype=None, mask=None, name=None):
+    name = name or f"nl.{op_name(op)}"
+    if is_scalar(a) and is_scalar(b):
+        raise NkiError("nki: an nl operation needs at least one tile")
+    if isinstance(a, (IExpr,)) or isinstance(b, IExpr):
+        raise NkiError("nki: index expressions are not tiles; use nl.iota / nisa.iota to make a tile of them")
+    if isinstance(a, Affine) or isinstance(b, Affine):
+        raise NkiError("nki: a loop index is not a value; use nisa.iota to make a tile of it")
+    if is_scalar(b) or is_scalar(a):
+        rev = is_scalar(a)
+        tile, s = (b, a) if rev else (a, b)
+        odt = result_dtype(op, a, b, dtype)
+        if dst is None:
+            dst = alloc(tile.shape, odt)
+        return tensor_scalar(dst, tile, op, scalar_value(s), reverse0=rev, mask=mask, name=name)
+    odt = result_dtype(op, a, b, dtype)
+    shape = dst.shape if dst is not None else bshape(a.shape, b.shape)
+    if dst is None:
+        dst = alloc(shape, odt)
+    if a.tensor.kind == PSUM and b.tensor.kind == PSUM:
+        b = to_sbuf_if(b, (PSUM,))
+    emit(OP_TT, name, [alu_code(op)], [dst, align(a, dst.shape), align(b, dst.shape)], mask=mask)
+    return dst
+
+
+def unary(x, fn, dst=None, dtype=None, mask=None, name=None):
+    return activation(dst, fn, x, dtype=dtype, mask=mask, name=name or f"nl.{op_name(fn)}")
+
+
+def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False, dtype=None,
+                  mask=None, name="tensor_scalar"):
+    if dst is None:
+        dst = alloc(data.shape, dtype or data.dtype)
+    params, ops = [], [dst, data]
+    for op, operand, rev in ((op0, operand0, reverse0), (op1, operand1, reverse1)):
+        if op is None:
+            params += [0, 0, 0, 0]
+        elif is_scalar(operand):
+            params += [alu_code(op), int(bool(rev)), 1, scalar_value(operand)]
+        elif isinstance(operand, AP):
+            params += [alu_code(op), int(bool(rev)), 2, 0]
+            ops.append(operand)
+        else:
+            raise NkiError("nki: tensor_scalar operands are scalars or (P, 1) tiles")
+    emit(OP_TS, name, params, ops, mask=mask)
+    return dst
+
+
+def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, alpha=0.0, dtype=None,
+               mask=None, name="activation"):
+    if dst is None:
+        dst = alloc(data.shape, dtype or data.dtype)
+    ops = [dst, data]
+    has_bias = 0
+    if bias is not None:
+        if is_scalar(bias):
+            if scalar_value(bias) != 0.0:
+                b = alloc((data.shape[0], 1), dt.float32)
+                memset(b, scalar_value(bias))
+                ops.append(b)
+                has_bias = 1
+        else:
+            ops.append(bias)
+            has_bias = 1
+    if is_scalar(scale):
+        skind, simm = 1, scalar_value(scale)
+    else:
+        skind, simm = 2, 0.0
+        ops.append(scale)
+    rop = -1
+    if reduce_op is not None or reduce_res is not None:
+        rop = alu_code(reduce_op if reduce_op is not None else "add")
+        if reduce_res is None:
+            raise NkiError("nki: activation with reduce_op needs reduce_res=")
+        ops.append(reduce_res)
+    emit(OP_ACT, name, [act_code(op), has_bias, skind, simm, rop, float(alpha)], ops, mask=mask)
+    return dst
+
+
+def _permute(ap, order):
+    return AP(ap.tensor, [ap.dims[j] for j in order], [(b, [c[j] for j in order]) for b, c in ap.idx])
+
+
+def reduce(dst, op, data, axis, negate=False, keepdims=False, dtype=None, mask=None, name="tensor_reduce"):
+    nd = data.ndim
+    if axis is None:
+        axis = tuple(range(1, nd))
+    if isinstance(axis, int) or isinstance(axis, Affine):
+        axis = (int(axis),)
+    axis = sorted(a + nd if a < 0 else a for a in (int(x) for x in axis))
+    if 0 in axis:
+        raise NkiError("nki: reductions run over free axes only (axis 0 is the partition axis)")
+    keep = [j for j in range(nd) if j not in axis]
+    src = _permute(data, keep + axis)
+    kshape = [data.dims[j] for j in keep]
+    out_shape = [1 if j in axis else data.dims[j] for j in range(nd)] if keepdims else kshape
+    if dst is None:
+        dst = alloc(out_shape, dtype or data.dtype)
+    d = conform(dst, kshape)
+    emit(OP_REDUCE, name, [alu_code(op), len(axis), int(bool(negate))], [d, src], mask=mask)
+    return dst
+
+
+def free_size(ap):
+    n = 1
+    for d in ap.dims[1:]:
+        n *= d
+    return n
+
+
+def matmul(dst, stationary, moving, accumulate=None, name="nc_matmul"):
+    if dst is None:
+        dst = alloc((free_size(stationary), free_size(moving)), dt.float32, PSUM)
+    mode = 0 if accumulate is None else (1 if accumulate else 2)
+    emit(OP_MATMUL, name, [mode], [dst, stationary, moving])
+    return dst
+
+
+def transpose(dst, data, mode, dtype=None, kind=None, name="nc_transpose"):
+    if data.ndim != 2:
+        n = free_size(data)
+        raise NkiError(f"nki: {name} takes a 2-d tile (got {data.shape}; flatten the free dims ({n}) first)")
+    if dst is None:
+        dst = alloc((data.shape[1], data.shape[0]), dtype or data.dtype,
+                    kind if kind is not None else (PSUM if mode == 1 else SBUF))
+    emit(OP_TRANSPOSE, name, [mode], [dst, data])
+    return dst
+
+
+def iota_expr(dst, expr, mask=None, name="iota"):
+    emit(OP_IOTA, name, [], [dst], exprs=[expr_text(expr, dst.ndim)], mask=mask)
+    return dst
+
+
+def pattern_expr(nd, pattern, offset, channel_multiplier):
+    """New-API [[step, count], ...] pattern -> IExpr over the dst dims."""
+    from ._ir import Sym
+    e = IExpr(Affine.of(offset) if not isinstance(offset, Affine) else offset, {}, nd)
+    if channel_multiplier:
+        e.s[Sym(0, nd - 1)] = int(channel_multiplier)
+    for k, (step, _count) in enumerate(pattern):
+        if k + 1 < nd and step:
+            e.s[Sym(0, nd - 2 - k)] = int(step)
+    return e
+
+
+def select(dst, pred, on_true, false_value, mask=None, name="affine_select"):
+    if not isinstance(pred, Pred):
+        raise NkiError("nki: affine_select takes a predicate over index expressions")
+    src = on_true
+    for k, (e, cmp) in enumerate(pred.terms):
+        out = dst if k == len(pred.terms) - 1 else alloc(dst.shape, dst.dtype)
+        emit(OP_SELECT, name, [{"eq": 8, "ne": 9, "lt": 10, "le": 11, "gt": 12, "ge": 13}[cmp], float(false_value)],
+             [out, align(src, out.shape)], exprs=[expr_text(e, out.ndim)], mask=mask)
+        src = out
+    return dst
+
+
+def scan(dst, data0, data1, initial, op0, op1, name="tensor_tensor_scan"):
+    if dst is None:
+        dst = alloc(data0.shape, data0.dtype)
+    ops = [dst, data0, data1]
+    if is_scalar(initial):
+        p = [alu_code(op0), alu_code(op1), 1, scalar_value(initial)]
+    else:
+        p = [alu_code(op0), alu_code(op1), 2, 0]
+        ops.append(initial)
+    emit(OP_SCAN, name, p, ops)
+    return dst
+
+
+def stt(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name="scalar_tensor_tensor"):
+    if dst is None:
+        dst = alloc(data.shape, data.dtype)
+    if is_scalar(operand0):
+        # operand slot 2 is unused for an immediate: the layout stays fixed
+        ops, p = [dst, data, data, operand1], [alu_code(op0), alu_code(op1), 1, scalar_value(operand0)]
+    else:
+        ops, p = [dst, data, operand0, operand1], [alu_code(op0), alu_code(op1), 2, 0]
+    emit(OP_STT, name, p + [int(bool(reverse0)), int(bool(reverse1))], ops)
+    return dst
+
+
+def predcopy(dst, src, predicate, reverse=False, name="tensor_copy_predicated"):
+    emit(OP_PREDCOPY, name, [int(bool(reverse))], [dst, align(predicate, dst.shape), align(src, dst.shape)])
+    return dst
+
+
+def where(cond, a, b, dst=None, dtype=None, mask=None, name="nl.where"):
+    shapes = [x.shape for x in (cond, a, b) if isinstance(x, AP)]
+    shape = dst.shape if dst is not None else bshape(*shapes)
+    odt = dtype or dt.promote(a.dtype if isinstance(a, AP) else None, b.dtype if isinstance(b, AP) else None) \
+        or dt.float32
+    if dst is None:
+        dst = alloc(shape, odt)
+    vals = []
+    for x in (a, b):
+        if is_scalar(x):
+            t = alloc((shape[0],) + (1,) * (len(shape) - 1), dt.float32)
+            memset(t, scalar_value(x))
+            x = t
+        vals.append(align(x, shape))
+    emit(OP_WHERE, name, [], [dst, align(cond, shape)] + vals, mask=mask)
+    return dst
+
+
+def preduce(dst, op, data, dtype=None, name="tensor_partition_reduce"):
+    if dst is None:
+        dst = alloc((1,) + tuple(data.shape[1:]), dtype or data.dtype)
+    emit(OP_PREDUCE, name, [alu_code(op)], [dst, data])
+    return dst
+
+
+def bn_stats(dst, data, dtype=None, name="bn_stats"):
+    if dst is None:
+        dst = alloc((data.shape[0], 6), dtype or dt.float32)
+    emit(OP_BNSTATS, name, [], [dst, data])
+    return dst
+
+
+def bn_aggr(dst, data, dtype=None, name="bn_aggr"):
+    if dst is None:
+        dst = alloc((data.shape[0], 2), dtype or dt.float32)
+    emit(OP_BNAGGR, name, [], [dst, data])
+    return dst

@@ -1,0 +1,99 @@
+"""The legacy neuronxcc.nki front end: result-returning ISA calls,
+arange/mgrid index expressions, mask=, par_dim, N-d SPMD grids,
+simulate_kernel / baremetal / benchmark."""
+import numpy as np
+
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+
+rng = np.random.default_rng(2)
+
+
+@nki.jit
+def _grid_add(a_input, b_input):
+    c_output = nl.ndarray(a_input.shape, dtype=a_input.dtype, buffer=nl.shared_hbm)
+    ix = nl.program_id(0) * 128 + nl.arange(128)[:, None]
+    iy = nl.program_id(1) * 256 + nl.arange(256)[None, :]
+    a = nl.load(a_input[ix, iy])
+    b = nl.load(b_input[ix, iy])
+    nl.store(c_output[ix, iy], value=a + b)
+    return c_output
+
+
+def test_2d_grid_arange_simulate_kernel_and_baremetal():
+    a, b = rng.random((256, 512), np.float32), rng.random((256, 512), np.float32)
+    np.testing.assert_array_equal(nki.simulate_kernel(_grid_add[2, 2], a, b), a + b)
+    np.testing.assert_array_equal(nki.baremetal(_grid_add)[2, 2](a, b), a + b)
+
+
+def test_masks_over_loop_indices_and_aranges():
+    @nki.jit(mode="simulation")
+    def k(a_input):
+        out = nl.ndarray(a_input.shape, dtype=a_input.dtype, buffer=nl.shared_hbm)
+        n, m = a_input.shape
+        for i in nl.affine_range((n + 127) // 128):
+            ip, jf = nl.arange(128)[:, None], nl.arange(m)[None, :]
+            t = nl.load(a_input[i * 128 + ip, jf], mask=(i * 128 + ip < n))
+            e = nl.exp(t, mask=(i * 128 + ip < n))
+            nl.store(out[i * 128 + ip, jf], value=e, mask=(i * 128 + ip < n) & (jf < m - 1))
+        return out
+
+    a = rng.random((300, 16), np.float32)
+    got = k(a)
+    np.testing.assert_allclose(got[:, :15], np.exp(a[:, :15]), rtol=1e-6)
+    assert np.isnan(got[:, 15]).all()  # never written: the output is poisoned
+
+
+def test_mgrid_iota_affine_select_and_result_returning_isa():
+    @nki.jit(mode="simulation")
+    def k(a, b):
+        out = nl.ndarray((4, 128, 128), nl.float32, buffer=nl.shared_hbm)
+        i_p, i_f = nl.mgrid[0:128, 0:128]
+        t, u = nl.load(a), nl.load(b)
+        nl.store(out[0], nisa.affine_select(i_p - i_f >= 0, t, -1.0))
+        nl.store(out[1], nisa.iota(i_p * 2 + i_f, dtype=nl.float32))
+        nl.store(out[2], nisa.tensor_tensor(t, u, op=np.multiply))
+        nl.store(out[3], nisa.activation(np.exp, nisa.tensor_scalar(t, np.add, 1.0), scale=0.5))
+        return out
+
+    a, b = rng.random((128, 128), np.float32), rng.random((128, 128), np.float32)
+    out = k(a, b)
+    p, f = np.mgrid[0:128, 0:128]
+    np.testing.assert_array_equal(out[0], np.where(p >= f, a, -1.0))
+    np.testing.assert_array_equal(out[1], (2 * p + f).astype(np.float32))
+    np.testing.assert_allclose(out[2], a * b, rtol=1e-6)
+    np.testing.assert_allclose(out[3], np.exp((a + 1) * 0.5), rtol=1e-6)
+
+
+def test_par_dim_block_tensor_psum_iadd_and_transpose():
+    @nki.jit(mode="simulation")
+    def k(a, b):  # a (K, M), b (K, N), K = 3 * 128
+        out = nl.ndarray((a.shape[1], b.shape[1]), nl.float32, buffer=nl.shared_hbm)
+        tr = nl.ndarray((b.shape[1], 128), nl.float32, buffer=nl.shared_hbm)
+        blocks = nl.ndarray((3, nl.par_dim(128), a.shape[1]), nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(3):
+            blocks[i] = nl.load(a[i * 128:(i + 1) * 128, :])
+        res = nl.zeros((a.shape[1], b.shape[1]), nl.float32, buffer=nl.psum)
+        for i in nl.affine_range(3):
+            res += nisa.nc_matmul(blocks[i], nl.load(b[i * 128:(i + 1) * 128, :]))
+        nl.store(out, nl.copy(res))
+        nl.store(tr, nl.copy(nisa.nc_transpose(nl.load(b[0:128, :]))))
+        return out, tr
+
+    a, b = rng.random((384, 64), np.float32), rng.random((384, 96), np.float32)
+    out, tr = k(a, b)
+    np.testing.assert_allclose(out, a.T @ b, rtol=1e-5)
+    np.testing.assert_array_equal(tr, b[:128].T)
+
+
+def test_benchmark_runs_and_reports_latency():
+    @nki.benchmark(warmup=1, iters=3)
+    def k(a):
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(a) * 2.0)
+        return out
+
+    a = rng.random((128, 8), np.float32)
+    np.testing.assert_array_equal(k(a), a * 2)
+    assert k.benchmark_result.nc_latency.get_latency_percentile(50) > 0
