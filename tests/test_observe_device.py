@@ -15,7 +15,8 @@ def test_device_capability_and_properties():
     for dt in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
                torch.bool, torch.complex64, torch.uint8):
         assert dt in dtypes
-    assert torch.float8_e4m3fn not in dtypes and torch.qint8 not in dtypes
+    assert torch.float8_e4m3fn in dtypes and torch.float8_e8m0fnu in dtypes
+    assert torch.qint8 not in dtypes
     props = torch.neuron.get_device_properties("neuron:1")
     assert props.name == torch.neuron.get_device_name(1)
     assert "NeuronCore" in props.name

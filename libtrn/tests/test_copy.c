@@ -101,6 +101,9 @@ static void test_all_pairs(void) {
     for (int a = 0; a < NDTYPES; a++) {
         for (int b = 0; b < NDTYPES; b++) {
             trn_dtype sd = all_dtypes[a], dd = all_dtypes[b];
+            // 8-bit floats hold few of these values exactly: test_fp8_gemm.c
+            // and tests/test_fp8_dtypes.py cover their conversions.
+            if (trn_dtype_is_fp8(sd) || trn_dtype_is_fp8(dd)) continue;
             int n = 0;
             double used[N];
             for (int i = 0; i < N; i++) {

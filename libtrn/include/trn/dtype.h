@@ -27,7 +27,12 @@ extern "C" {
     X(TRN_DTYPE_F32, 4, "float32")                                             \
     X(TRN_DTYPE_F64, 8, "float64")                                             \
     X(TRN_DTYPE_C64, 8, "complex64")                                           \
-    X(TRN_DTYPE_C128, 16, "complex128")
+    X(TRN_DTYPE_C128, 16, "complex128")                                        \
+    X(TRN_DTYPE_F8E4M3FN, 1, "float8_e4m3fn")                                  \
+    X(TRN_DTYPE_F8E5M2, 1, "float8_e5m2")                                      \
+    X(TRN_DTYPE_F8E4M3FNUZ, 1, "float8_e4m3fnuz")                              \
+    X(TRN_DTYPE_F8E5M2FNUZ, 1, "float8_e5m2fnuz")                              \
+    X(TRN_DTYPE_F8E8M0FNU, 1, "float8_e8m0fnu")
 
 typedef enum trn_dtype {
 #define TRN__DTYPE_ENUM(name, size, text) name,
@@ -35,6 +40,11 @@ typedef enum trn_dtype {
 #undef TRN__DTYPE_ENUM
     TRN_DTYPE_COUNT
 } trn_dtype;
+
+// Whether `dtype` is one of the 8-bit floats (trn/convert.h converts them).
+static inline int trn_dtype_is_fp8(trn_dtype dtype) {
+    return dtype >= TRN_DTYPE_F8E4M3FN && dtype <= TRN_DTYPE_F8E8M0FNU;
+}
 
 // Element size in bytes; 0 for an out-of-range value.
 size_t trn_dtype_size(trn_dtype dtype);

@@ -22,6 +22,7 @@
 
 #include "fallback/cpu_fallback.h"
 #include "aten/cpu_add_block.h"
+#include "aten/float8.h"
 #include "runtime/device.h"
 #include "observe/op_tracking.h"
 
@@ -194,6 +195,10 @@ TensorIterator build_binary(Kind kind, Tensor &out, const Tensor &a, const Tenso
 template <trn_ew_op OP, Kind K>
 bool binary_run(Tensor &out, const Tensor &a, const Tensor &b, const char *name,
                 double alpha = 1.0) {
+    if constexpr (K == Kind::Comparison && (OP == TRN_EW_EQ || OP == TRN_EW_NE)) {
+        if (float8_compare(OP == TRN_EW_EQ, out, a, b))
+            return true;
+    }
     at::ScalarType rt = at::result_type(a, b);
     if (K == Kind::BinaryFloat && at::isIntegralType(rt, /*includeBool=*/true))
         rt = c10::typeMetaToScalarType(c10::get_default_dtype());
@@ -388,6 +393,8 @@ struct UnaryOp {
 };
 
 Tensor &abs_out(const Tensor &a, Tensor &result) {
+    if (float8_abs_out(a, result))
+        return result;
     Tensor o = result;
     // ATen has no bool abs: the CPU path raises its NotImplementedError.
     if (a.is_complex() || a.scalar_type() == at::kBool ||

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "fallback/cpu_fallback.h"
+#include "aten/float8.h"
 #include "runtime/device.h"
 #include "aten/meta.h"
 #include "observe/op_tracking.h"
@@ -236,6 +237,8 @@ struct AminmaxOp {
             at::native::zero_numel_check_dims(self, dim, fn_name<FnOp>().c_str());
         MetaShape<S> m;
         m.meta(self, dim, keepdim);
+        if (Tensor r; float8_extreme(OP == TRN_REDUCE_AMAX, self, dim, keepdim, r))
+            return r;
         if (!supported(OP, self.scalar_type()))
             return fallback<FnOp>(self, dim, keepdim);
         Tensor out = m.output(0);
@@ -249,6 +252,9 @@ struct AminmaxOp {
         MetaShape<S> m(&result);
         m.meta(self, dim, keepdim);
         check_out_overlap(result, self);
+        if (result.scalar_type() == self.scalar_type() &&
+            float8_extreme(OP == TRN_REDUCE_AMAX, self, dim, keepdim, result))
+            return result;
         if (!supported(OP, self.scalar_type()))
             return fallback<OutOp>(self, dim, keepdim, result);
         resize_to(result, m.sizes(0));

@@ -55,7 +55,7 @@ void scalar_bytes(const Scalar &v, ScalarType type, unsigned char out[16]) {
                        std::memcpy(out, &x, sizeof x);
                    }),
                    AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), at::kBool, at::kHalf, at::kBFloat16,
-                   AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES));
+                   AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES), AT_EXPAND(AT_FLOAT8_TYPES));
 }
 
 bool sortable(ScalarType t) {

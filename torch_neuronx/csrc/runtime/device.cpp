@@ -54,35 +54,22 @@ std::optional<trn_dtype> native_dtype(c10::ScalarType type) {
     case ScalarType::Double: return TRN_DTYPE_F64;
     case ScalarType::ComplexFloat: return TRN_DTYPE_C64;
     case ScalarType::ComplexDouble: return TRN_DTYPE_C128;
+    case ScalarType::Float8_e4m3fn: return TRN_DTYPE_F8E4M3FN;
+    case ScalarType::Float8_e5m2: return TRN_DTYPE_F8E5M2;
+    case ScalarType::Float8_e4m3fnuz: return TRN_DTYPE_F8E4M3FNUZ;
+    case ScalarType::Float8_e5m2fnuz: return TRN_DTYPE_F8E5M2FNUZ;
+    case ScalarType::Float8_e8m0fnu: return TRN_DTYPE_F8E8M0FNU;
     default: return std::nullopt;
     }
 }
 
-// Storage-only: the device holds the bytes (so .to("neuron") and back work),
-// but converts them to other types only through the CPU fallback.
-static bool is_storage_only(c10::ScalarType type) {
-    using c10::ScalarType;
-    switch (type) {
-    case ScalarType::Float8_e5m2:
-    case ScalarType::Float8_e4m3fn:
-    case ScalarType::Float8_e5m2fnuz:
-    case ScalarType::Float8_e4m3fnuz:
-    case ScalarType::Float8_e8m0fnu:
-        return true;
-    default:
-        return false;
-    }
-}
-
-bool is_storable(c10::ScalarType type) {
-    return native_dtype(type).has_value() || is_storage_only(type);
-}
+bool is_storable(c10::ScalarType type) { return native_dtype(type).has_value(); }
 
 void check_storable(c10::ScalarType type) {
     TORCH_CHECK_TYPE(is_storable(type), "neuron does not support dtype ", type,
                      ": supported are bool, (u)int8-64, float16, bfloat16, "
-                     "float32, float64, complex64, complex128 and float8 "
-                     "(storage only)");
+                     "float32, float64, complex64, complex128 and the float8 "
+                     "types");
 }
 
 trn_dtype bytewise_dtype(c10::ScalarType type) {

@@ -57,7 +57,7 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
         return static_cast<c10::DeviceIndex>(trn_device_count());
     }
     // torch.accelerator.get_device_capability: the dtypes libtrn stores
-    // (trn/dtype.h); quantized and float8 types are not supported.
+    // (trn/dtype.h), float8 included; quantized types are not supported.
     c10::DeviceCapability getDeviceCapability(c10::Device d) const override {
         (void)device_index(d);  // validates the index
         using namespace c10;
@@ -68,7 +68,9 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
             (1ULL << kIndex_UInt16) | (1ULL << kIndex_UInt32) | (1ULL << kIndex_UInt64) |
             (1ULL << kIndex_Half) | (1ULL << kIndex_BFloat16) | (1ULL << kIndex_Float) |
             (1ULL << kIndex_Double) | (1ULL << kIndex_ComplexFloat) |
-            (1ULL << kIndex_ComplexDouble);
+            (1ULL << kIndex_ComplexDouble) | (1ULL << kIndex_Float8_e4m3fn) |
+            (1ULL << kIndex_Float8_e5m2) | (1ULL << kIndex_Float8_e4m3fnuz) |
+            (1ULL << kIndex_Float8_e5m2fnuz) | (1ULL << kIndex_Float8_e8m0fnu);
         return cap;
     }
 

@@ -15,8 +15,10 @@ bool trn__cc_is_float(trn_dtype d) {
     return d == TRN_DTYPE_F32 || d == TRN_DTYPE_F16 || d == TRN_DTYPE_BF16 || d == TRN_DTYPE_F64;
 }
 
+// 8-bit floats: generated code has no loads/stores for them yet.
 static bool dtype_ok(trn_dtype d) {
-    return (unsigned)d < TRN_DTYPE_COUNT && d != TRN_DTYPE_C64 && d != TRN_DTYPE_C128;
+    return (unsigned)d < TRN_DTYPE_COUNT && d != TRN_DTYPE_C64 && d != TRN_DTYPE_C128 &&
+           !trn_dtype_is_fp8(d);
 }
 
 int64_t trn__cc_numel(const trn__cc_node *n) {

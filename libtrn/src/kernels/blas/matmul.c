@@ -18,6 +18,7 @@
 
 #include "dnnl_common.h"
 #include "../kit/launch.h"
+#include "matmul_run.h"
 #include "tile_mm.h"
 #include "trn/parallel.h"
 #include "trn/blas.h"
@@ -1080,6 +1081,18 @@ static trn_status launch(trn_stream *stream, const trn_matmul_desc *desc, const 
 
 trn_status trn_matmul_launch(trn_stream *stream, const trn_matmul_desc *desc) {
     return launch(stream, desc, NULL, 0);
+}
+
+// matmul_run.h: the normalisation launch() does, then the body mm_task runs.
+trn_status trn__matmul_run_now(const trn_matmul_desc *desc) {
+    trn_matmul_desc d = *desc;
+    if (d.batch == 0 || d.m == 0 || d.n == 0) return TRN_SUCCESS;
+    if (d.batch == 1) d.a_strides[0] = d.b_strides[0] = d.c_strides[0] = 0;
+    normalize_matrix(d.m, d.k, d.a_strides);
+    normalize_matrix(d.k, d.n, d.b_strides);
+    normalize_matrix(d.m, d.n, d.c_strides);
+    if (d.batch == 1) d.c_strides[0] = d.m * d.n;
+    return mm_run(&d, NULL, 0);
 }
 
 trn_status trn_matmul_bias_launch(trn_stream *stream, const trn_matmul_desc *desc,

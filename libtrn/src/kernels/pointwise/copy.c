@@ -4,7 +4,7 @@
 // PyTorch-compatible conversion between every pair of dtypes).
 //
 // Conversions are generated per (source, destination) pair: convert_one is
-// forced inline with both dtypes constant, so each of the 225 inner loops
+// forced inline with both dtypes constant, so each of the 400 inner loops
 // compiles to straight-line code without a per-element switch.
 #include <stddef.h>
 #include <stdio.h>
@@ -26,7 +26,7 @@
 #define ALWAYS_INLINE inline
 #endif
 
-_Static_assert(TRN_DTYPE_COUNT == 15, "add the new dtype to this file");
+_Static_assert(TRN_DTYPE_COUNT == 20, "add the new dtype to this file");
 
 // Launch arguments: a header and the coalesced dims, strides in bytes.
 // Only the used part of dims travels through the queue.
@@ -80,6 +80,19 @@ static inline void put_c128(void *p, double re, double im) {
     memcpy(p, v, sizeof v);
 }
 
+// 8-bit float targets round a float32 once (trn/convert.h); every source
+// reaches them as float32, as c10 converts.
+static ALWAYS_INLINE void store_fp8(trn_dtype d, void *p, float v) {
+    switch (d) {
+    case TRN_DTYPE_F8E4M3FN: put_u8(p, trn_float_to_fp8_e4m3fn(v)); break;
+    case TRN_DTYPE_F8E5M2: put_u8(p, trn_float_to_fp8_e5m2(v)); break;
+    case TRN_DTYPE_F8E4M3FNUZ: put_u8(p, trn_float_to_fp8_e4m3fnuz(v)); break;
+    case TRN_DTYPE_F8E5M2FNUZ: put_u8(p, trn_float_to_fp8_e5m2fnuz(v)); break;
+    case TRN_DTYPE_F8E8M0FNU: put_u8(p, trn_float_to_fp8_e8m0fnu(v)); break;
+    default: break;
+    }
+}
+
 // Integer targets take the low bits (two's complement), as a C++ cast does.
 static ALWAYS_INLINE void store_uint(trn_dtype d, void *p, uint64_t v) {
     switch (d) {
@@ -98,7 +111,7 @@ static ALWAYS_INLINE void store_uint(trn_dtype d, void *p, uint64_t v) {
     case TRN_DTYPE_F64: put_f64(p, (double)v); break;
     case TRN_DTYPE_C64: put_c64(p, (float)v, 0.0f); break;
     case TRN_DTYPE_C128: put_c128(p, (double)v, 0.0); break;
-    default: break;
+    default: store_fp8(d, p, (float)v); break;
     }
 }
 
@@ -112,6 +125,11 @@ static ALWAYS_INLINE void store_int(trn_dtype d, void *p, int64_t v) {
     case TRN_DTYPE_F64: put_f64(p, (double)v); break;
     case TRN_DTYPE_C64: put_c64(p, (float)v, 0.0f); break;
     case TRN_DTYPE_C128: put_c128(p, (double)v, 0.0); break;
+    case TRN_DTYPE_F8E4M3FN:
+    case TRN_DTYPE_F8E5M2:
+    case TRN_DTYPE_F8E4M3FNUZ:
+    case TRN_DTYPE_F8E5M2FNUZ:
+    case TRN_DTYPE_F8E8M0FNU: store_fp8(d, p, (float)v); break;
     default: store_uint(d, p, (uint64_t)v); break;
     }
 }
@@ -137,7 +155,37 @@ static ALWAYS_INLINE void store_real(trn_dtype d, void *p, double v) {
     case TRN_DTYPE_F64: put_f64(p, v); break;
     case TRN_DTYPE_C64: put_c64(p, (float)v, 0.0f); break;
     case TRN_DTYPE_C128: put_c128(p, v, 0.0); break;
-    default: break;
+    default: store_fp8(d, p, (float)v); break;
+    }
+}
+
+// An 8-bit float source, widened exactly to float32: float16 and bfloat16
+// targets take PyTorch's NaN patterns, the rest is any real source's path.
+// The NaN of the fnuz and e8m0 formats (float32 0x7F800001) converts to
+// integer 0 on PyTorch CPU (`nan_int_zero`), the other formats' NaN like a
+// float32 NaN.
+static ALWAYS_INLINE void store_fp8_value(trn_dtype d, void *p, float v, int nan_int_zero) {
+    switch (d) {
+    case TRN_DTYPE_F16: put_u16(p, trn_fp8_value_to_half(v)); break;
+    case TRN_DTYPE_BF16: put_u16(p, trn_fp8_value_to_bf16(v)); break;
+    // Not through double: that would quiet the fnuz/e8m0 NaN pattern.
+    case TRN_DTYPE_F32: put_f32(p, v); break;
+    case TRN_DTYPE_C64: put_c64(p, v, 0.0f); break;
+    case TRN_DTYPE_U8:
+    case TRN_DTYPE_I8:
+    case TRN_DTYPE_I16:
+    case TRN_DTYPE_U16:
+    case TRN_DTYPE_I32:
+    case TRN_DTYPE_U32:
+    case TRN_DTYPE_I64:
+    case TRN_DTYPE_U64:
+        if (nan_int_zero && v != v) {
+            store_uint(d, p, 0);
+            break;
+        }
+        store_real(d, p, v);
+        break;
+    default: store_real(d, p, v); break;
     }
 }
 
@@ -174,6 +222,11 @@ static ALWAYS_INLINE void convert_one(trn_dtype d, void *dst, trn_dtype s,
     case TRN_DTYPE_F64: { LOAD(double, src); store_real(d, dst, v); break; }
     case TRN_DTYPE_C64: { LOAD(float, src); float im; memcpy(&im, (const char *)src + 4, 4); store_complex(d, dst, v, im); break; }
     case TRN_DTYPE_C128: { LOAD(double, src); double im; memcpy(&im, (const char *)src + 8, 8); store_complex(d, dst, v, im); break; }
+    case TRN_DTYPE_F8E4M3FN: { LOAD(uint8_t, src); store_fp8_value(d, dst, trn_fp8_e4m3fn_to_float(v), 0); break; }
+    case TRN_DTYPE_F8E5M2: { LOAD(uint8_t, src); store_fp8_value(d, dst, trn_fp8_e5m2_to_float(v), 0); break; }
+    case TRN_DTYPE_F8E4M3FNUZ: { LOAD(uint8_t, src); store_fp8_value(d, dst, trn_fp8_e4m3fnuz_to_float(v), 1); break; }
+    case TRN_DTYPE_F8E5M2FNUZ: { LOAD(uint8_t, src); store_fp8_value(d, dst, trn_fp8_e5m2fnuz_to_float(v), 1); break; }
+    case TRN_DTYPE_F8E8M0FNU: { LOAD(uint8_t, src); store_fp8_value(d, dst, trn_fp8_e8m0fnu_to_float(v), 1); break; }
     default: break;
     }
 }
@@ -215,6 +268,11 @@ DEFINE_CONV_FROM(TRN_DTYPE_F32)
 DEFINE_CONV_FROM(TRN_DTYPE_F64)
 DEFINE_CONV_FROM(TRN_DTYPE_C64)
 DEFINE_CONV_FROM(TRN_DTYPE_C128)
+DEFINE_CONV_FROM(TRN_DTYPE_F8E4M3FN)
+DEFINE_CONV_FROM(TRN_DTYPE_F8E5M2)
+DEFINE_CONV_FROM(TRN_DTYPE_F8E4M3FNUZ)
+DEFINE_CONV_FROM(TRN_DTYPE_F8E5M2FNUZ)
+DEFINE_CONV_FROM(TRN_DTYPE_F8E8M0FNU)
 
 static const run_fn conv_from[TRN_DTYPE_COUNT] = {
 #define CONV_ENTRY(name, size, text) [name] = conv_from_##name,

@@ -1,0 +1,57 @@
+// trn/scaled_mm.h - scaled 8-bit float matrix products (torch._scaled_mm):
+// C = (A @ B) * scale_a * scale_b (+ bias), A and B in 8-bit floats.
+//
+// Owns: the scaled-mm kernel (libtrn/src/kernels/blas/scaled_mm.c).
+//
+// Scales are float32, one value (tensorwise) or one per row of A / column
+// of B (rowwise), applied to the float32 product. The 8-bit operands are
+// widened exactly (trn/convert.h) into float32 staging buffers and
+// multiplied by the matmul kernel's float32 path; every product of two
+// 8-bit values is exact in float32 and the sums accumulate in float32, so
+// the result differs from an exact one only by float32 summation rounding
+// (use_fast_accum needs no separate path). The result is rounded once to
+// the output dtype (float32, bfloat16, float16 or an 8-bit float), after the optional
+// bias row (n entries of float32, bfloat16 or float16) is added.
+#ifndef TRN_SCALED_MM_H
+#define TRN_SCALED_MM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "trn/dtype.h"
+#include "trn/status.h"
+#include "trn/stream.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct trn_scaled_mm_desc {
+    trn_dtype a_dtype, b_dtype;  // 8-bit floats (not e8m0fnu)
+    trn_dtype out_dtype;         // F32, BF16, F16 or an operand dtype
+    int64_t m, n, k;             // >= 0
+    const void *a;               // m x k
+    int64_t a_strides[2];        // elements, >= 0
+    const void *b;               // k x n
+    int64_t b_strides[2];
+    void *c;                     // m x n
+    int64_t c_strides[2];
+    const float *scale_a;        // 1 or m values
+    int64_t scale_a_count, scale_a_stride;
+    const float *scale_b;        // 1 or n values
+    int64_t scale_b_count, scale_b_stride;
+    const void *bias;            // NULL, or n values of bias_dtype
+    trn_dtype bias_dtype;
+    int64_t bias_stride;
+} trn_scaled_mm_desc;
+
+// Whether the kernel takes these operand and output dtypes.
+bool trn_scaled_mm_supports(trn_dtype a_dtype, trn_dtype b_dtype, trn_dtype out_dtype);
+
+// Validates the descriptor and enqueues the product on `stream`.
+trn_status trn_scaled_mm_launch(trn_stream *stream, const trn_scaled_mm_desc *desc);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
