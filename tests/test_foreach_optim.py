@@ -152,3 +152,31 @@ def test_errors():
     with pytest.raises(RuntimeError, match="same length|match"):
         torch._fused_sgd_(p, [torch.randn(3, device="neuron")] * 2, [], weight_decay=0.0, momentum=0.0,
                           lr=0.1, dampening=0.0, nesterov=False, maximize=False, is_first_step=True)
+
+
+def test_inplace_foreach_bumps_versions_like_cpu():
+    # Autograd detects saved tensors modified in place through the version
+    # counter: every in-place _foreach_ op must bump it, as on CPU.
+    def versions(dev):
+        t = lambda: [torch.ones(3, device=dev), torch.ones(5, device=dev)]  # noqa: E731
+        out = []
+        for f in (lambda a: torch._foreach_add_(a, 1.0),
+                  lambda a: torch._foreach_mul_(a, [2.0, 3.0]),
+                  lambda a: torch._foreach_add_(a, t(), alpha=2),
+                  lambda a: torch._foreach_add_(a, torch.tensor(1.0, device=dev)),
+                  lambda a: torch._foreach_sqrt_(a),
+                  lambda a: torch._foreach_zero_(a),
+                  lambda a: torch._foreach_lerp_(a, t(), 0.5),
+                  lambda a: torch._foreach_addcmul_(a, t(), t(), value=2.0)):
+            a = t()
+            f(a)
+            out.append([x._version for x in a])
+        return out
+
+    assert versions("neuron") == versions("cpu")
+    w = torch.ones(3, device="neuron", requires_grad=True)
+    y = w * 1.0
+    z = (y * y).sum()  # saves y
+    torch._foreach_add_([y], 1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.backward()

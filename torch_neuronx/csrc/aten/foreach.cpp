@@ -120,6 +120,11 @@ void launch(trn_foreach_op op, TensorList self, TensorList b, TensorList c, Tens
     d.cpu_block = cpu_add_block();
     d.cpu_threads = at::get_num_threads();
     TRN_CHECK(trn_foreach_launch(current_trn_stream(self[0].device().index()), &d));
+    // In-place: bump each tensor's version as ATen's foreach kernels do, so
+    // autograd sees saved tensors modified in place (fused optimizers don't,
+    // on CPU either).
+    if (out.data() == self.data())
+        for (const Tensor &t : out) t.unsafeGetTensorImpl()->bump_version();
     tracking::record_executed(name);
 }
 
