@@ -42,9 +42,13 @@ _RANDOM_FACTORIES = {torch.randn, torch.rand, torch.randint, torch.randperm, tor
 
 
 class DeviceMap(TorchFunctionMode):
-    def __init__(self, mapping: dict[str, str]):
+    def __init__(self, mapping: dict[str, str], draw: "dict[str, str] | None" = None):
         super().__init__()
         self.mapping = dict(mapping)
+        # Device types whose random factories draw from another device's
+        # generator (then move): the CPU reference run draws what the device
+        # run draws.
+        self.draw = dict(draw or {})
 
     def dev(self, d):
         if isinstance(d, torch.device):
@@ -67,12 +71,12 @@ class DeviceMap(TorchFunctionMode):
         if "device" in kwargs and kwargs["device"] is not None:
             orig = kwargs["device"]
             kwargs["device"] = self.dev(orig)
-            if func in _RANDOM_FACTORIES and torch.device(orig).type == "neuron" and \
-                    torch.device(kwargs["device"]).type == "cpu":
+            src = torch.device(orig).type
+            if func in _RANDOM_FACTORIES and src in self.draw and torch.device(kwargs["device"]).type == "cpu":
                 # Draw from the device's generator, as the device run does, so
                 # the CPU reference starts from the same numbers.
                 rg = kwargs.pop("requires_grad", False)
-                out = func(*args, **dict(kwargs, device=orig)).to("cpu")
+                out = func(*args, **dict(kwargs, device=self.draw[src])).to("cpu")
                 return out.requires_grad_(rg) if rg else out
         if func is torch.Tensor.cuda and "cuda" in self.mapping:
             dst = self.mapping["cuda"]
@@ -120,7 +124,7 @@ def _device_module(dst: str):
 
 
 @contextlib.contextmanager
-def mapped(mapping: dict[str, str]):
+def mapped(mapping: dict[str, str], draw: "dict[str, str] | None" = None):
     """Everything above, for the duration of the block (nothing when empty)."""
     if not mapping:
         yield
@@ -167,7 +171,7 @@ def mapped(mapping: dict[str, str]):
         def __init__(self, device="cuda", *args, **kwargs):
             super().__init__(mapping.get(device, device), *args, **kwargs)
     p.set(torch.amp, "GradScaler", MappedScaler)
-    mode = DeviceMap(mapping)
+    mode = DeviceMap(mapping, draw)
     try:
         with mode:
             yield

@@ -31,8 +31,11 @@ def _lines(series: dict, title: str, w=640, h=260) -> str:
     if hi == lo:
         hi, lo = hi + 1e-6 + abs(hi) * 1e-3, lo - 1e-6 - abs(lo) * 1e-3
     x0, y0, pw, ph = 50, 20, w - 70, h - 50
-    sx = (lambda i: x0 + (i - 1) * pw / max(1, n - 1))
-    sy = (lambda v: y0 + ph - (v - lo) * ph / (hi - lo))
+    def sx(i):
+        return x0 + (i - 1) * pw / max(1, n - 1)
+
+    def sy(v):
+        return y0 + ph - (v - lo) * ph / (hi - lo)
     colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
     out = [f'<svg width="{w}" height="{h}" role="img"><title>{e(title)}</title>',
            f'<rect x="{x0}" y="{y0}" width="{pw}" height="{ph}" fill="none" stroke="#aaa"/>',

@@ -220,7 +220,12 @@ class ScriptProgram:
         control.install()
         compile_patch.install()
         try:
-            with devmap.mapped(self.device_mapping(target)), _enter_all(contexts):
+            # A CPU run draws random factories (torch.randn(device=...)) from
+            # the device's generator, as the device run does.
+            draw = {src: "neuron" for src, dst in self.mapping.items() if dst == "neuron"}
+            draw["neuron"] = "neuron"
+            with devmap.mapped(self.device_mapping(target), draw if target == "cpu" else None), \
+                    _enter_all(contexts):
                 runpy.run_path(self.path, run_name="__main__")
         except StopEvaluation:
             res.status = "stopped"

@@ -259,6 +259,7 @@ def _compile_phases(program, opts, report, phases, on_step_progress, add_phase, 
             "unsupported_mode": [dict(c, **limits.cite("mode")) for c in cp.calls
                                  if c["mode"] not in (None, "default")],
             "cold_first_step_seconds": res.step_seconds[0] if res.step_seconds else None,
+            "step_seconds": res.step_seconds,
             "steady_step_seconds": steady,
             "losses": res.losses,
             "metrics": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in metrics.items()},
@@ -294,8 +295,10 @@ def _loss_diff(a, b):
 def _cost(report, total, eager_steady, opts):
     secs = {p["name"]: p["seconds"] for p in report["phases"]}
     comp = report.get("compile", {})
-    cold, steady = comp.get("cold_first_step_seconds"), comp.get("steady_step_seconds")
-    compile_s = max(0.0, cold - (steady or 0.0)) if cold is not None else 0.0
+    # Compile time: what the compiled steps took beyond the fastest one (the
+    # cold first step's compile, and any recompile for a new shape).
+    steps = comp.get("step_seconds") or []
+    compile_s = sum(t - min(steps) for t in steps) if steps else 0.0
     steps_s = (eager_steady or 0.0) * opts.steps
     base = steps_s + compile_s
     no_shadow = total - secs.get("shadow", 0.0)
@@ -337,7 +340,7 @@ def findings(report) -> list[dict]:
         add("compile", "unlowerable", f"{u['op']} cannot be lowered by the neuron backend", u["location"],
             cite=u)
     for r in comp.get("recompiles", []):
-        add("compile", "recompile", f"{r['graphs_compiled']} graphs for {r['frame']} (shape changes): "
+        add("compile", "recompile", f"{r['graphs_compiled']} graphs for {r['frame'].split(' (')[0]} (shape changes): "
             f"{r['suggestion']}", r.get("location"), cite=r)
     for c in comp.get("dynamic_true", []):
         add("compile", "dynamic", "torch.compile(dynamic=True)", c["location"], cite=c)

@@ -84,7 +84,6 @@ def install() -> None:
     from torch.utils.module_tracker import ModuleTracker
 
     from . import apis
-    from .observe import EagerObserver
 
     checks = StrictChecks(raise_errors=True)
     tracker = ModuleTracker()
@@ -96,14 +95,13 @@ def install() -> None:
 
 
 def _strict_mode_class():
-    from .observe import EagerObserver
+    from .locations import user_frame
+    from .observe import EagerObserver, module_path, on_neuron, outputs_of
 
     class _StrictMode(EagerObserver):
         """Only the fidelity checks (no timing, no fallback records)."""
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            from .observe import on_neuron, outputs_of, module_path
-            from .locations import user_frame
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             if on_neuron(args, kwargs) or any(t.device.type == "neuron" for t in outputs_of(out)):
