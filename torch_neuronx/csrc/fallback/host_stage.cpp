@@ -6,7 +6,6 @@
 #include <ATen/ops/_copy_from_and_resize.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
-#include <ATen/ops/zeros.h>
 #include <c10/core/TensorImpl.h>
 
 #include <algorithm>
@@ -256,8 +255,10 @@ private:
     }
 
     void copy_in(Range &r) {
-        r.host_bytes = at::zeros({r.host_end - r.begin}, at::TensorOptions().dtype(at::kByte));
+        r.host_bytes = at::empty({r.host_end - r.begin}, at::TensorOptions().dtype(at::kByte));
         r.host_bytes.narrow(0, 0, r.end - r.begin).copy_(device_bytes(r));
+        if (r.host_end > r.end)  // slack past the device storage: defined, never copied back
+            r.host_bytes.narrow(0, r.end - r.begin, r.host_end - r.end).zero_();
         for (size_t i : r.members) {
             Operand &o = operands_[i];
             const at::Tensor &t = o.device;
