@@ -13,6 +13,7 @@
 #   4. with FROM_SDIST=1: the same from a wheel built out of the sdist.
 # Usage: scripts/test-wheel.sh [python]   (exit status 0: all passed)
 set -euo pipefail
+unset PYTHONPATH  # the installed package, never the source tree (pytest runs set it)
 PY=${1:-${PYTHON:-python3}}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/openneuron-wheel-XXXXXX")
