@@ -71,8 +71,11 @@ void register_nki(py::module_ &m) {
                              const std::optional<std::string> &debug_dir, const std::string &name) {
         return guarded([&] {
             auto prog = std::make_shared<NkiProgram>();
-            trn_compile_options o{include_dir.c_str(), cache_dir ? cache_dir->c_str() : nullptr,
-                                  debug_dir ? debug_dir->c_str() : nullptr, name.c_str()};
+            trn_compile_options o{};  // C compiler settings: the graph compiler's defaults
+            o.include_dir = include_dir.c_str();
+            o.cache_dir = cache_dir ? cache_dir->c_str() : nullptr;
+            o.debug_dir = debug_dir ? debug_dir->c_str() : nullptr;
+            o.name = name.c_str();
             trn_status st;
             {
                 py::gil_scoped_release nogil;
