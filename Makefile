@@ -7,7 +7,7 @@ SAN    := build/libtrn-asan
 TSAN   := build/libtrn-tsan
 PLAIN  := build/libtrn-test
 
-.PHONY: demo test test-c test-c-asan test-c-tsan test-py build deps bench docs clean fuzz fuzz-asan
+.PHONY: demo test lint test-c test-c-asan test-c-tsan test-py build deps bench docs clean fuzz fuzz-asan
 
 deps: $(VENV)/.deps-stamp
 
@@ -25,7 +25,11 @@ demo: build
 	$(PY) examples/quickstart.py
 	$(PY) examples/train_gpt.py
 
-test: build test-c test-c-asan test-c-tsan test-py
+test: build lint test-c test-c-asan test-c-tsan test-py
+
+# Python lint (ruff.toml): pyflakes and pycodestyle errors, a few bug patterns.
+lint: deps
+	$(VENV)/bin/ruff check .
 
 test-c: deps
 	cmake -S libtrn -B $(PLAIN) -G Ninja -DCMAKE_BUILD_TYPE=Debug >/dev/null

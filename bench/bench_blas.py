@@ -9,10 +9,12 @@ import torch_neuronx  # noqa: F401
 
 
 def timeit(fn, sync, min_time=1.0):
-    fn(); sync()  # warm-up (plans, caches)
+    fn()  # warm-up (plans, caches)
+    sync()
     n, t0 = 0, time.perf_counter()
     while True:
-        fn(); n += 1
+        fn()
+        n += 1
         sync()
         dt = time.perf_counter() - t0
         if dt >= min_time and n >= 3:

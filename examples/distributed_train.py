@@ -20,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 def train(backend: str, out: str, steps: int) -> None:
     dist.init_process_group(backend)
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     device = torch.device("neuron", int(os.environ["LOCAL_RANK"])) if backend == "neuron" \
         else torch.device("cpu")
     torch.manual_seed(0)

@@ -57,7 +57,7 @@ def test_neuron_ls_shows_the_process_using_the_core(trainer):
     # (this test process may use the device too)
     i0 = next(i for i, ln in enumerate(lines) if ln.startswith("| nc0"))
     i1 = next(i for i, ln in enumerate(lines) if ln.startswith("| nc1"))
-    nc0, nc1 = "\n".join(lines[i0:i1]), "\n".join(lines[i1:-1])
+    nc1 = "\n".join(lines[i1:-1])
     assert "NeuronCore" in lines[i0] and "GiB" in lines[i0]
     row = next(ln for ln in lines[i0:i1] if str(trainer.pid) in ln)
     assert "python observe_train_script.py" in row

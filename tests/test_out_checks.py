@@ -60,7 +60,7 @@ class Case:
         return self.name
 
 
-def O(op):
+def O(op):  # noqa: E743 - reads as the out= marker in the tables below
     """fn(*args, out=...) for a torch function taking out= (None: functional)."""
     return lambda *a, out=None: op(*a) if out is None else op(*a, out=out)
 

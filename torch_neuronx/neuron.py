@@ -69,7 +69,7 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
     return True
 
 
-def wait_stream(stream: torch.Stream) -> None:
+def wait_stream(stream: torch.Stream) -> None:  # noqa: F811 - torch.cuda's parameter name
     """Make the current stream wait for all work queued on ``stream``."""
     current_stream(stream.device_index).wait_stream(stream)
 

@@ -164,7 +164,6 @@ def _where(L, node, c, a, b):
 
 @register(aten.clamp.default, aten.clamp.Tensor)
 def _clamp(L, node, x, lo=None, hi=None):
-    m = meta(node)
     ins = [_val(L, x), 0 if lo is None else _val(L, lo), 0 if hi is None else _val(L, hi)]
     return pointwise(L, node, "CLAMP", ins, params=(lo is not None, hi is not None))
 
