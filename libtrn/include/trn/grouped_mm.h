@@ -21,9 +21,10 @@
 //
 // Compute: each group is a launch-free run of the matmul kernel (trn/blas.h)
 // in `dtype` (float32, bfloat16 natively on AVX512-BF16, float16), float32
-// accumulation. A group's varying dim is cut into power-of-two pieces (at
-// most 1024) for the 2D_3D and 3D_2D layouts, so the matmul plans that the
-// pieces need repeat from step to step whatever the counts are. offs must be
+// accumulation. A group's varying dim is cut (2D_3D and 3D_2D layouts)
+// into pieces of 1024, then a multiple of 32, then a remainder below 32, so
+// the matmul plans that the pieces need are few (at most 63 sizes) and
+// repeat from step to step whatever the counts are. offs must be
 // non-decreasing and end at most at the grouped dim's size; otherwise the
 // task fails with TRN_ERROR_INVALID_ARGUMENT (reported at the next
 // synchronisation).

@@ -5,9 +5,11 @@
 //
 // Scales are float32, one value (tensorwise) or one per row of A / column
 // of B (rowwise), applied to the float32 product. The 8-bit operands are
-// widened exactly (trn/convert.h) into float32 staging buffers and
-// multiplied by the matmul kernel's float32 path; every product of two
-// 8-bit values is exact in float32 and the sums accumulate in float32, so
+// widened exactly (trn/convert.h) into bfloat16 staging buffers and
+// multiplied by oneDNN's bfloat16 matmul with a float32 result where the
+// CPU has AVX512-BF16 (trn_matmul_bf16_native), else widened to float32
+// for the float32 matmul; every product of two 8-bit values is exact in
+// float32 and the sums accumulate in float32, so
 // the result differs from an exact one only by float32 summation rounding
 // (use_fast_accum needs no separate path). The result is rounded once to
 // the output dtype (float32, bfloat16, float16 or an 8-bit float), after the optional

@@ -92,7 +92,7 @@ void copy_native(const at::Tensor &src, const at::Tensor &dst) {
 
 // The CPU route: stored values to the host, conversion and conj/neg bits
 // resolved by PyTorch CPU, values to store back. Only what libtrn lacks
-// (float8 conversions, view bits) comes here.
+// (conj/neg view bits) comes here.
 at::Tensor stored_values_on_host(const at::Tensor &src) {
     if (!on_neuron(src)) {
         at::Tensor raw = src.is_conj() ? src.conj() : src;  // clears the bit

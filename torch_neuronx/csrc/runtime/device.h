@@ -24,10 +24,11 @@ trn_stream *to_trn_stream(const c10::Stream &stream);
 c10::Stream to_c10_stream(trn_stream *stream);
 trn_stream *current_trn_stream(c10::DeviceIndex index);
 
-// libtrn dtype for a scalar type the device stores and converts natively;
-// nullopt for storage-only types (float8 and friends, see storage_dtype).
+// libtrn dtype for a scalar type the device stores and converts natively
+// (the float8 types included); nullopt for any other type.
 std::optional<trn_dtype> native_dtype(c10::ScalarType type);
-// Whether tensors of this type may live on the device at all.
+// Whether tensors of this type may live on the device at all (today: the
+// native dtypes).
 bool is_storable(c10::ScalarType type);
 // Throws TypeError naming the dtype when it cannot live on the device.
 void check_storable(c10::ScalarType type);

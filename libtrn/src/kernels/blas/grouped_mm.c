@@ -37,12 +37,13 @@ static bool span3(const int64_t sizes[3], const int64_t strides[3], int64_t es, 
     return !__builtin_add_overflow(last, 1, &last) && !__builtin_mul_overflow(last, es, out);
 }
 
-// Largest power of two <= len, capped at GMM_PIECE_MAX.
+// The next piece of a group's varying dim: GMM_PIECE_MAX, else the
+// multiple of 32 below len, else len (< 32). At most two runs per group
+// below the cap, and at most 63 distinct piece sizes, so the matmul plans
+// they need are few and repeat whatever the counts are.
 static int64_t piece_of(int64_t len) {
     if (len >= GMM_PIECE_MAX) return GMM_PIECE_MAX;
-    int64_t p = 1;
-    while (p * 2 <= len) p *= 2;
-    return p;
+    return len >= 32 ? (len & ~(int64_t)31) : len;
 }
 
 static const char *elem(const void *base, int64_t off, int64_t es) {

@@ -388,6 +388,7 @@ typedef struct mm_key {
     double alpha, beta;
     int64_t bias;  // 1: a contiguous bias row of c_dims[2] entries, of `dtype`
     int64_t native;  // 1: bfloat16 operands may go to oneDNN as they are
+    int64_t c_f32;   // 1: bfloat16 A and B, float32 C (direct only; matmul_run.h)
 } mm_key;
 
 enum { OP_A, OP_B, OP_C_IN, OP_C_OUT, OP_MM, OP_COUNT };
@@ -454,7 +455,8 @@ static trn_status plan_build(const mm_key *key, mm_plan **out) {
     for (int i = 0; i < 3; i++) {
         memcpy(dd[i], dims[i], 3 * sizeof(int64_t));
         memcpy(ss[i], strides[i], 3 * sizeof(int64_t));
-        TRN_DNNL_TRY(dnnl_memory_desc_init_by_strides(&p->user_md[i], 3, dd[i], udt, ss[i]),
+        const dnnl_data_type_t t = (i == 2 && key->c_f32) ? dnnl_f32 : udt;
+        TRN_DNNL_TRY(dnnl_memory_desc_init_by_strides(&p->user_md[i], 3, dd[i], t, ss[i]),
                      "matmul operand layout");
     }
     const dnnl_memory_desc_t *bias_md = NULL;
@@ -496,6 +498,11 @@ static trn_status plan_build(const mm_key *key, mm_plan **out) {
                 direct = true;
             }
         }
+    }
+    if (!direct && key->c_f32) {
+        // Staging would convert C as bfloat16: the caller takes another path.
+        st = trn__set_error(TRN_ERROR_UNSUPPORTED, "no direct bfloat16 x bfloat16 -> float32 matmul");
+        goto fail;
     }
     if (!direct) {
         for (int i = 0; i < 3; i++)
@@ -1093,6 +1100,93 @@ trn_status trn__matmul_run_now(const trn_matmul_desc *desc) {
     normalize_matrix(d.m, d.n, d.c_strides);
     if (d.batch == 1) d.c_strides[0] = d.m * d.n;
     return mm_run(&d, NULL, 0);
+}
+
+// matmul_run.h: bfloat16 x bfloat16 -> float32, contiguous, on the native
+// bfloat16 path only; rows of C in pieces over the pool as run_split cuts.
+typedef struct bf16f32_split {
+    int64_t m, n, k, step, b_rs, b_cs;
+    const uint16_t *a, *b;
+    float *c;
+    trn__split_error error;
+} bf16f32_split;
+
+static trn_status bf16f32_plan_run(int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                                   const uint16_t *b, int64_t b_rs, int64_t b_cs, float *c) {
+    mm_key key;
+    memset(&key, 0, sizeof key);
+    key.dtype = TRN_DTYPE_BF16;
+    const int64_t as[3] = {m * k, k, 1}, bs[3] = {k * n, b_rs, b_cs}, cs[3] = {m * n, n, 1};
+    key_operand(1, m, k, as, key.a_dims, key.as);
+    key_operand(1, k, n, bs, key.b_dims, key.bs);
+    key_operand(1, m, n, cs, key.c_dims, key.cs);
+    key.alpha = 1.0;
+    key.native = 1;
+    key.c_f32 = 1;
+    mm_plan *plan = trn__plan_find(&key, sizeof key), *own = NULL;
+    if (plan == NULL) {
+        trn_status st = plan_build(&key, &own);
+        if (st != TRN_SUCCESS) return st;
+        plan = trn__plan_insert(&key, sizeof key, own);
+        if (plan == own || plan != NULL) {
+            if (plan != own) plan_destroy(own);
+            own = NULL;
+        } else {
+            plan = own;
+        }
+    }
+    trn_matmul_desc d;
+    memset(&d, 0, sizeof d);
+    d.a = a;
+    d.b = b;
+    d.c = c;
+    trn_status st = plan_execute(plan, &d, NULL);
+    plan_destroy(own);
+    return st;
+}
+
+static void bf16f32_piece(void *ctx, int64_t p0, int64_t p1) {
+    bf16f32_split *sp = ctx;
+    const int saved = trn__dnnl_serial_begin();
+    for (int64_t p = p0; p < p1 && !trn__split_failed(&sp->error); p++) {
+        const int64_t lo = p * sp->step, rows = min64(sp->step, sp->m - lo);
+        if (rows <= 0) break;
+        trn_clear_error();
+        trn_status st = bf16f32_plan_run(rows, sp->n, sp->k, sp->a + lo * sp->k, sp->b, sp->b_rs,
+                                         sp->b_cs, sp->c + lo * sp->n);
+        if (st != TRN_SUCCESS) trn__split_error_record(&sp->error, st);
+    }
+    trn__dnnl_serial_end(saved);
+}
+
+trn_status trn__matmul_bf16_f32_now(int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                                    const uint16_t *b, int64_t b_rs, int64_t b_cs, float *c) {
+    if (!trn_matmul_bf16_native())
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "no native bfloat16 matmul on this CPU");
+    if (m == 0 || n == 0 || k == 0)
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "empty bfloat16 -> float32 product");
+    dnnl_engine_t engine;
+    trn_status st = trn__dnnl_engine(&engine);
+    if (st != TRN_SUCCESS) return st;
+    if (!trn__dnnl_can_serialize()) return bf16f32_plan_run(m, n, k, a, b, b_rs, b_cs, c);
+    bf16f32_split sp;
+    memset(&sp, 0, sizeof sp);
+    sp.m = m;
+    sp.n = n;
+    sp.k = k;
+    sp.a = a;
+    sp.b = b;
+    sp.b_rs = b_rs;
+    sp.b_cs = b_cs;
+    sp.c = c;
+    int64_t want = (int64_t)trn_parallel_threads() * SPLIT_PER_THREAD;
+    if ((m * n * k) / SPLIT_MIN_MACS < want) want = (m * n * k) / SPLIT_MIN_MACS;
+    if (want < 1) want = 1;
+    int64_t step = (m + want - 1) / want;
+    if (step > 16) step = (step + 15) / 16 * 16;
+    sp.step = step;
+    trn_parallel_for((m + step - 1) / step, 1, bf16f32_piece, &sp);
+    return trn__split_error_raise(&sp.error);
 }
 
 trn_status trn_matmul_bias_launch(trn_stream *stream, const trn_matmul_desc *desc,
