@@ -22,13 +22,21 @@ ROOT = Path(__file__).resolve().parent
 
 
 class CMakeBuild(build_ext):
+    def run(self):
+        # setuptools clears `inplace` while building extensions (it copies
+        # them into the source afterwards), and `pip install -e` sets
+        # `editable_mode` instead: read both before they change.
+        self._development = bool(self.inplace or getattr(self, "editable_mode", False))
+        super().run()
+
     def build_extension(self, ext):
         # A wheel stages in its own build tree: its CMake directory must not
         # be the development one (other flags, other -march).
-        build_dir = ROOT / "build" / ("cmake" if self.inplace else "cmake-wheel")
+        dev = getattr(self, "_development", False)
+        build_dir = ROOT / "build" / ("cmake" if dev else "cmake-wheel")
         build_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
-        arch = os.environ.get("OPENNEURON_ARCH") or ("native" if self.inplace else "x86-64-v3")
+        arch = os.environ.get("OPENNEURON_ARCH") or ("native" if dev else "x86-64-v3")
         flags = ["-DTRN_BUILD_TESTS=OFF"]
         if arch == "native":
             flags.append("-DTRN_NATIVE_ARCH=ON")
