@@ -475,10 +475,13 @@ static trn_status conv_run_plan(conv_kind kind, const trn_conv_desc *d, bool acc
 // channels-last float32 buffer (the layout the kernels compute in, so no
 // reorder between blocks), copied to the output at the end; input
 // gradient: output-channel blocks, each after the first into a scratch
-// buffer added to the output; weight gradient: one batch item at a time,
-// added the same way. Groups > 1 run unblocked (their reductions are short).
+// buffer added to the output; weight gradient: blocks of batch items
+// (about CONV_W_BLOCK terms: one item of a plane of 256 or more), added the
+// same way. Each block is a oneDNN call with its own reorders, so blocks
+// are no smaller than the accuracy needs. Groups > 1 run unblocked (their reductions are short).
 #define CONV_RED_BLOCK 128  // reduction terms a block aims at
 #define CONV_CH_BLOCK 16    // channel blocks are multiples of this
+#define CONV_W_BLOCK 256    // weight gradient: batch x plane terms a block aims at
 
 static int64_t kernel_volume(const trn_conv_desc *d) {
     int64_t v = 1;
@@ -596,7 +599,7 @@ static trn_status bwd_data_blocked(const trn_conv_desc *d, int64_t cb) {
     return TRN_SUCCESS;
 }
 
-static trn_status bwd_weights_blocked(const trn_conv_desc *d) {
+static trn_status bwd_weights_blocked(const trn_conv_desc *d, int64_t nb) {
     const int nd = 2 + d->spatial;
     int64_t wsz[5] = {d->c_out, d->c_in}, tst[5], one = 1;
     memcpy(wsz + 2, d->kernel, (size_t)d->spatial * sizeof(int64_t));
@@ -605,9 +608,9 @@ static trn_status bwd_weights_blocked(const trn_conv_desc *d) {
     float *tmp = NULL;
     trn_status st = trn__dnnl_accum_buffer((size_t)(wn + d->c_out) * 4, (void **)&tmp);
     if (st != TRN_SUCCESS) return st;
-    for (int64_t b = 0; b < d->n; b++) {
+    for (int64_t b = 0; b < d->n; b += nb) {
         trn_conv_desc q = *d;
-        q.n = 1;
+        q.n = d->n - b < nb ? d->n - b : nb;
         q.input = offset_f32(d->input, b * d->input_strides[0]);
         q.output = offset_f32(d->output, b * d->output_strides[0]);
         if (b > 0) {
@@ -632,8 +635,12 @@ static trn_status conv_run_one(conv_kind kind, const trn_conv_desc *d) {
             return fwd_blocked(d, cb);
         if (kind == CONV_BWD_DATA && (cb = channel_block(d->c_out, kvol)) > 0)
             return bwd_data_blocked(d, cb);
-        if (kind == CONV_BWD_WEIGHTS && d->n > 1 && d->n * out_plane(d) > CONV_RED_BLOCK)
-            return bwd_weights_blocked(d);
+        if (kind == CONV_BWD_WEIGHTS) {
+            // Batch items per block: about CONV_W_BLOCK reduction terms.
+            const int64_t plane = out_plane(d) > 0 ? out_plane(d) : 1;
+            const int64_t nb = CONV_W_BLOCK / plane > 1 ? CONV_W_BLOCK / plane : 1;
+            if (nb < d->n) return bwd_weights_blocked(d, nb);
+        }
     }
     return conv_run_plan(kind, d, false, false);
 }
