@@ -13,7 +13,6 @@ Run: make bench   (or .venv/bin/python bench/bench_moe.py [--quick])
 import argparse
 import pathlib
 import sys
-import time
 
 import torch
 
@@ -22,26 +21,8 @@ import torch_neuronx  # noqa: F401
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
 from test_moe_model import MoETransformer  # noqa: E402
 
-SYNC = {"neuron": torch.neuron.synchronize, "cpu": lambda: None}
-
-
-def timeit(fn, device, min_time):
-    """Best per-call seconds over rounds of back-to-back calls."""
-    sync = SYNC[device]
-    fn()
-    sync()
-    best, spent, reps = float("inf"), 0.0, 1
-    while spent < min_time:
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        sync()
-        dt = time.perf_counter() - t0
-        spent += dt
-        best = min(best, dt / reps)
-        if dt < 0.05:
-            reps *= 2
-    return best
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from bench_ops import timeit  # noqa: E402  (the same timer as the op table)
 
 
 def row(name, ours, theirs, what):
