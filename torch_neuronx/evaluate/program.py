@@ -42,7 +42,18 @@ def _sync(device: str):
         torch.neuron.synchronize()
 
 
-class StepControl:
+class _Patches:
+    """Monkey-patches a phase installs; uninstall undoes them, last first."""
+
+    _undo: list
+
+    def uninstall(self):
+        for u in reversed(self._undo):
+            u()
+        self._undo.clear()
+
+
+class StepControl(_Patches):
     def __init__(self, max_steps: "int | None", device: str, on_step=None):
         self.max_steps = max_steps
         self.device = device
@@ -105,10 +116,6 @@ class StepControl:
         self._undo.append(lambda: setattr(torch.nn.Module, "__call__", call))
         return self
 
-    def uninstall(self):
-        for u in reversed(self._undo):
-            u()
-        self._undo.clear()
 
     def step_end(self):
         self.stage = "forward"
@@ -132,7 +139,7 @@ class StepControl:
             raise StopEvaluation()
 
 
-class CompilePatch:
+class CompilePatch(_Patches):
     """torch.compile in a run: ``mode='off'`` returns the function unchanged
     (eager phases see every op); ``mode='probe'`` compiles with the probe
     backend, and also compiles each top-level module the script calls, so an
@@ -184,10 +191,6 @@ class CompilePatch:
             self._undo.append(lambda: setattr(torch.nn.Module, "__call__", call))
         return self
 
-    def uninstall(self):
-        for u in reversed(self._undo):
-            u()
-        self._undo.clear()
 
 
 class ScriptProgram:
