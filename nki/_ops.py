@@ -5,7 +5,7 @@ libtrn/src/nki/nki_impl.h and prelude.c."""
 import numpy as np
 
 from . import _dtypes as dt
-from ._ir import (AP, ARG, HBM, OUT, PSUM, SBUF, Affine, IExpr, NkiError, Pred, current, expr_text)
+from ._ir import (AP, PSUM, SBUF, Affine, IExpr, NkiError, Pred, current, expr_text)
 
 OP_COPY, OP_TT, OP_TS, OP_ACT, OP_REDUCE, OP_MATMUL, OP_TRANSPOSE, OP_IOTA, OP_MEMSET, OP_SCAN, OP_STT, \
     OP_PREDCOPY, OP_PREDUCE, OP_BNSTATS, OP_BNAGGR, OP_SELECT, OP_WHERE = range(17)
