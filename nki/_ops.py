@@ -145,6 +145,8 @@ def masks_text(mask, nd):
 
 def emit(op, name, params, operands, exprs=(), mask=None):
     current().emit(op, name, params, operands, exprs, masks_text(mask, operands[0].ndim))
+    if mask is not None and not isinstance(mask, bool):
+        operands[0].tensor.mask = mask
 
 
 def to_sbuf_if(ap, kinds):
@@ -178,7 +180,10 @@ def assign(dst, value):
                 v = conform(v, dst.shape)
             except NkiError:
                 v = align(v, dst.shape)
-        copy(dst, v, 0, name="assign")
+        # a result computed under mask= is assigned under the same mask
+        # (legacy: the mask covers the whole statement)
+        m = value.tensor.mask if value.shape == dst.shape else None
+        copy(dst, v, 0, mask=m, name="assign")
     else:
         raise NkiError(f"nki: cannot assign {type(value).__name__} to a tile")
 
