@@ -180,6 +180,10 @@ def copy(dst, src, mode=0, dtype=None, mask=None, name="copy", kind=SBUF):
 
 
 def assign(dst, value):
+    if type(value).__name__ == "_LoopReduce":
+        x = value.x if value.x.shape == dst.shape else conform(value.x, dst.shape)
+        binary(dst, x, value.op, dst=dst, mask=value.mask, name="nl.loop_reduce")
+        return
     if is_scalar(value):
         memset(dst, scalar_value(value))
     elif isinstance(value, AP):
