@@ -360,7 +360,7 @@ KIND_NAME = {ARG: "hbm", OUT: "shared_hbm", SBUF: "sbuf", PSUM: "psum", HBM: "pr
 
 
 class Tensor:
-    __slots__ = ("id", "kind", "dtype", "shape", "strides", "par_axis", "base", "offset", "loc", "name")
+    __slots__ = ("id", "kind", "dtype", "shape", "strides", "par_axis", "base", "offset", "loc", "name", "mask")
 
     def __init__(self, id_, kind, dtype, shape, strides=None, par_axis=0, base=-1, offset=0, loc="?", name=None):
         self.id, self.kind, self.dtype, self.shape = id_, kind, dtype, tuple(int(s) for s in shape)
@@ -371,6 +371,7 @@ class Tensor:
                 run *= s
         self.strides = tuple(strides)
         self.par_axis, self.base, self.offset, self.loc, self.name = par_axis, base, offset, loc, name
+        self.mask = None  # legacy: the mask= its producing instruction had (x[...] = op(..., mask=m))
 
     def text(self):
         nd = len(self.shape)

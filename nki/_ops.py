@@ -144,7 +144,18 @@ def masks_text(mask, nd):
 
 
 def emit(op, name, params, operands, exprs=(), mask=None):
-    current().emit(op, name, params, operands, exprs, masks_text(mask, operands[0].ndim))
+    tr = current()
+    if isinstance(mask, Pred) and not any(e.s for e, _ in mask.terms) and len(mask.terms) <= 4:
+        # a mask over loop indices only: the instruction runs or not as a whole
+        from ._ir import _esc, user_loc
+        tr.lines.append("G " + str(len(mask.terms)) + " " +
+                        " ".join(expr_text(IExpr.of(e), 0, c) for e, c in mask.terms) + " " + _esc(user_loc()))
+        tr.emit(op, name, params, operands, exprs, [])
+        tr.lines.append("E")
+    else:
+        tr.emit(op, name, params, operands, exprs, masks_text(mask, operands[0].ndim))
+    if mask is not None and not isinstance(mask, bool):
+        operands[0].tensor.mask = mask
 
 
 def to_sbuf_if(ap, kinds):
@@ -169,6 +180,10 @@ def copy(dst, src, mode=0, dtype=None, mask=None, name="copy", kind=SBUF):
 
 
 def assign(dst, value):
+    if type(value).__name__ == "_LoopReduce":
+        x = value.x if value.x.shape == dst.shape else conform(value.x, dst.shape)
+        binary(dst, x, value.op, dst=dst, mask=value.mask, name="nl.loop_reduce")
+        return
     if is_scalar(value):
         memset(dst, scalar_value(value))
     elif isinstance(value, AP):
@@ -178,7 +193,10 @@ def assign(dst, value):
                 v = conform(v, dst.shape)
             except NkiError:
                 v = align(v, dst.shape)
-        copy(dst, v, 0, name="assign")
+        # a result computed under mask= is assigned under the same mask
+        # (legacy: the mask covers the whole statement)
+        m = value.tensor.mask if value.shape == dst.shape else None
+        copy(dst, v, 0, mask=m, name="assign")
     else:
         raise NkiError(f"nki: cannot assign {type(value).__name__} to a tile")
 
@@ -218,6 +236,9 @@ def binary(a, b, op, dst=None, dtype=None, mask=None, name=None):
         if dst is None:
             dst = alloc(tile.shape, odt)
         return tensor_scalar(dst, tile, op, scalar_value(s), reverse0=rev, mask=mask, name=name)
+    if mask is None and dst is not None:
+        # legacy `x[...] += op(..., mask=m)`: the statement runs under m
+        mask = next((t.tensor.mask for t in (b, a) if t.tensor.mask is not None and t.shape == dst.shape), None)
     odt = result_dtype(op, a, b, dtype)
     shape = dst.shape if dst is not None else bshape(a.shape, b.shape)
     if dst is None:
@@ -313,22 +334,22 @@ def free_size(ap):
     return n
 
 
-def matmul(dst, stationary, moving, accumulate=None, name="nc_matmul"):
+def matmul(dst, stationary, moving, accumulate=None, name="nc_matmul", mask=None):
     if dst is None:
         dst = alloc((free_size(stationary), free_size(moving)), dt.float32, PSUM)
     mode = 0 if accumulate is None else (1 if accumulate else 2)
-    emit(OP_MATMUL, name, [mode], [dst, stationary, moving])
+    emit(OP_MATMUL, name, [mode], [dst, stationary, moving], mask=mask)
     return dst
 
 
-def transpose(dst, data, mode, dtype=None, kind=None, name="nc_transpose"):
+def transpose(dst, data, mode, dtype=None, kind=None, name="nc_transpose", mask=None):
     if data.ndim != 2:
         n = free_size(data)
         raise NkiError(f"nki: {name} takes a 2-d tile (got {data.shape}; flatten the free dims ({n}) first)")
     if dst is None:
         dst = alloc((data.shape[1], data.shape[0]), dtype or data.dtype,
                     kind if kind is not None else (PSUM if mode == 1 else SBUF))
-    emit(OP_TRANSPOSE, name, [mode], [dst, data])
+    emit(OP_TRANSPOSE, name, [mode], [dst, data], mask=mask)
     return dst
 
 

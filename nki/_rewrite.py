@@ -64,9 +64,14 @@ class _IfToWith(ast.NodeTransformer):
 
     def visit_If(self, node):
         inside = set(map(id, (n for b in node.body + node.orelse for n in ast.walk(b))))
-        loads = {n.id for n in ast.walk(self.fdef) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-                 and id(n) not in inside}
-        escapes = bool(_stored(node.body + node.orelse) & loads)
+        end = getattr(node, "end_lineno", node.lineno)
+        outside = [n for n in ast.walk(self.fdef) if isinstance(n, ast.Name) and id(n) not in inside]
+        escapes = False
+        for name in _stored(node.body + node.orelse):
+            stores = [n.lineno for n in outside if n.id == name and isinstance(n.ctx, ast.Store)]
+            for ld in (n.lineno for n in outside if n.id == name and isinstance(n.ctx, ast.Load) and n.lineno > end):
+                if not any(end < st <= ld for st in stores):  # read after the if, not re-bound first
+                    escapes = True
         self.generic_visit(node)
         self.n = getattr(self, "n", 0) + 1
 

@@ -322,8 +322,16 @@ def while_loop(*a, **kw):
     raise NkiError("nki: nl.while_loop (register-driven loops) is not supported by this implementation")
 
 
+class _LoopReduce:
+    """`dst[...] = nl.loop_reduce(x, op, loop_indices)`: dst = op(dst, x) on
+    every iteration (the assignment accumulates)."""
+
+    def __init__(self, x, op, mask):
+        self.x, self.op, self.mask = x, op, mask
+
+
 def loop_reduce(x, op, loop_indices, dtype=None, mask=None, **kw):
-    return x
+    return _LoopReduce(x, op, mask)
 
 
 def program_id(axis=0):

@@ -18,15 +18,21 @@ def _dtype(dtype, default):
 
 def nc_matmul(stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, mask=None,
               is_transpose=False, perf_mode=None, **kw):
+    # legacy kernels may feed PSUM tiles (e.g. a transpose result) straight
+    # in: the legacy compiler copies them to SBUF first, and so do we
+    stationary = _ops.to_sbuf_if(stationary, (PSUM,))
     if is_transpose:
         return _ops.transpose(None, stationary, 1, name="nc_matmul")
-    return _ops.matmul(None, stationary, moving, name="nc_matmul")
+    moving = _ops.to_sbuf_if(moving, (PSUM,))
+    return _ops.matmul(None, stationary, moving, name="nc_matmul", mask=mask)
 
 
 def nc_transpose(data, mask=None, dtype=None, engine=engine.unknown, **kw):
     small = data.shape[0] <= 32 and (data.shape[1] if data.ndim > 1 else 1) <= 32
     vector = engine in (2, 4) or (engine == 0 and small)
-    return _ops.transpose(None, data, 0 if vector else 1, dtype=dtype, kind=SBUF if vector else PSUM)
+    if not vector:
+        data = _ops.to_sbuf_if(data, (PSUM,))
+    return _ops.transpose(None, data, 0 if vector else 1, dtype=dtype, kind=SBUF if vector else PSUM, mask=mask)
 
 
 def activation(op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=None, mask=None,
