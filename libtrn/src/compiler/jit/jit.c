@@ -550,16 +550,18 @@ trn_status trn__cc_build_shared(const char *source, const trn_compile_options *o
     debug_write(opts, ".c", source);
     char hh[65];
     headers_hash(opts->include_dir, hh);
-    const char *extra = getenv("NEURON_CC_FLAGS");
+    // The C compiler settings come with the options (as for graphs): -O
+    // level and extra flags are part of the key.
+    const char *extra = opts->cc_flags;
     size_t klen = strlen(source) + 1024 + (extra ? strlen(extra) : 0);
     char *keytext = malloc(klen);
     if (keytext == NULL) {
         st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn__cc_build_shared: out of memory");
         goto done;
     }
-    int kn = snprintf(keytext, klen, "%s\n%s\ncache %s abi %d\ncc %s %s\nflags %s\nheaders %s\n", source,
+    int kn = snprintf(keytext, klen, "%s\n%s\ncache %s abi %d\ncc %s %s\nflags -O%d %s\nheaders %s\n", source,
                       TRN_COMPILER_VERSION, CACHE_VERSION, TRN_KERNEL_ABI_VERSION, cc_path(), cc_version(group),
-                      extra ? extra : "", hh);
+                      opts->opt_level, extra ? extra : "", hh);
     trn_sha256_hex(keytext, (size_t)kn, key);
     free(keytext);
     char src[4200], so[4200], logp[4200];
@@ -586,13 +588,19 @@ trn_status trn__cc_build_shared(const char *source, const trn_compile_options *o
         goto done;
     }
     double t0 = now_s();
-    int rc = run_cc(src, so, opts->include_dir, logp, tmpdir, group, &cmd);
+    int spawn_errno = 0;
+    int rc = run_cc(opts, src, so, logp, tmpdir, group, &cmd, &spawn_errno);
     *seconds = now_s() - t0;
     log = read_file(logp, NULL);
     debug_write(opts, ".cmd", cmd);
     if (rc != 0) {
-        st = trn__set_error(TRN_ERROR_SYSTEM, "trn__cc_build_shared: `%s` failed (status %d): %.600s",
-                            cmd ? cmd : cc_path(), rc, log ? log : "");
+        if (spawn_errno != 0)
+            st = trn__set_error(TRN_ERROR_SYSTEM, "trn__cc_build_shared: cannot run the C compiler `%s` (%s): "
+                                "NKI kernels need gcc (Debian/Ubuntu: `apt-get install gcc`)",
+                                cc_path(), strerror(spawn_errno));
+        else
+            st = trn__set_error(TRN_ERROR_SYSTEM, "trn__cc_build_shared: `%s` failed (status %d): %.600s",
+                                cmd ? cmd : cc_path(), rc, log ? log : "");
         goto done;
     }
     if (opts->cache_dir) {
