@@ -297,9 +297,14 @@ static void test_empty(void) {
     reduce2d(TRN_REDUCE_AMAX, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 0, 4, 4, 1, 1, 0, out,
              16, NULL, TRN_ERROR_INVALID_ARGUMENT);
     CHECK_CONTAINS(trn_last_error(), "no identity");
-    // Empty output: nothing to do.
-    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 4, 0, 1, 1, 2, 0, out, 4,
+    // Rows of zero columns: each of the 4 outputs is an empty sum (0). The
+    // output is 16 bytes (it was allocated as 4, a write past the block that
+    // ASan's poisoning of device memory now catches).
+    out[0] = out[3] = 7;
+    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 4, 0, 1, 1, 2, 0, out, 16,
              NULL, TRN_SUCCESS);
+    CHECK_CLOSE(out[0], 0, 0);
+    CHECK_CLOSE(out[3], 0, 0);
     float var[2];
     float one[2] = {3, 4};
     // var_mean with correction 1 of one element: 0/0 -> NaN, mean 3.
