@@ -29,6 +29,9 @@ def _caller():
     return None
 
 
+_TORCHAO_ENTRIES = (("torchao.float8", "convert_to_float8_training"), ("torchao.quantization", "quantize_"))
+
+
 class ApiWatch:
     def __init__(self, strict=None):
         self.strict = strict
@@ -59,6 +62,18 @@ class ApiWatch:
 
     def install(self) -> "ApiWatch":
         import importlib
+        import importlib.util
+        # TorchAO: its entry points, called from the program's own code
+        # (transformers imports torchao whenever it is installed, so its
+        # presence in sys.modules says nothing).
+        if importlib.util.find_spec("torchao") is not None:
+            for modname, attr in _TORCHAO_ENTRIES:
+                try:
+                    mod = importlib.import_module(modname)
+                except Exception:  # a broken optional install is not the program's finding
+                    continue
+                if hasattr(mod, attr):
+                    self._patch(mod, attr, self._wrap("torchao", f"{modname}.{attr}", getattr(mod, attr)))
         for key, modname in _NAMESPACES.items():
             mod = importlib.import_module(modname)
             for attr in getattr(mod, "__all__", None) or [a for a in dir(mod) if not a.startswith("_")]:
@@ -110,8 +125,6 @@ class ApiWatch:
 
     def findings(self) -> list[dict]:
         out = list(self.calls.values())
-        if "torchao" in sys.modules:
-            out.append({"api": "torchao", "kind": "torchao", "location": None, "count": 1})
         for pg in self.process_groups:
             if pg["backend"] not in (None, "neuron") and "neuron" not in (pg["backend"] or ""):
                 out.append({"api": f"init_process_group(backend={pg['backend']!r})", "kind": "pg_backend",
