@@ -127,6 +127,7 @@ def test_notebook_launcher_forks_one_core_per_process():
     default device, as a spawned one), with accelerate's own environment
     check (ACCELERATE_DEBUG_MODE) passing first."""
     r = run_python(f"""
+        import os
         import torch
         from accelerate import notebook_launcher
 
@@ -135,8 +136,10 @@ def test_notebook_launcher_forks_one_core_per_process():
             acc = Accelerator()
             x = torch.full((2,), float(acc.process_index + 1), device=acc.device)
             g = acc.gather(x)
-            print("rank", acc.process_index, acc.device, torch.neuron.current_device(),
-                  g.cpu().tolist(), flush=True)
+            # One write(2) per line: the two forked ranks share stdout, and
+            # print's pieces from both interleave.
+            line = f"rank {{acc.process_index}} {{acc.device}} {{torch.neuron.current_device()}} {{g.cpu().tolist()}}\\n"
+            os.write(1, line.encode())
 
         torch.ones(1, device="neuron")
         notebook_launcher(train, num_processes=2, use_port="{free_port()}")
