@@ -9,6 +9,7 @@ libtrn for a baseline any x86-64-v3 CPU runs (OPENNEURON_ARCH overrides:
 package: torch.compile's generated C includes them at run time. The libtrn
 C tests are never built here (`make test-c` builds them on its own).
 """
+
 import os
 import shutil
 import subprocess
@@ -46,11 +47,22 @@ class CMakeBuild(build_ext):
             flags += ["-DTRN_NATIVE_ARCH=OFF", f"-DCMAKE_C_FLAGS=-march={arch} -Wno-psabi"]
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         subprocess.check_call(
-            ["cmake", "-S", str(ROOT), "-B", str(build_dir), *generator,
-             f"-DPython3_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release", *flags],
-            env=env)
-        subprocess.check_call(["cmake", "--build", str(build_dir), "-j", str(os.cpu_count() or 2)],
-                              env=env)
+            [
+                "cmake",
+                "-S",
+                str(ROOT),
+                "-B",
+                str(build_dir),
+                *generator,
+                f"-DPython3_EXECUTABLE={sys.executable}",
+                "-DCMAKE_BUILD_TYPE=Release",
+                *flags,
+            ],
+            env=env,
+        )
+        subprocess.check_call(
+            ["cmake", "--build", str(build_dir), "-j", str(os.cpu_count() or 2)], env=env
+        )
         built = next(build_dir.glob("_C.*.so"))
         libtrn = build_dir / "libtrn" / "libtrn.so"
         janitor = build_dir / "libtrn" / "trn-janitor"  # libtrn runs it from beside itself
@@ -72,5 +84,4 @@ class CMakeBuild(build_ext):
                 shutil.copy2(h, include / h.name)
 
 
-setup(ext_modules=[Extension("torch_neuronx._C", sources=[])],
-      cmdclass={"build_ext": CMakeBuild})
+setup(ext_modules=[Extension("torch_neuronx._C", sources=[])], cmdclass={"build_ext": CMakeBuild})

@@ -12,6 +12,7 @@ milliseconds per call on both devices and the ratio CPU time / neuron time
 On a loaded machine, single-threaded rows compare the kernels more steadily:
     TORCH_NEURONX_NUM_THREADS=1 .venv/bin/python bench/bench_attention.py --threads 1
 """
+
 import argparse
 import os
 
@@ -35,6 +36,7 @@ LONG = [
     ("L2048 1x4x2048x64 causal", 1, 4, 4, 2048, 64, True, None),
 ]
 
+
 def case(device, b, h, hk, L, e, causal, mask, dtype):
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(b, h, L, e, generator=gen, dtype=dtype)
@@ -43,7 +45,7 @@ def case(device, b, h, hk, L, e, causal, mask, dtype):
     m = None
     if mask == "additive":  # BERT's extended padding mask [B, 1, 1, L]
         m = torch.zeros(b, 1, 1, L, dtype=dtype)
-        m[:, :, :, L - L // 8:] = torch.finfo(dtype).min
+        m[:, :, :, L - L // 8 :] = torch.finfo(dtype).min
     q, k, v = (t.to(device).requires_grad_() for t in (q, k, v))
     m = m.to(device) if m is not None else None
     kw = dict(attn_mask=m, is_causal=causal, enable_gqa=hk != h)
@@ -56,6 +58,7 @@ def case(device, b, h, hk, L, e, causal, mask, dtype):
     def fwd_bwd():
         out = F.scaled_dot_product_attention(q, k, v, **kw)
         torch.autograd.grad(out, (q, k, v), dout)
+
     return fwd, fwd_bwd
 
 
@@ -70,8 +73,10 @@ def main():
         torch.set_num_threads(a.threads)
     dtype = getattr(torch, a.dtype)
     shapes = {"small": SMALL, "long": LONG, "all": SMALL + LONG}[a.shapes]
-    print(f"threads: torch {torch.get_num_threads()}, neuron "
-          f"{os.environ.get('TORCH_NEURONX_NUM_THREADS', 'default')}; dtype {a.dtype}")
+    print(
+        f"threads: torch {torch.get_num_threads()}, neuron "
+        f"{os.environ.get('TORCH_NEURONX_NUM_THREADS', 'default')}; dtype {a.dtype}"
+    )
     print(f"{'shape':32s} {'pass':8s} {'neuron ms':>10s} {'cpu ms':>10s} {'cpu/neuron':>10s}")
     for name, b, h, hk, L, e, causal, mask in shapes:
         fn = {d: case(d, b, h, hk, L, e, causal, mask, dtype) for d in ("neuron", "cpu")}
@@ -81,7 +86,10 @@ def main():
             for _ in range(3):
                 tn = min(tn, best_time(fn["neuron"][i], "neuron", a.min_time / 3))
                 tc = min(tc, best_time(fn["cpu"][i], "cpu", a.min_time / 3))
-            print(f"{name:32s} {label:8s} {tn * 1e3:10.3f} {tc * 1e3:10.3f} {tc / tn:10.2f}", flush=True)
+            print(
+                f"{name:32s} {label:8s} {tn * 1e3:10.3f} {tc * 1e3:10.3f} {tc / tn:10.2f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

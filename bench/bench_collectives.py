@@ -10,6 +10,7 @@ and a DDP training step. Bus bandwidth follows nccl-tests.
 N times per backend, alternating which backend goes first, and prints each
 round's ratio and their median (one run swings with the machine's load).
 """
+
 import argparse
 import json
 import os
@@ -29,6 +30,7 @@ def _bus_factor(op, n):
 def _rank_main(backend, max_bytes, out):
     import torch
     import torch.distributed as dist
+
     dist.init_process_group(backend)
     rank, n = dist.get_rank(), dist.get_world_size()
     dev = torch.device("neuron", rank) if backend == "neuron" else torch.device("cpu")
@@ -79,6 +81,7 @@ def _rank_main(backend, max_bytes, out):
     res["bcast_lat_us"] = timeit(lambda: dist.broadcast(tiny, 0), 200) * 1e6
 
     from torch.nn.parallel import DistributedDataParallel as DDP
+
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(4)]).to(dev)
     ddp = DDP(model)
@@ -91,6 +94,7 @@ def _rank_main(backend, max_bytes, out):
         opt.step()
         if backend == "neuron":
             torch.neuron.synchronize()
+
     wall, cpu = timeit(step, 30, cpu=True)
     res["ddp_ms"], res["ddp_cpu_ms"] = wall * 1e3, cpu * 1e3
     if rank == 0:
@@ -105,11 +109,32 @@ def _run(backend, world, max_bytes, out):
         port = s.getsockname()[1]
     procs = []
     for r in range(world):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
-                   LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   OMP_NUM_THREADS="1", TORCH_NEURONX_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, __file__, "--rank-backend", backend,
-                                       "--max-mib", str(max_bytes >> 20), "--out", out], env=env))
+        env = dict(
+            os.environ,
+            RANK=str(r),
+            WORLD_SIZE=str(world),
+            LOCAL_RANK=str(r),
+            LOCAL_WORLD_SIZE=str(world),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            OMP_NUM_THREADS="1",
+            TORCH_NEURONX_NUM_THREADS="1",
+        )
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    "--rank-backend",
+                    backend,
+                    "--max-mib",
+                    str(max_bytes >> 20),
+                    "--out",
+                    out,
+                ],
+                env=env,
+            )
+        )
     for p in procs:
         if p.wait(timeout=1800) != 0:
             raise SystemExit(f"{backend} world {world} failed")
@@ -128,14 +153,19 @@ def _ddp_rounds(worlds, rounds, out):
             cpu.append(g["ddp_cpu_ms"] / n["ddp_cpu_ms"])
             lat.append(n["lat_us"] / g["lat_us"])
             blat.append(n["bcast_lat_us"] / g["bcast_lat_us"])
-            print(f"{world} ranks, round {r}: DDP step neuron {n['ddp_ms']:.2f} ms, gloo-cpu "
-                  f"{g['ddp_ms']:.2f} ms (speedup {wall[-1]:.2f}x; CPU per step {cpu[-1]:.2f}x "
-                  f"less); latency {n['lat_us']:.0f} vs {g['lat_us']:.0f} us, broadcast "
-                  f"{n['bcast_lat_us']:.0f} vs {g['bcast_lat_us']:.0f} us", flush=True)
-        print(f"{world} ranks, median of {rounds}: DDP step speedup {statistics.median(wall):.2f}x "
-              f"(min {min(wall):.2f}x), CPU per step {statistics.median(cpu):.2f}x less, "
-              f"latency neuron/gloo {statistics.median(lat):.2f}, broadcast latency "
-              f"neuron/gloo {statistics.median(blat):.2f}")
+            print(
+                f"{world} ranks, round {r}: DDP step neuron {n['ddp_ms']:.2f} ms, gloo-cpu "
+                f"{g['ddp_ms']:.2f} ms (speedup {wall[-1]:.2f}x; CPU per step {cpu[-1]:.2f}x "
+                f"less); latency {n['lat_us']:.0f} vs {g['lat_us']:.0f} us, broadcast "
+                f"{n['bcast_lat_us']:.0f} vs {g['bcast_lat_us']:.0f} us",
+                flush=True,
+            )
+        print(
+            f"{world} ranks, median of {rounds}: DDP step speedup {statistics.median(wall):.2f}x "
+            f"(min {min(wall):.2f}x), CPU per step {statistics.median(cpu):.2f}x less, "
+            f"latency neuron/gloo {statistics.median(lat):.2f}, broadcast latency "
+            f"neuron/gloo {statistics.median(blat):.2f}"
+        )
 
 
 def main():
@@ -164,16 +194,22 @@ def main():
                 cells.append(f"{nb:8.2f} |{gb:6.2f} |{nb / gb:6.1f}x")
             print(f"{int(size) >> 10:>7}Ki " + " ".join(f"{c:>26}" for c in cells))
         nl, gl = res["neuron"]["lat_us"], res["gloo"]["lat_us"]
-        print(f"8-byte all_reduce latency: neuron {nl:.1f} us, gloo {gl:.1f} us "
-              f"(neuron/gloo {nl / gl:.2f})")
+        print(
+            f"8-byte all_reduce latency: neuron {nl:.1f} us, gloo {gl:.1f} us "
+            f"(neuron/gloo {nl / gl:.2f})"
+        )
         nb, gb = res["neuron"]["bcast_lat_us"], res["gloo"]["bcast_lat_us"]
-        print(f"8-byte broadcast latency: neuron {nb:.1f} us, gloo {gb:.1f} us "
-              f"(neuron/gloo {nb / gb:.2f})")
+        print(
+            f"8-byte broadcast latency: neuron {nb:.1f} us, gloo {gb:.1f} us "
+            f"(neuron/gloo {nb / gb:.2f})"
+        )
         nd, gd = res["neuron"]["ddp_ms"], res["gloo"]["ddp_ms"]
         nc, gc = res["neuron"]["ddp_cpu_ms"], res["gloo"]["ddp_cpu_ms"]
-        print(f"DDP step (4x Linear 512, batch 32): neuron {nd:.2f} ms, gloo-cpu {gd:.2f} ms "
-              f"(speedup {gd / nd:.2f}x); CPU time per step per rank: neuron {nc:.2f} ms, "
-              f"gloo-cpu {gc:.2f} ms ({gc / nc:.2f}x)")
+        print(
+            f"DDP step (4x Linear 512, batch 32): neuron {nd:.2f} ms, gloo-cpu {gd:.2f} ms "
+            f"(speedup {gd / nd:.2f}x); CPU time per step per rank: neuron {nc:.2f} ms, "
+            f"gloo-cpu {gc:.2f} ms ({gc / nc:.2f}x)"
+        )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ earlier model and both compilers' caches, and one full collection over them took
 0.6-1.2 s by GPT-2's turn, landing in whichever phase triggered it. Frozen, a
 first call collects only what it creates, as in a fresh process.
 """
+
 import gc
 import os
 import shutil
@@ -53,6 +54,7 @@ def setup(name, dev, backend, train):
 
 def first_call(name, dev, backend, train):
     from torch._dynamo.utils import compilation_time_metrics
+
     step, batch = setup(name, dev, backend, train)
     compilation_time_metrics.clear()
     torch.neuron.reset_dynamo_metrics()
@@ -94,8 +96,12 @@ def run_time(step, batch, dev, iters):
     return best
 
 
-CONFIGS = [("neuron compiled", "neuron", "neuron"), ("inductor cpu", "cpu", "inductor"),
-           ("cpu eager", "cpu", None), ("neuron eager", "neuron", None)]
+CONFIGS = [
+    ("neuron compiled", "neuron", "neuron"),
+    ("inductor cpu", "cpu", "inductor"),
+    ("cpu eager", "cpu", None),
+    ("neuron eager", "neuron", None),
+]
 
 
 SUMMARY = []
@@ -114,6 +120,7 @@ def bench(name, iters=10):
                 colds[label], cold_be[label], step, batch = first_call(name, dev, backend, train)
                 torch._dynamo.reset()
                 from torch_neuronx._compile import jobs
+
                 jobs._memory_cache.clear()
                 warms[label], adds[label], step, batch = first_call(name, dev, backend, train)
             else:
@@ -123,23 +130,42 @@ def bench(name, iters=10):
         for label in times:
             extra = ""
             if label in colds:
-                extra = (f"  cold compile {colds[label]:.2f} s (backend {cold_be[label]:.2f} s)  "
-                         f"warm start {warms[label]:.2f} s "
-                         f"(backend adds {adds[label]:.3f} s)")
-            print(f"  {what:10s} {label:16s} {times[label] * 1e3:9.3f} ms  "
-                  f"speed vs inductor {base / times[label]:5.2f}x{extra}", flush=True)
+                extra = (
+                    f"  cold compile {colds[label]:.2f} s (backend {cold_be[label]:.2f} s)  "
+                    f"warm start {warms[label]:.2f} s "
+                    f"(backend adds {adds[label]:.3f} s)"
+                )
+            print(
+                f"  {what:10s} {label:16s} {times[label] * 1e3:9.3f} ms  "
+                f"speed vs inductor {base / times[label]:5.2f}x{extra}",
+                flush=True,
+            )
         n, i = "neuron compiled", "inductor cpu"
-        SUMMARY.append((name, what, base / times[n], colds[n] / colds[i], cold_be[n] / cold_be[i],
-                        warms[n] / warms[i], adds[n], adds[i]))
+        SUMMARY.append(
+            (
+                name,
+                what,
+                base / times[n],
+                colds[n] / colds[i],
+                cold_be[n] / cold_be[i],
+                warms[n] / warms[i],
+                adds[n],
+                adds[i],
+            )
+        )
 
 
 def print_summary():
-    print("\n| model | mode | run time: speed vs Inductor | cold compile: neuron/Inductor | "
-          "cold, backend only: neuron/Inductor | warm start: neuron/Inductor | warm: backend adds (neuron / Inductor) |")
+    print(
+        "\n| model | mode | run time: speed vs Inductor | cold compile: neuron/Inductor | "
+        "cold, backend only: neuron/Inductor | warm start: neuron/Inductor | warm: backend adds (neuron / Inductor) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name, what, speed, cold, cold_be, warm, add_n, add_i in SUMMARY:
-        print(f"| {name} | {what} | {speed:.2f}x | {cold:.3f} | {cold_be:.3f} | {warm:.2f} | "
-              f"{add_n:.3f} s / {add_i:.3f} s |")
+        print(
+            f"| {name} | {what} | {speed:.2f}x | {cold:.3f} | {cold_be:.3f} | {warm:.2f} | "
+            f"{add_n:.3f} s / {add_i:.3f} s |"
+        )
 
 
 def main():

@@ -12,6 +12,7 @@ For a model's compiled AdamW training step (tests/compile_models.py):
      empty directory of its own.
 Usage: python bench/bench_compile_cache.py [model] [N]   (N=0: skip step 3)
 """
+
 import json
 import os
 import subprocess
@@ -58,11 +59,21 @@ def run(name, mode, bundle, root, n=1):
     start = time.time() + 3.0
     procs = []
     for i in range(n):
-        env = dict(os.environ, TORCH_NEURONX_NEFF_CACHE_DIR=os.path.join(root, "cache"),
-                   XDG_CONFIG_HOME=os.path.join(root, "config"))
+        env = dict(
+            os.environ,
+            TORCH_NEURONX_NEFF_CACHE_DIR=os.path.join(root, "cache"),
+            XDG_CONFIG_HOME=os.path.join(root, "config"),
+        )
         env.pop("TORCH_NEURONX_NEFF_DISABLE_CACHE", None)
-        procs.append(subprocess.Popen([sys.executable, "-c", WORKER, name, mode, bundle, TESTS, str(start)],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", WORKER, name, mode, bundle, TESTS, str(start)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     out = []
     for p in procs:
         o, e = p.communicate()
@@ -80,13 +91,17 @@ def main():
         (cold,), _ = run(name, "save", bundle, os.path.join(tmp, "a"))
         (hot,), _ = run(name, "load", bundle, os.path.join(tmp, "b"))
         graphs = max(hot["m"]["warm_graphs"], 1)
-        print(f"{name}: cold backend {cold['backend']:.2f} s ({cold['m']['compiles']} C compiles, "
-              f"{cold['m']['cc_seconds']:.2f} s in the C compiler); warm start from a loaded bundle: backend "
-              f"{hot['backend']:.3f} s for {hot['m']['warm_graphs']} Dynamo graphs = {hot['backend'] / graphs:.3f} "
-              f"s/graph (lowerings {hot['m']['lowerings']}, C compiles {hot['m']['compiles']})")
+        print(
+            f"{name}: cold backend {cold['backend']:.2f} s ({cold['m']['compiles']} C compiles, "
+            f"{cold['m']['cc_seconds']:.2f} s in the C compiler); warm start from a loaded bundle: backend "
+            f"{hot['backend']:.3f} s for {hot['m']['warm_graphs']} Dynamo graphs = {hot['backend'] / graphs:.3f} "
+            f"s/graph (lowerings {hot['m']['lowerings']}, C compiles {hot['m']['compiles']})"
+        )
         (disk,), _ = run(name, "plain", bundle, os.path.join(tmp, "a"))
-        print(f"{name}: for comparison, a warm start from the cold run's own disk cache: backend "
-              f"{disk['backend']:.3f} s = {disk['backend'] / max(disk['m']['warm_graphs'], 1):.3f} s/graph")
+        print(
+            f"{name}: for comparison, a warm start from the cold run's own disk cache: backend "
+            f"{disk['backend']:.3f} s = {disk['backend'] / max(disk['m']['warm_graphs'], 1):.3f} s/graph"
+        )
         if n == 0:
             return
         one, one_wall = run(name, "plain", bundle, os.path.join(tmp, "c"))
@@ -95,13 +110,17 @@ def main():
         k1, kn = one[0]["m"]["compiles"], sum(r["m"]["compiles"] for r in many)
         cpu1, cpun = one[0]["cc_cpu"], sum(r["cc_cpu"] for r in many)
         py1, pyn = one[0]["cpu"], sum(r["cpu"] for r in many)
-        print(f"{name}: 1 process on a cold cache: {k1} C compiles, C compiler {cc1:.2f} s wall / {cpu1:.2f} s CPU, "
-              f"process CPU {py1:.2f} s, backend {one[0]['backend']:.2f} s, wall {one_wall:.2f} s")
-        print(f"{name}: {n} processes sharing a cold cache: {kn} C compiles ({kn / max(k1, 1):.2f}x), C compiler "
-              f"{ccn:.2f} s wall ({ccn / cc1:.2f}x) / {cpun:.2f} s CPU ({cpun / max(cpu1, 1e-9):.2f}x), process CPU "
-              f"{pyn:.2f} s ({pyn / py1:.2f}x), backend {sum(r['backend'] for r in many):.2f} s summed "
-              f"({sum(r['backend'] for r in many) / one[0]['backend']:.2f}x), wall {many_wall:.2f} s "
-              f"({many_wall / one_wall:.2f}x)")
+        print(
+            f"{name}: 1 process on a cold cache: {k1} C compiles, C compiler {cc1:.2f} s wall / {cpu1:.2f} s CPU, "
+            f"process CPU {py1:.2f} s, backend {one[0]['backend']:.2f} s, wall {one_wall:.2f} s"
+        )
+        print(
+            f"{name}: {n} processes sharing a cold cache: {kn} C compiles ({kn / max(k1, 1):.2f}x), C compiler "
+            f"{ccn:.2f} s wall ({ccn / cc1:.2f}x) / {cpun:.2f} s CPU ({cpun / max(cpu1, 1e-9):.2f}x), process CPU "
+            f"{pyn:.2f} s ({pyn / py1:.2f}x), backend {sum(r['backend'] for r in many):.2f} s summed "
+            f"({sum(r['backend'] for r in many) / one[0]['backend']:.2f}x), wall {many_wall:.2f} s "
+            f"({many_wall / one_wall:.2f}x)"
+        )
 
 
 if __name__ == "__main__":

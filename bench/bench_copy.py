@@ -3,6 +3,7 @@
 Prints ratios (neuron / CPU, higher is better for bandwidth; lower is better
 for overhead). Run: .venv/bin/python bench/bench_copy.py
 """
+
 import time
 
 import torch
@@ -32,13 +33,24 @@ def bandwidth() -> None:
     cases = [
         ("host->device", lambda: dev2.copy_(host), lambda: cpu2.copy_(host)),
         ("device->host", lambda: cpu2.copy_(dev), lambda: cpu2.copy_(host)),
-        ("device->device", lambda: (dev2.copy_(dev), torch.neuron.synchronize()),
-         lambda: cpu2.copy_(host)),
-        ("transpose 4096x4096", lambda: (dev2.view(4096, 4096).copy_(dev.view(4096, 4096).t()),
-                                         torch.neuron.synchronize()),
-         lambda: cpu2.view(4096, 4096).copy_(host.view(4096, 4096).t())),
-        ("fp32->bf16", lambda: (dev.to(torch.bfloat16), torch.neuron.synchronize()),
-         lambda: host.to(torch.bfloat16)),
+        (
+            "device->device",
+            lambda: (dev2.copy_(dev), torch.neuron.synchronize()),
+            lambda: cpu2.copy_(host),
+        ),
+        (
+            "transpose 4096x4096",
+            lambda: (
+                dev2.view(4096, 4096).copy_(dev.view(4096, 4096).t()),
+                torch.neuron.synchronize(),
+            ),
+            lambda: cpu2.view(4096, 4096).copy_(host.view(4096, 4096).t()),
+        ),
+        (
+            "fp32->bf16",
+            lambda: (dev.to(torch.bfloat16), torch.neuron.synchronize()),
+            lambda: host.to(torch.bfloat16),
+        ),
     ]
     for name, neuron_fn, cpu_fn in cases:
         tn, tc = _time(neuron_fn, 5), _time(cpu_fn, 5)
@@ -58,6 +70,7 @@ def overhead() -> None:
         ("add (CPU fallback)", lambda: d + d, lambda: h + h),
     ]
     import warnings
+
     warnings.filterwarnings("ignore", message="neuron: ")
     for name, neuron_fn, cpu_fn in cases:
         tn, tc = _time(neuron_fn, 2000) * 1e6, _time(cpu_fn, 2000) * 1e6

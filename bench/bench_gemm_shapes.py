@@ -14,6 +14,7 @@ to date only at scheduler ticks, so for multi-threaded calls it is rough.
 With --autocast the step runs under torch.autocast(bfloat16), so the
 recorded GEMMs are the bfloat16 ones and are timed in bfloat16.
 """
+
 import argparse
 import collections
 import copy
@@ -31,8 +32,12 @@ import torch_neuronx  # noqa: E402,F401
 import model_zoo as zoo  # noqa: E402
 from bench_models import make_step  # noqa: E402
 
-OPS = {torch.ops.aten.mm.default: "mm", torch.ops.aten.addmm.default: "addmm",
-       torch.ops.aten.bmm.default: "bmm", torch.ops.aten.baddbmm.default: "baddbmm"}
+OPS = {
+    torch.ops.aten.mm.default: "mm",
+    torch.ops.aten.addmm.default: "addmm",
+    torch.ops.aten.bmm.default: "bmm",
+    torch.ops.aten.baddbmm.default: "baddbmm",
+}
 
 
 class Recorder(TorchDispatchMode):
@@ -43,8 +48,9 @@ class Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in OPS:
-            tens = tuple((tuple(a.shape), tuple(a.stride())) for a in args
-                         if isinstance(a, torch.Tensor))
+            tens = tuple(
+                (tuple(a.shape), tuple(a.stride())) for a in args if isinstance(a, torch.Tensor)
+            )
             dtype = next(a.dtype for a in args if isinstance(a, torch.Tensor))
             scal = tuple(kwargs.get(k, 1) for k in ("beta", "alpha"))
             self.calls[(OPS[func], tens, scal, dtype)] += 1
@@ -54,8 +60,11 @@ class Recorder(TorchDispatchMode):
 def operand(shape, stride, device, gen, dtype):
     need = 1 + sum((s - 1) * st for s, st in zip(shape, stride))
     base = torch.randn(max(need, 1), generator=gen).to(dtype)
-    return base.as_strided(shape, stride).to(device) if device == "cpu" else \
-        base.to(device).as_strided(shape, stride)
+    return (
+        base.as_strided(shape, stride).to(device)
+        if device == "cpu"
+        else base.to(device).as_strided(shape, stride)
+    )
 
 
 def timed(fn, sync, reps):
@@ -75,14 +84,18 @@ def main():
     ap.add_argument("--model", default="bert")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; best kept")
-    ap.add_argument("--autocast", action="store_true",
-                    help="record the step under bfloat16 autocast (bfloat16 GEMMs)")
+    ap.add_argument(
+        "--autocast",
+        action="store_true",
+        help="record the step under bfloat16 autocast (bfloat16 GEMMs)",
+    )
     args = ap.parse_args()
     torch.manual_seed(0)
     cpu = zoo.MODELS[args.model]("small")
     gen = torch.Generator().manual_seed(0)
-    batch = (zoo.image_batch(32, 32, gen=gen) if args.model == "resnet"
-             else zoo.lm_batch(8, 64, gen=gen))
+    batch = (
+        zoo.image_batch(32, 32, gen=gen) if args.model == "resnet" else zoo.lm_batch(8, 64, gen=gen)
+    )
     step = make_step(args.model, copy.deepcopy(cpu), "cpu", batch, args.autocast)
     step()
     rec = Recorder()
@@ -97,7 +110,7 @@ def main():
             ts = [operand(s, st, dev, g, dtype) for s, st in tens]
             f = getattr(torch, op)
             kw = {"beta": beta, "alpha": alpha} if op in ("addmm", "baddbmm") else {}
-            fns[dev] = (lambda f=f, ts=ts, kw=kw: f(*ts, **kw))
+            fns[dev] = lambda f=f, ts=ts, kw=kw: f(*ts, **kw)
         cases.append((op, tens, count, fns))
     # Rounds alternate the devices, each timing all its shapes in a row: a
     # device's threads (PyTorch's OpenMP team, libtrn's pool) spin a while
@@ -107,22 +120,31 @@ def main():
         for dev in ("neuron", "cpu"):
             for i, (_, _, _, fns) in enumerate(cases):
                 best[i][dev] = min(best[i][dev], timed(fns[dev], sync[dev], args.reps))
-    rows = [(op, tens, count, *b["cpu"], *b["neuron"])
-            for (op, tens, count, _), b in zip(cases, best)]
+    rows = [
+        (op, tens, count, *b["cpu"], *b["neuron"]) for (op, tens, count, _), b in zip(cases, best)
+    ]
     rows.sort(key=lambda r: -r[2] * r[5])
     tot = [0.0] * 4
-    print(f"{args.model}: {sum(r[2] for r in rows)} GEMM calls per step, "
-          f"{torch.get_num_threads()} threads{', bf16 autocast' if args.autocast else ''}; best of {args.rounds} rounds of {args.reps}")
-    print(f"{'op':8s} {'operands (shape/stride)':58s} {'n':>3s} {'cpu us':>7s} {'neu us':>7s} "
-          f"{'ratio':>6s} {'cpu-time us cpu/neu':>20s}")
+    print(
+        f"{args.model}: {sum(r[2] for r in rows)} GEMM calls per step, "
+        f"{torch.get_num_threads()} threads{', bf16 autocast' if args.autocast else ''}; best of {args.rounds} rounds of {args.reps}"
+    )
+    print(
+        f"{'op':8s} {'operands (shape/stride)':58s} {'n':>3s} {'cpu us':>7s} {'neu us':>7s} "
+        f"{'ratio':>6s} {'cpu-time us cpu/neu':>20s}"
+    )
     for op, tens, count, *t in rows:
         tot = [a + count * b for a, b in zip(tot, t)]
         desc = " ".join(f"{'x'.join(map(str, s))}/{','.join(map(str, st))}" for s, st in tens)
-        print(f"{op:8s} {desc:58s} {count:3d} {t[0] * 1e6:7.0f} {t[2] * 1e6:7.0f} "
-              f"{t[0] / t[2]:6.2f} {t[1] * 1e6:9.0f} {t[3] * 1e6:7.0f}")
-    print(f"per step wall: cpu {tot[0] * 1e3:.1f} ms, neuron {tot[2] * 1e3:.1f} ms, "
-          f"ratio {tot[0] / tot[2]:.2f}; CPU time: cpu {tot[1] * 1e3:.1f} ms, "
-          f"neuron {tot[3] * 1e3:.1f} ms")
+        print(
+            f"{op:8s} {desc:58s} {count:3d} {t[0] * 1e6:7.0f} {t[2] * 1e6:7.0f} "
+            f"{t[0] / t[2]:6.2f} {t[1] * 1e6:9.0f} {t[3] * 1e6:7.0f}"
+        )
+    print(
+        f"per step wall: cpu {tot[0] * 1e3:.1f} ms, neuron {tot[2] * 1e3:.1f} ms, "
+        f"ratio {tot[0] / tot[2]:.2f}; CPU time: cpu {tot[1] * 1e3:.1f} ms, "
+        f"neuron {tot[3] * 1e3:.1f} ms"
+    )
 
 
 if __name__ == "__main__":

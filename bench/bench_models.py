@@ -15,6 +15,7 @@ run; weights, gradients and AdamW stay float32).
 
     .venv/bin/python bench/bench_models.py [--steps N] [--models gpt2,llama] [--no-autocast]
 """
+
 import argparse
 import copy
 import os
@@ -43,6 +44,7 @@ def make_step(name, model, device, batch, autocast=False):
         loss.backward()
         opt.step()
         return loss.item()  # synchronizes, as a training loop that logs does
+
     return step
 
 
@@ -60,8 +62,11 @@ def cpu_peak_bytes(step) -> int:
             step()
     events = prof.profiler.kineto_results.events()
     window = next(e for e in events if e.name() == "measured_step")
-    mem = sorted((e.start_ns(), e.nbytes()) for e in events
-                 if e.name() == "[memory]" and str(e.device_type()) == "DeviceType.CPU")
+    mem = sorted(
+        (e.start_ns(), e.nbytes())
+        for e in events
+        if e.name() == "[memory]" and str(e.device_type()) == "DeviceType.CPU"
+    )
     live, start, peak = 0, None, 0
     for t, n in mem:
         if start is None and t >= window.start_ns():
@@ -110,20 +115,30 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--models", default=",".join(zoo.MODELS))
-    ap.add_argument("--no-autocast", action="store_true",
-                    help="skip the bf16-autocast row of each model")
+    ap.add_argument(
+        "--no-autocast", action="store_true", help="skip the bf16-autocast row of each model"
+    )
     args = ap.parse_args()
     torch_neuronx.clear_op_tracking()
     print(f"training step (AdamW), {torch.get_num_threads()} CPU threads; ratio > 1: neuron faster")
-    print(f"{'model':13s} {'neuron step/s':>14s} {'cpu step/s':>11s} {'ratio':>6s}   "
-          f"{'neuron peak MiB':>15s} {'cpu peak MiB':>12s} {'ratio':>6s}")
-    rows = [(n, ac) for n in args.models.split(",") for ac in (False, True)
-            if not (ac and args.no_autocast)]
+    print(
+        f"{'model':13s} {'neuron step/s':>14s} {'cpu step/s':>11s} {'ratio':>6s}   "
+        f"{'neuron peak MiB':>15s} {'cpu peak MiB':>12s} {'ratio':>6s}"
+    )
+    rows = [
+        (n, ac)
+        for n in args.models.split(",")
+        for ac in (False, True)
+        if not (ac and args.no_autocast)
+    ]
     for name, ac in rows:
         sd, sc, md, mc = bench(name, args.steps, args.warmup, ac)
         label = name + (" bf16" if ac else "")
-        print(f"{label:13s} {sd:14.2f} {sc:11.2f} {sd / sc:6.2f}   "
-              f"{md / 2**20:15.1f} {mc / 2**20:12.1f} {md / max(mc, 1):6.2f}", flush=True)
+        print(
+            f"{label:13s} {sd:14.2f} {sc:11.2f} {sd / sc:6.2f}   "
+            f"{md / 2**20:15.1f} {mc / 2**20:12.1f} {md / max(mc, 1):6.2f}",
+            flush=True,
+        )
     fallbacks = sorted(set(torch_neuronx.get_fallback_ops()))
     print("ops on the CPU fallback:", ", ".join(fallbacks) if fallbacks else "none")
 

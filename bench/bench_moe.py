@@ -10,6 +10,7 @@ better. Target (the issue's, never a test's): >= 1.2x PyTorch CPU.
 
 Run: make bench   (or .venv/bin/python bench/bench_moe.py [--quick])
 """
+
 import argparse
 import pathlib
 import sys
@@ -26,14 +27,17 @@ from bench_ops import timeit  # noqa: E402  (the same timer as the op table)
 
 
 def row(name, ours, theirs, what):
-    print(f"  {name:46}{ours * 1e3:10.3f} ms{theirs * 1e3:10.3f} ms  {theirs / ours:6.2f}x  vs {what}",
-          flush=True)
+    print(
+        f"  {name:46}{ours * 1e3:10.3f} ms{theirs * 1e3:10.3f} ms  {theirs / ours:6.2f}x  vs {what}",
+        flush=True,
+    )
 
 
 def counts(tokens, experts, seed):
     g = torch.Generator().manual_seed(seed)
     c = torch.multinomial(torch.ones(experts), tokens, replacement=True, generator=g).bincount(
-        minlength=experts)
+        minlength=experts
+    )
     return c.cumsum(0).to(torch.int32)
 
 
@@ -51,9 +55,14 @@ def bench_grouped(min_time, tokens, dim, hidden, experts):
 
         def loop():
             for g in range(experts):
-                torch.mm(xd[bounds[g]:bounds[g + 1]], wd[g])
-        row(f"{str(dtype)[6:]} neuron vs loop of mm (neuron)", ours, timeit(loop, "neuron", min_time),
-            "loop")
+                torch.mm(xd[bounds[g] : bounds[g + 1]], wd[g])
+
+        row(
+            f"{str(dtype)[6:]} neuron vs loop of mm (neuron)",
+            ours,
+            timeit(loop, "neuron", min_time),
+            "loop",
+        )
 
 
 def bench_scaled(min_time, m, k, n):
@@ -62,7 +71,9 @@ def bench_scaled(min_time, m, k, n):
     b = torch.randn(n, k).to(torch.float8_e4m3fn).t()
     sa, sb = torch.rand(m, 1) + 0.5, torch.rand(1, n) + 0.5
     ad, bd, sad, sbd = (t.to("neuron") for t in (a, b, sa, sb))
-    ours = timeit(lambda: torch._scaled_mm(ad, bd, sad, sbd, out_dtype=torch.bfloat16), "neuron", min_time)
+    ours = timeit(
+        lambda: torch._scaled_mm(ad, bd, sad, sbd, out_dtype=torch.bfloat16), "neuron", min_time
+    )
     cpu = timeit(lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16), "cpu", min_time)
     row("neuron vs CPU _scaled_mm", ours, cpu, "CPU")
     a16, b16 = ad.to(torch.bfloat16), bd.to(torch.bfloat16)
@@ -75,7 +86,9 @@ def bench_train(min_time, expert_dtype):
     times = {}
     for dev in ("neuron", "cpu"):
         torch.manual_seed(0)
-        model = MoETransformer(expert_dtype, dim=128, heads=4, hidden=256, experts=8, layers=2).to(dev)
+        model = MoETransformer(expert_dtype, dim=128, heads=4, hidden=256, experts=8, layers=2).to(
+            dev
+        )
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         idx = torch.randint(0, 64, (8, 64)).to(dev)
         tgt = torch.randint(0, 64, (8, 64)).to(dev)
@@ -85,6 +98,7 @@ def bench_train(min_time, expert_dtype):
             opt.zero_grad()
             loss.backward()
             opt.step()
+
         times[dev] = timeit(step, dev, min_time)
     row("neuron vs CPU train step", times["neuron"], times["cpu"], "CPU")
 

@@ -5,6 +5,7 @@ the op on the neuron device (SDPA for attention) and (c) an
 instruction-by-instruction NumPy execution of the same traced program (how
 AWS's simulator runs kernels). Also the cold compile time of each kernel.
 Prints a table; numbers are wall-clock medians on this machine."""
+
 import math
 import os
 import statistics
@@ -74,9 +75,13 @@ def rmsnorm(x, w, eps):
         ss = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
         nisa.activation(dst=sq, op=nl.square, data=t, reduce_op=nl.add, reduce_res=ss)
         r = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
-        nisa.tensor_scalar(dst=r, data=ss, op0=nl.multiply, operand0=1.0 / F, op1=nl.add, operand1=eps)
+        nisa.tensor_scalar(
+            dst=r, data=ss, op0=nl.multiply, operand0=1.0 / F, op1=nl.add, operand1=eps
+        )
         nisa.activation(dst=r, op=nl.rsqrt, data=r)
-        nisa.scalar_tensor_tensor(dst=t, data=t, op0=nl.multiply, operand0=r, op1=nl.multiply, operand1=wt)
+        nisa.scalar_tensor_tensor(
+            dst=t, data=t, op0=nl.multiply, operand0=r, op1=nl.multiply, operand1=wt
+        )
         nisa.dma_copy(dst=out[nl.ds(i * 128, 128), :], src=t)
     return out
 
@@ -95,15 +100,33 @@ def layernorm(x, eps):
         r = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
         nisa.tensor_scalar(dst=r, data=mv[:, 1:2], op0=nl.add, operand0=eps)
         nisa.activation(dst=r, op=nl.rsqrt, data=r)
-        nisa.tensor_scalar(dst=t, data=t, op0=nl.subtract, operand0=mv[:, 0:1], op1=nl.multiply, operand1=r)
+        nisa.tensor_scalar(
+            dst=t, data=t, op0=nl.subtract, operand0=mv[:, 0:1], op1=nl.multiply, operand1=r
+        )
         nisa.dma_copy(dst=out[nl.ds(i * 128, 128), :], src=t)
     return out
 
 
 # ---------------------------------------------------------------- (c) NumPy, one instruction at a time
-ACT = {0: lambda x: x, 1: np.exp, 2: np.log, 3: np.sqrt, 4: lambda x: 1 / np.sqrt(x), 5: lambda x: 1 / x,
-       22: np.square, 23: np.negative}
-ALU = {0: lambda a, b: a, 1: np.add, 2: np.subtract, 3: np.multiply, 4: np.divide, 5: np.maximum, 6: np.minimum}
+ACT = {
+    0: lambda x: x,
+    1: np.exp,
+    2: np.log,
+    3: np.sqrt,
+    4: lambda x: 1 / np.sqrt(x),
+    5: lambda x: 1 / x,
+    22: np.square,
+    23: np.negative,
+}
+ALU = {
+    0: lambda a, b: a,
+    1: np.add,
+    2: np.subtract,
+    3: np.multiply,
+    4: np.divide,
+    5: np.maximum,
+    6: np.minimum,
+}
 RED = {1: np.sum, 5: np.max, 6: np.min}
 
 
@@ -118,8 +141,8 @@ class NumpySim:
         for t in toks:
             if t[0] == "T":
                 tid, kind, nd = int(t[1]), int(t[2]), int(t[4])
-                shape = [int(x) for x in t[5:5 + nd]]
-                strides = [int(x) for x in t[5 + nd:5 + 2 * nd]]
+                shape = [int(x) for x in t[5 : 5 + nd]]
+                strides = [int(x) for x in t[5 + nd : 5 + 2 * nd]]
                 base, off = int(t[6 + 2 * nd]), int(t[7 + 2 * nd])
                 if kind in (0, 1):
                     self.mem[tid] = args[k].reshape(-1)
@@ -127,10 +150,10 @@ class NumpySim:
                     k += 1
                 elif kind == 5:
                     self.views[tid] = (base, off)
-                    self.shapes[tid] = [int(np.prod(shape[d + 1:])) for d in range(nd)]
+                    self.shapes[tid] = [int(np.prod(shape[d + 1 :])) for d in range(nd)]
                 else:
                     self.mem[tid] = np.full(int(np.prod(shape)), np.nan, np.float32)
-                    self.shapes[tid] = [int(np.prod(shape[d + 1:])) for d in range(nd)]
+                    self.shapes[tid] = [int(np.prod(shape[d + 1 :])) for d in range(nd)]
             else:
                 self.stmts.append(t)
 
@@ -143,7 +166,7 @@ class NumpySim:
 
     def operand(self, t, i, env):
         tid, nd = int(t[i]), int(t[i + 1])
-        counts = [int(x) for x in t[i + 2:i + 2 + nd]]
+        counts = [int(x) for x in t[i + 2 : i + 2 + nd]]
         ntd = int(t[i + 2 + nd])
         j = i + 3 + nd
         strides = self.shapes[tid]
@@ -160,7 +183,9 @@ class NumpySim:
                 st[a] += int(t[j + a]) * strides[d]
             j += nd
         m = self.mem[root]
-        v = np.lib.stride_tricks.as_strided(m[flat:], shape=counts, strides=[s * m.itemsize for s in st])
+        v = np.lib.stride_tricks.as_strided(
+            m[flat:], shape=counts, strides=[s * m.itemsize for s in st]
+        )
         return v, j
 
     def run(self, pid=0):
@@ -191,7 +216,7 @@ class NumpySim:
 
     def _instr(self, t, env):
         op, npar = int(t[1]), int(t[4])
-        p = [float(x) for x in t[5:5 + npar]]
+        p = [float(x) for x in t[5 : 5 + npar]]
         j = 5 + npar
         nopd = int(t[j])
         j += 1
@@ -232,7 +257,9 @@ class NumpySim:
         elif op == 5:
             prod = ops[1].reshape(ops[1].shape[0], -1).T @ ops[2].reshape(ops[2].shape[0], -1)
             root = self.root(int(t[5 + npar + 1]))[0]
-            first = root in self.fresh  # first write to a fresh PSUM tile overwrites (per tile, not per element)
+            first = (
+                root in self.fresh
+            )  # first write to a fresh PSUM tile overwrites (per tile, not per element)
             self.fresh.discard(root)
             d[...] = prod if (p[0] == 2 or (p[0] == 0 and first)) else d + prod
         elif op == 6:
@@ -245,10 +272,12 @@ class NumpySim:
                 c += int(t[j + 1]) * env[int(t[j])]
                 j += 2
             nd = int(t[j])
-            coefs = [int(x) for x in t[j + 1:j + 1 + nd]]
+            coefs = [int(x) for x in t[j + 1 : j + 1 + nd]]
             grid = np.indices(d.shape)
             val = c + sum(cf * g for cf, g in zip(coefs, grid))
-            keep = {8: val == 0, 9: val != 0, 10: val < 0, 11: val <= 0, 12: val > 0, 13: val >= 0}[int(p[0])]
+            keep = {8: val == 0, 9: val != 0, 10: val < 0, 11: val <= 0, 12: val > 0, 13: val >= 0}[
+                int(p[0])
+            ]
             d[...] = np.where(keep, ops[1], p[1])
         elif op == 8:
             d[...] = p[0]
@@ -258,7 +287,10 @@ class NumpySim:
             d[...] = ALU[int(p[1])](x, ops[3])
         elif op == 13:
             x = ops[1]
-            d[...] = np.stack([np.full(x.shape[0], x.shape[1]), x.mean(1), x.var(1)] + [np.zeros(x.shape[0])] * 3, 1)
+            d[...] = np.stack(
+                [np.full(x.shape[0], x.shape[1]), x.mean(1), x.var(1)] + [np.zeros(x.shape[0])] * 3,
+                1,
+            )
         elif op == 14:
             d[...] = np.stack([ops[1][:, 1], ops[1][:, 2]], 1)
         else:
@@ -286,23 +318,54 @@ def main():
     x, w = torch.randn(R, F), torch.randn(F)
     q, k, v = (torch.randn(BH, S, D) for _ in range(3))
     cases = [
-        ("matmul 512^3", matmul, (a_t, b), lambda: a_t.T @ b,
-         lambda a, bb: a.T @ bb, lambda: (a_t, b)),
-        ("softmax 1024x512", softmax, (x,), lambda: torch.softmax(x, 1),
-         lambda xx: torch.softmax(xx, 1), lambda: (x,)),
-        ("rmsnorm 1024x512", rmsnorm, (x, w, 1e-6),
-         lambda: x * torch.rsqrt((x * x).mean(1, keepdim=True) + 1e-6) * w,
-         lambda xx, ww, e: torch.nn.functional.rms_norm(xx, (F,), ww, e), lambda: (x, w, 1e-6)),
-        ("layernorm 1024x512", layernorm, (x, 1e-5), lambda: torch.nn.functional.layer_norm(x, (F,), eps=1e-5),
-         lambda xx, e: torch.nn.functional.layer_norm(xx, (F,), eps=e), lambda: (x, 1e-5)),
-        ("flash fwd 4x512x64", flash_fwd, (q, k, v, 1 / math.sqrt(D), True),
-         lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
-         lambda qq, kk, vv, s, c: torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, is_causal=True),
-         lambda: (q, k, v, 1 / math.sqrt(D), True)),
+        (
+            "matmul 512^3",
+            matmul,
+            (a_t, b),
+            lambda: a_t.T @ b,
+            lambda a, bb: a.T @ bb,
+            lambda: (a_t, b),
+        ),
+        (
+            "softmax 1024x512",
+            softmax,
+            (x,),
+            lambda: torch.softmax(x, 1),
+            lambda xx: torch.softmax(xx, 1),
+            lambda: (x,),
+        ),
+        (
+            "rmsnorm 1024x512",
+            rmsnorm,
+            (x, w, 1e-6),
+            lambda: x * torch.rsqrt((x * x).mean(1, keepdim=True) + 1e-6) * w,
+            lambda xx, ww, e: torch.nn.functional.rms_norm(xx, (F,), ww, e),
+            lambda: (x, w, 1e-6),
+        ),
+        (
+            "layernorm 1024x512",
+            layernorm,
+            (x, 1e-5),
+            lambda: torch.nn.functional.layer_norm(x, (F,), eps=1e-5),
+            lambda xx, e: torch.nn.functional.layer_norm(xx, (F,), eps=e),
+            lambda: (x, 1e-5),
+        ),
+        (
+            "flash fwd 4x512x64",
+            flash_fwd,
+            (q, k, v, 1 / math.sqrt(D), True),
+            lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+            lambda qq, kk, vv, s, c: torch.nn.functional.scaled_dot_product_attention(
+                qq, kk, vv, is_causal=True
+            ),
+            lambda: (q, k, v, 1 / math.sqrt(D), True),
+        ),
     ]
     os.environ.setdefault("TORCH_NEURONX_NEFF_DISABLE_CACHE", "1")  # cold compiles below are real
-    print(f"{'kernel':22} {'compile s':>9} {'nki ms':>8} {'(a) cpu ms':>10} {'(b) native ms':>13} "
-          f"{'(c) numpy ms':>12} {'c/nki':>7} {'nki/b':>6}")
+    print(
+        f"{'kernel':22} {'compile s':>9} {'nki ms':>8} {'(a) cpu ms':>10} {'(b) native ms':>13} "
+        f"{'(c) numpy ms':>12} {'c/nki':>7} {'nki/b':>6}"
+    )
     for name, kern, args, cpu_fn, native_fn, _ in cases:
         dargs = [t.to(dev) if isinstance(t, torch.Tensor) else t for t in args]
         t0 = time.perf_counter()
@@ -312,20 +375,24 @@ def main():
         def run_nki():
             kern(*dargs)
             sync()
+
         t_nki = timeit(run_nki)
         t_cpu = timeit(cpu_fn)
 
         def run_native():
             native_fn(*dargs)
             sync()
+
         t_nat = timeit(run_native)
         tr = kern.trace(*args)[0]
         np_args = [t.numpy() if isinstance(t, torch.Tensor) else None for t in args]
         outs = [np.zeros(int(np.prod(t.shape)), np.float32) for t in tr.tensors if t.kind == 1]
         mems = [a for a in np_args if a is not None] + outs
         t_np = timeit(lambda: NumpySim(tr.text(), [m.copy() for m in mems]).run(), reps=1)
-        print(f"{name:22} {compile_s:9.3f} {t_nki * 1e3:8.2f} {t_cpu * 1e3:10.2f} {t_nat * 1e3:13.2f} "
-              f"{t_np * 1e3:12.1f} {t_np / t_nki:7.1f} {t_nki / t_nat:6.2f}")
+        print(
+            f"{name:22} {compile_s:9.3f} {t_nki * 1e3:8.2f} {t_cpu * 1e3:10.2f} {t_nat * 1e3:13.2f} "
+            f"{t_np * 1e3:12.1f} {t_np / t_nki:7.1f} {t_nki / t_nat:6.2f}"
+        )
 
 
 if __name__ == "__main__":

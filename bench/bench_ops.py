@@ -9,6 +9,7 @@ tiny-op overhead <= 1.5x CPU's.
 
 Run: make bench   (or .venv/bin/python bench/bench_ops.py [--quick])
 """
+
 import argparse
 import time
 import warnings
@@ -55,8 +56,10 @@ def header(title, unit):
 def both(make, fn, min_time):
     """Times fn(*make(device)) on neuron and CPU."""
     args = {d: make(d) for d in ("neuron", "cpu")}
-    return (timeit(lambda: fn(*args["neuron"]), "neuron", min_time),
-            timeit(lambda: fn(*args["cpu"]), "cpu", min_time))
+    return (
+        timeit(lambda: fn(*args["neuron"]), "neuron", min_time),
+        timeit(lambda: fn(*args["cpu"]), "cpu", min_time),
+    )
 
 
 def tiny_overhead(min_time):
@@ -66,16 +69,28 @@ def tiny_overhead(min_time):
         ("mul by python scalar", lambda d: (torch.ones(4, device=d),), lambda a: a * 2.0),
         ("exp", lambda d: (torch.ones(4, device=d),), torch.exp),
         ("relu_ (in place)", lambda d: (torch.ones(4, device=d),), torch.relu_),
-        ("where", lambda d: (torch.ones(4, device=d) > 0, torch.ones(4, device=d),
-                             torch.zeros(4, device=d)), torch.where),
+        (
+            "where",
+            lambda d: (
+                torch.ones(4, device=d) > 0,
+                torch.ones(4, device=d),
+                torch.zeros(4, device=d),
+            ),
+            torch.where,
+        ),
         ("sum", lambda d: (torch.ones(4, device=d),), torch.sum),
         ("softmax", lambda d: (torch.ones(4, device=d),), lambda a: torch.softmax(a, 0)),
         ("mm 2x2", lambda d: (torch.ones(2, 2, device=d), torch.ones(2, 2, device=d)), torch.mm),
-        ("index_select", lambda d: (torch.ones(4, device=d),
-                                    torch.tensor([0, 2], device=d)),
-         lambda a, i: a.index_select(0, i)),
-        ("cat", lambda d: (torch.ones(4, device=d), torch.ones(4, device=d)),
-         lambda a, b: torch.cat([a, b])),
+        (
+            "index_select",
+            lambda d: (torch.ones(4, device=d), torch.tensor([0, 2], device=d)),
+            lambda a, i: a.index_select(0, i),
+        ),
+        (
+            "cat",
+            lambda d: (torch.ones(4, device=d), torch.ones(4, device=d)),
+            lambda a, b: torch.cat([a, b]),
+        ),
     ]
     for name, make, fn in cases:
         tn, tc = both(make, fn, min_time)
@@ -92,18 +107,24 @@ def dram_bandwidth(min_time):
 
 
 def large_elementwise(min_time, dram):
-    header(f"Large elementwise, 16M float32 (64 MiB per tensor); DRAM copy "
-           f"bandwidth measured now: {dram:.1f} GB/s", "GB/s")
+    header(
+        f"Large elementwise, 16M float32 (64 MiB per tensor); DRAM copy "
+        f"bandwidth measured now: {dram:.1f} GB/s",
+        "GB/s",
+    )
     n = 16 * 2**20
     cases = [
         ("add (a + b)", 3, lambda d: (torch.randn(n).to(d), torch.randn(n).to(d)), torch.add),
         ("mul (a * b)", 3, lambda d: (torch.randn(n).to(d), torch.randn(n).to(d)), torch.mul),
         ("gelu", 2, lambda d: (torch.randn(n).to(d),), F.gelu),
         ("exp", 2, lambda d: (torch.randn(n).to(d),), torch.exp),
-        ("add_ in place (a += b)", 3, lambda d: (torch.randn(n).to(d), torch.randn(n).to(d)),
-         lambda a, b: a.add_(b)),
-        ("sigmoid bf16", 2, lambda d: (torch.randn(n).to(torch.bfloat16).to(d),),
-         torch.sigmoid),
+        (
+            "add_ in place (a += b)",
+            3,
+            lambda d: (torch.randn(n).to(d), torch.randn(n).to(d)),
+            lambda a, b: a.add_(b),
+        ),
+        ("sigmoid bf16", 2, lambda d: (torch.randn(n).to(torch.bfloat16).to(d),), torch.sigmoid),
     ]
     for name, tensors, make, fn in cases:
         tn, tc = both(make, fn, min_time)
@@ -117,16 +138,19 @@ def reductions(min_time):
     header("Reductions", "GB/s")
     cases = [
         ("sum, 16M float32", lambda d: (torch.randn(16 * 2**20).to(d),), torch.sum),
-        ("sum dim 0, 4096x4096", lambda d: (torch.randn(4096, 4096).to(d),),
-         lambda a: a.sum(0)),
-        ("sum dim 1, 4096x4096", lambda d: (torch.randn(4096, 4096).to(d),),
-         lambda a: a.sum(1)),
-        ("softmax last dim, 4096x4096", lambda d: (torch.randn(4096, 4096).to(d),),
-         lambda a: torch.softmax(a, -1)),
-        ("var_mean last dim, 8192x1024 (LN-sized)", lambda d: (torch.randn(8192, 1024).to(d),),
-         lambda a: torch.var_mean(a, -1)),
-        ("amax dim 1, 4096x4096", lambda d: (torch.randn(4096, 4096).to(d),),
-         lambda a: a.amax(1)),
+        ("sum dim 0, 4096x4096", lambda d: (torch.randn(4096, 4096).to(d),), lambda a: a.sum(0)),
+        ("sum dim 1, 4096x4096", lambda d: (torch.randn(4096, 4096).to(d),), lambda a: a.sum(1)),
+        (
+            "softmax last dim, 4096x4096",
+            lambda d: (torch.randn(4096, 4096).to(d),),
+            lambda a: torch.softmax(a, -1),
+        ),
+        (
+            "var_mean last dim, 8192x1024 (LN-sized)",
+            lambda d: (torch.randn(8192, 1024).to(d),),
+            lambda a: torch.var_mean(a, -1),
+        ),
+        ("amax dim 1, 4096x4096", lambda d: (torch.randn(4096, 4096).to(d),), lambda a: a.amax(1)),
     ]
     for name, make, fn in cases:
         tn, tc = both(make, fn, min_time)
@@ -137,13 +161,15 @@ def reductions(min_time):
 def gemm(min_time):
     header("GEMM, float32 square", "GFLOP/s")
     for n in [128, 256, 512, 1024, 2048]:
-        tn, tc = both(lambda d: (torch.randn(n, n).to(d), torch.randn(n, n).to(d)),
-                      torch.mm, min_time)
+        tn, tc = both(
+            lambda d: (torch.randn(n, n).to(d), torch.randn(n, n).to(d)), torch.mm, min_time
+        )
         flops = 2 * n**3
         row("gemm", f"mm {n}", flops / tn / 1e9, flops / tc / 1e9, "GFLOP/s", True)
     b, m, k, n = 16, 256, 256, 256
-    tn, tc = both(lambda d: (torch.randn(b, m, k).to(d), torch.randn(b, k, n).to(d)),
-                  torch.bmm, min_time)
+    tn, tc = both(
+        lambda d: (torch.randn(b, m, k).to(d), torch.randn(b, k, n).to(d)), torch.bmm, min_time
+    )
     flops = 2 * b * m * n * k
     row("gemm", "bmm 16x256x256x256", flops / tn / 1e9, flops / tc / 1e9, "GFLOP/s", True)
 
@@ -158,12 +184,21 @@ def conv(min_time):
     ]
     for nb, c, h, w, k, r, s in shapes:
         pad = r // 2
-        tn, tc = both(lambda d: (torch.randn(nb, c, h, w).to(d), torch.randn(k, c, r, r).to(d)),
-                      lambda x, wt: F.conv2d(x, wt, stride=s, padding=pad), min_time)
+        tn, tc = both(
+            lambda d: (torch.randn(nb, c, h, w).to(d), torch.randn(k, c, r, r).to(d)),
+            lambda x, wt: F.conv2d(x, wt, stride=s, padding=pad),
+            min_time,
+        )
         ho, wo = (h + 2 * pad - r) // s + 1, (w + 2 * pad - r) // s + 1
         flops = 2 * nb * k * ho * wo * c * r * r
-        row("conv", f"{nb}x{c}x{h}x{w} -> {k}, {r}x{r}", flops / tn / 1e9, flops / tc / 1e9,
-            "GFLOP/s", True)
+        row(
+            "conv",
+            f"{nb}x{c}x{h}x{w} -> {k}, {r}x{r}",
+            flops / tn / 1e9,
+            flops / tc / 1e9,
+            "GFLOP/s",
+            True,
+        )
 
 
 def summary():
@@ -187,8 +222,10 @@ def main():
     warnings.simplefilter("ignore", UserWarning)
     min_time = 0.2 if args.quick else 0.6
     torch.manual_seed(0)
-    print(f"PyTorch {torch.__version__}, CPU threads {torch.get_num_threads()}, "
-          f"neuron threads {torch_neuronx._C._num_threads()}")
+    print(
+        f"PyTorch {torch.__version__}, CPU threads {torch.get_num_threads()}, "
+        f"neuron threads {torch_neuronx._C._num_threads()}"
+    )
     tiny_overhead(min_time)
     large_elementwise(min_time, dram_bandwidth(min_time))
     reductions(min_time)

@@ -13,6 +13,7 @@ backend's decompositions and partitioner, its compilers returning the graphs
 as they are. Prints process CPU seconds, or, with --calls, the number of
 Python function calls under cProfile (deterministic: independent of load).
 """
+
 import os
 import subprocess
 import sys
@@ -28,6 +29,7 @@ def child(name, dev, mode, be, calls):
     import torch._dynamo
 
     import torch_neuronx  # noqa: F401
+
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
     import compile_models as cm
 
@@ -45,15 +47,24 @@ def child(name, dev, mode, be, calls):
 
         def same(g, _):
             return make_boxed_func(g.forward)
-        return aot_autograd(fw_compiler=same, bw_compiler=same, inference_compiler=same,
-                            decompositions=_decompositions(), partition_fn=min_cut_rematerialization_partition,
-                            keep_inference_input_mutations=True)(gm, example_inputs)
+
+        return aot_autograd(
+            fw_compiler=same,
+            bw_compiler=same,
+            inference_compiler=same,
+            decompositions=_decompositions(),
+            partition_fn=min_cut_rematerialization_partition,
+            keep_inference_input_mutations=True,
+        )(gm, example_inputs)
 
     backend = {"dynamo": dynamo_only, "aot": aot}[be]
 
     def tiny(x, w):
         return torch.nn.functional.gelu(x @ w).sum()
-    r = torch.compile(tiny, backend=backend)(*[torch.randn(4, 4, device=dev, requires_grad=train) for _ in range(2)])
+
+    r = torch.compile(tiny, backend=backend)(
+        *[torch.randn(4, 4, device=dev, requires_grad=train) for _ in range(2)]
+    )
     if train:
         r.backward()
     torch._dynamo.reset()
@@ -70,6 +81,7 @@ def child(name, dev, mode, be, calls):
     if prof:
         prof.disable()
         import pstats
+
         print(f"RESULT {pstats.Stats(prof).total_calls}")
     else:
         print(f"RESULT {time.process_time() - t:.3f}")
@@ -87,14 +99,20 @@ def main():
             for be in ("dynamo", "aot"):
                 got = {}
                 for dev in ("neuron", "cpu"):
-                    out = subprocess.run([sys.executable, __file__, "--child", name, dev, mode, be, str(int(calls))],
-                                         capture_output=True, text=True)
+                    out = subprocess.run(
+                        [sys.executable, __file__, "--child", name, dev, mode, be, str(int(calls))],
+                        capture_output=True,
+                        text=True,
+                    )
                     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
                     if not lines:
                         sys.exit(f"{name} {dev} {mode} {be} failed:\n{out.stderr[-2000:]}")
                     got[dev] = float(lines[-1].split()[1]) / (1e6 if calls else 1)
-                print(f"| {name} | {mode} | {be} | {got['neuron']:.3f} | {got['cpu']:.3f} | "
-                      f"{got['neuron'] / got['cpu']:.3f} |", flush=True)
+                print(
+                    f"| {name} | {mode} | {be} | {got['neuron']:.3f} | {got['cpu']:.3f} | "
+                    f"{got['neuron'] / got['cpu']:.3f} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ largest self time for each, side by side, so gaps show per op.
 
     .venv/bin/python bench/profile_models.py --model gpt2 [--steps 3] [--top 15]
 """
+
 import argparse
 import copy
 import os
@@ -44,17 +45,22 @@ def main():
     cpu = zoo.MODELS[args.model]("small")
     dev = copy.deepcopy(cpu).to("neuron")
     gen = torch.Generator().manual_seed(0)
-    batch = (zoo.image_batch(32, 32, gen=gen) if args.model == "resnet"
-             else zoo.lm_batch(8, 64, gen=gen))
+    batch = (
+        zoo.image_batch(32, 32, gen=gen) if args.model == "resnet" else zoo.lm_batch(8, 64, gen=gen)
+    )
     models = {"neuron": dev, "cpu": cpu}
-    steps = {d: make_step(args.model, models[d], d, batch, args.autocast)
-             for d in args.devices.split(",")}
+    steps = {
+        d: make_step(args.model, models[d], d, batch, args.autocast)
+        for d in args.devices.split(",")
+    }
     for s in steps.values():
         s()
         s()
     res = {d: top_ops(s, args.steps, args.top) for d, s in steps.items()}
-    print(f"{args.model}: per step self time (us), {args.steps} steps, "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"{args.model}: per step self time (us), {args.steps} steps, "
+        f"{torch.get_num_threads()} threads"
+    )
     for d, (rows, total) in res.items():
         print(f"--- {d}: total self {total / 1e3:.1f} ms")
         for t, n, k in rows:

@@ -6,6 +6,7 @@ losses rank by rank.
 
 (Under torchrun, with --backend, it is one rank of the training run.)
 """
+
 import argparse
 import json
 import os
@@ -21,8 +22,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 def train(backend: str, out: str, steps: int) -> None:
     dist.init_process_group(backend)
     rank = dist.get_rank()
-    device = torch.device("neuron", int(os.environ["LOCAL_RANK"])) if backend == "neuron" \
+    device = (
+        torch.device("neuron", int(os.environ["LOCAL_RANK"]))
+        if backend == "neuron"
         else torch.device("cpu")
+    )
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
     model = DDP(model.to(device))
@@ -42,9 +46,20 @@ def train(backend: str, out: str, steps: int) -> None:
 
 
 def launch(backend: str, nproc: int, out: str, steps: int) -> None:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={nproc}", __file__, "--backend", backend,
-           "--out", out, "--steps", str(steps)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        __file__,
+        "--backend",
+        backend,
+        "--out",
+        out,
+        "--steps",
+        str(steps),
+    ]
     subprocess.run(cmd, check=True, timeout=600)
 
 

@@ -1,5 +1,6 @@
 """OpenNeuron quickstart: the neuron device, a checked matmul, a tiny training
 loop and the fallback report (which ops ran on the CPU, and how often)."""
+
 import collections
 
 import torch
@@ -10,8 +11,7 @@ import torch_neuronx
 def check_device() -> None:
     print(f"torch {torch.__version__}, torch_neuronx {torch_neuronx.__version__}")
     print("accelerator:", torch.accelerator.current_accelerator())
-    print("neuron devices:", torch.neuron.device_count(), "-",
-          torch.neuron.get_device_name(0))
+    print("neuron devices:", torch.neuron.device_count(), "-", torch.neuron.get_device_name(0))
 
 
 def check_matmul() -> None:
@@ -26,8 +26,9 @@ def check_matmul() -> None:
 
 def train() -> None:
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(),
-                                torch.nn.Linear(32, 1)).to("neuron")
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.Linear(32, 1)).to(
+        "neuron"
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     x = torch.randn(128, 8, device="neuron")
     y = (x[:, :1] * 2 - x[:, 1:2]).detach()
@@ -43,8 +44,10 @@ def fallback_report() -> None:
     torch.neuron.synchronize()
     fallback = collections.Counter(torch_neuronx.get_fallback_ops())
     executed = collections.Counter(torch_neuronx.get_executed_ops())
-    print(f"native neuron ops: {sum(executed.values())} invocations of "
-          f"{len(executed)} ops: {dict(executed)}")
+    print(
+        f"native neuron ops: {sum(executed.values())} invocations of "
+        f"{len(executed)} ops: {dict(executed)}"
+    )
     print(f"CPU fallback: {sum(fallback.values())} invocations of {len(fallback)} ops")
     for op, n in fallback.most_common():
         print(f"  {op:40s} {n}")
@@ -52,6 +55,7 @@ def fallback_report() -> None:
 
 if __name__ == "__main__":
     import warnings
+
     warnings.filterwarnings("ignore", message="neuron: ")  # the report below says it all
     check_device()
     torch_neuronx.clear_op_tracking()

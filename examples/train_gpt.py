@@ -7,6 +7,7 @@ natively (the goal is none). Run by `make demo` after the quickstart.
 No downloads: the "corpus" is a repeating synthetic sequence the model
 learns to continue, so the loss visibly falls.
 """
+
 import collections
 import math
 
@@ -23,8 +24,9 @@ class Block(nn.Module):
         self.heads = heads
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(approximate="tanh"),
-                                 nn.Linear(4 * d, d))
+        self.mlp = nn.Sequential(
+            nn.Linear(d, 4 * d), nn.GELU(approximate="tanh"), nn.Linear(4 * d, d)
+        )
 
     def forward(self, x):
         b, t, d = x.shape
@@ -36,8 +38,9 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    def __init__(self, vocab: int = 64, d: int = 64, layers: int = 2, heads: int = 4,
-                 ctx: int = 32):
+    def __init__(
+        self, vocab: int = 64, d: int = 64, layers: int = 2, heads: int = 4, ctx: int = 32
+    ):
         super().__init__()
         self.tok = nn.Embedding(vocab, d)
         self.pos = nn.Embedding(ctx, d)
@@ -76,8 +79,10 @@ def main() -> None:
     torch.neuron.synchronize()
     fallback = collections.Counter(torch_neuronx.get_fallback_ops())
     print(f"native neuron op invocations: {len(torch_neuronx.get_executed_ops())}")
-    print(f"CPU fallback: {sum(fallback.values())} invocations of {len(fallback)} ops"
-          + ("" if fallback else " (empty: every op ran natively)"))
+    print(
+        f"CPU fallback: {sum(fallback.values())} invocations of {len(fallback)} ops"
+        + ("" if fallback else " (empty: every op ran natively)")
+    )
     for op, n in fallback.most_common():
         print(f"  {op:40s} {n}")
 

@@ -3,6 +3,7 @@ ran through the CPU fallback, plus the neuron/CPU time of one training step.
 
     PYTHONPATH=. python examples/train_step.py [--steps N] [--time]
 """
+
 import argparse
 import time
 
@@ -99,8 +100,18 @@ def main():
             fb = torch_neuronx.get_fallback_ops()
             print(f"{opt_kind:11s} manual_attn={manual!s:5s} loss={loss.item():.4f} fallbacks={fb}")
             fallbacks.update(fb)
-    for act in (nn.ReLU(), nn.SiLU(), nn.Tanh(), nn.Sigmoid(), nn.Hardtanh(), nn.LeakyReLU(),
-                nn.ELU(), nn.Softplus(), nn.Mish(), nn.GELU(approximate="tanh")):
+    for act in (
+        nn.ReLU(),
+        nn.SiLU(),
+        nn.Tanh(),
+        nn.Sigmoid(),
+        nn.Hardtanh(),
+        nn.LeakyReLU(),
+        nn.ELU(),
+        nn.Softplus(),
+        nn.Mish(),
+        nn.GELU(approximate="tanh"),
+    ):
         torch_neuronx.clear_op_tracking()
         run("neuron", 1, "sgd", False, mlp_act=act)
         fb = torch_neuronx.get_fallback_ops()

@@ -12,6 +12,7 @@ rules and compiles to C (docs/nki.md).
 
 Called with neuron tensors it runs on the device; with NumPy arrays or CPU
 tensors (or under nki.simulate / NKI_SIMULATOR=1) on the host."""
+
 from . import isa, language, typing  # noqa: F401
 from ._ir import NkiError  # noqa: F401
 from ._runtime import Kernel, jit, simulate, stats  # noqa: F401
@@ -52,6 +53,7 @@ class _BenchResult:
 class _Benchmarked(Kernel):
     def __call__(self, *args, **kwargs):
         import time
+
         warmup, iters = self.opts.get("warmup", 2), self.opts.get("iters", 10)
         r = None
         for _ in range(warmup):
@@ -76,4 +78,6 @@ def benchmark(kernel=None, warmup=2, iters=10, **opts):
     if kernel is None:
         return lambda f: benchmark(f, warmup=warmup, iters=iters, **opts)
     k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
-    return _Benchmarked(k.fn, k.grid, k.legacy, "simulation", k._cache, True, warmup=warmup, iters=iters)
+    return _Benchmarked(
+        k.fn, k.grid, k.legacy, "simulation", k._cache, True, warmup=warmup, iters=iters
+    )

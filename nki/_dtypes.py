@@ -1,6 +1,7 @@
 """NKI dtypes: strings (as NKI 0.6 spells them) that know their libtrn code,
 size, NumPy and PyTorch equivalents. Every dtype-accepting API normalises
 with ``to_dtype`` (strings, NumPy dtypes and types, torch dtypes)."""
+
 import numpy as np
 
 
@@ -24,6 +25,7 @@ class NkiDType(str):
     @property
     def torch(self):
         import torch
+
         if self.torch_name is None:
             raise TypeError(f"nki: {self} has no torch dtype")
         return getattr(torch, self.torch_name)
@@ -44,12 +46,37 @@ uint32 = NkiDType("uint32", 11, 4, False, "uint32", "uint32")
 bool_ = NkiDType("bool", 12, 1, False, "bool", "bool")
 tfloat32 = NkiDType("tfloat32", 13, 4, True, "float32", None)
 
-ALL = [float32, bfloat16, float16, float8_e4m3, float8_e4m3fn, float8_e5m2, int8, uint8, int16, uint16,
-       int32, uint32, bool_, tfloat32]
+ALL = [
+    float32,
+    bfloat16,
+    float16,
+    float8_e4m3,
+    float8_e4m3fn,
+    float8_e5m2,
+    int8,
+    uint8,
+    int16,
+    uint16,
+    int32,
+    uint32,
+    bool_,
+    tfloat32,
+]
 _BY_NAME = {d: d for d in ALL}
-_BY_NAME.update({"float": float32, "fp32": float32, "bf16": bfloat16, "half": float16, "fp16": float16,
-                 "bool_": bool_, "tf32": tfloat32, "float8e4": float8_e4m3, "float8e5": float8_e5m2,
-                 "float8_e4m3fnuz": float8_e4m3fn})
+_BY_NAME.update(
+    {
+        "float": float32,
+        "fp32": float32,
+        "bf16": bfloat16,
+        "half": float16,
+        "fp16": float16,
+        "bool_": bool_,
+        "tf32": tfloat32,
+        "float8e4": float8_e4m3,
+        "float8e5": float8_e5m2,
+        "float8_e4m3fnuz": float8_e4m3fn,
+    }
+)
 
 
 def to_dtype(x):
@@ -63,6 +90,7 @@ def to_dtype(x):
     name = None
     try:
         import torch
+
         if isinstance(x, torch.dtype):
             name = str(x).replace("torch.", "")
     except ImportError:  # pragma: no cover - torch is a project dependency

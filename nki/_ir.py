@@ -7,6 +7,7 @@ Owns: Affine / IExpr / Pred (index arithmetic, legacy arange/mgrid and
 masks), Tensor (a memory), AP (an access pattern over one: the handle
 kernels index and pass to instructions), Tracer (the program being built).
 Instruction emitters live in _ops.py."""
+
 import os
 import sys
 import threading
@@ -58,6 +59,7 @@ def _esc(s):
 # ---------------------------------------------------------------- index arithmetic
 class Affine:
     """c + sum(coef * var): a loop index, a program id, or arithmetic on them."""
+
     __slots__ = ("c", "t")
 
     def __init__(self, c=0, t=None):
@@ -129,7 +131,12 @@ class Affine:
     def _const_op(self, o, name):
         if self.is_const() and (isinstance(o, int) or (isinstance(o, Affine) and o.is_const())):
             return None
-        if isinstance(o, int) and o != 0 and all(v % o == 0 for v in self.t.values()) and name == "floordiv":
+        if (
+            isinstance(o, int)
+            and o != 0
+            and all(v % o == 0 for v in self.t.values())
+            and name == "floordiv"
+        ):
             if self.c % o == 0:
                 return Affine(self.c // o, {k: v // o for k, v in self.t.items()})
         raise Concretize(list(self.t))
@@ -165,10 +172,16 @@ class Affine:
     def _cmp(self, o, op):
         if isinstance(o, (AP,)):
             return NotImplemented
-        if isinstance(o, IExpr) or not self.is_const() or (isinstance(o, Affine) and not o.is_const()):
+        if (
+            isinstance(o, IExpr)
+            or not self.is_const()
+            or (isinstance(o, Affine) and not o.is_const())
+        ):
             return IExpr.of(self)._cmp(o, op)
         v, w = self.c, Affine.of(o).c if not isinstance(o, float) else o
-        return {"eq": v == w, "ne": v != w, "lt": v < w, "le": v <= w, "gt": v > w, "ge": v >= w}[op]
+        return {"eq": v == w, "ne": v != w, "lt": v < w, "le": v <= w, "gt": v > w, "ge": v >= w}[
+            op
+        ]
 
     def __eq__(self, o):
         if not isinstance(o, (int, Affine, IExpr, float)):
@@ -219,6 +232,7 @@ def as_index(x):
 class Sym:
     """One axis of a legacy index expression (arange/mgrid): values
     0..size-1 placed at `rpos` (axis counted from the right)."""
+
     __slots__ = ("size", "rpos", "uid")
     _n = [0]
 
@@ -230,6 +244,7 @@ class Sym:
 
 class IExpr:
     """Legacy index expression: affine over loop indices plus syms."""
+
     __slots__ = ("a", "s", "ndim")
 
     def __init__(self, a, s, ndim):
@@ -356,13 +371,44 @@ def expr_text(e, nd, cmp="ge"):
 
 # ---------------------------------------------------------------- tensors
 ARG, OUT, SBUF, PSUM, HBM, VIEW = range(6)
-KIND_NAME = {ARG: "hbm", OUT: "shared_hbm", SBUF: "sbuf", PSUM: "psum", HBM: "private_hbm", VIEW: "view"}
+KIND_NAME = {
+    ARG: "hbm",
+    OUT: "shared_hbm",
+    SBUF: "sbuf",
+    PSUM: "psum",
+    HBM: "private_hbm",
+    VIEW: "view",
+}
 
 
 class Tensor:
-    __slots__ = ("id", "kind", "dtype", "shape", "strides", "par_axis", "base", "offset", "loc", "name", "mask")
+    __slots__ = (
+        "id",
+        "kind",
+        "dtype",
+        "shape",
+        "strides",
+        "par_axis",
+        "base",
+        "offset",
+        "loc",
+        "name",
+        "mask",
+    )
 
-    def __init__(self, id_, kind, dtype, shape, strides=None, par_axis=0, base=-1, offset=0, loc="?", name=None):
+    def __init__(
+        self,
+        id_,
+        kind,
+        dtype,
+        shape,
+        strides=None,
+        par_axis=0,
+        base=-1,
+        offset=0,
+        loc="?",
+        name=None,
+    ):
         self.id, self.kind, self.dtype, self.shape = id_, kind, dtype, tuple(int(s) for s in shape)
         if strides is None:
             strides, run = [], 1
@@ -370,20 +416,32 @@ class Tensor:
                 strides.insert(0, run)
                 run *= s
         self.strides = tuple(strides)
-        self.par_axis, self.base, self.offset, self.loc, self.name = par_axis, base, offset, loc, name
-        self.mask = None  # legacy: the mask= its producing instruction had (x[...] = op(..., mask=m))
+        self.par_axis, self.base, self.offset, self.loc, self.name = (
+            par_axis,
+            base,
+            offset,
+            loc,
+            name,
+        )
+        self.mask = (
+            None  # legacy: the mask= its producing instruction had (x[...] = op(..., mask=m))
+        )
 
     def text(self):
         nd = len(self.shape)
-        return " ".join(["T", str(self.id), str(self.kind), str(self.dtype.code), str(nd)] +
-                        [str(s) for s in self.shape] + [str(s) for s in self.strides] +
-                        [str(self.par_axis), str(self.base), str(self.offset), _esc(self.loc)])
+        return " ".join(
+            ["T", str(self.id), str(self.kind), str(self.dtype.code), str(nd)]
+            + [str(s) for s in self.shape]
+            + [str(s) for s in self.strides]
+            + [str(self.par_axis), str(self.base), str(self.offset), _esc(self.loc)]
+        )
 
 
 class AP:
     """An access pattern over a Tensor: the handle kernels see (NkiTensor).
     dims: counts of its own dims; idx[d] = (Affine base, [coef per dim]) for
     each tensor dim d."""
+
     __slots__ = ("tensor", "dims", "idx", "__weakref__")
 
     def __init__(self, tensor, dims=None, idx=None):
@@ -413,8 +471,15 @@ class AP:
     @property
     def buffer(self):
         from . import language as nl
+
         k = self.tensor.kind
-        return {SBUF: nl.sbuf, PSUM: nl.psum, ARG: nl.hbm, OUT: nl.shared_hbm, HBM: nl.private_hbm}.get(k, nl.sbuf)
+        return {
+            SBUF: nl.sbuf,
+            PSUM: nl.psum,
+            ARG: nl.hbm,
+            OUT: nl.shared_hbm,
+            HBM: nl.private_hbm,
+        }.get(k, nl.sbuf)
 
     def __len__(self):
         return self.dims[0]
@@ -429,8 +494,12 @@ class AP:
         raise NkiError("nki: a tile has no Python truth value")
 
     def same(self, o):
-        return (isinstance(o, AP) and o.tensor is self.tensor and o.dims == self.dims and
-                [(b.c, b.t, c) for b, c in o.idx] == [(b.c, b.t, c) for b, c in self.idx])
+        return (
+            isinstance(o, AP)
+            and o.tensor is self.tensor
+            and o.dims == self.dims
+            and [(b.c, b.t, c) for b, c in o.idx] == [(b.c, b.t, c) for b, c in self.idx]
+        )
 
     # -- indexing
     def _compose(self, newdims, vals):
@@ -453,7 +522,7 @@ class AP:
         if any(k is Ellipsis for k in key):
             i = [j for j, k in enumerate(key) if k is Ellipsis][0]
             fill = len(self.dims) - (len(key) - 1)
-            key = key[:i] + (slice(None),) * fill + key[i + 1:]
+            key = key[:i] + (slice(None),) * fill + key[i + 1 :]
         if len(key) > len(self.dims):
             raise NkiError(f"nki: {len(key)} indices for a {len(self.dims)}-d tensor")
         return key + (slice(None),) * (len(self.dims) - len(key))
@@ -481,7 +550,9 @@ class AP:
                 if isinstance(start, Affine) or isinstance(stop, Affine):
                     size = Affine.of(stop) - Affine.of(start)
                     if not size.is_const():
-                        raise NkiError("nki: a slice's size must not depend on a loop index (use nl.ds(start, size))")
+                        raise NkiError(
+                            "nki: a slice's size must not depend on a loop index (use nl.ds(start, size))"
+                        )
                     size = size.c
                     cnt = max(0, -(-size // step))
                 else:
@@ -490,7 +561,9 @@ class AP:
                 vals.append((Affine.of(start), {len(newdims): step}))
                 newdims.append(cnt)
             elif isinstance(k, AP):
-                raise NkiError("nki: indexing with a tile (indirect access) is not supported by this implementation")
+                raise NkiError(
+                    "nki: indexing with a tile (indirect access) is not supported by this implementation"
+                )
             else:
                 v = as_index(k)
                 if isinstance(v, int) and v < 0:
@@ -535,6 +608,7 @@ class AP:
 
     def __setitem__(self, key, value):
         from . import _ops
+
         dst = self[key]
         if isinstance(value, AP) and value.same(dst):
             return
@@ -543,9 +617,16 @@ class AP:
     # -- views
     def _is_whole(self):
         nd = len(self.tensor.shape)
-        return (self.dims == list(self.tensor.shape) and
-                all(b.is_const() and b.c == 0 and c == [1 if j == d else 0 for j in range(len(self.dims))]
-                    for d, (b, c) in enumerate(self.idx)) and nd == len(self.dims))
+        return (
+            self.dims == list(self.tensor.shape)
+            and all(
+                b.is_const()
+                and b.c == 0
+                and c == [1 if j == d else 0 for j in range(len(self.dims))]
+                for d, (b, c) in enumerate(self.idx)
+            )
+            and nd == len(self.dims)
+        )
 
     def reshape(self, *shape):
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
@@ -582,12 +663,16 @@ class AP:
                 return AP(tr.new_tensor(VIEW, dtype, shape, base=t.id, offset=0))
         # a slice contiguous in memory over its free dims (e.g. tile[:, k]):
         # view its partition rows
-        raise NkiError("nki: reshape/view of a sliced or strided tensor is not supported here; reshape the whole tensor")
+        raise NkiError(
+            "nki: reshape/view of a sliced or strided tensor is not supported here; reshape the whole tensor"
+        )
 
     def broadcast_to(self, shape):
         shape = tuple(int(s) for s in shape)
         if len(shape) != len(self.dims):
-            raise NkiError(f"nki: broadcast_to {shape} from {self.shape}: same number of dims required")
+            raise NkiError(
+                f"nki: broadcast_to {shape} from {self.shape}: same number of dims required"
+            )
         dims = list(self.dims)
         idx = [(b, list(c)) for b, c in self.idx]
         for j, (a, b) in enumerate(zip(self.dims, shape)):
@@ -611,7 +696,11 @@ class AP:
     def squeeze_to(self, ndims_keep):
         """Drops size-1 dims beyond the first `ndims_keep` dims."""
         keep = [j for j in range(len(self.dims)) if j < ndims_keep or self.dims[j] != 1]
-        return AP(self.tensor, [self.dims[j] for j in keep], [(b, [c[j] for j in keep]) for b, c in self.idx])
+        return AP(
+            self.tensor,
+            [self.dims[j] for j in keep],
+            [(b, [c[j] for j in keep]) for b, c in self.idx],
+        )
 
     def flat_free(self):
         """(P, F) view if the free dims are mergeable (strides nest)."""
@@ -621,15 +710,24 @@ class AP:
         """Raw access pattern [[stride, count], ...] over the tensor's memory
         (elements, partition pattern first)."""
         if kw.get("vector_offset") is not None or kw.get("scalar_offset") is not None:
-            raise NkiError("nki: .ap(vector_offset/scalar_offset) (indirect access) is not supported")
+            raise NkiError(
+                "nki: .ap(vector_offset/scalar_offset) (indirect access) is not supported"
+            )
         t = self.tensor
-        strides = Tensor(0, SBUF, t.dtype, t.shape).strides if t.kind != ARG and t.kind != OUT else t.strides
+        strides = (
+            Tensor(0, SBUF, t.dtype, t.shape).strides
+            if t.kind != ARG and t.kind != OUT
+            else t.strides
+        )
         # express a flat pattern over a tensor viewed as 1-d of its elements
         n = 1
         for s in t.shape:
             n *= s
-        flat = AP(current().new_tensor(VIEW, t.dtype, [n], strides=[1], base=t.id, offset=0)) \
-            if list(strides) == list(Tensor(0, SBUF, t.dtype, t.shape).strides) else None
+        flat = (
+            AP(current().new_tensor(VIEW, t.dtype, [n], strides=[1], base=t.id, offset=0))
+            if list(strides) == list(Tensor(0, SBUF, t.dtype, t.shape).strides)
+            else None
+        )
         if flat is None:
             raise NkiError("nki: .ap() on a non-contiguous tensor is not supported")
         dims = [int(c) for _, c in pattern]
@@ -637,7 +735,11 @@ class AP:
         return AP(flat.tensor, dims, idx)
 
     def operand_text(self):
-        parts = [str(self.tensor.id), str(len(self.dims))] + [str(d) for d in self.dims] + [str(len(self.idx))]
+        parts = (
+            [str(self.tensor.id), str(len(self.dims))]
+            + [str(d) for d in self.dims]
+            + [str(len(self.idx))]
+        )
         for b, c in self.idx:
             parts.append(b.text())
             parts.extend(str(x) for x in c)
@@ -646,47 +748,98 @@ class AP:
     # -- arithmetic sugar: nl ops (legacy semantics: broadcasting, promotion)
     def _b(self, o, op, rev=False):
         from . import _ops
+
         return _ops.binary(o, self, op) if rev else _ops.binary(self, o, op)
 
-    def __add__(self, o): return self._b(o, "add")
-    def __radd__(self, o): return self._b(o, "add", True)
-    def __sub__(self, o): return self._b(o, "subtract")
-    def __rsub__(self, o): return self._b(o, "subtract", True)
-    def __mul__(self, o): return self._b(o, "multiply")
-    def __rmul__(self, o): return self._b(o, "multiply", True)
-    def __truediv__(self, o): return self._b(o, "divide")
-    def __rtruediv__(self, o): return self._b(o, "divide", True)
-    def __pow__(self, o): return self._b(o, "power")
-    def __rpow__(self, o): return self._b(o, "power", True)
-    def __mod__(self, o): return self._b(o, "mod")
-    def __and__(self, o): return self._b(o, "bitwise_and")
-    def __or__(self, o): return self._b(o, "bitwise_or")
-    def __xor__(self, o): return self._b(o, "bitwise_xor")
-    def __lt__(self, o): return self._b(o, "less")
-    def __le__(self, o): return self._b(o, "less_equal")
-    def __gt__(self, o): return self._b(o, "greater")
-    def __ge__(self, o): return self._b(o, "greater_equal")
-    def __eq__(self, o): return self._b(o, "equal")
-    def __ne__(self, o): return self._b(o, "not_equal")
+    def __add__(self, o):
+        return self._b(o, "add")
+
+    def __radd__(self, o):
+        return self._b(o, "add", True)
+
+    def __sub__(self, o):
+        return self._b(o, "subtract")
+
+    def __rsub__(self, o):
+        return self._b(o, "subtract", True)
+
+    def __mul__(self, o):
+        return self._b(o, "multiply")
+
+    def __rmul__(self, o):
+        return self._b(o, "multiply", True)
+
+    def __truediv__(self, o):
+        return self._b(o, "divide")
+
+    def __rtruediv__(self, o):
+        return self._b(o, "divide", True)
+
+    def __pow__(self, o):
+        return self._b(o, "power")
+
+    def __rpow__(self, o):
+        return self._b(o, "power", True)
+
+    def __mod__(self, o):
+        return self._b(o, "mod")
+
+    def __and__(self, o):
+        return self._b(o, "bitwise_and")
+
+    def __or__(self, o):
+        return self._b(o, "bitwise_or")
+
+    def __xor__(self, o):
+        return self._b(o, "bitwise_xor")
+
+    def __lt__(self, o):
+        return self._b(o, "less")
+
+    def __le__(self, o):
+        return self._b(o, "less_equal")
+
+    def __gt__(self, o):
+        return self._b(o, "greater")
+
+    def __ge__(self, o):
+        return self._b(o, "greater_equal")
+
+    def __eq__(self, o):
+        return self._b(o, "equal")
+
+    def __ne__(self, o):
+        return self._b(o, "not_equal")
+
     __hash__ = object.__hash__
 
     def __neg__(self):
         from . import _ops
+
         return _ops.unary(self, "negative")
 
     def __abs__(self):
         from . import _ops
+
         return _ops.unary(self, "abs")
 
     def _inplace(self, o, op):
         from . import _ops
+
         _ops.binary(self, o, op, dst=self)
         return self
 
-    def __iadd__(self, o): return self._inplace(o, "add")
-    def __isub__(self, o): return self._inplace(o, "subtract")
-    def __imul__(self, o): return self._inplace(o, "multiply")
-    def __itruediv__(self, o): return self._inplace(o, "divide")
+    def __iadd__(self, o):
+        return self._inplace(o, "add")
+
+    def __isub__(self, o):
+        return self._inplace(o, "subtract")
+
+    def __imul__(self, o):
+        return self._inplace(o, "multiply")
+
+    def __itruediv__(self, o):
+        return self._inplace(o, "divide")
 
 
 # ---------------------------------------------------------------- tracer
@@ -696,7 +849,9 @@ _tls = threading.local()
 def current():
     t = getattr(_tls, "tracer", None)
     if t is None:
-        raise NkiError("nki: this call is only valid inside a kernel being traced (call the @nki.jit kernel)")
+        raise NkiError(
+            "nki: this call is only valid inside a kernel being traced (call the @nki.jit kernel)"
+        )
     return t
 
 
@@ -706,13 +861,19 @@ def active():
 
 class Tracer:
     def __init__(self, name, grid, target=3, unroll=frozenset(), legacy=False):
-        self.name, self.grid, self.target, self.unroll, self.legacy = name, tuple(grid), target, unroll, legacy
+        self.name, self.grid, self.target, self.unroll, self.legacy = (
+            name,
+            tuple(grid),
+            target,
+            unroll,
+            legacy,
+        )
         self.tensors = []
         self.lines = []
         self.nvars = 0
-        self.loop_keys = {}    # var -> loop key (for unrolling on Concretize)
+        self.loop_keys = {}  # var -> loop key (for unrolling on Concretize)
         self.depth = 0
-        self.constants = []    # (tensor id, numpy array) for shared_constant
+        self.constants = []  # (tensor id, numpy array) for shared_constant
         self.n_instr = 0
         self.unroll_all = False
 
@@ -724,11 +885,15 @@ class Tracer:
     def __exit__(self, *a):
         _tls.tracer = self._prev
 
-    def new_tensor(self, kind, dtype, shape, strides=None, par_axis=0, base=-1, offset=0, name=None):
+    def new_tensor(
+        self, kind, dtype, shape, strides=None, par_axis=0, base=-1, offset=0, name=None
+    ):
         for s in shape:
             if not isinstance(s, int):
                 raise NkiError(f"nki: tensor shapes must be integers (got {shape})")
-        t = Tensor(len(self.tensors), kind, dtype, shape, strides, par_axis, base, offset, user_loc(), name)
+        t = Tensor(
+            len(self.tensors), kind, dtype, shape, strides, par_axis, base, offset, user_loc(), name
+        )
         self.tensors.append(t)
         if kind in (SBUF, PSUM, HBM):
             self.lines.append(f"P {t.id} {_esc(t.loc)}")
@@ -761,7 +926,9 @@ class Tracer:
         self.lines.append(" ".join(parts))
 
     def text(self):
-        head = f"K {_esc(self.name)} {self.target} {len(self.grid)} " + " ".join(str(g) for g in self.grid)
+        head = f"K {_esc(self.name)} {self.target} {len(self.grid)} " + " ".join(
+            str(g) for g in self.grid
+        )
         return "\n".join([head] + [t.text() for t in self.tensors] + self.lines) + "\n"
 
 

@@ -2,34 +2,145 @@
 operands (access patterns) of one libtrn NKI instruction and records it on
 the current tracer. Op and activation-function codes mirror
 libtrn/src/nki/nki_impl.h and prelude.c."""
+
 import numpy as np
 
 from . import _dtypes as dt
-from ._ir import (AP, PSUM, SBUF, Affine, IExpr, NkiError, Pred, current, expr_text)
+from ._ir import AP, PSUM, SBUF, Affine, IExpr, NkiError, Pred, current, expr_text
 
-OP_COPY, OP_TT, OP_TS, OP_ACT, OP_REDUCE, OP_MATMUL, OP_TRANSPOSE, OP_IOTA, OP_MEMSET, OP_SCAN, OP_STT, \
-    OP_PREDCOPY, OP_PREDUCE, OP_BNSTATS, OP_BNAGGR, OP_SELECT, OP_WHERE = range(17)
+(
+    OP_COPY,
+    OP_TT,
+    OP_TS,
+    OP_ACT,
+    OP_REDUCE,
+    OP_MATMUL,
+    OP_TRANSPOSE,
+    OP_IOTA,
+    OP_MEMSET,
+    OP_SCAN,
+    OP_STT,
+    OP_PREDCOPY,
+    OP_PREDUCE,
+    OP_BNSTATS,
+    OP_BNAGGR,
+    OP_SELECT,
+    OP_WHERE,
+) = range(17)
 
-ALU = {"bypass": 0, "add": 1, "subtract": 2, "multiply": 3, "divide": 4, "maximum": 5, "minimum": 6, "power": 7,
-       "equal": 8, "not_equal": 9, "less": 10, "less_equal": 11, "greater": 12, "greater_equal": 13,
-       "logical_and": 14, "logical_or": 15, "logical_xor": 16, "bitwise_and": 17, "bitwise_or": 18,
-       "bitwise_xor": 19, "left_shift": 20, "right_shift": 21, "abs_max": 22, "abs_min": 23, "mod": 24,
-       "fmod": 25, "rsub": 26}
-ALU_ALIAS = {"max": "maximum", "min": "minimum", "amax": "maximum", "amin": "minimum", "sum": "add",
-             "prod": "multiply", "true_divide": "divide", "remainder": "mod", "subtract": "subtract",
-             "sub": "subtract", "mul": "multiply", "div": "divide", "pow": "power", "arith_shift_right": "right_shift",
-             "logical_shift_left": "left_shift", "logical_shift_right": "right_shift", "invert": "bitwise_xor",
-             "eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater",
-             "ge": "greater_equal", "all": "logical_and", "any": "logical_or"}
-ACT = {"copy": 0, "identity": 0, "bypass": 0, "exp": 1, "log": 2, "sqrt": 3, "rsqrt": 4, "reciprocal": 5, "tanh": 6,
-       "sigmoid": 7, "relu": 8, "gelu": 9, "gelu_apprx_tanh": 10, "gelu_apprx_sigmoid": 11, "silu": 12,
-       "softplus": 13, "mish": 14, "erf": 15, "sin": 16, "cos": 17, "tan": 18, "arctan": 19, "abs": 20,
-       "absolute": 20, "sign": 21, "square": 22, "negative": 23, "ceil": 24, "floor": 25, "trunc": 26,
-       "gelu_dx": 27, "silu_dx": 28, "erf_dx": 29, "lrelu": 30, "leaky_relu": 30, "elu": 31, "rint": 32,
-       "round": 32, "gelu_apprx_sigmoid_dx": 33, "logical_not": 34, "bitwise_not": 35, "invert": 35, "cube": 36,
-       "exponential": 1}
-COMPARE = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or",
-           "logical_xor"}
+ALU = {
+    "bypass": 0,
+    "add": 1,
+    "subtract": 2,
+    "multiply": 3,
+    "divide": 4,
+    "maximum": 5,
+    "minimum": 6,
+    "power": 7,
+    "equal": 8,
+    "not_equal": 9,
+    "less": 10,
+    "less_equal": 11,
+    "greater": 12,
+    "greater_equal": 13,
+    "logical_and": 14,
+    "logical_or": 15,
+    "logical_xor": 16,
+    "bitwise_and": 17,
+    "bitwise_or": 18,
+    "bitwise_xor": 19,
+    "left_shift": 20,
+    "right_shift": 21,
+    "abs_max": 22,
+    "abs_min": 23,
+    "mod": 24,
+    "fmod": 25,
+    "rsub": 26,
+}
+ALU_ALIAS = {
+    "max": "maximum",
+    "min": "minimum",
+    "amax": "maximum",
+    "amin": "minimum",
+    "sum": "add",
+    "prod": "multiply",
+    "true_divide": "divide",
+    "remainder": "mod",
+    "subtract": "subtract",
+    "sub": "subtract",
+    "mul": "multiply",
+    "div": "divide",
+    "pow": "power",
+    "arith_shift_right": "right_shift",
+    "logical_shift_left": "left_shift",
+    "logical_shift_right": "right_shift",
+    "invert": "bitwise_xor",
+    "eq": "equal",
+    "ne": "not_equal",
+    "lt": "less",
+    "le": "less_equal",
+    "gt": "greater",
+    "ge": "greater_equal",
+    "all": "logical_and",
+    "any": "logical_or",
+}
+ACT = {
+    "copy": 0,
+    "identity": 0,
+    "bypass": 0,
+    "exp": 1,
+    "log": 2,
+    "sqrt": 3,
+    "rsqrt": 4,
+    "reciprocal": 5,
+    "tanh": 6,
+    "sigmoid": 7,
+    "relu": 8,
+    "gelu": 9,
+    "gelu_apprx_tanh": 10,
+    "gelu_apprx_sigmoid": 11,
+    "silu": 12,
+    "softplus": 13,
+    "mish": 14,
+    "erf": 15,
+    "sin": 16,
+    "cos": 17,
+    "tan": 18,
+    "arctan": 19,
+    "abs": 20,
+    "absolute": 20,
+    "sign": 21,
+    "square": 22,
+    "negative": 23,
+    "ceil": 24,
+    "floor": 25,
+    "trunc": 26,
+    "gelu_dx": 27,
+    "silu_dx": 28,
+    "erf_dx": 29,
+    "lrelu": 30,
+    "leaky_relu": 30,
+    "elu": 31,
+    "rint": 32,
+    "round": 32,
+    "gelu_apprx_sigmoid_dx": 33,
+    "logical_not": 34,
+    "bitwise_not": 35,
+    "invert": 35,
+    "cube": 36,
+    "exponential": 1,
+}
+COMPARE = {
+    "equal",
+    "not_equal",
+    "less",
+    "less_equal",
+    "greater",
+    "greater_equal",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+}
 
 
 def op_name(op):
@@ -148,8 +259,15 @@ def emit(op, name, params, operands, exprs=(), mask=None):
     if isinstance(mask, Pred) and not any(e.s for e, _ in mask.terms) and len(mask.terms) <= 4:
         # a mask over loop indices only: the instruction runs or not as a whole
         from ._ir import _esc, user_loc
-        tr.lines.append("G " + str(len(mask.terms)) + " " +
-                        " ".join(expr_text(IExpr.of(e), 0, c) for e, c in mask.terms) + " " + _esc(user_loc()))
+
+        tr.lines.append(
+            "G "
+            + str(len(mask.terms))
+            + " "
+            + " ".join(expr_text(IExpr.of(e), 0, c) for e, c in mask.terms)
+            + " "
+            + _esc(user_loc())
+        )
         tr.emit(op, name, params, operands, exprs, [])
         tr.lines.append("E")
     else:
@@ -226,7 +344,9 @@ def binary(a, b, op, dst=None, dtype=None, mask=None, name=None):
     if is_scalar(a) and is_scalar(b):
         raise NkiError("nki: an nl operation needs at least one tile")
     if isinstance(a, (IExpr,)) or isinstance(b, IExpr):
-        raise NkiError("nki: index expressions are not tiles; use nl.iota / nisa.iota to make a tile of them")
+        raise NkiError(
+            "nki: index expressions are not tiles; use nl.iota / nisa.iota to make a tile of them"
+        )
     if isinstance(a, Affine) or isinstance(b, Affine):
         raise NkiError("nki: a loop index is not a value; use nisa.iota to make a tile of it")
     if is_scalar(b) or is_scalar(a):
@@ -238,7 +358,10 @@ def binary(a, b, op, dst=None, dtype=None, mask=None, name=None):
         return tensor_scalar(dst, tile, op, scalar_value(s), reverse0=rev, mask=mask, name=name)
     if mask is None and dst is not None:
         # legacy `x[...] += op(..., mask=m)`: the statement runs under m
-        mask = next((t.tensor.mask for t in (b, a) if t.tensor.mask is not None and t.shape == dst.shape), None)
+        mask = next(
+            (t.tensor.mask for t in (b, a) if t.tensor.mask is not None and t.shape == dst.shape),
+            None,
+        )
     odt = result_dtype(op, a, b, dtype)
     shape = dst.shape if dst is not None else bshape(a.shape, b.shape)
     if dst is None:
@@ -253,8 +376,19 @@ def unary(x, fn, dst=None, dtype=None, mask=None, name=None):
     return activation(dst, fn, x, dtype=dtype, mask=mask, name=name or f"nl.{op_name(fn)}")
 
 
-def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False, dtype=None,
-                  mask=None, name="tensor_scalar"):
+def tensor_scalar(
+    dst,
+    data,
+    op0,
+    operand0,
+    reverse0=False,
+    op1=None,
+    operand1=None,
+    reverse1=False,
+    dtype=None,
+    mask=None,
+    name="tensor_scalar",
+):
     if dst is None:
         dst = alloc(data.shape, dtype or data.dtype)
     params, ops = [], [dst, data]
@@ -272,8 +406,19 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
     return dst
 
 
-def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, alpha=0.0, dtype=None,
-               mask=None, name="activation"):
+def activation(
+    dst,
+    op,
+    data,
+    bias=None,
+    scale=1.0,
+    reduce_op=None,
+    reduce_res=None,
+    alpha=0.0,
+    dtype=None,
+    mask=None,
+    name="activation",
+):
     if dst is None:
         dst = alloc(data.shape, dtype or data.dtype)
     ops = [dst, data]
@@ -304,10 +449,14 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
 
 
 def _permute(ap, order):
-    return AP(ap.tensor, [ap.dims[j] for j in order], [(b, [c[j] for j in order]) for b, c in ap.idx])
+    return AP(
+        ap.tensor, [ap.dims[j] for j in order], [(b, [c[j] for j in order]) for b, c in ap.idx]
+    )
 
 
-def reduce(dst, op, data, axis, negate=False, keepdims=False, dtype=None, mask=None, name="tensor_reduce"):
+def reduce(
+    dst, op, data, axis, negate=False, keepdims=False, dtype=None, mask=None, name="tensor_reduce"
+):
     nd = data.ndim
     if axis is None:
         axis = tuple(range(1, nd))
@@ -345,10 +494,15 @@ def matmul(dst, stationary, moving, accumulate=None, name="nc_matmul", mask=None
 def transpose(dst, data, mode, dtype=None, kind=None, name="nc_transpose", mask=None):
     if data.ndim != 2:
         n = free_size(data)
-        raise NkiError(f"nki: {name} takes a 2-d tile (got {data.shape}; flatten the free dims ({n}) first)")
+        raise NkiError(
+            f"nki: {name} takes a 2-d tile (got {data.shape}; flatten the free dims ({n}) first)"
+        )
     if dst is None:
-        dst = alloc((data.shape[1], data.shape[0]), dtype or data.dtype,
-                    kind if kind is not None else (PSUM if mode == 1 else SBUF))
+        dst = alloc(
+            (data.shape[1], data.shape[0]),
+            dtype or data.dtype,
+            kind if kind is not None else (PSUM if mode == 1 else SBUF),
+        )
     emit(OP_TRANSPOSE, name, [mode], [dst, data], mask=mask)
     return dst
 
@@ -361,6 +515,7 @@ def iota_expr(dst, expr, mask=None, name="iota"):
 def pattern_expr(nd, pattern, offset, channel_multiplier):
     """New-API [[step, count], ...] pattern -> IExpr over the dst dims."""
     from ._ir import Sym
+
     e = IExpr(Affine.of(offset) if not isinstance(offset, Affine) else offset, {}, nd)
     if channel_multiplier:
         e.s[Sym(0, nd - 1)] = int(channel_multiplier)
@@ -376,8 +531,14 @@ def select(dst, pred, on_true, false_value, mask=None, name="affine_select"):
     src = on_true
     for k, (e, cmp) in enumerate(pred.terms):
         out = dst if k == len(pred.terms) - 1 else alloc(dst.shape, dst.dtype)
-        emit(OP_SELECT, name, [{"eq": 8, "ne": 9, "lt": 10, "le": 11, "gt": 12, "ge": 13}[cmp], float(false_value)],
-             [out, align(src, out.shape)], exprs=[expr_text(e, out.ndim)], mask=mask)
+        emit(
+            OP_SELECT,
+            name,
+            [{"eq": 8, "ne": 9, "lt": 10, "le": 11, "gt": 12, "ge": 13}[cmp], float(false_value)],
+            [out, align(src, out.shape)],
+            exprs=[expr_text(e, out.ndim)],
+            mask=mask,
+        )
         src = out
     return dst
 
@@ -395,12 +556,25 @@ def scan(dst, data0, data1, initial, op0, op1, name="tensor_tensor_scan"):
     return dst
 
 
-def stt(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name="scalar_tensor_tensor"):
+def stt(
+    dst,
+    data,
+    op0,
+    operand0,
+    op1,
+    operand1,
+    reverse0=False,
+    reverse1=False,
+    name="scalar_tensor_tensor",
+):
     if dst is None:
         dst = alloc(data.shape, data.dtype)
     if is_scalar(operand0):
         # operand slot 2 is unused for an immediate: the layout stays fixed
-        ops, p = [dst, data, data, operand1], [alu_code(op0), alu_code(op1), 1, scalar_value(operand0)]
+        ops, p = (
+            [dst, data, data, operand1],
+            [alu_code(op0), alu_code(op1), 1, scalar_value(operand0)],
+        )
     else:
         ops, p = [dst, data, operand0, operand1], [alu_code(op0), alu_code(op1), 2, 0]
     emit(OP_STT, name, p + [int(bool(reverse0)), int(bool(reverse1))], ops)
@@ -408,15 +582,25 @@ def stt(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False,
 
 
 def predcopy(dst, src, predicate, reverse=False, name="tensor_copy_predicated"):
-    emit(OP_PREDCOPY, name, [int(bool(reverse))], [dst, align(predicate, dst.shape), align(src, dst.shape)])
+    emit(
+        OP_PREDCOPY,
+        name,
+        [int(bool(reverse))],
+        [dst, align(predicate, dst.shape), align(src, dst.shape)],
+    )
     return dst
 
 
 def where(cond, a, b, dst=None, dtype=None, mask=None, name="nl.where"):
     shapes = [x.shape for x in (cond, a, b) if isinstance(x, AP)]
     shape = dst.shape if dst is not None else bshape(*shapes)
-    odt = dtype or dt.promote(a.dtype if isinstance(a, AP) else None, b.dtype if isinstance(b, AP) else None) \
+    odt = (
+        dtype
+        or dt.promote(
+            a.dtype if isinstance(a, AP) else None, b.dtype if isinstance(b, AP) else None
+        )
         or dt.float32
+    )
     if dst is None:
         dst = alloc(shape, odt)
     vals = []

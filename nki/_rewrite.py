@@ -9,6 +9,7 @@ An `if` with an `else` on such a test unrolls the loop instead (the
 negation of a conjunction is not one condition). Functions with closures or
 without retrievable source are left as they are (their `if`s on loop
 indices unroll the loop)."""
+
 import ast
 import contextlib
 import inspect
@@ -40,8 +41,14 @@ def _nki_if(test, mode):
         raise Concretize(vars_)  # the negation of a conjunction is not one condition: unroll
     if mode == 2:
         terms = [(terms[0][0], _NEG[terms[0][1]])]
-    tr.lines.append("G " + str(len(terms)) + " " +
-                    " ".join(expr_text(IExpr.of(e), 0, c) for e, c in terms) + " " + _esc(user_loc()))
+    tr.lines.append(
+        "G "
+        + str(len(terms))
+        + " "
+        + " ".join(expr_text(IExpr.of(e), 0, c) for e, c in terms)
+        + " "
+        + _esc(user_loc())
+    )
     try:
         yield True
     finally:
@@ -49,7 +56,12 @@ def _nki_if(test, mode):
 
 
 def _stored(nodes):
-    return {n.id for b in nodes for n in ast.walk(b) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return {
+        n.id
+        for b in nodes
+        for n in ast.walk(b)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
 
 
 class _IfToWith(ast.NodeTransformer):
@@ -65,25 +77,43 @@ class _IfToWith(ast.NodeTransformer):
     def visit_If(self, node):
         inside = set(map(id, (n for b in node.body + node.orelse for n in ast.walk(b))))
         end = getattr(node, "end_lineno", node.lineno)
-        outside = [n for n in ast.walk(self.fdef) if isinstance(n, ast.Name) and id(n) not in inside]
+        outside = [
+            n for n in ast.walk(self.fdef) if isinstance(n, ast.Name) and id(n) not in inside
+        ]
         escapes = False
         for name in _stored(node.body + node.orelse):
             stores = [n.lineno for n in outside if n.id == name and isinstance(n.ctx, ast.Store)]
-            for ld in (n.lineno for n in outside if n.id == name and isinstance(n.ctx, ast.Load) and n.lineno > end):
-                if not any(end < st <= ld for st in stores):  # read after the if, not re-bound first
+            for ld in (
+                n.lineno
+                for n in outside
+                if n.id == name and isinstance(n.ctx, ast.Load) and n.lineno > end
+            ):
+                if not any(
+                    end < st <= ld for st in stores
+                ):  # read after the if, not re-bound first
                     escapes = True
         self.generic_visit(node)
         self.n = getattr(self, "n", 0) + 1
 
         def block(test, mode, body):
-            call = ast.Call(func=ast.Name(id="__nki_if__", ctx=ast.Load()), args=[test, ast.Constant(value=mode)],
-                            keywords=[])
+            call = ast.Call(
+                func=ast.Name(id="__nki_if__", ctx=ast.Load()),
+                args=[test, ast.Constant(value=mode)],
+                keywords=[],
+            )
             inner = ast.If(test=ast.Name(id="__nki_cond__", ctx=ast.Load()), body=body, orelse=[])
-            w = ast.With(items=[ast.withitem(context_expr=call,
-                                             optional_vars=ast.Name(id="__nki_cond__", ctx=ast.Store()))],
-                         body=[inner])
+            w = ast.With(
+                items=[
+                    ast.withitem(
+                        context_expr=call,
+                        optional_vars=ast.Name(id="__nki_cond__", ctx=ast.Store()),
+                    )
+                ],
+                body=[inner],
+            )
             ast.copy_location(inner, node)
             return ast.copy_location(w, node)
+
         if escapes:
             w = block(node.test, 3, node.body)
             w.body[0].orelse = node.orelse
@@ -91,9 +121,14 @@ class _IfToWith(ast.NodeTransformer):
         if not node.orelse:
             return block(node.test, 0, node.body)
         tmp = f"__nki_test_{self.n}__"
-        assign = ast.copy_location(ast.Assign(targets=[ast.Name(id=tmp, ctx=ast.Store())], value=node.test), node)
-        return [assign, block(ast.Name(id=tmp, ctx=ast.Load()), 1, node.body),
-                block(ast.Name(id=tmp, ctx=ast.Load()), 2, node.orelse)]
+        assign = ast.copy_location(
+            ast.Assign(targets=[ast.Name(id=tmp, ctx=ast.Store())], value=node.test), node
+        )
+        return [
+            assign,
+            block(ast.Name(id=tmp, ctx=ast.Load()), 1, node.body),
+            block(ast.Name(id=tmp, ctx=ast.Load()), 2, node.orelse),
+        ]
 
     def visit_FunctionDef(self, node):  # nested defs keep their own ifs (they are not kernels)
         if node is self.fdef:
@@ -111,15 +146,27 @@ def rewritten(fn):
             src = textwrap.dedent(inspect.getsource(fn))
             tree = ast.parse(src)
             fdef = tree.body[0]
-            if isinstance(fdef, ast.FunctionDef) and any(isinstance(n, ast.If) for n in ast.walk(fdef)):
+            if isinstance(fdef, ast.FunctionDef) and any(
+                isinstance(n, ast.If) for n in ast.walk(fdef)
+            ):
                 fdef.decorator_list = []
                 _IfToWith(fdef).visit(fdef)
                 outer = ast.FunctionDef(
                     name="__nki_outer__",
-                    args=ast.arguments(posonlyargs=[], args=[ast.arg(arg="__nki_if__")], vararg=None,
-                                       kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+                    args=ast.arguments(
+                        posonlyargs=[],
+                        args=[ast.arg(arg="__nki_if__")],
+                        vararg=None,
+                        kwonlyargs=[],
+                        kw_defaults=[],
+                        kwarg=None,
+                        defaults=[],
+                    ),
                     body=[fdef, ast.Return(value=ast.Name(id=fdef.name, ctx=ast.Load()))],
-                    decorator_list=[], returns=None, type_params=[])
+                    decorator_list=[],
+                    returns=None,
+                    type_params=[],
+                )
                 mod = ast.Module(body=[outer], type_ignores=[])
                 ast.fix_missing_locations(mod)
                 ast.increment_lineno(mod, fn.__code__.co_firstlineno - 1)

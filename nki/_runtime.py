@@ -5,6 +5,7 @@ NKI_SIMULATOR=1) or queued on the neuron device's stream (neuron tensors).
 
 Owns: Kernel (what @nki.jit returns), simulate, the legacy decorators'
 behaviour, argument conversion and the per-signature cache."""
+
 import functools
 import os
 import time
@@ -15,13 +16,21 @@ from . import _dtypes as dt
 from ._ir import AP, ARG, OUT, Concretize, NkiError, Tracer, active
 from ._rewrite import rewritten
 
-stats = {"calls": 0, "traces": 0, "compiles": 0, "disk_hits": 0, "memory_hits": 0, "compile_seconds": 0.0,
-         "trace_seconds": 0.0}
+stats = {
+    "calls": 0,
+    "traces": 0,
+    "compiles": 0,
+    "disk_hits": 0,
+    "memory_hits": 0,
+    "compile_seconds": 0.0,
+    "trace_seconds": 0.0,
+}
 
 
 def _torch():
     try:
         import torch
+
         return torch
     except ImportError:  # pragma: no cover
         return None
@@ -92,7 +101,9 @@ class Kernel:
             if hasattr(x, "__index__"):
                 g.append(int(x))
             else:
-                raise NkiError("nki: a launch grid is made of integers (nl.nc / spmd_dim are not supported)")
+                raise NkiError(
+                    "nki: a launch grid is made of integers (nl.nc / spmd_dim are not supported)"
+                )
         if not g or any(x < 1 for x in g) or len(g) > 4:
             raise NkiError(f"nki: bad launch grid {grid}")
         return Kernel(self.fn, g, self.legacy, self.mode, self._cache, self.force_host, **self.opts)
@@ -103,7 +114,9 @@ class Kernel:
     def __call__(self, *args, **kwargs):
         if active() is not None:  # a sub-kernel called while tracing: inlined
             return rewritten(self.fn)(*args, **kwargs)
-        return call(self, args, kwargs, host=self.force_host or _simulating() or self.mode == "simulation")
+        return call(
+            self, args, kwargs, host=self.force_host or _simulating() or self.mode == "simulation"
+        )
 
     # -- compile-only entry points (torch fake implementations, tests)
     def trace(self, *args, **kwargs):
@@ -163,8 +176,10 @@ def _trace(k, args, kwargs, tensors):
             except Concretize as c:
                 new = {tr.loop_keys[v] for v in c.vars if v in tr.loop_keys} - unroll
                 if not new:
-                    raise NkiError(f"nki kernel '{name}': a program id or loop index was used as a Python value "
-                                   "(if/int()/range bound); use masks, nl.ds or iota instead") from None
+                    raise NkiError(
+                        f"nki kernel '{name}': a program id or loop index was used as a Python value "
+                        "(if/int()/range bound); use masks, nl.ds or iota instead"
+                    ) from None
                 unroll |= new
                 continue
             except (IndexError, KeyError, TypeError) as err:
@@ -207,13 +222,16 @@ def _trace(k, args, kwargs, tensors):
             return None
         if isinstance(r, AP):
             if not r._is_whole():
-                raise NkiError(f"nki kernel '{name}': return whole HBM tensors (nl.ndarray(..., buffer=nl.shared_hbm))")
+                raise NkiError(
+                    f"nki kernel '{name}': return whole HBM tensors (nl.ndarray(..., buffer=nl.shared_hbm))"
+                )
             if r.tensor.kind == OUT:
                 return ("out", out_index[r.tensor.id])
             if r.tensor.id in inputs:
                 return ("in", inputs[r.tensor.id])
-            raise NkiError(f"nki kernel '{name}': only HBM tensors can be returned (got an "
-                           f"{r.buffer!r} tile)")
+            raise NkiError(
+                f"nki kernel '{name}': only HBM tensors can be returned (got an {r.buffer!r} tile)"
+            )
         if isinstance(r, (tuple, list)):
             return (type(r).__name__, [spec(x) for x in r])
         if isinstance(r, dict):
@@ -226,6 +244,7 @@ def _trace(k, args, kwargs, tensors):
 def _compile(text, name):
     from torch_neuronx import _C
     from torch_neuronx._compile.config import _include_dir, cache_dir, debug_dir
+
     t0 = time.perf_counter()
     try:
         prog = _C._nki_compile(text, _include_dir(), cache_dir(), debug_dir(), f"nki_{name}")
@@ -278,8 +297,10 @@ def _build(ret, ins, outs):
 def call(k, args, kwargs, host=False):
     stats["calls"] += 1
     torch = _torch()
-    dev = torch is not None and any(isinstance(x, torch.Tensor) and x.device.type == "neuron"
-                                    for x in list(args) + list(kwargs.values()))
+    dev = torch is not None and any(
+        isinstance(x, torch.Tensor) and x.device.type == "neuron"
+        for x in list(args) + list(kwargs.values())
+    )
     if dev and host:
         return _call_via_host(k, args, kwargs)
     # NumPy arrays the compiled code cannot address directly: copies
@@ -292,8 +313,11 @@ def call(k, args, kwargs, host=False):
     for w in tensors:
         insmap[w] = _get(args, kwargs, w)
     if dev:
-        device = next(x.device for x in list(args) + list(kwargs.values())
-                      if isinstance(x, torch.Tensor) and x.device.type == "neuron")
+        device = next(
+            x.device
+            for x in list(args) + list(kwargs.values())
+            if isinstance(x, torch.Tensor) and x.device.type == "neuron"
+        )
         outs = [torch.full(s, _poison_value(d), dtype=d.torch, device=device) for s, d in e.outs]
         bound = []
         for src in e.sources:
@@ -304,7 +328,9 @@ def call(k, args, kwargs, host=False):
             else:
                 c = e.device_consts.get((id(src[1]), str(device)))
                 if c is None:
-                    c = (src[1] if isinstance(src[1], torch.Tensor) else torch.from_numpy(src[1])).to(device)
+                    c = (
+                        src[1] if isinstance(src[1], torch.Tensor) else torch.from_numpy(src[1])
+                    ).to(device)
                     e.device_consts[(id(src[1]), str(device))] = c
                 bound.append(c)
         e.prog.launch(bound)
@@ -333,14 +359,18 @@ def _call_via_host(k, args, kwargs):
 
     def cpu(x):
         return x.cpu() if isinstance(x, torch.Tensor) and x.device.type == "neuron" else x
+
     a2 = [cpu(a) for a in args]
     k2 = {n: cpu(v) for n, v in kwargs.items()}
     r = call(k, a2, k2, host=False)
     for orig, c in list(zip(args, a2)) + [(kwargs[n], k2[n]) for n in kwargs]:
         if orig is not c and isinstance(orig, torch.Tensor):
             orig.copy_(c)
-    device = next(x.device for x in list(args) + list(kwargs.values())
-                  if isinstance(x, torch.Tensor) and x.device.type == "neuron")
+    device = next(
+        x.device
+        for x in list(args) + list(kwargs.values())
+        if isinstance(x, torch.Tensor) and x.device.type == "neuron"
+    )
 
     def back(x):
         if isinstance(x, torch.Tensor):
@@ -350,13 +380,16 @@ def _call_via_host(k, args, kwargs):
         if isinstance(x, dict):
             return {n: back(v) for n, v in x.items()}
         return x
+
     return back(r)
 
 
 def jit(fn=None, mode=None, legacy=False, **opts):
     """@nki.jit / @nki.jit(...) / nki.jit(fn, ...)."""
     if "platform_target" in opts and not legacy:
-        raise NkiError("nki.jit: platform_target= is not accepted (set NEURON_PLATFORM_TARGET_OVERRIDE)")
+        raise NkiError(
+            "nki.jit: platform_target= is not accepted (set NEURON_PLATFORM_TARGET_OVERRIDE)"
+        )
     if fn is None:
         return lambda f: jit(f, mode=mode, legacy=legacy, **opts)
     if isinstance(fn, Kernel):
@@ -371,4 +404,5 @@ def simulate(kernel):
 
     def run(*args, **kwargs):
         return call(k, args, kwargs, host=True)
+
     return run

@@ -1,4 +1,5 @@
 """nki.typing: annotations kernels may use (they do not change tracing)."""
+
 from ._ir import AP as tensor  # noqa: F401
 from ._ir import AP as NkiTensor  # noqa: F401
 

@@ -11,6 +11,7 @@ Run:  .venv/bin/python scripts/audit_fallback_writes.py [max_samples_per_op]
 The list it prints is what torch_neuronx/csrc/fallback/writes.cpp
 must cover (docs/training-ops.md records the result).
 """
+
 import sys
 import warnings
 
@@ -34,7 +35,9 @@ class WriteAudit(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         schema = func._schema
-        named = list(zip(schema.arguments, list(args) + [None] * (len(schema.arguments) - len(args))))
+        named = list(
+            zip(schema.arguments, list(args) + [None] * (len(schema.arguments) - len(args)))
+        )
         snaps = []
         for arg, val in named:
             if arg.kwarg_only:
@@ -42,14 +45,22 @@ class WriteAudit(TorchDispatchMode):
             written = arg.alias_info is not None and arg.alias_info.is_write
             vals = val if isinstance(val, (list, tuple)) else [val]
             for v in vals:
-                if isinstance(v, torch.Tensor) and not written and v.layout == torch.strided \
-                        and v.device.type == "cpu" and not v.is_quantized:
+                if (
+                    isinstance(v, torch.Tensor)
+                    and not written
+                    and v.layout == torch.strided
+                    and v.device.type == "cpu"
+                    and not v.is_quantized
+                ):
                     snaps.append((arg.name, v, _resolved(v).clone()))
         out = func(*args, **kwargs)
         for name, v, before in snaps:
             v = _resolved(v)
-            same = torch.equal(v, before) if not before.is_floating_point() and not before.is_complex() \
+            same = (
+                torch.equal(v, before)
+                if not before.is_floating_point() and not before.is_complex()
                 else bool(((v == before) | (v.isnan() & before.isnan())).all())
+            )
             if not same:
                 self.found.setdefault(str(func), set()).add(name)
         return out
@@ -57,6 +68,7 @@ class WriteAudit(TorchDispatchMode):
 
 def _run_ops(audit, max_samples):
     from torch.testing._internal.common_methods_invocations import op_db
+
     for op in op_db:
         if torch.float32 not in op.supported_dtypes("cpu"):
             continue
@@ -73,10 +85,12 @@ def _run_ops(audit, max_samples):
 
 def _run_modules(audit, max_samples):
     from torch.testing._internal.common_modules import module_db
+
     for mi in module_db:
         try:
-            inputs = mi.module_inputs_func(mi, device="cpu", dtype=torch.float32, requires_grad=True,
-                                           training=True)
+            inputs = mi.module_inputs_func(
+                mi, device="cpu", dtype=torch.float32, requires_grad=True, training=True
+            )
             for i, mod_in in enumerate(inputs):
                 if i >= max_samples or mod_in.forward_input is None:
                     continue
@@ -85,8 +99,11 @@ def _run_modules(audit, max_samples):
                 fa, fk = mod_in.forward_input.args, mod_in.forward_input.kwargs
                 with audit:
                     out = m(*fa, **fk)
-                    leaves = [t for t in tree_flatten(out)[0]
-                              if isinstance(t, torch.Tensor) and t.requires_grad]
+                    leaves = [
+                        t
+                        for t in tree_flatten(out)[0]
+                        if isinstance(t, torch.Tensor) and t.requires_grad
+                    ]
                     if leaves:
                         sum(t.float().sum() for t in leaves).backward()
         except Exception:

@@ -5,6 +5,7 @@ checked against PyTorch CPU, for which dtypes, and every exclusion).
 Usage: python scripts/gen_ops_doc.py [--check]
 --check exits 1 when docs/ops.md differs from what would be written.
 """
+
 import importlib.util
 import sys
 from pathlib import Path
@@ -18,16 +19,47 @@ DOC = ROOT / "docs" / "ops.md"
 CONFORMANCE = ROOT / "tests" / "conformance"
 
 # Common ops a model hits; listed so the doc shows what still falls back.
-COMMON = ["add", "sub", "mul", "div", "mm", "bmm", "addmm", "relu", "gelu", "exp", "sum",
-          "mean", "softmax", "_softmax", "_log_softmax", "layer_norm", "native_layer_norm",
-          "convolution", "embedding", "index_select", "cat", "where", "fill_", "zero_",
-          "normal_", "uniform_", "argmax", "topk", "sort", "nonzero"]
+COMMON = [
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "mm",
+    "bmm",
+    "addmm",
+    "relu",
+    "gelu",
+    "exp",
+    "sum",
+    "mean",
+    "softmax",
+    "_softmax",
+    "_log_softmax",
+    "layer_norm",
+    "native_layer_norm",
+    "convolution",
+    "embedding",
+    "index_select",
+    "cat",
+    "where",
+    "fill_",
+    "zero_",
+    "normal_",
+    "uniform_",
+    "argmax",
+    "topk",
+    "sort",
+    "nonzero",
+]
 
 
 # aten kernels reached by OpInfo entries whose names differ from theirs.
 ALIASES = {
-    "convolution_overrideable": ["nn.functional.conv1d", "nn.functional.conv2d",
-                                 "nn.functional.conv3d"],
+    "convolution_overrideable": [
+        "nn.functional.conv1d",
+        "nn.functional.conv2d",
+        "nn.functional.conv3d",
+    ],
     "convolution_backward_overrideable": ["nn.functional.conv2d (grad)"],
     "index": ["__getitem__"],
     "embedding_dense_backward": ["nn.functional.embedding (grad)"],
@@ -35,36 +67,41 @@ ALIASES = {
 }
 
 # ops7a: group norm, RMS norm, upsampling, transposed conv, embedding_bag.
-_UP = {"upsample_nearest1d": ["nn.functional.interpolate.nearest",
-                              "nn.functional.upsample_nearest"],
-       "upsample_nearest2d": ["nn.functional.interpolate.nearest",
-                              "nn.functional.upsample_nearest"],
-       "upsample_nearest3d": ["nn.functional.interpolate.nearest",
-                              "nn.functional.upsample_nearest"],
-       "_upsample_nearest_exact1d": ["nn.functional.interpolate.nearest-exact"],
-       "_upsample_nearest_exact2d": ["nn.functional.interpolate.nearest-exact"],
-       "_upsample_nearest_exact3d": ["nn.functional.interpolate.nearest-exact"],
-       "upsample_bilinear2d": ["nn.functional.interpolate.bilinear",
-                               "nn.functional.upsample_bilinear"],
-       "upsample_linear1d": ["nn.functional.interpolate.linear"],
-       "upsample_trilinear3d": ["nn.functional.interpolate.trilinear"],
-       "upsample_bicubic2d": ["nn.functional.interpolate.bicubic"]}
+_UP = {
+    "upsample_nearest1d": ["nn.functional.interpolate.nearest", "nn.functional.upsample_nearest"],
+    "upsample_nearest2d": ["nn.functional.interpolate.nearest", "nn.functional.upsample_nearest"],
+    "upsample_nearest3d": ["nn.functional.interpolate.nearest", "nn.functional.upsample_nearest"],
+    "_upsample_nearest_exact1d": ["nn.functional.interpolate.nearest-exact"],
+    "_upsample_nearest_exact2d": ["nn.functional.interpolate.nearest-exact"],
+    "_upsample_nearest_exact3d": ["nn.functional.interpolate.nearest-exact"],
+    "upsample_bilinear2d": [
+        "nn.functional.interpolate.bilinear",
+        "nn.functional.upsample_bilinear",
+    ],
+    "upsample_linear1d": ["nn.functional.interpolate.linear"],
+    "upsample_trilinear3d": ["nn.functional.interpolate.trilinear"],
+    "upsample_bicubic2d": ["nn.functional.interpolate.bicubic"],
+}
 ALIASES.update(_UP)
 ALIASES.update({k + "_backward": [i + " (grad)" for i in v] for k, v in _UP.items()})
-ALIASES.update({
-    "_fused_rms_norm": ["nn.functional.rms_norm"],
-    "_fused_rms_norm_backward": ["nn.functional.rms_norm (grad)"],
-    "native_group_norm": ["nn.functional.group_norm"],
-    "native_group_norm_backward": ["nn.functional.group_norm (grad)"],
-    "_embedding_bag": ["nn.functional.embedding_bag"],
-    "_embedding_bag_forward_only": ["nn.functional.embedding_bag"],
-    "_embedding_bag_backward": ["nn.functional.embedding_bag (grad)"],
-    "_embedding_bag_dense_backward": ["nn.functional.embedding_bag (grad)"],
-    "_embedding_bag_per_sample_weights_backward": ["nn.functional.embedding_bag (grad)"],
-})
+ALIASES.update(
+    {
+        "_fused_rms_norm": ["nn.functional.rms_norm"],
+        "_fused_rms_norm_backward": ["nn.functional.rms_norm (grad)"],
+        "native_group_norm": ["nn.functional.group_norm"],
+        "native_group_norm_backward": ["nn.functional.group_norm (grad)"],
+        "_embedding_bag": ["nn.functional.embedding_bag"],
+        "_embedding_bag_forward_only": ["nn.functional.embedding_bag"],
+        "_embedding_bag_backward": ["nn.functional.embedding_bag (grad)"],
+        "_embedding_bag_dense_backward": ["nn.functional.embedding_bag (grad)"],
+        "_embedding_bag_per_sample_weights_backward": ["nn.functional.embedding_bag (grad)"],
+    }
+)
 ALIASES["convolution_overrideable"] = ALIASES["convolution_overrideable"] + [
-    "nn.functional.conv_transpose1d", "nn.functional.conv_transpose2d",
-    "nn.functional.conv_transpose3d"]
+    "nn.functional.conv_transpose1d",
+    "nn.functional.conv_transpose2d",
+    "nn.functional.conv_transpose3d",
+]
 
 
 def native_ops() -> list[str]:
@@ -82,6 +119,7 @@ def _load(path: Path):
 def conformance():
     """(OpInfo entries checked, exclusions, tolerances, dtypes) of the suite."""
     from torch.testing._internal.common_methods_invocations import op_db
+
     checked = set()
     # A family may check entries of PyTorch's other OpInfo lists (the
     # foreach_*_op_db ForeachFuncInfos): it names them in DB.
@@ -102,11 +140,17 @@ def _dt(d) -> str:
 
 def _unregistered_status(op: str) -> str:
     """How an op with no PrivateUse1 kernel runs: as a composite or on the CPU."""
-    keys = (torch._C.DispatchKey.CompositeImplicitAutograd,
-            torch._C.DispatchKey.CompositeExplicitAutograd)
+    keys = (
+        torch._C.DispatchKey.CompositeImplicitAutograd,
+        torch._C.DispatchKey.CompositeExplicitAutograd,
+    )
     packet = getattr(torch.ops.aten, op)
-    composite = any(getattr(packet, o).has_kernel_for_dispatch_key(k)
-                    for o in packet.overloads() if not o.endswith("out") for k in keys)
+    composite = any(
+        getattr(packet, o).has_kernel_for_dispatch_key(k)
+        for o in packet.overloads()
+        if not o.endswith("out")
+        for k in keys
+    )
     return "composite (runs as native ops)" if composite else "CPU fallback"
 
 
@@ -141,34 +185,61 @@ def render() -> str:
     for op in native:
         base = op.split("::", 1)[1].split(".", 1)[0]
         # _softmax -> softmax, add_ -> add, _index_put_impl_ -> index_put
-        candidates = {base, base.rstrip("_"), base.strip("_"),
-                      base.strip("_").removesuffix("_impl")}
+        candidates = {
+            base,
+            base.rstrip("_"),
+            base.strip("_"),
+            base.strip("_").removesuffix("_impl"),
+        }
         infos = sorted({i for c in candidates for i in by_aten.get(c, []) + ALIASES.get(c, [])})
         cell = ", ".join(f"`{i}`" for i in infos) if infos else "(tests/test_*.py only)"
         lines.append(f"| `{op}` | native | {cell} |")
-    lines += ["", f"## OpInfo entries checked ({len(entries)})", "",
-              "| OpInfo entry | dtypes checked |", "|---|---|"]
+    lines += [
+        "",
+        f"## OpInfo entries checked ({len(entries)})",
+        "",
+        "| OpInfo entry | dtypes checked |",
+        "|---|---|",
+    ]
     for op in sorted(entries, key=lambda o: (o.name, o.variant_test_name)):
         label = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
         sup = op.supported_dtypes("cpu")
         checked = [_dt(d) for d in dtypes if d in sup]
         lines.append(f"| `{label}` | {', '.join(checked)} |")
-    lines += ["", "## Exclusions and adjusted tolerances", "",
-              "From `tests/conformance/exclusions.py` (each with its reason there).", "",
-              "| OpInfo entry | dtype | what | reason |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "## Exclusions and adjusted tolerances",
+        "",
+        "From `tests/conformance/exclusions.py` (each with its reason there).",
+        "",
+        "| OpInfo entry | dtype | what | reason |",
+        "|---|---|---|---|",
+    ]
     for (name, variant, dt), reason in sorted(excl.EXCLUDED.items(), key=str):
-        lines.append(f"| `{name}{'.' + variant if variant else ''}` | {_dt(dt)} | skipped | "
-                     f"{reason} |")
+        lines.append(
+            f"| `{name}{'.' + variant if variant else ''}` | {_dt(dt)} | skipped | {reason} |"
+        )
     for (name, variant, dt), (atol, rtol) in sorted(excl.TOLERANCES.items(), key=str):
-        lines.append(f"| `{name}{'.' + variant if variant else ''}` | {_dt(dt)} | "
-                     f"atol {atol:g}, rtol {rtol:g} | summation order / rounding steps "
-                     "differ from ATen (see exclusions.py) |")
+        lines.append(
+            f"| `{name}{'.' + variant if variant else ''}` | {_dt(dt)} | "
+            f"atol {atol:g}, rtol {rtol:g} | summation order / rounding steps "
+            "differ from ATen (see exclusions.py) |"
+        )
     for name, ops in sorted(excl.ALLOWED_FALLBACKS.items()):
-        lines.append(f"| `{name}` | all | may also call {', '.join(ops)} on the CPU | "
-                     "sample preparation, see exclusions.py |")
-    lines += ["", "## Common ops without a neuron kernel of their own", "",
-              "A composite op decomposes, below autograd, into the native ops above and",
-              "never reaches the CPU fallback itself.", "", "| op | status |", "|---|---|"]
+        lines.append(
+            f"| `{name}` | all | may also call {', '.join(ops)} on the CPU | "
+            "sample preparation, see exclusions.py |"
+        )
+    lines += [
+        "",
+        "## Common ops without a neuron kernel of their own",
+        "",
+        "A composite op decomposes, below autograd, into the native ops above and",
+        "never reaches the CPU fallback itself.",
+        "",
+        "| op | status |",
+        "|---|---|",
+    ]
     lines += [f"| `aten::{op}` | {_unregistered_status(op)} |" for op in COMMON if op not in names]
     return "\n".join(lines) + "\n"
 

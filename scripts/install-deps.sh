@@ -3,6 +3,7 @@
 # (idempotent; a no-op on a machine that has them).
 set -euo pipefail
 packages=(cmake ninja-build g++ gcc make libdnnl-dev)
+packages+=(clang-format)  # make lint: the C/C++ layout (.clang-format)
 packages+=(tmux)  # tests/test_observe_cli.py drives neuron-top in a terminal
 packages+=(libasan8 libubsan1 libtsan2)  # make test: the C tests under ASan+UBSan and ThreadSanitizer
 missing=()

@@ -1,5 +1,6 @@
 """Entry point for workers launched by torchrun (tests/_dist_harness.py
 run_torchrun): runs DIST_FN of tests/_dist_workers.py in this rank."""
+
 import os
 import sys
 

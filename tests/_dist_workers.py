@@ -1,6 +1,7 @@
 """Worker functions run by tests/_dist_harness.py, one process per rank.
 Each initialises one process group and runs many checks with it (process
 start-up dominates the cost on this machine)."""
+
 import datetime
 import os
 import sys
@@ -64,9 +65,13 @@ def _gloo():
 def collectives():
     """Every collective, dtype and ReduceOp against values computed here."""
     import torch.distributed._functional_collectives as funcol
+
     rank, world = rank_world()
-    dist.init_process_group("neuron", init_method=os.environ.get("DIST_INIT") or None,
-                            timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group(
+        "neuron",
+        init_method=os.environ.get("DIST_INIT") or None,
+        timeout=datetime.timedelta(seconds=60),
+    )
     dev = torch.device("neuron", rank % torch.neuron.device_count())
     torch.neuron.set_device(dev)
 
@@ -75,9 +80,18 @@ def collectives():
         return x.to(dtype)
 
     # Every dtype, SUM, against the sum of every rank's value.
-    for dtype in [torch.float32, torch.float64, torch.float16, torch.bfloat16,
-                  torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64,
-                  torch.complex64]:
+    for dtype in [
+        torch.float32,
+        torch.float64,
+        torch.float16,
+        torch.bfloat16,
+        torch.int8,
+        torch.uint8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.complex64,
+    ]:
         if dtype == torch.int16 and _gloo():
             _expect_error(lambda: dist.all_reduce(val(0, dtype=dtype).to(dev)), "Gloo")
             t = val(rank, dtype=dtype).to(dev)
@@ -86,8 +100,10 @@ def collectives():
             continue
         t = val(rank, dtype=dtype).to(dev)
         dist.all_reduce(t)
-        want = sum(val(r, dtype=dtype).to(torch.float64 if not dtype.is_complex else dtype)
-                   for r in range(world)).to(dtype)
+        want = sum(
+            val(r, dtype=dtype).to(torch.float64 if not dtype.is_complex else dtype)
+            for r in range(world)
+        ).to(dtype)
         assert torch.equal(t.cpu(), want), (dtype, t.cpu(), want)
     b = torch.tensor([rank % 2 == 0, True, False], device=dev)
     dist.all_reduce(b, op=dist.ReduceOp.PRODUCT)
@@ -96,17 +112,24 @@ def collectives():
     # Every ReduceOp.
     f = val(rank).to(dev)
     ref = torch.stack([val(r) for r in range(world)])
-    for op, want in [(dist.ReduceOp.SUM, ref.sum(0)), (dist.ReduceOp.PRODUCT, ref.prod(0)),
-                     (dist.ReduceOp.MIN, ref.min(0).values), (dist.ReduceOp.MAX, ref.max(0).values),
-                     (dist.ReduceOp.AVG, ref.sum(0) / world),
-                     (dist._make_nccl_premul_sum(0.5), ref.sum(0) * 0.5)]:
+    for op, want in [
+        (dist.ReduceOp.SUM, ref.sum(0)),
+        (dist.ReduceOp.PRODUCT, ref.prod(0)),
+        (dist.ReduceOp.MIN, ref.min(0).values),
+        (dist.ReduceOp.MAX, ref.max(0).values),
+        (dist.ReduceOp.AVG, ref.sum(0) / world),
+        (dist._make_nccl_premul_sum(0.5), ref.sum(0) * 0.5),
+    ]:
         t = f.clone()
         dist.all_reduce(t, op=op)
         torch.testing.assert_close(t.cpu(), want)
     i = torch.tensor([rank + 1, 6, 12], dtype=torch.int32, device=dev)
     iref = torch.stack([torch.tensor([r + 1, 6, 12], dtype=torch.int32) for r in range(world)])
-    for op, fold in [(dist.ReduceOp.BAND, lambda a, b: a & b), (dist.ReduceOp.BOR, lambda a, b: a | b),
-                     (dist.ReduceOp.BXOR, lambda a, b: a ^ b)]:
+    for op, fold in [
+        (dist.ReduceOp.BAND, lambda a, b: a & b),
+        (dist.ReduceOp.BOR, lambda a, b: a | b),
+        (dist.ReduceOp.BXOR, lambda a, b: a ^ b),
+    ]:
         t = i.clone()
         dist.all_reduce(t, op=op)
         want = iref[0]
@@ -133,16 +156,18 @@ def collectives():
     tri = world * (world + 1) / 2
     assert torch.equal(out.cpu(), (torch.arange(rank * n, (rank + 1) * n) % 1000).float() * tri)
     ag = torch.zeros(world * n, device=dev)
-    ag[rank * n:(rank + 1) * n] = float(rank + 1)
-    dist.all_gather_into_tensor(ag, ag[rank * n:(rank + 1) * n])
+    ag[rank * n : (rank + 1) * n] = float(rank + 1)
+    dist.all_gather_into_tensor(ag, ag[rank * n : (rank + 1) * n])
     assert torch.equal(ag.cpu(), torch.arange(world).repeat_interleave(n).float() + 1)
     rows = [(rank + j) * 1000 + 1 for j in range(world)]
     x = torch.cat([torch.full((rows[j], 8), float(rank * 10 + j)) for j in range(world)]).to(dev)
     out_rows = [(r + rank) * 1000 + 1 for r in range(world)]
     y = torch.empty(sum(out_rows), 8, device=dev)
     dist.all_to_all_single(y, x, out_rows, rows)
-    assert torch.equal(y.cpu(), torch.cat([torch.full((out_rows[r], 8), float(r * 10 + rank))
-                                           for r in range(world)]))
+    assert torch.equal(
+        y.cpu(),
+        torch.cat([torch.full((out_rows[r], 8), float(r * 10 + rank)) for r in range(world)]),
+    )
     bc = torch.full((n,), float(rank), device=dev)
     dist.broadcast(bc, src=world - 1)
     assert torch.equal(bc.cpu(), torch.full((n,), float(world - 1)))
@@ -177,8 +202,10 @@ def collectives():
     bad_outs = [torch.empty(2, 3, device=dev).t() for _ in range(world)]
     _expect_error(lambda: dist.all_gather(bad_outs, src.to(dev)), "contiguous")
     ins = [val(rank, 2).to(dev), val(rank, 5).to(dev)]
-    outl = [[torch.empty(2, device=dev) for _ in range(world)],
-            [torch.empty(5, device=dev) for _ in range(world)]]
+    outl = [
+        [torch.empty(2, device=dev) for _ in range(world)],
+        [torch.empty(5, device=dev) for _ in range(world)],
+    ]
     dist.all_gather_coalesced(outl, ins)
     assert torch.equal(outl[1][world - 1].cpu(), val(world - 1, 5))
 
@@ -199,7 +226,9 @@ def collectives():
         assert torch.equal(outs[r].cpu(), torch.full((rank + 1,), float(r * 10 + rank)))
     in_splits = [(rank + j) % 3 for j in range(world)]
     out_splits = [(r + rank) % 3 for r in range(world)]
-    x = torch.cat([torch.full(((rank + j) % 3, 2), float(rank * 10 + j)) for j in range(world)]).to(dev)
+    x = torch.cat([torch.full(((rank + j) % 3, 2), float(rank * 10 + j)) for j in range(world)]).to(
+        dev
+    )
     y = torch.empty(sum(out_splits), 2, device=dev)
     dist.all_to_all_single(y, x, out_splits, in_splits)
     want = torch.cat([torch.full(((r + rank) % 3, 2), float(r * 10 + rank)) for r in range(world)])
@@ -299,6 +328,7 @@ def mixed_and_reinit():
     dist.destroy_process_group()
     _next_master_port()
     from torch.distributed.device_mesh import init_device_mesh
+
     mesh = init_device_mesh("neuron", (world,))
     t = torch.ones(1, device="neuron")
     dist.all_reduce(t, group=mesh.get_group())
@@ -309,6 +339,7 @@ def mixed_and_reinit():
 def stall():
     """Rank 1 never joins; rank 0 must fail within the timeout."""
     import time
+
     rank, world = rank_world()
     dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=3))
     t = torch.ones(4, device="neuron")
@@ -325,6 +356,7 @@ def stall():
 def killed():
     """Rank 1 dies mid-run; rank 0 fails fast naming it, then re-inits alone."""
     import time
+
     rank, world = rank_world()
     dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=120))
     t = torch.ones(4, device="neuron")
@@ -342,6 +374,7 @@ def _mlp(seed=0, unused=False):
     torch.manual_seed(seed)
     m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     if unused:
+
         class WithUnused(torch.nn.Module):
             def __init__(self, body):
                 super().__init__()
@@ -349,14 +382,20 @@ def _mlp(seed=0, unused=False):
 
             def forward(self, x):
                 return self.body(x)
+
         return WithUnused(m)
     return m
 
 
 def _data(world, steps=3, per_rank=4):
     g = torch.Generator().manual_seed(123)
-    return [(torch.randn(world * per_rank, 8, generator=g), torch.randn(world * per_rank, 4, generator=g))
-            for _ in range(steps)]
+    return [
+        (
+            torch.randn(world * per_rank, 8, generator=g),
+            torch.randn(world * per_rank, 4, generator=g),
+        )
+        for _ in range(steps)
+    ]
 
 
 def _reference(data, lr=0.1):
@@ -400,6 +439,7 @@ def parallel():
     tensor parallelism against single-process CPU references."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel as DDP
+
     rank, world = rank_world()
     dist.init_process_group("neuron")
     dev = torch.device("neuron", rank)
@@ -407,7 +447,7 @@ def parallel():
     data = _data(world)
     ref_losses, ref_params = _reference(data)
     per = data[0][0].shape[0] // world
-    shard = lambda t: t[rank * per:(rank + 1) * per].to(dev)  # noqa: E731
+    shard = lambda t: t[rank * per : (rank + 1) * per].to(dev)  # noqa: E731
 
     def run_ddp(tol, **kw):
         hook = kw.pop("hook", None)
@@ -423,7 +463,9 @@ def parallel():
             loss.backward()
             opt.step()
             losses.append(_global_loss(loss))
-        torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=tol, atol=tol)
+        torch.testing.assert_close(
+            torch.tensor(losses), torch.tensor(ref_losses), rtol=tol, atol=tol
+        )
         for k, v in m.module.state_dict().items():
             k = k.removeprefix("body.")
             if k in ref_params:
@@ -431,10 +473,12 @@ def parallel():
 
     run_ddp(1e-5)
     run_ddp(1e-5, find_unused_parameters=True)
+
     # DDP refuses bf16_compress_hook by name unless CUDA/XPU: a wrapper with
     # another name runs the very same hook (its future carries neuron tensors).
     def bf16_hook(state, bucket):
         return default_hooks.bf16_compress_hook(state, bucket)
+
     run_ddp(2e-2, hook=bf16_hook)
 
     # no_sync: two half-batches accumulate locally, one allreduce.
@@ -453,9 +497,12 @@ def parallel():
 
     # FSDP2, both reshard settings, then a bf16-compute mixed precision policy.
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    for reshard, mp, tol in [(True, None, 1e-5), (False, None, 1e-5),
-                             (True, MixedPrecisionPolicy(param_dtype=torch.bfloat16,
-                                                         reduce_dtype=torch.float32), 5e-2)]:
+
+    for reshard, mp, tol in [
+        (True, None, 1e-5),
+        (False, None, 1e-5),
+        (True, MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32), 5e-2),
+    ]:
         m = _mlp().to(dev)
         kw = {"reshard_after_forward": reshard}
         if mp is not None:
@@ -471,28 +518,39 @@ def parallel():
             loss.backward()
             opt.step()
             losses.append(_global_loss(loss))
-        torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=tol, atol=tol)
+        torch.testing.assert_close(
+            torch.tensor(losses), torch.tensor(ref_losses), rtol=tol, atol=tol
+        )
         for k, v in m.state_dict().items():
             torch.testing.assert_close(v.full_tensor().cpu(), ref_params[k], rtol=tol, atol=tol)
 
     # DTensor: distribute, redistribute Shard <-> Replicate <-> Partial.
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+
     mesh = init_device_mesh("neuron", (world,))
     full = torch.arange(world * 6.0).reshape(world * 2, 3)
     d = distribute_tensor(full.to(dev), mesh, [Shard(0)])
-    assert torch.equal(d.to_local().cpu(), full[rank * 2:(rank + 1) * 2])
+    assert torch.equal(d.to_local().cpu(), full[rank * 2 : (rank + 1) * 2])
     assert torch.equal(d.redistribute(mesh, [Replicate()]).to_local().cpu(), full)
     assert torch.equal(d.redistribute(mesh, [Shard(1)]).full_tensor().cpu(), full)
     from torch.distributed.tensor import DTensor
+
     p = DTensor.from_local(torch.ones(2, 3, device=dev) * (rank + 1), mesh, [Partial()])
-    assert torch.equal(p.redistribute(mesh, [Replicate()]).to_local().cpu(),
-                       torch.full((2, 3), float(world * (world + 1) // 2)))
+    assert torch.equal(
+        p.redistribute(mesh, [Replicate()]).to_local().cpu(),
+        torch.full((2, 3), float(world * (world + 1) // 2)),
+    )
     s = p.redistribute(mesh, [Shard(0)])
     assert s.to_local().shape[0] == 2 // world or world > 2
 
     # Tensor parallelism: Colwise -> Rowwise MLP against the CPU module.
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
     ref = _mlp()
     tp = parallelize_module(_mlp().to(dev), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
     x = data[0][0][:4]
@@ -509,28 +567,35 @@ def parallel():
     from torch.distributed.tensor.parallel import SequenceParallel
 
     ref_block = _MlpBlock()
-    sp = parallelize_module(_MlpBlock().to(dev), mesh, {
-        "norm": SequenceParallel(),
-        "fc1": ColwiseParallel(input_layouts=Shard(1)),
-        "fc2": RowwiseParallel(output_layouts=Shard(1))})
+    sp = parallelize_module(
+        _MlpBlock().to(dev),
+        mesh,
+        {
+            "norm": SequenceParallel(),
+            "fc1": ColwiseParallel(input_layouts=Shard(1)),
+            "fc2": RowwiseParallel(output_layouts=Shard(1)),
+        },
+    )
     seq = torch.randn(2, 2 * world, 8, generator=torch.Generator().manual_seed(9))
-    out = sp(seq[:, rank * 2:(rank + 1) * 2].to(dev))
+    out = sp(seq[:, rank * 2 : (rank + 1) * 2].to(dev))
     out = out.to_local() if isinstance(out, DTensor) else out
-    torch.testing.assert_close(out.cpu(), ref_block(seq)[:, rank * 2:(rank + 1) * 2].detach(),
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        out.cpu(), ref_block(seq)[:, rank * 2 : (rank + 1) * 2].detach(), rtol=1e-5, atol=1e-5
+    )
 
     # 2-D mesh (world 4): FSDP over "dp" x tensor parallelism over "tp".
     if world == 4:
         mesh2 = init_device_mesh("neuron", (2, 2), mesh_dim_names=("dp", "tp"))
-        m = parallelize_module(_mlp().to(dev), mesh2["tp"],
-                               {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        m = parallelize_module(
+            _mlp().to(dev), mesh2["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()}
+        )
         fully_shard(m, mesh=mesh2["dp"])
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
         dp = mesh2["dp"].get_local_rank()
         half = data[0][0].shape[0] // 2
         for step, (x, y) in enumerate(data):
             opt.zero_grad()
-            xs, ys = x[dp * half:(dp + 1) * half], y[dp * half:(dp + 1) * half]
+            xs, ys = x[dp * half : (dp + 1) * half], y[dp * half : (dp + 1) * half]
             out = m(xs.to(dev))
             out = out.full_tensor() if isinstance(out, DTensor) else out
             loss = torch.nn.functional.mse_loss(out, ys.to(dev))
@@ -538,7 +603,9 @@ def parallel():
             opt.step()
             t = loss.detach().clone()
             dist.all_reduce(t, op=dist.ReduceOp.AVG, group=mesh2["dp"].get_group())
-            torch.testing.assert_close(t.cpu(), torch.tensor(ref_losses[step]), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(
+                t.cpu(), torch.tensor(ref_losses[step]), rtol=1e-5, atol=1e-5
+            )
         for k, v in m.state_dict().items():
             torch.testing.assert_close(v.full_tensor().cpu(), ref_params[k], rtol=1e-5, atol=1e-5)
     dist.destroy_process_group()
@@ -548,6 +615,7 @@ def pipeline_and_dcp():
     """Pipelining (GPipe, 1F1B) over send/recv, and DCP save (sharded over
     this world) for a later load with another world size."""
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe, Schedule1F1B
+
     rank, world = rank_world()
     dist.init_process_group("neuron")
     dev = torch.device("neuron", rank)
@@ -580,13 +648,15 @@ def pipeline_and_dcp():
             torch.testing.assert_close(torch.tensor(total), ref_loss.detach(), rtol=1e-5, atol=1e-6)
         else:
             sched.step()
-        torch.testing.assert_close(stage_mod[0].weight.grad.cpu(), layers[rank].weight.grad,
-                                   rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(
+            stage_mod[0].weight.grad.cpu(), layers[rank].weight.grad, rtol=1e-4, atol=1e-6
+        )
 
     # DCP: save a Shard(0) DTensor state dict; the test loads it in one process.
     import torch.distributed.checkpoint as dcp
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
+
     mesh = init_device_mesh("neuron", (world,))
     full = torch.arange(world * 12.0).reshape(world * 3, 4)
     sd = {"w": distribute_tensor(full.to(dev), mesh, [Shard(0)])}
@@ -601,6 +671,7 @@ def observe_collectives():
     reads it and the log lines."""
     import torch_neuronx.metrics as metrics
     from torch.profiler import ProfilerActivity, profile
+
     rank, world = rank_world()
     torch.neuron.set_device(rank)  # as a torchrun script does
     dist.init_process_group("neuron")
@@ -682,6 +753,7 @@ def dtensor_random():
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
     import torch.distributed.tensor as dt
+
     rank, world = rank_world()
     dist.init_process_group("neuron")
     dev = torch.device("neuron", rank)
@@ -731,13 +803,17 @@ def dtensor_random():
     whole = torch.rand(shape[1] * 4 * world, device=dev).cpu()
     for k, part in enumerate(parts):
         n = part.numel()
-        assert torch.equal(part.contiguous().flatten(), whole[k * n:(k + 1) * n]), k
+        assert torch.equal(part.contiguous().flatten(), whole[k * n : (k + 1) * n]), k
 
     # Dropout in a transformer-style MLP block under tensor parallelism
     # (Colwise -> Rowwise, Replicate output) and sequence parallelism
     # (Shard(1) output, batch 1): same masks as the single-device block.
-    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
-                                                   SequenceParallel, parallelize_module)
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
 
     seq = torch.randn(1, 2 * world, 8, generator=torch.Generator().manual_seed(9))
     ref_block = _MlpBlock(p_drop=0.25).to(dev)
@@ -747,11 +823,20 @@ def dtensor_random():
     ref_out = ref.detach().cpu()
     assert (ref_out == 0).any() and (ref_out != 0).any()
     plans = {
-        "tp": ({"fc1": ColwiseParallel(), "fc2": RowwiseParallel(use_local_output=False)},
-               lambda: seq.to(dev), lambda out: out.to_local()),
-        "sp": ({"norm": SequenceParallel(), "fc1": ColwiseParallel(input_layouts=Shard(1)),
-                "fc2": RowwiseParallel(output_layouts=Shard(1), use_local_output=False)},
-               lambda: seq[:, rank * 2:(rank + 1) * 2].to(dev), lambda out: out.full_tensor()),
+        "tp": (
+            {"fc1": ColwiseParallel(), "fc2": RowwiseParallel(use_local_output=False)},
+            lambda: seq.to(dev),
+            lambda out: out.to_local(),
+        ),
+        "sp": (
+            {
+                "norm": SequenceParallel(),
+                "fc1": ColwiseParallel(input_layouts=Shard(1)),
+                "fc2": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+            },
+            lambda: seq[:, rank * 2 : (rank + 1) * 2].to(dev),
+            lambda out: out.full_tensor(),
+        ),
     }
     for name, (plan, inp, whole_of) in plans.items():
         block = parallelize_module(_MlpBlock(p_drop=0.25).to(dev), mesh, plan)
@@ -790,13 +875,19 @@ def reinit_cycles():
     must get a working group on the expected transport, a world group and a
     sub-group, and leave no region mapped or open once destroyed."""
     import time
+
     rank, world = rank_world()
     cycles = int(os.environ.get("DIST_ARGS") or 50)
     under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ
     store = None
     if not under_torchrun:
-        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                              world, rank == 0, timeout=datetime.timedelta(seconds=30))
+        store = dist.TCPStore(
+            os.environ["MASTER_ADDR"],
+            int(os.environ["MASTER_PORT"]),
+            world,
+            rank == 0,
+            timeout=datetime.timedelta(seconds=30),
+        )
     want = "gloo" if _gloo() else "shm"
     dev = torch.device("neuron", rank % torch.neuron.device_count())
     torch.neuron.set_device(dev)
@@ -857,17 +948,26 @@ def diverge():
 
 
 def _diverge_roots(rank, world, dev, in_step, t, other):
-    _expect_error(lambda: dist.broadcast(t, src=rank), "broadcast",
-                  f"rank {rank} passed root {rank}, rank {other} passed root {other}")
+    _expect_error(
+        lambda: dist.broadcast(t, src=rank),
+        "broadcast",
+        f"rank {rank} passed root {rank}, rank {other} passed root {other}",
+    )
     in_step()
     root = 1 if rank == 1 else 0
     s = torch.empty(3, device=dev)
-    _expect_error(lambda: dist.scatter(s, [torch.ones(3, device=dev)] * world if rank == root
-                                       else None, src=root), "scatter", "different roots")
+    _expect_error(
+        lambda: dist.scatter(
+            s, [torch.ones(3, device=dev)] * world if rank == root else None, src=root
+        ),
+        "scatter",
+        "different roots",
+    )
     in_step()
     g = [torch.empty(3, device=dev) for _ in range(world)] if rank == root else None
-    _expect_error(lambda: dist.gather(torch.ones(3, device=dev), g, dst=root), "gather",
-                  "different roots")
+    _expect_error(
+        lambda: dist.gather(torch.ones(3, device=dev), g, dst=root), "gather", "different roots"
+    )
     in_step()
 
 
@@ -875,8 +975,12 @@ def _diverge_dtypes(rank, world, dev, in_step):
     # Same bytes, different dtypes.
     dt = torch.int32 if rank == 1 else torch.float32
     out = torch.empty(world * 4, dtype=dt, device=dev)
-    _expect_error(lambda: dist.all_gather_into_tensor(out, torch.ones(4, dtype=dt, device=dev)),
-                  "dtypes differ", "int32", "float32")
+    _expect_error(
+        lambda: dist.all_gather_into_tensor(out, torch.ones(4, dtype=dt, device=dev)),
+        "dtypes differ",
+        "int32",
+        "float32",
+    )
     in_step()
     b = torch.zeros(4, dtype=dt, device=dev)
     _expect_error(lambda: dist.broadcast(b, src=0), "dtypes differ")

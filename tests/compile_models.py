@@ -1,5 +1,6 @@
 """Small models for the compile tests and bench/bench_compile.py: each builds
 deterministically (seeded) and returns (model, make_batch, loss_fn)."""
+
 import os
 
 import torch
@@ -11,8 +12,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def mlp():
     torch.manual_seed(0)
-    m = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64), nn.Linear(64, 64), nn.ReLU(),
-                      nn.Linear(64, 10))
+    m = nn.Sequential(
+        nn.Linear(32, 64),
+        nn.GELU(),
+        nn.LayerNorm(64),
+        nn.Linear(64, 64),
+        nn.ReLU(),
+        nn.Linear(64, 10),
+    )
     g = torch.Generator().manual_seed(1)
     batch = (torch.randn(32, 32, generator=g), torch.randint(0, 10, (32,), generator=g))
     return m, batch, lambda m, x, y: F.cross_entropy(m(x), y)
@@ -54,9 +61,18 @@ def _layers(layers):
 
 def gpt2(layers=None):
     from transformers import GPT2Config, GPT2LMHeadModel
+
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=_layers(layers), n_head=2, resid_pdrop=0.0,
-                     embd_pdrop=0.0, attn_pdrop=0.0)
+    cfg = GPT2Config(
+        vocab_size=128,
+        n_positions=32,
+        n_embd=32,
+        n_layer=_layers(layers),
+        n_head=2,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     m = GPT2LMHeadModel(cfg)
     return m, _lm_batch(128), lambda m, ids: m(input_ids=ids, labels=ids).loss
 
@@ -64,19 +80,35 @@ def gpt2(layers=None):
 def llama(layers=None):
     # Grouped-query attention (2 heads share 1 key/value head), RoPE, RMSNorm.
     from transformers import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=_layers(layers),
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
+    cfg = LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=_layers(layers),
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=32,
+    )
     m = LlamaForCausalLM(cfg)
     return m, _lm_batch(128), lambda m, ids: m(input_ids=ids, labels=ids).loss
 
 
 def bert(layers=None):
     from transformers import BertConfig, BertForMaskedLM
+
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=_layers(layers), num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                     attention_probs_dropout_prob=0.0)
+    cfg = BertConfig(
+        vocab_size=128,
+        hidden_size=32,
+        num_hidden_layers=_layers(layers),
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     m = BertForMaskedLM(cfg)
     return m, _lm_batch(128), lambda m, ids: m(input_ids=ids, labels=ids).loss
 
@@ -100,6 +132,7 @@ def make_step(name, device, train_mode=True, compile_backend=None, layers=None):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     if train_mode:
+
         def step(*b):
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(model, *b)
@@ -107,9 +140,11 @@ def make_step(name, device, train_mode=True, compile_backend=None, layers=None):
             opt.step()
             return loss.detach()
     else:
+
         def step(*b):
             with torch.no_grad():
                 return loss_fn(model, *b).detach()
+
     if compile_backend:
         step = torch.compile(step, backend=compile_backend)
     return model, step, batch

@@ -3,6 +3,7 @@
 The backend is autoloaded by ``import torch``; tests that need a fresh process
 (environment variables read once, autoload, fork) use ``run_python``.
 """
+
 import os
 import subprocess
 import sys
@@ -23,8 +24,13 @@ def run_python(code: str, env: dict | None = None, timeout: int = 120):
     """Runs ``code`` in a fresh interpreter; returns the CompletedProcess."""
     full_env = dict(os.environ)
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture

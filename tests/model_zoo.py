@@ -8,6 +8,7 @@ and GELU-new (``x**3``), Llama's GQA, RoPE, RMSNorm (``pow(2)``) and SwiGLU,
 BERT's layer norms and tied MLM decoder, and a ResNet-style CNN with batch
 norm, max pooling and residual blocks (built here: no torchvision).
 """
+
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach the hub
@@ -21,29 +22,54 @@ VOCAB = 128
 
 def gpt2(size: str = "tiny"):
     from transformers import GPT2Config, GPT2LMHeadModel
+
     d, layers = (64, 2) if size == "tiny" else (256, 4)
-    cfg = GPT2Config(vocab_size=VOCAB, n_positions=128, n_embd=d, n_layer=layers, n_head=4,
-                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                     attn_implementation="sdpa")
+    cfg = GPT2Config(
+        vocab_size=VOCAB,
+        n_positions=128,
+        n_embd=d,
+        n_layer=layers,
+        n_head=4,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        attn_implementation="sdpa",
+    )
     return GPT2LMHeadModel(cfg)
 
 
 def llama(size: str = "tiny"):
     from transformers import LlamaConfig, LlamaForCausalLM
+
     d, layers = (64, 2) if size == "tiny" else (256, 4)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=d, intermediate_size=2 * d + 32,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=128, attn_implementation="sdpa")
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=d,
+        intermediate_size=2 * d + 32,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        attn_implementation="sdpa",
+    )
     return LlamaForCausalLM(cfg)
 
 
 def bert(size: str = "tiny"):
     from transformers import BertConfig, BertForMaskedLM
+
     d, layers = (64, 2) if size == "tiny" else (256, 4)
-    cfg = BertConfig(vocab_size=VOCAB, hidden_size=d, num_hidden_layers=layers,
-                     num_attention_heads=4, intermediate_size=4 * d,
-                     max_position_embeddings=128, hidden_dropout_prob=0.0,
-                     attention_probs_dropout_prob=0.0, attn_implementation="sdpa")
+    cfg = BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=d,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        intermediate_size=4 * d,
+        max_position_embeddings=128,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        attn_implementation="sdpa",
+    )
     return BertForMaskedLM(cfg)
 
 
@@ -56,8 +82,9 @@ class BasicBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(cout)
         self.down = None
         if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                      nn.BatchNorm2d(cout))
+            self.down = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
+            )
 
     def forward(self, x):
         y = F.relu(self.bn1(self.conv1(x)))
@@ -71,11 +98,15 @@ class ResNet(nn.Module):
 
     def __init__(self, width: int = 8, blocks=(1, 1), classes: int = 10):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False),
-                                  nn.BatchNorm2d(width), nn.ReLU(), nn.MaxPool2d(2))
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, width, 3, 1, 1, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
         layers, cin = [], width
         for i, n in enumerate(blocks):
-            cout = width * 2 ** i
+            cout = width * 2**i
             for j in range(n):
                 layers.append(BasicBlock(cin, cout, 2 if (j == 0 and i > 0) else 1))
                 cin = cout

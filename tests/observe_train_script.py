@@ -1,6 +1,7 @@
 """A small training loop on neuron for the CLI tests (tests/test_observe_cli.py):
 prints "ready <pid>" after the first step and runs until the file named by
 argv[1] exists (or 120 s pass), then exits normally (removing its stats page)."""
+
 import os
 import sys
 import time
@@ -8,7 +9,9 @@ import time
 import torch
 
 stop_file = sys.argv[1]
-model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).to("neuron")
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).to(
+    "neuron"
+)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x = torch.randn(32, 64, device="neuron")
 y = torch.randn(32, 1, device="neuron")

@@ -1,4 +1,5 @@
 """torch.accelerator, the device-agnostic API, reaching neuron."""
+
 import torch
 
 

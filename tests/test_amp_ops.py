@@ -2,6 +2,7 @@
 _amp_foreach_non_finite_check_and_unscale_ (dtypes, non-contiguous grads,
 inf/NaN anywhere, a set flag never cleared) and _amp_update_scale_ (growth,
 backoff, overflow-safe growth), with the CPU's error messages."""
+
 import pytest
 import torch
 
@@ -13,7 +14,9 @@ def unscale_both(grads, inv):
     for device in ("cpu", "neuron"):
         gs = [g.clone().to(device) if device == "cpu" else g.to(device) for g in grads]
         found = torch.zeros(1, device=device)
-        torch._amp_foreach_non_finite_check_and_unscale_(gs, found, torch.tensor([inv], device=device))
+        torch._amp_foreach_non_finite_check_and_unscale_(
+            gs, found, torch.tensor([inv], device=device)
+        )
         out.append(([g.cpu() for g in gs], found.cpu()))
     return out
 
@@ -21,9 +24,11 @@ def unscale_both(grads, inv):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_unscale_matches_cpu(dtype):
     gen = torch.Generator().manual_seed(0)
-    grads = [torch.randn(300, 70, generator=gen).to(dtype),
-             torch.randn(70, 300, generator=gen).to(dtype).t(),  # non-contiguous
-             torch.randn(5, generator=gen).to(dtype)]
+    grads = [
+        torch.randn(300, 70, generator=gen).to(dtype),
+        torch.randn(70, 300, generator=gen).to(dtype).t(),  # non-contiguous
+        torch.randn(5, generator=gen).to(dtype),
+    ]
     torch_neuronx.clear_op_tracking()
     (cg, cf), (ng, nf) = unscale_both(grads, 0.125)
     assert "aten::_amp_foreach_non_finite_check_and_unscale_" in torch_neuronx.get_executed_ops()
@@ -49,7 +54,8 @@ def test_unscale_keeps_found_flag_and_errors():
         torch._amp_foreach_non_finite_check_and_unscale_(g, found, torch.ones(2, device="neuron"))
     with pytest.raises(RuntimeError, match="found_inf must be a float tensor"):
         torch._amp_foreach_non_finite_check_and_unscale_(
-            g, torch.zeros(1, device="neuron", dtype=torch.float64), torch.ones(1, device="neuron"))
+            g, torch.zeros(1, device="neuron", dtype=torch.float64), torch.ones(1, device="neuron")
+        )
 
 
 @pytest.mark.parametrize("found_seq", [[0, 0, 0, 0, 1, 0], [1, 1, 0, 0, 0], [0] * 7])
@@ -60,8 +66,9 @@ def test_update_scale_matches_cpu(found_seq):
         tracker = torch.zeros(1, dtype=torch.int32, device=device)
         hist = []
         for f in found_seq:
-            torch._amp_update_scale_(scale, tracker, torch.tensor([float(f)], device=device),
-                                     2.0, 0.5, 3)
+            torch._amp_update_scale_(
+                scale, tracker, torch.tensor([float(f)], device=device), 2.0, 0.5, 3
+            )
             hist.append((scale.item(), tracker.item()))
         results.append(hist)
     assert results[0] == results[1]
@@ -73,4 +80,6 @@ def test_update_scale_overflow_and_errors():
     torch._amp_update_scale_(scale, tracker, torch.zeros(1, device="neuron"), 2.0, 0.5, 1)
     assert scale.item() == pytest.approx(3e38) and tracker.item() == 0
     with pytest.raises(RuntimeError, match="growth_tracker must be an int tensor"):
-        torch._amp_update_scale_(scale, tracker.float(), torch.zeros(1, device="neuron"), 2.0, 0.5, 1)
+        torch._amp_update_scale_(
+            scale, tracker.float(), torch.zeros(1, device="neuron"), 2.0, 0.5, 1
+        )

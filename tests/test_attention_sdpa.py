@@ -6,6 +6,7 @@ heads, transposed inputs, 16-bit dtypes and causal plus mask; dropout is reprodu
 torch.manual_seed and its backward uses the forward's mask; a 4096-long
 sequence runs with memory far below its score matrix; the math path is
 taken where the kernel does not apply."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -94,7 +95,7 @@ def test_dropout_reproducible_and_consistent():
     B, H, L, S = 1, 2, 24, 40
     q, k, _ = _qkv(B=B, H=H, Hk=H, L=L, S=S, E=8, grad=False)
     eye = torch.eye(S).expand(B, H, S, S)
-    probs = torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5, -1)
+    probs = torch.softmax(q @ k.transpose(-1, -2) / 8**0.5, -1)
     qn, kn = q.to("neuron"), k.to("neuron")
     vn = eye.to("neuron").requires_grad_()
     torch.manual_seed(5)
@@ -108,7 +109,9 @@ def test_dropout_reproducible_and_consistent():
     torch.testing.assert_close(a.detach().cpu()[kept], (probs / 0.75)[kept], atol=1e-5, rtol=1e-4)
     g = torch.randn(B, H, L, S)
     (dv,) = torch.autograd.grad(a, vn, g.to("neuron"))
-    torch.testing.assert_close(dv.cpu(), a.detach().cpu().transpose(-1, -2) @ g, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        dv.cpu(), a.detach().cpu().transpose(-1, -2) @ g, atol=1e-5, rtol=1e-4
+    )
 
 
 def test_long_sequence_bounded_memory():
@@ -142,7 +145,9 @@ def test_math_path_where_kernel_does_not_apply():
         torch_neuronx.clear_op_tracking()
         out = F.scaled_dot_product_attention(q.to("neuron"), k.to("neuron"), v.to("neuron"))
         assert FWD not in torch_neuronx.get_executed_ops()
-    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q, k, v), atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        out.cpu(), F.scaled_dot_product_attention(q, k, v), atol=2e-5, rtol=1e-4
+    )
 
 
 def test_causal_with_mask_and_errors_match_cpu():

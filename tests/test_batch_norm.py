@@ -3,6 +3,7 @@ BatchNorm1d/2d/3d trained for a few steps (outputs, gradients, running
 stats incl. momentum=None's cumulative average, num_batches_tracked), eval
 after training, track_running_stats=False, affine=False, bfloat16 input with
 float32 parameters, channels_last input, and PyTorch's errors."""
+
 import copy
 
 import pytest
@@ -46,9 +47,15 @@ def _train_steps(ref, x_shape, steps=3, dtype=torch.float32, channels_last=False
     return dev
 
 
-@pytest.mark.parametrize("cls,shape", [(nn.BatchNorm1d, (8, 5)), (nn.BatchNorm1d, (4, 5, 7)),
-                                       (nn.BatchNorm2d, (4, 3, 6, 5)),
-                                       (nn.BatchNorm3d, (2, 3, 4, 3, 5))])
+@pytest.mark.parametrize(
+    "cls,shape",
+    [
+        (nn.BatchNorm1d, (8, 5)),
+        (nn.BatchNorm1d, (4, 5, 7)),
+        (nn.BatchNorm2d, (4, 3, 6, 5)),
+        (nn.BatchNorm3d, (2, 3, 4, 3, 5)),
+    ],
+)
 def test_batch_norm_module_trains_like_cpu(cls, shape):
     torch.manual_seed(0)
     m = cls(shape[1], momentum=0.3)
@@ -76,8 +83,9 @@ def test_channels_last():
 
 
 def test_bfloat16_input_float_params():
-    _train_steps(nn.BatchNorm2d(3), (4, 3, 5, 5), dtype=torch.bfloat16,
-                 tol=dict(rtol=2e-2, atol=2e-2))
+    _train_steps(
+        nn.BatchNorm2d(3), (4, 3, 5, 5), dtype=torch.bfloat16, tol=dict(rtol=2e-2, atol=2e-2)
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
@@ -93,10 +101,19 @@ def test_bad_input_is_a_clear_error():
     # (CPU reads past the end of a too-short vector; neuron refuses it.)
     x = torch.randn(4, 3, 2, device="neuron")
     with pytest.raises(RuntimeError, match="running_mean should contain 3 elements not 4"):
-        torch.ops.aten.native_batch_norm(x, None, None, torch.zeros(4, device="neuron"),
-                                         torch.ones(4, device="neuron"), True, 0.1, 1e-5)
+        torch.ops.aten.native_batch_norm(
+            x,
+            None,
+            None,
+            torch.zeros(4, device="neuron"),
+            torch.ones(4, device="neuron"),
+            True,
+            0.1,
+            1e-5,
+        )
     with pytest.raises(RuntimeError, match="at least 2 dimensions"):
-        torch.ops.aten.native_batch_norm(torch.randn(3, device="neuron"), None, None, None, None,
-                                         True, 0.1, 1e-5)
+        torch.ops.aten.native_batch_norm(
+            torch.randn(3, device="neuron"), None, None, None, None, True, 0.1, 1e-5
+        )
     with pytest.raises(ValueError, match="Expected more than 1 value per channel"):
         nn.BatchNorm1d(3).to("neuron")(torch.randn(1, 3, device="neuron"))

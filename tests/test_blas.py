@@ -1,6 +1,7 @@
 """Matrix products and convolution on neuron (libtrn matmul/conv kernels via
 oneDNN) against PyTorch CPU: layouts, alpha/beta, broadcasting, dtypes,
 gradients, and proof that nothing fell back to the CPU."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -21,8 +22,12 @@ def _clear():
 
 
 def _close(got, want, dtype=torch.float32):
-    tol = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (2e-2, 2e-2),
-           torch.float16: (2e-3, 2e-3), torch.float64: (1e-10, 1e-10)}.get(dtype, (0, 0))
+    tol = {
+        torch.float32: (1e-4, 1e-5),
+        torch.bfloat16: (2e-2, 2e-2),
+        torch.float16: (2e-3, 2e-3),
+        torch.float64: (1e-10, 1e-10),
+    }.get(dtype, (0, 0))
     torch.testing.assert_close(got.cpu(), want, rtol=tol[0], atol=tol[1], equal_nan=True)
 
 
@@ -30,8 +35,10 @@ def _close(got, want, dtype=torch.float32):
 def test_mm_transposed_views(ta, tb):
     a = torch.randn(37, 29) if not ta else torch.randn(29, 37).t()
     b = torch.randn(29, 41) if not tb else torch.randn(41, 29).t()
-    got = torch.mm(a.to(DEV) if not ta else a.t().contiguous().to(DEV).t(),
-                   b.to(DEV) if not tb else b.t().contiguous().to(DEV).t())
+    got = torch.mm(
+        a.to(DEV) if not ta else a.t().contiguous().to(DEV).t(),
+        b.to(DEV) if not tb else b.t().contiguous().to(DEV).t(),
+    )
     _close(got, a @ b)
     _no_fallback()
 
@@ -48,10 +55,14 @@ def test_mm_non_contiguous_slices_and_out():
 def test_bmm_and_baddbmm():
     a, b, c = torch.randn(4, 5, 6), torch.randn(4, 6, 7), torch.randn(4, 5, 7)
     _close(torch.bmm(a.to(DEV), b.to(DEV)), torch.bmm(a, b))
-    _close(torch.baddbmm(c.to(DEV), a.to(DEV), b.to(DEV), beta=0.5, alpha=2),
-           torch.baddbmm(c, a, b, beta=0.5, alpha=2))
-    _close(torch.bmm(a.transpose(1, 2).contiguous().to(DEV).transpose(1, 2), b.to(DEV)),
-           torch.bmm(a, b))
+    _close(
+        torch.baddbmm(c.to(DEV), a.to(DEV), b.to(DEV), beta=0.5, alpha=2),
+        torch.baddbmm(c, a, b, beta=0.5, alpha=2),
+    )
+    _close(
+        torch.bmm(a.transpose(1, 2).contiguous().to(DEV).transpose(1, 2), b.to(DEV)),
+        torch.bmm(a, b),
+    )
     _no_fallback()
 
 
@@ -60,11 +71,15 @@ def test_addmm_alpha_beta(beta, alpha):
     s, a, b = torch.randn(6, 8), torch.randn(6, 5), torch.randn(5, 8)
     if beta == 0:
         s[0, 0] = float("nan")  # must not propagate
-    _close(torch.addmm(s.to(DEV), a.to(DEV), b.to(DEV), beta=beta, alpha=alpha),
-           torch.addmm(s, a, b, beta=beta, alpha=alpha))
+    _close(
+        torch.addmm(s.to(DEV), a.to(DEV), b.to(DEV), beta=beta, alpha=alpha),
+        torch.addmm(s, a, b, beta=beta, alpha=alpha),
+    )
     bias = torch.randn(8)  # broadcast self
-    _close(torch.addmm(bias.to(DEV), a.to(DEV), b.to(DEV), beta=beta, alpha=alpha),
-           torch.addmm(bias, a, b, beta=beta, alpha=alpha))
+    _close(
+        torch.addmm(bias.to(DEV), a.to(DEV), b.to(DEV), beta=beta, alpha=alpha),
+        torch.addmm(bias, a, b, beta=beta, alpha=alpha),
+    )
     sd = s.to(DEV)
     sd.addmm_(a.to(DEV), b.to(DEV), beta=beta, alpha=alpha)
     _close(sd, s.clone().addmm_(a, b, beta=beta, alpha=alpha))
@@ -101,21 +116,39 @@ def test_addmm_bias_row(m, k, n):
 
 def test_addbmm_addmv_mv_dot():
     s, b1, b2 = torch.randn(5, 7), torch.randn(3, 5, 4), torch.randn(3, 4, 7)
-    torch.testing.assert_close(torch.addbmm(s.to(DEV), b1.to(DEV), b2.to(DEV), beta=2, alpha=0.5).cpu(),
-                               torch.addbmm(s, b1, b2, beta=2, alpha=0.5), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        torch.addbmm(s.to(DEV), b1.to(DEV), b2.to(DEV), beta=2, alpha=0.5).cpu(),
+        torch.addbmm(s, b1, b2, beta=2, alpha=0.5),
+        rtol=1e-4,
+        atol=1e-4,
+    )
     m, v, y = torch.randn(6, 9), torch.randn(9), torch.randn(6)
     _close(torch.mv(m.to(DEV), v.to(DEV)), torch.mv(m, v))
-    _close(torch.mv(m.t().contiguous().to(DEV).t()[:, :6], v[:6].to(DEV)), torch.mv(m[:, :6], v[:6]))
-    _close(torch.addmv(y.to(DEV), m.to(DEV), v.to(DEV), beta=0.5, alpha=2),
-           torch.addmv(y, m, v, beta=0.5, alpha=2))
+    _close(
+        torch.mv(m.t().contiguous().to(DEV).t()[:, :6], v[:6].to(DEV)), torch.mv(m[:, :6], v[:6])
+    )
+    _close(
+        torch.addmv(y.to(DEV), m.to(DEV), v.to(DEV), beta=0.5, alpha=2),
+        torch.addmv(y, m, v, beta=0.5, alpha=2),
+    )
     x = torch.randn(20)
     _close(torch.dot(x.to(DEV), x.to(DEV)), torch.dot(x, x))
     _close(torch.vdot(x.to(DEV)[::2], x.to(DEV)[1::2]), torch.vdot(x[::2], x[1::2]))
     _no_fallback()
 
 
-@pytest.mark.parametrize("sa,sb", [((7,), (7,)), ((3, 7), (7,)), ((7,), (7, 4)), ((2, 3, 7), (7, 4)),
-                                   ((2, 3, 7), (2, 7, 4)), ((2, 1, 3, 7), (5, 7, 4)), ((7,), (2, 7, 4))])
+@pytest.mark.parametrize(
+    "sa,sb",
+    [
+        ((7,), (7,)),
+        ((3, 7), (7,)),
+        ((7,), (7, 4)),
+        ((2, 3, 7), (7, 4)),
+        ((2, 3, 7), (2, 7, 4)),
+        ((2, 1, 3, 7), (5, 7, 4)),
+        ((7,), (2, 7, 4)),
+    ],
+)
 def test_matmul_broadcasting(sa, sb):
     a, b = torch.randn(sa), torch.randn(sb)
     _close(torch.matmul(a.to(DEV), b.to(DEV)), torch.matmul(a, b))
@@ -129,17 +162,27 @@ def test_linear():
     _no_fallback()
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64, torch.int64,
-                                   torch.int32, torch.uint8])
+@pytest.mark.parametrize(
+    "dtype", [torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int32, torch.uint8]
+)
 def test_dtypes(dtype):
     if dtype.is_floating_point:
-        a, b, c = torch.randn(9, 13).to(dtype), torch.randn(13, 6).to(dtype), torch.randn(9, 6).to(dtype)
+        a, b, c = (
+            torch.randn(9, 13).to(dtype),
+            torch.randn(13, 6).to(dtype),
+            torch.randn(9, 6).to(dtype),
+        )
     else:
-        a, b, c = (torch.randint(-5 if dtype != torch.uint8 else 0, 5, s).to(dtype)
-                   for s in [(9, 13), (13, 6), (9, 6)])
+        a, b, c = (
+            torch.randint(-5 if dtype != torch.uint8 else 0, 5, s).to(dtype)
+            for s in [(9, 13), (13, 6), (9, 6)]
+        )
     _close(torch.mm(a.to(DEV), b.to(DEV)), torch.mm(a, b), dtype)
-    _close(torch.addmm(c.to(DEV), a.to(DEV), b.to(DEV), beta=2, alpha=3),
-           torch.addmm(c, a, b, beta=2, alpha=3), dtype)
+    _close(
+        torch.addmm(c.to(DEV), a.to(DEV), b.to(DEV), beta=2, alpha=3),
+        torch.addmm(c, a, b, beta=2, alpha=3),
+        dtype,
+    )
     _close(torch.bmm(a[None].to(DEV), b[None].to(DEV)), torch.bmm(a[None], b[None]), dtype)
     _no_fallback()
 
@@ -165,7 +208,10 @@ def test_errors_match_cpu():
     with pytest.raises(RuntimeError, match="same dtype"):
         torch.dot(torch.ones(3, device=DEV), torch.ones(3, device=DEV, dtype=torch.float64))
     with pytest.raises(RuntimeError):
-        F.conv2d(torch.randn(1, 2, 5, 5, device=DEV), torch.randn(3, 2, 3, 3, device=DEV, dtype=torch.float64))
+        F.conv2d(
+            torch.randn(1, 2, 5, 5, device=DEV),
+            torch.randn(3, 2, 3, 3, device=DEV, dtype=torch.float64),
+        )
 
 
 CONV_CASES = [
@@ -175,7 +221,12 @@ CONV_CASES = [
     (F.conv2d, (2, 8, 7, 7), (8, 1, 3, 3), dict(padding=2, dilation=2, groups=8)),  # depthwise
     (F.conv2d, (1, 4, 6, 6), (6, 2, 3, 3), dict(stride=2, groups=2)),
     (F.conv3d, (1, 2, 5, 4, 6), (3, 2, 2, 3, 2), dict(padding=1)),
-    (F.conv3d, (2, 4, 4, 5, 5), (4, 2, 3, 1, 2), dict(stride=(2, 1, 1), dilation=(1, 1, 2), groups=2)),
+    (
+        F.conv3d,
+        (2, 4, 4, 5, 5),
+        (4, 2, 3, 1, 2),
+        dict(stride=(2, 1, 1), dilation=(1, 1, 2), groups=2),
+    ),
 ]
 
 
@@ -241,8 +292,11 @@ def test_conv_channels_last_and_bf16():
     assert y.is_contiguous(memory_format=torch.channels_last)
     _close(y, F.conv2d(x, w, b, padding=1))
     xb, wb, bb = x.bfloat16(), w.bfloat16(), b.bfloat16()
-    _close(F.conv2d(xb.to(DEV), wb.to(DEV), bb.to(DEV), padding=1),
-           F.conv2d(xb, wb, bb, padding=1).float().bfloat16(), torch.bfloat16)
+    _close(
+        F.conv2d(xb.to(DEV), wb.to(DEV), bb.to(DEV), padding=1),
+        F.conv2d(xb, wb, bb, padding=1).float().bfloat16(),
+        torch.bfloat16,
+    )
     _no_fallback()
 
 
@@ -374,7 +428,8 @@ def test_missing_onednn_is_a_clear_error_never_zeros(python):
     returned all zeros (the kernel's delayed error was taken by the copy as
     "copy not supported", which then copied the unwritten buffer). Now the
     error names the library and how to install it, and nothing falls back."""
-    r = python("""
+    r = python(
+        """
         import torch, torch_neuronx
         a = torch.randn(256, 256, device="neuron")
         conv = torch.nn.Conv2d(3, 8, 3).to("neuron")
@@ -386,7 +441,9 @@ def test_missing_onednn_is_a_clear_error_never_zeros(python):
             except RuntimeError as e:
                 print(name, type(e).__name__, "|", str(e).splitlines()[0])
         print("fallbacks", torch_neuronx.get_fallback_ops())
-    """, env={"TORCH_NEURONX_DNNL_LIBRARY": "/nonexistent/libdnnl.so.2"})
+    """,
+        env={"TORCH_NEURONX_DNNL_LIBRARY": "/nonexistent/libdnnl.so.2"},
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     lines = r.stdout.splitlines()
     for name in ("mm", "conv"):

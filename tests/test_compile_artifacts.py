@@ -10,6 +10,7 @@
 - TORCH_NEURONX_NEFF_CACHE_MAX_SIZE bounds the directory (least recently
   used entries go first).
 - Integrity stays: an artifact that does not verify populates nothing."""
+
 import json
 import os
 import subprocess
@@ -59,15 +60,20 @@ print(json.dumps(out))
 
 
 def _env(tmp_path, name):
-    env = dict(os.environ, TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / name / "cache"),
-               XDG_CONFIG_HOME=str(tmp_path / name / "config"))
+    env = dict(
+        os.environ,
+        TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / name / "cache"),
+        XDG_CONFIG_HOME=str(tmp_path / name / "config"),
+    )
     env.pop("TORCH_NEURONX_NEFF_DISABLE_CACHE", None)
     env.pop("TORCH_NEURONX_DISABLE_NEFF_CACHE", None)
     return env
 
 
 def _run(env, *args, code=_TRAIN):
-    r = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -124,8 +130,16 @@ def test_processes_sharing_a_cold_cache_compile_each_graph_once(tmp_path):
     env = _env(tmp_path, "shared")
     env["TORCH_NEURONX_COMPILE_THREADS"] = "0"
     start = time.time() + 6
-    procs = [subprocess.Popen([sys.executable, "-c", _SHARED, str(start)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _SHARED, str(start)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=300)
@@ -181,7 +195,9 @@ def _forget(root):
 
 
 def _holder(lock):
-    h = subprocess.Popen([sys.executable, "-c", _HOLD, str(lock)], stdout=subprocess.PIPE, text=True)
+    h = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(lock)], stdout=subprocess.PIPE, text=True
+    )
     assert h.stdout.readline().strip() == "held"
     return h
 
@@ -196,7 +212,9 @@ def test_a_dead_lock_holder_never_blocks(cache, monkeypatch):
     h = _holder(lock)
     h.kill()  # SIGKILL: the kernel drops its flock
     h.wait()
-    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT", "1200")  # a held lock would hang the test
+    monkeypatch.setenv(
+        "TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT", "1200"
+    )  # a held lock would hang the test
     y = torch.compile(fn, backend="neuron")(x)
     torch.testing.assert_close(y.cpu(), fn(x.cpu()))
     assert torch.neuron.get_dynamo_metrics()["compiles"] == 1
@@ -221,6 +239,7 @@ def test_a_live_holder_past_the_timeout_is_compiled_around(cache, monkeypatch):
 
 # ---- size bound ---------------------------------------------------------------------------
 
+
 def test_evict_removes_least_recently_used_first(tmp_path):
     d = str(tmp_path / "c")
     keys = [c * 64 for c in "abc"]
@@ -230,11 +249,16 @@ def test_evict_removes_least_recently_used_first(tmp_path):
             os.utime(os.path.join(d, k + suffix), (1000 + i, 1000 + i))
     # 3 x (1000 + 64) bytes; the bound keeps two entries: the oldest goes.
     assert _C._compile_cache_evict(d, 2200, None) == 1064
-    assert sorted(f for f in os.listdir(d) if f.endswith(".so")) == [keys[1] + ".so", keys[2] + ".so"]
+    assert sorted(f for f in os.listdir(d) if f.endswith(".so")) == [
+        keys[1] + ".so",
+        keys[2] + ".so",
+    ]
     # `keep` is never removed, even when it is the oldest.
     assert _C._compile_cache_evict(d, 1, keys[1]) == 1064
     assert [f for f in os.listdir(d) if f.endswith((".so", ".mac"))] != []
-    assert os.path.exists(os.path.join(d, keys[1] + ".so")) and not os.path.exists(os.path.join(d, keys[2] + ".so"))
+    assert os.path.exists(os.path.join(d, keys[1] + ".so")) and not os.path.exists(
+        os.path.join(d, keys[2] + ".so")
+    )
 
 
 def test_cache_stays_within_its_bound(cache, monkeypatch):
@@ -249,7 +273,9 @@ def test_cache_stays_within_its_bound(cache, monkeypatch):
         torch._dynamo.reset()
         y = torch.compile(f, backend="neuron")(x)
         torch.testing.assert_close(y.cpu(), f(x.cpu()))
-        total = sum(p.stat().st_size for p in cache.glob("*.so")) + sum(p.stat().st_size for p in cache.glob("*.mac"))
+        total = sum(p.stat().st_size for p in cache.glob("*.so")) + sum(
+            p.stat().st_size for p in cache.glob("*.mac")
+        )
         total += sum(p.stat().st_size for p in (cache / "aot").glob("*.bin"))
         assert total <= bound, (total, bound)
     assert len(list(cache.glob("*.so"))) < len(fns)

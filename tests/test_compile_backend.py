@@ -1,6 +1,7 @@
 """torch.compile(backend="neuron"): registration and TorchNeuron's documented
 compile behaviours (dynamic, mode, recompiles, graph breaks, fullgraph,
 unsupported ops and fallback, CPU autocopy, artifacts, metrics, caching)."""
+
 import json
 import os
 import subprocess
@@ -74,7 +75,9 @@ def test_dynamic_true_rejected():
 
 def test_mode_warns_and_uses_default():
     with pytest.warns(UserWarning, match="mode='max-autotune' is not supported"):
-        out = torch.compile(lambda t: t * 3, backend="neuron", mode="max-autotune")(torch.ones(3, device=DEV))
+        out = torch.compile(lambda t: t * 3, backend="neuron", mode="max-autotune")(
+            torch.ones(3, device=DEV)
+        )
     assert out.cpu().tolist() == [3.0, 3.0, 3.0]
 
 
@@ -91,11 +94,14 @@ def test_graph_break_and_fullgraph():
         a = torch.cos(t) * 2
         torch._dynamo.graph_break()
         return a + torch.sin(t)
+
     x = _x(5)
     out = torch.compile(brk, backend="neuron")(x.to(DEV))
     torch.testing.assert_close(out.cpu(), torch.cos(x) * 2 + torch.sin(x))
     assert torch.neuron.get_dynamo_metrics()["graphs"] == 2
-    out = torch.compile(lambda t: torch.cos(t) * 2 + torch.sin(t), backend="neuron", fullgraph=True)(x.to(DEV))
+    out = torch.compile(
+        lambda t: torch.cos(t) * 2 + torch.sin(t), backend="neuron", fullgraph=True
+    )(x.to(DEV))
     torch.testing.assert_close(out.cpu(), torch.cos(x) * 2 + torch.sin(x))
 
 
@@ -112,7 +118,9 @@ def test_unsupported_op_error_names_it():
 def test_fallback_execution_option_and_env(monkeypatch):
     x = _x(8)
     with pytest.warns(UserWarning, match="fallback_execution"):
-        out = torch.compile(f_fft, backend="neuron", options={"fallback_execution": True})(x.to(DEV))
+        out = torch.compile(f_fft, backend="neuron", options={"fallback_execution": True})(
+            x.to(DEV)
+        )
     torch.testing.assert_close(out.cpu(), f_fft(x), rtol=1e-5, atol=1e-5)
     assert torch.neuron.get_dynamo_metrics()["fallback_graphs"] == 1
     torch._dynamo.reset()
@@ -185,6 +193,7 @@ def test_training_compiled_on_worker(tmp_path, monkeypatch, cache):
 
     def f(x, w):
         return (torch.relu(x @ w) * 1.5 + torch.sigmoid(w).sum()).sum()
+
     x, w = _x(5, 4), _x(4, 3, seed=1)
     wd = w.to(DEV).requires_grad_()
     out = torch.compile(f, backend="neuron")(x.to(DEV), wd)
@@ -229,7 +238,9 @@ def test_second_process_compiles_nothing(tmp_path):
     assert after["compile_ns"] > before["compile_ns"]
     assert oct((tmp_path / "cache").stat().st_mode & 0o777) == "0o700"
     env["TORCH_NEURONX_LOG_LEVEL"] = "INFO"
-    r = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     reported = json.loads(r.stdout.strip().splitlines()[-1])
     second, device = reported["dynamo"], reported["device"]

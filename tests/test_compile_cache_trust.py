@@ -7,6 +7,7 @@ warm-cache entry is unpickled only once its MAC under the user's own key
 verifies, so a planted pickle with a matching checksum never runs; cache
 paths that cannot be used (a file, a dangling symlink, read-only) cost a
 recompile, never a failed compile (item 8)."""
+
 import hashlib
 import os
 import pickle
@@ -131,15 +132,20 @@ _RUN = textwrap.dedent("""
 
 
 def _run(env):
-    r = subprocess.run([sys.executable, "-c", _RUN], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", _RUN], env=env, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     import json
+
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def test_planted_warm_entry_is_never_unpickled(tmp_path):
     root = tmp_path / "cache"
-    env = dict(os.environ, TORCH_NEURONX_NEFF_CACHE_DIR=str(root), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    env = dict(
+        os.environ, TORCH_NEURONX_NEFF_CACHE_DIR=str(root), XDG_CONFIG_HOME=str(tmp_path / "config")
+    )
     env.pop("TORCH_NEURONX_NEFF_DISABLE_CACHE", None)
     cold = _run(env)
     assert cold["ok"] and cold["warm_graphs"] == 0
@@ -165,7 +171,9 @@ def test_entry_of_the_wrong_type_is_replaced(tmp_path):
     """An entry that verifies but holds no AOTAutograd result (written by
     another version of us, say) is removed, not a failure on every compile."""
     root = tmp_path / "cache"
-    env = dict(os.environ, TORCH_NEURONX_NEFF_CACHE_DIR=str(root), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    env = dict(
+        os.environ, TORCH_NEURONX_NEFF_CACHE_DIR=str(root), XDG_CONFIG_HOME=str(tmp_path / "config")
+    )
     env.pop("TORCH_NEURONX_NEFF_DISABLE_CACHE", None)
     assert _run(env)["ok"]
     code = textwrap.dedent(f"""

@@ -1,6 +1,7 @@
 """Nothing of a compile outlives its process: a process SIGKILLed while its
 C compiler runs leaves no compiler (nor any of the compiler's children)
 running and nothing in its $TMPDIR (trn-janitor, libtrn/tools)."""
+
 import json
 import os
 import subprocess
@@ -48,17 +49,31 @@ def test_sigkill_mid_compile_leaves_no_compiler_and_no_files(tmp_path):
     tmp.mkdir()
     cc.write_text(WRAPPER)
     cc.chmod(0o755)
-    env = dict(os.environ, TMPDIR=str(tmp), CC=str(cc), WRAPPER_LOG=str(log),
-               TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "cache"),
-               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    env = dict(
+        os.environ,
+        TMPDIR=str(tmp),
+        CC=str(cc),
+        WRAPPER_LOG=str(log),
+        TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "cache"),
+        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+    )
     child = subprocess.Popen(
-        [sys.executable, "-c", "import torch, torch_neuronx\n"
-         "f = torch.compile(lambda x: (x * 2).relu().sum(), backend='neuron')\n"
-         "f(torch.ones(64, device='neuron')).cpu()\n"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import torch, torch_neuronx\n"
+            "f = torch.compile(lambda x: (x * 2).relu().sum(), backend='neuron')\n"
+            "f(torch.ones(64, device='neuron')).cpu()\n",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        assert _wait(lambda: log.exists() and log.read_text().endswith("\n"), timeout=120), \
+        assert _wait(lambda: log.exists() and log.read_text().endswith("\n"), timeout=120), (
             child.stderr.read() if child.poll() is not None else "no compile started"
+        )
         cc_pid, grandchild, cc_tmp = log.read_text().split()
         cc_pid, grandchild = int(cc_pid), int(grandchild)
         # The compiler's temporaries land in the compile's private directory,
@@ -69,8 +84,10 @@ def test_sigkill_mid_compile_leaves_no_compiler_and_no_files(tmp_path):
         assert _running(cc_pid) and _running(grandchild)
         child.kill()
         child.wait()
-        assert _wait(lambda: not _running(cc_pid) and not _running(grandchild)), \
-            (cc_pid, grandchild)
+        assert _wait(lambda: not _running(cc_pid) and not _running(grandchild)), (
+            cc_pid,
+            grandchild,
+        )
         assert _wait(lambda: list(tmp.iterdir()) == []), list(tmp.rglob("*"))
     finally:
         child.kill()
@@ -84,16 +101,23 @@ def test_sigkill_mid_compile_leaves_no_compiler_and_no_files(tmp_path):
 def test_exit_removes_the_scratch_root(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    env = dict(os.environ, TMPDIR=str(tmp), TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "cache"),
-               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
-    code = ("import json, os, torch, torch_neuronx\n"
-            "f = torch.compile(lambda x: (x + 1).sum(), backend='neuron')\n"
-            "f(torch.ones(8, device='neuron')).cpu()\n"
-            # while the process runs: only its (empty) scratch root
-            "t = os.environ['TMPDIR']\n"
-            "print(json.dumps([os.listdir(t), [os.listdir(os.path.join(t, d)) for d in os.listdir(t)]]))\n")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=300)
+    env = dict(
+        os.environ,
+        TMPDIR=str(tmp),
+        TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "cache"),
+        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+    )
+    code = (
+        "import json, os, torch, torch_neuronx\n"
+        "f = torch.compile(lambda x: (x + 1).sum(), backend='neuron')\n"
+        "f(torch.ones(8, device='neuron')).cpu()\n"
+        # while the process runs: only its (empty) scratch root
+        "t = os.environ['TMPDIR']\n"
+        "print(json.dumps([os.listdir(t), [os.listdir(os.path.join(t, d)) for d in os.listdir(t)]]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     names, contents = json.loads(out.stdout.strip().splitlines()[-1])
     assert len(names) == 1 and names[0].startswith("trn-cc-") and contents == [[]]
@@ -106,22 +130,34 @@ def test_forked_child_compiles_with_its_own_janitor(tmp_path):
     ends with the parent even while the child lives on."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    env = dict(os.environ, TMPDIR=str(tmp), TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "cache"),
-               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
-    code = ("import os, sys, torch, torch_neuronx\n"
-            "f = torch.compile(lambda x: (x + 1).sum(), backend='neuron')\n"
-            "f(torch.ones(8, device='neuron')).cpu()\n"
-            "pid = os.fork()\n"
-            "if pid == 0:\n"
-            "    os.environ['TORCH_NEURONX_COMPILE_THREADS'] = '0'\n"  # (the pool's threads stayed behind)
-            "    torch._dynamo.reset()\n"
-            "    g = torch.compile(lambda x: (x * 3).sum(), backend='neuron')\n"
-            "    print('child', float(g(torch.ones(8, device='neuron')).cpu()), flush=True)\n"
-            "    sys.stdin.read()\n"  # lives on until the test closes its stdin
-            "    os._exit(0)\n"
-            "print('parent', pid, flush=True)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = dict(
+        os.environ,
+        TMPDIR=str(tmp),
+        TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "cache"),
+        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+    )
+    code = (
+        "import os, sys, torch, torch_neuronx\n"
+        "f = torch.compile(lambda x: (x + 1).sum(), backend='neuron')\n"
+        "f(torch.ones(8, device='neuron')).cpu()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os.environ['TORCH_NEURONX_COMPILE_THREADS'] = '0'\n"  # (the pool's threads stayed behind)
+        "    torch._dynamo.reset()\n"
+        "    g = torch.compile(lambda x: (x * 3).sum(), backend='neuron')\n"
+        "    print('child', float(g(torch.ones(8, device='neuron')).cpu()), flush=True)\n"
+        "    sys.stdin.read()\n"  # lives on until the test closes its stdin
+        "    os._exit(0)\n"
+        "print('parent', pid, flush=True)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = [proc.stdout.readline().split() for _ in range(2)]
         got = {ln[0]: ln[1] for ln in lines if ln}
@@ -159,11 +195,17 @@ def test_reset_unloads_every_compiled_graph(tmp_path):
         "g = torch.compile(f, backend='neuron', dynamic=False)\n"
         "again = float(g(torch.ones(5, device='neuron')).cpu())\n"
         "print(json.dumps([got, loaded, after, len(B._memory_cache), maps(), again,"
-        " torch.neuron.get_dynamo_metrics()]))\n")
-    env = dict(os.environ, TMPDIR=str(tmp_path), TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "cache"),
-               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=600)
+        " torch.neuron.get_dynamo_metrics()]))\n"
+    )
+    env = dict(
+        os.environ,
+        TMPDIR=str(tmp_path),
+        TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "cache"),
+        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stderr
     got, loaded, after, cached, reloaded, again, m = json.loads(out.stdout.strip().splitlines()[-1])
     assert got == [2.0 * n for n in range(1, 13)]

@@ -4,6 +4,7 @@ level maps onto the C compiler's -O; every other flag is logged once as not
 applicable and none reaches the C compiler, whose own extra flags come from
 TORCH_NEURONX_CC_EXTRA_FLAGS. TORCH_NEURONX_DISABLE_NEFF_CACHE is an alias
 of the cache switch; torch_neuronx.neuron_dynamo_backend's helpers import."""
+
 import os
 
 import pytest
@@ -14,8 +15,10 @@ import torch_neuronx  # noqa: F401
 from torch_neuronx._compile import config, jobs
 from torch_neuronx._compile.backend import NeuronCompileError
 
-TORCHNEURON_FLAGS = "--model-type=transformer -O1 --auto-cast=none --lnc 2 --target trn2 " \
-                    "--enable-saturate-infinity --enable-mixed-precision-accumulation"
+TORCHNEURON_FLAGS = (
+    "--model-type=transformer -O1 --auto-cast=none --lnc 2 --target trn2 "
+    "--enable-saturate-infinity --enable-mixed-precision-accumulation"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -48,14 +51,23 @@ def _run(fn, *args, **compile_kw):
 def test_parse_maps_optimisation_level_and_ignores_the_rest():
     level, ignored = config.parse_neuron_cc_flags(TORCHNEURON_FLAGS)
     assert level == 1
-    assert ignored == ["--model-type=transformer", "--auto-cast=none", "--lnc 2", "--target trn2",
-                       "--enable-saturate-infinity", "--enable-mixed-precision-accumulation"]
+    assert ignored == [
+        "--model-type=transformer",
+        "--auto-cast=none",
+        "--lnc 2",
+        "--target trn2",
+        "--enable-saturate-infinity",
+        "--enable-mixed-precision-accumulation",
+    ]
     assert config.parse_neuron_cc_flags("--optlevel 3")[0] == 3
     assert config.parse_neuron_cc_flags("--optlevel=0")[0] == 0
     assert config.parse_neuron_cc_flags("-O3 -O1")[0] == 1  # the last one wins
-    assert config.parse_neuron_cc_flags("")[0] == 2         # the default
+    assert config.parse_neuron_cc_flags("")[0] == 2  # the default
     # A C flag put there by habit is no neuronx-cc flag: ignored too.
-    assert config.parse_neuron_cc_flags("-march=skylake -ffast-math") == (2, ["-march=skylake", "-ffast-math"])
+    assert config.parse_neuron_cc_flags("-march=skylake -ffast-math") == (
+        2,
+        ["-march=skylake", "-ffast-math"],
+    )
     with pytest.raises(NeuronCompileError, match="optimisation level 'x'"):
         config.parse_neuron_cc_flags("--optlevel x")
 
@@ -68,7 +80,15 @@ def test_neuron_cc_flags_reach_only_the_opt_level(tmp_path, monkeypatch):
     for cmd in cmds:
         argv = cmd.split()
         assert "-O1" in argv and "-O2" not in argv, cmd
-        for bad in ("--model-type", "--auto-cast", "--lnc", "--target", "trn2", "-march=skylake", "--enable"):
+        for bad in (
+            "--model-type",
+            "--auto-cast",
+            "--lnc",
+            "--target",
+            "trn2",
+            "-march=skylake",
+            "--enable",
+        ):
             assert not any(a.startswith(bad) for a in argv), (bad, cmd)
 
 
@@ -76,13 +96,17 @@ def test_not_applicable_flags_are_logged_once(monkeypatch):
     logged = []
     monkeypatch.setattr(config, "_logged_flags", set())
     from torch_neuronx import _logging
+
     monkeypatch.setattr(_logging, "log", lambda level, comp, msg: logged.append((level, comp, msg)))
     for _ in range(3):
         config.cc_settings("--model-type=transformer --bogus")
     msgs = [m for _, _, m in logged]
     assert len(msgs) == 2, msgs
     assert "`--model-type=transformer` does not apply" in msgs[0]
-    assert "`--bogus` is not a neuronx-cc flag" in msgs[1] and "TORCH_NEURONX_CC_EXTRA_FLAGS" in msgs[1]
+    assert (
+        "`--bogus` is not a neuronx-cc flag" in msgs[1]
+        and "TORCH_NEURONX_CC_EXTRA_FLAGS" in msgs[1]
+    )
     assert all(level == _logging.WARNING and comp == "compile" for level, comp, _ in logged)
 
 
@@ -95,7 +119,9 @@ def test_compiler_args_option_wins_over_the_environment(tmp_path, monkeypatch):
 
 
 def test_extra_c_flags_go_to_the_c_compiler_and_the_key(tmp_path, monkeypatch):
-    monkeypatch.setenv("TORCH_NEURONX_CC_EXTRA_FLAGS", "-DOPENNEURON_TEST_FLAG=1  -fno-tree-vectorize")
+    monkeypatch.setenv(
+        "TORCH_NEURONX_CC_EXTRA_FLAGS", "-DOPENNEURON_TEST_FLAG=1  -fno-tree-vectorize"
+    )
     _run(lambda x: x * 5 - 1)
     (cmd,) = _commands(tmp_path)
     assert "-DOPENNEURON_TEST_FLAG=1" in cmd.split() and "-fno-tree-vectorize" in cmd.split()
@@ -103,7 +129,9 @@ def test_extra_c_flags_go_to_the_c_compiler_and_the_key(tmp_path, monkeypatch):
     a = config.cc_settings()
     monkeypatch.setenv("TORCH_NEURONX_CC_EXTRA_FLAGS", "-fno-tree-vectorize")
     assert config.cc_settings().key() != a.key()
-    monkeypatch.setenv("NEURON_CC_FLAGS", "--model-type=transformer")  # not applicable: same objects
+    monkeypatch.setenv(
+        "NEURON_CC_FLAGS", "--model-type=transformer"
+    )  # not applicable: same objects
     assert config.cc_settings().key() == config.CcSettings(2, "-fno-tree-vectorize").key()
 
 
@@ -127,22 +155,39 @@ def test_disable_neff_cache_alias(tmp_path, monkeypatch):
 
 def test_neuron_dynamo_backend_helpers_import(tmp_path):
     from torch_neuronx import neuron_dynamo_backend as ndb
-    from torch_neuronx.neuron_dynamo_backend import (NEFFCompilationError, NEFFExecutionError,  # noqa: F401
-                                                     create_neuron_backend, get_dynamo_metrics, get_model_name,
-                                                     get_rank, load_mlir, neuron_backend, reset_dynamo_metrics,
-                                                     save_fx_graph_all_formats, save_fx_graph_txt, set_model_name)
+    from torch_neuronx.neuron_dynamo_backend import (
+        NEFFCompilationError,
+        NEFFExecutionError,  # noqa: F401
+        create_neuron_backend,
+        get_dynamo_metrics,
+        get_model_name,
+        get_rank,
+        load_mlir,
+        neuron_backend,
+        reset_dynamo_metrics,
+        save_fx_graph_all_formats,
+        save_fx_graph_txt,
+        set_model_name,
+    )
+
     for name in ndb.__all__:
         assert getattr(ndb, name) is not None, name
-    assert NEFFCompilationError is NeuronCompileError and issubclass(NEFFExecutionError, RuntimeError)
+    assert NEFFCompilationError is NeuronCompileError and issubclass(
+        NEFFExecutionError, RuntimeError
+    )
     assert get_rank() == 0
     x = torch.randn(3, 4)
-    torch.testing.assert_close(torch.compile(lambda x: x * x, backend=neuron_backend)(x.to("neuron")).cpu(), x * x)
+    torch.testing.assert_close(
+        torch.compile(lambda x: x * x, backend=neuron_backend)(x.to("neuron")).cpu(), x * x
+    )
     # A backend with options bound; the default model name names the debug artifacts.
     set_model_name("mymodel")
     try:
         assert get_model_name() == "mymodel"
         be = create_neuron_backend({"compiler_args": "-O1"})
-        torch.testing.assert_close(torch.compile(lambda x: x - 3, backend=be)(x.to("neuron")).cpu(), x - 3)
+        torch.testing.assert_close(
+            torch.compile(lambda x: x - 3, backend=be)(x.to("neuron")).cpu(), x - 3
+        )
     finally:
         set_model_name(None)
     (cmd,) = [c for c in (tmp_path / "debug").glob("mymodel_*.cmd")]

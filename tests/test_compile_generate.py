@@ -3,6 +3,7 @@
 transformers compiles itself (here with ``backend="neuron"``), gives the
 same tokens as eager on the device; each new prompt length compiles its
 graphs once, a prompt length met again compiles nothing."""
+
 import pytest
 import torch
 import torch._dynamo
@@ -44,7 +45,9 @@ def test_static_cache_generate_compiled_matches_eager(name):
     cc = CompileConfig(backend="neuron", mode="default", fullgraph=True)
     cc._compile_all_devices = True  # transformers compiles on CUDA only unless told
     gen = torch.Generator().manual_seed(3)
-    prompts = [torch.randint(1, model_zoo.VOCAB, (2, n), generator=gen).to("neuron") for n in (5, 5, 7)]
+    prompts = [
+        torch.randint(1, model_zoo.VOCAB, (2, n), generator=gen).to("neuron") for n in (5, 5, 7)
+    ]
     graphs = []
     for ids in prompts:
         eager = _generate(model, ids)
@@ -53,5 +56,5 @@ def test_static_cache_generate_compiled_matches_eager(name):
         graphs.append(torch.neuron.get_dynamo_metrics()["compiles"])
     m = torch.neuron.get_dynamo_metrics()
     assert graphs[0] >= 1 and m["fallback_graphs"] == 0, m
-    assert graphs[1] == graphs[0], graphs   # the same prompt length again: nothing compiled
-    assert graphs[2] > graphs[1], graphs    # a new prompt length: its own C compiles
+    assert graphs[1] == graphs[0], graphs  # the same prompt length again: nothing compiled
+    assert graphs[2] > graphs[1], graphs  # a new prompt length: its own C compiles

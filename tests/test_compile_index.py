@@ -3,6 +3,7 @@ compile into bounds-checked loops (no host steps), fused with their
 neighbours; an out-of-range index raises the op's PyTorch error at the call,
 never reads or writes out of bounds; the embedding backward accumulates
 duplicate rows like PyTorch."""
+
 import pytest
 import torch
 import torch._dynamo
@@ -68,7 +69,7 @@ def test_gather_scatter_and_advanced_indexing_match_cpu():
     t = torch.tensor([[6], [0], [3], [1], [2]])
 
     def f(x, rows, cols, t):
-        picked = x[rows, cols] * 2                           # index.Tensor, negative indices wrap
+        picked = x[rows, cols] * 2  # index.Tensor, negative indices wrap
         nll = -torch.gather(x.log_softmax(1), 1, t).mean()  # gather fused into a reduction
         upd = torch.zeros(5, 7, device=x.device).scatter_add(1, t.expand(5, 3), x[:, :3])
         put = x.index_put((rows,), torch.ones(4, 7, device=x.device), accumulate=True)
@@ -107,17 +108,31 @@ def test_cat_pad_arange_any_compile_without_host_steps():
 
     def f(x, y, ids):
         dev = x.device
-        return (torch.cat([-x[..., 2:], x[..., :2], y], -1),
-                torch.arange(0, 16, device=dev).view(16, 1) <= torch.arange(16, device=dev),
-                F.pad(ids, (0, 1), value=-100),
-                torch.cat([torch.empty(0, device=dev), x.reshape(-1)]),
-                (x > 0).any(-1, keepdim=True), (x > -3).all(),
-                torch.arange(1.5, 4.0, 0.5, device=dev) * 2,
-                F.pad(x, (1, 2, 0, 1)),
-                # three and four padded dims: chains of two-dim pads
-                F.pad(x, (1, 1, 1, 1, 1, 1), value=2.0), F.pad(x[None], (0, 1, 2, 0, 1, 1, 3, 0), value=-1.5),
-                # six pieces, mixed dtypes: cats of up to 4, joined
-                torch.cat([x, y, ids[:, None, :4].expand(2, 3, 4), x * 2, y, ids[:, None, 4:9].expand(2, 3, 5)], -1))
+        return (
+            torch.cat([-x[..., 2:], x[..., :2], y], -1),
+            torch.arange(0, 16, device=dev).view(16, 1) <= torch.arange(16, device=dev),
+            F.pad(ids, (0, 1), value=-100),
+            torch.cat([torch.empty(0, device=dev), x.reshape(-1)]),
+            (x > 0).any(-1, keepdim=True),
+            (x > -3).all(),
+            torch.arange(1.5, 4.0, 0.5, device=dev) * 2,
+            F.pad(x, (1, 2, 0, 1)),
+            # three and four padded dims: chains of two-dim pads
+            F.pad(x, (1, 1, 1, 1, 1, 1), value=2.0),
+            F.pad(x[None], (0, 1, 2, 0, 1, 1, 3, 0), value=-1.5),
+            # six pieces, mixed dtypes: cats of up to 4, joined
+            torch.cat(
+                [
+                    x,
+                    y,
+                    ids[:, None, :4].expand(2, 3, 4),
+                    x * 2,
+                    y,
+                    ids[:, None, 4:9].expand(2, 3, 5),
+                ],
+                -1,
+            ),
+        )
 
     got = _compiled(f)(x.to("neuron"), y.to("neuron"), ids.to("neuron"))
     assert torch.neuron.get_dynamo_metrics()["host_steps"] == 0
@@ -132,10 +147,15 @@ def test_slice_scatter_and_scalar_tensor_constants():
     x, s = torch.randn(2, 8), torch.randn(2, 3)
 
     def f(x, s):
-        return (torch.slice_scatter(x, s, 1, 2, 5), torch.slice_scatter(x, s, 1, -3),
-                # strided: positions 1, 4, 7 (and a negative start: 0, 3, 6)
-                torch.slice_scatter(x, s, 1, 1, None, 3), torch.slice_scatter(x, s, 1, -8, 7, 3),
-                torch.tensor(1.0) - x, x * torch.tensor(2))
+        return (
+            torch.slice_scatter(x, s, 1, 2, 5),
+            torch.slice_scatter(x, s, 1, -3),
+            # strided: positions 1, 4, 7 (and a negative start: 0, 3, 6)
+            torch.slice_scatter(x, s, 1, 1, None, 3),
+            torch.slice_scatter(x, s, 1, -8, 7, 3),
+            torch.tensor(1.0) - x,
+            x * torch.tensor(2),
+        )
 
     got = _compiled(f)(x.to("neuron"), s.to("neuron"))
     assert torch.neuron.get_dynamo_metrics()["host_steps"] == 0
@@ -172,10 +192,20 @@ def test_scatter_reduce_and_boolean_mask_puts_compile_without_host_steps():
     row = torch.randn(5, generator=g)
 
     def f(x, src, idx, xi, si, mask, rows, row):
-        out = [x.scatter_reduce(0, idx, src, r, include_self=inc)
-               for r in ("sum", "prod", "mean", "amax", "amin") for inc in (True, False)]
-        out += [xi.scatter_reduce(0, idx, si, r, include_self=inc) for r in ("mean", "amax", "prod") for inc in (True, False)]
-        out += [x.scatter(1, idx[:, :3] % 5, src, reduce="multiply"), x.scatter(0, idx, 2.0, reduce="add")]
+        out = [
+            x.scatter_reduce(0, idx, src, r, include_self=inc)
+            for r in ("sum", "prod", "mean", "amax", "amin")
+            for inc in (True, False)
+        ]
+        out += [
+            xi.scatter_reduce(0, idx, si, r, include_self=inc)
+            for r in ("mean", "amax", "prod")
+            for inc in (True, False)
+        ]
+        out += [
+            x.scatter(1, idx[:, :3] % 5, src, reduce="multiply"),
+            x.scatter(0, idx, 2.0, reduce="add"),
+        ]
         a, b, c = x.clone(), x.clone(), x.clone()
         a[mask] = 0.5
         b[rows] = row
@@ -227,11 +257,13 @@ def test_boolean_mask_put_count_mismatch_raises_and_keeps_x():
     than the values' size fails the call with eager's shape-mismatch error
     (never a read out of bounds) and the input x keeps its values; a
     masked_scatter source shorter than the count fails like eager."""
+
     def put(x, m, v):
         x[m] = v
 
     def scatter(x, m, s):
         return x.masked_scatter(m, s)
+
     x = torch.arange(12.0).reshape(4, 3).to("neuron")
     v = torch.ones(2, 3).to("neuron")
     fput, fscatter = _compiled(put), _compiled(scatter)
@@ -240,13 +272,17 @@ def test_boolean_mask_put_count_mismatch_raises_and_keeps_x():
     expect[[0, 2]] = 1
     torch.testing.assert_close(x.cpu(), expect)
     for mask in ([True, True, True, False], [False] * 4, [False, True, False, False]):
-        with pytest.raises(RuntimeError, match="shape mismatch: value tensor of size 2 along dimension 0 cannot be "
-                           f"broadcast to indexing result of {sum(mask)} selected elements"):
+        with pytest.raises(
+            RuntimeError,
+            match="shape mismatch: value tensor of size 2 along dimension 0 cannot be "
+            f"broadcast to indexing result of {sum(mask)} selected elements",
+        ):
             fput(x, torch.tensor(mask).to("neuron"), v)
         torch.testing.assert_close(x.cpu(), expect)
     s = torch.arange(5.0).to("neuron")
-    torch.testing.assert_close(fscatter(x, (x > 6).to("neuron"), s).cpu(),
-                               expect.masked_scatter(expect > 6, s.cpu()))
+    torch.testing.assert_close(
+        fscatter(x, (x > 6).to("neuron"), s).cpu(), expect.masked_scatter(expect > 6, s.cpu())
+    )
     with pytest.raises(RuntimeError, match="Number of elements of source < number of ones in mask"):
         fscatter(x, x > 0, s)
     assert torch.neuron.get_dynamo_metrics()["host_steps"] == 0

@@ -5,6 +5,7 @@ updates of inputs as copy_ nodes; libtrn writes those inputs in place
 (trn_graph_store), or copies eagerly when it cannot order the write after
 every read of the old values. Compiled optimizers keep their step counters on
 the device (capturable), so the whole AdamW update is compiled."""
+
 import os
 
 import pytest
@@ -89,6 +90,7 @@ def test_strided_input_copies_eagerly(tmp_path):
     def f(x, y):
         with torch.no_grad():
             x.add_(y)
+
     base = _x(8, 16, seed=6)
     y = _x(8, 8, seed=7)
     ref = base.clone()
@@ -134,6 +136,7 @@ def test_capturable_only_for_device_groups():
     # The hook only touches groups whose parameters are all on the device
     # (and whose state does not exist yet).
     from torch_neuronx._compile import optimizer as O
+
     cpu_p = torch.nn.Parameter(torch.zeros(3))
     opt = torch.optim.AdamW([cpu_p])
     assert not O._neuron_group(opt, opt.param_groups[0])

@@ -4,6 +4,7 @@ eager (and neuron eager). By default the transformers (GPT-2, Llama with
 GQA/RoPE/RMSNorm, BERT) have one layer, which keeps Dynamo's tracing short;
 OPENNEURON_FULL_TESTS=1 runs them with two and also compares with neuron
 eager."""
+
 import os
 import sys
 
@@ -21,7 +22,9 @@ FULL = os.environ.get("OPENNEURON_FULL_TESTS") == "1"
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "neuron-compile-cache"))
+    monkeypatch.setenv(
+        "TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "neuron-compile-cache")
+    )
     torch._dynamo.reset()
     torch.neuron.reset_dynamo_metrics()
     yield
@@ -49,7 +52,9 @@ def test_model_trains_like_cpu(name):
     assert compiled[2] < compiled[0]
     assert params.keys() == cpu_params.keys()
     for k in params.keys() - NOISE_GRAD.get(name, set()):
-        torch.testing.assert_close(params[k], cpu_params[k], rtol=1e-4, atol=1e-5, msg=lambda s, k=k: f"{k}: {s}")
+        torch.testing.assert_close(
+            params[k], cpu_params[k], rtol=1e-4, atol=1e-5, msg=lambda s, k=k: f"{k}: {s}"
+        )
 
 
 @pytest.mark.skipif(not FULL, reason="OPENNEURON_FULL_TESTS=1")

@@ -4,6 +4,7 @@ With ``dynamic=None`` Dynamo makes a dimension symbolic once it changes; the
 neuron backend compiles one static graph per shape instead, as TorchNeuron
 documents. Explicit ``dynamic=True`` and ``mark_dynamic`` keep the clear
 error; ``fail_on_recompile`` and the recompile limit behave as Dynamo's."""
+
 import warnings
 
 import pytest
@@ -17,7 +18,9 @@ from torch_neuronx._compile.backend import NeuronCompileError
 
 @pytest.fixture(autouse=True)
 def _fresh(tmp_path, monkeypatch):
-    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "cache"))  # compiles are counted
+    monkeypatch.setenv(
+        "TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "cache")
+    )  # compiles are counted
     monkeypatch.delenv("TORCH_NEURONX_NEFF_DISABLE_CACHE", raising=False)
     torch._dynamo.reset()
     jobs._memory_cache.clear()

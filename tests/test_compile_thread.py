@@ -5,6 +5,7 @@ where a failed C compile raises (or, under fallback execution, runs the graph
 eagerly with a warning). Metrics reads finish pending compiles first; caches
 never keep a graph whose compile failed; reset and exit with compiles in
 flight are safe."""
+
 import os
 import subprocess
 import sys
@@ -44,6 +45,7 @@ def gate(monkeypatch):
         if threading.current_thread() is not threading.main_thread():
             assert opened.wait(120), "the test never opened the gate"
         return original(self)
+
     monkeypatch.setattr(J._CompileJob, "compile", compile)
     return opened
 
@@ -63,6 +65,7 @@ def _dynamo_graph(fn, *args):
     def grab(gm, example_inputs):
         got.append((gm, example_inputs))
         return gm.forward
+
     torch.compile(fn, backend=grab)(*args)
     torch._dynamo.reset()
     return got[0]
@@ -139,7 +142,9 @@ def test_c_compile_failure_raises_at_first_call_and_is_not_cached(tmp_path, monk
 def test_c_compile_failure_falls_back_eagerly(tmp_path, monkeypatch):
     monkeypatch.setenv("CC", "false")
     x = _x(6)
-    fn = torch.compile(lambda t: (t * 3 + 1).sum(), backend="neuron", options={"fallback_execution": True})
+    fn = torch.compile(
+        lambda t: (t * 3 + 1).sum(), backend="neuron", options={"fallback_execution": True}
+    )
     with pytest.warns(UserWarning, match="did not compile.*fallback_execution"):
         out = fn(x.to(DEV))
     torch.testing.assert_close(out.cpu(), (x * 3 + 1).sum())
@@ -161,6 +166,7 @@ def test_in_place_retry_runs_at_first_call(monkeypatch):
             refused.append(self.name)
             raise NotImplementedError("store overwrites an input a later step reads (simulated)")
         return original(self)
+
     monkeypatch.setattr(J._CompileJob, "compile", compile)
 
     def ema(p, m, g):
@@ -168,6 +174,7 @@ def test_in_place_retry_runs_at_first_call(monkeypatch):
             m.mul_(0.9).add_(g)
             p.sub_(0.1 * m)
         return p.sum()
+
     p, m, g = _x(4, 8), _x(4, 8, seed=1), _x(4, 8, seed=2)
     dp, dm = p.to(DEV), m.to(DEV)
     out = torch.compile(ema, backend="neuron")(dp, dm, g.to(DEV))
@@ -177,7 +184,9 @@ def test_in_place_retry_runs_at_first_call(monkeypatch):
     torch.testing.assert_close(dp.cpu(), p)
     torch.testing.assert_close(dm.cpu(), m)
     metrics = torch.neuron.get_dynamo_metrics()
-    assert metrics["host_steps"] >= 2 and metrics["compiles"] == 1, metrics  # the copies run eagerly
+    assert metrics["host_steps"] >= 2 and metrics["compiles"] == 1, (
+        metrics
+    )  # the copies run eagerly
 
 
 def test_dynamo_reset_with_compile_in_flight(gate):
@@ -208,10 +217,18 @@ print("pending", len(J._pending))
 
 
 def test_exit_with_compiles_in_flight(tmp_path):
-    env = dict(os.environ, TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "cache"), TORCH_NEURONX_COMPILE_THREADS="1")
+    env = dict(
+        os.environ,
+        TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "cache"),
+        TORCH_NEURONX_COMPILE_THREADS="1",
+    )
     env.pop("TORCH_NEURONX_NEFF_DISABLE_CACHE", None)
-    r = subprocess.run([sys.executable, "-c", _EXIT], env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0 and "Traceback" not in r.stderr and "Warning" not in r.stderr, r.stderr[-2000:]
+    r = subprocess.run(
+        [sys.executable, "-c", _EXIT], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "Warning" not in r.stderr, (
+        r.stderr[-2000:]
+    )
     assert r.stdout.startswith("pending 3"), r.stdout
     # Compiles running at exit finished (complete, verified cache entries);
     # queued ones were cancelled.

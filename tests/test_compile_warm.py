@@ -4,6 +4,7 @@ the disk cache: nothing is traced by AOTAutograd, lowered or compiled, and
 the results are the same. A different graph (another shape, another op, a
 changed flag) is compiled, never served a wrong entry; an entry that does
 not verify is recompiled."""
+
 import json
 import os
 import subprocess
@@ -50,7 +51,9 @@ print(json.dumps({"losses": losses, "train": part1, "new_shape": torch.neuron.ge
 
 
 def _child(env, code=_CHILD):
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -114,16 +117,16 @@ def test_key_covers_graph_inputs_state_and_salt():
     base = _key(lambda x: x + 1, a)
     assert base is not None and base == _key(lambda x: x + 1, a.clone())
     others = [
-        _key(lambda x: x * 2, a),                                   # another op
+        _key(lambda x: x * 2, a),  # another op
         _key(lambda x: x + 1, torch.randn(4, 5, device="neuron")),  # shape
-        _key(lambda x: x + 1, a.t()),                               # strides
-        _key(lambda x: x + 1, a.double()),                          # dtype
-        _key(lambda x: x + 1, a.cpu()),                             # device
-        _key(lambda x: x + 1, a.clone().requires_grad_()),          # autograd
-        _key(lambda x: x + 1, a, salt="t"),                         # our compiler/flags
+        _key(lambda x: x + 1, a.t()),  # strides
+        _key(lambda x: x + 1, a.double()),  # dtype
+        _key(lambda x: x + 1, a.cpu()),  # device
+        _key(lambda x: x + 1, a.clone().requires_grad_()),  # autograd
+        _key(lambda x: x + 1, a, salt="t"),  # our compiler/flags
     ]
     with torch.no_grad():
-        others.append(_key(lambda x: x + 1, a))                     # grad mode
+        others.append(_key(lambda x: x + 1, a))  # grad mode
     assert base not in others and len(set(others)) == len(others)
     # The salt follows the flags that decide the generated code.
     with pytest.MonkeyPatch.context() as mp:
@@ -190,6 +193,7 @@ def test_autocast_block_graph_is_cached_warm(tmp_path):
 def _tracked(obj, seen) -> int:
     """GC-tracked objects reachable from obj (what a full collection walks)."""
     import gc
+
     if id(obj) in seen or not gc.is_tracked(obj):
         return 0
     seen.add(id(obj))
@@ -205,14 +209,19 @@ def test_warm_entry_graphs_unpickle_into_few_gc_tracked_objects(tmp_path, monkey
     start (0.5-0.8 s each in bench_compile's long process)."""
     import pickle
     from torch_neuronx._compile.runtime import CompiledGraph
+
     _in_process(monkeypatch, str(tmp_path / "cache"))
     graphs = []
     for path in _entries(str(tmp_path / "cache")):
         blob = open(path, "rb").read()
-        entry = pickle.loads(blob[len(warm.MAGIC) + 65:])
+        entry = pickle.loads(blob[len(warm.MAGIC) + 65 :])
         graphs += [g for g in vars(entry).values() if isinstance(g, CompiledGraph)]
-        graphs += [g for f in vars(entry).values() for g in getattr(f, "__dict__", {}).values()
-                   if isinstance(g, CompiledGraph)]
+        graphs += [
+            g
+            for f in vars(entry).values()
+            for g in getattr(f, "__dict__", {}).values()
+            if isinstance(g, CompiledGraph)
+        ]
     assert len(graphs) >= 3 and max(len(g.tape) for g in graphs) >= 20
     for g in graphs:
         assert _tracked(g.tape, set()) <= 2, g.name  # the Tape and its list

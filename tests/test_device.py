@@ -1,5 +1,6 @@
 """The neuron device as PyTorch sees it: registration, autoload, indices,
 device module, generated methods, fork safety."""
+
 import os
 
 import pytest
@@ -27,13 +28,16 @@ def test_autoload_needs_no_import(python):
 
 
 def test_autoload_can_be_disabled(python):
-    r = python("""
+    r = python(
+        """
         import sys, torch
         assert "torch_neuronx" not in sys.modules
         assert not hasattr(torch, "neuron")
         import torch_neuronx
         print(torch.ones(1, device="neuron").device)
-    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    """,
+        env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "neuron:0"
 
@@ -44,29 +48,37 @@ def test_register_is_idempotent():
     assert torch.neuron is torch_neuronx.neuron
 
 
-@pytest.mark.parametrize("env,count", [
-    ({"NEURON_RT_VISIBLE_CORES": "0-3"}, 4),
-    ({"NEURON_RT_VISIBLE_CORES": "0,2"}, 2),
-    ({"NEURON_RT_VISIBLE_CORES": "5"}, 1),
-    ({"NEURON_RT_NUM_CORES": "3"}, 3),
-    ({"NEURON_RT_VISIBLE_CORES": "1-2", "NEURON_RT_NUM_CORES": "8"}, 2),
-])
+@pytest.mark.parametrize(
+    "env,count",
+    [
+        ({"NEURON_RT_VISIBLE_CORES": "0-3"}, 4),
+        ({"NEURON_RT_VISIBLE_CORES": "0,2"}, 2),
+        ({"NEURON_RT_VISIBLE_CORES": "5"}, 1),
+        ({"NEURON_RT_NUM_CORES": "3"}, 3),
+        ({"NEURON_RT_VISIBLE_CORES": "1-2", "NEURON_RT_NUM_CORES": "8"}, 2),
+    ],
+)
 def test_device_count_from_env(python, env, count):
-    r = python("import torch; print(torch.neuron.device_count(), torch.accelerator.device_count())",
-               env=env)
+    r = python(
+        "import torch; print(torch.neuron.device_count(), torch.accelerator.device_count())",
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == [str(count)] * 2
 
 
 def test_invalid_core_list_gives_no_device_and_a_clear_error(python):
-    r = python("""
+    r = python(
+        """
         import torch
         print(torch.neuron.is_available())
         try:
             torch.ones(1, device="neuron")
         except RuntimeError as e:
             print("ERR", e)
-    """, env={"NEURON_RT_VISIBLE_CORES": "zero-one"})
+    """,
+        env={"NEURON_RT_VISIBLE_CORES": "zero-one"},
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("False")
     assert "NEURON_RT_VISIBLE_CORES" in r.stdout and "zero-one" in r.stdout
@@ -100,16 +112,47 @@ def test_current_device_and_context():
 
 def test_device_module_surface():
     n = torch.neuron
-    for name in ["is_available", "is_initialized", "init", "device_count", "current_device",
-                 "set_device", "get_device_name", "get_device_properties", "device",
-                 "synchronize", "Stream", "Event", "stream", "current_stream", "default_stream",
-                 "set_stream", "wait_stream", "wait_event", "record_event", "query",
-                 "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed",
-                 "get_rng_state", "set_rng_state", "get_amp_supported_dtype",
-                 "is_bf16_supported", "memory_allocated", "memory_reserved",
-                 "max_memory_allocated", "max_memory_reserved", "memory_stats",
-                 "memory_summary", "reset_peak_memory_stats", "empty_cache",
-                 "_is_in_bad_fork", "_lazy_init"]:
+    for name in [
+        "is_available",
+        "is_initialized",
+        "init",
+        "device_count",
+        "current_device",
+        "set_device",
+        "get_device_name",
+        "get_device_properties",
+        "device",
+        "synchronize",
+        "Stream",
+        "Event",
+        "stream",
+        "current_stream",
+        "default_stream",
+        "set_stream",
+        "wait_stream",
+        "wait_event",
+        "record_event",
+        "query",
+        "manual_seed",
+        "manual_seed_all",
+        "seed",
+        "seed_all",
+        "initial_seed",
+        "get_rng_state",
+        "set_rng_state",
+        "get_amp_supported_dtype",
+        "is_bf16_supported",
+        "memory_allocated",
+        "memory_reserved",
+        "max_memory_allocated",
+        "max_memory_reserved",
+        "memory_stats",
+        "memory_summary",
+        "reset_peak_memory_stats",
+        "empty_cache",
+        "_is_in_bad_fork",
+        "_lazy_init",
+    ]:
         assert callable(getattr(n, name)), name
     props = n.get_device_properties(0)
     assert "NeuronCore" in props.name and props.total_memory > 0
@@ -158,8 +201,10 @@ def test_fork_after_init_child_uses_device():
 def test_import_torch_neuronx_before_torch(python):
     # The entry point fires while torch_neuronx is half-imported; it must not
     # break the import, and the device must be registered afterwards.
-    r = python("import torch_neuronx, torch; print(torch.ones(2, device='neuron').device)",
-               env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "1"})
+    r = python(
+        "import torch_neuronx, torch; print(torch.ones(2, device='neuron').device)",
+        env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "1"},
+    )
     assert r.returncode == 0, r.stderr
     assert "neuron:0" in r.stdout
 
@@ -170,6 +215,7 @@ def test_backward_runs_on_the_calling_thread():
     where it was called; set_multithreading_enabled(True) restores PyTorch's
     per-device thread."""
     import threading
+
     x = torch.ones(4, device="neuron", requires_grad=True)
     seen = []
     y = x * 2
@@ -192,6 +238,7 @@ def test_exit_right_after_backward_drains_autograd_threads():
     exception"). The hook itself must run cleanly: nothing ignored in atexit."""
     import subprocess
     import sys
+
     script = (
         "import torch, torch_neuronx\n"
         "import atexit\n"
@@ -203,10 +250,13 @@ def test_exit_right_after_backward_drains_autograd_threads():
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "exit-hooks-ran" in r.stdout
-    assert "Exception ignored" not in r.stderr and "terminate called" not in r.stderr, r.stderr[-2000:]
+    assert "Exception ignored" not in r.stderr and "terminate called" not in r.stderr, r.stderr[
+        -2000:
+    ]
     # The hook is what runs last of ours and it needs a live runtime: check it
     # directly too (a backward on every device, no stash in thread-local state).
     from torch_neuronx import _autograd_exit
+
     _autograd_exit._drain_device_threads()
 
 
@@ -217,6 +267,7 @@ def test_metrics_csv_written_at_exit_after_backward(tmp_path):
     is the count the script itself saw at exit."""
     import subprocess
     import sys
+
     script = (
         "import atexit, torch, torch_neuronx\n"
         "m = torch.nn.Linear(8, 8).to('neuron')\n"
@@ -228,30 +279,40 @@ def test_metrics_csv_written_at_exit_after_backward(tmp_path):
         "atexit.register(seen)\n"
     )
     env = dict(os.environ, TORCH_NEURONX_METRICS_DIR=str(tmp_path))
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       timeout=120, env=env)
+    r = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     seen = int(r.stdout.split("launches")[1].split()[0])
     csvs = list(tmp_path.glob("neuron_metrics_*.csv"))
     assert len(csvs) == 1, csvs
-    rows = {line.split(",")[0]: line.split(",")[2].strip('"')
-            for line in csvs[0].read_text().splitlines()[1:]}
+    rows = {
+        line.split(",")[0]: line.split(",")[2].strip('"')
+        for line in csvs[0].read_text().splitlines()[1:]
+    }
     assert int(rows["kernel_launches"]) == seen > 0
 
 
-@pytest.mark.parametrize("env,expect", [
-    ({"LOCAL_RANK": "1"}, 1),                                    # torchrun rank 1: its own core
-    ({"LOCAL_RANK": "1", "NEURON_RT_NUM_CORES": "4"}, 1),
-    ({"LOCAL_RANK": "5"}, 0),                                    # more ranks than cores
-    ({"LOCAL_RANK": "1", "NEURON_RT_VISIBLE_CORES": "3"}, 0),    # one core per rank, TorchNeuron's way
-    ({"LOCAL_RANK": "x"}, 0),
-    ({}, 0),
-])
+@pytest.mark.parametrize(
+    "env,expect",
+    [
+        ({"LOCAL_RANK": "1"}, 1),  # torchrun rank 1: its own core
+        ({"LOCAL_RANK": "1", "NEURON_RT_NUM_CORES": "4"}, 1),
+        ({"LOCAL_RANK": "5"}, 0),  # more ranks than cores
+        (
+            {"LOCAL_RANK": "1", "NEURON_RT_VISIBLE_CORES": "3"},
+            0,
+        ),  # one core per rank, TorchNeuron's way
+        ({"LOCAL_RANK": "x"}, 0),
+        ({}, 0),
+    ],
+)
 def test_launcher_rank_is_the_default_device(python, env, expect):
     """Under torchrun / accelerate each rank's default device is its own
     core, so code that never calls set_device (and accelerate's
     "neuron:{current_device()}") runs on it; set_device still wins."""
-    r = python("""
+    r = python(
+        """
         import torch, threading
         t = torch.empty(2, device="neuron")
         seen = []
@@ -259,7 +320,8 @@ def test_launcher_rank_is_the_default_device(python, env, expect):
         th.start(); th.join()
         torch.neuron.set_device(0)
         print(t.device.index, seen[0], torch.empty(1, device="neuron").device.index)
-    """, env={"NEURON_RT_NUM_CORES": "2", **env})
+    """,
+        env={"NEURON_RT_NUM_CORES": "2", **env},
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split() == [str(expect), str(expect), "0"], r.stdout
-

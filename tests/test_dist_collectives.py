@@ -2,6 +2,7 @@
 memory; Gloo on device memory, forced with TORCH_NEURONX_DIST_TRANSPORT),
 world sizes 2 and 4, failure behaviour (timeouts, a killed rank) and /dev/shm
 hygiene. Each case runs ranks in fresh processes with a hard timeout."""
+
 import os
 
 import pytest
@@ -61,16 +62,30 @@ def test_dtensor_random_ops_match_the_single_device_reference():
     check_ranks("dtensor_random", 2, timeout=120)
 
 
-@pytest.mark.skipif(os.environ.get("OPENNEURON_FULL_TESTS") != "1",
-                    reason="two torchrun launches (~1-2 min on 2 cores): OPENNEURON_FULL_TESTS=1")
+@pytest.mark.skipif(
+    os.environ.get("OPENNEURON_FULL_TESTS") != "1",
+    reason="two torchrun launches (~1-2 min on 2 cores): OPENNEURON_FULL_TESTS=1",
+)
 def test_example_gloo_cpu_vs_neuron_losses_match():
     import subprocess
     import sys
+
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, os.path.join(root, "examples", "distributed_train.py"),
-                        "--nproc", "2", "--steps", "3"], env=env, capture_output=True, text=True,
-                       timeout=240)
+    r = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(root, "examples", "distributed_train.py"),
+            "--nproc",
+            "2",
+            "--steps",
+            "3",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "OK" in r.stdout
 
@@ -78,6 +93,7 @@ def test_example_gloo_cpu_vs_neuron_losses_match():
 def test_pipelining_and_checkpoint_across_world_sizes(tmp_path):
     import torch
     import torch.distributed.checkpoint as dcp
+
     ckpt = str(tmp_path / "ckpt")
     check_ranks("pipeline_and_dcp", 2, timeout=120, args=ckpt)
     # Saved by 2 ranks, loaded by a single process (no process group), on neuron.
@@ -101,23 +117,25 @@ def test_destroy_init_50_cycles_on_one_store(world):
 
 
 def test_destroy_init_cycles_gloo_transport():
-    check_ranks("reinit_cycles", 2, {"TORCH_NEURONX_DIST_TRANSPORT": "gloo"}, timeout=90,
-                args="5")
+    check_ranks("reinit_cycles", 2, {"TORCH_NEURONX_DIST_TRANSPORT": "gloo"}, timeout=90, args="5")
 
 
 def test_destroy_init_cycles_under_torchrun():
     from _dist_harness import run_torchrun
+
     rc, out = run_torchrun("reinit_cycles", 2, timeout=150, args="10")
     assert rc == 0, out[-6000:]
     assert "10 destroy/init cycles" in out
 
 
-@pytest.mark.skipif(os.environ.get("OPENNEURON_FULL_TESTS") != "1",
-                    reason="50 cycles under torchrun at 2 and 4 ranks (~1 min): "
-                           "OPENNEURON_FULL_TESTS=1")
+@pytest.mark.skipif(
+    os.environ.get("OPENNEURON_FULL_TESTS") != "1",
+    reason="50 cycles under torchrun at 2 and 4 ranks (~1 min): OPENNEURON_FULL_TESTS=1",
+)
 @pytest.mark.parametrize("world", [2, 4])
 def test_destroy_init_50_cycles_under_torchrun(world):
     from _dist_harness import run_torchrun
+
     rc, out = run_torchrun("reinit_cycles", world, timeout=300, args="50")
     assert rc == 0, out[-6000:]
     assert "50 destroy/init cycles" in out
@@ -137,6 +155,10 @@ def test_divergent_ranks_fail_together(world):
 # (and of a failing rank's stand-in).
 @pytest.mark.parametrize("world", [2, 3])
 def test_divergent_ranks_fail_together_gloo(world):
-    outs = check_ranks("diverge", world, {"TORCH_NEURONX_DIST_TRANSPORT": "gloo",
-                                          "DIST_ARGS": "roots,dtypes,args"}, timeout=120)
+    outs = check_ranks(
+        "diverge",
+        world,
+        {"TORCH_NEURONX_DIST_TRANSPORT": "gloo", "DIST_ARGS": "roots,dtypes,args"},
+        timeout=120,
+    )
     assert all("diverge ok" in o[1] for o in outs.values())

@@ -11,6 +11,7 @@ Tolerances: float32 on both sides, different summation order (GEMM
 blocking, threaded reductions): losses to 2e-4 relative over a few AdamW
 steps; bf16 autocast 3e-2 (8 mantissa bits).
 """
+
 import json
 import os
 import socket
@@ -37,11 +38,21 @@ def launch(out: str, *extra: str) -> subprocess.Popen:
     """``accelerate launch --num_processes 2 tests/_ecosystem_launch.py OUT``,
     the command docs/ecosystem.md gives (plus a free port)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HOME=os.path.join(out, "hf"))
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2",
-           "--main_process_port", str(free_port()), os.path.join(HERE, "_ecosystem_launch.py"),
-           out, *extra]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        str(free_port()),
+        os.path.join(HERE, "_ecosystem_launch.py"),
+        out,
+        *extra,
+    ]
+    return subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def finish(p: subprocess.Popen, out: str) -> list[dict]:
@@ -97,6 +108,7 @@ def test_accelerate_probes():
     """What accelerate and transformers ask the device module before they pick it."""
     from accelerate.utils import get_torch_accelerator_backend, is_neuron_available
     from transformers.utils import is_torch_neuron_available
+
     assert is_neuron_available() and is_torch_neuron_available()
     assert get_torch_accelerator_backend() == ("neuron", torch.neuron)
     free, total = torch.neuron.mem_get_info()
@@ -111,6 +123,7 @@ def test_device_map_auto_spreads_over_cores(tmp_path):
     """``from_pretrained(device_map="auto")`` sizes each core with
     torch.neuron.mem_get_info and places the layers there."""
     from transformers import LlamaForCausalLM
+
     eco.llama().save_pretrained(tmp_path)
     m = LlamaForCausalLM.from_pretrained(tmp_path, device_map="auto")
     assert {p.device.type for p in m.parameters()} == {"neuron"}
@@ -126,7 +139,8 @@ def test_notebook_launcher_forks_one_core_per_process():
     each forked child still lands on its own core (a child starts on the
     default device, as a spawned one), with accelerate's own environment
     check (ACCELERATE_DEBUG_MODE) passing first."""
-    r = run_python(f"""
+    r = run_python(
+        f"""
         import os
         import torch
         from accelerate import notebook_launcher
@@ -143,8 +157,13 @@ def test_notebook_launcher_forks_one_core_per_process():
 
         torch.ones(1, device="neuron")
         notebook_launcher(train, num_processes=2, use_port="{free_port()}")
-    """, env={"ACCELERATE_DEBUG_MODE": "true", "OMP_NUM_THREADS": "1"}, timeout=300)
+    """,
+        env={"ACCELERATE_DEBUG_MODE": "true", "OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     lines = sorted(l for l in r.stdout.splitlines() if l.startswith("rank "))
-    assert lines == ["rank 0 neuron:0 0 [1.0, 1.0, 2.0, 2.0]",
-                     "rank 1 neuron:1 1 [1.0, 1.0, 2.0, 2.0]"], r.stdout
+    assert lines == [
+        "rank 0 neuron:0 0 [1.0, 1.0, 2.0, 2.0]",
+        "rank 1 neuron:1 1 [1.0, 1.0, 2.0, 2.0]",
+    ], r.stdout

@@ -4,6 +4,7 @@ with DDPMScheduler noise, then sampled with a 3-step DDIM loop, against the
 same on the CPU; no op falls back. Tolerances: float32 on both sides,
 different summation order: losses 2e-4 relative, samples 1e-4.
 """
+
 import torch
 import torch.nn.functional as F
 
@@ -13,11 +14,18 @@ import _ecosystem  # noqa: F401  (offline hub settings)
 
 def run(device: str):
     from diffusers import DDIMScheduler, DDPMScheduler, UNet2DModel
+
     torch.manual_seed(0)
-    unet = UNet2DModel(sample_size=8, in_channels=3, out_channels=3, layers_per_block=1,
-                       block_out_channels=(16, 32), norm_num_groups=8,
-                       down_block_types=("DownBlock2D", "AttnDownBlock2D"),
-                       up_block_types=("AttnUpBlock2D", "UpBlock2D")).to(device)
+    unet = UNet2DModel(
+        sample_size=8,
+        in_channels=3,
+        out_channels=3,
+        layers_per_block=1,
+        block_out_channels=(16, 32),
+        norm_num_groups=8,
+        down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+        up_block_types=("AttnUpBlock2D", "UpBlock2D"),
+    ).to(device)
     noise_sched = DDPMScheduler(num_train_timesteps=100)
     opt = torch.optim.AdamW(unet.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(1)

@@ -5,6 +5,7 @@ itself on neuron (``backend="neuron"``, ``dynamic=False``, from 5.23): the
 tokens equal the CPU's and nothing falls back (the static cache writes
 with index_copy_, native since issue 24).
 """
+
 import torch
 import torch._dynamo
 

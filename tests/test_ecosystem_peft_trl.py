@@ -3,6 +3,7 @@ steps of a tiny random-weight Llama (tests/_ecosystem.py) against the same
 calls on the CPU; no op falls back. Tolerance: float32 on both sides,
 different summation order: 2e-4 relative on the losses.
 """
+
 import torch
 
 import torch_neuronx
@@ -11,9 +12,17 @@ import _ecosystem as eco
 
 def lora_losses(device: str) -> tuple[list[float], int]:
     from peft import LoraConfig, get_peft_model
-    model = get_peft_model(eco.llama(), LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
-                                                   target_modules=["q_proj", "v_proj"],
-                                                   init_lora_weights=False))
+
+    model = get_peft_model(
+        eco.llama(),
+        LoraConfig(
+            r=4,
+            lora_alpha=8,
+            lora_dropout=0.0,
+            target_modules=["q_proj", "v_proj"],
+            init_lora_weights=False,
+        ),
+    )
     model = model.to(device)
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=1e-2)
@@ -39,12 +48,26 @@ def test_peft_lora_matches_cpu():
 def sft(tmp_path, cpu: bool):
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
+
     g = torch.Generator().manual_seed(1)
-    ds = Dataset.from_dict({"input_ids": torch.randint(2, eco.VOCAB, (16, 12), generator=g).tolist()})
-    args = SFTConfig(output_dir=str(tmp_path / ("c" if cpu else "n")), use_cpu=cpu, max_steps=3,
-                     per_device_train_batch_size=4, logging_steps=1, report_to=[],
-                     save_strategy="no", learning_rate=1e-3, disable_tqdm=True, seed=0)
-    tr = SFTTrainer(model=eco.llama(), args=args, train_dataset=ds, processing_class=eco.tokenizer())
+    ds = Dataset.from_dict(
+        {"input_ids": torch.randint(2, eco.VOCAB, (16, 12), generator=g).tolist()}
+    )
+    args = SFTConfig(
+        output_dir=str(tmp_path / ("c" if cpu else "n")),
+        use_cpu=cpu,
+        max_steps=3,
+        per_device_train_batch_size=4,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        learning_rate=1e-3,
+        disable_tqdm=True,
+        seed=0,
+    )
+    tr = SFTTrainer(
+        model=eco.llama(), args=args, train_dataset=ds, processing_class=eco.tokenizer()
+    )
     tr.train()
     return tr
 

@@ -9,6 +9,7 @@ No op may fall back to the CPU.
 Tolerances: float32 on both sides, different summation order: losses to
 2e-4 relative over 4 AdamW steps; bf16 autocast 3e-2 (8 mantissa bits).
 """
+
 import os
 
 import pytest
@@ -55,8 +56,13 @@ def test_trainer_checkpoint_resume_continues_the_run(tmp_path):
     # logs the same losses for steps 3 and 4 as the uninterrupted run.
     full = run(tmp_path, "full", False, save_strategy="steps", save_steps=2)
     ckpt = tmp_path / "full" / "checkpoint-2"
-    assert {"model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth",
-            "trainer_state.json"} <= set(os.listdir(ckpt))
+    assert {
+        "model.safetensors",
+        "optimizer.pt",
+        "scheduler.pt",
+        "rng_state.pth",
+        "trainer_state.json",
+    } <= set(os.listdir(ckpt))
     resumed = eco.trainer(str(tmp_path / "resumed"), False)
     resumed.train(resume_from_checkpoint=str(ckpt))
     assert next(resumed.model.parameters()).device.type == "neuron"

@@ -1,6 +1,7 @@
 """Elementwise ops beyond the OpInfo samples: layouts, promotion, scalars,
 in-place / out=, integer division by zero, float64 policy, large tensors
 (split across threads), and that none of it falls back to the CPU."""
+
 import pytest
 import torch
 
@@ -16,8 +17,18 @@ def test_unary_float_ops_non_contiguous(dtype):
     x = torch.randn(64, 33, dtype=torch.float32).to(dtype)
     xt = x.t()  # non-contiguous
     dx = xt.to("neuron")
-    for fn in [torch.exp, torch.log1p, torch.tanh, torch.sigmoid, torch.sin, torch.erf,
-               torch.nn.functional.gelu, torch.nn.functional.silu, torch.abs, torch.neg]:
+    for fn in [
+        torch.exp,
+        torch.log1p,
+        torch.tanh,
+        torch.sigmoid,
+        torch.sin,
+        torch.erf,
+        torch.nn.functional.gelu,
+        torch.nn.functional.silu,
+        torch.abs,
+        torch.neg,
+    ]:
         arg = xt.abs() if fn is torch.log1p else xt
         darg = dx.abs() if fn is torch.log1p else dx
         torch.testing.assert_close(fn(darg).cpu(), fn(arg))
@@ -84,8 +95,10 @@ def test_unsupported_dtype_falls_back_correctly():
     z = torch.randn(4, dtype=torch.complex64)
     dz = z.to("neuron")
     torch.testing.assert_close((dz * dz).cpu(), z * z)
-    assert "aten::mul.Tensor" in torch_neuronx.get_fallback_ops() or \
-        "aten::mul" in torch_neuronx.get_fallback_ops()
+    assert (
+        "aten::mul.Tensor" in torch_neuronx.get_fallback_ops()
+        or "aten::mul" in torch_neuronx.get_fallback_ops()
+    )
 
 
 FLOAT64_CHECK = """
@@ -126,9 +139,15 @@ def test_add_sub_alpha_16bit_bitwise_cpu(dtype):
     cases = []
     for n in (5, 100, 1000, 1047, 70001):  # 1000 % 64 >= 32: tails are len % 32
         cases.append((torch.randn(n, generator=gen), torch.randn(n, generator=gen)))
-    cases.append((torch.randn(37, 300, generator=gen), torch.randn(300, generator=gen)))  # b broadcast rows
-    cases.append((torch.randn(300, generator=gen), torch.randn(37, 300, generator=gen)))  # a broadcast rows
-    cases.append((torch.randn(200, 3, generator=gen), torch.randn(200, 3, generator=gen)[:, :1]))  # strided
+    cases.append(
+        (torch.randn(37, 300, generator=gen), torch.randn(300, generator=gen))
+    )  # b broadcast rows
+    cases.append(
+        (torch.randn(300, generator=gen), torch.randn(37, 300, generator=gen))
+    )  # a broadcast rows
+    cases.append(
+        (torch.randn(200, 3, generator=gen), torch.randn(200, 3, generator=gen)[:, :1])
+    )  # strided
     base = torch.randn(90, 70, generator=gen)
     cases.append((base.t(), torch.randn(70, 90, generator=gen)))  # non-contiguous inner dim
     for a, b in cases:
@@ -137,11 +156,16 @@ def test_add_sub_alpha_16bit_bitwise_cpu(dtype):
             for op in (torch.add, torch.sub):
                 want = op(a, b, alpha=alpha)
                 got = op(a.to("neuron"), b.to("neuron"), alpha=alpha).cpu()
-                assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (op, a.shape, b.shape)
+                assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (
+                    op,
+                    a.shape,
+                    b.shape,
+                )
             if a.shape == b.shape and a.is_contiguous():  # the list kernel: same split
                 want = torch._foreach_add([a, b], [b, a], alpha=alpha)
-                got = torch._foreach_add([a.to("neuron"), b.to("neuron")],
-                                         [b.to("neuron"), a.to("neuron")], alpha=alpha)
+                got = torch._foreach_add(
+                    [a.to("neuron"), b.to("neuron")], [b.to("neuron"), a.to("neuron")], alpha=alpha
+                )
                 for w, g in zip(want, got):
                     assert torch.equal(g.cpu().view(torch.int16), w.view(torch.int16))
             # scalar operand, in place

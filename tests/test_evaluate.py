@@ -1,6 +1,7 @@
 """neuron-evaluate on programs planted to trip each finding: every planted
 finding is reported at its line (the line marked ``PLANT-<kind>``), and
 nothing else is reported. See docs/evaluate.md."""
+
 import json
 import os
 import subprocess
@@ -26,7 +27,9 @@ def plant(path: Path, kind: str) -> str:
 
 
 def found(report, section=None):
-    return sorted((f["kind"], f["location"]) for f in report.findings if section in (None, f["section"]))
+    return sorted(
+        (f["kind"], f["location"]) for f in report.findings if section in (None, f["section"])
+    )
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +39,16 @@ def eager_report():
 
 def test_planted_eager_findings_exact(eager_report):
     p = PROGRAMS / "planted_eager.py"
-    expected = sorted([
-        ("fallback", plant(p, "fallback")),
-        ("unlowerable", plant(p, "fallback")),
-        ("divergence", plant(p, "divergence")),
-        ("float64", plant(p, "float64")),  # the .double() copy
-        ("float64", plant(p, "float64")),  # the mean over it
-        ("int64", plant(p, "int64")),
-    ])
+    expected = sorted(
+        [
+            ("fallback", plant(p, "fallback")),
+            ("unlowerable", plant(p, "fallback")),
+            ("divergence", plant(p, "divergence")),
+            ("float64", plant(p, "float64")),  # the .double() copy
+            ("float64", plant(p, "float64")),  # the mean over it
+            ("int64", plant(p, "int64")),
+        ]
+    )
     assert found(eager_report) == expected
     assert eager_report.runs["ok"] and eager_report.runs["steps_completed"] == 4
 
@@ -97,13 +102,22 @@ def test_report_outputs(eager_report, tmp_path):
 def test_planted_compile_graph_break_and_recompiles():
     p = PROGRAMS / "planted_compile.py"
     r = evaluate_script(str(p), steps=4, shadow=False, cpu_reference=False)
-    assert found(r, "compile") == sorted([("graph_break", plant(p, "graph_break")),
-                                          ("recompile", f"{p}:14"),  # forward's first op
-                                          ("dynamic", plant(p, "dynamic")), ("mode", plant(p, "dynamic"))])
+    assert found(r, "compile") == sorted(
+        [
+            ("graph_break", plant(p, "graph_break")),
+            ("recompile", f"{p}:14"),  # forward's first op
+            ("dynamic", plant(p, "dynamic")),
+            ("mode", plant(p, "dynamic")),
+        ]
+    )
     (rc,) = r.compile["recompiles"]
     assert rc["varying"] == [{"input": "x", "dim": 0, "values": [3, 5, 6, 7], "buckets": [4, 8]}]
-    assert len(rc["shapes_seen"]) == 4 and {"x": [3, 8]} in [{"x": s["x"]} for s in rc["shapes_seen"]]
-    assert r.compile["graph_breaks"][0]["reason"].startswith("Call to `torch._dynamo.graph_break()`")
+    assert len(rc["shapes_seen"]) == 4 and {"x": [3, 8]} in [
+        {"x": s["x"]} for s in rc["shapes_seen"]
+    ]
+    assert r.compile["graph_breaks"][0]["reason"].startswith(
+        "Call to `torch._dynamo.graph_break()`"
+    )
     assert r.compile["cold_first_step_seconds"] > 0 and r.compile["warm_first_step_seconds"] > 0
     assert r.compile["unlowerable"] == [] and r.fallbacks["sites"] == []
     assert found(r, "fidelity") == []
@@ -116,7 +130,9 @@ def test_map_device_cuda_script_and_first_error():
     assert found(ok) == [("distributions", plant(p, "distributions"))]
     assert ok.performance["peak_memory_bytes"] > 0  # it really ran on neuron
     assert ok.numerics["loss"]["max_rel_diff"] < 1e-4  # and agrees with the CPU
-    bad = evaluate_script(str(p), ["1"], steps=5, map_device="cuda=neuron", shadow=False, compile=False)
+    bad = evaluate_script(
+        str(p), ["1"], steps=5, map_device="cuda=neuron", shadow=False, compile=False
+    )
     assert not bad.runs["ok"] and bad.runs["steps_completed"] == 2
     err = bad.runs["error"]
     assert err["type"] == "ValueError" and err["location"] == plant(p, "error")
@@ -126,7 +142,9 @@ def test_map_device_cuda_script_and_first_error():
 
 def test_strict_mode_raises_at_the_int64_line():
     p = PROGRAMS / "planted_eager.py"
-    r = evaluate_script(str(p), steps=2, strict=True, shadow=False, compile=False, cpu_reference=False)
+    r = evaluate_script(
+        str(p), steps=2, strict=True, shadow=False, compile=False, cpu_reference=False
+    )
     err = r.runs["error"]
     assert err["type"] == "NeuronStrictError" and err["location"] == plant(p, "int64")
     assert err["step"] == 1 and err["stage"] == "forward"
@@ -134,7 +152,8 @@ def test_strict_mode_raises_at_the_int64_line():
 
 
 def test_strict_env_process_wide(python):
-    r = python("""
+    r = python(
+        """
         import warnings, torch
         from torch_neuronx.evaluate import NeuronStrictError
         with warnings.catch_warnings(record=True) as w:
@@ -152,16 +171,32 @@ def test_strict_env_process_wide(python):
             print("fft", "torch.fft.rfft" in str(e))
         f = torch.compile(lambda x: x * 2 + 1, backend="neuron")
         print("compiled", f(torch.ones(3, device="neuron")).tolist())
-    """, env={"TORCH_NEURONX_STRICT": "1"})
+    """,
+        env={"TORCH_NEURONX_STRICT": "1"},
+    )
     assert r.returncode == 0, r.stderr
-    assert "raised True" in r.stdout and "fft True" in r.stdout and "compiled [3.0, 3.0, 3.0]" in r.stdout
+    assert (
+        "raised True" in r.stdout
+        and "fft True" in r.stdout
+        and "compiled [3.0, 3.0, 3.0]" in r.stdout
+    )
 
 
 def test_cli_exit_status_and_files(tmp_path, capsys):
     from torch_neuronx.evaluate.cli import main
+
     p = PROGRAMS / "planted_eager.py"
-    args = ["--steps", "2", "--no-shadow", "--no-compile", "--quiet", "--json", str(tmp_path / "r.json"),
-            "--html", str(tmp_path / "r.html")]
+    args = [
+        "--steps",
+        "2",
+        "--no-shadow",
+        "--no-compile",
+        "--quiet",
+        "--json",
+        str(tmp_path / "r.json"),
+        "--html",
+        str(tmp_path / "r.html"),
+    ]
     assert main(args + ["--max-fallbacks", "1", str(p)]) == 0
     out = capsys.readouterr().out
     assert "fallbacks: 1 ops" in out and "runs on neuron: yes" in out
@@ -177,10 +212,28 @@ def test_cli_exit_status_and_files(tmp_path, capsys):
 def test_python_m_entry_point(tmp_path):
     """``python -m torch_neuronx.evaluate`` (what the neuron-evaluate console script runs)."""
     p = PROGRAMS / "planted_cuda.py"
-    r = subprocess.run([sys.executable, "-m", "torch_neuronx.evaluate", "--steps", "2", "--no-shadow",
-                        "--no-compile", "--no-cpu", "--map-device", "cuda=neuron", "--json", str(tmp_path / "r.json"),
-                        str(p), "1"], capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch_neuronx.evaluate",
+            "--steps",
+            "2",
+            "--no-shadow",
+            "--no-compile",
+            "--no-cpu",
+            "--map-device",
+            "cuda=neuron",
+            "--json",
+            str(tmp_path / "r.json"),
+            str(p),
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "phase 1/1: eager on neuron" in r.stderr  # the progress display names the phase
     assert json.loads((tmp_path / "r.json").read_text())["runs"]["steps_completed"] == 2
@@ -196,11 +249,17 @@ def test_python_api_gpt2_no_spurious_findings():
     """A real model (tiny GPT-2): it runs, nothing falls back, nothing
     diverges, nothing is flagged, and the loss curves agree."""
     import model_zoo
+
     torch.manual_seed(0)
     model = model_zoo.gpt2("tiny")
     ids = torch.randint(0, model_zoo.VOCAB, (2, 16))
-    r = torch_neuronx.evaluate(model, {"input_ids": ids, "labels": ids},
-                               optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3), steps=2, compile=False)
+    r = torch_neuronx.evaluate(
+        model,
+        {"input_ids": ids, "labels": ids},
+        optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3),
+        steps=2,
+        compile=False,
+    )
     assert r.runs["ok"] and r.runs["steps_completed"] == 2
     assert r.findings == [], r.findings
     assert r.numerics["compared_ops"] > 100 and r.numerics["max_error_cpu"] < 1e-4
@@ -216,6 +275,7 @@ def test_shadow_float64_reference_for_every_op():
     from torch.utils.module_tracker import ModuleTracker
 
     from torch_neuronx.evaluate.shadow import ShadowNumerics
+
     a = torch.randn(64, 64, device="neuron")
     for mode, want_f64 in (("all", True), ("divergent", False)):
         tracker = ModuleTracker()
@@ -234,13 +294,22 @@ def test_shadow_float64_reference_for_every_op():
 def test_example_train_step_script():
     """examples/train_step.py, unchanged: stopped after 3 optimizer steps,
     nothing falls back and nothing is flagged."""
-    r = evaluate_script(str(ROOT / "examples" / "train_step.py"), ["--steps", "2"], steps=3, shadow=False,
-                        compile=False)
+    r = evaluate_script(
+        str(ROOT / "examples" / "train_step.py"),
+        ["--steps", "2"],
+        steps=3,
+        shadow=False,
+        compile=False,
+    )
     assert r.runs["ok"] and r.runs["status"] == "stopped" and r.runs["steps_completed"] == 3
     assert r.findings == [], r.findings
     assert r.fallbacks["ops_observed"] > 100
-    assert "Block.attn" not in {m["module"] for m in r.performance["module_time"]}  # attn is a method
-    assert {"Block.qkv", "Block.fc1", "Block.head"} <= {m["module"] for m in r.performance["module_time"]}
+    assert "Block.attn" not in {
+        m["module"] for m in r.performance["module_time"]
+    }  # attn is a method
+    assert {"Block.qkv", "Block.fc1", "Block.head"} <= {
+        m["module"] for m in r.performance["module_time"]
+    }
     assert len(r.numerics["loss"]["cpu"]) == 3
 
 
@@ -249,16 +318,26 @@ def test_python_api_llama_resnet_no_spurious_findings(name):
     import torch.nn.functional as F
 
     import model_zoo
+
     torch.manual_seed(0)
     model = getattr(model_zoo, name)("tiny")
     if name == "resnet":
         batch = model_zoo.image_batch(4, 16)
-        r = torch_neuronx.evaluate(model, (batch["x"],),
-                                   loss_fn=lambda out: F.cross_entropy(out, batch["y"].to(out.device)),
-                                   optimizer=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), steps=2,
-                                   compile=False)
+        r = torch_neuronx.evaluate(
+            model,
+            (batch["x"],),
+            loss_fn=lambda out: F.cross_entropy(out, batch["y"].to(out.device)),
+            optimizer=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+            steps=2,
+            compile=False,
+        )
     else:
-        r = torch_neuronx.evaluate(model, model_zoo.lm_batch(2, 16),
-                                   optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3), steps=2, compile=False)
+        r = torch_neuronx.evaluate(
+            model,
+            model_zoo.lm_batch(2, 16),
+            optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3),
+            steps=2,
+            compile=False,
+        )
     assert r.runs["ok"] and r.findings == [], r.findings
     assert r.numerics["compared_ops"] > 100 and r.numerics["loss"]["max_rel_diff"] < 1e-4

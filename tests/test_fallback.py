@@ -1,4 +1,5 @@
 """The CPU fallback and op tracking, as TorchNeuron documents them."""
+
 import warnings
 
 import pytest
@@ -55,8 +56,18 @@ def test_fallback_handles_out_inplace_and_factories():
 
 def test_view_ops_stay_views():
     d = torch.arange(12.0, device="neuron").reshape(3, 4)
-    for v in [d.t(), d[1], d[:, 1:3], d.unsqueeze(0), d.expand(2, 3, 4), d.permute(1, 0),
-              d.narrow(0, 1, 1), d.diagonal(), d.view(4, 3), d.unfold(1, 2, 2)]:
+    for v in [
+        d.t(),
+        d[1],
+        d[:, 1:3],
+        d.unsqueeze(0),
+        d.expand(2, 3, 4),
+        d.permute(1, 0),
+        d.narrow(0, 1, 1),
+        d.diagonal(),
+        d.view(4, 3),
+        d.unfold(1, 2, 2),
+    ]:
         assert v.untyped_storage().data_ptr() == d.untyped_storage().data_ptr()
     parts = d.split(1)
     assert all(p.untyped_storage().data_ptr() == d.untyped_storage().data_ptr() for p in parts)
@@ -78,8 +89,9 @@ def test_autograd_through_fallback():
 
 def test_training_steps_reduce_loss():
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(),
-                                torch.nn.Linear(16, 1)).to("neuron")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)).to(
+        "neuron"
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     x = torch.randn(64, 4).to("neuron")
     y = x.sum(1, keepdim=True)

@@ -3,6 +3,7 @@ operands that share device memory share host memory while the CPU kernel
 runs, so CPU's overlap errors fire and legal aliasing computes what CPU
 computes; written memory comes back to the device exactly as the CPU kernel
 left it, and nothing outside the written operands changes."""
+
 import pytest
 import torch
 
@@ -67,8 +68,9 @@ def test_sort_into_its_own_input_is_legal():
     for dev in ("neuron",):
         d = x.to(dev)
         idx = torch.empty(4, 7, dtype=torch.long, device=dev)
-        vals, ind = torch_neuronx._C._cpu_fallback_call("aten::sort", "values", d, -1, False,
-                                                        values=d, indices=idx)
+        vals, ind = torch_neuronx._C._cpu_fallback_call(
+            "aten::sort", "values", d, -1, False, values=d, indices=idx
+        )
         assert vals.data_ptr() == d.data_ptr() and ind.data_ptr() == idx.data_ptr()
         ref = x.sort(-1)
         torch.testing.assert_close(d.cpu(), ref.values)
@@ -138,8 +140,9 @@ def test_running_stats_still_written():
     rm, rv = torch.zeros(3), torch.ones(3)
     torch.ops.aten.native_batch_norm(x, None, None, rm, rv, True, 0.1, 1e-5)
     rmn, rvn = torch.zeros(3, device="neuron"), torch.ones(3, device="neuron")
-    torch_neuronx._C._cpu_fallback_call("aten::native_batch_norm", "", x.to("neuron"), None,
-                                        None, rmn, rvn, True, 0.1, 1e-5)
+    torch_neuronx._C._cpu_fallback_call(
+        "aten::native_batch_norm", "", x.to("neuron"), None, None, rmn, rvn, True, 0.1, 1e-5
+    )
     torch.testing.assert_close(rmn.cpu(), rm)
     torch.testing.assert_close(rvn.cpu(), rv)
 
@@ -151,8 +154,9 @@ def test_running_stats_sharing_one_storage():
     stats = torch.cat([torch.zeros(3), torch.ones(3)])
     torch.ops.aten.native_batch_norm(x, None, None, stats[:3], stats[3:], True, 0.1, 1e-5)
     d = torch.cat([torch.zeros(3), torch.ones(3)]).to("neuron")
-    torch_neuronx._C._cpu_fallback_call("aten::native_batch_norm", "", x.to("neuron"), None,
-                                        None, d[:3], d[3:], True, 0.1, 1e-5)
+    torch_neuronx._C._cpu_fallback_call(
+        "aten::native_batch_norm", "", x.to("neuron"), None, None, d[:3], d[3:], True, 0.1, 1e-5
+    )
     torch.testing.assert_close(d.cpu(), stats)
 
 
@@ -160,9 +164,13 @@ def test_tensor_list_members_alias():
     # cat's out overlapping one of its (list) inputs: CPU refuses.
     buf = torch.randn(8)
     c, n, _, nops = on_both(
-        lambda b: torch_neuronx._C._cpu_fallback_call("aten::cat", "out", [b[:2], b[2:4]], 0,
-                                                      out=b[3:7]) if b.device.type == "neuron"
-        else torch.cat([b[:2], b[2:4]], 0, out=b[3:7]), buf)
+        lambda b: torch_neuronx._C._cpu_fallback_call(
+            "aten::cat", "out", [b[:2], b[2:4]], 0, out=b[3:7]
+        )
+        if b.device.type == "neuron"
+        else torch.cat([b[:2], b[2:4]], 0, out=b[3:7]),
+        buf,
+    )
     assert isinstance(c, RuntimeError)
     assert isinstance(n, RuntimeError) and type(n) is type(c)
     torch.testing.assert_close(nops[0], buf)

@@ -2,6 +2,7 @@
 their schema does not mark as written (found by
 scripts/audit_fallback_writes.py, listed in docs/training-ops.md): after the
 op, every such argument on neuron equals what CPU leaves in it."""
+
 import torch
 
 import torch_neuronx
@@ -29,8 +30,18 @@ def test_native_batch_norm_fallback_updates_running_stats():
     exp = torch.ops.aten.native_batch_norm(x, w, b, rm, rv, True, 0.3, 1e-5)
     drm, drv = _stats()
     drm, drv = drm.to("neuron"), drv.to("neuron")
-    got = _fallback("aten::native_batch_norm", "", x.to("neuron"), w.to("neuron"),
-                    b.to("neuron"), drm, drv, True, 0.3, 1e-5)
+    got = _fallback(
+        "aten::native_batch_norm",
+        "",
+        x.to("neuron"),
+        w.to("neuron"),
+        b.to("neuron"),
+        drm,
+        drv,
+        True,
+        0.3,
+        1e-5,
+    )
     assert drm.device.type == "neuron"
     torch.testing.assert_close(drm.cpu(), rm)
     torch.testing.assert_close(drv.cpu(), rv)
@@ -43,13 +54,30 @@ def test_native_batch_norm_out_fallback_updates_running_stats():
     x = _rand(6, C)
     rm, rv = _stats()
     outs = [torch.empty(6, C), torch.empty(C), torch.empty(C)]
-    torch.ops.aten.native_batch_norm.out(x, None, None, rm, rv, True, 0.1, 1e-5,
-                                         out=outs[0], save_mean=outs[1], save_invstd=outs[2])
+    torch.ops.aten.native_batch_norm.out(
+        x, None, None, rm, rv, True, 0.1, 1e-5, out=outs[0], save_mean=outs[1], save_invstd=outs[2]
+    )
     drm, drv = (t.to("neuron") for t in _stats())
-    douts = [torch.empty(6, C, device="neuron"), torch.empty(C, device="neuron"),
-             torch.empty(C, device="neuron")]
-    _fallback("aten::native_batch_norm", "out", x.to("neuron"), None, None, drm, drv, True, 0.1,
-              1e-5, out=douts[0], save_mean=douts[1], save_invstd=douts[2])
+    douts = [
+        torch.empty(6, C, device="neuron"),
+        torch.empty(C, device="neuron"),
+        torch.empty(C, device="neuron"),
+    ]
+    _fallback(
+        "aten::native_batch_norm",
+        "out",
+        x.to("neuron"),
+        None,
+        None,
+        drm,
+        drv,
+        True,
+        0.1,
+        1e-5,
+        out=douts[0],
+        save_mean=douts[1],
+        save_invstd=douts[2],
+    )
     torch.testing.assert_close(drm.cpu(), rm)
     torch.testing.assert_close(drv.cpu(), rv)
     for a, e in zip(douts, outs):
@@ -83,11 +111,18 @@ def test_batch_norm_update_stats_non_contiguous_stats():
 
 def test_mkldnn_rnn_layer_backward_workspace():
     T, B, I, H = 3, 2, 4, 5
-    ins = [_rand(T, B, I, seed=1), _rand(4 * H, I, seed=2), _rand(4 * H, H, seed=3),
-           _rand(4 * H, seed=4), _rand(4 * H, seed=5), _rand(1, B, H, seed=6),
-           _rand(1, B, H, seed=7)]
-    out, hy, cy, ws = torch.ops.aten.mkldnn_rnn_layer(*ins, False, [], 2, H, 1, True, False,
-                                                      False, True)
+    ins = [
+        _rand(T, B, I, seed=1),
+        _rand(4 * H, I, seed=2),
+        _rand(4 * H, H, seed=3),
+        _rand(4 * H, seed=4),
+        _rand(4 * H, seed=5),
+        _rand(1, B, H, seed=6),
+        _rand(1, B, H, seed=7),
+    ]
+    out, hy, cy, ws = torch.ops.aten.mkldnn_rnn_layer(
+        *ins, False, [], 2, H, 1, True, False, False, True
+    )
     grads = [_rand(T, B, H, seed=8), _rand(1, B, H, seed=9), _rand(1, B, H, seed=10)]
     dws = ws.to("neuron")
     tail = (False, 2, H, 1, True, True, False, [], False)

@@ -5,6 +5,7 @@ several steps, every state compared (param, exp_avg, exp_avg_sq,
 max_exp_avg_sq, step, momentum_buffer); lr as a tensor; grad_scale /
 found_inf against CPU's own fused kernel; clip_grad_norm_(foreach=True);
 mixed lists taking the per-tensor path."""
+
 import pytest
 import torch
 
@@ -41,8 +42,13 @@ def _compare_states(ref_opt, ref_params, opt, params, atol=1e-6, rtol=1e-5):
         for key in s_ref:
             a, b = s[key], s_ref[key]
             if isinstance(b, torch.Tensor):
-                torch.testing.assert_close(a.cpu().to(b.dtype).reshape(b.shape), b, atol=atol, rtol=rtol,
-                                           msg=lambda m: f"state {key}: {m}")
+                torch.testing.assert_close(
+                    a.cpu().to(b.dtype).reshape(b.shape),
+                    b,
+                    atol=atol,
+                    rtol=rtol,
+                    msg=lambda m: f"state {key}: {m}",
+                )
             else:
                 assert a == b
 
@@ -69,8 +75,11 @@ def test_optimizer_matches_cpu_single_tensor(cls, kw, mode):
     ran = set(torch_neuronx.get_executed_ops())
     assert torch_neuronx.get_fallback_ops() == []
     if mode == "fused":
-        fused = {torch.optim.Adam: "aten::_fused_adam_", torch.optim.AdamW: "aten::_fused_adamw_",
-                 torch.optim.SGD: "aten::_fused_sgd_"}[cls]
+        fused = {
+            torch.optim.Adam: "aten::_fused_adam_",
+            torch.optim.AdamW: "aten::_fused_adamw_",
+            torch.optim.SGD: "aten::_fused_sgd_",
+        }[cls]
         assert fused in ran, sorted(ran)
     else:
         assert any(o.startswith("aten::_foreach_") for o in ran), sorted(ran)
@@ -79,7 +88,9 @@ def test_optimizer_matches_cpu_single_tensor(cls, kw, mode):
 
 def test_fused_adam_tensor_lr():
     ref_params, ref_opt = _train("cpu", lambda ps: torch.optim.AdamW(ps, lr=1e-2, foreach=False))
-    params, opt = _train("neuron", lambda ps: torch.optim.AdamW(ps, lr=torch.tensor(1e-2), fused=True))
+    params, opt = _train(
+        "neuron", lambda ps: torch.optim.AdamW(ps, lr=torch.tensor(1e-2), fused=True)
+    )
     _compare_states(ref_opt, ref_params, opt, params)
 
 
@@ -93,9 +104,23 @@ def test_fused_adam_grad_scale_found_inf_match_cpu_kernel(adamw):
             mk = lambda: [torch.randn(s, generator=g).to(dev) for s in SHAPES]
             p, gr, m, v, mx = mk(), mk(), mk(), [t.abs() for t in mk()], [t.abs() + 1 for t in mk()]
             steps = [torch.tensor(3.0, device=dev) for _ in SHAPES]
-            op(p, gr, m, v, mx, steps, lr=1e-2, beta1=0.9, beta2=0.99, weight_decay=0.1, eps=1e-8,
-               amsgrad=True, maximize=False, grad_scale=torch.tensor(8.0, device=dev),
-               found_inf=torch.tensor(found, device=dev))
+            op(
+                p,
+                gr,
+                m,
+                v,
+                mx,
+                steps,
+                lr=1e-2,
+                beta1=0.9,
+                beta2=0.99,
+                weight_decay=0.1,
+                eps=1e-8,
+                amsgrad=True,
+                maximize=False,
+                grad_scale=torch.tensor(8.0, device=dev),
+                found_inf=torch.tensor(found, device=dev),
+            )
             results.append([t.cpu() for t in (*p, *gr, *m, *v, *mx)])
         for a, b in zip(results[1], results[0]):
             torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
@@ -107,9 +132,20 @@ def test_fused_sgd_grad_scale_matches_cpu_kernel():
         g = torch.Generator().manual_seed(4)
         mk = lambda: [torch.randn(s, generator=g).to(dev) for s in SHAPES]
         p, gr, buf = mk(), mk(), mk()
-        torch._fused_sgd_(p, gr, buf, weight_decay=0.01, momentum=0.9, lr=0.1, dampening=0.1,
-                          nesterov=False, maximize=False, is_first_step=False,
-                          grad_scale=torch.tensor(4.0, device=dev), found_inf=torch.tensor(0.0, device=dev))
+        torch._fused_sgd_(
+            p,
+            gr,
+            buf,
+            weight_decay=0.01,
+            momentum=0.9,
+            lr=0.1,
+            dampening=0.1,
+            nesterov=False,
+            maximize=False,
+            is_first_step=False,
+            grad_scale=torch.tensor(4.0, device=dev),
+            found_inf=torch.tensor(0.0, device=dev),
+        )
         results.append([t.cpu() for t in (*p, *gr, *buf)])
     for a, b in zip(results[1], results[0]):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
@@ -123,8 +159,9 @@ def test_clip_grad_norm_foreach():
             for p, g in zip(params, _grads(0)):
                 p.grad = g.to(dev) * 3
             # CPU has no foreach path (PyTorch refuses foreach=True there)
-            total = torch.nn.utils.clip_grad_norm_(params, 1.5, norm_type=norm_type,
-                                                   foreach=dev == "neuron")
+            total = torch.nn.utils.clip_grad_norm_(
+                params, 1.5, norm_type=norm_type, foreach=dev == "neuron"
+            )
             outs.append([total.cpu(), *[p.grad.cpu() for p in params]])
         for a, b in zip(outs[1], outs[0]):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
@@ -150,8 +187,18 @@ def test_errors():
     with pytest.raises(RuntimeError):
         torch._foreach_add(p, [torch.randn(4, device="neuron"), torch.randn(3, device="neuron")])
     with pytest.raises(RuntimeError, match="same length|match"):
-        torch._fused_sgd_(p, [torch.randn(3, device="neuron")] * 2, [], weight_decay=0.0, momentum=0.0,
-                          lr=0.1, dampening=0.0, nesterov=False, maximize=False, is_first_step=True)
+        torch._fused_sgd_(
+            p,
+            [torch.randn(3, device="neuron")] * 2,
+            [],
+            weight_decay=0.0,
+            momentum=0.0,
+            lr=0.1,
+            dampening=0.0,
+            nesterov=False,
+            maximize=False,
+            is_first_step=True,
+        )
 
 
 def test_inplace_foreach_bumps_versions_like_cpu():
@@ -160,14 +207,16 @@ def test_inplace_foreach_bumps_versions_like_cpu():
     def versions(dev):
         t = lambda: [torch.ones(3, device=dev), torch.ones(5, device=dev)]  # noqa: E731
         out = []
-        for f in (lambda a: torch._foreach_add_(a, 1.0),
-                  lambda a: torch._foreach_mul_(a, [2.0, 3.0]),
-                  lambda a: torch._foreach_add_(a, t(), alpha=2),
-                  lambda a: torch._foreach_add_(a, torch.tensor(1.0, device=dev)),
-                  lambda a: torch._foreach_sqrt_(a),
-                  lambda a: torch._foreach_zero_(a),
-                  lambda a: torch._foreach_lerp_(a, t(), 0.5),
-                  lambda a: torch._foreach_addcmul_(a, t(), t(), value=2.0)):
+        for f in (
+            lambda a: torch._foreach_add_(a, 1.0),
+            lambda a: torch._foreach_mul_(a, [2.0, 3.0]),
+            lambda a: torch._foreach_add_(a, t(), alpha=2),
+            lambda a: torch._foreach_add_(a, torch.tensor(1.0, device=dev)),
+            lambda a: torch._foreach_sqrt_(a),
+            lambda a: torch._foreach_zero_(a),
+            lambda a: torch._foreach_lerp_(a, t(), 0.5),
+            lambda a: torch._foreach_addcmul_(a, t(), t(), value=2.0),
+        ):
             a = t()
             f(a)
             out.append([x._version for x in a])

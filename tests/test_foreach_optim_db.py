@@ -7,6 +7,7 @@ after several steps the parameters and every state entry (step, exp_avg,
 exp_avg_sq, max_exp_avg_sq, momentum_buffer) must match, the neuron step
 must have run the native fused kernel, and nothing may fall back.
 GradScaler's ops are covered by tests/test_amp_ops.py (no OpInfo exists)."""
+
 import pytest
 import torch
 from torch.testing._internal.common_optimizers import optim_db
@@ -25,8 +26,12 @@ def _cases():
             continue
         for dtype in (torch.float32, torch.bfloat16):
             for oi in info.optim_inputs_func(device="cpu", dtype=dtype):
-                yield pytest.param(info.optim_cls, oi.kwargs, dtype,
-                                   id=f"{name}-{oi.desc.replace(' ', '_')}-{str(dtype)[6:]}")
+                yield pytest.param(
+                    info.optim_cls,
+                    oi.kwargs,
+                    dtype,
+                    id=f"{name}-{oi.desc.replace(' ', '_')}-{str(dtype)[6:]}",
+                )
 
 
 def _to(v, device):

@@ -3,17 +3,35 @@ conversion bit-identical to PyTorch CPU's - all 256 codes of each format to
 every dtype, a dense float32 sweep (ties, subnormals, overflow, inf/NaN) and
 the other float sources into each format - plus creation, fill, view,
 eq/ne, abs and amax/amin running natively (nothing in get_fallback_ops())."""
+
 import pytest
 import torch
 
 import torch_neuronx
 
 DEV = "neuron"
-FP8 = [torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz,
-       torch.float8_e8m0fnu]
-WIDE = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.uint16,
-        torch.complex128, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
-        torch.bool]
+FP8 = [
+    torch.float8_e4m3fn,
+    torch.float8_e5m2,
+    torch.float8_e4m3fnuz,
+    torch.float8_e5m2fnuz,
+    torch.float8_e8m0fnu,
+]
+WIDE = [
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.complex64,
+    torch.uint16,
+    torch.complex128,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+]
 
 
 @pytest.fixture(autouse=True)
@@ -41,19 +59,26 @@ def _f32_sweep():
     """float32 bit patterns: a stride over all of them, every exponent the
     8-bit formats reach with mantissas around each rounding boundary, all
     float32 subnormals' low range, inf and NaNs; both signs."""
-    parts = [torch.arange(0, 2 ** 32, 65521, dtype=torch.int64)]
+    parts = [torch.arange(0, 2**32, 65521, dtype=torch.int64)]
     e = torch.arange(90, 162, dtype=torch.int64)
     low = torch.arange(-3, 4, dtype=torch.int64)
     for sh in (19, 20, 21, 22):
-        m = torch.arange(0, 2 ** 23, 2 ** sh, dtype=torch.int64)
-        parts.append(((e[:, None, None] << 23) |
-                      (m[None, :, None] + low[None, None, :]).clamp(0, 2 ** 23 - 1)).flatten())
-    parts.append(torch.arange(0, 2 ** 16, dtype=torch.int64))
-    parts.append(torch.tensor([0x7F800000, 0x7F800001, 0x7FC00000, 0x7FFFFFFF, 0x7F7FFFFF,
-                               0x00800000, 0x007FFFFF]))
+        m = torch.arange(0, 2**23, 2**sh, dtype=torch.int64)
+        parts.append(
+            (
+                (e[:, None, None] << 23)
+                | (m[None, :, None] + low[None, None, :]).clamp(0, 2**23 - 1)
+            ).flatten()
+        )
+    parts.append(torch.arange(0, 2**16, dtype=torch.int64))
+    parts.append(
+        torch.tensor(
+            [0x7F800000, 0x7F800001, 0x7FC00000, 0x7FFFFFFF, 0x7F7FFFFF, 0x00800000, 0x007FFFFF]
+        )
+    )
     u = torch.cat(parts)
     u = torch.cat([u, u | 0x80000000])
-    return torch.where(u >= 2 ** 31, u - 2 ** 32, u).to(torch.int32).view(torch.float32)
+    return torch.where(u >= 2**31, u - 2**32, u).to(torch.int32).view(torch.float32)
 
 
 @pytest.mark.parametrize("src", FP8, ids=str)
@@ -74,19 +99,31 @@ def test_float32_sweep_into_fp8(dst):
     _no_fallback()
 
 
-@pytest.mark.parametrize("src", [torch.float64, torch.float16, torch.bfloat16, torch.complex64,
-                                 torch.int64, torch.int32, torch.uint8, torch.bool], ids=str)
+@pytest.mark.parametrize(
+    "src",
+    [
+        torch.float64,
+        torch.float16,
+        torch.bfloat16,
+        torch.complex64,
+        torch.int64,
+        torch.int32,
+        torch.uint8,
+        torch.bool,
+    ],
+    ids=str,
+)
 @pytest.mark.parametrize("dst", FP8, ids=str)
 def test_other_sources_into_fp8(src, dst):
     x = _f32_sweep()
     if src == torch.float64:
         # Values between float32 neighbours: PyTorch rounds to float32 first.
         x = x.double()
-        x = torch.cat([x, x * (1 + 2 ** -30), x * (1 - 2 ** -30)])
+        x = torch.cat([x, x * (1 + 2**-30), x * (1 - 2**-30)])
     elif src.is_floating_point or src.is_complex:
         x = x.to(src)
     else:
-        x = torch.cat([torch.arange(-300, 300), torch.tensor([2 ** 20 + 1, -(2 ** 31) + 5])])
+        x = torch.cat([torch.arange(-300, 300), torch.tensor([2**20 + 1, -(2**31) + 5])])
         x = x.to(src)
     got = x.to(DEV).to(dst).cpu()
     assert torch.equal(got.view(torch.uint8), x.to(dst).view(torch.uint8))
@@ -100,11 +137,11 @@ def test_copy_both_ways_view_and_strided(dtype):
     assert d.dtype == dtype and d.device.type == DEV
     assert torch.equal(d.cpu().view(torch.uint8), codes.view(torch.uint8))
     # A transposed view converts element by element.
-    assert torch.equal(d.t().float().cpu().view(torch.int32),
-                       codes.t().float().view(torch.int32))
+    assert torch.equal(d.t().float().cpu().view(torch.int32), codes.t().float().view(torch.int32))
     assert torch.equal(d.view(torch.uint8).cpu(), codes.view(torch.uint8))
-    assert torch.equal(d.view(torch.uint8).view(dtype).cpu().view(torch.uint8),
-                       codes.view(torch.uint8))
+    assert torch.equal(
+        d.view(torch.uint8).view(dtype).cpu().view(torch.uint8), codes.view(torch.uint8)
+    )
     back = torch.empty(16, 16, dtype=dtype)
     back.copy_(d)
     assert torch.equal(back.view(torch.uint8), codes.view(torch.uint8))
@@ -124,11 +161,14 @@ def test_creation_and_fill(dtype):
         got = torch.full((5, 3), value, dtype=dtype, device=DEV)
         assert torch.equal(got.cpu().view(torch.uint8), want.view(torch.uint8)), value
         t = torch.empty(4, dtype=dtype, device=DEV).fill_(value)
-        assert torch.equal(t.cpu().view(torch.uint8),
-                           torch.empty(4, dtype=dtype).fill_(value).view(torch.uint8))
+        assert torch.equal(
+            t.cpu().view(torch.uint8), torch.empty(4, dtype=dtype).fill_(value).view(torch.uint8)
+        )
     for make in (torch.zeros, torch.ones):
-        assert torch.equal(make(7, dtype=dtype, device=DEV).cpu().view(torch.uint8),
-                           make(7, dtype=dtype).view(torch.uint8))
+        assert torch.equal(
+            make(7, dtype=dtype, device=DEV).cpu().view(torch.uint8),
+            make(7, dtype=dtype).view(torch.uint8),
+        )
     z = torch.ones(6, dtype=dtype, device=DEV).zero_()
     assert torch.equal(z.cpu().view(torch.uint8), torch.zeros(6, dtype=dtype).view(torch.uint8))
     _no_fallback()
@@ -159,8 +199,11 @@ def test_amax_amin(dtype):
     # PyTorch CPU has no float8 amax: the reference is float32's, narrowed
     # (exact: the extreme of 8-bit values is an 8-bit value).
     g = torch.Generator().manual_seed(0)
-    x = (torch.randn(33, 17, generator=g) * 8).abs().to(dtype) if dtype == torch.float8_e8m0fnu \
+    x = (
+        (torch.randn(33, 17, generator=g) * 8).abs().to(dtype)
+        if dtype == torch.float8_e8m0fnu
         else (torch.randn(33, 17, generator=g) * 8).to(dtype)
+    )
     d = x.to(DEV)
     for fn in (torch.amax, torch.amin):
         for dim in ((), (0,), (1,), (0, 1)):

@@ -3,6 +3,7 @@ fallback's aliasing (tests/test_fallback_aliasing.py): each case returned a
 value on neuron where PyTorch CPU raises. Each is run on both devices with the
 same construction; neuron must raise the same exception type with CPU's
 message fragment."""
+
 import pytest
 import torch
 
@@ -32,6 +33,7 @@ def test_addr_out_partially_overlapping_self():
     def fn(dev):
         x, o = overlapping(dev)
         torch.addr(x, torch.ones(3, device=dev), torch.ones(4, device=dev), out=o)
+
     raises_on_both(fn, RuntimeError, OVERLAP)
 
 
@@ -39,6 +41,7 @@ def test_copy_between_partially_overlapping_views():
     def fn(dev):
         x, o = overlapping(dev)
         o.copy_(x)
+
     raises_on_both(fn, RuntimeError, OVERLAP)
 
 
@@ -47,6 +50,7 @@ def test_diff_zeroth_order_out_partially_overlapping():
     def fn(dev):
         x, o = overlapping(dev, (5,))
         torch.diff(x, n=0, out=o)
+
     raises_on_both(fn, RuntimeError, OVERLAP)
 
 
@@ -64,6 +68,7 @@ def test_where_out_of_another_dtype(out_dtype):
         c = torch.tensor([True, False, True], device=dev)
         a = torch.ones(3, device=dev)
         torch.where(c, a, a, out=torch.empty(3, dtype=out_dtype, device=dev))
+
     raises_on_both(fn, RuntimeError, "Expected out type to be Float")
 
 
@@ -71,6 +76,7 @@ def test_where_out_of_another_dtype(out_dtype):
 def test_bool_scans_have_no_kernel(op):
     def fn(dev):
         getattr(torch, op)(torch.tensor([True, False, True], device=dev), 0, dtype=torch.bool)
+
     raises_on_both(fn, NotImplementedError, "not implemented for 'Bool'")
 
 
@@ -78,6 +84,7 @@ def test_masked_cumsum_of_bool():
     def fn(dev):
         x = torch.tensor([[True, False], [True, True]], device=dev)
         torch.masked._ops.cumsum(x, 0, mask=torch.ones_like(x))
+
     raises_on_both(fn, NotImplementedError, "not implemented for 'Bool'")
 
 

@@ -1,6 +1,7 @@
 """Indexing / data-movement ops on neuron against PyTorch CPU: dtypes,
 non-contiguous and zero-size inputs, out-of-range errors (exception type as
 on CPU, process survives), and no CPU fallback."""
+
 import pytest
 import torch
 
@@ -24,7 +25,9 @@ def N(t):
 
 def check(fn, *args, **kwargs):
     expected = fn(*args, **kwargs)
-    dev_args = [N(a) if not isinstance(a, (list, tuple)) else type(a)(N(x) for x in a) for a in args]
+    dev_args = [
+        N(a) if not isinstance(a, (list, tuple)) else type(a)(N(x) for x in a) for a in args
+    ]
     torch_neuronx.clear_op_tracking()
     got = fn(*dev_args, **{k: N(v) for k, v in kwargs.items()})
     assert torch_neuronx.get_fallback_ops() == []
@@ -39,16 +42,23 @@ def test_index_select_gather_index(dtype):
     x = make((6, 7), dtype)
     idx = torch.tensor([5, 0, 2, 2])
     check(lambda t, i: t.index_select(0, i), x, idx)
-    check(lambda t, i: t.index_select(1, i), x.t(), idx)           # non-contiguous
+    check(lambda t, i: t.index_select(1, i), x.t(), idx)  # non-contiguous
     check(lambda t, i: t.index_select(1, i), x, idx.to(torch.int32))
     g = torch.tensor([[0, 6, 3], [1, 1, 2]])
     check(lambda t, i: t.gather(1, i), x, g)
     check(lambda t, i: t.gather(0, i), x[:, ::2], g.clamp(max=3))
     check(lambda t, i: t[i], x, torch.tensor([[-1, 0], [3, -6]]))  # negative wraps
-    check(lambda t, i, j: t[i, :, j], make((4, 5, 6), dtype), torch.tensor([0, 3]), torch.tensor([[5], [-1]]))
+    check(
+        lambda t, i, j: t[i, :, j],
+        make((4, 5, 6), dtype),
+        torch.tensor([0, 3]),
+        torch.tensor([[5], [-1]]),
+    )
     check(lambda t, m: t[m], x, make((6, 7), torch.bool, 1))
-    check(lambda t, i: t[:, i], x, torch.tensor([], dtype=torch.long))   # zero-size
-    check(lambda t, i: t.index_select(0, i), make((0, 3), dtype), torch.tensor([], dtype=torch.long))
+    check(lambda t, i: t[:, i], x, torch.tensor([], dtype=torch.long))  # zero-size
+    check(
+        lambda t, i: t.index_select(0, i), make((0, 3), dtype), torch.tensor([], dtype=torch.long)
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -79,12 +89,13 @@ def test_index_put_masks_cat(dtype):
         t = t.clone()
         t.index_put_((i,), v, accumulate=acc)
         return t
+
     check(put, x, torch.tensor([4, 0, 4, -1]), v, True)
     check(put, x, torch.tensor([4, 0]), v, False)
     m = make((5, 3), torch.bool, 3)
     check(lambda t, m: t.masked_fill(m, 1), x, m)
     check(lambda t, m: t.t().masked_fill(m, 0), x, m.t())
-    check(lambda t, m: t.masked_select(m), x, m[:1])             # mask broadcasts
+    check(lambda t, m: t.masked_select(m), x, m[:1])  # mask broadcasts
     check(lambda t: t.nonzero(), x.t())
     check(lambda t: t.nonzero(), x[:0])
     check(lambda a, b: torch.cat([a, b, a[:0]], 0), x, x[::2])
@@ -99,8 +110,10 @@ def test_embedding_forward_backward():
     check(lambda g, i: torch.ops.aten.embedding_dense_backward(g, i, 10, 2, False), g, idx)
 
 
-@pytest.mark.parametrize("case", ["index", "index_put", "gather", "scatter", "index_select0",
-                                  "index_select1", "index_add"])
+@pytest.mark.parametrize(
+    "case",
+    ["index", "index_put", "gather", "scatter", "index_select0", "index_select1", "index_add"],
+)
 def test_out_of_range_raises_like_cpu(case):
     ops = {
         "index": lambda t, i: t[i],

@@ -1,4 +1,5 @@
 """The caching allocator as users see it: stats, empty_cache, OOM."""
+
 import gc
 
 import pytest
@@ -45,8 +46,10 @@ def test_blocks_hold_little_more_than_requested():
     gc.collect()
     torch.neuron.synchronize()
     s0 = torch.neuron.memory_stats()
-    keep = [torch.empty(n, dtype=torch.uint8, device="neuron")
-            for n in (1_441_792 + 7, 3_000_000, 100, 700_001, 12 * MiB + 1)]
+    keep = [
+        torch.empty(n, dtype=torch.uint8, device="neuron")
+        for n in (1_441_792 + 7, 3_000_000, 100, 700_001, 12 * MiB + 1)
+    ]
     s1 = torch.neuron.memory_stats()
     requested = s1["requested_bytes.all.current"] - s0["requested_bytes.all.current"]
     allocated = s1["allocated_bytes.all.current"] - s0["allocated_bytes.all.current"]
@@ -63,7 +66,8 @@ def test_mem_get_info():
 
 
 def test_out_of_memory_is_recoverable(python):
-    r = python("""
+    r = python(
+        """
         import torch
         keep = [torch.empty(40 * 2**20, dtype=torch.uint8, device="neuron") for _ in range(2)]
         try:
@@ -74,7 +78,9 @@ def test_out_of_memory_is_recoverable(python):
         del keep
         z = torch.empty(90 * 2**20, dtype=torch.uint8, device="neuron")
         print("after", z.numel(), torch.neuron.memory_stats()["num_ooms"])
-    """, env={"TORCH_NEURONX_HBM_SIZE": "100M"})
+    """,
+        env={"TORCH_NEURONX_HBM_SIZE": "100M"},
+    )
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "OOM" in out and "out of memory" in out and "allocated" in out
@@ -83,8 +89,10 @@ def test_out_of_memory_is_recoverable(python):
 
 
 def test_capacity_env_sets_total_memory(python):
-    r = python("import torch; print(torch.neuron.get_device_properties(1).total_memory)",
-               env={"TORCH_NEURONX_HBM_SIZE": "256M"})
+    r = python(
+        "import torch; print(torch.neuron.get_device_properties(1).total_memory)",
+        env={"TORCH_NEURONX_HBM_SIZE": "256M"},
+    )
     assert r.returncode == 0, r.stderr
     assert int(r.stdout) == 256 * MiB
 
@@ -99,7 +107,8 @@ def test_memory_per_device_is_separate():
 
 
 def test_protect_mode_makes_device_memory_unreadable_from_host(python):
-    r = python("""
+    r = python(
+        """
         import ctypes, torch
         import torch_neuronx
         assert torch_neuronx._C._memory_protect_enabled()
@@ -108,6 +117,8 @@ def test_protect_mode_makes_device_memory_unreadable_from_host(python):
         print("ok", flush=True)
         ctypes.c_float.from_address(d.data_ptr()).value  # host read: must fault
         print("read succeeded")
-    """, env={"TORCH_NEURONX_DEBUG_PROTECT_MEMORY": "1"})
+    """,
+        env={"TORCH_NEURONX_DEBUG_PROTECT_MEMORY": "1"},
+    )
     assert r.stdout.startswith("ok") and "read succeeded" not in r.stdout
     assert r.returncode != 0  # killed by SIGSEGV

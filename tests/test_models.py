@@ -21,6 +21,7 @@ mantissa bits; matmul accumulation order differs), and each parameter's
 update within a multiple of the CPU's own bf16 rounding noise (see
 BF16_NOISE_K).
 """
+
 import copy
 
 import pytest
@@ -56,8 +57,11 @@ def tied_pairs(model):
 
 def train(name, model, device, batches, autocast=None, scaler=None, sgd=False):
     """One AdamW (or SGD) step per batch; returns the losses (floats)."""
-    opt = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if sgd else
-           torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01))
+    opt = (
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        if sgd
+        else torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
+    )
     losses = []
     for b in batches:
         b = zoo.to_device(b, device)
@@ -94,7 +98,9 @@ def build(name):
 def assert_no_fallback():
     torch.neuron.synchronize()
     fallbacks = set(torch_neuronx.get_fallback_ops())
-    assert fallbacks <= PENDING_NATIVE, f"ops ran on the CPU fallback: {sorted(fallbacks - PENDING_NATIVE)}"
+    assert fallbacks <= PENDING_NATIVE, (
+        f"ops ran on the CPU fallback: {sorted(fallbacks - PENDING_NATIVE)}"
+    )
 
 
 def eval_output(name, model, device, batch):
@@ -121,23 +127,30 @@ def test_train_matches_cpu(name):
     assert_no_fallback()
     if name != "resnet":  # attn_implementation="sdpa" reaches the fused kernel
         ran = set(torch_neuronx.get_executed_ops())
-        assert {"aten::_scaled_dot_product_fused_attention_overrideable",
-                "aten::_scaled_dot_product_fused_attention_overrideable_backward"} <= ran
+        assert {
+            "aten::_scaled_dot_product_fused_attention_overrideable",
+            "aten::_scaled_dot_product_fused_attention_overrideable_backward",
+        } <= ran
     want = train(name, cpu, "cpu", batches)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=2e-4, atol=1e-5)
     # Training moved the weights (a test that trains nothing would pass the rest).
     _, init = build(name)
-    moved = max((p - q).abs().max().item()
-                for p, q in zip(cpu.parameters(), init.parameters()))
+    moved = max((p - q).abs().max().item() for p, q in zip(cpu.parameters(), init.parameters()))
     assert moved > 0.5 * LR
     for (n, p), q in zip(dev.named_parameters(), cpu.parameters()):
-        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=0, atol=1e-4, msg=lambda m: f"{n}: {m}")
+        torch.testing.assert_close(
+            p.detach().cpu(), q.detach(), rtol=0, atol=1e-4, msg=lambda m: f"{n}: {m}"
+        )
     for (n, b), c in zip(dev.named_buffers(), cpu.buffers()):
         torch.testing.assert_close(b.cpu(), c, rtol=1e-4, atol=1e-4, msg=lambda m: f"{n}: {m}")
     probe = make_batches(name, STEPS + 1)[-1]
     torch_neuronx.clear_op_tracking()
-    torch.testing.assert_close(eval_output(name, dev, "neuron", probe),
-                               eval_output(name, cpu, "cpu", probe), rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(
+        eval_output(name, dev, "neuron", probe),
+        eval_output(name, cpu, "cpu", probe),
+        rtol=1e-3,
+        atol=1e-3,
+    )
     assert_no_fallback()
 
 
@@ -147,10 +160,13 @@ def test_greedy_generate_matches_cpu(name):
     dev = move(dev, "neuron").eval()
     cpu.eval()
     prompt = torch.randint(0, zoo.VOCAB, (2, 6), generator=torch.Generator().manual_seed(7))
-    kw = dict(max_new_tokens=8, do_sample=False, pad_token_id=0,
-              attention_mask=torch.ones_like(prompt))
+    kw = dict(
+        max_new_tokens=8, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(prompt)
+    )
     torch_neuronx.clear_op_tracking()
-    got = dev.generate(prompt.to("neuron"), **{**kw, "attention_mask": kw["attention_mask"].to("neuron")})
+    got = dev.generate(
+        prompt.to("neuron"), **{**kw, "attention_mask": kw["attention_mask"].to("neuron")}
+    )
     assert_no_fallback()
     want = cpu.generate(prompt, **kw)
     assert got.device.type == "neuron"
@@ -193,13 +209,14 @@ def assert_updates_within_bf16_noise(dev, cpu, ref, name):
     """Per parameter, in norm: |update(neuron bf16) - update(CPU bf16)| <=
     K * |update(CPU bf16) - update(CPU float32)| + floor."""
     _, init = build(name)
-    for (n, p), q, f, p0 in zip(dev.named_parameters(), cpu.parameters(),
-                                ref.parameters(), init.parameters()):
+    for (n, p), q, f, p0 in zip(
+        dev.named_parameters(), cpu.parameters(), ref.parameters(), init.parameters()
+    ):
         du, cu, fu = (t.detach().cpu() - p0.detach() for t in (p, q, f))
         noise = (cu - fu).norm()
         assert (du - cu).norm() <= BF16_NOISE_K * noise + BF16_FLOOR, (
-            f"{n}: neuron-bf16 vs CPU-bf16 {(du - cu).norm():.3g}, "
-            f"CPU-bf16 vs CPU-f32 {noise:.3g}")
+            f"{n}: neuron-bf16 vs CPU-bf16 {(du - cu).norm():.3g}, CPU-bf16 vs CPU-f32 {noise:.3g}"
+        )
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama", "bert", "resnet"])
@@ -219,7 +236,9 @@ def test_bf16_autocast_matches_cpu(name):
         for (n, b), c in zip(dev.named_buffers(), cpu.buffers()):
             if b.is_floating_point():
                 assert b.dtype == torch.float32, n
-                torch.testing.assert_close(b.cpu(), c, rtol=2e-2, atol=2e-2, msg=lambda m: f"{n}: {m}")
+                torch.testing.assert_close(
+                    b.cpu(), c, rtol=2e-2, atol=2e-2, msg=lambda m: f"{n}: {m}"
+                )
     assert_updates_within_bf16_noise(dev, cpu, ref, name)
     if name in ("gpt2", "llama"):  # well-conditioned: also a plain relative bound
         assert_updates_agree(dev, cpu, name, rel=0.05)
@@ -230,8 +249,8 @@ def test_fp16_grad_scaler_matches_cpu():
     cpu, dev = build(name)
     dev = move(dev, "neuron")
     batches = make_batches(name, STEPS)
-    scaler_dev = torch.amp.GradScaler("neuron", init_scale=2.0 ** 10)
-    scaler_cpu = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+    scaler_dev = torch.amp.GradScaler("neuron", init_scale=2.0**10)
+    scaler_cpu = torch.amp.GradScaler("cpu", init_scale=2.0**10)
     torch_neuronx.clear_op_tracking()
     got = train(name, dev, "neuron", batches, autocast=torch.float16, scaler=scaler_dev, sgd=True)
     assert_no_fallback()
@@ -243,7 +262,7 @@ def test_fp16_grad_scaler_matches_cpu():
 
 def test_grad_scaler_skips_inf_step_like_cpu():
     """An overflowing step is skipped and the scale halves, as on the CPU."""
-    scale = 2.0 ** 16
+    scale = 2.0**16
     for device in ("neuron", "cpu"):
         torch.manual_seed(0)
         lin = torch.nn.Linear(4, 2).to(device)

@@ -2,6 +2,7 @@
 (libtrn grouped_mm.c / scaled_mm.c) against PyTorch CPU's implementations
 and a float64 reference: every layout, empty groups, transposed operands,
 gradients, scales, bias, and proof that nothing fell back to the CPU."""
+
 import pytest
 import torch
 
@@ -114,8 +115,9 @@ def test_grouped_mm_changing_counts_need_no_sync():
     for counts in ([64, 0, 0], [1, 2, 61], [20, 20, 24]):
         offs = torch.tensor(counts, dtype=torch.int32).cumsum(0).to(torch.int32)
         got = torch._grouped_mm(x, w, offs.to(DEV)).cpu()
-        torch.testing.assert_close(got.double(), _ref64(x.cpu(), w.cpu(), offs, "2d3d"),
-                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            got.double(), _ref64(x.cpu(), w.cpu(), offs, "2d3d"), rtol=1e-5, atol=1e-5
+        )
     _no_fallback()
 
 
@@ -125,14 +127,20 @@ def test_grouped_mm_errors():
     with pytest.raises(RuntimeError, match="int32"):
         torch._grouped_mm(x, w, torch.tensor([4, 8], device=DEV))
     with pytest.raises(RuntimeError, match="output dtype must match"):
-        torch._grouped_mm(x, w, torch.tensor([4, 8], dtype=torch.int32, device=DEV),
-                          out_dtype=torch.bfloat16)
+        torch._grouped_mm(
+            x, w, torch.tensor([4, 8], dtype=torch.int32, device=DEV), out_dtype=torch.bfloat16
+        )
     with pytest.raises(RuntimeError, match="Bias not supported"):
-        torch._grouped_mm(x, w, torch.tensor([4, 8], dtype=torch.int32, device=DEV),
-                          bias=torch.zeros(2, 3, device=DEV))
+        torch._grouped_mm(
+            x,
+            w,
+            torch.tensor([4, 8], dtype=torch.int32, device=DEV),
+            bias=torch.zeros(2, 3, device=DEV),
+        )
 
 
 # ---- _scaled_mm -----------------------------------------------------------------
+
 
 def _fp8_pair(m, k, n, da=torch.float8_e4m3fn, db=torch.float8_e4m3fn):
     a = (torch.randn(m, k) * 4).to(da)
@@ -153,9 +161,15 @@ def test_scaled_mm_vs_cpu_and_f64(out_dtype, scaling, with_bias, fast):
         sa, sb = torch.rand(m, 1) + 0.5, torch.rand(1, n) + 0.5
     bias = (torch.randn(n) * 3).to(out_dtype) if with_bias else None
     want = torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype, use_fast_accum=fast)
-    got = torch._scaled_mm(a.to(DEV), b.to(DEV), sa.to(DEV), sb.to(DEV),
-                           bias=None if bias is None else bias.to(DEV), out_dtype=out_dtype,
-                           use_fast_accum=fast).cpu()
+    got = torch._scaled_mm(
+        a.to(DEV),
+        b.to(DEV),
+        sa.to(DEV),
+        sb.to(DEV),
+        bias=None if bias is None else bias.to(DEV),
+        out_dtype=out_dtype,
+        use_fast_accum=fast,
+    ).cpu()
     assert got.dtype == out_dtype
     ref = (a.double() @ b.double()) * sa.double() * sb.double()
     if bias is not None:
@@ -166,15 +180,22 @@ def test_scaled_mm_vs_cpu_and_f64(out_dtype, scaling, with_bias, fast):
     _no_fallback()
 
 
-@pytest.mark.parametrize("da,db", [(torch.float8_e4m3fn, torch.float8_e5m2),
-                                   (torch.float8_e5m2, torch.float8_e4m3fn),
-                                   (torch.float8_e4m3fnuz, torch.float8_e4m3fnuz),
-                                   (torch.float8_e5m2fnuz, torch.float8_e5m2fnuz)], ids=str)
+@pytest.mark.parametrize(
+    "da,db",
+    [
+        (torch.float8_e4m3fn, torch.float8_e5m2),
+        (torch.float8_e5m2, torch.float8_e4m3fn),
+        (torch.float8_e4m3fnuz, torch.float8_e4m3fnuz),
+        (torch.float8_e5m2fnuz, torch.float8_e5m2fnuz),
+    ],
+    ids=str,
+)
 def test_scaled_mm_formats_and_fp8_output(da, db):
     a, b = _fp8_pair(16, 32, 24, da, db)
     s = torch.tensor(0.25)
-    got = torch._scaled_mm(a.to(DEV), b.to(DEV), s.to(DEV), s.to(DEV),
-                           out_dtype=torch.float32).cpu()
+    got = torch._scaled_mm(
+        a.to(DEV), b.to(DEV), s.to(DEV), s.to(DEV), out_dtype=torch.float32
+    ).cpu()
     ref = (a.double() @ b.double()) * 0.0625
     torch.testing.assert_close(got.double(), ref, rtol=1e-6, atol=1e-6)
     if da == db:  # float8 output (the OpInfo samples' default)
@@ -194,8 +215,9 @@ def test_scaled_grouped_mm_vs_f64():
     a = (torch.randn(m, k) * 3).to(torch.float8_e4m3fn)
     b = (torch.randn(G, n, k) * 3).to(torch.float8_e4m3fn).transpose(-2, -1)
     sa, sb = torch.rand(m) + 0.5, torch.rand(G, n) + 0.5
-    got = torch._scaled_grouped_mm(a.to(DEV), b.to(DEV), sa.to(DEV), sb.to(DEV),
-                                   offs=offs.to(DEV), out_dtype=torch.float32).cpu()
+    got = torch._scaled_grouped_mm(
+        a.to(DEV), b.to(DEV), sa.to(DEV), sb.to(DEV), offs=offs.to(DEV), out_dtype=torch.float32
+    ).cpu()
     ref = _ref64(a.double(), b.double(), offs, "2d3d")
     gid = torch.repeat_interleave(torch.arange(G), torch.tensor(counts))
     ref = ref * sa.double()[:, None] * sb.double()[gid]

@@ -4,6 +4,7 @@ trained on neuron and on CPU from one seed, eager and compiled: losses and
 final parameters agree and nothing falls back to the CPU. Under
 torch.compile the per-expert token counts change every step (offs is data)
 without recompiling."""
+
 import copy
 
 import pytest
@@ -24,19 +25,19 @@ class MoE(nn.Module):
         super().__init__()
         self.experts, self.top_k, self.expert_dtype = experts, top_k, expert_dtype
         self.router = nn.Linear(dim, experts, bias=False)
-        self.w1 = nn.Parameter(torch.randn(experts, dim, hidden) * dim ** -0.5)
-        self.w3 = nn.Parameter(torch.randn(experts, dim, hidden) * dim ** -0.5)
-        self.w2 = nn.Parameter(torch.randn(experts, hidden, dim) * hidden ** -0.5)
+        self.w1 = nn.Parameter(torch.randn(experts, dim, hidden) * dim**-0.5)
+        self.w3 = nn.Parameter(torch.randn(experts, dim, hidden) * dim**-0.5)
+        self.w2 = nn.Parameter(torch.randn(experts, hidden, dim) * hidden**-0.5)
 
     def forward(self, x):
         shape = x.shape
         x = x.reshape(-1, shape[-1])
-        probs = self.router(x).softmax(-1)                     # (T, E)
-        top_p, top_e = probs.topk(self.top_k, dim=-1)          # (T, k)
+        probs = self.router(x).softmax(-1)  # (T, E)
+        top_p, top_e = probs.topk(self.top_k, dim=-1)  # (T, k)
         top_p = top_p / top_p.sum(-1, keepdim=True)
-        flat_e = top_e.reshape(-1)                             # (T*k)
+        flat_e = top_e.reshape(-1)  # (T*k)
         experts = torch.arange(self.experts, device=x.device)
-        counts = (flat_e.unsqueeze(1) == experts).sum(0)       # tokens per expert
+        counts = (flat_e.unsqueeze(1) == experts).sum(0)  # tokens per expert
         order = flat_e.argsort(stable=True)
         token = order // self.top_k
         offs = counts.cumsum(0).to(torch.int32)
@@ -68,20 +69,23 @@ class Block(nn.Module):
     def forward(self, x):
         b, t, d = x.shape
         q, k, v = self.qkv(self.n1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
-        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                           is_causal=True)
+        a = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
         x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
         m, aux = self.moe(self.n2(x))
         return x + m, aux
 
 
 class MoETransformer(nn.Module):
-    def __init__(self, expert_dtype, vocab=64, dim=32, heads=4, hidden=48, experts=4, top_k=2,
-                 layers=2):
+    def __init__(
+        self, expert_dtype, vocab=64, dim=32, heads=4, hidden=48, experts=4, top_k=2, layers=2
+    ):
         super().__init__()
         self.emb = nn.Embedding(vocab, dim)
-        self.blocks = nn.ModuleList(Block(dim, heads, hidden, experts, top_k, expert_dtype)
-                                    for _ in range(layers))
+        self.blocks = nn.ModuleList(
+            Block(dim, heads, hidden, experts, top_k, expert_dtype) for _ in range(layers)
+        )
         self.norm = nn.RMSNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
 
@@ -112,9 +116,11 @@ def _train(model, device, steps, compile_it):
     return losses, {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.parametrize("compile_it,expert_dtype", [(False, torch.float32), (False, torch.bfloat16),
-                                                    (True, torch.bfloat16)],
-                         ids=["eager-f32", "eager-bf16", "compiled-bf16"])
+@pytest.mark.parametrize(
+    "compile_it,expert_dtype",
+    [(False, torch.float32), (False, torch.bfloat16), (True, torch.bfloat16)],
+    ids=["eager-f32", "eager-bf16", "compiled-bf16"],
+)
 def test_moe_transformer_trains_like_cpu(compile_it, expert_dtype):
     torch.manual_seed(0)
     base = MoETransformer(expert_dtype)
@@ -132,7 +138,9 @@ def test_moe_transformer_trains_like_cpu(compile_it, expert_dtype):
     # bfloat16 experts: both sides sum in float32 and round once, but an
     # occasional one-ulp difference in a rounding moves later steps a little.
     tol = 1e-4 if expert_dtype == torch.float32 else 5e-3
-    torch.testing.assert_close(torch.tensor(dev_losses), torch.tensor(cpu_losses), rtol=tol, atol=tol)
+    torch.testing.assert_close(
+        torch.tensor(dev_losses), torch.tensor(cpu_losses), rtol=tol, atol=tol
+    )
     for name, p in cpu_params.items():
         torch.testing.assert_close(dev_params[name], p, rtol=10 * tol, atol=tol, msg=name)
 

@@ -6,6 +6,7 @@ output_padding with groups and dilation, include_last_offset, max mode
 gradients, int32 indices), HF Llama's hand-written RMSNorm, and PyTorch's
 errors for bad input. Conformance on OpInfo samples lives in
 tests/conformance/ops_{group_norm,upsample,conv_transpose,embedding_bag}.py."""
+
 import copy
 
 import pytest
@@ -51,6 +52,7 @@ def _train_like_cpu(ref, make_input, steps=2, tol=None, channels_last=False):
 
 # --- group norm -------------------------------------------------------------
 
+
 @pytest.mark.parametrize("shape,groups", [((4, 6, 5, 3), 3), ((2, 8, 7), 8), ((3, 4), 1)])
 def test_group_norm_module(shape, groups):
     m = nn.GroupNorm(groups, shape[1])
@@ -62,12 +64,14 @@ def test_group_norm_module(shape, groups):
 
 def test_group_norm_channels_last_and_mixed_type():
     m = nn.GroupNorm(2, 4)
-    _train_like_cpu(m, lambda s: _rand(2, 4, 5, 6, seed=s), channels_last=True,
-                    tol={"atol": 1e-5, "rtol": 1e-5})
+    _train_like_cpu(
+        m, lambda s: _rand(2, 4, 5, 6, seed=s), channels_last=True, tol={"atol": 1e-5, "rtol": 1e-5}
+    )
     x = _rand(2, 4, 5, 6).to(torch.bfloat16)
     w, b = _rand(4, seed=1), _rand(4, seed=2)
-    got = torch.ops.aten.native_group_norm(x.to("neuron"), w.to("neuron"), b.to("neuron"),
-                                           2, 4, 30, 2, 1e-5)
+    got = torch.ops.aten.native_group_norm(
+        x.to("neuron"), w.to("neuron"), b.to("neuron"), 2, 4, 30, 2, 1e-5
+    )
     want = torch.ops.aten.native_group_norm(x, w, b, 2, 4, 30, 2, 1e-5)
     for g, e in zip(got, want):
         assert g.dtype == e.dtype
@@ -78,8 +82,9 @@ def test_group_norm_channels_last_and_mixed_type():
 def test_group_norm_empty():
     for x in [torch.randn(2, 4, 0), torch.randn(0, 4, 3)]:
         want = torch.ops.aten.native_group_norm(x, None, None, x.shape[0], 4, x.shape[2], 2, 1e-5)
-        got = torch.ops.aten.native_group_norm(x.to("neuron"), None, None, x.shape[0], 4,
-                                               x.shape[2], 2, 1e-5)
+        got = torch.ops.aten.native_group_norm(
+            x.to("neuron"), None, None, x.shape[0], 4, x.shape[2], 2, 1e-5
+        )
         for g, e in zip(got, want):
             torch.testing.assert_close(g.cpu(), e, equal_nan=True)
     _no_fallback()
@@ -94,6 +99,7 @@ def test_group_norm_errors():
 
 
 # --- RMS norm ---------------------------------------------------------------
+
 
 def test_rms_norm_module_is_fused():
     m = nn.RMSNorm([6, 8], eps=1e-6)
@@ -126,6 +132,7 @@ def test_rms_norm_default_eps_and_no_weight():
 
 def test_llama_rmsnorm_as_written():
     """HF Llama's RMSNorm (pow / mean / rsqrt by hand) trains like CPU."""
+
     class LlamaRMSNorm(nn.Module):
         def __init__(self, hidden, eps=1e-6):
             super().__init__()
@@ -155,19 +162,23 @@ def test_rms_norm_errors():
 
 # --- upsample ---------------------------------------------------------------
 
-@pytest.mark.parametrize("mode,shape,kw", [
-    ("nearest", (2, 3, 5), {"scale_factor": 3}),
-    ("nearest", (2, 3, 4, 5), {"size": (7, 3)}),
-    ("nearest", (1, 2, 3, 4, 5), {"scale_factor": (2, 1.5, 0.5)}),
-    ("nearest-exact", (2, 3, 4, 5), {"size": (9, 7)}),
-    ("nearest-exact", (1, 2, 3, 2, 4), {"size": (5, 3, 2)}),
-    ("bilinear", (2, 3, 4, 5), {"size": (9, 7), "align_corners": False}),
-    ("bilinear", (2, 3, 4, 5), {"scale_factor": 2.5, "align_corners": True}),
-    ("bilinear", (1, 2, 8, 6), {"scale_factor": 0.6, "align_corners": False}),
-    ("linear", (2, 3, 6), {"size": 13, "align_corners": False}),
-    ("trilinear", (1, 2, 3, 4, 5), {"size": (5, 7, 3), "align_corners": False}),
-    ("trilinear", (2, 1, 3, 2, 4), {"scale_factor": (2, 1.5, 1), "align_corners": True}),
-])
+
+@pytest.mark.parametrize(
+    "mode,shape,kw",
+    [
+        ("nearest", (2, 3, 5), {"scale_factor": 3}),
+        ("nearest", (2, 3, 4, 5), {"size": (7, 3)}),
+        ("nearest", (1, 2, 3, 4, 5), {"scale_factor": (2, 1.5, 0.5)}),
+        ("nearest-exact", (2, 3, 4, 5), {"size": (9, 7)}),
+        ("nearest-exact", (1, 2, 3, 2, 4), {"size": (5, 3, 2)}),
+        ("bilinear", (2, 3, 4, 5), {"size": (9, 7), "align_corners": False}),
+        ("bilinear", (2, 3, 4, 5), {"scale_factor": 2.5, "align_corners": True}),
+        ("bilinear", (1, 2, 8, 6), {"scale_factor": 0.6, "align_corners": False}),
+        ("linear", (2, 3, 6), {"size": 13, "align_corners": False}),
+        ("trilinear", (1, 2, 3, 4, 5), {"size": (5, 7, 3), "align_corners": False}),
+        ("trilinear", (2, 1, 3, 2, 4), {"scale_factor": (2, 1.5, 1), "align_corners": True}),
+    ],
+)
 def test_interpolate_trains_like_cpu(mode, shape, kw):
     m = nn.Upsample(mode=mode, **kw)
     _train_like_cpu(m, lambda s: _rand(*shape, seed=s), tol={"atol": 1e-5, "rtol": 1e-5})
@@ -175,8 +186,9 @@ def test_interpolate_trains_like_cpu(mode, shape, kw):
 
 def test_upsample_channels_last_and_integers():
     m = nn.Upsample(scale_factor=2, mode="bilinear")
-    _train_like_cpu(m, lambda s: _rand(2, 3, 4, 5, seed=s), channels_last=True,
-                    tol={"atol": 1e-5, "rtol": 1e-5})
+    _train_like_cpu(
+        m, lambda s: _rand(2, 3, 4, 5, seed=s), channels_last=True, tol={"atol": 1e-5, "rtol": 1e-5}
+    )
     x = torch.arange(24, dtype=torch.uint8).reshape(1, 2, 3, 4)
     got = F.interpolate(x.to("neuron"), scale_factor=2, mode="nearest")
     torch.testing.assert_close(got.cpu(), F.interpolate(x, scale_factor=2, mode="nearest"))
@@ -191,16 +203,35 @@ def test_upsample_errors():
 
 # --- transposed convolution -------------------------------------------------
 
-@pytest.mark.parametrize("cls,shape,kw", [
-    (nn.ConvTranspose1d, (2, 4, 7), {"kernel_size": 3, "stride": 2, "padding": 1,
-                                     "output_padding": 1}),
-    (nn.ConvTranspose2d, (2, 4, 5, 6), {"kernel_size": (3, 2), "stride": (2, 3),
-                                        "padding": (1, 0), "output_padding": (1, 2),
-                                        "groups": 2, "dilation": (2, 1)}),
-    (nn.ConvTranspose2d, (1, 3, 4, 4), {"kernel_size": 4, "stride": 2, "padding": 1,
-                                        "bias": False}),
-    (nn.ConvTranspose3d, (1, 2, 3, 4, 3), {"kernel_size": 2, "stride": 2, "groups": 2}),
-])
+
+@pytest.mark.parametrize(
+    "cls,shape,kw",
+    [
+        (
+            nn.ConvTranspose1d,
+            (2, 4, 7),
+            {"kernel_size": 3, "stride": 2, "padding": 1, "output_padding": 1},
+        ),
+        (
+            nn.ConvTranspose2d,
+            (2, 4, 5, 6),
+            {
+                "kernel_size": (3, 2),
+                "stride": (2, 3),
+                "padding": (1, 0),
+                "output_padding": (1, 2),
+                "groups": 2,
+                "dilation": (2, 1),
+            },
+        ),
+        (
+            nn.ConvTranspose2d,
+            (1, 3, 4, 4),
+            {"kernel_size": 4, "stride": 2, "padding": 1, "bias": False},
+        ),
+        (nn.ConvTranspose3d, (1, 2, 3, 4, 3), {"kernel_size": 2, "stride": 2, "groups": 2}),
+    ],
+)
 def test_conv_transpose_trains_like_cpu(cls, shape, kw):
     torch.manual_seed(0)
     m = cls(shape[1], 6, **kw)
@@ -210,12 +241,17 @@ def test_conv_transpose_trains_like_cpu(cls, shape, kw):
 def test_conv_transpose_channels_last_bf16():
     torch.manual_seed(0)
     m = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1)
-    _train_like_cpu(m, lambda s: _rand(2, 4, 5, 6, seed=s), channels_last=True,
-                    tol={"atol": 1e-4, "rtol": 1e-4})
+    _train_like_cpu(
+        m, lambda s: _rand(2, 4, 5, 6, seed=s), channels_last=True, tol={"atol": 1e-4, "rtol": 1e-4}
+    )
     mb = copy.deepcopy(m).to(torch.bfloat16)
     x = _rand(2, 4, 5, 6, dtype=torch.bfloat16)
-    torch.testing.assert_close(copy.deepcopy(mb).to("neuron")(x.to("neuron")).detach().cpu(),
-                               mb(x).detach(), atol=5e-2, rtol=2e-2)
+    torch.testing.assert_close(
+        copy.deepcopy(mb).to("neuron")(x.to("neuron")).detach().cpu(),
+        mb(x).detach(),
+        atol=5e-2,
+        rtol=2e-2,
+    )
     _no_fallback()
 
 
@@ -265,6 +301,7 @@ def test_conv_transpose_output_padding_beyond_stride():
 
 # --- embedding_bag ----------------------------------------------------------
 
+
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
 @pytest.mark.parametrize("padding_idx", [None, 2])
 def test_embedding_bag_trains_like_cpu(mode, padding_idx):
@@ -294,8 +331,14 @@ def test_embedding_bag_per_sample_weights_and_last_offset():
     for dev in ["cpu", "neuron"]:
         wd = w.clone().to(dev).requires_grad_()
         pd = psw.clone().to(dev).requires_grad_()
-        y = F.embedding_bag(idx.to(dev), wd, off.to(dev), mode="sum", per_sample_weights=pd,
-                            include_last_offset=True)
+        y = F.embedding_bag(
+            idx.to(dev),
+            wd,
+            off.to(dev),
+            mode="sum",
+            per_sample_weights=pd,
+            include_last_offset=True,
+        )
         (y * torch.arange(6.0, device=dev).reshape(2, 3)).sum().backward()
         outs.append((y.detach().cpu(), wd.grad.cpu(), pd.grad.cpu()))
     for a, b in zip(*outs):
@@ -310,11 +353,17 @@ def test_embedding_bag_scale_grad_by_freq():
     idx = torch.tensor([1, 2, 4, 5, 4, 3])
     wc = w.clone().requires_grad_()
     ref = F.embedding(idx, wc, scale_grad_by_freq=True)
-    torch.stack([ref[:2].sum(0), ref[2:].sum(0)]).mul(torch.arange(6.0).reshape(2, 3)).sum() \
-        .backward()
+    torch.stack([ref[:2].sum(0), ref[2:].sum(0)]).mul(
+        torch.arange(6.0).reshape(2, 3)
+    ).sum().backward()
     wd = w.to("neuron").requires_grad_()
-    y = F.embedding_bag(idx.to("neuron"), wd, torch.tensor([0, 2], device="neuron"),
-                        mode="sum", scale_grad_by_freq=True)
+    y = F.embedding_bag(
+        idx.to("neuron"),
+        wd,
+        torch.tensor([0, 2], device="neuron"),
+        mode="sum",
+        scale_grad_by_freq=True,
+    )
     (y * torch.arange(6.0, device="neuron").reshape(2, 3)).sum().backward()
     torch.testing.assert_close(wd.grad.cpu(), wc.grad)
     _no_fallback()
@@ -327,8 +376,7 @@ def test_embedding_bag_index_after_last_offset_gets_no_gradient():
     psw = torch.randn(6, device="neuron", requires_grad=True)
     idx = torch.tensor([1, 2, 4, 5, 4, 3], device="neuron")
     off = torch.tensor([0, 2, 5], device="neuron")
-    y = F.embedding_bag(idx, w, off, mode="sum", per_sample_weights=psw,
-                        include_last_offset=True)
+    y = F.embedding_bag(idx, w, off, mode="sum", per_sample_weights=psw, include_last_offset=True)
     assert y.shape == (2, 3)
     y.sum().backward()
     assert torch.count_nonzero(w.grad[3].cpu()) == 0 and psw.grad[5].item() == 0
@@ -348,12 +396,19 @@ def test_embedding_bag_empty():
     # No bags (mean: no bag sizes to read) and no indices: zero gradients.
     # (PyTorch 2.13's CPU backward crashes on the first; checked by value.)
     w = torch.randn(5, 3, device="neuron", requires_grad=True)
-    y = F.embedding_bag(torch.tensor([1, 2], device="neuron"), w,
-                        torch.tensor([], dtype=torch.long, device="neuron"))
+    y = F.embedding_bag(
+        torch.tensor([1, 2], device="neuron"),
+        w,
+        torch.tensor([], dtype=torch.long, device="neuron"),
+    )
     y.sum().backward()
     assert y.shape == (0, 3) and torch.count_nonzero(w.grad.cpu()) == 0
-    y = F.embedding_bag(torch.tensor([], dtype=torch.long, device="neuron"), w,
-                        torch.tensor([0, 0], device="neuron"), mode="max")
+    y = F.embedding_bag(
+        torch.tensor([], dtype=torch.long, device="neuron"),
+        w,
+        torch.tensor([0, 0], device="neuron"),
+        mode="max",
+    )
     assert torch.equal(y.detach().cpu(), torch.zeros(2, 3))
     _no_fallback()
 
@@ -361,12 +416,18 @@ def test_embedding_bag_empty():
 def test_embedding_bag_errors():
     w = torch.randn(5, 3, device="neuron")
     with pytest.raises(RuntimeError, match="takes value 7 which is not in the valid range"):
-        F.embedding_bag(torch.tensor([1, 7], device="neuron"), w,
-                        torch.tensor([0], device="neuron"))
+        F.embedding_bag(
+            torch.tensor([1, 7], device="neuron"), w, torch.tensor([0], device="neuron")
+        )
     with pytest.raises(RuntimeError, match="has to start from position 0"):
-        F.embedding_bag(torch.tensor([1, 2], device="neuron"), w,
-                        torch.tensor([1], device="neuron"))
+        F.embedding_bag(
+            torch.tensor([1, 2], device="neuron"), w, torch.tensor([1], device="neuron")
+        )
     with pytest.raises((RuntimeError, NotImplementedError, ValueError), match="per_sample_weights"):
-        F.embedding_bag(torch.tensor([1, 2], device="neuron"), w,
-                        torch.tensor([0], device="neuron"), mode="max",
-                        per_sample_weights=torch.ones(2, device="neuron"))
+        F.embedding_bag(
+            torch.tensor([1, 2], device="neuron"),
+            w,
+            torch.tensor([0], device="neuron"),
+            mode="max",
+            per_sample_weights=torch.ones(2, device="neuron"),
+        )

@@ -14,6 +14,7 @@ offset of 100 (norm statistics, variance), long sums. Then a whole-model
 check: the first step's gradients of each tests/model_zoo.py model
 (tiny configs) on neuron vs the same model in float64 on the CPU.
 """
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -48,7 +49,8 @@ def _check(name, fn, inputs):
         for what, cv, nv in (("max", ce[0], ne[0]), ("rms", ce[1], ne[1])):
             assert nv <= RATIO * cv + FLOOR, (
                 f"{name} output {i}: neuron {what} error {nv:.3g} vs CPU {cv:.3g} "
-                f"(ratio {nv / max(cv, 1e-300):.2f})")
+                f"(ratio {nv / max(cv, 1e-300):.2f})"
+            )
 
 
 def _randn(*shape, seed=0, offset=0.0, scale=1.0):
@@ -58,8 +60,10 @@ def _randn(*shape, seed=0, offset=0.0, scale=1.0):
 
 # ---- matmul ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("m,k,n", [(256, 64, 256), (256, 512, 256), (128, 4096, 128),
-                                   (64, 1000, 96), (1024, 256, 1024)])
+
+@pytest.mark.parametrize(
+    "m,k,n", [(256, 64, 256), (256, 512, 256), (128, 4096, 128), (64, 1000, 96), (1024, 256, 1024)]
+)
 def test_matmul(m, k, n):
     _check(f"mm {m}x{k}x{n}", torch.mm, [_randn(m, k, seed=1), _randn(k, n, seed=2)])
 
@@ -70,13 +74,19 @@ def test_matmul_transposed_and_batched():
 
 
 def test_linear_with_bias():
-    _check("linear", F.linear, [_randn(64, 1024, seed=5), _randn(512, 1024, seed=6),
-                                _randn(512, seed=7)])
+    _check(
+        "linear",
+        F.linear,
+        [_randn(64, 1024, seed=5), _randn(512, 1024, seed=6), _randn(512, seed=7)],
+    )
 
 
 def test_addmm_alpha_beta():
-    _check("addmm", lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0),
-           [_randn(128, 160, seed=8), _randn(128, 2048, seed=9), _randn(2048, 160, seed=10)])
+    _check(
+        "addmm",
+        lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0),
+        [_randn(128, 160, seed=8), _randn(128, 2048, seed=9), _randn(2048, 160, seed=10)],
+    )
 
 
 # ---- convolution -------------------------------------------------------------------
@@ -115,11 +125,13 @@ def test_conv2d_backward(n, cin, cout, hw, k, s, g):
 
 # ---- normalization -----------------------------------------------------------------
 
+
 def _norm_fwd_bwd(norm):
     def run(x, w, b, gy):
         x, w, b = (t.clone().requires_grad_() for t in (x, w, b))
         y = norm(x, w, b)
         return (y,) + torch.autograd.grad(y, (x, w, b), gy)
+
     return run
 
 
@@ -127,33 +139,42 @@ def _norm_fwd_bwd(norm):
 def test_batch_norm_training(offset):
     x, gy = _randn(16, 32, 8, 8, seed=17, offset=offset), _randn(16, 32, 8, 8, seed=18)
     w, b = _randn(32, seed=19) + 1, _randn(32, seed=20)
-    _check(f"batch_norm offset {offset}",
-           _norm_fwd_bwd(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True)),
-           [x, w, b, gy])
+    _check(
+        f"batch_norm offset {offset}",
+        _norm_fwd_bwd(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True)),
+        [x, w, b, gy],
+    )
 
 
 def test_batch_norm_eval():
     x = _randn(16, 32, 8, 8, seed=21, offset=100.0)
     rm, rv = _randn(32, seed=22, offset=100.0), _randn(32, seed=23).abs() + 0.5
     w, b = _randn(32, seed=24) + 1, _randn(32, seed=25)
-    _check("batch_norm eval", lambda x, rm, rv, w, b: F.batch_norm(x, rm, rv, w, b),
-           [x, rm, rv, w, b])
+    _check(
+        "batch_norm eval", lambda x, rm, rv, w, b: F.batch_norm(x, rm, rv, w, b), [x, rm, rv, w, b]
+    )
 
 
 @pytest.mark.parametrize("cols,offset", [(64, 100.0), (1024, 100.0), (4096, 0.0)])
 def test_layer_norm(cols, offset):
     x, gy = _randn(64, cols, seed=26, offset=offset), _randn(64, cols, seed=27)
     w, b = _randn(cols, seed=28) + 1, _randn(cols, seed=29)
-    _check(f"layer_norm {cols} offset {offset}",
-           _norm_fwd_bwd(lambda x, w, b: F.layer_norm(x, (cols,), w, b)), [x, w, b, gy])
+    _check(
+        f"layer_norm {cols} offset {offset}",
+        _norm_fwd_bwd(lambda x, w, b: F.layer_norm(x, (cols,), w, b)),
+        [x, w, b, gy],
+    )
 
 
 @pytest.mark.parametrize("offset", [0.0, 100.0])
 def test_group_norm(offset):
     x, gy = _randn(8, 32, 16, 16, seed=30, offset=offset), _randn(8, 32, 16, 16, seed=31)
     w, b = _randn(32, seed=32) + 1, _randn(32, seed=33)
-    _check(f"group_norm offset {offset}",
-           _norm_fwd_bwd(lambda x, w, b: F.group_norm(x, 4, w, b)), [x, w, b, gy])
+    _check(
+        f"group_norm offset {offset}",
+        _norm_fwd_bwd(lambda x, w, b: F.group_norm(x, 4, w, b)),
+        [x, w, b, gy],
+    )
 
 
 def test_rms_norm():
@@ -162,6 +183,7 @@ def test_rms_norm():
 
 
 # ---- reductions and softmax ----------------------------------------------------------
+
 
 @pytest.mark.parametrize("op", ["sum", "mean", "var", "std"])
 @pytest.mark.parametrize("offset", [0.0, 100.0])
@@ -172,8 +194,11 @@ def test_full_reductions(op, offset):
 @pytest.mark.parametrize("op", ["sum", "mean", "var", "std"])
 @pytest.mark.parametrize("dim", [0, 1])
 def test_dim_reductions(op, dim):
-    _check(f"{op} dim {dim}", lambda x: getattr(torch, op)(x, dim),
-           [_randn(512, 2048, seed=37, offset=100.0)])
+    _check(
+        f"{op} dim {dim}",
+        lambda x: getattr(torch, op)(x, dim),
+        [_randn(512, 2048, seed=37, offset=100.0)],
+    )
 
 
 @pytest.mark.parametrize("fn", [torch.softmax, torch.log_softmax])
@@ -183,11 +208,13 @@ def test_softmax(fn):
 
 # ---- whole models: the first step's gradients --------------------------------------
 
+
 def _grads(name, model, batch):
     model.zero_grad(set_to_none=True)
     zoo.loss_of(name, model, batch).backward()
-    return {k: p.grad.detach().cpu().double() for k, p in model.named_parameters()
-            if p.grad is not None}
+    return {
+        k: p.grad.detach().cpu().double() for k, p in model.named_parameters() if p.grad is not None
+    }
 
 
 def _model_error(grads, ref):
@@ -221,4 +248,5 @@ def test_model_first_step_gradients(name):
     assert neu.keys() == ref.keys() == cpu.keys()
     ce, ne = _model_error(cpu, ref), _model_error(neu, ref)
     assert ne <= RATIO * ce + FLOOR, (
-        f"{name}: neuron gradient error {ne:.3g} vs CPU {ce:.3g} (ratio {ne / ce:.2f})")
+        f"{name}: neuron gradient error {ne:.3g} vs CPU {ce:.3g} (ratio {ne / ce:.2f})"
+    )

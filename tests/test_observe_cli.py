@@ -3,6 +3,7 @@ driven in a real terminal (tmux), quit with q and with Ctrl-C. Stats pages
 are memfds found through /proc/<pid>/fd: a process killed with SIGKILL leaves
 nothing behind (in /dev/shm or its $TMPDIR), and a forked child does not list
 its parent's page as its own."""
+
 import os
 import re
 import shutil
@@ -21,17 +22,22 @@ def _tool(name):
     script = BIN / name
     if script.exists():
         return [str(script)]
-    module = {"neuron-ls": "torch_neuronx.cli.neuron_ls", "neuron-top": "torch_neuronx.cli.neuron_top"}[name]
+    module = {
+        "neuron-ls": "torch_neuronx.cli.neuron_ls",
+        "neuron-top": "torch_neuronx.cli.neuron_top",
+    }[name]
     return [sys.executable, "-m", module]
-
-
 
 
 @pytest.fixture(scope="module")
 def trainer(tmp_path_factory):
     stop = tmp_path_factory.mktemp("trainer") / "stop"
-    proc = subprocess.Popen([sys.executable, str(HERE / "observe_train_script.py"), str(stop)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "observe_train_script.py"), str(stop)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline()
     assert line.startswith("ready"), proc.stderr.read()
     yield proc
@@ -64,14 +70,16 @@ def test_neuron_ls_shows_the_process_using_the_core(trainer):
     assert str(trainer.pid) not in nc1
     js_out, _ = js_proc.communicate(timeout=60)
     import json
+
     info = json.loads(js_out)
     users = info["devices"][0]["processes"]
     assert any(u["pid"] == trainer.pid and u["memory_allocated"] >= 8 << 20 for u in users)
 
 
 def _capture(sock, session):
-    return subprocess.run(["tmux", "-L", sock, "capture-pane", "-p", "-t", session],
-                          capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["tmux", "-L", sock, "capture-pane", "-p", "-t", session], capture_output=True, text=True
+    ).stdout
 
 
 def _wait(pred, timeout=30.0):
@@ -83,7 +91,9 @@ def _wait(pred, timeout=30.0):
     return False
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (scripts/install-deps.sh)")
+@pytest.mark.skipif(
+    shutil.which("tmux") is None, reason="tmux is not installed (scripts/install-deps.sh)"
+)
 def test_neuron_top_in_a_terminal_quits_on_q_and_ctrl_c(trainer, tmp_path):
     # One interpreter runs neuron-top's main twice in the terminal (start-up is
     # the cost): the first run is quit with q, the second with Ctrl-C; each
@@ -91,15 +101,20 @@ def test_neuron_top_in_a_terminal_quits_on_q_and_ctrl_c(trainer, tmp_path):
     sock = f"openneuron-test-{os.getpid()}"
     session = "top"
     marks = tmp_path / "marks"
-    script = ("import sys; from torch_neuronx.cli.neuron_top import main\n"
-              "m = open(sys.argv[1], 'a')\n"
-              "for _ in range(2):\n"
-              "    m.write(f'{main([\"--interval\", \"0.5\"])} '); m.flush()\n")
+    script = (
+        "import sys; from torch_neuronx.cli.neuron_top import main\n"
+        "m = open(sys.argv[1], 'a')\n"
+        "for _ in range(2):\n"
+        "    m.write(f'{main([\"--interval\", \"0.5\"])} '); m.flush()\n"
+    )
     (tmp_path / "top.py").write_text(script)
     cmd = f"{sys.executable} {tmp_path / 'top.py'} {marks}"
-    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-s", session, "-x", "150", "-y", "30", cmd],
-                   check=True)
+    subprocess.run(
+        ["tmux", "-L", sock, "new-session", "-d", "-s", session, "-x", "150", "-y", "30", cmd],
+        check=True,
+    )
     try:
+
         def shows_activity():
             screen = _capture(sock, session)
             rows = [ln for ln in screen.splitlines() if ln.startswith(str(trainer.pid))]
@@ -108,17 +123,26 @@ def test_neuron_top_in_a_terminal_quits_on_q_and_ctrl_c(trainer, tmp_path):
             fields = rows[0].split()
             # PID CORE UTIL MEMORY(2 words) KERNELS/S FALLBACKS/S COMMAND
             return fields[1] == "nc0" and float(fields[5]) > 0 and float(fields[6]) > 0
+
         def marks_are(text):
             return lambda: marks.exists() and marks.read_text() == text
+
         for key, after in (("q", "0 "), ("C-c", "0 0 ")):
             assert _wait(shows_activity), _capture(sock, session)
             screen = _capture(sock, session)
             assert "nc0" in screen and "MiB" in screen and "KERNELS/S" in screen
             subprocess.run(["tmux", "-L", sock, "send-keys", "-t", session, key], check=True)
-            assert _wait(marks_are(after), timeout=15), (marks.read_text() if marks.exists() else "",
-                                                         _capture(sock, session))
-        gone = _wait(lambda: subprocess.run(["tmux", "-L", sock, "has-session", "-t", session],
-                                            capture_output=True).returncode != 0, timeout=15)
+            assert _wait(marks_are(after), timeout=15), (
+                marks.read_text() if marks.exists() else "",
+                _capture(sock, session),
+            )
+        gone = _wait(
+            lambda: subprocess.run(
+                ["tmux", "-L", sock, "has-session", "-t", session], capture_output=True
+            ).returncode
+            != 0,
+            timeout=15,
+        )
         assert gone, _capture(sock, session)
     finally:
         subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
@@ -126,18 +150,30 @@ def test_neuron_top_in_a_terminal_quits_on_q_and_ctrl_c(trainer, tmp_path):
 
 def test_sigkilled_process_is_listed_while_alive_and_leaves_nothing_behind(tmp_path):
     from torch_neuronx.cli import neuron_ls, stats_pages
+
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     child = subprocess.Popen(
-        [sys.executable, "-c", "import sys, torch, torch_neuronx\n"
-         "t = torch.ones(1 << 20, device='neuron')\n"
-         "f = torch.compile(lambda x: (x * 2).relu().sum(), backend='neuron')\n"
-         "f(t).cpu()\n"
-         "print('ready', torch_neuronx._C._stats_page_path(), flush=True)\nsys.stdin.read()"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys, torch, torch_neuronx\n"
+            "t = torch.ones(1 << 20, device='neuron')\n"
+            "f = torch.compile(lambda x: (x * 2).relu().sum(), backend='neuron')\n"
+            "f(t).cpu()\n"
+            "print('ready', torch_neuronx._C._stats_page_path(), flush=True)\nsys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
         # (PyTorch's own persistent cache would default to $TMPDIR too)
-        env=dict(os.environ, TMPDIR=str(tmp), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
-                 TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "cache")))
+        env=dict(
+            os.environ,
+            TMPDIR=str(tmp),
+            TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+            TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "cache"),
+        ),
+    )
     try:
         word, path = child.stdout.readline().split()
         assert word == "ready"
@@ -151,7 +187,9 @@ def test_sigkilled_process_is_listed_while_alive_and_leaves_nothing_behind(tmp_p
         assert _shm_names_of(child.pid) == []
         os.kill(child.pid, 9)
         # not reaped yet: a zombie, which has no open files left
-        assert _wait(lambda: Path(f"/proc/{child.pid}/stat").read_text().split(")")[1].split()[0] == "Z")
+        assert _wait(
+            lambda: Path(f"/proc/{child.pid}/stat").read_text().split(")")[1].split()[0] == "Z"
+        )
         assert child.pid not in pids()
         assert not os.path.exists(path)
         assert _shm_names_of(child.pid) == []
@@ -167,6 +205,7 @@ def test_forked_child_neither_lists_nor_writes_the_parents_page():
     import torch
     import torch_neuronx
     from torch_neuronx.cli import stats_pages
+
     (torch.ones(4, device="neuron") + 1).cpu()
     path = torch_neuronx._C._stats_page_path()
     assert path == f"/proc/{os.getpid()}/fd/{path.rsplit('/', 1)[1]}"
@@ -183,8 +222,15 @@ def test_forked_child_neither_lists_nor_writes_the_parents_page():
                     links.append(os.readlink(f"/proc/self/fd/{fd}"))
                 except OSError:
                     pass
-            os.write(w, json.dumps({"path": torch_neuronx._C._stats_page_path(),
-                                    "memfd": stats_pages.MEMFD_LINK in links}).encode())
+            os.write(
+                w,
+                json.dumps(
+                    {
+                        "path": torch_neuronx._C._stats_page_path(),
+                        "memfd": stats_pages.MEMFD_LINK in links,
+                    }
+                ).encode(),
+            )
         finally:
             os._exit(0)
     os.close(w)

@@ -1,5 +1,6 @@
 """Observability without a profiler: device queries, autocast policy, logs,
 metrics, memory limit, memory snapshots read by PyTorch's own tools."""
+
 import pickle
 
 import pytest
@@ -12,8 +13,16 @@ import torch_neuronx
 def test_device_capability_and_properties():
     cap = torch.accelerator.get_device_capability("neuron:0")
     dtypes = cap["supported_dtypes"]
-    for dt in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
-               torch.bool, torch.complex64, torch.uint8):
+    for dt in (
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.float64,
+        torch.int64,
+        torch.bool,
+        torch.complex64,
+        torch.uint8,
+    ):
         assert dt in dtypes
     assert torch.float8_e4m3fn in dtypes and torch.float8_e8m0fnu in dtypes
     assert torch.qint8 not in dtypes
@@ -41,11 +50,18 @@ def test_autocast_refuses_binary_cross_entropy_like_cuda():
 
 def test_metrics_count_launches_copies_and_fallbacks():
     m = torch_neuronx.metrics
-    before = {n: m.get_counter_value(n, device=0) for n in
-              ("kernel_launches", "bytes_host_to_device", "bytes_device_to_host", "cpu_fallbacks")}
-    a = torch.ones(256, device="neuron:0")            # one H2D copy of 1 KiB or a fill
-    b = torch.arange(256.0).to("neuron:0")            # H2D copy of 1 KiB
-    c = (a + b).cpu()                                  # kernel + D2H copy of 1 KiB
+    before = {
+        n: m.get_counter_value(n, device=0)
+        for n in (
+            "kernel_launches",
+            "bytes_host_to_device",
+            "bytes_device_to_host",
+            "cpu_fallbacks",
+        )
+    }
+    a = torch.ones(256, device="neuron:0")  # one H2D copy of 1 KiB or a fill
+    b = torch.arange(256.0).to("neuron:0")  # H2D copy of 1 KiB
+    c = (a + b).cpu()  # kernel + D2H copy of 1 KiB
     assert c[3].item() == 4.0
     assert m.get_counter_value("bytes_host_to_device", 0) - before["bytes_host_to_device"] >= 1024
     assert m.get_counter_value("bytes_device_to_host", 0) - before["bytes_device_to_host"] == 1024
@@ -56,9 +72,18 @@ def test_metrics_count_launches_copies_and_fallbacks():
     m.metric_record("test.latency_ms", 3.0)
     m.metric_record("test.latency_ms", 5.0)
     assert m.get_counter_value("test.custom") == 2
-    assert m.get_metric_data("test.latency_ms") == {"count": 2, "sum": 8.0, "min": 3.0, "max": 5.0,
-                                                   "mean": 4.0}
-    assert set(m.get_compilation_metrics()) >= {"compiles", "compile_cache_hits", "compile_cache_misses"}
+    assert m.get_metric_data("test.latency_ms") == {
+        "count": 2,
+        "sum": 8.0,
+        "min": 3.0,
+        "max": 5.0,
+        "mean": 4.0,
+    }
+    assert set(m.get_compilation_metrics()) >= {
+        "compiles",
+        "compile_cache_hits",
+        "compile_cache_misses",
+    }
     text = m.report()
     assert "kernel_launches" in text and "test.latency_ms" in text
     with pytest.raises(KeyError):
@@ -80,16 +105,18 @@ def test_log_level_and_stack_trace(python):
     quiet = python(code, env={"TORCH_NEURONX_LOG_LEVEL": "ERROR"})
     assert quiet.returncode == 0, quiet.stderr
     assert "] alloc:" not in quiet.stderr and "something odd" not in quiet.stderr
-    loud = python(code, env={"TORCH_NEURONX_LOG_LEVEL": "DEBUG",
-                             "TORCH_NEURONX_ENABLE_STACK_TRACE": "1"})
+    loud = python(
+        code, env={"TORCH_NEURONX_LOG_LEVEL": "DEBUG", "TORCH_NEURONX_ENABLE_STACK_TRACE": "1"}
+    )
     assert loud.returncode == 0, loud.stderr
     assert "[neuron D" in loud.stderr and "] alloc: neuron:0 alloc 4000 bytes" in loud.stderr
     assert "] fallback: aten::special_zeta has no native neuron kernel" in loud.stderr
     assert "] test: something odd" in loud.stderr
     assert "where_it_happened" in loud.stderr  # Python stack
-    assert "libc.so" in loud.stderr            # native stack (backtrace_symbols)
-    bad = python("import torch; torch.ones(1, device='neuron')",
-                 env={"TORCH_NEURONX_LOG_LEVEL": "LOUD"})
+    assert "libc.so" in loud.stderr  # native stack (backtrace_symbols)
+    bad = python(
+        "import torch; torch.ones(1, device='neuron')", env={"TORCH_NEURONX_LOG_LEVEL": "LOUD"}
+    )
     assert "TORCH_NEURONX_LOG_LEVEL='LOUD'" in bad.stderr
 
 
@@ -143,8 +170,9 @@ def test_memory_snapshot_loads_with_pytorch_memory_viz(tmp_path):
     assert block["size"] == 12288  # 512-byte granules
     assert sum(b["size"] for b in seg[0]["blocks"]) == seg[0]["total_size"]
     assert seg[0]["blocks"][0]["address"] == seg[0]["address"]
-    assert seg[0]["allocated_size"] == sum(b["size"] for b in seg[0]["blocks"]
-                                           if b["state"] == "active_allocated")
+    assert seg[0]["allocated_size"] == sum(
+        b["size"] for b in seg[0]["blocks"] if b["state"] == "active_allocated"
+    )
     assert any(fr["name"] == "_allocate_for_snapshot" for fr in block["frames"])
     actions = [e["action"] for e in snap["device_traces"][0]]
     assert "alloc" in actions and "free_requested" in actions and "free_completed" in actions

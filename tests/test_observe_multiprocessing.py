@@ -1,6 +1,7 @@
 """Neuron tensors through torch.multiprocessing queues and pipes (shared
 device memory, both directions) and DataLoader workers returning neuron
 tensors. Nothing may be left in /dev/shm."""
+
 import os
 import re
 
@@ -24,9 +25,11 @@ def _leaked(before):
     libtrn's stats pages and shared device memory are memfds, never here;
     trn-stats-<pid> files of other processes come from older builds running
     on the same machine."""
+
     def other_page(f):
         m = re.fullmatch(r"trn-stats-(\d+)", f)
         return m is not None and int(m.group(1)) != os.getpid()
+
     return {f for f in _shm_files() - before if not f.startswith("sem.mp-") and not other_page(f)}
 
 
@@ -53,6 +56,7 @@ def test_queue_and_pipe_share_device_memory():
         p.join(60)
         assert p.exitcode == 0
         from torch_neuronx.cli import stats_pages
+
         assert p.pid not in dict(stats_pages.page_files())
         # the child is gone; its tensors' memory lives on while held here
         assert torch.equal((theirs * 2).cpu(), torch.arange(6.0).reshape(2, 3) * 2)
@@ -65,8 +69,9 @@ def test_queue_and_pipe_share_device_memory():
 
 def _check_loader(**kwargs):
     before = _shm_files()
-    loader = torch.utils.data.DataLoader(helpers.NeuronDataset(), batch_size=2, num_workers=2,
-                                         **kwargs)
+    loader = torch.utils.data.DataLoader(
+        helpers.NeuronDataset(), batch_size=2, num_workers=2, **kwargs
+    )
     batches = [b for b in loader]
     assert len(batches) == 4
     assert all(b.device.type == "neuron" for b in batches)
@@ -85,6 +90,8 @@ def test_dataloader_workers_return_neuron_tensors_default_fork():
     _check_loader()
 
 
-@pytest.mark.skipif(not FULL, reason="spawns two workers (~20 s here); OPENNEURON_FULL_TESTS=1 runs it")
+@pytest.mark.skipif(
+    not FULL, reason="spawns two workers (~20 s here); OPENNEURON_FULL_TESTS=1 runs it"
+)
 def test_dataloader_workers_return_neuron_tensors_spawn():
     _check_loader(multiprocessing_context="spawn")

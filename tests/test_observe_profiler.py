@@ -1,6 +1,7 @@
 """Device activity in PyTorch's profilers: kernel and copy events in
 torch.profiler's trace (found by opening the exported Chrome trace), device
 times in key_averages(), and use_device="neuron" in the autograd profiler."""
+
 import json
 
 import torch
@@ -19,8 +20,9 @@ def _work():
 
 def test_kernels_in_exported_chrome_trace(tmp_path):
     _work()  # warm up
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1],
-                 record_shapes=True) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], record_shapes=True
+    ) as prof:
         _work()
     path = tmp_path / "trace.json"
     prof.export_chrome_trace(str(path))

@@ -3,6 +3,7 @@ model.to("neuron"), .cpu() and back, p.data = p.data.to(...), tied weights
 stay tied, optimizers built before the move keep training the moved
 parameters. (PyTorch asks the backend through
 aten::_has_compatible_shallow_copy_type; see aten/shallow_copy.cpp.)"""
+
 import copy
 
 import torch

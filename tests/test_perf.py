@@ -1,6 +1,7 @@
 """Paths added for speed: parallel reductions/softmax/gather/cat on big
 inputs, the small-GEMM C loop, and shape/dtype/errors from PyTorch's C++
 structured meta functions. Compares neuron to CPU; never times anything."""
+
 import os
 import subprocess
 import sys
@@ -25,9 +26,17 @@ def _no_fallback():
     assert torch_neuronx.get_fallback_ops() == []
 
 
-@pytest.mark.parametrize("shape,dim", [(((1 << 20) + 37,), None), ((512, 1030), 0), ((512, 1030), 1),
-                                       ((3, 300, 257), (0, 2)), ((300, 3, 257), 1)],
-                         ids=["full", "dim0", "dim1", "dims02", "mid"])
+@pytest.mark.parametrize(
+    "shape,dim",
+    [
+        (((1 << 20) + 37,), None),
+        ((512, 1030), 0),
+        ((512, 1030), 1),
+        ((3, 300, 257), (0, 2)),
+        ((300, 3, 257), 1),
+    ],
+    ids=["full", "dim0", "dim1", "dims02", "mid"],
+)
 def test_big_reductions(shape, dim):
     x = torch.randn(shape)
     xn = x.to(DEV)
@@ -60,15 +69,18 @@ def test_big_reduction_nan_and_int():
 
 
 def test_full_sum_same_bits_for_any_thread_count():
-    code = ("import torch, torch_neuronx; torch.manual_seed(0); "
-            "x = torch.randn(3 << 20).to('neuron'); "
-            "print(repr(x.sum().item()), repr(x.abs().amax().item()), "
-            "repr(x.view(3072, 1024).sum(0).sum().item()))")
+    code = (
+        "import torch, torch_neuronx; torch.manual_seed(0); "
+        "x = torch.randn(3 << 20).to('neuron'); "
+        "print(repr(x.sum().item()), repr(x.abs().amax().item()), "
+        "repr(x.view(3072, 1024).sum(0).sum().item()))"
+    )
     outs = set()
     for threads in ("1", "2", "3"):
         env = dict(os.environ, TORCH_NEURONX_NUM_THREADS=threads)
-        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                           text=True, check=True)
+        r = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
         outs.add(r.stdout.strip())
     assert len(outs) == 1, outs
 
@@ -107,10 +119,14 @@ def test_small_gemm(dtype, m, k, n):
     tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
     an, bn, cn = a.to(DEV), b.to(DEV), c.to(DEV)
     _close(an @ bn, (a.float() @ b.float()).to(dtype), **tol)
-    _close(torch.addmm(cn, an, bn, beta=0.5, alpha=2.0),
-           torch.addmm(c.float(), a.float(), b.float(), beta=0.5, alpha=2.0).to(dtype), **tol)
-    _close(an.t().contiguous().t() @ bn.t().contiguous().t(),
-           (a.float() @ b.float()).to(dtype), **tol)
+    _close(
+        torch.addmm(cn, an, bn, beta=0.5, alpha=2.0),
+        torch.addmm(c.float(), a.float(), b.float(), beta=0.5, alpha=2.0).to(dtype),
+        **tol,
+    )
+    _close(
+        an.t().contiguous().t() @ bn.t().contiguous().t(), (a.float() @ b.float()).to(dtype), **tol
+    )
     # beta = 0 ignores NaN in the output
     out = torch.full((m, n), float("nan"), dtype=dtype, device=DEV)
     torch.mm(an, bn, out=out)

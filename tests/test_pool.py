@@ -2,6 +2,7 @@
 natively: ResNet's stem pooling forward and backward, ceil mode, dilation,
 padding with count_include_pad, divisor_override, NaN propagation, channels
 last, and PyTorch's argument errors."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -36,8 +37,7 @@ CASES = {
     "indices": lambda x: F.max_pool2d(x, (2, 3), (1, 2), (1, 0), return_indices=True),
     "ceil_dilation": lambda x: F.max_pool2d(x, 3, 2, 1, dilation=2, ceil_mode=True),
     "avg": lambda x: F.avg_pool2d(x, 3, 2, 1),
-    "avg_no_pad_count": lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False,
-                                               ceil_mode=True),
+    "avg_no_pad_count": lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False, ceil_mode=True),
     "avg_divisor": lambda x: F.avg_pool2d(x, 2, divisor_override=3),
     "max1d": lambda x: F.max_pool1d(x.flatten(2), 4, 3, 2),
     "avg1d": lambda x: F.avg_pool1d(x.flatten(2), 4, 3, 2),
@@ -67,7 +67,9 @@ def test_nan_propagates_with_its_index():
     assert torch.equal(idd.cpu(), ic)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str
+)
 @pytest.mark.parametrize("kernel,stride", [(2, 2), ((2, 3), (2, 1)), (3, 3), ((1, 2), (3, 2))])
 def test_max_windows_inside_the_image_match_cpu_exactly(dtype, kernel, stride):
     """Windows that never leave the image take pool2d.c's branch-free path
@@ -85,15 +87,20 @@ def test_max_windows_inside_the_image_match_cpu_exactly(dtype, kernel, stride):
     assert torch.equal(idd.cpu(), ic)
     assert torch.equal(yd.cpu().isnan(), yc.isnan())
     torch.testing.assert_close(yd.cpu(), yc, equal_nan=True, rtol=0, atol=0)
-    assert torch.equal(F.max_pool2d(x.to("neuron"), kernel, stride).cpu().nan_to_num(), yc.nan_to_num())
+    assert torch.equal(
+        F.max_pool2d(x.to("neuron"), kernel, stride).cpu().nan_to_num(), yc.nan_to_num()
+    )
 
 
-@pytest.mark.parametrize("kwargs,msg", [
-    (dict(kernel_size=3, padding=2), "pad should be at most half"),
-    (dict(kernel_size=0, stride=1), "kernel size should be greater than zero"),
-    (dict(kernel_size=2, stride=0), "stride should"),
-    (dict(kernel_size=20), "Output size is too small"),
-])
+@pytest.mark.parametrize(
+    "kwargs,msg",
+    [
+        (dict(kernel_size=3, padding=2), "pad should be at most half"),
+        (dict(kernel_size=0, stride=1), "kernel size should be greater than zero"),
+        (dict(kernel_size=2, stride=0), "stride should"),
+        (dict(kernel_size=20), "Output size is too small"),
+    ],
+)
 def test_errors_match_cpu(kwargs, msg):
     for dev in ("cpu", "neuron"):
         with pytest.raises(RuntimeError, match=msg):

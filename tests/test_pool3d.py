@@ -4,6 +4,7 @@ padding, stride, dilation, ceil mode, count_include_pad and divisor;
 adaptive average / max pooling in 1-3 d (non-divisible sizes, output 1,
 output larger than input), forward and backward, in float32 and bfloat16,
 channels_last, NaN propagation, and PyTorch's argument errors."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -39,12 +40,14 @@ def _check(fn, x, tol=None, ref_dtype=None):
 
 CASES_3D = {
     "max3d": lambda x: F.max_pool3d(x, 3, 2, 1),
-    "max3d_indices": lambda x: F.max_pool3d(x, (2, 3, 2), (1, 2, 2), (1, 1, 0),
-                                            return_indices=True),
+    "max3d_indices": lambda x: F.max_pool3d(
+        x, (2, 3, 2), (1, 2, 2), (1, 1, 0), return_indices=True
+    ),
     "max3d_ceil_dilation": lambda x: F.max_pool3d(x, 2, 2, 1, dilation=2, ceil_mode=True),
     "avg3d": lambda x: F.avg_pool3d(x, 3, 2, 1),
-    "avg3d_no_pad_count": lambda x: F.avg_pool3d(x, 3, 2, 1, count_include_pad=False,
-                                                 ceil_mode=True),
+    "avg3d_no_pad_count": lambda x: F.avg_pool3d(
+        x, 3, 2, 1, count_include_pad=False, ceil_mode=True
+    ),
     "avg3d_divisor": lambda x: F.avg_pool3d(x, 2, divisor_override=3),
 }
 
@@ -64,7 +67,7 @@ CASES_ADAPTIVE = {
 @pytest.mark.parametrize("name", list(CASES_3D) + [f"adaptive_{n}" for n in CASES_ADAPTIVE])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_matches_cpu(name, dtype):
-    fn = CASES_3D.get(name) or CASES_ADAPTIVE[name[len("adaptive_"):]]
+    fn = CASES_3D.get(name) or CASES_ADAPTIVE[name[len("adaptive_") :]]
     tol = dict(rtol=1e-2, atol=1e-2) if dtype == torch.bfloat16 else None
     # CPU has no bfloat16 avg_pool3d: float32 is the reference there.
     ref = torch.float32 if name.startswith("avg3d") else None
@@ -97,8 +100,9 @@ def test_empty_batch_and_zero_output():
 
 def test_argument_errors():
     x = torch.randn(1, 2, 4, 4, 4, device="neuron")
-    with pytest.raises(RuntimeError, match="kernel_size must either be a single int, or a tuple "
-                                           "of three ints"):
+    with pytest.raises(
+        RuntimeError, match="kernel_size must either be a single int, or a tuple of three ints"
+    ):
         torch.ops.aten.max_pool3d_with_indices(x, [2, 2])
     with pytest.raises(RuntimeError, match="pad should be"):
         F.max_pool3d(x, 2, padding=2)

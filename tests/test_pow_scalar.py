@@ -3,13 +3,27 @@ match the CPU exactly in float32/float64 (roots: within CPU's 1 ulp),
 including the special values, and
 within one rounding in float16 / bfloat16; other exponents keep the general
 path. Also the backward (pow's grad calls pow(x, e - 1))."""
+
 import pytest
 import torch
 
 import torch_neuronx
 
-SPECIAL = [0.0, -0.0, 1.0, -1.0, 2.5, -3.25, 1e-20, 1e20, float("inf"), float("-inf"),
-           float("nan"), 7.0, -0.5]
+SPECIAL = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    2.5,
+    -3.25,
+    1e-20,
+    1e20,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    7.0,
+    -0.5,
+]
 
 
 def values(dtype):
@@ -35,12 +49,21 @@ def test_pow_scalar_matches_cpu(dtype, e):
         # CPU's vectorized sqrt (SLEEF) is within 1 ulp, not correctly rounded.
         torch.testing.assert_close(got, want, rtol=2.5e-7, atol=0, equal_nan=True)
     else:
-        torch.testing.assert_close(got, want, equal_nan=True,
-                                   rtol=1e-5 if dtype in (torch.float32, torch.float64) else 1e-2,
-                                   atol=1e-5 if dtype in (torch.float32, torch.float64) else 1e-2)
+        torch.testing.assert_close(
+            got,
+            want,
+            equal_nan=True,
+            rtol=1e-5 if dtype in (torch.float32, torch.float64) else 1e-2,
+            atol=1e-5 if dtype in (torch.float32, torch.float64) else 1e-2,
+        )
     strided = x.reshape(-1, 2)[:, 1]
-    torch.testing.assert_close(torch.pow(strided.to("neuron"), e).cpu(), want.reshape(-1, 2)[:, 1],
-                               equal_nan=True, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(
+        torch.pow(strided.to("neuron"), e).cpu(),
+        want.reshape(-1, 2)[:, 1],
+        equal_nan=True,
+        rtol=1e-2,
+        atol=1e-2,
+    )
     assert "aten::pow" in torch_neuronx.get_executed_ops()
     assert torch_neuronx.get_fallback_ops() == []
 
@@ -50,7 +73,7 @@ def test_pow_scalar_backward(e):
     x = torch.randn(64, 33, dtype=torch.float32) + 3
     xd = x.to("neuron").requires_grad_()
     xc = x.clone().requires_grad_()
-    (xd ** e).sum().backward()
-    (xc ** e).sum().backward()
+    (xd**e).sum().backward()
+    (xc**e).sum().backward()
     tol = dict(rtol=5e-7, atol=0) if e == 0.5 else dict(rtol=1e-6, atol=1e-6)  # roots: 1 ulp
     torch.testing.assert_close(xd.grad.cpu(), xc.grad, equal_nan=True, **tol)

@@ -1,4 +1,5 @@
 """Random numbers on neuron: per-device generators, seeding, state."""
+
 import pytest
 import torch
 
@@ -81,13 +82,16 @@ def test_rng_state_is_seed_and_offset():
         torch.neuron.set_rng_state(torch.zeros(5056, dtype=torch.uint8))
 
 
-@pytest.mark.parametrize("op", [
-    lambda n: torch.rand(n, device="neuron"),
-    lambda n: torch.randn(n, device="neuron", dtype=torch.float64),
-    lambda n: torch.empty(n, device="neuron").bernoulli_(0.3),
-    lambda n: torch.randint(0, 1000, (n,), device="neuron"),
-    lambda n: torch.nn.functional.dropout(torch.ones(n, device="neuron"), 0.4),
-])
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda n: torch.rand(n, device="neuron"),
+        lambda n: torch.randn(n, device="neuron", dtype=torch.float64),
+        lambda n: torch.empty(n, device="neuron").bernoulli_(0.3),
+        lambda n: torch.randint(0, 1000, (n,), device="neuron"),
+        lambda n: torch.nn.functional.dropout(torch.ones(n, device="neuron"), 0.4),
+    ],
+)
 def test_offset_selects_the_counters(op):
     # Element i of a fill at offset o is counter o + i: starting at o + k
     # gives the tail of the fill from o (how a DTensor shard gets its part).
@@ -105,6 +109,7 @@ def test_fallback_random_ops_follow_the_state():
     # An op without a native kernel draws from a CPU generator seeded from
     # the neuron generator's (seed, offset): reproducible, and it advances.
     import torch_neuronx
+
     rates = torch.full((200,), 3.0, device="neuron")
     torch_neuronx.clear_op_tracking()
     torch.manual_seed(9)

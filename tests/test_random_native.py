@@ -5,6 +5,7 @@ explicit generators, ATen's argument errors; log_normal_, cauchy_ and
 geometric_ (quantiles and the moments that exist, independence of CPU's
 generator, rng state round trips). The values are neuron's own
 stream (like CUDA's), so they are compared to distributions, not to the CPU."""
+
 import math
 
 import pytest
@@ -36,7 +37,9 @@ def test_float_distributions(dtype):
     assert r.dtype == dtype and abs(r.cpu().double().std() - 1) < 0.05
 
 
-@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.float32, torch.bool])
+@pytest.mark.parametrize(
+    "dtype", [torch.int64, torch.int32, torch.uint8, torch.float32, torch.bool]
+)
 def test_discrete_distributions(dtype):
     b = native(lambda: torch.empty(N, device="neuron", dtype=dtype).bernoulli_(0.25)).cpu()
     assert set(b.unique().tolist()) <= {0, 1} and abs(b.double().mean() - 0.25) < 0.01
@@ -106,8 +109,9 @@ def test_log_normal_and_cauchy(dtype):
     assert (q - torch.tensor([-1.0, 1.0, 3.0], dtype=torch.float64)).abs().max() < 0.15
 
 
-@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.float32,
-                                   torch.bfloat16, torch.float64])
+@pytest.mark.parametrize(
+    "dtype", [torch.int64, torch.int32, torch.uint8, torch.float32, torch.bfloat16, torch.float64]
+)
 def test_geometric(dtype):
     k = native(lambda: torch.empty(N, device="neuron", dtype=dtype).geometric_(0.25)).cpu()
     assert k.dtype == dtype and k.min() >= 1

@@ -2,6 +2,7 @@
 kernels) against PyTorch CPU: dims, keepdim, dtype=, dtypes, non-contiguous
 inputs, empty tensors (identity or PyTorch's error), out= variants, and proof
 that nothing fell back to the CPU."""
+
 import pytest
 import torch
 
@@ -94,12 +95,21 @@ def test_extremes_and_indices(dtype):
 
 
 def test_nan_rules_and_ties():
-    x = torch.tensor([[1.0, 5.0, 5.0, float("nan"), 2.0, float("nan")],
-                      [3.0, 3.0, -1.0, -1.0, 0.0, 3.0]])
-    for f in [lambda t: t.max(1), lambda t: t.min(1), lambda t: t.argmax(1),
-              lambda t: t.argmin(1), lambda t: t.amax(1), lambda t: t.amin(0),
-              lambda t: t.max(), lambda t: t.sum(1), lambda t: t.logsumexp(1),
-              lambda t: t.softmax(1)]:
+    x = torch.tensor(
+        [[1.0, 5.0, 5.0, float("nan"), 2.0, float("nan")], [3.0, 3.0, -1.0, -1.0, 0.0, 3.0]]
+    )
+    for f in [
+        lambda t: t.max(1),
+        lambda t: t.min(1),
+        lambda t: t.argmax(1),
+        lambda t: t.argmin(1),
+        lambda t: t.amax(1),
+        lambda t: t.amin(0),
+        lambda t: t.max(),
+        lambda t: t.sum(1),
+        lambda t: t.logsumexp(1),
+        lambda t: t.softmax(1),
+    ]:
         _check(f, x)
 
 
@@ -131,8 +141,19 @@ def test_logsumexp(dtype):
     _check(lambda t: t.logsumexp(1), inf)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int64,
-                                   torch.int32, torch.uint8, torch.bool], ids=str)
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        torch.float32,
+        torch.bfloat16,
+        torch.float64,
+        torch.int64,
+        torch.int32,
+        torch.uint8,
+        torch.bool,
+    ],
+    ids=str,
+)
 def test_cumsum_cumprod(dtype):
     x = _sample(dtype, (9, 12, 10))
     for dim in [0, 1, -1]:
@@ -164,10 +185,12 @@ def test_softmax_forward_backward(dtype, dim):
     got = torch.ops.aten._softmax_backward_data(gd, yd, dim, dtype)
     lgot = torch.ops.aten._log_softmax_backward_data(gd, lyd, dim, dtype)
     assert torch_neuronx.get_fallback_ops() == []
-    torch.testing.assert_close(got.cpu(), torch.ops.aten._softmax_backward_data(g, y, dim, dtype),
-                               **tol)
-    torch.testing.assert_close(lgot.cpu(),
-                               torch.ops.aten._log_softmax_backward_data(g, ly, dim, dtype), **tol)
+    torch.testing.assert_close(
+        got.cpu(), torch.ops.aten._softmax_backward_data(g, y, dim, dtype), **tol
+    )
+    torch.testing.assert_close(
+        lgot.cpu(), torch.ops.aten._log_softmax_backward_data(g, ly, dim, dtype), **tol
+    )
 
 
 def test_softmax_half_to_float_and_dtype_arg():
@@ -201,7 +224,7 @@ def test_large_sum_matches_cpu():
 
 def test_dtype_argument_and_promotion():
     x = _sample(torch.int32)
-    _check(lambda t: t.sum(1), x)                         # int32 -> int64
+    _check(lambda t: t.sum(1), x)  # int32 -> int64
     _check(lambda t: t.sum(1, dtype=torch.float32), x)
     _check(lambda t: t.prod(0, dtype=torch.float64), x)
     _check(lambda t: t.mean(1, dtype=torch.float32), x)
@@ -215,13 +238,24 @@ def test_dtype_argument_and_promotion():
 @pytest.mark.parametrize("view", ["transpose", "slice", "expand"])
 def test_non_contiguous(view):
     base = _sample(torch.float32, (8, 10, 6))
-    tr = {"transpose": lambda t: t.transpose(0, 2),
-          "slice": lambda t: t[1::2, :, ::3],
-          "expand": lambda t: t[:, :1].expand(8, 5, 6)}[view]
-    for f in [lambda t: tr(t).sum(0), lambda t: tr(t).sum((1, 2)), lambda t: tr(t).sum(),
-              lambda t: tr(t).amax(-1), lambda t: tr(t).max(1), lambda t: tr(t).argmax(),
-              lambda t: tr(t).var(0), lambda t: tr(t).cumsum(1), lambda t: tr(t).softmax(0),
-              lambda t: tr(t).logsumexp(2), lambda t: tr(t).norm(dim=1)]:
+    tr = {
+        "transpose": lambda t: t.transpose(0, 2),
+        "slice": lambda t: t[1::2, :, ::3],
+        "expand": lambda t: t[:, :1].expand(8, 5, 6),
+    }[view]
+    for f in [
+        lambda t: tr(t).sum(0),
+        lambda t: tr(t).sum((1, 2)),
+        lambda t: tr(t).sum(),
+        lambda t: tr(t).amax(-1),
+        lambda t: tr(t).max(1),
+        lambda t: tr(t).argmax(),
+        lambda t: tr(t).var(0),
+        lambda t: tr(t).cumsum(1),
+        lambda t: tr(t).softmax(0),
+        lambda t: tr(t).logsumexp(2),
+        lambda t: tr(t).norm(dim=1),
+    ]:
         _check(f, base)
 
 
@@ -248,6 +282,7 @@ def test_out_variants():
         s64 = torch.empty(0, dtype=torch.float64, device=t.device)
         torch.sum(t, 0, out=s64)
         return r1, v, i, r2, a, n, lse, am, s64
+
     _check(outs, x)
 
 
@@ -263,13 +298,17 @@ def test_empty_tensors():
     _check(lambda t: t.all(0), e)
     _check(lambda t: torch.count_nonzero(t, 0), e)
     _check(lambda t: torch.linalg.vector_norm(t, dim=0), e)
-    _check(lambda t: t.amax(1), e)            # empty output, nonempty reduction
+    _check(lambda t: t.amax(1), e)  # empty output, nonempty reduction
     _check(lambda t: t.cumsum(0), e)
     _check(lambda t: t.softmax(0), e)
     d = e.to("neuron")
-    for f, msg in [(lambda t: t.amax(0), "amax"), (lambda t: t.max(), "max"),
-                   (lambda t: t.argmax(0), "argmax"), (lambda t: t.max(0), "max"),
-                   (lambda t: torch.linalg.vector_norm(t, float("inf")), "norm")]:
+    for f, msg in [
+        (lambda t: t.amax(0), "amax"),
+        (lambda t: t.max(), "max"),
+        (lambda t: t.argmax(0), "argmax"),
+        (lambda t: t.max(0), "max"),
+        (lambda t: torch.linalg.vector_norm(t, float("inf")), "norm"),
+    ]:
         with pytest.raises((RuntimeError, IndexError), match=msg):
             f(d)
     with pytest.raises(IndexError):
@@ -278,9 +317,17 @@ def test_empty_tensors():
 
 def test_zero_dim_and_size_one():
     s = torch.tensor(3.5)
-    for f in [lambda t: t.sum(), lambda t: t.mean(), lambda t: t.amax(), lambda t: t.max(),
-              lambda t: t.argmax(), lambda t: t.cumsum(0), lambda t: t.softmax(0),
-              lambda t: t.max(0), lambda t: t.var(correction=0)]:
+    for f in [
+        lambda t: t.sum(),
+        lambda t: t.mean(),
+        lambda t: t.amax(),
+        lambda t: t.max(),
+        lambda t: t.argmax(),
+        lambda t: t.cumsum(0),
+        lambda t: t.softmax(0),
+        lambda t: t.max(0),
+        lambda t: t.var(correction=0),
+    ]:
         _check(f, s)
     _check(lambda t: t.sum(1), torch.ones(3, 1, 4))
 

@@ -9,6 +9,7 @@ There is no OpInfo entry for these (op_db has none; they are ModuleInfos), so
 tests/conformance/ops_rnn.py names none and this file is their conformance
 test. LSTM / GRU reach _thnn_fused_lstm_cell / _thnn_fused_gru_cell (+ their
 backwards); nn.RNN needs no fused op (matmul + tanh / relu)."""
+
 import copy
 
 import pytest
@@ -18,10 +19,16 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import torch_neuronx
 
-FUSED = {nn.LSTM: "aten::_thnn_fused_lstm_cell", nn.LSTMCell: "aten::_thnn_fused_lstm_cell",
-         nn.GRU: "aten::_thnn_fused_gru_cell", nn.GRUCell: "aten::_thnn_fused_gru_cell"}
-BACKWARD = {"aten::_thnn_fused_lstm_cell": "aten::_thnn_fused_lstm_cell_backward_impl",
-            "aten::_thnn_fused_gru_cell": "aten::_thnn_fused_gru_cell_backward"}
+FUSED = {
+    nn.LSTM: "aten::_thnn_fused_lstm_cell",
+    nn.LSTMCell: "aten::_thnn_fused_lstm_cell",
+    nn.GRU: "aten::_thnn_fused_gru_cell",
+    nn.GRUCell: "aten::_thnn_fused_gru_cell",
+}
+BACKWARD = {
+    "aten::_thnn_fused_lstm_cell": "aten::_thnn_fused_lstm_cell_backward_impl",
+    "aten::_thnn_fused_gru_cell": "aten::_thnn_fused_gru_cell_backward",
+}
 
 
 def _rand(*shape, seed=0, dtype=torch.float32):
@@ -41,16 +48,25 @@ def _flat(out):
 def _run(module, inputs, device):
     """Forward on `device` (leaf copies of the CPU inputs), backward of a fixed
     weighted sum of every output; returns outputs and input / parameter grads."""
-    leaves = [x.detach().clone().requires_grad_(x.is_floating_point())
-              if isinstance(x, torch.Tensor) else x for x in inputs]
+    leaves = [
+        x.detach().clone().requires_grad_(x.is_floating_point())
+        if isinstance(x, torch.Tensor)
+        else x
+        for x in inputs
+    ]
     moved = [x.to(device) if isinstance(x, torch.Tensor) else x for x in leaves]
     outs = _flat(module(*moved))
-    loss = sum((o * _rand(*o.shape, seed=10 + i, dtype=o.dtype).to(device)).sum()
-               for i, o in enumerate(outs))
+    loss = sum(
+        (o * _rand(*o.shape, seed=10 + i, dtype=o.dtype).to(device)).sum()
+        for i, o in enumerate(outs)
+    )
     loss.backward()
     grads = [x.grad for x in leaves if isinstance(x, torch.Tensor) and x.requires_grad]
-    return ([o.detach().cpu() for o in outs], grads,
-            {n: p.grad.cpu() for n, p in module.named_parameters()})
+    return (
+        [o.detach().cpu() for o in outs],
+        grads,
+        {n: p.grad.cpu() for n, p in module.named_parameters()},
+    )
 
 
 def _compare(ref, inputs, tol=None, fused=None):
@@ -72,8 +88,9 @@ def _compare(ref, inputs, tol=None, fused=None):
         torch.testing.assert_close(a, b, **tol)
     assert got[2].keys() == expected[2].keys()
     for name in expected[2]:
-        torch.testing.assert_close(got[2][name], expected[2][name], **tol,
-                                   msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            got[2][name], expected[2][name], **tol, msg=lambda m, name=name: f"{name}: {m}"
+        )
 
 
 LAYER_CONFIGS = [
@@ -117,8 +134,11 @@ def test_initial_state_gradients(cls):
 @pytest.mark.filterwarnings("ignore:LSTM with projections")  # CPU reference notice
 def test_lstm_projection():
     torch.manual_seed(2)
-    _compare(nn.LSTM(4, 8, num_layers=2, proj_size=3, bidirectional=True),
-             [_rand(6, 2, 4, seed=5)], fused=FUSED[nn.LSTM])
+    _compare(
+        nn.LSTM(4, 8, num_layers=2, proj_size=3, bidirectional=True),
+        [_rand(6, 2, 4, seed=5)],
+        fused=FUSED[nn.LSTM],
+    )
 
 
 class _Packed(nn.Module):
@@ -139,8 +159,7 @@ class _Packed(nn.Module):
 def test_packed_sequences(cls):
     torch.manual_seed(3)
     m = cls(3, 5, num_layers=2, bidirectional=True, batch_first=True)
-    _compare(_Packed(m, torch.tensor([3, 6, 1, 4])), [_rand(4, 6, 3, seed=6)],
-             fused=FUSED.get(cls))
+    _compare(_Packed(m, torch.tensor([3, 6, 1, 4])), [_rand(4, 6, 3, seed=6)], fused=FUSED.get(cls))
 
 
 class _Unroll(nn.Module):
@@ -175,12 +194,14 @@ def test_cells(cls, bias, with_state):
 
 def test_unbatched_cell_input():
     torch.manual_seed(5)
-    _compare(_Unroll(nn.GRUCell(3, 4), False), [_rand(2, 3, seed=1), None, None],
-             fused=FUSED[nn.GRUCell])
+    _compare(
+        _Unroll(nn.GRUCell(3, 4), False), [_rand(2, 3, seed=1), None, None], fused=FUSED[nn.GRUCell]
+    )
 
 
 def _module_samples():
     from torch.testing._internal.common_modules import module_db
+
     names = ("RNNCell", "GRUCell", "LSTMCell", "RNN", "GRU", "LSTM")
     for info in module_db:
         if info.module_cls.__name__ in names:
@@ -193,8 +214,9 @@ def test_module_info_samples(info):
     """Every sample of PyTorch's own ModuleInfo entries (sizes, bias,
     nonlinearity, proj_size, batch_first, bidirectional, unbatched input,
     given states)."""
-    samples = info.module_inputs_func(info, device="cpu", dtype=torch.float32,
-                                      requires_grad=False, training=True)
+    samples = info.module_inputs_func(
+        info, device="cpu", dtype=torch.float32, requires_grad=False, training=True
+    )
     for i, s in enumerate(samples):
         torch.manual_seed(i)
         m = info.module_cls(*s.constructor_input.args, **s.constructor_input.kwargs)
@@ -220,9 +242,13 @@ def test_training_steps():
     """An LSTM + GRU sequence model trained with Adam on neuron follows CPU
     step by step (the issue's repro: these layers used to raise)."""
     torch.manual_seed(8)
-    ref = nn.ModuleDict({"lstm": nn.LSTM(4, 8, batch_first=True),
-                         "gru": nn.GRU(8, 6, bidirectional=True, batch_first=True),
-                         "head": nn.Linear(12, 3)})
+    ref = nn.ModuleDict(
+        {
+            "lstm": nn.LSTM(4, 8, batch_first=True),
+            "gru": nn.GRU(8, 6, bidirectional=True, batch_first=True),
+            "head": nn.Linear(12, 3),
+        }
+    )
     dev = copy.deepcopy(ref).to("neuron")
     opts = [torch.optim.Adam(m.parameters(), lr=1e-2) for m in (ref, dev)]
     torch_neuronx.clear_op_tracking()
@@ -253,8 +279,8 @@ def test_double_backward_lstm_cell():
     for c, device in [(cell, "cpu"), (dev, "neuron")]:
         xx = x.clone().requires_grad_()
         h, cc = c(xx.to(device))
-        g, = torch.autograd.grad((h * h).sum() + cc.sum(), xx, create_graph=True)
-        gg, = torch.autograd.grad(g.pow(2).sum(), xx)
+        (g,) = torch.autograd.grad((h * h).sum() + cc.sum(), xx, create_graph=True)
+        (gg,) = torch.autograd.grad(g.pow(2).sum(), xx)
         res.append((g.detach().cpu(), gg.cpu()))
     torch.testing.assert_close(res[1], res[0])
 
@@ -287,8 +313,7 @@ def test_dtypes(cls, dtype):
     torch.testing.assert_close(y.float().cpu(), yr, **tol)
     for (name, p), (_, q) in zip(dev.named_parameters(), ref.named_parameters()):
         scale = q.grad.abs().max().item() + 1
-        torch.testing.assert_close(p.grad.float().cpu() / scale, q.grad / scale, msg=name,
-                                   **tol)
+        torch.testing.assert_close(p.grad.float().cpu() / scale, q.grad / scale, msg=name, **tol)
 
 
 def test_fused_op_errors():
@@ -310,31 +335,44 @@ def test_fused_op_errors():
     with pytest.raises(RuntimeError, match="workspace"):
         torch.ops.aten._thnn_fused_gru_cell_backward(n(2, 2), n(2, 9), True)
     with pytest.raises(RuntimeError, match="workspace"):
-        torch.ops.aten._thnn_fused_lstm_cell_backward_impl(n(2, 2), None, n(2, 2), n(2, 2),
-                                                           n(2, 7), True)
+        torch.ops.aten._thnn_fused_lstm_cell_backward_impl(
+            n(2, 2), None, n(2, 2), n(2, 2), n(2, 7), True
+        )
     # No output gradient at all: nothing flows back (undefined results).
-    out = torch.ops.aten._thnn_fused_lstm_cell_backward_impl(None, None, n(2, 2), n(2, 2),
-                                                             n(2, 8), True)
+    out = torch.ops.aten._thnn_fused_lstm_cell_backward_impl(
+        None, None, n(2, 2), n(2, 2), n(2, 8), True
+    )
     assert all(t is None for t in out)
 
 
 def test_fused_ops_direct_and_empty_batch():
     """The ops called directly (as autograd does) against a float64 CPU
     reference of the cell equations, including an empty batch."""
-    ig, hg, bi, bh = _rand(3, 12, seed=1), _rand(3, 12, seed=2), _rand(12, seed=3), _rand(12, seed=4)
+    ig, hg, bi, bh = (
+        _rand(3, 12, seed=1),
+        _rand(3, 12, seed=2),
+        _rand(12, seed=3),
+        _rand(12, seed=4),
+    )
     cx = _rand(3, 3, seed=5)
-    hy, cy, ws = torch.ops.aten._thnn_fused_lstm_cell(*(t.to("neuron") for t in (ig, hg, cx, bi,
-                                                                                  bh)))
+    hy, cy, ws = torch.ops.aten._thnn_fused_lstm_cell(
+        *(t.to("neuron") for t in (ig, hg, cx, bi, bh))
+    )
     i, f, g, o = (ig + hg + bi + bh).double().chunk(4, 1)
     c_ref = f.sigmoid() * cx.double() + i.sigmoid() * g.tanh()
     torch.testing.assert_close(cy.cpu().double(), c_ref, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(hy.cpu().double(), o.sigmoid() * c_ref.tanh(), rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(ws.cpu().double(), torch.cat([i.sigmoid(), f.sigmoid(), g.tanh(),
-                                                             o.sigmoid()], 1), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        ws.cpu().double(),
+        torch.cat([i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()], 1),
+        rtol=1e-5,
+        atol=1e-6,
+    )
     e = torch.empty(0, 6, device="neuron")
     hy, ws = torch.ops.aten._thnn_fused_gru_cell(e, e, torch.empty(0, 2, device="neuron"))
     assert hy.shape == (0, 2) and ws.shape == (0, 10)
     gi, gh, ghx, gbi, gbh = torch.ops.aten._thnn_fused_gru_cell_backward(
-        torch.empty(0, 2, device="neuron"), ws, True)
+        torch.empty(0, 2, device="neuron"), ws, True
+    )
     assert gi.shape == gh.shape == (0, 6) and ghx.shape == (0, 2)
     assert torch.equal(gbi.cpu(), torch.zeros(6)) and torch.equal(gbh.cpu(), torch.zeros(6))

@@ -4,6 +4,7 @@ as property tests (neuron's random stream is its own, like CUDA's):
 permutations are valid, draws follow the weights, seeds reproduce,
 get_rng_state / set_rng_state round-trip, explicit generators, every random
 op used in training runs without fallback, and ATen's errors."""
+
 import pytest
 import torch
 
@@ -52,8 +53,10 @@ def test_multinomial_distribution():
     assert (firsts != 1).all()
     assert (firsts.sort(1).values == torch.tensor([0, 2, 3])).all()
     assert abs((firsts[:, 0] == 3).double().mean() - 5 / 8) < 0.06
-    assert _native(lambda: torch.multinomial(torch.tensor([1.0, 0, 0], device="neuron"),
-                                             2)).cpu()[0] == 0
+    assert (
+        _native(lambda: torch.multinomial(torch.tensor([1.0, 0, 0], device="neuron"), 2)).cpu()[0]
+        == 0
+    )
 
 
 def test_tensor_parameter_normal_and_bernoulli():
@@ -78,11 +81,17 @@ def _draw_all():
     """One value of each random op training uses, from the default generator."""
     p = torch.tensor([0.2, 0.3, 0.5], device="neuron")
     x = torch.ones(64, device="neuron")
-    return [torch.rand(8, device="neuron"), torch.randn(8, device="neuron"),
-            torch.randint(0, 100, (8,), device="neuron"), torch.randperm(8, device="neuron"),
-            torch.multinomial(p, 2), torch.normal(x, x), torch.bernoulli(p.expand(8, 3)),
-            torch.empty(8, device="neuron").exponential_(),
-            torch.nn.functional.dropout(x, 0.5)]
+    return [
+        torch.rand(8, device="neuron"),
+        torch.randn(8, device="neuron"),
+        torch.randint(0, 100, (8,), device="neuron"),
+        torch.randperm(8, device="neuron"),
+        torch.multinomial(p, 2),
+        torch.normal(x, x),
+        torch.bernoulli(p.expand(8, 3)),
+        torch.empty(8, device="neuron").exponential_(),
+        torch.nn.functional.dropout(x, 0.5),
+    ]
 
 
 def test_every_random_op_reproducible_and_stateful():
@@ -100,8 +109,9 @@ def test_every_random_op_reproducible_and_stateful():
     m1 = torch.multinomial(torch.ones(100, device="neuron"), 5, generator=g).cpu()
     g.manual_seed(5)
     assert torch.equal(torch.randperm(100, device="neuron", generator=g).cpu(), r1)
-    assert torch.equal(torch.multinomial(torch.ones(100, device="neuron"), 5,
-                                         generator=g).cpu(), m1)
+    assert torch.equal(
+        torch.multinomial(torch.ones(100, device="neuron"), 5, generator=g).cpu(), m1
+    )
 
 
 def test_devices_are_independent():

@@ -2,6 +2,7 @@
 csrc/aten/select.cpp), natively, against PyTorch CPU: values, indices that
 select those values, keepdim, NaN rules, integer and 16-bit dtypes, long
 rows (quickselect, not a sort), gradients, out= forms, and ATen's errors."""
+
 import pytest
 import torch
 
@@ -23,7 +24,9 @@ def _check_pair(x, got, want, dim, keepdim):
     torch.testing.assert_close(picked if keepdim else picked.squeeze(dim), want[0], equal_nan=True)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.uint8], ids=str)
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.int64, torch.uint8], ids=str
+)
 def test_matches_cpu(dtype):
     g = torch.Generator().manual_seed(0)
     x = (torch.randn(6, 50, 7, generator=g) * 20).to(dtype)  # integer rows repeat values
@@ -31,12 +34,23 @@ def test_matches_cpu(dtype):
     for dim in (0, 1, -1):
         for keepdim in (False, True):
             for k in (1, 4, x.size(dim)):
-                _check_pair(x, _native(lambda: d.kthvalue(k, dim, keepdim)),
-                            x.kthvalue(k, dim, keepdim), dim, keepdim)
-            _check_pair(x, _native(lambda: d.median(dim, keepdim)), x.median(dim, keepdim),
-                        dim, keepdim)
-            _check_pair(x, _native(lambda: d.nanmedian(dim, keepdim)),
-                        x.nanmedian(dim, keepdim), dim, keepdim)
+                _check_pair(
+                    x,
+                    _native(lambda: d.kthvalue(k, dim, keepdim)),
+                    x.kthvalue(k, dim, keepdim),
+                    dim,
+                    keepdim,
+                )
+            _check_pair(
+                x, _native(lambda: d.median(dim, keepdim)), x.median(dim, keepdim), dim, keepdim
+            )
+            _check_pair(
+                x,
+                _native(lambda: d.nanmedian(dim, keepdim)),
+                x.nanmedian(dim, keepdim),
+                dim,
+                keepdim,
+            )
     assert _native(lambda: d.median()).cpu().item() == x.median().item()
     assert _native(lambda: d.nanmedian()).cpu().item() == x.nanmedian().item()
 

@@ -1,5 +1,6 @@
 """Native creation/shape and sort/select ops (aten/shape.cpp; libtrn
 fill.c, sort.c, copy.c) against PyTorch CPU, asserting nothing falls back."""
+
 import pytest
 import torch
 import torch_neuronx
@@ -50,10 +51,16 @@ def test_creation():
     for dtype in [torch.float32, torch.float64, torch.int64, torch.int32, torch.uint8]:
         same(torch.arange(2, 40, 3, dtype=dtype, device=DEV), torch.arange(2, 40, 3, dtype=dtype))
         same(torch.eye(4, 6, dtype=dtype, device=DEV), torch.eye(4, 6, dtype=dtype))
-        same(torch.linspace(0, 40, 5, dtype=dtype, device=DEV), torch.linspace(0, 40, 5, dtype=dtype))
+        same(
+            torch.linspace(0, 40, 5, dtype=dtype, device=DEV), torch.linspace(0, 40, 5, dtype=dtype)
+        )
     # CPU rounds vector bases to float32 first: agree within an ulp.
-    torch.testing.assert_close(torch.arange(-1.0, 1.0, 0.1, device=DEV).cpu(),
-                               torch.arange(-1.0, 1.0, 0.1), rtol=0, atol=1e-7)
+    torch.testing.assert_close(
+        torch.arange(-1.0, 1.0, 0.1, device=DEV).cpu(),
+        torch.arange(-1.0, 1.0, 0.1),
+        rtol=0,
+        atol=1e-7,
+    )
     same(torch.arange(0, device=DEV), torch.arange(0))
     same(torch.eye(3, dtype=torch.bool, device=DEV), torch.eye(3, dtype=torch.bool))
     got, want = torch.linspace(-3, 7, 1001, device=DEV), torch.linspace(-3, 7, 1001)
@@ -97,7 +104,9 @@ def test_flip_roll_pad_repeat(dtype):
         same(torch.roll(d, (1, -7), (0, 2)), torch.roll(src, (1, -7), (0, 2)))
         same(torch.roll(d, (2, 2), (1, 1)), torch.roll(src, (2, 2), (1, 1)))
         for pad in [(1, 2), (0, 1, 2, 0), (-1, 2, 1, -2), (1, 1, 1, 1, 1, 1)]:
-            same(torch.nn.functional.pad(d, pad, value=1), torch.nn.functional.pad(src, pad, value=1))
+            same(
+                torch.nn.functional.pad(d, pad, value=1), torch.nn.functional.pad(src, pad, value=1)
+            )
         same(d.repeat(2, 1, 3), src.repeat(2, 1, 3))
     z = torch.zeros(0, 3, dtype=dtype)
     same(torch.flip(z.to(DEV), (0,)), z)
@@ -128,7 +137,9 @@ def test_sort(dtype):
 
 
 def test_sort_nan_and_signed_zero():
-    x = torch.tensor([3.0, float("nan"), -0.0, 1.0, 0.0, float("-inf"), float("nan"), float("inf"), -0.0])
+    x = torch.tensor(
+        [3.0, float("nan"), -0.0, 1.0, 0.0, float("-inf"), float("nan"), float("inf"), -0.0]
+    )
     for dtype in [torch.float32, torch.float64, torch.bfloat16, torch.float16]:
         for desc in [False, True]:
             check_sort(x.to(dtype), 0, desc)
@@ -169,16 +180,22 @@ def test_unique(dtype):
         d = src.to(DEV)
         for inv in [False, True]:
             for cnt in [False, True]:
-                for got, want in zip(torch.unique(d, return_inverse=inv, return_counts=cnt),
-                                     torch.unique(src, return_inverse=inv, return_counts=cnt)):
+                for got, want in zip(
+                    torch.unique(d, return_inverse=inv, return_counts=cnt),
+                    torch.unique(src, return_inverse=inv, return_counts=cnt),
+                ):
                     same(got, want)
-                for got, want in zip(torch.unique_consecutive(d, return_inverse=inv, return_counts=cnt),
-                                     torch.unique_consecutive(src, return_inverse=inv, return_counts=cnt)):
+                for got, want in zip(
+                    torch.unique_consecutive(d, return_inverse=inv, return_counts=cnt),
+                    torch.unique_consecutive(src, return_inverse=inv, return_counts=cnt),
+                ):
                     same(got, want)
 
 
 def test_unique_nan():
     x = torch.tensor([2.0, float("nan"), -0.0, 0.0, float("nan"), 2.0])
-    for got, want in zip(torch.unique(x.to(DEV), return_inverse=True, return_counts=True),
-                         torch.unique(x, return_inverse=True, return_counts=True)):
+    for got, want in zip(
+        torch.unique(x.to(DEV), return_inverse=True, return_counts=True),
+        torch.unique(x, return_inverse=True, return_counts=True),
+    ):
         same(got, want)

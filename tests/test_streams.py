@@ -1,4 +1,5 @@
 """Streams and events: ordering, queries, timing, contexts, sync points."""
+
 import pytest
 import torch
 
@@ -94,7 +95,10 @@ def test_launch_blocking_and_inline_modes(python):
         assert torch.equal(y.cpu(), x.t())
         print("ok")
     """
-    for env in [{"NEURON_LAUNCH_BLOCKING": "1"}, {"TORCH_NEURONX_ENABLE_ASYNC_NRT": "0"},
-                {"TORCH_NEURONX_ENABLE_ASYNC_NRT": "1"}]:
+    for env in [
+        {"NEURON_LAUNCH_BLOCKING": "1"},
+        {"TORCH_NEURONX_ENABLE_ASYNC_NRT": "0"},
+        {"TORCH_NEURONX_ENABLE_ASYNC_NRT": "1"},
+    ]:
         r = python(code, env=env)
         assert r.returncode == 0 and r.stdout.strip() == "ok", (env, r.stderr)

@@ -1,13 +1,25 @@
 """Tensors on neuron: allocation, every copy direction, views, resize/set_,
 scalars, dtypes and serialization, each compared with PyTorch CPU."""
+
 import pytest
 import torch
 
 import torch_neuronx
 
-DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-          torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
-          torch.complex128]
+DTYPES = [
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.complex64,
+    torch.complex128,
+]
 
 
 def _sample(dtype, shape=(3, 5)):
@@ -27,25 +39,55 @@ def test_roundtrip_every_dtype(dtype):
     assert torch.equal(d.cpu(), x)
 
 
-@pytest.mark.parametrize("src", [torch.float32, torch.float64, torch.int64, torch.bool,
-                                 torch.bfloat16, torch.complex64], ids=str)
-@pytest.mark.parametrize("dst", [torch.float16, torch.bfloat16, torch.int32, torch.uint8,
-                                 torch.bool, torch.float64, torch.complex128], ids=str)
+@pytest.mark.parametrize(
+    "src",
+    [torch.float32, torch.float64, torch.int64, torch.bool, torch.bfloat16, torch.complex64],
+    ids=str,
+)
+@pytest.mark.parametrize(
+    "dst",
+    [
+        torch.float16,
+        torch.bfloat16,
+        torch.int32,
+        torch.uint8,
+        torch.bool,
+        torch.float64,
+        torch.complex128,
+    ],
+    ids=str,
+)
 def test_dtype_converting_copies_match_cpu(src, dst):
     x = _sample(src)
     expected = x.to(dst)
-    assert torch.equal(x.to("neuron").to(dst).cpu(), expected)      # on device
-    assert torch.equal(x.to("neuron", dst).cpu(), expected)          # host -> device
-    assert torch.equal(x.to("neuron").to("cpu", dst), expected)      # device -> host
+    assert torch.equal(x.to("neuron").to(dst).cpu(), expected)  # on device
+    assert torch.equal(x.to("neuron", dst).cpu(), expected)  # host -> device
+    assert torch.equal(x.to("neuron").to("cpu", dst), expected)  # device -> host
 
 
 def test_special_float_conversions_match_cpu():
-    x = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e30, -1e30, 2.5, -2.5,
-                      0.5, 65504.0, 70000.0, 1e-8, 3.0e38])
+    x = torch.tensor(
+        [
+            float("nan"),
+            float("inf"),
+            -float("inf"),
+            1e30,
+            -1e30,
+            2.5,
+            -2.5,
+            0.5,
+            65504.0,
+            70000.0,
+            1e-8,
+            3.0e38,
+        ]
+    )
     d = x.to("neuron")
     for dtype in [torch.float16, torch.bfloat16, torch.bool]:
-        assert torch.equal(d.to(dtype).cpu(), x.to(dtype), ) or \
-            torch.allclose(d.to(dtype).cpu().float(), x.to(dtype).float(), equal_nan=True), dtype
+        assert torch.equal(
+            d.to(dtype).cpu(),
+            x.to(dtype),
+        ) or torch.allclose(d.to(dtype).cpu().float(), x.to(dtype).float(), equal_nan=True), dtype
     finite = x[5:8]
     for dtype in [torch.int8, torch.int32, torch.int64, torch.uint8]:
         assert torch.equal(finite.to("neuron").to(dtype).cpu(), finite.to(dtype)), dtype
@@ -58,7 +100,7 @@ def test_16bit_conversions_bitwise_on_large_and_strided_tensors(half):
     # ones, on tensors big enough to be split across threads. NaN stays NaN
     # (its payload bits are libtrn's, not compared).
     g = torch.Generator().manual_seed(0)
-    bits = torch.randint(-2**31, 2**31, (3, 70001), generator=g, dtype=torch.int64)
+    bits = torch.randint(-(2**31), 2**31, (3, 70001), generator=g, dtype=torch.int64)
     x = bits.to(torch.int32).view(torch.float32)
     x[0, :4] = torch.tensor([float("nan"), -float("nan"), float("inf"), 65520.0])
     for view in (x, x[:, 1:], x.t(), x[::2, ::3]):
@@ -81,8 +123,12 @@ def test_non_contiguous_copies():
     for view in [x.transpose(0, 2), x[:, ::2, 1:], x.permute(1, 2, 0), x[1], x.expand(2, 3, 4, 5)]:
         assert torch.equal(view.to("neuron").cpu(), view)
     d = x.to("neuron")
-    for make in [lambda t: t.transpose(0, 2), lambda t: t[:, ::2, 1:], lambda t: t.unfold(2, 2, 1),
-                 lambda t: t.permute(1, 2, 0).contiguous()]:
+    for make in [
+        lambda t: t.transpose(0, 2),
+        lambda t: t[:, ::2, 1:],
+        lambda t: t.unfold(2, 2, 1),
+        lambda t: t.permute(1, 2, 0).contiguous(),
+    ]:
         assert torch.equal(make(d).cpu(), make(x))
     # 2-d transposes big enough for the tiled path, every element size it takes
     for dtype in (torch.float32, torch.bfloat16, torch.int64):
@@ -201,7 +247,8 @@ def test_float8_is_stored_and_converted_natively():
 
 def test_unsupported_copy_without_fallback_raises(python):
     # A conjugate view is what the native copy hands to the CPU.
-    r = python("""
+    r = python(
+        """
         import torch
         d = torch.tensor([1 + 2j]).to("neuron").conj()
         try:
@@ -209,7 +256,9 @@ def test_unsupported_copy_without_fallback_raises(python):
             print("no error")
         except NotImplementedError as e:
             print("ERR", e)
-    """, env={"TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS": "1"})
+    """,
+        env={"TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS": "1"},
+    )
     assert r.returncode == 0, r.stderr
     assert "CPU fallback disabled" in r.stdout and "conjugate" in r.stdout
 

@@ -3,6 +3,7 @@ tensorwise and rowwise recipes) of a small transformer on neuron vs the
 same on CPU from one seed: the float8 casts, amax scaling and
 torch._scaled_mm run natively (nothing in get_fallback_ops()), and losses
 and final parameters agree. torchao is pinned in requirements-dev.txt."""
+
 import copy
 
 import pytest
@@ -33,8 +34,9 @@ class Block(nn.Module):
     def forward(self, x):
         b, t, d = x.shape
         q, k, v = self.qkv(self.n1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
-        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                           is_causal=True)
+        a = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
         x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
         return x + self.down(F.gelu(self.up(self.n2(x))))
 
@@ -73,7 +75,10 @@ def test_float8_training_like_cpu(recipe, compile_it):
     # Tolerances: float32 sums in another order can move a value across a
     # float8 rounding boundary (a 6-25% step for that element), so a few
     # gradient elements differ by one float8 step; values otherwise agree.
-    torch.testing.assert_close(torch.tensor(dev_losses), torch.tensor(cpu_losses), rtol=1e-3, atol=1e-5)
+    torch.testing.assert_close(
+        torch.tensor(dev_losses), torch.tensor(cpu_losses), rtol=1e-3, atol=1e-5
+    )
     for name, p in cpu_params.items():
-        torch.testing.assert_close(dev_params[name], p, rtol=1e-2, atol=1e-3,
-                                   msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            dev_params[name], p, rtol=1e-2, atol=1e-3, msg=lambda m, name=name: f"{name}: {m}"
+        )

@@ -2,6 +2,7 @@
 kernels, layer norm (forward/backward), nll_loss / nll_loss2d / cross
 entropy, dropout (same seed -> same mask), mse_loss, and an end-to-end
 training step of a small transformer block with no CPU fallback."""
+
 import pytest
 import torch
 import torch.nn as nn
@@ -91,8 +92,11 @@ def test_activation_backward_noncontiguous_and_empty(name):
 
 def test_inplace_activation_backward():
     # relu_/elu_/leaky_relu_ save their result: the backward reads it.
-    for fn in (lambda x: F.relu(x * 1.0, inplace=True), lambda x: F.elu(x * 1.0, inplace=True),
-               lambda x: F.leaky_relu(x * 1.0, 0.1, inplace=True)):
+    for fn in (
+        lambda x: F.relu(x * 1.0, inplace=True),
+        lambda x: F.elu(x * 1.0, inplace=True),
+        lambda x: F.leaky_relu(x * 1.0, 0.1, inplace=True),
+    ):
         _compare(fn, [_rand((5, 6))], torch.float32)
 
 
@@ -117,8 +121,9 @@ def test_layer_norm_wide_rows(dtype):
     # values far from zero so that the variance pass matters.
     x = _rand((5, 1030), dtype) + 50
     w, b = _rand((1030,), dtype, seed=2), _rand((1030,), dtype, seed=3)
-    _compare(lambda t, *p: F.layer_norm(t, (1030,), *p, eps=1e-5), [x, w, b], dtype,
-             rtol=1e-4, atol=1e-4)
+    _compare(
+        lambda t, *p: F.layer_norm(t, (1030,), *p, eps=1e-5), [x, w, b], dtype, rtol=1e-4, atol=1e-4
+    )
 
 
 def test_layer_norm_stats_and_multidim():
@@ -127,14 +132,16 @@ def test_layer_norm_stats_and_multidim():
     for args in ((x, [4, 6], w, b, 1e-5), (x, [6], None, None, 1e-3)):
         exp = torch.native_layer_norm(*args)
         torch_neuronx.clear_op_tracking()
-        got = torch.native_layer_norm(*[a.to("neuron") if isinstance(a, torch.Tensor) else a
-                                        for a in args])
+        got = torch.native_layer_norm(
+            *[a.to("neuron") if isinstance(a, torch.Tensor) else a for a in args]
+        )
         assert _fallbacks() == []
         for e, g in zip(exp, got):
             assert e.shape == g.shape and e.dtype == g.dtype
             torch.testing.assert_close(g.cpu(), e, rtol=1e-5, atol=1e-5)
-    _compare(lambda t: F.layer_norm(t.transpose(0, 1), [6]), [x], torch.float32,
-             rtol=1e-4, atol=1e-4)
+    _compare(
+        lambda t: F.layer_norm(t.transpose(0, 1), [6]), [x], torch.float32, rtol=1e-4, atol=1e-4
+    )
     _compare(lambda t: F.layer_norm(t, [6]), [torch.zeros(0, 6)], torch.float32)
 
 
@@ -164,18 +171,30 @@ def test_nll_loss(dtype, reduction, weighted):
     logp = F.log_softmax(_rand((10, 7)), -1).to(dtype)
     target = torch.tensor([0, 3, 6, 2, -100, 1, 1, 5, 4, 6])
     w = _rand((7,), seed=5).abs().to(dtype) if weighted else None
-    _compare(lambda x: F.nll_loss(x, target.to(x.device), weight=None if w is None else
-                                  w.to(x.device), reduction=reduction), [logp], dtype)
+    _compare(
+        lambda x: F.nll_loss(
+            x,
+            target.to(x.device),
+            weight=None if w is None else w.to(x.device),
+            reduction=reduction,
+        ),
+        [logp],
+        dtype,
+    )
     t3 = target.clamp(min=0)
-    _compare(lambda x: F.nll_loss(x, t3.to(x.device), reduction=reduction,
-                                  ignore_index=3), [logp], dtype)
+    _compare(
+        lambda x: F.nll_loss(x, t3.to(x.device), reduction=reduction, ignore_index=3), [logp], dtype
+    )
 
 
 def test_nll_loss_1d_and_2d():
     x = F.log_softmax(_rand((7,)), 0)
     for red in ("none", "mean", "sum"):
-        _compare(lambda t: F.nll_loss(t, torch.tensor(2, device=t.device), reduction=red),
-                 [x], torch.float32)
+        _compare(
+            lambda t: F.nll_loss(t, torch.tensor(2, device=t.device), reduction=red),
+            [x],
+            torch.float32,
+        )
     x4 = F.log_softmax(_rand((2, 5, 3, 4)), 1)
     tgt = torch.randint(0, 5, (2, 3, 4), generator=torch.Generator().manual_seed(0))
     tgt[0, 0, 0] = -100
@@ -199,8 +218,12 @@ def test_cross_entropy(dtype):
     target = torch.randint(0, 11, (16,), generator=torch.Generator().manual_seed(3))
     tol = dict(rtol=3e-2, atol=3e-2) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-5)
     _compare(lambda x: F.cross_entropy(x, target.to(x.device)), [logits], dtype, **tol)
-    _compare(lambda x: F.cross_entropy(x, target.to(x.device), label_smoothing=0.1), [logits],
-             dtype, **tol)
+    _compare(
+        lambda x: F.cross_entropy(x, target.to(x.device), label_smoothing=0.1),
+        [logits],
+        dtype,
+        **tol,
+    )
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
@@ -276,7 +299,6 @@ class Block(nn.Module):
         return self.head(x)
 
 
-
 OPTIMIZERS = {
     "adamw": lambda p: torch.optim.AdamW(p, lr=1e-3),
     "adamw_loop": lambda p: torch.optim.AdamW(p, lr=1e-3, foreach=False),
@@ -327,9 +349,22 @@ def test_training_step_matches_cpu(opt_name):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
 
 
-@pytest.mark.parametrize("act", [nn.ReLU(), nn.SiLU(), nn.Tanh(), nn.Sigmoid(), nn.Hardtanh(),
-                                 nn.LeakyReLU(), nn.ELU(), nn.Softplus(), nn.Mish(),
-                                 nn.GELU(approximate="tanh")], ids=lambda a: type(a).__name__)
+@pytest.mark.parametrize(
+    "act",
+    [
+        nn.ReLU(),
+        nn.SiLU(),
+        nn.Tanh(),
+        nn.Sigmoid(),
+        nn.Hardtanh(),
+        nn.LeakyReLU(),
+        nn.ELU(),
+        nn.Softplus(),
+        nn.Mish(),
+        nn.GELU(approximate="tanh"),
+    ],
+    ids=lambda a: type(a).__name__,
+)
 def test_training_step_activations(act):
     torch_neuronx.clear_op_tracking()
     _train("neuron", "sgd", False, act=act, steps=1)

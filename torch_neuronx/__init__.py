@@ -6,6 +6,7 @@ point (unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``). Loading renames
 PrivateUse1 to ``neuron``, registers ``torch.neuron`` and generates
 ``Tensor.neuron()`` / ``Module.neuron()`` / ``UntypedStorage.neuron()``.
 """
+
 import warnings
 
 # `import torch_neuronx` before torch: importing torch below runs the
@@ -34,6 +35,7 @@ from . import _C  # noqa: E402  # registers kernels, guard, allocators, hooks, f
 # hook (atexit runs them last-in, first-out), so it runs after them: the
 # metrics CSV writer (metrics.py) must not count the drain's kernels.
 from ._autograd_exit import install as _install_autograd_exit, run_backward_on_calling_thread  # noqa: E402
+
 _install_autograd_exit()
 run_backward_on_calling_thread()
 from ._op_tracking import clear_op_tracking, get_executed_ops, get_fallback_ops
@@ -82,8 +84,10 @@ def _register() -> None:
     name = torch._C._get_privateuse1_backend_name()
     if name not in ("privateuseone", "neuron"):
         # Another PrivateUse1 backend came first; like TorchNeuron, defer to it.
-        warnings.warn(f"torch_neuronx: PrivateUse1 is already taken by '{name}'; "
-                      "the neuron device is not registered")
+        warnings.warn(
+            f"torch_neuronx: PrivateUse1 is already taken by '{name}'; "
+            "the neuron device is not registered"
+        )
         return
     if name == "privateuseone":
         torch.utils.rename_privateuse1_backend("neuron")
@@ -91,7 +95,8 @@ def _register() -> None:
         torch._register_device_module("neuron", neuron)
     if not hasattr(torch.Tensor, "is_neuron"):
         torch.utils.generate_methods_for_privateuse1_backend(
-            for_tensor=True, for_module=True, for_storage=True)
+            for_tensor=True, for_module=True, for_storage=True
+        )
     _registered = True
 
 
@@ -99,6 +104,7 @@ _register()
 # The neuron c10d backend (torch_neuronx/distributed): launcher device count
 # first (before anything reads the device count), then registration.
 from . import distributed  # noqa: E402
+
 distributed._default_device_count_for_launcher()
 try:
     distributed._register()
@@ -113,6 +119,7 @@ from .profiling import NeuronConfig, NeuronProfiler, ProfileMode  # noqa: E402
 
 # torch.compile(backend="neuron"): registered lazily when torch._dynamo loads.
 from ._compile import get_dynamo_metrics, reset_dynamo_metrics, install as _install_compile  # noqa: E402
+
 neuron.get_dynamo_metrics, neuron.reset_dynamo_metrics = get_dynamo_metrics, reset_dynamo_metrics
 _install_compile()
 
@@ -121,16 +128,20 @@ _install_compile()
 # attributes (torch_neuronx.evaluate.Report). Strict mode when asked.
 from . import evaluate  # noqa: E402
 from .evaluate import strict as _strict  # noqa: E402
+
 if _strict.enabled():
     _strict.install()
+
 
 # NKI kernels (docs/nki.md): `from torch_neuronx import nki_op, wrap_nki, nki`.
 # Loaded on first use: registering the custom ops imports torch.library.
 def __getattr__(name):
     if name in ("nki_op", "wrap_nki"):
         from . import nki_torch as _m
+
         return getattr(_m, name)
     if name == "nki":
         from . import nki_torch as _m
+
         return _m.nki
     raise AttributeError(f"module 'torch_neuronx' has no attribute {name!r}")

@@ -23,6 +23,7 @@ can hit it). One tiny backward per device, run through the C++ engine directly
 (nothing stashed), makes each device thread finish - and drop - its previous
 GraphTask first; the one it drops last holds no Python object.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -46,7 +47,8 @@ def _drain_device_threads() -> None:
             x = torch.ones(1, device=torch.device("neuron", index), requires_grad=True)
             y = (x * 2).sum()
             Variable._execution_engine.run_backward(
-                (y,), (torch.ones_like(y),), False, False, (), True, True)
+                (y,), (torch.ones_like(y),), False, False, (), True, True
+            )
 
 
 def install() -> None:

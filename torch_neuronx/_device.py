@@ -1,4 +1,5 @@
 """Device selection and runtime state for ``torch.neuron`` (like ``torch.cuda``)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -32,7 +33,8 @@ def _lazy_init() -> None:
     if _C._is_in_bad_fork():
         raise RuntimeError(
             "Cannot re-initialize NEURON in forked subprocess. To use NEURON with "
-            "multiprocessing, you must use the 'spawn' start method")
+            "multiprocessing, you must use the 'spawn' start method"
+        )
     _C._init()
 
 
@@ -107,9 +109,11 @@ class _NeuronDeviceProperties:
         self.core_count: int = props["core_count"]
 
     def __repr__(self) -> str:
-        return (f"_NeuronDeviceProperties(name='{self.name}', "
-                f"total_memory={self.total_memory // (1024 * 1024)}MB, "
-                f"core_count={self.core_count})")
+        return (
+            f"_NeuronDeviceProperties(name='{self.name}', "
+            f"total_memory={self.total_memory // (1024 * 1024)}MB, "
+            f"core_count={self.core_count})"
+        )
 
 
 def get_device_properties(device: Any = None) -> _NeuronDeviceProperties:

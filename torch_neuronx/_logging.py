@@ -7,6 +7,7 @@ the Python stack of the caller.
     from torch_neuronx._logging import log, INFO
     log(INFO, "compile", "graph 3: 41 nodes compiled in 182 ms")
 """
+
 from __future__ import annotations
 
 import traceback

@@ -3,6 +3,7 @@
 Each list has one entry per invocation, in order, e.g. ``['aten::mm', ...]``.
 Execution is asynchronous: call ``torch.neuron.synchronize()`` first.
 """
+
 from . import _C
 
 

@@ -4,6 +4,7 @@ The numbers come from libtrn's caching allocator through the same
 ``c10::DeviceAllocator`` that serves ``torch.accelerator.memory_*``. The
 capacity is the emulated HBM size (``TORCH_NEURONX_HBM_SIZE``).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -80,16 +81,21 @@ def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
         ("Active blocks", str(s["active_blocks"]), str(s["active_blocks_peak"])),
         ("Segments", str(s["segments"]), str(s["segments_peak"])),
     ]
-    lines = [f"neuron:{index} memory summary (capacity {_fmt(s['capacity'])})",
-             f"{'':24}{'current':>16}{'peak':>16}"]
+    lines = [
+        f"neuron:{index} memory summary (capacity {_fmt(s['capacity'])})",
+        f"{'':24}{'current':>16}{'peak':>16}",
+    ]
     lines += [f"{name:24}{cur:>16}{peak:>16}" for name, cur, peak in rows]
     if not abbreviated:
-        lines.append(f"allocs {s['num_allocs']}, frees {s['num_frees']}, "
-                     f"cache flushes {s['num_alloc_retries']}, OOMs {s['num_ooms']}")
+        lines.append(
+            f"allocs {s['num_allocs']}, frees {s['num_frees']}, "
+            f"cache flushes {s['num_alloc_retries']}, OOMs {s['num_ooms']}"
+        )
     return "\n".join(lines)
 
 
 # ---- limits, snapshots and memory history (torch.cuda.memory's API) ---------
+
 
 def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
     """Cap this process's reserved memory on ``device`` at ``fraction`` of its
@@ -109,9 +115,14 @@ def get_per_process_memory_fraction(device: Any = None) -> float:
     return _C._memory_limit(index) / _raw(index)["capacity"]
 
 
-def _record_memory_history(enabled: "str | None | bool" = "all", context: "str | None" = "all",
-                           stacks: str = "python", max_entries: int = 0,
-                           device: Any = None, **_ignored: Any) -> None:
+def _record_memory_history(
+    enabled: "str | None | bool" = "all",
+    context: "str | None" = "all",
+    stacks: str = "python",
+    max_entries: int = 0,
+    device: Any = None,
+    **_ignored: Any,
+) -> None:
     """Start (or with ``enabled=None``/``False`` stop) recording allocator
     events with the Python stack of each allocation, as
     ``torch.cuda.memory._record_memory_history`` does. ``stacks="all"`` adds

@@ -12,6 +12,7 @@ count / sum / min / max; recording them can be switched off
 (``set_enabled(False)`` or ``TORCH_NEURONX_METRICS_ENABLED=0``).
 ``TORCH_NEURONX_METRICS_DIR`` writes ``report()`` as CSV there at exit.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -20,11 +21,21 @@ from typing import Any
 
 from . import _C
 
-_enabled = os.environ.get("TORCH_NEURONX_METRICS_ENABLED", "1").lower() not in ("0", "false", "off", "no")
+_enabled = os.environ.get("TORCH_NEURONX_METRICS_ENABLED", "1").lower() not in (
+    "0",
+    "false",
+    "off",
+    "no",
+)
 
 # Fixed counters: the per-device figures libtrn keeps.
-_COMPILE_COUNTERS = ("compiles", "compile_ns", "compile_cache_hits", "compile_cache_misses",
-                     "compiled_graph_launches")
+_COMPILE_COUNTERS = (
+    "compiles",
+    "compile_ns",
+    "compile_cache_hits",
+    "compile_cache_misses",
+    "compiled_graph_launches",
+)
 
 
 def is_enabled() -> bool:
@@ -37,14 +48,17 @@ def set_enabled(enabled: bool) -> None:
 
 
 def _named() -> dict[str, tuple[bool, int, float, float, float]]:
-    return {name: (is_counter, count, total, lo, hi)
-            for name, is_counter, count, total, lo, hi in _C._metrics()}
+    return {
+        name: (is_counter, count, total, lo, hi)
+        for name, is_counter, count, total, lo, hi in _C._metrics()
+    }
 
 
 def _settle() -> None:
     """Graphs still compiling on torch.compile's compile threads are finished
     first, so the compile counters are complete when read or cleared."""
     from ._compile.metrics import settle
+
     settle()
 
 
@@ -83,8 +97,13 @@ def get_metric_data(name: str) -> dict[str, float]:
     if v is None or v[0]:
         raise KeyError(f"unknown neuron metric {name!r}; known: {get_metric_names()}")
     _, count, total, lo, hi = v
-    return {"count": count, "sum": total, "min": lo, "max": hi,
-            "mean": total / count if count else 0.0}
+    return {
+        "count": count,
+        "sum": total,
+        "min": lo,
+        "max": hi,
+        "mean": total / count if count else 0.0,
+    }
 
 
 def metric_record(name: str, value: float) -> None:
@@ -116,7 +135,9 @@ def _rows(names: "list[str] | None" = None) -> list[tuple[str, str, str]]:
             rows.append((name, "counter", str(int(total))))
         else:
             mean = total / count if count else 0.0
-            rows.append((name, "metric", f"count={count} sum={total:g} min={lo:g} max={hi:g} mean={mean:g}"))
+            rows.append(
+                (name, "metric", f"count={count} sum={total:g} min={lo:g} max={hi:g} mean={mean:g}")
+            )
     return [r for r in rows if names is None or r[0] in names]
 
 

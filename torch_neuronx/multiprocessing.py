@@ -10,6 +10,7 @@ Any start method works: a child forked after the parent used the device
 keeps using it (libtrn's fork handlers, libtrn/src/runtime/fork.c), so
 DataLoader workers with the default ``fork`` method return neuron tensors.
 """
+
 from __future__ import annotations
 
 from multiprocessing import reduction
@@ -27,6 +28,7 @@ def _rebuild_storage(dupfd, nbytes: int, device: int) -> torch.UntypedStorage:
         return _C._open_shared_storage(fd, nbytes, device)
     finally:
         import os
+
         os.close(fd)
 
 
@@ -34,6 +36,7 @@ def _storage_args(storage: torch.UntypedStorage):
     import os
     from multiprocessing import util
     from multiprocessing.context import get_spawning_popen
+
     fd, nbytes, device = _C._share_storage(storage)
     popen = get_spawning_popen()
     if popen is not None:
@@ -66,14 +69,24 @@ def _reduce_tensor(tensor: torch.Tensor):
             "Cowardly refusing to serialize non-leaf tensor which requires_grad, "
             "since autograd does not support crossing process boundaries.  "
             "If you just want to transfer the data, call detach() on the tensor "
-            "before serializing (e.g., putting it on the queue).")
+            "before serializing (e.g., putting it on the queue)."
+        )
     storage = tensor.untyped_storage()
     if storage.nbytes() == 0:
         return (_empty, (tuple(tensor.shape), tensor.dtype, str(tensor.device)))
     cls = torch.nn.Parameter if isinstance(tensor, torch.nn.Parameter) else torch.Tensor
-    return (_rebuild_tensor, (_storage_args(storage), tensor.dtype, tuple(tensor.size()),
-                              tuple(tensor.stride()), tensor.storage_offset(),
-                              tensor.requires_grad, cls))
+    return (
+        _rebuild_tensor,
+        (
+            _storage_args(storage),
+            tensor.dtype,
+            tuple(tensor.size()),
+            tuple(tensor.stride()),
+            tensor.storage_offset(),
+            tensor.requires_grad,
+            cls,
+        ),
+    )
 
 
 def _reduce_storage(storage):

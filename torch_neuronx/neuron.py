@@ -1,4 +1,5 @@
 """``torch.neuron``: the device module of the neuron device (plays ``torch.cuda``'s role)."""
+
 import torch
 
 from ._device import (

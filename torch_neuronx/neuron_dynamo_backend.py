@@ -8,16 +8,30 @@ metrics, the error types and the FX-graph savers. TorchNeuron's MLIR helpers
 import too, but raise: OpenNeuron compiles graphs to C, there is no
 StableHLO/MLIR to save (docs/compile.md).
 """
+
 from __future__ import annotations
 
 import os
 
 from ._compile import get_dynamo_metrics, neuron_backend, reset_dynamo_metrics
 
-__all__ = ["neuron_backend", "create_neuron_backend", "set_model_name", "get_model_name", "get_rank",
-           "get_dynamo_metrics", "reset_dynamo_metrics", "NEFFCompilationError", "NEFFExecutionError",
-           "save_fx_graph_txt", "save_fx_graph_all_formats", "save_fx_as_mlir", "fx_to_mlir_string",
-           "save_mlir", "load_mlir"]
+__all__ = [
+    "neuron_backend",
+    "create_neuron_backend",
+    "set_model_name",
+    "get_model_name",
+    "get_rank",
+    "get_dynamo_metrics",
+    "reset_dynamo_metrics",
+    "NEFFCompilationError",
+    "NEFFExecutionError",
+    "save_fx_graph_txt",
+    "save_fx_graph_all_formats",
+    "save_fx_as_mlir",
+    "fx_to_mlir_string",
+    "save_mlir",
+    "load_mlir",
+]
 
 
 def create_neuron_backend(options: dict | None = None, mode: str | None = None):
@@ -27,8 +41,13 @@ def create_neuron_backend(options: dict | None = None, mode: str | None = None):
     bound = dict(options or {})
 
     def backend(gm, example_inputs, options=None, mode_=None, **kw):
-        return neuron_backend(gm, example_inputs, options={**bound, **(options or {})},
-                              mode=kw.get("mode", mode_ or mode))
+        return neuron_backend(
+            gm,
+            example_inputs,
+            options={**bound, **(options or {})},
+            mode=kw.get("mode", mode_ or mode),
+        )
+
     backend.__name__ = "neuron_backend"
     return backend
 
@@ -37,17 +56,20 @@ def set_model_name(name: str | None) -> None:
     """The ``model_name`` graphs get when torch.compile's options give none
     (the stem of their debug artifacts)."""
     from ._compile import config
+
     config.default_model_name = None if name is None else str(name)
 
 
 def get_model_name() -> str | None:
     from ._compile import config
+
     return config.default_model_name
 
 
 def get_rank() -> int:
     """This process's rank (torch.distributed when initialised, else RANK, else 0)."""
     import torch.distributed as dist
+
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank()
     try:
@@ -75,10 +97,14 @@ def save_fx_graph_all_formats(gm, prefix: str) -> list[str]:
 def _no_mlir(name):
     def fn(*args, **kwargs):
         from ._compile.config import NeuronCompileError
-        raise NeuronCompileError(f"torch_neuronx.neuron_dynamo_backend.{name}: OpenNeuron compiles graphs to C "
-                                 "(libtrn), not to StableHLO/MLIR, so there is no MLIR to save or load; use "
-                                 "save_fx_graph_txt, or TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS=1 for the "
-                                 "generated C")
+
+        raise NeuronCompileError(
+            f"torch_neuronx.neuron_dynamo_backend.{name}: OpenNeuron compiles graphs to C "
+            "(libtrn), not to StableHLO/MLIR, so there is no MLIR to save or load; use "
+            "save_fx_graph_txt, or TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS=1 for the "
+            "generated C"
+        )
+
     fn.__name__ = name
     return fn
 
@@ -93,8 +119,10 @@ def __getattr__(name):
     # Loaded lazily: the error types live with the backend (imports torch._dynamo parts).
     if name in ("NEFFCompilationError", "NeuronCompileError"):
         from ._compile.config import NeuronCompileError
+
         return NeuronCompileError
     if name == "NEFFExecutionError":
         from ._compile.config import NeuronExecutionError
+
         return NeuronExecutionError
     raise AttributeError(name)

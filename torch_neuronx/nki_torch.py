@@ -9,6 +9,7 @@ signature. ``register_autograd`` works as on any custom op.
 
 ``wrap_nki(kernel)[grid](*args)`` calls a kernel through one generic custom
 op (``openneuron_nki::call``) so the call is a single operator node."""
+
 import itertools
 
 import torch
@@ -24,6 +25,7 @@ def _is_fake(x):
         return False
     try:
         from torch._subclasses.fake_tensor import FakeTensor
+
         if isinstance(x, FakeTensor):
             return True
     except ImportError:  # pragma: no cover
@@ -56,10 +58,14 @@ _runtime.call = _call
 def nki_op(name, fn=None, *, mutates_args=(), device_types=None, schema=None):
     """Registers `fn` (typed: (x: torch.Tensor, ...) -> torch.Tensor) as the
     custom op `name`; fake implementation: `fn` itself on fake tensors."""
+
     def wrap(f):
-        op = torch.library.custom_op(name, mutates_args=mutates_args, device_types=device_types, schema=schema)(f)
+        op = torch.library.custom_op(
+            name, mutates_args=mutates_args, device_types=device_types, schema=schema
+        )(f)
         op.register_fake(f)
         return op
+
     return wrap if fn is None else wrap(fn)
 
 
@@ -79,7 +85,10 @@ def _nki_call(handle: int, args: list[torch.Tensor]) -> list[torch.Tensor]:
 @_nki_call.register_fake
 def _(handle: int, args: list[torch.Tensor]) -> list[torch.Tensor]:
     k, consts, layout = _calls[handle]
-    return [x if not any(x is a for a in args) else torch.empty_like(x) for x in _flat(_invoke(k, consts, layout, args))]
+    return [
+        x if not any(x is a for a in args) else torch.empty_like(x)
+        for x in _flat(_invoke(k, consts, layout, args))
+    ]
 
 
 def _flat(r):
@@ -88,7 +97,7 @@ def _flat(r):
     if isinstance(r, torch.Tensor):
         return [r]
     out = []
-    for x in (r.values() if isinstance(r, dict) else r):
+    for x in r.values() if isinstance(r, dict) else r:
         out.extend(_flat(x))
     return out
 

@@ -12,6 +12,7 @@ works; ``NeuronProfiler`` only picks the activities for you:
     print(prof.key_averages().table(sort_by="device_time_total"))
     prof.export_chrome_trace("trace.json")
 """
+
 from __future__ import annotations
 
 import enum
@@ -23,23 +24,29 @@ from torch.profiler import ProfilerActivity
 
 
 class ProfileMode(enum.Enum):
-    DEVICE = "device"            # kernels and copies on the device timeline
-    RUNTIME = "runtime"          # host ops with their input shapes
-    CPU_UTIL = "cpu_util"        # host ops
+    DEVICE = "device"  # kernels and copies on the device timeline
+    RUNTIME = "runtime"  # host ops with their input shapes
+    CPU_UTIL = "cpu_util"  # host ops
     HOST_MEMORY = "host_memory"  # allocations (profile_memory)
 
 
 @dataclass
 class NeuronConfig:
-    modes: Iterable[ProfileMode] = field(default_factory=lambda: (ProfileMode.DEVICE, ProfileMode.RUNTIME))
+    modes: Iterable[ProfileMode] = field(
+        default_factory=lambda: (ProfileMode.DEVICE, ProfileMode.RUNTIME)
+    )
     output_dir: "str | None" = None  # where export() writes when given no path
 
 
 class NeuronProfiler(torch.profiler.profile):
     """``torch.profiler.profile`` with CPU and neuron activities by default."""
 
-    def __init__(self, activities: "Iterable[ProfilerActivity] | None" = None,
-                 config: "NeuronConfig | None" = None, **kwargs: Any):
+    def __init__(
+        self,
+        activities: "Iterable[ProfilerActivity] | None" = None,
+        config: "NeuronConfig | None" = None,
+        **kwargs: Any,
+    ):
         self.neuron_config = config or NeuronConfig()
         modes = set(self.neuron_config.modes)
         if activities is None:
@@ -55,6 +62,7 @@ class NeuronProfiler(torch.profiler.profile):
         if path is None:
             import os
             import time
+
             base = self.neuron_config.output_dir or "."
             os.makedirs(base, exist_ok=True)
             path = os.path.join(base, f"neuron_trace_{os.getpid()}_{int(time.time())}.json")

@@ -4,6 +4,7 @@ Random ops on neuron draw from the device's default generator, so
 ``torch.manual_seed`` / ``torch.neuron.manual_seed`` make them reproducible,
 independently of the CPU generator.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable

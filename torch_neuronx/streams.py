@@ -4,6 +4,7 @@
 ``neuron``: every method (query, synchronize, wait_event, wait_stream,
 record_event, elapsed_time) goes through the device guard into libtrn.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -12,7 +13,6 @@ import torch
 
 from . import _C
 from ._device import _get_device_index, _lazy_init
-
 
 
 def _stream_from_tuple(t) -> "Stream":
@@ -44,14 +44,20 @@ class Event:
     elapsed_time accepts only exact torch.Event objects, so no subclass).
     """
 
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False,
-                interprocess: bool = False, device: Any = None) -> torch.Event:
+    def __new__(
+        cls,
+        enable_timing: bool = False,
+        blocking: bool = False,
+        interprocess: bool = False,
+        device: Any = None,
+    ) -> torch.Event:
         if interprocess:
             raise NotImplementedError("neuron events cannot be shared between processes")
         _lazy_init()
         index = _get_device_index(device)
-        return torch.Event(device=torch.device("neuron", index),
-                           enable_timing=enable_timing, blocking=blocking)
+        return torch.Event(
+            device=torch.device("neuron", index), enable_timing=enable_timing, blocking=blocking
+        )
 
 
 def current_stream(device: Any = None) -> Stream:

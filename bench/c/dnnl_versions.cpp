@@ -18,12 +18,15 @@ using namespace dnnl;
 using tag = memory::format_tag;
 using dt = memory::data_type;
 static double best_ms(primitive &p, stream &s, std::unordered_map<int, memory> &args, int reps) {
-    p.execute(s, args); s.wait();
+    p.execute(s, args);
+    s.wait();
     double best = 1e30;
     for (int i = 0; i < reps; i++) {
         auto t = std::chrono::steady_clock::now();
-        p.execute(s, args); s.wait();
-        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+        p.execute(s, args);
+        s.wait();
+        double ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
         if (ms < best) best = ms;
     }
     return best;
@@ -41,7 +44,8 @@ int main() {
 #endif
         matmul p(pd);
         memory ma(a, eng), mb(b, eng), mc(c, eng);
-        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+        std::unordered_map<int, memory> args{
+            {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
         double ms = best_ms(p, s, args, 3);
         printf("mm 2048^3 %s: %.1f ms (%.1f GFLOP/s) impl %s\n", d == dt::f32 ? "f32 " : "bf16", ms,
                2.0 * M * N * K / ms / 1e6, pd.impl_info_str());
@@ -51,19 +55,22 @@ int main() {
         memory::desc src({n, ic, h, h}, d, tag::any), wei({oc, ic, 3, 3}, d, tag::any),
             dst({n, oc, h, h}, d, tag::any);
 #if DNNL_VERSION_MAJOR >= 3
-        convolution_forward::primitive_desc pd(eng, prop_kind::forward_inference, algorithm::convolution_direct,
-                                               src, wei, dst, {1, 1}, {1, 1}, {1, 1});
+        convolution_forward::primitive_desc pd(eng, prop_kind::forward_inference,
+                                               algorithm::convolution_direct, src, wei, dst, {1, 1},
+                                               {1, 1}, {1, 1});
 #else
         convolution_forward::primitive_desc pd(
-            convolution_forward::desc(prop_kind::forward_inference, algorithm::convolution_direct, src, wei, dst,
-                                      {1, 1}, {1, 1}, {1, 1}), eng);
+            convolution_forward::desc(prop_kind::forward_inference, algorithm::convolution_direct,
+                                      src, wei, dst, {1, 1}, {1, 1}, {1, 1}),
+            eng);
 #endif
         convolution_forward p(pd);
         memory ms_(pd.src_desc(), eng), mw(pd.weights_desc(), eng), md(pd.dst_desc(), eng);
-        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, ms_}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}};
+        std::unordered_map<int, memory> args{
+            {DNNL_ARG_SRC, ms_}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}};
         double ms = best_ms(p, s, args, 3);
         const double fl = 2.0 * n * oc * ic * 9 * h * h;
-        printf("conv 8x64x56x56 3x3 %s: %.1f ms (%.1f GFLOP/s) impl %s\n", d == dt::f32 ? "f32 " : "bf16", ms,
-               fl / ms / 1e6, pd.impl_info_str());
+        printf("conv 8x64x56x56 3x3 %s: %.1f ms (%.1f GFLOP/s) impl %s\n",
+               d == dt::f32 ? "f32 " : "bf16", ms, fl / ms / 1e6, pd.impl_info_str());
     }
 }

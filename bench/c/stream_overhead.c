@@ -86,8 +86,7 @@ int main(int argc, char **argv) {
         const char *label, *async;
     } modes[] = {{"inline", "0"}, {"worker thread", "1"}};
     printf("libtrn stream overhead, us/op (best of %d)\n", repeats);
-    printf("%-16s %14s %18s %16s\n", "mode", "launch+sync", "100k launches+sync",
-           "4B copy+sync");
+    printf("%-16s %14s %18s %16s\n", "mode", "launch+sync", "100k launches+sync", "4B copy+sync");
     fflush(stdout);
     int failed = 0;
     for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
@@ -102,8 +101,7 @@ int main(int argc, char **argv) {
             _exit(run_mode(modes[m].label, repeats));
         }
         int status = 0;
-        if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
-            WEXITSTATUS(status) != 0)
+        if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
             failed = 1;
     }
     return failed;

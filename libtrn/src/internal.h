@@ -15,8 +15,7 @@
 #include "trn/trn.h"
 
 #if defined(__GNUC__)
-#define TRN__PRINTF(fmt_index, first_arg) \
-    __attribute__((format(printf, fmt_index, first_arg)))
+#define TRN__PRINTF(fmt_index, first_arg) __attribute__((format(printf, fmt_index, first_arg)))
 #else
 #define TRN__PRINTF(fmt_index, first_arg)
 #endif
@@ -27,16 +26,15 @@
 // ---- status.c --------------------------------------------------------------
 // Formats the calling thread's last-error message and returns `status`, so an
 // error path reads `return trn__set_error(TRN_ERROR_..., "...", ...);`.
-trn_status trn__set_error(trn_status status, const char *fmt, ...)
-    TRN__PRINTF(2, 3);
+trn_status trn__set_error(trn_status status, const char *fmt, ...) TRN__PRINTF(2, 3);
 
 // ---- runtime.c -------------------------------------------------------------
 // Settings read from the environment once, before any stream or block exists.
 typedef struct trn__config {
-    bool async;            // TORCH_NEURONX_ENABLE_ASYNC_NRT (default off)
-    bool launch_blocking;  // NEURON_LAUNCH_BLOCKING
-    bool protect;          // TORCH_NEURONX_DEBUG_PROTECT_MEMORY
-    size_t capacity;       // bytes per device (0 when capacity_error is set)
+    bool async;                // TORCH_NEURONX_ENABLE_ASYNC_NRT (default off)
+    bool launch_blocking;      // NEURON_LAUNCH_BLOCKING
+    bool protect;              // TORCH_NEURONX_DEBUG_PROTECT_MEMORY
+    size_t capacity;           // bytes per device (0 when capacity_error is set)
     char capacity_error[256];  // why TORCH_NEURONX_HBM_SIZE was rejected
 } trn__config;
 
@@ -51,8 +49,8 @@ trn_status trn__device_enter(int device);
 // Device count for the given values of NEURON_RT_VISIBLE_CORES and
 // NEURON_RT_NUM_CORES (NULL = unset). An invalid value gives 0 and a reason
 // in `why` (which is "" otherwise).
-int trn__device_parse_env(const char *visible_cores, const char *num_cores,
-                          char *why, size_t why_size);
+int trn__device_parse_env(const char *visible_cores, const char *num_cores, char *why,
+                          size_t why_size);
 
 // ---- size.c ----------------------------------------------------------------
 // "16G", "512M", "4096K", "123" (optionally followed by "B" or "iB") -> bytes.
@@ -141,35 +139,30 @@ int trn__stream_index(const trn_stream *stream);
 #define TRN__TRACE_HEADER 320
 // While tracing: writes the traced task's arguments (header + args) to out
 // (TRN__TRACE_HEADER + args_size bytes), sets *out_fn and returns the size.
-size_t trn__trace_wrap(int device, int64_t stream, trn_task_fn fn,
-                       const void *args, size_t args_size, void *out,
-                       trn_task_fn *out_fn);
+size_t trn__trace_wrap(int device, int64_t stream, trn_task_fn fn, const void *args,
+                       size_t args_size, void *out, trn_task_fn *out_fn);
 // Kind, name (a string literal) and bytes of the calling thread's next
 // traced launch; call only while trn_trace_active().
-void trn__trace_mark_next(trn_activity_kind kind, const char *name,
-                          uint64_t bytes);
+void trn__trace_mark_next(trn_activity_kind kind, const char *name, uint64_t bytes);
 void trn__trace_clear_next(void);
 // Fills an activity with the calling thread's current label.
-void trn__trace_fill(trn_activity *a, int device, int64_t stream,
-                     trn_activity_kind kind, const char *name, uint64_t bytes);
+void trn__trace_fill(trn_activity *a, int device, int64_t stream, trn_activity_kind kind,
+                     const char *name, uint64_t bytes);
 
 // Counts a copy by direction (metrics) and names it for the trace.
-void trn__copy_observe(trn_stream *stream, const void *dst, const void *src,
-                       uint64_t bytes);
+void trn__copy_observe(trn_stream *stream, const void *dst, const void *src, uint64_t bytes);
 
 // Per-device live figures in the stats page.
 static inline void trn__stats_launch(int device) {
     trn_stats_device *d = &trn_stats_page_get()->devices[device];
-    __atomic_fetch_add(&d->counters[TRN_COUNTER_KERNEL_LAUNCHES], 1,
-                       __ATOMIC_RELAXED);
+    __atomic_fetch_add(&d->counters[TRN_COUNTER_KERNEL_LAUNCHES], 1, __ATOMIC_RELAXED);
     if (!__atomic_load_n(&d->in_use, __ATOMIC_RELAXED))
         __atomic_store_n(&d->in_use, 1, __ATOMIC_RELAXED);
 }
 static inline void trn__stats_running(int device, int64_t delta) {
-    __atomic_fetch_add(&trn_stats_page_get()->devices[device].running,
-                       (uint64_t)delta, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&trn_stats_page_get()->devices[device].running, (uint64_t)delta,
+                       __ATOMIC_RELAXED);
 }
-
 
 // ---- fork.c ------------------------------------------------------------------
 // A child forked from a process that used the device keeps using it. Each

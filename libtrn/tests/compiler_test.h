@@ -39,7 +39,8 @@ static trn_program *compile_named(trn_graph *g, const char *cache, const char *n
 // Runs the program; returns the stream's status after it (the run's error).
 static trn_status run_status(trn_program *p, const int *nodes, void **bufs, int n) {
     void *ws = NULL;
-    if (trn_program_workspace_size(p)) ws = aligned_alloc(64, (trn_program_workspace_size(p) + 63) & ~(size_t)63);
+    if (trn_program_workspace_size(p))
+        ws = aligned_alloc(64, (trn_program_workspace_size(p) + 63) & ~(size_t)63);
     trn_run *r = NULL;
     CHECK_INT(trn_run_create(p, ws, &r), TRN_SUCCESS);
     for (int i = 0; i < n; i++) CHECK_INT(trn_run_set_buffer(r, nodes[i], bufs[i]), TRN_SUCCESS);

@@ -33,7 +33,8 @@ static void make_desc(trn_attention_desc *d, int mask_kind, int causal) {
     d->q = q, d->q_strides[0] = H * L * E, d->q_strides[1] = L * E, d->q_strides[2] = E;
     d->k = k, d->k_strides[0] = HK * S * E, d->k_strides[1] = S * E, d->k_strides[2] = E;
     d->v = v, d->v_strides[0] = HK * S * EV, d->v_strides[1] = S * EV, d->v_strides[2] = EV;
-    d->out = out, d->out_strides[0] = H * L * EV, d->out_strides[1] = L * EV, d->out_strides[2] = EV;
+    d->out = out, d->out_strides[0] = H * L * EV, d->out_strides[1] = L * EV,
+    d->out_strides[2] = EV;
     d->lse = lse;
     d->scale = 0.37;
     d->causal = causal;
@@ -48,7 +49,8 @@ static void ref_probs(const trn_attention_desc *d, int b, int h, int i, double *
     double mx = -INFINITY;
     for (int j = 0; j < S; j++) {
         double s = 0;
-        for (int e = 0; e < E; e++) s += (double)q[((b * H + h) * L + i) * E + e] * k[((b * HK + hk) * S + j) * E + e];
+        for (int e = 0; e < E; e++)
+            s += (double)q[((b * H + h) * L + i) * E + e] * k[((b * HK + hk) * S + j) * E + e];
         s *= d->scale;
         if (d->mask == mask) s += mask[i * S + j];
         if (d->mask == bmask && !bmask[i * S + j]) s = -INFINITY;
@@ -96,8 +98,10 @@ static void check_case(int mask_kind, int causal) {
                     dp[j] = p[j] * (g - dd);
                     worst_m = fmax(worst_m, fabs(dp[j] - dmask[((b * H + h) * L + i) * S + j]));
                     for (int e = 0; e < E; e++) {
-                        rdq[((b * H + h) * L + i) * E + e] += d.scale * dp[j] * k[((b * HK + hk) * S + j) * E + e];
-                        rdk[((b * HK + hk) * S + j) * E + e] += d.scale * dp[j] * q[((b * H + h) * L + i) * E + e];
+                        rdq[((b * H + h) * L + i) * E + e] +=
+                            d.scale * dp[j] * k[((b * HK + hk) * S + j) * E + e];
+                        rdk[((b * HK + hk) * S + j) * E + e] +=
+                            d.scale * dp[j] * q[((b * H + h) * L + i) * E + e];
                     }
                 }
             }

@@ -35,8 +35,8 @@ static void test_forward_backward(void) {
             for (int i = 0; i < S; i++) v += pow(x[(b * C + c) * S + i] - m, 2);
         mean[c] = m, var[c] = v;
     }
-    trn_batch_norm_desc d = {TRN_DTYPE_F32, TRN_DTYPE_F32, B, C, S, x, w, bias, rm, rv, y, sm, si,
-                             1, 0.1, 1e-5};
+    trn_batch_norm_desc d = {
+        TRN_DTYPE_F32, TRN_DTYPE_F32, B, C, S, x, w, bias, rm, rv, y, sm, si, 1, 0.1, 1e-5};
     CHECK_OK(trn_batch_norm_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     double worst = 0;
@@ -53,8 +53,8 @@ static void test_forward_backward(void) {
     }
     CHECK(worst < 1e-5);
     // Backward, training.
-    trn_batch_norm_backward_desc bd = {TRN_DTYPE_F32, TRN_DTYPE_F32, B, C, S, dy, x, w, sm, si,
-                                       1, 1e-5, dx, dw, db};
+    trn_batch_norm_backward_desc bd = {
+        TRN_DTYPE_F32, TRN_DTYPE_F32, B, C, S, dy, x, w, sm, si, 1, 1e-5, dx, dw, db};
     CHECK_OK(trn_batch_norm_backward_launch(g_stream, &bd));
     CHECK_OK(trn_stream_synchronize(g_stream));
     worst = 0;
@@ -95,8 +95,8 @@ static void test_forward_backward(void) {
     }
     CHECK(worst < 1e-5);
     // No affine parameters, no running stats (track_running_stats=False).
-    trn_batch_norm_desc d3 = {TRN_DTYPE_F32, TRN_DTYPE_F32, B, C, S, x, NULL, NULL, NULL, NULL,
-                              y, NULL, NULL, 1, 0.1, 1e-5};
+    trn_batch_norm_desc d3 = {TRN_DTYPE_F32, TRN_DTYPE_F32, B, C,    S,    x, NULL, NULL,
+                              NULL,          NULL,          y, NULL, NULL, 1, 0.1,  1e-5};
     CHECK_OK(trn_batch_norm_launch(g_stream, &d3));
     CHECK_OK(trn_stream_synchronize(g_stream));
     worst = 0;
@@ -123,9 +123,12 @@ static void test_forward_backward(void) {
 // (70 x 16 > 1024), rows longer than the flush size (1040), in each storage
 // dtype, against a double reference on the stored (rounded) inputs.
 static void store_as(trn_dtype dt, void *p, int64_t k, double v) {
-    if (dt == TRN_DTYPE_F32) ((float *)p)[k] = (float)v;
-    else if (dt == TRN_DTYPE_BF16) ((uint16_t *)p)[k] = trn_float_to_bf16((float)v);
-    else ((uint16_t *)p)[k] = trn_float_to_half((float)v);
+    if (dt == TRN_DTYPE_F32)
+        ((float *)p)[k] = (float)v;
+    else if (dt == TRN_DTYPE_BF16)
+        ((uint16_t *)p)[k] = trn_float_to_bf16((float)v);
+    else
+        ((uint16_t *)p)[k] = trn_float_to_half((float)v);
 }
 
 static double load_as(trn_dtype dt, const void *p, int64_t k) {
@@ -158,11 +161,11 @@ static void check_lane_groups(trn_dtype dt, int nb, int nc, int ns) {
             if ((k / ns) % nc == c) sq += pow(load_as(dt, x, k) - sum / m, 2);
         ref[2 * c] = sum / m, ref[2 * c + 1] = 1 / sqrt(sq / m + 1e-5);
     }
-    trn_batch_norm_desc d = {dt, TRN_DTYPE_F32, nb, nc, ns, x, w, bias, rm, rv, y, sm, si,
-                             1, 0.1, 1e-5};
+    trn_batch_norm_desc d = {dt, TRN_DTYPE_F32, nb,  nc, ns, x, w, bias, rm, rv, y, sm, si,
+                             1,  0.1,           1e-5};
     CHECK_OK(trn_batch_norm_launch(g_stream, &d));
     trn_batch_norm_backward_desc bd = {dt, TRN_DTYPE_F32, nb, nc, ns, dy, x, w, sm, si,
-                                       1, 1e-5, dx, dw, db};
+                                       1,  1e-5,          dx, dw, db};
     CHECK_OK(trn_batch_norm_backward_launch(g_stream, &bd));
     CHECK_OK(trn_stream_synchronize(g_stream));
     // Output tolerance: one rounding to the storage type on top of float

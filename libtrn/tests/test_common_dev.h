@@ -25,14 +25,46 @@ static inline double rng_unit(void) { return (double)(rng_next() >> 11) * 0x1p-5
 static inline void put_elem(trn_dtype d, void *base, int64_t i, double v) {
     char *p = (char *)base + i * (int64_t)trn_dtype_size(d);
     switch (d) {
-    case TRN_DTYPE_U8: { uint8_t x = (uint8_t)(int64_t)v; memcpy(p, &x, 1); break; }
-    case TRN_DTYPE_I8: { int8_t x = (int8_t)v; memcpy(p, &x, 1); break; }
-    case TRN_DTYPE_I16: { int16_t x = (int16_t)v; memcpy(p, &x, 2); break; }
-    case TRN_DTYPE_I32: { int32_t x = (int32_t)v; memcpy(p, &x, 4); break; }
-    case TRN_DTYPE_I64: { int64_t x = (int64_t)v; memcpy(p, &x, 8); break; }
-    case TRN_DTYPE_F16: { uint16_t x = trn_float_to_half((float)v); memcpy(p, &x, 2); break; }
-    case TRN_DTYPE_BF16: { uint16_t x = trn_float_to_bf16((float)v); memcpy(p, &x, 2); break; }
-    case TRN_DTYPE_F32: { float x = (float)v; memcpy(p, &x, 4); break; }
+    case TRN_DTYPE_U8: {
+        uint8_t x = (uint8_t)(int64_t)v;
+        memcpy(p, &x, 1);
+        break;
+    }
+    case TRN_DTYPE_I8: {
+        int8_t x = (int8_t)v;
+        memcpy(p, &x, 1);
+        break;
+    }
+    case TRN_DTYPE_I16: {
+        int16_t x = (int16_t)v;
+        memcpy(p, &x, 2);
+        break;
+    }
+    case TRN_DTYPE_I32: {
+        int32_t x = (int32_t)v;
+        memcpy(p, &x, 4);
+        break;
+    }
+    case TRN_DTYPE_I64: {
+        int64_t x = (int64_t)v;
+        memcpy(p, &x, 8);
+        break;
+    }
+    case TRN_DTYPE_F16: {
+        uint16_t x = trn_float_to_half((float)v);
+        memcpy(p, &x, 2);
+        break;
+    }
+    case TRN_DTYPE_BF16: {
+        uint16_t x = trn_float_to_bf16((float)v);
+        memcpy(p, &x, 2);
+        break;
+    }
+    case TRN_DTYPE_F32: {
+        float x = (float)v;
+        memcpy(p, &x, 4);
+        break;
+    }
     case TRN_DTYPE_F64: memcpy(p, &v, 8); break;
     default: break;
     }
@@ -41,15 +73,51 @@ static inline void put_elem(trn_dtype d, void *base, int64_t i, double v) {
 static inline double get_elem(trn_dtype d, const void *base, int64_t i) {
     const char *p = (const char *)base + i * (int64_t)trn_dtype_size(d);
     switch (d) {
-    case TRN_DTYPE_U8: { uint8_t x; memcpy(&x, p, 1); return x; }
-    case TRN_DTYPE_I8: { int8_t x; memcpy(&x, p, 1); return x; }
-    case TRN_DTYPE_I16: { int16_t x; memcpy(&x, p, 2); return x; }
-    case TRN_DTYPE_I32: { int32_t x; memcpy(&x, p, 4); return x; }
-    case TRN_DTYPE_I64: { int64_t x; memcpy(&x, p, 8); return (double)x; }
-    case TRN_DTYPE_F16: { uint16_t x; memcpy(&x, p, 2); return trn_half_to_float(x); }
-    case TRN_DTYPE_BF16: { uint16_t x; memcpy(&x, p, 2); return trn_bf16_to_float(x); }
-    case TRN_DTYPE_F32: { float x; memcpy(&x, p, 4); return x; }
-    case TRN_DTYPE_F64: { double x; memcpy(&x, p, 8); return x; }
+    case TRN_DTYPE_U8: {
+        uint8_t x;
+        memcpy(&x, p, 1);
+        return x;
+    }
+    case TRN_DTYPE_I8: {
+        int8_t x;
+        memcpy(&x, p, 1);
+        return x;
+    }
+    case TRN_DTYPE_I16: {
+        int16_t x;
+        memcpy(&x, p, 2);
+        return x;
+    }
+    case TRN_DTYPE_I32: {
+        int32_t x;
+        memcpy(&x, p, 4);
+        return x;
+    }
+    case TRN_DTYPE_I64: {
+        int64_t x;
+        memcpy(&x, p, 8);
+        return (double)x;
+    }
+    case TRN_DTYPE_F16: {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        return trn_half_to_float(x);
+    }
+    case TRN_DTYPE_BF16: {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        return trn_bf16_to_float(x);
+    }
+    case TRN_DTYPE_F32: {
+        float x;
+        memcpy(&x, p, 4);
+        return x;
+    }
+    case TRN_DTYPE_F64: {
+        double x;
+        memcpy(&x, p, 8);
+        return x;
+    }
     default: return 0;
     }
 }

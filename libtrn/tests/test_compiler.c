@@ -11,7 +11,9 @@
 
 #include "compiler_test.h"
 
-static trn_program *compile(trn_graph *g, const char *cache) { return compile_named(g, cache, "test"); }
+static trn_program *compile(trn_graph *g, const char *cache) {
+    return compile_named(g, cache, "test");
+}
 
 static void run(trn_program *p, const int *nodes, void **bufs, int n) {
     CHECK_INT(run_status(p, nodes, bufs, n), TRN_SUCCESS);
@@ -27,9 +29,14 @@ static void test_fused_pointwise(void) {
     CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 1, bs, bst, &b), TRN_SUCCESS);
     CHECK_INT(trn_graph_view(g, b, 2, xs, zero_row, 0, &bv), TRN_SUCCESS);
     CHECK_INT(trn_graph_const(g, TRN_DTYPE_F32, 2.0, 2, 0, NULL, &two), TRN_SUCCESS);
-    CHECK_INT(trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, two}, NULL, &m), TRN_SUCCESS);
-    CHECK_INT(trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){m, bv}, (double[]){1, 0, 0, 0}, &a), TRN_SUCCESS);
-    CHECK_INT(trn_graph_pointwise(g, TRN_EW_RELU, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, &a, NULL, &y), TRN_SUCCESS);
+    CHECK_INT(trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, two},
+                                  NULL, &m),
+              TRN_SUCCESS);
+    CHECK_INT(trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){m, bv},
+                                  (double[]){1, 0, 0, 0}, &a),
+              TRN_SUCCESS);
+    CHECK_INT(trn_graph_pointwise(g, TRN_EW_RELU, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, &a, NULL, &y),
+              TRN_SUCCESS);
     trn_graph_set_label(g, y, "relu_1");
     CHECK_INT(trn_graph_export(g, y, NULL), TRN_SUCCESS);
     trn_program *p = compile(g, NULL);
@@ -61,7 +68,8 @@ static void test_softmax(void) {
     trn_graph_input(g, TRN_DTYPE_F32, 2, xs, xst, &x);
     CHECK_INT(trn_graph_reduce(g, TRN_GRAPH_MAX, x, TRN_DTYPE_F32, 2u, &mx), TRN_SUCCESS);
     CHECK_INT(trn_graph_view(g, mx, 2, xs, bc, 0, &mxv), TRN_SUCCESS);
-    trn_graph_pointwise(g, TRN_EW_SUB, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, mxv}, (double[]){1, 0, 0, 0}, &d);
+    trn_graph_pointwise(g, TRN_EW_SUB, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, mxv},
+                        (double[]){1, 0, 0, 0}, &d);
     trn_graph_pointwise(g, TRN_EW_EXP, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, &d, NULL, &e);
     CHECK_INT(trn_graph_reduce(g, TRN_GRAPH_SUM, e, TRN_DTYPE_F32, 2u, &s), TRN_SUCCESS);
     trn_graph_view(g, s, 2, xs, bc, 0, &sv);
@@ -78,7 +86,8 @@ static void test_softmax(void) {
         double m = -INFINITY, sum = 0;
         for (int j = 0; j < 100; j++) m = fmax(m, X[r * 100 + j]);
         for (int j = 0; j < 100; j++) sum += exp(X[r * 100 + j] - m);
-        for (int j = 0; j < 100; j++) bad += fabs(Y[r * 100 + j] - exp(X[r * 100 + j] - m) / sum) > 1e-6;
+        for (int j = 0; j < 100; j++)
+            bad += fabs(Y[r * 100 + j] - exp(X[r * 100 + j] - m) / sum) > 1e-6;
     }
     CHECK_INT(bad, 0);
     trn_program_free(p);
@@ -94,7 +103,8 @@ static void test_matmul_host_and_workspace(void) {
     trn_graph_input(g, TRN_DTYPE_F32, 3, bs, bst, &b);
     CHECK_INT(trn_graph_matmul(g, a, b, 1.0, &c), TRN_SUCCESS);
     trn_graph_const(g, TRN_DTYPE_F32, 3.0, 3, 0, NULL, &three);
-    trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){c, three}, NULL, &y);
+    trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){c, three}, NULL,
+                        &y);
     trn_graph_export(g, y, NULL);
     CHECK_INT(trn_graph_host_call(g, 1, &y, &step), TRN_SUCCESS);
     int64_t ys[3] = {1, 4, 3}, yst[3] = {12, 3, 1};
@@ -103,11 +113,13 @@ static void test_matmul_host_and_workspace(void) {
     int prev = h;
     for (int i = 0; i < 5; i++) {
         int n;
-        trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){prev, prev}, (double[]){1, 0, 0, 0}, &n);
+        trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){prev, prev},
+                            (double[]){1, 0, 0, 0}, &n);
         int m;
         trn_graph_pointwise(g, TRN_EW_NEG, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, &n, NULL, &m);
         int k;
-        trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){n, m}, (double[]){-1, 0, 0, 0}, &k);
+        trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){n, m},
+                            (double[]){-1, 0, 0, 0}, &k);
         prev = k;  // k = n - (-n) = 2n = 4 prev
     }
     trn_graph_export(g, prev, NULL);
@@ -267,8 +279,10 @@ static void test_cache_trust(void) {
     snprintf(mac, sizeof mac, "%s/%s.mac", path, key);
     snprintf(mark, sizeof mark, "%s/planted-code-ran", dir);
     snprintf(csrc, sizeof csrc, "%s/evil.c", dir);
-    snprintf(cmd, sizeof cmd, "#include <stdio.h>\n__attribute__((constructor)) static void f(void) "
-             "{ FILE *m = fopen(\"%s\", \"w\"); if (m) fclose(m); }\n", mark);
+    snprintf(cmd, sizeof cmd,
+             "#include <stdio.h>\n__attribute__((constructor)) static void f(void) "
+             "{ FILE *m = fopen(\"%s\", \"w\"); if (m) fclose(m); }\n",
+             mark);
     write_text(csrc, cmd);
     snprintf(cmd, sizeof cmd, "gcc -shared -fPIC -o '%s' '%s'", so, csrc);
     CHECK_INT(system(cmd), 0);
@@ -288,7 +302,7 @@ static void test_cache_trust(void) {
     for (int attack = 0; bytes && attack < 2; attack++) {
         if (attack == 0) {
             trn_sha256_hex(bytes, n, planted);  // a checksum, as the old cache kept
-        } else {  // a MAC under the attacker's own key
+        } else {                                // a MAC under the attacker's own key
             snprintf(other, sizeof other, "%s/attacker", dir);
             setenv("XDG_CONFIG_HOME", other, 1);
             CHECK_INT(trn_compile_cache_mac(key, bytes, n, planted), TRN_SUCCESS);
@@ -334,12 +348,15 @@ static void test_errors(void) {
     int x, y, z;
     trn_graph_input(g, TRN_DTYPE_F32, 2, a, st, &x);
     trn_graph_input(g, TRN_DTYPE_F32, 2, b, st2, &y);
-    CHECK_INT(trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, y}, NULL, &z),
+    CHECK_INT(trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, y},
+                                  NULL, &z),
               TRN_ERROR_INVALID_ARGUMENT);
     CHECK(strstr(trn_last_error(), "different shape") != NULL);
-    CHECK_INT(trn_graph_pointwise(g, TRN_EW_EXP, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, (int[]){99}, NULL, &z),
-              TRN_ERROR_INVALID_ARGUMENT);
-    CHECK_INT(trn_graph_pointwise(g, TRN_EW_BITWISE_AND, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, x}, NULL, &z),
+    CHECK_INT(
+        trn_graph_pointwise(g, TRN_EW_EXP, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, (int[]){99}, NULL, &z),
+        TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_INT(trn_graph_pointwise(g, TRN_EW_BITWISE_AND, TRN_DTYPE_F32, TRN_DTYPE_F32, 2,
+                                  (int[]){x, x}, NULL, &z),
               TRN_ERROR_UNSUPPORTED);
     int e;
     trn_graph_pointwise(g, TRN_EW_EXP, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, &x, NULL, &e);
@@ -370,9 +387,11 @@ static void test_store(void) {
     trn_graph_const(g, TRN_DTYPE_F32, 0.9, 0, 0, NULL, &c09);
     trn_graph_const(g, TRN_DTYPE_F32, 0.1, 0, 0, NULL, &c01);
     trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){m, c09}, NULL, &mm);
-    trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){mm, gr}, (double[]){1, 0, 0, 0}, &mn);
+    trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){mm, gr},
+                        (double[]){1, 0, 0, 0}, &mn);
     trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){mn, c01}, NULL, &u);
-    trn_graph_pointwise(g, TRN_EW_SUB, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){p, u}, (double[]){1, 0, 0, 0}, &pn);
+    trn_graph_pointwise(g, TRN_EW_SUB, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){p, u},
+                        (double[]){1, 0, 0, 0}, &pn);
     CHECK_INT(trn_graph_store(g, m, mn, &sm), TRN_SUCCESS);
     CHECK_INT(trn_graph_store(g, p, pn, &sp), TRN_SUCCESS);
     CHECK_INT(trn_graph_store(g, p, pn, &sp), TRN_ERROR_INVALID_ARGUMENT);  // one store per input
@@ -385,7 +404,8 @@ static void test_store(void) {
     CHECK_INT(trn_program_kernel_count(prog), 3);
     CHECK(strstr(trn_program_source(prog), "in place") != NULL);
     float P[32], M[32], G[32], P0[32], M0[32];
-    for (int i = 0; i < 32; i++) P0[i] = P[i] = (float)i, M0[i] = M[i] = (float)(i % 5), G[i] = 1.0f - (float)(i % 3);
+    for (int i = 0; i < 32; i++)
+        P0[i] = P[i] = (float)i, M0[i] = M[i] = (float)(i % 5), G[i] = 1.0f - (float)(i % 3);
     trn_run *r = NULL;
     void *ws = trn_program_workspace_size(prog) ? aligned_alloc(64, 4096) : NULL;
     CHECK_INT(trn_run_create(prog, ws, &r), TRN_SUCCESS);
@@ -411,7 +431,8 @@ static void test_store(void) {
     int a, b, an, bn, sa, sb;
     trn_graph_input(g, TRN_DTYPE_F32, 2, sz, st, &a);
     trn_graph_input(g, TRN_DTYPE_F32, 2, sz, st, &b);
-    trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){a, b}, (double[]){1, 0, 0, 0}, &an);
+    trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){a, b},
+                        (double[]){1, 0, 0, 0}, &an);
     trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){b, a}, NULL, &bn);
     trn_graph_store(g, a, an, &sa);
     trn_graph_store(g, b, bn, &sb);
@@ -420,7 +441,8 @@ static void test_store(void) {
     if (!prog) return;
     CHECK_INT(trn_program_kernel_count(prog), 4);  // both values first, then two copies
     float A[32], B[32], A0[32], B0[32];
-    for (int i = 0; i < 32; i++) A0[i] = A[i] = (float)i * 0.5f, B0[i] = B[i] = 2.0f - (float)(i % 4);
+    for (int i = 0; i < 32; i++)
+        A0[i] = A[i] = (float)i * 0.5f, B0[i] = B[i] = 2.0f - (float)(i % 4);
     run(prog, (int[]){a, b}, (void *[]){A, B}, 2);
     bad = 0;
     for (int i = 0; i < 32; i++) bad += A[i] != A0[i] + B0[i] || B[i] != B0[i] * A0[i];
@@ -453,9 +475,11 @@ static void test_shared_bodies(void) {
     trn_graph_input(g, TRN_DTYPE_F32, 2, xs, xst, &x2);
     trn_graph_input(g, TRN_DTYPE_F32, 2, ws, wst, &w);
     trn_graph_const(g, TRN_DTYPE_F32, 2.0, 2, 0, NULL, &two);
-    trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x1, two}, NULL, &m1);
+    trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x1, two}, NULL,
+                        &m1);
     trn_graph_pointwise(g, TRN_EW_RELU, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, &m1, NULL, &y1);
-    trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x2, two}, NULL, &m2);
+    trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x2, two}, NULL,
+                        &m2);
     trn_graph_pointwise(g, TRN_EW_RELU, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, &m2, NULL, &y2);
     CHECK_INT(trn_graph_reduce(g, TRN_GRAPH_SUM, x1, TRN_DTYPE_F32, 2u, &s1), TRN_SUCCESS);
     CHECK_INT(trn_graph_reduce(g, TRN_GRAPH_MAX, w, TRN_DTYPE_F32, 2u, &mx), TRN_SUCCESS);
@@ -479,7 +503,7 @@ static void test_shared_bodies(void) {
         X2[i] = 3.0f - (float)(i % 5);
     }
     for (int i = 0; i < 39; i++) W[i] = (float)((i * 7) % 13);
-    W[13 + 12] = NAN;  // row 1, the last (tail) element
+    W[13 + 12] = NAN;   // row 1, the last (tail) element
     W[26 + 9] = 99.0f;  // row 2's maximum, in the tail
     run(p, (int[]){x1, x2, w, y1, y2, s1, mx}, (void *[]){X1, X2, W, Y1, Y2, S, M}, 7);
     int bad = 0;
@@ -504,8 +528,8 @@ static void test_shared_bodies(void) {
 // eager kernel; another exponent keeps the general pow.
 static void test_pow_literal(void) {
     const double exps[] = {2.0, 3.0, 0.5, -0.5, -1.0, -2.0, 1.0, 0.0, 2.5};
-    const char *fns[] = {"pow_square", "pow_cube", "sqrt_f", "rsqrt_f", "reciprocal_f", "pow_inv_square",
-                         "pow_one", "pow_zero", "trn_sc_pow_f"};
+    const char *fns[] = {"pow_square",     "pow_cube", "sqrt_f",   "rsqrt_f",     "reciprocal_f",
+                         "pow_inv_square", "pow_one",  "pow_zero", "trn_sc_pow_f"};
     enum { N = 97 };
     float X[N], Y[N], E[N];
     for (int i = 0; i < N; i++) X[i] = (float)(i - 48) * 0.173f + (i % 5 ? 0.0f : 1e-3f);
@@ -520,7 +544,8 @@ static void test_pow_literal(void) {
         int64_t one[1] = {N}, zero[1] = {0};
         int ev;
         CHECK_INT(trn_graph_view(g, e, 1, one, zero, 0, &ev), TRN_SUCCESS);
-        CHECK_INT(trn_graph_pointwise(g, TRN_EW_POW, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, ev}, NULL, &y),
+        CHECK_INT(trn_graph_pointwise(g, TRN_EW_POW, TRN_DTYPE_F32, TRN_DTYPE_F32, 2,
+                                      (int[]){x, ev}, NULL, &y),
                   TRN_SUCCESS);
         CHECK_INT(trn_graph_export(g, y, NULL), TRN_SUCCESS);
         trn_program *p = compile(g, NULL);
@@ -563,7 +588,8 @@ static void test_float_lane_sums(void) {
         int64_t xs[3] = {5, 3, n}, xst[3] = {3 * n, n, 1};
         int x, sq, s;
         CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 3, xs, xst, &x), TRN_SUCCESS);
-        CHECK_INT(trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, x}, NULL, &sq),
+        CHECK_INT(trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, x},
+                                      NULL, &sq),
                   TRN_SUCCESS);
         CHECK_INT(trn_graph_reduce(g, TRN_GRAPH_SUM, sq, TRN_DTYPE_F32, 5u, &s), TRN_SUCCESS);
         CHECK_INT(trn_graph_export(g, s, NULL), TRN_SUCCESS);
@@ -605,7 +631,8 @@ static void test_column_sums(void) {
         CHECK_INT(trn_graph_create(&g), TRN_SUCCESS);
         int x, sq, s;
         CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, nd, shapes[t], st, &x), TRN_SUCCESS);
-        CHECK_INT(trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, x}, NULL, &sq),
+        CHECK_INT(trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){x, x},
+                                      NULL, &sq),
                   TRN_SUCCESS);
         CHECK_INT(trn_graph_reduce(g, TRN_GRAPH_SUM, sq, TRN_DTYPE_F32, masks[t], &s), TRN_SUCCESS);
         CHECK_INT(trn_graph_export(g, s, NULL), TRN_SUCCESS);

@@ -19,18 +19,24 @@ static void test_embedding(void) {
     trn_graph *g;
     CHECK_INT(trn_graph_create(&g), TRN_SUCCESS);
     int w, ids, pos, idv, pv, e, y;
-    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 2, (int64_t[]){V, D}, (int64_t[]){D, 1}, &w), TRN_SUCCESS);
-    CHECK_INT(trn_graph_input(g, TRN_DTYPE_I64, 2, (int64_t[]){B, T}, (int64_t[]){T, 1}, &ids), TRN_SUCCESS);
-    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 2, (int64_t[]){T, D}, (int64_t[]){D, 1}, &pos), TRN_SUCCESS);
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 2, (int64_t[]){V, D}, (int64_t[]){D, 1}, &w),
+              TRN_SUCCESS);
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_I64, 2, (int64_t[]){B, T}, (int64_t[]){T, 1}, &ids),
+              TRN_SUCCESS);
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 2, (int64_t[]){T, D}, (int64_t[]){D, 1}, &pos),
+              TRN_SUCCESS);
     const int64_t out[3] = {B, T, D};
     CHECK_INT(trn_graph_view(g, ids, 3, out, (int64_t[]){T, 1, 0}, 0, &idv), TRN_SUCCESS);
     CHECK_INT(trn_graph_view(g, pos, 3, out, (int64_t[]){0, D, 1}, 0, &pv), TRN_SUCCESS);
     // Builder checks: a walked dim larger than the source's, a dim walked twice.
-    CHECK_INT(trn_graph_gather(g, w, 1, &idv, (int[]){0}, (int[]){-1, 1, 1}, 0, TRN_INDEX_ERROR_SELF, &e),
+    CHECK_INT(
+        trn_graph_gather(g, w, 1, &idv, (int[]){0}, (int[]){-1, 1, 1}, 0, TRN_INDEX_ERROR_SELF, &e),
+        TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_INT(trn_graph_gather(g, w, 1, &idv, (int[]){0}, (int[]){-1, -1, 0}, 0,
+                               TRN_INDEX_ERROR_SELF, &e),
               TRN_ERROR_INVALID_ARGUMENT);
-    CHECK_INT(trn_graph_gather(g, w, 1, &idv, (int[]){0}, (int[]){-1, -1, 0}, 0, TRN_INDEX_ERROR_SELF, &e),
-              TRN_ERROR_INVALID_ARGUMENT);
-    CHECK_INT(trn_graph_gather(g, w, 1, &idv, (int[]){0}, (int[]){-1, -1, 1}, 0, TRN_INDEX_ERROR_SELF, &e),
+    CHECK_INT(trn_graph_gather(g, w, 1, &idv, (int[]){0}, (int[]){-1, -1, 1}, 0,
+                               TRN_INDEX_ERROR_SELF, &e),
               TRN_SUCCESS);
     CHECK_INT(trn_graph_pointwise(g, TRN_EW_ADD, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){e, pv},
                                   (double[]){1, 0, 0, 0}, &y),
@@ -54,10 +60,12 @@ static void test_embedding(void) {
     CHECK_INT(bad, 0);
     // An index past the table fails the run with index_select's message.
     I[4] = V;
-    CHECK_INT(run_status(p, (int[]){w, ids, pos, y}, (void *[]){W, I, P, Y}, 4), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_INT(run_status(p, (int[]){w, ids, pos, y}, (void *[]){W, I, P, Y}, 4),
+              TRN_ERROR_INVALID_ARGUMENT);
     CHECK_STR(trn_last_error(), "index out of range in self");
     I[4] = -1;  // no wrapping here
-    CHECK_INT(run_status(p, (int[]){w, ids, pos, y}, (void *[]){W, I, P, Y}, 4), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_INT(run_status(p, (int[]){w, ids, pos, y}, (void *[]){W, I, P, Y}, 4),
+              TRN_ERROR_INVALID_ARGUMENT);
     trn_clear_error();
     trn_program_free(p);
 }
@@ -68,10 +76,14 @@ static void test_two_indices(void) {
     trn_graph *g;
     CHECK_INT(trn_graph_create(&g), TRN_SUCCESS);
     int x, r, c, y;
-    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 2, (int64_t[]){R, C}, (int64_t[]){1, R}, &x), TRN_SUCCESS);
-    CHECK_INT(trn_graph_input(g, TRN_DTYPE_I64, 1, (int64_t[]){N}, (int64_t[]){1}, &r), TRN_SUCCESS);
-    CHECK_INT(trn_graph_input(g, TRN_DTYPE_I64, 1, (int64_t[]){N}, (int64_t[]){2}, &c), TRN_SUCCESS);
-    CHECK_INT(trn_graph_gather(g, x, 2, (int[]){r, c}, (int[]){0, 1}, (int[]){-1}, 1, TRN_INDEX_ERROR_BOUNDS, &y),
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 2, (int64_t[]){R, C}, (int64_t[]){1, R}, &x),
+              TRN_SUCCESS);
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_I64, 1, (int64_t[]){N}, (int64_t[]){1}, &r),
+              TRN_SUCCESS);
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_I64, 1, (int64_t[]){N}, (int64_t[]){2}, &c),
+              TRN_SUCCESS);
+    CHECK_INT(trn_graph_gather(g, x, 2, (int[]){r, c}, (int[]){0, 1}, (int[]){-1}, 1,
+                               TRN_INDEX_ERROR_BOUNDS, &y),
               TRN_SUCCESS);
     CHECK_INT(trn_graph_export(g, y, NULL), TRN_SUCCESS);
     trn_program *p = compile(g);
@@ -88,7 +100,8 @@ static void test_two_indices(void) {
     }
     CHECK_INT(bad, 0);
     CI[4] = 6;
-    CHECK_INT(run_status(p, (int[]){x, r, c, y}, (void *[]){X, RI, CI, Y}, 4), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_INT(run_status(p, (int[]){x, r, c, y}, (void *[]){X, RI, CI, Y}, 4),
+              TRN_ERROR_INVALID_ARGUMENT);
     CHECK_STR(trn_last_error(), "index 6 is out of bounds for dimension 1 with size 6");
     trn_clear_error();
     trn_program_free(p);
@@ -101,13 +114,19 @@ static void test_scatter_add(void) {
     trn_graph *g;
     CHECK_INT(trn_graph_create(&g), TRN_SUCCESS);
     int gr, ids, idv, zero, s, two, y;
-    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 2, (int64_t[]){N, D}, (int64_t[]){D, 1}, &gr), TRN_SUCCESS);
-    CHECK_INT(trn_graph_input(g, TRN_DTYPE_I64, 1, (int64_t[]){N}, (int64_t[]){1}, &ids), TRN_SUCCESS);
-    CHECK_INT(trn_graph_view(g, ids, 2, (int64_t[]){N, D}, (int64_t[]){1, 0}, 0, &idv), TRN_SUCCESS);
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 2, (int64_t[]){N, D}, (int64_t[]){D, 1}, &gr),
+              TRN_SUCCESS);
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_I64, 1, (int64_t[]){N}, (int64_t[]){1}, &ids),
+              TRN_SUCCESS);
+    CHECK_INT(trn_graph_view(g, ids, 2, (int64_t[]){N, D}, (int64_t[]){1, 0}, 0, &idv),
+              TRN_SUCCESS);
     CHECK_INT(trn_graph_const(g, TRN_DTYPE_F32, 0.0, 0, 2, (int64_t[]){V, D}, &zero), TRN_SUCCESS);
-    CHECK_INT(trn_graph_scatter(g, zero, idv, gr, 0, (int[]){-1, 1}, 1, 1, TRN_INDEX_ERROR_BOUNDS, &s), TRN_SUCCESS);
+    CHECK_INT(
+        trn_graph_scatter(g, zero, idv, gr, 0, (int[]){-1, 1}, 1, 1, TRN_INDEX_ERROR_BOUNDS, &s),
+        TRN_SUCCESS);
     CHECK_INT(trn_graph_const(g, TRN_DTYPE_F32, 2.0, 2, 0, NULL, &two), TRN_SUCCESS);
-    CHECK_INT(trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){s, two}, NULL, &y),
+    CHECK_INT(trn_graph_pointwise(g, TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 2, (int[]){s, two},
+                                  NULL, &y),
               TRN_SUCCESS);
     CHECK_INT(trn_graph_export(g, y, NULL), TRN_SUCCESS);
     trn_program *p = compile(g);
@@ -125,7 +144,8 @@ static void test_scatter_add(void) {
     for (int i = 0; i < V * D; i++) bad += Y[i] != 2.0f * E[i];
     CHECK_INT(bad, 0);
     I[2] = -5;
-    CHECK_INT(run_status(p, (int[]){gr, ids, y}, (void *[]){G, I, Y}, 3), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_INT(run_status(p, (int[]){gr, ids, y}, (void *[]){G, I, Y}, 3),
+              TRN_ERROR_INVALID_ARGUMENT);
     CHECK_STR(trn_last_error(), "index -5 is out of bounds for dimension 0 with size 4");
     trn_clear_error();
     trn_program_free(p);
@@ -139,10 +159,13 @@ static void test_gather_reduce(bool keep) {
     trn_graph *g;
     CHECK_INT(trn_graph_create(&g), TRN_SUCCESS);
     int x, t, pick, s;
-    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 2, (int64_t[]){N, K}, (int64_t[]){K, 1}, &x), TRN_SUCCESS);
-    CHECK_INT(trn_graph_input(g, TRN_DTYPE_I64, 2, (int64_t[]){N, 1}, (int64_t[]){1, 1}, &t), TRN_SUCCESS);
-    CHECK_INT(trn_graph_gather(g, x, 1, &t, (int[]){1}, (int[]){0, -1}, 0, TRN_INDEX_ERROR_GATHER, &pick),
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 2, (int64_t[]){N, K}, (int64_t[]){K, 1}, &x),
               TRN_SUCCESS);
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_I64, 2, (int64_t[]){N, 1}, (int64_t[]){1, 1}, &t),
+              TRN_SUCCESS);
+    CHECK_INT(
+        trn_graph_gather(g, x, 1, &t, (int[]){1}, (int[]){0, -1}, 0, TRN_INDEX_ERROR_GATHER, &pick),
+        TRN_SUCCESS);
     CHECK_INT(trn_graph_reduce(g, TRN_GRAPH_SUM, pick, TRN_DTYPE_F32, 3, &s), TRN_SUCCESS);
     CHECK_INT(trn_graph_export(g, s, NULL), TRN_SUCCESS);
     if (keep) CHECK_INT(trn_graph_export(g, pick, NULL), TRN_SUCCESS);
@@ -158,11 +181,13 @@ static void test_gather_reduce(bool keep) {
         T[i] = (i * 3) % K;
         e += X[i * K + T[i]];
     }
-    CHECK_INT(run_status(p, (int[]){x, t, s, pick}, (void *[]){X, T, &S, PK}, keep ? 4 : 3), TRN_SUCCESS);
+    CHECK_INT(run_status(p, (int[]){x, t, s, pick}, (void *[]){X, T, &S, PK}, keep ? 4 : 3),
+              TRN_SUCCESS);
     CHECK(fabs(S - e) < 1e-4);
     for (int i = 0; i < N && keep; i++) CHECK(PK[i] == X[i * K + T[i]]);
     T[8] = K;
-    CHECK_INT(run_status(p, (int[]){x, t, s, pick}, (void *[]){X, T, &S, PK}, keep ? 4 : 3), TRN_ERROR_KERNEL);
+    CHECK_INT(run_status(p, (int[]){x, t, s, pick}, (void *[]){X, T, &S, PK}, keep ? 4 : 3),
+              TRN_ERROR_KERNEL);
     CHECK_STR(trn_last_error(), "index 5 is out of bounds for dimension 1 with size 5");
     trn_clear_error();
     trn_program_free(p);
@@ -175,11 +200,18 @@ static void test_iota(void) {
     trn_graph *g;
     CHECK_INT(trn_graph_create(&g), TRN_SUCCESS);
     int r, c, m, f;
-    CHECK_INT(trn_graph_iota(g, TRN_DTYPE_I64, 2, (int64_t[]){T, T}, (int64_t[]){1, 0}, 0, 0, 1, &r), TRN_SUCCESS);
-    CHECK_INT(trn_graph_iota(g, TRN_DTYPE_I64, 2, (int64_t[]){T, T}, (int64_t[]){0, 1}, 0, 0, 1, &c), TRN_SUCCESS);
-    CHECK_INT(trn_graph_pointwise(g, TRN_EW_LE, TRN_DTYPE_I64, TRN_DTYPE_BOOL, 2, (int[]){c, r}, NULL, &m), TRN_SUCCESS);
+    CHECK_INT(
+        trn_graph_iota(g, TRN_DTYPE_I64, 2, (int64_t[]){T, T}, (int64_t[]){1, 0}, 0, 0, 1, &r),
+        TRN_SUCCESS);
+    CHECK_INT(
+        trn_graph_iota(g, TRN_DTYPE_I64, 2, (int64_t[]){T, T}, (int64_t[]){0, 1}, 0, 0, 1, &c),
+        TRN_SUCCESS);
+    CHECK_INT(trn_graph_pointwise(g, TRN_EW_LE, TRN_DTYPE_I64, TRN_DTYPE_BOOL, 2, (int[]){c, r},
+                                  NULL, &m),
+              TRN_SUCCESS);
     CHECK_INT(trn_graph_export(g, m, NULL), TRN_SUCCESS);
-    CHECK_INT(trn_graph_iota(g, TRN_DTYPE_F32, 1, (int64_t[]){T}, (int64_t[]){1}, 1, 1.5, 0.5, &f), TRN_SUCCESS);
+    CHECK_INT(trn_graph_iota(g, TRN_DTYPE_F32, 1, (int64_t[]){T}, (int64_t[]){1}, 1, 1.5, 0.5, &f),
+              TRN_SUCCESS);
     CHECK_INT(trn_graph_export(g, f, NULL), TRN_SUCCESS);
     trn_program *p = compile(g);
     trn_graph_free(g);
@@ -204,13 +236,18 @@ static void test_scatter_fold(int mode) {
     trn_graph *g;
     CHECK_INT(trn_graph_create(&g), TRN_SUCCESS);
     int x, sv, ids, y, bad_mode;
-    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 1, (int64_t[]){V}, (int64_t[]){1}, &x), TRN_SUCCESS);
-    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 1, (int64_t[]){N}, (int64_t[]){1}, &sv), TRN_SUCCESS);
-    CHECK_INT(trn_graph_input(g, TRN_DTYPE_I64, 1, (int64_t[]){N}, (int64_t[]){1}, &ids), TRN_SUCCESS);
-    CHECK_INT(trn_graph_scatter(g, x, ids, sv, 0, (int[]){-1}, 1 + TRN_GRAPH_MIN + 1, 0, TRN_INDEX_ERROR_GATHER,
-                                &bad_mode),
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 1, (int64_t[]){V}, (int64_t[]){1}, &x),
+              TRN_SUCCESS);
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 1, (int64_t[]){N}, (int64_t[]){1}, &sv),
+              TRN_SUCCESS);
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_I64, 1, (int64_t[]){N}, (int64_t[]){1}, &ids),
+              TRN_SUCCESS);
+    CHECK_INT(trn_graph_scatter(g, x, ids, sv, 0, (int[]){-1}, 1 + TRN_GRAPH_MIN + 1, 0,
+                                TRN_INDEX_ERROR_GATHER, &bad_mode),
               TRN_ERROR_INVALID_ARGUMENT);
-    CHECK_INT(trn_graph_scatter(g, x, ids, sv, 0, (int[]){-1}, 1 + mode, 0, TRN_INDEX_ERROR_GATHER, &y), TRN_SUCCESS);
+    CHECK_INT(
+        trn_graph_scatter(g, x, ids, sv, 0, (int[]){-1}, 1 + mode, 0, TRN_INDEX_ERROR_GATHER, &y),
+        TRN_SUCCESS);
     CHECK_INT(trn_graph_export(g, y, NULL), TRN_SUCCESS);
     trn_program *p = compile(g);
     trn_graph_free(g);
@@ -220,10 +257,14 @@ static void test_scatter_fold(int mode) {
     memcpy(E, X, sizeof E);
     for (int n = 0; n < N; n++) {
         float *a = &E[I[n]], v = S[n];
-        if (mode == TRN_GRAPH_PROD) *a = *a * v;
-        else if (isnan(v)) *a = v;
-        else if (mode == TRN_GRAPH_MAX) *a = *a < v ? v : *a;
-        else *a = v < *a ? v : *a;
+        if (mode == TRN_GRAPH_PROD)
+            *a = *a * v;
+        else if (isnan(v))
+            *a = v;
+        else if (mode == TRN_GRAPH_MAX)
+            *a = *a < v ? v : *a;
+        else
+            *a = v < *a ? v : *a;
     }
     CHECK_INT(run_status(p, (int[]){x, sv, ids, y}, (void *[]){X, S, I, Y}, 4), TRN_SUCCESS);
     int bad = 0;
@@ -239,10 +280,13 @@ static void test_count_styles(trn_graph_index_error style, const char *want) {
     trn_graph *g;
     CHECK_INT(trn_graph_create(&g), TRN_SUCCESS);
     int v, i, y;
-    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 1, (int64_t[]){3}, (int64_t[]){1}, &v), TRN_SUCCESS);
-    CHECK_INT(trn_graph_input(g, TRN_DTYPE_I64, 1, (int64_t[]){4}, (int64_t[]){1}, &i), TRN_SUCCESS);
-    CHECK_INT(trn_graph_gather(g, v, 1, &i, (int[]){0}, (int[]){-1}, 0, (trn_graph_index_error)(TRN_INDEX_ERROR_SOURCE + 1),
-                               &y), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_F32, 1, (int64_t[]){3}, (int64_t[]){1}, &v),
+              TRN_SUCCESS);
+    CHECK_INT(trn_graph_input(g, TRN_DTYPE_I64, 1, (int64_t[]){4}, (int64_t[]){1}, &i),
+              TRN_SUCCESS);
+    CHECK_INT(trn_graph_gather(g, v, 1, &i, (int[]){0}, (int[]){-1}, 0,
+                               (trn_graph_index_error)(TRN_INDEX_ERROR_SOURCE + 1), &y),
+              TRN_ERROR_INVALID_ARGUMENT);
     trn_clear_error();
     CHECK_INT(trn_graph_gather(g, v, 1, &i, (int[]){0}, (int[]){-1}, 0, style, &y), TRN_SUCCESS);
     CHECK_INT(trn_graph_export(g, y, NULL), TRN_SUCCESS);
@@ -271,8 +315,10 @@ int main(void) {
     test_gather_reduce(false);
     test_gather_reduce(true);
     test_iota();
-    test_count_styles(TRN_INDEX_ERROR_COUNT, "shape mismatch: value tensor of size 3 along dimension 0 cannot be "
-                                             "broadcast to indexing result of 5 selected elements");
-    test_count_styles(TRN_INDEX_ERROR_SOURCE, "Number of elements of source < number of ones in mask");
+    test_count_styles(TRN_INDEX_ERROR_COUNT,
+                      "shape mismatch: value tensor of size 3 along dimension 0 cannot be "
+                      "broadcast to indexing result of 5 selected elements");
+    test_count_styles(TRN_INDEX_ERROR_SOURCE,
+                      "Number of elements of source < number of ones in mask");
     return TEST_REPORT();
 }

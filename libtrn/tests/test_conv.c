@@ -33,9 +33,7 @@ static int g_case;
 // summation order (native bfloat16 and float32 staging alike).
 static bool g_exact;
 
-static double operand(void) {
-    return g_exact ? (double)(int)(rng_next() % 9) - 4 : rng_unit();
-}
+static double operand(void) { return g_exact ? (double)(int)(rng_next() % 9) - 4 : rng_unit(); }
 
 static double rounded(trn_dtype dt, double v) {
     uint64_t cell = 0;
@@ -47,7 +45,8 @@ static void check_conv(trn_dtype dt, geo G, bool bias, bool channels_last) {
     g_case++;
     const int sp = G.sp, nd = 2 + sp;
     for (int i = sp; i < 3; i++) G.in[i] = G.k[i] = G.s[i] = G.d[i] = 1, G.p[i] = 0;
-    for (int i = 0; i < 3; i++) G.out[i] = (G.in[i] + 2 * G.p[i] - G.d[i] * (G.k[i] - 1) - 1) / G.s[i] + 1;
+    for (int i = 0; i < 3; i++)
+        G.out[i] = (G.in[i] + 2 * G.p[i] - G.d[i] * (G.k[i] - 1) - 1) / G.s[i] + 1;
     const int64_t cig = G.ci / G.g, cog = G.co / G.g;
     int64_t isz[5] = {G.n, G.ci}, osz[5] = {G.n, G.co}, wsz[5] = {G.co, cig};
     int64_t in_n = G.n * G.ci, out_n = G.n * G.co, w_n = G.co * cig;
@@ -112,7 +111,8 @@ static void check_conv(trn_dtype dt, geo G, bool bias, bool channels_last) {
         }
 
     char *din = dev_alloc(g_stream, (size_t)in_n * es), *dw = dev_alloc(g_stream, (size_t)w_n * es),
-         *db = dev_alloc(g_stream, (size_t)G.co * es), *dout = dev_alloc(g_stream, (size_t)out_n * es);
+         *db = dev_alloc(g_stream, (size_t)G.co * es),
+         *dout = dev_alloc(g_stream, (size_t)out_n * es);
     trn_conv_desc d;
     memset(&d, 0, sizeof d);
     d.dtype = dt, d.spatial = sp, d.n = G.n, d.c_in = G.ci, d.c_out = G.co, d.groups = G.g;
@@ -128,15 +128,14 @@ static void check_conv(trn_dtype dt, geo G, bool bias, bool channels_last) {
     const double tol = g_exact ? 0 : dt == TRN_DTYPE_F32 ? 1e-4 : 3e-2;
     char *got = malloc(((size_t)(in_n > out_n ? in_n : out_n) + w_n + 1) * es);
     int bad = 0;
-#define COMPARE(what, n_, ref)                                                           \
-    for (int64_t i = 0; i < (n_); i++) {                                                 \
-        double g_ = get_elem(dt, got, i), w_ = g_exact ? rounded(dt, (ref)[i]) : (ref)[i]; \
-        if (!(fabs(g_ - w_) <= tol * (1 + fabs(w_)))) {                                  \
-            if (bad++ < 3)                                                               \
-                fprintf(stderr, "case %d %s (%s sp%d g%lld): [%lld] got %g want %g\n",  \
-                        g_case, what, trn_dtype_name(dt), sp, (long long)G.g,            \
-                        (long long)i, g_, w_);                                           \
-        }                                                                                \
+#define COMPARE(what, n_, ref)                                                                     \
+    for (int64_t i = 0; i < (n_); i++) {                                                           \
+        double g_ = get_elem(dt, got, i), w_ = g_exact ? rounded(dt, (ref)[i]) : (ref)[i];         \
+        if (!(fabs(g_ - w_) <= tol * (1 + fabs(w_)))) {                                            \
+            if (bad++ < 3)                                                                         \
+                fprintf(stderr, "case %d %s (%s sp%d g%lld): [%lld] got %g want %g\n", g_case,     \
+                        what, trn_dtype_name(dt), sp, (long long)G.g, (long long)i, g_, w_);       \
+        }                                                                                          \
     }
     // forward
     xfer(g_stream, din, hin, (size_t)in_n * es);
@@ -174,9 +173,12 @@ static void test_shapes(trn_dtype dt) {
     check_conv(dt, (geo){2, 2, 3, 5, 1, {7, 8}, {3, 2}, {1, 2}, {1, 0}, {1, 1}, {0}}, true, false);
     check_conv(dt, (geo){2, 1, 4, 4, 4, {6, 6}, {3, 3}, {1, 1}, {1, 1}, {2, 1}, {0}}, true, false);
     check_conv(dt, (geo){2, 2, 6, 4, 2, {9, 7}, {3, 3}, {2, 1}, {0, 2}, {1, 2}, {0}}, true, true);
-    check_conv(dt, (geo){2, 2, 16, 16, 1, {8, 8}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {0}}, true, false);
-    check_conv(dt, (geo){3, 1, 2, 3, 1, {5, 4, 6}, {2, 3, 2}, {1, 1, 2}, {1, 0, 1}, {1, 1, 1}, {0}}, true, false);
-    check_conv(dt, (geo){3, 2, 4, 2, 2, {4, 5, 5}, {3, 1, 2}, {2, 1, 1}, {1, 0, 0}, {1, 1, 2}, {0}}, false, false);
+    check_conv(dt, (geo){2, 2, 16, 16, 1, {8, 8}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {0}}, true,
+               false);
+    check_conv(dt, (geo){3, 1, 2, 3, 1, {5, 4, 6}, {2, 3, 2}, {1, 1, 2}, {1, 0, 1}, {1, 1, 1}, {0}},
+               true, false);
+    check_conv(dt, (geo){3, 2, 4, 2, 2, {4, 5, 5}, {3, 1, 2}, {2, 1, 1}, {1, 0, 0}, {1, 1, 2}, {0}},
+               false, false);
 }
 
 static void test_empty_batch(void) {
@@ -240,7 +242,8 @@ int main(void) {
     g_exact = true;
     test_shapes(TRN_DTYPE_F32);
     g_exact = false;
-    check_conv(TRN_DTYPE_F16, (geo){2, 2, 3, 5, 1, {7, 8}, {3, 2}, {1, 2}, {1, 0}, {1, 1}, {0}}, true, false);
+    check_conv(TRN_DTYPE_F16, (geo){2, 2, 3, 5, 1, {7, 8}, {3, 2}, {1, 2}, {1, 0}, {1, 1}, {0}},
+               true, false);
     test_empty_batch();
     test_errors();
     return TEST_REPORT();

@@ -22,33 +22,89 @@ static const trn_dtype all_dtypes[] = {
 
 static bool is_complex(trn_dtype d) { return d == TRN_DTYPE_C64 || d == TRN_DTYPE_C128; }
 static bool is_float(trn_dtype d) {
-    return d == TRN_DTYPE_F16 || d == TRN_DTYPE_BF16 || d == TRN_DTYPE_F32 ||
-           d == TRN_DTYPE_F64 || is_complex(d);
+    return d == TRN_DTYPE_F16 || d == TRN_DTYPE_BF16 || d == TRN_DTYPE_F32 || d == TRN_DTYPE_F64 ||
+           is_complex(d);
 }
 static bool is_signed(trn_dtype d) {
-    return d == TRN_DTYPE_I8 || d == TRN_DTYPE_I16 || d == TRN_DTYPE_I32 ||
-           d == TRN_DTYPE_I64 || is_float(d);
+    return d == TRN_DTYPE_I8 || d == TRN_DTYPE_I16 || d == TRN_DTYPE_I32 || d == TRN_DTYPE_I64 ||
+           is_float(d);
 }
 
 // Writes v (exactly representable in d) as element i of an array of d.
 static void put(trn_dtype d, void *base, int64_t i, double v) {
     char *p = (char *)base + i * (int64_t)trn_dtype_size(d);
     switch (d) {
-    case TRN_DTYPE_BOOL: { uint8_t x = v != 0; memcpy(p, &x, 1); break; }
-    case TRN_DTYPE_U8: { uint8_t x = (uint8_t)v; memcpy(p, &x, 1); break; }
-    case TRN_DTYPE_I8: { int8_t x = (int8_t)v; memcpy(p, &x, 1); break; }
-    case TRN_DTYPE_I16: { int16_t x = (int16_t)v; memcpy(p, &x, 2); break; }
-    case TRN_DTYPE_U16: { uint16_t x = (uint16_t)v; memcpy(p, &x, 2); break; }
-    case TRN_DTYPE_I32: { int32_t x = (int32_t)v; memcpy(p, &x, 4); break; }
-    case TRN_DTYPE_U32: { uint32_t x = (uint32_t)v; memcpy(p, &x, 4); break; }
-    case TRN_DTYPE_I64: { int64_t x = (int64_t)v; memcpy(p, &x, 8); break; }
-    case TRN_DTYPE_U64: { uint64_t x = (uint64_t)v; memcpy(p, &x, 8); break; }
-    case TRN_DTYPE_F16: { uint16_t x = trn_float_to_half((float)v); memcpy(p, &x, 2); break; }
-    case TRN_DTYPE_BF16: { uint16_t x = trn_float_to_bf16((float)v); memcpy(p, &x, 2); break; }
-    case TRN_DTYPE_F32: { float x = (float)v; memcpy(p, &x, 4); break; }
+    case TRN_DTYPE_BOOL: {
+        uint8_t x = v != 0;
+        memcpy(p, &x, 1);
+        break;
+    }
+    case TRN_DTYPE_U8: {
+        uint8_t x = (uint8_t)v;
+        memcpy(p, &x, 1);
+        break;
+    }
+    case TRN_DTYPE_I8: {
+        int8_t x = (int8_t)v;
+        memcpy(p, &x, 1);
+        break;
+    }
+    case TRN_DTYPE_I16: {
+        int16_t x = (int16_t)v;
+        memcpy(p, &x, 2);
+        break;
+    }
+    case TRN_DTYPE_U16: {
+        uint16_t x = (uint16_t)v;
+        memcpy(p, &x, 2);
+        break;
+    }
+    case TRN_DTYPE_I32: {
+        int32_t x = (int32_t)v;
+        memcpy(p, &x, 4);
+        break;
+    }
+    case TRN_DTYPE_U32: {
+        uint32_t x = (uint32_t)v;
+        memcpy(p, &x, 4);
+        break;
+    }
+    case TRN_DTYPE_I64: {
+        int64_t x = (int64_t)v;
+        memcpy(p, &x, 8);
+        break;
+    }
+    case TRN_DTYPE_U64: {
+        uint64_t x = (uint64_t)v;
+        memcpy(p, &x, 8);
+        break;
+    }
+    case TRN_DTYPE_F16: {
+        uint16_t x = trn_float_to_half((float)v);
+        memcpy(p, &x, 2);
+        break;
+    }
+    case TRN_DTYPE_BF16: {
+        uint16_t x = trn_float_to_bf16((float)v);
+        memcpy(p, &x, 2);
+        break;
+    }
+    case TRN_DTYPE_F32: {
+        float x = (float)v;
+        memcpy(p, &x, 4);
+        break;
+    }
     case TRN_DTYPE_F64: memcpy(p, &v, 8); break;
-    case TRN_DTYPE_C64: { float x[2] = {(float)v, 0}; memcpy(p, x, 8); break; }
-    case TRN_DTYPE_C128: { double x[2] = {v, 0}; memcpy(p, x, 16); break; }
+    case TRN_DTYPE_C64: {
+        float x[2] = {(float)v, 0};
+        memcpy(p, x, 8);
+        break;
+    }
+    case TRN_DTYPE_C128: {
+        double x[2] = {v, 0};
+        memcpy(p, x, 16);
+        break;
+    }
     default: break;
     }
 }
@@ -58,34 +114,89 @@ static double get(trn_dtype d, const void *base, int64_t i) {
     const char *p = (const char *)base + i * (int64_t)trn_dtype_size(d);
     switch (d) {
     case TRN_DTYPE_BOOL:
-    case TRN_DTYPE_U8: { uint8_t x; memcpy(&x, p, 1); return x; }
-    case TRN_DTYPE_I8: { int8_t x; memcpy(&x, p, 1); return x; }
-    case TRN_DTYPE_I16: { int16_t x; memcpy(&x, p, 2); return x; }
-    case TRN_DTYPE_U16: { uint16_t x; memcpy(&x, p, 2); return x; }
-    case TRN_DTYPE_I32: { int32_t x; memcpy(&x, p, 4); return x; }
-    case TRN_DTYPE_U32: { uint32_t x; memcpy(&x, p, 4); return x; }
-    case TRN_DTYPE_I64: { int64_t x; memcpy(&x, p, 8); return (double)x; }
-    case TRN_DTYPE_U64: { uint64_t x; memcpy(&x, p, 8); return (double)x; }
-    case TRN_DTYPE_F16: { uint16_t x; memcpy(&x, p, 2); return trn_half_to_float(x); }
-    case TRN_DTYPE_BF16: { uint16_t x; memcpy(&x, p, 2); return trn_bf16_to_float(x); }
+    case TRN_DTYPE_U8: {
+        uint8_t x;
+        memcpy(&x, p, 1);
+        return x;
+    }
+    case TRN_DTYPE_I8: {
+        int8_t x;
+        memcpy(&x, p, 1);
+        return x;
+    }
+    case TRN_DTYPE_I16: {
+        int16_t x;
+        memcpy(&x, p, 2);
+        return x;
+    }
+    case TRN_DTYPE_U16: {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        return x;
+    }
+    case TRN_DTYPE_I32: {
+        int32_t x;
+        memcpy(&x, p, 4);
+        return x;
+    }
+    case TRN_DTYPE_U32: {
+        uint32_t x;
+        memcpy(&x, p, 4);
+        return x;
+    }
+    case TRN_DTYPE_I64: {
+        int64_t x;
+        memcpy(&x, p, 8);
+        return (double)x;
+    }
+    case TRN_DTYPE_U64: {
+        uint64_t x;
+        memcpy(&x, p, 8);
+        return (double)x;
+    }
+    case TRN_DTYPE_F16: {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        return trn_half_to_float(x);
+    }
+    case TRN_DTYPE_BF16: {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        return trn_bf16_to_float(x);
+    }
     case TRN_DTYPE_F32:
-    case TRN_DTYPE_C64: { float x; memcpy(&x, p, 4); return x; }
+    case TRN_DTYPE_C64: {
+        float x;
+        memcpy(&x, p, 4);
+        return x;
+    }
     case TRN_DTYPE_F64:
-    case TRN_DTYPE_C128: { double x; memcpy(&x, p, 8); return x; }
+    case TRN_DTYPE_C128: {
+        double x;
+        memcpy(&x, p, 8);
+        return x;
+    }
     default: return 0;
     }
 }
 
 static double get_imag(trn_dtype d, const void *base, int64_t i) {
     const char *p = (const char *)base + i * (int64_t)trn_dtype_size(d);
-    if (d == TRN_DTYPE_C64) { float x; memcpy(&x, p + 4, 4); return x; }
-    if (d == TRN_DTYPE_C128) { double x; memcpy(&x, p + 8, 8); return x; }
+    if (d == TRN_DTYPE_C64) {
+        float x;
+        memcpy(&x, p + 4, 4);
+        return x;
+    }
+    if (d == TRN_DTYPE_C128) {
+        double x;
+        memcpy(&x, p + 8, 8);
+        return x;
+    }
     return 0;
 }
 
 // Contiguous 1-d copy of n elements, synchronised.
-static trn_status copy1(void *dst, trn_dtype dd, const void *src, trn_dtype sd,
-                        int64_t n) {
+static trn_status copy1(void *dst, trn_dtype dd, const void *src, trn_dtype sd, int64_t n) {
     int64_t one = 1;
     trn_copy_desc c = {1, &n, dst, &one, dd, src, &one, sd};
     trn_status st = trn_copy_launch(g_stream, &c);
@@ -118,9 +229,12 @@ static void test_all_pairs(void) {
             CHECK_OK(copy1(dst, dd, src, sd, n));
             for (int i = 0; i < n; i++) {
                 double v = used[i], want;
-                if (dd == TRN_DTYPE_BOOL) want = v != 0;
-                else if (is_float(dd)) want = v;
-                else want = trunc(v);
+                if (dd == TRN_DTYPE_BOOL)
+                    want = v != 0;
+                else if (is_float(dd))
+                    want = v;
+                else
+                    want = trunc(v);
                 if (!is_signed(dd) && want < 0) {  // two's complement wrap
                     int bits = 8 * (int)trn_dtype_size(dd);
                     want += bits == 64 ? 18446744073709551616.0 : ldexp(1, bits);
@@ -128,8 +242,8 @@ static void test_all_pairs(void) {
                 double got = get(dd, dst, i);
                 if (got != want || get_imag(dd, dst, i) != 0) {
                     test_fail_header(__FILE__, __LINE__);
-                    fprintf(stderr, "%s -> %s of %g: got %.17g, want %.17g\n",
-                            trn_dtype_name(sd), trn_dtype_name(dd), v, got, want);
+                    fprintf(stderr, "%s -> %s of %g: got %.17g, want %.17g\n", trn_dtype_name(sd),
+                            trn_dtype_name(dd), v, got, want);
                 } else {
                     test_passed++;
                 }
@@ -144,34 +258,42 @@ static void test_all_pairs(void) {
 
 // Float -> integer for special values, as PyTorch computes it.
 #define NSPECIAL 15
-static const double special[NSPECIAL] = {
-    NAN, INFINITY, -INFINITY, 1e10, -1e10, 3e9, -3e9, 1e20, -1e20,
-    300.7, -300.7, 2.5, -2.5, -129.5, 70000.0};
+static const double special[NSPECIAL] = {NAN,    INFINITY, -INFINITY, 1e10,   -1e10,
+                                         3e9,    -3e9,     1e20,      -1e20,  300.7,
+                                         -300.7, 2.5,      -2.5,      -129.5, 70000.0};
 #define I64MIN INT64_MIN
 #define I32MIN INT32_MIN
 static const int64_t want_i64[NSPECIAL] = {
-    I64MIN, I64MIN, I64MIN, 10000000000, -10000000000, 3000000000,
-    -3000000000, I64MIN, I64MIN, 300, -300, 2, -2, -129, 70000};
-static const int64_t want_i32[NSPECIAL] = {
-    I32MIN, I32MIN, I32MIN, I32MIN, I32MIN, I32MIN, I32MIN, I32MIN, I32MIN,
-    300, -300, 2, -2, -129, 70000};
-static const int64_t want_i16[NSPECIAL] = {0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                           300, -300, 2, -2, -129, 4464};
-static const int64_t want_i8[NSPECIAL] = {0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                          44, -44, 2, -2, 127, 112};
-static const int64_t want_u8[NSPECIAL] = {0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                          44, 212, 2, 254, 127, 112};
-static const int64_t want_u16[NSPECIAL] = {0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                           300, 65236, 2, 65534, 65407, 4464};
+    I64MIN, I64MIN, I64MIN, 10000000000, -10000000000, 3000000000, -3000000000, I64MIN,
+    I64MIN, 300,    -300,   2,           -2,           -129,       70000};
+static const int64_t want_i32[NSPECIAL] = {I32MIN, I32MIN, I32MIN, I32MIN, I32MIN,
+                                           I32MIN, I32MIN, I32MIN, I32MIN, 300,
+                                           -300,   2,      -2,     -129,   70000};
+static const int64_t want_i16[NSPECIAL] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 300, -300, 2, -2, -129, 4464};
+static const int64_t want_i8[NSPECIAL] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 44, -44, 2, -2, 127, 112};
+static const int64_t want_u8[NSPECIAL] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 44, 212, 2, 254, 127, 112};
+static const int64_t want_u16[NSPECIAL] = {0, 0,   0,     0, 0,     0,     0,   0,
+                                           0, 300, 65236, 2, 65534, 65407, 4464};
 static const int64_t want_u32[NSPECIAL] = {
-    0, 0, 0, 1410065408, 2884901888, 3000000000, 1294967296, 0, 0,
-    300, 4294966996, 2, 4294967294, 4294967167, 70000};
+    0, 0,   0,          1410065408, 2884901888, 3000000000, 1294967296, 0,
+    0, 300, 4294966996, 2,          4294967294, 4294967167, 70000};
 #define U64(x) ((uint64_t)(x))
 #define P63 (UINT64_C(1) << 63)
-static const uint64_t want_u64[NSPECIAL] = {
-    P63, 0, P63, 10000000000u, U64(0) - 10000000000u, 3000000000u,
-    U64(0) - 3000000000u, 0, P63, 300, U64(0) - 300, 2, U64(0) - 2,
-    U64(0) - 129, 70000};
+static const uint64_t want_u64[NSPECIAL] = {P63,
+                                            0,
+                                            P63,
+                                            10000000000u,
+                                            U64(0) - 10000000000u,
+                                            3000000000u,
+                                            U64(0) - 3000000000u,
+                                            0,
+                                            P63,
+                                            300,
+                                            U64(0) - 300,
+                                            2,
+                                            U64(0) - 2,
+                                            U64(0) - 129,
+                                            70000};
 
 static uint64_t get_bits(trn_dtype d, const void *base, int i) {
     size_t n = trn_dtype_size(d);
@@ -180,30 +302,30 @@ static uint64_t get_bits(trn_dtype d, const void *base, int i) {
     return x;
 }
 
-static void check_special_target(trn_dtype sd, const void *src, trn_dtype dd,
-                                 const void *want, bool want_is_u64) {
+static void check_special_target(trn_dtype sd, const void *src, trn_dtype dd, const void *want,
+                                 bool want_is_u64) {
     _Alignas(16) unsigned char dst[NSPECIAL * 16];
     CHECK_OK(copy1(dst, dd, src, sd, NSPECIAL));
     size_t n = trn_dtype_size(dd);
     uint64_t mask = n == 8 ? UINT64_MAX : (UINT64_C(1) << (8 * n)) - 1;
     for (int i = 0; i < NSPECIAL; i++) {
-        uint64_t w = want_is_u64 ? ((const uint64_t *)want)[i]
-                                 : (uint64_t)((const int64_t *)want)[i];
+        uint64_t w =
+            want_is_u64 ? ((const uint64_t *)want)[i] : (uint64_t)((const int64_t *)want)[i];
         uint64_t got = get_bits(dd, dst, i);
         if ((w & mask) == got) {
             test_passed++;
         } else {
             test_fail_header(__FILE__, __LINE__);
-            fprintf(stderr, "%s -> %s of %g: got %llu, want %llu\n",
-                    trn_dtype_name(sd), trn_dtype_name(dd), special[i],
-                    (unsigned long long)got, (unsigned long long)(w & mask));
+            fprintf(stderr, "%s -> %s of %g: got %llu, want %llu\n", trn_dtype_name(sd),
+                    trn_dtype_name(dd), special[i], (unsigned long long)got,
+                    (unsigned long long)(w & mask));
         }
     }
 }
 
 static void test_special_values(void) {
-    static const trn_dtype sources[] = {TRN_DTYPE_F32, TRN_DTYPE_F64,
-                                        TRN_DTYPE_C64, TRN_DTYPE_C128};
+    static const trn_dtype sources[] = {TRN_DTYPE_F32, TRN_DTYPE_F64, TRN_DTYPE_C64,
+                                        TRN_DTYPE_C128};
     for (size_t k = 0; k < sizeof sources / sizeof sources[0]; k++) {
         trn_dtype sd = sources[k];
         _Alignas(16) unsigned char src[NSPECIAL * 16];
@@ -240,21 +362,19 @@ static void test_special_values(void) {
 
 static void test_half_rounding(void) {
     // float32 -> float16, round to nearest even (values checked with PyTorch)
-    const float f[] = {1 + 0x1p-11f, 1 + 3 * 0x1p-11f, 0x1p-24f, 0x1p-25f,
-                       3 * 0x1p-25f, 65504.0f, 65519.99f, 6e-5f, 65520.0f,
-                       -65520.0f, 1e-8f, 3.4e38f, -0.0f};
-    const uint16_t want_h[] = {0x3C00, 0x3C02, 0x0001, 0x0000, 0x0002, 0x7BFF,
-                               0x7BFF, 0x03EF, 0x7C00, 0xFC00, 0x0000, 0x7C00,
-                               0x8000};
+    const float f[] = {1 + 0x1p-11f, 1 + 3 * 0x1p-11f, 0x1p-24f, 0x1p-25f, 3 * 0x1p-25f,
+                       65504.0f,     65519.99f,        6e-5f,    65520.0f, -65520.0f,
+                       1e-8f,        3.4e38f,          -0.0f};
+    const uint16_t want_h[] = {0x3C00, 0x3C02, 0x0001, 0x0000, 0x0002, 0x7BFF, 0x7BFF,
+                               0x03EF, 0x7C00, 0xFC00, 0x0000, 0x7C00, 0x8000};
     enum { NF = sizeof f / sizeof f[0] };
     uint16_t h[NF];
     CHECK_OK(copy1(h, TRN_DTYPE_F16, f, TRN_DTYPE_F32, NF));
     for (int i = 0; i < NF; i++) CHECK_INT(h[i], want_h[i]);
 
     const float g[] = {1 + 0x1p-8f, 1 + 3 * 0x1p-8f, 3.4e38f, -3.4e38f,
-                       0x1p-133f, 1e-40f, 1.0f, -2.5f};
-    const uint16_t want_b[] = {0x3F80, 0x3F82, 0x7F80, 0xFF80,
-                               0x0001, 0x0001, 0x3F80, 0xC020};
+                       0x1p-133f,   1e-40f,          1.0f,    -2.5f};
+    const uint16_t want_b[] = {0x3F80, 0x3F82, 0x7F80, 0xFF80, 0x0001, 0x0001, 0x3F80, 0xC020};
     enum { NG = sizeof g / sizeof g[0] };
     uint16_t b[NG];
     CHECK_OK(copy1(b, TRN_DTYPE_BF16, g, TRN_DTYPE_F32, NG));
@@ -313,10 +433,12 @@ static void test_half_rounding(void) {
             bool nan = isnan(wide[i]);
             bool is_nan_bits = pass == 0 ? (i & 0x7C00) == 0x7C00 && (i & 0x3FF)
                                          : (i & 0x7F80) == 0x7F80 && (i & 0x7F);
-            if (nan != is_nan_bits) mismatches++;
-            else if (!nan && back[i] != bits[i]) mismatches++;
-            else if (nan && !isnan(pass == 0 ? trn_half_to_float(back[i])
-                                             : trn_bf16_to_float(back[i])))
+            if (nan != is_nan_bits)
+                mismatches++;
+            else if (!nan && back[i] != bits[i])
+                mismatches++;
+            else if (nan &&
+                     !isnan(pass == 0 ? trn_half_to_float(back[i]) : trn_bf16_to_float(back[i])))
                 mismatches++;
         }
         CHECK_INT(mismatches, 0);
@@ -346,10 +468,14 @@ static void test_bf16_runs(void) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         uint32_t u = (uint32_t)(x >> 32);
         const int group = i / 16;
-        if (group % 5 == 0 && i % 16 == 3) u &= 0x807FFFFFu;           // denormal or zero
-        else if (group % 7 == 1 && i % 16 == 9) u |= 0x7F800000u;       // inf or NaN
-        else if (group % 3 == 2 && i % 16 == 5) u = (u & 0xFFFF0000u) | 0x8000u;  // tie
-        else if (group % 5 != 0) u = (u & 0x807FFFFFu) | ((u % 200 + 27) << 23);  // normal
+        if (group % 5 == 0 && i % 16 == 3)
+            u &= 0x807FFFFFu;  // denormal or zero
+        else if (group % 7 == 1 && i % 16 == 9)
+            u |= 0x7F800000u;  // inf or NaN
+        else if (group % 3 == 2 && i % 16 == 5)
+            u = (u & 0xFFFF0000u) | 0x8000u;  // tie
+        else if (group % 5 != 0)
+            u = (u & 0x807FFFFFu) | ((u % 200 + 27) << 23);  // normal
         bits[i] = u;
     }
     float *src = malloc((N + 1) * sizeof *src);
@@ -394,9 +520,8 @@ static void test_complex(void) {
 }
 
 // Launches a copy with arrays that go out of scope before it runs.
-static trn_status launch_nd(int ndim, const int64_t *sizes, void *dst,
-                            const int64_t *dstr, trn_dtype dd, const void *src,
-                            const int64_t *sstr, trn_dtype sd) {
+static trn_status launch_nd(int ndim, const int64_t *sizes, void *dst, const int64_t *dstr,
+                            trn_dtype dd, const void *src, const int64_t *sstr, trn_dtype sd) {
     int64_t s[TRN_MAX_DIMS], a[TRN_MAX_DIMS], b[TRN_MAX_DIMS];
     memcpy(s, sizes, (size_t)ndim * 8);
     memcpy(a, dstr, (size_t)ndim * 8);
@@ -423,8 +548,8 @@ static void test_layouts(void) {
     CHECK_INT(bad, 0);
 
     // Same dtype, strided, each element size; negative source stride.
-    static const trn_dtype by_size[] = {TRN_DTYPE_U8, TRN_DTYPE_I16, TRN_DTYPE_F32,
-                                        TRN_DTYPE_F64, TRN_DTYPE_C128};
+    static const trn_dtype by_size[] = {TRN_DTYPE_U8, TRN_DTYPE_I16, TRN_DTYPE_F32, TRN_DTYPE_F64,
+                                        TRN_DTYPE_C128};
     for (size_t k = 0; k < 5; k++) {
         trn_dtype d = by_size[k];
         _Alignas(16) unsigned char src[10 * 16], dst[10 * 16];
@@ -496,15 +621,14 @@ static void test_layouts(void) {
     int64_t stride = 1;
     for (int i = TRN_MAX_DIMS - 1; i >= 0; i--) {
         if (s64[i] == 2) {
-            d64[i] = stride;          // contiguous destination
+            d64[i] = stride;            // contiguous destination
             r64[i] = 256 / stride / 2;  // source with reversed dim order
             stride *= 2;
         }
     }
     uint8_t src256[256], dst256[256];
     for (int i = 0; i < 256; i++) src256[i] = (uint8_t)i;
-    CHECK_OK(launch_nd(TRN_MAX_DIMS, s64, dst256, d64, TRN_DTYPE_U8, src256, r64,
-                       TRN_DTYPE_U8));
+    CHECK_OK(launch_nd(TRN_MAX_DIMS, s64, dst256, d64, TRN_DTYPE_U8, src256, r64, TRN_DTYPE_U8));
     CHECK_OK(trn_stream_synchronize(g_stream));
     bad = 0;
     for (int i = 0; i < 256; i++) {
@@ -557,8 +681,7 @@ static void test_device_memory(void) {
         // A copy running past its block is caught as a deferred error.
         int64_t too_many = 257;
         float sink[257];
-        trn_copy_desc c5 = {1, &too_many, sink, &one, TRN_DTYPE_F32, d0, &one,
-                            TRN_DTYPE_F32};
+        trn_copy_desc c5 = {1, &too_many, sink, &one, TRN_DTYPE_F32, d0, &one, TRN_DTYPE_F32};
         CHECK_OK(trn_copy_launch(g_stream, &c5));
         CHECK_STATUS(trn_stream_synchronize(g_stream), TRN_ERROR_INVALID_POINTER);
         CHECK_CONTAINS(trn_last_error(), "runs past the end");
@@ -574,37 +697,52 @@ static void test_invalid(void) {
     trn_copy_desc c;
     CHECK_STATUS(trn_copy_launch(NULL, &ok), TRN_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(trn_copy_launch(g_stream, NULL), TRN_ERROR_INVALID_ARGUMENT);
-    c = ok; c.ndim = -1;
+    c = ok;
+    c.ndim = -1;
     CHECK_STATUS(trn_copy_launch(g_stream, &c), TRN_ERROR_INVALID_ARGUMENT);
     CHECK_CONTAINS(trn_last_error(), "ndim -1");
-    c = ok; c.ndim = TRN_MAX_DIMS + 1;
+    c = ok;
+    c.ndim = TRN_MAX_DIMS + 1;
     CHECK_STATUS(trn_copy_launch(g_stream, &c), TRN_ERROR_INVALID_ARGUMENT);
-    c = ok; c.sizes = NULL;
+    c = ok;
+    c.sizes = NULL;
     CHECK_STATUS(trn_copy_launch(g_stream, &c), TRN_ERROR_INVALID_ARGUMENT);
-    c = ok; c.src_strides = NULL;
+    c = ok;
+    c.src_strides = NULL;
     CHECK_STATUS(trn_copy_launch(g_stream, &c), TRN_ERROR_INVALID_ARGUMENT);
-    c = ok; c.sizes = &neg;
+    c = ok;
+    c.sizes = &neg;
     CHECK_STATUS(trn_copy_launch(g_stream, &c), TRN_ERROR_INVALID_ARGUMENT);
     CHECK_CONTAINS(trn_last_error(), "negative");
-    c = ok; c.dst_dtype = TRN_DTYPE_COUNT;
+    c = ok;
+    c.dst_dtype = TRN_DTYPE_COUNT;
     CHECK_STATUS(trn_copy_launch(g_stream, &c), TRN_ERROR_INVALID_ARGUMENT);
     CHECK_CONTAINS(trn_last_error(), "invalid dtype");
-    c = ok; c.src_dtype = (trn_dtype)-3;
+    c = ok;
+    c.src_dtype = (trn_dtype)-3;
     CHECK_STATUS(trn_copy_launch(g_stream, &c), TRN_ERROR_INVALID_ARGUMENT);
-    c = ok; c.dst = NULL;
+    c = ok;
+    c.dst = NULL;
     CHECK_STATUS(trn_copy_launch(g_stream, &c), TRN_ERROR_INVALID_ARGUMENT);
     CHECK_CONTAINS(trn_last_error(), "dst pointer is NULL");
-    c = ok; c.src = NULL;
+    c = ok;
+    c.src = NULL;
     CHECK_STATUS(trn_copy_launch(g_stream, &c), TRN_ERROR_INVALID_ARGUMENT);
-    c = ok; c.dst_strides = &zero;
+    c = ok;
+    c.dst_strides = &zero;
     CHECK_STATUS(trn_copy_launch(g_stream, &c), TRN_ERROR_INVALID_ARGUMENT);
     CHECK_CONTAINS(trn_last_error(), "dst stride of dim 0 is 0");
     int64_t huge = INT64_MAX / 2;
-    c = ok; c.src_strides = &huge;
+    c = ok;
+    c.src_strides = &huge;
     CHECK_STATUS(trn_copy_launch(g_stream, &c), TRN_ERROR_INVALID_ARGUMENT);
     CHECK_CONTAINS(trn_last_error(), "overflow");
     int64_t sizes2[2] = {INT64_MAX, 4}, str2[2] = {1, 1};
-    c = ok; c.ndim = 2; c.sizes = sizes2; c.dst_strides = str2; c.src_strides = str2;
+    c = ok;
+    c.ndim = 2;
+    c.sizes = sizes2;
+    c.dst_strides = str2;
+    c.src_strides = str2;
     CHECK_STATUS(trn_copy_launch(g_stream, &c), TRN_ERROR_INVALID_ARGUMENT);
     CHECK_OK(trn_copy_launch(g_stream, &ok));
     CHECK_OK(trn_stream_synchronize(g_stream));
@@ -640,8 +778,8 @@ static void test_parallel_pieces(void) {
                     const int i = (a * B + b) * C + c;
                     const uint16_t want = half == TRN_DTYPE_BF16 ? trn_float_to_bf16(src[i])
                                                                  : trn_float_to_half(src[i]);
-                    const float wf = half == TRN_DTYPE_BF16 ? trn_bf16_to_float(want)
-                                                            : trn_half_to_float(want);
+                    const float wf =
+                        half == TRN_DTYPE_BF16 ? trn_bf16_to_float(want) : trn_half_to_float(want);
                     const float got = back[(a * C + c) * B + b];
                     bad += dst[i] != want;
                     bad += memcmp(&got, &wf, 4) != 0;
@@ -659,7 +797,8 @@ done:
 static void test_transpose_tiles(void) {
     enum { R = 75, C = 130 };
     static uint64_t src[R * C], dst[R * C];
-    for (int i = 0; i < R * C; i++) src[i] = UINT64_C(0x0101010101010101) * (uint64_t)(i % 251) + (uint64_t)i;
+    for (int i = 0; i < R * C; i++)
+        src[i] = UINT64_C(0x0101010101010101) * (uint64_t)(i % 251) + (uint64_t)i;
     static const trn_dtype by_size[] = {TRN_DTYPE_I16, TRN_DTYPE_F32, TRN_DTYPE_I64};
     for (int k = 0; k < 3; k++) {
         const trn_dtype d = by_size[k];
@@ -668,7 +807,8 @@ static void test_transpose_tiles(void) {
             // dir 0: dst [C][R] contiguous <- src [R][C] read transposed;
             // dir 1: dst written transposed, src read contiguously.
             int64_t sizes[2] = {C, R}, dstr[2] = {R, 1}, sstr[2] = {1, C};
-            if (dir == 1) sizes[0] = R, sizes[1] = C, dstr[0] = 1, dstr[1] = R, sstr[0] = C, sstr[1] = 1;
+            if (dir == 1)
+                sizes[0] = R, sizes[1] = C, dstr[0] = 1, dstr[1] = R, sstr[0] = C, sstr[1] = 1;
             memset(dst, 0, sizeof dst);
             CHECK_OK(launch_nd(2, sizes, dst, dstr, d, src, sstr, d));
             CHECK_OK(trn_stream_synchronize(g_stream));

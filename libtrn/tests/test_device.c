@@ -66,10 +66,14 @@ static void check_env(const char *visible, const char *num, int expected,
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
-        if (visible) setenv("NEURON_RT_VISIBLE_CORES", visible, 1);
-        else unsetenv("NEURON_RT_VISIBLE_CORES");
-        if (num) setenv("NEURON_RT_NUM_CORES", num, 1);
-        else unsetenv("NEURON_RT_NUM_CORES");
+        if (visible)
+            setenv("NEURON_RT_VISIBLE_CORES", visible, 1);
+        else
+            unsetenv("NEURON_RT_VISIBLE_CORES");
+        if (num)
+            setenv("NEURON_RT_NUM_CORES", num, 1);
+        else
+            unsetenv("NEURON_RT_NUM_CORES");
         CHECK_INT(trn_device_count(), expected);
         CHECK_INT(trn_device_count(), expected);  // stable
         if (message_part != NULL) {
@@ -160,7 +164,7 @@ int main(void) {
     unsetenv("NEURON_RT_NUM_CORES");
     setenv("TORCH_NEURONX_HBM_SIZE", "3G", 1);
     CHECK(!trn_runtime_is_initialized());
-    CHECK_OK(trn_device_synchronize(0));  // nothing to wait for yet
+    CHECK_OK(trn_device_synchronize(0));   // nothing to wait for yet
     CHECK(!trn_runtime_is_initialized());  // device calls alone do not init
     test_current();
     test_props();

@@ -83,8 +83,9 @@ static double sweep(trn_ew_op op, ref1 ref, double lo, double hi, int n, double 
         if (fabs(want) < floor_abs) e = fabs((double)y[i] - want) <= floor_abs ? 0 : e;
         if (e > worst) {
             worst = e;
-            if (e > 4 && worst < 1e3) fprintf(stderr, "  %s(%.9g) = %.9g, libm %.9g (%.1f ulp)\n",
-                               trn_ew_op_name(op), x[i], y[i], want, e);
+            if (e > 4 && worst < 1e3)
+                fprintf(stderr, "  %s(%.9g) = %.9g, libm %.9g (%.1f ulp)\n", trn_ew_op_name(op),
+                        x[i], y[i], want, e);
         }
     }
     free(x);
@@ -93,7 +94,11 @@ static double sweep(trn_ew_op op, ref1 ref, double lo, double hi, int n, double 
 }
 
 static void test_transcendental_accuracy(void) {
-    struct { trn_ew_op op; ref1 ref; double lo, hi, max_ulp, floor_abs; } cases[] = {
+    struct {
+        trn_ew_op op;
+        ref1 ref;
+        double lo, hi, max_ulp, floor_abs;
+    } cases[] = {
         {TRN_EW_EXP, exp, -104, 89, 1, 0},
         {TRN_EW_EXP2, exp2, -149, 128, 1, 0},
         {TRN_EW_EXPM1, expm1, -20, 88, 1, 0},
@@ -135,8 +140,8 @@ static void test_transcendental_accuracy(void) {
         {TRN_EW_RSQRT, ref_rsqrt, 1e-6, 1e6, 1.5, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const double worst = sweep(cases[i].op, cases[i].ref, cases[i].lo, cases[i].hi, 200001,
-                                   cases[i].floor_abs);
+        const double worst =
+            sweep(cases[i].op, cases[i].ref, cases[i].lo, cases[i].hi, 200001, cases[i].floor_abs);
         if (worst > cases[i].max_ulp)
             fprintf(stderr, "%s on [%g, %g]: %.2f ulp (max %.1f)\n", trn_ew_op_name(cases[i].op),
                     cases[i].lo, cases[i].hi, worst, cases[i].max_ulp);
@@ -298,8 +303,8 @@ static void test_layouts(void) {
     CHECK(trn_bf16_to_float(bf[0]) == 1.0f && trn_bf16_to_float(bf[1]) == 2.0f &&
           trn_bf16_to_float(bf[2]) == 3.0f);
     float inplace[4] = {1, 2, 3, 4};
-    CHECK_OK(run1d(TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 4, inplace, inplace, inplace, NULL,
-                   NULL));
+    CHECK_OK(
+        run1d(TRN_EW_MUL, TRN_DTYPE_F32, TRN_DTYPE_F32, 4, inplace, inplace, inplace, NULL, NULL));
     CHECK(inplace[3] == 16.0f);
 
     // A large launch runs on every thread and still covers each element once.
@@ -324,7 +329,8 @@ static void test_device_memory(void) {
     float host[1024];
     for (int i = 0; i < 1024; i++) host[i] = (float)i - 512.0f;
     int64_t n[1] = {1024}, s4[1] = {4}, s1[1] = {1};
-    trn_copy_desc c = {1, n, da, (int64_t[]){1}, TRN_DTYPE_F32, host, (int64_t[]){1}, TRN_DTYPE_F32};
+    trn_copy_desc c = {
+        1, n, da, (int64_t[]){1}, TRN_DTYPE_F32, host, (int64_t[]){1}, TRN_DTYPE_F32};
     CHECK_OK(trn_copy_launch(g_stream, &c));
     trn_ew_desc d;
     memset(&d, 0, sizeof d);
@@ -342,7 +348,8 @@ static void test_device_memory(void) {
     d.scalar_in[1].f = 0.5;
     CHECK_OK(trn_ew_launch(g_stream, &d));
     uint8_t back[1024];
-    trn_copy_desc r = {1, n, back, (int64_t[]){1}, TRN_DTYPE_BOOL, db, (int64_t[]){1}, TRN_DTYPE_BOOL};
+    trn_copy_desc r = {
+        1, n, back, (int64_t[]){1}, TRN_DTYPE_BOOL, db, (int64_t[]){1}, TRN_DTYPE_BOOL};
     CHECK_OK(trn_copy_launch(g_stream, &r));
     CHECK_OK(trn_stream_synchronize(g_stream));
     int bad = 0;
@@ -411,7 +418,7 @@ static double dref(trn_ew_op op, double x, const double *p) {
     }
     case TRN_EW_SILU_BACKWARD: return g * s * (1 + x * (1 - s));
     case TRN_EW_ELU_BACKWARD: return x <= 0 ? g * p[2] * p[0] * p[1] * exp(x * p[2]) : g * p[1];
-    case TRN_EW_SOFTPLUS_BACKWARD: return x * p[0] > p[1] ? g : g * s;  /* beta 1 */
+    case TRN_EW_SOFTPLUS_BACKWARD: return x * p[0] > p[1] ? g : g * s; /* beta 1 */
     case TRN_EW_MISH_BACKWARD: {
         const double t = tanh(log1p(exp(x)));
         return g * (t + x * s * (1 - t * t));
@@ -430,7 +437,10 @@ static void test_activation_backward(void) {
         gr[i] = 1.5f;
         gd[i] = 1.5;
     }
-    struct { trn_ew_op op; double p[4]; } cases[] = {
+    struct {
+        trn_ew_op op;
+        double p[4];
+    } cases[] = {
         {TRN_EW_THRESHOLD_BACKWARD, {0.5, 0, 0, 0}},
         {TRN_EW_SIGMOID_BACKWARD, {0}},
         {TRN_EW_TANH_BACKWARD, {0}},
@@ -458,7 +468,8 @@ static void test_activation_backward(void) {
         CHECK(worst <= 2e-5);
         // float64 computed natively must match the double reference closely
         // (only checked when the policy computes float64 in double).
-        CHECK_OK(run1d(cases[c].op, TRN_DTYPE_F64, TRN_DTYPE_F64, N, outd, gd, xd, NULL, cases[c].p));
+        CHECK_OK(
+            run1d(cases[c].op, TRN_DTYPE_F64, TRN_DTYPE_F64, N, outd, gd, xd, NULL, cases[c].p));
         worst = 0;
         for (int i = 0; i < N; i++) {
             const double want = dref(cases[c].op, xd[i], cases[c].p);
@@ -508,7 +519,8 @@ static void test_add16_cpu_rounding(void) {
             const float x = trn_bf16_to_float(a[i]), y = trn_bf16_to_float(b[i]);
             const int tail = i % 35000 >= 35000 - 24;
             tails += tail;
-            const float want = tail ? bf16_round(x + bf16_round(al * y)) : bf16_round(fmaf(al, y, x));
+            const float want =
+                tail ? bf16_round(x + bf16_round(al * y)) : bf16_round(fmaf(al, y, x));
             bad += o[i] != trn_float_to_bf16(want);
         }
         CHECK_INT(tails, 48);

@@ -35,7 +35,8 @@ static void test_elementwise(void) {
         ts[t] = (trn_foreach_tensor){o[t], a[t], b[t], c[t], sizes[t], 0.25 * (t + 1)};
     }
     // addcdiv with per-tensor scalars
-    trn_foreach_desc d = {TRN_FOREACH_ADDCDIV, TRN_DTYPE_F32, NT, ts, 1.0, NULL, TRN_DTYPE_F32, 2, 0, 0};
+    trn_foreach_desc d = {
+        TRN_FOREACH_ADDCDIV, TRN_DTYPE_F32, NT, ts, 1.0, NULL, TRN_DTYPE_F32, 2, 0, 0};
     CHECK_OK(trn_foreach_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     double worst = 0;
@@ -46,14 +47,16 @@ static void test_elementwise(void) {
     // add List with alpha, in place into a
     for (int t = 0; t < NT; t++) ts[t] = (trn_foreach_tensor){a[t], a[t], b[t], NULL, sizes[t], 0};
     float keep0 = a[0][123456], b0 = b[0][123456];
-    d = (trn_foreach_desc){TRN_FOREACH_ADD, TRN_DTYPE_F32, NT, ts, -0.5, NULL, TRN_DTYPE_F32, 2, 0, 0};
+    d = (trn_foreach_desc){
+        TRN_FOREACH_ADD, TRN_DTYPE_F32, NT, ts, -0.5, NULL, TRN_DTYPE_F32, 2, 0, 0};
     CHECK_OK(trn_foreach_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     CHECK(a[0][123456] == keep0 + -0.5f * b0);
     // mul by a scalar read from a "device" tensor when the task runs
     float factor = 3.0f;
     for (int t = 0; t < NT; t++) ts[t] = (trn_foreach_tensor){o[t], b[t], NULL, NULL, sizes[t], 0};
-    d = (trn_foreach_desc){TRN_FOREACH_MUL, TRN_DTYPE_F32, NT, ts, 1, &factor, TRN_DTYPE_F32, 2, 0, 0};
+    d = (trn_foreach_desc){TRN_FOREACH_MUL, TRN_DTYPE_F32, NT, ts, 1,
+                           &factor,         TRN_DTYPE_F32, 2,  0,  0};
     CHECK_OK(trn_foreach_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     CHECK(o[1][3] == b[1][3] * 3.0f && o[0][149999] == b[0][149999] * 3.0f);
@@ -61,8 +64,10 @@ static void test_elementwise(void) {
     float norms[NT];
     const double ords[3] = {2, 1, INFINITY};
     for (int k = 0; k < 3; k++) {
-        for (int t = 0; t < NT; t++) ts[t] = (trn_foreach_tensor){&norms[t], b[t], NULL, NULL, sizes[t], 0};
-        d = (trn_foreach_desc){TRN_FOREACH_NORM, TRN_DTYPE_F32, NT, ts, 1, NULL, TRN_DTYPE_F32, ords[k], 0, 0};
+        for (int t = 0; t < NT; t++)
+            ts[t] = (trn_foreach_tensor){&norms[t], b[t], NULL, NULL, sizes[t], 0};
+        d = (trn_foreach_desc){TRN_FOREACH_NORM, TRN_DTYPE_F32, NT, ts, 1, NULL,
+                               TRN_DTYPE_F32,    ords[k],       0,  0};
         CHECK_OK(trn_foreach_launch(g_stream, &d));
         CHECK_OK(trn_stream_synchronize(g_stream));
         for (int t = 0; t < NT; t++) {
@@ -98,7 +103,8 @@ static void test_add16_rounding(void) {
     for (int i = 0; i < N16; i++)
         a[i] = trn_float_to_bf16((float)frand(&s)), b[i] = trn_float_to_bf16((float)frand(&s));
     trn_foreach_tensor t = {o, a, b, NULL, N16, 0};
-    trn_foreach_desc d = {TRN_FOREACH_SUB, TRN_DTYPE_BF16, 1, &t, 0.7, NULL, TRN_DTYPE_F32, 2, 32, 2};
+    trn_foreach_desc d = {
+        TRN_FOREACH_SUB, TRN_DTYPE_BF16, 1, &t, 0.7, NULL, TRN_DTYPE_F32, 2, 32, 2};
     CHECK_OK(trn_foreach_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     const float al = r16(-0.7f);
@@ -112,7 +118,7 @@ static void test_add16_rounding(void) {
     }
     CHECK_INT(bad, 0);
     CHECK(differ > 0);  // the two roundings do differ on these values
-    d.cpu_block = 0;  // no tail: every element rounds once
+    d.cpu_block = 0;    // no tail: every element rounds once
     CHECK_OK(trn_foreach_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     bad = 0;
@@ -127,8 +133,10 @@ static void test_add16_rounding(void) {
 static void ref_adam(double *p, double g, double *m, double *v, double *mx, double step, int adamw,
                      int amsgrad) {
     const double lr = 1e-2, b1 = 0.9, b2 = 0.99, wd = 0.1, eps = 1e-8;
-    if (adamw) *p *= 1 - lr * wd;
-    else g += *p * wd;
+    if (adamw)
+        *p *= 1 - lr * wd;
+    else
+        g += *p * wd;
     *m += (1 - b1) * (g - *m);
     *v = *v * b2 + (1 - b2) * g * g;
     *mx = fmax(*mx, *v);
@@ -145,7 +153,8 @@ static void test_adam(int adamw, int amsgrad) {
         p[t] = alloc_fill(sizes[t], &s, 0), g[t] = alloc_fill(sizes[t], &s, 0);
         m[t] = alloc_fill(sizes[t], &s, 0), v[t] = alloc_fill(sizes[t], &s, 1.5);
         mx[t] = alloc_fill(sizes[t], &s, 1.5);
-        ts[t] = (trn_fused_adam_tensor){p[t], g[t], m[t], v[t], amsgrad ? mx[t] : NULL, &step[t], sizes[t]};
+        ts[t] = (trn_fused_adam_tensor){p[t],     g[t],    m[t], v[t], amsgrad ? mx[t] : NULL,
+                                        &step[t], sizes[t]};
     }
     float scale = 4.0f, found = 0.0f;
     const int idx[NT] = {149999, 6, 500};
@@ -155,8 +164,8 @@ static void test_adam(int adamw, int amsgrad) {
         rp[t] = p[t][i], rm[t] = m[t][i], rv[t] = v[t][i], rmx[t] = mx[t][i], rg[t] = g[t][i] / 4.0;
         ref_adam(&rp[t], rg[t], &rm[t], &rv[t], &rmx[t], step[t], adamw, amsgrad);
     }
-    trn_fused_adam_desc d = {TRN_DTYPE_F32, NT, ts, 1e-2, 0.9, 0.99, 0.1, 1e-8, amsgrad, 0, adamw,
-                             &scale, &found};
+    trn_fused_adam_desc d = {TRN_DTYPE_F32, NT,      ts, 1e-2,  0.9,    0.99,  0.1,
+                             1e-8,          amsgrad, 0,  adamw, &scale, &found};
     CHECK_OK(trn_fused_adam_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     for (int t = 0; t < NT; t++) {
@@ -176,7 +185,8 @@ static void test_adam(int adamw, int amsgrad) {
 
 static void test_sgd(void) {
     unsigned s = 5;
-    float *p = alloc_fill(100000, &s, 0), *g = alloc_fill(100000, &s, 0), *buf = alloc_fill(100000, &s, 0);
+    float *p = alloc_fill(100000, &s, 0), *g = alloc_fill(100000, &s, 0),
+          *buf = alloc_fill(100000, &s, 0);
     const double p0 = p[77777], g0 = g[77777], b0 = buf[77777];
     trn_fused_sgd_tensor t = {p, g, buf, 100000};
     trn_fused_sgd_desc d = {TRN_DTYPE_F32, 1, &t, 0.01, 0.9, 0.1, 0.2, 1, 0, 0, NULL, NULL};

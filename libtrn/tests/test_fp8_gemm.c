@@ -14,18 +14,18 @@ static trn_stream *g_stream;
 
 static void test_conversions(void) {
     CHECK_INT(trn_float_to_fp8_e4m3fn(448.0f), 0x7E);
-    CHECK_INT(trn_float_to_fp8_e4m3fn(1e9f), 0x7E);        // saturates
+    CHECK_INT(trn_float_to_fp8_e4m3fn(1e9f), 0x7E);  // saturates
     CHECK_INT(trn_float_to_fp8_e4m3fn(-INFINITY), 0xFE);
     CHECK_INT(trn_float_to_fp8_e4m3fn(NAN), 0x7F);
-    CHECK_INT(trn_float_to_fp8_e4m3fn(0x1p-10f), 0x00);    // half the smallest subnormal: even
-    CHECK_INT(trn_float_to_fp8_e4m3fn(0x1.8p-9f), 0x02);   // 1.5 steps -> 2 (even)
-    CHECK_INT(trn_float_to_fp8_e5m2(61440.0f), 0x7C);      // tie -> even -> inf
+    CHECK_INT(trn_float_to_fp8_e4m3fn(0x1p-10f), 0x00);   // half the smallest subnormal: even
+    CHECK_INT(trn_float_to_fp8_e4m3fn(0x1.8p-9f), 0x02);  // 1.5 steps -> 2 (even)
+    CHECK_INT(trn_float_to_fp8_e5m2(61440.0f), 0x7C);     // tie -> even -> inf
     CHECK_INT(trn_float_to_fp8_e5m2(61439.0f), 0x7B);
-    CHECK_INT(trn_float_to_fp8_e4m3fnuz(-0.0f), 0x00);     // no -0
-    CHECK_INT(trn_float_to_fp8_e4m3fnuz(248.0f), 0x80);    // rounds past 240 -> NaN
+    CHECK_INT(trn_float_to_fp8_e4m3fnuz(-0.0f), 0x00);   // no -0
+    CHECK_INT(trn_float_to_fp8_e4m3fnuz(248.0f), 0x80);  // rounds past 240 -> NaN
     CHECK_INT(trn_float_to_fp8_e5m2fnuz(INFINITY), 0x80);
-    CHECK_INT(trn_float_to_fp8_e8m0fnu(1.5f), 128);        // exactly half, normal: up
-    CHECK_INT(trn_float_to_fp8_e8m0fnu(-3.0f), 129);       // sign ignored; 1.5 x 2 -> 4
+    CHECK_INT(trn_float_to_fp8_e8m0fnu(1.5f), 128);   // exactly half, normal: up
+    CHECK_INT(trn_float_to_fp8_e8m0fnu(-3.0f), 129);  // sign ignored; 1.5 x 2 -> 4
     CHECK_INT(trn_float_to_fp8_e8m0fnu(0.0f), 0);
     CHECK(trn_fp8_e4m3fn_to_float(0x7E) == 448.0f);
     CHECK(trn_fp8_e5m2_to_float(0x7C) == INFINITY);
@@ -35,8 +35,10 @@ static void test_conversions(void) {
     CHECK_INT(trn_fp32_to_bits(trn_fp8_e5m2fnuz_to_float(0x80)), 0x7F800001u);
     // Every finite code round-trips.
     for (int c = 0; c < 256; c++) {
-        if (c != 0x7F && c != 0xFF) CHECK_INT(trn_float_to_fp8_e4m3fn(trn_fp8_e4m3fn_to_float((uint8_t)c)), c);
-        if (c != 0x80) CHECK_INT(trn_float_to_fp8_e4m3fnuz(trn_fp8_e4m3fnuz_to_float((uint8_t)c)), c);
+        if (c != 0x7F && c != 0xFF)
+            CHECK_INT(trn_float_to_fp8_e4m3fn(trn_fp8_e4m3fn_to_float((uint8_t)c)), c);
+        if (c != 0x80)
+            CHECK_INT(trn_float_to_fp8_e4m3fnuz(trn_fp8_e4m3fnuz_to_float((uint8_t)c)), c);
     }
 }
 

@@ -21,8 +21,8 @@ enum { B = 2, C = 6, S = 5, G = 3, N = B * C * S };
 // L = sum(dy * group_norm(x, w, b)) in float64.
 static double loss(const double *x, const double *w, const double *b, const double *dy) {
     double y[N];
-    trn_group_norm_desc d = {TRN_DTYPE_F64, TRN_DTYPE_F64, TRN_DTYPE_F64, B, C, S, G, x, w, b,
-                             y, NULL, NULL, 1e-5};
+    trn_group_norm_desc d = {TRN_DTYPE_F64, TRN_DTYPE_F64, TRN_DTYPE_F64, B, C, S, G, x, w, b, y,
+                             NULL,          NULL,          1e-5};
     CHECK_OK(trn_group_norm_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     double l = 0;
@@ -36,7 +36,7 @@ static void test_forward(void) {
     for (int i = 0; i < N; i++) x[i] = (float)(3 * frand(&s) + 1);
     for (int c = 0; c < C; c++) w[c] = (float)frand(&s), b[c] = (float)frand(&s);
     trn_group_norm_desc d = {TRN_DTYPE_F32, TRN_DTYPE_F32, TRN_DTYPE_F32, B, C, S, G, x, w, b, y,
-                             mean, rstd, 1e-5};
+                             mean,          rstd,          1e-5};
     CHECK_OK(trn_group_norm_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     const int len = C / G * S;
@@ -74,10 +74,10 @@ static void test_backward(void) {
     for (int i = 0; i < N; i++) x[i] = 2 * frand(&s), dy[i] = frand(&s);
     for (int c = 0; c < C; c++) w[c] = frand(&s) + 1.5, b[c] = frand(&s);
     trn_group_norm_desc f = {TRN_DTYPE_F64, TRN_DTYPE_F64, TRN_DTYPE_F64, B, C, S, G, x, w, b, y,
-                             mean, rstd, 1e-5};
+                             mean,          rstd,          1e-5};
     CHECK_OK(trn_group_norm_launch(g_stream, &f));
-    trn_group_norm_backward_desc d = {TRN_DTYPE_F64, TRN_DTYPE_F64, TRN_DTYPE_F64, B, C, S, G,
-                                      dy, x, mean, rstd, w, dx, dw, db};
+    trn_group_norm_backward_desc d = {
+        TRN_DTYPE_F64, TRN_DTYPE_F64, TRN_DTYPE_F64, B, C, S, G, dy, x, mean, rstd, w, dx, dw, db};
     CHECK_OK(trn_group_norm_backward_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     const double h = 1e-6;
@@ -117,8 +117,9 @@ static void test_backward(void) {
 
 static void test_errors(void) {
     float x[12], y[12];
-    trn_group_norm_desc d = {TRN_DTYPE_F32, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, 4, 3, 3, x, NULL,
-                             NULL, y, NULL, NULL, 1e-5};
+    trn_group_norm_desc d = {
+        TRN_DTYPE_F32, TRN_DTYPE_F32, TRN_DTYPE_F32, 1, 4, 3, 3, x, NULL, NULL, y,
+        NULL,          NULL,          1e-5};
     CHECK_INT(trn_group_norm_launch(g_stream, &d), TRN_ERROR_INVALID_ARGUMENT);  // 3 !| 4
     d.groups = 0;
     CHECK_INT(trn_group_norm_launch(g_stream, &d), TRN_ERROR_INVALID_ARGUMENT);

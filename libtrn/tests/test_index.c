@@ -25,8 +25,7 @@ static void *dev(size_t n) {
 static void h2d(void *d, const void *h, size_t n) {
     int64_t sz = (int64_t)n, one = 1;
     trn_copy_desc c = {1, &sz, d, &one, TRN_DTYPE_U8, h, &one, TRN_DTYPE_U8};
-    if (trn_copy_launch(S, &c) != TRN_SUCCESS || trn_stream_synchronize(S) != TRN_SUCCESS)
-        abort();
+    if (trn_copy_launch(S, &c) != TRN_SUCCESS || trn_stream_synchronize(S) != TRN_SUCCESS) abort();
 }
 static void d2h(void *h, const void *d, size_t n) { h2d(h, d, n); }
 

@@ -14,7 +14,8 @@
 static trn_stream *g_stream;
 
 // Runs isin on host arrays (copied to the device) and returns the n results.
-static uint8_t *run(trn_dtype dt, const void *el, int64_t n, const void *te, int64_t m, int invert) {
+static uint8_t *run(trn_dtype dt, const void *el, int64_t n, const void *te, int64_t m,
+                    int invert) {
     size_t es = trn_dtype_size(dt);
     void *de = dev_alloc(g_stream, (size_t)n * es), *dt_ = dev_alloc(g_stream, (size_t)m * es);
     uint8_t *dout = dev_alloc(g_stream, (size_t)n), *out = malloc((size_t)n + 1);
@@ -40,8 +41,8 @@ static int eq_i64(const void *el, int64_t i, const void *te, int64_t j) {
 }
 
 // Results that differ from a brute-force search of the test set.
-static int64_t mismatches(const uint8_t *out, const void *el, int64_t n, const void *te,
-                          int64_t m, int invert, eq_fn eq) {
+static int64_t mismatches(const uint8_t *out, const void *el, int64_t n, const void *te, int64_t m,
+                          int invert, eq_fn eq) {
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++) {
         int found = 0;

@@ -51,7 +51,10 @@ static void check_mm(trn_dtype dt, int64_t batch, int64_t m, int64_t n, int64_t 
     for (int64_t i = 0; i < bn; i++)
         put_elem(dt, hb, i, isint ? (double)(int64_t)(rng_next() % 19) - 9 : rng_unit());
     for (int64_t i = 0; i < cn; i++)
-        put_elem(dt, hc, i, nan_c ? NAN : isint ? (double)(int64_t)(rng_next() % 7) - 3 : rng_unit());
+        put_elem(dt, hc, i,
+                 nan_c   ? NAN
+                 : isint ? (double)(int64_t)(rng_next() % 7) - 3
+                         : rng_unit());
 
     char *da = dev_alloc(g_stream, (size_t)an * es), *db = dev_alloc(g_stream, (size_t)bn * es),
          *dc = dev_alloc(g_stream, (size_t)cn * es);
@@ -82,8 +85,11 @@ static void check_mm(trn_dtype dt, int64_t batch, int64_t m, int64_t n, int64_t 
     CHECK_OK(trn_stream_synchronize(g_stream));
     xfer(g_stream, out, dc, (size_t)cn * es);
 
-    const double tol = dt == TRN_DTYPE_F32 ? 1e-5 : dt == TRN_DTYPE_F64 ? 1e-12
-                       : isint ? 0 : dt == TRN_DTYPE_BF16 ? 1e-5 : 1e-2;
+    const double tol = dt == TRN_DTYPE_F32    ? 1e-5
+                       : dt == TRN_DTYPE_F64  ? 1e-12
+                       : isint                ? 0
+                       : dt == TRN_DTYPE_BF16 ? 1e-5
+                                              : 1e-2;
     int bad = 0;
     for (int64_t t = 0; t < batch; t++)
         for (int64_t i = 0; i < m; i++)
@@ -132,8 +138,8 @@ static void check_mm(trn_dtype dt, int64_t batch, int64_t m, int64_t n, int64_t 
                                 "case %d (%s b%lld m%lld n%lld k%lld layouts %d/%d/%d): "
                                 "[%lld,%lld,%lld] got %g want %g\n",
                                 g_case, trn_dtype_name(dt), (long long)batch, (long long)m,
-                                (long long)n, (long long)k, la, lb, lc, (long long)t,
-                                (long long)i, (long long)j, got, want);
+                                (long long)n, (long long)k, la, lb, lc, (long long)t, (long long)i,
+                                (long long)j, got, want);
                 }
             }
     CHECK_INT(bad, 0);
@@ -150,19 +156,19 @@ static void test_layouts(trn_dtype dt) {
         for (int b = 0; b < 3; b++) check_mm(dt, 1, 13, 9, 17, ls[a], ls[b], ROW, 1, 0, false);
     check_mm(dt, 1, 13, 9, 17, ROW, ROW, COL, 1, 0, false);
     check_mm(dt, 1, 13, 9, 17, ROW, ROW, STEP2, 1, 0, false);
-    check_mm(dt, 3, 7, 5, 6, ROW, ROW, ROW, 1, 0, false);     // batched
-    check_mm(dt, 3, 7, 5, 6, BCAST, ROW, ROW, 1, 0, false);   // broadcast A
-    check_mm(dt, 3, 7, 5, 6, ROW, BCAST, ROW, 1, 0, false);   // broadcast B
-    check_mm(dt, 3, 7, 5, 6, BCAST, BCAST, ROW, 1, 0, false); // both
+    check_mm(dt, 3, 7, 5, 6, ROW, ROW, ROW, 1, 0, false);      // batched
+    check_mm(dt, 3, 7, 5, 6, BCAST, ROW, ROW, 1, 0, false);    // broadcast A
+    check_mm(dt, 3, 7, 5, 6, ROW, BCAST, ROW, 1, 0, false);    // broadcast B
+    check_mm(dt, 3, 7, 5, 6, BCAST, BCAST, ROW, 1, 0, false);  // both
     check_mm(dt, 3, 7, 5, 6, COL, STEP2, COL, 2, 0, false);
-    check_mm(dt, 1, 8, 8, 8, ROW, ROW, ROW, 2, 3, false);     // alpha, beta
+    check_mm(dt, 1, 8, 8, 8, ROW, ROW, ROW, 2, 3, false);  // alpha, beta
     check_mm(dt, 2, 8, 8, 8, ROW, COL, STEP2, -1, 0.5, false);
-    check_mm(dt, 1, 1, 1, 33, ROW, ROW, ROW, 1, 0, false);    // dot
-    check_mm(dt, 1, 9, 1, 33, ROW, ROW, ROW, 1, 1, false);    // mv
-    check_mm(dt, 1, 1, 9, 33, ROW, COL, ROW, 1, 0, false);    // vm
-    check_mm(dt, 1, 5, 4, 0, ROW, ROW, ROW, 1, 2, false);     // k == 0
+    check_mm(dt, 1, 1, 1, 33, ROW, ROW, ROW, 1, 0, false);  // dot
+    check_mm(dt, 1, 9, 1, 33, ROW, ROW, ROW, 1, 1, false);  // mv
+    check_mm(dt, 1, 1, 9, 33, ROW, COL, ROW, 1, 0, false);  // vm
+    check_mm(dt, 1, 5, 4, 0, ROW, ROW, ROW, 1, 2, false);   // k == 0
     check_mm(dt, 1, 5, 4, 0, ROW, ROW, ROW, 1, 0, false);
-    check_mm(dt, 1, 64, 70, 300, ROW, COL, ROW, 1, 0, false); // beyond one block
+    check_mm(dt, 1, 64, 70, 300, ROW, COL, ROW, 1, 0, false);  // beyond one block
 }
 
 static void test_beta_zero_ignores_nan(trn_dtype dt) {
@@ -176,8 +182,8 @@ static void test_int_wraps(void) {
     void *da = dev_alloc(g_stream, 2), *db = dev_alloc(g_stream, 2), *dc = dev_alloc(g_stream, 1);
     xfer(g_stream, da, a8, 2);
     xfer(g_stream, db, b8, 2);
-    trn_matmul_desc d = {TRN_DTYPE_I8, 1, 1, 1, 2, da, {0, 2, 1}, db, {0, 1, 1}, dc, {0, 1, 1},
-                         1, 0, 1, 0};
+    trn_matmul_desc d = {TRN_DTYPE_I8, 1,  1,         1, 2, da, {0, 2, 1}, db,
+                         {0, 1, 1},    dc, {0, 1, 1}, 1, 0, 1,  0};
     CHECK_OK(trn_matmul_launch(g_stream, &d));
     xfer(g_stream, &c8, dc, 1);
     CHECK_INT(c8, (int8_t)(uint8_t)(10000 + 100));
@@ -187,8 +193,8 @@ static void test_int_wraps(void) {
     da = dev_alloc(g_stream, 8), db = dev_alloc(g_stream, 8), dc = dev_alloc(g_stream, 8);
     xfer(g_stream, da, a, 8);
     xfer(g_stream, db, b, 8);
-    trn_matmul_desc e = {TRN_DTYPE_I64, 1, 1, 1, 1, da, {1, 1, 1}, db, {1, 1, 1}, dc, {1, 1, 1},
-                         1, 0, 3, 0};
+    trn_matmul_desc e = {TRN_DTYPE_I64, 1,  1,         1, 1, da, {1, 1, 1}, db,
+                         {1, 1, 1},     dc, {1, 1, 1}, 1, 0, 3,  0};
     CHECK_OK(trn_matmul_launch(g_stream, &e));
     xfer(g_stream, &c, dc, 8);
     CHECK_INT(c, 0);  // 3 * 2^64 mod 2^64
@@ -197,8 +203,8 @@ static void test_int_wraps(void) {
 
 static void test_errors(void) {
     float x[4] = {0};
-    trn_matmul_desc d = {TRN_DTYPE_BOOL, 1, 2, 2, 1, x, {0, 1, 1}, x, {0, 2, 1}, x, {0, 2, 1},
-                         1, 0, 1, 0};
+    trn_matmul_desc d = {TRN_DTYPE_BOOL, 1, 2,         2, 1, x, {0, 1, 1}, x,
+                         {0, 2, 1},      x, {0, 2, 1}, 1, 0, 1, 0};
     CHECK(!trn_matmul_supports(TRN_DTYPE_BOOL));
     CHECK(!trn_matmul_supports(TRN_DTYPE_C64));
     CHECK(trn_matmul_supports(TRN_DTYPE_BF16));
@@ -288,14 +294,15 @@ static void test_bias(void) {
 // over k in order from zero, then times alpha, then plus the bias (so
 // |error| <= k u sum|a b| + one rounding each, u = 2^-24), whatever the
 // block it falls in and whatever the layouts.
-static void check_tile(int64_t batch, int64_t m, int64_t n, int64_t k, layout lb, float alpha, bool bias,
-                       layout lc) {
+static void check_tile(int64_t batch, int64_t m, int64_t n, int64_t k, layout lb, float alpha,
+                       bool bias, layout lc) {
     g_case++;
     int64_t as[3], bs[3], cs[3], ao, bo, co;
-    const int64_t an = make_layout(ROW, batch, m, k, as, &ao), bn = make_layout(lb, batch, k, n, bs, &bo),
+    const int64_t an = make_layout(ROW, batch, m, k, as, &ao),
+                  bn = make_layout(lb, batch, k, n, bs, &bo),
                   cn = make_layout(lc, batch, m, n, cs, &co);
-    float *ha = malloc((size_t)an * 4), *hb = malloc((size_t)bn * 4), *hbias = malloc((size_t)n * 4),
-          *out = malloc((size_t)cn * 4);
+    float *ha = malloc((size_t)an * 4), *hb = malloc((size_t)bn * 4),
+          *hbias = malloc((size_t)n * 4), *out = malloc((size_t)cn * 4);
     for (int64_t i = 0; i < an; i++) ha[i] = (float)rng_unit();
     for (int64_t i = 0; i < bn; i++) hb[i] = (float)rng_unit();
     for (int64_t i = 0; i < n; i++) hbias[i] = (float)rng_unit();
@@ -311,7 +318,8 @@ static void check_tile(int64_t batch, int64_t m, int64_t n, int64_t k, layout lb
     memcpy(d.a_strides, as, sizeof as);
     memcpy(d.b_strides, bs, sizeof bs);
     memcpy(d.c_strides, cs, sizeof cs);
-    CHECK_OK(bias ? trn_matmul_bias_launch(g_stream, &d, dbias, 1) : trn_matmul_launch(g_stream, &d));
+    CHECK_OK(bias ? trn_matmul_bias_launch(g_stream, &d, dbias, 1)
+                  : trn_matmul_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     xfer(g_stream, out, dc, (size_t)cn * 4);
     int bad = 0;
@@ -320,14 +328,17 @@ static void check_tile(int64_t batch, int64_t m, int64_t n, int64_t k, layout lb
             for (int64_t j = 0; j < n; j++) {
                 float acc = 0;
                 for (int64_t p = 0; p < k; p++)
-                    acc = fmaf(ha[t * as[0] + i * as[1] + p * as[2]], hb[t * bs[0] + p * bs[1] + j * bs[2]], acc);
+                    acc = fmaf(ha[t * as[0] + i * as[1] + p * as[2]],
+                               hb[t * bs[0] + p * bs[1] + j * bs[2]], acc);
                 float want = alpha * acc;
                 if (bias) want += hbias[j];
                 const float got = out[t * cs[0] + i * cs[1] + j * cs[2]];
                 if (memcmp(&got, &want, 4) != 0 && bad++ < 3)
-                    fprintf(stderr, "tile case %d (b%lld m%lld n%lld k%lld B layout %d): [%lld,%lld,%lld] got %a want %a\n",
-                            g_case, (long long)batch, (long long)m, (long long)n, (long long)k, lb, (long long)t,
-                            (long long)i, (long long)j, got, want);
+                    fprintf(stderr,
+                            "tile case %d (b%lld m%lld n%lld k%lld B layout %d): [%lld,%lld,%lld] "
+                            "got %a want %a\n",
+                            g_case, (long long)batch, (long long)m, (long long)n, (long long)k, lb,
+                            (long long)t, (long long)i, (long long)j, got, want);
             }
     CHECK_INT(bad, 0);
     CHECK_OK(trn_mem_free(da));
@@ -383,7 +394,7 @@ static void test_bf16_paths(void) {
         check_mm(dt, 1, 64, 70, 300, ROW, COL, ROW, 1, 0, true);
         check_mm(dt, 1, 301, 67, 211, ROW, COL, ROW, 1, 0, false);
         check_mm(dt, 3, 37, 41, 700, ROW, ROW, ROW, 0.5, 0, false);
-        check_mm(dt, 1, 67, 301, 211, ROW, ROW, COL, 1, 0, true);   // staged, bias fused
+        check_mm(dt, 1, 67, 301, 211, ROW, ROW, COL, 1, 0, true);  // staged, bias fused
         check_mm(dt, 2, 61, 47, 390, STEP2, COL, ROW, 1, 0, false);
         g_bias_stride = 3;
         check_mm(dt, 1, 67, 301, 211, ROW, ROW, COL, 1, 0, false);
@@ -395,9 +406,9 @@ static void test_bf16_paths(void) {
 
 int main(void) {
     CHECK_OK(trn_stream_get_default(0, &g_stream));
-    const trn_dtype dts[] = {TRN_DTYPE_F32, TRN_DTYPE_BF16, TRN_DTYPE_F16, TRN_DTYPE_F64,
-                             TRN_DTYPE_I64, TRN_DTYPE_I32, TRN_DTYPE_I16, TRN_DTYPE_I8,
-                             TRN_DTYPE_U8};
+    const trn_dtype dts[] = {TRN_DTYPE_F32, TRN_DTYPE_BF16, TRN_DTYPE_F16,
+                             TRN_DTYPE_F64, TRN_DTYPE_I64,  TRN_DTYPE_I32,
+                             TRN_DTYPE_I16, TRN_DTYPE_I8,   TRN_DTYPE_U8};
     for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) test_layouts(dts[i]);
     test_beta_zero_ignores_nan(TRN_DTYPE_F32);
     test_beta_zero_ignores_nan(TRN_DTYPE_BF16);

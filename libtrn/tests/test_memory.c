@@ -212,10 +212,9 @@ static void test_oom(void) {
     CHECK_STATUS(trn_mem_alloc(0, GiB, NULL, &big), TRN_ERROR_OUT_OF_MEMORY);
     CHECK(big == NULL);
     // The cache was flushed before giving up.
-    CHECK_STR(trn_last_error(),
-              "neuron:0 out of memory: tried to allocate 1.00 GiB; 10.00 MiB "
-              "allocated, 10.00 MiB reserved, capacity 1.00 GiB "
-              "(TORCH_NEURONX_HBM_SIZE sets the capacity)");
+    CHECK_STR(trn_last_error(), "neuron:0 out of memory: tried to allocate 1.00 GiB; 10.00 MiB "
+                                "allocated, 10.00 MiB reserved, capacity 1.00 GiB "
+                                "(TORCH_NEURONX_HBM_SIZE sets the capacity)");
     trn_mem_stats s = stats(0);
     CHECK_U64(s.num_ooms, 1);
     CHECK_U64(s.num_alloc_retries, 1);
@@ -429,8 +428,7 @@ static void test_split_merge(void) {
 static void test_fragmentation(void) {
     CHECK_OK(trn_mem_empty_cache(0));
     void *p[8], *big, *hole;
-    for (int i = 0; i < 8; i++)
-        CHECK_OK(trn_mem_alloc(0, 256 * KiB, NULL, &p[i]));
+    for (int i = 0; i < 8; i++) CHECK_OK(trn_mem_alloc(0, 256 * KiB, NULL, &p[i]));
     const bool prot = trn_mem_protect_enabled();
     CHECK_U64(stats(0).segments, prot ? 8 : 1);  // 8 x 256 KiB fill 2 MiB
     for (int i = 0; i < 8; i += 2) CHECK_OK(trn_mem_free(p[i]));
@@ -502,7 +500,7 @@ static void *stress_thread(void *arg) {
         }
         // Mostly small, some large-pool and some own-segment requests.
         unsigned k = (unsigned)rand_r(&seed) % 16;
-        len[i] = k < 12 ? 1 + (size_t)rand_r(&seed) % (64 * KiB)
+        len[i] = k < 12   ? 1 + (size_t)rand_r(&seed) % (64 * KiB)
                  : k < 15 ? MiB + (size_t)rand_r(&seed) % (3 * MiB)
                           : 10 * MiB + (size_t)rand_r(&seed) % MiB;
         CHECK_OK(trn_mem_alloc(0, len[i], NULL, &live[i]));

@@ -180,11 +180,13 @@ static void test_trace_and_page(void) {
 }
 
 static int g_segment_events, g_oom_events;
-static void observer(void *ctx, trn_mem_event ev, int device, const void *ptr,
-                     size_t size, int64_t stream) {
+static void observer(void *ctx, trn_mem_event ev, int device, const void *ptr, size_t size,
+                     int64_t stream) {
     (void)ctx, (void)device, (void)ptr, (void)size, (void)stream;
-    if (ev == TRN_MEM_EVENT_OOM) g_oom_events++;
-    else g_segment_events++;
+    if (ev == TRN_MEM_EVENT_OOM)
+        g_oom_events++;
+    else
+        g_segment_events++;
 }
 
 static void test_limit_and_snapshot(void) {
@@ -198,8 +200,7 @@ static void test_limit_and_snapshot(void) {
     CHECK_INT(g_oom_events, 1);
     trn_mem_block_info blocks[4];
     CHECK_INT(trn_mem_snapshot(1, blocks, 4), 1);
-    CHECK(blocks[0].ptr == a && blocks[0].allocated &&
-          blocks[0].requested == (600 << 10));
+    CHECK(blocks[0].ptr == a && blocks[0].allocated && blocks[0].requested == (600 << 10));
     CHECK_INT(trn_mem_free(a), TRN_SUCCESS);
     CHECK_INT(trn_mem_snapshot(1, blocks, 4), 1);
     CHECK(!blocks[0].allocated);

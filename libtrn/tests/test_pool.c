@@ -86,7 +86,8 @@ static void test_avg(void) {
                     int n = 0;
                     for (int h = oh * 2 - 1; h < oh * 2 + 2; h++)
                         for (int w = ow * 2 - 1; w < ow * 2 + 2; w++)
-                            if (h >= 0 && h < H && w >= 0 && w < W) sum += x[p * H * W + h * W + w], n++;
+                            if (h >= 0 && h < H && w >= 0 && w < W)
+                                sum += x[p * H * W + h * W + w], n++;
                     const int he = oh * 2 + 2 < H + 1 ? oh * 2 + 2 : H + 1;
                     const int we = ow * 2 + 2 < W + 1 ? ow * 2 + 2 : W + 1;
                     const int div = cip ? (he - (oh * 2 - 1)) * (we - (ow * 2 - 1)) : n;

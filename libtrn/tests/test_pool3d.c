@@ -32,8 +32,12 @@ static int64_t at(int d, int h, int w) { return ((int64_t)d * H + h) * W + w; }
 static void test_max(void) {
     fill(3);
     x[at(1, 2, 3)] = NAN;
-    trn_pool3d_geometry g = {.planes = P, .in = {D, H, W}, .k = {2, 3, 2}, .s = {2, 1, 2},
-                             .p = {1, 1, 0}, .dil = {1, 2, 1}};
+    trn_pool3d_geometry g = {.planes = P,
+                             .in = {D, H, W},
+                             .k = {2, 3, 2},
+                             .s = {2, 1, 2},
+                             .p = {1, 1, 0},
+                             .dil = {1, 2, 1}};
     for (int i = 0; i < 3; i++)
         g.out[i] = (g.in[i] + 2 * g.p[i] - g.dil[i] * (g.k[i] - 1) - 1) / g.s[i] + 1;
     const int64_t on = g.out[0] * g.out[1] * g.out[2];
@@ -51,7 +55,8 @@ static void test_max(void) {
                     for (int kd = 0; kd < 2; kd++)
                         for (int kh = 0; kh < 3; kh++)
                             for (int kw = 0; kw < 2; kw++) {
-                                const int dd = od * 2 - 1 + kd, h = oh - 1 + 2 * kh, w = ow * 2 + kw;
+                                const int dd = od * 2 - 1 + kd, h = oh - 1 + 2 * kh,
+                                          w = ow * 2 + kw;
                                 if (dd < 0 || dd >= D || h < 0 || h >= H || w >= W) continue;
                                 const float v = x[p * D * H * W + at(dd, h, w)];
                                 if (best < 0 || v > m || isnan(v)) m = v, best = at(dd, h, w);
@@ -77,8 +82,13 @@ static void test_max(void) {
 static void test_avg(void) {
     fill(5);
     for (int mode = 0; mode < 3; mode++) {
-        trn_pool3d_geometry g = {.planes = P, .in = {D, H, W}, .k = {3, 3, 3}, .s = {2, 2, 2},
-                                 .p = {1, 1, 1}, .dil = {1, 1, 1}, .count_include_pad = mode == 1,
+        trn_pool3d_geometry g = {.planes = P,
+                                 .in = {D, H, W},
+                                 .k = {3, 3, 3},
+                                 .s = {2, 2, 2},
+                                 .p = {1, 1, 1},
+                                 .dil = {1, 1, 1},
+                                 .count_include_pad = mode == 1,
                                  .divisor = mode == 2 ? 4 : 0};
         for (int i = 0; i < 3; i++) g.out[i] = (g.in[i] + 2 - 3) / 2 + 1;
         const int64_t on = g.out[0] * g.out[1] * g.out[2];
@@ -181,8 +191,12 @@ static void test_adaptive(void) {
 }
 
 static void test_errors(void) {
-    trn_pool3d_geometry g = {.planes = 1, .in = {2, 2, 2}, .out = {1, 1, 1}, .k = {2, 2, 2},
-                             .s = {0, 1, 1}, .dil = {1, 1, 1}};
+    trn_pool3d_geometry g = {.planes = 1,
+                             .in = {2, 2, 2},
+                             .out = {1, 1, 1},
+                             .k = {2, 2, 2},
+                             .s = {0, 1, 1},
+                             .dil = {1, 1, 1}};
     trn_pool3d_desc d = {TRN_DTYPE_F32, TRN_POOL_MAX, g, x, y, ix};
     CHECK_INT(trn_pool3d_launch(g_stream, &d), TRN_ERROR_INVALID_ARGUMENT);  // zero stride
     d.g.s[0] = 1;

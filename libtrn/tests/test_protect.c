@@ -80,8 +80,7 @@ static int child_read(void) {
     void *d;
     if (trn_stream_get_default(0, &s) != TRN_SUCCESS ||
         trn_mem_alloc(0, sizeof h, NULL, &d) != TRN_SUCCESS ||
-        copy_f32(s, d, h, 16) != TRN_SUCCESS ||
-        trn_stream_synchronize(s) != TRN_SUCCESS)
+        copy_f32(s, d, h, 16) != TRN_SUCCESS || trn_stream_synchronize(s) != TRN_SUCCESS)
         return 2;
     volatile float x = *(volatile float *)d;  // must raise SIGSEGV
     (void)x;
@@ -91,8 +90,7 @@ static int child_read(void) {
 static void append_env(const char *name, const char *option) {
     const char *old = getenv(name);
     char buf[1024];
-    snprintf(buf, sizeof buf, "%s%s%s", old ? old : "", old && *old ? ":" : "",
-             option);
+    snprintf(buf, sizeof buf, "%s%s%s", old ? old : "", old && *old ? ":" : "", option);
     setenv(name, buf, 1);
 }
 
@@ -132,7 +130,9 @@ int main(int argc, char **argv) {
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     st = run_child(argv[0], "read");
     CHECK(WIFSIGNALED(st));
-    if (WIFSIGNALED(st)) CHECK_INT(WTERMSIG(st), SIGSEGV);
-    else fprintf(stderr, "read child exited with %d\n", WEXITSTATUS(st));
+    if (WIFSIGNALED(st))
+        CHECK_INT(WTERMSIG(st), SIGSEGV);
+    else
+        fprintf(stderr, "read child exited with %d\n", WEXITSTATUS(st));
     return TEST_REPORT();
 }

@@ -121,8 +121,10 @@ static void test_discrete(void) {
     int64_t count[7] = {0};
     int out = 0;
     for (int i = 0; i < N; i++) {
-        if (k[i] < -3 || k[i] > 3) out++;
-        else count[k[i] + 3]++;
+        if (k[i] < -3 || k[i] > 3)
+            out++;
+        else
+            count[k[i] + 3]++;
     }
     CHECK_INT(out, 0);
     for (int j = 0; j < 7; j++) CHECK(fabs(count[j] / (double)N - 1.0 / 7) < 0.01);
@@ -152,13 +154,12 @@ static void test_offsets(void) {
     double *whole = malloc(M * sizeof *whole), *parts = malloc(M * sizeof *parts);
     CHECK(whole && parts);
     if (!(whole && parts)) return;
-    const trn_random_dist dists[] = {TRN_RANDOM_UNIFORM,     TRN_RANDOM_NORMAL,
-                                     TRN_RANDOM_BERNOULLI,   TRN_RANDOM_EXPONENTIAL,
-                                     TRN_RANDOM_INTEGER,     TRN_RANDOM_LOG_NORMAL,
-                                     TRN_RANDOM_CAUCHY,      TRN_RANDOM_GEOMETRIC};
+    const trn_random_dist dists[] = {
+        TRN_RANDOM_UNIFORM, TRN_RANDOM_NORMAL,     TRN_RANDOM_BERNOULLI, TRN_RANDOM_EXPONENTIAL,
+        TRN_RANDOM_INTEGER, TRN_RANDOM_LOG_NORMAL, TRN_RANDOM_CAUCHY,    TRN_RANDOM_GEOMETRIC};
     for (size_t t = 0; t < sizeof dists / sizeof dists[0]; t++) {
-        const double a = dists[t] == TRN_RANDOM_BERNOULLI || dists[t] == TRN_RANDOM_GEOMETRIC
-                             ? 0.3 : 1.0;
+        const double a =
+            dists[t] == TRN_RANDOM_BERNOULLI || dists[t] == TRN_RANDOM_GEOMETRIC ? 0.3 : 1.0;
         trn_random_desc d = {dists[t], TRN_DTYPE_F64, M, whole, a, 2.0, -5, 100, 77, 12};
         fill(&d);
         d.n = K, d.out = parts;
@@ -184,8 +185,5 @@ static void test_offsets(void) {
     free(parts);
 }
 
-TEST_MAIN_DEFAULT_STREAM(test_offsets,
-                         test_float_dists,
-                         test_discrete,
-                         test_heavy_tails,
+TEST_MAIN_DEFAULT_STREAM(test_offsets, test_float_dists, test_discrete, test_heavy_tails,
                          test_geometric)

@@ -26,23 +26,22 @@ static int close_to(double got, double want, double rtol) {
     return fabs(got - want) <= rtol * fabs(want) + 1e-6;
 }
 
-#define CHECK_CLOSE(got, want, rtol)                                           \
-    do {                                                                       \
-        double g_ = (got), w_ = (want);                                        \
-        if (close_to(g_, w_, rtol)) {                                          \
-            test_passed++;                                                     \
-        } else {                                                               \
-            test_fail_header(__FILE__, __LINE__);                              \
-            fprintf(stderr, "%s ~ %s: %.9g vs %.9g\n", #got, #want, g_, w_);   \
-        }                                                                      \
+#define CHECK_CLOSE(got, want, rtol)                                                               \
+    do {                                                                                           \
+        double g_ = (got), w_ = (want);                                                            \
+        if (close_to(g_, w_, rtol)) {                                                              \
+            test_passed++;                                                                         \
+        } else {                                                                                   \
+            test_fail_header(__FILE__, __LINE__);                                                  \
+            fprintf(stderr, "%s ~ %s: %.9g vs %.9g\n", #got, #want, g_, w_);                       \
+        }                                                                                          \
     } while (0)
 
 // Runs a reduction of a host float32 matrix [r, c] (strides rs, cs) over
 // `dims` (bit 0 = rows, bit 1 = cols) into a host result.
-static void reduce2d(trn_reduce_op op, trn_dtype dt, trn_dtype odt, const void *host,
-                     size_t bytes, int64_t r, int64_t c, int64_t rs, int64_t cs,
-                     int dims, double param, void *out, size_t out_bytes,
-                     int64_t *out2, trn_status expect) {
+static void reduce2d(trn_reduce_op op, trn_dtype dt, trn_dtype odt, const void *host, size_t bytes,
+                     int64_t r, int64_t c, int64_t rs, int64_t cs, int dims, double param,
+                     void *out, size_t out_bytes, int64_t *out2, trn_status expect) {
     void *din = to_dev(host, bytes);
     void *dout = to_dev(NULL, out_bytes);
     void *dout2 = out2 ? to_dev(NULL, 8 * (size_t)(r * c)) : NULL;
@@ -62,8 +61,8 @@ static void reduce2d(trn_reduce_op op, trn_dtype dt, trn_dtype odt, const void *
     (void)one;
     int64_t outs[2] = {1, 1};
     if (no == 2) outs[0] = c;
-    trn_reduce_desc d = {op, dt, odt, din, dout, dout2, no, osz, ost, outs, outs,
-                         ni, isz, ist, param};
+    trn_reduce_desc d = {op,  dt,   odt,  din, dout, dout2, no,   osz,
+                         ost, outs, outs, ni,  isz,  ist,   param};
     CHECK_STATUS(trn_reduce_launch(g_stream, &d), expect);
     CHECK_OK(trn_stream_synchronize(g_stream));
     if (expect == TRN_SUCCESS) {
@@ -91,12 +90,12 @@ static void test_sum_large(void) {
         ref += x[i];
     }
     float got;
-    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_F32, TRN_DTYPE_F32, x, sizeof(float) * (size_t)n,
-             1, n, n, 1, 3, 0, &got, 4, NULL, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_F32, TRN_DTYPE_F32, x, sizeof(float) * (size_t)n, 1, n, n, 1,
+             3, 0, &got, 4, NULL, TRN_SUCCESS);
     CHECK_CLOSE(got, ref, 2e-6);
     float mean;
-    reduce2d(TRN_REDUCE_MEAN, TRN_DTYPE_F32, TRN_DTYPE_F32, x, sizeof(float) * (size_t)n,
-             1, n, n, 1, 3, 0, &mean, 4, NULL, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_MEAN, TRN_DTYPE_F32, TRN_DTYPE_F32, x, sizeof(float) * (size_t)n, 1, n, n,
+             1, 3, 0, &mean, 4, NULL, TRN_SUCCESS);
     CHECK_CLOSE(mean, ref / (double)n, 2e-6);
     free(x);
 }
@@ -107,26 +106,50 @@ static double ref_op(trn_reduce_op op, const float *v, int64_t n, double p, int6
     double acc = 0, m = 0;
     *idx = 0;
     switch (op) {
-    case TRN_REDUCE_SUM: for (int64_t i = 0; i < n; i++) acc += v[i]; return acc;
-    case TRN_REDUCE_MEAN: for (int64_t i = 0; i < n; i++) acc += v[i]; return acc / (double)n;
-    case TRN_REDUCE_PROD: acc = 1; for (int64_t i = 0; i < n; i++) acc *= v[i]; return acc;
-    case TRN_REDUCE_AMAX: case TRN_REDUCE_MAX:
-        acc = v[0];
-        for (int64_t i = 1; i < n; i++) if (v[i] > acc) { acc = v[i]; *idx = i; }
+    case TRN_REDUCE_SUM:
+        for (int64_t i = 0; i < n; i++) acc += v[i];
         return acc;
-    case TRN_REDUCE_AMIN: case TRN_REDUCE_MIN:
-        acc = v[0];
-        for (int64_t i = 1; i < n; i++) if (v[i] < acc) { acc = v[i]; *idx = i; }
+    case TRN_REDUCE_MEAN:
+        for (int64_t i = 0; i < n; i++) acc += v[i];
+        return acc / (double)n;
+    case TRN_REDUCE_PROD:
+        acc = 1;
+        for (int64_t i = 0; i < n; i++) acc *= v[i];
         return acc;
-    case TRN_REDUCE_VAR: case TRN_REDUCE_STD:
+    case TRN_REDUCE_AMAX:
+    case TRN_REDUCE_MAX:
+        acc = v[0];
+        for (int64_t i = 1; i < n; i++)
+            if (v[i] > acc) {
+                acc = v[i];
+                *idx = i;
+            }
+        return acc;
+    case TRN_REDUCE_AMIN:
+    case TRN_REDUCE_MIN:
+        acc = v[0];
+        for (int64_t i = 1; i < n; i++)
+            if (v[i] < acc) {
+                acc = v[i];
+                *idx = i;
+            }
+        return acc;
+    case TRN_REDUCE_VAR:
+    case TRN_REDUCE_STD:
         for (int64_t i = 0; i < n; i++) m += v[i];
         m /= (double)n;
         for (int64_t i = 0; i < n; i++) acc += (v[i] - m) * (v[i] - m);
         acc /= (double)n - p;
         return op == TRN_REDUCE_STD ? sqrt(acc) : acc;
     case TRN_REDUCE_NORM:
-        if (p == INFINITY) { for (int64_t i = 0; i < n; i++) acc = fmax(acc, fabs(v[i])); return acc; }
-        if (p == 0) { for (int64_t i = 0; i < n; i++) acc += v[i] != 0; return acc; }
+        if (p == INFINITY) {
+            for (int64_t i = 0; i < n; i++) acc = fmax(acc, fabs(v[i]));
+            return acc;
+        }
+        if (p == 0) {
+            for (int64_t i = 0; i < n; i++) acc += v[i] != 0;
+            return acc;
+        }
         for (int64_t i = 0; i < n; i++) acc += pow(fabs(v[i]), p);
         return pow(acc, 1 / p);
     case TRN_REDUCE_LOGSUMEXP:
@@ -134,7 +157,9 @@ static double ref_op(trn_reduce_op op, const float *v, int64_t n, double p, int6
         for (int64_t i = 1; i < n; i++) m = fmax(m, v[i]);
         for (int64_t i = 0; i < n; i++) acc += exp(v[i] - m);
         return m + log(acc);
-    case TRN_REDUCE_COUNT_NONZERO: for (int64_t i = 0; i < n; i++) acc += v[i] != 0; return acc;
+    case TRN_REDUCE_COUNT_NONZERO:
+        for (int64_t i = 0; i < n; i++) acc += v[i] != 0;
+        return acc;
     default: return 0;
     }
 }
@@ -145,12 +170,18 @@ static void test_ops_layouts(void) {
     unsigned s = 7;
     for (int i = 0; i < R * C; i++) x[i] = (float)(frand(&s) * 4 + 0.05);
     for (int i = 0; i < 50; i++) x[(i * 977) % (R * C)] = 0;  // zeros for count/norm0
-    const struct { trn_reduce_op op; double p; double rtol; } ops[] = {
-        {TRN_REDUCE_SUM, 0, 1e-5}, {TRN_REDUCE_MEAN, 0, 1e-5}, {TRN_REDUCE_AMAX, 0, 0},
-        {TRN_REDUCE_AMIN, 0, 0}, {TRN_REDUCE_MAX, 0, 0}, {TRN_REDUCE_MIN, 0, 0},
-        {TRN_REDUCE_VAR, 1, 1e-6}, {TRN_REDUCE_STD, 0, 1e-6}, {TRN_REDUCE_NORM, 2, 1e-5},
-        {TRN_REDUCE_NORM, 1, 1e-5}, {TRN_REDUCE_NORM, INFINITY, 0}, {TRN_REDUCE_NORM, 0, 0},
-        {TRN_REDUCE_NORM, 3.5, 1e-5}, {TRN_REDUCE_LOGSUMEXP, 0, 1e-5},
+    const struct {
+        trn_reduce_op op;
+        double p;
+        double rtol;
+    } ops[] = {
+        {TRN_REDUCE_SUM, 0, 1e-5},        {TRN_REDUCE_MEAN, 0, 1e-5},
+        {TRN_REDUCE_AMAX, 0, 0},          {TRN_REDUCE_AMIN, 0, 0},
+        {TRN_REDUCE_MAX, 0, 0},           {TRN_REDUCE_MIN, 0, 0},
+        {TRN_REDUCE_VAR, 1, 1e-6},        {TRN_REDUCE_STD, 0, 1e-6},
+        {TRN_REDUCE_NORM, 2, 1e-5},       {TRN_REDUCE_NORM, 1, 1e-5},
+        {TRN_REDUCE_NORM, INFINITY, 0},   {TRN_REDUCE_NORM, 0, 0},
+        {TRN_REDUCE_NORM, 3.5, 1e-5},     {TRN_REDUCE_LOGSUMEXP, 0, 1e-5},
         {TRN_REDUCE_COUNT_NONZERO, 0, 0},
     };
     float *out = malloc(sizeof(float) * (R > C ? R : C) * 2);
@@ -175,16 +206,19 @@ static void test_ops_layouts(void) {
             for (int dims = 1; dims <= 3; dims++) {
                 if (idx && dims == 3) continue;
                 const int64_t nout = dims == 1 ? C : dims == 2 ? R : 1;
-                reduce2d(op, TRN_DTYPE_F32, odt, buf, sizeof(float) * R * C, R, C, rs,
-                         cs, dims, ops[k].p, out, (cnt ? 8 : 4) * (size_t)nout,
-                         idx ? out2 : NULL, TRN_SUCCESS);
+                reduce2d(op, TRN_DTYPE_F32, odt, buf, sizeof(float) * R * C, R, C, rs, cs, dims,
+                         ops[k].p, out, (cnt ? 8 : 4) * (size_t)nout, idx ? out2 : NULL,
+                         TRN_SUCCESS);
                 int bad = 0;
                 for (int64_t o = 0; o < nout; o++) {
                     float v[R * C];
                     int64_t n = 0;
-                    if (dims == 1) for (int i = 0; i < R; i++) v[n++] = x[i * C + o];
-                    if (dims == 2) for (int j = 0; j < C; j++) v[n++] = x[o * C + j];
-                    if (dims == 3) for (int i = 0; i < R * C; i++) v[n++] = x[i];
+                    if (dims == 1)
+                        for (int i = 0; i < R; i++) v[n++] = x[i * C + o];
+                    if (dims == 2)
+                        for (int j = 0; j < C; j++) v[n++] = x[o * C + j];
+                    if (dims == 3)
+                        for (int i = 0; i < R * C; i++) v[n++] = x[i];
                     int64_t ri;
                     double want = ref_op(op, v, n, ops[k].p, &ri);
                     double got = cnt ? (double)((int64_t *)(void *)out)[o] : out[o];
@@ -194,8 +228,8 @@ static void test_ops_layouts(void) {
                     if (!ok || (idx && out2[o] != ri)) {
                         if (bad++ < 3)
                             fprintf(stderr, "op %s p %g layout %d dims %d out %lld: %.9g vs %.9g\n",
-                                    trn_reduce_op_name(op), ops[k].p, layout, dims,
-                                    (long long)o, got, want);
+                                    trn_reduce_op_name(op), ops[k].p, layout, dims, (long long)o,
+                                    got, want);
                     }
                 }
                 CHECK_INT(bad, 0);
@@ -212,56 +246,56 @@ static void test_nan_and_indices(void) {
     float x[6] = {1, 5, 5, NAN, 2, NAN};
     float v;
     int64_t i;
-    reduce2d(TRN_REDUCE_MAX, TRN_DTYPE_F32, TRN_DTYPE_F32, x, sizeof x, 1, 6, 6, 1, 2, 0,
-             &v, 4, &i, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_MAX, TRN_DTYPE_F32, TRN_DTYPE_F32, x, sizeof x, 1, 6, 6, 1, 2, 0, &v, 4, &i,
+             TRN_SUCCESS);
     CHECK(isnan(v));
     CHECK_INT(i, 3);
-    reduce2d(TRN_REDUCE_MAX, TRN_DTYPE_F32, TRN_DTYPE_F32, x, sizeof x, 1, 3, 3, 1, 2, 0,
-             &v, 4, &i, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_MAX, TRN_DTYPE_F32, TRN_DTYPE_F32, x, sizeof x, 1, 3, 3, 1, 2, 0, &v, 4, &i,
+             TRN_SUCCESS);
     CHECK_CLOSE(v, 5, 0);
     CHECK_INT(i, 1);  // first of the ties
-    reduce2d(TRN_REDUCE_AMIN, TRN_DTYPE_F32, TRN_DTYPE_F32, x, sizeof x, 1, 6, 6, 1, 2, 0,
-             &v, 4, NULL, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_AMIN, TRN_DTYPE_F32, TRN_DTYPE_F32, x, sizeof x, 1, 6, 6, 1, 2, 0, &v, 4,
+             NULL, TRN_SUCCESS);
     CHECK(isnan(v));
-    reduce2d(TRN_REDUCE_ARGMIN, TRN_DTYPE_F32, TRN_DTYPE_I64, x, sizeof x, 1, 6, 6, 1, 2, 0,
-             &i, 8, NULL, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_ARGMIN, TRN_DTYPE_F32, TRN_DTYPE_I64, x, sizeof x, 1, 6, 6, 1, 2, 0, &i, 8,
+             NULL, TRN_SUCCESS);
     CHECK_INT(i, 3);
     // NaN in a column reduction (column loop) propagates.
     float m[8 * 3] = {0};
     m[8 + 5] = NAN;
     float out[8];
-    reduce2d(TRN_REDUCE_AMAX, TRN_DTYPE_F32, TRN_DTYPE_F32, m, sizeof m, 3, 8, 8, 1, 1, 0,
-             out, sizeof out, NULL, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_AMAX, TRN_DTYPE_F32, TRN_DTYPE_F32, m, sizeof m, 3, 8, 8, 1, 1, 0, out,
+             sizeof out, NULL, TRN_SUCCESS);
     CHECK(isnan(out[5]));
     CHECK_CLOSE(out[4], 0, 0);
-    reduce2d(TRN_REDUCE_ANY, TRN_DTYPE_F32, TRN_DTYPE_BOOL, m, sizeof m, 3, 8, 8, 1, 3, 0,
-             out, 1, NULL, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_ANY, TRN_DTYPE_F32, TRN_DTYPE_BOOL, m, sizeof m, 3, 8, 8, 1, 3, 0, out, 1,
+             NULL, TRN_SUCCESS);
     CHECK_INT(((uint8_t *)out)[0], 1);
 }
 
 static void test_int_and_half(void) {
     int64_t xi[5] = {INT64_MAX, 1, -3, 7, 2};
     int64_t r;
-    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_I64, TRN_DTYPE_I64, xi, sizeof xi, 1, 5, 5, 1, 2, 0,
-             &r, 8, NULL, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_I64, TRN_DTYPE_I64, xi, sizeof xi, 1, 5, 5, 1, 2, 0, &r, 8,
+             NULL, TRN_SUCCESS);
     CHECK_INT(r, (int64_t)((uint64_t)INT64_MAX + 7));  // wraps like PyTorch
-    reduce2d(TRN_REDUCE_PROD, TRN_DTYPE_I64, TRN_DTYPE_I64, xi + 1, 32, 1, 4, 4, 1, 2, 0,
-             &r, 8, NULL, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_PROD, TRN_DTYPE_I64, TRN_DTYPE_I64, xi + 1, 32, 1, 4, 4, 1, 2, 0, &r, 8,
+             NULL, TRN_SUCCESS);
     CHECK_INT(r, -42);
-    reduce2d(TRN_REDUCE_AMIN, TRN_DTYPE_I64, TRN_DTYPE_I64, xi, sizeof xi, 1, 5, 5, 1, 2, 0,
-             &r, 8, NULL, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_AMIN, TRN_DTYPE_I64, TRN_DTYPE_I64, xi, sizeof xi, 1, 5, 5, 1, 2, 0, &r, 8,
+             NULL, TRN_SUCCESS);
     CHECK_INT(r, -3);
     int64_t mx;
-    reduce2d(TRN_REDUCE_MAX, TRN_DTYPE_I64, TRN_DTYPE_I64, xi, sizeof xi, 1, 5, 5, 1, 2, 0,
-             &r, 8, &mx, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_MAX, TRN_DTYPE_I64, TRN_DTYPE_I64, xi, sizeof xi, 1, 5, 5, 1, 2, 0, &r, 8,
+             &mx, TRN_SUCCESS);
     CHECK_INT(r, INT64_MAX);
     CHECK_INT(mx, 0);
     uint8_t b[4] = {1, 1, 0, 1}, o;
-    reduce2d(TRN_REDUCE_ALL, TRN_DTYPE_BOOL, TRN_DTYPE_BOOL, b, 4, 1, 4, 4, 1, 2, 0, &o, 1,
-             NULL, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_ALL, TRN_DTYPE_BOOL, TRN_DTYPE_BOOL, b, 4, 1, 4, 4, 1, 2, 0, &o, 1, NULL,
+             TRN_SUCCESS);
     CHECK_INT(o, 0);
-    reduce2d(TRN_REDUCE_COUNT_NONZERO, TRN_DTYPE_BOOL, TRN_DTYPE_I64, b, 4, 1, 4, 4, 1, 2, 0,
-             &r, 8, NULL, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_COUNT_NONZERO, TRN_DTYPE_BOOL, TRN_DTYPE_I64, b, 4, 1, 4, 4, 1, 2, 0, &r, 8,
+             NULL, TRN_SUCCESS);
     CHECK_INT(r, 3);
     uint16_t h[3000], hs;
     double ref = 0;
@@ -269,40 +303,40 @@ static void test_int_and_half(void) {
         h[i] = trn_float_to_bf16((float)(i % 7) * 0.25f);
         ref += trn_bf16_to_float(h[i]);
     }
-    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_BF16, TRN_DTYPE_BF16, h, sizeof h, 1, 3000, 3000, 1,
-             2, 0, &hs, 2, NULL, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_BF16, TRN_DTYPE_BF16, h, sizeof h, 1, 3000, 3000, 1, 2, 0,
+             &hs, 2, NULL, TRN_SUCCESS);
     CHECK_CLOSE(trn_bf16_to_float(hs), ref, 4e-3);
     // Unsupported combinations.
-    reduce2d(TRN_REDUCE_MEAN, TRN_DTYPE_I64, TRN_DTYPE_I64, xi, sizeof xi, 1, 5, 5, 1, 2, 0,
-             &r, 8, NULL, TRN_ERROR_UNSUPPORTED);
-    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_C64, TRN_DTYPE_C64, xi, sizeof xi, 1, 5, 5, 1, 2, 0,
-             &r, 8, NULL, TRN_ERROR_UNSUPPORTED);
+    reduce2d(TRN_REDUCE_MEAN, TRN_DTYPE_I64, TRN_DTYPE_I64, xi, sizeof xi, 1, 5, 5, 1, 2, 0, &r, 8,
+             NULL, TRN_ERROR_UNSUPPORTED);
+    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_C64, TRN_DTYPE_C64, xi, sizeof xi, 1, 5, 5, 1, 2, 0, &r, 8,
+             NULL, TRN_ERROR_UNSUPPORTED);
 }
 
 static void test_empty(void) {
     float x[1] = {0}, out[4];
-    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 0, 4, 4, 1, 1, 0, out,
-             16, NULL, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 0, 4, 4, 1, 1, 0, out, 16, NULL,
+             TRN_SUCCESS);
     CHECK_CLOSE(out[0], 0, 0);
     CHECK_CLOSE(out[3], 0, 0);
-    reduce2d(TRN_REDUCE_PROD, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 0, 4, 4, 1, 1, 0, out,
-             16, NULL, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_PROD, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 0, 4, 4, 1, 1, 0, out, 16, NULL,
+             TRN_SUCCESS);
     CHECK_CLOSE(out[2], 1, 0);
-    reduce2d(TRN_REDUCE_MEAN, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 0, 4, 4, 1, 1, 0, out,
-             16, NULL, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_MEAN, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 0, 4, 4, 1, 1, 0, out, 16, NULL,
+             TRN_SUCCESS);
     CHECK(isnan(out[1]));
-    reduce2d(TRN_REDUCE_LOGSUMEXP, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 0, 4, 4, 1, 1, 0,
-             out, 16, NULL, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_LOGSUMEXP, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 0, 4, 4, 1, 1, 0, out, 16,
+             NULL, TRN_SUCCESS);
     CHECK(isinf(out[1]) && out[1] < 0);
-    reduce2d(TRN_REDUCE_AMAX, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 0, 4, 4, 1, 1, 0, out,
-             16, NULL, TRN_ERROR_INVALID_ARGUMENT);
+    reduce2d(TRN_REDUCE_AMAX, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 0, 4, 4, 1, 1, 0, out, 16, NULL,
+             TRN_ERROR_INVALID_ARGUMENT);
     CHECK_CONTAINS(trn_last_error(), "no identity");
     // Rows of zero columns: each of the 4 outputs is an empty sum (0). The
     // output is 16 bytes (it was allocated as 4, a write past the block that
     // ASan's poisoning of device memory now catches).
     out[0] = out[3] = 7;
-    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 4, 0, 1, 1, 2, 0, out, 16,
-             NULL, TRN_SUCCESS);
+    reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_F32, TRN_DTYPE_F32, x, 4, 4, 0, 1, 1, 2, 0, out, 16, NULL,
+             TRN_SUCCESS);
     CHECK_CLOSE(out[0], 0, 0);
     CHECK_CLOSE(out[3], 0, 0);
     float var[2];
@@ -310,8 +344,21 @@ static void test_empty(void) {
     // var_mean with correction 1 of one element: 0/0 -> NaN, mean 3.
     void *din = to_dev(one, 8), *dv = to_dev(NULL, 8), *dm = to_dev(NULL, 8);
     int64_t osz = 2, ost = 1, isz = 1, ist = 1;
-    trn_reduce_desc d = {TRN_REDUCE_VAR_MEAN, TRN_DTYPE_F32, TRN_DTYPE_F32, din, dv, dm,
-                         1, &osz, &ost, &ost, &ost, 1, &isz, &ist, 1.0};
+    trn_reduce_desc d = {TRN_REDUCE_VAR_MEAN,
+                         TRN_DTYPE_F32,
+                         TRN_DTYPE_F32,
+                         din,
+                         dv,
+                         dm,
+                         1,
+                         &osz,
+                         &ost,
+                         &ost,
+                         &ost,
+                         1,
+                         &isz,
+                         &ist,
+                         1.0};
     CHECK_OK(trn_reduce_launch(g_stream, &d));
     xfer(g_stream, var, dv, 8);
     CHECK(isnan(var[0]));
@@ -333,16 +380,19 @@ static void test_scan(void) {
     void *din = to_dev(x, sizeof x), *dout = to_dev(NULL, sizeof y);
     for (int dim = 0; dim < 2; dim++) {
         int64_t osz = dim == 0 ? C : R, ost = dim == 0 ? 1 : C;
-        trn_scan_desc d = {TRN_SCAN_CUMSUM, TRN_DTYPE_F32, din, dout, 1, &osz, &ost, &ost,
-                           dim == 0 ? R : C, dim == 0 ? C : 1, dim == 0 ? C : 1};
+        trn_scan_desc d = {
+            TRN_SCAN_CUMSUM,  TRN_DTYPE_F32,   din, dout, 1, &osz, &ost, &ost, dim == 0 ? R : C,
+            dim == 0 ? C : 1, dim == 0 ? C : 1};
         CHECK_OK(trn_scan_launch(g_stream, &d));
         xfer(g_stream, y, dout, sizeof y);
         int bad = 0;
         for (int i = 0; i < R; i++)
             for (int j = 0; j < C; j++) {
                 double acc = 0;
-                if (dim == 0) for (int k = 0; k <= i; k++) acc += x[k * C + j];
-                else for (int k = 0; k <= j; k++) acc += x[i * C + k];
+                if (dim == 0)
+                    for (int k = 0; k <= i; k++) acc += x[k * C + j];
+                else
+                    for (int k = 0; k <= j; k++) acc += x[i * C + k];
                 bad += !close_to(y[i * C + j], acc, 1e-6);
             }
         CHECK_INT(bad, 0);
@@ -375,11 +425,17 @@ static void test_softmax(void) {
     for (int inner = 0; inner < 2; inner++) {
         const int64_t outer = inner ? O : O * I, dim = D, in = inner ? I : 1;
         for (int lg = 0; lg < 2; lg++) {
-            trn_softmax_desc d = {lg ? TRN_LOG_SOFTMAX : TRN_SOFTMAX, TRN_DTYPE_F32, dx,
-                                  NULL, dy, outer, dim, in};
+            trn_softmax_desc d = {
+                lg ? TRN_LOG_SOFTMAX : TRN_SOFTMAX, TRN_DTYPE_F32, dx, NULL, dy, outer, dim, in};
             CHECK_OK(trn_softmax_launch(g_stream, &d));
             trn_softmax_desc b = {lg ? TRN_LOG_SOFTMAX_BACKWARD : TRN_SOFTMAX_BACKWARD,
-                                  TRN_DTYPE_F32, dy, dg, dz, outer, dim, in};
+                                  TRN_DTYPE_F32,
+                                  dy,
+                                  dg,
+                                  dz,
+                                  outer,
+                                  dim,
+                                  in};
             CHECK_OK(trn_softmax_launch(g_stream, &b));
             xfer(g_stream, y, dy, sizeof y);
             xfer(g_stream, z, dz, sizeof z);
@@ -446,11 +502,5 @@ static void test_sc_expf(void) {
     CHECK(trn_sc_expf(0.0f) == 1.0f);
 }
 
-TEST_MAIN_DEFAULT_STREAM(test_sc_expf,
-                         test_sum_large,
-                         test_ops_layouts,
-                         test_nan_and_indices,
-                         test_int_and_half,
-                         test_empty,
-                         test_scan,
-                         test_softmax)
+TEST_MAIN_DEFAULT_STREAM(test_sc_expf, test_sum_large, test_ops_layouts, test_nan_and_indices,
+                         test_int_and_half, test_empty, test_scan, test_softmax)

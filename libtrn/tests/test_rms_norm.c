@@ -67,8 +67,8 @@ static void test_backward(void) {
     for (int k = 0; k < K; k++) w[k] = frand(&s) + 1.5;
     trn_rms_norm_desc f = {TRN_DTYPE_F64, TRN_DTYPE_F64, TRN_DTYPE_F64, R, K, x, w, y, rstd, 1e-6};
     CHECK_OK(trn_rms_norm_launch(g_stream, &f));
-    trn_rms_norm_backward_desc d = {TRN_DTYPE_F64, TRN_DTYPE_F64, TRN_DTYPE_F64, R, K, dy, x,
-                                    rstd, w, dx, dw};
+    trn_rms_norm_backward_desc d = {
+        TRN_DTYPE_F64, TRN_DTYPE_F64, TRN_DTYPE_F64, R, K, dy, x, rstd, w, dx, dw};
     CHECK_OK(trn_rms_norm_backward_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     const double h = 1e-6;
@@ -94,8 +94,8 @@ static void test_backward(void) {
     CHECK(worst < 1e-6);
     // No rows: dweight is written as zeros.
     dw[0] = 5;
-    trn_rms_norm_backward_desc e = {TRN_DTYPE_F64, TRN_DTYPE_F64, TRN_DTYPE_F64, 0, K, NULL, NULL,
-                                    NULL, w, NULL, dw};
+    trn_rms_norm_backward_desc e = {
+        TRN_DTYPE_F64, TRN_DTYPE_F64, TRN_DTYPE_F64, 0, K, NULL, NULL, NULL, w, NULL, dw};
     CHECK_OK(trn_rms_norm_backward_launch(g_stream, &e));
     CHECK_OK(trn_stream_synchronize(g_stream));
     CHECK(dw[0] == 0);
@@ -103,8 +103,8 @@ static void test_backward(void) {
 
 static void test_errors(void) {
     float x[4], y[4];
-    trn_rms_norm_desc d = {TRN_DTYPE_F32, TRN_DTYPE_F32, TRN_DTYPE_F64, 2, 2, x, NULL, y, NULL,
-                           1e-6};
+    trn_rms_norm_desc d = {TRN_DTYPE_F32, TRN_DTYPE_F32, TRN_DTYPE_F64, 2, 2, x, NULL, y,
+                           NULL,          1e-6};
     CHECK_INT(trn_rms_norm_launch(g_stream, &d), TRN_ERROR_UNSUPPORTED);  // rstd must be F32
     d.stat_dtype = TRN_DTYPE_F32;
     d.cols = 0;

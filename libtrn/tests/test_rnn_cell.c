@@ -108,8 +108,9 @@ static void test_lstm_f64(int with_bias, int with_gh) {
     trn_lstm_cell_desc d = {TRN_DTYPE_F64, B, H, t.ig, t.hg, pbi, pbh, t.cx, hy, cy, ws};
     CHECK_OK(trn_lstm_cell_launch(g_stream, &d));
     double gg[B * G4], gcx[B * H], gb[G4];
-    trn_lstm_cell_backward_desc bd = {TRN_DTYPE_F64, B, H, with_gh ? t.gh : NULL, t.gc, t.cx, cy,
-                                      ws, gg, gcx, with_bias ? gb : NULL};
+    trn_lstm_cell_backward_desc bd = {
+        TRN_DTYPE_F64,        B, H, with_gh ? t.gh : NULL, t.gc, t.cx, cy, ws, gg, gcx,
+        with_bias ? gb : NULL};
     CHECK_OK(trn_lstm_cell_backward_launch(g_stream, &bd));
     CHECK_OK(trn_stream_synchronize(g_stream));
     lstm_ref(B, H, t.ig, t.hg, pbi, pbh, t.cx, rhy, rcy);
@@ -127,7 +128,8 @@ static void test_lstm_f64(int with_bias, int with_gh) {
     for (int e = 0; e < B * H; e++)
         worst = fmax(worst, fabs(gcx[e] - numgrad(t.cx, e, lstm_loss, &t)));
     if (with_bias)
-        for (int c = 0; c < G4; c++) worst = fmax(worst, fabs(gb[c] - numgrad(t.bi, c, lstm_loss, &t)));
+        for (int c = 0; c < G4; c++)
+            worst = fmax(worst, fabs(gb[c] - numgrad(t.bi, c, lstm_loss, &t)));
     CHECK(worst < 1e-7);
 }
 
@@ -142,8 +144,8 @@ static void test_gru_f64(int with_bias) {
     trn_gru_cell_desc d = {TRN_DTYPE_F64, B, H, t.ig, t.hg, pbi, pbh, t.hx, hy, ws};
     CHECK_OK(trn_gru_cell_launch(g_stream, &d));
     double gi[B * G3], gh[B * G3], ghx[B * H], gbi[G3], gbh[G3];
-    trn_gru_cell_backward_desc bd = {TRN_DTYPE_F64, B, H, t.go, ws, gi, gh, ghx,
-                                     with_bias ? gbi : NULL, with_bias ? gbh : NULL};
+    trn_gru_cell_backward_desc bd = {
+        TRN_DTYPE_F64, B, H, t.go, ws, gi, gh, ghx, with_bias ? gbi : NULL, with_bias ? gbh : NULL};
     CHECK_OK(trn_gru_cell_backward_launch(g_stream, &bd));
     CHECK_OK(trn_stream_synchronize(g_stream));
     gru_ref(B, H, t.ig, t.hg, pbi, pbh, t.hx, rhy);
@@ -183,13 +185,15 @@ static void test_low_precision_parallel(trn_dtype dt, double tol) {
     fill(&s, bh, 4 * HH, 0.5), fill(&s, prev, n, 1);
     // Device-dtype copies (rounded), and the reference computed from them.
     char *p = buf;
+// clang-format off
 #define TAKE(name, count)  \
     void *name = p;        \
     p += es * (size_t)(count);
     TAKE(xig, n4) TAKE(xhg, n4) TAKE(xbi, 4 * HH) TAKE(xbh, 4 * HH) TAKE(xprev, n)
     TAKE(xhy, n) TAKE(xcy, n) TAKE(xws, 5 * n) TAKE(xgg, n4) TAKE(xgb, 4 * HH)
 #undef TAKE
-    double *srcs[] = {ig, hg, bi, bh, prev};
+        // clang-format on
+        double *srcs[] = {ig, hg, bi, bh, prev};
     void *dsts[] = {xig, xhg, xbi, xbh, xprev};
     const int counts[] = {n4, n4, 4 * HH, 4 * HH, n};
     for (int t = 0; t < 5; t++)
@@ -202,7 +206,7 @@ static void test_low_precision_parallel(trn_dtype dt, double tol) {
                 srcs[t][i] = trn_bf16_to_float(((uint16_t *)dsts[t])[i]);
             }
         }
-#define GET(ptr, i) \
+#define GET(ptr, i)                                                                                \
     (dt == TRN_DTYPE_F32 ? (double)((float *)(ptr))[i] : trn_bf16_to_float(((uint16_t *)(ptr))[i]))
     trn_lstm_cell_desc d = {dt, BB, HH, xig, xhg, xbi, xbh, xprev, xhy, xcy, xws};
     CHECK_OK(trn_lstm_cell_launch(g_stream, &d));
@@ -238,8 +242,8 @@ static void test_low_precision_parallel(trn_dtype dt, double tol) {
 static void test_empty_and_errors(void) {
     // No rows: bias gradients are zeros (an empty sum), nothing else is read.
     float gb[G4] = {1, 2, 3}, gbh[G3] = {4, 5};
-    trn_lstm_cell_backward_desc bd = {TRN_DTYPE_F32, 0, H, NULL, NULL, NULL, NULL, NULL,
-                                      NULL, NULL, gb};
+    trn_lstm_cell_backward_desc bd = {TRN_DTYPE_F32, 0,    H,    NULL, NULL, NULL,
+                                      NULL,          NULL, NULL, NULL, gb};
     CHECK_OK(trn_lstm_cell_backward_launch(g_stream, &bd));
     trn_gru_cell_backward_desc gd = {TRN_DTYPE_F32, 0, H, NULL, NULL, NULL, NULL, NULL, gb, gbh};
     CHECK_OK(trn_gru_cell_backward_launch(g_stream, &gd));

@@ -62,8 +62,8 @@ static void check_sort_f32(int64_t rows, int64_t n, int desc) {
     int64_t *dx = dev_alloc(g_stream, (size_t)(rows * n) * 8);
     xfer(g_stream, d, h, (size_t)(rows * n) * 4);
     int64_t one = 1;
-    trn_sort_desc s = {TRN_DTYPE_F32, desc, 1, &rows, &one, &one, &one, n, rows, rows, rows,
-                       0, 1, d, dv, dx};
+    trn_sort_desc s = {TRN_DTYPE_F32, desc, 1,    &rows, &one, &one, &one, n,
+                       rows,          rows, rows, 0,     1,    d,    dv,   dx};
     CHECK_OK(trn_sort_launch(g_stream, &s));
     xfer(g_stream, hv, dv, (size_t)(rows * n) * 4);
     xfer(g_stream, hx, dx, (size_t)(rows * n) * 8);
@@ -100,8 +100,8 @@ static void test_sort(void) {
     int64_t *dx = dev_alloc(g_stream, sizeof h);
     xfer(g_stream, d, h, sizeof h);
     for (int desc = 0; desc < 2; desc++) {
-        trn_sort_desc s = {TRN_DTYPE_I64, desc, 0, NULL, NULL, NULL, NULL, N, 1, 1, 1,
-                           0, 1, d, dv, dx};
+        trn_sort_desc s = {
+            TRN_DTYPE_I64, desc, 0, NULL, NULL, NULL, NULL, N, 1, 1, 1, 0, 1, d, dv, dx};
         CHECK_OK(trn_sort_launch(g_stream, &s));
         xfer(g_stream, hv, dv, sizeof hv);
         xfer(g_stream, hx, dx, sizeof hx);
@@ -141,8 +141,8 @@ static void test_topk(void) {
     for (int largest = 0; largest < 2; largest++)
         for (size_t q = 0; q < sizeof ks / sizeof ks[0]; q++) {
             const int64_t k = ks[q];
-            trn_sort_desc s = {TRN_DTYPE_F64, largest, 0, NULL, NULL, NULL, NULL, N, 1, 1, 1,
-                               k, 1, d, dv, dx};
+            trn_sort_desc s = {
+                TRN_DTYPE_F64, largest, 0, NULL, NULL, NULL, NULL, N, 1, 1, 1, k, 1, d, dv, dx};
             CHECK_OK(trn_topk_launch(g_stream, &s));
             xfer(g_stream, hv, dv, (size_t)k * 8);
             xfer(g_stream, hx, dx, (size_t)k * 8);
@@ -156,7 +156,7 @@ static void test_topk(void) {
             CHECK(ok);
         }
     trn_sort_desc bad = {TRN_DTYPE_F64, 0, 0, NULL, NULL, NULL, NULL, N, 1, 1, 1,
-                         N + 1, 1, d, dv, dx};
+                         N + 1,         1, d, dv,   dx};
     CHECK_STATUS(trn_topk_launch(g_stream, &bad), TRN_ERROR_INVALID_ARGUMENT);
     release(d, dv, dx, h, hv, hx, ref);
 }

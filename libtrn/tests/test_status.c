@@ -28,16 +28,17 @@ int main(void) {
     CHECK_STR(trn_status_string(TRN_ERROR_INVALID_POINTER), "invalid device pointer");
     CHECK_STR(trn_status_string(TRN_SUCCESS), "success");
     CHECK_STR(trn_status_string((trn_status)-99), "unknown status");
-#define EVERY_STATUS(name, value, text)                \
-    CHECK_STR(trn_status_name(name), #name);           \
-    CHECK_STR(trn_status_string(name), text);          \
+#define EVERY_STATUS(name, value, text)                                                            \
+    CHECK_STR(trn_status_name(name), #name);                                                       \
+    CHECK_STR(trn_status_string(name), text);                                                      \
     CHECK_INT(name, value);
     TRN_STATUS_LIST(EVERY_STATUS)
 #undef EVERY_STATUS
 
     CHECK_STR(trn_last_error(), "");
-    CHECK_INT(trn__set_error(TRN_ERROR_INVALID_DEVICE, "neuron:%d is out of range: %d devices", 3, 2),
-              TRN_ERROR_INVALID_DEVICE);
+    CHECK_INT(
+        trn__set_error(TRN_ERROR_INVALID_DEVICE, "neuron:%d is out of range: %d devices", 3, 2),
+        TRN_ERROR_INVALID_DEVICE);
     CHECK_STR(trn_last_error(), "neuron:3 is out of range: 2 devices");
     // The previous message may be an argument of the next one.
     trn__set_error(TRN_ERROR_KERNEL, "wrapped: %s", trn_last_error());
@@ -49,7 +50,7 @@ int main(void) {
     CHECK_INT(rc, 0);
     if (rc == 0) {
         CHECK_INT(pthread_join(t, NULL), 0);
-        CHECK_STR(r.before, "");  // a fresh thread starts without an error
+        CHECK_STR(r.before, "");         // a fresh thread starts without an error
         CHECK_STR(r.after, "worker 7");  // and keeps its own
     }
     CHECK_STR(trn_last_error(), "wrapped: neuron:3 is out of range: 2 devices");

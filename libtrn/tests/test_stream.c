@@ -41,8 +41,7 @@ static void test_ids(void) {
     }
     CHECK_OK(trn_stream_from_id(0, 0, &s));
     CHECK(s == def);
-    CHECK_STATUS(trn_stream_from_id(0, TRN_STREAM_POOL_SIZE + 1, &s),
-                 TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(trn_stream_from_id(0, TRN_STREAM_POOL_SIZE + 1, &s), TRN_ERROR_INVALID_ARGUMENT);
     CHECK_CONTAINS(trn_last_error(), "stream id 9 is not a stream of neuron:0");
     CHECK_STATUS(trn_stream_from_id(0, -1, &s), TRN_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(trn_stream_from_id(2, 0, &s), TRN_ERROR_INVALID_DEVICE);
@@ -101,8 +100,7 @@ static trn_status order_task(void *p) {
     const order_args *a = p;
     for (uint32_t i = 0; i < a->fill_size; i++)
         if (a->fill[i] != (unsigned char)(a->seq * 31 + i))
-            return trn__set_error(TRN_ERROR_KERNEL, "task %lld: corrupt args",
-                                  (long long)a->seq);
+            return trn__set_error(TRN_ERROR_KERNEL, "task %lld: corrupt args", (long long)a->seq);
     a->log->entries[a->log->count++] = a->seq;
     return TRN_SUCCESS;
 }
@@ -125,8 +123,7 @@ static void test_order(void) {
         a->seq = i;
         a->fill_size = fill;
         for (uint32_t k = 0; k < fill; k++) a->fill[k] = (unsigned char)(i * 31 + k);
-        failures += trn_stream_launch(s, order_task, a, sizeof(order_args) + fill) !=
-                    TRN_SUCCESS;
+        failures += trn_stream_launch(s, order_task, a, sizeof(order_args) + fill) != TRN_SUCCESS;
     }
     CHECK_INT(failures, 0);
     CHECK_OK(trn_stream_synchronize(s));

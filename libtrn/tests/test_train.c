@@ -24,7 +24,7 @@ static void test_layer_norm(void) {
     for (int i = 0; i < R * C; i++) x[i] = (float)(3 * frand(&s) + 1), dy[i] = (float)frand(&s);
     for (int j = 0; j < C; j++) w[j] = (float)frand(&s), b[j] = (float)frand(&s);
     trn_layer_norm_desc d = {TRN_DTYPE_F32, TRN_DTYPE_F32, TRN_DTYPE_F32, R, C, x, w, b, y,
-                             mean, rstd, 1e-5};
+                             mean,          rstd,          1e-5};
     CHECK_OK(trn_layer_norm_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     double worst = 0;
@@ -43,8 +43,8 @@ static void test_layer_norm(void) {
         }
     }
     CHECK(worst < 1e-5);
-    trn_layer_norm_backward_desc bd = {TRN_DTYPE_F32, TRN_DTYPE_F32, TRN_DTYPE_F32, R, C, dy, x,
-                                       mean, rstd, w, dx, dw, db};
+    trn_layer_norm_backward_desc bd = {
+        TRN_DTYPE_F32, TRN_DTYPE_F32, TRN_DTYPE_F32, R, C, dy, x, mean, rstd, w, dx, dw, db};
     CHECK_OK(trn_layer_norm_backward_launch(g_stream, &bd));
     CHECK_OK(trn_stream_synchronize(g_stream));
     worst = 0;
@@ -70,8 +70,8 @@ static void test_layer_norm(void) {
     // bfloat16 data with float32 parameters and stats; no weight/bias.
     static uint16_t xb[R * C], yb[R * C];
     for (int i = 0; i < R * C; i++) xb[i] = trn_float_to_bf16(x[i]);
-    trn_layer_norm_desc d2 = {TRN_DTYPE_BF16, TRN_DTYPE_F32, TRN_DTYPE_F32, R, C, xb, NULL,
-                              NULL, yb, mean, rstd, 1e-5};
+    trn_layer_norm_desc d2 = {
+        TRN_DTYPE_BF16, TRN_DTYPE_F32, TRN_DTYPE_F32, R, C, xb, NULL, NULL, yb, mean, rstd, 1e-5};
     CHECK_OK(trn_layer_norm_launch(g_stream, &d2));
     CHECK_OK(trn_stream_synchronize(g_stream));
     worst = 0;
@@ -96,8 +96,8 @@ static void test_nll_loss(void) {
     for (int i = 0; i < N; i++)
         if (t[i] != -100) sum += -w[t[i]] * in[i * C + t[i]], wsum += w[t[i]];
     for (int red = 0; red < 3; red++) {
-        trn_nll_loss_desc d = {TRN_DTYPE_F32, TRN_DTYPE_I64, (trn_reduction)red, N, C, 1, -100,
-                               in, t, w, out, &tw};
+        trn_nll_loss_desc d = {
+            TRN_DTYPE_F32, TRN_DTYPE_I64, (trn_reduction)red, N, C, 1, -100, in, t, w, out, &tw};
         CHECK_OK(trn_nll_loss_launch(g_stream, &d));
         CHECK_OK(trn_stream_synchronize(g_stream));
         if (red == TRN_REDUCTION_NONE) {
@@ -106,17 +106,18 @@ static void test_nll_loss(void) {
             const double want = red == TRN_REDUCTION_MEAN ? sum / wsum : sum;
             CHECK(fabs(out[0] - want) < 1e-5 && fabs(tw - wsum) < 1e-5);
         }
-        trn_nll_loss_backward_desc bd = {TRN_DTYPE_F32, TRN_DTYPE_I64, (trn_reduction)red, N, C,
-                                         1, -100, go, t, w, &tw, gi};
+        trn_nll_loss_backward_desc bd = {
+            TRN_DTYPE_F32, TRN_DTYPE_I64, (trn_reduction)red, N, C, 1, -100, go, t, w, &tw, gi};
         CHECK_OK(trn_nll_loss_backward_launch(g_stream, &bd));
         CHECK_OK(trn_stream_synchronize(g_stream));
-        const double g0 = red == TRN_REDUCTION_NONE ? go[1] : (red == TRN_REDUCTION_MEAN ? go[0] / tw : go[0]);
+        const double g0 =
+            red == TRN_REDUCTION_NONE ? go[1] : (red == TRN_REDUCTION_MEAN ? go[0] / tw : go[0]);
         CHECK(fabs(gi[1 * C + 4] + w[4] * g0) < 1e-5);
         CHECK(gi[1 * C + 3] == 0.0f && gi[2 * C + 0] == 0.0f);
     }
     t[3] = 5;
-    trn_nll_loss_desc d = {TRN_DTYPE_F32, TRN_DTYPE_I64, TRN_REDUCTION_SUM, N, C, 1, -100,
-                           in, t, NULL, out, &tw};
+    trn_nll_loss_desc d = {
+        TRN_DTYPE_F32, TRN_DTYPE_I64, TRN_REDUCTION_SUM, N, C, 1, -100, in, t, NULL, out, &tw};
     CHECK_OK(trn_nll_loss_launch(g_stream, &d));
     CHECK_INT(trn_stream_synchronize(g_stream), TRN_ERROR_INVALID_ARGUMENT);
     CHECK(strstr(trn_last_error(), "Target 5 is out of bounds.") != NULL);

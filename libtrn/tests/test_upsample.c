@@ -47,8 +47,8 @@ static void test_positions(void) {
     // last pixel: 10 12.5 17.5 20.
     const float x2[2] = {10, 20};
     float y3[3], y4[4];
-    trn_upsample_desc b = {TRN_DTYPE_F32, TRN_UPSAMPLE_BILINEAR, 1, 1, {1, 1, 2}, {1, 1, 3},
-                           {0, 0, 0}, x2, y3};
+    trn_upsample_desc b = {
+        TRN_DTYPE_F32, TRN_UPSAMPLE_BILINEAR, 1, 1, {1, 1, 2}, {1, 1, 3}, {0, 0, 0}, x2, y3};
     CHECK_OK(trn_upsample_launch(g_stream, &b));
     CHECK_OK(trn_stream_synchronize(g_stream));
     CHECK(y3[0] == 10 && y3[1] == 15 && y3[2] == 20);
@@ -70,8 +70,9 @@ static void check_adjoint(trn_upsample_mode m, int align, const int64_t in[3],
     unsigned s = 17;
     for (int64_t i = 0; i < ni; i++) x[i] = frand(&s);
     for (int64_t i = 0; i < no; i++) g[i] = frand(&s);
-    trn_upsample_desc d = {TRN_DTYPE_F64, m, align, P, {in[0], in[1], in[2]},
-                           {out[0], out[1], out[2]}, {0, 0, 0}, x, y};
+    trn_upsample_desc d = {
+        TRN_DTYPE_F64, m, align, P, {in[0], in[1], in[2]}, {out[0], out[1], out[2]},
+        {0, 0, 0},     x, y};
     CHECK_OK(trn_upsample_launch(g_stream, &d));
     d.src = g;
     d.dst = gi;
@@ -110,8 +111,8 @@ static void test_backward_adjoint(void) {
 static void test_bicubic(void) {
     double x[6 * 6], y[11 * 11];
     for (int i = 0; i < 36; i++) x[i] = 2.5;
-    trn_upsample_desc d = {TRN_DTYPE_F64, TRN_UPSAMPLE_BICUBIC, 1, 1, {1, 6, 6}, {1, 11, 11},
-                           {0, 0, 0}, x, y};
+    trn_upsample_desc d = {
+        TRN_DTYPE_F64, TRN_UPSAMPLE_BICUBIC, 1, 1, {1, 6, 6}, {1, 11, 11}, {0, 0, 0}, x, y};
     CHECK_OK(trn_upsample_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     double worst = 0;
@@ -137,8 +138,8 @@ static void test_bf16(void) {
     // bfloat16 backward: 4 outputs summed into 1 input, rounded once.
     uint16_t g[4], gi[1];
     for (int i = 0; i < 4; i++) g[i] = trn_float_to_bf16(1.0f + 1.0f / 128);
-    trn_upsample_desc d = {TRN_DTYPE_BF16, TRN_UPSAMPLE_NEAREST, 0, 1, {1, 1, 1}, {1, 2, 2},
-                           {0, 0, 0}, g, gi};
+    trn_upsample_desc d = {
+        TRN_DTYPE_BF16, TRN_UPSAMPLE_NEAREST, 0, 1, {1, 1, 1}, {1, 2, 2}, {0, 0, 0}, g, gi};
     CHECK_OK(trn_upsample_backward_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     CHECK(trn_bf16_to_float(gi[0]) == 4.0f + 4.0f / 128);
@@ -167,8 +168,5 @@ static void test_errors(void) {
     trn_clear_error();
 }
 
-TEST_MAIN_DEFAULT_STREAM(test_positions,
-                         test_bicubic,
-                         test_backward_adjoint,
-                         test_bf16,
+TEST_MAIN_DEFAULT_STREAM(test_positions, test_bicubic, test_backward_adjoint, test_bf16,
                          test_errors)

@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
         ssize_t n = read(0, buf, sizeof buf);
         if (n > 0) continue;  // nothing is sent; a write only keeps it alive
         if (n < 0 && errno == EINTR) continue;
-        break;                // end of file (or an error): the process is gone
+        break;  // end of file (or an error): the process is gone
     }
     (void)kill(-group, SIGKILL);
     // Compilers killed, nothing writes into the directory any more.

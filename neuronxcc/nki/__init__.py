@@ -1,6 +1,7 @@
 """neuronxcc.nki: the legacy NKI front end (result-returning ISA calls,
 arange/mgrid index expressions, mask=, par_dim, N-d SPMD grids,
 simulate_kernel, baremetal, benchmark) on OpenNeuron's NKI core."""
+
 import nki as _nki
 from nki import NkiError, baremetal, benchmark, profile, simulate_kernel  # noqa: F401
 from nki._runtime import Kernel
@@ -14,7 +15,9 @@ def jit(fn=None, mode="auto", **opts):
         return lambda f: jit(f, mode=mode, **opts)
     if isinstance(fn, Kernel):
         return fn
-    return Kernel(fn, legacy=True, mode=mode, force_host=mode in ("simulation", "baremetal", "benchmark"))
+    return Kernel(
+        fn, legacy=True, mode=mode, force_host=mode in ("simulation", "baremetal", "benchmark")
+    )
 
 
 trace = jit

@@ -1,6 +1,7 @@
 """nki.isa, current generation: every instruction takes its destination
 first (``dst=``) and writes it. Each call records one libtrn NKI
 instruction (a few, documented, record two)."""
+
 import enum as _enum
 
 from .. import _dtypes as _dt
@@ -59,19 +60,33 @@ class matmul_perf_mode(_enum.IntEnum):
 
 def get_nc_version():
     from .._ir import active
+
     tr = active()
     return nc_version(tr.target if tr is not None else 3)
 
 
 def _need(dst, name):
     if dst is None:
-        raise NkiError(f"nki: nisa.{name} takes its destination first (dst=); the result-returning form is the "
-                       "legacy neuronxcc.nki.isa")
+        raise NkiError(
+            f"nki: nisa.{name} takes its destination first (dst=); the result-returning form is the "
+            "legacy neuronxcc.nki.isa"
+        )
     return dst
 
 
-def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
-              tile_position=None, tile_size=None, perf_mode=None, accumulate=None, **kw):
+def nc_matmul(
+    dst,
+    stationary,
+    moving,
+    is_stationary_onezero=False,
+    is_moving_onezero=False,
+    is_transpose=False,
+    tile_position=None,
+    tile_size=None,
+    perf_mode=None,
+    accumulate=None,
+    **kw,
+):
     if is_transpose:
         return _ops.transpose(_need(dst, "nc_matmul"), stationary, 1, name="nc_matmul")
     return _ops.matmul(_need(dst, "nc_matmul"), stationary, moving, accumulate=accumulate)
@@ -84,15 +99,41 @@ def nc_transpose(dst, data, engine=engine.unknown, **kw):
     return _ops.transpose(_need(dst, "nc_transpose"), data, mode)
 
 
-def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=None, alpha=0.0,
-               **kw):
-    return _ops.activation(_need(dst, "activation"), op, data, bias=bias, scale=scale, reduce_op=reduce_op,
-                           reduce_res=reduce_res, alpha=alpha)
+def activation(
+    dst,
+    op,
+    data,
+    bias=None,
+    scale=1.0,
+    reduce_op=None,
+    reduce_res=None,
+    reduce_cmd=None,
+    alpha=0.0,
+    **kw,
+):
+    return _ops.activation(
+        _need(dst, "activation"),
+        op,
+        data,
+        bias=bias,
+        scale=scale,
+        reduce_op=reduce_op,
+        reduce_res=reduce_res,
+        alpha=alpha,
+    )
 
 
 def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, **kw):
-    return _ops.activation(_need(dst, "activation_reduce"), op, data, bias=bias, scale=scale, reduce_op=reduce_op,
-                           reduce_res=reduce_res, name="activation_reduce")
+    return _ops.activation(
+        _need(dst, "activation_reduce"),
+        op,
+        data,
+        bias=bias,
+        scale=scale,
+        reduce_op=reduce_op,
+        reduce_res=reduce_res,
+        name="activation_reduce",
+    )
 
 
 def activate2(*a, **kw):
@@ -103,8 +144,14 @@ def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=None, **kw)
     if max_value:
         t = _ops.tensor_scalar(None, src, "subtract", float(max_value), dtype=_dt.float32)
         src = t
-    return _ops.activation(_need(dst, "exponential"), "exp", src, reduce_op="add" if reduce_res is not None else None,
-                           reduce_res=reduce_res, name="exponential")
+    return _ops.activation(
+        _need(dst, "exponential"),
+        "exp",
+        src,
+        reduce_op="add" if reduce_res is not None else None,
+        reduce_res=reduce_res,
+        name="exponential",
+    )
 
 
 def reciprocal(dst, data, **kw):
@@ -115,19 +162,33 @@ def tensor_tensor(dst, data1, data2, op, **kw):
     return _ops.binary(data1, data2, op, dst=_need(dst, "tensor_tensor"), name="tensor_tensor")
 
 
-def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False, **kw):
-    return _ops.tensor_scalar(_need(dst, "tensor_scalar"), data, op0, operand0, reverse0, op1, operand1, reverse1)
+def tensor_scalar(
+    dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False, **kw
+):
+    return _ops.tensor_scalar(
+        _need(dst, "tensor_scalar"), data, op0, operand0, reverse0, op1, operand1, reverse1
+    )
 
 
 def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res, reverse0=False, **kw):
-    _ops.tensor_scalar(_need(dst, "tensor_scalar_reduce"), data, op0, operand0, reverse0,
-                       name="tensor_scalar_reduce")
+    _ops.tensor_scalar(
+        _need(dst, "tensor_scalar_reduce"),
+        data,
+        op0,
+        operand0,
+        reverse0,
+        name="tensor_scalar_reduce",
+    )
     _ops.reduce(reduce_res, reduce_op, dst, None, name="tensor_scalar_reduce")
     return dst
 
 
-def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, **kw):
-    return _ops.stt(_need(dst, "scalar_tensor_tensor"), data, op0, operand0, op1, operand1, reverse0, reverse1)
+def scalar_tensor_tensor(
+    dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, **kw
+):
+    return _ops.stt(
+        _need(dst, "scalar_tensor_tensor"), data, op0, operand0, op1, operand1, reverse0, reverse1
+    )
 
 
 def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, **kw):
@@ -135,7 +196,9 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
 
 
 def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, **kw):
-    return _ops.reduce(_need(dst, "tensor_reduce"), op, data, axis, negate=negate, keepdims=keepdims)
+    return _ops.reduce(
+        _need(dst, "tensor_reduce"), op, data, axis, negate=negate, keepdims=keepdims
+    )
 
 
 def tensor_partition_reduce(dst, op, data, **kw):
@@ -167,12 +230,26 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, **kw):
     return _ops.iota_expr(_need(dst, "iota"), e)
 
 
-def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op="greater_equal", offset=0,
-                  **kw):
+def affine_select(
+    dst,
+    pattern,
+    channel_multiplier,
+    on_true_tile,
+    on_false_value,
+    cmp_op="greater_equal",
+    offset=0,
+    **kw,
+):
     e = _ops.pattern_expr(dst.ndim, pattern, offset, channel_multiplier)
     n = _ops.ALU_ALIAS.get(_ops.op_name(cmp_op), _ops.op_name(cmp_op))
-    cmp = {"equal": "eq", "not_equal": "ne", "less": "lt", "less_equal": "le", "greater": "gt",
-           "greater_equal": "ge"}[n]
+    cmp = {
+        "equal": "eq",
+        "not_equal": "ne",
+        "less": "lt",
+        "less_equal": "le",
+        "greater": "gt",
+        "greater_equal": "ge",
+    }[n]
     return _ops.select(_need(dst, "affine_select"), Pred([(e, cmp)]), on_true_tile, on_false_value)
 
 
@@ -187,13 +264,38 @@ def bn_aggr(dst, data, **kw):
 def _unsupported(name):
     def f(*a, **kw):
         raise NkiError(f"nki: nisa.{name} is not supported by this implementation")
+
     f.__name__ = name
     return f
 
 
-for _n in ["nc_matmul_mx", "quantize_mx", "dropout", "range_select", "select_reduce", "sequence_bounds",
-           "local_gather", "nc_n_gather", "dma_compute", "max8", "nc_find_index8", "nc_match_replace8",
-           "nc_stream_shuffle", "register_alloc", "register_load", "register_move", "register_store", "core_barrier",
-           "sendrecv", "rng", "rand2", "rand_set_state", "rand_get_state", "set_rng_seed", "nonzero_with_count",
-           "topk", "tensor_scalar_cumulative"]:
+for _n in [
+    "nc_matmul_mx",
+    "quantize_mx",
+    "dropout",
+    "range_select",
+    "select_reduce",
+    "sequence_bounds",
+    "local_gather",
+    "nc_n_gather",
+    "dma_compute",
+    "max8",
+    "nc_find_index8",
+    "nc_match_replace8",
+    "nc_stream_shuffle",
+    "register_alloc",
+    "register_load",
+    "register_move",
+    "register_store",
+    "core_barrier",
+    "sendrecv",
+    "rng",
+    "rand2",
+    "rand_set_state",
+    "rand_get_state",
+    "set_rng_seed",
+    "nonzero_with_count",
+    "topk",
+    "tensor_scalar_cumulative",
+]:
     globals()[_n] = _unsupported(_n)

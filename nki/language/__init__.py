@@ -2,15 +2,30 @@
 documented lowering onto nki.isa instructions). Shared by both API
 generations; the legacy front end (neuronxcc.nki.language) re-exports it
 with its extra names (arange, mgrid, par_dim, ...)."""
+
 import math as _math
 
 import numpy as _np
 
 from .. import _dtypes as _dt
 from .. import _ops
-from .._dtypes import (bfloat16, bool_, float8_e4m3, float8_e4m3fn, float8_e5m2, float16, float32, int8,  # noqa: F401
-                       int16, int32, tfloat32, uint8, uint16, uint32)
-from .._ir import (AP, ARG, HBM, OUT, PSUM, SBUF, Affine, IExpr, NkiError, Sym, current, loop)
+from .._dtypes import (
+    bfloat16,
+    bool_,
+    float8_e4m3,
+    float8_e4m3fn,
+    float8_e5m2,
+    float16,
+    float32,
+    int8,  # noqa: F401
+    int16,
+    int32,
+    tfloat32,
+    uint8,
+    uint16,
+    uint32,
+)
+from .._ir import AP, ARG, HBM, OUT, PSUM, SBUF, Affine, IExpr, NkiError, Sym, current, loop
 
 float8_e8m0fnu = None  # MX scales (v4): not modelled
 NkiTensor = AP
@@ -74,7 +89,9 @@ def _kind(buffer):
     if isinstance(buffer, _Buffer):
         return buffer.kind
     n = getattr(buffer, "name", None) or str(buffer)
-    return {"sbuf": SBUF, "psum": PSUM, "hbm": OUT, "shared_hbm": OUT, "private_hbm": HBM}.get(n, SBUF)
+    return {"sbuf": SBUF, "psum": PSUM, "hbm": OUT, "shared_hbm": OUT, "private_hbm": HBM}.get(
+        n, SBUF
+    )
 
 
 def ndarray(shape, dtype=float32, buffer=None, name=None, address=None, **kw):
@@ -87,7 +104,9 @@ def ndarray(shape, dtype=float32, buffer=None, name=None, address=None, **kw):
             par_axis = i
         dims.append(int(s))
     kind = _kind(buffer)
-    return _ops.alloc(dims, dtype, kind, par_axis=par_axis if kind in (SBUF, PSUM) else 0, name=name)
+    return _ops.alloc(
+        dims, dtype, kind, par_axis=par_axis if kind in (SBUF, PSUM) else 0, name=name
+    )
 
 
 def empty_like(x, dtype=None, buffer=None, **kw):
@@ -125,6 +144,7 @@ def shared_constant(constant, dtype=None, **kw):
     d = _dt.to_dtype(_np.asarray(constant).dtype if dtype is None else dtype)
     if d.np_name is None:  # bf16 / fp8: held as a CPU tensor
         import torch
+
         arr = torch.tensor(_np.asarray(constant, dtype=_np.float32)).to(d.torch).contiguous()
     else:
         arr = _np.ascontiguousarray(_np.asarray(constant, dtype=d.numpy))
@@ -147,8 +167,13 @@ def store(dst, value, mask=None, **kw):
     if _ops.is_scalar(value):
         t = full((dst.shape[0],) + tuple(dst.shape[1:]), value, dst.dtype)
         value = t
-    _ops.copy(dst, value if value.shape == dst.shape else _ops.conform(value, dst.shape), 0, mask=mask,
-              name="nl.store")
+    _ops.copy(
+        dst,
+        value if value.shape == dst.shape else _ops.conform(value, dst.shape),
+        0,
+        mask=mask,
+        name="nl.store",
+    )
 
 
 def load_transpose2d(src, dtype=None, mask=None, **kw):
@@ -190,6 +215,7 @@ def ds(start, size):
 def _binop(name):
     def f(x, y, dtype=None, mask=None, **kw):
         return _ops.binary(x, y, name, dst=kw.get("dst"), dtype=dtype, mask=mask)
+
     f.__name__ = f._nki_op = name
     return f
 
@@ -197,18 +223,75 @@ def _binop(name):
 def _unop(name):
     def f(x, dtype=None, mask=None, **kw):
         return _ops.unary(x, name, dst=kw.get("dst"), dtype=dtype, mask=mask)
+
     f.__name__ = f._nki_op = name
     return f
 
 
-for _n in ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "equal", "not_equal", "less",
-           "less_equal", "greater", "greater_equal", "logical_and", "logical_or", "logical_xor", "bitwise_and",
-           "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "abs_max", "abs_min", "mod", "fmod"]:
+for _n in [
+    "add",
+    "subtract",
+    "multiply",
+    "divide",
+    "maximum",
+    "minimum",
+    "power",
+    "equal",
+    "not_equal",
+    "less",
+    "less_equal",
+    "greater",
+    "greater_equal",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "left_shift",
+    "right_shift",
+    "abs_max",
+    "abs_min",
+    "mod",
+    "fmod",
+]:
     globals()[_n] = _binop(_n)
-for _n in ["exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "relu", "gelu", "gelu_apprx_tanh",
-           "gelu_apprx_sigmoid", "silu", "softplus", "mish", "erf", "sin", "cos", "tan", "arctan", "abs", "sign",
-           "square", "negative", "ceil", "floor", "trunc", "gelu_dx", "silu_dx", "erf_dx", "logical_not", "invert",
-           "bitwise_not", "rint", "gelu_apprx_sigmoid_dx"]:
+for _n in [
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "reciprocal",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "gelu",
+    "gelu_apprx_tanh",
+    "gelu_apprx_sigmoid",
+    "silu",
+    "softplus",
+    "mish",
+    "erf",
+    "sin",
+    "cos",
+    "tan",
+    "arctan",
+    "abs",
+    "sign",
+    "square",
+    "negative",
+    "ceil",
+    "floor",
+    "trunc",
+    "gelu_dx",
+    "silu_dx",
+    "erf_dx",
+    "logical_not",
+    "invert",
+    "bitwise_not",
+    "rint",
+    "gelu_apprx_sigmoid_dx",
+]:
     globals()[_n] = _unop(_n)
 identity = _unop("identity")
 bypass = _unop("bypass")
@@ -216,7 +299,10 @@ bypass = _unop("bypass")
 
 def _reduction(name, op):
     def f(x, axis=None, dtype=None, keepdims=False, mask=None, **kw):
-        return _ops.reduce(kw.get("dst"), op, x, axis, keepdims=keepdims, dtype=dtype, mask=mask, name=f"nl.{name}")
+        return _ops.reduce(
+            kw.get("dst"), op, x, axis, keepdims=keepdims, dtype=dtype, mask=mask, name=f"nl.{name}"
+        )
+
     f.__name__ = name
     f._nki_op = op
     return f
@@ -233,7 +319,9 @@ any = _reduction("any", "logical_or")  # noqa: A001
 def mean(x, axis=None, dtype=None, keepdims=False, mask=None, **kw):
     s = sum(x, axis, dtype=float32, keepdims=keepdims, mask=mask)
     nd = x.ndim
-    ax = tuple(range(1, nd)) if axis is None else ((axis,) if isinstance(axis, int) else tuple(axis))
+    ax = (
+        tuple(range(1, nd)) if axis is None else ((axis,) if isinstance(axis, int) else tuple(axis))
+    )
     n = 1
     for a in ax:
         n *= x.shape[a]
@@ -266,7 +354,9 @@ def where(condition, x, y, dtype=None, mask=None, **kw):
 
 def dropout(x, rate, dtype=None, mask=None, **kw):
     if float(rate) != 0.0:
-        raise NkiError("nki: nl.dropout with a non-zero rate needs the on-chip RNG, which is not modelled")
+        raise NkiError(
+            "nki: nl.dropout with a non-zero rate needs the on-chip RNG, which is not modelled"
+        )
     return copy(x, dtype=dtype)
 
 
@@ -319,7 +409,9 @@ def fori_loop(lower, upper, body, init_val=None, **kw):
 
 
 def while_loop(*a, **kw):
-    raise NkiError("nki: nl.while_loop (register-driven loops) is not supported by this implementation")
+    raise NkiError(
+        "nki: nl.while_loop (register-driven loops) is not supported by this implementation"
+    )
 
 
 class _LoopReduce:
@@ -340,6 +432,7 @@ def program_id(axis=0):
     if axis >= len(tr.grid) or tr.grid[axis] == 1:
         return 0
     from .._ir import PID_VAR
+
     return Affine(0, {PID_VAR + axis: 1})
 
 
@@ -388,6 +481,7 @@ def arange(start, stop=None, step=1):
 
 
 import builtins as _builtins  # noqa: E402
+
 _range = _builtins.range
 
 

@@ -1,6 +1,7 @@
 """Every conformance exclusion, with its reason. Keys: (OpInfo name, variant
 test name, dtype or "*"). The suite fails on an exclusion that no longer
 matches anything (see test_exclusions_are_used)."""
+
 import torch
 
 EXCLUDED = {
@@ -112,53 +113,59 @@ ALLOWED_FALLBACKS = {
 }
 
 # --- ops7a: group norm, RMS norm, upsampling, transposed conv, embedding_bag.
-EXCLUDED.update({
-    # F.interpolate's "area" mode is adaptive average pooling (another
-    # family's kernel), checked there.
-    ("nn.functional.interpolate", "area", "*"): "area interpolation is adaptive pooling",
-    # Integer bilinear / bicubic interpolation (uint8 images) has its own
-    # rounding rules in ATen; the native kernels are floating point, uint8 runs on the
-    # CPU (values correct, recorded as a fallback).
-    ("nn.functional.interpolate", "bilinear", torch.uint8): "uint8 bilinear runs on the CPU",
-    ("nn.functional.interpolate", "bicubic", torch.uint8): "uint8 bicubic runs on the CPU",
-    ("nn.functional.upsample_bilinear", "", torch.uint8): "uint8 bilinear runs on the CPU",
-    # oneDNN has no integer convolution (as for conv1d/2d/3d above).
-    ("nn.functional.conv_transpose1d", "", torch.int64): "integer convolution runs on the CPU",
-    ("nn.functional.conv_transpose2d", "", torch.int64): "integer convolution runs on the CPU",
-    ("nn.functional.conv_transpose3d", "", torch.int64): "integer convolution runs on the CPU",
-})
-TOLERANCES.update({
-    # 16-bit transposed convolution and linear / trilinear interpolation: CPU rounds
-    # intermediate sums to the 16-bit type, neuron accumulates in float32
-    # and rounds once. Against a float64 reference on these samples CPU's
-    # worst error is 2-4x neuron's (conv_transpose3d bfloat16: 7.5 vs 2.0 on
-    # values up to 888), so the two differ by up to ~1 16-bit ulp of the
-    # largest output; tests/test_nn_layers.py checks neuron's 16-bit result
-    # against float64 directly.
-    ("nn.functional.conv_transpose1d", "", torch.bfloat16): (0.1, 1.6e-2),
-    ("nn.functional.conv_transpose1d", "", torch.float16): (3e-2, 1e-3),
-    ("nn.functional.conv_transpose2d", "", torch.bfloat16): (0.25, 1.6e-2),
-    ("nn.functional.conv_transpose2d", "", torch.float16): (8e-2, 1e-3),
-    ("nn.functional.conv_transpose3d", "", torch.bfloat16): (4.0, 1.6e-2),
-    ("nn.functional.conv_transpose3d", "", torch.float16): (0.5, 1e-3),
-    ("nn.functional.interpolate", "linear", torch.bfloat16): (1e-2, 1.6e-2),
-    ("nn.functional.interpolate", "linear", torch.float16): (2.5e-3, 1e-3),
-    # trilinear: CPU's worst error vs float64 0.057 (bfloat16) / 0.0059
-    # (float16), neuron's 0.031 / 0.0039, on values up to 9.
-    ("nn.functional.interpolate", "trilinear", torch.bfloat16): (3e-2, 1.6e-2),
-    ("nn.functional.interpolate", "trilinear", torch.float16): (4e-3, 1e-3),
-    # float32 3-d transposed convolution sums ~100-term products in oneDNN
-    # 2.6's blocking order (as conv3d above): ~1.6e-4 absolute on outputs up
-    # to ~900, i.e. ~2e-7 of the largest value.
-    ("nn.functional.conv_transpose3d", "", torch.float32): (2e-4, 1e-4),
-    ("nn.functional.conv_transpose3d", "", "grad"): (1e-4, 1e-4),
-})
-ALLOWED_FALLBACKS.update({
-    # As for nn.functional.embedding: max_norm samples renormalise the weight
-    # in place first (embedding_renorm_, not native yet); the bag itself is
-    # native and its values are compared.
-    "nn.functional.embedding_bag": ("aten::embedding_renorm_",),
-})
+EXCLUDED.update(
+    {
+        # F.interpolate's "area" mode is adaptive average pooling (another
+        # family's kernel), checked there.
+        ("nn.functional.interpolate", "area", "*"): "area interpolation is adaptive pooling",
+        # Integer bilinear / bicubic interpolation (uint8 images) has its own
+        # rounding rules in ATen; the native kernels are floating point, uint8 runs on the
+        # CPU (values correct, recorded as a fallback).
+        ("nn.functional.interpolate", "bilinear", torch.uint8): "uint8 bilinear runs on the CPU",
+        ("nn.functional.interpolate", "bicubic", torch.uint8): "uint8 bicubic runs on the CPU",
+        ("nn.functional.upsample_bilinear", "", torch.uint8): "uint8 bilinear runs on the CPU",
+        # oneDNN has no integer convolution (as for conv1d/2d/3d above).
+        ("nn.functional.conv_transpose1d", "", torch.int64): "integer convolution runs on the CPU",
+        ("nn.functional.conv_transpose2d", "", torch.int64): "integer convolution runs on the CPU",
+        ("nn.functional.conv_transpose3d", "", torch.int64): "integer convolution runs on the CPU",
+    }
+)
+TOLERANCES.update(
+    {
+        # 16-bit transposed convolution and linear / trilinear interpolation: CPU rounds
+        # intermediate sums to the 16-bit type, neuron accumulates in float32
+        # and rounds once. Against a float64 reference on these samples CPU's
+        # worst error is 2-4x neuron's (conv_transpose3d bfloat16: 7.5 vs 2.0 on
+        # values up to 888), so the two differ by up to ~1 16-bit ulp of the
+        # largest output; tests/test_nn_layers.py checks neuron's 16-bit result
+        # against float64 directly.
+        ("nn.functional.conv_transpose1d", "", torch.bfloat16): (0.1, 1.6e-2),
+        ("nn.functional.conv_transpose1d", "", torch.float16): (3e-2, 1e-3),
+        ("nn.functional.conv_transpose2d", "", torch.bfloat16): (0.25, 1.6e-2),
+        ("nn.functional.conv_transpose2d", "", torch.float16): (8e-2, 1e-3),
+        ("nn.functional.conv_transpose3d", "", torch.bfloat16): (4.0, 1.6e-2),
+        ("nn.functional.conv_transpose3d", "", torch.float16): (0.5, 1e-3),
+        ("nn.functional.interpolate", "linear", torch.bfloat16): (1e-2, 1.6e-2),
+        ("nn.functional.interpolate", "linear", torch.float16): (2.5e-3, 1e-3),
+        # trilinear: CPU's worst error vs float64 0.057 (bfloat16) / 0.0059
+        # (float16), neuron's 0.031 / 0.0039, on values up to 9.
+        ("nn.functional.interpolate", "trilinear", torch.bfloat16): (3e-2, 1.6e-2),
+        ("nn.functional.interpolate", "trilinear", torch.float16): (4e-3, 1e-3),
+        # float32 3-d transposed convolution sums ~100-term products in oneDNN
+        # 2.6's blocking order (as conv3d above): ~1.6e-4 absolute on outputs up
+        # to ~900, i.e. ~2e-7 of the largest value.
+        ("nn.functional.conv_transpose3d", "", torch.float32): (2e-4, 1e-4),
+        ("nn.functional.conv_transpose3d", "", "grad"): (1e-4, 1e-4),
+    }
+)
+ALLOWED_FALLBACKS.update(
+    {
+        # As for nn.functional.embedding: max_norm samples renormalise the weight
+        # in place first (embedding_renorm_, not native yet); the bag itself is
+        # native and its values are compared.
+        "nn.functional.embedding_bag": ("aten::embedding_renorm_",),
+    }
+)
 # Samples whose values depend on the random generator (neuron's dropout
 # masks come from its own generator, not CPU's): skipped one by one, the
 # op's other samples are still compared. tests/test_attention_sdpa.py checks
@@ -174,8 +181,10 @@ RANDOM_SAMPLES = {
 # seeding and rng state.
 VALUE_FREE = {"uniform", "exponential", "cauchy", "geometric", "log_normal"}
 
-EXCLUDED.update({
-    # The elementwise pow kernel has no bool loop: PyTorch's per-tensor
-    # foreach loop runs aten::pow on the CPU fallback (values correct).
-    ("_foreach_pow", "", torch.bool): "bool pow runs on the CPU",
-})
+EXCLUDED.update(
+    {
+        # The elementwise pow kernel has no bool loop: PyTorch's per-tensor
+        # foreach loop runs aten::pow on the CPU fallback (values correct).
+        ("_foreach_pow", "", torch.bool): "bool pow runs on the CPU",
+    }
+)

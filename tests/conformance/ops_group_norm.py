@@ -3,4 +3,5 @@
 aten/group_norm.cpp and aten/rms_norm.cpp): native_group_norm and
 _fused_rms_norm with their backwards (F.group_norm / F.rms_norm reach them
 through CompositeImplicit aten::group_norm / aten::rms_norm)."""
+
 OPS = {"nn.functional.group_norm", "native_group_norm", "nn.functional.rms_norm"}

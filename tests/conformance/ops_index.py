@@ -1,5 +1,6 @@
 """Indexing and data-movement ops native on neuron (torch_neuronx/csrc/aten/index.cpp,
 libtrn/src/kernels/{gather,scatter,mask,cat}.c): OpInfo names, all variants."""
+
 OPS = {
     "cat",
     "stack",

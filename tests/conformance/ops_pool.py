@@ -17,24 +17,36 @@ cycles, so every option is still hit) in float32, values and gradients;
 the 16-bit max-pool paths are checked by tests/test_pool.py and
 tests/test_pool3d.py. OPENNEURON_FULL_TESTS=1 runs every sample in every
 dtype."""
+
 import os
 
 import torch
 
 OPS = {
-    "nn.functional.avg_pool1d", "nn.functional.avg_pool2d", "nn.functional.avg_pool3d",
-    "nn.functional.max_pool1d", "nn.functional.max_pool2d", "nn.functional.max_pool3d",
+    "nn.functional.avg_pool1d",
+    "nn.functional.avg_pool2d",
+    "nn.functional.avg_pool3d",
+    "nn.functional.max_pool1d",
+    "nn.functional.max_pool2d",
+    "nn.functional.max_pool3d",
     "max_pool2d_with_indices_backward",
-    "nn.functional.adaptive_avg_pool1d", "nn.functional.adaptive_avg_pool2d",
-    "nn.functional.adaptive_avg_pool3d", "nn.functional.adaptive_max_pool1d",
-    "nn.functional.adaptive_max_pool2d", "nn.functional.adaptive_max_pool3d",
+    "nn.functional.adaptive_avg_pool1d",
+    "nn.functional.adaptive_avg_pool2d",
+    "nn.functional.adaptive_avg_pool3d",
+    "nn.functional.adaptive_max_pool1d",
+    "nn.functional.adaptive_max_pool2d",
+    "nn.functional.adaptive_max_pool3d",
 }
 
 _FULL = os.environ.get("OPENNEURON_FULL_TESTS") == "1"
-SAMPLE_STRIDE = {} if _FULL else {
-    "nn.functional.max_pool1d": 37,
-    "nn.functional.max_pool2d": 61,
-    "max_pool2d_with_indices_backward": 61,
-    "nn.functional.max_pool3d": 29,
-}
+SAMPLE_STRIDE = (
+    {}
+    if _FULL
+    else {
+        "nn.functional.max_pool1d": 37,
+        "nn.functional.max_pool2d": 61,
+        "max_pool2d_with_indices_backward": 61,
+        "nn.functional.max_pool3d": 29,
+    }
+)
 SAMPLE_DTYPES = {} if _FULL else {name: [torch.float32] for name in SAMPLE_STRIDE}

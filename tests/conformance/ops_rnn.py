@@ -9,4 +9,5 @@ common_modules.module_db). Their conformance test is tests/test_rnn.py, which
 runs every sample of those six ModuleInfo entries plus layer / cell / packed
 sequence / dtype cases on neuron and CPU and compares outputs, final states
 and all input, state and parameter gradients, with no CPU fallback allowed."""
+
 OPS: set[str] = set()

@@ -3,10 +3,15 @@
 and isposinf/isneginf (torch_neuronx/csrc/aten/train.cpp,
 aten/elementwise.cpp). The activation backward kernels are checked through
 the activations' gradients (ops_elementwise.py)."""
+
 OPS = {
-    "nn.functional.layer_norm", "native_layer_norm",
-    "nn.functional.nll_loss", "nn.functional.cross_entropy",
+    "nn.functional.layer_norm",
+    "native_layer_norm",
+    "nn.functional.nll_loss",
+    "nn.functional.cross_entropy",
     "nn.functional.mse_loss",
-    "nn.functional.dropout", "native_dropout_backward",
-    "isposinf", "isneginf",
+    "nn.functional.dropout",
+    "native_dropout_backward",
+    "isposinf",
+    "isneginf",
 }

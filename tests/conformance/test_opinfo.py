@@ -2,6 +2,7 @@
 own OpInfo samples (values, dtypes, shapes; gradients for float32), and proof
 that the op ran natively (nothing in get_fallback_ops() for a supported dtype).
 """
+
 import importlib.util
 import pathlib
 
@@ -11,8 +12,14 @@ from torch.testing._internal.common_methods_invocations import op_db
 
 import torch_neuronx
 from .dtypes import DTYPES
-from .exclusions import (ALLOWED_FALLBACKS, EXCLUDED, RANDOM_SAMPLES, TIE_ORDER_FREE, TOLERANCES,
-                         VALUE_FREE)
+from .exclusions import (
+    ALLOWED_FALLBACKS,
+    EXCLUDED,
+    RANDOM_SAMPLES,
+    TIE_ORDER_FREE,
+    TOLERANCES,
+    VALUE_FREE,
+)
 
 # OpInfo names whose aten kernels are native on neuron: the union of the
 # OPS sets in this folder's ops_*.py files (one per kernel family).
@@ -86,8 +93,9 @@ def _compare_selected(op, sample, got, expected):
     dim = sample.kwargs.get("dim", args[pos] if len(args) > pos else -1)
     keepdim = sample.kwargs.get("keepdim", args[pos + 1] if len(args) > pos + 1 else False)
     picked = x.gather(dim, idx if keepdim else idx.unsqueeze(dim))
-    torch.testing.assert_close(picked if keepdim else picked.squeeze(dim), expected[0],
-                               equal_nan=True)
+    torch.testing.assert_close(
+        picked if keepdim else picked.squeeze(dim), expected[0], equal_nan=True
+    )
 
 
 def _compare_tie_free(op, sample, got, expected):
@@ -118,8 +126,9 @@ def _compare_value_free(got, expected):
     assert got.dtype == expected.dtype and got.shape == expected.shape
 
 
-@pytest.mark.parametrize("op", [op for op in op_db if op.name in NATIVE & VALUE_FREE],
-                         ids=lambda op: op.name)
+@pytest.mark.parametrize(
+    "op", [op for op in op_db if op.name in NATIVE & VALUE_FREE], ids=lambda op: op.name
+)
 def test_error_inputs_match_cpu(op):
     """ATen's argument checks of the random fills, on neuron's kernels."""
     n = 0
@@ -154,24 +163,36 @@ def test_matches_cpu(op, dtype):
         expected = op(sample.input, *sample.args, **sample.kwargs)
         torch_neuronx.clear_op_tracking()
         got = op(dev.input, *dev.args, **dev.kwargs)
-        fallbacks = [f for f in torch_neuronx.get_fallback_ops()
-                     if f not in ALLOWED_FALLBACKS.get(op.name, ())]
+        fallbacks = [
+            f
+            for f in torch_neuronx.get_fallback_ops()
+            if f not in ALLOWED_FALLBACKS.get(op.name, ())
+        ]
         assert fallbacks == [], f"{op.name} fell back on {dtype}: {fallbacks}; {sample}"
         if op.name in VALUE_FREE:
             _compare_value_free(got, expected)
         elif op.name in TIE_ORDER_FREE:
             _compare_tie_free(op, sample, got, expected)
         else:
-            torch.testing.assert_close(got, expected, check_device=False, equal_nan=True,
-                                       msg=lambda m: f"{op.name} {dtype} {sample}: {m}",
-                                       **_tolerance(op, dtype))
+            torch.testing.assert_close(
+                got,
+                expected,
+                check_device=False,
+                equal_nan=True,
+                msg=lambda m: f"{op.name} {dtype} {sample}: {m}",
+                **_tolerance(op, dtype),
+            )
         n += 1
     assert n > 0
 
 
 def _grad_cases():
     for op in op_db:
-        if op.name in NATIVE and op.supports_autograd and torch.float32 in op.supported_dtypes("cpu"):
+        if (
+            op.name in NATIVE
+            and op.supports_autograd
+            and torch.float32 in op.supported_dtypes("cpu")
+        ):
             yield pytest.param(op, id=f"{op.name}.{op.variant_test_name or 'default'}")
 
 
@@ -200,22 +221,26 @@ def test_gradients_match_cpu(op):
         grads = torch.autograd.grad(sum(o.sum() for o in out), leaves, allow_unused=True)
         dev_leaves = {id(t): t.detach().to("neuron").requires_grad_() for t in leaves}
         dev = sample.transform(
-            lambda t: dev_leaves[id(t)] if id(t) in dev_leaves else _to(t, "neuron"))
+            lambda t: dev_leaves[id(t)] if id(t) in dev_leaves else _to(t, "neuron")
+        )
         dout = _differentiable(op(dev.input, *dev.args, **dev.kwargs))
-        dgrads = torch.autograd.grad(sum(o.sum() for o in dout),
-                                     [dev_leaves[id(t)] for t in leaves], allow_unused=True)
+        dgrads = torch.autograd.grad(
+            sum(o.sum() for o in dout), [dev_leaves[id(t)] for t in leaves], allow_unused=True
+        )
         for g, dg in zip(grads, dgrads):
             if g is None:
                 assert dg is None
             else:
-                torch.testing.assert_close(dg, g, check_device=False, equal_nan=True,
-                                           **_tolerance(op, "grad"))
+                torch.testing.assert_close(
+                    dg, g, check_device=False, equal_nan=True, **_tolerance(op, "grad")
+                )
         checked += 1
     assert checked > 0, f"{op.name}: no differentiable sample was checked"
 
 
 def test_exclusions_are_used():
     from .ops_foreach import DB as FOREACH_DB  # ForeachFuncInfos (test_opinfo_foreach.py)
+
     names = {(op.name, op.variant_test_name) for op in [*op_db, *FOREACH_DB]}
-    for (name, variant, _dtype) in [*EXCLUDED, *TOLERANCES]:
+    for name, variant, _dtype in [*EXCLUDED, *TOLERANCES]:
         assert (name, variant) in names, f"stale exclusion {name}.{variant}"

@@ -4,6 +4,7 @@ index ops),
 compiled and compared with PyTorch CPU. float32 and int64, the first two
 samples of each op; all of a dtype's samples go into one compiled function
 (one graph, one C compile), then each op is checked on its own."""
+
 import importlib.util
 import os
 import pathlib
@@ -27,17 +28,37 @@ def _ops_from(name):
 
 
 # Elementwise ops lower to fused loops; these reductions and products too.
-LOWERED = _ops_from("ops_elementwise") | {"sum", "mean", "amax", "amin", "softmax", "log_softmax",
-                                          "var", "mm", "bmm", "addmm", "nn.functional.linear",
-                                          # bounds-checked gather/scatter loops (lower_index.py)
-                                          "gather", "index_select", "nn.functional.embedding", "scatter",
-                                          "scatter_add", "index_put", "take_along_dim",
-                                          # folding scatters (every variant: sum, prod, mean, amax, amin)
-                                          "scatter_reduce",
-                                          # a boolean mask's prefix count picks each element's value
-                                          "masked_scatter",
-                                          # coordinate-selected: iota + clamped gathers + where
-                                          "cat", "constant_pad_nd", "slice_scatter", "any", "all"}
+LOWERED = _ops_from("ops_elementwise") | {
+    "sum",
+    "mean",
+    "amax",
+    "amin",
+    "softmax",
+    "log_softmax",
+    "var",
+    "mm",
+    "bmm",
+    "addmm",
+    "nn.functional.linear",
+    # bounds-checked gather/scatter loops (lower_index.py)
+    "gather",
+    "index_select",
+    "nn.functional.embedding",
+    "scatter",
+    "scatter_add",
+    "index_put",
+    "take_along_dim",
+    # folding scatters (every variant: sum, prod, mean, amax, amin)
+    "scatter_reduce",
+    # a boolean mask's prefix count picks each element's value
+    "masked_scatter",
+    # coordinate-selected: iota + clamped gathers + where
+    "cat",
+    "constant_pad_nd",
+    "slice_scatter",
+    "any",
+    "all",
+}
 # The default run keeps to float32 and one sample per op (the machine's test
 # time budget); OPENNEURON_FULL_TESTS=1 adds int64 and a second sample.
 FULL = os.environ.get("OPENNEURON_FULL_TESTS") == "1"
@@ -47,7 +68,12 @@ SAMPLES_PER_OP = 2 if FULL else 1
 # form: slice_scatter's first samples all have step 1 (2 and 8: step 2),
 # constant_pad_nd's pad at most two dims (37 and 45: three); scatter's 1 and 2
 # are reduce="add" / "multiply"; scatter_reduce's 1 keeps self (0 does not).
-EXTRA_SAMPLES = {"slice_scatter": (2, 8), "constant_pad_nd": (37, 45), "scatter": (1, 2), "scatter_reduce": (1,)}
+EXTRA_SAMPLES = {
+    "slice_scatter": (2, 8),
+    "constant_pad_nd": (37, 45),
+    "scatter": (1, 2),
+    "scatter_reduce": (1,),
+}
 # Ops whose OpInfo variants (variant_test_name) are all lowered.
 VARIANTS = {"scatter_reduce"}
 
@@ -61,17 +87,27 @@ def _own_samples(name, dtype):
     if name == "index_put":
         x = torch.randn(5, 4, generator=g).to(dtype)
         mask, rows = x > 0, torch.tensor([True, False, True, True, False])
-        return [SampleInput(x, args=((mask,), torch.tensor(3).to(dtype))),
-                SampleInput(x, args=((rows,), torch.randn(4, generator=g).to(dtype))),
-                SampleInput(x, args=((None, mask[0]), torch.randn(5, 1, generator=g).to(dtype)),
-                            kwargs={"accumulate": True}),
-                SampleInput(x, args=((rows,), torch.randn(3, 4, generator=g).to(dtype))),
-                SampleInput(x, args=((rows,), torch.randn(3, 1, generator=g).to(dtype)),
-                            kwargs={"accumulate": True})]
+        return [
+            SampleInput(x, args=((mask,), torch.tensor(3).to(dtype))),
+            SampleInput(x, args=((rows,), torch.randn(4, generator=g).to(dtype))),
+            SampleInput(
+                x,
+                args=((None, mask[0]), torch.randn(5, 1, generator=g).to(dtype)),
+                kwargs={"accumulate": True},
+            ),
+            SampleInput(x, args=((rows,), torch.randn(3, 4, generator=g).to(dtype))),
+            SampleInput(
+                x,
+                args=((rows,), torch.randn(3, 1, generator=g).to(dtype)),
+                kwargs={"accumulate": True},
+            ),
+        ]
     if name != "cat":
         return []
     pieces = [torch.randn(3, i + 1, 2, generator=g).to(dtype) for i in range(9)]
     return [SampleInput(pieces, kwargs={"dim": 1}), SampleInput(pieces[:6], kwargs={"dim": -2})]
+
+
 # Not compared: outputs that depend on something other than the inputs.
 COMPILE_EXCLUDED = {
     # float_power computes in float64: the compiler computes float64 in
@@ -82,13 +118,19 @@ COMPILE_EXCLUDED = {
 
 def _cases():
     for op in op_db:
-        if op.name not in LOWERED or op.name in COMPILE_EXCLUDED or (op.variant_test_name and
-                                                                   op.name not in VARIANTS):
+        if (
+            op.name not in LOWERED
+            or op.name in COMPILE_EXCLUDED
+            or (op.variant_test_name and op.name not in VARIANTS)
+        ):
             continue
         v = op.variant_test_name
         for dtype in DTYPES:
-            if dtype in op.supported_dtypes("cpu") and (op.name, v, dtype) not in EXCLUDED \
-                    and (op.name, v, "*") not in EXCLUDED:
+            if (
+                dtype in op.supported_dtypes("cpu")
+                and (op.name, v, dtype) not in EXCLUDED
+                and (op.name, v, "*") not in EXCLUDED
+            ):
                 yield op, dtype
 
 
@@ -117,7 +159,9 @@ def _run_dtype(dtype, tmp_cache):
                 break
             if i >= SAMPLES_PER_OP and i not in extra:
                 continue
-            tensors = isinstance(s.input, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in s.input)
+            tensors = isinstance(s.input, (list, tuple)) and all(
+                isinstance(t, torch.Tensor) for t in s.input
+            )
             if not isinstance(s.input, torch.Tensor) and not tensors:  # cat takes a list
                 continue
             work.append((op, s))
@@ -129,10 +173,13 @@ def _run_dtype(dtype, tmp_cache):
         except Exception as e:  # noqa: BLE001 - CPU rejects this sample: so must we
             expected.append(e)
     live = [(op, s) for (op, s), e in zip(work, expected) if not isinstance(e, Exception)]
-    dev_args = [(_to(s.input, "neuron"), _to(s.args, "neuron"), _to(s.kwargs, "neuron")) for _, s in live]
+    dev_args = [
+        (_to(s.input, "neuron"), _to(s.args, "neuron"), _to(s.kwargs, "neuron")) for _, s in live
+    ]
 
     def all_ops(args):
         return [op.op(x, *a, **k) for (op, _), (x, a, k) in zip(live, args)]
+
     torch._dynamo.reset()
     got = torch.compile(all_ops, backend="neuron")(dev_args)
     out = {}
@@ -149,17 +196,26 @@ def _key(op):
     return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
 
 
-@pytest.mark.parametrize("op,dtype", [pytest.param(op, dt, id=f"{_key(op)}-{str(dt)[6:]}") for op, dt in _cases()])
+@pytest.mark.parametrize(
+    "op,dtype", [pytest.param(op, dt, id=f"{_key(op)}-{str(dt)[6:]}") for op, dt in _cases()]
+)
 def test_compiled_op_matches_cpu(op, dtype, tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "neuron-compile-cache"))
+    monkeypatch.setenv(
+        "TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "neuron-compile-cache")
+    )
     results = _run_dtype(dtype, None).get(_key(op), [])
     assert results, f"{_key(op)}: no sample ran"
     for expected, got in results:
         floating = isinstance(expected, torch.Tensor) and expected.dtype.is_floating_point
-        atol, rtol = TOLERANCES.get((op.name, op.variant_test_name, dtype), (1e-5, 1e-4) if floating else (0, 0))
+        atol, rtol = TOLERANCES.get(
+            (op.name, op.variant_test_name, dtype), (1e-5, 1e-4) if floating else (0, 0)
+        )
         if isinstance(expected, torch.Tensor):
             assert got.device.type == "neuron"
-            torch.testing.assert_close(got.cpu(), expected, atol=atol, rtol=rtol, equal_nan=True,
-                                       check_stride=False)
+            torch.testing.assert_close(
+                got.cpu(), expected, atol=atol, rtol=rtol, equal_nan=True, check_stride=False
+            )
         else:
-            torch.testing.assert_close(_to(got, "cpu"), expected, atol=atol, rtol=rtol, equal_nan=True)
+            torch.testing.assert_close(
+                _to(got, "cpu"), expected, atol=atol, rtol=rtol, equal_nan=True
+            )

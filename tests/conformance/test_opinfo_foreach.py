@@ -6,6 +6,7 @@ may fall back, and where the lists can take the one-launch fast path
 (floating dtypes) the native foreach kernel must be the one that ran.
 float32 gradients of the out-of-place ops are compared too.
 """
+
 import importlib.util
 import math
 import os
@@ -19,7 +20,8 @@ from .dtypes import DTYPES
 from .exclusions import EXCLUDED, TOLERANCES
 
 _spec = importlib.util.spec_from_file_location(
-    "ops_foreach", pathlib.Path(__file__).parent / "ops_foreach.py")
+    "ops_foreach", pathlib.Path(__file__).parent / "ops_foreach.py"
+)
 _fe = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_fe)
 
@@ -44,8 +46,9 @@ def _cases():
                     continue
                 if not inplace and op.op is op.inplace_variant:  # _foreach_zero_ only
                     continue
-                yield pytest.param(op, dtype, inplace,
-                                   id=f"{op.name}{'_' if inplace else ''}-{str(dtype)[6:]}")
+                yield pytest.param(
+                    op, dtype, inplace, id=f"{op.name}{'_' if inplace else ''}-{str(dtype)[6:]}"
+                )
 
 
 def _samples(op, dtype, requires_grad=False):
@@ -92,8 +95,10 @@ def _fast_path(op, sample, dtype):
     if dtype not in _FLOATS:
         return False
     if op.name == "_foreach_norm":
-        return (sample.kwargs.get("ord", 2) in (1, 2, math.inf)
-                and sample.kwargs.get("dtype") in (None, dtype))
+        return sample.kwargs.get("ord", 2) in (1, 2, math.inf) and sample.kwargs.get("dtype") in (
+            None,
+            dtype,
+        )
     flat = [*sample.args, *sample.kwargs.values()]
     flat = [v for a in flat for v in (a if isinstance(a, (list, tuple)) else [a])]
     return not any(isinstance(v, complex) for v in flat)
@@ -128,21 +133,29 @@ def test_foreach_matches_cpu(op, dtype, inplace):
         if err is not None:
             # Same refusal as CPU (e.g. an int list with a float scalar in
             # place, a bool scalar subtracted).
-            assert derr is not None and type(derr) is type(err), \
+            assert derr is not None and type(derr) is type(err), (
                 f"{what}: CPU raised {err!r}, neuron {derr!r}"
+            )
             n += 1
             continue
         assert derr is None, f"{what}: neuron raised {derr!r}"
         torch.neuron.synchronize()
-        assert torch_neuronx.get_fallback_ops() == [], \
+        assert torch_neuronx.get_fallback_ops() == [], (
             f"{what} fell back: {torch_neuronx.get_fallback_ops()}"
+        )
         if _fast_path(op, sample, dtype) and any(t.numel() for t in dinp):
             ran = torch_neuronx.get_executed_ops()
             assert any(r.startswith(f"aten::{op.name}") for r in ran), f"{what}: ran {ran}"
         if inplace:  # the lists themselves were updated
             got, expected = dinp, inp
-        torch.testing.assert_close(got, expected, check_device=False, equal_nan=True,
-                                   msg=lambda m: f"{what}: {m}", **_tolerance(op, dtype))
+        torch.testing.assert_close(
+            got,
+            expected,
+            check_device=False,
+            equal_nan=True,
+            msg=lambda m: f"{what}: {m}",
+            **_tolerance(op, dtype),
+        )
         n += 1
     assert n > 0
 
@@ -171,7 +184,7 @@ def test_foreach_gradients_match_cpu(op):
     for sample in _samples(op, torch.float32, requires_grad=True):
         every = _leaves(sample)
         inputs = [t for t in every if any(t is x for x in sample.input)]
-        for leaves in ([every, inputs] if len(inputs) < len(every) else [every]):
+        for leaves in [every, inputs] if len(inputs) < len(every) else [every]:
             if leaves:
                 checked += _check_grads(op, sample, leaves)
     assert checked > 0, f"{op.name}: no differentiable sample was checked"
@@ -192,11 +205,16 @@ def _check_grads(op, sample, leaves):
         def run(inp, *args):
             out = op.op(inp, *args, **sample.kwargs)
             return torch.autograd.grad(sum(o.sum() for o in out), wrt, allow_unused=True)
+
         return run
 
     grads, err = _run(grad_of(leaves), sample.input, sample.args, {})
-    dgrads, derr = _run(grad_of([dev[id(t)] for t in leaves]), move(sample.input),
-                        [move(a) for a in sample.args], {})
+    dgrads, derr = _run(
+        grad_of([dev[id(t)] for t in leaves]),
+        move(sample.input),
+        [move(a) for a in sample.args],
+        {},
+    )
     if err is not None:
         assert derr is not None and type(derr) is type(err), f"{op.name}: {err!r} vs {derr!r}"
         return 0
@@ -205,6 +223,11 @@ def _check_grads(op, sample, leaves):
         if g is None:
             assert dg is None
         else:
-            torch.testing.assert_close(dg, g, check_device=False, equal_nan=True,
-                                       msg=lambda m: f"{op.name} grad {sample}: {m}")
+            torch.testing.assert_close(
+                dg,
+                g,
+                check_device=False,
+                equal_nan=True,
+                msg=lambda m: f"{op.name} grad {sample}: {m}",
+            )
     return 1

@@ -1,5 +1,6 @@
 """Planted for tests/test_evaluate.py: a graph break and changing input
 shapes under torch.compile; lines marked PLANT-<kind>."""
+
 import torch
 import torch.nn as nn
 

@@ -1,5 +1,6 @@
 """A CUDA script (no neuron anywhere) for --map-device cuda=neuron, with an
 unsupported API (torch.distributions) and a crash at a known line."""
+
 import sys
 
 import torch

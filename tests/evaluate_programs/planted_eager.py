@@ -1,5 +1,6 @@
 """Planted for tests/test_evaluate.py: each line marked PLANT-<kind> trips
 one finding of neuron-evaluate, and nothing else in the file should."""
+
 import torch
 import torch.nn as nn
 

@@ -18,6 +18,7 @@ Classes (the driver counts them):
   values_differ   both return different values
   crash           the worker process died or hung (set by the driver)
 """
+
 import contextlib
 import fnmatch
 import io
@@ -34,17 +35,53 @@ CLASSES = ("both_raise", "agree", "neuron_raises", "neuron_returns", "values_dif
 # Ops whose values depend on a random stream (dropout inside attention,
 # fractional pooling's random offsets) or on uninitialized memory (empty,
 # resize_ growing a tensor): only dtypes, shapes and devices are compared.
-_VALUE_FREE_WORDS = ("rand", "dropout", "bernoulli", "multinomial", "normal", "uniform",
-                     "poisson", "cauchy", "exponential", "geometric", "log_normal", "empty",
-                     "rrelu", "resize", "fractional_max_pool", "multi_head_attention")
+_VALUE_FREE_WORDS = (
+    "rand",
+    "dropout",
+    "bernoulli",
+    "multinomial",
+    "normal",
+    "uniform",
+    "poisson",
+    "cauchy",
+    "exponential",
+    "geometric",
+    "log_normal",
+    "empty",
+    "rrelu",
+    "resize",
+    "fractional_max_pool",
+    "multi_head_attention",
+)
 # Ops that select among equal elements (ties): indices may differ, values not.
-_TIE_FREE = {"sort", "argsort", "topk", "kthvalue", "median", "nanmedian", "mode", "max",
-             "min", "argmax", "argmin", "cummax", "cummin", "msort", "unique",
-             "unique_consecutive", "nn.functional.max_pool1d", "nn.functional.max_pool2d",
-             "nn.functional.max_pool3d", "nn.functional.adaptive_max_pool1d",
-             "nn.functional.adaptive_max_pool2d", "nn.functional.adaptive_max_pool3d",
-             "nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d",
-             "nanquantile", "quantile"}
+_TIE_FREE = {
+    "sort",
+    "argsort",
+    "topk",
+    "kthvalue",
+    "median",
+    "nanmedian",
+    "mode",
+    "max",
+    "min",
+    "argmax",
+    "argmin",
+    "cummax",
+    "cummin",
+    "msort",
+    "unique",
+    "unique_consecutive",
+    "nn.functional.max_pool1d",
+    "nn.functional.max_pool2d",
+    "nn.functional.max_pool3d",
+    "nn.functional.adaptive_max_pool1d",
+    "nn.functional.adaptive_max_pool2d",
+    "nn.functional.adaptive_max_pool3d",
+    "nn.functional.fractional_max_pool2d",
+    "nn.functional.fractional_max_pool3d",
+    "nanquantile",
+    "quantile",
+}
 _DIM_KEYS = ("dim", "dim0", "dim1", "start_dim", "end_dim", "axis", "source", "destination")
 CASE_TIMEOUT_S = 60
 
@@ -101,13 +138,18 @@ class Case:
 def _sample_builder(call, inp, args, kwargs, xform=None):
     """Operands copied to the device; xform(device, input, args, kwargs) may
     rewrite them there (non-contiguous layouts, out tensors)."""
+
     def build(device):
-        i, a, k = _map(inp, lambda t: _to(t, device)), _map(args, lambda t: _to(t, device)), \
-            _map(kwargs, lambda t: _to(t, device))
+        i, a, k = (
+            _map(inp, lambda t: _to(t, device)),
+            _map(args, lambda t: _to(t, device)),
+            _map(kwargs, lambda t: _to(t, device)),
+        )
         extra = []
         if xform is not None:
             i, a, k, extra = xform(device, i, a, k)
         return call, (i, *a), k, extra
+
     return build
 
 
@@ -132,21 +174,31 @@ def _first_tensor_arg(args):
 def _dim_positions(inp, args, kwargs):
     """Positional ints and dim-like kwargs that look like dims of the input."""
     nd = max(inp.dim(), 1) if isinstance(inp, torch.Tensor) else 1
-    pos = [i for i, a in enumerate(args)
-           if isinstance(a, int) and not isinstance(a, bool) and -nd <= a < nd]
-    keys = [k for k in kwargs if k in _DIM_KEYS and isinstance(kwargs[k], int)
-            and not isinstance(kwargs[k], bool)]
+    pos = [
+        i
+        for i, a in enumerate(args)
+        if isinstance(a, int) and not isinstance(a, bool) and -nd <= a < nd
+    ]
+    keys = [
+        k
+        for k in kwargs
+        if k in _DIM_KEYS and isinstance(kwargs[k], int) and not isinstance(kwargs[k], bool)
+    ]
     return nd, pos, keys
 
 
 def _index_tensors(inp, args, kwargs):
     """Integer tensors among the arguments (indices, targets, offsets)."""
-    found = [("a", i) for i, a in enumerate(args)
-             if isinstance(a, torch.Tensor) and a.dtype in (torch.int64, torch.int32)
-             and a.numel() > 0]
-    found += [("k", k) for k, v in kwargs.items()
-              if isinstance(v, torch.Tensor) and v.dtype in (torch.int64, torch.int32)
-              and v.numel() > 0]
+    found = [
+        ("a", i)
+        for i, a in enumerate(args)
+        if isinstance(a, torch.Tensor) and a.dtype in (torch.int64, torch.int32) and a.numel() > 0
+    ]
+    found += [
+        ("k", k)
+        for k, v in kwargs.items()
+        if isinstance(v, torch.Tensor) and v.dtype in (torch.int64, torch.int32) and v.numel() > 0
+    ]
     return found
 
 
@@ -156,13 +208,25 @@ def mutations(op, sample, expected):
     inp, args, kwargs = sample.input, list(sample.args), dict(sample.kwargs)
     out = [("sample", inp, args, kwargs, None)]
     if isinstance(inp, torch.Tensor):
-        out.append(("noncontig", inp, args, kwargs, lambda d, i, a, k: (
-            noncontig(i), [noncontig(x) if isinstance(x, torch.Tensor) else x for x in a], k, [])))
+        out.append(
+            (
+                "noncontig",
+                inp,
+                args,
+                kwargs,
+                lambda d, i, a, k: (
+                    noncontig(i),
+                    [noncontig(x) if isinstance(x, torch.Tensor) else x for x in a],
+                    k,
+                    [],
+                ),
+            )
+        )
         if inp.is_floating_point() and inp.numel() >= 1:
             bad = inp.clone(memory_format=torch.contiguous_format)
             flat = bad.view(-1) if bad.is_contiguous() else None
             if flat is not None:
-                for j, v in enumerate([math.nan, math.inf, -math.inf][:flat.numel()]):
+                for j, v in enumerate([math.nan, math.inf, -math.inf][: flat.numel()]):
                     flat[j] = v
                 out.append(("nan_inf", bad, args, kwargs, None))
         if inp.dim() >= 1:
@@ -172,10 +236,14 @@ def mutations(op, sample, expected):
         j = _first_tensor_arg(args)
         if j is not None and args[j].dim() >= 1:
             other = args[j]
-            wider = make_tensor((*other.shape[:-1], other.shape[-1] + 1), dtype=other.dtype,
-                                device="cpu", low=0 if not other.is_floating_point() else None,
-                                high=1 if other.dtype == torch.bool else None)
-            out.append(("shape_mismatch", inp, args[:j] + [wider] + args[j + 1:], kwargs, None))
+            wider = make_tensor(
+                (*other.shape[:-1], other.shape[-1] + 1),
+                dtype=other.dtype,
+                device="cpu",
+                low=0 if not other.is_floating_point() else None,
+                high=1 if other.dtype == torch.bool else None,
+            )
+            out.append(("shape_mismatch", inp, args[:j] + [wider] + args[j + 1 :], kwargs, None))
         nd, pos, keys = _dim_positions(inp, args, kwargs)
         for name, value in [("dim_high", nd + 2), ("dim_low", -nd - 3)]:
             if pos or keys:
@@ -211,8 +279,11 @@ def _out_like(expected, device, first=None):
 def _out_mutations(inp, args, kwargs, expected):
     if isinstance(expected, torch.Tensor):
         e0 = expected
-    elif isinstance(expected, (tuple, list)) and expected and all(
-            isinstance(e, torch.Tensor) for e in expected):
+    elif (
+        isinstance(expected, (tuple, list))
+        and expected
+        and all(isinstance(e, torch.Tensor) for e in expected)
+    ):
         e0 = expected[0]
     else:
         return []
@@ -221,35 +292,50 @@ def _out_mutations(inp, args, kwargs, expected):
         def xform(device, i, a, k):
             o = _out_like(expected, device, first)
             return i, a, {**k, "out": o}, list(o) if isinstance(o, tuple) else [o]
+
         return (kind, inp, args, kwargs, xform)
 
     res = [with_out(None, "out_ok")]
     wrong = torch.int64 if e0.is_floating_point() else torch.float16
     res.append(with_out(lambda d: torch.empty(e0.shape, dtype=wrong, device=d), "out_wrong_dtype"))
-    res.append(with_out(lambda d: torch.zeros(e0.numel() + 3, dtype=e0.dtype, device=d),
-                        "out_wrong_shape"))
+    res.append(
+        with_out(lambda d: torch.zeros(e0.numel() + 3, dtype=e0.dtype, device=d), "out_wrong_shape")
+    )
     if e0.numel() > 1:
         # Every element at one address (strides 0), in a buffer of numel
         # elements: some CPU kernels ignore out's strides and write numel
         # elements (heap corruption with a one-element buffer, which then
         # aborts a later case).
-        res.append(with_out(lambda d: torch.zeros(e0.numel(), dtype=e0.dtype, device=d)
-                            .as_strided(e0.shape, [0] * e0.dim()), "out_expanded"))
-    res.append(with_out(lambda d: torch.empty(e0.shape, dtype=e0.dtype,
-                                              device="meta" if d == "cpu" else "cpu"),
-                        "out_other_device"))
+        res.append(
+            with_out(
+                lambda d: torch.zeros(e0.numel(), dtype=e0.dtype, device=d).as_strided(
+                    e0.shape, [0] * e0.dim()
+                ),
+                "out_expanded",
+            )
+        )
+    res.append(
+        with_out(
+            lambda d: torch.empty(e0.shape, dtype=e0.dtype, device="meta" if d == "cpu" else "cpu"),
+            "out_other_device",
+        )
+    )
     if inp.shape == e0.shape and inp.dtype == e0.dtype and isinstance(expected, torch.Tensor):
+
         def alias(device, i, a, k):
             return i, a, {**k, "out": i}, [i]
+
         res.append(("out_alias_input", inp, args, kwargs, alias))
         n = inp.numel()
         if n > 1:
+
             def overlap(device, i, a, k):
                 buf = torch.zeros(n + 1, dtype=i.dtype, device=device)
                 x = buf[:n].view(i.shape)
                 x.copy_(i)
                 o = buf[1:].view(i.shape)
                 return x, a, {**k, "out": o}, [buf]
+
             res.append(("out_partial_overlap", inp, args, kwargs, overlap))
     return res
 
@@ -280,8 +366,11 @@ def unit_cases(op, dtype, seed, max_samples, kinds=None):
                     break
         except Exception:  # noqa: BLE001 - an OpInfo that cannot sample this dtype
             pass
-        rich = [s for s in seen if isinstance(s.input, torch.Tensor) and s.input.dim() >= 1
-                and s.input.numel() >= 2]
+        rich = [
+            s
+            for s in seen
+            if isinstance(s.input, torch.Tensor) and s.input.dim() >= 1 and s.input.numel() >= 2
+        ]
         samples = (rich + [s for s in seen if not any(s is r for r in rich)])[:max_samples]
     n = 0
     for s in samples:
@@ -296,8 +385,7 @@ def unit_cases(op, dtype, seed, max_samples, kinds=None):
                 continue
             if xform == "inplace":
                 call = op.inplace_variant
-                build = _sample_builder(call, inp, args, kwargs,
-                                        lambda d, i, a, k: (i, a, k, [i]))
+                build = _sample_builder(call, inp, args, kwargs, lambda d, i, a, k: (i, a, k, [i]))
             else:
                 build = _sample_builder(op.op, inp, args, kwargs, xform)
             cases.append(Case(unit, n, kind, build))
@@ -308,12 +396,18 @@ def unit_cases(op, dtype, seed, max_samples, kinds=None):
                 errs = list(op.error_inputs("cpu"))
         except Exception:  # noqa: BLE001
             errs = []
-        for e in errs[:max(4, max_samples * 2)]:
+        for e in errs[: max(4, max_samples * 2)]:
             s = e.sample_input
             if not isinstance(s.input, torch.Tensor) and not isinstance(s.input, (list, tuple)):
                 continue
-            cases.append(Case(unit, n, "error_input",
-                              _sample_builder(op.op, s.input, list(s.args), dict(s.kwargs))))
+            cases.append(
+                Case(
+                    unit,
+                    n,
+                    "error_input",
+                    _sample_builder(op.op, s.input, list(s.args), dict(s.kwargs)),
+                )
+            )
             n += 1
     return unit, cases
 
@@ -404,9 +498,12 @@ def classify(op_name, case, phase=None):
     kn, rn = run_on(case, "neuron")
     if kc == "raised" and kn == "raised":
         same = type(rc) is type(rn)
-        return "both_raise", ("" if same else
-                              f"types differ: CPU {type(rc).__name__}, neuron {type(rn).__name__}: "
-                              f"{str(rn).strip()[:160]}")
+        return "both_raise", (
+            ""
+            if same
+            else f"types differ: CPU {type(rc).__name__}, neuron {type(rn).__name__}: "
+            f"{str(rn).strip()[:160]}"
+        )
     if kc == "raised":
         return "neuron_returns", f"CPU raised {type(rc).__name__}: {str(rc).strip()[:200]}"
     if kn == "raised":

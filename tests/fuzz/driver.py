@@ -12,6 +12,7 @@ it, so no case can stop the run. Cases of the classes that fail the run
 accepted differences in docs/fuzz.md; the exit status is 1 when any is not
 accepted.
 """
+
 import argparse
 import collections
 import fnmatch
@@ -61,8 +62,11 @@ def accepted_table(path=DOC):
 def accepted(rows, unit, kind, cls):
     """The reason a bad case is accepted, or None."""
     for op_pat, kind_pat, cls_pat, reason in rows:
-        if (fnmatch.fnmatch(unit, op_pat) and fnmatch.fnmatch(kind, kind_pat)
-                and fnmatch.fnmatch(cls, cls_pat)):
+        if (
+            fnmatch.fnmatch(unit, op_pat)
+            and fnmatch.fnmatch(kind, kind_pat)
+            and fnmatch.fnmatch(cls, cls_pat)
+        ):
             return reason
     return None
 
@@ -70,6 +74,7 @@ def accepted(rows, unit, kind, cls):
 def native_op_names():
     """OpInfo names the conformance suite lists as native (ops_*.py OPS)."""
     import importlib.util
+
     names = set()
     for path in sorted((HERE.parent / "conformance").glob("ops_*.py")):
         spec = importlib.util.spec_from_file_location(path.stem, path)
@@ -83,6 +88,7 @@ def plan(subset, op_patterns, dtypes, samples):
     """Units as worker specs, in a fixed order."""
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
+
     native = native_op_names() if subset else None
     units = []
     for op in op_db:
@@ -93,16 +99,32 @@ def plan(subset, op_patterns, dtypes, samples):
         supported = op.supported_dtypes("cpu")
         for dt in dtypes:
             if getattr(torch, dt) in supported:
-                units.append({"op": op.name, "variant": op.variant_test_name, "dtype": dt,
-                              "seed": SEED, "samples": samples, "start": 0, "kinds": None})
+                units.append(
+                    {
+                        "op": op.name,
+                        "variant": op.variant_test_name,
+                        "dtype": dt,
+                        "seed": SEED,
+                        "samples": samples,
+                        "start": 0,
+                        "kinds": None,
+                    }
+                )
     return units
 
 
 class Worker:
     def __init__(self, env):
-        self.p = subprocess.Popen([sys.executable, str(HERE / "worker.py")], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                  env=env, cwd=str(ROOT), start_new_session=True)
+        self.p = subprocess.Popen(
+            [sys.executable, str(HERE / "worker.py")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=str(ROOT),
+            start_new_session=True,
+        )
         self.buf = ""
         self.eof = False
 
@@ -198,18 +220,26 @@ def run_units(units, jobs, env, progress=None):
                         w = None
                         if current is None:  # died while generating the unit's cases
                             with lock:
-                                results.append({"id": f"{spec['op']}:{spec['dtype']}:unit",
-                                                "cls": "crash", "detail": why})
+                                results.append(
+                                    {
+                                        "id": f"{spec['op']}:{spec['dtype']}:unit",
+                                        "cls": "crash",
+                                        "detail": why,
+                                    }
+                                )
                             spec = None
                         else:
                             index = int(current.split("#")[1].split(":")[0])
-                            side = {"cpu": " in the CPU reference run",
-                                    "neuron": " in the neuron run"}.get(phase, "")
+                            side = {
+                                "cpu": " in the CPU reference run",
+                                "neuron": " in the neuron run",
+                            }.get(phase, "")
                             if cpu_crashes_alone(env, spec, index):
                                 side += "; the CPU reference alone crashes too (a PyTorch CPU bug)"
                             with lock:
-                                results.append({"id": current, "cls": "crash",
-                                                "detail": why + side})
+                                results.append(
+                                    {"id": current, "cls": "crash", "detail": why + side}
+                                )
                             spec = dict(spec, start=index + 1)
                         break
                     if "start" in msg:
@@ -223,8 +253,13 @@ def run_units(units, jobs, env, progress=None):
                     elif "done" in msg:
                         if msg.get("error"):
                             with lock:
-                                results.append({"id": f"{spec['op']}:{spec['dtype']}:unit",
-                                                "cls": "no_cases", "detail": msg["error"]})
+                                results.append(
+                                    {
+                                        "id": f"{spec['op']}:{spec['dtype']}:unit",
+                                        "cls": "no_cases",
+                                        "detail": msg["error"],
+                                    }
+                                )
                         spec = None
                         if progress:
                             progress(msg)
@@ -271,8 +306,9 @@ def worker_env(protect, asan=None):
         # soname). abort_on_error: a finding kills the worker, so its case is
         # a crash; the report itself goes to a file per process.
         lib, logs = asan
-        runtime = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
-                                 text=True, check=True).stdout.strip()
+        runtime = subprocess.run(
+            ["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True, check=True
+        ).stdout.strip()
         env["LD_PRELOAD"] = f"{runtime} {lib}"
         env["ASAN_OPTIONS"] = f"detect_leaks=0:abort_on_error=1:log_path={logs}/asan"
         env["UBSAN_OPTIONS"] = f"print_stacktrace=1:log_path={logs}/ubsan"
@@ -299,11 +335,17 @@ def main(argv=None):
     ap.add_argument("--dtypes", nargs="*", help="dtype names (default: by mode)")
     ap.add_argument("--samples", type=int, help="samples per unit (default: 1 subset, 2 full)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--protect", action="store_true",
-                    help="workers run with TORCH_NEURONX_DEBUG_PROTECT_MEMORY=1")
-    ap.add_argument("--asan", metavar="LIBTRN",
-                    help="workers preload this ASan-instrumented libtrn.so (make fuzz-asan); "
-                         "its reports (build/fuzz-asan/) that involve OpenNeuron fail the run")
+    ap.add_argument(
+        "--protect",
+        action="store_true",
+        help="workers run with TORCH_NEURONX_DEBUG_PROTECT_MEMORY=1",
+    )
+    ap.add_argument(
+        "--asan",
+        metavar="LIBTRN",
+        help="workers preload this ASan-instrumented libtrn.so (make fuzz-asan); "
+        "its reports (build/fuzz-asan/) that involve OpenNeuron fail the run",
+    )
     ap.add_argument("--report", help="write every case's result here (JSON)")
     ap.add_argument("--show", type=int, default=50, help="failing cases to print")
     a = ap.parse_args(argv)
@@ -335,15 +377,16 @@ def main(argv=None):
     print(f"  (both_raise with different exception types: {mismatch})")
     if counts["no_cases"]:
         print(f"  ({counts['no_cases']} units whose OpInfo could not build cases: no_cases)")
-    for r in failing[:a.show]:
+    for r in failing[: a.show]:
         print(f"FAIL {r['cls']:14s} {r['id']}: {r.get('detail', '')}")
     if len(failing) > a.show:
         print(f"... {len(failing) - a.show} more")
     if a.report:
-        pathlib.Path(a.report).write_text(json.dumps(
-            {"counts": counts, "accepted": acc, "results": results}, indent=1))
+        pathlib.Path(a.report).write_text(
+            json.dumps({"counts": counts, "accepted": acc, "results": results}, indent=1)
+        )
     findings = asan_findings(asan[1]) if asan else []
-    for name, text in findings[:a.show]:
+    for name, text in findings[: a.show]:
         print(f"ASAN {name}:\n" + "\n".join(text.splitlines()[:25]))
     if asan:
         print(f"  sanitizer reports involving OpenNeuron: {len(findings)}")

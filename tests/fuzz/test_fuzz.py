@@ -3,6 +3,7 @@ subset must leave no case of a failing class (neuron returns a value CPU
 refuses, values differ, crash) outside the documented table of accepted
 differences; and the driver must survive a worker that crashes.
 """
+
 import os
 
 from . import driver
@@ -23,8 +24,9 @@ def test_fuzz_subset_has_no_unaccepted_difference():
     counts, _, failing, _ = driver.summarize(results, driver.accepted_table())
     assert sum(counts.values()) > 2000, counts
     assert set(counts) <= {*CLASSES, "no_cases"}
-    assert not failing, "\n".join(f"{r['cls']} {r['id']}: {r.get('detail', '')}"
-                                  for r in failing[:60])
+    assert not failing, "\n".join(
+        f"{r['cls']} {r['id']}: {r.get('detail', '')}" for r in failing[:60]
+    )
 
 
 def test_driver_survives_a_crashing_case():

@@ -9,6 +9,7 @@ running it, {"phase": "cpu"} and {"phase": "neuron"} before each side, and
 line as the last word: the driver records it as a crash and resumes the unit
 after it in a fresh worker.
 """
+
 import fnmatch
 import json
 import os
@@ -52,7 +53,7 @@ def main():
         except Exception as e:  # noqa: BLE001 - the OpInfo cannot build this unit's cases
             emit({"done": spec["op"], "cases": 0, "error": f"{type(e).__name__}: {e}"[:300]})
             continue
-        for case in cases[spec.get("start", 0):spec.get("stop")]:
+        for case in cases[spec.get("start", 0) : spec.get("stop")]:
             emit({"start": case.index, "id": case.id})
             if CRASH_AT and fnmatch.fnmatch(case.id, CRASH_AT):
                 os.kill(os.getpid(), signal.SIGSEGV)  # the driver's own test

@@ -2,6 +2,7 @@
 online softmax over 128-key tiles (causal through affine_select), returning
 the output and the row log-sum-exp; backward recomputes the probabilities
 from the log-sum-exp, tile by tile."""
+
 import nki
 import nki.isa as nisa
 import nki.language as nl
@@ -38,8 +39,15 @@ def flash_fwd(q, k, v, scale, causal):
                 nisa.activation(dst=s, op=nl.copy, data=s_ps, scale=scale)
                 if causal:
                     # keep key j of query i where (qi*128 + i) - (ki*128 + j) >= 0
-                    nisa.affine_select(dst=s, pattern=[[-1, 128]], channel_multiplier=1, on_true_tile=s,
-                                       on_false_value=NEG, cmp_op=nl.greater_equal, offset=(qi - ki) * 128)
+                    nisa.affine_select(
+                        dst=s,
+                        pattern=[[-1, 128]],
+                        channel_multiplier=1,
+                        on_true_tile=s,
+                        on_false_value=NEG,
+                        cmp_op=nl.greater_equal,
+                        offset=(qi - ki) * 128,
+                    )
                 mt = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
                 nisa.tensor_reduce(dst=mt, op=nl.maximum, data=s, axis=1)
                 mnew = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
@@ -48,10 +56,14 @@ def flash_fwd(q, k, v, scale, causal):
                 nisa.tensor_scalar(dst=negm, data=mnew, op0=nl.multiply, operand0=-1.0)
                 p = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
                 rs = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=p, op=nl.exp, data=s, bias=negm, reduce_op=nl.add, reduce_res=rs)
+                nisa.activation(
+                    dst=p, op=nl.exp, data=s, bias=negm, reduce_op=nl.add, reduce_res=rs
+                )
                 corr = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
                 nisa.activation(dst=corr, op=nl.exp, data=m, bias=negm)
-                nisa.scalar_tensor_tensor(dst=den, data=den, op0=nl.multiply, operand0=corr, op1=nl.add, operand1=rs)
+                nisa.scalar_tensor_tensor(
+                    dst=den, data=den, op0=nl.multiply, operand0=corr, op1=nl.add, operand1=rs
+                )
                 nisa.tensor_scalar(dst=acc, data=acc, op0=nl.multiply, operand0=corr)
                 pT_ps = nl.ndarray((128, 128), nl.float32, buffer=nl.psum)
                 nisa.nc_transpose(dst=pT_ps, data=p)
@@ -112,8 +124,15 @@ def flash_bwd(q, k, v, o, do, lse, dq, dk, dv, scale, causal):
                 s = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
                 nisa.activation(dst=s, op=nl.copy, data=s_ps, scale=scale)
                 if causal:
-                    nisa.affine_select(dst=s, pattern=[[-1, 128]], channel_multiplier=1, on_true_tile=s,
-                                       on_false_value=NEG, cmp_op=nl.greater_equal, offset=(qi - ki) * 128)
+                    nisa.affine_select(
+                        dst=s,
+                        pattern=[[-1, 128]],
+                        channel_multiplier=1,
+                        on_true_tile=s,
+                        on_false_value=NEG,
+                        cmp_op=nl.greater_equal,
+                        offset=(qi - ki) * 128,
+                    )
                 p = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
                 nisa.activation(dst=p, op=nl.exp, data=s, bias=nl_lse)
                 # Drow = rowsum(dO * O)
@@ -125,8 +144,9 @@ def flash_bwd(q, k, v, o, do, lse, dq, dk, dv, scale, causal):
                 dp_ps = nl.ndarray((128, 128), nl.float32, buffer=nl.psum)
                 nisa.nc_matmul(dst=dp_ps, stationary=doT, moving=vT)
                 ds = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
-                nisa.scalar_tensor_tensor(dst=ds, data=dp_ps, op0=nl.subtract, operand0=drow, op1=nl.multiply,
-                                          operand1=p)
+                nisa.scalar_tensor_tensor(
+                    dst=ds, data=dp_ps, op0=nl.subtract, operand0=drow, op1=nl.multiply, operand1=p
+                )
                 # dV += P^T dO: stationary P (128q, 128k) -> (128k, D)
                 pv_ps = nl.ndarray((128, D), nl.float32, buffer=nl.psum)
                 nisa.nc_matmul(dst=pv_ps, stationary=p, moving=dot)
@@ -134,8 +154,14 @@ def flash_bwd(q, k, v, o, do, lse, dq, dk, dv, scale, causal):
                 # dK += scale dS^T Q
                 dk_ps = nl.ndarray((128, D), nl.float32, buffer=nl.psum)
                 nisa.nc_matmul(dst=dk_ps, stationary=ds, moving=qt)
-                nisa.scalar_tensor_tensor(dst=dk_acc, data=dk_ps, op0=nl.multiply, operand0=scale, op1=nl.add,
-                                          operand1=dk_acc)
+                nisa.scalar_tensor_tensor(
+                    dst=dk_acc,
+                    data=dk_ps,
+                    op0=nl.multiply,
+                    operand0=scale,
+                    op1=nl.add,
+                    operand1=dk_acc,
+                )
                 # dQ (rows qi) += scale dS K: stationary dS^T (128k, 128q), moving K (128k, D)
                 dsT_ps = nl.ndarray((128, 128), nl.float32, buffer=nl.psum)
                 nisa.nc_transpose(dst=dsT_ps, data=ds)

@@ -1,5 +1,6 @@
 """nki.isa (current API, dst first) against NumPy references, run on the
 host (NumPy arrays in, NumPy arrays out)."""
+
 import numpy as np
 import pytest
 
@@ -15,10 +16,30 @@ def r(*shape):
 
 
 def test_dma_copy_tensor_tensor_all_ops():
-    ops = [nl.add, nl.subtract, nl.multiply, nl.maximum, nl.minimum, nl.divide, nl.greater, nl.less_equal,
-           nl.equal, nl.power]
-    refs = [np.add, np.subtract, np.multiply, np.maximum, np.minimum, np.divide, np.greater, np.less_equal,
-            np.equal, np.power]
+    ops = [
+        nl.add,
+        nl.subtract,
+        nl.multiply,
+        nl.maximum,
+        nl.minimum,
+        nl.divide,
+        nl.greater,
+        nl.less_equal,
+        nl.equal,
+        nl.power,
+    ]
+    refs = [
+        np.add,
+        np.subtract,
+        np.multiply,
+        np.maximum,
+        np.minimum,
+        np.divide,
+        np.greater,
+        np.less_equal,
+        np.equal,
+        np.power,
+    ]
 
     @nki.jit
     def k(a, b):
@@ -36,7 +57,9 @@ def test_dma_copy_tensor_tensor_all_ops():
     a, b = np.abs(r(128, 64)) + 0.5, r(128, 64)
     got = k(a, b)
     for i, f in enumerate(refs):
-        np.testing.assert_allclose(got[i], f(a, b).astype(np.float32), rtol=2e-6, atol=1e-6, err_msg=str(f))
+        np.testing.assert_allclose(
+            got[i], f(a, b).astype(np.float32), rtol=2e-6, atol=1e-6, err_msg=str(f)
+        )
 
 
 def test_tensor_scalar_vector_operand_and_reverse():
@@ -66,7 +89,9 @@ def test_activation_bias_scale_reduce():
         at, bt = nl.load(a), nl.load(bias)
         o = nl.ndarray((128, 48), nl.float32, buffer=nl.sbuf)
         rr = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
-        nisa.activation(dst=o, op=nl.exp, data=at, bias=bt, scale=0.5, reduce_op=nl.add, reduce_res=rr)
+        nisa.activation(
+            dst=o, op=nl.exp, data=at, bias=bt, scale=0.5, reduce_op=nl.add, reduce_res=rr
+        )
         nl.store(out, o)
         nl.store(red, rr)
         return out, red
@@ -85,7 +110,9 @@ def test_nc_matmul_psum_semantics(accumulate):
         out = nl.ndarray((64, 96), nl.float32, buffer=nl.shared_hbm)
         ps = nl.ndarray((64, 96), nl.float32, buffer=nl.psum)
         if accumulate is True:
-            nisa.nc_matmul(dst=ps, stationary=nl.load(c[0:128]), moving=nl.load(b[0:128]), accumulate=False)
+            nisa.nc_matmul(
+                dst=ps, stationary=nl.load(c[0:128]), moving=nl.load(b[0:128]), accumulate=False
+            )
         for i in nl.affine_range(2):
             at = nl.load(a[nl.ds(i * 128, 128), :])
             bt = nl.load(b[nl.ds(i * 128, 128), :])
@@ -144,8 +171,15 @@ def test_iota_affine_select_memset():
         nl.store(io, t)
         at = nl.load(a)
         s = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
-        nisa.affine_select(dst=s, pattern=[[-1, 128]], channel_multiplier=1, on_true_tile=at, on_false_value=-7.0,
-                           cmp_op=nl.greater_equal, offset=0)
+        nisa.affine_select(
+            dst=s,
+            pattern=[[-1, 128]],
+            channel_multiplier=1,
+            on_true_tile=at,
+            on_false_value=-7.0,
+            cmp_op=nl.greater_equal,
+            offset=0,
+        )
         nl.store(sel, s)
         return io, sel
 
@@ -164,10 +198,14 @@ def test_scan_stt_predicated_partition_reduce_bn():
         bn = nl.ndarray((128, 2), nl.float32, buffer=nl.shared_hbm)
         at, bt, mt = nl.load(a), nl.load(b), nl.load(m)
         sc = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
-        nisa.tensor_tensor_scan(dst=sc, data0=at, data1=bt, initial=0.0, op0=nl.multiply, op1=nl.add)
+        nisa.tensor_tensor_scan(
+            dst=sc, data0=at, data1=bt, initial=0.0, op0=nl.multiply, op1=nl.add
+        )
         nl.store(outs[0], sc)
         st = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
-        nisa.scalar_tensor_tensor(dst=st, data=at, op0=nl.multiply, operand0=2.0, op1=nl.subtract, operand1=bt)
+        nisa.scalar_tensor_tensor(
+            dst=st, data=at, op0=nl.multiply, operand0=2.0, op1=nl.subtract, operand1=bt
+        )
         nl.store(outs[1], st)
         pc = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
         nisa.tensor_copy(dst=pc, src=bt)

@@ -1,6 +1,7 @@
 """nki.language convenience ops against NumPy, in both API generations
 (the legacy neuronxcc.nki.language runs the same kernels: it re-exports
 the shared core plus its own names)."""
+
 import numpy as np
 import pytest
 
@@ -9,12 +10,31 @@ import nki
 import nki.language as nl
 
 rng = np.random.default_rng(1)
-UNARY = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh,
-         "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "relu": lambda x: np.maximum(x, 0), "square": np.square,
-         "abs": np.abs, "negative": np.negative, "reciprocal": np.reciprocal, "sin": np.sin, "cos": np.cos,
-         "arctan": np.arctan, "floor": np.floor, "ceil": np.ceil, "sign": np.sign, "trunc": np.trunc,
-         "silu": lambda x: x / (1 + np.exp(-x)), "softplus": lambda x: np.log1p(np.exp(x)),
-         "gelu_apprx_tanh": lambda x: 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))}
+UNARY = {
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
+    "tanh": np.tanh,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "relu": lambda x: np.maximum(x, 0),
+    "square": np.square,
+    "abs": np.abs,
+    "negative": np.negative,
+    "reciprocal": np.reciprocal,
+    "sin": np.sin,
+    "cos": np.cos,
+    "arctan": np.arctan,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "sign": np.sign,
+    "trunc": np.trunc,
+    "silu": lambda x: x / (1 + np.exp(-x)),
+    "softplus": lambda x: np.log1p(np.exp(x)),
+    "gelu_apprx_tanh": lambda x: 0.5
+    * x
+    * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x**3))),
+}
 
 
 @pytest.mark.parametrize("lang", [nl, lnl], ids=["current", "legacy"])
@@ -32,7 +52,9 @@ def test_unary_math(lang):
     a = (rng.random((128, 40)) * 3 + 0.1).astype(np.float32)
     got = k(a)
     for i, n in enumerate(names):
-        np.testing.assert_allclose(got[i], UNARY[n](a).astype(np.float32), rtol=2e-5, atol=2e-6, err_msg=n)
+        np.testing.assert_allclose(
+            got[i], UNARY[n](a).astype(np.float32), rtol=2e-5, atol=2e-6, err_msg=n
+        )
 
 
 @pytest.mark.parametrize("lang", [nl, lnl], ids=["current", "legacy"])
@@ -60,16 +82,29 @@ def test_binary_reductions_where_broadcast(lang):
         lang.store(red, r)
         return out, red
 
-    a, b = rng.standard_normal((128, 32)).astype(np.float32), rng.standard_normal((128, 32)).astype(np.float32) + 4
+    a, b = (
+        rng.standard_normal((128, 32)).astype(np.float32),
+        rng.standard_normal((128, 32)).astype(np.float32) + 4,
+    )
     row = rng.standard_normal((1, 32)).astype(np.float32)
     out, red = k(a, b, row)
     e = np.exp(a - a.max(1, keepdims=True))
-    refs = [a + b, a - 2, a * b, np.maximum(a, b), np.where(a > b, a, b), a * row, a / b, a - a.max(1, keepdims=True),
-            e / e.sum(1, keepdims=True)]
+    refs = [
+        a + b,
+        a - 2,
+        a * b,
+        np.maximum(a, b),
+        np.where(a > b, a, b),
+        a * row,
+        a / b,
+        a - a.max(1, keepdims=True),
+        e / e.sum(1, keepdims=True),
+    ]
     for i, ref in enumerate(refs):
         np.testing.assert_allclose(out[i], ref, rtol=1e-5, atol=1e-6, err_msg=str(i))
-    np.testing.assert_allclose(red, np.stack([a.sum(1), a.max(1), a.min(1), a.mean(1), a.var(1)], 1), rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        red, np.stack([a.sum(1), a.max(1), a.min(1), a.mean(1), a.var(1)], 1), rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("lang", [nl, lnl], ids=["current", "legacy"])
@@ -85,7 +120,7 @@ def test_matmul_transpose_zeros_full_loops(lang):
             wt = lang.load(w[lang.ds(kk * 128, 128), :])
             acc += lang.matmul(xt, wt)
         for j in lang.sequential_range(2):
-            acc[:, j:j + 1] = lang.full((M, 1), 7.0, nl.float32)
+            acc[:, j : j + 1] = lang.full((M, 1), 7.0, nl.float32)
         lang.store(out, acc)
         return out
 
@@ -104,12 +139,13 @@ def test_fori_loop_program_id_num_programs_and_static_range():
         pid = nl.program_id(0)
 
         def body(i):
-            t = nl.load(a[pid * 128:(pid + 1) * 128, nl.ds(i * 16, 16)])
-            nl.store(out[pid * 128:(pid + 1) * 128, nl.ds(i * 16, 16)], nl.multiply(t, 3.0))
+            t = nl.load(a[pid * 128 : (pid + 1) * 128, nl.ds(i * 16, 16)])
+            nl.store(out[pid * 128 : (pid + 1) * 128, nl.ds(i * 16, 16)], nl.multiply(t, 3.0))
+
         nl.fori_loop(0, a.shape[1] // 16, body)
         for j in nl.static_range(1):
-            t = nl.load(a[pid * 128:(pid + 1) * 128, j:j + 1])
-            nl.store(out[pid * 128:(pid + 1) * 128, j:j + 1], nl.add(t, 1.0))
+            t = nl.load(a[pid * 128 : (pid + 1) * 128, j : j + 1])
+            nl.store(out[pid * 128 : (pid + 1) * 128, j : j + 1], nl.add(t, 1.0))
         return out
 
     a = rng.standard_normal((256, 64)).astype(np.float32)
@@ -141,7 +177,9 @@ def _guarded(a, n_valid):
     for i in nl.affine_range(a.shape[0] // 32):
         t = nl.load(a[nl.ds(i * 32, 32), :])
         nl.store(out[nl.ds(i * 32, 32), :], t)
-        if i < n_valid:  # a condition on the loop index: one conditional block, the loop stays a loop
+        if (
+            i < n_valid
+        ):  # a condition on the loop index: one conditional block, the loop stays a loop
             nl.store(out[nl.ds(i * 32, 32), :], nl.multiply(t, 2.0))
     return out
 

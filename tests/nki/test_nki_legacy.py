@@ -1,6 +1,7 @@
 """The legacy neuronxcc.nki front end: result-returning ISA calls,
 arange/mgrid index expressions, mask=, par_dim, N-d SPMD grids,
 simulate_kernel / baremetal / benchmark."""
+
 import numpy as np
 
 import neuronxcc.nki as nki
@@ -73,10 +74,10 @@ def test_par_dim_block_tensor_psum_iadd_and_transpose():
         tr = nl.ndarray((b.shape[1], 128), nl.float32, buffer=nl.shared_hbm)
         blocks = nl.ndarray((3, nl.par_dim(128), a.shape[1]), nl.float32, buffer=nl.sbuf)
         for i in nl.affine_range(3):
-            blocks[i] = nl.load(a[i * 128:(i + 1) * 128, :])
+            blocks[i] = nl.load(a[i * 128 : (i + 1) * 128, :])
         res = nl.zeros((a.shape[1], b.shape[1]), nl.float32, buffer=nl.psum)
         for i in nl.affine_range(3):
-            res += nisa.nc_matmul(blocks[i], nl.load(b[i * 128:(i + 1) * 128, :]))
+            res += nisa.nc_matmul(blocks[i], nl.load(b[i * 128 : (i + 1) * 128, :]))
         nl.store(out, nl.copy(res))
         nl.store(tr, nl.copy(nisa.nc_transpose(nl.load(b[0:128, :]))))
         return out, tr

@@ -2,6 +2,7 @@
 round-to-nearest-even casts, fp32->int rounding to even with saturation,
 fp8 formats, new memory poisoned (NaN / 4), PSUM first-write-overwrites
 tracked per region."""
+
 import numpy as np
 import torch
 
@@ -20,8 +21,10 @@ def _cast(a, dtype):
 
 
 def test_casts_round_to_nearest_even_and_saturate():
-    x = torch.tensor([[0.5, 1.5, 2.5, -0.5, -1.5, 3e9, -3e9, float("nan"), 2.4999, 255.5, -7.5, 1e6]],
-                     dtype=torch.float32)
+    x = torch.tensor(
+        [[0.5, 1.5, 2.5, -0.5, -1.5, 3e9, -3e9, float("nan"), 2.4999, 255.5, -7.5, 1e6]],
+        dtype=torch.float32,
+    )
     got = nki.simulate(_cast)(x, nl.int32)
     assert got.dtype == torch.int32
     assert got.tolist() == [[0, 2, 2, 0, -2, 2147483647, -2147483648, 0, 2, 256, -8, 1000000]]
@@ -34,8 +37,12 @@ def test_casts_round_to_nearest_even_and_saturate():
 def test_bf16_fp16_fp8_round_to_nearest_even():
     x = torch.randn(4, 512) * 100
     x[0, :4] = torch.tensor([1.00390625, 1.01171875, -1.00390625, 65504.0])  # bf16 ties
-    for dtype, tdt in ((nl.bfloat16, torch.bfloat16), (nl.float16, torch.float16),
-                       (nl.float8_e4m3fn, torch.float8_e4m3fn), (nl.float8_e5m2, torch.float8_e5m2)):
+    for dtype, tdt in (
+        (nl.bfloat16, torch.bfloat16),
+        (nl.float16, torch.float16),
+        (nl.float8_e4m3fn, torch.float8_e4m3fn),
+        (nl.float8_e5m2, torch.float8_e5m2),
+    ):
         src = x.clamp(-400, 400) if tdt == torch.float8_e4m3fn else x
         got = nki.simulate(_cast)(src, dtype)
         assert got.dtype == tdt

@@ -4,6 +4,7 @@ signature compiles and later calls hit the cache; nki_op custom ops with a
 traced fake implementation and register_autograd; nki.simulate with CPU
 tensors; NKI_SIMULATOR=1; a flash-attention nki_op inside a small
 transformer trained on neuron, compared with SDPA on CPU."""
+
 import math
 
 import pytest
@@ -81,6 +82,7 @@ def sin_op(x: torch.Tensor, out: torch.Tensor) -> None:
 
 def test_nki_op_fake_by_tracing_and_mutation():
     from torch._subclasses.fake_tensor import FakeTensorMode
+
     with FakeTensorMode():
         fx = torch.empty(256, 8, device="neuron")
         fr = scale_add_op(fx, fx)
@@ -101,13 +103,22 @@ def test_wrap_nki_one_op():
 
 # ---------------------------------------------------------------- flash attention
 @nki_op("nkitest::flash_attn", mutates_args=())
-def flash_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def flash_attn(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     return flash_fwd(q, k, v, 1.0 / math.sqrt(q.shape[-1]), causal)
 
 
 @nki_op("nkitest::flash_attn_bwd", mutates_args=())
-def flash_attn_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, do: torch.Tensor,
-                   lse: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def flash_attn_bwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    do: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     dq = torch.zeros_like(q)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     flash_bwd(q, k, v, o, do.contiguous(), lse, dq, dk, dv, 1.0 / math.sqrt(q.shape[-1]), causal)
@@ -135,7 +146,9 @@ class Block(torch.nn.Module):
         self.heads, self.nki_attention = heads, nki_attention
         self.qkv = torch.nn.Linear(d, 3 * d)
         self.proj = torch.nn.Linear(d, d)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 2 * d), torch.nn.GELU(), torch.nn.Linear(2 * d, d))
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(d, 2 * d), torch.nn.GELU(), torch.nn.Linear(2 * d, d)
+        )
         self.n1, self.n2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
 
     def forward(self, x):
@@ -144,7 +157,9 @@ class Block(torch.nn.Module):
         q, k, v = (t.reshape(B, S, self.heads, D // self.heads).transpose(1, 2) for t in (q, k, v))
         if self.nki_attention:
             hd = D // self.heads
-            o, _ = flash_attn(*(t.reshape(B * self.heads, S, hd).contiguous() for t in (q, k, v)), True)
+            o, _ = flash_attn(
+                *(t.reshape(B * self.heads, S, hd).contiguous() for t in (q, k, v)), True
+            )
             o = o.reshape(B, self.heads, S, hd)
         else:
             o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -178,12 +193,14 @@ def test_flash_attention_nki_op_trains_like_sdpa_on_cpu():
 
 def test_flash_attention_seq_8192_compiles_in_seconds():
     import time
+
     q = torch.empty(1, 8192, 128, device="meta")
     t0 = time.perf_counter()
     tr, _, _, _ = flash_fwd.trace(q, q, q, 0.1, True)
     assert tr.n_instr < 100  # loops kept as loops: one traced body
-    prog = flash_fwd.specialize(torch.empty(1, 8192, 128), torch.empty(1, 8192, 128),
-                                torch.empty(1, 8192, 128), 0.1, True)[0].prog
+    prog = flash_fwd.specialize(
+        torch.empty(1, 8192, 128), torch.empty(1, 8192, 128), torch.empty(1, 8192, 128), 0.1, True
+    )[0].prog
     assert len(prog.source) < 100_000
     assert time.perf_counter() - t0 < 30
 
@@ -198,6 +215,8 @@ def test_flash_fwd_bwd_match_sdpa(causal):
     ref.backward(do)
     dq = torch.zeros_like(q)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    nki.simulate(flash_bwd)(q.detach(), k.detach(), v.detach(), o, do, lse, dq, dk, dv, 1 / math.sqrt(32), causal)
+    nki.simulate(flash_bwd)(
+        q.detach(), k.detach(), v.detach(), o, do, lse, dq, dk, dv, 1 / math.sqrt(32), causal
+    )
     for got, want in ((dq, q.grad), (dk, k.grad), (dv, v.grad)):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)

@@ -9,6 +9,7 @@ sends graphs on neuron tensors to ``neuron`` and the rest to Inductor.
 The ``torch_dynamo_backends`` entry point covers processes that never load
 torch_neuronx before compiling.
 """
+
 from __future__ import annotations
 
 import importlib.machinery
@@ -22,11 +23,13 @@ __all__ = ["install", "get_dynamo_metrics", "reset_dynamo_metrics", "neuron_back
 
 def neuron_backend(gm, example_inputs, options=None, mode=None):
     from .backend import neuron_backend as impl
+
     return impl(gm, example_inputs, options=options, mode=mode)
 
 
 def dispatch_backend(gm, example_inputs, mode=None, options=None):
     from .backend import dispatch_backend as impl
+
     return impl(gm, example_inputs, mode=mode, options=options)
 
 
@@ -44,14 +47,19 @@ def _on_dynamo_loaded() -> None:
     # If entry points were already discovered, lookup_backend is (or will
     # be) loading ours and registers it itself; registering too would make
     # it fail with "duplicate name".
-    if "neuron" not in registry._COMPILER_FNS and not isinstance(registry._BACKENDS.get("neuron"), EntryPoint):
+    if "neuron" not in registry._COMPILER_FNS and not isinstance(
+        registry._BACKENDS.get("neuron"), EntryPoint
+    ):
         registry.register_backend(compiler_fn=impl, name="neuron")
     device_interface.register()
     if os.environ.get("TORCH_NEURONX_DYNAMO_CAPTURABLE_OPTIMIZER", "1") != "0":
         from . import optimizer
+
         optimizer.install()
-    if os.environ.get("TORCH_NEURONX_DYNAMO_AUTO_BACKEND", "1") != "0" and \
-            registry.get_default_backend() == "inductor":
+    if (
+        os.environ.get("TORCH_NEURONX_DYNAMO_AUTO_BACKEND", "1") != "0"
+        and registry.get_default_backend() == "inductor"
+    ):
         registry.set_default_backend(dispatch_backend)
 
 
@@ -74,7 +82,11 @@ class _DynamoImportHook:
                 _on_dynamo_loaded()
             except Exception as e:  # noqa: BLE001 - must not break torch._dynamo's import
                 import warnings
-                warnings.warn(f"torch_neuronx: could not register the neuron compile backend: {e!r}")
+
+                warnings.warn(
+                    f"torch_neuronx: could not register the neuron compile backend: {e!r}"
+                )
+
         loader.exec_module = exec_module
         return spec
 
@@ -89,6 +101,7 @@ def install() -> None:
     _installed = True
     # The cache artifact type, before anyone calls load_cache_artifacts.
     from . import artifacts
+
     artifacts.register()
     dyn = sys.modules.get("torch._dynamo")
     if dyn is not None and hasattr(dyn, "optimize"):

@@ -17,6 +17,7 @@ directory keep the usual rule (an entry whose MAC does not verify is
 recompiled, never loaded). An object compiled for other CPU features, C
 compiler or flags simply never matches a key here (they are in the key).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -80,22 +81,29 @@ _warned_no_cache = []
 
 def _populate(key: str, content: bytes) -> None:
     from .config import cache_dir
+
     kind, _, k = key.partition("/")
     payload = _unwrap(content)
     if kind not in ("so", "aot") or payload is None or len(k) != 64:
-        warnings.warn(f"neuron cache artifact {key[:40]!r} does not verify (damaged bundle); skipped: "
-                      "its graph compiles when first used")
+        warnings.warn(
+            f"neuron cache artifact {key[:40]!r} does not verify (damaged bundle); skipped: "
+            "its graph compiles when first used"
+        )
         return
     root = cache_dir()
     if root is None:
         if not _warned_no_cache:
             _warned_no_cache.append(True)
-            warnings.warn("neuron cache artifacts not loaded: the compile cache is disabled or refused "
-                          "(TORCH_NEURONX_NEFF_CACHE_DIR, TORCH_NEURONX_NEFF_DISABLE_CACHE)")
+            warnings.warn(
+                "neuron cache artifacts not loaded: the compile cache is disabled or refused "
+                "(TORCH_NEURONX_NEFF_CACHE_DIR, TORCH_NEURONX_NEFF_DISABLE_CACHE)"
+            )
         return
     if kind == "so":
         from .. import _C
+
         _C._compile_cache_store(root, k, payload)
     else:
         from . import warm
+
         warm.store_payload(root, k, payload)

@@ -9,6 +9,7 @@ rejected, a ``mode`` other than "default" warns, an op that cannot be lowered
 fails the compile naming it unless fallback execution is on, CPU inputs are
 copied to the device.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,14 +31,19 @@ class _Options:
     def __init__(self, options, mode):
         options = dict(options or {})
         if mode not in (None, "default"):
-            warnings.warn(f"torch.compile(backend='neuron'): mode={mode!r} is not supported; using 'default'",
-                          stacklevel=3)
+            warnings.warn(
+                f"torch.compile(backend='neuron'): mode={mode!r} is not supported; using 'default'",
+                stacklevel=3,
+            )
         fb = options.pop("fallback_execution", None)
         if fb is None:
             fb = not _env_flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", True)
         self.fallback = bool(fb)
         from . import config
-        self.model_name = str(options.pop("model_name", None) or config.default_model_name or "graph")
+
+        self.model_name = str(
+            options.pop("model_name", None) or config.default_model_name or "graph"
+        )
         # TorchNeuron's compiler_args: neuronx-cc flags, read as NEURON_CC_FLAGS is.
         self.cc = cc_settings(options.pop("compiler_args", None))
 
@@ -45,43 +51,67 @@ class _Options:
 def _graph_compiler(kind: str, opts: _Options):
     def fn(gm, example_inputs):
         return jobs.compile_fx_graph(gm, kind, opts)
+
     return fn
 
 
 @functools.cache
 def _decompositions():
     from torch._decomp import core_aten_decompositions, get_decompositions
+
     aten = torch.ops.aten
     table = dict(core_aten_decompositions())
     # Ours: composite ops whose parts the compiler fuses (softmax, norms).
-    table.update(get_decompositions([
-        aten._softmax, aten._log_softmax, aten._softmax_backward_data, aten._log_softmax_backward_data,
-        aten.native_layer_norm, aten.native_layer_norm_backward,
-        aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit_no_training,
-        aten._native_batch_norm_legit, aten.native_batch_norm_backward, aten.native_batch_norm,
-        aten.mse_loss, aten.mse_loss_backward, aten.silu, aten.silu_backward,
-        aten.embedding_dense_backward, aten.addmv, aten.linalg_vector_norm,
-    ]))
+    table.update(
+        get_decompositions(
+            [
+                aten._softmax,
+                aten._log_softmax,
+                aten._softmax_backward_data,
+                aten._log_softmax_backward_data,
+                aten.native_layer_norm,
+                aten.native_layer_norm_backward,
+                aten._native_batch_norm_legit_functional,
+                aten._native_batch_norm_legit_no_training,
+                aten._native_batch_norm_legit,
+                aten.native_batch_norm_backward,
+                aten.native_batch_norm,
+                aten.mse_loss,
+                aten.mse_loss_backward,
+                aten.silu,
+                aten.silu_backward,
+                aten.embedding_dense_backward,
+                aten.addmv,
+                aten.linalg_vector_norm,
+            ]
+        )
+    )
     return table
 
 
 def _autocopy_inputs(example_inputs):
     """Indices of CPU tensor inputs to copy to the device (0-dim CPU tensors
     are scalars PyTorch lets mix with device tensors; they stay)."""
-    idx = [i for i, x in enumerate(example_inputs)
-           if isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dim() > 0]
+    idx = [
+        i
+        for i, x in enumerate(example_inputs)
+        if isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dim() > 0
+    ]
     if idx and _env_flag("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", False):
         raise NeuronCompileError(
             f"neuron backend: input {idx[0]} is a CPU tensor (shape {tuple(example_inputs[idx[0]].shape)}); move it "
-            f"to the neuron device or unset TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY")
+            f"to the neuron device or unset TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY"
+        )
     return idx
 
 
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=None):
     """The ``neuron`` Dynamo backend (TorchNeuron's name and signature)."""
     if shapes.user_asked_dynamic(example_inputs):
-        raise NeuronCompileError("torch.compile(backend='neuron') does not support dynamic=True (dynamic shapes); "
-                                 "use dynamic=False: each new input shape compiles its own graph")
+        raise NeuronCompileError(
+            "torch.compile(backend='neuron') does not support dynamic=True (dynamic shapes); "
+            "use dynamic=False: each new input shape compiles its own graph"
+        )
     if shapes.is_symbolic(example_inputs):
         # Dynamo made sizes symbolic on its own (dynamic=None, a shape that
         # changed): one static graph per shape, compiled at first sight.
@@ -91,6 +121,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=
             fresh, keep = shapes.bake_symbolic_inputs(g, example_inputs, args)
             fn = neuron_backend(fresh, [args[i] for i in keep], options=options, mode=mode)
             return lambda *a: fn(*[a[i] for i in keep])
+
         return disable(shapes.PerShape(gm, compile_static), reason="neuron per-shape graphs")
     opts = _Options(options, mode)
     copy_idx = _autocopy_inputs(example_inputs)
@@ -98,18 +129,23 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=
         _insert_device_copies(gm, copy_idx)
     root = cache_dir()
     # (With force_disable_caches AOTAutograd would not consult the warm cache.)
-    key = warm.graph_key(gm, example_inputs, _salt(opts)) \
-        if root is not None and not torch.compiler.config.force_disable_caches else None
+    key = (
+        warm.graph_key(gm, example_inputs, _salt(opts))
+        if root is not None and not torch.compiler.config.force_disable_caches
+        else None
+    )
     if key is not None:
         hit = warm.load_compiled(root, key, gm)
         if hit is not None:
             from torch._dynamo import disable
+
             return disable(hit, reason="compiled graph")
 
     def mk(kind):
         fn = _graph_compiler(kind, opts)
         # Serializable compilers make AOTAutograd consult (our) cache.
         return SerializableAOTDispatchCompiler(OutputCode, fn) if key is not None else fn
+
     aot_kwargs = dict(
         fw_compiler=mk("fw"),
         bw_compiler=mk("bw"),
@@ -123,16 +159,21 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=
         keep_inference_input_mutations=True,
     )
     try:
-        with jobs.dynamo_graph() as group, \
-                warm.aot_cache(root, key, _decompositions, group.defer_save) if key is not None \
-                else contextlib.nullcontext():
+        with (
+            jobs.dynamo_graph() as group,
+            warm.aot_cache(root, key, _decompositions, group.defer_save)
+            if key is not None
+            else contextlib.nullcontext(),
+        ):
             compiled = _aot(gm, example_inputs, aot_kwargs)
     except NeuronCompileError:
         raise
     except Exception as e:  # noqa: BLE001 - AOT tracing failed
         if not opts.fallback:
             raise
-        warnings.warn(f"neuron backend: {type(e).__name__}: {e}; running the graph eagerly (fallback_execution)")
+        warnings.warn(
+            f"neuron backend: {type(e).__name__}: {e}; running the graph eagerly (fallback_execution)"
+        )
         metrics.add(fallback_graphs=1)
         return gm.forward
     return compiled
@@ -154,8 +195,11 @@ def _aot(gm, example_inputs, kw):
         inner = bw.compiler_fn if isinstance(bw, SerializableAOTDispatchCompiler) else bw
 
         def bw_compile(*args, **kwargs):
-            return disable(disable(inner, reason="neuron backward compiler")(*args, **kwargs),
-                           reason="compiled backward graph")
+            return disable(
+                disable(inner, reason="neuron backward compiler")(*args, **kwargs),
+                reason="compiled backward graph",
+            )
+
         if isinstance(bw, SerializableAOTDispatchCompiler):
             bw.compiler_fn = bw_compile
         else:
@@ -167,10 +211,14 @@ def _aot(gm, example_inputs, kw):
 
 def _salt(opts: _Options) -> str:
     """What else decides our compiled graphs (the warm key's part that is ours)."""
-    env = "|".join(f"{k}={os.environ.get(k, '')}" for k in (
-        "CC", "TORCH_NEURONX_NATIVE_FLOAT64", "TORCH_NEURONX_DYNAMO_CAPTURABLE_OPTIMIZER"))
-    return (f"compiler={_C._compiler_version()}|{env}|cc={opts.cc.key()}|fallback={opts.fallback}|"
-            f"name={opts.model_name}")
+    env = "|".join(
+        f"{k}={os.environ.get(k, '')}"
+        for k in ("CC", "TORCH_NEURONX_NATIVE_FLOAT64", "TORCH_NEURONX_DYNAMO_CAPTURABLE_OPTIMIZER")
+    )
+    return (
+        f"compiler={_C._compiler_version()}|{env}|cc={opts.cc.key()}|fallback={opts.fallback}|"
+        f"name={opts.model_name}"
+    )
 
 
 def _insert_device_copies(gm: torch.fx.GraphModule, idx) -> None:
@@ -190,8 +238,10 @@ def dispatch_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, option
     """Default backend installed at load: neuron graphs go to the neuron
     backend, everything else to Inductor (TorchNeuron selects its backend
     for its device automatically)."""
+
     def on_neuron(x):
         return isinstance(x, torch.Tensor) and x.device.type == "neuron"
+
     hit = any(on_neuron(x) for x in example_inputs)
     if not hit:
         for node in gm.graph.nodes:

@@ -9,6 +9,7 @@ folder (``debug_dir``). It imports no other ``_compile``
 module (only ``_C``, for libtrn's cache trust checks), so every one of them
 may use it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,8 +51,10 @@ def _include_dir() -> str:
     for cand in (here / "include", here.parent / "libtrn" / "include"):
         if (cand / "trn" / "scalar.h").is_file():
             return str(cand)
-    raise NeuronCompileError(f"neuron compiler: libtrn headers (trn/scalar.h) not found in {here / 'include'} "
-                             "(the package is incomplete: reinstall it)")
+    raise NeuronCompileError(
+        f"neuron compiler: libtrn headers (trn/scalar.h) not found in {here / 'include'} "
+        "(the package is incomplete: reinstall it)"
+    )
 
 
 # ---- C compiler settings --------------------------------------------------------------
@@ -59,10 +62,28 @@ def _include_dir() -> str:
 # neuronx-cc options TorchNeuron users put in NEURON_CC_FLAGS that have no
 # counterpart in a C compiler (ignored, logged once): those taking a value,
 # then switches. Any --enable-*, --disable-* or --internal-* is one too.
-_NCC_VALUE = {"--target", "--model-type", "--auto-cast", "--auto-cast-type", "--lnc", "--logical-nc-config",
-              "--distribution-strategy", "--framework", "--logfile", "--workdir", "--pipeline", "--verbose",
-              "--cache_dir", "--output", "--jobs", "--tensorizer-options", "--execute-repetition",
-              "--hbm-scratchpad-page-size", "--logical-neuroncore-config", "--num-neuroncores"}
+_NCC_VALUE = {
+    "--target",
+    "--model-type",
+    "--auto-cast",
+    "--auto-cast-type",
+    "--lnc",
+    "--logical-nc-config",
+    "--distribution-strategy",
+    "--framework",
+    "--logfile",
+    "--workdir",
+    "--pipeline",
+    "--verbose",
+    "--cache_dir",
+    "--output",
+    "--jobs",
+    "--tensorizer-options",
+    "--execute-repetition",
+    "--hbm-scratchpad-page-size",
+    "--logical-neuroncore-config",
+    "--num-neuroncores",
+}
 _NCC_SWITCH = {"--retry_failed_compilation", "--fast-math", "--no-fast-math", "--compile-only"}
 
 
@@ -70,6 +91,7 @@ _NCC_SWITCH = {"--retry_failed_compilation", "--fast-math", "--no-fast-math", "-
 class CcSettings:
     """How generated C is compiled: ``opt_level`` (0-3, the C compiler's -O)
     and ``extra_flags`` (C compiler flags, TORCH_NEURONX_CC_EXTRA_FLAGS)."""
+
     opt_level: int = 2
     extra_flags: str = ""
     # neuronx-cc flags read and ignored (not applicable), for the docs' table and tests.
@@ -89,6 +111,7 @@ def _log_once(flag: str, message: str) -> None:
             return
         _logged_flags.add(flag)
     from .. import _logging
+
     _logging.log(_logging.WARNING, "compile", message)
 
 
@@ -118,18 +141,32 @@ def parse_neuron_cc_flags(args, where: str = "NEURON_CC_FLAGS", level: int = 2):
                 i += 1
                 value = toks[i] if i < len(toks) else ""
             level = _opt_level(value, where)
-        elif name in _NCC_VALUE or name in _NCC_SWITCH or name.startswith(("--enable-", "--disable-",
-                                                                             "--internal-")):
-            if name in _NCC_VALUE and not eq and i + 1 < len(toks) and not toks[i + 1].startswith("-"):
+        elif (
+            name in _NCC_VALUE
+            or name in _NCC_SWITCH
+            or name.startswith(("--enable-", "--disable-", "--internal-"))
+        ):
+            if (
+                name in _NCC_VALUE
+                and not eq
+                and i + 1 < len(toks)
+                and not toks[i + 1].startswith("-")
+            ):
                 i += 1
                 t = f"{t} {toks[i]}"
             ignored.append(t)
-            _log_once(t, f"{where}: neuronx-cc flag `{t}` does not apply to OpenNeuron's C compiler; ignored "
-                         "(only the optimisation level, -O0..-O3 / --optlevel, takes effect)")
+            _log_once(
+                t,
+                f"{where}: neuronx-cc flag `{t}` does not apply to OpenNeuron's C compiler; ignored "
+                "(only the optimisation level, -O0..-O3 / --optlevel, takes effect)",
+            )
         else:
             ignored.append(t)
-            _log_once(t, f"{where}: `{t}` is not a neuronx-cc flag OpenNeuron knows; ignored. Flags for the C "
-                         "compiler that builds compiled graphs go in TORCH_NEURONX_CC_EXTRA_FLAGS")
+            _log_once(
+                t,
+                f"{where}: `{t}` is not a neuronx-cc flag OpenNeuron knows; ignored. Flags for the C "
+                "compiler that builds compiled graphs go in TORCH_NEURONX_CC_EXTRA_FLAGS",
+            )
         i += 1
     return level, ignored
 
@@ -159,7 +196,9 @@ def _parse_size(text: str, name: str) -> int:
     except ValueError:
         n = -1
     if n <= 0:
-        raise NeuronCompileError(f"{name}={text!r}: expected a size such as 10G, 512M or a number of bytes")
+        raise NeuronCompileError(
+            f"{name}={text!r}: expected a size such as 10G, 512M or a number of bytes"
+        )
     return int(n * mult)
 
 
@@ -179,14 +218,26 @@ def cache_lock_timeout() -> float:
     try:
         t = float(v)
     except ValueError:
-        raise NeuronCompileError(f"TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT={v!r}: expected seconds") from None
+        raise NeuronCompileError(
+            f"TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT={v!r}: expected seconds"
+        ) from None
     return t if t > 0 else -1.0
 
 
-def compile_program(cgraph, include: str, cache: str | None, ddir: str | None, name: str, cc: CcSettings):
+def compile_program(
+    cgraph, include: str, cache: str | None, ddir: str | None, name: str, cc: CcSettings
+):
     """libtrn's compile of a built graph (``_C._CompilerGraph``) with these settings."""
-    return cgraph.compile(include, cache, ddir, name, cc.opt_level + 1, cc.extra_flags,
-                          cache_lock_timeout(), cache_max_bytes() if cache else 0)
+    return cgraph.compile(
+        include,
+        cache,
+        ddir,
+        name,
+        cc.opt_level + 1,
+        cc.extra_flags,
+        cache_lock_timeout(),
+        cache_max_bytes() if cache else 0,
+    )
 
 
 _refused_caches: set[tuple[str, str]] = set()
@@ -197,8 +248,10 @@ def caching_enabled() -> bool:
     ``cache_dir()`` is usable): TORCH_NEURONX_NEFF_DISABLE_CACHE (or
     TorchNeuron's spelling, TORCH_NEURONX_DISABLE_NEFF_CACHE) turns every
     cache off; a refused directory only costs the disk cache."""
-    return not (_env_flag("TORCH_NEURONX_NEFF_DISABLE_CACHE", False)
-                or _env_flag("TORCH_NEURONX_DISABLE_NEFF_CACHE", False))
+    return not (
+        _env_flag("TORCH_NEURONX_NEFF_DISABLE_CACHE", False)
+        or _env_flag("TORCH_NEURONX_DISABLE_NEFF_CACHE", False)
+    )
 
 
 def cache_dir() -> str | None:
@@ -220,8 +273,11 @@ def cache_dir() -> str | None:
     if why:
         if (d, why) not in _refused_caches:
             _refused_caches.add((d, why))
-            warnings.warn(f"neuron compile cache not used: {why}. Compiling without the disk cache; remove it, "
-                          "or set TORCH_NEURONX_NEFF_CACHE_DIR to a directory of your own", stacklevel=2)
+            warnings.warn(
+                f"neuron compile cache not used: {why}. Compiling without the disk cache; remove it, "
+                "or set TORCH_NEURONX_NEFF_CACHE_DIR to a directory of your own",
+                stacklevel=2,
+            )
         return None
     return d
 

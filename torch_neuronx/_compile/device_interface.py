@@ -3,6 +3,7 @@
 Registered for "neuron" and "neuron:i" as soon as torch._dynamo is imported,
 before any compile: Dynamo caches its handlers on first use.
 """
+
 from __future__ import annotations
 
 import torch
@@ -73,7 +74,9 @@ class NeuronInterface(DeviceInterface):
 
     @staticmethod
     def _set_stream_by_id(stream_id: int, device_index: int, device_type: int) -> None:
-        _streams.set_stream(torch.Stream(stream_id=stream_id, device_index=device_index, device_type=device_type))
+        _streams.set_stream(
+            torch.Stream(stream_id=stream_id, device_index=device_index, device_type=device_type)
+        )
 
     @staticmethod
     def get_raw_stream(device_index: int) -> int:

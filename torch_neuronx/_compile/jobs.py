@@ -8,6 +8,7 @@ Dynamo graph's jobs (its warm-cache entry is saved once all compiled),
 ``finish_pending`` and the fallback to eager execution. backend.py calls in;
 nothing here imports it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,7 +27,14 @@ from torch._inductor.output_code import OutputCode
 
 from .. import _C
 from . import artifacts, metrics, warm
-from .config import NeuronCompileError, _include_dir, cache_dir, caching_enabled, compile_program, debug_dir
+from .config import (
+    NeuronCompileError,
+    _include_dir,
+    cache_dir,
+    caching_enabled,
+    compile_program,
+    debug_dir,
+)
 from .lower import Lowerer, UnsupportedOpError
 from .program import _report_compile
 from .runtime import CompiledGraph
@@ -49,29 +57,41 @@ def _graph_key(gm: torch.fx.GraphModule, kind: str, cc) -> str:
             h.update(f"module {sub_name}\n{warm._graph_text(sub.graph)}\n".encode())
     for node in gm.graph.nodes:
         v = node.meta.get("val")
-        for t in (v if isinstance(v, (list, tuple)) else [v]):
+        for t in v if isinstance(v, (list, tuple)) else [v]:
             if isinstance(t, torch.Tensor):
-                h.update(f"{node.name}:{tuple(t.shape)}:{t.stride()}:{t.storage_offset()}:{t.dtype}:{t.device};"
-                         .encode())
+                h.update(
+                    f"{node.name}:{tuple(t.shape)}:{t.stride()}:{t.storage_offset()}:{t.dtype}:{t.device};".encode()
+                )
         if node.op == "get_attr":
             c = getattr(gm, node.target)
             if isinstance(c, torch.Tensor):
                 # Baked constants are part of the graph: hash their bytes.
                 from torch._subclasses.fake_tensor import unset_fake_temporarily
+
                 with unset_fake_temporarily():
-                    data = c.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+                    data = (
+                        c.detach()
+                        .to("cpu")
+                        .contiguous()
+                        .reshape(-1)
+                        .view(torch.uint8)
+                        .numpy()
+                        .tobytes()
+                    )
                 h.update(f"{node.target}:{c.dtype}:{tuple(c.shape)}".encode())
                 h.update(data)
-    h.update(f"{kind}|{_C._compiler_version()}|{cc.key()}|"
-             f"{os.environ.get('CC', '')}|{torch.__version__}|"
-             f"{os.environ.get('TORCH_NEURONX_NATIVE_FLOAT64', '')}".encode())
+    h.update(
+        f"{kind}|{_C._compiler_version()}|{cc.key()}|"
+        f"{os.environ.get('CC', '')}|{torch.__version__}|"
+        f"{os.environ.get('TORCH_NEURONX_NATIVE_FLOAT64', '')}".encode()
+    )
     return h.hexdigest()
 
 
 def _device_of(gm) -> torch.device:
     for node in gm.graph.nodes:
         v = node.meta.get("val")
-        for t in (v if isinstance(v, (list, tuple)) else [v]):
+        for t in v if isinstance(v, (list, tuple)) else [v]:
             if isinstance(t, torch.Tensor) and t.device.type == "neuron":
                 return torch.device("neuron", t.device.index or 0)
     return torch.device("neuron", 0)
@@ -89,7 +109,12 @@ def compile_fx_graph(gm: torch.fx.GraphModule, kind: str, opts):
         hit = _memory_cache.get(key)
         job = _inflight.get(key) if hit is None else None
         if hit is not None or job is not None:
-            metrics.add(graphs=1, cache_hits=1, memory_cache_hits=1, compile_seconds=time.perf_counter() - t0)
+            metrics.add(
+                graphs=1,
+                cache_hits=1,
+                memory_cache_hits=1,
+                compile_seconds=time.perf_counter() - t0,
+            )
             graph = hit if hit is not None else job.graph
             _C._counter_add("compile_cache_hits", graph.device.index or 0, 1)
             if job is not None:
@@ -121,7 +146,9 @@ def compile_fx_graph(gm: torch.fx.GraphModule, kind: str, opts):
 def _fallback(e, name, opts, gm, seconds):
     if not opts.fallback:
         raise NeuronCompileError(str(e)) from None
-    warnings.warn(f"neuron backend: {e}; running graph {name} eagerly (fallback_execution)", stacklevel=3)
+    warnings.warn(
+        f"neuron backend: {e}; running graph {name} eagerly (fallback_execution)", stacklevel=3
+    )
     metrics.add(graphs=1, fallback_graphs=1, compile_seconds=seconds)
     return _EagerGraph(gm)
 
@@ -134,7 +161,14 @@ class _CompileJob:
     kept for every later caller."""
 
     def __init__(self, gm, lowered, name, ddir, key, opts, t0):
-        self.gm, self.lowered, self.name, self.ddir, self.key, self.opts = gm, lowered, name, ddir, key, opts
+        self.gm, self.lowered, self.name, self.ddir, self.key, self.opts = (
+            gm,
+            lowered,
+            name,
+            ddir,
+            key,
+            opts,
+        )
         self.t0, self.busy, self.future = t0, time.perf_counter() - t0, None
         # Read here, not on the compile thread: the caller's environment decides.
         self.include, self.cache = _include_dir(), cache_dir()
@@ -155,7 +189,9 @@ class _CompileJob:
     def compile(self):
         t = time.perf_counter()
         try:
-            return compile_program(self.lowered.graph, self.include, self.cache, self.ddir, self.name, self.opts.cc)
+            return compile_program(
+                self.lowered.graph, self.include, self.cache, self.ddir, self.name, self.opts.cc
+            )
         finally:
             self.busy += time.perf_counter() - t
 
@@ -191,7 +227,9 @@ class _CompileJob:
         except UnsupportedOpError as e:
             return _fallback(e, self.name, self.opts, self.gm, self.busy)
         except Exception as e:  # noqa: BLE001 - the C compile failed (C compiler error, ...)
-            failed = NeuronCompileError(f"neuron compiler: graph {self.name} did not compile ({type(e).__name__}: {e})")
+            failed = NeuronCompileError(
+                f"neuron compiler: graph {self.name} did not compile ({type(e).__name__}: {e})"
+            )
             return _fallback(failed, self.name, self.opts, self.gm, self.busy)
         compiled = self.graph
         compiled._attach(program)
@@ -203,8 +241,12 @@ class _CompileJob:
             metrics.add(compiles=1, cc_seconds=program.compile_seconds)
         # Our own time (lowering and C compile), not the overlapped wall time.
         seconds = self.busy
-        metrics.add(graphs=1, kernels=program.kernel_count, host_steps=len(self.lowered.hosts),
-                    compile_seconds=seconds)
+        metrics.add(
+            graphs=1,
+            kernels=program.kernel_count,
+            host_steps=len(self.lowered.hosts),
+            compile_seconds=seconds,
+        )
         _report_compile(self.name, program, seconds, compiled.device.index or 0)
         if self.key is not None:
             _memory_cache[self.key] = compiled
@@ -250,9 +292,9 @@ class _Group:
 
 
 _lock = threading.RLock()
-_pending: list[_CompileJob] = []          # submitted, not yet finished
-_inflight: dict[str, _CompileJob] = {}    # by graph key: a second identical graph shares the job
-_tls = threading.local()                  # .group: the Dynamo graph our backend is compiling
+_pending: list[_CompileJob] = []  # submitted, not yet finished
+_inflight: dict[str, _CompileJob] = {}  # by graph key: a second identical graph shares the job
+_tls = threading.local()  # .group: the Dynamo graph our backend is compiling
 
 
 def _join_group(job) -> None:
@@ -283,12 +325,15 @@ def _compile_threads() -> int:
     try:
         return max(0, int(v)) if v.strip() else 2
     except ValueError:
-        raise NeuronCompileError(f"TORCH_NEURONX_COMPILE_THREADS={v!r}: expected a number of threads") from None
+        raise NeuronCompileError(
+            f"TORCH_NEURONX_COMPILE_THREADS={v!r}: expected a number of threads"
+        ) from None
 
 
 @functools.cache
 def _compile_pool(workers: int):
     from concurrent.futures import ThreadPoolExecutor
+
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="neuron-compile")
     # At exit, compiles not yet started are cancelled (their graphs were never
     # called); running ones finish (gcc cleans up its temporary files). Hooks

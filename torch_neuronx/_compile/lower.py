@@ -17,6 +17,7 @@ lower_copy (casts, copies, creation), lower_views, lower_reduce,
 lower_matmul (matmul, convolution), lower_foreach (the optimizer step),
 lower_index (gather / scatter); lower_core holds what they share.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,11 +28,37 @@ import torch
 from torch.fx.node import map_arg
 
 # Each family registers its lowerings on import, in this order.
-from . import (lower_pointwise, lower_copy, lower_views, lower_reduce, lower_matmul,  # noqa: F401,I001
-               lower_foreach, lower_index)
-from .lower_core import (LOWERINGS, TRN_DTYPE, Base, HostStep, Lowered, Unsupported, UnsupportedOpError, Val,
-                         _PyConst, _PyHostResult, _PyInput, _PyItem, _PyValue, _scalar_const, aten, contiguous_strides,
-                         is_dense, meta, same_layout, view_strides)
+from . import (  # noqa: F401
+    lower_pointwise,
+    lower_copy,
+    lower_views,
+    lower_reduce,
+    lower_matmul,
+    lower_foreach,
+    lower_index,
+)
+from .lower_core import (
+    LOWERINGS,
+    TRN_DTYPE,
+    Base,
+    HostStep,
+    Lowered,
+    Unsupported,
+    UnsupportedOpError,
+    Val,
+    _PyConst,
+    _PyHostResult,
+    _PyInput,
+    _PyItem,
+    _PyValue,
+    _scalar_const,
+    aten,
+    contiguous_strides,
+    is_dense,
+    meta,
+    same_layout,
+    view_strides,
+)
 from .tape import RecordingGraph
 
 
@@ -81,8 +108,9 @@ class Lowerer:
             key = ("i", v.base, tuple(v.sizes), tuple(v.strides), v.offset)
             if key not in self.view_cache:
                 start, step = b.const
-                self.view_cache[key] = self.g.iota(TRN_DTYPE[b.dtype], list(v.sizes), list(v.strides), v.offset,
-                                                   start, step)
+                self.view_cache[key] = self.g.iota(
+                    TRN_DTYPE[b.dtype], list(v.sizes), list(v.strides), v.offset, start, step
+                )
             return self.view_cache[key]
         if b.kind == "const":
             if tuple(v.sizes) == b.sizes:
@@ -91,7 +119,11 @@ class Lowerer:
             if key not in self.view_cache:
                 self.view_cache[key] = self.const(b.const, b.dtype, v.sizes).base
             return self.view_cache[key]
-        if tuple(v.sizes) == b.sizes and v.offset == 0 and same_layout(v.sizes, v.strides, b.layout):
+        if (
+            tuple(v.sizes) == b.sizes
+            and v.offset == 0
+            and same_layout(v.sizes, v.strides, b.layout)
+        ):
             return v.base
         key = (v.base, tuple(v.sizes), tuple(v.strides), v.offset)
         if key not in self.view_cache:
@@ -121,7 +153,11 @@ class Lowerer:
         """A fresh base holding v's values (a copy kernel, usually fused)."""
         nid = self.g.cast(self.node_of(v), TRN_DTYPE[v.dtype])
         layout = contiguous_strides(v.sizes)
-        if strides is not None and is_dense(v.sizes, strides) and not same_layout(v.sizes, strides, layout):
+        if (
+            strides is not None
+            and is_dense(v.sizes, strides)
+            and not same_layout(v.sizes, strides, layout)
+        ):
             self.g.set_layout(nid, list(strides))
             layout = tuple(strides)
         return self.new_base(nid, "node", v.sizes, layout, v.dtype)
@@ -164,8 +200,14 @@ class Lowerer:
             self.cur = node
             if node.op == "placeholder":
                 m = meta(node)
-                if isinstance(m, torch.Tensor) and m.device.type == "neuron" and m.dtype in TRN_DTYPE:
-                    nid = self.g.input(TRN_DTYPE[m.dtype], list(m.shape), [int(s) for s in m.stride()])
+                if (
+                    isinstance(m, torch.Tensor)
+                    and m.device.type == "neuron"
+                    and m.dtype in TRN_DTYPE
+                ):
+                    nid = self.g.input(
+                        TRN_DTYPE[m.dtype], list(m.shape), [int(s) for s in m.stride()]
+                    )
                     v = self.new_base(nid, "input", m.shape, m.stride(), m.dtype)
                     self.inputs.append((nid, placeholder_index))
                     self.env[node] = v
@@ -181,15 +223,31 @@ class Lowerer:
             elif node.op == "get_attr":
                 c = getattr(self.gm, node.target)
                 m = meta(node)
-                if isinstance(c, torch.Tensor) and c.numel() == 0 and c.dtype in TRN_DTYPE and \
-                        isinstance(m, torch.Tensor) and m.device.type == "neuron":
+                if (
+                    isinstance(c, torch.Tensor)
+                    and c.numel() == 0
+                    and c.dtype in TRN_DTYPE
+                    and isinstance(m, torch.Tensor)
+                    and m.device.type == "neuron"
+                ):
                     self.env[node] = self.const(0, c.dtype, tuple(c.shape))  # no values to carry
                 else:
                     self.env[node] = _PyConst(c)
             else:
-                raise UnsupportedOpError(f"neuron compiler: FX node kind {node.op} ({node.name}) is not supported")
-        return Lowered(self.g, self.bases, self.inputs, list(self.exported.items()), self.hosts, output, env_py,
-                       self.env, len(self.stored))
+                raise UnsupportedOpError(
+                    f"neuron compiler: FX node kind {node.op} ({node.name}) is not supported"
+                )
+        return Lowered(
+            self.g,
+            self.bases,
+            self.inputs,
+            list(self.exported.items()),
+            self.hosts,
+            output,
+            env_py,
+            self.env,
+            len(self.stored),
+        )
 
     def lower_node(self, node: torch.fx.Node):
         if node.target is operator.getitem:
@@ -197,12 +255,16 @@ class Lowerer:
             if isinstance(src, (list, tuple)):
                 return src[node.args[1]]
             return _PyItem(src, node.args[1])
-        if node.target in (aten.lift_fresh_copy.default, aten.clone.default) and \
-                _scalar_const(self.env.get(node.args[0])) is not None:
+        if (
+            node.target in (aten.lift_fresh_copy.default, aten.clone.default)
+            and _scalar_const(self.env.get(node.args[0])) is not None
+        ):
             return self.env[node.args[0]]  # a functional graph never writes it: no copy needed
         fn = LOWERINGS.get(node.target)
-        args_ok = all(not isinstance(self.env.get(a), _PyValue) or _scalar_const(self.env.get(a)) is not None
-                      for a in node.all_input_nodes)
+        args_ok = all(
+            not isinstance(self.env.get(a), _PyValue) or _scalar_const(self.env.get(a)) is not None
+            for a in node.all_input_nodes
+        )
         m = meta(node)
         outs_ok = all(t.device.type == "neuron" for t in _tensors(m))
         if fn is not None and args_ok and outs_ok:
@@ -219,6 +281,7 @@ class Lowerer:
         target = node.target
         if not _runs_on_device(target, node, self.env):
             raise UnsupportedOpError(_unsupported_message(node))
+
         # Every tensor argument must be caller-visible at run time.
         def visible(a):
             v = self.env[a]
@@ -229,6 +292,7 @@ class Lowerer:
                     if isinstance(x, Val):
                         self.export(x.base)
             return a
+
         map_arg((node.args, node.kwargs), visible)
         bases = sorted({v.base for v in _vals(self.env, node)})
         step = self.g.host_call(bases)
@@ -237,7 +301,9 @@ class Lowerer:
 
         def declare(t, path):
             if isinstance(t, torch.Tensor) and t.device.type == "neuron" and t.dtype in TRN_DTYPE:
-                nid = self.g.host_result(step, TRN_DTYPE[t.dtype], list(t.shape), [int(s) for s in t.stride()])
+                nid = self.g.host_result(
+                    step, TRN_DTYPE[t.dtype], list(t.shape), [int(s) for s in t.stride()]
+                )
                 results.append((nid, path, tuple(t.shape), tuple(int(s) for s in t.stride())))
                 return self.new_base(nid, "host", t.shape, t.stride(), t.dtype)
             results.append((None, path, None, None))
@@ -256,12 +322,17 @@ class Lowerer:
             v = self.env[a]
             m = meta(a)
             if isinstance(v, Val):
-                if isinstance(m, torch.Tensor) and tuple(v.sizes) == tuple(m.shape) and \
-                        not same_layout(v.sizes, v.strides, tuple(m.stride())) and is_dense(m.shape, m.stride()):
+                if (
+                    isinstance(m, torch.Tensor)
+                    and tuple(v.sizes) == tuple(m.shape)
+                    and not same_layout(v.sizes, v.strides, tuple(m.stride()))
+                    and is_dense(m.shape, m.stride())
+                ):
                     self.cur = a
                     v = self.materialize(v, tuple(int(s) for s in m.stride()))
                 self.export(v.base)
             return v
+
         return map_arg(out, fix)
 
 
@@ -284,8 +355,12 @@ def _vals(env, node):
     return out
 
 
-_DEVICE_KEYS = ("PrivateUse1", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional",
-                "CompositeImplicitAutograd")
+_DEVICE_KEYS = (
+    "PrivateUse1",
+    "CompositeExplicitAutograd",
+    "CompositeExplicitAutogradNonFunctional",
+    "CompositeImplicitAutograd",
+)
 
 
 def _runs_on_device(target, node, env) -> bool:
@@ -295,7 +370,8 @@ def _runs_on_device(target, node, env) -> bool:
     if not isinstance(target, torch._ops.OpOverload):
         return False
     if not any(t.device.type == "neuron" for t in _tensors(meta(node))) and all(
-            not isinstance(env.get(a), Val) for a in node.all_input_nodes):
+        not isinstance(env.get(a), Val) for a in node.all_input_nodes
+    ):
         return True
     name = target.name()
     return any(torch._C._dispatch_has_kernel_for_dispatch_key(name, k) for k in _DEVICE_KEYS)
@@ -305,6 +381,8 @@ def _unsupported_message(node) -> str:
     trace = node.meta.get("stack_trace") or ""
     line = trace.strip().splitlines()[-2:] if trace else []
     where = (" at " + " | ".join(s.strip() for s in line)) if line else ""
-    return (f"neuron compiler: op {node.target} (FX node '{node.name}') cannot be lowered and has no "
-            f"neuron kernel{where}. Set options={{'fallback_execution': True}} or "
-            f"TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 to run this graph eagerly.")
+    return (
+        f"neuron compiler: op {node.target} (FX node '{node.name}') cannot be lowered and has no "
+        f"neuron kernel{where}. Set options={{'fallback_execution': True}} or "
+        f"TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 to run this graph eagerly."
+    )

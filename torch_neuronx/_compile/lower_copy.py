@@ -2,6 +2,7 @@
 clone, copy, copy_ (an in-place store into a graph input), alias/detach, and
 full/zeros/ones/fill/scalar_tensor (constants: no memory).
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,11 +39,19 @@ def _copy_inplace(L, node, dst, src, non_blocking=False):
     if not L.in_place or not isinstance(d, Val) or dst.op != "placeholder":
         raise Unsupported("copy_ into a non-input")
     b = L.bases[d.base]
-    if b.kind != "input" or d.base in L.stored or tuple(d.sizes) != b.sizes or d.offset != 0 \
-            or not is_dense(b.sizes, b.layout):
+    if (
+        b.kind != "input"
+        or d.base in L.stored
+        or tuple(d.sizes) != b.sizes
+        or d.offset != 0
+        or not is_dense(b.sizes, b.layout)
+    ):
         raise Unsupported("copy_ into a strided input")
-    v = L.broadcast(_val(L, src) if isinstance(src, torch.fx.Node) else src, d.sizes) \
-        if isinstance(src, torch.fx.Node) else L.const(src, d.dtype, d.sizes)
+    v = (
+        L.broadcast(_val(L, src) if isinstance(src, torch.fx.Node) else src, d.sizes)
+        if isinstance(src, torch.fx.Node)
+        else L.const(src, d.dtype, d.sizes)
+    )
     L.g.store(d.base, L.node_of(v))
     L.stored.add(d.base)
     return d
@@ -72,8 +81,15 @@ def _full_like(L, node, x, value, **kw):
     return _filled(L, node, value)
 
 
-@register(aten.zeros_like.default, aten.zeros.default, aten.new_zeros.default, aten.empty_like.default,
-          aten.empty.memory_format, aten.new_empty.default, aten.empty_strided.default)
+@register(
+    aten.zeros_like.default,
+    aten.zeros.default,
+    aten.new_zeros.default,
+    aten.empty_like.default,
+    aten.empty.memory_format,
+    aten.new_empty.default,
+    aten.empty_strided.default,
+)
 def _zeros(L, node, *a, **kw):
     return _filled(L, node, 0)
 

@@ -8,6 +8,7 @@ helpers (contiguous, dense, view strides), the lowering registry
 (``register``, ``LOWERINGS``) and the helpers every family calls (``_val``,
 ``pointwise``). Imports no lowering module.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,9 +26,24 @@ prims = torch.ops.prims
 
 # The trn_dtype of each torch dtype the compiler takes (the values are
 # libtrn/include/trn/dtype.h's, looked up by name).
-TRN_DTYPE = {d: DTYPE_IDS[str(d).removeprefix("torch.")] for d in (
-    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint16, torch.uint32,
-    torch.uint64, torch.float16, torch.bfloat16, torch.float32, torch.float64)}
+TRN_DTYPE = {
+    d: DTYPE_IDS[str(d).removeprefix("torch.")]
+    for d in (
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.uint16,
+        torch.uint32,
+        torch.uint64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+    )
+}
 # trn_graph_reduce_op and trn_conv_kind (libtrn/include/trn/compiler.h).
 TRN_GRAPH_SUM = VALUES["TRN_GRAPH_SUM"]
 TRN_GRAPH_PROD = VALUES["TRN_GRAPH_PROD"]
@@ -139,13 +155,13 @@ class HostStep:
 class Lowered:
     graph: Any
     bases: dict
-    inputs: list          # (builder node | None, placeholder index)
-    exports: list         # (builder node, sizes, strides, dtype)
-    hosts: list           # HostStep per host step number
-    outputs: Any          # FX output structure with Val/py values
-    env_py: dict          # placeholder index -> python-only values
+    inputs: list  # (builder node | None, placeholder index)
+    exports: list  # (builder node, sizes, strides, dtype)
+    hosts: list  # HostStep per host step number
+    outputs: Any  # FX output structure with Val/py values
+    env_py: dict  # placeholder index -> python-only values
     env: dict = field(default_factory=dict)
-    stores: int = 0       # inputs written in place (trn_graph_store)
+    stores: int = 0  # inputs written in place (trn_graph_store)
 
 
 # ---- python-only values (CPU tensors, host results that are not device tensors) --
@@ -178,9 +194,16 @@ class _PyItem(_PyValue):
 def _scalar_const(v):
     """The value of a graph constant that is a 0-d CPU tensor (torch.tensor(1.0)
     in model code), which ops take like a Python scalar; else None."""
-    if isinstance(v, _PyConst) and isinstance(v.value, torch.Tensor) and v.value.dim() == 0 and \
-            v.value.device.type == "cpu" and v.value.dtype in TRN_DTYPE and not v.value.requires_grad:
+    if (
+        isinstance(v, _PyConst)
+        and isinstance(v.value, torch.Tensor)
+        and v.value.dim() == 0
+        and v.value.device.type == "cpu"
+        and v.value.dtype in TRN_DTYPE
+        and not v.value.requires_grad
+    ):
         from torch._subclasses.fake_tensor import unset_fake_temporarily
+
         with unset_fake_temporarily():  # lowering runs under AOTAutograd's fake mode
             return v.value.item()
     return None
@@ -195,6 +218,7 @@ def register(*targets):
         for t in targets:
             LOWERINGS[t] = fn
         return fn
+
     return deco
 
 

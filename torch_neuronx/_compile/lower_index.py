@@ -11,6 +11,7 @@ run ends. A boolean mask whose selected elements each take their own value
 count of the mask (log2(n) passes of clamped gathers). Anything else (more
 indices) raises Unsupported and runs as an eager host step.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,8 +19,20 @@ import math
 import torch
 
 from .._trn_constants import VALUES
-from .lower_core import (TRN_DTYPE, TRN_GRAPH_MAX, TRN_GRAPH_MIN, TRN_GRAPH_PROD, TRN_GRAPH_SUM, Unsupported, Val,
-                         _val, aten, ew, meta, register)
+from .lower_core import (
+    TRN_DTYPE,
+    TRN_GRAPH_MAX,
+    TRN_GRAPH_MIN,
+    TRN_GRAPH_PROD,
+    TRN_GRAPH_SUM,
+    Unsupported,
+    Val,
+    _val,
+    aten,
+    ew,
+    meta,
+    register,
+)
 
 # trn_graph_index_error (libtrn/include/trn/compiler.h)
 TRN_INDEX_ERROR_BOUNDS = VALUES["TRN_INDEX_ERROR_BOUNDS"]
@@ -97,8 +110,14 @@ def _index_select(L, node, x, dim, index):
     out = _out(node)
     dim %= len(v.sizes)
     idx = _place(L, i, out, [dim] if i.sizes else [])
-    nid = L.g.gather(_in_memory(L, v), [idx], [dim], [-1 if j == dim else j for j in range(len(out))], 0,
-                     TRN_INDEX_ERROR_SELF)
+    nid = L.g.gather(
+        _in_memory(L, v),
+        [idx],
+        [dim],
+        [-1 if j == dim else j for j in range(len(out))],
+        0,
+        TRN_INDEX_ERROR_SELF,
+    )
     return L.finish_node(nid, meta(node))
 
 
@@ -110,8 +129,14 @@ def _gather(L, node, x, dim, index, sparse_grad=False):
     out = _out(node)
     dim %= len(v.sizes)
     idx = _place(L, i, out, list(range(len(out))))
-    nid = L.g.gather(_in_memory(L, v), [idx], [dim], [-1 if j == dim else j for j in range(len(out))], 0,
-                     TRN_INDEX_ERROR_GATHER)
+    nid = L.g.gather(
+        _in_memory(L, v),
+        [idx],
+        [dim],
+        [-1 if j == dim else j for j in range(len(out))],
+        0,
+        TRN_INDEX_ERROR_GATHER,
+    )
     return L.finish_node(nid, meta(node))
 
 
@@ -120,7 +145,11 @@ def _advanced(L, v: Val, indices, max_idx):
     sizes, per result dim the x dim it walks (-1: an index dim), the x dims
     the indices select, and each index laid over the result."""
     sel = [(d, _val(L, a)) for d, a in enumerate(indices) if a is not None]
-    if not sel or len(sel) > max_idx or any(not isinstance(i, Val) or i.dtype == torch.bool for _, i in sel):
+    if (
+        not sel
+        or len(sel) > max_idx
+        or any(not isinstance(i, Val) or i.dtype == torch.bool for _, i in sel)
+    ):
         raise Unsupported("index form")
     dims = [d for d, _ in sel]
     bshape = tuple(torch.broadcast_shapes(*[torch.Size(i.sizes) for _, i in sel]))
@@ -136,7 +165,9 @@ def _advanced(L, v: Val, indices, max_idx):
     place = []
     for _, i in sel:
         pad = len(bshape) - len(i.sizes)
-        ib = Val(i.base, (1,) * pad + tuple(i.sizes), (0,) * pad + tuple(i.strides), i.offset, i.dtype)
+        ib = Val(
+            i.base, (1,) * pad + tuple(i.sizes), (0,) * pad + tuple(i.strides), i.offset, i.dtype
+        )
         place.append(_place(L, ib, out, list(range(start, start + len(bshape)))))
     return out, walk, dims, place
 
@@ -154,15 +185,26 @@ def _index(L, node, x, indices):
 @register(aten.index_put.default)
 def _index_put(L, node, x, indices, values, accumulate=False):
     v = _src(L, x)
-    if any(isinstance(a, torch.fx.Node) and meta(a) is not None and meta(a).dtype == torch.bool for a in indices):
+    if any(
+        isinstance(a, torch.fx.Node) and meta(a) is not None and meta(a).dtype == torch.bool
+        for a in indices
+    ):
         return _masked_put(L, node, v, indices, values, accumulate)
     out, walk, dims, place = _advanced(L, v, indices, 1)
     vals = _val(L, values)
     if not isinstance(vals, Val) or vals.dtype != v.dtype:
         raise Unsupported("index_put values")
     src = _in_memory(L, L.broadcast(vals, out))
-    nid = L.g.scatter(L.node_of(v), place[0], src, dims[0], walk, FOLD["sum"] if accumulate else 0, 1,
-                      TRN_INDEX_ERROR_BOUNDS)
+    nid = L.g.scatter(
+        L.node_of(v),
+        place[0],
+        src,
+        dims[0],
+        walk,
+        FOLD["sum"] if accumulate else 0,
+        1,
+        TRN_INDEX_ERROR_BOUNDS,
+    )
     return L.finish_node(nid, meta(node))
 
 
@@ -176,14 +218,19 @@ def _masked_put(L, node, v: Val, indices, values, accumulate):
         raise Unsupported("boolean mask with other indices")
     d, mask = sel[0][0], _val(L, sel[0][1])
     vals = _val(L, values)
-    if not isinstance(mask, Val) or not isinstance(vals, Val) or vals.dtype != v.dtype or not mask.sizes:
+    if (
+        not isinstance(mask, Val)
+        or not isinstance(vals, Val)
+        or vals.dtype != v.dtype
+        or not mask.sizes
+    ):
         raise Unsupported("masked index_put form")
     if accumulate and v.dtype == torch.bool:
         raise Unsupported("accumulating bool index_put")
     k, xs = len(mask.sizes), tuple(v.sizes)
-    if tuple(mask.sizes) != xs[d:d + k]:
+    if tuple(mask.sizes) != xs[d : d + k]:
         raise Unsupported("mask shape")  # eager raises its IndexError
-    pre, post = xs[:d], xs[d + k:]
+    pre, post = xs[:d], xs[d + k :]
     vs, vst = tuple(vals.sizes), tuple(vals.strides)
     if len(vs) > len(pre) + 1 + len(post):
         raise Unsupported("values of more dims than the selection")
@@ -192,7 +239,7 @@ def _masked_put(L, node, v: Val, indices, values, accumulate):
     # values laid over x: right-aligned to pre + (selection,) + post, 0 along the mask
     if len(vs) > len(post):
         n_pre = len(vs) - len(post) - 1
-        lead, lead_st, tail, tail_st = vs[:n_pre], vst[:n_pre], vs[n_pre + 1:], vst[n_pre + 1:]
+        lead, lead_st, tail, tail_st = vs[:n_pre], vst[:n_pre], vs[n_pre + 1 :], vst[n_pre + 1 :]
     else:
         pad = len(post) - len(vs)
         lead, lead_st, tail, tail_st = (), (), (1,) * pad + vs, (0,) * pad + vst
@@ -200,7 +247,13 @@ def _masked_put(L, node, v: Val, indices, values, accumulate):
     vsz = (1,) * pad + lead + (1,) * k + tail
     vstr = (0,) * pad + lead_st + (0,) * k + tail_st
     val = L.broadcast(Val(vals.base, vsz, vstr, vals.offset, vals.dtype), xs)
-    mk = Val(mask.base, xs, (0,) * len(pre) + tuple(mask.strides) + (0,) * len(post), mask.offset, torch.bool)
+    mk = Val(
+        mask.base,
+        xs,
+        (0,) * len(pre) + tuple(mask.strides) + (0,) * len(post),
+        mask.offset,
+        torch.bool,
+    )
     dt = v.dtype
     new = L.node_of(val)
     if accumulate:
@@ -221,7 +274,9 @@ def _prefix_count(L, mask: Val) -> Val:
     coord = _iota(L, i64, (n,), [1])
     shift = 1
     while shift < n:
-        back = L.g.gather(_in_memory(L, p), [_clamped(L, coord, shift, n)], [0], [-1], 0, TRN_INDEX_ERROR_BOUNDS)
+        back = L.g.gather(
+            _in_memory(L, p), [_clamped(L, coord, shift, n)], [0], [-1], 0, TRN_INDEX_ERROR_BOUNDS
+        )
         inside = _pw(L, "GE", i64, torch.bool, [coord, L.const(shift, i64).base])
         back = _pw(L, "WHERE", i64, i64, [inside, back, L.const(0, i64).base])
         nid = _pw(L, "ADD", i64, i64, [L.node_of(p), back], (1,))
@@ -241,13 +296,28 @@ def _selected_rank(L, xs, mk: int, prefix: Val, pstrides, ok_op: str, limit: int
     i64, b = torch.int64, torch.bool
     c = L.const
     last = prefix.sizes[0] - 1
-    total = L.g.gather(_in_memory(L, prefix), [_iota(L, i64, xs, [0] * len(xs), last)], [0], [-1] * len(xs), 0,
-                       TRN_INDEX_ERROR_BOUNDS)
+    total = L.g.gather(
+        _in_memory(L, prefix),
+        [_iota(L, i64, xs, [0] * len(xs), last)],
+        [0],
+        [-1] * len(xs),
+        0,
+        TRN_INDEX_ERROR_BOUNDS,
+    )
     ok = _pw(L, ok_op, i64, b, [total, c(limit, i64).base])
     sel = _pw(L, "LOGICAL_AND", b, b, [mk, ok])
-    rank = _pw(L, "SUB", i64, i64, [L.node_of(Val(prefix.base, xs, pstrides, 0, i64)), c(1, i64).base], (1,))
+    rank = _pw(
+        L,
+        "SUB",
+        i64,
+        i64,
+        [L.node_of(Val(prefix.base, xs, pstrides, 0, i64)), c(1, i64).base],
+        (1,),
+    )
     bad = _pw(L, "SUB", i64, i64, [c(-1, i64).base, total], (1,))
-    idx = _pw(L, "WHERE", i64, i64, [sel, rank, _pw(L, "WHERE", i64, i64, [ok, c(0, i64).base, bad])])
+    idx = _pw(
+        L, "WHERE", i64, i64, [sel, rank, _pw(L, "WHERE", i64, i64, [ok, c(0, i64).base, bad])]
+    )
     return sel, idx
 
 
@@ -257,14 +327,21 @@ def _masked_put_each(L, node, v: Val, d, mask: Val, vals: Val, accumulate):
     The count must be the values' size along the selection, as eager checks
     (its shape-mismatch error, style COUNT)."""
     xs, k = tuple(v.sizes), len(mask.sizes)
-    pre, post = xs[:d], xs[d + k:]
+    pre, post = xs[:d], xs[d + k :]
     src_sizes = pre + (int(vals.sizes[len(vals.sizes) - len(post) - 1]),) + post
     n = src_sizes[d]
     if n == 0 or 0 in mask.sizes:
         raise Unsupported("no values")
     src = _in_memory(L, L.broadcast(vals, src_sizes))
-    mk = L.node_of(Val(mask.base, xs, (0,) * len(pre) + tuple(mask.strides) + (0,) * len(post), mask.offset,
-                       torch.bool))
+    mk = L.node_of(
+        Val(
+            mask.base,
+            xs,
+            (0,) * len(pre) + tuple(mask.strides) + (0,) * len(post),
+            mask.offset,
+            torch.bool,
+        )
+    )
     pstrides = (0,) * len(pre) + _contig(mask.sizes) + (0,) * len(post)
     sel, idx = _selected_rank(L, xs, mk, _prefix_count(L, mask), pstrides, "EQ", n)
     walk = [j if j < d else -1 if j < d + k else j - k + 1 for j in range(len(xs))]
@@ -283,14 +360,21 @@ def _masked_scatter(L, node, x, mask, source):
     fewer elements than the mask's count (style SOURCE)."""
     v, mval, s = _src(L, x), _val(L, mask), _val(L, source)
     xs = _out(node)
-    if not isinstance(mval, Val) or not isinstance(s, Val) or s.dtype != v.dtype or mval.dtype != torch.bool:
+    if (
+        not isinstance(mval, Val)
+        or not isinstance(s, Val)
+        or s.dtype != v.dtype
+        or mval.dtype != torch.bool
+    ):
         raise Unsupported("masked_scatter form")
     numel, src_numel = math.prod(xs), math.prod(s.sizes)
     if numel == 0 or src_numel == 0:
         raise Unsupported("masked_scatter of no elements")
     mk = L.broadcast(mval, xs)
     src = _in_memory(L, L.reshape(s, (src_numel,)))
-    sel, idx = _selected_rank(L, xs, L.node_of(mk), _prefix_count(L, mk), _contig(xs), "LE", src_numel)
+    sel, idx = _selected_rank(
+        L, xs, L.node_of(mk), _prefix_count(L, mk), _contig(xs), "LE", src_numel
+    )
     new = L.g.gather(src, [idx], [0], [-1] * len(xs), 0, TRN_INDEX_ERROR_SOURCE)
     nid = _pw(L, "WHERE", v.dtype, v.dtype, [sel, new, L.node_of(L.broadcast(v, xs))])
     return L.finish_node(nid, meta(node))
@@ -335,8 +419,15 @@ def _scatter_add(L, node, x, dim, index, src):
 
 
 # trn_graph_scatter's accumulate: 1 + trn_graph_reduce_op (0: a plain write)
-FOLD = {"sum": 1 + TRN_GRAPH_SUM, "prod": 1 + TRN_GRAPH_PROD, "amax": 1 + TRN_GRAPH_MAX, "amin": 1 + TRN_GRAPH_MIN,
-        "mean": 1 + TRN_GRAPH_SUM, "add": 1 + TRN_GRAPH_SUM, "multiply": 1 + TRN_GRAPH_PROD}
+FOLD = {
+    "sum": 1 + TRN_GRAPH_SUM,
+    "prod": 1 + TRN_GRAPH_PROD,
+    "amax": 1 + TRN_GRAPH_MAX,
+    "amin": 1 + TRN_GRAPH_MIN,
+    "mean": 1 + TRN_GRAPH_SUM,
+    "add": 1 + TRN_GRAPH_SUM,
+    "multiply": 1 + TRN_GRAPH_PROD,
+}
 
 
 @register(aten.scatter.reduce, aten.scatter.value_reduce)
@@ -377,8 +468,16 @@ def _scatter_reduce(L, node, x, dim, index, src, reduce, include_self=True):
     if reduce == "mean":
         xs = tuple(v.sizes)
         ones = _in_memory(L, L.const(1, dt, isz))
-        cnt = L.g.scatter(L.const(1 if include_self else 0, dt, xs).base, idx, ones, d, walk, FOLD["sum"], 0,
-                          TRN_INDEX_ERROR_GATHER)
+        cnt = L.g.scatter(
+            L.const(1 if include_self else 0, dt, xs).base,
+            idx,
+            ones,
+            d,
+            walk,
+            FOLD["sum"],
+            0,
+            TRN_INDEX_ERROR_GATHER,
+        )
         if not include_self:  # positions nothing went to divide by 1
             zero = _pw(L, "EQ", dt, torch.bool, [cnt, L.const(0, dt).base])
             cnt = _pw(L, "WHERE", dt, dt, [zero, L.const(1, dt).base, cnt])
@@ -403,16 +502,32 @@ def _embedding_backward(L, node, grad, indices, num_weights, padding_idx, scale_
     idx_val = _index_int64(L, i)
     gv = L.node_of(g)
     if padding_idx >= 0:
-        keep = L.g.pointwise(ew("NE"), TRN_DTYPE[torch.int64], TRN_DTYPE[torch.bool],
-                             [_place(L, idx_val, it, list(range(k))), L.const(padding_idx, torch.int64).base], [])
-        gv = L.g.pointwise(ew("WHERE"), TRN_DTYPE[acc], TRN_DTYPE[acc], [keep, gv, L.const(0, acc).base], [])
+        keep = L.g.pointwise(
+            ew("NE"),
+            TRN_DTYPE[torch.int64],
+            TRN_DTYPE[torch.bool],
+            [_place(L, idx_val, it, list(range(k))), L.const(padding_idx, torch.int64).base],
+            [],
+        )
+        gv = L.g.pointwise(
+            ew("WHERE"), TRN_DTYPE[acc], TRN_DTYPE[acc], [keep, gv, L.const(0, acc).base], []
+        )
     elif acc != g.dtype:
         gv = L.g.cast(gv, TRN_DTYPE[acc])
     gv = L.new_base(gv, "node", it, _contig(it), acc) if gv != L.node_of(g) else g
     src = _in_memory(L, gv) if L.bases[gv.base].kind == "const" else L.node_of(gv)
     zeros = L.const(0, acc, tuple(int(s) for s in m.shape)).base
     walk = [-1] * k + list(range(1, len(m.shape)))
-    nid = L.g.scatter(zeros, _place(L, idx_val, it, list(range(k))), src, 0, walk, FOLD["sum"], 0, TRN_INDEX_ERROR_SELF)
+    nid = L.g.scatter(
+        zeros,
+        _place(L, idx_val, it, list(range(k))),
+        src,
+        0,
+        walk,
+        FOLD["sum"],
+        0,
+        TRN_INDEX_ERROR_SELF,
+    )
     if acc != m.dtype:
         nid = L.g.cast(nid, TRN_DTYPE[m.dtype])
     return L.finish_node(nid, m)
@@ -471,8 +586,11 @@ def _cat(L, node, tensors, dim=0):
     if any(not isinstance(v, Val) for v in vals):
         raise Unsupported("cat of host values")
     # PyTorch skips legacy empty (0,) pieces; zero-width pieces add nothing.
-    pieces = [v for v in vals if not (len(v.sizes) == 1 and v.sizes[0] == 0 and len(out) != 1)
-              and v.sizes[d] > 0]
+    pieces = [
+        v
+        for v in vals
+        if not (len(v.sizes) == 1 and v.sizes[0] == 0 and len(out) != 1) and v.sizes[d] > 0
+    ]
     if len(pieces) == 1:
         nid = L.g.cast(L.node_of(pieces[0]), TRN_DTYPE[m.dtype])
         return L.finish_node(nid, m)
@@ -483,7 +601,7 @@ def _cat(L, node, tensors, dim=0):
     while len(pieces) > 4:
         joined = []
         for k in range(0, len(pieces), 4):
-            group = pieces[k:k + 4]
+            group = pieces[k : k + 4]
             if len(group) == 1:
                 joined.append(group[0])
                 continue
@@ -510,12 +628,20 @@ def _cat_nodes(L, pieces, d, dtype):
     for k in reversed(range(len(pieces))):
         v = pieces[k]
         begin = ends[k] - v.sizes[d]
-        g = L.g.gather(_piece(L, v, dtype), [_clamped(L, coord, begin, v.sizes[d])], [d], walk, 0,
-                       TRN_INDEX_ERROR_BOUNDS)
+        g = L.g.gather(
+            _piece(L, v, dtype),
+            [_clamped(L, coord, begin, v.sizes[d])],
+            [d],
+            walk,
+            0,
+            TRN_INDEX_ERROR_BOUNDS,
+        )
         if value is None:
             value = g
         else:
-            inside = _pw(L, "LT", torch.int64, torch.bool, [coord, L.const(ends[k], torch.int64).base])
+            inside = _pw(
+                L, "LT", torch.int64, torch.bool, [coord, L.const(ends[k], torch.int64).base]
+            )
             value = _pw(L, "WHERE", dtype, dtype, [inside, g, value])
     return value, out
 
@@ -594,7 +720,13 @@ def _slice_scatter(L, node, x, src, dim=0, start=None, end=None, step=1):
         rel = _pw(L, "SUB", i64, i64, [coord, c(begin, i64).base], (1,))
         q = _pw(L, "DIV_FLOOR", i64, i64, [rel, c(step, i64).base])
         pos = _pw(L, "CLAMP", i64, i64, [q, c(0, i64).base, c(n - 1, i64).base], (1, 1))
-        on = _pw(L, "EQ", i64, b, [_pw(L, "REMAINDER", i64, i64, [rel, c(step, i64).base]), c(0, i64).base])
+        on = _pw(
+            L,
+            "EQ",
+            i64,
+            b,
+            [_pw(L, "REMAINDER", i64, i64, [rel, c(step, i64).base]), c(0, i64).base],
+        )
         inside = _pw(L, "LOGICAL_AND", b, b, [inside, on])
     g = L.g.gather(_in_memory(L, s), [pos], [d], walk, 0, TRN_INDEX_ERROR_BOUNDS)
     nid = _pw(L, "WHERE", m.dtype, m.dtype, [inside, g, L.node_of(v)])

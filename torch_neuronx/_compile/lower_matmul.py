@@ -2,13 +2,27 @@
 tiles): mm, bmm, addmm, convolution and convolution_backward
 (trn_conv_kind).
 """
+
 from __future__ import annotations
 
 import torch
 
-from .lower_core import (TRN_CONV_BACKWARD_DATA, TRN_CONV_BACKWARD_WEIGHTS, TRN_CONV_FORWARD, TRN_DTYPE,
-                         TRN_GRAPH_SUM, Unsupported, Val, _val, aten, contiguous_strides, meta, pointwise, register,
-                         same_layout)
+from .lower_core import (
+    TRN_CONV_BACKWARD_DATA,
+    TRN_CONV_BACKWARD_WEIGHTS,
+    TRN_CONV_FORWARD,
+    TRN_DTYPE,
+    TRN_GRAPH_SUM,
+    Unsupported,
+    Val,
+    _val,
+    aten,
+    contiguous_strides,
+    meta,
+    pointwise,
+    register,
+    same_layout,
+)
 
 
 def _as3(L, v: Val) -> int:
@@ -17,8 +31,11 @@ def _as3(L, v: Val) -> int:
     b = L.bases[v.base]
     if b.kind == "const":
         raise Unsupported("matmul of a constant")
-    return L.node_of(v) if tuple(v.sizes) != b.sizes or v.offset or not same_layout(v.sizes, v.strides, b.layout) \
+    return (
+        L.node_of(v)
+        if tuple(v.sizes) != b.sizes or v.offset or not same_layout(v.sizes, v.strides, b.layout)
         else v.base
+    )
 
 
 def _matmul(L, node, a, b, alpha=1.0):
@@ -57,9 +74,17 @@ def _conv(L, node, x, w, bias, stride, padding, dilation, transposed, output_pad
     sp = len(vw.sizes) - 2
     vb = _val(L, bias) if bias is not None else None
     m = meta(node)
-    nid = L.g.conv(TRN_CONV_FORWARD, L.node_of(vx), L.node_of(vw), L.node_of(vb) if vb else -1,
-                   _expand_list(stride, sp), _expand_list(padding, sp), _expand_list(dilation, sp),
-                   int(groups), list(m.shape))
+    nid = L.g.conv(
+        TRN_CONV_FORWARD,
+        L.node_of(vx),
+        L.node_of(vw),
+        L.node_of(vb) if vb else -1,
+        _expand_list(stride, sp),
+        _expand_list(padding, sp),
+        _expand_list(dilation, sp),
+        int(groups),
+        list(m.shape),
+    )
     return L.finish_node(nid, m)
 
 
@@ -69,22 +94,44 @@ def _expand_list(v, n):
 
 
 @register(aten.convolution_backward.default)
-def _conv_bw(L, node, go, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
-             output_mask):
+def _conv_bw(
+    L,
+    node,
+    go,
+    x,
+    w,
+    bias_sizes,
+    stride,
+    padding,
+    dilation,
+    transposed,
+    output_padding,
+    groups,
+    output_mask,
+):
     if transposed:
         raise Unsupported("transposed convolution")
     vg, vx, vw = _val(L, go), _val(L, x), _val(L, w)
     if vx.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise Unsupported("conv dtype")
     sp = len(vw.sizes) - 2
-    args = (_expand_list(stride, sp), _expand_list(padding, sp), _expand_list(dilation, sp), int(groups))
+    args = (
+        _expand_list(stride, sp),
+        _expand_list(padding, sp),
+        _expand_list(dilation, sp),
+        int(groups),
+    )
     ms = meta(node)
     out = [None, None, None]
     if output_mask[0]:
-        nid = L.g.conv(TRN_CONV_BACKWARD_DATA, L.node_of(vg), L.node_of(vw), -1, *args, list(vx.sizes))
+        nid = L.g.conv(
+            TRN_CONV_BACKWARD_DATA, L.node_of(vg), L.node_of(vw), -1, *args, list(vx.sizes)
+        )
         out[0] = L.finish_node(nid, ms[0])
     if output_mask[1]:
-        nid = L.g.conv(TRN_CONV_BACKWARD_WEIGHTS, L.node_of(vx), L.node_of(vg), -1, *args, list(vw.sizes))
+        nid = L.g.conv(
+            TRN_CONV_BACKWARD_WEIGHTS, L.node_of(vx), L.node_of(vg), -1, *args, list(vw.sizes)
+        )
         out[1] = L.finish_node(nid, ms[1])
     if output_mask[2]:
         dims = [0] + list(range(2, len(vg.sizes)))

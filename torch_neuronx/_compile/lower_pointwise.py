@@ -3,6 +3,7 @@ binary and predicate tables and the ops with parameters (add/sub alpha,
 div rounding, gelu, leaky_relu, hardtanh, elu, softplus, where, clamp,
 lerp, addcmul/addcdiv, their backwards).
 """
+
 from __future__ import annotations
 
 import torch
@@ -11,42 +12,98 @@ from .lower_core import _promote, _val, aten, meta, pointwise, register
 
 
 UNARY = {
-    aten.abs.default: "ABS", aten.neg.default: "NEG", aten.sign.default: "SIGN", aten.relu.default: "RELU",
-    aten.floor.default: "FLOOR", aten.ceil.default: "CEIL", aten.round.default: "ROUND",
-    aten.trunc.default: "TRUNC", aten.frac.default: "FRAC", aten.sqrt.default: "SQRT",
-    aten.rsqrt.default: "RSQRT", aten.reciprocal.default: "RECIPROCAL",
-    aten.bitwise_not.default: "BITWISE_NOT", aten.exp.default: "EXP", aten.exp2.default: "EXP2",
-    aten.expm1.default: "EXPM1", aten.log.default: "LOG", aten.log2.default: "LOG2",
-    aten.log10.default: "LOG10", aten.log1p.default: "LOG1P", aten.sin.default: "SIN",
-    aten.cos.default: "COS", aten.tan.default: "TAN", aten.asin.default: "ASIN", aten.acos.default: "ACOS",
-    aten.atan.default: "ATAN", aten.sinh.default: "SINH", aten.cosh.default: "COSH",
-    aten.tanh.default: "TANH", aten.sigmoid.default: "SIGMOID", aten.erf.default: "ERF",
-    aten.erfc.default: "ERFC", aten.erfinv.default: "ERFINV", aten.silu.default: "SILU",
-    aten.mish.default: "MISH", aten.hardsigmoid.default: "HARDSIGMOID", aten.hardswish.default: "HARDSWISH",
+    aten.abs.default: "ABS",
+    aten.neg.default: "NEG",
+    aten.sign.default: "SIGN",
+    aten.relu.default: "RELU",
+    aten.floor.default: "FLOOR",
+    aten.ceil.default: "CEIL",
+    aten.round.default: "ROUND",
+    aten.trunc.default: "TRUNC",
+    aten.frac.default: "FRAC",
+    aten.sqrt.default: "SQRT",
+    aten.rsqrt.default: "RSQRT",
+    aten.reciprocal.default: "RECIPROCAL",
+    aten.bitwise_not.default: "BITWISE_NOT",
+    aten.exp.default: "EXP",
+    aten.exp2.default: "EXP2",
+    aten.expm1.default: "EXPM1",
+    aten.log.default: "LOG",
+    aten.log2.default: "LOG2",
+    aten.log10.default: "LOG10",
+    aten.log1p.default: "LOG1P",
+    aten.sin.default: "SIN",
+    aten.cos.default: "COS",
+    aten.tan.default: "TAN",
+    aten.asin.default: "ASIN",
+    aten.acos.default: "ACOS",
+    aten.atan.default: "ATAN",
+    aten.sinh.default: "SINH",
+    aten.cosh.default: "COSH",
+    aten.tanh.default: "TANH",
+    aten.sigmoid.default: "SIGMOID",
+    aten.erf.default: "ERF",
+    aten.erfc.default: "ERFC",
+    aten.erfinv.default: "ERFINV",
+    aten.silu.default: "SILU",
+    aten.mish.default: "MISH",
+    aten.hardsigmoid.default: "HARDSIGMOID",
+    aten.hardswish.default: "HARDSWISH",
 }
 PREDICATE_UNARY = {
-    aten.logical_not.default: "LOGICAL_NOT", aten.isnan.default: "ISNAN", aten.isinf.default: "ISINF",
-    aten.isposinf.default: "ISPOSINF", aten.isneginf.default: "ISNEGINF",
+    aten.logical_not.default: "LOGICAL_NOT",
+    aten.isnan.default: "ISNAN",
+    aten.isinf.default: "ISINF",
+    aten.isposinf.default: "ISPOSINF",
+    aten.isneginf.default: "ISNEGINF",
 }
 BINARY = {
-    aten.mul.Tensor: "MUL", aten.mul.Scalar: "MUL", aten.div.Tensor: "DIV", aten.div.Scalar: "DIV",
-    aten.remainder.Tensor: "REMAINDER", aten.remainder.Scalar: "REMAINDER", aten.fmod.Tensor: "FMOD",
-    aten.fmod.Scalar: "FMOD", aten.maximum.default: "MAXIMUM", aten.minimum.default: "MINIMUM",
-    aten.fmax.default: "FMAX", aten.fmin.default: "FMIN", aten.pow.Tensor_Scalar: "POW",
-    aten.pow.Tensor_Tensor: "POW", aten.pow.Scalar: "POW", aten.atan2.default: "ATAN2",
-    aten.bitwise_and.Tensor: "BITWISE_AND", aten.bitwise_and.Scalar: "BITWISE_AND",
-    aten.bitwise_or.Tensor: "BITWISE_OR", aten.bitwise_or.Scalar: "BITWISE_OR",
-    aten.bitwise_xor.Tensor: "BITWISE_XOR", aten.bitwise_xor.Scalar: "BITWISE_XOR",
-    aten.copysign.Tensor: "COPYSIGN", aten.hypot.default: "HYPOT",
-    aten.sigmoid_backward.default: "SIGMOID_BACKWARD", aten.tanh_backward.default: "TANH_BACKWARD",
-    aten.silu_backward.default: "SILU_BACKWARD", aten.hardsigmoid_backward.default: "HARDSIGMOID_BACKWARD",
-    aten.hardswish_backward.default: "HARDSWISH_BACKWARD", aten.mish_backward.default: "MISH_BACKWARD",
+    aten.mul.Tensor: "MUL",
+    aten.mul.Scalar: "MUL",
+    aten.div.Tensor: "DIV",
+    aten.div.Scalar: "DIV",
+    aten.remainder.Tensor: "REMAINDER",
+    aten.remainder.Scalar: "REMAINDER",
+    aten.fmod.Tensor: "FMOD",
+    aten.fmod.Scalar: "FMOD",
+    aten.maximum.default: "MAXIMUM",
+    aten.minimum.default: "MINIMUM",
+    aten.fmax.default: "FMAX",
+    aten.fmin.default: "FMIN",
+    aten.pow.Tensor_Scalar: "POW",
+    aten.pow.Tensor_Tensor: "POW",
+    aten.pow.Scalar: "POW",
+    aten.atan2.default: "ATAN2",
+    aten.bitwise_and.Tensor: "BITWISE_AND",
+    aten.bitwise_and.Scalar: "BITWISE_AND",
+    aten.bitwise_or.Tensor: "BITWISE_OR",
+    aten.bitwise_or.Scalar: "BITWISE_OR",
+    aten.bitwise_xor.Tensor: "BITWISE_XOR",
+    aten.bitwise_xor.Scalar: "BITWISE_XOR",
+    aten.copysign.Tensor: "COPYSIGN",
+    aten.hypot.default: "HYPOT",
+    aten.sigmoid_backward.default: "SIGMOID_BACKWARD",
+    aten.tanh_backward.default: "TANH_BACKWARD",
+    aten.silu_backward.default: "SILU_BACKWARD",
+    aten.hardsigmoid_backward.default: "HARDSIGMOID_BACKWARD",
+    aten.hardswish_backward.default: "HARDSWISH_BACKWARD",
+    aten.mish_backward.default: "MISH_BACKWARD",
 }
 PREDICATE_BINARY = {
-    aten.eq.Tensor: "EQ", aten.eq.Scalar: "EQ", aten.ne.Tensor: "NE", aten.ne.Scalar: "NE",
-    aten.lt.Tensor: "LT", aten.lt.Scalar: "LT", aten.le.Tensor: "LE", aten.le.Scalar: "LE",
-    aten.gt.Tensor: "GT", aten.gt.Scalar: "GT", aten.ge.Tensor: "GE", aten.ge.Scalar: "GE",
-    aten.logical_and.default: "LOGICAL_AND", aten.logical_or.default: "LOGICAL_OR",
+    aten.eq.Tensor: "EQ",
+    aten.eq.Scalar: "EQ",
+    aten.ne.Tensor: "NE",
+    aten.ne.Scalar: "NE",
+    aten.lt.Tensor: "LT",
+    aten.lt.Scalar: "LT",
+    aten.le.Tensor: "LE",
+    aten.le.Scalar: "LE",
+    aten.gt.Tensor: "GT",
+    aten.gt.Scalar: "GT",
+    aten.ge.Tensor: "GE",
+    aten.ge.Scalar: "GE",
+    aten.logical_and.default: "LOGICAL_AND",
+    aten.logical_or.default: "LOGICAL_OR",
     aten.logical_xor.default: "LOGICAL_XOR",
 }
 
@@ -64,7 +121,9 @@ def _binary(op):
 
 
 def _pred_binary(op):
-    return lambda L, node, a, b: pointwise(L, node, op, [_val(L, a), _val(L, b)], compute=_promote(node))
+    return lambda L, node, a, b: pointwise(
+        L, node, op, [_val(L, a), _val(L, b)], compute=_promote(node)
+    )
 
 
 for _t, _op in UNARY.items():
@@ -154,7 +213,9 @@ def _softplus(L, node, x, beta=1.0, threshold=20.0):
 
 @register(aten.softplus_backward.default)
 def _softplus_bw(L, node, g, x, beta, threshold):
-    return pointwise(L, node, "SOFTPLUS_BACKWARD", [_val(L, g), _val(L, x)], params=(beta, threshold))
+    return pointwise(
+        L, node, "SOFTPLUS_BACKWARD", [_val(L, g), _val(L, x)], params=(beta, threshold)
+    )
 
 
 @register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)

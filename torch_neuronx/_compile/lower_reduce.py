@@ -1,14 +1,28 @@
 """Reductions -> libtrn reduce nodes (trn_graph_reduce_op over a dim mask):
 sum, prod, amax/amin, any/all, mean, var and var_mean.
 """
+
 from __future__ import annotations
 
 import math
 
 import torch
 
-from .lower_core import (TRN_DTYPE, TRN_GRAPH_MAX, TRN_GRAPH_MIN, TRN_GRAPH_PROD, TRN_GRAPH_SUM, Unsupported, Val,
-                         _val, aten, contiguous_strides, ew, meta, register)
+from .lower_core import (
+    TRN_DTYPE,
+    TRN_GRAPH_MAX,
+    TRN_GRAPH_MIN,
+    TRN_GRAPH_PROD,
+    TRN_GRAPH_SUM,
+    Unsupported,
+    Val,
+    _val,
+    aten,
+    contiguous_strides,
+    ew,
+    meta,
+    register,
+)
 
 
 def _dims(v: Val, dims):
@@ -45,7 +59,13 @@ def reduce(L, node, op, x, dims, keepdim, out_dtype=None):
 def _any_all(L, node, x, dims, keepdim, op):
     """any/all: (x != 0) as int64, max/min over dims, back to bool."""
     v = _val(L, x)
-    nz = L.g.pointwise(ew("NE"), TRN_DTYPE[v.dtype], TRN_DTYPE[torch.bool], [L.node_of(v), L.const(0, v.dtype).base], [])
+    nz = L.g.pointwise(
+        ew("NE"),
+        TRN_DTYPE[v.dtype],
+        TRN_DTYPE[torch.bool],
+        [L.node_of(v), L.const(0, v.dtype).base],
+        [],
+    )
     nz = L.g.cast(nz, TRN_DTYPE[torch.int64])
     iv = L.new_base(nz, "node", v.sizes, contiguous_strides(v.sizes), torch.int64)
     d = _dims(v, dims)
@@ -97,7 +117,13 @@ def _amin(L, node, x, dims=(), keepdim=False):
 
 def _scale(L, node_meta_shape, v: Val, factor, dtype):
     """v * factor as a new (fusable) node of v's shape."""
-    nid = L.g.pointwise(ew("MUL"), TRN_DTYPE[dtype], TRN_DTYPE[dtype], [L.node_of(v), L.const(factor, dtype).base], [])
+    nid = L.g.pointwise(
+        ew("MUL"),
+        TRN_DTYPE[dtype],
+        TRN_DTYPE[dtype],
+        [L.node_of(v), L.const(factor, dtype).base],
+        [],
+    )
     return L.new_base(nid, "node", v.sizes, contiguous_strides(v.sizes), dtype)
 
 
@@ -121,8 +147,13 @@ def _var(L, node, x, dims, correction, keepdim, out_meta):
     n = math.prod(v.sizes[i] for i in d) if v.sizes else 1
     s = reduce(L, node, TRN_GRAPH_SUM, x, d, True, dt)
     mean = _scale(L, None, s, 1.0 / n if n else float("nan"), dt)
-    diff = L.g.pointwise(ew("SUB"), TRN_DTYPE[dt], TRN_DTYPE[dt],
-                         [L.node_of(v), L.node_of(L.broadcast(mean, v.sizes))], [1.0])
+    diff = L.g.pointwise(
+        ew("SUB"),
+        TRN_DTYPE[dt],
+        TRN_DTYPE[dt],
+        [L.node_of(v), L.node_of(L.broadcast(mean, v.sizes))],
+        [1.0],
+    )
     sq = L.g.pointwise(ew("MUL"), TRN_DTYPE[dt], TRN_DTYPE[dt], [diff, diff], [])
     mask = sum(1 << i for i in d)
     ss = L.g.reduce(TRN_GRAPH_SUM, sq, TRN_DTYPE[dt], mask)

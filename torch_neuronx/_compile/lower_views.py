@@ -3,6 +3,7 @@ reshape, expand, permute, t, transpose, squeeze/unsqueeze, slice, select,
 split, unbind, as_strided. They cost nothing until something needs the
 memory; a reshape that is no view materialises a copy.
 """
+
 from __future__ import annotations
 
 from .lower_core import Val, _val, aten, meta, register
@@ -23,7 +24,13 @@ def _permute(L, node, x, dims):
     v = _val(L, x)
     n = len(v.sizes)
     dims = [d % n for d in dims]
-    return Val(v.base, tuple(v.sizes[d] for d in dims), tuple(v.strides[d] for d in dims), v.offset, v.dtype)
+    return Val(
+        v.base,
+        tuple(v.sizes[d] for d in dims),
+        tuple(v.strides[d] for d in dims),
+        v.offset,
+        v.dtype,
+    )
 
 
 @register(aten.t.default)

@@ -1,12 +1,28 @@
 """Compile metrics: what get_dynamo_metrics() reports (TorchNeuron's API)."""
+
 from __future__ import annotations
 
 import threading
 
 _lock = threading.Lock()
-_FIELDS = ("graphs", "compiles", "cache_hits", "memory_cache_hits", "disk_cache_hits",
-           "compile_seconds", "cc_seconds", "fallback_graphs", "host_steps", "kernels", "lowerings",
-           "warm_graphs", "warm_rejected", "warm_unsaved", "compile_wait_seconds", "shape_graphs")
+_FIELDS = (
+    "graphs",
+    "compiles",
+    "cache_hits",
+    "memory_cache_hits",
+    "disk_cache_hits",
+    "compile_seconds",
+    "cc_seconds",
+    "fallback_graphs",
+    "host_steps",
+    "kernels",
+    "lowerings",
+    "warm_graphs",
+    "warm_rejected",
+    "warm_unsaved",
+    "compile_wait_seconds",
+    "shape_graphs",
+)
 _metrics = dict.fromkeys(_FIELDS, 0)
 _settlers: list = []  # jobs.py's finish_pending, once it is loaded (on_settle)
 

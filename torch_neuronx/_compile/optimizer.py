@@ -8,13 +8,17 @@ Neuron tensors get the same here; without it the counters are CPU scalars
 and every op touching them is a host step. PyTorch's optimizers support
 capturable on the PrivateUse1 device (``_get_capturable_supported_devices``).
 """
+
 from __future__ import annotations
 
 
 def _neuron_group(opt, group) -> bool:
     params = group.get("params", [])
-    return ("capturable" in group and bool(params) and
-            all(p.device.type == "neuron" and p not in opt.state for p in params))
+    return (
+        "capturable" in group
+        and bool(params)
+        and all(p.device.type == "neuron" and p not in opt.state for p in params)
+    )
 
 
 def install() -> None:

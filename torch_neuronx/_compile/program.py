@@ -5,6 +5,7 @@ Owner: ``rebuild_program`` (what a warm graph's first call or AOTAutograd's
 ``post_compile`` runs) and ``_report_compile``. Used by runtime.py and
 jobs.py; imports neither.
 """
+
 from __future__ import annotations
 
 import time
@@ -23,7 +24,9 @@ def rebuild_program(tape, name: str, device: torch.device, cc: CcSettings | None
     disk cache (compiled only if it is missing there)."""
     t0 = time.perf_counter()
     ddir = debug_dir()
-    program = compile_program(replay(tape), _include_dir(), cache_dir(), ddir, name, cc or CcSettings())
+    program = compile_program(
+        replay(tape), _include_dir(), cache_dir(), ddir, name, cc or CcSettings()
+    )
     if program.from_cache:
         metrics.add(cache_hits=1, disk_cache_hits=1)
     else:
@@ -43,6 +46,9 @@ def _report_compile(name: str, program, seconds: float, device: int) -> None:
         _C._counter_add("compile_cache_misses", device, 1)
         _C._counter_add("compiles", device, 1)
     _C._counter_add("compile_ns", device, int(seconds * 1e9))
-    _logging.log(_logging.INFO, "compile",
-                 f"graph {name}: {program.kernel_count} kernels, "
-                 f"{'disk cache hit' if program.from_cache else 'compiled'} in {seconds * 1e3:.0f} ms")
+    _logging.log(
+        _logging.INFO,
+        "compile",
+        f"graph {name}: {program.kernel_count} kernels, "
+        f"{'disk cache hit' if program.from_cache else 'compiled'} in {seconds * 1e3:.0f} ms",
+    )

@@ -5,6 +5,7 @@ exported buffers and the workspace (from the device's caching allocator, so
 stream order makes reuse safe), hands their addresses to the C run, and at
 each host step calls the eager op and passes its results back.
 """
+
 from __future__ import annotations
 
 import time
@@ -27,7 +28,7 @@ class Host:
     its results go."""
 
     def __init__(self, step, env):
-        self.op = step.fn.name()          # "aten::add.Tensor"
+        self.op = step.fn.name()  # "aten::add.Tensor"
         self.args = _plain(map_arg(step.args, lambda n: env[n]))
         self.kwargs = _plain(map_arg(step.kwargs, lambda n: env[n]))
         self.results = step.results
@@ -73,7 +74,9 @@ class CompiledGraph(OutputCode):
         self.name = name
         self.cc = cc  # config.CcSettings: how its C compiles (a warm rebuild compiles the same)
         self.input_nodes = [(nid, i) for nid, i in lowered.inputs if nid is not None]
-        self.exports = [(nid, sizes, layout, dtype) for nid, (sizes, layout, dtype) in lowered.exports]
+        self.exports = [
+            (nid, sizes, layout, dtype) for nid, (sizes, layout, dtype) in lowered.exports
+        ]
         self.hosts = [Host(h, lowered.env) for h in lowered.hosts]
         self.outputs = lowered.outputs
         # Only the bases of values the run hands out (outputs, host step
@@ -96,10 +99,17 @@ class CompiledGraph(OutputCode):
             # No host steps: one C++ call picks the inputs from the arguments,
             # allocates, launches and assembles the outputs (views included).
             self._call = _C._CompiledCall(
-                program, [i for _, i in self.input_nodes], [nid for nid, _ in self.input_nodes],
-                [e[0] for e in self.exports], [list(e[1]) for e in self.exports],
-                [list(e[2]) for e in self.exports], [e[3] for e in self.exports], self.ws_size,
-                self.device.index or 0, self._fast)
+                program,
+                [i for _, i in self.input_nodes],
+                [nid for nid, _ in self.input_nodes],
+                [e[0] for e in self.exports],
+                [list(e[1]) for e in self.exports],
+                [list(e[2]) for e in self.exports],
+                [e[3] for e in self.exports],
+                self.ws_size,
+                self.device.index or 0,
+                self._fast,
+            )
         self.program = program
 
     # ---- OutputCode: pickling for AOTAutograd's cache entry -----------------------
@@ -143,8 +153,14 @@ class CompiledGraph(OutputCode):
                     return None
                 kind, j = slot[v.base]
                 b = self.bases[v.base]
-                whole = tuple(v.sizes) == tuple(b.sizes) and v.offset == 0 and tuple(v.strides) == tuple(b.layout)
-                plan.append((kind, j, None if whole else (tuple(v.sizes), tuple(v.strides), v.offset)))
+                whole = (
+                    tuple(v.sizes) == tuple(b.sizes)
+                    and v.offset == 0
+                    and tuple(v.strides) == tuple(b.layout)
+                )
+                plan.append(
+                    (kind, j, None if whole else (tuple(v.sizes), tuple(v.strides), v.offset))
+                )
             elif isinstance(v, _PyInput):
                 plan.append(("arg", v.index, None))
             elif isinstance(v, _PyConst):
@@ -163,7 +179,11 @@ class CompiledGraph(OutputCode):
                     raise RuntimeError(f"{self.name}: buffer of node {v.base} is not available")
                 return torch.full(v.sizes, b.const, dtype=v.dtype, device=self.device)
             b = self.bases[v.base]
-            if tuple(v.sizes) == tuple(base.shape) and v.offset == 0 and tuple(v.strides) == tuple(base.stride()):
+            if (
+                tuple(v.sizes) == tuple(base.shape)
+                and v.offset == 0
+                and tuple(v.strides) == tuple(base.stride())
+            ):
                 return base
             return base.as_strided(v.sizes, v.strides, base.storage_offset() + v.offset)
         if isinstance(v, _PyInput):
@@ -217,8 +237,10 @@ class CompiledGraph(OutputCode):
         finally:
             run.finish()
         args.clear()  # boxed calling convention: drop inputs early
-        return list(self._tensor(v, bufs, None, host_out) if v is not None else None
-                    for v in _flat(self.outputs))
+        return list(
+            self._tensor(v, bufs, None, host_out) if v is not None else None
+            for v in _flat(self.outputs)
+        )
 
     def _first_call(self, args):
         """No program yet: wait for the compile thread (or rebuild a warm

@@ -15,6 +15,7 @@ As Dynamo does for recompiles: after ``torch._dynamo.config.recompile_limit``
 shapes of one graph, a warning and eager execution of the graph;
 ``set_stance("fail_on_recompile")`` makes a new shape an error.
 """
+
 from __future__ import annotations
 
 import copy
@@ -31,18 +32,23 @@ def user_asked_dynamic(example_inputs) -> bool:
     backend runs) or ``torch._dynamo.mark_dynamic`` on an input."""
     if not torch._dynamo.config.assume_static_by_default:
         return True
-    return any(getattr(x, "_dynamo_dynamic_indices", None) for x in example_inputs
-               if isinstance(x, torch.Tensor))
+    return any(
+        getattr(x, "_dynamo_dynamic_indices", None)
+        for x in example_inputs
+        if isinstance(x, torch.Tensor)
+    )
 
 
 def is_symbolic(example_inputs) -> bool:
     def sym(v):
         return isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
     for x in example_inputs:
         if sym(x):
             return True
-        if isinstance(x, torch.Tensor) and (any(map(sym, x.shape)) or any(map(sym, x.stride()))
-                                            or sym(x.storage_offset())):
+        if isinstance(x, torch.Tensor) and (
+            any(map(sym, x.shape)) or any(map(sym, x.stride())) or sym(x.storage_offset())
+        ):
             return True
     return False
 
@@ -56,11 +62,15 @@ def bake_symbolic_inputs(gm: torch.fx.GraphModule, symbolic_inputs, args):
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     keep = []
     for i, node in enumerate(placeholders):
-        if i < len(symbolic_inputs) and isinstance(symbolic_inputs[i], (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        if i < len(symbolic_inputs) and isinstance(
+            symbolic_inputs[i], (torch.SymInt, torch.SymFloat, torch.SymBool)
+        ):
             value = args[i]
             for user in list(node.users):
                 user.args = torch.fx.node.map_arg(user.args, lambda a: value if a is node else a)
-                user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda a: value if a is node else a)
+                user.kwargs = torch.fx.node.map_arg(
+                    user.kwargs, lambda a: value if a is node else a
+                )
             graph.erase_node(node)
         else:
             keep.append(i)
@@ -71,7 +81,9 @@ def _signature(args) -> tuple:
     sig = []
     for a in args:
         if isinstance(a, torch.Tensor):
-            sig.append((tuple(a.shape), a.stride(), a.storage_offset(), a.dtype, a.device, a.requires_grad))
+            sig.append(
+                (tuple(a.shape), a.stride(), a.storage_offset(), a.dtype, a.device, a.requires_grad)
+            )
         elif isinstance(a, (int, float, bool)):
             sig.append((type(a), a))
         else:
@@ -93,17 +105,24 @@ class PerShape:
 
     def _new_shape(self, sig, args):
         from torch._dynamo.eval_frame import _stance
+
         if _stance.stance == "fail_on_recompile":
             from torch._dynamo.exc import RecompileError
-            raise RecompileError("Detected recompile when torch.compile stance is 'fail_on_recompile' "
-                                 f"(neuron: a new input shape {[s[0] for s in sig if isinstance(s, tuple)]})")
+
+            raise RecompileError(
+                "Detected recompile when torch.compile stance is 'fail_on_recompile' "
+                f"(neuron: a new input shape {[s[0] for s in sig if isinstance(s, tuple)]})"
+            )
         limit = torch._dynamo.config.recompile_limit
         if len(self.graphs) >= limit:
             if not self.over_limit:
                 self.over_limit = True
-                warnings.warn(f"torch.compile(backend='neuron'): this graph met more than {limit} input shapes "
-                              "(torch._dynamo.config.recompile_limit); new shapes run eagerly. Pad or bucket "
-                              "shapes to fewer sizes (docs/compile.md)", stacklevel=3)
+                warnings.warn(
+                    f"torch.compile(backend='neuron'): this graph met more than {limit} input shapes "
+                    "(torch._dynamo.config.recompile_limit); new shapes run eagerly. Pad or bucket "
+                    "shapes to fewer sizes (docs/compile.md)",
+                    stacklevel=3,
+                )
             return self.gm.forward
         # The graph's inputs as they are now: a static compile of the same
         # graph (its own fake tensors, no symbols).

@@ -7,6 +7,7 @@ floats, lists, strings); replaying it on a fresh builder gives node ids
 identical to the recorded ones, because the builder numbers nodes in call
 order.
 """
+
 from __future__ import annotations
 
 import marshal
@@ -14,8 +15,25 @@ import marshal
 from .. import _C
 
 # Builder calls that change the graph (everything but compile/node_count).
-_RECORDED = ("input", "const", "pointwise", "cast", "view", "reduce", "matmul", "conv", "iota", "gather", "scatter", "host_call",
-             "host_result", "export", "store", "set_layout", "set_label")
+_RECORDED = (
+    "input",
+    "const",
+    "pointwise",
+    "cast",
+    "view",
+    "reduce",
+    "matmul",
+    "conv",
+    "iota",
+    "gather",
+    "scatter",
+    "host_call",
+    "host_result",
+    "export",
+    "store",
+    "set_layout",
+    "set_label",
+)
 
 
 class Tape:
@@ -63,6 +81,7 @@ class RecordingGraph:
             # part of the graph. Encoded now: a caller may reuse its lists.
             self.tape.append(name, args)
             return out
+
         return call
 
 

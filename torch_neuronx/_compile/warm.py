@@ -26,6 +26,7 @@ atomically (private temporary file, rename) in a directory libtrn trusts
 or that does not hold an AOTAutograd entry, is removed and recompiled, and
 nothing is unpickled before its MAC verifies.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -61,12 +62,15 @@ def _sources_hash() -> str:
 
 
 def _tensor_meta(x: torch.Tensor) -> str:
-    return (f"T{tuple(x.shape)}:{x.stride()}:{x.storage_offset()}:{x.dtype}:{x.device}:{x.requires_grad}:"
-            f"{x.is_leaf}:{type(x).__name__}:{x.is_inference()}:{x.untyped_storage().nbytes()}")
+    return (
+        f"T{tuple(x.shape)}:{x.stride()}:{x.storage_offset()}:{x.dtype}:{x.device}:{x.requires_grad}:"
+        f"{x.is_leaf}:{type(x).__name__}:{x.is_inference()}:{x.untyped_storage().nbytes()}"
+    )
 
 
 def _constant_bytes(c: torch.Tensor) -> bytes:
     from torch._subclasses.fake_tensor import unset_fake_temporarily
+
     with unset_fake_temporarily():
         return c.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
 
@@ -74,8 +78,10 @@ def _constant_bytes(c: torch.Tensor) -> bytes:
 def module_state(gm: torch.nn.Module) -> list:
     """The graph's own parameters and buffers (nn modules Dynamo did not
     inline), which AOTAutograd passes as leading inputs, in its order."""
-    return [*dict(gm.named_parameters(remove_duplicate=False)).values(),
-            *dict(gm.named_buffers(remove_duplicate=False)).values()]
+    return [
+        *dict(gm.named_parameters(remove_duplicate=False)).values(),
+        *dict(gm.named_buffers(remove_duplicate=False)).values(),
+    ]
 
 
 def _graph_text(graph: torch.fx.Graph) -> str:
@@ -96,8 +102,10 @@ def _graph_text(graph: torch.fx.Graph) -> str:
     return "\n".join(lines)
 
 
-_AUTOCAST_FNS = {"torch.amp.autocast_mode._enter_autocast": torch.__version__,
-                 "torch.amp.autocast_mode._exit_autocast": torch.__version__}
+_AUTOCAST_FNS = {
+    "torch.amp.autocast_mode._enter_autocast": torch.__version__,
+    "torch.amp.autocast_mode._exit_autocast": torch.__version__,
+}
 
 
 def graph_key(gm: torch.fx.GraphModule, example_inputs, salt: str) -> str | None:
@@ -151,11 +159,16 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, salt: str) -> str | None
             h.update(f"in{i}:{type(x).__name__}:{x!r};".encode())
         else:
             return None
-    autocast = [(d, torch.get_autocast_dtype(d)) for d in torch._C._autocast_supported_devices()
-                if torch.is_autocast_enabled(d)]
-    h.update(f"grad={torch.is_grad_enabled()} autocast={autocast} "
-             f"det={torch.are_deterministic_algorithms_enabled()} torch={torch.__version__} "
-             f"src={_sources_hash()} {salt}".encode())
+    autocast = [
+        (d, torch.get_autocast_dtype(d))
+        for d in torch._C._autocast_supported_devices()
+        if torch.is_autocast_enabled(d)
+    ]
+    h.update(
+        f"grad={torch.is_grad_enabled()} autocast={autocast} "
+        f"det={torch.are_deterministic_algorithms_enabled()} torch={torch.__version__} "
+        f"src={_sources_hash()} {salt}".encode()
+    )
     h.update(functorch_config.save_config())
     return h.hexdigest()
 
@@ -174,6 +187,7 @@ def _mac(key: str, payload: bytes) -> bytes:
 
 def _entry_type():
     from torch._functorch._aot_autograd.autograd_cache import BundledAOTAutogradResult
+
     return BundledAOTAutogradResult
 
 
@@ -186,7 +200,7 @@ def load(root: str, key: str):
     except FileNotFoundError:
         return None
     head = len(MAGIC) + 65
-    digest = blob[len(MAGIC):head - 1]
+    digest = blob[len(MAGIC) : head - 1]
     payload = blob[head:]
     entry = None
     if blob.startswith(MAGIC) and hmac.compare_digest(_mac(key, payload), digest):
@@ -195,6 +209,7 @@ def load(root: str, key: str):
             with contextlib.suppress(OSError):
                 os.utime(path)  # a use: the cache's size bound evicts the least recently used
             from . import artifacts
+
             artifacts.record_warm(key, payload)
     if not isinstance(entry, _entry_type()):
         # Never unpickle bytes that do not verify, and never keep an entry
@@ -214,9 +229,13 @@ def save(root: str, key: str, entry) -> bool:
     except Exception as e:  # noqa: BLE001 - an unpicklable graph is simply not cached
         metrics.add(warm_unsaved=1)
         from .. import _logging
-        _logging.log(_logging.INFO, "compile", f"warm cache: graph not saved ({type(e).__name__}: {e})")
+
+        _logging.log(
+            _logging.INFO, "compile", f"warm cache: graph not saved ({type(e).__name__}: {e})"
+        )
         return False
     from . import artifacts
+
     artifacts.record_warm(key, payload)
     return store_payload(root, key, payload)
 
@@ -229,6 +248,7 @@ def store_payload(root: str, key: str, payload: bytes) -> bool:
     except OSError as e:  # a refused directory costs a recompile, nothing more
         metrics.add(warm_unsaved=1)
         from .. import _logging
+
         _logging.log(_logging.INFO, "compile", f"warm cache: graph not saved ({e})")
         return False
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
@@ -241,6 +261,7 @@ def store_payload(root: str, key: str, payload: bytes) -> bool:
             os.unlink(tmp)
         raise
     from .config import cache_max_bytes
+
     bound = cache_max_bytes()
     if bound:
         _C._compile_cache_evict(root, bound, key)
@@ -258,14 +279,18 @@ def load_compiled(root: str, key: str, gm: torch.fx.GraphModule):
     try:
         entry = load(root, key)
     except Exception as e:  # noqa: BLE001 - e.g. an entry pickled by another PyTorch
-        warnings.warn(f"neuron warm cache: cannot read entry {key[:12]}: {type(e).__name__}: {e}; recompiling")
+        warnings.warn(
+            f"neuron warm cache: cannot read entry {key[:12]}: {type(e).__name__}: {e}; recompiling"
+        )
         return None
     if entry is None or entry.guards_expr:  # static shapes only: no shape guards expected
         return None
     try:
         fn = entry.wrap_post_compile([], entry.sanitized_aot_config, create_fx_config(None, None))
     except Exception as e:  # noqa: BLE001
-        warnings.warn(f"neuron warm cache: entry {key[:12]} did not load: {type(e).__name__}: {e}; recompiling")
+        warnings.warn(
+            f"neuron warm cache: entry {key[:12]} did not load: {type(e).__name__}: {e}; recompiling"
+        )
         return None
     metrics.add(warm_graphs=1)
 
@@ -275,6 +300,7 @@ def load_compiled(root: str, key: str, gm: torch.fx.GraphModule):
 
     def forward(*runtime_args):
         return fn([*state, *runtime_args])
+
     return forward
 
 
@@ -290,10 +316,14 @@ def aot_cache(root: str, key: str, decompositions, save_later=None):
     from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
     from torch._functorch._aot_autograd.schemas import AOTAutogradCacheInfo
 
-    def try_load(mod, args, aot_config, compiler_config_extra, local, remote, compile_region_name=None):
+    def try_load(
+        mod, args, aot_config, compiler_config_extra, local, remote, compile_region_name=None
+    ):
         # load_compiled already looked: a miss, to be saved under our key.
         info = AOTAutogradCacheInfo(key, time.time_ns(), forward_symints=[])
-        return None, dataclasses.replace(aot_config, cache_info=info, decompositions=decompositions())
+        return None, dataclasses.replace(
+            aot_config, cache_info=info, decompositions=decompositions()
+        )
 
     def save_entry(cache_key, entry, remote):
         if save_later is None:
@@ -302,8 +332,13 @@ def aot_cache(root: str, key: str, decompositions, save_later=None):
             save_later(functools.partial(save, root, cache_key, entry))
 
     with contextlib.ExitStack() as stack:
-        stack.enter_context(functorch_config.patch(
-            enable_autograd_cache=True, bundled_autograd_cache=True, force_non_lazy_backward_lowering=True))
+        stack.enter_context(
+            functorch_config.patch(
+                enable_autograd_cache=True,
+                bundled_autograd_cache=True,
+                force_non_lazy_backward_lowering=True,
+            )
+        )
         stack.enter_context(_patch_static(AOTAutogradCache, "try_load", try_load))
         stack.enter_context(_patch_static(AOTAutogradCache, "save", save_entry))
         yield

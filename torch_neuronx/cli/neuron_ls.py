@@ -8,6 +8,7 @@ use which core (from the processes' stats pages), like the SDK's neuron-ls.
     ...
 ``--json`` prints the same as JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,6 +21,7 @@ from .stats_pages import fmt_bytes, read_all, short_command
 
 def collect() -> dict:
     from .. import _C
+
     devices = []
     procs = read_all(skip_pid=os.getpid())
     for d in range(_C._device_count()):
@@ -28,12 +30,23 @@ def collect() -> dict:
         for p in procs:
             if d < len(p.devices) and p.devices[d].in_use:
                 ds = p.devices[d]
-                users.append({"pid": p.pid, "command": p.command,
-                              "memory_allocated": ds.mem_allocated,
-                              "memory_reserved": ds.mem_reserved})
-        devices.append({"index": d, "name": props["name"],
-                        "memory": props["total_memory"], "threads": props["core_count"],
-                        "processes": users})
+                users.append(
+                    {
+                        "pid": p.pid,
+                        "command": p.command,
+                        "memory_allocated": ds.mem_allocated,
+                        "memory_reserved": ds.mem_reserved,
+                    }
+                )
+        devices.append(
+            {
+                "index": d,
+                "name": props["name"],
+                "memory": props["total_memory"],
+                "threads": props["core_count"],
+                "processes": users,
+            }
+        )
     return {"device_count": len(devices), "devices": devices}
 
 
@@ -41,15 +54,26 @@ def render(info: dict) -> str:
     cols = ("NEURON", "NAME", "MEMORY", "THREADS", "PROCESSES (PID, MEMORY IN USE, COMMAND)")
     rows = []
     for d in info["devices"]:
-        users = [f"{u['pid']} {fmt_bytes(u['memory_allocated'])} {short_command(u['command'])}"
-                 for u in d["processes"]] or ["-"]
-        rows.append((f"nc{d['index']}", d["name"], fmt_bytes(d["memory"]), str(d["threads"]), users[0]))
+        users = [
+            f"{u['pid']} {fmt_bytes(u['memory_allocated'])} {short_command(u['command'])}"
+            for u in d["processes"]
+        ] or ["-"]
+        rows.append(
+            (f"nc{d['index']}", d["name"], fmt_bytes(d["memory"]), str(d["threads"]), users[0])
+        )
         rows += [("", "", "", "", u) for u in users[1:]]
-    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
+    widths = [
+        max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)
+    ]
     sep = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
     line = lambda r: "| " + " | ".join(v.ljust(w) for v, w in zip(r, widths)) + " |"  # noqa: E731
-    out = [f"instance: OpenNeuron (software NeuronCores on the host CPU), "
-           f"{info['device_count']} core{'s' if info['device_count'] != 1 else ''}", sep, line(cols), sep]
+    out = [
+        f"instance: OpenNeuron (software NeuronCores on the host CPU), "
+        f"{info['device_count']} core{'s' if info['device_count'] != 1 else ''}",
+        sep,
+        line(cols),
+        sep,
+    ]
     out += [line(r) for r in rows]
     out.append(sep)
     return "\n".join(out)

@@ -7,6 +7,7 @@ Utilization is sampled: ~100 times a second neuron-top reads each page's
 count of tasks running right now, and reports the busy fraction per refresh.
 ``--batch N`` prints N refreshes as plain text instead (for scripts).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,13 +51,30 @@ class Sampler:
                 fps = (fallbacks - f0) / dt if dt > 0 else 0.0
                 self.prev[key] = (now, launches, fallbacks)
                 util = 100.0 * self.busy.get(key, 0) / self.samples if self.samples else 0.0
-                core = cores.setdefault(d, {"core": d, "util": 0.0, "mem": 0, "cap": ds.mem_capacity,
-                                            "kps": 0.0, "fps": 0.0, "pids": []})
+                core = cores.setdefault(
+                    d,
+                    {
+                        "core": d,
+                        "util": 0.0,
+                        "mem": 0,
+                        "cap": ds.mem_capacity,
+                        "kps": 0.0,
+                        "fps": 0.0,
+                        "pids": [],
+                    },
+                )
                 core["cap"] = core["cap"] or ds.mem_capacity
                 if not ds.in_use:
                     continue
-                row = {"pid": p.pid, "core": d, "util": util, "mem": ds.mem_allocated,
-                       "kps": kps, "fps": fps, "command": short_command(p.command)}
+                row = {
+                    "pid": p.pid,
+                    "core": d,
+                    "util": util,
+                    "mem": ds.mem_allocated,
+                    "kps": kps,
+                    "fps": fps,
+                    "command": short_command(p.command),
+                }
                 per_proc.append(row)
                 core["util"] = min(100.0, core["util"] + util)
                 core["mem"] += ds.mem_allocated
@@ -69,19 +87,31 @@ class Sampler:
 
 
 def render(cores: list[dict], procs: list[dict], width: int = 120) -> list[str]:
-    lines = [f"neuron-top  {time.strftime('%H:%M:%S')}  processes: {len({p['pid'] for p in procs})}"
-             "   (q: quit)", ""]
-    lines.append(f"{'CORE':<6}{'UTIL':>7}  {'MEMORY IN USE / TOTAL':<26}{'KERNELS/S':>11}{'FALLBACKS/S':>13}  PIDS")
+    lines = [
+        f"neuron-top  {time.strftime('%H:%M:%S')}  processes: {len({p['pid'] for p in procs})}"
+        "   (q: quit)",
+        "",
+    ]
+    lines.append(
+        f"{'CORE':<6}{'UTIL':>7}  {'MEMORY IN USE / TOTAL':<26}{'KERNELS/S':>11}{'FALLBACKS/S':>13}  PIDS"
+    )
     if not cores:
         lines.append("(no process is using a neuron device)")
     for c in cores:
         mem = f"{fmt_bytes(c['mem'])} / {fmt_bytes(c['cap'])}"
-        lines.append(f"nc{c['core']:<4}{c['util']:>6.1f}%  {mem:<26}{c['kps']:>11.1f}{c['fps']:>13.1f}  "
-                     f"{','.join(c['pids']) or '-'}")
-    lines += ["", f"{'PID':<8}{'CORE':<6}{'UTIL':>7}  {'MEMORY':<12}{'KERNELS/S':>11}{'FALLBACKS/S':>13}  COMMAND"]
+        lines.append(
+            f"nc{c['core']:<4}{c['util']:>6.1f}%  {mem:<26}{c['kps']:>11.1f}{c['fps']:>13.1f}  "
+            f"{','.join(c['pids']) or '-'}"
+        )
+    lines += [
+        "",
+        f"{'PID':<8}{'CORE':<6}{'UTIL':>7}  {'MEMORY':<12}{'KERNELS/S':>11}{'FALLBACKS/S':>13}  COMMAND",
+    ]
     for p in procs:
-        lines.append(f"{p['pid']:<8}nc{p['core']:<4}{p['util']:>6.1f}%  {fmt_bytes(p['mem']):<12}"
-                     f"{p['kps']:>11.1f}{p['fps']:>13.1f}  {p['command']}")
+        lines.append(
+            f"{p['pid']:<8}nc{p['core']:<4}{p['util']:>6.1f}%  {fmt_bytes(p['mem']):<12}"
+            f"{p['kps']:>11.1f}{p['fps']:>13.1f}  {p['command']}"
+        )
     return [ln[:width] for ln in lines]
 
 
@@ -114,7 +144,7 @@ def run_curses(interval: float) -> int:
             if time.monotonic() >= next_draw:
                 height, width = screen.getmaxyx()
                 screen.erase()
-                for y, line in enumerate(render(*sampler.rows(), width=width - 1)[:height - 1]):
+                for y, line in enumerate(render(*sampler.rows(), width=width - 1)[: height - 1]):
                     screen.addstr(y, 0, line)
                 screen.refresh()
                 next_draw = time.monotonic() + interval
@@ -128,8 +158,12 @@ def run_curses(interval: float) -> int:
 
 def main(argv: "list[str] | None" = None) -> int:
     parser = argparse.ArgumentParser(prog="neuron-top", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--interval", "-d", type=float, default=1.0, help="seconds between refreshes")
-    parser.add_argument("--batch", "-b", type=int, metavar="N", help="print N refreshes as text and exit")
+    parser.add_argument(
+        "--interval", "-d", type=float, default=1.0, help="seconds between refreshes"
+    )
+    parser.add_argument(
+        "--batch", "-b", type=int, metavar="N", help="print N refreshes as text and exit"
+    )
     args = parser.parse_args(argv)
     if args.interval <= 0:
         parser.error("--interval must be positive")

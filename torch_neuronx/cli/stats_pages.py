@@ -5,6 +5,7 @@ neuron-top. Each page is an unnamed shared mapping (a memfd named
 /proc/<pid>/fd/<n>, whose link reads "/memfd:trn-stats (deleted)", which
 works for the reader's own processes (and for root). There is nothing to
 sweep: a process that is gone, or a zombie, has no open files."""
+
 from __future__ import annotations
 
 import os
@@ -44,6 +45,7 @@ class ProcessStats:
 
 def counter_names() -> list[str]:
     from .. import _C
+
     return list(_C._counters())
 
 
@@ -53,8 +55,7 @@ def parse(data: bytes, names: list[str]) -> "ProcessStats | None":
     magic, version, pid, ndev, start, _ncounters, command = _HEADER.unpack_from(data, 0)
     if magic != MAGIC or version != VERSION:
         return None
-    proc = ProcessStats(pid, command.split(b"\0", 1)[0].decode(errors="replace"),
-                        int(ndev), start)
+    proc = ProcessStats(pid, command.split(b"\0", 1)[0].decode(errors="replace"), int(ndev), start)
     for d in range(min(int(ndev), MAX_DEVICES)):
         vals = _DEVICE.unpack_from(data, _HEADER.size + d * _DEVICE.size)
         counters = dict(zip(names, vals[:COUNTERS]))
@@ -142,6 +143,8 @@ def fmt_bytes(n: float) -> str:
 
 def short_command(command: str, limit: int = 60) -> str:
     """'/venv/bin/python /src/train.py --x' -> 'python train.py --x'."""
-    words = [os.path.basename(w) if "/" in w and not w.startswith("-") else w for w in command.split()]
+    words = [
+        os.path.basename(w) if "/" in w and not w.startswith("-") else w for w in command.split()
+    ]
     text = " ".join(words)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -7,6 +7,7 @@ TORCH_NEURONX_DIST_TRANSPORT=gloo) and hands the shared region's descriptor
 from rank 0 to the others through the group's store. The collectives
 themselves are C++ (distributed/process_group.cpp) and C (libtrn/src/collectives).
 """
+
 import os
 import socket
 
@@ -31,8 +32,7 @@ def _host_identity() -> str:
 def _transport_choice() -> str:
     value = os.environ.get(_TRANSPORT_ENV, "auto").strip().lower() or "auto"
     if value not in ("auto", "shm", "gloo"):
-        raise ValueError(f"{_TRANSPORT_ENV}={value!r} is invalid: expected "
-                         "'auto', 'shm' or 'gloo'")
+        raise ValueError(f"{_TRANSPORT_ENV}={value!r} is invalid: expected 'auto', 'shm' or 'gloo'")
     return value
 
 
@@ -75,6 +75,7 @@ def _incarnation_store(store, rank: int, size: int):
     so all agree on the count without talking to each other, and the
     incarnation's keys live under it."""
     import torch.distributed as dist
+
     n = store.add(f"neuron/incarnation/{size}/{rank}", 1)
     return dist.PrefixStore(f"neuron/{size}.{n}/", store)
 
@@ -88,6 +89,7 @@ def _release_keys(store, rank: int, size: int, keys) -> None:
     checks the environment with processes that only build the group), and
     the keys went with its store."""
     import torch.distributed as dist
+
     try:
         if store.add("left", 1) != size:
             return
@@ -106,6 +108,7 @@ def _create_backend(opts, pg_options=None):
     # accelerate's notebook_launcher looks for ("Cannot re-initialize
     # NEURON in forked subprocess"), not with a peer's connection reset.
     from .._device import _lazy_init
+
     _lazy_init()
     return _make_backend(opts.store, opts.group_rank, opts.group_size, opts.timeout)
 
@@ -115,6 +118,7 @@ def _split_backend(store, rank: int, size: int, timeout_ms: int):
     of the new group: `store` is already prefixed with the group's unique
     name, so its region rendezvous never meets another group's keys."""
     from datetime import timedelta
+
     return _make_backend(store, rank, size, timedelta(milliseconds=timeout_ms))
 
 
@@ -132,17 +136,19 @@ def _make_backend(store, rank: int, size: int, timeout):
             fd = _open_region(store, rank, size)
             keys += ["region"] + [f"opened/{r}" for r in range(size)]
         if fd < 0 and choice == "shm":
-            raise RuntimeError(f"{_TRANSPORT_ENV}=shm, but the ranks of this "
-                               "group are not on one host (or cannot share "
-                               "memory)")
+            raise RuntimeError(
+                f"{_TRANSPORT_ENV}=shm, but the ranks of this "
+                "group are not on one host (or cannot share "
+                "memory)"
+            )
     gloo = None
     try:
         if fd < 0:
             import torch.distributed as dist
+
             # Gloo's own rendezvous keys stay (their names are Gloo's); they
             # are under this incarnation's prefix, so never read again.
-            gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store),
-                                         rank, size, timeout)
+            gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
         backend = _C.ProcessGroupNeuron(rank, size, timeout_ms, fd, gloo)
     finally:
         if fd >= 0:
@@ -170,12 +176,14 @@ def _register() -> None:
     if _registered:
         return
     import torch.distributed as dist
+
     if not dist.is_available():
         return
     _C._init_distributed()
     if "neuron" not in dist.Backend.backend_list:
-        dist.Backend.register_backend("neuron", _create_backend,
-                                      extended_api=True, devices=["neuron"])
+        dist.Backend.register_backend(
+            "neuron", _create_backend, extended_api=True, devices=["neuron"]
+        )
     _registered = True
 
 

@@ -1,4 +1,5 @@
 """``python -m torch_neuronx.evaluate``: the ``neuron-evaluate`` command."""
+
 import sys
 
 from .cli import main

@@ -8,6 +8,7 @@ recorded only when the caller is the user's code (PyTorch's own internal
 uses are not the program's), with the source line and the documented limit.
 ``uninstall()`` restores every attribute.
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,7 +19,12 @@ import torch
 
 from .locations import fmt, is_user_file
 
-_NAMESPACES = {"sparse": "torch.sparse", "nested": "torch.nested", "func": "torch.func", "fft": "torch.fft"}
+_NAMESPACES = {
+    "sparse": "torch.sparse",
+    "nested": "torch.nested",
+    "func": "torch.func",
+    "fft": "torch.fft",
+}
 _P2P = ("send", "recv", "isend", "irecv", "batch_isend_irecv", "monitored_barrier")
 
 
@@ -29,7 +35,10 @@ def _caller():
     return None
 
 
-_TORCHAO_ENTRIES = (("torchao.float8", "convert_to_float8_training"), ("torchao.quantization", "quantize_"))
+_TORCHAO_ENTRIES = (
+    ("torchao.float8", "convert_to_float8_training"),
+    ("torchao.quantization", "quantize_"),
+)
 
 
 class ApiWatch:
@@ -40,7 +49,9 @@ class ApiWatch:
         self._saved: list[tuple] = []
 
     def record(self, key: str, name: str, where: str):
-        e = self.calls.setdefault((name, where), {"api": name, "kind": key, "location": where, "count": 0})
+        e = self.calls.setdefault(
+            (name, where), {"api": name, "kind": key, "location": where, "count": 0}
+        )
         e["count"] += 1
         if self.strict is not None:
             self.strict.api(key, name, where)
@@ -58,11 +69,13 @@ class ApiWatch:
             if where is not None:
                 watch.record(key, qual, where)
             return fn(*args, **kwargs)
+
         return wrapper
 
     def install(self) -> "ApiWatch":
         import importlib
         import importlib.util
+
         # TorchAO: its entry points, called from the program's own code
         # (transformers imports torchao whenever it is installed, so its
         # presence in sys.modules says nothing).
@@ -73,48 +86,74 @@ class ApiWatch:
                 except Exception:  # a broken optional install is not the program's finding
                     continue
                 if hasattr(mod, attr):
-                    self._patch(mod, attr, self._wrap("torchao", f"{modname}.{attr}", getattr(mod, attr)))
+                    self._patch(
+                        mod, attr, self._wrap("torchao", f"{modname}.{attr}", getattr(mod, attr))
+                    )
         for key, modname in _NAMESPACES.items():
             mod = importlib.import_module(modname)
-            for attr in getattr(mod, "__all__", None) or [a for a in dir(mod) if not a.startswith("_")]:
+            for attr in getattr(mod, "__all__", None) or [
+                a for a in dir(mod) if not a.startswith("_")
+            ]:
                 fn = getattr(mod, attr, None)
                 if callable(fn) and not inspect.isclass(fn) and not inspect.ismodule(fn):
                     self._patch(mod, attr, self._wrap(key, f"{modname}.{attr}", fn))
         # Tensor.to_sparse*/ torch.sparse_coo_tensor: the usual ways into sparse.
         for attr in ("sparse_coo_tensor", "sparse_csr_tensor"):
             if hasattr(torch, attr):
-                self._patch(torch, attr, self._wrap("sparse", f"torch.{attr}", getattr(torch, attr)))
+                self._patch(
+                    torch, attr, self._wrap("sparse", f"torch.{attr}", getattr(torch, attr))
+                )
         for attr in ("to_sparse", "to_sparse_csr", "to_sparse_coo"):
             if hasattr(torch.Tensor, attr):
-                self._patch(torch.Tensor, attr, self._wrap("sparse", f"Tensor.{attr}", getattr(torch.Tensor, attr)))
+                self._patch(
+                    torch.Tensor,
+                    attr,
+                    self._wrap("sparse", f"Tensor.{attr}", getattr(torch.Tensor, attr)),
+                )
         import torch.distributions as D
+
         init = D.Distribution.__init__
         watch = self
 
         @functools.wraps(init)
         def dist_init(obj, *args, **kwargs):
             f = sys._getframe(1)
-            while f is not None and f.f_code.co_name == "__init__" and not is_user_file(f.f_code.co_filename):
+            while (
+                f is not None
+                and f.f_code.co_name == "__init__"
+                and not is_user_file(f.f_code.co_filename)
+            ):
                 f = f.f_back  # subclasses' __init__ chain up to ours
             if f is not None and is_user_file(f.f_code.co_filename):
-                watch.record("distributions", f"torch.distributions.{type(obj).__name__}",
-                             fmt(f.f_code.co_filename, f.f_lineno))
+                watch.record(
+                    "distributions",
+                    f"torch.distributions.{type(obj).__name__}",
+                    fmt(f.f_code.co_filename, f.f_lineno),
+                )
             return init(obj, *args, **kwargs)
+
         self._patch(D.Distribution, "__init__", dist_init)
         if torch.distributed.is_available():
             import torch.distributed as dist
+
             for attr in _P2P:
                 if hasattr(dist, attr):
-                    self._patch(dist, attr, self._wrap("send_recv", f"torch.distributed.{attr}", getattr(dist, attr)))
+                    self._patch(
+                        dist,
+                        attr,
+                        self._wrap("send_recv", f"torch.distributed.{attr}", getattr(dist, attr)),
+                    )
             ipg = dist.init_process_group
 
             @functools.wraps(ipg)
             def init_pg(*args, **kwargs):
                 where = _caller()
                 backend = kwargs.get("backend", args[0] if args else None)
-                watch.process_groups.append({"backend": None if backend is None else str(backend),
-                                             "location": where})
+                watch.process_groups.append(
+                    {"backend": None if backend is None else str(backend), "location": where}
+                )
                 return ipg(*args, **kwargs)
+
             self._patch(dist, "init_process_group", init_pg)
         return self
 
@@ -127,6 +166,12 @@ class ApiWatch:
         out = list(self.calls.values())
         for pg in self.process_groups:
             if pg["backend"] not in (None, "neuron") and "neuron" not in (pg["backend"] or ""):
-                out.append({"api": f"init_process_group(backend={pg['backend']!r})", "kind": "pg_backend",
-                            "location": pg["location"], "count": 1})
+                out.append(
+                    {
+                        "api": f"init_process_group(backend={pg['backend']!r})",
+                        "kind": "pg_backend",
+                        "location": pg["location"],
+                        "count": 1,
+                    }
+                )
         return out

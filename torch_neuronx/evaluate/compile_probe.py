@@ -11,6 +11,7 @@ see _compile/shapes.py). A graph the neuron backend refuses
 (``NeuronCompileError``: an op that cannot be lowered) is recorded with the op
 and its source line and then run eagerly, so the evaluation goes on.
 """
+
 from __future__ import annotations
 
 import re
@@ -40,29 +41,43 @@ class CompileProbe:
         self.graphs: list[dict] = []
         self.breaks: dict[tuple, dict] = {}
         self.unlowerable: dict[tuple, dict] = {}
-        self.frame_shapes: dict[str, dict] = defaultdict(lambda: {"shapes": [], "inputs": None, "compiles": 0})
+        self.frame_shapes: dict[str, dict] = defaultdict(
+            lambda: {"shapes": [], "inputs": None, "compiles": 0}
+        )
         self.user_calls: list[dict] = []  # torch.compile calls made by the script
 
     # ---- the backend -----------------------------------------------------------
     def backend(self, gm: torch.fx.GraphModule, example_inputs, **kwargs):
         from .._compile import neuron_backend
         from .._compile.config import NeuronCompileError
+
         t0 = time.perf_counter()
         reason = getattr(gm, "compile_subgraph_reason", None)
         frame = self._frame_of(gm)
-        rec = {"index": len(self.graphs), "frame": frame,
-               "ops": sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")),
-               "inputs": [list(map(_hint, x.shape)) if isinstance(x, torch.Tensor) else None
-                          for x in example_inputs],
-               "symbolic": any(isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in x.shape)
-                               for x in example_inputs),
-               "error": None}
+        rec = {
+            "index": len(self.graphs),
+            "frame": frame,
+            "ops": sum(
+                1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")
+            ),
+            "inputs": [
+                list(map(_hint, x.shape)) if isinstance(x, torch.Tensor) else None
+                for x in example_inputs
+            ],
+            "symbolic": any(
+                isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in x.shape)
+                for x in example_inputs
+            ),
+            "error": None,
+        }
         if reason is not None and reason.graph_break:
             where = frame_summary_location(reason.user_stack)
             rec["break_reason"] = reason.reason
             rec["break_location"] = where
             key = (reason.reason, where)
-            b = self.breaks.setdefault(key, {"reason": _short(reason.reason), "location": where, "count": 0})
+            b = self.breaks.setdefault(
+                key, {"reason": _short(reason.reason), "location": where, "count": 0}
+            )
             b["count"] += 1
         fs = self.frame_shapes[frame]
         fs["compiles"] += 1
@@ -75,18 +90,22 @@ class CompileProbe:
             rec["error"] = str(e)
             op, where = _parse_unlowerable(str(e))
             where = where or _node_location(gm, op, str(e))
-            u = self.unlowerable.setdefault((op, where), {"op": op, "location": where, "count": 0,
-                                                           "message": str(e)[:500]})
+            u = self.unlowerable.setdefault(
+                (op, where), {"op": op, "location": where, "count": 0, "message": str(e)[:500]}
+            )
             u["count"] += 1
             fn = gm.forward
         rec["compile_seconds"] = time.perf_counter() - t0
         self.graphs.append(rec)
 
         def call(*args):
-            shp = tuple((nm, _shape_of(a)) for nm, a in zip(names, args) if isinstance(a, torch.Tensor))
+            shp = tuple(
+                (nm, _shape_of(a)) for nm, a in zip(names, args) if isinstance(a, torch.Tensor)
+            )
             if shp not in fs["shapes"]:
                 fs["shapes"].append(shp)
             return fn(*args)
+
         return call
 
     @staticmethod
@@ -94,6 +113,7 @@ class CompileProbe:
         code = None
         try:
             from torch._guards import CompileContext
+
             cid = CompileContext.current_compile_id()
             if cid is not None:
                 code = f"frame {cid.frame_id}"
@@ -121,7 +141,9 @@ class CompileProbe:
                 continue
             varying = []
             seen = [dict(s) for s in shapes]
-            common = [n for n in shapes[0] and [nm for nm, _ in shapes[0]] if all(n in d for d in seen)]
+            common = [
+                n for n in shapes[0] and [nm for nm, _ in shapes[0]] if all(n in d for d in seen)
+            ]
             for name in common:
                 col = [d[name] for d in seen]
                 if len({len(c) for c in col}) != 1:
@@ -129,14 +151,31 @@ class CompileProbe:
                 for d in range(len(col[0])):
                     vals = sorted({c[d] for c in col})
                     if len(vals) > 1:
-                        varying.append({"input": _pretty(name), "dim": d, "values": vals, "buckets": bucket(vals)})
+                        varying.append(
+                            {
+                                "input": _pretty(name),
+                                "dim": d,
+                                "values": vals,
+                                "buckets": bucket(vals),
+                            }
+                        )
             if not varying:
                 continue
             suggestion = "; ".join(
                 f"pad {v['input']} dim {v['dim']} to {v['buckets']} ({len(v['values'])} sizes -> "
-                f"{len(v['buckets'])} graphs)" for v in varying)
-            out.append({"frame": frame, "location": fs.get("location"), "shapes_seen": [{_pretty(k): list(v) for k, v in s} for s in shapes],
-                        "graphs_compiled": len(shapes), "varying": varying, "suggestion": suggestion})
+                f"{len(v['buckets'])} graphs)"
+                for v in varying
+            )
+            out.append(
+                {
+                    "frame": frame,
+                    "location": fs.get("location"),
+                    "shapes_seen": [{_pretty(k): list(v) for k, v in s} for s in shapes],
+                    "graphs_compiled": len(shapes),
+                    "varying": varying,
+                    "suggestion": suggestion,
+                }
+            )
         # A graph break splits a function into the part before and Dynamo's
         # resume function after it: one shape change, reported once (at the
         # function), with the resumed parts' graphs counted there.
@@ -144,7 +183,10 @@ class CompileProbe:
         for r in out:
             if r in parents:
                 continue
-            host = next((p for p in parents if r["frame"].split("(", 1)[-1].split(",")[0] in p["frame"]), None)
+            host = next(
+                (p for p in parents if r["frame"].split("(", 1)[-1].split(",")[0] in p["frame"]),
+                None,
+            )
             if host is None:
                 parents.append(r)
             else:
@@ -156,7 +198,11 @@ def _first_user_line(gm) -> "str | None":
     for n in gm.graph.nodes:
         st = n.meta.get("stack_trace")
         if st:
-            locs = [(f, ln) for f, ln in re.findall(r'File "([^"]+)", line (\d+)', st) if is_user_file(f)]
+            locs = [
+                (f, ln)
+                for f, ln in re.findall(r'File "([^"]+)", line (\d+)', st)
+                if is_user_file(f)
+            ]
             if locs:
                 return f"{locs[-1][0]}:{locs[-1][1]}"
     return None
@@ -196,7 +242,11 @@ def _node_location(gm, op: str, msg: str) -> "str | None":
         st = n.meta.get("stack_trace")
         if not st:
             continue
-        locs = [(f, ln) for f, ln, _ in re.findall(r'File "([^"]+)", line (\d+), in (\S+)', st) if is_user_file(f)]
+        locs = [
+            (f, ln)
+            for f, ln, _ in re.findall(r'File "([^"]+)", line (\d+), in (\S+)', st)
+            if is_user_file(f)
+        ]
         if not locs:
             continue
         loc = f"{locs[-1][0]}:{locs[-1][1]}"

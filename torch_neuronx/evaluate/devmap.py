@@ -13,6 +13,7 @@ they are used, not where they are made, so ``x.device == torch.device("cuda")``
 comparisons still see the mapped device; CUDA-only APIs (streams, graphs,
 NCCL) are not mapped.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,8 +38,15 @@ def parse(spec: "str | None") -> dict[str, str]:
     return out
 
 
-_RANDOM_FACTORIES = {torch.randn, torch.rand, torch.randint, torch.randperm, torch.normal, torch.bernoulli,
-                     torch.multinomial}
+_RANDOM_FACTORIES = {
+    torch.randn,
+    torch.rand,
+    torch.randint,
+    torch.randperm,
+    torch.normal,
+    torch.bernoulli,
+    torch.multinomial,
+}
 
 
 class DeviceMap(TorchFunctionMode):
@@ -72,7 +80,11 @@ class DeviceMap(TorchFunctionMode):
             orig = kwargs["device"]
             kwargs["device"] = self.dev(orig)
             src = torch.device(orig).type
-            if func in _RANDOM_FACTORIES and src in self.draw and torch.device(kwargs["device"]).type == "cpu":
+            if (
+                func in _RANDOM_FACTORIES
+                and src in self.draw
+                and torch.device(kwargs["device"]).type == "cpu"
+            ):
                 # Draw from the device's generator, as the device run does, so
                 # the CPU reference starts from the same numbers.
                 rg = kwargs.pop("requires_grad", False)
@@ -82,7 +94,11 @@ class DeviceMap(TorchFunctionMode):
             dst = self.mapping["cuda"]
             idx = args[1] if len(args) > 1 else kwargs.pop("device", None)
             kwargs.pop("device", None)
-            target = dst if idx is None or dst == "cpu" else f"{dst}:{int(getattr(idx, 'index', idx) or 0)}"
+            target = (
+                dst
+                if idx is None or dst == "cpu"
+                else f"{dst}:{int(getattr(idx, 'index', idx) or 0)}"
+            )
             return args[0].to(target, **kwargs)
         if func is torch.Tensor.to and len(args) > 1 and isinstance(args[1], (str, torch.device)):
             args = (args[0], self.dev(args[1])) + tuple(args[2:])
@@ -109,6 +125,7 @@ class _Patches:
             if is_user_file(sys._getframe(1).f_code.co_filename):
                 return value(*args, **kwargs)
             return old(*args, **kwargs)
+
         setattr(owner, attr, for_user)
 
     def restore(self):
@@ -143,7 +160,12 @@ def mapped(mapping: dict[str, str], draw: "dict[str, str] | None" = None):
             p.set(mod, "current_device", lambda: 0)
             p.set(mod, "set_device", lambda d: None)
             p.set(mod, "synchronize", lambda device=None: None)
-            for name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved"):
+            for name in (
+                "memory_allocated",
+                "max_memory_allocated",
+                "memory_reserved",
+                "max_memory_reserved",
+            ):
                 p.set(mod, name, lambda device=None: 0)
             p.set(mod, "reset_peak_memory_stats", lambda device=None: None)
             p.set(mod, "empty_cache", lambda: None)
@@ -151,10 +173,23 @@ def mapped(mapping: dict[str, str], draw: "dict[str, str] | None" = None):
             p.set(mod, "manual_seed_all", lambda s: None)
             p.set(mod, "is_bf16_supported", lambda *a, **k: True)
         else:
-            for name in ("is_available", "device_count", "current_device", "set_device", "synchronize",
-                         "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-                         "reset_peak_memory_stats", "empty_cache", "manual_seed", "manual_seed_all",
-                         "get_device_name", "memory_stats"):
+            for name in (
+                "is_available",
+                "device_count",
+                "current_device",
+                "set_device",
+                "synchronize",
+                "memory_allocated",
+                "max_memory_allocated",
+                "memory_reserved",
+                "max_memory_reserved",
+                "reset_peak_memory_stats",
+                "empty_cache",
+                "manual_seed",
+                "manual_seed_all",
+                "get_device_name",
+                "memory_stats",
+            ):
                 if hasattr(target, name):
                     p.set(mod, name, getattr(target, name))
             p.set(mod, "is_bf16_supported", lambda *a, **k: True)
@@ -163,6 +198,7 @@ def mapped(mapping: dict[str, str], draw: "dict[str, str] | None" = None):
     class MappedAutocast(autocast):
         def __init__(self, device_type, *args, **kwargs):
             super().__init__(mapping.get(device_type, device_type), *args, **kwargs)
+
     p.set(torch, "autocast", MappedAutocast)
     p.set(torch.amp, "autocast", MappedAutocast)
     scaler = torch.amp.GradScaler
@@ -170,6 +206,7 @@ def mapped(mapping: dict[str, str], draw: "dict[str, str] | None" = None):
     class MappedScaler(scaler):
         def __init__(self, device="cuda", *args, **kwargs):
             super().__init__(mapping.get(device, device), *args, **kwargs)
+
     p.set(torch.amp, "GradScaler", MappedScaler)
     mode = DeviceMap(mapping, draw)
     try:

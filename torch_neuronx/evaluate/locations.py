@@ -4,6 +4,7 @@ is not PyTorch's, OpenNeuron's or the Python standard library's.
 Owner: the frame filter every finding's ``file:line`` comes from, for live
 stacks (``user_frame``) and for exceptions (``exception_site``).
 """
+
 from __future__ import annotations
 
 import os
@@ -13,14 +14,22 @@ import traceback
 
 import torch
 
-_OURS = tuple(os.path.normpath(p) + os.sep for p in {
-    os.path.dirname(torch.__file__),
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # torch_neuronx
-})
+_OURS = tuple(
+    os.path.normpath(p) + os.sep
+    for p in {
+        os.path.dirname(torch.__file__),
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # torch_neuronx
+    }
+)
 # The standard library (in a venv "platstdlib" is the venv's lib/pythonX.Y,
 # which also holds site-packages: third-party libraries are the program's).
-_STDLIB = tuple(os.path.normpath(p) + os.sep for p in {
-    sysconfig.get_paths()["stdlib"], sysconfig.get_paths().get("platstdlib", sysconfig.get_paths()["stdlib"])})
+_STDLIB = tuple(
+    os.path.normpath(p) + os.sep
+    for p in {
+        sysconfig.get_paths()["stdlib"],
+        sysconfig.get_paths().get("platstdlib", sysconfig.get_paths()["stdlib"]),
+    }
+)
 _PACKAGES = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 
 

@@ -10,6 +10,7 @@ only the op stream shows: float64 results, int64 results outside int32 range,
 sparse/nested results, convolutions on channels_last inputs. Strict mode
 (strict.py) raises on the same checks through ``check_outputs``.
 """
+
 from __future__ import annotations
 
 import time
@@ -90,13 +91,29 @@ class Fidelity:
 
     def check(self, func, args, kwargs, outs, module: str, where_fn, strict=None):
         name = None
-        if func is torch.ops.aten.convolution.default and args and isinstance(args[0], torch.Tensor):
+        if (
+            func is torch.ops.aten.convolution.default
+            and args
+            and isinstance(args[0], torch.Tensor)
+        ):
             x = args[0]
-            if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+            if (
+                x.dim() == 4
+                and not x.is_contiguous()
+                and x.is_contiguous(memory_format=torch.channels_last)
+            ):
                 name = op_name(func)
                 site = (name, where_fn())
-                e = self.channels_last.setdefault(site, {"op": name, "location": site[1], "module": module,
-                                                         "count": 0, "shape": list(x.shape)})
+                e = self.channels_last.setdefault(
+                    site,
+                    {
+                        "op": name,
+                        "location": site[1],
+                        "module": module,
+                        "count": 0,
+                        "shape": list(x.shape),
+                    },
+                )
                 e["count"] += 1
                 if strict is not None:
                     strict.channels_last(name, site[1])
@@ -107,15 +124,19 @@ class Fidelity:
                 name = name or op_name(func)
                 site = (name, where_fn())
                 kind = "nested" if t.is_nested else "sparse"
-                e = self.layouts.setdefault(site, {"op": name, "location": site[1], "module": module,
-                                                   "kind": kind, "count": 0})
+                e = self.layouts.setdefault(
+                    site,
+                    {"op": name, "location": site[1], "module": module, "kind": kind, "count": 0},
+                )
                 e["count"] += 1
                 continue
             if t.dtype == torch.float64:
                 name = name or op_name(func)
                 site = (name, where_fn())
-                e = self.float64.setdefault(site, {"op": name, "location": site[1], "module": module,
-                                                   "count": 0, "shapes": []})
+                e = self.float64.setdefault(
+                    site,
+                    {"op": name, "location": site[1], "module": module, "count": 0, "shapes": []},
+                )
                 e["count"] += 1
                 if len(e["shapes"]) < _MAX_SHAPES and list(t.shape) not in e["shapes"]:
                     e["shapes"].append(list(t.shape))
@@ -126,9 +147,18 @@ class Fidelity:
                 if r is not None:
                     name = name or op_name(func)
                     site = (name, where_fn())
-                    e = self.int64.setdefault(site, {"op": name, "location": site[1], "module": module,
-                                                     "count": 0, "min": r[0], "max": r[1],
-                                                     "shape": list(t.shape)})
+                    e = self.int64.setdefault(
+                        site,
+                        {
+                            "op": name,
+                            "location": site[1],
+                            "module": module,
+                            "count": 0,
+                            "min": r[0],
+                            "max": r[1],
+                            "shape": list(t.shape),
+                        },
+                    )
                     e["count"] += 1
                     e["min"], e["max"] = min(e["min"], r[0]), max(e["max"], r[1])
                     if strict is not None:
@@ -149,9 +179,9 @@ class EagerObserver(TorchDispatchMode):
         self.strict = strict
         self.active = True
         self.fidelity = Fidelity()
-        self.op_time = defaultdict(float)       # op -> seconds
+        self.op_time = defaultdict(float)  # op -> seconds
         self.op_count = defaultdict(int)
-        self.module_time = defaultdict(float)   # module path -> seconds (ops it ran directly)
+        self.module_time = defaultdict(float)  # module path -> seconds (ops it ran directly)
         self.total_time = 0.0
         self.fallbacks: dict[tuple, dict] = {}  # (op, module, location) -> record
         self.ops_seen = 0
@@ -177,13 +207,21 @@ class EagerObserver(TorchDispatchMode):
             key = (name, mod, where)
             rec = self.fallbacks.get(key)
             if rec is None:
-                rec = self.fallbacks[key] = {"op": name, "module": mod, "location": where,
-                                             "backward": bool(self.tracker.is_bw), "count": 0,
-                                             "seconds": 0.0, "signatures": []}
+                rec = self.fallbacks[key] = {
+                    "op": name,
+                    "module": mod,
+                    "location": where,
+                    "backward": bool(self.tracker.is_bw),
+                    "count": 0,
+                    "seconds": 0.0,
+                    "signatures": [],
+                }
             rec["count"] += 1
             rec["seconds"] += dt
             sig = signature(args, kwargs)
             if len(rec["signatures"]) < _MAX_SHAPES and sig not in rec["signatures"]:
                 rec["signatures"].append(sig)
-        self.fidelity.check(func, args, kwargs, outputs_of(out), mod, lambda: user_frame(3), self.strict)
+        self.fidelity.check(
+            func, args, kwargs, outputs_of(out), mod, lambda: user_frame(3), self.strict
+        )
         return out

@@ -9,6 +9,7 @@ optimizer post-hook) or, for a program that never builds a
 ``torch.optim.Optimizer``, at the end of each ``backward()``; the loss is the
 scalar ``backward()`` was called on.
 """
+
 from __future__ import annotations
 
 import copy
@@ -30,7 +31,7 @@ class StopEvaluation(BaseException):
 
 @dataclass
 class RunResult:
-    status: str = "completed"          # completed | stopped | error
+    status: str = "completed"  # completed | stopped | error
     error: "dict | None" = None
     losses: list = field(default_factory=list)
     step_seconds: list = field(default_factory=list)
@@ -88,6 +89,7 @@ class StepControl(_Patches):
             if not ctl._has_optimizer:
                 ctl.step_end()
             return out
+
         torch.Tensor.backward = patched_backward
         self._undo.append(lambda: setattr(torch.Tensor, "backward", backward))
         opt_init = torch.optim.Optimizer.__init__
@@ -95,10 +97,17 @@ class StepControl(_Patches):
         def patched_init(o, *args, **kwargs):
             ctl._has_optimizer = True
             return opt_init(o, *args, **kwargs)
+
         torch.optim.Optimizer.__init__ = patched_init
         self._undo.append(lambda: setattr(torch.optim.Optimizer, "__init__", opt_init))
-        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-        h0 = register_optimizer_step_pre_hook(lambda opt, args, kwargs: setattr(ctl, "stage", "optimizer step"))
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
+
+        h0 = register_optimizer_step_pre_hook(
+            lambda opt, args, kwargs: setattr(ctl, "stage", "optimizer step")
+        )
         h = register_optimizer_step_post_hook(lambda opt, args, kwargs: ctl.step_end())
         self._undo += [h0.remove, h.remove]
         # Step 1 starts at the first module call (a global forward hook would
@@ -112,10 +121,10 @@ class StepControl(_Patches):
                 _sync(ctl.device)
                 ctl._t_last = time.perf_counter()
             return call(m, *args, **kwargs)
+
         torch.nn.Module.__call__ = first_call
         self._undo.append(lambda: setattr(torch.nn.Module, "__call__", call))
         return self
-
 
     def step_end(self):
         self.stage = "forward"
@@ -157,18 +166,46 @@ class CompilePatch(_Patches):
         orig = torch.compile
         me = self
 
-        def patched(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None, options=None,
-                    disable=False):
-            me.calls.append({"location": user_frame(2), "dynamic": dynamic, "mode": mode,
-                             "backend": backend if isinstance(backend, str) else getattr(backend, "__name__", "?"),
-                             "fullgraph": fullgraph})
+        def patched(
+            model=None,
+            *,
+            fullgraph=False,
+            dynamic=None,
+            backend="inductor",
+            mode=None,
+            options=None,
+            disable=False,
+        ):
+            me.calls.append(
+                {
+                    "location": user_frame(2),
+                    "dynamic": dynamic,
+                    "mode": mode,
+                    "backend": backend
+                    if isinstance(backend, str)
+                    else getattr(backend, "__name__", "?"),
+                    "fullgraph": fullgraph,
+                }
+            )
             if model is None:
-                return lambda m: patched(m, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
-                                         options=options, disable=disable)
+                return lambda m: patched(
+                    m,
+                    fullgraph=fullgraph,
+                    dynamic=dynamic,
+                    backend=backend,
+                    mode=mode,
+                    options=options,
+                    disable=disable,
+                )
             if me.mode == "off" or disable:
                 return model
-            return orig(model, fullgraph=fullgraph, dynamic=False if dynamic else dynamic,
-                        backend=me.probe.backend)
+            return orig(
+                model,
+                fullgraph=fullgraph,
+                dynamic=False if dynamic else dynamic,
+                backend=me.probe.backend,
+            )
+
         torch.compile = patched
         self._undo.append(lambda: setattr(torch, "compile", orig))
         if self.mode == "probe" and self.auto_modules:
@@ -179,18 +216,21 @@ class CompilePatch(_Patches):
             def module_call(m, *args, **kwargs):
                 if torch.compiler.is_compiling():
                     return call(m, *args, **kwargs)
-                if depth[0] == 0 and m._compiled_call_impl is None and \
-                        not isinstance(m, torch._dynamo.eval_frame.OptimizedModule):
+                if (
+                    depth[0] == 0
+                    and m._compiled_call_impl is None
+                    and not isinstance(m, torch._dynamo.eval_frame.OptimizedModule)
+                ):
                     m.compile(backend=probe.backend)
                 depth[0] += 1
                 try:
                     return call(m, *args, **kwargs)
                 finally:
                     depth[0] -= 1
+
             torch.nn.Module.__call__ = module_call
             self._undo.append(lambda: setattr(torch.nn.Module, "__call__", call))
         return self
-
 
 
 class ScriptProgram:
@@ -213,8 +253,11 @@ class ScriptProgram:
             m.setdefault("neuron", "cpu")
         return {k: v for k, v in m.items() if k != v}
 
-    def run(self, control: StepControl, target: str, compile_patch: CompilePatch, contexts=()) -> RunResult:
+    def run(
+        self, control: StepControl, target: str, compile_patch: CompilePatch, contexts=()
+    ) -> RunResult:
         from . import devmap
+
         res = control.result
         argv, path0 = sys.argv, list(sys.path)
         sys.argv = [self.path] + self.args
@@ -227,8 +270,10 @@ class ScriptProgram:
             # the device's generator, as the device run does.
             draw = {src: "neuron" for src, dst in self.mapping.items() if dst == "neuron"}
             draw["neuron"] = "neuron"
-            with devmap.mapped(self.device_mapping(target), draw if target == "cpu" else None), \
-                    _enter_all(contexts):
+            with (
+                devmap.mapped(self.device_mapping(target), draw if target == "cpu" else None),
+                _enter_all(contexts),
+            ):
                 runpy.run_path(self.path, run_name="__main__")
         except StopEvaluation:
             res.status = "stopped"
@@ -238,7 +283,9 @@ class ScriptProgram:
                 res.error = {"type": "SystemExit", "message": f"exit status {e.code}"}
         except Exception as e:  # noqa: BLE001 - the report's "runs?" answer
             res.status = "error"
-            res.error = dict(exception_site(e, self.path), step=control.steps + 1, stage=control.stage)
+            res.error = dict(
+                exception_site(e, self.path), step=control.steps + 1, stage=control.stage
+            )
         finally:
             compile_patch.uninstall()
             control.uninstall()
@@ -254,7 +301,9 @@ class ModelProgram:
     def __init__(self, model, example_inputs, loss_fn=None, optimizer=None, steps: int = 5):
         self.base = copy.deepcopy(model).to("cpu")
         # A tuple/list: positional arguments; a dict: keyword arguments.
-        self.inputs = example_inputs if isinstance(example_inputs, (tuple, list, dict)) else (example_inputs,)
+        self.inputs = (
+            example_inputs if isinstance(example_inputs, (tuple, list, dict)) else (example_inputs,)
+        )
         self.loss_fn = loss_fn
         self.optimizer = optimizer
         self.steps = steps
@@ -269,6 +318,7 @@ class ModelProgram:
             return None
         if isinstance(o, torch.optim.Optimizer):
             import inspect
+
             accepted = inspect.signature(type(o).__init__).parameters
             return type(o)(params, **{k: v for k, v in o.defaults.items() if k in accepted})
         return o(params)
@@ -282,10 +332,15 @@ class ModelProgram:
             return out if out.numel() == 1 else out.float().pow(2).mean()
         if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
             return out[0].float().pow(2).mean()
-        raise TypeError("torch_neuronx.evaluate: pass loss_fn=... (the model's output is not a tensor)")
+        raise TypeError(
+            "torch_neuronx.evaluate: pass loss_fn=... (the model's output is not a tensor)"
+        )
 
-    def run(self, control: StepControl, target: str, compile_patch: CompilePatch, contexts=()) -> RunResult:
+    def run(
+        self, control: StepControl, target: str, compile_patch: CompilePatch, contexts=()
+    ) -> RunResult:
         from torch.utils._pytree import tree_map
+
         res = control.result
         t0 = time.perf_counter()
         control.install()
@@ -295,8 +350,10 @@ class ModelProgram:
                 opt = self._make_optimizer(model.parameters())
                 if compile_patch.mode == "probe":
                     model = torch.compile(model, backend=compile_patch.probe.backend)
-                moved = tree_map(lambda x: x.to(target) if isinstance(x, torch.Tensor) else x,
-                                 dict(self.inputs) if isinstance(self.inputs, dict) else list(self.inputs))
+                moved = tree_map(
+                    lambda x: x.to(target) if isinstance(x, torch.Tensor) else x,
+                    dict(self.inputs) if isinstance(self.inputs, dict) else list(self.inputs),
+                )
                 args, kwargs = ((), moved) if isinstance(moved, dict) else (moved, {})
                 for _ in range(self.steps):
                     if opt is not None:

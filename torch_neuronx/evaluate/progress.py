@@ -1,14 +1,17 @@
 """The progress display on stderr: which phase runs and its step count."""
+
 from __future__ import annotations
 
 import sys
 import time
 
-_NAMES = {"eager": "eager on neuron (fallbacks, op time, fidelity)",
-          "shadow": "shadow numerics (each op re-run on CPU and float64)",
-          "cpu": "CPU reference (loss curve)",
-          "compile": "torch.compile(backend='neuron'), cold cache",
-          "warm": "torch.compile, warm start"}
+_NAMES = {
+    "eager": "eager on neuron (fallbacks, op time, fidelity)",
+    "shadow": "shadow numerics (each op re-run on CPU and float64)",
+    "cpu": "CPU reference (loss curve)",
+    "compile": "torch.compile(backend='neuron'), cold cache",
+    "warm": "torch.compile, warm start",
+}
 
 
 class Progress:
@@ -24,8 +27,10 @@ class Progress:
 
     def step(self, name: str, i: int, total: int):
         if self.tty:
-            self._line(f"[neuron-evaluate]   {name}: step {i}/{total} ({time.perf_counter() - self.t0:.1f} s)",
-                       end=False)
+            self._line(
+                f"[neuron-evaluate]   {name}: step {i}/{total} ({time.perf_counter() - self.t0:.1f} s)",
+                end=False,
+            )
 
     def _line(self, text, end):
         if self.tty:

@@ -15,6 +15,7 @@ where the CPU is just as far from float64, are not blamed on the device).
 Ops that draw random numbers are not compared (the device's generator is not
 the CPU's).
 """
+
 from __future__ import annotations
 
 import math
@@ -28,8 +29,16 @@ from .locations import user_frame
 from .observe import module_path, on_neuron, op_name, outputs_of
 
 TOLERANCE = {torch.float32: 1e-3, torch.float64: 1e-3, torch.float16: 1e-2, torch.bfloat16: 2e-2}
-_SKIP_OPS = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
-             "aten::new_empty_strided", "aten::set_", "aten::resize_", "aten::_local_scalar_dense"}
+_SKIP_OPS = {
+    "aten::empty",
+    "aten::empty_strided",
+    "aten::empty_like",
+    "aten::new_empty",
+    "aten::new_empty_strided",
+    "aten::set_",
+    "aten::resize_",
+    "aten::_local_scalar_dense",
+}
 
 
 def rel_error(y: torch.Tensor, r: torch.Tensor) -> float:
@@ -105,8 +114,14 @@ class ShadowNumerics(TorchDispatchMode):
         super().__init__()
         self.tracker = tracker
         self.float64_all = float64 == "all"
-        self.by_op = defaultdict(lambda: {"count": 0, "max_error_cpu": 0.0, "max_error_f64": 0.0,
-                                          "max_cpu_error_f64": 0.0})
+        self.by_op = defaultdict(
+            lambda: {
+                "count": 0,
+                "max_error_cpu": 0.0,
+                "max_error_f64": 0.0,
+                "max_cpu_error_f64": 0.0,
+            }
+        )
         self.by_module = defaultdict(lambda: {"ops": 0, "max_error_cpu": 0.0, "max_error_f64": 0.0})
         self.first_divergence = None
         self.divergences: dict[tuple, dict] = {}
@@ -126,8 +141,9 @@ class ShadowNumerics(TorchDispatchMode):
         name = op_name(func)
         if name in _SKIP_OPS or func.is_view or _random(func, args, kwargs):
             self.skipped += 1
-            if torch.Tag.nondeterministic_seeded in func.tags and \
-                    any(isinstance(a, torch.Tensor) for a in args):
+            if torch.Tag.nondeterministic_seeded in func.tags and any(
+                isinstance(a, torch.Tensor) for a in args
+            ):
                 # (dropout, normal_, ...: the CPU reference run draws factory
                 # randoms like randn from the device generator, not these.)
                 self.random_ops[name] += 1
@@ -155,6 +171,7 @@ class ShadowNumerics(TorchDispatchMode):
             a = f64_args if f64_args is not None else tree_map(_to_f64, cpu_args)
             r = func(*a, **_kw_cpu(cpu_kwargs, True))
             return r, a
+
         try:
             self._compare(func, name, args, out, ref, ref64, cpu_args)
         except Exception:  # noqa: BLE001 - the float64 re-run failed (an op without float64)
@@ -188,7 +205,9 @@ class ShadowNumerics(TorchDispatchMode):
         else:
             r64 = a64 = None
         if a64 is not None:
-            refs64 = [a for a in a64 if isinstance(a, torch.Tensor)][:1] if pick else outputs_of(r64)
+            refs64 = (
+                [a for a in a64 if isinstance(a, torch.Tensor)][:1] if pick else outputs_of(r64)
+            )
             refs64 = [x for x in refs64 if x.is_floating_point()]
             e_64 = c_64 = 0.0
             for (yc, r), x64 in zip(pairs, refs64):
@@ -211,10 +230,18 @@ class ShadowNumerics(TorchDispatchMode):
             key = (name, mod, where)
             d = self.divergences.get(key)
             if d is None:
-                d = self.divergences[key] = {"op": name, "module": mod, "location": where,
-                                             "backward": bool(self.tracker.is_bw), "count": 0,
-                                             "error_cpu": e_cpu, "error_f64": e_64, "cpu_error_f64": c_64,
-                                             "tolerance": tol, "op_index": self.index}
+                d = self.divergences[key] = {
+                    "op": name,
+                    "module": mod,
+                    "location": where,
+                    "backward": bool(self.tracker.is_bw),
+                    "count": 0,
+                    "error_cpu": e_cpu,
+                    "error_f64": e_64,
+                    "cpu_error_f64": c_64,
+                    "tolerance": tol,
+                    "op_index": self.index,
+                }
             d["count"] += 1
             d["error_cpu"] = max(d["error_cpu"], e_cpu)
             if self.first_divergence is None:

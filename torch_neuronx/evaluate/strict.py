@@ -21,6 +21,7 @@ Owner: what strict mode raises or warns, and its installation. It covers
 The op checks run in a TorchDispatchMode that torch.compile ignores while it
 compiles (compiled graphs are not checked op by op).
 """
+
 from __future__ import annotations
 
 import os
@@ -34,7 +35,13 @@ class NeuronStrictError(RuntimeError):
 
 
 def enabled() -> bool:
-    return os.environ.get("TORCH_NEURONX_STRICT", "0").strip().lower() not in ("", "0", "false", "no", "off")
+    return os.environ.get("TORCH_NEURONX_STRICT", "0").strip().lower() not in (
+        "",
+        "0",
+        "false",
+        "no",
+        "off",
+    )
 
 
 class StrictChecks:
@@ -51,15 +58,21 @@ class StrictChecks:
 
     def int64(self, op: str, where, rng):
         if self.raise_errors:
-            self._fail(f"{op} at {where or '?'} produced int64 values in [{rng[0]}, {rng[1]}], outside int32 "
-                       f"range", "int64")
+            self._fail(
+                f"{op} at {where or '?'} produced int64 values in [{rng[0]}, {rng[1]}], outside int32 "
+                f"range",
+                "int64",
+            )
 
     def float64(self, op: str, where):
         if (op, where) in self._warned:
             return
         self._warned.add((op, where))
-        warnings.warn(f"TORCH_NEURONX_STRICT: {op} at {where or '?'} produces float64; TorchNeuron computes it "
-                      f"as float32 ({LIMITS['float64'][1]})", stacklevel=2)
+        warnings.warn(
+            f"TORCH_NEURONX_STRICT: {op} at {where or '?'} produces float64; TorchNeuron computes it "
+            f"as float32 ({LIMITS['float64'][1]})",
+            stacklevel=2,
+        )
 
     def channels_last(self, op: str, where):
         if self.raise_errors:
@@ -105,9 +118,17 @@ def _strict_mode_class():
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             if on_neuron(args, kwargs) or any(t.device.type == "neuron" for t in outputs_of(out)):
-                self.fidelity.check(func, args, kwargs, outputs_of(out), module_path(self.tracker),
-                                    lambda: user_frame(3), self.strict)
+                self.fidelity.check(
+                    func,
+                    args,
+                    kwargs,
+                    outputs_of(out),
+                    module_path(self.tracker),
+                    lambda: user_frame(3),
+                    self.strict,
+                )
             return out
+
     return _StrictMode
 
 

@@ -66,8 +66,8 @@ typedef struct trn_attention_backward_desc {
     trn_attention_desc fwd;  // the forward's inputs, out and lse (read only)
     const void *dout;        // [batch, heads, q_len, v_dim]
     int64_t dout_strides[3];
-    void *dq, *dk, *dv;      // contiguous, shapes of q, k, v; NULL: not wanted
-    void *dmask;             // contiguous [batch, heads, q_len, kv_len] of dtype; NULL
+    void *dq, *dk, *dv;  // contiguous, shapes of q, k, v; NULL: not wanted
+    void *dmask;         // contiguous [batch, heads, q_len, kv_len] of dtype; NULL
 } trn_attention_backward_desc;
 
 // Whether dtype (and mask dtype, when has_mask) are supported; sets no error.

@@ -48,14 +48,14 @@ trn_status trn_batch_norm_launch(trn_stream *stream, const trn_batch_norm_desc *
 typedef struct trn_batch_norm_backward_desc {
     trn_dtype dtype, param_dtype;
     int64_t batch, channels, spatial;
-    const void *dy, *x;        // [batch, channels, spatial]
-    const void *weight;        // [channels] or NULL (1)
-    const void *mean;          // [channels]: training: saved mean; eval: running mean
-    const void *invstd_or_var; // training: saved invstd; eval: running var
+    const void *dy, *x;         // [batch, channels, spatial]
+    const void *weight;         // [channels] or NULL (1)
+    const void *mean;           // [channels]: training: saved mean; eval: running mean
+    const void *invstd_or_var;  // training: saved invstd; eval: running var
     int training;
-    double eps;                // eval only: invstd = 1 / sqrt(var + eps)
-    void *dx;                  // [batch, channels, spatial] or NULL
-    void *dweight, *dbias;     // [channels] each, or NULL
+    double eps;             // eval only: invstd = 1 / sqrt(var + eps)
+    void *dx;               // [batch, channels, spatial] or NULL
+    void *dweight, *dbias;  // [channels] each, or NULL
 } trn_batch_norm_backward_desc;
 
 // training: dx = w invstd (dy - mean(dy) - xhat mean(dy xhat)); eval:

@@ -47,16 +47,16 @@ extern "C" {
 #endif
 
 typedef struct trn_matmul_desc {
-    trn_dtype dtype;                 // of A, B and C
-    int64_t batch, m, n, k;          // each >= 0
-    const void *a;                   // batch x m x k
+    trn_dtype dtype;         // of A, B and C
+    int64_t batch, m, n, k;  // each >= 0
+    const void *a;           // batch x m x k
     int64_t a_strides[3];
-    const void *b;                   // batch x k x n
+    const void *b;  // batch x k x n
     int64_t b_strides[3];
-    void *c;                         // batch x m x n
+    void *c;  // batch x m x n
     int64_t c_strides[3];
-    double alpha, beta;              // floating dtypes
-    int64_t alpha_int, beta_int;     // integer dtypes
+    double alpha, beta;           // floating dtypes
+    int64_t alpha_int, beta_int;  // integer dtypes
 } trn_matmul_desc;
 
 // Whether the kernel supports `dtype` (false: the caller must not launch).

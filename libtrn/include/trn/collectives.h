@@ -64,8 +64,7 @@ typedef struct trn_reduce_post {
 trn_status trn_comm_region_create(int size, int *fd);
 // Maps the region behind `fd` as `rank`; timeout_ms bounds every wait
 // (<= 0: wait forever). Fails if the region was made for another size.
-trn_status trn_comm_attach(int fd, int rank, int size, int64_t timeout_ms,
-                           trn_comm **comm);
+trn_status trn_comm_attach(int fd, int rank, int size, int64_t timeout_ms, trn_comm **comm);
 // Unmaps; comm may be NULL. Never waits for peers.
 void trn_comm_destroy(trn_comm *comm);
 // Fails every current and future call of every rank with `why`.
@@ -108,13 +107,11 @@ void trn_comm_agree_next(trn_comm *comm, const trn_comm_agree *agree);
 // rank's collective then fails with TRN_ERROR_INVALID_ARGUMENT naming this
 // rank and `why`, and the ranks stay in step (no later call pairs with the
 // wrong collective). Returns that error here too.
-trn_status trn_comm_fail_call(trn_comm *comm, const char *what,
-                              const char *why);
+trn_status trn_comm_fail_call(trn_comm *comm, const char *what, const char *why);
 
 // Whether `op` is defined for `dtype` (and the post step for it); on false
 // the thread's last error says why.
-trn_status trn_comm_check_reduce(trn_dtype dtype, trn_redop op,
-                                 const trn_reduce_post *post);
+trn_status trn_comm_check_reduce(trn_dtype dtype, trn_redop op, const trn_reduce_post *post);
 
 // Applies `post` to `count` elements of `buf` in place (for transports that
 // reduce by plain SUM themselves, e.g. Gloo, which lacks PREMUL_SUM).
@@ -125,17 +122,14 @@ trn_status trn_reduce_post_apply(void *buf, size_t count, trn_dtype dtype,
 // only `root` (reduce) receives the reduction in `out`. in == out is allowed.
 // The reduction is evaluated in rank order for every element, so all ranks
 // get bit-identical results.
-trn_status trn_comm_allreduce(trn_comm *comm, const void *in, void *out,
-                              size_t count, trn_dtype dtype, trn_redop op,
-                              const trn_reduce_post *post);
-trn_status trn_comm_reduce(trn_comm *comm, const void *in, void *out,
-                           size_t count, trn_dtype dtype, trn_redop op,
-                           const trn_reduce_post *post, int root);
+trn_status trn_comm_allreduce(trn_comm *comm, const void *in, void *out, size_t count,
+                              trn_dtype dtype, trn_redop op, const trn_reduce_post *post);
+trn_status trn_comm_reduce(trn_comm *comm, const void *in, void *out, size_t count, trn_dtype dtype,
+                           trn_redop op, const trn_reduce_post *post, int root);
 // `in` holds size blocks of `count` elements; rank r receives the reduction
 // of everyone's block r in `out` (count elements).
-trn_status trn_comm_reduce_scatter(trn_comm *comm, const void *in, void *out,
-                                   size_t count, trn_dtype dtype, trn_redop op,
-                                   const trn_reduce_post *post);
+trn_status trn_comm_reduce_scatter(trn_comm *comm, const void *in, void *out, size_t count,
+                                   trn_dtype dtype, trn_redop op, const trn_reduce_post *post);
 
 // The general data movement: every rank publishes `src` (src_bytes) cut into
 // one part per destination rank j (part_off[j], part_len[j] bytes; NULL
@@ -144,13 +138,11 @@ trn_status trn_comm_reduce_scatter(trn_comm *comm, const void *in, void *out,
 // (dst == NULL or dst[i] == NULL: reads nothing from i). A part length that
 // differs from what its reader expects fails on every rank.
 // `what` names the collective in errors ("allgather", "all_to_all", ...).
-trn_status trn_comm_exchange(trn_comm *comm, const char *what, const void *src,
-                             size_t src_bytes, const size_t *part_off,
-                             const size_t *part_len, void *const *dst,
+trn_status trn_comm_exchange(trn_comm *comm, const char *what, const void *src, size_t src_bytes,
+                             const size_t *part_off, const size_t *part_len, void *const *dst,
                              const size_t *dst_len);
 // All ranks publish a buffer of `nbytes`; `root`'s lands in every buf.
-trn_status trn_comm_broadcast(trn_comm *comm, void *buf, size_t nbytes,
-                              int root);
+trn_status trn_comm_broadcast(trn_comm *comm, void *buf, size_t nbytes, int root);
 trn_status trn_comm_barrier(trn_comm *comm);
 
 // Point-to-point: an ordered byte stream per (sender, receiver) pair, so a
@@ -159,14 +151,14 @@ trn_status trn_comm_barrier(trn_comm *comm);
 // stage sends and receives at the same time).
 typedef struct trn_p2p_req {
     bool is_send;
-    int peer;          // rank; -1 for a receive from any source
+    int peer;  // rank; -1 for a receive from any source
     int64_t tag;
     void *buf;
     size_t nbytes;
     // Progress state, zero-initialise.
     size_t done;
-    int stage;         // 0: header pending, 1: payload, 2: finished
-    int source;        // the matched peer (set for any-source receives)
+    int stage;   // 0: header pending, 1: payload, 2: finished
+    int source;  // the matched peer (set for any-source receives)
     int64_t started_ns;
     int64_t checked_ns;  // last liveness check of the peer
 } trn_p2p_req;
@@ -174,8 +166,7 @@ typedef struct trn_p2p_req {
 // Moves as much of `req` as the peer allows. *finished tells whether it
 // completed; an error (tag or size mismatch, dead peer, timeout, abort) ends
 // the request and leaves the message in the thread's last error.
-trn_status trn_comm_p2p_progress(trn_comm *comm, trn_p2p_req *req,
-                                 bool *finished);
+trn_status trn_comm_p2p_progress(trn_comm *comm, trn_p2p_req *req, bool *finished);
 
 #ifdef __cplusplus
 }

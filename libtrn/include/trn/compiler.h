@@ -87,9 +87,9 @@ typedef enum trn_graph_index_error {
 } trn_graph_index_error;
 
 typedef enum trn_conv_kind {
-    TRN_CONV_FORWARD,       // (input, weight[, bias]) -> output
-    TRN_CONV_BACKWARD_DATA, // (grad_output, weight) -> grad_input
-    TRN_CONV_BACKWARD_WEIGHTS, // (input, grad_output) -> grad_weight
+    TRN_CONV_FORWARD,           // (input, weight[, bias]) -> output
+    TRN_CONV_BACKWARD_DATA,     // (grad_output, weight) -> grad_input
+    TRN_CONV_BACKWARD_WEIGHTS,  // (input, grad_output) -> grad_weight
 } trn_conv_kind;
 
 trn_status trn_graph_create(trn_graph **graph);
@@ -109,7 +109,8 @@ trn_status trn_graph_const(trn_graph *g, trn_dtype dtype, double f, int64_t i, i
 // the coordinates that pads and concatenations select with. Never takes
 // memory unless viewed or exported.
 trn_status trn_graph_iota(trn_graph *g, trn_dtype dtype, int ndim, const int64_t *sizes,
-                          const int64_t *coef, int64_t offset, double start, double step, int *node);
+                          const int64_t *coef, int64_t offset, double start, double step,
+                          int *node);
 // Elementwise op of trn/scalar.h computed in `compute` (the op's compute
 // dtype, as for trn_ew_launch), result of dtype `out`. Every input has the
 // node's sizes, or is a const; `params` (4 values, NULL = zeros) as in
@@ -136,10 +137,9 @@ trn_status trn_graph_matmul(trn_graph *g, int a, int b, double alpha, int *node)
 // Convolution through the oneDNN kernels (an extern call). `x` and `y` are
 // the kernel's two inputs in the order of trn_conv_kind; `bias` is -1 or a
 // 1-d node (forward only). `out_sizes` is the result's shape.
-trn_status trn_graph_conv(trn_graph *g, trn_conv_kind kind, int x, int y, int bias,
-                          int spatial, const int64_t *stride, const int64_t *padding,
-                          const int64_t *dilation, int64_t groups, int out_ndim,
-                          const int64_t *out_sizes, int *node);
+trn_status trn_graph_conv(trn_graph *g, trn_conv_kind kind, int x, int y, int bias, int spatial,
+                          const int64_t *stride, const int64_t *padding, const int64_t *dilation,
+                          int64_t groups, int out_ndim, const int64_t *out_sizes, int *node);
 // Indexed read: element i (the sizes of the index nodes, which all have
 // them: broadcast with views first) of the result is `src` at coordinates
 // c where c[out_to_src[j]] = i_j for the result dims j that walk a `src`
@@ -266,7 +266,8 @@ trn_status trn_compile_cache_store(const char *dir, const char *key, const void 
 // a hit counts as a use) until `dir` holds at most max_bytes of them.
 // `keep` (a key, or NULL) is never removed. Returns the bytes removed via
 // *removed (may be NULL).
-trn_status trn_compile_cache_evict(const char *dir, int64_t max_bytes, const char *keep, int64_t *removed);
+trn_status trn_compile_cache_evict(const char *dir, int64_t max_bytes, const char *keep,
+                                   int64_t *removed);
 
 #ifdef __cplusplus
 }

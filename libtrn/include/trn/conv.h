@@ -39,19 +39,19 @@ extern "C" {
 #endif
 
 typedef struct trn_conv_desc {
-    trn_dtype dtype;                  // of every tensor
-    int spatial;                      // 1, 2 or 3
-    int64_t n, c_in, c_out, groups;   // groups divides c_in and c_out
+    trn_dtype dtype;                             // of every tensor
+    int spatial;                                 // 1, 2 or 3
+    int64_t n, c_in, c_out, groups;              // groups divides c_in and c_out
     int64_t in_size[3], out_size[3], kernel[3];  // first `spatial` entries
     int64_t stride[3], padding[3], dilation[3];
     void *input;
-    int64_t input_strides[5];         // n, c_in, in_size...
+    int64_t input_strides[5];  // n, c_in, in_size...
     void *weight;
-    int64_t weight_strides[5];        // c_out, c_in / groups, kernel...
-    void *bias;                       // c_out elements, or NULL
+    int64_t weight_strides[5];  // c_out, c_in / groups, kernel...
+    void *bias;                 // c_out elements, or NULL
     int64_t bias_stride;
     void *output;
-    int64_t output_strides[5];        // n, c_out, out_size...
+    int64_t output_strides[5];  // n, c_out, out_size...
 } trn_conv_desc;
 
 bool trn_conv_supports(trn_dtype dtype);

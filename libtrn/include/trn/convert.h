@@ -35,12 +35,10 @@ static inline float trn_half_to_float(uint16_t h) {
     const float normalized = trn_fp32_from_bits((two_w >> 4) + exp_offset) *
                              trn_fp32_from_bits(UINT32_C(0x07800000));  // 2^-112
     const uint32_t magic_mask = UINT32_C(126) << 23;
-    const float denormalized =
-        trn_fp32_from_bits((two_w >> 17) | magic_mask) - 0.5f;
+    const float denormalized = trn_fp32_from_bits((two_w >> 17) | magic_mask) - 0.5f;
     const uint32_t denormalized_cutoff = UINT32_C(1) << 27;
-    const uint32_t bits = sign | (two_w < denormalized_cutoff
-                                      ? trn_fp32_to_bits(denormalized)
-                                      : trn_fp32_to_bits(normalized));
+    const uint32_t bits = sign | (two_w < denormalized_cutoff ? trn_fp32_to_bits(denormalized)
+                                                              : trn_fp32_to_bits(normalized));
     return trn_fp32_from_bits(bits);
 }
 
@@ -49,8 +47,8 @@ static inline float trn_half_to_float(uint16_t h) {
 // and adding a power of two aligned to the target precision rounds the
 // mantissa. Relies on the default rounding mode (never -ffast-math).
 static inline uint16_t trn_float_to_half(float f) {
-    const float scale_to_inf = trn_fp32_from_bits(UINT32_C(0x77800000));  // 2^112
-    const float scale_to_zero = trn_fp32_from_bits(UINT32_C(0x08800000)); // 2^-110
+    const float scale_to_inf = trn_fp32_from_bits(UINT32_C(0x77800000));   // 2^112
+    const float scale_to_zero = trn_fp32_from_bits(UINT32_C(0x08800000));  // 2^-110
     const uint32_t w = trn_fp32_to_bits(f);
     const float abs_f = trn_fp32_from_bits(w & UINT32_C(0x7FFFFFFF));
     float base = (abs_f * scale_to_inf) * scale_to_zero;
@@ -63,14 +61,11 @@ static inline uint16_t trn_float_to_half(float f) {
     const uint32_t exp_bits = (bits >> 13) & UINT32_C(0x00007C00);
     const uint32_t mantissa_bits = bits & UINT32_C(0x00000FFF);
     const uint32_t nonsign = exp_bits + mantissa_bits;
-    return (uint16_t)((sign >> 16) |
-                      (shl1_w > UINT32_C(0xFF000000) ? UINT32_C(0x7E00) : nonsign));
+    return (uint16_t)((sign >> 16) | (shl1_w > UINT32_C(0xFF000000) ? UINT32_C(0x7E00) : nonsign));
 }
 
 // Exact: bfloat16 is the top half of a float32.
-static inline float trn_bf16_to_float(uint16_t b) {
-    return trn_fp32_from_bits((uint32_t)b << 16);
-}
+static inline float trn_bf16_to_float(uint16_t b) { return trn_fp32_from_bits((uint32_t)b << 16); }
 
 // A select, not an early return, so that loops over it vectorize.
 static inline uint16_t trn_float_to_bf16(float f) {
@@ -171,7 +166,8 @@ static inline uint8_t trn__float_to_fnuz(float f, int mb, int bias) {
 
 static inline float trn__fnuz_to_float(uint8_t c, int mb, int bias) {
     const uint32_t mag = c & 0x7Fu, sign = (uint32_t)(c & 0x80u) << 24;
-    const uint32_t bits = c == 0x80u ? UINT32_C(0x7F800001) : (sign | trn__f8_decode_mag(mag, mb, bias));
+    const uint32_t bits =
+        c == 0x80u ? UINT32_C(0x7F800001) : (sign | trn__f8_decode_mag(mag, mb, bias));
     return trn_fp32_from_bits(bits);
 }
 
@@ -211,7 +207,8 @@ static inline uint16_t trn_fp8_value_to_half(float f) {
 
 static inline uint16_t trn_fp8_value_to_bf16(float f) {
     const uint32_t u = trn_fp32_to_bits(f);
-    return (u & UINT32_C(0x7FFFFFFF)) > UINT32_C(0x7F800000) ? (uint16_t)0x7FC0u : trn_float_to_bf16(f);
+    return (u & UINT32_C(0x7FFFFFFF)) > UINT32_C(0x7F800000) ? (uint16_t)0x7FC0u
+                                                             : trn_float_to_bf16(f);
 }
 
 #endif

@@ -25,8 +25,8 @@ extern "C" {
 #define TRN_MAX_DIMS 64
 
 typedef struct trn_copy_desc {
-    int ndim;                    // 0..TRN_MAX_DIMS; 0 copies one element
-    const int64_t *sizes;        // ndim entries, each >= 0
+    int ndim;              // 0..TRN_MAX_DIMS; 0 copies one element
+    const int64_t *sizes;  // ndim entries, each >= 0
     void *dst;
     const int64_t *dst_strides;  // in elements, may be 0 only for size-1 dims
     trn_dtype dst_dtype;

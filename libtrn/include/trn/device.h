@@ -25,9 +25,9 @@ extern "C" {
 #define TRN_MAX_DEVICES 64
 
 typedef struct trn_device_props {
-    char name[64];          // "OpenNeuron NeuronCore-v3 (emulated)"
-    size_t total_memory;    // capacity of the emulated HBM, bytes
-    int core_count;         // host threads the device may use for kernels
+    char name[64];        // "OpenNeuron NeuronCore-v3 (emulated)"
+    size_t total_memory;  // capacity of the emulated HBM, bytes
+    int core_count;       // host threads the device may use for kernels
 } trn_device_props;
 
 // Number of visible devices; never fails (0 when the environment is invalid).

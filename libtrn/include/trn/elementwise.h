@@ -35,6 +35,7 @@ extern "C" {
 #endif
 
 // X(name, operand count). Parameters (p[] = desc->params) in the comment.
+// clang-format off
 #define TRN_EW_OP_LIST(X)                                                      \
     /* unary */                                                                \
     X(ABS, 1) X(NEG, 1) X(SIGN, 1) X(RELU, 1)                                  \
@@ -83,12 +84,13 @@ extern "C" {
     X(LERP, 3)     /* start, end, weight */                                    \
     X(ADDCMUL, 3)  /* x + p0 * a * b */                                        \
     X(ADDCDIV, 3)  /* x + p0 * a / b */
+// clang-format on
 
 typedef enum trn_ew_op {
 #define TRN__EW_ENUM(name, arity) TRN_EW_##name,
     TRN_EW_OP_LIST(TRN__EW_ENUM)
 #undef TRN__EW_ENUM
-    TRN_EW_OP_COUNT
+        TRN_EW_OP_COUNT
 } trn_ew_op;
 
 // Number of inputs of the op (1, 2 or 3); 0 for an invalid value.
@@ -104,19 +106,19 @@ typedef union trn_scalar {
 
 typedef struct trn_ew_desc {
     trn_ew_op op;
-    trn_dtype dtype;             // compute dtype = dtype of tensor inputs
-    int ndim;                    // 0..TRN_MAX_DIMS
-    const int64_t *sizes;        // ndim entries
+    trn_dtype dtype;       // compute dtype = dtype of tensor inputs
+    int ndim;              // 0..TRN_MAX_DIMS
+    const int64_t *sizes;  // ndim entries
     void *out;
-    const int64_t *out_strides;  // bytes
-    trn_dtype out_dtype;         // dtype, or BOOL for predicates
-    const void *in[3];           // NULL: scalar operand, value in scalar_in
-    trn_dtype in_dtype[3];       // dtype of each tensor input (any of the
-                                 // dtypes trn_ew_supports_dtypes accepts);
-                                 // converted to the compute dtype on load
-    const int64_t *in_strides[3];// bytes (ignored for scalar operands)
+    const int64_t *out_strides;    // bytes
+    trn_dtype out_dtype;           // dtype, or BOOL for predicates
+    const void *in[3];             // NULL: scalar operand, value in scalar_in
+    trn_dtype in_dtype[3];         // dtype of each tensor input (any of the
+                                   // dtypes trn_ew_supports_dtypes accepts);
+                                   // converted to the compute dtype on load
+    const int64_t *in_strides[3];  // bytes (ignored for scalar operands)
     trn_scalar scalar_in[3];
-    double params[4];            // op parameters, see TRN_EW_OP_LIST
+    double params[4];  // op parameters, see TRN_EW_OP_LIST
     // ADD / SUB computed in F16 / BF16 round as ATen's CPU add does: alpha
     // rounded to the 16-bit type; a + alpha * b rounded once in its
     // vectorized body, alpha * b rounded to 16 bits first in its scalar

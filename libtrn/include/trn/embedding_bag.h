@@ -39,20 +39,20 @@ typedef struct trn_embedding_bag_desc {
     trn_dtype dtype, index_dtype;
     trn_embedding_bag_mode mode;
     int64_t num_weights, dim, num_indices, num_offsets, num_bags;
-    int64_t padding_idx;              // -1: none
-    int scale_grad_by_freq;           // backward: divide by the index's count
-    const void *weight;               // forward: [num_weights, dim]
-    const void *indices, *offsets;    // [num_indices], [num_offsets]
-    const void *per_sample_weights;   // [num_indices] (SUM only) or NULL
-    void *output;                     // forward: [num_bags, dim]
-    int64_t *offset2bag;              // forward: [num_indices] bag of each index (-1
-                                      // after the last bag), or NULL; backward: read
-    int64_t *bag_size;                // forward: [num_bags] counted indices, or NULL
-    int64_t *max_indices;             // forward, MAX: [num_bags, dim] row of each max
-                                      // (-1 for an empty bag); backward, MAX: read
-    const void *grad;                 // backward: [num_bags, dim]
-    void *grad_weight;                // backward: [num_weights, dim] (overwritten)
-    void *grad_per_sample_weights;    // backward: [num_indices], needs weight (SUM)
+    int64_t padding_idx;             // -1: none
+    int scale_grad_by_freq;          // backward: divide by the index's count
+    const void *weight;              // forward: [num_weights, dim]
+    const void *indices, *offsets;   // [num_indices], [num_offsets]
+    const void *per_sample_weights;  // [num_indices] (SUM only) or NULL
+    void *output;                    // forward: [num_bags, dim]
+    int64_t *offset2bag;             // forward: [num_indices] bag of each index (-1
+                                     // after the last bag), or NULL; backward: read
+    int64_t *bag_size;               // forward: [num_bags] counted indices, or NULL
+    int64_t *max_indices;            // forward, MAX: [num_bags, dim] row of each max
+                                     // (-1 for an empty bag); backward, MAX: read
+    const void *grad;                // backward: [num_bags, dim]
+    void *grad_weight;               // backward: [num_weights, dim] (overwritten)
+    void *grad_per_sample_weights;   // backward: [num_indices], needs weight (SUM)
 } trn_embedding_bag_desc;
 
 trn_status trn_embedding_bag_launch(trn_stream *stream, const trn_embedding_bag_desc *desc);

@@ -26,12 +26,12 @@ extern "C" {
 // memset speed and split across the thread pool when large.
 typedef struct trn_fill_desc {
     trn_dtype dtype;
-    int ndim;                 // 0..TRN_MAX_DIMS
+    int ndim;  // 0..TRN_MAX_DIMS
     const int64_t *sizes;
     void *out;
-    const int64_t *strides;   // elements, nonzero for size > 1
+    const int64_t *strides;  // elements, nonzero for size > 1
     unsigned char value[16];
-    const void *value_ptr;    // NULL: use value
+    const void *value_ptr;  // NULL: use value
 } trn_fill_desc;
 
 trn_status trn_fill_launch(trn_stream *stream, const trn_fill_desc *desc);
@@ -68,7 +68,7 @@ typedef struct trn_tri_desc {
     int upper;
     int64_t diagonal;
     trn_dtype dtype;
-    int ndim;                 // 2..TRN_MAX_DIMS
+    int ndim;  // 2..TRN_MAX_DIMS
     const int64_t *sizes;
     const void *in;
     const int64_t *in_strides;

@@ -30,26 +30,26 @@ extern "C" {
 
 // y is b[i] (list variants) or the scalar (scalar variants); z is c[i].
 typedef enum trn_foreach_op {
-    TRN_FOREACH_ADD = 0,        // a + alpha * y
-    TRN_FOREACH_SUB,            // a - alpha * y
-    TRN_FOREACH_MUL,            // a * y
-    TRN_FOREACH_DIV,            // a / y
-    TRN_FOREACH_MAXIMUM,        // NaN-propagating max(a, y)
-    TRN_FOREACH_MINIMUM,        // NaN-propagating min(a, y)
-    TRN_FOREACH_CLAMP_MIN,      // a is NaN ? a : max(a, y)
-    TRN_FOREACH_CLAMP_MAX,      // a is NaN ? a : min(a, y)
-    TRN_FOREACH_POW,            // a ** y
-    TRN_FOREACH_RPOW,           // y ** a (scalar base)
-    TRN_FOREACH_ADDCMUL,        // a + s * b * c
-    TRN_FOREACH_ADDCDIV,        // a + s * (b / c)
-    TRN_FOREACH_LERP,           // a + w * (b - a), w = c[i] (b_list and c) or s
+    TRN_FOREACH_ADD = 0,    // a + alpha * y
+    TRN_FOREACH_SUB,        // a - alpha * y
+    TRN_FOREACH_MUL,        // a * y
+    TRN_FOREACH_DIV,        // a / y
+    TRN_FOREACH_MAXIMUM,    // NaN-propagating max(a, y)
+    TRN_FOREACH_MINIMUM,    // NaN-propagating min(a, y)
+    TRN_FOREACH_CLAMP_MIN,  // a is NaN ? a : max(a, y)
+    TRN_FOREACH_CLAMP_MAX,  // a is NaN ? a : min(a, y)
+    TRN_FOREACH_POW,        // a ** y
+    TRN_FOREACH_RPOW,       // y ** a (scalar base)
+    TRN_FOREACH_ADDCMUL,    // a + s * b * c
+    TRN_FOREACH_ADDCDIV,    // a + s * (b / c)
+    TRN_FOREACH_LERP,       // a + w * (b - a), w = c[i] (b_list and c) or s
     TRN_FOREACH_SQRT,
     TRN_FOREACH_NEG,
     TRN_FOREACH_ABS,
     TRN_FOREACH_EXP,
     TRN_FOREACH_RECIPROCAL,
-    TRN_FOREACH_ZERO,           // out = 0
-    TRN_FOREACH_NORM,           // out (one element) = ||a||_ord, ord 1, 2 or inf
+    TRN_FOREACH_ZERO,  // out = 0
+    TRN_FOREACH_NORM,  // out (one element) = ||a||_ord, ord 1, 2 or inf
     TRN_FOREACH_OP_COUNT
 } trn_foreach_op;
 
@@ -57,7 +57,7 @@ typedef struct trn_foreach_tensor {
     void *out;              // n elements (NORM: one element)
     const void *a, *b, *c;  // n elements each, or NULL where the op has none
     int64_t n;
-    double scalar;          // y / s / w of the scalar variants
+    double scalar;  // y / s / w of the scalar variants
 } trn_foreach_tensor;
 
 typedef struct trn_foreach_desc {
@@ -65,12 +65,12 @@ typedef struct trn_foreach_desc {
     trn_dtype dtype;  // of every tensor (F16, BF16, F32, F64)
     int64_t count;
     const trn_foreach_tensor *tensors;
-    double alpha;     // ADD / SUB
+    double alpha;  // ADD / SUB
     // When non-NULL, a one-element tensor whose value replaces every
     // tensor's scalar, read when the task runs (no host synchronization).
     const void *scalar_tensor;
     trn_dtype scalar_dtype;
-    double ord;       // NORM: 1, 2 or INFINITY
+    double ord;  // NORM: 1, 2 or INFINITY
     // ADD / SUB on F16 / BF16 round as ATen's CPU add does (alpha and a
     // scalar operand rounded to the 16-bit type; a + alpha * b rounded once in its
     // vectorized body, alpha * b rounded to 16 bits first in its scalar
@@ -100,7 +100,7 @@ typedef struct trn_fused_adam_desc {
     const trn_fused_adam_tensor *tensors;
     double lr, beta1, beta2, weight_decay, eps;
     int amsgrad, maximize;
-    int adamw;        // decoupled weight decay
+    int adamw;                            // decoupled weight decay
     const float *grad_scale, *found_inf;  // NULL: absent
 } trn_fused_adam_desc;
 

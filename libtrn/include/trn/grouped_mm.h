@@ -50,17 +50,17 @@ typedef enum trn_gmm_layout {
 } trn_gmm_layout;
 
 typedef struct trn_grouped_mm_desc {
-    trn_dtype dtype;       // of A, B and C
+    trn_dtype dtype;  // of A, B and C
     trn_gmm_layout layout;
-    int64_t groups;        // G >= 1
-    int64_t m, n, k;       // sizes of the row/column dims as above, >= 0
+    int64_t groups;   // G >= 1
+    int64_t m, n, k;  // sizes of the row/column dims as above, >= 0
     const void *a;
     int64_t a_strides[3];  // group (ignored for a 2-d A), row, column
     const void *b;
     int64_t b_strides[3];
     void *c;
     int64_t c_strides[3];
-    const int32_t *offs;   // G cumulative ends (device memory); NULL for 3D_3D
+    const int32_t *offs;  // G cumulative ends (device memory); NULL for 3D_3D
 } trn_grouped_mm_desc;
 
 // Whether the kernel computes in `dtype`.

@@ -52,11 +52,11 @@ typedef enum trn_index_reduce {
 // message names.
 typedef struct trn_index_desc {
     int scatter;
-    trn_index_reduce reduce;   // scatter only; NONE for gather
-    int include_self;          // MEAN: the destination's value counts once
-    trn_dtype dtype;           // of out and src (reductions compute per dtype)
-    int ndim;                  // 0..TRN_INDEX_MAX_DIMS
-    const int64_t *sizes;      // innermost first
+    trn_index_reduce reduce;  // scatter only; NONE for gather
+    int include_self;         // MEAN: the destination's value counts once
+    trn_dtype dtype;          // of out and src (reductions compute per dtype)
+    int ndim;                 // 0..TRN_INDEX_MAX_DIMS
+    const int64_t *sizes;     // innermost first
     void *out;
     const int64_t *out_strides;  // bytes
     const void *src;             // NULL: every element is `value`
@@ -68,7 +68,7 @@ typedef struct trn_index_desc {
     const int64_t *idx[TRN_INDEX_MAX_INDICES];
     const int64_t *idx_strides[TRN_INDEX_MAX_INDICES];  // bytes
     int64_t indexed_sizes[TRN_INDEX_MAX_INDICES];
-    int64_t indexed_strides[TRN_INDEX_MAX_INDICES];     // bytes
+    int64_t indexed_strides[TRN_INDEX_MAX_INDICES];  // bytes
     int dims[TRN_INDEX_MAX_INDICES];
     int wrap;
     // MEAN only: the destination is contiguous with out_numel elements and
@@ -90,9 +90,9 @@ typedef struct trn_mask_fill_desc {
     const int64_t *sizes;
     void *out;
     const int64_t *out_strides;
-    const void *mask;               // bool
+    const void *mask;  // bool
     const int64_t *mask_strides;
-    unsigned char value[16];        // one element of dtype
+    unsigned char value[16];  // one element of dtype
 } trn_mask_fill_desc;
 trn_status trn_mask_fill_launch(trn_stream *stream, const trn_mask_fill_desc *d);
 
@@ -100,29 +100,27 @@ trn_status trn_mask_fill_launch(trn_stream *stream, const trn_mask_fill_desc *d)
 // the value (-0.0 is zero, NaN is not; complex: either part).
 typedef struct trn_nz_tensor {
     trn_dtype dtype;
-    int ndim;                       // 0..TRN_INDEX_MAX_DIMS
-    const int64_t *sizes;           // outermost first
+    int ndim;              // 0..TRN_INDEX_MAX_DIMS
+    const int64_t *sizes;  // outermost first
     const void *data;
-    const int64_t *strides;         // ELEMENTS
+    const int64_t *strides;  // ELEMENTS
 } trn_nz_tensor;
 
 // *count (a host or device int64) = number of nonzero elements. The caller
 // reads it after synchronizing the stream.
-trn_status trn_count_nonzero_launch(trn_stream *stream, const trn_nz_tensor *t,
-                                    int64_t *count);
+trn_status trn_count_nonzero_launch(trn_stream *stream, const trn_nz_tensor *t, int64_t *count);
 // nonzero: writes the coordinates of the first `count` nonzero elements in
 // row-major order into out (int64 [count, ndim], row stride out_row_stride
 // and column stride out_col_stride, in elements). Finding a different number
 // of nonzeros than `count` (the tensor changed) fails the task.
-trn_status trn_nonzero_launch(trn_stream *stream, const trn_nz_tensor *t,
-                              int64_t count, int64_t *out,
-                              int64_t out_row_stride, int64_t out_col_stride);
+trn_status trn_nonzero_launch(trn_stream *stream, const trn_nz_tensor *t, int64_t count,
+                              int64_t *out, int64_t out_row_stride, int64_t out_col_stride);
 // masked_select: `mask` (bool) and `src` share `t.sizes` (already broadcast);
 // copies src elements where mask is true, in row-major order, to the
 // contiguous out (count elements of src's dtype, out_stride elements apart).
 trn_status trn_masked_select_launch(trn_stream *stream, const trn_nz_tensor *src,
-                                    const trn_nz_tensor *mask, int64_t count,
-                                    void *out, int64_t out_stride);
+                                    const trn_nz_tensor *mask, int64_t count, void *out,
+                                    int64_t out_stride);
 
 // ---- cat (src/kernels/index/cat.c) ----------------------------------------------
 // Copies `ninputs` tensors of `dtype` into consecutive slices of out along
@@ -130,16 +128,16 @@ trn_status trn_masked_select_launch(trn_stream *stream, const trn_nz_tensor *src
 // out's sizes except sizes[dim] = input_dim_sizes[i]. Inputs may be empty.
 typedef struct trn_cat_input {
     const void *data;
-    const int64_t *strides;         // ndim entries, elements
+    const int64_t *strides;  // ndim entries, elements
     int64_t dim_size;
 } trn_cat_input;
 
 typedef struct trn_cat_desc {
     trn_dtype dtype;
-    int ndim;                       // 1..TRN_INDEX_MAX_DIMS
-    const int64_t *sizes;           // of out
+    int ndim;              // 1..TRN_INDEX_MAX_DIMS
+    const int64_t *sizes;  // of out
     void *out;
-    const int64_t *out_strides;     // elements
+    const int64_t *out_strides;  // elements
     int dim;
     int ninputs;
     const trn_cat_input *inputs;

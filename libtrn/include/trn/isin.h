@@ -21,13 +21,13 @@ extern "C" {
 #endif
 
 typedef struct trn_isin_desc {
-    trn_dtype dtype;                 // of elements and test_elements
+    trn_dtype dtype;  // of elements and test_elements
     int invert;
-    int64_t n;                       // contiguous elements
-    int64_t m;                       // contiguous test elements
+    int64_t n;  // contiguous elements
+    int64_t m;  // contiguous test elements
     const void *elements;
     const void *test_elements;
-    uint8_t *out;                    // n bools, contiguous
+    uint8_t *out;  // n bools, contiguous
 } trn_isin_desc;
 
 int trn_isin_supports(trn_dtype dtype);

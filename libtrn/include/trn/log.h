@@ -37,8 +37,7 @@ void trn_log(trn_log_level level, const char *component, const char *fmt, ...)
 #endif
     ;
 // Writes a preformatted message (used by the bindings).
-void trn_log_message(trn_log_level level, const char *component,
-                     const char *message);
+void trn_log_message(trn_log_level level, const char *component, const char *message);
 trn_log_level trn_log_get_level(void);
 // Overrides the environment for the rest of the process.
 void trn_log_set_level(trn_log_level level);

@@ -49,12 +49,11 @@ typedef struct trn_nll_loss_backward_desc {
     trn_reduction reduction;
     int64_t batch, classes, inner;
     int64_t ignore_index;
-    const void *grad_output;   // [batch, inner] (NONE) or one element
+    const void *grad_output;  // [batch, inner] (NONE) or one element
     const void *target, *weight, *total_weight;
     void *grad_input;
 } trn_nll_loss_backward_desc;
-trn_status trn_nll_loss_backward_launch(trn_stream *stream,
-                                        const trn_nll_loss_backward_desc *desc);
+trn_status trn_nll_loss_backward_launch(trn_stream *stream, const trn_nll_loss_backward_desc *desc);
 int trn_nll_loss_supports(trn_dtype dtype, trn_dtype target_dtype);
 
 // Dropout over n contiguous elements: keep[i] = u(seed, offset + i) < 1 - p

@@ -21,8 +21,8 @@ extern "C" {
 
 // As trn_matmul_launch, plus the bias row; desc's beta (and beta_int) must
 // be 0 and `bias` must stay valid until the task has run.
-trn_status trn_matmul_bias_launch(trn_stream *stream, const trn_matmul_desc *desc,
-                                  const void *bias, int64_t bias_stride);
+trn_status trn_matmul_bias_launch(trn_stream *stream, const trn_matmul_desc *desc, const void *bias,
+                                  int64_t bias_stride);
 
 #ifdef __cplusplus
 }

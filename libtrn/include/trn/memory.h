@@ -42,24 +42,23 @@ extern "C" {
 
 typedef struct trn_mem_stats {
     // current / peak values (peaks reset by trn_mem_reset_peak)
-    uint64_t allocated_bytes, allocated_bytes_peak;   // handed to users, rounded
-    uint64_t requested_bytes, requested_bytes_peak;   // as requested
-    uint64_t reserved_bytes, reserved_bytes_peak;     // allocated + cached
-    uint64_t active_blocks, active_blocks_peak;       // blocks handed out
-    uint64_t segments, segments_peak;                 // host segments
+    uint64_t allocated_bytes, allocated_bytes_peak;  // handed to users, rounded
+    uint64_t requested_bytes, requested_bytes_peak;  // as requested
+    uint64_t reserved_bytes, reserved_bytes_peak;    // allocated + cached
+    uint64_t active_blocks, active_blocks_peak;      // blocks handed out
+    uint64_t segments, segments_peak;                // host segments
     // cumulative counts (reset by trn_mem_reset_accumulated)
-    uint64_t num_allocs, num_frees;                   // user alloc / free calls
-    uint64_t num_segment_allocs, num_segment_frees;   // host malloc / free calls
-    uint64_t num_alloc_retries;                       // cache flushes to fit
+    uint64_t num_allocs, num_frees;                  // user alloc / free calls
+    uint64_t num_segment_allocs, num_segment_frees;  // host malloc / free calls
+    uint64_t num_alloc_retries;                      // cache flushes to fit
     uint64_t num_ooms;
-    uint64_t capacity;                                // bytes
+    uint64_t capacity;  // bytes
 } trn_mem_stats;
 
 // Allocates nbytes on the device for use on `stream` (NULL: the device's
 // current stream). nbytes == 0 gives *ptr == NULL and TRN_SUCCESS. Memory is
 // 64-byte aligned and uninitialised.
-trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream,
-                         void **ptr);
+trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream, void **ptr);
 // Returns a block to its device's cache. NULL is a no-op. An unknown pointer
 // or a second free gives TRN_ERROR_INVALID_POINTER and changes nothing.
 trn_status trn_mem_free(void *ptr);
@@ -74,8 +73,7 @@ trn_status trn_mem_get_stats(int device, trn_mem_stats *stats);
 trn_status trn_mem_reset_peak(int device);
 trn_status trn_mem_reset_accumulated(int device);
 // free = capacity - reserved; total = capacity.
-trn_status trn_mem_get_info(int device, size_t *free_bytes,
-                            size_t *total_bytes);
+trn_status trn_mem_get_info(int device, size_t *free_bytes, size_t *total_bytes);
 
 // Per-process limit on the device's reserved bytes
 // (torch.neuron.set_per_process_memory_fraction): a request that would take
@@ -89,13 +87,13 @@ size_t trn_mem_get_limit(int device);
 // One block of a segment (allocated, or cached for reuse).
 typedef struct trn_mem_block_info {
     void *ptr;
-    size_t size;        // rounded size
-    size_t requested;   // as requested by its current user (0 when cached)
+    size_t size;       // rounded size
+    size_t requested;  // as requested by its current user (0 when cached)
     int device;
-    int64_t stream;     // trn_stream_id of the allocation stream
-    bool allocated;     // false: cached (free for reuse)
-    bool small_pool;    // its segment is in the small pool
-    void *segment;      // the segment holding the block, and its size
+    int64_t stream;   // trn_stream_id of the allocation stream
+    bool allocated;   // false: cached (free for reuse)
+    bool small_pool;  // its segment is in the small pool
+    void *segment;    // the segment holding the block, and its size
     size_t segment_size;
 } trn_mem_block_info;
 // Copies up to max of the device's blocks (by address, so a segment's blocks
@@ -110,8 +108,8 @@ typedef enum trn_mem_event {
     TRN_MEM_EVENT_SEGMENT_FREE = 1,   // a cached segment went back to the host
     TRN_MEM_EVENT_OOM = 2,            // a request failed (size = request)
 } trn_mem_event;
-typedef void (*trn_mem_observer)(void *ctx, trn_mem_event event, int device,
-                                 const void *ptr, size_t size, int64_t stream);
+typedef void (*trn_mem_observer)(void *ctx, trn_mem_event event, int device, const void *ptr,
+                                 size_t size, int64_t stream);
 // Installs (or, with NULL, removes) the single observer.
 void trn_mem_set_observer(trn_mem_observer observer, void *ctx);
 

@@ -29,27 +29,27 @@ extern "C" {
 #endif
 
 // X(enum name, printable name) - the fixed per-device counters.
-#define TRN_COUNTER_LIST(X)                                                    \
-    X(TRN_COUNTER_KERNEL_LAUNCHES, "kernel_launches")                          \
-    X(TRN_COUNTER_FALLBACKS, "cpu_fallbacks")                                  \
-    X(TRN_COUNTER_COPIES, "copies")                                            \
-    X(TRN_COUNTER_BYTES_H2D, "bytes_host_to_device")                           \
-    X(TRN_COUNTER_BYTES_D2H, "bytes_device_to_host")                           \
-    X(TRN_COUNTER_BYTES_D2D, "bytes_device_to_device")                         \
-    X(TRN_COUNTER_COMPILES, "compiles")                                        \
-    X(TRN_COUNTER_COMPILE_NS, "compile_ns")                                    \
-    X(TRN_COUNTER_COMPILE_CACHE_HITS, "compile_cache_hits")                    \
-    X(TRN_COUNTER_COMPILE_CACHE_MISSES, "compile_cache_misses")                \
-    X(TRN_COUNTER_COMPILED_LAUNCHES, "compiled_graph_launches")                \
-    X(TRN_COUNTER_COLLECTIVES, "collectives")                                  \
-    X(TRN_COUNTER_COLLECTIVE_BYTES, "collective_bytes")                        \
+#define TRN_COUNTER_LIST(X)                                                                        \
+    X(TRN_COUNTER_KERNEL_LAUNCHES, "kernel_launches")                                              \
+    X(TRN_COUNTER_FALLBACKS, "cpu_fallbacks")                                                      \
+    X(TRN_COUNTER_COPIES, "copies")                                                                \
+    X(TRN_COUNTER_BYTES_H2D, "bytes_host_to_device")                                               \
+    X(TRN_COUNTER_BYTES_D2H, "bytes_device_to_host")                                               \
+    X(TRN_COUNTER_BYTES_D2D, "bytes_device_to_device")                                             \
+    X(TRN_COUNTER_COMPILES, "compiles")                                                            \
+    X(TRN_COUNTER_COMPILE_NS, "compile_ns")                                                        \
+    X(TRN_COUNTER_COMPILE_CACHE_HITS, "compile_cache_hits")                                        \
+    X(TRN_COUNTER_COMPILE_CACHE_MISSES, "compile_cache_misses")                                    \
+    X(TRN_COUNTER_COMPILED_LAUNCHES, "compiled_graph_launches")                                    \
+    X(TRN_COUNTER_COLLECTIVES, "collectives")                                                      \
+    X(TRN_COUNTER_COLLECTIVE_BYTES, "collective_bytes")                                            \
     X(TRN_COUNTER_OOMS, "out_of_memory_errors")
 
 typedef enum trn_counter {
 #define TRN__COUNTER_ENUM(name, text) name,
     TRN_COUNTER_LIST(TRN__COUNTER_ENUM)
 #undef TRN__COUNTER_ENUM
-    TRN_COUNTER_COUNT
+        TRN_COUNTER_COUNT
 } trn_counter;
 
 // Adds delta to the counter of `device`; work with no device (device -1 or
@@ -73,8 +73,8 @@ void trn_metric_record(const char *name, double value);
 
 typedef struct trn_metric_info {
     char name[64];
-    bool is_counter;   // named counter (value in sum) or metric
-    uint64_t count;    // samples recorded (counters: number of adds)
+    bool is_counter;  // named counter (value in sum) or metric
+    uint64_t count;   // samples recorded (counters: number of adds)
     double sum, min, max;
 } trn_metric_info;
 // Copies up to max entries into out; returns the number of entries that
@@ -84,24 +84,24 @@ size_t trn_metrics_list(trn_metric_info *out, size_t max);
 // ---- the shared-memory stats page (read by neuron-top / neuron-ls) -------
 #define TRN_STATS_MAGIC 0x31544154534e5254ULL  // "TRNSTAT1"
 #define TRN_STATS_VERSION 1
-#define TRN_STATS_COUNTERS 16                  // >= TRN_COUNTER_COUNT
+#define TRN_STATS_COUNTERS 16  // >= TRN_COUNTER_COUNT
 
 typedef struct trn_stats_device {
     uint64_t counters[TRN_STATS_COUNTERS];  // trn_counter order
-    uint64_t in_use;          // 1 once the process allocated or launched here
-    uint64_t running;         // tasks executing right now (sampled by
-                              // neuron-top for utilization: timing every
-                              // task would cost ~0.2 us per launch here)
-    uint64_t mem_allocated;   // bytes handed to tensors
-    uint64_t mem_reserved;    // allocated + cached
-    uint64_t mem_capacity;    // emulated HBM (or the per-process limit)
+    uint64_t in_use;                        // 1 once the process allocated or launched here
+    uint64_t running;                       // tasks executing right now (sampled by
+                                            // neuron-top for utilization: timing every
+                                            // task would cost ~0.2 us per launch here)
+    uint64_t mem_allocated;                 // bytes handed to tensors
+    uint64_t mem_reserved;                  // allocated + cached
+    uint64_t mem_capacity;                  // emulated HBM (or the per-process limit)
 } trn_stats_device;
 
 typedef struct trn_stats_page {
     uint64_t magic, version, pid, device_count;
     uint64_t start_unix_ns;
-    uint64_t counter_count;   // TRN_COUNTER_COUNT when written
-    char command[128];        // NUL-terminated, from /proc/self/cmdline
+    uint64_t counter_count;  // TRN_COUNTER_COUNT when written
+    char command[128];       // NUL-terminated, from /proc/self/cmdline
     trn_stats_device devices[TRN_MAX_DEVICES];
 } trn_stats_page;
 

@@ -28,7 +28,8 @@ typedef struct trn_nki_program trn_nki_program;
 // Parses, checks, renders and compiles (or loads from opts->cache_dir) the
 // program text `ir`. A kernel that breaks a hardware rule fails with
 // TRN_ERROR_INVALID_ARGUMENT and a message naming kernel, instruction, line.
-trn_status trn_nki_compile(const char *ir, const trn_compile_options *opts, trn_nki_program **program);
+trn_status trn_nki_compile(const char *ir, const trn_compile_options *opts,
+                           trn_nki_program **program);
 void trn_nki_program_free(trn_nki_program *p);
 // Number of HBM tensors a run binds: the kernel's arguments, then its
 // outputs, in the order of the program text.

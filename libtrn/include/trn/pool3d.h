@@ -33,11 +33,11 @@ extern "C" {
 
 typedef struct trn_pool3d_geometry {
     int64_t planes;
-    int64_t in[3], out[3];  // depth, height, width
+    int64_t in[3], out[3];             // depth, height, width
     int64_t k[3], s[3], p[3], dil[3];  // fixed windows only: kernel, stride, padding, dilation
-    int adaptive;           // 1: adaptive windows (k, s, p, dil unused)
-    int count_include_pad;  // fixed average only
-    int64_t divisor;        // fixed average only; 0 = none (may be negative)
+    int adaptive;                      // 1: adaptive windows (k, s, p, dil unused)
+    int count_include_pad;             // fixed average only
+    int64_t divisor;                   // fixed average only; 0 = none (may be negative)
 } trn_pool3d_geometry;
 
 typedef struct trn_pool3d_desc {

@@ -51,36 +51,38 @@ extern "C" {
 // Reductions with no identity (AMAX, AMIN, MAX, MIN, ARG*, NORM with p=-inf)
 // over an empty inner part are rejected (TRN_ERROR_INVALID_ARGUMENT); the
 // caller raises PyTorch's error before launching.
+// clang-format off
 #define TRN_REDUCE_OP_LIST(X)                                                  \
     X(SUM) X(PROD) X(MEAN) X(AMAX) X(AMIN) X(MAX) X(MIN) X(ARGMAX) X(ARGMIN)  \
     X(VAR) X(STD) X(VAR_MEAN) X(STD_MEAN) X(NORM) X(LOGSUMEXP) X(ANY) X(ALL)   \
     X(COUNT_NONZERO)
+// clang-format on
 
 typedef enum trn_reduce_op {
 #define TRN__REDUCE_ENUM(name) TRN_REDUCE_##name,
     TRN_REDUCE_OP_LIST(TRN__REDUCE_ENUM)
 #undef TRN__REDUCE_ENUM
-    TRN_REDUCE_OP_COUNT
+        TRN_REDUCE_OP_COUNT
 } trn_reduce_op;
 
 const char *trn_reduce_op_name(trn_reduce_op op);
 
 typedef struct trn_reduce_desc {
     trn_reduce_op op;
-    trn_dtype dtype;               // input dtype
-    trn_dtype out_dtype;           // see the table above
+    trn_dtype dtype;      // input dtype
+    trn_dtype out_dtype;  // see the table above
     const void *in;
     void *out;
-    void *out2;                    // MAX/MIN indices, *_MEAN means; else NULL
-    int outer_ndim;                // 0..TRN_MAX_DIMS (0: one output element)
+    void *out2;      // MAX/MIN indices, *_MEAN means; else NULL
+    int outer_ndim;  // 0..TRN_MAX_DIMS (0: one output element)
     const int64_t *outer_sizes;
     const int64_t *in_outer_strides;  // elements
     const int64_t *out_strides;       // elements, nonzero for size > 1
     const int64_t *out2_strides;      // elements (ignored without out2)
-    int inner_ndim;                // 0..TRN_MAX_DIMS (0: reduce one element)
+    int inner_ndim;                   // 0..TRN_MAX_DIMS (0: reduce one element)
     const int64_t *inner_sizes;
     const int64_t *in_inner_strides;  // elements
-    double param;                  // VAR/STD: correction; NORM: p
+    double param;                     // VAR/STD: correction; NORM: p
 } trn_reduce_desc;
 
 // Whether the (op, input dtype, output dtype) triple is supported; never
@@ -103,12 +105,12 @@ typedef struct trn_scan_desc {
     trn_dtype dtype;
     const void *in;
     void *out;
-    int outer_ndim;                // dims other than the scanned one
+    int outer_ndim;  // dims other than the scanned one
     const int64_t *outer_sizes;
     const int64_t *in_outer_strides;
     const int64_t *out_outer_strides;
-    int64_t len;                   // size of the scanned dim
-    int64_t in_stride, out_stride; // strides of the scanned dim
+    int64_t len;                    // size of the scanned dim
+    int64_t in_stride, out_stride;  // strides of the scanned dim
 } trn_scan_desc;
 
 int trn_scan_supports(trn_scan_op op, trn_dtype dtype);

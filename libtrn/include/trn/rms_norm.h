@@ -40,17 +40,16 @@ trn_status trn_rms_norm_launch(trn_stream *stream, const trn_rms_norm_desc *desc
 typedef struct trn_rms_norm_backward_desc {
     trn_dtype dtype, param_dtype, stat_dtype;
     int64_t rows, cols;
-    const void *dy, *x;   // [rows, cols]
-    const void *rstd;     // [rows]
-    const void *weight;   // [cols] or NULL (1)
-    void *dx;             // [rows, cols] or NULL
-    void *dweight;        // [cols] or NULL
+    const void *dy, *x;  // [rows, cols]
+    const void *rstd;    // [rows]
+    const void *weight;  // [cols] or NULL (1)
+    void *dx;            // [rows, cols] or NULL
+    void *dweight;       // [cols] or NULL
 } trn_rms_norm_backward_desc;
 
 // dx = rstd (w dy - xhat mean(w dy xhat)), xhat = x rstd;
 // dweight = sum over rows of dy xhat.
-trn_status trn_rms_norm_backward_launch(trn_stream *stream,
-                                        const trn_rms_norm_backward_desc *desc);
+trn_status trn_rms_norm_backward_launch(trn_stream *stream, const trn_rms_norm_backward_desc *desc);
 
 // Whether the dtype combination is supported; never sets an error.
 int trn_rms_norm_supports(trn_dtype dtype, trn_dtype param_dtype, trn_dtype stat_dtype);

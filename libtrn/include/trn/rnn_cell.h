@@ -75,16 +75,15 @@ trn_status trn_gru_cell_launch(trn_stream *stream, const trn_gru_cell_desc *desc
 typedef struct trn_gru_cell_backward_desc {
     trn_dtype dtype;
     int64_t batch, hidden;
-    const void *grad_hy;                        // [batch, hidden]
-    const void *workspace;                      // [batch, 5 hidden] from the forward
-    void *grad_input_gates, *grad_hidden_gates; // [batch, 3 hidden]
-    void *grad_hx;                              // [batch, hidden]
-    void *grad_input_bias, *grad_hidden_bias;   // [3 hidden] each, or NULL: the gate
-                                                // gradients summed over the batch
+    const void *grad_hy;                         // [batch, hidden]
+    const void *workspace;                       // [batch, 5 hidden] from the forward
+    void *grad_input_gates, *grad_hidden_gates;  // [batch, 3 hidden]
+    void *grad_hx;                               // [batch, hidden]
+    void *grad_input_bias, *grad_hidden_bias;    // [3 hidden] each, or NULL: the gate
+                                                 // gradients summed over the batch
 } trn_gru_cell_backward_desc;
 
-trn_status trn_gru_cell_backward_launch(trn_stream *stream,
-                                        const trn_gru_cell_backward_desc *desc);
+trn_status trn_gru_cell_backward_launch(trn_stream *stream, const trn_gru_cell_backward_desc *desc);
 
 // Whether the dtype is supported; never sets an error.
 int trn_rnn_cell_supports(trn_dtype dtype);

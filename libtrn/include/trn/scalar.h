@@ -43,11 +43,11 @@
 #endif
 
 typedef struct trn_sc_ctx {
-    double p[4];     // op parameters, as trn_ew_desc.params
-    int64_t ip[4];   // the same, as integers (integer family)
-    int bits;        // width of the stored dtype
-    int is_signed;   // integer family: signedness of the stored dtype
-    int round16;     // float family: 1 float16, 2 bfloat16 storage, else 0
+    double p[4];    // op parameters, as trn_ew_desc.params
+    int64_t ip[4];  // the same, as integers (integer family)
+    int bits;       // width of the stored dtype
+    int is_signed;  // integer family: signedness of the stored dtype
+    int round16;    // float family: 1 float16, 2 bfloat16 storage, else 0
 } trn_sc_ctx;
 
 #define TRN_SC_UNUSED(x) (void)(x)
@@ -197,7 +197,7 @@ TRN_SC_INLINE void trn_sc_sincos_d(double x, double *s, double *c) {
 // atan on [0, inf]: reduce to |u| <= tan(pi/8) and sum the series.
 TRN_SC_INLINE double trn_sc_atan_pos_d(double t) {
     const int inv = t > 1.0;
-    const double a = inv ? 1.0 / t : t;                 // [0, 1]
+    const double a = inv ? 1.0 / t : t;  // [0, 1]
     const int shift = a > 0.41421356237309503;
     const double u = shift ? (a - 1.0) / (a + 1.0) : a;  // |u| <= 0.4142
     const double u2 = u * u;
@@ -426,7 +426,6 @@ TRN_SC_INLINE float trn_sc_erff(float x) {
     return z < 0.5f ? small : big;
 }
 
-
 // 1 + erf(u), u = x / sqrt(2), without cancellation for negative u (=
 // erfc(-u)), given e = exp(-x^2 / 2) (= exp(-u^2)): the Taylor series below
 // |u| = 0.5, erfc(|u|) = t P(t) e above. GELU and its
@@ -449,16 +448,15 @@ TRN_SC_INLINE float trn_sc_r16(float x, const trn_sc_ctx *c) {
     return c->round16 == 1 ? h : (c->round16 == 2 ? b : x);
 }
 
-#define TRN_SC_F1(name, expr)                                                  \
-    TRN_SC_INLINE float trn_sc_##name##_f(float x, const trn_sc_ctx *c) {      \
-        TRN_SC_UNUSED(c);                                                      \
-        return (expr);                                                         \
+#define TRN_SC_F1(name, expr)                                                                      \
+    TRN_SC_INLINE float trn_sc_##name##_f(float x, const trn_sc_ctx *c) {                          \
+        TRN_SC_UNUSED(c);                                                                          \
+        return (expr);                                                                             \
     }
-#define TRN_SC_F2(name, expr)                                                  \
-    TRN_SC_INLINE float trn_sc_##name##_f(float a, float b,                   \
-                                          const trn_sc_ctx *c) {               \
-        TRN_SC_UNUSED(c);                                                      \
-        return (expr);                                                         \
+#define TRN_SC_F2(name, expr)                                                                      \
+    TRN_SC_INLINE float trn_sc_##name##_f(float a, float b, const trn_sc_ctx *c) {                 \
+        TRN_SC_UNUSED(c);                                                                          \
+        return (expr);                                                                             \
     }
 
 TRN_SC_F1(abs, fabsf(x))
@@ -578,10 +576,10 @@ TRN_SC_INLINE float trn_sc_logit_f(float x, const trn_sc_ctx *c) {
 // gelu(x) = x/2 (1 + erf(x/sqrt2)); tanh form: x/2 (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))).
 // 1 + erf and 1 + tanh are formed without cancellation for negative x
 // (erfc, and 1 + tanh(y) = 2 / (1 + e^-2y)), so the tails are accurate.
-TRN_SC_F1(gelu, 0.5f * x * trn_sc_one_plus_erf_e(x * 0.70710678118654752f,
-                                                  trn_sc_expf(-0.5f * x * x)))
-TRN_SC_F1(gelu_tanh, x / (1.0f + trn_sc_expf(-1.59576912160573072f *
-                                             fmaf(0.044715f * x * x, x, x))))
+TRN_SC_F1(gelu,
+          0.5f * x * trn_sc_one_plus_erf_e(x * 0.70710678118654752f, trn_sc_expf(-0.5f * x * x)))
+TRN_SC_F1(gelu_tanh,
+          x / (1.0f + trn_sc_expf(-1.59576912160573072f * fmaf(0.044715f * x * x, x, x))))
 
 TRN_SC_INLINE double trn_sc_softplus_d(double d, double beta, double threshold) {
     const double z = d * beta;
@@ -595,8 +593,8 @@ TRN_SC_INLINE double trn_sc_softplus_d(double d, double beta, double threshold) 
 TRN_SC_F1(softplus, (float)trn_sc_softplus_d(x, c->p[0], c->p[1]))
 // mish(x) = x tanh(softplus(x)) (beta 1, threshold 20).
 // At -inf softplus is 0 and the product NaN (-inf * 0), as ATen's formula.
-TRN_SC_F1(mish, (float)((double)x * trn_sc_tanh_d(x == -INFINITY ? 0.0
-                                                                : trn_sc_softplus_d(x, 1.0, 20.0))))
+TRN_SC_F1(mish,
+          (float)((double)x *trn_sc_tanh_d(x == -INFINITY ? 0.0 : trn_sc_softplus_d(x, 1.0, 20.0))))
 // elu: x > 0 ? scale x : scale alpha (e^{x input_scale} - 1); p = alpha, scale, input_scale.
 TRN_SC_F1(elu, (float)(x > 0.0f ? c->p[1] * (double)x
                                 : c->p[1] * c->p[0] * trn_sc_expm1_d((double)x * c->p[2])))
@@ -611,7 +609,7 @@ TRN_SC_INLINE float trn_sc_round_decimals_f(float x, const trn_sc_ctx *c) {
 // float path rounds alpha * b to the 16-bit type before adding.
 TRN_SC_F2(add, c->round16 ? a + trn_sc_r16((float)c->p[0] * b, c) : fmaf((float)c->p[0], b, a))
 TRN_SC_F2(sub, c->round16 ? a - trn_sc_r16((float)c->p[0] * b, c) : fmaf(-(float)c->p[0], b, a))
-TRN_SC_F2(mul, a * b)
+TRN_SC_F2(mul, a *b)
 TRN_SC_F2(div, a / b)
 TRN_SC_F2(div_trunc, truncf(trn_sc_r16(a / b, c)))
 TRN_SC_F2(fmod, fmodf(a, b))
@@ -623,7 +621,7 @@ TRN_SC_F2(copysign, copysignf(a, b))
 TRN_SC_F2(atan2, (float)trn_sc_atan2_d(a, b))
 TRN_SC_F2(hypot, (fabsf(a) == INFINITY || fabsf(b) == INFINITY)
                      ? INFINITY
-                     : (float)sqrt((double)a * a + (double)b * b))
+                     : (float)sqrt((double)a *a + (double)b * b))
 
 // Python's %: the result takes the sign of the divisor (ATen's remainder).
 TRN_SC_INLINE float trn_sc_remainder_f(float a, float b, const trn_sc_ctx *c) {
@@ -655,8 +653,7 @@ TRN_SC_INLINE double trn_sc_pow_d(double a, double b) {
     r = (a == 0.0 && b < 0.0) ? (b_odd ? copysign(INFINITY, a) : INFINITY) : r;
     r = (a == 0.0 && b > 0.0) ? (b_odd ? a : 0.0) : r;
     // a = -inf
-    r = (a == -INFINITY) ? (b < 0.0 ? (b_odd ? -0.0 : 0.0)
-                                    : (b_odd ? -INFINITY : INFINITY)) : r;
+    r = (a == -INFINITY) ? (b < 0.0 ? (b_odd ? -0.0 : 0.0) : (b_odd ? -INFINITY : INFINITY)) : r;
     // b = +-inf
     r = (b == INFINITY) ? (ab == 1.0 ? 1.0 : (ab > 1.0 ? INFINITY : 0.0)) : r;
     r = (b == -INFINITY) ? (ab == 1.0 ? 1.0 : (ab > 1.0 ? 0.0 : INFINITY)) : r;
@@ -670,8 +667,8 @@ TRN_SC_F2(pow, (float)trn_sc_pow_d(a, b))
 // turns these exponents into multiplies / roots, so do we - same numerics
 // and ~20x faster than the exp(b log|a|) path. A 16-bit type rounds after
 // each multiply, as c10::Half / BFloat16 arithmetic does.
-TRN_SC_F1(pow_square, x * x)
-TRN_SC_F1(pow_one, x)       // ATen copies for exponent 1 (pow's backward asks for it)
+TRN_SC_F1(pow_square, x *x)
+TRN_SC_F1(pow_one, x)  // ATen copies for exponent 1 (pow's backward asks for it)
 // and fills ones for exponent 0, NaN included
 TRN_SC_INLINE float trn_sc_pow_zero_f(float x, const trn_sc_ctx *c) {
     TRN_SC_UNUSED(x);
@@ -736,7 +733,7 @@ static inline const char *trn_sc_pow_special_name(trn_sc_pow_special s) {
 }
 
 // Predicates.
-#define TRN_SC_FP(name, expr)                                                  \
+#define TRN_SC_FP(name, expr)                                                                      \
     TRN_SC_INLINE int trn_sc_##name##_fp(float a, float b) { return (expr); }
 TRN_SC_FP(eq, a == b)
 TRN_SC_FP(ne, a != b)
@@ -783,8 +780,8 @@ TRN_SC_INLINE float trn_sc_addcdiv_f(float x, float a, float b, const trn_sc_ctx
 // ---- activation backward: (grad, x) -> grad * d act / dx (ATen's formulas) --
 // sigmoid/tanh backward take the forward's output y instead of x.
 TRN_SC_F2(threshold_backward, b <= (float)c->p[0] ? 0.0f : a)
-TRN_SC_F2(sigmoid_backward, a * (1.0f - b) * b)
-TRN_SC_F2(tanh_backward, a * (1.0f - b * b))
+TRN_SC_F2(sigmoid_backward, a *(1.0f - b) * b)
+TRN_SC_F2(tanh_backward, a *(1.0f - b * b))
 TRN_SC_F2(hardtanh_backward, (b <= (float)c->p[0] || b >= (float)c->p[1]) ? 0.0f : a)
 TRN_SC_F2(leaky_relu_backward, b > 0.0f ? a : a * (float)c->p[0])
 TRN_SC_F2(hardsigmoid_backward, (b > -3.0f && b < 3.0f) ? a / 6.0f : 0.0f)
@@ -832,16 +829,15 @@ TRN_SC_INLINE float trn_sc_mish_backward_f(float a, float b, const trn_sc_ctx *c
 }
 
 // ---- double family (float64 computed natively, with libm) -------------------
-#define TRN_SC_D1(name, expr)                                                  \
-    TRN_SC_INLINE double trn_sc_##name##_dd(double x, const trn_sc_ctx *c) {   \
-        TRN_SC_UNUSED(c);                                                      \
-        return (expr);                                                         \
+#define TRN_SC_D1(name, expr)                                                                      \
+    TRN_SC_INLINE double trn_sc_##name##_dd(double x, const trn_sc_ctx *c) {                       \
+        TRN_SC_UNUSED(c);                                                                          \
+        return (expr);                                                                             \
     }
-#define TRN_SC_D2(name, expr)                                                  \
-    TRN_SC_INLINE double trn_sc_##name##_dd(double a, double b,               \
-                                            const trn_sc_ctx *c) {             \
-        TRN_SC_UNUSED(c);                                                      \
-        return (expr);                                                         \
+#define TRN_SC_D2(name, expr)                                                                      \
+    TRN_SC_INLINE double trn_sc_##name##_dd(double a, double b, const trn_sc_ctx *c) {             \
+        TRN_SC_UNUSED(c);                                                                          \
+        return (expr);                                                                             \
     }
 TRN_SC_D1(abs, fabs(x))
 TRN_SC_D1(neg, -x)
@@ -856,7 +852,7 @@ TRN_SC_D1(sqrt, sqrt(x))
 TRN_SC_D1(rsqrt, 1.0 / sqrt(x))
 TRN_SC_D1(reciprocal, 1.0 / x)
 TRN_SC_D1(hardsigmoid, x <= -3.0 ? 0.0 : (x >= 3.0 ? 1.0 : x / 6.0 + 0.5))
-TRN_SC_D1(hardswish, x * (x + 3.0 > 0.0 ? (x + 3.0 < 6.0 ? x + 3.0 : 6.0) : 0.0) / 6.0)
+TRN_SC_D1(hardswish, x *(x + 3.0 > 0.0 ? (x + 3.0 < 6.0 ? x + 3.0 : 6.0) : 0.0) / 6.0)
 TRN_SC_D1(leaky_relu, x > 0.0 ? x : x * c->p[0])
 TRN_SC_D1(hardtanh, x < c->p[0] ? c->p[0] : (x > c->p[1] ? c->p[1] : x))
 TRN_SC_D1(exp, exp(x))
@@ -882,7 +878,7 @@ TRN_SC_D1(erfc, erfc(x))
 TRN_SC_D1(gelu, 0.5 * x * (1.0 + erf(x * 0.7071067811865476)))
 TRN_SC_D1(gelu_tanh, 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))))
 TRN_SC_D1(softplus, x * c->p[0] > c->p[1] ? x : log1p(exp(x * c->p[0])) / c->p[0])
-TRN_SC_D1(mish, x * tanh(x > 20.0 ? x : log1p(exp(x))))
+TRN_SC_D1(mish, x *tanh(x > 20.0 ? x : log1p(exp(x))))
 TRN_SC_D1(elu, x > 0.0 ? c->p[1] * x : c->p[1] * c->p[0] * expm1(x * c->p[2]))
 
 TRN_SC_INLINE double trn_sc_nan_to_num_dd(double x, const trn_sc_ctx *c) {
@@ -913,7 +909,7 @@ TRN_SC_INLINE double trn_sc_round_decimals_dd(double x, const trn_sc_ctx *c) {
 
 TRN_SC_D2(add, a + c->p[0] * b)
 TRN_SC_D2(sub, a - c->p[0] * b)
-TRN_SC_D2(mul, a * b)
+TRN_SC_D2(mul, a *b)
 TRN_SC_D2(div, a / b)
 TRN_SC_D2(div_trunc, trunc(a / b))
 TRN_SC_D2(fmod, fmod(a, b))
@@ -925,24 +921,24 @@ TRN_SC_D2(copysign, copysign(a, b))
 TRN_SC_D2(atan2, atan2(a, b))
 TRN_SC_D2(hypot, hypot(a, b))
 TRN_SC_D2(pow, pow(a, b))
-TRN_SC_D1(pow_square, x * x)
+TRN_SC_D1(pow_square, x *x)
 TRN_SC_D1(pow_one, x)
 TRN_SC_INLINE double trn_sc_pow_zero_dd(double x, const trn_sc_ctx *c) {
     TRN_SC_UNUSED(x);
     TRN_SC_UNUSED(c);
     return 1.0;
 }
-TRN_SC_D1(pow_cube, x * x * x)
+TRN_SC_D1(pow_cube, x *x *x)
 TRN_SC_D1(pow_inv_square, 1.0 / (x * x))
 TRN_SC_D2(threshold_backward, b <= c->p[0] ? 0.0 : a)
-TRN_SC_D2(sigmoid_backward, a * (1.0 - b) * b)
-TRN_SC_D2(tanh_backward, a * (1.0 - b * b))
+TRN_SC_D2(sigmoid_backward, a *(1.0 - b) * b)
+TRN_SC_D2(tanh_backward, a *(1.0 - b * b))
 TRN_SC_D2(hardtanh_backward, (b <= c->p[0] || b >= c->p[1]) ? 0.0 : a)
 TRN_SC_D2(leaky_relu_backward, b > 0.0 ? a : a * c->p[0])
 TRN_SC_D2(hardsigmoid_backward, (b > -3.0 && b < 3.0) ? a / 6.0 : 0.0)
 TRN_SC_D2(hardswish_backward, b < -3.0 ? 0.0 : (b <= 3.0 ? a * (b / 3.0 + 0.5) : a))
-TRN_SC_D2(gelu_backward, a * (0.5 * (1.0 + erf(b * 0.7071067811865476)) +
-                              b * 0.3989422804014327 * exp(-0.5 * b * b)))
+TRN_SC_D2(gelu_backward, a *(0.5 * (1.0 + erf(b * 0.7071067811865476)) +
+                             b * 0.3989422804014327 * exp(-0.5 * b * b)))
 TRN_SC_INLINE double trn_sc_gelu_tanh_backward_dd(double a, double b, const trn_sc_ctx *c) {
     TRN_SC_UNUSED(c);
     const double kb = 0.7978845608028654, kk = 0.044715;
@@ -986,7 +982,7 @@ TRN_SC_INLINE double trn_sc_div_floor_dd(double a, double b, const trn_sc_ctx *c
     const double r = div != 0.0 ? fl : copysign(0.0, a / b);
     return b == 0.0 ? a / b : r;
 }
-#define TRN_SC_DP(name, expr)                                                  \
+#define TRN_SC_DP(name, expr)                                                                      \
     TRN_SC_INLINE int trn_sc_##name##_dp(double a, double b) { return (expr); }
 TRN_SC_DP(eq, a == b)
 TRN_SC_DP(ne, a != b)
@@ -1031,16 +1027,15 @@ TRN_SC_INLINE int64_t trn_sc_wrap(uint64_t v) {
     memcpy(&r, &v, sizeof r);
     return r;
 }
-#define TRN_SC_I1(name, expr)                                                  \
-    TRN_SC_INLINE int64_t trn_sc_##name##_i(int64_t x, const trn_sc_ctx *c) {  \
-        TRN_SC_UNUSED(c);                                                      \
-        return (expr);                                                         \
+#define TRN_SC_I1(name, expr)                                                                      \
+    TRN_SC_INLINE int64_t trn_sc_##name##_i(int64_t x, const trn_sc_ctx *c) {                      \
+        TRN_SC_UNUSED(c);                                                                          \
+        return (expr);                                                                             \
     }
-#define TRN_SC_I2(name, expr)                                                  \
-    TRN_SC_INLINE int64_t trn_sc_##name##_i(int64_t a, int64_t b,             \
-                                            const trn_sc_ctx *c) {             \
-        TRN_SC_UNUSED(c);                                                      \
-        return (expr);                                                         \
+#define TRN_SC_I2(name, expr)                                                                      \
+    TRN_SC_INLINE int64_t trn_sc_##name##_i(int64_t a, int64_t b, const trn_sc_ctx *c) {           \
+        TRN_SC_UNUSED(c);                                                                          \
+        return (expr);                                                                             \
     }
 TRN_SC_I1(abs, x < 0 ? trn_sc_wrap(0u - (uint64_t)x) : x)
 TRN_SC_I1(neg, trn_sc_wrap(0u - (uint64_t)x))
@@ -1059,12 +1054,12 @@ TRN_SC_I1(nan_to_num, x)
 
 TRN_SC_I2(add, trn_sc_wrap((uint64_t)a + (uint64_t)c->ip[0] * (uint64_t)b))
 TRN_SC_I2(sub, trn_sc_wrap((uint64_t)a - (uint64_t)c->ip[0] * (uint64_t)b))
-TRN_SC_I2(mul, trn_sc_wrap((uint64_t)a * (uint64_t)b))
+TRN_SC_I2(mul, trn_sc_wrap((uint64_t)a *(uint64_t)b))
 TRN_SC_I2(maximum, a < b ? b : a)
 TRN_SC_I2(minimum, b < a ? b : a)
 TRN_SC_I2(fmax, a < b ? b : a)
 TRN_SC_I2(fmin, b < a ? b : a)
-TRN_SC_I2(bitwise_and, a & b)
+TRN_SC_I2(bitwise_and, a &b)
 TRN_SC_I2(bitwise_or, a | b)
 TRN_SC_I2(bitwise_xor, a ^ b)
 
@@ -1125,7 +1120,7 @@ TRN_SC_INLINE int64_t trn_sc_pow_i(int64_t a, int64_t b, const trn_sc_ctx *c) {
     return b < 0 ? neg : trn_sc_wrap(result);
 }
 
-#define TRN_SC_IP(name, expr)                                                  \
+#define TRN_SC_IP(name, expr)                                                                      \
     TRN_SC_INLINE int trn_sc_##name##_ip(int64_t a, int64_t b) { return (expr); }
 TRN_SC_IP(eq, a == b)
 TRN_SC_IP(ne, a != b)
@@ -1137,11 +1132,26 @@ TRN_SC_IP(logical_and, (a != 0) & (b != 0))
 TRN_SC_IP(logical_or, (a != 0) | (b != 0))
 TRN_SC_IP(logical_xor, (a != 0) ^ (b != 0))
 TRN_SC_INLINE int trn_sc_logical_not_ip(int64_t a) { return a == 0; }
-TRN_SC_INLINE int trn_sc_isnan_ip(int64_t a) { TRN_SC_UNUSED(a); return 0; }
-TRN_SC_INLINE int trn_sc_isinf_ip(int64_t a) { TRN_SC_UNUSED(a); return 0; }
-TRN_SC_INLINE int trn_sc_isposinf_ip(int64_t a) { TRN_SC_UNUSED(a); return 0; }
-TRN_SC_INLINE int trn_sc_isneginf_ip(int64_t a) { TRN_SC_UNUSED(a); return 0; }
-TRN_SC_INLINE int trn_sc_isfinite_ip(int64_t a) { TRN_SC_UNUSED(a); return 1; }
+TRN_SC_INLINE int trn_sc_isnan_ip(int64_t a) {
+    TRN_SC_UNUSED(a);
+    return 0;
+}
+TRN_SC_INLINE int trn_sc_isinf_ip(int64_t a) {
+    TRN_SC_UNUSED(a);
+    return 0;
+}
+TRN_SC_INLINE int trn_sc_isposinf_ip(int64_t a) {
+    TRN_SC_UNUSED(a);
+    return 0;
+}
+TRN_SC_INLINE int trn_sc_isneginf_ip(int64_t a) {
+    TRN_SC_UNUSED(a);
+    return 0;
+}
+TRN_SC_INLINE int trn_sc_isfinite_ip(int64_t a) {
+    TRN_SC_UNUSED(a);
+    return 1;
+}
 
 TRN_SC_INLINE int64_t trn_sc_where_i(int64_t cond, int64_t a, int64_t b, const trn_sc_ctx *c) {
     TRN_SC_UNUSED(c);

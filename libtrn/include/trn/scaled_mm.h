@@ -36,13 +36,13 @@ typedef struct trn_scaled_mm_desc {
     int64_t a_strides[2];        // elements, >= 0
     const void *b;               // k x n
     int64_t b_strides[2];
-    void *c;                     // m x n
+    void *c;  // m x n
     int64_t c_strides[2];
-    const float *scale_a;        // 1 or m values
+    const float *scale_a;  // 1 or m values
     int64_t scale_a_count, scale_a_stride;
-    const float *scale_b;        // 1 or n values
+    const float *scale_b;  // 1 or n values
     int64_t scale_b_count, scale_b_stride;
-    const void *bias;            // NULL, or n values of bias_dtype
+    const void *bias;  // NULL, or n values of bias_dtype
     trn_dtype bias_dtype;
     int64_t bias_stride;
 } trn_scaled_mm_desc;

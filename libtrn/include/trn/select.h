@@ -35,8 +35,8 @@ typedef enum trn_select_mode {
 typedef struct trn_select_desc {
     trn_dtype dtype;
     trn_select_mode mode;
-    int64_t rows, n;   // x is [rows, n], n >= 1 when rows > 0
-    int64_t k;         // KTH only
+    int64_t rows, n;  // x is [rows, n], n >= 1 when rows > 0
+    int64_t k;        // KTH only
     const void *x;
     void *values;      // [rows], x's dtype
     int64_t *indices;  // [rows] or NULL (values only)

@@ -29,15 +29,15 @@ extern "C" {
 // receive the first `k` elements of the sorted row (k = len for a sort).
 typedef struct trn_sort_desc {
     trn_dtype dtype;
-    int descending;                  // sort: descending; topk: largest
-    int outer_ndim;                  // 0..TRN_MAX_DIMS
+    int descending;  // sort: descending; topk: largest
+    int outer_ndim;  // 0..TRN_MAX_DIMS
     const int64_t *outer_sizes;
     const int64_t *in_outer_strides;
     const int64_t *val_outer_strides;
     const int64_t *idx_outer_strides;
     int64_t len, in_stride, val_stride, idx_stride;
-    int64_t k;                       // topk only: 0..len
-    int sorted;                      // topk only: 0 leaves the k in any order
+    int64_t k;   // topk only: 0..len
+    int sorted;  // topk only: 0 leaves the k in any order
     const void *in;
     void *values;
     int64_t *indices;

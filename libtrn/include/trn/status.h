@@ -13,15 +13,15 @@ extern "C" {
 #endif
 
 // X(name, value, short description) - the single source of the status list.
-#define TRN_STATUS_LIST(X)                                                     \
-    X(TRN_SUCCESS, 0, "success")                                               \
-    X(TRN_ERROR_INVALID_ARGUMENT, -1, "invalid argument")                      \
-    X(TRN_ERROR_INVALID_DEVICE, -2, "invalid device")                          \
-    X(TRN_ERROR_OUT_OF_MEMORY, -3, "out of device memory")                     \
-    X(TRN_ERROR_INVALID_POINTER, -4, "invalid device pointer")                 \
-    X(TRN_ERROR_UNSUPPORTED, -5, "unsupported")                                \
-    X(TRN_ERROR_FORKED, -6, "runtime used in a forked child")                  \
-    X(TRN_ERROR_SYSTEM, -7, "system error")                                    \
+#define TRN_STATUS_LIST(X)                                                                         \
+    X(TRN_SUCCESS, 0, "success")                                                                   \
+    X(TRN_ERROR_INVALID_ARGUMENT, -1, "invalid argument")                                          \
+    X(TRN_ERROR_INVALID_DEVICE, -2, "invalid device")                                              \
+    X(TRN_ERROR_OUT_OF_MEMORY, -3, "out of device memory")                                         \
+    X(TRN_ERROR_INVALID_POINTER, -4, "invalid device pointer")                                     \
+    X(TRN_ERROR_UNSUPPORTED, -5, "unsupported")                                                    \
+    X(TRN_ERROR_FORKED, -6, "runtime used in a forked child")                                      \
+    X(TRN_ERROR_SYSTEM, -7, "system error")                                                        \
     X(TRN_ERROR_KERNEL, -8, "kernel failed")
 
 typedef enum trn_status {

@@ -63,8 +63,8 @@ trn_status trn_stream_set_current(trn_stream *stream);
 
 // Copies args_size bytes of args into the queue and schedules fn. Blocks only
 // while the queue is full (or always, under NEURON_LAUNCH_BLOCKING=1).
-trn_status trn_stream_launch(trn_stream *stream, trn_task_fn fn,
-                             const void *args, size_t args_size);
+trn_status trn_stream_launch(trn_stream *stream, trn_task_fn fn, const void *args,
+                             size_t args_size);
 // Waits for every task launched so far; returns the stream's deferred error.
 trn_status trn_stream_synchronize(trn_stream *stream);
 // *done = true when every launched task has finished. Never blocks.

@@ -34,12 +34,12 @@ typedef enum trn_activity_kind {
 typedef struct trn_activity {
     trn_activity_kind kind;
     int device;
-    int64_t stream;            // trn_stream_id
-    uint64_t start_ns, end_ns; // CLOCK_REALTIME
-    uint64_t correlation;      // of the launching host op; 0 if none
-    uint64_t bytes;            // bytes the launch reads and writes (label's
-                               // figure; copies: bytes copied)
-    uint64_t seq;              // launch order within the process
+    int64_t stream;             // trn_stream_id
+    uint64_t start_ns, end_ns;  // CLOCK_REALTIME
+    uint64_t correlation;       // of the launching host op; 0 if none
+    uint64_t bytes;             // bytes the launch reads and writes (label's
+                                // figure; copies: bytes copied)
+    uint64_t seq;               // launch order within the process
     char name[TRN_TRACE_NAME_MAX];
     char detail[TRN_TRACE_DETAIL_MAX];
 } trn_activity;
@@ -61,8 +61,8 @@ uint64_t trn_trace_get_correlation(void);
 
 // Labels the calling thread's next launches (a stack, up to 8 deep; deeper
 // pushes are ignored but must still be popped). Strings are copied.
-void trn_trace_push(trn_activity_kind kind, const char *name,
-                    const char *detail, uint64_t correlation, uint64_t bytes);
+void trn_trace_push(trn_activity_kind kind, const char *name, const char *detail,
+                    uint64_t correlation, uint64_t bytes);
 void trn_trace_pop(void);
 // Records an activity that did not go through a stream launch (collectives
 // run by another engine, for example). Ignored when tracing is off.

@@ -48,10 +48,10 @@ typedef enum trn_upsample_mode {
 typedef struct trn_upsample_desc {
     trn_dtype dtype;
     trn_upsample_mode mode;
-    int align_corners;              // BILINEAR and BICUBIC
+    int align_corners;  // BILINEAR and BICUBIC
     int64_t planes;
     int64_t in_size[3], out_size[3];  // d, h, w; each >= 1 (planes may be 0)
-    double scales[3];               // d, h, w: scale factor, or <= 0 for none
+    double scales[3];                 // d, h, w: scale factor, or <= 0 for none
     // forward: src [planes, in_size], dst [planes, out_size]
     // backward: src = grad of the output [planes, out_size],
     //           dst = grad of the input [planes, in_size] (overwritten)

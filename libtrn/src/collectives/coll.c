@@ -19,13 +19,11 @@
 #endif
 
 static uint64_t round_bytes(const trn_comm *c) {
-    return c->hdr->slot_bytes < TRN_COMM_ROUND_BYTES ? c->hdr->slot_bytes
-                                                     : TRN_COMM_ROUND_BYTES;
+    return c->hdr->slot_bytes < TRN_COMM_ROUND_BYTES ? c->hdr->slot_bytes : TRN_COMM_ROUND_BYTES;
 }
 
 static trn_status check_comm(trn_comm *c) {
-    if (c == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "null communicator");
+    if (c == NULL) return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "null communicator");
     return TRN_SUCCESS;
 }
 
@@ -69,32 +67,26 @@ static trn_status check_same_reduce(trn_comm *c, const trn__desc *d) {
                 TRN_ERROR_INVALID_ARGUMENT,
                 "neuron %s: tensors differ across ranks: rank %d passed %llu "
                 "%s elements, rank %d passed %llu %s elements",
-                d->what, c->rank, (unsigned long long)d->count,
-                trn_dtype_name((trn_dtype)d->dtype), r,
-                (unsigned long long)o->count,
-                trn_dtype_name((trn_dtype)o->dtype));
+                d->what, c->rank, (unsigned long long)d->count, trn_dtype_name((trn_dtype)d->dtype),
+                r, (unsigned long long)o->count, trn_dtype_name((trn_dtype)o->dtype));
         // (Roots were compared by trn__comm_begin.)
-        if (o->redop != d->redop || o->post_div != d->post_div ||
-            o->post_scale != d->post_scale)
+        if (o->redop != d->redop || o->post_div != d->post_div || o->post_scale != d->post_scale)
             return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                                   "neuron %s: ranks passed different reduce "
                                   "ops: rank %d passed %s, rank %d passed %s",
                                   d->what, c->rank, op_name(d), r, op_name(o));
-        if (d->post_scale &&
-            memcmp(&o->post_factor, &d->post_factor, sizeof d->post_factor))
+        if (d->post_scale && memcmp(&o->post_factor, &d->post_factor, sizeof d->post_factor))
             return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                                   "neuron %s: ranks passed different "
                                   "PREMUL_SUM factors: rank %d passed %g, "
                                   "rank %d passed %g",
-                                  d->what, c->rank, d->post_factor, r,
-                                  o->post_factor);
+                                  d->what, c->rank, d->post_factor, r, o->post_factor);
     }
     return TRN_SUCCESS;
 }
 
-static trn_status begin_reduce(trn_comm *c, trn__desc *d, const void *in,
-                               void *out, size_t count, trn_dtype dtype,
-                               trn_redop op, const trn_reduce_post *post,
+static trn_status begin_reduce(trn_comm *c, trn__desc *d, const void *in, void *out, size_t count,
+                               trn_dtype dtype, trn_redop op, const trn_reduce_post *post,
                                int root) {
     trn_status st = check_comm(c);
     if (st != TRN_SUCCESS) return st;
@@ -102,13 +94,11 @@ static trn_status begin_reduce(trn_comm *c, trn__desc *d, const void *in,
     if (st != TRN_SUCCESS) return refuse(c, d->what);
     if (root < 0 || root >= c->size) {
         trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                       "neuron %s: root %d is not a rank of a group of %d",
-                       d->what, root, c->size);
+                       "neuron %s: root %d is not a rank of a group of %d", d->what, root, c->size);
         return refuse(c, d->what);
     }
     if (count > 0 && (in == NULL || (out == NULL && root == c->rank))) {
-        trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "neuron %s: null buffer",
-                       d->what);
+        trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "neuron %s: null buffer", d->what);
         return refuse(c, d->what);
     }
     d->count = count;
@@ -126,10 +116,9 @@ static trn_status begin_reduce(trn_comm *c, trn__desc *d, const void *in,
 }
 
 // Allreduce and reduce share the rounds; only who copies out differs.
-static trn_status reduce_rounds(trn_comm *c, const char *what, const void *in,
-                                void *out, size_t count, trn_dtype dtype,
-                                trn_redop op, const trn_reduce_post *post,
-                                int root, bool all) {
+static trn_status reduce_rounds(trn_comm *c, const char *what, const void *in, void *out,
+                                size_t count, trn_dtype dtype, trn_redop op,
+                                const trn_reduce_post *post, int root, bool all) {
     size_t esz = trn_dtype_size(dtype);
     size_t per_round = round_bytes(c) / esz;
     const unsigned char *src = in;
@@ -145,10 +134,9 @@ static trn_status reduce_rounds(trn_comm *c, const char *what, const void *in,
         size_t lo = (size_t)c->rank * seg;
         if (lo < n) {
             size_t len = n - lo < seg ? n - lo : seg;
-            for (int r = 0; r < c->size; r++)
-                srcs[r] = trn__comm_slot(c, round, r) + lo * esz;
-            trn__reduce_run(trn__comm_slot(c, round, c->rank) + lo * esz, srcs,
-                            c->size, len, dtype, op, post, c->size);
+            for (int r = 0; r < c->size; r++) srcs[r] = trn__comm_slot(c, round, r) + lo * esz;
+            trn__reduce_run(trn__comm_slot(c, round, c->rank) + lo * esz, srcs, c->size, len, dtype,
+                            op, post, c->size);
         }
         st = trn__comm_barrier(c, what);
         if (st != TRN_SUCCESS) return st;
@@ -157,16 +145,14 @@ static trn_status reduce_rounds(trn_comm *c, const char *what, const void *in,
             size_t rlo = (size_t)r * seg;
             if (rlo >= n) break;
             size_t len = n - rlo < seg ? n - rlo : seg;
-            memcpy(dst + (base + rlo) * esz,
-                   trn__comm_slot(c, round, r) + rlo * esz, len * esz);
+            memcpy(dst + (base + rlo) * esz, trn__comm_slot(c, round, r) + rlo * esz, len * esz);
         }
     }
     return TRN_SUCCESS;
 }
 
-trn_status trn_comm_allreduce(trn_comm *c, const void *in, void *out,
-                              size_t count, trn_dtype dtype, trn_redop op,
-                              const trn_reduce_post *post) {
+trn_status trn_comm_allreduce(trn_comm *c, const void *in, void *out, size_t count, trn_dtype dtype,
+                              trn_redop op, const trn_reduce_post *post) {
     trn__desc d;
     desc_init(&d, "allreduce");
     trn_status st = begin_reduce(c, &d, in, out, count, dtype, op, post, 0);
@@ -174,25 +160,21 @@ trn_status trn_comm_allreduce(trn_comm *c, const void *in, void *out,
     bool direct = false;
     st = trn__direct_use(c, d.what, count * trn_dtype_size(dtype), &direct);
     if (st != TRN_SUCCESS) return st;
-    if (direct)
-        return trn__direct_allreduce(c, d.what, in, out, count, dtype, op, post);
+    if (direct) return trn__direct_allreduce(c, d.what, in, out, count, dtype, op, post);
     return reduce_rounds(c, d.what, in, out, count, dtype, op, post, 0, true);
 }
 
-trn_status trn_comm_reduce(trn_comm *c, const void *in, void *out,
-                           size_t count, trn_dtype dtype, trn_redop op,
-                           const trn_reduce_post *post, int root) {
+trn_status trn_comm_reduce(trn_comm *c, const void *in, void *out, size_t count, trn_dtype dtype,
+                           trn_redop op, const trn_reduce_post *post, int root) {
     trn__desc d;
     desc_init(&d, "reduce");
     trn_status st = begin_reduce(c, &d, in, out, count, dtype, op, post, root);
     if (st != TRN_SUCCESS) return st;
-    return reduce_rounds(c, d.what, in, out, count, dtype, op, post, root,
-                         false);
+    return reduce_rounds(c, d.what, in, out, count, dtype, op, post, root, false);
 }
 
-trn_status trn_comm_reduce_scatter(trn_comm *c, const void *in, void *out,
-                                   size_t count, trn_dtype dtype, trn_redop op,
-                                   const trn_reduce_post *post) {
+trn_status trn_comm_reduce_scatter(trn_comm *c, const void *in, void *out, size_t count,
+                                   trn_dtype dtype, trn_redop op, const trn_reduce_post *post) {
     trn__desc d;
     desc_init(&d, "reduce_scatter");
     trn_status st = begin_reduce(c, &d, in, out, count, dtype, op, post, 0);
@@ -202,9 +184,7 @@ trn_status trn_comm_reduce_scatter(trn_comm *c, const void *in, void *out,
     bool direct = false;
     st = trn__direct_use(c, d.what, count * size * esz, &direct);
     if (st != TRN_SUCCESS) return st;
-    if (direct)
-        return trn__direct_reduce_scatter(c, d.what, in, out, count, dtype, op,
-                                          post);
+    if (direct) return trn__direct_reduce_scatter(c, d.what, in, out, count, dtype, op, post);
     size_t per_round = round_bytes(c) / (esz * size);
     if (per_round == 0) per_round = 1;
     const unsigned char *src = in;
@@ -221,16 +201,14 @@ trn_status trn_comm_reduce_scatter(trn_comm *c, const void *in, void *out,
         if (st != TRN_SUCCESS) return st;
         for (int r = 0; r < c->size; r++)
             srcs[r] = trn__comm_slot(c, round, r) + (size_t)c->rank * n * esz;
-        trn__reduce_run(dst + base * esz, srcs, c->size, n, dtype, op, post,
-                        c->size);
+        trn__reduce_run(dst + base * esz, srcs, c->size, n, dtype, op, post, c->size);
     }
     return TRN_SUCCESS;
 }
 
 // `root`: -1 when the collective has none; every rank must pass the same.
-static trn_status exchange(trn_comm *c, const char *what, int root,
-                           const void *src, size_t src_bytes,
-                           const size_t *part_off, const size_t *part_len,
+static trn_status exchange(trn_comm *c, const char *what, int root, const void *src,
+                           size_t src_bytes, const size_t *part_off, const size_t *part_len,
                            void *const *dst, const size_t *dst_len) {
     trn_status st;
     size_t size = (size_t)c->size;
@@ -250,8 +228,7 @@ static trn_status exchange(trn_comm *c, const char *what, int root,
         expected[j] = dst && dst[j] ? (int64_t)dst_len[j] : -1;
     }
     if (src_bytes > 0 && src == NULL) {
-        trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "neuron %s: null buffer",
-                       what);
+        trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "neuron %s: null buffer", what);
         return refuse(c, what);
     }
     trn__desc d;
@@ -264,8 +241,7 @@ static trn_status exchange(trn_comm *c, const char *what, int root,
     uintptr_t s_lo = (uintptr_t)src, s_hi = s_lo + src_bytes;
     for (size_t j = 0; dst && j < size; j++) {
         uintptr_t o = (uintptr_t)dst[j];
-        if ((int)j != c->rank && o && dst_len[j] > 0 && o < s_hi &&
-            o + dst_len[j] > s_lo)
+        if ((int)j != c->rank && o && dst_len[j] > 0 && o < s_hi && o + dst_len[j] > s_lo)
             d.no_direct = 1;
     }
     st = trn__comm_begin(c, &d, parts, expected);
@@ -276,20 +252,17 @@ static trn_status exchange(trn_comm *c, const char *what, int root,
         trn__desc *di = trn__comm_desc(c, c->seq, i);
         if (di->src_bytes > max_bytes) max_bytes = di->src_bytes;
         for (int j = 0; j < c->size; j++) {
-            int64_t want = trn__desc_expected(trn__comm_desc(c, c->seq, j),
-                                              c->size)[i];
+            int64_t want = trn__desc_expected(trn__comm_desc(c, c->seq, j), c->size)[i];
             uint64_t have = trn__desc_parts(di)[2 * j + 1];
             if (want >= 0 && (uint64_t)want != have)
-                return trn__set_error(
-                    TRN_ERROR_INVALID_ARGUMENT,
-                    "neuron %s: shapes differ across ranks: rank %d expects "
-                    "%lld bytes from rank %d, which sends %llu",
-                    what, j, (long long)want, i, (unsigned long long)have);
+                return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                                      "neuron %s: shapes differ across ranks: rank %d expects "
+                                      "%lld bytes from rank %d, which sends %llu",
+                                      what, j, (long long)want, i, (unsigned long long)have);
         }
     }
     bool direct = true;
-    for (int i = 0; i < c->size; i++)
-        direct = direct && !trn__comm_desc(c, c->seq, i)->no_direct;
+    for (int i = 0; i < c->size; i++) direct = direct && !trn__comm_desc(c, c->seq, i)->no_direct;
     if (direct) {
         st = trn__direct_use(c, what, max_bytes, &direct);
         if (st != TRN_SUCCESS) return st;
@@ -330,32 +303,27 @@ static trn_status exchange(trn_comm *c, const char *what, int root,
             uint64_t b = off + len < lo + window ? off + len : lo + window;
             if (a < b)
                 memcpy((unsigned char *)dst[i] + (a - off),
-                       i == c->rank ? s + a : trn__comm_slot(c, round, i) + (a - lo),
-                       b - a);
+                       i == c->rank ? s + a : trn__comm_slot(c, round, i) + (a - lo), b - a);
         }
     }
     return TRN_SUCCESS;
 }
 
-trn_status trn_comm_exchange(trn_comm *c, const char *what, const void *src,
-                             size_t src_bytes, const size_t *part_off,
-                             const size_t *part_len, void *const *dst,
+trn_status trn_comm_exchange(trn_comm *c, const char *what, const void *src, size_t src_bytes,
+                             const size_t *part_off, const size_t *part_len, void *const *dst,
                              const size_t *dst_len) {
     trn_status st = check_comm(c);
     if (st != TRN_SUCCESS) return st;
     int root = c->has_agree ? c->agree.root : -1;
     if (root < -1 || root >= c->size) {
         trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                       "neuron %s: root %d is not a rank of a group of %d",
-                       what, root, c->size);
+                       "neuron %s: root %d is not a rank of a group of %d", what, root, c->size);
         return refuse(c, what);
     }
-    return exchange(c, what, root, src, src_bytes, part_off, part_len, dst,
-                    dst_len);
+    return exchange(c, what, root, src, src_bytes, part_off, part_len, dst, dst_len);
 }
 
-trn_status trn_comm_broadcast(trn_comm *c, void *buf, size_t nbytes,
-                              int root) {
+trn_status trn_comm_broadcast(trn_comm *c, void *buf, size_t nbytes, int root) {
     trn_status st = check_comm(c);
     if (st != TRN_SUCCESS) return st;
     if (root < 0 || root >= c->size) {
@@ -372,6 +340,6 @@ trn_status trn_comm_broadcast(trn_comm *c, void *buf, size_t nbytes,
         dst[root] = buf;
         dst_len[root] = nbytes;
     }
-    return exchange(c, "broadcast", root, me ? buf : NULL, me ? nbytes : 0,
-                    NULL, NULL, dst, dst_len);
+    return exchange(c, "broadcast", root, me ? buf : NULL, me ? nbytes : 0, NULL, NULL, dst,
+                    dst_len);
 }

@@ -50,23 +50,20 @@ static void layout(trn__region_hdr *h, int size) {
     h->off_desc = align64(h->off_ctl + n * sizeof(trn__rank_ctl));
     h->off_slots = align64(h->off_desc + 2 * n * h->desc_bytes);
     h->off_pipes = align64(h->off_slots + 2 * n * h->slot_bytes);
-    h->total_bytes =
-        h->off_pipes + n * n * (sizeof(trn__pipe_ctl) + h->pipe_bytes);
+    h->total_bytes = h->off_pipes + n * n * (sizeof(trn__pipe_ctl) + h->pipe_bytes);
 }
 
 trn_status trn_comm_region_create(int size, int *fd) {
     if (fd == NULL || size < 1 || size > TRN_COMM_MAX_RANKS)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "collective group size %d is out of range 1..%d",
-                              size, TRN_COMM_MAX_RANKS);
+                              "collective group size %d is out of range 1..%d", size,
+                              TRN_COMM_MAX_RANKS);
     trn__region_hdr h;
     memset(&h, 0, sizeof h);
     layout(&h, size);
     // memfd: anonymous, so nothing is ever left in /dev/shm.
     int f = (int)syscall(SYS_memfd_create, "trn_c10d", 0);
-    if (f < 0)
-        return trn__set_error(TRN_ERROR_SYSTEM, "memfd_create failed: %s",
-                              strerror(errno));
+    if (f < 0) return trn__set_error(TRN_ERROR_SYSTEM, "memfd_create failed: %s", strerror(errno));
     if (ftruncate(f, (off_t)h.total_bytes) != 0) {
         int e = errno;
         close(f);
@@ -78,36 +75,29 @@ trn_status trn_comm_region_create(int size, int *fd) {
     if (pwrite(f, &h, sizeof h, 0) != (ssize_t)sizeof h) {
         int e = errno;
         close(f);
-        return trn__set_error(TRN_ERROR_SYSTEM,
-                              "writing the collective region header failed: %s",
+        return trn__set_error(TRN_ERROR_SYSTEM, "writing the collective region header failed: %s",
                               strerror(e));
     }
     *fd = f;
     return TRN_SUCCESS;
 }
 
-trn_status trn_comm_attach(int fd, int rank, int size, int64_t timeout_ms,
-                           trn_comm **out) {
-    if (out == NULL || size < 1 || size > TRN_COMM_MAX_RANKS || rank < 0 ||
-        rank >= size)
+trn_status trn_comm_attach(int fd, int rank, int size, int64_t timeout_ms, trn_comm **out) {
+    if (out == NULL || size < 1 || size > TRN_COMM_MAX_RANKS || rank < 0 || rank >= size)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "rank %d of a collective group of %d is invalid",
-                              rank, size);
+                              "rank %d of a collective group of %d is invalid", rank, size);
     trn__region_hdr h;
     if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h)
-        return trn__set_error(TRN_ERROR_SYSTEM,
-                              "reading the collective region header failed: %s",
+        return trn__set_error(TRN_ERROR_SYSTEM, "reading the collective region header failed: %s",
                               strerror(errno));
     if (h.magic != TRN__COMM_MAGIC || h.size != size)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "the collective region was made for %d ranks, "
                               "this group has %d",
                               h.size, size);
-    void *base = mmap(NULL, h.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-                      fd, 0);
+    void *base = mmap(NULL, h.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED)
-        return trn__set_error(TRN_ERROR_SYSTEM,
-                              "mapping the collective region failed: %s",
+        return trn__set_error(TRN_ERROR_SYSTEM, "mapping the collective region failed: %s",
                               strerror(errno));
     trn_comm *c = calloc(1, sizeof *c);
     if (c == NULL) {
@@ -145,8 +135,7 @@ bool trn_comm_single_copy(const trn_comm *c) { return c && c->direct > 0; }
 static void wake_sleepers(trn_comm *c) {
     atomic_fetch_add(&c->hdr->wake, 1);
     if (atomic_load(&c->hdr->sleepers) > 0)
-        (void)syscall(SYS_futex, &c->hdr->wake, FUTEX_WAKE, INT32_MAX, NULL,
-                      NULL, 0);
+        (void)syscall(SYS_futex, &c->hdr->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
 static void set_abort(trn_comm *c, const char *msg) {
@@ -209,16 +198,13 @@ bool trn__comm_peer_alive(trn_comm *c, int r) {
 }
 
 // Lists the ranks whose arrive counter is below `target` into buf.
-static void missing_ranks(trn_comm *c, uint64_t target, char *buf,
-                          size_t size) {
+static void missing_ranks(trn_comm *c, uint64_t target, char *buf, size_t size) {
     size_t used = 0;
     buf[0] = '\0';
     for (int r = 0; r < c->size && used + 16 < size; r++) {
-        uint64_t a =
-            atomic_load_explicit(&trn__comm_ctl(c, r)->arrive, memory_order_acquire);
+        uint64_t a = atomic_load_explicit(&trn__comm_ctl(c, r)->arrive, memory_order_acquire);
         if (a < target)
-            used += (size_t)snprintf(buf + used, size - used, "%s%d",
-                                     used ? ", " : "", r);
+            used += (size_t)snprintf(buf + used, size - used, "%s%d", used ? ", " : "", r);
     }
 }
 
@@ -228,8 +214,7 @@ static void missing_ranks(trn_comm *c, uint64_t target, char *buf,
 // either the arrival sees the sleeper and wakes it, or the sleeper sees the
 // arrival and does not sleep; a bump between reading `seen` and sleeping
 // makes the futex return at once.
-static void sleep_for_arrival(trn_comm *c, uint32_t seen, uint64_t target,
-                              uint64_t ns) {
+static void sleep_for_arrival(trn_comm *c, uint32_t seen, uint64_t target, uint64_t ns) {
     atomic_fetch_add(&c->hdr->sleepers, 1);
     bool all = true;
     for (int r = 0; r < c->size && all; r++)
@@ -249,9 +234,8 @@ trn_status trn__comm_barrier(trn_comm *c, const char *what) {
     int first = 0;
     for (unsigned iter = 0;; iter++) {
         uint32_t seen = atomic_load(&c->hdr->wake);
-        while (first < c->size &&
-               atomic_load_explicit(&trn__comm_ctl(c, first)->arrive,
-                                    memory_order_acquire) >= target)
+        while (first < c->size && atomic_load_explicit(&trn__comm_ctl(c, first)->arrive,
+                                                       memory_order_acquire) >= target)
             first++;
         if (first == c->size) return TRN_SUCCESS;
         trn_status st = trn__comm_check_abort(c, what);
@@ -263,8 +247,7 @@ trn_status trn__comm_barrier(trn_comm *c, const char *what) {
         uint64_t now = trn__now_ns();
         if (start == 0) start = last_check = now;
         char ranks[256];
-        if (c->timeout_ms > 0 &&
-            now - start > (uint64_t)c->timeout_ms * UINT64_C(1000000)) {
+        if (c->timeout_ms > 0 && now - start > (uint64_t)c->timeout_ms * UINT64_C(1000000)) {
             missing_ranks(c, target, ranks, sizeof ranks);
             return trn__comm_fail(c,
                                   "neuron %s (collective #%llu) timed out on "
@@ -276,15 +259,14 @@ trn_status trn__comm_barrier(trn_comm *c, const char *what) {
         if (now - last_check > LIVENESS_EVERY_NS) {
             last_check = now;
             for (int r = 0; r < c->size; r++) {
-                if (atomic_load_explicit(&trn__comm_ctl(c, r)->arrive,
-                                         memory_order_acquire) < target &&
+                if (atomic_load_explicit(&trn__comm_ctl(c, r)->arrive, memory_order_acquire) <
+                        target &&
                     !trn__comm_peer_alive(c, r))
-                    return trn__comm_fail(
-                        c,
-                        "neuron %s (collective #%llu) failed on rank %d: "
-                        "rank %d (pid %d) exited without joining it",
-                        what, (unsigned long long)c->seq, c->rank, r,
-                        (int)trn__comm_ctl(c, r)->pid);
+                    return trn__comm_fail(c,
+                                          "neuron %s (collective #%llu) failed on rank %d: "
+                                          "rank %d (pid %d) exited without joining it",
+                                          what, (unsigned long long)c->seq, c->rank, r,
+                                          (int)trn__comm_ctl(c, r)->pid);
             }
         }
         if (now - start > SLEEP_AFTER_NS) {
@@ -303,8 +285,7 @@ trn_status trn__comm_barrier(trn_comm *c, const char *what) {
 }
 
 trn_status trn_comm_barrier(trn_comm *c) {
-    if (c == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "null communicator");
+    if (c == NULL) return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "null communicator");
     trn__desc d;
     memset(&d, 0, sizeof d);
     snprintf(d.what, sizeof d.what, "barrier");
@@ -318,8 +299,7 @@ void trn_comm_agree_next(trn_comm *c, const trn_comm_agree *agree) {
 }
 
 trn_status trn_comm_fail_call(trn_comm *c, const char *what, const char *why) {
-    if (c == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "null communicator");
+    if (c == NULL) return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "null communicator");
     trn__desc d;
     memset(&d, 0, sizeof d);
     snprintf(d.what, sizeof d.what, "%s", what ? what : "collective");
@@ -341,30 +321,26 @@ static trn_status check_agreed(trn_comm *c, uint64_t seq) {
                                   "neuron %s: ranks passed different roots: "
                                   "rank %d passed root %d, rank %d passed "
                                   "root %d",
-                                  mine->what, c->rank, (int)mine->root, r,
-                                  (int)o->root);
+                                  mine->what, c->rank, (int)mine->root, r, (int)o->root);
         if (mine->agree_dtype[0] && o->agree_dtype[0] &&
-            strncmp(mine->agree_dtype, o->agree_dtype,
-                    sizeof mine->agree_dtype) != 0)
-            return trn__set_error(
-                TRN_ERROR_INVALID_ARGUMENT,
-                "neuron %s: dtypes differ across ranks: rank %d passed %.*s, "
-                "rank %d passed %.*s",
-                mine->what, c->rank, TRN_COMM_DTYPE_NAME_MAX, mine->agree_dtype,
-                r, TRN_COMM_DTYPE_NAME_MAX, o->agree_dtype);
+            strncmp(mine->agree_dtype, o->agree_dtype, sizeof mine->agree_dtype) != 0)
+            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                                  "neuron %s: dtypes differ across ranks: rank %d passed %.*s, "
+                                  "rank %d passed %.*s",
+                                  mine->what, c->rank, TRN_COMM_DTYPE_NAME_MAX, mine->agree_dtype,
+                                  r, TRN_COMM_DTYPE_NAME_MAX, o->agree_dtype);
         if (o->parts != mine->parts || o->part != mine->part)
-            return trn__set_error(
-                TRN_ERROR_INVALID_ARGUMENT,
-                "neuron %s: coalesced calls differ across ranks: rank %d "
-                "passed %u tensor(s) (this is #%u), rank %d passed %u (#%u)",
-                mine->what, c->rank, mine->parts ? mine->parts : 1,
-                mine->part, r, o->parts ? o->parts : 1, o->part);
+            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                                  "neuron %s: coalesced calls differ across ranks: rank %d "
+                                  "passed %u tensor(s) (this is #%u), rank %d passed %u (#%u)",
+                                  mine->what, c->rank, mine->parts ? mine->parts : 1, mine->part, r,
+                                  o->parts ? o->parts : 1, o->part);
     }
     return TRN_SUCCESS;
 }
 
-trn_status trn__comm_begin(trn_comm *c, const trn__desc *d,
-                           const uint64_t *parts, const int64_t *expected) {
+trn_status trn__comm_begin(trn_comm *c, const trn__desc *d, const uint64_t *parts,
+                           const int64_t *expected) {
     bool agreed = c->has_agree;
     c->has_agree = false;  // consumed, whatever happens below
     trn_status st = trn__comm_check_abort(c, d->what);
@@ -375,16 +351,14 @@ trn_status trn__comm_begin(trn_comm *c, const trn__desc *d,
     memcpy(mine, d, d->failed ? sizeof *d : offsetof(trn__desc, error));
     mine->seq = seq;
     if (agreed && !d->failed) {
-        snprintf(mine->agree_dtype, sizeof mine->agree_dtype, "%.*s",
-                 TRN_COMM_DTYPE_NAME_MAX - 1, c->agree.dtype);
+        snprintf(mine->agree_dtype, sizeof mine->agree_dtype, "%.*s", TRN_COMM_DTYPE_NAME_MAX - 1,
+                 c->agree.dtype);
         mine->part = c->agree.part;
         mine->parts = c->agree.parts;
     }
     size_t n = (size_t)c->size;
     if (parts) memcpy(trn__desc_parts(mine), parts, 2 * n * sizeof(uint64_t));
-    if (expected)
-        memcpy(trn__desc_expected(mine, c->size), expected,
-               n * sizeof(int64_t));
+    if (expected) memcpy(trn__desc_expected(mine, c->size), expected, n * sizeof(int64_t));
     st = trn__comm_barrier(c, d->what);
     if (st != TRN_SUCCESS) return st;
     // A rank standing in for a call it could not make fails everyone's, with
@@ -396,8 +370,7 @@ trn_status trn__comm_begin(trn_comm *c, const trn__desc *d,
                                   "neuron %.*s (collective #%llu) failed on "
                                   "every rank: rank %d could not make the "
                                   "call: %.*s",
-                                  TRN__COMM_WHAT_MAX, o->what,
-                                  (unsigned long long)seq, r,
+                                  TRN__COMM_WHAT_MAX, o->what, (unsigned long long)seq, r,
                                   TRN__COMM_ERROR_MAX, o->error);
     }
     for (int r = 0; r < c->size; r++) {
@@ -406,8 +379,8 @@ trn_status trn__comm_begin(trn_comm *c, const trn__desc *d,
             return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                                   "neuron collective #%llu mismatch: rank %d "
                                   "called %s while rank %d called %.*s",
-                                  (unsigned long long)seq, c->rank, d->what, r,
-                                  TRN__COMM_WHAT_MAX, o->what);
+                                  (unsigned long long)seq, c->rank, d->what, r, TRN__COMM_WHAT_MAX,
+                                  o->what);
     }
     return check_agreed(c, seq);
 }

@@ -86,7 +86,7 @@ struct trn_comm {
     int direct;         // single-copy path: 0 not voted yet, 1 on, -1 off
     void *scratch;      // direct.c's peer pieces, grown on demand
     size_t scratch_bytes;
-    bool has_agree;       // trn_comm_agree_next for the next collective
+    bool has_agree;  // trn_comm_agree_next for the next collective
     trn_comm_agree agree;
 };
 
@@ -95,25 +95,20 @@ static inline trn__rank_ctl *trn__comm_ctl(trn_comm *c, int r) {
 }
 static inline trn__desc *trn__comm_desc(trn_comm *c, uint64_t seq, int r) {
     return (trn__desc *)(c->base + c->hdr->off_desc +
-                         ((seq & 1) * (uint64_t)c->size + (uint64_t)r) *
-                             c->hdr->desc_bytes);
+                         ((seq & 1) * (uint64_t)c->size + (uint64_t)r) * c->hdr->desc_bytes);
 }
 // Parts (off, len pairs) and expected lengths that follow a descriptor.
-static inline uint64_t *trn__desc_parts(trn__desc *d) {
-    return (uint64_t *)(d + 1);
-}
+static inline uint64_t *trn__desc_parts(trn__desc *d) { return (uint64_t *)(d + 1); }
 static inline int64_t *trn__desc_expected(trn__desc *d, int size) {
     return (int64_t *)(trn__desc_parts(d) + 2 * (size_t)size);
 }
-static inline unsigned char *trn__comm_slot(trn_comm *c, uint64_t round,
-                                            int r) {
+static inline unsigned char *trn__comm_slot(trn_comm *c, uint64_t round, int r) {
     return c->base + c->hdr->off_slots +
            ((round & 1) * (uint64_t)c->size + (uint64_t)r) * c->hdr->slot_bytes;
 }
 static inline trn__pipe_ctl *trn__comm_pipe(trn_comm *c, int from, int to) {
     return (trn__pipe_ctl *)(c->base + c->hdr->off_pipes +
-                             ((uint64_t)from * (uint64_t)c->size +
-                              (uint64_t)to) *
+                             ((uint64_t)from * (uint64_t)c->size + (uint64_t)to) *
                                  (sizeof(trn__pipe_ctl) + c->hdr->pipe_bytes));
 }
 
@@ -131,28 +126,24 @@ trn_status trn__comm_fail(trn_comm *c, const char *fmt, ...) TRN__PRINTF(2, 3);
 // trn_comm_agree_next fields) plus its tail, waits for every rank, and
 // checks that all ranks run the same collective with the same root and
 // agreed fields, and that none stands in for a call it could not make.
-trn_status trn__comm_begin(trn_comm *c, const trn__desc *d,
-                           const uint64_t *parts, const int64_t *expected);
+trn_status trn__comm_begin(trn_comm *c, const trn__desc *d, const uint64_t *parts,
+                           const int64_t *expected);
 
 // reduce_op.c
 // dst[i] = src[0][i] op src[1][i] op ... (rank order), then the post step.
-void trn__reduce_run(void *dst, const void *const *src, int nsrc, size_t count,
-                     trn_dtype dtype, trn_redop op, const trn_reduce_post *post,
-                     int size);
+void trn__reduce_run(void *dst, const void *const *src, int nsrc, size_t count, trn_dtype dtype,
+                     trn_redop op, const trn_reduce_post *post, int size);
 
 // direct.c: the single-copy path, taken when *use says so (decided alike
 // on every rank from `max_bytes`, the largest rank's message, and a vote
 // held once per communicator). Called after trn__comm_begin.
-trn_status trn__direct_use(trn_comm *c, const char *what, uint64_t max_bytes,
-                           bool *use);
-trn_status trn__direct_allreduce(trn_comm *c, const char *what, const void *in,
-                                 void *out, size_t count, trn_dtype dtype,
-                                 trn_redop op, const trn_reduce_post *post);
-trn_status trn__direct_reduce_scatter(trn_comm *c, const char *what,
-                                      const void *in, void *out, size_t count,
-                                      trn_dtype dtype, trn_redop op,
+trn_status trn__direct_use(trn_comm *c, const char *what, uint64_t max_bytes, bool *use);
+trn_status trn__direct_allreduce(trn_comm *c, const char *what, const void *in, void *out,
+                                 size_t count, trn_dtype dtype, trn_redop op,
+                                 const trn_reduce_post *post);
+trn_status trn__direct_reduce_scatter(trn_comm *c, const char *what, const void *in, void *out,
+                                      size_t count, trn_dtype dtype, trn_redop op,
                                       const trn_reduce_post *post);
-trn_status trn__direct_exchange(trn_comm *c, const char *what, const void *src,
-                                void *const *dst);
+trn_status trn__direct_exchange(trn_comm *c, const char *what, const void *src, void *const *dst);
 
 #endif

@@ -29,8 +29,8 @@
 #define DIRECT_CHUNK_BYTES ((size_t)256 << 10)
 
 // Copies `len` bytes at `remote` in rank r's address space to `local`.
-static trn_status peer_read(trn_comm *c, const char *what, int r, void *local,
-                            uint64_t remote, size_t len) {
+static trn_status peer_read(trn_comm *c, const char *what, int r, void *local, uint64_t remote,
+                            size_t len) {
     pid_t pid = (pid_t)trn__comm_ctl(c, r)->pid;
     unsigned char *dst = local;
     while (len > 0) {
@@ -44,13 +44,11 @@ static trn_status peer_read(trn_comm *c, const char *what, int r, void *local,
                                       "neuron %s (collective #%llu) failed on "
                                       "rank %d: rank %d (pid %d) exited "
                                       "without joining it",
-                                      what, (unsigned long long)c->seq,
-                                      c->rank, r, (int)pid);
+                                      what, (unsigned long long)c->seq, c->rank, r, (int)pid);
             return trn__comm_fail(c,
                                   "neuron %s (collective #%llu): rank %d "
                                   "could not read %zu bytes from rank %d: %s",
-                                  what, (unsigned long long)c->seq, c->rank,
-                                  len, r, strerror(e));
+                                  what, (unsigned long long)c->seq, c->rank, len, r, strerror(e));
         }
         dst += got;
         remote += (uint64_t)got;
@@ -67,26 +65,22 @@ static bool probe_peers(trn_comm *c) {
         if (r == c->rank) continue;
         uint64_t magic = 0;
         struct iovec l = {&magic, sizeof magic};
-        struct iovec rm = {(void *)(uintptr_t)trn__comm_ctl(c, r)->base_addr,
-                           sizeof magic};
-        if (process_vm_readv((pid_t)trn__comm_ctl(c, r)->pid, &l, 1, &rm, 1,
-                             0) != (ssize_t)sizeof magic ||
+        struct iovec rm = {(void *)(uintptr_t)trn__comm_ctl(c, r)->base_addr, sizeof magic};
+        if (process_vm_readv((pid_t)trn__comm_ctl(c, r)->pid, &l, 1, &rm, 1, 0) !=
+                (ssize_t)sizeof magic ||
             magic != TRN__COMM_MAGIC)
             return false;
     }
     return true;
 }
 
-trn_status trn__direct_use(trn_comm *c, const char *what, uint64_t max_bytes,
-                           bool *use) {
+trn_status trn__direct_use(trn_comm *c, const char *what, uint64_t max_bytes, bool *use) {
     *use = false;
-    if (c->size < 2 || max_bytes < DIRECT_MIN_BYTES || c->direct < 0)
-        return TRN_SUCCESS;
+    if (c->size < 2 || max_bytes < DIRECT_MIN_BYTES || c->direct < 0) return TRN_SUCCESS;
     if (c->direct == 0) {
         // Every rank reaches this vote in the same collective: the decision
         // depends only on values all ranks agreed on in the descriptors.
-        atomic_store(&trn__comm_ctl(c, c->rank)->direct_vote,
-                     probe_peers(c) ? 1 : 2);
+        atomic_store(&trn__comm_ctl(c, c->rank)->direct_vote, probe_peers(c) ? 1 : 2);
         trn_status st = trn__comm_barrier(c, what);
         if (st != TRN_SUCCESS) return st;
         bool all = true;
@@ -113,8 +107,7 @@ static trn_status scratch_reserve(trn_comm *c, size_t bytes) {
 
 // Segment q of a `count`-element reduction: whole cache lines per rank so
 // that ranks writing neighbouring segments do not share lines.
-static void segment(size_t count, size_t esz, int size, int q, size_t *lo,
-                    size_t *len) {
+static void segment(size_t count, size_t esz, int size, int q, size_t *lo, size_t *len) {
     size_t line = esz >= 64 ? 1 : 64 / esz;
     size_t seg = (count + (size_t)size - 1) / (size_t)size;
     seg = (seg + line - 1) / line * line;
@@ -125,11 +118,9 @@ static void segment(size_t count, size_t esz, int size, int q, size_t *lo,
 
 // Reduces, in rank order, elements [lo, lo + len) of every rank's buffer at
 // its descriptor's src_addr (+ src_shift bytes) into dst.
-static trn_status reduce_from_peers(trn_comm *c, const char *what,
-                                    const unsigned char *mine, void *dst,
-                                    uint64_t src_shift, size_t lo, size_t len,
-                                    trn_dtype dtype, trn_redop op,
-                                    const trn_reduce_post *post) {
+static trn_status reduce_from_peers(trn_comm *c, const char *what, const unsigned char *mine,
+                                    void *dst, uint64_t src_shift, size_t lo, size_t len,
+                                    trn_dtype dtype, trn_redop op, const trn_reduce_post *post) {
     size_t esz = trn_dtype_size(dtype);
     size_t peers = (size_t)c->size - 1;
     size_t per = DIRECT_CHUNK_BYTES / peers / esz;
@@ -147,28 +138,26 @@ static trn_status reduce_from_peers(trn_comm *c, const char *what,
                 continue;
             }
             unsigned char *piece = (unsigned char *)c->scratch + k++ * per * esz;
-            uint64_t at = trn__comm_desc(c, c->seq, r)->src_addr + src_shift +
-                          (lo + a) * esz;
+            uint64_t at = trn__comm_desc(c, c->seq, r)->src_addr + src_shift + (lo + a) * esz;
             st = peer_read(c, what, r, piece, at, n * esz);
             if (st != TRN_SUCCESS) return st;
             srcs[r] = piece;
         }
-        trn__reduce_run(out + a * esz, srcs, c->size, n, dtype, op, post,
-                        c->size);
+        trn__reduce_run(out + a * esz, srcs, c->size, n, dtype, op, post, c->size);
     }
     return TRN_SUCCESS;
 }
 
-trn_status trn__direct_allreduce(trn_comm *c, const char *what, const void *in,
-                                 void *out, size_t count, trn_dtype dtype,
-                                 trn_redop op, const trn_reduce_post *post) {
+trn_status trn__direct_allreduce(trn_comm *c, const char *what, const void *in, void *out,
+                                 size_t count, trn_dtype dtype, trn_redop op,
+                                 const trn_reduce_post *post) {
     size_t esz = trn_dtype_size(dtype), lo, len;
     segment(count, esz, c->size, c->rank, &lo, &len);
     // Writing segment r of out while peers read other segments of in: when
     // in == out those are disjoint, and the reduction reads its own piece
     // before writing it.
-    trn_status st = reduce_from_peers(c, what, in, (unsigned char *)out + lo * esz,
-                                      0, lo, len, dtype, op, post);
+    trn_status st = reduce_from_peers(c, what, in, (unsigned char *)out + lo * esz, 0, lo, len,
+                                      dtype, op, post);
     if (st != TRN_SUCCESS) return st;
     st = trn__comm_barrier(c, what);
     if (st != TRN_SUCCESS) return st;
@@ -178,29 +167,26 @@ trn_status trn__direct_allreduce(trn_comm *c, const char *what, const void *in,
         segment(count, esz, c->size, r, &rlo, &rlen);
         if (rlen == 0) continue;
         st = peer_read(c, what, r, (unsigned char *)out + rlo * esz,
-                       trn__comm_desc(c, c->seq, r)->dst_addr + rlo * esz,
-                       rlen * esz);
+                       trn__comm_desc(c, c->seq, r)->dst_addr + rlo * esz, rlen * esz);
         if (st != TRN_SUCCESS) return st;
     }
     // Peers may still be reading this rank's segment.
     return trn__comm_barrier(c, what);
 }
 
-trn_status trn__direct_reduce_scatter(trn_comm *c, const char *what,
-                                      const void *in, void *out, size_t count,
-                                      trn_dtype dtype, trn_redop op,
+trn_status trn__direct_reduce_scatter(trn_comm *c, const char *what, const void *in, void *out,
+                                      size_t count, trn_dtype dtype, trn_redop op,
                                       const trn_reduce_post *post) {
     size_t esz = trn_dtype_size(dtype);
     // Block r of every rank's input, this rank's own included.
     uint64_t shift = (uint64_t)c->rank * count * esz;
-    trn_status st = reduce_from_peers(c, what, (const unsigned char *)in + shift,
-                                      out, shift, 0, count, dtype, op, post);
+    trn_status st = reduce_from_peers(c, what, (const unsigned char *)in + shift, out, shift, 0,
+                                      count, dtype, op, post);
     if (st != TRN_SUCCESS) return st;
     return trn__comm_barrier(c, what);
 }
 
-trn_status trn__direct_exchange(trn_comm *c, const char *what, const void *src,
-                                void *const *dst) {
+trn_status trn__direct_exchange(trn_comm *c, const char *what, const void *src, void *const *dst) {
     if (dst != NULL) {
         for (int i = 0; i < c->size; i++) {
             if (dst[i] == NULL) continue;

@@ -12,29 +12,23 @@ typedef struct msg_header {
     uint64_t nbytes;
 } msg_header;
 
-static unsigned char *pipe_data(trn__pipe_ctl *p) {
-    return (unsigned char *)(p + 1);
-}
+static unsigned char *pipe_data(trn__pipe_ctl *p) { return (unsigned char *)(p + 1); }
 
-static void ring_write(trn_comm *c, trn__pipe_ctl *p, uint64_t pos,
-                       const void *src, size_t n) {
+static void ring_write(trn_comm *c, trn__pipe_ctl *p, uint64_t pos, const void *src, size_t n) {
     uint64_t cap = c->hdr->pipe_bytes, at = pos % cap;
     size_t first = n < cap - at ? n : (size_t)(cap - at);
     memcpy(pipe_data(p) + at, src, first);
     memcpy(pipe_data(p), (const unsigned char *)src + first, n - first);
 }
 
-static void ring_read(trn_comm *c, trn__pipe_ctl *p, uint64_t pos, void *dst,
-                      size_t n) {
+static void ring_read(trn_comm *c, trn__pipe_ctl *p, uint64_t pos, void *dst, size_t n) {
     uint64_t cap = c->hdr->pipe_bytes, at = pos % cap;
     size_t first = n < cap - at ? n : (size_t)(cap - at);
     memcpy(dst, pipe_data(p) + at, first);
     memcpy((unsigned char *)dst + first, pipe_data(p), n - first);
 }
 
-static const char *kind(const trn_p2p_req *r) {
-    return r->is_send ? "send" : "recv";
-}
+static const char *kind(const trn_p2p_req *r) { return r->is_send ? "send" : "recv"; }
 
 // Timeout, abort and dead-peer checks while a request makes no progress.
 static trn_status check_stall(trn_comm *c, trn_p2p_req *r) {
@@ -44,20 +38,17 @@ static trn_status check_stall(trn_comm *c, trn_p2p_req *r) {
     if (r->started_ns == 0) r->started_ns = r->checked_ns = (int64_t)now;
     int peer = r->peer >= 0 ? r->peer : r->source;
     if (c->timeout_ms > 0 &&
-        now - (uint64_t)r->started_ns >
-            (uint64_t)c->timeout_ms * UINT64_C(1000000)) {
+        now - (uint64_t)r->started_ns > (uint64_t)c->timeout_ms * UINT64_C(1000000)) {
         if (r->peer < 0)
             return trn__set_error(TRN_ERROR_SYSTEM,
                                   "neuron recv from any source (tag %lld) "
                                   "timed out on rank %d after %lld ms",
-                                  (long long)r->tag, c->rank,
-                                  (long long)c->timeout_ms);
+                                  (long long)r->tag, c->rank, (long long)c->timeout_ms);
         return trn__set_error(TRN_ERROR_SYSTEM,
                               "neuron %s %s rank %d (tag %lld, %zu bytes) "
                               "timed out on rank %d after %lld ms",
-                              kind(r), r->is_send ? "to" : "from", peer,
-                              (long long)r->tag, r->nbytes, c->rank,
-                              (long long)c->timeout_ms);
+                              kind(r), r->is_send ? "to" : "from", peer, (long long)r->tag,
+                              r->nbytes, c->rank, (long long)c->timeout_ms);
     }
     if (now - (uint64_t)r->checked_ns > UINT64_C(20000000)) {
         r->checked_ns = (int64_t)now;
@@ -66,16 +57,14 @@ static trn_status check_stall(trn_comm *c, trn_p2p_req *r) {
             // A sender may finish writing and exit between this receiver's
             // look at the pipe and this check: what it left is still there.
             trn__pipe_ctl *in = trn__comm_pipe(c, q, c->rank);
-            if (!r->is_send &&
-                atomic_load_explicit(&in->head, memory_order_acquire) !=
-                    atomic_load_explicit(&in->tail, memory_order_relaxed))
+            if (!r->is_send && atomic_load_explicit(&in->head, memory_order_acquire) !=
+                                   atomic_load_explicit(&in->tail, memory_order_relaxed))
                 continue;
             if (!trn__comm_peer_alive(c, q))
                 return trn__set_error(TRN_ERROR_SYSTEM,
                                       "neuron %s on rank %d failed: rank %d "
                                       "(pid %d) exited",
-                                      kind(r), c->rank, q,
-                                      (int)trn__comm_ctl(c, q)->pid);
+                                      kind(r), c->rank, q, (int)trn__comm_ctl(c, q)->pid);
         }
     }
     return TRN_SUCCESS;
@@ -139,15 +128,13 @@ static trn_status recv_step(trn_comm *c, trn_p2p_req *r, bool *moved) {
                                   "neuron recv on rank %d expected tag %lld "
                                   "from rank %d, the next message has tag "
                                   "%lld (send/recv pairs out of order)",
-                                  c->rank, (long long)r->tag, from,
-                                  (long long)h.tag);
+                                  c->rank, (long long)r->tag, from, (long long)h.tag);
         if (h.nbytes != r->nbytes)
             return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                                   "neuron recv on rank %d expected %zu bytes "
                                   "from rank %d, which sent %llu (shapes "
                                   "differ)",
-                                  c->rank, r->nbytes, from,
-                                  (unsigned long long)h.nbytes);
+                                  c->rank, r->nbytes, from, (unsigned long long)h.nbytes);
         trn__pipe_ctl *p = trn__comm_pipe(c, from, c->rank);
         atomic_fetch_add_explicit(&p->tail, sizeof h, memory_order_release);
         r->source = from;
@@ -170,18 +157,15 @@ static trn_status recv_step(trn_comm *c, trn_p2p_req *r, bool *moved) {
 }
 
 trn_status trn_comm_p2p_progress(trn_comm *c, trn_p2p_req *r, bool *finished) {
-    if (c == NULL || r == NULL || finished == NULL ||
-        (r->nbytes > 0 && r->buf == NULL))
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "null communicator, request or buffer");
+    if (c == NULL || r == NULL || finished == NULL || (r->nbytes > 0 && r->buf == NULL))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "null communicator, request or buffer");
     *finished = r->stage == 2;
     if (*finished) return TRN_SUCCESS;
     // An aborted group moves nothing more: a send would otherwise "succeed"
     // into a pipe nobody reads again.
     trn_status st = trn__comm_check_abort(c, kind(r));
     if (st != TRN_SUCCESS) return st;
-    if (r->peer == c->rank || r->peer >= c->size || r->peer < -1 ||
-        (r->is_send && r->peer < 0))
+    if (r->peer == c->rank || r->peer >= c->size || r->peer < -1 || (r->is_send && r->peer < 0))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "neuron %s on rank %d: peer %d is not another "
                               "rank of a group of %d",

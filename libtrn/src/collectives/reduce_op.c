@@ -9,77 +9,66 @@
 #include "trn/convert.h"
 
 static bool is_float(trn_dtype t) {
-    return t == TRN_DTYPE_F16 || t == TRN_DTYPE_BF16 || t == TRN_DTYPE_F32 ||
-           t == TRN_DTYPE_F64;
+    return t == TRN_DTYPE_F16 || t == TRN_DTYPE_BF16 || t == TRN_DTYPE_F32 || t == TRN_DTYPE_F64;
 }
-static bool is_complex(trn_dtype t) {
-    return t == TRN_DTYPE_C64 || t == TRN_DTYPE_C128;
-}
+static bool is_complex(trn_dtype t) { return t == TRN_DTYPE_C64 || t == TRN_DTYPE_C128; }
 
 static const char *redop_name(trn_redop op) {
-    static const char *names[] = {"SUM", "PRODUCT", "MIN", "MAX",
-                                  "BAND", "BOR", "BXOR"};
+    static const char *names[] = {"SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"};
     return (unsigned)op < TRN_REDOP_COUNT ? names[op] : "invalid";
 }
 
-trn_status trn_comm_check_reduce(trn_dtype dtype, trn_redop op,
-                                 const trn_reduce_post *post) {
+trn_status trn_comm_check_reduce(trn_dtype dtype, trn_redop op, const trn_reduce_post *post) {
     if ((unsigned)dtype >= TRN_DTYPE_COUNT || (unsigned)op >= TRN_REDOP_COUNT)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "invalid dtype %d or reduce op %d", (int)dtype,
-                              (int)op);
-    bool bitwise =
-        op == TRN_REDOP_BAND || op == TRN_REDOP_BOR || op == TRN_REDOP_BXOR;
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "invalid dtype %d or reduce op %d",
+                              (int)dtype, (int)op);
+    bool bitwise = op == TRN_REDOP_BAND || op == TRN_REDOP_BOR || op == TRN_REDOP_BXOR;
     if (bitwise && (is_float(dtype) || is_complex(dtype)))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "ReduceOp.%s needs an integer or bool tensor, "
                               "got %s",
                               redop_name(op), trn_dtype_name(dtype));
     if ((op == TRN_REDOP_MIN || op == TRN_REDOP_MAX) && is_complex(dtype))
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "ReduceOp.%s is not defined for %s",
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "ReduceOp.%s is not defined for %s",
                               redop_name(op), trn_dtype_name(dtype));
-    if (post && (post->divide_by_size || post->scale) &&
-        !(is_float(dtype) || is_complex(dtype)))
+    if (post && (post->divide_by_size || post->scale) && !(is_float(dtype) || is_complex(dtype)))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "ReduceOp.%s needs a floating-point or complex "
                               "tensor, got %s",
-                              post->divide_by_size ? "AVG" : "PREMUL_SUM",
-                              trn_dtype_name(dtype));
+                              post->divide_by_size ? "AVG" : "PREMUL_SUM", trn_dtype_name(dtype));
     if (post && (post->divide_by_size || post->scale) && op != TRN_REDOP_SUM)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "AVG and PREMUL_SUM reduce by SUM, got %s",
-                              redop_name(op));
+                              "AVG and PREMUL_SUM reduce by SUM, got %s", redop_name(op));
     return TRN_SUCCESS;
 }
 
 // dst op= src over n elements, for plain C types.
-#define INT_LOOP(T, U)                                                         \
-    static void reduce_##T(T *d, const T *s, size_t n, trn_redop op) {         \
-        switch (op) {                                                          \
-        case TRN_REDOP_SUM:                                                    \
-            for (size_t i = 0; i < n; i++) d[i] = (T)((U)d[i] + (U)s[i]);      \
-            break;                                                             \
-        case TRN_REDOP_PROD:                                                   \
-            for (size_t i = 0; i < n; i++) d[i] = (T)((U)d[i] * (U)s[i]);      \
-            break;                                                             \
-        case TRN_REDOP_MIN:                                                    \
-            for (size_t i = 0; i < n; i++) d[i] = s[i] < d[i] ? s[i] : d[i];   \
-            break;                                                             \
-        case TRN_REDOP_MAX:                                                    \
-            for (size_t i = 0; i < n; i++) d[i] = s[i] > d[i] ? s[i] : d[i];   \
-            break;                                                             \
-        case TRN_REDOP_BAND:                                                   \
-            for (size_t i = 0; i < n; i++) d[i] = (T)(d[i] & s[i]);            \
-            break;                                                             \
-        case TRN_REDOP_BOR:                                                    \
-            for (size_t i = 0; i < n; i++) d[i] = (T)(d[i] | s[i]);            \
-            break;                                                             \
-        case TRN_REDOP_BXOR:                                                   \
-            for (size_t i = 0; i < n; i++) d[i] = (T)(d[i] ^ s[i]);            \
-            break;                                                             \
-        default: break;                                                        \
-        }                                                                      \
+#define INT_LOOP(T, U)                                                                             \
+    static void reduce_##T(T *d, const T *s, size_t n, trn_redop op) {                             \
+        switch (op) {                                                                              \
+        case TRN_REDOP_SUM:                                                                        \
+            for (size_t i = 0; i < n; i++) d[i] = (T)((U)d[i] + (U)s[i]);                          \
+            break;                                                                                 \
+        case TRN_REDOP_PROD:                                                                       \
+            for (size_t i = 0; i < n; i++) d[i] = (T)((U)d[i] * (U)s[i]);                          \
+            break;                                                                                 \
+        case TRN_REDOP_MIN:                                                                        \
+            for (size_t i = 0; i < n; i++) d[i] = s[i] < d[i] ? s[i] : d[i];                       \
+            break;                                                                                 \
+        case TRN_REDOP_MAX:                                                                        \
+            for (size_t i = 0; i < n; i++) d[i] = s[i] > d[i] ? s[i] : d[i];                       \
+            break;                                                                                 \
+        case TRN_REDOP_BAND:                                                                       \
+            for (size_t i = 0; i < n; i++) d[i] = (T)(d[i] & s[i]);                                \
+            break;                                                                                 \
+        case TRN_REDOP_BOR:                                                                        \
+            for (size_t i = 0; i < n; i++) d[i] = (T)(d[i] | s[i]);                                \
+            break;                                                                                 \
+        case TRN_REDOP_BXOR:                                                                       \
+            for (size_t i = 0; i < n; i++) d[i] = (T)(d[i] ^ s[i]);                                \
+            break;                                                                                 \
+        default: break;                                                                            \
+        }                                                                                          \
     }
 
 typedef unsigned char uchar;
@@ -93,41 +82,39 @@ INT_LOOP(int64_t, uint64_t)
 INT_LOOP(uint64_t, uint64_t)
 
 // NaN propagates through MIN/MAX, as torch.minimum/maximum do.
-#define FLOAT_LOOP(T)                                                          \
-    static void reduce_##T(T *d, const T *s, size_t n, trn_redop op) {         \
-        switch (op) {                                                          \
-        case TRN_REDOP_SUM:                                                    \
-            for (size_t i = 0; i < n; i++) d[i] += s[i];                       \
-            break;                                                             \
-        case TRN_REDOP_PROD:                                                   \
-            for (size_t i = 0; i < n; i++) d[i] *= s[i];                       \
-            break;                                                             \
-        case TRN_REDOP_MIN:                                                    \
-            for (size_t i = 0; i < n; i++)                                     \
-                d[i] = (s[i] < d[i] || s[i] != s[i]) ? s[i] : d[i];            \
-            break;                                                             \
-        case TRN_REDOP_MAX:                                                    \
-            for (size_t i = 0; i < n; i++)                                     \
-                d[i] = (s[i] > d[i] || s[i] != s[i]) ? s[i] : d[i];            \
-            break;                                                             \
-        default: break;                                                        \
-        }                                                                      \
+#define FLOAT_LOOP(T)                                                                              \
+    static void reduce_##T(T *d, const T *s, size_t n, trn_redop op) {                             \
+        switch (op) {                                                                              \
+        case TRN_REDOP_SUM:                                                                        \
+            for (size_t i = 0; i < n; i++) d[i] += s[i];                                           \
+            break;                                                                                 \
+        case TRN_REDOP_PROD:                                                                       \
+            for (size_t i = 0; i < n; i++) d[i] *= s[i];                                           \
+            break;                                                                                 \
+        case TRN_REDOP_MIN:                                                                        \
+            for (size_t i = 0; i < n; i++) d[i] = (s[i] < d[i] || s[i] != s[i]) ? s[i] : d[i];     \
+            break;                                                                                 \
+        case TRN_REDOP_MAX:                                                                        \
+            for (size_t i = 0; i < n; i++) d[i] = (s[i] > d[i] || s[i] != s[i]) ? s[i] : d[i];     \
+            break;                                                                                 \
+        default: break;                                                                            \
+        }                                                                                          \
     }
 FLOAT_LOOP(float)
 FLOAT_LOOP(double)
 
 // Complex as interleaved (re, im) pairs: SUM and PROD only.
-#define COMPLEX_LOOP(T)                                                        \
-    static void reduce_c_##T(T *d, const T *s, size_t n, trn_redop op) {       \
-        if (op == TRN_REDOP_SUM) {                                             \
-            for (size_t i = 0; i < 2 * n; i++) d[i] += s[i];                   \
-            return;                                                            \
-        }                                                                      \
-        for (size_t i = 0; i < n; i++) {                                       \
-            T a = d[2 * i], b = d[2 * i + 1], c = s[2 * i], e = s[2 * i + 1];  \
-            d[2 * i] = a * c - b * e;                                          \
-            d[2 * i + 1] = a * e + b * c;                                      \
-        }                                                                      \
+#define COMPLEX_LOOP(T)                                                                            \
+    static void reduce_c_##T(T *d, const T *s, size_t n, trn_redop op) {                           \
+        if (op == TRN_REDOP_SUM) {                                                                 \
+            for (size_t i = 0; i < 2 * n; i++) d[i] += s[i];                                       \
+            return;                                                                                \
+        }                                                                                          \
+        for (size_t i = 0; i < n; i++) {                                                           \
+            T a = d[2 * i], b = d[2 * i + 1], c = s[2 * i], e = s[2 * i + 1];                      \
+            d[2 * i] = a * c - b * e;                                                              \
+            d[2 * i + 1] = a * e + b * c;                                                          \
+        }                                                                                          \
     }
 COMPLEX_LOOP(float)
 COMPLEX_LOOP(double)
@@ -155,8 +142,7 @@ static void post_float(float *d, size_t n, const trn_reduce_post *p, int size) {
     if (p->scale)
         for (size_t i = 0; i < n; i++) d[i] *= (float)p->factor;
 }
-static void post_double(double *d, size_t n, const trn_reduce_post *p,
-                        int size) {
+static void post_double(double *d, size_t n, const trn_reduce_post *p, int size) {
     if (p == NULL) return;
     if (p->divide_by_size)
         for (size_t i = 0; i < n; i++) d[i] /= (double)size;
@@ -166,9 +152,8 @@ static void post_double(double *d, size_t n, const trn_reduce_post *p,
 
 // Half types: float32 blocks so the sum of all ranks is rounded once.
 #define HALF_BLOCK 512
-static void reduce_half(void *dst, const void *const *src, int nsrc,
-                        size_t count, bool bf16, trn_redop op,
-                        const trn_reduce_post *post, int size) {
+static void reduce_half(void *dst, const void *const *src, int nsrc, size_t count, bool bf16,
+                        trn_redop op, const trn_reduce_post *post, int size) {
     float acc[HALF_BLOCK], in[HALF_BLOCK];
     uint16_t *d = dst;
     for (size_t base = 0; base < count; base += HALF_BLOCK) {
@@ -182,18 +167,15 @@ static void reduce_half(void *dst, const void *const *src, int nsrc,
         }
         post_float(acc, n, post, size);
         for (size_t i = 0; i < n; i++)
-            d[base + i] =
-                bf16 ? trn_float_to_bf16(acc[i]) : trn_float_to_half(acc[i]);
+            d[base + i] = bf16 ? trn_float_to_bf16(acc[i]) : trn_float_to_half(acc[i]);
     }
 }
 
-void trn__reduce_run(void *dst, const void *const *src, int nsrc, size_t count,
-                     trn_dtype dtype, trn_redop op, const trn_reduce_post *post,
-                     int size) {
+void trn__reduce_run(void *dst, const void *const *src, int nsrc, size_t count, trn_dtype dtype,
+                     trn_redop op, const trn_reduce_post *post, int size) {
     if (count == 0 || nsrc == 0) return;
     if (dtype == TRN_DTYPE_F16 || dtype == TRN_DTYPE_BF16) {
-        reduce_half(dst, src, nsrc, count, dtype == TRN_DTYPE_BF16, op, post,
-                    size);
+        reduce_half(dst, src, nsrc, count, dtype == TRN_DTYPE_BF16, op, post, size);
         return;
     }
     size_t esz = trn_dtype_size(dtype);
@@ -206,8 +188,7 @@ void trn__reduce_run(void *dst, const void *const *src, int nsrc, size_t count,
         const void *sub[TRN_COMM_MAX_RANKS];
         for (size_t base = 0; base < count; base += block) {
             size_t n = count - base < block ? count - base : block;
-            for (int k = 0; k < nsrc; k++)
-                sub[k] = (const unsigned char *)src[k] + base * esz;
+            for (int k = 0; k < nsrc; k++) sub[k] = (const unsigned char *)src[k] + base * esz;
             trn__reduce_run(tmp, sub, nsrc, n, dtype, op, post, size);
             memcpy((unsigned char *)dst + base * esz, tmp, n * esz);
         }
@@ -243,8 +224,7 @@ trn_status trn_reduce_post_apply(void *buf, size_t count, trn_dtype dtype,
                                  const trn_reduce_post *post, int size) {
     trn_status st = trn_comm_check_reduce(dtype, TRN_REDOP_SUM, post);
     if (st != TRN_SUCCESS) return st;
-    if (count > 0 && buf == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "null buffer");
+    if (count > 0 && buf == NULL) return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "null buffer");
     const void *src[1] = {buf};
     trn__reduce_run(buf, src, 1, count, dtype, TRN_REDOP_SUM, post, size);
     return TRN_SUCCESS;

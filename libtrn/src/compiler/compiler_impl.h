@@ -60,9 +60,9 @@ typedef struct trn__cc_node {
     int wrap, accumulate;
     trn_graph_index_error ierr;
     // host
-    int host_step;     // host result: its step
-    int store_to;      // store node (trn_graph_store): the input it writes; else -1
-    bool stored;       // input: a store writes it
+    int host_step;  // host result: its step
+    int store_to;   // store node (trn_graph_store): the input it writes; else -1
+    bool stored;    // input: a store writes it
     bool exported;
     char *label;
 } trn__cc_node;
@@ -177,12 +177,13 @@ trn_status trn__cc_scratch_dir(char *out, size_t cap, pid_t *group);
 void trn__cc_scratch_remove(const char *dir);
 // Runs kernel `kernel` of `p` on the program's buffer table `bufs` (one base
 // address per node); returns its status (an index error, via abi).
-trn_status trn__cc_kernel_launch(const trn_program *p, int kernel, void *const *bufs, const trn_kernel_abi *abi);
+trn_status trn__cc_kernel_launch(const trn_program *p, int kernel, void *const *bufs,
+                                 const trn_kernel_abi *abi);
 
 // Compiles any generated translation unit (or loads it from the disk cache)
 // and dlopens it; *key gets the cache key. jit.c.
-trn_status trn__cc_build_shared(const char *source, const trn_compile_options *opts, void **dl, char key[65],
-                                int *from_cache, double *seconds);
+trn_status trn__cc_build_shared(const char *source, const trn_compile_options *opts, void **dl,
+                                char key[65], int *from_cache, double *seconds);
 
 struct trn_program {
     trn_graph graph;  // a copy: runs need node shapes and strides

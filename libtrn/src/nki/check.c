@@ -16,28 +16,31 @@
 #include "nki_impl.h"
 
 #define PMAX 128
-#define PSUM_BANK 2048      // bytes per partition per bank
+#define PSUM_BANK 2048  // bytes per partition per bank
 #define PSUM_BANKS 8
 #define MM_STAT_FMAX 128
 #define MM_MOV_FMAX 512
 
-typedef struct range { int64_t lo, hi; } range;
+typedef struct range {
+    int64_t lo, hi;
+} range;
 
 static int64_t sbuf_capacity(int target) {
     // bytes per partition: v2 192 KiB, v3 224 KiB, v4 256 KiB
     return target == 2 ? 192 * 1024 : target == 4 ? 256 * 1024 : 224 * 1024;
 }
 
-static trn_status fail_at(const nki_prog *p, const char *what, const char *loc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static trn_status fail_at(const nki_prog *p, const char *what, const char *loc, const char *fmt, ...) {
+static trn_status fail_at(const nki_prog *p, const char *what, const char *loc, const char *fmt,
+                          ...) __attribute__((format(printf, 4, 5)));
+static trn_status fail_at(const nki_prog *p, const char *what, const char *loc, const char *fmt,
+                          ...) {
     char msg[768];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "nki kernel '%s': %s at %s: %s", p->name, what,
-                          loc ? loc : "?", msg);
+    return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "nki kernel '%s': %s at %s: %s", p->name,
+                          what, loc ? loc : "?", msg);
 }
 
 static range affine_range(const nki_affine *a, const range *vars) {
@@ -78,16 +81,19 @@ static int64_t free_count(const nki_operand *o) {
     return n;
 }
 
-static nki_kind root_kind(const nki_prog *p, const nki_operand *o) { return p->t[p->t[o->tid].root].kind; }
+static nki_kind root_kind(const nki_prog *p, const nki_operand *o) {
+    return p->t[p->t[o->tid].root].kind;
+}
 
 static bool on_chip(nki_kind k) { return k == NKI_SBUF || k == NKI_PSUM; }
 
 // Fills o->flat and o->stride; checks bounds unless `masked`.
-static trn_status derive(const nki_prog *p, const nki_instr *in, nki_operand *o, const range *vars, bool masked,
-                         int which) {
+static trn_status derive(const nki_prog *p, const nki_instr *in, nki_operand *o, const range *vars,
+                         bool masked, int which) {
     const nki_tensor *t = &p->t[o->tid];
     if (o->ntd != t->ndim)
-        return fail_at(p, in->name, in->loc, "operand %d indexes %d dims of a %d-d tensor", which, o->ntd, t->ndim);
+        return fail_at(p, in->name, in->loc, "operand %d indexes %d dims of a %d-d tensor", which,
+                       o->ntd, t->ndim);
     memset(&o->flat, 0, sizeof o->flat);
     for (int j = 0; j < o->nd; j++) {
         o->stride[j] = 0;
@@ -97,7 +103,8 @@ static trn_status derive(const nki_prog *p, const nki_instr *in, nki_operand *o,
     int64_t strides[NKI_MAXD];
     int64_t run = 1;
     for (int d = t->ndim - 1; d >= 0; d--) {
-        strides[d] = (t->kind == NKI_ARG || t->kind == NKI_OUT || t->kind == NKI_VIEW) ? t->strides[d] : run;
+        strides[d] =
+            (t->kind == NKI_ARG || t->kind == NKI_OUT || t->kind == NKI_VIEW) ? t->strides[d] : run;
         run *= t->sizes[d];
     }
     for (int d = 0; d < t->ndim; d++) {
@@ -107,25 +114,30 @@ static trn_status derive(const nki_prog *p, const nki_instr *in, nki_operand *o,
         range r = affine_range(&o->base[d], vars);
         for (int j = 0; j < o->nd; j++) {
             int64_t x = o->coef[d][j] * (o->count[j] - 1);
-            if (x < 0) r.lo += x;
-            else r.hi += x;
+            if (x < 0)
+                r.lo += x;
+            else
+                r.hi += x;
         }
         if (r.lo < 0 || r.hi >= t->sizes[d])
             return fail_at(p, in->name, in->loc,
-                           "out-of-bounds access: operand %d reads/writes indices [%lld, %lld] of dimension %d "
-                           "of a tensor of shape %lld%s (allocated at %s)", which, (long long)r.lo,
-                           (long long)r.hi, d, (long long)t->sizes[0], t->ndim > 1 ? "x..." : "", t->loc);
+                           "out-of-bounds access: operand %d reads/writes indices [%lld, %lld] of "
+                           "dimension %d "
+                           "of a tensor of shape %lld%s (allocated at %s)",
+                           which, (long long)r.lo, (long long)r.hi, d, (long long)t->sizes[0],
+                           t->ndim > 1 ? "x..." : "", t->loc);
     }
     // a view's elements sit at its offset in the root's memory
     for (const nki_tensor *v = t; v->kind == NKI_VIEW; v = &p->t[v->base]) o->flat.c += v->offset;
     if (on_chip(root_kind(p, o)) && o->count[0] > PMAX)
-        return fail_at(p, in->name, in->loc, "operand %d spans %lld partitions; the partition dimension is at most %d",
+        return fail_at(p, in->name, in->loc,
+                       "operand %d spans %lld partitions; the partition dimension is at most %d",
                        which, (long long)o->count[0], PMAX);
     return TRN_SUCCESS;
 }
 
-static trn_status need_kind(const nki_prog *p, const nki_instr *in, int i, const char *role, bool sbuf, bool psum,
-                            bool hbm) {
+static trn_status need_kind(const nki_prog *p, const nki_instr *in, int i, const char *role,
+                            bool sbuf, bool psum, bool hbm) {
     nki_kind k = root_kind(p, &in->opd[i]);
     bool ok = k == NKI_SBUF ? sbuf : k == NKI_PSUM ? psum : hbm;
     if (ok) return TRN_SUCCESS;
@@ -134,7 +146,8 @@ static trn_status need_kind(const nki_prog *p, const nki_instr *in, int i, const
     if (psum) strcat(allowed, "psum ");
     if (hbm) strcat(allowed, "hbm ");
     return fail_at(p, in->name, in->loc, "%s is in %s; this instruction takes it from: %s", role,
-                   nki__kind_name(k == NKI_ARG || k == NKI_OUT || k == NKI_HBM ? NKI_ARG : k), allowed);
+                   nki__kind_name(k == NKI_ARG || k == NKI_OUT || k == NKI_HBM ? NKI_ARG : k),
+                   allowed);
 }
 
 // Inputs must match the iteration space (the dst's) element for element,
@@ -148,8 +161,9 @@ static trn_status same_space(const nki_prog *p, const nki_instr *in, int i) {
         if (ok) return TRN_SUCCESS;
     }
     if (o->count[0] == d->count[0] && free_count(o) == free_count(d)) return TRN_SUCCESS;
-    return fail_at(p, in->name, in->loc, "operand %d has %lld partitions x %lld elements, the destination %lld x %lld",
-                   i, (long long)o->count[0], (long long)free_count(o), (long long)d->count[0],
+    return fail_at(p, in->name, in->loc,
+                   "operand %d has %lld partitions x %lld elements, the destination %lld x %lld", i,
+                   (long long)o->count[0], (long long)free_count(o), (long long)d->count[0],
                    (long long)free_count(d));
 }
 
@@ -159,23 +173,31 @@ static trn_status check_instr(const nki_prog *p, nki_instr *in, const range *var
     for (int i = 0; i < in->nopd; i++) {
         const nki_operand *o = &in->opd[i], *d = &in->opd[0];
         bool aligned = o->nd == d->nd;
-        for (int j = 0; aligned && j < o->nd; j++) aligned = o->count[j] == d->count[j] || o->count[j] == 1;
+        for (int j = 0; aligned && j < o->nd; j++)
+            aligned = o->count[j] == d->count[j] || o->count[j] == 1;
         in->rt[i] = in->nmask > 0 && aligned;
         st = derive(p, in, &in->opd[i], vars, in->rt[i], i);
         if (st != TRN_SUCCESS) return st;
     }
-    if (in->nmask > 0 && (in->op == NKI_OP_MATMUL || in->op == NKI_OP_SCAN || in->op == NKI_OP_PREDUCE ||
-                          in->op == NKI_OP_BNSTATS || in->op == NKI_OP_BNAGGR || (in->op == NKI_OP_ACT && in->np > 4 && in->p[4] >= 0)))
-        return fail_at(p, in->name, in->loc, "mask= is not supported on this instruction here; slice the operands");
+    if (in->nmask > 0 &&
+        (in->op == NKI_OP_MATMUL || in->op == NKI_OP_SCAN || in->op == NKI_OP_PREDUCE ||
+         in->op == NKI_OP_BNSTATS || in->op == NKI_OP_BNAGGR ||
+         (in->op == NKI_OP_ACT && in->np > 4 && in->p[4] >= 0)))
+        return fail_at(p, in->name, in->loc,
+                       "mask= is not supported on this instruction here; slice the operands");
     const int mode = in->np > 0 ? (int)in->p[0] : 0;
     switch (in->op) {
     case NKI_OP_COPY:
         if (mode == 1) {
             for (int i = 0; i < 2; i++)
-                if ((st = need_kind(p, in, i, i ? "the source" : "the destination", true, false, true))) return st;
+                if ((st = need_kind(p, in, i, i ? "the source" : "the destination", true, false,
+                                    true)))
+                    return st;
         } else if (mode == 2) {
             for (int i = 0; i < 2; i++)
-                if ((st = need_kind(p, in, i, i ? "the source" : "the destination", true, true, false))) return st;
+                if ((st = need_kind(p, in, i, i ? "the source" : "the destination", true, true,
+                                    false)))
+                    return st;
         }
         return same_space(p, in, 1);
     case NKI_OP_MATMUL: {
@@ -184,28 +206,33 @@ static trn_status check_instr(const nki_prog *p, nki_instr *in, const range *var
         if ((st = need_kind(p, in, 2, "the moving operand", true, false, false))) return st;
         const nki_operand *d = &in->opd[0], *s = &in->opd[1], *m = &in->opd[2];
         if (s->count[0] != m->count[0])
-            return fail_at(p, in->name, in->loc, "contraction (partition) sizes differ: stationary %lld, moving %lld",
+            return fail_at(p, in->name, in->loc,
+                           "contraction (partition) sizes differ: stationary %lld, moving %lld",
                            (long long)s->count[0], (long long)m->count[0]);
         if (free_count(s) > MM_STAT_FMAX)
-            return fail_at(p, in->name, in->loc, "stationary free size %lld exceeds %d", (long long)free_count(s),
-                           MM_STAT_FMAX);
+            return fail_at(p, in->name, in->loc, "stationary free size %lld exceeds %d",
+                           (long long)free_count(s), MM_STAT_FMAX);
         if (free_count(m) > MM_MOV_FMAX)
-            return fail_at(p, in->name, in->loc, "moving free size %lld exceeds %d", (long long)free_count(m),
-                           MM_MOV_FMAX);
+            return fail_at(p, in->name, in->loc, "moving free size %lld exceeds %d",
+                           (long long)free_count(m), MM_MOV_FMAX);
         if (d->count[0] != free_count(s) || free_count(d) != free_count(m))
-            return fail_at(p, in->name, in->loc, "destination is %lld x %lld, the product is %lld x %lld",
-                           (long long)d->count[0], (long long)free_count(d), (long long)free_count(s),
-                           (long long)free_count(m));
+            return fail_at(p, in->name, in->loc,
+                           "destination is %lld x %lld, the product is %lld x %lld",
+                           (long long)d->count[0], (long long)free_count(d),
+                           (long long)free_count(s), (long long)free_count(m));
         nki_dtype dt = p->t[d->tid].dtype, sa = p->t[s->tid].dtype, sb = p->t[m->tid].dtype;
         if (!(dt == NKI_F32 || (p->target >= 4 && dt == NKI_BF16)))
             return fail_at(p, in->name, in->loc, "the PSUM destination must be float32");
         if ((sa == NKI_F32) != (sb == NKI_F32))
-            return fail_at(p, in->name, in->loc, "float32 operands cannot be mixed with other dtypes");
+            return fail_at(p, in->name, in->loc,
+                           "float32 operands cannot be mixed with other dtypes");
         if ((sa == NKI_F8E4M3 && sb == NKI_F8E4M3FN) || (sa == NKI_F8E4M3FN && sb == NKI_F8E4M3))
-            return fail_at(p, in->name, in->loc, "float8_e4m3 and float8_e4m3fn cannot be mixed in one matmul");
+            return fail_at(p, in->name, in->loc,
+                           "float8_e4m3 and float8_e4m3fn cannot be mixed in one matmul");
         int64_t bytes = free_count(m) * nki__dtype_size(dt);
         if (bytes > PSUM_BANK)
-            return fail_at(p, in->name, in->loc, "the result needs %lld bytes per partition; one PSUM bank holds %d",
+            return fail_at(p, in->name, in->loc,
+                           "the result needs %lld bytes per partition; one PSUM bank holds %d",
                            (long long)bytes, PSUM_BANK);
         range fr = affine_range(&d->flat, vars);
         const nki_tensor *root = &p->t[p->t[d->tid].root];
@@ -213,47 +240,57 @@ static trn_status check_instr(const nki_prog *p, nki_instr *in, const range *var
         if (fr.lo == fr.hi && root->par_axis == 0 && row > 0) {
             int64_t first = (fr.lo % row) * nki__dtype_size(dt), last = first + bytes - 1;
             if (first / PSUM_BANK != last / PSUM_BANK)
-                return fail_at(p, in->name, in->loc, "the result crosses a PSUM bank boundary (bytes %lld..%lld of "
-                               "the partition)", (long long)first, (long long)last);
+                return fail_at(p, in->name, in->loc,
+                               "the result crosses a PSUM bank boundary (bytes %lld..%lld of "
+                               "the partition)",
+                               (long long)first, (long long)last);
         }
         return TRN_SUCCESS;
     }
     case NKI_OP_TRANSPOSE: {
         const nki_operand *d = &in->opd[0], *s = &in->opd[1];
         if (s->nd != 2 || d->nd != 2 || d->count[0] != s->count[1] || d->count[1] != s->count[0])
-            return fail_at(p, in->name, in->loc, "destination must be the source's transpose (2-d)");
+            return fail_at(p, in->name, in->loc,
+                           "destination must be the source's transpose (2-d)");
         if (mode == 1) {
             if ((st = need_kind(p, in, 0, "the destination", false, true, false))) return st;
             if ((st = need_kind(p, in, 1, "the source", true, false, false))) return st;
         } else if (mode == 0) {
             if (s->count[0] > 32 || s->count[1] > 32)
-                return fail_at(p, in->name, in->loc, "the Vector Engine transposes at most 32x32 (got %lldx%lld)",
+                return fail_at(p, in->name, in->loc,
+                               "the Vector Engine transposes at most 32x32 (got %lldx%lld)",
                                (long long)s->count[0], (long long)s->count[1]);
         }
         return TRN_SUCCESS;
     }
-    default:
-        break;
+    default: break;
     }
     // compute engines: SBUF or PSUM only
     for (int i = 0; i < in->nopd; i++)
-        if ((st = need_kind(p, in, i, i ? "an input" : "the destination", true, true, false))) return st;
-    if (in->op == NKI_OP_TT && root_kind(p, &in->opd[1]) == NKI_PSUM && root_kind(p, &in->opd[2]) == NKI_PSUM)
+        if ((st = need_kind(p, in, i, i ? "an input" : "the destination", true, true, false)))
+            return st;
+    if (in->op == NKI_OP_TT && root_kind(p, &in->opd[1]) == NKI_PSUM &&
+        root_kind(p, &in->opd[2]) == NKI_PSUM)
         return fail_at(p, in->name, in->loc, "both inputs are in PSUM; at most one may be");
-    if (in->op == NKI_OP_TT || in->op == NKI_OP_WHERE || in->op == NKI_OP_PREDCOPY || in->op == NKI_OP_SELECT ||
-        in->op == NKI_OP_TS || in->op == NKI_OP_STT)
+    if (in->op == NKI_OP_TT || in->op == NKI_OP_WHERE || in->op == NKI_OP_PREDCOPY ||
+        in->op == NKI_OP_SELECT || in->op == NKI_OP_TS || in->op == NKI_OP_STT)
         for (int i = 1; i < in->nopd; i++) {
             const nki_operand *o = &in->opd[i];
-            bool vec = (in->op == NKI_OP_TS && i >= 2) || (in->op == NKI_OP_STT && i == 2 && in->p[2] == 2);
+            bool vec = (in->op == NKI_OP_TS && i >= 2) ||
+                       (in->op == NKI_OP_STT && i == 2 && in->p[2] == 2);
             if (vec) {
                 if (o->count[0] != in->opd[0].count[0] && o->count[0] != 1)
-                    return fail_at(p, in->name, in->loc, "a per-partition scalar must have the destination's "
-                                   "%lld partitions", (long long)in->opd[0].count[0]);
+                    return fail_at(p, in->name, in->loc,
+                                   "a per-partition scalar must have the destination's "
+                                   "%lld partitions",
+                                   (long long)in->opd[0].count[0]);
                 continue;
             }
             if ((st = same_space(p, in, i))) return st;
         }
-    if ((in->op == NKI_OP_ACT || in->op == NKI_OP_SCAN) && in->nopd > 1 && (st = same_space(p, in, 1))) return st;
+    if ((in->op == NKI_OP_ACT || in->op == NKI_OP_SCAN) && in->nopd > 1 &&
+        (st = same_space(p, in, 1)))
+        return st;
     return TRN_SUCCESS;
 }
 
@@ -284,8 +321,10 @@ static trn_status check_capacity(const nki_prog *p) {
     int depth = 0;
     for (int i = 0; i < p->ns; i++) {
         const nki_stmt *s = &p->s[i];
-        if (s->kind == NKI_LOOP || s->kind == NKI_IF) stack[depth++] = i;
-        else if (s->kind == NKI_END) depth--;
+        if (s->kind == NKI_LOOP || s->kind == NKI_IF)
+            stack[depth++] = i;
+        else if (s->kind == NKI_END)
+            depth--;
         else if (s->kind == NKI_POISON) {
             int r = p->t[s->tensor].root;
             if (first[r] < 0) {
@@ -315,14 +354,17 @@ static trn_status check_capacity(const nki_prog *p) {
     for (int i = 0; i <= p->ns; i++) {
         cur_s += delta_s[i];
         cur_p += delta_p[i];
-        const char *loc = i < p->ns ? (p->s[i].kind == NKI_INSTR ? p->s[i].ins->loc : p->s[i].loc) : "end";
+        const char *loc =
+            i < p->ns ? (p->s[i].kind == NKI_INSTR ? p->s[i].ins->loc : p->s[i].loc) : "end";
         if (cur_s > cap) {
-            st = fail_at(p, "allocation", loc, "SBUF needs %lld bytes per partition here; NeuronCore v%d has %lld",
+            st = fail_at(p, "allocation", loc,
+                         "SBUF needs %lld bytes per partition here; NeuronCore v%d has %lld",
                          (long long)cur_s, p->target, (long long)cap);
             goto done;
         }
         if (cur_p > PSUM_BANK * PSUM_BANKS) {
-            st = fail_at(p, "allocation", loc, "PSUM needs %lld banks here; there are %d (2 KiB per partition each)",
+            st = fail_at(p, "allocation", loc,
+                         "PSUM needs %lld banks here; there are %d (2 KiB per partition each)",
                          (long long)(cur_p / PSUM_BANK), PSUM_BANKS);
             goto done;
         }
@@ -345,7 +387,9 @@ trn_status nki__check(nki_prog *p) {
     for (int i = 0; i < p->nt; i++) {
         nki_tensor *t = &p->t[i];
         if (t->kind == NKI_VIEW) {
-            if (t->base >= i) return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "nki: view %d of a later tensor", i);
+            if (t->base >= i)
+                return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "nki: view %d of a later tensor",
+                                      i);
             t->root = p->t[t->base].root;
         } else {
             t->root = i;
@@ -356,7 +400,8 @@ trn_status nki__check(nki_prog *p) {
             t->arg = nargs++;
         } else if (t->kind != NKI_VIEW) {
             if (on_chip(t->kind) && t->ndim > 0 && t->sizes[t->par_axis] > PMAX)
-                return fail_at(p, "allocation", t->loc, "%s tensor with %lld partitions; at most %d",
+                return fail_at(p, "allocation", t->loc,
+                               "%s tensor with %lld partitions; at most %d",
                                nki__kind_name(t->kind), (long long)t->sizes[t->par_axis], PMAX);
             t->scratch = off;
             off += (numel(t) * nki__dtype_size(t->dtype) + 63) / 64 * 64;
@@ -370,11 +415,15 @@ trn_status nki__check(nki_prog *p) {
     p->scratch_bytes = off + (int64_t)MM_STAT_FMAX * MM_MOV_FMAX * 4;  // matmul accumulator
     range *vars = calloc(NKI_PID_VAR + 4, sizeof *vars);
     if (vars == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "nki: out of memory");
-    for (int a = 0; a < 4; a++) vars[NKI_PID_VAR + a] = (range){0, a < p->ngrid ? p->grid[a] - 1 : 0};
+    for (int a = 0; a < 4; a++)
+        vars[NKI_PID_VAR + a] = (range){0, a < p->ngrid ? p->grid[a] - 1 : 0};
     trn_status st = TRN_SUCCESS;
     // an if narrows the range of a loop index its condition bounds alone
     // (c + a*v cmp 0); saved ranges come back at its E
-    typedef struct saved { int var; range r; } saved;
+    typedef struct saved {
+        int var;
+        range r;
+    } saved;
     saved *undo = malloc(((size_t)p->ns + 1) * 4 * sizeof *undo);
     int *undo_at = malloc(((size_t)p->ns + 2) * sizeof *undo_at);
     int nundo = 0, nopen = 0;

@@ -37,19 +37,32 @@
 #define NKI_MAX_VARS 1024
 
 typedef enum nki_dtype {
-    NKI_F32, NKI_BF16, NKI_F16, NKI_F8E4M3, NKI_F8E4M3FN, NKI_F8E5M2, NKI_I8, NKI_U8, NKI_I16, NKI_U16,
-    NKI_I32, NKI_U32, NKI_BOOL, NKI_TF32, NKI_NDTYPES
+    NKI_F32,
+    NKI_BF16,
+    NKI_F16,
+    NKI_F8E4M3,
+    NKI_F8E4M3FN,
+    NKI_F8E5M2,
+    NKI_I8,
+    NKI_U8,
+    NKI_I16,
+    NKI_U16,
+    NKI_I32,
+    NKI_U32,
+    NKI_BOOL,
+    NKI_TF32,
+    NKI_NDTYPES
 } nki_dtype;
 
 typedef enum nki_kind { NKI_ARG, NKI_OUT, NKI_SBUF, NKI_PSUM, NKI_HBM, NKI_VIEW } nki_kind;
 
 typedef enum nki_op {
-    NKI_OP_COPY,       // dst, src; p0: 1 = a DMA (may not touch PSUM), 2 = tensor_copy (no HBM)
-    NKI_OP_TT,         // dst, a, b; p0 alu
-    NKI_OP_TS,         // dst, a, [vec0], [vec1]; p: op0 rev0 kind0 imm0 op1 rev1 kind1 imm1 (kind 0 none 1 imm 2 vec)
-    NKI_OP_ACT,        // dst, data, [bias], [scale vec], [reduce res]; p: func has_bias scale_kind scale_imm reduce_op alpha
-    NKI_OP_REDUCE,     // dst, src; p: alu nred negate
-    NKI_OP_MATMUL,     // dst, stationary, moving; p: accumulate (0 first write overwrites, 1 accumulate, 2 overwrite)
+    NKI_OP_COPY,  // dst, src; p0: 1 = a DMA (may not touch PSUM), 2 = tensor_copy (no HBM)
+    NKI_OP_TT,    // dst, a, b; p0 alu
+    NKI_OP_TS,  // dst, a, [vec0], [vec1]; p: op0 rev0 kind0 imm0 op1 rev1 kind1 imm1 (kind 0 none 1 imm 2 vec)
+    NKI_OP_ACT,  // dst, data, [bias], [scale vec], [reduce res]; p: func has_bias scale_kind scale_imm reduce_op alpha
+    NKI_OP_REDUCE,  // dst, src; p: alu nred negate
+    NKI_OP_MATMUL,  // dst, stationary, moving; p: accumulate (0 first write overwrites, 1 accumulate, 2 overwrite)
     NKI_OP_TRANSPOSE,  // dst, src (2-d); p0: 1 = tensor engine (dst PSUM)
     NKI_OP_IOTA,       // dst; expr0 = value
     NKI_OP_MEMSET,     // dst; p0 value
@@ -66,9 +79,34 @@ typedef enum nki_op {
 
 // ALU ops (tensor_tensor / tensor_scalar / reductions); nki/_ir.py mirrors.
 typedef enum nki_alu {
-    ALU_BYPASS, ALU_ADD, ALU_SUB, ALU_MUL, ALU_DIV, ALU_MAX, ALU_MIN, ALU_POW, ALU_EQ, ALU_NE, ALU_LT, ALU_LE,
-    ALU_GT, ALU_GE, ALU_LAND, ALU_LOR, ALU_LXOR, ALU_BAND, ALU_BOR, ALU_BXOR, ALU_SHL, ALU_SHR, ALU_ABSMAX,
-    ALU_ABSMIN, ALU_MOD, ALU_FMOD, ALU_RSUB, ALU_COUNT
+    ALU_BYPASS,
+    ALU_ADD,
+    ALU_SUB,
+    ALU_MUL,
+    ALU_DIV,
+    ALU_MAX,
+    ALU_MIN,
+    ALU_POW,
+    ALU_EQ,
+    ALU_NE,
+    ALU_LT,
+    ALU_LE,
+    ALU_GT,
+    ALU_GE,
+    ALU_LAND,
+    ALU_LOR,
+    ALU_LXOR,
+    ALU_BAND,
+    ALU_BOR,
+    ALU_BXOR,
+    ALU_SHL,
+    ALU_SHR,
+    ALU_ABSMAX,
+    ALU_ABSMIN,
+    ALU_MOD,
+    ALU_FMOD,
+    ALU_RSUB,
+    ALU_COUNT
 } nki_alu;
 
 typedef struct nki_affine {
@@ -108,10 +146,10 @@ typedef struct nki_tensor {
     int64_t offset;  // views, elements
     char *loc;
     // derived
-    int root;            // the tensor whose memory this is
-    int64_t scratch;     // byte offset in the instance scratch (sbuf/psum/hbm)
-    int64_t flags;       // PSUM: byte offset of the written-by-matmul flags
-    int arg;             // arguments and outputs: index in the run's args
+    int root;         // the tensor whose memory this is
+    int64_t scratch;  // byte offset in the instance scratch (sbuf/psum/hbm)
+    int64_t flags;    // PSUM: byte offset of the written-by-matmul flags
+    int arg;          // arguments and outputs: index in the run's args
 } nki_tensor;
 
 typedef enum nki_stmt_kind { NKI_LOOP, NKI_END, NKI_POISON, NKI_INSTR, NKI_IF } nki_stmt_kind;
@@ -135,11 +173,11 @@ typedef struct nki_stmt {
     nki_stmt_kind kind;
     int var;  // loop
     int64_t lo, hi, step;
-    int tensor;   // poison
-    char *loc;    // loop, poison
-    int end;      // loop, if: index of its E
+    int tensor;  // poison
+    char *loc;   // loop, poison
+    int end;     // loop, if: index of its E
     nki_instr *ins;
-    int ncond;    // if: conjunction of (affine cmp 0) over loop indices and program ids
+    int ncond;  // if: conjunction of (affine cmp 0) over loop indices and program ids
     nki_expr cond[4];
 } nki_stmt;
 

@@ -146,7 +146,8 @@ static trn_status grow(void **arr, int *cap, int need, size_t elem) {
     int nc = *cap ? *cap * 2 : 64;
     while (nc < need) nc *= 2;
     void *na = realloc(*arr, (size_t)nc * elem);
-    if (na == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "nki: out of memory reading the program");
+    if (na == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "nki: out of memory reading the program");
     memset((char *)na + (size_t)*cap * elem, 0, (size_t)(nc - *cap) * elem);
     *arr = na;
     *cap = nc;
@@ -188,7 +189,9 @@ trn_status nki__parse(const char *text, nki_prog *p) {
             if (x->id != p->nt) lx.bad = true;
             x->kind = (nki_kind)get_i(&lx);
             x->dtype = (nki_dtype)get_i(&lx);
-            if ((int)x->kind < 0 || x->kind > NKI_VIEW || (int)x->dtype < 0 || x->dtype >= NKI_NDTYPES) lx.bad = true;
+            if ((int)x->kind < 0 || x->kind > NKI_VIEW || (int)x->dtype < 0 ||
+                x->dtype >= NKI_NDTYPES)
+                lx.bad = true;
             x->ndim = get_nd(&lx);
             for (int d = 0; d < x->ndim; d++) x->sizes[d] = get_i(&lx);
             for (int d = 0; d < x->ndim; d++) x->strides[d] = get_i(&lx);
@@ -209,8 +212,10 @@ trn_status nki__parse(const char *text, nki_prog *p) {
                 s->hi = get_i(&lx);
                 s->step = get_i(&lx);
                 s->loc = get_s(&lx);
-                if (s->var < 0 || s->var >= NKI_PID_VAR || s->step <= 0 || depth >= 64) lx.bad = true;
-                else open[depth++] = p->ns;
+                if (s->var < 0 || s->var >= NKI_PID_VAR || s->step <= 0 || depth >= 64)
+                    lx.bad = true;
+                else
+                    open[depth++] = p->ns;
             } else if (c == 'G') {
                 s->kind = NKI_IF;
                 int64_t nc = get_i(&lx);
@@ -225,8 +230,10 @@ trn_status nki__parse(const char *text, nki_prog *p) {
                 if (!lx.bad) open[depth++] = p->ns;
             } else if (c == 'E') {
                 s->kind = NKI_END;
-                if (depth == 0) lx.bad = true;
-                else p->s[open[--depth]].end = p->ns;
+                if (depth == 0)
+                    lx.bad = true;
+                else
+                    p->s[open[--depth]].end = p->ns;
             } else if (c == 'P') {
                 s->kind = NKI_POISON;
                 s->tensor = (int)get_i(&lx);
@@ -242,19 +249,32 @@ trn_status nki__parse(const char *text, nki_prog *p) {
                 in->name = get_s(&lx);
                 in->loc = get_s(&lx);
                 int64_t np = get_i(&lx);
-                if (np < 0 || np > NKI_MAXP) { lx.bad = true; break; }
+                if (np < 0 || np > NKI_MAXP) {
+                    lx.bad = true;
+                    break;
+                }
                 in->np = (int)np;
                 for (int i = 0; i < in->np; i++) in->p[i] = get_f(&lx);
                 int64_t no = get_i(&lx);
-                if (no < 0 || no > NKI_MAXOPD) { lx.bad = true; break; }
+                if (no < 0 || no > NKI_MAXOPD) {
+                    lx.bad = true;
+                    break;
+                }
                 in->nopd = (int)no;
                 for (int i = 0; i < in->nopd && !lx.bad; i++) get_operand(&lx, p, &in->opd[i]);
                 int64_t ne = get_i(&lx);
-                if (ne < 0 || ne > 2) { lx.bad = true; break; }
+                if (ne < 0 || ne > 2) {
+                    lx.bad = true;
+                    break;
+                }
                 in->nexpr = (int)ne;
                 for (int i = 0; i < in->nexpr; i++) get_expr(&lx, &in->expr[i]);
                 int64_t nm = get_i(&lx);
-                if (nm < 0 || nm > 4) { lx.bad = true; lx.what = "at most 4 mask predicates"; break; }
+                if (nm < 0 || nm > 4) {
+                    lx.bad = true;
+                    lx.what = "at most 4 mask predicates";
+                    break;
+                }
                 in->nmask = (int)nm;
                 for (int i = 0; i < in->nmask; i++) get_expr(&lx, &in->mask[i]);
             }
@@ -267,8 +287,9 @@ trn_status nki__parse(const char *text, nki_prog *p) {
     if (!lx.bad && depth != 0) lx.bad = true;
     if (!lx.bad && p->name == NULL) lx.bad = true;
     if (lx.bad) {
-        trn_status st = trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "nki: malformed program text near `%.40s`%s%s",
-                                       lx.s, lx.what ? ": " : "", lx.what ? lx.what : "");
+        trn_status st = trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                                       "nki: malformed program text near `%.40s`%s%s", lx.s,
+                                       lx.what ? ": " : "", lx.what ? lx.what : "");
         nki__prog_free(p);
         return st;
     }
@@ -324,8 +345,14 @@ void nki__printf(nki_buf *b, const char *fmt, ...) {
 
 int nki__dtype_size(nki_dtype d) {
     switch (d) {
-    case NKI_F32: case NKI_I32: case NKI_U32: case NKI_TF32: return 4;
-    case NKI_BF16: case NKI_F16: case NKI_I16: case NKI_U16: return 2;
+    case NKI_F32:
+    case NKI_I32:
+    case NKI_U32:
+    case NKI_TF32: return 4;
+    case NKI_BF16:
+    case NKI_F16:
+    case NKI_I16:
+    case NKI_U16: return 2;
     default: return 1;
     }
 }

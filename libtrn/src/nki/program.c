@@ -42,14 +42,16 @@ trn_status trn_nki_compile(const char *ir, const trn_compile_options *opts, trn_
     }
     st = nki__check(&p->prog);
     if (st == TRN_SUCCESS) st = nki__render(&p->prog, &p->source);
-    if (st == TRN_SUCCESS) st = trn__cc_build_shared(p->source, opts, &p->dl, p->key, &p->from_cache, &p->seconds);
+    if (st == TRN_SUCCESS)
+        st = trn__cc_build_shared(p->source, opts, &p->dl, p->key, &p->from_cache, &p->seconds);
     if (st == TRN_SUCCESS) {
         const int *abi = dlsym(p->dl, "nki_abi");
         const long long *bytes = dlsym(p->dl, "nki_scratch_bytes");
         void *sym = dlsym(p->dl, "nki_instance");
         memcpy(&p->fn, &sym, sizeof sym);
         if (abi == NULL || bytes == NULL || sym == NULL || *abi != 1)
-            st = trn__set_error(TRN_ERROR_SYSTEM, "trn_nki_compile: the shared object is not an NKI program of this "
+            st = trn__set_error(TRN_ERROR_SYSTEM,
+                                "trn_nki_compile: the shared object is not an NKI program of this "
                                 "libtrn");
         else
             p->scratch = *bytes;
@@ -75,7 +77,9 @@ void trn_nki_program_free(trn_nki_program *p) {
 int trn_nki_program_arg_count(const trn_nki_program *p) { return p ? p->prog.nargs : 0; }
 int trn_nki_program_from_cache(const trn_nki_program *p) { return p ? p->from_cache : 0; }
 double trn_nki_program_compile_seconds(const trn_nki_program *p) { return p ? p->seconds : 0.0; }
-const char *trn_nki_program_source(const trn_nki_program *p) { return p && p->source ? p->source : ""; }
+const char *trn_nki_program_source(const trn_nki_program *p) {
+    return p && p->source ? p->source : "";
+}
 const char *trn_nki_program_cache_key(const trn_nki_program *p) { return p ? p->key : ""; }
 
 typedef struct run_ctx {
@@ -90,7 +94,8 @@ static void run_range(void *vctx, int64_t begin, int64_t end) {
     char *scratch = malloc((size_t)p->scratch + 64);
     if (scratch == NULL) {
         int zero = 0;
-        __atomic_compare_exchange_n(&c->failed, &zero, -1, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+        __atomic_compare_exchange_n(&c->failed, &zero, -1, false, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
         return;
     }
     for (int64_t i = begin; i < end; i++) {
@@ -102,7 +107,8 @@ static void run_range(void *vctx, int64_t begin, int64_t end) {
         int rc = p->fn(c->args, pid, scratch);
         if (rc != 0) {
             int zero = 0;
-            __atomic_compare_exchange_n(&c->failed, &zero, rc, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+            __atomic_compare_exchange_n(&c->failed, &zero, rc, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED);
             break;
         }
     }
@@ -114,13 +120,18 @@ trn_status trn_nki_run(const trn_nki_program *p, void *const *args) {
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_nki_run: NULL argument");
     run_ctx c = {p, args, 0};
     trn_parallel_for(p->instances, 1, run_range, &c);
-    if (c.failed == -1) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "nki kernel '%s': out of memory for the "
-                                              "instance scratch (%lld bytes)", p->prog.name, (long long)p->scratch);
+    if (c.failed == -1)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
+                              "nki kernel '%s': out of memory for the "
+                              "instance scratch (%lld bytes)",
+                              p->prog.name, (long long)p->scratch);
     if (c.failed > 0) {
         const nki_stmt *s = &p->prog.s[c.failed - 1];
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "nki kernel '%s': %s at %s: out-of-bounds access at run "
-                              "time (a masked access pattern leaves its tensor)", p->prog.name,
-                              s->ins ? s->ins->name : "?", s->ins ? s->ins->loc : "?");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "nki kernel '%s': %s at %s: out-of-bounds access at run "
+                              "time (a masked access pattern leaves its tensor)",
+                              p->prog.name, s->ins ? s->ins->name : "?",
+                              s->ins ? s->ins->loc : "?");
     }
     return TRN_SUCCESS;
 }
@@ -147,9 +158,11 @@ static trn_status run_task(void *vargs) {
 }
 
 trn_status trn_nki_launch(const trn_nki_program *p, trn_stream *stream, void *const *args) {
-    if (p == NULL || stream == NULL) return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_nki_launch: NULL argument");
+    if (p == NULL || stream == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_nki_launch: NULL argument");
     launch_args a = {p, malloc(((size_t)p->prog.nargs + 1) * sizeof(void *))};
-    if (a.args == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_nki_launch: out of memory");
+    if (a.args == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_nki_launch: out of memory");
     if (p->prog.nargs) memcpy(a.args, args, (size_t)p->prog.nargs * sizeof(void *));
     trn_status st = trn_stream_launch(stream, run_task, &a, sizeof a);
     if (st != TRN_SUCCESS) free(a.args);

@@ -38,9 +38,8 @@ bool trn_log_parse_level(const char *text, trn_log_level *level) {
 
 static bool env_on(const char *name) {
     const char *v = getenv(name);
-    return v != NULL && *v != '\0' && strcmp(v, "0") != 0 &&
-           strcasecmp(v, "false") != 0 && strcasecmp(v, "off") != 0 &&
-           strcasecmp(v, "no") != 0;
+    return v != NULL && *v != '\0' && strcmp(v, "0") != 0 && strcasecmp(v, "false") != 0 &&
+           strcasecmp(v, "off") != 0 && strcasecmp(v, "no") != 0;
 }
 
 static void log_init(void) {
@@ -52,17 +51,21 @@ static void log_init(void) {
             setvbuf(f, NULL, _IOLBF, 0);
             g_sink = f;
         } else {
-            fprintf(stderr, "[neuron W] log: cannot open TORCH_NEURONX_LOG_FILE"
-                            "='%s'; logging to stderr\n", file);
+            fprintf(stderr,
+                    "[neuron W] log: cannot open TORCH_NEURONX_LOG_FILE"
+                    "='%s'; logging to stderr\n",
+                    file);
         }
     }
     g_stack = env_on("TORCH_NEURONX_ENABLE_STACK_TRACE");
     const char *text = getenv("TORCH_NEURONX_LOG_LEVEL");
     trn_log_level level = TRN_LOG_WARNING;
     if (text != NULL && *text != '\0' && !trn_log_parse_level(text, &level))
-        fprintf(g_sink, "[neuron W] log: TORCH_NEURONX_LOG_LEVEL='%s' is not "
-                        "one of ERROR, WARNING, INFO, DEBUG or 0..3; using "
-                        "WARNING\n", text);
+        fprintf(g_sink,
+                "[neuron W] log: TORCH_NEURONX_LOG_LEVEL='%s' is not "
+                "one of ERROR, WARNING, INFO, DEBUG or 0..3; using "
+                "WARNING\n",
+                text);
     atomic_store(&g_level, (int)level);
 }
 
@@ -90,8 +93,7 @@ bool trn_log_stack_trace_enabled(void) {
     return g_stack;
 }
 
-void trn_log_message(trn_log_level level, const char *component,
-                     const char *message) {
+void trn_log_message(trn_log_level level, const char *component, const char *message) {
     if (!trn_log_enabled(level)) return;
     int li = level < TRN_LOG_ERROR ? 0 : level > TRN_LOG_DEBUG ? 3 : (int)level;
     struct timeval tv;
@@ -100,9 +102,8 @@ void trn_log_message(trn_log_level level, const char *component,
     time_t secs = tv.tv_sec;
     localtime_r(&secs, &tm);
     flockfile(g_sink);
-    fprintf(g_sink, "[neuron %c %02d:%02d:%02d.%03ld pid %ld] %s: %s\n",
-            k_names[li][0], tm.tm_hour, tm.tm_min, tm.tm_sec,
-            (long)(tv.tv_usec / 1000), (long)getpid(),
+    fprintf(g_sink, "[neuron %c %02d:%02d:%02d.%03ld pid %ld] %s: %s\n", k_names[li][0], tm.tm_hour,
+            tm.tm_min, tm.tm_sec, (long)(tv.tv_usec / 1000), (long)getpid(),
             component != NULL ? component : "neuron", message);
     if (g_stack && level <= TRN_LOG_WARNING) {
         void *frames[48];
@@ -114,8 +115,7 @@ void trn_log_message(trn_log_level level, const char *component,
     funlockfile(g_sink);
 }
 
-void trn_log(trn_log_level level, const char *component, const char *fmt,
-             ...) {
+void trn_log(trn_log_level level, const char *component, const char *fmt, ...) {
     if (!trn_log_enabled(level)) return;
     char buf[2048];
     va_list ap;

@@ -31,7 +31,7 @@ static pthread_once_t g_page_once = PTHREAD_ONCE_INIT;
 // The memfd behind the shared page (-1: none, or closed by
 // trn_stats_page_close). Readers find the page through /proc/<pid>/fd/<fd>.
 static int g_fd = -1;
-static char g_path[64];                   // "/proc/<pid>/fd/<fd>", set once
+static char g_path[64];  // "/proc/<pid>/fd/<fd>", set once
 static uint64_t g_nodevice[TRN_COUNTER_COUNT];
 
 static const char *const k_counter_names[] = {
@@ -93,8 +93,7 @@ static void page_on_fork_child(void) {
 
 static int memfd_open(const char *name) {
     int fd = (int)syscall(SYS_memfd_create, name, TRN_MFD_CLOEXEC | TRN_MFD_NOEXEC_SEAL);
-    if (fd < 0 && errno == EINVAL)
-        fd = (int)syscall(SYS_memfd_create, name, TRN_MFD_CLOEXEC);
+    if (fd < 0 && errno == EINVAL) fd = (int)syscall(SYS_memfd_create, name, TRN_MFD_CLOEXEC);
     return fd;
 }
 
@@ -183,8 +182,7 @@ uint64_t trn_counter_get(trn_counter counter, int device) {
 }
 
 const char *trn_counter_name(trn_counter counter) {
-    return (unsigned)counter < TRN_COUNTER_COUNT ? k_counter_names[counter]
-                                                 : NULL;
+    return (unsigned)counter < TRN_COUNTER_COUNT ? k_counter_names[counter] : NULL;
 }
 
 // ---- named counters and metrics --------------------------------------------
@@ -197,8 +195,7 @@ static size_t g_table_n;
 // holds g_mu.
 static trn_metric_info *table_entry(const char *name, bool is_counter) {
     for (size_t i = 0; i < g_table_n; i++)
-        if (strncmp(g_table[i].name, name, sizeof g_table[i].name - 1) == 0)
-            return &g_table[i];
+        if (strncmp(g_table[i].name, name, sizeof g_table[i].name - 1) == 0) return &g_table[i];
     if (g_table_n == TRN_METRICS_MAX) return NULL;
     trn_metric_info *e = &g_table[g_table_n++];
     memset(e, 0, sizeof *e);
@@ -231,8 +228,7 @@ void trn_metric_record(const char *name, double value) {
 size_t trn_metrics_list(trn_metric_info *out, size_t max) {
     pthread_mutex_lock(&g_mu);
     size_t n = g_table_n;
-    if (out != NULL)
-        memcpy(out, g_table, (n < max ? n : max) * sizeof *out);
+    if (out != NULL) memcpy(out, g_table, (n < max ? n : max) * sizeof *out);
     pthread_mutex_unlock(&g_mu);
     return n;
 }

@@ -33,9 +33,7 @@ static _Thread_local label tl_labels[LABEL_DEPTH];
 static _Thread_local int tl_depth;
 static _Thread_local uint64_t tl_correlation;
 
-void trn_trace_set_correlation(uint64_t correlation) {
-    tl_correlation = correlation;
-}
+void trn_trace_set_correlation(uint64_t correlation) { tl_correlation = correlation; }
 
 uint64_t trn_trace_get_correlation(void) { return tl_correlation; }
 
@@ -56,9 +54,7 @@ void trn_trace_start(size_t capacity) {
 
 void trn_trace_stop(void) { atomic_store(&g_active, false); }
 
-bool trn_trace_active(void) {
-    return atomic_load_explicit(&g_active, memory_order_relaxed);
-}
+bool trn_trace_active(void) { return atomic_load_explicit(&g_active, memory_order_relaxed); }
 
 void trn_trace_record(const trn_activity *a) {
     if (a == NULL || !trn_trace_active()) return;
@@ -108,8 +104,8 @@ uint64_t trn_trace_dropped(void) {
     return n;
 }
 
-void trn_trace_push(trn_activity_kind kind, const char *name,
-                    const char *detail, uint64_t correlation, uint64_t bytes) {
+void trn_trace_push(trn_activity_kind kind, const char *name, const char *detail,
+                    uint64_t correlation, uint64_t bytes) {
     int d = tl_depth++;
     if (d < 0 || d >= LABEL_DEPTH) return;
     label *l = &tl_labels[d];
@@ -124,8 +120,8 @@ void trn_trace_pop(void) {
     if (tl_depth > 0) tl_depth--;
 }
 
-void trn__trace_fill(trn_activity *a, int device, int64_t stream,
-                     trn_activity_kind kind, const char *name, uint64_t bytes) {
+void trn__trace_fill(trn_activity *a, int device, int64_t stream, trn_activity_kind kind,
+                     const char *name, uint64_t bytes) {
     memset(a, 0, sizeof *a);
     a->device = device;
     a->stream = stream;
@@ -157,15 +153,13 @@ typedef struct traced_header {
     trn_task_fn fn;
     trn_activity activity;
 } traced_header;
-_Static_assert(sizeof(traced_header) <= TRN__TRACE_HEADER,
-               "TRN__TRACE_HEADER too small");
+_Static_assert(sizeof(traced_header) <= TRN__TRACE_HEADER, "TRN__TRACE_HEADER too small");
 
 static _Thread_local const char *tl_next_name;
 static _Thread_local trn_activity_kind tl_next_kind;
 static _Thread_local uint64_t tl_next_bytes;
 
-void trn__trace_mark_next(trn_activity_kind kind, const char *name,
-                          uint64_t bytes) {
+void trn__trace_mark_next(trn_activity_kind kind, const char *name, uint64_t bytes) {
     tl_next_kind = kind;
     tl_next_name = name;
     tl_next_bytes = bytes;
@@ -180,12 +174,10 @@ static trn_status traced_task(void *args) {
     return st;
 }
 
-size_t trn__trace_wrap(int device, int64_t stream, trn_task_fn fn,
-                       const void *args, size_t args_size, void *out,
-                       trn_task_fn *out_fn) {
+size_t trn__trace_wrap(int device, int64_t stream, trn_task_fn fn, const void *args,
+                       size_t args_size, void *out, trn_task_fn *out_fn) {
     traced_header h;
-    trn__trace_fill(&h.activity, device, stream, tl_next_kind, tl_next_name,
-                    tl_next_bytes);
+    trn__trace_fill(&h.activity, device, stream, tl_next_kind, tl_next_name, tl_next_bytes);
     tl_next_name = NULL;
     tl_next_kind = TRN_ACTIVITY_KERNEL;
     tl_next_bytes = 0;
@@ -202,22 +194,19 @@ void trn__trace_clear_next(void) {
     tl_next_bytes = 0;
 }
 
-void trn__copy_observe(trn_stream *stream, const void *dst, const void *src,
-                       uint64_t bytes) {
+void trn__copy_observe(trn_stream *stream, const void *dst, const void *src, uint64_t bytes) {
     int device = trn_stream_device(stream);
     bool dst_dev = trn__mem_device_of(dst) >= 0;
     bool src_dev = trn__mem_device_of(src) >= 0;
-    trn_counter which = !src_dev ? TRN_COUNTER_BYTES_H2D
+    trn_counter which = !src_dev   ? TRN_COUNTER_BYTES_H2D
                         : !dst_dev ? TRN_COUNTER_BYTES_D2H
                                    : TRN_COUNTER_BYTES_D2D;
     trn_counter_add(TRN_COUNTER_COPIES, device, 1);
     trn_counter_add(which, device, bytes);
     if (!trn_trace_active()) return;
-    const char *name = which == TRN_COUNTER_BYTES_H2D
-                           ? "Memcpy HtoD (Host -> Device)"
-                       : which == TRN_COUNTER_BYTES_D2H
-                           ? "Memcpy DtoH (Device -> Host)"
-                           : "Memcpy DtoD (Device -> Device)";
+    const char *name = which == TRN_COUNTER_BYTES_H2D   ? "Memcpy HtoD (Host -> Device)"
+                       : which == TRN_COUNTER_BYTES_D2H ? "Memcpy DtoH (Device -> Host)"
+                                                        : "Memcpy DtoD (Device -> Device)";
     trn__trace_mark_next(TRN_ACTIVITY_MEMCPY, name, bytes);
 }
 

@@ -91,8 +91,7 @@ static int parse_visible(const char *text, char *why, size_t why_size) {
         p++;
     }
 bad:
-    snprintf(why, why_size, "NEURON_RT_VISIBLE_CORES='%s' is invalid: %s",
-             text, hint);
+    snprintf(why, why_size, "NEURON_RT_VISIBLE_CORES='%s' is invalid: %s", text, hint);
     return 0;
 }
 
@@ -101,9 +100,7 @@ static int parse_num(const char *text, char *why, size_t why_size) {
     char *end = NULL;
     errno = 0;
     long v = isdigit((unsigned char)*p) ? strtol(p, &end, 10) : -1;
-    if (v >= 1 && v <= TRN_MAX_DEVICES && errno == 0 &&
-        *skip_space(end) == '\0')
-        return (int)v;
+    if (v >= 1 && v <= TRN_MAX_DEVICES && errno == 0 && *skip_space(end) == '\0') return (int)v;
     snprintf(why, why_size,
              "NEURON_RT_NUM_CORES='%s' is invalid: expected a core count from "
              "1 to %d",
@@ -111,21 +108,19 @@ static int parse_num(const char *text, char *why, size_t why_size) {
     return 0;
 }
 
-int trn__device_parse_env(const char *visible_cores, const char *num_cores,
-                          char *why, size_t why_size) {
+int trn__device_parse_env(const char *visible_cores, const char *num_cores, char *why,
+                          size_t why_size) {
     if (why_size > 0) why[0] = '\0';
     // An empty variable is treated as unset, as shells often export "".
     if (visible_cores != NULL && *visible_cores != '\0')
         return parse_visible(visible_cores, why, why_size);
-    if (num_cores != NULL && *num_cores != '\0')
-        return parse_num(num_cores, why, why_size);
+    if (num_cores != NULL && *num_cores != '\0') return parse_num(num_cores, why, why_size);
     return TRN_DEFAULT_DEVICE_COUNT;
 }
 
 static void count_read(void) {
     g_count = trn__device_parse_env(getenv("NEURON_RT_VISIBLE_CORES"),
-                                    getenv("NEURON_RT_NUM_CORES"), g_count_why,
-                                    sizeof g_count_why);
+                                    getenv("NEURON_RT_NUM_CORES"), g_count_why, sizeof g_count_why);
 }
 
 int trn_device_count(void) {
@@ -138,11 +133,10 @@ trn_status trn_device_check(int device) {
     if (device >= 0 && device < count) return TRN_SUCCESS;
     if (g_count_why[0] != '\0')
         return trn__set_error(TRN_ERROR_INVALID_DEVICE,
-                              "neuron:%d is out of range: %d devices (%s)",
-                              device, count, g_count_why);
-    return trn__set_error(TRN_ERROR_INVALID_DEVICE,
-                          "neuron:%d is out of range: %d device%s", device,
-                          count, count == 1 ? "" : "s");
+                              "neuron:%d is out of range: %d devices (%s)", device, count,
+                              g_count_why);
+    return trn__set_error(TRN_ERROR_INVALID_DEVICE, "neuron:%d is out of range: %d device%s",
+                          device, count, count == 1 ? "" : "s");
 }
 
 // A launcher (torchrun, accelerate) starts one process per core and sets
@@ -191,15 +185,12 @@ trn_status trn_device_get_props(int device, trn_device_props *props) {
     trn_status st = trn__device_enter(device);
     if (st != TRN_SUCCESS) return st;
     if (props == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_device_get_props: props is NULL");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_device_get_props: props is NULL");
     const trn__config *cfg = trn__config_get();
     if (cfg->capacity_error[0] != '\0')
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s",
-                              cfg->capacity_error);
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s", cfg->capacity_error);
     memset(props, 0, sizeof *props);
-    snprintf(props->name, sizeof props->name,
-             "OpenNeuron NeuronCore-v3 (emulated)");
+    snprintf(props->name, sizeof props->name, "OpenNeuron NeuronCore-v3 (emulated)");
     props->total_memory = cfg->capacity;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     long per_device = cpus > 0 ? cpus / trn_device_count() : 1;

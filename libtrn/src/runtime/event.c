@@ -12,11 +12,11 @@ struct trn_event {
     atomic_int refs;
     unsigned flags;
     pthread_mutex_t mu;
-    pthread_cond_t cv;          // signalled when done_gen advances
+    pthread_cond_t cv;           // signalled when done_gen advances
     trn_stream *_Atomic stream;  // stream of the last record, or NULL
-    uint64_t recorded_gen;      // generation of the last record (0: never)
-    uint64_t done_gen;          // highest generation whose record task ran
-    uint64_t time_ns;           // timestamp of done_gen
+    uint64_t recorded_gen;       // generation of the last record (0: never)
+    uint64_t done_gen;           // highest generation whose record task ran
+    uint64_t time_ns;            // timestamp of done_gen
 };
 
 typedef struct event_task_args {
@@ -42,18 +42,15 @@ trn_status trn_event_create(unsigned flags, trn_event **event) {
     if (st != TRN_SUCCESS) return st;
     trn_event *ev = calloc(1, sizeof *ev);
     if (ev == NULL)
-        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
-                              "trn_event_create: host out of memory");
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_event_create: host out of memory");
     if (pthread_mutex_init(&ev->mu, NULL) != 0) {
         free(ev);
-        return trn__set_error(TRN_ERROR_SYSTEM,
-                              "trn_event_create: pthread_mutex_init failed");
+        return trn__set_error(TRN_ERROR_SYSTEM, "trn_event_create: pthread_mutex_init failed");
     }
     if (pthread_cond_init(&ev->cv, NULL) != 0) {
         pthread_mutex_destroy(&ev->mu);
         free(ev);
-        return trn__set_error(TRN_ERROR_SYSTEM,
-                              "trn_event_create: pthread_cond_init failed");
+        return trn__set_error(TRN_ERROR_SYSTEM, "trn_event_create: pthread_cond_init failed");
     }
     atomic_init(&ev->refs, 1);
     ev->flags = flags;
@@ -87,8 +84,7 @@ static trn_status record_task(void *args) {
 trn_status trn_event_record(trn_event *event, trn_stream *stream) {
     if (event == NULL) return null_event("trn_event_record");
     if (stream == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_event_record: stream is NULL");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_event_record: stream is NULL");
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS) return st;
     trn__lock(&event->mu);
@@ -108,8 +104,7 @@ trn_status trn_event_record(trn_event *event, trn_stream *stream) {
 
 trn_status trn_event_query(trn_event *event, bool *done) {
     if (event == NULL || done == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_event_query: event or done is NULL");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_event_query: event or done is NULL");
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS) return st;
     trn__lock(&event->mu);
@@ -147,8 +142,7 @@ static trn_status wait_task(void *args) {
 trn_status trn_stream_wait_event(trn_stream *stream, trn_event *event) {
     if (event == NULL) return null_event("trn_stream_wait_event");
     if (stream == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_stream_wait_event: stream is NULL");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_stream_wait_event: stream is NULL");
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS) return st;
     trn__lock(&event->mu);
@@ -164,8 +158,7 @@ trn_status trn_stream_wait_event(trn_stream *stream, trn_event *event) {
 
 trn_status trn_event_elapsed_ms(trn_event *start, trn_event *end, double *ms) {
     if (start == NULL || end == NULL || ms == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_event_elapsed_ms: NULL argument");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_event_elapsed_ms: NULL argument");
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS) return st;
     if (!(start->flags & TRN_EVENT_TIMING) || !(end->flags & TRN_EVENT_TIMING))

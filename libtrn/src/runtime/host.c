@@ -32,8 +32,7 @@ static size_t upper(const void *ptr) {
 
 trn_status trn_host_alloc(size_t nbytes, void **ptr) {
     if (ptr == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_host_alloc: ptr is NULL");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_host_alloc: ptr is NULL");
     *ptr = NULL;
     trn_status st = trn_runtime_init();
     if (st != TRN_SUCCESS || nbytes == 0) return st;
@@ -42,8 +41,7 @@ trn_status trn_host_alloc(size_t nbytes, void **ptr) {
     char want[32];
     trn__format_bytes(want, sizeof want, nbytes);
     if (posix_memalign(&p, page > 0 ? (size_t)page : 4096, nbytes) != 0)
-        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
-                              "pinned host allocation of %s failed", want);
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "pinned host allocation of %s failed", want);
     trn__lock(&g_mu);
     if (g_n == g_cap) {
         size_t cap = g_cap ? g_cap * 2 : 64;
@@ -93,8 +91,7 @@ bool trn_host_is_pinned(const void *ptr) {
     if (ptr == NULL || trn_runtime_in_bad_fork()) return false;
     trn__lock(&g_mu);
     size_t i = upper(ptr);
-    bool pinned_ptr =
-        i > 0 && (uintptr_t)ptr - (uintptr_t)g_reg[i - 1].ptr < g_reg[i - 1].size;
+    bool pinned_ptr = i > 0 && (uintptr_t)ptr - (uintptr_t)g_reg[i - 1].ptr < g_reg[i - 1].size;
     trn__unlock(&g_mu);
     return pinned_ptr;
 }

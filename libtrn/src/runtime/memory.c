@@ -73,11 +73,11 @@ typedef struct block {
     size_t map_size;   // protect mode: the mapping's length; else 0
     int device;
     block_state state;
-    bool small;          // pool: segments of the small pool
-    trn_stream *stream;  // allocation stream; owns the free list it joins
-    uint64_t free_seq;   // stream's launch count when the block was cached
+    bool small;                 // pool: segments of the small pool
+    trn_stream *stream;         // allocation stream; owns the free list it joins
+    uint64_t free_seq;          // stream's launch count when the block was cached
     struct block *prev, *next;  // neighbours in the segment (NULL: its ends)
-    trn_stream **uses;   // other streams recorded with trn_mem_record_stream
+    trn_stream **uses;          // other streams recorded with trn_mem_record_stream
     size_t n_uses, cap_uses;
     int access;  // protect mode: kernel accesses in flight
     int shm_fd;  // shared block (trn/ipc.h): its memfd; else -1 (or 0 from
@@ -120,8 +120,7 @@ static void publish(int device) {
     const trn_mem_stats *st = &g_dev[device].stats;
     __atomic_store_n(&p->mem_allocated, st->allocated_bytes, __ATOMIC_RELAXED);
     __atomic_store_n(&p->mem_reserved, st->reserved_bytes, __ATOMIC_RELAXED);
-    __atomic_store_n(&p->mem_capacity, (uint64_t)limit_of(device),
-                     __ATOMIC_RELAXED);
+    __atomic_store_n(&p->mem_capacity, (uint64_t)limit_of(device), __ATOMIC_RELAXED);
     __atomic_store_n(&p->in_use, 1, __ATOMIC_RELAXED);
 }
 
@@ -139,9 +138,7 @@ static size_t round_up(size_t n, size_t to) {
     return n > SIZE_MAX - (to - 1) ? SIZE_MAX : (n + to - 1) / to * to;
 }
 
-size_t trn__mem_round_size(size_t nbytes) {
-    return nbytes == 0 ? 0 : round_up(nbytes, MIN_BLOCK);
-}
+size_t trn__mem_round_size(size_t nbytes) { return nbytes == 0 ? 0 : round_up(nbytes, MIN_BLOCK); }
 
 // Size of the segment reserved for a rounded request the cache cannot serve.
 size_t trn__mem_segment_size(size_t size) {
@@ -242,8 +239,7 @@ static size_t free_lower(const free_list *fl, size_t size, const char *ptr) {
 
 static void free_remove_at(dev_alloc *d, free_list *fl, size_t i) {
     d->cached_bytes -= fl->items[i]->size;
-    memmove(&fl->items[i], &fl->items[i + 1],
-            (fl->n - i - 1) * sizeof *fl->items);
+    memmove(&fl->items[i], &fl->items[i + 1], (fl->n - i - 1) * sizeof *fl->items);
     fl->n--;
 }
 
@@ -315,8 +311,7 @@ static void segment_free(block *b) {
 
 // A new segment of `size` bytes as one block, registered; NULL if the host
 // has no memory for it.
-static block *segment_create(int device, size_t size, bool small,
-                             trn_stream *stream) {
+static block *segment_create(int device, size_t size, bool small, trn_stream *stream) {
     block *b = calloc(1, sizeof *b);
     if (b == NULL) return NULL;
     b->ptr = segment_alloc(size, &b->map_size);
@@ -498,20 +493,18 @@ static trn_status oom_error(int device, size_t nbytes, bool host_failed) {
 static trn_status capacity_check(void) {
     const trn__config *cfg = trn__config_get();
     if (cfg->capacity_error[0] != '\0')
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s",
-                              cfg->capacity_error);
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s", cfg->capacity_error);
     return TRN_SUCCESS;
 }
 
 // Reserves a segment for a rounded request the cache cannot serve: the
 // pool's preferred size, else (past the limit, or refused by the host) one
 // of just the request. *host_failed: a size within the limit was refused.
-static block *segment_reserve(int device, size_t size, bool small,
-                              trn_stream *stream, bool *host_failed) {
+static block *segment_reserve(int device, size_t size, bool small, trn_stream *stream,
+                              bool *host_failed) {
     const dev_alloc *d = &g_dev[device];
     const size_t limit = limit_of(device);
-    const size_t want =
-        trn__config_get()->protect ? size : trn__mem_segment_size(size);
+    const size_t want = trn__config_get()->protect ? size : trn__mem_segment_size(size);
     const size_t tries[2] = {want, size};
     for (int t = 0; t < (want != size ? 2 : 1); t++) {
         size_t seg = tries[t];
@@ -523,11 +516,9 @@ static block *segment_reserve(int device, size_t size, bool small,
     return NULL;
 }
 
-trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream,
-                         void **ptr) {
+trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream, void **ptr) {
     if (ptr == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_mem_alloc: ptr is NULL");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_mem_alloc: ptr is NULL");
     *ptr = NULL;
     trn_status st = trn_runtime_init();
     if (st == TRN_SUCCESS) st = trn_device_check(device);
@@ -545,8 +536,7 @@ trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream,
     if (nbytes == 0) return TRN_SUCCESS;
 
     const size_t capacity = limit_of(device);
-    const size_t size =
-        nbytes > capacity ? SIZE_MAX : trn__mem_round_size(nbytes);
+    const size_t size = nbytes > capacity ? SIZE_MAX : trn__mem_round_size(nbytes);
     const bool small = size < SMALL_SIZE;
     // Protect mode keeps one block per mapping: no splitting, exact reuse.
     const bool exact = trn__config_get()->protect;
@@ -597,29 +587,26 @@ trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream,
     trn__unlock(&g_mu);
     *ptr = b->ptr;
     if (trn_log_enabled(TRN_LOG_DEBUG))
-        trn_log(TRN_LOG_DEBUG, "alloc", "neuron:%d alloc %zu bytes at %p "
-                "(block %zu, stream %lld)", device, nbytes, *ptr, size,
-                (long long)trn_stream_id(stream));
+        trn_log(TRN_LOG_DEBUG, "alloc",
+                "neuron:%d alloc %zu bytes at %p "
+                "(block %zu, stream %lld)",
+                device, nbytes, *ptr, size, (long long)trn_stream_id(stream));
     return TRN_SUCCESS;
 }
 
 // Message for a pointer that is not the start of an allocated block.
 static trn_status bad_pointer(const char *what, const void *ptr) {
     block *b = reg_find_containing(ptr);
-    if (b != NULL && b->ptr == (const char *)ptr &&
-        b->state != BLOCK_ALLOCATED)
+    if (b != NULL && b->ptr == (const char *)ptr && b->state != BLOCK_ALLOCATED)
         return trn__set_error(TRN_ERROR_INVALID_POINTER,
-                              "%s: neuron:%d pointer %p was already freed%s",
-                              what, b->device, ptr,
-                              strcmp(what, "trn_mem_free") == 0
-                                  ? " (double free)"
-                                  : "");
+                              "%s: neuron:%d pointer %p was already freed%s", what, b->device, ptr,
+                              strcmp(what, "trn_mem_free") == 0 ? " (double free)" : "");
     if (b != NULL && b->state == BLOCK_ALLOCATED)
         return trn__set_error(TRN_ERROR_INVALID_POINTER,
                               "%s: %p points %zu bytes into the neuron:%d "
                               "block at %p; pass the block's start",
-                              what, ptr, (size_t)((const char *)ptr - b->ptr),
-                              b->device, (void *)b->ptr);
+                              what, ptr, (size_t)((const char *)ptr - b->ptr), b->device,
+                              (void *)b->ptr);
     return trn__set_error(TRN_ERROR_INVALID_POINTER,
                           "%s: %p is not neuron device memory allocated by "
                           "trn_mem_alloc (or was already freed)",
@@ -682,16 +669,14 @@ trn_status trn_mem_free(void *ptr) {
     block_cache(d, b);
     publish(d - g_dev);
     trn__unlock(&g_mu);
-    if (trn_log_enabled(TRN_LOG_DEBUG))
-        trn_log(TRN_LOG_DEBUG, "alloc", "free %p", ptr);
+    if (trn_log_enabled(TRN_LOG_DEBUG)) trn_log(TRN_LOG_DEBUG, "alloc", "free %p", ptr);
     return TRN_SUCCESS;
 }
 
 trn_status trn_mem_record_stream(void *ptr, trn_stream *stream) {
     if (ptr == NULL) return TRN_SUCCESS;
     if (stream == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_mem_record_stream: stream is NULL");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_mem_record_stream: stream is NULL");
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS) return st;
 
@@ -701,8 +686,7 @@ trn_status trn_mem_record_stream(void *ptr, trn_stream *stream) {
         st = bad_pointer("trn_mem_record_stream", ptr);
     } else if (stream != b->stream) {
         bool known = false;
-        for (size_t i = 0; i < b->n_uses && !known; i++)
-            known = b->uses[i] == stream;
+        for (size_t i = 0; i < b->n_uses && !known; i++) known = b->uses[i] == stream;
         if (!known && b->n_uses == b->cap_uses) {
             size_t cap = b->cap_uses ? b->cap_uses * 2 : 4;
             trn_stream **grown = realloc(b->uses, cap * sizeof *grown);
@@ -728,8 +712,8 @@ trn_status trn_mem_empty_cache(int device) {
     uint64_t released = release_cached(device);
     publish(device);
     trn__unlock(&g_mu);
-    trn_log(TRN_LOG_DEBUG, "alloc", "neuron:%d empty_cache released %llu bytes",
-            device, (unsigned long long)released);
+    trn_log(TRN_LOG_DEBUG, "alloc", "neuron:%d empty_cache released %llu bytes", device,
+            (unsigned long long)released);
     return TRN_SUCCESS;
 }
 
@@ -748,8 +732,8 @@ trn_status trn_mem_set_limit(int device, size_t bytes) {
     trn__unlock(&g_mu);
     __atomic_store_n(&trn_stats_page_get()->devices[device].mem_capacity,
                      (uint64_t)limit_of(device), __ATOMIC_RELAXED);
-    trn_log(TRN_LOG_INFO, "alloc", "neuron:%d per-process memory limit %zu bytes",
-            device, limit_of(device));
+    trn_log(TRN_LOG_INFO, "alloc", "neuron:%d per-process memory limit %zu bytes", device,
+            limit_of(device));
     return TRN_SUCCESS;
 }
 
@@ -806,8 +790,8 @@ static trn_status stats_enter(int device, const void *out) {
     trn_status st = trn__device_enter(device);
     if (st == TRN_SUCCESS) st = capacity_check();
     if (st == TRN_SUCCESS && out == NULL)
-        st = trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                            "memory statistics: output pointer is NULL");
+        st =
+            trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "memory statistics: output pointer is NULL");
     return st;
 }
 
@@ -847,8 +831,7 @@ trn_status trn_mem_reset_accumulated(int device) {
     return TRN_SUCCESS;
 }
 
-trn_status trn_mem_get_info(int device, size_t *free_bytes,
-                            size_t *total_bytes) {
+trn_status trn_mem_get_info(int device, size_t *free_bytes, size_t *total_bytes) {
     trn_status st = stats_enter(device, free_bytes);
     if (st == TRN_SUCCESS) st = stats_enter(device, total_bytes);
     if (st != TRN_SUCCESS) return st;
@@ -863,8 +846,7 @@ trn_status trn_mem_get_info(int device, size_t *free_bytes,
 
 trn_status trn_mem_get_device(const void *ptr, int *device) {
     if (device == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_mem_get_device: device is NULL");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_mem_get_device: device is NULL");
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS) return st;
     trn__lock(&g_mu);
@@ -872,8 +854,7 @@ trn_status trn_mem_get_device(const void *ptr, int *device) {
     if (b != NULL && b->state == BLOCK_ALLOCATED)
         *device = b->device;
     else
-        st = trn__set_error(TRN_ERROR_INVALID_POINTER,
-                            "%p is not neuron device memory", ptr);
+        st = trn__set_error(TRN_ERROR_INVALID_POINTER, "%p is not neuron device memory", ptr);
     trn__unlock(&g_mu);
     return st;
 }
@@ -902,8 +883,10 @@ void trn__access_add(trn__access_set *set, const void *ptr, size_t nbytes) {
 trn_status trn__access_begin(trn__access_set *set) {
     set->begun = 0;
     if (set->count > TRN__ACCESS_MAX)
-        return trn__set_error(TRN_ERROR_KERNEL, "a kernel task touches %d memory ranges, more "
-                              "than the %d its access set holds", set->count, TRN__ACCESS_MAX);
+        return trn__set_error(TRN_ERROR_KERNEL,
+                              "a kernel task touches %d memory ranges, more "
+                              "than the %d its access set holds",
+                              set->count, TRN__ACCESS_MAX);
     for (; set->begun < set->count; set->begun++) {
         trn_status st = trn__mem_access_begin(set->ptr[set->begun], set->nbytes[set->begun]);
         if (st != TRN_SUCCESS) {
@@ -931,13 +914,11 @@ trn_status trn__mem_access_begin(const void *ptr, size_t nbytes) {
                             "kernel access of %zu bytes at %p runs past the "
                             "end of its %zu-byte neuron:%d block at %p",
                             nbytes, ptr, b->size, b->device, (void *)b->ptr);
-    } else if (b->access++ == 0 &&
-               mprotect(b->ptr, b->map_size, PROT_READ | PROT_WRITE) != 0) {
+    } else if (b->access++ == 0 && mprotect(b->ptr, b->map_size, PROT_READ | PROT_WRITE) != 0) {
         int err = errno;
         b->access--;
-        st = trn__set_error(TRN_ERROR_SYSTEM,
-                            "mprotect of a neuron:%d block failed: %s",
-                            b->device, strerror(err));
+        st = trn__set_error(TRN_ERROR_SYSTEM, "mprotect of a neuron:%d block failed: %s", b->device,
+                            strerror(err));
     }
     trn__unlock(&g_mu);
     return st;
@@ -963,21 +944,24 @@ static trn_status shared_block_add(int device, int fd, size_t nbytes, void **ptr
     if (st == TRN_SUCCESS) st = capacity_check();
     if (st != TRN_SUCCESS) return st;
     if (nbytes == 0)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "shared device memory of 0 bytes");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "shared device memory of 0 bytes");
     trn_stream *stream = NULL;
     st = trn_stream_get_current(device, &stream);
     if (st != TRN_SUCCESS) return st;
     int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (own < 0)
-        return trn__set_error(TRN_ERROR_SYSTEM, "shared device memory: bad "
-                              "descriptor %d (%s)", fd, strerror(errno));
+        return trn__set_error(TRN_ERROR_SYSTEM,
+                              "shared device memory: bad "
+                              "descriptor %d (%s)",
+                              fd, strerror(errno));
     void *p = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, own, 0);
     if (p == MAP_FAILED) {
         int err = errno;
         close(own);
-        return trn__set_error(TRN_ERROR_SYSTEM, "shared device memory: mmap "
-                              "of %zu bytes failed (%s)", nbytes, strerror(err));
+        return trn__set_error(TRN_ERROR_SYSTEM,
+                              "shared device memory: mmap "
+                              "of %zu bytes failed (%s)",
+                              nbytes, strerror(err));
     }
     block *b = calloc(1, sizeof *b);
     if (b != NULL) b->ptr = p;
@@ -987,8 +971,7 @@ static trn_status shared_block_add(int device, int fd, size_t nbytes, void **ptr
         free(b);
         munmap(p, nbytes);
         close(own);
-        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
-                              "shared device memory: host out of memory");
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "shared device memory: host out of memory");
     }
     b->size = b->requested = b->map_size = nbytes;
     b->device = device;
@@ -1008,25 +991,24 @@ static trn_status shared_block_add(int device, int fd, size_t nbytes, void **ptr
     publish(device);
     trn__unlock(&g_mu);
     *ptr = p;
-    trn_log(TRN_LOG_DEBUG, "ipc", "neuron:%d shared block of %zu bytes at %p",
-            device, nbytes, p);
+    trn_log(TRN_LOG_DEBUG, "ipc", "neuron:%d shared block of %zu bytes at %p", device, nbytes, p);
     return TRN_SUCCESS;
 }
 
 trn_status trn_ipc_alloc(int device, size_t nbytes, void **ptr) {
     if (ptr == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_ipc_alloc: ptr is NULL");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_ipc_alloc: ptr is NULL");
     *ptr = NULL;
     int fd = (int)syscall(SYS_memfd_create, "neuron-shared", 1u /* CLOEXEC */);
     if (fd < 0)
-        return trn__set_error(TRN_ERROR_SYSTEM, "memfd_create failed (%s)",
-                              strerror(errno));
+        return trn__set_error(TRN_ERROR_SYSTEM, "memfd_create failed (%s)", strerror(errno));
     if (ftruncate(fd, (off_t)nbytes) != 0) {
         int err = errno;
         close(fd);
-        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "shared device memory "
-                              "of %zu bytes: %s", nbytes, strerror(err));
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
+                              "shared device memory "
+                              "of %zu bytes: %s",
+                              nbytes, strerror(err));
     }
     trn_status st = shared_block_add(device, fd, nbytes, ptr);
     close(fd);
@@ -1035,12 +1017,12 @@ trn_status trn_ipc_alloc(int device, size_t nbytes, void **ptr) {
 
 trn_status trn_ipc_import(int device, int fd, size_t nbytes, void **ptr) {
     if (ptr == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_ipc_import: ptr is NULL");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_ipc_import: ptr is NULL");
     *ptr = NULL;
     struct stat sb;
     if (fstat(fd, &sb) != 0 || (size_t)sb.st_size < nbytes)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "shared device "
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "shared device "
                               "memory: descriptor %d does not hold %zu bytes",
                               fd, nbytes);
     return shared_block_add(device, fd, nbytes, ptr);
@@ -1048,12 +1030,10 @@ trn_status trn_ipc_import(int device, int fd, size_t nbytes, void **ptr) {
 
 trn_status trn_ipc_export(const void *ptr, int *fd, size_t *nbytes) {
     if (fd == NULL || nbytes == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_ipc_export: NULL output");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_ipc_export: NULL output");
     trn__lock(&g_mu);
     block *b = ptr != NULL ? reg_find_containing(ptr) : NULL;
-    if (b == NULL || !b->shared || b->ptr != (const char *)ptr ||
-        b->state != BLOCK_ALLOCATED) {
+    if (b == NULL || !b->shared || b->ptr != (const char *)ptr || b->state != BLOCK_ALLOCATED) {
         trn__unlock(&g_mu);
         return trn__set_error(TRN_ERROR_INVALID_POINTER,
                               "%p is not the start of shared device memory", ptr);
@@ -1062,16 +1042,18 @@ trn_status trn_ipc_export(const void *ptr, int *fd, size_t *nbytes) {
     *nbytes = b->size;
     trn__unlock(&g_mu);
     if (*fd < 0)
-        return trn__set_error(TRN_ERROR_SYSTEM, "dup of a shared block's "
-                              "descriptor failed (%s)", strerror(errno));
+        return trn__set_error(TRN_ERROR_SYSTEM,
+                              "dup of a shared block's "
+                              "descriptor failed (%s)",
+                              strerror(errno));
     return TRN_SUCCESS;
 }
 
 int trn_ipc_is_shared(const void *ptr) {
     trn__lock(&g_mu);
     block *b = ptr != NULL ? reg_find_containing(ptr) : NULL;
-    int shared = b != NULL && b->shared && b->ptr == (const char *)ptr &&
-                 b->state == BLOCK_ALLOCATED;
+    int shared =
+        b != NULL && b->shared && b->ptr == (const char *)ptr && b->state == BLOCK_ALLOCATED;
     trn__unlock(&g_mu);
     return shared;
 }

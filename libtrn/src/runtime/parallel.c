@@ -89,7 +89,8 @@ static void run_chunks(uint64_t gen) {
         const int64_t chunks = atomic_load_explicit(&j->chunks, memory_order_relaxed);
         const int64_t c = st_claimed(s);
         if (c >= chunks) return;
-        if (!atomic_compare_exchange_weak_explicit(&pool.state, &s, s + (UINT64_C(1) << CLAIM_SHIFT),
+        if (!atomic_compare_exchange_weak_explicit(&pool.state, &s,
+                                                   s + (UINT64_C(1) << CLAIM_SHIFT),
                                                    memory_order_acquire, memory_order_acquire))
             continue;  // s now holds the current state
         // Claimed chunk c of job `gen`: the job cannot finish (and its slot

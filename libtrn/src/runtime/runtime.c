@@ -30,8 +30,8 @@ static atomic_bool g_bad_fork;
 static bool env_flag(const char *name, bool fallback) {
     const char *v = getenv(name);
     if (v == NULL || *v == '\0') return fallback;
-    return !(strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0 ||
-             strcasecmp(v, "no") == 0 || strcasecmp(v, "off") == 0);
+    return !(strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0 || strcasecmp(v, "no") == 0 ||
+             strcasecmp(v, "off") == 0);
 }
 
 static size_t default_capacity(void) {
@@ -92,12 +92,10 @@ static void runtime_init_once(void) {
 }
 
 trn_status trn__fork_check(void) {
-    if (!atomic_load_explicit(&g_bad_fork, memory_order_relaxed))
-        return TRN_SUCCESS;
-    return trn__set_error(
-        TRN_ERROR_FORKED,
-        "neuron runtime cannot be used in this forked subprocess: restoring "
-        "its locks after fork failed; use the 'spawn' start method");
+    if (!atomic_load_explicit(&g_bad_fork, memory_order_relaxed)) return TRN_SUCCESS;
+    return trn__set_error(TRN_ERROR_FORKED,
+                          "neuron runtime cannot be used in this forked subprocess: restoring "
+                          "its locks after fork failed; use the 'spawn' start method");
 }
 
 trn_status trn_runtime_init(void) {
@@ -109,8 +107,7 @@ trn_status trn_runtime_init(void) {
                               "neuron runtime initialisation failed: "
                               "pthread_once returned %d",
                               rc);
-    if (g_init_status != TRN_SUCCESS)
-        return trn__set_error(g_init_status, "%s", g_init_error);
+    if (g_init_status != TRN_SUCCESS) return trn__set_error(g_init_status, "%s", g_init_error);
     return TRN_SUCCESS;
 }
 

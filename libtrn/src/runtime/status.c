@@ -11,9 +11,8 @@ static _Thread_local char tl_error[TRN__ERROR_MAX];
 
 const char *trn_status_name(trn_status status) {
     switch (status) {
-#define TRN__STATUS_NAME(name, value, text) \
-    case name:                              \
-        return #name;
+#define TRN__STATUS_NAME(name, value, text)                                                        \
+    case name: return #name;
         TRN_STATUS_LIST(TRN__STATUS_NAME)
 #undef TRN__STATUS_NAME
     }
@@ -22,9 +21,8 @@ const char *trn_status_name(trn_status status) {
 
 const char *trn_status_string(trn_status status) {
     switch (status) {
-#define TRN__STATUS_TEXT(name, value, text) \
-    case name:                              \
-        return text;
+#define TRN__STATUS_TEXT(name, value, text)                                                        \
+    case name: return text;
         TRN_STATUS_LIST(TRN__STATUS_TEXT)
 #undef TRN__STATUS_TEXT
     }

@@ -108,8 +108,7 @@ static trn_status stream_get(int device, int index, trn_stream **out) {
         }
         trn__unlock(&g_table_mu);
         if (s == NULL)
-            return trn__set_error(TRN_ERROR_SYSTEM,
-                                  "could not create stream %d of neuron:%d",
+            return trn__set_error(TRN_ERROR_SYSTEM, "could not create stream %d of neuron:%d",
                                   index, device);
     }
     *out = s;
@@ -118,8 +117,7 @@ static trn_status stream_get(int device, int index, trn_stream **out) {
 
 static trn_status stream_enter(int device, trn_stream **out) {
     if (out == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "stream output pointer is NULL");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "stream output pointer is NULL");
     trn_status st = trn_runtime_init();
     if (st == TRN_SUCCESS) st = trn_device_check(device);
     return st;
@@ -155,13 +153,9 @@ trn_status trn_stream_from_id(int device, int64_t id, trn_stream **stream) {
     return stream_get(device, (int)id, stream);
 }
 
-int64_t trn_stream_id(const trn_stream *stream) {
-    return stream != NULL ? stream->index : -1;
-}
+int64_t trn_stream_id(const trn_stream *stream) { return stream != NULL ? stream->index : -1; }
 
-int trn_stream_device(const trn_stream *stream) {
-    return stream != NULL ? stream->device : -1;
-}
+int trn_stream_device(const trn_stream *stream) { return stream != NULL ? stream->device : -1; }
 
 int trn__stream_index(const trn_stream *stream) { return stream->index; }
 
@@ -177,8 +171,7 @@ trn_status trn_stream_get_current(int device, trn_stream **stream) {
 
 trn_status trn_stream_set_current(trn_stream *stream) {
     if (stream == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_stream_set_current: stream is NULL");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_stream_set_current: stream is NULL");
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS) return st;
     tl_current[stream->device] = stream;
@@ -197,8 +190,7 @@ uint64_t trn__stream_completed(const trn_stream *stream) {
 
 // Spins for up to SPIN_NS until *counter reaches `target` (or, with
 // `changed`, differs from it). True if it did.
-static bool spin_until(atomic_uint_fast64_t *counter, uint64_t target,
-                       bool changed) {
+static bool spin_until(atomic_uint_fast64_t *counter, uint64_t target, bool changed) {
     uint64_t start = trn__now_ns();
     for (unsigned i = 1;; i++) {
         uint64_t v = atomic_load_explicit(counter, memory_order_acquire);
@@ -256,8 +248,7 @@ trn_status trn__stream_take_error(trn_stream *stream) {
 
 trn_status trn_stream_synchronize(trn_stream *stream) {
     if (stream == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_stream_synchronize: stream is NULL");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_stream_synchronize: stream is NULL");
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS) return st;
     trn__stream_wait_idle(stream);
@@ -299,9 +290,8 @@ static void task_failed(trn_stream *s, trn_status st, task_result *result) {
     const char *message = trn_last_error();
     char fallback[128];
     if (message[0] == '\0') {
-        snprintf(fallback, sizeof fallback,
-                 "task on neuron:%d stream %d failed: %s", s->device, s->index,
-                 trn_status_string(st));
+        snprintf(fallback, sizeof fallback, "task on neuron:%d stream %d failed: %s", s->device,
+                 s->index, trn_status_string(st));
         message = fallback;
     }
     if (result != NULL) {
@@ -388,8 +378,7 @@ static trn_status worker_start(trn_stream *s) {
                               s->device, s->index);
     sigset_t all, old;
     sigfillset(&all);
-    static const int synchronous[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL,
-                                      SIGTRAP, SIGABRT, SIGSYS};
+    static const int synchronous[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS};
     for (size_t i = 0; i < sizeof synchronous / sizeof synchronous[0]; i++)
         sigdelset(&all, synchronous[i]);
     int rc = pthread_sigmask(SIG_BLOCK, &all, &old);
@@ -435,10 +424,9 @@ static bool ring_reserve(trn_stream *s, size_t len, size_t *offset) {
     return true;
 }
 
-static trn_status launch_async(trn_stream *s, trn_task_fn fn, const void *args,
-                               size_t args_size, task_result *result) {
-    size_t len = (sizeof(task_header) + args_size + ENTRY_ALIGN - 1) /
-                 ENTRY_ALIGN * ENTRY_ALIGN;
+static trn_status launch_async(trn_stream *s, trn_task_fn fn, const void *args, size_t args_size,
+                               task_result *result) {
+    size_t len = (sizeof(task_header) + args_size + ENTRY_ALIGN - 1) / ENTRY_ALIGN * ENTRY_ALIGN;
     trn__lock(&s->mu);
     if (!s->worker_started) {
         trn_status st = worker_start(s);
@@ -462,21 +450,19 @@ static trn_status launch_async(trn_stream *s, trn_task_fn fn, const void *args,
     s->tail = offset + len;
     if (s->tail == RING_BYTES) s->tail = 0;
     s->used += len;
-    uint64_t seq = atomic_fetch_add_explicit(&s->launched, 1,
-                                             memory_order_release) + 1;
+    uint64_t seq = atomic_fetch_add_explicit(&s->launched, 1, memory_order_release) + 1;
     if (s->worker_sleeping) trn__signal(&s->work_cv);
     trn__unlock(&s->mu);
     if (result == NULL) return TRN_SUCCESS;
     wait_completed(s, seq);
     // wait_completed may have returned from its spin without the lock; the
     // worker wrote the result before publishing completion (release order).
-    if (result->status != TRN_SUCCESS)
-        return trn__set_error(result->status, "%s", result->message);
+    if (result->status != TRN_SUCCESS) return trn__set_error(result->status, "%s", result->message);
     return TRN_SUCCESS;
 }
 
-static trn_status launch_inline(trn_stream *s, trn_task_fn fn, const void *args,
-                                size_t args_size, bool blocking) {
+static trn_status launch_inline(trn_stream *s, trn_task_fn fn, const void *args, size_t args_size,
+                                bool blocking) {
     // The task gets its own aligned copy, as in the queued mode.
     _Alignas(ENTRY_ALIGN) unsigned char copy[TRN__TRACE_HEADER + TRN_TASK_MAX_ARGS];
     if (args_size != 0) memcpy(copy, args, args_size);
@@ -499,8 +485,8 @@ static trn_status launch_inline(trn_stream *s, trn_task_fn fn, const void *args,
     return trn__set_error(st, "%s", result.message);
 }
 
-trn_status trn_stream_launch(trn_stream *stream, trn_task_fn fn,
-                             const void *args, size_t args_size) {
+trn_status trn_stream_launch(trn_stream *stream, trn_task_fn fn, const void *args,
+                             size_t args_size) {
     if (stream == NULL || fn == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_stream_launch: stream or task is NULL");
@@ -521,15 +507,13 @@ trn_status trn_stream_launch(trn_stream *stream, trn_task_fn fn,
     // and records it (trace.c).
     _Alignas(ENTRY_ALIGN) unsigned char traced[TRN__TRACE_HEADER + TRN_TASK_MAX_ARGS];
     if (trn_trace_active()) {
-        args_size = trn__trace_wrap(stream->device, trn_stream_id(stream), fn,
-                                    args, args_size, traced, &fn);
+        args_size = trn__trace_wrap(stream->device, trn_stream_id(stream), fn, args, args_size,
+                                    traced, &fn);
         args = traced;
     }
     const trn__config *cfg = trn__config_get();
-    if (!cfg->async)
-        return launch_inline(stream, fn, args, args_size, cfg->launch_blocking);
-    if (!cfg->launch_blocking)
-        return launch_async(stream, fn, args, args_size, NULL);
+    if (!cfg->async) return launch_inline(stream, fn, args, args_size, cfg->launch_blocking);
+    if (!cfg->launch_blocking) return launch_async(stream, fn, args, args_size, NULL);
     task_result result = {TRN_SUCCESS, ""};
     return launch_async(stream, fn, args, args_size, &result);
 }

@@ -22,10 +22,22 @@ bool trn__parse_size(const char *text, size_t *bytes) {
     }
     unsigned shift = 0;
     switch (toupper((unsigned char)*p)) {
-    case 'K': shift = 10; p++; break;
-    case 'M': shift = 20; p++; break;
-    case 'G': shift = 30; p++; break;
-    case 'T': shift = 40; p++; break;
+    case 'K':
+        shift = 10;
+        p++;
+        break;
+    case 'M':
+        shift = 20;
+        p++;
+        break;
+    case 'G':
+        shift = 30;
+        p++;
+        break;
+    case 'T':
+        shift = 40;
+        p++;
+        break;
     default: break;
     }
     if (shift != 0 && (*p == 'i' || *p == 'I')) {
@@ -72,7 +84,6 @@ void trn__cpu_relax(void) {
 }
 
 void trn__die(const char *what, int rc) {
-    fprintf(stderr, "libtrn: internal error: %s failed: %s\n", what,
-            strerror(rc));
+    fprintf(stderr, "libtrn: internal error: %s failed: %s\n", what, strerror(rc));
     abort();
 }

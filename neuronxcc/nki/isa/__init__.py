@@ -1,23 +1,44 @@
 """neuronxcc.nki.isa: the legacy ISA calls, which allocate and return their
 result tile (dtype=, mask= accepted), mapped onto nki's instruction core."""
+
 from nki import _dtypes as _dt
 from nki import _ops
 from nki._ir import PSUM, SBUF, NkiError
-from nki.isa import (dge_mode, dma_engine, engine, get_nc_version, matmul_perf_mode, nc_version,  # noqa: F401
-                     oob_mode, reduce_cmd)
+from nki.isa import (
+    dge_mode,
+    dma_engine,
+    engine,
+    get_nc_version,
+    matmul_perf_mode,
+    nc_version,  # noqa: F401
+    oob_mode,
+    reduce_cmd,
+)
 
 
-tensor_engine, vector_engine, scalar_engine, gpsimd_engine, unknown_engine = (engine.tensor, engine.vector,
-                                                                           engine.scalar, engine.gpsimd,
-                                                                           engine.unknown)
+tensor_engine, vector_engine, scalar_engine, gpsimd_engine, unknown_engine = (
+    engine.tensor,
+    engine.vector,
+    engine.scalar,
+    engine.gpsimd,
+    engine.unknown,
+)
 
 
 def _dtype(dtype, default):
     return _dt.to_dtype(dtype) if dtype is not None else default
 
 
-def nc_matmul(stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, mask=None,
-              is_transpose=False, perf_mode=None, **kw):
+def nc_matmul(
+    stationary,
+    moving,
+    is_stationary_onezero=False,
+    is_moving_onezero=False,
+    mask=None,
+    is_transpose=False,
+    perf_mode=None,
+    **kw,
+):
     # legacy kernels may feed PSUM tiles (e.g. a transpose result) straight
     # in: the legacy compiler copies them to SBUF first, and so do we
     stationary = _ops.to_sbuf_if(stationary, (PSUM,))
@@ -32,23 +53,64 @@ def nc_transpose(data, mask=None, dtype=None, engine=engine.unknown, **kw):
     vector = engine in (2, 4) or (engine == 0 and small)
     if not vector:
         data = _ops.to_sbuf_if(data, (PSUM,))
-    return _ops.transpose(None, data, 0 if vector else 1, dtype=dtype, kind=SBUF if vector else PSUM, mask=mask)
+    return _ops.transpose(
+        None, data, 0 if vector else 1, dtype=dtype, kind=SBUF if vector else PSUM, mask=mask
+    )
 
 
-def activation(op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=None, mask=None,
-               dtype=None, **kw):
-    return _ops.activation(None, op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
-                           dtype=_dtype(dtype, data.dtype), mask=mask)
+def activation(
+    op,
+    data,
+    bias=None,
+    scale=1.0,
+    reduce_op=None,
+    reduce_res=None,
+    reduce_cmd=None,
+    mask=None,
+    dtype=None,
+    **kw,
+):
+    return _ops.activation(
+        None,
+        op,
+        data,
+        bias=bias,
+        scale=scale,
+        reduce_op=reduce_op,
+        reduce_res=reduce_res,
+        dtype=_dtype(dtype, data.dtype),
+        mask=mask,
+    )
 
 
-def activation_reduce(op, data, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None, **kw):
-    return _ops.activation(None, op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
-                           dtype=_dtype(dtype, data.dtype), mask=mask, name="activation_reduce")
+def activation_reduce(
+    op, data, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None, **kw
+):
+    return _ops.activation(
+        None,
+        op,
+        data,
+        bias=bias,
+        scale=scale,
+        reduce_op=reduce_op,
+        reduce_res=reduce_res,
+        dtype=_dtype(dtype, data.dtype),
+        mask=mask,
+        name="activation_reduce",
+    )
 
 
 def tensor_reduce(op, data, axis, mask=None, dtype=None, negate=False, keepdims=False, **kw):
-    return _ops.reduce(None, op, data, axis, negate=negate, keepdims=keepdims, dtype=_dtype(dtype, data.dtype),
-                       mask=mask)
+    return _ops.reduce(
+        None,
+        op,
+        data,
+        axis,
+        negate=negate,
+        keepdims=keepdims,
+        dtype=_dtype(dtype, data.dtype),
+        mask=mask,
+    )
 
 
 def tensor_partition_reduce(op, data, mask=None, dtype=None, **kw):
@@ -60,26 +122,60 @@ def tensor_tensor(data1, data2, op, dtype=None, mask=None, engine=None, **kw):
     return _ops.binary(data1, data2, op, dtype=d, mask=mask, name="tensor_tensor")
 
 
-def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False, dtype=None, mask=None,
-                  engine=None, **kw):
-    return _ops.tensor_scalar(None, data, op0, operand0, reverse0, op1, operand1, reverse1,
-                              dtype=_dtype(dtype, data.dtype), mask=mask)
+def tensor_scalar(
+    data,
+    op0,
+    operand0,
+    reverse0=False,
+    op1=None,
+    operand1=None,
+    reverse1=False,
+    dtype=None,
+    mask=None,
+    engine=None,
+    **kw,
+):
+    return _ops.tensor_scalar(
+        None,
+        data,
+        op0,
+        operand0,
+        reverse0,
+        op1,
+        operand1,
+        reverse1,
+        dtype=_dtype(dtype, data.dtype),
+        mask=mask,
+    )
 
 
-def tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res, reverse0=False, dtype=None, mask=None, **kw):
-    r = _ops.tensor_scalar(None, data, op0, operand0, reverse0, dtype=_dtype(dtype, data.dtype), mask=mask,
-                           name="tensor_scalar_reduce")
+def tensor_scalar_reduce(
+    data, op0, operand0, reduce_op, reduce_res, reverse0=False, dtype=None, mask=None, **kw
+):
+    r = _ops.tensor_scalar(
+        None,
+        data,
+        op0,
+        operand0,
+        reverse0,
+        dtype=_dtype(dtype, data.dtype),
+        mask=mask,
+        name="tensor_scalar_reduce",
+    )
     _ops.reduce(reduce_res, reduce_op, r, None, name="tensor_scalar_reduce")
     return r
 
 
-def scalar_tensor_tensor(data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, dtype=None, mask=None,
-                         **kw):
+def scalar_tensor_tensor(
+    data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, dtype=None, mask=None, **kw
+):
     out = _ops.alloc(data.shape, _dtype(dtype, data.dtype))
     return _ops.stt(out, data, op0, operand0, op1, operand1, reverse0, reverse1)
 
 
-def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, dtype=None, mask=None, **kw):
+def tensor_tensor_scan(
+    data0, data1, initial, op0, op1, reverse0=False, reverse1=False, dtype=None, mask=None, **kw
+):
     out = _ops.alloc(data0.shape, _dtype(dtype, data0.dtype))
     return _ops.scan(out, data0, data1, initial, op0, op1)
 
@@ -94,6 +190,7 @@ def tensor_copy_predicated(src, dst, predicate, mask=None, dtype=None, reverse_p
 
 def iota(expr, dtype, mask=None, **kw):
     from nki import language as nl
+
     return nl.iota(expr, dtype=dtype, mask=mask)
 
 
@@ -116,7 +213,9 @@ def bn_aggr(data, mask=None, dtype=None, **kw):
 
 
 def reciprocal(data, dtype=None, mask=None, **kw):
-    return _ops.activation(None, "reciprocal", data, dtype=_dtype(dtype, data.dtype), mask=mask, name="reciprocal")
+    return _ops.activation(
+        None, "reciprocal", data, dtype=_dtype(dtype, data.dtype), mask=mask, name="reciprocal"
+    )
 
 
 def dma_transpose(src, axes=None, mask=None, dtype=None, **kw):
@@ -132,11 +231,24 @@ def dma_copy(dst, src, mask=None, dge_mode=None, **kw):
 def _unsupported(name):
     def f(*a, **kw):
         raise NkiError(f"nki: nisa.{name} is not supported by this implementation")
+
     f.__name__ = name
     return f
 
 
-for _n in ["max8", "nc_find_index8", "nc_match_replace8", "range_select", "select_reduce", "dropout", "local_gather",
-           "nc_stream_shuffle", "tensor_copy_dynamic_src", "tensor_copy_dynamic_dst", "sequence_bounds",
-           "nc_matmul_mx", "quantize_mx"]:
+for _n in [
+    "max8",
+    "nc_find_index8",
+    "nc_match_replace8",
+    "range_select",
+    "select_reduce",
+    "dropout",
+    "local_gather",
+    "nc_stream_shuffle",
+    "tensor_copy_dynamic_src",
+    "tensor_copy_dynamic_dst",
+    "sequence_bounds",
+    "nc_matmul_mx",
+    "quantize_mx",
+]:
     globals()[_n] = _unsupported(_n)

@@ -17,9 +17,7 @@ at::Tensor &addr_out(const at::Tensor &self, const at::Tensor &vec1, const at::T
     return at::native::math_addr_out(self, vec1, vec2, beta, alpha, out);
 }
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-    m.impl("addr.out", TORCH_FN(addr_out));
-}
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("addr.out", TORCH_FN(addr_out)); }
 
 }  // namespace
 }  // namespace neuron

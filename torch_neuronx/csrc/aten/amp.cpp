@@ -44,8 +44,7 @@ void amp_unscale(at::TensorList grads, Tensor &found_inf, const Tensor &inv_scal
         desc.inv_scale = inv_scale.const_data_ptr<float>();
         desc.found_inf = found_inf.data_ptr<float>();
         TRN_CHECK(trn_amp_unscale_launch(current_trn_stream(g.device().index()), &desc));
-        if (!work.is_same(g))
-            const_cast<Tensor &>(g).copy_(work);
+        if (!work.is_same(g)) const_cast<Tensor &>(g).copy_(work);
     }
     tracking::record_executed("aten::_amp_foreach_non_finite_check_and_unscale_");
 }
@@ -54,7 +53,8 @@ Tensor &amp_update_scale(Tensor &scale, Tensor &growth_tracker, const Tensor &fo
                          double growth_factor, double backoff_factor, int64_t growth_interval) {
     TORCH_CHECK(growth_tracker.numel() == 1, "growth_tracker must be a 1-element tensor.");
     TORCH_CHECK(growth_tracker.scalar_type() == at::kInt, "growth_tracker must be an int tensor.");
-    TORCH_CHECK(growth_tracker.device().type() == kNeuron, "growth_tracker must be a neuron tensor.");
+    TORCH_CHECK(growth_tracker.device().type() == kNeuron,
+                "growth_tracker must be a neuron tensor.");
     check_scalar_float(scale, "current_scale");
     check_scalar_float(found_inf, "found_inf");
     trn_amp_update_scale_desc d{};

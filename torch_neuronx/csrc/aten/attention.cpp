@@ -94,7 +94,8 @@ trn_attention_desc make_desc(const Tensor &q, const Tensor &k, const Tensor &v, 
     auto dt = native_dtype(q.scalar_type());
     TORCH_CHECK(dt && q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type(),
                 "scaled_dot_product_attention on neuron: query, key and value must have one ",
-                "floating dtype, got ", q.scalar_type(), ", ", k.scalar_type(), ", ", v.scalar_type());
+                "floating dtype, got ", q.scalar_type(), ", ", k.scalar_type(), ", ",
+                v.scalar_type());
     trn_attention_desc d{};
     d.dtype = *dt;
     d.batch = q.size(0);
@@ -137,8 +138,8 @@ trn_attention_desc make_desc(const Tensor &q, const Tensor &k, const Tensor &v, 
     return d;
 }
 
-using FwdResult = std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor,
-                             Tensor, Tensor>;
+using FwdResult =
+    std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor, Tensor, Tensor>;
 
 FwdResult sdpa_forward(const Tensor &query, const Tensor &key, const Tensor &value,
                        const std::optional<Tensor> &attn_bias, double dropout_p, bool is_causal,
@@ -159,34 +160,38 @@ FwdResult sdpa_forward(const Tensor &query, const Tensor &key, const Tensor &val
     tracking::record_executed("aten::_scaled_dot_product_fused_attention_overrideable");
     Tensor seed_t = at::scalar_tensor(static_cast<int64_t>(seed), at::dtype(at::kLong));
     Tensor offset_t = at::scalar_tensor(static_cast<int64_t>(0), at::dtype(at::kLong));
-    return {out, lse, Tensor(), Tensor(), c10::SymInt(L), c10::SymInt(k.size(2)), seed_t, offset_t,
-            Tensor()};
+    return {out,    lse,      Tensor(), Tensor(), c10::SymInt(L), c10::SymInt(k.size(2)),
+            seed_t, offset_t, Tensor()};
 }
 
-std::tuple<Tensor, Tensor, Tensor, Tensor> sdpa_backward(
-    const Tensor &grad_out, const Tensor &query, const Tensor &key, const Tensor &value,
-    const Tensor &attn_bias, std::array<bool, 4> grad_input_mask, const Tensor &out,
-    const Tensor &logsumexp, const Tensor & /*cum_seq_q*/, const Tensor & /*cum_seq_k*/,
-    c10::SymInt /*max_q*/, c10::SymInt /*max_k*/, double dropout_p, bool is_causal,
-    const Tensor &philox_seed, const Tensor & /*philox_offset*/, std::optional<double> scale) {
+std::tuple<Tensor, Tensor, Tensor, Tensor>
+sdpa_backward(const Tensor &grad_out, const Tensor &query, const Tensor &key, const Tensor &value,
+              const Tensor &attn_bias, std::array<bool, 4> grad_input_mask, const Tensor &out,
+              const Tensor &logsumexp, const Tensor & /*cum_seq_q*/, const Tensor & /*cum_seq_k*/,
+              c10::SymInt /*max_q*/, c10::SymInt /*max_k*/, double dropout_p, bool is_causal,
+              const Tensor &philox_seed, const Tensor & /*philox_offset*/,
+              std::optional<double> scale) {
     const Tensor q = rows_contiguous(query), k = rows_contiguous(key), v = rows_contiguous(value);
     const Tensor o = rows_contiguous(out), go = rows_contiguous(grad_out);
-    TORCH_CHECK(logsumexp.scalar_type() == at::kFloat && logsumexp.dim() == 3,
-                "scaled_dot_product_attention backward on neuron: logsumexp must be float32 [B, H, L]");
+    TORCH_CHECK(
+        logsumexp.scalar_type() == at::kFloat && logsumexp.dim() == 3,
+        "scaled_dot_product_attention backward on neuron: logsumexp must be float32 [B, H, L]");
     const Tensor lse = logsumexp.contiguous();
     uint64_t seed = 0;
     if (dropout_p > 0) {
-        TORCH_CHECK(philox_seed.defined() && philox_seed.numel() == 1,
-                    "scaled_dot_product_attention backward on neuron: the forward's seed is missing");
+        TORCH_CHECK(
+            philox_seed.defined() && philox_seed.numel() == 1,
+            "scaled_dot_product_attention backward on neuron: the forward's seed is missing");
         seed = static_cast<uint64_t>(philox_seed.item<int64_t>());
     }
     trn_attention_backward_desc bd{};
     bd.fwd = make_desc(q, k, v, attn_bias, o, lse, dropout_p, is_causal, scale, seed);
-    TORCH_CHECK(go.sizes() == o.sizes(), "scaled_dot_product_attention backward on neuron: grad_out ",
-                go.sizes(), " does not match out ", o.sizes());
+    TORCH_CHECK(go.sizes() == o.sizes(),
+                "scaled_dot_product_attention backward on neuron: grad_out ", go.sizes(),
+                " does not match out ", o.sizes());
     TORCH_CHECK(go.scalar_type() == q.scalar_type(),
-                "scaled_dot_product_attention backward on neuron: grad_out dtype ", go.scalar_type(),
-                " differs from query's ", q.scalar_type());
+                "scaled_dot_product_attention backward on neuron: grad_out dtype ",
+                go.scalar_type(), " differs from query's ", q.scalar_type());
     bd.dout = go.data_ptr();
     fill_strides(bd.dout_strides, go);
     Tensor dq, dk, dv, dmask;

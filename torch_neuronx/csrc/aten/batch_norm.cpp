@@ -38,8 +38,7 @@ BnShape bn_shape(const Tensor &input) {
     TORCH_CHECK(input.dim() >= 2, "batch_norm: expected input with at least 2 dimensions, got ",
                 input.dim());
     int64_t spatial = 1;
-    for (int64_t d = 2; d < input.dim(); ++d)
-        spatial *= input.size(d);
+    for (int64_t d = 2; d < input.dim(); ++d) spatial *= input.size(d);
     return {input.size(0), input.size(1), spatial};
 }
 
@@ -50,24 +49,19 @@ void check_channel_vec(const Tensor &t, int64_t c, const char *name) {
 
 // The dtype of every per-channel vector: all defined ones must agree and be
 // the input's dtype, or float32 with 16-bit input (PyTorch's mixed type).
-std::optional<std::pair<trn_dtype, trn_dtype>> bn_dtypes(const Tensor &input,
-                                                         std::initializer_list<Tensor> vecs,
-                                                         at::ScalarType *param_type) {
+std::optional<std::pair<trn_dtype, trn_dtype>>
+bn_dtypes(const Tensor &input, std::initializer_list<Tensor> vecs, at::ScalarType *param_type) {
     auto d = native_dtype(input.scalar_type());
-    if (!d)
-        return std::nullopt;
+    if (!d) return std::nullopt;
     std::optional<at::ScalarType> pt;
     for (const Tensor &v : vecs) {
-        if (!v.defined())
-            continue;
-        if (pt && *pt != v.scalar_type())
-            return std::nullopt;
+        if (!v.defined()) continue;
+        if (pt && *pt != v.scalar_type()) return std::nullopt;
         pt = v.scalar_type();
     }
     const at::ScalarType p = pt.value_or(input.scalar_type());
     auto pd = native_dtype(p);
-    if (!pd || !trn_batch_norm_supports(*d, *pd))
-        return std::nullopt;
+    if (!pd || !trn_batch_norm_supports(*d, *pd)) return std::nullopt;
     *param_type = p;
     return std::make_pair(*d, *pd);
 }
@@ -76,12 +70,10 @@ std::optional<std::pair<trn_dtype, trn_dtype>> bn_dtypes(const Tensor &input,
 // through a contiguous copy that is copied back afterwards.
 struct InPlaceVec {
     Tensor target, work;
-    explicit InPlaceVec(const Tensor &t)
-        : target(t), work(t.defined() ? t.contiguous() : t) {}
+    explicit InPlaceVec(const Tensor &t) : target(t), work(t.defined() ? t.contiguous() : t) {}
     void *ptr() const { return work.defined() ? work.data_ptr() : nullptr; }
     void finish() {
-        if (target.defined() && !work.is_same(target))
-            target.copy_(work);
+        if (target.defined() && !work.is_same(target)) target.copy_(work);
     }
 };
 
@@ -90,17 +82,19 @@ std::optional<Result> bn_forward(const Tensor &input, const Tensor &weight, cons
                                  const Tensor &running_mean, const Tensor &running_var,
                                  bool training, double momentum, double eps) {
     const BnShape sh = bn_shape(input);
-    for (auto [t, name] : {std::pair{weight, "weight"}, {bias, "bias"},
-                          {running_mean, "running_mean"}, {running_var, "running_var"}})
+    for (auto [t, name] : {std::pair{weight, "weight"},
+                           {bias, "bias"},
+                           {running_mean, "running_mean"},
+                           {running_var, "running_var"}})
         check_channel_vec(t, sh.channels, name);
     if (!training && (!running_mean.defined() || !running_var.defined()))
         return std::nullopt;  // eval without running stats: CPU's own rule
     at::ScalarType ptype;
     auto dts = bn_dtypes(input, {weight, bias, running_mean, running_var}, &ptype);
-    if (!dts)
-        return std::nullopt;
+    if (!dts) return std::nullopt;
     const Tensor x = input.contiguous();
-    Tensor y = at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
+    Tensor y =
+        at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
     // Saved stats: input's dtype, or the parameters' in mixed type (CPU's rule).
     const auto stat_opts = input.options().dtype(ptype);
     Tensor save_mean = at::empty({training ? sh.channels : 0}, stat_opts);
@@ -131,16 +125,15 @@ std::optional<Result> bn_forward(const Tensor &input, const Tensor &weight, cons
         rv.finish();
     }
     const auto fmt = input.suggest_memory_format();
-    if (fmt != at::MemoryFormat::Contiguous && !input.is_contiguous())
-        y = y.contiguous(fmt);
+    if (fmt != at::MemoryFormat::Contiguous && !input.is_contiguous()) y = y.contiguous(fmt);
     return Result{y, save_mean, save_invstd};
 }
 
 Result native_batch_norm(const Tensor &input, const std::optional<Tensor> &weight,
                          const std::optional<Tensor> &bias,
                          const std::optional<Tensor> &running_mean,
-                         const std::optional<Tensor> &running_var, bool training,
-                         double momentum, double eps) {
+                         const std::optional<Tensor> &running_var, bool training, double momentum,
+                         double eps) {
     if (auto r = bn_forward(input, opt(weight), opt(bias), opt(running_mean), opt(running_var),
                             training, momentum, eps)) {
         tracking::record_executed("aten::native_batch_norm");
@@ -163,8 +156,8 @@ Result batch_norm_legit(const Tensor &input, const std::optional<Tensor> &weight
 }
 
 Result batch_norm_legit_no_stats(const Tensor &input, const std::optional<Tensor> &weight,
-                                 const std::optional<Tensor> &bias, bool training,
-                                 double momentum, double eps) {
+                                 const std::optional<Tensor> &bias, bool training, double momentum,
+                                 double eps) {
     if (training) {
         if (auto r = bn_forward(input, opt(weight), opt(bias), Tensor(), Tensor(), true, momentum,
                                 eps)) {
@@ -189,12 +182,12 @@ Result batch_norm_legit_no_training(const Tensor &input, const std::optional<Ten
 }
 
 Result bn_backward(const Tensor &grad_out, const Tensor &input,
-                                  const std::optional<Tensor> &weight_opt,
-                                  const std::optional<Tensor> &running_mean_opt,
-                                  const std::optional<Tensor> &running_var_opt,
-                                  const std::optional<Tensor> &save_mean_opt,
-                                  const std::optional<Tensor> &save_invstd_opt, bool train,
-                                  double eps, std::array<bool, 3> mask) {
+                   const std::optional<Tensor> &weight_opt,
+                   const std::optional<Tensor> &running_mean_opt,
+                   const std::optional<Tensor> &running_var_opt,
+                   const std::optional<Tensor> &save_mean_opt,
+                   const std::optional<Tensor> &save_invstd_opt, bool train, double eps,
+                   std::array<bool, 3> mask) {
     const Tensor weight = opt(weight_opt);
     const Tensor mean = train ? opt(save_mean_opt) : opt(running_mean_opt);
     const Tensor stat = train ? opt(save_invstd_opt) : opt(running_var_opt);
@@ -216,10 +209,8 @@ Result bn_backward(const Tensor &grad_out, const Tensor &input,
     Tensor dx, dw, db;
     if (mask[0])
         dx = at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
-    if (mask[1])
-        dw = at::empty({sh.channels}, popts);
-    if (mask[2])
-        db = at::empty({sh.channels}, popts);
+    if (mask[1]) dw = at::empty({sh.channels}, popts);
+    if (mask[2]) db = at::empty({sh.channels}, popts);
     trn_batch_norm_backward_desc d{};
     d.dtype = dts->first;
     d.param_dtype = dts->second;
@@ -240,8 +231,7 @@ Result bn_backward(const Tensor &grad_out, const Tensor &input,
     tracking::record_executed("aten::native_batch_norm_backward");
     if (dx.defined() && !input.is_contiguous()) {
         const auto fmt = input.suggest_memory_format();
-        if (fmt != at::MemoryFormat::Contiguous)
-            dx = dx.contiguous(fmt);
+        if (fmt != at::MemoryFormat::Contiguous) dx = dx.contiguous(fmt);
     }
     return {dx, dw, db};
 }
@@ -277,8 +267,8 @@ Result4 batch_norm_no_update(const Tensor &input, const std::optional<Tensor> &w
         tracking::record_executed("aten::_batch_norm_no_update");
         return with_reserve(input, *r);
     }
-    return fallback<at::_ops::_batch_norm_no_update>(input, weight, bias, running_mean,
-                                                     running_var, momentum, eps);
+    return fallback<at::_ops::_batch_norm_no_update>(input, weight, bias, running_mean, running_var,
+                                                     momentum, eps);
 }
 
 Result batch_norm_backward(const Tensor &grad_out, const Tensor &input, const Tensor &weight,
@@ -288,8 +278,8 @@ Result batch_norm_backward(const Tensor &grad_out, const Tensor &input, const Te
                            const std::optional<Tensor> &save_var, bool update, double eps,
                            std::array<bool, 3> mask, const Tensor & /*reserve*/) {
     // `update` is whether the forward used batch statistics (training).
-    return bn_backward(grad_out, input, weight, running_mean, running_var,
-                                      save_mean, save_var, update, eps, mask);
+    return bn_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_var,
+                       update, eps, mask);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

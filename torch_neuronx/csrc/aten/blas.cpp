@@ -63,8 +63,7 @@ struct Mat {
 };
 
 Mat mat3(const Tensor &t) {  // 3-d
-    return {t.size(0), t.size(1), t.size(2), {t.stride(0), t.stride(1), t.stride(2)},
-            t.data_ptr()};
+    return {t.size(0), t.size(1), t.size(2), {t.stride(0), t.stride(1), t.stride(2)}, t.data_ptr()};
 }
 Mat mat2(const Tensor &t) {  // 2-d
     return {1, t.size(0), t.size(1), {0, t.stride(0), t.stride(1)}, t.data_ptr()};
@@ -116,8 +115,7 @@ void launch(at::ScalarType type, const Mat &c, const Mat &a, const Mat &b, int64
 
 // out <- self broadcast to out's shape (same dtype), through the copy kernel.
 void copy_broadcast(const Tensor &out, const Tensor &self) {
-    if (out.numel() == 0 || out.is_same(self))
-        return;
+    if (out.numel() == 0 || out.is_same(self)) return;
     TORCH_CHECK(self.scalar_type() == out.scalar_type(), "self and out must have the same dtype");
     Tensor src = self.expand(out.sizes());
     trn_copy_desc c{};
@@ -147,14 +145,13 @@ template <typename... In>
 bool out_needs_temp(const Tensor &out, const Tensor &self, const In &...inputs) {
     check_out_overlap(out, self, inputs...);
     return out_aliases(out, inputs...) ||
-           (out_aliases(out, self) && !(out.data_ptr() == self.data_ptr() &&
-                                         out.sizes() == self.sizes() &&
-                                         out.strides() == self.strides()));
+           (out_aliases(out, self) &&
+            !(out.data_ptr() == self.data_ptr() && out.sizes() == self.sizes() &&
+              out.strides() == self.strides()));
 }
 
 // Runs `into(target)` on out, or on a temporary copied into out.
-template <typename F>
-void into_out(Tensor &out, bool temp, F into) {
+template <typename F> void into_out(Tensor &out, bool temp, F into) {
     if (!temp) {
         into(out);
         return;
@@ -181,16 +178,14 @@ void addmm_into(Tensor &out, const Tensor &self, const Tensor &m1, const Tensor 
     check_devices(out, {&self, &m1, &m2});
     // CPU expands self to out's shape whatever beta and sizes (a zero-size
     // product included): a self that does not broadcast raises expand's error.
-    if (!out.is_same(self))
-        (void)self.expand(out.sizes());
+    if (!out.is_same(self)) (void)self.expand(out.sizes());
     if (out.numel() != 0 && self_as_bias(out, self, beta)) {
         launch(out.scalar_type(), mat2(out), mat2(m1), mat2(m2), m1.size(1), alpha, 0,
                out.device().index(), &self);
         return;
     }
     const bool use_c = !is_zero(beta);
-    if (use_c)
-        copy_broadcast(out, self);
+    if (use_c) copy_broadcast(out, self);
     launch(out.scalar_type(), mat2(out), mat2(m1), mat2(m2), m1.size(1), alpha,
            use_c ? beta : Scalar(0), out.device().index());
 }
@@ -199,8 +194,7 @@ void baddbmm_into(Tensor &out, const Tensor &self, const Tensor &b1, const Tenso
                   const Scalar &beta, const Scalar &alpha) {
     check_devices(out, {&self, &b1, &b2});
     const bool use_c = !is_zero(beta);
-    if (use_c)
-        copy_broadcast(out, self);
+    if (use_c) copy_broadcast(out, self);
     launch(out.scalar_type(), mat3(out), mat3(b1), mat3(b2), b1.size(2), alpha,
            use_c ? beta : Scalar(0), out.device().index());
 }
@@ -211,8 +205,7 @@ void addbmm_into(Tensor &out, const Tensor &self, const Tensor &b1, const Tensor
                  const Scalar &beta, const Scalar &alpha) {
     check_devices(out, {&self, &b1, &b2});
     const bool use_c = !is_zero(beta);
-    if (use_c)
-        copy_broadcast(out, self);
+    if (use_c) copy_broadcast(out, self);
     const auto dev = out.device().index();
     const int64_t batches = b1.size(0);
     Scalar first_beta = use_c ? beta : Scalar(0);
@@ -229,8 +222,7 @@ void addmv_into(Tensor &out, const Tensor &self, const Tensor &mat, const Tensor
                 const Scalar &beta, const Scalar &alpha) {
     check_devices(out, {&self, &mat, &vec});
     const bool use_c = !is_zero(beta);
-    if (use_c)
-        copy_broadcast(out, self);
+    if (use_c) copy_broadcast(out, self);
     launch(out.scalar_type(), col(out), mat2(mat), col(vec), mat.size(1), alpha,
            use_c ? beta : Scalar(0), out.device().index());
 }
@@ -248,8 +240,8 @@ void dot_into(Tensor &out, const Tensor &a, const Tensor &b) {
 // Mixed dtypes raise as on CPU (the shared meta functions let some through).
 void check_dtypes(const Tensor &a, const Tensor &b, const Tensor *self = nullptr) {
     TORCH_CHECK(a.scalar_type() == b.scalar_type(),
-                "expected m1 and m2 to have the same dtype, but got: ", a.dtype(), " != ",
-                b.dtype());
+                "expected m1 and m2 to have the same dtype, but got: ", a.dtype(),
+                " != ", b.dtype());
     if (self)
         TORCH_CHECK(self->scalar_type() == a.scalar_type(),
                     "self and mat2 must have the same dtype, but got ", self->scalar_type(),
@@ -269,8 +261,7 @@ Tensor mm(const Tensor &a, const Tensor &b) {
     check_mm_shapes(a, b);
     MetaShape<at::meta::structured_mm> meta;
     meta.meta(a, b);
-    if (!supported(meta.dtype(0)))
-        return fallback<at::_ops::mm>(a, b);
+    if (!supported(meta.dtype(0))) return fallback<at::_ops::mm>(a, b);
     Tensor out = meta.output(0);
     addmm_into(out, out, a, b, 0, 1);
     RECORD("mm");
@@ -282,8 +273,7 @@ Tensor &mm_out(const Tensor &a, const Tensor &b, Tensor &out) {
     MetaShape<at::meta::structured_mm> meta(&out);  // checks the dtype, resizes
     meta.meta(a, b);
     const bool temp = out_needs_temp(out, out, a, b);
-    if (!supported(meta.dtype(0)))
-        return fallback<at::_ops::mm_out>(a, b, out);
+    if (!supported(meta.dtype(0))) return fallback<at::_ops::mm_out>(a, b, out);
     into_out(out, temp, [&](Tensor &o) { addmm_into(o, o, a, b, 0, 1); });
     RECORD("mm");
     return out;
@@ -293,8 +283,7 @@ Tensor bmm(const Tensor &a, const Tensor &b) {
     check_dtypes(a, b);
     MetaShape<at::meta::structured_bmm> meta;
     meta.meta(a, b);
-    if (!supported(meta.dtype(0)))
-        return fallback<at::_ops::bmm>(a, b);
+    if (!supported(meta.dtype(0))) return fallback<at::_ops::bmm>(a, b);
     Tensor out = meta.output(0);
     baddbmm_into(out, out, a, b, 0, 1);
     RECORD("bmm");
@@ -306,8 +295,7 @@ Tensor &bmm_out(const Tensor &a, const Tensor &b, Tensor &out) {
     MetaShape<at::meta::structured_bmm> meta(&out);  // checks the dtype, resizes
     meta.meta(a, b);
     const bool temp = out_needs_temp(out, out, a, b);
-    if (!supported(meta.dtype(0)))
-        return fallback<at::_ops::bmm_out>(a, b, out);
+    if (!supported(meta.dtype(0))) return fallback<at::_ops::bmm_out>(a, b, out);
     into_out(out, temp, [&](Tensor &o) { baddbmm_into(o, o, a, b, 0, 1); });
     RECORD("bmm");
     return out;
@@ -317,8 +305,7 @@ Tensor &bmm_out(const Tensor &a, const Tensor &b, Tensor &out) {
 // function where the op has one (cheap), else the op on meta tensors.
 // Returns the result dtype and, without `out`, the allocated result; `out`
 // is checked and resized.
-template <typename S>
-struct AddMeta {
+template <typename S> struct AddMeta {
     static std::pair<at::ScalarType, Tensor> of(const Tensor &self, const Tensor &x,
                                                 const Tensor &y, const Scalar &beta,
                                                 const Scalar &alpha, Tensor *out = nullptr) {
@@ -328,66 +315,62 @@ struct AddMeta {
     }
 };
 struct NoStructured {};
-template <>
-struct AddMeta<NoStructured> {
+template <> struct AddMeta<NoStructured> {
     static std::pair<at::ScalarType, Tensor> of(const Tensor &self, const Tensor &x,
                                                 const Tensor &y, const Scalar &beta,
                                                 const Scalar &alpha, Tensor *out = nullptr) {
         Tensor m = at::addbmm(meta_of(self), meta_of(x), meta_of(y), beta, alpha);
-        if (out == nullptr)
-            return {m.scalar_type(), at::empty(m.sizes(), self.options())};
+        if (out == nullptr) return {m.scalar_type(), at::empty(m.sizes(), self.options())};
         // CPU's addbmm_out writes through addmm_, whose check names the dtypes so.
         TORCH_CHECK(out->scalar_type() == m.scalar_type(),
-                    "self and mat2 must have the same dtype, but got ", out->scalar_type(),
-                    " and ", m.scalar_type());
+                    "self and mat2 must have the same dtype, but got ", out->scalar_type(), " and ",
+                    m.scalar_type());
         prepare_out(*out, m, self.device());
         return {m.scalar_type(), Tensor()};
     }
 };
 
 // The four "add" families share one shape: functional, out=, in-place.
-#define ADD_FAMILY(NAME, INTO, S)                                                           \
-    Tensor NAME(const Tensor &self, const Tensor &x, const Tensor &y, const Scalar &beta,    \
-                const Scalar &alpha) {                                                       \
-        if (std::string_view(#NAME) == "addmm")                                              \
-            check_mm_shapes(x, y);                                                           \
-        check_dtypes(x, y, &self);                                                           \
-        auto [mtype, out] = AddMeta<S>::of(self, x, y, beta, alpha);                        \
-        if (!supported(mtype))                                                               \
-            return fallback<at::_ops::NAME>(self, x, y, beta, alpha);                        \
-        INTO(out, self, x, y, beta, alpha);                                                  \
-        RECORD(#NAME);                                                                       \
-        return out;                                                                          \
-    }                                                                                        \
-    Tensor &NAME##_out(const Tensor &self, const Tensor &x, const Tensor &y,                 \
-                       const Scalar &beta, const Scalar &alpha, Tensor &out) {               \
-        check_dtypes(x, y, &self);                                                           \
-        /* before the meta function: baddbmm's copies self into out */                       \
-        if (out_needs_temp(out, self, x, y)) {                                               \
-            /* out is an input's memory: the functional result, copied in */                 \
-            Tensor r = neuron::NAME(self, x, y, beta, alpha);                                \
-            check_out(out, r.scalar_type(), self.device());                                  \
-            at::native::resize_output(out, r.sizes());                                       \
-            return out.copy_(r);                                                             \
-        }                                                                                    \
-        const at::ScalarType mtype = AddMeta<S>::of(self, x, y, beta, alpha, &out).first;    \
-        check_out_overlap(out, self, x, y); /* again: out may have been resized */           \
-        if (!supported(mtype))                                                               \
-            return fallback<at::_ops::NAME##_out>(self, x, y, beta, alpha, out);             \
-        INTO(out, self, x, y, beta, alpha);                                                  \
-        RECORD(#NAME);                                                                       \
-        return out;                                                                          \
-    }                                                                                        \
-    Tensor &NAME##_(Tensor &self, const Tensor &x, const Tensor &y, const Scalar &beta,      \
-                    const Scalar &alpha) {                                                   \
-        check_dtypes(x, y, &self);                                                           \
-        Tensor m = meta_of(self);                                                            \
-        m.NAME##_(meta_of(x), meta_of(y), beta, alpha);                                      \
-        if (!supported(self.scalar_type()))                                                  \
-            return fallback<at::_ops::NAME##_>(self, x, y, beta, alpha);                     \
-        INTO(self, self, x, y, beta, alpha);                                                 \
-        RECORD(#NAME "_");                                                                   \
-        return self;                                                                         \
+#define ADD_FAMILY(NAME, INTO, S)                                                                  \
+    Tensor NAME(const Tensor &self, const Tensor &x, const Tensor &y, const Scalar &beta,          \
+                const Scalar &alpha) {                                                             \
+        if (std::string_view(#NAME) == "addmm") check_mm_shapes(x, y);                             \
+        check_dtypes(x, y, &self);                                                                 \
+        auto [mtype, out] = AddMeta<S>::of(self, x, y, beta, alpha);                               \
+        if (!supported(mtype)) return fallback<at::_ops::NAME>(self, x, y, beta, alpha);           \
+        INTO(out, self, x, y, beta, alpha);                                                        \
+        RECORD(#NAME);                                                                             \
+        return out;                                                                                \
+    }                                                                                              \
+    Tensor &NAME##_out(const Tensor &self, const Tensor &x, const Tensor &y, const Scalar &beta,   \
+                       const Scalar &alpha, Tensor &out) {                                         \
+        check_dtypes(x, y, &self);                                                                 \
+        /* before the meta function: baddbmm's copies self into out */                             \
+        if (out_needs_temp(out, self, x, y)) {                                                     \
+            /* out is an input's memory: the functional result, copied in */                       \
+            Tensor r = neuron::NAME(self, x, y, beta, alpha);                                      \
+            check_out(out, r.scalar_type(), self.device());                                        \
+            at::native::resize_output(out, r.sizes());                                             \
+            return out.copy_(r);                                                                   \
+        }                                                                                          \
+        const at::ScalarType mtype = AddMeta<S>::of(self, x, y, beta, alpha, &out).first;          \
+        check_out_overlap(out, self, x, y); /* again: out may have been resized */                 \
+        if (!supported(mtype))                                                                     \
+            return fallback<at::_ops::NAME##_out>(self, x, y, beta, alpha, out);                   \
+        INTO(out, self, x, y, beta, alpha);                                                        \
+        RECORD(#NAME);                                                                             \
+        return out;                                                                                \
+    }                                                                                              \
+    Tensor &NAME##_(Tensor &self, const Tensor &x, const Tensor &y, const Scalar &beta,            \
+                    const Scalar &alpha) {                                                         \
+        check_dtypes(x, y, &self);                                                                 \
+        Tensor m = meta_of(self);                                                                  \
+        m.NAME##_(meta_of(x), meta_of(y), beta, alpha);                                            \
+        if (!supported(self.scalar_type()))                                                        \
+            return fallback<at::_ops::NAME##_>(self, x, y, beta, alpha);                           \
+        INTO(self, self, x, y, beta, alpha);                                                       \
+        RECORD(#NAME "_");                                                                         \
+        return self;                                                                               \
     }
 
 ADD_FAMILY(addmm, addmm_into, at::meta::structured_addmm)
@@ -401,8 +384,7 @@ Tensor mv(const Tensor &mat, const Tensor &vec) {
     Tensor out = at::empty({mat.size(0)}, vec.options());
     MetaShape<at::meta::structured_addmv> meta(&out);
     meta.meta(out, mat, vec, 0, 1);
-    if (!supported(meta.dtype(0)))
-        return fallback<at::_ops::mv>(mat, vec);
+    if (!supported(meta.dtype(0))) return fallback<at::_ops::mv>(mat, vec);
     addmv_into(out, out, mat, vec, 0, 1);
     RECORD("mv");
     return out;
@@ -413,8 +395,7 @@ Tensor &mv_out(const Tensor &mat, const Tensor &vec, Tensor &out) {
     Tensor meta = at::mv(meta_of(mat), meta_of(vec));
     prepare_out(out, meta, mat.device());
     const bool temp = out_needs_temp(out, out, mat, vec);
-    if (!supported(meta.scalar_type()))
-        return fallback<at::_ops::mv_out>(mat, vec, out);
+    if (!supported(meta.scalar_type())) return fallback<at::_ops::mv_out>(mat, vec, out);
     into_out(out, temp, [&](Tensor &o) { addmv_into(o, o, mat, vec, 0, 1); });
     RECORD("mv");
     return out;
@@ -428,15 +409,13 @@ void check_dot(const Tensor &a, const Tensor &b) {
                 "dot : expected both vectors to have same dtype, but found ", a.scalar_type(),
                 " and ", b.scalar_type());
     TORCH_CHECK(a.numel() == b.numel(), "inconsistent tensor size, expected tensor [", a.numel(),
-                "] and src [", b.numel(),
-                "] to have the same number of elements, but got ", a.numel(), " and ", b.numel(),
-                " elements respectively");
+                "] and src [", b.numel(), "] to have the same number of elements, but got ",
+                a.numel(), " and ", b.numel(), " elements respectively");
 }
 
 Tensor dot(const Tensor &a, const Tensor &b) {
     check_dot(a, b);
-    if (!supported(a.scalar_type()))
-        return fallback<at::_ops::dot>(a, b);
+    if (!supported(a.scalar_type())) return fallback<at::_ops::dot>(a, b);
     Tensor out = at::empty({}, a.options());
     dot_into(out, a, b);
     RECORD("dot");
@@ -446,8 +425,7 @@ Tensor dot(const Tensor &a, const Tensor &b) {
 // Real dtypes only (conjugation is the identity); complex goes to the CPU.
 Tensor vdot(const Tensor &a, const Tensor &b) {
     check_dot(a, b);
-    if (!supported(a.scalar_type()))
-        return fallback<at::_ops::vdot>(a, b);
+    if (!supported(a.scalar_type())) return fallback<at::_ops::vdot>(a, b);
     Tensor out = at::empty({}, a.options());
     dot_into(out, a, b);
     RECORD("vdot");

@@ -40,14 +40,11 @@ const char *cpu_reason(bool transposed) {
                       : "has no native neuron kernel for this dtype";
 }
 
-
 void check_same_type(const Tensor &input, const Tensor &other, const char *what) {
-    TORCH_CHECK(input.scalar_type() == other.scalar_type(), "Input type (",
-                input.scalar_type(), ") and ", what, " type (", other.scalar_type(),
-                ") should be the same");
+    TORCH_CHECK(input.scalar_type() == other.scalar_type(), "Input type (", input.scalar_type(),
+                ") and ", what, " type (", other.scalar_type(), ") should be the same");
     TORCH_CHECK(other.device() == input.device(), "Input and ", what,
-                " should be on the same device, but got ", input.device(), " and ",
-                other.device());
+                " should be on the same device, but got ", input.device(), " and ", other.device());
 }
 
 Tensor convolution_overrideable(const Tensor &input, const Tensor &weight,
@@ -56,8 +53,7 @@ Tensor convolution_overrideable(const Tensor &input, const Tensor &weight,
                                 IntArrayRef output_padding, int64_t groups) {
     const Tensor bias = bias_opt.has_value() ? *bias_opt : Tensor();
     check_same_type(input, weight, "weight");
-    if (bias.defined())
-        check_same_type(input, bias, "bias");
+    if (bias.defined()) check_same_type(input, bias, "bias");
     if (transposed && conv_transpose_native(input)) {
         Tensor out = conv_transpose_forward(input, weight, bias, stride, padding, dilation,
                                             output_padding, groups);
@@ -66,18 +62,18 @@ Tensor convolution_overrideable(const Tensor &input, const Tensor &weight,
     }
     if (!native_conv(input, transposed)) {
         record_cpu("aten::convolution_overrideable", cpu_reason(transposed));
-        Tensor out = at::convolution(input.cpu(), weight.cpu(),
-                                     bias.defined() ? std::optional<Tensor>(bias.cpu())
-                                                    : std::nullopt,
-                                     stride, padding, dilation, transposed, output_padding,
-                                     groups);
+        Tensor out =
+            at::convolution(input.cpu(), weight.cpu(),
+                            bias.defined() ? std::optional<Tensor>(bias.cpu()) : std::nullopt,
+                            stride, padding, dilation, transposed, output_padding, groups);
         return out.to(input.device());
     }
-    auto sizes = at::native::conv_output_size(input.sizes(), weight.sizes(), padding, stride,
-                                              dilation);
+    auto sizes =
+        at::native::conv_output_size(input.sizes(), weight.sizes(), padding, stride, dilation);
     Tensor output = at::empty(sizes, input.options().memory_format(input.suggest_memory_format()));
     if (output.numel() != 0) {
-        trn_conv_desc d = make_desc(input, weight, output, stride, padding, dilation, groups, "convolution");
+        trn_conv_desc d =
+            make_desc(input, weight, output, stride, padding, dilation, groups, "convolution");
         if (bias.defined()) {
             d.bias = bias.data_ptr();
             d.bias_stride = bias.stride(0);
@@ -91,9 +87,8 @@ Tensor convolution_overrideable(const Tensor &input, const Tensor &weight,
 std::tuple<Tensor, Tensor, Tensor>
 convolution_backward_overrideable(const Tensor &grad_output, const Tensor &input,
                                   const Tensor &weight, IntArrayRef stride, IntArrayRef padding,
-                                  IntArrayRef dilation, bool transposed,
-                                  IntArrayRef output_padding, int64_t groups,
-                                  std::array<bool, 3> output_mask) {
+                                  IntArrayRef dilation, bool transposed, IntArrayRef output_padding,
+                                  int64_t groups, std::array<bool, 3> output_mask) {
     check_same_type(input, weight, "weight");
     check_same_type(input, grad_output, "grad_output");
     if (transposed && conv_transpose_native(input)) {
@@ -109,8 +104,8 @@ convolution_backward_overrideable(const Tensor &grad_output, const Tensor &input
         std::vector<int64_t> bias_sizes{c_out};
         auto [gi, gw, gb] = at::convolution_backward(
             grad_output.cpu(), input.cpu(), weight.cpu(),
-            output_mask[2] ? std::optional<IntArrayRef>(bias_sizes) : std::nullopt, stride,
-            padding, dilation, transposed, output_padding, groups, output_mask);
+            output_mask[2] ? std::optional<IntArrayRef>(bias_sizes) : std::nullopt, stride, padding,
+            dilation, transposed, output_padding, groups, output_mask);
         auto back = [&](const Tensor &t) { return t.defined() ? t.to(input.device()) : t; };
         return {back(gi), back(gw), back(gb)};
     }
@@ -119,15 +114,14 @@ convolution_backward_overrideable(const Tensor &grad_output, const Tensor &input
     if (output_mask[0]) {
         grad_input = at::empty_like(input);
         if (grad_input.numel() != 0) {
-            trn_conv_desc d =
-                make_desc(grad_input, weight, grad_output, stride, padding, dilation, groups, "convolution");
+            trn_conv_desc d = make_desc(grad_input, weight, grad_output, stride, padding, dilation,
+                                        groups, "convolution");
             TRN_CHECK(trn_conv_backward_data_launch(s, &d));
         }
     }
     if (output_mask[1] || output_mask[2]) {
         grad_weight = at::empty_like(weight);
-        if (output_mask[2])
-            grad_bias = at::empty({weight.size(0)}, weight.options());
+        if (output_mask[2]) grad_bias = at::empty({weight.size(0)}, weight.options());
         trn_conv_desc d = make_desc(input, grad_weight, grad_output, stride, padding, dilation,
                                     groups, "convolution");
         if (grad_bias.defined()) {
@@ -135,8 +129,7 @@ convolution_backward_overrideable(const Tensor &grad_output, const Tensor &input
             d.bias_stride = 1;
         }
         TRN_CHECK(trn_conv_backward_weights_launch(s, &d));
-        if (!output_mask[1])
-            grad_weight = Tensor();
+        if (!output_mask[1]) grad_weight = Tensor();
     }
     tracking::record_executed("aten::convolution_backward_overrideable");
     return {grad_input, grad_weight, grad_bias};

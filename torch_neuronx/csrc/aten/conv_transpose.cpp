@@ -47,14 +47,13 @@ namespace {
 // more when output_padding >= stride (PyTorch allows it below the
 // dilation); the extra positions only ever meet zeros.
 std::vector<int64_t> c_output_sizes(const Tensor &x, IntArrayRef y_sizes, const Tensor &weight,
-                                    IntArrayRef stride, IntArrayRef padding,
-                                    IntArrayRef dilation) {
+                                    IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation) {
     std::vector<int64_t> s(x.sizes().begin(), x.sizes().end());
     for (int64_t i = 2; i < x.dim(); ++i) {
         const size_t k = static_cast<size_t>(i - 2);
         const int64_t ext = dilation[k] * (weight.size(i) - 1) + 1;
-        s[static_cast<size_t>(i)] = (y_sizes[static_cast<size_t>(i)] + 2 * padding[k] - ext) /
-                                        stride[k] + 1;
+        s[static_cast<size_t>(i)] =
+            (y_sizes[static_cast<size_t>(i)] + 2 * padding[k] - ext) / stride[k] + 1;
     }
     return s;
 }
@@ -62,12 +61,10 @@ std::vector<int64_t> c_output_sizes(const Tensor &x, IntArrayRef y_sizes, const 
 // x zero-padded at the end of each spatial dim up to `sizes` (x itself when
 // no dim grows).
 Tensor pad_to(const Tensor &x, const std::vector<int64_t> &sizes) {
-    if (x.sizes().equals(sizes))
-        return x;
+    if (x.sizes().equals(sizes)) return x;
     Tensor big = at::zeros(sizes, x.options());
     Tensor view = big;
-    for (int64_t i = 2; i < x.dim(); ++i)
-        view = view.narrow(i, 0, x.size(i));
+    for (int64_t i = 2; i < x.dim(); ++i) view = view.narrow(i, 0, x.size(i));
     view.copy_(x);
     return big;
 }
@@ -79,8 +76,7 @@ void check_output_padding(IntArrayRef stride, IntArrayRef dilation, IntArrayRef 
     bool ok = true;
     for (size_t i = 0; i < sp; ++i)
         ok = ok && (output_padding[i] < stride[i] || output_padding[i] < dilation[i]);
-    if (ok)
-        return;
+    if (ok) return;
     static const char *const names2[] = {"height", "width"};
     static const char *const names3[] = {"depth", "height", "width"};
     const char *const *names = sp == 3 ? names3 : names2;
@@ -116,13 +112,14 @@ Tensor conv_transpose_forward(const Tensor &input, const Tensor &weight, const T
         sizes.push_back((input.size(2 + i) - 1) * stride[i] - 2 * padding[i] +
                         dilation[i] * (weight.size(2 + i) - 1) + output_padding[i] + 1);
     for (int64_t i = 0; i < sp; ++i)
-        TORCH_CHECK(sizes[2 + i] > 0, "Given input size per channel: ",
-                    input.sizes().slice(2), ", calculated output size is too small");
+        TORCH_CHECK(sizes[2 + i] > 0, "Given input size per channel: ", input.sizes().slice(2),
+                    ", calculated output size is too small");
     Tensor output = at::empty(sizes, input.options().memory_format(input.suggest_memory_format()));
     if (output.numel() != 0) {
-        const Tensor x = pad_to(input, c_output_sizes(input, sizes, weight, stride, padding,
-                                                      dilation));
-        trn_conv_desc d = make_desc(output, weight, x, stride, padding, dilation, groups, "transposed convolution");
+        const Tensor x =
+            pad_to(input, c_output_sizes(input, sizes, weight, stride, padding, dilation));
+        trn_conv_desc d = make_desc(output, weight, x, stride, padding, dilation, groups,
+                                    "transposed convolution");
         TRN_CHECK(trn_conv_backward_data_launch(stream_of(input), &d));
     }
     if (bias.defined()) {
@@ -144,7 +141,8 @@ conv_transpose_backward(const Tensor &grad_output, const Tensor &input, const Te
     if (mask[0]) {
         grad_input = padded ? at::empty(big, input.options()) : at::empty_like(input);
         if (grad_input.numel() != 0) {
-            trn_conv_desc d = make_desc(dy, weight, grad_input, stride, padding, dilation, groups, "transposed convolution");
+            trn_conv_desc d = make_desc(dy, weight, grad_input, stride, padding, dilation, groups,
+                                        "transposed convolution");
             TRN_CHECK(trn_conv_forward_launch(stream_of(input), &d));
         }
         if (padded) {
@@ -156,13 +154,13 @@ conv_transpose_backward(const Tensor &grad_output, const Tensor &input, const Te
     if (mask[1]) {
         grad_weight = at::empty_like(weight);
         const Tensor x = pad_to(input, big);
-        trn_conv_desc d = make_desc(dy, grad_weight, x, stride, padding, dilation, groups, "transposed convolution");
+        trn_conv_desc d = make_desc(dy, grad_weight, x, stride, padding, dilation, groups,
+                                    "transposed convolution");
         TRN_CHECK(trn_conv_backward_weights_launch(stream_of(input), &d));
     }
     if (mask[2]) {
         std::vector<int64_t> dims{0};
-        for (int64_t i = 2; i < dy.dim(); ++i)
-            dims.push_back(i);
+        for (int64_t i = 2; i < dy.dim(); ++i) dims.push_back(i);
         grad_bias = dy.sum(dims);
     }
     return {grad_input, grad_weight, grad_bias};

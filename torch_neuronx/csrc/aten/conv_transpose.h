@@ -16,10 +16,9 @@ namespace neuron {
 // libtrn's descriptor of the convolution `input` * `weight` -> `output`
 // (aten/conv.cpp; the transposed op runs this convolution in swapped roles).
 // `what` names the op in the error for an unsupported rank.
-trn_conv_desc make_desc(const at::Tensor &input, const at::Tensor &weight,
-                        const at::Tensor &output, at::IntArrayRef stride,
-                        at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
-                        const char *what);
+trn_conv_desc make_desc(const at::Tensor &input, const at::Tensor &weight, const at::Tensor &output,
+                        at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
+                        int64_t groups, const char *what);
 
 // Whether the transposed convolution runs natively (the dtype; 1-3 spatial
 // dims); otherwise the caller runs PyTorch's CPU implementation.

@@ -45,12 +45,11 @@ std::pair<trn_dtype, trn_dtype> copy_dtypes(at::ScalarType dst, at::ScalarType s
 // conj/neg view bits of both. Throws NotImplementedError when libtrn has no
 // native conversion between the two dtypes.
 void launch_copy(trn_stream *stream, const at::Tensor &dst, const at::Tensor &src) {
-    if (dst.numel() == 0)
-        return;
+    if (dst.numel() == 0) return;
     const auto [dd, sd] = copy_dtypes(dst.scalar_type(), src.scalar_type());
     auto geometry = at::inferExpandGeometry_dimvector(src.sizes(), src.strides(), dst.sizes());
-    TORCH_CHECK(dst.dim() <= TRN_MAX_DIMS, "neuron copies support at most ",
-                TRN_MAX_DIMS, " dimensions, got ", dst.dim());
+    TORCH_CHECK(dst.dim() <= TRN_MAX_DIMS, "neuron copies support at most ", TRN_MAX_DIMS,
+                " dimensions, got ", dst.dim());
     trn_copy_desc desc{};
     desc.ndim = static_cast<int>(dst.dim());
     desc.sizes = dst.sizes().data();
@@ -70,8 +69,7 @@ trn_stream *stream_for(const at::Tensor &src, const at::Tensor &dst) {
 // What copy_native cannot do (conj/neg view bits, a dtype pair libtrn does
 // not convert) throws NotImplementedError here, before anything runs.
 void check_native_copy(const at::Tensor &src, const at::Tensor &dst) {
-    TORCH_CHECK_NOT_IMPLEMENTED(!src.is_conj() && !src.is_neg() && !dst.is_conj() &&
-                                    !dst.is_neg(),
+    TORCH_CHECK_NOT_IMPLEMENTED(!src.is_conj() && !src.is_neg() && !dst.is_conj() && !dst.is_neg(),
                                 "conjugate or negative views");
     (void)copy_dtypes(dst.scalar_type(), src.scalar_type());
 }
@@ -86,8 +84,7 @@ void copy_native(const at::Tensor &src, const at::Tensor &dst) {
     }
     trn_stream *s = stream_for(src, dst);
     launch_copy(s, dst, src);
-    if (!on_neuron(src) || !on_neuron(dst))
-        TRN_CHECK(trn_stream_synchronize(s));
+    if (!on_neuron(src) || !on_neuron(dst)) TRN_CHECK(trn_stream_synchronize(s));
 }
 
 // The CPU route: stored values to the host, conversion and conj/neg bits
@@ -107,15 +104,11 @@ at::Tensor stored_values_on_host(const at::Tensor &src) {
 
 void copy_through_cpu(const at::Tensor &src, const at::Tensor &dst) {
     at::Tensor values = stored_values_on_host(src);
-    if (src.is_conj())
-        values = values.conj_physical();
-    if (src.is_neg())
-        values = values.neg();
+    if (src.is_conj()) values = values.conj_physical();
+    if (src.is_neg()) values = values.neg();
     values = values.to(dst.scalar_type());
-    if (dst.is_conj())
-        values = values.conj_physical();
-    if (dst.is_neg())
-        values = values.neg();
+    if (dst.is_conj()) values = values.conj_physical();
+    if (dst.is_neg()) values = values.neg();
     trn_stream *s = stream_for(src, dst);
     launch_copy(s, dst, values.contiguous());
     TRN_CHECK(trn_stream_synchronize(s));
@@ -124,16 +117,14 @@ void copy_through_cpu(const at::Tensor &src, const at::Tensor &dst) {
 at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blocking) {
     (void)non_blocking;
     TORCH_CHECK(self.defined() && dst.defined(), "copy needs defined tensors");
-    if (dst.numel() == 0 || dst.is_same(self))
-        return dst;
+    if (dst.numel() == 0 || dst.is_same(self)) return dst;
     // As CPU's copy_ (TensorIterator's overlap check): a destination whose
     // elements share memory (an expanded view) cannot be written.
     at::assert_no_internal_overlap(dst);
     // And, as CPU's copy_, a source that partially overlaps it (one element
     // apart in one buffer) is refused: the result would depend on the order
     // the elements are copied in.
-    if (on_neuron(self) && on_neuron(dst))
-        at::assert_no_partial_overlap(dst, self);
+    if (on_neuron(self) && on_neuron(dst)) at::assert_no_partial_overlap(dst, self);
     try {
         check_native_copy(self, dst);
     } catch (const c10::NotImplementedError &e) {
@@ -151,8 +142,7 @@ at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blo
 
 at::Tensor copy_from_and_resize(const at::Tensor &self, const at::Tensor &dst) {
     at::Tensor out = dst;
-    if (out.sizes() != self.sizes())
-        resize_neuron_(out, self.sizes(), std::nullopt);
+    if (out.sizes() != self.sizes()) resize_neuron_(out, self.sizes(), std::nullopt);
     return copy_from(self, out, false);
 }
 
@@ -164,10 +154,8 @@ c10::Scalar local_scalar_dense(const at::Tensor &self) {
     launch_copy(s, host, self.reshape({}));
     TRN_CHECK(trn_stream_synchronize(s));
     tracking::record_executed("aten::_local_scalar_dense");
-    if (self.is_conj())
-        host = host.conj_physical();
-    if (self.is_neg())
-        host = host.neg();
+    if (self.is_conj()) host = host.conj_physical();
+    if (self.is_neg()) host = host.neg();
     return host.item();
 }
 

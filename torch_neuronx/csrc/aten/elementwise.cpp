@@ -69,9 +69,9 @@ trn_scalar scalar_for(at::ScalarType expected, double f, int64_t i) {
 trn_scalar cpu_scalar_value(at::TensorIteratorBase &iter, int arg, int slot, trn_ew_op op,
                             at::ScalarType expected) {
     trn_scalar s{};
-    const bool opmath = slot == 1 && at::isReducedFloatingType(expected) &&
-                        (op == TRN_EW_MUL || op == TRN_EW_DIV || op == TRN_EW_DIV_TRUNC ||
-                         op == TRN_EW_DIV_FLOOR);
+    const bool opmath =
+        slot == 1 && at::isReducedFloatingType(expected) &&
+        (op == TRN_EW_MUL || op == TRN_EW_DIV || op == TRN_EW_DIV_TRUNC || op == TRN_EW_DIV_FLOOR);
     if (opmath) {
         s.f = static_cast<double>(iter.original_scalar_value<float>(arg));
         return s;
@@ -92,19 +92,14 @@ trn_scalar cpu_scalar_value(at::TensorIteratorBase &iter, int arg, int slot, trn
 // operand dtypes (it converts on the fly, like CUDA's dynamic casting).
 bool operands_supported(const at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute) {
     auto c = native_dtype(compute);
-    if (!c || !trn_ew_supports(op, *c))
-        return false;
+    if (!c || !trn_ew_supports(op, *c)) return false;
     for (int arg = 0; arg < iter.ntensors(); ++arg) {
         const bool is_out = arg < iter.noutputs();
-        if (!is_out && iter.is_cpu_scalar(arg))
-            continue;
+        if (!is_out && iter.is_cpu_scalar(arg)) continue;
         auto d = native_dtype(iter.dtype(arg));
-        if (!d)
-            return false;
-        if (op == TRN_EW_WHERE && arg == iter.noutputs() && *d == TRN_DTYPE_BOOL)
-            continue;
-        if (!trn_ew_supports_operand(op, *c, *d, is_out))
-            return false;
+        if (!d) return false;
+        if (op == TRN_EW_WHERE && arg == iter.noutputs() && *d == TRN_DTYPE_BOOL) continue;
+        if (!trn_ew_supports_operand(op, *c, *d, is_out)) return false;
     }
     return true;
 }
@@ -113,11 +108,9 @@ bool operands_supported(const at::TensorIteratorBase &iter, trn_ew_op op, at::Sc
 // order) in compute dtype `compute`. Returns false, having done nothing,
 // when an operand dtype is unsupported (the caller falls back). Records the
 // op as executed natively.
-bool launch(at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute,
-            const char *name, std::array<double, 4> params = {},
-            std::initializer_list<ExtraScalar> extras = {}) {
-    if (!operands_supported(iter, op, compute))
-        return false;
+bool launch(at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute, const char *name,
+            std::array<double, 4> params = {}, std::initializer_list<ExtraScalar> extras = {}) {
+    if (!operands_supported(iter, op, compute)) return false;
     if (compute == at::kDouble && !trn_float64_native()) {
         TORCH_WARN_ONCE("neuron computes float64 tensors in float32 (as TorchNeuron does): "
                         "results keep dtype float64 but have float32 precision. Set "
@@ -132,8 +125,7 @@ bool launch(at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute,
                     " dimensions, got ", nd);
         std::array<std::array<int64_t, TRN_MAX_DIMS>, 5> rev;  // sizes, out, 3 inputs
         auto reversed = [&](int slot, at::IntArrayRef v) {
-            for (int k = 0; k < nd; ++k)
-                rev[slot][nd - 1 - k] = v[k];
+            for (int k = 0; k < nd; ++k) rev[slot][nd - 1 - k] = v[k];
             return rev[slot].data();
         };
         trn_ew_desc d{};
@@ -144,14 +136,12 @@ bool launch(at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute,
         d.out = iter.data_ptr(0);
         d.out_strides = reversed(1, iter.strides(0));
         d.out_dtype = *native_dtype(iter.dtype(0));
-        for (int k = 0; k < 4; ++k)
-            d.params[k] = params[k];
+        for (int k = 0; k < 4; ++k) d.params[k] = params[k];
         d.cpu_block = cpu_add_block();
         d.cpu_threads = at::get_num_threads();
         for (int i = 0; i < iter.ninputs(); ++i) {
             const int arg = i + iter.noutputs();
-            const at::ScalarType expected =
-                (op == TRN_EW_WHERE && i == 0) ? at::kBool : compute;
+            const at::ScalarType expected = (op == TRN_EW_WHERE && i == 0) ? at::kBool : compute;
             if (iter.is_cpu_scalar(arg)) {
                 d.in[i] = nullptr;
                 d.scalar_in[i] = cpu_scalar_value(iter, arg, i, op, expected);
@@ -196,50 +186,40 @@ template <trn_ew_op OP, Kind K>
 bool binary_run(Tensor &out, const Tensor &a, const Tensor &b, const char *name,
                 double alpha = 1.0) {
     if constexpr (K == Kind::Comparison && (OP == TRN_EW_EQ || OP == TRN_EW_NE)) {
-        if (float8_compare(OP == TRN_EW_EQ, out, a, b))
-            return true;
+        if (float8_compare(OP == TRN_EW_EQ, out, a, b)) return true;
     }
     at::ScalarType rt = at::result_type(a, b);
     if (K == Kind::BinaryFloat && at::isIntegralType(rt, /*includeBool=*/true))
         rt = c10::typeMetaToScalarType(c10::get_default_dtype());
-    if (!supports(OP, rt))
-        return false;
+    if (!supports(OP, rt)) return false;
     TensorIterator iter = build_binary(K, out, a, b);
-    if (!launch(iter, OP, iter.common_dtype(), name, {alpha, 0, 0, 0}))
-        return false;
-    if (!out.defined())
-        out = iter.output();
+    if (!launch(iter, OP, iter.common_dtype(), name, {alpha, 0, 0, 0})) return false;
+    if (!out.defined()) out = iter.output();
     return true;
 }
 
-template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP, Kind K>
-struct BinaryOp {
+template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP, Kind K> struct BinaryOp {
     static Tensor fn(const Tensor &a, const Tensor &b) {
         Tensor out;
-        if (!binary_run<OP, K>(out, a, b, FnOp::name))
-            return fallback<FnOp>(a, b);
+        if (!binary_run<OP, K>(out, a, b, FnOp::name)) return fallback<FnOp>(a, b);
         return out;
     }
     static Tensor &inplace(Tensor &a, const Tensor &b) {
         Tensor out = a;
-        if (!binary_run<OP, K>(out, a, b, InOp::name))
-            return fallback<InOp>(a, b);
+        if (!binary_run<OP, K>(out, a, b, InOp::name)) return fallback<InOp>(a, b);
         return a;
     }
     static Tensor &out(const Tensor &a, const Tensor &b, Tensor &result) {
         Tensor o = result;
-        if (!binary_run<OP, K>(o, a, b, OutOp::name))
-            return fallback<OutOp>(a, b, result);
+        if (!binary_run<OP, K>(o, a, b, OutOp::name)) return fallback<OutOp>(a, b, result);
         return result;
     }
 };
 
 // add / sub: alpha checked exactly as PyTorch's meta function does.
-template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP>
-struct AlphaOp {
+template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP> struct AlphaOp {
     static void check(const Tensor &a, const Tensor &b, const Scalar &alpha) {
-        if (OP == TRN_EW_SUB)
-            at::native::sub_check(a, b);
+        if (OP == TRN_EW_SUB) at::native::sub_check(a, b);
         at::native::alpha_check(at::result_type(a, b), alpha);
     }
     static double value(const Scalar &alpha) {
@@ -275,16 +255,16 @@ trn_ew_op div_op(std::optional<std::string_view> mode, Kind &kind) {
         return TRN_EW_DIV;
     }
     kind = Kind::Binary;
-    if (*mode == "trunc")
-        return TRN_EW_DIV_TRUNC;
+    if (*mode == "trunc") return TRN_EW_DIV_TRUNC;
     TORCH_CHECK(*mode == "floor",
                 "div expected rounding_mode to be one of None, 'trunc', or 'floor' "
-                "but found '", *mode, "'");
+                "but found '",
+                *mode, "'");
     return TRN_EW_DIV_FLOOR;
 }
 
-bool div_run(Tensor &out, const Tensor &a, const Tensor &b,
-             std::optional<std::string_view> mode, const char *name) {
+bool div_run(Tensor &out, const Tensor &a, const Tensor &b, std::optional<std::string_view> mode,
+             const char *name) {
     Kind kind;
     trn_ew_op op = div_op(mode, kind);
     switch (op) {
@@ -316,8 +296,7 @@ Tensor &div_mode_out(const Tensor &a, const Tensor &b, std::optional<std::string
 
 // Comparisons with a Scalar: the scalar becomes a wrapped CPU number, as in
 // PyTorch's own Scalar overloads.
-template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP>
-struct ScalarCompare {
+template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP> struct ScalarCompare {
     static Tensor fn(const Tensor &a, const Scalar &s) {
         Tensor out;
         if (!binary_run<OP, Kind::Comparison>(out, a, at::native::wrapped_scalar_tensor(s),
@@ -359,42 +338,34 @@ bool unary_run(Tensor &out, const Tensor &a, const char *name, std::array<double
     at::ScalarType rt = a.scalar_type();
     if (FLOAT && at::isIntegralType(rt, true))
         rt = c10::typeMetaToScalarType(c10::get_default_dtype());
-    if (!supports(OP, rt))
-        return false;
-    TensorIterator iter = FLOAT ? TensorIterator::unary_float_op(out, a)
-                                : TensorIterator::unary_op(out, a);
-    if (!launch(iter, OP, iter.common_dtype(), name, p))
-        return false;
-    if (!out.defined())
-        out = iter.output();
+    if (!supports(OP, rt)) return false;
+    TensorIterator iter =
+        FLOAT ? TensorIterator::unary_float_op(out, a) : TensorIterator::unary_op(out, a);
+    if (!launch(iter, OP, iter.common_dtype(), name, p)) return false;
+    if (!out.defined()) out = iter.output();
     return true;
 }
 
-template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP, bool FLOAT>
-struct UnaryOp {
+template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP, bool FLOAT> struct UnaryOp {
     static Tensor fn(const Tensor &a) {
         Tensor out;
-        if (!unary_run<OP, FLOAT>(out, a, FnOp::name))
-            return fallback<FnOp>(a);
+        if (!unary_run<OP, FLOAT>(out, a, FnOp::name)) return fallback<FnOp>(a);
         return out;
     }
     static Tensor &inplace(Tensor &a) {
         Tensor out = a;
-        if (!unary_run<OP, FLOAT>(out, a, InOp::name))
-            return fallback<InOp>(a);
+        if (!unary_run<OP, FLOAT>(out, a, InOp::name)) return fallback<InOp>(a);
         return a;
     }
     static Tensor &out(const Tensor &a, Tensor &result) {
         Tensor o = result;
-        if (!unary_run<OP, FLOAT>(o, a, OutOp::name))
-            return fallback<OutOp>(a, result);
+        if (!unary_run<OP, FLOAT>(o, a, OutOp::name)) return fallback<OutOp>(a, result);
         return result;
     }
 };
 
 Tensor &abs_out(const Tensor &a, Tensor &result) {
-    if (float8_abs_out(a, result))
-        return result;
+    if (float8_abs_out(a, result)) return result;
     Tensor o = result;
     // ATen has no bool abs: the CPU path raises its NotImplementedError.
     if (a.is_complex() || a.scalar_type() == at::kBool ||
@@ -406,15 +377,13 @@ Tensor &abs_out(const Tensor &a, Tensor &result) {
 Tensor relu(const Tensor &a) {
     TORCH_CHECK(a.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
     Tensor out;
-    if (!unary_run<TRN_EW_RELU, false>(out, a, "aten::relu"))
-        return fallback<at::_ops::relu>(a);
+    if (!unary_run<TRN_EW_RELU, false>(out, a, "aten::relu")) return fallback<at::_ops::relu>(a);
     return out;
 }
 Tensor &relu_(Tensor &a) {
     TORCH_CHECK(a.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
     Tensor out = a;
-    if (!unary_run<TRN_EW_RELU, false>(out, a, "aten::relu_"))
-        return fallback<at::_ops::relu_>(a);
+    if (!unary_run<TRN_EW_RELU, false>(out, a, "aten::relu_")) return fallback<at::_ops::relu_>(a);
     return a;
 }
 
@@ -423,8 +392,7 @@ Tensor &logical_not_out(const Tensor &a, Tensor &result) {
     if (!supports(TRN_EW_LOGICAL_NOT, a.scalar_type()))
         return fallback<at::_ops::logical_not_out>(a, result);
     at::native::resize_output(result, a.sizes());
-    Tensor target = result.scalar_type() == at::kBool ? result
-                                                     : at::empty_like(result, at::kBool);
+    Tensor target = result.scalar_type() == at::kBool ? result : at::empty_like(result, at::kBool);
     TensorIterator iter = TensorIteratorConfig()
                               .check_all_same_dtype(false)
                               .add_output(target)
@@ -432,14 +400,12 @@ Tensor &logical_not_out(const Tensor &a, Tensor &result) {
                               .build();
     if (!launch(iter, TRN_EW_LOGICAL_NOT, a.scalar_type(), "aten::logical_not"))
         return fallback<at::_ops::logical_not_out>(a, result);
-    if (!target.is_same(result))
-        result.copy_(target);
+    if (!target.is_same(result)) result.copy_(target);
     return result;
 }
 
 // Unary ops with parameters: leaky_relu, hardtanh, nan_to_num.
-template <typename FnOp, typename InOp, typename OutOp>
-struct LeakyRelu {
+template <typename FnOp, typename InOp, typename OutOp> struct LeakyRelu {
     static Tensor fn(const Tensor &a, const Scalar &slope) {
         Tensor out;
         if (!unary_run<TRN_EW_LEAKY_RELU, false>(out, a, FnOp::name, {slope.toDouble()}))
@@ -491,8 +457,9 @@ Tensor &nan_to_num_out(const Tensor &a, std::optional<double> nan, std::optional
                        std::optional<double> neginf, Tensor &result) {
     // Integers have nothing to replace: ATen copies (here, the native copy).
     if (at::isIntegralType(a.scalar_type(), true) && supports(TRN_EW_NAN_TO_NUM, at::kFloat)) {
-        TORCH_CHECK(result.scalar_type() == a.scalar_type(), "nan_to_num: dtype of out: ",
-                    result.scalar_type(), " should be same as input: ", a.scalar_type());
+        TORCH_CHECK(result.scalar_type() == a.scalar_type(),
+                    "nan_to_num: dtype of out: ", result.scalar_type(),
+                    " should be same as input: ", a.scalar_type());
         at::native::resize_output(result, a.sizes());
         result.copy_(a);
         tracking::record_executed("aten::nan_to_num");
@@ -542,8 +509,7 @@ Tensor &where_out(const Tensor &cond, const Tensor &self, const Tensor &other, T
 
 Tensor where(const Tensor &cond, const Tensor &self, const Tensor &other) {
     at::ScalarType rt = at::result_type(self, other);
-    if (!supports(TRN_EW_WHERE, rt))
-        return fallback<at::_ops::where_self>(cond, self, other);
+    if (!supports(TRN_EW_WHERE, rt)) return fallback<at::_ops::where_self>(cond, self, other);
     Tensor result = at::empty({0}, self.options().dtype(rt));
     return where_out(cond, self, other, result);
 }
@@ -555,53 +521,58 @@ bool clamp_run(Tensor &out, const Tensor &self, const std::optional<Scalar> &lo,
     TORCH_CHECK(lo || hi, "torch.clamp: At least one of 'min' or 'max' must not be None");
     at::ScalarType rt = self.scalar_type();
     if (!at::isFloatingType(rt)) {  // floating is the highest clamp promotes to
-        if (lo)
-            rt = c10::promoteTypes(rt, at::result_type(self, *lo));
-        if (hi)
-            rt = c10::promoteTypes(rt, at::result_type(self, *hi));
+        if (lo) rt = c10::promoteTypes(rt, at::result_type(self, *lo));
+        if (hi) rt = c10::promoteTypes(rt, at::result_type(self, *hi));
     }
     // In-place clamping may not promote; the CPU path raises PyTorch's error.
-    if (out.defined() && out.is_same(self) && rt != self.scalar_type())
-        return false;
+    if (out.defined() && out.is_same(self) && rt != self.scalar_type()) return false;
     // ATen has no bool clamp: the CPU path raises its NotImplementedError.
-    if (!supports(TRN_EW_CLAMP, rt) || rt == at::kBool)
-        return false;
+    if (!supports(TRN_EW_CLAMP, rt) || rt == at::kBool) return false;
     Tensor s = self.scalar_type() == rt ? self : self.to(rt);
     TensorIterator iter = TensorIterator::unary_op(out, s);
     if (!launch(iter, TRN_EW_CLAMP, rt, name, {lo ? 1.0 : 0.0, hi ? 1.0 : 0.0, 0, 0},
                 {ExtraScalar{1, lo.value_or(Scalar(0))}, ExtraScalar{2, hi.value_or(Scalar(0))}}))
         return false;
-    if (!out.defined())
-        out = iter.output();
+    if (!out.defined()) out = iter.output();
     return true;
 }
 
-Tensor neuron_clamp(const Tensor &self, const std::optional<Scalar> &lo, const std::optional<Scalar> &hi) {
+Tensor neuron_clamp(const Tensor &self, const std::optional<Scalar> &lo,
+                    const std::optional<Scalar> &hi) {
     Tensor out;
     if (!clamp_run(out, self, lo, hi, "aten::clamp"))
         return fallback<at::_ops::clamp>(self, lo, hi);
     return out;
 }
-Tensor &neuron_clamp_(Tensor &self, const std::optional<Scalar> &lo, const std::optional<Scalar> &hi) {
+Tensor &neuron_clamp_(Tensor &self, const std::optional<Scalar> &lo,
+                      const std::optional<Scalar> &hi) {
     Tensor out = self;
     if (!clamp_run(out, self, lo, hi, "aten::clamp_"))
         return fallback<at::_ops::clamp_>(self, lo, hi);
     return self;
 }
 Tensor &neuron_clamp_out(const Tensor &self, const std::optional<Scalar> &lo,
-                  const std::optional<Scalar> &hi, Tensor &result) {
+                         const std::optional<Scalar> &hi, Tensor &result) {
     Tensor o = result;
     if (!clamp_run(o, self, lo, hi, "aten::clamp"))
         return fallback<at::_ops::clamp_out>(self, lo, hi, result);
     return result;
 }
-Tensor neuron_clamp_min(const Tensor &self, const Scalar &lo) { return neuron_clamp(self, lo, std::nullopt); }
-Tensor &neuron_clamp_min_(Tensor &self, const Scalar &lo) { return neuron_clamp_(self, lo, std::nullopt); }
+Tensor neuron_clamp_min(const Tensor &self, const Scalar &lo) {
+    return neuron_clamp(self, lo, std::nullopt);
+}
+Tensor &neuron_clamp_min_(Tensor &self, const Scalar &lo) {
+    return neuron_clamp_(self, lo, std::nullopt);
+}
 Tensor &neuron_clamp_min_out(const Tensor &self, const Scalar &lo, Tensor &result) {
     return neuron_clamp_out(self, lo, std::nullopt, result);
 }
-Tensor neuron_clamp_max(const Tensor &self, const Scalar &hi) { return neuron_clamp(self, std::nullopt, hi); }
-Tensor &neuron_clamp_max_(Tensor &self, const Scalar &hi) { return neuron_clamp_(self, std::nullopt, hi); }
+Tensor neuron_clamp_max(const Tensor &self, const Scalar &hi) {
+    return neuron_clamp(self, std::nullopt, hi);
+}
+Tensor &neuron_clamp_max_(Tensor &self, const Scalar &hi) {
+    return neuron_clamp_(self, std::nullopt, hi);
+}
 Tensor &neuron_clamp_max_out(const Tensor &self, const Scalar &hi, Tensor &result) {
     return neuron_clamp_out(self, std::nullopt, hi, result);
 }
@@ -615,8 +586,7 @@ bool pointwise_run(Tensor &out, const Tensor &self, const Tensor &t1, const Tens
     state = at::native::update_result_type_state(t1, state);
     state = at::native::update_result_type_state(t2, state);
     at::ScalarType rt = at::native::result_type(state);
-    if (!supports(OP, rt) || (OP == TRN_EW_ADDCDIV && at::isIntegralType(rt, true)))
-        return false;
+    if (!supports(OP, rt) || (OP == TRN_EW_ADDCDIV && at::isIntegralType(rt, true))) return false;
     TensorIterator iter = TensorIteratorConfig()
                               .promote_inputs_to_common_dtype(true)
                               .cast_common_dtype_to_outputs(true)
@@ -626,25 +596,20 @@ bool pointwise_run(Tensor &out, const Tensor &self, const Tensor &t1, const Tens
                               .add_const_input(t1)
                               .add_const_input(t2)
                               .build();
-    if (!launch(iter, OP, iter.common_dtype(), name, {value.toDouble(), 0, 0, 0}))
-        return false;
-    if (!out.defined())
-        out = iter.output();
+    if (!launch(iter, OP, iter.common_dtype(), name, {value.toDouble(), 0, 0, 0})) return false;
+    if (!out.defined()) out = iter.output();
     return true;
 }
 
-template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP>
-struct PointwiseOp {
+template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP> struct PointwiseOp {
     static Tensor fn(const Tensor &s, const Tensor &a, const Tensor &b, const Scalar &v) {
         Tensor out;
-        if (!pointwise_run<OP>(out, s, a, b, v, FnOp::name))
-            return fallback<FnOp>(s, a, b, v);
+        if (!pointwise_run<OP>(out, s, a, b, v, FnOp::name)) return fallback<FnOp>(s, a, b, v);
         return out;
     }
     static Tensor &inplace(Tensor &s, const Tensor &a, const Tensor &b, const Scalar &v) {
         Tensor out = s;
-        if (!pointwise_run<OP>(out, s, a, b, v, InOp::name))
-            return fallback<InOp>(s, a, b, v);
+        if (!pointwise_run<OP>(out, s, a, b, v, InOp::name)) return fallback<InOp>(s, a, b, v);
         return s;
     }
     static Tensor &out(const Tensor &s, const Tensor &a, const Tensor &b, const Scalar &v,
@@ -666,38 +631,35 @@ bool param_unary_run(Tensor &out, const Tensor &a, trn_ew_op op, bool float_op,
     at::ScalarType rt = a.scalar_type();
     if (float_op && at::isIntegralType(rt, true))
         rt = c10::typeMetaToScalarType(c10::get_default_dtype());
-    if (!supports(op, rt))
-        return false;
-    TensorIterator iter = float_op ? TensorIterator::unary_float_op(out, a)
-                                   : TensorIterator::unary_op(out, a);
-    if (!launch(iter, op, iter.common_dtype(), name, p))
-        return false;
-    if (!out.defined())
-        out = iter.output();
+    if (!supports(op, rt)) return false;
+    TensorIterator iter =
+        float_op ? TensorIterator::unary_float_op(out, a) : TensorIterator::unary_op(out, a);
+    if (!launch(iter, op, iter.common_dtype(), name, p)) return false;
+    if (!out.defined()) out = iter.output();
     return true;
 }
 
 // Generates fn / fn_ / fn.out for an op whose extra arguments map to params.
-#define NEURON_PARAM_UNARY(NAME, OPS_FN, OPS_IN, OPS_OUT, OP, FLOAT, PARAMS, ...)               \
-    struct NAME {                                                                               \
-        static Tensor fn(const Tensor &a, __VA_ARGS__) {                                        \
-            Tensor out;                                                                         \
-            if (!param_unary_run(out, a, OP, FLOAT, PARAMS, OPS_FN::name))                      \
-                return fallback<OPS_FN>(a, ARGS);                                               \
-            return out;                                                                         \
-        }                                                                                       \
-        static Tensor &inplace(Tensor &a, __VA_ARGS__) {                                        \
-            Tensor out = a;                                                                     \
-            if (!param_unary_run(out, a, OP, FLOAT, PARAMS, OPS_IN::name))                      \
-                return fallback<OPS_IN>(a, ARGS);                                               \
-            return a;                                                                           \
-        }                                                                                       \
-        static Tensor &out(const Tensor &a, __VA_ARGS__, Tensor &result) {                      \
-            Tensor o = result;                                                                  \
-            if (!param_unary_run(o, a, OP, FLOAT, PARAMS, OPS_OUT::name))                       \
-                return fallback<OPS_OUT>(a, ARGS, result);                                      \
-            return result;                                                                      \
-        }                                                                                       \
+#define NEURON_PARAM_UNARY(NAME, OPS_FN, OPS_IN, OPS_OUT, OP, FLOAT, PARAMS, ...)                  \
+    struct NAME {                                                                                  \
+        static Tensor fn(const Tensor &a, __VA_ARGS__) {                                           \
+            Tensor out;                                                                            \
+            if (!param_unary_run(out, a, OP, FLOAT, PARAMS, OPS_FN::name))                         \
+                return fallback<OPS_FN>(a, ARGS);                                                  \
+            return out;                                                                            \
+        }                                                                                          \
+        static Tensor &inplace(Tensor &a, __VA_ARGS__) {                                           \
+            Tensor out = a;                                                                        \
+            if (!param_unary_run(out, a, OP, FLOAT, PARAMS, OPS_IN::name))                         \
+                return fallback<OPS_IN>(a, ARGS);                                                  \
+            return a;                                                                              \
+        }                                                                                          \
+        static Tensor &out(const Tensor &a, __VA_ARGS__, Tensor &result) {                         \
+            Tensor o = result;                                                                     \
+            if (!param_unary_run(o, a, OP, FLOAT, PARAMS, OPS_OUT::name))                          \
+                return fallback<OPS_OUT>(a, ARGS, result);                                         \
+            return result;                                                                         \
+        }                                                                                          \
     };
 
 trn_ew_op gelu_op(std::string_view approximate) {
@@ -756,8 +718,7 @@ Tensor softplus(const Tensor &a, const Scalar &beta, const Scalar &threshold) {
         return fallback<at::_ops::softplus>(a, beta, threshold);
     return out;
 }
-Tensor &softplus_out(const Tensor &a, const Scalar &beta, const Scalar &threshold,
-                     Tensor &result) {
+Tensor &softplus_out(const Tensor &a, const Scalar &beta, const Scalar &threshold, Tensor &result) {
     Tensor o = result;
     if (!param_unary_run(o, a, TRN_EW_SOFTPLUS, false,
                          {beta.toDouble(), threshold.toDouble(), 0, 0}, "aten::softplus"))
@@ -793,10 +754,8 @@ struct PowTT {
 // integer base with a negative integer exponent is an error.
 bool pow_scalar_run(Tensor &out, const Tensor &a, const Scalar &e, const char *name) {
     if (at::isIntegralType(a.scalar_type(), true) && e.isIntegral(true))
-        TORCH_CHECK(e.toLong() >= 0,
-                    "Integers to negative integer powers are not allowed.");
-    return binary_run<TRN_EW_POW, Kind::Binary>(out, a, at::native::wrapped_scalar_tensor(e),
-                                               name);
+        TORCH_CHECK(e.toLong() >= 0, "Integers to negative integer powers are not allowed.");
+    return binary_run<TRN_EW_POW, Kind::Binary>(out, a, at::native::wrapped_scalar_tensor(e), name);
 }
 struct PowTS {
     static Tensor fn(const Tensor &a, const Scalar &e) {
@@ -845,15 +804,12 @@ bool clamp_tensor_run(Tensor &out, const Tensor &self, const std::optional<Tenso
     TORCH_CHECK(!self.is_complex(), "clamp is not supported for complex types");
     at::native::ResultTypeState state{};
     state = at::native::update_result_type_state(self, state);
-    if (has_lo)
-        state = at::native::update_result_type_state(*lo, state);
-    if (has_hi)
-        state = at::native::update_result_type_state(*hi, state);
+    if (has_lo) state = at::native::update_result_type_state(*lo, state);
+    if (has_hi) state = at::native::update_result_type_state(*hi, state);
     const at::ScalarType rt = at::native::result_type(state);
     if (out.defined() && out.is_same(self) && rt != self.scalar_type())
         return false;  // the CPU path raises PyTorch's can't-cast error
-    if (!supports(TRN_EW_CLAMP, rt))
-        return false;
+    if (!supports(TRN_EW_CLAMP, rt)) return false;
     // A missing bound is a placeholder scalar the kernel ignores (p0/p1 = 0).
     // (a bool wrapped number: the lowest category, so it never promotes).
     Tensor l = has_lo ? *lo : at::native::wrapped_scalar_tensor(Scalar(false));
@@ -872,8 +828,7 @@ bool clamp_tensor_run(Tensor &out, const Tensor &self, const std::optional<Tenso
     if (!launch(iter, TRN_EW_CLAMP, iter.common_dtype(), name,
                 {has_lo ? 1.0 : 0.0, has_hi ? 1.0 : 0.0, 0, 0}))
         return false;
-    if (!out.defined())
-        out = iter.output();
+    if (!out.defined()) out = iter.output();
     return true;
 }
 Tensor clamp_tensor(const Tensor &self, const std::optional<Tensor> &lo,
@@ -916,22 +871,18 @@ bool lerp_run(Tensor &out, const Tensor &start, const Tensor &end, const Tensor 
     if (weight)
         TORCH_CHECK(start.dtype() == weight->dtype(), "expected dtype ", start.dtype(),
                     " for `weight` but got dtype ", weight->dtype());
-    if (!supports(TRN_EW_LERP, start.scalar_type()))
-        return false;
+    if (!supports(TRN_EW_LERP, start.scalar_type())) return false;
     TensorIteratorConfig config;
     config.add_output(out).add_const_input(start).add_const_input(end);
-    if (weight)
-        config.add_const_input(*weight);
+    if (weight) config.add_const_input(*weight);
     TensorIterator iter = config.build();
     if (weight_s) {
-        if (!launch(iter, TRN_EW_LERP, iter.common_dtype(), name, {},
-                    {ExtraScalar{2, *weight_s}}))
+        if (!launch(iter, TRN_EW_LERP, iter.common_dtype(), name, {}, {ExtraScalar{2, *weight_s}}))
             return false;
     } else if (!launch(iter, TRN_EW_LERP, iter.common_dtype(), name)) {
         return false;
     }
-    if (!out.defined())
-        out = iter.output();
+    if (!out.defined()) out = iter.output();
     return true;
 }
 struct LerpScalar {
@@ -975,8 +926,7 @@ struct LerpTensor {
     }
 };
 
-template <trn_ew_op OP>
-Tensor fallback_predicate(const Tensor &a) {
+template <trn_ew_op OP> Tensor fallback_predicate(const Tensor &a) {
     if constexpr (OP == TRN_EW_ISNAN)
         return fallback<at::_ops::isnan>(a);
     else if constexpr (OP == TRN_EW_ISINF)
@@ -986,12 +936,12 @@ Tensor fallback_predicate(const Tensor &a) {
 }
 
 // isposinf / isneginf (SDPA's math path uses isneginf through _safe_softmax).
-template <trn_ew_op OP>
-Tensor &inf_predicate_out(const Tensor &a, Tensor &result) {
+template <trn_ew_op OP> Tensor &inf_predicate_out(const Tensor &a, Tensor &result) {
     const char *name = OP == TRN_EW_ISPOSINF ? "aten::isposinf" : "aten::isneginf";
     TORCH_CHECK(!a.is_complex(), (OP == TRN_EW_ISPOSINF ? "isposinf" : "isneginf"),
                 " does not support complex inputs.");
-    TORCH_CHECK(result.scalar_type() == at::kBool, (OP == TRN_EW_ISPOSINF ? "isposinf" : "isneginf"),
+    TORCH_CHECK(result.scalar_type() == at::kBool,
+                (OP == TRN_EW_ISPOSINF ? "isposinf" : "isneginf"),
                 " does not support non-boolean outputs.");
     if (supports(OP, a.scalar_type())) {
         at::native::resize_output(result, a.sizes());
@@ -1000,16 +950,14 @@ Tensor &inf_predicate_out(const Tensor &a, Tensor &result) {
                                   .add_output(result)
                                   .add_const_input(a)
                                   .build();
-        if (launch(iter, OP, a.scalar_type(), name))
-            return result;
+        if (launch(iter, OP, a.scalar_type(), name)) return result;
     }
     if constexpr (OP == TRN_EW_ISPOSINF)
         return fallback<at::_ops::isposinf_out>(a, result);
     else
         return fallback<at::_ops::isneginf_out>(a, result);
 }
-template <trn_ew_op OP>
-Tensor inf_predicate(const Tensor &a) {
+template <trn_ew_op OP> Tensor inf_predicate(const Tensor &a) {
     Tensor out = at::empty({0}, a.options().dtype(at::kBool));
     inf_predicate_out<OP>(a, out);
     return out;
@@ -1017,20 +965,18 @@ Tensor inf_predicate(const Tensor &a) {
 
 // isnan / isinf / isfinite: one predicate kernel instead of ATen's
 // composites (self != self, abs == inf, ...), integers included.
-template <trn_ew_op OP>
-Tensor predicate(const Tensor &a) {
-    if (!supports(OP, a.scalar_type()))
-        return fallback_predicate<OP>(a);
+template <trn_ew_op OP> Tensor predicate(const Tensor &a) {
+    if (!supports(OP, a.scalar_type())) return fallback_predicate<OP>(a);
     Tensor out = at::empty(a.sizes(), a.options().dtype(at::kBool));
     TensorIterator iter = TensorIteratorConfig()
                               .check_all_same_dtype(false)
                               .add_output(out)
                               .add_const_input(a)
                               .build();
-    const char *name = OP == TRN_EW_ISNAN ? "aten::isnan"
-                       : OP == TRN_EW_ISINF ? "aten::isinf" : "aten::isfinite";
-    if (!launch(iter, OP, a.scalar_type(), name))
-        return fallback_predicate<OP>(a);
+    const char *name = OP == TRN_EW_ISNAN   ? "aten::isnan"
+                       : OP == TRN_EW_ISINF ? "aten::isinf"
+                                            : "aten::isfinite";
+    if (!launch(iter, OP, a.scalar_type(), name)) return fallback_predicate<OP>(a);
     return out;
 }
 
@@ -1042,27 +988,37 @@ Tensor rsub_scalar(const Tensor &self, const Scalar &other, const Scalar &alpha)
     return at::sub(at::native::wrapped_scalar_tensor(other), self, alpha);
 }
 
-#define NEURON_REG_FN_OUT(T, fn_name, out_name)                                \
-    m.impl(fn_name, TORCH_FN(T::fn));                                          \
+#define NEURON_REG_FN_OUT(T, fn_name, out_name)                                                    \
+    m.impl(fn_name, TORCH_FN(T::fn));                                                              \
     m.impl(out_name, TORCH_FN(T::out));
-#define NEURON_REG3(T, fn_name, in_name, out_name)                             \
-    NEURON_REG_FN_OUT(T, fn_name, out_name)                                    \
+#define NEURON_REG3(T, fn_name, in_name, out_name)                                                 \
+    NEURON_REG_FN_OUT(T, fn_name, out_name)                                                        \
     m.impl(in_name, TORCH_FN(T::inplace));
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     // binary arithmetic
     using Add = AlphaOp<at::_ops::add_Tensor, at::_ops::add__Tensor, at::_ops::add_out, TRN_EW_ADD>;
     using Sub = AlphaOp<at::_ops::sub_Tensor, at::_ops::sub__Tensor, at::_ops::sub_out, TRN_EW_SUB>;
-    using Mul = BinaryOp<at::_ops::mul_Tensor, at::_ops::mul__Tensor, at::_ops::mul_out, TRN_EW_MUL, Kind::Binary>;
-    using Div = BinaryOp<at::_ops::div_Tensor, at::_ops::div__Tensor, at::_ops::div_out, TRN_EW_DIV, Kind::BinaryFloat>;
-    using FloorDivide = BinaryOp<at::_ops::floor_divide, at::_ops::floor_divide__Tensor, at::_ops::floor_divide_out, TRN_EW_DIV_FLOOR, Kind::Binary>;
-    using Remainder = BinaryOp<at::_ops::remainder_Tensor, at::_ops::remainder__Tensor, at::_ops::remainder_Tensor_out, TRN_EW_REMAINDER, Kind::Binary>;
-    using Fmod = BinaryOp<at::_ops::fmod_Tensor, at::_ops::fmod__Tensor, at::_ops::fmod_Tensor_out, TRN_EW_FMOD, Kind::Binary>;
-    using Maximum = BinaryOp<at::_ops::maximum, at::_ops::maximum, at::_ops::maximum_out, TRN_EW_MAXIMUM, Kind::Binary>;
-    using Minimum = BinaryOp<at::_ops::minimum, at::_ops::minimum, at::_ops::minimum_out, TRN_EW_MINIMUM, Kind::Binary>;
-    using Fmax = BinaryOp<at::_ops::fmax, at::_ops::fmax, at::_ops::fmax_out, TRN_EW_FMAX, Kind::Binary>;
-    using Fmin = BinaryOp<at::_ops::fmin, at::_ops::fmin, at::_ops::fmin_out, TRN_EW_FMIN, Kind::Binary>;
-    using Copysign = BinaryOp<at::_ops::copysign_Tensor, at::_ops::copysign__Tensor, at::_ops::copysign_out, TRN_EW_COPYSIGN, Kind::BinaryFloat>;
+    using Mul = BinaryOp<at::_ops::mul_Tensor, at::_ops::mul__Tensor, at::_ops::mul_out, TRN_EW_MUL,
+                         Kind::Binary>;
+    using Div = BinaryOp<at::_ops::div_Tensor, at::_ops::div__Tensor, at::_ops::div_out, TRN_EW_DIV,
+                         Kind::BinaryFloat>;
+    using FloorDivide = BinaryOp<at::_ops::floor_divide, at::_ops::floor_divide__Tensor,
+                                 at::_ops::floor_divide_out, TRN_EW_DIV_FLOOR, Kind::Binary>;
+    using Remainder = BinaryOp<at::_ops::remainder_Tensor, at::_ops::remainder__Tensor,
+                               at::_ops::remainder_Tensor_out, TRN_EW_REMAINDER, Kind::Binary>;
+    using Fmod = BinaryOp<at::_ops::fmod_Tensor, at::_ops::fmod__Tensor, at::_ops::fmod_Tensor_out,
+                          TRN_EW_FMOD, Kind::Binary>;
+    using Maximum = BinaryOp<at::_ops::maximum, at::_ops::maximum, at::_ops::maximum_out,
+                             TRN_EW_MAXIMUM, Kind::Binary>;
+    using Minimum = BinaryOp<at::_ops::minimum, at::_ops::minimum, at::_ops::minimum_out,
+                             TRN_EW_MINIMUM, Kind::Binary>;
+    using Fmax =
+        BinaryOp<at::_ops::fmax, at::_ops::fmax, at::_ops::fmax_out, TRN_EW_FMAX, Kind::Binary>;
+    using Fmin =
+        BinaryOp<at::_ops::fmin, at::_ops::fmin, at::_ops::fmin_out, TRN_EW_FMIN, Kind::Binary>;
+    using Copysign = BinaryOp<at::_ops::copysign_Tensor, at::_ops::copysign__Tensor,
+                              at::_ops::copysign_out, TRN_EW_COPYSIGN, Kind::BinaryFloat>;
     NEURON_REG3(Add, "add.Tensor", "add_.Tensor", "add.out")
     NEURON_REG3(Sub, "sub.Tensor", "sub_.Tensor", "sub.out")
     NEURON_REG3(Mul, "mul.Tensor", "mul_.Tensor", "mul.out")
@@ -1080,12 +1036,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     NEURON_REG3(Copysign, "copysign.Tensor", "copysign_.Tensor", "copysign.out")
 
     // comparisons, logical and bitwise
-#define NEURON_COMPARE(op, OP)                                                           \
-    {                                                                                    \
-        using T = BinaryOp<at::_ops::op##_Tensor, at::_ops::op##__Tensor, at::_ops::op##_Tensor_out, OP, Kind::Comparison>; \
-        using S = ScalarCompare<at::_ops::op##_Scalar, at::_ops::op##__Scalar, at::_ops::op##_Scalar_out, OP>;         \
-        NEURON_REG3(T, #op ".Tensor", #op "_.Tensor", #op ".Tensor_out")                 \
-        NEURON_REG3(S, #op ".Scalar", #op "_.Scalar", #op ".Scalar_out")                 \
+#define NEURON_COMPARE(op, OP)                                                                     \
+    {                                                                                              \
+        using T = BinaryOp<at::_ops::op##_Tensor, at::_ops::op##__Tensor,                          \
+                           at::_ops::op##_Tensor_out, OP, Kind::Comparison>;                       \
+        using S = ScalarCompare<at::_ops::op##_Scalar, at::_ops::op##__Scalar,                     \
+                                at::_ops::op##_Scalar_out, OP>;                                    \
+        NEURON_REG3(T, #op ".Tensor", #op "_.Tensor", #op ".Tensor_out")                           \
+        NEURON_REG3(S, #op ".Scalar", #op "_.Scalar", #op ".Scalar_out")                           \
     }
     NEURON_COMPARE(eq, TRN_EW_EQ)
     NEURON_COMPARE(ne, TRN_EW_NE)
@@ -1094,14 +1052,17 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     NEURON_COMPARE(gt, TRN_EW_GT)
     NEURON_COMPARE(ge, TRN_EW_GE)
 #undef NEURON_COMPARE
-    m.impl("logical_and.out", TORCH_FN((logical_out<at::_ops::logical_and_out, TRN_EW_LOGICAL_AND>)));
+    m.impl("logical_and.out",
+           TORCH_FN((logical_out<at::_ops::logical_and_out, TRN_EW_LOGICAL_AND>)));
     m.impl("logical_or.out", TORCH_FN((logical_out<at::_ops::logical_or_out, TRN_EW_LOGICAL_OR>)));
-    m.impl("logical_xor.out", TORCH_FN((logical_out<at::_ops::logical_xor_out, TRN_EW_LOGICAL_XOR>)));
+    m.impl("logical_xor.out",
+           TORCH_FN((logical_out<at::_ops::logical_xor_out, TRN_EW_LOGICAL_XOR>)));
     m.impl("logical_not.out", TORCH_FN(logical_not_out));
-#define NEURON_BITWISE(op, OP)                                                           \
-    {                                                                                    \
-        using T = BinaryOp<at::_ops::op##_Tensor, at::_ops::op##__Tensor, at::_ops::op##_Tensor_out, OP, Kind::Binary>; \
-        NEURON_REG3(T, #op ".Tensor", #op "_.Tensor", #op ".Tensor_out")                 \
+#define NEURON_BITWISE(op, OP)                                                                     \
+    {                                                                                              \
+        using T = BinaryOp<at::_ops::op##_Tensor, at::_ops::op##__Tensor,                          \
+                           at::_ops::op##_Tensor_out, OP, Kind::Binary>;                           \
+        NEURON_REG3(T, #op ".Tensor", #op "_.Tensor", #op ".Tensor_out")                           \
     }
     NEURON_BITWISE(bitwise_and, TRN_EW_BITWISE_AND)
     NEURON_BITWISE(bitwise_or, TRN_EW_BITWISE_OR)
@@ -1111,10 +1072,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 #undef NEURON_BITWISE
 
     // unary
-#define NEURON_UNARY(op, OP, FLOAT)                                                      \
-    {                                                                                    \
-        using T = UnaryOp<at::_ops::op, at::_ops::op##_, at::_ops::op##_out, OP, FLOAT>;                               \
-        NEURON_REG3(T, #op, #op "_", #op ".out")                                         \
+#define NEURON_UNARY(op, OP, FLOAT)                                                                \
+    {                                                                                              \
+        using T = UnaryOp<at::_ops::op, at::_ops::op##_, at::_ops::op##_out, OP, FLOAT>;           \
+        NEURON_REG3(T, #op, #op "_", #op ".out")                                                   \
     }
     NEURON_UNARY(neg, TRN_EW_NEG, false)
     NEURON_UNARY(sign, TRN_EW_SIGN, false)
@@ -1163,8 +1124,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl("pow.Scalar", TORCH_FN(pow_scalar_base));
     m.impl("pow.Scalar_out", TORCH_FN(pow_scalar_base_out));
     {
-        using Atan2 = BinaryOp<at::_ops::atan2, at::_ops::atan2_, at::_ops::atan2_out, TRN_EW_ATAN2, Kind::BinaryFloat>;
-        using Hypot = BinaryOp<at::_ops::hypot, at::_ops::hypot_, at::_ops::hypot_out, TRN_EW_HYPOT, Kind::Binary>;
+        using Atan2 = BinaryOp<at::_ops::atan2, at::_ops::atan2_, at::_ops::atan2_out, TRN_EW_ATAN2,
+                               Kind::BinaryFloat>;
+        using Hypot = BinaryOp<at::_ops::hypot, at::_ops::hypot_, at::_ops::hypot_out, TRN_EW_HYPOT,
+                               Kind::Binary>;
         NEURON_REG3(Atan2, "atan2", "atan2_", "atan2.out")
         NEURON_REG3(Hypot, "hypot", "hypot_", "hypot.out")
     }
@@ -1208,55 +1171,53 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl("clamp_max", TORCH_FN(neuron_clamp_max));
     m.impl("clamp_max_", TORCH_FN(neuron_clamp_max_));
     m.impl("clamp_max.out", TORCH_FN(neuron_clamp_max_out));
-    using Addcmul = PointwiseOp<at::_ops::addcmul, at::_ops::addcmul_, at::_ops::addcmul_out, TRN_EW_ADDCMUL>;
-    using Addcdiv = PointwiseOp<at::_ops::addcdiv, at::_ops::addcdiv_, at::_ops::addcdiv_out, TRN_EW_ADDCDIV>;
+    using Addcmul =
+        PointwiseOp<at::_ops::addcmul, at::_ops::addcmul_, at::_ops::addcmul_out, TRN_EW_ADDCMUL>;
+    using Addcdiv =
+        PointwiseOp<at::_ops::addcdiv, at::_ops::addcdiv_, at::_ops::addcdiv_out, TRN_EW_ADDCDIV>;
     NEURON_REG3(Addcmul, "addcmul", "addcmul_", "addcmul.out")
     NEURON_REG3(Addcdiv, "addcdiv", "addcdiv_", "addcdiv.out")
 }
-
 
 // ---------------------------------------------------------------------------
 // activation backward: (grad_output, x) -> grad_input, as ATen's structured
 // kernels build them (a binary op over grad and the saved tensor).
 // ---------------------------------------------------------------------------
-bool backward_run(Tensor &out, const Tensor &grad, const Tensor &x, trn_ew_op op,
-                  const char *name, std::array<double, 4> p = {}) {
-    if (!supports(op, at::result_type(grad, x)))
-        return false;
+bool backward_run(Tensor &out, const Tensor &grad, const Tensor &x, trn_ew_op op, const char *name,
+                  std::array<double, 4> p = {}) {
+    if (!supports(op, at::result_type(grad, x))) return false;
     TensorIterator iter = TensorIterator::borrowing_binary_op(out, grad, x);
-    if (!launch(iter, op, iter.common_dtype(), name, p))
-        return false;
-    if (!out.defined())
-        out = iter.output();
+    if (!launch(iter, op, iter.common_dtype(), name, p)) return false;
+    if (!out.defined()) out = iter.output();
     return true;
 }
 
 // FnOp(grad, x, extra...) and OutOp(grad, x, extra..., grad_input); ARGS is
 // the parenthesized list of extra argument names, each preceded by a comma.
 #define NB_UNPAREN(...) __VA_ARGS__
-#define NEURON_BACKWARD(NAME, FN_OP, OUT_OP, OP, PARAMS, ARGS, ...)                              \
-    struct NAME {                                                                               \
-        static Tensor fn(const Tensor &grad, const Tensor &x __VA_OPT__(, ) __VA_ARGS__) {      \
-            Tensor out;                                                                         \
-            if (!backward_run(out, grad, x, OP, FN_OP::name, PARAMS))                           \
-                return fallback<FN_OP>(grad, x NB_UNPAREN ARGS);                                           \
-            return out;                                                                         \
-        }                                                                                       \
-        static Tensor &out(const Tensor &grad, const Tensor &x, __VA_OPT__(__VA_ARGS__, )       \
-                           Tensor &result) {                                                    \
-            Tensor o = result;                                                                  \
-            if (!backward_run(o, grad, x, OP, OUT_OP::name, PARAMS))                            \
-                return fallback<OUT_OP>(grad, x NB_UNPAREN ARGS, result);                                  \
-            return result;                                                                      \
-        }                                                                                       \
+#define NEURON_BACKWARD(NAME, FN_OP, OUT_OP, OP, PARAMS, ARGS, ...)                                \
+    struct NAME {                                                                                  \
+        static Tensor fn(const Tensor &grad, const Tensor &x __VA_OPT__(, ) __VA_ARGS__) {         \
+            Tensor out;                                                                            \
+            if (!backward_run(out, grad, x, OP, FN_OP::name, PARAMS))                              \
+                return fallback<FN_OP>(grad, x NB_UNPAREN ARGS);                                   \
+            return out;                                                                            \
+        }                                                                                          \
+        static Tensor &out(const Tensor &grad, const Tensor &x,                                    \
+                           __VA_OPT__(__VA_ARGS__, ) Tensor &result) {                             \
+            Tensor o = result;                                                                     \
+            if (!backward_run(o, grad, x, OP, OUT_OP::name, PARAMS))                               \
+                return fallback<OUT_OP>(grad, x NB_UNPAREN ARGS, result);                          \
+            return result;                                                                         \
+        }                                                                                          \
     };
 #define NOPARAMS (std::array<double, 4>{})
 NEURON_BACKWARD(ThresholdBackward, at::_ops::threshold_backward,
                 at::_ops::threshold_backward_grad_input, TRN_EW_THRESHOLD_BACKWARD,
                 (std::array<double, 4>{threshold.toDouble(), 0, 0, 0}), (, threshold),
                 const Scalar &threshold)
-NEURON_BACKWARD(SigmoidBackward, at::_ops::sigmoid_backward,
-                at::_ops::sigmoid_backward_grad_input, TRN_EW_SIGMOID_BACKWARD, NOPARAMS, ())
+NEURON_BACKWARD(SigmoidBackward, at::_ops::sigmoid_backward, at::_ops::sigmoid_backward_grad_input,
+                TRN_EW_SIGMOID_BACKWARD, NOPARAMS, ())
 NEURON_BACKWARD(TanhBackward, at::_ops::tanh_backward, at::_ops::tanh_backward_grad_input,
                 TRN_EW_TANH_BACKWARD, NOPARAMS, ())
 NEURON_BACKWARD(HardtanhBackward, at::_ops::hardtanh_backward,
@@ -1264,10 +1225,10 @@ NEURON_BACKWARD(HardtanhBackward, at::_ops::hardtanh_backward,
                 (std::array<double, 4>{lo.toDouble(), hi.toDouble(), 0, 0}), (, lo, hi),
                 const Scalar &lo, const Scalar &hi)
 NEURON_BACKWARD(HardsigmoidBackward, at::_ops::hardsigmoid_backward,
-                at::_ops::hardsigmoid_backward_grad_input, TRN_EW_HARDSIGMOID_BACKWARD,
-                NOPARAMS, ())
-NEURON_BACKWARD(HardswishBackward, at::_ops::hardswish_backward,
-                at::_ops::hardswish_backward_out, TRN_EW_HARDSWISH_BACKWARD, NOPARAMS, ())
+                at::_ops::hardsigmoid_backward_grad_input, TRN_EW_HARDSIGMOID_BACKWARD, NOPARAMS,
+                ())
+NEURON_BACKWARD(HardswishBackward, at::_ops::hardswish_backward, at::_ops::hardswish_backward_out,
+                TRN_EW_HARDSWISH_BACKWARD, NOPARAMS, ())
 NEURON_BACKWARD(SiluBackward, at::_ops::silu_backward, at::_ops::silu_backward_grad_input,
                 TRN_EW_SILU_BACKWARD, NOPARAMS, ())
 NEURON_BACKWARD(SoftplusBackward, at::_ops::softplus_backward,
@@ -1299,8 +1260,8 @@ Tensor &leaky_relu_backward_out(const Tensor &grad, const Tensor &x, const Scala
     Tensor o = result;
     if (!backward_run(o, grad, x, TRN_EW_LEAKY_RELU_BACKWARD, "aten::leaky_relu_backward",
                       {slope.toDouble(), 0, 0, 0}))
-        return fallback<at::_ops::leaky_relu_backward_grad_input>(grad, x, slope,
-                                                                  self_is_result, result);
+        return fallback<at::_ops::leaky_relu_backward_grad_input>(grad, x, slope, self_is_result,
+                                                                  result);
     return result;
 }
 
@@ -1393,7 +1354,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     NEURON_REG_FN_OUT(SigmoidBackward, "sigmoid_backward", "sigmoid_backward.grad_input")
     NEURON_REG_FN_OUT(TanhBackward, "tanh_backward", "tanh_backward.grad_input")
     NEURON_REG_FN_OUT(HardtanhBackward, "hardtanh_backward", "hardtanh_backward.grad_input")
-    NEURON_REG_FN_OUT(HardsigmoidBackward, "hardsigmoid_backward", "hardsigmoid_backward.grad_input")
+    NEURON_REG_FN_OUT(HardsigmoidBackward, "hardsigmoid_backward",
+                      "hardsigmoid_backward.grad_input")
     NEURON_REG_FN_OUT(HardswishBackward, "hardswish_backward", "hardswish_backward.out")
     NEURON_REG_FN_OUT(SiluBackward, "silu_backward", "silu_backward.grad_input")
     NEURON_REG_FN_OUT(SoftplusBackward, "softplus_backward", "softplus_backward.grad_input")

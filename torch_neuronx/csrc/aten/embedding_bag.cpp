@@ -32,23 +32,20 @@ namespace {
 using at::Tensor;
 using Result = std::tuple<Tensor, Tensor, Tensor, Tensor>;
 
-template <typename Op, typename... Args>
-decltype(auto) fallback_sym(Args &&...args) {
+template <typename Op, typename... Args> decltype(auto) fallback_sym(Args &&...args) {
     return at::native::call_fallback_fn_symint<&cpu_fallback, Op>::call(
         std::forward<Args>(args)...);
 }
 
-const char *mode_name(int64_t mode) {
-    return mode == 0 ? "sum" : mode == 1 ? "mean" : "max";
-}
+const char *mode_name(int64_t mode) { return mode == 0 ? "sum" : mode == 1 ? "mean" : "max"; }
 
 void *ptr_or_null(const Tensor &t) { return t.defined() && t.numel() ? t.data_ptr() : nullptr; }
 
 // Checks with CPU's rules; returns the indices and offsets in one index
 // dtype (int64 when they differ, as PyTorch promotes them).
 std::pair<Tensor, Tensor> check_args(const Tensor &weight, const Tensor &indices,
-                                     const Tensor &offsets, int64_t mode,
-                                     const Tensor &psw, bool include_last_offset) {
+                                     const Tensor &offsets, int64_t mode, const Tensor &psw,
+                                     bool include_last_offset) {
     TORCH_CHECK(indices.dim() == 1, "input has to be a 1D or 2D Tensor, but got Tensor of ",
                 "dimension ", indices.dim());
     TORCH_CHECK(offsets.dim() == 1, "offsets has to be a 1D Tensor, but got Tensor of dimension ",
@@ -131,8 +128,7 @@ std::optional<Result> forward(const Tensor &weight, const Tensor &indices_in,
         TORCH_CHECK(false, msg);
     }
     TRN_CHECK(st);
-    if (mode != 2)
-        max_indices = bag_size.clone();
+    if (mode != 2) max_indices = bag_size.clone();
     return Result{out, offset2bag, bag_size, max_indices};
 }
 
@@ -165,8 +161,8 @@ Result embedding_bag_forward_only(const Tensor &weight, const Tensor &indices,
 
 Tensor dense_backward(const Tensor &grad, const Tensor &indices, const Tensor &offset2bag,
                       const Tensor &bag_size, const Tensor &max_indices, c10::SymInt sym_nw,
-                      bool scale_grad_by_freq, int64_t mode,
-                      const std::optional<Tensor> &psw_opt, int64_t padding_idx) {
+                      bool scale_grad_by_freq, int64_t mode, const std::optional<Tensor> &psw_opt,
+                      int64_t padding_idx) {
     const int64_t num_weights = sym_nw.guard_int(__FILE__, __LINE__);
     const Tensor psw = psw_opt.value_or(Tensor());
     auto dt = native_dtype(grad.scalar_type());
@@ -214,9 +210,8 @@ Tensor dense_backward(const Tensor &grad, const Tensor &indices, const Tensor &o
     return gw;
 }
 
-Tensor per_sample_weights_backward(const Tensor &grad, const Tensor &weight,
-                                   const Tensor &indices, const Tensor &offsets,
-                                   const Tensor &offset2bag, int64_t mode,
+Tensor per_sample_weights_backward(const Tensor &grad, const Tensor &weight, const Tensor &indices,
+                                   const Tensor &offsets, const Tensor &offset2bag, int64_t mode,
                                    int64_t padding_idx) {
     TORCH_CHECK(mode == 0, "embedding_bag_backward: per_sample_weights only supported for ",
                 "mode='sum'");
@@ -225,8 +220,7 @@ Tensor per_sample_weights_backward(const Tensor &grad, const Tensor &weight,
     const bool ok = dt && it && trn_embedding_bag_supports(*dt, *it) && grad.dim() == 2 &&
                     weight.dim() == 2 && weight.scalar_type() == grad.scalar_type() &&
                     weight.size(1) == grad.size(1) && indices.dim() == 1 &&
-                    offset2bag.numel() == indices.numel() &&
-                    offset2bag.scalar_type() == at::kLong;
+                    offset2bag.numel() == indices.numel() && offset2bag.scalar_type() == at::kLong;
     if (!ok)
         return fallback<at::_ops::_embedding_bag_per_sample_weights_backward>(
             grad, weight, indices, offsets, offset2bag, mode, padding_idx);

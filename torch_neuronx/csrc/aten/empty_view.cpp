@@ -24,20 +24,17 @@ at::Allocator *device_allocator();
 at::Tensor &resize_neuron_(at::Tensor &self, at::IntArrayRef size,
                            std::optional<at::IntArrayRef> stride) {
     for (int64_t s : size)
-        TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s,
-                    ": ", size);
+        TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", size);
     c10::TensorImpl *impl = self.unsafeGetTensorImpl();
     // As ATen's resize_impl_cpu_: the same sizes (and strides, if given)
     // leave the tensor as it is (an expanded out= stays expanded, and is
     // then refused by the overlap checks, as on CPU).
-    if (self.sizes() == size && (!stride || self.strides() == *stride))
-        return self;
+    if (self.sizes() == size && (!stride || self.strides() == *stride)) return self;
     if (stride)
         impl->set_sizes_and_strides(size, *stride);
     else
         impl->set_sizes_contiguous(size);
-    if (impl->numel() == 0)
-        return self;
+    if (impl->numel() == 0) return self;
     const size_t itemsize = self.dtype().itemsize();
     const size_t offset = static_cast<size_t>(impl->storage_offset());
     size_t needed = stride ? at::detail::computeStorageNbytes(size, *stride, itemsize, offset)
@@ -52,9 +49,10 @@ namespace {
 
 // The checks every factory kernel makes: a valid device, a dense strided
 // layout, no pinning, a storable dtype. Returns the device index and dtype.
-std::pair<c10::DeviceIndex, at::ScalarType> check_factory_args(
-    std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
-    std::optional<at::Device> device, std::optional<bool> pin_memory) {
+std::pair<c10::DeviceIndex, at::ScalarType> check_factory_args(std::optional<at::ScalarType> dtype,
+                                                               std::optional<at::Layout> layout,
+                                                               std::optional<at::Device> device,
+                                                               std::optional<bool> pin_memory) {
     c10::DeviceIndex index = device_index(device.value_or(c10::Device(kNeuron)));
     TORCH_CHECK(!pin_memory.value_or(false), "only CPU tensors can be pinned");
     TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
@@ -65,15 +63,14 @@ std::pair<c10::DeviceIndex, at::ScalarType> check_factory_args(
 }
 
 at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
-                               std::optional<at::Layout> layout,
-                               std::optional<at::Device> device,
+                               std::optional<at::Layout> layout, std::optional<at::Device> device,
                                std::optional<bool> pin_memory,
                                std::optional<at::MemoryFormat> memory_format) {
     auto [index, type] = check_factory_args(dtype, layout, device, pin_memory);
     c10::DeviceGuard guard(c10::Device(kNeuron, index));
     return at::detail::empty_generic(size, device_allocator(),
-                                     c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                     type, memory_format);
+                                     c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), type,
+                                     memory_format);
 }
 
 at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride,
@@ -82,8 +79,7 @@ at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride,
     auto [index, type] = check_factory_args(dtype, layout, device, pin_memory);
     c10::DeviceGuard guard(c10::Device(kNeuron, index));
     return at::detail::empty_strided_generic(
-        size, stride, device_allocator(),
-        c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), type);
+        size, stride, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), type);
 }
 
 const at::Tensor &resize_(const at::Tensor &self, at::IntArrayRef size,
@@ -92,20 +88,19 @@ const at::Tensor &resize_(const at::Tensor &self, at::IntArrayRef size,
     c10::DeviceGuard guard(self.device());
     resize_neuron_(t, size, std::nullopt);
     if (memory_format && *memory_format != at::MemoryFormat::Contiguous) {
-        TORCH_CHECK(*memory_format != at::MemoryFormat::Preserve,
-                    "unsupported memory format ", *memory_format);
+        TORCH_CHECK(*memory_format != at::MemoryFormat::Preserve, "unsupported memory format ",
+                    *memory_format);
         t.unsafeGetTensorImpl()->empty_tensor_restride(*memory_format);
     }
     return self;
 }
 
-at::Tensor &set_storage(at::Tensor &self, at::Storage source, int64_t offset,
-                        at::IntArrayRef size, at::IntArrayRef stride) {
+at::Tensor &set_storage(at::Tensor &self, at::Storage source, int64_t offset, at::IntArrayRef size,
+                        at::IntArrayRef stride) {
     at::native::checkSetStorage(self, source, offset, size, stride);
     self.unsafeGetTensorImpl()->set_storage_offset(offset);
     std::optional<at::IntArrayRef> st;
-    if (stride.data() != nullptr)
-        st = stride;
+    if (stride.data() != nullptr) st = stride;
     c10::DeviceGuard guard(self.device());
     return resize_neuron_(self, size, st);
 }
@@ -116,8 +111,7 @@ at::Tensor &set_storage_whole(at::Tensor &self, at::Storage source) {
 }
 
 at::Tensor &set_tensor(at::Tensor &self, const at::Tensor &source) {
-    if (self.unsafeGetTensorImpl() == source.unsafeGetTensorImpl())
-        return self;
+    if (self.unsafeGetTensorImpl() == source.unsafeGetTensorImpl()) return self;
     return set_storage(self, source.storage(), source.storage_offset(), source.sizes(),
                        source.strides());
 }
@@ -132,8 +126,7 @@ void record_stream(at::Tensor &self, c10::Stream stream) {
     TORCH_CHECK(stream.device_type() == kNeuron, "record_stream needs a neuron stream, got ",
                 stream);
     const c10::DataPtr &data = self.storage().data_ptr();
-    if (data.get() != nullptr)
-        TRN_CHECK(trn_mem_record_stream(data.get(), to_trn_stream(stream)));
+    if (data.get() != nullptr) TRN_CHECK(trn_mem_record_stream(data.get(), to_trn_stream(stream)));
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

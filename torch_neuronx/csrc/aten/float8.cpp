@@ -43,10 +43,8 @@ bool float8_abs_out(const at::Tensor &a, at::Tensor &result) {
 
 bool float8_compare(bool equal, at::Tensor &out, const at::Tensor &a, const at::Tensor &b) {
     const at::ScalarType t = a.scalar_type();
-    if (!is_float8(t) || b.scalar_type() != t || !on_neuron(a) || !on_neuron(b))
-        return false;
-    if (out.defined() && out.scalar_type() != at::kBool)
-        return false;
+    if (!is_float8(t) || b.scalar_type() != t || !on_neuron(a) || !on_neuron(b)) return false;
+    if (out.defined() && out.scalar_type() != at::kBool) return false;
     at::Tensor wa = a.to(at::kFloat), wb = b.to(at::kFloat);
     if (out.defined()) {
         if (equal)
@@ -62,8 +60,7 @@ bool float8_compare(bool equal, at::Tensor &out, const at::Tensor &a, const at::
 
 bool float8_extreme(bool is_max, const at::Tensor &self, at::IntArrayRef dim, bool keepdim,
                     at::Tensor &result) {
-    if (!is_float8(self.scalar_type()) || !on_neuron(self))
-        return false;
+    if (!is_float8(self.scalar_type()) || !on_neuron(self)) return false;
     at::Tensor wide = self.to(at::kFloat);
     at::Tensor r = is_max ? at::amax(wide, dim, keepdim) : at::amin(wide, dim, keepdim);
     if (!result.defined())

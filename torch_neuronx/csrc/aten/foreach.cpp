@@ -42,7 +42,8 @@ bool fast_ok(std::initializer_list<TensorList> lists) {
         for (size_t i = 0; i < l.size(); i++) {
             const Tensor &t = l[i];
             if (!t.defined() || t.device() != t0.device() || t.scalar_type() != t0.scalar_type() ||
-                !t.is_contiguous() || t.layout() != at::kStrided || !t.sizes().equals(self[i].sizes()))
+                !t.is_contiguous() || t.layout() != at::kStrided ||
+                !t.sizes().equals(self[i].sizes()))
                 return false;
         }
     }
@@ -84,8 +85,8 @@ bool scalar_arg(const Tensor &t, const Tensor &like, ScalarArg &out) {
     }
     if (t.device() != like.device()) return false;
     auto d = native_dtype(t.scalar_type());
-    if (!d || *d == TRN_DTYPE_U16 || *d == TRN_DTYPE_U32 || *d == TRN_DTYPE_U64 || *d == TRN_DTYPE_I8 ||
-        *d == TRN_DTYPE_I16)
+    if (!d || *d == TRN_DTYPE_U16 || *d == TRN_DTYPE_U32 || *d == TRN_DTYPE_U64 ||
+        *d == TRN_DTYPE_I8 || *d == TRN_DTYPE_I16)
         return false;
     out.ptr = t.const_data_ptr();
     out.dtype = *d;
@@ -148,134 +149,142 @@ std::vector<double> to_doubles(at::ArrayRef<Scalar> ss) {
 #define FE_NAME(OP, OVL) "aten::_foreach_" #OP "." #OVL
 
 // self, Scalar
-#define FE_SCALAR(OP, KOP, SLOW)                                                              \
-    std::vector<Tensor> OP##_scalar(TensorList self, const Scalar &s) {                        \
-        if (!fast_ok({self}) || !fast_scalar(KOP, s)) return at::native::SLOW(self, s);         \
-        auto out = empty_like_list(self);                                                      \
-        launch(KOP, self, {}, {}, out, {s.toDouble()}, 1.0, nullptr, FE_NAME(OP, Scalar));     \
-        return out;                                                                            \
-    }                                                                                          \
-    void OP##_scalar_(TensorList self, const Scalar &s) {                                      \
-        if (!fast_ok({self}) || !fast_scalar(KOP, s)) return at::native::SLOW##_(self, s);      \
-        launch(KOP, self, {}, {}, self, {s.toDouble()}, 1.0, nullptr, FE_NAME(OP##_, Scalar)); \
+#define FE_SCALAR(OP, KOP, SLOW)                                                                   \
+    std::vector<Tensor> OP##_scalar(TensorList self, const Scalar &s) {                            \
+        if (!fast_ok({self}) || !fast_scalar(KOP, s)) return at::native::SLOW(self, s);            \
+        auto out = empty_like_list(self);                                                          \
+        launch(KOP, self, {}, {}, out, {s.toDouble()}, 1.0, nullptr, FE_NAME(OP, Scalar));         \
+        return out;                                                                                \
+    }                                                                                              \
+    void OP##_scalar_(TensorList self, const Scalar &s) {                                          \
+        if (!fast_ok({self}) || !fast_scalar(KOP, s)) return at::native::SLOW##_(self, s);         \
+        launch(KOP, self, {}, {}, self, {s.toDouble()}, 1.0, nullptr, FE_NAME(OP##_, Scalar));     \
     }
 
 // self, Scalar[]
-#define FE_SCALARLIST(OP, KOP, SLOW)                                                          \
-    std::vector<Tensor> OP##_scalarlist(TensorList self, at::ArrayRef<Scalar> s) {             \
-        if (!fast_ok({self}) || !fast_scalar(KOP, s) || s.size() != self.size())               \
-            return at::native::SLOW(self, s);                                                   \
-        auto out = empty_like_list(self);                                                      \
-        launch(KOP, self, {}, {}, out, to_doubles(s), 1.0, nullptr, FE_NAME(OP, ScalarList));  \
-        return out;                                                                            \
-    }                                                                                          \
-    void OP##_scalarlist_(TensorList self, at::ArrayRef<Scalar> s) {                           \
-        if (!fast_ok({self}) || !fast_scalar(KOP, s) || s.size() != self.size())               \
-            return at::native::SLOW##_(self, s);                                                \
-        launch(KOP, self, {}, {}, self, to_doubles(s), 1.0, nullptr, FE_NAME(OP##_, ScalarList)); \
+#define FE_SCALARLIST(OP, KOP, SLOW)                                                               \
+    std::vector<Tensor> OP##_scalarlist(TensorList self, at::ArrayRef<Scalar> s) {                 \
+        if (!fast_ok({self}) || !fast_scalar(KOP, s) || s.size() != self.size())                   \
+            return at::native::SLOW(self, s);                                                      \
+        auto out = empty_like_list(self);                                                          \
+        launch(KOP, self, {}, {}, out, to_doubles(s), 1.0, nullptr, FE_NAME(OP, ScalarList));      \
+        return out;                                                                                \
+    }                                                                                              \
+    void OP##_scalarlist_(TensorList self, at::ArrayRef<Scalar> s) {                               \
+        if (!fast_ok({self}) || !fast_scalar(KOP, s) || s.size() != self.size())                   \
+            return at::native::SLOW##_(self, s);                                                   \
+        launch(KOP, self, {}, {}, self, to_doubles(s), 1.0, nullptr, FE_NAME(OP##_, ScalarList));  \
     }
 
 // self, other[] (no alpha)
-#define FE_LIST(OP, KOP, SLOW)                                                                \
-    std::vector<Tensor> OP##_list(TensorList self, TensorList other) {                         \
-        if (!fast_ok({self, other})) return at::native::SLOW(self, other);                      \
-        auto out = empty_like_list(self);                                                      \
-        launch(KOP, self, other, {}, out, {}, 1.0, nullptr, FE_NAME(OP, List));                \
-        return out;                                                                            \
-    }                                                                                          \
-    void OP##_list_(TensorList self, TensorList other) {                                       \
-        if (!fast_ok({self, other})) return at::native::SLOW##_(self, other);                   \
-        launch(KOP, self, other, {}, self, {}, 1.0, nullptr, FE_NAME(OP##_, List));            \
+#define FE_LIST(OP, KOP, SLOW)                                                                     \
+    std::vector<Tensor> OP##_list(TensorList self, TensorList other) {                             \
+        if (!fast_ok({self, other})) return at::native::SLOW(self, other);                         \
+        auto out = empty_like_list(self);                                                          \
+        launch(KOP, self, other, {}, out, {}, 1.0, nullptr, FE_NAME(OP, List));                    \
+        return out;                                                                                \
+    }                                                                                              \
+    void OP##_list_(TensorList self, TensorList other) {                                           \
+        if (!fast_ok({self, other})) return at::native::SLOW##_(self, other);                      \
+        launch(KOP, self, other, {}, self, {}, 1.0, nullptr, FE_NAME(OP##_, List));                \
     }
 
 // self, other[], alpha
-#define FE_LIST_ALPHA(OP, KOP, SLOW)                                                          \
-    std::vector<Tensor> OP##_list(TensorList self, TensorList other, const Scalar &alpha) {    \
-        if (!fast_ok({self, other}) || !fast_alpha(alpha)) return at::native::SLOW(self, other, alpha); \
-        auto out = empty_like_list(self);                                                      \
-        launch(KOP, self, other, {}, out, {}, alpha.toDouble(), nullptr, FE_NAME(OP, List));   \
-        return out;                                                                            \
-    }                                                                                          \
-    void OP##_list_(TensorList self, TensorList other, const Scalar &alpha) {                  \
-        if (!fast_ok({self, other}) || !fast_alpha(alpha)) return at::native::SLOW##_(self, other, alpha); \
-        launch(KOP, self, other, {}, self, {}, alpha.toDouble(), nullptr, FE_NAME(OP##_, List)); \
+#define FE_LIST_ALPHA(OP, KOP, SLOW)                                                               \
+    std::vector<Tensor> OP##_list(TensorList self, TensorList other, const Scalar &alpha) {        \
+        if (!fast_ok({self, other}) || !fast_alpha(alpha))                                         \
+            return at::native::SLOW(self, other, alpha);                                           \
+        auto out = empty_like_list(self);                                                          \
+        launch(KOP, self, other, {}, out, {}, alpha.toDouble(), nullptr, FE_NAME(OP, List));       \
+        return out;                                                                                \
+    }                                                                                              \
+    void OP##_list_(TensorList self, TensorList other, const Scalar &alpha) {                      \
+        if (!fast_ok({self, other}) || !fast_alpha(alpha))                                         \
+            return at::native::SLOW##_(self, other, alpha);                                        \
+        launch(KOP, self, other, {}, self, {}, alpha.toDouble(), nullptr, FE_NAME(OP##_, List));   \
     }
 
 // self, Tensor other (one element), no alpha
-#define FE_TENSOR(OP, KOP, SLOW)                                                              \
-    std::vector<Tensor> OP##_tensor(TensorList self, const Tensor &other) {                    \
-        ScalarArg sa;                                                                          \
-        if (!fast_ok({self}) || !scalar_arg(other, self[0], sa)) return at::native::SLOW(self, other); \
-        auto out = empty_like_list(self);                                                      \
-        launch(KOP, self, {}, {}, out, {sa.value}, 1.0, &sa, FE_NAME(OP, Tensor));             \
-        return out;                                                                            \
-    }                                                                                          \
-    void OP##_tensor_(TensorList self, const Tensor &other) {                                  \
-        ScalarArg sa;                                                                          \
-        if (!fast_ok({self}) || !scalar_arg(other, self[0], sa)) return at::native::SLOW##_(self, other); \
-        launch(KOP, self, {}, {}, self, {sa.value}, 1.0, &sa, FE_NAME(OP##_, Tensor));         \
+#define FE_TENSOR(OP, KOP, SLOW)                                                                   \
+    std::vector<Tensor> OP##_tensor(TensorList self, const Tensor &other) {                        \
+        ScalarArg sa;                                                                              \
+        if (!fast_ok({self}) || !scalar_arg(other, self[0], sa))                                   \
+            return at::native::SLOW(self, other);                                                  \
+        auto out = empty_like_list(self);                                                          \
+        launch(KOP, self, {}, {}, out, {sa.value}, 1.0, &sa, FE_NAME(OP, Tensor));                 \
+        return out;                                                                                \
+    }                                                                                              \
+    void OP##_tensor_(TensorList self, const Tensor &other) {                                      \
+        ScalarArg sa;                                                                              \
+        if (!fast_ok({self}) || !scalar_arg(other, self[0], sa))                                   \
+            return at::native::SLOW##_(self, other);                                               \
+        launch(KOP, self, {}, {}, self, {sa.value}, 1.0, &sa, FE_NAME(OP##_, Tensor));             \
     }
 
 // unary
-#define FE_UNARY(OP, KOP, SLOW)                                                               \
-    std::vector<Tensor> OP##_unary(TensorList self) {                                          \
-        if (!fast_ok({self})) return at::native::SLOW(self);                                    \
-        auto out = empty_like_list(self);                                                      \
-        launch(KOP, self, {}, {}, out, {}, 1.0, nullptr, "aten::_foreach_" #OP);               \
-        return out;                                                                            \
-    }                                                                                          \
-    void OP##_unary_(TensorList self) {                                                        \
-        if (!fast_ok({self})) return at::native::SLOW##_(self);                                 \
-        launch(KOP, self, {}, {}, self, {}, 1.0, nullptr, "aten::_foreach_" #OP "_");          \
+#define FE_UNARY(OP, KOP, SLOW)                                                                    \
+    std::vector<Tensor> OP##_unary(TensorList self) {                                              \
+        if (!fast_ok({self})) return at::native::SLOW(self);                                       \
+        auto out = empty_like_list(self);                                                          \
+        launch(KOP, self, {}, {}, out, {}, 1.0, nullptr, "aten::_foreach_" #OP);                   \
+        return out;                                                                                \
+    }                                                                                              \
+    void OP##_unary_(TensorList self) {                                                            \
+        if (!fast_ok({self})) return at::native::SLOW##_(self);                                    \
+        launch(KOP, self, {}, {}, self, {}, 1.0, nullptr, "aten::_foreach_" #OP "_");              \
     }
 
 // addcmul / addcdiv: self, t1[], t2[], value(s)
-#define FE_POINTWISE(OP, KOP, SLOW)                                                           \
-    std::vector<Tensor> OP##_scalar(TensorList self, TensorList t1, TensorList t2, const Scalar &v) { \
-        if (!fast_ok({self, t1, t2}) || !real(v)) return at::native::SLOW##_scalar_slow(self, t1, t2, v); \
-        auto out = empty_like_list(self);                                                      \
-        launch(KOP, self, t1, t2, out, {v.toDouble()}, 1.0, nullptr, FE_NAME(OP, Scalar));     \
-        return out;                                                                            \
-    }                                                                                          \
-    void OP##_scalar_(TensorList self, TensorList t1, TensorList t2, const Scalar &v) {        \
-        if (!fast_ok({self, t1, t2}) || !real(v)) return at::native::SLOW##_scalar_slow_(self, t1, t2, v); \
-        launch(KOP, self, t1, t2, self, {v.toDouble()}, 1.0, nullptr, FE_NAME(OP##_, Scalar)); \
-    }                                                                                          \
-    std::vector<Tensor> OP##_scalarlist(TensorList self, TensorList t1, TensorList t2,         \
-                                        at::ArrayRef<Scalar> v) {                              \
-        if (!fast_ok({self, t1, t2}) || !real(v) || v.size() != self.size())                   \
-            return at::native::SLOW##_scalarlist_slow(self, t1, t2, v);                         \
-        auto out = empty_like_list(self);                                                      \
-        launch(KOP, self, t1, t2, out, to_doubles(v), 1.0, nullptr, FE_NAME(OP, ScalarList));  \
-        return out;                                                                            \
-    }                                                                                          \
+#define FE_POINTWISE(OP, KOP, SLOW)                                                                \
+    std::vector<Tensor> OP##_scalar(TensorList self, TensorList t1, TensorList t2,                 \
+                                    const Scalar &v) {                                             \
+        if (!fast_ok({self, t1, t2}) || !real(v))                                                  \
+            return at::native::SLOW##_scalar_slow(self, t1, t2, v);                                \
+        auto out = empty_like_list(self);                                                          \
+        launch(KOP, self, t1, t2, out, {v.toDouble()}, 1.0, nullptr, FE_NAME(OP, Scalar));         \
+        return out;                                                                                \
+    }                                                                                              \
+    void OP##_scalar_(TensorList self, TensorList t1, TensorList t2, const Scalar &v) {            \
+        if (!fast_ok({self, t1, t2}) || !real(v))                                                  \
+            return at::native::SLOW##_scalar_slow_(self, t1, t2, v);                               \
+        launch(KOP, self, t1, t2, self, {v.toDouble()}, 1.0, nullptr, FE_NAME(OP##_, Scalar));     \
+    }                                                                                              \
+    std::vector<Tensor> OP##_scalarlist(TensorList self, TensorList t1, TensorList t2,             \
+                                        at::ArrayRef<Scalar> v) {                                  \
+        if (!fast_ok({self, t1, t2}) || !real(v) || v.size() != self.size())                       \
+            return at::native::SLOW##_scalarlist_slow(self, t1, t2, v);                            \
+        auto out = empty_like_list(self);                                                          \
+        launch(KOP, self, t1, t2, out, to_doubles(v), 1.0, nullptr, FE_NAME(OP, ScalarList));      \
+        return out;                                                                                \
+    }                                                                                              \
     void OP##_scalarlist_(TensorList self, TensorList t1, TensorList t2, at::ArrayRef<Scalar> v) { \
-        if (!fast_ok({self, t1, t2}) || !real(v) || v.size() != self.size())                   \
-            return at::native::SLOW##_scalarlist_slow_(self, t1, t2, v);                        \
-        launch(KOP, self, t1, t2, self, to_doubles(v), 1.0, nullptr, FE_NAME(OP##_, ScalarList)); \
-    }                                                                                          \
-    /* Tensor scalars: a 1-d CPU tensor of one value per list position. */                    \
-    bool OP##_cpu_values(const Tensor &s, size_t n, std::vector<double> &out) {                 \
-        if (!s.defined() || s.device().type() != at::kCPU || s.dim() != 1 ||                   \
-            static_cast<size_t>(s.numel()) != n || s.is_complex())                             \
-            return false;                                                                      \
-        const Tensor d = s.to(at::kDouble).contiguous();                                       \
-        out.assign(d.const_data_ptr<double>(), d.const_data_ptr<double>() + n);                \
-        return true;                                                                           \
-    }                                                                                          \
-    std::vector<Tensor> OP##_tensor(TensorList self, TensorList t1, TensorList t2, const Tensor &s) { \
-        std::vector<double> v;                                                                 \
-        if (!fast_ok({self, t1, t2}) || !OP##_cpu_values(s, self.size(), v))                   \
-            return at::native::SLOW##_tensor_slow(self, t1, t2, s);                             \
-        auto out = empty_like_list(self);                                                      \
-        launch(KOP, self, t1, t2, out, v, 1.0, nullptr, FE_NAME(OP, Tensor));                  \
-        return out;                                                                            \
-    }                                                                                          \
-    void OP##_tensor_(TensorList self, TensorList t1, TensorList t2, const Tensor &s) {        \
-        std::vector<double> v;                                                                 \
-        if (!fast_ok({self, t1, t2}) || !OP##_cpu_values(s, self.size(), v))                   \
-            return at::native::SLOW##_tensor_slow_(self, t1, t2, s);                            \
-        launch(KOP, self, t1, t2, self, v, 1.0, nullptr, FE_NAME(OP##_, Tensor));              \
+        if (!fast_ok({self, t1, t2}) || !real(v) || v.size() != self.size())                       \
+            return at::native::SLOW##_scalarlist_slow_(self, t1, t2, v);                           \
+        launch(KOP, self, t1, t2, self, to_doubles(v), 1.0, nullptr, FE_NAME(OP##_, ScalarList));  \
+    }                                                                                              \
+    /* Tensor scalars: a 1-d CPU tensor of one value per list position. */                         \
+    bool OP##_cpu_values(const Tensor &s, size_t n, std::vector<double> &out) {                    \
+        if (!s.defined() || s.device().type() != at::kCPU || s.dim() != 1 ||                       \
+            static_cast<size_t>(s.numel()) != n || s.is_complex())                                 \
+            return false;                                                                          \
+        const Tensor d = s.to(at::kDouble).contiguous();                                           \
+        out.assign(d.const_data_ptr<double>(), d.const_data_ptr<double>() + n);                    \
+        return true;                                                                               \
+    }                                                                                              \
+    std::vector<Tensor> OP##_tensor(TensorList self, TensorList t1, TensorList t2,                 \
+                                    const Tensor &s) {                                             \
+        std::vector<double> v;                                                                     \
+        if (!fast_ok({self, t1, t2}) || !OP##_cpu_values(s, self.size(), v))                       \
+            return at::native::SLOW##_tensor_slow(self, t1, t2, s);                                \
+        auto out = empty_like_list(self);                                                          \
+        launch(KOP, self, t1, t2, out, v, 1.0, nullptr, FE_NAME(OP, Tensor));                      \
+        return out;                                                                                \
+    }                                                                                              \
+    void OP##_tensor_(TensorList self, TensorList t1, TensorList t2, const Tensor &s) {            \
+        std::vector<double> v;                                                                     \
+        if (!fast_ok({self, t1, t2}) || !OP##_cpu_values(s, self.size(), v))                       \
+            return at::native::SLOW##_tensor_slow_(self, t1, t2, s);                               \
+        launch(KOP, self, t1, t2, self, v, 1.0, nullptr, FE_NAME(OP##_, Tensor));                  \
     }
 
 FE_SCALAR(add, TRN_FOREACH_ADD, foreach_tensor_add_scalar_kernel_slow)
@@ -321,38 +330,46 @@ std::vector<Tensor> add_tensor(TensorList self, const Tensor &other, const Scala
     if (!fast_ok({self}) || !fast_alpha(alpha) || !scalar_arg(other, self[0], sa))
         return at::native::foreach_tensor_add_tensor_kernel_slow(self, other, alpha);
     auto out = empty_like_list(self);
-    launch(TRN_FOREACH_ADD, self, {}, {}, out, {sa.value}, alpha.toDouble(), &sa, "aten::_foreach_add.Tensor");
+    launch(TRN_FOREACH_ADD, self, {}, {}, out, {sa.value}, alpha.toDouble(), &sa,
+           "aten::_foreach_add.Tensor");
     return out;
 }
 void add_tensor_(TensorList self, const Tensor &other, const Scalar &alpha) {
     ScalarArg sa;
     if (!fast_ok({self}) || !fast_alpha(alpha) || !scalar_arg(other, self[0], sa))
         return at::native::foreach_tensor_add_tensor_kernel_slow_(self, other, alpha);
-    launch(TRN_FOREACH_ADD, self, {}, {}, self, {sa.value}, alpha.toDouble(), &sa, "aten::_foreach_add_.Tensor");
+    launch(TRN_FOREACH_ADD, self, {}, {}, self, {sa.value}, alpha.toDouble(), &sa,
+           "aten::_foreach_add_.Tensor");
 }
 
 // lerp with a list of ends and a weight list / tensor list.
 std::vector<Tensor> lerp_scalar2(TensorList self, TensorList end, const Scalar &w) {
-    if (!fast_ok({self, end}) || !real(w)) return at::native::foreach_tensor_lerp_list_kernel_slow(self, end, w);
+    if (!fast_ok({self, end}) || !real(w))
+        return at::native::foreach_tensor_lerp_list_kernel_slow(self, end, w);
     auto out = empty_like_list(self);
-    launch(TRN_FOREACH_LERP, self, end, {}, out, {w.toDouble()}, 1.0, nullptr, "aten::_foreach_lerp.Scalar");
+    launch(TRN_FOREACH_LERP, self, end, {}, out, {w.toDouble()}, 1.0, nullptr,
+           "aten::_foreach_lerp.Scalar");
     return out;
 }
 void lerp_scalar2_(TensorList self, TensorList end, const Scalar &w) {
-    if (!fast_ok({self, end}) || !real(w)) return at::native::foreach_tensor_lerp_list_kernel_slow_(self, end, w);
-    launch(TRN_FOREACH_LERP, self, end, {}, self, {w.toDouble()}, 1.0, nullptr, "aten::_foreach_lerp_.Scalar");
+    if (!fast_ok({self, end}) || !real(w))
+        return at::native::foreach_tensor_lerp_list_kernel_slow_(self, end, w);
+    launch(TRN_FOREACH_LERP, self, end, {}, self, {w.toDouble()}, 1.0, nullptr,
+           "aten::_foreach_lerp_.Scalar");
 }
 std::vector<Tensor> lerp_scalarlist2(TensorList self, TensorList end, at::ArrayRef<Scalar> w) {
     if (!fast_ok({self, end}) || !real(w) || w.size() != self.size())
         return at::native::foreach_tensor_lerp_scalarlist_kernel_slow(self, end, w);
     auto out = empty_like_list(self);
-    launch(TRN_FOREACH_LERP, self, end, {}, out, to_doubles(w), 1.0, nullptr, "aten::_foreach_lerp.ScalarList");
+    launch(TRN_FOREACH_LERP, self, end, {}, out, to_doubles(w), 1.0, nullptr,
+           "aten::_foreach_lerp.ScalarList");
     return out;
 }
 void lerp_scalarlist2_(TensorList self, TensorList end, at::ArrayRef<Scalar> w) {
     if (!fast_ok({self, end}) || !real(w) || w.size() != self.size())
         return at::native::foreach_tensor_lerp_scalarlist_kernel_slow_(self, end, w);
-    launch(TRN_FOREACH_LERP, self, end, {}, self, to_doubles(w), 1.0, nullptr, "aten::_foreach_lerp_.ScalarList");
+    launch(TRN_FOREACH_LERP, self, end, {}, self, to_doubles(w), 1.0, nullptr,
+           "aten::_foreach_lerp_.ScalarList");
 }
 std::vector<Tensor> lerp_list(TensorList self, TensorList end, TensorList w) {
     if (!fast_ok({self, end, w})) return at::native::foreach_tensor_ternary_lerp_slow(self, end, w);
@@ -361,13 +378,15 @@ std::vector<Tensor> lerp_list(TensorList self, TensorList end, TensorList w) {
     return out;
 }
 void lerp_list_(TensorList self, TensorList end, TensorList w) {
-    if (!fast_ok({self, end, w})) return at::native::foreach_tensor_ternary_lerp_slow_(self, end, w);
+    if (!fast_ok({self, end, w}))
+        return at::native::foreach_tensor_ternary_lerp_slow_(self, end, w);
     launch(TRN_FOREACH_LERP, self, end, w, self, {}, 1.0, nullptr, "aten::_foreach_lerp_.List");
 }
 
 // scalar ** list
 std::vector<Tensor> pow_scalar_base(const Scalar &base, TensorList exps) {
-    if (!fast_ok({exps}) || !real(base)) return at::native::foreach_scalar_pow_list_kernel_slow(base, exps);
+    if (!fast_ok({exps}) || !real(base))
+        return at::native::foreach_scalar_pow_list_kernel_slow(base, exps);
     auto out = empty_like_list(exps);
     launch(TRN_FOREACH_RPOW, exps, {}, {}, out, {base.toDouble()}, 1.0, nullptr,
            "aten::_foreach_pow.ScalarAndTensor");
@@ -434,11 +453,11 @@ void check_opt_lists(const char *op, std::initializer_list<TensorList> lists) {
         }
 }
 
-void fused_adam_impl(TensorList params, TensorList grads, TensorList exp_avgs, TensorList exp_avg_sqs,
-                     TensorList max_exp_avg_sqs, TensorList steps, double lr, double beta1,
-                     double beta2, double weight_decay, double eps, bool amsgrad, bool maximize,
-                     const std::optional<Tensor> &grad_scale, const std::optional<Tensor> &found_inf,
-                     bool adamw) {
+void fused_adam_impl(TensorList params, TensorList grads, TensorList exp_avgs,
+                     TensorList exp_avg_sqs, TensorList max_exp_avg_sqs, TensorList steps,
+                     double lr, double beta1, double beta2, double weight_decay, double eps,
+                     bool amsgrad, bool maximize, const std::optional<Tensor> &grad_scale,
+                     const std::optional<Tensor> &found_inf, bool adamw) {
     const char *op = adamw ? "_fused_adamw_" : "_fused_adam_";
     check_opt_lists(op, {params, grads, exp_avgs, exp_avg_sqs});
     if (params.empty()) return;
@@ -449,8 +468,9 @@ void fused_adam_impl(TensorList params, TensorList grads, TensorList exp_avgs, T
     std::vector<trn_fused_adam_tensor> ts(params.size());
     for (size_t i = 0; i < params.size(); i++) {
         const Tensor &s = steps[i];
-        TORCH_CHECK(s.numel() == 1 && s.scalar_type() == at::kFloat && s.device() == params[0].device(),
-                    op, ": state_steps must be one-element float32 tensors on ", params[0].device());
+        TORCH_CHECK(
+            s.numel() == 1 && s.scalar_type() == at::kFloat && s.device() == params[0].device(), op,
+            ": state_steps must be one-element float32 tensors on ", params[0].device());
         ts[i].param = params[i].data_ptr();
         ts[i].grad = grads[i].data_ptr();
         ts[i].exp_avg = exp_avgs[i].data_ptr();
@@ -482,11 +502,11 @@ double lr_value(const Tensor &lr) {
     return lr.item<double>();  // a device lr synchronizes once per step, as CPU's .item()
 }
 
-#define ADAM_ARGS                                                                             \
-    TensorList params, TensorList grads, TensorList exp_avgs, TensorList exp_avg_sqs,          \
+#define ADAM_ARGS                                                                                  \
+    TensorList params, TensorList grads, TensorList exp_avgs, TensorList exp_avg_sqs,              \
         TensorList max_exp_avg_sqs, TensorList steps
-#define ADAM_TAIL                                                                             \
-    double beta1, double beta2, double weight_decay, double eps, bool amsgrad, bool maximize,  \
+#define ADAM_TAIL                                                                                  \
+    double beta1, double beta2, double weight_decay, double eps, bool amsgrad, bool maximize,      \
         const std::optional<Tensor> &grad_scale, const std::optional<Tensor> &found_inf
 #define ADAM_PASS params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps
 #define ADAM_TAIL_PASS beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf
@@ -553,8 +573,8 @@ void fused_sgd_tlr(TensorList params, TensorList grads, TensorList bufs, double 
                    maximize, is_first_step, grad_scale, found_inf);
 }
 
-#define REG2(NAME, OVL, FN)                                                                   \
-    m.impl("_foreach_" #NAME "." #OVL, TORCH_FN(FN));                                          \
+#define REG2(NAME, OVL, FN)                                                                        \
+    m.impl("_foreach_" #NAME "." #OVL, TORCH_FN(FN));                                              \
     m.impl("_foreach_" #NAME "_." #OVL, TORCH_FN(FN##_));
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -25,8 +25,7 @@ namespace {
 using at::Tensor;
 using Result = std::tuple<Tensor, Tensor, Tensor>;
 
-template <typename Op, typename... Args>
-decltype(auto) fallback_sym(Args &&...args) {
+template <typename Op, typename... Args> decltype(auto) fallback_sym(Args &&...args) {
     return at::native::call_fallback_fn_symint<&cpu_fallback, Op>::call(
         std::forward<Args>(args)...);
 }
@@ -40,16 +39,14 @@ struct GnDtypes {
 // 16-bit x (CPU's mixed type); nullopt sends the call to the CPU.
 std::optional<GnDtypes> gn_dtypes(const Tensor &input, const Tensor &weight, const Tensor &bias) {
     auto d = native_dtype(input.scalar_type());
-    if (!d)
-        return std::nullopt;
+    if (!d) return std::nullopt;
     if (weight.defined() && bias.defined() && weight.scalar_type() != bias.scalar_type())
         return std::nullopt;
     const at::ScalarType pt = weight.defined() ? weight.scalar_type()
                               : bias.defined() ? bias.scalar_type()
                                                : input.scalar_type();
     auto p = native_dtype(pt);
-    if (!p || !trn_group_norm_supports(*d, *p, *p))
-        return std::nullopt;
+    if (!p || !trn_group_norm_supports(*d, *p, *p)) return std::nullopt;
     return GnDtypes{*d, *p, *p, pt};
 }
 
@@ -83,12 +80,13 @@ Result native_group_norm(const Tensor &input, const std::optional<Tensor> &weigh
     check_gn(input, weight, bias, N, C, HxW, group);
     auto dts = gn_dtypes(input, weight, bias);
     if (!dts)
-        return fallback_sym<at::_ops::native_group_norm>(input, weight_opt, bias_opt, sN, sC,
-                                                         sHxW, group, eps);
+        return fallback_sym<at::_ops::native_group_norm>(input, weight_opt, bias_opt, sN, sC, sHxW,
+                                                         group, eps);
     const Tensor x = input.contiguous();
     const Tensor w = weight.defined() ? weight.contiguous() : weight;
     const Tensor b = bias.defined() ? bias.contiguous() : bias;
-    Tensor y = at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
+    Tensor y =
+        at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
     Tensor mean = at::empty({N, group}, input.options().dtype(dts->stat_type));
     Tensor rstd = at::empty({N, group}, input.options().dtype(dts->stat_type));
     trn_group_norm_desc d{};
@@ -134,10 +132,8 @@ Result native_group_norm_backward(const Tensor &grad_out, const Tensor &input, c
     Tensor dx, dw, db;
     if (mask[0])
         dx = at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
-    if (mask[1])
-        dw = at::empty({C}, popts);
-    if (mask[2])
-        db = at::empty({C}, popts);
+    if (mask[1]) dw = at::empty({C}, popts);
+    if (mask[2]) db = at::empty({C}, popts);
     trn_group_norm_backward_desc d{};
     d.dtype = dts->x;
     d.param_dtype = dts->param;
@@ -156,8 +152,7 @@ Result native_group_norm_backward(const Tensor &grad_out, const Tensor &input, c
     d.dbias = db.defined() && C ? db.data_ptr() : nullptr;
     TRN_CHECK(trn_group_norm_backward_launch(current_trn_stream(input.device().index()), &d));
     tracking::record_executed("aten::native_group_norm_backward");
-    if (dx.defined())
-        dx = in_format_of(dx, input);
+    if (dx.defined()) dx = in_format_of(dx, input);
     return {dx, dw, db};
 }
 

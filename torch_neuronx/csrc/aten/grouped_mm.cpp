@@ -30,8 +30,7 @@ using at::Tensor;
 
 void strides3(int64_t out[3], const Tensor &t) {
     if (t.dim() == 3) {
-        for (int i = 0; i < 3; ++i)
-            out[i] = t.stride(i);
+        for (int i = 0; i < 3; ++i) out[i] = t.stride(i);
     } else {
         out[0] = 0;
         out[1] = t.stride(0);
@@ -51,9 +50,8 @@ Plan plan_of(const Tensor &a, const Tensor &b, const std::optional<Tensor> &offs
     TORCH_CHECK(b.dim() == 2 || b.dim() == 3, "mat_b has to be 2 or 3d");
     const bool a3 = a.dim() == 3, b3 = b.dim() == 3;
     TORCH_CHECK(a.size(-1) == b.size(-2), "contraction dimension of mat_a and mat_b must match");
-    TORCH_CHECK(offs.has_value() == (!a3 || !b3),
-                a3 && b3 ? "Offsets not supported for 3d inputs"
-                         : "Offsets required for 2d inputs");
+    TORCH_CHECK(offs.has_value() == (!a3 || !b3), a3 && b3 ? "Offsets not supported for 3d inputs"
+                                                           : "Offsets required for 2d inputs");
     if (offs) {
         TORCH_CHECK(offs->dim() == 1, "offs has to be 1D");
         TORCH_CHECK(offs->scalar_type() == at::kInt, "Offsets have to be int32");
@@ -67,15 +65,15 @@ Plan plan_of(const Tensor &a, const Tensor &b, const std::optional<Tensor> &offs
                     offs->size(0));
     } else if (a3 && b3) {
         TORCH_CHECK(a.size(0) == b.size(0), "batch sizes of mat_a and mat_b must match");
-        p = {TRN_GMM_3D_3D, a.size(0), a.size(1), b.size(2), a.size(2),
-             {a.size(0), a.size(1), b.size(2)}};
+        p = {TRN_GMM_3D_3D, a.size(0), a.size(1),
+             b.size(2),     a.size(2), {a.size(0), a.size(1), b.size(2)}};
     } else if (a3 && !b3) {
         p = {TRN_GMM_3D_2D, a.size(0), a.size(1), b.size(1), a.size(2), {a.size(1), b.size(1)}};
         TORCH_CHECK(offs->size(0) == a.size(0), "offs must have ", a.size(0), " entries, got ",
                     offs->size(0));
     } else {
-        p = {TRN_GMM_2D_2D, offs->size(0), a.size(0), b.size(1), a.size(1),
-             {offs->size(0), a.size(0), b.size(1)}};
+        p = {TRN_GMM_2D_2D, offs->size(0), a.size(0),
+             b.size(1),     a.size(1),     {offs->size(0), a.size(0), b.size(1)}};
     }
     TORCH_CHECK(p.groups >= 1, "grouped_mm needs at least one group");
     return p;
@@ -83,8 +81,7 @@ Plan plan_of(const Tensor &a, const Tensor &b, const std::optional<Tensor> &offs
 
 void launch(const Plan &p, const Tensor &a, const Tensor &b, const std::optional<Tensor> &offs,
             const Tensor &out) {
-    if (out.numel() == 0)
-        return;
+    if (out.numel() == 0) return;
     trn_grouped_mm_desc d{};
     d.dtype = *native_dtype(a.scalar_type());
     d.layout = p.layout;
@@ -104,8 +101,9 @@ void launch(const Plan &p, const Tensor &a, const Tensor &b, const std::optional
 
 Tensor grouped_mm(const Tensor &a, const Tensor &b, const std::optional<Tensor> &offs,
                   const std::optional<Tensor> &bias, std::optional<at::ScalarType> out_dtype) {
-    TORCH_CHECK(a.scalar_type() == b.scalar_type(), "mat_a and mat_b must have the same dtype, got ",
-                a.scalar_type(), " and ", b.scalar_type());
+    TORCH_CHECK(a.scalar_type() == b.scalar_type(),
+                "mat_a and mat_b must have the same dtype, got ", a.scalar_type(), " and ",
+                b.scalar_type());
     auto d = native_dtype(a.scalar_type());
     TORCH_CHECK(d && trn_grouped_mm_supports(*d),
                 "grouped_mm on neuron supports float32, bfloat16 and float16, got ",
@@ -152,9 +150,8 @@ Tensor scaled_grouped_mm(const Tensor &a, const Tensor &b, const Tensor &scale_a
     // column of each group's B.
     const int64_t G = p.groups, m = p.m, n = p.n;
     const bool a3 = p.layout == TRN_GMM_3D_3D;
-    TORCH_CHECK(scale_a.numel() == (a3 ? G * m : m),
-                "_scaled_grouped_mm: scale_a must have ", a3 ? G * m : m, " values, got ",
-                scale_a.numel());
+    TORCH_CHECK(scale_a.numel() == (a3 ? G * m : m), "_scaled_grouped_mm: scale_a must have ",
+                a3 ? G * m : m, " values, got ", scale_a.numel());
     TORCH_CHECK(scale_b.numel() == G * n, "_scaled_grouped_mm: scale_b must have ", G * n,
                 " values, got ", scale_b.numel());
     Tensor wa = a.to(at::kFloat), wb = b.to(at::kFloat);

@@ -59,10 +59,8 @@ enum class Err { Index, Runtime, IndexSelect0, IndexSelectN, IndexCopy };
 // launch, or the launch's own under NEURON_LAUNCH_BLOCKING=1 (the launch
 // waits for its kernel and returns its error).
 void raise_checked(trn_status st, Err kind) {
-    if (st == TRN_SUCCESS)
-        return;
-    if (st != TRN_ERROR_INVALID_ARGUMENT)
-        TRN_CHECK(st);
+    if (st == TRN_SUCCESS) return;
+    if (st != TRN_ERROR_INVALID_ARGUMENT) TRN_CHECK(st);
     std::string msg = trn_last_error();
     trn_clear_error();
     long long v = 0, size = 0;
@@ -75,8 +73,8 @@ void raise_checked(trn_status st, Err kind) {
     case Err::IndexSelectN:
         TORCH_CHECK(false, "INDICES element is out of DATA bounds, id=", v, " axis_dim=", size);
     case Err::IndexCopy:
-        TORCH_CHECK_INDEX(false, "index_copy_(): index ", v, " is out of bounds for dimension ", dim,
-                          " with size ", size);
+        TORCH_CHECK_INDEX(false, "index_copy_(): index ", v, " is out of bounds for dimension ",
+                          dim, " with size ", size);
     default: TORCH_CHECK(false, msg);
     }
 }
@@ -118,8 +116,7 @@ bool fits(const at::TensorIteratorBase &iter, size_t nidx) {
 // `checked`: the op checks indices (its error as raise_checked makes it).
 void launch_iter(at::TensorIteratorBase &iter, at::ScalarType type, int src_op, int first_idx,
                  const IndexLaunch &l, std::optional<Err> checked = std::nullopt) {
-    if (iter.numel() == 0)
-        return;
+    if (iter.numel() == 0) return;
     trn_index_desc d{};
     d.scatter = l.scatter;
     d.reduce = l.reduce;
@@ -147,8 +144,7 @@ void launch_iter(at::TensorIteratorBase &iter, at::ScalarType type, int src_op, 
     d.wrap = l.wrap;
     d.out_numel = l.out_numel;
     const trn_status st = trn_index_launch(stream_of(iter.tensor_base(0)), &d);
-    if (checked)
-        raise_checked(st, *checked);
+    if (checked) raise_checked(st, *checked);
     TRN_CHECK(st);
 }
 
@@ -160,8 +156,7 @@ Tensor as_long(const Tensor &index) {
 // dimension the index walks).
 Tensor restride_dim(const Tensor &t, int64_t dim, at::IntArrayRef shape) {
     std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
-    if (strides.empty())
-        strides.push_back(1);
+    if (strides.empty()) strides.push_back(1);
     strides[dim] = 0;
     return t.as_strided(shape, strides);
 }
@@ -184,12 +179,11 @@ Info make_info(Tensor self, const c10::List<std::optional<Tensor>> &orig) {
     try {
         indices = at::expand_outplace(indices);
     } catch (std::exception &) {
-        TORCH_CHECK_INDEX(false, "shape mismatch: indexing tensors could not be broadcast together");
+        TORCH_CHECK_INDEX(false,
+                          "shape mismatch: indexing tensors could not be broadcast together");
     }
-    while (indices.size() < static_cast<size_t>(self.dim()))
-        indices.emplace_back();
-    if (!hasContiguousSubspace(indices))
-        std::tie(self, indices) = transposeToFront(self, indices);
+    while (indices.size() < static_cast<size_t>(self.dim())) indices.emplace_back();
+    if (!hasContiguousSubspace(indices)) std::tie(self, indices) = transposeToFront(self, indices);
     Info info;
     const int64_t es = self.element_size();
     int64_t before = 0, after = 0, indexed = 0;
@@ -217,8 +211,7 @@ Info make_info(Tensor self, const c10::List<std::optional<Tensor>> &orig) {
     strides.insert(strides.begin() + before, replacement.size(), 0);
     info.src = self.as_strided(shape, strides);
     for (auto &index : indices) {
-        if (!index.defined())
-            continue;
+        if (!index.defined()) continue;
         std::vector<int64_t> ishape(before, 1);
         ishape.insert(ishape.end(), index.sizes().begin(), index.sizes().end());
         ishape.insert(ishape.end(), after, 1);
@@ -232,9 +225,8 @@ Tensor &index_out(const Tensor &self, const c10::List<std::optional<Tensor>> &in
     TORCH_CHECK_INDEX(indices.size() <= static_cast<size_t>(self.dim()),
                       "too many indices for tensor of dimension ", self.dim(), " (got ",
                       indices.size(), ")");
-    TORCH_CHECK(self.scalar_type() == out.scalar_type(),
-                "index_out: self (", self.scalar_type(), ") and result (", out.scalar_type(),
-                ") must have the same scalar type");
+    TORCH_CHECK(self.scalar_type() == out.scalar_type(), "index_out: self (", self.scalar_type(),
+                ") and result (", out.scalar_type(), ") must have the same scalar type");
     if (!native(self.scalar_type()))
         return fallback<at::_ops::index_Tensor_out>(self, indices, out);
     Info info = make_info(self, indices);
@@ -244,8 +236,7 @@ Tensor &index_out(const Tensor &self, const c10::List<std::optional<Tensor>> &in
     at::TensorIteratorConfig config;
     config.set_check_mem_overlap(false).check_all_same_dtype(false).add_output(out).add_const_input(
         info.src);
-    for (auto &i : info.indices)
-        config.add_const_input(i);
+    for (auto &i : info.indices) config.add_const_input(i);
     auto iter = config.build();
     if (!fits(iter, info.indices.size()))
         return fallback<at::_ops::index_Tensor_out>(self, indices, out);
@@ -255,8 +246,7 @@ Tensor &index_out(const Tensor &self, const c10::List<std::optional<Tensor>> &in
     l.indexed_strides = info.indexed_strides;
     l.dims = info.dims;
     launch_iter(iter, self.scalar_type(), 1, 2, l, Err::Index);
-    if (iter.numel() != 0)
-        sync_checked(stream_of(self), Err::Index);
+    if (iter.numel() != 0) sync_checked(stream_of(self), Err::Index);
     tracking::record_executed("aten::index");
     return out;
 }
@@ -284,8 +274,7 @@ Tensor &index_put_impl_(Tensor &self, const c10::List<std::optional<Tensor>> &in
         v = value.to(self.device());
     at::assert_no_overlap(self, value);
     for (const std::optional<Tensor> &index : indices)
-        if (index.has_value())
-            at::assert_no_overlap(self, *index);
+        if (index.has_value()) at::assert_no_overlap(self, *index);
     Info info = make_info(self, indices);
     TORCH_CHECK(at::is_expandable_to(v.sizes(), info.src.sizes()),
                 "shape mismatch: value tensor of shape ", v.sizes(),
@@ -295,10 +284,12 @@ Tensor &index_put_impl_(Tensor &self, const c10::List<std::optional<Tensor>> &in
                 info.src.scalar_type(), " for the destination and ", v.scalar_type(),
                 " for the source.");
     at::TensorIteratorConfig config;
-    config.set_check_mem_overlap(false).resize_outputs(false).check_all_same_dtype(false)
-        .add_output(info.src).add_const_input(v);
-    for (auto &i : info.indices)
-        config.add_const_input(i);
+    config.set_check_mem_overlap(false)
+        .resize_outputs(false)
+        .check_all_same_dtype(false)
+        .add_output(info.src)
+        .add_const_input(v);
+    for (auto &i : info.indices) config.add_const_input(i);
     auto iter = config.build();
     if (!fits(iter, info.indices.size()))
         return fallback<at::_ops::_index_put_impl_>(self, indices, value, accumulate, unsafe);
@@ -310,8 +301,7 @@ Tensor &index_put_impl_(Tensor &self, const c10::List<std::optional<Tensor>> &in
     l.indexed_strides = info.indexed_strides;
     l.dims = info.dims;
     launch_iter(iter, self.scalar_type(), 1, 2, l, Err::Index);
-    if (iter.numel() != 0)
-        sync_checked(stream_of(self), Err::Index);
+    if (iter.numel() != 0) sync_checked(stream_of(self), Err::Index);
     tracking::record_executed("aten::_index_put_impl_");
     return self;
 }
@@ -337,8 +327,8 @@ Tensor &index_select_out(const Tensor &self, int64_t dim, const Tensor &index, T
     check_index_vector("index_select", index);
     TORCH_CHECK(self.scalar_type() == out.scalar_type(),
                 "index_select(): self and result must have the same scalar type");
-    TORCH_CHECK(index.device() == self.device(), "index_select(): index must be on ",
-                self.device(), " but is on ", index.device());
+    TORCH_CHECK(index.device() == self.device(), "index_select(): index must be on ", self.device(),
+                " but is on ", index.device());
     if (!native(self.scalar_type()))
         return fallback<at::_ops::index_select_out>(self, dim, index, out);
     at::assert_no_internal_overlap(out);
@@ -346,7 +336,8 @@ Tensor &index_select_out(const Tensor &self, int64_t dim, const Tensor &index, T
     at::assert_no_overlap(out, index);
     std::vector<int64_t> shape(self.sizes().begin(), self.sizes().end());
     if (self.dim() == 0) {
-        TORCH_CHECK_INDEX(index.numel() == 1, "index_select(): Index to scalar can have only 1 value, got ",
+        TORCH_CHECK_INDEX(index.numel() == 1,
+                          "index_select(): Index to scalar can have only 1 value, got ",
                           index.numel(), " value(s)");
         at::native::resize_output(out, {});
     } else {
@@ -355,8 +346,7 @@ Tensor &index_select_out(const Tensor &self, int64_t dim, const Tensor &index, T
     }
     const Tensor self1 = self.dim() == 0 ? self.view({1}) : self;
     const Tensor out1 = self.dim() == 0 ? out.view({1}) : out;
-    if (self.dim() == 0)
-        shape = {1};
+    if (self.dim() == 0) shape = {1};
     Tensor idx = as_long(index);
     auto iter = at::TensorIteratorConfig()
                     .set_check_mem_overlap(false)
@@ -366,16 +356,14 @@ Tensor &index_select_out(const Tensor &self, int64_t dim, const Tensor &index, T
                     .add_owned_const_input(restride_dim(self1, dim, shape))
                     .add_owned_const_input(index_along(idx, dim, shape))
                     .build();
-    if (!fits(iter, 1))
-        return fallback<at::_ops::index_select_out>(self, dim, index, out);
+    if (!fits(iter, 1)) return fallback<at::_ops::index_select_out>(self, dim, index, out);
     IndexLaunch l;
     l.indexed_sizes = {self1.size(dim)};
     l.indexed_strides = {self1.stride(dim) * self.element_size()};
     l.dims = {static_cast<int>(dim)};
     const Err kind = dim == 0 ? Err::IndexSelect0 : Err::IndexSelectN;
     launch_iter(iter, self.scalar_type(), 1, 2, l, kind);
-    if (iter.numel() != 0)
-        sync_checked(stream_of(self), kind);
+    if (iter.numel() != 0) sync_checked(stream_of(self), kind);
     tracking::record_executed("aten::index_select");
     return out;
 }
@@ -395,26 +383,26 @@ bool index_add_run(const Tensor &self, int64_t dim, const Tensor &index, const T
                 "index_add_(): Number of indices (", index.numel(),
                 ") should be equal to source.size(dim) (",
                 (source.dim() == 0 ? 1 : source.size(dim)), ")");
-    TORCH_CHECK(source.scalar_type() == self.scalar_type(),
-                "index_add_(): self (", self.scalar_type(), ") and source (",
-                source.scalar_type(), ") must have the same scalar type");
-    if (!native(self.scalar_type()) || self.is_complex())
-        return false;
+    TORCH_CHECK(source.scalar_type() == self.scalar_type(), "index_add_(): self (",
+                self.scalar_type(), ") and source (", source.scalar_type(),
+                ") must have the same scalar type");
+    if (!native(self.scalar_type()) || self.is_complex()) return false;
     if (!out.is_same(self)) {
         at::native::resize_output(out, self.sizes());
         out.copy_(self);
     }
-    if (index.numel() == 0)
-        return true;
+    if (index.numel() == 0) return true;
     const bool scalar = self.dim() == 0;
     const Tensor out1 = scalar ? out.view({1}) : out;
     const Tensor src1 = source.dim() == 0 ? source.view({1}) : source;
     std::vector<int64_t> shape(out1.sizes().begin(), out1.sizes().end());
     shape[dim] = index.numel();
-    TORCH_CHECK(src1.dim() == out1.dim(), "index_add_(): self and source must have the same number of dimensions");
+    TORCH_CHECK(src1.dim() == out1.dim(),
+                "index_add_(): self and source must have the same number of dimensions");
     for (int64_t d = 0; d < out1.dim(); ++d)
         if (d != dim)
-            TORCH_CHECK(src1.size(d) == out1.size(d), "index_add_(): source and self sizes differ in dim ", d);
+            TORCH_CHECK(src1.size(d) == out1.size(d),
+                        "index_add_(): source and self sizes differ in dim ", d);
     Tensor idx = as_long(index);
     auto iter = at::TensorIteratorConfig()
                     .set_check_mem_overlap(false)
@@ -424,8 +412,7 @@ bool index_add_run(const Tensor &self, int64_t dim, const Tensor &index, const T
                     .add_const_input(src1)
                     .add_owned_const_input(index_along(idx, dim, shape))
                     .build();
-    if (!fits(iter, 1))
-        return false;
+    if (!fits(iter, 1)) return false;
     IndexLaunch l;
     l.scatter = 1;
     l.reduce = copy ? TRN_INDEX_REDUCE_NONE : TRN_INDEX_REDUCE_ADD;
@@ -503,8 +490,7 @@ Tensor &gather_out(const Tensor &self, int64_t dim, const Tensor &index, bool sp
                     .add_owned_const_input(restride_dim(self1, dim, idx1.sizes()))
                     .add_const_input(idx1)
                     .build();
-    if (!fits(iter, 1))
-        return fallback<at::_ops::gather_out>(self, dim, index, sparse_grad, out);
+    if (!fits(iter, 1)) return fallback<at::_ops::gather_out>(self, dim, index, sparse_grad, out);
     IndexLaunch l;
     l.indexed_sizes = {self1.size(dim)};
     l.indexed_strides = {self1.stride(dim) * self.element_size()};
@@ -555,12 +541,13 @@ Scalar identity_of(trn_index_reduce r, at::ScalarType t) {
 bool scatter_into(const Tensor &dst, int64_t dim, const Tensor &index, const Tensor &src,
                   const Scalar *value, trn_index_reduce r, bool include_self) {
     const at::ScalarType t = dst.scalar_type();
-    if (!native(t) || (r != TRN_INDEX_REDUCE_NONE && dst.is_complex()))
-        return false;
+    if (!native(t) || (r != TRN_INDEX_REDUCE_NONE && dst.is_complex())) return false;
     const Tensor dst1 = dst.dim() == 0 ? dst.view({1}) : dst;
     const Tensor idx1 = index.dim() == 0 ? as_long(index).view({1}) : as_long(index);
     at::TensorIteratorConfig config;
-    config.set_check_mem_overlap(false).check_all_same_dtype(false).resize_outputs(false)
+    config.set_check_mem_overlap(false)
+        .check_all_same_dtype(false)
+        .resize_outputs(false)
         .add_owned_output(restride_dim(dst1, dim, idx1.sizes()));
     if (src.defined()) {
         const Tensor src1 = src.dim() == 0 ? src.view({1}) : src;
@@ -568,8 +555,7 @@ bool scatter_into(const Tensor &dst, int64_t dim, const Tensor &index, const Ten
     }
     config.add_const_input(idx1);
     auto iter = config.build();
-    if (!fits(iter, 1))
-        return false;
+    if (!fits(iter, 1)) return false;
     IndexLaunch l;
     l.scatter = 1;
     l.reduce = r;
@@ -578,8 +564,7 @@ bool scatter_into(const Tensor &dst, int64_t dim, const Tensor &index, const Ten
     l.indexed_sizes = {dst1.size(dim)};
     l.indexed_strides = {dst1.stride(dim) * dst.element_size()};
     l.dims = {static_cast<int>(dim)};
-    if (value)
-        scalar_bytes(*value, t, l.value);
+    if (value) scalar_bytes(*value, t, l.value);
     if (!include_self) {  // positions that receive values start from the identity
         IndexLaunch init = l;
         init.reduce = TRN_INDEX_REDUCE_NONE;
@@ -595,32 +580,27 @@ bool scatter_run(const Tensor &self, int64_t dim, const Tensor &index, const Ten
                  const Scalar *value, trn_index_reduce r, bool include_self, const Tensor &out,
                  const char *name) {
     dim = at::maybe_wrap_dim(dim, self.dim());
-    at::native::scatter_gather_dtype_check(name, self, index,
-                                           src.defined() ? std::optional<Tensor>(src) : std::nullopt);
+    at::native::scatter_gather_dtype_check(
+        name, self, index, src.defined() ? std::optional<Tensor>(src) : std::nullopt);
     at::native::scatter_shape_check(self, dim, index,
                                     src.defined() ? std::optional<Tensor>(src) : std::nullopt);
     TORCH_CHECK(out.scalar_type() == self.scalar_type(), name,
                 "(): Expected out tensor to have dtype ", self.scalar_type());
-    if (!native(self.scalar_type()) ||
-        (r != TRN_INDEX_REDUCE_NONE && self.is_complex()))
+    if (!native(self.scalar_type()) || (r != TRN_INDEX_REDUCE_NONE && self.is_complex()))
         return false;
     if (!out.is_same(self)) {
         at::native::resize_output(out, self.sizes());
         out.copy_(self);
     }
-    if (index.numel() == 0)
-        return true;
+    if (index.numel() == 0) return true;
     at::assert_no_internal_overlap(out);
     at::assert_no_overlap(out, index);
-    if (src.defined())
-        at::assert_no_overlap(out, src);
+    if (src.defined()) at::assert_no_overlap(out, src);
     // MEAN keeps a count per element of a contiguous destination.
     const bool need_contig = r == TRN_INDEX_REDUCE_MEAN && !out.is_contiguous();
     Tensor dst = need_contig ? out.contiguous() : out;
-    if (!scatter_into(dst, dim, index, src, value, r, include_self))
-        return false;
-    if (need_contig)
-        out.copy_(dst);
+    if (!scatter_into(dst, dim, index, src, value, r, include_self)) return false;
+    if (need_contig) out.copy_(dst);
     return true;
 }
 
@@ -628,17 +608,17 @@ bool scatter_run(const Tensor &self, int64_t dim, const Tensor &index, const Ten
 // dtype and device (the out= wrapper's wording), resize, no internal overlap,
 // no overlap with index or src; then, as CPU's copy of self into out, no
 // partial overlap with self (out may be self).
-#define SCATTER_OUT(fnname, opname, Op, S, meta_args, params, call_args, src_expr, value_expr, red, \
-                    self_flag)                                                                  \
-    Tensor &fnname params {                                                                     \
-        MetaShape<S> meta(&out);                                                                \
-        meta.meta meta_args;                                                                    \
-        check_out_overlap(out, self);                                                           \
-        Tensor src_t = src_expr;                                                                \
-        if (!scatter_run(self, dim, index, src_t, value_expr, red, self_flag, out, "scatter"))  \
-            return fallback<Op> call_args;                                                      \
-        tracking::record_executed(opname);                                                      \
-        return out;                                                                             \
+#define SCATTER_OUT(fnname, opname, Op, S, meta_args, params, call_args, src_expr, value_expr,     \
+                    red, self_flag)                                                                \
+    Tensor &fnname params {                                                                        \
+        MetaShape<S> meta(&out);                                                                   \
+        meta.meta meta_args;                                                                       \
+        check_out_overlap(out, self);                                                              \
+        Tensor src_t = src_expr;                                                                   \
+        if (!scatter_run(self, dim, index, src_t, value_expr, red, self_flag, out, "scatter"))     \
+            return fallback<Op> call_args;                                                         \
+        tracking::record_executed(opname);                                                         \
+        return out;                                                                                \
     }
 
 SCATTER_OUT(scatter_src_out, "aten::scatter", at::_ops::scatter_src_out,
@@ -647,7 +627,8 @@ SCATTER_OUT(scatter_src_out, "aten::scatter", at::_ops::scatter_src_out,
             (self, dim, index, src, out), src, nullptr, TRN_INDEX_REDUCE_NONE, true)
 SCATTER_OUT(scatter_value_out, "aten::scatter", at::_ops::scatter_value_out,
             at::meta::structured_scatter_value, (self, dim, index, value),
-            (const Tensor &self, int64_t dim, const Tensor &index, const Scalar &value, Tensor &out),
+            (const Tensor &self, int64_t dim, const Tensor &index, const Scalar &value,
+             Tensor &out),
             (self, dim, index, value, out), Tensor(), &value, TRN_INDEX_REDUCE_NONE, true)
 SCATTER_OUT(scatter_reduce_out, "aten::scatter", at::_ops::scatter_reduce_out,
             at::meta::structured_scatter_reduce, (self, dim, index, src, reduce),
@@ -658,7 +639,8 @@ SCATTER_OUT(scatter_value_reduce_out, "aten::scatter", at::_ops::scatter_value_r
             at::meta::structured_scatter_value_reduce, (self, dim, index, value, reduce),
             (const Tensor &self, int64_t dim, const Tensor &index, const Scalar &value,
              c10::string_view reduce, Tensor &out),
-            (self, dim, index, value, reduce, out), Tensor(), &value, reduce_of(reduce, false), true)
+            (self, dim, index, value, reduce, out), Tensor(), &value, reduce_of(reduce, false),
+            true)
 SCATTER_OUT(scatter_add_out, "aten::scatter_add", at::_ops::scatter_add_out,
             at::meta::structured_scatter_add, (self, dim, index, src),
             (const Tensor &self, int64_t dim, const Tensor &index, const Tensor &src, Tensor &out),
@@ -733,7 +715,9 @@ int64_t count_nonzero_sync(const Tensor &t) {
 }
 
 Tensor &nonzero_out(const Tensor &self, Tensor &out) {
-    TORCH_CHECK(out.scalar_type() == at::kLong, "nonzero: Expected out tensor to have scalar type Long but got scalar type", out.scalar_type());
+    TORCH_CHECK(out.scalar_type() == at::kLong,
+                "nonzero: Expected out tensor to have scalar type Long but got scalar type",
+                out.scalar_type());
     check_out_device(out, self.device());
     if (!native(self.scalar_type()) || self.dim() > TRN_INDEX_MAX_DIMS)
         return fallback<at::_ops::nonzero_out>(self, out);
@@ -743,8 +727,8 @@ Tensor &nonzero_out(const Tensor &self, Tensor &out) {
     at::native::resize_output(out, {n, self.dim()});
     if (n > 0 && self.dim() > 0) {
         trn_nz_tensor v = nz_view(self);
-        TRN_CHECK(trn_nonzero_launch(stream_of(self), &v, n, out.data_ptr<int64_t>(),
-                                     out.stride(0), out.stride(1)));
+        TRN_CHECK(trn_nonzero_launch(stream_of(self), &v, n, out.data_ptr<int64_t>(), out.stride(0),
+                                     out.stride(1)));
     }
     tracking::record_executed("aten::nonzero");
     return out;
@@ -760,8 +744,7 @@ Tensor &masked_select_out(const Tensor &self, const Tensor &mask, Tensor &out) {
     TORCH_CHECK(self.scalar_type() == out.scalar_type(),
                 "masked_select(): self and result must have the same scalar type");
     check_out_device(out, self.device());
-    if (!native(self.scalar_type()))
-        return fallback<at::_ops::masked_select_out>(self, mask, out);
+    if (!native(self.scalar_type())) return fallback<at::_ops::masked_select_out>(self, mask, out);
     at::assert_no_internal_overlap(out);
     at::assert_no_overlap(out, self);
     at::assert_no_overlap(out, mask);
@@ -773,8 +756,8 @@ Tensor &masked_select_out(const Tensor &self, const Tensor &mask, Tensor &out) {
     at::native::resize_output(out, {n});
     if (n > 0) {
         trn_nz_tensor src = nz_view(*bs), mv = nz_view(*bm);
-        TRN_CHECK(trn_masked_select_launch(stream_of(self), &src, &mv, n, out.data_ptr(),
-                                           out.stride(0)));
+        TRN_CHECK(
+            trn_masked_select_launch(stream_of(self), &src, &mv, n, out.data_ptr(), out.stride(0)));
     }
     tracking::record_executed("aten::masked_select");
     return out;
@@ -795,18 +778,18 @@ Tensor &cat_out(const at::ITensorListRef &tensors, int64_t dim, Tensor &out) {
     MetaShape<at::meta::structured_cat, /*Alloc=*/false> shape_of;
     shape_of.meta(tensors, dim);
     TORCH_CHECK_TYPE(at::canCast(shape_of.dtype(0), out.scalar_type()),
-                "torch.cat(): input types can't be cast to the desired output type ",
-                out.scalar_type());
+                     "torch.cat(): input types can't be cast to the desired output type ",
+                     out.scalar_type());
     for (const Tensor &t : mat)
         TORCH_CHECK(t.device() == out.device(),
                     "torch.cat(): all input tensors and out must be on the same device, but "
-                    "inputs are on ", t.device(), " and out is on ", out.device());
+                    "inputs are on ",
+                    t.device(), " and out is on ", out.device());
     at::native::resize_output(out, shape_of.sizes(0));
     if (!native(out.scalar_type()) || out.dim() > TRN_INDEX_MAX_DIMS)
         return fallback<at::_ops::cat_out>(tensors, dim, out);
     at::assert_no_internal_overlap(out);
-    for (const Tensor &t : mat)
-        at::assert_no_overlap(out, t);
+    for (const Tensor &t : mat) at::assert_no_overlap(out, t);
     if (out.numel() == 0) {
         tracking::record_executed("aten::cat");
         return out;
@@ -819,8 +802,7 @@ Tensor &cat_out(const at::ITensorListRef &tensors, int64_t dim, Tensor &out) {
             continue;  // legacy empty tensors are skipped
         keep.push_back(t.scalar_type() == out.scalar_type() ? t : t.to(out.scalar_type()));
     }
-    for (const Tensor &t : keep)
-        inputs.push_back({t.data_ptr(), t.strides().data(), t.size(dim)});
+    for (const Tensor &t : keep) inputs.push_back({t.data_ptr(), t.strides().data(), t.size(dim)});
     trn_cat_desc d{};
     d.dtype = *native_dtype(out.scalar_type());
     d.ndim = static_cast<int>(out.dim());
@@ -840,10 +822,13 @@ Tensor &cat_out(const at::ITensorListRef &tensors, int64_t dim, Tensor &out) {
 // cleared (it only ever receives the rows whose index is padding_idx).
 // ---------------------------------------------------------------------------
 void fill_zero(const Tensor &t) {
-    if (t.numel() == 0)
-        return;
-    auto iter = at::TensorIteratorConfig().set_check_mem_overlap(false).check_all_same_dtype(false).resize_outputs(false)
-                    .add_output(t).build();
+    if (t.numel() == 0) return;
+    auto iter = at::TensorIteratorConfig()
+                    .set_check_mem_overlap(false)
+                    .check_all_same_dtype(false)
+                    .resize_outputs(false)
+                    .add_output(t)
+                    .build();
     IndexLaunch l;
     l.scatter = 1;
     launch_iter(iter, t.scalar_type(), -1, 1, l);
@@ -853,8 +838,8 @@ Tensor embedding_dense_backward(const Tensor &grad, const Tensor &indices, int64
                                 int64_t padding_idx, bool scale_grad_by_freq) {
     if (scale_grad_by_freq || !native(grad.scalar_type()) || grad.is_complex() ||
         (indices.scalar_type() != at::kLong && indices.scalar_type() != at::kInt))
-        return fallback<at::_ops::embedding_dense_backward>(grad, indices, num_weights,
-                                                            padding_idx, scale_grad_by_freq);
+        return fallback<at::_ops::embedding_dense_backward>(grad, indices, num_weights, padding_idx,
+                                                            scale_grad_by_freq);
     const int64_t width = grad.size(-1);
     Tensor weight = at::empty({num_weights, width}, grad.options());
     fill_zero(weight);
@@ -863,8 +848,7 @@ Tensor embedding_dense_backward(const Tensor &grad, const Tensor &indices, int64
     if (flat_idx.numel() > 0)
         TORCH_CHECK(index_add_run(weight, 0, flat_idx, flat_grad, 1, weight, false),
                     "embedding_dense_backward: unsupported input");
-    if (padding_idx >= 0 && padding_idx < num_weights)
-        fill_zero(weight.select(0, padding_idx));
+    if (padding_idx >= 0 && padding_idx < num_weights) fill_zero(weight.select(0, padding_idx));
     tracking::record_executed("aten::embedding_dense_backward");
     return weight;
 }

@@ -37,7 +37,8 @@ void run_isin(const Tensor &elements, const Tensor &test, bool invert, const Ten
                 elements.device(), " and ", test.device());
     const auto common = at::result_type(elements, test);
     auto dt = native_dtype(common);
-    TORCH_CHECK(dt && trn_isin_supports(*dt), "isin: dtype ", common, " is not supported on neuron");
+    TORCH_CHECK(dt && trn_isin_supports(*dt), "isin: dtype ", common,
+                " is not supported on neuron");
     Tensor el = elements.to(common).contiguous();
     Tensor te = test.to(common).contiguous();
     const bool direct = out.is_contiguous() && !out_aliases(out, el, te);
@@ -51,8 +52,7 @@ void run_isin(const Tensor &elements, const Tensor &test, bool invert, const Ten
     d.test_elements = te.const_data_ptr();
     d.out = static_cast<uint8_t *>(dst.data_ptr());
     TRN_CHECK(trn_isin_launch(current_trn_stream(out.device().index()), &d));
-    if (!dst.is_same(out))
-        out.copy_(dst);
+    if (!dst.is_same(out)) out.copy_(dst);
     tracking::record_executed("aten::isin");
 }
 

@@ -26,10 +26,8 @@ using at::Scalar;
 using at::Tensor;
 
 Tensor reduce(const Tensor &loss, int64_t reduction) {
-    if (reduction == at::Reduction::Mean)
-        return at::mean(loss);
-    if (reduction == at::Reduction::Sum)
-        return at::sum(loss);
+    if (reduction == at::Reduction::Mean) return at::mean(loss);
+    if (reduction == at::Reduction::Sum) return at::sum(loss);
     return loss;
 }
 
@@ -58,20 +56,17 @@ double grad_norm(const Tensor &self, int64_t reduction) {
 // sgn: sign for real dtypes.
 // ---------------------------------------------------------------------------
 Tensor sgn(const Tensor &self) {
-    if (self.is_complex())
-        return fallback<at::_ops::sgn>(self);
+    if (self.is_complex()) return fallback<at::_ops::sgn>(self);
     tracking::record_executed("aten::sgn");
     return at::sign(self);
 }
 Tensor &sgn_(Tensor &self) {
-    if (self.is_complex())
-        return fallback<at::_ops::sgn_>(self);
+    if (self.is_complex()) return fallback<at::_ops::sgn_>(self);
     tracking::record_executed("aten::sgn");
     return self.sign_();
 }
 Tensor &sgn_out(const Tensor &self, Tensor &out) {
-    if (self.is_complex() || out.is_complex())
-        return fallback<at::_ops::sgn_out>(self, out);
+    if (self.is_complex() || out.is_complex()) return fallback<at::_ops::sgn_out>(self, out);
     tracking::record_executed("aten::sgn");
     return at::sign_out(out, self);
 }
@@ -85,8 +80,7 @@ Tensor smooth_l1_loss(const Tensor &self, const Tensor &target, int64_t reductio
         return fallback<at::_ops::smooth_l1_loss>(self, target, reduction, beta);
     tracking::record_executed("aten::smooth_l1_loss");
     Tensor z = at::abs(at::sub(up(self), up(target)));
-    if (beta == 0)
-        return reduce(down(z, self), reduction);
+    if (beta == 0) return reduce(down(z, self), reduction);
     Tensor quad = at::mul(at::mul(z, z), Scalar(0.5 / beta));
     Tensor lin = at::sub(z, Scalar(0.5 * beta));
     return reduce(down(at::where(at::lt(z, Scalar(beta)), quad, lin), self), reduction);
@@ -166,8 +160,7 @@ Tensor binary_cross_entropy(const Tensor &self, const Tensor &target,
     Tensor log_1mx = at::clamp_min(at::log1p(at::neg(x)), Scalar(-100));
     // (t - 1) log(1 - x) - t log(x)
     Tensor loss = at::sub(at::mul(at::sub(t, Scalar(1)), log_1mx), at::mul(t, log_x));
-    if (weight && weight->defined())
-        loss = at::mul(loss, up(*weight));
+    if (weight && weight->defined()) loss = at::mul(loss, up(*weight));
     return reduce(down(loss, self), reduction);
 }
 Tensor binary_cross_entropy_backward(const Tensor &grad_output, const Tensor &self,
@@ -179,8 +172,7 @@ Tensor binary_cross_entropy_backward(const Tensor &grad_output, const Tensor &se
     Tensor denom = at::clamp_min(at::mul(at::rsub(x, Scalar(1)), x), Scalar(1e-12));
     Tensor g = at::div(at::sub(x, up(target)), denom);
     g = at::mul(at::mul(g, Scalar(grad_norm(self, reduction))), up(grad_output));
-    if (weight && weight->defined())
-        g = at::mul(g, up(*weight));
+    if (weight && weight->defined()) g = at::mul(g, up(*weight));
     return down(g, self);
 }
 
@@ -188,8 +180,8 @@ Tensor binary_cross_entropy_backward(const Tensor &grad_output, const Tensor &se
 // log_sigmoid: min(x, 0) - log1p(exp(-|x|)). CPU's buffer is empty; so is ours.
 // ---------------------------------------------------------------------------
 std::tuple<Tensor, Tensor> log_sigmoid_forward(const Tensor &self) {
-    TORCH_CHECK(self.is_floating_point(), "log_sigmoid_forward: expected a floating point input, got ",
-                self.scalar_type());
+    TORCH_CHECK(self.is_floating_point(),
+                "log_sigmoid_forward: expected a floating point input, got ", self.scalar_type());
     tracking::record_executed("aten::log_sigmoid_forward");
     Tensor x = up(self);
     Tensor out = at::sub(at::clamp_max(x, Scalar(0)), at::log1p(at::exp(at::neg(at::abs(x)))));
@@ -214,8 +206,9 @@ Tensor xlogy_impl(const Tensor &self, const Tensor &other, at::ScalarType type) 
 }
 at::ScalarType xlogy_type(const Tensor &self, const Tensor &other) {
     auto t = at::result_type(self, other);
-    return at::isIntegralType(t, /*includeBool=*/true) ? c10::typeMetaToScalarType(at::get_default_dtype())
-                                                        : t;
+    return at::isIntegralType(t, /*includeBool=*/true)
+               ? c10::typeMetaToScalarType(at::get_default_dtype())
+               : t;
 }
 // Complex operands: the CPU path (ATen's xlogy has no complex kernel).
 Tensor xlogy(const Tensor &self, const Tensor &other) {

@@ -55,8 +55,8 @@ namespace neuron {
 // (ATen/MemoryOverlap.h).
 // ---------------------------------------------------------------------------
 inline void check_out_device(const at::Tensor &out, at::Device device) {
-    TORCH_CHECK(out.device() == device, "Expected out tensor to have device ", device,
-                ", but got ", out.device(), " instead");
+    TORCH_CHECK(out.device() == device, "Expected out tensor to have device ", device, ", but got ",
+                out.device(), " instead");
 }
 
 inline void check_out(const at::Tensor &out, at::ScalarType dtype, at::Device device) {
@@ -67,12 +67,10 @@ inline void check_out(const at::Tensor &out, at::ScalarType dtype, at::Device de
 
 namespace detail {
 inline void no_partial_overlap(const at::Tensor &out, const at::Tensor &in) {
-    if (in.defined() && !in.is_same(out))
-        at::assert_no_partial_overlap(out, in);
+    if (in.defined() && !in.is_same(out)) at::assert_no_partial_overlap(out, in);
 }
 inline void no_partial_overlap(const at::Tensor &out, const std::optional<at::Tensor> &in) {
-    if (in)
-        no_partial_overlap(out, *in);
+    if (in) no_partial_overlap(out, *in);
 }
 inline bool may_share(const at::Tensor &out, const at::Tensor &in) {
     return in.defined() && at::get_overlap_status(out, in) != at::MemOverlapStatus::No;
@@ -88,13 +86,11 @@ void check_out_overlap(const at::Tensor &out, const Inputs &...inputs) {
     (detail::no_partial_overlap(out, inputs), ...);
 }
 
-template <typename... Inputs>
-bool out_aliases(const at::Tensor &out, const Inputs &...inputs) {
+template <typename... Inputs> bool out_aliases(const at::Tensor &out, const Inputs &...inputs) {
     return (detail::may_share(out, inputs) || ...);
 }
 
-template <typename Structured, bool Alloc = true, int N = 2>
-struct MetaShape final : Structured {
+template <typename Structured, bool Alloc = true, int N = 2> struct MetaShape final : Structured {
     explicit MetaShape(const at::Tensor *out0 = nullptr, const at::Tensor *out1 = nullptr)
         : given_{out0, out1} {}
 
@@ -108,8 +104,7 @@ struct MetaShape final : Structured {
     }
     const at::Tensor &maybe_get_output(int64_t i) override {
         static const at::Tensor undefined;
-        if (i < 0 || i >= N)
-            return undefined;
+        if (i < 0 || i >= N) return undefined;
         return given_[i] != nullptr ? *given_[i] : outputs_[i];
     }
 

@@ -52,8 +52,8 @@ Pool2d pool2d_setup(const char *name, const Tensor &input, at::IntArrayRef kerne
     g.pw = padding.size() == 1 ? g.ph : padding[1];
     g.dh = dilation[0];
     g.dw = dilation.size() == 1 ? g.dh : dilation[1];
-    TORCH_CHECK(g.kw > 0 && g.kh > 0, "kernel size should be greater than zero, but got kH: ",
-                g.kh, " kW: ", g.kw);
+    TORCH_CHECK(g.kw > 0 && g.kh > 0, "kernel size should be greater than zero, but got kH: ", g.kh,
+                " kW: ", g.kw);
     TORCH_CHECK(g.sw > 0 && g.sh > 0, "stride should be greater than zero, but got dH: ", g.sh,
                 " dW: ", g.sw);
     TORCH_CHECK(g.dh > 0 && g.dw > 0,
@@ -66,19 +66,19 @@ Pool2d pool2d_setup(const char *name, const Tensor &input, at::IntArrayRef kerne
     g.in_w = input.size(-1);
     TORCH_CHECK(p.c > 0 && g.in_h > 0 && g.in_w > 0,
                 "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for "
-                "input, but got:", input.sizes());
+                "input, but got:",
+                input.sizes());
     g.out_h = pool_out(g.in_h, g.kh, g.ph, g.sh, g.dh, ceil);
     g.out_w = pool_out(g.in_w, g.kw, g.pw, g.sw, g.dw, ceil);
-    TORCH_CHECK(g.out_w >= 1 && g.out_h >= 1, "Given input size: (", p.c, "x", g.in_h, "x",
-                g.in_w, "). Calculated output size: (", p.c, "x", g.out_h, "x", g.out_w,
+    TORCH_CHECK(g.out_w >= 1 && g.out_h >= 1, "Given input size: (", p.c, "x", g.in_h, "x", g.in_w,
+                "). Calculated output size: (", p.c, "x", g.out_h, "x", g.out_w,
                 "). Output size is too small");
     g.planes = p.n * p.c;
     return p;
 }
 
 std::vector<int64_t> out_sizes(const Pool2d &p) {
-    if (p.batched)
-        return {p.n, p.c, p.g.out_h, p.g.out_w};
+    if (p.batched) return {p.n, p.c, p.g.out_h, p.g.out_w};
     return {p.c, p.g.out_h, p.g.out_w};
 }
 
@@ -91,13 +91,12 @@ Tensor like_input(const Tensor &t, const Tensor &input) {
 trn_stream *stream_of(const Tensor &t) { return current_trn_stream(t.device().index()); }
 
 std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor &input, at::IntArrayRef kernel,
-                                                   at::IntArrayRef stride,
-                                                   at::IntArrayRef padding,
+                                                   at::IntArrayRef stride, at::IntArrayRef padding,
                                                    at::IntArrayRef dilation, bool ceil) {
     auto dt = native_dtype(input.scalar_type());
     if (!dt || !trn_pool_supports(*dt))
-        return fallback<at::_ops::max_pool2d_with_indices>(input, kernel, stride, padding,
-                                                           dilation, ceil);
+        return fallback<at::_ops::max_pool2d_with_indices>(input, kernel, stride, padding, dilation,
+                                                           ceil);
     Pool2d p = pool2d_setup("max_pool2d", input, kernel, stride, padding, dilation, ceil);
     const Tensor x = input.contiguous();
     Tensor y = at::empty(out_sizes(p), input.options());
@@ -129,7 +128,8 @@ Tensor max_pool2d_with_indices_backward(const Tensor &grad_out, const Tensor &in
                 "max_pool2d_with_indices_backward: expected grad_output and indices of size ",
                 at::IntArrayRef(osz), ", got ", grad_out.sizes(), " and ", indices.sizes());
     const Tensor dy = grad_out.contiguous(), ix = indices.contiguous();
-    Tensor dx = at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
+    Tensor dx =
+        at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
     trn_pool2d_backward_desc d{};
     d.dtype = *dt;
     d.mode = TRN_POOL_MAX;
@@ -186,7 +186,8 @@ Tensor avg_pool2d_backward(const Tensor &grad_out, const Tensor &input, at::IntA
     TORCH_CHECK(grad_out.sizes().equals(osz), "avg_pool2d_backward: expected grad_output of size ",
                 at::IntArrayRef(osz), ", got ", grad_out.sizes());
     const Tensor dy = grad_out.contiguous();
-    Tensor dx = at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
+    Tensor dx =
+        at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
     trn_pool2d_backward_desc d{};
     d.dtype = *dt;
     d.mode = TRN_POOL_AVG;

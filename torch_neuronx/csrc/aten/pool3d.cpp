@@ -96,7 +96,8 @@ Tensor run_backward(const Tensor &grad_out, const Tensor &input, const Tensor &i
                 ": expected indices of size ", at::IntArrayRef(osz), ", got ", indices.sizes());
     const Tensor dy = grad_out.contiguous();
     const Tensor ix = mode == TRN_POOL_MAX ? indices.contiguous() : Tensor();
-    Tensor dx = at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
+    Tensor dx =
+        at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
     trn_pool3d_backward_desc d{};
     d.dtype = *native_dtype(input.scalar_type());
     d.mode = mode;
@@ -145,28 +146,28 @@ Vol pool3d_setup(const char *name, const Tensor &input, at::IntArrayRef kernel,
     for (int64_t i = input.dim() == 5 ? 1 : 0; i < input.dim(); i++)
         TORCH_CHECK(input.size(i) > 0, name,
                     ": Expected input's non-batch dimensions to have positive length, but "
-                    "input has a shape of ", input.sizes(), " and non-batch dimension ",
-                    input.size(i), " has length zero!");
+                    "input has a shape of ",
+                    input.sizes(), " and non-batch dimension ", input.size(i), " has length zero!");
     for (int i = 0; i < 3; i++)
         TORCH_CHECK(g.k[i] / 2 >= g.p[i],
                     "pad should be smaller than or equal to half of kernel size, but got kT: ",
-                    g.k[0], " kW: ", g.k[2], " kH: ", g.k[1], " padT: ", g.p[0], " padW: ",
-                    g.p[2], " padH: ", g.p[1]);
-    for (int i = 0; i < 3; i++) g.out[i] = pool_out(g.in[i], g.k[i], g.p[i], g.s[i], g.dil[i], ceil);
+                    g.k[0], " kW: ", g.k[2], " kH: ", g.k[1], " padT: ", g.p[0], " padW: ", g.p[2],
+                    " padH: ", g.p[1]);
+    for (int i = 0; i < 3; i++)
+        g.out[i] = pool_out(g.in[i], g.k[i], g.p[i], g.s[i], g.dil[i], ceil);
     TORCH_CHECK(g.out[0] >= 1 && g.out[1] >= 1 && g.out[2] >= 1, "Given input size: (",
                 input.size(-4), "x", g.in[0], "x", g.in[1], "x", g.in[2],
-                "). Calculated output size: (", input.size(-4), "x", g.out[0], "x", g.out[1],
-                "x", g.out[2], "). Output size is too small");
+                "). Calculated output size: (", input.size(-4), "x", g.out[0], "x", g.out[1], "x",
+                g.out[2], "). Output size is too small");
     return v;
 }
 
 std::tuple<Tensor, Tensor> max_pool3d_with_indices(const Tensor &input, at::IntArrayRef kernel,
-                                                   at::IntArrayRef stride,
-                                                   at::IntArrayRef padding,
+                                                   at::IntArrayRef stride, at::IntArrayRef padding,
                                                    at::IntArrayRef dilation, bool ceil) {
     if (!native_ok(input))
-        return fallback<at::_ops::max_pool3d_with_indices>(input, kernel, stride, padding,
-                                                           dilation, ceil);
+        return fallback<at::_ops::max_pool3d_with_indices>(input, kernel, stride, padding, dilation,
+                                                           ceil);
     Vol v = pool3d_setup("max_pool3d", input, kernel, stride, padding, dilation, ceil);
     return run_forward(input, v, 3, TRN_POOL_MAX, "aten::max_pool3d_with_indices");
 }
@@ -212,8 +213,7 @@ Tensor avg_pool3d_backward(const Tensor &grad_out, const Tensor &input, at::IntA
         return fallback<at::_ops::avg_pool3d_backward>(grad_out, input, kernel, stride, padding,
                                                        ceil, count_include_pad, divisor);
     Vol v = avg3d_setup(input, kernel, stride, padding, ceil, count_include_pad, divisor);
-    return run_backward(grad_out, input, Tensor(), v, 3, TRN_POOL_AVG,
-                        "aten::avg_pool3d_backward");
+    return run_backward(grad_out, input, Tensor(), v, 3, TRN_POOL_AVG, "aten::avg_pool3d_backward");
 }
 
 // ---- adaptive pooling ----------------------------------------------------------
@@ -227,11 +227,13 @@ Vol adaptive_setup(const char *name, const Tensor &input, at::IntArrayRef output
     for (int64_t i = input.dim() - sd - 1; i < input.dim(); i++)
         TORCH_CHECK(input.size(i) > 0, name,
                     "(): Expected input to have non-zero size for non-batch dimensions, but "
-                    "input has sizes ", input.sizes(), " with dimension ", i, " being empty");
+                    "input has sizes ",
+                    input.sizes(), " with dimension ", i, " being empty");
     for (int i = 0; i < sd; i++)
         TORCH_CHECK(output_size[i] >= 0, name,
                     ": elements of output_size must be greater than or equal to 0 but "
-                    "received ", output_size);
+                    "received ",
+                    output_size);
     Vol v = vol_of(input, sd);
     v.g.adaptive = 1;
     for (int i = 0; i < sd; i++) v.g.out[3 - sd + i] = output_size[i];
@@ -250,26 +252,23 @@ Tensor adaptive_avg(const Tensor &input, c10::SymIntArrayRef sym_out, int sd) {
     const at::IntArrayRef out = C10_AS_INTARRAYREF_SLOW(sym_out);
     const char *name = sd == 2 ? "adaptive_avg_pool2d" : "adaptive_avg_pool3d";
     Vol v = adaptive_setup(name, input, out, sd);
-    return std::get<0>(run_forward(input, v, sd, TRN_POOL_AVG,
-                                   sd == 2 ? "aten::_adaptive_avg_pool2d"
-                                           : "aten::_adaptive_avg_pool3d"));
+    return std::get<0>(
+        run_forward(input, v, sd, TRN_POOL_AVG,
+                    sd == 2 ? "aten::_adaptive_avg_pool2d" : "aten::_adaptive_avg_pool3d"));
 }
 
-template <typename Op, typename... Args>
-decltype(auto) fallback_sym(Args &&...args) {
+template <typename Op, typename... Args> decltype(auto) fallback_sym(Args &&...args) {
     return at::native::call_fallback_fn_symint<&cpu_fallback, Op>::call(
         std::forward<Args>(args)...);
 }
 
 Tensor adaptive_avg_pool2d(const Tensor &input, c10::SymIntArrayRef out) {
-    if (!native_ok(input))
-        return fallback_sym<at::_ops::_adaptive_avg_pool2d>(input, out);
+    if (!native_ok(input)) return fallback_sym<at::_ops::_adaptive_avg_pool2d>(input, out);
     return adaptive_avg(input, out, 2);
 }
 
 Tensor adaptive_avg_pool3d(const Tensor &input, c10::SymIntArrayRef out) {
-    if (!native_ok(input))
-        return fallback_sym<at::_ops::_adaptive_avg_pool3d>(input, out);
+    if (!native_ok(input)) return fallback_sym<at::_ops::_adaptive_avg_pool3d>(input, out);
     return adaptive_avg(input, out, 3);
 }
 
@@ -294,15 +293,13 @@ Tensor adaptive_avg_pool3d_backward(const Tensor &grad_out, const Tensor &input)
 }
 
 std::tuple<Tensor, Tensor> adaptive_max_pool2d(const Tensor &input, at::IntArrayRef out) {
-    if (!native_ok(input))
-        return fallback<at::_ops::adaptive_max_pool2d>(input, out);
+    if (!native_ok(input)) return fallback<at::_ops::adaptive_max_pool2d>(input, out);
     Vol v = adaptive_setup("adaptive_max_pool2d", input, out, 2);
     return run_forward(input, v, 2, TRN_POOL_MAX, "aten::adaptive_max_pool2d");
 }
 
 std::tuple<Tensor, Tensor> adaptive_max_pool3d(const Tensor &input, at::IntArrayRef out) {
-    if (!native_ok(input))
-        return fallback<at::_ops::adaptive_max_pool3d>(input, out);
+    if (!native_ok(input)) return fallback<at::_ops::adaptive_max_pool3d>(input, out);
     Vol v = adaptive_setup("adaptive_max_pool3d", input, out, 3);
     return run_forward(input, v, 3, TRN_POOL_MAX, "aten::adaptive_max_pool3d");
 }

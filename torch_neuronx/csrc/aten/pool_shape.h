@@ -19,8 +19,7 @@ inline int64_t pool_out(int64_t in, int64_t k, int64_t pad, int64_t stride, int6
                 ", kernel_size=", k, " and dilation=", dil);
     const int64_t num = in + 2 * pad - dil * (k - 1) - 1 + (ceil ? stride - 1 : 0);
     int64_t out = (num >= 0 ? num / stride : -((-num + stride - 1) / stride)) + 1;
-    if (ceil && (out - 1) * stride >= in + pad)
-        --out;
+    if (ceil && (out - 1) * stride >= in + pad) --out;
     return out;
 }
 

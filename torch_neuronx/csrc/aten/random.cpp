@@ -35,8 +35,7 @@ bool is_float_dtype(const Tensor &t) {
 // Fills `self` (any layout: a contiguous staging tensor when needed).
 Tensor &run(Tensor &self, trn_random_dist dist, double a, double b, int64_t from, uint64_t range,
             const std::optional<at::Generator> &gen, const char *name) {
-    if (self.numel() == 0)
-        return self;
+    if (self.numel() == 0) return self;
     Tensor work = self.is_contiguous() ? self : at::empty_like(self, at::MemoryFormat::Contiguous);
     trn_random_desc d{};
     d.dist = dist;
@@ -47,13 +46,11 @@ Tensor &run(Tensor &self, trn_random_dist dist, double a, double b, int64_t from
     d.b = b;
     d.from = from;
     d.range = range;
-    const CounterRange r = reserve_counters(gen, self.device().index(),
-                                            static_cast<uint64_t>(d.n));
+    const CounterRange r = reserve_counters(gen, self.device().index(), static_cast<uint64_t>(d.n));
     d.seed = r.seed;
     d.offset = r.offset;
     TRN_CHECK(trn_random_launch(current_trn_stream(self.device().index()), &d));
-    if (!work.is_same(self))
-        self.copy_(work);
+    if (!work.is_same(self)) self.copy_(work);
     tracking::record_executed(name);
     return self;
 }
@@ -66,8 +63,9 @@ void check_uniform_bounds(const Tensor &self, double from, double to) {
         const auto hi = static_cast<double>(std::numeric_limits<scalar_t>::max());
         TORCH_CHECK(from >= lo && from <= hi, "from is out of bounds for ", self.dtype());
         TORCH_CHECK(to >= lo && to <= hi, "to is out of bounds for ", self.dtype());
-        TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=",
-                    from, " > to=", to);
+        TORCH_CHECK(from <= to,
+                    "uniform_ expects to return a [from, to) range, but found from=", from,
+                    " > to=", to);
         TORCH_CHECK((to - from) <= std::numeric_limits<scalar_t>::max(),
                     "uniform_ expects to-from <= std::numeric_limits<",
                     toString(self.scalar_type()), ">::max(), but found to=", to, " and from=", from,
@@ -76,30 +74,26 @@ void check_uniform_bounds(const Tensor &self, double from, double to) {
 }
 
 Tensor &uniform_(Tensor &self, double from, double to, std::optional<at::Generator> gen) {
-    if (!is_float_dtype(self))
-        return fallback<at::_ops::uniform_>(self, from, to, gen);
+    if (!is_float_dtype(self)) return fallback<at::_ops::uniform_>(self, from, to, gen);
     check_uniform_bounds(self, from, to);
     return run(self, TRN_RANDOM_UNIFORM, from, to, 0, 0, gen, "aten::uniform_");
 }
 
 Tensor &normal_(Tensor &self, double mean, double std, std::optional<at::Generator> gen) {
     TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
-    if (!is_float_dtype(self))
-        return fallback<at::_ops::normal_>(self, mean, std, gen);
+    if (!is_float_dtype(self)) return fallback<at::_ops::normal_>(self, mean, std, gen);
     return run(self, TRN_RANDOM_NORMAL, mean, std, 0, 0, gen, "aten::normal_");
 }
 
 Tensor &exponential_(Tensor &self, double lambd, std::optional<at::Generator> gen) {
     TORCH_CHECK(lambd > 0.0, "exponential_ expects lambda > 0.0, but found lambda=", lambd);
-    if (!is_float_dtype(self))
-        return fallback<at::_ops::exponential_>(self, lambd, gen);
+    if (!is_float_dtype(self)) return fallback<at::_ops::exponential_>(self, lambd, gen);
     return run(self, TRN_RANDOM_EXPONENTIAL, lambd, 0, 0, 0, gen, "aten::exponential_");
 }
 
 Tensor &log_normal_(Tensor &self, double mean, double std, std::optional<at::Generator> gen) {
     TORCH_CHECK(std > 0.0, "log_normal_ expects std > 0.0, but found std=", std);
-    if (!is_float_dtype(self))
-        return fallback<at::_ops::log_normal_>(self, mean, std, gen);
+    if (!is_float_dtype(self)) return fallback<at::_ops::log_normal_>(self, mean, std, gen);
     return run(self, TRN_RANDOM_LOG_NORMAL, mean, std, 0, 0, gen, "aten::log_normal_");
 }
 
@@ -107,9 +101,9 @@ Tensor &cauchy_(Tensor &self, double median, double sigma, std::optional<at::Gen
     TORCH_CHECK(sigma > 0.0, "cauchy_ expects sigma > 0.0, but found sigma=", sigma);
     TORCH_CHECK(at::isFloatingType(self.scalar_type()),
                 "Cauchy distribution is a continuous probability distribution. dtype must be a "
-                "floating point but you specified ", self.dtype());
-    if (!is_float_dtype(self))
-        return fallback<at::_ops::cauchy_>(self, median, sigma, gen);
+                "floating point but you specified ",
+                self.dtype());
+    if (!is_float_dtype(self)) return fallback<at::_ops::cauchy_>(self, median, sigma, gen);
     return run(self, TRN_RANDOM_CAUCHY, median, sigma, 0, 0, gen, "aten::cauchy_");
 }
 
@@ -161,12 +155,15 @@ Tensor &random_from(Tensor &self, int64_t from, std::optional<int64_t> to,
     TORCH_CHECK(from < to_ex, "random_ expects 'from' to be less than 'to', but got from=", from,
                 " >= to=", to_ex);
     if (at::isFloatingType(self.scalar_type())) {
-        AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "random_", [&] {
-            from = at::native::templates::update_from<scalar_t>(from);
-            to_ex = at::native::templates::update_to<scalar_t>(to_ex);
-            TORCH_CHECK(from < to_ex, "random_ expects 'from' casted to dtype to be less than 'to' "
-                        "casted to dtype, but got from=", from, " >= to=", to_ex);
-        });
+        AT_DISPATCH_FLOATING_TYPES_AND2(
+            at::kHalf, at::kBFloat16, self.scalar_type(), "random_", [&] {
+                from = at::native::templates::update_from<scalar_t>(from);
+                to_ex = at::native::templates::update_to<scalar_t>(to_ex);
+                TORCH_CHECK(from < to_ex,
+                            "random_ expects 'from' casted to dtype to be less than 'to' "
+                            "casted to dtype, but got from=",
+                            from, " >= to=", to_ex);
+            });
     }
     at::native::templates::check_from_to_in_range(from, to_ex - 1, self.dtype());
     const uint64_t range = static_cast<uint64_t>(to_ex) - static_cast<uint64_t>(from);
@@ -174,26 +171,26 @@ Tensor &random_from(Tensor &self, int64_t from, std::optional<int64_t> to,
 }
 
 Tensor &random_to(Tensor &self, int64_t to, std::optional<at::Generator> gen) {
-    if (!random_ok(self))
-        return fallback<at::_ops::random__to>(self, to, gen);
+    if (!random_ok(self)) return fallback<at::_ops::random__to>(self, to, gen);
     TORCH_CHECK(0 < to, "random_ expects 'from' to be less than 'to', but got from=0 >= to=", to);
     int64_t from = 0;
     if (at::isFloatingType(self.scalar_type())) {
-        AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "random_", [&] {
-            from = at::native::templates::update_from<scalar_t>(from);
-            to = at::native::templates::update_to<scalar_t>(to);
-            TORCH_CHECK(from < to, "random_ expects 'from' casted to dtype to be less than 'to' "
-                        "casted to dtype, but got from=", from, " >= to=", to);
-        });
+        AT_DISPATCH_FLOATING_TYPES_AND2(
+            at::kHalf, at::kBFloat16, self.scalar_type(), "random_", [&] {
+                from = at::native::templates::update_from<scalar_t>(from);
+                to = at::native::templates::update_to<scalar_t>(to);
+                TORCH_CHECK(from < to,
+                            "random_ expects 'from' casted to dtype to be less than 'to' "
+                            "casted to dtype, but got from=",
+                            from, " >= to=", to);
+            });
     }
     at::native::templates::check_from_to_in_range(from, to - 1, self.dtype());
-    return run(self, TRN_RANDOM_INTEGER, 0, 0, 0, static_cast<uint64_t>(to), gen,
-               "aten::random_");
+    return run(self, TRN_RANDOM_INTEGER, 0, 0, 0, static_cast<uint64_t>(to), gen, "aten::random_");
 }
 
 Tensor &random_default(Tensor &self, std::optional<at::Generator> gen) {
-    if (!random_ok(self))
-        return fallback<at::_ops::random_>(self, gen);
+    if (!random_ok(self)) return fallback<at::_ops::random_>(self, gen);
     return run(self, TRN_RANDOM_INTEGER, 0, 0, 0, default_range(self.scalar_type()), gen,
                "aten::random_");
 }

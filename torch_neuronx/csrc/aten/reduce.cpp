@@ -62,13 +62,11 @@ Tensor meta_out(const Tensor &out) {
 }
 
 void resize_to(Tensor &out, IntArrayRef sizes) {
-    if (out.sizes() != sizes)
-        at::native::resize_output(out, sizes);
+    if (out.sizes() != sizes) at::native::resize_output(out, sizes);
 }
 
 void resize_like_meta(Tensor &out, const Tensor &m) {
-    if (out.sizes() != m.sizes())
-        at::native::resize_output(out, m.sizes());
+    if (out.sizes() != m.sizes()) at::native::resize_output(out, m.sizes());
 }
 
 bool native_ok(trn_reduce_op op, ScalarType in, ScalarType out) {
@@ -102,12 +100,14 @@ void run_reduce(trn_reduce_op op, const Tensor &self, const DimMask &mask, const
     if (out.numel() != 0) {
         Tensor in = self.scalar_type() == compute ? self : self.to(compute);
         const ScalarType kout = kernel_out_dtype(op, compute);
-        Tensor o = out.scalar_type() == kout ? out : at::empty(out.sizes(), out.options().dtype(kout));
+        Tensor o =
+            out.scalar_type() == kout ? out : at::empty(out.sizes(), out.options().dtype(kout));
         const ScalarType kout2 = (op == TRN_REDUCE_MAX || op == TRN_REDUCE_MIN) ? at::kLong : kout;
         Tensor o2;
         if (out2)
-            o2 = out2->scalar_type() == kout2 ? *out2
-                                               : at::empty(out2->sizes(), out2->options().dtype(kout2));
+            o2 = out2->scalar_type() == kout2
+                     ? *out2
+                     : at::empty(out2->sizes(), out2->options().dtype(kout2));
         const int64_t nd = in.dim();
         const bool keep = out.dim() == nd;
         std::vector<int64_t> osz, ois, oos, oos2, isz, iis;
@@ -141,10 +141,8 @@ void run_reduce(trn_reduce_op op, const Tensor &self, const DimMask &mask, const
         desc.in_inner_strides = iis.data();
         desc.param = param;
         TRN_CHECK(trn_reduce_launch(current_trn_stream(out.device().index()), &desc));
-        if (!o.is_same(out))
-            const_cast<Tensor &>(out).copy_(o);
-        if (out2 && !o2.is_same(*out2))
-            const_cast<Tensor &>(*out2).copy_(o2);
+        if (!o.is_same(out)) const_cast<Tensor &>(out).copy_(o);
+        if (out2 && !o2.is_same(*out2)) const_cast<Tensor &>(*out2).copy_(o2);
     }
     tracking::record_executed(name);
 }
@@ -161,8 +159,7 @@ at::DimVector reduced_shape(const Tensor &self, OptionalIntArrayRef dim, bool ke
 
 DimMask mask_one(int64_t dim, int64_t ndim) {
     DimMask m;
-    if (ndim > 0)
-        m.set(c10::maybe_wrap_dim(dim, ndim));
+    if (ndim > 0) m.set(c10::maybe_wrap_dim(dim, ndim));
     return m;
 }
 
@@ -181,8 +178,7 @@ struct DtypeReduceOp {
     static Tensor fn(const Tensor &self, Dim dim, bool keepdim, std::optional<ScalarType> dtype) {
         MetaShape<S> m;
         m.meta(self, dim, keepdim, dtype);
-        if (!supported(OP, m.dtype(0)))
-            return fallback<FnOp>(self, dim, keepdim, dtype);
+        if (!supported(OP, m.dtype(0))) return fallback<FnOp>(self, dim, keepdim, dtype);
         Tensor out = m.output(0);
         run_reduce(OP, self, mask_for(dim, self.dim()), out, nullptr, 0, m.dtype(0), FnOp::name);
         return out;
@@ -201,18 +197,17 @@ struct DtypeReduceOp {
     }
 };
 
-using SumOp = DtypeReduceOp<at::_ops::sum_dim_IntList, at::_ops::sum_IntList_out,
-                            at::meta::structured_sum_dim_IntList, TRN_REDUCE_SUM,
-                            OptionalIntArrayRef>;
-using MeanOp = DtypeReduceOp<at::_ops::mean_dim, at::_ops::mean_out,
-                             at::meta::structured_mean_dim, TRN_REDUCE_MEAN, OptionalIntArrayRef>;
+using SumOp =
+    DtypeReduceOp<at::_ops::sum_dim_IntList, at::_ops::sum_IntList_out,
+                  at::meta::structured_sum_dim_IntList, TRN_REDUCE_SUM, OptionalIntArrayRef>;
+using MeanOp = DtypeReduceOp<at::_ops::mean_dim, at::_ops::mean_out, at::meta::structured_mean_dim,
+                             TRN_REDUCE_MEAN, OptionalIntArrayRef>;
 using ProdOp = DtypeReduceOp<at::_ops::prod_dim_int, at::_ops::prod_int_out,
                              at::meta::structured_prod_dim_int, TRN_REDUCE_PROD, int64_t>;
 
 Tensor prod_full(const Tensor &self, std::optional<ScalarType> dtype) {
     const ScalarType t = at::native::get_dtype_from_self(self, dtype, /*promote_integers=*/true);
-    if (!supported(TRN_REDUCE_PROD, t))
-        return fallback<at::_ops::prod>(self, dtype);
+    if (!supported(TRN_REDUCE_PROD, t)) return fallback<at::_ops::prod>(self, dtype);
     Tensor out = at::empty({}, self.options().dtype(t));
     run_reduce(TRN_REDUCE_PROD, self, mask_of(std::nullopt, self.dim()), out, nullptr, 0, t,
                "aten::prod");
@@ -224,23 +219,19 @@ Tensor prod_full(const Tensor &self, std::optional<ScalarType> dtype) {
 // ---------------------------------------------------------------------------
 // The meta functions of amax/amin/max/min do not raise PyTorch CPU's
 // errors for empty reductions; these checks do, with the same messages.
-template <typename Op>
-std::string fn_name() {
+template <typename Op> std::string fn_name() {
     std::string n = Op::name;
     return n.substr(n.find("::") + 2) + "()";
 }
 
-template <typename FnOp, typename OutOp, typename S, trn_reduce_op OP>
-struct AminmaxOp {
+template <typename FnOp, typename OutOp, typename S, trn_reduce_op OP> struct AminmaxOp {
     static Tensor fn(const Tensor &self, IntArrayRef dim, bool keepdim) {
         if (self.numel() == 0)
             at::native::zero_numel_check_dims(self, dim, fn_name<FnOp>().c_str());
         MetaShape<S> m;
         m.meta(self, dim, keepdim);
-        if (Tensor r; float8_extreme(OP == TRN_REDUCE_AMAX, self, dim, keepdim, r))
-            return r;
-        if (!supported(OP, self.scalar_type()))
-            return fallback<FnOp>(self, dim, keepdim);
+        if (Tensor r; float8_extreme(OP == TRN_REDUCE_AMAX, self, dim, keepdim, r)) return r;
+        if (!supported(OP, self.scalar_type())) return fallback<FnOp>(self, dim, keepdim);
         Tensor out = m.output(0);
         run_reduce(OP, self, mask_of(dim, self.dim()), out, nullptr, 0, self.scalar_type(),
                    FnOp::name);
@@ -255,8 +246,7 @@ struct AminmaxOp {
         if (result.scalar_type() == self.scalar_type() &&
             float8_extreme(OP == TRN_REDUCE_AMAX, self, dim, keepdim, result))
             return result;
-        if (!supported(OP, self.scalar_type()))
-            return fallback<OutOp>(self, dim, keepdim, result);
+        if (!supported(OP, self.scalar_type())) return fallback<OutOp>(self, dim, keepdim, result);
         resize_to(result, m.sizes(0));
         run_reduce(OP, self, mask_of(dim, self.dim()), result, nullptr, 0, self.scalar_type(),
                    OutOp::name);
@@ -265,28 +255,24 @@ struct AminmaxOp {
 };
 
 // max() / min(): the extreme of all elements (NaN propagates).
-template <typename FnOp, trn_reduce_op OP>
-Tensor full_extreme(const Tensor &self) {
+template <typename FnOp, trn_reduce_op OP> Tensor full_extreme(const Tensor &self) {
     TORCH_CHECK(self.numel() > 0, fn_name<FnOp>(),
                 ": Expected reduction dim to be specified for input.numel() == 0. Specify the "
                 "reduction dim with the 'dim' argument.");
-    if (!supported(OP, self.scalar_type()))
-        return fallback<FnOp>(self);
+    if (!supported(OP, self.scalar_type())) return fallback<FnOp>(self);
     Tensor out = at::empty({}, self.options());
     run_reduce(OP, self, mask_of(std::nullopt, self.dim()), out, nullptr, 0, self.scalar_type(),
                FnOp::name);
     return out;
 }
 
-template <typename FnOp, typename OutOp, typename S, trn_reduce_op OP>
-struct MaxDimOp {
+template <typename FnOp, typename OutOp, typename S, trn_reduce_op OP> struct MaxDimOp {
     static std::tuple<Tensor, Tensor> fn(const Tensor &self, int64_t dim, bool keepdim) {
         if (self.numel() == 0)
             at::native::zero_numel_check_dims(self, dim, fn_name<FnOp>().c_str());
         MetaShape<S> m;
         m.meta(self, dim, keepdim);
-        if (!supported(OP, self.scalar_type()))
-            return fallback<FnOp>(self, dim, keepdim);
+        if (!supported(OP, self.scalar_type())) return fallback<FnOp>(self, dim, keepdim);
         Tensor values = m.output(0);
         Tensor indices = m.output(1);
         run_reduce(OP, self, mask_one(dim, self.dim()), values, &indices, 0, self.scalar_type(),
@@ -294,7 +280,7 @@ struct MaxDimOp {
         return {values, indices};
     }
     static std::tuple<Tensor &, Tensor &> out(const Tensor &self, int64_t dim, bool keepdim,
-                                             Tensor &values, Tensor &indices) {
+                                              Tensor &values, Tensor &indices) {
         if (self.numel() == 0)
             at::native::zero_numel_check_dims(self, dim, fn_name<FnOp>().c_str());
         MetaShape<S> m(&values, &indices);
@@ -311,16 +297,14 @@ struct MaxDimOp {
     }
 };
 
-template <typename FnOp, typename OutOp, typename S, trn_reduce_op OP>
-struct ArgOp {
+template <typename FnOp, typename OutOp, typename S, trn_reduce_op OP> struct ArgOp {
     static DimMask mask(const Tensor &self, std::optional<int64_t> dim) {
         return dim ? mask_one(*dim, self.dim()) : mask_of(std::nullopt, self.dim());
     }
     static Tensor fn(const Tensor &self, std::optional<int64_t> dim, bool keepdim) {
         MetaShape<S> m;
         m.meta(self, dim, keepdim);
-        if (!supported(OP, self.scalar_type()))
-            return fallback<FnOp>(self, dim, keepdim);
+        if (!supported(OP, self.scalar_type())) return fallback<FnOp>(self, dim, keepdim);
         Tensor out = m.output(0);
         run_reduce(OP, self, mask(self, dim), out, nullptr, 0, self.scalar_type(), FnOp::name);
         return out;
@@ -330,8 +314,7 @@ struct ArgOp {
         MetaShape<S> m(&result);
         m.meta(self, dim, keepdim);
         check_out_overlap(result, self);
-        if (!supported(OP, self.scalar_type()))
-            return fallback<OutOp>(self, dim, keepdim, result);
+        if (!supported(OP, self.scalar_type())) return fallback<OutOp>(self, dim, keepdim, result);
         resize_to(result, m.sizes(0));
         run_reduce(OP, self, mask(self, dim), result, nullptr, 0, self.scalar_type(), OutOp::name);
         return result;
@@ -355,8 +338,7 @@ void warn_dof(const Tensor &self, const Tensor &out, const std::optional<Scalar>
     }
 }
 
-template <typename FnOp, typename OutOp, trn_reduce_op OP>
-struct VarOp {
+template <typename FnOp, typename OutOp, trn_reduce_op OP> struct VarOp {
     static Tensor fn(const Tensor &self, OptionalIntArrayRef dim,
                      const std::optional<Scalar> &correction, bool keepdim) {
         if (!supported(OP, self.scalar_type()))
@@ -390,8 +372,7 @@ struct VarOp {
 template <typename FnOp, trn_reduce_op OP>
 std::tuple<Tensor, Tensor> var_mean(const Tensor &self, OptionalIntArrayRef dim,
                                     const std::optional<Scalar> &correction, bool keepdim) {
-    if (!supported(OP, self.scalar_type()))
-        return fallback<FnOp>(self, dim, correction, keepdim);
+    if (!supported(OP, self.scalar_type())) return fallback<FnOp>(self, dim, correction, keepdim);
     const auto shape = reduced_shape(self, dim, keepdim);
     Tensor v = at::empty(shape, self.options());
     Tensor mean = at::empty(shape, self.options());
@@ -407,8 +388,7 @@ std::tuple<Tensor, Tensor> var_mean(const Tensor &self, OptionalIntArrayRef dim,
 bool norm_run(const Tensor &self, double p, OptionalIntArrayRef dim, const Tensor &out,
               const char *name) {
     const ScalarType compute = out.scalar_type();
-    if (!supported(TRN_REDUCE_NORM, compute) || self.is_complex())
-        return false;
+    if (!supported(TRN_REDUCE_NORM, compute) || self.is_complex()) return false;
     run_reduce(TRN_REDUCE_NORM, self, mask_of(dim, self.dim()), out, nullptr, p, compute, name);
     return true;
 }
@@ -517,8 +497,7 @@ template <trn_reduce_op OP, typename FullOp, typename DimOp, typename DimsOp, ty
           typename DimOut, typename DimsOut, typename SFull, typename SDim, typename SDims>
 struct AnyAllOp {
     static bool run(const Tensor &self, const DimMask &mask, const Tensor &out) {
-        if (!supported(OP, self.scalar_type()))
-            return false;
+        if (!supported(OP, self.scalar_type())) return false;
         run_reduce(OP, self, mask, out, nullptr, 0, self.scalar_type(), FullOp::name);
         return true;
     }
@@ -526,16 +505,14 @@ struct AnyAllOp {
         MetaShape<SFull> m;
         m.meta(self);
         Tensor out = m.output(0);
-        if (!run(self, mask_of(std::nullopt, self.dim()), out))
-            return fallback<FullOp>(self);
+        if (!run(self, mask_of(std::nullopt, self.dim()), out)) return fallback<FullOp>(self);
         return out;
     }
     static Tensor dim(const Tensor &self, int64_t d, bool keepdim) {
         MetaShape<SDim> m;
         m.meta(self, d, keepdim);
         Tensor out = m.output(0);
-        if (!run(self, mask_one(d, self.dim()), out))
-            return fallback<DimOp>(self, d, keepdim);
+        if (!run(self, mask_one(d, self.dim()), out)) return fallback<DimOp>(self, d, keepdim);
         return out;
     }
     static Tensor dims(const Tensor &self, OptionalIntArrayRef d, bool keepdim) {
@@ -550,8 +527,7 @@ struct AnyAllOp {
         MetaShape<SFull> m(&result);
         m.meta(self);
         check_out_overlap(result, self);
-        if (!supported(OP, self.scalar_type()))
-            return fallback<FullOut>(self, result);
+        if (!supported(OP, self.scalar_type())) return fallback<FullOut>(self, result);
         resize_to(result, m.sizes(0));
         run(self, mask_of(std::nullopt, self.dim()), result);
         return result;
@@ -560,8 +536,7 @@ struct AnyAllOp {
         MetaShape<SDim> m(&result);
         m.meta(self, d, keepdim);
         check_out_overlap(result, self);
-        if (!supported(OP, self.scalar_type()))
-            return fallback<DimOut>(self, d, keepdim, result);
+        if (!supported(OP, self.scalar_type())) return fallback<DimOut>(self, d, keepdim, result);
         resize_to(result, m.sizes(0));
         run(self, mask_one(d, self.dim()), result);
         return result;
@@ -571,8 +546,7 @@ struct AnyAllOp {
         MetaShape<SDims> m(&result);
         m.meta(self, d, keepdim);
         check_out_overlap(result, self);
-        if (!supported(OP, self.scalar_type()))
-            return fallback<DimsOut>(self, d, keepdim, result);
+        if (!supported(OP, self.scalar_type())) return fallback<DimsOut>(self, d, keepdim, result);
         resize_to(result, m.sizes(0));
         run(self, mask_of(d, self.dim(), /*allow_empty=*/true), result);
         return result;
@@ -594,8 +568,7 @@ Tensor count_nonzero_dims(const Tensor &self, IntArrayRef dim) {
 bool scan_supported(trn_scan_op op, ScalarType t) {
     // PyTorch has no bool cumsum / cumprod kernel (CPU nor CUDA): the CPU
     // path raises its NotImplementedError.
-    if (t == at::kBool)
-        return false;
+    if (t == at::kBool) return false;
     auto d = native_dtype(t);
     return d && trn_scan_supports(op, *d);
 }
@@ -616,8 +589,7 @@ void run_scan(trn_scan_op op, const Tensor &self, int64_t dim, const Tensor &out
             os = out.stride(dim);
         }
         for (int64_t d = 0; d < nd; ++d) {
-            if (d == dim)
-                continue;
+            if (d == dim) continue;
             osz.push_back(in.size(d));
             ois.push_back(in.stride(d));
             oos.push_back(out.stride(d));
@@ -639,13 +611,11 @@ void run_scan(trn_scan_op op, const Tensor &self, int64_t dim, const Tensor &out
     tracking::record_executed(name);
 }
 
-template <trn_scan_op OP, typename FnOp, typename InOp, typename OutOp, typename S>
-struct ScanOp {
+template <trn_scan_op OP, typename FnOp, typename InOp, typename OutOp, typename S> struct ScanOp {
     static Tensor fn(const Tensor &self, int64_t dim, std::optional<ScalarType> dtype) {
         MetaShape<S> m;
         m.meta(self, dim, dtype);
-        if (!scan_supported(OP, m.dtype(0)))
-            return fallback<FnOp>(self, dim, dtype);
+        if (!scan_supported(OP, m.dtype(0))) return fallback<FnOp>(self, dim, dtype);
         Tensor out = m.output(0);
         run_scan(OP, self, dim, out, FnOp::name);
         return out;
@@ -653,8 +623,7 @@ struct ScanOp {
     static Tensor &inplace(Tensor &self, int64_t dim, std::optional<ScalarType> dtype) {
         Tensor ms = meta_of(self);
         InOp::call(ms, dim, dtype);
-        if (!scan_supported(OP, self.scalar_type()))
-            return fallback<InOp>(self, dim, dtype);
+        if (!scan_supported(OP, self.scalar_type())) return fallback<InOp>(self, dim, dtype);
         run_scan(OP, self, dim, self, InOp::name);
         return self;
     }
@@ -698,11 +667,9 @@ void run_softmax(trn_softmax_op op, const Tensor &in_, const Tensor *grad_, int6
         int64_t outer = 1, len = 1, inner = 1;
         if (nd > 0) {
             dim = c10::maybe_wrap_dim(dim, nd);
-            for (int64_t d = 0; d < dim; ++d)
-                outer *= in.size(d);
+            for (int64_t d = 0; d < dim; ++d) outer *= in.size(d);
             len = in.size(dim);
-            for (int64_t d = dim + 1; d < nd; ++d)
-                inner *= in.size(d);
+            for (int64_t d = dim + 1; d < nd; ++d) inner *= in.size(d);
         }
         trn_softmax_desc desc{};
         desc.op = op;
@@ -714,21 +681,18 @@ void run_softmax(trn_softmax_op op, const Tensor &in_, const Tensor *grad_, int6
         desc.dim = len;
         desc.inner = inner;
         TRN_CHECK(trn_softmax_launch(current_trn_stream(out.device().index()), &desc));
-        if (!direct)
-            const_cast<Tensor &>(out).copy_(o);
+        if (!direct) const_cast<Tensor &>(out).copy_(o);
     }
     tracking::record_executed(name);
 }
 
-template <trn_softmax_op OP, typename FnOp, typename OutOp, typename S>
-struct SoftmaxOp {
+template <trn_softmax_op OP, typename FnOp, typename OutOp, typename S> struct SoftmaxOp {
     // half_to_float: PyTorch computes in float32 and returns float32; the
     // input is converted first (exact), so the kernel runs in float32.
     static Tensor fn(const Tensor &self, int64_t dim, bool half_to_float) {
         MetaShape<S> m;
         m.meta(self, dim, half_to_float);
-        if (!softmax_supported(OP, m.dtype(0)))
-            return fallback<FnOp>(self, dim, half_to_float);
+        if (!softmax_supported(OP, m.dtype(0))) return fallback<FnOp>(self, dim, half_to_float);
         Tensor out = m.output(0);
         run_softmax(OP, self, nullptr, dim, out, m.dtype(0), FnOp::name);
         return out;
@@ -738,8 +702,7 @@ struct SoftmaxOp {
         m.meta(self, dim, half_to_float);
         check_out_overlap(result, self);
         const ScalarType t = half_to_float ? at::kFloat : self.scalar_type();
-        if (!softmax_supported(OP, t))
-            return fallback<OutOp>(self, dim, half_to_float, result);
+        if (!softmax_supported(OP, t)) return fallback<OutOp>(self, dim, half_to_float, result);
         resize_to(result, m.sizes(0));
         if (out_aliases(result, self)) {  // the kernel reads each row more than once
             Tensor tmp = at::empty(result.sizes(), result.options());
@@ -752,12 +715,13 @@ struct SoftmaxOp {
     }
 };
 
-template <trn_softmax_op OP, typename FnOp, typename OutOp, typename S>
-struct SoftmaxBackwardOp {
-    static Tensor fn(const Tensor &grad, const Tensor &output, int64_t dim, ScalarType input_dtype) {
+template <trn_softmax_op OP, typename FnOp, typename OutOp, typename S> struct SoftmaxBackwardOp {
+    static Tensor fn(const Tensor &grad, const Tensor &output, int64_t dim,
+                     ScalarType input_dtype) {
         MetaShape<S> m;
         m.meta(grad, output, dim, input_dtype);
-        if (!softmax_supported(OP, grad.scalar_type()) || output.scalar_type() != grad.scalar_type())
+        if (!softmax_supported(OP, grad.scalar_type()) ||
+            output.scalar_type() != grad.scalar_type())
             return fallback<FnOp>(grad, output, dim, input_dtype);
         Tensor out = m.output(0);
         run_softmax(OP, output, &grad, dim, out, grad.scalar_type(), FnOp::name);
@@ -768,7 +732,8 @@ struct SoftmaxBackwardOp {
         MetaShape<S> m(&result);
         m.meta(grad, output, dim, input_dtype);
         check_out_overlap(result, grad, output);
-        if (!softmax_supported(OP, grad.scalar_type()) || output.scalar_type() != grad.scalar_type())
+        if (!softmax_supported(OP, grad.scalar_type()) ||
+            output.scalar_type() != grad.scalar_type())
             return fallback<OutOp>(grad, output, dim, input_dtype, result);
         resize_to(result, m.sizes(0));
         if (out_aliases(result, grad, output)) {  // the kernel reads each row more than once
@@ -791,22 +756,28 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl("prod.dim_int", TORCH_FN(ProdOp::fn));
     m.impl("prod.int_out", TORCH_FN(ProdOp::out));
 
-    using Amax = AminmaxOp<at::_ops::amax, at::_ops::amax_out, at::meta::structured_amax, TRN_REDUCE_AMAX>;
-    using Amin = AminmaxOp<at::_ops::amin, at::_ops::amin_out, at::meta::structured_amin, TRN_REDUCE_AMIN>;
+    using Amax =
+        AminmaxOp<at::_ops::amax, at::_ops::amax_out, at::meta::structured_amax, TRN_REDUCE_AMAX>;
+    using Amin =
+        AminmaxOp<at::_ops::amin, at::_ops::amin_out, at::meta::structured_amin, TRN_REDUCE_AMIN>;
     m.impl("amax", TORCH_FN(Amax::fn));
     m.impl("amax.out", TORCH_FN(Amax::out));
     m.impl("amin", TORCH_FN(Amin::fn));
     m.impl("amin.out", TORCH_FN(Amin::out));
     m.impl("max", TORCH_FN((full_extreme<at::_ops::max, TRN_REDUCE_AMAX>)));
     m.impl("min", TORCH_FN((full_extreme<at::_ops::min, TRN_REDUCE_AMIN>)));
-    using MaxDim = MaxDimOp<at::_ops::max_dim, at::_ops::max_dim_max, at::meta::structured_max_dim, TRN_REDUCE_MAX>;
-    using MinDim = MaxDimOp<at::_ops::min_dim, at::_ops::min_dim_min, at::meta::structured_min_dim, TRN_REDUCE_MIN>;
+    using MaxDim = MaxDimOp<at::_ops::max_dim, at::_ops::max_dim_max, at::meta::structured_max_dim,
+                            TRN_REDUCE_MAX>;
+    using MinDim = MaxDimOp<at::_ops::min_dim, at::_ops::min_dim_min, at::meta::structured_min_dim,
+                            TRN_REDUCE_MIN>;
     m.impl("max.dim", TORCH_FN(MaxDim::fn));
     m.impl("max.dim_max", TORCH_FN(MaxDim::out));
     m.impl("min.dim", TORCH_FN(MinDim::fn));
     m.impl("min.dim_min", TORCH_FN(MinDim::out));
-    using Argmax = ArgOp<at::_ops::argmax, at::_ops::argmax_out, at::meta::structured_argmax, TRN_REDUCE_ARGMAX>;
-    using Argmin = ArgOp<at::_ops::argmin, at::_ops::argmin_out, at::meta::structured_argmin, TRN_REDUCE_ARGMIN>;
+    using Argmax = ArgOp<at::_ops::argmax, at::_ops::argmax_out, at::meta::structured_argmax,
+                         TRN_REDUCE_ARGMAX>;
+    using Argmin = ArgOp<at::_ops::argmin, at::_ops::argmin_out, at::meta::structured_argmin,
+                         TRN_REDUCE_ARGMIN>;
     m.impl("argmax", TORCH_FN(Argmax::fn));
     m.impl("argmax.out", TORCH_FN(Argmax::out));
     m.impl("argmin", TORCH_FN(Argmin::fn));
@@ -854,11 +825,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl("all.dims_out", TORCH_FN(All::dims_out));
     m.impl("count_nonzero.dim_IntList", TORCH_FN(count_nonzero_dims));
 
-    using Cumsum = ScanOp<TRN_SCAN_CUMSUM, at::_ops::cumsum, at::_ops::cumsum_, at::_ops::cumsum_out,
-                          at::meta::structured_cumsum>;
-    using Cumprod =
-        ScanOp<TRN_SCAN_CUMPROD, at::_ops::cumprod, at::_ops::cumprod_, at::_ops::cumprod_out,
-               at::meta::structured_cumprod>;
+    using Cumsum = ScanOp<TRN_SCAN_CUMSUM, at::_ops::cumsum, at::_ops::cumsum_,
+                          at::_ops::cumsum_out, at::meta::structured_cumsum>;
+    using Cumprod = ScanOp<TRN_SCAN_CUMPROD, at::_ops::cumprod, at::_ops::cumprod_,
+                           at::_ops::cumprod_out, at::meta::structured_cumprod>;
     m.impl("cumsum", TORCH_FN(Cumsum::fn));
     m.impl("cumsum_", TORCH_FN(Cumsum::inplace));
     m.impl("cumsum.out", TORCH_FN(Cumsum::out));
@@ -868,8 +838,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
     using Softmax = SoftmaxOp<TRN_SOFTMAX, at::_ops::_softmax, at::_ops::_softmax_out,
                               at::meta::structured__softmax>;
-    using LogSoftmax = SoftmaxOp<TRN_LOG_SOFTMAX, at::_ops::_log_softmax, at::_ops::_log_softmax_out,
-                                 at::meta::structured__log_softmax>;
+    using LogSoftmax = SoftmaxOp<TRN_LOG_SOFTMAX, at::_ops::_log_softmax,
+                                 at::_ops::_log_softmax_out, at::meta::structured__log_softmax>;
     m.impl("_softmax", TORCH_FN(Softmax::fn));
     m.impl("_softmax.out", TORCH_FN(Softmax::out));
     m.impl("_log_softmax", TORCH_FN(LogSoftmax::fn));

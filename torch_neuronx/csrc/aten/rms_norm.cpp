@@ -45,8 +45,7 @@ std::pair<int64_t, int64_t> rms_rows(const Tensor &input, at::IntArrayRef shape,
     if (in_nd < nd || !in_shape.slice(in_nd - nd).equals(shape)) {
         std::stringstream ss;
         ss << "Given normalized_shape=" << shape << ", expected input with shape [*";
-        for (auto size : shape)
-            ss << ", " << size;
+        for (auto size : shape) ss << ", " << size;
         ss << "], but got input of size" << in_shape;
         TORCH_CHECK(false, ss.str());
     }
@@ -63,8 +62,7 @@ bool rms_dtypes(const Tensor &input, const Tensor &weight, trn_rms_norm_desc &d)
     auto x = native_dtype(input.scalar_type());
     auto w = native_dtype(weight.defined() ? weight.scalar_type() : input.scalar_type());
     auto s = native_dtype(stat_type(input));
-    if (!x || !w || !s || !trn_rms_norm_supports(*x, *w, *s))
-        return false;
+    if (!x || !w || !s || !trn_rms_norm_supports(*x, *w, *s)) return false;
     d.dtype = *x;
     d.param_dtype = *w;
     d.stat_dtype = *s;
@@ -73,8 +71,7 @@ bool rms_dtypes(const Tensor &input, const Tensor &weight, trn_rms_norm_desc &d)
 
 std::vector<int64_t> rstd_shape(const Tensor &input, size_t nd) {
     std::vector<int64_t> s(input.sizes().begin(), input.sizes().end());
-    for (size_t i = s.size() - nd; i < s.size(); ++i)
-        s[i] = 1;
+    for (size_t i = s.size() - nd; i < s.size(); ++i) s[i] = 1;
     return s;
 }
 
@@ -92,8 +89,10 @@ std::tuple<Tensor, Tensor> fused_rms_norm(const Tensor &input, at::IntArrayRef s
                                  : static_cast<double>(std::numeric_limits<float>::epsilon()));
     const Tensor x = input.contiguous();
     const Tensor w = weight.defined() ? weight.contiguous() : weight;
-    Tensor y = at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
-    Tensor rstd = at::empty(rstd_shape(input, shape.size()), input.options().dtype(stat_type(input)));
+    Tensor y =
+        at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
+    Tensor rstd =
+        at::empty(rstd_shape(input, shape.size()), input.options().dtype(stat_type(input)));
     d.rows = M;
     d.cols = N;
     d.x = x.data_ptr();
@@ -122,8 +121,7 @@ std::tuple<Tensor, Tensor> fused_rms_norm_backward(const Tensor &grad_out, const
     Tensor dx, dw;
     if (mask[0])
         dx = at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
-    if (mask[1] && weight.defined())
-        dw = at::empty(weight.sizes(), weight.options());
+    if (mask[1] && weight.defined()) dw = at::empty(weight.sizes(), weight.options());
     if ((dx.defined() && M > 0) || (dw.defined() && N > 0)) {
         trn_rms_norm_backward_desc d{};
         d.dtype = dts.dtype;

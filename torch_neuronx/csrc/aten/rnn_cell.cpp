@@ -35,7 +35,8 @@ Tensor contig(const Tensor &t) { return t.defined() ? t.contiguous() : t; }
 trn_dtype cell_dtype(const char *op, const Tensor &t) {
     auto d = native_dtype(t.scalar_type());
     TORCH_CHECK(d && trn_rnn_cell_supports(*d), op, " not implemented for '",
-                c10::toString(t.scalar_type()), "' (neuron supports float16, bfloat16, float32 "
+                c10::toString(t.scalar_type()),
+                "' (neuron supports float16, bfloat16, float32 "
                 "and float64)");
     return *d;
 }
@@ -43,12 +44,13 @@ trn_dtype cell_dtype(const char *op, const Tensor &t) {
 // Every defined operand: on input_gates' neuron device, with its dtype.
 void check_same(const char *op, const Tensor &ref, std::initializer_list<Tensor> ts) {
     for (const Tensor &t : ts) {
-        if (!t.defined())
-            continue;
+        if (!t.defined()) continue;
         TORCH_CHECK(t.device() == ref.device(), op, ": expected all tensors on ", ref.device(),
                     ", but found one on ", t.device());
-        TORCH_CHECK(t.scalar_type() == ref.scalar_type(), op, ": expected all tensors to have "
-                    "dtype ", ref.scalar_type(), ", but found ", t.scalar_type());
+        TORCH_CHECK(t.scalar_type() == ref.scalar_type(), op,
+                    ": expected all tensors to have "
+                    "dtype ",
+                    ref.scalar_type(), ", but found ", t.scalar_type());
     }
 }
 
@@ -76,8 +78,8 @@ void check_forward_sizes(const char *op, const Tensor &ig, const Tensor &hg, con
                 ig.size(1) / factor, "]");
 }
 
-std::tuple<Tensor, Tensor, Tensor> lstm_cell(const Tensor &input_gates,
-                                             const Tensor &hidden_gates, const Tensor &cx,
+std::tuple<Tensor, Tensor, Tensor> lstm_cell(const Tensor &input_gates, const Tensor &hidden_gates,
+                                             const Tensor &cx,
                                              const std::optional<Tensor> &input_bias,
                                              const std::optional<Tensor> &hidden_bias) {
     static const char op[] = "_thnn_fused_lstm_cell";
@@ -118,8 +120,8 @@ std::tuple<Tensor, Tensor, Tensor> lstm_cell_backward(const std::optional<Tensor
     check_same(op, workspace, {grad_hy, grad_cy, cx, cy});
     TORCH_CHECK(g.dim() == 2, op, ": expected the output gradients to be 2-dimensional, got ",
                 g.dim());
-    for (auto [t, name] : {std::pair{grad_hy, "grad_hy"}, {grad_cy, "grad_cy"}, {cx, "cx"},
-                           {cy, "cy"}})
+    for (auto [t, name] :
+         {std::pair{grad_hy, "grad_hy"}, {grad_cy, "grad_cy"}, {cx, "cx"}, {cy, "cy"}})
         TORCH_CHECK(!t.defined() || t.sizes().equals(g.sizes()), op, ": ", name, " has size ",
                     t.sizes(), ", expected ", g.sizes());
     TORCH_CHECK(workspace.dim() == 2 && workspace.size(0) == g.size(0) &&
@@ -175,9 +177,8 @@ std::tuple<Tensor, Tensor> gru_cell(const Tensor &input_gates, const Tensor &hid
     return {hy, workspace};
 }
 
-std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> gru_cell_backward(const Tensor &grad_hy,
-                                                                     const Tensor &workspace,
-                                                                     bool has_bias) {
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>
+gru_cell_backward(const Tensor &grad_hy, const Tensor &workspace, bool has_bias) {
     static const char op[] = "_thnn_fused_gru_cell_backward";
     check_same(op, workspace, {grad_hy});
     TORCH_CHECK(grad_hy.dim() == 2, op, ": expected grad_hy to be 2-dimensional, got ",

@@ -56,16 +56,14 @@ int64_t randperm_limit(at::ScalarType s) {
 
 Tensor &randperm_out(int64_t n, std::optional<at::Generator> gen, Tensor &out) {
     const int64_t limit = randperm_limit(out.scalar_type());
-    if (limit < 0)
-        return fallback<at::_ops::randperm_generator_out>(n, gen, out);
+    if (limit < 0) return fallback<at::_ops::randperm_generator_out>(n, gen, out);
     TORCH_CHECK(n >= 0, "n must be non-negative, got", n);
     TORCH_CHECK(n <= limit, "n cannot be greater than ",
                 out.scalar_type() == at::kFloat ? std::string("2^24+1") : std::to_string(limit),
                 " for ", out.scalar_type(), " type.");
     at::native::resize_output(out, {n});
     check_out_overlap(out);
-    if (n == 0)
-        return out;
+    if (n == 0) return out;
     Tensor work = out.is_contiguous() ? out : at::empty({n}, out.options());
     trn_randperm_desc d{};
     d.dtype = *native_dtype(out.scalar_type());
@@ -73,8 +71,7 @@ Tensor &randperm_out(int64_t n, std::optional<at::Generator> gen, Tensor &out) {
     d.out = work.data_ptr();
     d.seed = draw_key(gen, out.device().index());
     TRN_CHECK(trn_randperm_launch(stream_of(out), &d));
-    if (!work.is_same(out))
-        out.copy_(work);
+    if (!work.is_same(out)) out.copy_(work);
     tracking::record_executed("aten::randperm");
     return out;
 }
@@ -82,38 +79,37 @@ Tensor &randperm_out(int64_t n, std::optional<at::Generator> gen, Tensor &out) {
 // ---- multinomial ------------------------------------------------------------------
 
 void multinomial_check(const Tensor &self, int64_t n_sample, bool replacement) {
-    TORCH_CHECK(at::isFloatingType(self.scalar_type()),
-                "multinomial only supports floating-point dtypes for input, got: ",
-                self.scalar_type());
+    TORCH_CHECK(
+        at::isFloatingType(self.scalar_type()),
+        "multinomial only supports floating-point dtypes for input, got: ", self.scalar_type());
     TORCH_CHECK(self.dim() > 0 && self.dim() <= 2, "prob_dist must be 1 or 2 dim");
     TORCH_CHECK(n_sample > 0, "cannot sample n_sample <= 0 samples");
     const int64_t n_cat = self.size(-1);
     TORCH_CHECK(replacement || n_sample <= n_cat,
                 "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
     TORCH_CHECK(n_cat <= (INT64_C(1) << 24), "number of categories cannot exceed 2^24");
-    if (self.numel() == 0)
-        return;
+    if (self.numel() == 0) return;
     // As CPU: finite, non-negative weights and no row summing to zero (one
     // host read of two flags computed on the device).
-    const Tensor bad_value = self.max().ge(INFINITY).logical_or(self.min().lt(0))
-                                 .logical_or(self.isnan().any());
+    const Tensor bad_value =
+        self.max().ge(INFINITY).logical_or(self.min().lt(0)).logical_or(self.isnan().any());
     const Tensor zero_row = (self.dim() == 1 ? self.sum() : self.sum(1)).eq(0).any();
     const Tensor flags = at::stack({bad_value, zero_row}).cpu();
     TORCH_CHECK(!flags[0].item<bool>(),
                 "probability tensor contains either `inf`, `nan` or element < 0");
-    TORCH_CHECK(!flags[1].item<bool>(), "invalid multinomial distribution (sum of probabilities <= 0)");
+    TORCH_CHECK(!flags[1].item<bool>(),
+                "invalid multinomial distribution (sum of probabilities <= 0)");
 }
 
 Tensor multinomial_draw(const Tensor &self, int64_t n_sample, bool replacement,
-                   std::optional<at::Generator> gen) {
+                        std::optional<at::Generator> gen) {
     if (!is_float(self.scalar_type()))
         return fallback<at::_ops::multinomial>(self, n_sample, replacement, gen);
     multinomial_check(self, n_sample, replacement);
     const int64_t rows = self.dim() == 1 ? 1 : self.size(0);
     Tensor out = self.dim() == 1 ? at::empty({n_sample}, self.options().dtype(at::kLong))
                                  : at::empty({rows, n_sample}, self.options().dtype(at::kLong));
-    if (out.numel() == 0)
-        return out;
+    if (out.numel() == 0) return out;
     const Tensor p = self.contiguous();
     trn_multinomial_desc d{};
     d.dtype = *native_dtype(self.scalar_type());
@@ -188,8 +184,7 @@ Tensor &bernoulli_tensor(Tensor &self, const Tensor &p, std::optional<at::Genera
     if (!is_float(p.scalar_type()) || !native_dtype(self.scalar_type()) || self.is_complex())
         return fallback<at::_ops::bernoulli__Tensor>(self, p, gen);
     const Tensor pe = p.expand(self.sizes());  // CPU's expand_inplace errors
-    if (self.numel() == 0)
-        return self;
+    if (self.numel() == 0) return self;
     TORCH_CHECK(p.ge(0).logical_and(p.le(1)).all().item<bool>(),
                 "Expected p_in >= 0 && p_in <= 1 to be true, but got false.");
     Tensor u = at::empty(self.sizes(), self.options().dtype(at::kDouble));

@@ -35,19 +35,15 @@ bool native_ok(const Tensor &a, const Tensor &b, const Tensor &sa, const Tensor 
         return false;
     auto da = native_dtype(a.scalar_type()), db = native_dtype(b.scalar_type()),
          dout = native_dtype(out_dtype);
-    if (!da || !db || !dout || !trn_scaled_mm_supports(*da, *db, *dout))
-        return false;
-    if (sa.scalar_type() != at::kFloat || sb.scalar_type() != at::kFloat)
-        return false;
-    if (!on_device(b, a) || !on_device(sa, a) || !on_device(sb, a))
-        return false;
+    if (!da || !db || !dout || !trn_scaled_mm_supports(*da, *db, *dout)) return false;
+    if (sa.scalar_type() != at::kFloat || sb.scalar_type() != at::kFloat) return false;
+    if (!on_device(b, a) || !on_device(sa, a) || !on_device(sb, a)) return false;
     const int64_t m = a.size(0), n = b.size(1);
     const bool tensorwise = sa.numel() == 1 && sb.numel() == 1;
     const bool rowwise = sa.dim() == 2 && sa.size(0) == m && sa.size(1) == 1 && sb.dim() == 2 &&
                          sb.size(0) == 1 && sb.size(1) == n && sa.is_contiguous() &&
                          sb.is_contiguous();
-    if (!tensorwise && !rowwise)
-        return false;
+    if (!tensorwise && !rowwise) return false;
     if (bias) {
         auto bd = bias->scalar_type();
         if (bias->dim() != 1 || bias->size(0) != n || !on_device(*bias, a) ||
@@ -59,8 +55,7 @@ bool native_ok(const Tensor &a, const Tensor &b, const Tensor &sa, const Tensor 
 
 void launch(const Tensor &a, const Tensor &b, const Tensor &sa, const Tensor &sb,
             const std::optional<Tensor> &bias, const Tensor &out) {
-    if (out.numel() == 0)
-        return;
+    if (out.numel() == 0) return;
     trn_scaled_mm_desc d{};
     d.a_dtype = *native_dtype(a.scalar_type());
     d.b_dtype = *native_dtype(b.scalar_type());
@@ -115,8 +110,7 @@ Tensor &scaled_mm_out(const Tensor &a, const Tensor &b, const Tensor &sa, const 
     at::native::resize_output(out, {a.size(0), b.size(1)});
     Tensor dst = out.is_contiguous() ? out : at::empty({a.size(0), b.size(1)}, out.options());
     launch(a, b, sa, sb, bias, dst);
-    if (!dst.is_same(out))
-        out.copy_(dst);
+    if (!dst.is_same(out)) out.copy_(dst);
     tracking::record_executed("aten::_scaled_mm.out");
     return out;
 }

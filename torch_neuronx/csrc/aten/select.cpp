@@ -71,14 +71,12 @@ std::tuple<Tensor, Tensor> select_dim(const Tensor &self, int64_t dim, bool keep
 }
 
 std::tuple<Tensor, Tensor> kth_select(const Tensor &self, int64_t k, int64_t dim, bool keepdim) {
-    if (!native_ok(self))
-        return fallback<at::_ops::kthvalue>(self, k, dim, keepdim);
+    if (!native_ok(self)) return fallback<at::_ops::kthvalue>(self, k, dim, keepdim);
     const int64_t wd = at::maybe_wrap_dim(dim, self.dim());
     const int64_t n = self.dim() > 0 ? self.size(wd) : 1;
-    TORCH_CHECK_INDEX(self.dim() == 0 || self.size(wd) != 0,
-                      "kthvalue(): Expected reduction dim ", wd, " to have non-zero size.");
-    TORCH_CHECK(k >= 1 && k <= n, "kthvalue(): selected number k out of range for dimension ",
-                wd);
+    TORCH_CHECK_INDEX(self.dim() == 0 || self.size(wd) != 0, "kthvalue(): Expected reduction dim ",
+                      wd, " to have non-zero size.");
+    TORCH_CHECK(k >= 1 && k <= n, "kthvalue(): selected number k out of range for dimension ", wd);
     auto r = select_dim(self, wd, keepdim, TRN_SELECT_KTH, k - 1);
     tracking::record_executed("aten::kthvalue");
     return r;
@@ -87,22 +85,20 @@ std::tuple<Tensor, Tensor> kth_select(const Tensor &self, int64_t k, int64_t dim
 std::tuple<Tensor, Tensor> median_dim_impl(const char *name, const Tensor &self, int64_t dim,
                                            bool keepdim, trn_select_mode mode) {
     const int64_t wd = at::maybe_wrap_dim(dim, self.dim());
-    TORCH_CHECK_INDEX(self.dim() == 0 || self.size(wd) != 0, name,
-                      "(): Expected reduction dim ", wd, " to have non-zero size.");
+    TORCH_CHECK_INDEX(self.dim() == 0 || self.size(wd) != 0, name, "(): Expected reduction dim ",
+                      wd, " to have non-zero size.");
     return select_dim(self, wd, keepdim, mode, 0);
 }
 
 std::tuple<Tensor, Tensor> median_dim(const Tensor &self, int64_t dim, bool keepdim) {
-    if (!native_ok(self))
-        return fallback<at::_ops::median_dim>(self, dim, keepdim);
+    if (!native_ok(self)) return fallback<at::_ops::median_dim>(self, dim, keepdim);
     auto r = median_dim_impl("median", self, dim, keepdim, TRN_SELECT_MEDIAN);
     tracking::record_executed("aten::median.dim");
     return r;
 }
 
 std::tuple<Tensor, Tensor> nanmedian_dim(const Tensor &self, int64_t dim, bool keepdim) {
-    if (!native_ok(self))
-        return fallback<at::_ops::nanmedian_dim>(self, dim, keepdim);
+    if (!native_ok(self)) return fallback<at::_ops::nanmedian_dim>(self, dim, keepdim);
     auto r = median_dim_impl("nanmedian", self, dim, keepdim, TRN_SELECT_NANMEDIAN);
     tracking::record_executed("aten::nanmedian.dim");
     return r;
@@ -120,16 +116,14 @@ Tensor median_all_impl(const Tensor &self, trn_select_mode mode) {
 }
 
 Tensor median_all(const Tensor &self) {
-    if (!native_ok(self))
-        return fallback<at::_ops::median>(self);
+    if (!native_ok(self)) return fallback<at::_ops::median>(self);
     Tensor r = median_all_impl(self, TRN_SELECT_MEDIAN);
     tracking::record_executed("aten::median");
     return r;
 }
 
 Tensor nanmedian_all(const Tensor &self) {
-    if (!native_ok(self))
-        return fallback<at::_ops::nanmedian>(self);
+    if (!native_ok(self)) return fallback<at::_ops::nanmedian>(self);
     Tensor r = median_all_impl(self, TRN_SELECT_NANMEDIAN);
     tracking::record_executed("aten::nanmedian");
     return r;

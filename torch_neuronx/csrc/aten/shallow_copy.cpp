@@ -22,20 +22,16 @@ namespace {
 // shallow-copied into the other. Sparse, quantized, nested or
 // functional-wrapper tensors keep PyTorch's stricter rule (same key set).
 bool is_dense_host_or_neuron(const at::Tensor &t) {
-    if (t.layout() != c10::kStrided || t.is_quantized() || t.is_nested())
-        return false;
+    if (t.layout() != c10::kStrided || t.is_quantized() || t.is_nested()) return false;
     const c10::DispatchKeySet ks = t.key_set();
-    if (!ks.has(c10::DispatchKey::Dense))
-        return false;
+    if (!ks.has(c10::DispatchKey::Dense)) return false;
     const c10::DeviceType dev = t.device().type();
     return dev == c10::DeviceType::CPU || dev == kNeuron;
 }
 
 bool has_compatible_shallow_copy_type(const at::Tensor &self, const at::Tensor &from) {
-    if (self.key_set() == from.key_set())
-        return true;
-    if (is_dense_host_or_neuron(self) && is_dense_host_or_neuron(from))
-        return true;
+    if (self.key_set() == from.key_set()) return true;
+    if (is_dense_host_or_neuron(self) && is_dense_host_or_neuron(from)) return true;
     // Anything else: PyTorch's own rule (it covers e.g. CPU <-> sparse cases).
     return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
 }

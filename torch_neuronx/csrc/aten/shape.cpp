@@ -69,8 +69,7 @@ bool sortable(ScalarType t) {
 // Fills `self` from host bytes or a device pointer. Dims of stride 0 alias
 // one element and are dropped (fill_ of an expanded tensor is allowed).
 void launch_fill(const Tensor &self, const unsigned char *value, const void *value_ptr) {
-    if (self.numel() == 0)
-        return;
+    if (self.numel() == 0) return;
     std::vector<int64_t> sz, st;
     for (int64_t d = 0; d < self.dim(); ++d)
         if (self.stride(d) != 0 || self.size(d) <= 1) {
@@ -83,15 +82,13 @@ void launch_fill(const Tensor &self, const unsigned char *value, const void *val
     d.sizes = sz.data();
     d.strides = st.data();
     d.out = self.data_ptr();
-    if (value)
-        std::memcpy(d.value, value, 16);
+    if (value) std::memcpy(d.value, value, 16);
     d.value_ptr = value_ptr;
     TRN_CHECK(trn_fill_launch(stream_of(self), &d));
 }
 
 Tensor &fill_scalar(Tensor &self, const Scalar &value) {
-    if (!native_dtype(self.scalar_type()))
-        return fallback<at::_ops::fill__Scalar>(self, value);
+    if (!native_dtype(self.scalar_type())) return fallback<at::_ops::fill__Scalar>(self, value);
     unsigned char bytes[16];
     scalar_bytes(value, self.scalar_type(), bytes);
     launch_fill(self, bytes, nullptr);
@@ -100,21 +97,20 @@ Tensor &fill_scalar(Tensor &self, const Scalar &value) {
 }
 
 Tensor &fill_tensor(Tensor &self, const Tensor &value) {
-    TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ",
-                value.dim(), " dimensions.");
+    TORCH_CHECK(value.dim() == 0,
+                "fill_ only supports 0-dimension value tensor but got tensor with ", value.dim(),
+                " dimensions.");
     if (value.device().type() != kNeuron || !native_dtype(self.scalar_type()))
         return fill_scalar(self, value.item());
     Tensor v = value.scalar_type() == self.scalar_type() ? value : value.to(self.scalar_type());
-    if (v.device() != self.device())
-        v = v.to(self.device());
+    if (v.device() != self.device()) v = v.to(self.device());
     launch_fill(self, nullptr, v.const_data_ptr());
     tracking::record_executed("aten::fill_");
     return self;
 }
 
 Tensor &zero_(Tensor &self) {
-    if (!native_dtype(self.scalar_type()))
-        return fallback<at::_ops::zero_>(self);
+    if (!native_dtype(self.scalar_type())) return fallback<at::_ops::zero_>(self);
     unsigned char bytes[16] = {0};
     launch_fill(self, bytes, nullptr);
     tracking::record_executed("aten::zero_");
@@ -133,8 +129,7 @@ Tensor &arange_out(const Scalar &start, const Scalar &end, const Scalar &step, T
     at::_ops::arange_start_out::call(start, end, step, mo);  // PyTorch's checks and size
     if (!range_ok(out.scalar_type()))
         return fallback<at::_ops::arange_start_out>(start, end, step, out);
-    if (out.sizes() != mo.sizes())
-        out.resize_(mo.sizes());
+    if (out.sizes() != mo.sizes()) out.resize_(mo.sizes());
     check_out_overlap(out);
     trn_range_desc d{};
     d.kind = TRN_RANGE_ARANGE;
@@ -159,8 +154,7 @@ Tensor &linspace_out(const Scalar &start, const Scalar &end, int64_t steps, Tens
     at::_ops::linspace_out::call(start, end, steps, mo);
     if (!range_ok(out.scalar_type()))
         return fallback<at::_ops::linspace_out>(start, end, steps, out);
-    if (out.sizes() != mo.sizes())
-        out.resize_(mo.sizes());
+    if (out.sizes() != mo.sizes()) out.resize_(mo.sizes());
     check_out_overlap(out);
     trn_range_desc d{};
     d.kind = TRN_RANGE_LINSPACE;
@@ -183,8 +177,7 @@ Tensor &linspace_out(const Scalar &start, const Scalar &end, int64_t steps, Tens
 Tensor &eye_m_out(int64_t n, int64_t m, Tensor &out) {
     TORCH_CHECK(n >= 0, "n must be greater or equal to 0, got ", n);
     TORCH_CHECK(m >= 0, "m must be greater or equal to 0, got ", m);
-    if (!native_dtype(out.scalar_type()))
-        return fallback<at::_ops::eye_m_out>(n, m, out);
+    if (!native_dtype(out.scalar_type())) return fallback<at::_ops::eye_m_out>(n, m, out);
     out.resize_({n, m});
     unsigned char zero[16] = {0}, one[16];
     launch_fill(out, zero, nullptr);
@@ -203,8 +196,7 @@ Tensor &eye_out(int64_t n, Tensor &out) { return eye_m_out(n, n, out); }
 // tril / triu
 // ---------------------------------------------------------------------------
 void launch_tri(bool upper, const Tensor &self, int64_t k, const Tensor &out) {
-    if (out.numel() == 0)
-        return;
+    if (out.numel() == 0) return;
     trn_tri_desc d{};
     d.upper = upper;
     d.diagonal = k;
@@ -218,9 +210,9 @@ void launch_tri(bool upper, const Tensor &self, int64_t k, const Tensor &out) {
     TRN_CHECK(trn_tri_launch(stream_of(out), &d));
 }
 
-template <bool Upper>
-Tensor tri(const Tensor &self, int64_t k) {
-    Tensor m = Upper ? at::_ops::triu::call(meta_of(self), k) : at::_ops::tril::call(meta_of(self), k);
+template <bool Upper> Tensor tri(const Tensor &self, int64_t k) {
+    Tensor m =
+        Upper ? at::_ops::triu::call(meta_of(self), k) : at::_ops::tril::call(meta_of(self), k);
     if (!native_dtype(self.scalar_type()))
         return Upper ? fallback<at::_ops::triu>(self, k) : fallback<at::_ops::tril>(self, k);
     Tensor out = at::empty_strided(m.sizes(), m.strides(), self.options());
@@ -229,8 +221,7 @@ Tensor tri(const Tensor &self, int64_t k) {
     return out;
 }
 
-template <bool Upper>
-Tensor &tri_out(const Tensor &self, int64_t k, Tensor &out) {
+template <bool Upper> Tensor &tri_out(const Tensor &self, int64_t k, Tensor &out) {
     // PyTorch's meta function with out (dtype, device, resize), then
     // TensorIterator's overlap rule.
     using S = std::conditional_t<Upper, at::meta::structured_triu, at::meta::structured_tril>;
@@ -238,7 +229,8 @@ Tensor &tri_out(const Tensor &self, int64_t k, Tensor &out) {
     meta.meta(self, k);
     check_out_overlap(out, self);
     if (!native_dtype(self.scalar_type()))
-        return Upper ? fallback<at::_ops::triu_out>(self, k, out) : fallback<at::_ops::tril_out>(self, k, out);
+        return Upper ? fallback<at::_ops::triu_out>(self, k, out)
+                     : fallback<at::_ops::tril_out>(self, k, out);
     // Element to element: in place when out is self's memory with self's
     // strides, through a temporary when it is that memory otherwise.
     if (out_aliases(out, self) &&
@@ -253,8 +245,7 @@ Tensor &tri_out(const Tensor &self, int64_t k, Tensor &out) {
     return out;
 }
 
-template <bool Upper>
-Tensor &tri_(Tensor &self, int64_t k) {
+template <bool Upper> Tensor &tri_(Tensor &self, int64_t k) {
     Tensor ms = meta_of(self);
     Upper ? at::_ops::triu_::call(ms, k) : at::_ops::tril_::call(ms, k);
     if (!native_dtype(self.scalar_type()))
@@ -273,8 +264,7 @@ void launch_copy_view(const Tensor &like, IntArrayRef sizes, void *dst, IntArray
                       const void *src, IntArrayRef src_strides) {
     int64_t numel = 1;
     for (auto s : sizes) numel *= s;
-    if (numel == 0)
-        return;
+    if (numel == 0) return;
     auto n = native_dtype(like.scalar_type());
     trn_dtype t = n ? *n : bytewise_dtype(like.scalar_type());
     trn_copy_desc c{};
@@ -290,7 +280,8 @@ void launch_copy_view(const Tensor &like, IntArrayRef sizes, void *dst, IntArray
 }
 
 char *elem_ptr(const Tensor &t, int64_t offset_elems) {
-    return static_cast<char *>(const_cast<void *>(t.const_data_ptr())) + offset_elems * static_cast<int64_t>(t.element_size());
+    return static_cast<char *>(const_cast<void *>(t.const_data_ptr())) +
+           offset_elems * static_cast<int64_t>(t.element_size());
 }
 
 Tensor flip(const Tensor &self, IntArrayRef dims) {
@@ -306,13 +297,15 @@ Tensor flip(const Tensor &self, IntArrayRef dims) {
             sst[d] = -sst[d];
         }
     if (self.numel() != 0)
-        launch_copy_view(self, self.sizes(), out.data_ptr(), out.strides(), elem_ptr(self, off), sst);
+        launch_copy_view(self, self.sizes(), out.data_ptr(), out.strides(), elem_ptr(self, off),
+                         sst);
     tracking::record_executed("aten::flip");
     return out;
 }
 
 Tensor roll(const Tensor &self, IntArrayRef shifts, IntArrayRef dims) {
-    at::_ops::roll::call(meta_of(self), c10::fromIntArrayRefSlow(shifts), dims);  // PyTorch's argument checks
+    at::_ops::roll::call(meta_of(self), c10::fromIntArrayRefSlow(shifts),
+                         dims);  // PyTorch's argument checks
     if (dims.empty()) {
         TORCH_CHECK(shifts.size() == 1, "shifts and dimensions must align. shifts: ", shifts.size(),
                     ", dims:", dims.size());
@@ -320,8 +313,9 @@ Tensor roll(const Tensor &self, IntArrayRef shifts, IntArrayRef dims) {
         const int64_t d0[1] = {0};
         return neuron::roll(flat, shifts, IntArrayRef(d0, 1)).view(self.sizes());
     }
-    TORCH_CHECK(shifts.size() == dims.size(), "shifts and dimensions must align. shifts: ",
-                shifts.size(), ", dims:", dims.size());
+    TORCH_CHECK(shifts.size() == dims.size(),
+                "shifts and dimensions must align. shifts: ", shifts.size(),
+                ", dims:", dims.size());
     const int64_t nd = self.dim();
     std::map<int64_t, int64_t> shift;  // net shift per dim
     for (size_t i = 0; i < dims.size(); ++i) {
@@ -403,10 +397,9 @@ Tensor constant_pad_nd(const Tensor &self, IntArrayRef pad, const Scalar &value)
 // ---------------------------------------------------------------------------
 // sort / topk
 // ---------------------------------------------------------------------------
-void launch_sort(bool topk, const Tensor &self, int64_t dim, bool descending, int64_t k, bool sorted,
-                 const Tensor &values, const Tensor &indices) {
-    if (values.numel() == 0)
-        return;
+void launch_sort(bool topk, const Tensor &self, int64_t dim, bool descending, int64_t k,
+                 bool sorted, const Tensor &values, const Tensor &indices) {
+    if (values.numel() == 0) return;
     const int64_t nd = self.dim();
     std::vector<int64_t> os, is, vs, xs;
     for (int64_t d = 0; d < nd; ++d)
@@ -463,7 +456,8 @@ std::tuple<Tensor &, Tensor &> sort_values_stable(const Tensor &self, std::optio
     check_out_overlap(values, self);
     check_out_overlap(indices, self);
     if (!sortable(self.scalar_type()))
-        return fallback<at::_ops::sort_values_stable>(self, stable, dim, descending, values, indices);
+        return fallback<at::_ops::sort_values_stable>(self, stable, dim, descending, values,
+                                                      indices);
     const int64_t d = c10::maybe_wrap_dim(dim, self.dim());
     with_outs(self, values, indices, [&](const Tensor &v, const Tensor &i) {
         launch_sort(false, self, d, descending, self.dim() ? self.size(d) : 1, true, v, i);
@@ -499,7 +493,8 @@ std::tuple<Tensor &, Tensor &> topk_values(const Tensor &self, int64_t k, int64_
     return {values, indices};
 }
 
-std::tuple<Tensor, Tensor> topk(const Tensor &self, int64_t k, int64_t dim, bool largest, bool sorted) {
+std::tuple<Tensor, Tensor> topk(const Tensor &self, int64_t k, int64_t dim, bool largest,
+                                bool sorted) {
     if (!sortable(self.scalar_type()))
         return fallback<at::_ops::topk>(self, k, dim, largest, sorted);
     Tensor values = at::empty({0}, self.options());
@@ -511,12 +506,14 @@ std::tuple<Tensor, Tensor> topk(const Tensor &self, int64_t k, int64_t dim, bool
 // ---------------------------------------------------------------------------
 // unique
 // ---------------------------------------------------------------------------
-std::tuple<Tensor, Tensor, Tensor> run_unique(const Tensor &self, bool consecutive, bool return_inverse,
-                                              bool return_counts, const char *name) {
+std::tuple<Tensor, Tensor, Tensor> run_unique(const Tensor &self, bool consecutive,
+                                              bool return_inverse, bool return_counts,
+                                              const char *name) {
     Tensor in = self.contiguous();
     const int64_t n = in.numel();
     Tensor values = at::empty({n}, self.options());
-    Tensor inverse = at::empty(return_inverse ? self.sizes() : IntArrayRef{0}, self.options().dtype(at::kLong));
+    Tensor inverse =
+        at::empty(return_inverse ? self.sizes() : IntArrayRef{0}, self.options().dtype(at::kLong));
     Tensor counts = at::empty({return_counts ? n : 0}, self.options().dtype(at::kLong));
     int64_t nu = 0;
     if (n > 0) {
@@ -534,8 +531,7 @@ std::tuple<Tensor, Tensor, Tensor> run_unique(const Tensor &self, bool consecuti
         TRN_CHECK(trn_stream_synchronize(st));  // the count sizes the outputs
     }
     values.resize_({nu});
-    if (return_counts)
-        counts.resize_({nu});
+    if (return_counts) counts.resize_({nu});
     tracking::record_executed(name);
     return {values, inverse, counts};
 }
@@ -548,7 +544,8 @@ std::tuple<Tensor, Tensor, Tensor> unique2(const Tensor &self, bool sorted, bool
 }
 
 std::tuple<Tensor, Tensor, Tensor> unique_consecutive(const Tensor &self, bool return_inverse,
-                                                      bool return_counts, std::optional<int64_t> dim) {
+                                                      bool return_counts,
+                                                      std::optional<int64_t> dim) {
     if (!sortable(self.scalar_type()) || (dim.has_value() && self.dim() != 1))
         return fallback<at::_ops::unique_consecutive>(self, return_inverse, return_counts, dim);
     return run_unique(self, true, return_inverse, return_counts, "aten::unique_consecutive");

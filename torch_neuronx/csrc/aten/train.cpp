@@ -24,8 +24,7 @@ namespace {
 using at::Tensor;
 
 // For schemas with SymInt arguments.
-template <typename Op, typename... Args>
-decltype(auto) fallback_sym(Args &&...args) {
+template <typename Op, typename... Args> decltype(auto) fallback_sym(Args &&...args) {
     return at::native::call_fallback_fn_symint<&cpu_fallback, Op>::call(
         std::forward<Args>(args)...);
 }
@@ -45,15 +44,14 @@ std::pair<int64_t, int64_t> layer_norm_rows(const Tensor &input, at::IntArrayRef
                 "Expected weight to be of same shape as normalized_shape, but got ",
                 "weight of shape ", weight.sizes(), " and normalized_shape = ", shape);
     TORCH_CHECK(!bias.defined() || bias.sizes().equals(shape),
-                "Expected bias to be of same shape as normalized_shape, but got ",
-                "bias of shape ", bias.sizes(), " and normalized_shape = ", shape);
+                "Expected bias to be of same shape as normalized_shape, but got ", "bias of shape ",
+                bias.sizes(), " and normalized_shape = ", shape);
     const auto in_shape = input.sizes();
     const int64_t in_nd = input.dim();
     if (in_nd < nd || !in_shape.slice(in_nd - nd).equals(shape)) {
         std::stringstream ss;
         ss << "Given normalized_shape=" << shape << ", expected input with shape [*";
-        for (auto size : shape)
-            ss << ", " << size;
+        for (auto size : shape) ss << ", " << size;
         ss << "], but got input of size" << in_shape;
         TORCH_CHECK(false, ss.str());
     }
@@ -66,23 +64,21 @@ std::pair<int64_t, int64_t> layer_norm_rows(const Tensor &input, at::IntArrayRef
 // Stats shape: input's leading dims, then 1 per normalized dim.
 std::vector<int64_t> stat_shape(const Tensor &input, size_t nd) {
     std::vector<int64_t> s(input.sizes().begin(), input.sizes().end());
-    for (size_t i = s.size() - nd; i < s.size(); ++i)
-        s[i] = 1;
+    for (size_t i = s.size() - nd; i < s.size(); ++i) s[i] = 1;
     return s;
 }
 
-bool ln_dtypes(const Tensor &input, const Tensor &weight, const Tensor &bias,
-               trn_dtype &dt, trn_dtype &pdt, trn_dtype &sdt) {
+bool ln_dtypes(const Tensor &input, const Tensor &weight, const Tensor &bias, trn_dtype &dt,
+               trn_dtype &pdt, trn_dtype &sdt) {
     auto d = native_dtype(input.scalar_type());
-    if (!d)
-        return false;
-    at::ScalarType pt = weight.defined() ? weight.scalar_type()
-                                         : (bias.defined() ? bias.scalar_type() : input.scalar_type());
+    if (!d) return false;
+    at::ScalarType pt = weight.defined()
+                            ? weight.scalar_type()
+                            : (bias.defined() ? bias.scalar_type() : input.scalar_type());
     if (weight.defined() && bias.defined() && weight.scalar_type() != bias.scalar_type())
         return false;
     auto p = native_dtype(pt);
-    if (!p)
-        return false;
+    if (!p) return false;
     dt = *d;
     pdt = *p;
     sdt = pdt;  // ATen: stats in the parameter dtype when mixed (float), else input's
@@ -100,11 +96,13 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm(const Tensor &input,
     auto [M, N] = layer_norm_rows(input, shape, weight, bias);
     trn_dtype dt, pdt, sdt;
     if (!ln_dtypes(input, weight, bias, dt, pdt, sdt) || (M > 0 && N == 0))
-        return fallback_sym<at::_ops::native_layer_norm>(input, sym_shape, weight_opt, bias_opt, eps);
+        return fallback_sym<at::_ops::native_layer_norm>(input, sym_shape, weight_opt, bias_opt,
+                                                         eps);
     const Tensor x = input.contiguous();
     const Tensor w = weight.defined() ? weight.contiguous() : weight;
     const Tensor b = bias.defined() ? bias.contiguous() : bias;
-    Tensor y = at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
+    Tensor y =
+        at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
     auto sshape = stat_shape(input, shape.size());
     const auto stat_type = weight.defined() || bias.defined()
                                ? (weight.defined() ? weight.scalar_type() : bias.scalar_type())
@@ -129,10 +127,11 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm(const Tensor &input,
     return {y, mean, rstd};
 }
 
-std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(
-    const Tensor &grad_out, const Tensor &input, c10::SymIntArrayRef sym_shape, const Tensor &mean,
-    const Tensor &rstd, const std::optional<Tensor> &weight_opt,
-    const std::optional<Tensor> &bias_opt, std::array<bool, 3> mask) {
+std::tuple<Tensor, Tensor, Tensor>
+native_layer_norm_backward(const Tensor &grad_out, const Tensor &input,
+                           c10::SymIntArrayRef sym_shape, const Tensor &mean, const Tensor &rstd,
+                           const std::optional<Tensor> &weight_opt,
+                           const std::optional<Tensor> &bias_opt, std::array<bool, 3> mask) {
     const at::IntArrayRef shape = C10_AS_INTARRAYREF_SLOW(sym_shape);
     const Tensor weight = weight_opt.value_or(Tensor());
     const Tensor bias = bias_opt.value_or(Tensor());
@@ -142,11 +141,10 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(
                     grad_out.scalar_type() == input.scalar_type() &&
                     native_dtype(mean.scalar_type()) && native_dtype(rstd.scalar_type()) &&
                     mean.scalar_type() == rstd.scalar_type() && !(M > 0 && N == 0);
-    if (ok)
-        sdt = *native_dtype(mean.scalar_type());
+    if (ok) sdt = *native_dtype(mean.scalar_type());
     if (!ok || !trn_layer_norm_supports(dt, pdt, sdt))
         return fallback_sym<at::_ops::native_layer_norm_backward>(grad_out, input, sym_shape, mean,
-                                                              rstd, weight_opt, bias_opt, mask);
+                                                                  rstd, weight_opt, bias_opt, mask);
     const Tensor x = input.contiguous(), dy = grad_out.contiguous();
     const Tensor mc = mean.contiguous(), rc = rstd.contiguous();
     const Tensor w = weight.defined() ? weight.contiguous() : weight;
@@ -154,7 +152,8 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(
     if (mask[0])
         dx = at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
     if (mask[1] && weight.defined())
-        dw = at::empty(weight.sizes(), weight.options().memory_format(at::MemoryFormat::Contiguous));
+        dw =
+            at::empty(weight.sizes(), weight.options().memory_format(at::MemoryFormat::Contiguous));
     if (mask[2] && bias.defined())
         db = at::empty(bias.sizes(), bias.options().memory_format(at::MemoryFormat::Contiguous));
     trn_layer_norm_backward_desc d{};
@@ -184,8 +183,7 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(
 // status, which carries the kernel's error under NEURON_LAUNCH_BLOCKING=1.
 void sync_targets(trn_stream *s, trn_status launched) {
     const trn_status st = launched != TRN_SUCCESS ? launched : trn_stream_synchronize(s);
-    if (st == TRN_SUCCESS)
-        return;
+    if (st == TRN_SUCCESS) return;
     const std::string msg = trn_last_error();
     TORCH_CHECK_INDEX(msg.find("out of bounds") == std::string::npos, msg);
     TRN_CHECK(st);
@@ -205,8 +203,7 @@ bool nll_supported(const Tensor &self, const Tensor &target, const Tensor &weigh
 // nll_loss's checks (ATen's nll_loss_forward meta function).
 NllShape nll_check(const Tensor &self, const Tensor &target, const Tensor &weight) {
     TORCH_CHECK(self.dim() > 0 && self.dim() <= 2, "input tensor should be 1D or 2D");
-    TORCH_CHECK(target.dim() <= 1,
-                "0D or 1D target tensor expected, multi-target not supported");
+    TORCH_CHECK(target.dim() <= 1, "0D or 1D target tensor expected, multi-target not supported");
     const auto no_batch_dim = self.dim() == 1 && target.dim() == 0;
     TORCH_CHECK(no_batch_dim || (self.size(0) == target.size(0)),
                 "size mismatch (got input: ", self.sizes(), ", target: ", target.sizes(), ")")
@@ -222,10 +219,12 @@ NllShape nll_check(const Tensor &self, const Tensor &target, const Tensor &weigh
 NllShape nll2d_check(const Tensor &self, const Tensor &target, const Tensor &weight) {
     TORCH_CHECK(target.dim() == 3,
                 "only batches of spatial targets supported (3D tensors)"
-                " but got targets of dimension: ", target.dim());
+                " but got targets of dimension: ",
+                target.dim());
     TORCH_CHECK(self.dim() == 4,
                 "only batches of spatial inputs supported (4D tensors), "
-                "but got input of dimension: ", self.dim());
+                "but got input of dimension: ",
+                self.dim());
     TORCH_CHECK(!weight.defined() || weight.numel() == self.size(1),
                 "weight tensor should be defined either for all or no classes");
     TORCH_CHECK(self.size(0) == target.size(0) && self.size(2) == target.size(1) &&
@@ -312,7 +311,8 @@ Tensor nll_backward_run(const Tensor &grad_output, const Tensor &self, const Ten
     const Tensor g = grad_output.contiguous(), t = target.contiguous();
     const Tensor w = weight.defined() ? weight.contiguous() : weight;
     const Tensor tw = total_weight.contiguous();
-    Tensor grad_input = at::empty(self.sizes(), self.options().memory_format(at::MemoryFormat::Contiguous));
+    Tensor grad_input =
+        at::empty(self.sizes(), self.options().memory_format(at::MemoryFormat::Contiguous));
     trn_nll_loss_backward_desc d{};
     nll_desc_common(d, self, t, w, reduction, ignore_index, sh);
     d.grad_output = g.data_ptr();
@@ -326,8 +326,7 @@ Tensor nll_backward_run(const Tensor &grad_output, const Tensor &self, const Ten
 
 bool nll_backward_supported(const Tensor &grad_output, const Tensor &self, const Tensor &target,
                             const Tensor &weight, const Tensor &total_weight) {
-    return nll_supported(self, target, weight) &&
-           grad_output.scalar_type() == self.scalar_type() &&
+    return nll_supported(self, target, weight) && grad_output.scalar_type() == self.scalar_type() &&
            total_weight.scalar_type() == self.scalar_type() && total_weight.numel() == 1;
 }
 
@@ -339,19 +338,17 @@ Tensor nll_loss_backward(const Tensor &grad_output, const Tensor &self, const Te
     if (reduction == at::Reduction::None && self.dim() == 2) {
         TORCH_CHECK(grad_output.dim() == 1 && grad_output.size(0) == sh.batch,
                     "Expected a tensor of dimension 1 and tensor.size[0] == ", sh.batch,
-                    " but got: dimension ", grad_output.dim(), " and tensor.size[0] == ",
-                    grad_output.dim() > 0 ? grad_output.size(0) : 0);
+                    " but got: dimension ", grad_output.dim(),
+                    " and tensor.size[0] == ", grad_output.dim() > 0 ? grad_output.size(0) : 0);
     } else {
         TORCH_CHECK(grad_output.dim() <= 1 && grad_output.numel() == 1,
-                    "Expected a single element grad_output tensor, but got: ",
-                    grad_output.sizes());
+                    "Expected a single element grad_output tensor, but got: ", grad_output.sizes());
     }
     if (!nll_backward_supported(grad_output, self, target, weight, total_weight))
         return fallback_sym<at::_ops::nll_loss_backward>(grad_output, self, target, weight_opt,
-                                                     reduction, ignore_index, total_weight);
-    return nll_backward_run(grad_output, self, target, weight, reduction,
-                            ignore_index.expect_int(), total_weight, sh,
-                            "aten::nll_loss_backward");
+                                                         reduction, ignore_index, total_weight);
+    return nll_backward_run(grad_output, self, target, weight, reduction, ignore_index.expect_int(),
+                            total_weight, sh, "aten::nll_loss_backward");
 }
 
 Tensor nll_loss2d_backward(const Tensor &grad_output, const Tensor &self, const Tensor &target,
@@ -363,10 +360,9 @@ Tensor nll_loss2d_backward(const Tensor &grad_output, const Tensor &self, const 
         (reduction == at::Reduction::None && !grad_output.sizes().equals(target.sizes())) ||
         (reduction != at::Reduction::None && grad_output.numel() != 1))
         return fallback_sym<at::_ops::nll_loss2d_backward>(grad_output, self, target, weight_opt,
-                                                       reduction, ignore_index, total_weight);
-    return nll_backward_run(grad_output, self, target, weight, reduction,
-                            ignore_index.expect_int(), total_weight, sh,
-                            "aten::nll_loss2d_backward");
+                                                           reduction, ignore_index, total_weight);
+    return nll_backward_run(grad_output, self, target, weight, reduction, ignore_index.expect_int(),
+                            total_weight, sh, "aten::nll_loss2d_backward");
 }
 
 // ---------------------------------------------------------------------------
@@ -378,16 +374,19 @@ Tensor nll_loss2d_backward(const Tensor &grad_output, const Tensor &self, const 
 std::tuple<Tensor, Tensor> native_dropout(const Tensor &input, double p,
                                           std::optional<bool> train) {
     auto d = native_dtype(input.scalar_type());
-    if (!d || (*d != TRN_DTYPE_F32 && *d != TRN_DTYPE_BF16 && *d != TRN_DTYPE_F16 &&
-               *d != TRN_DTYPE_F64))
+    if (!d ||
+        (*d != TRN_DTYPE_F32 && *d != TRN_DTYPE_BF16 && *d != TRN_DTYPE_F16 && *d != TRN_DTYPE_F64))
         return fallback<at::_ops::native_dropout>(input, p, train);
     TORCH_CHECK(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
     const bool training = !train.has_value() || *train;
     const double keep = 1.0 - p;
     const double scale = !training ? 1.0 : (keep == 0.0 ? 0.0 : 1.0 / keep);
     const Tensor x = input.contiguous();
-    Tensor out = at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
-    Tensor mask = at::empty(input.sizes(), input.options().dtype(at::kBool).memory_format(at::MemoryFormat::Contiguous));
+    Tensor out =
+        at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
+    Tensor mask =
+        at::empty(input.sizes(),
+                  input.options().dtype(at::kBool).memory_format(at::MemoryFormat::Contiguous));
     trn_dropout_desc dd{};
     dd.dtype = *d;
     dd.n = input.numel();
@@ -397,8 +396,8 @@ std::tuple<Tensor, Tensor> native_dropout(const Tensor &input, double p,
     dd.p = training ? p : 0.0;  // eval: the input, and an all-true mask
     dd.scale = scale;
     if (training && dd.n > 0) {
-        const CounterRange r = reserve_counters(std::nullopt, input.device().index(),
-                                                static_cast<uint64_t>(dd.n));
+        const CounterRange r =
+            reserve_counters(std::nullopt, input.device().index(), static_cast<uint64_t>(dd.n));
         dd.seed = r.seed;
         dd.offset = r.offset;
     }
@@ -418,16 +417,14 @@ Tensor mse_loss(const Tensor &self, const Tensor &target, int64_t reduction) {
     Tensor d = at::sub(self, target);
     Tensor sq = at::mul(d, d);
     tracking::record_executed("aten::mse_loss");
-    if (reduction == at::Reduction::Mean)
-        return at::mean(sq);
-    if (reduction == at::Reduction::Sum)
-        return at::sum(sq);
+    if (reduction == at::Reduction::Mean) return at::mean(sq);
+    if (reduction == at::Reduction::Sum) return at::sum(sq);
     return sq;
 }
 Tensor mse_loss_backward(const Tensor &grad_output, const Tensor &self, const Tensor &target,
                          int64_t reduction) {
-    const double norm = reduction == at::Reduction::Mean ? 2.0 / static_cast<double>(self.numel())
-                                                         : 2.0;
+    const double norm =
+        reduction == at::Reduction::Mean ? 2.0 / static_cast<double>(self.numel()) : 2.0;
     tracking::record_executed("aten::mse_loss_backward");
     return at::mul(at::mul(at::sub(self, target), grad_output), at::Scalar(norm));
 }

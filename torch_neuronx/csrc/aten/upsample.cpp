@@ -28,8 +28,7 @@ namespace {
 using at::Tensor;
 using Scale = std::optional<double>;
 
-template <typename Op, typename... Args>
-decltype(auto) fallback_sym(Args &&...args) {
+template <typename Op, typename... Args> decltype(auto) fallback_sym(Args &&...args) {
     return at::native::call_fallback_fn_symint<&cpu_fallback, Op>::call(
         std::forward<Args>(args)...);
 }
@@ -79,15 +78,15 @@ std::optional<Tensor> up_forward(const Tensor &self, at::IntArrayRef output_size
                                  std::initializer_list<Scale> scales, trn_upsample_mode mode,
                                  bool align_corners, const char *op) {
     const size_t sp = output_size.size();
-    TORCH_CHECK(self.dim() == static_cast<int64_t>(sp) + 2, "Expected ", sp + 2,
-                "D input (got ", self.dim(), "D)");
+    TORCH_CHECK(self.dim() == static_cast<int64_t>(sp) + 2, "Expected ", sp + 2, "D input (got ",
+                self.dim(), "D)");
     trn_upsample_desc d = describe(self.sizes(), output_size, scales, mode, align_corners);
     auto dt = native_dtype(self.scalar_type());
     // ATen's CPU kernels take floating dtypes and uint8 only: other integer
     // and bool inputs go to the CPU path, which raises its NotImplementedError.
-    const bool aten_dtype = at::isFloatingType(self.scalar_type()) || self.scalar_type() == at::kByte;
-    if (!dt || !aten_dtype || !trn_upsample_supports(*dt, mode, 0))
-        return std::nullopt;
+    const bool aten_dtype =
+        at::isFloatingType(self.scalar_type()) || self.scalar_type() == at::kByte;
+    if (!dt || !aten_dtype || !trn_upsample_supports(*dt, mode, 0)) return std::nullopt;
     d.dtype = *dt;
     std::vector<int64_t> osize{self.size(0), self.size(1)};
     osize.insert(osize.end(), output_size.begin(), output_size.end());
@@ -111,15 +110,15 @@ std::optional<Tensor> up_backward(const Tensor &grad_out, at::IntArrayRef output
         const int64_t want = i < 2 ? input_size[i] : output_size[i - 2];
         TORCH_CHECK(grad_out.size(static_cast<int64_t>(i)) == want,
                     "Expected grad_output to have the same shape as output; output.size(", i,
-                    ") = ", want, " but got grad_output.size(", i, ") = ",
-                    grad_out.size(static_cast<int64_t>(i)));
+                    ") = ", want, " but got grad_output.size(", i,
+                    ") = ", grad_out.size(static_cast<int64_t>(i)));
     }
     auto dt = native_dtype(grad_out.scalar_type());
-    if (!dt || !trn_upsample_supports(*dt, mode, 1))
-        return std::nullopt;
+    if (!dt || !trn_upsample_supports(*dt, mode, 1)) return std::nullopt;
     d.dtype = *dt;
     const Tensor g = grad_out.contiguous();
-    Tensor gi = at::empty(input_size, grad_out.options().memory_format(at::MemoryFormat::Contiguous));
+    Tensor gi =
+        at::empty(input_size, grad_out.options().memory_format(at::MemoryFormat::Contiguous));
     d.src = g.numel() ? g.data_ptr() : nullptr;
     d.dst = gi.numel() ? gi.data_ptr() : nullptr;
     TRN_CHECK(trn_upsample_backward_launch(current_trn_stream(grad_out.device().index()), &d));
@@ -132,26 +131,29 @@ constexpr auto EXACT = TRN_UPSAMPLE_NEAREST_EXACT;
 
 // One forward and one backward wrapper per op: the kernel, or the op's own
 // CPU fallback.
-#define NEAREST_OPS(NAME, MODE, DIMS, SCALE_PARAMS, SCALE_LIST, SCALE_ARGS)                    \
-    Tensor NAME(const Tensor &self, c10::SymIntArrayRef out, SCALE_PARAMS) {                 \
-        if (auto r = up_forward(self, ints(out), SCALE_LIST, MODE, false, "aten::" #NAME))     \
-            return *r;                                                                         \
-        return fallback_sym<at::_ops::NAME>(self, out, SCALE_ARGS);                            \
-    }                                                                                          \
-    Tensor NAME##_backward(const Tensor &g, c10::SymIntArrayRef out, c10::SymIntArrayRef in, \
-                           SCALE_PARAMS) {                                                     \
-        if (auto r = up_backward(g, ints(out), ints(in), SCALE_LIST, MODE, false,              \
-                                 "aten::" #NAME "_backward"))                                  \
-            return *r;                                                                         \
-        return fallback_sym<at::_ops::NAME##_backward>(g, out, in, SCALE_ARGS);                \
+#define NEAREST_OPS(NAME, MODE, DIMS, SCALE_PARAMS, SCALE_LIST, SCALE_ARGS)                        \
+    Tensor NAME(const Tensor &self, c10::SymIntArrayRef out, SCALE_PARAMS) {                       \
+        if (auto r = up_forward(self, ints(out), SCALE_LIST, MODE, false, "aten::" #NAME))         \
+            return *r;                                                                             \
+        return fallback_sym<at::_ops::NAME>(self, out, SCALE_ARGS);                                \
+    }                                                                                              \
+    Tensor NAME##_backward(const Tensor &g, c10::SymIntArrayRef out, c10::SymIntArrayRef in,       \
+                           SCALE_PARAMS) {                                                         \
+        if (auto r = up_backward(g, ints(out), ints(in), SCALE_LIST, MODE, false,                  \
+                                 "aten::" #NAME "_backward"))                                      \
+            return *r;                                                                             \
+        return fallback_sym<at::_ops::NAME##_backward>(g, out, in, SCALE_ARGS);                    \
     }
 
 #define P1 Scale s
 #define P2 Scale sh, Scale sw
 #define P3 Scale sd, Scale sh, Scale sw
-#define L1 {s}
-#define L2 {sh, sw}
-#define L3 {sd, sh, sw}
+#define L1                                                                                         \
+    { s }
+#define L2                                                                                         \
+    { sh, sw }
+#define L3                                                                                         \
+    { sd, sh, sw }
 #define A1 s
 #define A2 sh, sw
 #define A3 sd, sh, sw
@@ -189,8 +191,8 @@ Tensor upsample_bicubic2d(const Tensor &self, c10::SymIntArrayRef out, bool alig
     return fallback_sym<at::_ops::upsample_bicubic2d>(self, out, align, sh, sw);
 }
 
-Tensor upsample_bicubic2d_backward(const Tensor &g, c10::SymIntArrayRef out,
-                                   c10::SymIntArrayRef in, bool align, Scale sh, Scale sw) {
+Tensor upsample_bicubic2d_backward(const Tensor &g, c10::SymIntArrayRef out, c10::SymIntArrayRef in,
+                                   bool align, Scale sh, Scale sw) {
     if (auto r = up_backward(g, ints(out), ints(in), {sh, sw}, TRN_UPSAMPLE_BICUBIC, align,
                              "aten::upsample_bicubic2d_backward"))
         return *r;
@@ -205,8 +207,8 @@ Tensor upsample_linear1d(const Tensor &self, c10::SymIntArrayRef out, bool align
     return fallback_sym<at::_ops::upsample_linear1d>(self, out, align, s);
 }
 
-Tensor upsample_linear1d_backward(const Tensor &g, c10::SymIntArrayRef out,
-                                  c10::SymIntArrayRef in, bool align, Scale s) {
+Tensor upsample_linear1d_backward(const Tensor &g, c10::SymIntArrayRef out, c10::SymIntArrayRef in,
+                                  bool align, Scale s) {
     if (auto r = up_backward(g, ints(out), ints(in), {s}, TRN_UPSAMPLE_BILINEAR, align,
                              "aten::upsample_linear1d_backward"))
         return *r;
@@ -232,8 +234,8 @@ Tensor upsample_trilinear3d_backward(const Tensor &g, c10::SymIntArrayRef out,
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-#define REG(NAME)                                                                              \
-    m.impl(#NAME, TORCH_FN(NAME));                                                             \
+#define REG(NAME)                                                                                  \
+    m.impl(#NAME, TORCH_FN(NAME));                                                                 \
     m.impl(#NAME "_backward", TORCH_FN(NAME##_backward));
     REG(upsample_nearest1d)
     REG(upsample_nearest2d)

@@ -28,7 +28,6 @@ namespace py = pybind11;
 namespace neuron {
 namespace {
 
-
 using I64s = std::vector<int64_t>;
 
 struct Graph {
@@ -81,9 +80,9 @@ struct Run {
 // Where one output of a compiled graph comes from (CompiledGraph._plan_fast).
 struct OutputSource {
     enum Kind { NONE, EXPORT, INPUT, ARG, CONST } kind = NONE;
-    int index = 0;              // export / input node / argument number
-    py::object value;           // CONST
-    bool view = false;          // a view of the export or input
+    int index = 0;      // export / input node / argument number
+    py::object value;   // CONST
+    bool view = false;  // a view of the export or input
     I64s sizes, strides;
     int64_t offset = 0;
 };
@@ -99,25 +98,29 @@ struct Call {
     int device = 0;
 
     std::vector<at::Tensor> run(const std::vector<at::Tensor> &inputs) {
-        TORCH_CHECK(inputs.size() == in_nodes.size(), "compiled graph: ", inputs.size(), " inputs, expected ",
-                    in_nodes.size());
+        TORCH_CHECK(inputs.size() == in_nodes.size(), "compiled graph: ", inputs.size(),
+                    " inputs, expected ", in_nodes.size());
         for (const auto &t : inputs)
             TORCH_CHECK(t.defined() && t.device().type() == c10::DeviceType::PrivateUse1,
                         "compiled graph: an input is not a neuron tensor");
-        const auto dev = c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device));
+        const auto dev =
+            c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device));
         std::vector<at::Tensor> out;
         out.reserve(ex_nodes.size());
         for (size_t i = 0; i < ex_nodes.size(); i++)
-            out.push_back(at::empty_strided(ex_sizes[i], ex_strides[i], at::TensorOptions().dtype(ex_dtypes[i]).device(dev)));
+            out.push_back(at::empty_strided(ex_sizes[i], ex_strides[i],
+                                            at::TensorOptions().dtype(ex_dtypes[i]).device(dev)));
         at::Tensor ws;
-        if (ws_size > 0) ws = at::empty({ws_size}, at::TensorOptions().dtype(at::kByte).device(dev));
+        if (ws_size > 0)
+            ws = at::empty({ws_size}, at::TensorOptions().dtype(at::kByte).device(dev));
         trn_run *r = nullptr;
         TRN_CHECK(trn_run_create(prog->p, ws_size > 0 ? ws.data_ptr() : nullptr, &r));
         trn_stream *s = current_trn_stream(static_cast<c10::DeviceIndex>(device));
         trn_status st = TRN_SUCCESS;
         for (size_t i = 0; i < inputs.size() && st == TRN_SUCCESS; i++)
             st = trn_run_set_buffer(r, in_nodes[i], inputs[i].data_ptr());
-        for (size_t i = 0; i < out.size() && st == TRN_SUCCESS; i++) st = trn_run_set_buffer(r, ex_nodes[i], out[i].data_ptr());
+        for (size_t i = 0; i < out.size() && st == TRN_SUCCESS; i++)
+            st = trn_run_set_buffer(r, ex_nodes[i], out[i].data_ptr());
         int host = -1;
         trn_status cont = TRN_SUCCESS;
         if (st == TRN_SUCCESS) cont = trn_run_continue(r, s, &host);
@@ -126,7 +129,8 @@ struct Call {
         TRN_CHECK(st);
         if (cont != TRN_SUCCESS) check_indices(*prog, s, cont);
         TRN_CHECK(fin);
-        TORCH_CHECK(host < 0, "compiled graph: stopped at host step ", host, " in a call without host steps");
+        TORCH_CHECK(host < 0, "compiled graph: stopped at host step ", host,
+                    " in a call without host steps");
         check_indices(*prog, s);
         trn_counter_add(TRN_COUNTER_COMPILED_LAUNCHES, device, 1);
         return out;
@@ -142,7 +146,8 @@ struct Call {
         std::vector<at::Tensor> inputs;
         inputs.reserve(in_args.size());
         for (int i : in_args) {
-            TORCH_CHECK(i < n_args, "compiled graph: ", n_args, " arguments, expected more than ", i);
+            TORCH_CHECK(i < n_args, "compiled graph: ", n_args, " arguments, expected more than ",
+                        i);
             PyObject *o = PyList_GET_ITEM(args.ptr(), i);
             TORCH_CHECK(THPVariable_Check(o), "compiled graph: argument ", i, " is not a tensor");
             inputs.push_back(THPVariable_Unpack(o));
@@ -172,195 +177,250 @@ struct Call {
 const int64_t *opt_ptr(const std::optional<I64s> &v) { return v ? v->data() : nullptr; }
 
 void *tensor_ptr(const at::Tensor &t) {
-    TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1,
-                "compiled graph: buffer on ", t.device(), ", expected a neuron tensor");
+    TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, "compiled graph: buffer on ",
+                t.device(), ", expected a neuron tensor");
     return t.data_ptr();
 }
 
 void register_compiler(py::module_ &m) {
     py::class_<Graph, std::shared_ptr<Graph>>(m, "_CompilerGraph")
         .def(py::init([] { return guarded([] { return std::make_shared<Graph>(); }); }))
-        .def("input", [](Graph &g, int dt, const I64s &sizes, const I64s &strides) {
-            return guarded([&] {
-                int id;
-                TRN_CHECK(trn_graph_input(g.g, (trn_dtype)dt, (int)sizes.size(), sizes.data(), strides.data(), &id));
-                return id;
-            });
-        })
-        .def("const", [](Graph &g, int dt, double f, int64_t i, const I64s &sizes) {
-            return guarded([&] {
-                int id;
-                TRN_CHECK(trn_graph_const(g.g, (trn_dtype)dt, f, i, (int)sizes.size(), sizes.data(), &id));
-                return id;
-            });
-        })
-        .def("pointwise", [](Graph &g, int op, int compute, int out, const std::vector<int> &in, const std::vector<double> &params) {
-            return guarded([&] {
-                int id;
-                double p[4] = {0, 0, 0, 0};
-                for (size_t i = 0; i < params.size() && i < 4; i++) p[i] = params[i];
-                TRN_CHECK(trn_graph_pointwise(g.g, (trn_ew_op)op, (trn_dtype)compute, (trn_dtype)out, (int)in.size(), in.data(), p, &id));
-                return id;
-            });
-        })
-        .def("cast", [](Graph &g, int in, int dt) {
-            return guarded([&] {
-                int id;
-                TRN_CHECK(trn_graph_cast(g.g, in, (trn_dtype)dt, &id));
-                return id;
-            });
-        })
-        .def("view", [](Graph &g, int in, const I64s &sizes, const I64s &strides, int64_t offset) {
-            return guarded([&] {
-                int id;
-                TORCH_CHECK(sizes.size() == strides.size(), "view: sizes and strides differ in length");
-                TRN_CHECK(trn_graph_view(g.g, in, (int)sizes.size(), sizes.data(), strides.data(), offset, &id));
-                return id;
-            });
-        })
-        .def("reduce", [](Graph &g, int op, int in, int out, uint32_t mask) {
-            return guarded([&] {
-                int id;
-                TRN_CHECK(trn_graph_reduce(g.g, (trn_graph_reduce_op)op, in, (trn_dtype)out, mask, &id));
-                return id;
-            });
-        })
-        .def("matmul", [](Graph &g, int a, int b, double alpha) {
-            return guarded([&] {
-                int id;
-                TRN_CHECK(trn_graph_matmul(g.g, a, b, alpha, &id));
-                return id;
-            });
-        })
-        .def("conv", [](Graph &g, int kind, int x, int y, int bias, const I64s &stride, const I64s &pad,
-                        const I64s &dil, int64_t groups, const I64s &out_sizes) {
-            return guarded([&] {
-                int id;
-                TORCH_CHECK(stride.size() == pad.size() && pad.size() == dil.size(), "conv: parameter lengths differ");
-                TRN_CHECK(trn_graph_conv(g.g, (trn_conv_kind)kind, x, y, bias, (int)stride.size(), stride.data(),
-                                         pad.data(), dil.data(), groups, (int)out_sizes.size(), out_sizes.data(), &id));
-                return id;
-            });
-        })
-        .def("iota", [](Graph &g, int dt, const I64s &sizes, const I64s &coef, int64_t offset, double start, double step) {
-            return guarded([&] {
-                int id;
-                TORCH_CHECK(sizes.size() == coef.size(), "iota: sizes and coefficients differ in length");
-                TRN_CHECK(trn_graph_iota(g.g, (trn_dtype)dt, (int)sizes.size(), sizes.data(), coef.data(), offset, start,
-                                         step, &id));
-                return id;
-            });
-        })
-        .def("gather", [](Graph &g, int src, const std::vector<int> &idx, const std::vector<int> &src_dims,
-                          const std::vector<int> &out_to_src, int wrap, int err) {
-            return guarded([&] {
-                int id;
-                TORCH_CHECK(idx.size() == src_dims.size(), "gather: indices and dims differ in length");
-                TRN_CHECK(trn_graph_gather(g.g, src, (int)idx.size(), idx.data(), src_dims.data(), out_to_src.data(),
-                                           wrap, (trn_graph_index_error)err, &id));
-                return id;
-            });
-        })
-        .def("scatter", [](Graph &g, int self, int index, int src, int dim, const std::vector<int> &out_to_self,
-                           int accumulate, int wrap, int err) {
-            return guarded([&] {
-                int id;
-                TRN_CHECK(trn_graph_scatter(g.g, self, index, src, dim, out_to_self.data(), accumulate, wrap,
-                                            (trn_graph_index_error)err, &id));
-                return id;
-            });
-        })
-        .def("host_call", [](Graph &g, const std::vector<int> &args) {
-            return guarded([&] {
-                int step;
-                TRN_CHECK(trn_graph_host_call(g.g, (int)args.size(), args.data(), &step));
-                return step;
-            });
-        })
-        .def("host_result", [](Graph &g, int step, int dt, const I64s &sizes, const I64s &strides) {
-            return guarded([&] {
-                int id;
-                TRN_CHECK(trn_graph_host_result(g.g, step, (trn_dtype)dt, (int)sizes.size(), sizes.data(), strides.data(), &id));
-                return id;
-            });
-        })
-        .def("export", [](Graph &g, int node, const std::optional<I64s> &strides) {
-            guarded([&] { TRN_CHECK(trn_graph_export(g.g, node, opt_ptr(strides))); });
-        })
-        .def("store", [](Graph &g, int input, int src) {
-            return guarded([&] {
-                int id;
-                TRN_CHECK(trn_graph_store(g.g, input, src, &id));
-                return id;
-            });
-        })
-        .def("set_layout", [](Graph &g, int node, const I64s &strides) {
-            guarded([&] { TRN_CHECK(trn_graph_set_layout(g.g, node, strides.data())); });
-        })
-        .def("set_label", [](Graph &g, int node, const std::string &label) {
-            guarded([&] { TRN_CHECK(trn_graph_set_label(g.g, node, label.c_str())); });
-        })
+        .def("input",
+             [](Graph &g, int dt, const I64s &sizes, const I64s &strides) {
+                 return guarded([&] {
+                     int id;
+                     TRN_CHECK(trn_graph_input(g.g, (trn_dtype)dt, (int)sizes.size(), sizes.data(),
+                                               strides.data(), &id));
+                     return id;
+                 });
+             })
+        .def("const",
+             [](Graph &g, int dt, double f, int64_t i, const I64s &sizes) {
+                 return guarded([&] {
+                     int id;
+                     TRN_CHECK(trn_graph_const(g.g, (trn_dtype)dt, f, i, (int)sizes.size(),
+                                               sizes.data(), &id));
+                     return id;
+                 });
+             })
+        .def("pointwise",
+             [](Graph &g, int op, int compute, int out, const std::vector<int> &in,
+                const std::vector<double> &params) {
+                 return guarded([&] {
+                     int id;
+                     double p[4] = {0, 0, 0, 0};
+                     for (size_t i = 0; i < params.size() && i < 4; i++) p[i] = params[i];
+                     TRN_CHECK(trn_graph_pointwise(g.g, (trn_ew_op)op, (trn_dtype)compute,
+                                                   (trn_dtype)out, (int)in.size(), in.data(), p,
+                                                   &id));
+                     return id;
+                 });
+             })
+        .def("cast",
+             [](Graph &g, int in, int dt) {
+                 return guarded([&] {
+                     int id;
+                     TRN_CHECK(trn_graph_cast(g.g, in, (trn_dtype)dt, &id));
+                     return id;
+                 });
+             })
+        .def("view",
+             [](Graph &g, int in, const I64s &sizes, const I64s &strides, int64_t offset) {
+                 return guarded([&] {
+                     int id;
+                     TORCH_CHECK(sizes.size() == strides.size(),
+                                 "view: sizes and strides differ in length");
+                     TRN_CHECK(trn_graph_view(g.g, in, (int)sizes.size(), sizes.data(),
+                                              strides.data(), offset, &id));
+                     return id;
+                 });
+             })
+        .def("reduce",
+             [](Graph &g, int op, int in, int out, uint32_t mask) {
+                 return guarded([&] {
+                     int id;
+                     TRN_CHECK(trn_graph_reduce(g.g, (trn_graph_reduce_op)op, in, (trn_dtype)out,
+                                                mask, &id));
+                     return id;
+                 });
+             })
+        .def("matmul",
+             [](Graph &g, int a, int b, double alpha) {
+                 return guarded([&] {
+                     int id;
+                     TRN_CHECK(trn_graph_matmul(g.g, a, b, alpha, &id));
+                     return id;
+                 });
+             })
+        .def("conv",
+             [](Graph &g, int kind, int x, int y, int bias, const I64s &stride, const I64s &pad,
+                const I64s &dil, int64_t groups, const I64s &out_sizes) {
+                 return guarded([&] {
+                     int id;
+                     TORCH_CHECK(stride.size() == pad.size() && pad.size() == dil.size(),
+                                 "conv: parameter lengths differ");
+                     TRN_CHECK(trn_graph_conv(g.g, (trn_conv_kind)kind, x, y, bias,
+                                              (int)stride.size(), stride.data(), pad.data(),
+                                              dil.data(), groups, (int)out_sizes.size(),
+                                              out_sizes.data(), &id));
+                     return id;
+                 });
+             })
+        .def("iota",
+             [](Graph &g, int dt, const I64s &sizes, const I64s &coef, int64_t offset, double start,
+                double step) {
+                 return guarded([&] {
+                     int id;
+                     TORCH_CHECK(sizes.size() == coef.size(),
+                                 "iota: sizes and coefficients differ in length");
+                     TRN_CHECK(trn_graph_iota(g.g, (trn_dtype)dt, (int)sizes.size(), sizes.data(),
+                                              coef.data(), offset, start, step, &id));
+                     return id;
+                 });
+             })
+        .def("gather",
+             [](Graph &g, int src, const std::vector<int> &idx, const std::vector<int> &src_dims,
+                const std::vector<int> &out_to_src, int wrap, int err) {
+                 return guarded([&] {
+                     int id;
+                     TORCH_CHECK(idx.size() == src_dims.size(),
+                                 "gather: indices and dims differ in length");
+                     TRN_CHECK(trn_graph_gather(g.g, src, (int)idx.size(), idx.data(),
+                                                src_dims.data(), out_to_src.data(), wrap,
+                                                (trn_graph_index_error)err, &id));
+                     return id;
+                 });
+             })
+        .def("scatter",
+             [](Graph &g, int self, int index, int src, int dim,
+                const std::vector<int> &out_to_self, int accumulate, int wrap, int err) {
+                 return guarded([&] {
+                     int id;
+                     TRN_CHECK(trn_graph_scatter(g.g, self, index, src, dim, out_to_self.data(),
+                                                 accumulate, wrap, (trn_graph_index_error)err,
+                                                 &id));
+                     return id;
+                 });
+             })
+        .def("host_call",
+             [](Graph &g, const std::vector<int> &args) {
+                 return guarded([&] {
+                     int step;
+                     TRN_CHECK(trn_graph_host_call(g.g, (int)args.size(), args.data(), &step));
+                     return step;
+                 });
+             })
+        .def("host_result",
+             [](Graph &g, int step, int dt, const I64s &sizes, const I64s &strides) {
+                 return guarded([&] {
+                     int id;
+                     TRN_CHECK(trn_graph_host_result(g.g, step, (trn_dtype)dt, (int)sizes.size(),
+                                                     sizes.data(), strides.data(), &id));
+                     return id;
+                 });
+             })
+        .def("export",
+             [](Graph &g, int node, const std::optional<I64s> &strides) {
+                 guarded([&] { TRN_CHECK(trn_graph_export(g.g, node, opt_ptr(strides))); });
+             })
+        .def("store",
+             [](Graph &g, int input, int src) {
+                 return guarded([&] {
+                     int id;
+                     TRN_CHECK(trn_graph_store(g.g, input, src, &id));
+                     return id;
+                 });
+             })
+        .def("set_layout",
+             [](Graph &g, int node, const I64s &strides) {
+                 guarded([&] { TRN_CHECK(trn_graph_set_layout(g.g, node, strides.data())); });
+             })
+        .def("set_label",
+             [](Graph &g, int node, const std::string &label) {
+                 guarded([&] { TRN_CHECK(trn_graph_set_label(g.g, node, label.c_str())); });
+             })
         .def("node_count", [](Graph &g) { return trn_graph_node_count(g.g); })
-        .def("compile", [](Graph &g, const std::string &include_dir, const std::optional<std::string> &cache_dir,
-                           const std::optional<std::string> &debug_dir, const std::string &name, int opt_level,
-                           const std::string &cc_flags, double lock_timeout_s, int64_t cache_max_bytes) {
-            return guarded([&] {
-                auto prog = std::make_shared<Program>();
-                trn_compile_options o{include_dir.c_str(), cache_dir ? cache_dir->c_str() : nullptr,
-                                      debug_dir ? debug_dir->c_str() : nullptr, name.c_str(), opt_level,
-                                      cc_flags.c_str(), lock_timeout_s, cache_max_bytes};
-                trn_status st;
-                {
-                    py::gil_scoped_release nogil;
-                    st = trn_program_compile(g.g, &o, &prog->p);
-                }
-                TRN_CHECK(st);
-                return prog;
-            });
-        });
+        .def("compile",
+             [](Graph &g, const std::string &include_dir,
+                const std::optional<std::string> &cache_dir,
+                const std::optional<std::string> &debug_dir, const std::string &name, int opt_level,
+                const std::string &cc_flags, double lock_timeout_s, int64_t cache_max_bytes) {
+                 return guarded([&] {
+                     auto prog = std::make_shared<Program>();
+                     trn_compile_options o{include_dir.c_str(),
+                                           cache_dir ? cache_dir->c_str() : nullptr,
+                                           debug_dir ? debug_dir->c_str() : nullptr,
+                                           name.c_str(),
+                                           opt_level,
+                                           cc_flags.c_str(),
+                                           lock_timeout_s,
+                                           cache_max_bytes};
+                     trn_status st;
+                     {
+                         py::gil_scoped_release nogil;
+                         st = trn_program_compile(g.g, &o, &prog->p);
+                     }
+                     TRN_CHECK(st);
+                     return prog;
+                 });
+             });
 
     py::class_<Program, std::shared_ptr<Program>>(m, "_CompiledProgram")
-        .def_property_readonly("workspace_size", [](Program &p) { return trn_program_workspace_size(p.p); })
-        .def_property_readonly("kernel_count", [](Program &p) { return trn_program_kernel_count(p.p); })
-        .def_property_readonly("from_cache", [](Program &p) { return trn_program_from_cache(p.p) != 0; })
-        .def_property_readonly("compile_seconds", [](Program &p) { return trn_program_compile_seconds(p.p); })
-        .def_property_readonly("source", [](Program &p) { return std::string(trn_program_source(p.p)); })
-        .def_property_readonly("cache_key", [](Program &p) { return std::string(trn_program_cache_key(p.p)); })
-        .def_property_readonly("object", [](Program &p) {
-            size_t n = 0;
-            const void *bytes = trn_program_object(p.p, &n);
-            return py::bytes(static_cast<const char *>(bytes), bytes ? n : 0);
-        })
-        .def_property_readonly("checks_indices", [](Program &p) { return trn_program_checks_indices(p.p) != 0; });
+        .def_property_readonly("workspace_size",
+                               [](Program &p) { return trn_program_workspace_size(p.p); })
+        .def_property_readonly("kernel_count",
+                               [](Program &p) { return trn_program_kernel_count(p.p); })
+        .def_property_readonly("from_cache",
+                               [](Program &p) { return trn_program_from_cache(p.p) != 0; })
+        .def_property_readonly("compile_seconds",
+                               [](Program &p) { return trn_program_compile_seconds(p.p); })
+        .def_property_readonly("source",
+                               [](Program &p) { return std::string(trn_program_source(p.p)); })
+        .def_property_readonly("cache_key",
+                               [](Program &p) { return std::string(trn_program_cache_key(p.p)); })
+        .def_property_readonly("object",
+                               [](Program &p) {
+                                   size_t n = 0;
+                                   const void *bytes = trn_program_object(p.p, &n);
+                                   return py::bytes(static_cast<const char *>(bytes),
+                                                    bytes ? n : 0);
+                               })
+        .def_property_readonly("checks_indices",
+                               [](Program &p) { return trn_program_checks_indices(p.p) != 0; });
 
     py::class_<Run, std::shared_ptr<Run>>(m, "_CompiledRun")
-        .def(py::init([](std::shared_ptr<Program> prog, const std::optional<at::Tensor> &ws, int device) {
-            return guarded([&] {
-                auto run = std::make_shared<Run>();
-                run->prog = prog;
-                run->device = device;
-                TRN_CHECK(trn_run_create(prog->p, ws ? tensor_ptr(*ws) : nullptr, &run->r));
-                return run;
-            });
-        }))
-        .def("set", [](Run &r, int node, const at::Tensor &t) {
-            guarded([&] { TRN_CHECK(trn_run_set_buffer(r.r, node, tensor_ptr(t))); });
-        })
-        .def("set_many", [](Run &r, const std::vector<int> &nodes, const std::vector<at::Tensor> &ts) {
-            guarded([&] {
-                TORCH_CHECK(nodes.size() == ts.size(), "set_many: lengths differ");
-                for (size_t i = 0; i < nodes.size(); i++) TRN_CHECK(trn_run_set_buffer(r.r, nodes[i], tensor_ptr(ts[i])));
-            });
-        })
-        .def("cont", [](Run &r) {
-            return guarded([&] {
-                int host = -1;
-                trn_stream *s = current_trn_stream(static_cast<c10::DeviceIndex>(r.device));
-                const trn_status st = trn_run_continue(r.r, s, &host);
-                if (st != TRN_SUCCESS) check_indices(*r.prog, s, st);
-                return host;
-            });
-        })
+        .def(py::init(
+            [](std::shared_ptr<Program> prog, const std::optional<at::Tensor> &ws, int device) {
+                return guarded([&] {
+                    auto run = std::make_shared<Run>();
+                    run->prog = prog;
+                    run->device = device;
+                    TRN_CHECK(trn_run_create(prog->p, ws ? tensor_ptr(*ws) : nullptr, &run->r));
+                    return run;
+                });
+            }))
+        .def("set",
+             [](Run &r, int node, const at::Tensor &t) {
+                 guarded([&] { TRN_CHECK(trn_run_set_buffer(r.r, node, tensor_ptr(t))); });
+             })
+        .def("set_many",
+             [](Run &r, const std::vector<int> &nodes, const std::vector<at::Tensor> &ts) {
+                 guarded([&] {
+                     TORCH_CHECK(nodes.size() == ts.size(), "set_many: lengths differ");
+                     for (size_t i = 0; i < nodes.size(); i++)
+                         TRN_CHECK(trn_run_set_buffer(r.r, nodes[i], tensor_ptr(ts[i])));
+                 });
+             })
+        .def("cont",
+             [](Run &r) {
+                 return guarded([&] {
+                     int host = -1;
+                     trn_stream *s = current_trn_stream(static_cast<c10::DeviceIndex>(r.device));
+                     const trn_status st = trn_run_continue(r.r, s, &host);
+                     if (st != TRN_SUCCESS) check_indices(*r.prog, s, st);
+                     return host;
+                 });
+             })
         .def("finish", [](Run &r) {
             guarded([&] {
                 trn_run *run = r.r;
@@ -376,14 +436,17 @@ void register_compiler(py::module_ &m) {
     // exported tensors (in the order given at construction). The specs are
     // fixed per compiled graph, so a call converts only the input tensors.
     py::class_<Call, std::shared_ptr<Call>>(m, "_CompiledCall")
-        .def(py::init([](std::shared_ptr<Program> prog, std::vector<int> in_args, std::vector<int> in_nodes,
-                         std::vector<int> ex_nodes, std::vector<I64s> ex_sizes, std::vector<I64s> ex_strides,
-                         std::vector<py::object> ex_dtypes, int64_t ws_size, int device, const py::list &plan) {
+        .def(py::init([](std::shared_ptr<Program> prog, std::vector<int> in_args,
+                         std::vector<int> in_nodes, std::vector<int> ex_nodes,
+                         std::vector<I64s> ex_sizes, std::vector<I64s> ex_strides,
+                         std::vector<py::object> ex_dtypes, int64_t ws_size, int device,
+                         const py::list &plan) {
             return guarded([&] {
                 auto c = std::make_shared<Call>();
-                TORCH_CHECK(ex_nodes.size() == ex_sizes.size() && ex_sizes.size() == ex_strides.size() &&
-                                ex_strides.size() == ex_dtypes.size() && in_args.size() == in_nodes.size(),
-                            "_CompiledCall: spec lengths differ");
+                TORCH_CHECK(
+                    ex_nodes.size() == ex_sizes.size() && ex_sizes.size() == ex_strides.size() &&
+                        ex_strides.size() == ex_dtypes.size() && in_args.size() == in_nodes.size(),
+                    "_CompiledCall: spec lengths differ");
                 c->prog = std::move(prog);
                 c->in_args = std::move(in_args);
                 c->in_nodes = std::move(in_nodes);
@@ -391,7 +454,8 @@ void register_compiler(py::module_ &m) {
                 c->ex_sizes = std::move(ex_sizes);
                 c->ex_strides = std::move(ex_strides);
                 for (auto &d : ex_dtypes) {
-                    TORCH_CHECK(THPDtype_Check(d.ptr()), "_CompiledCall: export dtypes must be torch dtypes");
+                    TORCH_CHECK(THPDtype_Check(d.ptr()),
+                                "_CompiledCall: export dtypes must be torch dtypes");
                     c->ex_dtypes.push_back(reinterpret_cast<THPDtype *>(d.ptr())->scalar_type);
                 }
                 c->ws_size = ws_size;
@@ -402,23 +466,29 @@ void register_compiler(py::module_ &m) {
                     OutputSource o;
                     if (!item.is_none()) {
                         auto t = item.cast<py::tuple>();
-                        TORCH_CHECK(t.size() == 3, "_CompiledCall: a plan entry is (kind, index, view)");
+                        TORCH_CHECK(t.size() == 3,
+                                    "_CompiledCall: a plan entry is (kind, index, view)");
                         const auto kind = t[0].cast<std::string>();
                         if (kind == "const") {
                             o.kind = OutputSource::CONST;
                             o.value = py::reinterpret_borrow<py::object>(t[1]);
                         } else {
-                            o.kind = kind == "ex" ? OutputSource::EXPORT
-                                     : kind == "in" ? OutputSource::INPUT
-                                     : kind == "arg" ? OutputSource::ARG : OutputSource::NONE;
-                            TORCH_CHECK(o.kind != OutputSource::NONE, "_CompiledCall: unknown output kind ", kind);
+                            o.kind = kind == "ex"    ? OutputSource::EXPORT
+                                     : kind == "in"  ? OutputSource::INPUT
+                                     : kind == "arg" ? OutputSource::ARG
+                                                     : OutputSource::NONE;
+                            TORCH_CHECK(o.kind != OutputSource::NONE,
+                                        "_CompiledCall: unknown output kind ", kind);
                             o.index = t[1].cast<int>();
                             const size_t limit = o.kind == OutputSource::EXPORT ? c->ex_nodes.size()
-                                                 : o.kind == OutputSource::INPUT ? c->in_nodes.size() : SIZE_MAX;
+                                                 : o.kind == OutputSource::INPUT
+                                                     ? c->in_nodes.size()
+                                                     : SIZE_MAX;
                             TORCH_CHECK(o.index >= 0 && static_cast<size_t>(o.index) < limit,
                                         "_CompiledCall: output index ", o.index, " out of range");
                         }
-                        if (!t[2].is_none() && o.kind != OutputSource::CONST && o.kind != OutputSource::ARG) {
+                        if (!t[2].is_none() && o.kind != OutputSource::CONST &&
+                            o.kind != OutputSource::ARG) {
                             auto v = t[2].cast<py::tuple>();
                             o.view = true;
                             o.sizes = v[0].cast<I64s>();
@@ -431,8 +501,11 @@ void register_compiler(py::module_ &m) {
                 return c;
             });
         }))
-        .def("__call__", [](Call &c, const py::list &args) { return guarded([&] { return c.call(args); }); })
-        .def("run", [](Call &c, const std::vector<at::Tensor> &inputs) { return guarded([&] { return c.run(inputs); }); });
+        .def("__call__",
+             [](Call &c, const py::list &args) { return guarded([&] { return c.call(args); }); })
+        .def("run", [](Call &c, const std::vector<at::Tensor> &inputs) {
+            return guarded([&] { return c.run(inputs); });
+        });
 
     m.def("_ew_op_ids", [] {
         py::dict d;
@@ -443,17 +516,22 @@ void register_compiler(py::module_ &m) {
     // The disk cache's trust checks (libtrn decides; Python only reports):
     // "" when `dir` may be used, else why not.
     m.def("_compile_cache_check_dir", [](const std::string &dir) {
-        return trn_compile_cache_check_dir(dir.c_str()) == TRN_SUCCESS ? std::string() : std::string(trn_last_error());
+        return trn_compile_cache_check_dir(dir.c_str()) == TRN_SUCCESS
+                   ? std::string()
+                   : std::string(trn_last_error());
     });
-    m.def("_compile_cache_store", [](const std::string &dir, const std::string &key, const py::bytes &data) {
+    m.def("_compile_cache_store", [](const std::string &dir, const std::string &key,
+                                     const py::bytes &data) {
         const std::string bytes = data;
         TRN_CHECK(trn_compile_cache_store(dir.c_str(), key.c_str(), bytes.data(), bytes.size()));
     });
-    m.def("_compile_cache_evict", [](const std::string &dir, int64_t max_bytes, const std::optional<std::string> &keep) {
-        int64_t removed = 0;
-        TRN_CHECK(trn_compile_cache_evict(dir.c_str(), max_bytes, keep ? keep->c_str() : nullptr, &removed));
-        return removed;
-    });
+    m.def("_compile_cache_evict",
+          [](const std::string &dir, int64_t max_bytes, const std::optional<std::string> &keep) {
+              int64_t removed = 0;
+              TRN_CHECK(trn_compile_cache_evict(dir.c_str(), max_bytes,
+                                                keep ? keep->c_str() : nullptr, &removed));
+              return removed;
+          });
     m.def("_compile_cache_mac", [](const std::string &label, const py::bytes &data) {
         const std::string bytes = data;
         char out[65];

@@ -18,9 +18,8 @@ uint64_t bytes_of(const at::Tensor &t) {
 
 }  // namespace
 
-CollectiveRecord collective_describe(const char *name, int device, int rank,
-                                     int size, const char *transport,
-                                     const std::vector<at::Tensor> &tensors,
+CollectiveRecord collective_describe(const char *name, int device, int rank, int size,
+                                     const char *transport, const std::vector<at::Tensor> &tensors,
                                      const std::vector<at::Tensor> &outputs) {
     CollectiveRecord rec;
     rec.name = name;
@@ -35,8 +34,7 @@ CollectiveRecord collective_describe(const char *name, int device, int rank,
         if (t.defined() && t.numel()) written.insert(t.data_ptr());
     }
     for (const auto &t : tensors)
-        if (t.defined() && !(t.numel() && written.count(t.data_ptr())))
-            in_bytes += bytes_of(t);
+        if (t.defined() && !(t.numel() && written.count(t.data_ptr()))) in_bytes += bytes_of(t);
     // NCCL-tests' convention: all_gather counts what it gathers,
     // reduce_scatter what it reduces.
     rec.bytes = out_bytes > in_bytes ? out_bytes : in_bytes;
@@ -45,8 +43,9 @@ CollectiveRecord collective_describe(const char *name, int device, int rank,
         rec.stream = trn_stream_id(current_trn_stream(static_cast<c10::DeviceIndex>(device)));
     rec.correlation = trn_trace_get_correlation();
     std::ostringstream d;
-    const at::Tensor *first = !outputs.empty() ? &outputs[0]
-                              : !tensors.empty() ? &tensors[0] : nullptr;
+    const at::Tensor *first = !outputs.empty()   ? &outputs[0]
+                              : !tensors.empty() ? &tensors[0]
+                                                 : nullptr;
     if (first != nullptr && first->defined())
         d << c10::getDtypeNames(first->scalar_type()).first << " " << first->sizes() << ", ";
     d << "rank " << rank << " of " << size << ", " << transport;

@@ -19,7 +19,7 @@
 namespace neuron {
 
 struct CollectiveRecord {
-    const char *name = "";     // "neuron:all_reduce"
+    const char *name = "";  // "neuron:all_reduce"
     int device = -1;
     int64_t stream = 0;        // the caller's current stream
     uint64_t correlation = 0;  // the launching CPU op's (0: no profiler)
@@ -30,9 +30,8 @@ struct CollectiveRecord {
 
 // On the calling thread. `tensors` are every tensor the op reads or writes,
 // `outputs` those it writes (they may be among `tensors`).
-CollectiveRecord collective_describe(const char *name, int device, int rank,
-                                     int size, const char *transport,
-                                     const std::vector<at::Tensor> &tensors,
+CollectiveRecord collective_describe(const char *name, int device, int rank, int size,
+                                     const char *transport, const std::vector<at::Tensor> &tensors,
                                      const std::vector<at::Tensor> &outputs);
 // On the thread that runs the collective, right before and after it.
 void collective_started(CollectiveRecord &rec);

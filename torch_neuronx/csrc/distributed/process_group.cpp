@@ -30,20 +30,19 @@ namespace {
     C10_THROW_ERROR(DistBackendError, msg);
 }
 
-#define COMM_CHECK(expr)                                                       \
-    do {                                                                       \
-        trn_status comm_st_ = (expr);                                          \
-        if (comm_st_ != TRN_SUCCESS) throw_comm(comm_st_);                     \
+#define COMM_CHECK(expr)                                                                           \
+    do {                                                                                           \
+        trn_status comm_st_ = (expr);                                                              \
+        if (comm_st_ != TRN_SUCCESS) throw_comm(comm_st_);                                         \
     } while (0)
 
 void check_neuron(const at::Tensor &t, const char *what) {
     TORCH_CHECK(t.defined(), "neuron ", what, ": undefined tensor");
-    TORCH_CHECK(t.device().type() == kNeuron, "neuron ", what, ": got a ",
-                t.device(), " tensor; the neuron process group takes neuron "
+    TORCH_CHECK(t.device().type() == kNeuron, "neuron ", what, ": got a ", t.device(),
+                " tensor; the neuron process group takes neuron "
                 "tensors (use init_process_group('cpu:gloo,neuron:neuron') "
                 "for CPU ones)");
-    TORCH_CHECK(t.layout() == at::kStrided, "neuron ", what,
-                ": sparse tensors are not supported");
+    TORCH_CHECK(t.layout() == at::kStrided, "neuron ", what, ": sparse tensors are not supported");
     check_storable(t.scalar_type());
 }
 
@@ -64,15 +63,12 @@ void check_output(const at::Tensor &t, const char *what) {
 
 at::Tensor single(const std::vector<at::Tensor> &v, const char *what) {
     TORCH_CHECK(v.size() == 1, "neuron ", what,
-                " takes one tensor per call (one device per process), got ",
-                v.size());
+                " takes one tensor per call (one device per process), got ", v.size());
     return v[0];
 }
 
 void *ptr(const at::Tensor &t) { return t.numel() ? t.data_ptr() : nullptr; }
-size_t nbytes(const at::Tensor &t) {
-    return static_cast<size_t>(t.numel()) * t.element_size();
-}
+size_t nbytes(const at::Tensor &t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
 // A CPU tensor over the same memory (device memory is host memory).
 at::Tensor cpu_alias(const at::Tensor &t) {
@@ -96,12 +92,20 @@ std::vector<at::Tensor> cpu_aliases(const std::vector<at::Tensor> &v) {
 // Gloo reduces only these; the shared-memory engine reduces every dtype.
 void check_gloo_reducible(const at::Tensor &t) {
     switch (t.scalar_type()) {
-    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
-    case at::kChar: case at::kByte: case at::kInt: case at::kLong:
-    case at::kBool: case at::kComplexFloat: case at::kComplexDouble:
-        return;
+    case at::kFloat:
+    case at::kDouble:
+    case at::kHalf:
+    case at::kBFloat16:
+    case at::kChar:
+    case at::kByte:
+    case at::kInt:
+    case at::kLong:
+    case at::kBool:
+    case at::kComplexFloat:
+    case at::kComplexDouble: return;
     default:
-        TORCH_CHECK_TYPE(false, "neuron: the Gloo transport (several hosts, or "
+        TORCH_CHECK_TYPE(false,
+                         "neuron: the Gloo transport (several hosts, or "
                          "TORCH_NEURONX_DIST_TRANSPORT=gloo) cannot reduce ",
                          t.scalar_type(), " tensors; use int32/int64");
     }
@@ -119,8 +123,8 @@ struct RedOp {
 
 trn_dtype reduce_dtype(const at::Tensor &t, const char *what) {
     auto d = native_dtype(t.scalar_type());
-    TORCH_CHECK_TYPE(d.has_value(), "neuron ", what, " cannot reduce ",
-                     t.scalar_type(), " tensors");
+    TORCH_CHECK_TYPE(d.has_value(), "neuron ", what, " cannot reduce ", t.scalar_type(),
+                     " tensors");
     return *d;
 }
 
@@ -133,17 +137,34 @@ RedOp to_redop(const c10d::ReduceOp &r, trn_dtype dt) {
         auto *s = dynamic_cast<c10d::PreMulSumSupplement *>(r.supplement_.get());
         TORCH_CHECK(s != nullptr, "PREMUL_SUM without a factor");
         o.post.scale = true;
-        o.post.factor = s->tensor_factor.defined()
-                            ? s->tensor_factor.to(at::kCPU).item<double>()
-                            : s->double_factor;
+        o.post.factor = s->tensor_factor.defined() ? s->tensor_factor.to(at::kCPU).item<double>()
+                                                   : s->double_factor;
         break;
     }
-    case c10d::ReduceOp::PRODUCT: o.op = TRN_REDOP_PROD; o.plain = r.op_; break;
-    case c10d::ReduceOp::MIN: o.op = TRN_REDOP_MIN; o.plain = r.op_; break;
-    case c10d::ReduceOp::MAX: o.op = TRN_REDOP_MAX; o.plain = r.op_; break;
-    case c10d::ReduceOp::BAND: o.op = TRN_REDOP_BAND; o.plain = r.op_; break;
-    case c10d::ReduceOp::BOR: o.op = TRN_REDOP_BOR; o.plain = r.op_; break;
-    case c10d::ReduceOp::BXOR: o.op = TRN_REDOP_BXOR; o.plain = r.op_; break;
+    case c10d::ReduceOp::PRODUCT:
+        o.op = TRN_REDOP_PROD;
+        o.plain = r.op_;
+        break;
+    case c10d::ReduceOp::MIN:
+        o.op = TRN_REDOP_MIN;
+        o.plain = r.op_;
+        break;
+    case c10d::ReduceOp::MAX:
+        o.op = TRN_REDOP_MAX;
+        o.plain = r.op_;
+        break;
+    case c10d::ReduceOp::BAND:
+        o.op = TRN_REDOP_BAND;
+        o.plain = r.op_;
+        break;
+    case c10d::ReduceOp::BOR:
+        o.op = TRN_REDOP_BOR;
+        o.plain = r.op_;
+        break;
+    case c10d::ReduceOp::BXOR:
+        o.op = TRN_REDOP_BXOR;
+        o.plain = r.op_;
+        break;
     default: TORCH_CHECK_VALUE(false, "neuron: unsupported ReduceOp ", (int)r.op_);
     }
     if (trn_comm_check_reduce(dt, o.op, &o.post) != TRN_SUCCESS)
@@ -170,8 +191,7 @@ std::vector<unsigned char> concat_bytes(const std::vector<at::Tensor> &v) {
     return buf;
 }
 
-std::vector<at::Tensor> inputs_of(const std::vector<at::Tensor> &v,
-                                  const char *what) {
+std::vector<at::Tensor> inputs_of(const std::vector<at::Tensor> &v, const char *what) {
     std::vector<at::Tensor> out;
     for (const auto &t : v) out.push_back(as_input(t, what));
     return out;
@@ -182,17 +202,16 @@ void check_outputs(const std::vector<at::Tensor> &v, const char *what) {
 }
 
 void check_same(const at::Tensor &a, const at::Tensor &b, const char *what) {
-    TORCH_CHECK_VALUE(a.scalar_type() == b.scalar_type() && a.numel() == b.numel(),
-                      "neuron ", what, ": tensor of ", a.scalar_type(), " ",
-                      a.sizes(), " does not match ", b.scalar_type(), " ",
-                      b.sizes());
+    TORCH_CHECK_VALUE(a.scalar_type() == b.scalar_type() && a.numel() == b.numel(), "neuron ", what,
+                      ": tensor of ", a.scalar_type(), " ", a.sizes(), " does not match ",
+                      b.scalar_type(), " ", b.sizes());
 }
 
 // What the ranks of the next engine call agree on besides what the engine
 // compares itself (trn_comm_agree): `t`'s dtype (null: none), the root of a
 // gather / scatter (-1: none), which tensor of a coalesced call it is.
-void agree_next(trn_comm *comm, const at::Tensor *t, int root = -1,
-                size_t part = 0, size_t parts = 1) {
+void agree_next(trn_comm *comm, const at::Tensor *t, int root = -1, size_t part = 0,
+                size_t parts = 1) {
     trn_comm_agree a{};
     a.root = root;
     if (t) {
@@ -221,8 +240,8 @@ struct GlooAgreement {
 };
 static_assert(sizeof(GlooAgreement) == 512, "one fixed record per rank");
 
-GlooAgreement agreement(const char *what, const at::Tensor *t, int root = -1,
-                        size_t part = 0, size_t parts = 1) {
+GlooAgreement agreement(const char *what, const at::Tensor *t, int root = -1, size_t part = 0,
+                        size_t parts = 1) {
     GlooAgreement a;
     std::snprintf(a.what, sizeof a.what, "%s", what);
     if (t) {
@@ -272,11 +291,12 @@ void gloo_agree(c10d::Backend &gloo, int rank, int size, const GlooAgreement &mi
                                      rank, " passed ", mine.dtype, ", rank ", r, " passed ",
                                      o.dtype));
         if (o.parts != mine.parts || o.part != mine.part)
-            C10_THROW_ERROR(ValueError,
-                            c10::str("neuron ", mine.what, ": coalesced calls differ across "
-                                     "ranks: rank ", rank, " passed ", mine.parts,
-                                     " tensor(s) (this is #", mine.part, "), rank ", r,
-                                     " passed ", o.parts, " (#", o.part, ")"));
+            C10_THROW_ERROR(ValueError, c10::str("neuron ", mine.what,
+                                                 ": coalesced calls differ across "
+                                                 "ranks: rank ",
+                                                 rank, " passed ", mine.parts,
+                                                 " tensor(s) (this is #", mine.part, "), rank ", r,
+                                                 " passed ", o.parts, " (#", o.part, ")"));
     }
 }
 
@@ -284,14 +304,11 @@ void gloo_agree(c10d::Backend &gloo, int rank, int size, const GlooAgreement &mi
 
 // ---- Work ------------------------------------------------------------------
 
-NeuronWork::NeuronWork(int rank, c10d::OpType type, const char *title,
-                       std::vector<at::Tensor> keep,
+NeuronWork::NeuronWork(int rank, c10d::OpType type, const char *title, std::vector<at::Tensor> keep,
                        std::vector<at::Tensor> outputs, c10::Device device)
-    : c10d::Work(rank, type, title),
-      keep_(std::move(keep)),
-      outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::ofTensors(), std::vector<c10::Device>{device})) {}
+    : c10d::Work(rank, type, title), keep_(std::move(keep)), outputs_(std::move(outputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors(),
+                                                       std::vector<c10::Device>{device})) {}
 
 void NeuronWork::complete(std::exception_ptr error) {
     if (error)
@@ -304,13 +321,11 @@ void NeuronWork::complete(std::exception_ptr error) {
 
 // ---- lifetime --------------------------------------------------------------
 
-ProcessGroupNeuron::ProcessGroupNeuron(int rank, int size, int64_t timeout_ms,
-                                       int region_fd,
+ProcessGroupNeuron::ProcessGroupNeuron(int rank, int size, int64_t timeout_ms, int region_fd,
                                        c10::intrusive_ptr<c10d::Backend> gloo)
     : c10d::Backend(rank, size), gloo_(std::move(gloo)), timeout_ms_(timeout_ms) {
     if (!gloo_) {
-        TORCH_CHECK(region_fd >= 0,
-                    "neuron process group: no shared region and no Gloo group");
+        TORCH_CHECK(region_fd >= 0, "neuron process group: no shared region and no Gloo group");
         TRN_CHECK(trn_comm_attach(region_fd, rank, size, timeout_ms, &comm_));
         p2p_worker_ = std::thread([this] { p2p_loop(); });
     }
@@ -357,30 +372,27 @@ void ProcessGroupNeuron::abort() {
 
 ProcessGroupNeuron::SplitFactory ProcessGroupNeuron::split_factory;
 
-c10::intrusive_ptr<c10d::Backend::Options>
-ProcessGroupNeuron::getBackendOptions() {
-    return c10::make_intrusive<Options>(
-        "neuron", std::chrono::milliseconds(timeout_ms_.load()));
+c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupNeuron::getBackendOptions() {
+    return c10::make_intrusive<Options>("neuron", std::chrono::milliseconds(timeout_ms_.load()));
 }
 
 // `ranks` are sorted ranks of this group; ranks outside it get no backend
 // (c10d's convention). Every member calls this with the same store, which
 // c10d prefixes with the new group's unique name, so splits never share keys.
-c10::intrusive_ptr<c10d::Backend> ProcessGroupNeuron::split(
-    const c10::intrusive_ptr<c10d::Store> &store,
-    const std::vector<int> &ranks, const c10::intrusive_ptr<Options> &opts) {
+c10::intrusive_ptr<c10d::Backend>
+ProcessGroupNeuron::split(const c10::intrusive_ptr<c10d::Store> &store,
+                          const std::vector<int> &ranks, const c10::intrusive_ptr<Options> &opts) {
     check_open();
     for (size_t i = 0; i < ranks.size(); i++)
-        TORCH_CHECK_VALUE(ranks[i] >= 0 && ranks[i] < size_ &&
-                              (i == 0 || ranks[i] > ranks[i - 1]),
+        TORCH_CHECK_VALUE(ranks[i] >= 0 && ranks[i] < size_ && (i == 0 || ranks[i] > ranks[i - 1]),
                           "neuron split: ranks must be distinct ranks of the "
-                          "parent group (0..", size_ - 1, "), got ", ranks);
+                          "parent group (0..",
+                          size_ - 1, "), got ", ranks);
     auto it = std::find(ranks.begin(), ranks.end(), rank_);
     if (it == ranks.end()) return nullptr;
     TORCH_CHECK(split_factory, "neuron split: torch_neuronx.distributed is "
                                "not initialized");
-    auto timeout = opts ? opts->timeout
-                        : std::chrono::milliseconds(timeout_ms_.load());
+    auto timeout = opts ? opts->timeout : std::chrono::milliseconds(timeout_ms_.load());
     auto backend = split_factory(store, static_cast<int>(it - ranks.begin()),
                                  static_cast<int>(ranks.size()), timeout);
     if (opts) {
@@ -403,8 +415,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupNeuron::split(
 // delegates to allreduce_coalesced, ...). Over Gloo the stand-in takes part
 // in the all_gather every Gloo collective starts with (gloo_agree) and fails
 // it on every rank the same way.
-void ProcessGroupNeuron::refuse_everywhere(c10d::OpType type, const char *what,
-                                           const char *title) {
+void ProcessGroupNeuron::refuse_everywhere(c10d::OpType type, const char *what, const char *title) {
     static thread_local std::exception_ptr refused;
     std::exception_ptr e = std::current_exception();
     if ((!comm_ && !gloo_) || !e || e == refused) return;
@@ -431,30 +442,28 @@ void ProcessGroupNeuron::refuse_everywhere(c10d::OpType type, const char *what,
         }
     };
     try {
-        enqueue(type, title, {}, {}, c10::Device(kNeuron, current_device()),
-                body, c10d::kUnsetTimeout);
+        enqueue(type, title, {}, {}, c10::Device(kNeuron, current_device()), body,
+                c10d::kUnsetTimeout);
     } catch (...) {
         // Shut down: there is no sequence left to keep in step.
     }
 }
 
-c10::intrusive_ptr<NeuronWork> ProcessGroupNeuron::enqueue(
-    c10d::OpType type, const char *title, std::vector<at::Tensor> keep,
-    std::vector<at::Tensor> outputs, c10::Device device, Body body,
-    std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<NeuronWork> ProcessGroupNeuron::enqueue(c10d::OpType type, const char *title,
+                                                           std::vector<at::Tensor> keep,
+                                                           std::vector<at::Tensor> outputs,
+                                                           c10::Device device, Body body,
+                                                           std::chrono::milliseconds timeout) {
     seq_++;
-    auto work = c10::make_intrusive<NeuronWork>(rank_, type, title,
-                                                std::move(keep),
+    auto work = c10::make_intrusive<NeuronWork>(rank_, type, title, std::move(keep),
                                                 std::move(outputs), device);
-    CollectiveRecord obs = collective_describe(
-        title, device.index(), rank_, size_, gloo_ ? "gloo" : "shm",
-        work->keep_, work->outputs_);
+    CollectiveRecord obs = collective_describe(title, device.index(), rank_, size_,
+                                               gloo_ ? "gloo" : "shm", work->keep_, work->outputs_);
     {
         std::lock_guard<std::mutex> lk(mutex_);
         check_open();
         queue_.push_back(Task{work, std::move(body),
-                              timeout == c10d::kUnsetTimeout ? -1
-                                                             : timeout.count(),
+                              timeout == c10d::kUnsetTimeout ? -1 : timeout.count(),
                               std::move(obs)});
     }
     cv_.notify_one();
@@ -473,8 +482,8 @@ void ProcessGroupNeuron::worker_loop() {
             busy_ = true;
         }
         if (comm_)
-            trn_comm_set_timeout(comm_, task.timeout_ms >= 0 ? task.timeout_ms
-                                                             : timeout_ms_.load());
+            trn_comm_set_timeout(comm_,
+                                 task.timeout_ms >= 0 ? task.timeout_ms : timeout_ms_.load());
         std::exception_ptr error;
         collective_started(task.obs);
         try {
@@ -560,8 +569,8 @@ void ProcessGroupNeuron::p2p_loop() {
     }
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::p2p(
-    std::vector<at::Tensor> &tensors, int peer, int tag, bool is_send) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::p2p(std::vector<at::Tensor> &tensors, int peer,
+                                                       int tag, bool is_send) {
     const char *what = is_send ? "send" : "recv";
     {
         // Shut down or aborted (abort() shuts down): nothing may "succeed".
@@ -570,13 +579,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::p2p(
     }
     at::Tensor t = single(tensors, what);
     check_output(t, what);
-    TORCH_CHECK_VALUE(peer == -1 || (peer >= 0 && peer < size_ && peer != rank_),
-                      "neuron ", what, ": peer ", peer,
-                      " is not another rank of this group of ", size_);
+    TORCH_CHECK_VALUE(peer == -1 || (peer >= 0 && peer < size_ && peer != rank_), "neuron ", what,
+                      ": peer ", peer, " is not another rank of this group of ", size_);
     sync_stream(t);
     if (gloo_) {
         std::vector<at::Tensor> a{byte_alias(t)};
-        auto inner = is_send ? gloo_->send(a, peer, tag)
+        auto inner = is_send    ? gloo_->send(a, peer, tag)
                      : peer < 0 ? gloo_->recvAnysource(a, tag)
                                 : gloo_->recv(a, peer, tag);
         // A thin forwarder: Gloo completes it; keep the tensor alive.
@@ -584,18 +592,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::p2p(
             using NeuronWork::NeuronWork;
             bool isCompleted() override { return inner_->isCompleted(); }
             bool isSuccess() const override { return inner_->isSuccess(); }
-            std::exception_ptr exception() const override {
-                return inner_->exception();
-            }
+            std::exception_ptr exception() const override { return inner_->exception(); }
             int sourceRank() const override { return inner_->sourceRank(); }
-            bool wait(std::chrono::milliseconds timeout) override {
-                return inner_->wait(timeout);
-            }
+            bool wait(std::chrono::milliseconds timeout) override { return inner_->wait(timeout); }
         };
         auto w = c10::make_intrusive<Forward>(
             rank_, is_send ? c10d::OpType::SEND : c10d::OpType::RECV, what,
-            std::vector<at::Tensor>{t, a[0]}, std::vector<at::Tensor>{t},
-            t.device());
+            std::vector<at::Tensor>{t, a[0]}, std::vector<at::Tensor>{t}, t.device());
         w->inner_ = inner;
         return w;
     }
@@ -603,18 +606,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::p2p(
         rank_,
         is_send ? c10d::OpType::SEND
                 : (peer < 0 ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV),
-        what, std::vector<at::Tensor>{t}, std::vector<at::Tensor>{t},
-        t.device());
+        what, std::vector<at::Tensor>{t}, std::vector<at::Tensor>{t}, t.device());
     w->req_.is_send = is_send;
     w->req_.peer = peer;
     w->req_.tag = tag;
     w->req_.buf = ptr(t);
     w->req_.nbytes = nbytes(t);
     // Timed from posting: a receive mostly waits for its sender.
-    w->obs_ = collective_describe(is_send ? "neuron:send" : "neuron:recv",
-                                  t.device().index(), rank_, size_, "shm",
-                                  {t}, is_send ? std::vector<at::Tensor>{}
-                                               : std::vector<at::Tensor>{t});
+    w->obs_ = collective_describe(is_send ? "neuron:send" : "neuron:recv", t.device().index(),
+                                  rank_, size_, "shm", {t},
+                                  is_send ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{t});
     collective_started(w->obs_);
     {
         std::lock_guard<std::mutex> lk(mutex_);
@@ -625,37 +626,37 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::p2p(
     return w;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::send(
-    std::vector<at::Tensor> &tensors, int dstRank, int tag) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::send(std::vector<at::Tensor> &tensors,
+                                                        int dstRank, int tag) {
     return p2p(tensors, dstRank, tag, true);
 }
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(
-    std::vector<at::Tensor> &tensors, int srcRank, int tag) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(std::vector<at::Tensor> &tensors,
+                                                        int srcRank, int tag) {
     return p2p(tensors, srcRank, tag, false);
 }
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recvAnysource(
-    std::vector<at::Tensor> &tensors, int tag) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recvAnysource(std::vector<at::Tensor> &tensors,
+                                                                 int tag) {
     return p2p(tensors, -1, tag, false);
 }
 
 // ---- reductions ------------------------------------------------------------
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(
-    std::vector<at::Tensor> &tensors, const c10d::AllreduceOptions &opts) try {
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupNeuron::allreduce(std::vector<at::Tensor> &tensors,
+                              const c10d::AllreduceOptions &opts) try {
     std::vector<at::Tensor> one{single(tensors, "all_reduce")};
     c10d::AllreduceCoalescedOptions co;
     co.reduceOp = opts.reduceOp;
     co.timeout = opts.timeout;
     return allreduce_coalesced(one, co);
 } catch (...) {
-    refuse_everywhere(c10d::OpType::ALLREDUCE, "all_reduce",
-                      "neuron:all_reduce");
+    refuse_everywhere(c10d::OpType::ALLREDUCE, "all_reduce", "neuron:all_reduce");
     throw;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
-    std::vector<at::Tensor> &tensors,
-    const c10d::AllreduceCoalescedOptions &opts) try {
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupNeuron::allreduce_coalesced(std::vector<at::Tensor> &tensors,
+                                        const c10d::AllreduceCoalescedOptions &opts) try {
     TORCH_CHECK(!tensors.empty(), "neuron all_reduce: no tensors");
     check_outputs(tensors, "all_reduce");
     std::vector<trn_dtype> dts;
@@ -670,7 +671,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
         for (size_t i = 0; i < tensors.size(); i++) {
             const at::Tensor &t = tensors[i];
             if (gloo_) {
-                gloo_agree(*gloo_, rank_, size_, agreement("all_reduce", &t, -1, i, tensors.size()));
+                gloo_agree(*gloo_, rank_, size_,
+                           agreement("all_reduce", &t, -1, i, tensors.size()));
                 std::vector<at::Tensor> a{cpu_alias(t)};
                 c10d::AllreduceOptions o;
                 o.reduceOp = c10d::ReduceOp(ops[i].plain);
@@ -679,21 +681,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
                 finish_post(t, dts[i], ops[i], size_);
             } else {
                 agree_next(comm_, nullptr, -1, i, tensors.size());
-                COMM_CHECK(trn_comm_allreduce(comm_, ptr(t), ptr(t), t.numel(),
-                                              dts[i], ops[i].op, &ops[i].post));
+                COMM_CHECK(trn_comm_allreduce(comm_, ptr(t), ptr(t), t.numel(), dts[i], ops[i].op,
+                                              &ops[i].post));
             }
         }
     };
-    return enqueue(c10d::OpType::ALLREDUCE, "neuron:all_reduce", tensors,
-                   tensors, tensors[0].device(), body, opts.timeout);
+    return enqueue(c10d::OpType::ALLREDUCE, "neuron:all_reduce", tensors, tensors,
+                   tensors[0].device(), body, opts.timeout);
 } catch (...) {
-    refuse_everywhere(c10d::OpType::ALLREDUCE, "all_reduce",
-                      "neuron:all_reduce");
+    refuse_everywhere(c10d::OpType::ALLREDUCE, "all_reduce", "neuron:all_reduce");
     throw;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(
-    std::vector<at::Tensor> &tensors, const c10d::ReduceOptions &opts) try {
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor> &tensors,
+                                                          const c10d::ReduceOptions &opts) try {
     at::Tensor t = single(tensors, "reduce");
     check_output(t, "reduce");
     trn_dtype dt = reduce_dtype(t, "reduce");
@@ -712,20 +713,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(
             gloo_->reduce(a, o)->wait();
             if (rank_ == root) finish_post(t, dt, op, size_);
         } else {
-            COMM_CHECK(trn_comm_reduce(comm_, ptr(t), ptr(t), t.numel(), dt,
-                                       op.op, &op.post, root));
+            COMM_CHECK(
+                trn_comm_reduce(comm_, ptr(t), ptr(t), t.numel(), dt, op.op, &op.post, root));
         }
     };
-    return enqueue(c10d::OpType::REDUCE, "neuron:reduce", {t}, {t}, t.device(),
-                   body, opts.timeout);
+    return enqueue(c10d::OpType::REDUCE, "neuron:reduce", {t}, {t}, t.device(), body, opts.timeout);
 } catch (...) {
     refuse_everywhere(c10d::OpType::REDUCE, "reduce", "neuron:reduce");
     throw;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(
-    at::Tensor &output, at::Tensor &input,
-    const c10d::ReduceScatterOptions &opts) try {
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupNeuron::_reduce_scatter_base(at::Tensor &output, at::Tensor &input,
+                                         const c10d::ReduceScatterOptions &opts) try {
     std::vector<at::Tensor> outs{output}, ins{input};
     return reduce_scatter_tensor_coalesced(outs, ins, opts);
 } catch (...) {
@@ -734,23 +734,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(
     throw;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesced(
-    std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
-    const c10d::ReduceScatterOptions &opts) try {
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupNeuron::reduce_scatter_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                                    std::vector<at::Tensor> &inputs,
+                                                    const c10d::ReduceScatterOptions &opts) try {
     TORCH_CHECK(!outputs.empty() && outputs.size() == inputs.size(),
-                "neuron reduce_scatter: ", outputs.size(), " outputs for ",
-                inputs.size(), " inputs");
+                "neuron reduce_scatter: ", outputs.size(), " outputs for ", inputs.size(),
+                " inputs");
     check_outputs(outputs, "reduce_scatter");
     std::vector<at::Tensor> ins = inputs_of(inputs, "reduce_scatter");
     std::vector<trn_dtype> dts;
     std::vector<RedOp> ops;
     for (size_t i = 0; i < ins.size(); i++) {
-        TORCH_CHECK_VALUE(
-            ins[i].scalar_type() == outputs[i].scalar_type() &&
-                ins[i].numel() == outputs[i].numel() * size_,
-            "neuron reduce_scatter: input ", ins[i].sizes(), " ",
-            ins[i].scalar_type(), " must hold ", size_, " x the output ",
-            outputs[i].sizes(), " ", outputs[i].scalar_type());
+        TORCH_CHECK_VALUE(ins[i].scalar_type() == outputs[i].scalar_type() &&
+                              ins[i].numel() == outputs[i].numel() * size_,
+                          "neuron reduce_scatter: input ", ins[i].sizes(), " ",
+                          ins[i].scalar_type(), " must hold ", size_, " x the output ",
+                          outputs[i].sizes(), " ", outputs[i].scalar_type());
         dts.push_back(reduce_dtype(ins[i], "reduce_scatter"));
         if (gloo_) check_gloo_reducible(ins[i]);
         ops.push_back(to_redop(opts.reduceOp, dts.back()));
@@ -761,7 +761,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesc
     Body body = [this, outputs, ins, dts, ops, opts] {
         for (size_t i = 0; i < ins.size(); i++) {
             if (gloo_) {
-                gloo_agree(*gloo_, rank_, size_, agreement("reduce_scatter", &ins[i], -1, i, ins.size()));
+                gloo_agree(*gloo_, rank_, size_,
+                           agreement("reduce_scatter", &ins[i], -1, i, ins.size()));
                 at::Tensor o = cpu_alias(outputs[i]), in = cpu_alias(ins[i]);
                 c10d::ReduceScatterOptions go = opts;
                 go.reduceOp = c10d::ReduceOp(ops[i].plain);
@@ -769,28 +770,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesc
                 finish_post(outputs[i], dts[i], ops[i], size_);
             } else {
                 agree_next(comm_, nullptr, -1, i, ins.size());
-                COMM_CHECK(trn_comm_reduce_scatter(
-                    comm_, ptr(ins[i]), ptr(outputs[i]), outputs[i].numel(),
-                    dts[i], ops[i].op, &ops[i].post));
+                COMM_CHECK(trn_comm_reduce_scatter(comm_, ptr(ins[i]), ptr(outputs[i]),
+                                                   outputs[i].numel(), dts[i], ops[i].op,
+                                                   &ops[i].post));
             }
         }
     };
-    return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "neuron:reduce_scatter",
-                   keep, outputs, outputs[0].device(), body, opts.timeout);
+    return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "neuron:reduce_scatter", keep, outputs,
+                   outputs[0].device(), body, opts.timeout);
 } catch (...) {
     refuse_everywhere(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter",
                       "neuron:reduce_scatter");
     throw;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(
-    std::vector<at::Tensor> &outputs,
-    std::vector<std::vector<at::Tensor>> &inputs,
-    const c10d::ReduceScatterOptions &opts) try {
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupNeuron::reduce_scatter(std::vector<at::Tensor> &outputs,
+                                   std::vector<std::vector<at::Tensor>> &inputs,
+                                   const c10d::ReduceScatterOptions &opts) try {
     at::Tensor out = single(outputs, "reduce_scatter");
     TORCH_CHECK(inputs.size() == 1 && (int)inputs[0].size() == size_,
-                "neuron reduce_scatter: expected one list of ", size_,
-                " input tensors");
+                "neuron reduce_scatter: expected one list of ", size_, " input tensors");
     check_output(out, "reduce_scatter");
     std::vector<at::Tensor> ins = inputs_of(inputs[0], "reduce_scatter");
     for (const auto &t : ins) check_same(t, out, "reduce_scatter");
@@ -799,26 +799,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(
     sync_stream(out);
     for (int r = 0; r < size_; r++)
         if (nbytes(ins[r]))
-            std::memcpy((unsigned char *)flat.data_ptr() + r * nbytes(out),
-                        ins[r].data_ptr(), nbytes(out));
+            std::memcpy((unsigned char *)flat.data_ptr() + r * nbytes(out), ins[r].data_ptr(),
+                        nbytes(out));
     at::Tensor o = out.view({-1});
     std::vector<at::Tensor> os{o}, is{flat};
     return reduce_scatter_tensor_coalesced(os, is, opts);
 } catch (...) {
-    refuse_everywhere(c10d::OpType::REDUCE_SCATTER, "reduce_scatter",
-                      "neuron:reduce_scatter");
+    refuse_everywhere(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", "neuron:reduce_scatter");
     throw;
 }
 
 // ---- data movement ---------------------------------------------------------
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(
-    std::vector<at::Tensor> &tensors, const c10d::BroadcastOptions &opts) try {
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupNeuron::broadcast(std::vector<at::Tensor> &tensors,
+                              const c10d::BroadcastOptions &opts) try {
     at::Tensor t = single(tensors, "broadcast");
     check_output(t, "broadcast");
     int root = static_cast<int>(opts.rootRank);
-    TORCH_CHECK_VALUE(root >= 0 && root < size_, "neuron broadcast: root ",
-                      root, " is not a rank of this group of ", size_);
+    TORCH_CHECK_VALUE(root >= 0 && root < size_, "neuron broadcast: root ", root,
+                      " is not a rank of this group of ", size_);
     sync_stream(t);
     Body body = [this, t, root, opts] {
         if (gloo_) {
@@ -830,46 +830,46 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(
             COMM_CHECK(trn_comm_broadcast(comm_, ptr(t), nbytes(t), root));
         }
     };
-    return enqueue(c10d::OpType::BROADCAST, "neuron:broadcast", {t}, {t},
-                   t.device(), body, opts.timeout);
+    return enqueue(c10d::OpType::BROADCAST, "neuron:broadcast", {t}, {t}, t.device(), body,
+                   opts.timeout);
 } catch (...) {
     refuse_everywhere(c10d::OpType::BROADCAST, "broadcast", "neuron:broadcast");
     throw;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(
-    std::vector<std::vector<at::Tensor>> &outputs,
-    std::vector<at::Tensor> &inputs, const c10d::AllgatherOptions &opts) try {
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupNeuron::allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                              std::vector<at::Tensor> &inputs,
+                              const c10d::AllgatherOptions &opts) try {
     TORCH_CHECK(outputs.size() == 1 && (int)outputs[0].size() == size_,
-                "neuron all_gather: expected one list of ", size_,
-                " output tensors");
+                "neuron all_gather: expected one list of ", size_, " output tensors");
     std::vector<at::Tensor> in{as_input(single(inputs, "all_gather"), "all_gather")};
     std::vector<std::vector<at::Tensor>> outs{outputs[0]};
     return allgather_coalesced(outs, in, opts);
 } catch (...) {
-    refuse_everywhere(c10d::OpType::ALLGATHER, "all_gather",
-                      "neuron:all_gather");
+    refuse_everywhere(c10d::OpType::ALLGATHER, "all_gather", "neuron:all_gather");
     throw;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
-    std::vector<std::vector<at::Tensor>> &outputs,
-    std::vector<at::Tensor> &inputs, const c10d::AllgatherOptions &opts) try {
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupNeuron::allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputs,
+                                        std::vector<at::Tensor> &inputs,
+                                        const c10d::AllgatherOptions &opts) try {
     TORCH_CHECK(!inputs.empty() && outputs.size() == inputs.size(),
-                "neuron all_gather: ", outputs.size(), " output lists for ",
-                inputs.size(), " inputs");
+                "neuron all_gather: ", outputs.size(), " output lists for ", inputs.size(),
+                " inputs");
     std::vector<at::Tensor> ins = inputs_of(inputs, "all_gather");
     std::vector<at::Tensor> flat_outs, keep = ins;
     for (size_t i = 0; i < ins.size(); i++) {
-        TORCH_CHECK((int)outputs[i].size() == size_, "neuron all_gather: "
-                    "expected ", size_, " output tensors, got ",
-                    outputs[i].size());
+        TORCH_CHECK((int)outputs[i].size() == size_,
+                    "neuron all_gather: "
+                    "expected ",
+                    size_, " output tensors, got ", outputs[i].size());
         check_outputs(outputs[i], "all_gather");
         for (const auto &o : outputs[i]) {
             TORCH_CHECK_VALUE(o.scalar_type() == ins[i].scalar_type(),
-                              "neuron all_gather: output dtype ",
-                              o.scalar_type(), " differs from input dtype ",
-                              ins[i].scalar_type());
+                              "neuron all_gather: output dtype ", o.scalar_type(),
+                              " differs from input dtype ", ins[i].scalar_type());
             flat_outs.push_back(o);
         }
     }
@@ -878,7 +878,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
     Body body = [this, outputs, ins, opts] {
         for (size_t i = 0; i < ins.size(); i++) {
             if (gloo_) {
-                gloo_agree(*gloo_, rank_, size_, agreement("all_gather", &ins[i], -1, i, ins.size()));
+                gloo_agree(*gloo_, rank_, size_,
+                           agreement("all_gather", &ins[i], -1, i, ins.size()));
                 std::vector<std::vector<at::Tensor>> o{cpu_aliases(outputs[i])};
                 std::vector<at::Tensor> in{byte_alias(ins[i])};
                 gloo_->allgather(o, in, opts)->wait();
@@ -893,21 +894,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
                 if (!dst[r]) dst[r] = (void *)&len[r];
             }
             agree_next(comm_, &ins[i], -1, i, ins.size());
-            COMM_CHECK(trn_comm_exchange(comm_, "all_gather", ptr(ins[i]),
-                                         nbytes(ins[i]), nullptr, nullptr,
-                                         dst.data(), len.data()));
+            COMM_CHECK(trn_comm_exchange(comm_, "all_gather", ptr(ins[i]), nbytes(ins[i]), nullptr,
+                                         nullptr, dst.data(), len.data()));
         }
     };
-    return enqueue(c10d::OpType::ALLGATHER, "neuron:all_gather", keep,
-                   flat_outs, ins[0].device(), body, opts.timeout);
+    return enqueue(c10d::OpType::ALLGATHER, "neuron:all_gather", keep, flat_outs, ins[0].device(),
+                   body, opts.timeout);
 } catch (...) {
-    refuse_everywhere(c10d::OpType::ALLGATHER, "all_gather",
-                      "neuron:all_gather");
+    refuse_everywhere(c10d::OpType::ALLGATHER, "all_gather", "neuron:all_gather");
     throw;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(
-    at::Tensor &output, at::Tensor &input, const c10d::AllgatherOptions &opts) try {
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupNeuron::_allgather_base(at::Tensor &output, at::Tensor &input,
+                                    const c10d::AllgatherOptions &opts) try {
     std::vector<at::Tensor> outs{output}, ins{input};
     return allgather_into_tensor_coalesced(outs, ins, opts);
 } catch (...) {
@@ -916,28 +916,29 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(
     throw;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesced(
-    std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
-    const c10d::AllgatherOptions &opts) try {
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupNeuron::allgather_into_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                                    std::vector<at::Tensor> &inputs,
+                                                    const c10d::AllgatherOptions &opts) try {
     TORCH_CHECK(!inputs.empty() && outputs.size() == inputs.size(),
-                "neuron all_gather_into_tensor: ", outputs.size(),
-                " outputs for ", inputs.size(), " inputs");
+                "neuron all_gather_into_tensor: ", outputs.size(), " outputs for ", inputs.size(),
+                " inputs");
     check_outputs(outputs, "all_gather_into_tensor");
     std::vector<at::Tensor> ins = inputs_of(inputs, "all_gather_into_tensor");
     for (size_t i = 0; i < ins.size(); i++)
-        TORCH_CHECK_VALUE(
-            ins[i].scalar_type() == outputs[i].scalar_type() &&
-                outputs[i].numel() == ins[i].numel() * size_,
-            "neuron all_gather_into_tensor: output ", outputs[i].sizes(), " ",
-            outputs[i].scalar_type(), " must hold ", size_, " x the input ",
-            ins[i].sizes(), " ", ins[i].scalar_type());
+        TORCH_CHECK_VALUE(ins[i].scalar_type() == outputs[i].scalar_type() &&
+                              outputs[i].numel() == ins[i].numel() * size_,
+                          "neuron all_gather_into_tensor: output ", outputs[i].sizes(), " ",
+                          outputs[i].scalar_type(), " must hold ", size_, " x the input ",
+                          ins[i].sizes(), " ", ins[i].scalar_type());
     std::vector<at::Tensor> keep = ins;
     keep.insert(keep.end(), outputs.begin(), outputs.end());
     sync_stream(ins[0]);
     Body body = [this, outputs, ins, opts] {
         for (size_t i = 0; i < ins.size(); i++) {
             if (gloo_) {
-                gloo_agree(*gloo_, rank_, size_, agreement("all_gather", &ins[i], -1, i, ins.size()));
+                gloo_agree(*gloo_, rank_, size_,
+                           agreement("all_gather", &ins[i], -1, i, ins.size()));
                 at::Tensor o = byte_alias(outputs[i]), in = byte_alias(ins[i]);
                 gloo_->_allgather_base(o, in, opts)->wait();
                 continue;
@@ -946,25 +947,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesc
             std::vector<void *> dst(size_);
             std::vector<size_t> len(size_, part);
             for (int r = 0; r < size_; r++)
-                dst[r] = part ? (unsigned char *)outputs[i].data_ptr() + r * part
-                              : (void *)&len[r];
+                dst[r] = part ? (unsigned char *)outputs[i].data_ptr() + r * part : (void *)&len[r];
             agree_next(comm_, &ins[i], -1, i, ins.size());
-            COMM_CHECK(trn_comm_exchange(comm_, "all_gather_into_tensor",
-                                         ptr(ins[i]), part, nullptr, nullptr,
-                                         dst.data(), len.data()));
+            COMM_CHECK(trn_comm_exchange(comm_, "all_gather_into_tensor", ptr(ins[i]), part,
+                                         nullptr, nullptr, dst.data(), len.data()));
         }
     };
-    return enqueue(c10d::OpType::_ALLGATHER_BASE, "neuron:all_gather_into_tensor",
-                   keep, outputs, outputs[0].device(), body, opts.timeout);
+    return enqueue(c10d::OpType::_ALLGATHER_BASE, "neuron:all_gather_into_tensor", keep, outputs,
+                   outputs[0].device(), body, opts.timeout);
 } catch (...) {
     refuse_everywhere(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor",
                       "neuron:all_gather_into_tensor");
     throw;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(
-    std::vector<std::vector<at::Tensor>> &outputs,
-    std::vector<at::Tensor> &inputs, const c10d::GatherOptions &opts) try {
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupNeuron::gather(std::vector<std::vector<at::Tensor>> &outputs,
+                           std::vector<at::Tensor> &inputs, const c10d::GatherOptions &opts) try {
     at::Tensor in = as_input(single(inputs, "gather"), "gather");
     int root = static_cast<int>(opts.rootRank);
     TORCH_CHECK_VALUE(root >= 0 && root < size_, "neuron gather: root ", root,
@@ -972,14 +971,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(
     std::vector<at::Tensor> outs;
     if (rank_ == root) {
         TORCH_CHECK(outputs.size() == 1 && (int)outputs[0].size() == size_,
-                    "neuron gather: the root needs one list of ", size_,
-                    " output tensors");
+                    "neuron gather: the root needs one list of ", size_, " output tensors");
         outs = outputs[0];
         check_outputs(outs, "gather");
         for (const auto &o : outs)
-            TORCH_CHECK_VALUE(o.scalar_type() == in.scalar_type(),
-                              "neuron gather: output dtype ", o.scalar_type(),
-                              " differs from input dtype ", in.scalar_type());
+            TORCH_CHECK_VALUE(o.scalar_type() == in.scalar_type(), "neuron gather: output dtype ",
+                              o.scalar_type(), " differs from input dtype ", in.scalar_type());
     } else {
         TORCH_CHECK(outputs.empty() || outputs[0].empty(),
                     "neuron gather: only the root passes output tensors");
@@ -1003,22 +1000,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(
             dst[r] = len[r] ? outs[r].data_ptr() : (void *)&len[r];
         }
         agree_next(comm_, &in, root);
-        COMM_CHECK(trn_comm_exchange(comm_, "gather", ptr(in), nbytes(in),
-                                     nullptr, nullptr,
-                                     outs.empty() ? nullptr : dst.data(),
-                                     len.data()));
+        COMM_CHECK(trn_comm_exchange(comm_, "gather", ptr(in), nbytes(in), nullptr, nullptr,
+                                     outs.empty() ? nullptr : dst.data(), len.data()));
     };
-    return enqueue(c10d::OpType::GATHER, "neuron:gather", keep, outs,
-                   in.device(), body, opts.timeout);
+    return enqueue(c10d::OpType::GATHER, "neuron:gather", keep, outs, in.device(), body,
+                   opts.timeout);
 } catch (...) {
     refuse_everywhere(c10d::OpType::GATHER, "gather", "neuron:gather");
     throw;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(
-    std::vector<at::Tensor> &outputs,
-    std::vector<std::vector<at::Tensor>> &inputs,
-    const c10d::ScatterOptions &opts) try {
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupNeuron::scatter(std::vector<at::Tensor> &outputs,
+                            std::vector<std::vector<at::Tensor>> &inputs,
+                            const c10d::ScatterOptions &opts) try {
     at::Tensor out = single(outputs, "scatter");
     check_output(out, "scatter");
     int root = static_cast<int>(opts.rootRank);
@@ -1027,13 +1022,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(
     std::vector<at::Tensor> ins;
     if (rank_ == root) {
         TORCH_CHECK(inputs.size() == 1 && (int)inputs[0].size() == size_,
-                    "neuron scatter: the root needs one list of ", size_,
-                    " input tensors");
+                    "neuron scatter: the root needs one list of ", size_, " input tensors");
         ins = inputs_of(inputs[0], "scatter");
         for (const auto &i : ins)
-            TORCH_CHECK_VALUE(i.scalar_type() == out.scalar_type(),
-                              "neuron scatter: input dtype ", i.scalar_type(),
-                              " differs from output dtype ", out.scalar_type());
+            TORCH_CHECK_VALUE(i.scalar_type() == out.scalar_type(), "neuron scatter: input dtype ",
+                              i.scalar_type(), " differs from output dtype ", out.scalar_type());
     }
     std::vector<at::Tensor> keep = ins;
     keep.push_back(out);
@@ -1060,42 +1053,37 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(
         len[root] = nbytes(out);
         dst[root] = len[root] ? out.data_ptr() : (void *)&len[root];
         agree_next(comm_, &out, root);
-        COMM_CHECK(trn_comm_exchange(comm_, "scatter", src.data(), src.size(),
-                                     off.data(), plen.data(), dst.data(),
-                                     len.data()));
+        COMM_CHECK(trn_comm_exchange(comm_, "scatter", src.data(), src.size(), off.data(),
+                                     plen.data(), dst.data(), len.data()));
     };
-    return enqueue(c10d::OpType::SCATTER, "neuron:scatter", keep, {out},
-                   out.device(), body, opts.timeout);
+    return enqueue(c10d::OpType::SCATTER, "neuron:scatter", keep, {out}, out.device(), body,
+                   opts.timeout);
 } catch (...) {
     refuse_everywhere(c10d::OpType::SCATTER, "scatter", "neuron:scatter");
     throw;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(
-    at::Tensor &output, at::Tensor &input, std::vector<int64_t> &outSplits,
-    std::vector<int64_t> &inSplits, const c10d::AllToAllOptions &opts) try {
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupNeuron::alltoall_base(at::Tensor &output, at::Tensor &input,
+                                  std::vector<int64_t> &outSplits, std::vector<int64_t> &inSplits,
+                                  const c10d::AllToAllOptions &opts) try {
     check_output(output, "all_to_all_single");
     at::Tensor in = as_input(input, "all_to_all_single");
     TORCH_CHECK_VALUE(in.scalar_type() == output.scalar_type(),
-                      "neuron all_to_all_single: input dtype ",
-                      in.scalar_type(), " differs from output dtype ",
-                      output.scalar_type());
+                      "neuron all_to_all_single: input dtype ", in.scalar_type(),
+                      " differs from output dtype ", output.scalar_type());
     // Split sizes count rows of dim 0; none means equal parts.
-    auto parts = [&](const at::Tensor &t, const std::vector<int64_t> &splits,
-                     const char *which) {
+    auto parts = [&](const at::Tensor &t, const std::vector<int64_t> &splits, const char *which) {
         int64_t rows = t.dim() ? t.size(0) : 1;
         size_t row = rows ? nbytes(t) / rows : 0;
         std::vector<size_t> len(size_);
         if (splits.empty()) {
-            TORCH_CHECK_VALUE(rows % size_ == 0, "neuron all_to_all_single: ",
-                              which, " dim 0 (", rows,
-                              ") does not split evenly into ", size_);
+            TORCH_CHECK_VALUE(rows % size_ == 0, "neuron all_to_all_single: ", which, " dim 0 (",
+                              rows, ") does not split evenly into ", size_);
             for (auto &l : len) l = row * (rows / size_);
         } else {
-            TORCH_CHECK_VALUE((int)splits.size() == size_,
-                              "neuron all_to_all_single: ", which, " has ",
-                              splits.size(), " split sizes for ", size_,
-                              " ranks");
+            TORCH_CHECK_VALUE((int)splits.size() == size_, "neuron all_to_all_single: ", which,
+                              " has ", splits.size(), " split sizes for ", size_, " ranks");
             int64_t sum = 0;
             for (int r = 0; r < size_; r++) {
                 TORCH_CHECK_VALUE(splits[r] >= 0, "negative split size");
@@ -1103,8 +1091,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(
                 len[r] = row * splits[r];
             }
             TORCH_CHECK_VALUE(sum == rows, "neuron all_to_all_single: ", which,
-                              " split sizes add up to ", sum, ", dim 0 is ",
-                              rows);
+                              " split sizes add up to ", sum, ", dim 0 is ", rows);
         }
         return len;
     };
@@ -1130,30 +1117,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(
         for (int r = 0; r < size_; r++) {
             off[r] = s;
             s += send[r];
-            dst[r] = dlen[r] ? (unsigned char *)out.data_ptr() + d
-                             : (void *)&dlen[r];
+            dst[r] = dlen[r] ? (unsigned char *)out.data_ptr() + d : (void *)&dlen[r];
             d += dlen[r];
         }
         agree_next(comm_, &in);
-        COMM_CHECK(trn_comm_exchange(comm_, "all_to_all", ptr(in), nbytes(in),
-                                     off.data(), send.data(), dst.data(),
-                                     dlen.data()));
+        COMM_CHECK(trn_comm_exchange(comm_, "all_to_all", ptr(in), nbytes(in), off.data(),
+                                     send.data(), dst.data(), dlen.data()));
     };
-    return enqueue(c10d::OpType::ALLTOALL_BASE, "neuron:all_to_all", {in, out},
-                   {out}, out.device(), body, opts.timeout);
+    return enqueue(c10d::OpType::ALLTOALL_BASE, "neuron:all_to_all", {in, out}, {out}, out.device(),
+                   body, opts.timeout);
 } catch (...) {
-    refuse_everywhere(c10d::OpType::ALLTOALL_BASE, "all_to_all",
-                      "neuron:all_to_all");
+    refuse_everywhere(c10d::OpType::ALLTOALL_BASE, "all_to_all", "neuron:all_to_all");
     throw;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(
-    std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
-    const c10d::AllToAllOptions &opts) try {
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tensor> &outputs,
+                                                            std::vector<at::Tensor> &inputs,
+                                                            const c10d::AllToAllOptions &opts) try {
     TORCH_CHECK((int)outputs.size() == size_ && (int)inputs.size() == size_,
-                "neuron all_to_all: expected ", size_,
-                " input and output tensors, got ", inputs.size(), " and ",
-                outputs.size());
+                "neuron all_to_all: expected ", size_, " input and output tensors, got ",
+                inputs.size(), " and ", outputs.size());
     check_outputs(outputs, "all_to_all");
     std::vector<at::Tensor> ins = inputs_of(inputs, "all_to_all");
     std::vector<at::Tensor> keep = ins;
@@ -1179,35 +1162,29 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(
             size_t total = 0;
             for (auto l : dlen) total += l;
             at::Tensor o = at::empty({(int64_t)total}, u8);
-            std::vector<int64_t> is(plen.begin(), plen.end()),
-                os(dlen.begin(), dlen.end());
+            std::vector<int64_t> is(plen.begin(), plen.end()), os(dlen.begin(), dlen.end());
             gloo_->alltoall_base(o, i, os, is, opts)->wait();
             size_t d = 0;
             for (int r = 0; r < size_; r++) {
                 if (dlen[r])
-                    std::memcpy(outputs[r].data_ptr(),
-                                (unsigned char *)o.data_ptr() + d, dlen[r]);
+                    std::memcpy(outputs[r].data_ptr(), (unsigned char *)o.data_ptr() + d, dlen[r]);
                 d += dlen[r];
             }
             return;
         }
-        for (int r = 0; r < size_; r++)
-            dst[r] = dlen[r] ? outputs[r].data_ptr() : (void *)&dlen[r];
+        for (int r = 0; r < size_; r++) dst[r] = dlen[r] ? outputs[r].data_ptr() : (void *)&dlen[r];
         agree_next(comm_, &ins[0]);
-        COMM_CHECK(trn_comm_exchange(comm_, "all_to_all", src.data(),
-                                     src.size(), off.data(), plen.data(),
-                                     dst.data(), dlen.data()));
+        COMM_CHECK(trn_comm_exchange(comm_, "all_to_all", src.data(), src.size(), off.data(),
+                                     plen.data(), dst.data(), dlen.data()));
     };
-    return enqueue(c10d::OpType::ALLTOALL, "neuron:all_to_all", keep, outputs,
-                   outputs[0].device(), body, opts.timeout);
+    return enqueue(c10d::OpType::ALLTOALL, "neuron:all_to_all", keep, outputs, outputs[0].device(),
+                   body, opts.timeout);
 } catch (...) {
-    refuse_everywhere(c10d::OpType::ALLTOALL, "all_to_all",
-                      "neuron:all_to_all");
+    refuse_everywhere(c10d::OpType::ALLTOALL, "all_to_all", "neuron:all_to_all");
     throw;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(
-    const c10d::BarrierOptions &opts) try {
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOptions &opts) try {
     // The device the caller names (device_ids, or an indexed device), else
     // the current one.
     c10::Device device(kNeuron, current_device());
@@ -1226,8 +1203,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(
             COMM_CHECK(trn_comm_barrier(comm_));
         }
     };
-    return enqueue(c10d::OpType::BARRIER, "neuron:barrier", {}, {}, device, body,
-                   opts.timeout);
+    return enqueue(c10d::OpType::BARRIER, "neuron:barrier", {}, {}, device, body, opts.timeout);
 } catch (...) {
     refuse_everywhere(c10d::OpType::BARRIER, "barrier", "neuron:barrier");
     throw;

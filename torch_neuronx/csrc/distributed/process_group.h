@@ -28,14 +28,11 @@
 namespace neuron {
 
 class NeuronWork : public c10d::Work {
-  public:
-    NeuronWork(int rank, c10d::OpType type, const char *title,
-               std::vector<at::Tensor> keep, std::vector<at::Tensor> outputs,
-               c10::Device device);
+public:
+    NeuronWork(int rank, c10d::OpType type, const char *title, std::vector<at::Tensor> keep,
+               std::vector<at::Tensor> outputs, c10::Device device);
     std::vector<at::Tensor> result() override { return outputs_; }
-    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
-        return future_;
-    }
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
     int sourceRank() const override { return source_rank_; }
     // Marks the work (and its future) done, with an error or not.
     void complete(std::exception_ptr error);
@@ -51,7 +48,7 @@ class NeuronWork : public c10d::Work {
 };
 
 class ProcessGroupNeuron : public c10d::Backend {
-  public:
+public:
     // `region_fd` >= 0: attach to the shared region (one host); otherwise
     // `gloo` carries every op (several hosts, or forced).
     ProcessGroupNeuron(int rank, int size, int64_t timeout_ms, int region_fd,
@@ -79,73 +76,64 @@ class ProcessGroupNeuron : public c10d::Backend {
     void setSequenceNumberForGroup() override { seq_ = 0; }
     uint64_t getSequenceNumberForGroup() override { return seq_; }
     c10::intrusive_ptr<Options> getBackendOptions() override;
-    c10::intrusive_ptr<c10d::Backend> split(
-        const c10::intrusive_ptr<c10d::Store> &store,
-        const std::vector<int> &ranks,
-        const c10::intrusive_ptr<Options> &opts) override;
+    c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store> &store,
+                                            const std::vector<int> &ranks,
+                                            const c10::intrusive_ptr<Options> &opts) override;
 
-    c10::intrusive_ptr<c10d::Work> broadcast(
-        std::vector<at::Tensor> &tensors,
-        const c10d::BroadcastOptions &opts) override;
-    c10::intrusive_ptr<c10d::Work> allreduce(
-        std::vector<at::Tensor> &tensors,
-        const c10d::AllreduceOptions &opts) override;
-    c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
-        std::vector<at::Tensor> &tensors,
-        const c10d::AllreduceCoalescedOptions &opts) override;
-    c10::intrusive_ptr<c10d::Work> reduce(
-        std::vector<at::Tensor> &tensors,
-        const c10d::ReduceOptions &opts) override;
-    c10::intrusive_ptr<c10d::Work> allgather(
-        std::vector<std::vector<at::Tensor>> &outputs,
-        std::vector<at::Tensor> &inputs,
-        const c10d::AllgatherOptions &opts) override;
-    c10::intrusive_ptr<c10d::Work> _allgather_base(
-        at::Tensor &output, at::Tensor &input,
-        const c10d::AllgatherOptions &opts) override;
-    c10::intrusive_ptr<c10d::Work> allgather_coalesced(
-        std::vector<std::vector<at::Tensor>> &outputs,
-        std::vector<at::Tensor> &inputs,
-        const c10d::AllgatherOptions &opts) override;
-    c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
-        std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
-        const c10d::AllgatherOptions &opts) override;
-    c10::intrusive_ptr<c10d::Work> gather(
-        std::vector<std::vector<at::Tensor>> &outputs,
-        std::vector<at::Tensor> &inputs,
-        const c10d::GatherOptions &opts) override;
-    c10::intrusive_ptr<c10d::Work> scatter(
-        std::vector<at::Tensor> &outputs,
-        std::vector<std::vector<at::Tensor>> &inputs,
-        const c10d::ScatterOptions &opts) override;
-    c10::intrusive_ptr<c10d::Work> reduce_scatter(
-        std::vector<at::Tensor> &outputs,
-        std::vector<std::vector<at::Tensor>> &inputs,
-        const c10d::ReduceScatterOptions &opts) override;
-    c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
-        at::Tensor &output, at::Tensor &input,
-        const c10d::ReduceScatterOptions &opts) override;
-    c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
-        std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
-        const c10d::ReduceScatterOptions &opts) override;
-    c10::intrusive_ptr<c10d::Work> alltoall_base(
-        at::Tensor &output, at::Tensor &input,
-        std::vector<int64_t> &outputSplitSizes,
-        std::vector<int64_t> &inputSplitSizes,
-        const c10d::AllToAllOptions &opts) override;
-    c10::intrusive_ptr<c10d::Work> alltoall(
-        std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
-        const c10d::AllToAllOptions &opts) override;
-    c10::intrusive_ptr<c10d::Work> barrier(
-        const c10d::BarrierOptions &opts) override;
-    c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors,
-                                        int dstRank, int tag) override;
-    c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors,
-                                        int srcRank, int tag) override;
-    c10::intrusive_ptr<c10d::Work> recvAnysource(
-        std::vector<at::Tensor> &tensors, int tag) override;
+    c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
+                                             const c10d::BroadcastOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
+                                             const c10d::AllreduceOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work>
+    allreduce_coalesced(std::vector<at::Tensor> &tensors,
+                        const c10d::AllreduceCoalescedOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors,
+                                          const c10d::ReduceOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                             std::vector<at::Tensor> &inputs,
+                                             const c10d::AllgatherOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
+                                                   const c10d::AllgatherOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work>
+    allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputs,
+                        std::vector<at::Tensor> &inputs,
+                        const c10d::AllgatherOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work>
+    allgather_into_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                    std::vector<at::Tensor> &inputs,
+                                    const c10d::AllgatherOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                          std::vector<at::Tensor> &inputs,
+                                          const c10d::GatherOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
+                                           std::vector<std::vector<at::Tensor>> &inputs,
+                                           const c10d::ScatterOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                  std::vector<std::vector<at::Tensor>> &inputs,
+                                                  const c10d::ReduceScatterOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work>
+    _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
+                         const c10d::ReduceScatterOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work>
+    reduce_scatter_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                    std::vector<at::Tensor> &inputs,
+                                    const c10d::ReduceScatterOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &output, at::Tensor &input,
+                                                 std::vector<int64_t> &outputSplitSizes,
+                                                 std::vector<int64_t> &inputSplitSizes,
+                                                 const c10d::AllToAllOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor> &outputs,
+                                            std::vector<at::Tensor> &inputs,
+                                            const c10d::AllToAllOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dstRank,
+                                        int tag) override;
+    c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int srcRank,
+                                        int tag) override;
+    c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &tensors,
+                                                 int tag) override;
 
-  private:
+private:
     using Body = std::function<void()>;
     struct Task {
         c10::intrusive_ptr<NeuronWork> work;
@@ -154,19 +142,16 @@ class ProcessGroupNeuron : public c10d::Backend {
         CollectiveRecord obs;
     };
 
-    c10::intrusive_ptr<NeuronWork> enqueue(c10d::OpType type,
-                                           const char *title,
+    c10::intrusive_ptr<NeuronWork> enqueue(c10d::OpType type, const char *title,
                                            std::vector<at::Tensor> keep,
-                                           std::vector<at::Tensor> outputs,
-                                           c10::Device device, Body body,
-                                           std::chrono::milliseconds timeout);
-    c10::intrusive_ptr<c10d::Work> p2p(std::vector<at::Tensor> &tensors,
-                                       int peer, int tag, bool is_send);
+                                           std::vector<at::Tensor> outputs, c10::Device device,
+                                           Body body, std::chrono::milliseconds timeout);
+    c10::intrusive_ptr<c10d::Work> p2p(std::vector<at::Tensor> &tensors, int peer, int tag,
+                                       bool is_send);
     // Called from each collective's handler while its exception is in
     // flight: queues a stand-in that fails this call on every rank (see the
     // definition).
-    void refuse_everywhere(c10d::OpType type, const char *what,
-                           const char *title);
+    void refuse_everywhere(c10d::OpType type, const char *what, const char *title);
     void worker_loop();
     void p2p_loop();
     void check_open() const;

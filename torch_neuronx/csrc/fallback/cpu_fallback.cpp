@@ -20,8 +20,7 @@ namespace {
 
 bool is_generator_arg(const c10::Argument &arg) {
     c10::TypePtr type = arg.real_type();
-    if (auto opt = type->cast<c10::OptionalType>())
-        type = opt->getElementType();
+    if (auto opt = type->cast<c10::OptionalType>()) type = opt->getElementType();
     return type->kind() == c10::TypeKind::GeneratorType;
 }
 
@@ -33,8 +32,7 @@ c10::DeviceIndex op_device(const torch::jit::Stack &stack, size_t begin) {
             return v.toTensor().device().index();
         if (v.isTensorList())
             for (const at::Tensor &t : v.toTensorList().vec())
-                if (t.defined() && t.device().type() == kNeuron)
-                    return t.device().index();
+                if (t.defined() && t.device().type() == kNeuron) return t.device().index();
     }
     return current_device();
 }
@@ -43,8 +41,7 @@ void use_cpu_generators(const c10::OperatorHandle &op, torch::jit::Stack &stack)
     const auto &args = op.schema().arguments();
     const size_t begin = stack.size() - args.size();
     for (size_t i = 0; i < args.size(); ++i) {
-        if (!is_generator_arg(args[i]))
-            continue;
+        if (!is_generator_arg(args[i])) continue;
         c10::IValue &v = stack[begin + i];
         if (v.isNone()) {
             v = fallback_cpu_generator(default_generator(op_device(stack, begin)));
@@ -64,8 +61,7 @@ void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
         const size_t begin = stack->size() - op.schema().arguments().size();
         trn_counter_add(TRN_COUNTER_FALLBACKS, op_device(*stack, begin), 1);
     }
-    trn_log(TRN_LOG_DEBUG, "fallback", "%s has no native neuron kernel: runs on CPU",
-            name.c_str());
+    trn_log(TRN_LOG_DEBUG, "fallback", "%s has no native neuron kernel: runs on CPU", name.c_str());
     use_cpu_generators(op, *stack);
     // Operands that share device memory share it on the host too, so CPU's
     // overlap checks and legal aliasing behave as on CPU; written operands
@@ -83,13 +79,9 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 // ops without a neuron autograd kernel pass through to the device kernel, as
 // in torch_mlu and TorchTPU. Autocast likewise passes through for ops that
 // have no autocast policy.
-TORCH_LIBRARY_IMPL(_, AutogradPrivateUse1, m) {
-    m.fallback(torch::CppFunction::makeFallthrough());
-}
+TORCH_LIBRARY_IMPL(_, AutogradPrivateUse1, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
 
-TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
-    m.fallback(torch::CppFunction::makeFallthrough());
-}
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
 
 }  // namespace
 }  // namespace neuron

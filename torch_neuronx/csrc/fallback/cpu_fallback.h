@@ -16,8 +16,7 @@ void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack);
 
 // Unboxed form for adapters: fallback<ATEN_OP(add_Tensor)>(self, other, alpha)
 // reruns the op on the CPU with the adapter's own arguments.
-template <typename Op, typename... Args>
-decltype(auto) fallback(Args &&...args) {
+template <typename Op, typename... Args> decltype(auto) fallback(Args &&...args) {
     return at::native::call_fallback_fn<&cpu_fallback, Op>::call(std::forward<Args>(args)...);
 }
 

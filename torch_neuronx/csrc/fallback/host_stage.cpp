@@ -33,8 +33,7 @@ bool on_neuron(const at::Tensor &t) { return t.defined() && t.device().type() ==
 // [begin, end) bytes of t's elements within its storage; numel > 0.
 std::pair<int64_t, int64_t> byte_span(const at::Tensor &t) {
     int64_t last = 0;
-    for (int64_t d = 0; d < t.dim(); ++d)
-        last += (t.size(d) - 1) * t.stride(d);
+    for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
     const int64_t item = static_cast<int64_t>(t.element_size());
     const int64_t begin = t.storage_offset() * item;
     return {begin, begin + (last + 1) * item};
@@ -57,7 +56,7 @@ struct Operand {
     at::Tensor device;
     at::Tensor host;
     bool written = false;
-    int range = -1;             // index into ranges; -1: staged alone
+    int range = -1;  // index into ranges; -1: staged alone
 };
 
 // A byte range of one device storage and its host copy, shared by every
@@ -81,21 +80,17 @@ public:
     void stage() {
         collect();
         group();
-        for (Range &r : ranges_)
-            copy_in(r);
+        for (Range &r : ranges_) copy_in(r);
         for (Operand &o : operands_)
-            if (o.range < 0)
-                copy_in_alone(o);
+            if (o.range < 0) copy_in_alone(o);
         rewrite_stack();
     }
 
     void commit() {
         for (Range &r : ranges_)
-            if (r.written)
-                copy_out(r);
+            if (r.written) copy_out(r);
         for (const Operand &o : operands_)
-            if (o.range < 0 && o.written)
-                at::_copy_from_and_resize(o.host, o.device);
+            if (o.range < 0 && o.written) at::_copy_from_and_resize(o.host, o.device);
     }
 
     // Returns: mutable aliases become the caller's device arguments, the rest
@@ -110,8 +105,7 @@ public:
                 v = aliased_argument(*alias, rets[i]);
                 continue;
             }
-            if (!target_)
-                continue;
+            if (!target_) continue;
             if (v.isTensor() && v.toTensor().defined()) {
                 v = v.toTensor().to(*target_);
             } else if (v.isTensorList()) {
@@ -125,10 +119,8 @@ public:
 
 private:
     void add(size_t arg, std::optional<size_t> pos, const at::Tensor &t) {
-        if (!on_neuron(t))
-            return;
-        if (!target_)
-            target_ = t.device();
+        if (!on_neuron(t)) return;
+        if (!target_) target_ = t.device();
         const c10::AliasInfo *alias = args_[arg].alias_info();
         Operand o{arg, pos, t, {}, false, -1};
         o.written = (alias && alias->isWrite()) ||
@@ -144,21 +136,18 @@ private:
                 add(i, std::nullopt, v.toTensor());
             } else if (v.isTensorList()) {
                 const auto list = v.toTensorList();
-                for (size_t k = 0; k < list.size(); ++k)
-                    add(i, k, list.get(k));
+                for (size_t k = 0; k < list.size(); ++k) add(i, k, list.get(k));
             } else if (v.isOptionalTensorList()) {
                 const auto list = v.toOptionalTensorList();
                 for (size_t k = 0; k < list.size(); ++k) {
                     const std::optional<at::Tensor> t = list.get(k);
-                    if (t)
-                        add(i, k, *t);
+                    if (t) add(i, k, *t);
                 }
             } else if (v.isDevice()) {
                 device_arg_ = v.toDevice();
             }
         }
-        if (device_arg_)
-            target_ = device_arg_;
+        if (device_arg_) target_ = device_arg_;
         refuse_foreign_writes();
         // A call with no neuron operand (a factory op given device=neuron):
         // keep the device arguments' choice, as the generic fallback did.
@@ -168,12 +157,10 @@ private:
     // refuses it on every backend (the CPU kernel would see only CPU tensors
     // here and write the caller's CPU tensor directly).
     void refuse_foreign_writes() const {
-        if (!target_ || target_->type() != kNeuron)
-            return;
+        if (!target_ || target_->type() != kNeuron) return;
         for (size_t i = 0; i < args_.size(); ++i) {
             const c10::AliasInfo *alias = args_[i].alias_info();
-            if (!alias || !alias->isWrite())
-                continue;
+            if (!alias || !alias->isWrite()) continue;
             std::vector<at::Tensor> ts;
             const c10::IValue &v = original_[i];
             if (v.isTensor())
@@ -183,8 +170,9 @@ private:
             for (const at::Tensor &t : ts)
                 TORCH_CHECK(!t.defined() || t.device().type() == kNeuron,
                             "Expected all tensors to be on the same device, but found at least "
-                            "two devices, ", *target_, " and ", t.device(), "! (argument '",
-                            args_[i].name(), "' of ", op_.schema().operator_name(), ")");
+                            "two devices, ",
+                            *target_, " and ", t.device(), "! (argument '", args_[i].name(),
+                            "' of ", op_.schema().operator_name(), ")");
         }
     }
 
@@ -250,8 +238,8 @@ private:
     }
 
     at::Tensor device_bytes(const Range &r) const {
-        return view_of(r.storage, c10::DispatchKey::PrivateUse1,
-                       caffe2::TypeMeta::Make<uint8_t>(), {r.end - r.begin}, {1}, r.begin);
+        return view_of(r.storage, c10::DispatchKey::PrivateUse1, caffe2::TypeMeta::Make<uint8_t>(),
+                       {r.end - r.begin}, {1}, r.begin);
     }
 
     void copy_in(Range &r) {
@@ -283,8 +271,7 @@ private:
     void rewrite_stack() {
         for (size_t i = 0; i < args_.size(); ++i) {
             c10::IValue &v = stack_[begin_ + i];
-            if (v.isDevice())
-                v = c10::Device(c10::kCPU);
+            if (v.isDevice()) v = c10::Device(c10::kCPU);
         }
         // Lists are the caller's: each is copied once, then edited.
         std::vector<bool> copied(args_.size(), false);
@@ -297,7 +284,8 @@ private:
                 list.set(*o.pos, o.host);
                 v = std::move(list);
             } else {
-                auto list = copied[o.arg] ? v.toOptionalTensorList() : v.toOptionalTensorList().copy();
+                auto list =
+                    copied[o.arg] ? v.toOptionalTensorList() : v.toOptionalTensorList().copy();
                 list.set(*o.pos, std::optional<at::Tensor>(o.host));
                 v = std::move(list);
             }
@@ -312,8 +300,7 @@ private:
         bool same = r.host_bytes.storage().nbytes() == static_cast<size_t>(r.host_end - r.begin);
         for (size_t i : r.members) {
             const Operand &o = operands_[i];
-            if (!o.written)
-                continue;
+            if (!o.written) continue;
             const int64_t item = static_cast<int64_t>(o.device.element_size());
             same = same && o.host.has_storage() &&
                    o.host.storage().unsafeGetStorageImpl() ==
@@ -334,12 +321,12 @@ private:
     c10::IValue aliased_argument(const c10::AliasInfo &alias, const c10::Argument &ret) const {
         for (size_t i = 0; i < args_.size(); ++i) {
             const c10::AliasInfo *a = args_[i].alias_info();
-            if (a && *a == alias)
-                return original_[i];
+            if (a && *a == alias) return original_[i];
         }
         TORCH_CHECK(false, "The operator ", op_.schema().operator_name(),
                     " appears to have invalid alias information: no argument matches the "
-                    "mutable alias of its return ", ret);
+                    "mutable alias of its return ",
+                    ret);
     }
 
     const c10::OperatorHandle &op_;

@@ -9,8 +9,8 @@ namespace neuron {
 namespace {
 
 struct UndeclaredWriteOp {
-    std::string_view name;      // "aten::..." without overload
-    std::string_view overload;  // "" for the default overload
+    std::string_view name;                 // "aten::..." without overload
+    std::string_view overload;             // "" for the default overload
     std::array<std::string_view, 2> args;  // argument names written; "" = unused slot
 };
 
@@ -33,8 +33,7 @@ constexpr std::array<UndeclaredWriteOp, 5> kUndeclaredWrites = {{
 
 const UndeclaredWriteOp *find_undeclared_writes(const c10::OperatorName &name) {
     for (const UndeclaredWriteOp &op : kUndeclaredWrites)
-        if (op.name == name.name && op.overload == name.overload_name)
-            return &op;
+        if (op.name == name.name && op.overload == name.overload_name) return &op;
     return nullptr;
 }
 
@@ -42,11 +41,9 @@ const UndeclaredWriteOp *find_undeclared_writes(const c10::OperatorName &name) {
 
 bool is_undeclared_write(const c10::OperatorName &op, std::string_view arg) {
     const UndeclaredWriteOp *entry = find_undeclared_writes(op);
-    if (!entry)
-        return false;
+    if (!entry) return false;
     for (std::string_view n : entry->args)
-        if (!n.empty() && n == arg)
-            return true;
+        if (!n.empty() && n == arg) return true;
     return false;
 }
 

@@ -110,8 +110,7 @@ void record_free(void *ptr) {
     std::lock_guard<std::mutex> lock(g_mu);
     auto addr = reinterpret_cast<uintptr_t>(ptr);
     auto it = g_live.find(addr);
-    if (it == g_live.end())
-        return;  // allocated before recording started
+    if (it == g_live.end()) return;  // allocated before recording started
     live = std::move(it->second);
     g_live.erase(it);
     int64_t t = now_us();
@@ -122,8 +121,7 @@ void record_free(void *ptr) {
 namespace {
 
 void set_recording(bool enabled, size_t max_entries, bool cpp_frames) {
-    if (enabled)
-        torch::installCapturedTracebackPython();
+    if (enabled) torch::installCapturedTracebackPython();
     std::deque<Entry> old_trace;
     std::unordered_map<uintptr_t, Live> old_live;
     {
@@ -150,18 +148,14 @@ py::dict snapshot() {
     }
     std::vector<torch::CapturedTraceback *> to_symbolize;
     for (const Entry &e : trace)
-        if (e.frames)
-            to_symbolize.push_back(e.frames.get());
+        if (e.frames) to_symbolize.push_back(e.frames.get());
     for (const auto &kv : live)
-        if (kv.second.frames)
-            to_symbolize.push_back(kv.second.frames.get());
+        if (kv.second.frames) to_symbolize.push_back(kv.second.frames.get());
     std::vector<py::object> symbolized = torch::py_symbolize(to_symbolize);
     std::unordered_map<torch::CapturedTraceback *, py::object> frames_of;
-    for (size_t i = 0; i < to_symbolize.size(); ++i)
-        frames_of[to_symbolize[i]] = symbolized[i];
+    for (size_t i = 0; i < to_symbolize.size(); ++i) frames_of[to_symbolize[i]] = symbolized[i];
     auto frames = [&](const std::shared_ptr<torch::CapturedTraceback> &tb) -> py::object {
-        if (!tb)
-            return py::list();
+        if (!tb) return py::list();
         return frames_of.at(tb.get());
     };
 
@@ -176,8 +170,7 @@ py::dict snapshot() {
         py::list seg_blocks;
         size_t allocated = 0, requested = 0;
         auto close_segment = [&] {
-            if (seg_blocks.size() == 0)
-                return;
+            if (seg_blocks.size() == 0) return;
             seg["allocated_size"] = allocated;
             seg["active_size"] = allocated;
             seg["requested_size"] = requested;
@@ -207,8 +200,8 @@ py::dict snapshot() {
             block["requested_size"] = b.allocated ? b.requested : 0;
             block["state"] = b.allocated ? "active_allocated" : "inactive";
             auto it = live.find(addr);
-            block["frames"] = b.allocated && it != live.end() ? frames(it->second.frames)
-                                                              : py::list();
+            block["frames"] =
+                b.allocated && it != live.end() ? frames(it->second.frames) : py::list();
             seg_blocks.append(block);
             if (b.allocated) {
                 allocated += b.size;
@@ -218,8 +211,7 @@ py::dict snapshot() {
         close_segment();
         py::list events;
         for (const Entry &e : trace) {
-            if (e.device != d)
-                continue;
+            if (e.device != d) continue;
             py::dict ev;
             ev["action"] = e.action;
             ev["addr"] = e.addr;

@@ -18,8 +18,7 @@ inline void on_alloc(int device, void *ptr, size_t nbytes, int64_t stream) {
         record_alloc(device, ptr, nbytes, stream);
 }
 inline void on_free(void *ptr) {
-    if (g_recording.load(std::memory_order_relaxed) && ptr != nullptr)
-        record_free(ptr);
+    if (g_recording.load(std::memory_order_relaxed) && ptr != nullptr) record_free(ptr);
 }
 
 }  // namespace neuron::memory_history

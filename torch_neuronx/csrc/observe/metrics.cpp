@@ -15,10 +15,7 @@ namespace py = pybind11;
 namespace neuron {
 namespace {
 
-
-trn_log_level to_level(int level) {
-    return static_cast<trn_log_level>(std::clamp(level, 0, 3));
-}
+trn_log_level to_level(int level) { return static_cast<trn_log_level>(std::clamp(level, 0, 3)); }
 
 py::dict counters(int device) {
     py::dict out;
@@ -61,9 +58,8 @@ BindingsRegistrar reg([](py::module_ &m) {
     m.def("_named_counter_add", [](const std::string &name, int64_t delta) {
         trn_named_counter_add(name.c_str(), delta);
     });
-    m.def("_metric_record", [](const std::string &name, double value) {
-        trn_metric_record(name.c_str(), value);
-    });
+    m.def("_metric_record",
+          [](const std::string &name, double value) { trn_metric_record(name.c_str(), value); });
     m.def("_metrics", &metrics);
     m.def("_metrics_reset", [] { trn_metrics_reset(); });
     m.def("_stats_page_path", [] { return std::string(trn_stats_page_path()); });

@@ -22,8 +22,7 @@ struct Log {
 
     uint32_t intern(const std::string &op) {
         auto it = ids.find(op);
-        if (it != ids.end())
-            return it->second;
+        if (it != ids.end()) return it->second;
         auto id = static_cast<uint32_t>(names.size());
         names.push_back(op);
         ids.emplace(op, id);
@@ -32,8 +31,7 @@ struct Log {
     std::vector<std::string> expand(const std::vector<uint32_t> &log) {
         std::vector<std::string> out;
         out.reserve(log.size());
-        for (uint32_t id : log)
-            out.push_back(names[id]);
+        for (uint32_t id : log) out.push_back(names[id]);
         return out;
     }
 };
@@ -80,8 +78,7 @@ void warn_fallback_once(const std::string &op, const std::string &why) {
     {
         Log &l = log();
         std::lock_guard<std::mutex> lock(l.mutex);
-        if (!l.warned.insert(op).second)
-            return;
+        if (!l.warned.insert(op).second) return;
     }
     TORCH_WARN("neuron: ", op, " ", why,
                "; it runs on the CPU (inputs copied to the host, results back), "
@@ -91,14 +88,14 @@ void warn_fallback_once(const std::string &op, const std::string &why) {
 
 bool fallback_only_for_unimplemented() {
     const char *v = std::getenv("TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS");
-    return v != nullptr && (std::strcmp(v, "1") == 0 || std::strcmp(v, "true") == 0 ||
-                            std::strcmp(v, "True") == 0);
+    return v != nullptr &&
+           (std::strcmp(v, "1") == 0 || std::strcmp(v, "true") == 0 || std::strcmp(v, "True") == 0);
 }
 
 void native_failed(const std::string &op, const c10::Error &error) {
     if (fallback_only_for_unimplemented())
-        TORCH_CHECK_NOT_IMPLEMENTED(false, "neuron kernel for ", op, " failed: ",
-                                    error.what_without_backtrace(),
+        TORCH_CHECK_NOT_IMPLEMENTED(false, "neuron kernel for ", op,
+                                    " failed: ", error.what_without_backtrace(),
                                     " (CPU fallback disabled by "
                                     "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1)");
     record_fallback(op);

@@ -49,8 +49,7 @@ std::string shapes_of(const at::RecordFunction &fn, uint64_t *bytes) {
     out << "[";
     bool first = true;
     for (const c10::IValue &v : fn.inputs()) {
-        if (!first)
-            out << ", ";
+        if (!first) out << ", ";
         first = false;
         if (v.isTensor() && v.toTensor().defined()) {
             const at::Tensor &t = v.toTensor();
@@ -68,8 +67,7 @@ std::unique_ptr<at::RecordFunctionGuard> no_guard;
 
 std::unique_ptr<at::ObserverContext> label_enter(const at::RecordFunction &fn) {
     std::string name = fn.name();
-    if (name.rfind("aten::", 0) == 0)
-        name = "trn::" + name.substr(6);
+    if (name.rfind("aten::", 0) == 0) name = "trn::" + name.substr(6);
     uint64_t bytes = 0;
     std::string detail = fn.needsInputs() ? shapes_of(fn, &bytes) : "";
     trn_trace_push(TRN_ACTIVITY_KERNEL, name.c_str(), detail.c_str(), 0, bytes);
@@ -85,10 +83,9 @@ int g_label_users = 0;
 void labels_on() {
     std::lock_guard<std::mutex> lock(g_label_mu);
     if (g_label_users++ == 0)
-        g_label_handle = at::addGlobalCallback(
-            at::RecordFunctionCallback(label_enter, label_exit)
-                .needsInputs(true)
-                .scopes({at::RecordScope::FUNCTION}));
+        g_label_handle = at::addGlobalCallback(at::RecordFunctionCallback(label_enter, label_exit)
+                                                   .needsInputs(true)
+                                                   .scopes({at::RecordScope::FUNCTION}));
 }
 
 void labels_off() {
@@ -111,7 +108,7 @@ std::unique_ptr<libkineto::TraceSpan> g_span;
 thread_local std::vector<uint64_t> tl_correlations;
 
 class NeuronSession final : public libkineto::IActivityProfilerSession {
-  public:
+public:
     void start() override {
         labels_on();
         trn_trace_start(0);
@@ -119,8 +116,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
         status_ = libkineto::TraceStatus::RECORDING;
     }
     void stop() override {
-        if (!running_)
-            return;
+        if (!running_) return;
         trn_trace_stop();
         labels_off();
         running_ = false;
@@ -130,8 +126,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
 
     std::vector<std::string> errors() override {
         uint64_t dropped = trn_trace_dropped();
-        if (dropped == 0)
-            return {};
+        if (dropped == 0) return {};
         return {std::to_string(dropped) + " neuron activities dropped (trace buffer full)"};
     }
 
@@ -140,8 +135,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
         trn_trace_set_correlation(id);
     }
     void popCorrelationId() override {
-        if (!tl_correlations.empty())
-            tl_correlations.pop_back();
+        if (!tl_correlations.empty()) tl_correlations.pop_back();
         trn_trace_set_correlation(tl_correlations.empty() ? 0 : tl_correlations.back());
     }
 
@@ -153,8 +147,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
                       int64_t end) override {
         // Kernels still queued when the profiler stopped finish first.
         for (int d = 0; d < trn_device_count(); ++d)
-            if (trn_runtime_is_initialized())
-                (void)trn_device_synchronize(d);
+            if (trn_runtime_is_initialized()) (void)trn_device_synchronize(d);
         std::vector<trn_activity> acts(trn_trace_pending());
         acts.resize(trn_trace_drain(acts.data(), acts.size()));
         std::lock_guard<std::mutex> lock(g_keep_mu);
@@ -163,8 +156,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
         std::set<std::pair<int, int64_t>> streams;
         for (const trn_activity &a : acts) {
             auto s = static_cast<int64_t>(a.start_ns), e = static_cast<int64_t>(a.end_ns);
-            if (s < start || e > end)
-                continue;
+            if (s < start || e > end) continue;
             ActivityType type = a.kind == TRN_ACTIVITY_MEMCPY   ? ActivityType::GPU_MEMCPY
                                 : a.kind == TRN_ACTIVITY_MEMSET ? ActivityType::GPU_MEMSET
                                 : a.kind == TRN_ACTIVITY_COLLECTIVE
@@ -188,8 +180,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
             act.addMetadataQuoted("stream", std::to_string(a.stream));
             act.addMetadataQuoted("correlation", std::to_string(a.correlation));
             act.addMetadataQuoted("bytes", std::to_string(a.bytes));
-            if (a.detail[0] != '\0')
-                act.addMetadataQuoted("input shapes", a.detail);
+            if (a.detail[0] != '\0') act.addMetadataQuoted("input shapes", a.detail);
             streams.insert({a.device, a.stream});
             logger.handleGenericActivity(act);
         }
@@ -205,28 +196,27 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
     std::vector<libkineto::ResourceInfo> getResourceInfos() override { return {}; }
     std::unique_ptr<libkineto::CpuTraceBuffer> getTraceBuffer() override { return nullptr; }
 
-  private:
+private:
     bool running_ = false;
 };
 
 class NeuronActivityProfiler final : public libkineto::IActivityProfiler {
-  public:
+public:
     const std::string &name() const override { return name_; }
     const std::set<ActivityType> &availableActivities() const override { return types_; }
-    std::unique_ptr<libkineto::IActivityProfilerSession> configure(
-        const std::set<ActivityType> &activity_types, const libkineto::Config &) override {
+    std::unique_ptr<libkineto::IActivityProfilerSession>
+    configure(const std::set<ActivityType> &activity_types, const libkineto::Config &) override {
         for (ActivityType t : activity_types)
-            if (types_.count(t))
-                return std::make_unique<NeuronSession>();
+            if (types_.count(t)) return std::make_unique<NeuronSession>();
         return nullptr;
     }
-    std::unique_ptr<libkineto::IActivityProfilerSession> configure(
-        int64_t, int64_t, const std::set<ActivityType> &activity_types,
-        const libkineto::Config &config) override {
+    std::unique_ptr<libkineto::IActivityProfilerSession>
+    configure(int64_t, int64_t, const std::set<ActivityType> &activity_types,
+              const libkineto::Config &config) override {
         return configure(activity_types, config);
     }
 
-  private:
+private:
     std::string name_{"neuron"};
     std::set<ActivityType> types_{ActivityType::CONCURRENT_KERNEL, ActivityType::GPU_MEMCPY,
                                   ActivityType::GPU_MEMSET, ActivityType::PRIVATEUSE1_RUNTIME};
@@ -240,13 +230,12 @@ struct NeuronStubs final : public torch::profiler::impl::ProfilerStubs {
     void record(c10::DeviceIndex *device, torch::profiler::impl::ProfilerVoidEventStub *event,
                 int64_t *cpu_ns) const override {
         c10::DeviceIndex dev = current_device();
-        if (device != nullptr)
-            *device = dev;
+        if (device != nullptr) *device = dev;
         trn_event *ev = nullptr;
         TRN_CHECK(trn_event_create(TRN_EVENT_TIMING, &ev));
-        *event = std::shared_ptr<void>(ev, [](void *p) { trn_event_destroy(static_cast<trn_event *>(p)); });
-        if (cpu_ns != nullptr)
-            *cpu_ns = c10::getTime();
+        *event = std::shared_ptr<void>(
+            ev, [](void *p) { trn_event_destroy(static_cast<trn_event *>(p)); });
+        if (cpu_ns != nullptr) *cpu_ns = c10::getTime();
         TRN_CHECK(trn_event_record(ev, current_trn_stream(dev)));
     }
     float elapsed(const torch::profiler::impl::ProfilerVoidEventStub *a,
@@ -273,10 +262,8 @@ struct NeuronStubs final : public torch::profiler::impl::ProfilerStubs {
         }
     }
     void synchronize() const override {
-        if (!trn_runtime_is_initialized())
-            return;
-        for (int d = 0; d < trn_device_count(); ++d)
-            TRN_CHECK(trn_device_synchronize(d));
+        if (!trn_runtime_is_initialized()) return;
+        for (int d = 0; d < trn_device_count(); ++d) TRN_CHECK(trn_device_synchronize(d));
     }
 };
 

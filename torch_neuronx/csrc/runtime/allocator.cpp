@@ -23,8 +23,8 @@ void device_delete(void *ptr) {
     }
 }
 
-void fill_stat(c10::CachingAllocator::StatArray &array, uint64_t current,
-               uint64_t peak, uint64_t allocated, uint64_t freed) {
+void fill_stat(c10::CachingAllocator::StatArray &array, uint64_t current, uint64_t peak,
+               uint64_t allocated, uint64_t freed) {
     // libtrn keeps one pool per device, reported as the aggregate.
     auto &s = array[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
     s.current = static_cast<int64_t>(current);
@@ -47,8 +47,7 @@ struct NeuronDeviceAllocator final : public c10::DeviceAllocator {
     // Used by storage resize and clone: a device-to-device byte copy on the
     // current stream, ordered with every later use of either block.
     void copy_data(void *dest, const void *src, std::size_t count) const override {
-        if (count == 0)
-            return;
+        if (count == 0) return;
         int dev = 0;
         TRN_CHECK(trn_mem_get_device(dest, &dev));
         int64_t n = static_cast<int64_t>(count), one = 1;
@@ -58,10 +57,8 @@ struct NeuronDeviceAllocator final : public c10::DeviceAllocator {
 
     bool initialized() override { return trn_runtime_is_initialized(); }
     void emptyCache(c10::MempoolId_t) override {
-        if (!trn_runtime_is_initialized())
-            return;
-        for (int d = 0; d < trn_device_count(); ++d)
-            TRN_CHECK(trn_mem_empty_cache(d));
+        if (!trn_runtime_is_initialized()) return;
+        for (int d = 0; d < trn_device_count(); ++d) TRN_CHECK(trn_mem_empty_cache(d));
     }
     void recordStream(const c10::DataPtr &ptr, c10::Stream stream) override {
         if (ptr.get() != nullptr)
@@ -78,7 +75,8 @@ struct NeuronDeviceAllocator final : public c10::DeviceAllocator {
         fill_stat(out.active_bytes, s.allocated_bytes, s.allocated_bytes_peak, 0, 0);
         fill_stat(out.allocation, s.active_blocks, s.active_blocks_peak, s.num_allocs, s.num_frees);
         fill_stat(out.active, s.active_blocks, s.active_blocks_peak, s.num_allocs, s.num_frees);
-        fill_stat(out.segment, s.segments, s.segments_peak, s.num_segment_allocs, s.num_segment_frees);
+        fill_stat(out.segment, s.segments, s.segments_peak, s.num_segment_allocs,
+                  s.num_segment_frees);
         out.num_alloc_retries = static_cast<int64_t>(s.num_alloc_retries);
         out.num_ooms = static_cast<int64_t>(s.num_ooms);
         out.num_device_alloc = static_cast<int64_t>(s.num_segment_allocs);
@@ -118,8 +116,7 @@ void host_delete(void *ptr) {
 struct NeuronHostAllocator final : public at::HostAllocator {
     c10::DataPtr allocate(size_t nbytes) override {
         void *ptr = nullptr;
-        if (nbytes != 0)
-            TRN_CHECK(trn_host_alloc(nbytes, &ptr));
+        if (nbytes != 0) TRN_CHECK(trn_host_alloc(nbytes, &ptr));
         return {ptr, ptr, &host_delete, c10::Device(c10::DeviceType::CPU)};
     }
     c10::DeleterFnPtr raw_deleter() const override { return &host_delete; }

@@ -20,8 +20,7 @@ struct BindingsRegistrar {
 // Runs f; a C++ exception (c10 errors from TRN_CHECK included) becomes the
 // Python exception PyTorch users know (torch.OutOfMemoryError, ValueError,
 // NotImplementedError, RuntimeError). Every binding body goes through it.
-template <typename F>
-auto guarded(F &&f) -> decltype(f()) {
+template <typename F> auto guarded(F &&f) -> decltype(f()) {
     try {
         return f();
     } catch (const pybind11::error_already_set &) {

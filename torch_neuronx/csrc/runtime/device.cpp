@@ -10,8 +10,7 @@ c10::DeviceIndex current_device() {
 }
 
 c10::DeviceIndex device_index(const c10::Device &device) {
-    TORCH_CHECK(device.type() == kNeuron, "expected a neuron device, got ",
-                device);
+    TORCH_CHECK(device.type() == kNeuron, "expected a neuron device, got ", device);
     c10::DeviceIndex index = device.has_index() ? device.index() : current_device();
     check_device(index);
     return index;
@@ -24,10 +23,10 @@ trn_stream *to_trn_stream(const c10::Stream &stream) {
 }
 
 c10::Stream to_c10_stream(trn_stream *stream) {
-    return c10::Stream(c10::Stream::UNSAFE,
-                       c10::Device(kNeuron, static_cast<c10::DeviceIndex>(
-                                                trn_stream_device(stream))),
-                       trn_stream_id(stream));
+    return c10::Stream(
+        c10::Stream::UNSAFE,
+        c10::Device(kNeuron, static_cast<c10::DeviceIndex>(trn_stream_device(stream))),
+        trn_stream_id(stream));
 }
 
 trn_stream *current_trn_stream(c10::DeviceIndex index) {

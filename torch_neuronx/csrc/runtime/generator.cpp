@@ -50,8 +50,8 @@ void NeuronGeneratorImpl::set_state(const c10::TensorImpl &new_state) {
 }
 
 c10::intrusive_ptr<c10::TensorImpl> NeuronGeneratorImpl::get_state() const {
-    at::Tensor state = at::detail::empty_cpu({kStateBytes}, at::kByte, std::nullopt,
-                                             std::nullopt, std::nullopt, std::nullopt);
+    at::Tensor state = at::detail::empty_cpu({kStateBytes}, at::kByte, std::nullopt, std::nullopt,
+                                             std::nullopt, std::nullopt);
     const uint64_t v[2] = {seed_, offset_};
     std::memcpy(state.data_ptr(), v, sizeof v);
     return state.getIntrusivePtr();
@@ -67,8 +67,7 @@ const at::Generator &default_generator(c10::DeviceIndex index) {
     static std::mutex mutex;
     // deque: references to earlier elements survive later growth.
     static std::deque<at::Generator> generators;
-    if (index < 0)
-        index = current_device();
+    if (index < 0) index = current_device();
     check_device(index);
     std::lock_guard<std::mutex> lock(mutex);
     while (generators.size() <= static_cast<size_t>(index)) {
@@ -79,8 +78,7 @@ const at::Generator &default_generator(c10::DeviceIndex index) {
 }
 
 at::Generator new_generator(c10::DeviceIndex index) {
-    if (index < 0)
-        index = current_device();
+    if (index < 0) index = current_device();
     check_device(index);
     return at::make_generator<NeuronGeneratorImpl>(index);
 }

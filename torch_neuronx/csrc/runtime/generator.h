@@ -19,8 +19,7 @@
 namespace neuron {
 
 struct NeuronGeneratorImpl final : public c10::GeneratorImpl {
-    explicit NeuronGeneratorImpl(c10::DeviceIndex index,
-                                 uint64_t seed = c10::default_rng_seed_val);
+    explicit NeuronGeneratorImpl(c10::DeviceIndex index, uint64_t seed = c10::default_rng_seed_val);
 
     void set_current_seed(uint64_t seed) override;
     void set_offset(uint64_t offset) override;
@@ -31,7 +30,7 @@ struct NeuronGeneratorImpl final : public c10::GeneratorImpl {
     c10::intrusive_ptr<c10::TensorImpl> get_state() const override;
     static c10::DeviceType device_type() { return c10::DeviceType::PrivateUse1; }
 
-  private:
+private:
     NeuronGeneratorImpl *clone_impl() const override;
     uint64_t seed_;
     uint64_t offset_ = 0;

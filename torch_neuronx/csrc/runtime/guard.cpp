@@ -17,13 +17,10 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
     c10::Device exchangeDevice(c10::Device d) const override {
         c10::Device old = getDevice();
-        if (old.index() != d.index())
-            setDevice(d);
+        if (old.index() != d.index()) setDevice(d);
         return old;
     }
-    c10::Device getDevice() const override {
-        return c10::Device(kNeuron, current_device());
-    }
+    c10::Device getDevice() const override { return c10::Device(kNeuron, current_device()); }
     void setDevice(c10::Device d) const override {
         TRN_CHECK(trn_device_set_current(device_index(d)));
     }
@@ -44,8 +41,7 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
         TRN_CHECK(trn_stream_create(device_index(d), priority, &s));
         return to_c10_stream(s);
     }
-    c10::Stream getStreamFromGlobalPool(c10::Device d,
-                                        bool high_priority) const override {
+    c10::Stream getStreamFromGlobalPool(c10::Device d, bool high_priority) const override {
         return getNewStream(d, high_priority ? -1 : 0);
     }
     c10::Stream exchangeStream(c10::Stream s) const override {
@@ -77,14 +73,12 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     // Events: created lazily on first record, as CUDA does. Every event
     // takes timestamps (clock reads are cheap here), so the enable_timing
     // flag only affects what PyTorch lets the user ask for.
-    void record(void **event, const c10::Stream &stream,
-                const c10::DeviceIndex device_index,
+    void record(void **event, const c10::Stream &stream, const c10::DeviceIndex device_index,
                 const c10::EventFlag flag) const override {
         (void)flag;
         TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
                     "event device index ", device_index,
-                    " does not match the recording stream's device ",
-                    stream.device_index());
+                    " does not match the recording stream's device ", stream.device_index());
         if (*event == nullptr) {
             trn_event *e = nullptr;
             TRN_CHECK(trn_event_create(TRN_EVENT_TIMING, &e));
@@ -93,27 +87,22 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
         TRN_CHECK(trn_event_record(as_event(*event), to_trn_stream(stream)));
     }
     void block(void *event, const c10::Stream &stream) const override {
-        if (event == nullptr)
-            return;
+        if (event == nullptr) return;
         TRN_CHECK(trn_stream_wait_event(to_trn_stream(stream), as_event(event)));
     }
     bool queryEvent(void *event) const override {
-        if (event == nullptr)
-            return true;
+        if (event == nullptr) return true;
         bool done = false;
         TRN_CHECK(trn_event_query(as_event(event), &done));
         return done;
     }
     void destroyEvent(void *event, const c10::DeviceIndex) const noexcept override {
-        if (event != nullptr)
-            trn_event_destroy(as_event(event));
+        if (event != nullptr) trn_event_destroy(as_event(event));
     }
     void synchronizeEvent(void *event) const override {
-        if (event != nullptr)
-            TRN_CHECK(trn_event_synchronize(as_event(event)));
+        if (event != nullptr) TRN_CHECK(trn_event_synchronize(as_event(event)));
     }
-    double elapsedTime(void *start, void *end,
-                       const c10::DeviceIndex) const override {
+    double elapsedTime(void *start, void *end, const c10::DeviceIndex) const override {
         TORCH_CHECK(start != nullptr && end != nullptr,
                     "both events must be recorded before elapsed_time");
         double ms = 0;
@@ -133,8 +122,7 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
         check_device(index);
         TRN_CHECK(trn_device_synchronize(index));
     }
-    void recordDataPtrOnStream(const c10::DataPtr &data,
-                               const c10::Stream &stream) const override {
+    void recordDataPtrOnStream(const c10::DataPtr &data, const c10::Stream &stream) const override {
         if (data.get() != nullptr)
             TRN_CHECK(trn_mem_record_stream(data.get(), to_trn_stream(stream)));
     }

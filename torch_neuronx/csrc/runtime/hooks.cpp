@@ -32,17 +32,14 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
     c10::DeviceIndex getCurrentDevice() const override { return current_device(); }
     c10::DeviceIndex exchangeDevice(c10::DeviceIndex index) const override {
         c10::DeviceIndex old = current_device();
-        if (index != old)
-            setCurrentDevice(index);
+        if (index != old) setCurrentDevice(index);
         return old;
     }
     c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex index) const override {
         return exchangeDevice(index);
     }
 
-    bool isPinnedPtr(const void *data) const override {
-        return trn_host_is_pinned(data);
-    }
+    bool isPinnedPtr(const void *data) const override { return trn_host_is_pinned(data); }
     at::Allocator *getPinnedMemoryAllocator() const override {
         return at::getHostAllocator(at::kPrivateUse1);
     }
@@ -61,16 +58,14 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
 
     // UntypedStorage.resize_ on a neuron storage: new block, old bytes copied
     // on the stream, old block released (stream-ordered, so safe).
-    void resizePrivateUse1Bytes(const c10::Storage &storage,
-                                size_t newsize) const override {
+    void resizePrivateUse1Bytes(const c10::Storage &storage, size_t newsize) const override {
         c10::StorageImpl *impl = storage.unsafeGetStorageImpl();
         TORCH_CHECK(impl->resizable(), "trying to resize a storage that is not resizable");
         size_t old = impl->nbytes();
         c10::DeviceGuard guard(impl->device());
         c10::DataPtr fresh = device_allocator()->allocate(newsize);
         size_t keep = std::min(old, newsize);
-        if (keep > 0)
-            device_allocator()->copy_data(fresh.get(), impl->data(), keep);
+        if (keep > 0) device_allocator()->copy_data(fresh.get(), impl->data(), keep);
         impl->set_data_ptr_noswap(std::move(fresh));
         impl->set_nbytes(newsize);
     }

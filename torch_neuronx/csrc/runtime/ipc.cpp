@@ -21,7 +21,6 @@ at::Allocator *device_allocator();
 
 namespace {
 
-
 void shared_delete(void *ptr) {
     if (trn_mem_free(ptr) != TRN_SUCCESS) {
         std::fprintf(stderr, "[neuron] warning: unmapping shared device memory failed: %s\n",
@@ -76,9 +75,8 @@ BindingsRegistrar reg([](py::module_ &m) {
     m.def("_open_shared_storage", [](int fd, size_t nbytes, int device) {
         return guarded([&] { return open_shared(fd, nbytes, device); });
     });
-    m.def("_is_shared_storage", [](py::handle s) {
-        return trn_ipc_is_shared(THPStorage_Unpack(s.ptr()).data()) != 0;
-    });
+    m.def("_is_shared_storage",
+          [](py::handle s) { return trn_ipc_is_shared(THPStorage_Unpack(s.ptr()).data()) != 0; });
 });
 
 }  // namespace

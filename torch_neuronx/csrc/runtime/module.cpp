@@ -45,14 +45,23 @@ py::dict memory_stats(int index) {
     TRN_CHECK(trn_mem_get_stats(index, &s));
     py::dict d;
 #define NEURON_STAT(field) d[#field] = s.field
-    NEURON_STAT(allocated_bytes); NEURON_STAT(allocated_bytes_peak);
-    NEURON_STAT(requested_bytes); NEURON_STAT(requested_bytes_peak);
-    NEURON_STAT(reserved_bytes); NEURON_STAT(reserved_bytes_peak);
-    NEURON_STAT(active_blocks); NEURON_STAT(active_blocks_peak);
-    NEURON_STAT(segments); NEURON_STAT(segments_peak);
-    NEURON_STAT(num_allocs); NEURON_STAT(num_frees);
-    NEURON_STAT(num_segment_allocs); NEURON_STAT(num_segment_frees);
-    NEURON_STAT(num_alloc_retries); NEURON_STAT(num_ooms); NEURON_STAT(capacity);
+    NEURON_STAT(allocated_bytes);
+    NEURON_STAT(allocated_bytes_peak);
+    NEURON_STAT(requested_bytes);
+    NEURON_STAT(requested_bytes_peak);
+    NEURON_STAT(reserved_bytes);
+    NEURON_STAT(reserved_bytes_peak);
+    NEURON_STAT(active_blocks);
+    NEURON_STAT(active_blocks_peak);
+    NEURON_STAT(segments);
+    NEURON_STAT(segments_peak);
+    NEURON_STAT(num_allocs);
+    NEURON_STAT(num_frees);
+    NEURON_STAT(num_segment_allocs);
+    NEURON_STAT(num_segment_frees);
+    NEURON_STAT(num_alloc_retries);
+    NEURON_STAT(num_ooms);
+    NEURON_STAT(capacity);
 #undef NEURON_STAT
     return d;
 }
@@ -69,7 +78,8 @@ PYBIND11_MODULE(_C, m) {
     using namespace neuron;
     m.doc() = "OpenNeuron native extension (libtrn runtime bindings)";
     m.def("_device_count", [] { return trn_device_count(); });
-    m.def("_check_device", [](int i) { guarded([&] { check_device(static_cast<c10::DeviceIndex>(i)); }); });
+    m.def("_check_device",
+          [](int i) { guarded([&] { check_device(static_cast<c10::DeviceIndex>(i)); }); });
     m.def("_get_device", [] { return trn_device_get_current(); });
     m.def("_set_device", [](int i) {
         guarded([&] {
@@ -87,7 +97,8 @@ PYBIND11_MODULE(_C, m) {
             TRN_CHECK(trn_device_synchronize(i));
         });
     });
-    m.def("_get_device_properties", [](int i) { return guarded([&] { return device_properties(i); }); });
+    m.def("_get_device_properties",
+          [](int i) { return guarded([&] { return device_properties(i); }); });
     m.def("_memory_stats", [](int i) { return guarded([&] { return memory_stats(i); }); });
     m.def("_stream_async_enabled", [] { return trn_stream_async_enabled(); });
     m.def("_num_threads", [] { return trn_parallel_threads(); });
@@ -97,24 +108,31 @@ PYBIND11_MODULE(_C, m) {
     m.def("_set_matmul_bf16_native", [](bool allow) { trn_matmul_set_bf16_native(allow); });
     m.def("_memory_protect_enabled", [] { return trn_mem_protect_enabled(); });
     // Streams as (stream_id, device_index, device_type), torch.Stream's fields.
-    m.def("_current_stream", [](int i) { return guarded([&] {
-        c10::Stream s = to_c10_stream(current_trn_stream(static_cast<c10::DeviceIndex>(i)));
-        return py::make_tuple(s.id(), s.device_index(), static_cast<int>(s.device_type()));
-    }); });
-    m.def("_default_stream", [](int i) { return guarded([&] {
-        check_device(static_cast<c10::DeviceIndex>(i));
-        trn_stream *st = nullptr;
-        TRN_CHECK(trn_stream_get_default(i, &st));
-        c10::Stream s = to_c10_stream(st);
-        return py::make_tuple(s.id(), s.device_index(), static_cast<int>(s.device_type()));
-    }); });
-    m.def("_set_stream", [](int64_t id, int i) { guarded([&] {
-        check_device(static_cast<c10::DeviceIndex>(i));
-        trn_stream *st = nullptr;
-        TRN_CHECK(trn_stream_from_id(i, id, &st));
-        TRN_CHECK(trn_stream_set_current(st));
-    }); });
-    m.def("_get_default_generator", [](int i) { return guarded([&] { return default_generator_object(i); }); });
+    m.def("_current_stream", [](int i) {
+        return guarded([&] {
+            c10::Stream s = to_c10_stream(current_trn_stream(static_cast<c10::DeviceIndex>(i)));
+            return py::make_tuple(s.id(), s.device_index(), static_cast<int>(s.device_type()));
+        });
+    });
+    m.def("_default_stream", [](int i) {
+        return guarded([&] {
+            check_device(static_cast<c10::DeviceIndex>(i));
+            trn_stream *st = nullptr;
+            TRN_CHECK(trn_stream_get_default(i, &st));
+            c10::Stream s = to_c10_stream(st);
+            return py::make_tuple(s.id(), s.device_index(), static_cast<int>(s.device_type()));
+        });
+    });
+    m.def("_set_stream", [](int64_t id, int i) {
+        guarded([&] {
+            check_device(static_cast<c10::DeviceIndex>(i));
+            trn_stream *st = nullptr;
+            TRN_CHECK(trn_stream_from_id(i, id, &st));
+            TRN_CHECK(trn_stream_set_current(st));
+        });
+    });
+    m.def("_get_default_generator",
+          [](int i) { return guarded([&] { return default_generator_object(i); }); });
     m.def("_executed_ops", [] { return tracking::executed_ops(); });
     m.def("_fallback_ops", [] { return tracking::fallback_ops(); });
     m.def("_clear_op_tracking", [] { tracking::clear(); });

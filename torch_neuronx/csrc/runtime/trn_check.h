@@ -12,16 +12,14 @@
 
 namespace neuron {
 
-[[noreturn]] void throw_trn_error(trn_status status, const char *expr,
-                                  const char *func, const char *file,
-                                  int line);
+[[noreturn]] void throw_trn_error(trn_status status, const char *expr, const char *func,
+                                  const char *file, int line);
 
 }  // namespace neuron
 
-#define TRN_CHECK(expr)                                                        \
-    do {                                                                       \
-        trn_status trn__st = (expr);                                           \
-        if (C10_UNLIKELY(trn__st != TRN_SUCCESS))                              \
-            ::neuron::throw_trn_error(trn__st, #expr, __func__, __FILE__,      \
-                                      __LINE__);                               \
+#define TRN_CHECK(expr)                                                                            \
+    do {                                                                                           \
+        trn_status trn__st = (expr);                                                               \
+        if (C10_UNLIKELY(trn__st != TRN_SUCCESS))                                                  \
+            ::neuron::throw_trn_error(trn__st, #expr, __func__, __FILE__, __LINE__);               \
     } while (0)

@@ -56,7 +56,8 @@ void register_constants(py::module_ &m) {
     });
     m.def("_trn_dtype_ids", [] {
         py::dict d;
-        for (int i = 0; i < TRN_DTYPE_COUNT; i++) d[py::str(trn_dtype_name(static_cast<trn_dtype>(i)))] = i;
+        for (int i = 0; i < TRN_DTYPE_COUNT; i++)
+            d[py::str(trn_dtype_name(static_cast<trn_dtype>(i)))] = i;
         return d;
     });
 }

@@ -27,14 +27,16 @@
 trn_status trn__cc_mkdir_private(const char *dir) {
     char path[4096];
     size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof path) return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "compile cache: bad directory name");
+    if (n == 0 || n >= sizeof path)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "compile cache: bad directory name");
     memcpy(path, dir, n + 1);
     for (size_t i = 1; i <= n; i++) {
         if (path[i] != '/' && path[i] != 0) continue;
         char c = path[i];
         path[i] = 0;
         if (mkdir(path, 0700) != 0 && errno != EEXIST)
-            return trn__set_error(TRN_ERROR_SYSTEM, "compile cache: cannot create %s: %s", path, strerror(errno));
+            return trn__set_error(TRN_ERROR_SYSTEM, "compile cache: cannot create %s: %s", path,
+                                  strerror(errno));
         path[i] = c;
     }
     struct stat sbuf;
@@ -105,7 +107,9 @@ static trn_status atomic_write(const char *dir, const char *final, const char *d
     snprintf(tmp, sizeof tmp, "%s/.tmp-XXXXXX", dir);
     snprintf(dst, sizeof dst, "%s/%s", dir, final);
     int fd = mkstemp(tmp);
-    if (fd < 0) return trn__set_error(TRN_ERROR_SYSTEM, "compile cache: cannot write in %s: %s", dir, strerror(errno));
+    if (fd < 0)
+        return trn__set_error(TRN_ERROR_SYSTEM, "compile cache: cannot write in %s: %s", dir,
+                              strerror(errno));
     size_t done = 0;
     while (done < len) {
         ssize_t w = write(fd, data + done, len - done);
@@ -142,11 +146,13 @@ static bool is_key(const char *s, size_t n) {
     return true;
 }
 
-trn_status trn_compile_cache_store(const char *dir, const char *key, const void *bytes, size_t len) {
+trn_status trn_compile_cache_store(const char *dir, const char *key, const void *bytes,
+                                   size_t len) {
     if (dir == NULL || key == NULL || (bytes == NULL && len))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_compile_cache_store: NULL argument");
     if (!is_key(key, strlen(key)))
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_compile_cache_store: key must be 64 hex digits");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_compile_cache_store: key must be 64 hex digits");
     return trn__cc_cache_store(dir, key, bytes, len);
 }
 
@@ -154,7 +160,8 @@ int trn__cc_lock(const char *dir, const char *key, double timeout_s) {
     char locks[4200], path[4300];
     snprintf(locks, sizeof locks, "%s/locks", dir);
     // Nothing is created in a directory the cache refuses (a symlink, say).
-    if (trn_compile_cache_check_dir(dir) != TRN_SUCCESS || trn__cc_mkdir_private(locks) != TRN_SUCCESS ||
+    if (trn_compile_cache_check_dir(dir) != TRN_SUCCESS ||
+        trn__cc_mkdir_private(locks) != TRN_SUCCESS ||
         trn__cc_check_private_dir(locks, "compile cache lock directory") != TRN_SUCCESS) {
         trn_clear_error();
         return -2;
@@ -195,19 +202,24 @@ static int entry_older(const void *a, const void *b) {
 }
 
 // Adds dir's entries with suffix `suffix` to *list; their bytes to *total.
-static trn_status scan_entries(const char *dir, const char *suffix, bool aot, cache_entry **list, size_t *n,
-                               size_t *cap, int64_t *total) {
+static trn_status scan_entries(const char *dir, const char *suffix, bool aot, cache_entry **list,
+                               size_t *n, size_t *cap, int64_t *total) {
     DIR *d = opendir(dir);
-    if (d == NULL) return errno == ENOENT ? TRN_SUCCESS : trn__set_error(TRN_ERROR_SYSTEM,
-                                 "compile cache: cannot list %s: %s", dir, strerror(errno));
+    if (d == NULL)
+        return errno == ENOENT
+                   ? TRN_SUCCESS
+                   : trn__set_error(TRN_ERROR_SYSTEM, "compile cache: cannot list %s: %s", dir,
+                                    strerror(errno));
     size_t sl = strlen(suffix);
     struct dirent *e;
     trn_status st = TRN_SUCCESS;
     while ((e = readdir(d)) != NULL) {
         size_t nl = strlen(e->d_name);
-        if (nl != 64 + sl || strcmp(e->d_name + 64, suffix) != 0 || !is_key(e->d_name, 64)) continue;
+        if (nl != 64 + sl || strcmp(e->d_name + 64, suffix) != 0 || !is_key(e->d_name, 64))
+            continue;
         struct stat sb;
-        if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode)) continue;
+        if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode))
+            continue;
         int64_t size = (int64_t)sb.st_size;
         if (!aot) {  // the .mac beside it
             char mac[80];
@@ -238,9 +250,12 @@ static trn_status scan_entries(const char *dir, const char *suffix, bool aot, ca
     return st;
 }
 
-trn_status trn_compile_cache_evict(const char *dir, int64_t max_bytes, const char *keep, int64_t *removed) {
+trn_status trn_compile_cache_evict(const char *dir, int64_t max_bytes, const char *keep,
+                                   int64_t *removed) {
     if (removed) *removed = 0;
-    if (dir == NULL) return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_compile_cache_evict: NULL directory");
+    if (dir == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_compile_cache_evict: NULL directory");
     trn_status st = trn_compile_cache_check_dir(dir);
     if (st != TRN_SUCCESS) return st;
     char aot[4200];

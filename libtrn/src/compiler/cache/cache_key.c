@@ -28,27 +28,32 @@ trn_status trn__cc_check_private_dir(const char *dir, const char *what) {
     char path[4096];
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/') n--;
-    if (n == 0 || n >= sizeof path) return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: bad directory name", what);
+    if (n == 0 || n >= sizeof path)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: bad directory name", what);
     memcpy(path, dir, n);
     path[n] = 0;
     struct stat s;
     if (lstat(path, &s) != 0)
         return trn__set_error(TRN_ERROR_SYSTEM, "%s %s: %s", what, path, strerror(errno));
-    if (S_ISLNK(s.st_mode)) return trn__set_error(TRN_ERROR_SYSTEM, "%s %s is a symbolic link", what, path);
-    if (!S_ISDIR(s.st_mode)) return trn__set_error(TRN_ERROR_SYSTEM, "%s %s is not a directory", what, path);
+    if (S_ISLNK(s.st_mode))
+        return trn__set_error(TRN_ERROR_SYSTEM, "%s %s is a symbolic link", what, path);
+    if (!S_ISDIR(s.st_mode))
+        return trn__set_error(TRN_ERROR_SYSTEM, "%s %s is not a directory", what, path);
     if (s.st_uid != geteuid())
-        return trn__set_error(TRN_ERROR_SYSTEM, "%s %s is owned by uid %u, not by you (uid %u)", what, path,
-                              (unsigned)s.st_uid, (unsigned)geteuid());
+        return trn__set_error(TRN_ERROR_SYSTEM, "%s %s is owned by uid %u, not by you (uid %u)",
+                              what, path, (unsigned)s.st_uid, (unsigned)geteuid());
     if (s.st_mode & (S_IWGRP | S_IWOTH))
-        return trn__set_error(TRN_ERROR_SYSTEM, "%s %s is writable by group or others (mode %03o)", what, path,
-                              (unsigned)(s.st_mode & 0777));
+        return trn__set_error(TRN_ERROR_SYSTEM, "%s %s is writable by group or others (mode %03o)",
+                              what, path, (unsigned)(s.st_mode & 0777));
     if (access(path, W_OK | X_OK) != 0)
-        return trn__set_error(TRN_ERROR_SYSTEM, "%s %s is not writable: %s", what, path, strerror(errno));
+        return trn__set_error(TRN_ERROR_SYSTEM, "%s %s is not writable: %s", what, path,
+                              strerror(errno));
     return TRN_SUCCESS;
 }
 
 trn_status trn_compile_cache_check_dir(const char *dir) {
-    if (dir == NULL) return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "compile cache: NULL directory");
+    if (dir == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "compile cache: NULL directory");
     trn_status st = trn__cc_mkdir_private(dir);
     return st != TRN_SUCCESS ? st : trn__cc_check_private_dir(dir, "compile cache directory");
 }
@@ -60,7 +65,8 @@ static bool key_dir(char *out, size_t cap) {
     const char *home = getenv("HOME");
     struct passwd pw, *found = NULL;
     char buf[4096];
-    if ((home == NULL || home[0] != '/') && getpwuid_r(geteuid(), &pw, buf, sizeof buf, &found) == 0 && found)
+    if ((home == NULL || home[0] != '/') &&
+        getpwuid_r(geteuid(), &pw, buf, sizeof buf, &found) == 0 && found)
         home = found->pw_dir;
     if (home == NULL || home[0] != '/') return false;
     return (size_t)snprintf(out, cap, "%s/.config/openneuron", home) < cap;
@@ -78,13 +84,18 @@ static int key_read(const char *path, unsigned char key[KEY_BYTES]) {
     struct stat s;
     ssize_t got = -1;
     const char *why = NULL;
-    if (fstat(fd, &s) != 0 || !S_ISREG(s.st_mode)) why = "is not a regular file";
-    else if (s.st_uid != geteuid()) why = "is not owned by you";
-    else if (s.st_mode & 077) why = "is readable or writable by others (want mode 600)";
-    else if ((got = read(fd, key, KEY_BYTES)) != KEY_BYTES || s.st_size != KEY_BYTES) why = "is not a key (size)";
+    if (fstat(fd, &s) != 0 || !S_ISREG(s.st_mode))
+        why = "is not a regular file";
+    else if (s.st_uid != geteuid())
+        why = "is not owned by you";
+    else if (s.st_mode & 077)
+        why = "is readable or writable by others (want mode 600)";
+    else if ((got = read(fd, key, KEY_BYTES)) != KEY_BYTES || s.st_size != KEY_BYTES)
+        why = "is not a key (size)";
     close(fd);
     if (why == NULL) return 1;
-    trn__set_error(TRN_ERROR_SYSTEM, "compile cache key %s %s; remove it to make a new one", path, why);
+    trn__set_error(TRN_ERROR_SYSTEM, "compile cache key %s %s; remove it to make a new one", path,
+                   why);
     return -1;
 }
 
@@ -93,18 +104,22 @@ static int key_read(const char *path, unsigned char key[KEY_BYTES]) {
 static trn_status key_create(const char *dir, const char *path) {
     unsigned char key[KEY_BYTES];
     if (getrandom(key, sizeof key, 0) != (ssize_t)sizeof key)
-        return trn__set_error(TRN_ERROR_SYSTEM, "compile cache key: getrandom: %s", strerror(errno));
+        return trn__set_error(TRN_ERROR_SYSTEM, "compile cache key: getrandom: %s",
+                              strerror(errno));
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s/.key-XXXXXX", dir);
     int fd = mkstemp(tmp);  // mode 0600
-    if (fd < 0) return trn__set_error(TRN_ERROR_SYSTEM, "compile cache key: cannot write in %s: %s", dir, strerror(errno));
+    if (fd < 0)
+        return trn__set_error(TRN_ERROR_SYSTEM, "compile cache key: cannot write in %s: %s", dir,
+                              strerror(errno));
     bool ok = write(fd, key, sizeof key) == (ssize_t)sizeof key && fsync(fd) == 0;
     ok = close(fd) == 0 && ok;
     int linked = ok ? link(tmp, path) : -1;
     int err = errno;
     unlink(tmp);
     if (linked != 0 && !(ok && err == EEXIST))
-        return trn__set_error(TRN_ERROR_SYSTEM, "compile cache key: cannot create %s: %s", path, strerror(err));
+        return trn__set_error(TRN_ERROR_SYSTEM, "compile cache key: cannot create %s: %s", path,
+                              strerror(err));
     return TRN_SUCCESS;
 }
 
@@ -116,7 +131,8 @@ static unsigned char key_bytes[KEY_BYTES];
 static trn_status key_get(unsigned char key[KEY_BYTES]) {
     char dir[4096], path[4200];
     if (!key_dir(dir, sizeof dir))
-        return trn__set_error(TRN_ERROR_SYSTEM, "compile cache key: no home directory (set HOME or XDG_CONFIG_HOME)");
+        return trn__set_error(TRN_ERROR_SYSTEM,
+                              "compile cache key: no home directory (set HOME or XDG_CONFIG_HOME)");
     snprintf(path, sizeof path, "%s/compile-cache.key", dir);
     pthread_mutex_lock(&key_lock);
     trn_status st = TRN_SUCCESS;
@@ -128,8 +144,10 @@ static trn_status key_get(unsigned char key[KEY_BYTES]) {
             st = key_create(dir, path);
             r = st == TRN_SUCCESS ? key_read(path, key_bytes) : -1;
         }
-        if (r == 1) snprintf(key_path, sizeof key_path, "%s", path);
-        else if (st == TRN_SUCCESS) st = TRN_ERROR_SYSTEM;  // key_read set the message
+        if (r == 1)
+            snprintf(key_path, sizeof key_path, "%s", path);
+        else if (st == TRN_SUCCESS)
+            st = TRN_ERROR_SYSTEM;  // key_read set the message
     }
     if (st == TRN_SUCCESS) memcpy(key, key_bytes, KEY_BYTES);
     pthread_mutex_unlock(&key_lock);

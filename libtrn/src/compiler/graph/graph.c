@@ -30,7 +30,8 @@ int64_t trn__cc_numel(const trn__cc_node *n) {
 trn_status trn_graph_create(trn_graph **graph) {
     if (graph == NULL) return BAD("trn_graph_create: graph is NULL");
     *graph = calloc(1, sizeof **graph);
-    if (*graph == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_graph_create: out of memory");
+    if (*graph == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_graph_create: out of memory");
     return TRN_SUCCESS;
 }
 
@@ -57,11 +58,15 @@ static void contiguous(int ndim, const int64_t *sizes, int64_t *strides) {
 static trn_status add_node(trn_graph *g, trn__cc_kind kind, trn_dtype dtype, int ndim,
                            const int64_t *sizes, trn__cc_node **out, int *id) {
     if (g == NULL || id == NULL) return BAD("trn_graph: graph or node pointer is NULL");
-    if (!dtype_ok(dtype)) return trn__set_error(TRN_ERROR_UNSUPPORTED, "trn_graph: dtype %s is not supported by the compiler", trn_dtype_name(dtype));
+    if (!dtype_ok(dtype))
+        return trn__set_error(TRN_ERROR_UNSUPPORTED,
+                              "trn_graph: dtype %s is not supported by the compiler",
+                              trn_dtype_name(dtype));
     if (ndim < 0 || ndim > TRN_GRAPH_MAX_DIMS || (ndim > 0 && sizes == NULL))
         return BAD("trn_graph: %d dims (at most %d)", ndim, TRN_GRAPH_MAX_DIMS);
     for (int i = 0; i < ndim; i++)
-        if (sizes[i] < 0) return BAD("trn_graph: negative size %lld in dim %d", (long long)sizes[i], i);
+        if (sizes[i] < 0)
+            return BAD("trn_graph: negative size %lld in dim %d", (long long)sizes[i], i);
     if (g->count == g->cap) {
         int cap = g->cap ? 2 * g->cap : 64;
         trn__cc_node *n = realloc(g->nodes, (size_t)cap * sizeof *n);
@@ -84,7 +89,8 @@ static trn_status add_node(trn_graph *g, trn__cc_kind kind, trn_dtype dtype, int
 }
 
 static trn_status check_node(const trn_graph *g, int id, const char *what) {
-    if (id < 0 || id >= g->count) return BAD("trn_graph: %s is node %d, not one of the %d nodes", what, id, g->count);
+    if (id < 0 || id >= g->count)
+        return BAD("trn_graph: %s is node %d, not one of the %d nodes", what, id, g->count);
     return TRN_SUCCESS;
 }
 
@@ -118,7 +124,8 @@ static trn_status set_strides(trn__cc_node *n, const int64_t *strides, int id) {
 static trn_status check_input_strides(int ndim, const int64_t *sizes, const int64_t *strides) {
     if (strides == NULL) return TRN_SUCCESS;
     for (int i = 0; i < ndim; i++)
-        if (strides[i] < 0 && sizes[i] > 1) return BAD("trn_graph_input: negative stride in dim %d", i);
+        if (strides[i] < 0 && sizes[i] > 1)
+            return BAD("trn_graph_input: negative stride in dim %d", i);
     return TRN_SUCCESS;
 }
 
@@ -169,12 +176,15 @@ trn_status trn_graph_pointwise(trn_graph *g, trn_ew_op op, trn_dtype compute, tr
     if (g == NULL || in == NULL) return BAD("trn_graph_pointwise: graph or inputs NULL");
     if ((unsigned)op >= TRN_EW_OP_COUNT) return BAD("trn_graph_pointwise: invalid op %d", (int)op);
     if (trn_ew_op_arity(op) != n_in)
-        return BAD("trn_graph_pointwise: %s takes %d inputs, got %d", trn_ew_op_name(op), trn_ew_op_arity(op), n_in);
+        return BAD("trn_graph_pointwise: %s takes %d inputs, got %d", trn_ew_op_name(op),
+                   trn_ew_op_arity(op), n_in);
     if (!trn_ew_supports(op, compute) || (compute == TRN_DTYPE_F64 && trn_float64_native()))
-        return trn__set_error(TRN_ERROR_UNSUPPORTED, "trn_graph_pointwise: %s is not supported for %s",
-                              trn_ew_op_name(op), trn_dtype_name(compute));
+        return trn__set_error(TRN_ERROR_UNSUPPORTED,
+                              "trn_graph_pointwise: %s is not supported for %s", trn_ew_op_name(op),
+                              trn_dtype_name(compute));
     if (trn_ew_op_is_predicate(op) && out != TRN_DTYPE_BOOL)
-        return BAD("trn_graph_pointwise: %s writes bool, not %s", trn_ew_op_name(op), trn_dtype_name(out));
+        return BAD("trn_graph_pointwise: %s writes bool, not %s", trn_ew_op_name(op),
+                   trn_dtype_name(out));
     // The shape is the first non-const input's (consts are uniform).
     const trn__cc_node *shape = NULL;
     for (int i = 0; i < n_in; i++) {
@@ -182,9 +192,11 @@ trn_status trn_graph_pointwise(trn_graph *g, trn_ew_op op, trn_dtype compute, tr
         if (st != TRN_SUCCESS) return st;
         const trn__cc_node *x = &g->nodes[in[i]];
         if (x->kind == CC_CONST) continue;
-        if (shape == NULL) shape = x;
+        if (shape == NULL)
+            shape = x;
         else if (!same_shape(shape, x))
-            return BAD("trn_graph_pointwise: %s: input %d has a different shape (views must broadcast first)",
+            return BAD("trn_graph_pointwise: %s: input %d has a different shape (views must "
+                       "broadcast first)",
                        trn_ew_op_name(op), i);
     }
     if (shape == NULL)  // all consts (uniform): the shape of the one with the most dims
@@ -230,11 +242,13 @@ static int64_t view_last(int ndim, const int64_t *sizes, const int64_t *strides,
 
 trn_status trn_graph_view(trn_graph *g, int in, int ndim, const int64_t *sizes,
                           const int64_t *strides, int64_t offset, int *id) {
-    if (g == NULL || (strides == NULL && ndim > 0)) return BAD("trn_graph_view: graph or strides NULL");
+    if (g == NULL || (strides == NULL && ndim > 0))
+        return BAD("trn_graph_view: graph or strides NULL");
     trn_status st = check_node(g, in, "the viewed node");
     if (st != TRN_SUCCESS) return st;
     const trn__cc_node *src = &g->nodes[in];
-    if (src->kind == CC_VIEW) return BAD("trn_graph_view: node %d is a view; view its base instead", in);
+    if (src->kind == CC_VIEW)
+        return BAD("trn_graph_view: node %d is a view; view its base instead", in);
     for (int i = 0; i < ndim; i++)
         if (strides[i] < 0) return BAD("trn_graph_view: negative stride in dim %d", i);
     if (offset < 0) return BAD("trn_graph_view: negative offset");
@@ -267,9 +281,11 @@ trn_status trn_graph_reduce(trn_graph *g, trn_graph_reduce_op op, int in, trn_dt
     if (st != TRN_SUCCESS) return st;
     if ((unsigned)op > TRN_GRAPH_MIN) return BAD("trn_graph_reduce: invalid op %d", (int)op);
     const trn__cc_node *x = &g->nodes[in];
-    if (x->ndim < 32 && (dims_mask >> x->ndim) != 0) return BAD("trn_graph_reduce: dims mask 0x%x out of range for %d dims", dims_mask, x->ndim);
+    if (x->ndim < 32 && (dims_mask >> x->ndim) != 0)
+        return BAD("trn_graph_reduce: dims mask 0x%x out of range for %d dims", dims_mask, x->ndim);
     if (x->dtype == TRN_DTYPE_BOOL || out == TRN_DTYPE_BOOL)
-        return trn__set_error(TRN_ERROR_UNSUPPORTED, "trn_graph_reduce: bool reductions are not supported");
+        return trn__set_error(TRN_ERROR_UNSUPPORTED,
+                              "trn_graph_reduce: bool reductions are not supported");
     if ((op == TRN_GRAPH_MAX || op == TRN_GRAPH_MIN) && trn__cc_numel(x) == 0)
         return BAD("trn_graph_reduce: max/min of an empty tensor");
     int64_t sizes[TRN_GRAPH_MAX_DIMS];
@@ -290,9 +306,11 @@ trn_status trn_graph_matmul(trn_graph *g, int a, int b, double alpha, int *id) {
     if (st == TRN_SUCCESS) st = check_node(g, b, "B");
     if (st != TRN_SUCCESS) return st;
     const trn__cc_node *A = &g->nodes[a], *B = &g->nodes[b];
-    if (A->ndim != 3 || B->ndim != 3) return BAD("trn_graph_matmul: operands must be 3-d (batch, rows, cols)");
+    if (A->ndim != 3 || B->ndim != 3)
+        return BAD("trn_graph_matmul: operands must be 3-d (batch, rows, cols)");
     if (A->dtype != B->dtype || !trn__cc_is_float(A->dtype) || A->dtype == TRN_DTYPE_F64)
-        return trn__set_error(TRN_ERROR_UNSUPPORTED, "trn_graph_matmul: dtypes %s x %s are not supported",
+        return trn__set_error(TRN_ERROR_UNSUPPORTED,
+                              "trn_graph_matmul: dtypes %s x %s are not supported",
                               trn_dtype_name(A->dtype), trn_dtype_name(B->dtype));
     if (A->sizes[0] != B->sizes[0] || A->sizes[2] != B->sizes[1])
         return BAD("trn_graph_matmul: shapes (%lld,%lld,%lld) x (%lld,%lld,%lld) do not match",
@@ -329,7 +347,8 @@ trn_status trn_graph_conv(trn_graph *g, trn_conv_kind kind, int x, int y, int bi
     trn_dtype dt = g->nodes[x].dtype;
     if (dt != g->nodes[y].dtype || (bias >= 0 && g->nodes[bias].dtype != dt) ||
         !trn__cc_is_float(dt) || dt == TRN_DTYPE_F64)
-        return trn__set_error(TRN_ERROR_UNSUPPORTED, "trn_graph_conv: dtype %s is not supported", trn_dtype_name(dt));
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "trn_graph_conv: dtype %s is not supported",
+                              trn_dtype_name(dt));
     if (groups < 1) return BAD("trn_graph_conv: groups %lld", (long long)groups);
     trn__cc_node *n;
     st = add_node(g, CC_CONV, dt, out_ndim, out_sizes, &n, id);
@@ -348,18 +367,22 @@ trn_status trn_graph_conv(trn_graph *g, trn_conv_kind kind, int x, int y, int bi
 }
 
 trn_status trn_graph_host_call(trn_graph *g, int n_args, const int *args, int *step) {
-    if (g == NULL || step == NULL || (n_args > 0 && args == NULL)) return BAD("trn_graph_host_call: NULL argument");
+    if (g == NULL || step == NULL || (n_args > 0 && args == NULL))
+        return BAD("trn_graph_host_call: NULL argument");
     for (int i = 0; i < n_args; i++) {
         trn_status st = check_node(g, args[i], "a host argument");
         if (st != TRN_SUCCESS) return st;
         const trn__cc_node *a = &g->nodes[args[i]];
         if (a->kind != CC_INPUT && a->kind != CC_HOST_RESULT && !a->exported)
-            return BAD("trn_graph_host_call: argument node %d is not an input, a host result or exported", args[i]);
+            return BAD(
+                "trn_graph_host_call: argument node %d is not an input, a host result or exported",
+                args[i]);
     }
     if (g->n_hosts == g->cap_hosts) {
         int cap = g->cap_hosts ? 2 * g->cap_hosts : 8;
         trn__cc_host *h = realloc(g->hosts, (size_t)cap * sizeof *h);
-        if (h == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_graph_host_call: out of memory");
+        if (h == NULL)
+            return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_graph_host_call: out of memory");
         g->hosts = h;
         g->cap_hosts = cap;
     }
@@ -367,7 +390,8 @@ trn_status trn_graph_host_call(trn_graph *g, int n_args, const int *args, int *s
     h->position = g->count;
     h->n_args = n_args;
     h->args = malloc((size_t)(n_args > 0 ? n_args : 1) * sizeof *args);
-    if (h->args == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_graph_host_call: out of memory");
+    if (h->args == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_graph_host_call: out of memory");
     if (n_args) memcpy(h->args, args, (size_t)n_args * sizeof *args);
     *step = g->n_hosts++;
     return TRN_SUCCESS;
@@ -375,8 +399,10 @@ trn_status trn_graph_host_call(trn_graph *g, int n_args, const int *args, int *s
 
 trn_status trn_graph_host_result(trn_graph *g, int step, trn_dtype dtype, int ndim,
                                  const int64_t *sizes, const int64_t *strides, int *id) {
-    if (g == NULL || step < 0 || step >= g->n_hosts) return BAD("trn_graph_host_result: no host step %d", step);
-    if (step != g->n_hosts - 1) return BAD("trn_graph_host_result: results belong to the latest host step");
+    if (g == NULL || step < 0 || step >= g->n_hosts)
+        return BAD("trn_graph_host_result: no host step %d", step);
+    if (step != g->n_hosts - 1)
+        return BAD("trn_graph_host_result: results belong to the latest host step");
     trn__cc_node *n;
     trn_status st = check_input_strides(ndim, sizes, strides);
     if (st == TRN_SUCCESS) st = add_node(g, CC_HOST_RESULT, dtype, ndim, sizes, &n, id);
@@ -392,8 +418,11 @@ trn_status trn_graph_export(trn_graph *g, int node, const int64_t *strides) {
     if (st != TRN_SUCCESS) return st;
     trn__cc_node *n = &g->nodes[node];
     if (n->kind == CC_INPUT || n->kind == CC_HOST_RESULT || n->kind == CC_VIEW)
-        return BAD("trn_graph_export: node %d is an input, host result or view (the caller has it already)", node);
-    if (n->store_to >= 0) return BAD("trn_graph_export: node %d is a store (it writes input %d)", node, n->store_to);
+        return BAD("trn_graph_export: node %d is an input, host result or view (the caller has it "
+                   "already)",
+                   node);
+    if (n->store_to >= 0)
+        return BAD("trn_graph_export: node %d is a store (it writes input %d)", node, n->store_to);
     if (n->exported) return TRN_SUCCESS;
     st = set_strides(n, strides, node);
     if (st != TRN_SUCCESS) return st;
@@ -413,7 +442,8 @@ trn_status trn_graph_store(trn_graph *g, int input, int src, int *id) {
         return BAD("trn_graph_store: node %d does not have the sizes of input %d", src, input);
     // The store writes through the input's strides: they must not overlap.
     if (!dense(x->ndim, x->sizes, x->layout))
-        return trn__set_error(TRN_ERROR_UNSUPPORTED, "trn_graph_store: input %d is not dense and non-overlapping", input);
+        return trn__set_error(TRN_ERROR_UNSUPPORTED,
+                              "trn_graph_store: input %d is not dense and non-overlapping", input);
     int64_t layout[TRN_GRAPH_MAX_DIMS];
     memcpy(layout, x->layout, sizeof layout);
     st = trn_graph_cast(g, src, x->dtype, id);
@@ -444,7 +474,8 @@ trn_status trn_graph_set_label(trn_graph *g, int node, const char *label) {
     size_t n = strlen(label);
     if (n > 200) n = 200;
     char *copy = malloc(n + 1);
-    if (copy == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_graph_set_label: out of memory");
+    if (copy == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_graph_set_label: out of memory");
     for (size_t i = 0; i < n; i++) {
         char c = label[i];
         copy[i] = (c == '*' || c == '/' || c == '\n' || c == '\\') ? '_' : c;
@@ -463,29 +494,35 @@ static trn_status check_map(const char *fn, const trn__cc_node *it, const trn__c
                             const int *map, int n_sel, const int *sel) {
     bool used[TRN_GRAPH_MAX_DIMS] = {false};
     for (int k = 0; k < n_sel; k++) {
-        if (sel[k] < 0 || sel[k] >= dst->ndim) return BAD("%s: index %d selects dim %d of a %d-d tensor", fn, k, sel[k], dst->ndim);
+        if (sel[k] < 0 || sel[k] >= dst->ndim)
+            return BAD("%s: index %d selects dim %d of a %d-d tensor", fn, k, sel[k], dst->ndim);
         if (used[sel[k]]) return BAD("%s: dim %d is selected twice", fn, sel[k]);
         used[sel[k]] = true;
     }
     for (int j = 0; j < it->ndim; j++) {
         int d = map[j];
         if (d < 0) continue;
-        if (d >= dst->ndim) return BAD("%s: dim %d maps to dim %d of a %d-d tensor", fn, j, d, dst->ndim);
-        if (used[d]) return BAD("%s: dim %d of the indexed tensor is walked twice or also selected", fn, d);
+        if (d >= dst->ndim)
+            return BAD("%s: dim %d maps to dim %d of a %d-d tensor", fn, j, d, dst->ndim);
+        if (used[d])
+            return BAD("%s: dim %d of the indexed tensor is walked twice or also selected", fn, d);
         used[d] = true;
         if (it->sizes[j] > dst->sizes[d])
-            return BAD("%s: dim %d (size %lld) walks dim %d of size %lld", fn, j, (long long)it->sizes[j], d,
-                       (long long)dst->sizes[d]);
+            return BAD("%s: dim %d (size %lld) walks dim %d of size %lld", fn, j,
+                       (long long)it->sizes[j], d, (long long)dst->sizes[d]);
     }
     return TRN_SUCCESS;
 }
 
-static trn_status check_index(const trn_graph *g, const char *fn, int id, const trn__cc_node *shape) {
+static trn_status check_index(const trn_graph *g, const char *fn, int id,
+                              const trn__cc_node *shape) {
     trn_status st = check_node(g, id, "an index");
     if (st != TRN_SUCCESS) return st;
     const trn__cc_node *x = &g->nodes[id];
-    if (x->dtype != TRN_DTYPE_I64) return BAD("%s: index node %d is %s, not int64", fn, id, trn_dtype_name(x->dtype));
-    if (shape != NULL && !same_shape(shape, x)) return BAD("%s: the indices have different shapes", fn);
+    if (x->dtype != TRN_DTYPE_I64)
+        return BAD("%s: index node %d is %s, not int64", fn, id, trn_dtype_name(x->dtype));
+    if (shape != NULL && !same_shape(shape, x))
+        return BAD("%s: the indices have different shapes", fn);
     return TRN_SUCCESS;
 }
 
@@ -501,7 +538,8 @@ trn_status trn_graph_gather(trn_graph *g, int src, int n_idx, const int *idx, co
     static const char fn[] = "trn_graph_gather";
     if (g == NULL || idx == NULL || src_dims == NULL || n_idx < 1 || n_idx > 2)
         return BAD("%s: NULL argument or %d indices (1 or 2)", fn, n_idx);
-    if ((unsigned)err > TRN_INDEX_ERROR_SOURCE) return BAD("%s: invalid error style %d", fn, (int)err);
+    if ((unsigned)err > TRN_INDEX_ERROR_SOURCE)
+        return BAD("%s: invalid error style %d", fn, (int)err);
     trn_status st = check_node(g, src, "the source");
     for (int k = 0; k < n_idx && st == TRN_SUCCESS; k++)
         st = check_index(g, fn, idx[k], k ? &g->nodes[idx[0]] : NULL);
@@ -530,19 +568,24 @@ trn_status trn_graph_gather(trn_graph *g, int src, int n_idx, const int *idx, co
     return TRN_SUCCESS;
 }
 
-trn_status trn_graph_scatter(trn_graph *g, int self, int index, int src, int dim, const int *out_to_self,
-                             int accumulate, int wrap, trn_graph_index_error err, int *id) {
+trn_status trn_graph_scatter(trn_graph *g, int self, int index, int src, int dim,
+                             const int *out_to_self, int accumulate, int wrap,
+                             trn_graph_index_error err, int *id) {
     static const char fn[] = "trn_graph_scatter";
     if (g == NULL) return BAD("%s: graph is NULL", fn);
-    if ((unsigned)err > TRN_INDEX_ERROR_SOURCE) return BAD("%s: invalid error style %d", fn, (int)err);
-    if (accumulate < 0 || accumulate > 1 + (int)TRN_GRAPH_MIN) return BAD("%s: invalid accumulate mode %d", fn, accumulate);
+    if ((unsigned)err > TRN_INDEX_ERROR_SOURCE)
+        return BAD("%s: invalid error style %d", fn, (int)err);
+    if (accumulate < 0 || accumulate > 1 + (int)TRN_GRAPH_MIN)
+        return BAD("%s: invalid accumulate mode %d", fn, accumulate);
     trn_status st = check_node(g, self, "self");
     if (st == TRN_SUCCESS) st = check_index(g, fn, index, NULL);
     if (st == TRN_SUCCESS) st = check_node(g, src, "the source");
     if (st != TRN_SUCCESS) return st;
     const trn__cc_node *it = &g->nodes[index], *x = &g->nodes[self], *v = &g->nodes[src];
     if (!same_shape(it, v)) return BAD("%s: the source does not have the index's sizes", fn);
-    if (v->dtype != x->dtype) return BAD("%s: source %s, self %s", fn, trn_dtype_name(v->dtype), trn_dtype_name(x->dtype));
+    if (v->dtype != x->dtype)
+        return BAD("%s: source %s, self %s", fn, trn_dtype_name(v->dtype),
+                   trn_dtype_name(x->dtype));
     if (it->ndim > 0 && out_to_self == NULL) return BAD("%s: NULL dim map", fn);
     if (!in_memory(g, index) || !in_memory(g, src))
         return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: the index or source is a constant", fn);

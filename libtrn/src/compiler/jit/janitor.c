@@ -28,10 +28,10 @@
 extern char **environ;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static int g_state;            // 0: not started, 1: running, -1: unavailable
-static char g_root[4096];      // the scratch root while running
-static pid_t g_group;          // the compilers' process group (the janitor's pid)
-static int g_pipe = -1;        // write end of the janitor's stdin
+static int g_state;        // 0: not started, 1: running, -1: unavailable
+static char g_root[4096];  // the scratch root while running
+static pid_t g_group;      // the compilers' process group (the janitor's pid)
+static int g_pipe = -1;    // write end of the janitor's stdin
 static bool g_atfork;
 
 static void fork_prepare(void) { pthread_mutex_lock(&g_mu); }
@@ -72,7 +72,8 @@ static bool janitor_start(char *why, size_t cap) {
         snprintf(why, cap, "trn-janitor not found beside libtrn.so");
         return false;
     }
-    if ((size_t)snprintf(g_root, sizeof g_root, "%s/trn-cc-XXXXXX", tmp_base()) >= sizeof g_root - 64) {
+    if ((size_t)snprintf(g_root, sizeof g_root, "%s/trn-cc-XXXXXX", tmp_base()) >=
+        sizeof g_root - 64) {
         snprintf(why, cap, "TMPDIR is too long");
         return false;
     }
@@ -138,9 +139,11 @@ static bool janitor_start(char *why, size_t cap) {
 // mkdtemp of <base>/<prefix>XXXXXX into out.
 static trn_status make_dir(char *out, size_t cap, const char *base, const char *prefix) {
     if ((size_t)snprintf(out, cap, "%s/%sXXXXXX", base, prefix) >= cap)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_program_compile: TMPDIR is too long");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_program_compile: TMPDIR is too long");
     if (mkdtemp(out) == NULL)
-        return trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: mkdtemp %s: %s", out, strerror(errno));
+        return trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: mkdtemp %s: %s", out,
+                              strerror(errno));
     return TRN_SUCCESS;
 }
 
@@ -150,7 +153,8 @@ trn_status trn__cc_scratch_dir(char *out, size_t cap, pid_t *group) {
         int rc = pthread_atfork(fork_prepare, fork_parent, fork_child);
         if (rc != 0) {
             pthread_mutex_unlock(&g_mu);
-            return trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: pthread_atfork: %s", strerror(rc));
+            return trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: pthread_atfork: %s",
+                                  strerror(rc));
         }
         g_atfork = true;
     }
@@ -160,12 +164,14 @@ trn_status trn__cc_scratch_dir(char *out, size_t cap, pid_t *group) {
             g_state = 1;
         } else {
             g_state = -1;
-            trn_log(TRN_LOG_WARNING, "compile", "no janitor (%s): a process killed while it "
-                    "compiles may leave its C compiler running and files in %s/trn-cc-*", why, tmp_base());
+            trn_log(TRN_LOG_WARNING, "compile",
+                    "no janitor (%s): a process killed while it "
+                    "compiles may leave its C compiler running and files in %s/trn-cc-*",
+                    why, tmp_base());
         }
     }
-    trn_status st = g_state == 1 ? make_dir(out, cap, g_root, "")
-                                 : make_dir(out, cap, tmp_base(), "trn-cc-");
+    trn_status st =
+        g_state == 1 ? make_dir(out, cap, g_root, "") : make_dir(out, cap, tmp_base(), "trn-cc-");
     *group = g_state == 1 ? g_group : 0;
     pthread_mutex_unlock(&g_mu);
     return st;

@@ -117,8 +117,10 @@ static pid_t spawn_start(char *const argv[], char *const envp[], int out_fd, con
     if (rc == EPERM && group > 0) {
         // The janitor's group is gone (its anchor was killed): run the
         // compiler in our own group rather than not at all.
-        trn_log(TRN_LOG_WARNING, "compile", "the janitor's process group %ld is gone; "
-                "compiling without it", (long)group);
+        trn_log(TRN_LOG_WARNING, "compile",
+                "the janitor's process group %ld is gone; "
+                "compiling without it",
+                (long)group);
         posix_spawnattr_destroy(&at);
         rc = posix_spawnattr_init(&at);
         if (rc == 0) rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, envp);
@@ -189,6 +191,7 @@ static void cpu_fill(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
     size_t n = 0;
+// clang-format off
 #define FEAT(f) \
     if (__builtin_cpu_supports(f) && n + sizeof f + 1 < sizeof cpu_text) \
         n += (size_t)snprintf(cpu_text + n, sizeof cpu_text - n, "%s ", f);
@@ -198,6 +201,7 @@ static void cpu_fill(void) {
     FEAT("avx512vpopcntdq") FEAT("amx-tile") FEAT("amx-bf16") FEAT("amx-int8") FEAT("gfni") FEAT("vaes")
     FEAT("vpclmulqdq") FEAT("avxvnni")
 #undef FEAT
+// clang-format on
 #else
     snprintf(cpu_text, sizeof cpu_text, "unknown-cpu");
 #endif
@@ -243,8 +247,9 @@ static const char *opt_flag(const trn_compile_options *o) {
 // `log` (malloc'd). It runs in process group `group` (janitor.c) with
 // $TMPDIR set to tmpdir. Returns the exit status (-1 if it could not start;
 // then *spawn_errno says why).
-static int run_cc(const trn_compile_options *o, const char *src_path, const char *so_path, const char *log_path,
-                  const char *tmpdir, pid_t group, char **cmdline, int *spawn_errno) {
+static int run_cc(const trn_compile_options *o, const char *src_path, const char *so_path,
+                  const char *log_path, const char *tmpdir, pid_t group, char **cmdline,
+                  int *spawn_errno) {
     char *flags_copy = NULL;
     const char *extra = o->cc_flags;
     if (extra && *extra) {
@@ -260,8 +265,9 @@ static int run_cc(const trn_compile_options *o, const char *src_path, const char
     // which libtrn's eager kernels (ISO C11) never do, so a compiled GELU
     // differed from eager's by an ulp; scalar.h asks for fmaf where it
     // wants one, and then both get it.
-    const char *fixed[] = {opt_flag(o), "-march=native", "-shared", "-fPIC", "-fno-math-errno",
-                           "-fno-trapping-math", "-ffp-contract=off", "-std=gnu11"};
+    const char *fixed[] = {
+        opt_flag(o),       "-march=native",      "-shared",           "-fPIC",
+        "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off", "-std=gnu11"};
     for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) argv[n++] = (char *)fixed[i];
     n += split_flags(flags_copy, argv + n, MAX_FLAGS);
     argv[n++] = incflag;
@@ -311,7 +317,8 @@ static void debug_write(const trn_compile_options *o, const char *suffix, const 
 static trn_status copy_graph(trn_graph *dst, const trn_graph *src) {
     memset(dst, 0, sizeof *dst);
     dst->nodes = malloc(((size_t)src->count + 1) * sizeof *dst->nodes);
-    if (dst->nodes == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory");
+    if (dst->nodes == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory");
     memcpy(dst->nodes, src->nodes, (size_t)src->count * sizeof *dst->nodes);
     for (int i = 0; i < src->count; i++) dst->nodes[i].label = NULL;
     dst->count = dst->cap = src->count;
@@ -321,14 +328,18 @@ static trn_status copy_graph(trn_graph *dst, const trn_graph *src) {
 
 static trn_status load_so(trn_program *p, const char *path) {
     p->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (p->dl == NULL) return trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: dlopen %s: %s", path, dlerror());
+    if (p->dl == NULL)
+        return trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: dlopen %s: %s", path,
+                              dlerror());
     const int *abi = dlsym(p->dl, "trn_graph_abi_version");
     const int *count = dlsym(p->dl, "trn_graph_kernel_count");
     p->launches = dlsym(p->dl, "trn_graph_launches");
     if (abi == NULL || count == NULL || p->launches == NULL || *abi != TRN_KERNEL_ABI_VERSION ||
         *count != p->sched.n_kernels)
-        return trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: %s is not a graph of this compiler "
-                              "(ABI or kernel count differs)", path);
+        return trn__set_error(TRN_ERROR_SYSTEM,
+                              "trn_program_compile: %s is not a graph of this compiler "
+                              "(ABI or kernel count differs)",
+                              path);
     return TRN_SUCCESS;
 }
 
@@ -373,11 +384,13 @@ static bool load_cached(trn_program *p, const trn_compile_options *opts, const c
     return false;
 }
 
-trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *opts, trn_program **out) {
+trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *opts,
+                               trn_program **out) {
     if (g == NULL || opts == NULL || out == NULL || opts->include_dir == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_program_compile: NULL argument");
     trn_program *p = calloc(1, sizeof *p);
-    if (p == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory");
+    if (p == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory");
     char *cmd = NULL, *log = NULL;
     int lock_fd = -1;
     char tmpdir[4096];
@@ -410,9 +423,10 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
         st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory");
         goto fail;
     }
-    int kn = snprintf(keytext, klen, "%s\n%s\ncache %s abi %d\ncc %s %s\nflags %s %s\nheaders %s\ncpu %s\n",
-                      p->source, TRN_COMPILER_VERSION, CACHE_VERSION, TRN_KERNEL_ABI_VERSION, cc_path(),
-                      cc_version(group), opt_flag(opts), extra ? extra : "", hh, cpu_features());
+    int kn = snprintf(
+        keytext, klen, "%s\n%s\ncache %s abi %d\ncc %s %s\nflags %s %s\nheaders %s\ncpu %s\n",
+        p->source, TRN_COMPILER_VERSION, CACHE_VERSION, TRN_KERNEL_ABI_VERSION, cc_path(),
+        cc_version(group), opt_flag(opts), extra ? extra : "", hh, cpu_features());
     trn_sha256_hex(keytext, (size_t)kn, p->key);
     free(keytext);
 
@@ -428,7 +442,8 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
         double wait = opts->lock_timeout_s == 0 ? 1200.0 : opts->lock_timeout_s;
         lock_fd = trn__cc_lock(opts->cache_dir, p->key, wait);
         if (lock_fd == -1 && wait > 0)
-            trn_log(TRN_LOG_WARNING, "compile", "graph %s: the compile lock of %.12s was not free after %g s "
+            trn_log(TRN_LOG_WARNING, "compile",
+                    "graph %s: the compile lock of %.12s was not free after %g s "
                     "(TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT); compiling it here too",
                     opts->name ? opts->name : "graph", p->key, wait);
         if (lock_fd >= 0 && load_cached(p, opts, so)) goto cached;
@@ -455,16 +470,20 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
         }
     }
     if (rc != 0 && spawn_errno != 0) {
-        st = trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: cannot run the C compiler `%s` (%s). "
-                            "torch.compile(backend=\"neuron\") needs a C compiler: install gcc (Debian/Ubuntu: "
-                            "`apt-get install gcc`; Fedora/RHEL: `dnf install gcc`; Alpine: `apk add gcc musl-dev`) "
-                            "or set CC to one",
-                            cc_path(), strerror(spawn_errno));
+        st = trn__set_error(
+            TRN_ERROR_SYSTEM,
+            "trn_program_compile: cannot run the C compiler `%s` (%s). "
+            "torch.compile(backend=\"neuron\") needs a C compiler: install gcc (Debian/Ubuntu: "
+            "`apt-get install gcc`; Fedora/RHEL: `dnf install gcc`; Alpine: `apk add gcc "
+            "musl-dev`) "
+            "or set CC to one",
+            cc_path(), strerror(spawn_errno));
         goto fail;
     }
     if (rc != 0) {
-        st = trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: `%s` failed (status %d): %.600s",
-                            cmd ? cmd : cc_path(), rc, log ? log : "");
+        st =
+            trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: `%s` failed (status %d): %.600s",
+                           cmd ? cmd : cc_path(), rc, log ? log : "");
         goto fail;
     }
     p->object = read_file(so, &p->object_len);
@@ -527,16 +546,14 @@ const void *trn_program_object(const trn_program *p, size_t *len) {
     return p ? p->object : NULL;
 }
 
-int trn_program_checks_indices(const trn_program *p) {
-    return p ? p->checks_indices : 0;
-}
+int trn_program_checks_indices(const trn_program *p) { return p ? p->checks_indices : 0; }
 
 // Compiles (or loads from the disk cache) any generated C translation unit
 // and dlopens it: the graph compiler's path, for front ends that render
 // their own source (src/nki/). Same key rule, scratch directory, janitor
 // group and MAC-checked cache as trn_program_compile.
-trn_status trn__cc_build_shared(const char *source, const trn_compile_options *opts, void **dl, char key[65],
-                                int *from_cache, double *seconds) {
+trn_status trn__cc_build_shared(const char *source, const trn_compile_options *opts, void **dl,
+                                char key[65], int *from_cache, double *seconds) {
     if (source == NULL || opts == NULL || dl == NULL || opts->include_dir == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn__cc_build_shared: NULL argument");
     *dl = NULL;
@@ -559,9 +576,10 @@ trn_status trn__cc_build_shared(const char *source, const trn_compile_options *o
         st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn__cc_build_shared: out of memory");
         goto done;
     }
-    int kn = snprintf(keytext, klen, "%s\n%s\ncache %s abi %d\ncc %s %s\nflags -O%d %s\nheaders %s\n", source,
-                      TRN_COMPILER_VERSION, CACHE_VERSION, TRN_KERNEL_ABI_VERSION, cc_path(), cc_version(group),
-                      opts->opt_level, extra ? extra : "", hh);
+    int kn =
+        snprintf(keytext, klen, "%s\n%s\ncache %s abi %d\ncc %s %s\nflags -O%d %s\nheaders %s\n",
+                 source, TRN_COMPILER_VERSION, CACHE_VERSION, TRN_KERNEL_ABI_VERSION, cc_path(),
+                 cc_version(group), opts->opt_level, extra ? extra : "", hh);
     trn_sha256_hex(keytext, (size_t)kn, key);
     free(keytext);
     char src[4200], so[4200], logp[4200];
@@ -595,11 +613,13 @@ trn_status trn__cc_build_shared(const char *source, const trn_compile_options *o
     debug_write(opts, ".cmd", cmd);
     if (rc != 0) {
         if (spawn_errno != 0)
-            st = trn__set_error(TRN_ERROR_SYSTEM, "trn__cc_build_shared: cannot run the C compiler `%s` (%s): "
+            st = trn__set_error(TRN_ERROR_SYSTEM,
+                                "trn__cc_build_shared: cannot run the C compiler `%s` (%s): "
                                 "NKI kernels need gcc (Debian/Ubuntu: `apt-get install gcc`)",
                                 cc_path(), strerror(spawn_errno));
         else
-            st = trn__set_error(TRN_ERROR_SYSTEM, "trn__cc_build_shared: `%s` failed (status %d): %.600s",
+            st = trn__set_error(TRN_ERROR_SYSTEM,
+                                "trn__cc_build_shared: `%s` failed (status %d): %.600s",
                                 cmd ? cmd : cc_path(), rc, log ? log : "");
         goto done;
     }
@@ -611,7 +631,8 @@ trn_status trn__cc_build_shared(const char *source, const trn_compile_options *o
         trn_clear_error();
     }
     *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-    if (*dl == NULL) st = trn__set_error(TRN_ERROR_SYSTEM, "trn__cc_build_shared: dlopen %s: %s", so, dlerror());
+    if (*dl == NULL)
+        st = trn__set_error(TRN_ERROR_SYSTEM, "trn__cc_build_shared: dlopen %s: %s", so, dlerror());
 done:
     trn__cc_scratch_remove(tmpdir);
     free(cmd);

@@ -13,13 +13,16 @@
 // Kernels read a handful of buffers; more than this go through the heap.
 #define LAUNCH_STACK_BUFS 32
 
-trn_status trn__cc_kernel_launch(const trn_program *p, int kernel, void *const *bufs, const trn_kernel_abi *abi) {
+trn_status trn__cc_kernel_launch(const trn_program *p, int kernel, void *const *bufs,
+                                 const trn_kernel_abi *abi) {
     const trn_kernel_launch *l = &p->launches[kernel];
     void *stack[LAUNCH_STACK_BUFS];
     void **ptrs = stack;
     if (l->n_bufs > LAUNCH_STACK_BUFS) {
         ptrs = malloc((size_t)l->n_bufs * sizeof *ptrs);
-        if (ptrs == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_run: out of memory binding kernel %d", kernel);
+        if (ptrs == NULL)
+            return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
+                                  "trn_run: out of memory binding kernel %d", kernel);
     }
     for (int i = 0; i < l->n_bufs; i++) ptrs[i] = bufs[l->bufs[i]];
     trn_kernel_ctx c = {ptrs, 0, 0, 0, 0, 0};

@@ -32,18 +32,22 @@ static int abi_index_error(int64_t value, int dim, int64_t size, int style) {
     if (style == TRN_INDEX_ERROR_SELF)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "index out of range in self");
     if (style == TRN_INDEX_ERROR_SOURCE)
-        return trn__set_error(TRN_ERROR_KERNEL, "Number of elements of source < number of ones in mask");
-    if (style == TRN_INDEX_ERROR_COUNT)
         return trn__set_error(TRN_ERROR_KERNEL,
-                              "shape mismatch: value tensor of size %lld along dimension %d cannot be broadcast to "
-                              "indexing result of %lld selected elements",
-                              (long long)size, dim, (long long)(-1 - value));
-    return trn__set_error(style == TRN_INDEX_ERROR_GATHER ? TRN_ERROR_KERNEL : TRN_ERROR_INVALID_ARGUMENT,
-                          "index %lld is out of bounds for dimension %d with size %lld", (long long)value, dim,
-                          (long long)size);
+                              "Number of elements of source < number of ones in mask");
+    if (style == TRN_INDEX_ERROR_COUNT)
+        return trn__set_error(
+            TRN_ERROR_KERNEL,
+            "shape mismatch: value tensor of size %lld along dimension %d cannot be broadcast to "
+            "indexing result of %lld selected elements",
+            (long long)size, dim, (long long)(-1 - value));
+    return trn__set_error(style == TRN_INDEX_ERROR_GATHER ? TRN_ERROR_KERNEL
+                                                          : TRN_ERROR_INVALID_ARGUMENT,
+                          "index %lld is out of bounds for dimension %d with size %lld",
+                          (long long)value, dim, (long long)size);
 }
 
-static const trn_kernel_abi kernel_abi = {TRN_KERNEL_ABI_VERSION, abi_parallel_for, abi_index_error};
+static const trn_kernel_abi kernel_abi = {TRN_KERNEL_ABI_VERSION, abi_parallel_for,
+                                          abi_index_error};
 
 // Consecutive generated kernels (no extern call or host step between them)
 // run as one stream task: one queue hop per run of kernels, not per kernel.
@@ -93,9 +97,12 @@ static trn_status free_run(void *args) {
 }
 
 trn_status trn_run_create(const trn_program *p, void *workspace, trn_run **run) {
-    if (p == NULL || run == NULL) return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_create: NULL argument");
+    if (p == NULL || run == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_create: NULL argument");
     if (p->sched.ws_size > 0 && workspace == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_create: the program needs %zu bytes of workspace", p->sched.ws_size);
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_run_create: the program needs %zu bytes of workspace",
+                              p->sched.ws_size);
     trn_run *r = calloc(1, sizeof *r);
     void **ptrs = calloc((size_t)p->graph.count + 1, sizeof *ptrs);
     if (r == NULL || ptrs == NULL) {
@@ -115,9 +122,13 @@ trn_status trn_run_set_buffer(trn_run *r, int node, void *ptr) {
     if (r == NULL || node < 0 || node >= r->p->graph.count)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_set_buffer: no node %d", node);
     if (r->p->graph.nodes[node].store_to >= 0)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_set_buffer: node %d is a store (it uses its input's buffer)", node);
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_run_set_buffer: node %d is a store (it uses its input's buffer)",
+                              node);
     if (r->p->sched.home[node] != HOME_CALLER)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_set_buffer: node %d is not an input, host result or exported node", node);
+        return trn__set_error(
+            TRN_ERROR_INVALID_ARGUMENT,
+            "trn_run_set_buffer: node %d is not an input, host result or exported node", node);
     r->ptrs[node] = ptr;
     return TRN_SUCCESS;
 }
@@ -226,7 +237,8 @@ trn_status trn_run_continue(trn_run *r, trn_stream *s, int *host_step) {
             r->ptrs[p->stores[s]] = r->ptrs[p->graph.nodes[p->stores[s]].store_to];
         for (int c = 0; c < p->n_caller; c++)
             if (r->ptrs[p->caller[c]] == NULL)
-                return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_continue: buffer of node %d was not set",
+                return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                                      "trn_run_continue: buffer of node %d was not set",
                                       p->caller[c]);
     }
     while (r->next < sc->n_steps) {
@@ -252,7 +264,8 @@ trn_status trn_run_continue(trn_run *r, trn_stream *s, int *host_step) {
 
 trn_status trn_run_finish(trn_run *r, trn_stream *s) {
     if (r == NULL) return TRN_SUCCESS;
-    if (s == NULL) return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_finish: stream is NULL");
+    if (s == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_finish: stream is NULL");
     trn_status st = trn_stream_launch(s, free_run, &r, sizeof r);
     if (st != TRN_SUCCESS) {  // nothing can still read it only if the stream is idle
         trn_stream_synchronize(s);

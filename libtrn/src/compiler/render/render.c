@@ -57,7 +57,8 @@ static const char *label_of(const trn_graph *g, int n, char *buf, size_t size) {
 
 // The kernel's launch: its buffers in the body's pointer order and, for a
 // scatter, the serial pass that runs after the body wrote self.
-static void put_launch(sb *b, sb *table, const kernel *k, int kid, int body, int64_t items, int64_t grain) {
+static void put_launch(sb *b, sb *table, const kernel *k, int kid, int body, int64_t items,
+                       int64_t grain) {
     char lb[32];
     put(b, "static const int k%d_bufs[%d] = {", kid, k->n_slots);
     for (int i = 0; i < k->n_slots; i++) put(b, "%s%d", i ? ", " : "", k->slots[i]);
@@ -69,37 +70,46 @@ static void put_launch(sb *b, sb *table, const kernel *k, int kid, int body, int
         put(b, "}\n");
     }
     put(b, "\n");
-    put(table, "    {k%d_body, %lld, %lld, %d, k%d_bufs, ", body, (long long)items, (long long)grain, k->n_slots, kid);
-    if (scatter) put(table, "k%d_after", kid);
-    else put(table, "0");
+    put(table, "    {k%d_body, %lld, %lld, %d, k%d_bufs, ", body, (long long)items,
+        (long long)grain, k->n_slots, kid);
+    if (scatter)
+        put(table, "k%d_after", kid);
+    else
+        put(table, "0");
     put(table, "},  // kernel %d: %s\n", kid, label_of(k->g, k->root, lb, sizeof lb));
 }
-
 
 static void put_comment(sb *b, const kernel *k, int kid, int body) {
     char lb[32];
     const trn__cc_node *r = &k->g->nodes[k->root];
     put(b, "// kernel %d: %s %s", kid,
-        r->kind == CC_REDUCE ? "reduction" : r->kind == CC_GATHER ? "gather" : r->kind == CC_SCATTER ? "scatter" : "pointwise",
+        r->kind == CC_REDUCE    ? "reduction"
+        : r->kind == CC_GATHER  ? "gather"
+        : r->kind == CC_SCATTER ? "scatter"
+                                : "pointwise",
         label_of(k->g, k->root, lb, sizeof lb));
     put(b, " -> buffer %d (%s", k->root, trn_dtype_name(r->dtype));
     for (int i = 0; i < r->ndim; i++) put(b, "%s%lld", i ? "x" : " ", (long long)r->sizes[i]);
     put(b, ")");
-    if (r->store_to >= 0) put(b, " = input %s, in place", label_of(k->g, r->store_to, lb, sizeof lb));
+    if (r->store_to >= 0)
+        put(b, " = input %s, in place", label_of(k->g, r->store_to, lb, sizeof lb));
     put(b, "\n");
     if (k->n_fused) {
         put(b, "//   fuses:");
-        for (int i = 0; i < k->n_fused; i++) put(b, " %s", label_of(k->g, k->fused[i], lb, sizeof lb));
+        for (int i = 0; i < k->n_fused; i++)
+            put(b, " %s", label_of(k->g, k->fused[i], lb, sizeof lb));
         put(b, "\n");
     }
     if (k->n_leaves) {
         put(b, "//   reads:");
-        for (int i = 0; i < k->n_leaves; i++) put(b, " %s", label_of(k->g, k->leaves[i], lb, sizeof lb));
+        for (int i = 0; i < k->n_leaves; i++)
+            put(b, " %s", label_of(k->g, k->leaves[i], lb, sizeof lb));
         put(b, "\n");
     }
     if (k->n_named) {
         put(b, "//   values:");
-        for (int i = 0; i < k->n_named; i++) put(b, "%s v%d %s", i ? "," : "", i, label_of(k->g, k->named[i], lb, sizeof lb));
+        for (int i = 0; i < k->n_named; i++)
+            put(b, "%s v%d %s", i ? "," : "", i, label_of(k->g, k->named[i], lb, sizeof lb));
         put(b, "\n");
     }
     if (body != kid) put(b, "//   loop: k%d_body, the same as kernel %d's\n", body, body);
@@ -136,8 +146,10 @@ static const char *prologue =
     "#include \"trn/kernel_abi.h\"\n"
     "#include \"trn/scalar.h\"\n\n"
     "// Casts to 16-bit floats keep the value rounded as stored.\n"
-    "static inline float trn_g_round_half(float x) { return trn_half_to_float(trn_float_to_half(x)); }\n"
-    "static inline float trn_g_round_bf16(float x) { return trn_bf16_to_float(trn_float_to_bf16(x)); }\n\n"
+    "static inline float trn_g_round_half(float x) { return "
+    "trn_half_to_float(trn_float_to_half(x)); }\n"
+    "static inline float trn_g_round_bf16(float x) { return "
+    "trn_bf16_to_float(trn_float_to_bf16(x)); }\n\n"
     "// The pairwise sum of a reduction's float lanes.\n"
     "static inline float trn_g_lanes8(const float *s) {\n"
     "    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));\n"
@@ -149,9 +161,11 @@ static const char *prologue =
     "}\n\n"
     "// Records the first out-of-range index a kernel's loops meet (the runtime\n"
     "// reports it once the kernel is done).\n"
-    "static inline void trn_g_fail(trn_kernel_ctx *c, int64_t value, int dim, int64_t size, int style) {\n"
+    "static inline void trn_g_fail(trn_kernel_ctx *c, int64_t value, int dim, int64_t size, int "
+    "style) {\n"
     "    int expected = 0;\n"
-    "    if (__atomic_compare_exchange_n(&c->failed, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {\n"
+    "    if (__atomic_compare_exchange_n(&c->failed, &expected, 1, 0, __ATOMIC_ACQ_REL, "
+    "__ATOMIC_ACQUIRE)) {\n"
     "        c->value = value, c->dim = dim, c->size = size, c->style = style;\n"
     "    }\n"
     "}\n\n";
@@ -178,9 +192,10 @@ trn_status trn__cc_render(const trn_graph *g, const trn__cc_schedule *s, char **
     k.slot = malloc(n * sizeof *k.slot);
     k.slots = malloc((n + 1) * sizeof *k.slots);
     size_t nk = s->n_kernels > 0 ? (size_t)s->n_kernels : 1;
-    bodies seen = {calloc(nk, sizeof(char *)), calloc(nk, sizeof(uint64_t)), calloc(nk, sizeof(int)), 0};
-    if (!k.fused || !k.leaves || !k.acc || !k.mark || !k.local || !k.named || !k.slot || !k.slots || !seen.text ||
-        !seen.hash || !seen.kid)
+    bodies seen = {calloc(nk, sizeof(char *)), calloc(nk, sizeof(uint64_t)),
+                   calloc(nk, sizeof(int)), 0};
+    if (!k.fused || !k.leaves || !k.acc || !k.mark || !k.local || !k.named || !k.slot || !k.slots ||
+        !seen.text || !seen.hash || !seen.kid)
         b.oom = true;
     else {
         for (size_t i = 0; i < n; i++) k.local[i] = k.slot[i] = -1;
@@ -189,7 +204,8 @@ trn_status trn__cc_render(const trn_graph *g, const trn__cc_schedule *s, char **
         const trn__cc_step *sp = &s->steps[st];
         char lb[32];
         if (sp->kind == STEP_MATMUL || sp->kind == STEP_CONV) {
-            put(&b, "// step %d: extern %s %s -> buffer %d\n\n", st, sp->kind == STEP_MATMUL ? "matmul" : "convolution",
+            put(&b, "// step %d: extern %s %s -> buffer %d\n\n", st,
+                sp->kind == STEP_MATMUL ? "matmul" : "convolution",
                 label_of(g, sp->node, lb, sizeof lb), sp->node);
             continue;
         }
@@ -241,8 +257,10 @@ trn_status trn__cc_render(const trn_graph *g, const trn__cc_schedule *s, char **
         k.slots[k.n_slots++] = sp->node;  // the output
         sb body = {0};
         int64_t items = 0, grain = 1;
-        if (k.reduce) render_reduce(&body, &k, &items, &grain);
-        else render_pointwise(&body, &k, &items, &grain);
+        if (k.reduce)
+            render_reduce(&body, &k, &items, &grain);
+        else
+            render_pointwise(&body, &k, &items, &grain);
         if (body.oom || body.s == NULL) {
             b.oom = true;
             free(body.s);
@@ -252,18 +270,24 @@ trn_status trn__cc_render(const trn_graph *g, const trn__cc_schedule *s, char **
         int first = bodies_find(&seen, body.s, sp->kernel, &kept);
         put(&b, "// step %d\n", st);
         put_comment(&b, &k, sp->kernel, first);
-        if (kept) put(&b, "static void k%d_body%s", first, body.s);
-        else free(body.s);
+        if (kept)
+            put(&b, "static void k%d_body%s", first, body.s);
+        else
+            free(body.s);
         put_launch(&b, &table, &k, sp->kernel, first, items, grain);
         for (int i = 0; i < k.n_named; i++) k.local[k.named[i]] = -1;
         for (int i = 0; i + 1 < k.n_slots; i++) k.slot[k.slots[i]] = -1;
     }
     put(&b, "const int trn_graph_abi_version = TRN_KERNEL_ABI_VERSION;\n");
     put(&b, "const int trn_graph_kernel_count = %d;\n", s->n_kernels);
-    put(&b, "const trn_kernel_launch trn_graph_launches[%d] = {\n", s->n_kernels ? s->n_kernels : 1);
-    if (table.oom) b.oom = true;
-    else if (s->n_kernels == 0) put(&b, "    {0, 0, 0, 0, 0, 0},\n");
-    else put(&b, "%s", table.s);
+    put(&b, "const trn_kernel_launch trn_graph_launches[%d] = {\n",
+        s->n_kernels ? s->n_kernels : 1);
+    if (table.oom)
+        b.oom = true;
+    else if (s->n_kernels == 0)
+        put(&b, "    {0, 0, 0, 0, 0, 0},\n");
+    else
+        put(&b, "%s", table.s);
     put(&b, "};\n");
     free(table.s);
     free(k.fused);
@@ -280,9 +304,9 @@ trn_status trn__cc_render(const trn_graph *g, const trn__cc_schedule *s, char **
     free(seen.kid);
     if (b.oom) {
         free(b.s);
-        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory rendering");
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
+                              "trn_program_compile: out of memory rendering");
     }
     *source = b.s;
     return TRN_SUCCESS;
 }
-

@@ -25,13 +25,15 @@ bool is_gather(const kernel *k, int n) {
     return (kind == CC_GATHER || kind == CC_IOTA) && (k->s->home[n] == HOME_FUSED || n == k->root);
 }
 
-
 // Name of the value of node n inside the loop body.
 void put_value(sb *b, const kernel *k, int n) {
     const trn__cc_node *x = &k->g->nodes[n];
-    if (x->kind == CC_CONST) put_const(b, x);
-    else if (x->kind == CC_VIEW && k->mark[n] == 2) put_const(b, &k->g->nodes[x->in[0]]);
-    else put(b, "v%d", vid(k, n));
+    if (x->kind == CC_CONST)
+        put_const(b, x);
+    else if (x->kind == CC_VIEW && k->mark[n] == 2)
+        put_const(b, &k->g->nodes[x->in[0]]);
+    else
+        put(b, "v%d", vid(k, n));
 }
 
 static trn_dtype value_dtype(const kernel *k, int n) {
@@ -49,8 +51,10 @@ void put_arg(sb *b, const kernel *k, int n, trn_dtype to) {
         b->oom = true;
         return;
     }
-    if (is_f(from) == is_f(to)) put(b, "%s", tmp.s);
-    else put(b, is_f(to) ? "(float)%s" : "(int64_t)%s", tmp.s);
+    if (is_f(from) == is_f(to))
+        put(b, "%s", tmp.s);
+    else
+        put(b, is_f(to) ? "(float)%s" : "(int64_t)%s", tmp.s);
     free(tmp.s);
 }
 
@@ -79,7 +83,8 @@ static const char *pow_by_literal(const kernel *k, const trn__cc_node *x) {
     int c = x->in[1];
     if (k->g->nodes[c].kind == CC_VIEW) c = k->g->nodes[c].in[0];
     const trn__cc_node *e_node = &k->g->nodes[c];
-    if (!is_f(e_node->dtype) && e_node->dtype != TRN_DTYPE_I64 && e_node->dtype != TRN_DTYPE_I32) return NULL;
+    if (!is_f(e_node->dtype) && e_node->dtype != TRN_DTYPE_I64 && e_node->dtype != TRN_DTYPE_I32)
+        return NULL;
     const double e = is_f(e_node->dtype) ? (double)(float)e_node->cf : (double)(float)e_node->ci;
     const trn_sc_pow_special s = trn_sc_pow_special_of(e, x->compute == TRN_DTYPE_F16);
     return s == TRN_SC_POW_GENERAL ? NULL : trn_sc_pow_special_name(s);
@@ -133,11 +138,13 @@ void put_compute(sb *b, const kernel *k, int n, const char *indent) {
         free(call.s);
         return;
     }
-    if (pred) put(b, "(int64_t)%s;\n", call.s);
+    if (pred)
+        put(b, "(int64_t)%s;\n", call.s);
     else if (x->dtype == TRN_DTYPE_F16 || x->dtype == TRN_DTYPE_BF16 || x->compute != x->dtype) {
         put_convert(b, call.s, x->compute, x->dtype);
         put(b, ";\n");
-    } else put(b, "%s;\n", call.s);
+    } else
+        put(b, "%s;\n", call.s);
     free(call.s);
 }
 
@@ -151,9 +158,12 @@ void put_ctx(sb *b, const kernel *k, int n) {
     for (int i = 0; i < 4; i++) {
         if (i) put(b, ", ");
         double p = x->params[i];
-        if (p != p) put(b, "NAN");
-        else if (p == INFINITY || p == -INFINITY) put(b, "%sINFINITY", p < 0 ? "-" : "");
-        else put(b, "%.17g", p);
+        if (p != p)
+            put(b, "NAN");
+        else if (p == INFINITY || p == -INFINITY)
+            put(b, "%sINFINITY", p < 0 ? "-" : "");
+        else
+            put(b, "%.17g", p);
     }
     put(b, "}, {");
     for (int i = 0; i < 4; i++) {
@@ -163,7 +173,8 @@ void put_ctx(sb *b, const kernel *k, int n) {
         put_i64(b, ip);
     }
     put(b, "}, %d, %d, %d};\n", (int)trn_dtype_size(d) * 8,
-        d != TRN_DTYPE_U8 && d != TRN_DTYPE_BOOL && d != TRN_DTYPE_U16 && d != TRN_DTYPE_U32 && d != TRN_DTYPE_U64,
+        d != TRN_DTYPE_U8 && d != TRN_DTYPE_BOOL && d != TRN_DTYPE_U16 && d != TRN_DTYPE_U32 &&
+            d != TRN_DTYPE_U64,
         d == TRN_DTYPE_F16 ? 1 : (d == TRN_DTYPE_BF16 ? 2 : 0));
 }
 
@@ -173,12 +184,14 @@ void put_ptrs(sb *b, const kernel *k, const char *in) {
     // One pointer per distinct buffer read, then the output (the last slot).
     for (int i = 0; i + 1 < k->n_slots; i++) {
         trn_dtype d = k->g->nodes[k->slots[i]].dtype;
-        put(b, "%sconst %s *const b%d = (const %s *)bufs[%d];\n", in, mem_type(d), i, mem_type(d), i);
+        put(b, "%sconst %s *const b%d = (const %s *)bufs[%d];\n", in, mem_type(d), i, mem_type(d),
+            i);
     }
     trn_dtype od = k->g->nodes[k->root].dtype;
     // A store writes the input it may also read (element by element): no restrict.
     const char *restrict_kw = k->g->nodes[k->root].store_to >= 0 ? "" : "restrict ";
-    put(b, "%s%s *const %sout = (%s *)bufs[%d];\n", in, mem_type(od), restrict_kw, mem_type(od), k->n_slots - 1);
+    put(b, "%s%s *const %sout = (%s *)bufs[%d];\n", in, mem_type(od), restrict_kw, mem_type(od),
+        k->n_slots - 1);
 }
 
 void put_body_values(sb *b, kernel *k, const char *in, const char *const *idx) {

@@ -44,11 +44,11 @@ typedef struct kernel {
     // first use, pointers b0.. per buffer read), so kernels that compute the
     // same thing on different buffers render the same body text and share
     // one function (transformer layers, the optimizer's per-parameter steps).
-    int *local;   // node -> its value's number, or -1
-    int *named;   // value number -> node
+    int *local;  // node -> its value's number, or -1
+    int *named;  // value number -> node
     int n_named;
-    int *slot;    // buffer node -> its pointer's number, or -1
-    int *slots;   // pointer number -> buffer node; the output is the last
+    int *slot;   // buffer node -> its pointer's number, or -1
+    int *slots;  // pointer number -> buffer node; the output is the last
     int n_slots;
 } kernel;
 
@@ -84,7 +84,6 @@ static inline const char *mem_type(trn_dtype d) {
     }
 }
 
-
 // render_text.c
 TRN__PRINTF(2, 3) void put(sb *b, const char *fmt, ...);
 void put_convert(sb *b, const char *e, trn_dtype from, trn_dtype to);
@@ -96,8 +95,8 @@ void put_const(sb *b, const trn__cc_node *c);
 void lower_name(const char *up, char *out, size_t n);
 
 // render_loops.c
-void build_loops(loops *l, const int64_t *sizes, const int *dims, int n,
-                 const int64_t *const *acc, int n_acc);
+void build_loops(loops *l, const int64_t *sizes, const int *dims, int n, const int64_t *const *acc,
+                 int n_acc);
 int64_t eff_stride(const loops *l, int i, const int64_t *strides);
 void put_unravel(sb *b, const loops *l, int nd, const char *var, const char *in);
 void put_offset(sb *b, const loops *l, int nd, const int64_t *strides, int64_t base);

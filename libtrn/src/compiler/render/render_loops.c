@@ -14,8 +14,8 @@ static int64_t loop_stride(const loops *l, int i, const int64_t *strides) {
     return strides[l->dim[i][l->nmerged[i] - 1]];
 }
 
-void build_loops(loops *l, const int64_t *sizes, const int *dims, int n,
-                        const int64_t *const *acc, int n_acc) {
+void build_loops(loops *l, const int64_t *sizes, const int *dims, int n, const int64_t *const *acc,
+                 int n_acc) {
     l->nd = 0;
     for (int t = 0; t < n; t++) {
         int d = dims[t];
@@ -38,12 +38,16 @@ void build_loops(loops *l, const int64_t *sizes, const int *dims, int n,
     }
 }
 
-int64_t eff_stride(const loops *l, int i, const int64_t *strides) { return loop_stride(l, i, strides); }
+int64_t eff_stride(const loops *l, int i, const int64_t *strides) {
+    return loop_stride(l, i, strides);
+}
 
 void put_unravel(sb *b, const loops *l, int nd, const char *var, const char *in) {
     if (nd == 0) return;
     put(b, "%sint64_t t = %s;\n", in, var);
-    for (int i = nd - 1; i > 0; i--) put(b, "%sconst int64_t i%d = t %% %lld; t /= %lld;\n", in, i, (long long)l->size[i], (long long)l->size[i]);
+    for (int i = nd - 1; i > 0; i--)
+        put(b, "%sconst int64_t i%d = t %% %lld; t /= %lld;\n", in, i, (long long)l->size[i],
+            (long long)l->size[i]);
     put(b, "%sconst int64_t i0 = t;\n", in);
 }
 

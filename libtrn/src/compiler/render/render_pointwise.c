@@ -45,8 +45,10 @@ void render_pointwise(sb *b, kernel *k, int64_t *items_out, int64_t *grain_out) 
     put_ptrs(b, k, "    ");
     put(b, "    for (int64_t p = p0; p < p1; p++) {\n");
     if (nb > 1) {
-        put(b, "        const int64_t row = p / %lld, j0 = (p %% %lld) * %lld;\n", (long long)nb, (long long)nb, (long long)bs);
-        put(b, "        const int64_t j1 = j0 + %lld < %lld ? j0 + %lld : %lld;\n", (long long)bs, (long long)inner, (long long)bs, (long long)inner);
+        put(b, "        const int64_t row = p / %lld, j0 = (p %% %lld) * %lld;\n", (long long)nb,
+            (long long)nb, (long long)bs);
+        put(b, "        const int64_t j1 = j0 + %lld < %lld ? j0 + %lld : %lld;\n", (long long)bs,
+            (long long)inner, (long long)bs, (long long)inner);
     } else {
         put(b, "        const int64_t row = p, j0 = 0, j1 = %lld;\n", (long long)inner);
     }
@@ -59,12 +61,17 @@ void render_pointwise(sb *b, kernel *k, int64_t *items_out, int64_t *grain_out) 
         put(b, ";\n");
         int64_t s = l.nd ? eff_stride(&l, l.nd - 1, k->acc[a].strides) : 0;
         char tmp[64];
-        if (s == 0) snprintf(tmp, sizeof tmp, "o%d", a);
-        else if (s == 1) snprintf(tmp, sizeof tmp, "o%d + j", a);
-        else snprintf(tmp, sizeof tmp, "o%d + j * %lld", a, (long long)s);
+        if (s == 0)
+            snprintf(tmp, sizeof tmp, "o%d", a);
+        else if (s == 1)
+            snprintf(tmp, sizeof tmp, "o%d + j", a);
+        else
+            snprintf(tmp, sizeof tmp, "o%d + j * %lld", a, (long long)s);
         idx[a] = malloc(strlen(tmp) + 1);
-        if (idx[a]) strcpy(idx[a], tmp);
-        else b->oom = true;
+        if (idx[a])
+            strcpy(idx[a], tmp);
+        else
+            b->oom = true;
     }
     put(b, "        const int64_t oo = ");
     put_offset(b, &l, od, r->layout, 0);
@@ -100,4 +107,3 @@ void render_pointwise(sb *b, kernel *k, int64_t *items_out, int64_t *grain_out) 
     for (int a = 0; a < k->n_leaves; a++) free(idx[a]);
     free(idx);
 }
-

@@ -8,17 +8,22 @@
 #include "render_impl.h"
 
 // Folds element `e` into accumulator acc<l> (max/min: NaN wins, as eager).
-static void put_fold(sb *b, const char *in, trn_graph_reduce_op rop, bool fam_f, int l, const char *e) {
+static void put_fold(sb *b, const char *in, trn_graph_reduce_op rop, bool fam_f, int l,
+                     const char *e) {
     switch (rop) {
     case TRN_GRAPH_SUM: put(b, "%sacc%d += %s;\n", in, l, e); break;
     case TRN_GRAPH_PROD: put(b, "%sacc%d *= %s;\n", in, l, e); break;
     case TRN_GRAPH_MAX:
-        if (fam_f) put(b, "%sacc%d = (%s != %s || %s > acc%d) ? %s : acc%d;\n", in, l, e, e, e, l, e, l);
-        else put(b, "%sacc%d = %s > acc%d ? %s : acc%d;\n", in, l, e, l, e, l);
+        if (fam_f)
+            put(b, "%sacc%d = (%s != %s || %s > acc%d) ? %s : acc%d;\n", in, l, e, e, e, l, e, l);
+        else
+            put(b, "%sacc%d = %s > acc%d ? %s : acc%d;\n", in, l, e, l, e, l);
         break;
     default:
-        if (fam_f) put(b, "%sacc%d = (%s != %s || %s < acc%d) ? %s : acc%d;\n", in, l, e, e, e, l, e, l);
-        else put(b, "%sacc%d = %s < acc%d ? %s : acc%d;\n", in, l, e, l, e, l);
+        if (fam_f)
+            put(b, "%sacc%d = (%s != %s || %s < acc%d) ? %s : acc%d;\n", in, l, e, e, e, l, e, l);
+        else
+            put(b, "%sacc%d = %s < acc%d ? %s : acc%d;\n", in, l, e, l, e, l);
         break;
     }
 }
@@ -35,7 +40,8 @@ static void put_fold(sb *b, const char *in, trn_graph_reduce_op rop, bool fam_f,
 // 0: none (another op, dtype, or a loop not a multiple of 8).
 static int float_lanes(const trn__cc_node *r, const trn__cc_node *x, int64_t n_in) {
     if (r->rop != TRN_GRAPH_SUM && r->rop != TRN_GRAPH_MAX && r->rop != TRN_GRAPH_MIN) return 0;
-    if (x->dtype != TRN_DTYPE_F32 && x->dtype != TRN_DTYPE_F16 && x->dtype != TRN_DTYPE_BF16) return 0;
+    if (x->dtype != TRN_DTYPE_F32 && x->dtype != TRN_DTYPE_F16 && x->dtype != TRN_DTYPE_BF16)
+        return 0;
     if (n_in % 16 == 0) return 16;
     if (n_in % 8 == 0) return 8;
     return 0;
@@ -43,7 +49,8 @@ static int float_lanes(const trn__cc_node *r, const trn__cc_node *x, int64_t n_i
 
 // Opens a reduction's lane loop (`l` over `lanes` consecutive positions
 // from rl) and emits the fused body's values for position rl + l.
-static void put_lane_loop(sb *b, kernel *k, const char *in, int inner, int lanes, const char *const *idx) {
+static void put_lane_loop(sb *b, kernel *k, const char *in, int inner, int lanes,
+                          const char *const *idx) {
     put(b, "%s        #pragma GCC ivdep\n", in);
     put(b, "%s        for (int l = 0; l < %d; l++) {\n", in, lanes);
     put(b, "%s            const int64_t r%d = rl + l;\n", in, inner);
@@ -64,14 +71,17 @@ static void put_float_extreme(sb *b, kernel *k, const char *in, int inner, int64
     const char *cmp = rop == TRN_GRAPH_MAX ? ">" : "<";
     put(b, "%s{\n", in);
     put(b, "%s    float m[%d];\n", in, lanes);
-    put(b, "%s    for (int l = 0; l < %d; l++) m[l] = %sINFINITY;\n", in, lanes, rop == TRN_GRAPH_MAX ? "-" : "");
+    put(b, "%s    for (int l = 0; l < %d; l++) m[l] = %sINFINITY;\n", in, lanes,
+        rop == TRN_GRAPH_MAX ? "-" : "");
     put(b, "%s    for (int64_t rl = 0; rl < %lld; rl += %d) {\n", in, (long long)n_in, lanes);
     put_lane_loop(b, k, in, inner, lanes, idx);
     put(b, "%s            const float e = %s;\n", in, value);
     put(b, "%s            m[l] = (e != e || e %s m[l]) ? e : m[l];\n", in, cmp);
     put(b, "%s        }\n", in);
     put(b, "%s    }\n", in);
-    put(b, "%s    for (int l = 0; l < %d; l++) acc0 = (m[l] != m[l] || m[l] %s acc0) ? m[l] : acc0;\n", in, lanes, cmp);
+    put(b,
+        "%s    for (int l = 0; l < %d; l++) acc0 = (m[l] != m[l] || m[l] %s acc0) ? m[l] : acc0;\n",
+        in, lanes, cmp);
     put(b, "%s}\n", in);
 }
 
@@ -79,9 +89,11 @@ static void put_float_sum(sb *b, kernel *k, const char *in, int inner, int64_t n
                           const char *const *idx, const char *value) {
     int64_t block = (int64_t)lanes * 16;
     while (n_in % block) block /= 2;  // n_in is a multiple of lanes
-    put(b, "%sfor (int64_t rb = 0; rb < %lld; rb += %lld) {\n", in, (long long)n_in, (long long)block);
+    put(b, "%sfor (int64_t rb = 0; rb < %lld; rb += %lld) {\n", in, (long long)n_in,
+        (long long)block);
     put(b, "%s    float s[%d] = {0};\n", in, lanes);
-    put(b, "%s    for (int64_t rl = rb; rl < rb + %lld; rl += %d) {\n", in, (long long)block, lanes);
+    put(b, "%s    for (int64_t rl = rb; rl < rb + %lld; rl += %d) {\n", in, (long long)block,
+        lanes);
     put_lane_loop(b, k, in, inner, lanes, idx);
     put(b, "%s            s[l] += %s;\n", in, value);
     put(b, "%s        }\n", in);
@@ -104,24 +116,27 @@ static void put_float_sum(sb *b, kernel *k, const char *in, int inner, int64_t n
 #define COL_BLOCK 64
 #define COL_RUN 16
 
-static bool reduce_by_columns(const kernel *k, const trn__cc_node *r, const trn__cc_node *x, const loops *lk,
-                              const loops *lr, const int64_t *ostr) {
+static bool reduce_by_columns(const kernel *k, const trn__cc_node *r, const trn__cc_node *x,
+                              const loops *lk, const loops *lr, const int64_t *ostr) {
     if (r->rop != TRN_GRAPH_SUM || lk->nd == 0 || lr->nd == 0) return false;
-    if (x->dtype != TRN_DTYPE_F32 && x->dtype != TRN_DTYPE_F16 && x->dtype != TRN_DTYPE_BF16) return false;
+    if (x->dtype != TRN_DTYPE_F32 && x->dtype != TRN_DTYPE_F16 && x->dtype != TRN_DTYPE_BF16)
+        return false;
     if (eff_stride(lk, lk->nd - 1, ostr) != 1) return false;
     bool unit_kept = false;
     for (int a = 0; a < k->n_leaves; a++) {
-        if (eff_stride(lr, lr->nd - 1, k->acc[a].strides) == 1) return false;  // rows are contiguous: lanes
+        if (eff_stride(lr, lr->nd - 1, k->acc[a].strides) == 1)
+            return false;  // rows are contiguous: lanes
         if (eff_stride(lk, lk->nd - 1, k->acc[a].strides) == 1) unit_kept = true;
     }
     return unit_kept;
 }
 
-static void render_reduce_cols(sb *b, kernel *k, const loops *lk, const loops *lr, const int64_t *ostr,
-                               int64_t *items_out, int64_t *grain_out) {
+static void render_reduce_cols(sb *b, kernel *k, const loops *lk, const loops *lr,
+                               const int64_t *ostr, int64_t *items_out, int64_t *grain_out) {
     const trn__cc_node *r = &k->g->nodes[k->root];
     const int ko = lk->nd - 1, inner = lr->nd - 1;
-    const int64_t width = lk->size[ko], jb = width < COL_BLOCK ? width : COL_BLOCK, nb = (width + jb - 1) / jb;
+    const int64_t width = lk->size[ko], jb = width < COL_BLOCK ? width : COL_BLOCK,
+                  nb = (width + jb - 1) / jb;
     const int64_t n_in = lr->size[inner];
     int64_t outer = 1, per = 1;
     for (int i = 0; i < ko; i++) outer *= lk->size[i];
@@ -132,9 +147,10 @@ static void render_reduce_cols(sb *b, kernel *k, const loops *lk, const loops *l
     put_ctx(b, k, k->root);
     put_ptrs(b, k, "    ");
     put(b, "    for (int64_t p = p0; p < p1; p++) {\n");
-    put(b, "        const int64_t row = p / %lld, j0 = (p %% %lld) * %lld;\n", (long long)nb, (long long)nb, (long long)jb);
-    put(b, "        const int64_t jn = j0 + %lld < %lld ? %lld : %lld - j0;\n", (long long)jb, (long long)width,
-        (long long)jb, (long long)width);
+    put(b, "        const int64_t row = p / %lld, j0 = (p %% %lld) * %lld;\n", (long long)nb,
+        (long long)nb, (long long)jb);
+    put(b, "        const int64_t jn = j0 + %lld < %lld ? %lld : %lld - j0;\n", (long long)jb,
+        (long long)width, (long long)jb, (long long)width);
     put_unravel(b, lk, ko, "row", "        ");
     if (ko == 0) put(b, "        (void)row;\n");
     char **idx = calloc((size_t)k->n_leaves + 1, sizeof *idx);
@@ -149,11 +165,15 @@ static void render_reduce_cols(sb *b, kernel *k, const loops *lk, const loops *l
         put(&t, "o%d", a);
         for (int i = 0; i < lr->nd; i++) {
             const int64_t s = eff_stride(lr, i, k->acc[a].strides);
-            if (s == 1) put(&t, " + r%d", i);
-            else if (s != 0) put(&t, " + r%d * %lld", i, (long long)s);
+            if (s == 1)
+                put(&t, " + r%d", i);
+            else if (s != 0)
+                put(&t, " + r%d * %lld", i, (long long)s);
         }
-        if (sj == 1) put(&t, " + j");
-        else if (sj != 0) put(&t, " + j * %lld", (long long)sj);
+        if (sj == 1)
+            put(&t, " + j");
+        else if (sj != 0)
+            put(&t, " + j * %lld", (long long)sj);
         if (t.oom) b->oom = true;
         idx[a] = t.s;
     }
@@ -163,7 +183,8 @@ static void render_reduce_cols(sb *b, kernel *k, const loops *lk, const loops *l
     put(b, "        double acc[%lld] = {0};\n", (long long)jb);
     char in[64] = "        ";
     for (int i = 0; i < inner; i++) {
-        put(b, "%sfor (int64_t r%d = 0; r%d < %lld; r%d++) {\n", in, i, i, (long long)lr->size[i], i);
+        put(b, "%sfor (int64_t r%d = 0; r%d < %lld; r%d++) {\n", in, i, i, (long long)lr->size[i],
+            i);
         size_t len = strlen(in);
         if (len + 4 < sizeof in) memcpy(in + len, "    ", 5);
     }
@@ -172,8 +193,8 @@ static void render_reduce_cols(sb *b, kernel *k, const loops *lk, const loops *l
     if (v.oom) b->oom = true;
     if (!b->oom) {
         put(b, "%sfor (int64_t rb = 0; rb < %lld; rb += %d) {\n", in, (long long)n_in, COL_RUN);
-        put(b, "%s    const int64_t re = rb + %d < %lld ? rb + %d : %lld;\n", in, COL_RUN, (long long)n_in, COL_RUN,
-            (long long)n_in);
+        put(b, "%s    const int64_t re = rb + %d < %lld ? rb + %d : %lld;\n", in, COL_RUN,
+            (long long)n_in, COL_RUN, (long long)n_in);
         put(b, "%s    float s[%lld] = {0};\n", in, (long long)jb);
         put(b, "%s    for (int64_t r%d = rb; r%d < re; r%d++) {\n", in, inner, inner, inner);
         put(b, "%s        #pragma GCC ivdep\n", in);
@@ -211,8 +232,10 @@ void render_reduce(sb *b, kernel *k, int64_t *items_out, int64_t *grain_out) {
     const trn__cc_node *x = &k->g->nodes[r->in[0]];
     int kept[TRN_GRAPH_MAX_DIMS], red[TRN_GRAPH_MAX_DIMS], nk = 0, nr = 0;
     for (int i = 0; i < x->ndim; i++) {
-        if ((r->mask >> i) & 1) red[nr++] = i;
-        else kept[nk++] = i;
+        if ((r->mask >> i) & 1)
+            red[nr++] = i;
+        else
+            kept[nk++] = i;
     }
     const int64_t **acc = malloc(((size_t)k->n_leaves + 1) * sizeof *acc);
     if (acc == NULL) {
@@ -240,7 +263,9 @@ void render_reduce(sb *b, kernel *k, int64_t *items_out, int64_t *grain_out) {
     int64_t grain = 16384 / (per ? per : 1);
     if (grain < 1) grain = 1;
     bool fam_f = is_f(x->dtype) || is_f(r->dtype);
-    const char *acc_t = fam_f ? ((r->rop == TRN_GRAPH_SUM || r->rop == TRN_GRAPH_PROD) ? "double" : "float") : "int64_t";
+    const char *acc_t =
+        fam_f ? ((r->rop == TRN_GRAPH_SUM || r->rop == TRN_GRAPH_PROD) ? "double" : "float")
+              : "int64_t";
     const char *init;
     switch (r->rop) {
     case TRN_GRAPH_SUM: init = "0"; break;
@@ -279,7 +304,8 @@ void render_reduce(sb *b, kernel *k, int64_t *items_out, int64_t *grain_out) {
     for (int l = 0; l < lanes; l++) put(b, "        %s acc%d = %s;\n", acc_t, l, init);
     char in[64] = "        ";
     for (int i = 0; i < inner; i++) {
-        put(b, "%sfor (int64_t r%d = 0; r%d < %lld; r%d++) {\n", in, i, i, (long long)lr.size[i], i);
+        put(b, "%sfor (int64_t r%d = 0; r%d < %lld; r%d++) {\n", in, i, i, (long long)lr.size[i],
+            i);
         size_t len = strlen(in);
         if (len + 4 < sizeof in) memcpy(in + len, "    ", 5);
     }
@@ -289,8 +315,10 @@ void render_reduce(sb *b, kernel *k, int64_t *items_out, int64_t *grain_out) {
         put(&t, "o%d", a);
         for (int i = 0; i < lr.nd; i++) {
             int64_t s = eff_stride(&lr, i, k->acc[a].strides);
-            if (s == 1) put(&t, " + r%d", i);
-            else if (s != 0) put(&t, " + r%d * %lld", i, (long long)s);
+            if (s == 1)
+                put(&t, " + r%d", i);
+            else if (s != 0)
+                put(&t, " + r%d * %lld", i, (long long)s);
         }
         if (t.oom) b->oom = true;
         idx[a] = t.s;
@@ -299,14 +327,18 @@ void render_reduce(sb *b, kernel *k, int64_t *items_out, int64_t *grain_out) {
     sb v = {0};
     put_value(&v, k, r->in[0]);
     if (v.oom) b->oom = true;
-    const char *cast = fam_f ? (strcmp(acc_t, "double") == 0 ? "(double)" : "(float)") : "(int64_t)";
+    const char *cast =
+        fam_f ? (strcmp(acc_t, "double") == 0 ? "(double)" : "(float)") : "(int64_t)";
     if (!b->oom && flanes && r->rop != TRN_GRAPH_SUM) {
         put_float_extreme(b, k, in, inner, n_in, flanes, r->rop, (const char *const *)idx, v.s);
     } else if (!b->oom && flanes) {
         put_float_sum(b, k, in, inner, n_in, flanes, (const char *const *)idx, v.s);
     } else if (!b->oom && lanes == 1) {
-        if (lr.nd == 0) put(b, "%s{\n", in);
-        else put(b, "%sfor (int64_t r%d = 0; r%d < %lld; r%d++) {\n", in, inner, inner, (long long)n_in, inner);
+        if (lr.nd == 0)
+            put(b, "%s{\n", in);
+        else
+            put(b, "%sfor (int64_t r%d = 0; r%d < %lld; r%d++) {\n", in, inner, inner,
+                (long long)n_in, inner);
         char body[80];
         snprintf(body, sizeof body, "%s    ", in);
         put_body_values(b, k, body, (const char *const *)idx);
@@ -320,7 +352,9 @@ void render_reduce(sb *b, kernel *k, int64_t *items_out, int64_t *grain_out) {
         put(b, "%s    #pragma GCC unroll 4\n", in);
         put(b, "%s    for (int l = 0; l < 4; l++) {\n", in);
         put(b, "%s        const int64_t r%d = rb + l;\n", in, inner);
-        if (n_in % 4) put(b, "%s        if (r%d >= %lld) { e[l] = %s; continue; }\n", in, inner, (long long)n_in, init);
+        if (n_in % 4)
+            put(b, "%s        if (r%d >= %lld) { e[l] = %s; continue; }\n", in, inner,
+                (long long)n_in, init);
         char body[80];
         snprintf(body, sizeof body, "%s        ", in);
         put_body_values(b, k, body, (const char *const *)idx);
@@ -345,12 +379,18 @@ void render_reduce(sb *b, kernel *k, int64_t *items_out, int64_t *grain_out) {
         case TRN_GRAPH_SUM: put(b, "        acc0 += acc%d;\n", l); break;
         case TRN_GRAPH_PROD: put(b, "        acc0 *= acc%d;\n", l); break;
         case TRN_GRAPH_MAX:
-            if (fam_f) put(b, "        acc0 = (acc%d != acc%d || acc%d > acc0) ? acc%d : acc0;\n", l, l, l, l);
-            else put(b, "        acc0 = acc%d > acc0 ? acc%d : acc0;\n", l, l);
+            if (fam_f)
+                put(b, "        acc0 = (acc%d != acc%d || acc%d > acc0) ? acc%d : acc0;\n", l, l, l,
+                    l);
+            else
+                put(b, "        acc0 = acc%d > acc0 ? acc%d : acc0;\n", l, l);
             break;
         default:
-            if (fam_f) put(b, "        acc0 = (acc%d != acc%d || acc%d < acc0) ? acc%d : acc0;\n", l, l, l, l);
-            else put(b, "        acc0 = acc%d < acc0 ? acc%d : acc0;\n", l, l);
+            if (fam_f)
+                put(b, "        acc0 = (acc%d != acc%d || acc%d < acc0) ? acc%d : acc0;\n", l, l, l,
+                    l);
+            else
+                put(b, "        acc0 = acc%d < acc0 ? acc%d : acc0;\n", l, l);
             break;
         }
     }

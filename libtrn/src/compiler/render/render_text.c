@@ -43,17 +43,22 @@ TRN__PRINTF(2, 3) void put(sb *b, const char *fmt, ...) {
 void put_convert(sb *b, const char *e, trn_dtype from, trn_dtype to) {
     if (is_f(to)) {
         const char *src = is_f(from) ? "" : "(float)";
-        if (to == TRN_DTYPE_F16) put(b, "trn_g_round_half(%s(%s))", src, e);
-        else if (to == TRN_DTYPE_BF16) put(b, "trn_g_round_bf16(%s(%s))", src, e);
-        else put(b, "%s(%s)", src, e);
+        if (to == TRN_DTYPE_F16)
+            put(b, "trn_g_round_half(%s(%s))", src, e);
+        else if (to == TRN_DTYPE_BF16)
+            put(b, "trn_g_round_bf16(%s(%s))", src, e);
+        else
+            put(b, "%s(%s)", src, e);
         return;
     }
     if (to == TRN_DTYPE_BOOL) {
         put(b, "(int64_t)((%s) != 0)", e);
         return;
     }
-    if (is_f(from)) put(b, "(int64_t)(%s)(int64_t)(%s)", mem_type(to), e);
-    else put(b, "(int64_t)(%s)(%s)", mem_type(to), e);
+    if (is_f(from))
+        put(b, "(int64_t)(%s)(int64_t)(%s)", mem_type(to), e);
+    else
+        put(b, "(int64_t)(%s)(%s)", mem_type(to), e);
 }
 
 void put_load(sb *b, trn_dtype d, const char *ptr, const char *idx) {
@@ -78,9 +83,12 @@ void put_store_value(sb *b, trn_dtype d, const char *v) {
 }
 
 static void put_float_literal(sb *b, double v) {
-    if (v != v) put(b, "NAN");
-    else if (v == INFINITY) put(b, "INFINITY");
-    else if (v == -INFINITY) put(b, "(-INFINITY)");
+    if (v != v)
+        put(b, "NAN");
+    else if (v == INFINITY)
+        put(b, "INFINITY");
+    else if (v == -INFINITY)
+        put(b, "(-INFINITY)");
     else {
         char t[64];
         snprintf(t, sizeof t, "%.9g", (double)(float)v);
@@ -91,19 +99,24 @@ static void put_float_literal(sb *b, double v) {
 void put_i64(sb *b, int64_t v) {
     // -9223372036854775808 is not a literal in C: the unary minus applies to
     // 9223372036854775808, which no signed type holds (a warning under -Wall).
-    if (v == INT64_MIN) put(b, "(-INT64_C(9223372036854775807) - 1)");
-    else put(b, "INT64_C(%lld)", (long long)v);
+    if (v == INT64_MIN)
+        put(b, "(-INT64_C(9223372036854775807) - 1)");
+    else
+        put(b, "INT64_C(%lld)", (long long)v);
 }
 
 void put_const(sb *b, const trn__cc_node *c) {
-    if (is_f(c->dtype)) put_float_literal(b, c->cf);
-    else if (c->dtype == TRN_DTYPE_BOOL) put(b, "INT64_C(%d)", c->ci != 0);
-    else put_i64(b, c->ci);
+    if (is_f(c->dtype))
+        put_float_literal(b, c->cf);
+    else if (c->dtype == TRN_DTYPE_BOOL)
+        put(b, "INT64_C(%d)", c->ci != 0);
+    else
+        put_i64(b, c->ci);
 }
 
 void lower_name(const char *up, char *out, size_t n) {
     size_t i = 0;
-    for (; up[i] && i + 1 < n; i++) out[i] = (char)(up[i] >= 'A' && up[i] <= 'Z' ? up[i] - 'A' + 'a' : up[i]);
+    for (; up[i] && i + 1 < n; i++)
+        out[i] = (char)(up[i] >= 'A' && up[i] <= 'Z' ? up[i] - 'A' + 'a' : up[i]);
     out[i] = 0;
 }
-

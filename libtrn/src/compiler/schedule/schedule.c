@@ -68,9 +68,11 @@ static trn_status plan_homes(const trn_graph *g, trn__cc_home *home, bool copy_s
             int src = n->in[k];
             if (src < 0) continue;
             readers[src]++;
-            if (n->kind == CC_VIEW || n->kind == CC_MATMUL || n->kind == CC_CONV) forced[src] = true;
+            if (n->kind == CC_VIEW || n->kind == CC_MATMUL || n->kind == CC_CONV)
+                forced[src] = true;
             // Indexed operands are read at run-time positions: from memory.
-            if ((n->kind == CC_GATHER && k == 0) || (n->kind == CC_SCATTER && k > 0)) forced[src] = true;
+            if ((n->kind == CC_GATHER && k == 0) || (n->kind == CC_SCATTER && k > 0))
+                forced[src] = true;
             if (copy_stores && n->store_to >= 0) forced[src] = true;
         }
     }
@@ -82,7 +84,7 @@ static trn_status plan_homes(const trn_graph *g, trn__cc_home *home, bool copy_s
         case CC_VIEW: home[i] = HOME_NONE; break;
         case CC_CONST:
             // A const is a literal, unless an extern call needs it in memory.
-            home[i] = n->exported ? HOME_CALLER
+            home[i] = n->exported                                            ? HOME_CALLER
                       : (forced[i] && n->kind == CC_CONST && readers[i] > 0) ? HOME_WORKSPACE
                                                                              : HOME_NONE;
             break;
@@ -96,16 +98,20 @@ static trn_status plan_homes(const trn_graph *g, trn__cc_home *home, bool copy_s
         case CC_GATHER:
         case CC_POINTWISE:
         case CC_CAST:
-            if (n->exported) home[i] = HOME_CALLER;
-            else if (forced[i] || readers[i] >= 2) home[i] = HOME_WORKSPACE;
-            else home[i] = HOME_FUSED;
+            if (n->exported)
+                home[i] = HOME_CALLER;
+            else if (forced[i] || readers[i] >= 2)
+                home[i] = HOME_WORKSPACE;
+            else
+                home[i] = HOME_FUSED;
             break;
         }
     }
     // A view of a const reads no memory: the const stays a literal there.
     for (int i = 0; i < g->count; i++) {
         const trn__cc_node *n = &g->nodes[i];
-        if (n->kind == CC_VIEW && g->nodes[n->in[0]].kind == CC_CONST && !g->nodes[n->in[0]].exported) {
+        if (n->kind == CC_VIEW && g->nodes[n->in[0]].kind == CC_CONST &&
+            !g->nodes[n->in[0]].exported) {
             bool other = false;  // is the const also an extern operand?
             for (int j = 0; j < g->count && !other; j++) {
                 const trn__cc_node *m = &g->nodes[j];
@@ -185,17 +191,22 @@ static trn_status build(const trn_graph *g, trn__cc_schedule *s, bool copy_store
                         x->kind != CC_INPUT && x->kind != CC_HOST_RESULT;
         if (!computed) continue;
         trn__cc_step step = {STEP_KERNEL, i, -1, -1};
-        if (x->kind == CC_MATMUL) step.kind = STEP_MATMUL;
-        else if (x->kind == CC_CONV) step.kind = STEP_CONV;
-        else step.kernel = s->n_kernels++;
+        if (x->kind == CC_MATMUL)
+            step.kind = STEP_MATMUL;
+        else if (x->kind == CC_CONV)
+            step.kind = STEP_CONV;
+        else
+            step.kernel = s->n_kernels++;
         if (step.kind != STEP_KERNEL)
             for (int k = 0; k < x->n_in; k++) {
                 trn__cc_access a;
                 if (x->in[k] < 0) continue;
                 trn__cc_access_of(g, x->in[k], &a);
                 if (a.buffer < 0) {
-                    st = trn__set_error(TRN_ERROR_UNSUPPORTED,
-                                        "trn_program_compile: node %d: an extern call reads a view of a constant", i);
+                    st = trn__set_error(
+                        TRN_ERROR_UNSUPPORTED,
+                        "trn_program_compile: node %d: an extern call reads a view of a constant",
+                        i);
                     goto fail;
                 }
             }
@@ -223,7 +234,9 @@ static trn_status build(const trn_graph *g, trn__cc_schedule *s, bool copy_store
             int64_t size = (int64_t)((node_bytes(&g->nodes[sp->node]) + 63) & ~(size_t)63);
             int best = -1;
             for (int b = 0; b < nfree; b++)
-                if (free_list[b].size >= size && (best < 0 || free_list[b].size < free_list[best].size)) best = b;
+                if (free_list[b].size >= size &&
+                    (best < 0 || free_list[b].size < free_list[best].size))
+                    best = b;
             if (best >= 0) {
                 s->ws_offset[sp->node] = free_list[best].off;
                 free_list[best].off += size;
@@ -332,9 +345,10 @@ trn_status trn__cc_schedule_build(const trn_graph *g, trn__cc_schedule *s) {
     int bad = store_hazard(g, s);
     if (bad < 0) return TRN_SUCCESS;
     trn__cc_schedule_free(s);
-    return trn__set_error(TRN_ERROR_UNSUPPORTED,
-                          "trn_program_compile: store node %d overwrites input %d while a later step still reads it",
-                          bad, g->nodes[bad].store_to);
+    return trn__set_error(
+        TRN_ERROR_UNSUPPORTED,
+        "trn_program_compile: store node %d overwrites input %d while a later step still reads it",
+        bad, g->nodes[bad].store_to);
 }
 
 void trn__cc_schedule_free(trn__cc_schedule *s) {

@@ -39,9 +39,9 @@ typedef struct conv_key {
 
 typedef struct operand {
     bool used, is_output;
-    int arg;                      // DNNL_ARG_* of the convolution
+    int arg;  // DNNL_ARG_* of the convolution
     dnnl_memory_desc_t user_md, comp_md;
-    dnnl_primitive_t reorder;     // user <-> comp, NULL when equal
+    dnnl_primitive_t reorder;  // user <-> comp, NULL when equal
     dnnl_memory_desc_t reorder_scratch_md;
     size_t temp_size;
 } operand;
@@ -84,18 +84,16 @@ static trn_status init_mds(const conv_key *k, conv_plan *p, dnnl_data_type_t cdt
     dims[0] = k->n, dims[1] = k->c_in;
     memcpy(dims + 2, k->in_size, sp * sizeof(int64_t));
     memcpy(strides, k->input_strides, (size_t)nd * sizeof(int64_t));
-    TRN_DNNL_TRY(dnnl_memory_desc_init_by_strides(&p->op[S_INPUT].user_md, nd, dims, udt,
-                                                  strides),
+    TRN_DNNL_TRY(dnnl_memory_desc_init_by_strides(&p->op[S_INPUT].user_md, nd, dims, udt, strides),
                  "convolution input layout");
-    TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->op[S_INPUT].comp_md, nd, dims, cdt,
-                                              dnnl_format_tag_any),
-                 "convolution input layout");
+    TRN_DNNL_TRY(
+        dnnl_memory_desc_init_by_tag(&p->op[S_INPUT].comp_md, nd, dims, cdt, dnnl_format_tag_any),
+        "convolution input layout");
 
     dims[1] = k->c_out;
     memcpy(dims + 2, k->out_size, sp * sizeof(int64_t));
     memcpy(strides, k->output_strides, (size_t)nd * sizeof(int64_t));
-    TRN_DNNL_TRY(dnnl_memory_desc_init_by_strides(&p->op[S_OUTPUT].user_md, nd, dims, udt,
-                                                  strides),
+    TRN_DNNL_TRY(dnnl_memory_desc_init_by_strides(&p->op[S_OUTPUT].user_md, nd, dims, udt, strides),
                  "convolution output layout");
     if (k->dst_plain)
         p->op[S_OUTPUT].comp_md = p->op[S_OUTPUT].user_md;
@@ -120,22 +118,22 @@ static trn_status init_mds(const conv_key *k, conv_plan *p, dnnl_data_type_t cdt
         memcpy(dims + 2, k->kernel, sp * sizeof(int64_t));
         memcpy(strides, k->weight_strides, (size_t)wnd * sizeof(int64_t));
     }
-    TRN_DNNL_TRY(dnnl_memory_desc_init_by_strides(&p->op[S_WEIGHT].user_md, wnd, dims, udt,
-                                                  strides),
-                 "convolution weight layout");
-    TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->op[S_WEIGHT].comp_md, wnd, dims, cdt,
-                                              dnnl_format_tag_any),
-                 "convolution weight layout");
+    TRN_DNNL_TRY(
+        dnnl_memory_desc_init_by_strides(&p->op[S_WEIGHT].user_md, wnd, dims, udt, strides),
+        "convolution weight layout");
+    TRN_DNNL_TRY(
+        dnnl_memory_desc_init_by_tag(&p->op[S_WEIGHT].comp_md, wnd, dims, cdt, dnnl_format_tag_any),
+        "convolution weight layout");
 
     if (k->has_bias) {
         dims[0] = k->c_out;
         strides[0] = k->bias_stride;
-        TRN_DNNL_TRY(dnnl_memory_desc_init_by_strides(&p->op[S_BIAS].user_md, 1, dims, udt,
-                                                      strides),
-                     "convolution bias layout");
-        TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->op[S_BIAS].comp_md, 1, dims, dnnl_f32,
-                                                  dnnl_a),
-                     "convolution bias layout");
+        TRN_DNNL_TRY(
+            dnnl_memory_desc_init_by_strides(&p->op[S_BIAS].user_md, 1, dims, udt, strides),
+            "convolution bias layout");
+        TRN_DNNL_TRY(
+            dnnl_memory_desc_init_by_tag(&p->op[S_BIAS].comp_md, 1, dims, dnnl_f32, dnnl_a),
+            "convolution bias layout");
     }
 fail:
     return st;
@@ -192,7 +190,11 @@ static trn_status plan_build_as(const conv_key *k, dnnl_data_type_t cdt, bool na
         pad[i] = k->padding[i];
     }
     // Per slot: used, is_output, convolution argument, pd query.
-    struct { bool used, out; int arg; dnnl_query_t q; } role[S_COUNT];
+    struct {
+        bool used, out;
+        int arg;
+        dnnl_query_t q;
+    } role[S_COUNT];
     memset(role, 0, sizeof role);
     switch ((conv_kind)k->kind) {
     case CONV_FWD:
@@ -202,8 +204,8 @@ static trn_status plan_build_as(const conv_key *k, dnnl_data_type_t cdt, bool na
         role[S_INPUT] = (__typeof__(role[0])){true, false, DNNL_ARG_SRC, dnnl_query_src_md};
         role[S_WEIGHT] =
             (__typeof__(role[0])){true, false, DNNL_ARG_WEIGHTS, dnnl_query_weights_md};
-        role[S_BIAS] = (__typeof__(role[0])){k->has_bias != 0, false, DNNL_ARG_BIAS,
-                                             dnnl_query_weights_md};
+        role[S_BIAS] =
+            (__typeof__(role[0])){k->has_bias != 0, false, DNNL_ARG_BIAS, dnnl_query_weights_md};
         role[S_OUTPUT] = (__typeof__(role[0])){true, true, DNNL_ARG_DST, dnnl_query_dst_md};
         break;
     case CONV_BWD_DATA:
@@ -212,8 +214,7 @@ static trn_status plan_build_as(const conv_key *k, dnnl_data_type_t cdt, bool na
                      "convolution forward (hint for backward data)");
         TRN_DNNL_TRY(dnnl_dilated_convolution_backward_data_desc_init(
                          &cd, dnnl_convolution_direct, &p->op[S_INPUT].comp_md,
-                         &p->op[S_WEIGHT].comp_md, &p->op[S_OUTPUT].comp_md, stride, dil, pad,
-                         pad),
+                         &p->op[S_WEIGHT].comp_md, &p->op[S_OUTPUT].comp_md, stride, dil, pad, pad),
                      "convolution backward data descriptor");
         TRN_DNNL_TRY(dnnl_primitive_desc_create(&pd, &cd, attr, engine, hint),
                      "convolution backward data");
@@ -236,8 +237,8 @@ static trn_status plan_build_as(const conv_key *k, dnnl_data_type_t cdt, bool na
         TRN_DNNL_TRY(dnnl_primitive_desc_create(&pd, &cd, attr, engine, hint),
                      "convolution backward weights");
         role[S_INPUT] = (__typeof__(role[0])){true, false, DNNL_ARG_SRC, dnnl_query_src_md};
-        role[S_WEIGHT] = (__typeof__(role[0])){true, true, DNNL_ARG_DIFF_WEIGHTS,
-                                               dnnl_query_diff_weights_md};
+        role[S_WEIGHT] =
+            (__typeof__(role[0])){true, true, DNNL_ARG_DIFF_WEIGHTS, dnnl_query_diff_weights_md};
         role[S_BIAS] = (__typeof__(role[0])){k->has_bias != 0, true, DNNL_ARG_DIFF_BIAS,
                                              dnnl_query_diff_weights_md};
         role[S_OUTPUT] =
@@ -300,8 +301,7 @@ fail:
 // an optimized kernel for the geometry (2x the float32 rate, and no staging
 // copies); otherwise, and for float16, the operands are staged to float32.
 static trn_status plan_build(const conv_key *k, conv_plan **out) {
-    if (k->native && plan_build_as(k, dnnl_bf16, true, out) == TRN_SUCCESS)
-        return TRN_SUCCESS;
+    if (k->native && plan_build_as(k, dnnl_bf16, true, out) == TRN_SUCCESS) return TRN_SUCCESS;
     return plan_build_as(k, dnnl_f32, false, out);
 }
 
@@ -355,10 +355,10 @@ static trn_status plan_execute(const conv_plan *p, const trn_conv_desc *d) {
     for (int i = 0; i < S_COUNT; i++) {
         const operand *o = &p->op[i];
         if (!o->used || !o->reorder || o->is_output) continue;
-        dnnl_exec_arg_t a[3] = {{DNNL_ARG_FROM, user[i]}, {DNNL_ARG_TO, comp[i]},
-                                {DNNL_ARG_SCRATCHPAD, rscratch[i]}};
-        if ((st = exec(o->reorder, stream, rscratch[i] ? 3 : 2, a,
-                       "convolution input reorder")) != TRN_SUCCESS)
+        dnnl_exec_arg_t a[3] = {
+            {DNNL_ARG_FROM, user[i]}, {DNNL_ARG_TO, comp[i]}, {DNNL_ARG_SCRATCHPAD, rscratch[i]}};
+        if ((st = exec(o->reorder, stream, rscratch[i] ? 3 : 2, a, "convolution input reorder")) !=
+            TRN_SUCCESS)
             goto fail;
     }
     {
@@ -380,10 +380,10 @@ static trn_status plan_execute(const conv_plan *p, const trn_conv_desc *d) {
     for (int i = 0; i < S_COUNT; i++) {
         const operand *o = &p->op[i];
         if (!o->used || !o->reorder || !o->is_output) continue;
-        dnnl_exec_arg_t a[3] = {{DNNL_ARG_FROM, comp[i]}, {DNNL_ARG_TO, user[i]},
-                                {DNNL_ARG_SCRATCHPAD, rscratch[i]}};
-        if ((st = exec(o->reorder, stream, rscratch[i] ? 3 : 2, a,
-                       "convolution output reorder")) != TRN_SUCCESS)
+        dnnl_exec_arg_t a[3] = {
+            {DNNL_ARG_FROM, comp[i]}, {DNNL_ARG_TO, user[i]}, {DNNL_ARG_SCRATCHPAD, rscratch[i]}};
+        if ((st = exec(o->reorder, stream, rscratch[i] ? 3 : 2, a, "convolution output reorder")) !=
+            TRN_SUCCESS)
             goto fail;
     }
     TRN_DNNL_TRY(dnnl_stream_wait(stream), "convolution");
@@ -501,9 +501,12 @@ static int64_t channel_block(int64_t channels, int64_t kvol) {
     int64_t b = CONV_RED_BLOCK / kvol;
     // Whole 16-channel blocks (oneDNN's blocked layouts) unless the kernel
     // is so large (7x7) that 16 channels would make long sums again.
-    if (b >= CONV_CH_BLOCK) b = b / CONV_CH_BLOCK * CONV_CH_BLOCK;
-    else if (kvol * CONV_CH_BLOCK <= 2 * CONV_RED_BLOCK) b = CONV_CH_BLOCK;
-    else if (b < 1) b = 1;
+    if (b >= CONV_CH_BLOCK)
+        b = b / CONV_CH_BLOCK * CONV_CH_BLOCK;
+    else if (kvol * CONV_CH_BLOCK <= 2 * CONV_RED_BLOCK)
+        b = CONV_CH_BLOCK;
+    else if (b < 1)
+        b = 1;
     return b >= channels ? 0 : b;
 }
 
@@ -557,8 +560,8 @@ static trn_status fwd_blocked(const trn_conv_desc *d, int64_t cb) {
     memcpy(ysz + 2, d->out_size, (size_t)d->spatial * sizeof(int64_t));
     dense_strides(d, d->c_out, d->out_size, true, yst);
     float *y = NULL;
-    trn_status st = trn__dnnl_accum_buffer((size_t)(d->n * d->c_out * out_plane(d)) * 4,
-                                           (void **)&y);
+    trn_status st =
+        trn__dnnl_accum_buffer((size_t)(d->n * d->c_out * out_plane(d)) * 4, (void **)&y);
     if (st != TRN_SUCCESS) return st;
     for (int64_t c0 = 0; c0 < d->c_in; c0 += cb) {
         trn_conv_desc q = *d;
@@ -631,8 +634,7 @@ static trn_status conv_run_one(conv_kind kind, const trn_conv_desc *d) {
     if (d->dtype == TRN_DTYPE_F32 && d->groups == 1 && d->n > 0) {
         const int64_t kvol = kernel_volume(d);
         int64_t cb;
-        if (kind == CONV_FWD && (cb = channel_block(d->c_in, kvol)) > 0)
-            return fwd_blocked(d, cb);
+        if (kind == CONV_FWD && (cb = channel_block(d->c_in, kvol)) > 0) return fwd_blocked(d, cb);
         if (kind == CONV_BWD_DATA && (cb = channel_block(d->c_out, kvol)) > 0)
             return bwd_data_blocked(d, cb);
         if (kind == CONV_BWD_WEIGHTS) {
@@ -746,7 +748,8 @@ static trn_status conv_run(const conv_args *a) {
     }
     conv_split *sp = calloc(1, sizeof *sp);
     if (sp == NULL)
-        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "out of host memory for a convolution split");
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
+                              "out of host memory for a convolution split");
     sp->d = *d;
     sp->kind = a->kind;
     sp->axis = axis;
@@ -801,22 +804,20 @@ static trn_status launch(trn_stream *stream, const trn_conv_desc *desc, conv_kin
                               trn_dtype_name(d->dtype));
     if (d->spatial < 1 || d->spatial > 3)
         return BAD("%s: spatial dims must be 1..3, got %d", fn, d->spatial);
-    if (d->n < 0 || d->c_in <= 0 || d->c_out <= 0 || d->groups <= 0 ||
-        d->c_in % d->groups != 0 || d->c_out % d->groups != 0)
+    if (d->n < 0 || d->c_in <= 0 || d->c_out <= 0 || d->groups <= 0 || d->c_in % d->groups != 0 ||
+        d->c_out % d->groups != 0)
         return BAD("%s: bad sizes (n %lld, c_in %lld, c_out %lld, groups %lld)", fn,
-                   (long long)d->n, (long long)d->c_in, (long long)d->c_out,
-                   (long long)d->groups);
+                   (long long)d->n, (long long)d->c_in, (long long)d->c_out, (long long)d->groups);
     for (int i = 0; i < d->spatial; i++) {
-        if (d->kernel[i] <= 0 || d->stride[i] <= 0 || d->dilation[i] <= 0 ||
-            d->padding[i] < 0 || d->in_size[i] < 0)
+        if (d->kernel[i] <= 0 || d->stride[i] <= 0 || d->dilation[i] <= 0 || d->padding[i] < 0 ||
+            d->in_size[i] < 0)
             return BAD("%s: bad kernel/stride/dilation/padding in spatial dim %d", fn, i);
         const int64_t ext = d->dilation[i] * (d->kernel[i] - 1) + 1;
         const int64_t out = (d->in_size[i] + 2 * d->padding[i] - ext) / d->stride[i] + 1;
         if (d->in_size[i] + 2 * d->padding[i] < ext || out != d->out_size[i])
             return BAD("%s: output size %lld of spatial dim %d does not match the input "
                        "size %lld (expected %lld)",
-                       fn, (long long)d->out_size[i], i, (long long)d->in_size[i],
-                       (long long)out);
+                       fn, (long long)d->out_size[i], i, (long long)d->in_size[i], (long long)out);
     }
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS) return st;

@@ -78,8 +78,7 @@ void trn__dnnl_set_bf16_native(bool allow) {
 
 // ---- errors --------------------------------------------------------------------
 
-trn_status trn__dnnl_error(dnnl_status_t st, const char *call,
-                           const char *context) {
+trn_status trn__dnnl_error(dnnl_status_t st, const char *call, const char *context) {
     trn_status code;
     switch (st) {
     case dnnl_out_of_memory: code = TRN_ERROR_OUT_OF_MEMORY; break;
@@ -118,24 +117,25 @@ static bool load_api(void) {
         if (e) snprintf(why, sizeof why, "%s", e);
     }
     if (h == NULL) {
-        snprintf(load_error, sizeof load_error,
-                 "cannot load oneDNN, which runs matmul and convolution on neuron (tried %s%s%s): %s. "
-                 "Install oneDNN 2.x (Debian/Ubuntu: apt-get install libdnnl2, or the project's "
-                 "scripts/install-deps.sh) or point TORCH_NEURONX_DNNL_LIBRARY at a libdnnl.so.2",
-                 tries[0], n_tries > 1 ? ", " : "", n_tries > 1 ? tries[1] : "", why[0] ? why : "unknown error");
+        snprintf(
+            load_error, sizeof load_error,
+            "cannot load oneDNN, which runs matmul and convolution on neuron (tried %s%s%s): %s. "
+            "Install oneDNN 2.x (Debian/Ubuntu: apt-get install libdnnl2, or the project's "
+            "scripts/install-deps.sh) or point TORCH_NEURONX_DNNL_LIBRARY at a libdnnl.so.2",
+            tries[0], n_tries > 1 ? ", " : "", n_tries > 1 ? tries[1] : "",
+            why[0] ? why : "unknown error");
         return false;
     }
     trn__dnnl_api api;
-#define TRN__DNNL_LOAD(name)                                                        \
-    {                                                                               \
-        void *sym = dlsym(h, #name);                                                \
-        if (sym == NULL) {                                                          \
-            snprintf(load_error, sizeof load_error,                                 \
-                     "oneDNN (%s) lacks %s: a oneDNN 2.x library is required",      \
-                     lib, #name);                                                   \
-            return false;                                                           \
-        }                                                                           \
-        memcpy(&api.name##_fn, &sym, sizeof sym);                                        \
+#define TRN__DNNL_LOAD(name)                                                                       \
+    {                                                                                              \
+        void *sym = dlsym(h, #name);                                                               \
+        if (sym == NULL) {                                                                         \
+            snprintf(load_error, sizeof load_error,                                                \
+                     "oneDNN (%s) lacks %s: a oneDNN 2.x library is required", lib, #name);        \
+            return false;                                                                          \
+        }                                                                                          \
+        memcpy(&api.name##_fn, &sym, sizeof sym);                                                  \
     }
     TRN__DNNL_API(TRN__DNNL_LOAD)
 #undef TRN__DNNL_LOAD
@@ -158,11 +158,9 @@ trn_status trn__dnnl_engine(dnnl_engine_t *engine) {
     if (rc != 0) trn__die("pthread_once", rc);
     // A missing library is an error of the call (never "unsupported", which
     // callers may answer with a CPU fallback that reads unwritten memory).
-    if (load_error[0] != '\0')
-        return trn__set_error(TRN_ERROR_SYSTEM, "%s", load_error);
+    if (load_error[0] != '\0') return trn__set_error(TRN_ERROR_SYSTEM, "%s", load_error);
     if (engine_status != dnnl_success)
-        return trn__dnnl_error(engine_status,
-                               "dnnl_engine_create(dnnl_cpu, 0)",
+        return trn__dnnl_error(engine_status, "dnnl_engine_create(dnnl_cpu, 0)",
                                "creating the CPU engine");
     *engine = engine_handle;
     return TRN_SUCCESS;
@@ -232,15 +230,12 @@ static trn_status thread_state_get(thread_state **out) {
     if (ts == NULL) {
         ts = calloc(1, sizeof *ts);
         if (ts == NULL)
-            return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
-                                  "out of host memory for the oneDNN "
-                                  "thread state");
+            return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "out of host memory for the oneDNN "
+                                                           "thread state");
         rc = pthread_setspecific(state_key, ts);
         if (rc != 0) {
             free(ts);
-            return trn__set_error(TRN_ERROR_SYSTEM,
-                                  "pthread_setspecific failed: %s",
-                                  strerror(rc));
+            return trn__set_error(TRN_ERROR_SYSTEM, "pthread_setspecific failed: %s", strerror(rc));
         }
     }
     *out = ts;
@@ -255,12 +250,10 @@ trn_status trn__dnnl_stream(dnnl_stream_t *stream) {
         dnnl_engine_t engine;
         st = trn__dnnl_engine(&engine);
         if (st != TRN_SUCCESS) return st;
-        dnnl_status_t ds =
-            dnnl_stream_create(&ts->stream, engine, dnnl_stream_default_flags);
+        dnnl_status_t ds = dnnl_stream_create(&ts->stream, engine, dnnl_stream_default_flags);
         if (ds != dnnl_success) {
             ts->stream = NULL;
-            return trn__dnnl_error(ds, "dnnl_stream_create",
-                                   "creating this thread's stream");
+            return trn__dnnl_error(ds, "dnnl_stream_create", "creating this thread's stream");
         }
     }
     *stream = ts->stream;
@@ -335,8 +328,7 @@ static plan_slot *probe(const void *key, size_t n, uint64_t h) {
     for (size_t i = 0;; i++) {
         plan_slot *s = &plan_slots[(h + i) & (PLAN_SLOTS - 1)];
         if (s->plan == NULL) return s;
-        if (s->hash == h && s->key_size == n && memcmp(s->key, key, n) == 0)
-            return s;
+        if (s->hash == h && s->key_size == n && memcmp(s->key, key, n) == 0) return s;
     }
 }
 
@@ -373,8 +365,8 @@ void *trn__plan_insert(const void *key, size_t key_size, void *plan) {
 
 // ---- views -----------------------------------------------------------------------
 
-int trn__view_span(int ndim, const int64_t *sizes, const int64_t *strides,
-                   size_t esize, int64_t *lo, int64_t *span) {
+int trn__view_span(int ndim, const int64_t *sizes, const int64_t *strides, size_t esize,
+                   int64_t *lo, int64_t *span) {
     int64_t l = 0, h = 0;
     for (int d = 0; d < ndim; d++) {
         int64_t reach;

@@ -35,6 +35,7 @@
 // PyTorch.)
 // Every oneDNN call below goes through this table; the macros keep the
 // ordinary names in the kernels.
+// clang-format off
 #define TRN__DNNL_API(X)                                                       \
     X(dnnl_engine_create) X(dnnl_stream_create) X(dnnl_stream_destroy)         \
     X(dnnl_stream_wait) X(dnnl_status2str) X(dnnl_memory_desc_init_by_strides) \
@@ -52,6 +53,7 @@
     X(dnnl_dilated_convolution_forward_desc_init)                              \
     X(dnnl_dilated_convolution_backward_data_desc_init)                        \
     X(dnnl_dilated_convolution_backward_weights_desc_init)
+// clang-format on
 
 typedef struct trn__dnnl_api {
 #define TRN__DNNL_MEMBER(name) __typeof__(&name) name##_fn;
@@ -76,7 +78,8 @@ extern trn__dnnl_api trn__dnnl;
 #define dnnl_primitive_attr_create (trn__dnnl.dnnl_primitive_attr_create_fn)
 #define dnnl_primitive_attr_destroy (trn__dnnl.dnnl_primitive_attr_destroy_fn)
 #define dnnl_primitive_attr_clone (trn__dnnl.dnnl_primitive_attr_clone_fn)
-#define dnnl_primitive_attr_set_scratchpad_mode (trn__dnnl.dnnl_primitive_attr_set_scratchpad_mode_fn)
+#define dnnl_primitive_attr_set_scratchpad_mode                                                    \
+    (trn__dnnl.dnnl_primitive_attr_set_scratchpad_mode_fn)
 #define dnnl_primitive_attr_set_output_scales (trn__dnnl.dnnl_primitive_attr_set_output_scales_fn)
 #define dnnl_primitive_attr_set_post_ops (trn__dnnl.dnnl_primitive_attr_set_post_ops_fn)
 #define dnnl_post_ops_create (trn__dnnl.dnnl_post_ops_create_fn)
@@ -91,11 +94,11 @@ extern trn__dnnl_api trn__dnnl;
 #define dnnl_primitive_destroy (trn__dnnl.dnnl_primitive_destroy_fn)
 #define dnnl_primitive_execute (trn__dnnl.dnnl_primitive_execute_fn)
 #define dnnl_reorder_primitive_desc_create (trn__dnnl.dnnl_reorder_primitive_desc_create_fn)
-#define dnnl_dilated_convolution_forward_desc_init \
+#define dnnl_dilated_convolution_forward_desc_init                                                 \
     (trn__dnnl.dnnl_dilated_convolution_forward_desc_init_fn)
-#define dnnl_dilated_convolution_backward_data_desc_init \
+#define dnnl_dilated_convolution_backward_data_desc_init                                           \
     (trn__dnnl.dnnl_dilated_convolution_backward_data_desc_init_fn)
-#define dnnl_dilated_convolution_backward_weights_desc_init \
+#define dnnl_dilated_convolution_backward_weights_desc_init                                        \
     (trn__dnnl.dnnl_dilated_convolution_backward_weights_desc_init_fn)
 
 // oneDNN runs its primitives on an OpenMP team of its own per calling thread,
@@ -140,18 +143,17 @@ trn_status trn__dnnl_workspace(size_t bytes, void **ptr);
 trn_status trn__dnnl_accum_buffer(size_t bytes, void **ptr);
 
 // Sets the libtrn error for a failed oneDNN call and returns its trn status.
-trn_status trn__dnnl_error(dnnl_status_t st, const char *call,
-                           const char *context);
+trn_status trn__dnnl_error(dnnl_status_t st, const char *call, const char *context);
 
 // Evaluates a oneDNN call; on failure records "<call> failed: <reason>
 // (<ctx>)" and jumps to `fail` with `st` set.
-#define TRN_DNNL_TRY(call, ctx)                                           \
-    do {                                                                  \
-        dnnl_status_t trn__ds = (call);                                   \
-        if (trn__ds != dnnl_success) {                                    \
-            st = trn__dnnl_error(trn__ds, #call, (ctx));                  \
-            goto fail;                                                    \
-        }                                                                 \
+#define TRN_DNNL_TRY(call, ctx)                                                                    \
+    do {                                                                                           \
+        dnnl_status_t trn__ds = (call);                                                            \
+        if (trn__ds != dnnl_success) {                                                             \
+            st = trn__dnnl_error(trn__ds, #call, (ctx));                                           \
+            goto fail;                                                                             \
+        }                                                                                          \
     } while (0)
 
 // ---- implementation choice ---------------------------------------------------
@@ -189,7 +191,7 @@ void *trn__plan_insert(const void *key, size_t key_size, void *plan);
 
 // Byte offsets [lo, hi] (inclusive of one element) that a strided view
 // touches; false on overflow. Sizes must all be > 0.
-int trn__view_span(int ndim, const int64_t *sizes, const int64_t *strides,
-                   size_t esize, int64_t *lo, int64_t *span);
+int trn__view_span(int ndim, const int64_t *sizes, const int64_t *strides, size_t esize,
+                   int64_t *lo, int64_t *span);
 
 #endif

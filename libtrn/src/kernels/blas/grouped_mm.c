@@ -121,7 +121,7 @@ static trn_status gmm_task(void *args) {
     if (d->offs) trn__access_add(&acc, d->offs, (size_t)d->groups * sizeof(int32_t));
     trn_status st = trn__access_begin(&acc);
     if (st != TRN_SUCCESS) return st;
-    const int64_t limit = d->layout == TRN_GMM_2D_3D ? d->m
+    const int64_t limit = d->layout == TRN_GMM_2D_3D   ? d->m
                           : d->layout == TRN_GMM_3D_2D ? d->n
                                                        : d->k;
     int64_t prev = 0;
@@ -130,11 +130,11 @@ static trn_status gmm_task(void *args) {
         if (d->offs) {
             end = d->offs[g];
             if (end < prev || end > limit) {
-                st = trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                                    "grouped_mm: offs must be non-decreasing and at most %lld, "
-                                    "got offs[%lld] = %lld after %lld",
-                                    (long long)limit, (long long)g, (long long)end,
-                                    (long long)prev);
+                st =
+                    trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                                   "grouped_mm: offs must be non-decreasing and at most %lld, "
+                                   "got offs[%lld] = %lld after %lld",
+                                   (long long)limit, (long long)g, (long long)end, (long long)prev);
                 break;
             }
         }
@@ -158,12 +158,13 @@ trn_status trn_grouped_mm_launch(trn_stream *stream, const trn_grouped_mm_desc *
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "%s: need groups >= 1 and sizes >= 0 (groups %lld, m %lld, n %lld, "
                               "k %lld)",
-                              fn, (long long)desc->groups, (long long)desc->m,
-                              (long long)desc->n, (long long)desc->k);
+                              fn, (long long)desc->groups, (long long)desc->m, (long long)desc->n,
+                              (long long)desc->k);
     if ((desc->offs == NULL) != (desc->layout == TRN_GMM_3D_3D))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "%s: offs is required except for the 3D_3D layout, where it must "
-                              "be NULL", fn);
+                              "be NULL",
+                              fn);
     for (int i = 0; i < 3; i++)
         if (desc->a_strides[i] < 0 || desc->b_strides[i] < 0 || desc->c_strides[i] < 0)
             return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: negative strides", fn);

@@ -63,45 +63,44 @@ void trn_matmul_set_bf16_native(bool allow) { trn__dnnl_set_bf16_native(allow); 
 // tile, so each B row segment is reused BI times from L1.
 enum { BI = 4, BJ = 256 };
 
-#define DEFINE_LOOP(NAME, T, ACC, ALPHA, BETA)                                   \
-    static void NAME(const trn_matmul_desc *d) {                                 \
-        const ACC alpha = (ACC)(ALPHA), beta = (ACC)(BETA);                      \
-        const bool read_c = d->beta != 0 || d->beta_int != 0;                    \
-        const int64_t *as = d->a_strides, *bs = d->b_strides, *cs = d->c_strides; \
-        ACC acc[BI][BJ];                                                         \
-        for (int64_t t = 0; t < d->batch; t++) {                                 \
-            const T *A = (const T *)d->a + t * as[0];                            \
-            const T *B = (const T *)d->b + t * bs[0];                            \
-            T *C = (T *)d->c + t * cs[0];                                        \
-            for (int64_t i0 = 0; i0 < d->m; i0 += BI) {                          \
-                const int64_t ni = min64(BI, d->m - i0);                         \
-                for (int64_t j0 = 0; j0 < d->n; j0 += BJ) {                      \
-                    const int64_t nj = min64(BJ, d->n - j0);                     \
-                    memset(acc, 0, sizeof acc);                                  \
-                    for (int64_t p = 0; p < d->k; p++) {                         \
-                        const T *brow = B + p * bs[1] + j0 * bs[2];              \
-                        for (int64_t r = 0; r < ni; r++) {                       \
-                            const ACC av = (ACC)A[(i0 + r) * as[1] + p * as[2]]; \
-                            ACC *ar = acc[r];                                    \
-                            if (bs[2] == 1) {                                    \
-                                for (int64_t j = 0; j < nj; j++)                 \
-                                    ar[j] += av * (ACC)brow[j];                  \
-                            } else {                                             \
-                                for (int64_t j = 0; j < nj; j++)                 \
-                                    ar[j] += av * (ACC)brow[j * bs[2]];          \
-                            }                                                    \
-                        }                                                        \
-                    }                                                            \
-                    for (int64_t r = 0; r < ni; r++)                             \
-                        for (int64_t j = 0; j < nj; j++) {                       \
-                            T *cp = C + (i0 + r) * cs[1] + (j0 + j) * cs[2];     \
-                            ACC v = alpha * acc[r][j];                           \
-                            if (read_c) v += beta * (ACC)*cp;                    \
-                            *cp = (T)v;                                          \
-                        }                                                        \
-                }                                                                \
-            }                                                                    \
-        }                                                                        \
+#define DEFINE_LOOP(NAME, T, ACC, ALPHA, BETA)                                                     \
+    static void NAME(const trn_matmul_desc *d) {                                                   \
+        const ACC alpha = (ACC)(ALPHA), beta = (ACC)(BETA);                                        \
+        const bool read_c = d->beta != 0 || d->beta_int != 0;                                      \
+        const int64_t *as = d->a_strides, *bs = d->b_strides, *cs = d->c_strides;                  \
+        ACC acc[BI][BJ];                                                                           \
+        for (int64_t t = 0; t < d->batch; t++) {                                                   \
+            const T *A = (const T *)d->a + t * as[0];                                              \
+            const T *B = (const T *)d->b + t * bs[0];                                              \
+            T *C = (T *)d->c + t * cs[0];                                                          \
+            for (int64_t i0 = 0; i0 < d->m; i0 += BI) {                                            \
+                const int64_t ni = min64(BI, d->m - i0);                                           \
+                for (int64_t j0 = 0; j0 < d->n; j0 += BJ) {                                        \
+                    const int64_t nj = min64(BJ, d->n - j0);                                       \
+                    memset(acc, 0, sizeof acc);                                                    \
+                    for (int64_t p = 0; p < d->k; p++) {                                           \
+                        const T *brow = B + p * bs[1] + j0 * bs[2];                                \
+                        for (int64_t r = 0; r < ni; r++) {                                         \
+                            const ACC av = (ACC)A[(i0 + r) * as[1] + p * as[2]];                   \
+                            ACC *ar = acc[r];                                                      \
+                            if (bs[2] == 1) {                                                      \
+                                for (int64_t j = 0; j < nj; j++) ar[j] += av * (ACC)brow[j];       \
+                            } else {                                                               \
+                                for (int64_t j = 0; j < nj; j++)                                   \
+                                    ar[j] += av * (ACC)brow[j * bs[2]];                            \
+                            }                                                                      \
+                        }                                                                          \
+                    }                                                                              \
+                    for (int64_t r = 0; r < ni; r++)                                               \
+                        for (int64_t j = 0; j < nj; j++) {                                         \
+                            T *cp = C + (i0 + r) * cs[1] + (j0 + j) * cs[2];                       \
+                            ACC v = alpha * acc[r][j];                                             \
+                            if (read_c) v += beta * (ACC)*cp;                                      \
+                            *cp = (T)v;                                                            \
+                        }                                                                          \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
     }
 
 // Integers accumulate in uint64_t: wrap-around is defined there, and the low
@@ -118,45 +117,44 @@ DEFINE_LOOP(loop_i64, int64_t, uint64_t, d->alpha_int, d->beta_int)
 // oneDNN's per-call cost (memory objects, plan lookup, stream) exceeds the
 // arithmetic.
 #define SMALL_MNK 32768
-#define DEFINE_SMALL(NAME, T, LD, ST)                                            \
-    static void NAME(const trn_matmul_desc *d) {                                 \
-        const float alpha = (float)d->alpha, beta = (float)d->beta;              \
-        const bool read_c = d->beta != 0;                                        \
-        const int64_t *as = d->a_strides, *bs = d->b_strides, *cs = d->c_strides; \
-        float acc[BI][BJ];                                                       \
-        for (int64_t t = 0; t < d->batch; t++) {                                 \
-            const T *A = (const T *)d->a + t * as[0];                            \
-            const T *B = (const T *)d->b + t * bs[0];                            \
-            T *C = (T *)d->c + t * cs[0];                                        \
-            for (int64_t i0 = 0; i0 < d->m; i0 += BI) {                          \
-                const int64_t ni = min64(BI, d->m - i0);                         \
-                for (int64_t j0 = 0; j0 < d->n; j0 += BJ) {                      \
-                    const int64_t nj = min64(BJ, d->n - j0);                     \
-                    memset(acc, 0, sizeof acc);                                  \
-                    for (int64_t p = 0; p < d->k; p++) {                         \
-                        const T *brow = B + p * bs[1] + j0 * bs[2];              \
-                        for (int64_t r = 0; r < ni; r++) {                       \
-                            const float av = LD(A[(i0 + r) * as[1] + p * as[2]]); \
-                            float *ar = acc[r];                                  \
-                            if (bs[2] == 1) {                                    \
-                                for (int64_t j = 0; j < nj; j++)                 \
-                                    ar[j] += av * LD(brow[j]);                   \
-                            } else {                                             \
-                                for (int64_t j = 0; j < nj; j++)                 \
-                                    ar[j] += av * LD(brow[j * bs[2]]);           \
-                            }                                                    \
-                        }                                                        \
-                    }                                                            \
-                    for (int64_t r = 0; r < ni; r++)                             \
-                        for (int64_t j = 0; j < nj; j++) {                       \
-                            T *cp = C + (i0 + r) * cs[1] + (j0 + j) * cs[2];     \
-                            float v = alpha * acc[r][j];                         \
-                            if (read_c) v += beta * LD(*cp);                     \
-                            *cp = ST(v);                                         \
-                        }                                                        \
-                }                                                                \
-            }                                                                    \
-        }                                                                        \
+#define DEFINE_SMALL(NAME, T, LD, ST)                                                              \
+    static void NAME(const trn_matmul_desc *d) {                                                   \
+        const float alpha = (float)d->alpha, beta = (float)d->beta;                                \
+        const bool read_c = d->beta != 0;                                                          \
+        const int64_t *as = d->a_strides, *bs = d->b_strides, *cs = d->c_strides;                  \
+        float acc[BI][BJ];                                                                         \
+        for (int64_t t = 0; t < d->batch; t++) {                                                   \
+            const T *A = (const T *)d->a + t * as[0];                                              \
+            const T *B = (const T *)d->b + t * bs[0];                                              \
+            T *C = (T *)d->c + t * cs[0];                                                          \
+            for (int64_t i0 = 0; i0 < d->m; i0 += BI) {                                            \
+                const int64_t ni = min64(BI, d->m - i0);                                           \
+                for (int64_t j0 = 0; j0 < d->n; j0 += BJ) {                                        \
+                    const int64_t nj = min64(BJ, d->n - j0);                                       \
+                    memset(acc, 0, sizeof acc);                                                    \
+                    for (int64_t p = 0; p < d->k; p++) {                                           \
+                        const T *brow = B + p * bs[1] + j0 * bs[2];                                \
+                        for (int64_t r = 0; r < ni; r++) {                                         \
+                            const float av = LD(A[(i0 + r) * as[1] + p * as[2]]);                  \
+                            float *ar = acc[r];                                                    \
+                            if (bs[2] == 1) {                                                      \
+                                for (int64_t j = 0; j < nj; j++) ar[j] += av * LD(brow[j]);        \
+                            } else {                                                               \
+                                for (int64_t j = 0; j < nj; j++)                                   \
+                                    ar[j] += av * LD(brow[j * bs[2]]);                             \
+                            }                                                                      \
+                        }                                                                          \
+                    }                                                                              \
+                    for (int64_t r = 0; r < ni; r++)                                               \
+                        for (int64_t j = 0; j < nj; j++) {                                         \
+                            T *cp = C + (i0 + r) * cs[1] + (j0 + j) * cs[2];                       \
+                            float v = alpha * acc[r][j];                                           \
+                            if (read_c) v += beta * LD(*cp);                                       \
+                            *cp = ST(v);                                                           \
+                        }                                                                          \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
     }
 #define LD_F32(x) (x)
 #define ST_F32(x) (x)
@@ -186,56 +184,85 @@ static bool tile_f32_fits(const trn_matmul_desc *d) {
 // (tile_mm.h).
 #define T16_ROW(r) const float *a##r = A + (i + ((r) < rows ? (r) : rows - 1)) * ars
 #define T16_FMA1(r) c##r##0 = _mm512_fmadd_ps(_mm512_set1_ps(a##r[p * acs]), b0, c##r##0)
-#define T16_FMA2(r)                                                 \
-    do {                                                            \
-        const __m512 av = _mm512_set1_ps(a##r[p * acs]);            \
-        c##r##0 = _mm512_fmadd_ps(av, b0, c##r##0);                 \
-        c##r##1 = _mm512_fmadd_ps(av, b1, c##r##1);                 \
+#define T16_FMA2(r)                                                                                \
+    do {                                                                                           \
+        const __m512 av = _mm512_set1_ps(a##r[p * acs]);                                           \
+        c##r##0 = _mm512_fmadd_ps(av, b0, c##r##0);                                                \
+        c##r##1 = _mm512_fmadd_ps(av, b1, c##r##1);                                                \
     } while (0)
-#define T16_ST1(r) \
+#define T16_ST1(r)                                                                                 \
     if ((r) < rows) _mm512_mask_storeu_ps(C + (i + (r)) * ldc + j, m0, c##r##0)
-#define T16_ST2(r)                                                   \
-    if ((r) < rows) {                                                \
-        _mm512_mask_storeu_ps(C + (i + (r)) * ldc + j, m0, c##r##0);      \
-        _mm512_mask_storeu_ps(C + (i + (r)) * ldc + j + 16, m1, c##r##1); \
+#define T16_ST2(r)                                                                                 \
+    if ((r) < rows) {                                                                              \
+        _mm512_mask_storeu_ps(C + (i + (r)) * ldc + j, m0, c##r##0);                               \
+        _mm512_mask_storeu_ps(C + (i + (r)) * ldc + j + 16, m1, c##r##1);                          \
     }
 
-static __mmask16 t16_mask(int64_t w) { return w >= 16 ? (__mmask16)0xFFFF : w <= 0 ? 0 : (__mmask16)((1u << w) - 1); }
+static __mmask16 t16_mask(int64_t w) {
+    return w >= 16 ? (__mmask16)0xFFFF : w <= 0 ? 0 : (__mmask16)((1u << w) - 1);
+}
 
-static void tile16_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t ars, int64_t acs, const float *B,
-                       int64_t ldb, float *C, int64_t ldc) {
+static void tile16_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t ars, int64_t acs,
+                       const float *B, int64_t ldb, float *C, int64_t ldc) {
     for (int64_t j = 0; j < n; j += 32) {
         const __mmask16 m0 = t16_mask(n - j), m1 = t16_mask(n - j - 16);
         if (m1 == 0) {
             for (int64_t i = 0; i < m; i += 8) {
                 const int64_t rows = m - i < 8 ? m - i : 8;
-                T16_ROW(0); T16_ROW(1); T16_ROW(2); T16_ROW(3); T16_ROW(4); T16_ROW(5); T16_ROW(6); T16_ROW(7);
-                __m512 c00 = _mm512_setzero_ps(), c10 = c00, c20 = c00, c30 = c00, c40 = c00, c50 = c00,
-                       c60 = c00, c70 = c00;
+                T16_ROW(0);
+                T16_ROW(1);
+                T16_ROW(2);
+                T16_ROW(3);
+                T16_ROW(4);
+                T16_ROW(5);
+                T16_ROW(6);
+                T16_ROW(7);
+                __m512 c00 = _mm512_setzero_ps(), c10 = c00, c20 = c00, c30 = c00, c40 = c00,
+                       c50 = c00, c60 = c00, c70 = c00;
                 for (int64_t p = 0; p < k; p++) {
                     const __m512 b0 = _mm512_maskz_loadu_ps(m0, B + p * ldb + j);
-                    T16_FMA1(0); T16_FMA1(1); T16_FMA1(2); T16_FMA1(3);
-                    T16_FMA1(4); T16_FMA1(5); T16_FMA1(6); T16_FMA1(7);
+                    T16_FMA1(0);
+                    T16_FMA1(1);
+                    T16_FMA1(2);
+                    T16_FMA1(3);
+                    T16_FMA1(4);
+                    T16_FMA1(5);
+                    T16_FMA1(6);
+                    T16_FMA1(7);
                 }
-                T16_ST1(0); T16_ST1(1); T16_ST1(2); T16_ST1(3); T16_ST1(4); T16_ST1(5); T16_ST1(6); T16_ST1(7);
+                T16_ST1(0);
+                T16_ST1(1);
+                T16_ST1(2);
+                T16_ST1(3);
+                T16_ST1(4);
+                T16_ST1(5);
+                T16_ST1(6);
+                T16_ST1(7);
             }
             continue;
         }
         for (int64_t i = 0; i < m; i += 4) {
             const int64_t rows = m - i < 4 ? m - i : 4;
-            T16_ROW(0); T16_ROW(1); T16_ROW(2); T16_ROW(3);
-            __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
-                   c31 = c00;
+            T16_ROW(0);
+            T16_ROW(1);
+            T16_ROW(2);
+            T16_ROW(3);
+            __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
+                   c30 = c00, c31 = c00;
             for (int64_t p = 0; p < k; p++) {
                 const __m512 b0 = _mm512_maskz_loadu_ps(m0, B + p * ldb + j);
                 const __m512 b1 = _mm512_maskz_loadu_ps(m1, B + p * ldb + j + 16);
-                T16_FMA2(0); T16_FMA2(1); T16_FMA2(2); T16_FMA2(3);
+                T16_FMA2(0);
+                T16_FMA2(1);
+                T16_FMA2(2);
+                T16_FMA2(3);
             }
             T16_ST2(0) T16_ST2(1) T16_ST2(2) T16_ST2(3)
         }
     }
 }
-#define TILE_F32(m, n, k, A, ars, acs, B, ldb, C, ldc) tile16_f32(m, n, k, A, ars, acs, B, ldb, C, ldc)
+#define TILE_F32(m, n, k, A, ars, acs, B, ldb, C, ldc)                                             \
+    tile16_f32(m, n, k, A, ars, acs, B, ldb, C, ldc)
 
 // Transposes 16 x 16 floats in registers (unpack pairs, then pairs of
 // pairs, then 128-bit lanes twice): r[i] holds row i, o[c] gets column c.
@@ -255,7 +282,8 @@ static inline void t16_transpose(__m512 r[16], __m512 o[16]) {
         r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
     }
     for (int c = 0; c < 4; c++) {
-        const __m512 u0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88), u1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd),
+        const __m512 u0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88),
+                     u1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd),
                      u2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88),
                      u3 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
         o[c] = _mm512_shuffle_f32x4(u0, u2, 0x88);
@@ -273,14 +301,17 @@ static void pack_transposed(int64_t k, int64_t n, const float *B, int64_t ldbt, 
             const __mmask16 mp = t16_mask(k - p0), mj = t16_mask(n - j0);
             __m512 r[16], o[16];
             for (int i = 0; i < 16; i++)
-                r[i] = j0 + i < n ? _mm512_maskz_loadu_ps(mp, B + (j0 + i) * ldbt + p0) : _mm512_setzero_ps();
+                r[i] = j0 + i < n ? _mm512_maskz_loadu_ps(mp, B + (j0 + i) * ldbt + p0)
+                                  : _mm512_setzero_ps();
             t16_transpose(r, o);
-            for (int i = 0; i < 16 && p0 + i < k; i++) _mm512_mask_storeu_ps(packed + (p0 + i) * n + j0, mj, o[i]);
+            for (int i = 0; i < 16 && p0 + i < k; i++)
+                _mm512_mask_storeu_ps(packed + (p0 + i) * n + j0, mj, o[i]);
         }
 }
 #define PACK_TRANSPOSED 1
 #else
-#define TILE_F32(m, n, k, A, ars, acs, B, ldb, C, ldc) trn_tile_mm(m, n, k, A, ars, acs, B, ldb, C, ldc, 0)
+#define TILE_F32(m, n, k, A, ars, acs, B, ldb, C, ldc)                                             \
+    trn_tile_mm(m, n, k, A, ars, acs, B, ldb, C, ldc, 0)
 #endif
 
 // B (k x n, column stride != 1) copied row-major into packed (ldb n).
@@ -349,18 +380,18 @@ DEFINE_SMALL(small_f16, uint16_t, trn_half_to_float, trn_float_to_half)
 DEFINE_SMALL(small_bf16, uint16_t, trn_bf16_to_float, trn_float_to_bf16)
 
 // k == 0: C = beta * C (0 when beta is 0). Not a hot path.
-#define DEFINE_SCALE(NAME, T, LOAD, STORE, BETA, ZERO)                           \
-    static void NAME(const trn_matmul_desc *d) {                                 \
-        const int64_t *cs = d->c_strides;                                        \
-        for (int64_t t = 0; t < d->batch; t++)                                   \
-            for (int64_t i = 0; i < d->m; i++)                                   \
-                for (int64_t j = 0; j < d->n; j++) {                             \
-                    T *cp = (T *)d->c + t * cs[0] + i * cs[1] + j * cs[2];       \
-                    if (BETA == ZERO)                                            \
-                        *cp = STORE(ZERO);                                       \
-                    else                                                         \
-                        *cp = STORE(BETA * LOAD(*cp));                           \
-                }                                                                \
+#define DEFINE_SCALE(NAME, T, LOAD, STORE, BETA, ZERO)                                             \
+    static void NAME(const trn_matmul_desc *d) {                                                   \
+        const int64_t *cs = d->c_strides;                                                          \
+        for (int64_t t = 0; t < d->batch; t++)                                                     \
+            for (int64_t i = 0; i < d->m; i++)                                                     \
+                for (int64_t j = 0; j < d->n; j++) {                                               \
+                    T *cp = (T *)d->c + t * cs[0] + i * cs[1] + j * cs[2];                         \
+                    if (BETA == ZERO)                                                              \
+                        *cp = STORE(ZERO);                                                         \
+                    else                                                                           \
+                        *cp = STORE(BETA * LOAD(*cp));                                             \
+                }                                                                                  \
     }
 #define ID(x) (x)
 #define U64(x) ((uint64_t)(x))
@@ -386,7 +417,7 @@ typedef struct mm_key {
     int64_t a_dims[3], b_dims[3], c_dims[3];
     int64_t as[3], bs[3], cs[3];
     double alpha, beta;
-    int64_t bias;  // 1: a contiguous bias row of c_dims[2] entries, of `dtype`
+    int64_t bias;    // 1: a contiguous bias row of c_dims[2] entries, of `dtype`
     int64_t native;  // 1: bfloat16 operands may go to oneDNN as they are
     int64_t c_f32;   // 1: bfloat16 A and B, float32 C (direct only; matmul_run.h)
 } mm_key;
@@ -396,13 +427,13 @@ enum { OP_A, OP_B, OP_C_IN, OP_C_OUT, OP_MM, OP_COUNT };
 typedef struct mm_plan {
     dnnl_primitive_t prim[OP_COUNT];  // only OP_MM (staging: stage_in/out)
     dnnl_memory_desc_t scratch_md[OP_COUNT];
-    size_t scratch_size;              // max over the primitives
+    size_t scratch_size;                        // max over the primitives
     dnnl_memory_desc_t user_md[3], comp_md[3];  // a, b, c
-    dnnl_memory_desc_t bias_md;       // when key.bias: as the caller's,
-    dnnl_memory_desc_t bias_comp_md;  // and as the matmul reads it
-    size_t bias_temp_size;            // staged bias bytes (0: direct)
-    size_t temp_size[3];              // staging buffer bytes (0: direct)
-    mm_key key;                       // operand geometry, for staging
+    dnnl_memory_desc_t bias_md;                 // when key.bias: as the caller's,
+    dnnl_memory_desc_t bias_comp_md;            // and as the matmul reads it
+    size_t bias_temp_size;                      // staged bias bytes (0: direct)
+    size_t temp_size[3];                        // staging buffer bytes (0: direct)
+    mm_key key;                                 // operand geometry, for staging
 } mm_plan;
 
 static void plan_destroy(mm_plan *p) {
@@ -423,8 +454,7 @@ static dnnl_data_type_t dnnl_type(trn_dtype t) {
 // Creates the primitive of `pd` into plan slot `i`, recording its scratchpad.
 static trn_status take_primitive(mm_plan *p, int i, dnnl_primitive_desc_t pd) {
     trn_status st = TRN_SUCCESS;
-    const dnnl_memory_desc_t *smd =
-        dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     if (smd) {
         p->scratch_md[i] = *smd;
         size_t sz = dnnl_memory_desc_get_size(smd);
@@ -501,26 +531,26 @@ static trn_status plan_build(const mm_key *key, mm_plan **out) {
     }
     if (!direct && key->c_f32) {
         // Staging would convert C as bfloat16: the caller takes another path.
-        st = trn__set_error(TRN_ERROR_UNSUPPORTED, "no direct bfloat16 x bfloat16 -> float32 matmul");
+        st = trn__set_error(TRN_ERROR_UNSUPPORTED,
+                            "no direct bfloat16 x bfloat16 -> float32 matmul");
         goto fail;
     }
     if (!direct) {
         for (int i = 0; i < 3; i++)
-            TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->comp_md[i], 3, dd[i], dnnl_f32,
-                                                      dnnl_abc),
+            TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->comp_md[i], 3, dd[i], dnnl_f32, dnnl_abc),
                          "matmul staging layout");
         if (key->bias && udt != dnnl_f32) {
             // A bfloat16 bias row of a plan that fell back to staging.
-            TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->bias_comp_md, 3, bdims, dnnl_f32,
-                                                      dnnl_abc),
-                         "matmul bias staging layout");
+            TRN_DNNL_TRY(
+                dnnl_memory_desc_init_by_tag(&p->bias_comp_md, 3, bdims, dnnl_f32, dnnl_abc),
+                "matmul bias staging layout");
             p->bias_temp_size = dnnl_memory_desc_get_size(&p->bias_comp_md);
             bias_md = &p->bias_comp_md;
         }
         dnnl_matmul_desc_t md;
-        TRN_DNNL_TRY(dnnl_matmul_desc_init(&md, &p->comp_md[0], &p->comp_md[1], bias_md,
-                                           &p->comp_md[2]),
-                     "matmul");
+        TRN_DNNL_TRY(
+            dnnl_matmul_desc_init(&md, &p->comp_md[0], &p->comp_md[1], bias_md, &p->comp_md[2]),
+            "matmul");
         TRN_DNNL_TRY(dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL), "matmul");
         for (int i = 0; i < 3; i++) {
             if (dnnl_memory_desc_equal(&p->user_md[i], &p->comp_md[i])) continue;
@@ -631,8 +661,7 @@ static trn_status plan_execute(const mm_plan *p, const trn_matmul_desc *d, const
         float *staged = (float *)(void *)(ws + off[4]);
         const uint16_t *row = bias_row;
         for (int64_t j = 0; j < p->key.c_dims[2]; j++) staged[j] = trn_bf16_to_float(row[j]);
-        TRN_DNNL_TRY(dnnl_memory_create(&bias, &p->bias_comp_md, engine, staged),
-                     "matmul bias");
+        TRN_DNNL_TRY(dnnl_memory_create(&bias, &p->bias_comp_md, engine, staged), "matmul bias");
     } else if (p->key.bias) {
         TRN_DNNL_TRY(dnnl_memory_create(&bias, &p->bias_md, engine, (void *)bias_row),
                      "matmul bias");
@@ -682,8 +711,8 @@ fail:
 
 // Operand geometry for oneDNN: a broadcast batch (stride 0) becomes a batch
 // dim of 1, and the batch stride of a single matrix gets a harmless value.
-static void key_operand(int64_t batch, int64_t rows, int64_t cols, const int64_t *s,
-                        int64_t *dims, int64_t *strides) {
+static void key_operand(int64_t batch, int64_t rows, int64_t cols, const int64_t *s, int64_t *dims,
+                        int64_t *strides) {
     dims[0] = (batch > 1 && s[0] == 0) ? 1 : batch;
     dims[1] = rows;
     dims[2] = cols;
@@ -908,8 +937,8 @@ static bool is_small(const trn_matmul_desc *d) {
 // rounding, as adding it through C (copied there, beta 1) would, without
 // writing and reading C once more.
 static bool bias_fused(const trn_matmul_desc *d, int64_t bias_stride) {
-    const bool dtype_ok = d->dtype == TRN_DTYPE_F32 ||
-                          (d->dtype == TRN_DTYPE_BF16 && trn_matmul_bf16_native());
+    const bool dtype_ok =
+        d->dtype == TRN_DTYPE_F32 || (d->dtype == TRN_DTYPE_BF16 && trn_matmul_bf16_native());
     return dtype_ok && d->alpha == 1.0 && bias_stride == 1 && d->k > 0 && !is_small(d);
 }
 
@@ -1024,15 +1053,14 @@ static trn_status launch(trn_stream *stream, const trn_matmul_desc *desc, const 
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_matmul_launch: stream or descriptor is NULL");
     if ((unsigned)desc->dtype >= TRN_DTYPE_COUNT || !trn_matmul_supports(desc->dtype))
-        return trn__set_error(TRN_ERROR_UNSUPPORTED,
-                              "trn_matmul_launch: dtype %s is not supported",
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "trn_matmul_launch: dtype %s is not supported",
                               trn_dtype_name(desc->dtype));
     if (desc->batch < 0 || desc->m < 0 || desc->n < 0 || desc->k < 0)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_matmul_launch: negative size (batch %lld, m %lld, n %lld, "
                               "k %lld)",
-                              (long long)desc->batch, (long long)desc->m,
-                              (long long)desc->n, (long long)desc->k);
+                              (long long)desc->batch, (long long)desc->m, (long long)desc->n,
+                              (long long)desc->k);
     if (bias != NULL && (desc->beta != 0 || desc->beta_int != 0 || bias_stride < 0))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_matmul_bias_launch: a bias needs beta == 0 and a "
@@ -1050,9 +1078,10 @@ static trn_status launch(trn_stream *stream, const trn_matmul_desc *desc, const 
     trn_matmul_desc *d = &a.d;
     const size_t es = trn_dtype_size(d->dtype);
     if (d->c == NULL || (d->k > 0 && (d->a == NULL || d->b == NULL)))
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_matmul_launch: %s pointer is NULL",
-                              d->c == NULL ? "C" : d->a == NULL ? "A" : "B");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_matmul_launch: %s pointer is NULL",
+                              d->c == NULL   ? "C"
+                              : d->a == NULL ? "A"
+                                             : "B");
     if ((d->m > 1 && d->c_strides[1] == 0) || (d->n > 1 && d->c_strides[2] == 0) ||
         (d->batch > 1 && d->c_strides[0] == 0))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
@@ -1060,14 +1089,13 @@ static trn_status launch(trn_stream *stream, const trn_matmul_desc *desc, const 
                               "(overlapping writes)");
     for (int i = 0; i < 3; i++)
         if (d->a_strides[i] < 0 || d->b_strides[i] < 0 || d->c_strides[i] < 0)
-            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                                  "trn_matmul_launch: negative strides are not supported "
-                                  "(A %lld,%lld,%lld B %lld,%lld,%lld C %lld,%lld,%lld)",
-                                  (long long)d->a_strides[0], (long long)d->a_strides[1],
-                                  (long long)d->a_strides[2], (long long)d->b_strides[0],
-                                  (long long)d->b_strides[1], (long long)d->b_strides[2],
-                                  (long long)d->c_strides[0], (long long)d->c_strides[1],
-                                  (long long)d->c_strides[2]);
+            return trn__set_error(
+                TRN_ERROR_INVALID_ARGUMENT,
+                "trn_matmul_launch: negative strides are not supported "
+                "(A %lld,%lld,%lld B %lld,%lld,%lld C %lld,%lld,%lld)",
+                (long long)d->a_strides[0], (long long)d->a_strides[1], (long long)d->a_strides[2],
+                (long long)d->b_strides[0], (long long)d->b_strides[1], (long long)d->b_strides[2],
+                (long long)d->c_strides[0], (long long)d->c_strides[1], (long long)d->c_strides[2]);
     if (d->batch == 1) d->a_strides[0] = d->b_strides[0] = d->c_strides[0] = 0;
     normalize_matrix(d->m, d->k, d->a_strides);
     normalize_matrix(d->k, d->n, d->b_strides);
@@ -1079,8 +1107,7 @@ static trn_status launch(trn_stream *stream, const trn_matmul_desc *desc, const 
     if (!trn__view_span(3, csz, d->c_strides, es, &a.c_lo, &a.c_span) ||
         (d->k > 0 && (!trn__view_span(3, asz, d->a_strides, es, &a.a_lo, &a.a_span) ||
                       !trn__view_span(3, bsz, d->b_strides, es, &a.b_lo, &a.b_span))) ||
-        (bias != NULL &&
-         !trn__view_span(1, &d->n, &bias_stride, es, &a.bias_lo, &a.bias_span)))
+        (bias != NULL && !trn__view_span(1, &d->n, &bias_stride, es, &a.bias_lo, &a.bias_span)))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_matmul_launch: strides overflow the address space");
     return trn_stream_launch(stream, mm_task, &a, sizeof a);
@@ -1189,8 +1216,8 @@ trn_status trn__matmul_bf16_f32_now(int64_t m, int64_t n, int64_t k, const uint1
     return trn__split_error_raise(&sp.error);
 }
 
-trn_status trn_matmul_bias_launch(trn_stream *stream, const trn_matmul_desc *desc,
-                                  const void *bias, int64_t bias_stride) {
+trn_status trn_matmul_bias_launch(trn_stream *stream, const trn_matmul_desc *desc, const void *bias,
+                                  int64_t bias_stride) {
     if (bias == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_matmul_bias_launch: bias is NULL");
     return launch(stream, desc, bias, bias_stride);

@@ -28,15 +28,16 @@ static bool is_wide(trn_dtype t) {
 }
 
 bool trn_scaled_mm_supports(trn_dtype a_dtype, trn_dtype b_dtype, trn_dtype out_dtype) {
-    return is_operand(a_dtype) && is_operand(b_dtype) && (is_wide(out_dtype) || is_operand(out_dtype));
+    return is_operand(a_dtype) && is_operand(b_dtype) &&
+           (is_wide(out_dtype) || is_operand(out_dtype));
 }
 
 // rows x cols of 8-bit `t` at strides s -> contiguous float32.
 static void widen(trn_dtype t, const uint8_t *src, const int64_t s[2], int64_t rows, int64_t cols,
                   float *dst) {
-#define WIDEN(CONV)                                                             \
-    for (int64_t i = 0; i < rows; i++)                                          \
-        for (int64_t j = 0; j < cols; j++) dst[i * cols + j] = CONV(src[i * s[0] + j * s[1]]); \
+#define WIDEN(CONV)                                                                                \
+    for (int64_t i = 0; i < rows; i++)                                                             \
+        for (int64_t j = 0; j < cols; j++) dst[i * cols + j] = CONV(src[i * s[0] + j * s[1]]);     \
     break;
     switch (t) {
     case TRN_DTYPE_F8E4M3FN: WIDEN(trn_fp8_e4m3fn_to_float)
@@ -52,10 +53,11 @@ static void widen(trn_dtype t, const uint8_t *src, const int64_t s[2], int64_t r
 // significant bits and exponents within bfloat16's range).
 static void widen_bf16(trn_dtype t, const uint8_t *src, const int64_t s[2], int64_t rows,
                        int64_t cols, uint16_t *dst) {
-#define WIDEN(CONV)                                                             \
-    for (int64_t i = 0; i < rows; i++)                                          \
-        for (int64_t j = 0; j < cols; j++)                                      \
-            dst[i * cols + j] = (uint16_t)(trn_fp32_to_bits(CONV(src[i * s[0] + j * s[1]])) >> 16); \
+#define WIDEN(CONV)                                                                                \
+    for (int64_t i = 0; i < rows; i++)                                                             \
+        for (int64_t j = 0; j < cols; j++)                                                         \
+            dst[i * cols + j] =                                                                    \
+                (uint16_t)(trn_fp32_to_bits(CONV(src[i * s[0] + j * s[1]])) >> 16);                \
     break;
     switch (t) {
     case TRN_DTYPE_F8E4M3FN: WIDEN(trn_fp8_e4m3fn_to_float)
@@ -148,8 +150,7 @@ static trn_status smm_task(void *args) {
     if (d->bias) trn__access_add(&acc, d->bias, (size_t)a->bias_span);
     trn_status st = trn__access_begin(&acc);
     if (st != TRN_SUCCESS) return st;
-    const size_t na = (size_t)(d->m * d->k), nb = (size_t)(d->k * d->n),
-                 nc = (size_t)(d->m * d->n);
+    const size_t na = (size_t)(d->m * d->k), nb = (size_t)(d->k * d->n), nc = (size_t)(d->m * d->n);
     float *buf = malloc((na + nb + nc) * sizeof(float));
     if (buf == NULL) {
         trn__access_end(&acc);
@@ -169,8 +170,8 @@ static trn_status smm_task(void *args) {
     // float32 result (AVX512-BF16). Elsewhere: float32 operands and GEMM.
     widen_par(d, true, d->a_dtype, d->a, d->a_strides, d->m, d->k, wa);
     widen_par(d, true, d->b_dtype, d->b, bsrc_s, b_rows, b_cols, wb);
-    st = trn__matmul_bf16_f32_now(d->m, d->n, d->k, (const uint16_t *)wa, (const uint16_t *)wb, b_rs,
-                                  b_cs, wc);
+    st = trn__matmul_bf16_f32_now(d->m, d->n, d->k, (const uint16_t *)wa, (const uint16_t *)wb,
+                                  b_rs, b_cs, wc);
     if (st == TRN_ERROR_UNSUPPORTED) {
         trn_clear_error();
         widen_par(d, false, d->a_dtype, d->a, d->a_strides, d->m, d->k, wa);

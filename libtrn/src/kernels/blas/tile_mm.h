@@ -22,60 +22,95 @@
 // an array: GCC kept an array's copy on the stack and stored it on every k
 // step (2x slower).
 #define TRN__MM_DECL(r) __m256 c##r##0, c##r##1, c##r##2, c##r##3
-#define TRN__MM_INIT(r)                                   \
-    do {                                                  \
-        if (accumulate) {                                 \
-            c##r##0 = _mm256_loadu_ps(c + (r) * ldc);      \
-            c##r##1 = _mm256_loadu_ps(c + (r) * ldc + 8);  \
-            c##r##2 = _mm256_loadu_ps(c + (r) * ldc + 16); \
-            c##r##3 = _mm256_loadu_ps(c + (r) * ldc + 24); \
-        } else {                                          \
-            c##r##0 = c##r##1 = c##r##2 = c##r##3 = _mm256_setzero_ps(); \
-        }                                                 \
+#define TRN__MM_INIT(r)                                                                            \
+    do {                                                                                           \
+        if (accumulate) {                                                                          \
+            c##r##0 = _mm256_loadu_ps(c + (r)*ldc);                                                \
+            c##r##1 = _mm256_loadu_ps(c + (r)*ldc + 8);                                            \
+            c##r##2 = _mm256_loadu_ps(c + (r)*ldc + 16);                                           \
+            c##r##3 = _mm256_loadu_ps(c + (r)*ldc + 24);                                           \
+        } else {                                                                                   \
+            c##r##0 = c##r##1 = c##r##2 = c##r##3 = _mm256_setzero_ps();                           \
+        }                                                                                          \
     } while (0)
-#define TRN__MM_STEP(r)                                              \
-    do {                                                             \
-        const __m256 av = _mm256_broadcast_ss(a + (r) * ars + p * acs); \
-        c##r##0 = _mm256_fmadd_ps(av, b0, c##r##0);                  \
-        c##r##1 = _mm256_fmadd_ps(av, b1, c##r##1);                  \
-        c##r##2 = _mm256_fmadd_ps(av, b2, c##r##2);                  \
-        c##r##3 = _mm256_fmadd_ps(av, b3, c##r##3);                  \
+#define TRN__MM_STEP(r)                                                                            \
+    do {                                                                                           \
+        const __m256 av = _mm256_broadcast_ss(a + (r)*ars + p * acs);                              \
+        c##r##0 = _mm256_fmadd_ps(av, b0, c##r##0);                                                \
+        c##r##1 = _mm256_fmadd_ps(av, b1, c##r##1);                                                \
+        c##r##2 = _mm256_fmadd_ps(av, b2, c##r##2);                                                \
+        c##r##3 = _mm256_fmadd_ps(av, b3, c##r##3);                                                \
     } while (0)
-#define TRN__MM_STORE(r)                                  \
-    do {                                                  \
-        _mm256_storeu_ps(c + (r) * ldc, c##r##0);          \
-        _mm256_storeu_ps(c + (r) * ldc + 8, c##r##1);      \
-        _mm256_storeu_ps(c + (r) * ldc + 16, c##r##2);     \
-        _mm256_storeu_ps(c + (r) * ldc + 24, c##r##3);     \
+#define TRN__MM_STORE(r)                                                                           \
+    do {                                                                                           \
+        _mm256_storeu_ps(c + (r)*ldc, c##r##0);                                                    \
+        _mm256_storeu_ps(c + (r)*ldc + 8, c##r##1);                                                \
+        _mm256_storeu_ps(c + (r)*ldc + 16, c##r##2);                                               \
+        _mm256_storeu_ps(c + (r)*ldc + 24, c##r##3);                                               \
     } while (0)
-#define TRN__MM_LOADB()                                      \
-    const __m256 b0 = _mm256_loadu_ps(b + p * ldb);          \
-    const __m256 b1 = _mm256_loadu_ps(b + p * ldb + 8);      \
-    const __m256 b2 = _mm256_loadu_ps(b + p * ldb + 16);     \
+#define TRN__MM_LOADB()                                                                            \
+    const __m256 b0 = _mm256_loadu_ps(b + p * ldb);                                                \
+    const __m256 b1 = _mm256_loadu_ps(b + p * ldb + 8);                                            \
+    const __m256 b2 = _mm256_loadu_ps(b + p * ldb + 16);                                           \
     const __m256 b3 = _mm256_loadu_ps(b + p * ldb + 24)
 
-static inline void trn__tile_mm_6x32(int64_t k, const float *a, int64_t ars, int64_t acs, const float *b,
-                                     int64_t ldb, float *c, int64_t ldc, int accumulate) {
-    TRN__MM_DECL(0); TRN__MM_DECL(1); TRN__MM_DECL(2); TRN__MM_DECL(3); TRN__MM_DECL(4); TRN__MM_DECL(5);
-    TRN__MM_INIT(0); TRN__MM_INIT(1); TRN__MM_INIT(2); TRN__MM_INIT(3); TRN__MM_INIT(4); TRN__MM_INIT(5);
+static inline void trn__tile_mm_6x32(int64_t k, const float *a, int64_t ars, int64_t acs,
+                                     const float *b, int64_t ldb, float *c, int64_t ldc,
+                                     int accumulate) {
+    TRN__MM_DECL(0);
+    TRN__MM_DECL(1);
+    TRN__MM_DECL(2);
+    TRN__MM_DECL(3);
+    TRN__MM_DECL(4);
+    TRN__MM_DECL(5);
+    TRN__MM_INIT(0);
+    TRN__MM_INIT(1);
+    TRN__MM_INIT(2);
+    TRN__MM_INIT(3);
+    TRN__MM_INIT(4);
+    TRN__MM_INIT(5);
     for (int64_t p = 0; p < k; p++) {
         TRN__MM_LOADB();
-        TRN__MM_STEP(0); TRN__MM_STEP(1); TRN__MM_STEP(2); TRN__MM_STEP(3); TRN__MM_STEP(4); TRN__MM_STEP(5);
+        TRN__MM_STEP(0);
+        TRN__MM_STEP(1);
+        TRN__MM_STEP(2);
+        TRN__MM_STEP(3);
+        TRN__MM_STEP(4);
+        TRN__MM_STEP(5);
     }
-    TRN__MM_STORE(0); TRN__MM_STORE(1); TRN__MM_STORE(2); TRN__MM_STORE(3); TRN__MM_STORE(4); TRN__MM_STORE(5);
+    TRN__MM_STORE(0);
+    TRN__MM_STORE(1);
+    TRN__MM_STORE(2);
+    TRN__MM_STORE(3);
+    TRN__MM_STORE(4);
+    TRN__MM_STORE(5);
 }
-static inline void trn__tile_mm_4x32(int64_t k, const float *a, int64_t ars, int64_t acs, const float *b,
-                                     int64_t ldb, float *c, int64_t ldc, int accumulate) {
-    TRN__MM_DECL(0); TRN__MM_DECL(1); TRN__MM_DECL(2); TRN__MM_DECL(3);
-    TRN__MM_INIT(0); TRN__MM_INIT(1); TRN__MM_INIT(2); TRN__MM_INIT(3);
+static inline void trn__tile_mm_4x32(int64_t k, const float *a, int64_t ars, int64_t acs,
+                                     const float *b, int64_t ldb, float *c, int64_t ldc,
+                                     int accumulate) {
+    TRN__MM_DECL(0);
+    TRN__MM_DECL(1);
+    TRN__MM_DECL(2);
+    TRN__MM_DECL(3);
+    TRN__MM_INIT(0);
+    TRN__MM_INIT(1);
+    TRN__MM_INIT(2);
+    TRN__MM_INIT(3);
     for (int64_t p = 0; p < k; p++) {
         TRN__MM_LOADB();
-        TRN__MM_STEP(0); TRN__MM_STEP(1); TRN__MM_STEP(2); TRN__MM_STEP(3);
+        TRN__MM_STEP(0);
+        TRN__MM_STEP(1);
+        TRN__MM_STEP(2);
+        TRN__MM_STEP(3);
     }
-    TRN__MM_STORE(0); TRN__MM_STORE(1); TRN__MM_STORE(2); TRN__MM_STORE(3);
+    TRN__MM_STORE(0);
+    TRN__MM_STORE(1);
+    TRN__MM_STORE(2);
+    TRN__MM_STORE(3);
 }
-static inline void trn__tile_mm_1x32(int64_t k, const float *a, int64_t ars, int64_t acs, const float *b,
-                                     int64_t ldb, float *c, int64_t ldc, int accumulate) {
+static inline void trn__tile_mm_1x32(int64_t k, const float *a, int64_t ars, int64_t acs,
+                                     const float *b, int64_t ldb, float *c, int64_t ldc,
+                                     int accumulate) {
     TRN__MM_DECL(0);
     TRN__MM_INIT(0);
     for (int64_t p = 0; p < k; p++) {
@@ -85,8 +120,8 @@ static inline void trn__tile_mm_1x32(int64_t k, const float *a, int64_t ars, int
     TRN__MM_STORE(0);
 }
 // One row x 8 columns (the columns past the last block of 32).
-static inline void trn__tile_mm_1x8(int64_t k, const float *a, int64_t acs, const float *b, int64_t ldb,
-                                    float *c, int accumulate) {
+static inline void trn__tile_mm_1x8(int64_t k, const float *a, int64_t acs, const float *b,
+                                    int64_t ldb, float *c, int accumulate) {
     __m256 acc = accumulate ? _mm256_loadu_ps(c) : _mm256_setzero_ps();
     for (int64_t p = 0; p < k; p++)
         acc = _mm256_fmadd_ps(_mm256_broadcast_ss(a + p * acs), _mm256_loadu_ps(b + p * ldb), acc);
@@ -124,12 +159,12 @@ static inline void trn_tile_mm_band(int64_t m, int64_t n, int64_t k, const float
     const int64_t nv = trn__tile_mm_simd_cols(n);
     int64_t p0, p1;
 #if defined(__AVX2__) && defined(__FMA__)
-#define TRN__TILE_CALL(KERNEL, ROWS)                                                            \
-    do {                                                                                       \
-        trn__tile_range(&bd, i, ROWS, k, &p0, &p1);                                            \
-        if (j + 32 > i + bd.clo && (p1 > p0 || !accumulate))                                   \
-            KERNEL(p1 - p0, a + i * ars + p0 * acs, ars, acs, b + p0 * ldb + j, ldb, c + i * ldc + j, \
-                   ldc, accumulate);                                                           \
+#define TRN__TILE_CALL(KERNEL, ROWS)                                                               \
+    do {                                                                                           \
+        trn__tile_range(&bd, i, ROWS, k, &p0, &p1);                                                \
+        if (j + 32 > i + bd.clo && (p1 > p0 || !accumulate))                                       \
+            KERNEL(p1 - p0, a + i * ars + p0 * acs, ars, acs, b + p0 * ldb + j, ldb,               \
+                   c + i * ldc + j, ldc, accumulate);                                              \
     } while (0)
     int64_t j = 0;
     for (; j + 32 <= nv; j += 32) {
@@ -143,8 +178,8 @@ static inline void trn_tile_mm_band(int64_t m, int64_t n, int64_t k, const float
         for (int64_t i = 0; i < m; i++) {
             trn__tile_range(&bd, i, 1, k, &p0, &p1);
             if (j + 8 > i + bd.clo && (p1 > p0 || !accumulate))
-                trn__tile_mm_1x8(p1 - p0, a + i * ars + p0 * acs, acs, b + p0 * ldb + j, ldb, c + i * ldc + j,
-                                 accumulate);
+                trn__tile_mm_1x8(p1 - p0, a + i * ars + p0 * acs, acs, b + p0 * ldb + j, ldb,
+                                 c + i * ldc + j, accumulate);
         }
 #endif
     // Columns past the last full vector (and every column without AVX2/FMA).
@@ -163,8 +198,9 @@ static inline void trn_tile_mm_band(int64_t m, int64_t n, int64_t k, const float
     }
 }
 
-static inline void trn_tile_mm(int64_t m, int64_t n, int64_t k, const float *a, int64_t ars, int64_t acs,
-                               const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate) {
+static inline void trn_tile_mm(int64_t m, int64_t n, int64_t k, const float *a, int64_t ars,
+                               int64_t acs, const float *b, int64_t ldb, float *c, int64_t ldc,
+                               int accumulate) {
     const trn_tile_band all = {-TRN_TILE_UNBOUNDED, TRN_TILE_UNBOUNDED, -TRN_TILE_UNBOUNDED};
     trn_tile_mm_band(m, n, k, a, ars, acs, b, ldb, c, ldc, accumulate, all);
 }

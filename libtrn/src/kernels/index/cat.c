@@ -25,8 +25,8 @@ _Static_assert(sizeof(cat_args) <= TRN_TASK_MAX_ARGS, "cat args too large");
 // Entry layout: [dst_off, src(ptr as int64), src_lo, src_span, es, n, sizes[n], dstr[n], sstr[n]]
 #define CAT_HEADER 6
 
-static void copy_nd(char *dst, const char *src, int n, const int64_t *size,
-                    const int64_t *dstr, const int64_t *sstr, size_t es) {
+static void copy_nd(char *dst, const char *src, int n, const int64_t *size, const int64_t *dstr,
+                    const int64_t *sstr, size_t es) {
     const int inner = n - 1;
     const bool contig = dstr[inner] == (int64_t)es && sstr[inner] == (int64_t)es;
     int64_t outer = 1, pos[TRN_INDEX_MAX_DIMS] = {0}, doff = 0, soff = 0;
@@ -59,12 +59,12 @@ static void copy_piece(void *ctx, int64_t b, int64_t e) {
     int64_t size[TRN_INDEX_MAX_DIMS];
     memcpy(size, c->size, (size_t)c->n * sizeof size[0]);
     size[c->k] = e - b;
-    copy_nd(c->dst + b * c->dstr[c->k], c->src + b * c->sstr[c->k], c->n, size, c->dstr,
-            c->sstr, c->es);
+    copy_nd(c->dst + b * c->dstr[c->k], c->src + b * c->sstr[c->k], c->n, size, c->dstr, c->sstr,
+            c->es);
 }
 
-static void copy_par(char *dst, const char *src, int n, const int64_t *size,
-                     const int64_t *dstr, const int64_t *sstr, size_t es) {
+static void copy_par(char *dst, const char *src, int n, const int64_t *size, const int64_t *dstr,
+                     const int64_t *sstr, size_t es) {
     int k = 0;
     int64_t bytes = (int64_t)es;
     for (int d = 0; d < n; d++) {
@@ -91,8 +91,8 @@ static trn_status cat_task(void *args) {
         const int n = (int)p[5];
         st = trn__mem_access_begin(src + p[2], (size_t)p[3]);
         if (st != TRN_SUCCESS) break;
-        copy_par(a->out + p[0], src, n, p + CAT_HEADER, p + CAT_HEADER + n,
-                p + CAT_HEADER + 2 * n, (size_t)p[4]);
+        copy_par(a->out + p[0], src, n, p + CAT_HEADER, p + CAT_HEADER + n, p + CAT_HEADER + 2 * n,
+                 (size_t)p[4]);
         trn__mem_access_end(src + p[2], (size_t)p[3]);
         p += CAT_HEADER + 3 * n;
     }
@@ -106,10 +106,9 @@ static trn_status bad(const char *what) {
 
 trn_status trn_cat_launch(trn_stream *stream, const trn_cat_desc *d) {
     if (stream == NULL || d == NULL) return bad("stream or descriptor is NULL");
-    if ((unsigned)d->dtype >= TRN_DTYPE_COUNT || d->ndim < 1 ||
-        d->ndim > TRN_INDEX_MAX_DIMS || d->dim < 0 || d->dim >= d->ndim ||
-        d->ninputs < 0 || (d->ninputs > 0 && d->inputs == NULL) ||
-        d->sizes == NULL || d->out_strides == NULL)
+    if ((unsigned)d->dtype >= TRN_DTYPE_COUNT || d->ndim < 1 || d->ndim > TRN_INDEX_MAX_DIMS ||
+        d->dim < 0 || d->dim >= d->ndim || d->ninputs < 0 ||
+        (d->ninputs > 0 && d->inputs == NULL) || d->sizes == NULL || d->out_strides == NULL)
         return bad("invalid descriptor");
     const int nd = d->ndim;
     const int64_t es = (int64_t)trn_dtype_size(d->dtype);
@@ -122,7 +121,10 @@ trn_status trn_cat_launch(trn_stream *stream, const trn_cat_desc *d) {
         if (d->sizes[k] > 0) {
             if (__builtin_mul_overflow(d->out_strides[k], (d->sizes[k] - 1) * es, &r))
                 return bad("stride overflow");
-            if (r < 0) olo += r; else ohi += r;
+            if (r < 0)
+                olo += r;
+            else
+                ohi += r;
         }
     }
     for (int i = 0; i < d->ninputs; i++) {
@@ -156,7 +158,10 @@ trn_status trn_cat_launch(trn_stream *stream, const trn_cat_desc *d) {
             if (__builtin_mul_overflow(in->strides[k], es, &s[1]) ||
                 __builtin_mul_overflow(s[1], sz - 1, &r))
                 return bad("input stride overflow");
-            if (r < 0) slo += r; else shi += r;
+            if (r < 0)
+                slo += r;
+            else
+                shi += r;
             trn_kit_dims_push(&dims, sz, s);
         }
         trn_kit_dims_finish(&dims, (const int64_t[]){es, es});
@@ -182,6 +187,5 @@ trn_status trn_cat_launch(trn_stream *stream, const trn_cat_desc *d) {
         offset += dim_size;
     }
     if (a.ninputs == 0) return TRN_SUCCESS;
-    return trn_stream_launch(stream, cat_task, &a,
-                             offsetof(cat_args, data) + (size_t)a.words * 8);
+    return trn_stream_launch(stream, cat_task, &a, offsetof(cat_args, data) + (size_t)a.words * 8);
 }

@@ -12,7 +12,6 @@
 #include "index_impl.h"
 #include "trn/parallel.h"
 
-
 TRN__INDEX_DRIVER(gather1, 0, 1, TRN__INDEX_MOVE1, 1, )
 TRN__INDEX_DRIVER(gather2, 0, 2, TRN__INDEX_MOVE2, 1, )
 TRN__INDEX_DRIVER(gather4, 0, 4, TRN__INDEX_MOVE4, 1, )
@@ -114,8 +113,7 @@ trn_status trn_index_launch(trn_stream *stream, const trn_index_desc *desc) {
     if (stream == NULL || desc == NULL) return bad("stream or descriptor is NULL");
     const int nd = desc->ndim, nk = desc->nidx;
     if ((unsigned)desc->dtype >= TRN_DTYPE_COUNT) return bad("invalid dtype");
-    if (nd < 0 || nk < 0)
-        return bad("negative ndim or index count");
+    if (nd < 0 || nk < 0) return bad("negative ndim or index count");
     if (nd > TRN_INDEX_MAX_DIMS || nk > TRN_INDEX_MAX_INDICES)
         return trn__set_error(TRN_ERROR_UNSUPPORTED,
                               "trn_index_launch: %d dims / %d indices exceed the "
@@ -186,9 +184,8 @@ trn_status trn_index_launch(trn_stream *stream, const trn_index_desc *desc) {
         }
         a.idx_span[k] = hi - a.idx_lo[k] + 8;
         // The indexed side reaches index * stride for index in [0, size).
-        bool ok = a.scatter
-                      ? trn__extent_or_empty(a.isize[k], a.istride[k], 1, &a.out_lo, &ohi)
-                      : trn__extent_or_empty(a.isize[k], a.istride[k], 1, &a.src_lo, &shi);
+        bool ok = a.scatter ? trn__extent_or_empty(a.isize[k], a.istride[k], 1, &a.out_lo, &ohi)
+                            : trn__extent_or_empty(a.isize[k], a.istride[k], 1, &a.src_lo, &shi);
         if (!ok) return bad("indexed strides overflow");
     }
     a.out_span = ohi - a.out_lo + es;

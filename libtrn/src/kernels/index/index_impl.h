@@ -24,8 +24,7 @@ typedef struct index_args {
     // Byte ranges touched, relative to the pointers (protect mode).
     int64_t out_lo, out_span, src_lo, src_span;
     int64_t idx_lo[TRN_INDEX_MAX_INDICES], idx_span[TRN_INDEX_MAX_INDICES];
-    int64_t sizes[TRN_INDEX_MAX_DIMS], ostr[TRN_INDEX_MAX_DIMS],
-        sstr[TRN_INDEX_MAX_DIMS];
+    int64_t sizes[TRN_INDEX_MAX_DIMS], ostr[TRN_INDEX_MAX_DIMS], sstr[TRN_INDEX_MAX_DIMS];
     int64_t xstr[TRN_INDEX_MAX_INDICES][TRN_INDEX_MAX_DIMS];
 } index_args;
 
@@ -39,8 +38,8 @@ bool trn__scatter_supports(trn_dtype dtype, int reduce);
 
 // Sum of index offsets of the element at inner position i; an index out of
 // range sets the error and returns false.
-static inline bool index_resolve(const index_args *a, const int64_t *xoff,
-                                 int64_t i, int64_t *off) {
+static inline bool index_resolve(const index_args *a, const int64_t *xoff, int64_t i,
+                                 int64_t *off) {
     int64_t o = 0;
     for (int k = 0; k < a->nidx; k++) {
         int64_t v;
@@ -75,73 +74,69 @@ static inline bool index_resolve(const index_args *a, const int64_t *xoff,
 #define TRN__INDEX_MOVE8(dp, sp, af, ai) memcpy(dp, sp, 8)
 #define TRN__INDEX_MOVE16(dp, sp, af, ai) memcpy(dp, sp, 16)
 
-#define TRN__INDEX_DRIVER(NAME, SCATTER, ES, ELEM, MEMCPY_ROWS, PROLOGUE)       \
-    static trn_status NAME(const index_args *a, const char *src0,              \
-                           int64_t *counts) {                                  \
-        (void)counts;                                                          \
-        PROLOGUE                                                               \
-        const int nd = a->ndim, nk = a->nidx;                                  \
-        const int64_t n0 = a->sizes[0], os0 = a->ostr[0], ss0 = a->sstr[0];    \
-        bool row_const = true;                                                 \
-        for (int k = 0; k < nk; k++)                                           \
-            if (a->xstr[k][0] != 0) row_const = false;                         \
-        int64_t outer = 1;                                                     \
-        for (int d = 1; d < nd; d++) outer *= a->sizes[d];                     \
-        int64_t pos[TRN_INDEX_MAX_DIMS] = {0};                                 \
-        int64_t xoff[TRN_INDEX_MAX_INDICES] = {0};                             \
-        int64_t ooff = 0, soff = 0;                                            \
-        for (int64_t it = 0; it < outer; it++) {                               \
-            char *o = a->out + ooff;                                           \
-            const char *s = src0 + soff;                                       \
-            if (row_const) {                                                   \
-                int64_t off;                                                   \
-                if (!index_resolve(a, xoff, 0, &off))                          \
-                    return TRN_ERROR_INVALID_ARGUMENT;                         \
-                if (SCATTER)                                                   \
-                    o += off;                                                  \
-                else                                                           \
-                    s += off;                                                  \
-                if (os0 == (ES) && ss0 == (ES)) {                              \
-                    if (MEMCPY_ROWS)                                           \
-                        memcpy(o, s, (size_t)n0 * (ES));                       \
-                    else                                                       \
-                        for (int64_t i = 0; i < n0; i++) {                     \
-                            char *dp = o + i * (ES);                           \
-                            const char *sp = s + i * (ES);                     \
-                            ELEM(dp, sp, alpha_f, alpha_i);                                   \
-                        }                                                      \
-                } else {                                                       \
-                    for (int64_t i = 0; i < n0; i++) {                         \
-                        char *dp = o + i * os0;                                \
-                        const char *sp = s + i * ss0;                          \
-                        ELEM(dp, sp, alpha_f, alpha_i);                                       \
-                    }                                                          \
-                }                                                              \
-            } else {                                                           \
-                for (int64_t i = 0; i < n0; i++) {                             \
-                    int64_t off;                                               \
-                    if (!index_resolve(a, xoff, i, &off))                      \
-                        return TRN_ERROR_INVALID_ARGUMENT;                     \
-                    char *dp = o + i * os0 + ((SCATTER) ? off : 0);            \
-                    const char *sp = s + i * ss0 + ((SCATTER) ? 0 : off);      \
-                    ELEM(dp, sp, alpha_f, alpha_i);                                           \
-                }                                                              \
-            }                                                                  \
-            for (int d = 1; d < nd; d++) { /* odometer over outer dims */      \
-                if (++pos[d] < a->sizes[d]) {                                  \
-                    ooff += a->ostr[d];                                        \
-                    soff += a->sstr[d];                                        \
-                    for (int k = 0; k < nk; k++) xoff[k] += a->xstr[k][d];     \
-                    break;                                                     \
-                }                                                              \
-                pos[d] = 0;                                                    \
-                ooff -= a->ostr[d] * (a->sizes[d] - 1);                        \
-                soff -= a->sstr[d] * (a->sizes[d] - 1);                        \
-                for (int k = 0; k < nk; k++)                                   \
-                    xoff[k] -= a->xstr[k][d] * (a->sizes[d] - 1);              \
-            }                                                                  \
-        }                                                                      \
-        return TRN_SUCCESS;                                                    \
+#define TRN__INDEX_DRIVER(NAME, SCATTER, ES, ELEM, MEMCPY_ROWS, PROLOGUE)                          \
+    static trn_status NAME(const index_args *a, const char *src0, int64_t *counts) {               \
+        (void)counts;                                                                              \
+        PROLOGUE                                                                                   \
+        const int nd = a->ndim, nk = a->nidx;                                                      \
+        const int64_t n0 = a->sizes[0], os0 = a->ostr[0], ss0 = a->sstr[0];                        \
+        bool row_const = true;                                                                     \
+        for (int k = 0; k < nk; k++)                                                               \
+            if (a->xstr[k][0] != 0) row_const = false;                                             \
+        int64_t outer = 1;                                                                         \
+        for (int d = 1; d < nd; d++) outer *= a->sizes[d];                                         \
+        int64_t pos[TRN_INDEX_MAX_DIMS] = {0};                                                     \
+        int64_t xoff[TRN_INDEX_MAX_INDICES] = {0};                                                 \
+        int64_t ooff = 0, soff = 0;                                                                \
+        for (int64_t it = 0; it < outer; it++) {                                                   \
+            char *o = a->out + ooff;                                                               \
+            const char *s = src0 + soff;                                                           \
+            if (row_const) {                                                                       \
+                int64_t off;                                                                       \
+                if (!index_resolve(a, xoff, 0, &off)) return TRN_ERROR_INVALID_ARGUMENT;           \
+                if (SCATTER)                                                                       \
+                    o += off;                                                                      \
+                else                                                                               \
+                    s += off;                                                                      \
+                if (os0 == (ES) && ss0 == (ES)) {                                                  \
+                    if (MEMCPY_ROWS)                                                               \
+                        memcpy(o, s, (size_t)n0 *(ES));                                            \
+                    else                                                                           \
+                        for (int64_t i = 0; i < n0; i++) {                                         \
+                            char *dp = o + i * (ES);                                               \
+                            const char *sp = s + i * (ES);                                         \
+                            ELEM(dp, sp, alpha_f, alpha_i);                                        \
+                        }                                                                          \
+                } else {                                                                           \
+                    for (int64_t i = 0; i < n0; i++) {                                             \
+                        char *dp = o + i * os0;                                                    \
+                        const char *sp = s + i * ss0;                                              \
+                        ELEM(dp, sp, alpha_f, alpha_i);                                            \
+                    }                                                                              \
+                }                                                                                  \
+            } else {                                                                               \
+                for (int64_t i = 0; i < n0; i++) {                                                 \
+                    int64_t off;                                                                   \
+                    if (!index_resolve(a, xoff, i, &off)) return TRN_ERROR_INVALID_ARGUMENT;       \
+                    char *dp = o + i * os0 + ((SCATTER) ? off : 0);                                \
+                    const char *sp = s + i * ss0 + ((SCATTER) ? 0 : off);                          \
+                    ELEM(dp, sp, alpha_f, alpha_i);                                                \
+                }                                                                                  \
+            }                                                                                      \
+            for (int d = 1; d < nd; d++) { /* odometer over outer dims */                          \
+                if (++pos[d] < a->sizes[d]) {                                                      \
+                    ooff += a->ostr[d];                                                            \
+                    soff += a->sstr[d];                                                            \
+                    for (int k = 0; k < nk; k++) xoff[k] += a->xstr[k][d];                         \
+                    break;                                                                         \
+                }                                                                                  \
+                pos[d] = 0;                                                                        \
+                ooff -= a->ostr[d] * (a->sizes[d] - 1);                                            \
+                soff -= a->sstr[d] * (a->sizes[d] - 1);                                            \
+                for (int k = 0; k < nk; k++) xoff[k] -= a->xstr[k][d] * (a->sizes[d] - 1);         \
+            }                                                                                      \
+        }                                                                                          \
+        return TRN_SUCCESS;                                                                        \
     }
 
 #endif

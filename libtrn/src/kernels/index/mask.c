@@ -17,15 +17,14 @@ typedef struct fill_args {
     size_t es;
     unsigned char value[16];
     int64_t out_lo, out_span, mask_lo, mask_span;
-    int64_t sizes[TRN_INDEX_MAX_DIMS], ostr[TRN_INDEX_MAX_DIMS],
-        mstr[TRN_INDEX_MAX_DIMS];
+    int64_t sizes[TRN_INDEX_MAX_DIMS], ostr[TRN_INDEX_MAX_DIMS], mstr[TRN_INDEX_MAX_DIMS];
 } fill_args;
 
-#define DEF_FILL(N)                                                           \
-    static void fill_row##N(char *o, int64_t os, const char *m, int64_t ms,   \
-                            int64_t n, const unsigned char *v) {              \
-        for (int64_t i = 0; i < n; i++)                                       \
-            if (m[i * ms]) memcpy(o + i * os, v, N);                          \
+#define DEF_FILL(N)                                                                                \
+    static void fill_row##N(char *o, int64_t os, const char *m, int64_t ms, int64_t n,             \
+                            const unsigned char *v) {                                              \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            if (m[i * ms]) memcpy(o + i * os, v, N);                                               \
     }
 DEF_FILL(1)
 DEF_FILL(2)
@@ -39,10 +38,12 @@ static trn_status fill_task(void *args) {
     if (st != TRN_SUCCESS) return st;
     st = trn__mem_access_begin(trn__offset_ptr(a->mask, a->mask_lo), (size_t)a->mask_span);
     if (st == TRN_SUCCESS) {
-        void (*row)(char *, int64_t, const char *, int64_t, int64_t,
-                    const unsigned char *) =
-            a->es == 1 ? fill_row1 : a->es == 2 ? fill_row2 : a->es == 4 ? fill_row4
-                                 : a->es == 8 ? fill_row8 : fill_row16;
+        void (*row)(char *, int64_t, const char *, int64_t, int64_t, const unsigned char *) =
+            a->es == 1   ? fill_row1
+            : a->es == 2 ? fill_row2
+            : a->es == 4 ? fill_row4
+            : a->es == 8 ? fill_row8
+                         : fill_row16;
         int64_t outer = 1, pos[TRN_INDEX_MAX_DIMS] = {0}, oo = 0, mo = 0;
         for (int d = 1; d < a->ndim; d++) outer *= a->sizes[d];
         for (int64_t it = 0; it < outer; it++) {
@@ -65,10 +66,9 @@ static trn_status fill_task(void *args) {
 }
 
 trn_status trn_mask_fill_launch(trn_stream *stream, const trn_mask_fill_desc *d) {
-    if (stream == NULL || d == NULL || (unsigned)d->dtype >= TRN_DTYPE_COUNT ||
-        d->ndim < 0 || d->ndim > TRN_INDEX_MAX_DIMS ||
-        (d->ndim > 0 && (d->sizes == NULL || d->out_strides == NULL ||
-                         d->mask_strides == NULL)))
+    if (stream == NULL || d == NULL || (unsigned)d->dtype >= TRN_DTYPE_COUNT || d->ndim < 0 ||
+        d->ndim > TRN_INDEX_MAX_DIMS ||
+        (d->ndim > 0 && (d->sizes == NULL || d->out_strides == NULL || d->mask_strides == NULL)))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_mask_fill_launch: invalid descriptor");
     fill_args a;
@@ -91,8 +91,7 @@ trn_status trn_mask_fill_launch(trn_stream *stream, const trn_mask_fill_desc *d)
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS || numel == 0) return st;
     if (d->out == NULL || d->mask == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_mask_fill_launch: NULL pointer");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_mask_fill_launch: NULL pointer");
     a.out = d->out;
     a.mask = d->mask;
     a.es = trn_dtype_size(d->dtype);
@@ -104,21 +103,21 @@ trn_status trn_mask_fill_launch(trn_stream *stream, const trn_mask_fill_desc *d)
 
 // ---- nonzero tests ------------------------------------------------------------------
 // X(dtype, unsigned word type, words per element, mask of the sign bit)
-#define NZ_DTYPES(X)                                                          \
-    X(TRN_DTYPE_BOOL, uint8_t, 1, 0)                                          \
-    X(TRN_DTYPE_U8, uint8_t, 1, 0)                                            \
-    X(TRN_DTYPE_I8, uint8_t, 1, 0)                                            \
-    X(TRN_DTYPE_I16, uint16_t, 1, 0)                                          \
-    X(TRN_DTYPE_I32, uint32_t, 1, 0)                                          \
-    X(TRN_DTYPE_I64, uint64_t, 1, 0)                                          \
-    X(TRN_DTYPE_U16, uint16_t, 1, 0)                                          \
-    X(TRN_DTYPE_U32, uint32_t, 1, 0)                                          \
-    X(TRN_DTYPE_U64, uint64_t, 1, 0)                                          \
-    X(TRN_DTYPE_F16, uint16_t, 1, 0x8000u)                                    \
-    X(TRN_DTYPE_BF16, uint16_t, 1, 0x8000u)                                   \
-    X(TRN_DTYPE_F32, uint32_t, 1, 0x80000000u)                                \
-    X(TRN_DTYPE_F64, uint64_t, 1, 0x8000000000000000u)                        \
-    X(TRN_DTYPE_C64, uint32_t, 2, 0x80000000u)                                \
+#define NZ_DTYPES(X)                                                                               \
+    X(TRN_DTYPE_BOOL, uint8_t, 1, 0)                                                               \
+    X(TRN_DTYPE_U8, uint8_t, 1, 0)                                                                 \
+    X(TRN_DTYPE_I8, uint8_t, 1, 0)                                                                 \
+    X(TRN_DTYPE_I16, uint16_t, 1, 0)                                                               \
+    X(TRN_DTYPE_I32, uint32_t, 1, 0)                                                               \
+    X(TRN_DTYPE_I64, uint64_t, 1, 0)                                                               \
+    X(TRN_DTYPE_U16, uint16_t, 1, 0)                                                               \
+    X(TRN_DTYPE_U32, uint32_t, 1, 0)                                                               \
+    X(TRN_DTYPE_U64, uint64_t, 1, 0)                                                               \
+    X(TRN_DTYPE_F16, uint16_t, 1, 0x8000u)                                                         \
+    X(TRN_DTYPE_BF16, uint16_t, 1, 0x8000u)                                                        \
+    X(TRN_DTYPE_F32, uint32_t, 1, 0x80000000u)                                                     \
+    X(TRN_DTYPE_F64, uint64_t, 1, 0x8000000000000000u)                                             \
+    X(TRN_DTYPE_C64, uint32_t, 2, 0x80000000u)                                                     \
     X(TRN_DTYPE_C128, uint64_t, 2, 0x8000000000000000u)
 
 // Scan arguments: a row-major strided tensor (strides converted to bytes)
@@ -143,59 +142,58 @@ typedef struct scan_args {
     int64_t out_lo, out_span;
 } scan_args;
 
-#define DEF_NZ(dtype, W, NW, SIGN)                                            \
-    static inline bool nz_##dtype(const char *p) {                            \
-        W w[NW];                                                              \
-        memcpy(w, p, sizeof w);                                               \
-        bool any = false;                                                     \
-        for (int k = 0; k < NW; k++) any |= (w[k] & (W) ~(W)(SIGN)) != 0;     \
-        return any;                                                           \
-    }                                                                         \
-    static int64_t scan_##dtype(const scan_args *a) {                         \
-        const int nd = a->ndim;                                               \
-        const int64_t n0 = a->sizes[nd - 1], s0 = a->strides[nd - 1];         \
-        const int64_t ss0 = a->src_strides[nd - 1];                           \
-        int64_t outer = 1, pos[TRN_INDEX_MAX_DIMS] = {0}, off = 0, soff = 0;   \
-        int64_t found = 0;                                                    \
-        for (int d = 0; d < nd - 1; d++) outer *= a->sizes[d];                \
-        for (int64_t it = 0; it < outer; it++) {                              \
-            const char *row = a->data + off;                                  \
-            if (a->mode == 0) {                                               \
-                for (int64_t i = 0; i < n0; i++) found += nz_##dtype(row + i * s0); \
-            } else {                                                          \
-                for (int64_t i = 0; i < n0; i++) {                            \
-                    if (!nz_##dtype(row + i * s0)) continue;                  \
-                    if (found == a->expect) return -1;                        \
-                    if (a->mode == 1) {                                       \
-                        int64_t *c = a->coords + found * a->row_stride;       \
-                        for (int d = 0; d < nd - 1; d++)                      \
-                            c[d * a->col_stride] = pos[d];                    \
-                        c[(nd - 1) * a->col_stride] = i;                      \
-                    } else {                                                  \
-                        memcpy(a->out + found * a->out_stride,                \
-                               a->src + soff + i * ss0, a->src_es);           \
-                    }                                                         \
-                    found++;                                                  \
-                }                                                             \
-            }                                                                 \
-            for (int d = nd - 2; d >= 0; d--) {                               \
-                if (++pos[d] < a->sizes[d]) {                                 \
-                    off += a->strides[d];                                     \
-                    soff += a->src_strides[d];                                \
-                    break;                                                    \
-                }                                                             \
-                pos[d] = 0;                                                   \
-                off -= a->strides[d] * (a->sizes[d] - 1);                     \
-                soff -= a->src_strides[d] * (a->sizes[d] - 1);                \
-            }                                                                 \
-        }                                                                     \
-        return found;                                                         \
+#define DEF_NZ(dtype, W, NW, SIGN)                                                                 \
+    static inline bool nz_##dtype(const char *p) {                                                 \
+        W w[NW];                                                                                   \
+        memcpy(w, p, sizeof w);                                                                    \
+        bool any = false;                                                                          \
+        for (int k = 0; k < NW; k++) any |= (w[k] & (W) ~(W)(SIGN)) != 0;                          \
+        return any;                                                                                \
+    }                                                                                              \
+    static int64_t scan_##dtype(const scan_args *a) {                                              \
+        const int nd = a->ndim;                                                                    \
+        const int64_t n0 = a->sizes[nd - 1], s0 = a->strides[nd - 1];                              \
+        const int64_t ss0 = a->src_strides[nd - 1];                                                \
+        int64_t outer = 1, pos[TRN_INDEX_MAX_DIMS] = {0}, off = 0, soff = 0;                       \
+        int64_t found = 0;                                                                         \
+        for (int d = 0; d < nd - 1; d++) outer *= a->sizes[d];                                     \
+        for (int64_t it = 0; it < outer; it++) {                                                   \
+            const char *row = a->data + off;                                                       \
+            if (a->mode == 0) {                                                                    \
+                for (int64_t i = 0; i < n0; i++) found += nz_##dtype(row + i * s0);                \
+            } else {                                                                               \
+                for (int64_t i = 0; i < n0; i++) {                                                 \
+                    if (!nz_##dtype(row + i * s0)) continue;                                       \
+                    if (found == a->expect) return -1;                                             \
+                    if (a->mode == 1) {                                                            \
+                        int64_t *c = a->coords + found * a->row_stride;                            \
+                        for (int d = 0; d < nd - 1; d++) c[d * a->col_stride] = pos[d];            \
+                        c[(nd - 1) * a->col_stride] = i;                                           \
+                    } else {                                                                       \
+                        memcpy(a->out + found * a->out_stride, a->src + soff + i * ss0,            \
+                               a->src_es);                                                         \
+                    }                                                                              \
+                    found++;                                                                       \
+                }                                                                                  \
+            }                                                                                      \
+            for (int d = nd - 2; d >= 0; d--) {                                                    \
+                if (++pos[d] < a->sizes[d]) {                                                      \
+                    off += a->strides[d];                                                          \
+                    soff += a->src_strides[d];                                                     \
+                    break;                                                                         \
+                }                                                                                  \
+                pos[d] = 0;                                                                        \
+                off -= a->strides[d] * (a->sizes[d] - 1);                                          \
+                soff -= a->src_strides[d] * (a->sizes[d] - 1);                                     \
+            }                                                                                      \
+        }                                                                                          \
+        return found;                                                                              \
     }
 NZ_DTYPES(DEF_NZ)
 
 static int64_t scan(const scan_args *a) {
     switch (a->dtype) {
-#define NZ_CASE(dtype, W, NW, SIGN) \
+#define NZ_CASE(dtype, W, NW, SIGN)                                                                \
     case dtype: return scan_##dtype(a);
         NZ_DTYPES(NZ_CASE)
 #undef NZ_CASE
@@ -220,8 +218,7 @@ static trn_status scan_task(void *args) {
             st = trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                                 "%s: the number of nonzero elements changed "
                                 "between counting (%lld) and writing",
-                                a->mode == 1 ? "nonzero" : "masked_select",
-                                (long long)a->expect);
+                                a->mode == 1 ? "nonzero" : "masked_select", (long long)a->expect);
     }
     trn__access_end(&rg);
     return st;
@@ -231,8 +228,7 @@ static trn_status scan_task(void *args) {
 static trn_status scan_setup(scan_args *a, const trn_nz_tensor *t, const char *who,
                              int64_t *numel) {
     if (t == NULL || (unsigned)t->dtype >= TRN_DTYPE_COUNT || t->ndim < 0 ||
-        t->ndim > TRN_INDEX_MAX_DIMS ||
-        (t->ndim > 0 && (t->sizes == NULL || t->strides == NULL)))
+        t->ndim > TRN_INDEX_MAX_DIMS || (t->ndim > 0 && (t->sizes == NULL || t->strides == NULL)))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: invalid tensor", who);
     const int64_t es = (int64_t)trn_dtype_size(t->dtype);
     int64_t n = 1, hi = 0;
@@ -245,8 +241,8 @@ static trn_status scan_setup(scan_args *a, const trn_nz_tensor *t, const char *w
         if (t->sizes[d] < 0 || __builtin_mul_overflow(n, t->sizes[d], &n) ||
             __builtin_mul_overflow(t->strides[d], es, &a->strides[d]) ||
             !trn__extent_or_empty(t->sizes[d], a->strides[d], 1, &a->data_lo, &hi))
-            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                                  "%s: bad size or stride in dim %d", who, d);
+            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: bad size or stride in dim %d",
+                                  who, d);
         a->sizes[d] = t->sizes[d];
     }
     a->data = t->data;
@@ -257,8 +253,7 @@ static trn_status scan_setup(scan_args *a, const trn_nz_tensor *t, const char *w
     return trn__fork_check();
 }
 
-trn_status trn_count_nonzero_launch(trn_stream *stream, const trn_nz_tensor *t,
-                                    int64_t *count) {
+trn_status trn_count_nonzero_launch(trn_stream *stream, const trn_nz_tensor *t, int64_t *count) {
     static const char who[] = "trn_count_nonzero_launch";
     if (stream == NULL || count == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: NULL argument", who);
@@ -272,12 +267,10 @@ trn_status trn_count_nonzero_launch(trn_stream *stream, const trn_nz_tensor *t,
     return trn_stream_launch(stream, scan_task, &a, sizeof a);
 }
 
-trn_status trn_nonzero_launch(trn_stream *stream, const trn_nz_tensor *t,
-                              int64_t count, int64_t *out,
-                              int64_t out_row_stride, int64_t out_col_stride) {
+trn_status trn_nonzero_launch(trn_stream *stream, const trn_nz_tensor *t, int64_t count,
+                              int64_t *out, int64_t out_row_stride, int64_t out_col_stride) {
     if (stream == NULL || count < 0 || (count > 0 && out == NULL))
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "trn_nonzero_launch: invalid output");
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_nonzero_launch: invalid output");
     scan_args a;
     int64_t n = 0;
     trn_status st = scan_setup(&a, t, "trn_nonzero_launch", &n);
@@ -297,10 +290,10 @@ trn_status trn_nonzero_launch(trn_stream *stream, const trn_nz_tensor *t,
 }
 
 trn_status trn_masked_select_launch(trn_stream *stream, const trn_nz_tensor *src,
-                                    const trn_nz_tensor *mask, int64_t count,
-                                    void *out, int64_t out_stride) {
-    if (stream == NULL || src == NULL || mask == NULL || count < 0 ||
-        (count > 0 && out == NULL) || mask->ndim != src->ndim)
+                                    const trn_nz_tensor *mask, int64_t count, void *out,
+                                    int64_t out_stride) {
+    if (stream == NULL || src == NULL || mask == NULL || count < 0 || (count > 0 && out == NULL) ||
+        mask->ndim != src->ndim)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_masked_select_launch: invalid arguments");
     scan_args a, s;

@@ -20,19 +20,19 @@ TRN__INDEX_DRIVER(put8, 1, 8, TRN__INDEX_MOVE8, 1, )
 TRN__INDEX_DRIVER(put16, 1, 16, TRN__INDEX_MOVE16, 1, )
 
 // ---- counts (MEAN): one per destination element, at byte offset / size ----------
-#define COUNT_ELEM(dp, sp, af, ai) \
-    (void)(sp);            \
-    counts[((dp) - a->out) / es]++
+#define COUNT_ELEM(dp, sp, af, ai)                                                                 \
+    (void)(sp);                                                                                    \
+    counts[((dp)-a->out) / es]++
 #define COUNT_PROLOGUE const int64_t es = (int64_t)trn_dtype_size(a->dtype);
 TRN__INDEX_DRIVER(count_run, 1, 1, COUNT_ELEM, 0, COUNT_PROLOGUE)
 
 // ---- per-dtype element access ---------------------------------------------------
-#define DEF_LDST(tag, T)                                                      \
-    static inline T ld_##tag(const void *p) {                                 \
-        T v;                                                                  \
-        memcpy(&v, p, sizeof v);                                              \
-        return v;                                                             \
-    }                                                                         \
+#define DEF_LDST(tag, T)                                                                           \
+    static inline T ld_##tag(const void *p) {                                                      \
+        T v;                                                                                       \
+        memcpy(&v, p, sizeof v);                                                                   \
+        return v;                                                                                  \
+    }                                                                                              \
     static inline void st_##tag(void *p, T x) { memcpy(p, &x, sizeof x); }
 DEF_LDST(f32, float)
 DEF_LDST(f64, double)
@@ -60,7 +60,7 @@ static inline void st_b(void *p, uint8_t x) {
 }
 
 // Reductions of the current value x with the source y.
-#define F_ADD(C, x, y) ((x) + (y) * alpha_f)
+#define F_ADD(C, x, y) ((x) + (y)*alpha_f)
 #define F_MUL(C, x, y) ((x) * (y))
 #define F_MAX(C, x, y) (((y) != (y)) ? (y) : ((x) < (y) ? (y) : (x)))
 #define F_MIN(C, x, y) (((y) != (y)) ? (y) : ((y) < (x) ? (y) : (x)))
@@ -77,42 +77,40 @@ static inline void st_b(void *p, uint8_t x) {
 #define B_MAX(C, x, y) ((C)((x) | (y)))
 #define B_MIN(C, x, y) ((C)((x) & (y)))
 
-#define RED_PROLOGUE(C)                                                       \
-    const C alpha_f = (C)a->alpha;                                            \
-    const int64_t alpha_i = a->alpha_int;                                     \
-    (void)alpha_f;                                                            \
+#define RED_PROLOGUE(C)                                                                            \
+    const C alpha_f = (C)a->alpha;                                                                 \
+    const int64_t alpha_i = a->alpha_int;                                                          \
+    (void)alpha_f;                                                                                 \
     (void)alpha_i;
 
 // X(tag, compute type, element size, kind F/I/B)
-#define RED_DTYPES(X)                                                         \
-    X(b, uint8_t, 1, B)                                                       \
-    X(u8, uint8_t, 1, U)                                                      \
-    X(i8, int8_t, 1, I)                                                       \
-    X(i16, int16_t, 2, I)                                                     \
-    X(i32, int32_t, 4, I)                                                     \
-    X(i64, int64_t, 8, I)                                                     \
-    X(u16, uint16_t, 2, U)                                                    \
-    X(u32, uint32_t, 4, U)                                                    \
-    X(u64, uint64_t, 8, U)                                                    \
-    X(f16, float, 2, F)                                                       \
-    X(bf16, float, 2, F)                                                      \
-    X(f32, float, 4, F)                                                       \
+#define RED_DTYPES(X)                                                                              \
+    X(b, uint8_t, 1, B)                                                                            \
+    X(u8, uint8_t, 1, U)                                                                           \
+    X(i8, int8_t, 1, I)                                                                            \
+    X(i16, int16_t, 2, I)                                                                          \
+    X(i32, int32_t, 4, I)                                                                          \
+    X(i64, int64_t, 8, I)                                                                          \
+    X(u16, uint16_t, 2, U)                                                                         \
+    X(u32, uint32_t, 4, U)                                                                         \
+    X(u64, uint64_t, 8, U)                                                                         \
+    X(f16, float, 2, F)                                                                            \
+    X(bf16, float, 2, F)                                                                           \
+    X(f32, float, 4, F)                                                                            \
     X(f64, double, 8, F)
 
-#define DEF_RED(tag, C, ES, KIND, RED)                                        \
-    static inline void elem_##tag##_##RED(char *dp, const char *sp, C alpha_f, \
-                                          int64_t alpha_i) {                  \
-        (void)alpha_f;                                                        \
-        (void)alpha_i;                                                        \
-        C x = ld_##tag(dp), y = ld_##tag(sp);                                 \
-        st_##tag(dp, KIND##_##RED(C, x, y));                                  \
-    }                                                                         \
-    TRN__INDEX_DRIVER(red_##tag##_##RED, 1, ES, elem_##tag##_##RED, 0,        \
-                      RED_PROLOGUE(C))
-#define DEF_RED_ALL(tag, C, ES, KIND)                                         \
-    DEF_RED(tag, C, ES, KIND, ADD)                                            \
-    DEF_RED(tag, C, ES, KIND, MUL)                                            \
-    DEF_RED(tag, C, ES, KIND, MAX)                                            \
+#define DEF_RED(tag, C, ES, KIND, RED)                                                             \
+    static inline void elem_##tag##_##RED(char *dp, const char *sp, C alpha_f, int64_t alpha_i) {  \
+        (void)alpha_f;                                                                             \
+        (void)alpha_i;                                                                             \
+        C x = ld_##tag(dp), y = ld_##tag(sp);                                                      \
+        st_##tag(dp, KIND##_##RED(C, x, y));                                                       \
+    }                                                                                              \
+    TRN__INDEX_DRIVER(red_##tag##_##RED, 1, ES, elem_##tag##_##RED, 0, RED_PROLOGUE(C))
+#define DEF_RED_ALL(tag, C, ES, KIND)                                                              \
+    DEF_RED(tag, C, ES, KIND, ADD)                                                                 \
+    DEF_RED(tag, C, ES, KIND, MUL)                                                                 \
+    DEF_RED(tag, C, ES, KIND, MAX)                                                                 \
     DEF_RED(tag, C, ES, KIND, MIN)
 RED_DTYPES(DEF_RED_ALL)
 
@@ -122,10 +120,9 @@ typedef struct red_set {
 } red_set;
 
 static bool red_for(trn_dtype dt, red_set *r) {
-#define RED_CASE(tag, dtype)                                                  \
-    case dtype:                                                               \
-        *r = (red_set){red_##tag##_ADD, red_##tag##_MUL, red_##tag##_MAX,     \
-                       red_##tag##_MIN};                                      \
+#define RED_CASE(tag, dtype)                                                                       \
+    case dtype:                                                                                    \
+        *r = (red_set){red_##tag##_ADD, red_##tag##_MUL, red_##tag##_MAX, red_##tag##_MIN};        \
         return true;
     switch (dt) {
         RED_CASE(b, TRN_DTYPE_BOOL)
@@ -152,20 +149,18 @@ bool trn__scatter_supports(trn_dtype dt, int reduce) {
 }
 
 // ---- MEAN: divide each counted position (floor division for integers) ----------
-#define DEF_MEAN(tag, C, ES, KIND)                                            \
-    static void mean_##tag(char *out, const int64_t *counts, int64_t n,       \
-                           int64_t self) {                                    \
-        for (int64_t p = 0; p < n; p++) {                                     \
-            const int64_t c = counts[p] + self;                               \
-            if (counts[p] == 0 || c == 0) continue;                           \
-            C x = ld_##tag(out + p * ES);                                     \
-            st_##tag(out + p * ES, KIND##_DIV(C, x, c));                      \
-        }                                                                     \
+#define DEF_MEAN(tag, C, ES, KIND)                                                                 \
+    static void mean_##tag(char *out, const int64_t *counts, int64_t n, int64_t self) {            \
+        for (int64_t p = 0; p < n; p++) {                                                          \
+            const int64_t c = counts[p] + self;                                                    \
+            if (counts[p] == 0 || c == 0) continue;                                                \
+            C x = ld_##tag(out + p * ES);                                                          \
+            st_##tag(out + p * ES, KIND##_DIV(C, x, c));                                           \
+        }                                                                                          \
     }
 #define F_DIV(C, x, c) ((x) / (C)(c))
 // Floor division by a positive count; unsigned types divide plainly.
-#define I_DIV(C, x, c) \
-    ((C)((int64_t)(x) / (c) - ((int64_t)(x) % (c) != 0 && (int64_t)(x) < 0)))
+#define I_DIV(C, x, c) ((C)((int64_t)(x) / (c) - ((int64_t)(x) % (c) != 0 && (int64_t)(x) < 0)))
 #define U_DIV(C, x, c) ((C)((uint64_t)(x) / (uint64_t)(c)))
 #define B_DIV(C, x, c) ((C)((x) / (c)))
 RED_DTYPES(DEF_MEAN)
@@ -173,7 +168,7 @@ RED_DTYPES(DEF_MEAN)
 static void mean_finish(const index_args *a, const int64_t *counts) {
     const int64_t n = a->out_numel, s = a->include_self;
     switch (a->dtype) {
-#define MEAN_CASE(tag, dtype) \
+#define MEAN_CASE(tag, dtype)                                                                      \
     case dtype: mean_##tag(a->out, counts, n, s); break;
         MEAN_CASE(b, TRN_DTYPE_BOOL)
         MEAN_CASE(u8, TRN_DTYPE_U8)
@@ -215,8 +210,7 @@ trn_status trn__scatter_run(const index_args *a, const char *src0) {
     default: break;
     }
     // MEAN: count first (this pass also checks every index), then add.
-    int64_t *counts = calloc(a->out_numel > 0 ? (size_t)a->out_numel : 1,
-                             sizeof *counts);
+    int64_t *counts = calloc(a->out_numel > 0 ? (size_t)a->out_numel : 1, sizeof *counts);
     if (counts == NULL)
         return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
                               "scatter_reduce(mean): no host memory for %lld "

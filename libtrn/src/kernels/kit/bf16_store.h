@@ -42,8 +42,7 @@ static inline void trn__bf16_store_run(char *dst, const char *src, int64_t n) {
                 trn__bf16_store_one(dst + 2 * k, v);
             }
         } else {
-            _mm256_storeu_si256((__m256i *)(void *)(dst + 2 * i),
-                                (__m256i)_mm512_cvtneps_pbh(x));
+            _mm256_storeu_si256((__m256i *)(void *)(dst + 2 * i), (__m256i)_mm512_cvtneps_pbh(x));
         }
     }
 #endif

@@ -61,17 +61,16 @@ static inline void trn_kit_dims_finish(trn_kit_dims *d, const int64_t *unit) {
 static inline int64_t *trn_kit_dims_pack(const trn_kit_dims *d, int64_t *p) {
     memcpy(p, d->size, (size_t)d->n * sizeof *p);
     p += d->n;
-    for (int k = 0; k < d->ops; k++, p += d->n)
-        memcpy(p, d->stride[k], (size_t)d->n * sizeof *p);
+    for (int k = 0; k < d->ops; k++, p += d->n) memcpy(p, d->stride[k], (size_t)d->n * sizeof *p);
     return p;
 }
 
 // Advances a row-major odometer over nd dims (the last varying fastest),
 // keeping up to three offsets in step: o_k moves by s_k (a NULL s1 / s2
 // leaves its offset alone). Returns 0 after the last index (all back at 0).
-static inline int trn_kit_odo_next(int nd, const int64_t *size, int64_t *idx,
-                                   const int64_t *s0, int64_t *o0, const int64_t *s1,
-                                   int64_t *o1, const int64_t *s2, int64_t *o2) {
+static inline int trn_kit_odo_next(int nd, const int64_t *size, int64_t *idx, const int64_t *s0,
+                                   int64_t *o0, const int64_t *s1, int64_t *o1, const int64_t *s2,
+                                   int64_t *o2) {
     for (int d = nd - 1; d >= 0; d--) {
         if (++idx[d] < size[d]) {
             *o0 += s0[d];

@@ -27,15 +27,14 @@
 // vector type V (vec_sum.h), load LD and store ST. A kernel defines its loops
 // with TRN_KIT_FLOAT_TYPES(DEFINE_...) and its dtype switch with
 // TRN_KIT_FLOAT_TYPES(CASE), so the list cannot drift between the two.
-#define TRN_KIT_FLOAT_TYPES(X)                                                   \
-    X(TRN_DTYPE_F16, f16, uint16_t, float, trn__vec_f, LD_f16, ST_f16)           \
-    X(TRN_DTYPE_BF16, bf16, uint16_t, float, trn__vec_f, LD_bf16, ST_bf16)       \
-    X(TRN_DTYPE_F32, f32, float, float, trn__vec_f, LD_id, ST_id)                \
+#define TRN_KIT_FLOAT_TYPES(X)                                                                     \
+    X(TRN_DTYPE_F16, f16, uint16_t, float, trn__vec_f, LD_f16, ST_f16)                             \
+    X(TRN_DTYPE_BF16, bf16, uint16_t, float, trn__vec_f, LD_bf16, ST_bf16)                         \
+    X(TRN_DTYPE_F32, f32, float, float, trn__vec_f, LD_id, ST_id)                                  \
     X(TRN_DTYPE_F64, f64, double, double, trn__vec_d, LD_id, ST_id)
 
 static inline int trn__is_float_dtype(trn_dtype d) {
-    return d == TRN_DTYPE_F16 || d == TRN_DTYPE_BF16 || d == TRN_DTYPE_F32 ||
-           d == TRN_DTYPE_F64;
+    return d == TRN_DTYPE_F16 || d == TRN_DTYPE_BF16 || d == TRN_DTYPE_F32 || d == TRN_DTYPE_F64;
 }
 
 // Element i of a floating buffer as double; unsupported dtypes load NaN.

@@ -17,8 +17,7 @@
 static inline trn_status trn__check_launch(const trn_stream *stream, const void *desc,
                                            const char *fn) {
     if (stream == NULL || desc == NULL)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL",
-                              fn);
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: stream or descriptor is NULL", fn);
     return TRN_SUCCESS;
 }
 
@@ -32,8 +31,7 @@ static inline const void *trn__offset_ptr(const void *p, int64_t off) {
 // Adds the byte range a dim of `size` with element stride `stride` (element
 // size es) reaches to [lo, hi]; 0 on overflow. Launches size the memory an
 // operand touches with it.
-static inline int trn__extent(int64_t size, int64_t stride, int64_t es, int64_t *lo,
-                              int64_t *hi) {
+static inline int trn__extent(int64_t size, int64_t stride, int64_t es, int64_t *lo, int64_t *hi) {
     int64_t bs, reach;
     if (__builtin_mul_overflow(stride, es, &bs) || __builtin_mul_overflow(bs, size - 1, &reach))
         return 0;
@@ -44,14 +42,13 @@ static inline int trn__extent(int64_t size, int64_t stride, int64_t es, int64_t 
 // The task skeleton of a strided kernel: the byte ranges [base[k] + lo[k],
 // + span[k]) of its n operands opened (protect mode; a NULL base or an empty
 // span is skipped), run(args), the ranges closed in reverse.
-static inline trn_status trn__access_run(trn_status (*run)(const void *), const void *args,
-                                         int n, const void *const *base, const int64_t *lo,
+static inline trn_status trn__access_run(trn_status (*run)(const void *), const void *args, int n,
+                                         const void *const *base, const int64_t *lo,
                                          const int64_t *span) {
     trn__access_set r;
     r.count = 0;
     for (int k = 0; k < n; k++)
-        if (base[k] != NULL)
-            trn__access_add(&r, trn__offset_ptr(base[k], lo[k]), (size_t)span[k]);
+        if (base[k] != NULL) trn__access_add(&r, trn__offset_ptr(base[k], lo[k]), (size_t)span[k]);
     trn_status st = trn__access_begin(&r);
     if (st == TRN_SUCCESS) st = run(args);
     trn__access_end(&r);

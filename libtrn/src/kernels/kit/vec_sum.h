@@ -18,19 +18,19 @@ typedef double trn__vec_d __attribute__((vector_size(64)));
 
 // acc += the next lanes values EXPR(j), j = 0..lanes-1 (C t[] staged, then
 // one vector add; memcpy keeps it free of aliasing and alignment rules).
-#define TRN_VACC(V, C, acc, j, EXPR)                                              \
-    do {                                                                          \
-        C t_[TRN_VLANES(V, C)];                                                   \
-        for (int j = 0; j < TRN_VLANES(V, C); j++) t_[j] = (EXPR);                \
-        V v_;                                                                     \
-        memcpy(&v_, t_, sizeof v_);                                               \
-        (acc) += v_;                                                              \
+#define TRN_VACC(V, C, acc, j, EXPR)                                                               \
+    do {                                                                                           \
+        C t_[TRN_VLANES(V, C)];                                                                    \
+        for (int j = 0; j < TRN_VLANES(V, C); j++) t_[j] = (EXPR);                                 \
+        V v_;                                                                                      \
+        memcpy(&v_, t_, sizeof v_);                                                                \
+        (acc) += v_;                                                                               \
     } while (0)
 
 // s += the lanes of acc, in lane order.
-#define TRN_VREDUCE(V, C, acc, s)                                                 \
-    do {                                                                          \
-        for (int j_ = 0; j_ < TRN_VLANES(V, C); j_++) (s) += (acc)[j_];           \
+#define TRN_VREDUCE(V, C, acc, s)                                                                  \
+    do {                                                                                           \
+        for (int j_ = 0; j_ < TRN_VLANES(V, C); j_++) (s) += (acc)[j_];                            \
     } while (0)
 
 #endif

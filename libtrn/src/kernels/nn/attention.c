@@ -121,7 +121,8 @@ static void mask_tile_t(const trn_attention_desc *d, float *st, int64_t ni, int6
                 for (int64_t i = 0; i < ni; i++)
                     if (!m[i * ms[2]]) sr[i] = -INFINITY;
             } else {
-                for (int64_t i = 0; i < ni; i++) sr[i] += load_f(d->mask_dtype, d->mask, base + i * ms[2]);
+                for (int64_t i = 0; i < ni; i++)
+                    sr[i] += load_f(d->mask_dtype, d->mask, base + i * ms[2]);
             }
         }
     }
@@ -141,23 +142,26 @@ static void mask_tile_t(const trn_attention_desc *d, float *st, int64_t ni, int6
 static trn_tile_band causal_band(const trn_attention_desc *d, int64_t dlt, int product) {
     trn_tile_band bd = {-TRN_TILE_UNBOUNDED, TRN_TILE_UNBOUNDED, -TRN_TILE_UNBOUNDED};
     if (!d->causal) return bd;
-    if (product == 0) bd.clo = -dlt;
-    else if (product == 1) bd.plo = -dlt;
-    else bd.phi = dlt;
+    if (product == 0)
+        bd.clo = -dlt;
+    else if (product == 1)
+        bd.plo = -dlt;
+    else
+        bd.phi = dlt;
     return bd;
 }
 
 // Loads rows [r0, r0 + n) of (b, head) of a [B, H, rows, dim] operand into
 // dst[r * dim + e] (float).
-static void load_rows(trn_dtype t, const void *p, const int64_t *st, int64_t b, int64_t head, int64_t r0,
-                      int64_t n, int64_t dim, float *dst) {
+static void load_rows(trn_dtype t, const void *p, const int64_t *st, int64_t b, int64_t head,
+                      int64_t r0, int64_t n, int64_t dim, float *dst) {
     for (int64_t r = 0; r < n; r++)
         load_row(t, p, b * st[0] + head * st[1] + (r0 + r) * st[2], dim, 1.0f, dst + r * dim);
 }
 
 // The same rows transposed into dst[e * BQ + r], times mul.
-static void load_rows_t(trn_dtype t, const void *p, const int64_t *st, int64_t b, int64_t head, int64_t r0,
-                        int64_t n, int64_t dim, float mul, float *row, float *dst) {
+static void load_rows_t(trn_dtype t, const void *p, const int64_t *st, int64_t b, int64_t head,
+                        int64_t r0, int64_t n, int64_t dim, float mul, float *row, float *dst) {
     for (int64_t r = 0; r < n; r++) {
         load_row(t, p, b * st[0] + head * st[1] + (r0 + r) * st[2], dim, mul, row);
         for (int64_t e = 0; e < dim; e++) dst[e * BQ + r] = row[e];
@@ -241,7 +245,8 @@ static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t 
         store_row(d->dtype, d->out,
                   b * d->out_strides[0] + h * d->out_strides[1] + (i0 + i) * d->out_strides[2], Ev,
                   w->o + i * Ev, inv);
-        if (d->lse) d->lse[(b * d->heads + h) * L + i0 + i] = l > 0.0f ? w->m[i] + logf(l) : -INFINITY;
+        if (d->lse)
+            d->lse[(b * d->heads + h) * L + i0 + i] = l > 0.0f ? w->m[i] + logf(l) : -INFINITY;
     }
 }
 
@@ -303,7 +308,9 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
             for (int64_t i = 0; i < ni; i++) {
                 const float *dor = w->dout + i * Ev;
                 for (int64_t e = 0; e < Ev; e++) w->dot[e * BQ + i] = dor[e];
-                load_row(d->dtype, d->out, b * d->out_strides[0] + h * d->out_strides[1] + (i0 + i) * d->out_strides[2],
+                load_row(d->dtype, d->out,
+                         b * d->out_strides[0] + h * d->out_strides[1] +
+                             (i0 + i) * d->out_strides[2],
                          Ev, 1.0f, w->row);
                 float dd = 0.0f;
                 for (int64_t e = 0; e < Ev; e++) dd += dor[e] * w->row[e];
@@ -321,11 +328,13 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                 load_rows(d->dtype, d->v, d->v_strides, b, hk, j0, nj, Ev, w->v);
                 float *pt = w->pt, *dst = w->dst;
                 const trn_tile_band sband = causal_band(d, i0 - j0, 0);
-                const trn_tile_band kvband = causal_band(d, i0 - j0, 1), qband = causal_band(d, i0 - j0, 2);
+                const trn_tile_band kvband = causal_band(d, i0 - j0, 1),
+                                    qband = causal_band(d, i0 - j0, 2);
                 trn_tile_mm_band(nj, ni, E, w->k, E, 1, w->qt, BQ, pt, BQ, 0, sband);
                 mask_tile_t(d, pt, ni, nj, b, h, i0, j0);
                 for (int64_t j = 0; j < nj; j++)
-                    for (int64_t i = 0; i < ni; i++) pt[j * BQ + i] = trn_sc_expf(pt[j * BQ + i] - w->lsub[i]);
+                    for (int64_t i = 0; i < ni; i++)
+                        pt[j * BQ + i] = trn_sc_expf(pt[j * BQ + i] - w->lsub[i]);
                 trn_tile_mm_band(nj, ni, Ev, w->v, Ev, 1, w->dot, BQ, dst, BQ, 0, sband);
                 for (int64_t j = 0; j < nj; j++) {
                     float *pr = pt + j * BQ, *dr = dst + j * BQ;
@@ -347,9 +356,11 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                 if (bd->dmask)
                     for (int64_t i = 0; i < ni; i++) {
                         for (int64_t j = 0; j < nj; j++) w->row[j] = dst[j * BQ + i];
-                        store_row(d->dtype, bd->dmask, ((b * d->heads + h) * L + i0 + i) * S + j0, nj, w->row, 1.0f);
+                        store_row(d->dtype, bd->dmask, ((b * d->heads + h) * L + i0 + i) * S + j0,
+                                  nj, w->row, 1.0f);
                     }
-                trn_tile_mm_band(nj, Ev, ni, pt, BQ, 1, w->dout, Ev, w->dv + j0 * Ev, Ev, 1, kvband);
+                trn_tile_mm_band(nj, Ev, ni, pt, BQ, 1, w->dout, Ev, w->dv + j0 * Ev, Ev, 1,
+                                 kvband);
                 for (int64_t j = 0; j < nj; j++)
                     for (int64_t i = 0; i < ni; i++) dst[j * BQ + i] *= scale;
                 trn_tile_mm_band(nj, E, ni, dst, BQ, 1, w->q, E, w->dk + j0 * E, E, 1, kvband);
@@ -359,12 +370,14 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
             if (bd->dmask && jend < S) {
                 const size_t es = trn_dtype_size(d->dtype);
                 for (int64_t i = 0; i < ni; i++)
-                    memset((char *)bd->dmask + ((((b * d->heads + h) * L + i0 + i) * S + jend) * (int64_t)es), 0,
-                           (size_t)(S - jend) * es);
+                    memset((char *)bd->dmask +
+                               ((((b * d->heads + h) * L + i0 + i) * S + jend) * (int64_t)es),
+                           0, (size_t)(S - jend) * es);
             }
             if (bd->dq)
                 for (int64_t i = 0; i < ni; i++)
-                    store_row(d->dtype, bd->dq, ((b * d->heads + h) * L + i0 + i) * E, E, w->dq + i * E, 1.0f);
+                    store_row(d->dtype, bd->dq, ((b * d->heads + h) * L + i0 + i) * E, E,
+                              w->dq + i * E, 1.0f);
         }
     }
     if (bd->dk) store_row(d->dtype, bd->dk, (b * d->kv_heads + hk) * S * E, S * E, w->dk, 1.0f);
@@ -450,7 +463,8 @@ static trn_status attn_task(void *args) {
         const int64_t gs[4] = {bd->dout_strides[0], bd->dout_strides[1], bd->dout_strides[2], 1};
         trn__access_add(&rg, bd->dout, span4(on, gs, es));
         trn__access_add(&rg, bd->dq, (size_t)(d->batch * d->heads * d->q_len * d->head_dim) * es);
-        trn__access_add(&rg, bd->dk, (size_t)(d->batch * d->kv_heads * d->kv_len * d->head_dim) * es);
+        trn__access_add(&rg, bd->dk,
+                        (size_t)(d->batch * d->kv_heads * d->kv_len * d->head_dim) * es);
         trn__access_add(&rg, bd->dv, (size_t)(d->batch * d->kv_heads * d->kv_len * d->v_dim) * es);
         trn__access_add(&rg, bd->dmask, (size_t)(d->batch * d->heads * d->q_len * d->kv_len) * es);
     }
@@ -458,7 +472,8 @@ static trn_status attn_task(void *args) {
     if (st == TRN_SUCCESS) {
         // Scratch is allocated per piece; probe once here so that an
         // out-of-memory host reports an error instead of skipping work.
-        void *probe = malloc((size_t)(d->kv_len * (d->head_dim + d->v_dim) + 64 * 1024) * sizeof(float));
+        void *probe =
+            malloc((size_t)(d->kv_len * (d->head_dim + d->v_dim) + 64 * 1024) * sizeof(float));
         if (probe == NULL) {
             st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "attention: out of host memory");
         } else {
@@ -478,7 +493,8 @@ static trn_status attn_task(void *args) {
 static trn_status check_fwd(const trn_attention_desc *d, const char *fn) {
     if (!trn_attention_supports(d->dtype, d->mask != NULL, d->mask_dtype))
         return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtype %s (mask %s) is not supported", fn,
-                              trn_dtype_name(d->dtype), d->mask ? trn_dtype_name(d->mask_dtype) : "none");
+                              trn_dtype_name(d->dtype),
+                              d->mask ? trn_dtype_name(d->mask_dtype) : "none");
     if (d->batch < 0 || d->heads < 0 || d->kv_heads < 0 || d->q_len < 0 || d->kv_len < 0 ||
         d->head_dim < 0 || d->v_dim < 0)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: negative size", fn);
@@ -490,13 +506,15 @@ static trn_status check_fwd(const trn_attention_desc *d, const char *fn) {
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: dropout_p %g not in [0, 1]", fn,
                               d->dropout_p);
     const int64_t work = d->batch * d->heads * d->q_len;
-    if (work > 0 && (d->q == NULL || d->out == NULL || (d->kv_len > 0 && (d->k == NULL || d->v == NULL))))
+    if (work > 0 &&
+        (d->q == NULL || d->out == NULL || (d->kv_len > 0 && (d->k == NULL || d->v == NULL))))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: an operand pointer is NULL", fn);
     return trn__fork_check();
 }
 
 trn_status trn_attention_launch(trn_stream *stream, const trn_attention_desc *desc) {
-    if (stream == NULL || desc == NULL) return trn__check_launch(stream, desc, "trn_attention_launch");
+    if (stream == NULL || desc == NULL)
+        return trn__check_launch(stream, desc, "trn_attention_launch");
     trn_status st = check_fwd(desc, "trn_attention_launch");
     if (st != TRN_SUCCESS) return st;
     if (desc->batch * desc->heads * desc->q_len == 0) return TRN_SUCCESS;
@@ -506,8 +524,10 @@ trn_status trn_attention_launch(trn_stream *stream, const trn_attention_desc *de
     return trn_stream_launch(stream, attn_task, &a, sizeof a);
 }
 
-trn_status trn_attention_backward_launch(trn_stream *stream, const trn_attention_backward_desc *desc) {
-    if (stream == NULL || desc == NULL) return trn__check_launch(stream, desc, "trn_attention_backward_launch");
+trn_status trn_attention_backward_launch(trn_stream *stream,
+                                         const trn_attention_backward_desc *desc) {
+    if (stream == NULL || desc == NULL)
+        return trn__check_launch(stream, desc, "trn_attention_backward_launch");
     trn_status st = check_fwd(&desc->fwd, "trn_attention_backward_launch");
     if (st != TRN_SUCCESS) return st;
     const trn_attention_desc *d = &desc->fwd;

@@ -32,7 +32,7 @@ _Static_assert(sizeof(eb_args) <= TRN_TASK_MAX_ARGS, "embedding_bag args too lar
 
 typedef struct eb_run {
     const eb_args *a;
-    const int64_t *count;     // backward with scale_grad_by_freq: [num_weights]
+    const int64_t *count;             // backward with scale_grad_by_freq: [num_weights]
     atomic_llong bad_index, bad_pos;  // an out-of-range index and its position
     atomic_int bad, oom;
 } eb_run;
@@ -51,126 +51,124 @@ static void note_bad(eb_run *run, int64_t pos, int64_t v) {
     atomic_store(&run->bad, 1);
 }
 
-#define DEFINE_EB(E, N, T, C, V, LD, ST)                                                 \
-    static void fwd_##N(void *ctx, int64_t b0, int64_t b1) {                      \
-        eb_run *run = ctx;                                                        \
-        const trn_embedding_bag_desc *d = &run->a->d;                             \
-        const int64_t D = d->dim;                                                 \
-        const T *w = d->weight;                                                   \
-        const T *psw = d->per_sample_weights;                                     \
-        C *acc = malloc(sizeof(C) * (size_t)(D > 0 ? D : 1));                     \
-        if (acc == NULL) {                                                        \
-            atomic_store(&run->oom, 1);                                           \
-            return;                                                               \
-        }                                                                         \
-        for (int64_t b = b0; b < b1; b++) {                                       \
-            const int64_t s = ld_index(d->index_dtype, d->offsets, b);            \
-            const int64_t e = bag_end(d, b);                                      \
-            int64_t *mx = d->max_indices ? d->max_indices + b * D : NULL;         \
-            int64_t n = 0;                                                        \
-            for (int64_t j = 0; j < D; j++) acc[j] = 0;                           \
-            if (mx)                                                               \
-                for (int64_t j = 0; j < D; j++) mx[j] = -1;                       \
-            for (int64_t i = s; i < e; i++) {                                     \
-                const int64_t k = ld_index(d->index_dtype, d->indices, i);        \
-                if (d->offset2bag) d->offset2bag[i] = b;                          \
-                if (k < 0 || k >= d->num_weights) {                               \
-                    note_bad(run, i, k);                                             \
-                    continue;                                                     \
-                }                                                                 \
-                if (k == d->padding_idx) continue;                                \
-                const T *row = w + k * D;                                         \
-                if (d->mode == TRN_EMBEDDING_BAG_MAX) {                           \
-                    for (int64_t j = 0; j < D; j++) {                             \
-                        const C v = (C)LD(row[j]);                                \
-                        if (n == 0 || v > acc[j]) {                               \
-                            acc[j] = v;                                           \
-                            mx[j] = k;                                            \
-                        }                                                         \
-                    }                                                             \
-                } else if (psw) {                                                 \
-                    const C p = (C)LD(psw[i]);                                    \
-                    for (int64_t j = 0; j < D; j++) acc[j] += (C)LD(row[j]) * p;  \
-                } else {                                                          \
-                    for (int64_t j = 0; j < D; j++) acc[j] += (C)LD(row[j]);      \
-                }                                                                 \
-                n++;                                                              \
-            }                                                                     \
-            if (d->mode == TRN_EMBEDDING_BAG_MEAN && n > 0)                       \
-                for (int64_t j = 0; j < D; j++) acc[j] /= (C)n;                   \
-            T *out = (T *)d->output + b * D;                                      \
-            for (int64_t j = 0; j < D; j++) out[j] = ST(acc[j]);                  \
-            if (d->bag_size) d->bag_size[b] = n;                                  \
-        }                                                                         \
-        free(acc);                                                                \
-    }                                                                             \
-    /* Columns [blk * COLBLOCK, ...) of the weight gradient. */                   \
-    static void bwd_w_##N(void *ctx, int64_t k0, int64_t k1) {                    \
-        eb_run *run = ctx;                                                        \
-        const trn_embedding_bag_desc *d = &run->a->d;                             \
-        const int64_t D = d->dim, NW = d->num_weights;                            \
-        const T *g = d->grad;                                                     \
-        const T *psw = d->per_sample_weights;                                     \
-        T *gw = d->grad_weight;                                                   \
-        const int direct = sizeof(T) == sizeof(C);                                \
-        C *acc = direct ? NULL : malloc(sizeof(C) * (size_t)(NW * COLBLOCK + 1));  \
-        if (!direct && acc == NULL) {                                             \
-            atomic_store(&run->oom, 1);                                           \
-            return;                                                               \
-        }                                                                         \
-        for (int64_t blk = k0; blk < k1; blk++) {                                 \
-            const int64_t c0 = blk * COLBLOCK;                                    \
-            const int64_t wd = D - c0 < COLBLOCK ? D - c0 : COLBLOCK;             \
+#define DEFINE_EB(E, N, T, C, V, LD, ST)                                                           \
+    static void fwd_##N(void *ctx, int64_t b0, int64_t b1) {                                       \
+        eb_run *run = ctx;                                                                         \
+        const trn_embedding_bag_desc *d = &run->a->d;                                              \
+        const int64_t D = d->dim;                                                                  \
+        const T *w = d->weight;                                                                    \
+        const T *psw = d->per_sample_weights;                                                      \
+        C *acc = malloc(sizeof(C) * (size_t)(D > 0 ? D : 1));                                      \
+        if (acc == NULL) {                                                                         \
+            atomic_store(&run->oom, 1);                                                            \
+            return;                                                                                \
+        }                                                                                          \
+        for (int64_t b = b0; b < b1; b++) {                                                        \
+            const int64_t s = ld_index(d->index_dtype, d->offsets, b);                             \
+            const int64_t e = bag_end(d, b);                                                       \
+            int64_t *mx = d->max_indices ? d->max_indices + b * D : NULL;                          \
+            int64_t n = 0;                                                                         \
+            for (int64_t j = 0; j < D; j++) acc[j] = 0;                                            \
+            if (mx)                                                                                \
+                for (int64_t j = 0; j < D; j++) mx[j] = -1;                                        \
+            for (int64_t i = s; i < e; i++) {                                                      \
+                const int64_t k = ld_index(d->index_dtype, d->indices, i);                         \
+                if (d->offset2bag) d->offset2bag[i] = b;                                           \
+                if (k < 0 || k >= d->num_weights) {                                                \
+                    note_bad(run, i, k);                                                           \
+                    continue;                                                                      \
+                }                                                                                  \
+                if (k == d->padding_idx) continue;                                                 \
+                const T *row = w + k * D;                                                          \
+                if (d->mode == TRN_EMBEDDING_BAG_MAX) {                                            \
+                    for (int64_t j = 0; j < D; j++) {                                              \
+                        const C v = (C)LD(row[j]);                                                 \
+                        if (n == 0 || v > acc[j]) {                                                \
+                            acc[j] = v;                                                            \
+                            mx[j] = k;                                                             \
+                        }                                                                          \
+                    }                                                                              \
+                } else if (psw) {                                                                  \
+                    const C p = (C)LD(psw[i]);                                                     \
+                    for (int64_t j = 0; j < D; j++) acc[j] += (C)LD(row[j]) * p;                   \
+                } else {                                                                           \
+                    for (int64_t j = 0; j < D; j++) acc[j] += (C)LD(row[j]);                       \
+                }                                                                                  \
+                n++;                                                                               \
+            }                                                                                      \
+            if (d->mode == TRN_EMBEDDING_BAG_MEAN && n > 0)                                        \
+                for (int64_t j = 0; j < D; j++) acc[j] /= (C)n;                                    \
+            T *out = (T *)d->output + b * D;                                                       \
+            for (int64_t j = 0; j < D; j++) out[j] = ST(acc[j]);                                   \
+            if (d->bag_size) d->bag_size[b] = n;                                                   \
+        }                                                                                          \
+        free(acc);                                                                                 \
+    }                                                                                              \
+    /* Columns [blk * COLBLOCK, ...) of the weight gradient. */                                    \
+    static void bwd_w_##N(void *ctx, int64_t k0, int64_t k1) {                                     \
+        eb_run *run = ctx;                                                                         \
+        const trn_embedding_bag_desc *d = &run->a->d;                                              \
+        const int64_t D = d->dim, NW = d->num_weights;                                             \
+        const T *g = d->grad;                                                                      \
+        const T *psw = d->per_sample_weights;                                                      \
+        T *gw = d->grad_weight;                                                                    \
+        const int direct = sizeof(T) == sizeof(C);                                                 \
+        C *acc = direct ? NULL : malloc(sizeof(C) * (size_t)(NW * COLBLOCK + 1));                  \
+        if (!direct && acc == NULL) {                                                              \
+            atomic_store(&run->oom, 1);                                                            \
+            return;                                                                                \
+        }                                                                                          \
+        for (int64_t blk = k0; blk < k1; blk++) {                                                  \
+            const int64_t c0 = blk * COLBLOCK;                                                     \
+            const int64_t wd = D - c0 < COLBLOCK ? D - c0 : COLBLOCK;                              \
             /* element (r, j) of this block: direct: gw[r * D + c0 + j];          \
-               else acc[r * COLBLOCK + j] */                                      \
-            const int64_t ld = direct ? D : COLBLOCK;                             \
-            C *base = direct ? (C *)(void *)gw + c0 : acc;                        \
-            for (int64_t r = 0; r < NW; r++)                                      \
-                for (int64_t j = 0; j < wd; j++) base[r * ld + j] = 0;            \
-            if (d->mode == TRN_EMBEDDING_BAG_MAX) {                               \
-                for (int64_t b = 0; b < d->num_bags; b++)                         \
-                    for (int64_t j = 0; j < wd; j++) {                            \
-                        const int64_t m = d->max_indices[b * D + c0 + j];         \
-                        if (m >= 0 && m < NW) base[m * ld + j] += (C)LD(g[b * D + c0 + j]); \
-                    }                                                             \
-            } else {                                                              \
-                for (int64_t i = 0; i < d->num_indices; i++) {                    \
-                    const int64_t k = ld_index(d->index_dtype, d->indices, i);    \
-                    if (k < 0 || k >= NW || k == d->padding_idx) continue;        \
-                    const int64_t b = d->offset2bag[i];                           \
-                    if (b < 0 || b >= d->num_bags) continue;                      \
-                    C s = psw ? (C)LD(psw[i]) : (C)1;                             \
-                    if (d->mode == TRN_EMBEDDING_BAG_MEAN)                        \
-                        s = d->bag_size[b] > 0 ? s / (C)d->bag_size[b] : (C)0;   \
-                    if (run->count) s /= (C)run->count[k];                        \
-                    const T *gr = g + b * D + c0;                                 \
-                    C *o = base + k * ld;                                         \
-                    for (int64_t j = 0; j < wd; j++) o[j] += (C)LD(gr[j]) * s;    \
-                }                                                                 \
-            }                                                                     \
-            if (!direct)                                                          \
-                for (int64_t r = 0; r < NW; r++)                                  \
-                    for (int64_t j = 0; j < wd; j++)                              \
-                        gw[r * D + c0 + j] = ST(acc[r * COLBLOCK + j]);           \
-        }                                                                         \
-        free(acc);                                                                \
-    }                                                                             \
-    static void bwd_psw_##N(void *ctx, int64_t i0, int64_t i1) {                  \
-        eb_run *run = ctx;                                                        \
-        const trn_embedding_bag_desc *d = &run->a->d;                             \
-        const int64_t D = d->dim;                                                 \
-        const T *g = d->grad, *w = d->weight;                                     \
-        T *out = d->grad_per_sample_weights;                                      \
-        for (int64_t i = i0; i < i1; i++) {                                       \
-            const int64_t k = ld_index(d->index_dtype, d->indices, i);            \
-            const int64_t b = d->offset2bag[i];                                   \
-            C s = 0;                                                              \
-            if (k >= 0 && k < d->num_weights && k != d->padding_idx && b >= 0 &&  \
-                b < d->num_bags)                                                  \
-                for (int64_t j = 0; j < D; j++)                                   \
-                    s += (C)LD(g[b * D + j]) * (C)LD(w[k * D + j]);               \
-            out[i] = ST(s);                                                       \
-        }                                                                         \
+               else acc[r * COLBLOCK + j] */                \
+            const int64_t ld = direct ? D : COLBLOCK;                                              \
+            C *base = direct ? (C *)(void *)gw + c0 : acc;                                         \
+            for (int64_t r = 0; r < NW; r++)                                                       \
+                for (int64_t j = 0; j < wd; j++) base[r * ld + j] = 0;                             \
+            if (d->mode == TRN_EMBEDDING_BAG_MAX) {                                                \
+                for (int64_t b = 0; b < d->num_bags; b++)                                          \
+                    for (int64_t j = 0; j < wd; j++) {                                             \
+                        const int64_t m = d->max_indices[b * D + c0 + j];                          \
+                        if (m >= 0 && m < NW) base[m * ld + j] += (C)LD(g[b * D + c0 + j]);        \
+                    }                                                                              \
+            } else {                                                                               \
+                for (int64_t i = 0; i < d->num_indices; i++) {                                     \
+                    const int64_t k = ld_index(d->index_dtype, d->indices, i);                     \
+                    if (k < 0 || k >= NW || k == d->padding_idx) continue;                         \
+                    const int64_t b = d->offset2bag[i];                                            \
+                    if (b < 0 || b >= d->num_bags) continue;                                       \
+                    C s = psw ? (C)LD(psw[i]) : (C)1;                                              \
+                    if (d->mode == TRN_EMBEDDING_BAG_MEAN)                                         \
+                        s = d->bag_size[b] > 0 ? s / (C)d->bag_size[b] : (C)0;                     \
+                    if (run->count) s /= (C)run->count[k];                                         \
+                    const T *gr = g + b * D + c0;                                                  \
+                    C *o = base + k * ld;                                                          \
+                    for (int64_t j = 0; j < wd; j++) o[j] += (C)LD(gr[j]) * s;                     \
+                }                                                                                  \
+            }                                                                                      \
+            if (!direct)                                                                           \
+                for (int64_t r = 0; r < NW; r++)                                                   \
+                    for (int64_t j = 0; j < wd; j++)                                               \
+                        gw[r * D + c0 + j] = ST(acc[r * COLBLOCK + j]);                            \
+        }                                                                                          \
+        free(acc);                                                                                 \
+    }                                                                                              \
+    static void bwd_psw_##N(void *ctx, int64_t i0, int64_t i1) {                                   \
+        eb_run *run = ctx;                                                                         \
+        const trn_embedding_bag_desc *d = &run->a->d;                                              \
+        const int64_t D = d->dim;                                                                  \
+        const T *g = d->grad, *w = d->weight;                                                      \
+        T *out = d->grad_per_sample_weights;                                                       \
+        for (int64_t i = i0; i < i1; i++) {                                                        \
+            const int64_t k = ld_index(d->index_dtype, d->indices, i);                             \
+            const int64_t b = d->offset2bag[i];                                                    \
+            C s = 0;                                                                               \
+            if (k >= 0 && k < d->num_weights && k != d->padding_idx && b >= 0 && b < d->num_bags)  \
+                for (int64_t j = 0; j < D; j++) s += (C)LD(g[b * D + j]) * (C)LD(w[k * D + j]);    \
+            out[i] = ST(s);                                                                        \
+        }                                                                                          \
     }
 
 TRN_KIT_FLOAT_TYPES(DEFINE_EB)
@@ -179,8 +177,12 @@ typedef void (*piece_fn)(void *, int64_t, int64_t);
 
 static void pick(trn_dtype t, piece_fn *fwd, piece_fn *bw, piece_fn *bp) {
     switch (t) {
-#define CASE(E, N, ...)                                                                 \
-    case E: *fwd = fwd_##N; *bw = bwd_w_##N; *bp = bwd_psw_##N; return;
+#define CASE(E, N, ...)                                                                            \
+    case E:                                                                                        \
+        *fwd = fwd_##N;                                                                            \
+        *bw = bwd_w_##N;                                                                           \
+        *bp = bwd_psw_##N;                                                                         \
+        return;
         TRN_KIT_FLOAT_TYPES(CASE)
 #undef CASE
     default: *fwd = *bw = *bp = NULL;
@@ -307,8 +309,8 @@ static trn_status launch(trn_stream *stream, const trn_embedding_bag_desc *d, in
                               (long long)d->num_bags, (long long)d->padding_idx);
     const int psw = d->per_sample_weights != NULL;
     if (psw && d->mode != TRN_EMBEDDING_BAG_SUM)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                              "%s: per_sample_weights need mode SUM", fn);
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: per_sample_weights need mode SUM",
+                              fn);
     const int has_i = d->num_indices > 0, has_w = d->num_weights * d->dim > 0;
     const int has_b = d->num_bags * d->dim > 0;
     int bad;
@@ -326,8 +328,7 @@ static trn_status launch(trn_stream *stream, const trn_embedding_bag_desc *d, in
                 (d->mode == TRN_EMBEDDING_BAG_MEAN && d->num_bags > 0 && d->bag_size == NULL))) ||
               (d->grad_per_sample_weights && has_i &&
                (d->indices == NULL || d->offset2bag == NULL || (has_w && d->weight == NULL)));
-    if (bad)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: a needed pointer is NULL", fn);
+    if (bad) return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: a needed pointer is NULL", fn);
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS) return st;
     const eb_args a = {.d = *d, .backward = backward};

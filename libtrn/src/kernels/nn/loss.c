@@ -51,8 +51,10 @@ static void nll_forward(const nll_args *a) {
                 v = -w * trn__load_real(a->dtype, a->input, (b * C + t) * I + i);
                 wsum += w;
             }
-            if (a->reduction == TRN_REDUCTION_NONE) trn__store_real(a->dtype, a->out, b * I + i, v);
-            else total += v;
+            if (a->reduction == TRN_REDUCTION_NONE)
+                trn__store_real(a->dtype, a->out, b * I + i, v);
+            else
+                total += v;
         }
     }
     if (a->reduction == TRN_REDUCTION_NONE) {
@@ -60,8 +62,7 @@ static void nll_forward(const nll_args *a) {
         return;
     }
     const int64_t n = a->batch * I;
-    if (a->reduction == TRN_REDUCTION_MEAN)
-        total = n == 0 ? NAN : total / wsum;
+    if (a->reduction == TRN_REDUCTION_MEAN) total = n == 0 ? NAN : total / wsum;
     trn__store_real(a->dtype, a->out, 0, total);
     trn__store_real(a->dtype, a->total_weight, 0, wsum);
 }
@@ -74,7 +75,8 @@ static void nll_backward_piece(void *ctx, int64_t b0, int64_t b1) {
     double scale = 1.0;
     if (a->reduction != TRN_REDUCTION_NONE) {
         scale = trn__load_real(a->dtype, a->grad_output, 0);
-        if (a->reduction == TRN_REDUCTION_MEAN) scale /= trn__load_real(a->dtype, a->total_weight_in, 0);
+        if (a->reduction == TRN_REDUCTION_MEAN)
+            scale /= trn__load_real(a->dtype, a->total_weight_in, 0);
     }
     for (int64_t b = b0; b < b1; b++) {
         for (int64_t i = 0; i < I; i++) {
@@ -94,7 +96,8 @@ static trn_status nll_task(void *args) {
     const size_t es = trn_dtype_size(a->dtype);
     const size_t tsz = (size_t)(a->batch * a->inner) * trn_dtype_size(a->target_dtype);
     const size_t isz = (size_t)(a->batch * a->classes * a->inner) * es;
-    const size_t osz = (a->reduction == TRN_REDUCTION_NONE ? (size_t)(a->batch * a->inner) : 1) * es;
+    const size_t osz =
+        (a->reduction == TRN_REDUCTION_NONE ? (size_t)(a->batch * a->inner) : 1) * es;
     trn__access_set rg = {.count = 0};
     trn__access_add(&rg, a->target, tsz);
     trn__access_add(&rg, a->weight, (size_t)a->classes * es);
@@ -136,8 +139,8 @@ static trn_status check(trn_stream *stream, const void *d, trn_dtype dt, trn_dty
     const trn_status null_st = trn__check_launch(stream, d, fn);
     if (null_st != TRN_SUCCESS) return null_st;
     if (!trn_nll_loss_supports(dt, tdt))
-        return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtypes %s / target %s not supported",
-                              fn, trn_dtype_name(dt), trn_dtype_name(tdt));
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtypes %s / target %s not supported", fn,
+                              trn_dtype_name(dt), trn_dtype_name(tdt));
     if ((unsigned)red > TRN_REDUCTION_SUM)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: invalid reduction %d", fn, (int)red);
     int64_t n;
@@ -148,38 +151,53 @@ static trn_status check(trn_stream *stream, const void *d, trn_dtype dt, trn_dty
 }
 
 trn_status trn_nll_loss_launch(trn_stream *stream, const trn_nll_loss_desc *d) {
-    trn_status s = check(stream, d, d ? d->dtype : TRN_DTYPE_F32,
-                         d ? d->target_dtype : TRN_DTYPE_I64,
-                         d ? d->reduction : TRN_REDUCTION_NONE, d ? d->batch : 0,
-                         d ? d->classes : 0, d ? d->inner : 0, "trn_nll_loss_launch");
+    trn_status s =
+        check(stream, d, d ? d->dtype : TRN_DTYPE_F32, d ? d->target_dtype : TRN_DTYPE_I64,
+              d ? d->reduction : TRN_REDUCTION_NONE, d ? d->batch : 0, d ? d->classes : 0,
+              d ? d->inner : 0, "trn_nll_loss_launch");
     if (s != TRN_SUCCESS) return s;
     if (d->reduction == TRN_REDUCTION_NONE && d->batch * d->inner == 0) return TRN_SUCCESS;
     if (d->out == NULL || d->total_weight == NULL ||
         (d->batch * d->inner > 0 && (d->input == NULL || d->target == NULL)))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_nll_loss_launch: a pointer is NULL");
-    const nll_args a = {.dtype = d->dtype, .target_dtype = d->target_dtype,
-                        .reduction = d->reduction, .batch = d->batch, .classes = d->classes,
-                        .inner = d->inner, .ignore_index = d->ignore_index, .input = d->input,
-                        .target = d->target, .weight = d->weight, .out = d->out,
+    const nll_args a = {.dtype = d->dtype,
+                        .target_dtype = d->target_dtype,
+                        .reduction = d->reduction,
+                        .batch = d->batch,
+                        .classes = d->classes,
+                        .inner = d->inner,
+                        .ignore_index = d->ignore_index,
+                        .input = d->input,
+                        .target = d->target,
+                        .weight = d->weight,
+                        .out = d->out,
                         .total_weight = d->total_weight};
     return trn_stream_launch(stream, nll_task, &a, sizeof a);
 }
 
 trn_status trn_nll_loss_backward_launch(trn_stream *stream, const trn_nll_loss_backward_desc *d) {
-    trn_status s = check(stream, d, d ? d->dtype : TRN_DTYPE_F32,
-                         d ? d->target_dtype : TRN_DTYPE_I64,
-                         d ? d->reduction : TRN_REDUCTION_NONE, d ? d->batch : 0,
-                         d ? d->classes : 0, d ? d->inner : 0, "trn_nll_loss_backward_launch");
+    trn_status s =
+        check(stream, d, d ? d->dtype : TRN_DTYPE_F32, d ? d->target_dtype : TRN_DTYPE_I64,
+              d ? d->reduction : TRN_REDUCTION_NONE, d ? d->batch : 0, d ? d->classes : 0,
+              d ? d->inner : 0, "trn_nll_loss_backward_launch");
     if (s != TRN_SUCCESS) return s;
     if (d->batch * d->classes * d->inner == 0) return TRN_SUCCESS;
     if (d->grad_output == NULL || d->target == NULL || d->total_weight == NULL ||
         d->grad_input == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_nll_loss_backward_launch: a pointer is NULL");
-    const nll_args a = {.backward = 1, .dtype = d->dtype, .target_dtype = d->target_dtype,
-                        .reduction = d->reduction, .batch = d->batch, .classes = d->classes,
-                        .inner = d->inner, .ignore_index = d->ignore_index,
-                        .grad_output = d->grad_output, .target = d->target, .weight = d->weight,
-                        .total_weight_in = d->total_weight, .grad_input = d->grad_input};
+    const nll_args a = {.backward = 1,
+                        .dtype = d->dtype,
+                        .target_dtype = d->target_dtype,
+                        .reduction = d->reduction,
+                        .batch = d->batch,
+                        .classes = d->classes,
+                        .inner = d->inner,
+                        .ignore_index = d->ignore_index,
+                        .grad_output = d->grad_output,
+                        .target = d->target,
+                        .weight = d->weight,
+                        .total_weight_in = d->total_weight,
+                        .grad_input = d->grad_input};
     return trn_stream_launch(stream, nll_task, &a, sizeof a);
 }

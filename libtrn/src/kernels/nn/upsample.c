@@ -31,8 +31,8 @@ _Static_assert(sizeof(up_args) <= TRN_TASK_MAX_ARGS, "upsample args too large");
 
 // Tables built once per launch.
 typedef struct up_tables {
-    int64_t *idx[3];   // nearest: [out]; linear: [2 * out] (i0, i1); cubic: [4 * out]
-    double *lam[3];    // linear: [2 * out] (weight of i0, of i1); cubic: [4 * out]
+    int64_t *idx[3];  // nearest: [out]; linear: [2 * out] (i0, i1); cubic: [4 * out]
+    double *lam[3];   // linear: [2 * out] (weight of i0, of i1); cubic: [4 * out]
 } up_tables;
 
 typedef struct up_run {
@@ -45,8 +45,7 @@ static float scale_f(double scale, int64_t in, int64_t out) {
     return scale > 0 ? (float)(1.0 / scale) : (float)in / (float)out;
 }
 
-static int64_t nearest_src(trn_upsample_mode m, int64_t o, int64_t in, int64_t out,
-                           double scale) {
+static int64_t nearest_src(trn_upsample_mode m, int64_t o, int64_t in, int64_t out, double scale) {
     if (m == TRN_UPSAMPLE_NEAREST) {
         if (out == in) return o;
         if (out == 2 * in) return o >> 1;
@@ -74,8 +73,8 @@ static void linear_taps(int64_t o, int64_t in, int64_t out, double scale, int al
         src = align ? r * (double)o : r * ((double)o + 0.5) - 0.5;
         if (src < 0) src = 0;
     } else {
-        const float r = align ? (out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f)
-                              : scale_f(scale, in, out);
+        const float r =
+            align ? (out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f) : scale_f(scale, in, out);
         float s = align ? r * (float)o : r * ((float)o + 0.5f) - 0.5f;
         if (s < 0) s = 0;
         src = s;
@@ -116,8 +115,8 @@ static void cubic_taps(int64_t o, int64_t in, int64_t out, double scale, int ali
                                : (scale > 0 ? 1.0 / scale : (double)in / (double)out);
         src = align ? r * (double)o : r * ((double)o + 0.5) - 0.5;
     } else {
-        const float r = align ? (out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f)
-                              : scale_f(scale, in, out);
+        const float r =
+            align ? (out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f) : scale_f(scale, in, out);
         src = align ? r * (float)o : r * ((float)o + 0.5f) - 0.5f;
     }
     int64_t k = (int64_t)floor(src);
@@ -140,7 +139,10 @@ static void cubic_taps(int64_t o, int64_t in, int64_t out, double scale, int ali
 
 static trn_status build_tables(const trn_upsample_desc *d, int backward, up_tables *t) {
     const int dbl = d->dtype == TRN_DTYPE_F64;
-    const int round = backward ? 0 : (d->dtype == TRN_DTYPE_F16 ? 1 : d->dtype == TRN_DTYPE_BF16 ? 2 : 0);
+    const int round = backward ? 0
+                               : (d->dtype == TRN_DTYPE_F16    ? 1
+                                  : d->dtype == TRN_DTYPE_BF16 ? 2
+                                                               : 0);
     for (int k = 0; k < 3; k++) {
         const int64_t in = d->in_size[k], out = d->out_size[k];
         const int lin = d->mode == TRN_UPSAMPLE_BILINEAR, cub = d->mode == TRN_UPSAMPLE_BICUBIC;
@@ -151,8 +153,8 @@ static trn_status build_tables(const trn_upsample_desc *d, int backward, up_tabl
             return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "upsample: out of host memory");
         for (int64_t o = 0; o < out; o++) {
             if (cub)
-                cubic_taps(o, in, out, d->scales[k], d->align_corners, dbl, round, &t->idx[k][4 * o],
-                           &t->lam[k][4 * o]);
+                cubic_taps(o, in, out, d->scales[k], d->align_corners, dbl, round,
+                           &t->idx[k][4 * o], &t->lam[k][4 * o]);
             else if (lin)
                 linear_taps(o, in, out, d->scales[k], d->align_corners, dbl, &t->idx[k][2 * o],
                             &t->idx[k][2 * o + 1], &t->lam[k][2 * o], &t->lam[k][2 * o + 1]);
@@ -163,159 +165,159 @@ static trn_status build_tables(const trn_upsample_desc *d, int backward, up_tabl
     return TRN_SUCCESS;
 }
 
-#define DEFINE_UP(E, N, T, C, V, LD, ST)                                                 \
-    /* Bilinear of one (h, w) plane at output row oh, column ow. */               \
-    static inline C bil_##N(const T *x, int64_t IW, const int64_t *ih, const int64_t *iw, \
-                            const double *lh, const double *lw, int64_t oh, int64_t ow) { \
-        const T *r0 = x + ih[2 * oh] * IW, *r1 = x + ih[2 * oh + 1] * IW;          \
-        const C h0 = (C)lh[2 * oh], h1 = (C)lh[2 * oh + 1];                       \
-        const int64_t w0 = iw[2 * ow], w1 = iw[2 * ow + 1];                       \
-        const C a = (C)lw[2 * ow], b = (C)lw[2 * ow + 1];                         \
-        return h0 * (a * (C)LD(r0[w0]) + b * (C)LD(r0[w1])) +                     \
-               h1 * (a * (C)LD(r1[w0]) + b * (C)LD(r1[w1]));                      \
-    }                                                                             \
+#define DEFINE_UP(E, N, T, C, V, LD, ST)                                                           \
+    /* Bilinear of one (h, w) plane at output row oh, column ow. */                                \
+    static inline C bil_##N(const T *x, int64_t IW, const int64_t *ih, const int64_t *iw,          \
+                            const double *lh, const double *lw, int64_t oh, int64_t ow) {          \
+        const T *r0 = x + ih[2 * oh] * IW, *r1 = x + ih[2 * oh + 1] * IW;                          \
+        const C h0 = (C)lh[2 * oh], h1 = (C)lh[2 * oh + 1];                                        \
+        const int64_t w0 = iw[2 * ow], w1 = iw[2 * ow + 1];                                        \
+        const C a = (C)lw[2 * ow], b = (C)lw[2 * ow + 1];                                          \
+        return h0 * (a * (C)LD(r0[w0]) + b * (C)LD(r0[w1])) +                                      \
+               h1 * (a * (C)LD(r1[w0]) + b * (C)LD(r1[w1]));                                       \
+    }                                                                                              \
     /* Linear forward over d, h, w (nearest forward is copy_<size> below). A d    \
-       tap of weight 0 on the same plane (2-d ops, in == out) is skipped. */      \
-    static void fwd_##N(void *ctx, int64_t p0, int64_t p1) {                      \
-        const up_run *run = ctx;                                                  \
-        const trn_upsample_desc *d = &run->a->d;                                  \
-        const int64_t ID = d->in_size[0], IH = d->in_size[1], IW = d->in_size[2]; \
-        const int64_t OD = d->out_size[0], OH = d->out_size[1], OW = d->out_size[2]; \
-        const int64_t *id = run->t.idx[0], *ih = run->t.idx[1], *iw = run->t.idx[2]; \
-        const double *ld = run->t.lam[0], *lh = run->t.lam[1], *lw = run->t.lam[2]; \
-        for (int64_t p = p0; p < p1; p++) {                                       \
-            const T *x = (const T *)d->src + p * ID * IH * IW;                    \
-            T *y = (T *)d->dst + p * OD * OH * OW;                                \
-            for (int64_t od = 0; od < OD; od++) {                                 \
-                const T *x0 = x + id[2 * od] * IH * IW, *x1 = x + id[2 * od + 1] * IH * IW; \
-                const C t0 = (C)ld[2 * od], t1 = (C)ld[2 * od + 1];               \
-                const int one = t1 == 0 && x0 == x1;                              \
-                T *yp = y + od * OH * OW;                                         \
-                for (int64_t oh = 0; oh < OH; oh++)                               \
-                    for (int64_t ow = 0; ow < OW; ow++) {                         \
-                        const C v0 = bil_##N(x0, IW, ih, iw, lh, lw, oh, ow);     \
-                        yp[oh * OW + ow] =                                        \
-                            ST(one ? v0 * t0                                      \
-                                   : t0 * v0 + t1 * bil_##N(x1, IW, ih, iw, lh, lw, oh, ow)); \
-                    }                                                             \
-            }                                                                     \
-        }                                                                         \
-    }                                                                             \
-    static void bwd_##N(void *ctx, int64_t p0, int64_t p1) {                      \
-        const up_run *run = ctx;                                                  \
-        const trn_upsample_desc *d = &run->a->d;                                  \
-        const int64_t ID = d->in_size[0], IH = d->in_size[1], IW = d->in_size[2]; \
-        const int64_t OD = d->out_size[0], OH = d->out_size[1], OW = d->out_size[2]; \
-        const int64_t *id = run->t.idx[0], *ih = run->t.idx[1], *iw = run->t.idx[2]; \
-        const int64_t in_plane = ID * IH * IW;                                    \
-        const int direct = sizeof(T) == sizeof(C);                                \
-        C *acc = direct ? NULL : malloc(sizeof(C) * (size_t)in_plane);            \
-        for (int64_t p = p0; p < p1; p++) {                                       \
-            const T *g = (const T *)d->src + p * OD * OH * OW;                    \
-            T *gi = (T *)d->dst + p * in_plane;                                   \
-            C *s = direct ? (C *)(void *)gi : acc;                                \
-            if (s == NULL) { /* reported by the task */                           \
-                atomic_store(&((up_run *)ctx)->oom, 1);                           \
-                return;                                                           \
-            }                                                                     \
-            for (int64_t i = 0; i < in_plane; i++) s[i] = 0;                      \
-            if (d->mode != TRN_UPSAMPLE_BILINEAR) {                               \
-                for (int64_t od = 0; od < OD; od++)                               \
-                    for (int64_t oh = 0; oh < OH; oh++) {                         \
-                        C *sr = s + (id[od] * IH + ih[oh]) * IW;                  \
-                        const T *gr = g + (od * OH + oh) * OW;                    \
-                        for (int64_t ow = 0; ow < OW; ow++) sr[iw[ow]] += (C)LD(gr[ow]); \
-                    }                                                             \
-            } else {                                                              \
-                const double *ld = run->t.lam[0], *lh = run->t.lam[1], *lw = run->t.lam[2]; \
-                for (int64_t od = 0; od < OD; od++) {                             \
-                    const int64_t dd[2] = {id[2 * od], id[2 * od + 1]};           \
-                    const C tt[2] = {(C)ld[2 * od], (C)ld[2 * od + 1]};           \
-                    const int taps = tt[1] == 0 && dd[0] == dd[1] ? 1 : 2;        \
-                    for (int k = 0; k < taps; k++) {                              \
-                        C *sp = s + dd[k] * IH * IW;                              \
-                        const C t = tt[k];                                        \
-                        for (int64_t oh = 0; oh < OH; oh++) {                     \
-                            C *r0 = sp + ih[2 * oh] * IW, *r1 = sp + ih[2 * oh + 1] * IW; \
-                            const C h0 = t * (C)lh[2 * oh], h1 = t * (C)lh[2 * oh + 1]; \
-                            const T *gr = g + (od * OH + oh) * OW;                \
-                            for (int64_t ow = 0; ow < OW; ow++) {                 \
-                                const int64_t w0 = iw[2 * ow], w1 = iw[2 * ow + 1]; \
-                                const C a = (C)lw[2 * ow], b = (C)lw[2 * ow + 1]; \
-                                const C v = (C)LD(gr[ow]);                        \
-                                r0[w0] += h0 * a * v;                             \
-                                r0[w1] += h0 * b * v;                             \
-                                r1[w0] += h1 * a * v;                             \
-                                r1[w1] += h1 * b * v;                             \
-                            }                                                     \
-                        }                                                         \
-                    }                                                             \
-                }                                                                 \
-            }                                                                     \
-            if (!direct)                                                          \
-                for (int64_t i = 0; i < in_plane; i++) gi[i] = ST(s[i]);          \
-        }                                                                         \
-        free(acc);                                                                \
+       tap of weight 0 on the same plane (2-d ops, in == out) is skipped. */                \
+    static void fwd_##N(void *ctx, int64_t p0, int64_t p1) {                                       \
+        const up_run *run = ctx;                                                                   \
+        const trn_upsample_desc *d = &run->a->d;                                                   \
+        const int64_t ID = d->in_size[0], IH = d->in_size[1], IW = d->in_size[2];                  \
+        const int64_t OD = d->out_size[0], OH = d->out_size[1], OW = d->out_size[2];               \
+        const int64_t *id = run->t.idx[0], *ih = run->t.idx[1], *iw = run->t.idx[2];               \
+        const double *ld = run->t.lam[0], *lh = run->t.lam[1], *lw = run->t.lam[2];                \
+        for (int64_t p = p0; p < p1; p++) {                                                        \
+            const T *x = (const T *)d->src + p * ID * IH * IW;                                     \
+            T *y = (T *)d->dst + p * OD * OH * OW;                                                 \
+            for (int64_t od = 0; od < OD; od++) {                                                  \
+                const T *x0 = x + id[2 * od] * IH * IW, *x1 = x + id[2 * od + 1] * IH * IW;        \
+                const C t0 = (C)ld[2 * od], t1 = (C)ld[2 * od + 1];                                \
+                const int one = t1 == 0 && x0 == x1;                                               \
+                T *yp = y + od * OH * OW;                                                          \
+                for (int64_t oh = 0; oh < OH; oh++)                                                \
+                    for (int64_t ow = 0; ow < OW; ow++) {                                          \
+                        const C v0 = bil_##N(x0, IW, ih, iw, lh, lw, oh, ow);                      \
+                        yp[oh * OW + ow] =                                                         \
+                            ST(one ? v0 * t0                                                       \
+                                   : t0 * v0 + t1 * bil_##N(x1, IW, ih, iw, lh, lw, oh, ow));      \
+                    }                                                                              \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static void bwd_##N(void *ctx, int64_t p0, int64_t p1) {                                       \
+        const up_run *run = ctx;                                                                   \
+        const trn_upsample_desc *d = &run->a->d;                                                   \
+        const int64_t ID = d->in_size[0], IH = d->in_size[1], IW = d->in_size[2];                  \
+        const int64_t OD = d->out_size[0], OH = d->out_size[1], OW = d->out_size[2];               \
+        const int64_t *id = run->t.idx[0], *ih = run->t.idx[1], *iw = run->t.idx[2];               \
+        const int64_t in_plane = ID * IH * IW;                                                     \
+        const int direct = sizeof(T) == sizeof(C);                                                 \
+        C *acc = direct ? NULL : malloc(sizeof(C) * (size_t)in_plane);                             \
+        for (int64_t p = p0; p < p1; p++) {                                                        \
+            const T *g = (const T *)d->src + p * OD * OH * OW;                                     \
+            T *gi = (T *)d->dst + p * in_plane;                                                    \
+            C *s = direct ? (C *)(void *)gi : acc;                                                 \
+            if (s == NULL) { /* reported by the task */                                            \
+                atomic_store(&((up_run *)ctx)->oom, 1);                                            \
+                return;                                                                            \
+            }                                                                                      \
+            for (int64_t i = 0; i < in_plane; i++) s[i] = 0;                                       \
+            if (d->mode != TRN_UPSAMPLE_BILINEAR) {                                                \
+                for (int64_t od = 0; od < OD; od++)                                                \
+                    for (int64_t oh = 0; oh < OH; oh++) {                                          \
+                        C *sr = s + (id[od] * IH + ih[oh]) * IW;                                   \
+                        const T *gr = g + (od * OH + oh) * OW;                                     \
+                        for (int64_t ow = 0; ow < OW; ow++) sr[iw[ow]] += (C)LD(gr[ow]);           \
+                    }                                                                              \
+            } else {                                                                               \
+                const double *ld = run->t.lam[0], *lh = run->t.lam[1], *lw = run->t.lam[2];        \
+                for (int64_t od = 0; od < OD; od++) {                                              \
+                    const int64_t dd[2] = {id[2 * od], id[2 * od + 1]};                            \
+                    const C tt[2] = {(C)ld[2 * od], (C)ld[2 * od + 1]};                            \
+                    const int taps = tt[1] == 0 && dd[0] == dd[1] ? 1 : 2;                         \
+                    for (int k = 0; k < taps; k++) {                                               \
+                        C *sp = s + dd[k] * IH * IW;                                               \
+                        const C t = tt[k];                                                         \
+                        for (int64_t oh = 0; oh < OH; oh++) {                                      \
+                            C *r0 = sp + ih[2 * oh] * IW, *r1 = sp + ih[2 * oh + 1] * IW;          \
+                            const C h0 = t * (C)lh[2 * oh], h1 = t * (C)lh[2 * oh + 1];            \
+                            const T *gr = g + (od * OH + oh) * OW;                                 \
+                            for (int64_t ow = 0; ow < OW; ow++) {                                  \
+                                const int64_t w0 = iw[2 * ow], w1 = iw[2 * ow + 1];                \
+                                const C a = (C)lw[2 * ow], b = (C)lw[2 * ow + 1];                  \
+                                const C v = (C)LD(gr[ow]);                                         \
+                                r0[w0] += h0 * a * v;                                              \
+                                r0[w1] += h0 * b * v;                                              \
+                                r1[w0] += h1 * a * v;                                              \
+                                r1[w1] += h1 * b * v;                                              \
+                            }                                                                      \
+                        }                                                                          \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+            if (!direct)                                                                           \
+                for (int64_t i = 0; i < in_plane; i++) gi[i] = ST(s[i]);                           \
+        }                                                                                          \
+        free(acc);                                                                                 \
     }
 
 // Bicubic (2-d: d is 1) forward and backward, in ATen's order: each output
 // is the h-weighted sum of four w-weighted row sums; the backward adds
 // g * wh * ww into the 4 x 4 taps of each output, w tap outermost.
 // The (h, w) sizes and tap tables a bicubic piece reads.
-#define CUBIC_VIEW(RUN)                                                           \
-    const int64_t IH = (RUN)->a->d.in_size[1], IW = (RUN)->a->d.in_size[2];       \
-    const int64_t OH = (RUN)->a->d.out_size[1], OW = (RUN)->a->d.out_size[2];     \
-    const int64_t *ih = (RUN)->t.idx[1], *iw = (RUN)->t.idx[2];                   \
+#define CUBIC_VIEW(RUN)                                                                            \
+    const int64_t IH = (RUN)->a->d.in_size[1], IW = (RUN)->a->d.in_size[2];                        \
+    const int64_t OH = (RUN)->a->d.out_size[1], OW = (RUN)->a->d.out_size[2];                      \
+    const int64_t *ih = (RUN)->t.idx[1], *iw = (RUN)->t.idx[2];                                    \
     const double *lh = (RUN)->t.lam[1], *lw = (RUN)->t.lam[2]
-#define DEFINE_CUBIC(E, N, T, C, V, LD, ST)                                             \
-    static void cfwd_##N(void *ctx, int64_t p0, int64_t p1) {                     \
-        const up_run *run = ctx;                                                  \
-        const trn_upsample_desc *d = &run->a->d;                                  \
-        CUBIC_VIEW(run);                                                          \
-        for (int64_t p = p0; p < p1; p++) {                                       \
-            const T *x = (const T *)d->src + p * IH * IW;                         \
-            T *y = (T *)d->dst + p * OH * OW;                                     \
-            for (int64_t oh = 0; oh < OH; oh++)                                   \
-                for (int64_t ow = 0; ow < OW; ow++) {                             \
-                    C acc = 0;                                                    \
-                    for (int i = 0; i < 4; i++) {                                 \
-                        const T *r = x + ih[4 * oh + i] * IW;                     \
-                        C row = (C)LD(r[iw[4 * ow]]) * (C)lw[4 * ow];             \
-                        for (int j = 1; j < 4; j++)                               \
-                            row += (C)LD(r[iw[4 * ow + j]]) * (C)lw[4 * ow + j];  \
-                        acc = i == 0 ? row * (C)lh[4 * oh] : acc + row * (C)lh[4 * oh + i]; \
-                    }                                                             \
-                    y[oh * OW + ow] = ST(acc);                                    \
-                }                                                                 \
-        }                                                                         \
-    }                                                                             \
-    static void cbwd_##N(void *ctx, int64_t p0, int64_t p1) {                     \
-        const up_run *run = ctx;                                                  \
-        const trn_upsample_desc *d = &run->a->d;                                  \
-        CUBIC_VIEW(run);                                                          \
-        const int direct = sizeof(T) == sizeof(C);                                \
-        C *acc = direct ? NULL : malloc(sizeof(C) * (size_t)(IH * IW));           \
-        for (int64_t p = p0; p < p1; p++) {                                       \
-            const T *g = (const T *)d->src + p * OH * OW;                         \
-            T *gi = (T *)d->dst + p * IH * IW;                                    \
-            C *s = direct ? (C *)(void *)gi : acc;                                \
-            if (s == NULL) { /* reported by the task */                           \
-                atomic_store(&((up_run *)ctx)->oom, 1);                           \
-                return;                                                           \
-            }                                                                     \
-            for (int64_t i = 0; i < IH * IW; i++) s[i] = 0;                       \
-            for (int64_t oh = 0; oh < OH; oh++)                                   \
-                for (int64_t ow = 0; ow < OW; ow++) {                             \
-                    const C v = (C)LD(g[oh * OW + ow]);                           \
-                    for (int i = 0; i < 4; i++)                                   \
-                        for (int j = 0; j < 4; j++)                               \
-                            s[ih[4 * oh + j] * IW + iw[4 * ow + i]] +=            \
-                                v * (C)lh[4 * oh + j] * (C)lw[4 * ow + i];        \
-                }                                                                 \
-            if (!direct)                                                          \
-                for (int64_t i = 0; i < IH * IW; i++) gi[i] = ST(s[i]);           \
-        }                                                                         \
-        free(acc);                                                                \
+#define DEFINE_CUBIC(E, N, T, C, V, LD, ST)                                                        \
+    static void cfwd_##N(void *ctx, int64_t p0, int64_t p1) {                                      \
+        const up_run *run = ctx;                                                                   \
+        const trn_upsample_desc *d = &run->a->d;                                                   \
+        CUBIC_VIEW(run);                                                                           \
+        for (int64_t p = p0; p < p1; p++) {                                                        \
+            const T *x = (const T *)d->src + p * IH * IW;                                          \
+            T *y = (T *)d->dst + p * OH * OW;                                                      \
+            for (int64_t oh = 0; oh < OH; oh++)                                                    \
+                for (int64_t ow = 0; ow < OW; ow++) {                                              \
+                    C acc = 0;                                                                     \
+                    for (int i = 0; i < 4; i++) {                                                  \
+                        const T *r = x + ih[4 * oh + i] * IW;                                      \
+                        C row = (C)LD(r[iw[4 * ow]]) * (C)lw[4 * ow];                              \
+                        for (int j = 1; j < 4; j++)                                                \
+                            row += (C)LD(r[iw[4 * ow + j]]) * (C)lw[4 * ow + j];                   \
+                        acc = i == 0 ? row * (C)lh[4 * oh] : acc + row * (C)lh[4 * oh + i];        \
+                    }                                                                              \
+                    y[oh * OW + ow] = ST(acc);                                                     \
+                }                                                                                  \
+        }                                                                                          \
+    }                                                                                              \
+    static void cbwd_##N(void *ctx, int64_t p0, int64_t p1) {                                      \
+        const up_run *run = ctx;                                                                   \
+        const trn_upsample_desc *d = &run->a->d;                                                   \
+        CUBIC_VIEW(run);                                                                           \
+        const int direct = sizeof(T) == sizeof(C);                                                 \
+        C *acc = direct ? NULL : malloc(sizeof(C) * (size_t)(IH * IW));                            \
+        for (int64_t p = p0; p < p1; p++) {                                                        \
+            const T *g = (const T *)d->src + p * OH * OW;                                          \
+            T *gi = (T *)d->dst + p * IH * IW;                                                     \
+            C *s = direct ? (C *)(void *)gi : acc;                                                 \
+            if (s == NULL) { /* reported by the task */                                            \
+                atomic_store(&((up_run *)ctx)->oom, 1);                                            \
+                return;                                                                            \
+            }                                                                                      \
+            for (int64_t i = 0; i < IH * IW; i++) s[i] = 0;                                        \
+            for (int64_t oh = 0; oh < OH; oh++)                                                    \
+                for (int64_t ow = 0; ow < OW; ow++) {                                              \
+                    const C v = (C)LD(g[oh * OW + ow]);                                            \
+                    for (int i = 0; i < 4; i++)                                                    \
+                        for (int j = 0; j < 4; j++)                                                \
+                            s[ih[4 * oh + j] * IW + iw[4 * ow + i]] +=                             \
+                                v * (C)lh[4 * oh + j] * (C)lw[4 * ow + i];                         \
+                }                                                                                  \
+            if (!direct)                                                                           \
+                for (int64_t i = 0; i < IH * IW; i++) gi[i] = ST(s[i]);                            \
+        }                                                                                          \
+        free(acc);                                                                                 \
     }
 
 TRN_KIT_FLOAT_TYPES(DEFINE_CUBIC)
@@ -324,23 +326,23 @@ TRN_KIT_FLOAT_TYPES(DEFINE_UP)
 
 // Nearest forward moves elements without arithmetic: one loop per element
 // size serves every dtype (integers and bool included).
-#define DEFINE_NEAREST_COPY(N, T)                                                  \
-    static void copy_##N(void *ctx, int64_t p0, int64_t p1) {                     \
-        const up_run *run = ctx;                                                  \
-        const trn_upsample_desc *d = &run->a->d;                                  \
-        const int64_t ID = d->in_size[0], IH = d->in_size[1], IW = d->in_size[2]; \
-        const int64_t OD = d->out_size[0], OH = d->out_size[1], OW = d->out_size[2]; \
-        const int64_t *id = run->t.idx[0], *ih = run->t.idx[1], *iw = run->t.idx[2]; \
-        for (int64_t p = p0; p < p1; p++) {                                       \
-            const T *x = (const T *)d->src + p * ID * IH * IW;                    \
-            T *y = (T *)d->dst + p * OD * OH * OW;                                \
-            for (int64_t od = 0; od < OD; od++)                                   \
-                for (int64_t oh = 0; oh < OH; oh++) {                             \
-                    const T *xr = x + (id[od] * IH + ih[oh]) * IW;                \
-                    T *yr = y + (od * OH + oh) * OW;                              \
-                    for (int64_t ow = 0; ow < OW; ow++) yr[ow] = xr[iw[ow]];      \
-                }                                                                 \
-        }                                                                         \
+#define DEFINE_NEAREST_COPY(N, T)                                                                  \
+    static void copy_##N(void *ctx, int64_t p0, int64_t p1) {                                      \
+        const up_run *run = ctx;                                                                   \
+        const trn_upsample_desc *d = &run->a->d;                                                   \
+        const int64_t ID = d->in_size[0], IH = d->in_size[1], IW = d->in_size[2];                  \
+        const int64_t OD = d->out_size[0], OH = d->out_size[1], OW = d->out_size[2];               \
+        const int64_t *id = run->t.idx[0], *ih = run->t.idx[1], *iw = run->t.idx[2];               \
+        for (int64_t p = p0; p < p1; p++) {                                                        \
+            const T *x = (const T *)d->src + p * ID * IH * IW;                                     \
+            T *y = (T *)d->dst + p * OD * OH * OW;                                                 \
+            for (int64_t od = 0; od < OD; od++)                                                    \
+                for (int64_t oh = 0; oh < OH; oh++) {                                              \
+                    const T *xr = x + (id[od] * IH + ih[oh]) * IW;                                 \
+                    T *yr = y + (od * OH + oh) * OW;                                               \
+                    for (int64_t ow = 0; ow < OW; ow++) yr[ow] = xr[iw[ow]];                       \
+                }                                                                                  \
+        }                                                                                          \
     }
 
 DEFINE_NEAREST_COPY(1, uint8_t)
@@ -375,7 +377,7 @@ static piece_fn pick(trn_dtype dt, trn_upsample_mode mode, int backward) {
         }
     }
     switch (dt) {
-#define CASE(E, N, ...)                                                                 \
+#define CASE(E, N, ...)                                                                            \
     case E: return backward ? bwd_##N : fwd_##N;
         TRN_KIT_FLOAT_TYPES(CASE)
 #undef CASE
@@ -428,7 +430,8 @@ static trn_status launch(trn_stream *stream, const trn_upsample_desc *d, int bac
     if ((unsigned)d->mode > TRN_UPSAMPLE_BICUBIC)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: unknown mode %d", fn, (int)d->mode);
     if (d->mode == TRN_UPSAMPLE_BICUBIC && (d->in_size[0] != 1 || d->out_size[0] != 1))
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: bicubic is 2-d (d sizes must be 1)", fn);
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: bicubic is 2-d (d sizes must be 1)",
+                              fn);
     if (!trn_upsample_supports(d->dtype, d->mode, backward))
         return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtype %s is not supported", fn,
                               trn_dtype_name(d->dtype));

@@ -132,137 +132,138 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
 // (CPU's float32 error or better; tests/test_numerics_vs_f64.py).
 // Deterministic: the grouping depends only on the shape, not on the split.
 #define BN_FLUSH_ELEMS 256
-#define BN_FLUSH(V, C, acc, tail, total)                                          \
-    do {                                                                          \
-        for (int j_ = 0; j_ < TRN_VLANES(V, C); j_++) (total) += (double)(acc)[j_]; \
-        (total) += (double)(tail);                                                \
-        (tail) = 0;                                                               \
-        memset(&(acc), 0, sizeof(acc));                                           \
+#define BN_FLUSH(V, C, acc, tail, total)                                                           \
+    do {                                                                                           \
+        for (int j_ = 0; j_ < TRN_VLANES(V, C); j_++) (total) += (double)(acc)[j_];                \
+        (total) += (double)(tail);                                                                 \
+        (tail) = 0;                                                                                \
+        memset(&(acc), 0, sizeof(acc));                                                            \
     } while (0)
 
 // For each batch item b of channel c: rows x (and dy) of S elements, cut
 // into chunks [i0, i1); BODY_V / BODY_S accumulate a lane group at i / one
 // element at i, FLUSH runs after every BN_FLUSH_ELEMS elements and at the end.
-#define BN_CHUNKS(BODY_V, BODY_S, FLUSH)                                          \
-    do {                                                                          \
-        int64_t run = 0;                                                          \
-        for (int64_t b = 0; b < a->batch; b++) {                                  \
-            const int64_t row = (b * CH + c) * S;                                 \
-            for (int64_t i0 = 0; i0 < S; i0 += BN_FLUSH_ELEMS) {                  \
-                const int64_t i1 = S - i0 < BN_FLUSH_ELEMS ? S : i0 + BN_FLUSH_ELEMS; \
-                int64_t i = i0;                                                   \
-                for (; i + L <= i1; i += L) BODY_V;                               \
-                for (; i < i1; i++) BODY_S;                                       \
-                if ((run += i1 - i0) >= BN_FLUSH_ELEMS) {                         \
-                    FLUSH;                                                        \
-                    run = 0;                                                      \
-                }                                                                 \
-            }                                                                     \
-        }                                                                         \
-        FLUSH;                                                                    \
+#define BN_CHUNKS(BODY_V, BODY_S, FLUSH)                                                           \
+    do {                                                                                           \
+        int64_t run = 0;                                                                           \
+        for (int64_t b = 0; b < a->batch; b++) {                                                   \
+            const int64_t row = (b * CH + c) * S;                                                  \
+            for (int64_t i0 = 0; i0 < S; i0 += BN_FLUSH_ELEMS) {                                   \
+                const int64_t i1 = S - i0 < BN_FLUSH_ELEMS ? S : i0 + BN_FLUSH_ELEMS;              \
+                int64_t i = i0;                                                                    \
+                for (; i + L <= i1; i += L) BODY_V;                                                \
+                for (; i < i1; i++) BODY_S;                                                        \
+                if ((run += i1 - i0) >= BN_FLUSH_ELEMS) {                                          \
+                    FLUSH;                                                                         \
+                    run = 0;                                                                       \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        FLUSH;                                                                                     \
     } while (0)
 
 // x - mean with the double mean as a float pair (hi + lo): x - hi is exact
 // for x near the mean, so a mean offset far larger than the spread (100 +-
 // 1) loses no more than one rounding, where x * alpha + (bias - mean *
 // alpha) would cancel two large terms.
-#define DEFINE_BN(N, T, C, V, LD, ST, VLD, VST)                                              \
-    static void fwd_##N(void *ctx, int64_t c0, int64_t c1) {                      \
-        const bn_args *a = ctx;                                                   \
-        const int64_t S = a->spatial, CH = a->channels;                           \
-        const int64_t L = TRN_VLANES(V, C);                                       \
-        const T *X = (const T *)a->x;                                             \
-        for (int64_t c = c0; c < c1; c++) {                                       \
-            double mean = 0, sq = 0, sum = 0;                                     \
-            if (a->training) {                                                    \
-                V acc;                                                            \
-                C s = 0;                                                          \
-                memset(&acc, 0, sizeof acc);                                      \
-                BN_CHUNKS(acc += VLD(X + row + i), s += (C)LD(X[row + i]),        \
-                          BN_FLUSH(V, C, acc, s, sum));                           \
-                mean = sum / (double)(a->batch * S);                              \
-                const C m = (C)mean;                                              \
-                C v = 0;                                                          \
-                BN_CHUNKS(                                                        \
-                    {                                                             \
-                        const V d = VLD(X + row + i) - m;                         \
-                        acc += d * d;                                             \
-                    },                                                            \
-                    {                                                             \
-                        const C d = (C)LD(X[row + i]) - m;                        \
-                        v += d * d;                                               \
-                    },                                                            \
-                    BN_FLUSH(V, C, acc, v, sq));                                  \
-            }                                                                     \
-            double invstd;                                                        \
-            channel_stats(a, c, sum, sq, &mean, &invstd);                         \
-            const double w = param_or(a, a->weight, c, 1.0);                      \
-            const C alpha = (C)(invstd * w), beta = (C)param_or(a, a->bias, c, 0.0); \
-            const C mhi = (C)mean, mlo = (C)(mean - (double)mhi);                 \
-            for (int64_t b = 0; b < a->batch; b++) {                              \
-                const T *x = X + (b * CH + c) * S;                                \
-                T *y = (T *)a->y + (b * CH + c) * S;                              \
-                int64_t i = 0;                                                    \
-                for (; i + L <= S; i += L)                                        \
-                    VST(y + i, ((VLD(x + i) - mhi) - mlo) * alpha + beta);        \
-                for (; i < S; i++) y[i] = ST((((C)LD(x[i]) - mhi) - mlo) * alpha + beta); \
-            }                                                                     \
-        }                                                                         \
-    }                                                                             \
-    static void bwd_##N(void *ctx, int64_t c0, int64_t c1) {                      \
-        const bn_args *a = ctx;                                                   \
-        const int64_t S = a->spatial, CH = a->channels;                           \
-        const int64_t L = TRN_VLANES(V, C);                                       \
-        const double n = (double)(a->batch * S);                                  \
-        const T *X = (const T *)a->x, *DY = (const T *)a->dy;                     \
-        for (int64_t c = c0; c < c1; c++) {                                       \
-            const double mean = trn__load_real(a->pdt, a->mean_in, c);            \
-            const double sv = trn__load_real(a->pdt, a->var_in, c);               \
-            const double invstd = a->training ? sv : 1.0 / sqrt(sv + a->eps);     \
-            const C mhi = (C)mean, mlo = (C)(mean - (double)mhi);                 \
-            double sum = 0, dot = 0;                                              \
-            V acc_s, acc_d;                                                       \
-            C s = 0, d = 0;                                                       \
-            memset(&acc_s, 0, sizeof acc_s);                                      \
-            memset(&acc_d, 0, sizeof acc_d);                                      \
-            BN_CHUNKS(                                                            \
-                {                                                                 \
-                    const V g = VLD(DY + row + i);                                \
-                    acc_s += g;                                                   \
-                    acc_d += g * ((VLD(X + row + i) - mhi) - mlo);                \
-                },                                                                \
-                {                                                                 \
-                    const C g = (C)LD(DY[row + i]);                               \
-                    s += g;                                                       \
-                    d += g * (((C)LD(X[row + i]) - mhi) - mlo);                   \
-                },                                                                \
-                {                                                                 \
-                    BN_FLUSH(V, C, acc_s, s, sum);                                \
-                    BN_FLUSH(V, C, acc_d, d, dot);                                \
-                });                                                               \
-            if (a->dweight) trn__store_real(a->pdt, a->dweight, c, dot * invstd); \
-            if (a->dbias) trn__store_real(a->pdt, a->dbias, c, sum);              \
-            if (!a->dx) continue;                                                 \
-            const double w = param_or(a, a->weight, c, 1.0);                      \
-            const C scale = (C)(invstd * w);                                      \
-            const C k = a->training ? (C)(dot * invstd * invstd / n) : (C)0;      \
-            const C gmean = a->training ? (C)(sum / n) : (C)0;                    \
-            for (int64_t b = 0; b < a->batch; b++) {                              \
-                const T *x = X + (b * CH + c) * S;                                \
-                const T *dy = DY + (b * CH + c) * S;                              \
-                T *dx = (T *)a->dx + (b * CH + c) * S;                            \
-                int64_t i = 0;                                                    \
-                if (a->training) {                                                \
-                    for (; i + L <= S; i += L)                                    \
-                        VST(dx + i, (VLD(dy + i) - gmean - ((VLD(x + i) - mhi) - mlo) * k) * scale); \
-                    for (; i < S; i++)                                            \
-                        dx[i] = ST(((C)LD(dy[i]) - gmean - (((C)LD(x[i]) - mhi) - mlo) * k) * scale); \
-                } else {                                                          \
-                    for (; i + L <= S; i += L) VST(dx + i, VLD(dy + i) * scale);  \
-                    for (; i < S; i++) dx[i] = ST((C)LD(dy[i]) * scale);          \
-                }                                                                 \
-            }                                                                     \
-        }                                                                         \
+#define DEFINE_BN(N, T, C, V, LD, ST, VLD, VST)                                                    \
+    static void fwd_##N(void *ctx, int64_t c0, int64_t c1) {                                       \
+        const bn_args *a = ctx;                                                                    \
+        const int64_t S = a->spatial, CH = a->channels;                                            \
+        const int64_t L = TRN_VLANES(V, C);                                                        \
+        const T *X = (const T *)a->x;                                                              \
+        for (int64_t c = c0; c < c1; c++) {                                                        \
+            double mean = 0, sq = 0, sum = 0;                                                      \
+            if (a->training) {                                                                     \
+                V acc;                                                                             \
+                C s = 0;                                                                           \
+                memset(&acc, 0, sizeof acc);                                                       \
+                BN_CHUNKS(acc += VLD(X + row + i), s += (C)LD(X[row + i]),                         \
+                          BN_FLUSH(V, C, acc, s, sum));                                            \
+                mean = sum / (double)(a->batch * S);                                               \
+                const C m = (C)mean;                                                               \
+                C v = 0;                                                                           \
+                BN_CHUNKS(                                                                         \
+                    {                                                                              \
+                        const V d = VLD(X + row + i) - m;                                          \
+                        acc += d * d;                                                              \
+                    },                                                                             \
+                    {                                                                              \
+                        const C d = (C)LD(X[row + i]) - m;                                         \
+                        v += d * d;                                                                \
+                    },                                                                             \
+                    BN_FLUSH(V, C, acc, v, sq));                                                   \
+            }                                                                                      \
+            double invstd;                                                                         \
+            channel_stats(a, c, sum, sq, &mean, &invstd);                                          \
+            const double w = param_or(a, a->weight, c, 1.0);                                       \
+            const C alpha = (C)(invstd * w), beta = (C)param_or(a, a->bias, c, 0.0);               \
+            const C mhi = (C)mean, mlo = (C)(mean - (double)mhi);                                  \
+            for (int64_t b = 0; b < a->batch; b++) {                                               \
+                const T *x = X + (b * CH + c) * S;                                                 \
+                T *y = (T *)a->y + (b * CH + c) * S;                                               \
+                int64_t i = 0;                                                                     \
+                for (; i + L <= S; i += L) VST(y + i, ((VLD(x + i) - mhi) - mlo) * alpha + beta);  \
+                for (; i < S; i++) y[i] = ST((((C)LD(x[i]) - mhi) - mlo) * alpha + beta);          \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static void bwd_##N(void *ctx, int64_t c0, int64_t c1) {                                       \
+        const bn_args *a = ctx;                                                                    \
+        const int64_t S = a->spatial, CH = a->channels;                                            \
+        const int64_t L = TRN_VLANES(V, C);                                                        \
+        const double n = (double)(a->batch * S);                                                   \
+        const T *X = (const T *)a->x, *DY = (const T *)a->dy;                                      \
+        for (int64_t c = c0; c < c1; c++) {                                                        \
+            const double mean = trn__load_real(a->pdt, a->mean_in, c);                             \
+            const double sv = trn__load_real(a->pdt, a->var_in, c);                                \
+            const double invstd = a->training ? sv : 1.0 / sqrt(sv + a->eps);                      \
+            const C mhi = (C)mean, mlo = (C)(mean - (double)mhi);                                  \
+            double sum = 0, dot = 0;                                                               \
+            V acc_s, acc_d;                                                                        \
+            C s = 0, d = 0;                                                                        \
+            memset(&acc_s, 0, sizeof acc_s);                                                       \
+            memset(&acc_d, 0, sizeof acc_d);                                                       \
+            BN_CHUNKS(                                                                             \
+                {                                                                                  \
+                    const V g = VLD(DY + row + i);                                                 \
+                    acc_s += g;                                                                    \
+                    acc_d += g * ((VLD(X + row + i) - mhi) - mlo);                                 \
+                },                                                                                 \
+                {                                                                                  \
+                    const C g = (C)LD(DY[row + i]);                                                \
+                    s += g;                                                                        \
+                    d += g * (((C)LD(X[row + i]) - mhi) - mlo);                                    \
+                },                                                                                 \
+                {                                                                                  \
+                    BN_FLUSH(V, C, acc_s, s, sum);                                                 \
+                    BN_FLUSH(V, C, acc_d, d, dot);                                                 \
+                });                                                                                \
+            if (a->dweight) trn__store_real(a->pdt, a->dweight, c, dot *invstd);                   \
+            if (a->dbias) trn__store_real(a->pdt, a->dbias, c, sum);                               \
+            if (!a->dx) continue;                                                                  \
+            const double w = param_or(a, a->weight, c, 1.0);                                       \
+            const C scale = (C)(invstd * w);                                                       \
+            const C k = a->training ? (C)(dot * invstd * invstd / n) : (C)0;                       \
+            const C gmean = a->training ? (C)(sum / n) : (C)0;                                     \
+            for (int64_t b = 0; b < a->batch; b++) {                                               \
+                const T *x = X + (b * CH + c) * S;                                                 \
+                const T *dy = DY + (b * CH + c) * S;                                               \
+                T *dx = (T *)a->dx + (b * CH + c) * S;                                             \
+                int64_t i = 0;                                                                     \
+                if (a->training) {                                                                 \
+                    for (; i + L <= S; i += L)                                                     \
+                        VST(dx + i,                                                                \
+                            (VLD(dy + i) - gmean - ((VLD(x + i) - mhi) - mlo) * k) * scale);       \
+                    for (; i < S; i++)                                                             \
+                        dx[i] =                                                                    \
+                            ST(((C)LD(dy[i]) - gmean - (((C)LD(x[i]) - mhi) - mlo) * k) * scale);  \
+                } else {                                                                           \
+                    for (; i + L <= S; i += L) VST(dx + i, VLD(dy + i) * scale);                   \
+                    for (; i < S; i++) dx[i] = ST((C)LD(dy[i]) * scale);                           \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
     }
 
 DEFINE_BN(f16, uint16_t, float, trn__vec_f, LD_f16, ST_f16, vld_f16, vst_f16)
@@ -274,8 +275,11 @@ typedef void (*piece_fn)(void *, int64_t, int64_t);
 
 static void pick(trn_dtype d, piece_fn *fwd, piece_fn *bwd) {
     switch (d) {
-#define CASE(E, N, ...)                                                                 \
-    case E: *fwd = fwd_##N; *bwd = bwd_##N; return;
+#define CASE(E, N, ...)                                                                            \
+    case E:                                                                                        \
+        *fwd = fwd_##N;                                                                            \
+        *bwd = bwd_##N;                                                                            \
+        return;
         TRN_KIT_FLOAT_TYPES(CASE)
 #undef CASE
     default: *fwd = *bwd = NULL;
@@ -295,8 +299,8 @@ static trn_status bn_task(void *args) {
     trn__access_add(&rg, a->dy, data);
     trn__access_add(&rg, a->y, data);
     trn__access_add(&rg, a->dx, data);
-    const void *pars[] = {a->weight, a->bias, a->mean_in, a->var_in, a->rmean, a->rvar,
-                          a->smean, a->sinvstd};
+    const void *pars[] = {a->weight, a->bias, a->mean_in, a->var_in,
+                          a->rmean,  a->rvar, a->smean,   a->sinvstd};
     for (size_t i = 0; i < sizeof pars / sizeof *pars; i++) trn__access_add(&rg, pars[i], par);
     trn__access_add(&rg, a->dweight, par);
     trn__access_add(&rg, a->dbias, par);
@@ -311,11 +315,10 @@ static trn_status bn_task(void *args) {
     return st;
 }
 
-static trn_status check_common(trn_stream *stream, const void *d, trn_dtype dtype,
-                               trn_dtype pd, int64_t batch, int64_t channels, int64_t spatial,
-                               const char *fn) {
-    trn_status st = trn__norm_check_dtypes(stream, d, trn_batch_norm_supports(dtype, pd), fn,
-                                           dtype, "params", pd, NULL, pd);
+static trn_status check_common(trn_stream *stream, const void *d, trn_dtype dtype, trn_dtype pd,
+                               int64_t batch, int64_t channels, int64_t spatial, const char *fn) {
+    trn_status st = trn__norm_check_dtypes(stream, d, trn_batch_norm_supports(dtype, pd), fn, dtype,
+                                           "params", pd, NULL, pd);
     if (st != TRN_SUCCESS) return st;
     int64_t n;
     if (batch < 0 || channels < 0 || spatial < 0 || __builtin_mul_overflow(batch, channels, &n) ||
@@ -336,32 +339,52 @@ trn_status trn_batch_norm_launch(trn_stream *stream, const trn_batch_norm_desc *
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_batch_norm_launch: x / y (or, in eval, the running stats) "
                               "is NULL");
-    const bn_args a = {.dtype = d->dtype, .pdt = d->param_dtype, .batch = d->batch,
-                       .channels = d->channels, .spatial = d->spatial, .x = numel > 0 ? d->x : NULL,
-                       .y = numel > 0 ? d->y : NULL, .weight = d->weight, .bias = d->bias,
-                       .rmean = d->running_mean, .rvar = d->running_var,
+    const bn_args a = {.dtype = d->dtype,
+                       .pdt = d->param_dtype,
+                       .batch = d->batch,
+                       .channels = d->channels,
+                       .spatial = d->spatial,
+                       .x = numel > 0 ? d->x : NULL,
+                       .y = numel > 0 ? d->y : NULL,
+                       .weight = d->weight,
+                       .bias = d->bias,
+                       .rmean = d->running_mean,
+                       .rvar = d->running_var,
                        .smean = d->training ? d->save_mean : NULL,
-                       .sinvstd = d->training ? d->save_invstd : NULL, .training = d->training != 0,
-                       .momentum = d->momentum, .eps = d->eps};
+                       .sinvstd = d->training ? d->save_invstd : NULL,
+                       .training = d->training != 0,
+                       .momentum = d->momentum,
+                       .eps = d->eps};
     return trn_stream_launch(stream, bn_task, &a, sizeof a);
 }
 
 trn_status trn_batch_norm_backward_launch(trn_stream *stream,
                                           const trn_batch_norm_backward_desc *d) {
-    trn_status st = check_common(stream, d, d ? d->dtype : TRN_DTYPE_F32,
-                                 d ? d->param_dtype : TRN_DTYPE_F32, d ? d->batch : 0,
-                                 d ? d->channels : 0, d ? d->spatial : 0,
-                                 "trn_batch_norm_backward_launch");
+    trn_status st =
+        check_common(stream, d, d ? d->dtype : TRN_DTYPE_F32, d ? d->param_dtype : TRN_DTYPE_F32,
+                     d ? d->batch : 0, d ? d->channels : 0, d ? d->spatial : 0,
+                     "trn_batch_norm_backward_launch");
     if (st != TRN_SUCCESS || d->channels == 0) return st;
     const int64_t numel = d->batch * d->channels * d->spatial;
     if ((numel > 0 && (d->x == NULL || d->dy == NULL)) || d->mean == NULL ||
         d->invstd_or_var == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_batch_norm_backward_launch: an input pointer is NULL");
-    const bn_args a = {.backward = 1, .dtype = d->dtype, .pdt = d->param_dtype, .batch = d->batch,
-                       .channels = d->channels, .spatial = d->spatial, .x = numel > 0 ? d->x : NULL,
-                       .dy = numel > 0 ? d->dy : NULL, .weight = d->weight, .mean_in = d->mean,
-                       .var_in = d->invstd_or_var, .training = d->training != 0, .eps = d->eps,
-                       .dx = numel > 0 ? d->dx : NULL, .dweight = d->dweight, .dbias = d->dbias};
+    const bn_args a = {.backward = 1,
+                       .dtype = d->dtype,
+                       .pdt = d->param_dtype,
+                       .batch = d->batch,
+                       .channels = d->channels,
+                       .spatial = d->spatial,
+                       .x = numel > 0 ? d->x : NULL,
+                       .dy = numel > 0 ? d->dy : NULL,
+                       .weight = d->weight,
+                       .mean_in = d->mean,
+                       .var_in = d->invstd_or_var,
+                       .training = d->training != 0,
+                       .eps = d->eps,
+                       .dx = numel > 0 ? d->dx : NULL,
+                       .dweight = d->dweight,
+                       .dbias = d->dbias};
     return trn_stream_launch(stream, bn_task, &a, sizeof a);
 }

@@ -21,14 +21,13 @@ trn_status trn__norm_check_dtypes(const trn_stream *stream, const void *desc, in
     if (stat_label != NULL)
         snprintf(stats, sizeof stats, ", %s %s", stat_label, trn_dtype_name(stat_dtype));
     return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtypes %s (%s %s%s) are not supported", fn,
-                          trn_dtype_name(dtype), param_label, trn_dtype_name(param_dtype),
-                          stats);
+                          trn_dtype_name(dtype), param_label, trn_dtype_name(param_dtype), stats);
 }
 
 trn_status trn__norm_check_rows(int64_t rows, int64_t cols, const char *fn) {
     int64_t n;
-    if (rows < 0 || cols < 0 || (rows > 0 && cols == 0) ||
-        __builtin_mul_overflow(rows, cols, &n) || __builtin_mul_overflow(n, 8, &n))
+    if (rows < 0 || cols < 0 || (rows > 0 && cols == 0) || __builtin_mul_overflow(rows, cols, &n) ||
+        __builtin_mul_overflow(n, 8, &n))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: invalid sizes [%lld, %lld]", fn,
                               (long long)rows, (long long)cols);
     return trn__fork_check();
@@ -39,14 +38,15 @@ void *trn__norm_param_to_compute(trn_dtype d, const void *p, int64_t n, int is_d
     if (buf == NULL) return NULL;
     for (int64_t i = 0; i < n; i++) {
         const double v = trn__load_real(d, p, i);
-        if (is_double) ((double *)buf)[i] = v;
-        else ((float *)buf)[i] = (float)v;
+        if (is_double)
+            ((double *)buf)[i] = v;
+        else
+            ((float *)buf)[i] = (float)v;
     }
     return buf;
 }
 
-static void row_norm_run(const trn__row_norm_args *a, trn__row_norm_fns f,
-                         trn__row_norm_ctx *run) {
+static void row_norm_run(const trn__row_norm_args *a, trn__row_norm_fns f, trn__row_norm_ctx *run) {
     const int64_t grain = trn__grain(TRN__NORM_GRAIN, a->cols);
     if (!a->backward) {
         trn_parallel_for(a->rows, grain, f.fwd, run);
@@ -56,8 +56,7 @@ static void row_norm_run(const trn__row_norm_args *a, trn__row_norm_fns f,
     if (a->dweight || a->dbias) {
         const int64_t blocks = (a->cols + TRN__NORM_COLBLOCK - 1) / TRN__NORM_COLBLOCK;
         const int64_t rows = a->rows > 0 ? a->rows : 1;
-        trn_parallel_for(blocks, trn__grain(TRN__NORM_GRAIN, rows * TRN__NORM_COLBLOCK), f.dw,
-                         run);
+        trn_parallel_for(blocks, trn__grain(TRN__NORM_GRAIN, rows * TRN__NORM_COLBLOCK), f.dw, run);
     }
 }
 
@@ -88,11 +87,13 @@ trn_status trn__row_norm_task(void *args) {
     void *w = NULL, *b = NULL;
     if (st == TRN_SUCCESS && a->weight) {
         run.w = w = trn__norm_param_to_compute(a->param_dtype, a->weight, a->cols, dbl);
-        if (w == NULL) st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "%s: out of host memory", a->what);
+        if (w == NULL)
+            st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "%s: out of host memory", a->what);
     }
     if (st == TRN_SUCCESS && a->bias && !a->backward) {
         run.b = b = trn__norm_param_to_compute(a->param_dtype, a->bias, a->cols, dbl);
-        if (b == NULL) st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "%s: out of host memory", a->what);
+        if (b == NULL)
+            st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "%s: out of host memory", a->what);
     }
     if (st == TRN_SUCCESS) row_norm_run(a, a->fns, &run);
     free(w);
@@ -103,8 +104,8 @@ trn_status trn__row_norm_task(void *args) {
 
 trn_status trn__row_norm_check(const trn_stream *stream, const void *desc, int supported,
                                const char *fn, trn_dtype dtype, const char *param_label,
-                               trn_dtype param_dtype, const char *stat_label,
-                               trn_dtype stat_dtype, int64_t rows, int64_t cols) {
+                               trn_dtype param_dtype, const char *stat_label, trn_dtype stat_dtype,
+                               int64_t rows, int64_t cols) {
     trn_status st = trn__norm_check_dtypes(stream, desc, supported, fn, dtype, param_label,
                                            param_dtype, stat_label, stat_dtype);
     return st != TRN_SUCCESS ? st : trn__norm_check_rows(rows, cols, fn);

@@ -72,7 +72,7 @@ trn_status trn__row_norm_task(void *args);
 // trn__norm_check_dtypes), sizes.
 trn_status trn__row_norm_check(const trn_stream *stream, const void *desc, int supported,
                                const char *fn, trn_dtype dtype, const char *param_label,
-                               trn_dtype param_dtype, const char *stat_label,
-                               trn_dtype stat_dtype, int64_t rows, int64_t cols);
+                               trn_dtype param_dtype, const char *stat_label, trn_dtype stat_dtype,
+                               int64_t rows, int64_t cols);
 
 #endif

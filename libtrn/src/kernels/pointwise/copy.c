@@ -36,7 +36,7 @@ typedef struct copy_args {
     trn_dtype dst_dtype, src_dtype;
     int ndim;  // >= 1
     // Byte range each side touches, relative to dst/src (for protect mode).
-    int64_t lo[2], span[2];  // [0] dst, [1] src
+    int64_t lo[2], span[2];          // [0] dst, [1] src
     int64_t dims[3 * TRN_MAX_DIMS];  // sizes, dst strides, src strides
 } copy_args;
 
@@ -190,8 +190,7 @@ static ALWAYS_INLINE void store_fp8_value(trn_dtype d, void *p, float v, int nan
 }
 
 // Complex -> real keeps the real part; -> bool tests both parts.
-static ALWAYS_INLINE void store_complex(trn_dtype d, void *p, double re,
-                                        double im) {
+static ALWAYS_INLINE void store_complex(trn_dtype d, void *p, double re, double im) {
     switch (d) {
     case TRN_DTYPE_BOOL: put_u8(p, re != 0 || im != 0); break;
     case TRN_DTYPE_C64: put_c64(p, (float)re, (float)im); break;
@@ -200,57 +199,139 @@ static ALWAYS_INLINE void store_complex(trn_dtype d, void *p, double re,
     }
 }
 
-#define LOAD(type, p) \
-    type v;           \
+#define LOAD(type, p)                                                                              \
+    type v;                                                                                        \
     memcpy(&v, p, sizeof v)
 
-static ALWAYS_INLINE void convert_one(trn_dtype d, void *dst, trn_dtype s,
-                                      const void *src) {
+static ALWAYS_INLINE void convert_one(trn_dtype d, void *dst, trn_dtype s, const void *src) {
     switch (s) {
-    case TRN_DTYPE_BOOL: { LOAD(uint8_t, src); store_uint(d, dst, v != 0); break; }
-    case TRN_DTYPE_U8: { LOAD(uint8_t, src); store_uint(d, dst, v); break; }
-    case TRN_DTYPE_U16: { LOAD(uint16_t, src); store_uint(d, dst, v); break; }
-    case TRN_DTYPE_U32: { LOAD(uint32_t, src); store_uint(d, dst, v); break; }
-    case TRN_DTYPE_U64: { LOAD(uint64_t, src); store_uint(d, dst, v); break; }
-    case TRN_DTYPE_I8: { LOAD(int8_t, src); store_int(d, dst, v); break; }
-    case TRN_DTYPE_I16: { LOAD(int16_t, src); store_int(d, dst, v); break; }
-    case TRN_DTYPE_I32: { LOAD(int32_t, src); store_int(d, dst, v); break; }
-    case TRN_DTYPE_I64: { LOAD(int64_t, src); store_int(d, dst, v); break; }
-    case TRN_DTYPE_F16: { LOAD(uint16_t, src); store_real(d, dst, trn_half_to_float(v)); break; }
-    case TRN_DTYPE_BF16: { LOAD(uint16_t, src); store_real(d, dst, trn_bf16_to_float(v)); break; }
-    case TRN_DTYPE_F32: { LOAD(float, src); store_real(d, dst, v); break; }
-    case TRN_DTYPE_F64: { LOAD(double, src); store_real(d, dst, v); break; }
-    case TRN_DTYPE_C64: { LOAD(float, src); float im; memcpy(&im, (const char *)src + 4, 4); store_complex(d, dst, v, im); break; }
-    case TRN_DTYPE_C128: { LOAD(double, src); double im; memcpy(&im, (const char *)src + 8, 8); store_complex(d, dst, v, im); break; }
-    case TRN_DTYPE_F8E4M3FN: { LOAD(uint8_t, src); store_fp8_value(d, dst, trn_fp8_e4m3fn_to_float(v), 0); break; }
-    case TRN_DTYPE_F8E5M2: { LOAD(uint8_t, src); store_fp8_value(d, dst, trn_fp8_e5m2_to_float(v), 0); break; }
-    case TRN_DTYPE_F8E4M3FNUZ: { LOAD(uint8_t, src); store_fp8_value(d, dst, trn_fp8_e4m3fnuz_to_float(v), 1); break; }
-    case TRN_DTYPE_F8E5M2FNUZ: { LOAD(uint8_t, src); store_fp8_value(d, dst, trn_fp8_e5m2fnuz_to_float(v), 1); break; }
-    case TRN_DTYPE_F8E8M0FNU: { LOAD(uint8_t, src); store_fp8_value(d, dst, trn_fp8_e8m0fnu_to_float(v), 1); break; }
+    case TRN_DTYPE_BOOL: {
+        LOAD(uint8_t, src);
+        store_uint(d, dst, v != 0);
+        break;
+    }
+    case TRN_DTYPE_U8: {
+        LOAD(uint8_t, src);
+        store_uint(d, dst, v);
+        break;
+    }
+    case TRN_DTYPE_U16: {
+        LOAD(uint16_t, src);
+        store_uint(d, dst, v);
+        break;
+    }
+    case TRN_DTYPE_U32: {
+        LOAD(uint32_t, src);
+        store_uint(d, dst, v);
+        break;
+    }
+    case TRN_DTYPE_U64: {
+        LOAD(uint64_t, src);
+        store_uint(d, dst, v);
+        break;
+    }
+    case TRN_DTYPE_I8: {
+        LOAD(int8_t, src);
+        store_int(d, dst, v);
+        break;
+    }
+    case TRN_DTYPE_I16: {
+        LOAD(int16_t, src);
+        store_int(d, dst, v);
+        break;
+    }
+    case TRN_DTYPE_I32: {
+        LOAD(int32_t, src);
+        store_int(d, dst, v);
+        break;
+    }
+    case TRN_DTYPE_I64: {
+        LOAD(int64_t, src);
+        store_int(d, dst, v);
+        break;
+    }
+    case TRN_DTYPE_F16: {
+        LOAD(uint16_t, src);
+        store_real(d, dst, trn_half_to_float(v));
+        break;
+    }
+    case TRN_DTYPE_BF16: {
+        LOAD(uint16_t, src);
+        store_real(d, dst, trn_bf16_to_float(v));
+        break;
+    }
+    case TRN_DTYPE_F32: {
+        LOAD(float, src);
+        store_real(d, dst, v);
+        break;
+    }
+    case TRN_DTYPE_F64: {
+        LOAD(double, src);
+        store_real(d, dst, v);
+        break;
+    }
+    case TRN_DTYPE_C64: {
+        LOAD(float, src);
+        float im;
+        memcpy(&im, (const char *)src + 4, 4);
+        store_complex(d, dst, v, im);
+        break;
+    }
+    case TRN_DTYPE_C128: {
+        LOAD(double, src);
+        double im;
+        memcpy(&im, (const char *)src + 8, 8);
+        store_complex(d, dst, v, im);
+        break;
+    }
+    case TRN_DTYPE_F8E4M3FN: {
+        LOAD(uint8_t, src);
+        store_fp8_value(d, dst, trn_fp8_e4m3fn_to_float(v), 0);
+        break;
+    }
+    case TRN_DTYPE_F8E5M2: {
+        LOAD(uint8_t, src);
+        store_fp8_value(d, dst, trn_fp8_e5m2_to_float(v), 0);
+        break;
+    }
+    case TRN_DTYPE_F8E4M3FNUZ: {
+        LOAD(uint8_t, src);
+        store_fp8_value(d, dst, trn_fp8_e4m3fnuz_to_float(v), 1);
+        break;
+    }
+    case TRN_DTYPE_F8E5M2FNUZ: {
+        LOAD(uint8_t, src);
+        store_fp8_value(d, dst, trn_fp8_e5m2fnuz_to_float(v), 1);
+        break;
+    }
+    case TRN_DTYPE_F8E8M0FNU: {
+        LOAD(uint8_t, src);
+        store_fp8_value(d, dst, trn_fp8_e8m0fnu_to_float(v), 1);
+        break;
+    }
     default: break;
     }
 }
 
 // ---- 1-d runs -------------------------------------------------------------------
 
-typedef void (*run_fn)(trn_dtype dst_dtype, char *dst, int64_t dst_stride,
-                       const char *src, int64_t src_stride, int64_t n);
+typedef void (*run_fn)(trn_dtype dst_dtype, char *dst, int64_t dst_stride, const char *src,
+                       int64_t src_stride, int64_t n);
 
-#define CONV_CASE(name, size, text)                                  \
-    case name:                                                       \
-        for (int64_t i = 0; i < n; i++)                              \
-            convert_one(name, dst + i * dst_stride, st, src + i * src_stride); \
+#define CONV_CASE(name, size, text)                                                                \
+    case name:                                                                                     \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            convert_one(name, dst + i * dst_stride, st, src + i * src_stride);                     \
         break;
 
-#define DEFINE_CONV_FROM(S)                                                   \
-    static void conv_from_##S(trn_dtype dt, char *dst, int64_t dst_stride,   \
-                              const char *src, int64_t src_stride, int64_t n) { \
-        const trn_dtype st = S;                                               \
-        switch (dt) {                                                         \
-            TRN_DTYPE_LIST(CONV_CASE)                                         \
-        default:                                                              \
-            break;                                                            \
-        }                                                                     \
+#define DEFINE_CONV_FROM(S)                                                                        \
+    static void conv_from_##S(trn_dtype dt, char *dst, int64_t dst_stride, const char *src,        \
+                              int64_t src_stride, int64_t n) {                                     \
+        const trn_dtype st = S;                                                                    \
+        switch (dt) {                                                                              \
+            TRN_DTYPE_LIST(CONV_CASE)                                                              \
+        default: break;                                                                            \
+        }                                                                                          \
     }
 
 DEFINE_CONV_FROM(TRN_DTYPE_BOOL)
@@ -281,16 +362,15 @@ static const run_fn conv_from[TRN_DTYPE_COUNT] = {
 };
 
 // Same dtype: move bytes, one element size at a time.
-#define DEFINE_MOVE(N)                                                        \
-    static void move_##N(trn_dtype dt, char *dst, int64_t dst_stride,        \
-                         const char *src, int64_t src_stride, int64_t n) {    \
-        (void)dt;                                                             \
-        if (dst_stride == N && src_stride == N) {                             \
-            memmove(dst, src, (size_t)n * N);                                 \
-            return;                                                           \
-        }                                                                     \
-        for (int64_t i = 0; i < n; i++)                                       \
-            memcpy(dst + i * dst_stride, src + i * src_stride, N);            \
+#define DEFINE_MOVE(N)                                                                             \
+    static void move_##N(trn_dtype dt, char *dst, int64_t dst_stride, const char *src,             \
+                         int64_t src_stride, int64_t n) {                                          \
+        (void)dt;                                                                                  \
+        if (dst_stride == N && src_stride == N) {                                                  \
+            memmove(dst, src, (size_t)n *N);                                                       \
+            return;                                                                                \
+        }                                                                                          \
+        for (int64_t i = 0; i < n; i++) memcpy(dst + i * dst_stride, src + i * src_stride, N);     \
     }
 
 DEFINE_MOVE(1)
@@ -313,15 +393,15 @@ static run_fn move_for(size_t element_size) {
 // fixed stride over the select-based conversions, which the compiler
 // vectorizes; the same functions as convert_one, so the same bits
 // (float32 -> bfloat16: bf16_store.h, the same bits again).
-#define DEFINE_CONV_RUN(NAME, SRC_T, SRC_SIZE, DST_SIZE, PUT, CONVERT)                   \
-    static void NAME(trn_dtype dt, char *dst, int64_t ds, const char *src, int64_t ss,   \
-                     int64_t n) {                                                        \
-        (void)dt, (void)ds, (void)ss;                                                    \
-        for (int64_t i = 0; i < n; i++) {                                                \
-            SRC_T v;                                                                     \
-            memcpy(&v, src + SRC_SIZE * i, SRC_SIZE);                                    \
-            PUT(dst + DST_SIZE * i, CONVERT(v));                                         \
-        }                                                                                \
+#define DEFINE_CONV_RUN(NAME, SRC_T, SRC_SIZE, DST_SIZE, PUT, CONVERT)                             \
+    static void NAME(trn_dtype dt, char *dst, int64_t ds, const char *src, int64_t ss,             \
+                     int64_t n) {                                                                  \
+        (void)dt, (void)ds, (void)ss;                                                              \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            SRC_T v;                                                                               \
+            memcpy(&v, src + SRC_SIZE * i, SRC_SIZE);                                              \
+            PUT(dst + DST_SIZE * i, CONVERT(v));                                                   \
+        }                                                                                          \
     }
 static void f32_to_bf16_run(trn_dtype dt, char *dst, int64_t ds, const char *src, int64_t ss,
                             int64_t n) {
@@ -389,15 +469,15 @@ static void copy_range(void *ctx, int64_t begin, int64_t end) {
 // a cache miss each (a 4096^2 float32 transpose ran at 0.8 GB/s); TILE x TILE
 // tiles keep both sides' lines in cache. Pieces are bands of TILE rows.
 #define TILE 32
-#define DEFINE_TILE(N, T)                                                         \
-    static void tile_##N(char *dst, int64_t d0, int64_t d1, const char *src,      \
-                         int64_t s0, int64_t s1, int64_t rows, int64_t cols) {    \
-        for (int64_t r = 0; r < rows; r++)                                        \
-            for (int64_t c = 0; c < cols; c++) {                                  \
-                T v;                                                              \
-                memcpy(&v, src + r * s0 + c * s1, sizeof v);                      \
-                memcpy(dst + r * d0 + c * d1, &v, sizeof v);                      \
-            }                                                                     \
+#define DEFINE_TILE(N, T)                                                                          \
+    static void tile_##N(char *dst, int64_t d0, int64_t d1, const char *src, int64_t s0,           \
+                         int64_t s1, int64_t rows, int64_t cols) {                                 \
+        for (int64_t r = 0; r < rows; r++)                                                         \
+            for (int64_t c = 0; c < cols; c++) {                                                   \
+                T v;                                                                               \
+                memcpy(&v, src + r * s0 + c * s1, sizeof v);                                       \
+                memcpy(dst + r * d0 + c * d1, &v, sizeof v);                                       \
+            }                                                                                      \
     }
 DEFINE_TILE(2, uint16_t)
 DEFINE_TILE(4, uint32_t)
@@ -422,9 +502,12 @@ static void transpose_range(void *ctx, int64_t b0, int64_t b1) {
             const int64_t cols = size[1] - c0 < TILE ? size[1] - c0 : TILE;
             char *d = a->dst + r0 * dstr[0] + c0 * dstr[1];
             const char *src = a->src + r0 * sstr[0] + c0 * sstr[1];
-            if (es == 2) tile_2(d, dstr[0], dstr[1], src, sstr[0], sstr[1], rows, cols);
-            else if (es == 4) tile_4(d, dstr[0], dstr[1], src, sstr[0], sstr[1], rows, cols);
-            else tile_8(d, dstr[0], dstr[1], src, sstr[0], sstr[1], rows, cols);
+            if (es == 2)
+                tile_2(d, dstr[0], dstr[1], src, sstr[0], sstr[1], rows, cols);
+            else if (es == 4)
+                tile_4(d, dstr[0], dstr[1], src, sstr[0], sstr[1], rows, cols);
+            else
+                tile_8(d, dstr[0], dstr[1], src, sstr[0], sstr[1], rows, cols);
         }
     }
 }
@@ -453,14 +536,13 @@ static trn_status copy_task(void *args) {
 static trn_status invalid(const char *fmt, int dim, long long value) {
     char what[160];
     snprintf(what, sizeof what, fmt, dim, value);
-    return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_copy_launch: %s",
-                          what);
+    return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_copy_launch: %s", what);
 }
 
 // Byte stride and the [lo, hi) byte offsets a dimension adds; false on
 // overflow.
-static bool dim_extent(int64_t size, int64_t stride, size_t esize,
-                       int64_t *byte_stride, int64_t *lo, int64_t *hi) {
+static bool dim_extent(int64_t size, int64_t stride, size_t esize, int64_t *byte_stride,
+                       int64_t *lo, int64_t *hi) {
     int64_t reach;
     if (__builtin_mul_overflow(stride, (int64_t)esize, byte_stride) ||
         __builtin_mul_overflow(*byte_stride, size - 1, &reach))
@@ -472,25 +554,21 @@ static bool dim_extent(int64_t size, int64_t stride, size_t esize,
 trn_status trn_copy_launch(trn_stream *stream, const trn_copy_desc *desc) {
     if (stream == NULL || desc == NULL) return trn__check_launch(stream, desc, "trn_copy_launch");
     const int nd = desc->ndim;
-    if (nd < 0 || nd > TRN_MAX_DIMS)
-        return invalid("ndim %d is outside 0..%lld", nd, TRN_MAX_DIMS);
+    if (nd < 0 || nd > TRN_MAX_DIMS) return invalid("ndim %d is outside 0..%lld", nd, TRN_MAX_DIMS);
     if ((unsigned)desc->dst_dtype >= TRN_DTYPE_COUNT ||
         (unsigned)desc->src_dtype >= TRN_DTYPE_COUNT)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_copy_launch: invalid dtype (dst %d, src %d)",
                               (int)desc->dst_dtype, (int)desc->src_dtype);
-    if (nd > 0 && (desc->sizes == NULL || desc->dst_strides == NULL ||
-                   desc->src_strides == NULL))
+    if (nd > 0 && (desc->sizes == NULL || desc->dst_strides == NULL || desc->src_strides == NULL))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_copy_launch: sizes or strides are NULL");
     int64_t numel = 1;
     for (int d = 0; d < nd; d++) {
         if (desc->sizes[d] < 0)
-            return invalid("size of dim %d is negative (%lld)", d,
-                           desc->sizes[d]);
+            return invalid("size of dim %d is negative (%lld)", d, desc->sizes[d]);
         if (__builtin_mul_overflow(numel, desc->sizes[d], &numel))
-            return invalid("dim %d: element count overflows (%lld)", d,
-                           desc->sizes[d]);
+            return invalid("dim %d: element count overflows (%lld)", d, desc->sizes[d]);
     }
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS || numel == 0) return st;
@@ -498,8 +576,7 @@ trn_status trn_copy_launch(trn_stream *stream, const trn_copy_desc *desc) {
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_copy_launch: %s pointer is NULL for %lld "
                               "elements",
-                              desc->dst == NULL ? "dst" : "src",
-                              (long long)numel);
+                              desc->dst == NULL ? "dst" : "src", (long long)numel);
 
     copy_args a;
     a.dst = desc->dst;
@@ -521,10 +598,8 @@ trn_status trn_copy_launch(trn_stream *stream, const trn_copy_desc *desc) {
             return invalid("dst stride of dim %d is 0 but its size is %lld "
                            "(overlapping writes)",
                            d, sz);
-        if (!dim_extent(sz, desc->dst_strides[d], dsize, &s[0], &a.lo[0],
-                        &dst_hi) ||
-            !dim_extent(sz, desc->src_strides[d], ssize, &s[1], &a.lo[1],
-                        &src_hi))
+        if (!dim_extent(sz, desc->dst_strides[d], dsize, &s[0], &a.lo[0], &dst_hi) ||
+            !dim_extent(sz, desc->src_strides[d], ssize, &s[1], &a.lo[1], &src_hi))
             return invalid("dim %d: strides overflow the address space "
                            "(size %lld)",
                            d, sz);

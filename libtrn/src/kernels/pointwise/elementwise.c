@@ -39,101 +39,93 @@ typedef enum family { FAM_F, FAM_D, FAM_I } family;
 #define M_B (1u << 2)  // bool
 #define M_ALL (M_F | M_I | M_B)
 
-typedef void (*block_fn)(int n, void *o, const void *a, const void *b,
-                         const void *c, const trn_sc_ctx *ctx);
+typedef void (*block_fn)(int n, void *o, const void *a, const void *b, const void *c,
+                         const trn_sc_ctx *ctx);
 
 // ---- block functions ------------------------------------------------------------
 // The loop body is instantiated twice: once with round16 known to be 0 (the
 // float32 path, where the 16-bit rounding steps fold away) and once general.
-#define UNSWITCH16(cp, LOOP)                                                   \
-    if ((cp)->round16 == 0) {                                                  \
-        trn_sc_ctx ctx = *(cp);                                                \
-        ctx.round16 = 0;                                                       \
-        LOOP                                                                   \
-    } else {                                                                   \
-        const trn_sc_ctx ctx = *(cp);                                          \
-        LOOP                                                                   \
+#define UNSWITCH16(cp, LOOP)                                                                       \
+    if ((cp)->round16 == 0) {                                                                      \
+        trn_sc_ctx ctx = *(cp);                                                                    \
+        ctx.round16 = 0;                                                                           \
+        LOOP                                                                                       \
+    } else {                                                                                       \
+        const trn_sc_ctx ctx = *(cp);                                                              \
+        LOOP                                                                                       \
     }
 // add / sub round alpha * b to the storage type (trn_sc_r16): with round16
 // a constant in each copy of the loop, only that type's rounding is left in
 // it and the loop vectorizes (the general copy computes both and selects).
-#define UNSWITCH16_3(cp, LOOP)                                                 \
-    if ((cp)->round16 == 2) {                                                  \
-        trn_sc_ctx ctx = *(cp);                                                \
-        ctx.round16 = 2;                                                       \
-        LOOP                                                                   \
-    } else if ((cp)->round16 == 1) {                                           \
-        trn_sc_ctx ctx = *(cp);                                                \
-        ctx.round16 = 1;                                                       \
-        LOOP                                                                   \
-    } else {                                                                   \
-        trn_sc_ctx ctx = *(cp);                                                \
-        ctx.round16 = 0;                                                       \
-        LOOP                                                                   \
+#define UNSWITCH16_3(cp, LOOP)                                                                     \
+    if ((cp)->round16 == 2) {                                                                      \
+        trn_sc_ctx ctx = *(cp);                                                                    \
+        ctx.round16 = 2;                                                                           \
+        LOOP                                                                                       \
+    } else if ((cp)->round16 == 1) {                                                               \
+        trn_sc_ctx ctx = *(cp);                                                                    \
+        ctx.round16 = 1;                                                                           \
+        LOOP                                                                                       \
+    } else {                                                                                       \
+        trn_sc_ctx ctx = *(cp);                                                                    \
+        ctx.round16 = 0;                                                                           \
+        LOOP                                                                                       \
     }
 // One per (op, family): o[i] = op(a[i], b[i], c[i]). The context is copied
 // to a local so stores through o cannot alias its parameters.
 
-#define BLK1(FN, SUF, T)                                                       \
-    static void blk_##FN##_##SUF(int n, void *o_, const void *a_,             \
-                                 const void *b_, const void *c_,               \
-                                 const trn_sc_ctx *cp) {                       \
-        (void)b_;                                                              \
-        (void)c_;                                                              \
-        T *o = o_;                                                             \
-        const T *a = a_;                                                       \
-        UNSWITCH16(cp, for (int i = 0; i < n; i++) o[i] = trn_sc_##FN##_##SUF(a[i], &ctx);) \
+#define BLK1(FN, SUF, T)                                                                           \
+    static void blk_##FN##_##SUF(int n, void *o_, const void *a_, const void *b_, const void *c_,  \
+                                 const trn_sc_ctx *cp) {                                           \
+        (void)b_;                                                                                  \
+        (void)c_;                                                                                  \
+        T *o = o_;                                                                                 \
+        const T *a = a_;                                                                           \
+        UNSWITCH16(cp, for (int i = 0; i < n; i++) o[i] = trn_sc_##FN##_##SUF(a[i], &ctx);)        \
     }
-#define BLK2(FN, SUF, T)                                                       \
-    static void blk_##FN##_##SUF(int n, void *o_, const void *a_,             \
-                                 const void *b_, const void *c_,               \
-                                 const trn_sc_ctx *cp) {                       \
-        (void)c_;                                                              \
-        T *o = o_;                                                             \
-        const T *a = a_, *b = b_;                                              \
-        UNSWITCH16(cp, for (int i = 0; i < n; i++)                             \
-            o[i] = trn_sc_##FN##_##SUF(a[i], b[i], &ctx);)                     \
+#define BLK2(FN, SUF, T)                                                                           \
+    static void blk_##FN##_##SUF(int n, void *o_, const void *a_, const void *b_, const void *c_,  \
+                                 const trn_sc_ctx *cp) {                                           \
+        (void)c_;                                                                                  \
+        T *o = o_;                                                                                 \
+        const T *a = a_, *b = b_;                                                                  \
+        UNSWITCH16(cp, for (int i = 0; i < n; i++) o[i] = trn_sc_##FN##_##SUF(a[i], b[i], &ctx);)  \
     }
-#define BLK3(FN, SUF, T)                                                       \
-    static void blk_##FN##_##SUF(int n, void *o_, const void *a_,             \
-                                 const void *b_, const void *c_,               \
-                                 const trn_sc_ctx *cp) {                       \
-        T *o = o_;                                                             \
-        const T *a = a_, *b = b_, *c = c_;                                     \
-        UNSWITCH16(cp, for (int i = 0; i < n; i++)                             \
-            o[i] = trn_sc_##FN##_##SUF(a[i], b[i], c[i], &ctx);)               \
+#define BLK3(FN, SUF, T)                                                                           \
+    static void blk_##FN##_##SUF(int n, void *o_, const void *a_, const void *b_, const void *c_,  \
+                                 const trn_sc_ctx *cp) {                                           \
+        T *o = o_;                                                                                 \
+        const T *a = a_, *b = b_, *c = c_;                                                         \
+        UNSWITCH16(cp, for (int i = 0; i < n; i++) o[i] =                                          \
+                           trn_sc_##FN##_##SUF(a[i], b[i], c[i], &ctx);)                           \
     }
-#define BLK2_16(FN)                                                            \
-    static void blk_##FN##_f(int n, void *o_, const void *a_, const void *b_, \
-                             const void *c_, const trn_sc_ctx *cp) {           \
-        (void)c_;                                                              \
-        float *o = o_;                                                         \
-        const float *a = a_, *b = b_;                                          \
-        UNSWITCH16_3(cp, for (int i = 0; i < n; i++)                           \
-            o[i] = trn_sc_##FN##_f(a[i], b[i], &ctx);)                         \
+#define BLK2_16(FN)                                                                                \
+    static void blk_##FN##_f(int n, void *o_, const void *a_, const void *b_, const void *c_,      \
+                             const trn_sc_ctx *cp) {                                               \
+        (void)c_;                                                                                  \
+        float *o = o_;                                                                             \
+        const float *a = a_, *b = b_;                                                              \
+        UNSWITCH16_3(cp, for (int i = 0; i < n; i++) o[i] = trn_sc_##FN##_f(a[i], b[i], &ctx);)    \
     }
 // Predicates write bool bytes.
-#define PRED1(FN, SUF, T)                                                      \
-    static void blk_##FN##_##SUF##p(int n, void *o_, const void *a_,          \
-                                    const void *b_, const void *c_,            \
-                                    const trn_sc_ctx *cp) {                    \
-        (void)b_;                                                              \
-        (void)c_;                                                              \
-        (void)cp;                                                              \
-        uint8_t *o = o_;                                                       \
-        const T *a = a_;                                                       \
-        for (int i = 0; i < n; i++) o[i] = (uint8_t)trn_sc_##FN##_##SUF##p(a[i]); \
+#define PRED1(FN, SUF, T)                                                                          \
+    static void blk_##FN##_##SUF##p(int n, void *o_, const void *a_, const void *b_,               \
+                                    const void *c_, const trn_sc_ctx *cp) {                        \
+        (void)b_;                                                                                  \
+        (void)c_;                                                                                  \
+        (void)cp;                                                                                  \
+        uint8_t *o = o_;                                                                           \
+        const T *a = a_;                                                                           \
+        for (int i = 0; i < n; i++) o[i] = (uint8_t)trn_sc_##FN##_##SUF##p(a[i]);                  \
     }
-#define PRED2(FN, SUF, T)                                                      \
-    static void blk_##FN##_##SUF##p(int n, void *o_, const void *a_,          \
-                                    const void *b_, const void *c_,            \
-                                    const trn_sc_ctx *cp) {                    \
-        (void)c_;                                                              \
-        (void)cp;                                                              \
-        uint8_t *o = o_;                                                       \
-        const T *a = a_, *b = b_;                                              \
-        for (int i = 0; i < n; i++)                                            \
-            o[i] = (uint8_t)trn_sc_##FN##_##SUF##p(a[i], b[i]);                \
+#define PRED2(FN, SUF, T)                                                                          \
+    static void blk_##FN##_##SUF##p(int n, void *o_, const void *a_, const void *b_,               \
+                                    const void *c_, const trn_sc_ctx *cp) {                        \
+        (void)c_;                                                                                  \
+        (void)cp;                                                                                  \
+        uint8_t *o = o_;                                                                           \
+        const T *a = a_, *b = b_;                                                                  \
+        for (int i = 0; i < n; i++) o[i] = (uint8_t)trn_sc_##FN##_##SUF##p(a[i], b[i]);            \
     }
 
 // Ops with float and double versions; "I" adds the integer version.
@@ -146,6 +138,7 @@ typedef void (*block_fn)(int n, void *o, const void *a, const void *b,
 #define P1(FN) PRED1(FN, f, float) PRED1(FN, d, double) PRED1(FN, i, int64_t)
 #define P2(FN) PRED2(FN, f, float) PRED2(FN, d, double) PRED2(FN, i, int64_t)
 
+// clang-format off
 FDI1(abs) FDI1(neg) FDI1(sign) FDI1(relu) FDI1(floor) FDI1(ceil) FDI1(round)
 FDI1(trunc) FD1(frac) FD1(sqrt) FD1(rsqrt) FD1(reciprocal)
 BLK1(bitwise_not, i, int64_t)
@@ -169,9 +162,10 @@ FD2(leaky_relu_backward) FD2(hardsigmoid_backward) FD2(hardswish_backward) FD2(g
 FD2(gelu_tanh_backward) FD2(silu_backward) FD2(elu_backward) FD2(softplus_backward)
 FD2(mish_backward)
 FDI3(where) FDI3(clamp) FD3(lerp) FDI3(addcmul) FD3(addcdiv)
+    // clang-format on
 
-// ---- op table ---------------------------------------------------------------------
-typedef struct op_info {
+    // ---- op table ---------------------------------------------------------------------
+    typedef struct op_info {
     const char *name;
     int arity;
     bool pred;        // writes bool
@@ -179,10 +173,13 @@ typedef struct op_info {
     block_fn fam[3];  // by family; NULL where the op has none
 } op_info;
 
-#define ENTRY_FD(OP, FN, AR, M) [TRN_EW_##OP] = {#OP, AR, false, M, {blk_##FN##_f, blk_##FN##_dd, NULL}}
-#define ENTRY_FDI(OP, FN, AR, M) [TRN_EW_##OP] = {#OP, AR, false, M, {blk_##FN##_f, blk_##FN##_dd, blk_##FN##_i}}
+#define ENTRY_FD(OP, FN, AR, M)                                                                    \
+    [TRN_EW_##OP] = {#OP, AR, false, M, {blk_##FN##_f, blk_##FN##_dd, NULL}}
+#define ENTRY_FDI(OP, FN, AR, M)                                                                   \
+    [TRN_EW_##OP] = {#OP, AR, false, M, {blk_##FN##_f, blk_##FN##_dd, blk_##FN##_i}}
 #define ENTRY_I(OP, FN, AR, M) [TRN_EW_##OP] = {#OP, AR, false, M, {NULL, NULL, blk_##FN##_i}}
-#define ENTRY_P(OP, FN, AR, M) [TRN_EW_##OP] = {#OP, AR, true, M, {blk_##FN##_fp, blk_##FN##_dp, blk_##FN##_ip}}
+#define ENTRY_P(OP, FN, AR, M)                                                                     \
+    [TRN_EW_##OP] = {#OP, AR, true, M, {blk_##FN##_fp, blk_##FN##_dp, blk_##FN##_ip}}
 
 static const op_info ops[TRN_EW_OP_COUNT] = {
     ENTRY_FDI(ABS, abs, 1, M_ALL),
@@ -287,15 +284,11 @@ static const op_info ops[TRN_EW_OP_COUNT] = {
     ENTRY_FD(ADDCDIV, addcdiv, 3, M_F),
 };
 
-int trn_ew_op_arity(trn_ew_op op) {
-    return (unsigned)op < TRN_EW_OP_COUNT ? ops[op].arity : 0;
-}
+int trn_ew_op_arity(trn_ew_op op) { return (unsigned)op < TRN_EW_OP_COUNT ? ops[op].arity : 0; }
 const char *trn_ew_op_name(trn_ew_op op) {
     return (unsigned)op < TRN_EW_OP_COUNT ? ops[op].name : "invalid";
 }
-int trn_ew_op_is_predicate(trn_ew_op op) {
-    return (unsigned)op < TRN_EW_OP_COUNT && ops[op].pred;
-}
+int trn_ew_op_is_predicate(trn_ew_op op) { return (unsigned)op < TRN_EW_OP_COUNT && ops[op].pred; }
 
 static unsigned dtype_class(trn_dtype d) {
     switch (d) {
@@ -352,31 +345,73 @@ static trn_dtype native_of(family f) {
 }
 
 // ---- loaders and storers ---------------------------------------------------------
-#define LOAD_CASES(CT)                                                         \
-    case TRN_DTYPE_BOOL:                                                       \
-    case TRN_DTYPE_U8: for (int i = 0; i < n; i++) o[i] = (CT)(uint8_t)src[i * s]; break; \
-    case TRN_DTYPE_I8: for (int i = 0; i < n; i++) o[i] = (CT)(int8_t)src[i * s]; break; \
-    case TRN_DTYPE_I16: for (int i = 0; i < n; i++) o[i] = (CT)load_i16(src + i * s); break; \
-    case TRN_DTYPE_I32: for (int i = 0; i < n; i++) o[i] = (CT)load_i32(src + i * s); break; \
-    case TRN_DTYPE_I64: for (int i = 0; i < n; i++) o[i] = (CT)load_i64(src + i * s); break; \
-    case TRN_DTYPE_F16:                                                        \
-        if (s == 2) for (int i = 0; i < n; i++) o[i] = (CT)trn_half_to_float(load_u16(src + i * 2)); \
-        else for (int i = 0; i < n; i++) o[i] = (CT)trn_half_to_float(load_u16(src + i * s)); \
-        break;                                                                 \
-    case TRN_DTYPE_BF16:                                                       \
-        if (s == 2) for (int i = 0; i < n; i++) o[i] = (CT)trn_bf16_to_float(load_u16(src + i * 2)); \
-        else for (int i = 0; i < n; i++) o[i] = (CT)trn_bf16_to_float(load_u16(src + i * s)); \
-        break;                                                                 \
-    case TRN_DTYPE_F32: for (int i = 0; i < n; i++) o[i] = (CT)load_f32(src + i * s); break; \
-    case TRN_DTYPE_F64: for (int i = 0; i < n; i++) o[i] = (CT)load_f64(src + i * s); break; \
+#define LOAD_CASES(CT)                                                                             \
+    case TRN_DTYPE_BOOL:                                                                           \
+    case TRN_DTYPE_U8:                                                                             \
+        for (int i = 0; i < n; i++) o[i] = (CT)(uint8_t)src[i * s];                                \
+        break;                                                                                     \
+    case TRN_DTYPE_I8:                                                                             \
+        for (int i = 0; i < n; i++) o[i] = (CT)(int8_t)src[i * s];                                 \
+        break;                                                                                     \
+    case TRN_DTYPE_I16:                                                                            \
+        for (int i = 0; i < n; i++) o[i] = (CT)load_i16(src + i * s);                              \
+        break;                                                                                     \
+    case TRN_DTYPE_I32:                                                                            \
+        for (int i = 0; i < n; i++) o[i] = (CT)load_i32(src + i * s);                              \
+        break;                                                                                     \
+    case TRN_DTYPE_I64:                                                                            \
+        for (int i = 0; i < n; i++) o[i] = (CT)load_i64(src + i * s);                              \
+        break;                                                                                     \
+    case TRN_DTYPE_F16:                                                                            \
+        if (s == 2)                                                                                \
+            for (int i = 0; i < n; i++) o[i] = (CT)trn_half_to_float(load_u16(src + i * 2));       \
+        else                                                                                       \
+            for (int i = 0; i < n; i++) o[i] = (CT)trn_half_to_float(load_u16(src + i * s));       \
+        break;                                                                                     \
+    case TRN_DTYPE_BF16:                                                                           \
+        if (s == 2)                                                                                \
+            for (int i = 0; i < n; i++) o[i] = (CT)trn_bf16_to_float(load_u16(src + i * 2));       \
+        else                                                                                       \
+            for (int i = 0; i < n; i++) o[i] = (CT)trn_bf16_to_float(load_u16(src + i * s));       \
+        break;                                                                                     \
+    case TRN_DTYPE_F32:                                                                            \
+        for (int i = 0; i < n; i++) o[i] = (CT)load_f32(src + i * s);                              \
+        break;                                                                                     \
+    case TRN_DTYPE_F64:                                                                            \
+        for (int i = 0; i < n; i++) o[i] = (CT)load_f64(src + i * s);                              \
+        break;                                                                                     \
     default: break;
 
-static inline uint16_t load_u16(const char *p) { uint16_t v; memcpy(&v, p, 2); return v; }
-static inline int16_t load_i16(const char *p) { int16_t v; memcpy(&v, p, 2); return v; }
-static inline int32_t load_i32(const char *p) { int32_t v; memcpy(&v, p, 4); return v; }
-static inline int64_t load_i64(const char *p) { int64_t v; memcpy(&v, p, 8); return v; }
-static inline float load_f32(const char *p) { float v; memcpy(&v, p, 4); return v; }
-static inline double load_f64(const char *p) { double v; memcpy(&v, p, 8); return v; }
+static inline uint16_t load_u16(const char *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+static inline int16_t load_i16(const char *p) {
+    int16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+static inline int32_t load_i32(const char *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline int64_t load_i64(const char *p) {
+    int64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static inline float load_f32(const char *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline double load_f64(const char *p) {
+    double v;
+    memcpy(&v, p, 8);
+    return v;
+}
 
 static void load_f(trn_dtype d, const char *src, int64_t s, int n, float *o) {
     switch (d) { LOAD_CASES(float) }
@@ -388,57 +423,115 @@ static void load_i(trn_dtype d, const char *src, int64_t s, int n, int64_t *o) {
     // Float sources never reach the integer family (validated at launch).
     switch (d) {
     case TRN_DTYPE_BOOL:
-    case TRN_DTYPE_U8: for (int i = 0; i < n; i++) o[i] = (uint8_t)src[i * s]; break;
-    case TRN_DTYPE_I8: for (int i = 0; i < n; i++) o[i] = (int8_t)src[i * s]; break;
-    case TRN_DTYPE_I16: for (int i = 0; i < n; i++) o[i] = load_i16(src + i * s); break;
-    case TRN_DTYPE_I32: for (int i = 0; i < n; i++) o[i] = load_i32(src + i * s); break;
-    case TRN_DTYPE_I64: for (int i = 0; i < n; i++) o[i] = load_i64(src + i * s); break;
+    case TRN_DTYPE_U8:
+        for (int i = 0; i < n; i++) o[i] = (uint8_t)src[i * s];
+        break;
+    case TRN_DTYPE_I8:
+        for (int i = 0; i < n; i++) o[i] = (int8_t)src[i * s];
+        break;
+    case TRN_DTYPE_I16:
+        for (int i = 0; i < n; i++) o[i] = load_i16(src + i * s);
+        break;
+    case TRN_DTYPE_I32:
+        for (int i = 0; i < n; i++) o[i] = load_i32(src + i * s);
+        break;
+    case TRN_DTYPE_I64:
+        for (int i = 0; i < n; i++) o[i] = load_i64(src + i * s);
+        break;
     default: break;
     }
 }
 
 static void load_block(family f, trn_dtype d, const char *src, int64_t s, int n, void *o) {
-    if (f == FAM_F) load_f(d, src, s, n, o);
-    else if (f == FAM_D) load_d(d, src, s, n, o);
-    else load_i(d, src, s, n, o);
+    if (f == FAM_F)
+        load_f(d, src, s, n, o);
+    else if (f == FAM_D)
+        load_d(d, src, s, n, o);
+    else
+        load_i(d, src, s, n, o);
 }
 
 // Stores convert the compute type to the output dtype. Floating results go
 // only to floating dtypes; integer and predicate results to any dtype.
-#define STORE_FLOAT_CASES(T)                                                   \
-    case TRN_DTYPE_F32: for (int i = 0; i < n; i++) { float x = (float)v[i]; memcpy(dst + i * s, &x, 4); } break; \
-    case TRN_DTYPE_F64: for (int i = 0; i < n; i++) { double x = (double)v[i]; memcpy(dst + i * s, &x, 8); } break; \
-    case TRN_DTYPE_F16:                                                        \
-        if (s == 2) for (int i = 0; i < n; i++) { uint16_t x = trn_float_to_half((float)v[i]); memcpy(dst + i * 2, &x, 2); } \
-        else for (int i = 0; i < n; i++) { uint16_t x = trn_float_to_half((float)v[i]); memcpy(dst + i * s, &x, 2); } \
-        break;                                                                 \
-    case TRN_DTYPE_BF16:                                                       \
-        if (s == 2) for (int i = 0; i < n; i++) { uint16_t x = trn_float_to_bf16((float)v[i]); memcpy(dst + i * 2, &x, 2); } \
-        else for (int i = 0; i < n; i++) { uint16_t x = trn_float_to_bf16((float)v[i]); memcpy(dst + i * s, &x, 2); } \
+#define STORE_FLOAT_CASES(T)                                                                       \
+    case TRN_DTYPE_F32:                                                                            \
+        for (int i = 0; i < n; i++) {                                                              \
+            float x = (float)v[i];                                                                 \
+            memcpy(dst + i * s, &x, 4);                                                            \
+        }                                                                                          \
+        break;                                                                                     \
+    case TRN_DTYPE_F64:                                                                            \
+        for (int i = 0; i < n; i++) {                                                              \
+            double x = (double)v[i];                                                               \
+            memcpy(dst + i * s, &x, 8);                                                            \
+        }                                                                                          \
+        break;                                                                                     \
+    case TRN_DTYPE_F16:                                                                            \
+        if (s == 2)                                                                                \
+            for (int i = 0; i < n; i++) {                                                          \
+                uint16_t x = trn_float_to_half((float)v[i]);                                       \
+                memcpy(dst + i * 2, &x, 2);                                                        \
+            }                                                                                      \
+        else                                                                                       \
+            for (int i = 0; i < n; i++) {                                                          \
+                uint16_t x = trn_float_to_half((float)v[i]);                                       \
+                memcpy(dst + i * s, &x, 2);                                                        \
+            }                                                                                      \
+        break;                                                                                     \
+    case TRN_DTYPE_BF16:                                                                           \
+        if (s == 2)                                                                                \
+            for (int i = 0; i < n; i++) {                                                          \
+                uint16_t x = trn_float_to_bf16((float)v[i]);                                       \
+                memcpy(dst + i * 2, &x, 2);                                                        \
+            }                                                                                      \
+        else                                                                                       \
+            for (int i = 0; i < n; i++) {                                                          \
+                uint16_t x = trn_float_to_bf16((float)v[i]);                                       \
+                memcpy(dst + i * s, &x, 2);                                                        \
+            }                                                                                      \
         break;
-#define STORE_INT_CASES(T)                                                     \
-    case TRN_DTYPE_BOOL: for (int i = 0; i < n; i++) dst[i * s] = (char)(v[i] != 0); break; \
-    case TRN_DTYPE_U8:                                                         \
-    case TRN_DTYPE_I8: for (int i = 0; i < n; i++) dst[i * s] = (char)(uint8_t)(uint64_t)v[i]; break; \
-    case TRN_DTYPE_I16: for (int i = 0; i < n; i++) { uint16_t x = (uint16_t)(uint64_t)v[i]; memcpy(dst + i * s, &x, 2); } break; \
-    case TRN_DTYPE_I32: for (int i = 0; i < n; i++) { uint32_t x = (uint32_t)(uint64_t)v[i]; memcpy(dst + i * s, &x, 4); } break; \
-    case TRN_DTYPE_I64: for (int i = 0; i < n; i++) { int64_t x = (int64_t)v[i]; memcpy(dst + i * s, &x, 8); } break;
+#define STORE_INT_CASES(T)                                                                         \
+    case TRN_DTYPE_BOOL:                                                                           \
+        for (int i = 0; i < n; i++) dst[i * s] = (char)(v[i] != 0);                                \
+        break;                                                                                     \
+    case TRN_DTYPE_U8:                                                                             \
+    case TRN_DTYPE_I8:                                                                             \
+        for (int i = 0; i < n; i++) dst[i * s] = (char)(uint8_t)(uint64_t)v[i];                    \
+        break;                                                                                     \
+    case TRN_DTYPE_I16:                                                                            \
+        for (int i = 0; i < n; i++) {                                                              \
+            uint16_t x = (uint16_t)(uint64_t)v[i];                                                 \
+            memcpy(dst + i * s, &x, 2);                                                            \
+        }                                                                                          \
+        break;                                                                                     \
+    case TRN_DTYPE_I32:                                                                            \
+        for (int i = 0; i < n; i++) {                                                              \
+            uint32_t x = (uint32_t)(uint64_t)v[i];                                                 \
+            memcpy(dst + i * s, &x, 4);                                                            \
+        }                                                                                          \
+        break;                                                                                     \
+    case TRN_DTYPE_I64:                                                                            \
+        for (int i = 0; i < n; i++) {                                                              \
+            int64_t x = (int64_t)v[i];                                                             \
+            memcpy(dst + i * s, &x, 8);                                                            \
+        }                                                                                          \
+        break;
 
 static void store_f(trn_dtype d, const float *v, char *dst, int64_t s, int n) {
     if (d == TRN_DTYPE_BF16 && s == 2) {  // every contiguous bfloat16 result
         trn__bf16_store_run(dst, (const char *)v, n);
         return;
     }
-    switch (d) { STORE_FLOAT_CASES(float) default: break; }
+    switch (d) { STORE_FLOAT_CASES(float) default : break; }
 }
 static void store_d(trn_dtype d, const double *v, char *dst, int64_t s, int n) {
-    switch (d) { STORE_FLOAT_CASES(double) default: break; }
+    switch (d) { STORE_FLOAT_CASES(double) default : break; }
 }
 static void store_i(trn_dtype d, const int64_t *v, char *dst, int64_t s, int n) {
-    switch (d) { STORE_INT_CASES(int64_t) STORE_FLOAT_CASES(int64_t) default: break; }
+    switch (d) { STORE_INT_CASES(int64_t) STORE_FLOAT_CASES(int64_t) default : break; }
 }
 static void store_pred(trn_dtype d, const uint8_t *v, char *dst, int64_t s, int n) {
-    switch (d) { STORE_INT_CASES(uint8_t) STORE_FLOAT_CASES(uint8_t) default: break; }
+    switch (d) { STORE_INT_CASES(uint8_t) STORE_FLOAT_CASES(uint8_t) default : break; }
 }
 
 // ---- task ---------------------------------------------------------------------------
@@ -457,7 +550,11 @@ typedef struct ew_args {
     trn_dtype in_dtype[3];
     // How a tensor input of another dtype is cast once loaded (in_cast_block).
     unsigned char in_cast[3];
-    union { float f; double d; int64_t i; } sval[3];  // scalar in compute type
+    union {
+        float f;
+        double d;
+        int64_t i;
+    } sval[3];  // scalar in compute type
     // Byte ranges touched, relative to the pointers (protect mode).
     int64_t lo[4], span[4];
     // 16-bit ADD / SUB rounding as ATen's CPU kernel (trn_ew_desc.cpu_block).
@@ -509,7 +606,8 @@ static int64_t cpu_tail_start(const ew_args *a, int64_t row, int64_t j, int64_t 
 // (a + r16(alpha * b)); elements CPU runs in its vector body are
 // recomputed fused, one tight loop per stretch of them. j0: linear index of
 // the block's first element.
-static void add16_body(const ew_args *a, float *o, const float *x, const float *y, int n, int64_t j0) {
+static void add16_body(const ew_args *a, float *o, const float *x, const float *y, int n,
+                       int64_t j0) {
     const int64_t row = a->dims[a->ndim - 1];
     const float alpha = (float)(a->op == TRN_EW_SUB ? -a->ctx.p[0] : a->ctx.p[0]);
     const bool bf16 = a->ctx.round16 == 2;
@@ -554,9 +652,8 @@ static void in_cast_block(int mode, const trn_sc_ctx *ctx, int n, void *buf) {
 
 // Runs n <= BLOCK elements of one row; pointers and byte strides given.
 // j0: linear index of the first element.
-static bool run_block(const ew_args *a, block_fn fn, char *out, int64_t os,
-                      const char *const in[3], const int64_t is[3], int n, int64_t j0,
-                      void *scal[3], void *tmp[4]) {
+static bool run_block(const ew_args *a, block_fn fn, char *out, int64_t os, const char *const in[3],
+                      const int64_t is[3], int n, int64_t j0, void *scal[3], void *tmp[4]) {
     const size_t cs = compute_size(a->fam);
     const trn_dtype nat = native_of(a->fam);
     const void *buf[3] = {NULL, NULL, NULL};
@@ -589,15 +686,21 @@ static bool run_block(const ew_args *a, block_fn fn, char *out, int64_t os,
         for (int i = 0; i < n; i++) {
             if (fabsf(x[i]) > 8e5f && fabsf(x[i]) < INFINITY) {
                 double v = x[i];
-                o[i] = (float)(a->op == TRN_EW_SIN ? sin(v) : a->op == TRN_EW_COS ? cos(v) : tan(v));
+                o[i] = (float)(a->op == TRN_EW_SIN   ? sin(v)
+                               : a->op == TRN_EW_COS ? cos(v)
+                                                     : tan(v));
             }
         }
     }
     if (!direct) {
-        if (ops[a->op].pred) store_pred(a->out_dtype, obuf, out, os, n);
-        else if (a->fam == FAM_F) store_f(a->out_dtype, obuf, out, os, n);
-        else if (a->fam == FAM_D) store_d(a->out_dtype, obuf, out, os, n);
-        else store_i(a->out_dtype, obuf, out, os, n);
+        if (ops[a->op].pred)
+            store_pred(a->out_dtype, obuf, out, os, n);
+        else if (a->fam == FAM_F)
+            store_f(a->out_dtype, obuf, out, os, n);
+        else if (a->fam == FAM_D)
+            store_d(a->out_dtype, obuf, out, os, n);
+        else
+            store_i(a->out_dtype, obuf, out, os, n);
     }
     return true;
 }
@@ -636,9 +739,12 @@ static void ew_range(void *vrun, int64_t begin, int64_t end) {
     for (int k = 0; k < a->arity; k++) {
         if (!a->is_scalar[k]) continue;
         for (int i = 0; i < fill; i++) {
-            if (a->fam == FAM_F) ((float *)scal[k])[i] = a->sval[k].f;
-            else if (a->fam == FAM_D) ((double *)scal[k])[i] = a->sval[k].d;
-            else ((int64_t *)scal[k])[i] = a->sval[k].i;
+            if (a->fam == FAM_F)
+                ((float *)scal[k])[i] = a->sval[k].f;
+            else if (a->fam == FAM_D)
+                ((double *)scal[k])[i] = a->sval[k].d;
+            else
+                ((int64_t *)scal[k])[i] = a->sval[k].i;
         }
     }
     // Multi-index of `begin` over the outer dims.
@@ -734,13 +840,12 @@ trn_status trn_ew_launch(trn_stream *stream, const trn_ew_desc *desc) {
     const op_info *info = &ops[op];
     if (!trn_ew_supports(op, desc->dtype))
         return trn__set_error(TRN_ERROR_UNSUPPORTED,
-                              "elementwise %s does not support dtype %s on neuron",
-                              info->name, trn_dtype_name(desc->dtype));
+                              "elementwise %s does not support dtype %s on neuron", info->name,
+                              trn_dtype_name(desc->dtype));
     if (!trn_ew_supports_operand(op, desc->dtype, desc->out_dtype, 1))
         return trn__set_error(TRN_ERROR_UNSUPPORTED,
-                              "elementwise %s computed in %s cannot write a %s output",
-                              info->name, trn_dtype_name(desc->dtype),
-                              trn_dtype_name(desc->out_dtype));
+                              "elementwise %s computed in %s cannot write a %s output", info->name,
+                              trn_dtype_name(desc->dtype), trn_dtype_name(desc->out_dtype));
     const int nd = desc->ndim;
     if (nd < 0 || nd > TRN_MAX_DIMS) return invalid("ndim out of range");
     if (nd > 0 && (desc->sizes == NULL || desc->out_strides == NULL))
@@ -773,11 +878,10 @@ trn_status trn_ew_launch(trn_stream *stream, const trn_ew_desc *desc) {
     a.ctx.round16 = desc->dtype == TRN_DTYPE_F16 ? 1 : (desc->dtype == TRN_DTYPE_BF16 ? 2 : 0);
     for (int k = 0; k < a.arity; k++) {
         // Scalars: WHERE's condition is bool, others are in the compute dtype.
-        const trn_dtype kd = desc->in[k] != NULL ? desc->in_dtype[k]
+        const trn_dtype kd = desc->in[k] != NULL              ? desc->in_dtype[k]
                              : (op == TRN_EW_WHERE && k == 0) ? TRN_DTYPE_BOOL
                                                               : desc->dtype;
-        if (desc->in[k] != NULL &&
-            !(op == TRN_EW_WHERE && k == 0 && kd == TRN_DTYPE_BOOL) &&
+        if (desc->in[k] != NULL && !(op == TRN_EW_WHERE && k == 0 && kd == TRN_DTYPE_BOOL) &&
             !trn_ew_supports_operand(op, desc->dtype, kd, 0))
             return trn__set_error(TRN_ERROR_UNSUPPORTED,
                                   "elementwise %s computed in %s cannot read a %s input",
@@ -787,10 +891,13 @@ trn_status trn_ew_launch(trn_stream *stream, const trn_ew_desc *desc) {
             a.is_scalar[k] = true;
             const bool int_valued = dtype_class(kd) != M_F;
             const double f = int_valued ? (double)desc->scalar_in[k].i : desc->scalar_in[k].f;
-            if (a.fam == FAM_F) a.sval[k].f = (float)f;
-            else if (a.fam == FAM_D) a.sval[k].d = f;
-            else a.sval[k].i = int_valued ? desc->scalar_in[k].i
-                                          : (f >= -0x1p63 && f < 0x1p63 ? (int64_t)f : 0);
+            if (a.fam == FAM_F)
+                a.sval[k].f = (float)f;
+            else if (a.fam == FAM_D)
+                a.sval[k].d = f;
+            else
+                a.sval[k].i = int_valued ? desc->scalar_in[k].i
+                                         : (f >= -0x1p63 && f < 0x1p63 ? (int64_t)f : 0);
         } else {
             if (nd > 0 && desc->in_strides[k] == NULL) return invalid("input strides are NULL");
             a.in[k] = desc->in[k];
@@ -815,8 +922,10 @@ trn_status trn_ew_launch(trn_stream *stream, const trn_ew_desc *desc) {
             int64_t reach;
             if (__builtin_mul_overflow(s[k], sz - 1, &reach))
                 return invalid("strides overflow the address space");
-            if (reach < 0) a.lo[k] += reach;
-            else hi[k] += reach;
+            if (reach < 0)
+                a.lo[k] += reach;
+            else
+                hi[k] += reach;
         }
         trn_kit_dims_push(&dims, sz, s);
     }
@@ -824,9 +933,8 @@ trn_status trn_ew_launch(trn_stream *stream, const trn_ew_desc *desc) {
     const int n = dims.n;
     a.span[0] = hi[0] - a.lo[0] + (int64_t)osize;
     for (int k = 0; k < 3; k++)
-        a.span[k + 1] = a.in[k] != NULL ? hi[k + 1] - a.lo[k + 1] +
-                                              (int64_t)trn_dtype_size(a.in_dtype[k])
-                                        : 0;
+        a.span[k + 1] =
+            a.in[k] != NULL ? hi[k + 1] - a.lo[k + 1] + (int64_t)trn_dtype_size(a.in_dtype[k]) : 0;
     a.ndim = n;
     // A tensor input of another dtype is read as ATen's CPU kernels read it:
     // cast to the compute dtype, as TensorIterator casts every input to the
@@ -874,8 +982,10 @@ trn_status trn_ew_launch(trn_stream *stream, const trn_ew_desc *desc) {
         int broadcast = 0;
         for (int k = 0; k < 2; k++) {
             const int64_t s = a.in[k] != NULL ? dims.stride[k + 1][in0] : 0;
-            if (s == 0) broadcast++;
-            else contiguous = contiguous && s == (int64_t)trn_dtype_size(a.in_dtype[k]);
+            if (s == 0)
+                broadcast++;
+            else
+                contiguous = contiguous && s == (int64_t)trn_dtype_size(a.in_dtype[k]);
         }
         a.cpu_vec = contiguous && broadcast < 2;
         // With alpha +-1 (after its rounding) r16(alpha * b) is exact, so

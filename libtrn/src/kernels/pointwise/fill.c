@@ -46,15 +46,15 @@ static void fill_run(char *p, int64_t s, int64_t n, const unsigned char *v, int6
             return;
         }
     }
-#define FILL_T(T)                                                       \
-    do {                                                                \
-        T x;                                                            \
-        memcpy(&x, v, sizeof x);                                        \
-        T *q = (T *)(void *)p;                                          \
-        if (s == 1)                                                     \
-            for (int64_t i = 0; i < n; i++) q[i] = x;                   \
-        else                                                            \
-            for (int64_t i = 0; i < n; i++) q[i * s] = x;               \
+#define FILL_T(T)                                                                                  \
+    do {                                                                                           \
+        T x;                                                                                       \
+        memcpy(&x, v, sizeof x);                                                                   \
+        T *q = (T *)(void *)p;                                                                     \
+        if (s == 1)                                                                                \
+            for (int64_t i = 0; i < n; i++) q[i] = x;                                              \
+        else                                                                                       \
+            for (int64_t i = 0; i < n; i++) q[i * s] = x;                                          \
     } while (0)
     switch (es) {
     case 1: FILL_T(uint8_t); break;
@@ -164,40 +164,40 @@ typedef struct range_ctx {
 #define ST_cast(T) (T)
 
 // Integer dtypes: arange in int64 wrapping arithmetic, linspace in double.
-#define DEFINE_RANGE_INT(N, T)                                                  \
-    static void range_##N(const trn_range_desc *d, int64_t b, int64_t e) {      \
-        T *o = (T *)d->out;                                                     \
-        const int64_t s = d->stride;                                            \
-        if (d->kind == TRN_RANGE_ARANGE) {                                      \
-            const uint64_t st = (uint64_t)d->istart, sp = (uint64_t)d->istep;   \
-            for (int64_t i = b; i < e; i++) o[i * s] = (T)(int64_t)(st + sp * (uint64_t)i); \
-            return;                                                             \
-        }                                                                       \
-        const int64_t n = d->n, half = n / 2;                                   \
-        const double start = d->start, end = d->end;                            \
-        const double step = (end - start) / (double)(n - 1);                    \
-        for (int64_t i = b; i < e; i++) {                                       \
-            const double v = i < half ? start + step * (double)i                \
-                                      : end - step * (double)(n - i - 1);       \
-            o[i * s] = (T)(int64_t)v;                                           \
-        }                                                                       \
+#define DEFINE_RANGE_INT(N, T)                                                                     \
+    static void range_##N(const trn_range_desc *d, int64_t b, int64_t e) {                         \
+        T *o = (T *)d->out;                                                                        \
+        const int64_t s = d->stride;                                                               \
+        if (d->kind == TRN_RANGE_ARANGE) {                                                         \
+            const uint64_t st = (uint64_t)d->istart, sp = (uint64_t)d->istep;                      \
+            for (int64_t i = b; i < e; i++) o[i * s] = (T)(int64_t)(st + sp * (uint64_t)i);        \
+            return;                                                                                \
+        }                                                                                          \
+        const int64_t n = d->n, half = n / 2;                                                      \
+        const double start = d->start, end = d->end;                                               \
+        const double step = (end - start) / (double)(n - 1);                                       \
+        for (int64_t i = b; i < e; i++) {                                                          \
+            const double v =                                                                       \
+                i < half ? start + step * (double)i : end - step * (double)(n - i - 1);            \
+            o[i * s] = (T)(int64_t)v;                                                              \
+        }                                                                                          \
     }
 
 // Floating dtypes: C is the arange accumulate type, L linspace's.
-#define DEFINE_RANGE_FLT(N, T, C, L, ST)                                        \
-    static void range_##N(const trn_range_desc *d, int64_t b, int64_t e) {      \
-        T *o = (T *)d->out;                                                     \
-        const int64_t s = d->stride;                                            \
-        if (d->kind == TRN_RANGE_ARANGE) {                                      \
-            const C st = (C)d->start, sp = (C)d->step;                          \
-            for (int64_t i = b; i < e; i++) o[i * s] = ST(st + sp * (C)i);      \
-            return;                                                             \
-        }                                                                       \
-        const int64_t n = d->n, half = n / 2;                                   \
-        const L start = (L)d->start, end = (L)d->end;                           \
-        const L step = (end - start) / (L)(n - 1);                              \
-        for (int64_t i = b; i < e; i++)                                         \
-            o[i * s] = ST(i < half ? start + step * (L)i : end - step * (L)(n - i - 1)); \
+#define DEFINE_RANGE_FLT(N, T, C, L, ST)                                                           \
+    static void range_##N(const trn_range_desc *d, int64_t b, int64_t e) {                         \
+        T *o = (T *)d->out;                                                                        \
+        const int64_t s = d->stride;                                                               \
+        if (d->kind == TRN_RANGE_ARANGE) {                                                         \
+            const C st = (C)d->start, sp = (C)d->step;                                             \
+            for (int64_t i = b; i < e; i++) o[i * s] = ST(st + sp * (C)i);                         \
+            return;                                                                                \
+        }                                                                                          \
+        const int64_t n = d->n, half = n / 2;                                                      \
+        const L start = (L)d->start, end = (L)d->end;                                              \
+        const L step = (end - start) / (L)(n - 1);                                                 \
+        for (int64_t i = b; i < e; i++)                                                            \
+            o[i * s] = ST(i < half ? start + step * (L)i : end - step * (L)(n - i - 1));           \
     }
 
 DEFINE_RANGE_INT(u8, uint8_t)
@@ -269,7 +269,7 @@ trn_status trn_range_launch(trn_stream *stream, const trn_range_desc *d) {
     if (!trn__extent(d->n, d->stride, es, &a.lo, &hi)) return bad(fn, "stride overflows");
     a.span = hi - a.lo + es;
     if (d->kind == TRN_RANGE_LINSPACE && d->n == 1) {  // just start
-        a.d.kind = TRN_RANGE_ARANGE;  // step would be 0/0
+        a.d.kind = TRN_RANGE_ARANGE;                   // step would be 0/0
         a.d.istart = (d->start >= -0x1p63 && d->start < 0x1p63) ? (int64_t)d->start : 0;
         a.d.istep = 0;
         a.d.step = 0;
@@ -285,25 +285,24 @@ typedef struct tri_args {
     const char *in;
     char *out;
     int64_t lo[2], span[2];  // [0] out, [1] in
-    int nb;                          // batch dims
+    int nb;                  // batch dims
     int64_t rows, cols, in_rs, in_cs, out_rs, out_cs;
     int64_t dims[3 * TRN_MAX_DIMS];  // batch sizes, in strides, out strides
 } tri_args;
 
 _Static_assert(sizeof(tri_args) <= TRN_TASK_MAX_ARGS, "tri args too large");
 
-static void copy_elems(char *dst, int64_t ds, const char *src, int64_t ss, int64_t n,
-                       int64_t es) {
+static void copy_elems(char *dst, int64_t ds, const char *src, int64_t ss, int64_t n, int64_t es) {
     if (n <= 0) return;
     if (ds == 1 && ss == 1) {
         memcpy(dst, src, (size_t)(n * es));
         return;
     }
-#define COPY_T(T)                                                                  \
-    do {                                                                           \
-        T *q = (T *)(void *)dst;                                                   \
-        const T *p = (const T *)(const void *)src;                                 \
-        for (int64_t i = 0; i < n; i++) q[i * ds] = p[i * ss];                     \
+#define COPY_T(T)                                                                                  \
+    do {                                                                                           \
+        T *q = (T *)(void *)dst;                                                                   \
+        const T *p = (const T *)(const void *)src;                                                 \
+        for (int64_t i = 0; i < n; i++) q[i * ds] = p[i * ss];                                     \
     } while (0)
     switch (es) {
     case 1: COPY_T(uint8_t); break;
@@ -411,8 +410,9 @@ trn_status trn_tri_launch(trn_stream *stream, const trn_tri_desc *d) {
     // Any diagonal beyond [-rows - 1, cols] keeps or zeroes whole rows, as
     // the clamped one does; clamping keeps row + diagonal + 1 from
     // overflowing for diagonals near +-2^63.
-    a.diagonal = d->diagonal > a.cols ? a.cols
-                 : d->diagonal < -a.rows - 1 ? -a.rows - 1 : d->diagonal;
+    a.diagonal = d->diagonal > a.cols        ? a.cols
+                 : d->diagonal < -a.rows - 1 ? -a.rows - 1
+                                             : d->diagonal;
     a.in_rs = d->in_strides[r];
     a.in_cs = d->in_strides[c];
     a.out_rs = d->out_strides[r];

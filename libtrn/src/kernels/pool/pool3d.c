@@ -70,88 +70,88 @@ static void unflatten(const trn_pool3d_geometry *g, int64_t o, int64_t pos[3]) {
     pos[0] = o / g->out[1];
 }
 
-#define DEFINE_POOL3(E, N, T, C, V, LD, ST)                                                    \
-    static void fwd_##N(void *ctx, int64_t p0, int64_t p1) {                            \
-        const trn__pool_io *a = &((const pool3_args *)ctx)->io;                         \
-        const trn_pool3d_geometry *g = &((const pool3_args *)ctx)->g;                   \
-        const int64_t hw = g->in[1] * g->in[2];                                         \
-        const int64_t in_n = g->in[0] * hw, out_n = g->out[0] * g->out[1] * g->out[2];  \
-        for (int64_t p = p0; p < p1; p++) {                                             \
-            const T *x = (const T *)a->x + p * in_n;                                    \
-            T *y = (T *)a->y + p * out_n;                                               \
-            int64_t *ix = a->idx_out ? a->idx_out + p * out_n : NULL;                   \
-            for (int64_t o = 0; o < out_n; o++) {                                       \
-                int64_t pos[3];                                                         \
-                window w;                                                               \
-                unflatten(g, o, pos);                                                   \
-                const int ok = window_of(g, a->mode, pos, &w);                          \
-                if (a->mode == TRN_POOL_AVG) {                                          \
-                    C s = 0;                                                            \
-                    if (ok)                                                             \
-                        for (int64_t d = w.b[0]; d < w.e[0]; d++)                       \
-                            for (int64_t h = w.b[1]; h < w.e[1]; h++)                   \
-                                for (int64_t v = w.b[2]; v < w.e[2]; v++)               \
-                                    s += (C)LD(x[d * hw + h * g->in[2] + v]);           \
-                    y[o] = ST(ok ? (C)(s / (C)w.div) : (C)0);                           \
-                    continue;                                                           \
-                }                                                                       \
-                int64_t best = w.b[0] * hw + w.b[1] * g->in[2] + w.b[2];                \
-                C m = (C)-INFINITY;                                                     \
-                T mv = ST((C)-INFINITY);                                                \
-                if (ok)                                                                 \
-                    for (int64_t d = w.b[0]; d < w.e[0]; d += w.st[0])                  \
-                        for (int64_t h = w.b[1]; h < w.e[1]; h += w.st[1])              \
-                            for (int64_t v = w.b[2]; v < w.e[2]; v += w.st[2]) {        \
-                                const int64_t k = d * hw + h * g->in[2] + v;            \
-                                const C val = (C)LD(x[k]);                              \
-                                if (val > m || isnan(val)) m = val, mv = x[k], best = k; \
-                            }                                                           \
-                y[o] = mv;                                                              \
-                if (ix) ix[o] = best;                                                   \
-            }                                                                           \
-        }                                                                               \
-    }                                                                                   \
-    static void bwd_##N(void *ctx, int64_t p0, int64_t p1) {                            \
-        const trn__pool_io *a = &((const pool3_args *)ctx)->io;                         \
-        const trn_pool3d_geometry *g = &((const pool3_args *)ctx)->g;                   \
-        const int64_t hw = g->in[1] * g->in[2];                                         \
-        const int64_t in_n = g->in[0] * hw, out_n = g->out[0] * g->out[1] * g->out[2];  \
-        C *acc = NULL;                                                                  \
-        for (int64_t p = p0; p < p1; p++) {                                             \
-            const T *dy = (const T *)a->dy + p * out_n;                                 \
-            T *dx = (T *)a->dx + p * in_n;                                              \
-            C local[256];                                                               \
-            C *sum = TRN__POOL_SUM_OPEN(T, C, dx, in_n, local, acc);                    \
-            if (sum == NULL) {                                                          \
-                atomic_store(a->bad, 2);                                                \
-                return;                                                                 \
-            }                                                                           \
-            for (int64_t i = 0; i < in_n; i++) sum[i] = 0;                              \
-            for (int64_t o = 0; o < out_n; o++) {                                       \
-                const C gv = (C)LD(dy[o]);                                              \
-                if (a->mode == TRN_POOL_MAX) {                                          \
-                    const int64_t k = a->idx_in[p * out_n + o];                         \
-                    if (k < 0 || k >= in_n) {                                           \
-                        atomic_store(a->bad, 1);                                        \
-                        continue;                                                       \
-                    }                                                                   \
-                    sum[k] += gv;                                                       \
-                    continue;                                                           \
-                }                                                                       \
-                int64_t pos[3];                                                         \
-                window w;                                                               \
-                unflatten(g, o, pos);                                                   \
-                if (!window_of(g, a->mode, pos, &w)) continue;                          \
-                const C share = (C)(gv / (C)w.div);                                     \
-                for (int64_t d = w.b[0]; d < w.e[0]; d++)                               \
-                    for (int64_t h = w.b[1]; h < w.e[1]; h++)                           \
-                        for (int64_t v = w.b[2]; v < w.e[2]; v++)                       \
-                            sum[d * hw + h * g->in[2] + v] += share;                    \
-            }                                                                           \
-            if ((void *)sum != (void *)dx)                                              \
-                for (int64_t i = 0; i < in_n; i++) dx[i] = ST(sum[i]);                  \
-        }                                                                               \
-        free(acc);                                                                      \
+#define DEFINE_POOL3(E, N, T, C, V, LD, ST)                                                        \
+    static void fwd_##N(void *ctx, int64_t p0, int64_t p1) {                                       \
+        const trn__pool_io *a = &((const pool3_args *)ctx)->io;                                    \
+        const trn_pool3d_geometry *g = &((const pool3_args *)ctx)->g;                              \
+        const int64_t hw = g->in[1] * g->in[2];                                                    \
+        const int64_t in_n = g->in[0] * hw, out_n = g->out[0] * g->out[1] * g->out[2];             \
+        for (int64_t p = p0; p < p1; p++) {                                                        \
+            const T *x = (const T *)a->x + p * in_n;                                               \
+            T *y = (T *)a->y + p * out_n;                                                          \
+            int64_t *ix = a->idx_out ? a->idx_out + p * out_n : NULL;                              \
+            for (int64_t o = 0; o < out_n; o++) {                                                  \
+                int64_t pos[3];                                                                    \
+                window w;                                                                          \
+                unflatten(g, o, pos);                                                              \
+                const int ok = window_of(g, a->mode, pos, &w);                                     \
+                if (a->mode == TRN_POOL_AVG) {                                                     \
+                    C s = 0;                                                                       \
+                    if (ok)                                                                        \
+                        for (int64_t d = w.b[0]; d < w.e[0]; d++)                                  \
+                            for (int64_t h = w.b[1]; h < w.e[1]; h++)                              \
+                                for (int64_t v = w.b[2]; v < w.e[2]; v++)                          \
+                                    s += (C)LD(x[d * hw + h * g->in[2] + v]);                      \
+                    y[o] = ST(ok ? (C)(s / (C)w.div) : (C)0);                                      \
+                    continue;                                                                      \
+                }                                                                                  \
+                int64_t best = w.b[0] * hw + w.b[1] * g->in[2] + w.b[2];                           \
+                C m = (C)-INFINITY;                                                                \
+                T mv = ST((C)-INFINITY);                                                           \
+                if (ok)                                                                            \
+                    for (int64_t d = w.b[0]; d < w.e[0]; d += w.st[0])                             \
+                        for (int64_t h = w.b[1]; h < w.e[1]; h += w.st[1])                         \
+                            for (int64_t v = w.b[2]; v < w.e[2]; v += w.st[2]) {                   \
+                                const int64_t k = d * hw + h * g->in[2] + v;                       \
+                                const C val = (C)LD(x[k]);                                         \
+                                if (val > m || isnan(val)) m = val, mv = x[k], best = k;           \
+                            }                                                                      \
+                y[o] = mv;                                                                         \
+                if (ix) ix[o] = best;                                                              \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static void bwd_##N(void *ctx, int64_t p0, int64_t p1) {                                       \
+        const trn__pool_io *a = &((const pool3_args *)ctx)->io;                                    \
+        const trn_pool3d_geometry *g = &((const pool3_args *)ctx)->g;                              \
+        const int64_t hw = g->in[1] * g->in[2];                                                    \
+        const int64_t in_n = g->in[0] * hw, out_n = g->out[0] * g->out[1] * g->out[2];             \
+        C *acc = NULL;                                                                             \
+        for (int64_t p = p0; p < p1; p++) {                                                        \
+            const T *dy = (const T *)a->dy + p * out_n;                                            \
+            T *dx = (T *)a->dx + p * in_n;                                                         \
+            C local[256];                                                                          \
+            C *sum = TRN__POOL_SUM_OPEN(T, C, dx, in_n, local, acc);                               \
+            if (sum == NULL) {                                                                     \
+                atomic_store(a->bad, 2);                                                           \
+                return;                                                                            \
+            }                                                                                      \
+            for (int64_t i = 0; i < in_n; i++) sum[i] = 0;                                         \
+            for (int64_t o = 0; o < out_n; o++) {                                                  \
+                const C gv = (C)LD(dy[o]);                                                         \
+                if (a->mode == TRN_POOL_MAX) {                                                     \
+                    const int64_t k = a->idx_in[p * out_n + o];                                    \
+                    if (k < 0 || k >= in_n) {                                                      \
+                        atomic_store(a->bad, 1);                                                   \
+                        continue;                                                                  \
+                    }                                                                              \
+                    sum[k] += gv;                                                                  \
+                    continue;                                                                      \
+                }                                                                                  \
+                int64_t pos[3];                                                                    \
+                window w;                                                                          \
+                unflatten(g, o, pos);                                                              \
+                if (!window_of(g, a->mode, pos, &w)) continue;                                     \
+                const C share = (C)(gv / (C)w.div);                                                \
+                for (int64_t d = w.b[0]; d < w.e[0]; d++)                                          \
+                    for (int64_t h = w.b[1]; h < w.e[1]; h++)                                      \
+                        for (int64_t v = w.b[2]; v < w.e[2]; v++)                                  \
+                            sum[d * hw + h * g->in[2] + v] += share;                               \
+            }                                                                                      \
+            if ((void *)sum != (void *)dx)                                                         \
+                for (int64_t i = 0; i < in_n; i++) dx[i] = ST(sum[i]);                             \
+        }                                                                                          \
+        free(acc);                                                                                 \
     }
 
 TRN_KIT_FLOAT_TYPES(DEFINE_POOL3)
@@ -181,9 +181,9 @@ static trn_status check(trn_stream *stream, const void *d, trn_dtype dtype, trn_
     int64_t ti = g->planes, to = g->planes;
     for (int i = 0; i < 3; i++) {
         bad |= g->in[i] < 0 || g->out[i] < 0;
-        if (!g->adaptive)
-            bad |= g->k[i] <= 0 || g->s[i] <= 0 || g->p[i] < 0 || g->dil[i] <= 0;
-        bad |= __builtin_mul_overflow(ti, g->in[i], &ti) || __builtin_mul_overflow(to, g->out[i], &to);
+        if (!g->adaptive) bad |= g->k[i] <= 0 || g->s[i] <= 0 || g->p[i] < 0 || g->dil[i] <= 0;
+        bad |=
+            __builtin_mul_overflow(ti, g->in[i], &ti) || __builtin_mul_overflow(to, g->out[i], &to);
         // Adaptive window bounds compute (o + 1) * in.
         int64_t o1;
         bad |= g->adaptive && (__builtin_add_overflow(g->out[i], 1, &o1) ||
@@ -200,8 +200,8 @@ static trn_status launch3(trn_stream *stream, const void *d, trn__pool_io io,
     trn_status st = check(stream, d, io.dtype, io.mode, g, fn);
     if (st != TRN_SUCCESS) return st;
     pool3_args a = {io, *g};
-    return trn__pool_submit(stream, &a.io, g->planes, vol(g->in), vol(g->out), pool3_task,
-                            sizeof a, fn);
+    return trn__pool_submit(stream, &a.io, g->planes, vol(g->in), vol(g->out), pool3_task, sizeof a,
+                            fn);
 }
 
 trn_status trn_pool3d_launch(trn_stream *stream, const trn_pool3d_desc *d) {

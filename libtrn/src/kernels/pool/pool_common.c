@@ -43,7 +43,9 @@ trn_status trn__pool_submit(trn_stream *stream, trn__pool_io *io, int64_t planes
 // The position of a floating dtype in TRN_KIT_FLOAT_TYPES (launch checked it).
 static int float_slot(trn_dtype d) {
     int k = 0;
-#define SLOT(E, ...) if (d == E) return k; k++;
+#define SLOT(E, ...)                                                                               \
+    if (d == E) return k;                                                                          \
+    k++;
     TRN_KIT_FLOAT_TYPES(SLOT)
 #undef SLOT
     return 0;
@@ -64,9 +66,9 @@ trn_status trn__pool_run(trn__pool_io *io, const trn__pool_shape *s, const trn__
         io->bad = &bad;
         // Work per plane: the backward touches every input and output once;
         // the forward reads fwd_reads inputs per output.
-        const int64_t work = (int64_t)((io->backward ? in_b + out_b
-                                                     : out_b * (size_t)s->fwd_reads) /
-                                       (size_t)s->planes);
+        const int64_t work =
+            (int64_t)((io->backward ? in_b + out_b : out_b * (size_t)s->fwd_reads) /
+                      (size_t)s->planes);
         trn_parallel_for(s->planes, work > 0 ? trn__grain(TRN__POOL_GRAIN, work) : 1,
                          (io->backward ? l->bwd : l->fwd)[float_slot(io->dtype)], ctx);
     }

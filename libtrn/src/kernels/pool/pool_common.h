@@ -61,21 +61,27 @@ trn_status trn__pool_check_forward(const trn__pool_io *io, int64_t in_n, const c
 trn_status trn__pool_check_backward(const trn__pool_io *io, int64_t out_n, const char *fn);
 
 // The io of a forward / backward descriptor (2-d and 3-d have the same fields).
-#define TRN__POOL_FORWARD_IO(d)                                                     \
-    ((trn__pool_io){.dtype = (d)->dtype, .mode = (d)->mode, .x = (d)->x, .y = (d)->y, \
+#define TRN__POOL_FORWARD_IO(d)                                                                    \
+    ((trn__pool_io){.dtype = (d)->dtype,                                                           \
+                    .mode = (d)->mode,                                                             \
+                    .x = (d)->x,                                                                   \
+                    .y = (d)->y,                                                                   \
                     .idx_out = (d)->mode == TRN_POOL_MAX ? (d)->indices : NULL})
-#define TRN__POOL_BACKWARD_IO(d)                                                    \
-    ((trn__pool_io){.dtype = (d)->dtype, .mode = (d)->mode, .dy = (d)->dy, .dx = (d)->dx, \
-                    .idx_in = (d)->mode == TRN_POOL_MAX ? (d)->indices : NULL,         \
+#define TRN__POOL_BACKWARD_IO(d)                                                                   \
+    ((trn__pool_io){.dtype = (d)->dtype,                                                           \
+                    .mode = (d)->mode,                                                             \
+                    .dy = (d)->dy,                                                                 \
+                    .dx = (d)->dx,                                                                 \
+                    .idx_in = (d)->mode == TRN_POOL_MAX ? (d)->indices : NULL,                     \
                     .backward = 1})
 
 // Opens the backward's sum of plane p: 16-bit types accumulate in the compute
 // type C (small additions would be lost), in `local` when the plane fits and
 // else in `acc` (allocated once per piece, freed by the caller); float types
 // accumulate straight into dx. The caller zeroes it. NULL: out of memory.
-#define TRN__POOL_SUM_OPEN(T, C, dx, in_n, local, acc)                               \
-    trn__pool_sum_open(sizeof(T) == sizeof(C), (dx), (in_n), (local),                \
-                       sizeof(local) / sizeof(C), (void **)&(acc), sizeof(C))
+#define TRN__POOL_SUM_OPEN(T, C, dx, in_n, local, acc)                                             \
+    trn__pool_sum_open(sizeof(T) == sizeof(C), (dx), (in_n), (local), sizeof(local) / sizeof(C),   \
+                       (void **)&(acc), sizeof(C))
 static inline void *trn__pool_sum_open(int in_place, void *dx, int64_t in_n, void *local,
                                        size_t local_n, void **acc, size_t csize) {
     void *sum = in_place ? dx : ((size_t)in_n <= local_n ? local : *acc);

@@ -27,16 +27,16 @@ static inline uint8_t keep_bit(const drop_args *a, int64_t i) {
     return (uint8_t)trn__rng_keep(trn__rng_hash(a->seed, a->offset + (uint64_t)i), a->keep);
 }
 
-#define DEFINE_DROP(N, T, C, LD, ST)                                             \
-    static void drop_##N(const drop_args *a, int64_t b, int64_t e) {            \
-        const T *x = a->x;                                                      \
-        T *o = a->out;                                                          \
-        const C s = (C)a->scale;                                                \
-        for (int64_t i = b; i < e; i++) {                                       \
-            const uint8_t k = keep_bit(a, i);                    \
-            a->mask[i] = k;                                                     \
-            o[i] = ST(k ? (C)LD(x[i]) * s : (C)0);                              \
-        }                                                                       \
+#define DEFINE_DROP(N, T, C, LD, ST)                                                               \
+    static void drop_##N(const drop_args *a, int64_t b, int64_t e) {                               \
+        const T *x = a->x;                                                                         \
+        T *o = a->out;                                                                             \
+        const C s = (C)a->scale;                                                                   \
+        for (int64_t i = b; i < e; i++) {                                                          \
+            const uint8_t k = keep_bit(a, i);                                                      \
+            a->mask[i] = k;                                                                        \
+            o[i] = ST(k ? (C)LD(x[i]) * s : (C)0);                                                 \
+        }                                                                                          \
     }
 #define DROP_X(E, N, T, C, V, LD, ST) DEFINE_DROP(N, T, C, LD, ST)
 TRN_KIT_FLOAT_TYPES(DROP_X)
@@ -49,7 +49,8 @@ static void drop_piece(void *ctx, int64_t b, int64_t e) {
         return;
     }
     switch (a->dtype) {
-#define CASE(E, N, ...) case E: drop_##N(a, b, e); break;
+#define CASE(E, N, ...)                                                                            \
+    case E: drop_##N(a, b, e); break;
         TRN_KIT_FLOAT_TYPES(CASE)
 #undef CASE
     default: break;
@@ -90,7 +91,7 @@ trn_status trn_dropout_launch(trn_stream *stream, const trn_dropout_desc *d) {
     if (s != TRN_SUCCESS || d->n == 0) return s;
     if (d->mask == NULL || (d->out != NULL && d->x == NULL))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_dropout_launch: a pointer is NULL");
-    drop_args a = {d->dtype, d->n,  d->x,     d->out,   d->mask, (float)(1.0 - d->p),
+    drop_args a = {d->dtype, d->n,    d->x,     d->out, d->mask, (float)(1.0 - d->p),
                    d->scale, d->seed, d->offset};
     return trn_stream_launch(stream, drop_task, &a, sizeof a);
 }

@@ -70,7 +70,8 @@ static void rand_piece(void *ctx, int64_t b, int64_t e) {
     const uint64_t s = d->seed, off = d->offset;
     if (d->dist == TRN_RANDOM_BERNOULLI) {
         for (int64_t i = b; i < e; i++)
-            store_int(d->dtype, d->out, i, trn__rng_unit(trn__rng_hash(s, off + (uint64_t)i)) < d->a);
+            store_int(d->dtype, d->out, i,
+                      trn__rng_unit(trn__rng_hash(s, off + (uint64_t)i)) < d->a);
     } else if (d->dist == TRN_RANDOM_INTEGER) {
         for (int64_t i = b; i < e; i++)
             store_int(d->dtype, d->out, i,

@@ -16,7 +16,6 @@
 #include "trn/parallel.h"
 #include "trn/sample.h"
 
-
 static int is_float(trn_dtype t) {
     return t == TRN_DTYPE_F16 || t == TRN_DTYPE_BF16 || t == TRN_DTYPE_F32 || t == TRN_DTYPE_F64;
 }
@@ -69,7 +68,8 @@ static trn_status perm_task(void *args) {
 trn_status trn_randperm_launch(trn_stream *stream, const trn_randperm_desc *d) {
     if (stream == NULL || d == NULL) return trn__check_launch(stream, d, "trn_randperm_launch");
     if (!is_int(d->dtype) && !is_float(d->dtype))
-        return trn__set_error(TRN_ERROR_UNSUPPORTED, "trn_randperm_launch: dtype %s is not supported",
+        return trn__set_error(TRN_ERROR_UNSUPPORTED,
+                              "trn_randperm_launch: dtype %s is not supported",
                               trn_dtype_name(d->dtype));
     if (d->n < 0 || d->n > (INT64_MAX >> 4))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_randperm_launch: invalid n %lld",
@@ -123,9 +123,12 @@ static void partial_top(keyed *k, int64_t n, int64_t m) {
                 i++, j--;
             }
         }
-        if (m <= j + 1) hi = j + 1;
-        else if (m >= i) lo = i;
-        else return;  // [j + 1, i) equals the pivot: boundary settled
+        if (m <= j + 1)
+            hi = j + 1;
+        else if (m >= i)
+            lo = i;
+        else
+            return;  // [j + 1, i) equals the pivot: boundary settled
     }
 }
 
@@ -149,8 +152,10 @@ static void multi_piece(void *ctx, int64_t r0, int64_t r1) {
             if (!(p >= 0) || isinf(p)) ok = 0;
             if (p > 0) last_pos = c;
             total += p;
-            if (d->replacement) ((double *)buf)[c] = total;
-            else ((keyed *)buf)[c] = (keyed){0, c};
+            if (d->replacement)
+                ((double *)buf)[c] = total;
+            else
+                ((keyed *)buf)[c] = (keyed){0, c};
         }
         if (!ok || !(total > 0) || isinf(total)) {
             atomic_store(a->bad, 1);
@@ -167,8 +172,10 @@ static void multi_piece(void *ctx, int64_t r0, int64_t r1) {
                 int64_t lo = 0, hi = nc;
                 while (lo < hi) {
                     const int64_t mid = lo + (hi - lo) / 2;
-                    if (cum[mid] > u) hi = mid;
-                    else lo = mid + 1;
+                    if (cum[mid] > u)
+                        hi = mid;
+                    else
+                        lo = mid + 1;
                 }
                 out[s] = lo < nc ? lo : last_pos;  // u rounded up to the total
             }
@@ -179,7 +186,7 @@ static void multi_piece(void *ctx, int64_t r0, int64_t r1) {
             const double p = trn__load_real(d->dtype, d->probs, r * nc + c);
             const uint64_t h = trn__rng_hash(d->seed, (uint64_t)(r * nc + c));
             const double e = -log1p(-trn__rng_unit(h));  // Exp(1)
-            k[c].key = p > 0 ? p / e : 0;  // e == 0 (u == 0) gives +inf: drawn first
+            k[c].key = p > 0 ? p / e : 0;                // e == 0 (u == 0) gives +inf: drawn first
         }
         partial_top(k, nc, ns);
         qsort(k, (size_t)ns, sizeof *k, by_key_desc);

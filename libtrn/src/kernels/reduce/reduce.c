@@ -72,7 +72,6 @@ _Static_assert(sizeof(reduce_args) <= TRN_TASK_MAX_ARGS, "reduce args too large"
 #define ISIZE(a) ((a)->dims + 4 * (a)->n_outer)
 #define ISTR(a) ((a)->dims + 4 * (a)->n_outer + (a)->n_inner)
 
-
 // ---- per-dtype load/store -------------------------------------------------------
 // LD_x(v): storage value -> compute value; ST_x(v): compute value -> storage.
 #define LD_id(v) (v)
@@ -87,9 +86,21 @@ static inline void store_u16b(uint16_t *p, float v) { *p = trn_float_to_bf16(v);
 // so a switch is fine here).
 static void store_f(trn_dtype od, char *p, double v) {
     switch (od) {
-    case TRN_DTYPE_F16: { uint16_t h = trn_float_to_half((float)v); memcpy(p, &h, 2); break; }
-    case TRN_DTYPE_BF16: { uint16_t h = trn_float_to_bf16((float)v); memcpy(p, &h, 2); break; }
-    case TRN_DTYPE_F32: { float f = (float)v; memcpy(p, &f, 4); break; }
+    case TRN_DTYPE_F16: {
+        uint16_t h = trn_float_to_half((float)v);
+        memcpy(p, &h, 2);
+        break;
+    }
+    case TRN_DTYPE_BF16: {
+        uint16_t h = trn_float_to_bf16((float)v);
+        memcpy(p, &h, 2);
+        break;
+    }
+    case TRN_DTYPE_F32: {
+        float f = (float)v;
+        memcpy(p, &f, 4);
+        break;
+    }
     case TRN_DTYPE_F64: memcpy(p, &v, 8); break;
     default: break;
     }
@@ -98,13 +109,29 @@ static void store_f(trn_dtype od, char *p, double v) {
 // Integer-valued store (wrapping to the target width, bool = != 0).
 static void store_u(trn_dtype od, char *p, uint64_t v) {
     switch (od) {
-    case TRN_DTYPE_BOOL: { uint8_t x = v != 0; memcpy(p, &x, 1); break; }
+    case TRN_DTYPE_BOOL: {
+        uint8_t x = v != 0;
+        memcpy(p, &x, 1);
+        break;
+    }
     case TRN_DTYPE_U8:
-    case TRN_DTYPE_I8: { uint8_t x = (uint8_t)v; memcpy(p, &x, 1); break; }
+    case TRN_DTYPE_I8: {
+        uint8_t x = (uint8_t)v;
+        memcpy(p, &x, 1);
+        break;
+    }
     case TRN_DTYPE_I16:
-    case TRN_DTYPE_U16: { uint16_t x = (uint16_t)v; memcpy(p, &x, 2); break; }
+    case TRN_DTYPE_U16: {
+        uint16_t x = (uint16_t)v;
+        memcpy(p, &x, 2);
+        break;
+    }
     case TRN_DTYPE_I32:
-    case TRN_DTYPE_U32: { uint32_t x = (uint32_t)v; memcpy(p, &x, 4); break; }
+    case TRN_DTYPE_U32: {
+        uint32_t x = (uint32_t)v;
+        memcpy(p, &x, 4);
+        break;
+    }
     case TRN_DTYPE_I64:
     case TRN_DTYPE_U64: memcpy(p, &v, 8); break;
     default: store_f(od, p, (double)(int64_t)v); break;
@@ -155,169 +182,164 @@ static int par_segments(int64_t off, int64_t n, int depth, par_seg *out, int k) 
 // p), fn_strided(x, n, stride, p), fn_row(acc, x, w, p). MAP uses `x` (the
 // element loaded as compute type CT) and `p` (the op parameter); its value
 // is converted to the accumulator type A.
-#define DEFINE_MC(fn, T, CT, A, LD, MAP, COMB, IDENT)                             \
-    static A fn##_contig(const T *restrict xs, int64_t n, double p) {            \
-        (void)p;                                                                 \
-        if (n > BLOCK) {                                                         \
-            int64_t h = (n / 2 + LANES - 1) / LANES * LANES;                     \
-            A l = fn##_contig(xs, h, p);                                         \
-            A r = fn##_contig(xs + h, n - h, p);                                 \
-            return COMB(l, r);                                                   \
-        }                                                                        \
-        A acc[LANES];                                                            \
-        for (int j = 0; j < LANES; j++) acc[j] = (IDENT);                        \
-        int64_t i = 0;                                                           \
-        for (; i + LANES <= n; i += LANES)                                       \
-            for (int j = 0; j < LANES; j++) {                                    \
-                const CT x = (CT)LD(xs[i + j]);                                    \
-                acc[j] = COMB(acc[j], (A)(MAP));                                    \
-            }                                                                    \
-        for (int j = 0; i < n; i++, j++) {                                       \
-            const CT x = (CT)LD(xs[i]);                                            \
-            acc[j] = COMB(acc[j], (A)(MAP));                                        \
-        }                                                                        \
-        for (int w = LANES / 2; w > 0; w /= 2)                                   \
-            for (int j = 0; j < w; j++) acc[j] = COMB(acc[j], acc[j + w]);       \
-        return acc[0];                                                           \
-    }                                                                            \
-    static A fn##_strided(const T *xs, int64_t n, int64_t s, double p) {         \
-        (void)p;                                                                 \
-        A acc[8];                                                                \
-        for (int j = 0; j < 8; j++) acc[j] = (IDENT);                            \
-        int64_t i = 0;                                                           \
-        for (; i + 8 <= n; i += 8)                                               \
-            for (int j = 0; j < 8; j++) {                                        \
-                const CT x = (CT)LD(xs[(i + j) * s]);                              \
-                acc[j] = COMB(acc[j], (A)(MAP));                                    \
-            }                                                                    \
-        for (int j = 0; i < n; i++, j++) {                                       \
-            const CT x = (CT)LD(xs[i * s]);                                        \
-            acc[j] = COMB(acc[j], (A)(MAP));                                        \
-        }                                                                        \
-        for (int w = 4; w > 0; w /= 2)                                           \
-            for (int j = 0; j < w; j++) acc[j] = COMB(acc[j], acc[j + w]);       \
-        return acc[0];                                                           \
-    }                                                                            \
+#define DEFINE_MC(fn, T, CT, A, LD, MAP, COMB, IDENT)                                              \
+    static A fn##_contig(const T *restrict xs, int64_t n, double p) {                              \
+        (void)p;                                                                                   \
+        if (n > BLOCK) {                                                                           \
+            int64_t h = (n / 2 + LANES - 1) / LANES * LANES;                                       \
+            A l = fn##_contig(xs, h, p);                                                           \
+            A r = fn##_contig(xs + h, n - h, p);                                                   \
+            return COMB(l, r);                                                                     \
+        }                                                                                          \
+        A acc[LANES];                                                                              \
+        for (int j = 0; j < LANES; j++) acc[j] = (IDENT);                                          \
+        int64_t i = 0;                                                                             \
+        for (; i + LANES <= n; i += LANES)                                                         \
+            for (int j = 0; j < LANES; j++) {                                                      \
+                const CT x = (CT)LD(xs[i + j]);                                                    \
+                acc[j] = COMB(acc[j], (A)(MAP));                                                   \
+            }                                                                                      \
+        for (int j = 0; i < n; i++, j++) {                                                         \
+            const CT x = (CT)LD(xs[i]);                                                            \
+            acc[j] = COMB(acc[j], (A)(MAP));                                                       \
+        }                                                                                          \
+        for (int w = LANES / 2; w > 0; w /= 2)                                                     \
+            for (int j = 0; j < w; j++) acc[j] = COMB(acc[j], acc[j + w]);                         \
+        return acc[0];                                                                             \
+    }                                                                                              \
+    static A fn##_strided(const T *xs, int64_t n, int64_t s, double p) {                           \
+        (void)p;                                                                                   \
+        A acc[8];                                                                                  \
+        for (int j = 0; j < 8; j++) acc[j] = (IDENT);                                              \
+        int64_t i = 0;                                                                             \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            for (int j = 0; j < 8; j++) {                                                          \
+                const CT x = (CT)LD(xs[(i + j) * s]);                                              \
+                acc[j] = COMB(acc[j], (A)(MAP));                                                   \
+            }                                                                                      \
+        for (int j = 0; i < n; i++, j++) {                                                         \
+            const CT x = (CT)LD(xs[i * s]);                                                        \
+            acc[j] = COMB(acc[j], (A)(MAP));                                                       \
+        }                                                                                          \
+        for (int w = 4; w > 0; w /= 2)                                                             \
+            for (int j = 0; j < w; j++) acc[j] = COMB(acc[j], acc[j + w]);                         \
+        return acc[0];                                                                             \
+    }                                                                                              \
     /* The pairwise tree of fn##_contig cut at depth PAR_DEPTH: the leaves   \
        run in parallel, the top is combined here in the same order, so the   \
-       result is bit-identical to fn##_contig's for any thread count. */      \
-    typedef struct fn##_pctx {                                                   \
-        const T *xs;                                                             \
-        double p;                                                                \
-        const par_seg *segs;                                                     \
-        A *vals;                                                                 \
-    } fn##_pctx;                                                                 \
-    static MAYBE_UNUSED void fn##_leaf(void *ctx, int64_t b, int64_t e) {        \
-        const fn##_pctx *c = ctx;                                                \
-        for (int64_t i = b; i < e; i++)                                          \
-            c->vals[i] = fn##_contig(c->xs + c->segs[i].off, c->segs[i].n, c->p); \
-    }                                                                            \
-    static MAYBE_UNUSED A fn##_top(const A *vals, int *k, int64_t n, int depth) { \
-        if (depth == 0 || n <= BLOCK) return vals[(*k)++];                       \
-        const int64_t h = par_half(n);                                           \
-        const A l = fn##_top(vals, k, h, depth - 1);                             \
-        const A r = fn##_top(vals, k, n - h, depth - 1);                         \
-        return COMB(l, r);                                                       \
-    }                                                                            \
-    static MAYBE_UNUSED A fn##_par(const T *xs, int64_t n, double p) {           \
-        par_seg segs[1 << PAR_DEPTH];                                            \
-        A vals[1 << PAR_DEPTH];                                                  \
-        const int nseg = par_segments(0, n, PAR_DEPTH, segs, 0);                 \
-        fn##_pctx c = {xs, p, segs, vals};                                       \
-        trn_parallel_for(nseg, par_grain(n / nseg), fn##_leaf, &c);              \
-        int k = 0;                                                               \
-        return fn##_top(vals, &k, n, PAR_DEPTH);                                 \
-    }                                                                            \
-    /* Fold one input row of w columns into acc. */                              \
-    static MAYBE_UNUSED void fn##_row(A *restrict acc, const T *restrict xs, int64_t w,       \
-                         double p) {                                             \
-        (void)p;                                                                 \
-        for (int64_t j = 0; j < w; j++) {                                        \
-            const CT x = (CT)LD(xs[j]);                                            \
-            acc[j] = COMB(acc[j], (A)(MAP));                                        \
-        }                                                                        \
+       result is bit-identical to fn##_contig's for any thread count. */                     \
+    typedef struct fn##_pctx {                                                                     \
+        const T *xs;                                                                               \
+        double p;                                                                                  \
+        const par_seg *segs;                                                                       \
+        A *vals;                                                                                   \
+    } fn##_pctx;                                                                                   \
+    static MAYBE_UNUSED void fn##_leaf(void *ctx, int64_t b, int64_t e) {                          \
+        const fn##_pctx *c = ctx;                                                                  \
+        for (int64_t i = b; i < e; i++)                                                            \
+            c->vals[i] = fn##_contig(c->xs + c->segs[i].off, c->segs[i].n, c->p);                  \
+    }                                                                                              \
+    static MAYBE_UNUSED A fn##_top(const A *vals, int *k, int64_t n, int depth) {                  \
+        if (depth == 0 || n <= BLOCK) return vals[(*k)++];                                         \
+        const int64_t h = par_half(n);                                                             \
+        const A l = fn##_top(vals, k, h, depth - 1);                                               \
+        const A r = fn##_top(vals, k, n - h, depth - 1);                                           \
+        return COMB(l, r);                                                                         \
+    }                                                                                              \
+    static MAYBE_UNUSED A fn##_par(const T *xs, int64_t n, double p) {                             \
+        par_seg segs[1 << PAR_DEPTH];                                                              \
+        A vals[1 << PAR_DEPTH];                                                                    \
+        const int nseg = par_segments(0, n, PAR_DEPTH, segs, 0);                                   \
+        fn##_pctx c = {xs, p, segs, vals};                                                         \
+        trn_parallel_for(nseg, par_grain(n / nseg), fn##_leaf, &c);                                \
+        int k = 0;                                                                                 \
+        return fn##_top(vals, &k, n, PAR_DEPTH);                                                   \
+    }                                                                                              \
+    /* Fold one input row of w columns into acc. */                                                \
+    static MAYBE_UNUSED void fn##_row(A *restrict acc, const T *restrict xs, int64_t w,            \
+                                      double p) {                                                  \
+        (void)p;                                                                                   \
+        for (int64_t j = 0; j < w; j++) {                                                          \
+            const CT x = (CT)LD(xs[j]);                                                            \
+            acc[j] = COMB(acc[j], (A)(MAP));                                                       \
+        }                                                                                          \
     }
 
 // The task for one (kind, dtype): iterates the outputs, picks a loop shape,
 // finalizes with FIN(acc) (uses `acc`, `cnt`, `p`) and stores with STORE(ptr,
 // value).
-#define DEFINE_MC_RUN(fn, T, A, COMB, IDENT, FIN, STORE)                         \
-    static void fn##_run(const reduce_args *a) {                                 \
-        const T *in = (const T *)(const void *)a->in;                            \
-        const int no = a->n_outer, ni = a->n_inner;                              \
-        const int64_t *os = OSIZE(a), *osi = OSTR_IN(a), *oso = OSTR_OUT(a);     \
-        const int64_t *is = ISIZE(a), *ist = ISTR(a);                            \
-        const int64_t oes = esize(a->out_dtype);                                 \
-        const double p = a->param;                                               \
-        const double cnt = (double)a->count;                                     \
-        (void)cnt;                                                               \
-        int64_t oidx[TRN_MAX_DIMS] = {0}, iidx[TRN_MAX_DIMS];                    \
-        int64_t ioff = 0, ooff = 0, dummy = 0;                                   \
-        if (no == 1 && os[0] == 1 && ni == 1 && ist[0] == 1 &&                  \
-            a->count >= 2 * PAR_GRAIN) {                                         \
-            /* one output of a long contiguous run: split the pairwise tree */   \
-            const A v = fn##_par(in, a->count, p);                               \
-            STORE(a->out, FIN(A, v, cnt, p));                                    \
-            return;                                                              \
-        }                                                                        \
-        if (a->column) {                                                         \
-            /* column loop over the last outer dim */                            \
-            const int64_t wtot = os[no - 1];                                     \
-            A acc[COLS], mid[COLS], tot[COLS];                                   \
-            do {                                                                 \
-                for (int64_t j0 = 0; j0 < wtot; j0 += COLS) {                    \
-                    const int64_t w = wtot - j0 < COLS ? wtot - j0 : COLS;       \
-                    for (int64_t j = 0; j < w; j++) tot[j] = (IDENT);            \
-                    for (int64_t j = 0; j < w; j++) acc[j] = mid[j] = (IDENT);   \
-                    memset(iidx, 0, sizeof(int64_t) * (size_t)ni);               \
-                    int64_t roff = 0, rows = 0, flushes = 0;                     \
-                    do {                                                         \
-                        fn##_row(acc, in + ioff + j0 + roff, w, p);              \
-                        if (++rows == FLUSH) {                                   \
-                            rows = 0;                                            \
-                            for (int64_t j = 0; j < w; j++) {                    \
-                                mid[j] = COMB(mid[j], acc[j]);                   \
-                                acc[j] = (IDENT);                                \
-                            }                                                    \
-                            if (++flushes == FLUSH) {                            \
-                                flushes = 0;                                     \
-                                for (int64_t j = 0; j < w; j++) {                \
-                                    tot[j] = COMB(tot[j], mid[j]);               \
-                                    mid[j] = (IDENT);                            \
-                                }                                                \
-                            }                                                    \
-                        }                                                        \
-                    } while (trn_kit_odo_next(ni, is, iidx, ist, &roff, NULL, NULL,      \
-                                      NULL, NULL));                              \
-                    for (int64_t j = 0; j < w; j++) {                            \
-                        const A v = COMB(tot[j], COMB(mid[j], acc[j]));          \
-                        STORE(a->out + (ooff + j0 + j) * oes, FIN(A, v, cnt, p)); \
-                    }                                                            \
-                }                                                                \
-            } while (trn_kit_odo_next(no - 1, os, oidx, osi, &ioff, oso, &ooff, NULL,    \
-                              NULL));                                            \
-            return;                                                              \
-        }                                                                        \
-        const int64_t nlast = is[ni - 1], slast = ist[ni - 1];                   \
-        do {                                                                     \
-            A acc = (IDENT);                                                     \
-            if (a->count > 0) {                                                  \
-                memset(iidx, 0, sizeof(int64_t) * (size_t)ni);                   \
-                int64_t roff = 0;                                                \
-                do {                                                             \
-                    A r = slast == 1                                             \
-                              ? fn##_contig(in + ioff + roff, nlast, p)          \
-                              : fn##_strided(in + ioff + roff, nlast, slast, p); \
-                    acc = COMB(acc, r);                                          \
-                } while (trn_kit_odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL,      \
-                                  NULL, NULL));                                  \
-            }                                                                    \
-            STORE(a->out + ooff * oes, FIN(A, acc, cnt, p));                     \
-        } while (trn_kit_odo_next(no, os, oidx, osi, &ioff, oso, &ooff, NULL, &dummy));  \
+#define DEFINE_MC_RUN(fn, T, A, COMB, IDENT, FIN, STORE)                                           \
+    static void fn##_run(const reduce_args *a) {                                                   \
+        const T *in = (const T *)(const void *)a->in;                                              \
+        const int no = a->n_outer, ni = a->n_inner;                                                \
+        const int64_t *os = OSIZE(a), *osi = OSTR_IN(a), *oso = OSTR_OUT(a);                       \
+        const int64_t *is = ISIZE(a), *ist = ISTR(a);                                              \
+        const int64_t oes = esize(a->out_dtype);                                                   \
+        const double p = a->param;                                                                 \
+        const double cnt = (double)a->count;                                                       \
+        (void)cnt;                                                                                 \
+        int64_t oidx[TRN_MAX_DIMS] = {0}, iidx[TRN_MAX_DIMS];                                      \
+        int64_t ioff = 0, ooff = 0, dummy = 0;                                                     \
+        if (no == 1 && os[0] == 1 && ni == 1 && ist[0] == 1 && a->count >= 2 * PAR_GRAIN) {        \
+            /* one output of a long contiguous run: split the pairwise tree */                     \
+            const A v = fn##_par(in, a->count, p);                                                 \
+            STORE(a->out, FIN(A, v, cnt, p));                                                      \
+            return;                                                                                \
+        }                                                                                          \
+        if (a->column) {                                                                           \
+            /* column loop over the last outer dim */                                              \
+            const int64_t wtot = os[no - 1];                                                       \
+            A acc[COLS], mid[COLS], tot[COLS];                                                     \
+            do {                                                                                   \
+                for (int64_t j0 = 0; j0 < wtot; j0 += COLS) {                                      \
+                    const int64_t w = wtot - j0 < COLS ? wtot - j0 : COLS;                         \
+                    for (int64_t j = 0; j < w; j++) tot[j] = (IDENT);                              \
+                    for (int64_t j = 0; j < w; j++) acc[j] = mid[j] = (IDENT);                     \
+                    memset(iidx, 0, sizeof(int64_t) * (size_t)ni);                                 \
+                    int64_t roff = 0, rows = 0, flushes = 0;                                       \
+                    do {                                                                           \
+                        fn##_row(acc, in + ioff + j0 + roff, w, p);                                \
+                        if (++rows == FLUSH) {                                                     \
+                            rows = 0;                                                              \
+                            for (int64_t j = 0; j < w; j++) {                                      \
+                                mid[j] = COMB(mid[j], acc[j]);                                     \
+                                acc[j] = (IDENT);                                                  \
+                            }                                                                      \
+                            if (++flushes == FLUSH) {                                              \
+                                flushes = 0;                                                       \
+                                for (int64_t j = 0; j < w; j++) {                                  \
+                                    tot[j] = COMB(tot[j], mid[j]);                                 \
+                                    mid[j] = (IDENT);                                              \
+                                }                                                                  \
+                            }                                                                      \
+                        }                                                                          \
+                    } while (trn_kit_odo_next(ni, is, iidx, ist, &roff, NULL, NULL, NULL, NULL));  \
+                    for (int64_t j = 0; j < w; j++) {                                              \
+                        const A v = COMB(tot[j], COMB(mid[j], acc[j]));                            \
+                        STORE(a->out + (ooff + j0 + j) * oes, FIN(A, v, cnt, p));                  \
+                    }                                                                              \
+                }                                                                                  \
+            } while (trn_kit_odo_next(no - 1, os, oidx, osi, &ioff, oso, &ooff, NULL, NULL));      \
+            return;                                                                                \
+        }                                                                                          \
+        const int64_t nlast = is[ni - 1], slast = ist[ni - 1];                                     \
+        do {                                                                                       \
+            A acc = (IDENT);                                                                       \
+            if (a->count > 0) {                                                                    \
+                memset(iidx, 0, sizeof(int64_t) * (size_t)ni);                                     \
+                int64_t roff = 0;                                                                  \
+                do {                                                                               \
+                    A r = slast == 1 ? fn##_contig(in + ioff + roff, nlast, p)                     \
+                                     : fn##_strided(in + ioff + roff, nlast, slast, p);            \
+                    acc = COMB(acc, r);                                                            \
+                } while (trn_kit_odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL, NULL, NULL));  \
+            }                                                                                      \
+            STORE(a->out + ooff * oes, FIN(A, acc, cnt, p));                                       \
+        } while (trn_kit_odo_next(no, os, oidx, osi, &ioff, oso, &ooff, NULL, &dummy));            \
     }
 
-#define MC(fn, T, CT, A, LD, MAP, COMB, IDENT, FIN, STORE)                       \
-    DEFINE_MC(fn, T, CT, A, LD, MAP, COMB, IDENT)                                \
+#define MC(fn, T, CT, A, LD, MAP, COMB, IDENT, FIN, STORE)                                         \
+    DEFINE_MC(fn, T, CT, A, LD, MAP, COMB, IDENT)                                                  \
     DEFINE_MC_RUN(fn, T, A, COMB, IDENT, FIN, STORE)
 
 #define STORE_F(ptr, v) store_f(a->out_dtype, (ptr), (double)(v))
@@ -326,35 +348,35 @@ static int par_segments(int64_t off, int64_t n, int depth, par_seg *out, int k) 
 #define FIN_ACC(A, v, n, p) (v)
 
 // Integer and bool dtypes: name, storage type, compare type, lowest, highest.
-#define INT_DTYPES(X)                                                            \
-    X(TRN_DTYPE_BOOL, b8, uint8_t, 0, 1)                                         \
-    X(TRN_DTYPE_U8, u8, uint8_t, 0, UINT8_MAX)                                   \
-    X(TRN_DTYPE_I8, i8, int8_t, INT8_MIN, INT8_MAX)                              \
-    X(TRN_DTYPE_I16, i16, int16_t, INT16_MIN, INT16_MAX)                         \
-    X(TRN_DTYPE_I32, i32, int32_t, INT32_MIN, INT32_MAX)                         \
-    X(TRN_DTYPE_I64, i64, int64_t, INT64_MIN, INT64_MAX)                         \
-    X(TRN_DTYPE_U16, u16, uint16_t, 0, UINT16_MAX)                               \
-    X(TRN_DTYPE_U32, u32, uint32_t, 0, UINT32_MAX)                               \
+#define INT_DTYPES(X)                                                                              \
+    X(TRN_DTYPE_BOOL, b8, uint8_t, 0, 1)                                                           \
+    X(TRN_DTYPE_U8, u8, uint8_t, 0, UINT8_MAX)                                                     \
+    X(TRN_DTYPE_I8, i8, int8_t, INT8_MIN, INT8_MAX)                                                \
+    X(TRN_DTYPE_I16, i16, int16_t, INT16_MIN, INT16_MAX)                                           \
+    X(TRN_DTYPE_I32, i32, int32_t, INT32_MIN, INT32_MAX)                                           \
+    X(TRN_DTYPE_I64, i64, int64_t, INT64_MIN, INT64_MAX)                                           \
+    X(TRN_DTYPE_U16, u16, uint16_t, 0, UINT16_MAX)                                                 \
+    X(TRN_DTYPE_U32, u32, uint32_t, 0, UINT32_MAX)                                                 \
     X(TRN_DTYPE_U64, u64, uint64_t, 0, UINT64_MAX)
 
 // Float dtypes: name, storage, compute, loader, sum accumulator.
-#define FLOAT_DTYPES(X)                                                          \
-    X(TRN_DTYPE_F16, f16, uint16_t, float, LD_f16)                               \
-    X(TRN_DTYPE_BF16, bf16, uint16_t, float, LD_bf16)                            \
-    X(TRN_DTYPE_F32, f32, float, float, LD_id)                                   \
+#define FLOAT_DTYPES(X)                                                                            \
+    X(TRN_DTYPE_F16, f16, uint16_t, float, LD_f16)                                                 \
+    X(TRN_DTYPE_BF16, bf16, uint16_t, float, LD_bf16)                                              \
+    X(TRN_DTYPE_F32, f32, float, float, LD_id)                                                     \
     X(TRN_DTYPE_F64, f64, double, double, LD_id)
 
 #define NZ(x) ((x) != 0)
 
 #define C_IMAX(a, b) ((a) > (b) ? (a) : (b))
 #define C_IMIN(a, b) ((a) < (b) ? (a) : (b))
-#define DEFINE_INT_KINDS(E, N, T, LO, HI)                                         \
-    MC(sum_##N, T, T, uint64_t, LD_id, x, C_ADD, 0, FIN_ACC, STORE_U)             \
-    MC(prod_##N, T, T, uint64_t, LD_id, x, C_MUL, 1, FIN_ACC, STORE_U)            \
-    MC(amax_##N, T, T, T, LD_id, x, C_IMAX, (T)(LO), FIN_ACC, STORE_I)            \
-    MC(amin_##N, T, T, T, LD_id, x, C_IMIN, (T)(HI), FIN_ACC, STORE_I)            \
-    MC(nnz_##N, T, T, uint64_t, LD_id, NZ(x), C_ADD, 0, FIN_ACC, STORE_U)         \
-    MC(any_##N, T, T, uint8_t, LD_id, NZ(x), C_OR, 0, FIN_ACC, STORE_U)           \
+#define DEFINE_INT_KINDS(E, N, T, LO, HI)                                                          \
+    MC(sum_##N, T, T, uint64_t, LD_id, x, C_ADD, 0, FIN_ACC, STORE_U)                              \
+    MC(prod_##N, T, T, uint64_t, LD_id, x, C_MUL, 1, FIN_ACC, STORE_U)                             \
+    MC(amax_##N, T, T, T, LD_id, x, C_IMAX, (T)(LO), FIN_ACC, STORE_I)                             \
+    MC(amin_##N, T, T, T, LD_id, x, C_IMIN, (T)(HI), FIN_ACC, STORE_I)                             \
+    MC(nnz_##N, T, T, uint64_t, LD_id, NZ(x), C_ADD, 0, FIN_ACC, STORE_U)                          \
+    MC(any_##N, T, T, uint8_t, LD_id, NZ(x), C_OR, 0, FIN_ACC, STORE_U)                            \
     MC(all_##N, T, T, uint8_t, LD_id, NZ(x), C_AND, 1, FIN_ACC, STORE_U)
 INT_DTYPES(DEFINE_INT_KINDS)
 
@@ -363,23 +385,21 @@ INT_DTYPES(DEFINE_INT_KINDS)
 #define FIN_MEAN(A, v, n, p) ((A)((v) / (A)(n)))
 #define FIN_SQRT(A, v, n, p) sqrt((double)(v))
 #define FIN_POW(A, v, n, p) pow((double)(v), 1.0 / (p))
-#define DEFINE_FLOAT_KINDS(E, N, T, C, LD)                                        \
-    MC(sum_##N, T, C, C, LD, x, C_ADD, 0, FIN_ACC, STORE_F)                          \
-    MC(mean_##N, T, C, C, LD, x, C_ADD, 0, FIN_MEAN, STORE_F)                        \
-    MC(prod_##N, T, C, C, LD, x, C_MUL, 1, FIN_ACC, STORE_F)                         \
-    MC(amax_##N, T, C, C, LD, x, C_MAX, -(C)INFINITY, FIN_ACC, STORE_F)              \
-    MC(amin_##N, T, C, C, LD, x, C_MIN, (C)INFINITY, FIN_ACC, STORE_F)               \
-    MC(nnz_##N, T, C, uint64_t, LD, NZ(x), C_ADD, 0, FIN_ACC, STORE_U)     \
-    MC(anyf_##N, T, C, C, LD, (C)NZ(x), C_MAX, 0, FIN_ACC, STORE_U)                  \
-    MC(allf_##N, T, C, C, LD, (C)NZ(x), C_MIN, 1, FIN_ACC, STORE_U)                  \
-    MC(norm0_##N, T, C, C, LD, (C)NZ(x), C_ADD, 0, FIN_ACC, STORE_F)                 \
-    MC(norm1_##N, T, C, C, LD, (x < 0 ? -x : x), C_ADD, 0, FIN_ACC, STORE_F)         \
-    MC(norm2_##N, T, C, C, LD, x * x, C_ADD, 0, FIN_SQRT, STORE_F)                   \
-    MC(normi_##N, T, C, C, LD, (x < 0 ? -x : x), C_MAX, 0, FIN_ACC, STORE_F)         \
-    MC(normni_##N, T, C, C, LD, (x < 0 ? -x : x), C_MIN, (C)INFINITY, FIN_ACC,       \
-       STORE_F)                                                                   \
-    MC(normp_##N, T, C, C, LD, (C)pow((double)(x < 0 ? -x : x), p), C_ADD, 0,        \
-       FIN_POW, STORE_F)
+#define DEFINE_FLOAT_KINDS(E, N, T, C, LD)                                                         \
+    MC(sum_##N, T, C, C, LD, x, C_ADD, 0, FIN_ACC, STORE_F)                                        \
+    MC(mean_##N, T, C, C, LD, x, C_ADD, 0, FIN_MEAN, STORE_F)                                      \
+    MC(prod_##N, T, C, C, LD, x, C_MUL, 1, FIN_ACC, STORE_F)                                       \
+    MC(amax_##N, T, C, C, LD, x, C_MAX, -(C)INFINITY, FIN_ACC, STORE_F)                            \
+    MC(amin_##N, T, C, C, LD, x, C_MIN, (C)INFINITY, FIN_ACC, STORE_F)                             \
+    MC(nnz_##N, T, C, uint64_t, LD, NZ(x), C_ADD, 0, FIN_ACC, STORE_U)                             \
+    MC(anyf_##N, T, C, C, LD, (C)NZ(x), C_MAX, 0, FIN_ACC, STORE_U)                                \
+    MC(allf_##N, T, C, C, LD, (C)NZ(x), C_MIN, 1, FIN_ACC, STORE_U)                                \
+    MC(norm0_##N, T, C, C, LD, (C)NZ(x), C_ADD, 0, FIN_ACC, STORE_F)                               \
+    MC(norm1_##N, T, C, C, LD, (x < 0 ? -x : x), C_ADD, 0, FIN_ACC, STORE_F)                       \
+    MC(norm2_##N, T, C, C, LD, x *x, C_ADD, 0, FIN_SQRT, STORE_F)                                  \
+    MC(normi_##N, T, C, C, LD, (x < 0 ? -x : x), C_MAX, 0, FIN_ACC, STORE_F)                       \
+    MC(normni_##N, T, C, C, LD, (x < 0 ? -x : x), C_MIN, (C)INFINITY, FIN_ACC, STORE_F)            \
+    MC(normp_##N, T, C, C, LD, (C)pow((double)(x < 0 ? -x : x), p), C_ADD, 0, FIN_POW, STORE_F)
 FLOAT_DTYPES(DEFINE_FLOAT_KINDS)
 
 // ---- index reductions -------------------------------------------------------------
@@ -389,192 +409,186 @@ FLOAT_DTYPES(DEFINE_FLOAT_KINDS)
 #define BETTER_MAX(x, b) ((x) > (b) || ((x) != (x) && (b) == (b)))
 #define BETTER_MIN(x, b) ((x) < (b) || ((x) != (x) && (b) == (b)))
 
-#define DEFINE_ARG(fn, T, C, LD, BETTER)                                         \
-    static void fn##_run(const reduce_args *a) {                                 \
-        const T *in = (const T *)(const void *)a->in;                            \
-        const int no = a->n_outer, ni = a->n_inner;                              \
-        const int64_t *os = OSIZE(a), *osi = OSTR_IN(a), *oso = OSTR_OUT(a);     \
-        const int64_t *oso2 = OSTR_OUT2(a);                                      \
-        const int64_t *is = ISIZE(a), *ist = ISTR(a);                            \
-        const int values = a->op == TRN_REDUCE_MAX || a->op == TRN_REDUCE_MIN;   \
-        const int64_t oes = esize(a->out_dtype);                                 \
-        const int64_t nlast = is[ni - 1], slast = ist[ni - 1];                   \
-        int64_t oidx[TRN_MAX_DIMS] = {0}, iidx[TRN_MAX_DIMS];                    \
-        int64_t ioff = 0, ooff = 0, o2off = 0;                                   \
-        do {                                                                     \
-            memset(iidx, 0, sizeof(int64_t) * (size_t)ni);                       \
-            int64_t roff = 0, base = 0, bi = 0;                                  \
-            C best = (C)LD(in[ioff]);                                            \
-            do {                                                                 \
-                const T *xs = in + ioff + roff;                                  \
-                for (int64_t i = 0; i < nlast; i++) {                            \
-                    const C x = (C)LD(xs[i * slast]);                            \
-                    if (BETTER(x, best)) {                                       \
-                        best = x;                                                \
-                        bi = base + i;                                           \
-                    }                                                            \
-                }                                                                \
-                base += nlast;                                                   \
-            } while (trn_kit_odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL, NULL,    \
-                              NULL));                                            \
-            if (values) {                                                        \
-                store_f(a->out_dtype, a->out + ooff * oes, (double)best);        \
-                memcpy(a->out2 + o2off * 8, &bi, 8);                             \
-            } else {                                                             \
-                memcpy(a->out + ooff * 8, &bi, 8);                               \
-            }                                                                    \
-        } while (trn_kit_odo_next(no, os, oidx, osi, &ioff, oso, &ooff,                  \
-                          values ? oso2 : NULL, &o2off));                        \
+#define DEFINE_ARG(fn, T, C, LD, BETTER)                                                           \
+    static void fn##_run(const reduce_args *a) {                                                   \
+        const T *in = (const T *)(const void *)a->in;                                              \
+        const int no = a->n_outer, ni = a->n_inner;                                                \
+        const int64_t *os = OSIZE(a), *osi = OSTR_IN(a), *oso = OSTR_OUT(a);                       \
+        const int64_t *oso2 = OSTR_OUT2(a);                                                        \
+        const int64_t *is = ISIZE(a), *ist = ISTR(a);                                              \
+        const int values = a->op == TRN_REDUCE_MAX || a->op == TRN_REDUCE_MIN;                     \
+        const int64_t oes = esize(a->out_dtype);                                                   \
+        const int64_t nlast = is[ni - 1], slast = ist[ni - 1];                                     \
+        int64_t oidx[TRN_MAX_DIMS] = {0}, iidx[TRN_MAX_DIMS];                                      \
+        int64_t ioff = 0, ooff = 0, o2off = 0;                                                     \
+        do {                                                                                       \
+            memset(iidx, 0, sizeof(int64_t) * (size_t)ni);                                         \
+            int64_t roff = 0, base = 0, bi = 0;                                                    \
+            C best = (C)LD(in[ioff]);                                                              \
+            do {                                                                                   \
+                const T *xs = in + ioff + roff;                                                    \
+                for (int64_t i = 0; i < nlast; i++) {                                              \
+                    const C x = (C)LD(xs[i * slast]);                                              \
+                    if (BETTER(x, best)) {                                                         \
+                        best = x;                                                                  \
+                        bi = base + i;                                                             \
+                    }                                                                              \
+                }                                                                                  \
+                base += nlast;                                                                     \
+            } while (trn_kit_odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL, NULL, NULL));      \
+            if (values) {                                                                          \
+                store_f(a->out_dtype, a->out + ooff * oes, (double)best);                          \
+                memcpy(a->out2 + o2off * 8, &bi, 8);                                               \
+            } else {                                                                               \
+                memcpy(a->out + ooff * 8, &bi, 8);                                                 \
+            }                                                                                      \
+        } while (                                                                                  \
+            trn_kit_odo_next(no, os, oidx, osi, &ioff, oso, &ooff, values ? oso2 : NULL, &o2off)); \
     }
-
 
 // Integer values are stored exactly through their own type (a double would
 // round int64/uint64).
-#define DEFINE_ARG_INT(E, N, T, LO, HI)                                          \
-    DEFINE_ARG_EXACT(argmax_##N, T, C_GT)                                        \
+#define DEFINE_ARG_INT(E, N, T, LO, HI)                                                            \
+    DEFINE_ARG_EXACT(argmax_##N, T, C_GT)                                                          \
     DEFINE_ARG_EXACT(argmin_##N, T, C_LT)
 #define C_GT(x, b) ((x) > (b))
 #define C_LT(x, b) ((x) < (b))
-#define DEFINE_ARG_EXACT(fn, T, BETTER)                                          \
-    static void fn##_run(const reduce_args *a) {                                 \
-        const T *in = (const T *)(const void *)a->in;                            \
-        const int no = a->n_outer, ni = a->n_inner;                              \
-        const int64_t *os = OSIZE(a), *osi = OSTR_IN(a), *oso = OSTR_OUT(a);     \
-        const int64_t *oso2 = OSTR_OUT2(a);                                      \
-        const int64_t *is = ISIZE(a), *ist = ISTR(a);                            \
-        const int values = a->op == TRN_REDUCE_MAX || a->op == TRN_REDUCE_MIN;   \
-        const int64_t nlast = is[ni - 1], slast = ist[ni - 1];                   \
-        int64_t oidx[TRN_MAX_DIMS] = {0}, iidx[TRN_MAX_DIMS];                    \
-        int64_t ioff = 0, ooff = 0, o2off = 0;                                   \
-        do {                                                                     \
-            memset(iidx, 0, sizeof(int64_t) * (size_t)ni);                       \
-            int64_t roff = 0, base = 0, bi = 0;                                  \
-            T best = in[ioff];                                                   \
-            do {                                                                 \
-                const T *xs = in + ioff + roff;                                  \
-                for (int64_t i = 0; i < nlast; i++) {                            \
-                    const T x = xs[i * slast];                                   \
-                    if (BETTER(x, best)) {                                       \
-                        best = x;                                                \
-                        bi = base + i;                                           \
-                    }                                                            \
-                }                                                                \
-                base += nlast;                                                   \
-            } while (trn_kit_odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL, NULL,    \
-                              NULL));                                            \
-            if (values) {                                                        \
-                memcpy(a->out + ooff * (int64_t)sizeof(T), &best, sizeof(T));    \
-                memcpy(a->out2 + o2off * 8, &bi, 8);                             \
-            } else {                                                             \
-                memcpy(a->out + ooff * 8, &bi, 8);                               \
-            }                                                                    \
-        } while (trn_kit_odo_next(no, os, oidx, osi, &ioff, oso, &ooff,                  \
-                          values ? oso2 : NULL, &o2off));                        \
+#define DEFINE_ARG_EXACT(fn, T, BETTER)                                                            \
+    static void fn##_run(const reduce_args *a) {                                                   \
+        const T *in = (const T *)(const void *)a->in;                                              \
+        const int no = a->n_outer, ni = a->n_inner;                                                \
+        const int64_t *os = OSIZE(a), *osi = OSTR_IN(a), *oso = OSTR_OUT(a);                       \
+        const int64_t *oso2 = OSTR_OUT2(a);                                                        \
+        const int64_t *is = ISIZE(a), *ist = ISTR(a);                                              \
+        const int values = a->op == TRN_REDUCE_MAX || a->op == TRN_REDUCE_MIN;                     \
+        const int64_t nlast = is[ni - 1], slast = ist[ni - 1];                                     \
+        int64_t oidx[TRN_MAX_DIMS] = {0}, iidx[TRN_MAX_DIMS];                                      \
+        int64_t ioff = 0, ooff = 0, o2off = 0;                                                     \
+        do {                                                                                       \
+            memset(iidx, 0, sizeof(int64_t) * (size_t)ni);                                         \
+            int64_t roff = 0, base = 0, bi = 0;                                                    \
+            T best = in[ioff];                                                                     \
+            do {                                                                                   \
+                const T *xs = in + ioff + roff;                                                    \
+                for (int64_t i = 0; i < nlast; i++) {                                              \
+                    const T x = xs[i * slast];                                                     \
+                    if (BETTER(x, best)) {                                                         \
+                        best = x;                                                                  \
+                        bi = base + i;                                                             \
+                    }                                                                              \
+                }                                                                                  \
+                base += nlast;                                                                     \
+            } while (trn_kit_odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL, NULL, NULL));      \
+            if (values) {                                                                          \
+                memcpy(a->out + ooff * (int64_t)sizeof(T), &best, sizeof(T));                      \
+                memcpy(a->out2 + o2off * 8, &bi, 8);                                               \
+            } else {                                                                               \
+                memcpy(a->out + ooff * 8, &bi, 8);                                                 \
+            }                                                                                      \
+        } while (                                                                                  \
+            trn_kit_odo_next(no, os, oidx, osi, &ioff, oso, &ooff, values ? oso2 : NULL, &o2off)); \
     }
 INT_DTYPES(DEFINE_ARG_INT)
 
-#define DEFINE_ARG_FLOAT(E, N, T, C, LD)                                         \
-    DEFINE_ARG(argmax_##N, T, C, LD, BETTER_MAX)                                 \
+#define DEFINE_ARG_FLOAT(E, N, T, C, LD)                                                           \
+    DEFINE_ARG(argmax_##N, T, C, LD, BETTER_MAX)                                                   \
     DEFINE_ARG(argmin_##N, T, C, LD, BETTER_MIN)
 FLOAT_DTYPES(DEFINE_ARG_FLOAT)
 
 // ---- var/std and logsumexp ----------------------------------------------------------
 // Two passes per output in double: the mean, then the sum of squared
 // deviations (PyTorch CPU accumulates var/std in double as well).
-#define DEFINE_STATS(E, N, T, C, LD)                                             \
-    DEFINE_MC(sumd_##N, T, double, double, LD, x, C_ADD, 0)                      \
-    static double devsq_##N(const T *xs, int64_t n, int64_t s, double m) {       \
-        double acc[8] = {0};                                                     \
-        int64_t i = 0;                                                           \
-        for (; i + 8 <= n; i += 8)                                               \
-            for (int j = 0; j < 8; j++) {                                        \
-                const double d = (double)LD(xs[(i + j) * s]) - m;                \
-                acc[j] += d * d;                                                 \
-            }                                                                    \
-        for (int j = 0; i < n; i++, j++) {                                       \
-            const double d = (double)LD(xs[i * s]) - m;                          \
-            acc[j] += d * d;                                                     \
-        }                                                                        \
-        return ((acc[0] + acc[4]) + (acc[1] + acc[5])) +                         \
-               ((acc[2] + acc[6]) + (acc[3] + acc[7]));                          \
-    }                                                                            \
-    static C lse_exp_##N(const T *xs, int64_t n, int64_t s, C m) {               \
-        C acc[16];                                                               \
-        for (int j = 0; j < 16; j++) acc[j] = 0;                                 \
-        int64_t i = 0;                                                           \
-        for (; i + 16 <= n; i += 16)                                             \
-            for (int j = 0; j < 16; j++)                                         \
-                acc[j] += EXP_##N((C)LD(xs[(i + j) * s]) - m);                   \
-        for (int j = 0; i < n; i++, j++) acc[j] += EXP_##N((C)LD(xs[i * s]) - m); \
-        for (int w = 8; w > 0; w /= 2)                                           \
-            for (int j = 0; j < w; j++) acc[j] += acc[j + w];                    \
-        return acc[0];                                                           \
-    }                                                                            \
-    static void stats_##N##_run(const reduce_args *a) {                          \
-        const T *in = (const T *)(const void *)a->in;                            \
-        const int no = a->n_outer, ni = a->n_inner;                              \
-        const int64_t *os = OSIZE(a), *osi = OSTR_IN(a), *oso = OSTR_OUT(a);     \
-        const int64_t *oso2 = OSTR_OUT2(a);                                      \
-        const int64_t *is = ISIZE(a), *ist = ISTR(a);                            \
-        const int64_t oes = esize(a->out_dtype);                                 \
-        const int64_t nlast = is[ni - 1], slast = ist[ni - 1];                   \
-        const trn_reduce_op op = a->op;                                          \
-        const int lse = op == TRN_REDUCE_LOGSUMEXP;                              \
-        const int with_mean = op == TRN_REDUCE_VAR_MEAN || op == TRN_REDUCE_STD_MEAN; \
-        const int take_sqrt = op == TRN_REDUCE_STD || op == TRN_REDUCE_STD_MEAN; \
-        const double n = (double)a->count;                                       \
-        int64_t oidx[TRN_MAX_DIMS] = {0}, iidx[TRN_MAX_DIMS];                    \
-        int64_t ioff = 0, ooff = 0, o2off = 0;                                   \
-        do {                                                                     \
-            double s1 = 0;                                                       \
-            C mx = -(C)INFINITY;                                                 \
-            int64_t roff = 0;                                                    \
-            if (a->count > 0) {                                                  \
-                memset(iidx, 0, sizeof(int64_t) * (size_t)ni);                   \
-                do {                                                             \
-                    const T *xs = in + ioff + roff;                              \
-                    if (lse) {                                                   \
-                        C r = slast == 1 ? amax_##N##_contig(xs, nlast, 0)       \
-                                         : amax_##N##_strided(xs, nlast, slast, 0); \
-                        mx = C_MAX(mx, r);                                       \
-                    } else {                                                     \
-                        s1 += slast == 1 ? sumd_##N##_contig(xs, nlast, 0)       \
-                                         : sumd_##N##_strided(xs, nlast, slast, 0); \
-                    }                                                            \
-                } while (trn_kit_odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL,      \
-                                  NULL, NULL));                                  \
-            }                                                                    \
-            double mean = s1 / n, result;                                        \
-            if (lse) {                                                           \
-                const C m = (mx == (C)INFINITY || mx == -(C)INFINITY) ? 0 : mx;  \
-                C se = 0;                                                        \
-                if (a->count > 0) {                                              \
-                    memset(iidx, 0, sizeof(int64_t) * (size_t)ni);               \
-                    roff = 0;                                                    \
-                    do {                                                         \
-                        se += lse_exp_##N(in + ioff + roff, nlast, slast, m);    \
-                    } while (trn_kit_odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL,  \
-                                      NULL, NULL));                              \
-                }                                                                \
-                result = (double)((C)log((double)se) + m);                       \
-            } else {                                                             \
-                double m2 = 0;                                                   \
-                if (a->count > 0) {                                              \
-                    memset(iidx, 0, sizeof(int64_t) * (size_t)ni);               \
-                    roff = 0;                                                    \
-                    do {                                                         \
-                        m2 += devsq_##N(in + ioff + roff, nlast, slast, mean);   \
-                    } while (trn_kit_odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL,  \
-                                      NULL, NULL));                              \
-                }                                                                \
-                const double div = n - a->param > 0 ? n - a->param : 0;          \
-                result = m2 / div;                                               \
-                if (take_sqrt) result = sqrt(result);                            \
-            }                                                                    \
-            store_f(a->out_dtype, a->out + ooff * oes, result);                  \
-            if (with_mean) store_f(a->out_dtype, a->out2 + o2off * oes, mean);   \
-        } while (trn_kit_odo_next(no, os, oidx, osi, &ioff, oso, &ooff,                  \
-                          with_mean ? oso2 : NULL, &o2off));                     \
+#define DEFINE_STATS(E, N, T, C, LD)                                                               \
+    DEFINE_MC(sumd_##N, T, double, double, LD, x, C_ADD, 0)                                        \
+    static double devsq_##N(const T *xs, int64_t n, int64_t s, double m) {                         \
+        double acc[8] = {0};                                                                       \
+        int64_t i = 0;                                                                             \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            for (int j = 0; j < 8; j++) {                                                          \
+                const double d = (double)LD(xs[(i + j) * s]) - m;                                  \
+                acc[j] += d * d;                                                                   \
+            }                                                                                      \
+        for (int j = 0; i < n; i++, j++) {                                                         \
+            const double d = (double)LD(xs[i * s]) - m;                                            \
+            acc[j] += d * d;                                                                       \
+        }                                                                                          \
+        return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));  \
+    }                                                                                              \
+    static C lse_exp_##N(const T *xs, int64_t n, int64_t s, C m) {                                 \
+        C acc[16];                                                                                 \
+        for (int j = 0; j < 16; j++) acc[j] = 0;                                                   \
+        int64_t i = 0;                                                                             \
+        for (; i + 16 <= n; i += 16)                                                               \
+            for (int j = 0; j < 16; j++) acc[j] += EXP_##N((C)LD(xs[(i + j) * s]) - m);            \
+        for (int j = 0; i < n; i++, j++) acc[j] += EXP_##N((C)LD(xs[i * s]) - m);                  \
+        for (int w = 8; w > 0; w /= 2)                                                             \
+            for (int j = 0; j < w; j++) acc[j] += acc[j + w];                                      \
+        return acc[0];                                                                             \
+    }                                                                                              \
+    static void stats_##N##_run(const reduce_args *a) {                                            \
+        const T *in = (const T *)(const void *)a->in;                                              \
+        const int no = a->n_outer, ni = a->n_inner;                                                \
+        const int64_t *os = OSIZE(a), *osi = OSTR_IN(a), *oso = OSTR_OUT(a);                       \
+        const int64_t *oso2 = OSTR_OUT2(a);                                                        \
+        const int64_t *is = ISIZE(a), *ist = ISTR(a);                                              \
+        const int64_t oes = esize(a->out_dtype);                                                   \
+        const int64_t nlast = is[ni - 1], slast = ist[ni - 1];                                     \
+        const trn_reduce_op op = a->op;                                                            \
+        const int lse = op == TRN_REDUCE_LOGSUMEXP;                                                \
+        const int with_mean = op == TRN_REDUCE_VAR_MEAN || op == TRN_REDUCE_STD_MEAN;              \
+        const int take_sqrt = op == TRN_REDUCE_STD || op == TRN_REDUCE_STD_MEAN;                   \
+        const double n = (double)a->count;                                                         \
+        int64_t oidx[TRN_MAX_DIMS] = {0}, iidx[TRN_MAX_DIMS];                                      \
+        int64_t ioff = 0, ooff = 0, o2off = 0;                                                     \
+        do {                                                                                       \
+            double s1 = 0;                                                                         \
+            C mx = -(C)INFINITY;                                                                   \
+            int64_t roff = 0;                                                                      \
+            if (a->count > 0) {                                                                    \
+                memset(iidx, 0, sizeof(int64_t) * (size_t)ni);                                     \
+                do {                                                                               \
+                    const T *xs = in + ioff + roff;                                                \
+                    if (lse) {                                                                     \
+                        C r = slast == 1 ? amax_##N##_contig(xs, nlast, 0)                         \
+                                         : amax_##N##_strided(xs, nlast, slast, 0);                \
+                        mx = C_MAX(mx, r);                                                         \
+                    } else {                                                                       \
+                        s1 += slast == 1 ? sumd_##N##_contig(xs, nlast, 0)                         \
+                                         : sumd_##N##_strided(xs, nlast, slast, 0);                \
+                    }                                                                              \
+                } while (trn_kit_odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL, NULL, NULL));  \
+            }                                                                                      \
+            double mean = s1 / n, result;                                                          \
+            if (lse) {                                                                             \
+                const C m = (mx == (C)INFINITY || mx == -(C)INFINITY) ? 0 : mx;                    \
+                C se = 0;                                                                          \
+                if (a->count > 0) {                                                                \
+                    memset(iidx, 0, sizeof(int64_t) * (size_t)ni);                                 \
+                    roff = 0;                                                                      \
+                    do {                                                                           \
+                        se += lse_exp_##N(in + ioff + roff, nlast, slast, m);                      \
+                    } while (                                                                      \
+                        trn_kit_odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL, NULL, NULL));   \
+                }                                                                                  \
+                result = (double)((C)log((double)se) + m);                                         \
+            } else {                                                                               \
+                double m2 = 0;                                                                     \
+                if (a->count > 0) {                                                                \
+                    memset(iidx, 0, sizeof(int64_t) * (size_t)ni);                                 \
+                    roff = 0;                                                                      \
+                    do {                                                                           \
+                        m2 += devsq_##N(in + ioff + roff, nlast, slast, mean);                     \
+                    } while (                                                                      \
+                        trn_kit_odo_next(ni - 1, is, iidx, ist, &roff, NULL, NULL, NULL, NULL));   \
+                }                                                                                  \
+                const double div = n - a->param > 0 ? n - a->param : 0;                            \
+                result = m2 / div;                                                                 \
+                if (take_sqrt) result = sqrt(result);                                              \
+            }                                                                                      \
+            store_f(a->out_dtype, a->out + ooff * oes, result);                                    \
+            if (with_mean) store_f(a->out_dtype, a->out2 + o2off * oes, mean);                     \
+        } while (trn_kit_odo_next(no, os, oidx, osi, &ioff, oso, &ooff, with_mean ? oso2 : NULL,   \
+                                  &o2off));                                                        \
     }
 
 #define EXP_f16(x) trn_sc_expf(x)
@@ -593,46 +607,52 @@ static int is_real(trn_dtype d) {
 // The loop of (op, dtype); NULL when unsupported. NORM picks by p.
 static run_fn pick(trn_reduce_op op, trn_dtype d, double p) {
     switch (d) {
-#define INT_CASE(E, N, T, LO, HI)                                                \
-    case E:                                                                      \
-        switch (op) {                                                            \
-        case TRN_REDUCE_SUM: return sum_##N##_run;                               \
-        case TRN_REDUCE_PROD: return prod_##N##_run;                             \
-        case TRN_REDUCE_AMAX: return amax_##N##_run;                             \
-        case TRN_REDUCE_AMIN: return amin_##N##_run;                             \
-        case TRN_REDUCE_MAX: case TRN_REDUCE_ARGMAX: return argmax_##N##_run;    \
-        case TRN_REDUCE_MIN: case TRN_REDUCE_ARGMIN: return argmin_##N##_run;    \
-        case TRN_REDUCE_ANY: return any_##N##_run;                               \
-        case TRN_REDUCE_ALL: return all_##N##_run;                               \
-        case TRN_REDUCE_COUNT_NONZERO: return nnz_##N##_run;                     \
-        default: return NULL;                                                    \
+#define INT_CASE(E, N, T, LO, HI)                                                                  \
+    case E:                                                                                        \
+        switch (op) {                                                                              \
+        case TRN_REDUCE_SUM: return sum_##N##_run;                                                 \
+        case TRN_REDUCE_PROD: return prod_##N##_run;                                               \
+        case TRN_REDUCE_AMAX: return amax_##N##_run;                                               \
+        case TRN_REDUCE_AMIN: return amin_##N##_run;                                               \
+        case TRN_REDUCE_MAX:                                                                       \
+        case TRN_REDUCE_ARGMAX: return argmax_##N##_run;                                           \
+        case TRN_REDUCE_MIN:                                                                       \
+        case TRN_REDUCE_ARGMIN: return argmin_##N##_run;                                           \
+        case TRN_REDUCE_ANY: return any_##N##_run;                                                 \
+        case TRN_REDUCE_ALL: return all_##N##_run;                                                 \
+        case TRN_REDUCE_COUNT_NONZERO: return nnz_##N##_run;                                       \
+        default: return NULL;                                                                      \
         }
         INT_DTYPES(INT_CASE)
 #undef INT_CASE
-#define FLOAT_CASE(E, N, T, C, LD)                                               \
-    case E:                                                                      \
-        switch (op) {                                                            \
-        case TRN_REDUCE_SUM: return sum_##N##_run;                               \
-        case TRN_REDUCE_MEAN: return mean_##N##_run;                             \
-        case TRN_REDUCE_PROD: return prod_##N##_run;                             \
-        case TRN_REDUCE_AMAX: return amax_##N##_run;                             \
-        case TRN_REDUCE_AMIN: return amin_##N##_run;                             \
-        case TRN_REDUCE_MAX: case TRN_REDUCE_ARGMAX: return argmax_##N##_run;    \
-        case TRN_REDUCE_MIN: case TRN_REDUCE_ARGMIN: return argmin_##N##_run;    \
-        case TRN_REDUCE_ANY: return anyf_##N##_run;                              \
-        case TRN_REDUCE_ALL: return allf_##N##_run;                              \
-        case TRN_REDUCE_COUNT_NONZERO: return nnz_##N##_run;                     \
-        case TRN_REDUCE_VAR: case TRN_REDUCE_STD: case TRN_REDUCE_VAR_MEAN:      \
-        case TRN_REDUCE_STD_MEAN: case TRN_REDUCE_LOGSUMEXP:                     \
-            return stats_##N##_run;                                              \
-        case TRN_REDUCE_NORM:                                                    \
-            if (p == 0) return norm0_##N##_run;                                  \
-            if (p == 1) return norm1_##N##_run;                                  \
-            if (p == 2) return norm2_##N##_run;                                  \
-            if (p == INFINITY) return normi_##N##_run;                           \
-            if (p == -INFINITY) return normni_##N##_run;                         \
-            return normp_##N##_run;                                              \
-        default: return NULL;                                                    \
+#define FLOAT_CASE(E, N, T, C, LD)                                                                 \
+    case E:                                                                                        \
+        switch (op) {                                                                              \
+        case TRN_REDUCE_SUM: return sum_##N##_run;                                                 \
+        case TRN_REDUCE_MEAN: return mean_##N##_run;                                               \
+        case TRN_REDUCE_PROD: return prod_##N##_run;                                               \
+        case TRN_REDUCE_AMAX: return amax_##N##_run;                                               \
+        case TRN_REDUCE_AMIN: return amin_##N##_run;                                               \
+        case TRN_REDUCE_MAX:                                                                       \
+        case TRN_REDUCE_ARGMAX: return argmax_##N##_run;                                           \
+        case TRN_REDUCE_MIN:                                                                       \
+        case TRN_REDUCE_ARGMIN: return argmin_##N##_run;                                           \
+        case TRN_REDUCE_ANY: return anyf_##N##_run;                                                \
+        case TRN_REDUCE_ALL: return allf_##N##_run;                                                \
+        case TRN_REDUCE_COUNT_NONZERO: return nnz_##N##_run;                                       \
+        case TRN_REDUCE_VAR:                                                                       \
+        case TRN_REDUCE_STD:                                                                       \
+        case TRN_REDUCE_VAR_MEAN:                                                                  \
+        case TRN_REDUCE_STD_MEAN:                                                                  \
+        case TRN_REDUCE_LOGSUMEXP: return stats_##N##_run;                                         \
+        case TRN_REDUCE_NORM:                                                                      \
+            if (p == 0) return norm0_##N##_run;                                                    \
+            if (p == 1) return norm1_##N##_run;                                                    \
+            if (p == 2) return norm2_##N##_run;                                                    \
+            if (p == INFINITY) return normi_##N##_run;                                             \
+            if (p == -INFINITY) return normni_##N##_run;                                           \
+            return normp_##N##_run;                                                                \
+        default: return NULL;                                                                      \
         }
         FLOAT_DTYPES(FLOAT_CASE)
 #undef FLOAT_CASE
@@ -670,7 +690,7 @@ const char *trn_reduce_op_name(trn_reduce_op op) {
 typedef struct split_ctx {
     const reduce_args *a;
     run_fn fn;
-    int k;  // the outer dim split
+    int k;          // the outer dim split
     size_t header;  // bytes of reduce_args to copy
 } split_ctx;
 
@@ -727,17 +747,20 @@ static trn_status bad(const char *what) {
 
 static int no_identity(trn_reduce_op op, double p) {
     switch (op) {
-    case TRN_REDUCE_AMAX: case TRN_REDUCE_AMIN: case TRN_REDUCE_MAX:
-    case TRN_REDUCE_MIN: case TRN_REDUCE_ARGMAX: case TRN_REDUCE_ARGMIN:
-        return 1;
+    case TRN_REDUCE_AMAX:
+    case TRN_REDUCE_AMIN:
+    case TRN_REDUCE_MAX:
+    case TRN_REDUCE_MIN:
+    case TRN_REDUCE_ARGMAX:
+    case TRN_REDUCE_ARGMIN: return 1;
     case TRN_REDUCE_NORM: return p == -INFINITY;
     default: return 0;
     }
 }
 
 static int index_op(trn_reduce_op op) {
-    return op == TRN_REDUCE_MAX || op == TRN_REDUCE_MIN ||
-           op == TRN_REDUCE_ARGMAX || op == TRN_REDUCE_ARGMIN;
+    return op == TRN_REDUCE_MAX || op == TRN_REDUCE_MIN || op == TRN_REDUCE_ARGMAX ||
+           op == TRN_REDUCE_ARGMIN;
 }
 
 trn_status trn_reduce_launch(trn_stream *stream, const trn_reduce_desc *d) {
@@ -747,14 +770,13 @@ trn_status trn_reduce_launch(trn_stream *stream, const trn_reduce_desc *d) {
         d->inner_ndim > TRN_MAX_DIMS)
         return bad("ndim outside 0..64");
     if (!trn_reduce_supports(d->op, d->dtype, d->out_dtype))
-        return trn__set_error(TRN_ERROR_UNSUPPORTED,
-                              "trn_reduce_launch: %s of %s into %s is not supported",
-                              trn_reduce_op_name(d->op), trn_dtype_name(d->dtype),
-                              trn_dtype_name(d->out_dtype));
+        return trn__set_error(
+            TRN_ERROR_UNSUPPORTED, "trn_reduce_launch: %s of %s into %s is not supported",
+            trn_reduce_op_name(d->op), trn_dtype_name(d->dtype), trn_dtype_name(d->out_dtype));
     const int two = d->op == TRN_REDUCE_MAX || d->op == TRN_REDUCE_MIN ||
                     d->op == TRN_REDUCE_VAR_MEAN || d->op == TRN_REDUCE_STD_MEAN;
-    if ((d->outer_ndim > 0 && (!d->outer_sizes || !d->in_outer_strides ||
-                               !d->out_strides || (two && !d->out2_strides))) ||
+    if ((d->outer_ndim > 0 && (!d->outer_sizes || !d->in_outer_strides || !d->out_strides ||
+                               (two && !d->out2_strides))) ||
         (d->inner_ndim > 0 && (!d->inner_sizes || !d->in_inner_strides)))
         return bad("sizes or strides are NULL");
     trn_status st = trn__fork_check();
@@ -809,8 +831,12 @@ trn_status trn_reduce_launch(trn_stream *stream, const trn_reduce_desc *d) {
     if (!index_op(d->op)) {
         for (int k = 1; k < ni; k++)  // insertion sort, stable
             for (int j = k; j > 0 && llabs(ist[j - 1]) < llabs(ist[j]); j--) {
-                int64_t t = ist[j]; ist[j] = ist[j - 1]; ist[j - 1] = t;
-                t = isz[j]; isz[j] = isz[j - 1]; isz[j - 1] = t;
+                int64_t t = ist[j];
+                ist[j] = ist[j - 1];
+                ist[j - 1] = t;
+                t = isz[j];
+                isz[j] = isz[j - 1];
+                isz[j - 1] = t;
             }
     }
     trn_kit_dims_init(&inner, 1);

@@ -35,7 +35,6 @@ typedef struct scan_args {
 
 _Static_assert(sizeof(scan_args) <= TRN_TASK_MAX_ARGS, "scan args too large");
 
-
 #define LD_id(v) (v)
 #define LD_f16(v) trn_half_to_float(v)
 #define LD_bf16(v) trn_bf16_to_float(v)
@@ -47,56 +46,55 @@ _Static_assert(sizeof(scan_args) <= TRN_TASK_MAX_ARGS, "scan args too large");
 #define ADD(a, b) ((a) + (b))
 #define MUL(a, b) ((a) * (b))
 
-#define DEFINE_SCAN(N, T, A, LD, ST)                                             \
-    static void scan_##N(const scan_args *a) {                                   \
-        const int add = a->op == TRN_SCAN_CUMSUM;                                \
-        const T *in = (const T *)(const void *)a->in;                            \
-        T *out = (T *)(void *)a->out;                                            \
-        const int no = a->n_outer;                                               \
-        const int64_t *os = a->dims, *osi = a->dims + no, *oso = a->dims + 2 * no; \
-        const int64_t len = a->len, is = a->in_stride, ost = a->out_stride;      \
-        int64_t idx[TRN_MAX_DIMS] = {0}, ioff = 0, ooff = 0;                     \
-        if (no >= 1 && osi[no - 1] == 1 && oso[no - 1] == 1 && os[no - 1] >= 8 && \
-            is != 1) {                                                           \
-            A acc[COLS];                                                         \
-            const int64_t wtot = os[no - 1];                                     \
-            do {                                                                 \
-                for (int64_t j0 = 0; j0 < wtot; j0 += COLS) {                    \
-                    const int64_t w = wtot - j0 < COLS ? wtot - j0 : COLS;       \
-                    for (int64_t j = 0; j < w; j++) acc[j] = add ? 0 : 1;        \
-                    for (int64_t i = 0; i < len; i++) {                          \
-                        const T *x = in + ioff + j0 + i * is;                    \
-                        T *y = out + ooff + j0 + i * ost;                        \
-                        if (add)                                                 \
-                            for (int64_t j = 0; j < w; j++) {                    \
-                                acc[j] = ADD(acc[j], (A)LD(x[j]));               \
-                                y[j] = ST(acc[j]);                               \
-                            }                                                    \
-                        else                                                     \
-                            for (int64_t j = 0; j < w; j++) {                    \
-                                acc[j] = MUL(acc[j], (A)LD(x[j]));               \
-                                y[j] = ST(acc[j]);                               \
-                            }                                                    \
-                    }                                                            \
-                }                                                                \
-            } while (trn_kit_odo_next(no - 1, os, idx, osi, &ioff, oso, &ooff, NULL, NULL)); \
-            return;                                                              \
-        }                                                                        \
-        do {                                                                     \
-            const T *x = in + ioff;                                              \
-            T *y = out + ooff;                                                   \
-            A acc = add ? 0 : 1;                                                 \
-            if (add)                                                             \
-                for (int64_t i = 0; i < len; i++) {                              \
-                    acc = ADD(acc, (A)LD(x[i * is]));                            \
-                    y[i * ost] = ST(acc);                                        \
-                }                                                                \
-            else                                                                 \
-                for (int64_t i = 0; i < len; i++) {                              \
-                    acc = MUL(acc, (A)LD(x[i * is]));                            \
-                    y[i * ost] = ST(acc);                                        \
-                }                                                                \
-        } while (trn_kit_odo_next(no, os, idx, osi, &ioff, oso, &ooff, NULL, NULL)); \
+#define DEFINE_SCAN(N, T, A, LD, ST)                                                               \
+    static void scan_##N(const scan_args *a) {                                                     \
+        const int add = a->op == TRN_SCAN_CUMSUM;                                                  \
+        const T *in = (const T *)(const void *)a->in;                                              \
+        T *out = (T *)(void *)a->out;                                                              \
+        const int no = a->n_outer;                                                                 \
+        const int64_t *os = a->dims, *osi = a->dims + no, *oso = a->dims + 2 * no;                 \
+        const int64_t len = a->len, is = a->in_stride, ost = a->out_stride;                        \
+        int64_t idx[TRN_MAX_DIMS] = {0}, ioff = 0, ooff = 0;                                       \
+        if (no >= 1 && osi[no - 1] == 1 && oso[no - 1] == 1 && os[no - 1] >= 8 && is != 1) {       \
+            A acc[COLS];                                                                           \
+            const int64_t wtot = os[no - 1];                                                       \
+            do {                                                                                   \
+                for (int64_t j0 = 0; j0 < wtot; j0 += COLS) {                                      \
+                    const int64_t w = wtot - j0 < COLS ? wtot - j0 : COLS;                         \
+                    for (int64_t j = 0; j < w; j++) acc[j] = add ? 0 : 1;                          \
+                    for (int64_t i = 0; i < len; i++) {                                            \
+                        const T *x = in + ioff + j0 + i * is;                                      \
+                        T *y = out + ooff + j0 + i * ost;                                          \
+                        if (add)                                                                   \
+                            for (int64_t j = 0; j < w; j++) {                                      \
+                                acc[j] = ADD(acc[j], (A)LD(x[j]));                                 \
+                                y[j] = ST(acc[j]);                                                 \
+                            }                                                                      \
+                        else                                                                       \
+                            for (int64_t j = 0; j < w; j++) {                                      \
+                                acc[j] = MUL(acc[j], (A)LD(x[j]));                                 \
+                                y[j] = ST(acc[j]);                                                 \
+                            }                                                                      \
+                    }                                                                              \
+                }                                                                                  \
+            } while (trn_kit_odo_next(no - 1, os, idx, osi, &ioff, oso, &ooff, NULL, NULL));       \
+            return;                                                                                \
+        }                                                                                          \
+        do {                                                                                       \
+            const T *x = in + ioff;                                                                \
+            T *y = out + ooff;                                                                     \
+            A acc = add ? 0 : 1;                                                                   \
+            if (add)                                                                               \
+                for (int64_t i = 0; i < len; i++) {                                                \
+                    acc = ADD(acc, (A)LD(x[i * is]));                                              \
+                    y[i * ost] = ST(acc);                                                          \
+                }                                                                                  \
+            else                                                                                   \
+                for (int64_t i = 0; i < len; i++) {                                                \
+                    acc = MUL(acc, (A)LD(x[i * is]));                                              \
+                    y[i * ost] = ST(acc);                                                          \
+                }                                                                                  \
+        } while (trn_kit_odo_next(no, os, idx, osi, &ioff, oso, &ooff, NULL, NULL));               \
     }
 
 #define ST_u8(v) ((uint8_t)(v))
@@ -110,19 +108,19 @@ _Static_assert(sizeof(scan_args) <= TRN_TASK_MAX_ARGS, "scan args too large");
 #define ST_f32(v) ((float)(v))
 #define ST_f64(v) ((double)(v))
 
-#define SCAN_DTYPES(X)                                                           \
-    X(TRN_DTYPE_BOOL, b8, uint8_t, uint64_t, LD_id, ST_b8)                       \
-    X(TRN_DTYPE_U8, u8, uint8_t, uint64_t, LD_id, ST_u8)                         \
-    X(TRN_DTYPE_I8, i8, int8_t, uint64_t, LD_id, ST_i8)                          \
-    X(TRN_DTYPE_I16, i16, int16_t, uint64_t, LD_id, ST_i16)                      \
-    X(TRN_DTYPE_I32, i32, int32_t, uint64_t, LD_id, ST_i32)                      \
-    X(TRN_DTYPE_I64, i64, int64_t, uint64_t, LD_id, ST_i64)                      \
-    X(TRN_DTYPE_U16, u16, uint16_t, uint64_t, LD_id, ST_u16)                     \
-    X(TRN_DTYPE_U32, u32, uint32_t, uint64_t, LD_id, ST_u32)                     \
-    X(TRN_DTYPE_U64, u64, uint64_t, uint64_t, LD_id, ST_u64)                     \
-    X(TRN_DTYPE_F16, f16, uint16_t, double, LD_f16, ST_f16)                      \
-    X(TRN_DTYPE_BF16, bf16, uint16_t, double, LD_bf16, ST_bf16)                  \
-    X(TRN_DTYPE_F32, f32, float, double, LD_id, ST_f32)                          \
+#define SCAN_DTYPES(X)                                                                             \
+    X(TRN_DTYPE_BOOL, b8, uint8_t, uint64_t, LD_id, ST_b8)                                         \
+    X(TRN_DTYPE_U8, u8, uint8_t, uint64_t, LD_id, ST_u8)                                           \
+    X(TRN_DTYPE_I8, i8, int8_t, uint64_t, LD_id, ST_i8)                                            \
+    X(TRN_DTYPE_I16, i16, int16_t, uint64_t, LD_id, ST_i16)                                        \
+    X(TRN_DTYPE_I32, i32, int32_t, uint64_t, LD_id, ST_i32)                                        \
+    X(TRN_DTYPE_I64, i64, int64_t, uint64_t, LD_id, ST_i64)                                        \
+    X(TRN_DTYPE_U16, u16, uint16_t, uint64_t, LD_id, ST_u16)                                       \
+    X(TRN_DTYPE_U32, u32, uint32_t, uint64_t, LD_id, ST_u32)                                       \
+    X(TRN_DTYPE_U64, u64, uint64_t, uint64_t, LD_id, ST_u64)                                       \
+    X(TRN_DTYPE_F16, f16, uint16_t, double, LD_f16, ST_f16)                                        \
+    X(TRN_DTYPE_BF16, bf16, uint16_t, double, LD_bf16, ST_bf16)                                    \
+    X(TRN_DTYPE_F32, f32, float, double, LD_id, ST_f32)                                            \
     X(TRN_DTYPE_F64, f64, double, double, LD_id, ST_f64)
 
 #define DEFINE_ONE(E, N, T, A, LD, ST) DEFINE_SCAN(N, T, A, LD, ST)
@@ -132,7 +130,8 @@ typedef void (*scan_fn)(const scan_args *);
 
 static scan_fn pick(trn_dtype d) {
     switch (d) {
-#define CASE(E, N, T, A, LD, ST) case E: return scan_##N;
+#define CASE(E, N, T, A, LD, ST)                                                                   \
+    case E: return scan_##N;
         SCAN_DTYPES(CASE)
 #undef CASE
     default: return NULL;
@@ -140,8 +139,8 @@ static scan_fn pick(trn_dtype d) {
 }
 
 int trn_scan_supports(trn_scan_op op, trn_dtype dtype) {
-    return (op == TRN_SCAN_CUMSUM || op == TRN_SCAN_CUMPROD) &&
-           (unsigned)dtype < TRN_DTYPE_COUNT && pick(dtype) != NULL;
+    return (op == TRN_SCAN_CUMSUM || op == TRN_SCAN_CUMPROD) && (unsigned)dtype < TRN_DTYPE_COUNT &&
+           pick(dtype) != NULL;
 }
 
 // Lines are independent: a big scan is split across threads along its
@@ -200,11 +199,10 @@ trn_status trn_scan_launch(trn_stream *stream, const trn_scan_desc *d) {
     if (stream == NULL || d == NULL) return bad("stream or descriptor is NULL");
     if (!trn_scan_supports(d->op, d->dtype))
         return trn__set_error(TRN_ERROR_UNSUPPORTED,
-                              "trn_scan_launch: op %d on %s is not supported",
-                              (int)d->op, trn_dtype_name(d->dtype));
+                              "trn_scan_launch: op %d on %s is not supported", (int)d->op,
+                              trn_dtype_name(d->dtype));
     if (d->outer_ndim < 0 || d->outer_ndim > TRN_MAX_DIMS) return bad("ndim outside 0..64");
-    if (d->outer_ndim > 0 &&
-        (!d->outer_sizes || !d->in_outer_strides || !d->out_outer_strides))
+    if (d->outer_ndim > 0 && (!d->outer_sizes || !d->in_outer_strides || !d->out_outer_strides))
         return bad("sizes or strides are NULL");
     if (d->len < 0) return bad("negative length");
     trn_status st = trn__fork_check();

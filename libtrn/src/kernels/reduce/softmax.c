@@ -45,177 +45,170 @@ static inline int64_t units_per_outer(int64_t inner) {
     return inner == 1 ? 1 : (inner + COLS - 1) / COLS;
 }
 
-#define DEFINE_SOFTMAX(N, T, C, LD, ST, EXP, RT)                                     \
-    static C rowmax_##N(const T *restrict x, int64_t n) {                        \
-        C m[L];                                                                  \
-        for (int j = 0; j < L; j++) m[j] = -(C)INFINITY;                         \
-        int64_t i = 0;                                                           \
-        for (; i + L <= n; i += L)                                               \
-            for (int j = 0; j < L; j++) m[j] = MAXN(m[j], (C)LD(x[i + j]));      \
-        for (int j = 0; i < n; i++, j++) m[j] = MAXN(m[j], (C)LD(x[i]));         \
-        for (int w = L / 2; w > 0; w /= 2)                                       \
-            for (int j = 0; j < w; j++) m[j] = MAXN(m[j], m[j + w]);             \
-        return m[0];                                                             \
-    }                                                                            \
-    static C rowexpsum_##N(const T *restrict x, int64_t n, C mx) {               \
-        C s[L];                                                                  \
-        for (int j = 0; j < L; j++) s[j] = 0;                                    \
-        int64_t i = 0;                                                           \
-        for (; i + L <= n; i += L)                                               \
-            for (int j = 0; j < L; j++) s[j] += EXP((C)LD(x[i + j]) - mx);       \
-        for (int j = 0; i < n; i++, j++) s[j] += EXP((C)LD(x[i]) - mx);          \
-        for (int w = L / 2; w > 0; w /= 2)                                       \
-            for (int j = 0; j < w; j++) s[j] += s[j + w];                        \
-        return s[0];                                                             \
-    }                                                                            \
-    /* rowexpsum that also stores each exp in y (when T holds C exactly). */    \
-    static C rowexpstore_##N(const T *x, T *y, int64_t n, C mx) {                \
-        C s[L];                                                                  \
-        for (int j = 0; j < L; j++) s[j] = 0;                                    \
-        int64_t i = 0;                                                           \
-        for (; i + L <= n; i += L)                                               \
-            for (int j = 0; j < L; j++) {                                        \
-                const C e = EXP((C)LD(x[i + j]) - mx);                           \
-                y[i + j] = ST(e);                                                \
-                s[j] += e;                                                       \
-            }                                                                    \
-        for (int j = 0; i < n; i++, j++) {                                       \
-            const C e = EXP((C)LD(x[i]) - mx);                                   \
-            y[i] = ST(e);                                                        \
-            s[j] += e;                                                           \
-        }                                                                        \
-        for (int w = L / 2; w > 0; w /= 2)                                       \
-            for (int j = 0; j < w; j++) s[j] += s[j + w];                        \
-        return s[0];                                                             \
-    }                                                                            \
-    /* sum(g * y) (softmax) or sum(g) (log_softmax) over a row. */               \
-    static C rowdot_##N(const T *restrict g, const T *restrict y, int64_t n,     \
-                        int islog) {                                             \
-        C s[L];                                                                  \
-        for (int j = 0; j < L; j++) s[j] = 0;                                    \
-        int64_t i = 0;                                                           \
-        if (islog) {                                                               \
-            for (; i + L <= n; i += L)                                           \
-                for (int j = 0; j < L; j++) s[j] += (C)LD(g[i + j]);             \
-            for (int j = 0; i < n; i++, j++) s[j] += (C)LD(g[i]);                \
-        } else {                                                                 \
-            for (; i + L <= n; i += L)                                           \
-                for (int j = 0; j < L; j++)                                      \
-                    s[j] += (C)LD(g[i + j]) * (C)LD(y[i + j]);                   \
-            for (int j = 0; i < n; i++, j++) s[j] += (C)LD(g[i]) * (C)LD(y[i]);  \
-        }                                                                        \
-        for (int w = L / 2; w > 0; w /= 2)                                       \
-            for (int j = 0; j < w; j++) s[j] += s[j + w];                        \
-        return s[0];                                                             \
-    }                                                                            \
-    static void fwd_##N(const softmax_args *a, int64_t u0, int64_t u1) {        \
-        const int islog = a->op == TRN_LOG_SOFTMAX;                                \
-        const int64_t D = a->dim, I = a->inner, nb = units_per_outer(I);         \
-        for (int64_t u = u0; u < u1; u++) {                                      \
-            const int64_t o = u / nb;                                            \
-            const T *x = (const T *)(const void *)a->in + o * D * I;             \
-            T *y = (T *)(void *)a->out + o * D * I;                              \
-            if (I == 1) {                                                        \
-                const C mx = rowmax_##N(x, D);                                   \
-                if (!islog && sizeof(T) == sizeof(C)) {                          \
-                    /* exp once: y = exp(x - max), then y *= 1 / sum (the */    \
-                    /* same float products as below; x may alias y) */          \
-                    const C r = (C)1 / rowexpstore_##N(x, y, D, mx);             \
-                    for (int64_t i = 0; i < D; i++) y[i] = ST((C)LD(y[i]) * r);  \
-                    continue;                                                    \
-                }                                                                \
-                const C s = rowexpsum_##N(x, D, mx);                             \
-                if (islog) {                                                       \
-                    const C t = mx + (C)log((double)s);                      \
-                    for (int64_t i = 0; i < D; i++) y[i] = ST((C)LD(x[i]) - t);  \
-                } else {                                                         \
-                    const C r = (C)1 / s;                                        \
-                    for (int64_t i = 0; i < D; i++)                              \
-                        y[i] = ST(EXP((C)LD(x[i]) - mx) * r);                    \
-                }                                                                \
-                continue;                                                        \
-            }                                                                    \
-            C m[COLS], s[COLS];                                                  \
-            {                                                                    \
-                const int64_t j0 = (u % nb) * COLS;                              \
-                const int64_t w = I - j0 < COLS ? I - j0 : COLS;                 \
-                for (int64_t j = 0; j < w; j++) {                                \
-                    m[j] = -(C)INFINITY;                                         \
-                    s[j] = 0;                                                    \
-                }                                                                \
-                for (int64_t d = 0; d < D; d++) {                                \
-                    const T *r = x + d * I + j0;                                 \
-                    for (int64_t j = 0; j < w; j++) m[j] = MAXN(m[j], (C)LD(r[j])); \
-                }                                                                \
-                for (int64_t d = 0; d < D; d++) {                                \
-                    const T *r = x + d * I + j0;                                 \
-                    for (int64_t j = 0; j < w; j++) s[j] += EXP((C)LD(r[j]) - m[j]); \
-                }                                                                \
-                if (islog)                                                         \
-                    for (int64_t j = 0; j < w; j++) s[j] = m[j] + (C)log((double)s[j]); \
-                else                                                             \
-                    for (int64_t j = 0; j < w; j++) s[j] = (C)1 / s[j];          \
-                for (int64_t d = 0; d < D; d++) {                                \
-                    const T *r = x + d * I + j0;                                 \
-                    T *q = y + d * I + j0;                                       \
-                    if (islog)                                                     \
-                        for (int64_t j = 0; j < w; j++) q[j] = ST((C)LD(r[j]) - s[j]); \
-                    else                                                         \
-                        for (int64_t j = 0; j < w; j++)                          \
-                            q[j] = ST(EXP((C)LD(r[j]) - m[j]) * s[j]);           \
-                }                                                                \
-            }                                                                    \
-        }                                                                        \
-    }                                                                            \
-    static void bwd_##N(const softmax_args *a, int64_t u0, int64_t u1) {        \
-        const int islog = a->op == TRN_LOG_SOFTMAX_BACKWARD;                       \
-        const int64_t D = a->dim, I = a->inner, nb = units_per_outer(I);         \
-        for (int64_t u = u0; u < u1; u++) {                                      \
-            const int64_t o = u / nb;                                            \
-            const T *y = (const T *)(const void *)a->in + o * D * I;             \
-            const T *g = (const T *)(const void *)a->grad + o * D * I;           \
-            T *z = (T *)(void *)a->out + o * D * I;                              \
-            if (I == 1) {                                                        \
-                const C s = rowdot_##N(g, y, D, islog);                            \
-                if (islog)                                                         \
-                    for (int64_t i = 0; i < D; i++)                              \
-                        z[i] = ST((C)LD(g[i]) - EXP((C)LD(y[i])) * s);           \
-                else                                                             \
-                    for (int64_t i = 0; i < D; i++)                              \
-                        z[i] = ST((C)LD(y[i]) * ((C)LD(g[i]) - s));              \
-                continue;                                                        \
-            }                                                                    \
-            C s[COLS];                                                           \
-            {                                                                    \
-                const int64_t j0 = (u % nb) * COLS;                              \
-                const int64_t w = I - j0 < COLS ? I - j0 : COLS;                 \
-                for (int64_t j = 0; j < w; j++) s[j] = 0;                        \
-                for (int64_t d = 0; d < D; d++) {                                \
-                    const T *gr = g + d * I + j0, *yr = y + d * I + j0;          \
-                    if (islog)                                                     \
-                        for (int64_t j = 0; j < w; j++) s[j] += (C)LD(gr[j]);    \
-                    else                                                         \
-                        for (int64_t j = 0; j < w; j++)                          \
-                            s[j] += (C)LD(gr[j]) * (C)LD(yr[j]);                 \
-                }                                                                \
-                for (int64_t d = 0; d < D; d++) {                                \
-                    const T *gr = g + d * I + j0, *yr = y + d * I + j0;          \
-                    T *zr = z + d * I + j0;                                      \
-                    if (islog)                                                     \
-                        for (int64_t j = 0; j < w; j++)                          \
-                            zr[j] = ST((C)LD(gr[j]) - EXP((C)LD(yr[j])) * s[j]); \
-                    else                                                         \
-                        for (int64_t j = 0; j < w; j++)                          \
-                            zr[j] = ST((C)LD(yr[j]) * ((C)LD(gr[j]) - s[j]));    \
-                }                                                                \
-            }                                                                    \
-        }                                                                        \
+#define DEFINE_SOFTMAX(N, T, C, LD, ST, EXP, RT)                                                   \
+    static C rowmax_##N(const T *restrict x, int64_t n) {                                          \
+        C m[L];                                                                                    \
+        for (int j = 0; j < L; j++) m[j] = -(C)INFINITY;                                           \
+        int64_t i = 0;                                                                             \
+        for (; i + L <= n; i += L)                                                                 \
+            for (int j = 0; j < L; j++) m[j] = MAXN(m[j], (C)LD(x[i + j]));                        \
+        for (int j = 0; i < n; i++, j++) m[j] = MAXN(m[j], (C)LD(x[i]));                           \
+        for (int w = L / 2; w > 0; w /= 2)                                                         \
+            for (int j = 0; j < w; j++) m[j] = MAXN(m[j], m[j + w]);                               \
+        return m[0];                                                                               \
+    }                                                                                              \
+    static C rowexpsum_##N(const T *restrict x, int64_t n, C mx) {                                 \
+        C s[L];                                                                                    \
+        for (int j = 0; j < L; j++) s[j] = 0;                                                      \
+        int64_t i = 0;                                                                             \
+        for (; i + L <= n; i += L)                                                                 \
+            for (int j = 0; j < L; j++) s[j] += EXP((C)LD(x[i + j]) - mx);                         \
+        for (int j = 0; i < n; i++, j++) s[j] += EXP((C)LD(x[i]) - mx);                            \
+        for (int w = L / 2; w > 0; w /= 2)                                                         \
+            for (int j = 0; j < w; j++) s[j] += s[j + w];                                          \
+        return s[0];                                                                               \
+    }                                                                                              \
+    /* rowexpsum that also stores each exp in y (when T holds C exactly). */                       \
+    static C rowexpstore_##N(const T *x, T *y, int64_t n, C mx) {                                  \
+        C s[L];                                                                                    \
+        for (int j = 0; j < L; j++) s[j] = 0;                                                      \
+        int64_t i = 0;                                                                             \
+        for (; i + L <= n; i += L)                                                                 \
+            for (int j = 0; j < L; j++) {                                                          \
+                const C e = EXP((C)LD(x[i + j]) - mx);                                             \
+                y[i + j] = ST(e);                                                                  \
+                s[j] += e;                                                                         \
+            }                                                                                      \
+        for (int j = 0; i < n; i++, j++) {                                                         \
+            const C e = EXP((C)LD(x[i]) - mx);                                                     \
+            y[i] = ST(e);                                                                          \
+            s[j] += e;                                                                             \
+        }                                                                                          \
+        for (int w = L / 2; w > 0; w /= 2)                                                         \
+            for (int j = 0; j < w; j++) s[j] += s[j + w];                                          \
+        return s[0];                                                                               \
+    }                                                                                              \
+    /* sum(g * y) (softmax) or sum(g) (log_softmax) over a row. */                                 \
+    static C rowdot_##N(const T *restrict g, const T *restrict y, int64_t n, int islog) {          \
+        C s[L];                                                                                    \
+        for (int j = 0; j < L; j++) s[j] = 0;                                                      \
+        int64_t i = 0;                                                                             \
+        if (islog) {                                                                               \
+            for (; i + L <= n; i += L)                                                             \
+                for (int j = 0; j < L; j++) s[j] += (C)LD(g[i + j]);                               \
+            for (int j = 0; i < n; i++, j++) s[j] += (C)LD(g[i]);                                  \
+        } else {                                                                                   \
+            for (; i + L <= n; i += L)                                                             \
+                for (int j = 0; j < L; j++) s[j] += (C)LD(g[i + j]) * (C)LD(y[i + j]);             \
+            for (int j = 0; i < n; i++, j++) s[j] += (C)LD(g[i]) * (C)LD(y[i]);                    \
+        }                                                                                          \
+        for (int w = L / 2; w > 0; w /= 2)                                                         \
+            for (int j = 0; j < w; j++) s[j] += s[j + w];                                          \
+        return s[0];                                                                               \
+    }                                                                                              \
+    static void fwd_##N(const softmax_args *a, int64_t u0, int64_t u1) {                           \
+        const int islog = a->op == TRN_LOG_SOFTMAX;                                                \
+        const int64_t D = a->dim, I = a->inner, nb = units_per_outer(I);                           \
+        for (int64_t u = u0; u < u1; u++) {                                                        \
+            const int64_t o = u / nb;                                                              \
+            const T *x = (const T *)(const void *)a->in + o * D * I;                               \
+            T *y = (T *)(void *)a->out + o * D * I;                                                \
+            if (I == 1) {                                                                          \
+                const C mx = rowmax_##N(x, D);                                                     \
+                if (!islog && sizeof(T) == sizeof(C)) {                                            \
+                    /* exp once: y = exp(x - max), then y *= 1 / sum (the */                       \
+                    /* same float products as below; x may alias y) */                             \
+                    const C r = (C)1 / rowexpstore_##N(x, y, D, mx);                               \
+                    for (int64_t i = 0; i < D; i++) y[i] = ST((C)LD(y[i]) * r);                    \
+                    continue;                                                                      \
+                }                                                                                  \
+                const C s = rowexpsum_##N(x, D, mx);                                               \
+                if (islog) {                                                                       \
+                    const C t = mx + (C)log((double)s);                                            \
+                    for (int64_t i = 0; i < D; i++) y[i] = ST((C)LD(x[i]) - t);                    \
+                } else {                                                                           \
+                    const C r = (C)1 / s;                                                          \
+                    for (int64_t i = 0; i < D; i++) y[i] = ST(EXP((C)LD(x[i]) - mx) * r);          \
+                }                                                                                  \
+                continue;                                                                          \
+            }                                                                                      \
+            C m[COLS], s[COLS];                                                                    \
+            {                                                                                      \
+                const int64_t j0 = (u % nb) * COLS;                                                \
+                const int64_t w = I - j0 < COLS ? I - j0 : COLS;                                   \
+                for (int64_t j = 0; j < w; j++) {                                                  \
+                    m[j] = -(C)INFINITY;                                                           \
+                    s[j] = 0;                                                                      \
+                }                                                                                  \
+                for (int64_t d = 0; d < D; d++) {                                                  \
+                    const T *r = x + d * I + j0;                                                   \
+                    for (int64_t j = 0; j < w; j++) m[j] = MAXN(m[j], (C)LD(r[j]));                \
+                }                                                                                  \
+                for (int64_t d = 0; d < D; d++) {                                                  \
+                    const T *r = x + d * I + j0;                                                   \
+                    for (int64_t j = 0; j < w; j++) s[j] += EXP((C)LD(r[j]) - m[j]);               \
+                }                                                                                  \
+                if (islog)                                                                         \
+                    for (int64_t j = 0; j < w; j++) s[j] = m[j] + (C)log((double)s[j]);            \
+                else                                                                               \
+                    for (int64_t j = 0; j < w; j++) s[j] = (C)1 / s[j];                            \
+                for (int64_t d = 0; d < D; d++) {                                                  \
+                    const T *r = x + d * I + j0;                                                   \
+                    T *q = y + d * I + j0;                                                         \
+                    if (islog)                                                                     \
+                        for (int64_t j = 0; j < w; j++) q[j] = ST((C)LD(r[j]) - s[j]);             \
+                    else                                                                           \
+                        for (int64_t j = 0; j < w; j++) q[j] = ST(EXP((C)LD(r[j]) - m[j]) * s[j]); \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static void bwd_##N(const softmax_args *a, int64_t u0, int64_t u1) {                           \
+        const int islog = a->op == TRN_LOG_SOFTMAX_BACKWARD;                                       \
+        const int64_t D = a->dim, I = a->inner, nb = units_per_outer(I);                           \
+        for (int64_t u = u0; u < u1; u++) {                                                        \
+            const int64_t o = u / nb;                                                              \
+            const T *y = (const T *)(const void *)a->in + o * D * I;                               \
+            const T *g = (const T *)(const void *)a->grad + o * D * I;                             \
+            T *z = (T *)(void *)a->out + o * D * I;                                                \
+            if (I == 1) {                                                                          \
+                const C s = rowdot_##N(g, y, D, islog);                                            \
+                if (islog)                                                                         \
+                    for (int64_t i = 0; i < D; i++) z[i] = ST((C)LD(g[i]) - EXP((C)LD(y[i])) * s); \
+                else                                                                               \
+                    for (int64_t i = 0; i < D; i++) z[i] = ST((C)LD(y[i]) * ((C)LD(g[i]) - s));    \
+                continue;                                                                          \
+            }                                                                                      \
+            C s[COLS];                                                                             \
+            {                                                                                      \
+                const int64_t j0 = (u % nb) * COLS;                                                \
+                const int64_t w = I - j0 < COLS ? I - j0 : COLS;                                   \
+                for (int64_t j = 0; j < w; j++) s[j] = 0;                                          \
+                for (int64_t d = 0; d < D; d++) {                                                  \
+                    const T *gr = g + d * I + j0, *yr = y + d * I + j0;                            \
+                    if (islog)                                                                     \
+                        for (int64_t j = 0; j < w; j++) s[j] += (C)LD(gr[j]);                      \
+                    else                                                                           \
+                        for (int64_t j = 0; j < w; j++) s[j] += (C)LD(gr[j]) * (C)LD(yr[j]);       \
+                }                                                                                  \
+                for (int64_t d = 0; d < D; d++) {                                                  \
+                    const T *gr = g + d * I + j0, *yr = y + d * I + j0;                            \
+                    T *zr = z + d * I + j0;                                                        \
+                    if (islog)                                                                     \
+                        for (int64_t j = 0; j < w; j++)                                            \
+                            zr[j] = ST((C)LD(gr[j]) - EXP((C)LD(yr[j])) * s[j]);                   \
+                    else                                                                           \
+                        for (int64_t j = 0; j < w; j++)                                            \
+                            zr[j] = ST((C)LD(yr[j]) * ((C)LD(gr[j]) - s[j]));                      \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
     }
 
-#define SOFTMAX_DTYPES(X)                                                        \
-    X(TRN_DTYPE_F16, f16, uint16_t, float, LD_f16, ST_f16, EXP_f, RT_id)         \
-    X(TRN_DTYPE_BF16, bf16, uint16_t, float, LD_bf16, ST_bf16, EXP_f, RT_bf16)   \
-    X(TRN_DTYPE_F32, f32, float, float, LD_id, ST_id, EXP_f, RT_id)              \
+#define SOFTMAX_DTYPES(X)                                                                          \
+    X(TRN_DTYPE_F16, f16, uint16_t, float, LD_f16, ST_f16, EXP_f, RT_id)                           \
+    X(TRN_DTYPE_BF16, bf16, uint16_t, float, LD_bf16, ST_bf16, EXP_f, RT_bf16)                     \
+    X(TRN_DTYPE_F32, f32, float, float, LD_id, ST_id, EXP_f, RT_id)                                \
     X(TRN_DTYPE_F64, f64, double, double, LD_id, ST_id, EXP_d, RT_id)
 
 #define DEFINE_ONE(E, N, T, C, LD, ST, EXP, RT) DEFINE_SOFTMAX(N, T, C, LD, ST, EXP, RT)
@@ -226,7 +219,8 @@ typedef void (*softmax_fn)(const softmax_args *, int64_t, int64_t);
 static softmax_fn pick(trn_softmax_op op, trn_dtype d) {
     const int bwd = op == TRN_SOFTMAX_BACKWARD || op == TRN_LOG_SOFTMAX_BACKWARD;
     switch (d) {
-#define CASE(E, N, T, C, LD, ST, EXP, RT) case E: return bwd ? bwd_##N : fwd_##N;
+#define CASE(E, N, T, C, LD, ST, EXP, RT)                                                          \
+    case E: return bwd ? bwd_##N : fwd_##N;
         SOFTMAX_DTYPES(CASE)
 #undef CASE
     default: return NULL;
@@ -234,8 +228,8 @@ static softmax_fn pick(trn_softmax_op op, trn_dtype d) {
 }
 
 int trn_softmax_supports(trn_softmax_op op, trn_dtype dtype) {
-    return (unsigned)op <= TRN_LOG_SOFTMAX_BACKWARD &&
-           (unsigned)dtype < TRN_DTYPE_COUNT && pick(op, dtype) != NULL;
+    return (unsigned)op <= TRN_LOG_SOFTMAX_BACKWARD && (unsigned)dtype < TRN_DTYPE_COUNT &&
+           pick(op, dtype) != NULL;
 }
 
 typedef struct par_ctx {
@@ -280,24 +274,22 @@ trn_status trn_softmax_launch(trn_stream *stream, const trn_softmax_desc *d) {
     if (stream == NULL || d == NULL) return trn__check_launch(stream, d, "trn_softmax_launch");
     if (!trn_softmax_supports(d->op, d->dtype))
         return trn__set_error(TRN_ERROR_UNSUPPORTED,
-                              "trn_softmax_launch: op %d on %s is not supported",
-                              (int)d->op, trn_dtype_name(d->dtype));
+                              "trn_softmax_launch: op %d on %s is not supported", (int)d->op,
+                              trn_dtype_name(d->dtype));
     const int bwd = d->op == TRN_SOFTMAX_BACKWARD || d->op == TRN_LOG_SOFTMAX_BACKWARD;
     int64_t n;
     if (d->outer < 0 || d->dim < 0 || d->inner < 0 ||
-        __builtin_mul_overflow(d->outer, d->dim, &n) ||
-        __builtin_mul_overflow(n, d->inner, &n) ||
+        __builtin_mul_overflow(d->outer, d->dim, &n) || __builtin_mul_overflow(n, d->inner, &n) ||
         __builtin_mul_overflow(n, (int64_t)trn_dtype_size(d->dtype), &n))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_softmax_launch: invalid sizes [%lld, %lld, %lld]",
-                              (long long)d->outer, (long long)d->dim,
-                              (long long)d->inner);
+                              (long long)d->outer, (long long)d->dim, (long long)d->inner);
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS || n == 0) return st;
     if (d->in == NULL || d->out == NULL || (bwd && d->grad == NULL))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_softmax_launch: a data pointer is NULL");
-    softmax_args a = {d->op, d->dtype, d->in, bwd ? d->grad : NULL, d->out,
-                      d->outer, d->dim, d->inner};
+    softmax_args a = {d->op,  d->dtype, d->in,  bwd ? d->grad : NULL,
+                      d->out, d->outer, d->dim, d->inner};
     return trn_stream_launch(stream, softmax_task, &a, sizeof a);
 }

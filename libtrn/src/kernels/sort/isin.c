@@ -75,8 +75,10 @@ static void isin_piece(void *vctx, int64_t begin, int64_t end) {
             int64_t lo = 0, hi = c->nk;  // first key >= k
             while (lo < hi) {
                 int64_t mid = lo + (hi - lo) / 2;
-                if (c->keys[mid] < k) lo = mid + 1;
-                else hi = mid;
+                if (c->keys[mid] < k)
+                    lo = mid + 1;
+                else
+                    hi = mid;
             }
             if (lo < c->nk && c->keys[lo] == k) r = !miss;
         }
@@ -103,8 +105,7 @@ static trn_status isin_task(void *args) {
         goto out;
     }
     int64_t nk = 0;
-    for (int64_t j = 0; j < d->m; j++)
-        nk += key_of(d->dtype, d->test_elements, j, &keys[nk]);
+    for (int64_t j = 0; j < d->m; j++) nk += key_of(d->dtype, d->test_elements, j, &keys[nk]);
     qsort(keys, (size_t)nk, sizeof(uint64_t), cmp_u64);
     isin_ctx c = {d, keys, nk};
     trn_parallel_for(d->n, GRAIN, isin_piece, &c);

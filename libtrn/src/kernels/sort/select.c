@@ -40,33 +40,44 @@ static inline int f_lt(double a, double b) { return isnan(b) ? !isnan(a) : a < b
 static inline int i_lt(int64_t a, int64_t b) { return a < b; }
 
 // Rearranges v[0..n) so that v[k] holds the k-th smallest key.
-#define DEFINE_QSELECT(NAME, P, LT)                                                  \
-    static void NAME(P *v, int64_t n, int64_t k) {                                  \
-        int64_t lo = 0, hi = n; /* k lies in [lo, hi) */                             \
-        while (hi - lo > 1) {                                                        \
-            /* Median of three keys as the pivot. */                                 \
-            const int64_t mid = lo + (hi - lo) / 2;                                  \
-            P a = v[lo], b = v[mid], c = v[hi - 1], piv;                             \
-            if (LT(b.key, a.key)) { P t = a; a = b; b = t; }                         \
-            if (LT(c.key, b.key)) b = LT(c.key, a.key) ? a : c;                      \
-            piv = b;                                                                 \
-            /* Dutch flag: [lo, lt) < pivot, [lt, i) == pivot, (gt, hi) > pivot. */  \
-            int64_t lt = lo, i = lo, gt = hi - 1;                                    \
-            while (i <= gt) {                                                        \
-                if (LT(v[i].key, piv.key)) {                                         \
-                    P t = v[lt]; v[lt] = v[i]; v[i] = t;                             \
-                    lt++, i++;                                                       \
-                } else if (LT(piv.key, v[i].key)) {                                  \
-                    P t = v[gt]; v[gt] = v[i]; v[i] = t;                             \
-                    gt--;                                                            \
-                } else {                                                             \
-                    i++;                                                             \
-                }                                                                    \
-            }                                                                        \
-            if (k < lt) hi = lt;                                                     \
-            else if (k > gt) lo = gt + 1;                                            \
-            else return;                                                             \
-        }                                                                            \
+#define DEFINE_QSELECT(NAME, P, LT)                                                                \
+    static void NAME(P *v, int64_t n, int64_t k) {                                                 \
+        int64_t lo = 0, hi = n; /* k lies in [lo, hi) */                                           \
+        while (hi - lo > 1) {                                                                      \
+            /* Median of three keys as the pivot. */                                               \
+            const int64_t mid = lo + (hi - lo) / 2;                                                \
+            P a = v[lo], b = v[mid], c = v[hi - 1], piv;                                           \
+            if (LT(b.key, a.key)) {                                                                \
+                P t = a;                                                                           \
+                a = b;                                                                             \
+                b = t;                                                                             \
+            }                                                                                      \
+            if (LT(c.key, b.key)) b = LT(c.key, a.key) ? a : c;                                    \
+            piv = b;                                                                               \
+            /* Dutch flag: [lo, lt) < pivot, [lt, i) == pivot, (gt, hi) > pivot. */                \
+            int64_t lt = lo, i = lo, gt = hi - 1;                                                  \
+            while (i <= gt) {                                                                      \
+                if (LT(v[i].key, piv.key)) {                                                       \
+                    P t = v[lt];                                                                   \
+                    v[lt] = v[i];                                                                  \
+                    v[i] = t;                                                                      \
+                    lt++, i++;                                                                     \
+                } else if (LT(piv.key, v[i].key)) {                                                \
+                    P t = v[gt];                                                                   \
+                    v[gt] = v[i];                                                                  \
+                    v[i] = t;                                                                      \
+                    gt--;                                                                          \
+                } else {                                                                           \
+                    i++;                                                                           \
+                }                                                                                  \
+            }                                                                                      \
+            if (k < lt)                                                                            \
+                hi = lt;                                                                           \
+            else if (k > gt)                                                                       \
+                lo = gt + 1;                                                                       \
+            else                                                                                   \
+                return;                                                                            \
+        }                                                                                          \
     }
 
 DEFINE_QSELECT(select_f, fpair, f_lt)
@@ -105,7 +116,8 @@ static int64_t select_row(const trn_select_desc *d, const void *row_base, int64_
     const int64_t n = d->n, off = row * n;
     if (!is_float(d->dtype)) {
         ipair *v = buf;
-        for (int64_t i = 0; i < n; i++) v[i].key = load_i(d->dtype, row_base, off + i), v[i].idx = i;
+        for (int64_t i = 0; i < n; i++)
+            v[i].key = load_i(d->dtype, row_base, off + i), v[i].idx = i;
         const int64_t k = d->mode == TRN_SELECT_KTH ? d->k : (n - 1) / 2;
         select_i(v, n, k);
         return v[k].idx;

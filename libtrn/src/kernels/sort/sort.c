@@ -53,32 +53,31 @@ static inline uint64_t fkey64(double f) {
 #define K_f64(v) fkey64(v)
 
 // X(enum, name, C type, key, key bits, NaN key or 0)
-#define SORT_DTYPES(X)                                              \
-    X(TRN_DTYPE_BOOL, b8, uint8_t, K_b8, 32, 0)                     \
-    X(TRN_DTYPE_U8, u8, uint8_t, K_u, 32, 0)                        \
-    X(TRN_DTYPE_I8, i8, int8_t, K_i8, 32, 0)                        \
-    X(TRN_DTYPE_I16, i16, int16_t, K_i16, 32, 0)                    \
-    X(TRN_DTYPE_I32, i32, int32_t, K_i32, 32, 0)                    \
-    X(TRN_DTYPE_I64, i64, int64_t, K_i64, 64, 0)                    \
-    X(TRN_DTYPE_U16, u16, uint16_t, K_u, 32, 0)                     \
-    X(TRN_DTYPE_U32, u32, uint32_t, K_u, 32, 0)                     \
-    X(TRN_DTYPE_U64, u64, uint64_t, K_u, 64, 0)                     \
-    X(TRN_DTYPE_F16, f16, uint16_t, K_f16, 32, 1)                   \
-    X(TRN_DTYPE_BF16, bf16, uint16_t, K_bf16, 32, 1)                \
-    X(TRN_DTYPE_F32, f32, float, K_f32, 32, 1)                      \
+#define SORT_DTYPES(X)                                                                             \
+    X(TRN_DTYPE_BOOL, b8, uint8_t, K_b8, 32, 0)                                                    \
+    X(TRN_DTYPE_U8, u8, uint8_t, K_u, 32, 0)                                                       \
+    X(TRN_DTYPE_I8, i8, int8_t, K_i8, 32, 0)                                                       \
+    X(TRN_DTYPE_I16, i16, int16_t, K_i16, 32, 0)                                                   \
+    X(TRN_DTYPE_I32, i32, int32_t, K_i32, 32, 0)                                                   \
+    X(TRN_DTYPE_I64, i64, int64_t, K_i64, 64, 0)                                                   \
+    X(TRN_DTYPE_U16, u16, uint16_t, K_u, 32, 0)                                                    \
+    X(TRN_DTYPE_U32, u32, uint32_t, K_u, 32, 0)                                                    \
+    X(TRN_DTYPE_U64, u64, uint64_t, K_u, 64, 0)                                                    \
+    X(TRN_DTYPE_F16, f16, uint16_t, K_f16, 32, 1)                                                  \
+    X(TRN_DTYPE_BF16, bf16, uint16_t, K_bf16, 32, 1)                                               \
+    X(TRN_DTYPE_F32, f32, float, K_f32, 32, 1)                                                     \
     X(TRN_DTYPE_F64, f64, double, K_f64, 64, 1)
 
 // keys_N: key of in[i * stride] for i < n into out; descending inverts
 // within the key width.
-#define DEFINE_KEYS(E, N, T, KEY, BITS, NANK)                                     \
-    static void keys_##N(const void *in, int64_t s, int64_t n, int desc,          \
-                         uint64_t *out) {                                         \
-        const T *p = (const T *)in;                                               \
-        const uint64_t inv = desc ? (BITS == 32 ? 0xFFFFFFFFu : UINT64_MAX) : 0;  \
-        if (s == 1)                                                               \
-            for (int64_t i = 0; i < n; i++) out[i] = KEY(p[i]) ^ inv;             \
-        else                                                                      \
-            for (int64_t i = 0; i < n; i++) out[i] = KEY(p[i * s]) ^ inv;         \
+#define DEFINE_KEYS(E, N, T, KEY, BITS, NANK)                                                      \
+    static void keys_##N(const void *in, int64_t s, int64_t n, int desc, uint64_t *out) {          \
+        const T *p = (const T *)in;                                                                \
+        const uint64_t inv = desc ? (BITS == 32 ? 0xFFFFFFFFu : UINT64_MAX) : 0;                   \
+        if (s == 1)                                                                                \
+            for (int64_t i = 0; i < n; i++) out[i] = KEY(p[i]) ^ inv;                              \
+        else                                                                                       \
+            for (int64_t i = 0; i < n; i++) out[i] = KEY(p[i * s]) ^ inv;                          \
     }
 SORT_DTYPES(DEFINE_KEYS)
 
@@ -92,7 +91,7 @@ typedef struct dtype_info {
 
 static int dtype_lookup(trn_dtype t, dtype_info *info) {
     switch (t) {
-#define CASE(E, N, T, KEY, BITS, NANK) \
+#define CASE(E, N, T, KEY, BITS, NANK)                                                             \
     case E: *info = (dtype_info){keys_##N, BITS, NANK}; return 1;
         SORT_DTYPES(CASE)
 #undef CASE
@@ -119,7 +118,7 @@ static uint64_t *radix_packed(uint64_t *a, uint64_t *tmp, int64_t n, int b0, int
         }
         return a;
     }
-    int64_t (*h)[256] = calloc((size_t)(b1 - b0 + 1), sizeof *h);
+    int64_t(*h)[256] = calloc((size_t)(b1 - b0 + 1), sizeof *h);
     if (h == NULL) return NULL;
     for (int64_t i = 0; i < n; i++) {
         const uint64_t v = a[i];
@@ -164,7 +163,7 @@ static int radix_pairs(uint64_t **k, int64_t **x, uint64_t *k2, int64_t *x2, int
         }
         return 1;
     }
-    int64_t (*h)[256] = calloc(8, sizeof *h);
+    int64_t(*h)[256] = calloc(8, sizeof *h);
     if (h == NULL) return 0;
     for (int64_t i = 0; i < n; i++) {
         const uint64_t v = a[i];
@@ -223,14 +222,14 @@ typedef struct sort_ctx {
 // values[j * vs] = in[idx[j] * is] for j < n, by element size.
 static void gather_values(char *out, int64_t vs, const char *in, int64_t is, const int64_t *idx,
                           const uint64_t *packed, int64_t n, int64_t es) {
-#define GATHER_T(T)                                                                 \
-    do {                                                                            \
-        T *o = (T *)(void *)out;                                                    \
-        const T *p = (const T *)(const void *)in;                                   \
-        if (packed)                                                                 \
-            for (int64_t j = 0; j < n; j++) o[j * vs] = p[(int64_t)(uint32_t)packed[j] * is]; \
-        else                                                                        \
-            for (int64_t j = 0; j < n; j++) o[j * vs] = p[idx[j] * is];             \
+#define GATHER_T(T)                                                                                \
+    do {                                                                                           \
+        T *o = (T *)(void *)out;                                                                   \
+        const T *p = (const T *)(const void *)in;                                                  \
+        if (packed)                                                                                \
+            for (int64_t j = 0; j < n; j++) o[j * vs] = p[(int64_t)(uint32_t)packed[j] * is];      \
+        else                                                                                       \
+            for (int64_t j = 0; j < n; j++) o[j * vs] = p[idx[j] * is];                            \
     } while (0)
     switch (es) {
     case 1: GATHER_T(uint8_t); break;
@@ -387,8 +386,8 @@ static trn_status sort_common(trn_stream *stream, const trn_sort_desc *d, int to
                                                                    : "invalid");
 #define BAD(what) trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: %s", fn, what)
     if (d->outer_ndim < 0 || d->outer_ndim > TRN_MAX_DIMS) return BAD("ndim outside 0..64");
-    if (d->outer_ndim > 0 && (!d->outer_sizes || !d->in_outer_strides ||
-                              !d->val_outer_strides || !d->idx_outer_strides))
+    if (d->outer_ndim > 0 &&
+        (!d->outer_sizes || !d->in_outer_strides || !d->val_outer_strides || !d->idx_outer_strides))
         return BAD("sizes or strides are NULL");
     if (d->len < 0) return BAD("negative length");
     const int64_t k = topk ? d->k : d->len;

@@ -70,8 +70,7 @@ static void unscale_piece(void *ctx, int64_t b, int64_t e) {
         for (int64_t i = b; i < e; i++) {
             const float v = half ? trn_half_to_float(x[i]) : trn_bf16_to_float(x[i]);
             bad |= nonfinite_f32(v);
-            if (inv != 1.0f)
-                x[i] = half ? trn_float_to_half(v * inv) : trn_float_to_bf16(v * inv);
+            if (inv != 1.0f) x[i] = half ? trn_float_to_half(v * inv) : trn_float_to_bf16(v * inv);
         }
         break;
     }
@@ -144,7 +143,8 @@ static trn_status update_task(void *args) {
 }
 
 trn_status trn_amp_update_scale_launch(trn_stream *stream, const trn_amp_update_scale_desc *d) {
-    if (stream == NULL || d == NULL) return trn__check_launch(stream, d, "trn_amp_update_scale_launch");
+    if (stream == NULL || d == NULL)
+        return trn__check_launch(stream, d, "trn_amp_update_scale_launch");
     if (d->scale == NULL || d->growth_tracker == NULL || d->found_inf == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_amp_update_scale_launch: a pointer is NULL");

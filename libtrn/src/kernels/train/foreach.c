@@ -116,8 +116,8 @@ static float round16(trn_dtype d, float v) {
 // x[i] += alpha * y[i] for elements first .. first + n - 1 of tensor t. A
 // scalar y (no b list) is rounded to the 16-bit type first, as ATen casts a
 // scalar operand of add / sub to the tensors' type.
-static void add16(const trn_foreach_desc *d, const trn_foreach_tensor *t, int64_t first,
-                  float *x, const float *y, int64_t n) {
+static void add16(const trn_foreach_desc *d, const trn_foreach_tensor *t, int64_t first, float *x,
+                  const float *y, int64_t n) {
     const float alpha = round16(d->dtype, (float)(d->op == TRN_FOREACH_SUB ? -d->alpha : d->alpha));
     for (int64_t i = 0; i < n; i++) {
         const float v = t->b ? y[i] : round16(d->dtype, y[i]);
@@ -137,126 +137,155 @@ typedef struct fe_run {
 } fe_run;
 
 // x: a (in place result), y: b or scalar broadcast, z: c; n <= BLK.
-#define DEFINE_OPS(N, C, SQRT, EXP, POW, FABS, FMA)                                              \
-    static void op_##N(trn_foreach_op op, C *x, const C *y, const C *z, C s, C alpha,     \
-                       int64_t n) {                                                        \
-        switch (op) {                                                                      \
-        case TRN_FOREACH_ADD: for (int64_t i = 0; i < n; i++) x[i] = FMA(alpha, y[i], x[i]); break; \
-        case TRN_FOREACH_SUB: for (int64_t i = 0; i < n; i++) x[i] = FMA(-alpha, y[i], x[i]); break; \
-        case TRN_FOREACH_MUL: for (int64_t i = 0; i < n; i++) x[i] = x[i] * y[i]; break;    \
-        case TRN_FOREACH_DIV: for (int64_t i = 0; i < n; i++) x[i] = x[i] / y[i]; break;    \
-        case TRN_FOREACH_MAXIMUM:                                                          \
-            for (int64_t i = 0; i < n; i++)                                                \
-                x[i] = x[i] != x[i] ? x[i] : (y[i] != y[i] ? y[i] : (x[i] > y[i] ? x[i] : y[i])); \
-            break;                                                                         \
-        case TRN_FOREACH_MINIMUM:                                                          \
-            for (int64_t i = 0; i < n; i++)                                                \
-                x[i] = x[i] != x[i] ? x[i] : (y[i] != y[i] ? y[i] : (x[i] < y[i] ? x[i] : y[i])); \
-            break;                                                                         \
-        case TRN_FOREACH_CLAMP_MIN:                                                        \
-            for (int64_t i = 0; i < n; i++) x[i] = x[i] != x[i] ? x[i] : (x[i] < y[i] ? y[i] : x[i]); \
-            break;                                                                         \
-        case TRN_FOREACH_CLAMP_MAX:                                                        \
-            for (int64_t i = 0; i < n; i++) x[i] = x[i] != x[i] ? x[i] : (x[i] > y[i] ? y[i] : x[i]); \
-            break;                                                                         \
-        case TRN_FOREACH_POW:                                                              \
-            for (int64_t i = 0; i < n; i++)                                                \
-                x[i] = y[i] == (C)2 ? x[i] * x[i] : (y[i] == (C)1 ? x[i] : POW(x[i], y[i])); \
-            break;                                                                         \
-        case TRN_FOREACH_RPOW: for (int64_t i = 0; i < n; i++) x[i] = POW(y[i], x[i]); break; \
-        case TRN_FOREACH_ADDCMUL: for (int64_t i = 0; i < n; i++) x[i] = x[i] + s * y[i] * z[i]; break; \
-        case TRN_FOREACH_ADDCDIV: for (int64_t i = 0; i < n; i++) x[i] = x[i] + s * (y[i] / z[i]); break; \
-        case TRN_FOREACH_LERP:                                                             \
-            for (int64_t i = 0; i < n; i++) {                                              \
-                const C w = z ? z[i] : s;                                                  \
-                x[i] = FABS(w) < (C)0.5 ? x[i] + w * (y[i] - x[i])                         \
-                                        : y[i] - (y[i] - x[i]) * ((C)1 - w);               \
-            }                                                                              \
-            break;                                                                         \
-        case TRN_FOREACH_SQRT: for (int64_t i = 0; i < n; i++) x[i] = SQRT(x[i]); break;    \
-        case TRN_FOREACH_NEG: for (int64_t i = 0; i < n; i++) x[i] = -x[i]; break;          \
-        case TRN_FOREACH_ABS: for (int64_t i = 0; i < n; i++) x[i] = FABS(x[i]); break;     \
-        case TRN_FOREACH_EXP: for (int64_t i = 0; i < n; i++) x[i] = EXP(x[i]); break;      \
-        case TRN_FOREACH_RECIPROCAL: for (int64_t i = 0; i < n; i++) x[i] = (C)1 / x[i]; break; \
-        case TRN_FOREACH_ZERO: for (int64_t i = 0; i < n; i++) x[i] = 0; break;             \
-        default: break;                                                                    \
-        }                                                                                  \
-    }                                                                                      \
-    static void chunk_##N(const fe_run *r, const fe_chunk *ch) {                           \
-        const trn_foreach_desc *d = r->d;                                                  \
-        const trn_foreach_tensor *t = &d->tensors[ch->t];                                  \
-        C x[BLK], y[BLK], z[BLK];                                                          \
-        const C s = (C)(r->has_override ? r->scalar_override : t->scalar);                 \
-        const C alpha = (C)d->alpha;                                                       \
-        const int unary = d->op >= TRN_FOREACH_SQRT;                                       \
-        const int sixteen = d->dtype == TRN_DTYPE_F16 || d->dtype == TRN_DTYPE_BF16;       \
+#define DEFINE_OPS(N, C, SQRT, EXP, POW, FABS, FMA)                                                \
+    static void op_##N(trn_foreach_op op, C *x, const C *y, const C *z, C s, C alpha, int64_t n) { \
+        switch (op) {                                                                              \
+        case TRN_FOREACH_ADD:                                                                      \
+            for (int64_t i = 0; i < n; i++) x[i] = FMA(alpha, y[i], x[i]);                         \
+            break;                                                                                 \
+        case TRN_FOREACH_SUB:                                                                      \
+            for (int64_t i = 0; i < n; i++) x[i] = FMA(-alpha, y[i], x[i]);                        \
+            break;                                                                                 \
+        case TRN_FOREACH_MUL:                                                                      \
+            for (int64_t i = 0; i < n; i++) x[i] = x[i] * y[i];                                    \
+            break;                                                                                 \
+        case TRN_FOREACH_DIV:                                                                      \
+            for (int64_t i = 0; i < n; i++) x[i] = x[i] / y[i];                                    \
+            break;                                                                                 \
+        case TRN_FOREACH_MAXIMUM:                                                                  \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                x[i] = x[i] != x[i] ? x[i] : (y[i] != y[i] ? y[i] : (x[i] > y[i] ? x[i] : y[i]));  \
+            break;                                                                                 \
+        case TRN_FOREACH_MINIMUM:                                                                  \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                x[i] = x[i] != x[i] ? x[i] : (y[i] != y[i] ? y[i] : (x[i] < y[i] ? x[i] : y[i]));  \
+            break;                                                                                 \
+        case TRN_FOREACH_CLAMP_MIN:                                                                \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                x[i] = x[i] != x[i] ? x[i] : (x[i] < y[i] ? y[i] : x[i]);                          \
+            break;                                                                                 \
+        case TRN_FOREACH_CLAMP_MAX:                                                                \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                x[i] = x[i] != x[i] ? x[i] : (x[i] > y[i] ? y[i] : x[i]);                          \
+            break;                                                                                 \
+        case TRN_FOREACH_POW:                                                                      \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                x[i] = y[i] == (C)2 ? x[i] * x[i] : (y[i] == (C)1 ? x[i] : POW(x[i], y[i]));       \
+            break;                                                                                 \
+        case TRN_FOREACH_RPOW:                                                                     \
+            for (int64_t i = 0; i < n; i++) x[i] = POW(y[i], x[i]);                                \
+            break;                                                                                 \
+        case TRN_FOREACH_ADDCMUL:                                                                  \
+            for (int64_t i = 0; i < n; i++) x[i] = x[i] + s * y[i] * z[i];                         \
+            break;                                                                                 \
+        case TRN_FOREACH_ADDCDIV:                                                                  \
+            for (int64_t i = 0; i < n; i++) x[i] = x[i] + s * (y[i] / z[i]);                       \
+            break;                                                                                 \
+        case TRN_FOREACH_LERP:                                                                     \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                const C w = z ? z[i] : s;                                                          \
+                x[i] = FABS(w) < (C)0.5 ? x[i] + w * (y[i] - x[i])                                 \
+                                        : y[i] - (y[i] - x[i]) * ((C)1 - w);                       \
+            }                                                                                      \
+            break;                                                                                 \
+        case TRN_FOREACH_SQRT:                                                                     \
+            for (int64_t i = 0; i < n; i++) x[i] = SQRT(x[i]);                                     \
+            break;                                                                                 \
+        case TRN_FOREACH_NEG:                                                                      \
+            for (int64_t i = 0; i < n; i++) x[i] = -x[i];                                          \
+            break;                                                                                 \
+        case TRN_FOREACH_ABS:                                                                      \
+            for (int64_t i = 0; i < n; i++) x[i] = FABS(x[i]);                                     \
+            break;                                                                                 \
+        case TRN_FOREACH_EXP:                                                                      \
+            for (int64_t i = 0; i < n; i++) x[i] = EXP(x[i]);                                      \
+            break;                                                                                 \
+        case TRN_FOREACH_RECIPROCAL:                                                               \
+            for (int64_t i = 0; i < n; i++) x[i] = (C)1 / x[i];                                    \
+            break;                                                                                 \
+        case TRN_FOREACH_ZERO:                                                                     \
+            for (int64_t i = 0; i < n; i++) x[i] = 0;                                              \
+            break;                                                                                 \
+        default: break;                                                                            \
+        }                                                                                          \
+    }                                                                                              \
+    static void chunk_##N(const fe_run *r, const fe_chunk *ch) {                                   \
+        const trn_foreach_desc *d = r->d;                                                          \
+        const trn_foreach_tensor *t = &d->tensors[ch->t];                                          \
+        C x[BLK], y[BLK], z[BLK];                                                                  \
+        const C s = (C)(r->has_override ? r->scalar_override : t->scalar);                         \
+        const C alpha = (C)d->alpha;                                                               \
+        const int unary = d->op >= TRN_FOREACH_SQRT;                                               \
+        const int sixteen = d->dtype == TRN_DTYPE_F16 || d->dtype == TRN_DTYPE_BF16;               \
         /* Operands stored in the compute type are used in place (the output     \
            starts as a copy of a): staging them cost 3 block copies per block,   \
-           half of a float32 _foreach_add_'s time. */                            \
-        if (sizeof(C) == 8 || d->dtype == TRN_DTYPE_F32) {                                 \
-            for (int64_t b = ch->begin; b < ch->end; b += BLK) {                           \
-                const int64_t n = ch->end - b < BLK ? ch->end - b : BLK;                   \
-                C *xo = (C *)t->out + b;                                                   \
-                if (d->op == TRN_FOREACH_ZERO)                                             \
-                    for (int64_t i = 0; i < n; i++) xo[i] = 0;                             \
-                else if (t->out != t->a)                                                   \
-                    memcpy(xo, (const C *)t->a + b, (size_t)n * sizeof(C));               \
-                const C *yp = y;                                                           \
-                if (unary) {                                                               \
-                } else if (t->b) {                                                         \
-                    yp = (const C *)t->b + b;                                              \
-                } else {                                                                   \
-                    for (int64_t i = 0; i < n; i++) y[i] = s;                              \
-                }                                                                          \
-                op_##N(d->op, xo, yp, t->c ? (const C *)t->c + b : NULL, s, alpha, n);     \
-            }                                                                              \
-            (void)x, (void)z;                                                              \
-            return;                                                                        \
-        }                                                                                  \
-        for (int64_t b = ch->begin; b < ch->end; b += BLK) {                               \
-            const int64_t n = ch->end - b < BLK ? ch->end - b : BLK;                       \
-            if (d->op == TRN_FOREACH_ZERO) {                                               \
-                for (int64_t i = 0; i < n; i++) x[i] = 0;                                  \
-            } else {                                                                       \
-                ld_##N(d->dtype, t->a, b, n, x);                                           \
-            }                                                                              \
-            if (!unary) {                                                                  \
-                if (t->b) ld_##N(d->dtype, t->b, b, n, y);                                 \
-                else for (int64_t i = 0; i < n; i++) y[i] = s;                             \
-            }                                                                              \
-            if (t->c) ld_##N(d->dtype, t->c, b, n, z);                                     \
-            /* sixteen is never set in the double instance: the casts are no-ops there */ \
-            if (sixteen && (d->op == TRN_FOREACH_ADD || d->op == TRN_FOREACH_SUB))          \
-                add16(d, t, b, (float *)(void *)x, (const float *)(const void *)y, n);     \
-            else                                                                           \
-                op_##N(d->op, x, y, t->c ? z : NULL, s, alpha, n);                         \
-            st_##N(d->dtype, t->out, b, n, x);                                             \
-        }                                                                                  \
-    }                                                                                      \
-    static double norm_##N(const fe_run *r, const fe_chunk *ch) {                          \
-        const trn_foreach_desc *d = r->d;                                                  \
-        const trn_foreach_tensor *t = &d->tensors[ch->t];                                  \
-        C x[BLK];                                                                          \
-        double acc = 0;                                                                    \
-        for (int64_t b = ch->begin; b < ch->end; b += BLK) {                               \
-            const int64_t n = ch->end - b < BLK ? ch->end - b : BLK;                       \
-            ld_##N(d->dtype, t->a, b, n, x);                                               \
-            C part = 0;                                                                    \
-            if (d->ord == 2) {                                                             \
-                for (int64_t i = 0; i < n; i++) part += x[i] * x[i];                       \
-                acc += (double)part;                                                       \
-            } else if (d->ord == 1) {                                                      \
-                for (int64_t i = 0; i < n; i++) part += FABS(x[i]);                        \
-                acc += (double)part;                                                       \
-            } else {                                                                       \
-                for (int64_t i = 0; i < n; i++) {                                          \
-                    const C v = FABS(x[i]);                                                \
-                    part = v != v || v > part ? v : part;                                  \
-                }                                                                          \
-                acc = part != part || (double)part > acc ? (double)part : acc;             \
-            }                                                                              \
-        }                                                                                  \
-        return acc;                                                                        \
+           half of a float32 _foreach_add_'s time. */                 \
+        if (sizeof(C) == 8 || d->dtype == TRN_DTYPE_F32) {                                         \
+            for (int64_t b = ch->begin; b < ch->end; b += BLK) {                                   \
+                const int64_t n = ch->end - b < BLK ? ch->end - b : BLK;                           \
+                C *xo = (C *)t->out + b;                                                           \
+                if (d->op == TRN_FOREACH_ZERO)                                                     \
+                    for (int64_t i = 0; i < n; i++) xo[i] = 0;                                     \
+                else if (t->out != t->a)                                                           \
+                    memcpy(xo, (const C *)t->a + b, (size_t)n * sizeof(C));                        \
+                const C *yp = y;                                                                   \
+                if (unary) {                                                                       \
+                } else if (t->b) {                                                                 \
+                    yp = (const C *)t->b + b;                                                      \
+                } else {                                                                           \
+                    for (int64_t i = 0; i < n; i++) y[i] = s;                                      \
+                }                                                                                  \
+                op_##N(d->op, xo, yp, t->c ? (const C *)t->c + b : NULL, s, alpha, n);             \
+            }                                                                                      \
+            (void)x, (void)z;                                                                      \
+            return;                                                                                \
+        }                                                                                          \
+        for (int64_t b = ch->begin; b < ch->end; b += BLK) {                                       \
+            const int64_t n = ch->end - b < BLK ? ch->end - b : BLK;                               \
+            if (d->op == TRN_FOREACH_ZERO) {                                                       \
+                for (int64_t i = 0; i < n; i++) x[i] = 0;                                          \
+            } else {                                                                               \
+                ld_##N(d->dtype, t->a, b, n, x);                                                   \
+            }                                                                                      \
+            if (!unary) {                                                                          \
+                if (t->b)                                                                          \
+                    ld_##N(d->dtype, t->b, b, n, y);                                               \
+                else                                                                               \
+                    for (int64_t i = 0; i < n; i++) y[i] = s;                                      \
+            }                                                                                      \
+            if (t->c) ld_##N(d->dtype, t->c, b, n, z);                                             \
+            /* sixteen is never set in the double instance: the casts are no-ops there */          \
+            if (sixteen && (d->op == TRN_FOREACH_ADD || d->op == TRN_FOREACH_SUB))                 \
+                add16(d, t, b, (float *)(void *)x, (const float *)(const void *)y, n);             \
+            else                                                                                   \
+                op_##N(d->op, x, y, t->c ? z : NULL, s, alpha, n);                                 \
+            st_##N(d->dtype, t->out, b, n, x);                                                     \
+        }                                                                                          \
+    }                                                                                              \
+    static double norm_##N(const fe_run *r, const fe_chunk *ch) {                                  \
+        const trn_foreach_desc *d = r->d;                                                          \
+        const trn_foreach_tensor *t = &d->tensors[ch->t];                                          \
+        C x[BLK];                                                                                  \
+        double acc = 0;                                                                            \
+        for (int64_t b = ch->begin; b < ch->end; b += BLK) {                                       \
+            const int64_t n = ch->end - b < BLK ? ch->end - b : BLK;                               \
+            ld_##N(d->dtype, t->a, b, n, x);                                                       \
+            C part = 0;                                                                            \
+            if (d->ord == 2) {                                                                     \
+                for (int64_t i = 0; i < n; i++) part += x[i] * x[i];                               \
+                acc += (double)part;                                                               \
+            } else if (d->ord == 1) {                                                              \
+                for (int64_t i = 0; i < n; i++) part += FABS(x[i]);                                \
+                acc += (double)part;                                                               \
+            } else {                                                                               \
+                for (int64_t i = 0; i < n; i++) {                                                  \
+                    const C v = FABS(x[i]);                                                        \
+                    part = v != v || v > part ? v : part;                                          \
+                }                                                                                  \
+                acc = part != part || (double)part > acc ? (double)part : acc;                     \
+            }                                                                                      \
+        }                                                                                          \
+        return acc;                                                                                \
     }
 
 DEFINE_OPS(f, float, sqrtf, expf, powf, fabsf, fmaf)
@@ -336,14 +365,15 @@ typedef struct opt_run {
 // The optimizer tasks' step once their memory is open: nothing when
 // found_inf is set (a skipped step, as PyTorch), else `piece` over the chunks
 // of the tensor list.
-static trn_status opt_run_chunks(const void *d, int64_t count, int64_t (*numel)(const void *, int64_t),
-                                 const void *tensors, const float *grad_scale,
-                                 const float *found_inf, void (*piece)(void *, int64_t, int64_t),
-                                 const char *what) {
+static trn_status opt_run_chunks(const void *d, int64_t count,
+                                 int64_t (*numel)(const void *, int64_t), const void *tensors,
+                                 const float *grad_scale, const float *found_inf,
+                                 void (*piece)(void *, int64_t, int64_t), const char *what) {
     if (found_inf && *found_inf != 0.0f) return TRN_SUCCESS;
     int64_t nchunks = 0;
     fe_chunk *chunks = make_chunks(count, numel, tensors, &nchunks);
-    if (chunks == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "%s: out of host memory", what);
+    if (chunks == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "%s: out of host memory", what);
     opt_run run = {d, chunks, grad_scale ? *grad_scale : 1.0f, grad_scale != NULL};
     trn_parallel_for(nchunks, 1, piece, &run);
     free(chunks);
@@ -355,7 +385,9 @@ typedef struct fe_args {
     trn_foreach_desc d;  // d.tensors points to the heap copy, freed by the task
 } fe_args;
 
-static int64_t fe_numel(const void *arr, int64_t t) { return ((const trn_foreach_tensor *)arr)[t].n; }
+static int64_t fe_numel(const void *arr, int64_t t) {
+    return ((const trn_foreach_tensor *)arr)[t].n;
+}
 
 static trn_status fe_task(void *args) {
     fe_args *fa = args;
@@ -382,7 +414,8 @@ static trn_status fe_task(void *args) {
     if (st != TRN_SUCCESS) goto out_free_acc;
     int64_t nchunks = 0;
     chunks = make_chunks(d->count, fe_numel, d->tensors, &nchunks);
-    if (d->op == TRN_FOREACH_NORM) partial = malloc((size_t)(nchunks > 0 ? nchunks : 1) * sizeof *partial);
+    if (d->op == TRN_FOREACH_NORM)
+        partial = malloc((size_t)(nchunks > 0 ? nchunks : 1) * sizeof *partial);
     if (chunks == NULL || (d->op == TRN_FOREACH_NORM && partial == NULL)) {
         st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "foreach: out of host memory");
         goto out_free_acc;
@@ -399,8 +432,10 @@ static trn_status fe_task(void *args) {
         for (int64_t t = 0; t < d->count; t++) {
             double acc_v = 0;
             for (; c < nchunks && chunks[c].t == t; c++) {
-                if (d->ord == 1 || d->ord == 2) acc_v += partial[c];
-                else acc_v = partial[c] != partial[c] || partial[c] > acc_v ? partial[c] : acc_v;
+                if (d->ord == 1 || d->ord == 2)
+                    acc_v += partial[c];
+                else
+                    acc_v = partial[c] != partial[c] || partial[c] > acc_v ? partial[c] : acc_v;
             }
             const double v = d->ord == 2 ? sqrt(acc_v) : acc_v;
             void *o = d->tensors[t].out;
@@ -426,8 +461,8 @@ int trn_foreach_supports(trn_foreach_op op, trn_dtype dtype) {
     return fl && (int)op >= 0 && op < TRN_FOREACH_OP_COUNT;
 }
 
-static trn_status check_list(trn_stream *stream, const void *desc, const void *tensors, int64_t count,
-                             trn_dtype dtype, const char *fn) {
+static trn_status check_list(trn_stream *stream, const void *desc, const void *tensors,
+                             int64_t count, trn_dtype dtype, const char *fn) {
     if (stream == NULL || desc == NULL) return trn__check_launch(stream, desc, fn);
     if (count < 0 || (count > 0 && tensors == NULL))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: invalid tensor list", fn);
@@ -442,24 +477,26 @@ trn_status trn_foreach_launch(trn_stream *stream, const trn_foreach_desc *d) {
                                d ? d->dtype : TRN_DTYPE_F32, "trn_foreach_launch");
     if (st != TRN_SUCCESS) return st;
     if ((int)d->op < 0 || d->op >= TRN_FOREACH_OP_COUNT)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_foreach_launch: unknown op %d", (int)d->op);
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_foreach_launch: unknown op %d",
+                              (int)d->op);
     if (d->op == TRN_FOREACH_NORM && !(d->ord == 1 || d->ord == 2 || d->ord == INFINITY))
-        return trn__set_error(TRN_ERROR_UNSUPPORTED, "trn_foreach_launch: norm order %g is not supported",
-                              d->ord);
-    const int needs_b = d->op == TRN_FOREACH_ADDCMUL || d->op == TRN_FOREACH_ADDCDIV ||
-                        d->op == TRN_FOREACH_LERP;
+        return trn__set_error(TRN_ERROR_UNSUPPORTED,
+                              "trn_foreach_launch: norm order %g is not supported", d->ord);
+    const int needs_b =
+        d->op == TRN_FOREACH_ADDCMUL || d->op == TRN_FOREACH_ADDCDIV || d->op == TRN_FOREACH_LERP;
     for (int64_t t = 0; t < d->count; t++) {
         const trn_foreach_tensor *x = &d->tensors[t];
-        if (x->n < 0 || (x->n > 0 && (x->out == NULL || (d->op != TRN_FOREACH_ZERO && x->a == NULL) ||
-                                      (needs_b && x->b == NULL) ||
-                                      ((d->op == TRN_FOREACH_ADDCMUL || d->op == TRN_FOREACH_ADDCDIV) &&
-                                       x->c == NULL))))
+        if (x->n < 0 ||
+            (x->n > 0 &&
+             (x->out == NULL || (d->op != TRN_FOREACH_ZERO && x->a == NULL) ||
+              (needs_b && x->b == NULL) ||
+              ((d->op == TRN_FOREACH_ADDCMUL || d->op == TRN_FOREACH_ADDCDIV) && x->c == NULL))))
             return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                                   "trn_foreach_launch: tensor %lld has a NULL operand or bad size",
                                   (long long)t);
         if (d->op == TRN_FOREACH_NORM && x->out == NULL)
-            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_foreach_launch: norm output %lld is NULL",
-                                  (long long)t);
+            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                                  "trn_foreach_launch: norm output %lld is NULL", (long long)t);
     }
     if (d->count == 0) return TRN_SUCCESS;
     fe_args a;
@@ -474,57 +511,63 @@ typedef struct adam_args {
     trn_fused_adam_desc d;  // d.tensors: heap copy, freed by the task
 } adam_args;
 
-static int64_t adam_numel(const void *arr, int64_t t) { return ((const trn_fused_adam_tensor *)arr)[t].n; }
-static int64_t sgd_numel(const void *arr, int64_t t) { return ((const trn_fused_sgd_tensor *)arr)[t].n; }
+static int64_t adam_numel(const void *arr, int64_t t) {
+    return ((const trn_fused_adam_tensor *)arr)[t].n;
+}
+static int64_t sgd_numel(const void *arr, int64_t t) {
+    return ((const trn_fused_sgd_tensor *)arr)[t].n;
+}
 
-#define DEFINE_ADAM(N, C, SQRT)                                                              \
-    static void adam_chunk_##N(const opt_run *r, const fe_chunk *ch) {                       \
-        const trn_fused_adam_desc *d = r->d;                                                  \
-        const trn_fused_adam_tensor *t = &d->tensors[ch->t];                                  \
-        const double step = (double)*t->step;                                                 \
-        const C lr = (C)d->lr, wd = (C)d->weight_decay, eps = (C)d->eps, beta2 = (C)d->beta2;  \
-        const C c1 = (C)(1 - d->beta1), c2 = (C)(1 - d->beta2);                               \
-        const double bc1 = 1 - pow(d->beta1, step);                                           \
-        const C step_size = (C)(d->lr / bc1);                                                 \
-        const C bc2_sqrt = (C)sqrt(1 - pow(d->beta2, step));                                  \
-        C p[BLK], g[BLK], m[BLK], v[BLK], mx[BLK];                                            \
-        for (int64_t b = ch->begin; b < ch->end; b += BLK) {                                  \
-            const int64_t n = ch->end - b < BLK ? ch->end - b : BLK;                          \
-            ld_##N(d->dtype, t->param, b, n, p);                                              \
-            ld_##N(d->dtype, t->grad, b, n, g);                                               \
-            ld_##N(d->dtype, t->exp_avg, b, n, m);                                            \
-            ld_##N(d->dtype, t->exp_avg_sq, b, n, v);                                         \
-            if (d->amsgrad) ld_##N(d->dtype, t->max_exp_avg_sq, b, n, mx);                    \
-            if (r->has_scale) {                                                               \
-                for (int64_t i = 0; i < n; i++) g[i] = g[i] / (C)r->scale;       \
-                st_##N(d->dtype, t->grad, b, n, g);                                           \
-            }                                                                                 \
-            for (int64_t i = 0; i < n; i++) {                                                 \
-                C gv = d->maximize ? -g[i] : g[i];                                            \
-                C pv = p[i];                                                                  \
-                if (wd != 0) {                                                                \
-                    if (d->adamw) pv = pv * ((C)1 - lr * wd);                                 \
-                    else gv = gv + pv * wd;                                                   \
-                }                                                                             \
-                const C ma = m[i];                                                            \
-                m[i] = c1 < (C)0.5 ? ma + c1 * (gv - ma) : gv - (gv - ma) * ((C)1 - c1);      \
-                C va = v[i] * beta2;                                                          \
-                va = va + c2 * gv * gv;                                                       \
-                v[i] = va;                                                                    \
-                C den;                                                                        \
-                if (d->amsgrad) {                                                             \
-                    mx[i] = mx[i] > va ? mx[i] : va;                                          \
-                    den = SQRT(mx[i]) / bc2_sqrt + eps;                                       \
-                } else {                                                                      \
-                    den = SQRT(va) / bc2_sqrt + eps;                                          \
-                }                                                                             \
-                p[i] = pv - step_size * m[i] / den;                                           \
-            }                                                                                 \
-            st_##N(d->dtype, t->param, b, n, p);                                              \
-            st_##N(d->dtype, t->exp_avg, b, n, m);                                            \
-            st_##N(d->dtype, t->exp_avg_sq, b, n, v);                                         \
-            if (d->amsgrad) st_##N(d->dtype, t->max_exp_avg_sq, b, n, mx);                    \
-        }                                                                                     \
+#define DEFINE_ADAM(N, C, SQRT)                                                                    \
+    static void adam_chunk_##N(const opt_run *r, const fe_chunk *ch) {                             \
+        const trn_fused_adam_desc *d = r->d;                                                       \
+        const trn_fused_adam_tensor *t = &d->tensors[ch->t];                                       \
+        const double step = (double)*t->step;                                                      \
+        const C lr = (C)d->lr, wd = (C)d->weight_decay, eps = (C)d->eps, beta2 = (C)d->beta2;      \
+        const C c1 = (C)(1 - d->beta1), c2 = (C)(1 - d->beta2);                                    \
+        const double bc1 = 1 - pow(d->beta1, step);                                                \
+        const C step_size = (C)(d->lr / bc1);                                                      \
+        const C bc2_sqrt = (C)sqrt(1 - pow(d->beta2, step));                                       \
+        C p[BLK], g[BLK], m[BLK], v[BLK], mx[BLK];                                                 \
+        for (int64_t b = ch->begin; b < ch->end; b += BLK) {                                       \
+            const int64_t n = ch->end - b < BLK ? ch->end - b : BLK;                               \
+            ld_##N(d->dtype, t->param, b, n, p);                                                   \
+            ld_##N(d->dtype, t->grad, b, n, g);                                                    \
+            ld_##N(d->dtype, t->exp_avg, b, n, m);                                                 \
+            ld_##N(d->dtype, t->exp_avg_sq, b, n, v);                                              \
+            if (d->amsgrad) ld_##N(d->dtype, t->max_exp_avg_sq, b, n, mx);                         \
+            if (r->has_scale) {                                                                    \
+                for (int64_t i = 0; i < n; i++) g[i] = g[i] / (C)r->scale;                         \
+                st_##N(d->dtype, t->grad, b, n, g);                                                \
+            }                                                                                      \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                C gv = d->maximize ? -g[i] : g[i];                                                 \
+                C pv = p[i];                                                                       \
+                if (wd != 0) {                                                                     \
+                    if (d->adamw)                                                                  \
+                        pv = pv * ((C)1 - lr * wd);                                                \
+                    else                                                                           \
+                        gv = gv + pv * wd;                                                         \
+                }                                                                                  \
+                const C ma = m[i];                                                                 \
+                m[i] = c1 < (C)0.5 ? ma + c1 * (gv - ma) : gv - (gv - ma) * ((C)1 - c1);           \
+                C va = v[i] * beta2;                                                               \
+                va = va + c2 * gv * gv;                                                            \
+                v[i] = va;                                                                         \
+                C den;                                                                             \
+                if (d->amsgrad) {                                                                  \
+                    mx[i] = mx[i] > va ? mx[i] : va;                                               \
+                    den = SQRT(mx[i]) / bc2_sqrt + eps;                                            \
+                } else {                                                                           \
+                    den = SQRT(va) / bc2_sqrt + eps;                                               \
+                }                                                                                  \
+                p[i] = pv - step_size * m[i] / den;                                                \
+            }                                                                                      \
+            st_##N(d->dtype, t->param, b, n, p);                                                   \
+            st_##N(d->dtype, t->exp_avg, b, n, m);                                                 \
+            st_##N(d->dtype, t->exp_avg_sq, b, n, v);                                              \
+            if (d->amsgrad) st_##N(d->dtype, t->max_exp_avg_sq, b, n, mx);                         \
+        }                                                                                          \
     }
 
 DEFINE_ADAM(f, float, sqrtf)
@@ -534,8 +577,10 @@ static void adam_piece(void *ctx, int64_t c0, int64_t c1) {
     const opt_run *r = ctx;
     const trn_fused_adam_desc *d = r->d;
     for (int64_t c = c0; c < c1; c++) {
-        if (d->dtype == TRN_DTYPE_F64) adam_chunk_d(r, &r->chunks[c]);
-        else adam_chunk_f(r, &r->chunks[c]);
+        if (d->dtype == TRN_DTYPE_F64)
+            adam_chunk_d(r, &r->chunks[c]);
+        else
+            adam_chunk_f(r, &r->chunks[c]);
     }
 }
 
@@ -580,9 +625,9 @@ trn_status trn_fused_adam_launch(trn_stream *stream, const trn_fused_adam_desc *
         if (x->n < 0 || x->step == NULL ||
             (x->n > 0 && (!x->param || !x->grad || !x->exp_avg || !x->exp_avg_sq ||
                           (d->amsgrad && !x->max_exp_avg_sq))))
-            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                                  "trn_fused_adam_launch: tensor %lld has a NULL operand or bad size",
-                                  (long long)t);
+            return trn__set_error(
+                TRN_ERROR_INVALID_ARGUMENT,
+                "trn_fused_adam_launch: tensor %lld has a NULL operand or bad size", (long long)t);
     }
     if (d->count == 0) return TRN_SUCCESS;
     adam_args a;
@@ -597,36 +642,36 @@ typedef struct sgd_args {
     trn_fused_sgd_desc d;
 } sgd_args;
 
-#define DEFINE_SGD(N, C)                                                                     \
-    static void sgd_chunk_##N(const opt_run *r, const fe_chunk *ch) {                         \
-        const trn_fused_sgd_desc *d = r->d;                                                   \
-        const trn_fused_sgd_tensor *t = &d->tensors[ch->t];                                   \
-        const C lr = (C)d->lr, wd = (C)d->weight_decay, mom = (C)d->momentum;                 \
-        const C damp = (C)(1 - d->dampening);                                                 \
-        C p[BLK], g[BLK], buf[BLK];                                                           \
-        for (int64_t b = ch->begin; b < ch->end; b += BLK) {                                  \
-            const int64_t n = ch->end - b < BLK ? ch->end - b : BLK;                          \
-            ld_##N(d->dtype, t->param, b, n, p);                                              \
-            ld_##N(d->dtype, t->grad, b, n, g);                                               \
-            if (t->momentum_buffer && !d->is_first_step)                                      \
-                ld_##N(d->dtype, t->momentum_buffer, b, n, buf);                              \
-            if (r->has_scale) {                                                               \
-                for (int64_t i = 0; i < n; i++) g[i] = g[i] / (C)r->scale;       \
-                st_##N(d->dtype, t->grad, b, n, g);                                           \
-            }                                                                                 \
-            for (int64_t i = 0; i < n; i++) {                                                 \
-                C gv = d->maximize ? -g[i] : g[i];                                            \
-                if (wd != 0) gv = gv + p[i] * wd;                                             \
-                if (t->momentum_buffer) {                                                     \
-                    const C bv = d->is_first_step ? gv : buf[i] * mom + gv * damp;            \
-                    buf[i] = bv;                                                              \
-                    gv = d->nesterov ? gv + bv * mom : bv;                                    \
-                }                                                                             \
-                p[i] = p[i] - gv * lr;                                                        \
-            }                                                                                 \
-            st_##N(d->dtype, t->param, b, n, p);                                              \
-            if (t->momentum_buffer) st_##N(d->dtype, t->momentum_buffer, b, n, buf);          \
-        }                                                                                     \
+#define DEFINE_SGD(N, C)                                                                           \
+    static void sgd_chunk_##N(const opt_run *r, const fe_chunk *ch) {                              \
+        const trn_fused_sgd_desc *d = r->d;                                                        \
+        const trn_fused_sgd_tensor *t = &d->tensors[ch->t];                                        \
+        const C lr = (C)d->lr, wd = (C)d->weight_decay, mom = (C)d->momentum;                      \
+        const C damp = (C)(1 - d->dampening);                                                      \
+        C p[BLK], g[BLK], buf[BLK];                                                                \
+        for (int64_t b = ch->begin; b < ch->end; b += BLK) {                                       \
+            const int64_t n = ch->end - b < BLK ? ch->end - b : BLK;                               \
+            ld_##N(d->dtype, t->param, b, n, p);                                                   \
+            ld_##N(d->dtype, t->grad, b, n, g);                                                    \
+            if (t->momentum_buffer && !d->is_first_step)                                           \
+                ld_##N(d->dtype, t->momentum_buffer, b, n, buf);                                   \
+            if (r->has_scale) {                                                                    \
+                for (int64_t i = 0; i < n; i++) g[i] = g[i] / (C)r->scale;                         \
+                st_##N(d->dtype, t->grad, b, n, g);                                                \
+            }                                                                                      \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                C gv = d->maximize ? -g[i] : g[i];                                                 \
+                if (wd != 0) gv = gv + p[i] * wd;                                                  \
+                if (t->momentum_buffer) {                                                          \
+                    const C bv = d->is_first_step ? gv : buf[i] * mom + gv * damp;                 \
+                    buf[i] = bv;                                                                   \
+                    gv = d->nesterov ? gv + bv * mom : bv;                                         \
+                }                                                                                  \
+                p[i] = p[i] - gv * lr;                                                             \
+            }                                                                                      \
+            st_##N(d->dtype, t->param, b, n, p);                                                   \
+            if (t->momentum_buffer) st_##N(d->dtype, t->momentum_buffer, b, n, buf);               \
+        }                                                                                          \
     }
 
 DEFINE_SGD(f, float)
@@ -636,8 +681,10 @@ static void sgd_piece(void *ctx, int64_t c0, int64_t c1) {
     const opt_run *r = ctx;
     const trn_fused_sgd_desc *d = r->d;
     for (int64_t c = c0; c < c1; c++) {
-        if (d->dtype == TRN_DTYPE_F64) sgd_chunk_d(r, &r->chunks[c]);
-        else sgd_chunk_f(r, &r->chunks[c]);
+        if (d->dtype == TRN_DTYPE_F64)
+            sgd_chunk_d(r, &r->chunks[c]);
+        else
+            sgd_chunk_f(r, &r->chunks[c]);
     }
 }
 
@@ -677,9 +724,9 @@ trn_status trn_fused_sgd_launch(trn_stream *stream, const trn_fused_sgd_desc *d)
     for (int64_t t = 0; t < d->count; t++) {
         const trn_fused_sgd_tensor *x = &d->tensors[t];
         if (x->n < 0 || (x->n > 0 && (!x->param || !x->grad)))
-            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                                  "trn_fused_sgd_launch: tensor %lld has a NULL operand or bad size",
-                                  (long long)t);
+            return trn__set_error(
+                TRN_ERROR_INVALID_ARGUMENT,
+                "trn_fused_sgd_launch: tensor %lld has a NULL operand or bad size", (long long)t);
     }
     if (d->count == 0) return TRN_SUCCESS;
     sgd_args a;
