@@ -9,6 +9,17 @@ and a DDP training step. Bus bandwidth follows nccl-tests.
 --ddp-rounds N skips the bandwidth sweep and runs the latency and DDP step
 N times per backend, alternating which backend goes first, and prints each
 round's ratio and their median (one run swings with the machine's load).
+
+--agreement (also part of the full run) times the cross-rank agreement of the
+Gloo transport (TORCH_NEURONX_DIST_TRANSPORT=gloo): before each collective
+every rank all-gathers one 512-byte record (process_group.cpp gloo_agree).
+Its own cost is measured directly, as the same all_gather of a 512-byte CPU
+record on a Gloo group of the same ranks, next to the neuron collectives that
+include it (all_reduce and broadcast, 8 bytes and 4 MiB), and printed as the
+fraction of each collective's time it takes and the collective's slowdown
+(with / without = t / (t - record)). The shared-memory transport has no such
+exchange: its agreement rides in the descriptor every collective already
+exchanges (a few compares per rank), so it has no message of its own to time.
 """
 
 import argparse
@@ -103,7 +114,70 @@ def _rank_main(backend, max_bytes, out):
     dist.destroy_process_group()
 
 
-def _run(backend, world, max_bytes, out):
+AGREE_SIZES = {"8 B": 8, "4 MiB": 4 << 20}
+
+
+def _agree_main(out):
+    """Rank body of --agreement: neuron over the Gloo transport."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("neuron")
+    rank, n = dist.get_rank(), dist.get_world_size()
+    dev = torch.device("neuron", rank)
+    cpu_group = dist.new_group(backend="gloo")  # the same ranks, plain Gloo
+    # The record exchange of gloo_agree, alone: one 512-byte uint8 tensor per
+    # rank, all-gathered into a list of n.
+    rec = torch.zeros(512, dtype=torch.uint8)
+    recs = [torch.empty(512, dtype=torch.uint8) for _ in range(n)]
+
+    def median_us(fn, iters):
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(iters):
+            dist.barrier(group=cpu_group)
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        t = torch.tensor([statistics.median(times)])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=cpu_group)
+        return float(t[0]) * 1e6
+
+    res = {"record_us": median_us(lambda: dist.all_gather(recs, rec, group=cpu_group), 100)}
+    for label, nbytes in AGREE_SIZES.items():
+        x = torch.ones(max(2, nbytes // 4), device=dev)
+        iters = 100 if nbytes < 65536 else 20
+        res[f"all_reduce {label}"] = median_us(lambda: dist.all_reduce(x), iters)
+        res[f"broadcast {label}"] = median_us(lambda: dist.broadcast(x, 0), iters)
+    # The record again, after the collectives (the machine's load drifts).
+    res["record_us"] = min(
+        res["record_us"], median_us(lambda: dist.all_gather(recs, rec, group=cpu_group), 100)
+    )
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(res, f)
+    dist.destroy_process_group()
+
+
+def _agreement(worlds, out):
+    for world in worlds:
+        r = _run(
+            "agree", world, 0, f"{out}.agree.{world}", {"TORCH_NEURONX_DIST_TRANSPORT": "gloo"}
+        )
+        rec = r.pop("record_us")
+        print(
+            f"\n== {world} ranks, Gloo transport: agreement (512-byte record all_gather) "
+            f"{rec:.0f} us =="
+        )
+        print(f"{'collective':>20} {'with check':>11} {'check share':>12} {'with/without':>13}")
+        for name, t in r.items():
+            share = rec / t
+            slowdown = t / (t - rec) if t > rec else float("inf")
+            print(f"{name:>20} {t:>8.0f} us {share:>11.0%} {slowdown:>12.2f}x")
+
+
+def _run(backend, world, max_bytes, out, extra_env=None):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -119,6 +193,7 @@ def _run(backend, world, max_bytes, out):
             MASTER_PORT=str(port),
             OMP_NUM_THREADS="1",
             TORCH_NEURONX_NUM_THREADS="1",
+            **(extra_env or {}),
         )
         procs.append(
             subprocess.Popen(
@@ -175,10 +250,18 @@ def main():
     ap.add_argument("--rank-backend")
     ap.add_argument("--out", default="/tmp/bench_collectives.json")
     ap.add_argument("--ddp-rounds", type=int, default=0)
+    ap.add_argument("--agreement", action="store_true", help="only the agreement's cost")
     a = ap.parse_args()
     max_bytes = a.max_mib << 20
+    worlds = [int(w) for w in a.worlds.split(",")]
+    if a.rank_backend == "agree":
+        _agree_main(a.out)
+        return
     if a.rank_backend:
         _rank_main(a.rank_backend, max_bytes, a.out)
+        return
+    if a.agreement:
+        _agreement(worlds, a.out)
         return
     if a.ddp_rounds:
         _ddp_rounds([int(w) for w in a.worlds.split(",")], a.ddp_rounds, a.out)
@@ -210,6 +293,7 @@ def main():
             f"(speedup {gd / nd:.2f}x); CPU time per step per rank: neuron {nc:.2f} ms, "
             f"gloo-cpu {gc:.2f} ms ({gc / nc:.2f}x)"
         )
+    _agreement(worlds, a.out)
 
 
 if __name__ == "__main__":
