@@ -96,3 +96,103 @@ def test_fallback_out_on_the_cpu_is_refused():
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
         torch.acosh(x, out=o)
     assert o.tolist() == [0.0] * 4
+
+
+# ---- values that differed from CPU (docs/fuzz.md, "Open" before this) ----
+
+
+@pytest.mark.parametrize(
+    "a, b, out_dtype",
+    [
+        # bool + bool is computed in bool (a logical or), then cast: 1, not 2.
+        ([True, True, False], [True, False, False], torch.int64),
+        ([True, True, False], [True, False, False], torch.float16),
+        # int8 wraps in int8 before it is widened: 127 + 1 is -128.
+        ([127, -128, 5], [1, -1, 3], torch.int16),
+        ([127, -128, 5], [1, -1, 3], torch.float32),
+    ],
+)
+@pytest.mark.parametrize("op", [torch.add, torch.mul])
+def test_integer_op_into_a_wider_out_computes_in_the_common_dtype(a, b, out_dtype, op):
+    dtype = torch.bool if isinstance(a[0], bool) else torch.int8
+    if op is torch.add and dtype is torch.int8:
+        a, b = [100, -100, 5], [100, -100, 3]  # overflow in add too
+    results = []
+    for dev in ("cpu", "neuron"):
+        x = torch.tensor(a, dtype=dtype, device=dev).view(3, 1)
+        y = torch.tensor(b, dtype=dtype, device=dev)
+        out = torch.empty(3, 3, dtype=out_dtype, device=dev)
+        op(x, y, out=out)
+        results.append(out.cpu())
+    torch.testing.assert_close(results[1], results[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("align_corners", [True, False])
+def test_interpolate_linear_keeps_infinities(align_corners):
+    # A 1-d op has no h / d taps: ATen's linear kernel gives -inf between -inf
+    # and a finite value, where a 0 * -inf term of the missing dims made NaN.
+    import torch.nn.functional as F
+
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), -2.4, 1.0, float("inf")])
+    for shape, size, mode in [
+        ((1, 1, 6), (9,), "linear"),
+        ((1, 1, 1, 6), (1, 9), "bilinear"),
+        ((1, 1, 6, 1), (9, 1), "bilinear"),
+        ((1, 1, 1, 1, 6), (1, 1, 9), "trilinear"),
+        ((1, 1, 1, 2, 3), (1, 3, 5), "trilinear"),
+    ]:
+        want = F.interpolate(x.view(shape), size=size, mode=mode, align_corners=align_corners)
+        got = F.interpolate(
+            x.view(shape).to("neuron"), size=size, mode=mode, align_corners=align_corners
+        )
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True, msg=f"{mode} {shape}")
+    want = F.interpolate(x.view(1, 1, 6), size=9, mode="linear", align_corners=align_corners)
+    assert torch.isinf(want).sum() >= 2  # the case is the one that matters
+
+
+@pytest.mark.parametrize("self_dtype", [torch.complex64, torch.float32])
+def test_addr_promotes_the_vectors_before_the_outer_product(self_dtype):
+    # CPU computes in the common dtype; outer() of the float16 vectors rounded
+    # to float16 first gave errors of 1e-2 where CPU's are 1e-7.
+    g = torch.Generator().manual_seed(0)
+    m = torch.randn(5, 10, generator=g).to(self_dtype)
+    v1 = (torch.randn(5, generator=g) * 7).half()
+    v2 = (torch.randn(10, generator=g) * 7).half()
+    want = torch.addr(m, v1, v2)
+    got = torch.addr(m.to("neuron"), v1.to("neuron"), v2.to("neuron"))
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-6, atol=1e-5)
+    out = torch.empty(5, 10, dtype=self_dtype, device="neuron")
+    torch.addr(m.to("neuron"), v1.to("neuron"), v2.to("neuron"), out=out)
+    torch.testing.assert_close(out.cpu(), want, rtol=1e-6, atol=1e-5)
+
+
+UNSET_POLYNOMIALS = [
+    "chebyshev_polynomial_u",
+    "chebyshev_polynomial_w",
+    "shifted_chebyshev_polynomial_u",
+    "shifted_chebyshev_polynomial_w",
+    "laguerre_polynomial_l",
+    "legendre_polynomial_p",
+]
+
+
+@pytest.mark.parametrize("name", UNSET_POLYNOMIALS)
+def test_polynomial_of_nan_is_nan(name):
+    # CPU's recurrence returns a local it never set for a NaN x and n >= 2
+    # (a different garbage value per call); neuron runs that kernel through
+    # the fallback and sets those lanes to NaN. Other lanes are CPU's.
+    fn = getattr(torch.special, name)
+    nan = float("nan")
+    x = torch.tensor([nan, nan, nan, nan, 0.25, -0.5, float("inf")]).view(7, 1)
+    n = torch.tensor([0.0, 1.0, 2.0, 3.5, 7.0, -1.0])
+    got = fn(x.to("neuron"), n.to("neuron")).cpu()
+    want = fn(x, n)
+    lanes = torch.isnan(x) & (n >= 2)
+    assert torch.isnan(got[lanes.expand_as(got)]).all()
+    torch.testing.assert_close(got[~lanes], want[~lanes], equal_nan=True)
+    out = torch.empty(7, 6, device="neuron")
+    fn(x.to("neuron"), n.to("neuron"), out=out)
+    torch.testing.assert_close(out.cpu(), got, equal_nan=True, rtol=0, atol=0)
+    # The scalar overloads reach the same kernels.
+    assert torch.isnan(fn(x.to("neuron"), 3).cpu()[:4]).all()

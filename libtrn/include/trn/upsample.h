@@ -57,6 +57,11 @@ typedef struct trn_upsample_desc {
     //           dst = grad of the input [planes, in_size] (overwritten)
     const void *src;
     void *dst;
+    // The op's number of spatial dims (1 linear, 2 bilinear, 3 trilinear;
+    // 0 counts as 3): the outer d / h dims an op lacks (size 1) carry no
+    // linear tap of weight 0, whose 0 * inf would turn a 1-d op's -inf into
+    // NaN where ATen's 1-d kernel has no such tap.
+    int spatial_dims;
 } trn_upsample_desc;
 
 trn_status trn_upsample_launch(trn_stream *stream, const trn_upsample_desc *desc);

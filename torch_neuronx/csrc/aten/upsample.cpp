@@ -50,6 +50,7 @@ trn_upsample_desc describe(at::IntArrayRef input_size, at::IntArrayRef output_si
     d.mode = mode;
     d.align_corners = align_corners;
     d.planes = input_size[0] * input_size[1];
+    d.spatial_dims = static_cast<int>(sp);
     bool ok = true;
     for (int k = 0; k < 3; ++k) {
         d.in_size[k] = d.out_size[k] = 1;

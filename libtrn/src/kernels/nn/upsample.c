@@ -168,16 +168,19 @@ static trn_status build_tables(const trn_upsample_desc *d, int backward, up_tabl
 #define DEFINE_UP(E, N, T, C, V, LD, ST)                                                           \
     /* Bilinear of one (h, w) plane at output row oh, column ow. */                                \
     static inline C bil_##N(const T *x, int64_t IW, const int64_t *ih, const int64_t *iw,          \
-                            const double *lh, const double *lw, int64_t oh, int64_t ow) {          \
+                            const double *lh, const double *lw, int64_t oh, int64_t ow,            \
+                            int no_h) {                                                            \
         const T *r0 = x + ih[2 * oh] * IW, *r1 = x + ih[2 * oh + 1] * IW;                          \
         const C h0 = (C)lh[2 * oh], h1 = (C)lh[2 * oh + 1];                                        \
         const int64_t w0 = iw[2 * ow], w1 = iw[2 * ow + 1];                                        \
         const C a = (C)lw[2 * ow], b = (C)lw[2 * ow + 1];                                          \
+        if (no_h) return h0 * (a * (C)LD(r0[w0]) + b * (C)LD(r0[w1]));                             \
         return h0 * (a * (C)LD(r0[w0]) + b * (C)LD(r0[w1])) +                                      \
                h1 * (a * (C)LD(r1[w0]) + b * (C)LD(r1[w1]));                                       \
     }                                                                                              \
-    /* Linear forward over d, h, w (nearest forward is copy_<size> below). A d    \
-       tap of weight 0 on the same plane (2-d ops, in == out) is skipped. */                \
+    /* Linear forward over d, h, w (nearest forward is copy_<size> below). The   \
+       d / h taps of a dim the op lacks (spatial_dims) are skipped: ATen's     \
+       1-d / 2-d kernels have no 0 * x term there (0 * inf is NaN). */                 \
     static void fwd_##N(void *ctx, int64_t p0, int64_t p1) {                                       \
         const up_run *run = ctx;                                                                   \
         const trn_upsample_desc *d = &run->a->d;                                                   \
@@ -185,20 +188,22 @@ static trn_status build_tables(const trn_upsample_desc *d, int backward, up_tabl
         const int64_t OD = d->out_size[0], OH = d->out_size[1], OW = d->out_size[2];               \
         const int64_t *id = run->t.idx[0], *ih = run->t.idx[1], *iw = run->t.idx[2];               \
         const double *ld = run->t.lam[0], *lh = run->t.lam[1], *lw = run->t.lam[2];                \
+        const int rank = d->spatial_dims > 0 ? d->spatial_dims : 3;                                \
+        const int no_h = rank < 2;                                                                 \
         for (int64_t p = p0; p < p1; p++) {                                                        \
             const T *x = (const T *)d->src + p * ID * IH * IW;                                     \
             T *y = (T *)d->dst + p * OD * OH * OW;                                                 \
             for (int64_t od = 0; od < OD; od++) {                                                  \
                 const T *x0 = x + id[2 * od] * IH * IW, *x1 = x + id[2 * od + 1] * IH * IW;        \
                 const C t0 = (C)ld[2 * od], t1 = (C)ld[2 * od + 1];                                \
-                const int one = t1 == 0 && x0 == x1;                                               \
+                const int one = rank < 3;                                                          \
                 T *yp = y + od * OH * OW;                                                          \
                 for (int64_t oh = 0; oh < OH; oh++)                                                \
                     for (int64_t ow = 0; ow < OW; ow++) {                                          \
-                        const C v0 = bil_##N(x0, IW, ih, iw, lh, lw, oh, ow);                      \
-                        yp[oh * OW + ow] =                                                         \
-                            ST(one ? v0 * t0                                                       \
-                                   : t0 * v0 + t1 * bil_##N(x1, IW, ih, iw, lh, lw, oh, ow));      \
+                        const C v0 = bil_##N(x0, IW, ih, iw, lh, lw, oh, ow, no_h);                \
+                        yp[oh * OW + ow] = ST(                                                     \
+                            one ? v0 * t0                                                          \
+                                : t0 * v0 + t1 * bil_##N(x1, IW, ih, iw, lh, lw, oh, ow, no_h));   \
                     }                                                                              \
             }                                                                                      \
         }                                                                                          \

@@ -550,6 +550,12 @@ typedef struct ew_args {
     trn_dtype in_dtype[3];
     // How a tensor input of another dtype is cast once loaded (in_cast_block).
     unsigned char in_cast[3];
+    // How the result is cast to the compute dtype before it is stored to an
+    // output of another dtype (out_cast_block): an integer op computed in a
+    // narrower dtype than int64 (bool, int8..int32) into, say, an int64 or
+    // float16 `out=`. ATen's TensorIterator computes in the common dtype and
+    // casts on store, so bool + bool into int64 is 1 (logical or), not 2.
+    unsigned char out_cast;
     union {
         float f;
         double d;
@@ -650,6 +656,17 @@ static void in_cast_block(int mode, const trn_sc_ctx *ctx, int n, void *buf) {
     }
 }
 
+// A result block wrapped to the integer compute dtype (OUT_WRAP) or made
+// 0 / 1 for a bool compute dtype (OUT_BOOL); see ew_args.out_cast.
+enum { OUT_NONE, OUT_WRAP, OUT_BOOL };
+
+static void out_cast_block(int mode, const trn_sc_ctx *ctx, int n, int64_t *v) {
+    if (mode == OUT_BOOL)
+        for (int i = 0; i < n; i++) v[i] = v[i] != 0;
+    else if (mode == OUT_WRAP)
+        in_cast_block(CAST_WRAP, ctx, n, v);
+}
+
 // Runs n <= BLOCK elements of one row; pointers and byte strides given.
 // j0: linear index of the first element.
 static bool run_block(const ew_args *a, block_fn fn, char *out, int64_t os, const char *const in[3],
@@ -675,9 +692,10 @@ static bool run_block(const ew_args *a, block_fn fn, char *out, int64_t os, cons
         if (zero) return false;
     }
     const bool direct = a->out_dtype == (ops[a->op].pred ? TRN_DTYPE_BOOL : nat) &&
-                        os == (int64_t)(ops[a->op].pred ? 1 : cs);
+                        os == (int64_t)(ops[a->op].pred ? 1 : cs) && !a->out_cast;
     void *obuf = direct ? (void *)out : tmp[3];
     fn(n, obuf, buf[0], buf[1], buf[2], &a->ctx);
+    if (a->out_cast) out_cast_block(a->out_cast, &a->ctx, n, obuf);
     if (a->add16) add16_body(a, obuf, buf[0], buf[1], n, j0);
     // Beyond 2^19 pi/2 the inline three-part reduction is no longer exact.
     if (a->fam == FAM_F && (a->op == TRN_EW_SIN || a->op == TRN_EW_COS || a->op == TRN_EW_TAN)) {
@@ -724,7 +742,7 @@ static void ew_range(void *vrun, int64_t begin, int64_t end) {
     const size_t cs = compute_size(a->fam);
     const trn_dtype nat = native_of(a->fam);
     bool unstaged = a->out_dtype == (ops[a->op].pred ? TRN_DTYPE_BOOL : nat) &&
-                    ostr[inner] == (int64_t)(ops[a->op].pred ? 1 : cs);
+                    ostr[inner] == (int64_t)(ops[a->op].pred ? 1 : cs) && !a->out_cast;
     for (int k = 0; k < a->arity; k++)
         unstaged = unstaged && !a->is_scalar[k] && a->in_dtype[k] == nat && !a->in_cast[k] &&
                    istr[k][inner] == (int64_t)cs;
@@ -966,6 +984,10 @@ trn_status trn_ew_launch(trn_stream *stream, const trn_ew_desc *desc) {
         }
     }
     if (opmath) a.ctx.round16 = 0;
+    if (a.fam == FAM_I && !info->pred && a.out_dtype != desc->dtype)
+        a.out_cast = desc->dtype == TRN_DTYPE_BOOL ? OUT_BOOL
+                     : a.ctx.bits < 64             ? OUT_WRAP
+                                                   : OUT_NONE;
     if ((op == TRN_EW_ADD || op == TRN_EW_SUB) && a.fam == FAM_F && a.ctx.round16) {
         // ATen casts alpha to the 16-bit type, and so a scalar operand
         // (TensorIterator casts it to the common dtype). Its vector body needs
