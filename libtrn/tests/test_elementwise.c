@@ -203,6 +203,22 @@ static void test_integer_semantics(void) {
     trn_status st = run1d(TRN_EW_DIV_TRUNC, TRN_DTYPE_I64, TRN_DTYPE_I64, 2, out, a, z, NULL, NULL);
     CHECK_INT(st, TRN_ERROR_INVALID_ARGUMENT);
     CHECK(strstr(trn_last_error(), "ZeroDivisionError") != NULL);
+    // Computed in a narrow integer dtype, stored to a wider output: the result
+    // is that dtype's (TensorIterator computes in the common dtype, then casts
+    // on store). bool + bool is a logical or (1, not 2); int8 wraps first.
+    const uint8_t ta[] = {1, 1, 0}, tb[] = {1, 0, 0};
+    int64_t o64[3];
+    CHECK_OK(run1d(TRN_EW_ADD, TRN_DTYPE_BOOL, TRN_DTYPE_I64, 3, o64, ta, tb, NULL, one));
+    CHECK(o64[0] == 1 && o64[1] == 1 && o64[2] == 0);
+    float of[3];
+    CHECK_OK(run1d(TRN_EW_ADD, TRN_DTYPE_BOOL, TRN_DTYPE_F32, 3, of, ta, tb, NULL, one));
+    CHECK(of[0] == 1.0f && of[1] == 1.0f && of[2] == 0.0f);
+    const int8_t p8[] = {100, -100, 5}, q8[] = {100, -100, 3};
+    int16_t o16[3];
+    CHECK_OK(run1d(TRN_EW_ADD, TRN_DTYPE_I8, TRN_DTYPE_I16, 3, o16, p8, q8, NULL, one));
+    CHECK(o16[0] == -56 && o16[1] == 56 && o16[2] == 8);
+    CHECK_OK(run1d(TRN_EW_MUL, TRN_DTYPE_I8, TRN_DTYPE_F32, 3, of, p8, q8, NULL, NULL));
+    CHECK(of[0] == 16.0f && of[1] == 16.0f && of[2] == 15.0f);
     // Shifts on int8: out-of-range counts follow ATen.
     const int8_t s8[] = {-128, 64, 1, -1}, c8[] = {1, 1, 8, 9};
     int8_t o8[4];

@@ -19,7 +19,7 @@ static double frand(unsigned *s) {
 
 static trn_upsample_desc desc1d(trn_upsample_mode m, int64_t in, int64_t out, const void *src,
                                 void *dst) {
-    trn_upsample_desc d = {TRN_DTYPE_F32, m, 0, 1, {1, 1, in}, {1, 1, out}, {0, 0, 0}, src, dst};
+    trn_upsample_desc d = {TRN_DTYPE_F32, m, 0, 1, {1, 1, in}, {1, 1, out}, {0, 0, 0}, src, dst, 1};
     return d;
 }
 
@@ -48,7 +48,7 @@ static void test_positions(void) {
     const float x2[2] = {10, 20};
     float y3[3], y4[4];
     trn_upsample_desc b = {
-        TRN_DTYPE_F32, TRN_UPSAMPLE_BILINEAR, 1, 1, {1, 1, 2}, {1, 1, 3}, {0, 0, 0}, x2, y3};
+        TRN_DTYPE_F32, TRN_UPSAMPLE_BILINEAR, 1, 1, {1, 1, 2}, {1, 1, 3}, {0, 0, 0}, x2, y3, 1};
     CHECK_OK(trn_upsample_launch(g_stream, &b));
     CHECK_OK(trn_stream_synchronize(g_stream));
     CHECK(y3[0] == 10 && y3[1] == 15 && y3[2] == 20);
@@ -58,6 +58,26 @@ static void test_positions(void) {
     CHECK_OK(trn_upsample_launch(g_stream, &b));
     CHECK_OK(trn_stream_synchronize(g_stream));
     CHECK(y4[0] == 10 && y4[1] == 12.5 && y4[2] == 17.5 && y4[3] == 20);
+}
+
+// Infinities through linear: a 1-d op (spatial_dims 1) has no h / d taps,
+// so -inf between -inf and -2 stays -inf (ATen's linear kernel); the same
+// sizes as a 2-d op keep the h tap of weight 0 (ATen's bilinear: 0 * inf is
+// NaN there too).
+static void test_linear_infinities(void) {
+    const float x[4] = {-INFINITY, -2.0f, 1.0f, INFINITY};
+    float y[5];
+    trn_upsample_desc d = desc1d(TRN_UPSAMPLE_BILINEAR, 4, 5, x, y);
+    d.align_corners = 1;
+    CHECK_OK(trn_upsample_launch(g_stream, &d));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    // sources 0, 0.75, 1.5, 2.25, 3: -inf, -inf, -0.5, +inf, 1 * inf + 0 * inf
+    CHECK(y[0] == -INFINITY && y[1] == -INFINITY && y[2] == -0.5f && y[3] == INFINITY);
+    CHECK(isnan(y[4]));
+    d.spatial_dims = 2;
+    CHECK_OK(trn_upsample_launch(g_stream, &d));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    CHECK(isnan(y[0]) && isnan(y[1]) && y[2] == -0.5f && isnan(y[3]));
 }
 
 // <up(x), g> == <x, up_backward(g)> for one configuration, float64.
@@ -72,7 +92,7 @@ static void check_adjoint(trn_upsample_mode m, int align, const int64_t in[3],
     for (int64_t i = 0; i < no; i++) g[i] = frand(&s);
     trn_upsample_desc d = {
         TRN_DTYPE_F64, m, align, P, {in[0], in[1], in[2]}, {out[0], out[1], out[2]},
-        {0, 0, 0},     x, y};
+        {0, 0, 0},     x, y,     3};
     CHECK_OK(trn_upsample_launch(g_stream, &d));
     d.src = g;
     d.dst = gi;
@@ -112,7 +132,7 @@ static void test_bicubic(void) {
     double x[6 * 6], y[11 * 11];
     for (int i = 0; i < 36; i++) x[i] = 2.5;
     trn_upsample_desc d = {
-        TRN_DTYPE_F64, TRN_UPSAMPLE_BICUBIC, 1, 1, {1, 6, 6}, {1, 11, 11}, {0, 0, 0}, x, y};
+        TRN_DTYPE_F64, TRN_UPSAMPLE_BICUBIC, 1, 1, {1, 6, 6}, {1, 11, 11}, {0, 0, 0}, x, y, 2};
     CHECK_OK(trn_upsample_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     double worst = 0;
@@ -139,7 +159,7 @@ static void test_bf16(void) {
     uint16_t g[4], gi[1];
     for (int i = 0; i < 4; i++) g[i] = trn_float_to_bf16(1.0f + 1.0f / 128);
     trn_upsample_desc d = {
-        TRN_DTYPE_BF16, TRN_UPSAMPLE_NEAREST, 0, 1, {1, 1, 1}, {1, 2, 2}, {0, 0, 0}, g, gi};
+        TRN_DTYPE_BF16, TRN_UPSAMPLE_NEAREST, 0, 1, {1, 1, 1}, {1, 2, 2}, {0, 0, 0}, g, gi, 2};
     CHECK_OK(trn_upsample_backward_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     CHECK(trn_bf16_to_float(gi[0]) == 4.0f + 4.0f / 128);
@@ -168,5 +188,5 @@ static void test_errors(void) {
     trn_clear_error();
 }
 
-TEST_MAIN_DEFAULT_STREAM(test_positions, test_bicubic, test_backward_adjoint, test_bf16,
-                         test_errors)
+TEST_MAIN_DEFAULT_STREAM(test_positions, test_linear_infinities, test_bicubic,
+                         test_backward_adjoint, test_bf16, test_errors)
