@@ -93,6 +93,7 @@ bench: build
 	$(PY) bench/bench_moe.py
 	cmake --build build/cmake --target trn_bench_stream && build/cmake/libtrn/trn_bench_stream
 	$(PY) bench/bench_collectives.py
+	cmake --build build/cmake --target trn_bench_comm_agree && build/cmake/libtrn/trn_bench_comm_agree
 	$(PY) bench/bench_compile.py
 	$(PY) bench/bench_nki.py
 
