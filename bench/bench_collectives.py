@@ -15,11 +15,13 @@ Gloo transport (TORCH_NEURONX_DIST_TRANSPORT=gloo): before each collective
 every rank all-gathers one 512-byte record (process_group.cpp gloo_agree).
 Its own cost is measured directly, as the same all_gather of a 512-byte CPU
 record on a Gloo group of the same ranks, next to the neuron collectives that
-include it (all_reduce and broadcast, 8 bytes and 4 MiB), and printed as the
-fraction of each collective's time it takes and the collective's slowdown
-(with / without = t / (t - record)). The shared-memory transport has no such
-exchange: its agreement rides in the descriptor every collective already
-exchanges (a few compares per rank), so it has no message of its own to time.
+include it (all_reduce and broadcast, 8 bytes and 4 MiB), the two timed
+alternately (medians, so the machine's load drifts over both alike), and
+printed as the fraction of each collective's time it takes and the
+collective's slowdown (with / without = t / (t - record)). The shared-memory
+transport has no such exchange: its agreement rides in the descriptor every
+collective already exchanges; bench/c/comm_agree.c (trn_bench_comm_agree)
+times those collectives with and without it.
 """
 
 import argparse
@@ -131,29 +133,35 @@ def _agree_main(out):
     rec = torch.zeros(512, dtype=torch.uint8)
     recs = [torch.empty(512, dtype=torch.uint8) for _ in range(n)]
 
-    def median_us(fn, iters):
-        for _ in range(3):
-            fn()
-        times = []
-        for _ in range(iters):
-            dist.barrier(group=cpu_group)
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        t = torch.tensor([statistics.median(times)])
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=cpu_group)
-        return float(t[0]) * 1e6
+    def timed(fn):
+        dist.barrier(group=cpu_group)
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
 
-    res = {"record_us": median_us(lambda: dist.all_gather(recs, rec, group=cpu_group), 100)}
+    def record():
+        dist.all_gather(recs, rec, group=cpu_group)
+
+    def interleaved_us(fn, iters):
+        """Medians (us) of the record alone and of fn, timed alternately so
+        the machine's load drifts over both alike; the maximum over ranks."""
+        for _ in range(3):
+            record()
+            fn()
+        r, c = [], []
+        for _ in range(iters):
+            r.append(timed(record))
+            c.append(timed(fn))
+        t = torch.tensor([statistics.median(r), statistics.median(c)])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=cpu_group)
+        return float(t[0]) * 1e6, float(t[1]) * 1e6
+
+    res = {}
     for label, nbytes in AGREE_SIZES.items():
         x = torch.ones(max(2, nbytes // 4), device=dev)
         iters = 100 if nbytes < 65536 else 20
-        res[f"all_reduce {label}"] = median_us(lambda: dist.all_reduce(x), iters)
-        res[f"broadcast {label}"] = median_us(lambda: dist.broadcast(x, 0), iters)
-    # The record again, after the collectives (the machine's load drifts).
-    res["record_us"] = min(
-        res["record_us"], median_us(lambda: dist.all_gather(recs, rec, group=cpu_group), 100)
-    )
+        res[f"all_reduce {label}"] = interleaved_us(lambda: dist.all_reduce(x), iters)
+        res[f"broadcast {label}"] = interleaved_us(lambda: dist.broadcast(x, 0), iters)
     if rank == 0:
         with open(out, "w") as f:
             json.dump(res, f)
@@ -165,16 +173,14 @@ def _agreement(worlds, out):
         r = _run(
             "agree", world, 0, f"{out}.agree.{world}", {"TORCH_NEURONX_DIST_TRANSPORT": "gloo"}
         )
-        rec = r.pop("record_us")
+        print(f"\n== {world} ranks, Gloo transport: the agreement (512-byte record all_gather) ==")
         print(
-            f"\n== {world} ranks, Gloo transport: agreement (512-byte record all_gather) "
-            f"{rec:.0f} us =="
+            f"{'collective':>20} {'with check':>11} {'record':>10} {'check share':>12} "
+            f"{'with/without':>13}"
         )
-        print(f"{'collective':>20} {'with check':>11} {'check share':>12} {'with/without':>13}")
-        for name, t in r.items():
-            share = rec / t
-            slowdown = t / (t - rec) if t > rec else float("inf")
-            print(f"{name:>20} {t:>8.0f} us {share:>11.0%} {slowdown:>12.2f}x")
+        for name, (rec, t) in r.items():
+            ratio = f"{t / (t - rec):12.2f}x" if t > rec else f"{'n/a':>13}"
+            print(f"{name:>20} {t:>8.0f} us {rec:>7.0f} us {rec / t:>11.0%} {ratio}")
 
 
 def _run(backend, world, max_bytes, out, extra_env=None):
