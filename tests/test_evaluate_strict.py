@@ -97,6 +97,12 @@ CASES = {
         "NeuronStrictError",
         ["more than one device per process"],
     ),
+    "nccl": (
+        {"MASTER_PORT": None},
+        "nccl",
+        "NeuronStrictError",
+        ["init_process_group(backend='nccl'): nccl does not exist on Trainium"],
+    ),
     "alltoall": (
         {"MASTER_PORT": None},
         "alltoall",
@@ -118,7 +124,7 @@ def test_strict_trips_at_the_planted_line(case, tmp_path):
         assert w in err["message"], (w, err["message"])
     assert "TorchNeuron:" in err["message"]  # the documented limit is cited
     # (A process-group call TorchNeuron lacks is also a fidelity finding.)
-    also = ["pg_alltoall"] if case == "alltoall" else []
+    also = {"alltoall": ["pg_alltoall"], "nccl": ["pg_backend"]}.get(case, [])
     assert sorted((f["kind"], f["location"]) for f in report["findings"]) == sorted(
         (k, plant(PROGRAM, kind)) for k in ["error"] + also
     )

@@ -33,6 +33,9 @@ elif case == "runtime_init":
     dist.init_process_group("neuron", rank=rank, world_size=world)  # PLANT-runtime_init
 elif case == "one_core":
     dist.init_process_group("neuron", rank=rank, world_size=world)  # PLANT-one_core
+elif case == "nccl":
+    # A CUDA script's process group, unchanged.
+    dist.init_process_group("nccl", rank=rank, world_size=world)  # PLANT-nccl
 elif case == "alltoall":
     dist.init_process_group("neuron", rank=rank, world_size=world)
     x = torch.arange(2 * world, dtype=torch.float32, device="neuron")
