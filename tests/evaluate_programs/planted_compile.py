@@ -12,7 +12,7 @@ class Net(nn.Module):
         self.b = nn.Linear(8, 1)
 
     def forward(self, x):
-        h = torch.relu(self.a(x))
+        h = torch.relu(self.a(x))  # PLANT-first_op (of forward: where the recompile is reported)
         torch._dynamo.graph_break()  # PLANT-graph_break
         return self.b(h).mean()
 

@@ -3,7 +3,10 @@
 Owner: the wrappers put around the public functions of ``torch.sparse``,
 ``torch.nested``, ``torch.func``, ``torch.fft``, ``torch.distributions``
 (every ``Distribution`` construction) and ``torch.distributed``'s
-point-to-point calls and ``init_process_group`` (its backend). A call is
+point-to-point calls, ``init_process_group`` (its backend), ``barrier`` on a
+group other than the default one and ``all_to_all_single`` with split sizes
+TorchNeuron rejects; in strict mode also ``set_device`` / ``device_count``
+(strict_devices.py: one visible core per rank). A call is
 recorded only when the caller is the user's code (PyTorch's own internal
 uses are not the program's), with the source line and the documented limit.
 ``uninstall()`` restores every attribute.
@@ -152,10 +155,92 @@ class ApiWatch:
                 watch.process_groups.append(
                     {"backend": None if backend is None else str(backend), "location": where}
                 )
-                return ipg(*args, **kwargs)
+                if watch.strict is not None:
+                    watch.strict.process_group(None if backend is None else str(backend), where)
+                out = ipg(*args, **kwargs)
+                if watch.strict is not None and (backend is None or "neuron" in str(backend)):
+                    watch.strict.devices.joined_process_group()
+                return out
 
             self._patch(dist, "init_process_group", init_pg)
+            self._patch_collectives(dist)
+        if self.strict is not None:
+            self._patch_devices()
         return self
+
+    def _patch_collectives(self, dist) -> None:
+        from . import strict_devices as sd
+
+        watch = self
+        barrier, a2a = dist.barrier, dist.all_to_all_single
+
+        @functools.wraps(barrier)
+        def barrier_(*args, **kwargs):
+            where = _caller()
+            group = kwargs.get("group", args[0] if args else None)
+            if where is not None and sd.barrier_unsupported(group):
+                watch.record("pg_barrier", "torch.distributed.barrier(group=<subgroup>)", where)
+            return barrier(*args, **kwargs)
+
+        @functools.wraps(a2a)
+        def a2a_(output, input, output_split_sizes=None, input_split_sizes=None, *args, **kwargs):
+            where = _caller()
+            group = kwargs.get("group", args[0] if args else None)
+            if (
+                where is not None
+                and (sd.uneven_split(output_split_sizes) or sd.uneven_split(input_split_sizes))
+                and sd.neuron_group(group)
+            ):
+                watch.record(
+                    "pg_alltoall",
+                    f"torch.distributed.all_to_all_single(split sizes "
+                    f"{list(input_split_sizes or [])} / {list(output_split_sizes or [])})",
+                    where,
+                )
+            return a2a(output, input, output_split_sizes, input_split_sizes, *args, **kwargs)
+
+        self._patch(dist, "barrier", barrier_)
+        self._patch(dist, "all_to_all_single", a2a_)
+
+    def _patch_devices(self) -> None:
+        """Strict mode: set_device of an index the process cannot see fails
+        at the call, and device_count() is 1 once the rank joined a neuron
+        process group (what TorchNeuron reports then)."""
+        import torch_neuronx
+        from torch_neuronx import neuron
+
+        checks = self.strict
+        set_device, count = neuron.set_device, neuron.device_count
+
+        @functools.wraps(set_device)
+        def set_device_(device):
+            where = _caller()
+            if isinstance(device, int):
+                index = device
+            else:
+                d = torch.device(device) if isinstance(device, str) else device
+                index = d.index if isinstance(d, torch.device) and d.type == "neuron" else None
+            if index is not None:
+                checks.device_index(index, lambda: where)
+            return set_device(device)
+
+        @functools.wraps(count)
+        def device_count_():
+            return 1 if checks.devices.distributed else count()
+
+        for owner in (neuron, torch_neuronx):
+            self._patch(owner, "set_device", set_device_)
+            self._patch(owner, "device_count", device_count_)
+        acc = getattr(torch, "accelerator", None)
+        if acc is not None and hasattr(acc, "device_count"):
+            acc_count = acc.device_count
+            self._patch(
+                acc,
+                "device_count",
+                functools.wraps(acc_count)(
+                    lambda: 1 if checks.devices.distributed else acc_count()
+                ),
+            )
 
     def uninstall(self) -> None:
         for owner, attr, old in reversed(self._saved):

@@ -68,6 +68,9 @@ def main(argv=None) -> int:
         os.environ["TORCH_NEURONX_STRICT"] = "1"
         os.environ["TORCH_NEURONX_NATIVE_FLOAT64"] = "0"
         os.environ["TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"] = "1"
+        from . import strict_devices
+
+        strict_devices.configure()  # the device count of a Trn2 under this environment
     try:
         from . import devmap
 

@@ -12,7 +12,9 @@ import math
 
 _CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
 h1{font-size:1.5em}h2{border-bottom:1px solid #ccc;margin-top:1.6em}table{border-collapse:collapse;margin:.5em 0}
-td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f4f4f4}
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
+td.u{overflow-wrap:anywhere;min-width:12em}
+table.fx{table-layout:fixed;width:100%}table.fx td{overflow-wrap:anywhere;min-width:0}th{background:#f4f4f4}
 .ok{color:#1a7f37}.bad{color:#c62828}.muted{color:#777}code{background:#f6f6f6;padding:0 3px}
 svg text{font:11px sans-serif}"""
 
@@ -52,7 +54,15 @@ def _lines(series: dict, title: str, w=640, h=260) -> str:
     for j, (name, p) in enumerate(pts):
         c = colors[j % len(colors)]
         d = " ".join(f"{sx(i):.1f},{sy(v):.1f}" for i, v in p)
-        out.append(f'<polyline fill="none" stroke="{c}" stroke-width="2" points="{d}"/>')
+        # Curves that agree lie on each other: each later one is thinner and
+        # dashed, so every curve stays visible where they coincide.
+        width, dash = (
+            (6, "") if j == 0 else (3.5, "") if j == 1 else (1.5, ' stroke-dasharray="6 4"')
+        )
+        out.append(
+            f'<polyline fill="none" stroke="{c}" stroke-width="{width}" stroke-opacity="0.85"{dash} '
+            f'points="{d}"/>'
+        )
         out += [f'<circle cx="{sx(i):.1f}" cy="{sy(v):.1f}" r="2.5" fill="{c}"/>' for i, v in p]
         out.append(f'<text x="{x0 + pw - 120}" y="{y0 + 14 + 14 * j}" fill="{c}">{e(name)}</text>')
     out.append("</svg>")
@@ -68,9 +78,11 @@ def _bars(items: list, title: str, unit: str = "", log=False, highlight=(), w=76
     if log:
         floor = 1e-12
         vals = [math.log10(max(v, floor)) for _, v in items]
-        lo = min(vals)
+        # (The axis starts at the smallest nonzero value: zeros do not stretch it.)
+        lo = min((lv for lv, (_, v) in zip(vals, items) if v > 0), default=0.0)
         span = max(1e-9, max(vals) - lo + 1)
-        scale = [(v - lo + 1) / span for v in vals]
+        # (An exact zero has no bar: log scale has no place for it.)
+        scale = [(lv - lo + 1) / span if v > 0 else 0.0 for lv, (_, v) in zip(vals, items)]
     else:
         top = max(v for _, v in items) or 1.0
         scale = [v / top for _, v in items]
@@ -90,12 +102,24 @@ def _bars(items: list, title: str, unit: str = "", log=False, highlight=(), w=76
     return "".join(out)
 
 
-def _table(rows: list, cols: list) -> str:
+def _table(rows: list, cols: list, widths: "list[int] | None" = None) -> str:
+    """``widths`` (percent per column): a fixed layout the page's width, for
+    tables of long prose that would otherwise run past it."""
     if not rows:
         return "<p class=muted>none</p>"
     head = "".join(f"<th>{e(c)}</th>" for c, _ in cols)
-    body = "".join("<tr>" + "".join(f"<td>{e(f(r))}</td>" for _, f in cols) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(_cell(f(r)) for _, f in cols) + "</tr>" for r in rows)
+    if widths:
+        cg = "".join(f'<col style="width:{w}%">' for w in widths)
+        return f"<table class=fx><colgroup>{cg}</colgroup><tr>{head}</tr>{body}</table>"
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _cell(x) -> str:
+    # Only cells holding addresses or paths may break anywhere (a long URL or
+    # file:line would otherwise widen the table past the page; words must not).
+    text = e(x)
+    return f"<td class=u>{text}</td>" if "/" in text else f"<td>{text}</td>"
 
 
 def render(r: dict) -> str:
@@ -184,7 +208,8 @@ def render(r: dict) -> str:
             )
         )
         H.append(
-            _table(
+            "<h3>Ops that diverge</h3>"
+            + _table(
                 num.get("divergences", []),
                 [
                     ("op", lambda d: d["op"]),
@@ -264,13 +289,16 @@ def render(r: dict) -> str:
             " s",
         )
     )
-    H.append(f"<p>Peak device memory: {p['peak_memory_bytes']} bytes.</p>")
+    H.append(
+        f"<p>Peak device memory: {p['peak_memory_bytes']} bytes "
+        f"({p['peak_memory_bytes'] / 2**20:.1f} MiB).</p>"
+    )
     H.append(
         _table(
             p["hbm"],
             [
                 ("one logical NeuronCore", lambda h: h["name"]),
-                ("HBM bytes", lambda h: h["bytes"]),
+                ("HBM", lambda h: f"{h['bytes'] / 2**30:.1f} GiB"),
                 ("peak share", lambda h: f"{100 * h['share']:.3g}%"),
                 ("fits", lambda h: "yes" if h["fits"] else "NO"),
                 ("source", lambda h: h["source"]),
@@ -290,6 +318,7 @@ def render(r: dict) -> str:
                 ("documented limit", lambda f: f.get("limit")),
                 ("citation", lambda f: f.get("source")),
             ],
+            widths=[10, 11, 20, 16, 8, 19, 16],
         )
     )
     cost = r.get("cost", {})

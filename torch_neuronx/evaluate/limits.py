@@ -15,6 +15,15 @@ _ENV = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/reference/
 _DIST = (
     "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/guides/torch-distributed.html"
 )
+_MODULE = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/reference/api/torch-neuron-module.html"
+_BACKEND = (
+    "[R] torch_neuronx/distributed/backend.py (_neuron_runtime_setup, barrier, alltoall_base) in "
+    "github.com/parmoham-aws/test-repo-parmoham@98154b8, the source torchneuron.md reads"
+)
+_LNC_PAGE = (
+    "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-features/"
+    "logical-neuroncore-config.html"
+)
 _TABLE = "https://github.com/aws-neuron/torch-neuronx/blob/main/docs/torch_api_compatibility.md"
 
 # key -> (what TorchNeuron documents, where)
@@ -74,6 +83,42 @@ LIMITS: dict[str, tuple[str, str]] = {
         "Distributed training on Neuron uses init_process_group(backend='neuron') with one process "
         "per logical NeuronCore",
         _DIST,
+    ),
+    "device_index": (
+        "device_count() counts the logical NeuronCores the process sees (NEURON_RT_VISIBLE_CORES, "
+        "NEURON_LOGICAL_NC_CONFIG); one process per logical core in distributed training, where "
+        "each rank sees only its own core as neuron:0",
+        f"{_MODULE} ; {_DIST} ; {_BACKEND}",
+    ),
+    "device_config": (
+        "Trn2 logical core configuration: NEURON_LOGICAL_NC_CONFIG 1 or 2 (default 2: 4 logical "
+        "cores per chip), at most 16 chips (trn2.48xlarge)",
+        _LNC_PAGE,
+    ),
+    "pg_runtime_init": (
+        "init_process_group(backend='neuron') asserts that the Neuron runtime was not initialized "
+        "before it (create the process group before moving anything to the device)",
+        _BACKEND,
+    ),
+    "pg_one_core": (
+        "In distributed training each process uses exactly one logical NeuronCore "
+        "(init_process_group asserts it)",
+        f"{_DIST} ; {_BACKEND}",
+    ),
+    "pg_backend_unavailable": (
+        "Distributed training on Neuron uses init_process_group(backend='neuron'); NCCL, MPI and "
+        "UCC do not exist on Trainium",
+        _DIST,
+    ),
+    "pg_barrier": (
+        "ProcessGroupNeuron's barrier is implemented only for the default group "
+        "(NotImplementedError otherwise)",
+        _BACKEND,
+    ),
+    "pg_alltoall": (
+        "ProcessGroupNeuron's all_to_all_single supports only split sizes None or all ones "
+        "(NotImplementedError: 'Only even split sizes are supported')",
+        f"torchneuron.md §4 (alltoall/alltoall_base: only certain split sizes) ; {_BACKEND}",
     ),
     "channels_last": (
         "Convolutions on channels_last inputs are rejected",

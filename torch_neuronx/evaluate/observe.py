@@ -188,7 +188,11 @@ class EagerObserver(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not self.active or not on_neuron(args, kwargs):
+        if not on_neuron(args, kwargs):
+            return func(*args, **kwargs)
+        if self.strict is not None:
+            self.strict.device_op(kwargs, lambda: user_frame(3))
+        if not self.active:
             return func(*args, **kwargs)
         c0 = _C._counters(-2)["cpu_fallbacks"]
         t0 = time.perf_counter()
