@@ -1,0 +1,312 @@
+"""Worker functions of tests/test_compile_distributed.py, one process per
+rank (run by tests/_dist_harness.py): distributed programs compiled with
+backend="neuron" (DDP, FSDP2, SimpleFSDP-style + tensor parallel with
+activation checkpointing) against single-process CPU references and their
+eager neuron runs."""
+
+import os
+import sys
+import traceback
+
+import torch
+import torch.distributed as dist
+
+import torch_neuronx  # noqa: F401
+
+STEPS = 3
+
+
+def rank_world():
+    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+
+def main():
+    fn = globals()[os.environ["DIST_FN"]]
+    try:
+        fn()
+    except BaseException:
+        traceback.print_exc()
+        sys.stdout.flush()
+        os._exit(1)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def _setup():
+    rank, world = rank_world()
+    dist.init_process_group("neuron")
+    dev = torch.device("neuron", rank)
+    torch.neuron.set_device(dev)
+    return rank, world, dev
+
+
+class Block(torch.nn.Module):
+    """Linear -> GELU -> Linear, weights from a fixed seed."""
+
+    def __init__(self, seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.fc1, self.fc2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+
+
+class Net(torch.nn.Module):
+    """Two blocks; ``ac`` runs each under torch.utils.checkpoint (recomputed
+    in the backward, inside the compiled region)."""
+
+    def __init__(self, seed=0, ac=False):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block(seed), Block(seed + 1)])
+        self.ac = ac
+
+    def forward(self, x):
+        for b in self.blocks:
+            if self.ac:
+                x = torch.utils.checkpoint.checkpoint(b, x, use_reentrant=False)
+            else:
+                x = b(x)
+        return x
+
+
+def _model(seed=0, ac=False):
+    return Net(seed, ac)
+
+
+def _data(world, per_rank=4):
+    g = torch.Generator().manual_seed(123)
+    return [
+        (torch.randn(world * per_rank, 8, generator=g), torch.randn(world * per_rank, 8, generator=g))
+        for _ in range(STEPS)
+    ]
+
+
+def _reference(data, lr=0.1):
+    """Single-process CPU training on the full batches: losses, final params."""
+    m = _model()
+    opt = torch.optim.SGD(m.parameters(), lr=lr)
+    losses = []
+    for x, y in data:
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(m(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, {k: v.detach() for k, v in m.state_dict().items()}
+
+
+def _global_loss(local_loss, group=None):
+    t = local_loss.detach().clone()
+    dist.all_reduce(t, op=dist.ReduceOp.AVG, group=group)
+    return t.item()
+
+
+def _no_fallback():
+    from torch_neuronx._compile.metrics import get_dynamo_metrics
+
+    m = get_dynamo_metrics()
+    assert m["fallback_graphs"] == 0, m
+    return m
+
+
+def _train(step_fn, data, stance_after=1):
+    """Runs step_fn over the data; steps after the first must not recompile."""
+    losses = []
+    for i, (x, y) in enumerate(data):
+        if i == stance_after:
+            torch.compiler.set_stance("fail_on_recompile")
+        losses.append(step_fn(x, y))
+    torch.compiler.set_stance("default")
+    return losses
+
+
+def _check(losses, params, ref_losses, ref_params, tol=1e-5):
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=tol, atol=tol)
+    for k, v in params.items():
+        torch.testing.assert_close(v, ref_params[k], rtol=tol, atol=tol)
+
+
+def ddp_compiled():
+    """DDP over a compiled model: DDPOptimizer splits the graph at bucket
+    boundaries; the reducer's allreduces overlap the backward graphs."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank, world, dev = _setup()
+    data = _data(world)
+    ref_losses, ref_params = _reference(data)
+    per = data[0][0].shape[0] // world
+
+    # DDPOptimizer sizes its first bucket by this constant (1 MiB) and
+    # requires it <= the bucket cap: lowered so a tiny model splits.
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 500
+
+    def run(compiled):
+        torch._dynamo.reset()
+        m = DDP(_model().to(dev), bucket_cap_mb=0.0005)  # several buckets
+        fwd = torch.compile(m, backend="neuron") if compiled else m
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+
+        def step(x, y):
+            opt.zero_grad()
+            xs, ys = x[rank * per : (rank + 1) * per].to(dev), y[rank * per : (rank + 1) * per].to(dev)
+            loss = torch.nn.functional.mse_loss(fwd(xs), ys)
+            loss.backward()
+            opt.step()
+            return _global_loss(loss)
+
+        losses = _train(step, data)
+        return losses, {k: v.cpu() for k, v in m.module.state_dict().items()}
+
+    eager = run(False)
+    compiled = run(True)
+    m = _no_fallback()
+    assert m["graphs"] >= 2, m  # the DDP split: one graph per bucket, or more
+    _check(*compiled, ref_losses, ref_params)
+    _check(*compiled, eager[0], eager[1])
+    print("rank", rank, "ddp ok", m)
+    dist.destroy_process_group()
+
+
+def fsdp2_compiled():
+    """FSDP2 (fully_shard per block and at the root) with each block compiled:
+    FSDP's all-gathers and reduce-scatters run in its hooks around the graphs."""
+    from torch.distributed.fsdp import fully_shard
+
+    rank, world, dev = _setup()
+    data = _data(world)
+    ref_losses, ref_params = _reference(data)
+    per = data[0][0].shape[0] // world
+
+    def run(compiled):
+        torch._dynamo.reset()
+        m = _model().to(dev)
+        for blk in m.blocks:
+            fully_shard(blk)
+            if compiled:
+                blk.compile(backend="neuron")
+        fully_shard(m)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+
+        def step(x, y):
+            opt.zero_grad()
+            xs, ys = x[rank * per : (rank + 1) * per].to(dev), y[rank * per : (rank + 1) * per].to(dev)
+            loss = torch.nn.functional.mse_loss(m(xs), ys)
+            loss.backward()
+            opt.step()
+            return _global_loss(loss)
+
+        losses = _train(step, data)
+        return losses, {k: v.full_tensor().cpu() for k, v in m.state_dict().items()}
+
+    eager = run(False)
+    compiled = run(True)
+    m = _no_fallback()
+    _check(*compiled, ref_losses, ref_params)
+    _check(*compiled, eager[0], eager[1])
+    print("rank", rank, "fsdp2 ok", m)
+    dist.destroy_process_group()
+
+
+class _ReplicateCompute(torch.nn.Module):
+    """SimpleFSDP's parametrization: a parameter is stored as a DTensor
+    sharded over the data-parallel mesh dimension (Shard(0) there, its tensor
+    parallel placement on the other); reading it all-gathers the dp dimension
+    (a functional collective inside the compiled graph) and marks its
+    gradient Partial(avg) over dp, which the backward turns into a
+    reduce-scatter. With tensor parallelism the result is a DTensor on the
+    tp mesh, as parallelize_module's layers expect."""
+
+    def __init__(self, tp_mesh):
+        super().__init__()
+        self.tp_mesh = tp_mesh
+
+    def forward(self, p):
+        from torch.distributed.tensor import DTensor, Partial, Replicate
+
+        tp = list(p.placements[1:])
+        local = p.redistribute(p.device_mesh, [Replicate(), *tp]).to_local(
+            grad_placements=[Partial("avg"), *tp]
+        )
+        if self.tp_mesh is None:
+            return local
+        return DTensor.from_local(local, self.tp_mesh, tp, run_check=False)
+
+
+def _simple_fsdp(module, mesh, tp_mesh):
+    """Shards every parameter of `module`'s leaf modules over mesh["dp"]:
+    each module's class gets a property per parameter name that runs the
+    parametrization on the stored shard (Dynamo traces properties; the
+    stored DTensor stays the optimizer's parameter)."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+
+    par = _ReplicateCompute(tp_mesh)
+    for mod in list(module.modules()):
+        names = [n for n, _ in mod.named_parameters(recurse=False)]
+        if not names:
+            continue
+        for n in names:
+            p = mod._parameters[n]
+            full = p.full_tensor() if isinstance(p, DTensor) else p.data
+            tp = list(p.placements) if isinstance(p, DTensor) else [Replicate()]
+            mod._parameters[n] = torch.nn.Parameter(
+                distribute_tensor(full.detach(), mesh, [Shard(0), *tp])
+            )
+        props = {n: property(lambda self, n=n: par(self._parameters[n])) for n in names}
+        mod.__class__ = type(f"SimpleFSDP{type(mod).__name__}", (type(mod),), props)
+
+
+def simple_fsdp_tp():
+    """SimpleFSDP-style data parallelism (parameters all-gathered inside the
+    compiled region, gradients reduce-scattered by its backward) with tensor
+    parallelism (ColwiseParallel / RowwiseParallel) and activation
+    checkpointing, all compiled. Meshes (dp, tp) per DIST_ARGS, e.g. "2x1,1x2"."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    rank, world, dev = _setup()
+    shapes = [tuple(int(v) for v in s.split("x")) for s in os.environ["DIST_ARGS"].split(",")]
+    for dp, tp in shapes:
+        assert dp * tp == world
+        mesh = init_device_mesh("neuron", (dp, tp), mesh_dim_names=("dp", "tp"))
+        dp_rank = mesh["dp"].get_local_rank()
+        data = _data(dp)
+        ref_losses, ref_params = _reference(data)
+        per = data[0][0].shape[0] // dp
+
+        def run(compiled):
+            torch._dynamo.reset()
+            m = _model(ac=True).to(dev)
+            tp_mesh = None
+            if tp > 1:
+                tp_mesh = mesh["tp"]
+                for b in m.blocks:
+                    parallelize_module(
+                        b, tp_mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
+                    )
+            _simple_fsdp(m, mesh, tp_mesh)
+            fwd = torch.compile(m, backend="neuron", fullgraph=True) if compiled else m
+            opt = torch.optim.SGD(m.parameters(), lr=0.1)
+
+            def step(x, y):
+                opt.zero_grad()
+                sl = slice(dp_rank * per, (dp_rank + 1) * per)
+                loss = torch.nn.functional.mse_loss(fwd(x[sl].to(dev)), y[sl].to(dev))
+                loss.backward()
+                opt.step()
+                return _global_loss(loss)
+
+            losses = _train(step, data)
+            return losses, {k: v.full_tensor().cpu() for k, v in m.named_parameters()}
+
+        eager = run(False)
+        compiled = run(True)
+        m = _no_fallback()
+        _check(*compiled, ref_losses, ref_params)
+        _check(*compiled, eager[0], eager[1])
+        print("rank", rank, f"simple_fsdp dp={dp} tp={tp} ok", m)
+    dist.destroy_process_group()
