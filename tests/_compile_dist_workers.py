@@ -77,7 +77,10 @@ def _model(seed=0, ac=False):
 def _data(world, per_rank=4):
     g = torch.Generator().manual_seed(123)
     return [
-        (torch.randn(world * per_rank, 8, generator=g), torch.randn(world * per_rank, 8, generator=g))
+        (
+            torch.randn(world * per_rank, 8, generator=g),
+            torch.randn(world * per_rank, 8, generator=g),
+        )
         for _ in range(STEPS)
     ]
 
@@ -149,7 +152,10 @@ def ddp_compiled():
 
         def step(x, y):
             opt.zero_grad()
-            xs, ys = x[rank * per : (rank + 1) * per].to(dev), y[rank * per : (rank + 1) * per].to(dev)
+            xs, ys = (
+                x[rank * per : (rank + 1) * per].to(dev),
+                y[rank * per : (rank + 1) * per].to(dev),
+            )
             loss = torch.nn.functional.mse_loss(fwd(xs), ys)
             loss.backward()
             opt.step()
@@ -190,7 +196,10 @@ def fsdp2_compiled():
 
         def step(x, y):
             opt.zero_grad()
-            xs, ys = x[rank * per : (rank + 1) * per].to(dev), y[rank * per : (rank + 1) * per].to(dev)
+            xs, ys = (
+                x[rank * per : (rank + 1) * per].to(dev),
+                y[rank * per : (rank + 1) * per].to(dev),
+            )
             loss = torch.nn.functional.mse_loss(m(xs), ys)
             loss.backward()
             opt.step()
@@ -309,4 +318,64 @@ def simple_fsdp_tp():
         _check(*compiled, ref_losses, ref_params)
         _check(*compiled, eager[0], eager[1])
         print("rank", rank, f"simple_fsdp dp={dp} tp={tp} ok", m)
+    dist.destroy_process_group()
+
+
+def functional_collectives():
+    """Each functional collective inside one compiled graph, against the same
+    function run eagerly (bit-for-bit: the same collective engine, the same
+    reduction order), with independent work between start and wait."""
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch_neuronx._compile.metrics import get_dynamo_metrics
+
+    rank, world, dev = _setup()
+    g = dist.group.WORLD
+
+    def f(x, w):
+        y = x * 2 + 1
+        a = funcol.all_reduce(y, "sum", g)
+        z = torch.relu(w @ w.t())  # independent of the collectives
+        b = funcol.all_gather_single(x, 0, g)
+        c = funcol.reduce_scatter_single(b * 3, "avg", 0, g)
+        d = funcol.all_to_all_single(x.reshape(-1), None, None, g)
+        e = funcol.all_reduce_coalesced([x, y], "max", g)
+        f_ = funcol.broadcast(y, 1, g)
+        return a + 1, z, b.sum(0), c, d, e[0] - e[1], f_
+
+    x = torch.arange(8.0 * world, device=dev).reshape(world * 2, 4) * (rank + 1) - 3
+    w = torch.randn(4, 4, generator=torch.Generator().manual_seed(0)).to(dev)
+    eager = f(x, w)
+    cf = torch.compile(f, backend="neuron", fullgraph=True)
+    for i in range(3):
+        if i == 1:
+            torch.compiler.set_stance("fail_on_recompile")
+        out = cf(x + i, w)
+        ref = f(x + i, w)
+        for e, o in zip(ref, out):
+            assert torch.equal(e.cpu(), o.cpu()), (e, o)
+    torch.compiler.set_stance("default")
+    for e, o in zip(eager, cf(x, w)):
+        assert torch.equal(e.cpu(), o.cpu()), (e, o)
+    m = _no_fallback()
+    assert m["collectives"] == 6, m  # one lowering each, not one per call
+
+    # DTensor redistribution inside a compiled graph: Shard(0) -> Shard(1)
+    # (all-to-all), -> Replicate (all-gather), Partial -> Replicate.
+    mesh = init_device_mesh("neuron", (world,))
+
+    def redist(t):
+        s1 = t.redistribute(mesh, [Shard(1)])
+        r = s1.redistribute(mesh, [Replicate()])
+        return s1.to_local() * 2, r.to_local() + 1
+
+    full = torch.arange(world * 2 * world * 3.0).reshape(world * 2, world * 3)
+    dt = DTensor.from_local(full[rank * 2 : (rank + 1) * 2].to(dev), mesh, [Shard(0)])
+    want = redist(dt)
+    got = torch.compile(redist, backend="neuron", fullgraph=True)(dt)
+    for e, o in zip(want, got):
+        assert torch.equal(e.cpu(), o.cpu()), (e, o)
+    assert torch.equal(got[1].cpu(), full + 1)
+    print("rank", rank, "functional collectives ok", get_dynamo_metrics())
     dist.destroy_process_group()
