@@ -125,6 +125,9 @@ def _train(step_fn, data, stance_after=1):
 
 
 def _check(losses, params, ref_losses, ref_params, tol=1e-5):
+    """Against a CPU reference (tol 1e-5: another reduction order) or the
+    eager neuron run (tol 1e-6: the collectives are bit-for-bit, the
+    compiled GELU and SGD kernels differ from eager by an ulp at most)."""
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=tol, atol=tol)
     for k, v in params.items():
         torch.testing.assert_close(v, ref_params[k], rtol=tol, atol=tol)
@@ -169,7 +172,7 @@ def ddp_compiled():
     m = _no_fallback()
     assert m["graphs"] >= 2, m  # the DDP split: one graph per bucket, or more
     _check(*compiled, ref_losses, ref_params)
-    _check(*compiled, eager[0], eager[1])
+    _check(*compiled, eager[0], eager[1], tol=1e-6)
     print("rank", rank, "ddp ok", m)
     dist.destroy_process_group()
 
@@ -212,7 +215,7 @@ def fsdp2_compiled():
     compiled = run(True)
     m = _no_fallback()
     _check(*compiled, ref_losses, ref_params)
-    _check(*compiled, eager[0], eager[1])
+    _check(*compiled, eager[0], eager[1], tol=1e-6)
     print("rank", rank, "fsdp2 ok", m)
     dist.destroy_process_group()
 
@@ -316,7 +319,7 @@ def simple_fsdp_tp():
         compiled = run(True)
         m = _no_fallback()
         _check(*compiled, ref_losses, ref_params)
-        _check(*compiled, eager[0], eager[1])
+        _check(*compiled, eager[0], eager[1], tol=1e-6)
         print("rank", rank, f"simple_fsdp dp={dp} tp={tp} ok", m)
     dist.destroy_process_group()
 

@@ -88,3 +88,58 @@ def test_reorder_leaves_in_place_collectives():
     before = [n.name for n in g.nodes]
     _reorder(g, next(n for n in g.nodes if n.op == "call_function"))
     assert [n.name for n in g.nodes] == before
+
+
+@pytest.mark.parametrize("selective", [False, True])
+def test_checkpoint_compiled_single_device(selective):
+    """torch.utils.checkpoint inside the compiled region on one device (the
+    partitioner recomputes the region in the backward), and selective
+    checkpointing (a policy saving the matmuls): gradients equal the eager
+    run's and the CPU's."""
+    import functools
+
+    from torch.utils.checkpoint import (
+        CheckpointPolicy,
+        checkpoint,
+        create_selective_checkpoint_contexts,
+    )
+
+    from torch_neuronx._compile.metrics import get_dynamo_metrics, reset_dynamo_metrics
+
+    def policy(ctx, op, *args, **kwargs):
+        if op in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    torch.manual_seed(0)
+    fc1, fc2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
+
+    def block(x):
+        return fc2(torch.nn.functional.gelu(fc1(x))).tanh()
+
+    def f(x):
+        kw = {}
+        if selective:
+            kw["context_fn"] = functools.partial(create_selective_checkpoint_contexts, policy)
+        return checkpoint(block, x, use_reentrant=False, **kw).sum()
+
+    x = torch.randn(4, 8)
+    f(x).backward()
+    cpu_grads = [p.grad.clone() for p in (*fc1.parameters(), *fc2.parameters())]
+    fc1.to("neuron"), fc2.to("neuron")
+
+    def grads(fn):
+        for p in (*fc1.parameters(), *fc2.parameters()):
+            p.grad = None
+        fn(x.to("neuron")).backward()
+        return [p.grad.cpu() for p in (*fc1.parameters(), *fc2.parameters())]
+
+    torch._dynamo.reset()
+    reset_dynamo_metrics()
+    eager = grads(f)
+    compiled = grads(torch.compile(f, backend="neuron", fullgraph=True))
+    m = get_dynamo_metrics()
+    assert m["fallback_graphs"] == 0 and m["graphs"] == 2, m  # forward and backward
+    for e, c, r in zip(eager, compiled, cpu_grads):
+        torch.testing.assert_close(c, e, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(c, r, rtol=1e-5, atol=1e-5)
