@@ -32,7 +32,7 @@ import operator
 import torch
 
 from . import metrics
-from .lower_core import register
+from .lower_core import UnsupportedOpError, meta, register
 
 _fn = torch.ops._c10d_functional
 
@@ -62,6 +62,12 @@ _EXTRA = tuple(
     for op in (getattr(getattr(torch.ops, "_dtensor", None), "shard_dim_alltoall", None),)
     if op is not None
 )
+
+
+def _tensors(m):
+    if isinstance(m, torch.Tensor):
+        return [m]
+    return [t for t in m if isinstance(t, torch.Tensor)] if isinstance(m, (list, tuple)) else []
 
 
 def _is_start(n: torch.fx.Node) -> bool:
@@ -138,6 +144,15 @@ def _reorder(graph: torch.fx.Graph, cur: torch.fx.Node) -> None:
 
 
 def _lower_collective(L, node, *args, **kwargs):
+    for t in _tensors(meta(node)):
+        # The start's result is written by the group's thread until the wait:
+        # the runtime must hand it on as it is (a declared layout it does not
+        # have would be fixed by a copy, reading it too early).
+        if not t.is_contiguous():
+            raise UnsupportedOpError(
+                f"neuron compiler: {node.target} (FX node '{node.name}') has a non-contiguous "
+                f"result {tuple(t.shape)} / {tuple(t.stride())}"
+            )
     if not getattr(L, "_collectives_reordered", False):
         L._collectives_reordered = True
         _reorder(L.gm.graph, node)
