@@ -143,3 +143,37 @@ def test_checkpoint_compiled_single_device(selective):
     for e, c, r in zip(eager, compiled, cpu_grads):
         torch.testing.assert_close(c, e, rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(c, r, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 8])
+def test_reorder_prefetch_depth(monkeypatch, depth):
+    """A start moves at most `depth` collectives ahead of the program's order
+    (TORCH_NEURONX_COLLECTIVE_PREFETCH): SimpleFSDP's per-layer gathers of a
+    deep model do not all start (and hold every full parameter) at once."""
+    from torch_neuronx._compile.lower_collective import _reorder
+
+    monkeypatch.setenv("TORCH_NEURONX_COLLECTIVE_PREFETCH", str(depth))
+    fn, aten = torch.ops._c10d_functional, torch.ops.aten
+    starts, waits = [], []
+
+    def build(g, x):
+        h = x
+        for _ in range(4):  # a layer: gather its weight, use it
+            starts.append(g.call_function(fn.all_gather_into_tensor.default, (x, 2, "0")))
+            waits.append(g.call_function(fn.wait_tensor.default, (starts[-1],)))
+            h = g.call_function(aten.mm.default, (h, waits[-1]))
+        return (h,)
+
+    g = _graph(build)
+    _reorder(g, starts[0])
+    g.lint()
+    pos = {n: i for i, n in enumerate(g.nodes)}
+    for k in range(1, 4):
+        if k >= depth:  # issued after the wait of the start `depth` earlier
+            assert pos[starts[k]] > pos[waits[k - depth]], (k, [n.name for n in g.nodes])
+        else:  # issued right behind the previous start
+            assert pos[starts[k]] == pos[starts[k - 1]] + 1, (k, [n.name for n in g.nodes])
+    nodes = list(g.nodes)
+    for k in range(4):  # each wait before its layer's matmul, only starts between
+        between = nodes[pos[waits[k]] + 1 : pos[next(iter(waits[k].users))]]
+        assert all(n in starts for n in between), (k, [n.name for n in g.nodes])

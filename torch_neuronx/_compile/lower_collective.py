@@ -11,8 +11,9 @@ overlaps them. The compiler's steps follow the FX node order, and Dynamo
 puts each wait right after its start, so before the first collective is
 lowered the rest of the graph is reordered for overlap: each start moves up
 to just after its inputs are computed (starts keep their relative order: every
-rank issues the same collectives in the same order), each wait moves down to
-just before its first user.
+rank issues the same collectives in the same order), but at most
+TORCH_NEURONX_COLLECTIVE_PREFETCH collectives ahead of the program's order;
+each wait moves down to just before its first user.
 
 A wait never moves past a node that writes memory in place (a ``copy_`` into
 a graph input, an in-place collective): the collective may still be reading
@@ -28,6 +29,7 @@ lower.py imports this module; the Lowerer's host steps do the running
 from __future__ import annotations
 
 import operator
+import os
 
 import torch
 
@@ -62,6 +64,18 @@ _EXTRA = tuple(
     for op in (getattr(getattr(torch.ops, "_dtensor", None), "shard_dim_alltoall", None),)
     if op is not None
 )
+
+
+def prefetch_depth() -> int:
+    """TORCH_NEURONX_COLLECTIVE_PREFETCH: how many collectives ahead of the
+    program's order a collective may start (default 2; at least 1)."""
+    v = os.environ.get("TORCH_NEURONX_COLLECTIVE_PREFETCH", "").strip()
+    try:
+        return max(1, int(v)) if v else 2
+    except ValueError:
+        raise ValueError(
+            f"TORCH_NEURONX_COLLECTIVE_PREFETCH={v!r}: expected a whole number of collectives"
+        ) from None
 
 
 def _tensors(m):
@@ -101,13 +115,26 @@ def _reorder(graph: torch.fx.Graph, cur: torch.fx.Node) -> None:
     rest = nodes[first:]
     if not any(_is_start(n) for n in rest) and not any(n.target is _WAIT for n in rest):
         return
-    # Starts up: just after the latest of their inputs, the previous start
-    # and cur. The position is tracked through the moves with a list.
+    # Starts up: just after the latest of their inputs, the previous start,
+    # cur, and the wait of the start `depth` collectives earlier in program
+    # order (each collective is issued at most `depth` collectives ahead of
+    # where the program issued it: SimpleFSDP's gathers of a deep model
+    # would otherwise all start, and hold every full parameter, at once).
+    # The position is tracked through the moves with a list.
+    depth = prefetch_depth()
     order = nodes[:first]
     anchor = cur
+    issued = [cur]  # starts in program order (cur first)
+    gates: dict = {}  # wait -> the starts that must stay behind it
     for n in rest:
         if _is_start(n):
             deps = set(n.all_input_nodes)
+            if len(issued) >= depth:
+                back = issued[-depth]
+                wait = next((u for u in back.users if u.target is _WAIT), None)
+                gate = wait if wait is not None and wait in order else back
+                deps.add(gate)
+                gates.setdefault(gate, set()).add(n)
             at = max(
                 [order.index(anchor)] + [order.index(d) for d in deps if d in order],
             )
@@ -118,16 +145,17 @@ def _reorder(graph: torch.fx.Graph, cur: torch.fx.Node) -> None:
                     at = i
             order.insert(at + 1, n)
             anchor = n
+            issued.append(n)
         else:
             order.append(n)
-    # Waits down: just before the first user, or the first in-place writer
-    # after the wait, whichever comes first.
+    # Waits down: just before the first user, the first in-place writer or
+    # the first start held behind this wait, whichever comes first.
     for w in [n for n in order if n.op == "call_function" and n.target is _WAIT]:
         if _start_of(w) is None:
             continue
         i = order.index(w)
         j = i + 1
-        users = set(w.users)
+        users = set(w.users) | gates.get(w, set())
         while j < len(order) and order[j] not in users and not _writes(order[j]):
             if order[j].op == "output":
                 break
