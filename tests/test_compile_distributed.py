@@ -23,8 +23,15 @@ def test_fsdp2_compiled_blocks():
     _run("fsdp2_compiled", 2)
 
 
-def test_functional_collectives_in_graph():
-    _run("functional_collectives", 2)
+@pytest.mark.parametrize("world,transport", [(2, "auto"), (4, "auto"), (2, "gloo")])
+def test_functional_collectives_in_graph(world, transport):
+    check_ranks(
+        "functional_collectives",
+        world,
+        {"TORCH_NEURONX_DIST_TRANSPORT": transport},
+        timeout=240,
+        module="_compile_dist_workers",
+    )
 
 
 @pytest.mark.parametrize("world,meshes", [(2, "2x1,1x2"), (4, "2x2")])
