@@ -15,12 +15,14 @@ def _run(fn, world, timeout=240, args=""):
     return check_ranks(fn, world, timeout=timeout, args=args, module="_compile_dist_workers")
 
 
-def test_ddp_compiled():
-    _run("ddp_compiled", 2)
+@pytest.mark.parametrize("world", [2, 4])
+def test_ddp_compiled(world):
+    _run("ddp_compiled", world)
 
 
-def test_fsdp2_compiled_blocks():
-    _run("fsdp2_compiled", 2)
+@pytest.mark.parametrize("world", [2, 4])
+def test_fsdp2_compiled_blocks(world):
+    _run("fsdp2_compiled", world)
 
 
 @pytest.mark.parametrize("world,transport", [(2, "auto"), (4, "auto"), (2, "gloo")])
