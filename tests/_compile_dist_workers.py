@@ -382,3 +382,36 @@ def functional_collectives():
     assert torch.equal(got[1].cpu(), full + 1)
     print("rank", rank, "functional collectives ok", get_dynamo_metrics())
     dist.destroy_process_group()
+
+
+def ddp_python_reducer():
+    """DDP with compiled autograd and DDP's Python reducer
+    (optimize_ddp="python_reducer"): the gradient allreduces are functional
+    collectives inside the compiled backward graph."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank, world, dev = _setup()
+    data = _data(world)
+    ref_losses, ref_params = _reference(data)
+    per = data[0][0].shape[0] // world
+    torch._dynamo.config.optimize_ddp = "python_reducer"
+    m = DDP(_model().to(dev))
+    fwd = torch.compile(m, backend="neuron")
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+
+    def step(x, y):
+        opt.zero_grad()
+        xs, ys = x[rank * per : (rank + 1) * per].to(dev), y[rank * per : (rank + 1) * per].to(dev)
+        loss = torch.nn.functional.mse_loss(fwd(xs), ys)
+        with torch._dynamo.compiled_autograd._enable(torch.compile(backend="neuron")):
+            loss.backward()
+        opt.step()
+        return _global_loss(loss)
+
+    losses = _train(step, data)
+    params = {k: v.cpu() for k, v in m.module.state_dict().items()}
+    m_ = _no_fallback()
+    assert m_["collectives"] > 0, m_
+    _check(losses, params, ref_losses, ref_params)
+    print("rank", rank, "ddp python reducer ok", m_)
+    dist.destroy_process_group()

@@ -20,6 +20,11 @@ def test_ddp_compiled(world):
     _run("ddp_compiled", world)
 
 
+def test_ddp_compiled_autograd_python_reducer():
+    """The gradient allreduces inside the compiled backward graph."""
+    _run("ddp_python_reducer", 2)
+
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_fsdp2_compiled_blocks(world):
     _run("fsdp2_compiled", world)
