@@ -362,7 +362,12 @@ def functional_collectives():
     for e, o in zip(eager, cf(x, w)):
         assert torch.equal(e.cpu(), o.cpu()), (e, o)
     m = _no_fallback()
-    assert m["collectives"] == 6, m  # one lowering each, not one per call
+    if os.environ.get("DIST_ARGS") == "warm":
+        # A second process on the same cache directory: the graph (and its
+        # collectives' host steps) comes from the warm entry, nothing lowered.
+        assert m["warm_graphs"] == 1 and m["lowerings"] == 0, m
+    else:
+        assert m["collectives"] == 6, m  # one lowering each, not one per call
 
     # DTensor redistribution inside a compiled graph: Shard(0) -> Shard(1)
     # (all-to-all), -> Replicate (all-gather), Partial -> Replicate.

@@ -11,8 +11,16 @@ import torch
 from _dist_harness import check_ranks
 
 
-def _run(fn, world, timeout=240, args=""):
-    return check_ranks(fn, world, timeout=timeout, args=args, module="_compile_dist_workers")
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    # A cold cache directory per test (the ranks share it): each test lowers
+    # its graphs, whatever ran before.
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _run(fn, world, timeout=240, args="", env=None):
+    return check_ranks(fn, world, env, timeout=timeout, args=args, module="_compile_dist_workers")
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -32,13 +40,14 @@ def test_fsdp2_compiled_blocks(world):
 
 @pytest.mark.parametrize("world,transport", [(2, "auto"), (4, "auto"), (2, "gloo")])
 def test_functional_collectives_in_graph(world, transport):
-    check_ranks(
-        "functional_collectives",
-        world,
-        {"TORCH_NEURONX_DIST_TRANSPORT": transport},
-        timeout=240,
-        module="_compile_dist_workers",
-    )
+    _run("functional_collectives", world, env={"TORCH_NEURONX_DIST_TRANSPORT": transport})
+
+
+def test_functional_collectives_warm_start():
+    """A second job on the same cache directory loads the graph, its
+    collective steps included, from the warm cache: same results."""
+    _run("functional_collectives", 2)
+    _run("functional_collectives", 2, args="warm")
 
 
 @pytest.mark.parametrize("world,meshes", [(2, "2x1,1x2"), (4, "2x2")])
