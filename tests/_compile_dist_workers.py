@@ -420,3 +420,69 @@ def ddp_python_reducer():
     _check(losses, params, ref_losses, ref_params)
     print("rank", rank, "ddp python reducer ok", m_)
     dist.destroy_process_group()
+
+
+def bench_simple_fsdp():
+    """Used by bench/bench_compile_dist.py (not a test): median step time of
+    SimpleFSDP (+ tensor parallel) training, eager vs compiled with and
+    without the collective reordering, the modes interleaved step by step so
+    the machine's load hits them alike. DIST_ARGS: "DPxTP"."""
+    import json
+    import time
+
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    import torch_neuronx._compile.lower_collective as lc
+
+    rank, world, dev = _setup()
+    dp, tp = (int(v) for v in os.environ["DIST_ARGS"].split("x"))
+    mesh = init_device_mesh("neuron", (dp, tp), mesh_dim_names=("dp", "tp"))
+    width, layers = int(os.environ.get("BENCH_WIDTH", "256")), 4
+    x = torch.randn(32, width).to(dev)
+    reorder = lc._reorder
+    steps, times = {}, {}
+    for mode in ("eager", "compiled, program order", "compiled, reordered"):
+        lc._reorder = reorder if mode.endswith("reordered") else (lambda g, c: None)
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(
+            *(
+                torch.nn.Sequential(
+                    torch.nn.Linear(width, 2 * width),
+                    torch.nn.GELU(),
+                    torch.nn.Linear(2 * width, width),
+                )
+                for _ in range(layers)
+            )
+        ).to(dev)
+        if tp > 1:
+            for b in m:
+                parallelize_module(b, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        _simple_fsdp(m, mesh, mesh["tp"] if tp > 1 else None)
+        fwd = m if mode == "eager" else torch.compile(m, backend="neuron", fullgraph=True)
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+
+        def step(fwd=fwd, opt=opt):
+            opt.zero_grad()
+            fwd(x).square().mean().backward()
+            opt.step()
+
+        step()
+        step()
+        steps[mode], times[mode] = step, []
+    lc._reorder = reorder
+    torch.neuron.synchronize()
+    dist.barrier()
+    for _ in range(int(os.environ.get("BENCH_STEPS", "12"))):
+        for mode, step in steps.items():
+            t = time.perf_counter()
+            step()
+            torch.neuron.synchronize()
+            times[mode].append(time.perf_counter() - t)
+    med = {k: sorted(v)[len(v) // 2] * 1e3 for k, v in times.items()}
+    print("BENCH", json.dumps({"rank": rank, "mesh": f"{dp}x{tp}", "ms": med}))
+    dist.destroy_process_group()
