@@ -168,6 +168,24 @@ def test_checkpoint_compiled_single_device(selective):
         torch.testing.assert_close(c, r, rtol=1e-5, atol=1e-5)
 
 
+def test_reorder_off_keeps_program_order(monkeypatch):
+    from torch_neuronx._compile.lower_collective import _reorder
+
+    monkeypatch.setenv("TORCH_NEURONX_COLLECTIVE_PREFETCH", "0")
+    fn, aten = torch.ops._c10d_functional, torch.ops.aten
+
+    def build(g, x):
+        s = g.call_function(fn.all_reduce.default, (x, "sum", "0"))
+        w = g.call_function(fn.wait_tensor.default, (s,))
+        mm = g.call_function(aten.mm.default, (x, x))
+        return (g.call_function(aten.add.Tensor, (w, mm)),)
+
+    g = _graph(build)
+    before = list(g.nodes)
+    _reorder(g, before[1])
+    assert list(g.nodes) == before
+
+
 @pytest.mark.parametrize("depth", [1, 2, 8])
 def test_reorder_prefetch_depth(monkeypatch, depth):
     """A start moves at most `depth` collectives ahead of the program's order

@@ -68,10 +68,11 @@ _EXTRA = tuple(
 
 def prefetch_depth() -> int:
     """TORCH_NEURONX_COLLECTIVE_PREFETCH: how many collectives ahead of the
-    program's order a collective may start (default 2; at least 1)."""
+    program's order a collective may start (default 2); 0 keeps the
+    program's order (no reordering: each wait right after its start)."""
     v = os.environ.get("TORCH_NEURONX_COLLECTIVE_PREFETCH", "").strip()
     try:
-        return max(1, int(v)) if v else 2
+        return max(0, int(v)) if v else 2
     except ValueError:
         raise ValueError(
             f"TORCH_NEURONX_COLLECTIVE_PREFETCH={v!r}: expected a whole number of collectives"
@@ -110,6 +111,9 @@ def _reorder(graph: torch.fx.Graph, cur: torch.fx.Node) -> None:
     module doc). Only nodes after ``cur`` move, and ``cur`` is the node the
     Lowerer is lowering: its walk reads each node's successor after lowering
     it, so it sees the new order."""
+    depth = prefetch_depth()
+    if depth == 0:
+        return
     nodes = list(graph.nodes)
     first = nodes.index(cur) + 1
     rest = nodes[first:]
@@ -121,7 +125,6 @@ def _reorder(graph: torch.fx.Graph, cur: torch.fx.Node) -> None:
     # where the program issued it: SimpleFSDP's gathers of a deep model
     # would otherwise all start, and hold every full parameter, at once).
     # The position is tracked through the moves with a list.
-    depth = prefetch_depth()
     order = nodes[:first]
     anchor = cur
     issued = [cur]  # starts in program order (cur first)
