@@ -19,7 +19,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(fn: str, world: int, env: dict | None = None, timeout: float = 90, args: str = ""):
+def run_ranks(
+    fn: str,
+    world: int,
+    env: dict | None = None,
+    timeout: float = 90,
+    args: str = "",
+    module: str = "_dist_workers",
+):
     port = free_port()
     procs = []
     for rank in range(world):
@@ -44,7 +51,7 @@ def run_ranks(fn: str, world: int, env: dict | None = None, timeout: float = 90,
                 [
                     sys.executable,
                     "-c",
-                    f"import sys; sys.path.insert(0, {HERE!r}); import _dist_workers; _dist_workers.main()",
+                    f"import sys; sys.path.insert(0, {HERE!r}); import {module}; {module}.main()",
                 ],
                 env=e,
                 stdout=subprocess.PIPE,
@@ -74,8 +81,15 @@ def run_ranks(fn: str, world: int, env: dict | None = None, timeout: float = 90,
     return outs
 
 
-def check_ranks(fn: str, world: int, env: dict | None = None, timeout: float = 90, args: str = ""):
-    outs = run_ranks(fn, world, env, timeout, args)
+def check_ranks(
+    fn: str,
+    world: int,
+    env: dict | None = None,
+    timeout: float = 90,
+    args: str = "",
+    module: str = "_dist_workers",
+):
+    outs = run_ranks(fn, world, env, timeout, args, module)
     bad = {r: o for r, o in outs.items() if o[0] != 0}
     assert not bad, f"{fn} (world {world}) failed:\n" + "\n".join(
         f"--- rank {r} (exit {o[0]}) ---\n{o[1][-4000:]}" for r, o in bad.items()

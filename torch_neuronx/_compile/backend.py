@@ -190,6 +190,13 @@ def _aot(gm, example_inputs, kw):
 
     if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
         return flatten_graph_inputs(gm, example_inputs, lambda g, ex: _aot(g, ex, kw))
+    # Counted as Dynamo's wrapper counts it: DDPOptimizer reads the count to
+    # know AOTAutograd ran (and so that the compiled submodule's first call,
+    # which it makes under fake mode, returns the fake outputs it asked for);
+    # uncounted, that fake first call fell to the first real step instead.
+    from torch._dynamo.utils import counters
+
+    counters["aot_autograd"]["total"] += 1
     bw = kw["bw_compiler"]
     if not getattr(bw, "_neuron_bw_wrapped", False):
         inner = bw.compiler_fn if isinstance(bw, SerializableAOTDispatchCompiler) else bw

@@ -15,7 +15,9 @@ makes host steps and outputs). What each op lowers to is in one module per
 family, which registers it on import: lower_pointwise (elementwise),
 lower_copy (casts, copies, creation), lower_views, lower_reduce,
 lower_matmul (matmul, convolution), lower_foreach (the optimizer step),
-lower_index (gather / scatter); lower_core holds what they share.
+lower_index (gather / scatter), lower_collective (functional
+collectives: asynchronous start / wait host steps); lower_core holds what
+they share.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from . import (  # noqa: F401
     lower_matmul,
     lower_foreach,
     lower_index,
+    lower_collective,
 )
 from .lower_core import (
     LOWERINGS,

@@ -89,6 +89,7 @@ def _full_like(L, node, x, value, **kw):
     aten.empty.memory_format,
     aten.new_empty.default,
     aten.empty_strided.default,
+    aten.new_empty_strided.default,
 )
 def _zeros(L, node, *a, **kw):
     return _filled(L, node, 0)

@@ -22,6 +22,7 @@ _FIELDS = (
     "warm_unsaved",
     "compile_wait_seconds",
     "shape_graphs",
+    "collectives",
 )
 _metrics = dict.fromkeys(_FIELDS, 0)
 _settlers: list = []  # jobs.py's finish_pending, once it is loaded (on_settle)
@@ -58,7 +59,9 @@ def get_dynamo_metrics() -> dict:
     cached), ``compile_wait_seconds`` (time graphs' first calls waited for
     the compile threads: the part of the C compiles nothing overlapped) and
     ``shape_graphs`` (static graphs compiled for a new input shape of a graph
-    Dynamo made dynamic on its own, see _compile/shapes.py)."""
+    Dynamo made dynamic on its own, see _compile/shapes.py) and
+    ``collectives`` (functional collectives lowered into compiled graphs as
+    asynchronous start / wait steps, see _compile/lower_collective.py)."""
     settle()
     with _lock:
         return dict(_metrics)

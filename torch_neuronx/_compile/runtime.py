@@ -236,11 +236,15 @@ class CompiledGraph(OutputCode):
                 self._host(h, run, bufs, args, host_out)
         finally:
             run.finish()
-        args.clear()  # boxed calling convention: drop inputs early
-        return list(
-            self._tensor(v, bufs, None, host_out) if v is not None else None
+        # An output may be an input as it came (a python value, or a tensor
+        # the graph passes through: SimpleFSDP's saved shards): read the
+        # outputs before the boxed convention drops the inputs.
+        out = [
+            self._tensor(v, bufs, args, host_out) if v is not None else None
             for v in _flat(self.outputs)
-        )
+        ]
+        args.clear()
+        return out
 
     def _first_call(self, args):
         """No program yet: wait for the compile thread (or rebuild a warm

@@ -42,6 +42,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .. import _C
 from . import metrics
@@ -152,6 +153,11 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, salt: str) -> str | None
     storages: dict[int, int] = {}
     for i, x in enumerate([*module_state(gm), *example_inputs]):
         if isinstance(x, torch.Tensor):
+            if is_traceable_wrapper_subclass(x):
+                # A DTensor (SimpleFSDP, tensor parallel): no storage of its
+                # own, and its placements and mesh, which the trace depends
+                # on, are not in the metadata hashed here: not cached.
+                return None
             ptr = x.untyped_storage().data_ptr()
             alias = storages.setdefault(ptr, i) if ptr else i
             h.update(f"in{i}:{_tensor_meta(x)}:alias{alias};".encode())
