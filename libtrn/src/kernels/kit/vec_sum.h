@@ -38,13 +38,7 @@ typedef double trn__vec_d __attribute__((vector_size(64)));
 // long sum stays short (a float sum of the lanes of 100 +- 1 data would
 // round at 6400) and the statistics of the norms stay within a few float
 // roundings of the exact values. The grouping depends only on the shape.
+// The move is TRN_VREDUCE into the double total.
 #define TRN_VFLUSH_ELEMS 256
-
-// total += the lanes of acc, in lane order (in total's type), then acc = 0.
-#define TRN_VFLUSH(V, C, acc, total)                                                               \
-    do {                                                                                           \
-        TRN_VREDUCE(V, C, acc, total);                                                             \
-        memset(&(acc), 0, sizeof(acc));                                                            \
-    } while (0)
 
 #endif

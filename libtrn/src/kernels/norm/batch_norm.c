@@ -133,9 +133,10 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
 // Deterministic: the grouping depends only on the shape, not on the split.
 #define BN_FLUSH(V, C, acc, tail, total)                                                           \
     do {                                                                                           \
-        TRN_VFLUSH(V, C, acc, total);                                                              \
+        TRN_VREDUCE(V, C, acc, total);                                                             \
         (total) += (double)(tail);                                                                 \
         (tail) = 0;                                                                                \
+        memset(&(acc), 0, sizeof(acc));                                                            \
     } while (0)
 
 // For each batch item b of channel c: rows x (and dy) of S elements, cut

@@ -45,10 +45,10 @@ typedef trn__row_norm_ctx ln_run;
 #define LN_CHUNKS(V, C, EXPR, total, SQ)                                                           \
     do {                                                                                           \
         const int64_t nv_ = n - n % L;                                                             \
-        V acc_;                                                                                    \
-        memset(&acc_, 0, sizeof acc_);                                                             \
         for (int64_t i0 = 0; i0 < nv_; i0 += TRN_VFLUSH_ELEMS) {                                   \
             const int64_t i1 = nv_ - i0 < TRN_VFLUSH_ELEMS ? nv_ : i0 + TRN_VFLUSH_ELEMS;          \
+            V acc_;                                                                                \
+            memset(&acc_, 0, sizeof acc_);                                                         \
             for (int64_t i = i0; i < i1; i += L) {                                                 \
                 C t_[TRN_VLANES(V, C)];                                                            \
                 for (int j = 0; j < L; j++) t_[j] = (EXPR);                                        \
@@ -56,7 +56,7 @@ typedef trn__row_norm_ctx ln_run;
                 memcpy(&v_, t_, sizeof v_);                                                        \
                 acc_ += (SQ) ? v_ * v_ : v_;                                                       \
             }                                                                                      \
-            TRN_VFLUSH(V, C, acc_, total);                                                         \
+            TRN_VREDUCE(V, C, acc_, total);                                                        \
         }                                                                                          \
         C tail_ = 0;                                                                               \
         for (int64_t i = nv_; i < n; i++) {                                                        \
@@ -122,8 +122,10 @@ typedef trn__row_norm_ctx ln_run;
                 DX_SUMS(C, V, LD, (C)1);                                                           \
             }                                                                                      \
             C s1 = 0, s2 = 0;                                                                      \
-            TRN_VREDUCE(V, C, acc1, s1);                                                           \
-            TRN_VREDUCE(V, C, acc2, s2);                                                           \
+            for (int j = 0; j < L; j++) {                                                          \
+                s1 += acc1[j];                                                                     \
+                s2 += acc2[j];                                                                     \
+            }                                                                                      \
             for (int64_t i = nv; i < n; i++) {                                                     \
                 const C g = (C)LD(dy[i]) * (w ? w[i] : (C)1);                                      \
                 s1 += g;                                                                           \
