@@ -110,11 +110,11 @@ Tensor max_pool2d_with_indices_backward(const Tensor &grad_out, const Tensor &in
 Pool2d avg_setup(const Tensor &input, at::IntArrayRef kernel, at::IntArrayRef stride,
                  at::IntArrayRef padding, bool ceil, bool count_include_pad,
                  std::optional<int64_t> divisor) {
-    TORCH_CHECK(!divisor.has_value() || *divisor != 0, "divisor must be not zero");
-    const int64_t one[1] = {1};
-    Pool2d p = pool2d_setup("avg_pool2d", input, kernel, stride, padding, one, ceil);
-    pool_set_avg(p.g, count_include_pad, divisor);
-    return p;
+    return pool_avg_setup(
+        [&](at::IntArrayRef one) {
+            return pool2d_setup("avg_pool2d", input, kernel, stride, padding, one, ceil);
+        },
+        count_include_pad, divisor);
 }
 
 Tensor avg_pool2d(const Tensor &input, at::IntArrayRef kernel, at::IntArrayRef stride,

@@ -145,11 +145,11 @@ Tensor max_pool3d_with_indices_backward(const Tensor &grad_out, const Tensor &in
 Vol avg3d_setup(const Tensor &input, at::IntArrayRef kernel, at::IntArrayRef stride,
                 at::IntArrayRef padding, bool ceil, bool count_include_pad,
                 std::optional<int64_t> divisor) {
-    TORCH_CHECK(!divisor.has_value() || *divisor != 0, "divisor must be not zero");
-    const int64_t one[1] = {1};
-    Vol v = pool3d_setup("avg_pool3d", input, kernel, stride, padding, one, ceil);
-    pool_set_avg(v.g, count_include_pad, divisor);
-    return v;
+    return pool_avg_setup(
+        [&](at::IntArrayRef one) {
+            return pool3d_setup("avg_pool3d", input, kernel, stride, padding, one, ceil);
+        },
+        count_include_pad, divisor);
 }
 
 Tensor avg_pool3d(const Tensor &input, at::IntArrayRef kernel, at::IntArrayRef stride,

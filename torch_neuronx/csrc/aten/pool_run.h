@@ -80,11 +80,17 @@ pool_run_backward(trn_status (*launch)(trn_stream *, const Desc *), const at::Te
     return pool_like_input(dx, input);
 }
 
-// avg pooling's options on a 2-d or 3-d geometry (after ATen's check).
-template <typename Geometry>
-void pool_set_avg(Geometry &g, bool count_include_pad, std::optional<int64_t> divisor) {
-    g.count_include_pad = count_include_pad;
-    g.divisor = divisor.value_or(0);
+// avg pooling's geometry: ATen's divisor check, then setup(dilation) (the
+// 2-d or 3-d checks and geometry; avg pooling has dilation 1), then the
+// average's options.
+template <typename Setup>
+auto pool_avg_setup(Setup setup, bool count_include_pad, std::optional<int64_t> divisor) {
+    TORCH_CHECK(!divisor.has_value() || *divisor != 0, "divisor must be not zero");
+    const int64_t one[1] = {1};
+    auto p = setup(at::IntArrayRef(one));
+    p.g.count_include_pad = count_include_pad;
+    p.g.divisor = divisor.value_or(0);
+    return p;
 }
 
 }  // namespace neuron
