@@ -243,11 +243,22 @@ def _trace(k, args, kwargs, tensors):
 
 def _compile(text, name):
     from torch_neuronx import _C
-    from torch_neuronx._compile.config import _include_dir, cache_dir, debug_dir
+    from torch_neuronx._compile.config import (
+        _include_dir,
+        cache_dir,
+        cache_lock_timeout,
+        cache_max_bytes,
+        debug_dir,
+    )
 
     t0 = time.perf_counter()
     try:
-        prog = _C._nki_compile(text, _include_dir(), cache_dir(), debug_dir(), f"nki_{name}")
+        cache = cache_dir()
+        # The graph compiler's cache rules: the per-key lock's wait and the size bound.
+        bound = cache_max_bytes() if cache else 0
+        prog = _C._nki_compile(
+            text, _include_dir(), cache, debug_dir(), f"nki_{name}", cache_lock_timeout(), bound
+        )
     except ValueError as e:
         raise NkiError(str(e)) from None
     if prog.from_cache:

@@ -1,6 +1,7 @@
 // compiler_test.h - what the graph compiler's C tests share: where the
 // public headers are (for the generated C), compiling a graph, and running a
-// program with no host steps to the end on the default stream.
+// program with no host steps to the end on the default stream (inline: a
+// test may use only some of them).
 #ifndef TRN_COMPILER_TEST_H
 #define TRN_COMPILER_TEST_H
 
@@ -14,19 +15,19 @@
 static char include_dir[4096];
 
 // The libtrn/include next to this header (__FILE__ is .../libtrn/tests/compiler_test.h).
-static void find_include_dir(void) {
+static inline void find_include_dir(void) {
     snprintf(include_dir, sizeof include_dir, "%s", __FILE__);
     char *p = strstr(include_dir, "tests/compiler_test.h");
     if (p) strcpy(p, "include");
 }
 
-static trn_stream *stream(void) {
+static inline trn_stream *stream(void) {
     trn_stream *s = NULL;
     trn_stream_get_default(0, &s);
     return s;
 }
 
-static trn_program *compile_named(trn_graph *g, const char *cache, const char *name) {
+static inline trn_program *compile_named(trn_graph *g, const char *cache, const char *name) {
     // Warnings are errors here: the generated C must compile clean.
     trn_compile_options o = {include_dir, cache, NULL, name, 0, "-Wall -Wextra -Werror", 0, 0};
     trn_program *p = NULL;
@@ -37,7 +38,7 @@ static trn_program *compile_named(trn_graph *g, const char *cache, const char *n
 }
 
 // Runs the program; returns the stream's status after it (the run's error).
-static trn_status run_status(trn_program *p, const int *nodes, void **bufs, int n) {
+static inline trn_status run_status(trn_program *p, const int *nodes, void **bufs, int n) {
     void *ws = NULL;
     if (trn_program_workspace_size(p))
         ws = aligned_alloc(64, (trn_program_workspace_size(p) + 63) & ~(size_t)63);

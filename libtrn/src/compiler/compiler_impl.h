@@ -180,8 +180,32 @@ void trn__cc_scratch_remove(const char *dir);
 trn_status trn__cc_kernel_launch(const trn_program *p, int kernel, void *const *bufs,
                                  const trn_kernel_abi *abi);
 
-// Compiles any generated translation unit (or loads it from the disk cache)
-// and dlopens it; *key gets the cache key. jit.c.
+// The one path from generated C to a loaded shared object, for graphs
+// (trn_program_compile) and NKI kernels (trn__cc_build_shared): key (source,
+// compiler and its version, flags, headers, CPU) -> cached load -> per-key
+// lock (another process compiling it: wait, then load) -> compile -> store
+// (then the LRU bound, opts->cache_max_bytes) -> dlopen. jit.c.
+typedef struct trn__cc_job {
+    const char *what;   // error prefix: the public entry point
+    const char *kind;   // in the lock warning: "graph", "nki kernel"
+    const char *needs;  // in the missing-compiler message: who needs a C compiler
+    // NULL, or a check of the loaded object (symbols, ABI): a cached object
+    // that fails it is compiled again; a compiled one fails the build.
+    trn_status (*check)(void *ctx, void *dl, const char *path);
+    void *ctx;
+} trn__cc_job;
+typedef struct trn__cc_built {
+    void *dl;
+    char key[65];
+    char *object;  // the shared object's bytes (malloc'd: the caller frees)
+    size_t object_len;
+    int from_cache;
+    double seconds;  // the C compiler's time (0 from the cache)
+} trn__cc_built;
+trn_status trn__cc_build(const char *source, const trn_compile_options *opts,
+                         const trn__cc_job *job, trn__cc_built *out);
+// trn__cc_build for src/nki/: no check, the bytes not kept; *key gets the
+// cache key.
 trn_status trn__cc_build_shared(const char *source, const trn_compile_options *opts, void **dl,
                                 char key[65], int *from_cache, double *seconds);
 

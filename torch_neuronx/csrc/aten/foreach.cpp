@@ -453,6 +453,21 @@ void check_opt_lists(const char *op, std::initializer_list<TensorList> lists) {
         }
 }
 
+// The launch tail both fused optimizers share: the list, dtype and
+// grad_scale / found_inf of descriptor d, the launch, the op recorded.
+template <typename Desc, typename Entry>
+void launch_opt(Desc &d, std::vector<Entry> &ts, TensorList params,
+                const std::optional<Tensor> &grad_scale, const std::optional<Tensor> &found_inf,
+                trn_status (*launch)(trn_stream *, const Desc *), const char *name) {
+    d.dtype = *native_dtype(params[0].scalar_type());
+    d.count = static_cast<int64_t>(ts.size());
+    d.tensors = ts.data();
+    d.grad_scale = opt_scalar(grad_scale, params[0], "grad_scale");
+    d.found_inf = opt_scalar(found_inf, params[0], "found_inf");
+    TRN_CHECK(launch(current_trn_stream(params[0].device().index()), &d));
+    tracking::record_executed(name);
+}
+
 void fused_adam_impl(TensorList params, TensorList grads, TensorList exp_avgs,
                      TensorList exp_avg_sqs, TensorList max_exp_avg_sqs, TensorList steps,
                      double lr, double beta1, double beta2, double weight_decay, double eps,
@@ -480,9 +495,6 @@ void fused_adam_impl(TensorList params, TensorList grads, TensorList exp_avgs,
         ts[i].n = params[i].numel();
     }
     trn_fused_adam_desc d{};
-    d.dtype = *native_dtype(params[0].scalar_type());
-    d.count = static_cast<int64_t>(ts.size());
-    d.tensors = ts.data();
     d.lr = lr;
     d.beta1 = beta1;
     d.beta2 = beta2;
@@ -491,10 +503,8 @@ void fused_adam_impl(TensorList params, TensorList grads, TensorList exp_avgs,
     d.amsgrad = amsgrad;
     d.maximize = maximize;
     d.adamw = adamw;
-    d.grad_scale = opt_scalar(grad_scale, params[0], "grad_scale");
-    d.found_inf = opt_scalar(found_inf, params[0], "found_inf");
-    TRN_CHECK(trn_fused_adam_launch(current_trn_stream(params[0].device().index()), &d));
-    tracking::record_executed(adamw ? "aten::_fused_adamw_" : "aten::_fused_adam_");
+    launch_opt(d, ts, params, grad_scale, found_inf, trn_fused_adam_launch,
+               adamw ? "aten::_fused_adamw_" : "aten::_fused_adam_");
 }
 
 double lr_value(const Tensor &lr) {
@@ -542,9 +552,6 @@ void fused_sgd_impl(TensorList params, TensorList grads, TensorList bufs, double
         ts[i].n = params[i].numel();
     }
     trn_fused_sgd_desc d{};
-    d.dtype = *native_dtype(params[0].scalar_type());
-    d.count = static_cast<int64_t>(ts.size());
-    d.tensors = ts.data();
     d.weight_decay = weight_decay;
     d.momentum = momentum;
     d.lr = lr;
@@ -552,10 +559,7 @@ void fused_sgd_impl(TensorList params, TensorList grads, TensorList bufs, double
     d.nesterov = nesterov;
     d.maximize = maximize;
     d.is_first_step = is_first_step;
-    d.grad_scale = opt_scalar(grad_scale, params[0], "grad_scale");
-    d.found_inf = opt_scalar(found_inf, params[0], "found_inf");
-    TRN_CHECK(trn_fused_sgd_launch(current_trn_stream(params[0].device().index()), &d));
-    tracking::record_executed("aten::_fused_sgd_");
+    launch_opt(d, ts, params, grad_scale, found_inf, trn_fused_sgd_launch, "aten::_fused_sgd_");
 }
 
 void fused_sgd(TensorList params, TensorList grads, TensorList bufs, double weight_decay,

@@ -14,6 +14,7 @@
 #include "fallback/cpu_fallback.h"
 #include "runtime/device.h"
 #include "observe/op_tracking.h"
+#include "aten/pool_run.h"
 #include "aten/pool_shape.h"
 #include "trn/pool.h"
 
@@ -82,121 +83,60 @@ std::vector<int64_t> out_sizes(const Pool2d &p) {
     return {p.c, p.g.out_h, p.g.out_w};
 }
 
-// Results in the input's memory format (channels_last stays channels_last).
-Tensor like_input(const Tensor &t, const Tensor &input) {
-    const auto fmt = input.suggest_memory_format();
-    return fmt == at::MemoryFormat::Contiguous ? t : t.contiguous(fmt);
-}
-
-trn_stream *stream_of(const Tensor &t) { return current_trn_stream(t.device().index()); }
-
 std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor &input, at::IntArrayRef kernel,
                                                    at::IntArrayRef stride, at::IntArrayRef padding,
                                                    at::IntArrayRef dilation, bool ceil) {
-    auto dt = native_dtype(input.scalar_type());
-    if (!dt || !trn_pool_supports(*dt))
+    if (!pool_native_ok(input))
         return fallback<at::_ops::max_pool2d_with_indices>(input, kernel, stride, padding, dilation,
                                                            ceil);
     Pool2d p = pool2d_setup("max_pool2d", input, kernel, stride, padding, dilation, ceil);
-    const Tensor x = input.contiguous();
-    Tensor y = at::empty(out_sizes(p), input.options());
-    Tensor idx = at::empty(out_sizes(p), input.options().dtype(at::kLong));
-    trn_pool2d_desc d{};
-    d.dtype = *dt;
-    d.mode = TRN_POOL_MAX;
-    d.g = p.g;
-    d.x = x.data_ptr();
-    d.y = y.data_ptr();
-    d.indices = idx.data_ptr<int64_t>();
-    TRN_CHECK(trn_pool2d_launch(stream_of(input), &d));
-    tracking::record_executed("aten::max_pool2d_with_indices");
-    return {like_input(y, input), like_input(idx, input)};
+    return pool_run_forward(trn_pool2d_launch, input, p.g, out_sizes(p), TRN_POOL_MAX,
+                            "aten::max_pool2d_with_indices");
 }
 
 Tensor max_pool2d_with_indices_backward(const Tensor &grad_out, const Tensor &input,
                                         at::IntArrayRef kernel, at::IntArrayRef stride,
                                         at::IntArrayRef padding, at::IntArrayRef dilation,
                                         bool ceil, const Tensor &indices) {
-    auto dt = native_dtype(input.scalar_type());
-    if (!dt || !trn_pool_supports(*dt) || grad_out.scalar_type() != input.scalar_type() ||
+    if (!pool_native_ok(input) || grad_out.scalar_type() != input.scalar_type() ||
         indices.scalar_type() != at::kLong)
         return fallback<at::_ops::max_pool2d_with_indices_backward>(
             grad_out, input, kernel, stride, padding, dilation, ceil, indices);
     Pool2d p = pool2d_setup("max_pool2d", input, kernel, stride, padding, dilation, ceil);
-    const auto osz = out_sizes(p);
-    TORCH_CHECK(grad_out.sizes().equals(osz) && indices.sizes().equals(osz),
-                "max_pool2d_with_indices_backward: expected grad_output and indices of size ",
-                at::IntArrayRef(osz), ", got ", grad_out.sizes(), " and ", indices.sizes());
-    const Tensor dy = grad_out.contiguous(), ix = indices.contiguous();
-    Tensor dx =
-        at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
-    trn_pool2d_backward_desc d{};
-    d.dtype = *dt;
-    d.mode = TRN_POOL_MAX;
-    d.g = p.g;
-    d.dy = dy.data_ptr();
-    d.indices = ix.data_ptr<int64_t>();
-    d.dx = dx.data_ptr();
-    TRN_CHECK(trn_pool2d_backward_launch(stream_of(input), &d));
-    tracking::record_executed("aten::max_pool2d_with_indices_backward");
-    return like_input(dx, input);
+    return pool_run_backward(trn_pool2d_backward_launch, grad_out, input, indices, p.g,
+                             out_sizes(p), TRN_POOL_MAX, "aten::max_pool2d_with_indices_backward");
 }
 
 Pool2d avg_setup(const Tensor &input, at::IntArrayRef kernel, at::IntArrayRef stride,
                  at::IntArrayRef padding, bool ceil, bool count_include_pad,
                  std::optional<int64_t> divisor) {
-    TORCH_CHECK(!divisor.has_value() || *divisor != 0, "divisor must be not zero");
-    const int64_t one[1] = {1};
-    Pool2d p = pool2d_setup("avg_pool2d", input, kernel, stride, padding, one, ceil);
-    p.g.count_include_pad = count_include_pad;
-    p.g.divisor = divisor.value_or(0);
-    return p;
+    return pool_avg_setup(
+        [&](at::IntArrayRef one) {
+            return pool2d_setup("avg_pool2d", input, kernel, stride, padding, one, ceil);
+        },
+        count_include_pad, divisor);
 }
 
 Tensor avg_pool2d(const Tensor &input, at::IntArrayRef kernel, at::IntArrayRef stride,
                   at::IntArrayRef padding, bool ceil, bool count_include_pad,
                   std::optional<int64_t> divisor) {
-    auto dt = native_dtype(input.scalar_type());
-    if (!dt || !trn_pool_supports(*dt))
+    if (!pool_native_ok(input))
         return fallback<at::_ops::avg_pool2d>(input, kernel, stride, padding, ceil,
                                               count_include_pad, divisor);
     Pool2d p = avg_setup(input, kernel, stride, padding, ceil, count_include_pad, divisor);
-    const Tensor x = input.contiguous();
-    Tensor y = at::empty(out_sizes(p), input.options());
-    trn_pool2d_desc d{};
-    d.dtype = *dt;
-    d.mode = TRN_POOL_AVG;
-    d.g = p.g;
-    d.x = x.data_ptr();
-    d.y = y.data_ptr();
-    TRN_CHECK(trn_pool2d_launch(stream_of(input), &d));
-    tracking::record_executed("aten::avg_pool2d");
-    return like_input(y, input);
+    return std::get<0>(pool_run_forward(trn_pool2d_launch, input, p.g, out_sizes(p), TRN_POOL_AVG,
+                                        "aten::avg_pool2d"));
 }
 
 Tensor avg_pool2d_backward(const Tensor &grad_out, const Tensor &input, at::IntArrayRef kernel,
                            at::IntArrayRef stride, at::IntArrayRef padding, bool ceil,
                            bool count_include_pad, std::optional<int64_t> divisor) {
-    auto dt = native_dtype(input.scalar_type());
-    if (!dt || !trn_pool_supports(*dt) || grad_out.scalar_type() != input.scalar_type())
+    if (!pool_native_ok(input) || grad_out.scalar_type() != input.scalar_type())
         return fallback<at::_ops::avg_pool2d_backward>(grad_out, input, kernel, stride, padding,
                                                        ceil, count_include_pad, divisor);
     Pool2d p = avg_setup(input, kernel, stride, padding, ceil, count_include_pad, divisor);
-    const auto osz = out_sizes(p);
-    TORCH_CHECK(grad_out.sizes().equals(osz), "avg_pool2d_backward: expected grad_output of size ",
-                at::IntArrayRef(osz), ", got ", grad_out.sizes());
-    const Tensor dy = grad_out.contiguous();
-    Tensor dx =
-        at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
-    trn_pool2d_backward_desc d{};
-    d.dtype = *dt;
-    d.mode = TRN_POOL_AVG;
-    d.g = p.g;
-    d.dy = dy.data_ptr();
-    d.dx = dx.data_ptr();
-    TRN_CHECK(trn_pool2d_backward_launch(stream_of(input), &d));
-    tracking::record_executed("aten::avg_pool2d_backward");
-    return like_input(dx, input);
+    return pool_run_backward(trn_pool2d_backward_launch, grad_out, input, Tensor(), p.g,
+                             out_sizes(p), TRN_POOL_AVG, "aten::avg_pool2d_backward");
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

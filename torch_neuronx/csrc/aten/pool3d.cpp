@@ -19,6 +19,7 @@
 #include "fallback/cpu_fallback.h"
 #include "runtime/device.h"
 #include "observe/op_tracking.h"
+#include "aten/pool_run.h"
 #include "aten/pool_shape.h"
 #include "trn/pool3d.h"
 
@@ -55,59 +56,15 @@ std::vector<int64_t> out_sizes(const Vol &v, int sd) {
     return s;
 }
 
-// Results in the input's memory format (channels_last stays channels_last).
-Tensor like_input(const Tensor &t, const Tensor &input) {
-    const auto fmt = input.suggest_memory_format();
-    return fmt == at::MemoryFormat::Contiguous ? t : t.contiguous(fmt);
-}
-
-trn_stream *stream_of(const Tensor &t) { return current_trn_stream(t.device().index()); }
-
-bool native_ok(const Tensor &t) {
-    auto dt = native_dtype(t.scalar_type());
-    return dt && trn_pool_supports(*dt);
-}
-
-// Forward: y (and indices for max) of the given output sizes.
 std::tuple<Tensor, Tensor> run_forward(const Tensor &input, const Vol &v, int sd,
                                        trn_pool_mode mode, const char *name) {
-    const Tensor x = input.contiguous();
-    const auto osz = out_sizes(v, sd);
-    Tensor y = at::empty(osz, input.options());
-    Tensor idx = mode == TRN_POOL_MAX ? at::empty(osz, input.options().dtype(at::kLong)) : Tensor();
-    trn_pool3d_desc d{};
-    d.dtype = *native_dtype(input.scalar_type());
-    d.mode = mode;
-    d.g = v.g;
-    d.x = x.data_ptr();
-    d.y = y.data_ptr();
-    d.indices = mode == TRN_POOL_MAX ? idx.data_ptr<int64_t>() : nullptr;
-    TRN_CHECK(trn_pool3d_launch(stream_of(input), &d));
-    tracking::record_executed(name);
-    return {like_input(y, input), mode == TRN_POOL_MAX ? like_input(idx, input) : idx};
+    return pool_run_forward(trn_pool3d_launch, input, v.g, out_sizes(v, sd), mode, name);
 }
 
 Tensor run_backward(const Tensor &grad_out, const Tensor &input, const Tensor &indices,
                     const Vol &v, int sd, trn_pool_mode mode, const char *name) {
-    const auto osz = out_sizes(v, sd);
-    TORCH_CHECK(grad_out.sizes().equals(osz), name, ": expected grad_output of size ",
-                at::IntArrayRef(osz), ", got ", grad_out.sizes());
-    TORCH_CHECK(mode != TRN_POOL_MAX || indices.sizes().equals(osz), name,
-                ": expected indices of size ", at::IntArrayRef(osz), ", got ", indices.sizes());
-    const Tensor dy = grad_out.contiguous();
-    const Tensor ix = mode == TRN_POOL_MAX ? indices.contiguous() : Tensor();
-    Tensor dx =
-        at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
-    trn_pool3d_backward_desc d{};
-    d.dtype = *native_dtype(input.scalar_type());
-    d.mode = mode;
-    d.g = v.g;
-    d.dy = dy.data_ptr();
-    d.indices = mode == TRN_POOL_MAX ? ix.data_ptr<int64_t>() : nullptr;
-    d.dx = dx.data_ptr();
-    TRN_CHECK(trn_pool3d_backward_launch(stream_of(input), &d));
-    tracking::record_executed(name);
-    return like_input(dx, input);
+    return pool_run_backward(trn_pool3d_backward_launch, grad_out, input, indices, v.g,
+                             out_sizes(v, sd), mode, name);
 }
 
 // ---- fixed-window 3-d pooling ------------------------------------------------
@@ -165,7 +122,7 @@ Vol pool3d_setup(const char *name, const Tensor &input, at::IntArrayRef kernel,
 std::tuple<Tensor, Tensor> max_pool3d_with_indices(const Tensor &input, at::IntArrayRef kernel,
                                                    at::IntArrayRef stride, at::IntArrayRef padding,
                                                    at::IntArrayRef dilation, bool ceil) {
-    if (!native_ok(input))
+    if (!pool_native_ok(input))
         return fallback<at::_ops::max_pool3d_with_indices>(input, kernel, stride, padding, dilation,
                                                            ceil);
     Vol v = pool3d_setup("max_pool3d", input, kernel, stride, padding, dilation, ceil);
@@ -176,7 +133,7 @@ Tensor max_pool3d_with_indices_backward(const Tensor &grad_out, const Tensor &in
                                         at::IntArrayRef kernel, at::IntArrayRef stride,
                                         at::IntArrayRef padding, at::IntArrayRef dilation,
                                         bool ceil, const Tensor &indices) {
-    if (!native_ok(input) || grad_out.scalar_type() != input.scalar_type() ||
+    if (!pool_native_ok(input) || grad_out.scalar_type() != input.scalar_type() ||
         indices.scalar_type() != at::kLong)
         return fallback<at::_ops::max_pool3d_with_indices_backward>(
             grad_out, input, kernel, stride, padding, dilation, ceil, indices);
@@ -188,18 +145,17 @@ Tensor max_pool3d_with_indices_backward(const Tensor &grad_out, const Tensor &in
 Vol avg3d_setup(const Tensor &input, at::IntArrayRef kernel, at::IntArrayRef stride,
                 at::IntArrayRef padding, bool ceil, bool count_include_pad,
                 std::optional<int64_t> divisor) {
-    TORCH_CHECK(!divisor.has_value() || *divisor != 0, "divisor must be not zero");
-    const int64_t one[1] = {1};
-    Vol v = pool3d_setup("avg_pool3d", input, kernel, stride, padding, one, ceil);
-    v.g.count_include_pad = count_include_pad;
-    v.g.divisor = divisor.value_or(0);
-    return v;
+    return pool_avg_setup(
+        [&](at::IntArrayRef one) {
+            return pool3d_setup("avg_pool3d", input, kernel, stride, padding, one, ceil);
+        },
+        count_include_pad, divisor);
 }
 
 Tensor avg_pool3d(const Tensor &input, at::IntArrayRef kernel, at::IntArrayRef stride,
                   at::IntArrayRef padding, bool ceil, bool count_include_pad,
                   std::optional<int64_t> divisor) {
-    if (!native_ok(input))
+    if (!pool_native_ok(input))
         return fallback<at::_ops::avg_pool3d>(input, kernel, stride, padding, ceil,
                                               count_include_pad, divisor);
     Vol v = avg3d_setup(input, kernel, stride, padding, ceil, count_include_pad, divisor);
@@ -209,7 +165,7 @@ Tensor avg_pool3d(const Tensor &input, at::IntArrayRef kernel, at::IntArrayRef s
 Tensor avg_pool3d_backward(const Tensor &grad_out, const Tensor &input, at::IntArrayRef kernel,
                            at::IntArrayRef stride, at::IntArrayRef padding, bool ceil,
                            bool count_include_pad, std::optional<int64_t> divisor) {
-    if (!native_ok(input) || grad_out.scalar_type() != input.scalar_type())
+    if (!pool_native_ok(input) || grad_out.scalar_type() != input.scalar_type())
         return fallback<at::_ops::avg_pool3d_backward>(grad_out, input, kernel, stride, padding,
                                                        ceil, count_include_pad, divisor);
     Vol v = avg3d_setup(input, kernel, stride, padding, ceil, count_include_pad, divisor);
@@ -263,12 +219,12 @@ template <typename Op, typename... Args> decltype(auto) fallback_sym(Args &&...a
 }
 
 Tensor adaptive_avg_pool2d(const Tensor &input, c10::SymIntArrayRef out) {
-    if (!native_ok(input)) return fallback_sym<at::_ops::_adaptive_avg_pool2d>(input, out);
+    if (!pool_native_ok(input)) return fallback_sym<at::_ops::_adaptive_avg_pool2d>(input, out);
     return adaptive_avg(input, out, 2);
 }
 
 Tensor adaptive_avg_pool3d(const Tensor &input, c10::SymIntArrayRef out) {
-    if (!native_ok(input)) return fallback_sym<at::_ops::_adaptive_avg_pool3d>(input, out);
+    if (!pool_native_ok(input)) return fallback_sym<at::_ops::_adaptive_avg_pool3d>(input, out);
     return adaptive_avg(input, out, 3);
 }
 
@@ -281,32 +237,32 @@ Tensor adaptive_avg_backward(const Tensor &grad_out, const Tensor &input, int sd
 }
 
 Tensor adaptive_avg_pool2d_backward(const Tensor &grad_out, const Tensor &input) {
-    if (!native_ok(input) || grad_out.scalar_type() != input.scalar_type())
+    if (!pool_native_ok(input) || grad_out.scalar_type() != input.scalar_type())
         return fallback<at::_ops::_adaptive_avg_pool2d_backward>(grad_out, input);
     return adaptive_avg_backward(grad_out, input, 2);
 }
 
 Tensor adaptive_avg_pool3d_backward(const Tensor &grad_out, const Tensor &input) {
-    if (!native_ok(input) || grad_out.scalar_type() != input.scalar_type())
+    if (!pool_native_ok(input) || grad_out.scalar_type() != input.scalar_type())
         return fallback<at::_ops::_adaptive_avg_pool3d_backward>(grad_out, input);
     return adaptive_avg_backward(grad_out, input, 3);
 }
 
 std::tuple<Tensor, Tensor> adaptive_max_pool2d(const Tensor &input, at::IntArrayRef out) {
-    if (!native_ok(input)) return fallback<at::_ops::adaptive_max_pool2d>(input, out);
+    if (!pool_native_ok(input)) return fallback<at::_ops::adaptive_max_pool2d>(input, out);
     Vol v = adaptive_setup("adaptive_max_pool2d", input, out, 2);
     return run_forward(input, v, 2, TRN_POOL_MAX, "aten::adaptive_max_pool2d");
 }
 
 std::tuple<Tensor, Tensor> adaptive_max_pool3d(const Tensor &input, at::IntArrayRef out) {
-    if (!native_ok(input)) return fallback<at::_ops::adaptive_max_pool3d>(input, out);
+    if (!pool_native_ok(input)) return fallback<at::_ops::adaptive_max_pool3d>(input, out);
     Vol v = adaptive_setup("adaptive_max_pool3d", input, out, 3);
     return run_forward(input, v, 3, TRN_POOL_MAX, "aten::adaptive_max_pool3d");
 }
 
 Tensor adaptive_max_pool2d_backward(const Tensor &grad_out, const Tensor &input,
                                     const Tensor &indices) {
-    if (!native_ok(input) || grad_out.scalar_type() != input.scalar_type() ||
+    if (!pool_native_ok(input) || grad_out.scalar_type() != input.scalar_type() ||
         indices.scalar_type() != at::kLong)
         return fallback<at::_ops::adaptive_max_pool2d_backward>(grad_out, input, indices);
     Vol v = adaptive_setup("adaptive_max_pool2d_backward", input, grad_spatial(grad_out, 2), 2);
@@ -316,7 +272,7 @@ Tensor adaptive_max_pool2d_backward(const Tensor &grad_out, const Tensor &input,
 
 Tensor adaptive_max_pool3d_backward(const Tensor &grad_out, const Tensor &input,
                                     const Tensor &indices) {
-    if (!native_ok(input) || grad_out.scalar_type() != input.scalar_type() ||
+    if (!pool_native_ok(input) || grad_out.scalar_type() != input.scalar_type() ||
         indices.scalar_type() != at::kLong)
         return fallback<at::_ops::adaptive_max_pool3d_backward>(grad_out, input, indices);
     Vol v = adaptive_setup("adaptive_max_pool3d_backward", input, grad_spatial(grad_out, 3), 3);

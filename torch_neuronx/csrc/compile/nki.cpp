@@ -81,7 +81,8 @@ void register_nki(py::module_ &m) {
         });
     m.def("_nki_compile", [](const std::string &ir, const std::string &include_dir,
                              const std::optional<std::string> &cache_dir,
-                             const std::optional<std::string> &debug_dir, const std::string &name) {
+                             const std::optional<std::string> &debug_dir, const std::string &name,
+                             double lock_timeout_s, int64_t cache_max_bytes) {
         return guarded([&] {
             auto prog = std::make_shared<NkiProgram>();
             trn_compile_options o{};  // C compiler settings: the graph compiler's defaults
@@ -89,6 +90,8 @@ void register_nki(py::module_ &m) {
             o.cache_dir = cache_dir ? cache_dir->c_str() : nullptr;
             o.debug_dir = debug_dir ? debug_dir->c_str() : nullptr;
             o.name = name.c_str();
+            o.lock_timeout_s = lock_timeout_s;
+            o.cache_max_bytes = cache_max_bytes;
             trn_status st;
             {
                 py::gil_scoped_release nogil;

@@ -326,20 +326,20 @@ static trn_status copy_graph(trn_graph *dst, const trn_graph *src) {
     return TRN_SUCCESS;
 }
 
-static trn_status load_so(trn_program *p, const char *path) {
-    p->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (p->dl == NULL)
-        return trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: dlopen %s: %s", path,
-                              dlerror());
-    const int *abi = dlsym(p->dl, "trn_graph_abi_version");
-    const int *count = dlsym(p->dl, "trn_graph_kernel_count");
-    p->launches = dlsym(p->dl, "trn_graph_launches");
-    if (abi == NULL || count == NULL || p->launches == NULL || *abi != TRN_KERNEL_ABI_VERSION ||
+// The graph's check of a loaded object: ABI and kernel count; records its
+// launch table only when both match.
+static trn_status graph_check(void *ctx, void *dl, const char *path) {
+    trn_program *p = ctx;
+    const int *abi = dlsym(dl, "trn_graph_abi_version");
+    const int *count = dlsym(dl, "trn_graph_kernel_count");
+    const trn_kernel_launch *launches = dlsym(dl, "trn_graph_launches");
+    if (abi == NULL || count == NULL || launches == NULL || *abi != TRN_KERNEL_ABI_VERSION ||
         *count != p->sched.n_kernels)
         return trn__set_error(TRN_ERROR_SYSTEM,
                               "trn_program_compile: %s is not a graph of this compiler "
                               "(ABI or kernel count differs)",
                               path);
+    p->launches = launches;
     return TRN_SUCCESS;
 }
 
@@ -360,28 +360,168 @@ static trn_status index_nodes(trn_program *p) {
     return TRN_SUCCESS;
 }
 
-// The verified cached object for p->key, copied to `so` and loaded: true
-// (p->object holds its bytes). False on a miss or an object that does not
-// load (then p is as before; it is compiled instead).
-static bool load_cached(trn_program *p, const trn_compile_options *opts, const char *so) {
+// dlopens `so` and runs the job's check on it: *dl set, or an error.
+static trn_status open_checked(const trn__cc_job *job, const char *so, void **dl) {
+    *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    if (*dl == NULL)
+        return trn__set_error(TRN_ERROR_SYSTEM, "%s: dlopen %s: %s", job->what, so, dlerror());
+    trn_status st = job->check ? job->check(job->ctx, *dl, so) : TRN_SUCCESS;
+    if (st != TRN_SUCCESS) {
+        dlclose(*dl);
+        *dl = NULL;
+    }
+    return st;
+}
+
+// The verified cached object for out->key, copied to `so` and loaded: true
+// (out->dl and out->object set). False on a miss or an object that does not
+// load or pass the check (then it is compiled instead).
+static bool load_cached(const trn__cc_job *job, const trn_compile_options *opts, const char *so,
+                        trn__cc_built *out) {
     size_t n = 0;
-    char *bytes = trn__cc_cache_read(opts->cache_dir, p->key, &n);
+    char *bytes = trn__cc_cache_read(opts->cache_dir, out->key, &n);
     if (bytes == NULL || !write_file(so, bytes, n)) {
         free(bytes);
         return false;
     }
-    if (load_so(p, so) == TRN_SUCCESS) {
-        p->object = bytes;
-        p->object_len = n;
+    if (open_checked(job, so, &out->dl) == TRN_SUCCESS) {
+        out->object = bytes;
+        out->object_len = n;
         return true;
     }
     free(bytes);
-    if (p->dl) dlclose(p->dl);
-    p->dl = NULL;
-    p->launches = NULL;
     unlink(so);
     trn_clear_error();
     return false;
+}
+
+// Writes the debug log of a compile: the compiler's output and its status.
+static void debug_log(const trn_compile_options *o, const char *log, int rc, double seconds) {
+    if (o->debug_dir == NULL) return;
+    char text[256];
+    snprintf(text, sizeof text, "exit status %d after %.3f s\n", rc, seconds);
+    size_t ll = (log ? strlen(log) : 0) + strlen(text) + 1;
+    char *full = malloc(ll);
+    if (full) {
+        snprintf(full, ll, "%s%s", log ? log : "", text);
+        debug_write(o, ".log", full);
+        free(full);
+    }
+}
+
+trn_status trn__cc_build(const char *source, const trn_compile_options *opts,
+                         const trn__cc_job *job, trn__cc_built *out) {
+    memset(out, 0, sizeof *out);
+    if (source == NULL || opts == NULL || job == NULL || opts->include_dir == NULL)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: NULL argument",
+                              job && job->what ? job->what : "trn__cc_build");
+    debug_write(opts, ".c", source);
+    char *cmd = NULL, *log = NULL;
+    int lock_fd = -1;
+    // One private directory (janitor.c) holds the source, the object, the
+    // log and the compiler's temporaries; a cached object is loaded from a
+    // copy made here, so the bytes loaded are the bytes the cache verified.
+    char tmpdir[4096];
+    pid_t group = 0;
+    trn_status st = trn__cc_scratch_dir(tmpdir, sizeof tmpdir, &group);
+    if (st != TRN_SUCCESS) return st;
+
+    // Key: source, our version, compiler, its version, flags, headers, CPU.
+    char hh[65];
+    headers_hash(opts->include_dir, hh);
+    const char *extra = opts->cc_flags;
+    size_t klen = strlen(source) + 2048 + (extra ? strlen(extra) : 0);
+    char *keytext = malloc(klen);
+    if (keytext == NULL) {
+        st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "%s: out of memory", job->what);
+        goto fail;
+    }
+    int kn = snprintf(
+        keytext, klen, "%s\n%s\ncache %s abi %d\ncc %s %s\nflags %s %s\nheaders %s\ncpu %s\n",
+        source, TRN_COMPILER_VERSION, CACHE_VERSION, TRN_KERNEL_ABI_VERSION, cc_path(),
+        cc_version(group), opt_flag(opts), extra ? extra : "", hh, cpu_features());
+    trn_sha256_hex(keytext, (size_t)kn, out->key);
+    free(keytext);
+
+    char src[4200], so[4200], logp[4200];
+    snprintf(src, sizeof src, "%s/graph.c", tmpdir);
+    snprintf(so, sizeof so, "%s/graph.so", tmpdir);
+    snprintf(logp, sizeof logp, "%s/cc.log", tmpdir);
+    if (opts->cache_dir && load_cached(job, opts, so, out)) goto cached;
+    if (opts->cache_dir) {
+        // Another process compiling this key: wait for it, then load its
+        // object; without the lock (timed out) we compile too (atomic
+        // writes make that only a duplicate). A holder that dies drops it.
+        double wait = opts->lock_timeout_s == 0 ? 1200.0 : opts->lock_timeout_s;
+        lock_fd = trn__cc_lock(opts->cache_dir, out->key, wait);
+        if (lock_fd == -1 && wait > 0)
+            trn_log(TRN_LOG_WARNING, "compile",
+                    "%s %s: the compile lock of %.12s was not free after %g s "
+                    "(TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT); compiling it here too",
+                    job->kind, opts->name ? opts->name : job->kind, out->key, wait);
+        if (lock_fd >= 0 && load_cached(job, opts, so, out)) goto cached;
+    }
+    if (!write_file(src, source, strlen(source))) {
+        st = trn__set_error(TRN_ERROR_SYSTEM, "%s: cannot write %s", job->what, src);
+        goto fail;
+    }
+    double t0 = now_s();
+    int spawn_errno = 0;
+    int rc = run_cc(opts, src, so, logp, tmpdir, group, &cmd, &spawn_errno);
+    out->seconds = now_s() - t0;
+    log = read_file(logp, NULL);
+    debug_write(opts, ".cmd", cmd);
+    debug_log(opts, log, rc, out->seconds);
+    if (rc != 0 && spawn_errno != 0) {
+        st = trn__set_error(
+            TRN_ERROR_SYSTEM,
+            "%s: cannot run the C compiler `%s` (%s). "
+            "%s needs a C compiler: install gcc (Debian/Ubuntu: "
+            "`apt-get install gcc`; Fedora/RHEL: `dnf install gcc`; Alpine: `apk add gcc "
+            "musl-dev`) "
+            "or set CC to one",
+            job->what, cc_path(), strerror(spawn_errno), job->needs);
+        goto fail;
+    }
+    if (rc != 0) {
+        st = trn__set_error(TRN_ERROR_SYSTEM, "%s: `%s` failed (status %d): %.600s", job->what,
+                            cmd ? cmd : cc_path(), rc, log ? log : "");
+        goto fail;
+    }
+    out->object = read_file(so, &out->object_len);
+    if (out->object == NULL) {
+        st = trn__set_error(TRN_ERROR_SYSTEM, "%s: cannot read %s", job->what, so);
+        goto fail;
+    }
+    if (opts->cache_dir) {
+        trn__cc_cache_store(opts->cache_dir, out->key, out->object, out->object_len);
+        if (opts->cache_max_bytes > 0)
+            trn_compile_cache_evict(opts->cache_dir, opts->cache_max_bytes, out->key, NULL);
+        trn_clear_error();  // a cache that cannot be written only costs time
+    }
+    trn__cc_unlock(lock_fd);
+    lock_fd = -1;
+    st = open_checked(job, so, &out->dl);
+    if (st != TRN_SUCCESS) goto fail;
+    trn__cc_scratch_remove(tmpdir);
+    free(cmd);
+    free(log);
+    return TRN_SUCCESS;
+cached:
+    trn__cc_unlock(lock_fd);
+    out->from_cache = 1;
+    debug_write(opts, ".log", "loaded from the disk cache; nothing compiled\n");
+    trn__cc_scratch_remove(tmpdir);
+    return TRN_SUCCESS;
+fail:
+    trn__cc_unlock(lock_fd);
+    trn__cc_scratch_remove(tmpdir);
+    free(cmd);
+    free(log);
+    free(out->object);
+    out->object = NULL;
+    out->object_len = 0;
+    return st;
 }
 
 trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *opts,
@@ -391,135 +531,26 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
     trn_program *p = calloc(1, sizeof *p);
     if (p == NULL)
         return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory");
-    char *cmd = NULL, *log = NULL;
-    int lock_fd = -1;
-    char tmpdir[4096];
-    bool have_tmp = false;
     trn_status st = trn__cc_schedule_build(g, &p->sched);
-    if (st != TRN_SUCCESS) goto fail;
-    st = copy_graph(&p->graph, g);
-    if (st != TRN_SUCCESS) goto fail;
-    st = index_nodes(p);
-    if (st != TRN_SUCCESS) goto fail;
-    st = trn__cc_render(g, &p->sched, &p->source);
-    if (st != TRN_SUCCESS) goto fail;
-    debug_write(opts, ".c", p->source);
-
-    // One private directory (janitor.c) holds the source, the object, the
-    // log and the compiler's temporaries; a cached object is loaded from a
-    // copy made here, so the bytes loaded are the bytes the cache verified.
-    pid_t group = 0;
-    st = trn__cc_scratch_dir(tmpdir, sizeof tmpdir, &group);
-    if (st != TRN_SUCCESS) goto fail;
-    have_tmp = true;
-
-    // Key: source, our version, compiler, its version, flags, headers.
-    char hh[65];
-    headers_hash(opts->include_dir, hh);
-    const char *extra = opts->cc_flags;
-    size_t klen = strlen(p->source) + 2048 + (extra ? strlen(extra) : 0);
-    char *keytext = malloc(klen);
-    if (keytext == NULL) {
-        st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory");
-        goto fail;
+    if (st == TRN_SUCCESS) st = copy_graph(&p->graph, g);
+    if (st == TRN_SUCCESS) st = index_nodes(p);
+    if (st == TRN_SUCCESS) st = trn__cc_render(g, &p->sched, &p->source);
+    trn__cc_built b;
+    const trn__cc_job job = {"trn_program_compile", "graph", "torch.compile(backend=\"neuron\")",
+                             graph_check, p};
+    if (st == TRN_SUCCESS) st = trn__cc_build(p->source, opts, &job, &b);
+    if (st != TRN_SUCCESS) {
+        trn_program_free(p);
+        return st;
     }
-    int kn = snprintf(
-        keytext, klen, "%s\n%s\ncache %s abi %d\ncc %s %s\nflags %s %s\nheaders %s\ncpu %s\n",
-        p->source, TRN_COMPILER_VERSION, CACHE_VERSION, TRN_KERNEL_ABI_VERSION, cc_path(),
-        cc_version(group), opt_flag(opts), extra ? extra : "", hh, cpu_features());
-    trn_sha256_hex(keytext, (size_t)kn, p->key);
-    free(keytext);
-
-    char src[4200], so[4200], logp[4200];
-    snprintf(src, sizeof src, "%s/graph.c", tmpdir);
-    snprintf(so, sizeof so, "%s/graph.so", tmpdir);
-    snprintf(logp, sizeof logp, "%s/cc.log", tmpdir);
-    if (opts->cache_dir && load_cached(p, opts, so)) goto cached;
-    if (opts->cache_dir) {
-        // Another process compiling this key: wait for it, then load its
-        // object; without the lock (timed out) we compile too (atomic
-        // writes make that only a duplicate). A holder that dies drops it.
-        double wait = opts->lock_timeout_s == 0 ? 1200.0 : opts->lock_timeout_s;
-        lock_fd = trn__cc_lock(opts->cache_dir, p->key, wait);
-        if (lock_fd == -1 && wait > 0)
-            trn_log(TRN_LOG_WARNING, "compile",
-                    "graph %s: the compile lock of %.12s was not free after %g s "
-                    "(TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT); compiling it here too",
-                    opts->name ? opts->name : "graph", p->key, wait);
-        if (lock_fd >= 0 && load_cached(p, opts, so)) goto cached;
-    }
-    if (!write_file(src, p->source, strlen(p->source))) {
-        st = trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: cannot write %s", src);
-        goto fail;
-    }
-    double t0 = now_s();
-    int spawn_errno = 0;
-    int rc = run_cc(opts, src, so, logp, tmpdir, group, &cmd, &spawn_errno);
-    p->compile_seconds = now_s() - t0;
-    log = read_file(logp, NULL);
-    debug_write(opts, ".cmd", cmd);
-    if (opts->debug_dir) {
-        char text[256];
-        snprintf(text, sizeof text, "exit status %d after %.3f s\n", rc, p->compile_seconds);
-        size_t ll = (log ? strlen(log) : 0) + strlen(text) + 1;
-        char *full = malloc(ll);
-        if (full) {
-            snprintf(full, ll, "%s%s", log ? log : "", text);
-            debug_write(opts, ".log", full);
-            free(full);
-        }
-    }
-    if (rc != 0 && spawn_errno != 0) {
-        st = trn__set_error(
-            TRN_ERROR_SYSTEM,
-            "trn_program_compile: cannot run the C compiler `%s` (%s). "
-            "torch.compile(backend=\"neuron\") needs a C compiler: install gcc (Debian/Ubuntu: "
-            "`apt-get install gcc`; Fedora/RHEL: `dnf install gcc`; Alpine: `apk add gcc "
-            "musl-dev`) "
-            "or set CC to one",
-            cc_path(), strerror(spawn_errno));
-        goto fail;
-    }
-    if (rc != 0) {
-        st =
-            trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: `%s` failed (status %d): %.600s",
-                           cmd ? cmd : cc_path(), rc, log ? log : "");
-        goto fail;
-    }
-    p->object = read_file(so, &p->object_len);
-    if (p->object == NULL) {
-        st = trn__set_error(TRN_ERROR_SYSTEM, "trn_program_compile: cannot read %s", so);
-        goto fail;
-    }
-    if (opts->cache_dir) {
-        trn__cc_cache_store(opts->cache_dir, p->key, p->object, p->object_len);
-        if (opts->cache_max_bytes > 0)
-            trn_compile_cache_evict(opts->cache_dir, opts->cache_max_bytes, p->key, NULL);
-        trn_clear_error();  // a cache that cannot be written only costs time
-    }
-    trn__cc_unlock(lock_fd);
-    lock_fd = -1;
-    st = load_so(p, so);
-    if (st != TRN_SUCCESS) goto fail;
-    trn__cc_scratch_remove(tmpdir);
-    free(cmd);
-    free(log);
+    p->dl = b.dl;
+    memcpy(p->key, b.key, sizeof p->key);
+    p->object = b.object;
+    p->object_len = b.object_len;
+    p->from_cache = b.from_cache;
+    p->compile_seconds = b.seconds;
     *out = p;
     return TRN_SUCCESS;
-cached:
-    trn__cc_unlock(lock_fd);
-    p->from_cache = 1;
-    debug_write(opts, ".log", "loaded from the disk cache; nothing compiled\n");
-    trn__cc_scratch_remove(tmpdir);
-    *out = p;
-    return TRN_SUCCESS;
-fail:
-    trn__cc_unlock(lock_fd);
-    if (have_tmp) trn__cc_scratch_remove(tmpdir);
-    free(cmd);
-    free(log);
-    trn_program_free(p);
-    return st;
 }
 
 void trn_program_free(trn_program *p) {
@@ -548,94 +579,19 @@ const void *trn_program_object(const trn_program *p, size_t *len) {
 
 int trn_program_checks_indices(const trn_program *p) { return p ? p->checks_indices : 0; }
 
-// Compiles (or loads from the disk cache) any generated C translation unit
-// and dlopens it: the graph compiler's path, for front ends that render
-// their own source (src/nki/). Same key rule, scratch directory, janitor
-// group and MAC-checked cache as trn_program_compile.
+// NKI's build (src/nki/program.c): trn__cc_build with no check of its own
+// (the caller looks up its symbols); the object's bytes are not kept.
 trn_status trn__cc_build_shared(const char *source, const trn_compile_options *opts, void **dl,
                                 char key[65], int *from_cache, double *seconds) {
-    if (source == NULL || opts == NULL || dl == NULL || opts->include_dir == NULL)
+    if (dl == NULL || key == NULL || from_cache == NULL || seconds == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn__cc_build_shared: NULL argument");
-    *dl = NULL;
-    *from_cache = 0;
-    *seconds = 0.0;
-    char tmpdir[4096];
-    char *cmd = NULL, *log = NULL;
-    pid_t group = 0;
-    trn_status st = trn__cc_scratch_dir(tmpdir, sizeof tmpdir, &group);
-    if (st != TRN_SUCCESS) return st;
-    debug_write(opts, ".c", source);
-    char hh[65];
-    headers_hash(opts->include_dir, hh);
-    // The C compiler settings come with the options (as for graphs): -O
-    // level and extra flags are part of the key.
-    const char *extra = opts->cc_flags;
-    size_t klen = strlen(source) + 1024 + (extra ? strlen(extra) : 0);
-    char *keytext = malloc(klen);
-    if (keytext == NULL) {
-        st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn__cc_build_shared: out of memory");
-        goto done;
-    }
-    int kn =
-        snprintf(keytext, klen, "%s\n%s\ncache %s abi %d\ncc %s %s\nflags -O%d %s\nheaders %s\n",
-                 source, TRN_COMPILER_VERSION, CACHE_VERSION, TRN_KERNEL_ABI_VERSION, cc_path(),
-                 cc_version(group), opts->opt_level, extra ? extra : "", hh);
-    trn_sha256_hex(keytext, (size_t)kn, key);
-    free(keytext);
-    char src[4200], so[4200], logp[4200];
-    snprintf(src, sizeof src, "%s/graph.c", tmpdir);
-    snprintf(so, sizeof so, "%s/graph.so", tmpdir);
-    snprintf(logp, sizeof logp, "%s/cc.log", tmpdir);
-    if (opts->cache_dir) {
-        size_t n = 0;
-        char *bytes = trn__cc_cache_read(opts->cache_dir, key, &n);
-        bool copied = bytes && write_file(so, bytes, n);
-        free(bytes);
-        if (copied) {
-            *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-            if (*dl != NULL) {
-                *from_cache = 1;
-                goto done;
-            }
-            unlink(so);
-        }
-        trn_clear_error();
-    }
-    if (!write_file(src, source, strlen(source))) {
-        st = trn__set_error(TRN_ERROR_SYSTEM, "trn__cc_build_shared: cannot write %s", src);
-        goto done;
-    }
-    double t0 = now_s();
-    int spawn_errno = 0;
-    int rc = run_cc(opts, src, so, logp, tmpdir, group, &cmd, &spawn_errno);
-    *seconds = now_s() - t0;
-    log = read_file(logp, NULL);
-    debug_write(opts, ".cmd", cmd);
-    if (rc != 0) {
-        if (spawn_errno != 0)
-            st = trn__set_error(TRN_ERROR_SYSTEM,
-                                "trn__cc_build_shared: cannot run the C compiler `%s` (%s): "
-                                "NKI kernels need gcc (Debian/Ubuntu: `apt-get install gcc`)",
-                                cc_path(), strerror(spawn_errno));
-        else
-            st = trn__set_error(TRN_ERROR_SYSTEM,
-                                "trn__cc_build_shared: `%s` failed (status %d): %.600s",
-                                cmd ? cmd : cc_path(), rc, log ? log : "");
-        goto done;
-    }
-    if (opts->cache_dir) {
-        size_t n = 0;
-        char *bytes = read_file(so, &n);
-        if (bytes) trn__cc_cache_store(opts->cache_dir, key, bytes, n);
-        free(bytes);
-        trn_clear_error();
-    }
-    *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-    if (*dl == NULL)
-        st = trn__set_error(TRN_ERROR_SYSTEM, "trn__cc_build_shared: dlopen %s: %s", so, dlerror());
-done:
-    trn__cc_scratch_remove(tmpdir);
-    free(cmd);
-    free(log);
+    const trn__cc_job job = {"trn_nki_compile", "nki kernel", "NKI (nki.jit)", NULL, NULL};
+    trn__cc_built b;
+    trn_status st = trn__cc_build(source, opts, &job, &b);
+    *dl = b.dl;
+    memcpy(key, b.key, 65);
+    *from_cache = b.from_cache;
+    *seconds = b.seconds;
+    free(b.object);
     return st;
 }

@@ -33,4 +33,12 @@ typedef double trn__vec_d __attribute__((vector_size(64)));
         for (int j_ = 0; j_ < TRN_VLANES(V, C); j_++) (s) += (acc)[j_];                            \
     } while (0)
 
+// How often a float lane sum moves to its double total: every
+// TRN_VFLUSH_ELEMS elements (16 terms a float lane), so the float part of a
+// long sum stays short (a float sum of the lanes of 100 +- 1 data would
+// round at 6400) and the statistics of the norms stay within a few float
+// roundings of the exact values. The grouping depends only on the shape.
+// The move is TRN_VREDUCE into the double total.
+#define TRN_VFLUSH_ELEMS 256
+
 #endif

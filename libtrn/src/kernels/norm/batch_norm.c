@@ -125,16 +125,15 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
 
 // Channel sums: lane partial sums (and a scalar sum of the tails of rows
 // that are not whole lane groups) move to the double total, lane by lane, every
-// BN_FLUSH_ELEMS elements of a channel, rows cut into chunks of at most that
-// many, so a lane never holds more than BN_FLUSH_ELEMS / lanes (16 floats)
+// TRN_VFLUSH_ELEMS elements of a channel, rows cut into chunks of at most that
+// many, so a lane never holds more than TRN_VFLUSH_ELEMS / lanes (16 floats)
 // terms: the float part of every sum is short, and the statistics and the
 // weight gradient stay within a few float roundings of the exact values
 // (CPU's float32 error or better; tests/test_numerics_vs_f64.py).
 // Deterministic: the grouping depends only on the shape, not on the split.
-#define BN_FLUSH_ELEMS 256
 #define BN_FLUSH(V, C, acc, tail, total)                                                           \
     do {                                                                                           \
-        for (int j_ = 0; j_ < TRN_VLANES(V, C); j_++) (total) += (double)(acc)[j_];                \
+        TRN_VREDUCE(V, C, acc, total);                                                             \
         (total) += (double)(tail);                                                                 \
         (tail) = 0;                                                                                \
         memset(&(acc), 0, sizeof(acc));                                                            \
@@ -142,18 +141,18 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
 
 // For each batch item b of channel c: rows x (and dy) of S elements, cut
 // into chunks [i0, i1); BODY_V / BODY_S accumulate a lane group at i / one
-// element at i, FLUSH runs after every BN_FLUSH_ELEMS elements and at the end.
+// element at i, FLUSH runs after every TRN_VFLUSH_ELEMS elements and at the end.
 #define BN_CHUNKS(BODY_V, BODY_S, FLUSH)                                                           \
     do {                                                                                           \
         int64_t run = 0;                                                                           \
         for (int64_t b = 0; b < a->batch; b++) {                                                   \
             const int64_t row = (b * CH + c) * S;                                                  \
-            for (int64_t i0 = 0; i0 < S; i0 += BN_FLUSH_ELEMS) {                                   \
-                const int64_t i1 = S - i0 < BN_FLUSH_ELEMS ? S : i0 + BN_FLUSH_ELEMS;              \
+            for (int64_t i0 = 0; i0 < S; i0 += TRN_VFLUSH_ELEMS) {                                 \
+                const int64_t i1 = S - i0 < TRN_VFLUSH_ELEMS ? S : i0 + TRN_VFLUSH_ELEMS;          \
                 int64_t i = i0;                                                                    \
                 for (; i + L <= i1; i += L) BODY_V;                                                \
                 for (; i < i1; i++) BODY_S;                                                        \
-                if ((run += i1 - i0) >= BN_FLUSH_ELEMS) {                                          \
+                if ((run += i1 - i0) >= TRN_VFLUSH_ELEMS) {                                        \
                     FLUSH;                                                                         \
                     run = 0;                                                                       \
                 }                                                                                  \

@@ -39,16 +39,14 @@ typedef trn__row_norm_ctx ln_run;
     }
 
 // total += sum over the row x[0..n) of EXPR (an expression of x[i + j]),
-// squared when SQ is 1: lanes of V accumulate
-// chunks of LN_CHUNK elements (16 terms a lane), each chunk's lanes are
-// added to the double total one by one in lane order (a float sum of the
-// lanes of 100 +- 1 data would round at 6400), then the tail. Deterministic per shape.
-#define LN_CHUNK 256
+// squared when SQ is 1: lanes of V accumulate the whole lane groups, moved
+// to the double total every TRN_VFLUSH_ELEMS elements (vec_sum.h), then the
+// tail. Deterministic per shape.
 #define LN_CHUNKS(V, C, EXPR, total, SQ)                                                           \
     do {                                                                                           \
         const int64_t nv_ = n - n % L;                                                             \
-        for (int64_t i0 = 0; i0 < nv_; i0 += LN_CHUNK) {                                           \
-            const int64_t i1 = nv_ - i0 < LN_CHUNK ? nv_ : i0 + LN_CHUNK;                          \
+        for (int64_t i0 = 0; i0 < nv_; i0 += TRN_VFLUSH_ELEMS) {                                   \
+            const int64_t i1 = nv_ - i0 < TRN_VFLUSH_ELEMS ? nv_ : i0 + TRN_VFLUSH_ELEMS;          \
             V acc_;                                                                                \
             memset(&acc_, 0, sizeof acc_);                                                         \
             for (int64_t i = i0; i < i1; i += L) {                                                 \
@@ -58,7 +56,7 @@ typedef trn__row_norm_ctx ln_run;
                 memcpy(&v_, t_, sizeof v_);                                                        \
                 acc_ += (SQ) ? v_ * v_ : v_;                                                       \
             }                                                                                      \
-            for (int j_ = 0; j_ < L; j_++) (total) += (double)acc_[j_];                            \
+            TRN_VREDUCE(V, C, acc_, total);                                                        \
         }                                                                                          \
         C tail_ = 0;                                                                               \
         for (int64_t i = nv_; i < n; i++) {                                                        \
@@ -79,7 +77,7 @@ typedef trn__row_norm_ctx ln_run;
             const T *x = (const T *)a->x + r * n;                                                  \
             T *y = (T *)a->y + r * n;                                                              \
             const int L = TRN_VLANES(V, C);                                                        \
-            /* Lane sums flushed to double every LN_CHUNK elements: the */                         \
+            /* Lane sums flushed to double every TRN_VFLUSH_ELEMS: the  */                         \
             /* mean of 100 +- 1 data stays exact to a few roundings.    */                         \
             double sum = 0, sq = 0;                                                                \
             LN_CHUNKS(V, C, (C)LD(x[i + j]), sum, 0);                                              \

@@ -202,74 +202,30 @@ static ALWAYS_INLINE void store_complex(trn_dtype d, void *p, double re, double 
 #define LOAD(type, p)                                                                              \
     type v;                                                                                        \
     memcpy(&v, p, sizeof v)
+// One case of a source of C type `type`: read into v, then STORE (a
+// statement using v), then break out of the switch.
+#define FROM(type, STORE)                                                                          \
+    {                                                                                              \
+        LOAD(type, src);                                                                           \
+        STORE;                                                                                     \
+        break;                                                                                     \
+    }
 
 static ALWAYS_INLINE void convert_one(trn_dtype d, void *dst, trn_dtype s, const void *src) {
     switch (s) {
-    case TRN_DTYPE_BOOL: {
-        LOAD(uint8_t, src);
-        store_uint(d, dst, v != 0);
-        break;
-    }
-    case TRN_DTYPE_U8: {
-        LOAD(uint8_t, src);
-        store_uint(d, dst, v);
-        break;
-    }
-    case TRN_DTYPE_U16: {
-        LOAD(uint16_t, src);
-        store_uint(d, dst, v);
-        break;
-    }
-    case TRN_DTYPE_U32: {
-        LOAD(uint32_t, src);
-        store_uint(d, dst, v);
-        break;
-    }
-    case TRN_DTYPE_U64: {
-        LOAD(uint64_t, src);
-        store_uint(d, dst, v);
-        break;
-    }
-    case TRN_DTYPE_I8: {
-        LOAD(int8_t, src);
-        store_int(d, dst, v);
-        break;
-    }
-    case TRN_DTYPE_I16: {
-        LOAD(int16_t, src);
-        store_int(d, dst, v);
-        break;
-    }
-    case TRN_DTYPE_I32: {
-        LOAD(int32_t, src);
-        store_int(d, dst, v);
-        break;
-    }
-    case TRN_DTYPE_I64: {
-        LOAD(int64_t, src);
-        store_int(d, dst, v);
-        break;
-    }
-    case TRN_DTYPE_F16: {
-        LOAD(uint16_t, src);
-        store_real(d, dst, trn_half_to_float(v));
-        break;
-    }
-    case TRN_DTYPE_BF16: {
-        LOAD(uint16_t, src);
-        store_real(d, dst, trn_bf16_to_float(v));
-        break;
-    }
-    case TRN_DTYPE_F32: {
-        LOAD(float, src);
-        store_real(d, dst, v);
-        break;
-    }
-    case TRN_DTYPE_F64: {
-        LOAD(double, src);
-        store_real(d, dst, v);
-        break;
-    }
+    case TRN_DTYPE_BOOL: FROM(uint8_t, store_uint(d, dst, v != 0));
+    case TRN_DTYPE_U8: FROM(uint8_t, store_uint(d, dst, v));
+    case TRN_DTYPE_U16: FROM(uint16_t, store_uint(d, dst, v));
+    case TRN_DTYPE_U32: FROM(uint32_t, store_uint(d, dst, v));
+    case TRN_DTYPE_U64: FROM(uint64_t, store_uint(d, dst, v));
+    case TRN_DTYPE_I8: FROM(int8_t, store_int(d, dst, v));
+    case TRN_DTYPE_I16: FROM(int16_t, store_int(d, dst, v));
+    case TRN_DTYPE_I32: FROM(int32_t, store_int(d, dst, v));
+    case TRN_DTYPE_I64: FROM(int64_t, store_int(d, dst, v));
+    case TRN_DTYPE_F16: FROM(uint16_t, store_real(d, dst, trn_half_to_float(v)));
+    case TRN_DTYPE_BF16: FROM(uint16_t, store_real(d, dst, trn_bf16_to_float(v)));
+    case TRN_DTYPE_F32: FROM(float, store_real(d, dst, v));
+    case TRN_DTYPE_F64: FROM(double, store_real(d, dst, v));
     case TRN_DTYPE_C64: {
         LOAD(float, src);
         float im;
@@ -284,31 +240,14 @@ static ALWAYS_INLINE void convert_one(trn_dtype d, void *dst, trn_dtype s, const
         store_complex(d, dst, v, im);
         break;
     }
-    case TRN_DTYPE_F8E4M3FN: {
-        LOAD(uint8_t, src);
-        store_fp8_value(d, dst, trn_fp8_e4m3fn_to_float(v), 0);
-        break;
-    }
-    case TRN_DTYPE_F8E5M2: {
-        LOAD(uint8_t, src);
-        store_fp8_value(d, dst, trn_fp8_e5m2_to_float(v), 0);
-        break;
-    }
-    case TRN_DTYPE_F8E4M3FNUZ: {
-        LOAD(uint8_t, src);
-        store_fp8_value(d, dst, trn_fp8_e4m3fnuz_to_float(v), 1);
-        break;
-    }
-    case TRN_DTYPE_F8E5M2FNUZ: {
-        LOAD(uint8_t, src);
-        store_fp8_value(d, dst, trn_fp8_e5m2fnuz_to_float(v), 1);
-        break;
-    }
-    case TRN_DTYPE_F8E8M0FNU: {
-        LOAD(uint8_t, src);
-        store_fp8_value(d, dst, trn_fp8_e8m0fnu_to_float(v), 1);
-        break;
-    }
+    case TRN_DTYPE_F8E4M3FN: FROM(uint8_t, store_fp8_value(d, dst, trn_fp8_e4m3fn_to_float(v), 0));
+    case TRN_DTYPE_F8E5M2: FROM(uint8_t, store_fp8_value(d, dst, trn_fp8_e5m2_to_float(v), 0));
+    case TRN_DTYPE_F8E4M3FNUZ:
+        FROM(uint8_t, store_fp8_value(d, dst, trn_fp8_e4m3fnuz_to_float(v), 1));
+    case TRN_DTYPE_F8E5M2FNUZ:
+        FROM(uint8_t, store_fp8_value(d, dst, trn_fp8_e5m2fnuz_to_float(v), 1));
+    case TRN_DTYPE_F8E8M0FNU:
+        FROM(uint8_t, store_fp8_value(d, dst, trn_fp8_e8m0fnu_to_float(v), 1));
     default: break;
     }
 }

@@ -355,30 +355,75 @@ static trn_status launch_list(trn_stream *stream, trn_status (*task)(void *), vo
     return st;
 }
 
-typedef struct opt_run {
+typedef struct opt_run opt_run;
+typedef void (*opt_chunk_fn)(const opt_run *r, const fe_chunk *ch);
+
+// What differs between the fused optimizers' tasks: the tensor entries, the
+// memory each opens, and the step over one chunk (float / double compute).
+typedef struct opt_kind {
+    const char *what;  // "fused adam": the out-of-memory message
+    int64_t ranges;    // most memory ranges one tensor entry opens
+    int64_t (*numel)(const void *tensors, int64_t t);
+    void (*open)(acc_list *acc, const void *d, int64_t t, size_t es);  // entry t's ranges
+    opt_chunk_fn chunk_f, chunk_d;
+} opt_kind;
+
+struct opt_run {
     const void *d;
     const fe_chunk *chunks;
     float scale;  // grad_scale's value
     int has_scale;
-} opt_run;
+    opt_chunk_fn chunk;  // the kind's step for the list's dtype
+};
 
-// The optimizer tasks' step once their memory is open: nothing when
-// found_inf is set (a skipped step, as PyTorch), else `piece` over the chunks
-// of the tensor list.
-static trn_status opt_run_chunks(const void *d, int64_t count,
-                                 int64_t (*numel)(const void *, int64_t), const void *tensors,
-                                 const float *grad_scale, const float *found_inf,
-                                 void (*piece)(void *, int64_t, int64_t), const char *what) {
-    if (found_inf && *found_inf != 0.0f) return TRN_SUCCESS;
-    int64_t nchunks = 0;
-    fe_chunk *chunks = make_chunks(count, numel, tensors, &nchunks);
-    if (chunks == NULL)
-        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "%s: out of host memory", what);
-    opt_run run = {d, chunks, grad_scale ? *grad_scale : 1.0f, grad_scale != NULL};
-    trn_parallel_for(nchunks, 1, piece, &run);
-    free(chunks);
-    return TRN_SUCCESS;
+static void opt_piece(void *ctx, int64_t c0, int64_t c1) {
+    const opt_run *r = ctx;
+    for (int64_t c = c0; c < c1; c++) r->chunk(r, &r->chunks[c]);
 }
+
+// An optimizer's task (d: its descriptor, whose tensor array is the heap
+// copy launch_list made; freed here): opens the memory of every entry and
+// of grad_scale / found_inf, then runs nothing when found_inf is set (a
+// skipped step, as PyTorch), else the kind's step over the chunks of the list.
+static trn_status opt_task(const opt_kind *k, const void *d, trn_dtype dtype, int64_t count,
+                           const void *tensors, const float *grad_scale, const float *found_inf) {
+    const size_t es = trn_dtype_size(dtype);
+    acc_list acc;
+    trn_status st = TRN_SUCCESS;
+    if (!acc_init(&acc, k->ranges * count + 2)) {
+        st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "%s: out of host memory", k->what);
+        goto out;
+    }
+    for (int64_t t = 0; t < count; t++) k->open(&acc, d, t, es);
+    acc_add(&acc, grad_scale, sizeof(float));
+    acc_add(&acc, found_inf, sizeof(float));
+    st = acc_begin(&acc);
+    if (st != TRN_SUCCESS || (found_inf && *found_inf != 0.0f)) goto out;
+    int64_t nchunks = 0;
+    fe_chunk *chunks = make_chunks(count, k->numel, tensors, &nchunks);
+    if (chunks == NULL) {
+        st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "%s: out of host memory", k->what);
+        goto out;
+    }
+    opt_run run = {d, chunks, grad_scale ? *grad_scale : 1.0f, grad_scale != NULL,
+                   dtype == TRN_DTYPE_F64 ? k->chunk_d : k->chunk_f};
+    trn_parallel_for(nchunks, 1, opt_piece, &run);
+    free(chunks);
+out:
+    acc_free(&acc);
+    free((void *)tensors);
+    return st;
+}
+
+// g /= the grad scale, stored back into the gradient (as PyTorch's fused
+// optimizers unscale it in place), for a block of n at b.
+#define OPT_UNSCALE(N, C, grad)                                                                    \
+    do {                                                                                           \
+        if (r->has_scale) {                                                                        \
+            for (int64_t i = 0; i < n; i++) g[i] = g[i] / (C)r->scale;                             \
+            st_##N(d->dtype, grad, b, n, g);                                                       \
+        }                                                                                          \
+    } while (0)
 
 // ---- foreach launch --------------------------------------------------------------------
 typedef struct fe_args {
@@ -536,10 +581,7 @@ static int64_t sgd_numel(const void *arr, int64_t t) {
             ld_##N(d->dtype, t->exp_avg, b, n, m);                                                 \
             ld_##N(d->dtype, t->exp_avg_sq, b, n, v);                                              \
             if (d->amsgrad) ld_##N(d->dtype, t->max_exp_avg_sq, b, n, mx);                         \
-            if (r->has_scale) {                                                                    \
-                for (int64_t i = 0; i < n; i++) g[i] = g[i] / (C)r->scale;                         \
-                st_##N(d->dtype, t->grad, b, n, g);                                                \
-            }                                                                                      \
+            OPT_UNSCALE(N, C, t->grad);                                                            \
             for (int64_t i = 0; i < n; i++) {                                                      \
                 C gv = d->maximize ? -g[i] : g[i];                                                 \
                 C pv = p[i];                                                                       \
@@ -573,47 +615,24 @@ static int64_t sgd_numel(const void *arr, int64_t t) {
 DEFINE_ADAM(f, float, sqrtf)
 DEFINE_ADAM(d, double, sqrt)
 
-static void adam_piece(void *ctx, int64_t c0, int64_t c1) {
-    const opt_run *r = ctx;
-    const trn_fused_adam_desc *d = r->d;
-    for (int64_t c = c0; c < c1; c++) {
-        if (d->dtype == TRN_DTYPE_F64)
-            adam_chunk_d(r, &r->chunks[c]);
-        else
-            adam_chunk_f(r, &r->chunks[c]);
-    }
+static void adam_open(acc_list *acc, const void *vd, int64_t t, size_t es) {
+    const trn_fused_adam_desc *d = vd;
+    const trn_fused_adam_tensor *x = &d->tensors[t];
+    const size_t bytes = (size_t)x->n * es;
+    acc_add(acc, x->param, bytes);
+    acc_add(acc, x->grad, bytes);
+    acc_add(acc, x->exp_avg, bytes);
+    acc_add(acc, x->exp_avg_sq, bytes);
+    if (d->amsgrad) acc_add(acc, x->max_exp_avg_sq, bytes);
+    acc_add(acc, x->step, sizeof(float));
 }
 
+static const opt_kind adam_kind = {"fused adam", 6,           adam_numel, adam_open,
+                                   adam_chunk_f, adam_chunk_d};
+
 static trn_status adam_task(void *args) {
-    adam_args *aa = args;
-    const trn_fused_adam_desc *d = &aa->d;
-    const size_t es = trn_dtype_size(d->dtype);
-    acc_list acc;
-    trn_status st = TRN_SUCCESS;
-    if (!acc_init(&acc, 6 * d->count + 2)) {
-        st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "fused adam: out of host memory");
-        goto out;
-    }
-    for (int64_t t = 0; t < d->count; t++) {
-        const trn_fused_adam_tensor *x = &d->tensors[t];
-        const size_t bytes = (size_t)x->n * es;
-        acc_add(&acc, x->param, bytes);
-        acc_add(&acc, x->grad, bytes);
-        acc_add(&acc, x->exp_avg, bytes);
-        acc_add(&acc, x->exp_avg_sq, bytes);
-        if (d->amsgrad) acc_add(&acc, x->max_exp_avg_sq, bytes);
-        acc_add(&acc, x->step, sizeof(float));
-    }
-    acc_add(&acc, d->grad_scale, sizeof(float));
-    acc_add(&acc, d->found_inf, sizeof(float));
-    st = acc_begin(&acc);
-    if (st == TRN_SUCCESS)
-        st = opt_run_chunks(d, d->count, adam_numel, d->tensors, d->grad_scale, d->found_inf,
-                            adam_piece, "fused adam");
-out:
-    acc_free(&acc);
-    free((void *)d->tensors);
-    return st;
+    const trn_fused_adam_desc *d = &((adam_args *)args)->d;
+    return opt_task(&adam_kind, d, d->dtype, d->count, d->tensors, d->grad_scale, d->found_inf);
 }
 
 trn_status trn_fused_adam_launch(trn_stream *stream, const trn_fused_adam_desc *d) {
@@ -655,10 +674,7 @@ typedef struct sgd_args {
             ld_##N(d->dtype, t->grad, b, n, g);                                                    \
             if (t->momentum_buffer && !d->is_first_step)                                           \
                 ld_##N(d->dtype, t->momentum_buffer, b, n, buf);                                   \
-            if (r->has_scale) {                                                                    \
-                for (int64_t i = 0; i < n; i++) g[i] = g[i] / (C)r->scale;                         \
-                st_##N(d->dtype, t->grad, b, n, g);                                                \
-            }                                                                                      \
+            OPT_UNSCALE(N, C, t->grad);                                                            \
             for (int64_t i = 0; i < n; i++) {                                                      \
                 C gv = d->maximize ? -g[i] : g[i];                                                 \
                 if (wd != 0) gv = gv + p[i] * wd;                                                  \
@@ -677,44 +693,19 @@ typedef struct sgd_args {
 DEFINE_SGD(f, float)
 DEFINE_SGD(d, double)
 
-static void sgd_piece(void *ctx, int64_t c0, int64_t c1) {
-    const opt_run *r = ctx;
-    const trn_fused_sgd_desc *d = r->d;
-    for (int64_t c = c0; c < c1; c++) {
-        if (d->dtype == TRN_DTYPE_F64)
-            sgd_chunk_d(r, &r->chunks[c]);
-        else
-            sgd_chunk_f(r, &r->chunks[c]);
-    }
+static void sgd_open(acc_list *acc, const void *vd, int64_t t, size_t es) {
+    const trn_fused_sgd_tensor *x = &((const trn_fused_sgd_desc *)vd)->tensors[t];
+    const size_t bytes = (size_t)x->n * es;
+    acc_add(acc, x->param, bytes);
+    acc_add(acc, x->grad, bytes);
+    acc_add(acc, x->momentum_buffer, bytes);
 }
 
+static const opt_kind sgd_kind = {"fused sgd", 3, sgd_numel, sgd_open, sgd_chunk_f, sgd_chunk_d};
+
 static trn_status sgd_task(void *args) {
-    sgd_args *sa = args;
-    const trn_fused_sgd_desc *d = &sa->d;
-    const size_t es = trn_dtype_size(d->dtype);
-    acc_list acc;
-    trn_status st = TRN_SUCCESS;
-    if (!acc_init(&acc, 3 * d->count + 2)) {
-        st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "fused sgd: out of host memory");
-        goto out;
-    }
-    for (int64_t t = 0; t < d->count; t++) {
-        const trn_fused_sgd_tensor *x = &d->tensors[t];
-        const size_t bytes = (size_t)x->n * es;
-        acc_add(&acc, x->param, bytes);
-        acc_add(&acc, x->grad, bytes);
-        acc_add(&acc, x->momentum_buffer, bytes);
-    }
-    acc_add(&acc, d->grad_scale, sizeof(float));
-    acc_add(&acc, d->found_inf, sizeof(float));
-    st = acc_begin(&acc);
-    if (st == TRN_SUCCESS)
-        st = opt_run_chunks(d, d->count, sgd_numel, d->tensors, d->grad_scale, d->found_inf,
-                            sgd_piece, "fused sgd");
-out:
-    acc_free(&acc);
-    free((void *)d->tensors);
-    return st;
+    const trn_fused_sgd_desc *d = &((sgd_args *)args)->d;
+    return opt_task(&sgd_kind, d, d->dtype, d->count, d->tensors, d->grad_scale, d->found_inf);
 }
 
 trn_status trn_fused_sgd_launch(trn_stream *stream, const trn_fused_sgd_desc *d) {
