@@ -65,6 +65,9 @@ def bench_flex(min_time, B, H, S, E, window, dtype):
     torch.manual_seed(0)
     q, k, v = (torch.randn(B, H, S, E, dtype=dtype) for _ in range(3))
     qd, kd, vd = (t.to("neuron") for t in (q, k, v))
+    # One function compiled for two devices, three masks and grad modes:
+    # more recompiles than Dynamo's default limit (8) allows.
+    torch._dynamo.config.recompile_limit = 64
     ours_fn = torch.compile(flex_attention, backend="neuron")
     cpu_fn = torch.compile(flex_attention)  # Inductor's CPU kernel
     times = {}

@@ -26,7 +26,7 @@
 
 // Tiles never exceed this many rows (queries) or keys: a BlockMask block
 // (128 by default) is split into tiles that divide it.
-enum { TILE_MAX = 128 };
+enum { TILE_MAX = 64 };
 
 typedef struct flex_args {
     trn_flex_attention_backward_desc d;  // d.fwd for the forward
