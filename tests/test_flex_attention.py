@@ -288,3 +288,19 @@ def test_document_masked_model_trains_like_cpu(compiled):
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), atol=1e-4, rtol=1e-4)
     for a, b in zip(params, ref_params):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_autocast_bfloat16():
+    """Under torch.autocast("neuron", bfloat16) the kernel runs in bfloat16
+    (as PyTorch's CPU/CUDA autocast shims cast q/k/v) and the backward
+    reaches the float32 leaves."""
+    torch.manual_seed(4)
+    leaves = [torch.randn(1, 2, 128, 16, device="neuron", requires_grad=True) for _ in range(3)]
+    bm = create_block_mask(_causal, None, None, 128, 128, device="neuron")
+    with torch.autocast("neuron", dtype=torch.bfloat16):
+        out = flex_attention(*leaves, block_mask=bm)
+    assert out.dtype == torch.bfloat16
+    ref = flex_attention(*(t.detach().bfloat16() for t in leaves), block_mask=bm)
+    torch.testing.assert_close(out.detach(), ref, atol=0, rtol=0)
+    out.float().sum().backward()
+    assert all(t.grad is not None and t.grad.dtype == torch.float32 for t in leaves)

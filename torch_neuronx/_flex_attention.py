@@ -487,9 +487,26 @@ def _trace(fn, example):
         return make_fx(fn, tracing_mode="fake")(*example)
 
 
+_traced: dict = {}
+
+
 def _aten_graph(fn, example):
     """fn as an ATen graph of 0-dim tensors (already one when it comes from
-    AOTAutograd: its nodes carry OpOverloads and meta values)."""
+    AOTAutograd: its nodes carry OpOverloads and meta values). Traces are
+    kept per callable (and captured tensors' dtypes and ranks): PyTorch makes
+    a new joint graph every backward, but the score_mod is the same one."""
+    key = (id(fn), tuple((t.dtype, t.dim()) for t in example))
+    hit = _traced.get(key)
+    if hit is not None and hit[0] is fn:
+        return hit[1]
+    gm = _aten_graph_uncached(fn, example)
+    if len(_traced) > 256:
+        _traced.clear()
+    _traced[key] = (fn, gm)
+    return gm
+
+
+def _aten_graph_uncached(fn, example):
     if (
         isinstance(fn, torch.fx.GraphModule)
         and all(
@@ -713,6 +730,23 @@ def flex_backward(query, key, value, out, logsumexp, grad_out, grad_logsumexp, f
     return dq, dk, dv, tuple(None for _ in score_mod_other_buffers)
 
 
+def flex_forward_autocast(query, key, value, score_mod, block_mask, scale, kernel_options,
+                          score_mod_other_buffers=(), mask_mod_other_buffers=()):  # fmt: skip
+    """Under torch.autocast("neuron"): q/k/v in the autocast dtype, then the
+    kernel (PyTorch's CPU/CUDA autocast shims do the same)."""
+    from torch._higher_order_ops.flex_attention import flex_attention
+
+    dtype = torch.get_autocast_dtype("neuron")
+    cast = lambda t: t.to(dtype) if t.is_floating_point() else t  # noqa: E731
+    with torch._C._ExcludeDispatchKeyGuard(
+        torch._C.DispatchKeySet(DispatchKey.AutocastPrivateUse1)
+    ):
+        return flex_attention(
+            cast(query), cast(key), cast(value), score_mod, block_mask, scale, kernel_options,
+            score_mod_other_buffers, mask_mod_other_buffers,
+        )  # fmt: skip
+
+
 # ---- installation -----------------------------------------------------------------------
 _installed = False
 
@@ -729,6 +763,7 @@ def install() -> None:
     from torch._higher_order_ops.flex_attention import flex_attention, flex_attention_backward
 
     flex_attention.py_impl(DispatchKey.PrivateUse1)(flex_forward)
+    flex_attention.py_impl(DispatchKey.AutocastPrivateUse1)(flex_forward_autocast)
     flex_attention_backward.py_impl(DispatchKey.PrivateUse1)(flex_backward)
 
     original = fa._validate_device
