@@ -304,3 +304,37 @@ def test_autocast_bfloat16():
     torch.testing.assert_close(out.detach(), ref, atol=0, rtol=0)
     out.float().sum().backward()
     assert all(t.grad is not None and t.grad.dtype == torch.float32 for t in leaves)
+
+
+_WARM_CHILD = r"""
+import json, torch, torch_neuronx
+from torch.nn.attention.flex_attention import flex_attention, create_block_mask
+torch.manual_seed(0)
+q, k, v = (torch.randn(1, 2, 256, 16).to("neuron").requires_grad_() for _ in range(3))
+bm = create_block_mask(lambda b, h, qi, kv: qi >= kv, None, None, 256, 256, device="neuron")
+f = torch.compile(flex_attention, backend="neuron")
+out = f(q, k, v, score_mod=lambda s, b, h, qi, kv: s + (kv - qi) * 0.01, block_mask=bm)
+out.sum().backward()
+print(json.dumps({"m": torch.neuron.get_dynamo_metrics(), "out": out.sum().item(),
+                  "g": q.grad.abs().sum().item()}))
+"""
+
+
+def test_compiled_graph_warm_start(tmp_path, python):
+    """A second process loads the compiled forward/backward graphs (their
+    flex_attention host steps pickled by op name) from the disk cache:
+    nothing is lowered or compiled and the results are the same."""
+    import json
+
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(root), "TORCH_NEURONX_NEFF_DISABLE_CACHE": ""}
+    runs = []
+    for _ in range(2):
+        r = python(_WARM_CHILD, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    cold, hot = runs
+    assert cold["m"]["lowerings"] == 2 and cold["m"]["fallback_graphs"] == 0
+    assert hot["m"]["warm_graphs"] == 1 and hot["m"]["lowerings"] == 0 and hot["m"]["compiles"] == 0
+    assert hot["out"] == cold["out"] and hot["g"] == cold["g"]
