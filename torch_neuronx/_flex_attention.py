@@ -302,11 +302,15 @@ class _Renderer:
             return self._fresh(ct, f"({ct})(({a}) % ({b}))")
         if name in _COMPARE:
             a0, a1 = args[0], args[1]
-            pt = torch.promote_types(
-                _meta(a0).dtype if isinstance(a0, torch.fx.Node) else torch.float64,
-                _meta(a1).dtype if isinstance(a1, torch.fx.Node) else torch.float64,
+            # PyTorch's promotion (a Python number does not widen a tensor:
+            # q_idx >= 0 compares int32, not double).
+            pt = torch.result_type(
+                _meta(a0) if isinstance(a0, torch.fx.Node) else a0,
+                _meta(a1) if isinstance(a1, torch.fx.Node) else a1,
             )
             pc = _CTYPE.get(pt, "double")
+            if pt in (torch.bfloat16, torch.float16):
+                pc = "float"  # both sides are exact in float
             return self._fresh(
                 "int", f"(({pc})({self._arg(a0)}) {_COMPARE[name]} ({pc})({self._arg(a1)}))"
             )
