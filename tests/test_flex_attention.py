@@ -157,7 +157,11 @@ def test_eager_bfloat16(score, mask):
 )
 def test_compiled(score, mask, dtype):
     torch._dynamo.reset()
+    torch_neuronx.reset_dynamo_metrics()
     _check(torch.compile(flex_attention, backend="neuron"), score, mask, dtype)
+    # The forward and backward graphs ran compiled (none eagerly as a fallback).
+    m = torch_neuronx.get_dynamo_metrics()
+    assert m["graphs"] == 2 and m["fallback_graphs"] == 0, m
 
 
 def test_no_mask_gqa_and_odd_length():
