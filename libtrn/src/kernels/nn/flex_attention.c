@@ -117,9 +117,14 @@ typedef struct fwd_scratch {
 
 // One key tile [j0, j0 + nj) of a query tile: scores, modifications, online
 // softmax update, O += P . V.
-static void fwd_tile(const trn_flex_attention_desc *d, const fwd_scratch *w, int64_t b, int64_t h,
-                     int64_t hk, int64_t i0, int64_t ni, int64_t j0, int64_t nj, int masked) {
-    const int64_t E = d->head_dim, Ev = d->v_dim, TQ = w->tq;
+// Inlined twice: with the tile stride a constant (the usual 64: the
+// products and loops then index with a known stride) and as given.
+static inline __attribute__((always_inline)) void fwd_tile_with(const trn_flex_attention_desc *d,
+                                                                const fwd_scratch *w, int64_t b,
+                                                                int64_t h, int64_t hk, int64_t i0,
+                                                                int64_t ni, int64_t j0, int64_t nj,
+                                                                int masked, const int64_t TQ) {
+    const int64_t E = d->head_dim, Ev = d->v_dim;
     load_rows(d->dtype, d->k, d->k_strides, b, hk, j0, nj, E, w->k);
     load_rows(d->dtype, d->v, d->v_strides, b, hk, j0, nj, Ev, w->v);
     float *st = w->st;
@@ -154,6 +159,14 @@ static void fwd_tile(const trn_flex_attention_desc *d, const fwd_scratch *w, int
         }
     }
     trn_tile_mm(ni, Ev, nj, st, 1, TQ, w->v, Ev, w->o, Ev, 1);
+}
+
+static void fwd_tile(const trn_flex_attention_desc *d, const fwd_scratch *w, int64_t b, int64_t h,
+                     int64_t hk, int64_t i0, int64_t ni, int64_t j0, int64_t nj, int masked) {
+    if (w->tq == TILE_MAX)
+        fwd_tile_with(d, w, b, h, hk, i0, ni, j0, nj, masked, TILE_MAX);
+    else
+        fwd_tile_with(d, w, b, h, hk, i0, ni, j0, nj, masked, w->tq);
 }
 
 static void fwd_unit(const trn_flex_attention_desc *d, const fwd_scratch *w, int64_t unit) {
