@@ -91,6 +91,7 @@ bench: build
 	$(PY) bench/bench_copy.py
 	$(PY) bench/bench_models.py
 	$(PY) bench/bench_moe.py
+	$(PY) bench/bench_flex_attention.py
 	cmake --build build/cmake --target trn_bench_stream && build/cmake/libtrn/trn_bench_stream
 	$(PY) bench/bench_collectives.py
 	cmake --build build/cmake --target trn_bench_comm_agree && build/cmake/libtrn/trn_bench_comm_agree

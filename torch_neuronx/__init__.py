@@ -123,6 +123,14 @@ from ._compile import get_dynamo_metrics, reset_dynamo_metrics, install as _inst
 neuron.get_dynamo_metrics, neuron.reset_dynamo_metrics = get_dynamo_metrics, reset_dynamo_metrics
 _install_compile()
 
+# FlexAttention's higher-order ops and varlen_attn's custom ops on neuron
+# (libtrn's block-sparse flash kernel).
+from ._flex_attention import install as _install_flex_attention  # noqa: E402
+from ._varlen_attn import install as _install_varlen_attn  # noqa: E402
+
+_install_flex_attention()
+_install_varlen_attn()
+
 # neuron-evaluate's Python API (docs/evaluate.md): the package itself is
 # callable, torch_neuronx.evaluate(model, inputs, ...), and keeps its
 # attributes (torch_neuronx.evaluate.Report). Strict mode when asked.

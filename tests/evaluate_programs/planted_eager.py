@@ -25,7 +25,7 @@ scale.register_autograd(lambda ctx, g: g * 2)
 
 class Head(nn.Module):
     def forward(self, x):
-        return x + 0 * torch.histc(x.detach(), 4).sum()  # PLANT-fallback
+        return x + 0 * torch.bucketize(x.detach(), x.new_zeros(2)).sum()  # PLANT-fallback
 
 
 class Net(nn.Module):

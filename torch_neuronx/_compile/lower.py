@@ -39,6 +39,7 @@ from . import (  # noqa: F401
     lower_foreach,
     lower_index,
     lower_collective,
+    lower_attention,
 )
 from .lower_core import (
     LOWERINGS,
@@ -284,6 +285,8 @@ class Lowerer:
         target = node.target
         if not _runs_on_device(target, node, self.env):
             raise UnsupportedOpError(_unsupported_message(node))
+        if lower_attention.runs_on_device(target):
+            lower_attention.prepare(self.gm, node)
 
         # Every tensor argument must be caller-visible at run time.
         def visible(a):
@@ -370,6 +373,8 @@ def _runs_on_device(target, node, env) -> bool:
     """Whether running the op eagerly stays off the CPU fallback: it has a
     neuron kernel (or a composite one, made of ops that have), or it only
     touches host (CPU) values, like the optimizer's step counter."""
+    if lower_attention.runs_on_device(target):
+        return True
     if not isinstance(target, torch._ops.OpOverload):
         return False
     if not any(t.device.type == "neuron" for t in _tensors(meta(node))) and all(

@@ -44,6 +44,9 @@ class Host:
     @property
     def fn(self):
         if self._fn is None:
+            if "::" not in self.op:  # a higher-order op (flex_attention)
+                self._fn = getattr(torch.ops.higher_order, self.op)
+                return self._fn
             ns, rest = self.op.split("::", 1)
             name, _, overload = rest.partition(".")
             self._fn = getattr(getattr(getattr(torch.ops, ns), name), overload or "default")

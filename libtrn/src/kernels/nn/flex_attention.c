@@ -1,0 +1,531 @@
+// flex_attention.c - owns the block-sparse FlexAttention kernels
+// (trn/flex_attention.h).
+//
+// The walk is the fused attention's (attention.c): scores are computed
+// transposed, S^T = K . (scale Q)^T, with register-blocked tile products
+// (tile_mm.h), the softmax runs online over key tiles, and the backward
+// recomputes the probabilities from the saved logsumexp. What differs: the
+// keys of a query block are the blocks its BlockMask row lists (the others
+// are never loaded or multiplied), and each score tile goes through the
+// compiled score_mod / mask_mod function (mask_mod only on partial blocks),
+// and in the backward through score_mod's compiled derivative.
+//
+// Forward units: (batch, head, query tile). Backward units: (batch, kv head),
+// so one thread accumulates dk/dv of its kv head over every query head of
+// the group (no atomics); dq of a query tile is accumulated over its blocks.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kit/launch.h"
+#include "trn/scalar.h"
+#include "../blas/tile_mm.h"
+#include "trn/flex_attention.h"
+#include "trn/convert.h"
+#include "trn/parallel.h"
+
+// Tiles never exceed this many rows (queries) or keys: a BlockMask block
+// (128 by default) is split into tiles that divide it.
+enum { TILE_MAX = 64 };
+
+typedef struct flex_args {
+    trn_flex_attention_backward_desc d;  // d.fwd for the forward
+    int backward;
+} flex_args;
+
+_Static_assert(sizeof(flex_args) <= TRN_TASK_MAX_ARGS, "flex attention args too large");
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// The largest tile <= TILE_MAX dividing a block of `block` rows (halving a
+// power of two); an odd block above TILE_MAX is its own tile.
+static int64_t tile_of(int64_t block) {
+    int64_t t = block;
+    while (t > TILE_MAX && t % 2 == 0) t /= 2;
+    return t;
+}
+
+// ---- element access -------------------------------------------------------------
+static void load_row(trn_dtype t, const void *p, int64_t off, int64_t n, float mul, float *dst) {
+    switch (t) {
+    case TRN_DTYPE_F16: {
+        const uint16_t *s = (const uint16_t *)p + off;
+        for (int64_t e = 0; e < n; e++) dst[e] = trn_half_to_float(s[e]) * mul;
+        break;
+    }
+    case TRN_DTYPE_BF16: {
+        const uint16_t *s = (const uint16_t *)p + off;
+        for (int64_t e = 0; e < n; e++) dst[e] = trn_bf16_to_float(s[e]) * mul;
+        break;
+    }
+    default: {
+        const float *s = (const float *)p + off;
+        for (int64_t e = 0; e < n; e++) dst[e] = s[e] * mul;
+    }
+    }
+}
+
+static void store_row(trn_dtype t, void *p, int64_t off, int64_t n, const float *src, float mul) {
+    switch (t) {
+    case TRN_DTYPE_F16: {
+        uint16_t *d = (uint16_t *)p + off;
+        for (int64_t e = 0; e < n; e++) d[e] = trn_float_to_half(src[e] * mul);
+        break;
+    }
+    case TRN_DTYPE_BF16: {
+        uint16_t *d = (uint16_t *)p + off;
+        for (int64_t e = 0; e < n; e++) d[e] = trn_float_to_bf16(src[e] * mul);
+        break;
+    }
+    default: {
+        float *d = (float *)p + off;
+        for (int64_t e = 0; e < n; e++) d[e] = src[e] * mul;
+    }
+    }
+}
+
+static void load_rows(trn_dtype t, const void *p, const int64_t *st, int64_t b, int64_t head,
+                      int64_t r0, int64_t n, int64_t dim, float *dst) {
+    for (int64_t r = 0; r < n; r++)
+        load_row(t, p, b * st[0] + head * st[1] + (r0 + r) * st[2], dim, 1.0f, dst + r * dim);
+}
+
+// ---- the block lists ----------------------------------------------------------------
+// The partial (list 0) or full (list 1) key blocks of query block m of
+// (b, h): *count entries from *idx.
+static void block_list(const trn_flex_attention_desc *d, int list, int64_t b, int64_t h, int64_t m,
+                       int64_t *count, const int32_t **idx) {
+    const int32_t *num = list ? d->full_kv_num_blocks : d->kv_num_blocks;
+    const int32_t *ind = list ? d->full_kv_indices : d->kv_indices;
+    *count = 0;
+    *idx = NULL;
+    if (num == NULL || ind == NULL || m >= d->mask_q_blocks) return;
+    const int64_t mb = d->mask_batch == 1 ? 0 : b, mh = d->mask_heads == 1 ? 0 : h;
+    const int64_t row = (mb * d->mask_heads + mh) * d->mask_q_blocks + m;
+    int64_t c = num[row];
+    if (c < 0) c = 0;
+    if (c > d->mask_kv_blocks) c = d->mask_kv_blocks;
+    *count = c;
+    *idx = ind + row * d->mask_kv_blocks;
+}
+
+// ---- forward --------------------------------------------------------------------
+typedef struct fwd_scratch {
+    float *qt, *k, *v, *st, *o, *m, *l, *msub, *alpha, *sum, *row;
+    int64_t tq, tk;
+} fwd_scratch;
+
+// One key tile [j0, j0 + nj) of a query tile: scores, modifications, online
+// softmax update, O += P . V.
+// Inlined twice: with the tile stride a constant (the usual 64: the
+// products and loops then index with a known stride) and as given.
+static inline __attribute__((always_inline)) void fwd_tile_with(const trn_flex_attention_desc *d,
+                                                                const fwd_scratch *w, int64_t b,
+                                                                int64_t h, int64_t hk, int64_t i0,
+                                                                int64_t ni, int64_t j0, int64_t nj,
+                                                                int masked, const int64_t TQ) {
+    const int64_t E = d->head_dim, Ev = d->v_dim;
+    load_rows(d->dtype, d->k, d->k_strides, b, hk, j0, nj, E, w->k);
+    load_rows(d->dtype, d->v, d->v_strides, b, hk, j0, nj, Ev, w->v);
+    float *st = w->st;
+    trn_tile_mm(nj, ni, E, w->k, E, 1, w->qt, TQ, st, TQ, 0);
+    d->score_fn(&d->buffers, b, h, i0, ni, j0, nj, st, TQ, masked);
+    for (int64_t i = 0; i < ni; i++) w->msub[i] = w->m[i];
+    for (int64_t j = 0; j < nj; j++)
+        for (int64_t i = 0; i < ni; i++) {
+            const float s = st[j * TQ + i];
+            w->msub[i] = s > w->msub[i] ? s : w->msub[i];
+        }
+    for (int64_t i = 0; i < ni; i++) {
+        const float mnew = w->msub[i];
+        // Every key so far masked: subtract 0 (exp(-inf) = 0 keeps the row
+        // empty) instead of -inf (NaN).
+        w->msub[i] = mnew == -INFINITY ? 0.0f : mnew;
+        w->alpha[i] = trn_sc_expf(w->m[i] - w->msub[i]);
+        w->m[i] = mnew;
+        w->sum[i] = 0.0f;
+    }
+    for (int64_t j = 0; j < nj; j++)
+        for (int64_t i = 0; i < ni; i++) {
+            const float p = trn_sc_expf(st[j * TQ + i] - w->msub[i]);
+            st[j * TQ + i] = p;
+            w->sum[i] += p;
+        }
+    for (int64_t i = 0; i < ni; i++) {
+        w->l[i] = w->l[i] * w->alpha[i] + w->sum[i];
+        if (w->alpha[i] != 1.0f) {
+            float *o = w->o + i * Ev;
+            for (int64_t e = 0; e < Ev; e++) o[e] *= w->alpha[i];
+        }
+    }
+    trn_tile_mm(ni, Ev, nj, st, 1, TQ, w->v, Ev, w->o, Ev, 1);
+}
+
+static void fwd_tile(const trn_flex_attention_desc *d, const fwd_scratch *w, int64_t b, int64_t h,
+                     int64_t hk, int64_t i0, int64_t ni, int64_t j0, int64_t nj, int masked) {
+    if (w->tq == TILE_MAX)
+        fwd_tile_with(d, w, b, h, hk, i0, ni, j0, nj, masked, TILE_MAX);
+    else
+        fwd_tile_with(d, w, b, h, hk, i0, ni, j0, nj, masked, w->tq);
+}
+
+static void fwd_unit(const trn_flex_attention_desc *d, const fwd_scratch *w, int64_t unit) {
+    const int64_t E = d->head_dim, Ev = d->v_dim, L = d->q_len, S = d->kv_len;
+    const int64_t TQ = w->tq, TK = w->tk;
+    const int64_t nqt = (L + TQ - 1) / TQ;
+    const int64_t bh = unit / nqt, i0 = (unit % nqt) * TQ;
+    const int64_t b = bh / d->heads, h = bh % d->heads;
+    const int64_t hk = h / (d->heads / d->kv_heads);
+    const int64_t ni = min64(TQ, L - i0);
+    const float scale = (float)d->scale;
+    for (int64_t i = 0; i < ni; i++) {
+        load_row(d->dtype, d->q,
+                 b * d->q_strides[0] + h * d->q_strides[1] + (i0 + i) * d->q_strides[2], E, scale,
+                 w->row);
+        for (int64_t e = 0; e < E; e++) w->qt[e * TQ + i] = w->row[e];
+        w->m[i] = -INFINITY;
+        w->l[i] = 0.0f;
+    }
+    for (int64_t e = 0; e < ni * Ev; e++) w->o[e] = 0.0f;
+    const int64_t m = i0 / d->q_block;
+    for (int list = 0; list < 2; list++) {
+        int64_t count;
+        const int32_t *idx;
+        block_list(d, list, b, h, m, &count, &idx);
+        for (int64_t c = 0; c < count; c++) {
+            const int64_t n = idx[c];
+            if (n < 0) continue;
+            const int64_t k0 = n * d->kv_block, kend = min64(S, k0 + d->kv_block);
+            for (int64_t j0 = k0; j0 < kend; j0 += TK)
+                fwd_tile(d, w, b, h, hk, i0, ni, j0, min64(TK, kend - j0), list == 0);
+        }
+    }
+    for (int64_t i = 0; i < ni; i++) {
+        const float l = w->l[i];
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        store_row(d->dtype, d->out,
+                  b * d->out_strides[0] + h * d->out_strides[1] + (i0 + i) * d->out_strides[2], Ev,
+                  w->o + i * Ev, inv);
+        const int64_t at = (b * d->heads + h) * L + i0 + i;
+        if (d->lse) d->lse[at] = l > 0.0f ? w->m[i] + logf(l) : -INFINITY;
+        if (d->max) d->max[at] = w->m[i];
+    }
+}
+
+static void fwd_piece(void *ctx, int64_t u0, int64_t u1) {
+    const trn_flex_attention_desc *d = ctx;
+    const int64_t E = d->head_dim, Ev = d->v_dim;
+    const int64_t TQ = tile_of(d->q_block), TK = tile_of(d->kv_block);
+    const int64_t wide = E > Ev ? E : Ev;
+    const size_t floats = (size_t)(E * TQ + TK * E + TK * Ev + TK * TQ + TQ * Ev + 5 * TQ + wide);
+    float *buf = calloc(floats, sizeof(float));
+    if (buf == NULL) return;  // checked by the task (see flex_task)
+    fwd_scratch w;
+    w.tq = TQ;
+    w.tk = TK;
+    w.qt = buf;
+    w.k = w.qt + E * TQ;
+    w.v = w.k + TK * E;
+    w.st = w.v + TK * Ev;
+    w.o = w.st + TK * TQ;
+    w.m = w.o + TQ * Ev;
+    w.l = w.m + TQ;
+    w.msub = w.l + TQ;
+    w.alpha = w.msub + TQ;
+    w.sum = w.alpha + TQ;
+    w.row = w.sum + TQ;
+    for (int64_t u = u0; u < u1; u++) fwd_unit(d, &w, u);
+    free(buf);
+}
+
+// ---- backward -------------------------------------------------------------------
+//   S^T = K . (scale Q)^T,  S'^T = mods(S^T),  P^T = exp(S'^T - lse),
+//   dP^T = V . dO^T,  dS'^T = P^T * (dP^T - D + dlse),  dS^T = grad(S^T, dS'^T),
+//   dV += P^T . dO,  dK += scale dS^T . Q,  dQ += scale dS . K.
+typedef struct bwd_scratch {
+    float *qt, *q, *dout, *dot, *dd, *lsub, *glse, *dq, *k, *v, *sraw, *pt, *dst, *dk, *dv, *row;
+    int64_t tq, tk;
+} bwd_scratch;
+
+static void bwd_tile(const trn_flex_attention_backward_desc *bd, const bwd_scratch *w, int64_t b,
+                     int64_t h, int64_t hk, int64_t i0, int64_t ni, int64_t j0, int64_t nj,
+                     int masked) {
+    const trn_flex_attention_desc *d = &bd->fwd;
+    const int64_t E = d->head_dim, Ev = d->v_dim, TQ = w->tq;
+    const float scale = (float)d->scale;
+    load_rows(d->dtype, d->k, d->k_strides, b, hk, j0, nj, E, w->k);
+    load_rows(d->dtype, d->v, d->v_strides, b, hk, j0, nj, Ev, w->v);
+    float *pt = w->pt, *dst = w->dst;
+    trn_tile_mm(nj, ni, E, w->k, E, 1, w->qt, TQ, pt, TQ, 0);
+    if (d->grad_fn)
+        for (int64_t j = 0; j < nj; j++) memcpy(w->sraw + j * TQ, pt + j * TQ, (size_t)ni * 4);
+    d->score_fn(&d->buffers, b, h, i0, ni, j0, nj, pt, TQ, masked);
+    for (int64_t j = 0; j < nj; j++)
+        for (int64_t i = 0; i < ni; i++) pt[j * TQ + i] = trn_sc_expf(pt[j * TQ + i] - w->lsub[i]);
+    trn_tile_mm(nj, ni, Ev, w->v, Ev, 1, w->dot, TQ, dst, TQ, 0);
+    for (int64_t j = 0; j < nj; j++) {
+        const float *pr = pt + j * TQ;
+        float *dr = dst + j * TQ;
+        for (int64_t i = 0; i < ni; i++) dr[i] = pr[i] * (dr[i] - w->dd[i] + w->glse[i]);
+    }
+    if (d->grad_fn) d->grad_fn(&d->buffers, b, h, i0, ni, j0, nj, w->sraw, dst, TQ);
+    // dV += P^T . dO (rows: keys, terms: queries).
+    trn_tile_mm(nj, Ev, ni, pt, TQ, 1, w->dout, Ev, w->dv + j0 * Ev, Ev, 1);
+    for (int64_t j = 0; j < nj; j++)
+        for (int64_t i = 0; i < ni; i++) dst[j * TQ + i] *= scale;
+    // dK += dS^T . Q;  dQ += dS . K.
+    trn_tile_mm(nj, E, ni, dst, TQ, 1, w->q, E, w->dk + j0 * E, E, 1);
+    trn_tile_mm(ni, E, nj, dst, 1, TQ, w->k, E, w->dq, E, 1);
+}
+
+static void bwd_unit(const trn_flex_attention_backward_desc *bd, const bwd_scratch *w,
+                     int64_t unit) {
+    const trn_flex_attention_desc *d = &bd->fwd;
+    const int64_t E = d->head_dim, Ev = d->v_dim, L = d->q_len, S = d->kv_len;
+    const int64_t TQ = w->tq, TK = w->tk;
+    const int64_t group = d->heads / d->kv_heads;
+    const int64_t b = unit / d->kv_heads, hk = unit % d->kv_heads;
+    const float scale = (float)d->scale;
+    memset(w->dk, 0, (size_t)(S * E) * sizeof(float));
+    memset(w->dv, 0, (size_t)(S * Ev) * sizeof(float));
+    for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
+        for (int64_t i0 = 0; i0 < L; i0 += TQ) {
+            const int64_t ni = min64(TQ, L - i0);
+            load_rows(d->dtype, d->q, d->q_strides, b, h, i0, ni, E, w->q);
+            for (int64_t i = 0; i < ni; i++)
+                for (int64_t e = 0; e < E; e++) w->qt[e * TQ + i] = w->q[i * E + e] * scale;
+            load_rows(d->dtype, bd->dout, bd->dout_strides, b, h, i0, ni, Ev, w->dout);
+            for (int64_t i = 0; i < ni; i++) {
+                const float *dor = w->dout + i * Ev;
+                for (int64_t e = 0; e < Ev; e++) w->dot[e * TQ + i] = dor[e];
+                load_row(d->dtype, d->out,
+                         b * d->out_strides[0] + h * d->out_strides[1] +
+                             (i0 + i) * d->out_strides[2],
+                         Ev, 1.0f, w->row);
+                float dd = 0.0f;
+                for (int64_t e = 0; e < Ev; e++) dd += dor[e] * w->row[e];
+                w->dd[i] = dd;
+                const int64_t at = (b * d->heads + h) * L + i0 + i;
+                // A row with no visible key (lse -inf) has P = 0.
+                const float lse = d->lse[at];
+                w->lsub[i] = lse == -INFINITY ? INFINITY : lse;
+                w->glse[i] = bd->dlse ? bd->dlse[at] : 0.0f;
+            }
+            for (int64_t e = 0; e < ni * E; e++) w->dq[e] = 0.0f;
+            const int64_t m = i0 / d->q_block;
+            for (int list = 0; list < 2; list++) {
+                int64_t count;
+                const int32_t *idx;
+                block_list(d, list, b, h, m, &count, &idx);
+                for (int64_t c = 0; c < count; c++) {
+                    const int64_t n = idx[c];
+                    if (n < 0) continue;
+                    const int64_t k0 = n * d->kv_block, kend = min64(S, k0 + d->kv_block);
+                    for (int64_t j0 = k0; j0 < kend; j0 += TK)
+                        bwd_tile(bd, w, b, h, hk, i0, ni, j0, min64(TK, kend - j0), list == 0);
+                }
+            }
+            for (int64_t i = 0; i < ni; i++)
+                store_row(d->dtype, bd->dq,
+                          b * bd->dq_strides[0] + h * bd->dq_strides[1] +
+                              (i0 + i) * bd->dq_strides[2],
+                          E, w->dq + i * E, 1.0f);
+        }
+    }
+    for (int64_t j = 0; j < S; j++) {
+        store_row(d->dtype, bd->dk,
+                  b * bd->dk_strides[0] + hk * bd->dk_strides[1] + j * bd->dk_strides[2], E,
+                  w->dk + j * E, 1.0f);
+        store_row(d->dtype, bd->dv,
+                  b * bd->dv_strides[0] + hk * bd->dv_strides[1] + j * bd->dv_strides[2], Ev,
+                  w->dv + j * Ev, 1.0f);
+    }
+}
+
+static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
+    const trn_flex_attention_backward_desc *bd = ctx;
+    const trn_flex_attention_desc *d = &bd->fwd;
+    const int64_t E = d->head_dim, Ev = d->v_dim, S = d->kv_len;
+    const int64_t TQ = tile_of(d->q_block), TK = tile_of(d->kv_block);
+    const int64_t wide = E > Ev ? E : Ev;
+    const size_t floats = (size_t)(E * TQ + TQ * E + TQ * Ev + Ev * TQ + 3 * TQ + TQ * E + TK * E +
+                                   TK * Ev + 3 * TK * TQ + S * E + S * Ev + wide);
+    float *buf = calloc(floats, sizeof(float));
+    if (buf == NULL) return;  // checked by the task (see flex_task)
+    bwd_scratch w;
+    w.tq = TQ;
+    w.tk = TK;
+    w.qt = buf;
+    w.q = w.qt + E * TQ;
+    w.dout = w.q + TQ * E;
+    w.dot = w.dout + TQ * Ev;
+    w.dd = w.dot + Ev * TQ;
+    w.lsub = w.dd + TQ;
+    w.glse = w.lsub + TQ;
+    w.dq = w.glse + TQ;
+    w.k = w.dq + TQ * E;
+    w.v = w.k + TK * E;
+    w.sraw = w.v + TK * Ev;
+    w.pt = w.sraw + TK * TQ;
+    w.dst = w.pt + TK * TQ;
+    w.dk = w.dst + TK * TQ;
+    w.dv = w.dk + S * E;
+    w.row = w.dv + S * Ev;
+    for (int64_t u = u0; u < u1; u++) bwd_unit(bd, &w, u);
+    free(buf);
+}
+
+// ---- launch -----------------------------------------------------------------------
+static size_t span4(const int64_t *n, const int64_t *s, size_t es) {
+    int64_t last = 0;
+    for (int k = 0; k < 4; k++) {
+        if (n[k] == 0) return 0;
+        last += (n[k] - 1) * s[k];
+    }
+    return (size_t)(last + 1) * es;
+}
+
+static void add_operands(trn__access_set *rg, const trn_flex_attention_desc *d) {
+    const size_t es = trn_dtype_size(d->dtype);
+    const int64_t qn[4] = {d->batch, d->heads, d->q_len, d->head_dim};
+    const int64_t kn[4] = {d->batch, d->kv_heads, d->kv_len, d->head_dim};
+    const int64_t vn[4] = {d->batch, d->kv_heads, d->kv_len, d->v_dim};
+    const int64_t on[4] = {d->batch, d->heads, d->q_len, d->v_dim};
+    const int64_t qs[4] = {d->q_strides[0], d->q_strides[1], d->q_strides[2], 1};
+    const int64_t ks[4] = {d->k_strides[0], d->k_strides[1], d->k_strides[2], 1};
+    const int64_t vs[4] = {d->v_strides[0], d->v_strides[1], d->v_strides[2], 1};
+    const int64_t os[4] = {d->out_strides[0], d->out_strides[1], d->out_strides[2], 1};
+    trn__access_add(rg, d->q, span4(qn, qs, es));
+    trn__access_add(rg, d->k, span4(kn, ks, es));
+    trn__access_add(rg, d->v, span4(vn, vs, es));
+    trn__access_add(rg, d->out, span4(on, os, es));
+    const size_t rows = (size_t)(d->batch * d->heads * d->q_len) * sizeof(float);
+    trn__access_add(rg, d->lse, rows);
+    trn__access_add(rg, d->max, rows);
+    const size_t nb = (size_t)(d->mask_batch * d->mask_heads * d->mask_q_blocks) * 4;
+    trn__access_add(rg, d->kv_num_blocks, nb);
+    trn__access_add(rg, d->kv_indices, nb * (size_t)d->mask_kv_blocks);
+    trn__access_add(rg, d->full_kv_num_blocks, nb);
+    trn__access_add(rg, d->full_kv_indices, nb * (size_t)d->mask_kv_blocks);
+    for (int c = 0; c < d->buffers.count; c++)
+        trn__access_add(rg, d->buffers.data[c], (size_t)d->buffers.nbytes[c]);
+}
+
+static trn_status flex_task(void *args) {
+    flex_args *a = args;
+    const trn_flex_attention_desc *d = &a->d.fwd;
+    trn__access_set rg = {.count = 0};
+    add_operands(&rg, d);
+    if (a->backward) {
+        const trn_flex_attention_backward_desc *bd = &a->d;
+        const size_t es = trn_dtype_size(d->dtype);
+        const int64_t on[4] = {d->batch, d->heads, d->q_len, d->v_dim};
+        const int64_t qn[4] = {d->batch, d->heads, d->q_len, d->head_dim};
+        const int64_t kn[4] = {d->batch, d->kv_heads, d->kv_len, d->head_dim};
+        const int64_t vn[4] = {d->batch, d->kv_heads, d->kv_len, d->v_dim};
+        const int64_t gs[4] = {bd->dout_strides[0], bd->dout_strides[1], bd->dout_strides[2], 1};
+        const int64_t qs[4] = {bd->dq_strides[0], bd->dq_strides[1], bd->dq_strides[2], 1};
+        const int64_t ks[4] = {bd->dk_strides[0], bd->dk_strides[1], bd->dk_strides[2], 1};
+        const int64_t vs[4] = {bd->dv_strides[0], bd->dv_strides[1], bd->dv_strides[2], 1};
+        trn__access_add(&rg, bd->dout, span4(on, gs, es));
+        trn__access_add(&rg, bd->dq, span4(qn, qs, es));
+        trn__access_add(&rg, bd->dk, span4(kn, ks, es));
+        trn__access_add(&rg, bd->dv, span4(vn, vs, es));
+        trn__access_add(&rg, bd->dlse, (size_t)(d->batch * d->heads * d->q_len) * sizeof(float));
+    }
+    trn_status st = trn__access_begin(&rg);
+    if (st == TRN_SUCCESS) {
+        // The pieces allocate their scratch (the largest is the backward's
+        // dk/dv of a whole kv head); a probe of that size checks memory once
+        // here, where an error can be returned.
+        void *probe = malloc((size_t)(d->kv_len * (d->head_dim + d->v_dim) +
+                                      8 * TILE_MAX * (TILE_MAX + d->head_dim + d->v_dim)) *
+                             sizeof(float));
+        if (probe == NULL) {
+            st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "flex_attention: out of host memory");
+        } else {
+            free(probe);
+            if (!a->backward) {
+                const int64_t tq = tile_of(d->q_block);
+                const int64_t units = d->batch * d->heads * ((d->q_len + tq - 1) / tq);
+                trn_parallel_for(units, 1, fwd_piece, (void *)d);
+            } else {
+                trn_parallel_for(d->batch * d->kv_heads, 1, bwd_piece, &a->d);
+            }
+        }
+    }
+    trn__access_end(&rg);
+    return st;
+}
+
+int trn_flex_attention_supports(trn_dtype dtype) {
+    return dtype == TRN_DTYPE_F32 || dtype == TRN_DTYPE_F16 || dtype == TRN_DTYPE_BF16;
+}
+
+static trn_status check_fwd(const trn_flex_attention_desc *d, const char *fn) {
+    if (!trn_flex_attention_supports(d->dtype))
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: dtype %s is not supported", fn,
+                              trn_dtype_name(d->dtype));
+    if (d->batch < 0 || d->heads < 0 || d->kv_heads < 0 || d->q_len < 0 || d->kv_len < 0 ||
+        d->head_dim < 0 || d->v_dim < 0)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: negative size", fn);
+    if (d->kv_heads == 0 ? d->heads != 0 : d->heads % d->kv_heads != 0)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "%s: %lld query heads are not a multiple of %lld key/value heads", fn,
+                              (long long)d->heads, (long long)d->kv_heads);
+    if (d->q_block <= 0 || d->kv_block <= 0)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: block sizes %lld x %lld", fn,
+                              (long long)d->q_block, (long long)d->kv_block);
+    if ((d->mask_batch != 1 && d->mask_batch != d->batch) ||
+        (d->mask_heads != 1 && d->mask_heads != d->heads) || d->mask_q_blocks < 0 ||
+        d->mask_kv_blocks < 0)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "%s: block mask of %lld x %lld x %lld x %lld blocks does not "
+                              "broadcast to batch %lld, heads %lld",
+                              fn, (long long)d->mask_batch, (long long)d->mask_heads,
+                              (long long)d->mask_q_blocks, (long long)d->mask_kv_blocks,
+                              (long long)d->batch, (long long)d->heads);
+    if (d->buffers.count < 0 || d->buffers.count > TRN_FLEX_MAX_BUFFERS)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: %d captured buffers (at most %d)",
+                              fn, d->buffers.count, TRN_FLEX_MAX_BUFFERS);
+    const int64_t work = d->batch * d->heads * d->q_len;
+    if (work > 0 &&
+        (d->q == NULL || d->out == NULL || d->score_fn == NULL || d->kv_num_blocks == NULL ||
+         d->kv_indices == NULL || (d->kv_len > 0 && (d->k == NULL || d->v == NULL))))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: an operand pointer is NULL", fn);
+    return trn__fork_check();
+}
+
+trn_status trn_flex_attention_launch(trn_stream *stream, const trn_flex_attention_desc *desc) {
+    if (stream == NULL || desc == NULL)
+        return trn__check_launch(stream, desc, "trn_flex_attention_launch");
+    trn_status st = check_fwd(desc, "trn_flex_attention_launch");
+    if (st != TRN_SUCCESS) return st;
+    if (desc->batch * desc->heads * desc->q_len == 0) return TRN_SUCCESS;
+    flex_args a;
+    memset(&a, 0, sizeof a);
+    a.d.fwd = *desc;
+    return trn_stream_launch(stream, flex_task, &a, sizeof a);
+}
+
+trn_status trn_flex_attention_backward_launch(trn_stream *stream,
+                                              const trn_flex_attention_backward_desc *desc) {
+    if (stream == NULL || desc == NULL)
+        return trn__check_launch(stream, desc, "trn_flex_attention_backward_launch");
+    trn_status st = check_fwd(&desc->fwd, "trn_flex_attention_backward_launch");
+    if (st != TRN_SUCCESS) return st;
+    const trn_flex_attention_desc *d = &desc->fwd;
+    if (d->batch * d->heads * d->q_len > 0 &&
+        (desc->dout == NULL || d->lse == NULL || desc->dq == NULL))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_flex_attention_backward_launch: dout, lse or dq is NULL");
+    if (d->batch * d->kv_heads * d->kv_len > 0 && (desc->dk == NULL || desc->dv == NULL))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "trn_flex_attention_backward_launch: dk or dv is NULL");
+    if (d->batch * d->kv_heads == 0) return TRN_SUCCESS;
+    flex_args a;
+    memset(&a, 0, sizeof a);
+    a.d = *desc;
+    a.backward = 1;
+    return trn_stream_launch(stream, flex_task, &a, sizeof a);
+}
