@@ -132,6 +132,12 @@ from .evaluate import strict as _strict  # noqa: E402
 if _strict.enabled():
     _strict.install()
 
+# Adaptive Eager Execution (docs/adaptive-eager.md): compiler settings for
+# fused eager groups when TORCH_NEURONX_EAGER_FUSION switched it on.
+from . import eager_fusion  # noqa: E402
+
+eager_fusion._init_from_env()
+
 
 # NKI kernels (docs/nki.md): `from torch_neuronx import nki_op, wrap_nki, nki`.
 # Loaded on first use: registering the custom ops imports torch.library.
