@@ -45,9 +45,14 @@ def counter(name):
 
 
 def bits(t):
-    """The tensor's bytes as integers: equal bits, NaN payloads and -0.0 included."""
+    """The tensor's bytes as integers (-0.0 and infinities included), every NaN
+    as one canonical NaN: when two NaN operands meet, which one's sign the
+    result carries depends on the operand order of the instruction the C
+    compiler chose (x86 returns the first), in ATen's own kernels too, so NaN
+    sign and payload are not part of the contract."""
     t = t.detach().cpu().contiguous()
     if t.dtype.is_floating_point:
+        t = torch.where(torch.isnan(t), torch.full_like(t, math.nan), t)
         return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
     return t
 
@@ -85,7 +90,8 @@ def edge_values(n, seed=0, lo=-8.0, hi=8.0):
     g = torch.Generator().manual_seed(seed)
     x = torch.empty(n).uniform_(lo, hi, generator=g)
     special = torch.tensor(
-        [0.0, -0.0, 1e-38, -1e-38, 1e-45, 3.4e38, -3.4e38, math.inf, -math.inf, math.nan, 1.0, -1.0]
+        [0.0, -0.0, 1e-38, -1e-38, 1e-45, 3.4e38, -3.4e38, math.inf, -math.inf, math.nan, -math.nan]
+        + [1.0, -1.0]
     )
     x[: special.numel()] = special
     return x
@@ -201,7 +207,7 @@ def test_group_ends_at_each_event(fusion):
     torch.testing.assert_close(r, (x.cpu() * 2 + 1).tanh())
     # print: formatting runs device ops, then reads: values as CPU prints them
     end, y, text = ends(lambda y: repr(y))
-    assert text.replace(", device='neuron:0'", "") == repr(y.cpu())
+    assert text.startswith(repr(y.cpu())[:-1]) and "device='neuron:0'" in text
     # synchronizes: device, stream, event
     assert ends(lambda y: torch.neuron.synchronize())[0] == "sync"
     assert ends(lambda y: torch.neuron.current_stream().synchronize())[0] == "sync"
@@ -345,7 +351,10 @@ def test_profiler_shows_fused_group(fusion):
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
         gelu_tanh_8(x).cpu()
     names = {e.key for e in prof.key_averages()}
-    assert "trn::fused[8 ops]" in names, names
+    assert "trn::fused[8 ops]" in names, (
+        eager_fusion.stats(),
+        [g["fused"] for g in eager_fusion.recent_groups()],
+    )
 
 
 def _mlp_training(model_name, fuse):

@@ -563,8 +563,12 @@ void flush(End why) {
     // An output nobody holds any more is not written (it stays in registers);
     // the group holds one reference per storage.
     std::vector<char> alive(g.bufs.size(), 0);
+    // Only for outputs the group creates (an input stays an input; a buffer
+    // read first and then written is always stored back), so the key does
+    // not depend on whether the caller still holds its inputs.
     for (size_t b = 0; b < g.bufs.size(); b++)
-        alive[b] = g.storages[g.bufs[b].storage].use_count() > 1 ? 1 : 0;
+        alive[b] = g.bufs[b].written && !g.bufs[b].read_first &&
+                   g.storages[g.bufs[b].storage].use_count() > 1;
     const std::string key = pattern_key(g, alive);
     std::shared_ptr<Entry> e;
     bool build = false, ready = false;
