@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../internal.h"
+#include "../observe/trace_next.h"
 #include "trn/stream_hook.h"
 
 #define RING_BYTES ((size_t)256 * 1024)
@@ -93,7 +94,11 @@ static trn_status pending_run(trn_stream *s, int why) {
     trn_pending_hook hook = atomic_load(&g_pending_hook);
     if (hook == NULL) return TRN_SUCCESS;
     char msg[TRN__ERROR_MAX] = "";
+    // The held kernels are not the launch the caller named (a copy's Memcpy).
+    trn__trace_next next;
+    trn__trace_stash_next(&next);
     trn_status st = hook(s, why, msg, sizeof msg);
+    trn__trace_restore_next(&next);
     if (st == TRN_SUCCESS) return st;
     return trn__set_error(st, "%s", msg[0] ? msg : "held eager work failed to launch");
 }
