@@ -18,7 +18,8 @@ DEV = "neuron"
 
 @pytest.fixture
 def fusion():
-    """Fusion on (it is off by default), with a fresh pattern cache and log."""
+    """Fusion on (the default; the environment may have switched it off), with
+    a fresh pattern cache and log."""
     was = torch_neuronx._C._eager_fusion_switched_on()
     eager_fusion.set_enabled(True)
     eager_fusion.clear_cache()
@@ -307,7 +308,7 @@ def test_env_var_switches_it_on_and_off(python):
         ({"TORCH_NEURONX_EAGER_FUSION": "1"}, "ON 1"),
         ({"TORCH_NEURONX_EAGER_FUSION": "0"}, "OFF 0"),
         ({"TORCH_NEURONX_ENABLE_CONCATENATION": "1"}, "ON 1"),
-        ({}, "OFF 0"),  # the default
+        ({}, "ON 1"),  # the default
     ]:
         env = {"TORCH_NEURONX_EAGER_FUSION": "", "TORCH_NEURONX_ENABLE_CONCATENATION": "", **env}
         r = python(code, env=env)

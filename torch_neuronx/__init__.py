@@ -132,11 +132,8 @@ from .evaluate import strict as _strict  # noqa: E402
 if _strict.enabled():
     _strict.install()
 
-# Adaptive Eager Execution (docs/adaptive-eager.md): compiler settings for
-# fused eager groups when TORCH_NEURONX_EAGER_FUSION switched it on.
-from . import eager_fusion  # noqa: E402
-
-eager_fusion._init_from_env()
+# Adaptive Eager Execution (docs/adaptive-eager.md): its switches and state.
+from . import eager_fusion  # noqa: E402, F401
 
 
 # NKI kernels (docs/nki.md): `from torch_neuronx import nki_op, wrap_nki, nki`.

@@ -2,12 +2,12 @@
 queued on a stream run as one fused kernel built by the graph compiler, with
 the same bits as unfused execution.
 
-Switches: ``TORCH_NEURONX_EAGER_FUSION=1`` (TorchNeuron's internal
-``TORCH_NEURONX_ENABLE_CONCATENATION`` is read when ours is unset) or
-``set_enabled(True)``; ``torch.use_deterministic_algorithms(True)`` and any
+On by default. Switches: ``TORCH_NEURONX_EAGER_FUSION=0`` (TorchNeuron's
+internal ``TORCH_NEURONX_ENABLE_CONCATENATION`` is read when ours is unset) or
+``set_enabled(False)``; ``torch.use_deterministic_algorithms(True)`` and any
 nonzero ``torch.set_deterministic_debug_mode`` turn it off while set. The
 recorder, caches and compile thread are C++ (csrc/aten/eager_group.cpp); this
-module hands them the compiler settings torch.compile uses and reads them
+module gives them torch.compile's compiler settings and reads their state
 back for users and tests.
 """
 
@@ -15,15 +15,11 @@ from __future__ import annotations
 
 from . import _C
 
-_configured = False
 
-
-def _configure() -> None:
-    """Gives the recorder the compile settings of torch.compile(backend="neuron")
-    (headers, disk cache, -O level, extra flags), once."""
-    global _configured
-    if _configured:
-        return
+def _compile_settings() -> tuple:
+    """What the C++ compile thread asks once, when the first fused group
+    compiles: torch.compile(backend="neuron")'s headers, disk cache, -O level
+    (as libtrn takes it), extra flags, lock timeout and cache bound."""
     from ._compile.config import (
         _include_dir,
         cache_dir,
@@ -34,7 +30,7 @@ def _configure() -> None:
 
     cc = cc_settings()
     cache = cache_dir()
-    _C._eager_fusion_configure(
+    return (
         _include_dir(),
         cache,
         cc.opt_level + 1,
@@ -42,13 +38,10 @@ def _configure() -> None:
         cache_lock_timeout(),
         cache_max_bytes() if cache else 0,
     )
-    _configured = True
 
 
 def set_enabled(enabled: bool) -> None:
     """Switches fusion on or off for the process (an open group runs first)."""
-    if enabled:
-        _configure()
     _C._eager_fusion_set_enabled(bool(enabled))
 
 
@@ -88,9 +81,3 @@ def clear_recent_groups() -> None:
 def clear_cache() -> None:
     """Forgets every compiled pattern in memory (the disk cache stays)."""
     _C._eager_fusion_clear_cache()
-
-
-def _init_from_env() -> None:
-    """At import: configure when the environment switched fusion on."""
-    if _C._eager_fusion_switched_on():
-        _configure()

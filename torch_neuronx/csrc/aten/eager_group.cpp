@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -58,6 +59,7 @@ namespace {
 
 constexpr size_t kMaxOps = 64;    // group size cap (End::Cap)
 constexpr int kCompileAfter = 2;  // a pattern compiles when seen this often
+constexpr size_t kMaxPatterns = 4096;
 
 thread_local int tl_hint = -1;
 
@@ -66,6 +68,7 @@ thread_local int tl_hint = -1;
 bool env_on() {
     // TORCH_NEURONX_EAGER_FUSION (ours); TorchNeuron's internal switch
     // TORCH_NEURONX_ENABLE_CONCATENATION is read the same way when ours is unset.
+    // Only an explicit 0 / false / no / off turns it off.
     for (const char *name : {"TORCH_NEURONX_EAGER_FUSION", "TORCH_NEURONX_ENABLE_CONCATENATION"}) {
         const char *v = std::getenv(name);
         if (v == nullptr || *v == '\0') continue;
@@ -73,7 +76,7 @@ bool env_on() {
         for (char &c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
         return !(s == "0" || s == "false" || s == "no" || s == "off");
     }
-    return false;  // default: off (docs/adaptive-eager.md says why)
+    return true;  // default: on, as TorchNeuron's Adaptive Eager Execution
 }
 
 std::atomic<int> g_enabled{-1};  // -1: read the environment on first use
@@ -455,6 +458,35 @@ trn_graph *build_graph(const Group &g, const std::vector<char> &alive, std::vect
     return gr;
 }
 
+// The compile settings torch.compile uses (headers, disk cache, -O level,
+// flags), asked of torch_neuronx/eager_fusion.py once, from this thread,
+// when the first group compiles: nothing is resolved (no cache directory is
+// created) in a process that never compiles one.
+Settings resolve_settings() {
+    Settings s;
+    if (Py_IsInitialized() && !_Py_IsFinalizing()) {
+        pybind11::gil_scoped_acquire gil;
+        try {
+            auto t = pybind11::module_::import("torch_neuronx.eager_fusion")
+                         .attr("_compile_settings")()
+                         .cast<pybind11::tuple>();
+            s.include_dir = t[0].cast<std::string>();
+            s.cache_dir = t[1].is_none() ? "" : t[1].cast<std::string>();
+            s.opt_level = t[2].cast<int>();
+            s.cc_flags = t[3].cast<std::string>();
+            s.lock_timeout_s = t[4].cast<double>();
+            s.cache_max_bytes = t[5].cast<int64_t>();
+            s.configured = true;
+        } catch (const std::exception &e) {
+            TORCH_WARN_ONCE("neuron eager fusion: no compile settings (", e.what(),
+                            "); fused groups run unfused");
+        }
+    }
+    std::lock_guard<std::mutex> lk(cache().mu);
+    if (!cache().settings.configured) cache().settings = s;
+    return cache().settings;
+}
+
 void worker_main() {
     for (;;) {
         Job job;
@@ -466,6 +498,7 @@ void worker_main() {
             cache().jobs.pop_front();
             s = cache().settings;
         }
+        if (!s.configured) s = resolve_settings();
         trn_compile_options o{};
         o.include_dir = s.include_dir.c_str();
         o.cache_dir = s.cache_dir.empty() ? nullptr : s.cache_dir.c_str();
@@ -574,12 +607,17 @@ void flush(End why) {
     bool build = false, ready = false;
     {
         std::lock_guard<std::mutex> lk(cache().mu);
+        // One-off shapes (a growing KV cache) must not grow the map forever:
+        // patterns never compiled are forgotten past a bound.
+        if (cache().map.size() >= kMaxPatterns) {
+            for (auto it = cache().map.begin(); it != cache().map.end();)
+                it = it->second->state == Entry::Unbuilt ? cache().map.erase(it) : std::next(it);
+        }
         auto &slot = cache().map[key];
         if (!slot) slot = std::make_shared<Entry>();
         e = slot;
         e->seen++;
-        build =
-            e->state == Entry::Unbuilt && e->seen >= kCompileAfter && cache().settings.configured;
+        build = e->state == Entry::Unbuilt && e->seen >= kCompileAfter;
         ready = e->state == Entry::Ready;  // prog, node and workspace are final once Ready
     }
     count(std::string("EagerGroupEnd.") + end_name(why));
@@ -716,21 +754,6 @@ void flush_now(End why) {
 
 BindingsRegistrar reg([](pybind11::module_ &m) {
     m.def(
-        "_eager_fusion_configure",
-        [](const std::string &include_dir, const std::optional<std::string> &cache_dir,
-           int opt_level, const std::string &cc_flags, double lock_timeout_s,
-           int64_t cache_max_bytes) {
-            std::lock_guard<std::mutex> lk(cache().mu);
-            cache().settings.include_dir = include_dir;
-            cache().settings.cache_dir = cache_dir ? *cache_dir : "";
-            cache().settings.opt_level = opt_level;
-            cache().settings.cc_flags = cc_flags;
-            cache().settings.lock_timeout_s = lock_timeout_s;
-            cache().settings.cache_max_bytes = cache_max_bytes;
-            cache().settings.configured = true;
-        },
-        "Compiler settings for fused eager groups (torch_neuronx/_eager_fusion.py).");
-    m.def(
         "_eager_fusion_set_enabled",
         [](bool on) {
             guarded([&] {
@@ -783,6 +806,7 @@ BindingsRegistrar reg([](pybind11::module_ &m) {
         [] {
             guarded([] {
                 flush_now(End::Sync);
+                pybind11::gil_scoped_release nogil;  // the compile thread may need it
                 std::unique_lock<std::mutex> lk(cache().mu);
                 cache().cv.wait(lk, [] { return cache().compiling == 0; });
                 // Programs stay loaded (a run may still hold one on a stream);
