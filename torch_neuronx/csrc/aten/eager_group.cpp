@@ -60,6 +60,9 @@ namespace {
 constexpr size_t kMaxOps = 64;    // group size cap (End::Cap)
 constexpr int kCompileAfter = 2;  // a pattern compiles when seen this often
 constexpr size_t kMaxPatterns = 4096;
+// The group keeps its outputs' memory until it runs (intermediates that
+// unfused execution would free at once): bounded, as a size cap (End::Cap).
+constexpr size_t kMaxHeldBytes = size_t{1} << 30;
 
 thread_local int tl_hint = -1;
 
@@ -140,6 +143,7 @@ struct Group {
     std::vector<Buf> bufs;
     std::vector<c10::Storage> storages;
     std::vector<Op> ops;
+    size_t held_bytes = 0;  // of the storages the group's outputs created
     bool empty() const { return ops.empty(); }
 };
 
@@ -284,6 +288,9 @@ int storage_index(Group &g, const c10::Storage &st, bool add) {
     return static_cast<int>(g.storages.size() - 1);
 }
 
+struct Access;
+bool over_held_bytes(Group &g, const Access &out);
+
 // The access of one operand, before it is added.
 struct Access {
     const void *ptr;
@@ -292,6 +299,11 @@ struct Access {
     c10::Storage storage;
     bool write;
 };
+
+bool over_held_bytes(Group &g, const Access &out) {
+    return storage_index(g, out.storage, false) < 0 &&
+           g.held_bytes + out.storage.nbytes() > kMaxHeldBytes;
+}
 
 // Whether adding these accesses keeps every written storage behind a single
 // signature.
@@ -703,7 +715,7 @@ bool offer_ew(trn_stream *s, const trn_ew_desc &d, const at::TensorIteratorBase 
             flush(End::Shape);
         else if (!alias_safe(open_group(), acc))
             flush(End::Alias);
-        else if (open_group().ops.size() >= kMaxOps)
+        else if (open_group().ops.size() >= kMaxOps || over_held_bytes(open_group(), acc[0]))
             flush(End::Cap);
     }
     Group &g = open_group();
@@ -737,6 +749,7 @@ bool offer_ew(trn_stream *s, const trn_ew_desc &d, const at::TensorIteratorBase 
         o.buf = buf_index(g, acc[a++]);
     }
     // The output last: an in-place op reads its buffer before writing it.
+    if (storage_index(g, acc[0].storage, false) < 0) g.held_bytes += acc[0].storage.nbytes();
     op.out = buf_index(g, acc[0]);
     g.bufs[op.out].written = true;
     g.ops.push_back(op);
