@@ -614,7 +614,9 @@ void trn__stream_fork_prepare(void) {
                 trn__lock(&s->mu);
                 if (s->used == 0) break;
                 trn__unlock(&s->mu);
-                trn__stream_wait_idle(s);
+                // Not trn__stream_wait_idle: held eager work (the pending
+                // hook) must not launch while every exec_mu is held.
+                wait_completed(s, trn__stream_launched(s));
             }
         }
 }

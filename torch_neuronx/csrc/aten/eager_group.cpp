@@ -20,6 +20,7 @@
 #include "aten/eager_group.h"
 
 #include <ATen/Context.h>
+#include <pthread.h>
 #include <c10/core/Storage.h>
 
 #include <array>
@@ -184,9 +185,19 @@ struct Cache {
     std::deque<Job> jobs;
     bool worker_started = false;
 };
+Cache *g_cache_ptr = nullptr;
+std::once_flag g_cache_once;
+
+// A forked child has no compile thread (and may have forked while it held
+// the lock): it starts from an empty cache, the parent's left as it was.
+void cache_after_fork_child() { g_cache_ptr = new Cache; }
+
 Cache &cache() {
-    static Cache *c = new Cache;
-    return *c;
+    std::call_once(g_cache_once, [] {
+        g_cache_ptr = new Cache;
+        pthread_atfork(nullptr, nullptr, cache_after_fork_child);
+    });
+    return *g_cache_ptr;
 }
 
 struct LogRecord {
