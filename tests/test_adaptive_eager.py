@@ -173,6 +173,34 @@ def test_in_place_chain_on_input(fusion):
     assert fused_matches_unfused(f, lambda: (a.to(DEV),)) >= 1
 
 
+CASTS = {
+    "to_bf16_and_back": lambda a, b: ((a * 2).to(torch.bfloat16) + b.to(torch.bfloat16)).float()
+    * a,
+    "to_half": lambda a, b: (a - b).half().tanh().float(),
+    "clone": lambda a, b: (a * 3).clone() + b,
+    "bool_int_sources": lambda a, b: (a > b).float() * a + (b * 10).to(torch.int32).float(),
+    "copy_into": lambda a, b: torch.empty_like(a).copy_(a * b).sigmoid(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASTS))
+def test_casts_and_copies_join_groups(fusion, name):
+    a, b = edge_values(3000, seed=11, lo=-3, hi=3), edge_values(3000, seed=12, lo=-3, hi=3)
+    assert fused_matches_unfused(CASTS[name], lambda: (a.to(DEV), b.to(DEV))) >= 1
+    assert any("aten::_copy_from" in g["ops"] for g in eager_fusion.recent_groups())
+
+
+def test_transposing_copy_is_bit_identical(fusion):
+    # A copy over another (2-d) iteration shape than its neighbours: its own group.
+    a, b = edge_values(3000, seed=13), edge_values(3000, seed=14)
+
+    def f(x, y):
+        z = (x * 2).view(50, 60).t().contiguous()
+        return torch.tanh(z * 3).view(-1) + y
+
+    fused_matches_unfused(f, lambda: (a.to(DEV), b.to(DEV)))
+
+
 def test_dead_intermediates_not_written_but_live_ones_are(fusion):
     a = edge_values(4096, seed=9)
 

@@ -84,7 +84,9 @@ void copy_native(const at::Tensor &src, const at::Tensor &dst) {
         return;
     }
     trn_stream *s = stream_for(src, dst);
-    // A copy to the host reads values: it ends an open fused group as a host read.
+    // A device copy may join the open fused group (a cast node); a copy to
+    // the host reads values: it ends the group as a host read.
+    if (on_neuron(src) && on_neuron(dst) && eager_group::offer_copy(s, dst, src)) return;
     eager_group::EndHint hint(on_neuron(dst) ? eager_group::End::Op : eager_group::End::HostRead);
     launch_copy(s, dst, src);
     if (!on_neuron(src) || !on_neuron(dst)) TRN_CHECK(trn_stream_synchronize(s));

@@ -21,6 +21,7 @@
 
 #include <ATen/Context.h>
 #include <pthread.h>
+#include <ATen/ExpandUtils.h>
 #include <c10/core/Storage.h>
 
 #include <array>
@@ -43,6 +44,7 @@
 #include "runtime/bindings.h"
 #include "runtime/device.h"
 #include "trn/compiler.h"
+#include "trn/copy.h"
 #include "trn/metrics.h"
 #include "trn/stream_hook.h"
 #include "trn/trace.h"
@@ -126,6 +128,7 @@ struct Operand {
 };
 
 struct Op {
+    bool cast = false;  // a copy / dtype conversion (trn_copy_launch), else trn_ew_launch
     trn_ew_op op;
     trn_dtype compute, out_dtype;
     int out;
@@ -359,7 +362,28 @@ int buf_index(Group &g, const Access &a) {
 // ---- flush --------------------------------------------------------------------------------
 
 // One recorded op as its own launch, exactly as the adapter would have made it.
+void launch_copy_one(const Group &g, const Op &op) {
+    const Buf &dst = g.bufs[op.out], &src = g.bufs[op.in[0].buf];
+    int64_t ds[TRN_MAX_DIMS], ss[TRN_MAX_DIMS];
+    element_strides(g.ndim, dst.strides.data(), dst.dtype, ds);
+    element_strides(g.ndim, src.strides.data(), src.dtype, ss);
+    trn_copy_desc d{};
+    d.ndim = g.ndim;
+    d.sizes = g.sizes.data();
+    d.dst = dst.ptr;
+    d.dst_strides = ds;
+    d.dst_dtype = dst.dtype;
+    d.src = src.ptr;
+    d.src_strides = ss;
+    d.src_dtype = src.dtype;
+    TRN_CHECK(trn_copy_launch(g.s, &d));
+}
+
 void launch_one(const Group &g, const Op &op) {
+    if (op.cast) {
+        launch_copy_one(g, op);
+        return;
+    }
     trn_ew_desc d{};
     d.op = op.op;
     d.dtype = op.compute;
@@ -414,6 +438,7 @@ std::string pattern_key(const Group &g, const std::vector<char> &alive) {
         put_raw(k, flags);
     }
     for (const Op &op : g.ops) {
+        put_raw(k, op.cast);
         put_raw(k, op.op);
         put_raw(k, op.compute);
         put_raw(k, op.out_dtype);
@@ -458,8 +483,11 @@ trn_graph *build_graph(const Group &g, const std::vector<char> &alive, std::vect
                 }
                 in[i] = cur[o.buf];
             }
-            TRN_CHECK(trn_graph_pointwise(gr, op.op, op.compute, op.out_dtype, op.n_in, in,
-                                          op.params.data(), &cur[op.out]));
+            if (op.cast)
+                TRN_CHECK(trn_graph_cast(gr, in[0], op.out_dtype, &cur[op.out]));
+            else
+                TRN_CHECK(trn_graph_pointwise(gr, op.op, op.compute, op.out_dtype, op.n_in, in,
+                                              op.params.data(), &cur[op.out]));
         }
         for (size_t b = 0; b < g.bufs.size(); b++) {
             const Buf &x = g.bufs[b];
@@ -689,37 +717,29 @@ EndHint::EndHint(End e) : prev_(tl_hint) {
 }
 EndHint::~EndHint() { tl_hint = prev_; }
 
-bool offer_ew(trn_stream *s, const trn_ew_desc &d, const at::TensorIteratorBase &iter,
-              const char *name) {
-    if (!fusion_on()) {
-        if (g_open.load(std::memory_order_relaxed)) {
-            std::lock_guard<std::recursive_mutex> lk(group_mu());
-            flush(End::Off);
-        }
-        return false;
+namespace {
+
+bool switched_off_now() {
+    if (fusion_on()) return false;
+    if (g_open.load(std::memory_order_relaxed)) {
+        std::lock_guard<std::recursive_mutex> lk(group_mu());
+        flush(End::Off);
     }
-    if (!op_fusible(d)) return false;
-    install_hook();
-    const int n_in = trn_ew_op_arity(d.op);
-    // Operand accesses: output 0, then the inputs in kernel slot order (the
-    // iterator's args after its outputs, as elementwise.cpp's launch builds d).
-    std::vector<Access> acc;
-    acc.reserve(4);
-    acc.push_back({d.out, d.out_dtype, d.out_strides, iter.tensor_base(0).storage(), true});
-    for (int i = 0; i < n_in; i++) {
-        if (d.in[i] == nullptr) continue;
-        const int arg = i + iter.noutputs();
-        if (arg >= iter.ntensors() || iter.data_ptr(arg) != d.in[i]) return false;
-        acc.push_back(
-            {d.in[i], d.in_dtype[i], d.in_strides[i], iter.tensor_base(arg).storage(), false});
-    }
+    return true;
+}
+
+// Adds one op over (ndim, sizes) to the open group, ending it first when the
+// op cannot join (another stream or shape, an alias hazard, the caps).
+// acc[0] is the output; op.in[i].buf holds, for tensor operands, the index
+// into acc of the input (replaced by its buffer here).
+bool record(trn_stream *s, int ndim, const int64_t *sizes, const std::vector<Access> &acc, Op op) {
     for (const Access &a : acc)
         if (!a.storage) return false;
+    install_hook();
     std::lock_guard<std::recursive_mutex> lk(group_mu());
     if (!open_group().empty()) {
-        bool same_shape = open_group().ndim == d.ndim;
-        for (int i = 0; same_shape && i < d.ndim; i++)
-            same_shape = open_group().sizes[i] == d.sizes[i];
+        bool same_shape = open_group().ndim == ndim;
+        for (int i = 0; same_shape && i < ndim; i++) same_shape = open_group().sizes[i] == sizes[i];
         if (open_group().s != s)
             flush(End::Stream);
         else if (!same_shape)
@@ -732,13 +752,37 @@ bool offer_ew(trn_stream *s, const trn_ew_desc &d, const at::TensorIteratorBase 
     Group &g = open_group();
     if (g.empty()) {
         g.s = s;
-        g.ndim = d.ndim;
+        g.ndim = ndim;
         g.sizes.fill(0);
-        for (int i = 0; i < d.ndim; i++) g.sizes[i] = d.sizes[i];
+        for (int i = 0; i < ndim; i++) g.sizes[i] = sizes[i];
         g.bufs.clear();
         g.storages.clear();
+        g.held_bytes = 0;
         if (!alias_safe(g, acc)) return false;
     }
+    for (int i = 0; i < op.n_in; i++)
+        if (op.in[i].buf >= 0) op.in[i].buf = buf_index(g, acc[op.in[i].buf]);
+    // The output last: an in-place op reads its buffer before writing it.
+    if (storage_index(g, acc[0].storage, false) < 0) g.held_bytes += acc[0].storage.nbytes();
+    op.out = buf_index(g, acc[0]);
+    g.bufs[op.out].written = true;
+    g.ops.push_back(op);
+    g_open.store(true);
+    trn_stream_mark_pending(s);
+    return true;
+}
+
+}  // namespace
+
+bool offer_ew(trn_stream *s, const trn_ew_desc &d, const at::TensorIteratorBase &iter,
+              const char *name) {
+    if (switched_off_now() || !op_fusible(d)) return false;
+    const int n_in = trn_ew_op_arity(d.op);
+    // Operand accesses: output 0, then the inputs in kernel slot order (the
+    // iterator's args after its outputs, as elementwise.cpp's launch builds d).
+    std::vector<Access> acc;
+    acc.reserve(4);
+    acc.push_back({d.out, d.out_dtype, d.out_strides, iter.tensor_base(0).storage(), true});
     Op op{};
     op.op = d.op;
     op.compute = d.dtype;
@@ -748,7 +792,6 @@ bool offer_ew(trn_stream *s, const trn_ew_desc &d, const at::TensorIteratorBase 
     op.cpu_block = d.cpu_block;
     op.cpu_threads = d.cpu_threads;
     op.name = name;
-    size_t a = 1;
     for (int i = 0; i < n_in; i++) {
         Operand &o = op.in[i];
         if (d.in[i] == nullptr) {
@@ -757,16 +800,64 @@ bool offer_ew(trn_stream *s, const trn_ew_desc &d, const at::TensorIteratorBase 
             o.dtype = (d.op == TRN_EW_WHERE && i == 0) ? TRN_DTYPE_BOOL : d.dtype;
             continue;
         }
-        o.buf = buf_index(g, acc[a++]);
+        const int arg = i + iter.noutputs();
+        if (arg >= iter.ntensors() || iter.data_ptr(arg) != d.in[i]) return false;
+        o.buf = static_cast<int>(acc.size());
+        acc.push_back(
+            {d.in[i], d.in_dtype[i], d.in_strides[i], iter.tensor_base(arg).storage(), false});
     }
-    // The output last: an in-place op reads its buffer before writing it.
-    if (storage_index(g, acc[0].storage, false) < 0) g.held_bytes += acc[0].storage.nbytes();
-    op.out = buf_index(g, acc[0]);
-    g.bufs[op.out].written = true;
-    g.ops.push_back(op);
-    g_open.store(true);
-    trn_stream_mark_pending(s);
-    return true;
+    return record(s, d.ndim, d.sizes, acc, op);
+}
+
+bool offer_copy(trn_stream *s, const at::Tensor &dst, const at::Tensor &src) {
+    if (switched_off_now()) return false;
+    if (src.device() != dst.device() || dst.numel() == 0 || dst.dim() > TRN_MAX_DIMS ||
+        src.is_conj() || src.is_neg() || dst.is_conj() || dst.is_neg())
+        return false;
+    auto dd = native_dtype(dst.scalar_type()), sd = native_dtype(src.scalar_type());
+    // A floating destination: generated casts to integer types round as C
+    // does, which is only defined where the eager copy's is.
+    if (!dd || !sd || !is_float(*dd) || !fusible_dtype(*sd)) return false;
+    auto geometry = at::inferExpandGeometry_dimvector(src.sizes(), src.strides(), dst.sizes());
+    // Coalesced as TensorIterator coalesces (row-major, size-1 dims dropped,
+    // a dim merged into the next when every operand's strides allow), so a
+    // copy of contiguous tensors has the elementwise ops' 1-d shape.
+    int64_t sizes[TRN_MAX_DIMS], dstr[TRN_MAX_DIMS], sstr[TRN_MAX_DIMS];
+    int nd = 0;
+    for (int64_t i = 0; i < dst.dim(); i++) {
+        const int64_t n = dst.size(i), ds = dst.stride(i), ss = geometry.strides[i];
+        if (n == 1) continue;
+        if (nd > 0 && dstr[nd - 1] == ds * n && sstr[nd - 1] == ss * n) {
+            sizes[nd - 1] *= n;
+            dstr[nd - 1] = ds;
+            sstr[nd - 1] = ss;
+            continue;
+        }
+        sizes[nd] = n;
+        dstr[nd] = ds;
+        sstr[nd] = ss;
+        nd++;
+    }
+    if (nd == 0) return false;  // one element: nothing to fuse
+    if (!dense(nd, sizes, dstr)) return false;
+    int64_t dbytes[TRN_MAX_DIMS], sbytes[TRN_MAX_DIMS];
+    for (int i = 0; i < nd; i++) {
+        if (sstr[i] < 0 || dstr[i] < 0) return false;
+        dbytes[i] = dstr[i] * static_cast<int64_t>(trn_dtype_size(*dd));
+        sbytes[i] = sstr[i] * static_cast<int64_t>(trn_dtype_size(*sd));
+    }
+    std::vector<Access> acc;
+    acc.push_back({dst.data_ptr(), *dd, dbytes, dst.storage(), true});
+    acc.push_back({src.const_data_ptr(), *sd, sbytes, src.storage(), false});
+    Op op{};
+    op.cast = true;
+    op.op = TRN_EW_OP_COUNT;
+    op.compute = *dd;
+    op.out_dtype = *dd;
+    op.n_in = 1;
+    op.in[0].buf = 1;
+    op.name = "aten::_copy_from";
+    return record(s, nd, sizes, acc, op);
 }
 
 namespace {

@@ -40,6 +40,10 @@ const char *end_name(End e);
 bool offer_ew(trn_stream *s, const trn_ew_desc &d, const at::TensorIteratorBase &iter,
               const char *name);
 
+// The same for a same-device copy dst <- src (broadcast to dst's shape) with
+// a floating destination: a cast node in the group.
+bool offer_copy(trn_stream *s, const at::Tensor &dst, const at::Tensor &src);
+
 // Names the reason for flushes triggered on this thread while it lives
 // (nested hints keep the outermost).
 class EndHint {
