@@ -140,6 +140,9 @@ from .evaluate import strict as _strict  # noqa: E402
 if _strict.enabled():
     _strict.install()
 
+# Adaptive Eager Execution (docs/adaptive-eager.md): its switches and state.
+from . import eager_fusion  # noqa: E402, F401
+
 
 # NKI kernels (docs/nki.md): `from torch_neuronx import nki_op, wrap_nki, nki`.
 # Loaded on first use: registering the custom ops imports torch.library.

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "../internal.h"
+#include "trace_next.h"
 #include "trn/trace.h"
 
 #define LABEL_DEPTH 8
@@ -186,6 +187,17 @@ size_t trn__trace_wrap(int device, int64_t stream, trn_task_fn fn, const void *a
     if (args_size != 0) memcpy((char *)out + TRN__TRACE_HEADER, args, args_size);
     *out_fn = traced_task;
     return TRN__TRACE_HEADER + args_size;
+}
+
+void trn__trace_stash_next(trn__trace_next *saved) {
+    saved->name = tl_next_name;
+    saved->kind = tl_next_kind;
+    saved->bytes = tl_next_bytes;
+    trn__trace_clear_next();
+}
+
+void trn__trace_restore_next(const trn__trace_next *saved) {
+    trn__trace_mark_next(saved->kind, saved->name, saved->bytes);
 }
 
 void trn__trace_clear_next(void) {

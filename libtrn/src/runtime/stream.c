@@ -14,6 +14,8 @@
 #include <string.h>
 
 #include "../internal.h"
+#include "../observe/trace_next.h"
+#include "trn/stream_hook.h"
 
 #define RING_BYTES ((size_t)256 * 1024)
 #define ENTRY_ALIGN 32
@@ -61,6 +63,7 @@ struct trn_stream {
     bool worker_started, worker_sleeping;
     trn_status error;  // first deferred error, guarded by mu
     char error_message[TRN__ERROR_MAX];
+    atomic_bool pending;  // held work above libtrn (trn_stream_mark_pending)
 };
 
 #define STREAMS_PER_DEVICE (1 + TRN_STREAM_POOL_SIZE)
@@ -71,6 +74,47 @@ static atomic_uint g_next_pool[TRN_MAX_DEVICES];
 static _Thread_local trn_stream *tl_current[TRN_MAX_DEVICES];
 
 bool trn_stream_async_enabled(void) { return trn__config_get()->async; }
+
+// ---- held work (trn_stream_set_pending_hook) ----------------------------------
+
+static _Atomic(trn_pending_hook) g_pending_hook;
+
+void trn_stream_set_pending_hook(trn_pending_hook hook) { atomic_store(&g_pending_hook, hook); }
+
+void trn_stream_mark_pending(trn_stream *stream) {
+    if (stream != NULL) atomic_store(&stream->pending, true);
+}
+
+// Runs the hook once if the stream is marked (the mark is cleared first, so
+// the hook's own launches pass straight through). Cost when nothing is
+// held: one relaxed load.
+static trn_status pending_run(trn_stream *s, int why) {
+    if (!atomic_load_explicit(&s->pending, memory_order_relaxed)) return TRN_SUCCESS;
+    if (!atomic_exchange(&s->pending, false)) return TRN_SUCCESS;
+    trn_pending_hook hook = atomic_load(&g_pending_hook);
+    if (hook == NULL) return TRN_SUCCESS;
+    char msg[TRN__ERROR_MAX] = "";
+    // The held kernels are not the launch the caller named (a copy's Memcpy).
+    trn__trace_next next;
+    trn__trace_stash_next(&next);
+    trn_status st = hook(s, why, msg, sizeof msg);
+    trn__trace_restore_next(&next);
+    if (st == TRN_SUCCESS) return st;
+    return trn__set_error(st, "%s", msg[0] ? msg : "held eager work failed to launch");
+}
+
+// For waits, which report errors through the stream: a failed hook becomes
+// the stream's deferred error.
+static void pending_run_sticky(trn_stream *s) {
+    trn_status st = pending_run(s, TRN_PENDING_SYNC);
+    if (st == TRN_SUCCESS) return;
+    trn__lock(&s->mu);
+    if (s->error == TRN_SUCCESS) {
+        s->error = st;
+        snprintf(s->error_message, sizeof s->error_message, "%s", trn_last_error());
+    }
+    trn__unlock(&s->mu);
+}
 
 // ---- table --------------------------------------------------------------------
 
@@ -217,6 +261,7 @@ static void wait_completed(trn_stream *s, uint64_t target) {
 }
 
 void trn__stream_wait_idle(trn_stream *stream) {
+    pending_run_sticky(stream);
     wait_completed(stream, trn__stream_launched(stream));
 }
 
@@ -261,6 +306,7 @@ trn_status trn_stream_query(trn_stream *stream, bool *done) {
                               "trn_stream_query: stream or done is NULL");
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS) return st;
+    pending_run_sticky(stream);
     uint64_t launched = trn__stream_launched(stream);
     *done = trn__stream_completed(stream) >= launched;
     return TRN_SUCCESS;
@@ -502,6 +548,8 @@ trn_status trn_stream_launch(trn_stream *stream, trn_task_fn fn, const void *arg
                               args_size);
     trn_status st = trn__fork_check();
     if (st != TRN_SUCCESS) return st;
+    st = pending_run(stream, TRN_PENDING_LAUNCH);
+    if (st != TRN_SUCCESS) return st;
     trn__stats_launch(stream->device);
     // While a profiler traces, the task runs wrapped in one that times it
     // and records it (trace.c).
@@ -566,7 +614,9 @@ void trn__stream_fork_prepare(void) {
                 trn__lock(&s->mu);
                 if (s->used == 0) break;
                 trn__unlock(&s->mu);
-                trn__stream_wait_idle(s);
+                // Not trn__stream_wait_idle: held eager work (the pending
+                // hook) must not launch while every exec_mu is held.
+                wait_completed(s, trn__stream_launched(s));
             }
         }
 }

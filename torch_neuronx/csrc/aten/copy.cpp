@@ -15,6 +15,7 @@
 
 #include <utility>
 
+#include "aten/eager_group.h"
 #include "runtime/device.h"
 #include "observe/op_tracking.h"
 
@@ -83,6 +84,10 @@ void copy_native(const at::Tensor &src, const at::Tensor &dst) {
         return;
     }
     trn_stream *s = stream_for(src, dst);
+    // A device copy may join the open fused group (a cast node); a copy to
+    // the host reads values: it ends the group as a host read.
+    if (on_neuron(src) && on_neuron(dst) && eager_group::offer_copy(s, dst, src)) return;
+    eager_group::EndHint hint(on_neuron(dst) ? eager_group::End::Op : eager_group::End::HostRead);
     launch_copy(s, dst, src);
     if (!on_neuron(src) || !on_neuron(dst)) TRN_CHECK(trn_stream_synchronize(s));
 }
@@ -151,6 +156,7 @@ c10::Scalar local_scalar_dense(const at::Tensor &self) {
                 " elements cannot be converted to Scalar");
     at::Tensor host = at::empty({}, self.options().device(c10::kCPU));
     trn_stream *s = current_trn_stream(self.device().index());
+    eager_group::EndHint hint(eager_group::End::HostRead);
     launch_copy(s, host, self.reshape({}));
     TRN_CHECK(trn_stream_synchronize(s));
     tracking::record_executed("aten::_local_scalar_dense");

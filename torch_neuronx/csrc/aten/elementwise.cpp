@@ -22,6 +22,7 @@
 
 #include "fallback/cpu_fallback.h"
 #include "aten/cpu_add_block.h"
+#include "aten/eager_group.h"
 #include "aten/float8.h"
 #include "runtime/device.h"
 #include "observe/op_tracking.h"
@@ -157,7 +158,9 @@ bool launch(at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute, 
                                              e.value.isIntegral(true) ? e.value.toLong() : 0);
         }
         trn_stream *s = current_trn_stream(iter.device(0).index());
-        TRN_CHECK(trn_ew_launch(s, &d));
+        // Integer division syncs below (its error must raise here): never recorded.
+        if (is_integer_division(op) || !eager_group::offer_ew(s, d, iter, name))
+            TRN_CHECK(trn_ew_launch(s, &d));
         // Integer division by zero must raise at the call, as on CPU (a
         // RuntimeError whose message is "ZeroDivisionError").
         if (is_integer_division(op) && !at::isFloatingType(compute)) {

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "aten/eager_group.h"
 #include "runtime/device.h"
 
 namespace neuron {
@@ -112,6 +113,7 @@ void check_gloo_reducible(const at::Tensor &t) {
 }
 
 void sync_stream(const at::Tensor &t) {
+    eager_group::EndHint hint(eager_group::End::Collective);
     TRN_CHECK(trn_stream_synchronize(current_trn_stream(t.device().index())));
 }
 

@@ -10,6 +10,7 @@
 #include <torch/library.h>
 
 #include "fallback/cpu_fallback.h"
+#include "aten/eager_group.h"
 #include "fallback/host_stage.h"
 #include "runtime/generator.h"
 #include "runtime/device.h"
@@ -55,6 +56,7 @@ void use_cpu_generators(const c10::OperatorHandle &op, torch::jit::Stack &stack)
 
 void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     const std::string &name = op.schema().operator_name().name;
+    eager_group::EndHint hint(eager_group::End::Fallback);
     tracking::record_fallback(name);
     tracking::warn_fallback_once(name, "has no native neuron kernel");
     if (stack->size() >= op.schema().arguments().size()) {

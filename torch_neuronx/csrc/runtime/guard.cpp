@@ -5,6 +5,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "aten/eager_group.h"
 #include "runtime/device.h"
 
 namespace neuron {
@@ -84,10 +85,13 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
             TRN_CHECK(trn_event_create(TRN_EVENT_TIMING, &e));
             *event = e;
         }
+        // An event captures the stream's work: it ends an open eager group as a sync.
+        eager_group::EndHint hint(eager_group::End::Sync);
         TRN_CHECK(trn_event_record(as_event(*event), to_trn_stream(stream)));
     }
     void block(void *event, const c10::Stream &stream) const override {
         if (event == nullptr) return;
+        eager_group::EndHint hint(eager_group::End::Sync);
         TRN_CHECK(trn_stream_wait_event(to_trn_stream(stream), as_event(event)));
     }
     bool queryEvent(void *event) const override {

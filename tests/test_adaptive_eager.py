@@ -1,0 +1,422 @@
+"""Adaptive Eager Execution (docs/adaptive-eager.md): eager elementwise chains
+recorded per stream and run as one kernel of the graph compiler, bit-identical
+to unfused execution; what ends a group; the deterministic switch; the
+pattern cache (no recompiles); metrics and profiler records."""
+
+import contextlib
+import math
+
+import pytest
+import torch
+
+import torch_neuronx
+from torch_neuronx import eager_fusion
+from torch_neuronx import metrics
+
+DEV = "neuron"
+
+
+@pytest.fixture
+def fusion():
+    """Fusion on (the default; the environment may have switched it off), with
+    a fresh pattern cache and log."""
+    was = torch_neuronx._C._eager_fusion_switched_on()
+    eager_fusion.set_enabled(True)
+    eager_fusion.clear_cache()
+    eager_fusion.clear_recent_groups()
+    yield
+    eager_fusion.flush()
+    eager_fusion.set_enabled(was)
+
+
+@contextlib.contextmanager
+def fusion_off():
+    eager_fusion.set_enabled(False)
+    try:
+        yield
+    finally:
+        eager_fusion.set_enabled(True)
+
+
+def counter(name):
+    try:
+        return metrics.get_counter_value(name)
+    except KeyError:
+        return 0
+
+
+def bits(t):
+    """The tensor's bytes as integers (-0.0 and infinities included), every NaN
+    as one canonical NaN: when two NaN operands meet, which one's sign the
+    result carries depends on the operand order of the instruction the C
+    compiler chose (x86 returns the first), in ATen's own kernels too, so NaN
+    sign and payload are not part of the contract."""
+    t = t.detach().cpu().contiguous()
+    if t.dtype.is_floating_point:
+        t = torch.where(torch.isnan(t), torch.full_like(t, math.nan), t)
+        return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return t
+
+
+def assert_bits_equal(a, b):
+    if isinstance(a, (tuple, list)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_bits_equal(x, y)
+        return
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert torch.equal(bits(a), bits(b))
+
+
+def fused_matches_unfused(fn, make_inputs, runs=4):
+    """fn's results with fusion off, then `runs` times with it on (the first
+    two unfused while the kernel compiles, later ones fused): all equal bit
+    for bit. Returns the fused-group count of the last run."""
+    with fusion_off():
+        ref = fn(*make_inputs())
+        torch.neuron.synchronize()
+    last = 0
+    for i in range(runs):
+        before = counter("EagerFusedGroups")
+        out = fn(*make_inputs())
+        torch.neuron.synchronize()
+        assert_bits_equal(out, ref)
+        last = counter("EagerFusedGroups") - before
+        if i == 1:
+            assert eager_fusion.wait_for_compiles(600)
+    return last
+
+
+def edge_values(n, seed=0, lo=-8.0, hi=8.0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.empty(n).uniform_(lo, hi, generator=g)
+    special = torch.tensor(
+        [0.0, -0.0, 1e-38, -1e-38, 1e-45, 3.4e38, -3.4e38, math.inf, -math.inf, math.nan, -math.nan]
+        + [1.0, -1.0]
+    )
+    x[: special.numel()] = special
+    return x
+
+
+def gelu_tanh_8(x):
+    """GELU-tanh written out in 8 eager ops."""
+    inner = x + 0.044715 * torch.pow(x, 3)  # pow, mul, add
+    t = torch.tanh(0.7978845608028654 * inner)  # mul, tanh
+    return 0.5 * x * (1.0 + t)  # mul, add, mul
+
+
+def test_gelu_tanh_8_ops_bit_identical_and_fused(fusion):
+    x_cpu = edge_values(4099, seed=1)
+    n = fused_matches_unfused(gelu_tanh_8, lambda: (x_cpu.to(DEV),))
+    assert n == 1
+    last = eager_fusion.recent_groups()[-1]
+    assert last["fused"] and last["n_ops"] == 8 and last["end"] == "sync"
+    # and it matches PyTorch CPU's own eager ops where they are exact per op
+    # (the fused and unfused runs are the same bits; CPU is the reference)
+    ref = gelu_tanh_8(x_cpu)
+    out = gelu_tanh_8(x_cpu.to(DEV)).cpu()
+    finite = torch.isfinite(ref)
+    torch.testing.assert_close(out[finite], ref[finite], rtol=1e-5, atol=1e-6)
+
+
+CHAINS = {
+    "arith": lambda a, b: ((a + b) * a - b / (a.abs() + 1)).sub(b, alpha=0.5),
+    "transcendental": lambda a, b: torch.exp(-a.abs()) + torch.log1p(b.abs()) * torch.sigmoid(a),
+    "minmax_where": lambda a, b: torch.where(a > b, torch.maximum(a, b), torch.clamp(b, -1, 2)),
+    "activations": lambda a, b: torch.nn.functional.silu(a) * torch.relu(b) + torch.sqrt(b.abs()),
+    "pow_rsqrt": lambda a, b: torch.rsqrt(a * a + 1e-6) * torch.pow(b, 2) - a.reciprocal(),
+    "compare_bool": lambda a, b: ((a > 0) & (b < 1)) | (a == b),
+    "addcmul_lerp": lambda a, b: torch.lerp(a, b, 0.3).addcmul(a, b, value=0.25),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHAINS))
+def test_chain_bit_identical(fusion, name):
+    a, b = edge_values(3001, seed=2), edge_values(3001, seed=3)
+    n = fused_matches_unfused(CHAINS[name], lambda: (a.to(DEV), b.to(DEV)))
+    assert n >= 1
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16bit_chain_bit_identical(fusion, dtype):
+    a = edge_values(2048, seed=4, lo=-4, hi=4).to(dtype)
+    b = edge_values(2048, seed=5, lo=-4, hi=4).to(dtype)
+
+    def f(x, y):
+        return torch.tanh(x * y) + torch.sigmoid(x) * y - x.abs()
+
+    assert fused_matches_unfused(f, lambda: (a.to(DEV), b.to(DEV))) >= 1
+
+
+def test_mixed_dtypes_and_broadcast_views(fusion):
+    a = edge_values(64 * 48, seed=6).reshape(64, 48)
+    i = torch.arange(48, dtype=torch.int32)
+    row = edge_values(48, seed=7)
+
+    def f(x, k, r):
+        xt = x.t()  # a view folded into the loads
+        y = xt * 2 + k.unsqueeze(1)  # int32 promoted, broadcast
+        return torch.tanh(y - r.unsqueeze(1)) * xt
+
+    assert fused_matches_unfused(f, lambda: (a.to(DEV), i.to(DEV), row.to(DEV))) >= 1
+
+
+def test_in_place_chain_on_input(fusion):
+    a = edge_values(5000, seed=8)
+
+    def f(x):
+        y = x * 3
+        x.add_(1).mul_(y)  # in place on a buffer the group read
+        z = x.sigmoid()
+        return x, y, z
+
+    assert fused_matches_unfused(f, lambda: (a.to(DEV),)) >= 1
+
+
+CASTS = {
+    "to_bf16_and_back": lambda a, b: ((a * 2).to(torch.bfloat16) + b.to(torch.bfloat16)).float()
+    * a,
+    "to_half": lambda a, b: (a - b).half().tanh().float(),
+    "clone": lambda a, b: (a * 3).clone() + b,
+    "bool_int_sources": lambda a, b: (a > b).float() * a + (b * 10).to(torch.int32).float(),
+    "copy_into": lambda a, b: torch.empty_like(a).copy_(a * b).sigmoid(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASTS))
+def test_casts_and_copies_join_groups(fusion, name):
+    a, b = edge_values(3000, seed=11, lo=-3, hi=3), edge_values(3000, seed=12, lo=-3, hi=3)
+    assert fused_matches_unfused(CASTS[name], lambda: (a.to(DEV), b.to(DEV))) >= 1
+    assert any("aten::_copy_from" in g["ops"] for g in eager_fusion.recent_groups())
+
+
+def test_transposing_copy_is_bit_identical(fusion):
+    # A copy over another (2-d) iteration shape than its neighbours: its own group.
+    a, b = edge_values(3000, seed=13), edge_values(3000, seed=14)
+
+    def f(x, y):
+        z = (x * 2).view(50, 60).t().contiguous()
+        return torch.tanh(z * 3).view(-1) + y
+
+    fused_matches_unfused(f, lambda: (a.to(DEV), b.to(DEV)))
+
+
+def test_dead_intermediates_not_written_but_live_ones_are(fusion):
+    a = edge_values(4096, seed=9)
+
+    def f(x):
+        keep = x * 2
+        tmp = keep + 1
+        out = tmp.exp()
+        del tmp
+        return keep, out
+
+    assert fused_matches_unfused(f, lambda: (a.to(DEV),)) >= 1
+
+
+def test_group_ends_at_each_event(fusion):
+    x = torch.randn(1000, device=DEV)
+
+    def chain():
+        return (x * 2 + 1).tanh()
+
+    def ends(action):
+        eager_fusion.clear_recent_groups()
+        y = chain()
+        r = action(y)
+        groups = eager_fusion.recent_groups()
+        assert groups, "no group recorded"
+        return groups[-1]["end"], y, r
+
+    # host reads: .item(), .cpu(), print (repr)
+    assert ends(lambda y: y.sum().item())[0] == "op"  # the reduction is not fused: ends there
+    assert ends(lambda y: y[0].item())[0] == "host_read"
+    end, y, r = ends(lambda y: y.cpu())
+    assert end == "host_read"
+    torch.testing.assert_close(r, (x.cpu() * 2 + 1).tanh())
+    # print: formatting runs device ops, then reads: values as CPU prints them
+    end, y, text = ends(lambda y: repr(y))
+    assert text.startswith(repr(y.cpu())[:-1]) and "device='neuron:0'" in text
+    # synchronizes: device, stream, event
+    assert ends(lambda y: torch.neuron.synchronize())[0] == "sync"
+    assert ends(lambda y: torch.neuron.current_stream().synchronize())[0] == "sync"
+    assert ends(lambda y: torch.neuron.Event().record())[0] == "sync"
+    # a non-fusible op (matmul), a CPU-fallback op
+    assert ends(lambda y: y.reshape(10, 100) @ torch.ones(100, 3, device=DEV))[0] == "op"
+    end, y, r = ends(lambda y: torch.lgamma(y))
+    assert end == "fallback" and torch.equal(r.cpu(), torch.lgamma(y.cpu()))
+    # another iteration shape, another stream
+    o = torch.ones(7, device=DEV)
+    assert ends(lambda y: (o * 2).cpu())[0] == "shape"
+    s = torch.neuron.Stream()
+
+    def on_other_stream(y):
+        with torch.neuron.stream(s):
+            return (y * 3).cpu()
+
+    assert ends(on_other_stream)[0] == "stream"
+
+
+def test_group_ends_at_alias_hazard(fusion):
+    def f(x):
+        y = (x[:500] + x[500:]) * 3  # two views of one buffer, read
+        x[:500].mul_(2)  # written through one of them: the group must end first
+        return y + 1, x
+
+    eager_fusion.clear_recent_groups()
+    a = edge_values(1000, seed=10)
+    with fusion_off():
+        ref = f(a.to(DEV))
+    out = f(a.to(DEV))
+    assert_bits_equal(out, ref)
+    assert eager_fusion.recent_groups()[0]["end"] == "alias"
+
+
+def test_group_size_cap(fusion):
+    x = torch.randn(256, device=DEV)
+    eager_fusion.clear_recent_groups()
+    y = x
+    for _ in range(70):
+        y = y * 1.0001
+    y.cpu()
+    ends = [g["end"] for g in eager_fusion.recent_groups()]
+    assert ends[0] == "cap" and eager_fusion.recent_groups()[0]["n_ops"] == 64
+
+
+def test_collective_ends_group(fusion, tmp_path):
+    import torch.distributed as dist
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("neuron", store=store, rank=0, world_size=1)
+    try:
+        x = torch.ones(64, device=DEV)
+        eager_fusion.clear_recent_groups()
+        y = x * 2 + 1
+        dist.all_reduce(y)
+        assert eager_fusion.recent_groups()[-1]["end"] == "collective"
+        assert torch.equal(y.cpu(), torch.full((64,), 3.0))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_deterministic_switch_turns_fusion_off(fusion):
+    x = torch.randn(512, device=DEV)
+    assert eager_fusion.is_enabled()
+    try:
+        torch.use_deterministic_algorithms(True)
+        assert not eager_fusion.is_enabled()
+        eager_fusion.clear_recent_groups()
+        (x * 2 + 1).tanh().cpu()
+        assert eager_fusion.recent_groups() == []
+    finally:
+        torch.use_deterministic_algorithms(False)
+    try:
+        torch.set_deterministic_debug_mode("warn")
+        assert not eager_fusion.is_enabled()
+        eager_fusion.clear_recent_groups()
+        (x * 2 + 1).tanh().cpu()
+        assert eager_fusion.recent_groups() == []
+    finally:
+        torch.set_deterministic_debug_mode(0)
+    assert eager_fusion.is_enabled()
+    eager_fusion.clear_recent_groups()
+    (x * 2 + 1).tanh().cpu()
+    assert eager_fusion.recent_groups()[-1]["n_ops"] == 3
+
+
+def test_env_var_switches_it_on_and_off(python):
+    code = (
+        "import torch, torch_neuronx\n"
+        "from torch_neuronx import eager_fusion\n"
+        "x = torch.randn(100, device='neuron')\n"
+        "(x * 2 + 1).cpu()\n"
+        "print('ON' if eager_fusion.is_enabled() else 'OFF', len(eager_fusion.recent_groups()))\n"
+    )
+    for env, want in [
+        ({"TORCH_NEURONX_EAGER_FUSION": "1"}, "ON 1"),
+        ({"TORCH_NEURONX_EAGER_FUSION": "0"}, "OFF 0"),
+        ({"TORCH_NEURONX_ENABLE_CONCATENATION": "1"}, "ON 1"),
+        ({}, "ON 1"),  # the default
+    ]:
+        env = {"TORCH_NEURONX_EAGER_FUSION": "", "TORCH_NEURONX_ENABLE_CONCATENATION": "", **env}
+        r = python(code, env=env)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == want, (env, r.stdout)
+
+
+def test_no_recompile_on_repeat_and_metrics(fusion):
+    x_cpu = torch.randn(3000)
+    compiles0 = counter("EagerFusionCompiles")
+    fused0, ops0, hits0 = (
+        counter("EagerFusedGroups"),
+        counter("EagerFusedOps"),
+        counter("EagerFusionCacheHits"),
+    )
+    fused_matches_unfused(gelu_tanh_8, lambda: (x_cpu.to(DEV),), runs=3)
+    assert counter("EagerFusionCompiles") == compiles0 + 1
+    for _ in range(5):
+        gelu_tanh_8(x_cpu.to(DEV)).cpu()
+    assert counter("EagerFusionCompiles") == compiles0 + 1  # no recompiles
+    assert counter("EagerFusedGroups") - fused0 == 6
+    assert counter("EagerFusedOps") - ops0 == 48
+    assert counter("EagerFusionCacheHits") - hits0 == 6
+    assert counter("EagerGroupEnd.host_read") >= 5
+    st = eager_fusion.stats()
+    assert st["ready"] >= 1 and st["compiling"] == 0 and st["failed"] == 0
+    # a fresh in-memory cache compiles again, from the disk cache
+    eager_fusion.clear_cache()
+    disk0 = counter("EagerFusionDiskCacheHits")
+    fused_matches_unfused(gelu_tanh_8, lambda: (x_cpu.to(DEV),), runs=3)
+    assert counter("EagerFusionCompiles") == compiles0 + 2
+    assert counter("EagerFusionDiskCacheHits") == disk0 + 1
+
+
+def test_profiler_shows_fused_group(fusion):
+    from torch.profiler import ProfilerActivity, profile
+
+    x_cpu = torch.randn(2048)
+    fused_matches_unfused(gelu_tanh_8, lambda: (x_cpu.to(DEV),), runs=3)
+    x = x_cpu.to(DEV)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        gelu_tanh_8(x).cpu()
+    names = {e.key for e in prof.key_averages()}
+    assert "trn::fused[8 ops]" in names, (
+        eager_fusion.stats(),
+        [g["fused"] for g in eager_fusion.recent_groups()],
+    )
+
+
+def _mlp_training(model_name, fuse):
+    from model_zoo import MODELS, lm_batch, loss_of, to_device
+
+    torch.manual_seed(0)
+    model = MODELS[model_name]().to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    gen = torch.Generator().manual_seed(1)
+    losses = []
+    eager_fusion.set_enabled(fuse)
+    try:
+        for step in range(3):
+            batch = to_device(lm_batch(2, 16, gen=gen), DEV)
+            opt.zero_grad()
+            loss = loss_of(model_name, model, batch)
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+            if fuse and step == 1:
+                eager_fusion.wait_for_compiles(600)
+    finally:
+        eager_fusion.set_enabled(True)
+    grads = [p.grad for p in model.parameters()]
+    return losses, grads, list(model.parameters())
+
+
+@pytest.mark.parametrize("model_name", ["gpt2", "llama"])
+def test_model_training_step_bit_identical(fusion, model_name):
+    pytest.importorskip("transformers")
+    ref = _mlp_training(model_name, False)
+    fused0 = counter("EagerFusedGroups")
+    out = _mlp_training(model_name, True)
+    assert counter("EagerFusedGroups") > fused0  # fusion took part
+    for r, o in zip(ref, out):
+        assert_bits_equal(list(o), list(r))
