@@ -412,7 +412,7 @@ trn_status nki__check(nki_prog *p) {
         }
     }
     p->nargs = nargs;
-    p->scratch_bytes = off + (int64_t)MM_STAT_FMAX * MM_MOV_FMAX * 4;  // matmul accumulator
+    p->scratch_bytes = off + NKI_MM_SCRATCH;  // matmul accumulator and staging
     range *vars = calloc(NKI_PID_VAR + 4, sizeof *vars);
     if (vars == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "nki: out of memory");
     for (int a = 0; a < 4; a++)

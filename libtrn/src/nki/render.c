@@ -12,7 +12,9 @@
 
 extern const char *const nki__prelude[];
 
-#define ABI 1
+#define ABI 2
+// products from this many multiply-adds on go to libtrn's matmul
+#define MM_LIBTRN_MIN 16384
 
 typedef struct rctx {
     const nki_prog *p;
@@ -62,6 +64,13 @@ static void put_off(nki_buf *b, const nki_operand *o, const nki_operand *d) {
     }
 }
 
+static bool aligned_to(const nki_operand *o, const nki_operand *d) {
+    bool aligned = o->nd == d->nd;
+    for (int j = 0; aligned && j < o->nd; j++)
+        aligned = o->count[j] == d->count[j] || o->count[j] == 1;
+    return aligned;
+}
+
 // The free flat index of the iteration point (for unaligned operands).
 static void put_ff(nki_buf *b, const nki_operand *d) {
     nki__printf(b, "i64 ff=0");
@@ -69,10 +78,59 @@ static void put_ff(nki_buf *b, const nki_operand *d) {
     nki__printf(b, ";(void)ff;\n");
 }
 
-static void open_loops(nki_buf *b, const nki_operand *d) {
-    for (int j = 0; j < d->nd; j++)
-        nki__printf(b, "for(i64 i%d=0;i%d<%lldLL;i%d++)", j, j, (long long)d->count[j], j);
-    nki__printf(b, "{\n");
+// The loop nest over d's access space, one brace per loop (close_loops);
+// `ivdep`: the innermost loop carries no dependence (no_overlap), so GCC
+// vectorizes it without run-time alias checks.
+static void open_loops(nki_buf *b, const nki_operand *d, bool ivdep) {
+    for (int j = 0; j < d->nd; j++) {
+        if (ivdep && j == d->nd - 1) nki__printf(b, "\n#pragma GCC ivdep\n");
+        nki__printf(b, "for(i64 i%d=0;i%d<%lldLL;i%d++){", j, j, (long long)d->count[j], j);
+    }
+    nki__printf(b, "\n");
+}
+
+static void close_loops(nki_buf *b, const nki_operand *d) {
+    for (int j = 0; j < d->nd; j++) nki__printf(b, "}");
+    nki__printf(b, "\n");
+}
+
+static bool same_affine(const nki_affine *x, const nki_affine *y) {
+    if (x->c != y->c) return false;
+    // every nonzero term of x is in y with the same coefficient, and back
+    for (int pass = 0; pass < 2; pass++) {
+        const nki_affine *a = pass ? y : x, *o = pass ? x : y;
+        for (int i = 0; i < a->n; i++) {
+            if (a->coef[i] == 0) continue;
+            int k = 0;
+            while (k < o->n && o->var[k] != a->var[i]) k++;
+            if (k == o->n || o->coef[k] != a->coef[i]) return false;
+        }
+    }
+    return true;
+}
+
+// Whether the element loop of `in` may run its innermost iterations in any
+// order: every input either lies in other memory than the destination or
+// reads exactly the elements the destination writes at the same point (an
+// in-place update). Two HBM arguments may be one tensor: never assumed apart.
+static bool no_overlap(const nki_prog *p, const nki_instr *in) {
+    const nki_operand *d = &in->opd[0];
+    const nki_tensor *dr = &p->t[p->t[d->tid].root];
+    bool d_arg = dr->kind == NKI_ARG || dr->kind == NKI_OUT;
+    for (int k = 1; k < in->nopd; k++) {
+        const nki_operand *o = &in->opd[k];
+        const nki_tensor *r = &p->t[p->t[o->tid].root];
+        if (r != dr) {
+            if (d_arg && (r->kind == NKI_ARG || r->kind == NKI_OUT)) return false;
+            continue;
+        }
+        if (o->nd != d->nd || !same_affine(&o->flat, &d->flat)) return false;
+        if (nki__dtype_size(p->t[o->tid].dtype) != nki__dtype_size(p->t[d->tid].dtype))
+            return false;
+        for (int j = 0; j < d->nd; j++)
+            if (o->count[j] != d->count[j] || o->stride[j] != d->stride[j]) return false;
+    }
+    return true;
 }
 
 static const char *cmp_c(int cmp) {
@@ -183,9 +241,60 @@ static const char *reduce_init(int op) {
     case 3:
     case 14: return "1.0f";  // mul, and
     case 5: return "-INFINITY";
-    case 6: return "INFINITY";
+    case 6:
+    case 23: return "INFINITY";  // min, absmin
+    case 17: return "-1.0f";     // bitwise and: all ones
     default: return "0.0f";
     }
+}
+
+// Partial results per reduction: associative, commutative ALU ops reduce in
+// LANES independent accumulators (a vector register's worth) combined at
+// the end, so the loop vectorizes; the summation order is not the
+// hardware's either way (docs/nki.md).
+#define LANES 16
+static bool lanes_ok(int op) {
+    switch (op) {
+    case ALU_ADD:
+    case ALU_MUL:
+    case ALU_MAX:
+    case ALU_MIN:
+    case ALU_ABSMAX:
+    case ALU_ABSMIN:
+    case ALU_LAND:
+    case ALU_LOR:
+    case ALU_BAND:
+    case ALU_BOR:
+    case ALU_BXOR: return true;
+    default: return false;
+    }
+}
+
+// activation on the element at the iteration point: x = f(data*scale + bias), stored
+static void act_body(rctx *c, const nki_instr *in, int svec, int bias) {
+    nki_buf *b = c->b;
+    P("float x=");
+    put_ld(c, in, 1);
+    P(";\n");
+    if (svec >= 0) {
+        P("x*=");
+        put_vec(c, &in->opd[svec]);
+        P(";\n");
+    } else if ((int)in->p[2] == 1 && in->p[3] != 1.0) {
+        P("x*=");
+        put_float(b, in->p[3]);
+        P(";\n");
+    }
+    if (bias >= 0) {
+        P("x+=");
+        put_vec(c, &in->opd[bias]);
+        P(";\n");
+    }
+    P("x=act(%d,x,", (int)in->p[0]);
+    put_float(b, in->np > 5 ? in->p[5] : 0.0);
+    P(");\n");
+    put_st_begin(c, in);
+    P("x);\n");
 }
 
 static void render_instr(rctx *c, const nki_instr *in) {
@@ -196,7 +305,24 @@ static void render_instr(rctx *c, const nki_instr *in) {
     switch (in->op) {
     case NKI_OP_COPY: {
         const nki_operand *s = &in->opd[1];
-        open_loops(b, d);
+        const bool iv = no_overlap(p, in);
+        const int last = d->nd - 1, sz = nki__dtype_size(p->t[d->tid].dtype);
+        if (dt_of(p, s) == dt_of(p, d) && in->nmask == 0 && !in->rt[0] && !in->rt[1] &&
+            aligned_to(s, d) && s->count[last] == d->count[last] && s->stride[last] == 1 &&
+            d->stride[last] == 1) {
+            // rows of equal dtype: one memmove each
+            nki_operand outer = *d;
+            outer.nd = last;
+            open_loops(b, &outer, false);
+            P("const i64 i%d=0;\nmemmove(T%d+(", last, root_of(p, d)->id);
+            put_off(b, d, d);
+            P(")*%d,T%d+(", sz, root_of(p, s)->id);
+            put_off(b, s, d);
+            P(")*%d,%lldu);\n", sz, (long long)(d->count[last] * sz));
+            close_loops(b, &outer);
+            break;
+        }
+        open_loops(b, d, iv);
         put_ff(b, d);
         put_guards(c, in);
         if (dt_of(p, s) == dt_of(p, d)) {
@@ -204,19 +330,19 @@ static void render_instr(rctx *c, const nki_instr *in) {
             put_off(b, d, d);
             P(",T%d,", root_of(p, s)->id);
             put_off(b, s, d);
-            P(",%d);\n", nki__dtype_size(p->t[d->tid].dtype));
+            P(",%d);\n", sz);
         } else {
             put_st_begin(c, in);
             put_ld(c, in, 1);
             P(");\n");
         }
-        P("}\n");
+        close_loops(b, d);
         break;
     }
     case NKI_OP_TT:
     case NKI_OP_WHERE:
     case NKI_OP_PREDCOPY: {
-        open_loops(b, d);
+        open_loops(b, d, no_overlap(p, in));
         put_ff(b, d);
         put_guards(c, in);
         if (in->op == NKI_OP_TT) {
@@ -243,13 +369,13 @@ static void render_instr(rctx *c, const nki_instr *in) {
             put_ld(c, in, 2);
             P(");\n");
         }
-        P("}\n");
+        close_loops(b, d);
         break;
     }
     case NKI_OP_TS:
     case NKI_OP_STT: {
         // TS: p op0 rev0 kind0 imm0 op1 rev1 kind1 imm1; STT: op0 op1 kind imm rev0 rev1
-        open_loops(b, d);
+        open_loops(b, d, no_overlap(p, in));
         put_ff(b, d);
         put_guards(c, in);
         P("float x=");
@@ -284,48 +410,52 @@ static void render_instr(rctx *c, const nki_instr *in) {
             P(in->p[5] != 0 ? "x=alu(%d,y,x);\n" : "x=alu(%d,x,y);\n", op1);
         }
         put_st_begin(c, in);
-        P("x);\n}\n");
+        P("x);\n");
+        close_loops(b, d);
         break;
     }
     case NKI_OP_ACT: {
         // p: func has_bias scale_kind scale_imm reduce_op alpha
-        int func = (int)in->p[0], has_bias = in->p[1] != 0, skind = (int)in->p[2],
-            rop = (int)in->p[4];
+        int rop = (int)in->p[4];
         int next = 2, bias = -1, svec = -1, rres = -1;
-        if (has_bias) bias = next++;
-        if (skind == 2) svec = next++;
+        if (in->p[1] != 0) bias = next++;
+        if ((int)in->p[2] == 2) svec = next++;
         if (rop >= 0) rres = next++;
+        const bool iv = no_overlap(p, in);
+        const int last = d->nd - 1;
         P("for(i64 i0=0;i0<%lldLL;i0++){\n", (long long)d->count[0]);
-        if (rop >= 0) P("float acc=%s;\n", reduce_init(rop));
-        for (int j = 1; j < d->nd; j++)
-            P("for(i64 i%d=0;i%d<%lldLL;i%d++)", j, j, (long long)d->count[j], j);
-        P("{\n");
-        put_ff(b, d);
-        put_guards(c, in);
-        P("float x=");
-        put_ld(c, in, 1);
-        P(";\n");
-        if (svec >= 0) {
-            P("x*=");
-            put_vec(c, &in->opd[svec]);
-            P(";\n");
-        } else if (skind == 1 && in->p[3] != 1.0) {
-            P("x*=");
-            put_float(b, in->p[3]);
-            P(";\n");
+        if (rop >= 0 && lanes_ok(rop) && in->nmask == 0 && last >= 1) {
+            // the free-axis reduction in LANES partial results (vectorizes)
+            P("float L[%d];for(int l=0;l<%d;l++)L[l]=%s;\n", LANES, LANES, reduce_init(rop));
+            for (int j = 1; j < last; j++)
+                P("for(i64 i%d=0;i%d<%lldLL;i%d++){", j, j, (long long)d->count[j], j);
+            P("i64 f=0;for(;f+%d<=%lldLL;f+=%d){\n", LANES, (long long)d->count[last], LANES);
+            if (iv) P("#pragma GCC ivdep\n");
+            P("for(int l=0;l<%d;l++){const i64 i%d=f+l;\n", LANES, last);
+            put_ff(b, d);
+            act_body(c, in, svec, bias);
+            P("L[l]=alu(%d,L[l],x);}}\n", rop);
+            P("for(;f<%lldLL;f++){const i64 i%d=f;\n", (long long)d->count[last], last);
+            put_ff(b, d);
+            act_body(c, in, svec, bias);
+            P("L[0]=alu(%d,L[0],x);}\n", rop);
+            for (int j = 1; j < last; j++) P("}");
+            P("float acc=L[0];for(int l=1;l<%d;l++)acc=alu(%d,acc,L[l]);\n", LANES, rop);
+        } else {
+            if (rop >= 0) P("float acc=%s;\n", reduce_init(rop));
+            for (int j = 1; j < d->nd; j++) {
+                if (iv && j == last) P("\n#pragma GCC ivdep\n");
+                P("for(i64 i%d=0;i%d<%lldLL;i%d++){", j, j, (long long)d->count[j], j);
+            }
+            P("{\n");
+            put_ff(b, d);
+            put_guards(c, in);
+            act_body(c, in, svec, bias);
+            if (rop >= 0) P("acc=alu(%d,acc,x);\n", rop);
+            P("}");
+            for (int j = 1; j < d->nd; j++) P("}");
+            P("\n");
         }
-        if (bias >= 0) {
-            P("x+=");
-            put_vec(c, &in->opd[bias]);
-            P(";\n");
-        }
-        P("x=act(%d,x,", func);
-        put_float(b, in->np > 5 ? in->p[5] : 0.0);
-        P(");\n");
-        put_st_begin(c, in);
-        P("x);\n");
-        if (rop >= 0) P("acc=alu(%d,acc,x);\n", rop);
-        P("}\n");
         if (rop >= 0) {
             const nki_operand *r = &in->opd[rres];
             P("st%d(T%d,", dt_of(p, r), root_of(p, r)->id);
@@ -341,15 +471,37 @@ static void render_instr(rctx *c, const nki_instr *in) {
         int op = (int)in->p[0], nred = (int)in->p[1], keep = s->nd - nred;
         for (int j = 0; j < keep; j++)
             P("for(i64 i%d=0;i%d<%lldLL;i%d++)", j, j, (long long)s->count[j], j);
-        P("{\nfloat acc=%s;\n", reduce_init(op));
-        for (int j = keep; j < s->nd; j++)
-            P("for(i64 i%d=0;i%d<%lldLL;i%d++)", j, j, (long long)s->count[j], j);
-        P("{\n");
-        put_guards(c, in);
-        P("acc=alu(%d,acc,ld%d(T%d,", op, dt_of(p, s), root_of(p, s)->id);
-        put_affine(b, &s->flat);
-        for (int j = 0; j < s->nd; j++) P("+i%d*%lldLL", j, (long long)s->stride[j]);
-        P("));\n}\n");
+        const int last = s->nd - 1;
+        if (lanes_ok(op) && in->nmask == 0 && nred >= 1) {
+            P("{\nfloat L[%d];for(int l=0;l<%d;l++)L[l]=%s;\n", LANES, LANES, reduce_init(op));
+            for (int j = keep; j < last; j++)
+                P("for(i64 i%d=0;i%d<%lldLL;i%d++){", j, j, (long long)s->count[j], j);
+            for (int pass = 0; pass < 2; pass++) {
+                if (pass == 0)
+                    P("i64 f=0;for(;f+%d<=%lldLL;f+=%d)for(int l=0;l<%d;l++){const i64 "
+                      "i%d=f+l;\nL[l]=",
+                      LANES, (long long)s->count[last], LANES, LANES, last);
+                else
+                    P("for(;f<%lldLL;f++){const i64 i%d=f;\nL[0]=", (long long)s->count[last],
+                      last);
+                P("alu(%d,L[%s],ld%d(T%d,", op, pass ? "0" : "l", dt_of(p, s), root_of(p, s)->id);
+                put_affine(b, &s->flat);
+                for (int j = 0; j < s->nd; j++) P("+i%d*%lldLL", j, (long long)s->stride[j]);
+                P("));}\n");
+            }
+            for (int j = keep; j < last; j++) P("}");
+            P("float acc=L[0];for(int l=1;l<%d;l++)acc=alu(%d,acc,L[l]);\n", LANES, op);
+        } else {
+            P("{\nfloat acc=%s;\n", reduce_init(op));
+            for (int j = keep; j < s->nd; j++)
+                P("for(i64 i%d=0;i%d<%lldLL;i%d++)", j, j, (long long)s->count[j], j);
+            P("{\n");
+            put_guards(c, in);
+            P("acc=alu(%d,acc,ld%d(T%d,", op, dt_of(p, s), root_of(p, s)->id);
+            put_affine(b, &s->flat);
+            for (int j = 0; j < s->nd; j++) P("+i%d*%lldLL", j, (long long)s->stride[j]);
+            P("));\n}\n");
+        }
         P("st%d(T%d,", dt_of(p, d), root_of(p, d)->id);
         put_affine(b, &d->flat);
         for (int j = 0; j < d->nd && j < keep; j++) P("+i%d*%lldLL", j, (long long)d->stride[j]);
@@ -360,16 +512,52 @@ static void render_instr(rctx *c, const nki_instr *in) {
         const nki_operand *s = &in->opd[1], *m = &in->opd[2];
         int64_t K = s->count[0], M = fcount(s), N = fcount(m);
         const nki_tensor *dr = root_of(p, d);
-        P("float*acc=(float*)(scratch+%lldLL);\n", (long long)(p->scratch_bytes - 128 * 512 * 4));
-        P("for(i64 e=0;e<%lldLL;e++)acc[e]=0.0f;\n", (long long)(M * N));
-        P("for(i64 k=0;k<%lldLL;k++)for(i64 m=0;m<%lldLL;m++){float a=ld%d(T%d,", (long long)K,
-          (long long)M, dt_of(p, s), root_of(p, s)->id);
-        put_off_flat(b, s, "k", "m");
-        P(");float*r=acc+m*%lldLL;\nfor(i64 n=0;n<%lldLL;n++)r[n]+=a*ld%d(T%d,", (long long)N,
-          (long long)N, dt_of(p, m), root_of(p, m)->id);
-        put_off_flat(b, m, "k", "n");
-        P(");}\n");
-        P("for(i64 m=0;m<%lldLL;m++)for(i64 n=0;n<%lldLL;n++){i64 o=", (long long)M, (long long)N);
+        const int64_t base = p->scratch_bytes - NKI_MM_SCRATCH;
+        P("float*acc=(float*)(scratch+%lldLL);\n", (long long)base);
+        if (M * N * K >= MM_LIBTRN_MIN) {
+            // libtrn's matmul (trn/blas.h's kernel, through the run time):
+            // float32 operands as they lie, others staged in float32
+            // (exact: every NKI input dtype widens exactly)
+            const nki_operand *op[2] = {s, m};
+            const int64_t free_n[2] = {M, N};
+            for (int w = 0; w < 2; w++) {
+                const nki_operand *o = op[w];
+                const bool direct = p->t[o->tid].dtype == NKI_F32 && o->nd == 2 &&
+                                    o->stride[0] >= 0 && o->stride[1] >= 0;
+                P("const float*X%d=", w);
+                if (direct) {
+                    P("(const float*)T%d+", root_of(p, o)->id);
+                    put_affine(b, &o->flat);
+                    P(";i64 X%dp=%lldLL,X%df=%lldLL;\n", w, (long long)o->stride[0], w,
+                      (long long)o->stride[1]);
+                    continue;
+                }
+                int64_t at = base + NKI_MM_ACC + (w ? NKI_MM_SA : 0);
+                P("(const float*)(scratch+%lldLL);i64 X%dp=%lldLL,X%df=1;\n", (long long)at, w,
+                  (long long)free_n[w], w);
+                P("{float*S=(float*)(scratch+%lldLL);for(i64 k=0;k<%lldLL;k++)\n#pragma GCC "
+                  "ivdep\nfor(i64 f=0;f<%lldLL;f++)S[k*%lldLL+f]=ld%d(T%d,",
+                  (long long)at, (long long)K, (long long)free_n[w], (long long)free_n[w],
+                  dt_of(p, o), root_of(p, o)->id);
+                put_off_flat(b, o, "k", "f");
+                P(");}\n");
+            }
+            // acc (M x N) = X0^T (M x K) @ X1 (K x N)
+            P("rt->matmul(%lldLL,%lldLL,%lldLL,X0,X0f,X0p,X1,X1p,X1f,acc);\n", (long long)M,
+              (long long)N, (long long)K);
+        } else {
+            P("for(i64 e=0;e<%lldLL;e++)acc[e]=0.0f;\n", (long long)(M * N));
+            P("for(i64 k=0;k<%lldLL;k++)for(i64 m=0;m<%lldLL;m++){float a=ld%d(T%d,", (long long)K,
+              (long long)M, dt_of(p, s), root_of(p, s)->id);
+            put_off_flat(b, s, "k", "m");
+            P(");float*r=acc+m*%lldLL;\n#pragma GCC ivdep\nfor(i64 "
+              "n=0;n<%lldLL;n++)r[n]+=a*ld%d(T%d,",
+              (long long)N, (long long)N, dt_of(p, m), root_of(p, m)->id);
+            put_off_flat(b, m, "k", "n");
+            P(");}\n");
+        }
+        P("for(i64 m=0;m<%lldLL;m++)\n#pragma GCC ivdep\nfor(i64 n=0;n<%lldLL;n++){i64 o=",
+          (long long)M, (long long)N);
         put_off_flat(b, d, "m", "n");
         P(";float v=acc[m*%lldLL+n];\n", (long long)N);
         int mode = (int)in->p[0];
@@ -384,7 +572,7 @@ static void render_instr(rctx *c, const nki_instr *in) {
     }
     case NKI_OP_TRANSPOSE: {
         const nki_operand *s = &in->opd[1];
-        open_loops(b, d);
+        open_loops(b, d, no_overlap(p, in));
         put_guards(c, in);
         P("i64 o=");
         put_affine(b, &d->flat);
@@ -393,13 +581,13 @@ static void render_instr(rctx *c, const nki_instr *in) {
         put_affine(b, &s->flat);
         P("+i1*%lldLL+i0*%lldLL));\n", (long long)s->stride[0], (long long)s->stride[1]);
         if (root_of(p, d)->kind == NKI_PSUM) P("F%d[o]=1;\n", root_of(p, d)->id);
-        P("}\n");
+        close_loops(b, d);
         break;
     }
     case NKI_OP_IOTA:
     case NKI_OP_MEMSET:
     case NKI_OP_SELECT: {
-        open_loops(b, d);
+        open_loops(b, d, no_overlap(p, in));
         put_ff(b, d);
         put_guards(c, in);
         bool isf = nki__dtype_float(p->t[d->tid].dtype);
@@ -438,7 +626,7 @@ static void render_instr(rctx *c, const nki_instr *in) {
             put_float(b, fv);
             P(");\n");
         }
-        P("}\n");
+        close_loops(b, d);
         break;
     }
     case NKI_OP_SCAN: {
@@ -527,15 +715,7 @@ static uint32_t poison_pattern(nki_dtype d) {
     }
 }
 
-trn_status nki__render(const nki_prog *p, char **source) {
-    nki_buf buf = {0};
-    nki_buf *b = &buf;
-    for (int i = 0; nki__prelude[i]; i++) P("%s", nki__prelude[i]);
-    P("const int nki_abi=%d;\nconst long long nki_scratch_bytes=%lldLL;\n", ABI,
-      (long long)p->scratch_bytes);
-    P("/* kernel %s */\nint nki_instance(void*const*args,const "
-      "i64*pid,char*scratch){\n(void)pid;\n",
-      p->name);
+static void put_decls(nki_buf *b, const nki_prog *p) {
     for (int i = 0; i < p->nt; i++) {
         const nki_tensor *t = &p->t[i];
         if (t->kind == NKI_ARG || t->kind == NKI_OUT)
@@ -547,14 +727,67 @@ trn_status nki__render(const nki_prog *p, char **source) {
                   (long long)t->flags, i);
         }
     }
-    rctx c = {p, b, 0};
-    for (int i = 0; i < p->ns; i++) {
+}
+
+#define MAX_OUTER 8  // nki_cx.v
+
+// Statements [from, to) into c->b. Outside parallel bodies (fb != NULL), a
+// loop whose iterations are independent (parallel.c) becomes a body
+// function in fb, called through rt->pfor.
+static void render_stmts(rctx *c, nki_buf *fb, int from, int to, int *vars, int nvars,
+                         int64_t *live) {
+    const nki_prog *p = c->p;
+    nki_buf *b = c->b;
+    int *open = malloc(sizeof(int) * (size_t)(to - from + 1));  // loop var or -1 (if)
+    if (open == NULL) {
+        b->oom = true;
+        return;
+    }
+    int nopen = 0;
+    for (int i = from; i < to; i++) {
         const nki_stmt *s = &p->s[i];
-        c.sid = i;
-        if (s->kind == NKI_LOOP)
+        c->sid = i;
+        int nlive = 0;
+        if (s->kind == NKI_LOOP && fb != NULL && nvars < MAX_OUTER &&
+            nki__par_loop(p, i, live, &nlive)) {
+            // the body as a function of the iteration number
+            nki_buf *main_b = b;
+            c->b = b = fb;
+            P("static int nki_body%d(void*cx_,i64 it,char*scratch){nki_cx*cx=(nki_cx*)cx_;"
+              "void*const*args=cx->args;const i64*pid=cx->pid;const nki_rt*rt=cx->rt;"
+              "(void)args;(void)pid;(void)rt;\n",
+              i);
+            for (int k = 0; k < nvars; k++) P("const i64 v%d=cx->v[%d];\n", vars[k], k);
+            put_decls(fb, p);
+            P("const i64 v%d=%lldLL+it*%lldLL;\n", s->var, (long long)s->lo, (long long)s->step);
+            render_stmts(c, NULL, i + 1, s->end, vars, nvars, live);
+            P("return 0;\n}\n");
+            c->b = b = main_b;
+            c->sid = i;
+            int64_t n = (s->hi - s->lo + s->step - 1) / s->step;
+            P("{nki_cx cx={args,pid,rt,{0");
+            for (int k = 0; k < nvars; k++) P(",v%d", vars[k]);
+            P("}};\n");
+            if (nlive) {
+                P("static const i64 live%d[]={", i);
+                for (int k = 0; k < 2 * nlive; k++) P("%s%lldLL", k ? "," : "", (long long)live[k]);
+                P("};\n");
+            }
+            P("int rc=rt->pfor(rt,%lldLL,nki_body%d,&cx,", (long long)n, i);
+            if (nlive)
+                P("live%d", i);
+            else
+                P("NULL");
+            P(",%d,scratch);if(rc)return rc;}\n", nlive);
+            i = s->end;  // its E
+            continue;
+        }
+        if (s->kind == NKI_LOOP) {
             P("for(i64 v%d=%lldLL;v%d<%lldLL;v%d+=%lldLL){\n", s->var, (long long)s->lo, s->var,
               (long long)s->hi, s->var, (long long)s->step);
-        else if (s->kind == NKI_IF) {
+            open[nopen++] = s->var;
+            if (vars) vars[nvars++] = s->var;
+        } else if (s->kind == NKI_IF) {
             P("if(1");
             for (int k = 0; k < s->ncond; k++) {
                 P("&&");
@@ -562,9 +795,11 @@ trn_status nki__render(const nki_prog *p, char **source) {
                 P("%s0", cmp_c(s->cond[k].cmp));
             }
             P("){\n");
-        } else if (s->kind == NKI_END)
+            open[nopen++] = -1;
+        } else if (s->kind == NKI_END) {
             P("}\n");
-        else if (s->kind == NKI_POISON) {
+            if (nopen > 0 && open[--nopen] >= 0) nvars--;
+        } else if (s->kind == NKI_POISON) {
             const nki_tensor *t = &p->t[s->tensor];
             int64_t n = 1;
             for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
@@ -573,15 +808,44 @@ trn_status nki__render(const nki_prog *p, char **source) {
               poison_pattern(t->dtype));
             if (t->kind == NKI_PSUM) P("memset(F%d,0,%lld);\n", t->id, (long long)n);
         } else {
-            render_instr(&c, s->ins);
+            render_instr(c, s->ins);
         }
     }
-    P("return 0;\n}\n");
-    if (buf.oom) {
-        free(buf.s);
+    free(open);
+}
+
+trn_status nki__render(const nki_prog *p, char **source) {
+    nki_buf buf = {0}, fns = {0};
+    nki_buf *b = &buf;
+    int *vars = malloc(sizeof(int) * ((size_t)p->ns + MAX_OUTER + 1));
+    int64_t *live = malloc(sizeof(int64_t) * (4 * (size_t)p->nt + 4));
+    if (vars == NULL || live == NULL) b->oom = true;
+    rctx c = {p, b, 0};
+    if (!b->oom) {
+        P("/* kernel %s */\nint nki_instance(void*const*args,const "
+          "i64*pid,char*scratch,const nki_rt*rt){\n(void)pid;(void)rt;\n",
+          p->name);
+        put_decls(b, p);
+        render_stmts(&c, &fns, 0, p->ns, vars, 0, live);
+        P("return 0;\n}\n");
+    }
+    free(vars);
+    free(live);
+    // prelude, body functions, then the instance
+    nki_buf all = {0};
+    for (int i = 0; nki__prelude[i]; i++) nki__printf(&all, "%s", nki__prelude[i]);
+    nki__printf(&all, "const int nki_abi=%d;\nconst long long nki_scratch_bytes=%lldLL;\n", ABI,
+                (long long)p->scratch_bytes);
+    if (fns.s) nki__printf(&all, "%s", fns.s);
+    if (buf.s) nki__printf(&all, "%s", buf.s);
+    bool oom = all.oom || buf.oom || fns.oom;
+    free(buf.s);
+    free(fns.s);
+    if (oom) {
+        free(all.s);
         return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "nki: out of memory rendering kernel %s",
                               p->name);
     }
-    *source = buf.s;
+    *source = all.s;
     return TRN_SUCCESS;
 }
