@@ -85,8 +85,9 @@ const char *const nki__prelude[] = {
     "else if(sz==2)((int16_t*)b)[i]=(int16_t)v;else ((int32_t*)b)[i]=(int32_t)v;}\n",
     "static inline void cpy(char*d,i64 i,const char*s,i64 j,int "
     "sz){memcpy(d+i*sz,s+j*sz,(size_t)sz);}\n",
-    "static inline float fmx(float a,float b){return (a!=a||a>b)?a:b;}\n",
-    "static inline float fmn(float a,float b){return (a!=a||a<b)?a:b;}\n",
+    // NaN-propagating max/min as selects (| not ||: no branch, so they vectorize)
+    "static inline float fmx(float a,float b){return ((a!=a)|(a>b))?a:b;}\n",
+    "static inline float fmn(float a,float b){return ((a!=a)|(a<b))?a:b;}\n",
     "static inline float alu(int op,float a,float b){switch(op){"
     "case 0:return a;case 1:return a+b;case 2:return a-b;case 3:return a*b;case 4:return a/b;"
     "case 5:return fmx(a,b);case 6:return fmn(a,b);case 7:return powf(a,b);case 8:return a==b;case "

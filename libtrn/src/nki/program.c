@@ -32,6 +32,10 @@ struct trn_nki_program {
     // per argument: byte extent from its address, and whether the kernel writes it
     int64_t *arg_lo, *arg_hi;
     bool *arg_written;
+    // instance scratch buffers kept between runs (a fresh malloc of a few
+    // hundred KiB is a fresh mmap: page faults on every run)
+    char **pool;
+    int npool;
     char key[65];
     int from_cache;
     double seconds;
@@ -112,6 +116,12 @@ trn_status trn_nki_compile(const char *ir, const trn_compile_options *opts, trn_
     p->instances = 1;
     for (int i = 0; i < p->prog.ngrid; i++) p->instances *= p->prog.grid[i];
     st = arg_extents(p);
+    p->npool = trn_parallel_threads() + 1;
+    if (p->npool > 8) p->npool = 8;
+    if (p->scratch > (4 << 20)) p->npool = 2;
+    p->pool = calloc((size_t)p->npool, sizeof *p->pool);
+    if (st == TRN_SUCCESS && p->pool == NULL)
+        st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_nki_compile: out of memory");
     if (st != TRN_SUCCESS) {
         trn_nki_program_free(p);
         return st;
@@ -128,6 +138,8 @@ void trn_nki_program_free(trn_nki_program *p) {
     free(p->arg_lo);
     free(p->arg_hi);
     free(p->arg_written);
+    for (int i = 0; p->pool && i < p->npool; i++) free(p->pool[i]);
+    free(p->pool);
     free(p);
 }
 
@@ -138,6 +150,24 @@ const char *trn_nki_program_source(const trn_nki_program *p) {
     return p && p->source ? p->source : "";
 }
 const char *trn_nki_program_cache_key(const trn_nki_program *p) { return p ? p->key : ""; }
+
+static char *scratch_take(const trn_nki_program *p) {
+    for (int i = 0; i < p->npool; i++) {
+        char *s = __atomic_exchange_n(&p->pool[i], NULL, __ATOMIC_ACQ_REL);
+        if (s) return s;
+    }
+    return malloc((size_t)p->scratch + 64);
+}
+
+static void scratch_give(const trn_nki_program *p, char *s) {
+    for (int i = 0; i < p->npool; i++) {
+        char *none = NULL;
+        if (__atomic_compare_exchange_n(&p->pool[i], &none, s, false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED))
+            return;
+    }
+    free(s);
+}
 
 typedef struct run_ctx {
     const trn_nki_program *p;
@@ -170,7 +200,7 @@ static void pfor_range(void *vctx, int64_t begin, int64_t end) {
         // the piece with iteration 0 runs on the instance's scratch (the
         // whole loop, when the pool runs it serially); others on a copy of
         // what the body reads from it
-        own = malloc((size_t)p->scratch + 64);
+        own = scratch_take(p);
         if (own == NULL) {
             set_failed(&c->failed, -1);
             return;
@@ -186,7 +216,7 @@ static void pfor_range(void *vctx, int64_t begin, int64_t end) {
             break;
         }
     }
-    free(own);
+    if (own) scratch_give(p, own);
 }
 
 static int rt_pfor(const nki_rt *rt, int64_t n, nki_body_fn body, void *ctx, const int64_t *live,
@@ -231,7 +261,7 @@ static void rt_matmul(int64_t m, int64_t n, int64_t k, const float *a, int64_t a
 static void run_range(void *vctx, int64_t begin, int64_t end) {
     run_ctx *c = vctx;
     const trn_nki_program *p = c->p;
-    char *scratch = malloc((size_t)p->scratch + 64);
+    char *scratch = scratch_take(p);
     if (scratch == NULL) {
         set_failed(&c->failed, -1);
         return;
@@ -248,7 +278,7 @@ static void run_range(void *vctx, int64_t begin, int64_t end) {
             break;
         }
     }
-    free(scratch);
+    scratch_give(p, scratch);
 }
 
 trn_status trn_nki_run(const trn_nki_program *p, void *const *args) {
@@ -259,12 +289,12 @@ trn_status trn_nki_run(const trn_nki_program *p, void *const *args) {
     // reorder its iterations
     for (int i = 0; i < p->prog.nargs && !rt.serial; i++) {
         if (!p->arg_written[i] || args[i] == NULL) continue;
-        const char *lo = (const char *)args[i] + p->arg_lo[i];
-        const char *hi = (const char *)args[i] + p->arg_hi[i];
+        const uintptr_t lo = (uintptr_t)args[i] + (uintptr_t)p->arg_lo[i];
+        const uintptr_t hi = (uintptr_t)args[i] + (uintptr_t)p->arg_hi[i];
         for (int j = 0; j < p->prog.nargs; j++) {
             if (j == i || args[j] == NULL) continue;
-            const char *lo2 = (const char *)args[j] + p->arg_lo[j];
-            const char *hi2 = (const char *)args[j] + p->arg_hi[j];
+            const uintptr_t lo2 = (uintptr_t)args[j] + (uintptr_t)p->arg_lo[j];
+            const uintptr_t hi2 = (uintptr_t)args[j] + (uintptr_t)p->arg_hi[j];
             if (lo < hi2 && lo2 < hi) rt.serial = 1;
         }
     }

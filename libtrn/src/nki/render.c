@@ -253,6 +253,9 @@ static const char *reduce_init(int op) {
 // the end, so the loop vectorizes; the summation order is not the
 // hardware's either way (docs/nki.md).
 #define LANES 16
+// Kept as a loop until the vectorizer sees it (GCC unrolls 16 short
+// iterations into scalar code first otherwise).
+#define NO_UNROLL "#pragma GCC unroll 1\n"
 static bool lanes_ok(int op) {
     switch (op) {
     case ALU_ADD:
@@ -431,7 +434,7 @@ static void render_instr(rctx *c, const nki_instr *in) {
                 P("for(i64 i%d=0;i%d<%lldLL;i%d++){", j, j, (long long)d->count[j], j);
             P("i64 f=0;for(;f+%d<=%lldLL;f+=%d){\n", LANES, (long long)d->count[last], LANES);
             if (iv) P("#pragma GCC ivdep\n");
-            P("for(int l=0;l<%d;l++){const i64 i%d=f+l;\n", LANES, last);
+            P("%sfor(int l=0;l<%d;l++){const i64 i%d=f+l;\n", NO_UNROLL, LANES, last);
             put_ff(b, d);
             act_body(c, in, svec, bias);
             P("L[l]=alu(%d,L[l],x);}}\n", rop);
@@ -478,9 +481,9 @@ static void render_instr(rctx *c, const nki_instr *in) {
                 P("for(i64 i%d=0;i%d<%lldLL;i%d++){", j, j, (long long)s->count[j], j);
             for (int pass = 0; pass < 2; pass++) {
                 if (pass == 0)
-                    P("i64 f=0;for(;f+%d<=%lldLL;f+=%d)for(int l=0;l<%d;l++){const i64 "
-                      "i%d=f+l;\nL[l]=",
-                      LANES, (long long)s->count[last], LANES, LANES, last);
+                    P("i64 f=0;for(;f+%d<=%lldLL;f+=%d)\n#pragma GCC ivdep\n%sfor(int "
+                      "l=0;l<%d;l++){const i64 i%d=f+l;\nL[l]=",
+                      LANES, (long long)s->count[last], LANES, NO_UNROLL, LANES, last);
                 else
                     P("for(;f<%lldLL;f++){const i64 i%d=f;\nL[0]=", (long long)s->count[last],
                       last);
@@ -670,15 +673,24 @@ static void render_instr(rctx *c, const nki_instr *in) {
         int64_t F = fcount(s);
         P("for(i64 i0=0;i0<%lldLL;i0++){\n", (long long)d->count[0]);
         if (in->op == NKI_OP_BNSTATS) {
-            P("double sum=0,sq=0;for(i64 f=0;f<%lldLL;f++){double x=ld%d(T%d,", (long long)F,
-              dt_of(p, s), root_of(p, s)->id);
-            put_off_flat(b, s, "i0", "f");
-            P(");sum+=x;}double mean=sum/%lldLL;for(i64 f=0;f<%lldLL;f++){double x=ld%d(T%d,",
-              (long long)F, (long long)F, dt_of(p, s), root_of(p, s)->id);
-            put_off_flat(b, s, "i0", "f");
-            P(")-mean;sq+=x*x;}\nfloat "
+            // two passes in double, each in LANES partial sums (vectorizes)
+            for (int pass = 0; pass < 2; pass++) {
+                P("double S%d[%d]={0};{i64 f=0;for(;f+%d<=%lldLL;f+=%d)\n%sfor(int "
+                  "l=0;l<%d;l++){double x=ld%d(T%d,",
+                  pass, LANES, LANES, (long long)F, LANES, NO_UNROLL, LANES, dt_of(p, s),
+                  root_of(p, s)->id);
+                put_off_flat(b, s, "i0", "f+l");
+                P(")%s;S%d[l]+=%s;}\nfor(;f<%lldLL;f++){double x=ld%d(T%d,", pass ? "-mean" : "",
+                  pass, pass ? "x*x" : "x", (long long)F, dt_of(p, s), root_of(p, s)->id);
+                put_off_flat(b, s, "i0", "f");
+                P(")%s;S%d[0]+=%s;}}\n", pass ? "-mean" : "", pass, pass ? "x*x" : "x");
+                if (pass == 0)
+                    P("double sum=0;for(int l=0;l<%d;l++)sum+=S0[l];double mean=sum/%lldLL;\n",
+                      LANES, (long long)F);
+            }
+            P("double sq=0;for(int l=0;l<%d;l++)sq+=S1[l];\nfloat "
               "out[6]={(float)%lld,(float)mean,(float)(sq/%lldLL),0,0,0};\n",
-              (long long)F, (long long)F);
+              LANES, (long long)F, (long long)F);
             P("for(i64 f=0;f<6;f++)st%d(T%d,", dt_of(p, d), root_of(p, d)->id);
         } else {
             P("double n=0,mean=0,m2=0;for(i64 g=0;g<%lldLL;g++){double c=ld%d(T%d,",
