@@ -57,7 +57,26 @@ def _esc(s):
 
 
 # ---------------------------------------------------------------- index arithmetic
-class Affine:
+class _Ordered:
+    """<, <=, >, >= through the class's ``_cmp(o, op)`` (Affine: a Python
+    bool on constants, else a predicate; IExpr: a predicate)."""
+
+    __slots__ = ()
+
+    def __lt__(self, o):
+        return self._cmp(o, "lt")
+
+    def __le__(self, o):
+        return self._cmp(o, "le")
+
+    def __gt__(self, o):
+        return self._cmp(o, "gt")
+
+    def __ge__(self, o):
+        return self._cmp(o, "ge")
+
+
+class Affine(_Ordered):
     """c + sum(coef * var): a loop index, a program id, or arithmetic on them."""
 
     __slots__ = ("c", "t")
@@ -193,18 +212,6 @@ class Affine:
             return NotImplemented
         return self._cmp(o, "ne")
 
-    def __lt__(self, o):
-        return self._cmp(o, "lt")
-
-    def __le__(self, o):
-        return self._cmp(o, "le")
-
-    def __gt__(self, o):
-        return self._cmp(o, "gt")
-
-    def __ge__(self, o):
-        return self._cmp(o, "ge")
-
     def __repr__(self):
         return f"Affine({self.c}, {self.t})"
 
@@ -242,7 +249,7 @@ class Sym:
         self.uid = Sym._n[0]
 
 
-class IExpr:
+class IExpr(_Ordered):
     """Legacy index expression: affine over loop indices plus syms."""
 
     __slots__ = ("a", "s", "ndim")
@@ -311,18 +318,6 @@ class IExpr:
 
     def _cmp(self, o, op):
         return Pred([(self - IExpr.of(o) if not isinstance(o, IExpr) else self - o, op)])
-
-    def __lt__(self, o):
-        return self._cmp(o, "lt")
-
-    def __le__(self, o):
-        return self._cmp(o, "le")
-
-    def __gt__(self, o):
-        return self._cmp(o, "gt")
-
-    def __ge__(self, o):
-        return self._cmp(o, "ge")
 
     def __eq__(self, o):
         return self._cmp(o, "eq")
