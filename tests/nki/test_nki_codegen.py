@@ -1,0 +1,155 @@
+"""The fast paths of the generated C (libtrn/src/nki/render.c, parallel.c):
+loops spread over the device's threads only where iterations are
+independent, lane reductions with ragged tails, row copies, tile products
+through libtrn's matmul (float32 as it lies, other dtypes staged), bn_stats
+in lanes. Each against NumPy, with the loop decisions read from the source."""
+
+import numpy as np
+import torch
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+rng = np.random.default_rng(7)
+
+
+def r(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def source(kernel, *args):
+    return kernel.specialize(*args)[0].prog.source
+
+
+@nki.jit
+def rowwise(x):
+    """per 128-row tile: out = exp(x - max) and the row sums: independent tiles"""
+    R, F = x.shape
+    out = nl.ndarray((R, F), nl.float32, buffer=nl.shared_hbm)
+    sums = nl.ndarray((R, 1), nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(R // 128):
+        t = nl.ndarray((128, F), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[nl.ds(i * 128, 128), :])
+        m = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=m, op=nl.maximum, data=t, axis=1, negate=True)
+        s = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=t, op=nl.exp, data=t, bias=m, reduce_op=nl.add, reduce_res=s)
+        nisa.dma_copy(dst=out[nl.ds(i * 128, 128), :], src=t)
+        nisa.dma_copy(dst=sums[nl.ds(i * 128, 128), :], src=s)
+    return out, sums
+
+
+def test_independent_tiles_run_as_parallel_loop_with_ragged_lanes():
+    x = r(512, 100)  # 100 = 6 lanes of 16 and a tail of 4
+    assert "rt->pfor" in source(rowwise, x)
+    out, sums = rowwise(x)
+    ref = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(out, ref, rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(sums, ref.sum(1, keepdims=True), rtol=1e-5)
+
+
+@nki.jit
+def accumulate(x):
+    """acc (allocated before the loop) += each tile: a loop-carried tile"""
+    R, F = x.shape
+    out = nl.ndarray((128, F), nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, F), nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=acc, value=0.0)
+    for i in nl.affine_range(R // 128):
+        t = nl.ndarray((128, F), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[nl.ds(i * 128, 128), :])
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+@nki.jit
+def last_wins(x):
+    """every iteration writes the same output rows: the last one stays"""
+    R, F = x.shape
+    out = nl.ndarray((128, F), nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(R // 128):
+        t = nl.ndarray((128, F), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[nl.ds(i * 128, 128), :])
+        nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_dependent_loops_stay_serial():
+    x = r(1024, 48)
+    assert "rt->pfor" not in source(accumulate, x)
+    np.testing.assert_allclose(accumulate(x), x.reshape(8, 128, 48).sum(0), rtol=1e-5, atol=1e-5)
+    assert "rt->pfor" not in source(last_wins, x)
+    np.testing.assert_array_equal(last_wins(x), x[-128:])
+
+
+@nki.jit
+def shift_tiles(src, dst):
+    """out-parameter kernel: dst tile i = src tile i + 1"""
+    R, F = src.shape
+    for i in nl.affine_range(R // 128 - 1):
+        t = nl.ndarray((128, F), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=src[nl.ds((i + 1) * 128, 128), :])
+        nisa.dma_copy(dst=dst[nl.ds(i * 128, 128), :], src=t)
+
+
+def test_aliased_arguments_run_serially():
+    # one array as both arguments: iteration i must read tile i + 1 before
+    # iteration i + 1 overwrites it, as when the loop runs in order
+    x = r(1024, 32)
+    assert "rt->pfor" in source(shift_tiles, x, np.empty_like(x))
+    want = x.copy()
+    want[:-128] = x[128:]
+    shift_tiles(x, x)
+    np.testing.assert_array_equal(x, want)
+
+
+@nki.jit
+def tiled_matmul(a_t, b):
+    """a_t (K, M), b (K, N) of any dtype: a_t.T @ b, K accumulated in PSUM"""
+    K, M = a_t.shape
+    N = b.shape[1]
+    out = nl.ndarray((M, N), nl.float32, buffer=nl.shared_hbm)
+    for m in nl.affine_range(M // 128):
+        ps = nl.ndarray((128, N), nl.float32, buffer=nl.psum)
+        for k in nl.affine_range(K // 128):
+            at = nl.ndarray((128, 128), a_t.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=at, src=a_t[nl.ds(k * 128, 128), nl.ds(m * 128, 128)])
+            bt = nl.ndarray((128, N), b.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=bt, src=b[nl.ds(k * 128, 128), :])
+            nisa.nc_matmul(dst=ps, stationary=at, moving=bt)
+        o = nl.ndarray((128, N), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=o, src=ps)
+        nisa.dma_copy(dst=out[nl.ds(m * 128, 128), :], src=o)
+    return out
+
+
+def test_matmul_tiles_float32_and_staged_bfloat16():
+    a, b = r(384, 256), r(384, 200)
+    np.testing.assert_allclose(tiled_matmul(a, b), a.T @ b, rtol=1e-4, atol=1e-3)
+    assert "rt->matmul" in source(tiled_matmul, a, b)
+    a16, b16 = torch.from_numpy(a).bfloat16(), torch.from_numpy(b).bfloat16()
+    want = a16.double().T @ b16.double()
+    np.testing.assert_allclose(tiled_matmul(a16, b16).numpy(), want.numpy(), rtol=1e-4, atol=1e-3)
+
+
+@nki.jit
+def bn(x):
+    P, F = x.shape
+    out = nl.ndarray((P, 2), nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((P, F), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    st = nl.ndarray((P, 6), nl.float32, buffer=nl.sbuf)
+    nisa.bn_stats(dst=st, data=t)
+    mv = nl.ndarray((P, 2), nl.float32, buffer=nl.sbuf)
+    nisa.bn_aggr(dst=mv, data=st)
+    nisa.dma_copy(dst=out, src=mv)
+    return out
+
+
+def test_bn_stats_lanes_with_tail():
+    x = r(128, 37) * 3 + 5
+    got = bn(x)
+    np.testing.assert_allclose(got[:, 0], x.mean(1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[:, 1], x.var(1), rtol=1e-5)
