@@ -153,3 +153,25 @@ def test_bn_stats_lanes_with_tail():
     got = bn(x)
     np.testing.assert_allclose(got[:, 0], x.mean(1), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got[:, 1], x.var(1), rtol=1e-5)
+
+
+@nki.jit
+def half_written(a):
+    out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t[:, 0:32], src=a)
+    u = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=u, data=t, op0=nl.multiply, operand0=2.0)
+    nisa.dma_copy(dst=out, src=u)
+    return out
+
+
+def test_poison_kept_unless_the_next_instruction_writes_everything():
+    # t: only half written next, so its other half keeps the NaN poison; u is
+    # written whole by the next instruction, which may skip its fill
+    a = r(128, 32)
+    src = source(half_written, a)
+    assert src.count("poison(T") == 1
+    got = half_written(a)
+    np.testing.assert_array_equal(got[:, :32], a * 2)
+    assert np.isnan(got[:, 32:]).all()

@@ -743,6 +743,35 @@ static void put_decls(nki_buf *b, const nki_prog *p) {
 
 #define MAX_OUTER 8  // nki_cx.v
 
+// Whether the statement after allocation point `at` (other allocation
+// points aside) writes every element of tensor `r` without reading it: then
+// nothing can observe the poison, and filling it is a wasted pass.
+static bool overwritten_next(const nki_prog *p, int at, int r) {
+    int j = at + 1;
+    while (j < p->ns && p->s[j].kind == NKI_POISON) j++;
+    if (j >= p->ns || p->s[j].kind != NKI_INSTR) return false;
+    const nki_instr *in = p->s[j].ins;
+    const nki_operand *d = &in->opd[0];
+    if (in->nmask > 0 || in->rt[0] || in->op == NKI_OP_PREDCOPY ||
+        (in->op == NKI_OP_MATMUL && (int)in->p[0] == 1) || p->t[d->tid].root != r ||
+        nki__dtype_size(p->t[d->tid].dtype) != nki__dtype_size(p->t[r].dtype))
+        return false;
+    for (int k = 1; k < in->nopd; k++)
+        if (p->t[in->opd[k].tid].root == r) return false;
+    if (d->flat.c != 0) return false;
+    for (int t = 0; t < d->flat.n; t++)
+        if (d->flat.coef[t] != 0) return false;
+    // dense row-major over the whole tensor: a bijection onto its elements
+    int64_t expect = 1, n = 1;
+    for (int k = d->nd - 1; k >= 0; k--) {
+        if (d->count[k] == 1) continue;
+        if (d->stride[k] != expect) return false;
+        expect *= d->count[k];
+    }
+    for (int k = 0; k < p->t[r].ndim; k++) n *= p->t[r].sizes[k];
+    return expect == n;
+}
+
 // Statements [from, to) into c->b. Outside parallel bodies (fb != NULL), a
 // loop whose iterations are independent (parallel.c) becomes a body
 // function in fb, called through rt->pfor.
@@ -816,8 +845,9 @@ static void render_stmts(rctx *c, nki_buf *fb, int from, int to, int *vars, int 
             int64_t n = 1;
             for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
             if (t->kind == NKI_VIEW || t->kind == NKI_ARG || t->kind == NKI_OUT) continue;
-            P("poison(T%d,%lldLL,%d,0x%xu);\n", t->id, (long long)n, nki__dtype_size(t->dtype),
-              poison_pattern(t->dtype));
+            if (!overwritten_next(p, i, t->id))
+                P("poison(T%d,%lldLL,%d,0x%xu);\n", t->id, (long long)n, nki__dtype_size(t->dtype),
+                  poison_pattern(t->dtype));
             if (t->kind == NKI_PSUM) P("memset(F%d,0,%lld);\n", t->id, (long long)n);
         } else {
             render_instr(c, s->ins);
