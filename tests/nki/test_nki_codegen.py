@@ -175,3 +175,28 @@ def test_poison_kept_unless_the_next_instruction_writes_everything():
     got = half_written(a)
     np.testing.assert_array_equal(got[:, :32], a * 2)
     assert np.isnan(got[:, 32:]).all()
+
+
+@nki.jit
+def overlapping_psum(a, b):
+    """two products into overlapping PSUM columns: the overlap accumulates,
+    the rest of each is its first write"""
+    out = nl.ndarray((128, 384), nl.float32, buffer=nl.shared_hbm)
+    at = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=at, src=a)
+    bt = nl.ndarray((128, 256), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=bt, src=b)
+    ps = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=ps[:, 0:256], stationary=at, moving=bt)
+    nisa.nc_matmul(dst=ps[:, 128:384], stationary=at, moving=bt)
+    o = nl.ndarray((128, 384), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=o, src=ps[:, 0:384])
+    nisa.dma_copy(dst=out, src=o)
+    return out
+
+
+def test_matmul_into_partly_written_psum():
+    a, b = r(128, 128), r(128, 256)
+    p = a.T @ b
+    want = np.concatenate([p[:, :128], p[:, 128:] + p[:, :128], p[:, 128:]], 1)
+    np.testing.assert_allclose(overlapping_psum(a, b), want, rtol=1e-4, atol=1e-3)

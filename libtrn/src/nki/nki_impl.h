@@ -221,9 +221,10 @@ typedef struct nki_rt {
     // live ranges copied from `scratch`. Returns the first nonzero result.
     int (*pfor)(const struct nki_rt *rt, int64_t n, nki_body_fn body, void *ctx,
                 const int64_t *live, int nlive, char *scratch);
-    // c (m x n, contiguous) = a (m x k) @ b (k x n), element strides
+    // c (m x n, rows crs apart) = a (m x k) @ b (k x n) + beta * c, element
+    // strides; beta 0: c is not read
     void (*matmul)(int64_t m, int64_t n, int64_t k, const float *a, int64_t ars, int64_t acs,
-                   const float *b, int64_t brs, int64_t bcs, float *c);
+                   const float *b, int64_t brs, int64_t bcs, float *c, int64_t crs, float beta);
     const void *prog;
     int serial;  // HBM arguments overlap: every loop runs serially
 } nki_rt;

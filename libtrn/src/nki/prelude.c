@@ -15,7 +15,7 @@ const char *const nki__prelude[] = {
     "typedef struct nki_rt{int (*pfor)(const struct nki_rt*rt,i64 n,nki_body_fn body,void*ctx,"
     "const i64*live,int nlive,char*scratch);"
     "void (*matmul)(i64 m,i64 n,i64 k,const float*a,i64 ars,i64 acs,const float*b,i64 brs,"
-    "i64 bcs,float*c);const void*prog;int serial;}nki_rt;\n",
+    "i64 bcs,float*c,i64 crs,float beta);const void*prog;int serial;}nki_rt;\n",
     // what a parallel loop's body function sees of its instance (render.c)
     "typedef struct{void*const*args;const i64*pid;const nki_rt*rt;i64 v[8];}nki_cx;\n",
     "static inline float u2f(uint32_t u){float f;memcpy(&f,&u,4);return f;}\n",

@@ -234,7 +234,7 @@ static int rt_pfor(const nki_rt *rt, int64_t n, nki_body_fn body, void *ctx, con
 }
 
 static void rt_matmul(int64_t m, int64_t n, int64_t k, const float *a, int64_t ars, int64_t acs,
-                      const float *b, int64_t brs, int64_t bcs, float *c) {
+                      const float *b, int64_t brs, int64_t bcs, float *c, int64_t crs, float beta) {
     trn_matmul_desc d = {.dtype = TRN_DTYPE_F32,
                          .batch = 1,
                          .m = m,
@@ -245,16 +245,16 @@ static void rt_matmul(int64_t m, int64_t n, int64_t k, const float *a, int64_t a
                          .b = b,
                          .b_strides = {k * n, brs, bcs},
                          .c = c,
-                         .c_strides = {m * n, n, 1},
+                         .c_strides = {m * crs, crs, 1},
                          .alpha = 1.0,
-                         .beta = 0.0};
+                         .beta = beta};
     if (trn__matmul_run_now(&d) == TRN_SUCCESS) return;
     // cannot happen for these sizes; a plain product keeps the result right
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             float s = 0.0f;
             for (int64_t q = 0; q < k; q++) s += a[i * ars + q * acs] * b[q * brs + j * bcs];
-            c[i * n + j] = s;
+            c[i * crs + j] = beta != 0.0f ? c[i * crs + j] + s : s;
         }
 }
 

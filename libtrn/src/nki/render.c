@@ -300,6 +300,26 @@ static void act_body(rctx *c, const nki_instr *in, int svec, int bias) {
     P("x);\n");
 }
 
+// acc (M x N) into the PSUM destination, per element by its first-write flag
+static void put_merge(rctx *c, const nki_instr *in, int64_t M, int64_t N) {
+    nki_buf *b = c->b;
+    const nki_prog *p = c->p;
+    const nki_operand *d = &in->opd[0];
+    const nki_tensor *dr = root_of(p, d);
+    P("for(i64 m=0;m<%lldLL;m++)\n#pragma GCC ivdep\nfor(i64 n=0;n<%lldLL;n++){i64 o=",
+      (long long)M, (long long)N);
+    put_off_flat(b, d, "m", "n");
+    P(";float v=acc[m*%lldLL+n];\n", (long long)N);
+    int mode = (int)in->p[0];
+    if (mode == 0)
+        P("if(F%d[o])v+=ld%d(T%d,o);F%d[o]=1;\n", dr->id, dt_of(p, d), dr->id, dr->id);
+    else if (mode == 1)
+        P("v+=ld%d(T%d,o);F%d[o]=1;\n", dt_of(p, d), dr->id, dr->id);
+    else
+        P("F%d[o]=1;\n", dr->id);
+    P("st%d(T%d,o,v);}\n", dt_of(p, d), dr->id);
+}
+
 static void render_instr(rctx *c, const nki_instr *in) {
     nki_buf *b = c->b;
     const nki_prog *p = c->p;
@@ -545,9 +565,35 @@ static void render_instr(rctx *c, const nki_instr *in) {
                 put_off_flat(b, o, "k", "f");
                 P(");}\n");
             }
+            const int mode = (int)in->p[0];
+            if (p->t[d->tid].dtype == NKI_F32 && d->nd == 2 && d->stride[1] == 1 &&
+                d->stride[0] >= N) {
+                // PSUM rows: written in place where the first-write flags of
+                // the whole result agree (all fresh: overwrite; all written:
+                // accumulate); mixed regions take the accumulator below
+                P("float*C=(float*)T%d+", dr->id);
+                put_affine(b, &d->flat);
+                P(";unsigned char*CF=F%d+", dr->id);
+                put_affine(b, &d->flat);
+                P(";int any0=%d,any1=%d;\n", mode == 2, mode == 1);
+                if (mode == 0)
+                    P("for(i64 m=0;m<%lldLL;m++)for(i64 n=0;n<%lldLL;n++){unsigned char "
+                      "f=CF[m*%lldLL+n];any1|=f!=0;any0|=f==0;}\n",
+                      (long long)M, (long long)N, (long long)d->stride[0]);
+                P("if(!(any0&&any1)){rt->matmul(%lldLL,%lldLL,%lldLL,X0,X0f,X0p,X1,X1p,X1f,C,%"
+                  "lldLL,"
+                  "any1?1.0f:0.0f);for(i64 m=0;m<%lldLL;m++)memset(CF+m*%lldLL,1,%lldu);}else{\n",
+                  (long long)M, (long long)N, (long long)K, (long long)d->stride[0], (long long)M,
+                  (long long)d->stride[0], (long long)N);
+                P("rt->matmul(%lldLL,%lldLL,%lldLL,X0,X0f,X0p,X1,X1p,X1f,acc,%lldLL,0.0f);\n",
+                  (long long)M, (long long)N, (long long)K, (long long)N);
+                put_merge(c, in, M, N);
+                P("}\n");
+                break;
+            }
             // acc (M x N) = X0^T (M x K) @ X1 (K x N)
-            P("rt->matmul(%lldLL,%lldLL,%lldLL,X0,X0f,X0p,X1,X1p,X1f,acc);\n", (long long)M,
-              (long long)N, (long long)K);
+            P("rt->matmul(%lldLL,%lldLL,%lldLL,X0,X0f,X0p,X1,X1p,X1f,acc,%lldLL,0.0f);\n",
+              (long long)M, (long long)N, (long long)K, (long long)N);
         } else {
             P("for(i64 e=0;e<%lldLL;e++)acc[e]=0.0f;\n", (long long)(M * N));
             P("for(i64 k=0;k<%lldLL;k++)for(i64 m=0;m<%lldLL;m++){float a=ld%d(T%d,", (long long)K,
@@ -559,18 +605,7 @@ static void render_instr(rctx *c, const nki_instr *in) {
             put_off_flat(b, m, "k", "n");
             P(");}\n");
         }
-        P("for(i64 m=0;m<%lldLL;m++)\n#pragma GCC ivdep\nfor(i64 n=0;n<%lldLL;n++){i64 o=",
-          (long long)M, (long long)N);
-        put_off_flat(b, d, "m", "n");
-        P(";float v=acc[m*%lldLL+n];\n", (long long)N);
-        int mode = (int)in->p[0];
-        if (mode == 0)
-            P("if(F%d[o])v+=ld%d(T%d,o);F%d[o]=1;\n", dr->id, dt_of(p, d), dr->id, dr->id);
-        else if (mode == 1)
-            P("v+=ld%d(T%d,o);F%d[o]=1;\n", dt_of(p, d), dr->id, dr->id);
-        else
-            P("F%d[o]=1;\n", dr->id);
-        P("st%d(T%d,o,v);}\n", dt_of(p, d), dr->id);
+        put_merge(c, in, M, N);
         break;
     }
     case NKI_OP_TRANSPOSE: {
