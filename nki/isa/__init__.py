@@ -261,7 +261,11 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, **kw):
 
 
 def dma_copy(dst, src, oob_mode=None, dge_mode=None, **kw):
-    return _ops.copy(_need(dst, "dma_copy"), src, 1, name="dma_copy")
+    dst = _need(dst, "dma_copy")
+    if getattr(src, "gather", None) is not None or dst.gather is not None:
+        skip = oob_mode is not None and int(oob_mode) == int(globals()["oob_mode"].skip)
+        return _ops.indirect_copy(dst, src, "dma_copy", oob_skip=skip)
+    return _ops.copy(dst, src, 1, name="dma_copy")
 
 
 def dma_transpose(dst, src, axes=None, **kw):

@@ -81,6 +81,7 @@ typedef enum nki_op {
     NKI_OP_BNAGGR,     // dst (P x 2), src (P x 6k)
     NKI_OP_SELECT,     // dst, src; p: cmp false_value; expr0
     NKI_OP_WHERE,      // dst, cond, a, b
+    NKI_OP_GATHER,  // dst, src, index (K x 1 int32/uint32 SBUF); p: which (0 dst, 1 src) dim oob_skip
     NKI_OP_COUNT
 } nki_op;
 

@@ -74,6 +74,13 @@ static bool disjoint(const nki_prog *p, int loop, int r) {
         rng[s->var][0] = s->lo;
         rng[s->var][1] = s->lo + (s->hi - s->lo - 1) / s->step * s->step;
     }
+    // an indirect access to r (rows chosen at run time) has no static extent
+    for (int j = loop + 1; ok && j < e; j++) {
+        const nki_stmt *s = &p->s[j];
+        if (s->kind == NKI_INSTR && s->ins->op == NKI_OP_GATHER &&
+            p->t[s->ins->opd[(int)s->ins->p[0]].tid].root == r)
+            ok = false;
+    }
     const nki_operand *ref = NULL;
     int64_t cv = 0, lo = INT64_MAX, hi = INT64_MIN;
     const int rsize = nki__dtype_size(p->t[r].dtype);

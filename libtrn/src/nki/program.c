@@ -309,7 +309,8 @@ trn_status trn_nki_run(const trn_nki_program *p, void *const *args) {
         const nki_stmt *s = &p->prog.s[c.failed - 1];
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "nki kernel '%s': %s at %s: out-of-bounds access at run "
-                              "time (a masked access pattern leaves its tensor)",
+                              "time (a masked access pattern leaves its tensor, or an index tile "
+                              "holds a row out of range)",
                               p->prog.name, s->ins ? s->ins->name : "?",
                               s->ins ? s->ins->loc : "?");
     }

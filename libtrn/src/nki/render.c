@@ -744,6 +744,60 @@ static void render_instr(rctx *c, const nki_instr *in) {
         P(",out[f]);}\n");
         break;
     }
+    case NKI_OP_GATHER: {
+        // indirect DMA: partition i0 of the access reads (which 1) or writes
+        // (which 0) row index[i0] of tensor dim `dim`; a row out of range
+        // fails the run (oob error) or is skipped (oob skip)
+        const int which = (int)in->p[0], dim = (int)in->p[1], skip = in->p[2] != 0;
+        const nki_operand *ind = &in->opd[which], *x = &in->opd[2];
+        const nki_tensor *t = &p->t[ind->tid];
+        int64_t tstride = 1;
+        if (t->kind == NKI_ARG || t->kind == NKI_OUT || t->kind == NKI_VIEW)
+            tstride = t->strides[dim];
+        else
+            for (int k = t->ndim - 1; k > dim; k--) tstride *= t->sizes[k];
+        const nki_dtype xd = p->t[x->tid].dtype;
+        P("for(i64 i0=0;i0<%lldLL;i0++){i64 r=(i64)((const %s*)T%d)[", (long long)d->count[0],
+          xd == NKI_U32 ? "uint32_t" : "int32_t", root_of(p, x)->id);
+        put_affine(b, &x->flat);
+        P("+i0*%lldLL];\nif(r<0||r>=%lldLL)", (long long)x->stride[0], (long long)t->sizes[dim]);
+        if (skip)
+            P("continue;\n");
+        else
+            P("return %d;\n", c->sid + 1);
+        P("i64 sh=(r-i0)*%lldLL;(void)sh;\n", (long long)tstride);
+        for (int j = 1; j < d->nd; j++)
+            P("for(i64 i%d=0;i%d<%lldLL;i%d++){", j, j, (long long)d->count[j], j);
+        P("\n");
+        // the indirect side's other dims, per element
+        for (int dd = 0; dd < ind->ntd; dd++) {
+            if (dd == dim) continue;
+            P("if((uint64_t)(");
+            put_affine(b, &ind->base[dd]);
+            for (int j = 0; j < ind->nd; j++)
+                if (ind->coef[dd][j] && ind->count[j] != 1)
+                    P("+i%d*%lldLL", j, (long long)ind->coef[dd][j]);
+            P(")>=%lluULL)return %d;\n", (unsigned long long)t->sizes[dd], c->sid + 1);
+        }
+        const nki_operand *sv = &in->opd[1];
+        const int sz = nki__dtype_size(p->t[d->tid].dtype);
+        if (dt_of(p, sv) == dt_of(p, d)) {
+            P("cpy(T%d,", root_of(p, d)->id);
+            put_off(b, d, d);
+            P("%s,T%d,", which == 0 ? "+sh" : "", root_of(p, sv)->id);
+            put_off(b, sv, d);
+            P("%s,%d);\n", which == 1 ? "+sh" : "", sz);
+        } else {
+            P("st%d(T%d,", dt_of(p, d), root_of(p, d)->id);
+            put_off(b, d, d);
+            P("%s,ld%d(T%d,", which == 0 ? "+sh" : "", dt_of(p, sv), root_of(p, sv)->id);
+            put_off(b, sv, d);
+            P("%s));\n", which == 1 ? "+sh" : "");
+        }
+        for (int j = 0; j < d->nd; j++) P("}");
+        P("\n");
+        break;
+    }
     default: P("return %d;\n", c->sid + 1); break;
     }
     P("}\n");
@@ -787,7 +841,7 @@ static bool overwritten_next(const nki_prog *p, int at, int r) {
     if (j >= p->ns || p->s[j].kind != NKI_INSTR) return false;
     const nki_instr *in = p->s[j].ins;
     const nki_operand *d = &in->opd[0];
-    if (in->nmask > 0 || in->rt[0] || in->op == NKI_OP_PREDCOPY ||
+    if (in->nmask > 0 || in->rt[0] || in->op == NKI_OP_PREDCOPY || in->op == NKI_OP_GATHER ||
         (in->op == NKI_OP_MATMUL && (int)in->p[0] == 1) || p->t[d->tid].root != r ||
         nki__dtype_size(p->t[d->tid].dtype) != nki__dtype_size(p->t[r].dtype))
         return false;
