@@ -200,3 +200,33 @@ def test_matmul_into_partly_written_psum():
     p = a.T @ b
     want = np.concatenate([p[:, :128], p[:, 128:] + p[:, :128], p[:, 128:]], 1)
     np.testing.assert_allclose(overlapping_psum(a, b), want, rtol=1e-4, atol=1e-3)
+
+
+@nki.jit
+def nested(x):
+    """an outer loop that stays serial (it accumulates into acc) around an
+    inner loop of independent tiles that uses the outer index"""
+    B, R, F = x.shape
+    out = nl.ndarray((B, R, F), nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, F), nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=acc, value=0.0)
+    for b in nl.sequential_range(B):
+        for i in nl.affine_range(R // 128):
+            t = nl.ndarray((128, F), nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x[b, nl.ds(i * 128, 128), :])
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+            nisa.dma_copy(dst=out[b, nl.ds(i * 128, 128), :], src=t)
+        t0 = nl.ndarray((128, F), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t0, src=x[b, 0:128, :])
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=t0, op=nl.add)
+    nisa.dma_copy(dst=out[0, 0:128, :], src=acc)
+    return out
+
+
+def test_parallel_loop_inside_serial_loop_sees_the_outer_index():
+    x = r(3, 512, 24)
+    src = source(nested, x)
+    assert src.count("rt->pfor") == 1
+    want = x * 2
+    want[0, :128] = x[:, :128].sum(0)
+    np.testing.assert_allclose(nested(x), want, rtol=1e-6, atol=1e-6)

@@ -895,9 +895,9 @@ static void render_stmts(rctx *c, nki_buf *fb, int from, int to, int *vars, int 
             c->b = b = main_b;
             c->sid = i;
             int64_t n = (s->hi - s->lo + s->step - 1) / s->step;
-            P("{nki_cx cx={args,pid,rt,{0");
-            for (int k = 0; k < nvars; k++) P(",v%d", vars[k]);
-            P("}};\n");
+            P("{nki_cx cx={args,pid,rt,{");
+            for (int k = 0; k < nvars; k++) P("%sv%d", k ? "," : "", vars[k]);
+            P("%s}};\n", nvars ? "" : "0");
             if (nlive) {
                 P("static const i64 live%d[]={", i);
                 for (int k = 0; k < 2 * nlive; k++) P("%s%lldLL", k ? "," : "", (long long)live[k]);
