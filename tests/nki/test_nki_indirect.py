@@ -16,12 +16,13 @@ rng = np.random.default_rng(11)
 
 
 @nki.jit
-def gather(data, indices):
+def gather(data, indices, skip=False):
     out = nl.ndarray((indices.shape[0], data.shape[1]), data.dtype, buffer=nl.shared_hbm)
     idx = nl.ndarray(indices.shape, nl.int32, buffer=nl.sbuf)
     nisa.dma_copy(dst=idx, src=indices)
     t = nl.ndarray((indices.shape[0], data.shape[1]), data.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=data[idx, :])
+    oob = nisa.oob_mode.skip if skip else nisa.oob_mode.error
+    nisa.dma_copy(dst=t, src=data[idx, :], oob_mode=oob)
     nisa.dma_copy(dst=out, src=t)
     return out
 
@@ -34,17 +35,6 @@ def scatter(rows, indices, dst):
     t = nl.ndarray(rows.shape, rows.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=rows)
     nisa.dma_copy(dst=dst[idx, :], src=t)
-
-
-@nki.jit
-def gather_skip(data, indices):
-    out = nl.ndarray((indices.shape[0], data.shape[1]), data.dtype, buffer=nl.shared_hbm)
-    idx = nl.ndarray(indices.shape, nl.int32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=idx, src=indices)
-    t = nl.ndarray((indices.shape[0], data.shape[1]), data.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=data[idx, :], oob_mode=nisa.oob_mode.skip)
-    nisa.dma_copy(dst=out, src=t)
-    return out
 
 
 def test_gather_rows():
@@ -72,7 +62,7 @@ def test_out_of_range_index_error_and_skip():
     ind = np.arange(128, dtype=np.int32).reshape(128, 1)  # rows 50.. do not exist
     with pytest.raises(ValueError, match=r"dma_copy at test_nki_indirect.py:\d+.*index tile"):
         gather(data, ind)
-    got = gather_skip(data, ind)
+    got = gather(data, ind, True)
     np.testing.assert_array_equal(got[:50], data)
     assert np.isnan(got[50:]).all()  # skipped rows keep the new tile's poison
 

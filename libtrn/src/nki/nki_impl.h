@@ -208,6 +208,16 @@ void nki__prog_free(nki_prog *p);
 trn_status nki__check(nki_prog *p);
 // One C translation unit (malloc'd).
 trn_status nki__render(const nki_prog *p, char **source);
+// Rendering state (render.c, render_instr.c).
+typedef struct nki_rctx {
+    const nki_prog *p;
+    struct nki_buf *b;
+    int sid;  // statement index (runtime errors report it + 1)
+} nki_rctx;
+// One instruction's loop nest into c->b (render_instr.c).
+void nki__render_instr(nki_rctx *c, const nki_instr *in);
+// "(affine expr)cmp0" of a condition or mask.
+void nki__put_cond(struct nki_buf *b, const nki_expr *e);
 // Whether loop statement `loop` may run its iterations in parallel
 // (parallel.c); fills live[2 * *nlive] with the (byte offset, bytes) pairs of
 // scratch the body reads but does not allocate. live holds 4 * nt entries.
