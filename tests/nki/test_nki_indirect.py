@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import neuronxcc.nki as lnki
+import neuronxcc.nki.isa as lnisa
 import neuronxcc.nki.language as lnl
 import nki
 import nki.isa as nisa
@@ -98,3 +99,22 @@ def test_legacy_load_with_index_tile():
     tokens = rng.integers(0, 1000, (128, 1)).astype(np.int32)
     got = lnki.simulate_kernel(legacy_embedding, table, tokens)
     np.testing.assert_array_equal(got, table[tokens[:, 0]])
+
+
+@lnki.jit
+def legacy_gather_skip(table):
+    out = lnl.ndarray((64, 32), table.dtype, buffer=lnl.shared_hbm)
+    ip, iy = lnl.mgrid[0:64, 0:32]
+    idx = lnisa.iota(5 * lnl.arange(64)[:, None], dtype=np.int32)  # past the end from 20 on
+    t = lnisa.memset(shape=(64, 32), value=-1.0, dtype=table.dtype)
+    lnisa.dma_copy(src=table[idx, iy], dst=t[ip, iy], oob_mode=lnisa.oob_mode.skip)
+    lnl.store(out[ip, iy], value=t)
+    return out
+
+
+def test_legacy_dma_copy_oob_skip():
+    table = rng.standard_normal((100, 32)).astype(np.float32)
+    got = lnki.simulate_kernel(legacy_gather_skip, table)
+    want = np.full((64, 32), -1.0, np.float32)
+    want[:20] = table[0:100:5]
+    np.testing.assert_array_equal(got, want)
