@@ -218,6 +218,9 @@ typedef struct nki_rctx {
 void nki__render_instr(nki_rctx *c, const nki_instr *in);
 // "(affine expr)cmp0" of a condition or mask.
 void nki__put_cond(struct nki_buf *b, const nki_expr *e);
+// Whether instruction operand k is written (the destination; activation's
+// reduce result) (parallel.c).
+bool nki__instr_writes(const nki_instr *in, int k);
 // Whether loop statement `loop` may run its iterations in parallel
 // (parallel.c); fills live[2 * *nlive] with the (byte offset, bytes) pairs of
 // scratch the body reads but does not allocate. live holds 4 * nt entries.

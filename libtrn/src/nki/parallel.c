@@ -27,7 +27,7 @@ static int64_t coef_of(const nki_affine *a, int var) {
     return 0;
 }
 
-static bool writes(const nki_instr *in, int k) {
+bool nki__instr_writes(const nki_instr *in, int k) {
     if (k == 0) return true;
     // activation's reduce result, its last operand
     return in->op == NKI_OP_ACT && in->np > 4 && in->p[4] >= 0 && k == in->nopd - 1;
@@ -164,7 +164,7 @@ bool nki__par_loop(const nki_prog *p, int loop, int64_t *live, int *nlive) {
                 for (int k = 0; k < s->ins->nopd; k++) {
                     int r = p->t[s->ins->opd[k].tid].root;
                     note(p, &sc, r, j, false, stack[depth - 1]);
-                    if (writes(s->ins, k)) sc.written[r] = true;
+                    if (nki__instr_writes(s->ins, k)) sc.written[r] = true;
                 }
         }
         // second pass: every reference, in the whole program, of a tensor

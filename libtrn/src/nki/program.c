@@ -70,9 +70,8 @@ static trn_status arg_extents(trn_nki_program *p) {
         if (s->kind != NKI_INSTR) continue;
         for (int k = 0; k < s->ins->nopd; k++) {
             const nki_tensor *r = &g->t[g->t[s->ins->opd[k].tid].root];
-            bool w = k == 0 || (s->ins->op == NKI_OP_ACT && s->ins->np > 4 && s->ins->p[4] >= 0 &&
-                                k == s->ins->nopd - 1);
-            if (w && (r->kind == NKI_ARG || r->kind == NKI_OUT)) p->arg_written[r->arg] = true;
+            if (nki__instr_writes(s->ins, k) && (r->kind == NKI_ARG || r->kind == NKI_OUT))
+                p->arg_written[r->arg] = true;
         }
     }
     return TRN_SUCCESS;
