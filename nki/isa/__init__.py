@@ -262,6 +262,8 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, **kw):
 
 def dma_copy(dst, src, oob_mode=None, dge_mode=None, **kw):
     dst = _need(dst, "dma_copy")
+    if kw.get("dst_rmw_op") is not None:
+        raise NkiError("nki: nisa.dma_copy(dst_rmw_op=) is not supported by this implementation")
     if getattr(src, "gather", None) is not None or dst.gather is not None:
         skip = oob_mode is not None and int(oob_mode) == int(globals()["oob_mode"].skip)
         return _ops.indirect_copy(dst, src, "dma_copy", oob_skip=skip)

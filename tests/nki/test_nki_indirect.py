@@ -118,3 +118,16 @@ def test_legacy_dma_copy_oob_skip():
     want = np.full((64, 32), -1.0, np.float32)
     want[:20] = table[0:100:5]
     np.testing.assert_array_equal(got, want)
+
+
+def test_dma_copy_rmw_raises():
+    @nki.jit
+    def rmw(a):
+        out = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 8), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nisa.dma_copy(dst=out, src=t, dst_rmw_op=nl.add)
+        return out
+
+    with pytest.raises(nki.NkiError, match="dst_rmw_op"):
+        rmw(np.zeros((128, 8), np.float32))

@@ -225,6 +225,8 @@ def dma_transpose(src, axes=None, mask=None, dtype=None, **kw):
 
 
 def dma_copy(dst, src, mask=None, dge_mode=None, oob_mode=None, **kw):
+    if kw.get("dst_rmw_op") is not None:
+        raise NkiError("nki: nisa.dma_copy(dst_rmw_op=) is not supported by this implementation")
     if getattr(src, "gather", None) is not None or getattr(dst, "gather", None) is not None:
         # indirect: oob_mode.skip (1) leaves out-of-range rows alone
         skip = oob_mode is not None and int(oob_mode) == 1
