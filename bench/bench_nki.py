@@ -4,7 +4,9 @@ against (a) the same math in PyTorch CPU eager, (b) libtrn's own kernel for
 the op on the neuron device (SDPA for attention) and (c) an
 instruction-by-instruction NumPy execution of the same traced program (how
 AWS's simulator runs kernels). Also the cold compile time of each kernel.
-Prints a table; numbers are wall-clock medians on this machine."""
+Prints a table; numbers are wall-clock medians on this machine, and the last
+column compares the process CPU time (all threads) of the NKI kernel with
+the native one's, which holds up when other work shares the machine."""
 
 import math
 import os
@@ -307,6 +309,15 @@ def timeit(fn, reps=5):
     return statistics.median(ts)
 
 
+def cputime(fn, reps=20):
+    """CPU seconds of this process (every thread) per call."""
+    fn()
+    t0 = time.process_time()
+    for _ in range(reps):
+        fn()
+    return (time.process_time() - t0) / reps
+
+
 def main():
     torch.manual_seed(0)
     dev = "neuron"
@@ -364,7 +375,7 @@ def main():
     os.environ.setdefault("TORCH_NEURONX_NEFF_DISABLE_CACHE", "1")  # cold compiles below are real
     print(
         f"{'kernel':22} {'compile s':>9} {'nki ms':>8} {'(a) cpu ms':>10} {'(b) native ms':>13} "
-        f"{'(c) numpy ms':>12} {'c/nki':>7} {'nki/b':>6}"
+        f"{'(c) numpy ms':>12} {'c/nki':>7} {'nki/b':>6} {'cpu nki/b':>9}"
     )
     for name, kern, args, cpu_fn, native_fn, _ in cases:
         dargs = [t.to(dev) if isinstance(t, torch.Tensor) else t for t in args]
@@ -384,6 +395,7 @@ def main():
             sync()
 
         t_nat = timeit(run_native)
+        cpu_ratio = cputime(run_nki) / cputime(run_native)
         tr = kern.trace(*args)[0]
         np_args = [t.numpy() if isinstance(t, torch.Tensor) else None for t in args]
         outs = [np.zeros(int(np.prod(t.shape)), np.float32) for t in tr.tensors if t.kind == 1]
@@ -391,7 +403,7 @@ def main():
         t_np = timeit(lambda: NumpySim(tr.text(), [m.copy() for m in mems]).run(), reps=1)
         print(
             f"{name:22} {compile_s:9.3f} {t_nki * 1e3:8.2f} {t_cpu * 1e3:10.2f} {t_nat * 1e3:13.2f} "
-            f"{t_np * 1e3:12.1f} {t_np / t_nki:7.1f} {t_nki / t_nat:6.2f}"
+            f"{t_np * 1e3:12.1f} {t_np / t_nki:7.1f} {t_nki / t_nat:6.2f} {cpu_ratio:9.2f}"
         )
 
 

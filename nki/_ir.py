@@ -57,7 +57,26 @@ def _esc(s):
 
 
 # ---------------------------------------------------------------- index arithmetic
-class Affine:
+class _Ordered:
+    """<, <=, >, >= through the class's ``_cmp(o, op)`` (Affine: a Python
+    bool on constants, else a predicate; IExpr: a predicate)."""
+
+    __slots__ = ()
+
+    def __lt__(self, o):
+        return self._cmp(o, "lt")
+
+    def __le__(self, o):
+        return self._cmp(o, "le")
+
+    def __gt__(self, o):
+        return self._cmp(o, "gt")
+
+    def __ge__(self, o):
+        return self._cmp(o, "ge")
+
+
+class Affine(_Ordered):
     """c + sum(coef * var): a loop index, a program id, or arithmetic on them."""
 
     __slots__ = ("c", "t")
@@ -193,18 +212,6 @@ class Affine:
             return NotImplemented
         return self._cmp(o, "ne")
 
-    def __lt__(self, o):
-        return self._cmp(o, "lt")
-
-    def __le__(self, o):
-        return self._cmp(o, "le")
-
-    def __gt__(self, o):
-        return self._cmp(o, "gt")
-
-    def __ge__(self, o):
-        return self._cmp(o, "ge")
-
     def __repr__(self):
         return f"Affine({self.c}, {self.t})"
 
@@ -242,7 +249,7 @@ class Sym:
         self.uid = Sym._n[0]
 
 
-class IExpr:
+class IExpr(_Ordered):
     """Legacy index expression: affine over loop indices plus syms."""
 
     __slots__ = ("a", "s", "ndim")
@@ -311,18 +318,6 @@ class IExpr:
 
     def _cmp(self, o, op):
         return Pred([(self - IExpr.of(o) if not isinstance(o, IExpr) else self - o, op)])
-
-    def __lt__(self, o):
-        return self._cmp(o, "lt")
-
-    def __le__(self, o):
-        return self._cmp(o, "le")
-
-    def __gt__(self, o):
-        return self._cmp(o, "gt")
-
-    def __ge__(self, o):
-        return self._cmp(o, "ge")
 
     def __eq__(self, o):
         return self._cmp(o, "eq")
@@ -442,10 +437,13 @@ class AP:
     dims: counts of its own dims; idx[d] = (Affine base, [coef per dim]) for
     each tensor dim d."""
 
-    __slots__ = ("tensor", "dims", "idx", "__weakref__")
+    __slots__ = ("tensor", "dims", "idx", "gather", "__weakref__")
 
     def __init__(self, tensor, dims=None, idx=None):
         self.tensor = tensor
+        # indirect access: (index tile, tensor dim) - element p of the
+        # partition axis reads row index_tile[p] of that dim (DMA only)
+        self.gather = None
         if dims is None:
             nd = len(tensor.shape)
             dims = list(tensor.shape)
@@ -529,6 +527,10 @@ class AP:
 
     def __getitem__(self, key):
         key = self._key(key)
+        if self.gather is not None:
+            raise NkiError("nki: an indirect access pattern cannot be indexed again")
+        if any(isinstance(k, AP) for k in key):
+            return self._indirect(key)
         if any(isinstance(k, IExpr) for k in key):
             return self._index_exprs(key)
         newdims, vals = [], []
@@ -560,10 +562,6 @@ class AP:
                     cnt = max(0, -(-(stop - start) // step))
                 vals.append((Affine.of(start), {len(newdims): step}))
                 newdims.append(cnt)
-            elif isinstance(k, AP):
-                raise NkiError(
-                    "nki: indexing with a tile (indirect access) is not supported by this implementation"
-                )
             else:
                 v = as_index(k)
                 if isinstance(v, int) and v < 0:
@@ -574,6 +572,38 @@ class AP:
                 else:
                     vals.append((Affine.of(v), {}))
         return self._compose(newdims, vals)
+
+    def _indirect(self, key):
+        """tensor[index_tile, ...]: rows chosen at run time by a (K, 1)
+        int32/uint32 SBUF tile (indirect DMA: gather when read, scatter when
+        written). The index selects the partition axis of the access."""
+        js = [j for j, k in enumerate(key) if isinstance(k, AP)]
+        it = key[js[0]]
+        if len(js) != 1:
+            raise NkiError("nki: indirect access takes one index tile")
+        if self.tensor.kind in (SBUF, PSUM):
+            raise NkiError("nki: indirect access (an index tile) reads or writes HBM tensors only")
+        if it.tensor.kind != SBUF or it.ndim != 2 or it.dims[1] != 1:
+            raise NkiError(f"nki: the index tile must be a (K, 1) SBUF tile, got {it.shape}")
+        if str(it.dtype) not in ("int32", "uint32"):
+            raise NkiError(f"nki: the index tile must be int32 or uint32, not {it.dtype}")
+        j, k_rows = js[0], it.dims[0]
+        rest = list(key)
+        exprs = [e for e in rest if isinstance(e, IExpr)]
+        if exprs:  # legacy: t[idx_tile, iy] next to arange expressions
+            nd = max(e.ndim for e in exprs)
+            rest[j] = IExpr(Affine(0), {Sym(k_rows, nd - 1): 1}, nd)
+        else:
+            rest[j] = slice(0, k_rows)
+        view = self[tuple(rest)]
+        want = [1] + [0] * (view.ndim - 1)
+        b, c = view.idx[j]
+        if not (b.is_const() and b.c == 0 and c == want) or any(
+            cc[0] != 0 for d, (_, cc) in enumerate(view.idx) if d != j
+        ):
+            raise NkiError("nki: the index tile must select the access's partition (first) axis")
+        view.gather = (it, j)
+        return view
 
     def _keeps_int_dim(self, j):
         """Legacy tiles: an integer index on the partition or a free dim

@@ -26,7 +26,8 @@ from ._ir import AP, PSUM, SBUF, Affine, IExpr, NkiError, Pred, current, expr_te
     OP_BNAGGR,
     OP_SELECT,
     OP_WHERE,
-) = range(17)
+    OP_GATHER,
+) = range(18)
 
 ALU = {
     "bypass": 0,
@@ -292,8 +293,28 @@ def copy(dst, src, mode=0, dtype=None, mask=None, name="copy", kind=SBUF):
         return memset(dst, scalar_value(src), mask=mask)
     if dst is None:
         dst = alloc(src.shape, dtype or src.dtype, kind)
+    if src.gather is not None or dst.gather is not None:
+        return indirect_copy(dst, src, name, mask=mask)
     s = align(src, dst.shape) if src.ndim < dst.ndim else src
     emit(OP_COPY, name, [mode], [dst, s], mask=mask)
+    return dst
+
+
+def indirect_copy(dst, src, name, mask=None, oob_skip=False):
+    """Gather (src indexed by a tile) or scatter (dst indexed by a tile)."""
+    if src.gather is not None and dst.gather is not None:
+        raise NkiError(f"nki: {name}: at most one side of a copy may be indirect")
+    if mask is not None and not isinstance(mask, bool):
+        raise NkiError(f"nki: {name}: mask= is not supported with indirect access")
+    which = 1 if src.gather is not None else 0
+    it, dim = (src if which else dst).gather
+    if tuple(src.shape) != tuple(dst.shape):
+        raise NkiError(f"nki: {name}: shapes differ: {tuple(dst.shape)} and {tuple(src.shape)}")
+    if it.dims[0] != dst.shape[0]:
+        raise NkiError(
+            f"nki: {name}: {it.dims[0]} indices for {dst.shape[0]} partitions of the access"
+        )
+    emit(OP_GATHER, name, [which, dim, int(bool(oob_skip))], [dst, src, it])
     return dst
 
 

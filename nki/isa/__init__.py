@@ -3,6 +3,7 @@ first (``dst=``) and writes it. Each call records one libtrn NKI
 instruction (a few, documented, record two)."""
 
 import enum as _enum
+import math as _math
 
 from .. import _dtypes as _dt
 from .. import _ops
@@ -183,6 +184,52 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res, revers
     return dst
 
 
+_CUMUL_INIT = {
+    "add": 0.0,
+    "subtract": 0.0,
+    "multiply": 1.0,
+    "maximum": -_math.inf,
+    "minimum": _math.inf,
+}
+_CUMUL_DTYPES = ("float32", "bfloat16", "float16", "uint8", "uint16", "int8", "int16")
+
+
+def tensor_scalar_cumulative(
+    dst, src, op0, op1, imm0, imm1=None, reduce_cmd=None, reverse0=False, **kw
+):
+    """Per partition, along the free axes in order: reg = op1(op0(x, imm0), reg),
+    dst[i] = reg (op0(imm0, x) with reverse0). reg starts at op1's identity
+    (reset_reduce; idle, the 0.4-0.5 default, as a fresh accumulator) or at imm1
+    (load_reduce). reduce (continuing the accumulator of an earlier
+    instruction) has no register model here and raises."""
+    name = "tensor_scalar_cumulative"
+    dst = _need(dst, name)
+    rc = globals()["reduce_cmd"]  # the enum; the argument shadows its name
+    cmd = rc.reset_reduce if reduce_cmd is None else rc(int(reduce_cmd))
+    opname = _ops.op_name(op1)
+    opname = _ops.ALU_ALIAS.get(opname, opname)
+    if opname not in _CUMUL_INIT:
+        raise NkiError(f"nki: nisa.{name}: op1 must be add, subtract, multiply, maximum or minimum")
+    for t in (dst, src):
+        if not (str(t.dtype) in _CUMUL_DTYPES or str(t.dtype).startswith("float8")):
+            raise NkiError(f"nki: nisa.{name}: {t.dtype} tiles are not supported (ISA limit)")
+    if cmd in (rc.reset_reduce, rc.reset, rc.idle):
+        init = _CUMUL_INIT[opname]
+    elif cmd == rc.load_reduce:
+        if imm1 is None:
+            raise NkiError(f"nki: nisa.{name}: reduce_cmd=load_reduce needs imm1=")
+        init = imm1
+    else:
+        raise NkiError(
+            f"nki: nisa.{name}: reduce_cmd=reduce continues an earlier instruction's "
+            "accumulator, which OpenNeuron does not model; use load_reduce with imm1="
+        )
+    # op0 in fp32 (the engine's internal precision), then the running op1
+    # as a scan whose second operator passes its value through
+    t = _ops.tensor_scalar(None, src, op0, imm0, reverse0, dtype=_dt.float32, name=name)
+    return _ops.scan(dst, t, t, init, op1, "bypass", name=name)
+
+
 def scalar_tensor_tensor(
     dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, **kw
 ):
@@ -214,7 +261,13 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, **kw):
 
 
 def dma_copy(dst, src, oob_mode=None, dge_mode=None, **kw):
-    return _ops.copy(_need(dst, "dma_copy"), src, 1, name="dma_copy")
+    dst = _need(dst, "dma_copy")
+    if kw.get("dst_rmw_op") is not None:
+        raise NkiError("nki: nisa.dma_copy(dst_rmw_op=) is not supported by this implementation")
+    if getattr(src, "gather", None) is not None or dst.gather is not None:
+        skip = oob_mode is not None and int(oob_mode) == int(globals()["oob_mode"].skip)
+        return _ops.indirect_copy(dst, src, "dma_copy", oob_skip=skip)
+    return _ops.copy(dst, src, 1, name="dma_copy")
 
 
 def dma_transpose(dst, src, axes=None, **kw):
@@ -296,6 +349,5 @@ for _n in [
     "set_rng_seed",
     "nonzero_with_count",
     "topk",
-    "tensor_scalar_cumulative",
 ]:
     globals()[_n] = _unsupported(_n)

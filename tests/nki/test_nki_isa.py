@@ -259,3 +259,75 @@ def test_dma_transpose_ap_and_views():
     out, flat = k(a)
     np.testing.assert_array_equal(out, a.T)
     np.testing.assert_array_equal(flat, a)
+
+
+def test_tensor_scalar_cumulative():
+    # documented: reg = op1(op0(x, imm0), reg); dst[i] = reg, per partition
+    # along the free axis; reg starts at op1's identity (reset_reduce) or imm1
+    cases = [
+        (nl.multiply, 2.0, nl.add, {}, lambda x: np.cumsum(2 * x, 1)),
+        (nl.subtract, 0.5, nl.maximum, {}, lambda x: np.maximum.accumulate(x - 0.5, 1)),
+        (nl.add, 0.0, nl.minimum, {}, lambda x: np.minimum.accumulate(x, 1)),
+        (
+            nl.add,
+            1.0,
+            nl.add,
+            {"reduce_cmd": nisa.reduce_cmd.load_reduce, "imm1": 10.0},
+            lambda x: 10 + np.cumsum(x + 1, 1),
+        ),
+        (nl.subtract, 3.0, nl.add, {"reverse0": True}, lambda x: np.cumsum(3 - x, 1)),
+        (nl.multiply, 1.0, nl.multiply, {}, lambda x: np.cumprod(x, 1)),
+    ]
+
+    def sub_ref(x):  # op1 = subtract: reg = t - reg
+        out, reg = np.empty_like(x), np.zeros(x.shape[0], np.float32)
+        for i in range(x.shape[1]):
+            reg = x[:, i] * 2 - reg
+            out[:, i] = reg
+        return out
+
+    cases.append((nl.multiply, 2.0, nl.subtract, {}, sub_ref))
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((len(cases), 128, 40), nl.float32, buffer=nl.shared_hbm)
+        at = nl.ndarray((128, 40), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=at, src=a)
+        for i, (op0, imm0, op1, kw, _) in enumerate(cases):
+            ct = nl.ndarray((128, 40), nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar_cumulative(dst=ct, src=at, op0=op0, op1=op1, imm0=imm0, **kw)
+            nisa.dma_copy(dst=out[i], src=ct)
+        return out
+
+    a = (r(128, 40) * 0.5 + 1.0).astype(np.float32)
+    got = k(a)
+    for i, case in enumerate(cases):
+        np.testing.assert_allclose(got[i], case[4](a), rtol=1e-5, atol=1e-5, err_msg=str(i))
+
+
+def test_tensor_scalar_cumulative_rejects_what_it_cannot_model():
+    @nki.jit
+    def carry(a):
+        out = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 8), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nisa.tensor_scalar_cumulative(
+            dst=t, src=t, op0=nl.add, op1=nl.add, imm0=0.0, reduce_cmd=nisa.reduce_cmd.reduce
+        )
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    with pytest.raises(nki.NkiError, match="tensor_scalar_cumulative.*accumulator"):
+        carry(r(128, 8))
+
+    @nki.jit
+    def i32(a):
+        out = nl.ndarray((128, 8), nl.int32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 8), nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nisa.tensor_scalar_cumulative(dst=t, src=t, op0=nl.add, op1=nl.add, imm0=1.0)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    with pytest.raises(nki.NkiError, match="int32 tiles are not supported"):
+        i32(np.zeros((128, 8), np.int32))

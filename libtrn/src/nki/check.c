@@ -176,6 +176,9 @@ static trn_status check_instr(const nki_prog *p, nki_instr *in, const range *var
         for (int j = 0; aligned && j < o->nd; j++)
             aligned = o->count[j] == d->count[j] || o->count[j] == 1;
         in->rt[i] = in->nmask > 0 && aligned;
+        // the indirect side of a gather/scatter: its rows come from the index
+        // tile, checked per row at run time (render.c), its other dims per element
+        if (in->op == NKI_OP_GATHER && in->np > 0 && i == (int)in->p[0]) in->rt[i] = true;
         st = derive(p, in, &in->opd[i], vars, in->rt[i], i);
         if (st != TRN_SUCCESS) return st;
     }
@@ -245,6 +248,25 @@ static trn_status check_instr(const nki_prog *p, nki_instr *in, const range *var
                                "the partition)",
                                (long long)first, (long long)last);
         }
+        return TRN_SUCCESS;
+    }
+    case NKI_OP_GATHER: {
+        for (int i = 0; i < 2; i++)
+            if ((st = need_kind(p, in, i, i ? "the source" : "the destination", true, false, true)))
+                return st;
+        if ((st = need_kind(p, in, 2, "the index tile", true, false, false))) return st;
+        const int which = (int)in->p[0], dim = (int)in->p[1];
+        const nki_tensor *it = &p->t[in->opd[which].tid];
+        if (which < 0 || which > 1 || dim < 0 || dim >= it->ndim)
+            return fail_at(p, in->name, in->loc, "malformed indirect access");
+        if (in->opd[0].nd != in->opd[1].nd)
+            return fail_at(p, in->name, in->loc, "source and destination shapes differ");
+        for (int j = 0; j < in->opd[0].nd; j++)
+            if (in->opd[0].count[j] != in->opd[1].count[j])
+                return fail_at(p, in->name, in->loc, "source and destination shapes differ");
+        nki_dtype xd = p->t[in->opd[2].tid].dtype;
+        if (xd != NKI_I32 && xd != NKI_U32)
+            return fail_at(p, in->name, in->loc, "the index tile must be int32 or uint32");
         return TRN_SUCCESS;
     }
     case NKI_OP_TRANSPOSE: {
@@ -412,7 +434,7 @@ trn_status nki__check(nki_prog *p) {
         }
     }
     p->nargs = nargs;
-    p->scratch_bytes = off + (int64_t)MM_STAT_FMAX * MM_MOV_FMAX * 4;  // matmul accumulator
+    p->scratch_bytes = off + NKI_MM_SCRATCH;  // matmul accumulator and staging
     range *vars = calloc(NKI_PID_VAR + 4, sizeof *vars);
     if (vars == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "nki: out of memory");
     for (int a = 0; a < 4; a++)

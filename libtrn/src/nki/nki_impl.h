@@ -35,6 +35,13 @@
 #define NKI_MAXP 24
 #define NKI_PID_VAR 1000
 #define NKI_MAX_VARS 1024
+// Per-instance scratch after the tensors: the matmul accumulator (128 x 512
+// float32) and the float32 staging of stationary (128 x 128) and moving
+// (128 x 512) operands for libtrn's matmul.
+#define NKI_MM_ACC (128 * 512 * 4)
+#define NKI_MM_SA (128 * 128 * 4)
+#define NKI_MM_SB (128 * 512 * 4)
+#define NKI_MM_SCRATCH (NKI_MM_ACC + NKI_MM_SA + NKI_MM_SB)
 
 typedef enum nki_dtype {
     NKI_F32,
@@ -74,6 +81,7 @@ typedef enum nki_op {
     NKI_OP_BNAGGR,     // dst (P x 2), src (P x 6k)
     NKI_OP_SELECT,     // dst, src; p: cmp false_value; expr0
     NKI_OP_WHERE,      // dst, cond, a, b
+    NKI_OP_GATHER,  // dst, src, index (K x 1 int32/uint32 SBUF); p: which (0 dst, 1 src) dim oob_skip
     NKI_OP_COUNT
 } nki_op;
 
@@ -200,6 +208,40 @@ void nki__prog_free(nki_prog *p);
 trn_status nki__check(nki_prog *p);
 // One C translation unit (malloc'd).
 trn_status nki__render(const nki_prog *p, char **source);
+// Rendering state (render.c, render_instr.c).
+typedef struct nki_rctx {
+    const nki_prog *p;
+    struct nki_buf *b;
+    int sid;  // statement index (runtime errors report it + 1)
+} nki_rctx;
+// One instruction's loop nest into c->b (render_instr.c).
+void nki__render_instr(nki_rctx *c, const nki_instr *in);
+// "(affine expr)cmp0" of a condition or mask.
+void nki__put_cond(struct nki_buf *b, const nki_expr *e);
+// Whether instruction operand k is written (the destination; activation's
+// reduce result) (parallel.c).
+bool nki__instr_writes(const nki_instr *in, int k);
+// Whether loop statement `loop` may run its iterations in parallel
+// (parallel.c); fills live[2 * *nlive] with the (byte offset, bytes) pairs of
+// scratch the body reads but does not allocate. live holds 4 * nt entries.
+bool nki__par_loop(const nki_prog *p, int loop, int64_t *live, int *nlive);
+
+// The run-time services an instance gets (ABI 2). prelude.c declares the
+// same struct in the rendered C: keep the two equal.
+typedef int (*nki_body_fn)(void *ctx, int64_t it, char *scratch);
+typedef struct nki_rt {
+    // runs body(ctx, it, scratch) for it in [0, n), iterations spread over
+    // the pool; threads other than the caller's get a scratch holding the
+    // live ranges copied from `scratch`. Returns the first nonzero result.
+    int (*pfor)(const struct nki_rt *rt, int64_t n, nki_body_fn body, void *ctx,
+                const int64_t *live, int nlive, char *scratch);
+    // c (m x n, rows crs apart) = a (m x k) @ b (k x n) + beta * c, element
+    // strides; beta 0: c is not read
+    void (*matmul)(int64_t m, int64_t n, int64_t k, const float *a, int64_t ars, int64_t acs,
+                   const float *b, int64_t brs, int64_t bcs, float *c, int64_t crs, float beta);
+    const void *prog;
+    int serial;  // HBM arguments overlap: every loop runs serially
+} nki_rt;
 int nki__dtype_size(nki_dtype d);
 bool nki__dtype_float(nki_dtype d);
 const char *nki__kind_name(nki_kind k);

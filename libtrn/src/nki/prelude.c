@@ -2,11 +2,22 @@
 // loads and stores per dtype (fp32 internal arithmetic, round-to-nearest-even
 // casts, fp32->int rounds to even and saturates), the ALU and activation
 // functions, and poisoning of new memory (NaN for floats, 4 for integers).
+// exp, tanh and erf come from trn/scalar.h (libtrn's float kernels, ~1 ulp,
+// no libm call), so activation loops vectorize like the eager kernels.
 // It is part of the rendered source, hence of the disk cache key.
 #include "nki_impl.h"
 
 const char *const nki__prelude[] = {
-    "#include <stdint.h>\n#include <string.h>\n#include <math.h>\n", "typedef int64_t i64;\n",
+    "#include <stdint.h>\n#include <string.h>\n#include <math.h>\n#include \"trn/scalar.h\"\n",
+    "typedef int64_t i64;\n",
+    // the run-time services program.c hands every instance (nki_impl.h: nki_rt)
+    "typedef int (*nki_body_fn)(void*ctx,i64 it,char*scratch);\n",
+    "typedef struct nki_rt{int (*pfor)(const struct nki_rt*rt,i64 n,nki_body_fn body,void*ctx,"
+    "const i64*live,int nlive,char*scratch);"
+    "void (*matmul)(i64 m,i64 n,i64 k,const float*a,i64 ars,i64 acs,const float*b,i64 brs,"
+    "i64 bcs,float*c,i64 crs,float beta);const void*prog;int serial;}nki_rt;\n",
+    // what a parallel loop's body function sees of its instance (render.c)
+    "typedef struct{void*const*args;const i64*pid;const nki_rt*rt;i64 v[8];}nki_cx;\n",
     "static inline float u2f(uint32_t u){float f;memcpy(&f,&u,4);return f;}\n",
     "static inline uint32_t f2u(float f){uint32_t u;memcpy(&u,&f,4);return u;}\n",
     "static inline float mf_dec(unsigned v,int eb,int mb,int bias,int fn){int s=(v>>(eb+mb))&1;"
@@ -27,9 +38,8 @@ const char *const nki__prelude[] = {
     "s;"
     "e=ilogbf(r);if(e<1-bias)return s|(unsigned)(r/ldexpf(1.0f,1-bias-mb));"
     "return s|((unsigned)(e+bias)<<mb)|((unsigned)(r/ldexpf(1.0f,e-mb))-(1u<<mb));}\n",
-    "static inline uint16_t f2bf(float f){uint32_t u=f2u(f);if((u&0x7fffffffu)>0x7f800000u)return "
-    "(uint16_t)((u>>16)|0x40);"
-    "u+=0x7fffu+((u>>16)&1u);return (uint16_t)(u>>16);}\n",
+    // libtrn's select-based conversion (NaN stays quiet NaN), so store loops vectorize
+    "static inline uint16_t f2bf(float f){return trn_float_to_bf16(f);}\n",
     "static inline float sat_i(float f,float lo,float hi){if(f!=f)return "
     "0.0f;f=nearbyintf(f);return f<lo?lo:f>hi?hi:f;}\n",
     // loads: element i of buffer b as float
@@ -75,8 +85,9 @@ const char *const nki__prelude[] = {
     "else if(sz==2)((int16_t*)b)[i]=(int16_t)v;else ((int32_t*)b)[i]=(int32_t)v;}\n",
     "static inline void cpy(char*d,i64 i,const char*s,i64 j,int "
     "sz){memcpy(d+i*sz,s+j*sz,(size_t)sz);}\n",
-    "static inline float fmx(float a,float b){return (a!=a||a>b)?a:b;}\n",
-    "static inline float fmn(float a,float b){return (a!=a||a<b)?a:b;}\n",
+    // NaN-propagating max/min as selects (| not ||: no branch, so they vectorize)
+    "static inline float fmx(float a,float b){return ((a!=a)|(a>b))?a:b;}\n",
+    "static inline float fmn(float a,float b){return ((a!=a)|(a<b))?a:b;}\n",
     "static inline float alu(int op,float a,float b){switch(op){"
     "case 0:return a;case 1:return a+b;case 2:return a-b;case 3:return a*b;case 4:return a/b;"
     "case 5:return fmx(a,b);case 6:return fmn(a,b);case 7:return powf(a,b);case 8:return a==b;case "
@@ -91,16 +102,19 @@ const char *const nki__prelude[] = {
     "case 23:return fmn(fabsf(a),fabsf(b));case 24:{float r=fmodf(a,b);return "
     "(r!=0.0f&&((r<0.0f)!=(b<0.0f)))?r+b:r;}"
     "case 25:return fmodf(a,b);case 26:return b-a;default:return a;}}\n",
-    "static inline float sigm(float x){return 1.0f/(1.0f+expf(-x));}\n",
+    "static inline float sigm(float x){return 1.0f/(1.0f+trn_sc_expf(-x));}\n",
     "static inline float act(int f,float x,float al){switch(f){"
-    "case 0:return x;case 1:return expf(x);case 2:return logf(x);case 3:return sqrtf(x);case "
+    "case 0:return x;case 1:return trn_sc_expf(x);case 2:return logf(x);case 3:return "
+    "sqrtf(x);case "
     "4:return 1.0f/sqrtf(x);"
-    "case 5:return 1.0f/x;case 6:return tanhf(x);case 7:return sigm(x);case 8:return x>0.0f?x:0.0f;"
-    "case 9:return 0.5f*x*(1.0f+erff(x*0.70710678118654752f));"
-    "case 10:return 0.5f*x*(1.0f+tanhf(0.7978845608028654f*(x+0.044715f*x*x*x)));"
+    "case 5:return 1.0f/x;case 6:return trn_sc_tanhf(x);case 7:return sigm(x);case 8:return "
+    "x>0.0f?x:0.0f;"
+    "case 9:return 0.5f*x*(1.0f+trn_sc_erff(x*0.70710678118654752f));"
+    "case 10:return 0.5f*x*(1.0f+trn_sc_tanhf(0.7978845608028654f*(x+0.044715f*x*x*x)));"
     "case 11:return x*sigm(1.702f*x);case 12:return x*sigm(x);case 13:return "
     "log1pf(expf(-fabsf(x)))+fmx(x,0.0f);"
-    "case 14:return x*tanhf(log1pf(expf(-fabsf(x)))+fmx(x,0.0f));case 15:return erff(x);case "
+    "case 14:return x*tanhf(log1pf(expf(-fabsf(x)))+fmx(x,0.0f));case 15:return "
+    "trn_sc_erff(x);case "
     "16:return sinf(x);"
     "case 17:return cosf(x);case 18:return tanf(x);case 19:return atanf(x);case 20:return fabsf(x);"
     "case 21:return (float)((x>0.0f)-(x<0.0f));case 22:return x*x;case 23:return -x;case 24:return "
@@ -114,6 +128,8 @@ const char *const nki__prelude[] = {
     "nearbyintf(x);"
     "case 33:{float s=sigm(1.702f*x);return s+1.702f*x*s*(1.0f-s);}case 34:return x==0.0f;"
     "case 35:return (float)(~(int32_t)x);case 36:return x*x*x;default:return x;}}\n",
-    "static inline void poison(char*b,i64 n,int sz,uint32_t pat){for(i64 "
-    "i=0;i<n;i++)memcpy(b+i*sz,&pat,(size_t)sz);}\n",
+    // typed fills: loops that vectorize (the pattern is per element)
+    "static inline void poison(char*b,i64 n,int sz,uint32_t pat){if(sz==4){uint32_t*q=(uint32_t*)b;"
+    "for(i64 i=0;i<n;i++)q[i]=pat;}else if(sz==2){uint16_t*q=(uint16_t*)b;for(i64 i=0;i<n;i++)"
+    "q[i]=(uint16_t)pat;}else memset(b,(int)(pat&0xff),(size_t)n);}\n",
     NULL};

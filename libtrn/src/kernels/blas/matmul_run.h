@@ -1,7 +1,8 @@
 // matmul_run.h - the matmul kernel's body for the other blas kernels
 // (grouped_mm.c, scaled_mm.c): one product computed now, on the calling
 // task's thread, with the same paths as trn_matmul_launch. Private to
-// src/kernels/blas; matmul.c implements it.
+// src/kernels/blas and src/nki (NKI tile products, program.c); matmul.c
+// implements it.
 #ifndef TRN_KERNELS_BLAS_MATMUL_RUN_H
 #define TRN_KERNELS_BLAS_MATMUL_RUN_H
 
