@@ -59,4 +59,47 @@ static inline void trn__store_real(trn_dtype d, void *p, int64_t i, double v) {
     }
 }
 
+// n contiguous elements of dtype t (float32, float16 or bfloat16) at element
+// offset off of p into float32 dst, times mul; and back, rounding once. The
+// attention kernels stage their rows through these.
+static inline void trn__load_row_f32(trn_dtype t, const void *p, int64_t off, int64_t n, float mul,
+                                     float *dst) {
+    switch (t) {
+    case TRN_DTYPE_F16: {
+        const uint16_t *s = (const uint16_t *)p + off;
+        for (int64_t e = 0; e < n; e++) dst[e] = trn_half_to_float(s[e]) * mul;
+        break;
+    }
+    case TRN_DTYPE_BF16: {
+        const uint16_t *s = (const uint16_t *)p + off;
+        for (int64_t e = 0; e < n; e++) dst[e] = trn_bf16_to_float(s[e]) * mul;
+        break;
+    }
+    default: {
+        const float *s = (const float *)p + off;
+        for (int64_t e = 0; e < n; e++) dst[e] = s[e] * mul;
+    }
+    }
+}
+
+static inline void trn__store_row_f32(trn_dtype t, void *p, int64_t off, int64_t n,
+                                      const float *src, float mul) {
+    switch (t) {
+    case TRN_DTYPE_F16: {
+        uint16_t *d = (uint16_t *)p + off;
+        for (int64_t e = 0; e < n; e++) d[e] = trn_float_to_half(src[e] * mul);
+        break;
+    }
+    case TRN_DTYPE_BF16: {
+        uint16_t *d = (uint16_t *)p + off;
+        for (int64_t e = 0; e < n; e++) d[e] = trn_float_to_bf16(src[e] * mul);
+        break;
+    }
+    default: {
+        float *d = (float *)p + off;
+        for (int64_t e = 0; e < n; e++) d[e] = src[e] * mul;
+    }
+    }
+}
+
 #endif

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kit/dtype_io.h"
 #include "../kit/launch.h"
 #include "../kit/counter_rng.h"
 #include "trn/scalar.h"
@@ -44,45 +45,6 @@ static inline float load_f(trn_dtype t, const void *p, int64_t i) {
     case TRN_DTYPE_F16: return trn_half_to_float(((const uint16_t *)p)[i]);
     case TRN_DTYPE_BF16: return trn_bf16_to_float(((const uint16_t *)p)[i]);
     default: return ((const float *)p)[i];
-    }
-}
-
-// n contiguous elements of dtype t from p into float dst, times mul.
-static void load_row(trn_dtype t, const void *p, int64_t off, int64_t n, float mul, float *dst) {
-    switch (t) {
-    case TRN_DTYPE_F16: {
-        const uint16_t *s = (const uint16_t *)p + off;
-        for (int64_t e = 0; e < n; e++) dst[e] = trn_half_to_float(s[e]) * mul;
-        break;
-    }
-    case TRN_DTYPE_BF16: {
-        const uint16_t *s = (const uint16_t *)p + off;
-        for (int64_t e = 0; e < n; e++) dst[e] = trn_bf16_to_float(s[e]) * mul;
-        break;
-    }
-    default: {
-        const float *s = (const float *)p + off;
-        for (int64_t e = 0; e < n; e++) dst[e] = s[e] * mul;
-    }
-    }
-}
-
-static void store_row(trn_dtype t, void *p, int64_t off, int64_t n, const float *src, float mul) {
-    switch (t) {
-    case TRN_DTYPE_F16: {
-        uint16_t *d = (uint16_t *)p + off;
-        for (int64_t e = 0; e < n; e++) d[e] = trn_float_to_half(src[e] * mul);
-        break;
-    }
-    case TRN_DTYPE_BF16: {
-        uint16_t *d = (uint16_t *)p + off;
-        for (int64_t e = 0; e < n; e++) d[e] = trn_float_to_bf16(src[e] * mul);
-        break;
-    }
-    default: {
-        float *d = (float *)p + off;
-        for (int64_t e = 0; e < n; e++) d[e] = src[e] * mul;
-    }
     }
 }
 
@@ -156,14 +118,15 @@ static trn_tile_band causal_band(const trn_attention_desc *d, int64_t dlt, int p
 static void load_rows(trn_dtype t, const void *p, const int64_t *st, int64_t b, int64_t head,
                       int64_t r0, int64_t n, int64_t dim, float *dst) {
     for (int64_t r = 0; r < n; r++)
-        load_row(t, p, b * st[0] + head * st[1] + (r0 + r) * st[2], dim, 1.0f, dst + r * dim);
+        trn__load_row_f32(t, p, b * st[0] + head * st[1] + (r0 + r) * st[2], dim, 1.0f,
+                          dst + r * dim);
 }
 
 // The same rows transposed into dst[e * BQ + r], times mul.
 static void load_rows_t(trn_dtype t, const void *p, const int64_t *st, int64_t b, int64_t head,
                         int64_t r0, int64_t n, int64_t dim, float mul, float *row, float *dst) {
     for (int64_t r = 0; r < n; r++) {
-        load_row(t, p, b * st[0] + head * st[1] + (r0 + r) * st[2], dim, mul, row);
+        trn__load_row_f32(t, p, b * st[0] + head * st[1] + (r0 + r) * st[2], dim, mul, row);
         for (int64_t e = 0; e < dim; e++) dst[e * BQ + r] = row[e];
     }
 }
@@ -242,9 +205,10 @@ static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t 
     for (int64_t i = 0; i < ni; i++) {
         const float l = w->l[i];
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        store_row(d->dtype, d->out,
-                  b * d->out_strides[0] + h * d->out_strides[1] + (i0 + i) * d->out_strides[2], Ev,
-                  w->o + i * Ev, inv);
+        trn__store_row_f32(d->dtype, d->out,
+                           b * d->out_strides[0] + h * d->out_strides[1] +
+                               (i0 + i) * d->out_strides[2],
+                           Ev, w->o + i * Ev, inv);
         if (d->lse)
             d->lse[(b * d->heads + h) * L + i0 + i] = l > 0.0f ? w->m[i] + logf(l) : -INFINITY;
     }
@@ -308,10 +272,10 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
             for (int64_t i = 0; i < ni; i++) {
                 const float *dor = w->dout + i * Ev;
                 for (int64_t e = 0; e < Ev; e++) w->dot[e * BQ + i] = dor[e];
-                load_row(d->dtype, d->out,
-                         b * d->out_strides[0] + h * d->out_strides[1] +
-                             (i0 + i) * d->out_strides[2],
-                         Ev, 1.0f, w->row);
+                trn__load_row_f32(d->dtype, d->out,
+                                  b * d->out_strides[0] + h * d->out_strides[1] +
+                                      (i0 + i) * d->out_strides[2],
+                                  Ev, 1.0f, w->row);
                 float dd = 0.0f;
                 for (int64_t e = 0; e < Ev; e++) dd += dor[e] * w->row[e];
                 w->dd[i] = dd;
@@ -356,8 +320,9 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                 if (bd->dmask)
                     for (int64_t i = 0; i < ni; i++) {
                         for (int64_t j = 0; j < nj; j++) w->row[j] = dst[j * BQ + i];
-                        store_row(d->dtype, bd->dmask, ((b * d->heads + h) * L + i0 + i) * S + j0,
-                                  nj, w->row, 1.0f);
+                        trn__store_row_f32(d->dtype, bd->dmask,
+                                           ((b * d->heads + h) * L + i0 + i) * S + j0, nj, w->row,
+                                           1.0f);
                     }
                 trn_tile_mm_band(nj, Ev, ni, pt, BQ, 1, w->dout, Ev, w->dv + j0 * Ev, Ev, 1,
                                  kvband);
@@ -376,12 +341,14 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
             }
             if (bd->dq)
                 for (int64_t i = 0; i < ni; i++)
-                    store_row(d->dtype, bd->dq, ((b * d->heads + h) * L + i0 + i) * E, E,
-                              w->dq + i * E, 1.0f);
+                    trn__store_row_f32(d->dtype, bd->dq, ((b * d->heads + h) * L + i0 + i) * E, E,
+                                       w->dq + i * E, 1.0f);
         }
     }
-    if (bd->dk) store_row(d->dtype, bd->dk, (b * d->kv_heads + hk) * S * E, S * E, w->dk, 1.0f);
-    if (bd->dv) store_row(d->dtype, bd->dv, (b * d->kv_heads + hk) * S * Ev, S * Ev, w->dv, 1.0f);
+    if (bd->dk)
+        trn__store_row_f32(d->dtype, bd->dk, (b * d->kv_heads + hk) * S * E, S * E, w->dk, 1.0f);
+    if (bd->dv)
+        trn__store_row_f32(d->dtype, bd->dv, (b * d->kv_heads + hk) * S * Ev, S * Ev, w->dv, 1.0f);
 }
 
 static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kit/dtype_io.h"
 #include "../kit/launch.h"
 #include "trn/scalar.h"
 #include "../blas/tile_mm.h"
@@ -46,48 +47,12 @@ static int64_t tile_of(int64_t block) {
 }
 
 // ---- element access -------------------------------------------------------------
-static void load_row(trn_dtype t, const void *p, int64_t off, int64_t n, float mul, float *dst) {
-    switch (t) {
-    case TRN_DTYPE_F16: {
-        const uint16_t *s = (const uint16_t *)p + off;
-        for (int64_t e = 0; e < n; e++) dst[e] = trn_half_to_float(s[e]) * mul;
-        break;
-    }
-    case TRN_DTYPE_BF16: {
-        const uint16_t *s = (const uint16_t *)p + off;
-        for (int64_t e = 0; e < n; e++) dst[e] = trn_bf16_to_float(s[e]) * mul;
-        break;
-    }
-    default: {
-        const float *s = (const float *)p + off;
-        for (int64_t e = 0; e < n; e++) dst[e] = s[e] * mul;
-    }
-    }
-}
-
-static void store_row(trn_dtype t, void *p, int64_t off, int64_t n, const float *src, float mul) {
-    switch (t) {
-    case TRN_DTYPE_F16: {
-        uint16_t *d = (uint16_t *)p + off;
-        for (int64_t e = 0; e < n; e++) d[e] = trn_float_to_half(src[e] * mul);
-        break;
-    }
-    case TRN_DTYPE_BF16: {
-        uint16_t *d = (uint16_t *)p + off;
-        for (int64_t e = 0; e < n; e++) d[e] = trn_float_to_bf16(src[e] * mul);
-        break;
-    }
-    default: {
-        float *d = (float *)p + off;
-        for (int64_t e = 0; e < n; e++) d[e] = src[e] * mul;
-    }
-    }
-}
 
 static void load_rows(trn_dtype t, const void *p, const int64_t *st, int64_t b, int64_t head,
                       int64_t r0, int64_t n, int64_t dim, float *dst) {
     for (int64_t r = 0; r < n; r++)
-        load_row(t, p, b * st[0] + head * st[1] + (r0 + r) * st[2], dim, 1.0f, dst + r * dim);
+        trn__load_row_f32(t, p, b * st[0] + head * st[1] + (r0 + r) * st[2], dim, 1.0f,
+                          dst + r * dim);
 }
 
 // ---- the block lists ----------------------------------------------------------------
@@ -179,9 +144,9 @@ static void fwd_unit(const trn_flex_attention_desc *d, const fwd_scratch *w, int
     const int64_t ni = min64(TQ, L - i0);
     const float scale = (float)d->scale;
     for (int64_t i = 0; i < ni; i++) {
-        load_row(d->dtype, d->q,
-                 b * d->q_strides[0] + h * d->q_strides[1] + (i0 + i) * d->q_strides[2], E, scale,
-                 w->row);
+        trn__load_row_f32(d->dtype, d->q,
+                          b * d->q_strides[0] + h * d->q_strides[1] + (i0 + i) * d->q_strides[2], E,
+                          scale, w->row);
         for (int64_t e = 0; e < E; e++) w->qt[e * TQ + i] = w->row[e];
         w->m[i] = -INFINITY;
         w->l[i] = 0.0f;
@@ -203,9 +168,10 @@ static void fwd_unit(const trn_flex_attention_desc *d, const fwd_scratch *w, int
     for (int64_t i = 0; i < ni; i++) {
         const float l = w->l[i];
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        store_row(d->dtype, d->out,
-                  b * d->out_strides[0] + h * d->out_strides[1] + (i0 + i) * d->out_strides[2], Ev,
-                  w->o + i * Ev, inv);
+        trn__store_row_f32(d->dtype, d->out,
+                           b * d->out_strides[0] + h * d->out_strides[1] +
+                               (i0 + i) * d->out_strides[2],
+                           Ev, w->o + i * Ev, inv);
         const int64_t at = (b * d->heads + h) * L + i0 + i;
         if (d->lse) d->lse[at] = l > 0.0f ? w->m[i] + logf(l) : -INFINITY;
         if (d->max) d->max[at] = w->m[i];
@@ -298,10 +264,10 @@ static void bwd_unit(const trn_flex_attention_backward_desc *bd, const bwd_scrat
             for (int64_t i = 0; i < ni; i++) {
                 const float *dor = w->dout + i * Ev;
                 for (int64_t e = 0; e < Ev; e++) w->dot[e * TQ + i] = dor[e];
-                load_row(d->dtype, d->out,
-                         b * d->out_strides[0] + h * d->out_strides[1] +
-                             (i0 + i) * d->out_strides[2],
-                         Ev, 1.0f, w->row);
+                trn__load_row_f32(d->dtype, d->out,
+                                  b * d->out_strides[0] + h * d->out_strides[1] +
+                                      (i0 + i) * d->out_strides[2],
+                                  Ev, 1.0f, w->row);
                 float dd = 0.0f;
                 for (int64_t e = 0; e < Ev; e++) dd += dor[e] * w->row[e];
                 w->dd[i] = dd;
@@ -326,19 +292,19 @@ static void bwd_unit(const trn_flex_attention_backward_desc *bd, const bwd_scrat
                 }
             }
             for (int64_t i = 0; i < ni; i++)
-                store_row(d->dtype, bd->dq,
-                          b * bd->dq_strides[0] + h * bd->dq_strides[1] +
-                              (i0 + i) * bd->dq_strides[2],
-                          E, w->dq + i * E, 1.0f);
+                trn__store_row_f32(d->dtype, bd->dq,
+                                   b * bd->dq_strides[0] + h * bd->dq_strides[1] +
+                                       (i0 + i) * bd->dq_strides[2],
+                                   E, w->dq + i * E, 1.0f);
         }
     }
     for (int64_t j = 0; j < S; j++) {
-        store_row(d->dtype, bd->dk,
-                  b * bd->dk_strides[0] + hk * bd->dk_strides[1] + j * bd->dk_strides[2], E,
-                  w->dk + j * E, 1.0f);
-        store_row(d->dtype, bd->dv,
-                  b * bd->dv_strides[0] + hk * bd->dv_strides[1] + j * bd->dv_strides[2], Ev,
-                  w->dv + j * Ev, 1.0f);
+        trn__store_row_f32(d->dtype, bd->dk,
+                           b * bd->dk_strides[0] + hk * bd->dk_strides[1] + j * bd->dk_strides[2],
+                           E, w->dk + j * E, 1.0f);
+        trn__store_row_f32(d->dtype, bd->dv,
+                           b * bd->dv_strides[0] + hk * bd->dv_strides[1] + j * bd->dv_strides[2],
+                           Ev, w->dv + j * Ev, 1.0f);
     }
 }
 
