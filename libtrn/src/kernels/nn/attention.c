@@ -21,6 +21,7 @@
 
 #include "../kit/dtype_io.h"
 #include "../kit/launch.h"
+#include "online_softmax.h"
 #include "../kit/counter_rng.h"
 #include "trn/scalar.h"
 #include "../blas/tile_mm.h"
@@ -165,34 +166,8 @@ static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t 
         const trn_tile_band sband = causal_band(d, i0 - j0, 0), oband = causal_band(d, i0 - j0, 2);
         trn_tile_mm_band(nj, ni, E, w->k, E, 1, w->qt, BQ, st, BQ, 0, sband);
         mask_tile_t(d, st, ni, nj, b, h, i0, j0);
-        for (int64_t i = 0; i < ni; i++) w->msub[i] = w->m[i];
-        for (int64_t j = 0; j < nj; j++)
-            for (int64_t i = 0; i < ni; i++) {
-                const float s = st[j * BQ + i];
-                w->msub[i] = s > w->msub[i] ? s : w->msub[i];
-            }
-        for (int64_t i = 0; i < ni; i++) {
-            const float mnew = w->msub[i];
-            // Every key so far masked: subtract 0 (exp(-inf) = 0 keeps the
-            // row empty) instead of -inf (NaN).
-            w->msub[i] = mnew == -INFINITY ? 0.0f : mnew;
-            w->alpha[i] = trn_sc_expf(w->m[i] - w->msub[i]);
-            w->m[i] = mnew;
-            w->sum[i] = 0.0f;
-        }
-        for (int64_t j = 0; j < nj; j++)
-            for (int64_t i = 0; i < ni; i++) {
-                const float p = trn_sc_expf(st[j * BQ + i] - w->msub[i]);
-                st[j * BQ + i] = p;
-                w->sum[i] += p;
-            }
-        for (int64_t i = 0; i < ni; i++) {
-            w->l[i] = w->l[i] * w->alpha[i] + w->sum[i];
-            if (w->alpha[i] != 1.0f) {
-                float *o = w->o + i * Ev;
-                for (int64_t e = 0; e < Ev; e++) o[e] *= w->alpha[i];
-            }
-        }
+        trn__online_softmax_step((trn__online_softmax){w->m, w->l, w->o, w->msub, w->alpha, w->sum},
+                                 st, BQ, ni, nj, Ev);
         if (d->dropout_p > 0.0)
             for (int64_t j = 0; j < nj; j++)
                 for (int64_t i = 0; i < ni; i++) {

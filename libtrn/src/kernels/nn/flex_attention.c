@@ -19,6 +19,7 @@
 
 #include "../kit/dtype_io.h"
 #include "../kit/launch.h"
+#include "online_softmax.h"
 #include "trn/scalar.h"
 #include "../blas/tile_mm.h"
 #include "trn/flex_attention.h"
@@ -95,34 +96,8 @@ static inline __attribute__((always_inline)) void fwd_tile_with(const trn_flex_a
     float *st = w->st;
     trn_tile_mm(nj, ni, E, w->k, E, 1, w->qt, TQ, st, TQ, 0);
     d->score_fn(&d->buffers, b, h, i0, ni, j0, nj, st, TQ, masked);
-    for (int64_t i = 0; i < ni; i++) w->msub[i] = w->m[i];
-    for (int64_t j = 0; j < nj; j++)
-        for (int64_t i = 0; i < ni; i++) {
-            const float s = st[j * TQ + i];
-            w->msub[i] = s > w->msub[i] ? s : w->msub[i];
-        }
-    for (int64_t i = 0; i < ni; i++) {
-        const float mnew = w->msub[i];
-        // Every key so far masked: subtract 0 (exp(-inf) = 0 keeps the row
-        // empty) instead of -inf (NaN).
-        w->msub[i] = mnew == -INFINITY ? 0.0f : mnew;
-        w->alpha[i] = trn_sc_expf(w->m[i] - w->msub[i]);
-        w->m[i] = mnew;
-        w->sum[i] = 0.0f;
-    }
-    for (int64_t j = 0; j < nj; j++)
-        for (int64_t i = 0; i < ni; i++) {
-            const float p = trn_sc_expf(st[j * TQ + i] - w->msub[i]);
-            st[j * TQ + i] = p;
-            w->sum[i] += p;
-        }
-    for (int64_t i = 0; i < ni; i++) {
-        w->l[i] = w->l[i] * w->alpha[i] + w->sum[i];
-        if (w->alpha[i] != 1.0f) {
-            float *o = w->o + i * Ev;
-            for (int64_t e = 0; e < Ev; e++) o[e] *= w->alpha[i];
-        }
-    }
+    trn__online_softmax_step((trn__online_softmax){w->m, w->l, w->o, w->msub, w->alpha, w->sum}, st,
+                             TQ, ni, nj, Ev);
     trn_tile_mm(ni, Ev, nj, st, 1, TQ, w->v, Ev, w->o, Ev, 1);
 }
 
