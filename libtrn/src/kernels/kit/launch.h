@@ -61,6 +61,17 @@ static inline int trn__extent_or_empty(int64_t size, int64_t stride, int64_t es,
     return size <= 0 || trn__extent(size, stride, es, lo, hi);
 }
 
+// Bytes spanned by a [n0, n1, n2, n3] view with element strides s and
+// element size es, from its first element (0 when any dim is empty).
+static inline size_t trn__span4_bytes(const int64_t *n, const int64_t *s, size_t es) {
+    int64_t last = 0;
+    for (int k = 0; k < 4; k++) {
+        if (n[k] == 0) return 0;
+        last += (n[k] - 1) * s[k];
+    }
+    return (size_t)(last + 1) * es;
+}
+
 // Items per trn_parallel_for piece when an item costs `per` elements and a
 // piece should cover about `elements` (at least one item).
 static inline int64_t trn__grain(int64_t elements, int64_t per) {

@@ -363,16 +363,6 @@ int trn_attention_supports(trn_dtype dtype, int has_mask, trn_dtype mask_dtype) 
            mask_dtype == TRN_DTYPE_F16 || mask_dtype == TRN_DTYPE_BF16;
 }
 
-// Bytes spanned by a [n0, n1, n2, n3] view with strides s (last stride s3).
-static size_t span4(const int64_t *n, const int64_t *s, size_t es) {
-    int64_t last = 0;
-    for (int k = 0; k < 4; k++) {
-        if (n[k] == 0) return 0;
-        last += (n[k] - 1) * s[k];
-    }
-    return (size_t)(last + 1) * es;
-}
-
 static void add_operands(trn__access_set *rg, const trn_attention_desc *d) {
     const size_t es = trn_dtype_size(d->dtype);
     const int64_t qn[4] = {d->batch, d->heads, d->q_len, d->head_dim};
@@ -384,12 +374,13 @@ static void add_operands(trn__access_set *rg, const trn_attention_desc *d) {
     const int64_t ks[4] = {d->k_strides[0], d->k_strides[1], d->k_strides[2], 1};
     const int64_t vs[4] = {d->v_strides[0], d->v_strides[1], d->v_strides[2], 1};
     const int64_t os[4] = {d->out_strides[0], d->out_strides[1], d->out_strides[2], 1};
-    trn__access_add(rg, d->q, span4(qn, qs, es));
-    trn__access_add(rg, d->k, span4(kn, ks, es));
-    trn__access_add(rg, d->v, span4(vn, vs, es));
-    trn__access_add(rg, d->out, span4(on, os, es));
+    trn__access_add(rg, d->q, trn__span4_bytes(qn, qs, es));
+    trn__access_add(rg, d->k, trn__span4_bytes(kn, ks, es));
+    trn__access_add(rg, d->v, trn__span4_bytes(vn, vs, es));
+    trn__access_add(rg, d->out, trn__span4_bytes(on, os, es));
     if (d->mask)
-        trn__access_add(rg, d->mask, span4(mn, d->mask_strides, trn_dtype_size(d->mask_dtype)));
+        trn__access_add(rg, d->mask,
+                        trn__span4_bytes(mn, d->mask_strides, trn_dtype_size(d->mask_dtype)));
     trn__access_add(rg, d->lse, (size_t)(d->batch * d->heads * d->q_len) * sizeof(float));
 }
 
@@ -403,7 +394,7 @@ static trn_status attn_task(void *args) {
         const size_t es = trn_dtype_size(d->dtype);
         const int64_t on[4] = {d->batch, d->heads, d->q_len, d->v_dim};
         const int64_t gs[4] = {bd->dout_strides[0], bd->dout_strides[1], bd->dout_strides[2], 1};
-        trn__access_add(&rg, bd->dout, span4(on, gs, es));
+        trn__access_add(&rg, bd->dout, trn__span4_bytes(on, gs, es));
         trn__access_add(&rg, bd->dq, (size_t)(d->batch * d->heads * d->q_len * d->head_dim) * es);
         trn__access_add(&rg, bd->dk,
                         (size_t)(d->batch * d->kv_heads * d->kv_len * d->head_dim) * es);

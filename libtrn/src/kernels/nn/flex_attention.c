@@ -317,15 +317,6 @@ static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
 }
 
 // ---- launch -----------------------------------------------------------------------
-static size_t span4(const int64_t *n, const int64_t *s, size_t es) {
-    int64_t last = 0;
-    for (int k = 0; k < 4; k++) {
-        if (n[k] == 0) return 0;
-        last += (n[k] - 1) * s[k];
-    }
-    return (size_t)(last + 1) * es;
-}
-
 static void add_operands(trn__access_set *rg, const trn_flex_attention_desc *d) {
     const size_t es = trn_dtype_size(d->dtype);
     const int64_t qn[4] = {d->batch, d->heads, d->q_len, d->head_dim};
@@ -336,10 +327,10 @@ static void add_operands(trn__access_set *rg, const trn_flex_attention_desc *d) 
     const int64_t ks[4] = {d->k_strides[0], d->k_strides[1], d->k_strides[2], 1};
     const int64_t vs[4] = {d->v_strides[0], d->v_strides[1], d->v_strides[2], 1};
     const int64_t os[4] = {d->out_strides[0], d->out_strides[1], d->out_strides[2], 1};
-    trn__access_add(rg, d->q, span4(qn, qs, es));
-    trn__access_add(rg, d->k, span4(kn, ks, es));
-    trn__access_add(rg, d->v, span4(vn, vs, es));
-    trn__access_add(rg, d->out, span4(on, os, es));
+    trn__access_add(rg, d->q, trn__span4_bytes(qn, qs, es));
+    trn__access_add(rg, d->k, trn__span4_bytes(kn, ks, es));
+    trn__access_add(rg, d->v, trn__span4_bytes(vn, vs, es));
+    trn__access_add(rg, d->out, trn__span4_bytes(on, os, es));
     const size_t rows = (size_t)(d->batch * d->heads * d->q_len) * sizeof(float);
     trn__access_add(rg, d->lse, rows);
     trn__access_add(rg, d->max, rows);
@@ -368,10 +359,10 @@ static trn_status flex_task(void *args) {
         const int64_t qs[4] = {bd->dq_strides[0], bd->dq_strides[1], bd->dq_strides[2], 1};
         const int64_t ks[4] = {bd->dk_strides[0], bd->dk_strides[1], bd->dk_strides[2], 1};
         const int64_t vs[4] = {bd->dv_strides[0], bd->dv_strides[1], bd->dv_strides[2], 1};
-        trn__access_add(&rg, bd->dout, span4(on, gs, es));
-        trn__access_add(&rg, bd->dq, span4(qn, qs, es));
-        trn__access_add(&rg, bd->dk, span4(kn, ks, es));
-        trn__access_add(&rg, bd->dv, span4(vn, vs, es));
+        trn__access_add(&rg, bd->dout, trn__span4_bytes(on, gs, es));
+        trn__access_add(&rg, bd->dq, trn__span4_bytes(qn, qs, es));
+        trn__access_add(&rg, bd->dk, trn__span4_bytes(kn, ks, es));
+        trn__access_add(&rg, bd->dv, trn__span4_bytes(vn, vs, es));
         trn__access_add(&rg, bd->dlse, (size_t)(d->batch * d->heads * d->q_len) * sizeof(float));
     }
     trn_status st = trn__access_begin(&rg);
