@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "trn/compiler.h"
+#include "trn/graph_extern.h"
 #include "trn/kernel_abi.h"
 
 typedef enum trn__cc_kind {
@@ -22,9 +23,10 @@ typedef enum trn__cc_kind {
     CC_REDUCE,
     CC_MATMUL,
     CC_CONV,
-    CC_GATHER,   // in[0] src, in[1..] indices
-    CC_SCATTER,  // in[0] self, in[1] index, in[2] src
-    CC_IOTA,     // start + step * (voffset + sum(i_k * vstrides_k)), params[0..1]
+    CC_GATHER,         // in[0] src, in[1..] indices
+    CC_SCATTER,        // in[0] self, in[1] index, in[2] src
+    CC_IOTA,           // start + step * (voffset + sum(i_k * vstrides_k)), params[0..1]
+    CC_EXTERN_RESULT,  // written by extern call host_step (trn/graph_extern.h)
 } trn__cc_kind;
 
 typedef struct trn__cc_node {
@@ -60,7 +62,7 @@ typedef struct trn__cc_node {
     int wrap, accumulate;
     trn_graph_index_error ierr;
     // host
-    int host_step;  // host result: its step
+    int host_step;  // host result: its step; extern result: its call
     int store_to;   // store node (trn_graph_store): the input it writes; else -1
     bool stored;    // input: a store writes it
     bool exported;
@@ -73,21 +75,38 @@ typedef struct trn__cc_host {
     int *args;
 } trn__cc_host;
 
+// An extern call: its results are nodes [position, position + n_results).
+typedef struct trn__cc_extern {
+    int position;  // nodes [0, position) exist when it runs
+    int n_args, n_results;
+    int *args;
+    trn_graph_extern_fn fn;
+    void *ctx;
+} trn__cc_extern;
+
 struct trn_graph {
     trn__cc_node *nodes;
     int count, cap;
     trn__cc_host *hosts;
     int n_hosts, cap_hosts;
+    trn__cc_extern *externs;
+    int n_externs, cap_externs;
 };
 
 // ---- schedule ------------------------------------------------------------------
-typedef enum trn__cc_step_kind { STEP_KERNEL, STEP_MATMUL, STEP_CONV, STEP_HOST } trn__cc_step_kind;
+typedef enum trn__cc_step_kind {
+    STEP_KERNEL,
+    STEP_MATMUL,
+    STEP_CONV,
+    STEP_HOST,
+    STEP_EXTERN
+} trn__cc_step_kind;
 
 typedef struct trn__cc_step {
     trn__cc_step_kind kind;
     int node;    // the node the step produces (kernel/matmul/conv)
     int kernel;  // kernel index in the shared object (STEP_KERNEL)
-    int host;    // host step number (STEP_HOST)
+    int host;    // host step number (STEP_HOST), extern call number (STEP_EXTERN)
 } trn__cc_step;
 
 // Where a node lives once scheduled.
@@ -121,6 +140,8 @@ trn_status trn__cc_schedule_build(const trn_graph *g, trn__cc_schedule *s);
 void trn__cc_schedule_free(trn__cc_schedule *s);
 // Resolves how node `n` (a buffer, or a view of one, or a const) is read.
 void trn__cc_access_of(const trn_graph *g, int n, trn__cc_access *a);
+// Frees the extern calls' argument lists and the array (graph.c).
+void trn__cc_externs_free(trn__cc_extern *e, int n);
 int64_t trn__cc_numel(const trn__cc_node *n);
 // The memory a gather reads (its src's access), as strides over the
 // gather's own dims (src dims it does not walk contribute 0); *idx_strides

@@ -41,6 +41,7 @@ void trn_graph_free(trn_graph *g) {
     for (int i = 0; i < g->n_hosts; i++) free(g->hosts[i].args);
     free(g->nodes);
     free(g->hosts);
+    trn__cc_externs_free(g->externs, g->n_externs);
     free(g);
 }
 
@@ -412,6 +413,66 @@ trn_status trn_graph_host_result(trn_graph *g, int step, trn_dtype dtype, int nd
     return TRN_SUCCESS;
 }
 
+void trn__cc_externs_free(trn__cc_extern *e, int n) {
+    for (int i = 0; i < n; i++) free(e[i].args);
+    free(e);
+}
+
+trn_status trn_graph_extern_call(trn_graph *g, int n_args, const int *args, trn_graph_extern_fn fn,
+                                 void *ctx, int *call) {
+    if (g == NULL || call == NULL || fn == NULL || (n_args > 0 && args == NULL))
+        return BAD("trn_graph_extern_call: NULL argument");
+    for (int i = 0; i < n_args; i++) {
+        trn_status st = check_node(g, args[i], "an extern argument");
+        if (st != TRN_SUCCESS) return st;
+        const trn__cc_node *a = &g->nodes[args[i]];
+        // A const has no memory of its own: the caller materializes it.
+        if (a->kind == CC_CONST || (a->kind == CC_VIEW && g->nodes[a->in[0]].kind == CC_CONST))
+            return BAD("trn_graph_extern_call: argument node %d is a constant", args[i]);
+        if (a->store_to >= 0)
+            return BAD("trn_graph_extern_call: argument node %d is a store", args[i]);
+    }
+    if (g->n_externs == g->cap_externs) {
+        int cap = g->cap_externs ? 2 * g->cap_externs : 8;
+        trn__cc_extern *e = realloc(g->externs, (size_t)cap * sizeof *e);
+        if (e == NULL)
+            return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_graph_extern_call: out of memory");
+        g->externs = e;
+        g->cap_externs = cap;
+    }
+    trn__cc_extern *e = &g->externs[g->n_externs];
+    memset(e, 0, sizeof *e);
+    e->args = malloc((size_t)(n_args > 0 ? n_args : 1) * sizeof *args);
+    if (e->args == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_graph_extern_call: out of memory");
+    if (n_args) memcpy(e->args, args, (size_t)n_args * sizeof *args);
+    e->position = g->count;
+    e->n_args = n_args;
+    e->fn = fn;
+    e->ctx = ctx;
+    *call = g->n_externs++;
+    return TRN_SUCCESS;
+}
+
+trn_status trn_graph_extern_result(trn_graph *g, int call, trn_dtype dtype, int ndim,
+                                   const int64_t *sizes, const int64_t *strides, int *id) {
+    if (g == NULL || call < 0 || call >= g->n_externs)
+        return BAD("trn_graph_extern_result: no extern call %d", call);
+    trn__cc_extern *e = &g->externs[call];
+    if (call != g->n_externs - 1 || g->count != e->position + e->n_results)
+        return BAD("trn_graph_extern_result: results are declared right after their extern call");
+    trn__cc_node *n;
+    trn_status st = strides ? check_input_strides(ndim, sizes, strides) : TRN_SUCCESS;
+    if (st == TRN_SUCCESS && strides && !dense(ndim, sizes, strides))
+        st = BAD("trn_graph_extern_result: strides are not dense");
+    if (st == TRN_SUCCESS) st = add_node(g, CC_EXTERN_RESULT, dtype, ndim, sizes, &n, id);
+    if (st != TRN_SUCCESS) return st;
+    if (strides) memcpy(n->layout, strides, (size_t)ndim * sizeof *strides);
+    n->host_step = call;
+    e->n_results++;
+    return TRN_SUCCESS;
+}
+
 trn_status trn_graph_export(trn_graph *g, int node, const int64_t *strides) {
     if (g == NULL) return BAD("trn_graph_export: graph is NULL");
     trn_status st = check_node(g, node, "the exported node");
@@ -420,6 +481,11 @@ trn_status trn_graph_export(trn_graph *g, int node, const int64_t *strides) {
     if (n->kind == CC_INPUT || n->kind == CC_HOST_RESULT || n->kind == CC_VIEW)
         return BAD("trn_graph_export: node %d is an input, host result or view (the caller has it "
                    "already)",
+                   node);
+    if (n->kind == CC_EXTERN_RESULT && strides != NULL &&
+        memcmp(strides, n->layout, (size_t)n->ndim * sizeof *strides) != 0)
+        return BAD("trn_graph_export: node %d is an extern result: its kernel writes its own "
+                   "strides",
                    node);
     if (n->store_to >= 0)
         return BAD("trn_graph_export: node %d is a store (it writes input %d)", node, n->store_to);
@@ -463,6 +529,8 @@ trn_status trn_graph_set_layout(trn_graph *g, int node, const int64_t *strides) 
     trn__cc_node *n = &g->nodes[node];
     if (n->kind == CC_INPUT || n->kind == CC_HOST_RESULT || n->store_to >= 0)
         return BAD("trn_graph_set_layout: node %d has the caller's strides", node);
+    if (n->kind == CC_EXTERN_RESULT)
+        return BAD("trn_graph_set_layout: node %d has its extern kernel's strides", node);
     return set_strides(n, strides, node);
 }
 

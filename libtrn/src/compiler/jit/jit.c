@@ -323,6 +323,22 @@ static trn_status copy_graph(trn_graph *dst, const trn_graph *src) {
     for (int i = 0; i < src->count; i++) dst->nodes[i].label = NULL;
     dst->count = dst->cap = src->count;
     dst->hosts = NULL;  // runs only need the steps, which record host numbers
+    // Extern calls run from the program: their arguments, function, context.
+    dst->externs = malloc(((size_t)src->n_externs + 1) * sizeof *dst->externs);
+    if (dst->externs == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory");
+    for (int i = 0; i < src->n_externs; i++) {
+        const trn__cc_extern *x = &src->externs[i];
+        trn__cc_extern *y = &dst->externs[i];
+        *y = *x;
+        y->args = malloc(((size_t)x->n_args + 1) * sizeof *y->args);
+        if (y->args == NULL) {
+            dst->n_externs = i;
+            return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_program_compile: out of memory");
+        }
+        if (x->n_args) memcpy(y->args, x->args, (size_t)x->n_args * sizeof *y->args);
+    }
+    dst->n_externs = dst->cap_externs = src->n_externs;
     return TRN_SUCCESS;
 }
 
@@ -558,6 +574,7 @@ void trn_program_free(trn_program *p) {
     if (p->dl) dlclose(p->dl);
     trn__cc_schedule_free(&p->sched);
     free(p->graph.nodes);
+    trn__cc_externs_free(p->graph.externs, p->graph.n_externs);
     free(p->source);
     free(p->object);
     free(p->stores);
@@ -595,3 +612,5 @@ trn_status trn__cc_build_shared(const char *source, const trn_compile_options *o
     free(b.object);
     return st;
 }
+
+int trn_program_extern_count(const trn_program *p) { return p ? p->graph.n_externs : 0; }

@@ -1,7 +1,8 @@
 // run.c - running a compiled program on a stream.
 //
 // Owns: trn_run. Each run of consecutive generated kernels is one stream
-// task, each extern call one launch (matmul, convolution) on the same stream, so compiled steps
+// task, each extern call one launch (matmul, convolution, an extern kernel
+// of trn/graph_extern.h) on the same stream, so compiled steps
 // stay ordered with eager work exactly like eager kernels. The run's array
 // of buffer addresses is read by the queued tasks, so it is freed by a task
 // queued after them (trn_run_finish).
@@ -227,6 +228,24 @@ static trn_status launch_conv(const trn_run *r, trn_stream *s, int node) {
     }
 }
 
+// An extern kernel: its arguments' addresses (through their views), then
+// its results'; the function queues the kernel on the stream.
+static trn_status launch_extern(const trn_run *r, trn_stream *s, int call) {
+    const trn__cc_extern *x = &r->p->graph.externs[call];
+    const int n = x->n_args + x->n_results;
+    void **bufs = malloc((size_t)(n > 0 ? n : 1) * sizeof *bufs);
+    if (bufs == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "trn_run: out of memory");
+    for (int k = 0; k < x->n_args; k++) {
+        trn__cc_access a;
+        trn__cc_access_of(&r->p->graph, x->args[k], &a);
+        bufs[k] = at(r, &a);
+    }
+    for (int k = 0; k < x->n_results; k++) bufs[x->n_args + k] = r->ptrs[x->position + k];
+    trn_status st = x->fn(x->ctx, s, bufs, n);
+    free(bufs);
+    return st;
+}
+
 trn_status trn_run_continue(trn_run *r, trn_stream *s, int *host_step) {
     if (r == NULL || s == NULL || host_step == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_run_continue: NULL argument");
@@ -255,6 +274,7 @@ trn_status trn_run_continue(trn_run *r, trn_stream *s, int *host_step) {
         }
         case STEP_MATMUL: st = launch_matmul(r, s, sp->node); break;
         case STEP_CONV: st = launch_conv(r, s, sp->node); break;
+        case STEP_EXTERN: st = launch_extern(r, s, sp->host); break;
         }
         if (st != TRN_SUCCESS) return st;
     }

@@ -213,6 +213,10 @@ trn_status trn__cc_render(const trn_graph *g, const trn__cc_schedule *s, char **
             put(&b, "// step %d: host call %d (an eager op)\n\n", st, sp->host);
             continue;
         }
+        if (sp->kind == STEP_EXTERN) {
+            put(&b, "// step %d: extern kernel call %d\n\n", st, sp->host);
+            continue;
+        }
         memset(k.mark, 0, n);
         k.root = sp->node;
         k.n_fused = k.n_leaves = 0;

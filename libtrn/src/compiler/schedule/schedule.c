@@ -5,6 +5,8 @@
 // must be in memory: it is exported, viewed, an operand of an extern call
 // (matmul, conv), or read by two or more nodes (recomputing it would repeat
 // its loads and math). Reductions and extern calls always write memory.
+// Extern calls (trn/graph_extern.h) read their arguments from memory and
+// write their results there, as steps of their own between the kernels.
 // Every node in memory that is not the caller's gets a workspace piece,
 // planned greedily in step order and reused once its last reader ran.
 #include <stdlib.h>
@@ -76,6 +78,11 @@ static trn_status plan_homes(const trn_graph *g, trn__cc_home *home, bool copy_s
             if (copy_stores && n->store_to >= 0) forced[src] = true;
         }
     }
+    for (int e = 0; e < g->n_externs; e++)
+        for (int k = 0; k < g->externs[e].n_args; k++) {
+            readers[g->externs[e].args[k]]++;
+            forced[g->externs[e].args[k]] = true;
+        }
     for (int i = 0; i < g->count; i++) {
         const trn__cc_node *n = &g->nodes[i];
         switch (n->kind) {
@@ -91,7 +98,8 @@ static trn_status plan_homes(const trn_graph *g, trn__cc_home *home, bool copy_s
         case CC_REDUCE:
         case CC_MATMUL:
         case CC_CONV:
-        case CC_SCATTER: home[i] = n->exported ? HOME_CALLER : HOME_WORKSPACE; break;
+        case CC_SCATTER:
+        case CC_EXTERN_RESULT: home[i] = n->exported ? HOME_CALLER : HOME_WORKSPACE; break;
         case CC_IOTA:  // cheaper to recompute than to load: only forced into memory
             home[i] = n->exported ? HOME_CALLER : forced[i] ? HOME_WORKSPACE : HOME_FUSED;
             break;
@@ -146,6 +154,16 @@ static void step_reads(const trn_graph *g, const trn__cc_home *home, int root, b
         if (n->in[k] >= 0) step_reads(g, home, n->in[k], false, fn, ctx);
 }
 
+// Buffers an extern call reads: each argument's (a view's base).
+static void extern_reads(const trn_graph *g, const trn__cc_extern *x, void (*fn)(void *, int),
+                         void *ctx) {
+    for (int k = 0; k < x->n_args; k++) {
+        trn__cc_access a;
+        trn__cc_access_of(g, x->args[k], &a);
+        if (a.buffer >= 0) fn(ctx, a.buffer);
+    }
+}
+
 typedef struct last_use_ctx {
     int *last;
     int step;
@@ -166,7 +184,7 @@ static trn_status build(const trn_graph *g, trn__cc_schedule *s, bool copy_store
     size_t n = (size_t)g->count + 1;
     s->home = calloc(n, sizeof *s->home);
     s->ws_offset = calloc(n, sizeof *s->ws_offset);
-    s->steps = calloc(n + (size_t)g->n_hosts, sizeof *s->steps);
+    s->steps = calloc(n + (size_t)g->n_hosts + (size_t)g->n_externs, sizeof *s->steps);
     int *last = malloc(n * sizeof *last);
     block *free_list = malloc(n * sizeof *free_list);
     if (!s->home || !s->ws_offset || !s->steps || !last || !free_list) {
@@ -178,17 +196,32 @@ static trn_status build(const trn_graph *g, trn__cc_schedule *s, bool copy_store
     trn_status st = plan_homes(g, s->home, copy_stores);
     if (st != TRN_SUCCESS) goto fail;
 
-    // Steps in node order, host steps at their positions.
-    int h = 0;
+    // Steps in node order, host steps and extern calls at their positions.
+    int h = 0, e = 0;
     for (int i = 0; i <= g->count; i++) {
         while (h < g->n_hosts && g->hosts[h].position == i) {
             s->steps[s->n_steps++] = (trn__cc_step){STEP_HOST, -1, -1, h};
             h++;
         }
+        while (e < g->n_externs && g->externs[e].position == i) {
+            const trn__cc_extern *x = &g->externs[e];
+            for (int k = 0; k < x->n_args; k++) {
+                trn__cc_access a;
+                trn__cc_access_of(g, x->args[k], &a);
+                if (a.buffer < 0) {
+                    st = trn__set_error(TRN_ERROR_UNSUPPORTED,
+                                        "trn_program_compile: extern call %d reads a constant", e);
+                    goto fail;
+                }
+            }
+            s->steps[s->n_steps++] = (trn__cc_step){STEP_EXTERN, -1, -1, e};
+            e++;
+        }
         if (i == g->count) break;
         const trn__cc_node *x = &g->nodes[i];
         bool computed = (s->home[i] == HOME_WORKSPACE || s->home[i] == HOME_CALLER) &&
-                        x->kind != CC_INPUT && x->kind != CC_HOST_RESULT;
+                        x->kind != CC_INPUT && x->kind != CC_HOST_RESULT &&
+                        x->kind != CC_EXTERN_RESULT;
         if (!computed) continue;
         trn__cc_step step = {STEP_KERNEL, i, -1, -1};
         if (x->kind == CC_MATMUL)
@@ -221,6 +254,8 @@ static trn_status build(const trn_graph *g, trn__cc_schedule *s, bool copy_store
         if (sp->kind == STEP_HOST) {
             const trn__cc_host *hc = &g->hosts[sp->host];
             for (int a = 0; a < hc->n_args; a++) note_last(&c, hc->args[a]);
+        } else if (sp->kind == STEP_EXTERN) {
+            extern_reads(g, &g->externs[sp->host], note_last, &c);
         } else {
             step_reads(g, s->home, sp->node, true, note_last, &c);
         }
@@ -230,23 +265,31 @@ static trn_status build(const trn_graph *g, trn__cc_schedule *s, bool copy_store
     int64_t top = 0;
     for (int k = 0; k < s->n_steps; k++) {
         const trn__cc_step *sp = &s->steps[k];
-        if (sp->kind != STEP_HOST && s->home[sp->node] == HOME_WORKSPACE) {
-            int64_t size = (int64_t)((node_bytes(&g->nodes[sp->node]) + 63) & ~(size_t)63);
+        // The nodes this step writes: its own, or an extern call's results.
+        int first = sp->node, end = sp->node + 1;
+        if (sp->kind == STEP_HOST) first = end = 0;
+        if (sp->kind == STEP_EXTERN) {
+            first = g->externs[sp->host].position;
+            end = first + g->externs[sp->host].n_results;
+        }
+        for (int w = first; w < end; w++) {
+            if (s->home[w] != HOME_WORKSPACE) continue;
+            int64_t size = (int64_t)((node_bytes(&g->nodes[w]) + 63) & ~(size_t)63);
             int best = -1;
             for (int b = 0; b < nfree; b++)
                 if (free_list[b].size >= size &&
                     (best < 0 || free_list[b].size < free_list[best].size))
                     best = b;
             if (best >= 0) {
-                s->ws_offset[sp->node] = free_list[best].off;
+                s->ws_offset[w] = free_list[best].off;
                 free_list[best].off += size;
                 free_list[best].size -= size;
                 if (free_list[best].size == 0) free_list[best] = free_list[--nfree];
             } else {
-                s->ws_offset[sp->node] = top;
+                s->ws_offset[w] = top;
                 top += size;
             }
-            if (last[sp->node] < k) last[sp->node] = k;  // written, never read
+            if (last[w] < k) last[w] = k;  // written, never read
         }
         // Release pieces whose last reader is this step.
         for (int i = 0; i < g->count; i++) {
@@ -323,6 +366,8 @@ static int store_hazard(const trn_graph *g, const trn__cc_schedule *s) {
             if (later->kind == STEP_HOST) {
                 const trn__cc_host *hc = &g->hosts[later->host];
                 for (int a = 0; a < hc->n_args; a++) c.hit |= hc->args[a] == x;
+            } else if (later->kind == STEP_EXTERN) {
+                extern_reads(g, &g->externs[later->host], note_hit, &c);
             } else {
                 step_reads(g, s->home, later->node, true, note_hit, &c);
             }
