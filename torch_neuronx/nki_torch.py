@@ -5,7 +5,9 @@
 implementation is the same function run on fake tensors: a kernel called
 with fake tensors is only traced (never compiled or run) and returns fake
 outputs of the traced shapes, so shape propagation costs one trace per
-signature. ``register_autograd`` works as on any custom op.
+signature. ``register_autograd`` works as on any custom op. Under
+``torch.compile(backend="neuron")`` the op's kernel calls are extern steps of
+the compiled program (torch_neuronx/_compile/lower_nki.py), not host steps.
 
 ``wrap_nki(kernel)[grid](*args)`` calls a kernel through one generic custom
 op (``openneuron_nki::call``) so the call is a single operator node."""
@@ -64,6 +66,9 @@ def nki_op(name, fn=None, *, mutates_args=(), device_types=None, schema=None):
             name, mutates_args=mutates_args, device_types=device_types, schema=schema
         )(f)
         op.register_fake(f)
+        from ._compile import lower_nki
+
+        lower_nki.register(op, f)
         return op
 
     return wrap if fn is None else wrap(fn)

@@ -23,6 +23,7 @@ _FIELDS = (
     "compile_wait_seconds",
     "shape_graphs",
     "collectives",
+    "extern_kernels",
 )
 _metrics = dict.fromkeys(_FIELDS, 0)
 _settlers: list = []  # jobs.py's finish_pending, once it is loaded (on_settle)
@@ -61,7 +62,9 @@ def get_dynamo_metrics() -> dict:
     ``shape_graphs`` (static graphs compiled for a new input shape of a graph
     Dynamo made dynamic on its own, see _compile/shapes.py) and
     ``collectives`` (functional collectives lowered into compiled graphs as
-    asynchronous start / wait steps, see _compile/lower_collective.py)."""
+    asynchronous start / wait steps, see _compile/lower_collective.py) and
+    ``extern_kernels`` (NKI kernel calls lowered into compiled graphs as
+    extern steps, no host step: see _compile/lower_nki.py)."""
     settle()
     with _lock:
         return dict(_metrics)

@@ -3,7 +3,8 @@ rebuild the same graph without lowering the FX graph again.
 
 Owner: RecordingGraph (what the Lowerer builds into), Tape and replay().
 The tape is the exact list of builder calls with plain arguments (ints,
-floats, lists, strings); replaying it on a fresh builder gives node ids
+floats, lists, strings; an NKI kernel call by its program text, compiled
+again by the replay: a disk-cache hit); replaying it on a fresh builder gives node ids
 identical to the recorded ones, because the builder numbers nodes in call
 order.
 """
@@ -29,6 +30,8 @@ _RECORDED = (
     "scatter",
     "host_call",
     "host_result",
+    "nki_call",
+    "extern_result",
     "export",
     "store",
     "set_layout",
@@ -70,6 +73,13 @@ class RecordingGraph:
         self.g = _C._CompilerGraph()
         self.tape = Tape()
 
+    def nki_call(self, prog, text: str, name: str, args, n_results: int) -> int:
+        """An NKI kernel call as an extern step (lower_nki.py). Recorded by
+        its program text, which a replay compiles again (a cache hit)."""
+        call = self.g.nki_call(prog, args, n_results)
+        self.tape.append("nki_call", (text, name, list(args), n_results))
+        return call
+
     def __getattr__(self, name):
         fn = getattr(self.g, name)
         if name not in _RECORDED:
@@ -90,5 +100,11 @@ def replay(tape) -> "_C._CompilerGraph":
     for name, args in tape:
         if name not in _RECORDED:
             raise ValueError(f"neuron warm cache: unknown builder call {name!r} in a cached graph")
+        if name == "nki_call":
+            from .lower_nki import program_for
+
+            text, kname, nodes, n_results = args
+            g.nki_call(program_for(text, kname), nodes, n_results)
+            continue
         getattr(g, name)(*args)
     return g

@@ -4,6 +4,9 @@
 // Converts and checks only: the Python backend (torch_neuronx/_compile)
 // translates an FX graph into these builder calls; every decision (fusion,
 // memory, code) is libtrn's. Buffers are passed as tensors' data pointers.
+// An NKI kernel call is an extern step (trn/graph_extern.h) whose context is
+// the compiled NKI program: the graph, then every program compiled from it,
+// holds a reference so the program outlives every run.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -17,9 +20,11 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include "compile/nki_program.h"
 #include "runtime/bindings.h"
 #include "runtime/device.h"
 #include "trn/compiler.h"
+#include "trn/graph_extern.h"
 #include "trn/metrics.h"
 #include "runtime/trn_check.h"
 
@@ -32,14 +37,24 @@ using I64s = std::vector<int64_t>;
 
 struct Graph {
     trn_graph *g = nullptr;
+    std::vector<std::shared_ptr<NkiProgram>> nki;  // extern calls' kernels
     Graph() { TRN_CHECK(trn_graph_create(&g)); }
     ~Graph() { trn_graph_free(g); }
 };
 
 struct Program {
     trn_program *p = nullptr;
+    std::vector<std::shared_ptr<NkiProgram>> nki;  // outlive p's runs: freed after it
     ~Program() { trn_program_free(p); }
 };
+
+// An NKI call's extern step: queues the kernel on the run's stream (the
+// buffers are the kernel's arguments, then its outputs, as it binds them).
+trn_status launch_nki(void *ctx, trn_stream *s, void *const *bufs, int n) {
+    const auto *p = static_cast<const trn_nki_program *>(ctx);
+    if (n != trn_nki_program_arg_count(p)) return TRN_ERROR_INVALID_ARGUMENT;
+    return trn_nki_launch(p, s, bufs);
+}
 
 // A program that gathers or scatters can fail on an index value: its run is
 // waited for, so the error is raised at the op, as eager index ops do
@@ -310,6 +325,34 @@ void register_compiler(py::module_ &m) {
                      return step;
                  });
              })
+        .def("nki_call",
+             [](Graph &g, std::shared_ptr<NkiProgram> prog, const std::vector<int> &args,
+                int n_results) {
+                 return guarded([&] {
+                     TORCH_CHECK(prog && prog->p, "nki_call: no NKI program");
+                     TORCH_CHECK(static_cast<int>(args.size()) + n_results ==
+                                     trn_nki_program_arg_count(prog->p),
+                                 "nki_call: the kernel binds ", trn_nki_program_arg_count(prog->p),
+                                 " HBM tensors, got ", args.size(), " arguments and ", n_results,
+                                 " results");
+                     int call;
+                     TRN_CHECK(trn_graph_extern_call(g.g, (int)args.size(), args.data(), launch_nki,
+                                                     prog->p, &call));
+                     g.nki.push_back(std::move(prog));
+                     return call;
+                 });
+             })
+        .def("extern_result",
+             [](Graph &g, int call, int dt, const I64s &sizes, const I64s &strides) {
+                 return guarded([&] {
+                     int id;
+                     TORCH_CHECK(sizes.size() == strides.size(),
+                                 "extern_result: sizes and strides differ in length");
+                     TRN_CHECK(trn_graph_extern_result(g.g, call, (trn_dtype)dt, (int)sizes.size(),
+                                                       sizes.data(), strides.data(), &id));
+                     return id;
+                 });
+             })
         .def("host_result",
              [](Graph &g, int step, int dt, const I64s &sizes, const I64s &strides) {
                  return guarded([&] {
@@ -347,6 +390,7 @@ void register_compiler(py::module_ &m) {
                 const std::string &cc_flags, double lock_timeout_s, int64_t cache_max_bytes) {
                  return guarded([&] {
                      auto prog = std::make_shared<Program>();
+                     prog->nki = g.nki;
                      trn_compile_options o{include_dir.c_str(),
                                            cache_dir ? cache_dir->c_str() : nullptr,
                                            debug_dir ? debug_dir->c_str() : nullptr,
@@ -370,6 +414,8 @@ void register_compiler(py::module_ &m) {
                                [](Program &p) { return trn_program_workspace_size(p.p); })
         .def_property_readonly("kernel_count",
                                [](Program &p) { return trn_program_kernel_count(p.p); })
+        .def_property_readonly("extern_count",
+                               [](Program &p) { return trn_program_extern_count(p.p); })
         .def_property_readonly("from_cache",
                                [](Program &p) { return trn_program_from_cache(p.p) != 0; })
         .def_property_readonly("compile_seconds",

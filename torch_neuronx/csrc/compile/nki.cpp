@@ -14,6 +14,7 @@
 
 #include <ATen/ATen.h>
 
+#include "compile/nki_program.h"
 #include "runtime/bindings.h"
 #include "runtime/device.h"
 #include "runtime/trn_check.h"
@@ -23,11 +24,6 @@ namespace py = pybind11;
 
 namespace neuron {
 namespace {
-
-struct NkiProgram {
-    trn_nki_program *p = nullptr;
-    ~NkiProgram() { trn_nki_program_free(p); }
-};
 
 void register_nki(py::module_ &m) {
     py::class_<NkiProgram, std::shared_ptr<NkiProgram>>(m, "_NkiProgram")
