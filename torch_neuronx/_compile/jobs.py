@@ -245,6 +245,7 @@ class _CompileJob:
             graphs=1,
             kernels=program.kernel_count,
             host_steps=len(self.lowered.hosts),
+            extern_kernels=program.extern_count,
             compile_seconds=seconds,
         )
         _report_compile(self.name, program, seconds, compiled.device.index or 0)

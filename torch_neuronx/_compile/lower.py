@@ -40,6 +40,7 @@ from . import (  # noqa: F401
     lower_index,
     lower_collective,
     lower_attention,
+    lower_grouped_mm,
 )
 from .lower_core import (
     LOWERINGS,

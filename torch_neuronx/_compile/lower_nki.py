@@ -30,7 +30,6 @@ import threading
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import metrics
 from .lower_core import LOWERINGS, TRN_DTYPE, Unsupported, Val, contiguous_strides
 
 _FNS: dict = {}  # OpOverload -> the op's Python function
@@ -187,7 +186,6 @@ def lower_op(L, node, *args, **kwargs):
 
     returned = [ref_of(t) for t in result] if isinstance(result, (list, tuple)) else ref_of(result)
 
-    metrics.add(extern_kernels=len(calls))
     # Emit, in call order: each call's arguments, the call, its results.
     made: list[list[Val]] = []
     for c in calls:

@@ -63,8 +63,10 @@ def get_dynamo_metrics() -> dict:
     Dynamo made dynamic on its own, see _compile/shapes.py) and
     ``collectives`` (functional collectives lowered into compiled graphs as
     asynchronous start / wait steps, see _compile/lower_collective.py) and
-    ``extern_kernels`` (NKI kernel calls lowered into compiled graphs as
-    extern steps, no host step: see _compile/lower_nki.py)."""
+    ``extern_kernels`` (extern steps in the graphs compiled or loaded, like
+    ``kernels``: kernel calls the program makes itself, no host step - NKI
+    kernels, _compile/lower_nki.py, and torch._grouped_mm,
+    _compile/lower_grouped_mm.py)."""
     settle()
     with _lock:
         return dict(_metrics)

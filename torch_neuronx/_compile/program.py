@@ -32,7 +32,12 @@ def rebuild_program(tape, name: str, device: torch.device, cc: CcSettings | None
     else:
         metrics.add(compiles=1, cc_seconds=program.compile_seconds)
     seconds = time.perf_counter() - t0
-    metrics.add(graphs=1, kernels=program.kernel_count, compile_seconds=seconds)
+    metrics.add(
+        graphs=1,
+        kernels=program.kernel_count,
+        extern_kernels=program.extern_count,
+        compile_seconds=seconds,
+    )
     _report_compile(name, program, seconds, device.index or 0)
     return program
 

@@ -31,6 +31,7 @@ _RECORDED = (
     "host_call",
     "host_result",
     "nki_call",
+    "grouped_mm_call",
     "extern_result",
     "export",
     "store",

@@ -6,7 +6,10 @@
 // memory, code) is libtrn's. Buffers are passed as tensors' data pointers.
 // An NKI kernel call is an extern step (trn/graph_extern.h) whose context is
 // the compiled NKI program: the graph, then every program compiled from it,
-// holds a reference so the program outlives every run.
+// holds a reference so the program outlives every run. torch._grouped_mm is
+// one too: its context is the product's descriptor (sizes and strides; offs
+// is an argument buffer, read when the kernel runs, so changing group sizes
+// never reach the host).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -25,6 +28,7 @@
 #include "runtime/device.h"
 #include "trn/compiler.h"
 #include "trn/graph_extern.h"
+#include "trn/grouped_mm.h"
 #include "trn/metrics.h"
 #include "runtime/trn_check.h"
 
@@ -37,7 +41,8 @@ using I64s = std::vector<int64_t>;
 
 struct Graph {
     trn_graph *g = nullptr;
-    std::vector<std::shared_ptr<NkiProgram>> nki;  // extern calls' kernels
+    std::vector<std::shared_ptr<NkiProgram>> nki;           // extern calls' kernels
+    std::vector<std::shared_ptr<trn_grouped_mm_desc>> gmm;  // grouped_mm calls' descriptors
     Graph() { TRN_CHECK(trn_graph_create(&g)); }
     ~Graph() { trn_graph_free(g); }
 };
@@ -45,6 +50,7 @@ struct Graph {
 struct Program {
     trn_program *p = nullptr;
     std::vector<std::shared_ptr<NkiProgram>> nki;  // outlive p's runs: freed after it
+    std::vector<std::shared_ptr<trn_grouped_mm_desc>> gmm;
     ~Program() { trn_program_free(p); }
 };
 
@@ -54,6 +60,18 @@ trn_status launch_nki(void *ctx, trn_stream *s, void *const *bufs, int n) {
     const auto *p = static_cast<const trn_nki_program *>(ctx);
     if (n != trn_nki_program_arg_count(p)) return TRN_ERROR_INVALID_ARGUMENT;
     return trn_nki_launch(p, s, bufs);
+}
+
+// A grouped_mm extern step: buffers A, B, (offs,) then C.
+trn_status launch_grouped_mm(void *ctx, trn_stream *s, void *const *bufs, int n) {
+    trn_grouped_mm_desc d = *static_cast<const trn_grouped_mm_desc *>(ctx);
+    const bool offs = d.layout != TRN_GMM_3D_3D;
+    if (n != (offs ? 4 : 3)) return TRN_ERROR_INVALID_ARGUMENT;
+    d.a = bufs[0];
+    d.b = bufs[1];
+    d.offs = offs ? static_cast<const int32_t *>(bufs[2]) : nullptr;
+    d.c = bufs[n - 1];
+    return trn_grouped_mm_launch(s, &d);
 }
 
 // A program that gathers or scatters can fail on an index value: its run is
@@ -342,6 +360,38 @@ void register_compiler(py::module_ &m) {
                      return call;
                  });
              })
+        .def("grouped_mm_call",
+             [](Graph &g, const std::vector<int> &args, int dt, int layout, const I64s &gmnk,
+                const I64s &a_strides, const I64s &b_strides, const I64s &c_strides) {
+                 return guarded([&] {
+                     TORCH_CHECK(layout >= TRN_GMM_2D_3D && layout <= TRN_GMM_2D_2D,
+                                 "grouped_mm_call: bad layout ", layout);
+                     TORCH_CHECK(args.size() == (layout == TRN_GMM_3D_3D ? 2u : 3u),
+                                 "grouped_mm_call: A, B and offs (none for 3d x 3d)");
+                     TORCH_CHECK(gmnk.size() == 4 && a_strides.size() == 3 &&
+                                     b_strides.size() == 3 && c_strides.size() == 3,
+                                 "grouped_mm_call: (G, m, n, k) and three strides per operand");
+                     TORCH_CHECK(trn_grouped_mm_supports((trn_dtype)dt),
+                                 "grouped_mm_call: dtype not supported");
+                     auto d = std::make_shared<trn_grouped_mm_desc>();
+                     d->dtype = (trn_dtype)dt;
+                     d->layout = (trn_gmm_layout)layout;
+                     d->groups = gmnk[0];
+                     d->m = gmnk[1];
+                     d->n = gmnk[2];
+                     d->k = gmnk[3];
+                     for (int i = 0; i < 3; i++) {
+                         d->a_strides[i] = a_strides[i];
+                         d->b_strides[i] = b_strides[i];
+                         d->c_strides[i] = c_strides[i];
+                     }
+                     int call;
+                     TRN_CHECK(trn_graph_extern_call(g.g, (int)args.size(), args.data(),
+                                                     launch_grouped_mm, d.get(), &call));
+                     g.gmm.push_back(std::move(d));
+                     return call;
+                 });
+             })
         .def("extern_result",
              [](Graph &g, int call, int dt, const I64s &sizes, const I64s &strides) {
                  return guarded([&] {
@@ -391,6 +441,7 @@ void register_compiler(py::module_ &m) {
                  return guarded([&] {
                      auto prog = std::make_shared<Program>();
                      prog->nki = g.nki;
+                     prog->gmm = g.gmm;
                      trn_compile_options o{include_dir.c_str(),
                                            cache_dir ? cache_dir->c_str() : nullptr,
                                            debug_dir ? debug_dir->c_str() : nullptr,
