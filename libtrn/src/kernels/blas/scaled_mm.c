@@ -105,13 +105,26 @@ static void widen_mx(trn_dtype t, const uint8_t *src, const int64_t s[2], int64_
     for (int64_t i = 0; i < rows; i++) {
         const int64_t gi = r0 + i;
         const uint8_t *row = src + i * s[0];
-        for (int64_t j = 0; j < cols; j++) {
-            const int64_t idx = mx->k_is_col ? mx_index(mx, gi, j >> 5) : mx_index(mx, j, gi >> 5);
-            const float v = lut[row[j * s[1]]] * trn_fp8_e8m0fnu_to_float(mx->scale[idx]);
+        float *of = df + i * cols;
+        uint16_t *oh = dh + i * cols;
+        // Along K: one scale per run of 32 columns.
+        for (int64_t j0 = 0; mx->k_is_col && j0 < cols; j0 += 32) {
+            const float sc = trn_fp8_e8m0fnu_to_float(mx->scale[mx_index(mx, gi, j0 >> 5)]);
+            const int64_t j1 = cols - j0 < 32 ? cols : j0 + 32;
             if (bf16)
-                dh[i * cols + j] = (uint16_t)(trn_fp32_to_bits(v) >> 16);
+                for (int64_t j = j0; j < j1; j++)
+                    oh[j] = (uint16_t)(trn_fp32_to_bits(lut[row[j * s[1]]] * sc) >> 16);
             else
-                df[i * cols + j] = v;
+                for (int64_t j = j0; j < j1; j++) of[j] = lut[row[j * s[1]]] * sc;
+        }
+        // Across K (a row-major B): one scale per column, fixed block.
+        for (int64_t j = 0; !mx->k_is_col && j < cols; j++) {
+            const float v =
+                lut[row[j * s[1]]] * trn_fp8_e8m0fnu_to_float(mx->scale[mx_index(mx, j, gi >> 5)]);
+            if (bf16)
+                oh[j] = (uint16_t)(trn_fp32_to_bits(v) >> 16);
+            else
+                of[j] = v;
         }
     }
 }
