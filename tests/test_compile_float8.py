@@ -162,3 +162,20 @@ def test_torchao_tensorwise_step_compiled_no_cast_host_steps(host_ops):
         assert torch.equal(_bits(a), _bits(b))
     for name, p in eager_p.items():
         assert torch.equal(_bits(comp_p[name]), _bits(p)), name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64], ids=str)
+def test_max_min_all_dims_compile(dtype, host_ops):
+    # torch.max(x) / torch.min(x) (torchao's amax) lower like amax/amin:
+    # no host step, the values of PyTorch CPU (NaN wins).
+    def f(x):
+        return torch.max(x.abs()), torch.min(x), torch.max(x[:, 1:])
+
+    x = (torch.randn(37, 9) * 100).to(dtype)
+    if dtype.is_floating_point:
+        x[3, 0] = float("nan")
+    got = torch.compile(f, backend=DEV, fullgraph=True)(x.to(DEV))
+    for g, w in zip(got, f(x)):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g.cpu(), w, equal_nan=True, rtol=0, atol=0)
+    assert host_ops == []
