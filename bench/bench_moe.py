@@ -3,7 +3,8 @@ vs PyTorch CPU, side by side in one run.
 
 Rows: torch._grouped_mm (MoE forward shape, bf16 and fp32) vs CPU's
 _grouped_mm and vs a Python loop of mm on neuron; torch._scaled_mm fp8
-(rowwise) vs a bf16 mm on neuron and vs CPU's _scaled_mm; one training
+(rowwise) vs a bf16 mm on neuron and vs CPU's _scaled_mm; MXFP8 _scaled_mm
+(e8m0 block scales; CPU has no MX path) vs bf16 mm and rowwise on neuron; one training
 step of a small MoE transformer (tests/test_moe_model.py) vs CPU.
 Ratios are speed-ups (CPU time / neuron time, or loop / grouped): higher is
 better. Target (the issue's, never a test's): >= 1.2x PyTorch CPU.
@@ -81,6 +82,31 @@ def bench_scaled(min_time, m, k, n):
     row("neuron fp8 _scaled_mm vs neuron bf16 mm", ours, bf16, "bf16 mm")
 
 
+def bench_scaled_mx(min_time, m, k, n):
+    # PyTorch CPU has no MX path: the comparison is neuron's bf16 mm of the
+    # same shape (and neuron's rowwise fp8 _scaled_mm, for the MX overhead).
+    print(f"_scaled_mm MXFP8 e4m3fn, e8m0 scales per 32 (swizzled): {m} x {k} x {n} -> bf16")
+    from torchao.prototype.mx_formats.utils import to_blocked
+
+    kb = (k + 31) // 32
+    a = torch.randn(m, k).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k).to(torch.float8_e4m3fn).t()
+    sa = to_blocked(torch.randint(120, 135, (m, kb), dtype=torch.uint8).view(torch.float8_e8m0fnu))
+    sb = to_blocked(torch.randint(120, 135, (n, kb), dtype=torch.uint8).view(torch.float8_e8m0fnu))
+    ad, bd, sad, sbd = (t.to("neuron") for t in (a, b, sa, sb))
+    ours = timeit(
+        lambda: torch._scaled_mm(ad, bd, sad, sbd, out_dtype=torch.bfloat16), "neuron", min_time
+    )
+    a16, b16 = ad.to(torch.bfloat16), bd.to(torch.bfloat16)
+    bf16 = timeit(lambda: torch.mm(a16, b16), "neuron", min_time)
+    row("neuron MX _scaled_mm vs neuron bf16 mm", ours, bf16, "bf16 mm")
+    r1, r2 = (torch.ones(m, 1).to("neuron"), torch.ones(1, n).to("neuron"))
+    rowwise = timeit(
+        lambda: torch._scaled_mm(ad, bd, r1, r2, out_dtype=torch.bfloat16), "neuron", min_time
+    )
+    row("neuron MX _scaled_mm vs neuron rowwise _scaled_mm", ours, rowwise, "rowwise")
+
+
 def bench_train(min_time, expert_dtype):
     print(f"MoE transformer training step (experts in {str(expert_dtype)[6:]}, batch 8 x 64)")
     times = {}
@@ -111,6 +137,7 @@ def main():
     torch.manual_seed(0)
     bench_grouped(t, 4096, 512, 1024, 8)
     bench_scaled(t, 1024, 1024, 1024)
+    bench_scaled_mx(t, 1024, 1024, 1024)
     bench_train(t, torch.float32)
     bench_train(t, torch.bfloat16)
 

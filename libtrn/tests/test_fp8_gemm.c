@@ -137,6 +137,65 @@ static void test_scaled_mm(void) {
     CHECK(trn_scaled_mm_launch(g_stream, &d) == TRN_ERROR_UNSUPPORTED);
 }
 
+// MX block scales: K = 40 (two blocks, the second of 8), one row tile and
+// one K tile of the swizzled layout (512 bytes each). Small exponents (the
+// folded path) and then extreme ones (block by block), against a plain
+// loop; power-of-two scales make the expected sums exact.
+static void test_scaled_mm_mx(void) {
+    enum { M = 3, K = 40, N = 2, KB = 2 };
+    uint8_t a[M * K], b[K * N], sa[512] = {0}, sb[512] = {0};
+    for (int i = 0; i < M * K; i++) a[i] = trn_float_to_fp8_e4m3fn((float)(i % 5) - 2.0f);
+    for (int i = 0; i < K * N; i++) b[i] = trn_float_to_fp8_e5m2((float)(i % 3) - 1.0f);
+    const int codes[2][2] = {{127, 129}, {254, 1}};  // {a, b} exponents per pass
+    for (int pass = 0; pass < 2; pass++) {
+        for (int r = 0; r < 3; r++)
+            for (int c = 0; c < KB; c++) {
+                // row r, block c of a 128x4 tile: (r % 32) * 16 + (r / 32) * 4 + c
+                sa[r * 16 + c] = (uint8_t)(codes[pass][0] - c);
+                if (r < N) sb[r * 16 + c] = (uint8_t)(codes[pass][1] + c);
+            }
+        float c[M * N];
+        trn_scaled_mm_desc d = {0};
+        d.a_dtype = TRN_DTYPE_F8E4M3FN;
+        d.b_dtype = TRN_DTYPE_F8E5M2;
+        d.out_dtype = TRN_DTYPE_F32;
+        d.m = M;
+        d.n = N;
+        d.k = K;
+        d.a = a;
+        d.a_strides[0] = K;
+        d.a_strides[1] = 1;
+        d.b = b;  // row-major K x N
+        d.b_strides[0] = N;
+        d.b_strides[1] = 1;
+        d.c = c;
+        d.c_strides[0] = N;
+        d.c_strides[1] = 1;
+        d.mx_scale_a = sa;
+        d.mx_scale_b = sb;
+        CHECK_OK(trn_scaled_mm_launch(g_stream, &d));
+        CHECK_OK(trn_stream_synchronize(g_stream));
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double s = 0;
+                for (int p = 0; p < K; p++)
+                    s += ldexp((double)trn_fp8_e4m3fn_to_float(a[i * K + p]) *
+                                   trn_fp8_e5m2_to_float(b[p * N + j]),
+                               sa[i * 16 + p / 32] + sb[j * 16 + p / 32] - 254);
+                CHECK(c[i * N + j] == (float)s);
+            }
+        if (pass == 1) {
+            d.mx_scale_b = NULL;  // one MX scale only
+            CHECK(trn_scaled_mm_launch(g_stream, &d) == TRN_ERROR_INVALID_ARGUMENT);
+            d.mx_scale_b = sb;
+            d.a_dtype = TRN_DTYPE_F8E4M3FNUZ;  // MX takes the OCP formats only
+            CHECK(trn_scaled_mm_launch(g_stream, &d) == TRN_ERROR_UNSUPPORTED);
+        }
+    }
+    CHECK_INT(trn_scaled_mm_mx_scale_bytes(3, 40), 512);
+    CHECK_INT(trn_scaled_mm_mx_scale_bytes(129, 160), 2048);
+}
+
 int main(void) {
     if (trn_stream_get_default(0, &g_stream) != TRN_SUCCESS) {
         fprintf(stderr, "no stream: %s\n", trn_last_error());
@@ -145,5 +204,6 @@ int main(void) {
     test_conversions();
     test_grouped_mm();
     test_scaled_mm();
+    test_scaled_mm_mx();
     return TEST_REPORT();
 }

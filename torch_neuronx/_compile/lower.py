@@ -337,6 +337,20 @@ class Lowerer:
                 ):
                     self.cur = a
                     v = self.materialize(v, tuple(int(s) for s in m.stride()))
+                elif (
+                    isinstance(m, torch.Tensor)
+                    and isinstance(a, torch.fx.Node)
+                    and a.op == "call_function"
+                    and tuple(v.sizes) == tuple(m.shape)
+                    and not same_layout(v.sizes, v.strides, tuple(m.stride()))
+                    and _runs_on_device(a.target, a, self.env)
+                ):
+                    # A non-dense FX layout (a column of a bigger buffer, saved
+                    # for the backward, which reads it with those strides):
+                    # generated code writes dense buffers only, so the op
+                    # runs as a host step, whose result keeps the FX layout.
+                    self.cur = a
+                    return self.host_step(a)
                 self.export(v.base)
             return v
 

@@ -42,6 +42,14 @@ TRN_DTYPE = {
         torch.bfloat16,
         torch.float32,
         torch.float64,
+        # 8-bit floats: libtrn's graph takes copies and casts of them (to
+        # them from float32/16/bfloat16/float64, from them to float32) and
+        # refuses the rest, which then run as host steps.
+        torch.float8_e4m3fn,
+        torch.float8_e5m2,
+        torch.float8_e4m3fnuz,
+        torch.float8_e5m2fnuz,
+        torch.float8_e8m0fnu,
     )
 }
 # trn_graph_reduce_op and trn_conv_kind (libtrn/include/trn/compiler.h).

@@ -115,6 +115,18 @@ def _amin(L, node, x, dims=(), keepdim=False):
     return reduce(L, node, TRN_GRAPH_MIN, x, dims, keepdim)
 
 
+@register(aten.max.default, aten.min.default)
+def _max_min_all(L, node, x):
+    """torch.max(x) / torch.min(x): amax/amin over every dim (NaN wins the
+    same way); float8 training's amax (torchao) is one. An empty input runs
+    eagerly, which raises PyTorch's error."""
+    v = _val(L, x)
+    if any(int(s) == 0 for s in v.sizes):
+        raise Unsupported("max/min of an empty tensor")
+    op = TRN_GRAPH_MAX if node.target is aten.max.default else TRN_GRAPH_MIN
+    return reduce(L, node, op, x, None, False)
+
+
 def _scale(L, node_meta_shape, v: Val, factor, dtype):
     """v * factor as a new (fusable) node of v's shape."""
     nid = L.g.pointwise(

@@ -8,6 +8,7 @@
 
 #include "../../internal.h"
 #include "../compiler_impl.h"
+#include "trn/convert.h"
 
 #define BAD(...) trn__set_error(TRN_ERROR_INVALID_ARGUMENT, __VA_ARGS__)
 
@@ -15,10 +16,44 @@ bool trn__cc_is_float(trn_dtype d) {
     return d == TRN_DTYPE_F32 || d == TRN_DTYPE_F16 || d == TRN_DTYPE_BF16 || d == TRN_DTYPE_F64;
 }
 
-// 8-bit floats: generated code has no loads/stores for them yet.
 static bool dtype_ok(trn_dtype d) {
-    return (unsigned)d < TRN_DTYPE_COUNT && d != TRN_DTYPE_C64 && d != TRN_DTYPE_C128 &&
-           !trn_dtype_is_fp8(d);
+    return (unsigned)d < TRN_DTYPE_COUNT && d != TRN_DTYPE_C64 && d != TRN_DTYPE_C128;
+}
+
+// 8-bit floats in generated code: values are carried as their codes (an
+// int64 register holding the byte), so a copy of one is a byte copy, and
+// converted only by casts, through trn/convert.h - the eager conversions'
+// one definition, bit for bit: float32/float16/bfloat16/float64 -> 8 bits
+// (float64 rounded to float32 first, as c10 does), 8 bits -> float32 (exact,
+// PyTorch's NaN patterns). The other casts (to float16/bfloat16, whose NaN
+// patterns differ; to integers, where some NaNs become 0), arithmetic,
+// reductions and index ops on 8-bit floats are refused: they run as eager
+// host steps, as PyTorch CPU has no arithmetic on them either.
+static bool fp8_cast_ok(trn_dtype from, trn_dtype to) {
+    if (from == to) return true;
+    if (trn_dtype_is_fp8(to))
+        return from == TRN_DTYPE_F32 || from == TRN_DTYPE_F16 || from == TRN_DTYPE_BF16 ||
+               from == TRN_DTYPE_F64;
+    return !trn_dtype_is_fp8(from) || to == TRN_DTYPE_F32;
+}
+
+// The code of `f` as an 8-bit float constant (float64 rounded to float32
+// first, as c10 does).
+static int64_t fp8_code(trn_dtype d, double f) {
+    const float v = (float)f;
+    switch (d) {
+    case TRN_DTYPE_F8E4M3FN: return trn_float_to_fp8_e4m3fn(v);
+    case TRN_DTYPE_F8E5M2: return trn_float_to_fp8_e5m2(v);
+    case TRN_DTYPE_F8E4M3FNUZ: return trn_float_to_fp8_e4m3fnuz(v);
+    case TRN_DTYPE_F8E5M2FNUZ: return trn_float_to_fp8_e5m2fnuz(v);
+    default: return trn_float_to_fp8_e8m0fnu(v);
+    }
+}
+
+static trn_status fp8_refused(const char *fn, trn_dtype d) {
+    return trn__set_error(TRN_ERROR_UNSUPPORTED,
+                          "%s: %s values are only copied and cast in generated code", fn,
+                          trn_dtype_name(d));
 }
 
 int64_t trn__cc_numel(const trn__cc_node *n) {
@@ -148,6 +183,7 @@ trn_status trn_graph_const(trn_graph *g, trn_dtype dtype, double f, int64_t i, i
     if (st != TRN_SUCCESS) return st;
     n->cf = f;
     n->ci = i;
+    if (trn_dtype_is_fp8(dtype)) n->ci = fp8_code(dtype, f);  // held as its code
     return TRN_SUCCESS;
 }
 
@@ -155,6 +191,7 @@ trn_status trn_graph_iota(trn_graph *g, trn_dtype dtype, int ndim, const int64_t
                           const int64_t *coef, int64_t offset, double start, double step, int *id) {
     if (g == NULL || (ndim > 0 && coef == NULL)) return BAD("trn_graph_iota: NULL argument");
     if (dtype == TRN_DTYPE_BOOL) return BAD("trn_graph_iota: bool values");
+    if (trn_dtype_is_fp8(dtype)) return fp8_refused("trn_graph_iota", dtype);
     trn__cc_node *n;
     trn_status st = add_node(g, CC_IOTA, dtype, ndim, sizes, &n, id);
     if (st != TRN_SUCCESS) return st;
@@ -186,6 +223,11 @@ trn_status trn_graph_pointwise(trn_graph *g, trn_ew_op op, trn_dtype compute, tr
     if (trn_ew_op_is_predicate(op) && out != TRN_DTYPE_BOOL)
         return BAD("trn_graph_pointwise: %s writes bool, not %s", trn_ew_op_name(op),
                    trn_dtype_name(out));
+    if (trn_dtype_is_fp8(compute) || trn_dtype_is_fp8(out))
+        return fp8_refused("trn_graph_pointwise", trn_dtype_is_fp8(out) ? out : compute);
+    for (int i = 0; i < n_in; i++)
+        if (in[i] >= 0 && in[i] < g->count && trn_dtype_is_fp8(g->nodes[in[i]].dtype))
+            return fp8_refused("trn_graph_pointwise", g->nodes[in[i]].dtype);
     // The shape is the first non-const input's (consts are uniform).
     const trn__cc_node *shape = NULL;
     for (int i = 0; i < n_in; i++) {
@@ -221,6 +263,10 @@ trn_status trn_graph_cast(trn_graph *g, int in, trn_dtype dtype, int *id) {
     if (g == NULL) return BAD("trn_graph_cast: graph is NULL");
     trn_status st = check_node(g, in, "the input");
     if (st != TRN_SUCCESS) return st;
+    if ((unsigned)dtype < TRN_DTYPE_COUNT && !fp8_cast_ok(g->nodes[in].dtype, dtype))
+        return trn__set_error(TRN_ERROR_UNSUPPORTED,
+                              "trn_graph_cast: %s -> %s is not a cast generated code makes",
+                              trn_dtype_name(g->nodes[in].dtype), trn_dtype_name(dtype));
     int64_t sizes[TRN_GRAPH_MAX_DIMS];
     int ndim = g->nodes[in].ndim;
     memcpy(sizes, g->nodes[in].sizes, sizeof sizes);
@@ -287,6 +333,8 @@ trn_status trn_graph_reduce(trn_graph *g, trn_graph_reduce_op op, int in, trn_dt
     if (x->dtype == TRN_DTYPE_BOOL || out == TRN_DTYPE_BOOL)
         return trn__set_error(TRN_ERROR_UNSUPPORTED,
                               "trn_graph_reduce: bool reductions are not supported");
+    if (trn_dtype_is_fp8(x->dtype) || trn_dtype_is_fp8(out))
+        return fp8_refused("trn_graph_reduce", trn_dtype_is_fp8(out) ? out : x->dtype);
     if ((op == TRN_GRAPH_MAX || op == TRN_GRAPH_MIN) && trn__cc_numel(x) == 0)
         return BAD("trn_graph_reduce: max/min of an empty tensor");
     int64_t sizes[TRN_GRAPH_MAX_DIMS];
@@ -612,6 +660,7 @@ trn_status trn_graph_gather(trn_graph *g, int src, int n_idx, const int *idx, co
     for (int k = 0; k < n_idx && st == TRN_SUCCESS; k++)
         st = check_index(g, fn, idx[k], k ? &g->nodes[idx[0]] : NULL);
     if (st != TRN_SUCCESS) return st;
+    if (trn_dtype_is_fp8(g->nodes[src].dtype)) return fp8_refused(fn, g->nodes[src].dtype);
     const trn__cc_node *it = &g->nodes[idx[0]];
     if (it->ndim > 0 && out_to_src == NULL) return BAD("%s: NULL dim map", fn);
     if (!in_memory(g, src))
@@ -654,6 +703,7 @@ trn_status trn_graph_scatter(trn_graph *g, int self, int index, int src, int dim
     if (v->dtype != x->dtype)
         return BAD("%s: source %s, self %s", fn, trn_dtype_name(v->dtype),
                    trn_dtype_name(x->dtype));
+    if (trn_dtype_is_fp8(x->dtype)) return fp8_refused(fn, x->dtype);
     if (it->ndim > 0 && out_to_self == NULL) return BAD("%s: NULL dim map", fn);
     if (!in_memory(g, index) || !in_memory(g, src))
         return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: the index or source is a constant", fn);

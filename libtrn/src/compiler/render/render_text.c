@@ -38,9 +38,44 @@ TRN__PRINTF(2, 3) void put(sb *b, const char *fmt, ...) {
 
 // ---- types ----------------------------------------------------------------------
 
+// The trn/convert.h name of an 8-bit float format ("e4m3fn", ...).
+static const char *fp8_name(trn_dtype d) {
+    switch (d) {
+    case TRN_DTYPE_F8E4M3FN: return "e4m3fn";
+    case TRN_DTYPE_F8E5M2: return "e5m2";
+    case TRN_DTYPE_F8E4M3FNUZ: return "e4m3fnuz";
+    case TRN_DTYPE_F8E5M2FNUZ: return "e5m2fnuz";
+    default: return "e8m0fnu";
+    }
+}
+
 // Converts the value of expression `e` held in the register type of `from`
-// to the value it has as dtype `to` (in `to`'s register type).
+// to the value it has as dtype `to` (in `to`'s register type). 8-bit floats
+// are held as their codes (graph.c says which casts reach here); their
+// conversions are trn/convert.h's, the eager ones.
 void put_convert(sb *b, const char *e, trn_dtype from, trn_dtype to) {
+    if (from == to && trn_dtype_is_fp8(to)) {
+        put(b, "(%s)", e);  // a copy of the byte
+        return;
+    }
+    if (trn_dtype_is_fp8(from)) {
+        char *wide = NULL;
+        sb t = {0};
+        put(&t, "trn_fp8_%s_to_float((uint8_t)(%s))", fp8_name(from), e);
+        wide = t.s;
+        if (t.oom || wide == NULL) {
+            b->oom = true;
+            free(wide);
+            return;
+        }
+        put_convert(b, wide, TRN_DTYPE_F32, to);
+        free(wide);
+        return;
+    }
+    if (trn_dtype_is_fp8(to)) {
+        put(b, "(int64_t)trn_float_to_fp8_%s((float)(%s))", fp8_name(to), e);
+        return;
+    }
     if (is_f(to)) {
         const char *src = is_f(from) ? "" : "(float)";
         if (to == TRN_DTYPE_F16)
