@@ -242,6 +242,30 @@ def test_work_differs_by_batch_and_head(compiled):
         torch.testing.assert_close(a.cpu().double(), r, atol=2e-4, rtol=1e-3)
 
 
+@pytest.mark.parametrize("heads,kv_heads", [(1, 1), (4, 1)])
+def test_backward_of_one_kv_head(heads, kv_heads):
+    """One sequence with one key/value head (fewer backward units than
+    threads: the kernel splits the unit's query tiles between the threads
+    and adds their dk/dv): gradients against CPU SDPA and float64, causal,
+    grouped-query heads, a length that is not a multiple of the block."""
+    torch.manual_seed(4)
+    L = 700
+    q = torch.randn(1, heads, L, 16)
+    k, v = torch.randn(1, kv_heads, L, 16), torch.randn(1, kv_heads, L, 16)
+    g = torch.randn(1, heads, L, 16)
+    bm = create_block_mask(_causal, None, None, L, L, device="neuron")
+    leaves = [t.to("neuron").requires_grad_() for t in (q, k, v)]
+    out = flex_attention(*leaves, block_mask=bm, enable_gqa=True)
+    grads = torch.autograd.grad(out, leaves, g.to("neuron"))
+    for dtype, tol in ((torch.float32, (1e-4, 1e-4)), (torch.float64, (1e-4, 1e-4))):
+        ref_leaves = [t.to(dtype).requires_grad_() for t in (q, k, v)]
+        ref = F.scaled_dot_product_attention(*ref_leaves, is_causal=True, enable_gqa=True)
+        ref_g = torch.autograd.grad(ref, ref_leaves, g.to(dtype))
+        torch.testing.assert_close(out.detach().cpu().to(dtype), ref, atol=2e-5, rtol=1e-4)
+        for a, r in zip(grads, ref_g):
+            torch.testing.assert_close(a.cpu().to(dtype), r, atol=tol[0], rtol=tol[1])
+
+
 def test_captured_gradient_falls_back_to_dense_reference():
     """A score_mod bias that needs a gradient is outside the kernel: the
     dense reference runs (still on neuron, with a warning) and its gradients

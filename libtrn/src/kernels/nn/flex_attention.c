@@ -15,6 +15,8 @@
 // their key tile count (fwd_run). Backward units: (batch, kv head),
 // so one thread accumulates dk/dv of its kv head over every query head of
 // the group (no atomics); dq of a query tile is accumulated over its blocks.
+// With fewer units than threads a unit is split in parts with partial dk/dv
+// sums (bwd_run).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,18 +303,80 @@ static void bwd_tile(const trn_flex_attention_backward_desc *bd, const bwd_scrat
     trn__flex_mm(ni, E, nj, dst, 1, TQ, k, kld, w->dq, E, 1);
 }
 
-static void bwd_unit(const trn_flex_attention_backward_desc *bd, const bwd_scratch *w,
-                     int64_t unit) {
+// dk, dv of kv head hk of batch b (S rows of E and Ev floats) into the outputs.
+static void store_dkv(const trn_flex_attention_backward_desc *bd, int64_t b, int64_t hk,
+                      const float *dk, const float *dv) {
+    const trn_flex_attention_desc *d = &bd->fwd;
+    const int64_t E = d->head_dim, Ev = d->v_dim;
+    for (int64_t j = 0; j < d->kv_len; j++) {
+        trn__store_row_f32(d->dtype, bd->dk,
+                           b * bd->dk_strides[0] + hk * bd->dk_strides[1] + j * bd->dk_strides[2],
+                           E, dk + j * E, 1.0f);
+        trn__store_row_f32(d->dtype, bd->dv,
+                           b * bd->dv_strides[0] + hk * bd->dv_strides[1] + j * bd->dv_strides[2],
+                           Ev, dv + j * Ev, 1.0f);
+    }
+}
+
+// The backward's work split. A job is one (batch, kv head) unit, or, when
+// there are fewer units than threads (one sequence of multi-query or
+// few-head attention), one of `parts` pieces of a unit: a range of its
+// (query head, query tile) pairs of equal key-tile cost, accumulating dk/dv
+// into its own partial sums (added after the jobs) and writing the dq of
+// its pairs. A unit per job left the second thread idle there.
+typedef struct bwd_plan {
+    const trn_flex_attention_backward_desc *bd;
+    int64_t parts;
+    float *partial;  // parts > 1: [unit][part] blocks of S * (E + Ev) floats, dk then dv
+} bwd_plan;
+
+// The key tiles the query tile at row i0 of (b, h) visits, plus one.
+static int64_t pair_cost(const trn_flex_attention_desc *d, int64_t b, int64_t h, int64_t i0,
+                         int64_t tk) {
+    const int64_t per_block = (d->kv_block + tk - 1) / tk;
+    int64_t c = 1;
+    for (int list = 0; list < 2; list++) {
+        int64_t count;
+        const int32_t *idx;
+        block_list(d, list, b, h, i0 / d->q_block, &count, &idx);
+        c += count * per_block;
+    }
+    return c;
+}
+
+// The first pair of part `part` of the `pairs` pairs of unit (b, hk): the
+// first whose preceding cost reaches part / parts of the unit's.
+static int64_t pair_start(const trn_flex_attention_desc *d, int64_t b, int64_t hk, int64_t nqt,
+                          int64_t tq, int64_t tk, int64_t pairs, int64_t part, int64_t parts) {
+    if (part <= 0) return 0;
+    if (part >= parts) return pairs;
+    const int64_t group = d->heads / d->kv_heads;
+    int64_t total = 0;
+    for (int64_t p = 0; p < pairs; p++)
+        total += pair_cost(d, b, hk * group + p / nqt, (p % nqt) * tq, tk);
+    const int64_t target = total / parts * part + total % parts * part / parts;
+    int64_t acc = 0, p = 0;
+    for (; p < pairs && acc < target; p++)
+        acc += pair_cost(d, b, hk * group + p / nqt, (p % nqt) * tq, tk);
+    return p;
+}
+
+static void bwd_unit(const trn_flex_attention_backward_desc *bd, const bwd_scratch *w, int64_t unit,
+                     int64_t part, int64_t parts, float *partial) {
     const trn_flex_attention_desc *d = &bd->fwd;
     const int64_t E = d->head_dim, Ev = d->v_dim, L = d->q_len, S = d->kv_len;
     const int64_t TQ = w->tq, TK = w->tk;
     const int64_t group = d->heads / d->kv_heads;
     const int64_t b = unit / d->kv_heads, hk = unit % d->kv_heads;
     const float scale = (float)d->scale;
+    const int64_t nqt = (L + TQ - 1) / TQ, pairs = group * nqt;
+    const int64_t p0 = pair_start(d, b, hk, nqt, TQ, TK, pairs, part, parts);
+    const int64_t p1 = pair_start(d, b, hk, nqt, TQ, TK, pairs, part + 1, parts);
     memset(w->dk, 0, (size_t)(S * E) * sizeof(float));
     memset(w->dv, 0, (size_t)(S * Ev) * sizeof(float));
-    for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
-        for (int64_t i0 = 0; i0 < L; i0 += TQ) {
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t h = hk * group + p / nqt, i0 = (p % nqt) * TQ;
+        {
             const int64_t ni = min64(TQ, L - i0);
             load_rows(d->dtype, d->q, d->q_strides, b, h, i0, ni, E, w->q);
             for (int64_t i = 0; i < ni; i++)
@@ -355,18 +419,18 @@ static void bwd_unit(const trn_flex_attention_backward_desc *bd, const bwd_scrat
                                    E, w->dq + i * E, 1.0f);
         }
     }
-    for (int64_t j = 0; j < S; j++) {
-        trn__store_row_f32(d->dtype, bd->dk,
-                           b * bd->dk_strides[0] + hk * bd->dk_strides[1] + j * bd->dk_strides[2],
-                           E, w->dk + j * E, 1.0f);
-        trn__store_row_f32(d->dtype, bd->dv,
-                           b * bd->dv_strides[0] + hk * bd->dv_strides[1] + j * bd->dv_strides[2],
-                           Ev, w->dv + j * Ev, 1.0f);
+    if (parts > 1) {
+        float *to = partial + (unit * parts + part) * S * (E + Ev);
+        memcpy(to, w->dk, (size_t)(S * E) * sizeof(float));
+        memcpy(to + S * E, w->dv, (size_t)(S * Ev) * sizeof(float));
+        return;
     }
+    store_dkv(bd, b, hk, w->dk, w->dv);
 }
 
 static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
-    const trn_flex_attention_backward_desc *bd = ctx;
+    const bwd_plan *pl = ctx;
+    const trn_flex_attention_backward_desc *bd = pl->bd;
     const trn_flex_attention_desc *d = &bd->fwd;
     const int64_t E = d->head_dim, Ev = d->v_dim, S = d->kv_len;
     const int64_t TQ = tile_of(d->q_block), TK = tile_of(d->kv_block);
@@ -394,7 +458,8 @@ static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
     w.dk = w.dst + TK * TQ;
     w.dv = w.dk + S * E;
     w.row = w.dv + S * Ev;
-    for (int64_t u = u0; u < u1; u++) bwd_unit(bd, &w, u);
+    for (int64_t u = u0; u < u1; u++)
+        bwd_unit(bd, &w, u / pl->parts, u % pl->parts, pl->parts, pl->partial);
     free(buf);
 }
 
@@ -443,6 +508,36 @@ static trn_status fwd_run(const trn_flex_attention_desc *d) {
     return TRN_SUCCESS;
 }
 
+static trn_status bwd_run(const trn_flex_attention_backward_desc *bd) {
+    const trn_flex_attention_desc *d = &bd->fwd;
+    const int64_t units = d->batch * d->kv_heads, threads = trn_parallel_threads();
+    const int64_t tq = tile_of(d->q_block);
+    const int64_t pairs = d->heads / d->kv_heads * ((d->q_len + tq - 1) / tq);
+    int64_t parts = units >= threads ? 1 : (threads + units - 1) / units;
+    if (parts > pairs) parts = pairs;
+    bwd_plan pl = {bd, parts > 1 ? parts : 1, NULL};
+    const int64_t row = d->kv_len * (d->head_dim + d->v_dim);
+    if (pl.parts > 1) {
+        pl.partial = malloc((size_t)(units * pl.parts * row) * sizeof(float));
+        if (pl.partial == NULL)
+            return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "flex_attention: out of host memory");
+    }
+    trn_parallel_for(units * pl.parts, 1, bwd_piece, &pl);
+    if (pl.parts > 1) {
+        // Part 0's block collects the others', then goes to the outputs.
+        for (int64_t u = 0; u < units; u++) {
+            float *sum = pl.partial + u * pl.parts * row;
+            for (int64_t p = 1; p < pl.parts; p++) {
+                const float *add = sum + p * row;
+                for (int64_t e = 0; e < row; e++) sum[e] += add[e];
+            }
+            store_dkv(bd, u / d->kv_heads, u % d->kv_heads, sum, sum + d->kv_len * d->head_dim);
+        }
+        free(pl.partial);
+    }
+    return TRN_SUCCESS;
+}
+
 static trn_status flex_task(void *args) {
     flex_args *a = args;
     const trn_flex_attention_desc *d = &a->d.fwd;
@@ -480,7 +575,7 @@ static trn_status flex_task(void *args) {
             if (!a->backward) {
                 st = fwd_run(d);
             } else {
-                trn_parallel_for(d->batch * d->kv_heads, 1, bwd_piece, &a->d);
+                st = bwd_run(&a->d);
             }
         }
     }
