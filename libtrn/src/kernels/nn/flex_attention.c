@@ -518,7 +518,7 @@ static trn_status bwd_run(const trn_flex_attention_backward_desc *bd) {
     bwd_plan pl = {bd, parts > 1 ? parts : 1, NULL};
     const int64_t row = d->kv_len * (d->head_dim + d->v_dim);
     if (pl.parts > 1) {
-        pl.partial = malloc((size_t)(units * pl.parts * row) * sizeof(float));
+        pl.partial = malloc((size_t)(units * pl.parts * row + 1) * sizeof(float));  // + 1: S = 0
         if (pl.partial == NULL)
             return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "flex_attention: out of host memory");
     }
