@@ -206,6 +206,66 @@ def test_lse_and_fully_masked_rows():
     assert torch.all(outs[1][0][:, :, :128] == 0)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_work_differs_by_batch_and_head(compiled):
+    """A block mask per (batch, head) whose heads visit from 1 to all key
+    blocks (the kernel splits its query tiles between the threads by their
+    key-tile count, not their number): forward and backward against PyTorch
+    CPU and a float64 reference."""
+    torch.manual_seed(3)
+    Bw, Hw, L = 2, 4, 512
+    q, k, v = (torch.randn(Bw, Hw, L, 16) for _ in range(3))
+
+    def uneven(b, h, qi, kv):
+        return (qi >= kv) & (qi - kv <= 8 + 160 * h * (1 - b) + 480 * b * (h == 3))
+
+    fn = torch.compile(flex_attention, backend="neuron") if compiled else flex_attention
+    bm = create_block_mask(uneven, Bw, Hw, L, L, device="neuron")
+    leaves = [t.to("neuron").requires_grad_() for t in (q, k, v)]
+    out = fn(*leaves, block_mask=bm)
+    g = torch.randn(Bw, Hw, L, 16)
+    grads = torch.autograd.grad(out, leaves, g.to("neuron"))
+    bmc = create_block_mask(uneven, Bw, Hw, L, L, device="cpu")
+    cpu = flex_attention(q, k, v, block_mask=bmc)
+    b_ = torch.arange(Bw)[:, None, None, None]
+    h_ = torch.arange(Hw)[None, :, None, None]
+    qi = torch.arange(L)[None, None, :, None]
+    kv = torch.arange(L)[None, None, None, :]
+    keep = uneven(b_, h_, qi, kv)
+    ref_leaves = [t.double().requires_grad_() for t in (q, k, v)]
+    s = ref_leaves[0] @ ref_leaves[1].transpose(-2, -1) / 4.0
+    ref = torch.softmax(s.masked_fill(~keep, float("-inf")), -1) @ ref_leaves[2]
+    ref_g = torch.autograd.grad(ref, ref_leaves, g.double())
+    torch.testing.assert_close(out.detach().cpu(), cpu, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(out.detach().cpu().double(), ref, atol=2e-5, rtol=1e-4)
+    for a, r in zip(grads, ref_g):
+        torch.testing.assert_close(a.cpu().double(), r, atol=2e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(1, 1), (4, 1)])
+def test_backward_of_one_kv_head(heads, kv_heads):
+    """One sequence with one key/value head (fewer backward units than
+    threads: the kernel splits the unit's query tiles between the threads
+    and adds their dk/dv): gradients against CPU SDPA and float64, causal,
+    grouped-query heads, a length that is not a multiple of the block."""
+    torch.manual_seed(4)
+    L = 700
+    q = torch.randn(1, heads, L, 16)
+    k, v = torch.randn(1, kv_heads, L, 16), torch.randn(1, kv_heads, L, 16)
+    g = torch.randn(1, heads, L, 16)
+    bm = create_block_mask(_causal, None, None, L, L, device="neuron")
+    leaves = [t.to("neuron").requires_grad_() for t in (q, k, v)]
+    out = flex_attention(*leaves, block_mask=bm, enable_gqa=True)
+    grads = torch.autograd.grad(out, leaves, g.to("neuron"))
+    for dtype, tol in ((torch.float32, (1e-4, 1e-4)), (torch.float64, (1e-4, 1e-4))):
+        ref_leaves = [t.to(dtype).requires_grad_() for t in (q, k, v)]
+        ref = F.scaled_dot_product_attention(*ref_leaves, is_causal=True, enable_gqa=True)
+        ref_g = torch.autograd.grad(ref, ref_leaves, g.to(dtype))
+        torch.testing.assert_close(out.detach().cpu().to(dtype), ref, atol=2e-5, rtol=1e-4)
+        for a, r in zip(grads, ref_g):
+            torch.testing.assert_close(a.cpu().to(dtype), r, atol=tol[0], rtol=tol[1])
+
+
 def test_captured_gradient_falls_back_to_dense_reference():
     """A score_mod bias that needs a gradient is outside the kernel: the
     dense reference runs (still on neuron, with a warning) and its gradients

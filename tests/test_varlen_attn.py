@@ -168,3 +168,113 @@ def test_packed_model_trains_like_cpu(compiled):
     torch.testing.assert_close(torch.tensor(l), torch.tensor(ref_l), atol=1e-4, rtol=1e-4)
     for a, b in zip(p, ref_p):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+# ---- seqused_k and block_table (KV-cache decoding; forward only, as PyTorch) ----
+
+
+def _reference(q, ks, vs, cu_q, causal, dtype):
+    """Attention of each query segment of cu_q over its own key/value rows
+    ks[i], vs[i] ([len_k, heads, dim]; GQA heads repeated), the causal mask
+    aligned to the bottom-right as flash attention's; [T, H, E] and lse."""
+    outs, lses = [], []
+    for i, (a, b) in enumerate(zip(cu_q[:-1].tolist(), cu_q[1:].tolist())):
+        qs, kk, vv = (t.transpose(0, 1).to(dtype) for t in (q[a:b], ks[i], vs[i]))
+        rep = qs.size(0) // kk.size(0)
+        kk, vv = kk.repeat_interleave(rep, 0), vv.repeat_interleave(rep, 0)
+        lq, lk = b - a, kk.size(1)
+        s = qs @ kk.transpose(-2, -1) / qs.size(-1) ** 0.5
+        if causal:
+            keep = torch.arange(lk)[None, :] <= torch.arange(lq)[:, None] + (lk - lq)
+            s = s.masked_fill(~keep, float("-inf"))
+        lses.append(torch.logsumexp(s, -1))
+        outs.append((torch.softmax(s, -1) @ vv).transpose(0, 1))
+    return torch.cat(outs), torch.cat(lses, -1)
+
+
+def _cu(lens):
+    return torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+
+
+def _compare(fn, args, kw, q, ks, vs, cu_q, causal):
+    torch_neuronx.clear_op_tracking()
+    out, lse = fn(*args, return_aux=AuxRequest(lse=True), **kw)
+    assert torch_neuronx.get_fallback_ops() == []
+    cpu, _ = _reference(q, ks, vs, cu_q, causal, torch.float32)
+    ref, ref_lse = _reference(q, ks, vs, cu_q, causal, torch.float64)
+    torch.testing.assert_close(out.cpu(), cpu, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(out.cpu().double(), ref, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(lse.cpu().double(), ref_lse, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_seqused_k(causal, compiled):
+    """Key segments longer than their used part (a KV cache's free slots):
+    only the first seqused_k[i] keys of sequence i count, and the causal
+    mask aligns to them. Decode (one query) and chunked-prefill segments."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    lq, seg, used = [1, 4, 61, 1], [40, 150, 70, 260], [33, 150, 61, 201]
+    q = torch.randn(sum(lq), 4, 16)
+    k, v = torch.randn(sum(seg), 4, 16), torch.randn(sum(seg), 4, 16)
+    # The unused slots hold garbage that must not leak into the result.
+    cu_q, cu_k = _cu(lq), _cu(seg)
+    for i, u in enumerate(used):
+        k[cu_k[i] + u : cu_k[i + 1]] = 1e4
+        v[cu_k[i] + u : cu_k[i + 1]] = float("nan")
+    ks = [k[a : a + u] for a, u in zip(cu_k[:-1].tolist(), used)]
+    vs = [v[a : a + u] for a, u in zip(cu_k[:-1].tolist(), used)]
+    fn = torch.compile(varlen_attn, backend="neuron") if compiled else varlen_attn
+    dev = [t.to("neuron") for t in (q, k, v, cu_q, cu_k)]
+    kw = {"seqused_k": torch.tensor(used, dtype=torch.int32).to("neuron")}
+    if causal:
+        kw["window_size"] = (-1, 0)
+    _compare(fn, (*dev, max(lq), max(seg)), kw, q, ks, vs, cu_q, causal)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_block_table_paged_kv(compiled):
+    """A paged KV cache: key/value are a pool of pages [pages, page_size,
+    Hkv, D] in any order, block_table maps each sequence's logical pages to
+    pool pages, seqused_k its valid tokens (the last page partly filled);
+    grouped-query heads, causal."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    pages, page, H, Hk, E = 24, 16, 4, 2, 16
+    lq, used = [1, 3, 20], [33, 70, 20]
+    q = torch.randn(sum(lq), H, E)
+    kpool, vpool = torch.randn(pages, page, Hk, E), torch.randn(pages, page, Hk, E)
+    order = torch.randperm(pages)
+    table = torch.zeros(3, 6, dtype=torch.int32)  # unused entries stay 0
+    ks, vs, at = [], [], 0
+    for i, u in enumerate(used):
+        n = (u + page - 1) // page
+        table[i, :n] = order[at : at + n].to(torch.int32)
+        at += n
+        ks.append(kpool[table[i, :n].long()].reshape(-1, Hk, E)[:u])
+        vs.append(vpool[table[i, :n].long()].reshape(-1, Hk, E)[:u])
+    cu_q = _cu(lq)
+    fn = torch.compile(varlen_attn, backend="neuron") if compiled else varlen_attn
+    dev = [t.to("neuron") for t in (q, kpool, vpool, cu_q)]
+    kw = {
+        "seqused_k": torch.tensor(used, dtype=torch.int32).to("neuron"),
+        "block_table": table.to("neuron"),
+        "window_size": (-1, 0),
+        "enable_gqa": True,
+    }
+    args = (dev[0], dev[1], dev[2], dev[3], _cu(used).to("neuron"), max(lq), max(used))
+    _compare(fn, args, kw, q, ks, vs, cu_q, True)
+
+
+def test_paging_errors():
+    q, k, v, cu = (t.to("neuron") for t in _packed())
+    with pytest.raises(ValueError, match="seqused_k"):
+        varlen_attn(q, k, v, cu, cu, 200, 200, seqused_k=torch.tensor([6, 1, 1, 1]).to("neuron"))
+    pool = torch.randn(4, 16, 4, 16).to("neuron")
+    table = torch.tensor([[0], [1], [2], [9]], dtype=torch.int32).to("neuron")
+    used = torch.tensor([5, 5, 5, 5], dtype=torch.int32).to("neuron")
+    with pytest.raises(ValueError, match="outside"):
+        varlen_attn(q, pool, pool, cu, cu, 200, 16, seqused_k=used, block_table=table)
+    with pytest.raises(ValueError, match="requires seqused_k"):
+        varlen_attn(q, pool, pool, cu, cu, 200, 16, block_table=table)

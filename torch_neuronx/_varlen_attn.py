@@ -17,6 +17,11 @@ never computed.
 Semantics follow flash attention's varlen kernels: the causal mask (window
 (-1, 0)) and windows are aligned to the bottom-right of each sequence's
 [len_q, len_k] score block; ``lse`` is [heads, tokens] in natural log.
+KV-cache inference (forward only, as PyTorch): ``seqused_k`` (sequence i
+uses the first seqused_k[i] keys of its cu_seq_k segment) and
+``block_table`` (paged key/value pools) gather the used keys and values
+into packed tensors on the device first (``_used_keys``); len_k is then
+seqused_k[i].
 """
 
 from __future__ import annotations
@@ -103,11 +108,66 @@ def _window(is_causal, window_size):
     return int(left), int(right)
 
 
-def _check(query, key, value, seqused_k, block_table):
-    if seqused_k is not None or block_table is not None:
-        raise NotImplementedError(
-            "varlen_attn on neuron: seqused_k and block_table are not supported"
+def _used_keys(key, value, cu_seq_q, cu_seq_k, seqused_k, block_table):
+    """The keys and values a KV cache's sequences use, packed: with
+    block_table, key and value are a pool of pages [pages, page_size, heads,
+    dim] and sequence i's token t is on page block_table[i, t // page_size]
+    at t % page_size; without it, sequence i's keys are its cu_seq_k segment.
+    Either way only its first seqused_k[i] tokens take part. Returns packed
+    [sum(seqused_k), heads, dim] key and value (gathered on the device with
+    index_select, only the token indices built on the host) and their
+    cu_seq_k. Gathered, not masked: flash attention never reads the unused
+    slots, which may hold anything (NaN times a zero probability is NaN)."""
+    used = seqused_k.to("cpu", torch.int64)
+    n = cu_seq_q.numel() - 1
+    if used.dim() != 1 or used.numel() != n:
+        raise ValueError(
+            f"varlen_attn: seqused_k of shape {tuple(seqused_k.shape)} for {n} sequences"
         )
+    if block_table is None:
+        cu_k = cu_seq_k.to("cpu", torch.int64)
+        seg = cu_k[1:] - cu_k[:-1]
+        if cu_k.numel() != n + 1 or bool(((used < 0) | (used > seg)).any()):
+            raise ValueError(
+                f"varlen_attn: seqused_k {used.tolist()} outside [0, key lengths "
+                f"{seg.tolist()}] of cu_seq_k"
+            )
+        start, rows = cu_k[:-1], key.size(0)
+    else:
+        if key.dim() != 4 or value.dim() != 4 or key.shape[:2] != value.shape[:2]:
+            raise ValueError(
+                "varlen_attn: with block_table, key and value are [pages, page_size, heads, "
+                f"dim]; got {tuple(key.shape)} and {tuple(value.shape)}"
+            )
+        if block_table.dim() != 2 or block_table.size(0) != n:
+            raise ValueError(
+                f"varlen_attn: block_table of shape {tuple(block_table.shape)} for {n} sequences"
+            )
+        pages, page = key.shape[:2]
+        table = block_table.to("cpu", torch.int64)
+        if bool(((used < 0) | (used > table.size(1) * page)).any()):
+            raise ValueError(
+                f"varlen_attn: seqused_k {used.tolist()} outside [0, {table.size(1)} pages x "
+                f"{page} tokens] of block_table"
+            )
+        rows = pages * page
+        key = key.reshape(rows, *key.shape[2:])
+        value = value.reshape(rows, *value.shape[2:])
+    seq = torch.repeat_interleave(torch.arange(n), used)
+    cu = torch.cat([used.new_zeros(1), used.cumsum(0)])
+    t = torch.arange(seq.numel()) - cu[seq]
+    if block_table is None:
+        index = start[seq] + t
+    else:
+        page_of = table[seq, t // page]
+        if bool(((page_of < 0) | (page_of >= pages)).any()):
+            raise ValueError(f"varlen_attn: block_table holds pages outside [0, {pages})")
+        index = page_of * page + t % page
+    index = index.to(key.device)
+    return key.index_select(0, index), value.index_select(0, index), cu
+
+
+def _check(query, key, value):
     if (
         query.dtype not in fx._KERNEL_DTYPES
         or key.dtype != query.dtype
@@ -121,9 +181,13 @@ def _check(query, key, value, seqused_k, block_table):
 def varlen_forward(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal=False,
                    scale=None, window_size=None, enable_gqa=False, seqused_k=None,
                    block_table=None, num_splits=None):  # fmt: skip
-    _check(query, key, value, seqused_k, block_table)
+    _check(query, key, value)
     if cu_seq_k is None:
         cu_seq_k = cu_seq_q
+    if block_table is not None and seqused_k is None:
+        raise ValueError("varlen_attn: block_table requires seqused_k")
+    if seqused_k is not None:
+        key, value, cu_seq_k = _used_keys(key, value, cu_seq_q, cu_seq_k, seqused_k, block_table)
     left, right = _window(is_causal, window_size)
     T, H, _ = query.shape
     bufs, num, idx = _token_tables(cu_seq_q, cu_seq_k, T, key.size(0), query.device)
@@ -142,7 +206,7 @@ def varlen_forward(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causa
 
 def varlen_backward(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q, max_k,
                     is_causal, rng_state, scale=None, window_size=None):  # fmt: skip
-    _check(query, key, value, None, None)
+    _check(query, key, value)
     if cu_seq_k is None:
         cu_seq_k = cu_seq_q
     left, right = _window(is_causal, window_size)

@@ -3,16 +3,20 @@
 //
 // The walk is the fused attention's (attention.c): scores are computed
 // transposed, S^T = K . (scale Q)^T, with register-blocked tile products
-// (tile_mm.h), the softmax runs online over key tiles, and the backward
-// recomputes the probabilities from the saved logsumexp. What differs: the
+// (flex_tile.h; float32 keys and values are read in place), the softmax
+// runs online over key tiles, and the backward recomputes the probabilities
+// from the saved logsumexp. What differs: the
 // keys of a query block are the blocks its BlockMask row lists (the others
 // are never loaded or multiplied), and each score tile goes through the
 // compiled score_mod / mask_mod function (mask_mod only on partial blocks),
 // and in the backward through score_mod's compiled derivative.
 //
-// Forward units: (batch, head, query tile). Backward units: (batch, kv head),
+// Forward units: (batch, head, query tile), split between the threads by
+// their key tile count (fwd_run). Backward units: (batch, kv head),
 // so one thread accumulates dk/dv of its kv head over every query head of
 // the group (no atomics); dq of a query tile is accumulated over its blocks.
+// With fewer units than threads a unit is split in parts with partial dk/dv
+// sums (bwd_run).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +25,7 @@
 #include "../kit/launch.h"
 #include "online_softmax.h"
 #include "trn/scalar.h"
-#include "../blas/tile_mm.h"
+#include "flex_tile.h"
 #include "trn/flex_attention.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
@@ -54,6 +58,33 @@ static void load_rows(trn_dtype t, const void *p, const int64_t *st, int64_t b, 
     for (int64_t r = 0; r < n; r++)
         trn__load_row_f32(t, p, b * st[0] + head * st[1] + (r0 + r) * st[2], dim, 1.0f,
                           dst + r * dim);
+}
+
+// Whether mask_mod removed every score of a tile of a partial block (the
+// tiles of a causal mask's diagonal blocks above the diagonal): its softmax
+// step and P . V would change nothing (p = 0, alpha = 1 or the row still
+// empty), so they are skipped. A NaN score is not masked.
+static int tile_all_masked(const float *st, int64_t ld, int64_t ni, int64_t nj) {
+    int any = 0;
+    for (int64_t j = 0; j < nj; j++)
+        for (int64_t i = 0; i < ni; i++) any |= !(st[j * ld + i] == -INFINITY);
+    return !any;
+}
+
+// Rows [r0, r0 + n) of (b, head) as float32 rows *rows, *ld apart: float32
+// operands are read in place (their rows are contiguous), the 16-bit ones
+// converted into dst.
+static void key_rows(trn_dtype t, const void *p, const int64_t *st, int64_t b, int64_t head,
+                     int64_t r0, int64_t n, int64_t dim, float *dst, const float **rows,
+                     int64_t *ld) {
+    if (t == TRN_DTYPE_F32) {
+        *rows = (const float *)p + b * st[0] + head * st[1] + r0 * st[2];
+        *ld = st[2];
+        return;
+    }
+    load_rows(t, p, st, b, head, r0, n, dim, dst);
+    *rows = dst;
+    *ld = dim;
 }
 
 // ---- the block lists ----------------------------------------------------------------
@@ -91,14 +122,17 @@ static inline __attribute__((always_inline)) void fwd_tile_with(const trn_flex_a
                                                                 int64_t ni, int64_t j0, int64_t nj,
                                                                 int masked, const int64_t TQ) {
     const int64_t E = d->head_dim, Ev = d->v_dim;
-    load_rows(d->dtype, d->k, d->k_strides, b, hk, j0, nj, E, w->k);
-    load_rows(d->dtype, d->v, d->v_strides, b, hk, j0, nj, Ev, w->v);
     float *st = w->st;
-    trn_tile_mm(nj, ni, E, w->k, E, 1, w->qt, TQ, st, TQ, 0);
+    const float *k, *v;
+    int64_t kld, vld;
+    key_rows(d->dtype, d->k, d->k_strides, b, hk, j0, nj, E, w->k, &k, &kld);
+    key_rows(d->dtype, d->v, d->v_strides, b, hk, j0, nj, Ev, w->v, &v, &vld);
+    trn__flex_mm(nj, ni, E, k, kld, 1, w->qt, TQ, st, TQ, 0);
     d->score_fn(&d->buffers, b, h, i0, ni, j0, nj, st, TQ, masked);
+    if (masked && tile_all_masked(st, TQ, ni, nj)) return;
     trn__online_softmax_step((trn__online_softmax){w->m, w->l, w->o, w->msub, w->alpha, w->sum}, st,
                              TQ, ni, nj, Ev);
-    trn_tile_mm(ni, Ev, nj, st, 1, TQ, w->v, Ev, w->o, Ev, 1);
+    trn__flex_mm(ni, Ev, nj, st, 1, TQ, v, vld, w->o, Ev, 1);
 }
 
 static void fwd_tile(const trn_flex_attention_desc *d, const fwd_scratch *w, int64_t b, int64_t h,
@@ -153,8 +187,56 @@ static void fwd_unit(const trn_flex_attention_desc *d, const fwd_scratch *w, int
     }
 }
 
-static void fwd_piece(void *ctx, int64_t u0, int64_t u1) {
-    const trn_flex_attention_desc *d = ctx;
+// The forward's work split: units (batch, head, query tile) cost their key
+// tiles (plus one for the tile's own loads and stores), and the pieces the
+// threads claim are ranges of units of equal cost, not of equal count: with
+// a block-sparse mask the units of a head differ by up to the whole key
+// length (a causal or sliding-window mask's first and last query tiles), and
+// a mask may empty whole heads or batches (documents), which left one thread
+// with most of the work under a split by count.
+typedef struct fwd_plan {
+    const trn_flex_attention_desc *d;
+    const int64_t *cost;  // cost[u]: the cost of the units before u (units + 1 entries)
+    int64_t units, pieces;
+} fwd_plan;
+
+static int64_t unit_cost(const trn_flex_attention_desc *d, int64_t unit, int64_t tq, int64_t tk) {
+    const int64_t nqt = (d->q_len + tq - 1) / tq;
+    const int64_t bh = unit / nqt, m = (unit % nqt) * tq / d->q_block;
+    const int64_t per_block = (d->kv_block + tk - 1) / tk;
+    int64_t c = 1;
+    for (int list = 0; list < 2; list++) {
+        int64_t count;
+        const int32_t *idx;
+        block_list(d, list, bh / d->heads, bh % d->heads, m, &count, &idx);
+        c += count * per_block;
+    }
+    return c;
+}
+
+// The first unit of piece p: the first whose preceding cost reaches p / pieces
+// of the total.
+static int64_t piece_start(const fwd_plan *pl, int64_t p) {
+    if (p >= pl->pieces) return pl->units;
+    const int64_t total = pl->cost[pl->units];
+    // total * p / pieces without the product overflowing.
+    const int64_t target = total / pl->pieces * p + total % pl->pieces * p / pl->pieces;
+    int64_t lo = 0, hi = pl->units;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (pl->cost[mid] < target)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static void fwd_piece(void *ctx, int64_t p0, int64_t p1) {
+    const fwd_plan *pl = ctx;
+    const trn_flex_attention_desc *d = pl->d;
+    const int64_t u0 = piece_start(pl, p0), u1 = piece_start(pl, p1);
+    if (u0 >= u1) return;
     const int64_t E = d->head_dim, Ev = d->v_dim;
     const int64_t TQ = tile_of(d->q_block), TK = tile_of(d->kv_block);
     const int64_t wide = E > Ev ? E : Ev;
@@ -194,16 +276,18 @@ static void bwd_tile(const trn_flex_attention_backward_desc *bd, const bwd_scrat
     const trn_flex_attention_desc *d = &bd->fwd;
     const int64_t E = d->head_dim, Ev = d->v_dim, TQ = w->tq;
     const float scale = (float)d->scale;
-    load_rows(d->dtype, d->k, d->k_strides, b, hk, j0, nj, E, w->k);
-    load_rows(d->dtype, d->v, d->v_strides, b, hk, j0, nj, Ev, w->v);
+    const float *k, *v;
+    int64_t kld, vld;
+    key_rows(d->dtype, d->k, d->k_strides, b, hk, j0, nj, E, w->k, &k, &kld);
+    key_rows(d->dtype, d->v, d->v_strides, b, hk, j0, nj, Ev, w->v, &v, &vld);
     float *pt = w->pt, *dst = w->dst;
-    trn_tile_mm(nj, ni, E, w->k, E, 1, w->qt, TQ, pt, TQ, 0);
+    trn__flex_mm(nj, ni, E, k, kld, 1, w->qt, TQ, pt, TQ, 0);
     if (d->grad_fn)
         for (int64_t j = 0; j < nj; j++) memcpy(w->sraw + j * TQ, pt + j * TQ, (size_t)ni * 4);
     d->score_fn(&d->buffers, b, h, i0, ni, j0, nj, pt, TQ, masked);
     for (int64_t j = 0; j < nj; j++)
         for (int64_t i = 0; i < ni; i++) pt[j * TQ + i] = trn_sc_expf(pt[j * TQ + i] - w->lsub[i]);
-    trn_tile_mm(nj, ni, Ev, w->v, Ev, 1, w->dot, TQ, dst, TQ, 0);
+    trn__flex_mm(nj, ni, Ev, v, vld, 1, w->dot, TQ, dst, TQ, 0);
     for (int64_t j = 0; j < nj; j++) {
         const float *pr = pt + j * TQ;
         float *dr = dst + j * TQ;
@@ -211,26 +295,88 @@ static void bwd_tile(const trn_flex_attention_backward_desc *bd, const bwd_scrat
     }
     if (d->grad_fn) d->grad_fn(&d->buffers, b, h, i0, ni, j0, nj, w->sraw, dst, TQ);
     // dV += P^T . dO (rows: keys, terms: queries).
-    trn_tile_mm(nj, Ev, ni, pt, TQ, 1, w->dout, Ev, w->dv + j0 * Ev, Ev, 1);
+    trn__flex_mm(nj, Ev, ni, pt, TQ, 1, w->dout, Ev, w->dv + j0 * Ev, Ev, 1);
     for (int64_t j = 0; j < nj; j++)
         for (int64_t i = 0; i < ni; i++) dst[j * TQ + i] *= scale;
     // dK += dS^T . Q;  dQ += dS . K.
-    trn_tile_mm(nj, E, ni, dst, TQ, 1, w->q, E, w->dk + j0 * E, E, 1);
-    trn_tile_mm(ni, E, nj, dst, 1, TQ, w->k, E, w->dq, E, 1);
+    trn__flex_mm(nj, E, ni, dst, TQ, 1, w->q, E, w->dk + j0 * E, E, 1);
+    trn__flex_mm(ni, E, nj, dst, 1, TQ, k, kld, w->dq, E, 1);
 }
 
-static void bwd_unit(const trn_flex_attention_backward_desc *bd, const bwd_scratch *w,
-                     int64_t unit) {
+// dk, dv of kv head hk of batch b (S rows of E and Ev floats) into the outputs.
+static void store_dkv(const trn_flex_attention_backward_desc *bd, int64_t b, int64_t hk,
+                      const float *dk, const float *dv) {
+    const trn_flex_attention_desc *d = &bd->fwd;
+    const int64_t E = d->head_dim, Ev = d->v_dim;
+    for (int64_t j = 0; j < d->kv_len; j++) {
+        trn__store_row_f32(d->dtype, bd->dk,
+                           b * bd->dk_strides[0] + hk * bd->dk_strides[1] + j * bd->dk_strides[2],
+                           E, dk + j * E, 1.0f);
+        trn__store_row_f32(d->dtype, bd->dv,
+                           b * bd->dv_strides[0] + hk * bd->dv_strides[1] + j * bd->dv_strides[2],
+                           Ev, dv + j * Ev, 1.0f);
+    }
+}
+
+// The backward's work split. A job is one (batch, kv head) unit, or, when
+// there are fewer units than threads (one sequence of multi-query or
+// few-head attention), one of `parts` pieces of a unit: a range of its
+// (query head, query tile) pairs of equal key-tile cost, accumulating dk/dv
+// into its own partial sums (added after the jobs) and writing the dq of
+// its pairs. A unit per job left the second thread idle there.
+typedef struct bwd_plan {
+    const trn_flex_attention_backward_desc *bd;
+    int64_t parts;
+    float *partial;  // parts > 1: [unit][part] blocks of S * (E + Ev) floats, dk then dv
+} bwd_plan;
+
+// The key tiles the query tile at row i0 of (b, h) visits, plus one.
+static int64_t pair_cost(const trn_flex_attention_desc *d, int64_t b, int64_t h, int64_t i0,
+                         int64_t tk) {
+    const int64_t per_block = (d->kv_block + tk - 1) / tk;
+    int64_t c = 1;
+    for (int list = 0; list < 2; list++) {
+        int64_t count;
+        const int32_t *idx;
+        block_list(d, list, b, h, i0 / d->q_block, &count, &idx);
+        c += count * per_block;
+    }
+    return c;
+}
+
+// The first pair of part `part` of the `pairs` pairs of unit (b, hk): the
+// first whose preceding cost reaches part / parts of the unit's.
+static int64_t pair_start(const trn_flex_attention_desc *d, int64_t b, int64_t hk, int64_t nqt,
+                          int64_t tq, int64_t tk, int64_t pairs, int64_t part, int64_t parts) {
+    if (part <= 0) return 0;
+    if (part >= parts) return pairs;
+    const int64_t group = d->heads / d->kv_heads;
+    int64_t total = 0;
+    for (int64_t p = 0; p < pairs; p++)
+        total += pair_cost(d, b, hk * group + p / nqt, (p % nqt) * tq, tk);
+    const int64_t target = total / parts * part + total % parts * part / parts;
+    int64_t acc = 0, p = 0;
+    for (; p < pairs && acc < target; p++)
+        acc += pair_cost(d, b, hk * group + p / nqt, (p % nqt) * tq, tk);
+    return p;
+}
+
+static void bwd_unit(const trn_flex_attention_backward_desc *bd, const bwd_scratch *w, int64_t unit,
+                     int64_t part, int64_t parts, float *partial) {
     const trn_flex_attention_desc *d = &bd->fwd;
     const int64_t E = d->head_dim, Ev = d->v_dim, L = d->q_len, S = d->kv_len;
     const int64_t TQ = w->tq, TK = w->tk;
     const int64_t group = d->heads / d->kv_heads;
     const int64_t b = unit / d->kv_heads, hk = unit % d->kv_heads;
     const float scale = (float)d->scale;
+    const int64_t nqt = (L + TQ - 1) / TQ, pairs = group * nqt;
+    const int64_t p0 = pair_start(d, b, hk, nqt, TQ, TK, pairs, part, parts);
+    const int64_t p1 = pair_start(d, b, hk, nqt, TQ, TK, pairs, part + 1, parts);
     memset(w->dk, 0, (size_t)(S * E) * sizeof(float));
     memset(w->dv, 0, (size_t)(S * Ev) * sizeof(float));
-    for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
-        for (int64_t i0 = 0; i0 < L; i0 += TQ) {
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t h = hk * group + p / nqt, i0 = (p % nqt) * TQ;
+        {
             const int64_t ni = min64(TQ, L - i0);
             load_rows(d->dtype, d->q, d->q_strides, b, h, i0, ni, E, w->q);
             for (int64_t i = 0; i < ni; i++)
@@ -273,18 +419,18 @@ static void bwd_unit(const trn_flex_attention_backward_desc *bd, const bwd_scrat
                                    E, w->dq + i * E, 1.0f);
         }
     }
-    for (int64_t j = 0; j < S; j++) {
-        trn__store_row_f32(d->dtype, bd->dk,
-                           b * bd->dk_strides[0] + hk * bd->dk_strides[1] + j * bd->dk_strides[2],
-                           E, w->dk + j * E, 1.0f);
-        trn__store_row_f32(d->dtype, bd->dv,
-                           b * bd->dv_strides[0] + hk * bd->dv_strides[1] + j * bd->dv_strides[2],
-                           Ev, w->dv + j * Ev, 1.0f);
+    if (parts > 1) {
+        float *to = partial + (unit * parts + part) * S * (E + Ev);
+        memcpy(to, w->dk, (size_t)(S * E) * sizeof(float));
+        memcpy(to + S * E, w->dv, (size_t)(S * Ev) * sizeof(float));
+        return;
     }
+    store_dkv(bd, b, hk, w->dk, w->dv);
 }
 
 static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
-    const trn_flex_attention_backward_desc *bd = ctx;
+    const bwd_plan *pl = ctx;
+    const trn_flex_attention_backward_desc *bd = pl->bd;
     const trn_flex_attention_desc *d = &bd->fwd;
     const int64_t E = d->head_dim, Ev = d->v_dim, S = d->kv_len;
     const int64_t TQ = tile_of(d->q_block), TK = tile_of(d->kv_block);
@@ -312,7 +458,8 @@ static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
     w.dk = w.dst + TK * TQ;
     w.dv = w.dk + S * E;
     w.row = w.dv + S * Ev;
-    for (int64_t u = u0; u < u1; u++) bwd_unit(bd, &w, u);
+    for (int64_t u = u0; u < u1; u++)
+        bwd_unit(bd, &w, u / pl->parts, u % pl->parts, pl->parts, pl->partial);
     free(buf);
 }
 
@@ -341,6 +488,54 @@ static void add_operands(trn__access_set *rg, const trn_flex_attention_desc *d) 
     trn__access_add(rg, d->full_kv_indices, nb * (size_t)d->mask_kv_blocks);
     for (int c = 0; c < d->buffers.count; c++)
         trn__access_add(rg, d->buffers.data[c], (size_t)d->buffers.nbytes[c]);
+}
+
+static trn_status fwd_run(const trn_flex_attention_desc *d) {
+    const int64_t tq = tile_of(d->q_block), tk = tile_of(d->kv_block);
+    const int64_t units = d->batch * d->heads * ((d->q_len + tq - 1) / tq);
+    int64_t *cost = malloc((size_t)(units + 1) * sizeof(int64_t));
+    if (cost == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "flex_attention: out of host memory");
+    cost[0] = 0;
+    for (int64_t u = 0; u < units; u++) cost[u + 1] = cost[u] + unit_cost(d, u, tq, tk);
+    // Several pieces a thread, claimed as threads come free (trn_parallel_for),
+    // so a thread the machine delays does not hold back the rest.
+    int64_t pieces = 8 * (int64_t)trn_parallel_threads();
+    if (pieces > units) pieces = units;
+    const fwd_plan pl = {d, cost, units, pieces};
+    trn_parallel_for(pieces, 1, fwd_piece, (void *)&pl);
+    free(cost);
+    return TRN_SUCCESS;
+}
+
+static trn_status bwd_run(const trn_flex_attention_backward_desc *bd) {
+    const trn_flex_attention_desc *d = &bd->fwd;
+    const int64_t units = d->batch * d->kv_heads, threads = trn_parallel_threads();
+    const int64_t tq = tile_of(d->q_block);
+    const int64_t pairs = d->heads / d->kv_heads * ((d->q_len + tq - 1) / tq);
+    int64_t parts = units >= threads ? 1 : (threads + units - 1) / units;
+    if (parts > pairs) parts = pairs;
+    bwd_plan pl = {bd, parts > 1 ? parts : 1, NULL};
+    const int64_t row = d->kv_len * (d->head_dim + d->v_dim);
+    if (pl.parts > 1) {
+        pl.partial = malloc((size_t)(units * pl.parts * row + 1) * sizeof(float));  // + 1: S = 0
+        if (pl.partial == NULL)
+            return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "flex_attention: out of host memory");
+    }
+    trn_parallel_for(units * pl.parts, 1, bwd_piece, &pl);
+    if (pl.parts > 1) {
+        // Part 0's block collects the others', then goes to the outputs.
+        for (int64_t u = 0; u < units; u++) {
+            float *sum = pl.partial + u * pl.parts * row;
+            for (int64_t p = 1; p < pl.parts; p++) {
+                const float *add = sum + p * row;
+                for (int64_t e = 0; e < row; e++) sum[e] += add[e];
+            }
+            store_dkv(bd, u / d->kv_heads, u % d->kv_heads, sum, sum + d->kv_len * d->head_dim);
+        }
+        free(pl.partial);
+    }
+    return TRN_SUCCESS;
 }
 
 static trn_status flex_task(void *args) {
@@ -378,11 +573,9 @@ static trn_status flex_task(void *args) {
         } else {
             free(probe);
             if (!a->backward) {
-                const int64_t tq = tile_of(d->q_block);
-                const int64_t units = d->batch * d->heads * ((d->q_len + tq - 1) / tq);
-                trn_parallel_for(units, 1, fwd_piece, (void *)d);
+                st = fwd_run(d);
             } else {
-                trn_parallel_for(d->batch * d->kv_heads, 1, bwd_piece, &a->d);
+                st = bwd_run(&a->d);
             }
         }
     }
