@@ -25,6 +25,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
+from .. import _C
 from .locations import user_frame
 from .observe import module_path, on_neuron, op_name, outputs_of
 
@@ -90,15 +91,119 @@ def _kw_cpu(kwargs, dtype64):
     return out
 
 
-def _random(func, args, kwargs) -> bool:
-    """Draws random numbers (an attention op only when its dropout_p > 0)."""
-    if torch.Tag.nondeterministic_seeded not in func.tags:
-        return False
-    for i, a in enumerate(func._schema.arguments):
-        if a.name == "dropout_p":
-            p = kwargs.get("dropout_p", args[i] if i < len(args) else a.default_value)
-            return bool(p)
-    return True
+class _Plan:
+    """What the shadow needs to know of an OpOverload, read from its schema
+    once (the schema walk cost more per op than some small ops' CPU re-run)."""
+
+    __slots__ = ("name", "skip", "seeded", "dropout", "mutable", "writes", "write_names")
+
+    def __init__(self, func):
+        schema = func._schema
+        self.name = op_name(func)
+        self.skip = self.name in _SKIP_OPS or func.is_view
+        self.seeded = torch.Tag.nondeterministic_seeded in func.tags
+        self.dropout = None  # (position, default) of an attention op's dropout_p
+        self.mutable = schema.is_mutable
+        # The arguments the op writes (``Tensor(a!)``, ``Tensor(a!)[]``): by
+        # position and by keyword (out= arguments are keyword-only).
+        self.writes, self.write_names = set(), set()
+        for i, a in enumerate(schema.arguments):
+            if a.name == "dropout_p":
+                self.dropout = (i, a.default_value)
+            if a.alias_info is not None and a.alias_info.is_write:
+                self.writes.add(i)
+                self.write_names.add(a.name)
+
+    def random(self, args, kwargs) -> bool:
+        """Draws random numbers (an attention op only when its dropout_p > 0)."""
+        if not self.seeded:
+            return False
+        if self.dropout is None:
+            return True
+        i, default = self.dropout
+        return bool(kwargs.get("dropout_p", args[i] if i < len(args) else default))
+
+
+def _leaves(v, written, found):
+    if isinstance(v, torch.Tensor):
+        found.append((v, written))
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _leaves(x, written, found)
+
+
+def _rebuild(v, it):
+    if isinstance(v, torch.Tensor):
+        return next(it)
+    if isinstance(v, (list, tuple)):
+        return type(v)(_rebuild(x, it) for x in v)
+    if isinstance(v, torch.device) and v.type == "neuron":
+        return torch.device("cpu")
+    return v
+
+
+def _storage_key(t: torch.Tensor):
+    return t.untyped_storage().data_ptr() if t.numel() else None
+
+
+def host_values(tensors: list) -> list:
+    """CPU tensors holding the values of ``tensors`` now: a neuron tensor's
+    is a view of its memory (device memory is host memory; one device
+    synchronize for all, no copy), a CPU tensor is itself. Read-only."""
+    dev = [t for t in tensors if t.device.type == "neuron"]
+    if not dev:
+        return list(tensors)
+    views = iter(_C._host_views(dev))
+    return [next(views) if t.device.type == "neuron" else t for t in tensors]
+
+
+def cpu_inputs(plan: _Plan, args, kwargs):
+    """The CPU re-run's arguments, taken before the device op runs: the
+    arguments the op writes (and any argument sharing memory with one) are
+    copies, so both runs start from the same values; every other tensor is
+    read in place (``host_values``): the device op does not write it."""
+    found: list = []
+    for i, a in enumerate(args):
+        _leaves(a, i in plan.writes, found)
+    for k, v in kwargs.items():
+        _leaves(v, k in plan.write_names, found)
+    vals = host_values([t.detach() for t, _ in found])
+    written = {_storage_key(t) for t, w in found if w} - {None}
+    cpu = [
+        v.clone() if w or (written and _storage_key(t) in written) else v
+        for (t, w), v in zip(found, vals)
+    ]
+    it = iter(cpu)
+    cpu_args = tuple(_rebuild(a, it) for a in args)
+    cpu_kwargs = {k: _rebuild(v, it) for k, v in kwargs.items()}
+    return cpu_args, cpu_kwargs
+
+
+def errors(pairs) -> list:
+    """``rel_error`` of each (y, r) pair, the pairs read at once: per pair one
+    subtraction and two single-pass min-max reductions (``max|x|`` is
+    ``max(-min x, max x)``: no ``abs`` temporaries), and one read of every
+    result. Pairs with non-finite values go through ``rel_error`` itself."""
+    out = [0.0] * len(pairs)
+    ks, parts = [], []
+    for k, (y, r) in enumerate(pairs):
+        if y.shape != r.shape or y.numel() == 0:
+            continue
+        dt = torch.float64 if torch.float64 in (y.dtype, r.dtype) else torch.float32
+        y, r = y.detach().to(dt), r.detach().to(dt)
+        ks.append(k)
+        parts += [*torch.aminmax(y - r), *torch.aminmax(r)]
+    if not ks:
+        return out
+    vals = torch.stack([p.to(torch.float64) for p in parts]).tolist()
+    for j, k in enumerate(ks):
+        lo, hi, r_lo, r_hi = vals[4 * j : 4 * j + 4]
+        d = max(-lo, hi)
+        if math.isfinite(d):
+            out[k] = d / max(-r_lo, r_hi, 1e-30)
+        else:
+            out[k] = rel_error(*pairs[k])
+    return out
 
 
 class ShadowNumerics(TorchDispatchMode):
@@ -129,29 +234,26 @@ class ShadowNumerics(TorchDispatchMode):
         self.skipped = 0
         self.random_ops: dict[str, int] = defaultdict(int)
         self.index = 0
-
-    @staticmethod
-    def _cpu(x):
-        return _to_cpu(x)
+        self._plans: dict = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if not on_neuron(args, kwargs):
             return func(*args, **kwargs)
-        name = op_name(func)
-        if name in _SKIP_OPS or func.is_view or _random(func, args, kwargs):
+        plan = self._plans.get(func)
+        if plan is None:
+            plan = self._plans[func] = _Plan(func)
+        name = plan.name
+        if plan.skip or plan.random(args, kwargs):
             self.skipped += 1
-            if torch.Tag.nondeterministic_seeded in func.tags and any(
-                isinstance(a, torch.Tensor) for a in args
-            ):
+            if plan.seeded and any(isinstance(a, torch.Tensor) for a in args):
                 # (dropout, normal_, ...: the CPU reference run draws factory
                 # randoms like randn from the device generator, not these.)
                 self.random_ops[name] += 1
             return func(*args, **kwargs)
-        mutable = func._schema.is_mutable
-        cpu_args = tree_map(self._cpu, args)
-        cpu_kwargs = _kw_cpu(kwargs, False)
-        # The float64 inputs come from the CPU copies: made now when every op
+        mutable = plan.mutable
+        cpu_args, cpu_kwargs = cpu_inputs(plan, args, kwargs)
+        # The float64 inputs come from the CPU inputs: made now when every op
         # needs them, else only if the CPU comparison fails. An in-place op's
         # CPU run overwrites its copies, so in that mode it gets no float64
         # reference (its verdict is the CPU comparison alone): keeping a third
@@ -186,19 +288,16 @@ class ShadowNumerics(TorchDispatchMode):
             outs = [a for a in args if isinstance(a, torch.Tensor)][:1]
             refs = [a for a in cpu_args if isinstance(a, torch.Tensor)][:1]
             pick = True
-        pairs = []
-        tol = None
-        e_cpu = 0.0
-        for y, r in zip(outs, refs):
-            yc = y.detach().to("cpu") if y.device.type == "neuron" else y
-            if not (y.is_floating_point() and r.is_floating_point()):
-                continue
-            e_cpu = max(e_cpu, rel_error(yc, r))
-            pairs.append((yc, r))
-            t = TOLERANCE.get(y.dtype, 1e-3)
-            tol = t if tol is None else max(tol, t)
-        if tol is None:
+        floating = [
+            (y, r) for y, r in zip(outs, refs) if y.is_floating_point() and r.is_floating_point()
+        ]
+        if not floating:
             return
+        tol = max(TOLERANCE.get(y.dtype, 1e-3) for y, _ in floating)
+        # The device's results read in place, after one synchronize.
+        ys = host_values([y.detach() for y, _ in floating])
+        pairs = [(yc, r) for yc, (_, r) in zip(ys, floating)]
+        e_cpu = max(errors(pairs))
         e_64 = c_64 = None
         if self.float64_all or e_cpu > tol:
             r64, a64 = ref64()
