@@ -122,6 +122,22 @@ def test_cpu_inputs_copy_exactly_the_written_memory():
     assert read[0].data_ptr() != b.data_ptr()
 
 
+def test_list_in_place_ops_are_compared():
+    """The optimizers' _foreach_*_ ops return nothing: their results are the
+    lists they write, compared tensor by tensor."""
+    xs = [torch.randn(5, device="neuron"), torch.randn(3, 2, device="neuron")]
+    ys = [torch.randn(5, device="neuron"), torch.randn(3, 2, device="neuron")]
+
+    def ops():
+        torch._foreach_mul_(xs, 0.5)
+        torch._foreach_addcmul_(xs, ys, ys, value=0.1)
+
+    got = shadowed(ops).by_op
+    assert got["aten::_foreach_mul_"]["count"] == 1
+    assert got["aten::_foreach_addcmul_"]["count"] == 1
+    assert all(o["max_error_cpu"] < 1e-6 for o in got.values()), dict(got)
+
+
 def test_divergent_in_place_op_is_found():
     x = torch.ones(8, device="neuron")
     shadow = shadowed(lambda: axpy_(x, x))  # the read argument aliases the written one

@@ -1,7 +1,11 @@
 """Shadow numerics: a TorchDispatchMode that re-runs each device op on the
-CPU with the same inputs (copied before the device op runs, so in-place ops
-see the same values) and in float64, and records the device's error against
-both, by op and by module. The float64 re-run is made for every op
+CPU with the same inputs and in float64, and records the device's error
+against both, by op and by module. The CPU run reads the device's tensors in
+place (device memory is host memory: ``_C._host_views``) except the arguments
+the op writes and any argument sharing memory with one, which are copied
+before the device op runs, so in-place ops see the same values; an op whose
+results are the arguments it writes (``_foreach_*_``) is compared on every
+tensor it writes. The float64 re-run is made for every op
 (``float64="all"``) or, by default, only for ops whose CPU error exceeds the
 tolerance, where it decides the verdict; an in-place op then has none (its
 CPU re-run overwrote the copies) and is judged on the CPU comparison alone.
@@ -113,6 +117,14 @@ class _Plan:
             if a.alias_info is not None and a.alias_info.is_write:
                 self.writes.add(i)
                 self.write_names.add(a.name)
+
+    def written(self, args) -> list:
+        """The tensors of the positional arguments the op writes."""
+        found: list = []
+        for i in sorted(self.writes):
+            if i < len(args):
+                _leaves(args[i], True, found)
+        return [t for t, _ in found]
 
     def random(self, args, kwargs) -> bool:
         """Draws random numbers (an attention op only when its dropout_p > 0)."""
@@ -275,18 +287,18 @@ class ShadowNumerics(TorchDispatchMode):
             return r, a
 
         try:
-            self._compare(func, name, args, out, ref, ref64, cpu_args)
+            self._compare(plan, name, args, out, ref, ref64, cpu_args)
         except Exception:  # noqa: BLE001 - the float64 re-run failed (an op without float64)
             pass
         return out
 
-    def _compare(self, func, name, args, out, ref, ref64, cpu_args):
+    def _compare(self, plan, name, args, out, ref, ref64, cpu_args):
         outs, refs = outputs_of(out), outputs_of(ref)
         pick = None
-        if not outs and func._schema.is_mutable:
-            # In-place / out= ops whose results are their mutated arguments.
-            outs = [a for a in args if isinstance(a, torch.Tensor)][:1]
-            refs = [a for a in cpu_args if isinstance(a, torch.Tensor)][:1]
+        if not outs and plan.mutable:
+            # In-place ops that return nothing (the optimizers' _foreach_*_):
+            # their results are the arguments they write, every tensor of them.
+            outs, refs = plan.written(args), plan.written(cpu_args)
             pick = True
         floating = [
             (y, r) for y, r in zip(outs, refs) if y.is_floating_point() and r.is_floating_point()
@@ -304,9 +316,7 @@ class ShadowNumerics(TorchDispatchMode):
         else:
             r64 = a64 = None
         if a64 is not None:
-            refs64 = (
-                [a for a in a64 if isinstance(a, torch.Tensor)][:1] if pick else outputs_of(r64)
-            )
+            refs64 = plan.written(a64) if pick else outputs_of(r64)
             refs64 = [x for x in refs64 if x.is_floating_point()]
             e_64 = c_64 = 0.0
             for (yc, r), x64 in zip(pairs, refs64):
