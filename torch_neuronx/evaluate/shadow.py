@@ -191,7 +191,22 @@ def cpu_inputs(plan: _Plan, args, kwargs):
     return cpu_args, cpu_kwargs
 
 
-def errors(pairs) -> list:
+class Scratch:
+    """A reused buffer for the differences ``y - r``: a new tensor per
+    comparison cost more (allocation, first-touch page faults) than the
+    subtraction itself on large results."""
+
+    def __init__(self):
+        self.buf: dict = {}
+
+    def like(self, y: torch.Tensor, dt) -> torch.Tensor:
+        b = self.buf.get(dt)
+        if b is None or b.numel() < y.numel():
+            b = self.buf[dt] = torch.empty(max(y.numel(), 1 << 16), dtype=dt)
+        return b[: y.numel()].view(y.shape)
+
+
+def errors(pairs, scratch: "Scratch | None" = None) -> list:
     """``rel_error`` of each (y, r) pair, the pairs read at once: per pair one
     subtraction and two single-pass min-max reductions (``max|x|`` is
     ``max(-min x, max x)``: no ``abs`` temporaries), and one read of every
@@ -203,11 +218,17 @@ def errors(pairs) -> list:
             continue
         dt = torch.float64 if torch.float64 in (y.dtype, r.dtype) else torch.float32
         y, r = y.detach().to(dt), r.detach().to(dt)
+        if scratch is None:
+            d = y - r
+        else:
+            d = torch.sub(y, r, out=scratch.like(y, dt))
         ks.append(k)
-        parts += [*torch.aminmax(y - r), *torch.aminmax(r)]
+        parts += [*torch.aminmax(d), *torch.aminmax(r)]
     if not ks:
         return out
-    vals = torch.stack([p.to(torch.float64) for p in parts]).tolist()
+    if len({p.dtype for p in parts}) > 1:
+        parts = [p.to(torch.float64) for p in parts]
+    vals = torch.stack(parts).tolist()
     for j, k in enumerate(ks):
         lo, hi, r_lo, r_hi = vals[4 * j : 4 * j + 4]
         d = max(-lo, hi)
@@ -247,6 +268,7 @@ class ShadowNumerics(TorchDispatchMode):
         self.random_ops: dict[str, int] = defaultdict(int)
         self.index = 0
         self._plans: dict = {}
+        self._scratch = Scratch()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -309,7 +331,7 @@ class ShadowNumerics(TorchDispatchMode):
         # The device's results read in place, after one synchronize.
         ys = host_values([y.detach() for y, _ in floating])
         pairs = [(yc, r) for yc, (_, r) in zip(ys, floating)]
-        e_cpu = max(errors(pairs))
+        e_cpu = max(errors(pairs, self._scratch))
         e_64 = c_64 = None
         if self.float64_all or e_cpu > tol:
             r64, a64 = ref64()
