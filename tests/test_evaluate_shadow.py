@@ -122,6 +122,22 @@ def test_cpu_inputs_copy_exactly_the_written_memory():
     assert read[0].data_ptr() != b.data_ptr()
 
 
+def test_unannounced_writes_are_copied():
+    """native_batch_norm (training) updates its running statistics although
+    its schema does not say so: the CPU run gets copies, or it would update
+    the device's statistics a second time, through the views."""
+    x = torch.randn(8, 3, device="neuron")
+    mean, var = torch.zeros(3, device="neuron"), torch.ones(3, device="neuron")
+    want = 0.1 * x.cpu().mean(0)
+    shadow = shadowed(
+        lambda: torch.ops.aten.native_batch_norm(x, None, None, mean, var, True, 0.1, 1e-5)
+    )
+    assert torch.allclose(mean.cpu(), want, atol=1e-6), (mean.cpu(), want)
+    assert shadow.by_op["aten::native_batch_norm"]["max_error_cpu"] < 1e-5
+    assert _C._undeclared_write("aten::native_batch_norm", "", "running_var")
+    assert not _C._undeclared_write("aten::native_batch_norm", "", "input")
+
+
 def test_list_in_place_ops_are_compared():
     """The optimizers' _foreach_*_ ops return nothing: their results are the
     lists they write, compared tensor by tensor."""

@@ -108,13 +108,18 @@ class _Plan:
         self.seeded = torch.Tag.nondeterministic_seeded in func.tags
         self.dropout = None  # (position, default) of an attention op's dropout_p
         self.mutable = schema.is_mutable
-        # The arguments the op writes (``Tensor(a!)``, ``Tensor(a!)[]``): by
-        # position and by keyword (out= arguments are keyword-only).
+        # The arguments the op writes (``Tensor(a!)``, ``Tensor(a!)[]``, and
+        # those a few aten kernels write unannounced, as native_batch_norm's
+        # running statistics: the CPU fallback's list): by position and by
+        # keyword (out= arguments are keyword-only). The CPU run must not
+        # write through a view into the device's memory.
         self.writes, self.write_names = set(), set()
         for i, a in enumerate(schema.arguments):
             if a.name == "dropout_p":
                 self.dropout = (i, a.default_value)
-            if a.alias_info is not None and a.alias_info.is_write:
+            if (a.alias_info is not None and a.alias_info.is_write) or _C._undeclared_write(
+                schema.name, schema.overload_name, a.name
+            ):
                 self.writes.add(i)
                 self.write_names.add(a.name)
 

@@ -4,18 +4,23 @@
 // a device synchronize a CPU tensor over the same bytes holds the values a copy
 // would, without the copy.
 //
-// Owns: torch_neuronx._C._host_views. Converts and checks only. Callers must
-// not write through a view (it is the device tensor's memory) and must not
-// read one after queueing device work that writes the tensor; each view keeps
-// its device storage alive.
+// Owns: torch_neuronx._C._host_views, and _undeclared_write (the CPU
+// fallback's list of arguments some aten kernels write although their schema
+// does not say so, fallback/writes.h, for callers that decide from the schema
+// what an op writes). Converts and checks only. Callers must not write through
+// a view (it is the device tensor's memory) and must not read one after
+// queueing device work that writes the tensor; each view keeps its device
+// storage alive.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 
+#include "fallback/writes.h"
 #include "runtime/bindings.h"
 #include "runtime/trn_check.h"
 #include "trn/trn.h"
@@ -65,6 +70,10 @@ BindingsRegistrar reg([](py::module_ &m) {
     m.def("_host_views", [](const std::vector<at::Tensor> &ts) {
         return guarded([&] { return host_views(ts); });
     });
+    m.def("_undeclared_write",
+          [](const std::string &name, const std::string &overload, const std::string &arg) {
+              return is_undeclared_write(c10::OperatorName(name, overload), arg);
+          });
 });
 
 }  // namespace
