@@ -12,7 +12,14 @@ import torch
 from torch.utils.module_tracker import ModuleTracker
 
 from torch_neuronx import _C
-from torch_neuronx.evaluate.shadow import ShadowNumerics, _Plan, cpu_inputs, errors, rel_error
+from torch_neuronx.evaluate.shadow import (
+    Scratch,
+    ShadowNumerics,
+    _Plan,
+    cpu_inputs,
+    errors,
+    rel_error,
+)
 
 
 @torch.library.custom_op("evaluate_shadow_test::axpy_", mutates_args=("x",))
@@ -182,3 +189,18 @@ def test_batched_errors_equal_rel_error():
         (y.view(30, 10).t(), r.view(30, 10).t()),
     ]
     assert errors(pairs) == [rel_error(a, b) for a, b in pairs]
+
+
+def test_scratch_buffer_reused_and_large_results_not_kept(monkeypatch):
+    monkeypatch.setattr(Scratch, "KEEP", 1000)
+    sc = Scratch()
+    small = sc.like(torch.ones(10, 5), torch.float32)
+    assert (
+        small.shape == (10, 5)
+        and small.data_ptr() == sc.like(torch.ones(7), torch.float32).data_ptr()
+    )
+    big = sc.like(torch.ones(2000), torch.float32)
+    assert big.shape == (2000,) and sc.buf[torch.float32].data_ptr() == small.data_ptr()
+    g = torch.Generator().manual_seed(1)
+    pairs = [(torch.randn(n, generator=g), torch.randn(n, generator=g)) for n in (50, 2000, 30)]
+    assert errors(pairs, sc) == [rel_error(a, b) for a, b in pairs]

@@ -199,12 +199,17 @@ def cpu_inputs(plan: _Plan, args, kwargs):
 class Scratch:
     """A reused buffer for the differences ``y - r``: a new tensor per
     comparison cost more (allocation, first-touch page faults) than the
-    subtraction itself on large results."""
+    subtraction itself on large results. Results above ``KEEP`` elements get
+    a buffer of their own, not kept (an LLM's logits would pin gigabytes)."""
+
+    KEEP = 1 << 24
 
     def __init__(self):
         self.buf: dict = {}
 
     def like(self, y: torch.Tensor, dt) -> torch.Tensor:
+        if y.numel() > self.KEEP:
+            return torch.empty(y.shape, dtype=dt)
         b = self.buf.get(dt)
         if b is None or b.numel() < y.numel():
             b = self.buf[dt] = torch.empty(max(y.numel(), 1 << 16), dtype=dt)
@@ -274,6 +279,10 @@ class ShadowNumerics(TorchDispatchMode):
         self.index = 0
         self._plans: dict = {}
         self._scratch = Scratch()
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        self._scratch = Scratch()  # (the report outlives the phase; its buffer need not)
+        return super().__exit__(exc_type, exc_val, exc_tb)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
