@@ -222,22 +222,26 @@ def errors(pairs, scratch: "Scratch | None" = None) -> list:
     ``max(-min x, max x)``: no ``abs`` temporaries), and one read of every
     result. Pairs with non-finite values go through ``rel_error`` itself."""
     out = [0.0] * len(pairs)
-    ks, parts = [], []
+    ks, parts, dts = [], [], set()
+    f32, f64 = torch.float32, torch.float64
     for k, (y, r) in enumerate(pairs):
         if y.shape != r.shape or y.numel() == 0:
             continue
-        dt = torch.float64 if torch.float64 in (y.dtype, r.dtype) else torch.float32
-        y, r = y.detach().to(dt), r.detach().to(dt)
-        if scratch is None:
-            d = y - r
-        else:
-            d = torch.sub(y, r, out=scratch.like(y, dt))
+        dt = f64 if y.dtype is f64 or r.dtype is f64 else f32
+        # (Only what needs it is converted or detached: this loop runs for
+        # every result of every op, and most are float32 already.)
+        if y.dtype is not dt or y.requires_grad:
+            y = y.detach().to(dt)
+        if r.dtype is not dt or r.requires_grad:
+            r = r.detach().to(dt)
+        d = y - r if scratch is None else torch.sub(y, r, out=scratch.like(y, dt))
         ks.append(k)
+        dts.add(dt)
         parts += [*torch.aminmax(d), *torch.aminmax(r)]
     if not ks:
         return out
-    if len({p.dtype for p in parts}) > 1:
-        parts = [p.to(torch.float64) for p in parts]
+    if len(dts) > 1:
+        parts = [p.to(f64) for p in parts]
     vals = torch.stack(parts).tolist()
     for j, k in enumerate(ks):
         lo, hi, r_lo, r_hi = vals[4 * j : 4 * j + 4]
