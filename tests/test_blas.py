@@ -162,6 +162,24 @@ def test_linear():
     _no_fallback()
 
 
+@pytest.mark.parametrize("n,k", [(768, 256), (17, 33), (5, 300), (1, 7), (40, 16)])
+def test_linear_few_rows_same_bits_as_contiguous_weight(n, k):
+    # Up to 8 rows by nn.Linear's (transposed) weight, the float32 tiles
+    # transpose the weight block by block in registers instead of packing it;
+    # each element is still the same multiply-add chain, so the bits equal the
+    # product with the weight made contiguous (the tile path below 2^19
+    # multiply-adds), and the values match CPU.
+    x, w = torch.randn(8, k), torch.randn(n, k)
+    x[0, 3] = float("inf")
+    xd, wd = x.to(DEV), w.to(DEV)
+    wt = wd.t().contiguous()
+    for m in [m for m in range(1, 9) if m * n * k < 2**19]:
+        got = F.linear(xd[:m], wd).cpu()
+        assert torch.equal(got.nan_to_num(), torch.mm(xd[:m], wt).cpu().nan_to_num())
+        _close(got, F.linear(x[:m], w))
+    _no_fallback()
+
+
 @pytest.mark.parametrize(
     "dtype", [torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int32, torch.uint8]
 )
