@@ -180,6 +180,27 @@ def test_linear_few_rows_same_bits_as_contiguous_weight(n, k):
     _no_fallback()
 
 
+@pytest.mark.parametrize("k,n", [(64, 1000), (33, 1500), (256, 200), (7, 17), (300, 1)])
+def test_mm_few_rows_same_bits_as_more_rows(k, n):
+    # Up to 4 rows, the float32 tiles stream B row by row into accumulators
+    # in L1 (a decode step's product); each element is still the same
+    # multiply-add chain, so a row's bits do not depend on how many rows the
+    # product has (8 rows take the register tiles; all below 2^19 multiply-adds).
+    x, w, bias = torch.randn(8, k), torch.randn(k, n), torch.randn(n)
+    x[1, 2] = float("inf")
+    xd, wd, bd = x.to(DEV), w.to(DEV), bias.to(DEV)
+    full = torch.mm(xd, wd).cpu()
+    full_bias = torch.addmm(bd, xd, wd).cpu()
+    for m in range(1, 5):
+        got = torch.mm(xd[:m], wd).cpu()
+        assert torch.equal(got.nan_to_num(), full[:m].nan_to_num())
+        assert torch.equal(
+            torch.addmm(bd, xd[:m], wd).cpu().nan_to_num(), full_bias[:m].nan_to_num()
+        )
+        _close(got, x[:m] @ w)
+    _no_fallback()
+
+
 @pytest.mark.parametrize(
     "dtype", [torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int32, torch.uint8]
 )

@@ -310,6 +310,39 @@ static void pack_transposed(int64_t k, int64_t n, const float *B, int64_t ldbt, 
 }
 #define PACK_TRANSPOSED 1
 
+// C (m <= 4 rows) = A.B with B's rows contiguous, B streamed row by row: a
+// decode step's product (1 x 256 by 256 x 1024) reads a weight far larger
+// than the L2 cache once, and tile16_f32 walks it a 128-byte column strip
+// at a time (k rows 4 KiB apart, then again for the next strip), which the
+// prefetchers follow badly. Here each row of B is read once, contiguously,
+// into accumulators for up to ROW_COLS columns kept in L1. Each element of
+// C is the same fused multiply-add chain over k in order, from zero, as in
+// tile16_f32: the same bits.
+#define ROW_M 4
+#define ROW_COLS 1024
+static void row_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t ars, int64_t acs,
+                    const float *B, int64_t ldb, float *C, int64_t ldc) {
+    float acc[ROW_M][ROW_COLS] __attribute__((aligned(64)));
+    for (int64_t j0 = 0; j0 < n; j0 += ROW_COLS) {
+        const int64_t w = n - j0 < ROW_COLS ? n - j0 : ROW_COLS;
+        for (int64_t r = 0; r < m; r++) memset(acc[r], 0, (size_t)w * sizeof(float));
+        for (int64_t p = 0; p < k; p++) {
+            const float *b = B + p * ldb + j0;
+            for (int64_t r = 0; r < m; r++) {
+                const __m512 av = _mm512_set1_ps(A[r * ars + p * acs]);
+                float *c = acc[r];
+                for (int64_t j = 0; j < w; j += 16) {
+                    const __mmask16 mj = t16_mask(w - j);
+                    const __m512 bv = _mm512_maskz_loadu_ps(mj, b + j);
+                    _mm512_mask_storeu_ps(
+                        c + j, mj, _mm512_fmadd_ps(av, bv, _mm512_maskz_loadu_ps(mj, c + j)));
+                }
+            }
+        }
+        for (int64_t r = 0; r < m; r++) memcpy(C + r * ldc + j0, acc[r], (size_t)w * sizeof(float));
+    }
+}
+
 // C (m <= 8 rows) = A.B where B is given transposed (Bt: n rows of k,
 // B[p][j] = Bt[j * ldbt + p], as nn.Linear's weight): each 16 x 16 block of
 // Bt is transposed in registers and used at once, so a decode-sized product
@@ -409,6 +442,8 @@ static bool tile_f32(const trn_matmul_desc *d, const float *bias, int64_t bias_s
 #ifdef PACK_TRANSPOSED
         if (bt)
             tile16_bt_f32(d->m, d->n, d->k, A, as[1], as[2], B, bs[2], T, ldt);
+        else if (d->m <= ROW_M && !pack && ldb >= 1)
+            row_f32(d->m, d->n, d->k, A, as[1], as[2], B, ldb, T, ldt);
         else
 #endif
             TILE_F32(d->m, d->n, d->k, A, as[1], as[2], B, ldb, T, ldt);
