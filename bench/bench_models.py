@@ -9,6 +9,10 @@ what was allocated before it (weights, grads and optimizer state are the
 same on both): neuron's from its allocator statistics, the CPU's from the
 profiler's allocation events.
 
+Each round also runs one neuron step with Adaptive Eager switched off ("no
+fusion", `torch_neuronx.eager_fusion.set_enabled(False)` around it), so
+fusion on and off see the same load. Peak memory is with fusion on.
+
 Each model also gets a "bf16" row: the same step with forward and loss under
 torch.autocast(<device>, bfloat16) on both devices (as the issue's models
 run; weights, gradients and AdamW stay float32).
@@ -108,17 +112,25 @@ def bench(name, steps, warmup, autocast=False):
     # Adaptive Eager compiles fused groups in the background after their second
     # sighting; time the steady state, not steps that race those compiles.
     torch_neuronx.eager_fusion.wait_for_compiles()
-    t_dev = t_cpu = 0.0
+    # Neuron with fusion, neuron without, CPU: one step each per round.
+    t_dev = t_off = t_cpu = 0.0
     for _ in range(steps):
         t = time.perf_counter()
         run_dev()
         t_dev += time.perf_counter() - t
+        torch_neuronx.eager_fusion.set_enabled(False)
+        try:
+            t = time.perf_counter()
+            run_dev()
+            t_off += time.perf_counter() - t
+        finally:
+            torch_neuronx.eager_fusion.set_enabled(True)
         t = time.perf_counter()
         run_cpu()
         t_cpu += time.perf_counter() - t
     mem_dev = neuron_peak_bytes(run_dev)
     mem_cpu = cpu_peak_bytes(run_cpu)
-    return steps / t_dev, steps / t_cpu, mem_dev, mem_cpu
+    return steps / t_dev, steps / t_off, steps / t_cpu, mem_dev, mem_cpu
 
 
 def make_generate(model, device, ids, tokens):
@@ -220,8 +232,8 @@ def main():
     torch_neuronx.clear_op_tracking()
     print(f"training step (AdamW), {torch.get_num_threads()} CPU threads; ratio > 1: neuron faster")
     print(
-        f"{'model':13s} {'neuron step/s':>14s} {'cpu step/s':>11s} {'ratio':>6s}   "
-        f"{'neuron peak MiB':>15s} {'cpu peak MiB':>12s} {'ratio':>6s}"
+        f"{'model':13s} {'neuron step/s':>14s} {'no fusion':>10s} {'cpu step/s':>11s} {'ratio':>6s} "
+        f"{'off/cpu':>7s}   {'neuron peak MiB':>15s} {'cpu peak MiB':>12s} {'ratio':>6s}"
     )
     rows = [
         (n, ac)
@@ -230,10 +242,10 @@ def main():
         if not (ac and args.no_autocast)
     ]
     for name, ac in rows:
-        sd, sc, md, mc = bench(name, args.steps, args.warmup, ac)
+        sd, so, sc, md, mc = bench(name, args.steps, args.warmup, ac)
         label = name + (" bf16" if ac else "")
         print(
-            f"{label:13s} {sd:14.2f} {sc:11.2f} {sd / sc:6.2f}   "
+            f"{label:13s} {sd:14.2f} {so:10.2f} {sc:11.2f} {sd / sc:6.2f} {so / sc:7.2f}   "
             f"{md / 2**20:15.1f} {mc / 2**20:12.1f} {md / max(mc, 1):6.2f}",
             flush=True,
         )
