@@ -90,6 +90,7 @@ bench: build
 	$(PY) bench/bench_ops.py
 	$(PY) bench/bench_copy.py
 	$(PY) bench/bench_models.py
+	$(PY) bench/bench_models.py --generate
 	$(PY) bench/bench_moe.py
 	$(PY) bench/bench_flex_attention.py
 	cmake --build build/cmake --target trn_bench_stream && build/cmake/libtrn/trn_bench_stream

@@ -9,11 +9,23 @@ what was allocated before it (weights, grads and optimizer state are the
 same on both): neuron's from its allocator statistics, the CPU's from the
 profiler's allocation events.
 
+Each round also runs one neuron step with Adaptive Eager switched off ("no
+fusion", `torch_neuronx.eager_fusion.set_enabled(False)` around it), so
+fusion on and off see the same load. Peak memory is with fusion on.
+
 Each model also gets a "bf16" row: the same step with forward and loss under
 torch.autocast(<device>, bfloat16) on both devices (as the issue's models
 run; weights, gradients and AdamW stay float32).
 
     .venv/bin/python bench/bench_models.py [--steps N] [--models gpt2,llama] [--no-autocast]
+
+`--generate` times greedy `generate()` instead (the language models only:
+prompt of 8 tokens, `--tokens` new tokens, batch `--batch`), neuron with
+Adaptive Eager on and off against the CPU, rounds interleaved (neuron on,
+neuron off, CPU, ...); it prints the min and median tokens/s of each and the
+ratios of the medians (>1: neuron faster).
+
+    .venv/bin/python bench/bench_models.py --generate [--size tiny] [--rounds 5]
 """
 
 import argparse
@@ -100,17 +112,104 @@ def bench(name, steps, warmup, autocast=False):
     # Adaptive Eager compiles fused groups in the background after their second
     # sighting; time the steady state, not steps that race those compiles.
     torch_neuronx.eager_fusion.wait_for_compiles()
-    t_dev = t_cpu = 0.0
+    # Neuron with fusion, neuron without, CPU: one step each per round.
+    t_dev = t_off = t_cpu = 0.0
     for _ in range(steps):
         t = time.perf_counter()
         run_dev()
         t_dev += time.perf_counter() - t
+        torch_neuronx.eager_fusion.set_enabled(False)
+        try:
+            t = time.perf_counter()
+            run_dev()
+            t_off += time.perf_counter() - t
+        finally:
+            torch_neuronx.eager_fusion.set_enabled(True)
         t = time.perf_counter()
         run_cpu()
         t_cpu += time.perf_counter() - t
     mem_dev = neuron_peak_bytes(run_dev)
     mem_cpu = cpu_peak_bytes(run_cpu)
-    return steps / t_dev, steps / t_cpu, mem_dev, mem_cpu
+    return steps / t_dev, steps / t_off, steps / t_cpu, mem_dev, mem_cpu
+
+
+def make_generate(model, device, ids, tokens):
+    """Greedy generate() of `tokens` new tokens; returns the token ids on the
+    host (generate() itself reads a value every token to test for EOS)."""
+    ids = ids.to(device)
+    mask = torch.ones_like(ids)
+
+    def run():
+        with torch.no_grad():
+            out = model.generate(
+                ids,
+                attention_mask=mask,
+                max_new_tokens=tokens,
+                min_new_tokens=tokens,
+                do_sample=False,
+                pad_token_id=0,
+            )
+        return out.cpu()
+
+    return run
+
+
+def bench_generate(name, size, batch, tokens, rounds):
+    """tokens/s of neuron (fusion on, fusion off) and CPU, interleaved rounds."""
+    torch.manual_seed(0)
+    cpu = zoo.MODELS[name](size).eval()
+    dev = copy.deepcopy(cpu).to("neuron")
+    ids = torch.randint(0, zoo.VOCAB, (batch, 8), generator=torch.Generator().manual_seed(0))
+    runs = {
+        "on": make_generate(dev, "neuron", ids, tokens),
+        "off": make_generate(dev, "neuron", ids, tokens),
+        "cpu": make_generate(cpu, "cpu", ids, tokens),
+    }
+    results = {}
+    for key, run in runs.items():  # warm-up; fused groups compile here
+        torch_neuronx.eager_fusion.set_enabled(key != "off")
+        results[key] = run()
+        results[key] = run()
+    torch_neuronx.eager_fusion.wait_for_compiles()
+    if not torch.equal(results["on"], results["off"]):
+        raise AssertionError(f"{name}: generate() differs with fusion on and off")
+    times = {k: [] for k in runs}
+    for _ in range(rounds):
+        for key, run in runs.items():
+            torch_neuronx.eager_fusion.set_enabled(key != "off")
+            t = time.perf_counter()
+            run()
+            times[key].append(time.perf_counter() - t)
+    torch_neuronx.eager_fusion.set_enabled(True)
+    rate = {k: sorted(batch * tokens / t for t in v) for k, v in times.items()}
+    return rate
+
+
+def main_generate(args):
+    print(
+        f"greedy generate(), {args.tokens} new tokens, batch {args.batch}, {args.size} configs, "
+        f"{torch.get_num_threads()} CPU threads, {args.rounds} interleaved rounds; "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"{'model':8s} {'neuron tok/s (min/med)':>23s} {'no fusion':>16s} {'cpu':>16s} "
+        f"{'on/cpu':>7s} {'off/cpu':>7s}"
+    )
+    for name in args.models.split(","):
+        if name not in ("gpt2", "llama"):
+            continue
+        r = bench_generate(name, args.size, args.batch, args.tokens, args.rounds)
+
+        def cell(v):
+            return f"{v[0]:7.1f} / {v[len(v) // 2]:7.1f}"
+
+        med = {k: v[len(v) // 2] for k, v in r.items()}
+        print(
+            f"{name:8s} {cell(r['on']):>23s} {cell(r['off']):>16s} {cell(r['cpu']):>16s} "
+            f"{med['on'] / med['cpu']:7.2f} {med['off'] / med['cpu']:7.2f}",
+            flush=True,
+        )
+    print(f"load after: {os.getloadavg()[0]:.1f}")
 
 
 def main():
@@ -121,12 +220,20 @@ def main():
     ap.add_argument(
         "--no-autocast", action="store_true", help="skip the bf16-autocast row of each model"
     )
+    ap.add_argument("--generate", action="store_true", help="time greedy generate()")
+    ap.add_argument("--size", default="small", help="model config for --generate")
+    ap.add_argument("--batch", type=int, default=1, help="batch for --generate")
+    ap.add_argument("--tokens", type=int, default=32, help="new tokens for --generate")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds for --generate")
     args = ap.parse_args()
+    if args.generate:
+        main_generate(args)
+        return
     torch_neuronx.clear_op_tracking()
     print(f"training step (AdamW), {torch.get_num_threads()} CPU threads; ratio > 1: neuron faster")
     print(
-        f"{'model':13s} {'neuron step/s':>14s} {'cpu step/s':>11s} {'ratio':>6s}   "
-        f"{'neuron peak MiB':>15s} {'cpu peak MiB':>12s} {'ratio':>6s}"
+        f"{'model':13s} {'neuron step/s':>14s} {'no fusion':>10s} {'cpu step/s':>11s} {'ratio':>6s} "
+        f"{'off/cpu':>7s}   {'neuron peak MiB':>15s} {'cpu peak MiB':>12s} {'ratio':>6s}"
     )
     rows = [
         (n, ac)
@@ -135,10 +242,10 @@ def main():
         if not (ac and args.no_autocast)
     ]
     for name, ac in rows:
-        sd, sc, md, mc = bench(name, args.steps, args.warmup, ac)
+        sd, so, sc, md, mc = bench(name, args.steps, args.warmup, ac)
         label = name + (" bf16" if ac else "")
         print(
-            f"{label:13s} {sd:14.2f} {sc:11.2f} {sd / sc:6.2f}   "
+            f"{label:13s} {sd:14.2f} {so:10.2f} {sc:11.2f} {sd / sc:6.2f} {so / sc:7.2f}   "
             f"{md / 2**20:15.1f} {mc / 2**20:12.1f} {md / max(mc, 1):6.2f}",
             flush=True,
         )

@@ -162,6 +162,45 @@ def test_linear():
     _no_fallback()
 
 
+@pytest.mark.parametrize("n,k", [(768, 256), (17, 33), (5, 300), (1, 7), (40, 16)])
+def test_linear_few_rows_same_bits_as_contiguous_weight(n, k):
+    # Up to 8 rows by nn.Linear's (transposed) weight, the float32 tiles
+    # transpose the weight block by block in registers instead of packing it;
+    # each element is still the same multiply-add chain, so the bits equal the
+    # product with the weight made contiguous (the tile path below 2^19
+    # multiply-adds), and the values match CPU.
+    x, w = torch.randn(8, k), torch.randn(n, k)
+    x[0, 3] = float("inf")
+    xd, wd = x.to(DEV), w.to(DEV)
+    wt = wd.t().contiguous()
+    for m in [m for m in range(1, 9) if m * n * k < 2**19]:
+        got = F.linear(xd[:m], wd).cpu()
+        assert torch.equal(got.nan_to_num(), torch.mm(xd[:m], wt).cpu().nan_to_num())
+        _close(got, F.linear(x[:m], w))
+    _no_fallback()
+
+
+@pytest.mark.parametrize("k,n", [(64, 1000), (33, 1500), (256, 200), (7, 17), (300, 1)])
+def test_mm_few_rows_same_bits_as_more_rows(k, n):
+    # Up to 4 rows, the float32 tiles stream B row by row into accumulators
+    # in L1 (a decode step's product); each element is still the same
+    # multiply-add chain, so a row's bits do not depend on how many rows the
+    # product has (8 rows take the register tiles; all below 2^19 multiply-adds).
+    x, w, bias = torch.randn(8, k), torch.randn(k, n), torch.randn(n)
+    x[1, 2] = float("inf")
+    xd, wd, bd = x.to(DEV), w.to(DEV), bias.to(DEV)
+    full = torch.mm(xd, wd).cpu()
+    full_bias = torch.addmm(bd, xd, wd).cpu()
+    for m in range(1, 5):
+        got = torch.mm(xd[:m], wd).cpu()
+        assert torch.equal(got.nan_to_num(), full[:m].nan_to_num())
+        assert torch.equal(
+            torch.addmm(bd, xd[:m], wd).cpu().nan_to_num(), full_bias[:m].nan_to_num()
+        )
+        _close(got, x[:m] @ w)
+    _no_fallback()
+
+
 @pytest.mark.parametrize(
     "dtype", [torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int32, torch.uint8]
 )

@@ -72,6 +72,17 @@ def test_creation():
     same(out, torch.arange(5.0))
     with pytest.raises(RuntimeError):
         torch.arange(0, 10, -1, device=DEV)
+    # The size and checks are computed natively (the meta kernel is a Python
+    # reference): the same sizes, errors and out= resize as the CPU.
+    for args in [(0, 9), (1.0, 2.0, 0.3), (5, -3, -2), (2**40, 2**40 + 7, 3), (0.0, 1.0, 0.1)]:
+        same(torch.arange(*args, device=DEV), torch.arange(*args))
+    for bad in [(0, 5, 0), (5, 0, 1), (0.0, float("inf"))]:
+        with pytest.raises(RuntimeError, match="step must be nonzero|inconsistent|unsupported"):
+            torch.arange(*bad, device=DEV)
+    out = torch.empty(2, 3, device=DEV)
+    with pytest.warns(UserWarning, match="resized"):
+        torch.arange(4, out=out)
+    same(out, torch.arange(4.0))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -309,6 +309,97 @@ static void pack_transposed(int64_t k, int64_t n, const float *B, int64_t ldbt, 
         }
 }
 #define PACK_TRANSPOSED 1
+
+// C (m <= 4 rows) = A.B with B's rows contiguous, B streamed row by row: a
+// decode step's product (1 x 256 by 256 x 1024) reads a weight far larger
+// than the L2 cache once, and tile16_f32 walks it a 128-byte column strip
+// at a time (k rows 4 KiB apart, then again for the next strip), which the
+// prefetchers follow badly. Here each row of B is read once, contiguously,
+// into accumulators for up to ROW_COLS columns kept in L1. Each element of
+// C is the same fused multiply-add chain over k in order, from zero, as in
+// tile16_f32: the same bits.
+#define ROW_M 4
+#define ROW_COLS 1024
+static void row_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t ars, int64_t acs,
+                    const float *B, int64_t ldb, float *C, int64_t ldc) {
+    float acc[ROW_M][ROW_COLS] __attribute__((aligned(64)));
+    for (int64_t j0 = 0; j0 < n; j0 += ROW_COLS) {
+        const int64_t w = n - j0 < ROW_COLS ? n - j0 : ROW_COLS;
+        for (int64_t r = 0; r < m; r++) memset(acc[r], 0, (size_t)w * sizeof(float));
+        for (int64_t p = 0; p < k; p++) {
+            const float *b = B + p * ldb + j0;
+            for (int64_t r = 0; r < m; r++) {
+                const __m512 av = _mm512_set1_ps(A[r * ars + p * acs]);
+                float *c = acc[r];
+                for (int64_t j = 0; j < w; j += 16) {
+                    const __mmask16 mj = t16_mask(w - j);
+                    const __m512 bv = _mm512_maskz_loadu_ps(mj, b + j);
+                    _mm512_mask_storeu_ps(
+                        c + j, mj, _mm512_fmadd_ps(av, bv, _mm512_maskz_loadu_ps(mj, c + j)));
+                }
+            }
+        }
+        for (int64_t r = 0; r < m; r++) memcpy(C + r * ldc + j0, acc[r], (size_t)w * sizeof(float));
+    }
+}
+
+// C (m <= 8 rows) = A.B where B is given transposed (Bt: n rows of k,
+// B[p][j] = Bt[j * ldbt + p], as nn.Linear's weight): each 16 x 16 block of
+// Bt is transposed in registers and used at once, so a decode-sized product
+// (1 x 256 by 256 x 768) does not copy the whole weight into a packed
+// buffer first (the copy took 3x the product's time). Each element of C is
+// the same fused multiply-add chain over k in order, from zero, as in
+// tile16_f32 on the packed copy: the same bits.
+#define BT_ROWS 8
+// One body per row count (M a constant after inlining): the accumulators
+// and the transposed block stay in registers, and a full 16-deep block
+// unrolls (a variable row count kept them on the stack: 2.5x slower).
+static inline __attribute__((always_inline)) void bt_rows(const int M, int64_t n, int64_t k,
+                                                          const float *A, int64_t ars, int64_t acs,
+                                                          const float *Bt, int64_t ldbt, float *C,
+                                                          int64_t ldc) {
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+        const __mmask16 mj = t16_mask(n - j0);
+        __m512 c[BT_ROWS];
+        for (int r = 0; r < M; r++) c[r] = _mm512_setzero_ps();
+        for (int64_t p0 = 0; p0 < k; p0 += 16) {
+            const __mmask16 mp = t16_mask(k - p0);
+            __m512 r16[16], o[16];
+            for (int i = 0; i < 16; i++)
+                r16[i] = j0 + i < n ? _mm512_maskz_loadu_ps(mp, Bt + (j0 + i) * ldbt + p0)
+                                    : _mm512_setzero_ps();
+            t16_transpose(r16, o);
+            if (k - p0 >= 16) {
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++)
+                    for (int r = 0; r < M; r++)
+                        c[r] = _mm512_fmadd_ps(_mm512_set1_ps(A[r * ars + (p0 + i) * acs]), o[i],
+                                               c[r]);
+            } else {
+                for (int64_t i = 0; i < k - p0; i++)
+                    for (int r = 0; r < M; r++)
+                        c[r] = _mm512_fmadd_ps(_mm512_set1_ps(A[r * ars + (p0 + i) * acs]), o[i],
+                                               c[r]);
+            }
+        }
+        for (int r = 0; r < M; r++) _mm512_mask_storeu_ps(C + r * ldc + j0, mj, c[r]);
+    }
+}
+
+static void tile16_bt_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t ars, int64_t acs,
+                          const float *Bt, int64_t ldbt, float *C, int64_t ldc) {
+    switch (m) {
+    case 1: bt_rows(1, n, k, A, ars, acs, Bt, ldbt, C, ldc); break;
+    case 2: bt_rows(2, n, k, A, ars, acs, Bt, ldbt, C, ldc); break;
+    case 3: bt_rows(3, n, k, A, ars, acs, Bt, ldbt, C, ldc); break;
+    case 4: bt_rows(4, n, k, A, ars, acs, Bt, ldbt, C, ldc); break;
+    case 5: bt_rows(5, n, k, A, ars, acs, Bt, ldbt, C, ldc); break;
+    case 6: bt_rows(6, n, k, A, ars, acs, Bt, ldbt, C, ldc); break;
+    case 7: bt_rows(7, n, k, A, ars, acs, Bt, ldbt, C, ldc); break;
+    case 8: bt_rows(8, n, k, A, ars, acs, Bt, ldbt, C, ldc); break;
+    default: break;  // the caller takes m <= BT_ROWS only
+    }
+}
 #else
 #define TILE_F32(m, n, k, A, ars, acs, B, ldb, C, ldc)                                             \
     trn_tile_mm(m, n, k, A, ars, acs, B, ldb, C, ldc, 0)
@@ -341,7 +432,13 @@ static void pack_b(int64_t k, int64_t n, const float *B, const int64_t *bs, floa
 // cannot be allocated; the caller then takes the other paths.
 static bool tile_f32(const trn_matmul_desc *d, const float *bias, int64_t bias_stride) {
     const int64_t *as = d->a_strides, *bs = d->b_strides, *cs = d->c_strides;
-    const bool pack = bs[2] != 1 && d->n > 1, direct = cs[2] == 1 || d->n == 1;
+    bool pack = bs[2] != 1 && d->n > 1;
+    const bool direct = cs[2] == 1 || d->n == 1;
+#ifdef PACK_TRANSPOSED
+    // A few rows by a transposed B: transposed block by block in registers.
+    const bool bt = pack && bs[1] == 1 && d->m <= BT_ROWS;
+    if (bt) pack = false;
+#endif
     float *packed = NULL, *rows = NULL;
     if ((pack && (packed = malloc((size_t)(d->k * d->n) * sizeof *packed)) == NULL) ||
         (!direct && (rows = malloc((size_t)(d->m * d->n) * sizeof *rows)) == NULL)) {
@@ -361,7 +458,14 @@ static bool tile_f32(const trn_matmul_desc *d, const float *bias, int64_t bias_s
         }
         float *T = direct ? C : rows;
         const int64_t ldt = direct ? cs[1] : d->n;
-        TILE_F32(d->m, d->n, d->k, A, as[1], as[2], B, ldb, T, ldt);
+#ifdef PACK_TRANSPOSED
+        if (bt)
+            tile16_bt_f32(d->m, d->n, d->k, A, as[1], as[2], B, bs[2], T, ldt);
+        else if (d->m <= ROW_M && !pack && ldb >= 1)
+            row_f32(d->m, d->n, d->k, A, as[1], as[2], B, ldb, T, ldt);
+        else
+#endif
+            TILE_F32(d->m, d->n, d->k, A, as[1], as[2], B, ldb, T, ldt);
         // As small_f32: alpha times the sum, then the bias added (one
         // rounding each; alpha 1 changes nothing).
         if (alpha != 1.0f || bias != NULL || !direct)
