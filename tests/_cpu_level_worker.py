@@ -60,7 +60,7 @@ def main(path):
                 dev = sample.transform(_to)
                 got = op(dev.input, *dev.args, **dev.kwargs)
                 expected = op(sample.input, *sample.args, **sample.kwargs)
-                results[f"{op.name}-{str(dtype)[6:]}-{i}"] = (_cpu(got), expected)
+                results[f"{op.name}-{str(dtype)[6:]}-{i}"] = (_cpu(got), expected, op.name, dtype)
     torch.save({"level": torch_neuronx.cpu_capability(), "results": results}, path)
 
 
