@@ -46,7 +46,7 @@ class CMakeBuild(build_ext):
         flags = ["-DTRN_BUILD_TESTS=OFF", f"-DTRN_CPU_LEVELS={levels}"]
         if not dev:
             # The rest of libtrn (runtime, compiler, collectives) at the baseline.
-            flags.append("-DCMAKE_C_FLAGS=-march=x86-64-v3")
+            flags.append("-DTRN_BASE_ARCH=x86-64-v3")
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         subprocess.check_call(
             [

@@ -107,6 +107,6 @@ foreach(name IN LISTS symbols)
                   "\\tendbr64\\n\\tjmp *trn__cpu_level_slots+${offset}(%rip)\\n.size ${name}, .-${name}\\n\");\n")
   math(EXPR index "${index} + 1")
 endforeach()
-file(WRITE ${OUT_C}.tmp "${c}")
-file(COPY_FILE ${OUT_C}.tmp ${OUT_C} ONLY_IF_DIFFERENT)
-file(REMOVE ${OUT_C}.tmp)
+# Always written (even when unchanged): an output older than the objects
+# would make Ninja rerun this step on every build.
+file(WRITE ${OUT_C} "${c}")
