@@ -52,6 +52,7 @@ def _worker(level, min_time):
     import torch_neuronx
 
     assert torch_neuronx.cpu_capability() == level, torch_neuronx.cpu_capability()
+    assert not torch_neuronx.eager_fusion.is_enabled()
     out = {}
     for name, fn in _cases().items():
         fn()
@@ -89,7 +90,9 @@ def main():
     times = {lv: [] for lv in levels}
     for r in range(args.rounds):
         for lv in levels:
-            env = dict(os.environ, TORCH_NEURONX_CPU_CAPABILITY=lv)
+            # Eager fusion off: fused elementwise groups run generated code
+            # (-march=native), not the level's kernels.
+            env = dict(os.environ, TORCH_NEURONX_CPU_CAPABILITY=lv, TORCH_NEURONX_EAGER_FUSION="0")
             cmd = [sys.executable, __file__, "--worker", lv, "--min-time", str(args.min_time)]
             res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
             times[lv].append(json.loads(res.stdout.strip().splitlines()[-1]))
