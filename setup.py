@@ -1,13 +1,16 @@
 """Builds the two native libraries with CMake and places them in the package.
 
 `pip install --no-build-isolation -e .` and `setup.py build_ext --inplace`
-(development) build for this machine (-march=native) and keep the CMake
-build directory (build/cmake), so rebuilds are incremental. A wheel or a
-regular install (`pip wheel .`, `pip install .`, from the sdist too) builds
-libtrn for a baseline any x86-64-v3 CPU runs (OPENNEURON_ARCH overrides:
-`native`, or any -march value), and adds libtrn's public headers to the
-package: torch.compile's generated C includes them at run time. The libtrn
-C tests are never built here (`make test-c` builds them on its own).
+(development) build libtrn's kernels for this machine (-march=native) plus the
+x86-64-v3 baseline (so `make test` checks the run-time choice between CPU
+levels) and keep the CMake build directory (build/cmake), so rebuilds are
+incremental. A wheel or a regular install (`pip wheel .`, `pip install .`,
+from the sdist too) builds libtrn for any x86-64-v3 CPU, with its kernels
+twice: AVX2 (x86-64-v3) and AVX-512 (x86-64-v4), chosen when libtrn loads
+(docs/compile.md). OPENNEURON_CPU_LEVELS overrides the levels (e.g.
+`avx2;avx512;native`). A wheel also gets libtrn's public headers:
+torch.compile's generated C includes them at run time. The libtrn C tests
+are never built here (`make test-c` builds them on its own).
 """
 
 import os
@@ -37,14 +40,13 @@ class CMakeBuild(build_ext):
         build_dir = ROOT / "build" / ("cmake" if dev else "cmake-wheel")
         build_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
-        arch = os.environ.get("OPENNEURON_ARCH") or ("native" if dev else "x86-64-v3")
-        flags = ["-DTRN_BUILD_TESTS=OFF"]
-        if arch == "native":
-            flags.append("-DTRN_NATIVE_ARCH=ON")
-        else:
-            # -Wno-psabi: kernels' 64-byte GCC vectors (file-local helpers)
-            # warn that their calling convention differs without AVX-512.
-            flags += ["-DTRN_NATIVE_ARCH=OFF", f"-DCMAKE_C_FLAGS=-march={arch} -Wno-psabi"]
+        levels = os.environ.get("OPENNEURON_CPU_LEVELS") or (
+            "avx2;native" if dev else "avx2;avx512"
+        )
+        flags = ["-DTRN_BUILD_TESTS=OFF", f"-DTRN_CPU_LEVELS={levels}"]
+        if not dev:
+            # The rest of libtrn (runtime, compiler, collectives) at the baseline.
+            flags.append("-DTRN_BASE_ARCH=x86-64-v3")
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         subprocess.check_call(
             [

@@ -109,6 +109,38 @@ PYEOF
     "$venv/bin/neuron-ls" > "$WORK/neuron-ls.txt"
     grep -q "OpenNeuron" "$WORK/neuron-ls.txt"
     say "neuron-ls ok"
+    # Per-ISA kernels: both levels in the wheel, the best this CPU runs chosen
+    # (avx512 where the CPU has x86-64-v4), avx2 forced gives the same values.
+    "$venv/bin/python" - <<'PYEOF'
+import os, subprocess, sys
+import torch, torch_neuronx
+assert torch_neuronx.cpu_capabilities() == ["avx2", "avx512"], torch_neuronx.cpu_capabilities()
+flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split()
+v4 = all(f in flags for f in ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"))
+assert torch_neuronx.cpu_capability() == ("avx512" if v4 else "avx2"), torch_neuronx.cpu_capability()
+code = ("import torch, torch_neuronx\n"
+        "x = torch.linspace(-3, 3, 10000)\n"
+        "y = torch.nn.functional.gelu(x.to('neuron')).softmax(0).cumsum(0)\n"
+        "torch.save((torch_neuronx.cpu_capability(), y.cpu()), 'level.pt')\n")
+got = {}
+for level in ["avx2", "avx512"] if v4 else ["avx2"]:
+    subprocess.run([sys.executable, "-c", code], check=True,
+                   env=dict(os.environ, TORCH_NEURONX_CPU_CAPABILITY=level))
+    name, y = torch.load("level.pt")
+    assert name == level, (name, level)
+    got[level] = y
+x = torch.linspace(-3, 3, 10000)
+ref = torch.nn.functional.gelu(x).softmax(0).cumsum(0)
+for level, y in got.items():
+    torch.testing.assert_close(y, ref, msg=lambda m: f"{level}: {m}")
+r = subprocess.run([sys.executable, "-c", "import torch; torch.ones(1, device='neuron')"],
+                   env=dict(os.environ, TORCH_NEURONX_CPU_CAPABILITY="amx"), capture_output=True, text=True)
+assert r.returncode != 0 and "TORCH_NEURONX_CPU_CAPABILITY='amx' is not a CPU level" in r.stderr, r.stderr
+print("cpu levels ok:", torch_neuronx.cpu_capabilities(), "chosen", torch_neuronx.cpu_capability())
+PYEOF
+    grep -q "^cpu kernels: $("$venv/bin/python" -c 'import torch_neuronx; print(torch_neuronx.cpu_capability())') (built: avx2, avx512)" "$WORK/neuron-ls.txt" || {
+        cat "$WORK/neuron-ls.txt"; echo "neuron-ls does not show the CPU level"; exit 1; }
+    say "cpu levels ok"
     # No C compiler: a clear error naming gcc and how to install it.
     set +e
     CC=openneuron-no-such-cc TORCH_NEURONX_NEFF_DISABLE_CACHE=1 "$venv/bin/python" -c '

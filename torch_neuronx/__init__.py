@@ -76,6 +76,23 @@ def is_neuron_runtime_initialized() -> bool:
     return _C._is_initialized()
 
 
+def cpu_capability() -> str:
+    """The CPU level the kernels run at: "avx2" (x86-64-v3), "avx512" (x86-64-v4) or
+    "native" (a development build for its own machine). libtrn picks the best level it was
+    built with that this CPU runs, when it loads; ``TORCH_NEURONX_CPU_CAPABILITY`` (set
+    before ``import torch_neuronx``) overrides, like ATen's ``ATEN_CPU_CAPABILITY``. Raises
+    ``RuntimeError`` with the reason when that override was refused."""
+    error = _C._cpu_level_error()
+    if error:
+        raise RuntimeError(error)
+    return _C._cpu_capability()
+
+
+def cpu_capabilities() -> list[str]:
+    """The CPU levels this build holds, baseline first (a wheel: ``["avx2", "avx512"]``)."""
+    return _C._cpu_levels()
+
+
 def _register() -> None:
     """Idempotent: rename PrivateUse1, register torch.neuron, generate methods."""
     global _registered

@@ -3,6 +3,7 @@ use which core (from the processes' stats pages), like the SDK's neuron-ls.
 
     $ neuron-ls
     instance: OpenNeuron (software NeuronCores on the host CPU), 2 cores
+    cpu kernels: avx512 (built: avx2, avx512)
     +--------+--------------------------------------+-----------+---------+-------------------------------+
     | NEURON | NAME                                 | MEMORY    | THREADS | PROCESSES (PID MEMORY COMMAND)|
     ...
@@ -47,7 +48,14 @@ def collect() -> dict:
                 "processes": users,
             }
         )
-    return {"device_count": len(devices), "devices": devices}
+    return {
+        "device_count": len(devices),
+        "devices": devices,
+        # The CPU level the kernels run at (libtrn/src/runtime/cpu_level.c).
+        "cpu_capability": _C._cpu_capability(),
+        "cpu_capabilities": _C._cpu_levels(),
+        "cpu_capability_error": _C._cpu_level_error() or None,
+    }
 
 
 def render(info: dict) -> str:
@@ -70,6 +78,11 @@ def render(info: dict) -> str:
     out = [
         f"instance: OpenNeuron (software NeuronCores on the host CPU), "
         f"{info['device_count']} core{'s' if info['device_count'] != 1 else ''}",
+        f"cpu kernels: {info['cpu_capability']} (built: {', '.join(info['cpu_capabilities'])})",
+    ]
+    if info["cpu_capability_error"]:
+        out.append(f"cpu kernels refused: {info['cpu_capability_error']}")
+    out += [
         sep,
         line(cols),
         sep,

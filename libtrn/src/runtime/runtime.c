@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../internal.h"
+#include "cpu_level.h"
 
 #define GiB ((size_t)1 << 30)
 
@@ -100,6 +101,9 @@ trn_status trn__fork_check(void) {
 
 trn_status trn_runtime_init(void) {
     trn_status st = trn__fork_check();
+    if (st != TRN_SUCCESS) return st;
+    // A refused TORCH_NEURONX_CPU_CAPABILITY fails the first device use.
+    st = trn_cpu_level_status();
     if (st != TRN_SUCCESS) return st;
     int rc = pthread_once(&g_init_once, runtime_init_once);
     if (rc != 0)

@@ -7,6 +7,7 @@
 #include <vector>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
+#include <trn/cpu.h>
 
 #include "runtime/generator.h"
 #include "runtime/bindings.h"
@@ -89,6 +90,16 @@ PYBIND11_MODULE(_C, m) {
     });
     m.def("_init", [] { guarded([] { TRN_CHECK(trn_runtime_init()); }); });
     m.def("_is_initialized", [] { return trn_runtime_is_initialized(); });
+    // The kernels' CPU level (libtrn/src/runtime/cpu_level.c).
+    m.def("_cpu_capability", [] { return std::string(trn_cpu_capability()); });
+    m.def("_cpu_levels", [] {
+        std::vector<std::string> names;
+        for (int i = 0; i < trn_cpu_level_count(); i++) names.emplace_back(trn_cpu_level_name(i));
+        return names;
+    });
+    m.def("_cpu_level_error", [] {
+        return std::string(trn_cpu_level_status() == TRN_SUCCESS ? "" : trn_last_error());
+    });
     m.def("_is_in_bad_fork", [] { return trn_runtime_in_bad_fork(); });
     m.def("_synchronize", [](int i) {
         guarded([&] {
