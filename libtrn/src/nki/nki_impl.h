@@ -212,12 +212,27 @@ trn_status nki__render(const nki_prog *p, char **source);
 typedef struct nki_rctx {
     const nki_prog *p;
     struct nki_buf *b;
-    int sid;  // statement index (runtime errors report it + 1)
+    int sid;     // statement index (runtime errors report it + 1)
+    bool fused;  // inside a fused group: i0 is the group's partition loop (fuse.c)
+    bool fuse;   // form fused groups (nki__fuse_enabled)
+    // the instruction being rendered and which of its vector operands were
+    // loaded once per partition (fused groups: H<k>, render_instr.c)
+    const struct nki_instr *hin;
+    unsigned hoist;
 } nki_rctx;
 // One instruction's loop nest into c->b (render_instr.c).
 void nki__render_instr(nki_rctx *c, const nki_instr *in);
 // "(affine expr)cmp0" of a condition or mask.
 void nki__put_cond(struct nki_buf *b, const nki_expr *e);
+// Partition-loop fusion (fuse.c): the end (exclusive) of the group of
+// instructions (and the poison points among them, hoisted before it) that
+// starts at statement `from` and may run as one loop over *parts
+// partitions, or `from` when fewer than two instructions qualify; *guard:
+// run fused only where no two HBM arguments overlap (rt->serial == 0).
+int nki__fuse_group(const nki_prog *p, int from, int to, int64_t *parts, bool *guard);
+// NKI_FUSE=0 in the environment renders every instruction unfused (the
+// tests compare both).
+bool nki__fuse_enabled(void);
 // Whether instruction operand k is written (the destination; activation's
 // reduce result) (parallel.c).
 bool nki__instr_writes(const nki_instr *in, int k);

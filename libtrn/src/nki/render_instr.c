@@ -76,12 +76,28 @@ static void put_ff(nki_buf *b, const nki_operand *d) {
 // The loop nest over d's access space, one brace per loop (close_loops);
 // `ivdep`: the innermost loop carries no dependence (no_overlap), so GCC
 // vectorizes it without run-time alias checks.
-static void open_loops(nki_buf *b, const nki_operand *d, bool ivdep) {
+// In a fused group (c->fused) the partition loop i0 is the group's: its
+// level is a plain block.
+static void open_loops(rctx *c, const nki_operand *d, bool ivdep) {
+    nki_buf *b = c->b;
     for (int j = 0; j < d->nd; j++) {
+        if (j == 0 && c->fused) {
+            nki__printf(b, "{");
+            continue;
+        }
         if (ivdep && j == d->nd - 1) nki__printf(b, "\n#pragma GCC ivdep\n");
         nki__printf(b, "for(i64 i%d=0;i%d<%lldLL;i%d++){", j, j, (long long)d->count[j], j);
     }
     nki__printf(b, "\n");
+}
+
+// The partition loop i0 of an instruction that writes its own (a block in
+// a fused group).
+static void open_part(rctx *c, int64_t n) {
+    if (c->fused)
+        nki__printf(c->b, "{");
+    else
+        nki__printf(c->b, "for(i64 i0=0;i0<%lldLL;i0++){", (long long)n);
 }
 
 static void close_loops(nki_buf *b, const nki_operand *d) {
@@ -201,6 +217,11 @@ static void put_ld(rctx *c, const nki_instr *in, int k) {
 // per-partition vector operand: element (i0, 0)
 static void put_vec(rctx *c, const nki_operand *o) {
     nki_buf *b = c->b;
+    if (c->hin != NULL && o >= c->hin->opd && o < c->hin->opd + c->hin->nopd &&
+        (c->hoist >> (o - c->hin->opd) & 1u)) {
+        P("H%d", (int)(o - c->hin->opd));
+        return;
+    }
     P("ld%d(T%d,", dt_of(c->p, o), root_of(c->p, o)->id);
     put_affine(b, &o->flat);
     if (o->count[0] != 1) P("+i0*%lldLL", (long long)o->stride[0]);
@@ -320,11 +341,48 @@ static void put_merge(rctx *c, const nki_instr *in, int64_t M, int64_t N) {
     P("st%d(T%d,o,v);}\n", dt_of(p, d), dr->id);
 }
 
+// In a fused group, the per-partition scalars (vector operands) of
+// tensor_scalar, scalar_tensor_tensor and activation are loaded once, before
+// the free-axis loops: GCC cannot prove a store of the row leaves them alone
+// (one scratch block) and otherwise keeps the activation loop scalar. Only
+// operands in a tensor the instruction does not write, so each element
+// reads the same value as before.
+static void put_hoisted(rctx *c, const nki_instr *in) {
+    nki_buf *b = c->b;
+    const nki_prog *p = c->p;
+    c->hin = in;
+    c->hoist = 0;
+    if (!c->fused) return;
+    unsigned vec = 0;
+    if (in->op == NKI_OP_TS)
+        for (int k = 2; k < in->nopd; k++) vec |= 1u << k;
+    else if (in->op == NKI_OP_STT && (int)in->p[2] == 2)
+        vec = 1u << 2;
+    else if (in->op == NKI_OP_ACT) {
+        int next = 2;
+        if (in->p[1] != 0) vec |= 1u << next++;
+        if ((int)in->p[2] == 2) vec |= 1u << next++;
+    }
+    for (int k = 0; k < in->nopd; k++) {
+        if (!(vec >> k & 1u)) continue;
+        bool written = false;
+        for (int w = 0; w < in->nopd; w++)
+            if (nki__instr_writes(in, w) && root_of(p, &in->opd[w]) == root_of(p, &in->opd[k]))
+                written = true;
+        if (written) continue;
+        P("const float H%d=", k);
+        put_vec(c, &in->opd[k]);
+        P(";\n");
+        c->hoist |= 1u << k;
+    }
+}
+
 void nki__render_instr(nki_rctx *c, const nki_instr *in) {
     nki_buf *b = c->b;
     const nki_prog *p = c->p;
     const nki_operand *d = &in->opd[0];
     P("{ /* %s at %s */\n", in->name, in->loc);
+    put_hoisted(c, in);
     switch (in->op) {
     case NKI_OP_COPY: {
         const nki_operand *s = &in->opd[1];
@@ -336,7 +394,7 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
             // rows of equal dtype: one memmove each
             nki_operand outer = *d;
             outer.nd = last;
-            open_loops(b, &outer, false);
+            open_loops(c, &outer, false);
             P("const i64 i%d=0;\nmemmove(T%d+(", last, root_of(p, d)->id);
             put_off(b, d, d);
             P(")*%d,T%d+(", sz, root_of(p, s)->id);
@@ -345,7 +403,7 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
             close_loops(b, &outer);
             break;
         }
-        open_loops(b, d, iv);
+        open_loops(c, d, iv);
         put_ff(b, d);
         put_guards(c, in);
         if (dt_of(p, s) == dt_of(p, d)) {
@@ -365,7 +423,7 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
     case NKI_OP_TT:
     case NKI_OP_WHERE:
     case NKI_OP_PREDCOPY: {
-        open_loops(b, d, no_overlap(p, in));
+        open_loops(c, d, no_overlap(p, in));
         put_ff(b, d);
         put_guards(c, in);
         if (in->op == NKI_OP_TT) {
@@ -398,7 +456,7 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
     case NKI_OP_TS:
     case NKI_OP_STT: {
         // TS: p op0 rev0 kind0 imm0 op1 rev1 kind1 imm1; STT: op0 op1 kind imm rev0 rev1
-        open_loops(b, d, no_overlap(p, in));
+        open_loops(c, d, no_overlap(p, in));
         put_ff(b, d);
         put_guards(c, in);
         P("float x=");
@@ -446,7 +504,8 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
         if (rop >= 0) rres = next++;
         const bool iv = no_overlap(p, in);
         const int last = d->nd - 1;
-        P("for(i64 i0=0;i0<%lldLL;i0++){\n", (long long)d->count[0]);
+        open_part(c, d->count[0]);
+        P("\n");
         if (rop >= 0 && lanes_ok(rop) && in->nmask == 0 && last >= 1) {
             // the free-axis reduction in LANES partial results (vectorizes)
             P("float L[%d];for(int l=0;l<%d;l++)L[l]=%s;\n", LANES, LANES, reduce_init(rop));
@@ -492,7 +551,7 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
         // p: alu nred negate; dst has the source's first nd-nred dims
         const nki_operand *s = &in->opd[1];
         int op = (int)in->p[0], nred = (int)in->p[1], keep = s->nd - nred;
-        for (int j = 0; j < keep; j++)
+        for (int j = c->fused ? 1 : 0; j < keep; j++)  // fused: i0 is the group's
             P("for(i64 i%d=0;i%d<%lldLL;i%d++)", j, j, (long long)s->count[j], j);
         const int last = s->nd - 1;
         if (lanes_ok(op) && in->nmask == 0 && nred >= 1) {
@@ -610,7 +669,7 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
     }
     case NKI_OP_TRANSPOSE: {
         const nki_operand *s = &in->opd[1];
-        open_loops(b, d, no_overlap(p, in));
+        open_loops(c, d, no_overlap(p, in));
         put_guards(c, in);
         P("i64 o=");
         put_affine(b, &d->flat);
@@ -625,7 +684,7 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
     case NKI_OP_IOTA:
     case NKI_OP_MEMSET:
     case NKI_OP_SELECT: {
-        open_loops(b, d, no_overlap(p, in));
+        open_loops(c, d, no_overlap(p, in));
         put_ff(b, d);
         put_guards(c, in);
         bool isf = nki__dtype_float(p->t[d->tid].dtype);
@@ -671,7 +730,8 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
         // dst, d0, d1, [init vec]; p: op0 op1 init_kind init_imm
         const nki_operand *a = &in->opd[1], *bb = &in->opd[2];
         int64_t F = fcount(d);
-        P("for(i64 i0=0;i0<%lldLL;i0++){float prev=", (long long)d->count[0]);
+        open_part(c, d->count[0]);
+        P("float prev=");
         if ((int)in->p[2] == 2)
             put_vec(c, &in->opd[3]);
         else
@@ -706,7 +766,8 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
         // chunk; bn_aggr merges such groups into (mean, variance)
         const nki_operand *s = &in->opd[1];
         int64_t F = fcount(s);
-        P("for(i64 i0=0;i0<%lldLL;i0++){\n", (long long)d->count[0]);
+        open_part(c, d->count[0]);
+        P("\n");
         if (in->op == NKI_OP_BNSTATS) {
             // two passes in double, each in LANES partial sums (vectorizes)
             for (int pass = 0; pass < 2; pass++) {
@@ -801,4 +862,6 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
     default: P("return %d;\n", c->sid + 1); break;
     }
     P("}\n");
+    c->hin = NULL;
+    c->hoist = 0;
 }
