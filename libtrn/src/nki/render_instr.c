@@ -321,6 +321,69 @@ static void act_body(rctx *c, const nki_instr *in, int svec, int bias) {
     P("x);\n");
 }
 
+// bn_stats of partition i0's F elements into sum, mean, sq (the sum of
+// squared deviations), as libtrn's layer norm computes them: two passes of
+// 32 float lanes, moved to a double total every 256 elements, the second
+// pass around the mean split into float hi + lo. Contiguous float32 rows use
+// GCC vectors (two accumulators of 16, a register each); others the same
+// sums in the same order through ld<dtype> (identical results).
+#define BN_BLOCK 256
+static void put_bnstats(rctx *c, const nki_instr *in, int64_t F) {
+    nki_buf *b = c->b;
+    const nki_prog *p = c->p;
+    const nki_operand *s = &in->opd[1];
+    bool vec = p->t[s->tid].dtype == NKI_F32 && s->nd >= 2;
+    int64_t expect = 1;
+    for (int j = s->nd - 1; vec && j >= 1; j--) {
+        if (s->count[j] == 1) continue;
+        vec = s->stride[j] == expect;
+        expect *= s->count[j];
+    }
+    const long long n = (long long)F;
+    if (vec) {
+        P("typedef float nki_v16 __attribute__((vector_size(64)));\nconst float*R_=(const "
+          "float*)T%d+",
+          root_of(p, s)->id);
+        put_affine(b, &s->flat);
+        P("+i0*%lldLL;\n", (long long)s->stride[0]);
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        const char *acc = pass ? "sq" : "sum";
+        P("double %s=0;{i64 f=0;while(f+32<=%lldLL){i64 "
+          "e=f+%d<=%lldLL?f+%d:f+((%lldLL-f)/32)*32;\n",
+          acc, n, BN_BLOCK, n, BN_BLOCK, n);
+        if (vec) {
+            P("nki_v16 A0={0},A1={0};for(;f<e;f+=32){nki_v16 x0,x1;memcpy(&x0,R_+f,64);"
+              "memcpy(&x1,R_+f+16,64);");
+            if (pass)
+                P("x0=(x0-mhi)-mlo;x1=(x1-mhi)-mlo;A0+=x0*x0;A1+=x1*x1;}\n");
+            else
+                P("A0+=x0;A1+=x1;}\n");
+            P("nki_v16 t=A0+A1;for(int l=0;l<16;l++)%s+=(double)t[l];}\n", acc);
+        } else {
+            P("float A[32];for(int l=0;l<32;l++)A[l]=0.0f;for(;f<e;f+=32)\n%sfor(int "
+              "l=0;l<32;l++){float x=ld%d(T%d,",
+              NO_UNROLL, dt_of(p, s), root_of(p, s)->id);
+            put_off_flat(b, s, "i0", "f+l");
+            P(");%s}\nfor(int l=0;l<16;l++)%s+=(double)(A[l]+A[l+16]);}\n",
+              pass ? "x=(x-mhi)-mlo;A[l]+=x*x;" : "A[l]+=x;", acc);
+        }
+        P("for(;f<%lldLL;f++){float x=", n);
+        if (vec) {
+            P("R_[f]");
+        } else {
+            P("ld%d(T%d,", dt_of(p, s), root_of(p, s)->id);
+            put_off_flat(b, s, "i0", "f");
+            P(")");
+        }
+        P(";%s}}\n", pass ? "x=(x-mhi)-mlo;sq+=(double)(x*x);" : "sum+=(double)x;");
+        if (pass == 0)
+            P("double mean=sum/%lldLL;const float mhi=(float)mean,mlo=(float)(mean-(double)mhi);\n",
+              n);
+    }
+    P("float out[6]={(float)%lld,(float)mean,(float)(sq/%lldLL),0,0,0};\n", n, n);
+}
+
 // acc (M x N) into the PSUM destination, per element by its first-write flag
 static void put_merge(rctx *c, const nki_instr *in, int64_t M, int64_t N) {
     nki_buf *b = c->b;
@@ -395,6 +458,21 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
             nki_operand outer = *d;
             outer.nd = last;
             open_loops(c, &outer, false);
+            if (iv && (sz == 4 || sz == 2)) {
+                // a typed loop: GCC vectorizes it in place, cheaper than a
+                // call per (short) row; may_alias: the tile is also read as
+                // float / int through ld<dtype>
+                const char *ty = sz == 4 ? "nki_a32" : "nki_a16";
+                P("typedef uint%d_t __attribute__((may_alias)) %s;\n", sz * 8, ty);
+                P("const i64 i%d=0;\n%s*d_=(%s*)T%d+(", last, ty, ty, root_of(p, d)->id);
+                put_off(b, d, d);
+                P(");const %s*s_=(const %s*)T%d+(", ty, ty, root_of(p, s)->id);
+                put_off(b, s, d);
+                P(");\n#pragma GCC ivdep\nfor(i64 q=0;q<%lldLL;q++)d_[q]=s_[q];\n",
+                  (long long)d->count[last]);
+                close_loops(b, &outer);
+                break;
+            }
             P("const i64 i%d=0;\nmemmove(T%d+(", last, root_of(p, d)->id);
             put_off(b, d, d);
             P(")*%d,T%d+(", sz, root_of(p, s)->id);
@@ -769,24 +847,7 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
         open_part(c, d->count[0]);
         P("\n");
         if (in->op == NKI_OP_BNSTATS) {
-            // two passes in double, each in LANES partial sums (vectorizes)
-            for (int pass = 0; pass < 2; pass++) {
-                P("double S%d[%d]={0};{i64 f=0;for(;f+%d<=%lldLL;f+=%d)\n%sfor(int "
-                  "l=0;l<%d;l++){double x=ld%d(T%d,",
-                  pass, LANES, LANES, (long long)F, LANES, NO_UNROLL, LANES, dt_of(p, s),
-                  root_of(p, s)->id);
-                put_off_flat(b, s, "i0", "f+l");
-                P(")%s;S%d[l]+=%s;}\nfor(;f<%lldLL;f++){double x=ld%d(T%d,", pass ? "-mean" : "",
-                  pass, pass ? "x*x" : "x", (long long)F, dt_of(p, s), root_of(p, s)->id);
-                put_off_flat(b, s, "i0", "f");
-                P(")%s;S%d[0]+=%s;}}\n", pass ? "-mean" : "", pass, pass ? "x*x" : "x");
-                if (pass == 0)
-                    P("double sum=0;for(int l=0;l<%d;l++)sum+=S0[l];double mean=sum/%lldLL;\n",
-                      LANES, (long long)F);
-            }
-            P("double sq=0;for(int l=0;l<%d;l++)sq+=S1[l];\nfloat "
-              "out[6]={(float)%lld,(float)mean,(float)(sq/%lldLL),0,0,0};\n",
-              LANES, (long long)F, (long long)F);
+            put_bnstats(c, in, F);
             P("for(i64 f=0;f<6;f++)st%d(T%d,", dt_of(p, d), root_of(p, d)->id);
         } else {
             P("double n=0,mean=0,m2=0;for(i64 g=0;g<%lldLL;g++){double c=ld%d(T%d,",
