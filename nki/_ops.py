@@ -27,7 +27,8 @@ from ._ir import AP, PSUM, SBUF, Affine, IExpr, NkiError, Pred, current, expr_te
     OP_SELECT,
     OP_WHERE,
     OP_GATHER,
-) = range(18)
+    OP_TOP8,
+) = range(19)
 
 ALU = {
     "bypass": 0,
@@ -653,4 +654,144 @@ def bn_aggr(dst, data, dtype=None, name="bn_aggr"):
     if dst is None:
         dst = alloc((data.shape[0], 2), dtype or dt.float32)
     emit(OP_BNAGGR, name, [], [dst, data])
+    return dst
+
+
+# ---------------------------------------------------------------- top-8 family (Vector Engine)
+_INDEX_DTYPES = ("uint32", "uint16", "int32")
+
+
+def _p(ap):
+    return ap.shape[0]
+
+
+def max8(dst, src, dtype=None, name="max8"):
+    if dst is None:
+        dst = alloc((_p(src), 8), dtype or src.dtype)
+    emit(OP_TOP8, name, [0, 0], [dst, src])
+    return dst
+
+
+def _index_dst(dst, data, dtype, name):
+    if dst is None:
+        dst = alloc((_p(data), 8), dtype or dt.uint32)
+    if str(dt.to_dtype(dst.dtype)) not in _INDEX_DTYPES:
+        raise NkiError(f"nki: {name}: indices are uint16 or uint32 (got {dst.dtype})")
+    return dst
+
+
+def find_index8(dst, data, vals, dtype=None, name="nc_find_index8"):
+    dst = _index_dst(dst, data, dtype, name)
+    emit(OP_TOP8, name, [1, 0], [dst, data, vals])
+    return dst
+
+
+def match_replace8(dst, data, vals, imm, dst_idx=None, dtype=None, name="nc_match_replace8"):
+    if dst is None:
+        dst = alloc(data.shape, dtype or data.dtype)
+    ops = [dst, data, vals]
+    if dst_idx is not None:
+        ops.append(_index_dst(dst_idx, data, None, name))
+    emit(OP_TOP8, name, [2, scalar_value(imm)], ops)
+    return dst
+
+
+# ---------------------------------------------------------------- selects with a max reduction
+def _register(P):
+    """The Vector Engine's accumulator register for P partitions: a (P, 1)
+    fp32 tile allocated at the kernel's start (so it lives across loops,
+    which then run serially), poisoned until a reset_reduce."""
+    tr = current()
+    regs = tr.__dict__.setdefault("_vector_acc", {})
+    if P not in regs:
+        n = len(tr.lines)
+        regs[P] = alloc((P, 1), dt.float32, name="vector_accumulator")
+        tr.lines.insert(0, tr.lines.pop(n))  # its allocation point: the kernel's start
+    return regs[P]
+
+
+# reduce_cmd codes (nki.isa.reduce_cmd)
+_IDLE, _RESET, _REDUCE, _RESET_REDUCE = 0, 1, 2, 3
+
+
+def _reduce_into(reduce_res, reduce_op, tile, name, cmd=None):
+    """The max reduction of select_reduce / range_select: reset_reduce
+    starts the accumulator register from this result, reduce folds this
+    result into it, and reduce_res (if given) receives the register;
+    without a reduce_cmd the result's own max goes to reduce_res."""
+    n = op_name(reduce_op)
+    if ALU_ALIAS.get(n, n) != "maximum":
+        raise NkiError(f"nki: {name}: reduce_op must be maximum")
+    cmd = None if cmd is None else int(cmd)
+    if cmd in (None, _IDLE, _RESET):
+        if reduce_res is not None:
+            reduce(reduce_res, "maximum", tile, None, name=name)
+        return
+    if cmd not in (_REDUCE, _RESET_REDUCE):
+        raise NkiError(f"nki: {name}: reduce_cmd {cmd} is not supported here")
+    reg = _register(tile.shape[0])
+    if cmd == _RESET_REDUCE:
+        reduce(reg, "maximum", tile, None, name=name)
+    else:
+        part = reduce(None, "maximum", tile, None, keepdims=True, dtype=dt.float32, name=name)
+        part = conform(part, (tile.shape[0], 1))
+        binary(reg, part, "maximum", dst=reg, name=name)
+    if reduce_res is not None:
+        copy(reduce_res, reg, 2, name=name)
+
+
+def select_reduce(
+    dst,
+    predicate,
+    on_true,
+    on_false,
+    reduce_res=None,
+    reduce_op="maximum",
+    reverse_pred=False,
+    dtype=None,
+    name="select_reduce",
+    reduce_cmd=None,
+):
+    """dst = where(predicate, on_true, on_false) (swapped when reverse_pred),
+    then the per-partition max into reduce_res."""
+    if dst is None:
+        dst = alloc(on_true.shape, dtype or on_true.dtype)
+    a, b = (on_false, on_true) if reverse_pred else (on_true, on_false)
+    where(predicate, a, b, dst=dst, name=name)
+    _reduce_into(reduce_res, reduce_op, dst, name, reduce_cmd)
+    return dst
+
+
+def range_select(
+    dst,
+    on_true,
+    comp_op0,
+    comp_op1,
+    bound0,
+    bound1,
+    reduce_res=None,
+    reduce_op="maximum",
+    range_start=0,
+    on_false_value=-3.4028234663852886e38,
+    dtype=None,
+    name="range_select",
+    reduce_cmd=None,
+):
+    """dst = on_true where comp_op0(index, bound0) and comp_op1(index, bound1)
+    (index: the flat free index + range_start, in fp32), else on_false_value;
+    then the per-partition max into reduce_res."""
+    if dst is None:
+        dst = alloc(on_true.shape, dtype or on_true.dtype)
+    shape = tuple(on_true.shape)
+    pattern, step = [], 1
+    for n in reversed(shape[1:]):
+        pattern.insert(0, [step, n])
+        step *= n
+    idx = alloc(shape, dt.float32, name="range_select_index")
+    iota_expr(idx, pattern_expr(len(shape), pattern, int(range_start), 0), name=name)
+    m0 = tensor_scalar(None, idx, comp_op0, bound0, dtype=dt.float32, name=name)
+    m1 = tensor_scalar(None, idx, comp_op1, bound1, dtype=dt.float32, name=name)
+    binary(m0, m1, "logical_and", dst=m0, name=name)
+    where(m0, on_true, on_false_value, dst=dst, name=name)
+    _reduce_into(reduce_res, reduce_op, dst, name, reduce_cmd)
     return dst

@@ -314,6 +314,73 @@ def bn_aggr(dst, data, **kw):
     return _ops.bn_aggr(_need(dst, "bn_aggr"), data)
 
 
+def max8(dst, src, **kw):
+    return _ops.max8(_need(dst, "max8"), src)
+
+
+def nc_find_index8(dst, data, vals, **kw):
+    return _ops.find_index8(_need(dst, "nc_find_index8"), data, vals)
+
+
+def nc_match_replace8(dst, data, vals, imm, dst_idx=None, **kw):
+    return _ops.match_replace8(_need(dst, "nc_match_replace8"), data, vals, imm, dst_idx)
+
+
+match_replace8 = nc_match_replace8
+
+
+def select_reduce(
+    dst,
+    predicate,
+    on_true,
+    on_false,
+    reduce_res=None,
+    reduce_cmd=None,
+    reduce_op="maximum",
+    reverse_pred=False,
+    **kw,
+):
+    return _ops.select_reduce(
+        _need(dst, "select_reduce"),
+        predicate,
+        on_true,
+        on_false,
+        reduce_res=reduce_res,
+        reduce_op=reduce_op,
+        reverse_pred=reverse_pred,
+        reduce_cmd=reduce_cmd,
+    )
+
+
+def range_select(
+    dst,
+    on_true_tile,
+    comp_op0,
+    comp_op1,
+    bound0,
+    bound1,
+    reduce_cmd=None,
+    reduce_res=None,
+    reduce_op="maximum",
+    range_start=0,
+    on_false_value=-3.4028234663852886e38,
+    **kw,
+):
+    return _ops.range_select(
+        _need(dst, "range_select"),
+        on_true_tile,
+        comp_op0,
+        comp_op1,
+        bound0,
+        bound1,
+        reduce_res=reduce_res,
+        reduce_op=reduce_op,
+        range_start=range_start,
+        on_false_value=on_false_value,
+        reduce_cmd=reduce_cmd,
+    )
+
+
 def _unsupported(name):
     def f(*a, **kw):
         raise NkiError(f"nki: nisa.{name} is not supported by this implementation")
@@ -326,15 +393,10 @@ for _n in [
     "nc_matmul_mx",
     "quantize_mx",
     "dropout",
-    "range_select",
-    "select_reduce",
     "sequence_bounds",
     "local_gather",
     "nc_n_gather",
     "dma_compute",
-    "max8",
-    "nc_find_index8",
-    "nc_match_replace8",
     "nc_stream_shuffle",
     "register_alloc",
     "register_load",

@@ -82,6 +82,13 @@ typedef enum nki_op {
     NKI_OP_SELECT,     // dst, src; p: cmp false_value; expr0
     NKI_OP_WHERE,      // dst, cond, a, b
     NKI_OP_GATHER,  // dst, src, index (K x 1 int32/uint32 SBUF); p: which (0 dst, 1 src) dim oob_skip
+    // Vector-Engine top-8 family, per partition over all free elements of
+    // data; p: mode imm. mode 0 max8: dst (P x 8) the 8 largest, descending;
+    // 1 nc_find_index8: dst (P x 8 ints) first index of each of vals (P x 8),
+    // duplicates paired in ascending order, missing: all ones; 2
+    // nc_match_replace8: dst = data with the first match of each val
+    // (vals taken 7..0) replaced by imm, [dst_idx] (P x 8) their indices
+    NKI_OP_TOP8,  // dst, data, [vals], [dst_idx]
     NKI_OP_COUNT
 } nki_op;
 

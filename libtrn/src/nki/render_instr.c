@@ -384,6 +384,66 @@ static void put_bnstats(rctx *c, const nki_instr *in, int64_t F) {
     P("float out[6]={(float)%lld,(float)mean,(float)(sq/%lldLL),0,0,0};\n", n, n);
 }
 
+// The top-8 family (nki_impl.h NKI_OP_TOP8), one partition i0 at a time
+// over the data's free elements in flat order, compared in fp32 (NaN sorts
+// above everything in max8 and matches nothing).
+static void put_top8(rctx *c, const nki_instr *in) {
+    nki_buf *b = c->b;
+    const nki_prog *p = c->p;
+    const nki_operand *d = &in->opd[0], *s = &in->opd[1];
+    const int mode = (int)in->p[0];
+    const long long n = (long long)fcount(s);
+    P("for(i64 i0=0;i0<%lldLL;i0++){\n", (long long)d->count[0]);
+#define LD_S(f)                                                                                    \
+    do {                                                                                           \
+        P("ld%d(T%d,", dt_of(p, s), root_of(p, s)->id);                                            \
+        put_off_flat(b, s, "i0", f);                                                               \
+        P(")");                                                                                    \
+    } while (0)
+    if (mode == 0) {
+        P("float top[8];int nt=0;\nfor(i64 f=0;f<%lldLL;f++){float v=", n);
+        LD_S("f");
+        P(";int k;if(nt<8)k=nt++;else{if(!((v!=v&&top[7]==top[7])||v>top[7]))continue;k=7;}\n"
+          "while(k>0&&((v!=v&&top[k-1]==top[k-1])||v>top[k-1])){top[k]=top[k-1];k--;}"
+          "top[k]=v;}\n");
+        P("for(i64 f=0;f<8;f++)st%d(T%d,", dt_of(p, d), root_of(p, d)->id);
+        put_off_flat(b, d, "i0", "f");
+        P(",top[f]);\n}\n");
+        return;
+    }
+    const nki_operand *v = &in->opd[2];
+    P("float vv[8];i64 idx[8];for(i64 f=0;f<8;f++){vv[f]=ld%d(T%d,", dt_of(p, v),
+      root_of(p, v)->id);
+    put_off_flat(b, v, "i0", "f");
+    P(");idx[f]=-1;}\n");
+    // each val takes the first position no earlier val took
+    P("for(int q=0;q<8;q++){const int k=%s;for(i64 f=0;f<%lldLL;f++){float x=",
+      mode == 2 ? "7-q" : "q", n);
+    LD_S("f");
+    P(";if(x!=vv[k])continue;int taken=0;for(int j=0;j<8;j++)taken|=idx[j]==f;"
+      "if(!taken){idx[k]=f;break;}}}\n");
+    const nki_operand *o = mode == 1 ? d : (in->nopd > 3 ? &in->opd[3] : NULL);
+    if (o != NULL) {
+        P("for(i64 f=0;f<8;f++)sti(T%d,", root_of(p, o)->id);
+        put_off_flat(b, o, "i0", "f");
+        P(",%d,idx[f]);\n", nki__dtype_size(p->t[o->tid].dtype));
+    }
+    if (mode == 2) {
+        // the data row (cast to dst's dtype) with the matches replaced
+        P("for(i64 f=0;f<%lldLL;f++){int taken=0;for(int j=0;j<8;j++)taken|=idx[j]==f;"
+          "float x=",
+          n);
+        LD_S("f");
+        P(";st%d(T%d,", dt_of(p, d), root_of(p, d)->id);
+        put_off_flat(b, d, "i0", "f");
+        P(",taken?");
+        put_float(b, in->np > 1 ? in->p[1] : 0.0);
+        P(":x);}\n");
+    }
+#undef LD_S
+    P("}\n");
+}
+
 // acc (M x N) into the PSUM destination, per element by its first-write flag
 static void put_merge(rctx *c, const nki_instr *in, int64_t M, int64_t N) {
     nki_buf *b = c->b;
@@ -920,6 +980,7 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
         P("\n");
         break;
     }
+    case NKI_OP_TOP8: put_top8(c, in); break;
     default: P("return %d;\n", c->sid + 1); break;
     }
     P("}\n");

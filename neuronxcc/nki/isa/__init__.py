@@ -234,6 +234,88 @@ def dma_copy(dst, src, mask=None, dge_mode=None, oob_mode=None, **kw):
     return _ops.copy(dst, src, 1, mask=mask, name="dma_copy")
 
 
+def _no_mask(name, mask):
+    if mask is not None and mask is not True:
+        raise NkiError(f"nki: nisa.{name}: mask= is not supported here; slice the operands")
+
+
+def max8(src, mask=None, dtype=None, **kw):
+    _no_mask("max8", mask)
+    return _ops.max8(None, src, dtype=_dtype(dtype, None))
+
+
+def nc_find_index8(data, vals, mask=None, dtype=None, **kw):
+    _no_mask("nc_find_index8", mask)
+    return _ops.find_index8(None, data, vals, dtype=_dtype(dtype, None))
+
+
+def nc_match_replace8(data, vals, imm, dst_idx=None, mask=None, dtype=None, **kw):
+    _no_mask("nc_match_replace8", mask)
+    return _ops.match_replace8(None, data, vals, imm, dst_idx, dtype=_dtype(dtype, None))
+
+
+match_replace8 = nc_match_replace8
+
+
+def select_reduce(
+    dst,
+    predicate,
+    on_true,
+    on_false,
+    reduce_res=None,
+    reduce_cmd=None,
+    reduce_op="maximum",
+    reverse_pred=False,
+    mask=None,
+    dtype=None,
+    **kw,
+):
+    _no_mask("select_reduce", mask)
+    return _ops.select_reduce(
+        dst,
+        predicate,
+        on_true,
+        on_false,
+        reduce_res,
+        reduce_op,
+        reverse_pred,
+        _dtype(dtype, None),
+        reduce_cmd=reduce_cmd,
+    )
+
+
+def range_select(
+    on_true_tile,
+    comp_op0,
+    comp_op1,
+    bound0,
+    bound1,
+    reduce_cmd=None,
+    reduce_res=None,
+    reduce_op="maximum",
+    range_start=0,
+    on_false_value=-3.4028234663852886e38,
+    mask=None,
+    dtype=None,
+    **kw,
+):
+    _no_mask("range_select", mask)
+    return _ops.range_select(
+        None,
+        on_true_tile,
+        comp_op0,
+        comp_op1,
+        bound0,
+        bound1,
+        reduce_res=reduce_res,
+        reduce_op=reduce_op,
+        range_start=range_start,
+        on_false_value=on_false_value,
+        dtype=_dtype(dtype, None),
+        reduce_cmd=reduce_cmd,
+    )
+
+
 def _unsupported(name):
     def f(*a, **kw):
         raise NkiError(f"nki: nisa.{name} is not supported by this implementation")
@@ -243,11 +325,6 @@ def _unsupported(name):
 
 
 for _n in [
-    "max8",
-    "nc_find_index8",
-    "nc_match_replace8",
-    "range_select",
-    "select_reduce",
     "dropout",
     "local_gather",
     "nc_stream_shuffle",
