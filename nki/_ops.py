@@ -28,7 +28,9 @@ from ._ir import AP, PSUM, SBUF, Affine, IExpr, NkiError, Pred, current, expr_te
     OP_WHERE,
     OP_GATHER,
     OP_TOP8,
-) = range(19)
+    OP_RAND,
+    OP_TAKE,
+) = range(21)
 
 ALU = {
     "bypass": 0,
@@ -794,4 +796,19 @@ def range_select(
     binary(m0, m1, "logical_and", dst=m0, name=name)
     where(m0, on_true, on_false_value, dst=dst, name=name)
     _reduce_into(reduce_res, reduce_op, dst, name, reduce_cmd)
+    return dst
+
+
+def rand(dst, name="nl.rand"):
+    """dst <- uniform [0, 1) values, fresh at each execution (not the
+    hardware's generator: a counter-based hash, docs/nki.md)."""
+    emit(OP_RAND, name, [], [dst])
+    return dst
+
+
+def gather_flattened(data, indices, dtype=None, name="nl.gather_flattened"):
+    """result[p, j...] = data[p, indices[p, j...]] over data's flattened free
+    elements (an index out of range fails the run)."""
+    dst = alloc(indices.shape, dtype or data.dtype)
+    emit(OP_TAKE, name, [], [dst, data, indices])
     return dst

@@ -472,6 +472,22 @@ def random_seed(seed, **kw):
     pass
 
 
+def gather_flattened(data, indices, axis=0, dtype=None, **kw):
+    """Per partition, the elements of data's flattened free dims at
+    `indices` (same partitions as data)."""
+    return _ops.gather_flattened(data, indices, dtype=dtype)
+
+
+def rand(shape, dtype=float32, buffer=None, name=None, **kw):
+    """A tile of uniform [0, 1) values (nl.random_seed does not change the
+    stream)."""
+    shape = tuple(int(s) for s in shape)
+    if len(shape) == 1:
+        shape = shape + (1,)
+    t = _ops.alloc(shape, dtype, name=name)
+    return _ops.rand(t)
+
+
 # ------------------------------------------------------------ legacy index expressions
 def arange(start, stop=None, step=1):
     lo, hi = (0, start) if stop is None else (start, stop)

@@ -308,3 +308,48 @@ def legacy_masked_max8(x):
 def test_legacy_mask_is_a_clear_error():
     with pytest.raises(NkiError, match="max8: mask= is not supported"):
         legacy_masked_max8(np.zeros((16, 16), np.float32))
+
+
+# ---------------------------------------------------------------- nl.rand, nl.gather_flattened
+@lnki.jit
+def rand_twice():
+    a = lnl.rand((64, 300), dtype=lnl.float32)
+    b = lnl.rand((64, 300), dtype=lnl.float32)
+    oa = lnl.ndarray((64, 300), dtype=lnl.float32, buffer=lnl.shared_hbm)
+    ob = lnl.ndarray((64, 300), dtype=lnl.float32, buffer=lnl.shared_hbm)
+    lnl.store(oa, value=a)
+    lnl.store(ob, value=b)
+    return oa, ob
+
+
+def test_rand_uniform_and_fresh_per_call_and_run():
+    a, b = rand_twice()
+    c, _ = rand_twice()
+    for x in (a, b):
+        assert (x >= 0).all() and (x < 1).all()
+        assert abs(x.mean() - 0.5) < 0.01 and abs(x.var() - 1 / 12) < 0.005
+        assert len(np.unique(x)) > 0.99 * x.size
+    assert not np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+@nki.jit
+def take_new(x, ix):
+    o = nl.ndarray(ix.shape, nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    it = nl.ndarray(ix.shape, nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=it, src=ix)
+    r = nl.gather_flattened(data=t, indices=it)
+    nisa.dma_copy(dst=o, src=r)
+    return o
+
+
+def test_gather_flattened_and_out_of_range_index():
+    x = rng.standard_normal((128, 4, 10)).astype(np.float32)
+    ix = rng.integers(0, 40, (128, 17)).astype(np.int32)
+    np.testing.assert_array_equal(
+        take_new(x, ix), np.take_along_axis(x.reshape(128, 40), ix, axis=1)
+    )
+    ix[3, 5] = 40
+    with pytest.raises(Exception, match="gather_flattened"):
+        take_new(x, ix)

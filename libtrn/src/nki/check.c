@@ -285,6 +285,16 @@ static trn_status check_instr(const nki_prog *p, nki_instr *in, const range *var
         }
         return TRN_SUCCESS;
     }
+    case NKI_OP_TAKE: {
+        const nki_operand *d = &in->opd[0], *x = &in->opd[1], *ix = &in->opd[2];
+        if (x->count[0] != d->count[0] || free_count(ix) != free_count(d) ||
+            ix->count[0] != d->count[0])
+            return fail_at(p, in->name, in->loc,
+                           "indices and result must have one shape, with data's partitions");
+        if (nki__dtype_float(p->t[ix->tid].dtype))
+            return fail_at(p, in->name, in->loc, "indices must be an integer tile");
+        break;
+    }
     case NKI_OP_TOP8: {
         const nki_operand *d = &in->opd[0], *s = &in->opd[1];
         const int64_t n = free_count(s);

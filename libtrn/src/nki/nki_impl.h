@@ -89,6 +89,12 @@ typedef enum nki_op {
     // nc_match_replace8: dst = data with the first match of each val
     // (vals taken 7..0) replaced by imm, [dst_idx] (P x 8) their indices
     NKI_OP_TOP8,  // dst, data, [vals], [dst_idx]
+    // nl.rand: dst uniform in [0, 1), a counter-based hash (splitmix64) of a
+    // per-instruction execution counter and the element's position
+    NKI_OP_RAND,  // dst
+    // nl.gather_flattened: dst[p, j] = data[p, indices[p, j]] over data's
+    // flattened free elements; an index out of range fails the run
+    NKI_OP_TAKE,  // dst, data, indices (integer, dst's shape)
     NKI_OP_COUNT
 } nki_op;
 

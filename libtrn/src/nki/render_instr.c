@@ -981,6 +981,38 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
         break;
     }
     case NKI_OP_TOP8: put_top8(c, in); break;
+    case NKI_OP_TAKE: {
+        const nki_operand *x = &in->opd[1], *ix = &in->opd[2];
+        const long long n = (long long)fcount(x);
+        open_loops(c, d, false);
+        put_ff(b, d);
+        P("const i64 q_=(i64)");
+        put_ld(c, in, 2);
+        P(";if(q_<0||q_>=%lldLL)return %d;\n", n, c->sid + 1);
+        put_st_begin(c, in);
+        P("ld%d(T%d,", dt_of(p, x), root_of(p, x)->id);
+        put_off_flat(b, x, "i0", "q_");
+        P("));\n");
+        close_loops(b, d);
+        (void)ix;
+        break;
+    }
+    case NKI_OP_RAND: {
+        // each execution draws a fresh stream (the counter is the
+        // program's, shared by its instances and threads)
+        P("static uint64_t nki_rng%d;const uint64_t s_=__atomic_fetch_add(&nki_rng%d,1,"
+          "__ATOMIC_RELAXED)*0x9E3779B97F4A7C15ULL+%dULL;\n",
+          c->sid, c->sid, c->sid);
+        open_loops(c, d, false);
+        put_ff(b, d);
+        P("uint64_t z=s_+(uint64_t)(i0*%lldLL+ff)*0xBF58476D1CE4E5B9ULL;z^=z>>30;"
+          "z*=0xBF58476D1CE4E5B9ULL;z^=z>>27;z*=0x94D049BB133111EBULL;z^=z>>31;\n",
+          (long long)fcount(d));
+        put_st_begin(c, in);
+        P("(float)(z>>40)*0x1p-24f);\n");
+        close_loops(b, d);
+        break;
+    }
     default: P("return %d;\n", c->sid + 1); break;
     }
     P("}\n");
