@@ -812,3 +812,15 @@ def gather_flattened(data, indices, dtype=None, name="nl.gather_flattened"):
     dst = alloc(indices.shape, dtype or data.dtype)
     emit(OP_TAKE, name, [], [dst, data, indices])
     return dst
+
+
+def dropout(dst, data, prob, dtype=None, name="dropout"):
+    """Zero each element with probability prob (a scalar or a (P, 1) tile)
+    from nl.rand's stream; kept elements are not rescaled (the ISA's
+    definition)."""
+    if dst is None:
+        dst = alloc(data.shape, dtype or data.dtype)
+    u = rand(alloc(data.shape, dt.float32), name=name)
+    keep = tensor_scalar(None, u, "greater_equal", prob, dtype=dt.float32, name=name)
+    where(keep, data, 0.0, dst=dst, name=name)
+    return dst

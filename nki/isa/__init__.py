@@ -329,6 +329,10 @@ def nc_match_replace8(dst, data, vals, imm, dst_idx=None, **kw):
 match_replace8 = nc_match_replace8
 
 
+def dropout(dst, data, prob, **kw):
+    return _ops.dropout(_need(dst, "dropout"), data, prob)
+
+
 def select_reduce(
     dst,
     predicate,
@@ -392,7 +396,6 @@ def _unsupported(name):
 for _n in [
     "nc_matmul_mx",
     "quantize_mx",
-    "dropout",
     "sequence_bounds",
     "local_gather",
     "nc_n_gather",

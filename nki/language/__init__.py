@@ -353,11 +353,11 @@ def where(condition, x, y, dtype=None, mask=None, **kw):
 
 
 def dropout(x, rate, dtype=None, mask=None, **kw):
-    if float(rate) != 0.0:
-        raise NkiError(
-            "nki: nl.dropout with a non-zero rate needs the on-chip RNG, which is not modelled"
-        )
-    return copy(x, dtype=dtype)
+    """Zero each element with probability `rate` (a scalar or a (P, 1) tile);
+    kept elements are not rescaled."""
+    if _ops.is_scalar(rate) and float(_ops.scalar_value(rate)) == 0.0:
+        return copy(x, dtype=dtype)
+    return _ops.dropout(None, x, rate, dtype=dtype, name="nl.dropout")
 
 
 def iota(expr, dtype=int32, mask=None, **kw):

@@ -353,3 +353,46 @@ def test_gather_flattened_and_out_of_range_index():
     ix[3, 5] = 40
     with pytest.raises(Exception, match="gather_flattened"):
         take_new(x, ix)
+
+
+@nki.jit
+def dropout_new(x, pv):
+    o1 = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+    o2 = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    p = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=p, src=pv)
+    d1 = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+    nisa.dropout(dst=d1, data=t, prob=0.3)
+    d2 = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+    nisa.dropout(dst=d2, data=t, prob=p)
+    nisa.dma_copy(dst=o1, src=d1)
+    nisa.dma_copy(dst=o2, src=d2)
+    return o1, o2
+
+
+@lnki.jit
+def dropout_legacy(x):
+    t = lnl.load(x)
+    a = lisa.dropout(t, prob=0.3)
+    b = lnl.dropout(t, 0.3)
+    oa = lnl.ndarray(x.shape, dtype=lnl.float32, buffer=lnl.shared_hbm)
+    ob = lnl.ndarray(x.shape, dtype=lnl.float32, buffer=lnl.shared_hbm)
+    lnl.store(oa, value=a)
+    lnl.store(ob, value=b)
+    return oa, ob
+
+
+def test_dropout_rates_both_generations():
+    x = rng.random((128, 400)).astype(np.float32) + 1  # never 0 itself
+    pv = np.where(np.arange(128) < 64, 0.0, 1.0).astype(np.float32)[:, None]
+    d1, d2 = dropout_new(x, pv)
+    outs = [d1, *dropout_legacy(x)]
+    for d in outs:
+        kept = d != 0
+        np.testing.assert_array_equal(d[kept], x[kept])  # not rescaled
+        assert abs((~kept).mean() - 0.3) < 0.01
+    assert not np.array_equal(outs[1], outs[2])  # separate draws
+    np.testing.assert_array_equal(d2[:64], x[:64])  # prob 0 keeps everything
+    assert (d2[64:] == 0).all()  # prob 1 drops everything

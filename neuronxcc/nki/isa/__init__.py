@@ -257,6 +257,11 @@ def nc_match_replace8(data, vals, imm, dst_idx=None, mask=None, dtype=None, **kw
 match_replace8 = nc_match_replace8
 
 
+def dropout(data, prob, mask=None, dtype=None, **kw):
+    _no_mask("dropout", mask)
+    return _ops.dropout(None, data, prob, dtype=_dtype(dtype, None))
+
+
 def select_reduce(
     dst,
     predicate,
@@ -325,7 +330,6 @@ def _unsupported(name):
 
 
 for _n in [
-    "dropout",
     "local_gather",
     "nc_stream_shuffle",
     "tensor_copy_dynamic_src",
