@@ -303,7 +303,7 @@ def copy(dst, src, mode=0, dtype=None, mask=None, name="copy", kind=SBUF):
     return dst
 
 
-def indirect_copy(dst, src, name, mask=None, oob_skip=False):
+def indirect_copy(dst, src, name, mask=None, oob_skip=False, rmw_op=None):
     """Gather (src indexed by a tile) or scatter (dst indexed by a tile)."""
     if src.gather is not None and dst.gather is not None:
         raise NkiError(f"nki: {name}: at most one side of a copy may be indirect")
@@ -317,7 +317,12 @@ def indirect_copy(dst, src, name, mask=None, oob_skip=False):
         raise NkiError(
             f"nki: {name}: {it.dims[0]} indices for {dst.shape[0]} partitions of the access"
         )
-    emit(OP_GATHER, name, [which, dim, int(bool(oob_skip))], [dst, src, it])
+    params = [which, dim, int(bool(oob_skip))]
+    if rmw_op is not None:
+        if which != 0:
+            raise NkiError(f"nki: {name}: dst_rmw_op needs an indirect destination here")
+        params.append(alu_code(rmw_op))
+    emit(OP_GATHER, name, params, [dst, src, it])
     return dst
 
 

@@ -262,11 +262,15 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, **kw):
 
 def dma_copy(dst, src, oob_mode=None, dge_mode=None, **kw):
     dst = _need(dst, "dma_copy")
-    if kw.get("dst_rmw_op") is not None:
-        raise NkiError("nki: nisa.dma_copy(dst_rmw_op=) is not supported by this implementation")
+    rmw = kw.get("dst_rmw_op")
+    if rmw is not None and getattr(dst, "gather", None) is None:
+        raise NkiError(
+            "nki: nisa.dma_copy(dst_rmw_op=) is supported on indirect (index-tile) "
+            "destinations only"
+        )
     if getattr(src, "gather", None) is not None or dst.gather is not None:
         skip = oob_mode is not None and int(oob_mode) == int(globals()["oob_mode"].skip)
-        return _ops.indirect_copy(dst, src, "dma_copy", oob_skip=skip)
+        return _ops.indirect_copy(dst, src, "dma_copy", oob_skip=skip, rmw_op=rmw)
     return _ops.copy(dst, src, 1, name="dma_copy")
 
 

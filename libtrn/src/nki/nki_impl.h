@@ -81,7 +81,7 @@ typedef enum nki_op {
     NKI_OP_BNAGGR,     // dst (P x 2), src (P x 6k)
     NKI_OP_SELECT,     // dst, src; p: cmp false_value; expr0
     NKI_OP_WHERE,      // dst, cond, a, b
-    NKI_OP_GATHER,  // dst, src, index (K x 1 int32/uint32 SBUF); p: which (0 dst, 1 src) dim oob_skip
+    NKI_OP_GATHER,  // dst, src, index (K x 1 int32/uint32 SBUF); p: which (0 dst, 1 src) dim oob_skip [rmw alu]
     // Vector-Engine top-8 family, per partition over all free elements of
     // data; p: mode imm. mode 0 max8: dst (P x 8) the 8 largest, descending;
     // 1 nc_find_index8: dst (P x 8 ints) first index of each of vals (P x 8),

@@ -943,10 +943,17 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
           xd == NKI_U32 ? "uint32_t" : "int32_t", root_of(p, x)->id);
         put_affine(b, &x->flat);
         P("+i0*%lldLL];\nif(r<0||r>=%lldLL)", (long long)x->stride[0], (long long)t->sizes[dim]);
-        if (skip)
+        if (skip) {
             P("continue;\n");
-        else
-            P("return %d;\n", c->sid + 1);
+        } else {
+            int64_t numel = 1;
+            for (int k = 0; k < t->ndim; k++) numel *= t->sizes[k];
+            P("{__atomic_store_n(&nki_oob[0],(long long)(r*%lldLL+", (long long)tstride);
+            put_affine(b, &ind->flat);
+            P("),__ATOMIC_RELAXED);__atomic_store_n(&nki_oob[1],%lldLL,__ATOMIC_RELAXED);return "
+              "%d;}\n",
+              (long long)numel, c->sid + 1);
+        }
         P("i64 sh=(r-i0)*%lldLL;(void)sh;\n", (long long)tstride);
         for (int j = 1; j < d->nd; j++)
             P("for(i64 i%d=0;i%d<%lldLL;i%d++){", j, j, (long long)d->count[j], j);
@@ -963,7 +970,18 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
         }
         const nki_operand *sv = &in->opd[1];
         const int sz = nki__dtype_size(p->t[d->tid].dtype);
-        if (dt_of(p, sv) == dt_of(p, d)) {
+        const int rmw = in->np > 3 ? (int)in->p[3] : 0;
+        if (rmw > 0) {
+            // dst_rmw_op: dst = op(dst, src), rows in partition order (a
+            // repeated index accumulates)
+            P("{const i64 o_=");
+            put_off(b, d, d);
+            P("%s;st%d(T%d,o_,alu(%d,ld%d(T%d,o_),ld%d(T%d,", which == 0 ? "+sh" : "", dt_of(p, d),
+              root_of(p, d)->id, rmw, dt_of(p, d), root_of(p, d)->id, dt_of(p, sv),
+              root_of(p, sv)->id);
+            put_off(b, sv, d);
+            P("%s)));}\n", which == 1 ? "+sh" : "");
+        } else if (dt_of(p, sv) == dt_of(p, d)) {
             P("cpy(T%d,", root_of(p, d)->id);
             put_off(b, d, d);
             P("%s,T%d,", which == 0 ? "+sh" : "", root_of(p, sv)->id);

@@ -225,12 +225,16 @@ def dma_transpose(src, axes=None, mask=None, dtype=None, **kw):
 
 
 def dma_copy(dst, src, mask=None, dge_mode=None, oob_mode=None, **kw):
-    if kw.get("dst_rmw_op") is not None:
-        raise NkiError("nki: nisa.dma_copy(dst_rmw_op=) is not supported by this implementation")
+    rmw = kw.get("dst_rmw_op")
+    if rmw is not None and getattr(dst, "gather", None) is None:
+        raise NkiError(
+            "nki: nisa.dma_copy(dst_rmw_op=) is supported on indirect (index-tile) "
+            "destinations only"
+        )
     if getattr(src, "gather", None) is not None or getattr(dst, "gather", None) is not None:
         # indirect: oob_mode.skip (1) leaves out-of-range rows alone
         skip = oob_mode is not None and int(oob_mode) == 1
-        return _ops.indirect_copy(dst, src, "dma_copy", mask=mask, oob_skip=skip)
+        return _ops.indirect_copy(dst, src, "dma_copy", mask=mask, oob_skip=skip, rmw_op=rmw)
     return _ops.copy(dst, src, 1, mask=mask, name="dma_copy")
 
 
