@@ -829,3 +829,34 @@ def dropout(dst, data, prob, dtype=None, name="dropout"):
     keep = tensor_scalar(None, u, "greater_equal", prob, dtype=dt.float32, name=name)
     where(keep, data, 0.0, dst=dst, name=name)
     return dst
+
+
+def stream_shuffle(dst, src, shuffle_mask, name="nc_stream_shuffle"):
+    """Output partition q*32 + i copies source partition q*32 + mask[i] in
+    every 32-partition quadrant q (255: left alone); recorded as one copy of
+    the source (in-place shuffles read the original) and one partition-
+    strided copy per mask entry."""
+    mask = [int(scalar_value(m)) for m in shuffle_mask]
+    if len(mask) != 32:
+        raise NkiError(f"nki: {name}: shuffle_mask has 32 entries (got {len(mask)})")
+    if free_size(dst) != free_size(src) or dt.to_dtype(dst.dtype) != dt.to_dtype(src.dtype):
+        raise NkiError(f"nki: {name}: dst and src need one dtype and one size per partition")
+    pd, ps = dst.shape[0], src.shape[0]
+    tmp = alloc(src.shape, src.dtype, name="shuffle_source")
+    copy(tmp, src, 2, name=name)
+    tmp = conform(tmp, src.shape) if tmp.shape != src.shape else tmp
+    for i, m in enumerate(mask):
+        if m == 255:
+            continue
+        quads = [q for q in range((pd + 31) // 32) if q * 32 + i < pd]
+        if not quads:
+            continue
+        if m < 0 or m > 31 or any(q * 32 + m >= ps for q in quads):
+            raise NkiError(
+                f"nki: {name}: mask entry {i} = {m} reads a partition the source does not have"
+            )
+        k = len(quads)
+        d = dst[i : i + 32 * (k - 1) + 1 : 32]
+        s = tmp[m : m + 32 * (k - 1) + 1 : 32]
+        copy(d, conform(s, d.shape) if tuple(s.shape) != tuple(d.shape) else s, 2, name=name)
+    return dst

@@ -333,6 +333,10 @@ def nc_match_replace8(dst, data, vals, imm, dst_idx=None, **kw):
 match_replace8 = nc_match_replace8
 
 
+def nc_stream_shuffle(dst=None, src=None, shuffle_mask=None, **kw):
+    return _ops.stream_shuffle(dst, src, shuffle_mask)
+
+
 def dropout(dst, data, prob, **kw):
     return _ops.dropout(_need(dst, "dropout"), data, prob)
 
@@ -404,7 +408,6 @@ for _n in [
     "local_gather",
     "nc_n_gather",
     "dma_compute",
-    "nc_stream_shuffle",
     "register_alloc",
     "register_load",
     "register_move",

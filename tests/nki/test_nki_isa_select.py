@@ -396,3 +396,46 @@ def test_dropout_rates_both_generations():
     assert not np.array_equal(outs[1], outs[2])  # separate draws
     np.testing.assert_array_equal(d2[:64], x[:64])  # prob 0 keeps everything
     assert (d2[64:] == 0).all()  # prob 1 drops everything
+
+
+# ---------------------------------------------------------------- nc_stream_shuffle
+MASK = [(i * 7 + 3) % 32 for i in range(32)]
+MASK[4] = 255  # partition 4 of every quadrant keeps its value
+
+
+@nki.jit
+def shuffle_new(x, y):
+    o = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    u = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=u, src=y)
+    nisa.nc_stream_shuffle(dst=u, src=t, shuffle_mask=MASK)
+    nisa.dma_copy(dst=o, src=u)
+    return o
+
+
+@lnki.jit
+def shuffle_legacy_inplace(x):
+    a = lnl.load(x)
+    g = lnl.mgrid[0 : x.shape[0], 0 : x.shape[1]]
+    lisa.nc_stream_shuffle(src=a[g.p, g.x], dst=a[g.p, g.x], shuffle_mask=MASK)
+    o = lnl.ndarray(x.shape, dtype=lnl.float32, buffer=lnl.shared_hbm)
+    lnl.store(o, value=a)
+    return o
+
+
+def np_shuffle(src, dst):
+    out = dst.copy()
+    for p in range(dst.shape[0]):
+        q, i = divmod(p, 32)
+        if MASK[i] != 255:
+            out[p] = src[q * 32 + MASK[i]]
+    return out
+
+
+def test_stream_shuffle_quadrants_keep_and_in_place():
+    x = rng.standard_normal((96, 20)).astype(np.float32)
+    y = rng.standard_normal((96, 20)).astype(np.float32)
+    np.testing.assert_array_equal(shuffle_new(x, y), np_shuffle(x, y))
+    np.testing.assert_array_equal(shuffle_legacy_inplace(x), np_shuffle(x, x))

@@ -261,6 +261,10 @@ def nc_match_replace8(data, vals, imm, dst_idx=None, mask=None, dtype=None, **kw
 match_replace8 = nc_match_replace8
 
 
+def nc_stream_shuffle(dst=None, src=None, shuffle_mask=None, **kw):
+    return _ops.stream_shuffle(dst, src, shuffle_mask)
+
+
 def dropout(data, prob, mask=None, dtype=None, **kw):
     _no_mask("dropout", mask)
     return _ops.dropout(None, data, prob, dtype=_dtype(dtype, None))
@@ -335,7 +339,6 @@ def _unsupported(name):
 
 for _n in [
     "local_gather",
-    "nc_stream_shuffle",
     "tensor_copy_dynamic_src",
     "tensor_copy_dynamic_dst",
     "sequence_bounds",
