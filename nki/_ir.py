@@ -489,6 +489,11 @@ class AP:
         raise NkiError("nki: tensors are not iterable; index them")
 
     def __bool__(self):
+        # a kernel argument is a handle: true, as any Python object (AWS's
+        # tracer too; kernels write `x = nl.load(t) if t else None`); a
+        # computed tile's truth would need its values
+        if self.tensor.kind in (ARG, OUT):
+            return True
         raise NkiError("nki: a tile has no Python truth value")
 
     def same(self, o):

@@ -199,9 +199,9 @@ def tensor_scalar_cumulative(
 ):
     """Per partition, along the free axes in order: reg = op1(op0(x, imm0), reg),
     dst[i] = reg (op0(imm0, x) with reverse0). reg starts at op1's identity
-    (reset_reduce; idle, the 0.4-0.5 default, as a fresh accumulator) or at imm1
-    (load_reduce). reduce (continuing the accumulator of an earlier
-    instruction) has no register model here and raises."""
+    (reset_reduce; idle, the 0.4-0.5 default, as a fresh accumulator), at imm1
+    (load_reduce), or where the previous cumulative instruction left the
+    Vector Engine's accumulator register (reduce)."""
     name = "tensor_scalar_cumulative"
     dst = _need(dst, name)
     rc = globals()["reduce_cmd"]  # the enum; the argument shadows its name
@@ -219,15 +219,20 @@ def tensor_scalar_cumulative(
         if imm1 is None:
             raise NkiError(f"nki: nisa.{name}: reduce_cmd=load_reduce needs imm1=")
         init = imm1
+    elif cmd == rc.reduce:
+        init = _ops._register(src.shape[0])  # where the previous one left it
     else:
-        raise NkiError(
-            f"nki: nisa.{name}: reduce_cmd=reduce continues an earlier instruction's "
-            "accumulator, which OpenNeuron does not model; use load_reduce with imm1="
-        )
+        raise NkiError(f"nki: nisa.{name}: reduce_cmd {cmd.name} is not supported here")
     # op0 in fp32 (the engine's internal precision), then the running op1
-    # as a scan whose second operator passes its value through
+    # as a scan whose second operator passes its value through, in fp32; the
+    # last value per partition stays in the accumulator register
     t = _ops.tensor_scalar(None, src, op0, imm0, reverse0, dtype=_dt.float32, name=name)
-    return _ops.scan(dst, t, t, init, op1, "bypass", name=name)
+    acc = _ops.scan(None, t, t, init, op1, "bypass", name=name)
+    _ops.copy(dst, acc, 2, name=name)
+    flat = acc.reshape((src.shape[0], _ops.free_size(src)))
+    n = _ops.free_size(src)
+    _ops.copy(_ops._register(src.shape[0]), flat[:, n - 1 : n], 2, name=name)
+    return dst
 
 
 def scalar_tensor_tensor(

@@ -13,6 +13,7 @@ from nki.isa import (
     nc_version,  # noqa: F401
     oob_mode,
     reduce_cmd,
+    tensor_scalar_cumulative,  # noqa: F401 (dst=/src= keywords in both generations)
 )
 
 
