@@ -663,7 +663,11 @@ class AP:
             and nd == len(self.dims)
         )
 
-    def reshape(self, *shape):
+    def reshape(self, *shape, **kw):
+        if "shape" in kw and not shape:  # legacy keyword form: t.reshape(shape=(...))
+            shape = (kw.pop("shape"),)
+        if kw:
+            raise NkiError(f"nki: reshape() got unexpected arguments {sorted(kw)}")
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         shape = [int(s) for s in shape]

@@ -258,7 +258,7 @@ def masks_text(mask, nd):
     return [expr_text(e, nd, c) for e, c in mask.terms]
 
 
-def emit(op, name, params, operands, exprs=(), mask=None):
+def emit(op, name, params, operands, exprs=(), mask=None, mask_nd=None):
     tr = current()
     if isinstance(mask, Pred) and not any(e.s for e, _ in mask.terms) and len(mask.terms) <= 4:
         # a mask over loop indices only: the instruction runs or not as a whole
@@ -275,7 +275,8 @@ def emit(op, name, params, operands, exprs=(), mask=None):
         tr.emit(op, name, params, operands, exprs, [])
         tr.lines.append("E")
     else:
-        tr.emit(op, name, params, operands, exprs, masks_text(mask, operands[0].ndim))
+        nd = operands[0].ndim if mask_nd is None else mask_nd
+        tr.emit(op, name, params, operands, exprs, masks_text(mask, nd))
     if mask is not None and not isinstance(mask, bool):
         operands[0].tensor.mask = mask
 
@@ -501,7 +502,15 @@ def reduce(
     if dst is None:
         dst = alloc(out_shape, dtype or data.dtype)
     d = conform(dst, kshape)
-    emit(OP_REDUCE, name, [alu_code(op), len(axis), int(bool(negate))], [d, src], mask=mask)
+    # a mask ranges over the source's index space (its loops run the
+    # reduction), in the source's dim order
+    mask_nd = None
+    if isinstance(mask, Pred):
+        if keep + axis != list(range(nd)):
+            raise NkiError(f"nki: {name}: mask= with reduced axes before kept ones")
+        mask_nd = nd
+    p = [alu_code(op), len(axis), int(bool(negate))]
+    emit(OP_REDUCE, name, p, [d, src], mask=mask, mask_nd=mask_nd)
     return dst
 
 
