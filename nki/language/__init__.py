@@ -83,6 +83,31 @@ bf16 = bfp16 = _Const(-3.3895313892515355e38, 3.3895313892515355e38)
 fp16 = _Const(-65504.0, 65504.0)
 
 
+class finfo:
+    """Machine limits of an NKI float dtype (NumPy's finfo fields)."""
+
+    # name: (bits, mantissa bits, max, smallest normal)
+    _LIMITS = {
+        "float32": (32, 23, 3.4028234663852886e38, 2.0**-126),
+        "tfloat32": (32, 10, 3.4028234663852886e38, 2.0**-126),
+        "bfloat16": (16, 7, 3.3895313892515355e38, 2.0**-126),
+        "float16": (16, 10, 65504.0, 2.0**-14),
+        "float8_e4m3": (8, 3, 240.0, 2.0**-6),
+        "float8_e4m3fn": (8, 3, 448.0, 2.0**-6),
+        "float8_e5m2": (8, 2, 57344.0, 2.0**-14),
+    }
+
+    def __init__(self, dtype):
+        d = _dt.to_dtype(dtype)
+        if str(d) not in self._LIMITS:
+            raise NkiError(f"nki: nl.finfo takes a float dtype (got {d})")
+        self.dtype = d
+        self.bits, self.nmant, self.max, self.tiny = self._LIMITS[str(d)]
+        self.min = -self.max
+        self.eps = 2.0**-self.nmant
+        self.smallest_normal = self.tiny
+
+
 def _kind(buffer):
     if buffer is None:
         return SBUF
