@@ -489,6 +489,11 @@ class AP:
         raise NkiError("nki: tensors are not iterable; index them")
 
     def __bool__(self):
+        # a kernel argument is a handle: true, as any Python object (AWS's
+        # tracer too; kernels write `x = nl.load(t) if t else None`); a
+        # computed tile's truth would need its values
+        if self.tensor.kind in (ARG, OUT):
+            return True
         raise NkiError("nki: a tile has no Python truth value")
 
     def same(self, o):
@@ -658,7 +663,11 @@ class AP:
             and nd == len(self.dims)
         )
 
-    def reshape(self, *shape):
+    def reshape(self, *shape, **kw):
+        if "shape" in kw and not shape:  # legacy keyword form: t.reshape(shape=(...))
+            shape = (kw.pop("shape"),)
+        if kw:
+            raise NkiError(f"nki: reshape() got unexpected arguments {sorted(kw)}")
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         shape = [int(s) for s in shape]

@@ -27,7 +27,10 @@ from ._ir import AP, PSUM, SBUF, Affine, IExpr, NkiError, Pred, current, expr_te
     OP_SELECT,
     OP_WHERE,
     OP_GATHER,
-) = range(18)
+    OP_TOP8,
+    OP_RAND,
+    OP_TAKE,
+) = range(21)
 
 ALU = {
     "bypass": 0,
@@ -255,7 +258,7 @@ def masks_text(mask, nd):
     return [expr_text(e, nd, c) for e, c in mask.terms]
 
 
-def emit(op, name, params, operands, exprs=(), mask=None):
+def emit(op, name, params, operands, exprs=(), mask=None, mask_nd=None):
     tr = current()
     if isinstance(mask, Pred) and not any(e.s for e, _ in mask.terms) and len(mask.terms) <= 4:
         # a mask over loop indices only: the instruction runs or not as a whole
@@ -272,7 +275,8 @@ def emit(op, name, params, operands, exprs=(), mask=None):
         tr.emit(op, name, params, operands, exprs, [])
         tr.lines.append("E")
     else:
-        tr.emit(op, name, params, operands, exprs, masks_text(mask, operands[0].ndim))
+        nd = operands[0].ndim if mask_nd is None else mask_nd
+        tr.emit(op, name, params, operands, exprs, masks_text(mask, nd))
     if mask is not None and not isinstance(mask, bool):
         operands[0].tensor.mask = mask
 
@@ -300,7 +304,7 @@ def copy(dst, src, mode=0, dtype=None, mask=None, name="copy", kind=SBUF):
     return dst
 
 
-def indirect_copy(dst, src, name, mask=None, oob_skip=False):
+def indirect_copy(dst, src, name, mask=None, oob_skip=False, rmw_op=None):
     """Gather (src indexed by a tile) or scatter (dst indexed by a tile)."""
     if src.gather is not None and dst.gather is not None:
         raise NkiError(f"nki: {name}: at most one side of a copy may be indirect")
@@ -314,7 +318,12 @@ def indirect_copy(dst, src, name, mask=None, oob_skip=False):
         raise NkiError(
             f"nki: {name}: {it.dims[0]} indices for {dst.shape[0]} partitions of the access"
         )
-    emit(OP_GATHER, name, [which, dim, int(bool(oob_skip))], [dst, src, it])
+    params = [which, dim, int(bool(oob_skip))]
+    if rmw_op is not None:
+        if which != 0:
+            raise NkiError(f"nki: {name}: dst_rmw_op needs an indirect destination here")
+        params.append(alu_code(rmw_op))
+    emit(OP_GATHER, name, params, [dst, src, it])
     return dst
 
 
@@ -493,7 +502,15 @@ def reduce(
     if dst is None:
         dst = alloc(out_shape, dtype or data.dtype)
     d = conform(dst, kshape)
-    emit(OP_REDUCE, name, [alu_code(op), len(axis), int(bool(negate))], [d, src], mask=mask)
+    # a mask ranges over the source's index space (its loops run the
+    # reduction), in the source's dim order
+    mask_nd = None
+    if isinstance(mask, Pred):
+        if keep + axis != list(range(nd)):
+            raise NkiError(f"nki: {name}: mask= with reduced axes before kept ones")
+        mask_nd = nd
+    p = [alu_code(op), len(axis), int(bool(negate))]
+    emit(OP_REDUCE, name, p, [d, src], mask=mask, mask_nd=mask_nd)
     return dst
 
 
@@ -653,4 +670,202 @@ def bn_aggr(dst, data, dtype=None, name="bn_aggr"):
     if dst is None:
         dst = alloc((data.shape[0], 2), dtype or dt.float32)
     emit(OP_BNAGGR, name, [], [dst, data])
+    return dst
+
+
+# ---------------------------------------------------------------- top-8 family (Vector Engine)
+_INDEX_DTYPES = ("uint32", "uint16", "int32")
+
+
+def _p(ap):
+    return ap.shape[0]
+
+
+def max8(dst, src, dtype=None, name="max8"):
+    if dst is None:
+        dst = alloc((_p(src), 8), dtype or src.dtype)
+    emit(OP_TOP8, name, [0, 0], [dst, src])
+    return dst
+
+
+def _index_dst(dst, data, dtype, name):
+    if dst is None:
+        dst = alloc((_p(data), 8), dtype or dt.uint32)
+    if str(dt.to_dtype(dst.dtype)) not in _INDEX_DTYPES:
+        raise NkiError(f"nki: {name}: indices are uint16 or uint32 (got {dst.dtype})")
+    return dst
+
+
+def find_index8(dst, data, vals, dtype=None, name="nc_find_index8"):
+    dst = _index_dst(dst, data, dtype, name)
+    emit(OP_TOP8, name, [1, 0], [dst, data, vals])
+    return dst
+
+
+def match_replace8(dst, data, vals, imm, dst_idx=None, dtype=None, name="nc_match_replace8"):
+    if dst is None:
+        dst = alloc(data.shape, dtype or data.dtype)
+    ops = [dst, data, vals]
+    if dst_idx is not None:
+        ops.append(_index_dst(dst_idx, data, None, name))
+    emit(OP_TOP8, name, [2, scalar_value(imm)], ops)
+    return dst
+
+
+# ---------------------------------------------------------------- selects with a max reduction
+def _register(P):
+    """The Vector Engine's accumulator register for P partitions: a (P, 1)
+    fp32 tile allocated at the kernel's start (so it lives across loops,
+    which then run serially), poisoned until a reset_reduce."""
+    tr = current()
+    regs = tr.__dict__.setdefault("_vector_acc", {})
+    if P not in regs:
+        n = len(tr.lines)
+        regs[P] = alloc((P, 1), dt.float32, name="vector_accumulator")
+        tr.lines.insert(0, tr.lines.pop(n))  # its allocation point: the kernel's start
+    return regs[P]
+
+
+# reduce_cmd codes (nki.isa.reduce_cmd)
+_IDLE, _RESET, _REDUCE, _RESET_REDUCE = 0, 1, 2, 3
+
+
+def _reduce_into(reduce_res, reduce_op, tile, name, cmd=None):
+    """The max reduction of select_reduce / range_select: reset_reduce
+    starts the accumulator register from this result, reduce folds this
+    result into it, and reduce_res (if given) receives the register;
+    without a reduce_cmd the result's own max goes to reduce_res."""
+    n = op_name(reduce_op)
+    if ALU_ALIAS.get(n, n) != "maximum":
+        raise NkiError(f"nki: {name}: reduce_op must be maximum")
+    cmd = None if cmd is None else int(cmd)
+    if cmd in (None, _IDLE, _RESET):
+        if reduce_res is not None:
+            reduce(reduce_res, "maximum", tile, None, name=name)
+        return
+    if cmd not in (_REDUCE, _RESET_REDUCE):
+        raise NkiError(f"nki: {name}: reduce_cmd {cmd} is not supported here")
+    reg = _register(tile.shape[0])
+    if cmd == _RESET_REDUCE:
+        reduce(reg, "maximum", tile, None, name=name)
+    else:
+        part = reduce(None, "maximum", tile, None, keepdims=True, dtype=dt.float32, name=name)
+        part = conform(part, (tile.shape[0], 1))
+        binary(reg, part, "maximum", dst=reg, name=name)
+    if reduce_res is not None:
+        copy(reduce_res, reg, 2, name=name)
+
+
+def select_reduce(
+    dst,
+    predicate,
+    on_true,
+    on_false,
+    reduce_res=None,
+    reduce_op="maximum",
+    reverse_pred=False,
+    dtype=None,
+    name="select_reduce",
+    reduce_cmd=None,
+):
+    """dst = where(predicate, on_true, on_false) (swapped when reverse_pred),
+    then the per-partition max into reduce_res."""
+    if dst is None:
+        dst = alloc(on_true.shape, dtype or on_true.dtype)
+    a, b = (on_false, on_true) if reverse_pred else (on_true, on_false)
+    where(predicate, a, b, dst=dst, name=name)
+    _reduce_into(reduce_res, reduce_op, dst, name, reduce_cmd)
+    return dst
+
+
+def range_select(
+    dst,
+    on_true,
+    comp_op0,
+    comp_op1,
+    bound0,
+    bound1,
+    reduce_res=None,
+    reduce_op="maximum",
+    range_start=0,
+    on_false_value=-3.4028234663852886e38,
+    dtype=None,
+    name="range_select",
+    reduce_cmd=None,
+):
+    """dst = on_true where comp_op0(index, bound0) and comp_op1(index, bound1)
+    (index: the flat free index + range_start, in fp32), else on_false_value;
+    then the per-partition max into reduce_res."""
+    if dst is None:
+        dst = alloc(on_true.shape, dtype or on_true.dtype)
+    shape = tuple(on_true.shape)
+    pattern, step = [], 1
+    for n in reversed(shape[1:]):
+        pattern.insert(0, [step, n])
+        step *= n
+    idx = alloc(shape, dt.float32, name="range_select_index")
+    iota_expr(idx, pattern_expr(len(shape), pattern, int(range_start), 0), name=name)
+    m0 = tensor_scalar(None, idx, comp_op0, bound0, dtype=dt.float32, name=name)
+    m1 = tensor_scalar(None, idx, comp_op1, bound1, dtype=dt.float32, name=name)
+    binary(m0, m1, "logical_and", dst=m0, name=name)
+    where(m0, on_true, on_false_value, dst=dst, name=name)
+    _reduce_into(reduce_res, reduce_op, dst, name, reduce_cmd)
+    return dst
+
+
+def rand(dst, name="nl.rand"):
+    """dst <- uniform [0, 1) values, fresh at each execution (not the
+    hardware's generator: a counter-based hash, docs/nki.md)."""
+    emit(OP_RAND, name, [], [dst])
+    return dst
+
+
+def gather_flattened(data, indices, dtype=None, name="nl.gather_flattened"):
+    """result[p, j...] = data[p, indices[p, j...]] over data's flattened free
+    elements (an index out of range fails the run)."""
+    dst = alloc(indices.shape, dtype or data.dtype)
+    emit(OP_TAKE, name, [], [dst, data, indices])
+    return dst
+
+
+def dropout(dst, data, prob, dtype=None, name="dropout"):
+    """Zero each element with probability prob (a scalar or a (P, 1) tile)
+    from nl.rand's stream; kept elements are not rescaled (the ISA's
+    definition)."""
+    if dst is None:
+        dst = alloc(data.shape, dtype or data.dtype)
+    u = rand(alloc(data.shape, dt.float32), name=name)
+    keep = tensor_scalar(None, u, "greater_equal", prob, dtype=dt.float32, name=name)
+    where(keep, data, 0.0, dst=dst, name=name)
+    return dst
+
+
+def stream_shuffle(dst, src, shuffle_mask, name="nc_stream_shuffle"):
+    """Output partition q*32 + i copies source partition q*32 + mask[i] in
+    every 32-partition quadrant q (255: left alone); recorded as one copy of
+    the source (in-place shuffles read the original) and one partition-
+    strided copy per mask entry."""
+    mask = [int(scalar_value(m)) for m in shuffle_mask]
+    if len(mask) != 32:
+        raise NkiError(f"nki: {name}: shuffle_mask has 32 entries (got {len(mask)})")
+    if free_size(dst) != free_size(src) or dt.to_dtype(dst.dtype) != dt.to_dtype(src.dtype):
+        raise NkiError(f"nki: {name}: dst and src need one dtype and one size per partition")
+    pd, ps = dst.shape[0], src.shape[0]
+    tmp = alloc(src.shape, src.dtype, name="shuffle_source")
+    copy(tmp, src, 2, name=name)
+    tmp = conform(tmp, src.shape) if tmp.shape != src.shape else tmp
+    for i, m in enumerate(mask):
+        if m == 255:
+            continue
+        quads = [q for q in range((pd + 31) // 32) if q * 32 + i < pd]
+        if not quads:
+            continue
+        if m < 0 or m > 31 or any(q * 32 + m >= ps for q in quads):
+            raise NkiError(
+                f"nki: {name}: mask entry {i} = {m} reads a partition the source does not have"
+            )
+        k = len(quads)
+        d = dst[i : i + 32 * (k - 1) + 1 : 32]
+        s = tmp[m : m + 32 * (k - 1) + 1 : 32]
+        copy(d, conform(s, d.shape) if tuple(s.shape) != tuple(d.shape) else s, 2, name=name)
     return dst

@@ -8,6 +8,7 @@ behaviour, argument conversion and the per-signature cache."""
 
 import functools
 import os
+import re
 import time
 
 import numpy as np
@@ -357,7 +358,15 @@ def call(k, args, kwargs, host=False):
         for src in e.sources:
             x = insmap[src[1]] if src[0] == "in" else outs[src[1]] if src[0] == "out" else src[1]
             addrs.append(x.ctypes.data if isinstance(x, np.ndarray) else x.data_ptr())
-        e.prog.run_host(addrs)
+        try:
+            e.prog.run_host(addrs)
+        except ValueError as err:
+            # an index tile's row out of range: NumPy's IndexError, as AWS's
+            # simulator raises it
+            m = re.search(r"index -?\d+ is out of bounds for axis 0 with size \d+", str(err))
+            if m is None:
+                raise
+            raise IndexError(m.group(0)) from err
         if not use_torch:
             outs = [o.float().numpy() if not isinstance(o, np.ndarray) else o for o in outs]
     ins = {w: insmap[w] for w in tensors}

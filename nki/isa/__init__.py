@@ -199,9 +199,9 @@ def tensor_scalar_cumulative(
 ):
     """Per partition, along the free axes in order: reg = op1(op0(x, imm0), reg),
     dst[i] = reg (op0(imm0, x) with reverse0). reg starts at op1's identity
-    (reset_reduce; idle, the 0.4-0.5 default, as a fresh accumulator) or at imm1
-    (load_reduce). reduce (continuing the accumulator of an earlier
-    instruction) has no register model here and raises."""
+    (reset_reduce; idle, the 0.4-0.5 default, as a fresh accumulator), at imm1
+    (load_reduce), or where the previous cumulative instruction left the
+    Vector Engine's accumulator register (reduce)."""
     name = "tensor_scalar_cumulative"
     dst = _need(dst, name)
     rc = globals()["reduce_cmd"]  # the enum; the argument shadows its name
@@ -219,15 +219,20 @@ def tensor_scalar_cumulative(
         if imm1 is None:
             raise NkiError(f"nki: nisa.{name}: reduce_cmd=load_reduce needs imm1=")
         init = imm1
+    elif cmd == rc.reduce:
+        init = _ops._register(src.shape[0])  # where the previous one left it
     else:
-        raise NkiError(
-            f"nki: nisa.{name}: reduce_cmd=reduce continues an earlier instruction's "
-            "accumulator, which OpenNeuron does not model; use load_reduce with imm1="
-        )
+        raise NkiError(f"nki: nisa.{name}: reduce_cmd {cmd.name} is not supported here")
     # op0 in fp32 (the engine's internal precision), then the running op1
-    # as a scan whose second operator passes its value through
+    # as a scan whose second operator passes its value through, in fp32; the
+    # last value per partition stays in the accumulator register
     t = _ops.tensor_scalar(None, src, op0, imm0, reverse0, dtype=_dt.float32, name=name)
-    return _ops.scan(dst, t, t, init, op1, "bypass", name=name)
+    acc = _ops.scan(None, t, t, init, op1, "bypass", name=name)
+    _ops.copy(dst, acc, 2, name=name)
+    flat = acc.reshape((src.shape[0], _ops.free_size(src)))
+    n = _ops.free_size(src)
+    _ops.copy(_ops._register(src.shape[0]), flat[:, n - 1 : n], 2, name=name)
+    return dst
 
 
 def scalar_tensor_tensor(
@@ -262,11 +267,15 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, **kw):
 
 def dma_copy(dst, src, oob_mode=None, dge_mode=None, **kw):
     dst = _need(dst, "dma_copy")
-    if kw.get("dst_rmw_op") is not None:
-        raise NkiError("nki: nisa.dma_copy(dst_rmw_op=) is not supported by this implementation")
+    rmw = kw.get("dst_rmw_op")
+    if rmw is not None and getattr(dst, "gather", None) is None:
+        raise NkiError(
+            "nki: nisa.dma_copy(dst_rmw_op=) is supported on indirect (index-tile) "
+            "destinations only"
+        )
     if getattr(src, "gather", None) is not None or dst.gather is not None:
         skip = oob_mode is not None and int(oob_mode) == int(globals()["oob_mode"].skip)
-        return _ops.indirect_copy(dst, src, "dma_copy", oob_skip=skip)
+        return _ops.indirect_copy(dst, src, "dma_copy", oob_skip=skip, rmw_op=rmw)
     return _ops.copy(dst, src, 1, name="dma_copy")
 
 
@@ -314,6 +323,81 @@ def bn_aggr(dst, data, **kw):
     return _ops.bn_aggr(_need(dst, "bn_aggr"), data)
 
 
+def max8(dst, src, **kw):
+    return _ops.max8(_need(dst, "max8"), src)
+
+
+def nc_find_index8(dst, data, vals, **kw):
+    return _ops.find_index8(_need(dst, "nc_find_index8"), data, vals)
+
+
+def nc_match_replace8(dst, data, vals, imm, dst_idx=None, **kw):
+    return _ops.match_replace8(_need(dst, "nc_match_replace8"), data, vals, imm, dst_idx)
+
+
+match_replace8 = nc_match_replace8
+
+
+def nc_stream_shuffle(dst=None, src=None, shuffle_mask=None, **kw):
+    return _ops.stream_shuffle(dst, src, shuffle_mask)
+
+
+def dropout(dst, data, prob, **kw):
+    return _ops.dropout(_need(dst, "dropout"), data, prob)
+
+
+def select_reduce(
+    dst,
+    predicate,
+    on_true,
+    on_false,
+    reduce_res=None,
+    reduce_cmd=None,
+    reduce_op="maximum",
+    reverse_pred=False,
+    **kw,
+):
+    return _ops.select_reduce(
+        _need(dst, "select_reduce"),
+        predicate,
+        on_true,
+        on_false,
+        reduce_res=reduce_res,
+        reduce_op=reduce_op,
+        reverse_pred=reverse_pred,
+        reduce_cmd=reduce_cmd,
+    )
+
+
+def range_select(
+    dst,
+    on_true_tile,
+    comp_op0,
+    comp_op1,
+    bound0,
+    bound1,
+    reduce_cmd=None,
+    reduce_res=None,
+    reduce_op="maximum",
+    range_start=0,
+    on_false_value=-3.4028234663852886e38,
+    **kw,
+):
+    return _ops.range_select(
+        _need(dst, "range_select"),
+        on_true_tile,
+        comp_op0,
+        comp_op1,
+        bound0,
+        bound1,
+        reduce_res=reduce_res,
+        reduce_op=reduce_op,
+        range_start=range_start,
+        on_false_value=on_false_value,
+        reduce_cmd=reduce_cmd,
+    )
+
+
 def _unsupported(name):
     def f(*a, **kw):
         raise NkiError(f"nki: nisa.{name} is not supported by this implementation")
@@ -325,17 +409,10 @@ def _unsupported(name):
 for _n in [
     "nc_matmul_mx",
     "quantize_mx",
-    "dropout",
-    "range_select",
-    "select_reduce",
     "sequence_bounds",
     "local_gather",
     "nc_n_gather",
     "dma_compute",
-    "max8",
-    "nc_find_index8",
-    "nc_match_replace8",
-    "nc_stream_shuffle",
     "register_alloc",
     "register_load",
     "register_move",

@@ -83,6 +83,31 @@ bf16 = bfp16 = _Const(-3.3895313892515355e38, 3.3895313892515355e38)
 fp16 = _Const(-65504.0, 65504.0)
 
 
+class finfo:
+    """Machine limits of an NKI float dtype (NumPy's finfo fields)."""
+
+    # name: (bits, mantissa bits, max, smallest normal)
+    _LIMITS = {
+        "float32": (32, 23, 3.4028234663852886e38, 2.0**-126),
+        "tfloat32": (32, 10, 3.4028234663852886e38, 2.0**-126),
+        "bfloat16": (16, 7, 3.3895313892515355e38, 2.0**-126),
+        "float16": (16, 10, 65504.0, 2.0**-14),
+        "float8_e4m3": (8, 3, 240.0, 2.0**-6),
+        "float8_e4m3fn": (8, 3, 448.0, 2.0**-6),
+        "float8_e5m2": (8, 2, 57344.0, 2.0**-14),
+    }
+
+    def __init__(self, dtype):
+        d = _dt.to_dtype(dtype)
+        if str(d) not in self._LIMITS:
+            raise NkiError(f"nki: nl.finfo takes a float dtype (got {d})")
+        self.dtype = d
+        self.bits, self.nmant, self.max, self.tiny = self._LIMITS[str(d)]
+        self.min = -self.max
+        self.eps = 2.0**-self.nmant
+        self.smallest_normal = self.tiny
+
+
 def _kind(buffer):
     if buffer is None:
         return SBUF
@@ -353,11 +378,11 @@ def where(condition, x, y, dtype=None, mask=None, **kw):
 
 
 def dropout(x, rate, dtype=None, mask=None, **kw):
-    if float(rate) != 0.0:
-        raise NkiError(
-            "nki: nl.dropout with a non-zero rate needs the on-chip RNG, which is not modelled"
-        )
-    return copy(x, dtype=dtype)
+    """Zero each element with probability `rate` (a scalar or a (P, 1) tile);
+    kept elements are not rescaled."""
+    if _ops.is_scalar(rate) and float(_ops.scalar_value(rate)) == 0.0:
+        return copy(x, dtype=dtype)
+    return _ops.dropout(None, x, rate, dtype=dtype, name="nl.dropout")
 
 
 def iota(expr, dtype=int32, mask=None, **kw):
@@ -470,6 +495,22 @@ def device_print(prefix, x, **kw):
 
 def random_seed(seed, **kw):
     pass
+
+
+def gather_flattened(data, indices, axis=0, dtype=None, **kw):
+    """Per partition, the elements of data's flattened free dims at
+    `indices` (same partitions as data)."""
+    return _ops.gather_flattened(data, indices, dtype=dtype)
+
+
+def rand(shape, dtype=float32, buffer=None, name=None, **kw):
+    """A tile of uniform [0, 1) values (nl.random_seed does not change the
+    stream)."""
+    shape = tuple(int(s) for s in shape)
+    if len(shape) == 1:
+        shape = shape + (1,)
+    t = _ops.alloc(shape, dtype, name=name)
+    return _ops.rand(t)
 
 
 # ------------------------------------------------------------ legacy index expressions

@@ -230,3 +230,34 @@ def test_parallel_loop_inside_serial_loop_sees_the_outer_index():
     want = x * 2
     want[0, :128] = x[:, :128].sum(0)
     np.testing.assert_allclose(nested(x), want, rtol=1e-6, atol=1e-6)
+
+
+@nki.jit
+def stats_two_layouts(x):
+    """bn_stats of the same values read contiguously (GCC-vector path) and
+    every other element of a wider tile (the generic path)"""
+    P, F = x.shape
+    out = nl.ndarray((P, 12), nl.float32, buffer=nl.shared_hbm)
+    a = nl.ndarray((P, F), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=x)
+    w = nl.ndarray((P, 2 * F), nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=w, value=0.0)
+    nisa.dma_copy(dst=w.ap([[2 * F, P], [2, F]]), src=x)
+    st = nl.ndarray((P, 12), nl.float32, buffer=nl.sbuf)
+    nisa.bn_stats(dst=st[:, 0:6], data=a)
+    nisa.bn_stats(dst=st[:, 6:12], data=w.ap([[2 * F, P], [2, F]]))
+    nisa.dma_copy(dst=out, src=st)
+    return out
+
+
+def test_bn_stats_same_sums_in_both_layouts_and_accurate():
+    # 600 = two 256-element blocks, one block of 64 and a tail of 24
+    x = (rng.standard_normal((128, 600)) * 0.01 + 100).astype(np.float32)
+    src = source(stats_two_layouts, x)
+    assert "nki_v16 A0" in src and "float A[32]" in src  # both paths
+    out = stats_two_layouts(x)
+    np.testing.assert_array_equal(out[:, 0:6].view(np.int32), out[:, 6:12].view(np.int32))
+    x64 = x.astype(np.float64)
+    np.testing.assert_array_equal(out[:, 0], 600)
+    np.testing.assert_allclose(out[:, 1], x64.mean(1), rtol=1e-7)
+    np.testing.assert_allclose(out[:, 2], x64.var(1), rtol=1e-4)

@@ -3,6 +3,8 @@ SBUF index tile, in both API generations: gather (indexed source), scatter
 (indexed destination), oob_mode error (the run fails and names the
 instruction) and skip (the row is left alone)."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -61,8 +63,14 @@ def test_scatter_rows():
 def test_out_of_range_index_error_and_skip():
     data = rng.standard_normal((50, 16)).astype(np.float32)
     ind = np.arange(128, dtype=np.int32).reshape(128, 1)  # rows 50.. do not exist
-    with pytest.raises(ValueError, match=r"dma_copy at test_nki_indirect.py:\d+.*index tile"):
+    # on the host: NumPy's IndexError (as AWS's simulator raises it), from
+    # the run's error naming the kernel, the instruction and its line
+    with pytest.raises(
+        IndexError, match="^index 800 is out of bounds for axis 0 with size 800$"
+    ) as e:
         gather(data, ind)
+    assert isinstance(e.value.__cause__, ValueError)
+    assert re.search(r"dma_copy at test_nki_indirect.py:\d+.*index tile", str(e.value.__cause__))
     got = gather(data, ind, True)
     np.testing.assert_array_equal(got[:50], data)
     assert np.isnan(got[50:]).all()  # skipped rows keep the new tile's poison
@@ -131,3 +139,36 @@ def test_dma_copy_rmw_raises():
 
     with pytest.raises(nki.NkiError, match="dst_rmw_op"):
         rmw(np.zeros((128, 8), np.float32))
+
+
+@nki.jit
+def scatter_add(rows, indices, dst):
+    idx = nl.ndarray((rows.shape[0], 1), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=indices)
+    t = nl.ndarray(rows.shape, nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=rows)
+    nisa.dma_copy(dst=dst[idx, :], src=t, dst_rmw_op=nl.add)
+
+
+@lnki.jit
+def legacy_scatter_max(rows, indices, dst):
+    idx = lnl.load(indices)
+    t = lnl.load(rows)
+    iy = lnl.arange(rows.shape[1])[None, :]
+    lnisa.dma_copy(dst=dst[idx, iy], src=t, dst_rmw_op=np.maximum)
+
+
+def test_dma_copy_rmw_scatter_accumulates_repeated_rows():
+    rows = rng.standard_normal((128, 24)).astype(np.float32)
+    ind = rng.integers(0, 40, (128, 1)).astype(np.int32)  # many repeats
+    dst = rng.standard_normal((40, 24)).astype(np.float32)
+    want = dst.astype(np.float64)
+    np.add.at(want, ind[:, 0], rows)
+    got = dst.copy()
+    scatter_add(rows, ind, got)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    got = dst.copy()
+    legacy_scatter_max(rows, ind, got)
+    want = dst.copy()
+    np.maximum.at(want, ind[:, 0], rows)
+    np.testing.assert_array_equal(got, want)

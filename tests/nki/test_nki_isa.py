@@ -305,20 +305,30 @@ def test_tensor_scalar_cumulative():
         np.testing.assert_allclose(got[i], case[4](a), rtol=1e-5, atol=1e-5, err_msg=str(i))
 
 
-def test_tensor_scalar_cumulative_rejects_what_it_cannot_model():
+def test_tensor_scalar_cumulative_reduce_continues_the_register():
     @nki.jit
-    def carry(a):
-        out = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
+    def carry(a, first):
+        out = nl.ndarray((2, 128, 8), nl.float32, buffer=nl.shared_hbm)
         t = nl.ndarray((128, 8), nl.float32, buffer=nl.sbuf)
         nisa.dma_copy(dst=t, src=a)
+        u = nl.ndarray((128, 8), nl.float32, buffer=nl.sbuf)
+        v = nl.ndarray((128, 8), nl.float32, buffer=nl.sbuf)
+        if first:
+            nisa.tensor_scalar_cumulative(dst=u, src=t, op0=nl.multiply, op1=nl.add, imm0=2.0)
+            nisa.dma_copy(dst=out[0], src=u)
         nisa.tensor_scalar_cumulative(
-            dst=t, src=t, op0=nl.add, op1=nl.add, imm0=0.0, reduce_cmd=nisa.reduce_cmd.reduce
+            dst=v, src=t, op0=nl.add, op1=nl.add, imm0=0.0, reduce_cmd=nisa.reduce_cmd.reduce
         )
-        nisa.dma_copy(dst=out, src=t)
+        nisa.dma_copy(dst=out[1], src=v)
         return out
 
-    with pytest.raises(nki.NkiError, match="tensor_scalar_cumulative.*accumulator"):
-        carry(r(128, 8))
+    a = r(128, 8)
+    got = carry(a, True)
+    c0 = np.cumsum(2 * a, axis=1)
+    np.testing.assert_allclose(got[0], c0, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[1], c0[:, -1:] + np.cumsum(a, axis=1), rtol=1e-5, atol=1e-5)
+    # reduce with no earlier cumulative: the register is new memory (poison)
+    assert np.isnan(carry(a, False)[1]).all()
 
     @nki.jit
     def i32(a):

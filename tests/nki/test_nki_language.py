@@ -191,3 +191,14 @@ def test_if_on_loop_index_is_a_conditional_block():
     np.testing.assert_array_equal(_guarded(a, 2), ref)
     text = _guarded.trace(a, 2)[0].text()
     assert "\nG 1 " in text and text.count("\nL ") == 1
+
+
+def test_finfo_matches_numpy_and_bfloat16_limits():
+    for d, nd in ((nl.float32, np.float32), (nl.float16, np.float16)):
+        f, g = nl.finfo(d), np.finfo(nd)
+        assert (f.min, f.max, f.eps, f.tiny, f.bits) == (g.min, g.max, g.eps, g.tiny, g.bits)
+    b = nl.finfo(nl.bfloat16)
+    assert b.max == 3.3895313892515355e38 and b.eps == 2.0**-7  # torch.finfo(bfloat16)
+    assert nl.finfo(nl.float8_e4m3fn).max == 448.0
+    with pytest.raises(nki.NkiError, match="float dtype"):
+        nl.finfo(nl.int32)

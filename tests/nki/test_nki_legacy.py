@@ -98,3 +98,23 @@ def test_benchmark_runs_and_reports_latency():
     a = rng.random((128, 8), np.float32)
     np.testing.assert_array_equal(k(a), a * 2)
     assert k.benchmark_result.nc_latency.get_latency_percentile(50) > 0
+
+
+@nki.jit
+def masked_window_sum(x):
+    """a reduction whose mask ranges over the source's (3-d) index space, and
+    the keyword form of reshape"""
+    flat = x.reshape(shape=(128, 60))
+    t = nl.load(flat.reshape(shape=(128, 6, 10)))
+    ih = nl.arange(6)[None, :, None]
+    iw = nl.arange(10)[None, None, :]
+    s = nl.sum(t, axis=[-2, -1], mask=((ih < 4) & (iw < 7)))
+    out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, value=s)
+    return out
+
+
+def test_reduction_mask_over_source_dims_and_reshape_keyword():
+    x = np.random.default_rng(3).standard_normal((128, 6, 10)).astype(np.float32)
+    got = masked_window_sum(x)
+    np.testing.assert_allclose(got[:, 0], x[:, :4, :7].sum((1, 2)), rtol=1e-5, atol=1e-5)

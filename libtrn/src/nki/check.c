@@ -184,7 +184,7 @@ static trn_status check_instr(const nki_prog *p, nki_instr *in, const range *var
     }
     if (in->nmask > 0 &&
         (in->op == NKI_OP_MATMUL || in->op == NKI_OP_SCAN || in->op == NKI_OP_PREDUCE ||
-         in->op == NKI_OP_BNSTATS || in->op == NKI_OP_BNAGGR ||
+         in->op == NKI_OP_BNSTATS || in->op == NKI_OP_BNAGGR || in->op == NKI_OP_TOP8 ||
          (in->op == NKI_OP_ACT && in->np > 4 && in->p[4] >= 0)))
         return fail_at(p, in->name, in->loc,
                        "mask= is not supported on this instruction here; slice the operands");
@@ -284,6 +284,37 @@ static trn_status check_instr(const nki_prog *p, nki_instr *in, const range *var
                                (long long)s->count[0], (long long)s->count[1]);
         }
         return TRN_SUCCESS;
+    }
+    case NKI_OP_TAKE: {
+        const nki_operand *d = &in->opd[0], *x = &in->opd[1], *ix = &in->opd[2];
+        if (x->count[0] != d->count[0] || free_count(ix) != free_count(d) ||
+            ix->count[0] != d->count[0])
+            return fail_at(p, in->name, in->loc,
+                           "indices and result must have one shape, with data's partitions");
+        if (nki__dtype_float(p->t[ix->tid].dtype))
+            return fail_at(p, in->name, in->loc, "indices must be an integer tile");
+        break;
+    }
+    case NKI_OP_TOP8: {
+        const nki_operand *d = &in->opd[0], *s = &in->opd[1];
+        const int64_t n = free_count(s);
+        if (n < 8 || n > 16384)
+            return fail_at(p, in->name, in->loc,
+                           "reads %lld elements per partition; 8 to 16384 are allowed",
+                           (long long)n);
+        for (int i = 0; i < in->nopd; i++)
+            if (in->opd[i].count[0] != s->count[0])
+                return fail_at(p, in->name, in->loc,
+                               "operands have different partition counts (%lld and %lld)",
+                               (long long)in->opd[i].count[0], (long long)s->count[0]);
+        if (mode == 2 ? free_count(d) != n : free_count(d) != 8)
+            return fail_at(p, in->name, in->loc, "the destination must hold %lld per partition",
+                           (long long)(mode == 2 ? n : 8));
+        for (int i = 2; i < in->nopd; i++)
+            if (free_count(&in->opd[i]) != 8)
+                return fail_at(p, in->name, in->loc, "%s must hold 8 elements per partition",
+                               i == 2 ? "vals" : "dst_idx");
+        break;
     }
     default: break;
     }

@@ -81,7 +81,20 @@ typedef enum nki_op {
     NKI_OP_BNAGGR,     // dst (P x 2), src (P x 6k)
     NKI_OP_SELECT,     // dst, src; p: cmp false_value; expr0
     NKI_OP_WHERE,      // dst, cond, a, b
-    NKI_OP_GATHER,  // dst, src, index (K x 1 int32/uint32 SBUF); p: which (0 dst, 1 src) dim oob_skip
+    NKI_OP_GATHER,  // dst, src, index (K x 1 int32/uint32 SBUF); p: which (0 dst, 1 src) dim oob_skip [rmw alu]
+    // Vector-Engine top-8 family, per partition over all free elements of
+    // data; p: mode imm. mode 0 max8: dst (P x 8) the 8 largest, descending;
+    // 1 nc_find_index8: dst (P x 8 ints) first index of each of vals (P x 8),
+    // duplicates paired in ascending order, missing: all ones; 2
+    // nc_match_replace8: dst = data with the first match of each val
+    // (vals taken 7..0) replaced by imm, [dst_idx] (P x 8) their indices
+    NKI_OP_TOP8,  // dst, data, [vals], [dst_idx]
+    // nl.rand: dst uniform in [0, 1), a counter-based hash (splitmix64) of a
+    // per-instruction execution counter and the element's position
+    NKI_OP_RAND,  // dst
+    // nl.gather_flattened: dst[p, j] = data[p, indices[p, j]] over data's
+    // flattened free elements; an index out of range fails the run
+    NKI_OP_TAKE,  // dst, data, indices (integer, dst's shape)
     NKI_OP_COUNT
 } nki_op;
 
@@ -212,12 +225,27 @@ trn_status nki__render(const nki_prog *p, char **source);
 typedef struct nki_rctx {
     const nki_prog *p;
     struct nki_buf *b;
-    int sid;  // statement index (runtime errors report it + 1)
+    int sid;     // statement index (runtime errors report it + 1)
+    bool fused;  // inside a fused group: i0 is the group's partition loop (fuse.c)
+    bool fuse;   // form fused groups (nki__fuse_enabled)
+    // the instruction being rendered and which of its vector operands were
+    // loaded once per partition (fused groups: H<k>, render_instr.c)
+    const struct nki_instr *hin;
+    unsigned hoist;
 } nki_rctx;
 // One instruction's loop nest into c->b (render_instr.c).
 void nki__render_instr(nki_rctx *c, const nki_instr *in);
 // "(affine expr)cmp0" of a condition or mask.
 void nki__put_cond(struct nki_buf *b, const nki_expr *e);
+// Partition-loop fusion (fuse.c): the end (exclusive) of the group of
+// instructions (and the poison points among them, hoisted before it) that
+// starts at statement `from` and may run as one loop over *parts
+// partitions, or `from` when fewer than two instructions qualify; *guard:
+// run fused only where no two HBM arguments overlap (rt->serial == 0).
+int nki__fuse_group(const nki_prog *p, int from, int to, int64_t *parts, bool *guard);
+// NKI_FUSE=0 in the environment renders every instruction unfused (the
+// tests compare both).
+bool nki__fuse_enabled(void);
 // Whether instruction operand k is written (the destination; activation's
 // reduce result) (parallel.c).
 bool nki__instr_writes(const nki_instr *in, int k);

@@ -29,7 +29,8 @@ static int64_t coef_of(const nki_affine *a, int var) {
 
 bool nki__instr_writes(const nki_instr *in, int k) {
     if (k == 0) return true;
-    // activation's reduce result, its last operand
+    // activation's reduce result, its last operand; match_replace8's indices
+    if (in->op == NKI_OP_TOP8) return k == 3;
     return in->op == NKI_OP_ACT && in->np > 4 && in->p[4] >= 0 && k == in->nopd - 1;
 }
 

@@ -10,6 +10,8 @@
 const char *const nki__prelude[] = {
     "#include <stdint.h>\n#include <string.h>\n#include <math.h>\n#include \"trn/scalar.h\"\n",
     "typedef int64_t i64;\n",
+    // a failed indirect access: (flat element, tensor size), read by program.c
+    "long long nki_oob[2];\n",
     // the run-time services program.c hands every instance (nki_impl.h: nki_rt)
     "typedef int (*nki_body_fn)(void*ctx,i64 it,char*scratch);\n",
     "typedef struct nki_rt{int (*pfor)(const struct nki_rt*rt,i64 n,nki_body_fn body,void*ctx,"

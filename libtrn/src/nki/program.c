@@ -8,6 +8,7 @@
 // services of nki_rt: loops whose iterations are independent (parallel.c)
 // spread over the pool, and tile products through libtrn's matmul kernel.
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,9 @@ struct trn_nki_program {
     char key[65];
     int from_cache;
     double seconds;
+    // the program's record of a failed indirect access (prelude.c nki_oob:
+    // flat element, tensor size), for the error message
+    long long *oob;
 };
 
 // Which arguments the kernel writes and the bytes each spans, for the run
@@ -101,6 +105,7 @@ trn_status trn_nki_compile(const char *ir, const trn_compile_options *opts, trn_
         const long long *bytes = dlsym(p->dl, "nki_scratch_bytes");
         void *sym = dlsym(p->dl, "nki_instance");
         memcpy(&p->fn, &sym, sizeof sym);
+        p->oob = dlsym(p->dl, "nki_oob");
         if (abi == NULL || bytes == NULL || sym == NULL || *abi != 2)
             st = trn__set_error(TRN_ERROR_SYSTEM,
                                 "trn_nki_compile: the shared object is not an NKI program of this "
@@ -306,12 +311,20 @@ trn_status trn_nki_run(const trn_nki_program *p, void *const *args) {
                               p->prog.name, (long long)p->scratch);
     if (c.failed > 0) {
         const nki_stmt *s = &p->prog.s[c.failed - 1];
+        char where[96] = "";
+        const long long n = p->oob ? __atomic_load_n(&p->oob[1], __ATOMIC_RELAXED) : 0;
+        // an index tile's row: the flat element it names (NumPy's wording,
+        // as AWS's simulator reports it)
+        if (n > 0)
+            snprintf(where, sizeof where, "; index %lld is out of bounds for axis 0 with size %lld",
+                     __atomic_load_n(&p->oob[0], __ATOMIC_RELAXED), n);
+        if (p->oob) __atomic_store_n(&p->oob[1], 0LL, __ATOMIC_RELAXED);
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "nki kernel '%s': %s at %s: out-of-bounds access at run "
                               "time (a masked access pattern leaves its tensor, or an index tile "
-                              "holds a row out of range)",
-                              p->prog.name, s->ins ? s->ins->name : "?",
-                              s->ins ? s->ins->loc : "?");
+                              "holds a row out of range)%s",
+                              p->prog.name, s->ins ? s->ins->name : "?", s->ins ? s->ins->loc : "?",
+                              where);
     }
     return TRN_SUCCESS;
 }

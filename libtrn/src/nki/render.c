@@ -75,6 +75,55 @@ static bool overwritten_next(const nki_prog *p, int at, int r) {
     return expect == n;
 }
 
+// The poison fill of allocation point i (skipped where nothing can see it).
+static void put_poison(rctx *c, int i) {
+    const nki_prog *p = c->p;
+    nki_buf *b = c->b;
+    const nki_tensor *t = &p->t[p->s[i].tensor];
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
+    if (t->kind == NKI_VIEW || t->kind == NKI_ARG || t->kind == NKI_OUT) return;
+    if (!overwritten_next(p, i, t->id))
+        P("poison(T%d,%lldLL,%d,0x%xu);\n", t->id, (long long)n, nki__dtype_size(t->dtype),
+          poison_pattern(t->dtype));
+    if (t->kind == NKI_PSUM) P("memset(F%d,0,%lld);\n", t->id, (long long)n);
+}
+
+// A fused group (fuse.c), statements [from, end): its poison points first,
+// then one loop over the partitions with each instruction's row in program
+// order; where the group's safety rests on distinct HBM arguments, the
+// unfused instructions run instead when the run time found an overlap.
+static void put_group(rctx *c, int from, int end, int64_t parts, bool guard) {
+    const nki_prog *p = c->p;
+    nki_buf *b = c->b;
+    int n = 0;
+    for (int j = from; j < end; j++) {
+        c->sid = j;
+        if (p->s[j].kind == NKI_POISON)
+            put_poison(c, j);
+        else
+            n++;
+    }
+    if (guard) P("if(!rt->serial){\n");
+    P("/* fused: %d instructions over %lld partitions */\nfor(i64 i0=0;i0<%lldLL;i0++){\n", n,
+      (long long)parts, (long long)parts);
+    c->fused = true;
+    for (int j = from; j < end; j++) {
+        c->sid = j;
+        if (p->s[j].kind == NKI_INSTR) nki__render_instr(c, p->s[j].ins);
+    }
+    c->fused = false;
+    P("}\n");
+    if (guard) {
+        P("}else{\n");
+        for (int j = from; j < end; j++) {
+            c->sid = j;
+            if (p->s[j].kind == NKI_INSTR) nki__render_instr(c, p->s[j].ins);
+        }
+        P("}\n");
+    }
+}
+
 // Statements [from, to) into c->b. Outside parallel bodies (fb != NULL), a
 // loop whose iterations are independent (parallel.c) becomes a body
 // function in fb, called through rt->pfor.
@@ -143,15 +192,16 @@ static void render_stmts(rctx *c, nki_buf *fb, int from, int to, int *vars, int 
             P("}\n");
             if (nopen > 0 && open[--nopen] >= 0) nvars--;
         } else if (s->kind == NKI_POISON) {
-            const nki_tensor *t = &p->t[s->tensor];
-            int64_t n = 1;
-            for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
-            if (t->kind == NKI_VIEW || t->kind == NKI_ARG || t->kind == NKI_OUT) continue;
-            if (!overwritten_next(p, i, t->id))
-                P("poison(T%d,%lldLL,%d,0x%xu);\n", t->id, (long long)n, nki__dtype_size(t->dtype),
-                  poison_pattern(t->dtype));
-            if (t->kind == NKI_PSUM) P("memset(F%d,0,%lld);\n", t->id, (long long)n);
+            put_poison(c, i);
         } else {
+            int64_t parts = 0;
+            bool guard = false;
+            const int end = c->fuse ? nki__fuse_group(p, i, to, &parts, &guard) : i;
+            if (end > i + 1) {
+                put_group(c, i, end, parts, guard);
+                i = end - 1;
+                continue;
+            }
             nki__render_instr(c, s->ins);
         }
     }
@@ -164,7 +214,7 @@ trn_status nki__render(const nki_prog *p, char **source) {
     int *vars = malloc(sizeof(int) * ((size_t)p->ns + MAX_OUTER + 1));
     int64_t *live = malloc(sizeof(int64_t) * (4 * (size_t)p->nt + 4));
     if (vars == NULL || live == NULL) b->oom = true;
-    rctx c = {p, b, 0};
+    rctx c = {p, b, 0, false, nki__fuse_enabled(), NULL, 0};
     if (!b->oom) {
         P("/* kernel %s */\nint nki_instance(void*const*args,const "
           "i64*pid,char*scratch,const nki_rt*rt){\n(void)pid;(void)rt;\n",

@@ -76,12 +76,28 @@ static void put_ff(nki_buf *b, const nki_operand *d) {
 // The loop nest over d's access space, one brace per loop (close_loops);
 // `ivdep`: the innermost loop carries no dependence (no_overlap), so GCC
 // vectorizes it without run-time alias checks.
-static void open_loops(nki_buf *b, const nki_operand *d, bool ivdep) {
+// In a fused group (c->fused) the partition loop i0 is the group's: its
+// level is a plain block.
+static void open_loops(rctx *c, const nki_operand *d, bool ivdep) {
+    nki_buf *b = c->b;
     for (int j = 0; j < d->nd; j++) {
+        if (j == 0 && c->fused) {
+            nki__printf(b, "{");
+            continue;
+        }
         if (ivdep && j == d->nd - 1) nki__printf(b, "\n#pragma GCC ivdep\n");
         nki__printf(b, "for(i64 i%d=0;i%d<%lldLL;i%d++){", j, j, (long long)d->count[j], j);
     }
     nki__printf(b, "\n");
+}
+
+// The partition loop i0 of an instruction that writes its own (a block in
+// a fused group).
+static void open_part(rctx *c, int64_t n) {
+    if (c->fused)
+        nki__printf(c->b, "{");
+    else
+        nki__printf(c->b, "for(i64 i0=0;i0<%lldLL;i0++){", (long long)n);
 }
 
 static void close_loops(nki_buf *b, const nki_operand *d) {
@@ -201,6 +217,11 @@ static void put_ld(rctx *c, const nki_instr *in, int k) {
 // per-partition vector operand: element (i0, 0)
 static void put_vec(rctx *c, const nki_operand *o) {
     nki_buf *b = c->b;
+    if (c->hin != NULL && o >= c->hin->opd && o < c->hin->opd + c->hin->nopd &&
+        (c->hoist >> (o - c->hin->opd) & 1u)) {
+        P("H%d", (int)(o - c->hin->opd));
+        return;
+    }
     P("ld%d(T%d,", dt_of(c->p, o), root_of(c->p, o)->id);
     put_affine(b, &o->flat);
     if (o->count[0] != 1) P("+i0*%lldLL", (long long)o->stride[0]);
@@ -300,6 +321,129 @@ static void act_body(rctx *c, const nki_instr *in, int svec, int bias) {
     P("x);\n");
 }
 
+// bn_stats of partition i0's F elements into sum, mean, sq (the sum of
+// squared deviations), as libtrn's layer norm computes them: two passes of
+// 32 float lanes, moved to a double total every 256 elements, the second
+// pass around the mean split into float hi + lo. Contiguous float32 rows use
+// GCC vectors (two accumulators of 16, a register each); others the same
+// sums in the same order through ld<dtype> (identical results).
+#define BN_BLOCK 256
+static void put_bnstats(rctx *c, const nki_instr *in, int64_t F) {
+    nki_buf *b = c->b;
+    const nki_prog *p = c->p;
+    const nki_operand *s = &in->opd[1];
+    bool vec = p->t[s->tid].dtype == NKI_F32 && s->nd >= 2;
+    int64_t expect = 1;
+    for (int j = s->nd - 1; vec && j >= 1; j--) {
+        if (s->count[j] == 1) continue;
+        vec = s->stride[j] == expect;
+        expect *= s->count[j];
+    }
+    const long long n = (long long)F;
+    if (vec) {
+        P("typedef float nki_v16 __attribute__((vector_size(64)));\nconst float*R_=(const "
+          "float*)T%d+",
+          root_of(p, s)->id);
+        put_affine(b, &s->flat);
+        P("+i0*%lldLL;\n", (long long)s->stride[0]);
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        const char *acc = pass ? "sq" : "sum";
+        P("double %s=0;{i64 f=0;while(f+32<=%lldLL){i64 "
+          "e=f+%d<=%lldLL?f+%d:f+((%lldLL-f)/32)*32;\n",
+          acc, n, BN_BLOCK, n, BN_BLOCK, n);
+        if (vec) {
+            P("nki_v16 A0={0},A1={0};for(;f<e;f+=32){nki_v16 x0,x1;memcpy(&x0,R_+f,64);"
+              "memcpy(&x1,R_+f+16,64);");
+            if (pass)
+                P("x0=(x0-mhi)-mlo;x1=(x1-mhi)-mlo;A0+=x0*x0;A1+=x1*x1;}\n");
+            else
+                P("A0+=x0;A1+=x1;}\n");
+            P("nki_v16 t=A0+A1;for(int l=0;l<16;l++)%s+=(double)t[l];}\n", acc);
+        } else {
+            P("float A[32];for(int l=0;l<32;l++)A[l]=0.0f;for(;f<e;f+=32)\n%sfor(int "
+              "l=0;l<32;l++){float x=ld%d(T%d,",
+              NO_UNROLL, dt_of(p, s), root_of(p, s)->id);
+            put_off_flat(b, s, "i0", "f+l");
+            P(");%s}\nfor(int l=0;l<16;l++)%s+=(double)(A[l]+A[l+16]);}\n",
+              pass ? "x=(x-mhi)-mlo;A[l]+=x*x;" : "A[l]+=x;", acc);
+        }
+        P("for(;f<%lldLL;f++){float x=", n);
+        if (vec) {
+            P("R_[f]");
+        } else {
+            P("ld%d(T%d,", dt_of(p, s), root_of(p, s)->id);
+            put_off_flat(b, s, "i0", "f");
+            P(")");
+        }
+        P(";%s}}\n", pass ? "x=(x-mhi)-mlo;sq+=(double)(x*x);" : "sum+=(double)x;");
+        if (pass == 0)
+            P("double mean=sum/%lldLL;const float mhi=(float)mean,mlo=(float)(mean-(double)mhi);\n",
+              n);
+    }
+    P("float out[6]={(float)%lld,(float)mean,(float)(sq/%lldLL),0,0,0};\n", n, n);
+}
+
+// The top-8 family (nki_impl.h NKI_OP_TOP8), one partition i0 at a time
+// over the data's free elements in flat order, compared in fp32 (NaN sorts
+// above everything in max8 and matches nothing).
+static void put_top8(rctx *c, const nki_instr *in) {
+    nki_buf *b = c->b;
+    const nki_prog *p = c->p;
+    const nki_operand *d = &in->opd[0], *s = &in->opd[1];
+    const int mode = (int)in->p[0];
+    const long long n = (long long)fcount(s);
+    P("for(i64 i0=0;i0<%lldLL;i0++){\n", (long long)d->count[0]);
+#define LD_S(f)                                                                                    \
+    do {                                                                                           \
+        P("ld%d(T%d,", dt_of(p, s), root_of(p, s)->id);                                            \
+        put_off_flat(b, s, "i0", f);                                                               \
+        P(")");                                                                                    \
+    } while (0)
+    if (mode == 0) {
+        P("float top[8];int nt=0;\nfor(i64 f=0;f<%lldLL;f++){float v=", n);
+        LD_S("f");
+        P(";int k;if(nt<8)k=nt++;else{if(!((v!=v&&top[7]==top[7])||v>top[7]))continue;k=7;}\n"
+          "while(k>0&&((v!=v&&top[k-1]==top[k-1])||v>top[k-1])){top[k]=top[k-1];k--;}"
+          "top[k]=v;}\n");
+        P("for(i64 f=0;f<8;f++)st%d(T%d,", dt_of(p, d), root_of(p, d)->id);
+        put_off_flat(b, d, "i0", "f");
+        P(",top[f]);\n}\n");
+        return;
+    }
+    const nki_operand *v = &in->opd[2];
+    P("float vv[8];i64 idx[8];for(i64 f=0;f<8;f++){vv[f]=ld%d(T%d,", dt_of(p, v),
+      root_of(p, v)->id);
+    put_off_flat(b, v, "i0", "f");
+    P(");idx[f]=-1;}\n");
+    // each val takes the first position no earlier val took
+    P("for(int q=0;q<8;q++){const int k=%s;for(i64 f=0;f<%lldLL;f++){float x=",
+      mode == 2 ? "7-q" : "q", n);
+    LD_S("f");
+    P(";if(x!=vv[k])continue;int taken=0;for(int j=0;j<8;j++)taken|=idx[j]==f;"
+      "if(!taken){idx[k]=f;break;}}}\n");
+    const nki_operand *o = mode == 1 ? d : (in->nopd > 3 ? &in->opd[3] : NULL);
+    if (o != NULL) {
+        P("for(i64 f=0;f<8;f++)sti(T%d,", root_of(p, o)->id);
+        put_off_flat(b, o, "i0", "f");
+        P(",%d,idx[f]);\n", nki__dtype_size(p->t[o->tid].dtype));
+    }
+    if (mode == 2) {
+        // the data row (cast to dst's dtype) with the matches replaced
+        P("for(i64 f=0;f<%lldLL;f++){int taken=0;for(int j=0;j<8;j++)taken|=idx[j]==f;"
+          "float x=",
+          n);
+        LD_S("f");
+        P(";st%d(T%d,", dt_of(p, d), root_of(p, d)->id);
+        put_off_flat(b, d, "i0", "f");
+        P(",taken?");
+        put_float(b, in->np > 1 ? in->p[1] : 0.0);
+        P(":x);}\n");
+    }
+#undef LD_S
+    P("}\n");
+}
+
 // acc (M x N) into the PSUM destination, per element by its first-write flag
 static void put_merge(rctx *c, const nki_instr *in, int64_t M, int64_t N) {
     nki_buf *b = c->b;
@@ -320,11 +464,48 @@ static void put_merge(rctx *c, const nki_instr *in, int64_t M, int64_t N) {
     P("st%d(T%d,o,v);}\n", dt_of(p, d), dr->id);
 }
 
+// In a fused group, the per-partition scalars (vector operands) of
+// tensor_scalar, scalar_tensor_tensor and activation are loaded once, before
+// the free-axis loops: GCC cannot prove a store of the row leaves them alone
+// (one scratch block) and otherwise keeps the activation loop scalar. Only
+// operands in a tensor the instruction does not write, so each element
+// reads the same value as before.
+static void put_hoisted(rctx *c, const nki_instr *in) {
+    nki_buf *b = c->b;
+    const nki_prog *p = c->p;
+    c->hin = in;
+    c->hoist = 0;
+    if (!c->fused) return;
+    unsigned vec = 0;
+    if (in->op == NKI_OP_TS)
+        for (int k = 2; k < in->nopd; k++) vec |= 1u << k;
+    else if (in->op == NKI_OP_STT && (int)in->p[2] == 2)
+        vec = 1u << 2;
+    else if (in->op == NKI_OP_ACT) {
+        int next = 2;
+        if (in->p[1] != 0) vec |= 1u << next++;
+        if ((int)in->p[2] == 2) vec |= 1u << next++;
+    }
+    for (int k = 0; k < in->nopd; k++) {
+        if (!(vec >> k & 1u)) continue;
+        bool written = false;
+        for (int w = 0; w < in->nopd; w++)
+            if (nki__instr_writes(in, w) && root_of(p, &in->opd[w]) == root_of(p, &in->opd[k]))
+                written = true;
+        if (written) continue;
+        P("const float H%d=", k);
+        put_vec(c, &in->opd[k]);
+        P(";\n");
+        c->hoist |= 1u << k;
+    }
+}
+
 void nki__render_instr(nki_rctx *c, const nki_instr *in) {
     nki_buf *b = c->b;
     const nki_prog *p = c->p;
     const nki_operand *d = &in->opd[0];
     P("{ /* %s at %s */\n", in->name, in->loc);
+    put_hoisted(c, in);
     switch (in->op) {
     case NKI_OP_COPY: {
         const nki_operand *s = &in->opd[1];
@@ -336,7 +517,22 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
             // rows of equal dtype: one memmove each
             nki_operand outer = *d;
             outer.nd = last;
-            open_loops(b, &outer, false);
+            open_loops(c, &outer, false);
+            if (iv && (sz == 4 || sz == 2)) {
+                // a typed loop: GCC vectorizes it in place, cheaper than a
+                // call per (short) row; may_alias: the tile is also read as
+                // float / int through ld<dtype>
+                const char *ty = sz == 4 ? "nki_a32" : "nki_a16";
+                P("typedef uint%d_t __attribute__((may_alias)) %s;\n", sz * 8, ty);
+                P("const i64 i%d=0;\n%s*d_=(%s*)T%d+(", last, ty, ty, root_of(p, d)->id);
+                put_off(b, d, d);
+                P(");const %s*s_=(const %s*)T%d+(", ty, ty, root_of(p, s)->id);
+                put_off(b, s, d);
+                P(");\n#pragma GCC ivdep\nfor(i64 q=0;q<%lldLL;q++)d_[q]=s_[q];\n",
+                  (long long)d->count[last]);
+                close_loops(b, &outer);
+                break;
+            }
             P("const i64 i%d=0;\nmemmove(T%d+(", last, root_of(p, d)->id);
             put_off(b, d, d);
             P(")*%d,T%d+(", sz, root_of(p, s)->id);
@@ -345,7 +541,7 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
             close_loops(b, &outer);
             break;
         }
-        open_loops(b, d, iv);
+        open_loops(c, d, iv);
         put_ff(b, d);
         put_guards(c, in);
         if (dt_of(p, s) == dt_of(p, d)) {
@@ -365,7 +561,7 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
     case NKI_OP_TT:
     case NKI_OP_WHERE:
     case NKI_OP_PREDCOPY: {
-        open_loops(b, d, no_overlap(p, in));
+        open_loops(c, d, no_overlap(p, in));
         put_ff(b, d);
         put_guards(c, in);
         if (in->op == NKI_OP_TT) {
@@ -398,7 +594,7 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
     case NKI_OP_TS:
     case NKI_OP_STT: {
         // TS: p op0 rev0 kind0 imm0 op1 rev1 kind1 imm1; STT: op0 op1 kind imm rev0 rev1
-        open_loops(b, d, no_overlap(p, in));
+        open_loops(c, d, no_overlap(p, in));
         put_ff(b, d);
         put_guards(c, in);
         P("float x=");
@@ -446,7 +642,8 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
         if (rop >= 0) rres = next++;
         const bool iv = no_overlap(p, in);
         const int last = d->nd - 1;
-        P("for(i64 i0=0;i0<%lldLL;i0++){\n", (long long)d->count[0]);
+        open_part(c, d->count[0]);
+        P("\n");
         if (rop >= 0 && lanes_ok(rop) && in->nmask == 0 && last >= 1) {
             // the free-axis reduction in LANES partial results (vectorizes)
             P("float L[%d];for(int l=0;l<%d;l++)L[l]=%s;\n", LANES, LANES, reduce_init(rop));
@@ -492,7 +689,7 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
         // p: alu nred negate; dst has the source's first nd-nred dims
         const nki_operand *s = &in->opd[1];
         int op = (int)in->p[0], nred = (int)in->p[1], keep = s->nd - nred;
-        for (int j = 0; j < keep; j++)
+        for (int j = c->fused ? 1 : 0; j < keep; j++)  // fused: i0 is the group's
             P("for(i64 i%d=0;i%d<%lldLL;i%d++)", j, j, (long long)s->count[j], j);
         const int last = s->nd - 1;
         if (lanes_ok(op) && in->nmask == 0 && nred >= 1) {
@@ -610,7 +807,7 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
     }
     case NKI_OP_TRANSPOSE: {
         const nki_operand *s = &in->opd[1];
-        open_loops(b, d, no_overlap(p, in));
+        open_loops(c, d, no_overlap(p, in));
         put_guards(c, in);
         P("i64 o=");
         put_affine(b, &d->flat);
@@ -625,7 +822,7 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
     case NKI_OP_IOTA:
     case NKI_OP_MEMSET:
     case NKI_OP_SELECT: {
-        open_loops(b, d, no_overlap(p, in));
+        open_loops(c, d, no_overlap(p, in));
         put_ff(b, d);
         put_guards(c, in);
         bool isf = nki__dtype_float(p->t[d->tid].dtype);
@@ -671,7 +868,8 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
         // dst, d0, d1, [init vec]; p: op0 op1 init_kind init_imm
         const nki_operand *a = &in->opd[1], *bb = &in->opd[2];
         int64_t F = fcount(d);
-        P("for(i64 i0=0;i0<%lldLL;i0++){float prev=", (long long)d->count[0]);
+        open_part(c, d->count[0]);
+        P("float prev=");
         if ((int)in->p[2] == 2)
             put_vec(c, &in->opd[3]);
         else
@@ -706,26 +904,10 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
         // chunk; bn_aggr merges such groups into (mean, variance)
         const nki_operand *s = &in->opd[1];
         int64_t F = fcount(s);
-        P("for(i64 i0=0;i0<%lldLL;i0++){\n", (long long)d->count[0]);
+        open_part(c, d->count[0]);
+        P("\n");
         if (in->op == NKI_OP_BNSTATS) {
-            // two passes in double, each in LANES partial sums (vectorizes)
-            for (int pass = 0; pass < 2; pass++) {
-                P("double S%d[%d]={0};{i64 f=0;for(;f+%d<=%lldLL;f+=%d)\n%sfor(int "
-                  "l=0;l<%d;l++){double x=ld%d(T%d,",
-                  pass, LANES, LANES, (long long)F, LANES, NO_UNROLL, LANES, dt_of(p, s),
-                  root_of(p, s)->id);
-                put_off_flat(b, s, "i0", "f+l");
-                P(")%s;S%d[l]+=%s;}\nfor(;f<%lldLL;f++){double x=ld%d(T%d,", pass ? "-mean" : "",
-                  pass, pass ? "x*x" : "x", (long long)F, dt_of(p, s), root_of(p, s)->id);
-                put_off_flat(b, s, "i0", "f");
-                P(")%s;S%d[0]+=%s;}}\n", pass ? "-mean" : "", pass, pass ? "x*x" : "x");
-                if (pass == 0)
-                    P("double sum=0;for(int l=0;l<%d;l++)sum+=S0[l];double mean=sum/%lldLL;\n",
-                      LANES, (long long)F);
-            }
-            P("double sq=0;for(int l=0;l<%d;l++)sq+=S1[l];\nfloat "
-              "out[6]={(float)%lld,(float)mean,(float)(sq/%lldLL),0,0,0};\n",
-              LANES, (long long)F, (long long)F);
+            put_bnstats(c, in, F);
             P("for(i64 f=0;f<6;f++)st%d(T%d,", dt_of(p, d), root_of(p, d)->id);
         } else {
             P("double n=0,mean=0,m2=0;for(i64 g=0;g<%lldLL;g++){double c=ld%d(T%d,",
@@ -761,10 +943,17 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
           xd == NKI_U32 ? "uint32_t" : "int32_t", root_of(p, x)->id);
         put_affine(b, &x->flat);
         P("+i0*%lldLL];\nif(r<0||r>=%lldLL)", (long long)x->stride[0], (long long)t->sizes[dim]);
-        if (skip)
+        if (skip) {
             P("continue;\n");
-        else
-            P("return %d;\n", c->sid + 1);
+        } else {
+            int64_t numel = 1;
+            for (int k = 0; k < t->ndim; k++) numel *= t->sizes[k];
+            P("{__atomic_store_n(&nki_oob[0],(long long)(r*%lldLL+", (long long)tstride);
+            put_affine(b, &ind->flat);
+            P("),__ATOMIC_RELAXED);__atomic_store_n(&nki_oob[1],%lldLL,__ATOMIC_RELAXED);return "
+              "%d;}\n",
+              (long long)numel, c->sid + 1);
+        }
         P("i64 sh=(r-i0)*%lldLL;(void)sh;\n", (long long)tstride);
         for (int j = 1; j < d->nd; j++)
             P("for(i64 i%d=0;i%d<%lldLL;i%d++){", j, j, (long long)d->count[j], j);
@@ -781,7 +970,18 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
         }
         const nki_operand *sv = &in->opd[1];
         const int sz = nki__dtype_size(p->t[d->tid].dtype);
-        if (dt_of(p, sv) == dt_of(p, d)) {
+        const int rmw = in->np > 3 ? (int)in->p[3] : 0;
+        if (rmw > 0) {
+            // dst_rmw_op: dst = op(dst, src), rows in partition order (a
+            // repeated index accumulates)
+            P("{const i64 o_=");
+            put_off(b, d, d);
+            P("%s;st%d(T%d,o_,alu(%d,ld%d(T%d,o_),ld%d(T%d,", which == 0 ? "+sh" : "", dt_of(p, d),
+              root_of(p, d)->id, rmw, dt_of(p, d), root_of(p, d)->id, dt_of(p, sv),
+              root_of(p, sv)->id);
+            put_off(b, sv, d);
+            P("%s)));}\n", which == 1 ? "+sh" : "");
+        } else if (dt_of(p, sv) == dt_of(p, d)) {
             P("cpy(T%d,", root_of(p, d)->id);
             put_off(b, d, d);
             P("%s,T%d,", which == 0 ? "+sh" : "", root_of(p, sv)->id);
@@ -798,7 +998,42 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
         P("\n");
         break;
     }
+    case NKI_OP_TOP8: put_top8(c, in); break;
+    case NKI_OP_TAKE: {
+        const nki_operand *x = &in->opd[1], *ix = &in->opd[2];
+        const long long n = (long long)fcount(x);
+        open_loops(c, d, false);
+        put_ff(b, d);
+        P("const i64 q_=(i64)");
+        put_ld(c, in, 2);
+        P(";if(q_<0||q_>=%lldLL)return %d;\n", n, c->sid + 1);
+        put_st_begin(c, in);
+        P("ld%d(T%d,", dt_of(p, x), root_of(p, x)->id);
+        put_off_flat(b, x, "i0", "q_");
+        P("));\n");
+        close_loops(b, d);
+        (void)ix;
+        break;
+    }
+    case NKI_OP_RAND: {
+        // each execution draws a fresh stream (the counter is the
+        // program's, shared by its instances and threads)
+        P("static uint64_t nki_rng%d;const uint64_t s_=__atomic_fetch_add(&nki_rng%d,1,"
+          "__ATOMIC_RELAXED)*0x9E3779B97F4A7C15ULL+%dULL;\n",
+          c->sid, c->sid, c->sid);
+        open_loops(c, d, false);
+        put_ff(b, d);
+        P("uint64_t z=s_+(uint64_t)(i0*%lldLL+ff)*0xBF58476D1CE4E5B9ULL;z^=z>>30;"
+          "z*=0xBF58476D1CE4E5B9ULL;z^=z>>27;z*=0x94D049BB133111EBULL;z^=z>>31;\n",
+          (long long)fcount(d));
+        put_st_begin(c, in);
+        P("(float)(z>>40)*0x1p-24f);\n");
+        close_loops(b, d);
+        break;
+    }
     default: P("return %d;\n", c->sid + 1); break;
     }
     P("}\n");
+    c->hin = NULL;
+    c->hoist = 0;
 }

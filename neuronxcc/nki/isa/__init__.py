@@ -13,6 +13,7 @@ from nki.isa import (
     nc_version,  # noqa: F401
     oob_mode,
     reduce_cmd,
+    tensor_scalar_cumulative,  # noqa: F401 (dst=/src= keywords in both generations)
 )
 
 
@@ -225,13 +226,108 @@ def dma_transpose(src, axes=None, mask=None, dtype=None, **kw):
 
 
 def dma_copy(dst, src, mask=None, dge_mode=None, oob_mode=None, **kw):
-    if kw.get("dst_rmw_op") is not None:
-        raise NkiError("nki: nisa.dma_copy(dst_rmw_op=) is not supported by this implementation")
+    rmw = kw.get("dst_rmw_op")
+    if rmw is not None and getattr(dst, "gather", None) is None:
+        raise NkiError(
+            "nki: nisa.dma_copy(dst_rmw_op=) is supported on indirect (index-tile) "
+            "destinations only"
+        )
     if getattr(src, "gather", None) is not None or getattr(dst, "gather", None) is not None:
         # indirect: oob_mode.skip (1) leaves out-of-range rows alone
         skip = oob_mode is not None and int(oob_mode) == 1
-        return _ops.indirect_copy(dst, src, "dma_copy", mask=mask, oob_skip=skip)
+        return _ops.indirect_copy(dst, src, "dma_copy", mask=mask, oob_skip=skip, rmw_op=rmw)
     return _ops.copy(dst, src, 1, mask=mask, name="dma_copy")
+
+
+def _no_mask(name, mask):
+    if mask is not None and mask is not True:
+        raise NkiError(f"nki: nisa.{name}: mask= is not supported here; slice the operands")
+
+
+def max8(src, mask=None, dtype=None, **kw):
+    _no_mask("max8", mask)
+    return _ops.max8(None, src, dtype=_dtype(dtype, None))
+
+
+def nc_find_index8(data, vals, mask=None, dtype=None, **kw):
+    _no_mask("nc_find_index8", mask)
+    return _ops.find_index8(None, data, vals, dtype=_dtype(dtype, None))
+
+
+def nc_match_replace8(data, vals, imm, dst_idx=None, mask=None, dtype=None, **kw):
+    _no_mask("nc_match_replace8", mask)
+    return _ops.match_replace8(None, data, vals, imm, dst_idx, dtype=_dtype(dtype, None))
+
+
+match_replace8 = nc_match_replace8
+
+
+def nc_stream_shuffle(dst=None, src=None, shuffle_mask=None, **kw):
+    return _ops.stream_shuffle(dst, src, shuffle_mask)
+
+
+def dropout(data, prob, mask=None, dtype=None, **kw):
+    _no_mask("dropout", mask)
+    return _ops.dropout(None, data, prob, dtype=_dtype(dtype, None))
+
+
+def select_reduce(
+    dst,
+    predicate,
+    on_true,
+    on_false,
+    reduce_res=None,
+    reduce_cmd=None,
+    reduce_op="maximum",
+    reverse_pred=False,
+    mask=None,
+    dtype=None,
+    **kw,
+):
+    _no_mask("select_reduce", mask)
+    return _ops.select_reduce(
+        dst,
+        predicate,
+        on_true,
+        on_false,
+        reduce_res,
+        reduce_op,
+        reverse_pred,
+        _dtype(dtype, None),
+        reduce_cmd=reduce_cmd,
+    )
+
+
+def range_select(
+    on_true_tile,
+    comp_op0,
+    comp_op1,
+    bound0,
+    bound1,
+    reduce_cmd=None,
+    reduce_res=None,
+    reduce_op="maximum",
+    range_start=0,
+    on_false_value=-3.4028234663852886e38,
+    mask=None,
+    dtype=None,
+    **kw,
+):
+    _no_mask("range_select", mask)
+    return _ops.range_select(
+        None,
+        on_true_tile,
+        comp_op0,
+        comp_op1,
+        bound0,
+        bound1,
+        reduce_res=reduce_res,
+        reduce_op=reduce_op,
+        range_start=range_start,
+        on_false_value=on_false_value,
+        dtype=_dtype(dtype, None),
+        reduce_cmd=reduce_cmd,
+    )
 
 
 def _unsupported(name):
@@ -243,14 +339,7 @@ def _unsupported(name):
 
 
 for _n in [
-    "max8",
-    "nc_find_index8",
-    "nc_match_replace8",
-    "range_select",
-    "select_reduce",
-    "dropout",
     "local_gather",
-    "nc_stream_shuffle",
     "tensor_copy_dynamic_src",
     "tensor_copy_dynamic_dst",
     "sequence_bounds",
