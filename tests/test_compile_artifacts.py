@@ -4,9 +4,11 @@
   compiled graphs: a process with a fresh cache directory and another cache
   key (another machine) that loads the bundle traces, lowers and compiles
   nothing, and computes the same numbers.
-- Processes sharing TORCH_NEURONX_NEFF_CACHE_DIR compile each graph once (a
-  per-key flock); a holder that dies never blocks the others; a holder that
-  outlives TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT is compiled around.
+- Processes sharing TORCH_NEURONX_NEFF_CACHE_DIR trace, lower and compile
+  each graph once (a per-key flock on the warm entry, and libtrn's on the
+  object); a holder that dies, mid-lowering too, never blocks the others; a
+  holder that outlives TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT is compiled
+  around.
 - TORCH_NEURONX_NEFF_CACHE_MAX_SIZE bounds the directory (least recently
   used entries go first).
 - Integrity stays: an artifact that does not verify populates nothing."""
@@ -126,9 +128,13 @@ print(json.dumps({"m": torch.neuron.get_dynamo_metrics(), "outs": outs}))
 """
 
 
-def test_processes_sharing_a_cold_cache_compile_each_graph_once(tmp_path):
+@pytest.mark.parametrize("threads", ["0", "2"])
+def test_processes_sharing_a_cold_cache_compile_each_graph_once(tmp_path, threads):
+    """4 processes, 3 graphs: each graph is traced, lowered and compiled by
+    one of them (holding its warm entry's lock, its C compile finished
+    before it lets go: on the compile threads too); the others load it."""
     env = _env(tmp_path, "shared")
-    env["TORCH_NEURONX_COMPILE_THREADS"] = "0"
+    env["TORCH_NEURONX_COMPILE_THREADS"] = threads
     start = time.time() + 6
     procs = [
         subprocess.Popen(
@@ -138,16 +144,82 @@ def test_processes_sharing_a_cold_cache_compile_each_graph_once(tmp_path):
             stderr=subprocess.PIPE,
             text=True,
         )
-        for _ in range(3)
+        for _ in range(4)
     ]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err[-3000:]
         results.append(json.loads(out.strip().splitlines()[-1]))
-    assert sum(r["m"]["compiles"] for r in results) == 3, [r["m"] for r in results]
-    assert sum(r["m"]["disk_cache_hits"] for r in results) == 6
+    ms = [r["m"] for r in results]
+    assert sum(m["compiles"] for m in ms) == 3, ms
+    assert sum(m["lowerings"] for m in ms) == 3, ms
+    assert sum(m["warm_graphs"] for m in ms) == 9, ms
+    # The loaders took the objects from the disk cache.
+    assert sum(m["disk_cache_hits"] for m in ms) == 9, ms
     assert all(r["outs"] == results[0]["outs"] for r in results)
+
+
+# A process that dies holding a warm entry's lock, in the middle of lowering.
+_DIE_LOWERING = r"""
+import sys, time, torch
+import torch_neuronx
+from torch_neuronx._compile import jobs
+def run(self):
+    print("lowering", flush=True)
+    time.sleep(600)
+jobs.Lowerer.run = run
+torch.compile(lambda x: (x * 5).exp2() - x, backend="neuron")(torch.ones(3, 7, device="neuron"))
+"""
+
+# A process that reports when it starts waiting for that lock.
+_WAIT = r"""
+import json, torch
+import torch_neuronx
+from torch_neuronx._compile import shared
+take = shared._acquire
+def acquire(*a):
+    print("acquiring", flush=True)
+    return take(*a)
+shared._acquire = acquire
+x = torch.linspace(-1, 1, 21, device="neuron").reshape(3, 7)
+y = torch.compile(lambda x: (x * 5).exp2() - x, backend="neuron")(x)
+torch.testing.assert_close(y.cpu(), (x.cpu() * 5).exp2() - x.cpu())
+print(json.dumps(torch.neuron.get_dynamo_metrics()))
+"""
+
+
+def test_a_holder_killed_while_lowering_never_blocks(tmp_path):
+    env = _env(tmp_path, "killed")
+    env["TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT"] = "1200"  # a lock left held would hang
+    h = subprocess.Popen(
+        [sys.executable, "-c", _DIE_LOWERING], env=env, stdout=subprocess.PIPE, text=True
+    )
+    w = None
+    try:
+        assert h.stdout.readline().strip() == "lowering"
+        w = subprocess.Popen(
+            [sys.executable, "-c", _WAIT],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert w.stdout.readline().strip() == "acquiring"
+        time.sleep(0.5)  # blocked on the holder's flock
+        h.kill()  # SIGKILL mid-lowering: the kernel drops the lock
+        h.wait()
+        out, err = w.communicate(timeout=300)
+        assert w.returncode == 0, err[-3000:]
+    finally:
+        for p in (h, w):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    m = json.loads(out.strip().splitlines()[-1])
+    # It waited, found no entry, and made it itself.
+    assert m["warm_lock_waits"] == 1 and m["lowerings"] == 1 and m["compiles"] == 1, m
+    assert m["warm_graphs"] == 0, m
 
 
 _HOLD = r"""

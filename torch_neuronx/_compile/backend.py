@@ -2,7 +2,8 @@
 
 Owner: the backend entry (``neuron_backend``, ``dispatch_backend``), its
 options and environment variables, the AOTAutograd set-up (decompositions,
-partitioner, the warm cache) and the fallback policy. The per-graph compile
+partitioner, the warm cache and, through shared.py, its per-key lock) and the
+fallback policy. The per-graph compile
 (lowering, the C compile on the compile threads, in-memory caching) is
 jobs.py's; settings and directories are config.py's. TorchNeuron's documented behaviour: ``dynamic=True`` is
 rejected, a ``mode`` other than "default" warns, an op that cannot be lowered
@@ -23,7 +24,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._inductor.output_code import OutputCode
 
 from .. import _C
-from . import jobs, metrics, shapes, warm
+from . import jobs, metrics, shapes, shared, warm
 from .config import NeuronCompileError, _env_flag, cache_dir, cc_settings  # noqa: F401  (NeuronCompileError: this module's public name)
 
 
@@ -134,12 +135,26 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=
         if root is not None and not torch.compiler.config.force_disable_caches
         else None
     )
-    if key is not None:
-        hit = warm.load_compiled(root, key, gm)
-        if hit is not None:
-            from torch._dynamo import disable
+    if key is None:
+        return _compile(gm, example_inputs, opts, root, None)
+    hit = warm.load_compiled(root, key, gm)
+    if hit is None:
+        # A miss: whoever holds the entry's lock makes it while the others
+        # (ranks sharing the directory) wait, then look again and load it.
+        with shared.warm_entry_lock(root, key) as held:
+            hit = warm.load_compiled(root, key, gm)
+            if hit is None:
+                return _compile(gm, example_inputs, opts, root, key, finish=held)
+    from torch._dynamo import disable
 
-            return disable(hit, reason="compiled graph")
+    return disable(hit, reason="compiled graph")
+
+
+def _compile(gm, example_inputs, opts, root, key, finish=False):
+    """AOTAutograd and our compiler for one Dynamo graph (a warm miss, or a
+    graph the warm cache cannot key). ``finish``: the C compiles end before
+    this returns and the warm entry is saved (shared.py's rule for a lock
+    holder); otherwise they run on, and the graph's first call waits."""
 
     def mk(kind):
         fn = _graph_compiler(kind, opts)
@@ -166,6 +181,8 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=
             else contextlib.nullcontext(),
         ):
             compiled = _aot(gm, example_inputs, aot_kwargs)
+            if finish:
+                group.finish()
     except NeuronCompileError:
         raise
     except Exception as e:  # noqa: BLE001 - AOT tracing failed
