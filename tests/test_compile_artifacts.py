@@ -351,3 +351,60 @@ def test_cache_stays_within_its_bound(cache, monkeypatch):
         total += sum(p.stat().st_size for p in (cache / "aot").glob("*.bin"))
         assert total <= bound, (total, bound)
     assert len(list(cache.glob("*.so"))) < len(fns)
+
+
+# ---- ranks on their own devices share entries ---------------------------------------------
+
+_ON_DEVICE = r"""
+import json, sys, torch
+import torch_neuronx
+dev = torch.device("neuron", int(sys.argv[1]))
+torch.neuron.set_device(dev)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.GELU(), torch.nn.Linear(7, 3)).to(dev)
+x = torch.randn(4, 5, generator=torch.Generator().manual_seed(1)).to(dev)
+f = lambda x: (model(x).sin() * torch.ones(3, device=x.device)).sum()
+y = torch.compile(f, backend="neuron")(x)
+y.backward()
+grad = model[0].weight.grad
+print(json.dumps({"y": y.item(), "grad": grad.cpu().tolist(), "devices": [str(y.device), str(grad.device)],
+                  "m": torch.neuron.get_dynamo_metrics()}))
+"""
+
+
+def test_an_entry_made_on_one_device_loads_onto_another(tmp_path):
+    """Ranks run on neuron:<local rank>: the warm key leaves the graph's one
+    device open and the entry loads onto the loading process's device."""
+    env = _env(tmp_path, "devices")
+    made = _run(env, "1", code=_ON_DEVICE)
+    loaded = _run(env, "0", code=_ON_DEVICE)
+    assert made["m"]["lowerings"] == 2 and made["m"]["warm_graphs"] == 0, made["m"]
+    assert loaded["m"]["lowerings"] == 0 and loaded["m"]["warm_graphs"] == 1, loaded["m"]
+    assert made["devices"] == ["neuron:1"] * 2 and loaded["devices"] == ["neuron:0"] * 2
+    assert loaded["y"] == made["y"] and loaded["grad"] == made["grad"]
+
+
+def test_warm_key_leaves_only_a_single_device_open():
+    from torch_neuronx._compile import warm
+
+    def key(*devices):
+        g = torch.fx.Graph()
+        xs = [g.placeholder(f"x{i}") for i in range(len(devices))]
+        out = g.call_function(
+            torch.ops.aten.add.Tensor,
+            (
+                xs[0],
+                g.call_function(
+                    torch.ops.aten._to_copy.default, (xs[-1],), {"device": torch.device(devices[0])}
+                ),
+            ),
+        )
+        g.output(out)
+        gm = torch.fx.GraphModule(torch.nn.Module(), g)
+        return warm.graph_key_and_device(gm, [torch.ones(2, device=d) for d in devices], "salt")
+
+    (k0, d0), (k1, d1) = key("neuron:0"), key("neuron:1")
+    assert (d0, d1) == (0, 1) and k0 == k1
+    # Two devices: the key names them, and opens nothing.
+    (k01, d01), (k10, d10) = key("neuron:0", "neuron:1"), key("neuron:1", "neuron:0")
+    assert d01 is None and d10 is None and k01 != k10 and k01 != k0

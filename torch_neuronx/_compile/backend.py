@@ -130,27 +130,28 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=
         _insert_device_copies(gm, copy_idx)
     root = cache_dir()
     # (With force_disable_caches AOTAutograd would not consult the warm cache.)
-    key = (
-        warm.graph_key(gm, example_inputs, _salt(opts))
+    key, dev = (
+        warm.graph_key_and_device(gm, example_inputs, _salt(opts))
         if root is not None and not torch.compiler.config.force_disable_caches
-        else None
+        else (None, None)
     )
     if key is None:
         return _compile(gm, example_inputs, opts, root, None)
-    hit = warm.load_compiled(root, key, gm)
+    hit = warm.load_compiled(root, key, gm, dev)
     if hit is None:
         # A miss: whoever holds the entry's lock makes it while the others
-        # (ranks sharing the directory) wait, then look again and load it.
+        # (ranks sharing the directory, each on its own device) wait, then
+        # look again and load it.
         with shared.warm_entry_lock(root, key) as held:
-            hit = warm.load_compiled(root, key, gm)
+            hit = warm.load_compiled(root, key, gm, dev)
             if hit is None:
-                return _compile(gm, example_inputs, opts, root, key, finish=held)
+                return _compile(gm, example_inputs, opts, root, key, dev, finish=held)
     from torch._dynamo import disable
 
     return disable(hit, reason="compiled graph")
 
 
-def _compile(gm, example_inputs, opts, root, key, finish=False):
+def _compile(gm, example_inputs, opts, root, key, dev=None, finish=False):
     """AOTAutograd and our compiler for one Dynamo graph (a warm miss, or a
     graph the warm cache cannot key). ``finish``: the C compiles end before
     this returns and the warm entry is saved (shared.py's rule for a lock
@@ -176,7 +177,7 @@ def _compile(gm, example_inputs, opts, root, key, finish=False):
     try:
         with (
             jobs.dynamo_graph() as group,
-            warm.aot_cache(root, key, _decompositions, group.defer_save)
+            warm.aot_cache(root, key, _decompositions, group.defer_save, dev)
             if key is not None
             else contextlib.nullcontext(),
         ):
