@@ -13,14 +13,14 @@ directory: its key hashes every torch source file (over a second per
 process) yet knows nothing of our decompositions, lowering or compiler. Our
 key (``graph_key``) hashes the Dynamo graph, each input's metadata and
 aliasing, the global state AOTAutograd reads, the functorch config, torch's
-version and our compiler's sources, version and flags. The two
-The key leaves the graph's neuron device open when it uses exactly one
-(``graph_key_and_device``): ranks on neuron:<local rank> share one entry, and
-it is pickled with that device as a persistent id, so it loads onto the
-loading process's device. The two
-AOTAutogradCache entry points are replaced only while our backend runs
-AOTAutograd (Dynamo compiles one graph at a time), and the backward is
-compiled eagerly then, so the entry is complete when it is saved.
+version and our compiler's sources, version and flags. It leaves the
+graph's neuron device open when the graph uses exactly one
+(``graph_key_and_device``): ranks on neuron:<local rank> share one entry,
+which is pickled with that device as a persistent id and so loads onto the
+loading process's device. The two AOTAutogradCache entry points are
+replaced only while our backend runs AOTAutograd (Dynamo compiles one graph
+at a time), and the backward is compiled eagerly then, so the entry is
+complete when it is saved.
 
 Files are ``MAGIC, MAC, payload``: the MAC is libtrn's HMAC of the key and
 the payload under the user's cache key (kept 0600 outside the cache), so
@@ -182,11 +182,11 @@ def _graph_key_parts(gm: torch.fx.GraphModule, example_inputs, salt: str):
             check_cacheable(gm)
     except Exception:  # noqa: BLE001 - BypassAOTAutogradCache and friends
         return None
-    h: list = []
+    parts: list = []
     for name, mod in gm.named_modules():
         if isinstance(mod, torch.fx.GraphModule):
-            h.append(f"module {name}\n")
-            h.append(_graph_text(mod.graph))
+            parts.append(f"module {name}\n")
+            parts.append(_graph_text(mod.graph))
         elif name:
             return None  # a real submodule: its state is not in the code
         lifted = {id(t) for t in module_state(mod)}
@@ -194,11 +194,11 @@ def _graph_key_parts(gm: torch.fx.GraphModule, example_inputs, salt: str):
             if node.op == "get_attr":
                 c = functools.reduce(getattr, node.target.split("."), mod)
                 if isinstance(c, torch.Tensor):
-                    h.append(f"attr {node.target}:{_tensor_meta(c)}")
+                    parts.append(f"attr {node.target}:{_tensor_meta(c)}")
                     # Parameters and buffers are inputs to AOTAutograd (hashed
                     # below); other tensors are baked into the graph.
                     if id(c) not in lifted:
-                        h.append(_constant_bytes(c))
+                        parts.append(_constant_bytes(c))
                 elif not isinstance(c, torch.fx.GraphModule):
                     return None
     # Inputs: metadata, and which earlier input each one shares storage with
@@ -213,9 +213,9 @@ def _graph_key_parts(gm: torch.fx.GraphModule, example_inputs, salt: str):
                 return None
             ptr = x.untyped_storage().data_ptr()
             alias = storages.setdefault(ptr, i) if ptr else i
-            h.append(f"in{i}:{_tensor_meta(x)}:alias{alias};")
+            parts.append(f"in{i}:{_tensor_meta(x)}:alias{alias};")
         elif isinstance(x, (int, float, bool, str, type(None))):
-            h.append(f"in{i}:{type(x).__name__}:{x!r};")
+            parts.append(f"in{i}:{type(x).__name__}:{x!r};")
         else:
             return None
     autocast = [
@@ -223,13 +223,13 @@ def _graph_key_parts(gm: torch.fx.GraphModule, example_inputs, salt: str):
         for d in torch._C._autocast_supported_devices()
         if torch.is_autocast_enabled(d)
     ]
-    h.append(
+    parts.append(
         f"grad={torch.is_grad_enabled()} autocast={autocast} "
         f"det={torch.are_deterministic_algorithms_enabled()} torch={torch.__version__} "
         f"src={_sources_hash()} {salt}"
     )
-    h.append(functorch_config.save_config())
-    return h
+    parts.append(functorch_config.save_config())
+    return parts
 
 
 def _dir(root: str) -> str:
