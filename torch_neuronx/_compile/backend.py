@@ -142,20 +142,21 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=
         # A miss: whoever holds the entry's lock makes it while the others
         # (ranks sharing the directory, each on its own device) wait, then
         # look again and load it.
-        with shared.warm_entry_lock(root, key) as held:
+        with shared.warm_entry_lock(root, key) as hold:
             hit = warm.load_compiled(root, key, gm, dev)
             if hit is None:
-                return _compile(gm, example_inputs, opts, root, key, dev, finish=held)
+                return _compile(gm, example_inputs, opts, root, key, dev, hold=hold)
     from torch._dynamo import disable
 
     return disable(hit, reason="compiled graph")
 
 
-def _compile(gm, example_inputs, opts, root, key, dev=None, finish=False):
+def _compile(gm, example_inputs, opts, root, key, dev=None, hold=None):
     """AOTAutograd and our compiler for one Dynamo graph (a warm miss, or a
-    graph the warm cache cannot key). ``finish``: the C compiles end before
-    this returns and the warm entry is saved (shared.py's rule for a lock
-    holder); otherwise they run on, and the graph's first call waits."""
+    graph the warm cache cannot key). The C compiles run on after this
+    returns (the graph's first call waits for them); ``hold``, the warm
+    entry's lock when this process holds it, is kept until they end and the
+    entry is saved (shared.py's rule: no graph runs to release it)."""
 
     def mk(kind):
         fn = _graph_compiler(kind, opts)
@@ -182,8 +183,6 @@ def _compile(gm, example_inputs, opts, root, key, dev=None, finish=False):
             else contextlib.nullcontext(),
         ):
             compiled = _aot(gm, example_inputs, aot_kwargs)
-            if finish:
-                group.finish()
     except NeuronCompileError:
         raise
     except Exception as e:  # noqa: BLE001 - AOT tracing failed
@@ -194,6 +193,8 @@ def _compile(gm, example_inputs, opts, root, key, dev=None, finish=False):
         )
         metrics.add(fallback_graphs=1)
         return gm.forward
+    if hold is not None and hold.held:
+        hold.release_after(group.finish)  # the group is closed: its entry saves when its jobs end
     return compiled
 
 

@@ -6,10 +6,14 @@ holder traces (AOTAutograd), lowers, compiles and stores the entry; the
 others wait and load it, so N ranks on one cold directory lower each graph
 once (the C compile alone was shared before, by libtrn's ``locks/<key>.lock``).
 
-Deadlock rule: the lock covers only work that finishes inside the backend's
-compile call. The holder finishes its graphs' C compiles before it lets go
-(jobs._Group.finish) and runs nothing: a rank whose first call needs a
-collective with a waiting rank would otherwise never release it. The lock
+Deadlock rule: the lock is never released by running a graph. The backend
+returns as soon as the holder's graphs are lowered (the C compiles go on, as
+without a cache), and hands the lock to a thread of its own that finishes
+those C compiles, lets the warm entry be saved and only then lets go
+(``_Hold.release_after``, jobs._Group.finish): that thread runs no graph, so a
+holder whose first call needs a collective with a waiting rank still
+releases it. (Released at the graph's first call instead, a forward with a
+collective would wait for a rank that waits for the backward's compile.) The lock
 is released on every path out (errors included), waiting obeys
 TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT (past it: a warning, and the graph is
 compiled around the holder; the entry is written atomically, so the
@@ -51,32 +55,63 @@ def _open(root: str, key: str) -> int | None:
         return None  # a refused or unwritable directory: compile without sharing
 
 
+class _Hold:
+    """What ``warm_entry_lock`` yields: ``held`` (whether this process holds
+    the lock) and ``release_after``, which keeps it past the block."""
+
+    def __init__(self, fd: int | None, held: bool):
+        self.held = held
+        self._fd = fd if held else None
+
+    def release_after(self, work) -> None:
+        """Hands the held lock to a daemon thread that runs ``work`` (it must
+        run no graph: finishing C compiles, saving the entry) and then closes
+        the lock file, which drops the flock; the block's exit then leaves it
+        alone. Errors in ``work`` stay with the graphs (each job keeps its
+        own and raises it at its calls)."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+
+        def run():
+            try:
+                with contextlib.suppress(Exception):
+                    work()
+            finally:
+                os.close(fd)
+
+        threading.Thread(target=run, name="neuron-warm-entry-lock", daemon=True).start()
+
+
 @contextlib.contextmanager
 def warm_entry_lock(root: str, key: str):
-    """Holds the per-key lock on warm entry ``key`` for the block; yields
-    whether it is held (False: no lock could be made, or the wait passed the
-    timeout and the caller compiles around the holder)."""
+    """Holds the per-key lock on warm entry ``key`` for the block (or, after
+    ``release_after``, until that work ends); yields a ``_Hold`` whose
+    ``held`` is False when no lock could be made, or the wait passed the
+    timeout and the caller compiles around the holder."""
     keys = getattr(_held, "keys", None)
     if keys is None:
         keys = _held.keys = set()
     if key in keys:
-        yield True
+        yield _Hold(None, True)
         return
     timeout = cache_lock_timeout()  # read first: a bad value is an error, not a hang
     fd = _open(root, key)
     if fd is None:
-        yield False
+        yield _Hold(None, False)
         return
+    hold = _Hold(fd, False)
     try:
-        held = _acquire(fd, key, timeout)
-        if held:
+        hold = _Hold(fd, _acquire(fd, key, timeout))
+        if hold.held:
             keys.add(key)
         try:
-            yield held
+            yield hold
         finally:
             keys.discard(key)
     finally:
-        os.close(fd)  # drops the flock
+        if hold._fd is not None or not hold.held:
+            os.close(fd)  # drops the flock (unless handed to release_after's thread)
 
 
 def _acquire(fd: int, key: str, timeout: float) -> bool:
