@@ -4,6 +4,7 @@ backend="neuron" (DDP, FSDP2, SimpleFSDP-style + tensor parallel with
 activation checkpointing) against single-process CPU references and their
 eager neuron runs."""
 
+import json
 import os
 import sys
 import traceback
@@ -367,7 +368,13 @@ def functional_collectives():
         # collectives' host steps) comes from the warm entry, nothing lowered.
         assert m["warm_graphs"] == 1 and m["lowerings"] == 0, m
     else:
-        assert m["collectives"] == 6, m  # one lowering each, not one per call
+        # Ranks share a cold cache directory: one of them lowers the graph
+        # (one lowering per collective, not one per call) while holding the
+        # warm entry's lock, the others wait and load its entry.
+        lowered = m["collectives"] == 6 and m["warm_graphs"] == 0
+        loaded = m["collectives"] == 0 and m["warm_graphs"] == 1 and m["lowerings"] == 0
+        assert lowered or loaded, m
+    print("functional collectives graph:", json.dumps(m), flush=True)
 
     # DTensor redistribution inside a compiled graph: Shard(0) -> Shard(1)
     # (all-to-all), -> Replicate (all-gather), Partial -> Replicate.

@@ -4,9 +4,11 @@
   compiled graphs: a process with a fresh cache directory and another cache
   key (another machine) that loads the bundle traces, lowers and compiles
   nothing, and computes the same numbers.
-- Processes sharing TORCH_NEURONX_NEFF_CACHE_DIR compile each graph once (a
-  per-key flock); a holder that dies never blocks the others; a holder that
-  outlives TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT is compiled around.
+- Processes sharing TORCH_NEURONX_NEFF_CACHE_DIR trace, lower and compile
+  each graph once (a per-key flock on the warm entry, and libtrn's on the
+  object); a holder that dies, mid-lowering too, never blocks the others; a
+  holder that outlives TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT is compiled
+  around.
 - TORCH_NEURONX_NEFF_CACHE_MAX_SIZE bounds the directory (least recently
   used entries go first).
 - Integrity stays: an artifact that does not verify populates nothing."""
@@ -126,9 +128,13 @@ print(json.dumps({"m": torch.neuron.get_dynamo_metrics(), "outs": outs}))
 """
 
 
-def test_processes_sharing_a_cold_cache_compile_each_graph_once(tmp_path):
+@pytest.mark.parametrize("threads", ["0", "2"])
+def test_processes_sharing_a_cold_cache_compile_each_graph_once(tmp_path, threads):
+    """4 processes, 3 graphs: each graph is traced, lowered and compiled by
+    one of them (holding its warm entry's lock, its C compile finished
+    before it lets go: on the compile threads too); the others load it."""
     env = _env(tmp_path, "shared")
-    env["TORCH_NEURONX_COMPILE_THREADS"] = "0"
+    env["TORCH_NEURONX_COMPILE_THREADS"] = threads
     start = time.time() + 6
     procs = [
         subprocess.Popen(
@@ -138,16 +144,82 @@ def test_processes_sharing_a_cold_cache_compile_each_graph_once(tmp_path):
             stderr=subprocess.PIPE,
             text=True,
         )
-        for _ in range(3)
+        for _ in range(4)
     ]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err[-3000:]
         results.append(json.loads(out.strip().splitlines()[-1]))
-    assert sum(r["m"]["compiles"] for r in results) == 3, [r["m"] for r in results]
-    assert sum(r["m"]["disk_cache_hits"] for r in results) == 6
+    ms = [r["m"] for r in results]
+    assert sum(m["compiles"] for m in ms) == 3, ms
+    assert sum(m["lowerings"] for m in ms) == 3, ms
+    assert sum(m["warm_graphs"] for m in ms) == 9, ms
+    # The loaders took the objects from the disk cache.
+    assert sum(m["disk_cache_hits"] for m in ms) == 9, ms
     assert all(r["outs"] == results[0]["outs"] for r in results)
+
+
+# A process that dies holding a warm entry's lock, in the middle of lowering.
+_DIE_LOWERING = r"""
+import sys, time, torch
+import torch_neuronx
+from torch_neuronx._compile import jobs
+def run(self):
+    print("lowering", flush=True)
+    time.sleep(600)
+jobs.Lowerer.run = run
+torch.compile(lambda x: (x * 5).exp2() - x, backend="neuron")(torch.ones(3, 7, device="neuron"))
+"""
+
+# A process that reports when it starts waiting for that lock.
+_WAIT = r"""
+import json, torch
+import torch_neuronx
+from torch_neuronx._compile import shared
+take = shared._acquire
+def acquire(*a):
+    print("acquiring", flush=True)
+    return take(*a)
+shared._acquire = acquire
+x = torch.linspace(-1, 1, 21, device="neuron").reshape(3, 7)
+y = torch.compile(lambda x: (x * 5).exp2() - x, backend="neuron")(x)
+torch.testing.assert_close(y.cpu(), (x.cpu() * 5).exp2() - x.cpu())
+print(json.dumps(torch.neuron.get_dynamo_metrics()))
+"""
+
+
+def test_a_holder_killed_while_lowering_never_blocks(tmp_path):
+    env = _env(tmp_path, "killed")
+    env["TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT"] = "1200"  # a lock left held would hang
+    h = subprocess.Popen(
+        [sys.executable, "-c", _DIE_LOWERING], env=env, stdout=subprocess.PIPE, text=True
+    )
+    w = None
+    try:
+        assert h.stdout.readline().strip() == "lowering"
+        w = subprocess.Popen(
+            [sys.executable, "-c", _WAIT],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert w.stdout.readline().strip() == "acquiring"
+        time.sleep(0.5)  # blocked on the holder's flock
+        h.kill()  # SIGKILL mid-lowering: the kernel drops the lock
+        h.wait()
+        out, err = w.communicate(timeout=300)
+        assert w.returncode == 0, err[-3000:]
+    finally:
+        for p in (h, w):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    m = json.loads(out.strip().splitlines()[-1])
+    # It waited, found no entry, and made it itself.
+    assert m["warm_lock_waits"] == 1 and m["lowerings"] == 1 and m["compiles"] == 1, m
+    assert m["warm_graphs"] == 0, m
 
 
 _HOLD = r"""
@@ -279,3 +351,60 @@ def test_cache_stays_within_its_bound(cache, monkeypatch):
         total += sum(p.stat().st_size for p in (cache / "aot").glob("*.bin"))
         assert total <= bound, (total, bound)
     assert len(list(cache.glob("*.so"))) < len(fns)
+
+
+# ---- ranks on their own devices share entries ---------------------------------------------
+
+_ON_DEVICE = r"""
+import json, sys, torch
+import torch_neuronx
+dev = torch.device("neuron", int(sys.argv[1]))
+torch.neuron.set_device(dev)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.GELU(), torch.nn.Linear(7, 3)).to(dev)
+x = torch.randn(4, 5, generator=torch.Generator().manual_seed(1)).to(dev)
+f = lambda x: (model(x).sin() * torch.ones(3, device=x.device)).sum()
+y = torch.compile(f, backend="neuron")(x)
+y.backward()
+grad = model[0].weight.grad
+print(json.dumps({"y": y.item(), "grad": grad.cpu().tolist(), "devices": [str(y.device), str(grad.device)],
+                  "m": torch.neuron.get_dynamo_metrics()}))
+"""
+
+
+def test_an_entry_made_on_one_device_loads_onto_another(tmp_path):
+    """Ranks run on neuron:<local rank>: the warm key leaves the graph's one
+    device open and the entry loads onto the loading process's device."""
+    env = _env(tmp_path, "devices")
+    made = _run(env, "1", code=_ON_DEVICE)
+    loaded = _run(env, "0", code=_ON_DEVICE)
+    assert made["m"]["lowerings"] == 2 and made["m"]["warm_graphs"] == 0, made["m"]
+    assert loaded["m"]["lowerings"] == 0 and loaded["m"]["warm_graphs"] == 1, loaded["m"]
+    assert made["devices"] == ["neuron:1"] * 2 and loaded["devices"] == ["neuron:0"] * 2
+    assert loaded["y"] == made["y"] and loaded["grad"] == made["grad"]
+
+
+def test_warm_key_leaves_only_a_single_device_open():
+    from torch_neuronx._compile import warm
+
+    def key(*devices):
+        g = torch.fx.Graph()
+        xs = [g.placeholder(f"x{i}") for i in range(len(devices))]
+        out = g.call_function(
+            torch.ops.aten.add.Tensor,
+            (
+                xs[0],
+                g.call_function(
+                    torch.ops.aten._to_copy.default, (xs[-1],), {"device": torch.device(devices[0])}
+                ),
+            ),
+        )
+        g.output(out)
+        gm = torch.fx.GraphModule(torch.nn.Module(), g)
+        return warm.graph_key_and_device(gm, [torch.ones(2, device=d) for d in devices], "salt")
+
+    (k0, d0), (k1, d1) = key("neuron:0"), key("neuron:1")
+    assert (d0, d1) == (0, 1) and k0 == k1
+    # Two devices: the key names them, and opens nothing.
+    (k01, d01), (k10, d10) = key("neuron:0", "neuron:1"), key("neuron:1", "neuron:0")
+    assert d01 is None and d10 is None and k01 != k10 and k01 != k0

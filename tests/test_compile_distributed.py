@@ -50,6 +50,26 @@ def test_functional_collectives_warm_start():
     _run("functional_collectives", 2, args="warm")
 
 
+def test_ranks_sharing_a_cold_cache_lower_the_first_graph_once():
+    """Both ranks start on one cold cache directory and the first graph holds
+    collectives: one rank lowers and compiles it under the warm entry's lock
+    (finished before the lock is released: nothing under it waits for the
+    other rank), the other loads its entry; no deadlock, same results."""
+    import json
+
+    outs = _run("functional_collectives", 2, timeout=180)
+    ms = [
+        json.loads(line.split(":", 1)[1])
+        for rc, text in outs.values()
+        for line in text.splitlines()
+        if line.startswith("functional collectives graph:")
+    ]
+    assert len(ms) == 2, outs
+    assert sum(m["collectives"] for m in ms) == 6, ms  # lowered once, by one rank
+    assert sum(m["warm_graphs"] for m in ms) == 1, ms
+    assert sum(m["warm_lock_waits"] for m in ms) <= 1, ms
+
+
 @pytest.mark.parametrize("world,meshes", [(2, "2x1,1x2"), (4, "2x2")])
 def test_simple_fsdp_tensor_parallel_checkpointed(world, meshes):
     _run("simple_fsdp_tp", world, timeout=300, args=meshes)

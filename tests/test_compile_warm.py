@@ -207,14 +207,14 @@ def test_warm_entry_graphs_unpickle_into_few_gc_tracked_objects(tmp_path, monkey
     objects, a GPT-2 training process's tapes were thousands of them, which
     brought CPython's full collections into the backend's share of a warm
     start (0.5-0.8 s each in bench_compile's long process)."""
-    import pickle
     from torch_neuronx._compile.runtime import CompiledGraph
 
     _in_process(monkeypatch, str(tmp_path / "cache"))
     graphs = []
     for path in _entries(str(tmp_path / "cache")):
         blob = open(path, "rb").read()
-        entry = pickle.loads(blob[len(warm.MAGIC) + 65 :])
+        # (Entries leave their device open: loaded onto neuron:0.)
+        entry = warm._loads(blob[len(warm.MAGIC) + 65 :], 0)
         graphs += [g for g in vars(entry).values() if isinstance(g, CompiledGraph)]
         graphs += [
             g

@@ -2,7 +2,8 @@
 
 Owner: the backend entry (``neuron_backend``, ``dispatch_backend``), its
 options and environment variables, the AOTAutograd set-up (decompositions,
-partitioner, the warm cache) and the fallback policy. The per-graph compile
+partitioner, the warm cache and, through shared.py, its per-key lock) and the
+fallback policy. The per-graph compile
 (lowering, the C compile on the compile threads, in-memory caching) is
 jobs.py's; settings and directories are config.py's. TorchNeuron's documented behaviour: ``dynamic=True`` is
 rejected, a ``mode`` other than "default" warns, an op that cannot be lowered
@@ -23,7 +24,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._inductor.output_code import OutputCode
 
 from .. import _C
-from . import jobs, metrics, shapes, warm
+from . import jobs, metrics, shapes, shared, warm
 from .config import NeuronCompileError, _env_flag, cache_dir, cc_settings  # noqa: F401  (NeuronCompileError: this module's public name)
 
 
@@ -129,17 +130,33 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=
         _insert_device_copies(gm, copy_idx)
     root = cache_dir()
     # (With force_disable_caches AOTAutograd would not consult the warm cache.)
-    key = (
-        warm.graph_key(gm, example_inputs, _salt(opts))
+    key, dev = (
+        warm.graph_key_and_device(gm, example_inputs, _salt(opts))
         if root is not None and not torch.compiler.config.force_disable_caches
-        else None
+        else (None, None)
     )
-    if key is not None:
-        hit = warm.load_compiled(root, key, gm)
-        if hit is not None:
-            from torch._dynamo import disable
+    if key is None:
+        return _compile(gm, example_inputs, opts, root, None)
+    hit = warm.load_compiled(root, key, gm, dev)
+    if hit is None:
+        # A miss: whoever holds the entry's lock makes it while the others
+        # (ranks sharing the directory, each on its own device) wait, then
+        # look again and load it.
+        with shared.warm_entry_lock(root, key) as hold:
+            hit = warm.load_compiled(root, key, gm, dev)
+            if hit is None:
+                return _compile(gm, example_inputs, opts, root, key, dev, hold=hold)
+    from torch._dynamo import disable
 
-            return disable(hit, reason="compiled graph")
+    return disable(hit, reason="compiled graph")
+
+
+def _compile(gm, example_inputs, opts, root, key, dev=None, hold=None):
+    """AOTAutograd and our compiler for one Dynamo graph (a warm miss, or a
+    graph the warm cache cannot key). The C compiles run on after this
+    returns (the graph's first call waits for them); ``hold``, the warm
+    entry's lock when this process holds it, is kept until they end and the
+    entry is saved (shared.py's rule: no graph runs to release it)."""
 
     def mk(kind):
         fn = _graph_compiler(kind, opts)
@@ -161,7 +178,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=
     try:
         with (
             jobs.dynamo_graph() as group,
-            warm.aot_cache(root, key, _decompositions, group.defer_save)
+            warm.aot_cache(root, key, _decompositions, group.defer_save, dev)
             if key is not None
             else contextlib.nullcontext(),
         ):
@@ -176,6 +193,8 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=
         )
         metrics.add(fallback_graphs=1)
         return gm.forward
+    if hold is not None and hold.held:
+        hold.release_after(group.finish)  # the group is closed: its entry saves when its jobs end
     return compiled
 
 

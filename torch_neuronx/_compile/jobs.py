@@ -269,6 +269,20 @@ class _Group:
     def defer_save(self, save) -> None:
         self.save = save
 
+    def finish(self) -> None:
+        """Finishes this Dynamo graph's C compiles now (waits for the compile
+        threads, runs nothing), so that its warm entry is saved when it
+        closes: what a process holding the entry's lock (shared.py) must
+        do before letting go. A failed graph keeps its error for its calls."""
+        while True:
+            with _lock:
+                pending = [j for j in self.jobs if not j.done]
+            if not pending:
+                return
+            for job in pending:
+                with contextlib.suppress(Exception):
+                    job.finish()
+
     def close(self) -> None:
         """AOTAutograd is done with this graph (its entry, if any, is known)."""
         with _lock:

@@ -20,6 +20,8 @@ _FIELDS = (
     "warm_graphs",
     "warm_rejected",
     "warm_unsaved",
+    "warm_lock_waits",
+    "warm_lock_seconds",
     "compile_wait_seconds",
     "shape_graphs",
     "collectives",
@@ -57,7 +59,9 @@ def get_dynamo_metrics() -> dict:
     (FX graphs lowered), ``warm_graphs`` (Dynamo graphs loaded from the warm
     cache: no AOTAutograd trace, no lowering), ``warm_rejected`` (entries that
     failed verification), ``warm_unsaved`` (graphs that could not be
-    cached), ``compile_wait_seconds`` (time graphs' first calls waited for
+    cached), ``warm_lock_waits`` / ``warm_lock_seconds`` (graphs whose warm
+    entry another process sharing the cache directory was making, and the
+    time spent waiting for it, see _compile/shared.py), ``compile_wait_seconds`` (time graphs' first calls waited for
     the compile threads: the part of the C compiles nothing overlapped) and
     ``shape_graphs`` (static graphs compiled for a new input shape of a graph
     Dynamo made dynamic on its own, see _compile/shapes.py) and

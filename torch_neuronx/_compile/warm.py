@@ -13,10 +13,14 @@ directory: its key hashes every torch source file (over a second per
 process) yet knows nothing of our decompositions, lowering or compiler. Our
 key (``graph_key``) hashes the Dynamo graph, each input's metadata and
 aliasing, the global state AOTAutograd reads, the functorch config, torch's
-version and our compiler's sources, version and flags. The two
-AOTAutogradCache entry points are replaced only while our backend runs
-AOTAutograd (Dynamo compiles one graph at a time), and the backward is
-compiled eagerly then, so the entry is complete when it is saved.
+version and our compiler's sources, version and flags. It leaves the
+graph's neuron device open when the graph uses exactly one
+(``graph_key_and_device``): ranks on neuron:<local rank> share one entry,
+which is pickled with that device as a persistent id and so loads onto the
+loading process's device. The two AOTAutogradCache entry points are
+replaced only while our backend runs AOTAutograd (Dynamo compiles one graph
+at a time), and the backward is compiled eagerly then, so the entry is
+complete when it is saved.
 
 Files are ``MAGIC, MAC, payload``: the MAC is libtrn's HMAC of the key and
 the payload under the user's cache key (kept 0600 outside the cache), so
@@ -34,8 +38,10 @@ import dataclasses
 import functools
 import hashlib
 import hmac
+import io
 import os
 import pickle
+import re
 import tempfile
 import time
 import warnings
@@ -47,7 +53,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from .. import _C
 from . import metrics
 
-MAGIC = b"openneuron-aot-v2\n"
+MAGIC = b"openneuron-aot-v3\n"
 
 
 @functools.cache
@@ -112,6 +118,54 @@ _AUTOCAST_FNS = {
 def graph_key(gm: torch.fx.GraphModule, example_inputs, salt: str) -> str | None:
     """The warm-cache key of one Dynamo graph and its inputs, or None when the
     graph holds something this key cannot describe (then nothing is cached)."""
+    return graph_key_and_device(gm, example_inputs, salt)[0]
+
+
+# A neuron device as the graph's text, the inputs' metadata and the entry's
+# strings write it.
+_NEURON_DEVICE = re.compile(r"device\(type='neuron', index=(\d+)\)|neuron:(\d+)")
+_ANY_INDEX = "\x00neuron-index\x00"
+
+
+def _device_indices(text: str) -> set[int]:
+    return {int(a or b) for a, b in _NEURON_DEVICE.findall(text)}
+
+
+def _neutral(text: str) -> str:
+    """text with its neuron device index left open (the graph's one device)."""
+    return _NEURON_DEVICE.sub(
+        lambda m: m.group(0).replace(m.group(1) or m.group(2), _ANY_INDEX, 1), text
+    )
+
+
+def graph_key_and_device(gm: torch.fx.GraphModule, example_inputs, salt: str):
+    """(key, device index): ``graph_key``, and the one neuron device the graph
+    and its inputs use, which the key leaves open (None: several, or none;
+    then the key names them). Ranks of a job each run on their own device
+    (neuron:<local rank>): with the index open they share one entry, which
+    loads onto the loading process's device (``_EntryUnpickler``)."""
+    parts = _graph_key_parts(gm, example_inputs, salt)
+    if parts is None:
+        return None, None
+    seen: set[int] = set()
+    for p in parts:
+        if isinstance(p, str):
+            seen |= _device_indices(p)
+    device = seen.pop() if len(seen) == 1 else None
+    h = hashlib.sha256()
+    h.update(MAGIC)
+    h.update(f"device={'open' if device is not None else 'named'}\n".encode())
+    for p in parts:
+        if isinstance(p, str):
+            h.update((_neutral(p) if device is not None else p).encode())
+        else:
+            h.update(p)
+    return h.hexdigest(), device
+
+
+def _graph_key_parts(gm: torch.fx.GraphModule, example_inputs, salt: str):
+    """What graph_key hashes, in order (str: text that may name the device;
+    bytes: constants), or None when the graph cannot be cached."""
     from torch._functorch import config as functorch_config
     from torch._functorch._aot_autograd.autograd_cache import check_cacheable
 
@@ -128,12 +182,11 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, salt: str) -> str | None
             check_cacheable(gm)
     except Exception:  # noqa: BLE001 - BypassAOTAutogradCache and friends
         return None
-    h = hashlib.sha256()
-    h.update(MAGIC)
+    parts: list = []
     for name, mod in gm.named_modules():
         if isinstance(mod, torch.fx.GraphModule):
-            h.update(f"module {name}\n".encode())
-            h.update(_graph_text(mod.graph).encode())
+            parts.append(f"module {name}\n")
+            parts.append(_graph_text(mod.graph))
         elif name:
             return None  # a real submodule: its state is not in the code
         lifted = {id(t) for t in module_state(mod)}
@@ -141,11 +194,11 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, salt: str) -> str | None
             if node.op == "get_attr":
                 c = functools.reduce(getattr, node.target.split("."), mod)
                 if isinstance(c, torch.Tensor):
-                    h.update(f"attr {node.target}:{_tensor_meta(c)}".encode())
+                    parts.append(f"attr {node.target}:{_tensor_meta(c)}")
                     # Parameters and buffers are inputs to AOTAutograd (hashed
                     # below); other tensors are baked into the graph.
                     if id(c) not in lifted:
-                        h.update(_constant_bytes(c))
+                        parts.append(_constant_bytes(c))
                 elif not isinstance(c, torch.fx.GraphModule):
                     return None
     # Inputs: metadata, and which earlier input each one shares storage with
@@ -160,9 +213,9 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, salt: str) -> str | None
                 return None
             ptr = x.untyped_storage().data_ptr()
             alias = storages.setdefault(ptr, i) if ptr else i
-            h.update(f"in{i}:{_tensor_meta(x)}:alias{alias};".encode())
+            parts.append(f"in{i}:{_tensor_meta(x)}:alias{alias};")
         elif isinstance(x, (int, float, bool, str, type(None))):
-            h.update(f"in{i}:{type(x).__name__}:{x!r};".encode())
+            parts.append(f"in{i}:{type(x).__name__}:{x!r};")
         else:
             return None
     autocast = [
@@ -170,13 +223,13 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, salt: str) -> str | None
         for d in torch._C._autocast_supported_devices()
         if torch.is_autocast_enabled(d)
     ]
-    h.update(
+    parts.append(
         f"grad={torch.is_grad_enabled()} autocast={autocast} "
         f"det={torch.are_deterministic_algorithms_enabled()} torch={torch.__version__} "
-        f"src={_sources_hash()} {salt}".encode()
+        f"src={_sources_hash()} {salt}"
     )
-    h.update(functorch_config.save_config())
-    return h.hexdigest()
+    parts.append(functorch_config.save_config())
+    return parts
 
 
 def _dir(root: str) -> str:
@@ -197,8 +250,56 @@ def _entry_type():
     return BundledAOTAutogradResult
 
 
-def load(root: str, key: str):
-    """The verified, unpickled entry for key, or None."""
+class _EntryPickler(pickle.Pickler):
+    """Pickles an entry whose key leaves its device open: every reference to
+    that neuron device (torch.device objects, and strings naming it: FX
+    code, debug text) is written as a persistent id, so that the entry loads
+    onto another process's device."""
+
+    def __init__(self, f, device: int):
+        super().__init__(f)
+        self.device = device
+
+    def persistent_id(self, obj):
+        t = type(obj)
+        if t is torch.device:
+            if obj.type == "neuron" and obj.index == self.device:
+                return ("neuron-device",)
+        elif t is str and "neuron" in obj and _device_indices(obj) == {self.device}:
+            return ("neuron-text", _neutral(obj))
+        return None
+
+
+class _EntryUnpickler(pickle.Unpickler):
+    def __init__(self, f, device: int | None):
+        super().__init__(f)
+        self.device = device
+
+    def persistent_load(self, pid):
+        if self.device is None or not isinstance(pid, tuple) or not pid:
+            raise pickle.UnpicklingError(f"warm entry: unexpected persistent id {pid!r}")
+        if pid[0] == "neuron-device":
+            return torch.device("neuron", self.device)
+        if pid[0] == "neuron-text" and len(pid) == 2 and isinstance(pid[1], str):
+            return pid[1].replace(_ANY_INDEX, str(self.device))
+        raise pickle.UnpicklingError(f"warm entry: unexpected persistent id {pid!r}")
+
+
+def _dumps(entry, device: int | None) -> bytes:
+    if device is None:
+        return pickle.dumps(entry)
+    f = io.BytesIO()
+    _EntryPickler(f, device).dump(entry)
+    return f.getvalue()
+
+
+def _loads(payload: bytes, device: int | None):
+    return _EntryUnpickler(io.BytesIO(payload), device).load()
+
+
+def load(root: str, key: str, device: int | None = None):
+    """The verified, unpickled entry for key (onto neuron ``device`` when the
+    key leaves it open), or None."""
     path = os.path.join(_dir(root), key + ".bin")
     try:
         with open(path, "rb") as f:
@@ -210,7 +311,7 @@ def load(root: str, key: str):
     payload = blob[head:]
     entry = None
     if blob.startswith(MAGIC) and hmac.compare_digest(_mac(key, payload), digest):
-        entry = pickle.loads(payload)
+        entry = _loads(payload, device)
         if isinstance(entry, _entry_type()):
             with contextlib.suppress(OSError):
                 os.utime(path)  # a use: the cache's size bound evicts the least recently used
@@ -227,11 +328,11 @@ def load(root: str, key: str):
     return entry
 
 
-def save(root: str, key: str, entry) -> bool:
+def save(root: str, key: str, entry, device: int | None = None) -> bool:
     try:
         entry.pre_save()
         with torch.utils._python_dispatch._disable_current_modes():
-            payload = pickle.dumps(entry)
+            payload = _dumps(entry, device)
     except Exception as e:  # noqa: BLE001 - an unpicklable graph is simply not cached
         metrics.add(warm_unsaved=1)
         from .. import _logging
@@ -274,7 +375,7 @@ def store_payload(root: str, key: str, payload: bytes) -> bool:
     return True
 
 
-def load_compiled(root: str, key: str, gm: torch.fx.GraphModule):
+def load_compiled(root: str, key: str, gm: torch.fx.GraphModule, device: int | None = None):
     """The compiled callable for a Dynamo graph from its warm entry, or None.
     PyTorch's own loader rebuilds AOTAutograd's runtime wrappers around our
     graphs (whose ``post_compile`` rebuilds the programs), with the
@@ -283,7 +384,7 @@ def load_compiled(root: str, key: str, gm: torch.fx.GraphModule):
     from torch._functorch._aot_autograd.autograd_cache import create_fx_config
 
     try:
-        entry = load(root, key)
+        entry = load(root, key, device)
     except Exception as e:  # noqa: BLE001 - e.g. an entry pickled by another PyTorch
         warnings.warn(
             f"neuron warm cache: cannot read entry {key[:12]}: {type(e).__name__}: {e}; recompiling"
@@ -311,7 +412,7 @@ def load_compiled(root: str, key: str, gm: torch.fx.GraphModule):
 
 
 @contextlib.contextmanager
-def aot_cache(root: str, key: str, decompositions, save_later=None):
+def aot_cache(root: str, key: str, decompositions, save_later=None, device: int | None = None):
     """While AOTAutograd compiles a graph that missed the warm cache: save
     what it makes under our key in our directory (``save_later(fn)``, when
     given, gets the save to run once the graph's C compiles succeeded).
@@ -333,9 +434,9 @@ def aot_cache(root: str, key: str, decompositions, save_later=None):
 
     def save_entry(cache_key, entry, remote):
         if save_later is None:
-            save(root, cache_key, entry)
+            save(root, cache_key, entry, device)
         else:
-            save_later(functools.partial(save, root, cache_key, entry))
+            save_later(functools.partial(save, root, cache_key, entry, device))
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(
