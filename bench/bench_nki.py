@@ -24,6 +24,7 @@ import nki.language as nl
 import torch_neuronx  # noqa: F401
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "nki"))
+import kernels_norm  # noqa: E402
 from kernels_attention import flash_fwd  # noqa: E402
 
 
@@ -65,28 +66,7 @@ def softmax(x):
     return out
 
 
-@nki.jit
-def rmsnorm(x, w, eps):
-    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
-    F = x.shape[1]
-    wt = nl.ndarray((128, F), nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=wt, src=w.reshape((1, F)).broadcast_to((128, F)))
-    for i in nl.affine_range(x.shape[0] // 128):
-        t = nl.ndarray((128, F), nl.float32, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=x[nl.ds(i * 128, 128), :])
-        sq = nl.ndarray((128, F), nl.float32, buffer=nl.sbuf)
-        ss = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
-        nisa.activation(dst=sq, op=nl.square, data=t, reduce_op=nl.add, reduce_res=ss)
-        r = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
-        nisa.tensor_scalar(
-            dst=r, data=ss, op0=nl.multiply, operand0=1.0 / F, op1=nl.add, operand1=eps
-        )
-        nisa.activation(dst=r, op=nl.rsqrt, data=r)
-        nisa.scalar_tensor_tensor(
-            dst=t, data=t, op0=nl.multiply, operand0=r, op1=nl.multiply, operand1=wt
-        )
-        nisa.dma_copy(dst=out[nl.ds(i * 128, 128), :], src=t)
-    return out
+rmsnorm = nki.jit(kernels_norm.rmsnorm)
 
 
 @nki.jit

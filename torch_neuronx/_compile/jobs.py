@@ -232,8 +232,6 @@ class _CompileJob:
             )
             return _fallback(failed, self.name, self.opts, self.gm, self.busy)
         compiled = self.graph
-        compiled._attach(program)
-        compiled._job = None
         artifacts.record_program(program)
         if program.from_cache:
             metrics.add(cache_hits=1, disk_cache_hits=1)
@@ -251,6 +249,15 @@ class _CompileJob:
         _report_compile(self.name, program, seconds, compiled.device.index or 0)
         if self.key is not None:
             _memory_cache[self.key] = compiled
+        # Counted and off the pending list before the graph is ready: another
+        # thread may be finishing this job (a warm entry's lock holder,
+        # shared.py) while the graph's caller takes the ready path, and that
+        # caller must see the job done (finish_pending waits on self.lock).
+        with _lock:
+            if self in _pending:
+                _pending.remove(self)
+        compiled._attach(program)
+        compiled._job = None
         self.gm = self.lowered = None  # the graph keeps what it runs
         return compiled
 
