@@ -38,6 +38,22 @@ def python():
     return run_python
 
 
+@pytest.fixture
+def fresh_compile_cache(tmp_path, monkeypatch):
+    """torch.compile from scratch: a cache directory of the test's own (the
+    disk cache on), no Dynamo or in-memory graphs and zeroed metrics, so what
+    the test compiles is lowered and compiled, not loaded."""
+    from torch_neuronx._compile import jobs
+
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TORCH_NEURONX_NEFF_DISABLE_CACHE", raising=False)
+    torch._dynamo.reset()
+    jobs._memory_cache.clear()
+    torch.neuron.reset_dynamo_metrics()
+    yield
+    torch._dynamo.reset()
+
+
 @pytest.fixture(autouse=True)
 def _clean_tracking():
     torch_neuronx.clear_op_tracking()

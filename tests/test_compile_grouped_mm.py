@@ -12,21 +12,12 @@ import torch._dynamo
 import torch.nn.functional as F
 
 import torch_neuronx  # noqa: F401
-from torch_neuronx._compile import jobs as J
 
 E, T, D, H = 4, 96, 32, 48
 
 
-@pytest.fixture(autouse=True)
-def _fresh(tmp_path, monkeypatch):
-    # A cache of its own: a warm load would skip the lowering under test.
-    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("TORCH_NEURONX_NEFF_DISABLE_CACHE", raising=False)
-    torch._dynamo.reset()
-    J._memory_cache.clear()
-    torch.neuron.reset_dynamo_metrics()
-    yield
-    torch._dynamo.reset()
+# A cache of its own: a warm load would skip the lowering under test.
+pytestmark = pytest.mark.usefixtures("fresh_compile_cache")
 
 
 def _experts(xs, w1, w2, offs, g):

@@ -14,28 +14,18 @@ import sys
 
 import pytest
 import torch
-import torch._dynamo
 
 import nki
 import nki.language as nl
 import torch_neuronx  # noqa: F401
 from nki import _runtime
 from torch_neuronx import nki_op
-from torch_neuronx._compile import jobs as J
 
 from kernels_rmsnorm import Net, rmsnorm_kernel
 
 
-@pytest.fixture(autouse=True)
-def _fresh(tmp_path, monkeypatch):
-    # A cache of its own: a warm load would skip the lowering under test.
-    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("TORCH_NEURONX_NEFF_DISABLE_CACHE", raising=False)
-    torch._dynamo.reset()
-    J._memory_cache.clear()
-    torch.neuron.reset_dynamo_metrics()
-    yield
-    torch._dynamo.reset()
+# A cache of its own: a warm load would skip the lowering under test.
+pytestmark = pytest.mark.usefixtures("fresh_compile_cache")
 
 
 def _net(d=64):
