@@ -253,6 +253,45 @@ def test_errors_match_cpu():
         )
 
 
+def _same_outcome(fn):
+    """fn(device) on the CPU and on neuron: the same values, or the same error."""
+    out = {}
+    for d in ("cpu", DEV):
+        try:
+            out[d] = fn(d).cpu()
+        except RuntimeError as e:
+            out[d] = str(e).splitlines()[0]
+    if isinstance(out["cpu"], str):
+        assert out[DEV] == out["cpu"]
+    else:
+        _close(out[DEV], out["cpu"])
+
+
+def test_inplace_add_forms_check_as_cpu():
+    # addmm_, baddbmm_ and addmv_ run the structured meta function with self
+    # as the output (PyTorch's in-place checks, not the op on meta tensors):
+    # results and errors must be CPU's.
+    a, b, v = torch.randn(3, 4), torch.randn(4, 5), torch.randn(4)
+    a3, b3 = a.expand(2, 3, 4), b.expand(2, 4, 5)
+    cases = [
+        lambda d: torch.ones(3, 5, device=d).addmm_(a.to(d), b.to(d), beta=0.5, alpha=2),
+        lambda d: torch.ones(1, 5, device=d).addmm_(a.to(d), b.to(d)),  # would broadcast
+        lambda d: torch.ones(3, 6, device=d).addmm_(a.to(d), b.to(d)),
+        lambda d: torch.ones(3, 5, device=d, dtype=torch.float64).addmm_(a.to(d), b.to(d)),
+        lambda d: torch.ones(3, device=d).addmv_(a.to(d), v.to(d), beta=2),
+        lambda d: torch.ones(1, device=d).addmv_(a.to(d), v.to(d)),
+        lambda d: torch.ones(2, 3, 5, device=d).baddbmm_(a3.to(d), b3.to(d), alpha=0.5),
+        lambda d: torch.ones(1, 3, 5, device=d).baddbmm_(a3.to(d), b3.to(d)),
+        lambda d: torch.ones(3, 5, device=d).addbmm_(a3.to(d), b3.to(d)),
+        lambda d: torch.ones(3, 5, device=d, dtype=torch.int64).addmm_(
+            a.long().to(d), b.long().to(d)
+        ),
+    ]
+    for fn in cases:
+        _same_outcome(fn)
+    _no_fallback()
+
+
 CONV_CASES = [
     (F.conv1d, (2, 4, 17), (6, 2, 3), dict(stride=2, padding=1, dilation=2, groups=2)),
     (F.conv1d, (3, 3, 8), (5, 3, 1), dict()),

@@ -330,6 +330,50 @@ template <> struct AddMeta<NoStructured> {
     }
 };
 
+// In-place forms (addmm_, baddbmm_, addmv_): the structured meta function
+// with self as its output, and the checks PyTorch's generated in-place
+// wrappers make (check_inplace: same dtype, device and sizes, with their
+// wording). Running the op on meta tensors instead reached a Python meta
+// registration: addmm_ of 64 x 64 cost 418 us of host time, addmm 9 us.
+template <typename S> struct InplaceMeta final : S {
+    explicit InplaceMeta(const Tensor &self) : self_(self) {}
+    void set_output_strided(int64_t, at::IntArrayRef sizes, at::IntArrayRef,
+                            at::TensorOptions options) override {
+        check(sizes, options);
+    }
+    void set_output_raw_strided(int64_t, at::IntArrayRef sizes, at::IntArrayRef,
+                                at::TensorOptions options) override {
+        check(sizes, options);
+    }
+    const Tensor &maybe_get_output(int64_t) override { return self_; }
+
+    static void of(const Tensor &self, const Tensor &x, const Tensor &y, const Scalar &beta,
+                   const Scalar &alpha) {
+        InplaceMeta m(self);
+        m.meta(self, x, y, beta, alpha);
+    }
+
+private:
+    void check(at::IntArrayRef sizes, const at::TensorOptions &options) const {
+        TORCH_CHECK(options.dtype() == self_.dtype(), "Bad in-place call: input tensor dtype ",
+                    self_.dtype(), " and output tensor dtype ", options.dtype(), " should match");
+        TORCH_CHECK(options.device() == self_.device(), "Bad in-place call: input tensor device ",
+                    self_.device(), " and output tensor device ", options.device(),
+                    " should match");
+        TORCH_CHECK(sizes == self_.sizes(), "Bad in-place call: input tensor size ", self_.sizes(),
+                    " and output tensor size ", sizes, " should match");
+    }
+    const Tensor &self_;
+};
+// addbmm has no structured meta function: its in-place form runs on meta
+// tensors.
+template <> struct InplaceMeta<NoStructured> {
+    static void of(const Tensor &self, const Tensor &x, const Tensor &y, const Scalar &beta,
+                   const Scalar &alpha) {
+        meta_of(self).addbmm_(meta_of(x), meta_of(y), beta, alpha);
+    }
+};
+
 // The four "add" families share one shape: functional, out=, in-place.
 #define ADD_FAMILY(NAME, INTO, S)                                                                  \
     Tensor NAME(const Tensor &self, const Tensor &x, const Tensor &y, const Scalar &beta,          \
@@ -364,8 +408,7 @@ template <> struct AddMeta<NoStructured> {
     Tensor &NAME##_(Tensor &self, const Tensor &x, const Tensor &y, const Scalar &beta,            \
                     const Scalar &alpha) {                                                         \
         check_dtypes(x, y, &self);                                                                 \
-        Tensor m = meta_of(self);                                                                  \
-        m.NAME##_(meta_of(x), meta_of(y), beta, alpha);                                            \
+        InplaceMeta<S>::of(self, x, y, beta, alpha);                                               \
         if (!supported(self.scalar_type()))                                                        \
             return fallback<at::_ops::NAME##_>(self, x, y, beta, alpha);                           \
         INTO(self, self, x, y, beta, alpha);                                                       \
