@@ -70,6 +70,15 @@ class InModel(TorchDispatchMode):
         return out
 
 
+def macs_of(key):
+    """Multiply-adds of one call: batch x m x k x n from A's and B's shapes."""
+    op, tens, _, _ = key
+    a, b = (tens[1], tens[2]) if op in ("addmm", "baddbmm") else (tens[0], tens[1])
+    a, b = a[0], b[0]
+    batch = a[0] if len(a) == 3 else 1
+    return batch * a[-2] * a[-1] * b[-1]
+
+
 def make_fn(key, dev, gen):
     op, tens, (beta, alpha), dtype = key
     ts = [operand(s, st, dev, gen, dtype) for s, st in tens]
@@ -168,6 +177,11 @@ def main():
         n, c = tot[name + "n"], tot[name + "c"]
         print(f"{n * 1e3:7.1f} {c * 1e3:7.1f} ({n / c:4.2f}x)", end=" ")
     print()
+    macs = sum(macs_of(k) * n for k, n in counts.items())
+    print(
+        f"{macs / 1e9:.2f} G multiply-adds per step: in-model rate neuron "
+        f"{macs / tot['inn'] / 1e9:.1f}, cpu {macs / tot['inc'] / 1e9:.1f} G/s per CPU-second"
+    )
     print(
         f"whole step CPU time: neuron {step_cpu['neuron'] * 1e3:.1f} ms, "
         f"cpu {step_cpu['cpu'] * 1e3:.1f} ms ({step_cpu['neuron'] / step_cpu['cpu']:.2f}x)"
