@@ -573,6 +573,10 @@ static int64_t sgd_numel(const void *arr, int64_t t) {
         const double bc1 = 1 - pow(d->beta1, step);                                                \
         const C step_size = (C)(d->lr / bc1);                                                      \
         const C bc2_sqrt = (C)sqrt(1 - pow(d->beta2, step));                                       \
+        /* No amsgrad, no maximize, and decay (if any) applied to the        \
+           parameter: the branch-free loops. */                     \
+        const int plain = !d->amsgrad && !d->maximize && (wd == 0 || d->adamw);                    \
+        const C pdecay = (C)1 - lr * wd;                                                           \
         C p[BLK], g[BLK], m[BLK], v[BLK], mx[BLK];                                                 \
         for (int64_t b = ch->begin; b < ch->end; b += BLK) {                                       \
             const int64_t n = ch->end - b < BLK ? ch->end - b : BLK;                               \
@@ -582,29 +586,60 @@ static int64_t sgd_numel(const void *arr, int64_t t) {
             ld_##N(d->dtype, t->exp_avg_sq, b, n, v);                                              \
             if (d->amsgrad) ld_##N(d->dtype, t->max_exp_avg_sq, b, n, mx);                         \
             OPT_UNSCALE(N, C, t->grad);                                                            \
-            for (int64_t i = 0; i < n; i++) {                                                      \
-                C gv = d->maximize ? -g[i] : g[i];                                                 \
-                C pv = p[i];                                                                       \
-                if (wd != 0) {                                                                     \
-                    if (d->adamw)                                                                  \
-                        pv = pv * ((C)1 - lr * wd);                                                \
-                    else                                                                           \
-                        gv = gv + pv * wd;                                                         \
-                }                                                                                  \
-                const C ma = m[i];                                                                 \
-                m[i] = c1 < (C)0.5 ? ma + c1 * (gv - ma) : gv - (gv - ma) * ((C)1 - c1);           \
-                C va = v[i] * beta2;                                                               \
-                va = va + c2 * gv * gv;                                                            \
-                v[i] = va;                                                                         \
-                C den;                                                                             \
-                if (d->amsgrad) {                                                                  \
-                    mx[i] = mx[i] > va ? mx[i] : va;                                               \
-                    den = SQRT(mx[i]) / bc2_sqrt + eps;                                            \
+            if (plain) {                                                                           \
+                /* decay first, in its own loop: rounded on its own as in the   \
+                   loop below (no fused multiply-add across the two) */                  \
+                if (wd != 0)                                                                       \
+                    for (int64_t i = 0; i < n; i++) p[i] = p[i] * pdecay;                          \
+                /* The loop below without its per-element branches (same     \
+                   operations in the same order), so it         \
+                   vectorizes: sqrt and the divisions dominate, and scalar  \
+                   they made fused Adam slower than the foreach sequence. */                     \
+                if (c1 < (C)0.5) {                                                                 \
+                    for (int64_t i = 0; i < n; i++) {                                              \
+                        const C gv = g[i], pv = p[i], ma = m[i];                                   \
+                        const C mn = ma + c1 * (gv - ma);                                          \
+                        C va = v[i] * beta2;                                                       \
+                        va = va + c2 * gv * gv;                                                    \
+                        m[i] = mn;                                                                 \
+                        v[i] = va;                                                                 \
+                        p[i] = pv - step_size * mn / (SQRT(va) / bc2_sqrt + eps);                  \
+                    }                                                                              \
                 } else {                                                                           \
-                    den = SQRT(va) / bc2_sqrt + eps;                                               \
+                    for (int64_t i = 0; i < n; i++) {                                              \
+                        const C gv = g[i], pv = p[i], ma = m[i];                                   \
+                        const C mn = gv - (gv - ma) * ((C)1 - c1);                                 \
+                        C va = v[i] * beta2;                                                       \
+                        va = va + c2 * gv * gv;                                                    \
+                        m[i] = mn;                                                                 \
+                        v[i] = va;                                                                 \
+                        p[i] = pv - step_size * mn / (SQRT(va) / bc2_sqrt + eps);                  \
+                    }                                                                              \
                 }                                                                                  \
-                p[i] = pv - step_size * m[i] / den;                                                \
-            }                                                                                      \
+            } else                                                                                 \
+                for (int64_t i = 0; i < n; i++) {                                                  \
+                    C gv = d->maximize ? -g[i] : g[i];                                             \
+                    C pv = p[i];                                                                   \
+                    if (wd != 0) {                                                                 \
+                        if (d->adamw)                                                              \
+                            pv = pv * ((C)1 - lr * wd);                                            \
+                        else                                                                       \
+                            gv = gv + pv * wd;                                                     \
+                    }                                                                              \
+                    const C ma = m[i];                                                             \
+                    m[i] = c1 < (C)0.5 ? ma + c1 * (gv - ma) : gv - (gv - ma) * ((C)1 - c1);       \
+                    C va = v[i] * beta2;                                                           \
+                    va = va + c2 * gv * gv;                                                        \
+                    v[i] = va;                                                                     \
+                    C den;                                                                         \
+                    if (d->amsgrad) {                                                              \
+                        mx[i] = mx[i] > va ? mx[i] : va;                                           \
+                        den = SQRT(mx[i]) / bc2_sqrt + eps;                                        \
+                    } else {                                                                       \
+                        den = SQRT(va) / bc2_sqrt + eps;                                           \
+                    }                                                                              \
+                    p[i] = pv - step_size * m[i] / den;                                            \
+                }                                                                                  \
             st_##N(d->dtype, t->param, b, n, p);                                                   \
             st_##N(d->dtype, t->exp_avg, b, n, m);                                                 \
             st_##N(d->dtype, t->exp_avg_sq, b, n, v);                                              \
