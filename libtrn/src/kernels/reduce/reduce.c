@@ -237,6 +237,8 @@ static int par_segments(int64_t off, int64_t n, int depth, par_seg *out, int k) 
             A r = fn##_contig(xs + h, n - h, p);                                                   \
             return COMB(l, r);                                                                     \
         }                                                                                          \
+        /* short rows: the flag's set-up and test cost more than the chain */                      \
+        if (n < 8 * LANES) return fn##_exact(xs, n, p);                                            \
         A acc[LANES];                                                                              \
         int32_t nans[LANES];                                                                       \
         for (int j = 0; j < LANES; j++) {                                                          \
