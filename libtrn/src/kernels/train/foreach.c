@@ -573,8 +573,7 @@ static int64_t sgd_numel(const void *arr, int64_t t) {
         const double bc1 = 1 - pow(d->beta1, step);                                                \
         const C step_size = (C)(d->lr / bc1);                                                      \
         const C bc2_sqrt = (C)sqrt(1 - pow(d->beta2, step));                                       \
-        /* No amsgrad, no maximize, and decay (if any) applied to the        \
-           parameter: the branch-free loops. */                     \
+        /* No amsgrad, no maximize, decay (if any) on the parameter: branch-free loops. */         \
         const int plain = !d->amsgrad && !d->maximize && (wd == 0 || d->adamw);                    \
         const C pdecay = (C)1 - lr * wd;                                                           \
         C p[BLK], g[BLK], m[BLK], v[BLK], mx[BLK];                                                 \
@@ -587,14 +586,13 @@ static int64_t sgd_numel(const void *arr, int64_t t) {
             if (d->amsgrad) ld_##N(d->dtype, t->max_exp_avg_sq, b, n, mx);                         \
             OPT_UNSCALE(N, C, t->grad);                                                            \
             if (plain) {                                                                           \
-                /* decay first, in its own loop: rounded on its own as in the   \
-                   loop below (no fused multiply-add across the two) */                  \
+                /* Decay first, in a loop of its own: rounded by itself, as in the */              \
+                /* branchy loop (no fused multiply-add with the update). */                        \
                 if (wd != 0)                                                                       \
                     for (int64_t i = 0; i < n; i++) p[i] = p[i] * pdecay;                          \
-                /* The loop below without its per-element branches (same     \
-                   operations in the same order), so it         \
-                   vectorizes: sqrt and the divisions dominate, and scalar  \
-                   they made fused Adam slower than the foreach sequence. */                     \
+                /* The branchy loop's operations in the same order, without its */                 \
+                /* per-element tests, so it vectorizes (scalar sqrt and two divisions */           \
+                /* per element made fused Adam slower than the foreach sequence). */               \
                 if (c1 < (C)0.5) {                                                                 \
                     for (int64_t i = 0; i < n; i++) {                                              \
                         const C gv = g[i], pv = p[i], ma = m[i];                                   \
