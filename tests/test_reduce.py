@@ -113,6 +113,30 @@ def test_nan_rules_and_ties():
         _check(f, x)
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("n", [5, 33, 100, 256, 300, 2048, 3000])
+def test_max_min_rows_nan_and_signed_zero(dtype, n):
+    """amax / amin / inf-norm over contiguous rows (256 or more) take a select loop that
+    has no NaN test and redo a block that holds a NaN: a NaN in any lane,
+    block or the tail still wins; rows of signed zeros and infinities keep
+    their values. (The sign of a -0/+0 tie is the lane order's, on main as
+    here, and is not CPU's: not compared.)"""
+    x = _sample(dtype, (n + 3, n)).clone()
+    for r in range(n):
+        x[r, r] = float("nan")  # one NaN per row, at every position
+    x[n, :] = 0.0
+    x[n, ::3] = -0.0  # a row of signed zeros, no NaN
+    x[n + 1, -1] = float("inf")
+    x[n + 2, n // 2] = float("-inf")
+    for f in [
+        lambda t: t.amax(1),
+        lambda t: t.amin(1),
+        lambda t: t.abs().amax(1),
+        lambda t: torch.linalg.vector_norm(t, float("inf"), dim=1),
+    ]:
+        _check(f, x)
+
+
 @pytest.mark.parametrize("dtype", ALL, ids=str)
 def test_any_all_count(dtype):
     x = _sample(dtype)

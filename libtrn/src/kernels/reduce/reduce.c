@@ -148,6 +148,10 @@ static inline int64_t esize(trn_dtype d) { return (int64_t)trn_dtype_size(d); }
 // NaN-propagating max/min (the first NaN seen is kept).
 #define C_MAX(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
 #define C_MIN(a, b) (((a) != (a) || (a) < (b)) ? (a) : (b))
+// The same without the NaN test (vmaxps / vminps): equal to C_MAX / C_MIN
+// while `a` is not NaN.
+#define SEL_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define SEL_MIN(a, b) ((a) < (b) ? (a) : (b))
 
 // ---- splitting work across threads ----------------------------------------------
 // No piece gets less than PAR_GRAIN elements of work.
@@ -191,22 +195,81 @@ static int par_segments(int64_t off, int64_t n, int depth, par_seg *out, int k) 
             A r = fn##_contig(xs + h, n - h, p);                                                   \
             return COMB(l, r);                                                                     \
         }                                                                                          \
+        MC_LEAF(T, CT, A, LD, MAP, COMB, IDENT)                                                    \
+    }                                                                                              \
+    DEFINE_MC_REST(fn, T, CT, A, LD, MAP, COMB, IDENT)
+
+// The leaf of a contig loop (n <= BLOCK): LANES accumulators, combined pairwise.
+#define MC_LEAF(T, CT, A, LD, MAP, COMB, IDENT)                                                    \
+    A acc[LANES];                                                                                  \
+    for (int j = 0; j < LANES; j++) acc[j] = (IDENT);                                              \
+    int64_t i = 0;                                                                                 \
+    for (; i + LANES <= n; i += LANES)                                                             \
+        for (int j = 0; j < LANES; j++) {                                                          \
+            const CT x = (CT)LD(xs[i + j]);                                                        \
+            acc[j] = COMB(acc[j], (A)(MAP));                                                       \
+        }                                                                                          \
+    for (int j = 0; i < n; i++, j++) {                                                             \
+        const CT x = (CT)LD(xs[i]);                                                                \
+        acc[j] = COMB(acc[j], (A)(MAP));                                                           \
+    }                                                                                              \
+    for (int w = LANES / 2; w > 0; w /= 2)                                                         \
+        for (int j = 0; j < w; j++) acc[j] = COMB(acc[j], acc[j + w]);                             \
+    return acc[0];
+
+// DEFINE_MC with a select fast path for the NaN-propagating max/min (COMB):
+// SEL(acc, x) is the plain compare-select `acc > x ? acc : x` (one vmaxps,
+// a 2-cycle chain; COMB's NaN test made each lane's chain compare -> mask
+// or -> blend, which at 512 bits left too few chains in flight to hide it:
+// issue 21's amax 0.6x at the avx512 level). Both agree wherever acc is not
+// NaN, so the fast loop also ORs an "x is NaN" flag; a block that holds a
+// NaN is redone with COMB, which keeps the old result bit for bit.
+#define DEFINE_MC_SEL(fn, T, CT, A, LD, MAP, COMB, SEL, IDENT)                                     \
+    static A fn##_exact(const T *restrict xs, int64_t n, double p) {                               \
+        (void)p;                                                                                   \
+        MC_LEAF(T, CT, A, LD, MAP, COMB, IDENT)                                                    \
+    }                                                                                              \
+    static A fn##_contig(const T *restrict xs, int64_t n, double p) {                              \
+        (void)p;                                                                                   \
+        if (n > BLOCK) {                                                                           \
+            int64_t h = (n / 2 + LANES - 1) / LANES * LANES;                                       \
+            A l = fn##_contig(xs, h, p);                                                           \
+            A r = fn##_contig(xs + h, n - h, p);                                                   \
+            return COMB(l, r);                                                                     \
+        }                                                                                          \
+        /* short rows: the flag's set-up and test cost more than the chain */                      \
+        if (n < 8 * LANES) return fn##_exact(xs, n, p);                                            \
         A acc[LANES];                                                                              \
-        for (int j = 0; j < LANES; j++) acc[j] = (IDENT);                                          \
+        int32_t nans[LANES];                                                                       \
+        for (int j = 0; j < LANES; j++) {                                                          \
+            acc[j] = (IDENT);                                                                      \
+            nans[j] = 0;                                                                           \
+        }                                                                                          \
         int64_t i = 0;                                                                             \
         for (; i + LANES <= n; i += LANES)                                                         \
             for (int j = 0; j < LANES; j++) {                                                      \
                 const CT x = (CT)LD(xs[i + j]);                                                    \
-                acc[j] = COMB(acc[j], (A)(MAP));                                                   \
+                const A m = (A)(MAP);                                                              \
+                acc[j] = SEL(acc[j], m);                                                           \
+                nans[j] |= m != m;                                                                 \
             }                                                                                      \
         for (int j = 0; i < n; i++, j++) {                                                         \
             const CT x = (CT)LD(xs[i]);                                                            \
-            acc[j] = COMB(acc[j], (A)(MAP));                                                       \
+            const A m = (A)(MAP);                                                                  \
+            acc[j] = SEL(acc[j], m);                                                               \
+            nans[j] |= m != m;                                                                     \
         }                                                                                          \
+        int32_t any = 0;                                                                           \
+        for (int j = 0; j < LANES; j++) any |= nans[j];                                            \
+        if (any) return fn##_exact(xs, n, p);                                                      \
         for (int w = LANES / 2; w > 0; w /= 2)                                                     \
             for (int j = 0; j < w; j++) acc[j] = COMB(acc[j], acc[j + w]);                         \
         return acc[0];                                                                             \
     }                                                                                              \
+    DEFINE_MC_REST(fn, T, CT, A, LD, MAP, COMB, IDENT)
+
+// The strided, parallel and row loops of DEFINE_MC (fn##_contig defined before).
+#define DEFINE_MC_REST(fn, T, CT, A, LD, MAP, COMB, IDENT)                                         \
     static A fn##_strided(const T *xs, int64_t n, int64_t s, double p) {                           \
         (void)p;                                                                                   \
         A acc[8];                                                                                  \
@@ -341,6 +404,9 @@ static int par_segments(int64_t off, int64_t n, int depth, par_seg *out, int k) 
 #define MC(fn, T, CT, A, LD, MAP, COMB, IDENT, FIN, STORE)                                         \
     DEFINE_MC(fn, T, CT, A, LD, MAP, COMB, IDENT)                                                  \
     DEFINE_MC_RUN(fn, T, A, COMB, IDENT, FIN, STORE)
+#define MC_SEL(fn, T, CT, A, LD, MAP, COMB, SEL, IDENT, FIN, STORE)                                \
+    DEFINE_MC_SEL(fn, T, CT, A, LD, MAP, COMB, SEL, IDENT)                                         \
+    DEFINE_MC_RUN(fn, T, A, COMB, IDENT, FIN, STORE)
 
 #define STORE_F(ptr, v) store_f(a->out_dtype, (ptr), (double)(v))
 #define STORE_U(ptr, v) store_u(a->out_dtype, (ptr), (uint64_t)(v))
@@ -389,15 +455,15 @@ INT_DTYPES(DEFINE_INT_KINDS)
     MC(sum_##N, T, C, C, LD, x, C_ADD, 0, FIN_ACC, STORE_F)                                        \
     MC(mean_##N, T, C, C, LD, x, C_ADD, 0, FIN_MEAN, STORE_F)                                      \
     MC(prod_##N, T, C, C, LD, x, C_MUL, 1, FIN_ACC, STORE_F)                                       \
-    MC(amax_##N, T, C, C, LD, x, C_MAX, -(C)INFINITY, FIN_ACC, STORE_F)                            \
-    MC(amin_##N, T, C, C, LD, x, C_MIN, (C)INFINITY, FIN_ACC, STORE_F)                             \
+    MC_SEL(amax_##N, T, C, C, LD, x, C_MAX, SEL_MAX, -(C)INFINITY, FIN_ACC, STORE_F)               \
+    MC_SEL(amin_##N, T, C, C, LD, x, C_MIN, SEL_MIN, (C)INFINITY, FIN_ACC, STORE_F)                \
     MC(nnz_##N, T, C, uint64_t, LD, NZ(x), C_ADD, 0, FIN_ACC, STORE_U)                             \
     MC(anyf_##N, T, C, C, LD, (C)NZ(x), C_MAX, 0, FIN_ACC, STORE_U)                                \
     MC(allf_##N, T, C, C, LD, (C)NZ(x), C_MIN, 1, FIN_ACC, STORE_U)                                \
     MC(norm0_##N, T, C, C, LD, (C)NZ(x), C_ADD, 0, FIN_ACC, STORE_F)                               \
     MC(norm1_##N, T, C, C, LD, (x < 0 ? -x : x), C_ADD, 0, FIN_ACC, STORE_F)                       \
     MC(norm2_##N, T, C, C, LD, x *x, C_ADD, 0, FIN_SQRT, STORE_F)                                  \
-    MC(normi_##N, T, C, C, LD, (x < 0 ? -x : x), C_MAX, 0, FIN_ACC, STORE_F)                       \
+    MC_SEL(normi_##N, T, C, C, LD, (x < 0 ? -x : x), C_MAX, SEL_MAX, 0, FIN_ACC, STORE_F)          \
     MC(normni_##N, T, C, C, LD, (x < 0 ? -x : x), C_MIN, (C)INFINITY, FIN_ACC, STORE_F)            \
     MC(normp_##N, T, C, C, LD, (C)pow((double)(x < 0 ? -x : x), p), C_ADD, 0, FIN_POW, STORE_F)
 FLOAT_DTYPES(DEFINE_FLOAT_KINDS)
