@@ -6,7 +6,7 @@ On by default. Switches: ``TORCH_NEURONX_EAGER_FUSION=0`` (TorchNeuron's
 internal ``TORCH_NEURONX_ENABLE_CONCATENATION`` is read when ours is unset) or
 ``set_enabled(False)``; ``torch.use_deterministic_algorithms(True)`` and any
 nonzero ``torch.set_deterministic_debug_mode`` turn it off while set. The
-recorder, caches and compile thread are C++ (csrc/aten/eager_group.cpp); this
+recorder, caches and compile thread are C++ (csrc/aten/eager_group_*.cpp); this
 module gives them torch.compile's compiler settings and reads their state
 back for users and tests.
 """

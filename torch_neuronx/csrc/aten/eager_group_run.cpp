@@ -1,0 +1,160 @@
+// aten/eager_group_run.cpp - how Adaptive Eager runs a group at its end (see
+// eager_group_impl.h): keyed by its pattern, it runs as the compiled program
+// of that key or, until that program exists, replays its ops one by one
+// exactly as they would have launched (a group of one op is just launched).
+#include <string>
+
+#include "aten/eager_group_impl.h"
+#include "runtime/device.h"
+#include "trn/copy.h"
+#include "trn/trace.h"
+
+namespace neuron::eager_group::detail {
+
+namespace {
+
+// One recorded op as its own launch, exactly as the adapter would have made it.
+void launch_copy_one(const Group &g, const Op &op) {
+    const Buf &dst = g.bufs[op.out], &src = g.bufs[op.in[0].buf];
+    int64_t ds[TRN_MAX_DIMS], ss[TRN_MAX_DIMS];
+    element_strides(g.ndim, dst.strides.data(), dst.dtype, ds);
+    element_strides(g.ndim, src.strides.data(), src.dtype, ss);
+    trn_copy_desc d{};
+    d.ndim = g.ndim;
+    d.sizes = g.sizes.data();
+    d.dst = dst.ptr;
+    d.dst_strides = ds;
+    d.dst_dtype = dst.dtype;
+    d.src = src.ptr;
+    d.src_strides = ss;
+    d.src_dtype = src.dtype;
+    TRN_CHECK(trn_copy_launch(g.s, &d));
+}
+
+void launch_one(const Group &g, const Op &op) {
+    if (op.cast) {
+        launch_copy_one(g, op);
+        return;
+    }
+    trn_ew_desc d{};
+    d.op = op.op;
+    d.dtype = op.compute;
+    d.ndim = g.ndim;
+    d.sizes = g.sizes.data();
+    d.out = g.bufs[op.out].ptr;
+    d.out_strides = g.bufs[op.out].strides.data();
+    d.out_dtype = op.out_dtype;
+    for (int k = 0; k < 4; k++) d.params[k] = op.params[k];
+    d.cpu_block = op.cpu_block;
+    d.cpu_threads = op.cpu_threads;
+    for (int i = 0; i < op.n_in; i++) {
+        const Operand &o = op.in[i];
+        if (o.buf < 0) {
+            d.in[i] = nullptr;
+            d.scalar_in[i] = o.scalar;
+        } else {
+            d.in[i] = g.bufs[o.buf].ptr;
+            d.in_strides[i] = g.bufs[o.buf].strides.data();
+            d.in_dtype[i] = g.bufs[o.buf].dtype;
+        }
+    }
+    // Replayed from a flush that another op's launch started: label it as itself.
+    const bool traced = trn_trace_active();
+    if (traced) {
+        std::string label(op.name);
+        if (label.rfind("aten::", 0) == 0) label = "trn::" + label.substr(6);
+        trn_trace_push(TRN_ACTIVITY_KERNEL, label.c_str(), "", 0, 0);
+    }
+    const trn_status st = trn_ew_launch(g.s, &d);
+    if (traced) trn_trace_pop();
+    TRN_CHECK(st);
+}
+
+void run_fused(const Group &g, const Entry &e, End why) {
+    const bool traced = trn_trace_active();
+    if (traced) {
+        std::string name = "trn::fused[" + std::to_string(g.ops.size()) + " ops]";
+        std::string detail = std::string("end=") + end_name(why) + " ops=";
+        for (size_t i = 0; i < g.ops.size(); i++) detail.append(i ? "," : "").append(g.ops[i].name);
+        uint64_t bytes = 0;
+        int64_t n = 1;
+        for (int i = 0; i < g.ndim; i++) n *= g.sizes[i];
+        for (size_t b = 0; b < g.bufs.size(); b++)
+            if (e.node[b] >= 0) bytes += static_cast<uint64_t>(n) * trn_dtype_size(g.bufs[b].dtype);
+        trn_trace_push(TRN_ACTIVITY_KERNEL, name.c_str(), detail.c_str(), 0, bytes);
+    }
+    trn_run *r = nullptr;
+    trn_status st = trn_run_create(e.prog, e.workspace, &r);
+    for (size_t b = 0; st == TRN_SUCCESS && b < g.bufs.size(); b++)
+        if (e.node[b] >= 0) st = trn_run_set_buffer(r, e.node[b], g.bufs[b].ptr);
+    int host = -1;
+    if (st == TRN_SUCCESS) st = trn_run_continue(r, g.s, &host);
+    if (r != nullptr) {
+        const trn_status fin = trn_run_finish(r, g.s);
+        if (st == TRN_SUCCESS) st = fin;
+    }
+    if (traced) trn_trace_pop();
+    TRN_CHECK(st);
+}
+
+}  // namespace
+
+// Runs the open group (group_mu() held). The group is moved out first, so the
+// launches below see no open group.
+void flush(End why) {
+    if (open_group().empty()) return;
+    Group g = std::move(open_group());
+    open_group() = Group{};
+    g_open.store(false);
+    if (g.ops.size() == 1) {
+        launch_one(g, g.ops[0]);
+        return;
+    }
+    // An output nobody holds any more is not written (it stays in registers);
+    // the group holds one reference per storage.
+    std::vector<char> alive(g.bufs.size(), 0);
+    // Only for outputs the group creates (an input stays an input; a buffer
+    // read first and then written is always stored back), so the key does
+    // not depend on whether the caller still holds its inputs.
+    for (size_t b = 0; b < g.bufs.size(); b++)
+        alive[b] = g.bufs[b].written && !g.bufs[b].read_first &&
+                   g.storages[g.bufs[b].storage].use_count() > 1;
+    const std::string key = pattern_key(g, alive);
+    std::shared_ptr<Entry> e;
+    bool build = false, ready = false;
+    {
+        std::lock_guard<std::mutex> lk(cache().mu);
+        // One-off shapes (a growing KV cache) must not grow the map forever:
+        // patterns never compiled are forgotten past a bound.
+        if (cache().map.size() >= kMaxPatterns) {
+            for (auto it = cache().map.begin(); it != cache().map.end();)
+                it = it->second->state == Entry::Unbuilt ? cache().map.erase(it) : std::next(it);
+        }
+        auto &slot = cache().map[key];
+        if (!slot) slot = std::make_shared<Entry>();
+        e = slot;
+        e->seen++;
+        build = e->state == Entry::Unbuilt && e->seen >= kCompileAfter;
+        ready = e->state == Entry::Ready;  // prog, node and workspace are final once Ready
+    }
+    count_end(why);
+    if (ready) {
+        run_fused(g, *e, why);
+        count("EagerFusedGroups");
+        count("EagerFusedOps", static_cast<int64_t>(g.ops.size()));
+        count("EagerFusionCacheHits");
+        log_group(g, why, true);
+        return;
+    }
+    if (build) {
+        std::vector<int> node;
+        trn_graph *graph = build_graph(g, alive, node);
+        e->node = std::move(node);
+        enqueue(e, graph);
+    }
+    for (const Op &op : g.ops) launch_one(g, op);
+    count("EagerUnfusedGroups");
+    log_group(g, why, false);
+}
+
+}  // namespace neuron::eager_group::detail
