@@ -19,14 +19,19 @@ DEV = "neuron"
 @pytest.fixture
 def fusion():
     """Fusion on (the default; the environment may have switched it off), with
-    a fresh pattern cache and log."""
+    a fresh pattern cache and log. Not adaptive: a compiled pattern always
+    runs fused, so these tests see the fused path whatever the timings
+    (test_adaptive_* cover the timed choice)."""
     was = torch_neuronx._C._eager_fusion_switched_on()
+    was_adaptive = torch_neuronx._C._eager_fusion_adaptive()
     eager_fusion.set_enabled(True)
+    eager_fusion.set_adaptive(False)
     eager_fusion.clear_cache()
     eager_fusion.clear_recent_groups()
     yield
     eager_fusion.flush()
     eager_fusion.set_enabled(was)
+    torch_neuronx._C._eager_fusion_set_adaptive(was_adaptive)
 
 
 @contextlib.contextmanager
@@ -369,6 +374,47 @@ def test_no_recompile_on_repeat_and_metrics(fusion):
     fused_matches_unfused(gelu_tanh_8, lambda: (x_cpu.to(DEV),), runs=3)
     assert counter("EagerFusionCompiles") == compiles0 + 2
     assert counter("EagerFusionDiskCacheHits") == disk0 + 1
+
+
+def test_adaptive_times_both_then_keeps_one(fusion):
+    """Adaptive (the default): once compiled, a pattern runs fused and
+    unfused in turn (3 timed runs each), then keeps one choice; every run
+    has the unfused bits."""
+    eager_fusion.set_adaptive(True)
+    assert eager_fusion.is_adaptive()
+    x_cpu = edge_values(4099, seed=3)
+    fused_matches_unfused(gelu_tanh_8, lambda: (x_cpu.to(DEV),), runs=2)
+    with fusion_off():
+        ref = gelu_tanh_8(x_cpu.to(DEV)).cpu()
+    eager_fusion.clear_recent_groups()
+    for _ in range(10):
+        assert_bits_equal(gelu_tanh_8(x_cpu.to(DEV)).cpu(), ref)
+    runs = [g["fused"] for g in eager_fusion.recent_groups() if g["n_ops"] == 8]
+    assert runs[:6] == [True, False] * 3  # the trials alternate
+    assert len(set(runs[6:])) == 1  # then one choice for good
+    st = eager_fusion.stats()
+    assert st["chosen_fused"] + st["declined"] == st["ready"] == 1
+    assert st["declined"] == (0 if runs[6] else 1)
+
+
+def test_adaptive_decline_replays_unfused(fusion):
+    """A declined pattern replays its ops one by one (EagerDeclinedGroups),
+    with the same bits; switching back to always-fused runs it fused."""
+    x_cpu = edge_values(2051, seed=4)
+    fused_matches_unfused(gelu_tanh_8, lambda: (x_cpu.to(DEV),), runs=3)
+    torch_neuronx._C._eager_fusion_set_adaptive(2)
+    fused0, declined0 = counter("EagerFusedGroups"), counter("EagerDeclinedGroups")
+    with fusion_off():
+        ref = gelu_tanh_8(x_cpu.to(DEV)).cpu()
+    assert_bits_equal(gelu_tanh_8(x_cpu.to(DEV)).cpu(), ref)
+    assert counter("EagerDeclinedGroups") == declined0 + 1
+    assert counter("EagerFusedGroups") == fused0
+    assert not eager_fusion.recent_groups()[-1]["fused"]
+    eager_fusion.set_adaptive(False)
+    assert_bits_equal(gelu_tanh_8(x_cpu.to(DEV)).cpu(), ref)
+    assert counter("EagerFusedGroups") == fused0 + 1
+    with pytest.raises(RuntimeError, match="adaptive mode must be 0, 1 or 2"):
+        torch_neuronx._C._eager_fusion_set_adaptive(5)
 
 
 def test_profiler_shows_fused_group(fusion):

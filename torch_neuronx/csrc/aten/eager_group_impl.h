@@ -3,7 +3,8 @@
 //   eager_group_record.cpp  switches, eligibility, the open group, offer_*()
 //   eager_group_pattern.cpp pattern keys, graphs, the pattern cache and its
 //                           background compile thread
-//   eager_group_run.cpp     flush: fused run or unfused replay
+//   eager_group_run.cpp     flush: fused run or unfused replay, and the
+//                           per-pattern choice between them (adaptive)
 //   eager_group_metrics.cpp counters, the recent-group log, the _C bindings
 #pragma once
 
@@ -99,6 +100,13 @@ struct Entry {
     trn_program *prog = nullptr;
     std::vector<int> node;  // per buffer: the node whose buffer it is, -1: none
     void *workspace = nullptr;
+    // Adaptive choice (eager_group_run.cpp, written under group_mu()): once
+    // Ready, fused runs and unfused replays alternate until each was timed
+    // kTrials times; the faster (by its fastest sample) is kept for good.
+    enum Choice { Trial, Fuse, Unfuse };
+    std::atomic<int> choice{Trial};
+    int trials = 0;
+    int64_t best_fused_ns = INT64_MAX, best_unfused_ns = INT64_MAX;
 };
 
 struct Settings {
@@ -141,6 +149,13 @@ void enqueue(const std::shared_ptr<Entry> &e, trn_graph *graph);
 
 // Runs the open group (group_mu() held).
 void flush(End why);
+
+// Whether a Ready pattern runs as its timed choice (kAdaptiveOn, the
+// default: timed fused against unfused first), always fused (kAdaptiveOff),
+// or always unfused (kAdaptiveDecline: tests of the declined path). The
+// choices made stay with the patterns across mode switches.
+enum { kAdaptiveOff = 0, kAdaptiveOn = 1, kAdaptiveDecline = 2 };
+extern std::atomic<int> g_adaptive;
 
 // ---- metrics (eager_group_metrics.cpp) ---------------------------------------------------
 

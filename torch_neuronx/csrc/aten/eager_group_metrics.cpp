@@ -62,6 +62,16 @@ BindingsRegistrar reg([](pybind11::module_ &m) {
             });
         },
         "Switches Adaptive Eager Execution on or off (an open group runs first).");
+    m.def(
+        "_eager_fusion_set_adaptive",
+        [](int mode) {
+            TORCH_CHECK(mode >= kAdaptiveOff && mode <= kAdaptiveDecline,
+                        "eager fusion: adaptive mode must be 0, 1 or 2, got ", mode);
+            g_adaptive.store(mode);
+        },
+        "0: a compiled pattern always runs fused; 1: timed fused against unfused first "
+        "(default); 2: declined untimed (tests).");
+    m.def("_eager_fusion_adaptive", [] { return g_adaptive.load(); });
     m.def("_eager_fusion_switched_on", [] { return switched_on(); });
     m.def("_eager_fusion_active", [] { return fusion_on(); });
     m.def(
@@ -78,16 +88,20 @@ BindingsRegistrar reg([](pybind11::module_ &m) {
         "Waits until no fused group is compiling; False on timeout.");
     m.def("_eager_fusion_stats", [] {
         std::lock_guard<std::mutex> lk(cache().mu);
-        int ready = 0, failed = 0;
+        int ready = 0, failed = 0, fuse = 0, declined = 0;
         for (const auto &kv : cache().map) {
             ready += kv.second->state == Entry::Ready;
             failed += kv.second->state == Entry::Failed;
+            fuse += kv.second->choice.load() == Entry::Fuse;
+            declined += kv.second->choice.load() == Entry::Unfuse;
         }
         pybind11::dict d;
         d["patterns"] = cache().map.size();
         d["ready"] = ready;
         d["failed"] = failed;
         d["compiling"] = cache().compiling;
+        d["chosen_fused"] = fuse;
+        d["declined"] = declined;
         return d;
     });
     m.def("_eager_fusion_log", [] {

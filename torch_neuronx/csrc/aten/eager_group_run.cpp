@@ -2,6 +2,17 @@
 // eager_group_impl.h): keyed by its pattern, it runs as the compiled program
 // of that key or, until that program exists, replays its ops one by one
 // exactly as they would have launched (a group of one op is just launched).
+//
+// Adaptive: a fused program is not always faster. On tensors that fit in
+// cache the unfused eager kernels (hand-vectorized, split across the
+// worker threads) can beat a generated loop, and then fusion only costs.
+// So a Ready pattern first alternates fused runs and unfused replays, timed
+// around their launches, and keeps whichever was faster (EagerFusionDeclined
+// counts patterns left unfused). Both paths give the same bits, so the
+// choice changes time only. Timing needs inline launches (the default):
+// with worker-thread streams a launch returns before its work ran, and every
+// Ready pattern runs fused.
+#include <chrono>
 #include <string>
 
 #include "aten/eager_group_impl.h"
@@ -97,7 +108,38 @@ void run_fused(const Group &g, const Entry &e, End why) {
     TRN_CHECK(st);
 }
 
+constexpr int kTrials = 3;  // timed runs of each side before the choice
+
+int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+// Whether this run of the Ready pattern e is fused; timed: whether to time it.
+bool choose_fused(const Entry &e, bool &timed) {
+    timed = false;
+    const int mode = g_adaptive.load(std::memory_order_relaxed);
+    if (mode == kAdaptiveOff || trn_stream_async_enabled()) return true;
+    if (mode == kAdaptiveDecline) return false;
+    const int c = e.choice.load(std::memory_order_relaxed);
+    if (c != Entry::Trial) return c == Entry::Fuse;
+    timed = true;
+    return e.trials % 2 == 0;
+}
+
+void record_trial(Entry &e, bool fused, int64_t ns) {
+    int64_t &best = fused ? e.best_fused_ns : e.best_unfused_ns;
+    if (ns < best) best = ns;
+    if (++e.trials < 2 * kTrials) return;
+    const bool fuse = e.best_fused_ns <= e.best_unfused_ns;
+    e.choice.store(fuse ? Entry::Fuse : Entry::Unfuse);
+    if (!fuse) count("EagerFusionDeclined");
+}
+
 }  // namespace
+
+std::atomic<int> g_adaptive{kAdaptiveOn};
 
 // Runs the open group (group_mu() held). The group is moved out first, so the
 // launches below see no open group.
@@ -139,11 +181,23 @@ void flush(End why) {
     }
     count_end(why);
     if (ready) {
-        run_fused(g, *e, why);
-        count("EagerFusedGroups");
-        count("EagerFusedOps", static_cast<int64_t>(g.ops.size()));
-        count("EagerFusionCacheHits");
-        log_group(g, why, true);
+        bool timed = false;
+        const bool fused = choose_fused(*e, timed);
+        const int64_t t0 = timed ? now_ns() : 0;
+        if (fused) {
+            run_fused(g, *e, why);
+        } else {
+            for (const Op &op : g.ops) launch_one(g, op);
+        }
+        if (timed) record_trial(*e, fused, now_ns() - t0);
+        if (fused) {
+            count("EagerFusedGroups");
+            count("EagerFusedOps", static_cast<int64_t>(g.ops.size()));
+            count("EagerFusionCacheHits");
+        } else {
+            count(timed ? "EagerUnfusedGroups" : "EagerDeclinedGroups");
+        }
+        log_group(g, why, fused);
         return;
     }
     if (build) {
