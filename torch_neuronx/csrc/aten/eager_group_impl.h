@@ -20,6 +20,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "aten/eager_group.h"
@@ -87,6 +88,26 @@ std::recursive_mutex &group_mu();
 Group &open_group();
 extern std::atomic<bool> g_open;  // open_group() has ops (read without group_mu())
 
+// An op's signature as the first op of a group (op, dtypes, parameters,
+// scalars, shape, operand dtypes and strides; no addresses). operand(i)
+// gives input i's (dtype, byte strides), or nullptr strides for a scalar.
+struct OperandView {
+    trn_dtype dtype;
+    const int64_t *strides;  // nullptr: a scalar
+};
+uint64_t start_sig(const Op &op, int ndim, const int64_t *sizes, const OperandView *in,
+                   const OperandView &out);
+
+// Ops that start a declined pattern start no group (under group_mu()): a
+// replay writes every intermediate to its own buffer, held until the flush,
+// where unfused execution reuses one hot buffer, so a declined pattern's
+// ops run as if fusion were off. A start that also begins a fused pattern
+// is still recorded.
+struct StartSigs {
+    std::unordered_set<uint64_t> declined, wanted;
+};
+StartSigs &start_sigs();
+
 bool is16(trn_dtype d);
 bool is_float(trn_dtype d);
 bool element_strides(int ndim, const int64_t *bytes, trn_dtype d, int64_t *out);
@@ -151,9 +172,10 @@ void enqueue(const std::shared_ptr<Entry> &e, trn_graph *graph);
 void flush(End why);
 
 // Whether a Ready pattern runs as its timed choice (kAdaptiveOn, the
-// default: timed fused against unfused first), always fused (kAdaptiveOff),
-// or always unfused (kAdaptiveDecline: tests of the declined path). The
-// choices made stay with the patterns across mode switches.
+// default: timed fused against unfused first) or always fused
+// (kAdaptiveOff). kAdaptiveDecline: as kAdaptiveOn, but every trial ends in
+// a decline (tests of the declined path). Choices made stay with the
+// patterns across mode switches.
 enum { kAdaptiveOff = 0, kAdaptiveOn = 1, kAdaptiveDecline = 2 };
 extern std::atomic<int> g_adaptive;
 

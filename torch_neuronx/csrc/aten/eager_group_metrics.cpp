@@ -70,7 +70,7 @@ BindingsRegistrar reg([](pybind11::module_ &m) {
             g_adaptive.store(mode);
         },
         "0: a compiled pattern always runs fused; 1: timed fused against unfused first "
-        "(default); 2: declined untimed (tests).");
+        "(default); 2: as 1, every trial declines (tests).");
     m.def("_eager_fusion_adaptive", [] { return g_adaptive.load(); });
     m.def("_eager_fusion_switched_on", [] { return switched_on(); });
     m.def("_eager_fusion_active", [] { return fusion_on(); });
@@ -126,6 +126,9 @@ BindingsRegistrar reg([](pybind11::module_ &m) {
                 // Programs stay loaded (a run may still hold one on a stream);
                 // only the map forgets them.
                 cache().map.clear();
+                lk.unlock();
+                std::lock_guard<std::recursive_mutex> glk(group_mu());
+                start_sigs() = StartSigs{};
             });
         },
         "Forgets every fused pattern (tests: see compiles happen again).");

@@ -75,6 +75,48 @@ Group &open_group() {
     static auto *g = new Group;
     return *g;
 }
+StartSigs &start_sigs() {
+    static auto *s = new StartSigs;
+    return *s;
+}
+
+namespace {
+
+// FNV-1a over the bytes of each field.
+struct Hasher {
+    uint64_t h = 1469598103934665603ull;
+    template <typename T> void add(const T &v) {
+        const auto *p = reinterpret_cast<const unsigned char *>(&v);
+        for (size_t i = 0; i < sizeof v; i++) h = (h ^ p[i]) * 1099511628211ull;
+    }
+};
+
+}  // namespace
+
+uint64_t start_sig(const Op &op, int ndim, const int64_t *sizes, const OperandView *in,
+                   const OperandView &out) {
+    Hasher h;
+    h.add(op.cast);
+    h.add(op.op);
+    h.add(op.compute);
+    h.add(op.out_dtype);
+    h.add(op.n_in);
+    h.add(ndim);
+    for (int d = 0; d < ndim; d++) h.add(sizes[d]);
+    for (double p : op.params) h.add(p);
+    auto view = [&](const OperandView &v) {
+        h.add(v.dtype);
+        h.add(v.strides != nullptr);
+        if (v.strides != nullptr)
+            for (int d = 0; d < ndim; d++) h.add(v.strides[d]);
+    };
+    view(out);
+    for (int i = 0; i < op.n_in; i++) {
+        view(in[i]);
+        if (in[i].strides == nullptr) h.add(op.in[i].scalar.i);
+    }
+    return h.h;
+}
 
 // ---- eligibility ------------------------------------------------------------------------
 
@@ -264,6 +306,20 @@ bool switched_off_now() {
     return true;
 }
 
+// Whether op (operands still indexing acc) starts a declined pattern and no
+// fused one (StartSigs): then it is launched at once, as with fusion off.
+bool starts_declined(int ndim, const int64_t *sizes, const std::vector<Access> &acc, const Op &op) {
+    const StartSigs &ss = start_sigs();
+    if (ss.declined.empty() || g_adaptive.load(std::memory_order_relaxed) == kAdaptiveOff)
+        return false;
+    OperandView in[3]{};
+    for (int i = 0; i < op.n_in; i++)
+        in[i] = op.in[i].buf < 0 ? OperandView{op.in[i].dtype, nullptr}
+                                 : OperandView{acc[op.in[i].buf].dtype, acc[op.in[i].buf].strides};
+    const uint64_t sig = start_sig(op, ndim, sizes, in, OperandView{acc[0].dtype, acc[0].strides});
+    return ss.declined.count(sig) != 0 && ss.wanted.count(sig) == 0;
+}
+
 // Adds one op over (ndim, sizes) to the open group, ending it first when the
 // op cannot join (another stream or shape, an alias hazard, the caps).
 // acc[0] is the output; op.in[i].buf holds, for tensor operands, the index
@@ -287,6 +343,7 @@ bool record(trn_stream *s, int ndim, const int64_t *sizes, const std::vector<Acc
     }
     Group &g = open_group();
     if (g.empty()) {
+        if (starts_declined(ndim, sizes, acc, op)) return false;
         g.s = s;
         g.ndim = ndim;
         g.sizes.fill(0);

@@ -121,20 +121,38 @@ bool choose_fused(const Entry &e, bool &timed) {
     timed = false;
     const int mode = g_adaptive.load(std::memory_order_relaxed);
     if (mode == kAdaptiveOff || trn_stream_async_enabled()) return true;
-    if (mode == kAdaptiveDecline) return false;
     const int c = e.choice.load(std::memory_order_relaxed);
     if (c != Entry::Trial) return c == Entry::Fuse;
     timed = true;
     return e.trials % 2 == 0;
 }
 
-void record_trial(Entry &e, bool fused, int64_t ns) {
+uint64_t op_start_sig(const Group &g, const Op &op) {
+    OperandView in[3]{};
+    for (int i = 0; i < op.n_in; i++) {
+        const Operand &o = op.in[i];
+        in[i] = o.buf < 0 ? OperandView{o.dtype, nullptr}
+                          : OperandView{g.bufs[o.buf].dtype, g.bufs[o.buf].strides.data()};
+    }
+    const OperandView out{g.bufs[op.out].dtype, g.bufs[op.out].strides.data()};
+    return start_sig(op, g.ndim, g.sizes.data(), in, out);
+}
+
+// After the last trial: the choice, and where the group's ops may start a
+// group from now on (StartSigs).
+void record_trial(const Group &g, Entry &e, bool fused, int64_t ns) {
     int64_t &best = fused ? e.best_fused_ns : e.best_unfused_ns;
     if (ns < best) best = ns;
     if (++e.trials < 2 * kTrials) return;
-    const bool fuse = e.best_fused_ns <= e.best_unfused_ns;
+    const bool fuse = e.best_fused_ns <= e.best_unfused_ns &&
+                      g_adaptive.load(std::memory_order_relaxed) != kAdaptiveDecline;
     e.choice.store(fuse ? Entry::Fuse : Entry::Unfuse);
-    if (!fuse) count("EagerFusionDeclined");
+    if (fuse) {
+        start_sigs().wanted.insert(op_start_sig(g, g.ops[0]));
+    } else {
+        count("EagerFusionDeclined");
+        for (const Op &op : g.ops) start_sigs().declined.insert(op_start_sig(g, op));
+    }
 }
 
 }  // namespace
@@ -189,7 +207,7 @@ void flush(End why) {
         } else {
             for (const Op &op : g.ops) launch_one(g, op);
         }
-        if (timed) record_trial(*e, fused, now_ns() - t0);
+        if (timed) record_trial(g, *e, fused, now_ns() - t0);
         if (fused) {
             count("EagerFusedGroups");
             count("EagerFusedOps", static_cast<int64_t>(g.ops.size()));
