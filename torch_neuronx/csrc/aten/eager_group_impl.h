@@ -10,6 +10,7 @@
 
 #include <ATen/TensorIterator.h>
 #include <c10/core/Storage.h>
+#include <c10/util/SmallVector.h>
 
 #include <array>
 #include <atomic>
@@ -78,6 +79,12 @@ struct Group {
     std::array<int64_t, TRN_MAX_DIMS> sizes{};
     std::vector<Buf> bufs;
     std::vector<c10::Storage> storages;
+    // Per storage (parallel to storages), so a recorded op looks up its
+    // operands without scanning every buffer: its impl, whether the group
+    // writes it, its buffers (almost always one).
+    std::vector<const c10::StorageImpl *> impls;
+    std::vector<char> st_written;
+    std::vector<c10::SmallVector<int, 1>> st_bufs;
     std::vector<Op> ops;
     size_t held_bytes = 0;  // of the storages the group's outputs created
     bool empty() const { return ops.empty(); }

@@ -199,17 +199,19 @@ bool same_sig(const Buf &b, const void *ptr, trn_dtype dt, const int64_t *stride
     return true;
 }
 
-int storage_index(Group &g, const c10::Storage &st, bool add) {
-    for (size_t i = 0; i < g.storages.size(); i++)
-        if (g.storages[i].unsafeGetStorageImpl() == st.unsafeGetStorageImpl())
-            return static_cast<int>(i);
-    if (!add) return -1;
-    g.storages.push_back(st);
-    return static_cast<int>(g.storages.size() - 1);
+int storage_index(const Group &g, const c10::StorageImpl *impl) {
+    for (size_t i = 0; i < g.impls.size(); i++)
+        if (g.impls[i] == impl) return static_cast<int>(i);
+    return -1;
 }
 
-struct Access;
-bool over_held_bytes(Group &g, const Access &out);
+int add_storage(Group &g, const c10::Storage &st) {
+    g.storages.push_back(st);
+    g.impls.push_back(st.unsafeGetStorageImpl());
+    g.st_written.push_back(0);
+    g.st_bufs.emplace_back();
+    return static_cast<int>(g.storages.size() - 1);
+}
 
 // The access of one operand, before it is added.
 struct Access {
@@ -219,28 +221,31 @@ struct Access {
     c10::Storage storage;
     bool write;
 };
+using Accesses = c10::SmallVector<Access, 4>;  // output first, then inputs
 
-bool over_held_bytes(Group &g, const Access &out) {
-    return storage_index(g, out.storage, false) < 0 &&
+bool over_held_bytes(const Group &g, const Access &out) {
+    return storage_index(g, out.storage.unsafeGetStorageImpl()) < 0 &&
            g.held_bytes + out.storage.nbytes() > kMaxHeldBytes;
 }
 
 // Whether adding these accesses keeps every written storage behind a single
 // signature.
-bool alias_safe(const Group &g, const std::vector<Access> &acc) {
+bool alias_safe(const Group &g, const Accesses &acc) {
     const int nd = g.ndim;
     for (size_t a = 0; a < acc.size(); a++) {
         const auto *impl = acc[a].storage.unsafeGetStorageImpl();
-        bool written = acc[a].write;
+        const int si = storage_index(g, impl);
+        bool written = acc[a].write || (si >= 0 && g.st_written[si]);
         for (size_t b = 0; b < acc.size(); b++)
             if (acc[b].storage.unsafeGetStorageImpl() == impl && acc[b].write) written = true;
-        for (const Buf &b : g.bufs)
-            if (g.storages[b.storage].unsafeGetStorageImpl() == impl && b.written) written = true;
         if (!written) continue;
-        for (const Buf &b : g.bufs)
-            if (g.storages[b.storage].unsafeGetStorageImpl() == impl &&
-                !same_sig(b, acc[a].ptr, acc[a].dtype, acc[a].strides, nd))
+        // The group's buffers of this storage: at most one, with this signature.
+        if (si >= 0) {
+            if (g.st_bufs[si].size() > 1) return false;
+            if (g.st_bufs[si].size() == 1 &&
+                !same_sig(g.bufs[g.st_bufs[si][0]], acc[a].ptr, acc[a].dtype, acc[a].strides, nd))
                 return false;
+        }
         for (size_t b = 0; b < acc.size(); b++) {
             if (acc[b].storage.unsafeGetStorageImpl() != impl) continue;
             if (acc[b].ptr != acc[a].ptr || acc[b].dtype != acc[a].dtype) return false;
@@ -252,17 +257,24 @@ bool alias_safe(const Group &g, const std::vector<Access> &acc) {
 }
 
 int buf_index(Group &g, const Access &a) {
-    for (size_t i = 0; i < g.bufs.size(); i++)
-        if (same_sig(g.bufs[i], a.ptr, a.dtype, a.strides, g.ndim)) return static_cast<int>(i);
+    int si = storage_index(g, a.storage.unsafeGetStorageImpl());
+    if (si >= 0) {
+        for (int i : g.st_bufs[si])
+            if (same_sig(g.bufs[i], a.ptr, a.dtype, a.strides, g.ndim)) return i;
+    } else {
+        si = add_storage(g, a.storage);
+    }
     Buf b;
     b.ptr = const_cast<void *>(a.ptr);
     b.dtype = a.dtype;
     b.strides.fill(0);
     for (int i = 0; i < g.ndim; i++) b.strides[i] = a.strides[i];
-    b.storage = storage_index(g, a.storage, true);
+    b.storage = si;
     b.read_first = !a.write;
     g.bufs.push_back(b);
-    return static_cast<int>(g.bufs.size() - 1);
+    const int idx = static_cast<int>(g.bufs.size() - 1);
+    g.st_bufs[si].push_back(idx);
+    return idx;
 }
 
 End hint_or(End fallback) { return tl_hint >= 0 ? static_cast<End>(tl_hint) : fallback; }
@@ -308,7 +320,7 @@ bool switched_off_now() {
 
 // Whether op (operands still indexing acc) starts a declined pattern and no
 // fused one (StartSigs): then it is launched at once, as with fusion off.
-bool starts_declined(int ndim, const int64_t *sizes, const std::vector<Access> &acc, const Op &op) {
+bool starts_declined(int ndim, const int64_t *sizes, const Accesses &acc, const Op &op) {
     const StartSigs &ss = start_sigs();
     if (ss.declined.empty() || g_adaptive.load(std::memory_order_relaxed) == kAdaptiveOff)
         return false;
@@ -324,7 +336,7 @@ bool starts_declined(int ndim, const int64_t *sizes, const std::vector<Access> &
 // op cannot join (another stream or shape, an alias hazard, the caps).
 // acc[0] is the output; op.in[i].buf holds, for tensor operands, the index
 // into acc of the input (replaced by its buffer here).
-bool record(trn_stream *s, int ndim, const int64_t *sizes, const std::vector<Access> &acc, Op op) {
+bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, Op op) {
     for (const Access &a : acc)
         if (!a.storage) return false;
     install_hook();
@@ -350,15 +362,20 @@ bool record(trn_stream *s, int ndim, const int64_t *sizes, const std::vector<Acc
         for (int i = 0; i < ndim; i++) g.sizes[i] = sizes[i];
         g.bufs.clear();
         g.storages.clear();
+        g.impls.clear();
+        g.st_written.clear();
+        g.st_bufs.clear();
         g.held_bytes = 0;
         if (!alias_safe(g, acc)) return false;
     }
     for (int i = 0; i < op.n_in; i++)
         if (op.in[i].buf >= 0) op.in[i].buf = buf_index(g, acc[op.in[i].buf]);
     // The output last: an in-place op reads its buffer before writing it.
-    if (storage_index(g, acc[0].storage, false) < 0) g.held_bytes += acc[0].storage.nbytes();
+    if (storage_index(g, acc[0].storage.unsafeGetStorageImpl()) < 0)
+        g.held_bytes += acc[0].storage.nbytes();
     op.out = buf_index(g, acc[0]);
     g.bufs[op.out].written = true;
+    g.st_written[g.bufs[op.out].storage] = 1;
     g.ops.push_back(op);
     g_open.store(true);
     trn_stream_mark_pending(s);
@@ -373,7 +390,7 @@ bool offer_ew(trn_stream *s, const trn_ew_desc &d, const at::TensorIteratorBase 
     const int n_in = trn_ew_op_arity(d.op);
     // Operand accesses: output 0, then the inputs in kernel slot order (the
     // iterator's args after its outputs, as elementwise.cpp's launch builds d).
-    std::vector<Access> acc;
+    Accesses acc;
     acc.reserve(4);
     acc.push_back({d.out, d.out_dtype, d.out_strides, iter.tensor_base(0).storage(), true});
     Op op{};
@@ -439,7 +456,7 @@ bool offer_copy(trn_stream *s, const at::Tensor &dst, const at::Tensor &src) {
         dbytes[i] = dstr[i] * static_cast<int64_t>(trn_dtype_size(*dd));
         sbytes[i] = sstr[i] * static_cast<int64_t>(trn_dtype_size(*sd));
     }
-    std::vector<Access> acc;
+    Accesses acc;
     acc.push_back({dst.data_ptr(), *dd, dbytes, dst.storage(), true});
     acc.push_back({src.const_data_ptr(), *sd, sbytes, src.storage(), false});
     Op op{};
