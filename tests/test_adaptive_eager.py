@@ -426,6 +426,32 @@ def test_adaptive_decline_launches_ops_at_once(fusion):
         torch_neuronx._C._eager_fusion_set_adaptive(5)
 
 
+def test_adaptive_lone_op_launches_at_once(fusion):
+    """An op that twice formed a group alone (here: between host reads) is
+    no longer held back; the same op followed by a chain still gives the
+    unfused bits, and the chain behind it still forms its group (and
+    compiles)."""
+    eager_fusion.set_adaptive(True)
+    x = torch.randn(3001).to(DEV)
+    lone0 = eager_fusion.stats()["lone_starts"]
+    for _ in range(3):
+        torch.exp(x).cpu()
+    assert eager_fusion.stats()["lone_starts"] == lone0 + 1
+
+    def exp_then_chain(x):
+        return gelu_tanh_8(torch.exp(x) * 0.25)
+
+    with fusion_off():
+        ref = exp_then_chain(x).cpu()
+    compiles0 = counter("EagerFusionCompiles")
+    for _ in range(4):  # unfused, unfused (compiles), then the timed trials
+        assert_bits_equal(exp_then_chain(x).cpu(), ref)
+        last = eager_fusion.recent_groups()[-1]
+        assert last["ops"][0] == "aten::mul" and last["n_ops"] == 9  # exp ran alone
+        eager_fusion.wait_for_compiles(600)
+    assert counter("EagerFusionCompiles") == compiles0 + 1
+
+
 def test_profiler_shows_fused_group(fusion):
     from torch.profiler import ProfilerActivity, profile
 

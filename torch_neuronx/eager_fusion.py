@@ -76,7 +76,8 @@ def wait_for_compiles(timeout: float = 300.0) -> bool:
 def stats() -> dict:
     """Pattern cache: ``patterns`` seen, ``ready`` (compiled), ``compiling``,
     ``failed``; of the ready ones ``chosen_fused`` and ``declined`` (timed
-    slower fused than unfused, so run unfused)."""
+    slower fused than unfused, so run unfused); ``lone_starts``: op
+    signatures that twice formed a group alone and now launch at once."""
     return dict(_C._eager_fusion_stats())
 
 

@@ -87,6 +87,7 @@ struct Group {
     std::vector<c10::SmallVector<int, 1>> st_bufs;
     std::vector<Op> ops;
     size_t held_bytes = 0;  // of the storages the group's outputs created
+    int64_t record_ns = 0;  // time its offer_*() calls took (adaptive timing only)
     bool empty() const { return ops.empty(); }
 };
 
@@ -105,13 +106,18 @@ struct OperandView {
 uint64_t start_sig(const Op &op, int ndim, const int64_t *sizes, const OperandView *in,
                    const OperandView &out);
 
-// Ops that start a declined pattern start no group (under group_mu()): a
-// replay writes every intermediate to its own buffer, held until the flush,
-// where unfused execution reuses one hot buffer, so a declined pattern's
-// ops run as if fusion were off. A start that also begins a fused pattern
-// is still recorded.
+// Ops that start no group (under group_mu()), launched at once as with
+// fusion off, while patterns are adaptive:
+// - an op that starts a declined pattern: a replay writes every
+//   intermediate to its own buffer, held until the flush, where unfused
+//   execution reuses one hot buffer;
+// - an op whose group ended at that op alone twice (a lone elementwise op
+//   between matmuls, say): recording it only delayed its launch.
+// An op that also starts a fused pattern (wanted) or a group of two or more
+// ops (multi) is still recorded.
 struct StartSigs {
-    std::unordered_set<uint64_t> declined, wanted;
+    std::unordered_set<uint64_t> declined, wanted, multi;
+    std::unordered_map<uint64_t, int> single;
 };
 StartSigs &start_sigs();
 
@@ -185,6 +191,9 @@ void flush(End why);
 // patterns across mode switches.
 enum { kAdaptiveOff = 0, kAdaptiveOn = 1, kAdaptiveDecline = 2 };
 extern std::atomic<int> g_adaptive;
+int64_t now_ns();
+// now_ns() while patterns are being timed (adaptive), else 0 (no clock read).
+int64_t adaptive_clock();
 
 // ---- metrics (eager_group_metrics.cpp) ---------------------------------------------------
 

@@ -87,6 +87,10 @@ BindingsRegistrar reg([](pybind11::module_ &m) {
         },
         "Waits until no fused group is compiling; False on timeout.");
     m.def("_eager_fusion_stats", [] {
+        std::lock_guard<std::recursive_mutex> glk(group_mu());  // before cache().mu, as flush
+        int lone = 0;
+        for (const auto &kv : start_sigs().single)
+            lone += kv.second >= 2 && start_sigs().multi.count(kv.first) == 0;
         std::lock_guard<std::mutex> lk(cache().mu);
         int ready = 0, failed = 0, fuse = 0, declined = 0;
         for (const auto &kv : cache().map) {
@@ -102,6 +106,7 @@ BindingsRegistrar reg([](pybind11::module_ &m) {
         d["compiling"] = cache().compiling;
         d["chosen_fused"] = fuse;
         d["declined"] = declined;
+        d["lone_starts"] = lone;
         return d;
     });
     m.def("_eager_fusion_log", [] {

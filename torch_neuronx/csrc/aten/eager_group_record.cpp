@@ -318,25 +318,28 @@ bool switched_off_now() {
     return true;
 }
 
-// Whether op (operands still indexing acc) starts a declined pattern and no
-// fused one (StartSigs): then it is launched at once, as with fusion off.
-bool starts_declined(int ndim, const int64_t *sizes, const Accesses &acc, const Op &op) {
+// Whether op (operands still indexing acc) starts no group (StartSigs):
+// then it is launched at once, as with fusion off.
+bool starts_no_group(int ndim, const int64_t *sizes, const Accesses &acc, const Op &op) {
     const StartSigs &ss = start_sigs();
-    if (ss.declined.empty() || g_adaptive.load(std::memory_order_relaxed) == kAdaptiveOff)
+    if ((ss.declined.empty() && ss.single.empty()) ||
+        g_adaptive.load(std::memory_order_relaxed) == kAdaptiveOff)
         return false;
     OperandView in[3]{};
     for (int i = 0; i < op.n_in; i++)
         in[i] = op.in[i].buf < 0 ? OperandView{op.in[i].dtype, nullptr}
                                  : OperandView{acc[op.in[i].buf].dtype, acc[op.in[i].buf].strides};
     const uint64_t sig = start_sig(op, ndim, sizes, in, OperandView{acc[0].dtype, acc[0].strides});
-    return ss.declined.count(sig) != 0 && ss.wanted.count(sig) == 0;
+    if (ss.declined.count(sig) != 0 && ss.wanted.count(sig) == 0) return true;
+    const auto it = ss.single.find(sig);
+    return it != ss.single.end() && it->second >= 2 && ss.multi.count(sig) == 0;
 }
 
 // Adds one op over (ndim, sizes) to the open group, ending it first when the
 // op cannot join (another stream or shape, an alias hazard, the caps).
 // acc[0] is the output; op.in[i].buf holds, for tensor operands, the index
 // into acc of the input (replaced by its buffer here).
-bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, Op op) {
+bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, Op op, int64_t t0) {
     for (const Access &a : acc)
         if (!a.storage) return false;
     install_hook();
@@ -352,10 +355,11 @@ bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, 
             flush(End::Alias);
         else if (open_group().ops.size() >= kMaxOps || over_held_bytes(open_group(), acc[0]))
             flush(End::Cap);
+        if (t0 != 0 && open_group().empty()) t0 = now_ns();  // the flush is not this op's cost
     }
     Group &g = open_group();
     if (g.empty()) {
-        if (starts_declined(ndim, sizes, acc, op)) return false;
+        if (starts_no_group(ndim, sizes, acc, op)) return false;
         g.s = s;
         g.ndim = ndim;
         g.sizes.fill(0);
@@ -377,6 +381,7 @@ bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, 
     g.bufs[op.out].written = true;
     g.st_written[g.bufs[op.out].storage] = 1;
     g.ops.push_back(op);
+    if (t0 != 0) g.record_ns += now_ns() - t0;
     g_open.store(true);
     trn_stream_mark_pending(s);
     return true;
@@ -387,6 +392,7 @@ bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, 
 bool offer_ew(trn_stream *s, const trn_ew_desc &d, const at::TensorIteratorBase &iter,
               const char *name) {
     if (switched_off_now() || !op_fusible(d)) return false;
+    const int64_t t0 = adaptive_clock();
     const int n_in = trn_ew_op_arity(d.op);
     // Operand accesses: output 0, then the inputs in kernel slot order (the
     // iterator's args after its outputs, as elementwise.cpp's launch builds d).
@@ -416,11 +422,12 @@ bool offer_ew(trn_stream *s, const trn_ew_desc &d, const at::TensorIteratorBase 
         acc.push_back(
             {d.in[i], d.in_dtype[i], d.in_strides[i], iter.tensor_base(arg).storage(), false});
     }
-    return record(s, d.ndim, d.sizes, acc, op);
+    return record(s, d.ndim, d.sizes, acc, op, t0);
 }
 
 bool offer_copy(trn_stream *s, const at::Tensor &dst, const at::Tensor &src) {
     if (switched_off_now()) return false;
+    const int64_t t0 = adaptive_clock();
     if (src.device() != dst.device() || dst.numel() == 0 || dst.dim() > TRN_MAX_DIMS ||
         src.is_conj() || src.is_neg() || dst.is_conj() || dst.is_neg())
         return false;
@@ -467,7 +474,7 @@ bool offer_copy(trn_stream *s, const at::Tensor &dst, const at::Tensor &src) {
     op.n_in = 1;
     op.in[0].buf = 1;
     op.name = "aten::_copy_from";
-    return record(s, nd, sizes, acc, op);
+    return record(s, nd, sizes, acc, op, t0);
 }
 
 }  // namespace neuron::eager_group

@@ -8,7 +8,10 @@
 // worker threads) can beat a generated loop, and then fusion only costs.
 // So a Ready pattern first alternates fused runs and unfused replays, timed
 // around their launches, and keeps whichever was faster (EagerFusionDeclined
-// counts patterns left unfused). Both paths give the same bits, so the
+// counts patterns left unfused). A fused sample also counts what fusing
+// costs on the host (recording the ops, keying the pattern): a declined
+// pattern's ops then launch at once, paying neither (StartSigs), so on tiny
+// tensors fusion must beat plain launches, not a replay. Both paths give the same bits, so the
 // choice changes time only. Timing needs inline launches (the default):
 // with worker-thread streams a launch returns before its work ran, and every
 // Ready pattern runs fused.
@@ -110,12 +113,6 @@ void run_fused(const Group &g, const Entry &e, End why) {
 
 constexpr int kTrials = 3;  // timed runs of each side before the choice
 
-int64_t now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
-
 // Whether this run of the Ready pattern e is fused; timed: whether to time it.
 bool choose_fused(const Entry &e, bool &timed) {
     timed = false;
@@ -159,6 +156,16 @@ void record_trial(const Group &g, Entry &e, bool fused, int64_t ns) {
 
 std::atomic<int> g_adaptive{kAdaptiveOn};
 
+int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+int64_t adaptive_clock() {
+    return g_adaptive.load(std::memory_order_relaxed) == kAdaptiveOff ? 0 : now_ns();
+}
+
 // Runs the open group (group_mu() held). The group is moved out first, so the
 // launches below see no open group.
 void flush(End why) {
@@ -166,16 +173,23 @@ void flush(End why) {
     Group g = std::move(open_group());
     open_group() = Group{};
     g_open.store(false);
+    const bool adaptive = g_adaptive.load(std::memory_order_relaxed) != kAdaptiveOff;
     if (g.ops.size() == 1) {
+        if (adaptive) {
+            const uint64_t sig = op_start_sig(g, g.ops[0]);
+            if (start_sigs().multi.count(sig) == 0) start_sigs().single[sig]++;
+        }
         launch_one(g, g.ops[0]);
         return;
     }
+    if (adaptive) start_sigs().multi.insert(op_start_sig(g, g.ops[0]));
     // An output nobody holds any more is not written (it stays in registers);
     // the group holds one reference per storage.
     std::vector<char> alive(g.bufs.size(), 0);
     // Only for outputs the group creates (an input stays an input; a buffer
     // read first and then written is always stored back), so the key does
     // not depend on whether the caller still holds its inputs.
+    const int64_t t_key = g.record_ns > 0 ? now_ns() : 0;
     for (size_t b = 0; b < g.bufs.size(); b++)
         alive[b] = g.bufs[b].written && !g.bufs[b].read_first &&
                    g.storages[g.bufs[b].storage].use_count() > 1;
@@ -199,6 +213,9 @@ void flush(End why) {
     }
     count_end(why);
     if (ready) {
+        // What fusing costs beyond the fused run: recording the ops and
+        // finding their pattern (unfused execution pays neither).
+        const int64_t overhead = t_key > 0 ? g.record_ns + (now_ns() - t_key) : 0;
         bool timed = false;
         const bool fused = choose_fused(*e, timed);
         const int64_t t0 = timed ? now_ns() : 0;
@@ -207,7 +224,7 @@ void flush(End why) {
         } else {
             for (const Op &op : g.ops) launch_one(g, op);
         }
-        if (timed) record_trial(g, *e, fused, now_ns() - t0);
+        if (timed) record_trial(g, *e, fused, now_ns() - t0 + (fused ? overhead : 0));
         if (fused) {
             count("EagerFusedGroups");
             count("EagerFusedOps", static_cast<int64_t>(g.ops.size()));
