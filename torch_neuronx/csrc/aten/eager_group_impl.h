@@ -32,6 +32,7 @@ namespace neuron::eager_group::detail {
 constexpr size_t kMaxOps = 64;    // group size cap (End::Cap)
 constexpr int kCompileAfter = 2;  // a pattern compiles when seen this often
 constexpr size_t kMaxPatterns = 4096;
+constexpr size_t kMaxStartSigs = 65536;  // StartSigs.single / .multi bound
 // The group keeps its outputs' memory until it runs (intermediates that
 // unfused execution would free at once): bounded, as a size cap (End::Cap).
 constexpr size_t kMaxHeldBytes = size_t{1} << 30;

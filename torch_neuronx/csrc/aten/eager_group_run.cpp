@@ -174,6 +174,10 @@ void flush(End why) {
     open_group() = Group{};
     g_open.store(false);
     const bool adaptive = g_adaptive.load(std::memory_order_relaxed) != kAdaptiveOff;
+    // One-off shapes (a growing KV cache) add signatures without end: past a
+    // bound they are forgotten and learnt again.
+    if (start_sigs().single.size() > kMaxStartSigs) start_sigs().single.clear();
+    if (start_sigs().multi.size() > kMaxStartSigs) start_sigs().multi.clear();
     if (g.ops.size() == 1) {
         if (adaptive) {
             const uint64_t sig = op_start_sig(g, g.ops[0]);
