@@ -19,14 +19,19 @@ DEV = "neuron"
 @pytest.fixture
 def fusion():
     """Fusion on (the default; the environment may have switched it off), with
-    a fresh pattern cache and log."""
+    a fresh pattern cache and log. Not adaptive: a compiled pattern always
+    runs fused, so these tests see the fused path whatever the timings
+    (test_adaptive_* cover the timed choice)."""
     was = torch_neuronx._C._eager_fusion_switched_on()
+    was_adaptive = torch_neuronx._C._eager_fusion_adaptive()
     eager_fusion.set_enabled(True)
+    eager_fusion.set_adaptive(False)
     eager_fusion.clear_cache()
     eager_fusion.clear_recent_groups()
     yield
     eager_fusion.flush()
     eager_fusion.set_enabled(was)
+    torch_neuronx._C._eager_fusion_set_adaptive(was_adaptive)
 
 
 @contextlib.contextmanager
@@ -369,6 +374,82 @@ def test_no_recompile_on_repeat_and_metrics(fusion):
     fused_matches_unfused(gelu_tanh_8, lambda: (x_cpu.to(DEV),), runs=3)
     assert counter("EagerFusionCompiles") == compiles0 + 2
     assert counter("EagerFusionDiskCacheHits") == disk0 + 1
+
+
+def test_adaptive_times_both_then_keeps_one(fusion):
+    """Adaptive (the default): once compiled, a pattern runs fused and
+    unfused in turn (3 timed runs each), then keeps one choice; every run
+    has the unfused bits. Which one depends on the machine: both end states
+    are checked."""
+    eager_fusion.set_adaptive(True)
+    assert eager_fusion.is_adaptive()
+    x_cpu = edge_values(4099, seed=3)
+    fused_matches_unfused(gelu_tanh_8, lambda: (x_cpu.to(DEV),), runs=2)
+    with fusion_off():
+        ref = gelu_tanh_8(x_cpu.to(DEV)).cpu()
+    eager_fusion.clear_recent_groups()
+    for _ in range(10):
+        assert_bits_equal(gelu_tanh_8(x_cpu.to(DEV)).cpu(), ref)
+    runs = [g["fused"] for g in eager_fusion.recent_groups() if g["n_ops"] == 8]
+    assert runs[:6] == [True, False] * 3  # the trials alternate
+    st = eager_fusion.stats()
+    assert st["chosen_fused"] + st["declined"] == st["ready"] == 1
+    # then one choice for good: fused, or declined (its ops then launch at once)
+    assert runs[6:] == ([True] * 4 if st["chosen_fused"] else [])
+
+
+def test_adaptive_decline_launches_ops_at_once(fusion):
+    """A declined pattern (here every trial declines: mode 2) stops being
+    grouped: its ops launch at once, as with fusion off (no held
+    intermediates), with the same bits; switching to always-fused groups
+    and fuses it again."""
+    x_cpu = edge_values(2051, seed=4)
+    fused_matches_unfused(gelu_tanh_8, lambda: (x_cpu.to(DEV),), runs=2)
+    torch_neuronx._C._eager_fusion_set_adaptive(2)
+    with fusion_off():
+        ref = gelu_tanh_8(x_cpu.to(DEV)).cpu()
+    declined0 = counter("EagerFusionDeclined")
+    for _ in range(6):  # the trials
+        assert_bits_equal(gelu_tanh_8(x_cpu.to(DEV)).cpu(), ref)
+    assert counter("EagerFusionDeclined") == declined0 + 1
+    assert eager_fusion.stats()["declined"] == 1
+    eager_fusion.clear_recent_groups()
+    fused0 = counter("EagerFusedGroups")
+    for _ in range(3):
+        assert_bits_equal(gelu_tanh_8(x_cpu.to(DEV)).cpu(), ref)
+    assert eager_fusion.recent_groups() == []  # no group of 2+ ops formed
+    assert counter("EagerFusedGroups") == fused0
+    eager_fusion.set_adaptive(False)
+    assert_bits_equal(gelu_tanh_8(x_cpu.to(DEV)).cpu(), ref)
+    assert counter("EagerFusedGroups") == fused0 + 1
+    with pytest.raises(RuntimeError, match="adaptive mode must be 0, 1 or 2"):
+        torch_neuronx._C._eager_fusion_set_adaptive(5)
+
+
+def test_adaptive_lone_op_launches_at_once(fusion):
+    """An op that twice formed a group alone (here: between host reads) is
+    no longer held back; the same op followed by a chain still gives the
+    unfused bits, and the chain behind it still forms its group (and
+    compiles)."""
+    eager_fusion.set_adaptive(True)
+    x = torch.randn(3001).to(DEV)
+    lone0 = eager_fusion.stats()["lone_starts"]
+    for _ in range(3):
+        torch.exp(x).cpu()
+    assert eager_fusion.stats()["lone_starts"] == lone0 + 1
+
+    def exp_then_chain(x):
+        return gelu_tanh_8(torch.exp(x) * 0.25)
+
+    with fusion_off():
+        ref = exp_then_chain(x).cpu()
+    compiles0 = counter("EagerFusionCompiles")
+    for _ in range(4):  # unfused, unfused (compiles), then the timed trials
+        assert_bits_equal(exp_then_chain(x).cpu(), ref)
+        last = eager_fusion.recent_groups()[-1]
+        assert last["ops"][0] == "aten::mul" and last["n_ops"] == 9  # exp ran alone
+        eager_fusion.wait_for_compiles(600)
+    assert counter("EagerFusionCompiles") == compiles0 + 1
 
 
 def test_profiler_shows_fused_group(fusion):

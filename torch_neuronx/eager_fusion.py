@@ -6,7 +6,7 @@ On by default. Switches: ``TORCH_NEURONX_EAGER_FUSION=0`` (TorchNeuron's
 internal ``TORCH_NEURONX_ENABLE_CONCATENATION`` is read when ours is unset) or
 ``set_enabled(False)``; ``torch.use_deterministic_algorithms(True)`` and any
 nonzero ``torch.set_deterministic_debug_mode`` turn it off while set. The
-recorder, caches and compile thread are C++ (csrc/aten/eager_group.cpp); this
+recorder, caches and compile thread are C++ (csrc/aten/eager_group_*.cpp); this
 module gives them torch.compile's compiler settings and reads their state
 back for users and tests.
 """
@@ -51,6 +51,18 @@ def is_enabled() -> bool:
     return bool(_C._eager_fusion_active())
 
 
+def set_adaptive(enabled: bool) -> None:
+    """With ``True`` (the default) a compiled pattern first runs fused and
+    unfused in turn, timed, and keeps the faster (same bits either way);
+    ``False``: a compiled pattern always runs fused. Decided patterns keep
+    their choice until ``clear_cache()``."""
+    _C._eager_fusion_set_adaptive(1 if enabled else 0)
+
+
+def is_adaptive() -> bool:
+    return _C._eager_fusion_adaptive() == 1
+
+
 def flush() -> None:
     """Runs the open group now (a synchronize does this too)."""
     _C._eager_fusion_flush()
@@ -62,7 +74,10 @@ def wait_for_compiles(timeout: float = 300.0) -> bool:
 
 
 def stats() -> dict:
-    """Pattern cache: ``patterns`` seen, ``ready`` (compiled), ``compiling``, ``failed``."""
+    """Pattern cache: ``patterns`` seen, ``ready`` (compiled), ``compiling``,
+    ``failed``; of the ready ones ``chosen_fused`` and ``declined`` (timed
+    slower fused than unfused, so run unfused); ``lone_starts``: op
+    signatures that twice formed a group alone and now launch at once."""
     return dict(_C._eager_fusion_stats())
 
 

@@ -1,5 +1,5 @@
 // trn/stream_hook.h - held work above libtrn (Adaptive Eager Execution,
-// torch_neuronx/csrc/aten/eager_group.cpp): a layer may hold ops recorded
+// torch_neuronx/csrc/aten/eager_group_record.cpp): a layer may hold ops recorded
 // for a stream that it has not launched yet. It marks the stream pending;
 // the next launch, synchronize, query or event wait on that stream (or a
 // device synchronize) first clears the mark and calls the hook, which must

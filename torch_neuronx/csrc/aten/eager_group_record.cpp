@@ -1,0 +1,480 @@
+// aten/eager_group_record.cpp - Adaptive Eager's recorder (see eager_group.h,
+// eager_group_impl.h and docs/adaptive-eager.md): the switches, which ops
+// qualify, and the open group they join.
+//
+// A group is a run of elementwise ops over one iteration shape on one
+// stream. Each recorded op keeps its descriptor (op, dtypes, byte strides,
+// CPU scalars already read) and a reference to every storage it touches, so
+// no buffer is freed or reused while the group is open. Buffers are access
+// signatures (pointer, dtype, strides); a storage the group writes must be
+// accessed through one signature only, so that one fused loop reads and
+// writes each element in the order the unfused ops would (otherwise the
+// group ends: End::Alias).
+#include <ATen/Context.h>
+#include <ATen/ExpandUtils.h>
+
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+
+#include "aten/eager_group_impl.h"
+#include "runtime/device.h"
+#include "trn/stream_hook.h"
+
+namespace neuron::eager_group {
+
+const char *end_name(End e) {
+    static const char *const names[] = {"host_read", "sync",  "op",     "fallback", "collective",
+                                        "alias",     "shape", "stream", "cap",      "off"};
+    const int i = static_cast<int>(e);
+    return i >= 0 && i < static_cast<int>(End::Count) ? names[i] : "unknown";
+}
+
+namespace detail {
+
+thread_local int tl_hint = -1;
+std::atomic<int> g_enabled{-1};
+std::atomic<bool> g_open{false};
+
+namespace {
+
+bool env_on() {
+    // TORCH_NEURONX_EAGER_FUSION (ours); TorchNeuron's internal switch
+    // TORCH_NEURONX_ENABLE_CONCATENATION is read the same way when ours is unset.
+    // Only an explicit 0 / false / no / off turns it off.
+    for (const char *name : {"TORCH_NEURONX_EAGER_FUSION", "TORCH_NEURONX_ENABLE_CONCATENATION"}) {
+        const char *v = std::getenv(name);
+        if (v == nullptr || *v == '\0') continue;
+        std::string s(v);
+        for (char &c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        return !(s == "0" || s == "false" || s == "no" || s == "off");
+    }
+    return true;  // default: on, as TorchNeuron's Adaptive Eager Execution
+}
+
+}  // namespace
+
+bool switched_on() {
+    int e = g_enabled.load(std::memory_order_relaxed);
+    if (e < 0) {
+        e = env_on() ? 1 : 0;
+        g_enabled.store(e);
+    }
+    return e == 1;
+}
+
+// PyTorch's switch: use_deterministic_algorithms(True) and every nonzero
+// set_deterministic_debug_mode (which sets it) turn fusion off.
+bool fusion_on() { return switched_on() && !at::globalContext().deterministicAlgorithms(); }
+
+std::recursive_mutex &group_mu() {
+    static auto *m = new std::recursive_mutex;
+    return *m;
+}
+Group &open_group() {
+    static auto *g = new Group;
+    return *g;
+}
+StartSigs &start_sigs() {
+    static auto *s = new StartSigs;
+    return *s;
+}
+
+namespace {
+
+// FNV-1a over the bytes of each field.
+struct Hasher {
+    uint64_t h = 1469598103934665603ull;
+    template <typename T> void add(const T &v) {
+        const auto *p = reinterpret_cast<const unsigned char *>(&v);
+        for (size_t i = 0; i < sizeof v; i++) h = (h ^ p[i]) * 1099511628211ull;
+    }
+};
+
+}  // namespace
+
+uint64_t start_sig(const Op &op, int ndim, const int64_t *sizes, const OperandView *in,
+                   const OperandView &out) {
+    Hasher h;
+    h.add(op.cast);
+    h.add(op.op);
+    h.add(op.compute);
+    h.add(op.out_dtype);
+    h.add(op.n_in);
+    h.add(ndim);
+    for (int d = 0; d < ndim; d++) h.add(sizes[d]);
+    for (double p : op.params) h.add(p);
+    auto view = [&](const OperandView &v) {
+        h.add(v.dtype);
+        h.add(v.strides != nullptr);
+        if (v.strides != nullptr)
+            for (int d = 0; d < ndim; d++) h.add(v.strides[d]);
+    };
+    view(out);
+    for (int i = 0; i < op.n_in; i++) {
+        view(in[i]);
+        if (in[i].strides == nullptr) h.add(op.in[i].scalar.i);
+    }
+    return h.h;
+}
+
+// ---- eligibility ------------------------------------------------------------------------
+
+bool is16(trn_dtype d) { return d == TRN_DTYPE_F16 || d == TRN_DTYPE_BF16; }
+bool is_float(trn_dtype d) { return d == TRN_DTYPE_F32 || is16(d); }
+
+bool element_strides(int ndim, const int64_t *bytes, trn_dtype d, int64_t *out) {
+    const int64_t es = static_cast<int64_t>(trn_dtype_size(d));
+    for (int i = 0; i < ndim; i++) {
+        if (bytes[i] < 0 || bytes[i] % es != 0) return false;
+        out[i] = bytes[i] / es;
+    }
+    return true;
+}
+
+namespace {
+
+bool fusible_dtype(trn_dtype d) {
+    switch (d) {
+    case TRN_DTYPE_F32:
+    case TRN_DTYPE_F16:
+    case TRN_DTYPE_BF16:
+    case TRN_DTYPE_I64:
+    case TRN_DTYPE_I32:
+    case TRN_DTYPE_I16:
+    case TRN_DTYPE_I8:
+    case TRN_DTYPE_U8:
+    case TRN_DTYPE_BOOL: return true;
+    default: return false;  // float64 (computed in float32 by default), float8, unsigned
+    }
+}
+
+// Whether the element strides of a written buffer are dense and
+// non-overlapping (trn_graph_export / trn_graph_store need it).
+bool dense(int ndim, const int64_t *sizes, const int64_t *strides) {
+    std::array<int, TRN_MAX_DIMS> order{};
+    int k = 0;
+    for (int i = 0; i < ndim; i++)
+        if (sizes[i] > 1) order[k++] = i;
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && strides[order[j]] < strides[order[j - 1]]; j--)
+            std::swap(order[j], order[j - 1]);
+    int64_t expect = 1;
+    for (int i = 0; i < k; i++) {
+        if (strides[order[i]] != expect) return false;
+        expect *= sizes[order[i]];
+    }
+    return true;
+}
+
+bool op_fusible(const trn_ew_desc &d) {
+    if (d.ndim < 1 || d.ndim > TRN_MAX_DIMS) return false;
+    // Floating compute only: generated code keeps integer values in int64
+    // registers, so an int32 op would not wrap where the eager kernel does.
+    if (!is_float(d.dtype) || !(is_float(d.out_dtype) || d.out_dtype == TRN_DTYPE_BOOL))
+        return false;
+    // ATen's 16-bit add/sub with alpha != 1 rounds differently in its vector
+    // body and its tail (trn_ew_desc.cpu_block), which the fused loop does not
+    // reproduce; 16-bit ops with a CPU scalar read it in float32 (opmath).
+    if (is16(d.dtype) && (d.op == TRN_EW_ADD || d.op == TRN_EW_SUB) && d.params[0] != 1.0)
+        return false;
+    const int n_in = trn_ew_op_arity(d.op);
+    int64_t tmp[TRN_MAX_DIMS];
+    for (int i = 0; i < n_in; i++) {
+        if (d.in[i] == nullptr) {
+            if (is16(d.dtype)) return false;
+            continue;
+        }
+        if (!fusible_dtype(d.in_dtype[i])) return false;
+        if (!element_strides(d.ndim, d.in_strides[i], d.in_dtype[i], tmp)) return false;
+    }
+    if (!element_strides(d.ndim, d.out_strides, d.out_dtype, tmp)) return false;
+    return dense(d.ndim, d.sizes, tmp);
+}
+
+bool same_sig(const Buf &b, const void *ptr, trn_dtype dt, const int64_t *strides, int ndim) {
+    if (b.ptr != ptr || b.dtype != dt) return false;
+    for (int i = 0; i < ndim; i++)
+        if (b.strides[i] != strides[i]) return false;
+    return true;
+}
+
+int storage_index(const Group &g, const c10::StorageImpl *impl) {
+    for (size_t i = 0; i < g.impls.size(); i++)
+        if (g.impls[i] == impl) return static_cast<int>(i);
+    return -1;
+}
+
+int add_storage(Group &g, const c10::Storage &st) {
+    g.storages.push_back(st);
+    g.impls.push_back(st.unsafeGetStorageImpl());
+    g.st_written.push_back(0);
+    g.st_bufs.emplace_back();
+    return static_cast<int>(g.storages.size() - 1);
+}
+
+// The access of one operand, before it is added.
+struct Access {
+    const void *ptr;
+    trn_dtype dtype;
+    const int64_t *strides;
+    c10::Storage storage;
+    bool write;
+};
+using Accesses = c10::SmallVector<Access, 4>;  // output first, then inputs
+
+bool over_held_bytes(const Group &g, const Access &out) {
+    return storage_index(g, out.storage.unsafeGetStorageImpl()) < 0 &&
+           g.held_bytes + out.storage.nbytes() > kMaxHeldBytes;
+}
+
+// Whether adding these accesses keeps every written storage behind a single
+// signature.
+bool alias_safe(const Group &g, const Accesses &acc) {
+    const int nd = g.ndim;
+    for (size_t a = 0; a < acc.size(); a++) {
+        const auto *impl = acc[a].storage.unsafeGetStorageImpl();
+        const int si = storage_index(g, impl);
+        bool written = acc[a].write || (si >= 0 && g.st_written[si]);
+        for (size_t b = 0; b < acc.size(); b++)
+            if (acc[b].storage.unsafeGetStorageImpl() == impl && acc[b].write) written = true;
+        if (!written) continue;
+        // The group's buffers of this storage: at most one, with this signature.
+        if (si >= 0) {
+            if (g.st_bufs[si].size() > 1) return false;
+            if (g.st_bufs[si].size() == 1 &&
+                !same_sig(g.bufs[g.st_bufs[si][0]], acc[a].ptr, acc[a].dtype, acc[a].strides, nd))
+                return false;
+        }
+        for (size_t b = 0; b < acc.size(); b++) {
+            if (acc[b].storage.unsafeGetStorageImpl() != impl) continue;
+            if (acc[b].ptr != acc[a].ptr || acc[b].dtype != acc[a].dtype) return false;
+            for (int i = 0; i < nd; i++)
+                if (acc[b].strides[i] != acc[a].strides[i]) return false;
+        }
+    }
+    return true;
+}
+
+int buf_index(Group &g, const Access &a) {
+    int si = storage_index(g, a.storage.unsafeGetStorageImpl());
+    if (si >= 0) {
+        for (int i : g.st_bufs[si])
+            if (same_sig(g.bufs[i], a.ptr, a.dtype, a.strides, g.ndim)) return i;
+    } else {
+        si = add_storage(g, a.storage);
+    }
+    Buf b;
+    b.ptr = const_cast<void *>(a.ptr);
+    b.dtype = a.dtype;
+    b.strides.fill(0);
+    for (int i = 0; i < g.ndim; i++) b.strides[i] = a.strides[i];
+    b.storage = si;
+    b.read_first = !a.write;
+    g.bufs.push_back(b);
+    const int idx = static_cast<int>(g.bufs.size() - 1);
+    g.st_bufs[si].push_back(idx);
+    return idx;
+}
+
+End hint_or(End fallback) { return tl_hint >= 0 ? static_cast<End>(tl_hint) : fallback; }
+
+trn_status pending_hook(trn_stream *s, int why, char *msg, size_t msg_size) {
+    try {
+        std::lock_guard<std::recursive_mutex> lk(group_mu());
+        if (open_group().s == s) flush(hint_or(why == TRN_PENDING_SYNC ? End::Sync : End::Op));
+        return TRN_SUCCESS;
+    } catch (const std::exception &ex) {
+        std::snprintf(msg, msg_size, "%s", ex.what());
+        return TRN_ERROR_KERNEL;
+    }
+}
+
+}  // namespace
+
+void install_hook() {
+    static std::once_flag once;
+    std::call_once(once, [] { trn_stream_set_pending_hook(pending_hook); });
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+// The outermost hint wins: a fallback's host copies end a group as a fallback.
+EndHint::EndHint(End e) : prev_(tl_hint) {
+    if (prev_ < 0) tl_hint = static_cast<int>(e);
+}
+EndHint::~EndHint() { tl_hint = prev_; }
+
+namespace {
+
+bool switched_off_now() {
+    if (fusion_on()) return false;
+    if (g_open.load(std::memory_order_relaxed)) {
+        std::lock_guard<std::recursive_mutex> lk(group_mu());
+        flush(End::Off);
+    }
+    return true;
+}
+
+// Whether op (operands still indexing acc) starts no group (StartSigs):
+// then it is launched at once, as with fusion off.
+bool starts_no_group(int ndim, const int64_t *sizes, const Accesses &acc, const Op &op) {
+    const StartSigs &ss = start_sigs();
+    if ((ss.declined.empty() && ss.single.empty()) ||
+        g_adaptive.load(std::memory_order_relaxed) == kAdaptiveOff)
+        return false;
+    OperandView in[3]{};
+    for (int i = 0; i < op.n_in; i++)
+        in[i] = op.in[i].buf < 0 ? OperandView{op.in[i].dtype, nullptr}
+                                 : OperandView{acc[op.in[i].buf].dtype, acc[op.in[i].buf].strides};
+    const uint64_t sig = start_sig(op, ndim, sizes, in, OperandView{acc[0].dtype, acc[0].strides});
+    if (ss.declined.count(sig) != 0 && ss.wanted.count(sig) == 0) return true;
+    const auto it = ss.single.find(sig);
+    return it != ss.single.end() && it->second >= 2 && ss.multi.count(sig) == 0;
+}
+
+// Adds one op over (ndim, sizes) to the open group, ending it first when the
+// op cannot join (another stream or shape, an alias hazard, the caps).
+// acc[0] is the output; op.in[i].buf holds, for tensor operands, the index
+// into acc of the input (replaced by its buffer here).
+bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, Op op, int64_t t0) {
+    for (const Access &a : acc)
+        if (!a.storage) return false;
+    install_hook();
+    std::lock_guard<std::recursive_mutex> lk(group_mu());
+    if (!open_group().empty()) {
+        bool same_shape = open_group().ndim == ndim;
+        for (int i = 0; same_shape && i < ndim; i++) same_shape = open_group().sizes[i] == sizes[i];
+        if (open_group().s != s)
+            flush(End::Stream);
+        else if (!same_shape)
+            flush(End::Shape);
+        else if (!alias_safe(open_group(), acc))
+            flush(End::Alias);
+        else if (open_group().ops.size() >= kMaxOps || over_held_bytes(open_group(), acc[0]))
+            flush(End::Cap);
+        if (t0 != 0 && open_group().empty()) t0 = now_ns();  // the flush is not this op's cost
+    }
+    Group &g = open_group();
+    if (g.empty()) {
+        if (starts_no_group(ndim, sizes, acc, op)) return false;
+        g.s = s;
+        g.ndim = ndim;
+        g.sizes.fill(0);
+        for (int i = 0; i < ndim; i++) g.sizes[i] = sizes[i];
+        g.bufs.clear();
+        g.storages.clear();
+        g.impls.clear();
+        g.st_written.clear();
+        g.st_bufs.clear();
+        g.held_bytes = 0;
+        if (!alias_safe(g, acc)) return false;
+    }
+    for (int i = 0; i < op.n_in; i++)
+        if (op.in[i].buf >= 0) op.in[i].buf = buf_index(g, acc[op.in[i].buf]);
+    // The output last: an in-place op reads its buffer before writing it.
+    if (storage_index(g, acc[0].storage.unsafeGetStorageImpl()) < 0)
+        g.held_bytes += acc[0].storage.nbytes();
+    op.out = buf_index(g, acc[0]);
+    g.bufs[op.out].written = true;
+    g.st_written[g.bufs[op.out].storage] = 1;
+    g.ops.push_back(op);
+    if (t0 != 0) g.record_ns += now_ns() - t0;
+    g_open.store(true);
+    trn_stream_mark_pending(s);
+    return true;
+}
+
+}  // namespace
+
+bool offer_ew(trn_stream *s, const trn_ew_desc &d, const at::TensorIteratorBase &iter,
+              const char *name) {
+    if (switched_off_now() || !op_fusible(d)) return false;
+    const int64_t t0 = adaptive_clock();
+    const int n_in = trn_ew_op_arity(d.op);
+    // Operand accesses: output 0, then the inputs in kernel slot order (the
+    // iterator's args after its outputs, as elementwise.cpp's launch builds d).
+    Accesses acc;
+    acc.reserve(4);
+    acc.push_back({d.out, d.out_dtype, d.out_strides, iter.tensor_base(0).storage(), true});
+    Op op{};
+    op.op = d.op;
+    op.compute = d.dtype;
+    op.out_dtype = d.out_dtype;
+    op.n_in = n_in;
+    for (int k = 0; k < 4; k++) op.params[k] = d.params[k];
+    op.cpu_block = d.cpu_block;
+    op.cpu_threads = d.cpu_threads;
+    op.name = name;
+    for (int i = 0; i < n_in; i++) {
+        Operand &o = op.in[i];
+        if (d.in[i] == nullptr) {
+            o.buf = -1;
+            o.scalar = d.scalar_in[i];
+            o.dtype = (d.op == TRN_EW_WHERE && i == 0) ? TRN_DTYPE_BOOL : d.dtype;
+            continue;
+        }
+        const int arg = i + iter.noutputs();
+        if (arg >= iter.ntensors() || iter.data_ptr(arg) != d.in[i]) return false;
+        o.buf = static_cast<int>(acc.size());
+        acc.push_back(
+            {d.in[i], d.in_dtype[i], d.in_strides[i], iter.tensor_base(arg).storage(), false});
+    }
+    return record(s, d.ndim, d.sizes, acc, op, t0);
+}
+
+bool offer_copy(trn_stream *s, const at::Tensor &dst, const at::Tensor &src) {
+    if (switched_off_now()) return false;
+    const int64_t t0 = adaptive_clock();
+    if (src.device() != dst.device() || dst.numel() == 0 || dst.dim() > TRN_MAX_DIMS ||
+        src.is_conj() || src.is_neg() || dst.is_conj() || dst.is_neg())
+        return false;
+    auto dd = native_dtype(dst.scalar_type()), sd = native_dtype(src.scalar_type());
+    // A floating destination: generated casts to integer types round as C
+    // does, which is only defined where the eager copy's is.
+    if (!dd || !sd || !is_float(*dd) || !fusible_dtype(*sd)) return false;
+    auto geometry = at::inferExpandGeometry_dimvector(src.sizes(), src.strides(), dst.sizes());
+    // Coalesced as TensorIterator coalesces (row-major, size-1 dims dropped,
+    // a dim merged into the next when every operand's strides allow), so a
+    // copy of contiguous tensors has the elementwise ops' 1-d shape.
+    int64_t sizes[TRN_MAX_DIMS], dstr[TRN_MAX_DIMS], sstr[TRN_MAX_DIMS];
+    int nd = 0;
+    for (int64_t i = 0; i < dst.dim(); i++) {
+        const int64_t n = dst.size(i), ds = dst.stride(i), ss = geometry.strides[i];
+        if (n == 1) continue;
+        if (nd > 0 && dstr[nd - 1] == ds * n && sstr[nd - 1] == ss * n) {
+            sizes[nd - 1] *= n;
+            dstr[nd - 1] = ds;
+            sstr[nd - 1] = ss;
+            continue;
+        }
+        sizes[nd] = n;
+        dstr[nd] = ds;
+        sstr[nd] = ss;
+        nd++;
+    }
+    if (nd == 0) return false;  // one element: nothing to fuse
+    if (!dense(nd, sizes, dstr)) return false;
+    int64_t dbytes[TRN_MAX_DIMS], sbytes[TRN_MAX_DIMS];
+    for (int i = 0; i < nd; i++) {
+        if (sstr[i] < 0 || dstr[i] < 0) return false;
+        dbytes[i] = dstr[i] * static_cast<int64_t>(trn_dtype_size(*dd));
+        sbytes[i] = sstr[i] * static_cast<int64_t>(trn_dtype_size(*sd));
+    }
+    Accesses acc;
+    acc.push_back({dst.data_ptr(), *dd, dbytes, dst.storage(), true});
+    acc.push_back({src.const_data_ptr(), *sd, sbytes, src.storage(), false});
+    Op op{};
+    op.cast = true;
+    op.op = TRN_EW_OP_COUNT;
+    op.compute = *dd;
+    op.out_dtype = *dd;
+    op.n_in = 1;
+    op.in[0].buf = 1;
+    op.name = "aten::_copy_from";
+    return record(s, nd, sizes, acc, op, t0);
+}
+
+}  // namespace neuron::eager_group
