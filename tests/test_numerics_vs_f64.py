@@ -93,6 +93,7 @@ def test_addmm_alpha_beta():
 
 CONVS = [  # (n, c_in, c_out, hw, kernel, stride, groups)
     (8, 16, 32, 32, 3, 1, 1),
+    (32, 32, 32, 16, 3, 1, 1),  # ResNet's first stage: weight gradient in batch blocks
     (4, 64, 64, 16, 3, 1, 1),
     (4, 128, 128, 8, 3, 1, 1),
     (4, 64, 128, 16, 3, 2, 1),
