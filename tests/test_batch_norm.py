@@ -53,6 +53,8 @@ def _train_steps(ref, x_shape, steps=3, dtype=torch.float32, channels_last=False
         (nn.BatchNorm1d, (8, 5)),
         (nn.BatchNorm1d, (4, 5, 7)),
         (nn.BatchNorm2d, (4, 3, 6, 5)),
+        (nn.BatchNorm2d, (4, 40, 7, 7)),
+        (nn.BatchNorm2d, (3, 70, 3, 3)),
         (nn.BatchNorm3d, (2, 3, 4, 3, 5)),
     ],
 )

@@ -93,6 +93,7 @@ def test_addmm_alpha_beta():
 
 CONVS = [  # (n, c_in, c_out, hw, kernel, stride, groups)
     (8, 16, 32, 32, 3, 1, 1),
+    (32, 32, 32, 16, 3, 1, 1),  # ResNet's first stage: weight gradient in batch blocks
     (4, 64, 64, 16, 3, 1, 1),
     (4, 128, 128, 8, 3, 1, 1),
     (4, 64, 128, 16, 3, 2, 1),
@@ -135,12 +136,16 @@ def _norm_fwd_bwd(norm):
     return run
 
 
+# Planes of up to 256 elements (8x8, 7x7 with a tail, 40 channels: more than
+# one group) take batch_norm.c's memory-order walk, larger ones (24x24) the
+# per-channel walk in chunks.
 @pytest.mark.parametrize("offset", [0.0, 100.0])
-def test_batch_norm_training(offset):
-    x, gy = _randn(16, 32, 8, 8, seed=17, offset=offset), _randn(16, 32, 8, 8, seed=18)
-    w, b = _randn(32, seed=19) + 1, _randn(32, seed=20)
+@pytest.mark.parametrize("n,c,hw", [(16, 32, 8), (8, 40, 7), (4, 8, 24)])
+def test_batch_norm_training(offset, n, c, hw):
+    x, gy = _randn(n, c, hw, hw, seed=17, offset=offset), _randn(n, c, hw, hw, seed=18)
+    w, b = _randn(c, seed=19) + 1, _randn(c, seed=20)
     _check(
-        f"batch_norm offset {offset}",
+        f"batch_norm {n}x{c}x{hw}x{hw} offset {offset}",
         _norm_fwd_bwd(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True)),
         [x, w, b, gy],
     )

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conv_move.h"
 #include "dnnl_common.h"
 #include "../kit/launch.h"
 #include "trn/conv.h"
@@ -73,12 +74,48 @@ static dnnl_data_type_t dnnl_type(trn_dtype t) {
     return t == TRN_DTYPE_BF16 ? dnnl_bf16 : t == TRN_DTYPE_F16 ? dnnl_f16 : dnnl_f32;
 }
 
-// User and "any" compute descriptors of the four tensors; the data tensors
-// are computed in cdt (the bias stays float32).
+// Forward and input-gradient convolutions of 2-d images whose channel
+// counts are multiples of 16 compute on nChw16c activations. With that
+// layout oneDNN 2.6 picks its direct kernels (jit:avx512_core, jit_1x1),
+// the ones PyTorch CPU's oneDNN runs for these shapes: they add each block
+// of 16 reduction channels to the output in memory, so their float32 error
+// is CPU's (test_numerics_vs_f64: ratio 1.00 in every such case) and they
+// need none of the channel blocks below. Left to choose ("any"), oneDNN 2.6
+// takes brgconv on channels-last data, which keeps each output in a
+// register over the whole reduction (up to 5x CPU's error); the channel
+// blocks that fix that cost 15-25 % of a ResNet convolution (an ic=16
+// brgconv per block, a sum post-op, and a transposing copy at the end).
+// 1x1 kernels (jit_1x1) choose how much of a long reduction they keep in
+// registers from the problem size, so a batch piece of the 2-thread split
+// had 2.3x CPU's error on a 256-channel 1x1 forward: a 1x1 convolution
+// qualifies only where its reduction is short anyway (no blocks needed).
+static bool conv_ch16_direct(int64_t kind, int64_t spatial, int64_t groups, int64_t c_in,
+                             int64_t c_out, int64_t kvol) {
+    if (kind == CONV_BWD_WEIGHTS || spatial != 2 || groups != 1 || c_in % 16 != 0 ||
+        c_out % 16 != 0)
+        return false;
+    return kvol > 1 || (kind == CONV_FWD ? c_in : c_out) <= 128;  // CONV_RED_BLOCK, below
+}
+
+// User and compute descriptors of the four tensors ("any" layouts except the
+// nChw16c of conv_ch16_direct); the data tensors are computed in cdt (the
+// bias stays float32).
 static trn_status init_mds(const conv_key *k, conv_plan *p, dnnl_data_type_t cdt) {
     trn_status st = TRN_SUCCESS;
     const int sp = (int)k->spatial, nd = 2 + sp;
     const dnnl_data_type_t udt = dnnl_type((trn_dtype)k->dtype);
+    const dnnl_format_tag_t act_tag = conv_ch16_direct(k->kind, k->spatial, k->groups, k->c_in,
+                                                       k->c_out, k->kernel[0] * k->kernel[1]) &&
+                                              !k->dst_plain
+                                          ? dnnl_nChw16c
+                                          : dnnl_format_tag_any;
+    // A stem (fewer than 16 input channels, e.g. RGB) forward with an
+    // nChw16c output: oneDNN's direct kernels read the plain NCHW input as it
+    // is, where "any" took brgconv on channels-last data and paid a
+    // transposing reorder of the whole (large) output: ResNet's 3 -> 32 stem
+    // on 32x32 images ran 1.7-1.8x faster (float32 and bfloat16).
+    const bool stem16 = k->kind == CONV_FWD && sp == 2 && k->groups == 1 && k->c_in < 16 &&
+                        k->c_out % 16 == 0 && !k->dst_plain;
     dnnl_dims_t dims, strides;
 
     dims[0] = k->n, dims[1] = k->c_in;
@@ -86,9 +123,8 @@ static trn_status init_mds(const conv_key *k, conv_plan *p, dnnl_data_type_t cdt
     memcpy(strides, k->input_strides, (size_t)nd * sizeof(int64_t));
     TRN_DNNL_TRY(dnnl_memory_desc_init_by_strides(&p->op[S_INPUT].user_md, nd, dims, udt, strides),
                  "convolution input layout");
-    TRN_DNNL_TRY(
-        dnnl_memory_desc_init_by_tag(&p->op[S_INPUT].comp_md, nd, dims, cdt, dnnl_format_tag_any),
-        "convolution input layout");
+    TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->op[S_INPUT].comp_md, nd, dims, cdt, act_tag),
+                 "convolution input layout");
 
     dims[1] = k->c_out;
     memcpy(dims + 2, k->out_size, sp * sizeof(int64_t));
@@ -99,7 +135,7 @@ static trn_status init_mds(const conv_key *k, conv_plan *p, dnnl_data_type_t cdt
         p->op[S_OUTPUT].comp_md = p->op[S_OUTPUT].user_md;
     else
         TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->op[S_OUTPUT].comp_md, nd, dims, cdt,
-                                                  dnnl_format_tag_any),
+                                                  stem16 ? dnnl_nChw16c : act_tag),
                      "convolution output layout");
 
     // Weights: (g, oc/g, ic/g, k...) when grouped; PyTorch's oc dim splits.
@@ -476,12 +512,16 @@ static trn_status conv_run_plan(conv_kind kind, const trn_conv_desc *d, bool acc
 // reorder between blocks), copied to the output at the end; input
 // gradient: output-channel blocks, each after the first into a scratch
 // buffer added to the output; weight gradient: blocks of batch items
-// (about CONV_W_BLOCK terms: one item of a plane of 256 or more), added the
+// (about CONV_W_BLOCK terms: one item of a plane of 1024 or more), added the
 // same way. Each block is a oneDNN call with its own reorders, so blocks
-// are no smaller than the accuracy needs. Groups > 1 run unblocked (their reductions are short).
+// are no smaller than the accuracy needs: 1024-term blocks keep the weight
+// gradient at or below CPU's error (about half of it on ResNet's 16x16
+// stage) and take 3-10 % less time there than 256-term blocks (one image
+// of a 16x16 plane per oneDNN call). Groups > 1 run unblocked (their reductions are short),
+// and so do the conv_ch16_direct shapes (their kernels block as CPU's do).
 #define CONV_RED_BLOCK 128  // reduction terms a block aims at
 #define CONV_CH_BLOCK 16    // channel blocks are multiples of this
-#define CONV_W_BLOCK 256    // weight gradient: batch x plane terms a block aims at
+#define CONV_W_BLOCK 1024   // weight gradient: batch x plane terms a block aims at
 
 static int64_t kernel_volume(const trn_conv_desc *d) {
     int64_t v = 1;
@@ -528,28 +568,6 @@ static void dense_strides(const trn_conv_desc *d, int64_t c, const int64_t *size
     st[0] = acc;
 }
 
-// dst (float32, strides ds) = or += src (float32, strides ss), [d0, d1, sizes...].
-static void move_f32(float *dst, const int64_t *ds, const float *src, const int64_t *ss, int nd,
-                     const int64_t *sizes, bool add) {
-    int64_t idx[5] = {0}, total = 1;
-    for (int i = 0; i < nd - 1; i++) total *= sizes[i];
-    const int64_t inner = sizes[nd - 1], di = ds[nd - 1], si = ss[nd - 1];
-    for (int64_t t = 0; t < total; t++) {
-        int64_t od = 0, os = 0;
-        for (int i = 0; i < nd - 1; i++) od += idx[i] * ds[i], os += idx[i] * ss[i];
-        float *o = dst + od;
-        const float *q = src + os;
-        if (add)
-            for (int64_t j = 0; j < inner; j++) o[j * di] += q[j * si];
-        else
-            for (int64_t j = 0; j < inner; j++) o[j * di] = q[j * si];
-        for (int i = nd - 2; i >= 0; i--) {
-            if (++idx[i] < sizes[i]) break;
-            idx[i] = 0;
-        }
-    }
-}
-
 static void *offset_f32(void *p, int64_t elems) {
     return p == NULL ? NULL : (void *)((float *)p + elems);
 }
@@ -573,7 +591,7 @@ static trn_status fwd_blocked(const trn_conv_desc *d, int64_t cb) {
         memcpy(q.output_strides, yst, sizeof yst);
         if ((st = conv_run_plan(CONV_FWD, &q, c0 > 0, true)) != TRN_SUCCESS) return st;
     }
-    move_f32(d->output, d->output_strides, y, yst, nd, ysz, false);
+    conv_move_f32(d->output, d->output_strides, y, yst, nd, ysz, false);
     return TRN_SUCCESS;
 }
 
@@ -597,7 +615,7 @@ static trn_status bwd_data_blocked(const trn_conv_desc *d, int64_t cb) {
             memcpy(q.input_strides, tst, sizeof tst);
         }
         if ((st = conv_run_plan(CONV_BWD_DATA, &q, false, false)) != TRN_SUCCESS) return st;
-        if (c0 > 0) move_f32(d->input, d->input_strides, tmp, tst, nd, xsz, true);
+        if (c0 > 0) conv_move_f32(d->input, d->input_strides, tmp, tst, nd, xsz, true);
     }
     return TRN_SUCCESS;
 }
@@ -623,15 +641,16 @@ static trn_status bwd_weights_blocked(const trn_conv_desc *d, int64_t nb) {
         }
         if ((st = conv_run_plan(CONV_BWD_WEIGHTS, &q, false, false)) != TRN_SUCCESS) return st;
         if (b == 0) continue;
-        move_f32(d->weight, d->weight_strides, tmp, tst, nd, wsz, true);
-        if (d->bias) move_f32(d->bias, &d->bias_stride, tmp + wn, &one, 1, &d->c_out, true);
+        conv_move_f32(d->weight, d->weight_strides, tmp, tst, nd, wsz, true);
+        if (d->bias) conv_move_f32(d->bias, &d->bias_stride, tmp + wn, &one, 1, &d->c_out, true);
     }
     return TRN_SUCCESS;
 }
 
 // One convolution of `d` on the calling thread, float32 reductions blocked.
 static trn_status conv_run_one(conv_kind kind, const trn_conv_desc *d) {
-    if (d->dtype == TRN_DTYPE_F32 && d->groups == 1 && d->n > 0) {
+    if (d->dtype == TRN_DTYPE_F32 && d->groups == 1 && d->n > 0 &&
+        !conv_ch16_direct(kind, d->spatial, d->groups, d->c_in, d->c_out, kernel_volume(d))) {
         const int64_t kvol = kernel_volume(d);
         int64_t cb;
         if (kind == CONV_FWD && (cb = channel_block(d->c_in, kvol)) > 0) return fwd_blocked(d, cb);
