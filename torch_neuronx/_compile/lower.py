@@ -41,6 +41,7 @@ from . import (  # noqa: F401
     lower_collective,
     lower_attention,
     lower_grouped_mm,
+    lower_sort_scan,
 )
 from .lower_core import (
     LOWERINGS,

@@ -9,7 +9,10 @@
 // holds a reference so the program outlives every run. torch._grouped_mm is
 // one too: its context is the product's descriptor (sizes and strides; offs
 // is an argument buffer, read when the kernel runs, so changing group sizes
-// never reach the host).
+// never reach the host). sort, topk and cumsum/cumprod (a MoE router's
+// top-k, token permutation and expert offsets) are extern steps of the same
+// kind: the context is the eager kernel's descriptor (trn/sort.h,
+// trn/reduce.h) with its stride arrays, so compiled results are eager's bits.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -30,6 +33,8 @@
 #include "trn/graph_extern.h"
 #include "trn/grouped_mm.h"
 #include "trn/metrics.h"
+#include "trn/reduce.h"
+#include "trn/sort.h"
 #include "runtime/trn_check.h"
 
 namespace py = pybind11;
@@ -43,6 +48,7 @@ struct Graph {
     trn_graph *g = nullptr;
     std::vector<std::shared_ptr<NkiProgram>> nki;           // extern calls' kernels
     std::vector<std::shared_ptr<trn_grouped_mm_desc>> gmm;  // grouped_mm calls' descriptors
+    std::vector<std::shared_ptr<void>> ctx;  // other extern calls' contexts (sort, scan)
     Graph() { TRN_CHECK(trn_graph_create(&g)); }
     ~Graph() { trn_graph_free(g); }
 };
@@ -51,6 +57,7 @@ struct Program {
     trn_program *p = nullptr;
     std::vector<std::shared_ptr<NkiProgram>> nki;  // outlive p's runs: freed after it
     std::vector<std::shared_ptr<trn_grouped_mm_desc>> gmm;
+    std::vector<std::shared_ptr<void>> ctx;
     ~Program() { trn_program_free(p); }
 };
 
@@ -72,6 +79,54 @@ trn_status launch_grouped_mm(void *ctx, trn_stream *s, void *const *bufs, int n)
     d.offs = offs ? static_cast<const int32_t *>(bufs[2]) : nullptr;
     d.c = bufs[n - 1];
     return trn_grouped_mm_launch(s, &d);
+}
+
+// A sort or topk extern step: buffers input, then values and indices. The
+// descriptor's stride arrays point into the context, which outlives runs.
+struct SortCall {
+    trn_sort_desc d{};
+    bool topk = false;
+    I64s outer, in_os, val_os, idx_os;
+};
+
+trn_status launch_sort(void *ctx, trn_stream *s, void *const *bufs, int n) {
+    const auto *c = static_cast<const SortCall *>(ctx);
+    if (n != 3) return TRN_ERROR_INVALID_ARGUMENT;
+    trn_sort_desc d = c->d;
+    d.in = bufs[0];
+    d.values = bufs[1];
+    d.indices = static_cast<int64_t *>(bufs[2]);
+    return c->topk ? trn_topk_launch(s, &d) : trn_sort_launch(s, &d);
+}
+
+// A cumsum / cumprod extern step: buffers input, then output.
+struct ScanCall {
+    trn_scan_desc d{};
+    I64s outer, in_os, out_os;
+};
+
+trn_status launch_scan(void *ctx, trn_stream *s, void *const *bufs, int n) {
+    const auto *c = static_cast<const ScanCall *>(ctx);
+    if (n != 2) return TRN_ERROR_INVALID_ARGUMENT;
+    trn_scan_desc d = c->d;
+    d.in = bufs[0];
+    d.out = bufs[1];
+    return trn_scan_launch(s, &d);
+}
+
+// Splits (sizes, strides) of one operand into the scanned/sorted dim and
+// the others, in order.
+void split_dim(const I64s &sizes, const I64s &strides, int64_t dim, I64s *outer_sizes,
+               I64s *outer_strides, int64_t *len, int64_t *stride) {
+    for (size_t i = 0; i < sizes.size(); i++) {
+        if ((int64_t)i == dim) {
+            if (len) *len = sizes[i];
+            *stride = strides[i];
+        } else {
+            if (outer_sizes) outer_sizes->push_back(sizes[i]);
+            outer_strides->push_back(strides[i]);
+        }
+    }
 }
 
 // A program that gathers or scatters can fail on an index value: its run is
@@ -392,6 +447,70 @@ void register_compiler(py::module_ &m) {
                      return call;
                  });
              })
+        .def(
+            "sort_call",
+            [](Graph &g, int in, int dt, bool topk, const I64s &sizes, const I64s &in_strides,
+               const I64s &val_strides, const I64s &idx_strides, int64_t dim, bool descending,
+               int64_t k, bool sorted) {
+                return guarded([&] {
+                    const size_t nd = sizes.size();
+                    TORCH_CHECK(nd >= 1 && nd <= TRN_MAX_DIMS && in_strides.size() == nd &&
+                                    val_strides.size() == nd && idx_strides.size() == nd,
+                                "sort_call: sizes and three strides of 1..", TRN_MAX_DIMS, " dims");
+                    TORCH_CHECK(dim >= 0 && dim < (int64_t)nd, "sort_call: bad dim ", dim);
+                    TORCH_CHECK(trn_sort_supports((trn_dtype)dt), "sort_call: dtype not supported");
+                    auto c = std::make_shared<SortCall>();
+                    c->topk = topk;
+                    trn_sort_desc &d = c->d;
+                    split_dim(sizes, in_strides, dim, &c->outer, &c->in_os, &d.len, &d.in_stride);
+                    split_dim(sizes, val_strides, dim, nullptr, &c->val_os, nullptr, &d.val_stride);
+                    split_dim(sizes, idx_strides, dim, nullptr, &c->idx_os, nullptr, &d.idx_stride);
+                    TORCH_CHECK(k >= 0 && k <= d.len, "sort_call: k out of range");
+                    d.dtype = (trn_dtype)dt;
+                    d.descending = descending;
+                    d.outer_ndim = (int)c->outer.size();
+                    d.outer_sizes = c->outer.data();
+                    d.in_outer_strides = c->in_os.data();
+                    d.val_outer_strides = c->val_os.data();
+                    d.idx_outer_strides = c->idx_os.data();
+                    d.k = k;
+                    d.sorted = sorted;
+                    int call;
+                    TRN_CHECK(trn_graph_extern_call(g.g, 1, &in, launch_sort, c.get(), &call));
+                    g.ctx.push_back(std::move(c));
+                    return call;
+                });
+            })
+        .def("scan_call",
+             [](Graph &g, int in, int dt, int op, const I64s &sizes, const I64s &in_strides,
+                const I64s &out_strides, int64_t dim) {
+                 return guarded([&] {
+                     const size_t nd = sizes.size();
+                     TORCH_CHECK(nd >= 1 && nd <= TRN_MAX_DIMS && in_strides.size() == nd &&
+                                     out_strides.size() == nd,
+                                 "scan_call: sizes and two strides of 1..", TRN_MAX_DIMS, " dims");
+                     TORCH_CHECK(dim >= 0 && dim < (int64_t)nd, "scan_call: bad dim ", dim);
+                     TORCH_CHECK(op == TRN_SCAN_CUMSUM || op == TRN_SCAN_CUMPROD,
+                                 "scan_call: bad op ", op);
+                     TORCH_CHECK(trn_scan_supports((trn_scan_op)op, (trn_dtype)dt),
+                                 "scan_call: dtype not supported");
+                     auto c = std::make_shared<ScanCall>();
+                     trn_scan_desc &d = c->d;
+                     split_dim(sizes, in_strides, dim, &c->outer, &c->in_os, &d.len, &d.in_stride);
+                     split_dim(sizes, out_strides, dim, nullptr, &c->out_os, nullptr,
+                               &d.out_stride);
+                     d.op = (trn_scan_op)op;
+                     d.dtype = (trn_dtype)dt;
+                     d.outer_ndim = (int)c->outer.size();
+                     d.outer_sizes = c->outer.data();
+                     d.in_outer_strides = c->in_os.data();
+                     d.out_outer_strides = c->out_os.data();
+                     int call;
+                     TRN_CHECK(trn_graph_extern_call(g.g, 1, &in, launch_scan, c.get(), &call));
+                     g.ctx.push_back(std::move(c));
+                     return call;
+                 });
+             })
         .def("extern_result",
              [](Graph &g, int call, int dt, const I64s &sizes, const I64s &strides) {
                  return guarded([&] {
@@ -442,6 +561,7 @@ void register_compiler(py::module_ &m) {
                      auto prog = std::make_shared<Program>();
                      prog->nki = g.nki;
                      prog->gmm = g.gmm;
+                     prog->ctx = g.ctx;
                      trn_compile_options o{include_dir.c_str(),
                                            cache_dir ? cache_dir->c_str() : nullptr,
                                            debug_dir ? debug_dir->c_str() : nullptr,
