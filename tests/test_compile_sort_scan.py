@@ -1,12 +1,12 @@
-"""sort, argsort, topk and cumsum/cumprod under torch.compile(backend=
+"""sort, argsort, topk, cumsum/cumprod and histc under torch.compile(backend=
 "neuron") are extern steps of the compiled program calling libtrn's eager
 kernels (torch_neuronx/_compile/lower_sort_scan.py), not host steps: the
 results are eager's bits (ties kept in input order, NaN sorting last, -0.0
 equal to 0.0; cumsum's float64/int64 accumulation) for every dim, strided
 and transposed inputs and the dtypes a router uses, and a MoE router whose
 per-expert counts change every call compiles once. What the lowering does
-not take (an inexact cast before a cumsum) stays a host step and still
-matches eager."""
+not take (an inexact cast before a cumsum, a histc range taken from the
+data) stays a host step and still matches eager."""
 
 import pytest
 import torch
@@ -106,6 +106,36 @@ def test_inexact_cast_before_cumsum_stays_a_host_step():
 
     def fn(x):
         return (torch.cumsum(x, 0, dtype=torch.int32),)
+
+    _check(fn, x)
+    assert torch.neuron.get_dynamo_metrics()["host_steps"] == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32, torch.bfloat16])
+def test_histc_bit_identical_no_host_step(dtype):
+    gen = torch.Generator().manual_seed(4)
+    # expert ids, some out of range (Hugging Face's expert-parallel sentinels
+    # fall past max and are not counted), on a strided view
+    ids = torch.randint(-1, 10, (2, 97), generator=gen)
+    x = ids.to(dtype) if not dtype.is_floating_point else ids.to(dtype) + 0.25
+
+    def fn(x):
+        return (
+            torch.histc(x, bins=8, min=0, max=7),
+            torch.histc(x[:, ::3], bins=5, min=-0.5, max=9.7),
+            torch.histc(x.t(), bins=1, min=2, max=3),
+        )
+
+    _check(fn, x)
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["host_steps"] == 0 and m["fallback_graphs"] == 0 and m["extern_kernels"] == 3, m
+
+
+def test_histc_range_from_data_stays_a_host_step():
+    x = torch.randn(50, generator=torch.Generator().manual_seed(5))
+
+    def fn(x):
+        return (torch.histc(x, bins=7),)  # min == max == 0: the data's extrema
 
     _check(fn, x)
     assert torch.neuron.get_dynamo_metrics()["host_steps"] == 1

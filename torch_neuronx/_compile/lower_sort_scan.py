@@ -1,9 +1,11 @@
-"""sort, topk and cumsum/cumprod -> extern steps calling libtrn's eager
-kernels (trn/sort.h, trn/reduce.h through trn/graph_extern.h): no host step.
+"""sort, topk, cumsum/cumprod and histc -> extern steps calling libtrn's
+eager kernels (trn/sort.h, trn/reduce.h, trn/histc.h through
+trn/graph_extern.h): no host step.
 
 A MoE router under torch.compile is topk (the experts of each token),
-argsort (the token permutation) and cumsum (the experts' offsets for
-torch._grouped_mm). The graph compiler has no sort or scan schedule, so
+argsort (the token permutation), the per-expert counts (histc on the expert
+ids in Hugging Face's grouped-experts path) and cumsum (the experts' offsets
+for torch._grouped_mm). The graph compiler has no sort or scan schedule, so
 these ran as host steps: the graph split around them and the values made a
 round trip through the caller. Each is now a step of the compiled program
 that queues the eager op's own kernel on the run's stream, its context the
@@ -13,10 +15,13 @@ eager's and the per-expert counts, being data, never reach the host.
 
 Owner: these lowerings. What they cannot take (0-d or empty inputs, a
 dtype the kernels do not sort or scan, a cumsum dtype reached by an inexact
-cast, topk of bool, which eager rejects) stays a host step.
+cast, topk of bool, which eager rejects, a histc whose range comes from the
+data (min == max) or is not finite and ordered) stays a host step.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -126,3 +131,30 @@ def _cumsum(L, node, x, dim, *, dtype=None):
 @register(aten.cumprod.default)
 def _cumprod(L, node, x, dim, *, dtype=None):
     return _scan(L, node, _CUMPROD, x, dim, dtype)
+
+
+@register(aten.histc.default)
+def _histc(L, node, x, bins=100, min=0, max=0):
+    v = _val(L, x)
+    if not isinstance(v, Val) or v.dtype not in TRN_DTYPE or int(bins) < 1:
+        raise Unsupported("histc input")
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():  # the range in the input's dtype, as eager takes it
+        lo, hi = (
+            torch.tensor(float(s), dtype=torch.float64).to(v.dtype).item() for s in (min, max)
+        )
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise Unsupported("histc range from the data, or not finite and ordered")
+    n = math.prod(int(s) for s in v.sizes)
+    if n == 0:
+        raise Unsupported("histc of an empty input")
+    if L.bases[v.base].kind in ("const", "iota") or not _contiguous(v):
+        v = L.materialize(v)  # the kernel reads n contiguous elements
+    call = L.g.histc_call(L.node_of(v), TRN_DTYPE[v.dtype], n, int(bins), float(lo), float(hi))
+    nid = L.g.extern_result(call, TRN_DTYPE[v.dtype], [int(bins)], [1])
+    return L.new_base(nid, "node", (int(bins),), (1,), v.dtype)
+
+
+def _contiguous(v: Val) -> bool:
+    return all(n == 1 or s == c for n, s, c in zip(v.sizes, v.strides, contiguous_strides(v.sizes)))

@@ -9,13 +9,15 @@
 // holds a reference so the program outlives every run. torch._grouped_mm is
 // one too: its context is the product's descriptor (sizes and strides; offs
 // is an argument buffer, read when the kernel runs, so changing group sizes
-// never reach the host). sort, topk and cumsum/cumprod (a MoE router's
-// top-k, token permutation and expert offsets) are extern steps of the same
-// kind: the context is the eager kernel's descriptor (trn/sort.h,
-// trn/reduce.h) with its stride arrays, so compiled results are eager's bits.
+// never reach the host). sort, topk, cumsum/cumprod and histc (a MoE
+// router's top-k, token permutation, expert counts and offsets) are extern
+// steps of the same kind: the context is the eager kernel's descriptor
+// (trn/sort.h, trn/reduce.h, trn/histc.h) with its stride arrays, so
+// compiled results are eager's bits.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +34,7 @@
 #include "trn/compiler.h"
 #include "trn/graph_extern.h"
 #include "trn/grouped_mm.h"
+#include "trn/histc.h"
 #include "trn/metrics.h"
 #include "trn/reduce.h"
 #include "trn/sort.h"
@@ -112,6 +115,15 @@ trn_status launch_scan(void *ctx, trn_stream *s, void *const *bufs, int n) {
     d.in = bufs[0];
     d.out = bufs[1];
     return trn_scan_launch(s, &d);
+}
+
+// A histc extern step: buffers input (contiguous), then the bins.
+trn_status launch_histc(void *ctx, trn_stream *s, void *const *bufs, int n) {
+    if (n != 2) return TRN_ERROR_INVALID_ARGUMENT;
+    trn_histc_desc d = *static_cast<const trn_histc_desc *>(ctx);
+    d.input = bufs[0];
+    d.out = bufs[1];
+    return trn_histc_launch(s, &d);
 }
 
 // Splits (sizes, strides) of one operand into the scanned/sorted dim and
@@ -508,6 +520,26 @@ void register_compiler(py::module_ &m) {
                      int call;
                      TRN_CHECK(trn_graph_extern_call(g.g, 1, &in, launch_scan, c.get(), &call));
                      g.ctx.push_back(std::move(c));
+                     return call;
+                 });
+             })
+        .def("histc_call",
+             [](Graph &g, int in, int dt, int64_t n, int64_t bins, double lo, double hi) {
+                 return guarded([&] {
+                     TORCH_CHECK(trn_histc_supports((trn_dtype)dt),
+                                 "histc_call: dtype not supported");
+                     TORCH_CHECK(n >= 0 && bins >= 1 && std::isfinite(lo) && std::isfinite(hi) &&
+                                     lo < hi,
+                                 "histc_call: bad size, bins or range");
+                     auto d = std::make_shared<trn_histc_desc>();
+                     d->dtype = (trn_dtype)dt;
+                     d->n = n;
+                     d->bins = bins;
+                     d->lo = lo;
+                     d->hi = hi;
+                     int call;
+                     TRN_CHECK(trn_graph_extern_call(g.g, 1, &in, launch_histc, d.get(), &call));
+                     g.ctx.push_back(std::move(d));
                      return call;
                  });
              })
