@@ -42,6 +42,7 @@ from . import (  # noqa: F401
     lower_attention,
     lower_grouped_mm,
     lower_sort_scan,
+    lower_scaled_mm,
 )
 from .lower_core import (
     LOWERINGS,

@@ -9,7 +9,8 @@
 // holds a reference so the program outlives every run. torch._grouped_mm is
 // one too: its context is the product's descriptor (sizes and strides; offs
 // is an argument buffer, read when the kernel runs, so changing group sizes
-// never reach the host). sort, topk, cumsum/cumprod and histc (a MoE
+// never reach the host). torch._scaled_mm too (descriptor: sizes, strides,
+// scale kinds; operands, scales and bias are argument buffers). sort, topk, cumsum/cumprod and histc (a MoE
 // router's top-k, token permutation, expert counts and offsets) are extern
 // steps of the same kind: the context is the eager kernel's descriptor
 // (trn/sort.h, trn/reduce.h, trn/histc.h) with its stride arrays, so
@@ -37,6 +38,7 @@
 #include "trn/histc.h"
 #include "trn/metrics.h"
 #include "trn/reduce.h"
+#include "trn/scaled_mm.h"
 #include "trn/sort.h"
 #include "runtime/trn_check.h"
 
@@ -82,6 +84,26 @@ trn_status launch_grouped_mm(void *ctx, trn_stream *s, void *const *bufs, int n)
     d.offs = offs ? static_cast<const int32_t *>(bufs[2]) : nullptr;
     d.c = bufs[n - 1];
     return trn_grouped_mm_launch(s, &d);
+}
+
+// A _scaled_mm extern step: buffers A, B, scale_a, scale_b, (bias,) then C.
+trn_status launch_scaled_mm(void *ctx, trn_stream *s, void *const *bufs, int n) {
+    trn_scaled_mm_desc d = *static_cast<const trn_scaled_mm_desc *>(ctx);
+    const bool bias = d.bias_stride >= 0;
+    if (n != (bias ? 6 : 5)) return TRN_ERROR_INVALID_ARGUMENT;
+    d.a = bufs[0];
+    d.b = bufs[1];
+    if (d.scale_a_count == 0) {  // MX: e8m0 block scales
+        d.mx_scale_a = static_cast<const uint8_t *>(bufs[2]);
+        d.mx_scale_b = static_cast<const uint8_t *>(bufs[3]);
+    } else {
+        d.scale_a = static_cast<const float *>(bufs[2]);
+        d.scale_b = static_cast<const float *>(bufs[3]);
+    }
+    d.bias = bias ? bufs[4] : nullptr;
+    if (!bias) d.bias_stride = 0;  // -1 marked "no bias" in the context
+    d.c = bufs[n - 1];
+    return trn_scaled_mm_launch(s, &d);
 }
 
 // A sort or topk extern step: buffers input, then values and indices. The
@@ -456,6 +478,50 @@ void register_compiler(py::module_ &m) {
                      TRN_CHECK(trn_graph_extern_call(g.g, (int)args.size(), args.data(),
                                                      launch_grouped_mm, d.get(), &call));
                      g.gmm.push_back(std::move(d));
+                     return call;
+                 });
+             })
+        .def("scaled_mm_call",
+             [](Graph &g, const std::vector<int> &args, int a_dt, int b_dt, int out_dt,
+                const I64s &mnk, const I64s &a_strides, const I64s &b_strides,
+                const I64s &c_strides, bool mx, const I64s &scale_counts, const I64s &scale_strides,
+                int bias_dt, int64_t bias_stride) {
+                 return guarded([&] {
+                     const bool bias = bias_stride >= 0;
+                     TORCH_CHECK(args.size() == (bias ? 5u : 4u),
+                                 "scaled_mm_call: A, B, scale_a, scale_b (and bias)");
+                     TORCH_CHECK(mnk.size() == 3 && a_strides.size() == 2 &&
+                                     b_strides.size() == 2 && c_strides.size() == 2,
+                                 "scaled_mm_call: (m, n, k) and two strides per operand");
+                     TORCH_CHECK(trn_scaled_mm_supports((trn_dtype)a_dt, (trn_dtype)b_dt,
+                                                        (trn_dtype)out_dt),
+                                 "scaled_mm_call: dtypes not supported");
+                     TORCH_CHECK(scale_counts.size() == 2 && scale_strides.size() == 2 &&
+                                     (mx || (scale_counts[0] >= 1 && scale_counts[1] >= 1)),
+                                 "scaled_mm_call: two scale counts and strides");
+                     auto d = std::make_shared<trn_scaled_mm_desc>();
+                     d->a_dtype = (trn_dtype)a_dt;
+                     d->b_dtype = (trn_dtype)b_dt;
+                     d->out_dtype = (trn_dtype)out_dt;
+                     d->m = mnk[0];
+                     d->n = mnk[1];
+                     d->k = mnk[2];
+                     for (int i = 0; i < 2; i++) {
+                         d->a_strides[i] = a_strides[i];
+                         d->b_strides[i] = b_strides[i];
+                         d->c_strides[i] = c_strides[i];
+                     }
+                     // scale_a_count 0 marks MX for the launch (the buffers are e8m0 scales)
+                     d->scale_a_count = mx ? 0 : scale_counts[0];
+                     d->scale_b_count = mx ? 0 : scale_counts[1];
+                     d->scale_a_stride = scale_strides[0];
+                     d->scale_b_stride = scale_strides[1];
+                     d->bias_dtype = (trn_dtype)bias_dt;
+                     d->bias_stride = bias ? bias_stride : -1;
+                     int call;
+                     TRN_CHECK(trn_graph_extern_call(g.g, (int)args.size(), args.data(),
+                                                     launch_scaled_mm, d.get(), &call));
+                     g.ctx.push_back(std::move(d));
                      return call;
                  });
              })
