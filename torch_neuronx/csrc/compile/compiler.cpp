@@ -86,6 +86,21 @@ trn_status launch_grouped_mm(void *ctx, trn_stream *s, void *const *bufs, int n)
     return trn_grouped_mm_launch(s, &d);
 }
 
+// A _scaled_grouped_mm extern step: buffers A, B, scale_a, scale_b, (offs,)
+// then C.
+trn_status launch_scaled_grouped_mm(void *ctx, trn_stream *s, void *const *bufs, int n) {
+    trn_scaled_grouped_mm_desc d = *static_cast<const trn_scaled_grouped_mm_desc *>(ctx);
+    const bool offs = d.layout == TRN_GMM_2D_3D;
+    if (n != (offs ? 6 : 5)) return TRN_ERROR_INVALID_ARGUMENT;
+    d.a = bufs[0];
+    d.b = bufs[1];
+    d.scale_a = static_cast<const float *>(bufs[2]);
+    d.scale_b = static_cast<const float *>(bufs[3]);
+    d.offs = offs ? static_cast<const int32_t *>(bufs[4]) : nullptr;
+    d.c = bufs[n - 1];
+    return trn_scaled_grouped_mm_launch(s, &d);
+}
+
 // A _scaled_mm extern step: buffers A, B, scale_a, scale_b, (bias,) then C.
 trn_status launch_scaled_mm(void *ctx, trn_stream *s, void *const *bufs, int n) {
     trn_scaled_mm_desc d = *static_cast<const trn_scaled_mm_desc *>(ctx);
@@ -478,6 +493,36 @@ void register_compiler(py::module_ &m) {
                      TRN_CHECK(trn_graph_extern_call(g.g, (int)args.size(), args.data(),
                                                      launch_grouped_mm, d.get(), &call));
                      g.gmm.push_back(std::move(d));
+                     return call;
+                 });
+             })
+        .def("scaled_grouped_mm_call",
+             [](Graph &g, const std::vector<int> &args, int a_dt, int b_dt, int out_dt, int layout,
+                const I64s &gmnk, const I64s &a_strides, const I64s &b_strides) {
+                 return guarded([&] {
+                     TORCH_CHECK(layout == TRN_GMM_2D_3D || layout == TRN_GMM_3D_3D,
+                                 "scaled_grouped_mm_call: 2d x 3d or 3d x 3d");
+                     TORCH_CHECK(args.size() == (layout == TRN_GMM_2D_3D ? 5u : 4u),
+                                 "scaled_grouped_mm_call: A, B, scale_a, scale_b (and offs)");
+                     TORCH_CHECK(gmnk.size() == 4 && a_strides.size() == 3 && b_strides.size() == 3,
+                                 "scaled_grouped_mm_call: (G, m, n, k) and three strides each");
+                     auto d = std::make_shared<trn_scaled_grouped_mm_desc>();
+                     d->a_dtype = (trn_dtype)a_dt;
+                     d->b_dtype = (trn_dtype)b_dt;
+                     d->out_dtype = (trn_dtype)out_dt;
+                     d->layout = (trn_gmm_layout)layout;
+                     d->groups = gmnk[0];
+                     d->m = gmnk[1];
+                     d->n = gmnk[2];
+                     d->k = gmnk[3];
+                     for (int i = 0; i < 3; i++) {
+                         d->a_strides[i] = a_strides[i];
+                         d->b_strides[i] = b_strides[i];
+                     }
+                     int call;
+                     TRN_CHECK(trn_graph_extern_call(g.g, (int)args.size(), args.data(),
+                                                     launch_scaled_grouped_mm, d.get(), &call));
+                     g.ctx.push_back(std::move(d));
                      return call;
                  });
              })
