@@ -8,7 +8,8 @@ _grouped_mm and vs a Python loop of mm on neuron; torch._scaled_mm fp8
 step of a small MoE transformer (tests/test_moe_model.py) vs CPU, eager
 and compiled.
 Ratios are speed-ups (CPU time / neuron time, or loop / grouped): higher is
-better; the sides of a row are timed in alternated rounds (fastest round). Target (the issue's, never a test's): >= 1.2x PyTorch CPU.
+better; the sides of a row are timed in alternated rounds (fastest round).
+Target (the issue's, never a test's): >= 1.2x PyTorch CPU.
 
 Run: make bench   (or .venv/bin/python bench/bench_moe.py [--quick])
 """
@@ -16,7 +17,6 @@ Run: make bench   (or .venv/bin/python bench/bench_moe.py [--quick])
 import argparse
 import pathlib
 import sys
-import time
 
 import torch
 
@@ -26,36 +26,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests")
 from test_moe_model import MoETransformer  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from bench_ops import SYNC  # noqa: E402
-
-ROUNDS = 5
-
-
-def alternated(fns, min_s=0.05):
-    """Best per-call wall seconds of each of ``fns`` ({name: (fn, device)}),
-    timed in ROUNDS rounds that alternate between them, so every side of a
-    row sees the same load (the machine is shared: timing one side after
-    the other once moved a row 3x between runs). Each round times a loop of
-    calls lasting at least ``min_s``, after one warm-up call."""
-    reps = {}
-    for name, (fn, dev) in fns.items():
-        fn()  # warm-up (and compile)
-        SYNC[dev]()
-        t0, k = time.perf_counter(), 0
-        while time.perf_counter() - t0 < min_s:
-            fn()
-            SYNC[dev]()
-            k += 1
-        reps[name] = max(k, 1)
-    best = dict.fromkeys(fns, float("inf"))
-    for _ in range(ROUNDS):
-        for name, (fn, dev) in fns.items():
-            t0 = time.perf_counter()
-            for _ in range(reps[name]):
-                fn()
-            SYNC[dev]()
-            best[name] = min(best[name], (time.perf_counter() - t0) / reps[name])
-    return best
+import alternate  # noqa: E402
+from alternate import alternated  # noqa: E402
 
 
 def row(name, ours, theirs, what):
@@ -185,8 +157,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
     args = p.parse_args()
-    global ROUNDS
-    ROUNDS = 3 if args.quick else 5
+    alternate.ROUNDS = 3 if args.quick else 5
     torch.manual_seed(0)
     bench_grouped(4096, 512, 1024, 8)
     bench_scaled(1024, 1024, 1024)
