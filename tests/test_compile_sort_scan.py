@@ -168,3 +168,38 @@ def test_router_counts_change_without_recompile():
     assert len(seen) == 4
     m = torch.neuron.get_dynamo_metrics()
     assert m["host_steps"] == 0 and m["fallback_graphs"] == 0 and m["extern_kernels"] == 3, m
+
+
+def test_extern_steps_load_warm():
+    """The warm cache replays a graph's builder calls (tape.py): a graph with
+    every new extern step (sort, topk, cumsum, histc, _scaled_mm,
+    _scaled_grouped_mm) compiled once loads warm after a reset - no
+    lowering - and gives the same bits."""
+    from torch_neuronx._compile import jobs
+
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(16, 8, generator=gen)
+    a8 = torch.randn(16, 32, generator=gen).to(torch.float8_e4m3fn)
+    b8 = torch.randn(4, 24, 32, generator=gen).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(16, generator=gen) + 0.5, torch.rand(4, 24, generator=gen) + 0.5
+
+    def fn(x, a8, b8, sa, sb):
+        v, i = x.topk(2, dim=-1)
+        order = i.reshape(-1).argsort(stable=True)
+        counts = torch.histc(i.reshape(-1).to(torch.int32), bins=8, min=0, max=7)
+        offs = torch.cumsum(counts, 0, dtype=torch.int32)
+        mm = torch._scaled_mm(a8, b8[0].t(), sa[:1], sb[0, :1], out_dtype=torch.float32)
+        offs4 = torch.tensor([4, 8, 12, 16], dtype=torch.int32, device=x.device)
+        g = torch._scaled_grouped_mm(a8, b8.transpose(-2, -1), sa, sb, offs=offs4)
+        return v, order, offs, mm, g
+
+    args = [t.to(DEV) for t in (x, a8, b8, sa, sb)]
+    first = torch.compile(fn, backend="neuron")(*args)
+    torch._dynamo.reset()
+    jobs._memory_cache.clear()
+    torch.neuron.reset_dynamo_metrics()
+    again = torch.compile(fn, backend="neuron")(*args)
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["warm_graphs"] == 1 and m["lowerings"] == 0 and m["extern_kernels"] == 6, m
+    for p, q in zip(first, again):
+        assert torch.equal(p.cpu(), q.cpu())

@@ -59,6 +59,8 @@ def _sort(L, node, x, dim, descending, k, topk, sorted_=True):
         raise Unsupported("sort dim")
     if topk and v.dtype == torch.bool:
         raise Unsupported("topk of bool (eager raises)")
+    if k is None:  # a sort: the whole dim
+        k = int(v.sizes[dim])
     m = meta(node)
     out_sizes = tuple(int(s) for s in m[0].shape)
     st = contiguous_strides(out_sizes)
@@ -85,15 +87,13 @@ def _sort(L, node, x, dim, descending, k, topk, sorted_=True):
 
 @register(aten.sort.default)
 def _sort_default(L, node, x, dim=-1, descending=False):
-    n = _val(L, x).sizes
-    return _sort(L, node, x, dim, descending, n[dim] if n else 1, False)
+    return _sort(L, node, x, dim, descending, None, False)
 
 
 @register(aten.sort.stable)
 def _sort_stable(L, node, x, *, stable=None, dim=-1, descending=False):
     # Every libtrn sort is stable (trn/sort.h): stable=False gives the same.
-    n = _val(L, x).sizes
-    return _sort(L, node, x, dim, descending, n[dim] if n else 1, False)
+    return _sort(L, node, x, dim, descending, None, False)
 
 
 @register(aten.topk.default)
