@@ -1,5 +1,6 @@
-// trn/grouped_mm.h - grouped matrix products (torch._grouped_mm): G
-// independent products whose group boundaries are device data.
+// trn/grouped_mm.h - grouped matrix products (torch._grouped_mm, and the
+// float8 torch._scaled_grouped_mm at the end): G independent products whose
+// group boundaries are device data.
 //
 // Owns: the grouped-mm kernel (libtrn/src/kernels/blas/grouped_mm.c). MoE
 // layers call it with one group per expert; `offs` holds the cumulative
