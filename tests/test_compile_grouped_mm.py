@@ -93,3 +93,54 @@ def test_layouts_and_transposed_operands_against_float64():
         ref23[lo:hi] = a2.t()[lo:hi].double() @ b3[e].double().t()
         lo = hi
     torch.testing.assert_close(got[1].cpu().double(), ref23, rtol=2e-2, atol=2e-2)
+
+
+def _scaled_experts(a, b, sa, sb, offs):
+    return (
+        torch._scaled_grouped_mm(
+            a, b.transpose(-2, -1), sa, sb, offs=offs, out_dtype=torch.bfloat16
+        ),
+    )
+
+
+def test_scaled_grouped_mm_extern_bit_identical_no_recompile():
+    """_scaled_grouped_mm (float8, rowwise scales): an extern step calling
+    trn_scaled_grouped_mm_launch, eager's bits on every row a group owns,
+    per-expert counts changing without a recompile."""
+    gen = torch.Generator().manual_seed(2)
+    b = (torch.randn(E, H, D, generator=gen) * 2).to(torch.float8_e4m3fn)  # (E, n, k)
+    sb = torch.rand(E, H, generator=gen) + 0.5
+    f = torch.compile(_scaled_experts, backend="neuron")
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for step in range(3):
+            ids = torch.randint(0, E, (T,), generator=gen)
+            ids[ids == step] = (step + 1) % E  # an empty group, a different one each step
+            offs = torch.bincount(ids, minlength=E).cumsum(0).to(torch.int32)
+            a = (torch.randn(T, D, generator=gen) * 2).to(torch.float8_e4m3fn)
+            sa = torch.rand(T, generator=gen) + 0.5
+            args = [t.to("neuron") for t in (a, b, sa, sb, offs)]
+            (got,), (want,) = f(*args), _scaled_experts(*args)
+            assert torch.equal(got.cpu(), want.cpu())
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["host_steps"] == 0 and m["extern_kernels"] == 1 and m["fallback_graphs"] == 0, m
+
+
+def test_scaled_grouped_mm_3d_3d_against_float64():
+    # PyTorch's meta for _scaled_grouped_mm (what compile traces with) takes
+    # e4m3fn operands and a bfloat16 output only, as CUDA.
+    gen = torch.Generator().manual_seed(3)
+    a = (torch.randn(E, 16, D, generator=gen) * 2).to(torch.float8_e4m3fn)
+    b = (torch.randn(E, H, D, generator=gen) * 2).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(E, 16, generator=gen) + 0.5, torch.rand(E, H, generator=gen) + 0.5
+
+    def fn(a, b, sa, sb):
+        return torch._scaled_grouped_mm(a, b.transpose(-2, -1), sa, sb, out_dtype=torch.bfloat16)
+
+    args = [t.to("neuron") for t in (a, b, sa, sb)]
+    got = torch.compile(fn, backend="neuron")(*args)
+    assert torch.equal(got.cpu(), fn(*args).cpu())
+    ref = (
+        (a.double() @ b.double().transpose(-2, -1)) * sa.double()[..., None] * sb.double()[:, None]
+    )
+    torch.testing.assert_close(got.cpu().double(), ref, rtol=8e-3, atol=1e-3)  # one bf16 rounding
+    assert torch.neuron.get_dynamo_metrics()["host_steps"] == 0

@@ -402,3 +402,52 @@ def test_compiled_graph_warm_start(tmp_path, python):
     assert cold["m"]["lowerings"] == 2 and cold["m"]["fallback_graphs"] == 0
     assert hot["m"]["warm_graphs"] == 1 and hot["m"]["lowerings"] == 0 and hot["m"]["compiles"] == 0
     assert hot["out"] == cold["out"] and hot["g"] == cold["g"]
+
+
+def test_python_number_captured_by_mask_mod_takes_the_kernel(monkeypatch):
+    """A closure int in mask_mod (a document boundary) that Dynamo turns into
+    a graph input once it changes reaches the op as a Python number among
+    the captured buffers: it is passed to the kernel as a 0-d tensor, not
+    sent to PyTorch's dense reference (which ran 3x slower than no mask in
+    bench_flex_attention.py), forward and backward, results as CPU's."""
+    import torch_neuronx._flex_attention as fa
+
+    took, numbers = [], []
+    orig_takes, orig_scalars = fa._kernel_takes, fa._scalars_as_tensors
+
+    def spy_takes(*args):
+        took.append(orig_takes(*args))
+        return took[-1]
+
+    def spy_scalars(bufs, query):
+        numbers.extend(b for b in bufs if not isinstance(b, torch.Tensor))
+        return orig_scalars(bufs, query)
+
+    monkeypatch.setattr(fa, "_kernel_takes", spy_takes)
+    monkeypatch.setattr(fa, "_scalars_as_tensors", spy_scalars)
+
+    def two_docs(n):
+        def mask(b, h, q_idx, kv_idx):
+            return (q_idx < n) == (kv_idx < n)
+
+        return mask
+
+    torch._dynamo.reset()
+    f = torch.compile(flex_attention, backend="neuron")
+    (q, k, v), grad = _inputs(torch.float32)
+    for n in (S // 4, S // 2, 3 * S // 4):  # the second call makes n dynamic
+        bm = create_block_mask(two_docs(n), None, None, S, S, device="neuron")
+        leaves = [t.to("neuron").requires_grad_() for t in (q, k, v)]
+        out = f(*leaves, block_mask=bm)
+        grads = torch.autograd.grad(out, leaves, grad.to("neuron"))
+        # float64 dense reference (PyTorch CPU's flex has no backward)
+        ql, kl, vl = (t.double().requires_grad_() for t in (q, k, v))
+        i = torch.arange(S)
+        keep = (i[:, None] < n) == (i[None, :] < n)
+        ref = F.scaled_dot_product_attention(ql, kl, vl, attn_mask=keep)
+        ref_g = torch.autograd.grad(ref, (ql, kl, vl), grad.double())
+        torch.testing.assert_close(out.cpu().double(), ref.detach(), atol=2e-5, rtol=1e-4)
+        for g, r in zip(grads, ref_g):
+            torch.testing.assert_close(g.cpu().double(), r, atol=2e-4, rtol=1e-3)
+    assert took and all(took), took
+    assert numbers, "no Python number reached the op: the case under test did not happen"

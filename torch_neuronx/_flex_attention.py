@@ -156,6 +156,19 @@ def _buffers_ok(bufs, query) -> bool:
     )
 
 
+def _scalars_as_tensors(bufs, query) -> tuple:
+    """Python numbers among the captured buffers (a closure int that Dynamo
+    made a graph input after recompiles, e.g. a document length) as 0-d
+    device tensors, which the kernel's rendered modifications read like any
+    captured tensor; comparisons and arithmetic give the same values."""
+    return tuple(
+        torch.tensor(b, device=query.device)
+        if isinstance(b, (bool, int, float)) and not isinstance(b, torch.Tensor)
+        else b
+        for b in bufs
+    )
+
+
 def _block_tensors(block_mask, query):
     def i32(t):
         if t is None:
@@ -201,6 +214,8 @@ def flex_forward(query, key, value, score_mod, block_mask, scale, kernel_options
                  score_mod_other_buffers=(), mask_mod_other_buffers=()):  # fmt: skip
     from torch._higher_order_ops.flex_attention import sdpa_dense
 
+    score_mod_other_buffers = _scalars_as_tensors(score_mod_other_buffers, query)
+    mask_mod_other_buffers = _scalars_as_tensors(mask_mod_other_buffers, query)
     bufs = tuple(score_mod_other_buffers) + tuple(mask_mod_other_buffers)
     mods = None
     if _kernel_takes(query, key, value, block_mask, bufs):
@@ -252,6 +267,8 @@ def flex_backward(query, key, value, out, logsumexp, grad_out, grad_logsumexp, f
                   mask_mod_other_buffers=()):  # fmt: skip
     from torch._higher_order_ops.flex_attention import create_fw_bw_graph, sdpa_dense_backward
 
+    score_mod_other_buffers = _scalars_as_tensors(score_mod_other_buffers, query)
+    mask_mod_other_buffers = _scalars_as_tensors(mask_mod_other_buffers, query)
     bufs = tuple(score_mod_other_buffers) + tuple(mask_mod_other_buffers)
     mods = None
     if joint_graph is None and _kernel_takes(query, key, value, block_mask, bufs):

@@ -1,5 +1,5 @@
 // test_fp8_gemm.c - the 8-bit float conversions (trn/convert.h) at their
-// edges, and the grouped-mm and scaled-mm kernels (trn/grouped_mm.h,
+// edges, and the grouped-mm (plain and scaled) and scaled-mm kernels (trn/grouped_mm.h,
 // trn/scaled_mm.h) on small cases against plain C loops. Expected codes
 // come from PyTorch 2.13 CPU (tests/test_fp8_dtypes.py checks all of them).
 #include <math.h>
@@ -89,6 +89,62 @@ static void test_grouped_mm(void) {
     d.dtype = TRN_DTYPE_I32;
     d.offs = offs;
     CHECK(trn_grouped_mm_launch(g_stream, &d) == TRN_ERROR_UNSUPPORTED);
+}
+
+// 2D_3D scaled grouped product: e4m3fn A, column-major e5m2 B, rows [0,2)
+// group 0, group 1 empty, [2,4) group 2, row 4 past offs (zeros); the
+// expected values are the float32 sums (exact here: small integers and
+// halves), times scale_a[row] then scale_b[group, col].
+static void test_scaled_grouped_mm(void) {
+    enum { M = 5, K = 4, N = 3, G = 3 };
+    uint8_t a[M * K], b[G * N * K];  // b stored (G, N, K): read as (G, K, N)
+    float sa[M], sb[G * N], c[M * N];
+    for (int i = 0; i < M * K; i++) a[i] = trn_float_to_fp8_e4m3fn((float)(i % 5) - 2.0f);
+    for (int i = 0; i < G * N * K; i++) b[i] = trn_float_to_fp8_e5m2((float)(i % 3) * 0.5f);
+    for (int i = 0; i < M; i++) sa[i] = 0.25f * (float)(i + 1);
+    for (int i = 0; i < G * N; i++) sb[i] = 2.0f + (float)i;
+    const int32_t offs[G] = {2, 2, 4};
+    trn_scaled_grouped_mm_desc d = {0};
+    d.a_dtype = TRN_DTYPE_F8E4M3FN;
+    d.b_dtype = TRN_DTYPE_F8E5M2;
+    d.out_dtype = TRN_DTYPE_F32;
+    d.layout = TRN_GMM_2D_3D;
+    d.groups = G;
+    d.m = M;
+    d.n = N;
+    d.k = K;
+    d.a = a;
+    d.a_strides[1] = K;
+    d.a_strides[2] = 1;
+    d.b = b;
+    d.b_strides[0] = N * K;
+    d.b_strides[1] = 1;
+    d.b_strides[2] = K;
+    d.c = c;
+    d.scale_a = sa;
+    d.scale_b = sb;
+    d.offs = offs;
+    CHECK_OK(trn_scaled_grouped_mm_launch(g_stream, &d));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    for (int i = 0; i < M; i++) {
+        const int g = i < 2 ? 0 : 2;
+        for (int j = 0; j < N; j++) {
+            float s = 0;
+            for (int p = 0; p < K; p++)
+                s += trn_fp8_e4m3fn_to_float(a[i * K + p]) *
+                     trn_fp8_e5m2_to_float(b[g * N * K + j * K + p]);
+            const float want = i < 4 ? (s * sa[i]) * sb[g * N + j] : 0.0f;
+            CHECK(c[i * N + j] == want);
+        }
+    }
+    d.layout = TRN_GMM_3D_2D;
+    CHECK(trn_scaled_grouped_mm_launch(g_stream, &d) == TRN_ERROR_UNSUPPORTED);
+    d.layout = TRN_GMM_2D_3D;
+    d.a_dtype = TRN_DTYPE_F8E8M0FNU;
+    CHECK(trn_scaled_grouped_mm_launch(g_stream, &d) == TRN_ERROR_UNSUPPORTED);
+    d.a_dtype = TRN_DTYPE_F8E4M3FN;
+    d.offs = NULL;
+    CHECK(trn_scaled_grouped_mm_launch(g_stream, &d) == TRN_ERROR_INVALID_ARGUMENT);
 }
 
 // Rowwise scales, a column-major B and a bfloat16 output.
@@ -203,6 +259,7 @@ int main(void) {
     }
     test_conversions();
     test_grouped_mm();
+    test_scaled_grouped_mm();
     test_scaled_mm();
     test_scaled_mm_mx();
     return TEST_REPORT();

@@ -41,6 +41,8 @@ from . import (  # noqa: F401
     lower_collective,
     lower_attention,
     lower_grouped_mm,
+    lower_sort_scan,
+    lower_scaled_mm,
 )
 from .lower_core import (
     LOWERINGS,

@@ -38,6 +38,20 @@ def _value(gm, a):
     return a
 
 
+def _number_example(b, q):
+    """A captured Python number (or Dynamo's symbolic one) as the 0-d tensor
+    the op passes to the kernel in its place."""
+    if isinstance(b, (bool, torch.SymBool)):
+        dtype = torch.bool
+    elif isinstance(b, (int, torch.SymInt)):
+        dtype = torch.int64
+    elif isinstance(b, (float, torch.SymFloat)):
+        dtype = torch.get_default_dtype()
+    else:
+        return b
+    return torch.empty((), dtype=dtype, device=q.device)
+
+
 def prepare(gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
     """Builds the C modifications of a flex attention node ahead of its
     first run (a failure here only means the run builds them, or falls back
@@ -53,6 +67,8 @@ def prepare(gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
         q, k, v = args[:3]
         score_mod, joint, block_mask = args[7], args[8], args[9]
         sbufs, mbufs = (args[12] if len(args) > 12 else ()), (args[13] if len(args) > 13 else ())
+    if isinstance(q, torch.Tensor):  # numbers run as 0-d tensors (fx._scalars_as_tensors)
+        sbufs, mbufs = (tuple(_number_example(b, q) for b in bs) for bs in (sbufs, mbufs))
     bufs = tuple(sbufs) + tuple(mbufs)
     if not isinstance(q, torch.Tensor) or not fx._kernel_takes(q, k, v, block_mask, bufs):
         return

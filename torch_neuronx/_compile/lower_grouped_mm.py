@@ -9,12 +9,17 @@ their views' strides (transposed views need no copy), the result is a
 contiguous node planned like any other; rows past offs[-1] are left
 unwritten, as eager leaves them.
 
-Owner: the ``_grouped_mm`` lowering. What it cannot take (bias, another
+``_scaled_grouped_mm`` (float8, rowwise scales, 2d x 3d and 3d x 3d) is an
+extern step too, calling trn_scaled_grouped_mm_launch.
+
+Owner: the ``_grouped_mm`` and ``_scaled_grouped_mm`` lowerings. What it cannot take (bias, another
 output dtype, a dtype the kernel does not compute in, empty operands) stays
 a host step.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -80,3 +85,79 @@ def _grouped_mm(L, node, mat_a, mat_b, offs=None, bias=None, out_dtype=None):
     )
     nid = L.g.extern_result(call, TRN_DTYPE[a.dtype], list(out_sizes), list(c.strides))
     return L.new_base(nid, "node", out_sizes, c.strides, a.dtype)
+
+
+_F8 = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
+
+
+def _contiguous(v: Val) -> bool:
+    return all(n == 1 or s == c for n, s, c in zip(v.sizes, v.strides, contiguous_strides(v.sizes)))
+
+
+@register(aten._scaled_grouped_mm.default)
+def _scaled_grouped_mm(
+    L,
+    node,
+    mat_a,
+    mat_b,
+    scale_a,
+    scale_b,
+    offs=None,
+    bias=None,
+    scale_result=None,
+    out_dtype=None,
+    use_fast_accum=False,
+):
+    """torch._scaled_grouped_mm (2d x 3d with offs, 3d x 3d; rowwise float32
+    scales) -> an extern step calling trn_scaled_grouped_mm_launch, the
+    eager composition's operations in one task (same bits)."""
+    if bias is not None or scale_result is not None:
+        raise Unsupported("scaled_grouped_mm: bias or scale_result")
+    a, b = _val(L, mat_a), _val(L, mat_b)
+    sa, sb = _val(L, scale_a), _val(L, scale_b)
+    if not all(isinstance(v, Val) for v in (a, b, sa, sb)):
+        raise Unsupported("scaled_grouped_mm: non-device operands")
+    if a.dtype not in _F8 or b.dtype not in _F8:
+        raise Unsupported("scaled_grouped_mm operand dtypes")
+    if sa.dtype != torch.float32 or sb.dtype != torch.float32:
+        raise Unsupported("scaled_grouped_mm scale dtypes")
+    out = meta(node).dtype
+    if out not in (torch.float32, torch.bfloat16) or len(b.sizes) != 3:
+        raise Unsupported("scaled_grouped_mm output or layout")
+    G, k, n = (int(s) for s in b.sizes)
+    if len(a.sizes) == 2 and offs is not None:
+        o = _val(L, offs)
+        if not isinstance(o, Val) or o.dtype != torch.int32 or tuple(o.sizes) != (G,):
+            raise Unsupported("scaled_grouped_mm offs")
+        layout, m, na = _2D_3D, int(a.sizes[0]), int(a.sizes[0])
+    elif len(a.sizes) == 3 and offs is None and int(a.sizes[0]) == G:
+        o, layout, m = None, _3D_3D, int(a.sizes[1])
+        na = G * m
+    else:
+        raise Unsupported("scaled_grouped_mm layout")
+    if int(a.sizes[-1]) != k or m * n * k == 0:
+        raise Unsupported("scaled_grouped_mm sizes")
+    if math.prod(sa.sizes) != na or math.prod(sb.sizes) != G * n:
+        raise Unsupported("scaled_grouped_mm scale counts")  # eager raises its message
+    a, b = _in_memory(L, a), _in_memory(L, b)
+    sa, sb = (
+        L.materialize(s) if L.bases[s.base].kind in ("const", "iota") or not _contiguous(s) else s
+        for s in (sa, sb)
+    )
+    args = [L.node_of(a), L.node_of(b), L.node_of(sa), L.node_of(sb)]
+    if o is not None:
+        args.append(L.node_of(_in_memory(L, o)))
+    out_sizes = tuple(int(s) for s in meta(node).shape)
+    call = L.g.scaled_grouped_mm_call(
+        args,
+        TRN_DTYPE[a.dtype],
+        TRN_DTYPE[b.dtype],
+        TRN_DTYPE[out],
+        layout,
+        [G, m, n, k],
+        _strides3(a),
+        _strides3(b),
+    )
+    st = contiguous_strides(out_sizes)
+    nid = L.g.extern_result(call, TRN_DTYPE[out], list(out_sizes), list(st))
+    return L.new_base(nid, "node", out_sizes, st, out)

@@ -1,5 +1,6 @@
-// trn/grouped_mm.h - grouped matrix products (torch._grouped_mm): G
-// independent products whose group boundaries are device data.
+// trn/grouped_mm.h - grouped matrix products (torch._grouped_mm, and the
+// float8 torch._scaled_grouped_mm at the end): G independent products whose
+// group boundaries are device data.
 //
 // Owns: the grouped-mm kernel (libtrn/src/kernels/blas/grouped_mm.c). MoE
 // layers call it with one group per expert; `offs` holds the cumulative
@@ -69,6 +70,31 @@ bool trn_grouped_mm_supports(trn_dtype dtype);
 // Validates the descriptor and enqueues the products on `stream`; the
 // operands and offs must stay valid until the task has run.
 trn_status trn_grouped_mm_launch(trn_stream *stream, const trn_grouped_mm_desc *desc);
+
+// ---- scaled grouped products (torch._scaled_grouped_mm) ----------------------
+// 8-bit float A and B (e4m3fn, e5m2 or fnuz, not e8m0fnu) with rowwise
+// float32 scales, layouts 2D_3D and 3D_3D only: the operands are widened
+// exactly to float32, multiplied as a float32 grouped product, then each
+// result is (sum * scale_a[row]) * scale_b[group, column] in float32 and
+// rounded once to out_dtype (float32 or bfloat16) - the same operations in
+// the same order as the adapter's eager composition, so the same bits. C is
+// contiguous; 2D_3D rows past offs[G-1] are written as zeros.
+typedef struct trn_scaled_grouped_mm_desc {
+    trn_dtype a_dtype, b_dtype, out_dtype;
+    trn_gmm_layout layout;  // TRN_GMM_2D_3D or TRN_GMM_3D_3D
+    int64_t groups, m, n, k;
+    const void *a;
+    int64_t a_strides[3];  // elements; group stride ignored for a 2-d A
+    const void *b;
+    int64_t b_strides[3];
+    void *c;               // contiguous (m, n) or (G, m, n)
+    const float *scale_a;  // m (2D_3D) or G * m values, contiguous
+    const float *scale_b;  // G * n values, contiguous
+    const int32_t *offs;   // G cumulative row ends (2D_3D); NULL for 3D_3D
+} trn_scaled_grouped_mm_desc;
+
+// Validates the descriptor and enqueues the product on `stream`.
+trn_status trn_scaled_grouped_mm_launch(trn_stream *stream, const trn_scaled_grouped_mm_desc *desc);
 
 #ifdef __cplusplus
 }

@@ -9,10 +9,16 @@
 // holds a reference so the program outlives every run. torch._grouped_mm is
 // one too: its context is the product's descriptor (sizes and strides; offs
 // is an argument buffer, read when the kernel runs, so changing group sizes
-// never reach the host).
+// never reach the host). torch._scaled_mm too (descriptor: sizes, strides,
+// scale kinds; operands, scales and bias are argument buffers). sort, topk, cumsum/cumprod and histc (a MoE
+// router's top-k, token permutation, expert counts and offsets) are extern
+// steps of the same kind: the context is the eager kernel's descriptor
+// (trn/sort.h, trn/reduce.h, trn/histc.h) with its stride arrays, so
+// compiled results are eager's bits.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,7 +35,11 @@
 #include "trn/compiler.h"
 #include "trn/graph_extern.h"
 #include "trn/grouped_mm.h"
+#include "trn/histc.h"
 #include "trn/metrics.h"
+#include "trn/reduce.h"
+#include "trn/scaled_mm.h"
+#include "trn/sort.h"
 #include "runtime/trn_check.h"
 
 namespace py = pybind11;
@@ -43,6 +53,7 @@ struct Graph {
     trn_graph *g = nullptr;
     std::vector<std::shared_ptr<NkiProgram>> nki;           // extern calls' kernels
     std::vector<std::shared_ptr<trn_grouped_mm_desc>> gmm;  // grouped_mm calls' descriptors
+    std::vector<std::shared_ptr<void>> ctx;  // other extern calls' contexts (sort, scan)
     Graph() { TRN_CHECK(trn_graph_create(&g)); }
     ~Graph() { trn_graph_free(g); }
 };
@@ -51,6 +62,7 @@ struct Program {
     trn_program *p = nullptr;
     std::vector<std::shared_ptr<NkiProgram>> nki;  // outlive p's runs: freed after it
     std::vector<std::shared_ptr<trn_grouped_mm_desc>> gmm;
+    std::vector<std::shared_ptr<void>> ctx;
     ~Program() { trn_program_free(p); }
 };
 
@@ -72,6 +84,98 @@ trn_status launch_grouped_mm(void *ctx, trn_stream *s, void *const *bufs, int n)
     d.offs = offs ? static_cast<const int32_t *>(bufs[2]) : nullptr;
     d.c = bufs[n - 1];
     return trn_grouped_mm_launch(s, &d);
+}
+
+// A _scaled_grouped_mm extern step: buffers A, B, scale_a, scale_b, (offs,)
+// then C.
+trn_status launch_scaled_grouped_mm(void *ctx, trn_stream *s, void *const *bufs, int n) {
+    trn_scaled_grouped_mm_desc d = *static_cast<const trn_scaled_grouped_mm_desc *>(ctx);
+    const bool offs = d.layout == TRN_GMM_2D_3D;
+    if (n != (offs ? 6 : 5)) return TRN_ERROR_INVALID_ARGUMENT;
+    d.a = bufs[0];
+    d.b = bufs[1];
+    d.scale_a = static_cast<const float *>(bufs[2]);
+    d.scale_b = static_cast<const float *>(bufs[3]);
+    d.offs = offs ? static_cast<const int32_t *>(bufs[4]) : nullptr;
+    d.c = bufs[n - 1];
+    return trn_scaled_grouped_mm_launch(s, &d);
+}
+
+// A _scaled_mm extern step: buffers A, B, scale_a, scale_b, (bias,) then C.
+trn_status launch_scaled_mm(void *ctx, trn_stream *s, void *const *bufs, int n) {
+    trn_scaled_mm_desc d = *static_cast<const trn_scaled_mm_desc *>(ctx);
+    const bool bias = d.bias_stride >= 0;
+    if (n != (bias ? 6 : 5)) return TRN_ERROR_INVALID_ARGUMENT;
+    d.a = bufs[0];
+    d.b = bufs[1];
+    if (d.scale_a_count == 0) {  // MX: e8m0 block scales
+        d.mx_scale_a = static_cast<const uint8_t *>(bufs[2]);
+        d.mx_scale_b = static_cast<const uint8_t *>(bufs[3]);
+    } else {
+        d.scale_a = static_cast<const float *>(bufs[2]);
+        d.scale_b = static_cast<const float *>(bufs[3]);
+    }
+    d.bias = bias ? bufs[4] : nullptr;
+    if (!bias) d.bias_stride = 0;  // -1 marked "no bias" in the context
+    d.c = bufs[n - 1];
+    return trn_scaled_mm_launch(s, &d);
+}
+
+// A sort or topk extern step: buffers input, then values and indices. The
+// descriptor's stride arrays point into the context, which outlives runs.
+struct SortCall {
+    trn_sort_desc d{};
+    bool topk = false;
+    I64s outer, in_os, val_os, idx_os;
+};
+
+trn_status launch_sort(void *ctx, trn_stream *s, void *const *bufs, int n) {
+    const auto *c = static_cast<const SortCall *>(ctx);
+    if (n != 3) return TRN_ERROR_INVALID_ARGUMENT;
+    trn_sort_desc d = c->d;
+    d.in = bufs[0];
+    d.values = bufs[1];
+    d.indices = static_cast<int64_t *>(bufs[2]);
+    return c->topk ? trn_topk_launch(s, &d) : trn_sort_launch(s, &d);
+}
+
+// A cumsum / cumprod extern step: buffers input, then output.
+struct ScanCall {
+    trn_scan_desc d{};
+    I64s outer, in_os, out_os;
+};
+
+trn_status launch_scan(void *ctx, trn_stream *s, void *const *bufs, int n) {
+    const auto *c = static_cast<const ScanCall *>(ctx);
+    if (n != 2) return TRN_ERROR_INVALID_ARGUMENT;
+    trn_scan_desc d = c->d;
+    d.in = bufs[0];
+    d.out = bufs[1];
+    return trn_scan_launch(s, &d);
+}
+
+// A histc extern step: buffers input (contiguous), then the bins.
+trn_status launch_histc(void *ctx, trn_stream *s, void *const *bufs, int n) {
+    if (n != 2) return TRN_ERROR_INVALID_ARGUMENT;
+    trn_histc_desc d = *static_cast<const trn_histc_desc *>(ctx);
+    d.input = bufs[0];
+    d.out = bufs[1];
+    return trn_histc_launch(s, &d);
+}
+
+// Splits (sizes, strides) of one operand into the scanned/sorted dim and
+// the others, in order.
+void split_dim(const I64s &sizes, const I64s &strides, int64_t dim, I64s *outer_sizes,
+               I64s *outer_strides, int64_t *len, int64_t *stride) {
+    for (size_t i = 0; i < sizes.size(); i++) {
+        if ((int64_t)i == dim) {
+            if (len) *len = sizes[i];
+            *stride = strides[i];
+        } else {
+            if (outer_sizes) outer_sizes->push_back(sizes[i]);
+            outer_strides->push_back(strides[i]);
+        }
+    }
 }
 
 // A program that gathers or scatters can fail on an index value: its run is
@@ -392,6 +496,164 @@ void register_compiler(py::module_ &m) {
                      return call;
                  });
              })
+        .def("scaled_grouped_mm_call",
+             [](Graph &g, const std::vector<int> &args, int a_dt, int b_dt, int out_dt, int layout,
+                const I64s &gmnk, const I64s &a_strides, const I64s &b_strides) {
+                 return guarded([&] {
+                     TORCH_CHECK(layout == TRN_GMM_2D_3D || layout == TRN_GMM_3D_3D,
+                                 "scaled_grouped_mm_call: 2d x 3d or 3d x 3d");
+                     TORCH_CHECK(args.size() == (layout == TRN_GMM_2D_3D ? 5u : 4u),
+                                 "scaled_grouped_mm_call: A, B, scale_a, scale_b (and offs)");
+                     TORCH_CHECK(gmnk.size() == 4 && a_strides.size() == 3 && b_strides.size() == 3,
+                                 "scaled_grouped_mm_call: (G, m, n, k) and three strides each");
+                     auto d = std::make_shared<trn_scaled_grouped_mm_desc>();
+                     d->a_dtype = (trn_dtype)a_dt;
+                     d->b_dtype = (trn_dtype)b_dt;
+                     d->out_dtype = (trn_dtype)out_dt;
+                     d->layout = (trn_gmm_layout)layout;
+                     d->groups = gmnk[0];
+                     d->m = gmnk[1];
+                     d->n = gmnk[2];
+                     d->k = gmnk[3];
+                     for (int i = 0; i < 3; i++) {
+                         d->a_strides[i] = a_strides[i];
+                         d->b_strides[i] = b_strides[i];
+                     }
+                     int call;
+                     TRN_CHECK(trn_graph_extern_call(g.g, (int)args.size(), args.data(),
+                                                     launch_scaled_grouped_mm, d.get(), &call));
+                     g.ctx.push_back(std::move(d));
+                     return call;
+                 });
+             })
+        .def("scaled_mm_call",
+             [](Graph &g, const std::vector<int> &args, int a_dt, int b_dt, int out_dt,
+                const I64s &mnk, const I64s &a_strides, const I64s &b_strides,
+                const I64s &c_strides, bool mx, const I64s &scale_counts, const I64s &scale_strides,
+                int bias_dt, int64_t bias_stride) {
+                 return guarded([&] {
+                     const bool bias = bias_stride >= 0;
+                     TORCH_CHECK(args.size() == (bias ? 5u : 4u),
+                                 "scaled_mm_call: A, B, scale_a, scale_b (and bias)");
+                     TORCH_CHECK(mnk.size() == 3 && a_strides.size() == 2 &&
+                                     b_strides.size() == 2 && c_strides.size() == 2,
+                                 "scaled_mm_call: (m, n, k) and two strides per operand");
+                     TORCH_CHECK(trn_scaled_mm_supports((trn_dtype)a_dt, (trn_dtype)b_dt,
+                                                        (trn_dtype)out_dt),
+                                 "scaled_mm_call: dtypes not supported");
+                     TORCH_CHECK(scale_counts.size() == 2 && scale_strides.size() == 2 &&
+                                     (mx || (scale_counts[0] >= 1 && scale_counts[1] >= 1)),
+                                 "scaled_mm_call: two scale counts and strides");
+                     auto d = std::make_shared<trn_scaled_mm_desc>();
+                     d->a_dtype = (trn_dtype)a_dt;
+                     d->b_dtype = (trn_dtype)b_dt;
+                     d->out_dtype = (trn_dtype)out_dt;
+                     d->m = mnk[0];
+                     d->n = mnk[1];
+                     d->k = mnk[2];
+                     for (int i = 0; i < 2; i++) {
+                         d->a_strides[i] = a_strides[i];
+                         d->b_strides[i] = b_strides[i];
+                         d->c_strides[i] = c_strides[i];
+                     }
+                     // scale_a_count 0 marks MX for the launch (the buffers are e8m0 scales)
+                     d->scale_a_count = mx ? 0 : scale_counts[0];
+                     d->scale_b_count = mx ? 0 : scale_counts[1];
+                     d->scale_a_stride = scale_strides[0];
+                     d->scale_b_stride = scale_strides[1];
+                     d->bias_dtype = (trn_dtype)bias_dt;
+                     d->bias_stride = bias ? bias_stride : -1;
+                     int call;
+                     TRN_CHECK(trn_graph_extern_call(g.g, (int)args.size(), args.data(),
+                                                     launch_scaled_mm, d.get(), &call));
+                     g.ctx.push_back(std::move(d));
+                     return call;
+                 });
+             })
+        .def(
+            "sort_call",
+            [](Graph &g, int in, int dt, bool topk, const I64s &sizes, const I64s &in_strides,
+               const I64s &val_strides, const I64s &idx_strides, int64_t dim, bool descending,
+               int64_t k, bool sorted) {
+                return guarded([&] {
+                    const size_t nd = sizes.size();
+                    TORCH_CHECK(nd >= 1 && nd <= TRN_MAX_DIMS && in_strides.size() == nd &&
+                                    val_strides.size() == nd && idx_strides.size() == nd,
+                                "sort_call: sizes and three strides of 1..", TRN_MAX_DIMS, " dims");
+                    TORCH_CHECK(dim >= 0 && dim < (int64_t)nd, "sort_call: bad dim ", dim);
+                    TORCH_CHECK(trn_sort_supports((trn_dtype)dt), "sort_call: dtype not supported");
+                    auto c = std::make_shared<SortCall>();
+                    c->topk = topk;
+                    trn_sort_desc &d = c->d;
+                    split_dim(sizes, in_strides, dim, &c->outer, &c->in_os, &d.len, &d.in_stride);
+                    split_dim(sizes, val_strides, dim, nullptr, &c->val_os, nullptr, &d.val_stride);
+                    split_dim(sizes, idx_strides, dim, nullptr, &c->idx_os, nullptr, &d.idx_stride);
+                    TORCH_CHECK(k >= 0 && k <= d.len, "sort_call: k out of range");
+                    d.dtype = (trn_dtype)dt;
+                    d.descending = descending;
+                    d.outer_ndim = (int)c->outer.size();
+                    d.outer_sizes = c->outer.data();
+                    d.in_outer_strides = c->in_os.data();
+                    d.val_outer_strides = c->val_os.data();
+                    d.idx_outer_strides = c->idx_os.data();
+                    d.k = k;
+                    d.sorted = sorted;
+                    int call;
+                    TRN_CHECK(trn_graph_extern_call(g.g, 1, &in, launch_sort, c.get(), &call));
+                    g.ctx.push_back(std::move(c));
+                    return call;
+                });
+            })
+        .def("scan_call",
+             [](Graph &g, int in, int dt, int op, const I64s &sizes, const I64s &in_strides,
+                const I64s &out_strides, int64_t dim) {
+                 return guarded([&] {
+                     const size_t nd = sizes.size();
+                     TORCH_CHECK(nd >= 1 && nd <= TRN_MAX_DIMS && in_strides.size() == nd &&
+                                     out_strides.size() == nd,
+                                 "scan_call: sizes and two strides of 1..", TRN_MAX_DIMS, " dims");
+                     TORCH_CHECK(dim >= 0 && dim < (int64_t)nd, "scan_call: bad dim ", dim);
+                     TORCH_CHECK(op == TRN_SCAN_CUMSUM || op == TRN_SCAN_CUMPROD,
+                                 "scan_call: bad op ", op);
+                     TORCH_CHECK(trn_scan_supports((trn_scan_op)op, (trn_dtype)dt),
+                                 "scan_call: dtype not supported");
+                     auto c = std::make_shared<ScanCall>();
+                     trn_scan_desc &d = c->d;
+                     split_dim(sizes, in_strides, dim, &c->outer, &c->in_os, &d.len, &d.in_stride);
+                     split_dim(sizes, out_strides, dim, nullptr, &c->out_os, nullptr,
+                               &d.out_stride);
+                     d.op = (trn_scan_op)op;
+                     d.dtype = (trn_dtype)dt;
+                     d.outer_ndim = (int)c->outer.size();
+                     d.outer_sizes = c->outer.data();
+                     d.in_outer_strides = c->in_os.data();
+                     d.out_outer_strides = c->out_os.data();
+                     int call;
+                     TRN_CHECK(trn_graph_extern_call(g.g, 1, &in, launch_scan, c.get(), &call));
+                     g.ctx.push_back(std::move(c));
+                     return call;
+                 });
+             })
+        .def("histc_call",
+             [](Graph &g, int in, int dt, int64_t n, int64_t bins, double lo, double hi) {
+                 return guarded([&] {
+                     TORCH_CHECK(trn_histc_supports((trn_dtype)dt),
+                                 "histc_call: dtype not supported");
+                     TORCH_CHECK(n >= 0 && bins >= 1 && std::isfinite(lo) && std::isfinite(hi) &&
+                                     lo < hi,
+                                 "histc_call: bad size, bins or range");
+                     auto d = std::make_shared<trn_histc_desc>();
+                     d->dtype = (trn_dtype)dt;
+                     d->n = n;
+                     d->bins = bins;
+                     d->lo = lo;
+                     d->hi = hi;
+                     int call;
+                     TRN_CHECK(trn_graph_extern_call(g.g, 1, &in, launch_histc, d.get(), &call));
+                     g.ctx.push_back(std::move(d));
+                     return call;
+                 });
+             })
         .def("extern_result",
              [](Graph &g, int call, int dt, const I64s &sizes, const I64s &strides) {
                  return guarded([&] {
@@ -442,6 +704,7 @@ void register_compiler(py::module_ &m) {
                      auto prog = std::make_shared<Program>();
                      prog->nki = g.nki;
                      prog->gmm = g.gmm;
+                     prog->ctx = g.ctx;
                      trn_compile_options o{include_dir.c_str(),
                                            cache_dir ? cache_dir->c_str() : nullptr,
                                            debug_dir ? debug_dir->c_str() : nullptr,

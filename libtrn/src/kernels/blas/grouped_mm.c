@@ -1,7 +1,12 @@
 // grouped_mm.c - owns the grouped-mm kernel declared in trn/grouped_mm.h:
 // validation at launch, and a task that reads the group boundaries and runs
 // each group's product through the matmul kernel's body (matmul_run.h).
+// The scaled grouped product (float8 operands, rowwise scales) is one task
+// too: widen, the float32 group loop, then the scales.
+#include <stdlib.h>
 #include <string.h>
+
+#include "trn/convert.h"
 
 #include "../kit/launch.h"
 #include "matmul_run.h"
@@ -110,17 +115,9 @@ static trn_status run_group(const trn_grouped_mm_desc *d, int64_t g, int64_t r0,
     return TRN_SUCCESS;
 }
 
-static trn_status gmm_task(void *args) {
-    const gmm_args *a = args;
-    const trn_grouped_mm_desc *d = &a->d;
-    trn__access_set acc;
-    memset(&acc, 0, sizeof acc);
-    trn__access_add(&acc, d->a, (size_t)a->a_span);
-    trn__access_add(&acc, d->b, (size_t)a->b_span);
-    trn__access_add(&acc, d->c, (size_t)a->c_span);
-    if (d->offs) trn__access_add(&acc, d->offs, (size_t)d->groups * sizeof(int32_t));
-    trn_status st = trn__access_begin(&acc);
-    if (st != TRN_SUCCESS) return st;
+// Every group of d, its boundaries read from offs (checked) as they run.
+static trn_status run_groups(const trn_grouped_mm_desc *d) {
+    trn_status st = TRN_SUCCESS;
     const int64_t limit = d->layout == TRN_GMM_2D_3D   ? d->m
                           : d->layout == TRN_GMM_3D_2D ? d->n
                                                        : d->k;
@@ -141,6 +138,21 @@ static trn_status gmm_task(void *args) {
         st = run_group(d, g, prev, end);
         prev = end;
     }
+    return st;
+}
+
+static trn_status gmm_task(void *args) {
+    const gmm_args *a = args;
+    const trn_grouped_mm_desc *d = &a->d;
+    trn__access_set acc;
+    memset(&acc, 0, sizeof acc);
+    trn__access_add(&acc, d->a, (size_t)a->a_span);
+    trn__access_add(&acc, d->b, (size_t)a->b_span);
+    trn__access_add(&acc, d->c, (size_t)a->c_span);
+    if (d->offs) trn__access_add(&acc, d->offs, (size_t)d->groups * sizeof(int32_t));
+    trn_status st = trn__access_begin(&acc);
+    if (st != TRN_SUCCESS) return st;
+    st = run_groups(d);
     trn__access_end(&acc);
     return st;
 }
@@ -191,4 +203,162 @@ trn_status trn_grouped_mm_launch(trn_stream *stream, const trn_grouped_mm_desc *
     if (d->c == NULL || (a.a_span > 0 && d->a == NULL) || (a.b_span > 0 && d->b == NULL))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: NULL operand", fn);
     return trn_stream_launch(stream, gmm_task, &a, sizeof a);
+}
+
+// ---- scaled grouped products ---------------------------------------------------
+
+typedef struct sgmm_args {
+    trn_scaled_grouped_mm_desc d;
+    int64_t a_span, b_span, c_span, sa_count, sb_count;
+} sgmm_args;
+
+_Static_assert(sizeof(sgmm_args) <= TRN_TASK_MAX_ARGS, "scaled_grouped_mm args too large");
+
+static bool is_f8_operand(trn_dtype t) {
+    return t == TRN_DTYPE_F8E4M3FN || t == TRN_DTYPE_F8E5M2 || t == TRN_DTYPE_F8E4M3FNUZ ||
+           t == TRN_DTYPE_F8E5M2FNUZ;
+}
+
+static float f8_to_float(trn_dtype t, uint8_t c) {
+    switch (t) {
+    case TRN_DTYPE_F8E4M3FN: return trn_fp8_e4m3fn_to_float(c);
+    case TRN_DTYPE_F8E5M2: return trn_fp8_e5m2_to_float(c);
+    case TRN_DTYPE_F8E4M3FNUZ: return trn_fp8_e4m3fnuz_to_float(c);
+    default: return trn_fp8_e5m2fnuz_to_float(c);
+    }
+}
+
+// Widens a (G, rows, cols) 8-bit operand read through `strides` into a
+// contiguous float32 copy (exact), through a table of the 256 codes.
+static void widen(trn_dtype t, const uint8_t *src, const int64_t strides[3], int64_t groups,
+                  int64_t rows, int64_t cols, float *dst) {
+    float lut[256];
+    for (int c = 0; c < 256; c++) lut[c] = f8_to_float(t, (uint8_t)c);
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t r = 0; r < rows; r++) {
+            const uint8_t *row = src + g * strides[0] + r * strides[1];
+            for (int64_t j = 0; j < cols; j++) *dst++ = lut[row[j * strides[2]]];
+        }
+}
+
+static trn_status sgmm_task(void *args) {
+    const sgmm_args *a = args;
+    const trn_scaled_grouped_mm_desc *d = &a->d;
+    trn__access_set acc;
+    memset(&acc, 0, sizeof acc);
+    trn__access_add(&acc, d->a, (size_t)a->a_span);
+    trn__access_add(&acc, d->b, (size_t)a->b_span);
+    trn__access_add(&acc, d->c, (size_t)a->c_span);
+    trn__access_add(&acc, d->scale_a, (size_t)a->sa_count * sizeof(float));
+    trn__access_add(&acc, d->scale_b, (size_t)a->sb_count * sizeof(float));
+    if (d->offs) trn__access_add(&acc, d->offs, (size_t)d->groups * sizeof(int32_t));
+    trn_status st = trn__access_begin(&acc);
+    if (st != TRN_SUCCESS) return st;
+    const bool a3 = d->layout == TRN_GMM_3D_3D;
+    const int64_t G = d->groups, m = d->m, n = d->n, k = d->k, ga = a3 ? G : 1;
+    float *wa = malloc((size_t)(ga * m * k) * sizeof(float) + 1);
+    float *wb = malloc((size_t)(G * k * n) * sizeof(float) + 1);
+    float *sum = calloc((size_t)(ga * m * n) + 1, sizeof(float));  // rows past offs: 0
+    if (wa == NULL || wb == NULL || sum == NULL) {
+        st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "scaled_grouped_mm: no staging memory");
+    } else {
+        widen(d->a_dtype, d->a, d->a_strides, ga, m, k, wa);
+        widen(d->b_dtype, d->b, d->b_strides, G, k, n, wb);
+        trn_grouped_mm_desc f;
+        memset(&f, 0, sizeof f);
+        f.dtype = TRN_DTYPE_F32;
+        f.layout = d->layout;
+        f.groups = G;
+        f.m = m;
+        f.n = n;
+        f.k = k;
+        f.a = wa;
+        f.a_strides[0] = a3 ? m * k : 0;
+        f.a_strides[1] = k;
+        f.a_strides[2] = 1;
+        f.b = wb;
+        f.b_strides[0] = k * n;
+        f.b_strides[1] = n;
+        f.b_strides[2] = 1;
+        f.c = sum;
+        f.c_strides[0] = a3 ? m * n : 0;
+        f.c_strides[1] = n;
+        f.c_strides[2] = 1;
+        f.offs = d->offs;
+        st = run_groups(&f);
+    }
+    if (st == TRN_SUCCESS) {
+        // (sum * scale_a[row]) * scale_b[group, col], rounded once. 2D_3D
+        // rows past offs[G-1] take the last group's scales (as the eager
+        // composition's clamp) on their zero sums.
+        int64_t g = 0, end = a3 ? m : (G > 0 ? d->offs[0] : m);
+        const bool bf16 = d->out_dtype == TRN_DTYPE_BF16;
+        for (int64_t gg = 0; gg < ga; gg++)
+            for (int64_t r = 0; r < m; r++) {
+                if (!a3)
+                    while (r >= end && g < G - 1) end = d->offs[++g];
+                const int64_t grp = a3 ? gg : g;
+                const float sa = d->scale_a[gg * m + r];
+                const float *sb = d->scale_b + grp * n;
+                const float *src = sum + (gg * m + r) * n;
+                const int64_t o = (gg * m + r) * n;
+                for (int64_t j = 0; j < n; j++) {
+                    const float v = (src[j] * sa) * sb[j];
+                    if (bf16)
+                        ((uint16_t *)d->c)[o + j] = trn_float_to_bf16(v);
+                    else
+                        ((float *)d->c)[o + j] = v;
+                }
+            }
+    }
+    free(wa);
+    free(wb);
+    free(sum);
+    trn__access_end(&acc);
+    return st;
+}
+
+trn_status trn_scaled_grouped_mm_launch(trn_stream *stream,
+                                        const trn_scaled_grouped_mm_desc *desc) {
+    static const char fn[] = "trn_scaled_grouped_mm_launch";
+    trn_status st = trn__check_launch(stream, desc, fn);
+    if (st != TRN_SUCCESS) return st;
+    if ((unsigned)desc->a_dtype >= TRN_DTYPE_COUNT || (unsigned)desc->b_dtype >= TRN_DTYPE_COUNT ||
+        !is_f8_operand(desc->a_dtype) || !is_f8_operand(desc->b_dtype) ||
+        !(desc->out_dtype == TRN_DTYPE_F32 || desc->out_dtype == TRN_DTYPE_BF16))
+        return trn__set_error(TRN_ERROR_UNSUPPORTED,
+                              "%s: needs 8-bit float operands and a float32 or bfloat16 output",
+                              fn);
+    if (desc->layout != TRN_GMM_2D_3D && desc->layout != TRN_GMM_3D_3D)
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: only the 2D_3D and 3D_3D layouts", fn);
+    if (desc->groups < 1 || desc->m < 0 || desc->n < 0 || desc->k < 0)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: need groups >= 1 and sizes >= 0",
+                              fn);
+    if ((desc->offs == NULL) != (desc->layout == TRN_GMM_3D_3D))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
+                              "%s: offs is required for 2D_3D and must be NULL for 3D_3D", fn);
+    for (int i = 0; i < 3; i++)
+        if (desc->a_strides[i] < 0 || desc->b_strides[i] < 0)
+            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: negative strides", fn);
+    st = trn__fork_check();
+    if (st != TRN_SUCCESS) return st;
+    sgmm_args a;
+    memset(&a, 0, sizeof a);
+    a.d = *desc;
+    trn_scaled_grouped_mm_desc *d = &a.d;
+    const bool a3 = d->layout == TRN_GMM_3D_3D;
+    const int64_t G = d->groups, ga = a3 ? G : 1;
+    if (!a3) d->a_strides[0] = 0;
+    const int64_t asz[3] = {ga, d->m, d->k}, bsz[3] = {G, d->k, d->n}, csz[3] = {ga, d->m, d->n};
+    const int64_t cst[3] = {d->m * d->n, d->n, 1};
+    if (!span3(asz, d->a_strides, 1, &a.a_span) || !span3(bsz, d->b_strides, 1, &a.b_span) ||
+        !span3(csz, cst, (int64_t)trn_dtype_size(d->out_dtype), &a.c_span) ||
+        __builtin_mul_overflow(ga, d->m, &a.sa_count) ||
+        __builtin_mul_overflow(G, d->n, &a.sb_count))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: sizes overflow", fn);
+    if (a.c_span == 0) return TRN_SUCCESS;
+    if (d->c == NULL || d->scale_a == NULL || d->scale_b == NULL ||
+        (a.a_span > 0 && d->a == NULL) || (a.b_span > 0 && d->b == NULL))
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: NULL operand", fn);
+    return trn_stream_launch(stream, sgmm_task, &a, sizeof a);
 }
