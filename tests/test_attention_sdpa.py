@@ -158,3 +158,26 @@ def test_causal_with_mask_and_errors_match_cpu():
     for dev in ("cpu", "neuron"):
         with pytest.raises(RuntimeError):
             F.scaled_dot_product_attention(q.to(dev), k.to(dev), v.to(dev))
+
+
+@pytest.mark.parametrize("kv_len", [1, 5, 37])
+def test_decode_query_matches_its_row_of_the_block_bitwise(kv_len):
+    # A decode step's one query makes every score a column-tail element of the
+    # tile product (tile_mm.h), run in registers four keys at a time; a block
+    # of queries runs the vector tiles. Both are the same multiply-add chain
+    # per score, so the single query's output is its row of the block's, bit
+    # for bit, with and without a mask (and close to CPU's).
+    g = torch.Generator().manual_seed(kv_len)
+    q, k, v = (torch.randn(1, 4, n, 64, generator=g) for n in (9, kv_len, kv_len))
+    mask = torch.randn(9, kv_len, generator=g)
+    for m in (None, mask):
+        dev = [t.to("neuron") if t is not None else None for t in (q, k, v, m)]
+        torch_neuronx.clear_op_tracking()
+        full = F.scaled_dot_product_attention(*dev[:3], attn_mask=dev[3]).cpu()
+        for i in (0, 4, 8):
+            mi = None if m is None else dev[3][i : i + 1]
+            one = F.scaled_dot_product_attention(dev[0][:, :, i : i + 1], *dev[1:3], attn_mask=mi)
+            assert torch.equal(one.cpu(), full[:, :, i : i + 1])
+        assert FWD in torch_neuronx.get_executed_ops()
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        torch.testing.assert_close(full, ref, atol=2e-5, rtol=1e-4)

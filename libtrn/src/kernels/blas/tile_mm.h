@@ -183,16 +183,45 @@ static inline void trn_tile_mm_band(int64_t m, int64_t n, int64_t k, const float
         }
 #endif
     // Columns past the last full vector (and every column without AVX2/FMA).
+    // Each element is one fused multiply-add chain over p in order; the chain
+    // lives in a register (through C in memory it paid a store-to-load round
+    // trip per step), and four rows' chains run interleaved where the band
+    // gives them the same terms: a decode step's attention scores (one query
+    // column, S^T = K . q) are all tail. The order within each chain, and so
+    // every bit, is that of one row at a time.
     if (nv < n) {
-        for (int64_t i = 0; i < m; i++) {
-            float *cr = c + i * ldc;
-            if (!accumulate)
-                for (int64_t jj = nv; jj < n; jj++) cr[jj] = 0.0f;
+        int64_t i = 0;
+        for (; i + 4 <= m; i += 4) {
+            int64_t q0, q1;
             trn__tile_range(&bd, i, 1, k, &p0, &p1);
-            for (int64_t p = p0; p < p1; p++) {
-                const float av = a[i * ars + p * acs];
-                const float *br = b + p * ldb;
-                for (int64_t jj = nv; jj < n; jj++) cr[jj] = fmaf(av, br[jj], cr[jj]);
+            trn__tile_range(&bd, i + 3, 1, k, &q0, &q1);
+            if (q0 != p0 || q1 != p1) break;  // banded rows: one at a time below
+            const float *a0 = a + i * ars, *a1 = a0 + ars, *a2 = a1 + ars, *a3 = a2 + ars;
+            for (int64_t jj = nv; jj < n; jj++) {
+                float *cr = c + i * ldc + jj;
+                float s0 = accumulate ? cr[0] : 0.0f, s1 = accumulate ? cr[ldc] : 0.0f;
+                float s2 = accumulate ? cr[2 * ldc] : 0.0f, s3 = accumulate ? cr[3 * ldc] : 0.0f;
+                for (int64_t p = p0; p < p1; p++) {
+                    const float bv = b[p * ldb + jj];
+                    s0 = fmaf(a0[p * acs], bv, s0);
+                    s1 = fmaf(a1[p * acs], bv, s1);
+                    s2 = fmaf(a2[p * acs], bv, s2);
+                    s3 = fmaf(a3[p * acs], bv, s3);
+                }
+                cr[0] = s0;
+                cr[ldc] = s1;
+                cr[2 * ldc] = s2;
+                cr[3 * ldc] = s3;
+            }
+        }
+        for (; i < m; i++) {
+            float *cr = c + i * ldc;
+            trn__tile_range(&bd, i, 1, k, &p0, &p1);
+            for (int64_t jj = nv; jj < n; jj++) {
+                float s = accumulate ? cr[jj] : 0.0f;
+                for (int64_t p = p0; p < p1; p++)
+                    s = fmaf(a[i * ars + p * acs], b[p * ldb + jj], s);
+                cr[jj] = s;
             }
         }
     }
