@@ -869,3 +869,104 @@ def stream_shuffle(dst, src, shuffle_mask, name="nc_stream_shuffle"):
         s = tmp[m : m + 32 * (k - 1) + 1 : 32]
         copy(d, conform(s, d.shape) if tuple(s.shape) != tuple(d.shape) else s, 2, name=name)
     return dst
+
+
+def _reversed_free(ap):
+    """The same (P, n) access with its free axis walked backwards."""
+    idx = [(b + c[1] * (ap.dims[1] - 1), [c[0], -c[1]]) for b, c in ap.idx]
+    return AP(ap.tensor, list(ap.dims), idx)
+
+
+def sequence_bounds(dst, segment_ids, dtype=None, name="sequence_bounds"):
+    """dst (P, 2, n) <- per element the [start, end) of its run of equal ids
+    along segment_ids' (P, n) free axis; id 0 is padding (start n, end -1).
+    Recorded as compares, an iota and two tensor_tensor_scans
+    (start = start * same_as_previous + (1 - same) * i, and the end the same
+    way over reversed access patterns), all in fp32 (exact: n < 2^24)."""
+    if segment_ids.ndim != 2:
+        raise NkiError(f"nki: {name}: segment_ids must be a (P, n) tile (got {segment_ids.shape})")
+    P, n = segment_ids.shape
+    if dst is None:
+        dst = alloc((P, 2, n), dtype or segment_ids.dtype)
+    if tuple(dst.shape) != (P, 2, n):
+        raise NkiError(f"nki: {name}: dst must be {(P, 2, n)} (got {tuple(dst.shape)})")
+    f32 = dt.float32
+    s = copy(None, segment_ids, mode=2, dtype=f32, name=name)
+    idx = alloc((P, n), f32)
+    iota_expr(idx, pattern_expr(2, [[1, n]], 0, 0), name=name)
+    pad = tensor_scalar(None, s, "equal", 0.0, dtype=f32, name=name)
+    for end in (False, True):
+        same = alloc((P, n), f32)  # the neighbour (previous / next) has the same id
+        edge = (n - 1, n) if end else (0, 1)
+        memset(same[:, edge[0] : edge[1]], 0.0, name=name)
+        if n > 1:
+            a, b = (s[:, 0 : n - 1], s[:, 1:n]) if end else (s[:, 1:n], s[:, 0 : n - 1])
+            binary(a, b, "equal", dst=same[:, 0 : n - 1] if end else same[:, 1:n], name=name)
+        pos = tensor_scalar(None, idx, "add", 1.0, dtype=f32, name=name) if end else idx
+        fresh = stt(None, same, "subtract", 1.0, "multiply", pos, reverse0=True, name=name)
+        bound = alloc((P, n), f32)
+        if end:
+            scan(
+                _reversed_free(bound),
+                _reversed_free(same),
+                _reversed_free(fresh),
+                0.0,
+                "multiply",
+                "add",
+                name=name,
+            )
+        else:
+            scan(bound, same, fresh, 0.0, "multiply", "add", name=name)
+        where(pad, -1.0 if end else float(n), bound, dst=dst[:, 1 if end else 0, :], name=name)
+    return dst
+
+
+def local_gather(dst, src, index, num_elem_per_idx=1, num_valid_indices=None, name="local_gather"):
+    """GpSimd local gather: each group of 16 partitions (one GpSimd core)
+    flattens its rows of `index` partition-first into one list of element
+    offsets (the first num_valid_indices of them) and every partition of the
+    group reads num_elem_per_idx contiguous elements of its own flattened
+    src row at each offset. Recorded as one strided copy of the indices per
+    core, an add of the element positions and a per-partition take (an
+    offset out of range fails the run; on hardware it is undefined)."""
+    P = src.shape[0]
+    if index.ndim != 2 or index.shape[0] != P or P % 16:
+        raise NkiError(
+            f"nki: {name}: index must be a (P, k) tile with src's partitions, P a multiple of 16 "
+            f"(got src {tuple(src.shape)}, index {tuple(index.shape)})"
+        )
+    if index.dtype.is_float:
+        raise NkiError(f"nki: {name}: indices must be integers (uint16), got {index.dtype}")
+    E = int(num_elem_per_idx)
+    if E not in (1, 2, 4, 8, 16, 32):
+        raise NkiError(f"nki: {name}: num_elem_per_idx must be 1, 2, 4, 8, 16 or 32 (got {E})")
+    K = index.shape[1]
+    nv = 16 * K if num_valid_indices is None else int(num_valid_indices)
+    if not 1 <= nv <= 16 * K or nv > 4096:
+        raise NkiError(f"nki: {name}: num_valid_indices must be in [1, {min(16 * K, 4096)}]")
+    if dst is None:
+        shape = (P, K, 16, E) if nv == 16 * K else (P, nv, E)
+        dst = alloc(shape, src.dtype)
+    if dst.dtype != src.dtype:
+        raise NkiError(f"nki: {name}: dst must have src's dtype {src.dtype} (no casts)")
+    # offsets[p, k * 16 + q] = index[16 * core(p) + q, k]
+    offs = alloc((P, 16 * K), dt.int32)
+    for c in range(P // 16):
+        d = AP(offs.tensor, [16, K, 16], [(Affine(16 * c), [1, 0, 0]), (Affine(0), [0, 16, 1])])
+        s = AP(
+            index.tensor,
+            [16, K, 16],
+            [(b + cf[0] * 16 * c, [0, cf[1], cf[0]]) for b, cf in index.idx],
+        )
+        copy(d, s, mode=2, name=name)
+    # element positions: offsets[p, v] + e
+    at = AP(offs.tensor, [P, nv, E], [(Affine(0), [1, 0, 0]), (Affine(0), [0, 1, 0])])
+    pos = alloc((P, nv, E), dt.int32)
+    if E > 1:
+        e = alloc((P, nv, E), dt.int32)
+        iota_expr(e, pattern_expr(3, [[0, nv], [1, E]], 0, 0), name=name)
+        binary(at, e, "add", dst=pos, name=name)
+    else:
+        copy(pos, at, mode=2, name=name)
+    emit(OP_TAKE, name, [], [dst, src, pos])
+    return dst

@@ -186,6 +186,8 @@ def _trace(k, args, kwargs, tensors):
                     k2[w[1]] = AP(t)
             try:
                 ret = rewritten(k.fn)(*a2, **k2)
+                if k.legacy:
+                    ret = _onchip_returns(ret, tr)
             except Concretize as c:
                 new = {tr.loop_keys[v] for v in c.vars if v in tr.loop_keys} - unroll
                 if not new:
@@ -252,6 +254,30 @@ def _trace(k, args, kwargs, tensors):
         raise NkiError(f"nki kernel '{name}': cannot return {type(r).__name__}")
 
     return tr, sources, outs, spec(ret)
+
+
+def _onchip_returns(r, tr):
+    """Legacy kernels may return SBUF/PSUM tiles (AWS's simulator hands them
+    back as arrays): each becomes a new output, copied at the kernel's end."""
+    from . import _ops
+    from ._ir import OUT as _OUT
+    from ._ir import PSUM, SBUF, VIEW
+
+    if isinstance(r, AP):
+        t = r.tensor
+        while t.kind == VIEW:
+            t = tr.tensors[t.base]
+        if t.kind not in (SBUF, PSUM):
+            return r
+        out = AP(tr.new_tensor(_OUT, r.dtype, list(r.shape)))
+        src = _ops.copy(None, r, mode=2, name="return") if t.kind == PSUM else r
+        _ops.copy(out, src, mode=1, name="return")
+        return out
+    if isinstance(r, (tuple, list)):
+        return type(r)(_onchip_returns(x, tr) for x in r)
+    if isinstance(r, dict):
+        return {n: _onchip_returns(v, tr) for n, v in r.items()}
+    return r
 
 
 def _compile(text, name):

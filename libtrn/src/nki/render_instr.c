@@ -68,8 +68,13 @@ static bool aligned_to(const nki_operand *o, const nki_operand *d) {
 
 // The free flat index of the iteration point (for unaligned operands).
 static void put_ff(nki_buf *b, const nki_operand *d) {
+    // sum of i_j times the product of the counts inside dim j
     nki__printf(b, "i64 ff=0");
-    for (int j = 1; j < d->nd; j++) nki__printf(b, "*%lldLL+i%d", (long long)d->count[j], j);
+    for (int j = 1; j < d->nd; j++) {
+        int64_t inner = 1;
+        for (int k = j + 1; k < d->nd; k++) inner *= d->count[k];
+        nki__printf(b, "+i%d*%lldLL", j, (long long)inner);
+    }
     nki__printf(b, ";(void)ff;\n");
 }
 

@@ -330,6 +330,16 @@ def range_select(
     )
 
 
+def sequence_bounds(segment_ids, mask=None, dtype=None, **kw):
+    _no_mask("sequence_bounds", mask)
+    return _ops.sequence_bounds(None, segment_ids, dtype=_dtype(dtype, None))
+
+
+def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, mask=None, **kw):
+    _no_mask("local_gather", mask)
+    return _ops.local_gather(None, src_buffer, index, num_elem_per_idx, num_valid_indices)
+
+
 def _unsupported(name):
     def f(*a, **kw):
         raise NkiError(f"nki: nisa.{name} is not supported by this implementation")
@@ -339,10 +349,8 @@ def _unsupported(name):
 
 
 for _n in [
-    "local_gather",
     "tensor_copy_dynamic_src",
     "tensor_copy_dynamic_dst",
-    "sequence_bounds",
     "nc_matmul_mx",
     "quantize_mx",
 ]:
