@@ -308,8 +308,6 @@ def indirect_copy(dst, src, name, mask=None, oob_skip=False, rmw_op=None):
     """Gather (src indexed by a tile) or scatter (dst indexed by a tile)."""
     if src.gather is not None and dst.gather is not None:
         raise NkiError(f"nki: {name}: at most one side of a copy may be indirect")
-    if mask is not None and not isinstance(mask, bool):
-        raise NkiError(f"nki: {name}: mask= is not supported with indirect access")
     which = 1 if src.gather is not None else 0
     it, dim = (src if which else dst).gather
     if tuple(src.shape) != tuple(dst.shape):
@@ -323,7 +321,9 @@ def indirect_copy(dst, src, name, mask=None, oob_skip=False, rmw_op=None):
         if which != 0:
             raise NkiError(f"nki: {name}: dst_rmw_op needs an indirect destination here")
         params.append(alu_code(rmw_op))
-    emit(OP_GATHER, name, params, [dst, src, it])
+    # mask=: a predicate over the partition index picks the rows moved
+    # (libtrn checks it depends on nothing else)
+    emit(OP_GATHER, name, params, [dst, src, it], mask=None if mask is True else mask)
     return dst
 
 
@@ -681,10 +681,16 @@ def _p(ap):
     return ap.shape[0]
 
 
-def max8(dst, src, dtype=None, name="max8"):
+def _top8_mask(mask):
+    # legacy mask=: a predicate over the data's index space (elements
+    # masked off take no part; libtrn's put_top8)
+    return None if mask is None or mask is True else mask
+
+
+def max8(dst, src, dtype=None, name="max8", mask=None):
     if dst is None:
         dst = alloc((_p(src), 8), dtype or src.dtype)
-    emit(OP_TOP8, name, [0, 0], [dst, src])
+    emit(OP_TOP8, name, [0, 0], [dst, src], mask=_top8_mask(mask), mask_nd=src.ndim)
     return dst
 
 
@@ -696,19 +702,21 @@ def _index_dst(dst, data, dtype, name):
     return dst
 
 
-def find_index8(dst, data, vals, dtype=None, name="nc_find_index8"):
+def find_index8(dst, data, vals, dtype=None, name="nc_find_index8", mask=None):
     dst = _index_dst(dst, data, dtype, name)
-    emit(OP_TOP8, name, [1, 0], [dst, data, vals])
+    emit(OP_TOP8, name, [1, 0], [dst, data, vals], mask=_top8_mask(mask), mask_nd=data.ndim)
     return dst
 
 
-def match_replace8(dst, data, vals, imm, dst_idx=None, dtype=None, name="nc_match_replace8"):
+def match_replace8(
+    dst, data, vals, imm, dst_idx=None, dtype=None, name="nc_match_replace8", mask=None
+):
     if dst is None:
         dst = alloc(data.shape, dtype or data.dtype)
     ops = [dst, data, vals]
     if dst_idx is not None:
         ops.append(_index_dst(dst_idx, data, None, name))
-    emit(OP_TOP8, name, [2, scalar_value(imm)], ops)
+    emit(OP_TOP8, name, [2, scalar_value(imm)], ops, mask=_top8_mask(mask), mask_nd=data.ndim)
     return dst
 
 
