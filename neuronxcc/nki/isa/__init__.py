@@ -245,18 +245,15 @@ def _no_mask(name, mask):
 
 
 def max8(src, mask=None, dtype=None, **kw):
-    _no_mask("max8", mask)
-    return _ops.max8(None, src, dtype=_dtype(dtype, None))
+    return _ops.max8(None, src, dtype=_dtype(dtype, None), mask=mask)
 
 
 def nc_find_index8(data, vals, mask=None, dtype=None, **kw):
-    _no_mask("nc_find_index8", mask)
-    return _ops.find_index8(None, data, vals, dtype=_dtype(dtype, None))
+    return _ops.find_index8(None, data, vals, dtype=_dtype(dtype, None), mask=mask)
 
 
 def nc_match_replace8(data, vals, imm, dst_idx=None, mask=None, dtype=None, **kw):
-    _no_mask("nc_match_replace8", mask)
-    return _ops.match_replace8(None, data, vals, imm, dst_idx, dtype=_dtype(dtype, None))
+    return _ops.match_replace8(None, data, vals, imm, dst_idx, dtype=_dtype(dtype, None), mask=mask)
 
 
 match_replace8 = nc_match_replace8
