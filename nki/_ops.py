@@ -366,6 +366,8 @@ def result_dtype(op, a, b, dtype):
     for s in (a, b):
         if isinstance(s, float) and r is not None and not r.is_float:
             r = dt.float32
+    if n == "divide" and r is not None and not r.is_float:
+        r = dt.float32  # true division, as NumPy's: 7 / 2 is 3.5 (then nl.floor)
     return r or dt.float32
 
 

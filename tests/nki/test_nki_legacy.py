@@ -118,3 +118,23 @@ def test_reduction_mask_over_source_dims_and_reshape_keyword():
     x = np.random.default_rng(3).standard_normal((128, 6, 10)).astype(np.float32)
     got = masked_window_sum(x)
     np.testing.assert_allclose(got[:, 0], x[:, :4, :7].sum((1, 2)), rtol=1e-5, atol=1e-5)
+
+
+@nki.jit
+def int_division(a):
+    t = nl.load(a)
+    q = t / 7  # true division (NumPy's): float32, whatever the operands
+    f = nl.floor(t / 7, dtype=nl.int32)
+    oq = nl.ndarray(a.shape, dtype=q.dtype, buffer=nl.shared_hbm)
+    of = nl.ndarray(a.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+    nl.store(oq, value=q)
+    nl.store(of, value=f)
+    return oq, of
+
+
+def test_integer_true_division_gives_float32():
+    a = np.arange(128 * 40, dtype=np.int32).reshape(128, 40) - 2000
+    q, f = nki.simulate_kernel(int_division, a)
+    assert q.dtype == np.float32
+    np.testing.assert_array_equal(q, a.astype(np.float32) / np.float32(7))
+    np.testing.assert_array_equal(f, np.floor(a / 7).astype(np.int32))
