@@ -524,11 +524,39 @@ def free_size(ap):
 
 
 def matmul(dst, stationary, moving, accumulate=None, name="nc_matmul", mask=None):
-    if dst is None:
+    fresh = dst is None
+    tr = current()
+    start = len(tr.lines)
+    if fresh:
         dst = alloc((free_size(stationary), free_size(moving)), dt.float32, PSUM)
     mode = 0 if accumulate is None else (1 if accumulate else 2)
     emit(OP_MATMUL, name, [mode], [dst, stationary, moving], mask=mask)
+    if fresh:
+        # a legacy result tile: `psum += nc_matmul(...)` retargets it (matmul_into)
+        tr.fresh_matmul = (dst.tensor.id, start, len(tr.lines), stationary, moving, name, mask)
     return dst
+
+
+def matmul_into(dst, value):
+    """`dst += value` where value is the result tile of the nc_matmul just
+    traced and dst is in PSUM: the matmul writes dst itself with the
+    hardware's PSUM rule (first write after allocation overwrites, later ones
+    accumulate), as legacy kernels mean it, instead of dst + a copy. False
+    when that is not the case (a plain add then)."""
+    tr = current()
+    rec = getattr(tr, "fresh_matmul", None)
+    if rec is None or not isinstance(value, AP) or value.tensor.id != rec[0]:
+        return False
+    if rec[2] != len(tr.lines) or not value._is_whole() or dst.tensor.kind != PSUM:
+        return False
+    try:
+        d = conform(dst, value.shape)
+    except NkiError:
+        return False
+    del tr.lines[rec[1] : rec[2]]
+    tr.fresh_matmul = None
+    matmul(d, rec[3], rec[4], None, name=rec[5], mask=rec[6])
+    return True
 
 
 def transpose(dst, data, mode, dtype=None, kind=None, name="nc_transpose", mask=None):
