@@ -865,6 +865,8 @@ class AP:
     def _inplace(self, o, op):
         from . import _ops
 
+        if op == "add" and _ops.matmul_into(self, o):
+            return self
         _ops.binary(self, o, op, dst=self)
         return self
 

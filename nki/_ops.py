@@ -308,8 +308,6 @@ def indirect_copy(dst, src, name, mask=None, oob_skip=False, rmw_op=None):
     """Gather (src indexed by a tile) or scatter (dst indexed by a tile)."""
     if src.gather is not None and dst.gather is not None:
         raise NkiError(f"nki: {name}: at most one side of a copy may be indirect")
-    if mask is not None and not isinstance(mask, bool):
-        raise NkiError(f"nki: {name}: mask= is not supported with indirect access")
     which = 1 if src.gather is not None else 0
     it, dim = (src if which else dst).gather
     if tuple(src.shape) != tuple(dst.shape):
@@ -323,7 +321,9 @@ def indirect_copy(dst, src, name, mask=None, oob_skip=False, rmw_op=None):
         if which != 0:
             raise NkiError(f"nki: {name}: dst_rmw_op needs an indirect destination here")
         params.append(alu_code(rmw_op))
-    emit(OP_GATHER, name, params, [dst, src, it])
+    # mask=: a predicate over the partition index picks the rows moved
+    # (libtrn checks it depends on nothing else)
+    emit(OP_GATHER, name, params, [dst, src, it], mask=None if mask is True else mask)
     return dst
 
 
@@ -366,6 +366,8 @@ def result_dtype(op, a, b, dtype):
     for s in (a, b):
         if isinstance(s, float) and r is not None and not r.is_float:
             r = dt.float32
+    if n == "divide" and r is not None and not r.is_float:
+        r = dt.float32  # true division, as NumPy's: 7 / 2 is 3.5 (then nl.floor)
     return r or dt.float32
 
 
@@ -522,11 +524,39 @@ def free_size(ap):
 
 
 def matmul(dst, stationary, moving, accumulate=None, name="nc_matmul", mask=None):
-    if dst is None:
+    fresh = dst is None
+    tr = current()
+    start = len(tr.lines)
+    if fresh:
         dst = alloc((free_size(stationary), free_size(moving)), dt.float32, PSUM)
     mode = 0 if accumulate is None else (1 if accumulate else 2)
     emit(OP_MATMUL, name, [mode], [dst, stationary, moving], mask=mask)
+    if fresh:
+        # a legacy result tile: `psum += nc_matmul(...)` retargets it (matmul_into)
+        tr.fresh_matmul = (dst.tensor.id, start, len(tr.lines), stationary, moving, name, mask)
     return dst
+
+
+def matmul_into(dst, value):
+    """`dst += value` where value is the result tile of the nc_matmul just
+    traced and dst is in PSUM: the matmul writes dst itself with the
+    hardware's PSUM rule (first write after allocation overwrites, later ones
+    accumulate), as legacy kernels mean it, instead of dst + a copy. False
+    when that is not the case (a plain add then)."""
+    tr = current()
+    rec = getattr(tr, "fresh_matmul", None)
+    if rec is None or not isinstance(value, AP) or value.tensor.id != rec[0]:
+        return False
+    if rec[2] != len(tr.lines) or not value._is_whole() or dst.tensor.kind != PSUM:
+        return False
+    try:
+        d = conform(dst, value.shape)
+    except NkiError:
+        return False
+    del tr.lines[rec[1] : rec[2]]
+    tr.fresh_matmul = None
+    matmul(d, rec[3], rec[4], None, name=rec[5], mask=rec[6])
+    return True
 
 
 def transpose(dst, data, mode, dtype=None, kind=None, name="nc_transpose", mask=None):
@@ -681,10 +711,16 @@ def _p(ap):
     return ap.shape[0]
 
 
-def max8(dst, src, dtype=None, name="max8"):
+def _top8_mask(mask):
+    # legacy mask=: a predicate over the data's index space (elements
+    # masked off take no part; libtrn's put_top8)
+    return None if mask is None or mask is True else mask
+
+
+def max8(dst, src, dtype=None, name="max8", mask=None):
     if dst is None:
         dst = alloc((_p(src), 8), dtype or src.dtype)
-    emit(OP_TOP8, name, [0, 0], [dst, src])
+    emit(OP_TOP8, name, [0, 0], [dst, src], mask=_top8_mask(mask), mask_nd=src.ndim)
     return dst
 
 
@@ -696,19 +732,21 @@ def _index_dst(dst, data, dtype, name):
     return dst
 
 
-def find_index8(dst, data, vals, dtype=None, name="nc_find_index8"):
+def find_index8(dst, data, vals, dtype=None, name="nc_find_index8", mask=None):
     dst = _index_dst(dst, data, dtype, name)
-    emit(OP_TOP8, name, [1, 0], [dst, data, vals])
+    emit(OP_TOP8, name, [1, 0], [dst, data, vals], mask=_top8_mask(mask), mask_nd=data.ndim)
     return dst
 
 
-def match_replace8(dst, data, vals, imm, dst_idx=None, dtype=None, name="nc_match_replace8"):
+def match_replace8(
+    dst, data, vals, imm, dst_idx=None, dtype=None, name="nc_match_replace8", mask=None
+):
     if dst is None:
         dst = alloc(data.shape, dtype or data.dtype)
     ops = [dst, data, vals]
     if dst_idx is not None:
         ops.append(_index_dst(dst_idx, data, None, name))
-    emit(OP_TOP8, name, [2, scalar_value(imm)], ops)
+    emit(OP_TOP8, name, [2, scalar_value(imm)], ops, mask=_top8_mask(mask), mask_nd=data.ndim)
     return dst
 
 
@@ -868,4 +906,105 @@ def stream_shuffle(dst, src, shuffle_mask, name="nc_stream_shuffle"):
         d = dst[i : i + 32 * (k - 1) + 1 : 32]
         s = tmp[m : m + 32 * (k - 1) + 1 : 32]
         copy(d, conform(s, d.shape) if tuple(s.shape) != tuple(d.shape) else s, 2, name=name)
+    return dst
+
+
+def _reversed_free(ap):
+    """The same (P, n) access with its free axis walked backwards."""
+    idx = [(b + c[1] * (ap.dims[1] - 1), [c[0], -c[1]]) for b, c in ap.idx]
+    return AP(ap.tensor, list(ap.dims), idx)
+
+
+def sequence_bounds(dst, segment_ids, dtype=None, name="sequence_bounds"):
+    """dst (P, 2, n) <- per element the [start, end) of its run of equal ids
+    along segment_ids' (P, n) free axis; id 0 is padding (start n, end -1).
+    Recorded as compares, an iota and two tensor_tensor_scans
+    (start = start * same_as_previous + (1 - same) * i, and the end the same
+    way over reversed access patterns), all in fp32 (exact: n < 2^24)."""
+    if segment_ids.ndim != 2:
+        raise NkiError(f"nki: {name}: segment_ids must be a (P, n) tile (got {segment_ids.shape})")
+    P, n = segment_ids.shape
+    if dst is None:
+        dst = alloc((P, 2, n), dtype or segment_ids.dtype)
+    if tuple(dst.shape) != (P, 2, n):
+        raise NkiError(f"nki: {name}: dst must be {(P, 2, n)} (got {tuple(dst.shape)})")
+    f32 = dt.float32
+    s = copy(None, segment_ids, mode=2, dtype=f32, name=name)
+    idx = alloc((P, n), f32)
+    iota_expr(idx, pattern_expr(2, [[1, n]], 0, 0), name=name)
+    pad = tensor_scalar(None, s, "equal", 0.0, dtype=f32, name=name)
+    for end in (False, True):
+        same = alloc((P, n), f32)  # the neighbour (previous / next) has the same id
+        edge = (n - 1, n) if end else (0, 1)
+        memset(same[:, edge[0] : edge[1]], 0.0, name=name)
+        if n > 1:
+            a, b = (s[:, 0 : n - 1], s[:, 1:n]) if end else (s[:, 1:n], s[:, 0 : n - 1])
+            binary(a, b, "equal", dst=same[:, 0 : n - 1] if end else same[:, 1:n], name=name)
+        pos = tensor_scalar(None, idx, "add", 1.0, dtype=f32, name=name) if end else idx
+        fresh = stt(None, same, "subtract", 1.0, "multiply", pos, reverse0=True, name=name)
+        bound = alloc((P, n), f32)
+        if end:
+            scan(
+                _reversed_free(bound),
+                _reversed_free(same),
+                _reversed_free(fresh),
+                0.0,
+                "multiply",
+                "add",
+                name=name,
+            )
+        else:
+            scan(bound, same, fresh, 0.0, "multiply", "add", name=name)
+        where(pad, -1.0 if end else float(n), bound, dst=dst[:, 1 if end else 0, :], name=name)
+    return dst
+
+
+def local_gather(dst, src, index, num_elem_per_idx=1, num_valid_indices=None, name="local_gather"):
+    """GpSimd local gather: each group of 16 partitions (one GpSimd core)
+    flattens its rows of `index` partition-first into one list of element
+    offsets (the first num_valid_indices of them) and every partition of the
+    group reads num_elem_per_idx contiguous elements of its own flattened
+    src row at each offset. Recorded as one strided copy of the indices per
+    core, an add of the element positions and a per-partition take (an
+    offset out of range fails the run; on hardware it is undefined)."""
+    P = src.shape[0]
+    if index.ndim != 2 or index.shape[0] != P or P % 16:
+        raise NkiError(
+            f"nki: {name}: index must be a (P, k) tile with src's partitions, P a multiple of 16 "
+            f"(got src {tuple(src.shape)}, index {tuple(index.shape)})"
+        )
+    if index.dtype.is_float:
+        raise NkiError(f"nki: {name}: indices must be integers (uint16), got {index.dtype}")
+    E = int(num_elem_per_idx)
+    if E not in (1, 2, 4, 8, 16, 32):
+        raise NkiError(f"nki: {name}: num_elem_per_idx must be 1, 2, 4, 8, 16 or 32 (got {E})")
+    K = index.shape[1]
+    nv = 16 * K if num_valid_indices is None else int(num_valid_indices)
+    if not 1 <= nv <= 16 * K or nv > 4096:
+        raise NkiError(f"nki: {name}: num_valid_indices must be in [1, {min(16 * K, 4096)}]")
+    if dst is None:
+        shape = (P, K, 16, E) if nv == 16 * K else (P, nv, E)
+        dst = alloc(shape, src.dtype)
+    if dst.dtype != src.dtype:
+        raise NkiError(f"nki: {name}: dst must have src's dtype {src.dtype} (no casts)")
+    # offsets[p, k * 16 + q] = index[16 * core(p) + q, k]
+    offs = alloc((P, 16 * K), dt.int32)
+    for c in range(P // 16):
+        d = AP(offs.tensor, [16, K, 16], [(Affine(16 * c), [1, 0, 0]), (Affine(0), [0, 16, 1])])
+        s = AP(
+            index.tensor,
+            [16, K, 16],
+            [(b + cf[0] * 16 * c, [0, cf[1], cf[0]]) for b, cf in index.idx],
+        )
+        copy(d, s, mode=2, name=name)
+    # element positions: offsets[p, v] + e
+    at = AP(offs.tensor, [P, nv, E], [(Affine(0), [1, 0, 0]), (Affine(0), [0, 1, 0])])
+    pos = alloc((P, nv, E), dt.int32)
+    if E > 1:
+        e = alloc((P, nv, E), dt.int32)
+        iota_expr(e, pattern_expr(3, [[0, nv], [1, E]], 0, 0), name=name)
+        binary(at, e, "add", dst=pos, name=name)
+    else:
+        copy(pos, at, mode=2, name=name)
+    emit(OP_TAKE, name, [], [dst, src, pos])
     return dst

@@ -1,4 +1,5 @@
-"""Kernel source rewriting for conditionals on loop indices.
+"""Kernel source rewriting for conditionals on loop indices (and for
+`and` / `or` between mask predicates, _MaskBoolOps).
 
 A traced loop body runs once with a symbolic index, so `if i < n:` cannot
 be decided in Python. The kernel's source is rewritten (once per function)
@@ -136,6 +137,32 @@ class _IfToWith(ast.NodeTransformer):
         return node
 
 
+class _MaskBoolOps(ast.NodeTransformer):
+    """`mask=(a and b)` -> `mask=(a & b)` (`or` -> `|`): Python's `and` would
+    ask a predicate for its truth value; AWS's tracer reads it as the
+    conjunction (legacy kernels write masks that way)."""
+
+    @staticmethod
+    def is_mask_boolop(n):
+        return isinstance(n, ast.keyword) and n.arg == "mask" and isinstance(n.value, ast.BoolOp)
+
+    def _fold(self, v):
+        if not isinstance(v, ast.BoolOp):
+            return v
+        op = ast.BitAnd() if isinstance(v.op, ast.And) else ast.BitOr()
+        vals = [self._fold(x) for x in v.values]
+        out = vals[0]
+        for x in vals[1:]:
+            out = ast.copy_location(ast.BinOp(left=out, op=op, right=x), v)
+        return out
+
+    def visit_keyword(self, node):
+        self.generic_visit(node)
+        if node.arg == "mask":
+            node.value = self._fold(node.value)
+        return node
+
+
 def rewritten(fn):
     r = _cache.get(fn)
     if r is not None:
@@ -146,11 +173,14 @@ def rewritten(fn):
             src = textwrap.dedent(inspect.getsource(fn))
             tree = ast.parse(src)
             fdef = tree.body[0]
-            if isinstance(fdef, ast.FunctionDef) and any(
-                isinstance(n, ast.If) for n in ast.walk(fdef)
-            ):
+            has_if = any(isinstance(n, ast.If) for n in ast.walk(fdef))
+            has_mask = any(_MaskBoolOps.is_mask_boolop(n) for n in ast.walk(fdef))
+            if isinstance(fdef, ast.FunctionDef) and (has_if or has_mask):
                 fdef.decorator_list = []
-                _IfToWith(fdef).visit(fdef)
+                if has_mask:
+                    _MaskBoolOps().visit(fdef)
+                if has_if:
+                    _IfToWith(fdef).visit(fdef)
                 outer = ast.FunctionDef(
                     name="__nki_outer__",
                     args=ast.arguments(

@@ -77,7 +77,17 @@ def _simulating():
 
 
 class _Entry:
-    __slots__ = ("prog", "sources", "outs", "ret", "text", "device_consts", "n_instr", "name")
+    __slots__ = (
+        "prog",
+        "sources",
+        "outs",
+        "ret",
+        "text",
+        "device_consts",
+        "n_instr",
+        "name",
+        "covered",
+    )
 
 
 class Kernel:
@@ -132,15 +142,17 @@ class Kernel:
 
 def _signature(k, args, kwargs):
     parts, tensors = [], []
+    torch = _torch()
+    kinds = (np.ndarray, torch.Tensor) if torch is not None else np.ndarray
     for i, a in enumerate(args):
-        if _is_tensor(a):
+        if isinstance(a, kinds):
             tensors.append(("a", i))
             parts.append(("t",) + _tensor_sig(a))
         else:
             parts.append(("c", _freeze(a)))
     for n in sorted(kwargs):
         a = kwargs[n]
-        if _is_tensor(a):
+        if isinstance(a, kinds):
             tensors.append(("k", n))
             parts.append(("t", n) + _tensor_sig(a))
         else:
@@ -174,6 +186,8 @@ def _trace(k, args, kwargs, tensors):
                     k2[w[1]] = AP(t)
             try:
                 ret = rewritten(k.fn)(*a2, **k2)
+                if k.legacy:
+                    ret = _onchip_returns(ret, tr)
             except Concretize as c:
                 new = {tr.loop_keys[v] for v in c.vars if v in tr.loop_keys} - unroll
                 if not new:
@@ -242,6 +256,30 @@ def _trace(k, args, kwargs, tensors):
     return tr, sources, outs, spec(ret)
 
 
+def _onchip_returns(r, tr):
+    """Legacy kernels may return SBUF/PSUM tiles (AWS's simulator hands them
+    back as arrays): each becomes a new output, copied at the kernel's end."""
+    from . import _ops
+    from ._ir import OUT as _OUT
+    from ._ir import PSUM, SBUF, VIEW
+
+    if isinstance(r, AP):
+        t = r.tensor
+        while t.kind == VIEW:
+            t = tr.tensors[t.base]
+        if t.kind not in (SBUF, PSUM):
+            return r
+        out = AP(tr.new_tensor(_OUT, r.dtype, list(r.shape)))
+        src = _ops.copy(None, r, mode=2, name="return") if t.kind == PSUM else r
+        _ops.copy(out, src, mode=1, name="return")
+        return out
+    if isinstance(r, (tuple, list)):
+        return type(r)(_onchip_returns(x, tr) for x in r)
+    if isinstance(r, dict):
+        return {n: _onchip_returns(v, tr) for n, v in r.items()}
+    return r
+
+
 def _compile(text, name):
     from torch_neuronx import _C
     from torch_neuronx._compile.config import (
@@ -284,6 +322,14 @@ def _entry(k, args, kwargs):
     e.n_instr = tr.n_instr
     e.prog = _compile(e.text, tr.name)
     e.sources, e.outs, e.ret, e.device_consts = sources, outs, ret, {}
+    # outputs the kernel writes entirely and never reads: their poison fill
+    # could never be seen (libtrn's cover.c), so they start uninitialised
+    e.covered = tuple(
+        e.prog.output_covered(slot)
+        for j in range(len(outs))
+        for slot, src in enumerate(sources)
+        if src == ("out", j)
+    )
     k._cache[key] = e
     return e, tensors
 
@@ -309,10 +355,13 @@ def _build(ret, ins, outs):
 def call(k, args, kwargs, host=False):
     stats["calls"] += 1
     torch = _torch()
-    dev = torch is not None and any(
-        isinstance(x, torch.Tensor) and x.device.type == "neuron"
-        for x in list(args) + list(kwargs.values())
-    )
+    device = None
+    if torch is not None:
+        for x in (*args, *kwargs.values()) if kwargs else args:
+            if isinstance(x, torch.Tensor) and x.device.type == "neuron":
+                device = x.device
+                break
+    dev = device is not None
     if dev and host:
         return _call_via_host(k, args, kwargs)
     # NumPy arrays the compiled code cannot address directly: copies
@@ -321,16 +370,14 @@ def call(k, args, kwargs, host=False):
         if isinstance(a, np.ndarray) and any(s < 0 or s % a.itemsize for s in a.strides):
             args[i] = np.ascontiguousarray(a)
     e, tensors = _entry(k, args, kwargs)
-    insmap = {}
-    for w in tensors:
-        insmap[w] = _get(args, kwargs, w)
+    insmap = {w: args[w[1]] if w[0] == "a" else kwargs[w[1]] for w in tensors}
     if dev:
-        device = next(
-            x.device
-            for x in list(args) + list(kwargs.values())
-            if isinstance(x, torch.Tensor) and x.device.type == "neuron"
-        )
-        outs = [torch.full(s, _poison_value(d), dtype=d.torch, device=device) for s, d in e.outs]
+        outs = [
+            torch.empty(s, dtype=d.torch, device=device)
+            if cov
+            else torch.full(s, _poison_value(d), dtype=d.torch, device=device)
+            for (s, d), cov in zip(e.outs, e.covered)
+        ]
         bound = []
         for src in e.sources:
             if src[0] == "in":
@@ -340,20 +387,24 @@ def call(k, args, kwargs, host=False):
             else:
                 c = e.device_consts.get((id(src[1]), str(device)))
                 if c is None:
-                    c = (
-                        src[1] if isinstance(src[1], torch.Tensor) else torch.from_numpy(src[1])
-                    ).to(device)
+                    c = (src[1] if isinstance(src[1], torch.Tensor) else dt.torch_view(src[1])).to(
+                        device
+                    )
                     e.device_consts[(id(src[1]), str(device))] = c
                 bound.append(c)
         e.prog.launch(bound)
     else:
         use_torch = torch is not None and any(isinstance(x, torch.Tensor) for x in insmap.values())
         outs = []
-        for s, d in e.outs:
+        for (s, d), cov in zip(e.outs, e.covered):
             if use_torch or d.np_name is None:
-                outs.append(torch.full(s, _poison_value(d), dtype=d.torch))
+                outs.append(
+                    torch.empty(s, dtype=d.torch)
+                    if cov
+                    else torch.full(s, _poison_value(d), dtype=d.torch)
+                )
             else:
-                outs.append(np.full(s, _poison_value(d), dtype=d.numpy))
+                outs.append(np.empty(s, d.numpy) if cov else np.full(s, _poison_value(d), d.numpy))
         addrs = []
         for src in e.sources:
             x = insmap[src[1]] if src[0] == "in" else outs[src[1]] if src[0] == "out" else src[1]

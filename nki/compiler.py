@@ -15,6 +15,12 @@ def force_auto_alloc(fn):
 
 
 class _Alloc:
+    """A placement hint; `name` keeps the memory it places in (nl.ndarray's
+    buffer=sbuf.mod_alloc(...) is an SBUF tile, psum.mod_alloc(...) a PSUM
+    one)."""
+
+    name = "sbuf"
+
     def __init__(self, *a, **kw):
         pass
 
@@ -22,9 +28,13 @@ class _Alloc:
         return self
 
 
+class _PsumAlloc(_Alloc):
+    name = "psum"
+
+
 class sbuf:
     mod_alloc = alloc = auto_alloc = _Alloc
 
 
 class psum:
-    mod_alloc = alloc = auto_alloc = _Alloc
+    mod_alloc = alloc = auto_alloc = _PsumAlloc

@@ -398,6 +398,26 @@ def range_select(
     )
 
 
+def sequence_bounds(dst, segment_ids, **kw):
+    return _ops.sequence_bounds(_need(dst, "sequence_bounds"), segment_ids)
+
+
+def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, **kw):
+    return _ops.local_gather(
+        _need(dst, "local_gather"), src_buffer, index, num_elem_per_idx, num_valid_indices
+    )
+
+
+def nc_n_gather(dst, data, indices, **kw):
+    """dst[p, j...] = data[p, indices[p, j...]] over data's flattened free
+    elements (nl.gather_flattened with a destination)."""
+    _need(dst, "nc_n_gather")
+    if dst.dtype != data.dtype:
+        raise NkiError(f"nki: nc_n_gather: dst must have data's dtype {data.dtype}")
+    _ops.emit(_ops.OP_TAKE, "nc_n_gather", [], [dst, data, indices])
+    return dst
+
+
 def _unsupported(name):
     def f(*a, **kw):
         raise NkiError(f"nki: nisa.{name} is not supported by this implementation")
@@ -409,9 +429,6 @@ def _unsupported(name):
 for _n in [
     "nc_matmul_mx",
     "quantize_mx",
-    "sequence_bounds",
-    "local_gather",
-    "nc_n_gather",
     "dma_compute",
     "register_alloc",
     "register_load",

@@ -167,12 +167,7 @@ def full_like(x, fill_value, dtype=None, buffer=None, **kw):
 def shared_constant(constant, dtype=None, **kw):
     """A constant HBM tensor (bound at run time to the array given here)."""
     d = _dt.to_dtype(_np.asarray(constant).dtype if dtype is None else dtype)
-    if d.np_name is None:  # bf16 / fp8: held as a CPU tensor
-        import torch
-
-        arr = torch.tensor(_np.asarray(constant, dtype=_np.float32)).to(d.torch).contiguous()
-    else:
-        arr = _np.ascontiguousarray(_np.asarray(constant, dtype=d.numpy))
+    arr = _dt.to_array(constant, d)
     tr = current()
     t = tr.new_tensor(ARG, d, list(arr.shape))
     tr.constants.append((t.id, arr))
@@ -395,7 +390,7 @@ def iota(expr, dtype=int32, mask=None, **kw):
 
 def static_cast(x, dtype):
     """Host helper (legacy tests): a NumPy array cast to dtype."""
-    return _np.asarray(x).astype(_dt.to_dtype(dtype).numpy)
+    return _dt.to_array(x, dtype)
 
 
 # ------------------------------------------------------------ loops and SPMD

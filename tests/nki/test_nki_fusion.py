@@ -5,6 +5,8 @@ partition index. Fusion is exact: every kernel here runs fused and unfused
 casts to narrow destination dtypes included), and equal NumPy where the math
 is exact. Dependencies across partitions must keep instructions apart."""
 
+import inspect
+
 import numpy as np
 import pytest
 import torch
@@ -24,9 +26,11 @@ def r(*shape):
 
 
 def bits(a):
-    a = a.detach().cpu() if isinstance(a, torch.Tensor) else torch.from_numpy(np.asarray(a))
-    a = a.contiguous()
-    return a.view(torch.int16 if a.element_size() == 2 else torch.int32).numpy()
+    if isinstance(a, torch.Tensor):
+        a = a.detach().cpu().contiguous()
+        return a.view(torch.int16 if a.element_size() == 2 else torch.int32).numpy()
+    a = np.ascontiguousarray(a)  # bfloat16 outputs of NumPy runs are ml_dtypes arrays
+    return a.view(np.int16 if a.itemsize == 2 else np.int32)
 
 
 def run_both(monkeypatch, fn, *args, legacy=False, grid=None):
@@ -78,9 +82,12 @@ def test_layernorm_fused_equals_unfused(monkeypatch, out_dtype):
     (f, fsrc), (u, usrc) = run_both(monkeypatch, layernorm, x, 1e-5, out_dtype)
     assert "fused: 7 instructions over 128 partitions" in fsrc
     assert "fused:" not in usrc
+    # both copies forwarded (forward.c): stats and the normalization read
+    # x's rows, the normalization writes out's rows
+    assert fsrc.count(": forwarded */") == 2 and ": forwarded" not in usrc
     assert_identical(f, u)
     ref = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5)
-    got = f[0].float().numpy() if isinstance(f[0], torch.Tensor) else f[0]
+    got = np.asarray(f[0], np.float32)
     np.testing.assert_allclose(got, ref, rtol=1e-2 if out_dtype == nl.bfloat16 else 1e-5, atol=1e-2)
 
 
@@ -154,6 +161,41 @@ def test_hbm_written_group_runs_guarded_and_aliasing_arguments_stay_exact(monkey
     x = torch.from_numpy(x0.copy())
     k(x, x)
     np.testing.assert_array_equal(x.numpy(), (x0 + x0) * 2)
+
+
+def staged(x, y, widen, keep):
+    """t stages x's rows (widened from bf16 when `widen`), u the result
+    before its copy-out; `keep`: t is read again after the group (by a
+    transpose, which is never fused), so its copy must stay"""
+    out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, x.shape[1]), nl.float32 if widen else x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    u = nl.ndarray((128, x.shape[1]), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=u, data1=t, data2=t, op=nl.multiply)
+    nisa.tensor_scalar(dst=u, data=u, op0=nl.add, operand0=1.0)
+    nisa.dma_copy(dst=out, src=u)
+    if keep:
+        v = nl.ndarray((128, 128), nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(dst=v, data=t[:, 0:128])
+        w = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=w, src=v)
+        nisa.dma_copy(dst=y, src=w)
+    return out
+
+
+@pytest.mark.parametrize("widen,keep", [(False, False), (True, False), (False, True)])
+def test_copy_forwarding_exact_and_only_where_unseen(monkeypatch, widen, keep):
+    x = torch.randn(128, 160).to(torch.bfloat16 if widen else torch.float32)
+    y = torch.zeros(128, 128)
+    (f, fsrc), (u, usrc) = run_both(monkeypatch, staged, x, y, widen, keep)
+    # u's copy-out always goes (no one else sees u; with `keep`, w's too);
+    # t's copy-in only when nothing after the group reads t
+    line = inspect.getsourcelines(staged)[1] + 6  # nisa.dma_copy(dst=t, src=x)
+    assert (f"dma_copy at test_nki_fusion.py:{line}: forwarded */" in fsrc) == (not keep)
+    assert fsrc.count(": forwarded */") == 2
+    assert_identical(f, u)
+    xf = x.float()
+    assert torch.equal(torch.as_tensor(f[0]), xf * xf + 1)
 
 
 def shifted(x):

@@ -172,3 +172,41 @@ def test_dma_copy_rmw_scatter_accumulates_repeated_rows():
     want = dst.copy()
     np.maximum.at(want, ind[:, 0], rows)
     np.testing.assert_array_equal(got, want)
+
+
+@lnki.jit
+def legacy_masked_gather(table, tokens, n):
+    # rows p >= n are masked off: their (out of range) indices are never
+    # read, and the loaded tile keeps its memset value there
+    out = lnl.ndarray((128, 64), table.dtype, buffer=lnl.shared_hbm)
+    ip, iy = lnl.mgrid[0:128, 0:64]
+    idx = lnl.load(tokens)
+    t = lnisa.memset(shape=(128, 64), value=-1.0, dtype=table.dtype)
+    t[ip, iy] = lnl.load(table[idx, iy], mask=ip < n)
+    lnl.store(out[ip, iy], value=t)
+    return out
+
+
+def test_legacy_masked_load_with_index_tile():
+    table = rng.standard_normal((1000, 64)).astype(np.float32)
+    tokens = rng.integers(0, 1000, (128, 1)).astype(np.int32)
+    tokens[100:] = 5000  # out of range, but masked off
+    got = lnki.simulate_kernel(legacy_masked_gather, table, tokens, 100)
+    np.testing.assert_array_equal(got[:100], table[tokens[:100, 0]])
+    assert (got[100:] == -1).all()
+    with pytest.raises(IndexError, match="out of bounds"):
+        lnki.simulate_kernel(legacy_masked_gather, table, tokens, 101)
+
+
+@lnki.jit
+def legacy_masked_gather_free(table, tokens):
+    out = lnl.ndarray((128, 64), table.dtype, buffer=lnl.shared_hbm)
+    ip, iy = lnl.mgrid[0:128, 0:64]
+    lnl.store(out[ip, iy], value=lnl.load(table[lnl.load(tokens), iy], mask=iy < 32))
+    return out
+
+
+def test_masked_gather_selects_rows_only():
+    table = np.zeros((10, 64), np.float32)
+    with pytest.raises(nki.NkiError, match="may only select partitions"):
+        lnki.simulate_kernel(legacy_masked_gather_free, table, np.zeros((128, 1), np.int32))

@@ -154,7 +154,7 @@ def test_select_reduce_scalar_vector_false_and_register(reverse):
     r1 = np.where(sel, x, np.float32(-7.0))
     r2 = np.where(sel, x, fvec)
     ref_bf16 = (r1.view(np.uint32) + 0x7FFF + ((r1.view(np.uint32) >> 16) & 1)) >> 16 << 16
-    of = np.asarray(torch.as_tensor(o).float())  # bf16 comes back widened or as a tensor
+    of = np.asarray(o, np.float32)  # a bfloat16 (ml_dtypes) array
     np.testing.assert_array_equal(of.view(np.uint32), ref_bf16.astype(np.uint32))
     np.testing.assert_array_equal(o2, r2)
     np.testing.assert_array_equal(red[:, 0], of.max(1))
@@ -299,15 +299,38 @@ def test_max8_needs_8_elements_per_partition():
 
 
 @lnki.jit
-def legacy_masked_max8(x):
+def legacy_masked_top8(x, imm):
+    n, m = x.shape
     t = lnl.load(x)
-    ix, iy = lnl.mgrid[0:16, 0:16]
-    return lisa.max8(src=t[ix, iy], mask=(ix < 8))
+    ix, iy = lnl.mgrid[0:n, 0:m]
+    # `and` between mask predicates reads as their conjunction (as in AWS's tracer)
+    mx = lisa.max8(src=t[ix, iy], mask=(ix < n // 2 and iy < m // 2))
+    idx = lisa.nc_find_index8(data=t[ix, iy], vals=mx, mask=(ix < n // 2 and iy < m // 2))
+    rep = lisa.nc_match_replace8(
+        data=t[ix, iy], vals=mx, imm=imm, mask=(ix < n // 2) & (iy < m // 2)
+    )
+    outs = []
+    for tile in (mx, idx, rep):
+        o = lnl.ndarray(tile.shape, dtype=tile.dtype, buffer=lnl.shared_hbm)
+        lnl.store(o, value=tile)
+        outs.append(o)
+    return tuple(outs)
 
 
-def test_legacy_mask_is_a_clear_error():
-    with pytest.raises(NkiError, match="max8: mask= is not supported"):
-        legacy_masked_max8(np.zeros((16, 16), np.float32))
+def test_legacy_masked_top8_family():
+    x = rng.permutation(64 * 40).reshape(64, 40).astype(np.float32)  # distinct values
+    mx, idx, rep = lnki.simulate_kernel(legacy_masked_top8, x, -1.0)
+    sub = x[:32, :20]
+    want = -np.sort(-sub, axis=1)[:, :8]
+    np.testing.assert_array_equal(mx[:32], want)
+    pos = np.argsort(-sub, axis=1, kind="stable")[:, :8]
+    np.testing.assert_array_equal(idx[:32], pos)  # flat positions in the (unmasked) row
+    r = sub.copy()
+    np.put_along_axis(r, pos, -1.0, axis=1)
+    np.testing.assert_array_equal(rep[:32, :20], r)
+    # elements masked off are not written: the result tile's poison shows
+    assert np.isnan(rep[32:]).all() and np.isnan(rep[:, 20:]).all()
+    assert np.isnan(mx[32:]).all()
 
 
 # ---------------------------------------------------------------- nl.rand, nl.gather_flattened

@@ -118,3 +118,63 @@ def test_reduction_mask_over_source_dims_and_reshape_keyword():
     x = np.random.default_rng(3).standard_normal((128, 6, 10)).astype(np.float32)
     got = masked_window_sum(x)
     np.testing.assert_allclose(got[:, 0], x[:, :4, :7].sum((1, 2)), rtol=1e-5, atol=1e-5)
+
+
+@nki.jit
+def int_division(a):
+    t = nl.load(a)
+    q = t / 7  # true division (NumPy's): float32, whatever the operands
+    f = nl.floor(t / 7, dtype=nl.int32)
+    oq = nl.ndarray(a.shape, dtype=q.dtype, buffer=nl.shared_hbm)
+    of = nl.ndarray(a.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+    nl.store(oq, value=q)
+    nl.store(of, value=f)
+    return oq, of
+
+
+def test_integer_true_division_gives_float32():
+    a = np.arange(128 * 40, dtype=np.int32).reshape(128, 40) - 2000
+    q, f = nki.simulate_kernel(int_division, a)
+    assert q.dtype == np.float32
+    np.testing.assert_array_equal(q, a.astype(np.float32) / np.float32(7))
+    np.testing.assert_array_equal(f, np.floor(a / 7).astype(np.int32))
+
+
+@nki.jit
+def psum_iadd_uninitialised(a, b):
+    # `res += nc_matmul(...)` into a fresh nl.ndarray PSUM tile (no zeros):
+    # the matmul writes the tile with PSUM's rule, first write overwrites
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    ip, ix = nl.mgrid[0:128, 0:128]
+    jp, jx = nl.mgrid[0:128, 0:512]
+    res = nl.ndarray((1, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+    for m in nl.affine_range(a.shape[0] // 128):
+        res[0] += nisa.nc_matmul(nl.load(a[m * 128 + ip, ix]), nl.load(b[m * 128 + jp, jx]))
+    nl.store(out, value=nl.copy(res[0], dtype=nl.float32))
+    return out
+
+
+def test_psum_iadd_of_a_matmul_accumulates_from_the_first_write():
+    a = np.random.rand(384, 128).astype(np.float32)
+    b = np.random.rand(384, 512).astype(np.float32)
+    got = nki.simulate_kernel(psum_iadd_uninitialised, a, b)
+    np.testing.assert_allclose(got, a.T @ b, rtol=1e-5)
+
+
+def test_psum_placement_hint_allocates_in_psum():
+    import neuronxcc.nki.compiler as ncc
+
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        ps = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.psum.mod_alloc(base_bank=0))
+        ps += nisa.nc_matmul(nl.load(a), nl.load(b))
+        nl.store(out, value=nl.copy(ps, dtype=nl.float32))
+        return out
+
+    a = np.random.rand(128, 128).astype(np.float32)
+    b = np.random.rand(128, 512).astype(np.float32)
+    e = k.specialize(a, b)[0]
+    kinds = [ln.split()[2] for ln in e.text.split("\n") if ln.startswith("T ")]
+    assert kinds.count("3") == 2  # ps and the matmul's own result tile: both PSUM (kind 3)
+    np.testing.assert_allclose(nki.simulate_kernel(k, a, b), a.T @ b, rtol=1e-5)

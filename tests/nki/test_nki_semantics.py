@@ -106,3 +106,78 @@ def test_psum_first_write_tracked_per_region():
     ref[:, 256:384] = p[:, 128:256]
     np.testing.assert_allclose(got[:, :384], ref[:, :384], rtol=1e-5)
     assert np.isnan(got[:, 384:]).all()
+
+
+def _covered(k, *args):
+    return k.specialize(*args)[0].covered
+
+
+def test_output_poison_skipped_only_where_unobservable():
+    # libtrn's cover.c: an output the kernel never reads and one
+    # unconditional instruction writes entirely starts uninitialised; any
+    # other keeps its NaN / 4 poison
+    @nki.jit
+    def whole(a):  # loop over row tiles, then columns: one store covers all
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(a.shape[0] // 128):
+            for j in nl.affine_range(2):
+                t = nl.load(a[nl.ds(i * 128, 128), nl.ds(j * 32, 32)])
+                nl.store(out[nl.ds(i * 128, 128), nl.ds(j * 32, 32)], t)
+        return out
+
+    @nki.jit
+    def part(a):  # the last column is never written
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(out[:, 0:63], nl.load(a[:, 0:63]))
+        return out
+
+    @nki.jit
+    def overlap(a):  # 64 columns written as 0..47 and 16..63: not one bijection
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        for j in nl.affine_range(2):
+            nl.store(out[:, nl.ds(j * 16, 48)], nl.load(a[:, nl.ds(j * 16, 48)]))
+        return out
+
+    @nki.jit
+    def reads(a):  # reads the output (poison) before overwriting it
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(out)
+        nl.store(out, nl.load(a))
+        u = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=u, data1=t, data2=nl.load(a), op=nl.add)
+        o2 = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(o2, u)
+        return out, o2
+
+    @nki.jit
+    def grid(a):  # SPMD instances, each its own row tile (program id)
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        i = nl.program_id(0)
+        nl.store(out[nl.ds(i * 128, 128), :], nl.load(a[nl.ds(i * 128, 128), :]))
+        return out
+
+    a = np.random.rand(256, 64).astype(np.float32)
+    ai = (np.arange(256 * 64, dtype=np.int32) % 7).reshape(256, 64)
+    assert _covered(whole, a) == (True,)
+    np.testing.assert_array_equal(whole(a), a)
+    assert _covered(whole, ai) == (True,)
+    np.testing.assert_array_equal(whole(ai), ai)
+    assert _covered(part, a[:128]) == (False,)
+    got = part(a[:128])
+    np.testing.assert_array_equal(got[:, :63], a[:128, :63])
+    assert np.isnan(got[:, 63]).all()
+    assert (part(ai[:128])[:, 63] == 4).all()
+    assert _covered(overlap, a[:128]) == (False,)
+    np.testing.assert_array_equal(overlap(a[:128]), a[:128])
+    assert _covered(reads, a[:128]) == (False, True)
+    out, o2 = reads(a[:128])
+    np.testing.assert_array_equal(out, a[:128])
+    assert np.isnan(o2).all()
+    assert _covered(grid[2], a) == (True,)
+    np.testing.assert_array_equal(grid[2](a), a)
+    assert _covered(grid[1], a) == (False,)  # one instance: rows 128.. never written
+    assert np.isnan(grid[1](a)[128:]).all()
+    # on the device too
+    x = torch.from_numpy(a).to("neuron")
+    assert torch.equal(whole(x).cpu(), torch.from_numpy(a))
+    assert torch.isnan(part(x[:128]).cpu()[:, 63]).all()

@@ -34,6 +34,9 @@ void trn_nki_program_free(trn_nki_program *p);
 // Number of HBM tensors a run binds: the kernel's arguments, then its
 // outputs, in the order of the program text.
 int trn_nki_program_arg_count(const trn_nki_program *p);
+// 1 when run slot `arg` is an output the kernel writes entirely and never
+// reads: its poison fill can be skipped (nothing could observe it).
+int trn_nki_program_output_covered(const trn_nki_program *p, int arg);
 int trn_nki_program_from_cache(const trn_nki_program *p);
 double trn_nki_program_compile_seconds(const trn_nki_program *p);
 const char *trn_nki_program_source(const trn_nki_program *p);

@@ -175,7 +175,9 @@ static trn_status check_instr(const nki_prog *p, nki_instr *in, const range *var
         bool aligned = o->nd == d->nd;
         for (int j = 0; aligned && j < o->nd; j++)
             aligned = o->count[j] == d->count[j] || o->count[j] == 1;
-        in->rt[i] = in->nmask > 0 && aligned;
+        // (a masked gather's mask picks rows only: its operands stay checked here)
+        // (a top-8 mask selects data elements: every operand is checked here)
+        in->rt[i] = in->nmask > 0 && aligned && in->op != NKI_OP_GATHER && in->op != NKI_OP_TOP8;
         // the indirect side of a gather/scatter: its rows come from the index
         // tile, checked per row at run time (render.c), its other dims per element
         if (in->op == NKI_OP_GATHER && in->np > 0 && i == (int)in->p[0]) in->rt[i] = true;
@@ -184,7 +186,7 @@ static trn_status check_instr(const nki_prog *p, nki_instr *in, const range *var
     }
     if (in->nmask > 0 &&
         (in->op == NKI_OP_MATMUL || in->op == NKI_OP_SCAN || in->op == NKI_OP_PREDUCE ||
-         in->op == NKI_OP_BNSTATS || in->op == NKI_OP_BNAGGR || in->op == NKI_OP_TOP8 ||
+         in->op == NKI_OP_BNSTATS || in->op == NKI_OP_BNAGGR ||
          (in->op == NKI_OP_ACT && in->np > 4 && in->p[4] >= 0)))
         return fail_at(p, in->name, in->loc,
                        "mask= is not supported on this instruction here; slice the operands");
@@ -259,6 +261,12 @@ static trn_status check_instr(const nki_prog *p, nki_instr *in, const range *var
         const nki_tensor *it = &p->t[in->opd[which].tid];
         if (which < 0 || which > 1 || dim < 0 || dim >= it->ndim)
             return fail_at(p, in->name, in->loc, "malformed indirect access");
+        for (int m = 0; m < in->nmask; m++)
+            for (int j = 1; j < in->mask[m].nd; j++)
+                if (in->mask[m].coef[j] != 0)
+                    return fail_at(p, in->name, in->loc,
+                                   "mask= on an indirect access may only select partitions "
+                                   "(a predicate over the partition index and loop indices)");
         if (in->opd[0].nd != in->opd[1].nd)
             return fail_at(p, in->name, in->loc, "source and destination shapes differ");
         for (int j = 0; j < in->opd[0].nd; j++)

@@ -243,6 +243,11 @@ void nki__put_cond(struct nki_buf *b, const nki_expr *e);
 // partitions, or `from` when fewer than two instructions qualify; *guard:
 // run fused only where no two HBM arguments overlap (rt->serial == 0).
 int nki__fuse_group(const nki_prog *p, int from, int to, int64_t *parts, bool *guard);
+// Copy forwarding inside fused group [from, end) (forward.c): per group
+// position, subst[a] a malloc'd changed copy of the instruction to render
+// instead (NULL: as is) and drop[a] whether to skip it. -1: out of memory
+// (nothing changed).
+int nki__forward_group(const nki_prog *p, int from, int end, nki_instr **subst, bool *drop);
 // NKI_FUSE=0 in the environment renders every instruction unfused (the
 // tests compare both).
 bool nki__fuse_enabled(void);
@@ -253,6 +258,9 @@ bool nki__instr_writes(const nki_instr *in, int k);
 // (parallel.c); fills live[2 * *nlive] with the (byte offset, bytes) pairs of
 // scratch the body reads but does not allocate. live holds 4 * nt entries.
 bool nki__par_loop(const nki_prog *p, int loop, int64_t *live, int *nlive);
+// Whether output tensor `tensor` is never read and one instruction that
+// always runs writes all of it, so its poison is unobservable (cover.c).
+bool nki__output_covered(const nki_prog *p, int tensor);
 
 // The run-time services an instance gets (ABI 2). prelude.c declares the
 // same struct in the rendered C: keep the two equal.

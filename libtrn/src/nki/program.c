@@ -148,6 +148,14 @@ void trn_nki_program_free(trn_nki_program *p) {
 }
 
 int trn_nki_program_arg_count(const trn_nki_program *p) { return p ? p->prog.nargs : 0; }
+int trn_nki_program_output_covered(const trn_nki_program *p, int arg) {
+    if (p == NULL) return 0;
+    for (int i = 0; i < p->prog.nt; i++)
+        if ((p->prog.t[i].kind == NKI_ARG || p->prog.t[i].kind == NKI_OUT) &&
+            p->prog.t[i].arg == arg)
+            return nki__output_covered(&p->prog, i) ? 1 : 0;
+    return 0;
+}
 int trn_nki_program_from_cache(const trn_nki_program *p) { return p ? p->from_cache : 0; }
 double trn_nki_program_compile_seconds(const trn_nki_program *p) { return p ? p->seconds : 0.0; }
 const char *trn_nki_program_source(const trn_nki_program *p) {

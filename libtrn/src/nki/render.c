@@ -108,10 +108,24 @@ static void put_group(rctx *c, int from, int end, int64_t parts, bool guard) {
     P("/* fused: %d instructions over %lld partitions */\nfor(i64 i0=0;i0<%lldLL;i0++){\n", n,
       (long long)parts, (long long)parts);
     c->fused = true;
+    // copies no one else can see are forwarded (forward.c); on out of
+    // memory the group renders as is
+    nki_instr **subst = calloc((size_t)(end - from), sizeof *subst);
+    bool *drop = calloc((size_t)(end - from), sizeof *drop);
+    const bool fwd = subst && drop && nki__forward_group(p, from, end, subst, drop) == 0;
     for (int j = from; j < end; j++) {
         c->sid = j;
-        if (p->s[j].kind == NKI_INSTR) nki__render_instr(c, p->s[j].ins);
+        if (p->s[j].kind != NKI_INSTR) continue;
+        if (fwd && drop[j - from]) {
+            P("/* %s at %s: forwarded */\n", p->s[j].ins->name, p->s[j].ins->loc);
+            continue;
+        }
+        nki__render_instr(c, fwd && subst[j - from] ? subst[j - from] : p->s[j].ins);
     }
+    if (subst)
+        for (int a = 0; a < end - from; a++) free(subst[a]);
+    free(subst);
+    free(drop);
     c->fused = false;
     P("}\n");
     if (guard) {

@@ -68,8 +68,13 @@ static bool aligned_to(const nki_operand *o, const nki_operand *d) {
 
 // The free flat index of the iteration point (for unaligned operands).
 static void put_ff(nki_buf *b, const nki_operand *d) {
+    // sum of i_j times the product of the counts inside dim j
     nki__printf(b, "i64 ff=0");
-    for (int j = 1; j < d->nd; j++) nki__printf(b, "*%lldLL+i%d", (long long)d->count[j], j);
+    for (int j = 1; j < d->nd; j++) {
+        int64_t inner = 1;
+        for (int k = j + 1; k < d->nd; k++) inner *= d->count[k];
+        nki__printf(b, "+i%d*%lldLL", j, (long long)inner);
+    }
     nki__printf(b, ";(void)ff;\n");
 }
 
@@ -387,6 +392,25 @@ static void put_bnstats(rctx *c, const nki_instr *in, int64_t F) {
 // The top-8 family (nki_impl.h NKI_OP_TOP8), one partition i0 at a time
 // over the data's free elements in flat order, compared in fp32 (NaN sorts
 // above everything in max8 and matches nothing).
+// Legacy mask= of a top-8 instruction, over the data's access dims: skip
+// free element f (flat) of partition i0 where a predicate fails.
+static void put_top8_mask(nki_buf *b, const nki_instr *in, const nki_operand *s) {
+    for (int m = 0; m < in->nmask; m++) {
+        const nki_expr *e = &in->mask[m];
+        nki__printf(b, "if(!((");
+        put_affine(b, &e->a);
+        if (e->nd > 0 && e->coef[0]) nki__printf(b, "+%lldLL*i0", (long long)e->coef[0]);
+        int64_t inner = 1;
+        for (int j = s->nd - 1; j >= 1; j--) {
+            if (j < e->nd && e->coef[j])
+                nki__printf(b, "+%lldLL*((f/%lldLL)%%%lldLL)", (long long)e->coef[j],
+                            (long long)inner, (long long)s->count[j]);
+            inner *= s->count[j];
+        }
+        nki__printf(b, ")%s0))continue;", cmp_c(e->cmp));
+    }
+}
+
 static void put_top8(rctx *c, const nki_instr *in) {
     nki_buf *b = c->b;
     const nki_prog *p = c->p;
@@ -401,12 +425,15 @@ static void put_top8(rctx *c, const nki_instr *in) {
         P(")");                                                                                    \
     } while (0)
     if (mode == 0) {
-        P("float top[8];int nt=0;\nfor(i64 f=0;f<%lldLL;f++){float v=", n);
+        P("float top[8];int nt=0;\nfor(i64 f=0;f<%lldLL;f++){", n);
+        put_top8_mask(b, in, s);
+        P("float v=");
         LD_S("f");
         P(";int k;if(nt<8)k=nt++;else{if(!((v!=v&&top[7]==top[7])||v>top[7]))continue;k=7;}\n"
           "while(k>0&&((v!=v&&top[k-1]==top[k-1])||v>top[k-1])){top[k]=top[k-1];k--;}"
           "top[k]=v;}\n");
-        P("for(i64 f=0;f<8;f++)st%d(T%d,", dt_of(p, d), root_of(p, d)->id);
+        // (fewer than 8 unmasked elements: the rest stays as it was)
+        P("for(i64 f=0;f<nt;f++)st%d(T%d,", dt_of(p, d), root_of(p, d)->id);
         put_off_flat(b, d, "i0", "f");
         P(",top[f]);\n}\n");
         return;
@@ -417,8 +444,10 @@ static void put_top8(rctx *c, const nki_instr *in) {
     put_off_flat(b, v, "i0", "f");
     P(");idx[f]=-1;}\n");
     // each val takes the first position no earlier val took
-    P("for(int q=0;q<8;q++){const int k=%s;for(i64 f=0;f<%lldLL;f++){float x=",
-      mode == 2 ? "7-q" : "q", n);
+    P("for(int q=0;q<8;q++){const int k=%s;for(i64 f=0;f<%lldLL;f++){", mode == 2 ? "7-q" : "q",
+      n);
+    put_top8_mask(b, in, s);
+    P("float x=");
     LD_S("f");
     P(";if(x!=vv[k])continue;int taken=0;for(int j=0;j<8;j++)taken|=idx[j]==f;"
       "if(!taken){idx[k]=f;break;}}}\n");
@@ -430,9 +459,9 @@ static void put_top8(rctx *c, const nki_instr *in) {
     }
     if (mode == 2) {
         // the data row (cast to dst's dtype) with the matches replaced
-        P("for(i64 f=0;f<%lldLL;f++){int taken=0;for(int j=0;j<8;j++)taken|=idx[j]==f;"
-          "float x=",
-          n);
+        P("for(i64 f=0;f<%lldLL;f++){", n);
+        put_top8_mask(b, in, s);  // (elements masked off are not written)
+        P("int taken=0;for(int j=0;j<8;j++)taken|=idx[j]==f;float x=");
         LD_S("f");
         P(";st%d(T%d,", dt_of(p, d), root_of(p, d)->id);
         put_off_flat(b, d, "i0", "f");
@@ -939,8 +968,15 @@ void nki__render_instr(nki_rctx *c, const nki_instr *in) {
         else
             for (int k = t->ndim - 1; k > dim; k--) tstride *= t->sizes[k];
         const nki_dtype xd = p->t[x->tid].dtype;
-        P("for(i64 i0=0;i0<%lldLL;i0++){i64 r=(i64)((const %s*)T%d)[", (long long)d->count[0],
-          xd == NKI_U32 ? "uint32_t" : "int32_t", root_of(p, x)->id);
+        // mask=: rows (partitions) left out are neither read nor range-checked
+        P("for(i64 i0=0;i0<%lldLL;i0++){\n", (long long)d->count[0]);
+        for (int m = 0; m < in->nmask; m++) {
+            P("if(!(");
+            nki__put_cond(b, &in->mask[m]);
+            P("))continue;\n");
+        }
+        P("i64 r=(i64)((const %s*)T%d)[", xd == NKI_U32 ? "uint32_t" : "int32_t",
+          root_of(p, x)->id);
         put_affine(b, &x->flat);
         P("+i0*%lldLL];\nif(r<0||r>=%lldLL)", (long long)x->stride[0], (long long)t->sizes[dim]);
         if (skip) {

@@ -245,18 +245,15 @@ def _no_mask(name, mask):
 
 
 def max8(src, mask=None, dtype=None, **kw):
-    _no_mask("max8", mask)
-    return _ops.max8(None, src, dtype=_dtype(dtype, None))
+    return _ops.max8(None, src, dtype=_dtype(dtype, None), mask=mask)
 
 
 def nc_find_index8(data, vals, mask=None, dtype=None, **kw):
-    _no_mask("nc_find_index8", mask)
-    return _ops.find_index8(None, data, vals, dtype=_dtype(dtype, None))
+    return _ops.find_index8(None, data, vals, dtype=_dtype(dtype, None), mask=mask)
 
 
 def nc_match_replace8(data, vals, imm, dst_idx=None, mask=None, dtype=None, **kw):
-    _no_mask("nc_match_replace8", mask)
-    return _ops.match_replace8(None, data, vals, imm, dst_idx, dtype=_dtype(dtype, None))
+    return _ops.match_replace8(None, data, vals, imm, dst_idx, dtype=_dtype(dtype, None), mask=mask)
 
 
 match_replace8 = nc_match_replace8
@@ -330,6 +327,16 @@ def range_select(
     )
 
 
+def sequence_bounds(segment_ids, mask=None, dtype=None, **kw):
+    _no_mask("sequence_bounds", mask)
+    return _ops.sequence_bounds(None, segment_ids, dtype=_dtype(dtype, None))
+
+
+def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, mask=None, **kw):
+    _no_mask("local_gather", mask)
+    return _ops.local_gather(None, src_buffer, index, num_elem_per_idx, num_valid_indices)
+
+
 def _unsupported(name):
     def f(*a, **kw):
         raise NkiError(f"nki: nisa.{name} is not supported by this implementation")
@@ -339,10 +346,8 @@ def _unsupported(name):
 
 
 for _n in [
-    "local_gather",
     "tensor_copy_dynamic_src",
     "tensor_copy_dynamic_dst",
-    "sequence_bounds",
     "nc_matmul_mx",
     "quantize_mx",
 ]:

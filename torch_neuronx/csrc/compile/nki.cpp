@@ -39,6 +39,10 @@ void register_nki(py::module_ &m) {
             [](const NkiProgram &p) { return trn_nki_program_compile_seconds(p.p); })
         .def_property_readonly("arg_count",
                                [](const NkiProgram &p) { return trn_nki_program_arg_count(p.p); })
+        .def("output_covered",
+             [](const NkiProgram &p, int arg) {
+                 return trn_nki_program_output_covered(p.p, arg) != 0;
+             })
         .def("run_host",
              [](const NkiProgram &p, const std::vector<uintptr_t> &addrs) {
                  guarded([&] {
