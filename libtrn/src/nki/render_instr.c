@@ -444,8 +444,7 @@ static void put_top8(rctx *c, const nki_instr *in) {
     put_off_flat(b, v, "i0", "f");
     P(");idx[f]=-1;}\n");
     // each val takes the first position no earlier val took
-    P("for(int q=0;q<8;q++){const int k=%s;for(i64 f=0;f<%lldLL;f++){", mode == 2 ? "7-q" : "q",
-      n);
+    P("for(int q=0;q<8;q++){const int k=%s;for(i64 f=0;f<%lldLL;f++){", mode == 2 ? "7-q" : "q", n);
     put_top8_mask(b, in, s);
     P("float x=");
     LD_S("f");
