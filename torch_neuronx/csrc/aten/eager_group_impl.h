@@ -36,6 +36,10 @@ constexpr size_t kMaxStartSigs = 65536;  // StartSigs.single / .multi bound
 // The group keeps its outputs' memory until it runs (intermediates that
 // unfused execution would free at once): bounded, as a size cap (End::Cap).
 constexpr size_t kMaxHeldBytes = size_t{1} << 30;
+// Inputs of the group that nobody else holds any more (release_dead_storages)
+// may keep at most this much, or 1/32 of the device memory in use if more,
+// before the group runs (End::Cap).
+constexpr size_t kMinDeadInputBytes = size_t{1} << 20;
 
 // ---- switches (eager_group_record.cpp) ----------------------------------------------------
 
@@ -85,6 +89,13 @@ struct Group {
     // writes it, its buffers (almost always one).
     std::vector<const c10::StorageImpl *> impls;
     std::vector<char> st_written;
+    // Storages an output of the group created (not read before the group
+    // wrote them). When the caller drops every tensor of one, the group lets
+    // it go at once (release_dead): its storage and impl become null and its
+    // buffer lives on only in registers (fused) or in a temporary that an
+    // unfused replay allocates for as long as it is used, so the group holds
+    // no more memory than unfused execution would.
+    std::vector<char> st_created;
     std::vector<c10::SmallVector<int, 1>> st_bufs;
     std::vector<Op> ops;
     size_t held_bytes = 0;  // of the storages the group's outputs created
@@ -121,6 +132,9 @@ struct StartSigs {
     std::unordered_map<uint64_t, int> single;
 };
 StartSigs &start_sigs();
+
+// Lets go of the created storages only the group still references (group_mu() held).
+void release_dead(Group &g);
 
 bool is16(trn_dtype d);
 bool is_float(trn_dtype d);

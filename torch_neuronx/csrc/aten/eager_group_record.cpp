@@ -13,6 +13,7 @@
 #include <ATen/Context.h>
 #include <ATen/ExpandUtils.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -209,6 +210,7 @@ int add_storage(Group &g, const c10::Storage &st) {
     g.storages.push_back(st);
     g.impls.push_back(st.unsafeGetStorageImpl());
     g.st_written.push_back(0);
+    g.st_created.push_back(0);
     g.st_bufs.emplace_back();
     return static_cast<int>(g.storages.size() - 1);
 }
@@ -222,6 +224,22 @@ struct Access {
     bool write;
 };
 using Accesses = c10::SmallVector<Access, 4>;  // output first, then inputs
+
+}  // namespace
+
+void release_dead(Group &g) {
+    for (size_t si = 0; si < g.storages.size(); si++) {
+        if (!g.st_created[si] || !g.storages[si] || g.storages[si].use_count() > 1) continue;
+        // Nobody but the group can reach it: its contents matter only to the
+        // group's own later ops. The impl goes too, so a new storage that
+        // reuses its address is a new storage to the group.
+        g.held_bytes -= std::min(g.held_bytes, g.storages[si].nbytes());
+        g.storages[si] = c10::Storage();
+        g.impls[si] = nullptr;
+    }
+}
+
+namespace {
 
 bool over_held_bytes(const Group &g, const Access &out) {
     return storage_index(g, out.storage.unsafeGetStorageImpl()) < 0 &&
@@ -301,6 +319,27 @@ void install_hook() {
 
 using namespace detail;
 
+void release_dead_storages() {
+    if (!g_open.load(std::memory_order_relaxed)) return;
+    std::lock_guard<std::recursive_mutex> lk(group_mu());
+    Group &g = open_group();
+    release_dead(g);
+    // Inputs only the group still holds (saved activations autograd has let
+    // go of, a gradient already consumed) are what fusing still costs in
+    // memory: their reads wait for the fused run. Past a budget (1/32 of the
+    // device memory in use, at least kMinDeadInputBytes) the group runs now.
+    size_t dead = 0;
+    for (size_t si = 0; si < g.storages.size(); si++)
+        if (!g.st_created[si] && g.storages[si].use_count() == 1) dead += g.storages[si].nbytes();
+    if (dead <= kMinDeadInputBytes) return;
+    trn_mem_stats st{};
+    if (trn_mem_get_stats(trn_stream_device(g.s), &st) != TRN_SUCCESS) {
+        trn_clear_error();
+        return;
+    }
+    if (dead > st.allocated_bytes / 32) flush(End::Cap);
+}
+
 // The outermost hint wins: a fallback's host copies end a group as a fallback.
 EndHint::EndHint(End e) : prev_(tl_hint) {
     if (prev_ < 0) tl_hint = static_cast<int>(e);
@@ -368,6 +407,7 @@ bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, 
         g.storages.clear();
         g.impls.clear();
         g.st_written.clear();
+        g.st_created.clear();
         g.st_bufs.clear();
         g.held_bytes = 0;
         if (!alias_safe(g, acc)) return false;
@@ -375,12 +415,14 @@ bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, 
     for (int i = 0; i < op.n_in; i++)
         if (op.in[i].buf >= 0) op.in[i].buf = buf_index(g, acc[op.in[i].buf]);
     // The output last: an in-place op reads its buffer before writing it.
-    if (storage_index(g, acc[0].storage.unsafeGetStorageImpl()) < 0)
-        g.held_bytes += acc[0].storage.nbytes();
+    const bool created = storage_index(g, acc[0].storage.unsafeGetStorageImpl()) < 0;
+    if (created) g.held_bytes += acc[0].storage.nbytes();
     op.out = buf_index(g, acc[0]);
     g.bufs[op.out].written = true;
     g.st_written[g.bufs[op.out].storage] = 1;
+    if (created) g.st_created[g.bufs[op.out].storage] = 1;
     g.ops.push_back(op);
+    release_dead(g);
     if (t0 != 0) g.record_ns += now_ns() - t0;
     g_open.store(true);
     trn_stream_mark_pending(s);

@@ -15,6 +15,8 @@
 // choice changes time only. Timing needs inline launches (the default):
 // with worker-thread streams a launch returns before its work ran, and every
 // Ready pattern runs fused.
+#include <ATen/ops/empty.h>
+
 #include <chrono>
 #include <string>
 
@@ -82,6 +84,45 @@ void launch_one(const Group &g, const Op &op) {
     const trn_status st = trn_ew_launch(g.s, &d);
     if (traced) trn_trace_pop();
     TRN_CHECK(st);
+}
+
+// Replays the group's ops one by one. A buffer whose storage the group let go
+// (release_dead) gets a temporary from the caching allocator at its first
+// op, returned after its last one: as unfused execution would have held it.
+// Its old address may belong to another tensor by now.
+void replay(Group &g) {
+    const size_t nb = g.bufs.size();
+    std::vector<int> last(nb, -1);
+    bool any = false;
+    for (size_t b = 0; b < nb; b++) any = any || !g.storages[g.bufs[b].storage];
+    if (!any) {
+        for (const Op &op : g.ops) launch_one(g, op);
+        return;
+    }
+    for (size_t i = 0; i < g.ops.size(); i++) {
+        const Op &op = g.ops[i];
+        last[op.out] = static_cast<int>(i);
+        for (int k = 0; k < op.n_in; k++)
+            if (op.in[k].buf >= 0) last[op.in[k].buf] = static_cast<int>(i);
+    }
+    std::vector<at::Tensor> temp(nb);
+    const c10::Device dev(c10::DeviceType::PrivateUse1, trn_stream_device(g.s));
+    for (size_t i = 0; i < g.ops.size(); i++) {
+        const Op &op = g.ops[i];
+        // Created storages are written before they are read: the output is
+        // the first access of a released buffer.
+        const int b = op.out;
+        if (!g.storages[g.bufs[b].storage] && !temp[b].defined()) {
+            int64_t span = static_cast<int64_t>(trn_dtype_size(g.bufs[b].dtype));
+            for (int d = 0; d < g.ndim; d++) span += (g.sizes[d] - 1) * g.bufs[b].strides[d];
+            temp[b] = at::empty({span}, at::TensorOptions().dtype(at::kByte).device(dev));
+            g.bufs[b].ptr = temp[b].data_ptr();
+            if (trn_stream_async_enabled()) TRN_CHECK(trn_mem_record_stream(g.bufs[b].ptr, g.s));
+        }
+        launch_one(g, op);
+        for (size_t k = 0; k < nb; k++)
+            if (last[k] == static_cast<int>(i) && temp[k].defined()) temp[k] = at::Tensor();
+    }
 }
 
 void run_fused(const Group &g, const Entry &e, End why) {
@@ -183,7 +224,7 @@ void flush(End why) {
             const uint64_t sig = op_start_sig(g, g.ops[0]);
             if (start_sigs().multi.count(sig) == 0) start_sigs().single[sig]++;
         }
-        launch_one(g, g.ops[0]);
+        replay(g);  // its output may have been let go (release_dead)
         return;
     }
     if (adaptive) start_sigs().multi.insert(op_start_sig(g, g.ops[0]));
@@ -226,7 +267,7 @@ void flush(End why) {
         if (fused) {
             run_fused(g, *e, why);
         } else {
-            for (const Op &op : g.ops) launch_one(g, op);
+            replay(g);
         }
         if (timed) record_trial(g, *e, fused, now_ns() - t0 + (fused ? overhead : 0));
         if (fused) {
@@ -245,7 +286,7 @@ void flush(End why) {
         e->node = std::move(node);
         enqueue(e, graph);
     }
-    for (const Op &op : g.ops) launch_one(g, op);
+    replay(g);
     count("EagerUnfusedGroups");
     log_group(g, why, false);
 }

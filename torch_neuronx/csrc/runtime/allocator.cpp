@@ -7,6 +7,7 @@
 
 #include <cstdio>
 
+#include "aten/eager_group.h"
 #include "observe/memory_history.h"
 #include "runtime/device.h"
 
@@ -37,6 +38,7 @@ struct NeuronDeviceAllocator final : public c10::DeviceAllocator {
     c10::DataPtr allocate(size_t nbytes) override {
         c10::DeviceIndex dev = current_device();
         check_device(dev);
+        eager_group::release_dead_storages();
         void *ptr = nullptr;
         TRN_CHECK(trn_mem_alloc(dev, nbytes, nullptr, &ptr));
         memory_history::on_alloc(dev, ptr, nbytes, trn_stream_id(current_trn_stream(dev)));
