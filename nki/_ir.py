@@ -389,6 +389,7 @@ class Tensor:
         "loc",
         "name",
         "mask",
+        "rot",
     )
 
     def __init__(
@@ -421,6 +422,7 @@ class Tensor:
         self.mask = (
             None  # legacy: the mask= its producing instruction had (x[...] = op(..., mask=m))
         )
+        self.rot = 0  # mod_alloc: physical block tiles (0: one per block tile)
 
     def text(self):
         nd = len(self.shape)
@@ -970,7 +972,8 @@ class Tracer:
         head = f"K {_esc(self.name)} {self.target} {len(self.grid)} " + " ".join(
             str(g) for g in self.grid
         )
-        return "\n".join([head] + [t.text() for t in self.tensors] + self.lines) + "\n"
+        rot = [f"R {t.id} {t.rot}" for t in self.tensors if t.rot]
+        return "\n".join([head] + [t.text() for t in self.tensors] + rot + self.lines) + "\n"
 
 
 def loop(lo, hi, step, kind):

@@ -6,7 +6,7 @@ libtrn/src/nki/nki_impl.h and prelude.c."""
 import numpy as np
 
 from . import _dtypes as dt
-from ._ir import AP, PSUM, SBUF, Affine, IExpr, NkiError, Pred, current, expr_text
+from ._ir import AP, PSUM, SBUF, Affine, IExpr, NkiError, Pred, current, expr_text, user_loc
 
 (
     OP_COPY,
@@ -180,6 +180,25 @@ def alloc(shape, dtype, kind=SBUF, par_axis=0, name=None):
     dtype = dt.to_dtype(dtype)
     shape = [int(s) for s in shape]
     return AP(current().new_tensor(kind, dtype, shape, par_axis=par_axis, name=name))
+
+
+def rotate(ap, tiles):
+    """mod_alloc: the block tiles (dims before the partition dim) of a fresh
+    tensor rotate through tiles[i] physical buffers along block dim i, so
+    only that many count against SBUF/PSUM capacity."""
+    t = ap.tensor
+    blocks = t.shape[: t.par_axis]
+    if any(n < 1 for n in tiles):
+        raise NkiError(f"nki: mod_alloc tile counts must be positive (got {tiles})")
+    if len(tiles) > len(blocks):
+        raise NkiError(
+            f"nki: mod_alloc gives {len(tiles)} tile counts for {len(blocks)} block dims "
+            f"of shape {t.shape}"
+        )
+    phys = 1
+    for j, n in enumerate(blocks):
+        phys *= min(n, tiles[j]) if j < len(tiles) else n
+    t.rot = phys
 
 
 def is_scalar(x):
@@ -523,17 +542,81 @@ def free_size(ap):
     return n
 
 
-def matmul(dst, stationary, moving, accumulate=None, name="nc_matmul", mask=None):
+def _perf_rows(perf_mode, name):
+    """Rows per matmul for nc_matmul's perf_mode: 2 in double-row mode
+    (matmul_perf_mode.double_row / 'double_row' / 'double_row_gen3'), else 1."""
+    if perf_mode is None:
+        return 1
+    key = getattr(perf_mode, "name", perf_mode)
+    if key in ("none", 0):
+        return 1
+    if key in ("double_row", "double_row_gen3", 1):
+        return 2
+    raise NkiError(f"nki: {name} perf_mode={perf_mode!r} is not supported (none or double_row)")
+
+
+def _row(ap, r):
+    """Row r of a [P, 2, F] double-row operand, as a [P, F] access pattern."""
+    return ap._compose(
+        [ap.dims[0], ap.dims[2]],
+        [(Affine(0), {0: 1}), (Affine(r), {}), (Affine(0), {1: 1})],
+    )
+
+
+def _double_row_check(stationary, moving, name):
+    tr = current()
+    if tr.target < 3:
+        raise NkiError(
+            f"nki: {name} at {user_loc()}: double-row mode needs NeuronCore v3 or later (target is v{tr.target})"
+        )
+    for what, ap in (("stationary", stationary), ("moving", moving)):
+        if ap.ndim != 3 or ap.dims[1] != 2:
+            raise NkiError(
+                f"nki: {name} at {user_loc()}: double-row mode takes [P, 2, F] operands ({what} is {ap.shape})"
+            )
+        if not str(ap.dtype).startswith("float8"):
+            raise NkiError(
+                f"nki: {name} at {user_loc()}: double-row mode takes fp8 operands ({what} is {ap.dtype})"
+            )
+
+
+def matmul(dst, stationary, moving, accumulate=None, name="nc_matmul", mask=None, perf_mode=None):
     fresh = dst is None
     tr = current()
     start = len(tr.lines)
+    rows = _perf_rows(perf_mode, name)
+    if rows == 2:
+        _double_row_check(stationary, moving, name)
     if fresh:
-        dst = alloc((free_size(stationary), free_size(moving)), dt.float32, PSUM)
+        dst = alloc(
+            (
+                stationary.dims[-1] if rows == 2 else free_size(stationary),
+                moving.dims[-1] if rows == 2 else free_size(moving),
+            ),
+            dt.float32,
+            PSUM,
+        )
     mode = 0 if accumulate is None else (1 if accumulate else 2)
-    emit(OP_MATMUL, name, [mode], [dst, stationary, moving], mask=mask)
+    if rows == 2:
+        # double row: the PE array contracts both rows (2P elements) in one
+        # pass; the same sum as two matmuls where the second accumulates
+        emit(OP_MATMUL, name, [mode], [dst, _row(stationary, 0), _row(moving, 0)], mask=mask)
+        mode = 0 if accumulate is None else 1
+        emit(OP_MATMUL, name, [mode], [dst, _row(stationary, 1), _row(moving, 1)], mask=mask)
+    else:
+        emit(OP_MATMUL, name, [mode], [dst, stationary, moving], mask=mask)
     if fresh:
         # a legacy result tile: `psum += nc_matmul(...)` retargets it (matmul_into)
-        tr.fresh_matmul = (dst.tensor.id, start, len(tr.lines), stationary, moving, name, mask)
+        tr.fresh_matmul = (
+            dst.tensor.id,
+            start,
+            len(tr.lines),
+            stationary,
+            moving,
+            name,
+            mask,
+            perf_mode,
+        )
     return dst
 
 
@@ -555,7 +638,7 @@ def matmul_into(dst, value):
         return False
     del tr.lines[rec[1] : rec[2]]
     tr.fresh_matmul = None
-    matmul(d, rec[3], rec[4], None, name=rec[5], mask=rec[6])
+    matmul(d, rec[3], rec[4], None, name=rec[5], mask=rec[6], perf_mode=rec[7])
     return True
 
 

@@ -1,5 +1,8 @@
 """nki.compiler: allocation hints. Memory placement is the compiler's here,
-so the hints are accepted and ignored (SBUF/PSUM capacity is still checked)."""
+so addresses are accepted and ignored; what a hint says about capacity is
+kept: mod_alloc's num_free_tiles (SBUF) / num_bank_tiles (PSUM) rotate a
+tensor's block tiles through that many physical buffers (block i in buffer
+i % n), so the SBUF/PSUM capacity check counts those buffers only."""
 
 
 def skip_middle_end_transformations(fn):
@@ -20,9 +23,13 @@ class _Alloc:
     one)."""
 
     name = "sbuf"
+    _tiles_kw = "num_free_tiles"
 
     def __init__(self, *a, **kw):
-        pass
+        t = kw.get(self._tiles_kw)
+        # physical buffers per block dim (leading block dims; the rest keep
+        # one buffer per tile); None: no rotation
+        self.tiles = tuple(int(n) for n in t) if t else None
 
     def __call__(self, *a, **kw):
         return self
@@ -30,6 +37,7 @@ class _Alloc:
 
 class _PsumAlloc(_Alloc):
     name = "psum"
+    _tiles_kw = "num_bank_tiles"
 
 
 class sbuf:

@@ -355,10 +355,19 @@ static trn_status check_instr(const nki_prog *p, nki_instr *in, const range *var
     return TRN_SUCCESS;
 }
 
-// Per-partition bytes of an on-chip allocation (PSUM: whole banks).
+// Per-partition bytes of an on-chip allocation (PSUM: whole banks). A
+// mod_alloc tensor (rot > 0) holds rot physical block tiles, each placed as
+// its own allocation (a PSUM block tile takes whole banks).
 static int64_t footprint(const nki_tensor *t) {
     int64_t psize = t->ndim ? t->sizes[t->par_axis] : 1;
     int64_t b = (numel(t) / (psize ? psize : 1)) * nki__dtype_size(t->dtype);
+    int64_t blocks = 1;
+    for (int d = 0; d < t->par_axis; d++) blocks *= t->sizes[d];
+    if (t->rot > 0 && blocks > 0) {
+        int64_t tile = b / blocks;
+        if (t->kind == NKI_PSUM) tile = (tile + PSUM_BANK - 1) / PSUM_BANK * PSUM_BANK;
+        return tile * (t->rot < blocks ? t->rot : blocks);
+    }
     if (t->kind == NKI_PSUM) b = (b + PSUM_BANK - 1) / PSUM_BANK * PSUM_BANK;
     return b;
 }
