@@ -710,6 +710,21 @@ class AP:
 
     def broadcast_to(self, shape):
         shape = tuple(int(s) for s in shape)
+        tr = active()
+        if (
+            tr is not None
+            and tr.legacy
+            and self.tensor.kind in (SBUF, PSUM)
+            and 0 < len(self.dims) < len(shape)
+            and self.dims[0] == shape[0]
+        ):
+            # legacy: a reduced tile (P,) keeps its partition axis first;
+            # the missing dims are free dims it is broadcast along (as AWS's
+            # simulator: per-partition values, not NumPy's leading dims)
+            ap = self
+            while len(ap.dims) < len(shape):
+                ap = ap.expand_dims(len(ap.dims))
+            return ap.broadcast_to(shape)
         if len(shape) != len(self.dims):
             raise NkiError(
                 f"nki: broadcast_to {shape} from {self.shape}: same number of dims required"
