@@ -390,6 +390,7 @@ class Tensor:
         "name",
         "mask",
         "rot",
+        "banks",
     )
 
     def __init__(
@@ -423,6 +424,7 @@ class Tensor:
             None  # legacy: the mask= its producing instruction had (x[...] = op(..., mask=m))
         )
         self.rot = 0  # mod_alloc: physical block tiles (0: one per block tile)
+        self.banks = 0  # explicitly placed PSUM: bit b set for each bank b it occupies
 
     def text(self):
         nd = len(self.shape)
@@ -988,6 +990,7 @@ class Tracer:
             str(g) for g in self.grid
         )
         rot = [f"R {t.id} {t.rot}" for t in self.tensors if t.rot]
+        rot += [f"B {t.id} {t.banks}" for t in self.tensors if t.banks]
         return "\n".join([head] + [t.text() for t in self.tensors] + rot + self.lines) + "\n"
 
 

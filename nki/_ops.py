@@ -201,6 +201,41 @@ def rotate(ap, tiles):
     t.rot = phys
 
 
+PSUM_BANKS, PSUM_BANK_BYTES = 8, 2048
+
+
+def place_banks(ap, base_bank, func, tiles):
+    """Explicit PSUM placement (psum.mod_alloc(base_bank=...) or
+    psum.alloc(func)): the set of banks the tensor's block tiles occupy,
+    which libtrn's capacity check counts once however many tensors share
+    them."""
+    import itertools
+
+    t = ap.tensor
+    blocks = t.shape[: t.par_axis]
+    per = dt.to_dtype(t.dtype).itemsize
+    for n in t.shape[t.par_axis + 1 :]:
+        per *= n
+    nb = max(1, -(-per // PSUM_BANK_BYTES))
+    banks = set()
+    if func is not None:
+        for idx in itertools.product(*[range(n) for n in blocks]):
+            r = func(idx=idx, pdim_size=t.shape[t.par_axis], fdim_size=per)
+            b = int(r[0]) if isinstance(r, (tuple, list)) else int(r)
+            banks.update(range(b, b + nb))
+    else:
+        phys = 1
+        for j, n in enumerate(blocks):
+            phys *= min(n, tiles[j]) if tiles and j < len(tiles) else n
+        banks.update(range(base_bank, base_bank + phys * nb))
+    if min(banks) < 0 or max(banks) >= PSUM_BANKS:
+        raise NkiError(
+            f"nki: PSUM tensor {t.shape} at {user_loc()} placed in banks {sorted(banks)}; there are "
+            f"{PSUM_BANKS} (0..{PSUM_BANKS - 1}, 2 KiB per partition each)"
+        )
+    t.banks = sum(1 << b for b in banks)
+
+
 def is_scalar(x):
     return isinstance(x, (int, float, bool, np.number)) or (isinstance(x, Affine) and x.is_const())
 
@@ -354,6 +389,8 @@ def assign(dst, value):
     if is_scalar(value):
         memset(dst, scalar_value(value))
     elif isinstance(value, AP):
+        if dst.tensor.kind == PSUM and matmul_into(dst, value, accumulate=False):
+            return
         v = value
         if v.shape != dst.shape:
             try:
@@ -620,12 +657,14 @@ def matmul(dst, stationary, moving, accumulate=None, name="nc_matmul", mask=None
     return dst
 
 
-def matmul_into(dst, value):
+def matmul_into(dst, value, accumulate=None):
     """`dst += value` where value is the result tile of the nc_matmul just
     traced and dst is in PSUM: the matmul writes dst itself with the
     hardware's PSUM rule (first write after allocation overwrites, later ones
-    accumulate), as legacy kernels mean it, instead of dst + a copy. False
-    when that is not the case (a plain add then)."""
+    accumulate), as legacy kernels mean it, instead of dst + a copy
+    (`dst[...] = value`: accumulate=False, the matmul overwrites dst; no
+    PSUM tile of its own either). False when that is not the case (a plain
+    add or copy then)."""
     tr = current()
     rec = getattr(tr, "fresh_matmul", None)
     if rec is None or not isinstance(value, AP) or value.tensor.id != rec[0]:
@@ -638,7 +677,7 @@ def matmul_into(dst, value):
         return False
     del tr.lines[rec[1] : rec[2]]
     tr.fresh_matmul = None
-    matmul(d, rec[3], rec[4], None, name=rec[5], mask=rec[6], perf_mode=rec[7])
+    matmul(d, rec[3], rec[4], accumulate, name=rec[5], mask=rec[6], perf_mode=rec[7])
     return True
 
 

@@ -36,8 +36,22 @@ class _Alloc:
 
 
 class _PsumAlloc(_Alloc):
+    """psum.mod_alloc(base_bank, ..., num_bank_tiles=...) places the block
+    tiles in banks base_bank, base_bank + 1, ... (one run of banks per
+    physical tile); psum.alloc(func) asks func(idx=block index, pdim_size=partitions,
+    fdim_size=bytes per partition) for (bank, partition, address) of each block tile.
+    Tensors placed so may share banks (kernels reuse a bank for tensors
+    whose lifetimes they order): the PSUM capacity check counts the banks
+    they name, once."""
+
     name = "psum"
     _tiles_kw = "num_bank_tiles"
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.func = a[0] if a and callable(a[0]) else kw.get("func")
+        bb = kw.get("base_bank", a[0] if a and not callable(a[0]) else None)
+        self.base_bank = None if bb is None else int(bb)
 
 
 class sbuf:

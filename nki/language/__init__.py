@@ -133,6 +133,10 @@ def ndarray(shape, dtype=float32, buffer=None, name=None, address=None, **kw):
     tiles = getattr(buffer, "tiles", None)
     if tiles is not None and kind in (SBUF, PSUM):
         _ops.rotate(t, tiles)
+    if kind == PSUM and (
+        getattr(buffer, "func", None) or getattr(buffer, "base_bank", None) is not None
+    ):
+        _ops.place_banks(t, buffer.base_bank, buffer.func, tiles)
     return t
 
 

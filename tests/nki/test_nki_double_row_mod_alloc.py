@@ -136,7 +136,7 @@ def test_double_row_needs_v3(monkeypatch):
 
 
 # -- mod_alloc: 16 PSUM block tiles rotating through one bank fit next to a
-# second tensor; without the rotation the same kernel needs 16 of the 8 banks
+# second tensor; without the rotation the same kernel does not fit
 
 
 def _transposes(alloc_a, alloc_b):
@@ -173,7 +173,12 @@ def test_mod_alloc_psum_bank_tiles_rotate(cc):
     assert "R " in k.specialize(x)[0].text  # the rotation reaches libtrn
     np.testing.assert_array_equal(lnki.simulate_kernel(k, x), ref)
 
+    # one bank per block: 16 banks from bank 0, past the last
     k = _transposes(cc.psum.mod_alloc(base_bank=0), cc.psum.mod_alloc(base_bank=7))
+    with pytest.raises(nki.NkiError, match=r"placed in banks \[0, 1, .*15\]; there are 8"):
+        lnki.simulate_kernel(k, x)
+    # placed by the compiler: 16 banks for the first alone
+    k = _transposes(lnl.psum, lnl.psum)
     with pytest.raises(nki.NkiError, match="PSUM needs 16 banks here; there are 8"):
         lnki.simulate_kernel(k, x)
 
@@ -216,3 +221,57 @@ def test_mod_alloc_rejects_bad_tile_counts():
 
     with pytest.raises(nki.NkiError, match="mod_alloc gives 2 tile counts for 1 block dims"):
         k(np.zeros(1, np.float32))
+
+
+# -- explicit PSUM placement: tensors a kernel puts in the same banks share
+# them (counted once); the legacy `psum[...] = nc_matmul(...)` writes the
+# PSUM tile itself (overwriting), without a PSUM result tile of its own
+
+
+def _shared_banks(place_a, place_b):
+    @lnki.jit
+    def k(x, y):
+        out = lnl.ndarray((2, 128, 512), dtype=lnl.float32, buffer=lnl.shared_hbm)
+        a = lnl.ndarray((2, 4, lnl.par_dim(128), 512), dtype=lnl.float32, buffer=place_a)
+        b = lnl.ndarray((2, 4, lnl.par_dim(128), 512), dtype=lnl.float32, buffer=place_b)
+        xt, yt = lnl.load(x), lnl.load(y)
+        for g in lnl.sequential_range(2):
+            for t in lnl.sequential_range(4):
+                a[g, t] = lnisa.nc_matmul(xt, yt)
+                a[g, t] = lnisa.nc_matmul(xt, yt)  # `=` overwrites: one product, not two
+                b[g, t] = lnisa.nc_matmul(xt, yt)
+            s = lnl.add(lnl.copy(a[g, 3], dtype=lnl.float32), lnl.copy(b[g, 0], dtype=lnl.float32))
+            lnl.store(out[g], value=s)
+        return out
+
+    return k
+
+
+@pytest.mark.parametrize("cc", [lncc, ncc], ids=["neuronxcc.nki.compiler", "nki.compiler"])
+def test_psum_tensors_placed_in_the_same_banks_share_them(cc):
+    x = rng.standard_normal((128, 128)).astype(np.float32)
+    y = rng.standard_normal((128, 512)).astype(np.float32)
+    ref = 2 * (x.astype(np.float64).T @ y)
+    banks = {(0, 0): 0, (0, 1): 1, (0, 2): 2, (0, 3): 3, (1, 0): 4, (1, 1): 5, (1, 2): 6, (1, 3): 7}
+
+    def by_map(idx, pdim_size, fdim_size):
+        assert pdim_size == 128 and fdim_size == 512 * 4
+        return (banks[idx], 0, 0)
+
+    k = _shared_banks(cc.psum.mod_alloc(base_bank=0, num_bank_tiles=(2, 4)), cc.psum.alloc(by_map))
+    assert "B " in k.specialize(x, y)[0].text
+    np.testing.assert_allclose(
+        lnki.simulate_kernel(k, x, y), np.stack([ref, ref]), rtol=1e-5, atol=1e-4
+    )
+
+    # the same tensors placed by the compiler: 8 + 8 banks
+    k = _shared_banks(lnl.psum, lnl.psum)
+    with pytest.raises(nki.NkiError, match="PSUM needs 16 banks here; there are 8"):
+        lnki.simulate_kernel(k, x, y)
+
+
+def test_psum_placement_past_the_last_bank():
+    k = _shared_banks(ncc.psum.mod_alloc(base_bank=4, num_bank_tiles=(2, 4)), nl.psum)
+    x, y = np.zeros((128, 128), np.float32), np.zeros((128, 512), np.float32)
+    with pytest.raises(nki.NkiError, match=r"placed in banks \[4, 5, .*11\]; there are 8"):
+        lnki.simulate_kernel(k, x, y)
