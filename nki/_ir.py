@@ -389,6 +389,8 @@ class Tensor:
         "loc",
         "name",
         "mask",
+        "rot",
+        "banks",
     )
 
     def __init__(
@@ -421,6 +423,8 @@ class Tensor:
         self.mask = (
             None  # legacy: the mask= its producing instruction had (x[...] = op(..., mask=m))
         )
+        self.rot = 0  # mod_alloc: physical block tiles (0: one per block tile)
+        self.banks = 0  # explicitly placed PSUM: bit b set for each bank b it occupies
 
     def text(self):
         nd = len(self.shape)
@@ -708,6 +712,21 @@ class AP:
 
     def broadcast_to(self, shape):
         shape = tuple(int(s) for s in shape)
+        tr = active()
+        if (
+            tr is not None
+            and tr.legacy
+            and self.tensor.kind in (SBUF, PSUM)
+            and 0 < len(self.dims) < len(shape)
+            and self.dims[0] == shape[0]
+        ):
+            # legacy: a reduced tile (P,) keeps its partition axis first;
+            # the missing dims are free dims it is broadcast along (as AWS's
+            # simulator: per-partition values, not NumPy's leading dims)
+            ap = self
+            while len(ap.dims) < len(shape):
+                ap = ap.expand_dims(len(ap.dims))
+            return ap.broadcast_to(shape)
         if len(shape) != len(self.dims):
             raise NkiError(
                 f"nki: broadcast_to {shape} from {self.shape}: same number of dims required"
@@ -970,7 +989,9 @@ class Tracer:
         head = f"K {_esc(self.name)} {self.target} {len(self.grid)} " + " ".join(
             str(g) for g in self.grid
         )
-        return "\n".join([head] + [t.text() for t in self.tensors] + self.lines) + "\n"
+        rot = [f"R {t.id} {t.rot}" for t in self.tensors if t.rot]
+        rot += [f"B {t.id} {t.banks}" for t in self.tensors if t.banks]
+        return "\n".join([head] + [t.text() for t in self.tensors] + rot + self.lines) + "\n"
 
 
 def loop(lo, hi, step, kind):

@@ -6,7 +6,7 @@ libtrn/src/nki/nki_impl.h and prelude.c."""
 import numpy as np
 
 from . import _dtypes as dt
-from ._ir import AP, PSUM, SBUF, Affine, IExpr, NkiError, Pred, current, expr_text
+from ._ir import AP, PSUM, SBUF, Affine, IExpr, NkiError, Pred, current, expr_text, user_loc
 
 (
     OP_COPY,
@@ -182,6 +182,60 @@ def alloc(shape, dtype, kind=SBUF, par_axis=0, name=None):
     return AP(current().new_tensor(kind, dtype, shape, par_axis=par_axis, name=name))
 
 
+def rotate(ap, tiles):
+    """mod_alloc: the block tiles (dims before the partition dim) of a fresh
+    tensor rotate through tiles[i] physical buffers along block dim i, so
+    only that many count against SBUF/PSUM capacity."""
+    t = ap.tensor
+    blocks = t.shape[: t.par_axis]
+    if any(n < 1 for n in tiles):
+        raise NkiError(f"nki: mod_alloc tile counts must be positive (got {tiles})")
+    if len(tiles) > len(blocks):
+        raise NkiError(
+            f"nki: mod_alloc gives {len(tiles)} tile counts for {len(blocks)} block dims "
+            f"of shape {t.shape}"
+        )
+    phys = 1
+    for j, n in enumerate(blocks):
+        phys *= min(n, tiles[j]) if j < len(tiles) else n
+    t.rot = phys
+
+
+PSUM_BANKS, PSUM_BANK_BYTES = 8, 2048
+
+
+def place_banks(ap, base_bank, func, tiles):
+    """Explicit PSUM placement (psum.mod_alloc(base_bank=...) or
+    psum.alloc(func)): the set of banks the tensor's block tiles occupy,
+    which libtrn's capacity check counts once however many tensors share
+    them."""
+    import itertools
+
+    t = ap.tensor
+    blocks = t.shape[: t.par_axis]
+    per = dt.to_dtype(t.dtype).itemsize
+    for n in t.shape[t.par_axis + 1 :]:
+        per *= n
+    nb = max(1, -(-per // PSUM_BANK_BYTES))
+    banks = set()
+    if func is not None:
+        for idx in itertools.product(*[range(n) for n in blocks]):
+            r = func(idx=idx, pdim_size=t.shape[t.par_axis], fdim_size=per)
+            b = int(r[0]) if isinstance(r, (tuple, list)) else int(r)
+            banks.update(range(b, b + nb))
+    else:
+        phys = 1
+        for j, n in enumerate(blocks):
+            phys *= min(n, tiles[j]) if tiles and j < len(tiles) else n
+        banks.update(range(base_bank, base_bank + phys * nb))
+    if min(banks) < 0 or max(banks) >= PSUM_BANKS:
+        raise NkiError(
+            f"nki: PSUM tensor {t.shape} at {user_loc()} placed in banks {sorted(banks)}; there are "
+            f"{PSUM_BANKS} (0..{PSUM_BANKS - 1}, 2 KiB per partition each)"
+        )
+    t.banks = sum(1 << b for b in banks)
+
+
 def is_scalar(x):
     return isinstance(x, (int, float, bool, np.number)) or (isinstance(x, Affine) and x.is_const())
 
@@ -335,6 +389,8 @@ def assign(dst, value):
     if is_scalar(value):
         memset(dst, scalar_value(value))
     elif isinstance(value, AP):
+        if dst.tensor.kind == PSUM and matmul_into(dst, value, accumulate=False):
+            return
         v = value
         if v.shape != dst.shape:
             try:
@@ -523,26 +579,92 @@ def free_size(ap):
     return n
 
 
-def matmul(dst, stationary, moving, accumulate=None, name="nc_matmul", mask=None):
+def _perf_rows(perf_mode, name):
+    """Rows per matmul for nc_matmul's perf_mode: 2 in double-row mode
+    (matmul_perf_mode.double_row / 'double_row' / 'double_row_gen3'), else 1."""
+    if perf_mode is None:
+        return 1
+    key = getattr(perf_mode, "name", perf_mode)
+    if key in ("none", 0):
+        return 1
+    if key in ("double_row", "double_row_gen3", 1):
+        return 2
+    raise NkiError(f"nki: {name} perf_mode={perf_mode!r} is not supported (none or double_row)")
+
+
+def _row(ap, r):
+    """Row r of a [P, 2, F] double-row operand, as a [P, F] access pattern."""
+    return ap._compose(
+        [ap.dims[0], ap.dims[2]],
+        [(Affine(0), {0: 1}), (Affine(r), {}), (Affine(0), {1: 1})],
+    )
+
+
+def _double_row_check(stationary, moving, name):
+    tr = current()
+    if tr.target < 3:
+        raise NkiError(
+            f"nki: {name} at {user_loc()}: double-row mode needs NeuronCore v3 or later (target is v{tr.target})"
+        )
+    for what, ap in (("stationary", stationary), ("moving", moving)):
+        if ap.ndim != 3 or ap.dims[1] != 2:
+            raise NkiError(
+                f"nki: {name} at {user_loc()}: double-row mode takes [P, 2, F] operands ({what} is {ap.shape})"
+            )
+        if not str(ap.dtype).startswith("float8"):
+            raise NkiError(
+                f"nki: {name} at {user_loc()}: double-row mode takes fp8 operands ({what} is {ap.dtype})"
+            )
+
+
+def matmul(dst, stationary, moving, accumulate=None, name="nc_matmul", mask=None, perf_mode=None):
     fresh = dst is None
     tr = current()
     start = len(tr.lines)
+    rows = _perf_rows(perf_mode, name)
+    if rows == 2:
+        _double_row_check(stationary, moving, name)
     if fresh:
-        dst = alloc((free_size(stationary), free_size(moving)), dt.float32, PSUM)
+        dst = alloc(
+            (
+                stationary.dims[-1] if rows == 2 else free_size(stationary),
+                moving.dims[-1] if rows == 2 else free_size(moving),
+            ),
+            dt.float32,
+            PSUM,
+        )
     mode = 0 if accumulate is None else (1 if accumulate else 2)
-    emit(OP_MATMUL, name, [mode], [dst, stationary, moving], mask=mask)
+    if rows == 2:
+        # double row: the PE array contracts both rows (2P elements) in one
+        # pass; the same sum as two matmuls where the second accumulates
+        emit(OP_MATMUL, name, [mode], [dst, _row(stationary, 0), _row(moving, 0)], mask=mask)
+        mode = 0 if accumulate is None else 1
+        emit(OP_MATMUL, name, [mode], [dst, _row(stationary, 1), _row(moving, 1)], mask=mask)
+    else:
+        emit(OP_MATMUL, name, [mode], [dst, stationary, moving], mask=mask)
     if fresh:
         # a legacy result tile: `psum += nc_matmul(...)` retargets it (matmul_into)
-        tr.fresh_matmul = (dst.tensor.id, start, len(tr.lines), stationary, moving, name, mask)
+        tr.fresh_matmul = (
+            dst.tensor.id,
+            start,
+            len(tr.lines),
+            stationary,
+            moving,
+            name,
+            mask,
+            perf_mode,
+        )
     return dst
 
 
-def matmul_into(dst, value):
+def matmul_into(dst, value, accumulate=None):
     """`dst += value` where value is the result tile of the nc_matmul just
     traced and dst is in PSUM: the matmul writes dst itself with the
     hardware's PSUM rule (first write after allocation overwrites, later ones
-    accumulate), as legacy kernels mean it, instead of dst + a copy. False
-    when that is not the case (a plain add then)."""
+    accumulate), as legacy kernels mean it, instead of dst + a copy
+    (`dst[...] = value`: accumulate=False, the matmul overwrites dst; no
+    PSUM tile of its own either). False when that is not the case (a plain
+    add or copy then)."""
     tr = current()
     rec = getattr(tr, "fresh_matmul", None)
     if rec is None or not isinstance(value, AP) or value.tensor.id != rec[0]:
@@ -555,7 +677,7 @@ def matmul_into(dst, value):
         return False
     del tr.lines[rec[1] : rec[2]]
     tr.fresh_matmul = None
-    matmul(d, rec[3], rec[4], None, name=rec[5], mask=rec[6])
+    matmul(d, rec[3], rec[4], accumulate, name=rec[5], mask=rec[6], perf_mode=rec[7])
     return True
 
 

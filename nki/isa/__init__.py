@@ -90,7 +90,9 @@ def nc_matmul(
 ):
     if is_transpose:
         return _ops.transpose(_need(dst, "nc_matmul"), stationary, 1, name="nc_matmul")
-    return _ops.matmul(_need(dst, "nc_matmul"), stationary, moving, accumulate=accumulate)
+    return _ops.matmul(
+        _need(dst, "nc_matmul"), stationary, moving, accumulate=accumulate, perf_mode=perf_mode
+    )
 
 
 def nc_transpose(dst, data, engine=engine.unknown, **kw):

@@ -129,9 +129,15 @@ def ndarray(shape, dtype=float32, buffer=None, name=None, address=None, **kw):
             par_axis = i
         dims.append(int(s))
     kind = _kind(buffer)
-    return _ops.alloc(
-        dims, dtype, kind, par_axis=par_axis if kind in (SBUF, PSUM) else 0, name=name
-    )
+    t = _ops.alloc(dims, dtype, kind, par_axis=par_axis if kind in (SBUF, PSUM) else 0, name=name)
+    tiles = getattr(buffer, "tiles", None)
+    if tiles is not None and kind in (SBUF, PSUM):
+        _ops.rotate(t, tiles)
+    if kind == PSUM and (
+        getattr(buffer, "func", None) or getattr(buffer, "base_bank", None) is not None
+    ):
+        _ops.place_banks(t, buffer.base_bank, buffer.func, tiles)
+    return t
 
 
 def empty_like(x, dtype=None, buffer=None, **kw):

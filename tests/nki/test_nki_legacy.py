@@ -178,3 +178,19 @@ def test_psum_placement_hint_allocates_in_psum():
     kinds = [ln.split()[2] for ln in e.text.split("\n") if ln.startswith("T ")]
     assert kinds.count("3") == 2  # ps and the matmul's own result tile: both PSUM (kind 3)
     np.testing.assert_allclose(nki.simulate_kernel(k, a, b), a.T @ b, rtol=1e-5)
+
+
+def test_reduced_tile_broadcast_to_keeps_partition_axis():
+    # tensor_reduce without keepdims gives a (P,) tile; broadcast_to((P, F))
+    # spreads each partition's value along the free axis
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        s = nisa.tensor_reduce(np.add, data=nl.load(a), axis=(1,), dtype=nl.float32)
+        b = (1.0 / s).broadcast_to((128, 64))
+        nl.store(out, value=nl.copy(b, dtype=nl.float32))
+        return out
+
+    a = rng.random((128, 32), np.float32) + 0.5
+    ref = np.broadcast_to(1.0 / a.astype(np.float64).sum(1, keepdims=True), (128, 64))
+    np.testing.assert_allclose(nki.simulate_kernel(k, a), ref, rtol=1e-6)

@@ -355,10 +355,19 @@ static trn_status check_instr(const nki_prog *p, nki_instr *in, const range *var
     return TRN_SUCCESS;
 }
 
-// Per-partition bytes of an on-chip allocation (PSUM: whole banks).
+// Per-partition bytes of an on-chip allocation (PSUM: whole banks). A
+// mod_alloc tensor (rot > 0) holds rot physical block tiles, each placed as
+// its own allocation (a PSUM block tile takes whole banks).
 static int64_t footprint(const nki_tensor *t) {
     int64_t psize = t->ndim ? t->sizes[t->par_axis] : 1;
     int64_t b = (numel(t) / (psize ? psize : 1)) * nki__dtype_size(t->dtype);
+    int64_t blocks = 1;
+    for (int d = 0; d < t->par_axis; d++) blocks *= t->sizes[d];
+    if (t->rot > 0 && blocks > 0) {
+        int64_t tile = b / blocks;
+        if (t->kind == NKI_PSUM) tile = (tile + PSUM_BANK - 1) / PSUM_BANK * PSUM_BANK;
+        return tile * (t->rot < blocks ? t->rot : blocks);
+    }
     if (t->kind == NKI_PSUM) b = (b + PSUM_BANK - 1) / PSUM_BANK * PSUM_BANK;
     return b;
 }
@@ -373,8 +382,11 @@ static trn_status check_capacity(const nki_prog *p) {
     int *stack = malloc(((size_t)p->ns + 1) * sizeof *stack);
     int64_t *delta_s = calloc((size_t)p->ns + 2, sizeof *delta_s);
     int64_t *delta_p = calloc((size_t)p->ns + 2, sizeof *delta_p);
+    // explicitly placed PSUM tensors (banks != 0) may share banks: live
+    // tensors per bank, each bank with any counted once
+    int *delta_b = calloc(((size_t)p->ns + 2) * PSUM_BANKS, sizeof *delta_b);
     trn_status st = TRN_SUCCESS;
-    if (!first || !last || !depth_of || !stack || !delta_s || !delta_p) {
+    if (!first || !last || !depth_of || !stack || !delta_s || !delta_p || !delta_b) {
         st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "nki: out of memory");
         goto done;
     }
@@ -407,14 +419,28 @@ static trn_status check_capacity(const nki_prog *p) {
     }
     for (int r = 0; r < p->nt; r++) {
         if (first[r] < 0 || !on_chip(p->t[r].kind)) continue;
+        if (p->t[r].kind == NKI_PSUM && p->t[r].banks) {
+            for (int b = 0; b < PSUM_BANKS; b++)
+                if (p->t[r].banks >> b & 1) {
+                    delta_b[first[r] * PSUM_BANKS + b]++;
+                    delta_b[(last[r] + 1) * PSUM_BANKS + b]--;
+                }
+            continue;
+        }
         int64_t *delta = p->t[r].kind == NKI_SBUF ? delta_s : delta_p;
         delta[first[r]] += footprint(&p->t[r]);
         delta[last[r] + 1] -= footprint(&p->t[r]);
     }
     int64_t cur_s = 0, cur_p = 0, cap = sbuf_capacity(p->target);
+    int live[PSUM_BANKS] = {0};
     for (int i = 0; i <= p->ns; i++) {
         cur_s += delta_s[i];
         cur_p += delta_p[i];
+        int64_t placed = 0;
+        for (int b = 0; b < PSUM_BANKS; b++) {
+            live[b] += delta_b[(int64_t)i * PSUM_BANKS + b];
+            if (live[b] > 0) placed += PSUM_BANK;
+        }
         const char *loc =
             i < p->ns ? (p->s[i].kind == NKI_INSTR ? p->s[i].ins->loc : p->s[i].loc) : "end";
         if (cur_s > cap) {
@@ -423,10 +449,10 @@ static trn_status check_capacity(const nki_prog *p) {
                          (long long)cur_s, p->target, (long long)cap);
             goto done;
         }
-        if (cur_p > PSUM_BANK * PSUM_BANKS) {
+        if (cur_p + placed > PSUM_BANK * PSUM_BANKS) {
             st = fail_at(p, "allocation", loc,
                          "PSUM needs %lld banks here; there are %d (2 KiB per partition each)",
-                         (long long)(cur_p / PSUM_BANK), PSUM_BANKS);
+                         (long long)((cur_p + placed) / PSUM_BANK), PSUM_BANKS);
             goto done;
         }
     }
@@ -437,6 +463,7 @@ done:
     free(stack);
     free(delta_s);
     free(delta_p);
+    free(delta_b);
     return st;
 }
 

@@ -166,6 +166,8 @@ typedef struct nki_tensor {
     int base;        // views
     int64_t offset;  // views, elements
     char *loc;
+    int64_t rot;  // mod_alloc: physical buffers its block tiles rotate through (0: one each)
+    int banks;    // explicitly placed PSUM: bit b for each bank b it occupies (0: auto)
     // derived
     int root;         // the tensor whose memory this is
     int64_t scratch;  // byte offset in the instance scratch (sbuf/psum/hbm)

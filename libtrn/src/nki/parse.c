@@ -202,6 +202,23 @@ trn_status nki__parse(const char *text, nki_prog *p) {
             if (x->kind == NKI_VIEW && (x->base < 0 || x->base >= p->nt)) lx.bad = true;
             if (x->par_axis < 0 || (x->ndim > 0 && x->par_axis >= x->ndim)) lx.bad = true;
             p->nt++;
+        } else if (c == 'R') {
+            // R tid n: a mod_alloc tensor's block tiles share n physical buffers
+            int64_t tid = get_i(&lx), n = get_i(&lx);
+            if (tid < 0 || tid >= p->nt || n < 1 || p->t[tid].kind == NKI_VIEW) {
+                lx.bad = true;
+                break;
+            }
+            p->t[tid].rot = n;
+        } else if (c == 'B') {
+            // B tid mask: a PSUM tensor placed by the kernel in these banks
+            int64_t tid = get_i(&lx), mask = get_i(&lx);
+            if (tid < 0 || tid >= p->nt || mask < 1 || mask >= 256 /* 8 banks */ ||
+                p->t[tid].kind != NKI_PSUM) {
+                lx.bad = true;
+                break;
+            }
+            p->t[tid].banks = (int)mask;
         } else if (c == 'L' || c == 'E' || c == 'P' || c == 'I' || c == 'G') {
             if (grow((void **)&p->s, &p->caps, p->ns + 1, sizeof *p->s) != TRN_SUCCESS) goto oom;
             nki_stmt *s = &p->s[p->ns];

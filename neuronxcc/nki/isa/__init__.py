@@ -46,7 +46,7 @@ def nc_matmul(
     if is_transpose:
         return _ops.transpose(None, stationary, 1, name="nc_matmul")
     moving = _ops.to_sbuf_if(moving, (PSUM,))
-    return _ops.matmul(None, stationary, moving, name="nc_matmul", mask=mask)
+    return _ops.matmul(None, stationary, moving, name="nc_matmul", mask=mask, perf_mode=perf_mode)
 
 
 def nc_transpose(data, mask=None, dtype=None, engine=engine.unknown, **kw):
