@@ -140,13 +140,19 @@ static double bn_backward_mean(const bn_args *a, double saved, double sum_d) {
     return rounded == saved ? m : saved;
 }
 
-// The forward sums x - shift, shift = the channel's first element (rounded
-// to the compute type): near the mean, so x - shift is exact or nearly and
-// the float lane sums hold small terms. Summing x itself with a mean offset
-// of 100 loses ~1e-7 of it per lane sum - an error of a float ulp of the mean,
-// which every normalized output and the weight gradient inherit.
-#define BN_SHIFT(C, LD, a, X, c)                                                                   \
-    ((a)->batch > 0 && (a)->spatial > 0 ? (C)LD((X)[(c) * (a)->spatial]) : (C)0)
+// The second (variance) pass also sums d = x - m around the first pass's
+// mean m rounded to the compute type: near the mean d is exact or nearly,
+// so m + sum(d) / n is the batch mean to double accuracy, where the first
+// pass's float lane sums of x itself lose ~1e-7 of it (a float ulp of the
+// mean at an offset of 100, which every output and the weight gradient
+// would inherit). sum(d^2) is corrected to the refined mean the same way.
+static void bn_refine(const bn_args *a, double m, double dsum, double *mean, double *sq) {
+    const double n = (double)(a->batch * a->spatial);
+    if (n <= 0) return;
+    *mean = m + dsum / n;
+    *sq -= dsum * dsum / n;
+    if (*sq < 0) *sq = 0;
+}
 
 // Channel sums: lane partial sums (and a scalar sum of the tails of rows
 // that are not whole lane groups) move to the double total, lane by lane, every
@@ -230,26 +236,36 @@ static double bn_backward_mean(const bn_args *a, double saved, double sum_d) {
             for (int64_t k = 0; k < G; k++) mean[k] = sq[k] = sum[k] = 0;                          \
             if (a->training) {                                                                     \
                 V acc[BN_GROUP];                                                                   \
-                C s[BN_GROUP], m[BN_GROUP];                                                        \
+                V acc_d[BN_GROUP];                                                                 \
+                C s[BN_GROUP], sd[BN_GROUP], m[BN_GROUP];                                          \
+                double dsum[BN_GROUP];                                                             \
                 memset(acc, 0, sizeof acc);                                                        \
+                memset(acc_d, 0, sizeof acc_d);                                                    \
                 memset(s, 0, sizeof s);                                                            \
-                for (int64_t k = 0; k < G; k++) m[k] = BN_SHIFT(C, LD, a, X, g0 + k);              \
-                BN_GROUP_ROWS(acc[k] += VLD(X + row + i) - m[k], s[k] += (C)LD(X[row + i]) - m[k], \
+                memset(sd, 0, sizeof sd);                                                          \
+                BN_GROUP_ROWS(acc[k] += VLD(X + row + i), s[k] += (C)LD(X[row + i]),               \
                               BN_FLUSH(V, C, acc[k], s[k], sum[k]));                               \
                 for (int64_t k = 0; k < G; k++) {                                                  \
-                    mean[k] = (double)m[k] + sum[k] / (double)(a->batch * S);                      \
+                    mean[k] = sum[k] / (double)(a->batch * S);                                     \
                     m[k] = (C)mean[k];                                                             \
+                    dsum[k] = 0;                                                                   \
                 }                                                                                  \
                 BN_GROUP_ROWS(                                                                     \
                     {                                                                              \
                         const V d = VLD(X + row + i) - m[k];                                       \
+                        acc_d[k] += d;                                                             \
                         acc[k] += d * d;                                                           \
                     },                                                                             \
                     {                                                                              \
                         const C d = (C)LD(X[row + i]) - m[k];                                      \
+                        sd[k] += d;                                                                \
                         s[k] += d * d;                                                             \
                     },                                                                             \
-                    BN_FLUSH(V, C, acc[k], s[k], sq[k]));                                          \
+                    {                                                                              \
+                        BN_FLUSH(V, C, acc_d[k], sd[k], dsum[k]);                                  \
+                        BN_FLUSH(V, C, acc[k], s[k], sq[k]);                                       \
+                    });                                                                            \
+                for (int64_t k = 0; k < G; k++) bn_refine(a, m[k], dsum[k], &mean[k], &sq[k]);     \
             }                                                                                      \
             for (int64_t k = 0; k < G; k++) {                                                      \
                 double invstd;                                                                     \
@@ -367,22 +383,30 @@ static double bn_backward_mean(const bn_args *a, double saved, double sum_d) {
                 V acc;                                                                             \
                 C s = 0;                                                                           \
                 memset(&acc, 0, sizeof acc);                                                       \
-                const C sh = BN_SHIFT(C, LD, a, X, c);                                             \
-                BN_CHUNKS(acc += VLD(X + row + i) - sh, s += (C)LD(X[row + i]) - sh,               \
+                BN_CHUNKS(acc += VLD(X + row + i), s += (C)LD(X[row + i]),                         \
                           BN_FLUSH(V, C, acc, s, sum));                                            \
-                mean = (double)sh + sum / (double)(a->batch * S);                                  \
+                mean = sum / (double)(a->batch * S);                                               \
                 const C m = (C)mean;                                                               \
-                C v = 0;                                                                           \
+                C v = 0, sd = 0;                                                                   \
+                double dsum = 0;                                                                   \
+                V acc_d;                                                                           \
+                memset(&acc_d, 0, sizeof acc_d);                                                   \
                 BN_CHUNKS(                                                                         \
                     {                                                                              \
                         const V d = VLD(X + row + i) - m;                                          \
+                        acc_d += d;                                                                \
                         acc += d * d;                                                              \
                     },                                                                             \
                     {                                                                              \
                         const C d = (C)LD(X[row + i]) - m;                                         \
+                        sd += d;                                                                   \
                         v += d * d;                                                                \
                     },                                                                             \
-                    BN_FLUSH(V, C, acc, v, sq));                                                   \
+                    {                                                                              \
+                        BN_FLUSH(V, C, acc_d, sd, dsum);                                           \
+                        BN_FLUSH(V, C, acc, v, sq);                                                \
+                    });                                                                            \
+                bn_refine(a, m, dsum, &mean, &sq);                                                 \
             }                                                                                      \
             double invstd;                                                                         \
             channel_stats(a, c, sum, sq, &mean, &invstd);                                          \
