@@ -132,9 +132,13 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
 // recovers the batch mean as saved + sum(d) / n; when the saved mean is its
 // rounding the backward normalizes with it instead (the caller then corrects
 // sum(dy * d) by (saved - mean) * sum(dy)). Any other saved mean (a caller's
-// own) is used as given, as are 16-bit params' (the forward used them rounded).
-static double bn_backward_mean(const bn_args *a, double saved, double sum_d) {
-    if (!a->training || a->pdt == TRN_DTYPE_F16 || a->pdt == TRN_DTYPE_BF16) return saved;
+// own) is used as given, as are 16-bit params' (the forward used them rounded)
+// and means within the spread (invstd: the saved 1 / std), which the forward
+// did not refine either (bn_refine).
+static double bn_backward_mean(const bn_args *a, double saved, double invstd, double sum_d) {
+    if (!a->training || a->pdt == TRN_DTYPE_F16 || a->pdt == TRN_DTYPE_BF16 ||
+        fabs(saved) * invstd <= 1.0)
+        return saved;
     const double m = saved + sum_d / (double)(a->batch * a->spatial);
     const double rounded = a->pdt == TRN_DTYPE_F32 ? (double)(float)m : m;
     return rounded == saved ? m : saved;
@@ -146,9 +150,12 @@ static double bn_backward_mean(const bn_args *a, double saved, double sum_d) {
 // pass's float lane sums of x itself lose ~1e-7 of it (a float ulp of the
 // mean at an offset of 100, which every output and the weight gradient
 // would inherit). sum(d^2) is corrected to the refined mean the same way.
+// Only where the mean exceeds the spread: without an offset the float sums
+// of d are no more accurate than those of x (terms of the same size), and
+// the first pass's mean stands.
 static void bn_refine(const bn_args *a, double m, double dsum, double *mean, double *sq) {
     const double n = (double)(a->batch * a->spatial);
-    if (n <= 0) return;
+    if (n <= 0 || fabs(m) <= sqrt(*sq / n + a->eps)) return;
     *mean = m + dsum / n;
     *sq -= dsum * dsum / n;
     if (*sq < 0) *sq = 0;
@@ -331,7 +338,7 @@ static void bn_refine(const bn_args *a, double m, double dsum, double *mean, dou
                     BN_FLUSH(V, C, acc_d[k], d[k], dot[k]);                                        \
                 });                                                                                \
             for (int64_t k = 0; k < G; k++) {                                                      \
-                const double mean = bn_backward_mean(a, ms[k], sumd[k]);                           \
+                const double mean = bn_backward_mean(a, ms[k], invstd[k], sumd[k]);                \
                 dot[k] += (ms[k] - mean) * sum[k];                                                 \
                 mhi[k] = (C)mean, mlo[k] = (C)(mean - (double)mhi[k]);                             \
                 if (a->dweight) trn__store_real(a->pdt, a->dweight, g0 + k, dot[k] * invstd[k]);   \
@@ -465,7 +472,7 @@ static void bn_refine(const bn_args *a, double m, double dsum, double *mean, dou
                     BN_FLUSH(V, C, acc_x, sx, sumd);                                               \
                     BN_FLUSH(V, C, acc_d, d, dot);                                                 \
                 });                                                                                \
-            const double emean = bn_backward_mean(a, mean, sumd);                                  \
+            const double emean = bn_backward_mean(a, mean, invstd, sumd);                          \
             dot += (mean - emean) * sum;                                                           \
             mhi = (C)emean, mlo = (C)(emean - (double)mhi);                                        \
             if (a->dweight) trn__store_real(a->pdt, a->dweight, c, dot *invstd);                   \
