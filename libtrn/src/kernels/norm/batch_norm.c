@@ -127,35 +127,42 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
 // params the forward normalizes with the unrounded (double) batch mean but
 // saves it rounded to the param dtype: with a mean offset of 100 the rounding
 // (up to 4e-6) shifts every x - mean, and the weight gradient by that times
-// sum(dy) - an error several times CPU's. The backward sums d = x - saved
-// (exact near the mean, so the sum is accurate where one of x is not) and
+// sum(dy) - an error several times CPU's. Where the mean exceeds the spread
+// (bn_backward_offset) an extra pass sums d = x - saved (exact near the
+// mean, so the sum is accurate where one of x is not) and
 // recovers the batch mean as saved + sum(d) / n; when the saved mean is its
 // rounding the backward normalizes with it instead (the caller then corrects
 // sum(dy * d) by (saved - mean) * sum(dy)). Any other saved mean (a caller's
 // own) is used as given, as are 16-bit params' (the forward used them rounded)
 // and means within the spread (invstd: the saved 1 / std), which the forward
 // did not refine either (bn_refine).
+static bool bn_backward_offset(const bn_args *a, double saved, double invstd) {
+    return a->training && a->pdt != TRN_DTYPE_F16 && a->pdt != TRN_DTYPE_BF16 &&
+           fabs(saved) * invstd > 1.0;
+}
+
 static double bn_backward_mean(const bn_args *a, double saved, double invstd, double sum_d) {
-    if (!a->training || a->pdt == TRN_DTYPE_F16 || a->pdt == TRN_DTYPE_BF16 ||
-        fabs(saved) * invstd <= 1.0)
-        return saved;
+    if (!bn_backward_offset(a, saved, invstd)) return saved;
     const double m = saved + sum_d / (double)(a->batch * a->spatial);
     const double rounded = a->pdt == TRN_DTYPE_F32 ? (double)(float)m : m;
     return rounded == saved ? m : saved;
 }
 
-// The second (variance) pass also sums d = x - m around the first pass's
-// mean m rounded to the compute type: near the mean d is exact or nearly,
-// so m + sum(d) / n is the batch mean to double accuracy, where the first
-// pass's float lane sums of x itself lose ~1e-7 of it (a float ulp of the
-// mean at an offset of 100, which every output and the weight gradient
-// would inherit). sum(d^2) is corrected to the refined mean the same way.
-// Only where the mean exceeds the spread: without an offset the float sums
-// of d are no more accurate than those of x (terms of the same size), and
-// the first pass's mean stands.
+// Where the mean exceeds the spread (bn_offset: an offset like 100 +- 2), an
+// extra pass after the variance pass sums d = x - m around the first pass's
+// mean m rounded to the compute type: near the mean d is exact or nearly, so
+// m + sum(d) / n is the batch mean to double accuracy, where the float lane
+// sums of x itself lose ~1e-7 of it (a float ulp of the mean, which every
+// output and the weight gradient would inherit); sum(d^2) is corrected to
+// the refined mean the same way. Elsewhere (ResNet's activations) the sums of
+// d are no more accurate than those of x, and no pass is added.
+static bool bn_offset(const bn_args *a, double m, double sq) {
+    const double n = (double)(a->batch * a->spatial);
+    return n > 0 && fabs(m) > sqrt(sq / n + a->eps);
+}
+
 static void bn_refine(const bn_args *a, double m, double dsum, double *mean, double *sq) {
     const double n = (double)(a->batch * a->spatial);
-    if (n <= 0 || fabs(m) <= sqrt(*sq / n + a->eps)) return;
     *mean = m + dsum / n;
     *sq -= dsum * dsum / n;
     if (*sq < 0) *sq = 0;
@@ -260,19 +267,23 @@ static void bn_refine(const bn_args *a, double m, double dsum, double *mean, dou
                 BN_GROUP_ROWS(                                                                     \
                     {                                                                              \
                         const V d = VLD(X + row + i) - m[k];                                       \
-                        acc_d[k] += d;                                                             \
                         acc[k] += d * d;                                                           \
                     },                                                                             \
                     {                                                                              \
                         const C d = (C)LD(X[row + i]) - m[k];                                      \
-                        sd[k] += d;                                                                \
                         s[k] += d * d;                                                             \
                     },                                                                             \
-                    {                                                                              \
-                        BN_FLUSH(V, C, acc_d[k], sd[k], dsum[k]);                                  \
-                        BN_FLUSH(V, C, acc[k], s[k], sq[k]);                                       \
-                    });                                                                            \
-                for (int64_t k = 0; k < G; k++) bn_refine(a, m[k], dsum[k], &mean[k], &sq[k]);     \
+                    BN_FLUSH(V, C, acc[k], s[k], sq[k]));                                          \
+                bool refine = false;                                                               \
+                for (int64_t k = 0; k < G; k++) refine |= bn_offset(a, m[k], sq[k]);               \
+                if (refine) {                                                                      \
+                    BN_GROUP_ROWS(acc_d[k] += VLD(X + row + i) - m[k],                             \
+                                  sd[k] += (C)LD(X[row + i]) - m[k],                               \
+                                  BN_FLUSH(V, C, acc_d[k], sd[k], dsum[k]));                       \
+                    for (int64_t k = 0; k < G; k++)                                                \
+                        if (bn_offset(a, m[k], sq[k]))                                             \
+                            bn_refine(a, m[k], dsum[k], &mean[k], &sq[k]);                         \
+                }                                                                                  \
             }                                                                                      \
             for (int64_t k = 0; k < G; k++) {                                                      \
                 double invstd;                                                                     \
@@ -321,7 +332,6 @@ static void bn_refine(const bn_args *a, double m, double dsum, double *mean, dou
                     const V x = VLD(X + row + i);                                                  \
                     acc_s[k] += g;                                                                 \
                     const V dv = (x - mhi[k]) - mlo[k];                                            \
-                    acc_x[k] += dv;                                                                \
                     acc_d[k] += g * dv;                                                            \
                 },                                                                                 \
                 {                                                                                  \
@@ -329,14 +339,18 @@ static void bn_refine(const bn_args *a, double m, double dsum, double *mean, dou
                     const C x = (C)LD(X[row + i]);                                                 \
                     s[k] += g;                                                                     \
                     const C dv = (x - mhi[k]) - mlo[k];                                            \
-                    sx[k] += dv;                                                                   \
                     d[k] += g * dv;                                                                \
                 },                                                                                 \
                 {                                                                                  \
                     BN_FLUSH(V, C, acc_s[k], s[k], sum[k]);                                        \
-                    BN_FLUSH(V, C, acc_x[k], sx[k], sumd[k]);                                      \
                     BN_FLUSH(V, C, acc_d[k], d[k], dot[k]);                                        \
                 });                                                                                \
+            bool recover = false;                                                                  \
+            for (int64_t k = 0; k < G; k++) recover |= bn_backward_offset(a, ms[k], invstd[k]);    \
+            if (recover)                                                                           \
+                BN_GROUP_ROWS(acc_x[k] += (VLD(X + row + i) - mhi[k]) - mlo[k],                    \
+                              sx[k] += ((C)LD(X[row + i]) - mhi[k]) - mlo[k],                      \
+                              BN_FLUSH(V, C, acc_x[k], sx[k], sumd[k]));                           \
             for (int64_t k = 0; k < G; k++) {                                                      \
                 const double mean = bn_backward_mean(a, ms[k], invstd[k], sumd[k]);                \
                 dot[k] += (ms[k] - mean) * sum[k];                                                 \
@@ -401,19 +415,18 @@ static void bn_refine(const bn_args *a, double m, double dsum, double *mean, dou
                 BN_CHUNKS(                                                                         \
                     {                                                                              \
                         const V d = VLD(X + row + i) - m;                                          \
-                        acc_d += d;                                                                \
                         acc += d * d;                                                              \
                     },                                                                             \
                     {                                                                              \
                         const C d = (C)LD(X[row + i]) - m;                                         \
-                        sd += d;                                                                   \
                         v += d * d;                                                                \
                     },                                                                             \
-                    {                                                                              \
-                        BN_FLUSH(V, C, acc_d, sd, dsum);                                           \
-                        BN_FLUSH(V, C, acc, v, sq);                                                \
-                    });                                                                            \
-                bn_refine(a, m, dsum, &mean, &sq);                                                 \
+                    BN_FLUSH(V, C, acc, v, sq));                                                   \
+                if (bn_offset(a, m, sq)) {                                                         \
+                    BN_CHUNKS(acc_d += VLD(X + row + i) - m, sd += (C)LD(X[row + i]) - m,          \
+                              BN_FLUSH(V, C, acc_d, sd, dsum));                                    \
+                    bn_refine(a, m, dsum, &mean, &sq);                                             \
+                }                                                                                  \
             }                                                                                      \
             double invstd;                                                                         \
             channel_stats(a, c, sum, sq, &mean, &invstd);                                          \
@@ -456,7 +469,6 @@ static void bn_refine(const bn_args *a, double m, double dsum, double *mean, dou
                     const V x = VLD(X + row + i);                                                  \
                     acc_s += g;                                                                    \
                     const V dv = (x - mhi) - mlo;                                                  \
-                    acc_x += dv;                                                                   \
                     acc_d += g * dv;                                                               \
                 },                                                                                 \
                 {                                                                                  \
@@ -464,14 +476,15 @@ static void bn_refine(const bn_args *a, double m, double dsum, double *mean, dou
                     const C x = (C)LD(X[row + i]);                                                 \
                     s += g;                                                                        \
                     const C dv = (x - mhi) - mlo;                                                  \
-                    sx += dv;                                                                      \
                     d += g * dv;                                                                   \
                 },                                                                                 \
                 {                                                                                  \
                     BN_FLUSH(V, C, acc_s, s, sum);                                                 \
-                    BN_FLUSH(V, C, acc_x, sx, sumd);                                               \
                     BN_FLUSH(V, C, acc_d, d, dot);                                                 \
                 });                                                                                \
+            if (bn_backward_offset(a, mean, invstd))                                               \
+                BN_CHUNKS(acc_x += (VLD(X + row + i) - mhi) - mlo,                                 \
+                          sx += ((C)LD(X[row + i]) - mhi) - mlo, BN_FLUSH(V, C, acc_x, sx, sumd)); \
             const double emean = bn_backward_mean(a, mean, invstd, sumd);                          \
             dot += (mean - emean) * sum;                                                           \
             mhi = (C)emean, mlo = (C)(emean - (double)mhi);                                        \
