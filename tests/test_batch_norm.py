@@ -18,9 +18,44 @@ def _rand(*shape, seed=0, dtype=torch.float32):
     return (torch.randn(*shape, generator=g) * 2 + 0.5).to(dtype)
 
 
+RATIO = 1.5  # issue 22: neuron's error vs float64 at most 1.5x CPU's
+
+
+def _assert_close(neu, cpu, ref, tol, msg=""):
+    """Neuron against CPU. Where a float64 reference is given (float32 and
+    16-bit inputs), both are measured against it instead: CPU's own float32
+    error exceeds assert_close's default tolerance at larger planes (the
+    weight gradient of a 2x4x20x20 batch, summed over three steps, is off by
+    4e-5 on CPU), so matching CPU cannot be the bar; being at least as
+    accurate can. Neuron's largest error must not exceed 1.5x CPU's plus
+    four roundings of the dtype at the output's magnitude (below that both
+    are the final rounding)."""
+    if ref is None:
+        torch.testing.assert_close(neu.cpu(), cpu, msg=msg or None, **tol)
+        return
+    assert neu.dtype == cpu.dtype and neu.shape == cpu.shape, msg
+    if not neu.is_floating_point():
+        assert torch.equal(neu.cpu(), cpu), msg
+        return
+    ref = ref.detach().double()
+    n_err = (neu.detach().cpu().double() - ref).abs().max().item()
+    c_err = (cpu.detach().double() - ref).abs().max().item()
+    floor = 4 * torch.finfo(cpu.dtype).eps * ref.abs().max().item()
+    assert n_err <= RATIO * c_err + floor, (
+        f"{msg}: neuron's error vs float64 {n_err:.3g}, CPU's {c_err:.3g} (floor {floor:.3g})"
+    )
+
+
 def _train_steps(ref, x_shape, steps=3, dtype=torch.float32, channels_last=False, tol=None):
     tol = tol or {}
     dev = copy.deepcopy(ref).to("neuron")
+    # The float64 reference: the same module and inputs (widened) in float64;
+    # none for float64 itself (CPU is then the reference).
+    exact = copy.deepcopy(ref).double() if dtype != torch.float64 else None
+
+    def close(n, c, e, msg=""):
+        _assert_close(n, c, e, tol, msg)
+
     torch_neuronx.clear_op_tracking()
     for step in range(steps):
         x = _rand(*x_shape, seed=step, dtype=dtype)
@@ -28,21 +63,33 @@ def _train_steps(ref, x_shape, steps=3, dtype=torch.float32, channels_last=False
             x = x.to(memory_format=torch.channels_last)
         xc = x.clone().requires_grad_()
         xd = x.to("neuron").requires_grad_()
+        xe = x.double().requires_grad_() if exact is not None else None
         yc, yd = ref(xc), dev(xd)
         g = _rand(*x_shape, seed=100 + step, dtype=dtype)
         yc.backward(g)
         yd.backward(g.to("neuron"))
-        torch.testing.assert_close(yd.cpu(), yc, **tol)
-        torch.testing.assert_close(xd.grad.cpu(), xc.grad, **tol)
+        ye = None
+        if exact is not None:
+            ye = exact(xe)
+            ye.backward(g.double())
+        close(yd, yc, ye, "output")
+        close(xd.grad, xc.grad, xe.grad if xe is not None else None, "input grad")
+    e_params = dict(exact.named_parameters()) if exact is not None else {}
+    e_buffers = dict(exact.named_buffers()) if exact is not None else {}
     for (name, a), (_, b) in zip(dev.named_parameters(), ref.named_parameters()):
-        torch.testing.assert_close(a.grad.cpu(), b.grad, msg=name, **tol)
+        e = e_params[name].grad if exact is not None else None
+        close(a.grad, b.grad, e, name)
     for (name, a), (_, b) in zip(dev.named_buffers(), ref.named_buffers()):
-        torch.testing.assert_close(a.cpu(), b, msg=name)
+        if exact is not None:
+            _assert_close(a, b, e_buffers[name], {}, name)
+        else:
+            torch.testing.assert_close(a.cpu(), b, msg=name)
     # Eval with the trained running stats.
     ref.eval()
     dev.eval()
     x = _rand(*x_shape, seed=50, dtype=dtype)
-    torch.testing.assert_close(dev(x.to("neuron")).detach().cpu(), ref(x).detach(), **tol)
+    ye = exact.eval()(x.double()).detach() if exact is not None else None
+    close(dev(x.to("neuron")).detach(), ref(x).detach(), ye, "eval output")
     assert torch_neuronx.get_fallback_ops() == [], torch_neuronx.get_fallback_ops()
     return dev
 
@@ -55,6 +102,11 @@ def _train_steps(ref, x_shape, steps=3, dtype=torch.float32, channels_last=False
         (nn.BatchNorm2d, (4, 3, 6, 5)),
         (nn.BatchNorm2d, (4, 40, 7, 7)),
         (nn.BatchNorm2d, (3, 70, 3, 3)),
+        # Planes over 256 elements take the chunked per-channel walk.
+        (nn.BatchNorm2d, (2, 4, 20, 20)),
+        (nn.BatchNorm2d, (1, 3, 17, 23)),
+        (nn.BatchNorm2d, (8, 16, 32, 32)),
+        (nn.BatchNorm1d, (3, 5, 1000)),
         (nn.BatchNorm3d, (2, 3, 4, 3, 5)),
     ],
 )

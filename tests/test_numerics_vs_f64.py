@@ -137,15 +137,37 @@ def _norm_fwd_bwd(norm):
 
 
 # Planes of up to 256 elements (8x8, 7x7 with a tail, 40 channels: more than
-# one group) take batch_norm.c's memory-order walk, larger ones (24x24) the
-# per-channel walk in chunks.
+# one group) take batch_norm.c's memory-order walk, larger ones (24x24, 20x20,
+# 32x32) the per-channel walk in chunks. With the offset of 100 the backward
+# must normalize with the unrounded batch mean (the saved one is rounded to
+# float32): 2x4x20x20's weight gradient was 2.8x CPU's error without it.
 @pytest.mark.parametrize("offset", [0.0, 100.0])
-@pytest.mark.parametrize("n,c,hw", [(16, 32, 8), (8, 40, 7), (4, 8, 24)])
+@pytest.mark.parametrize(
+    "n,c,hw", [(16, 32, 8), (8, 40, 7), (4, 8, 24), (2, 4, 20), (3, 16, 20), (8, 16, 32)]
+)
 def test_batch_norm_training(offset, n, c, hw):
     x, gy = _randn(n, c, hw, hw, seed=17, offset=offset), _randn(n, c, hw, hw, seed=18)
     w, b = _randn(c, seed=19) + 1, _randn(c, seed=20)
     _check(
         f"batch_norm {n}x{c}x{hw}x{hw} offset {offset}",
+        _norm_fwd_bwd(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True)),
+        [x, w, b, gy],
+    )
+
+
+# A gradient with a mean (sum(dy) large) and x spread 2 around 100: the
+# weight gradient carries (mean used - batch mean) * sum(dy) * invstd, so the
+# backward must use the unrounded batch mean, not the float32 saved one
+# (2x64x10x10's weight gradient was 1.6x CPU's error with it).
+@pytest.mark.parametrize(
+    "n,c,hw", [(2, 64, 10), (3, 3, 10), (2, 4, 20), (3, 16, 20), (4, 8, 24), (1, 3, 32)]
+)
+def test_batch_norm_training_grad_with_mean(n, c, hw):
+    x = _randn(n, c, hw, hw, seed=31, offset=100.0, scale=2.0)
+    gy = _randn(n, c, hw, hw, seed=32, offset=0.5, scale=2.0)
+    w, b = _randn(c, seed=33) + 1, _randn(c, seed=34)
+    _check(
+        f"batch_norm {n}x{c}x{hw}x{hw} dy mean 0.5",
         _norm_fwd_bwd(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True)),
         [x, w, b, gy],
     )

@@ -123,6 +123,51 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
     }
 }
 
+// The mean the backward normalizes with. In training with float32 / float64
+// params the forward normalizes with the unrounded (double) batch mean but
+// saves it rounded to the param dtype: with a mean offset of 100 the rounding
+// (up to 4e-6) shifts every x - mean, and the weight gradient by that times
+// sum(dy) - an error several times CPU's. Where the mean exceeds the spread
+// (bn_backward_offset) an extra pass sums d = x - saved (exact near the
+// mean, so the sum is accurate where one of x is not) and
+// recovers the batch mean as saved + sum(d) / n; when the saved mean is its
+// rounding the backward normalizes with it instead (the caller then corrects
+// sum(dy * d) by (saved - mean) * sum(dy)). Any other saved mean (a caller's
+// own) is used as given, as are 16-bit params' (the forward used them rounded)
+// and means within the spread (invstd: the saved 1 / std), which the forward
+// did not refine either (bn_refine).
+static bool bn_backward_offset(const bn_args *a, double saved, double invstd) {
+    return a->training && a->pdt != TRN_DTYPE_F16 && a->pdt != TRN_DTYPE_BF16 &&
+           fabs(saved) * invstd > 1.0;
+}
+
+static double bn_backward_mean(const bn_args *a, double saved, double invstd, double sum_d) {
+    if (!bn_backward_offset(a, saved, invstd)) return saved;
+    const double m = saved + sum_d / (double)(a->batch * a->spatial);
+    const double rounded = a->pdt == TRN_DTYPE_F32 ? (double)(float)m : m;
+    return rounded == saved ? m : saved;
+}
+
+// Where the mean exceeds the spread (bn_offset: an offset like 100 +- 2), an
+// extra pass after the variance pass sums d = x - m around the first pass's
+// mean m rounded to the compute type: near the mean d is exact or nearly, so
+// m + sum(d) / n is the batch mean to double accuracy, where the float lane
+// sums of x itself lose ~1e-7 of it (a float ulp of the mean, which every
+// output and the weight gradient would inherit); sum(d^2) is corrected to
+// the refined mean the same way. Elsewhere (ResNet's activations) the sums of
+// d are no more accurate than those of x, and no pass is added.
+static bool bn_offset(const bn_args *a, double m, double sq) {
+    const double n = (double)(a->batch * a->spatial);
+    return n > 0 && fabs(m) > sqrt(sq / n + a->eps);
+}
+
+static void bn_refine(const bn_args *a, double m, double dsum, double *mean, double *sq) {
+    const double n = (double)(a->batch * a->spatial);
+    *mean = m + dsum / n;
+    *sq -= dsum * dsum / n;
+    if (*sq < 0) *sq = 0;
+}
+
 // Channel sums: lane partial sums (and a scalar sum of the tails of rows
 // that are not whole lane groups) move to the double total, lane by lane, every
 // TRN_VFLUSH_ELEMS elements of a channel, rows cut into chunks of at most that
@@ -205,14 +250,19 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
             for (int64_t k = 0; k < G; k++) mean[k] = sq[k] = sum[k] = 0;                          \
             if (a->training) {                                                                     \
                 V acc[BN_GROUP];                                                                   \
-                C s[BN_GROUP], m[BN_GROUP];                                                        \
+                V acc_d[BN_GROUP];                                                                 \
+                C s[BN_GROUP], sd[BN_GROUP], m[BN_GROUP];                                          \
+                double dsum[BN_GROUP];                                                             \
                 memset(acc, 0, sizeof acc);                                                        \
+                memset(acc_d, 0, sizeof acc_d);                                                    \
                 memset(s, 0, sizeof s);                                                            \
+                memset(sd, 0, sizeof sd);                                                          \
                 BN_GROUP_ROWS(acc[k] += VLD(X + row + i), s[k] += (C)LD(X[row + i]),               \
                               BN_FLUSH(V, C, acc[k], s[k], sum[k]));                               \
                 for (int64_t k = 0; k < G; k++) {                                                  \
                     mean[k] = sum[k] / (double)(a->batch * S);                                     \
                     m[k] = (C)mean[k];                                                             \
+                    dsum[k] = 0;                                                                   \
                 }                                                                                  \
                 BN_GROUP_ROWS(                                                                     \
                     {                                                                              \
@@ -224,6 +274,16 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
                         s[k] += d * d;                                                             \
                     },                                                                             \
                     BN_FLUSH(V, C, acc[k], s[k], sq[k]));                                          \
+                bool refine = false;                                                               \
+                for (int64_t k = 0; k < G; k++) refine |= bn_offset(a, m[k], sq[k]);               \
+                if (refine) {                                                                      \
+                    BN_GROUP_ROWS(acc_d[k] += VLD(X + row + i) - m[k],                             \
+                                  sd[k] += (C)LD(X[row + i]) - m[k],                               \
+                                  BN_FLUSH(V, C, acc_d[k], sd[k], dsum[k]));                       \
+                    for (int64_t k = 0; k < G; k++)                                                \
+                        if (bn_offset(a, m[k], sq[k]))                                             \
+                            bn_refine(a, m[k], dsum[k], &mean[k], &sq[k]);                         \
+                }                                                                                  \
             }                                                                                      \
             for (int64_t k = 0; k < G; k++) {                                                      \
                 double invstd;                                                                     \
@@ -251,36 +311,50 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
         const T *X = (const T *)a->x, *DY = (const T *)a->dy;                                      \
         for (int64_t g0 = c0; g0 < c1; g0 += BN_GROUP) {                                           \
             const int64_t G = c1 - g0 < BN_GROUP ? c1 - g0 : BN_GROUP;                             \
-            double invstd[BN_GROUP], sum[BN_GROUP], dot[BN_GROUP];                                 \
+            double invstd[BN_GROUP], sum[BN_GROUP], dot[BN_GROUP], sumd[BN_GROUP], ms[BN_GROUP];   \
             C mhi[BN_GROUP], mlo[BN_GROUP], scale[BN_GROUP], kk[BN_GROUP], gmean[BN_GROUP];        \
-            V acc_s[BN_GROUP], acc_d[BN_GROUP];                                                    \
-            C s[BN_GROUP], d[BN_GROUP];                                                            \
+            V acc_s[BN_GROUP], acc_d[BN_GROUP], acc_x[BN_GROUP];                                   \
+            C s[BN_GROUP], d[BN_GROUP], sx[BN_GROUP];                                              \
             memset(acc_s, 0, sizeof acc_s);                                                        \
             memset(acc_d, 0, sizeof acc_d);                                                        \
+            memset(acc_x, 0, sizeof acc_x);                                                        \
             for (int64_t k = 0; k < G; k++) {                                                      \
                 const double mean = trn__load_real(a->pdt, a->mean_in, g0 + k);                    \
                 const double sv = trn__load_real(a->pdt, a->var_in, g0 + k);                       \
                 invstd[k] = a->training ? sv : 1.0 / sqrt(sv + a->eps);                            \
-                mhi[k] = (C)mean, mlo[k] = (C)(mean - (double)mhi[k]);                             \
-                sum[k] = dot[k] = 0;                                                               \
-                s[k] = d[k] = 0;                                                                   \
+                ms[k] = mean, mhi[k] = (C)mean, mlo[k] = (C)(mean - (double)mhi[k]);               \
+                sum[k] = dot[k] = sumd[k] = 0;                                                     \
+                s[k] = d[k] = sx[k] = 0;                                                           \
             }                                                                                      \
             BN_GROUP_ROWS(                                                                         \
                 {                                                                                  \
                     const V g = VLD(DY + row + i);                                                 \
+                    const V x = VLD(X + row + i);                                                  \
                     acc_s[k] += g;                                                                 \
-                    acc_d[k] += g * ((VLD(X + row + i) - mhi[k]) - mlo[k]);                        \
+                    const V dv = (x - mhi[k]) - mlo[k];                                            \
+                    acc_d[k] += g * dv;                                                            \
                 },                                                                                 \
                 {                                                                                  \
                     const C g = (C)LD(DY[row + i]);                                                \
+                    const C x = (C)LD(X[row + i]);                                                 \
                     s[k] += g;                                                                     \
-                    d[k] += g * (((C)LD(X[row + i]) - mhi[k]) - mlo[k]);                           \
+                    const C dv = (x - mhi[k]) - mlo[k];                                            \
+                    d[k] += g * dv;                                                                \
                 },                                                                                 \
                 {                                                                                  \
                     BN_FLUSH(V, C, acc_s[k], s[k], sum[k]);                                        \
                     BN_FLUSH(V, C, acc_d[k], d[k], dot[k]);                                        \
                 });                                                                                \
+            bool recover = false;                                                                  \
+            for (int64_t k = 0; k < G; k++) recover |= bn_backward_offset(a, ms[k], invstd[k]);    \
+            if (recover)                                                                           \
+                BN_GROUP_ROWS(acc_x[k] += (VLD(X + row + i) - mhi[k]) - mlo[k],                    \
+                              sx[k] += ((C)LD(X[row + i]) - mhi[k]) - mlo[k],                      \
+                              BN_FLUSH(V, C, acc_x[k], sx[k], sumd[k]));                           \
             for (int64_t k = 0; k < G; k++) {                                                      \
+                const double mean = bn_backward_mean(a, ms[k], invstd[k], sumd[k]);                \
+                dot[k] += (ms[k] - mean) * sum[k];                                                 \
+                mhi[k] = (C)mean, mlo[k] = (C)(mean - (double)mhi[k]);                             \
                 if (a->dweight) trn__store_real(a->pdt, a->dweight, g0 + k, dot[k] * invstd[k]);   \
                 if (a->dbias) trn__store_real(a->pdt, a->dbias, g0 + k, sum[k]);                   \
                 const double w = param_or(a, a->weight, g0 + k, 1.0);                              \
@@ -334,7 +408,10 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
                           BN_FLUSH(V, C, acc, s, sum));                                            \
                 mean = sum / (double)(a->batch * S);                                               \
                 const C m = (C)mean;                                                               \
-                C v = 0;                                                                           \
+                C v = 0, sd = 0;                                                                   \
+                double dsum = 0;                                                                   \
+                V acc_d;                                                                           \
+                memset(&acc_d, 0, sizeof acc_d);                                                   \
                 BN_CHUNKS(                                                                         \
                     {                                                                              \
                         const V d = VLD(X + row + i) - m;                                          \
@@ -345,6 +422,11 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
                         v += d * d;                                                                \
                     },                                                                             \
                     BN_FLUSH(V, C, acc, v, sq));                                                   \
+                if (bn_offset(a, m, sq)) {                                                         \
+                    BN_CHUNKS(acc_d += VLD(X + row + i) - m, sd += (C)LD(X[row + i]) - m,          \
+                              BN_FLUSH(V, C, acc_d, sd, dsum));                                    \
+                    bn_refine(a, m, dsum, &mean, &sq);                                             \
+                }                                                                                  \
             }                                                                                      \
             double invstd;                                                                         \
             channel_stats(a, c, sum, sq, &mean, &invstd);                                          \
@@ -374,27 +456,38 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
             const double mean = trn__load_real(a->pdt, a->mean_in, c);                             \
             const double sv = trn__load_real(a->pdt, a->var_in, c);                                \
             const double invstd = a->training ? sv : 1.0 / sqrt(sv + a->eps);                      \
-            const C mhi = (C)mean, mlo = (C)(mean - (double)mhi);                                  \
-            double sum = 0, dot = 0;                                                               \
-            V acc_s, acc_d;                                                                        \
-            C s = 0, d = 0;                                                                        \
+            C mhi = (C)mean, mlo = (C)(mean - (double)mhi);                                        \
+            double sum = 0, dot = 0, sumd = 0;                                                     \
+            V acc_s, acc_d, acc_x;                                                                 \
+            C s = 0, d = 0, sx = 0;                                                                \
             memset(&acc_s, 0, sizeof acc_s);                                                       \
             memset(&acc_d, 0, sizeof acc_d);                                                       \
+            memset(&acc_x, 0, sizeof acc_x);                                                       \
             BN_CHUNKS(                                                                             \
                 {                                                                                  \
                     const V g = VLD(DY + row + i);                                                 \
+                    const V x = VLD(X + row + i);                                                  \
                     acc_s += g;                                                                    \
-                    acc_d += g * ((VLD(X + row + i) - mhi) - mlo);                                 \
+                    const V dv = (x - mhi) - mlo;                                                  \
+                    acc_d += g * dv;                                                               \
                 },                                                                                 \
                 {                                                                                  \
                     const C g = (C)LD(DY[row + i]);                                                \
+                    const C x = (C)LD(X[row + i]);                                                 \
                     s += g;                                                                        \
-                    d += g * (((C)LD(X[row + i]) - mhi) - mlo);                                    \
+                    const C dv = (x - mhi) - mlo;                                                  \
+                    d += g * dv;                                                                   \
                 },                                                                                 \
                 {                                                                                  \
                     BN_FLUSH(V, C, acc_s, s, sum);                                                 \
                     BN_FLUSH(V, C, acc_d, d, dot);                                                 \
                 });                                                                                \
+            if (bn_backward_offset(a, mean, invstd))                                               \
+                BN_CHUNKS(acc_x += (VLD(X + row + i) - mhi) - mlo,                                 \
+                          sx += ((C)LD(X[row + i]) - mhi) - mlo, BN_FLUSH(V, C, acc_x, sx, sumd)); \
+            const double emean = bn_backward_mean(a, mean, invstd, sumd);                          \
+            dot += (mean - emean) * sum;                                                           \
+            mhi = (C)emean, mlo = (C)(emean - (double)mhi);                                        \
             if (a->dweight) trn__store_real(a->pdt, a->dweight, c, dot *invstd);                   \
             if (a->dbias) trn__store_real(a->pdt, a->dbias, c, sum);                               \
             if (!a->dx) continue;                                                                  \
