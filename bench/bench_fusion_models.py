@@ -28,24 +28,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 import torch  # noqa: E402
 
 import model_zoo as zoo  # noqa: E402
+from bench_models import make_step  # noqa: E402  (the same AdamW step bench_models times)
 from torch_neuronx import eager_fusion, metrics  # noqa: E402
 
 COUNTERS = ("EagerFusedGroups", "EagerFusedOps", "EagerUnfusedGroups", "EagerDeclinedGroups")
-
-
-def make_step(name, model, device, batch, autocast):
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    batch = zoo.to_device(batch, device)
-
-    def step():
-        opt.zero_grad()
-        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=autocast):
-            loss = zoo.loss_of(name, model, batch)
-        loss.backward()
-        opt.step()
-        return loss.item()
-
-    return step
 
 
 def counters():
