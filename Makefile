@@ -93,6 +93,7 @@ bench: build
 	$(PY) bench/bench_copy.py
 	$(PY) bench/bench_models.py
 	$(PY) bench/bench_models.py --generate
+	$(PY) bench/step_bound.py --top 12
 	$(PY) bench/bench_moe.py
 	$(PY) bench/bench_flex_attention.py
 	cmake --build build/cmake --target trn_bench_stream && build/cmake/libtrn/trn_bench_stream

@@ -6,6 +6,7 @@ packages=(cmake ninja-build g++ gcc make libdnnl-dev)
 packages+=(clang-format)  # make lint: the C/C++ layout (.clang-format)
 packages+=(tmux)  # tests/test_observe_cli.py drives neuron-top in a terminal
 packages+=(libasan8 libubsan1 libtsan2)  # make test: the C tests under ASan+UBSan and ThreadSanitizer
+packages+=(linux-perf)  # make bench: bench/step_bound.py splits a training step by perf samples
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
