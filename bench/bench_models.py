@@ -19,6 +19,14 @@ run; weights, gradients and AdamW stay float32).
 
     .venv/bin/python bench/bench_models.py [--steps N] [--models gpt2,llama] [--no-autocast]
 
+`--solo` runs each side in its own process instead (processes alternated over
+`--rounds` rounds, `--threads` threads each): as users run one device or the
+other, with no other runtime's idle threads in the process (PyTorch's OpenMP
+workers spin for milliseconds after a CPU step). It prints the median step
+time of each side.
+
+    .venv/bin/python bench/bench_models.py --solo [--threads 1] [--rounds 3]
+
 `--generate` times greedy `generate()` instead (the language models only:
 prompt of 8 tokens, `--tokens` new tokens, batch `--batch`), neuron with
 Adaptive Eager on and off against the CPU, rounds interleaved (neuron on,
@@ -218,6 +226,57 @@ def main_generate(args):
     print(f"load after: {os.getloadavg()[0]:.1f}")
 
 
+def solo_child(side, rows, steps, warmup):
+    """Times `rows` on one device only, prints one `SOLO model bf16 seconds` line each."""
+    for name, ac in rows:
+        torch.manual_seed(0)
+        model = zoo.MODELS[name]("small").to(side)
+        gen = torch.Generator().manual_seed(0)
+        batch = (
+            zoo.image_batch(32, 32, gen=gen) if name == "resnet" else zoo.lm_batch(8, 64, gen=gen)
+        )
+        step = make_step(name, model, side, batch, ac)
+        for _ in range(warmup):
+            step()
+        if side == "neuron":
+            torch_neuronx.eager_fusion.wait_for_compiles()
+        t = time.perf_counter()
+        for _ in range(steps):
+            step()
+        print(f"SOLO {name} {int(ac)} {(time.perf_counter() - t) / steps:.6f}", flush=True)
+
+
+def main_solo(args, rows):
+    import statistics
+    import subprocess
+
+    env = dict(os.environ)
+    if args.threads:
+        env.update(OMP_NUM_THREADS=str(args.threads), TORCH_NEURONX_NUM_THREADS=str(args.threads))
+    times = {}
+    for r in range(args.rounds):
+        for side in ("neuron", "cpu") if r % 2 == 0 else ("cpu", "neuron"):
+            cmd = [sys.executable, os.path.abspath(__file__), "--solo-child", side]
+            cmd += ["--models", args.models, "--steps", str(args.steps)]
+            cmd += ["--warmup", str(args.warmup)] + (["--no-autocast"] if args.no_autocast else [])
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+            for line in out.splitlines():
+                if line.startswith("SOLO "):
+                    _, name, ac, sec = line.split()
+                    times.setdefault((name, ac == "1"), {}).setdefault(side, []).append(float(sec))
+    threads = args.threads or "default"
+    print(f"training step (AdamW), each side alone in its process, {threads} threads,")
+    print(f"median of {args.rounds} alternated processes; ratio > 1: neuron faster")
+    print(f"{'model':13s} {'neuron ms':>10s} {'cpu ms':>8s} {'ratio':>6s}")
+    for name, ac in rows:
+        med = {k: statistics.median(v) * 1e3 for k, v in times[(name, ac)].items()}
+        label = name + (" bf16" if ac else "")
+        print(
+            f"{label:13s} {med['neuron']:10.1f} {med['cpu']:8.1f} {med['cpu'] / med['neuron']:6.2f}"
+        )
+    print(f"load after: {os.getloadavg()[0]:.1f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=5)
@@ -230,10 +289,25 @@ def main():
     ap.add_argument("--size", default="small", help="model config for --generate")
     ap.add_argument("--batch", type=int, default=1, help="batch for --generate")
     ap.add_argument("--tokens", type=int, default=32, help="new tokens for --generate")
-    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds for --generate")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (--generate, --solo)")
+    ap.add_argument("--solo", action="store_true", help="each side in its own process")
+    ap.add_argument("--threads", type=int, default=0, help="threads per side for --solo")
+    ap.add_argument("--solo-child", choices=("neuron", "cpu"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.generate:
         main_generate(args)
+        return
+    rows = [
+        (n, ac)
+        for n in args.models.split(",")
+        for ac in (False, True)
+        if not (ac and args.no_autocast)
+    ]
+    if args.solo_child:
+        solo_child(args.solo_child, rows, args.steps, args.warmup)
+        return
+    if args.solo:
+        main_solo(args, rows)
         return
     torch_neuronx.clear_op_tracking()
     print(f"training step (AdamW), {torch.get_num_threads()} CPU threads; ratio > 1: neuron faster")
@@ -241,12 +315,6 @@ def main():
         f"{'model':13s} {'neuron step/s':>14s} {'no fusion':>10s} {'cpu step/s':>11s} {'ratio':>6s} "
         f"{'off/cpu':>7s}   {'neuron peak MiB':>15s} {'cpu peak MiB':>12s} {'ratio':>6s}"
     )
-    rows = [
-        (n, ac)
-        for n in args.models.split(",")
-        for ac in (False, True)
-        if not (ac and args.no_autocast)
-    ]
     for name, ac in rows:
         sd, so, sc, md, mc = bench(name, args.steps, args.warmup, ac)
         label = name + (" bf16" if ac else "")
