@@ -21,6 +21,9 @@
 extern "C" {
 #endif
 
+// Most ops one chain takes.
+#define TRN_FOREACH_CHAIN_MAX_OPS 64
+
 // Launches ops[0 .. nops - 1] (each checked as trn_foreach_launch checks it;
 // NORM is refused) as one task. Chunk-major only where that cannot change a
 // result: every op has the same count and, position by position, the same
@@ -29,7 +32,15 @@ extern "C" {
 // of its own). Otherwise the task runs the ops one after another, as K
 // launches would. The tensor arrays are copied; the data must stay valid
 // until the task has run.
-trn_status trn_foreach_chain_launch(trn_stream *stream, const trn_foreach_desc *ops, int64_t nops);
+//
+// scratch (NULL, or one flag per op): scratch[k] nonzero says nobody reads
+// op k's outputs after the chain (an intermediate list only later ops of
+// the chain use, such as Adam's sqrt(exp_avg_sq)). A chunk-major run then
+// keeps them in a chunk-sized scratch buffer and never stores them: the
+// same values, one list less of memory traffic. Ignored for an op that
+// writes in place or whose outputs an earlier op touches.
+trn_status trn_foreach_chain_launch(trn_stream *stream, const trn_foreach_desc *ops, int64_t nops,
+                                    const unsigned char *scratch);
 
 // Chain tasks run so far in this process: chunk-major (*fused) and op by op
 // (*unfused, the rule above refused them). For tests and metrics.

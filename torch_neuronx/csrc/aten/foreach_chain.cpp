@@ -27,7 +27,8 @@ struct Chain {
     trn_stream *s = nullptr;
     std::vector<trn_foreach_desc> descs;
     std::vector<std::vector<trn_foreach_tensor>> lists;  // descs[k]'s tensor array
-    std::vector<at::Tensor> hold;  // every tensor the ops touch, until the launch
+    std::vector<at::Tensor> hold;                // every input tensor of the ops, until the launch
+    std::vector<std::vector<at::Tensor>> fresh;  // descs[k]'s new outputs (out-of-place ops)
 };
 
 std::mutex &chain_mu() {
@@ -67,15 +68,57 @@ Chain take(trn_stream *s) {
     return out;
 }
 
+// Whether op k's new outputs are held by the chain alone (so nobody can read
+// them after it): each tensor's storage is referenced by that tensor only,
+// and the tensor by the chain only, once per operand of the chain's ops
+// that points at it (the adapter holds one reference per list operand:
+// input lists in `hold`, the out-of-place output list in `fresh`), plus its
+// PyObject's when Python no longer holds that. Any reference not counted
+// here makes the answer "no": the outputs are then stored, as always.
+bool chain_only(const Chain &c, size_t k) {
+    const std::vector<at::Tensor> &outs = c.fresh[k];
+    if (outs.empty() || outs.size() != c.lists[k].size()) return false;
+    for (size_t t = 0; t < outs.size(); t++) {
+        const void *p = c.lists[k][t].out;
+        if (c.lists[k][t].n == 0) continue;
+        const at::Tensor &o = outs[t];
+        if (!o.defined() || o.data_ptr() != p || !o.storage() || o.storage().use_count() != 1)
+            return false;
+        int64_t refs = 0;
+        for (size_t j = k; j < c.lists.size(); j++) {
+            const trn_foreach_tensor &x = c.lists[j][t];
+            refs += (x.out == p) + (x.a == p) + (x.b == p) + (x.c == p);
+        }
+        // A tensor Python has seen has a PyObject, which holds one reference
+        // and, while C++ holds the tensor, is held by it: then no Python
+        // reference is left when the tensor holds the PyObject's only one.
+        const c10::impl::PyObjectSlot *slot = o.unsafeGetTensorImpl()->pyobj_slot();
+        if (slot->load_pyobj() != nullptr) {
+            if (!slot->has_unique_reference()) return false;
+            refs++;
+        }
+        if (static_cast<int64_t>(o.use_count()) != refs) return false;
+    }
+    return true;
+}
+
 // Launches c on its stream, without chain_mu() held: the launch passes the
 // stream's pending hook, which may call flush().
 void launch(Chain &c) {
     if (c.descs.empty()) return;
-    for (size_t k = 0; k < c.descs.size(); k++) c.descs[k].tensors = c.lists[k].data();
-    TRN_CHECK(trn_foreach_chain_launch(c.s, c.descs.data(), static_cast<int64_t>(c.descs.size())));
+    std::vector<unsigned char> scratch(c.descs.size(), 0);
+    int64_t nscratch = 0;
+    for (size_t k = 0; k < c.descs.size(); k++) {
+        c.descs[k].tensors = c.lists[k].data();
+        scratch[k] = c.descs.size() > 1 && chain_only(c, k);
+        nscratch += scratch[k];
+    }
+    TRN_CHECK(trn_foreach_chain_launch(c.s, c.descs.data(), static_cast<int64_t>(c.descs.size()),
+                                       scratch.data()));
     if (c.descs.size() > 1) {
         trn_named_counter_add("ForeachChains", 1);
         trn_named_counter_add("ForeachChainedOps", static_cast<int64_t>(c.descs.size()));
+        if (nscratch > 0) trn_named_counter_add("ForeachChainScratchLists", nscratch);
     }
 }
 
@@ -96,7 +139,7 @@ void flush(trn_stream *s) {
 }
 
 bool offer(trn_stream *s, const trn_foreach_desc &d, std::vector<trn_foreach_tensor> &&ts,
-           std::vector<at::Tensor> &&hold) {
+           std::vector<at::Tensor> &&hold, std::vector<at::Tensor> &&fresh) {
     if (d.op == TRN_FOREACH_NORM || ts.empty() || !switched_on() ||
         !eager_group::detail::fusion_on())
         return false;
@@ -119,6 +162,7 @@ bool offer(trn_stream *s, const trn_foreach_desc &d, std::vector<trn_foreach_ten
     c.lists.push_back(std::move(ts));
     c.hold.insert(c.hold.end(), std::make_move_iterator(hold.begin()),
                   std::make_move_iterator(hold.end()));
+    c.fresh.push_back(std::move(fresh));
     g_held.store(true);
     trn_stream_mark_pending(s);
     return true;

@@ -21,12 +21,16 @@
 
 namespace neuron::foreach_chain {
 
-// Holds launch `d` of list `ts` on stream `s` (keeping `hold` alive until
-// the chain launches) when chaining is on. True: held, the caller must not
-// launch it. False: launch it as usual (a held chain runs first: the
-// launch reaches the stream's pending hook). d.tensors is ignored.
+// Holds launch `d` of list `ts` on stream `s` when chaining is on, keeping
+// `hold` (its input lists) and `fresh` (the output list of an out-of-place
+// op, else empty) alive until the chain launches. True: held, the caller
+// must not launch it. False: launch it as usual (a held chain runs first:
+// the launch reaches the stream's pending hook). d.tensors is ignored.
+// At the launch, a fresh list nobody but the chain holds any more (an
+// intermediate such as Adam's sqrt(exp_avg_sq), dropped by Python before the
+// step ended) is kept in scratch and never written (trn/foreach_chain.h).
 bool offer(trn_stream *s, const trn_foreach_desc &d, std::vector<trn_foreach_tensor> &&ts,
-           std::vector<at::Tensor> &&hold);
+           std::vector<at::Tensor> &&hold, std::vector<at::Tensor> &&fresh);
 
 // Launches the held chain if it is on stream `s` (nullptr: on any stream).
 // Cost when nothing is held: one relaxed load.

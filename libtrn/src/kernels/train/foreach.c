@@ -611,7 +611,9 @@ void trn_foreach_chain_counts(int64_t *fused, int64_t *unfused) {
 
 typedef struct chain_args {
     int64_t nops;
-    trn_foreach_desc *ops;  // heap: the descriptors, then their tensor arrays; freed by the task
+    trn_foreach_desc *ops;  // heap: the descriptors, their tensor arrays, then the scratch
+                            // flags (nops bytes); one block, freed by the task
+    unsigned char *scratch;
 } chain_args;
 
 typedef struct chain_range {
@@ -684,18 +686,97 @@ typedef struct chain_run {
     const fe_run *runs;  // one per op
     int64_t nops;
     const fe_chunk *chunks;
+    const unsigned char *scratch;  // per op: its outputs live in a chunk-sized scratch
+    int64_t nscratch;              // ops with scratch outputs
 } chain_run;
+
+// Op k's operand p at position t, or, where p is the output of an earlier
+// (or this) scratch op j, that op's scratch slot: a pointer rebased so that
+// element `begin` of the chunk is the slot's first element.
+static const void *chain_operand(const chain_run *cr, int64_t k, int64_t t, int64_t begin,
+                                 const void *p, char *const *slots) {
+    if (p == NULL) return p;
+    for (int64_t j = 0; j <= k; j++)
+        if (cr->scratch[j] && cr->runs[j].d->tensors[t].out == p) {
+            const size_t es = trn_dtype_size(cr->runs[j].d->dtype);
+            return (const void *)((uintptr_t)slots[j] - (uintptr_t)begin * es);
+        }
+    return p;
+}
 
 static void chain_piece(void *ctx, int64_t c0, int64_t c1) {
     const chain_run *cr = ctx;
-    for (int64_t c = c0; c < c1; c++)
+    char *slots[TRN_FOREACH_CHAIN_MAX_OPS] = {0};
+    char *buf = NULL;
+    if (cr->nscratch > 0) {
+        // 8 bytes an element: room for any dtype. Out of memory: the outputs go
+        // to their tensors (the same values, more traffic; the memory stays
+        // valid until the chain has run, as every output of a launch).
+        buf = malloc((size_t)cr->nscratch * CHAIN_CHUNK * 8);
+        int64_t used = 0;
+        for (int64_t k = 0; k < cr->nops && buf; k++)
+            if (cr->scratch[k]) slots[k] = buf + (size_t)(used++) * CHAIN_CHUNK * 8;
+    }
+    const int redirect = buf != NULL;
+    for (int64_t c = c0; c < c1; c++) {
+        const fe_chunk *ch = &cr->chunks[c];
         for (int64_t k = 0; k < cr->nops; k++) {
             const fe_run *r = &cr->runs[k];
+            fe_run rr;
+            trn_foreach_desc dd;
+            trn_foreach_tensor x;
+            fe_chunk one;
+            if (redirect) {
+                // The op over this chunk with its scratch operands swapped in: a
+                // one-tensor copy of its descriptor, the chunk's element indices kept
+                // (16-bit add / sub round by index).
+                x = r->d->tensors[ch->t];
+                x.out = (void *)chain_operand(cr, k, ch->t, ch->begin, x.out, slots);
+                x.a = chain_operand(cr, k, ch->t, ch->begin, x.a, slots);
+                x.b = chain_operand(cr, k, ch->t, ch->begin, x.b, slots);
+                x.c = chain_operand(cr, k, ch->t, ch->begin, x.c, slots);
+                dd = *r->d;
+                dd.tensors = &x;
+                dd.count = 1;
+                rr = *r;
+                rr.d = &dd;
+                one = *ch;
+                one.t = 0;
+                r = &rr;
+                ch = &one;
+            }
             if (r->d->dtype == TRN_DTYPE_F64)
-                chunk_d(r, &cr->chunks[c]);
+                chunk_d(r, ch);
             else
-                chunk_f(r, &cr->chunks[c]);
+                chunk_f(r, ch);
+            ch = &cr->chunks[c];
         }
+    }
+    free(buf);
+}
+
+// Clears the scratch flag of ops whose outputs cannot live in scratch: one
+// written in place (an output that is also its input), or already an
+// operand of an earlier op at the same position (it would be read or
+// written in memory first).
+static int64_t chain_scratch_check(const trn_foreach_desc *ops, int64_t nops,
+                                   unsigned char *scratch) {
+    int64_t n = 0;
+    for (int64_t k = 0; k < nops; k++) {
+        if (!scratch[k]) continue;
+        for (int64_t t = 0; t < ops[k].count && scratch[k]; t++) {
+            const trn_foreach_tensor *x = &ops[k].tensors[t];
+            if (x->n == 0) continue;
+            if (x->out == x->a || x->out == x->b || x->out == x->c) scratch[k] = 0;
+            for (int64_t j = 0; j < k && scratch[k]; j++) {
+                const trn_foreach_tensor *y = &ops[j].tensors[t];
+                if (y->out == x->out || y->a == x->out || y->b == x->out || y->c == x->out)
+                    scratch[k] = 0;
+            }
+        }
+        n += scratch[k] != 0;
+    }
+    return n;
 }
 
 static trn_status chain_task(void *args) {
@@ -738,7 +819,8 @@ static trn_status chain_task(void *args) {
         runs[k] = r;
     }
     atomic_fetch_add(&g_chain_fused, 1);
-    chain_run cr = {runs, nops, chunks};
+    const int64_t nscratch = chain_scratch_check(ops, nops, ca->scratch);
+    chain_run cr = {runs, nops, chunks, ca->scratch, nscratch};
     trn_parallel_for(nchunks, 1, chain_piece, &cr);
 out:
     free(runs);
@@ -748,10 +830,13 @@ out:
     return st;
 }
 
-trn_status trn_foreach_chain_launch(trn_stream *stream, const trn_foreach_desc *ops, int64_t nops) {
+trn_status trn_foreach_chain_launch(trn_stream *stream, const trn_foreach_desc *ops, int64_t nops,
+                                    const unsigned char *scratch) {
     const char *fn = "trn_foreach_chain_launch";
     if (stream == NULL || ops == NULL) return trn__check_launch(stream, ops, fn);
-    if (nops <= 0) return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: a chain needs an op", fn);
+    if (nops <= 0 || nops > TRN_FOREACH_CHAIN_MAX_OPS)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: %lld ops (1 to %d)", fn,
+                              (long long)nops, TRN_FOREACH_CHAIN_MAX_OPS);
     size_t bytes = (size_t)nops * sizeof *ops;
     for (int64_t k = 0; k < nops; k++) {
         const trn_foreach_desc *d = &ops[k];
@@ -762,7 +847,7 @@ trn_status trn_foreach_chain_launch(trn_stream *stream, const trn_foreach_desc *
             return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: a norm cannot join a chain", fn);
         bytes += (size_t)d->count * sizeof *d->tensors;
     }
-    trn_foreach_desc *copy = malloc(bytes);
+    trn_foreach_desc *copy = malloc(bytes + (size_t)nops);
     if (copy == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "%s: out of host memory", fn);
     memcpy(copy, ops, (size_t)nops * sizeof *ops);
     trn_foreach_tensor *arr = (trn_foreach_tensor *)(void *)(copy + nops);
@@ -771,7 +856,9 @@ trn_status trn_foreach_chain_launch(trn_stream *stream, const trn_foreach_desc *
         copy[k].tensors = arr;
         arr += ops[k].count;
     }
-    chain_args a = {nops, copy};
+    unsigned char *flags = (unsigned char *)copy + bytes;
+    for (int64_t k = 0; k < nops; k++) flags[k] = scratch != NULL && scratch[k] != 0;
+    chain_args a = {nops, copy, flags};
     trn_status st = trn_stream_launch(stream, chain_task, &a, sizeof a);
     // Under NEURON_LAUNCH_BLOCKING a failure is the task's own result: it ran
     // and freed the copy (as launch_list).
