@@ -138,7 +138,8 @@ void launch(trn_foreach_op op, TensorList self, TensorList b, TensorList c, Tens
     d.cpu_threads = at::get_num_threads();
     trn_stream *s = current_trn_stream(self[0].device().index());
     const bool in_place = out.data() == self.data();
-    if (!foreach_chain::offer(
+    if (!foreach_chain::wanted(op) ||
+        !foreach_chain::offer(
             s, d, std::move(ts), hold_lists({self, b, c, in_place ? out : TensorList{}}, sarg),
             in_place ? std::vector<Tensor>{} : std::vector<Tensor>(out.begin(), out.end())))
         TRN_CHECK(trn_foreach_launch(s, &d));

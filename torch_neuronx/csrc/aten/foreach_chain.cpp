@@ -138,11 +138,13 @@ void flush(trn_stream *s) {
     launch(c);
 }
 
+bool wanted(trn_foreach_op op) {
+    return op != TRN_FOREACH_NORM && switched_on() && eager_group::detail::fusion_on();
+}
+
 bool offer(trn_stream *s, const trn_foreach_desc &d, std::vector<trn_foreach_tensor> &&ts,
            std::vector<at::Tensor> &&hold, std::vector<at::Tensor> &&fresh) {
-    if (d.op == TRN_FOREACH_NORM || ts.empty() || !switched_on() ||
-        !eager_group::detail::fusion_on())
-        return false;
+    if (ts.empty() || !wanted(d.op)) return false;
     // An open Adaptive Eager group holds earlier ops: they run first.
     if (eager_group::detail::g_open.load()) {
         std::lock_guard<std::recursive_mutex> lk(eager_group::detail::group_mu());

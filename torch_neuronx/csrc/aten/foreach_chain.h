@@ -32,6 +32,10 @@ namespace neuron::foreach_chain {
 bool offer(trn_stream *s, const trn_foreach_desc &d, std::vector<trn_foreach_tensor> &&ts,
            std::vector<at::Tensor> &&hold, std::vector<at::Tensor> &&fresh);
 
+// Whether an op like `op` would be held now (chaining and Adaptive Eager on,
+// not a norm): lets the adapter skip gathering what offer() keeps.
+bool wanted(trn_foreach_op op);
+
 // Launches the held chain if it is on stream `s` (nullptr: on any stream).
 // Cost when nothing is held: one relaxed load.
 void flush(trn_stream *s);
