@@ -218,3 +218,27 @@ def test_profiler_shows_each_foreach_op():
     names = {e.name for e in prof.events()}
     for op in ("aten::_foreach_mul_", "aten::_foreach_addcmul_", "aten::_foreach_sqrt"):
         assert op in names
+
+
+def _two_streams():
+    torch.manual_seed(4)
+    a, b = _lists(), _lists()
+    torch._foreach_mul_(a, 1.25)  # held on the default stream
+    s = torch.neuron.Stream()
+    s.wait_stream(torch.neuron.current_stream())  # an event wait: the chain runs first
+    with torch.neuron.stream(s):
+        torch._foreach_add_(b, a, alpha=0.5)  # another stream: a chain of its own
+        torch._foreach_mul_(b, 3.0)
+    torch.neuron.current_stream().wait_stream(s)
+    torch._foreach_addcmul_(a, b, b, 0.1)
+    return [t.cpu() for t in a + b]
+
+
+def test_chains_across_streams():
+    on = _two_streams()
+    _C._foreach_chain_set_enabled(False)
+    try:
+        off = _two_streams()
+    finally:
+        _C._foreach_chain_set_enabled(True)
+    _assert_bits(on, off)
