@@ -110,22 +110,22 @@ static void test_bits(trn_dtype d) {
     release(&one), release(&chain), release(&scr);
 }
 
-// Position 1's p overlaps position 0's: the chain runs op by op.
+// Position 1's g overlaps position 0's (read only: a write reached from two
+// positions races in a single launch too): the chain runs op by op.
 static void test_overlap(void) {
     enum { N = 30000 };
-    float *base1 = malloc(2 * N * sizeof(float)), *base2 = malloc(2 * N * sizeof(float));
-    float *g = malloc(N * sizeof(float));
+    float *p1 = malloc(2 * N * sizeof(float)), *p2 = malloc(2 * N * sizeof(float));
+    float *g = malloc(2 * N * sizeof(float));
     unsigned s = 9;
-    for (int i = 0; i < 2 * N; i++) base1[i] = base2[i] = (float)frand(&s);
-    for (int i = 0; i < N; i++) g[i] = (float)frand(&s);
+    for (int i = 0; i < 2 * N; i++) p1[i] = p2[i] = (float)frand(&s), g[i] = (float)frand(&s);
     trn_foreach_tensor ts[2][2];
     trn_foreach_desc ops[2];
     for (int pass = 0; pass < 2; pass++) {
-        float *b = pass ? base2 : base1;
-        ts[0][0] = (trn_foreach_tensor){b, b, g, NULL, N, 0};
-        ts[0][1] = (trn_foreach_tensor){b + N / 2, b + N / 2, g, NULL, N, 0};
-        ts[1][0] = (trn_foreach_tensor){b, b, NULL, NULL, N, 1.5};
-        ts[1][1] = (trn_foreach_tensor){b + N / 2, b + N / 2, NULL, NULL, N, 1.5};
+        float *p = pass ? p2 : p1;
+        ts[0][0] = (trn_foreach_tensor){p, p, g, NULL, N, 0};
+        ts[0][1] = (trn_foreach_tensor){p + N, p + N, g + N / 2, NULL, N, 0};
+        ts[1][0] = (trn_foreach_tensor){p, p, NULL, NULL, N, 1.5};
+        ts[1][1] = (trn_foreach_tensor){p + N, p + N, NULL, NULL, N, 1.5};
         for (int k = 0; k < 2; k++) {
             memset(&ops[k], 0, sizeof ops[k]);
             ops[k].op = k ? TRN_FOREACH_MUL : TRN_FOREACH_ADD;
@@ -146,8 +146,8 @@ static void test_overlap(void) {
         }
     }
     CHECK_OK(trn_stream_synchronize(g_stream));
-    CHECK(memcmp(base1, base2, 2 * N * sizeof(float)) == 0);
-    free(base1), free(base2), free(g);
+    CHECK(memcmp(p1, p2, 2 * N * sizeof(float)) == 0);
+    free(p1), free(p2), free(g);
 }
 
 static void test_errors(void) {
