@@ -19,6 +19,7 @@
 #include <cstdlib>
 
 #include "aten/eager_group_impl.h"
+#include "aten/foreach_chain.h"
 #include "runtime/device.h"
 #include "trn/stream_hook.h"
 
@@ -299,6 +300,7 @@ End hint_or(End fallback) { return tl_hint >= 0 ? static_cast<End>(tl_hint) : fa
 
 trn_status pending_hook(trn_stream *s, int why, char *msg, size_t msg_size) {
     try {
+        foreach_chain::flush(s);  // held foreach ops (never held with an open group)
         std::lock_guard<std::recursive_mutex> lk(group_mu());
         if (open_group().s == s) flush(hint_or(why == TRN_PENDING_SYNC ? End::Sync : End::Op));
         return TRN_SUCCESS;
@@ -381,6 +383,7 @@ bool starts_no_group(int ndim, const int64_t *sizes, const Accesses &acc, const 
 bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, Op op, int64_t t0) {
     for (const Access &a : acc)
         if (!a.storage) return false;
+    foreach_chain::flush(nullptr);  // held foreach ops come first
     install_hook();
     std::lock_guard<std::recursive_mutex> lk(group_mu());
     if (!open_group().empty()) {

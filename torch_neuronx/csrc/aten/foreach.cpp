@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "aten/cpu_add_block.h"
+#include "aten/foreach_chain.h"
 #include "runtime/device.h"
 #include "observe/op_tracking.h"
 #include "trn/foreach.h"
@@ -73,6 +74,7 @@ bool fast_alpha(const Scalar &a) { return real(a) && !a.isBoolean(); }
 // A one-element scalar operand: on the device it is read by the kernel (no
 // synchronization); on the CPU its value is taken now.
 struct ScalarArg {
+    at::Tensor keep;  // the device tensor read by the kernel
     const void *ptr = nullptr;
     trn_dtype dtype = TRN_DTYPE_F32;
     double value = 0;
@@ -88,12 +90,26 @@ bool scalar_arg(const Tensor &t, const Tensor &like, ScalarArg &out) {
     if (!d || *d == TRN_DTYPE_U16 || *d == TRN_DTYPE_U32 || *d == TRN_DTYPE_U64 ||
         *d == TRN_DTYPE_I8 || *d == TRN_DTYPE_I16)
         return false;
+    out.keep = t;
     out.ptr = t.const_data_ptr();
     out.dtype = *d;
     return true;
 }
 
-// One launch: out[i] = op(self[i], b[i], c[i]; scalar_i).
+// The tensors a held launch (foreach_chain.h) keeps alive until it runs.
+std::vector<Tensor> hold_lists(std::initializer_list<TensorList> lists, const ScalarArg *sarg) {
+    size_t n = sarg && sarg->ptr ? 1 : 0;
+    for (TensorList l : lists) n += l.size();
+    std::vector<Tensor> v;
+    v.reserve(n);
+    for (TensorList l : lists) v.insert(v.end(), l.begin(), l.end());
+    if (sarg && sarg->ptr) v.push_back(sarg->keep);
+    return v;
+}
+
+// One launch: out[i] = op(self[i], b[i], c[i]; scalar_i), or held in the
+// current chain of foreach ops (foreach_chain.h), which runs it later with
+// the same bits.
 void launch(trn_foreach_op op, TensorList self, TensorList b, TensorList c, TensorList out,
             const std::vector<double> &scalars, double alpha, const ScalarArg *sarg,
             const char *name) {
@@ -120,7 +136,13 @@ void launch(trn_foreach_op op, TensorList self, TensorList b, TensorList c, Tens
     d.ord = 2;
     d.cpu_block = cpu_add_block();
     d.cpu_threads = at::get_num_threads();
-    TRN_CHECK(trn_foreach_launch(current_trn_stream(self[0].device().index()), &d));
+    trn_stream *s = current_trn_stream(self[0].device().index());
+    const bool in_place = out.data() == self.data();
+    if (!foreach_chain::wanted(op) ||
+        !foreach_chain::offer(
+            s, d, std::move(ts), hold_lists({self, b, c, in_place ? out : TensorList{}}, sarg),
+            in_place ? std::vector<Tensor>{} : std::vector<Tensor>(out.begin(), out.end())))
+        TRN_CHECK(trn_foreach_launch(s, &d));
     // In-place: bump each tensor's version as ATen's foreach kernels do, so
     // autograd sees saved tensors modified in place (fused optimizers don't,
     // on CPU either).

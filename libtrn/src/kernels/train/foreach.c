@@ -8,12 +8,14 @@
 // op runs on the buffers and the result is rounded once on store, so one
 // loop per op serves every dtype.
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../kit/launch.h"
 #include "trn/convert.h"
 #include "trn/foreach.h"
+#include "trn/foreach_chain.h"
 #include "trn/parallel.h"
 
 enum { CHUNK = 65536, BLK = 256 };
@@ -23,22 +25,26 @@ typedef struct fe_chunk {
 } fe_chunk;
 
 // Cuts n[t] (read through get) into chunks; NULL on allocation failure.
-static fe_chunk *make_chunks(int64_t count, int64_t (*get)(const void *, int64_t), const void *arr,
-                             int64_t *nchunks) {
+static fe_chunk *make_chunks_of(int64_t count, int64_t (*get)(const void *, int64_t),
+                                const void *arr, int64_t chunk, int64_t *nchunks) {
     int64_t total = 0;
-    for (int64_t t = 0; t < count; t++) total += (get(arr, t) + CHUNK - 1) / CHUNK;
+    for (int64_t t = 0; t < count; t++) total += (get(arr, t) + chunk - 1) / chunk;
     fe_chunk *c = malloc((size_t)(total > 0 ? total : 1) * sizeof *c);
     if (c == NULL) return NULL;
     int64_t k = 0;
     for (int64_t t = 0; t < count; t++)
-        for (int64_t b = 0, n = get(arr, t); b < n; b += CHUNK) {
+        for (int64_t b = 0, n = get(arr, t); b < n; b += chunk) {
             c[k].t = t;
             c[k].begin = b;
-            c[k].end = b + CHUNK < n ? b + CHUNK : n;
+            c[k].end = b + chunk < n ? b + chunk : n;
             k++;
         }
     *nchunks = total;
     return c;
+}
+static fe_chunk *make_chunks(int64_t count, int64_t (*get)(const void *, int64_t), const void *arr,
+                             int64_t *nchunks) {
+    return make_chunks_of(count, get, arr, CHUNK, nchunks);
 }
 
 // ---- block conversion -------------------------------------------------------------
@@ -458,36 +464,17 @@ static int64_t fe_numel(const void *arr, int64_t t) {
     return ((const trn_foreach_tensor *)arr)[t].n;
 }
 
-static trn_status fe_task(void *args) {
-    fe_args *fa = args;
-    const trn_foreach_desc *d = &fa->d;
-    const size_t es = trn_dtype_size(d->dtype);
-    acc_list acc;
+// Runs op d over its list (its memory already open).
+static trn_status fe_run_op(const trn_foreach_desc *d) {
     trn_status st = TRN_SUCCESS;
-    fe_chunk *chunks = NULL;
     double *partial = NULL;
-    if (!acc_init(&acc, 4 * d->count + 1)) {
-        st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "foreach: out of host memory");
-        goto out_free_acc;
-    }
-    for (int64_t t = 0; t < d->count; t++) {
-        const trn_foreach_tensor *x = &d->tensors[t];
-        const size_t bytes = (size_t)x->n * es;
-        acc_add(&acc, x->out, d->op == TRN_FOREACH_NORM ? es : bytes);
-        if (x->a != x->out || d->op == TRN_FOREACH_NORM) acc_add(&acc, x->a, bytes);
-        if (x->b != x->out) acc_add(&acc, x->b, bytes);
-        if (x->c != x->out) acc_add(&acc, x->c, bytes);
-    }
-    if (d->scalar_tensor) acc_add(&acc, d->scalar_tensor, trn_dtype_size(d->scalar_dtype));
-    st = acc_begin(&acc);
-    if (st != TRN_SUCCESS) goto out_free_acc;
     int64_t nchunks = 0;
-    chunks = make_chunks(d->count, fe_numel, d->tensors, &nchunks);
+    fe_chunk *chunks = make_chunks(d->count, fe_numel, d->tensors, &nchunks);
     if (d->op == TRN_FOREACH_NORM)
         partial = malloc((size_t)(nchunks > 0 ? nchunks : 1) * sizeof *partial);
     if (chunks == NULL || (d->op == TRN_FOREACH_NORM && partial == NULL)) {
         st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "foreach: out of host memory");
-        goto out_free_acc;
+        goto out;
     }
     fe_run run = {d, chunks, 0.0, 0, partial};
     if (d->scalar_tensor) {
@@ -516,9 +503,39 @@ static trn_status fe_task(void *args) {
             }
         }
     }
-out_free_acc:
+out:
     free(partial);
     free(chunks);
+    return st;
+}
+
+// Adds the memory op d touches to acc (room: 4 * d->count + 1 ranges).
+static void fe_open(acc_list *acc, const trn_foreach_desc *d) {
+    const size_t es = trn_dtype_size(d->dtype);
+    for (int64_t t = 0; t < d->count; t++) {
+        const trn_foreach_tensor *x = &d->tensors[t];
+        const size_t bytes = (size_t)x->n * es;
+        acc_add(acc, x->out, d->op == TRN_FOREACH_NORM ? es : bytes);
+        if (x->a != x->out || d->op == TRN_FOREACH_NORM) acc_add(acc, x->a, bytes);
+        if (x->b != x->out) acc_add(acc, x->b, bytes);
+        if (x->c != x->out) acc_add(acc, x->c, bytes);
+    }
+    if (d->scalar_tensor) acc_add(acc, d->scalar_tensor, trn_dtype_size(d->scalar_dtype));
+}
+
+static trn_status fe_task(void *args) {
+    fe_args *fa = args;
+    const trn_foreach_desc *d = &fa->d;
+    acc_list acc;
+    trn_status st = TRN_SUCCESS;
+    if (!acc_init(&acc, 4 * d->count + 1)) {
+        st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "foreach: out of host memory");
+        goto out;
+    }
+    fe_open(&acc, d);
+    st = acc_begin(&acc);
+    if (st == TRN_SUCCESS) st = fe_run_op(d);
+out:
     acc_free(&acc);
     free((void *)d->tensors);
     return st;
@@ -541,16 +558,13 @@ static trn_status check_list(trn_stream *stream, const void *desc, const void *t
     return trn__fork_check();
 }
 
-trn_status trn_foreach_launch(trn_stream *stream, const trn_foreach_desc *d) {
-    trn_status st = check_list(stream, d, d ? d->tensors : NULL, d ? d->count : 0,
-                               d ? d->dtype : TRN_DTYPE_F32, "trn_foreach_launch");
-    if (st != TRN_SUCCESS) return st;
+// The checks of one foreach descriptor (stream and list checked by the caller).
+static trn_status check_fe_ops(const trn_foreach_desc *d, const char *fn) {
     if ((int)d->op < 0 || d->op >= TRN_FOREACH_OP_COUNT)
-        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "trn_foreach_launch: unknown op %d",
-                              (int)d->op);
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: unknown op %d", fn, (int)d->op);
     if (d->op == TRN_FOREACH_NORM && !(d->ord == 1 || d->ord == 2 || d->ord == INFINITY))
-        return trn__set_error(TRN_ERROR_UNSUPPORTED,
-                              "trn_foreach_launch: norm order %g is not supported", d->ord);
+        return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: norm order %g is not supported", fn,
+                              d->ord);
     const int needs_b =
         d->op == TRN_FOREACH_ADDCMUL || d->op == TRN_FOREACH_ADDCDIV || d->op == TRN_FOREACH_LERP;
     for (int64_t t = 0; t < d->count; t++) {
@@ -561,18 +575,295 @@ trn_status trn_foreach_launch(trn_stream *stream, const trn_foreach_desc *d) {
               (needs_b && x->b == NULL) ||
               ((d->op == TRN_FOREACH_ADDCMUL || d->op == TRN_FOREACH_ADDCDIV) && x->c == NULL))))
             return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                                  "trn_foreach_launch: tensor %lld has a NULL operand or bad size",
+                                  "%s: tensor %lld has a NULL operand or bad size", fn,
                                   (long long)t);
         if (d->op == TRN_FOREACH_NORM && x->out == NULL)
-            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
-                                  "trn_foreach_launch: norm output %lld is NULL", (long long)t);
+            return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: norm output %lld is NULL", fn,
+                                  (long long)t);
     }
+    return TRN_SUCCESS;
+}
+
+trn_status trn_foreach_launch(trn_stream *stream, const trn_foreach_desc *d) {
+    trn_status st = check_list(stream, d, d ? d->tensors : NULL, d ? d->count : 0,
+                               d ? d->dtype : TRN_DTYPE_F32, "trn_foreach_launch");
+    if (st == TRN_SUCCESS) st = check_fe_ops(d, "trn_foreach_launch");
+    if (st != TRN_SUCCESS) return st;
     if (d->count == 0) return TRN_SUCCESS;
     fe_args a;
     memset(&a, 0, sizeof a);
     a.d = *d;
     return launch_list(stream, fe_task, &a, sizeof a, &a.d.tensors, d->count, sizeof *d->tensors,
                        "trn_foreach_launch");
+}
+
+// ---- chains (trn/foreach_chain.h) ------------------------------------------------------
+// Elements per chunk of a chain: AdamW's 8 ops touch 5 lists, 5 x 64 KiB of
+// float32 per chunk, which stays in this core's L2 from op to op.
+enum { CHAIN_CHUNK = 16384 };
+
+static atomic_llong g_chain_fused, g_chain_unfused;
+
+void trn_foreach_chain_counts(int64_t *fused, int64_t *unfused) {
+    if (fused) *fused = (int64_t)atomic_load(&g_chain_fused);
+    if (unfused) *unfused = (int64_t)atomic_load(&g_chain_unfused);
+}
+
+typedef struct chain_args {
+    int64_t nops;
+    trn_foreach_desc *ops;  // heap: the descriptors, their tensor arrays, then the scratch
+                            // flags (nops bytes); one block, freed by the task
+    unsigned char *scratch;
+} chain_args;
+
+typedef struct chain_range {
+    uintptr_t p;
+    size_t n;
+    int64_t pos;  // list position; -1 for the ops' scalar tensors
+} chain_range;
+
+static int range_cmp(const void *x, const void *y) {
+    const chain_range *a = x, *b = y;
+    if (a->p != b->p) return a->p < b->p ? -1 : 1;
+    if (a->pos != b->pos) return a->pos < b->pos ? -1 : 1;
+    if (a->n != b->n) return a->n < b->n ? -1 : 1;
+    return 0;
+}
+
+static void range_add(chain_range *r, int64_t *m, const void *p, size_t n, int64_t pos) {
+    if (p == NULL || n == 0) return;
+    r[*m].p = (uintptr_t)p;
+    r[*m].n = n;
+    r[*m].pos = pos;
+    (*m)++;
+}
+
+// Whether running the chain chunk-major gives the bits of its ops one after
+// another: each element of each position is then computed from the same
+// element of the same position's operands, so a chunk's ops see what the
+// earlier ops left there. That needs equal lists (count, element counts)
+// and operands that are either the same (position, pointer) or disjoint;
+// an operand reached from two positions or through two pointers could be
+// read by one chunk before another chunk wrote it. 0 also when out of memory
+// (the caller then runs the ops one by one, which is always right).
+static int chain_fusable(const trn_foreach_desc *ops, int64_t nops) {
+    const int64_t count = ops[0].count;
+    int64_t cap = 0;
+    for (int64_t k = 0; k < nops; k++) {
+        if (ops[k].count != count || ops[k].op == TRN_FOREACH_NORM) return 0;
+        for (int64_t t = 0; t < count; t++)
+            if (ops[k].tensors[t].n != ops[0].tensors[t].n) return 0;
+        cap += 4 * count + 1;
+    }
+    chain_range *r = malloc((size_t)cap * sizeof *r);
+    if (r == NULL) return 0;
+    int64_t m = 0;
+    for (int64_t k = 0; k < nops; k++) {
+        const size_t es = trn_dtype_size(ops[k].dtype);
+        for (int64_t t = 0; t < count; t++) {
+            const trn_foreach_tensor *x = &ops[k].tensors[t];
+            const size_t bytes = (size_t)x->n * es;
+            range_add(r, &m, x->out, bytes, t);
+            range_add(r, &m, x->a, bytes, t);
+            range_add(r, &m, x->b, bytes, t);
+            range_add(r, &m, x->c, bytes, t);
+        }
+        range_add(r, &m, ops[k].scalar_tensor, trn_dtype_size(ops[k].scalar_dtype), -1);
+    }
+    qsort(r, (size_t)m, sizeof *r, range_cmp);
+    int ok = 1;
+    uintptr_t end = 0;  // the furthest end of the distinct operands so far
+    for (int64_t i = 0; i < m && ok; i++) {
+        if (i > 0 && range_cmp(&r[i], &r[i - 1]) == 0) continue;  // the same operand again
+        if (i > 0 && r[i].p < end) ok = 0;
+        if (r[i].p + r[i].n > end) end = r[i].p + r[i].n;
+    }
+    free(r);
+    return ok;
+}
+
+typedef struct chain_run {
+    const fe_run *runs;  // one per op
+    int64_t nops;
+    const fe_chunk *chunks;
+    const unsigned char *scratch;  // per op: its outputs live in a chunk-sized scratch
+    int64_t nscratch;              // ops with scratch outputs
+} chain_run;
+
+// Op k's operand p at position t, or, where p is the output of an earlier
+// (or this) scratch op j, that op's scratch slot: a pointer rebased so that
+// element `begin` of the chunk is the slot's first element.
+static const void *chain_operand(const chain_run *cr, int64_t k, int64_t t, int64_t begin,
+                                 const void *p, char *const *slots) {
+    if (p == NULL) return p;
+    for (int64_t j = 0; j <= k; j++)
+        if (cr->scratch[j] && cr->runs[j].d->tensors[t].out == p) {
+            const size_t es = trn_dtype_size(cr->runs[j].d->dtype);
+            return (const void *)((uintptr_t)slots[j] - (uintptr_t)begin * es);
+        }
+    return p;
+}
+
+static void chain_piece(void *ctx, int64_t c0, int64_t c1) {
+    const chain_run *cr = ctx;
+    char *slots[TRN_FOREACH_CHAIN_MAX_OPS] = {0};
+    char *buf = NULL;
+    if (cr->nscratch > 0) {
+        // 8 bytes an element: room for any dtype. Out of memory: the outputs go
+        // to their tensors (the same values, more traffic; the memory stays
+        // valid until the chain has run, as every output of a launch).
+        buf = malloc((size_t)cr->nscratch * CHAIN_CHUNK * 8);
+        int64_t used = 0;
+        for (int64_t k = 0; k < cr->nops && buf; k++)
+            if (cr->scratch[k]) slots[k] = buf + (size_t)(used++) * CHAIN_CHUNK * 8;
+    }
+    const int redirect = buf != NULL;
+    for (int64_t c = c0; c < c1; c++) {
+        const fe_chunk *ch = &cr->chunks[c];
+        for (int64_t k = 0; k < cr->nops; k++) {
+            const fe_run *r = &cr->runs[k];
+            fe_run rr;
+            trn_foreach_desc dd;
+            trn_foreach_tensor x;
+            fe_chunk one;
+            if (redirect) {
+                // The op over this chunk with its scratch operands swapped in: a
+                // one-tensor copy of its descriptor, the chunk's element indices kept
+                // (16-bit add / sub round by index).
+                x = r->d->tensors[ch->t];
+                x.out = (void *)chain_operand(cr, k, ch->t, ch->begin, x.out, slots);
+                x.a = chain_operand(cr, k, ch->t, ch->begin, x.a, slots);
+                x.b = chain_operand(cr, k, ch->t, ch->begin, x.b, slots);
+                x.c = chain_operand(cr, k, ch->t, ch->begin, x.c, slots);
+                dd = *r->d;
+                dd.tensors = &x;
+                dd.count = 1;
+                rr = *r;
+                rr.d = &dd;
+                one = *ch;
+                one.t = 0;
+                r = &rr;
+                ch = &one;
+            }
+            if (r->d->dtype == TRN_DTYPE_F64)
+                chunk_d(r, ch);
+            else
+                chunk_f(r, ch);
+            ch = &cr->chunks[c];
+        }
+    }
+    free(buf);
+}
+
+// Clears the scratch flag of ops whose outputs cannot live in scratch: one
+// written in place (an output that is also its input), or already an
+// operand of an earlier op at the same position (it would be read or
+// written in memory first).
+static int64_t chain_scratch_check(const trn_foreach_desc *ops, int64_t nops,
+                                   unsigned char *scratch) {
+    int64_t n = 0;
+    for (int64_t k = 0; k < nops; k++) {
+        if (!scratch[k]) continue;
+        for (int64_t t = 0; t < ops[k].count && scratch[k]; t++) {
+            const trn_foreach_tensor *x = &ops[k].tensors[t];
+            if (x->n == 0) continue;
+            if (x->out == x->a || x->out == x->b || x->out == x->c) scratch[k] = 0;
+            for (int64_t j = 0; j < k && scratch[k]; j++) {
+                const trn_foreach_tensor *y = &ops[j].tensors[t];
+                if (y->out == x->out || y->a == x->out || y->b == x->out || y->c == x->out)
+                    scratch[k] = 0;
+            }
+        }
+        n += scratch[k] != 0;
+    }
+    return n;
+}
+
+static trn_status chain_task(void *args) {
+    const chain_args *ca = args;
+    const trn_foreach_desc *ops = ca->ops;
+    const int64_t nops = ca->nops;
+    acc_list acc;
+    trn_status st = TRN_SUCCESS;
+    fe_chunk *chunks = NULL;
+    fe_run *runs = NULL;
+    int64_t ranges = 0;
+    for (int64_t k = 0; k < nops; k++) ranges += 4 * ops[k].count + 1;
+    if (!acc_init(&acc, ranges)) {
+        st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "foreach chain: out of host memory");
+        goto out;
+    }
+    for (int64_t k = 0; k < nops; k++) fe_open(&acc, &ops[k]);
+    st = acc_begin(&acc);
+    if (st != TRN_SUCCESS) goto out;
+    if (!chain_fusable(ops, nops)) {
+        atomic_fetch_add(&g_chain_unfused, 1);
+        for (int64_t k = 0; k < nops && st == TRN_SUCCESS; k++) st = fe_run_op(&ops[k]);
+        goto out;
+    }
+    int64_t nchunks = 0;
+    chunks = make_chunks_of(ops[0].count, fe_numel, ops[0].tensors, CHAIN_CHUNK, &nchunks);
+    runs = malloc((size_t)nops * sizeof *runs);
+    if (chunks == NULL || runs == NULL) {
+        st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "foreach chain: out of host memory");
+        goto out;
+    }
+    // Scalar tensors are read here, before any op runs: no op of a fusable
+    // chain writes one (it would overlap an operand).
+    for (int64_t k = 0; k < nops; k++) {
+        fe_run r = {&ops[k], chunks, 0.0, 0, NULL};
+        if (ops[k].scalar_tensor) {
+            r.scalar_override = read_scalar(ops[k].scalar_dtype, ops[k].scalar_tensor);
+            r.has_override = 1;
+        }
+        runs[k] = r;
+    }
+    atomic_fetch_add(&g_chain_fused, 1);
+    const int64_t nscratch = chain_scratch_check(ops, nops, ca->scratch);
+    chain_run cr = {runs, nops, chunks, ca->scratch, nscratch};
+    trn_parallel_for(nchunks, 1, chain_piece, &cr);
+out:
+    free(runs);
+    free(chunks);
+    acc_free(&acc);
+    free(ca->ops);
+    return st;
+}
+
+trn_status trn_foreach_chain_launch(trn_stream *stream, const trn_foreach_desc *ops, int64_t nops,
+                                    const unsigned char *scratch) {
+    const char *fn = "trn_foreach_chain_launch";
+    if (stream == NULL || ops == NULL) return trn__check_launch(stream, ops, fn);
+    if (nops <= 0 || nops > TRN_FOREACH_CHAIN_MAX_OPS)
+        return trn__set_error(TRN_ERROR_INVALID_ARGUMENT, "%s: %lld ops (1 to %d)", fn,
+                              (long long)nops, TRN_FOREACH_CHAIN_MAX_OPS);
+    size_t bytes = (size_t)nops * sizeof *ops;
+    for (int64_t k = 0; k < nops; k++) {
+        const trn_foreach_desc *d = &ops[k];
+        trn_status st = check_list(stream, d, d->tensors, d->count, d->dtype, fn);
+        if (st == TRN_SUCCESS) st = check_fe_ops(d, fn);
+        if (st != TRN_SUCCESS) return st;
+        if (d->op == TRN_FOREACH_NORM)
+            return trn__set_error(TRN_ERROR_UNSUPPORTED, "%s: a norm cannot join a chain", fn);
+        bytes += (size_t)d->count * sizeof *d->tensors;
+    }
+    trn_foreach_desc *copy = malloc(bytes + (size_t)nops);
+    if (copy == NULL) return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    memcpy(copy, ops, (size_t)nops * sizeof *ops);
+    trn_foreach_tensor *arr = (trn_foreach_tensor *)(void *)(copy + nops);
+    for (int64_t k = 0; k < nops; k++) {
+        if (ops[k].count > 0) memcpy(arr, ops[k].tensors, (size_t)ops[k].count * sizeof *arr);
+        copy[k].tensors = arr;
+        arr += ops[k].count;
+    }
+    unsigned char *flags = (unsigned char *)copy + bytes;
+    for (int64_t k = 0; k < nops; k++) flags[k] = scratch != NULL && scratch[k] != 0;
+    chain_args a = {nops, copy, flags};
+    trn_status st = trn_stream_launch(stream, chain_task, &a, sizeof a);
+    // Under NEURON_LAUNCH_BLOCKING a failure is the task's own result: it ran
+    // and freed the copy (as launch_list).
+    if (st != TRN_SUCCESS && !trn__config_get()->launch_blocking) free(copy);
+    return st;
 }
 
 // ---- fused Adam / AdamW ------------------------------------------------------------------

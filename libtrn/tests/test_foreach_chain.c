@@ -1,0 +1,181 @@
+// test_foreach_chain.c - trn_foreach_chain_launch (trn/foreach_chain.h): a
+// chain run chunk-major gives the bytes of its ops launched one by one
+// (float32 and bfloat16, a multi-chunk tensor, odd and empty ones), a
+// scratch output is never stored, overlapping operands run op by op (same
+// bytes), and argument errors.
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+#include "trn/convert.h"
+#include "trn/foreach_chain.h"
+
+static trn_stream *g_stream;
+
+enum { NT = 4, NOPS = 5 };
+static const int64_t sizes[NT] = {40000, 7, 0, 1000};
+
+static double frand(unsigned *s) {
+    *s = *s * 1103515245u + 12345u;
+    return ((*s >> 8) & 0xffff) / 32768.0 - 1.0;
+}
+
+// Lists p, g, m (filled) and t (sentinel bytes) of dtype d, n elements each.
+typedef struct lists {
+    void *p[NT], *g[NT], *m[NT], *t[NT];
+} lists;
+
+static void fill(lists *l, trn_dtype d, unsigned seed) {
+    const size_t es = trn_dtype_size(d);
+    for (int i = 0; i < NT; i++) {
+        void **all[4] = {&l->p[i], &l->g[i], &l->m[i], &l->t[i]};
+        for (int k = 0; k < 4; k++) {
+            *all[k] = malloc((size_t)(sizes[i] + 1) * es);
+            for (int64_t j = 0; j < sizes[i]; j++) {
+                const float v = k == 3 ? 0 : (float)(frand(&seed) + (k == 2 ? 1.5 : 0));
+                if (d == TRN_DTYPE_BF16)
+                    ((uint16_t *)*all[k])[j] = trn_float_to_bf16(v);
+                else
+                    ((float *)*all[k])[j] = v;
+            }
+            if (k == 3) memset(*all[k], 0x5a, (size_t)sizes[i] * es);
+        }
+    }
+}
+
+static void release(lists *l) {
+    for (int i = 0; i < NT; i++) free(l->p[i]), free(l->g[i]), free(l->m[i]), free(l->t[i]);
+}
+
+// An optimizer-like chain: p *= 0.99; m = m + 0.5 * g * g; t = sqrt(m);
+// t = t + alpha 1e-3 (ADD scalar); p = p + (-0.01) * (g / t).
+static void build(lists *l, trn_dtype d, trn_foreach_tensor ts[NOPS][NT], trn_foreach_desc *ops) {
+    for (int i = 0; i < NT; i++) {
+        const int64_t n = sizes[i];
+        ts[0][i] = (trn_foreach_tensor){l->p[i], l->p[i], NULL, NULL, n, 0.99};
+        ts[1][i] = (trn_foreach_tensor){l->m[i], l->m[i], l->g[i], l->g[i], n, 0.5};
+        ts[2][i] = (trn_foreach_tensor){l->t[i], l->m[i], NULL, NULL, n, 0};
+        ts[3][i] = (trn_foreach_tensor){l->t[i], l->t[i], NULL, NULL, n, 1e-3};
+        ts[4][i] = (trn_foreach_tensor){l->p[i], l->p[i], l->g[i], l->t[i], n, -0.01};
+    }
+    const trn_foreach_op op[NOPS] = {TRN_FOREACH_MUL, TRN_FOREACH_ADDCMUL, TRN_FOREACH_SQRT,
+                                     TRN_FOREACH_ADD, TRN_FOREACH_ADDCDIV};
+    for (int k = 0; k < NOPS; k++) {
+        memset(&ops[k], 0, sizeof ops[k]);
+        ops[k].op = op[k];
+        ops[k].dtype = d;
+        ops[k].count = NT;
+        ops[k].tensors = ts[k];
+        ops[k].alpha = k == 3 ? 0.75 : 1.0;  // 16-bit add with alpha: rounded by index
+        ops[k].ord = 2;
+        ops[k].cpu_block = 32;
+        ops[k].cpu_threads = 1;
+    }
+}
+
+static int same(lists *a, lists *b, trn_dtype d, int with_t) {
+    const size_t es = trn_dtype_size(d);
+    for (int i = 0; i < NT; i++) {
+        const size_t n = (size_t)sizes[i] * es;
+        if (memcmp(a->p[i], b->p[i], n) || memcmp(a->m[i], b->m[i], n) ||
+            (with_t && memcmp(a->t[i], b->t[i], n)))
+            return 0;
+    }
+    return 1;
+}
+
+static void test_bits(trn_dtype d) {
+    lists one, chain, scr;
+    fill(&one, d, 7), fill(&chain, d, 7), fill(&scr, d, 7);
+    trn_foreach_tensor ts[NOPS][NT];
+    trn_foreach_desc ops[NOPS];
+    build(&one, d, ts, ops);
+    for (int k = 0; k < NOPS; k++) CHECK_OK(trn_foreach_launch(g_stream, &ops[k]));
+    int64_t f0 = 0, f1 = 0, u0 = 0, u1 = 0;
+    trn_foreach_chain_counts(&f0, &u0);
+    build(&chain, d, ts, ops);
+    CHECK_OK(trn_foreach_chain_launch(g_stream, ops, NOPS, NULL));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    CHECK(same(&one, &chain, d, 1));
+    // sqrt's output in scratch: p and m the same, t never written
+    const unsigned char scratch[NOPS] = {0, 0, 1, 0, 0};
+    build(&scr, d, ts, ops);
+    CHECK_OK(trn_foreach_chain_launch(g_stream, ops, NOPS, scratch));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    trn_foreach_chain_counts(&f1, &u1);
+    CHECK_INT(f1 - f0, 2);
+    CHECK_INT(u1 - u0, 0);
+    CHECK(same(&one, &scr, d, 0));
+    CHECK(sizes[0] == 0 || ((unsigned char *)scr.t[0])[5] == 0x5a);
+    release(&one), release(&chain), release(&scr);
+}
+
+// Position 1's g overlaps position 0's (read only: a write reached from two
+// positions races in a single launch too): the chain runs op by op.
+static void test_overlap(void) {
+    enum { N = 30000 };
+    float *p1 = malloc(2 * N * sizeof(float)), *p2 = malloc(2 * N * sizeof(float));
+    float *g = malloc(2 * N * sizeof(float));
+    unsigned s = 9;
+    for (int i = 0; i < 2 * N; i++) p1[i] = p2[i] = (float)frand(&s), g[i] = (float)frand(&s);
+    trn_foreach_tensor ts[2][2];
+    trn_foreach_desc ops[2];
+    for (int pass = 0; pass < 2; pass++) {
+        float *p = pass ? p2 : p1;
+        ts[0][0] = (trn_foreach_tensor){p, p, g, NULL, N, 0};
+        ts[0][1] = (trn_foreach_tensor){p + N, p + N, g + N / 2, NULL, N, 0};
+        ts[1][0] = (trn_foreach_tensor){p, p, NULL, NULL, N, 1.5};
+        ts[1][1] = (trn_foreach_tensor){p + N, p + N, NULL, NULL, N, 1.5};
+        for (int k = 0; k < 2; k++) {
+            memset(&ops[k], 0, sizeof ops[k]);
+            ops[k].op = k ? TRN_FOREACH_MUL : TRN_FOREACH_ADD;
+            ops[k].dtype = TRN_DTYPE_F32;
+            ops[k].count = 2;
+            ops[k].tensors = ts[k];
+            ops[k].alpha = 1;
+        }
+        if (pass == 0) {
+            for (int k = 0; k < 2; k++) CHECK_OK(trn_foreach_launch(g_stream, &ops[k]));
+        } else {
+            int64_t u0 = 0, u1 = 0;
+            trn_foreach_chain_counts(NULL, &u0);
+            CHECK_OK(trn_foreach_chain_launch(g_stream, ops, 2, NULL));
+            CHECK_OK(trn_stream_synchronize(g_stream));
+            trn_foreach_chain_counts(NULL, &u1);
+            CHECK_INT(u1 - u0, 1);
+        }
+    }
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    CHECK(memcmp(p1, p2, 2 * N * sizeof(float)) == 0);
+    free(p1), free(p2), free(g);
+}
+
+static void test_errors(void) {
+    float x[4] = {1, 2, 3, 4};
+    trn_foreach_tensor t = {x, x, NULL, NULL, 4, 2.0};
+    trn_foreach_desc d;
+    memset(&d, 0, sizeof d);
+    d.op = TRN_FOREACH_MUL;
+    d.dtype = TRN_DTYPE_F32;
+    d.count = 1;
+    d.tensors = &t;
+    CHECK_INT(trn_foreach_chain_launch(g_stream, &d, 0, NULL), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_INT(trn_foreach_chain_launch(NULL, &d, 1, NULL), TRN_ERROR_INVALID_ARGUMENT);
+    trn_foreach_desc two[2] = {d, d};
+    two[1].op = TRN_FOREACH_NORM;
+    CHECK_INT(trn_foreach_chain_launch(g_stream, two, 2, NULL), TRN_ERROR_UNSUPPORTED);
+    two[1].op = TRN_FOREACH_ADDCMUL;  // no b / c operands
+    CHECK_INT(trn_foreach_chain_launch(g_stream, two, 2, NULL), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_OK(trn_foreach_chain_launch(g_stream, two, 1, NULL));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    CHECK(x[3] == 8.0f);
+}
+
+int main(void) {
+    CHECK_OK(trn_stream_get_default(0, &g_stream));
+    test_bits(TRN_DTYPE_F32);
+    test_bits(TRN_DTYPE_BF16);
+    test_overlap();
+    test_errors();
+    return TEST_REPORT();
+}
