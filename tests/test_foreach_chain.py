@@ -248,3 +248,15 @@ def test_chains_across_streams():
     finally:
         _C._foreach_chain_set_enabled(True)
     _assert_bits(on, off)
+
+
+def test_eager_fusion_flush_runs_held_ops():
+    """torch_neuronx.eager_fusion.flush() leaves nothing queued, foreach chains included."""
+    a = _lists()
+    torch.neuron.synchronize()
+    fused0, unfused0 = _C._foreach_chain_counts()
+    torch._foreach_mul_(a, 2.0)  # held
+    assert _C._foreach_chain_counts() == (fused0, unfused0)
+    torch_neuronx.eager_fusion.flush()
+    fused1, unfused1 = _C._foreach_chain_counts()
+    assert fused1 + unfused1 == fused0 + unfused0 + 1

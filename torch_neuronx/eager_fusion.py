@@ -64,7 +64,7 @@ def is_adaptive() -> bool:
 
 
 def flush() -> None:
-    """Runs the open group now (a synchronize does this too)."""
+    """Runs the open group and any held foreach chain now (a synchronize does this too)."""
     _C._eager_fusion_flush()
 
 

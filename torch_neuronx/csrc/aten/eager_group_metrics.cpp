@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include "aten/eager_group_impl.h"
+#include "aten/foreach_chain.h"
 #include "runtime/bindings.h"
 #include "trn/metrics.h"
 
@@ -48,6 +49,7 @@ void log_group(const Group &g, End why, bool fused) {
 namespace {
 
 void flush_now(End why) {
+    foreach_chain::flush(nullptr);  // held foreach ops too: flush() promises nothing stays queued
     std::lock_guard<std::recursive_mutex> lk(group_mu());
     flush(why);
 }
