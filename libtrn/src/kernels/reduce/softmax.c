@@ -23,6 +23,8 @@
 
 #define COLS 256
 #define L 16
+// Longest 16-bit row whose exps are kept in a float stack buffer (16 KiB).
+#define EBUF 4096
 
 typedef struct softmax_args {
     trn_softmax_op op;
@@ -46,7 +48,7 @@ static inline int64_t units_per_outer(int64_t inner) {
 }
 
 #define DEFINE_SOFTMAX(N, T, C, LD, ST, EXP, RT)                                                   \
-    static C rowmax_##N(const T *restrict x, int64_t n) {                                          \
+    static C rowmax_nan_##N(const T *restrict x, int64_t n) {                                      \
         C m[L];                                                                                    \
         for (int j = 0; j < L; j++) m[j] = -(C)INFINITY;                                           \
         int64_t i = 0;                                                                             \
@@ -56,6 +58,40 @@ static inline int64_t units_per_outer(int64_t inner) {
         for (int w = L / 2; w > 0; w /= 2)                                                         \
             for (int j = 0; j < w; j++) m[j] = MAXN(m[j], m[j + w]);                               \
         return m[0];                                                                               \
+    }                                                                                              \
+    /* The row max in GNU vectors of L lanes (an array of lanes compiled */                        \
+    /* to scalar vmaxss chains, a quarter of the float32 forward): */                              \
+    /* m > v ? m : v is MAXN without its NaN test (the same value, signed */                       \
+    /* zeros included); v * 0 is NaN only for a NaN or an infinity, and */                         \
+    /* such rows are redone with the NaN-propagating loop. */                                      \
+    typedef C vec_##N __attribute__((vector_size(L * sizeof(C))));                                 \
+    static C rowmax_##N(const T *restrict x, int64_t n) {                                          \
+        vec_##N m, f = {0};                                                                        \
+        for (int j = 0; j < L; j++) m[j] = -(C)INFINITY;                                           \
+        int64_t i = 0;                                                                             \
+        for (; i + L <= n; i += L) {                                                               \
+            vec_##N v;                                                                             \
+            if (sizeof(T) == sizeof(C)) {                                                          \
+                memcpy(&v, x + i, sizeof v);                                                       \
+            } else {                                                                               \
+                C t[L];                                                                            \
+                for (int j = 0; j < L; j++) t[j] = (C)LD(x[i + j]);                                \
+                memcpy(&v, t, sizeof v);                                                           \
+            }                                                                                      \
+            const __typeof__(m > v) k = m > v;                                                     \
+            m = (vec_##N)(((__typeof__(k))m & k) | ((__typeof__(k))v & ~k));                       \
+            f += v * (C)0;                                                                         \
+        }                                                                                          \
+        C bad = 0, r[L];                                                                           \
+        for (int j = 0; j < L; j++) {                                                              \
+            bad += f[j];                                                                           \
+            r[j] = m[j];                                                                           \
+        }                                                                                          \
+        if (bad != 0) return rowmax_nan_##N(x, n);                                                 \
+        for (int j = 0; i < n; i++, j++) r[j] = MAXN(r[j], (C)LD(x[i]));                           \
+        for (int w = L / 2; w > 0; w /= 2)                                                         \
+            for (int j = 0; j < w; j++) r[j] = MAXN(r[j], r[j + w]);                               \
+        return r[0];                                                                               \
     }                                                                                              \
     static C rowexpsum_##N(const T *restrict x, int64_t n, C mx) {                                 \
         C s[L];                                                                                    \
@@ -68,22 +104,23 @@ static inline int64_t units_per_outer(int64_t inner) {
             for (int j = 0; j < w; j++) s[j] += s[j + w];                                          \
         return s[0];                                                                               \
     }                                                                                              \
-    /* rowexpsum that also stores each exp in y (when T holds C exactly). */                       \
-    static C rowexpstore_##N(const T *x, T *y, int64_t n, C mx) {                                  \
-        C s[L];                                                                                    \
-        for (int j = 0; j < L; j++) s[j] = 0;                                                      \
+    /* e = exp(x - mx) over a row (e may be x). */                                                 \
+    static void rowexp_##N(const T *x, C *e, int64_t n, C mx) {                                    \
+        for (int64_t i = 0; i < n; i++) e[i] = EXP((C)LD(x[i]) - mx);                              \
+    }                                                                                              \
+    /* The sum of a row in rowexpsum's order: lane j takes elements */                             \
+    /* i = j mod L, then the lanes pairwise. */                                                    \
+    static C rowsum_##N(const C *restrict e, int64_t n) {                                          \
+        vec_##N acc = {0};                                                                         \
         int64_t i = 0;                                                                             \
-        for (; i + L <= n; i += L)                                                                 \
-            for (int j = 0; j < L; j++) {                                                          \
-                const C e = EXP((C)LD(x[i + j]) - mx);                                             \
-                y[i + j] = ST(e);                                                                  \
-                s[j] += e;                                                                         \
-            }                                                                                      \
-        for (int j = 0; i < n; i++, j++) {                                                         \
-            const C e = EXP((C)LD(x[i]) - mx);                                                     \
-            y[i] = ST(e);                                                                          \
-            s[j] += e;                                                                             \
+        for (; i + L <= n; i += L) {                                                               \
+            vec_##N v;                                                                             \
+            memcpy(&v, e + i, sizeof v);                                                           \
+            acc += v;                                                                              \
         }                                                                                          \
+        C s[L];                                                                                    \
+        for (int j = 0; j < L; j++) s[j] = acc[j];                                                 \
+        for (int j = 0; i < n; i++, j++) s[j] += e[i];                                             \
         for (int w = L / 2; w > 0; w /= 2)                                                         \
             for (int j = 0; j < w; j++) s[j] += s[j + w];                                          \
         return s[0];                                                                               \
@@ -115,11 +152,23 @@ static inline int64_t units_per_outer(int64_t inner) {
             T *y = (T *)(void *)a->out + o * D * I;                                                \
             if (I == 1) {                                                                          \
                 const C mx = rowmax_##N(x, D);                                                     \
-                if (!islog && sizeof(T) == sizeof(C)) {                                            \
-                    /* exp once: y = exp(x - max), then y *= 1 / sum (the */                       \
-                    /* same float products as below; x may alias y) */                             \
-                    const C r = (C)1 / rowexpstore_##N(x, y, D, mx);                               \
-                    for (int64_t i = 0; i < D; i++) y[i] = ST((C)LD(y[i]) * r);                    \
+                if (D <= EBUF || (!islog && sizeof(T) == sizeof(C))) {                             \
+                    /* Each exp once, into y itself (float32 / float64 */                          \
+                    /* softmax; x may alias y) or a float stack row, then */                       \
+                    /* summed from there: the values and sum of computing */                       \
+                    /* it twice, without the exp loop's lane sums on the */                        \
+                    /* stack (a store-to-load chain per vector). */                                \
+                    C eb[EBUF];                                                                    \
+                    C *e = !islog && sizeof(T) == sizeof(C) ? (C *)(void *)y : eb;                 \
+                    rowexp_##N(x, e, D, mx);                                                       \
+                    const C s = rowsum_##N(e, D);                                                  \
+                    if (islog) {                                                                   \
+                        const C t = mx + (C)log((double)s);                                        \
+                        for (int64_t i = 0; i < D; i++) y[i] = ST((C)LD(x[i]) - t);                \
+                    } else {                                                                       \
+                        const C r = (C)1 / s;                                                      \
+                        for (int64_t i = 0; i < D; i++) y[i] = ST(e[i] * r);                       \
+                    }                                                                              \
                     continue;                                                                      \
                 }                                                                                  \
                 const C s = rowexpsum_##N(x, D, mx);                                               \
