@@ -31,8 +31,20 @@ from torch_neuronx import eager_fusion  # noqa: E402
 
 
 def key_of(func, args):
-    dtype = next((a.dtype for a in args if isinstance(a, torch.Tensor)), None)
-    return (str(func.overloadpacket.__name__), str(dtype).replace("torch.", ""))
+    """(name, dtype); the devices' SDPA variants under one name. The optimizer
+    differs by design (foreach lists on neuron, per-tensor ops on the CPU), so
+    its ops do not pair up: their sums are comparable, not their rows."""
+    first = args[0] if args and isinstance(args[0], (list, tuple)) and args[0] else None
+    t = (
+        first[0]
+        if first is not None
+        else next((a for a in args if isinstance(a, torch.Tensor)), None)
+    )
+    dtype = str(t.dtype).replace("torch.", "") if isinstance(t, torch.Tensor) else "-"
+    name = str(func.overloadpacket.__name__)
+    if "scaled_dot_product" in name:
+        name = "sdpa_backward" if name.endswith("backward") else "sdpa"
+    return (name, dtype)
 
 
 class InModel(TorchDispatchMode):

@@ -375,10 +375,16 @@ static trn_dtype native_of(family f) {
             for (int i = 0; i < n; i++) o[i] = (CT)trn_bf16_to_float(load_u16(src + i * s));       \
         break;                                                                                     \
     case TRN_DTYPE_F32:                                                                            \
-        for (int i = 0; i < n; i++) o[i] = (CT)load_f32(src + i * s);                              \
+        if (s == 4)                                                                                \
+            for (int i = 0; i < n; i++) o[i] = (CT)load_f32(src + i * 4);                          \
+        else                                                                                       \
+            for (int i = 0; i < n; i++) o[i] = (CT)load_f32(src + i * s);                          \
         break;                                                                                     \
     case TRN_DTYPE_F64:                                                                            \
-        for (int i = 0; i < n; i++) o[i] = (CT)load_f64(src + i * s);                              \
+        if (s == 8)                                                                                \
+            for (int i = 0; i < n; i++) o[i] = (CT)load_f64(src + i * 8);                          \
+        else                                                                                       \
+            for (int i = 0; i < n; i++) o[i] = (CT)load_f64(src + i * s);                          \
         break;                                                                                     \
     default: break;
 
@@ -476,16 +482,28 @@ static void load_block(family f, trn_dtype d, const char *src, int64_t s, int n,
 // only to floating dtypes; integer and predicate results to any dtype.
 #define STORE_FLOAT_CASES(T)                                                                       \
     case TRN_DTYPE_F32:                                                                            \
-        for (int i = 0; i < n; i++) {                                                              \
-            float x = (float)v[i];                                                                 \
-            memcpy(dst + i * s, &x, 4);                                                            \
-        }                                                                                          \
+        if (s == 4)                                                                                \
+            for (int i = 0; i < n; i++) {                                                          \
+                float x = (float)v[i];                                                             \
+                memcpy(dst + i * 4, &x, 4);                                                        \
+            }                                                                                      \
+        else                                                                                       \
+            for (int i = 0; i < n; i++) {                                                          \
+                float x = (float)v[i];                                                             \
+                memcpy(dst + i * s, &x, 4);                                                        \
+            }                                                                                      \
         break;                                                                                     \
     case TRN_DTYPE_F64:                                                                            \
-        for (int i = 0; i < n; i++) {                                                              \
-            double x = (double)v[i];                                                               \
-            memcpy(dst + i * s, &x, 8);                                                            \
-        }                                                                                          \
+        if (s == 8)                                                                                \
+            for (int i = 0; i < n; i++) {                                                          \
+                double x = (double)v[i];                                                           \
+                memcpy(dst + i * 8, &x, 8);                                                        \
+            }                                                                                      \
+        else                                                                                       \
+            for (int i = 0; i < n; i++) {                                                          \
+                double x = (double)v[i];                                                           \
+                memcpy(dst + i * s, &x, 8);                                                        \
+            }                                                                                      \
         break;                                                                                     \
     case TRN_DTYPE_F16:                                                                            \
         if (s == 2)                                                                                \
@@ -688,31 +706,38 @@ static void out_cast_block(int mode, const trn_sc_ctx *ctx, int n, int64_t *v) {
         in_cast_block(CAST_WRAP, ctx, n, v);
 }
 
-// Runs n <= BLOCK elements of one row; pointers and byte strides given.
-// j0: linear index of the first element.
+// Runs `rows` rows of n elements (rows * n <= BLOCK); pointers and byte
+// strides given: is / os along a row, irs / ors from row to row (read only
+// when rows > 1: such rows are staged one after another in the buffers,
+// so the block function and the fix-ups run once for all of them). j0:
+// linear index of the first element (the rows are consecutive in it).
 static bool run_block(const ew_args *a, block_fn fn, char *out, int64_t os, const char *const in[3],
-                      const int64_t is[3], int n, int64_t j0, void *scal[3], void *tmp[4]) {
+                      const int64_t is[3], int n, int64_t j0, void *scal[3], void *tmp[4], int rows,
+                      const int64_t irs[3], int64_t ors) {
     const size_t cs = compute_size(a->fam);
     const trn_dtype nat = native_of(a->fam);
     const void *buf[3] = {NULL, NULL, NULL};
     for (int k = 0; k < a->arity; k++) {
         if (a->is_scalar[k]) {
             buf[k] = scal[k];
-        } else if (a->in_dtype[k] == nat && is[k] == (int64_t)cs && !a->in_cast[k]) {
+        } else if (rows == 1 && a->in_dtype[k] == nat && is[k] == (int64_t)cs && !a->in_cast[k]) {
             buf[k] = in[k];
         } else {
-            load_block(a->fam, a->in_dtype[k], in[k], is[k], n, tmp[k]);
-            if (a->in_cast[k]) in_cast_block(a->in_cast[k], &a->ctx, n, tmp[k]);
+            for (int r = 0; r < rows; r++)
+                load_block(a->fam, a->in_dtype[k], in[k] + r * irs[k], is[k], n,
+                           (char *)tmp[k] + (size_t)r * (size_t)n * cs);
+            if (a->in_cast[k]) in_cast_block(a->in_cast[k], &a->ctx, n * rows, tmp[k]);
             buf[k] = tmp[k];
         }
     }
+    n *= rows;
     if (a->fam == FAM_I && int_division(a->op)) {
         const int64_t *b = buf[1];
         int zero = 0;
         for (int i = 0; i < n; i++) zero |= b[i] == 0;
         if (zero) return false;
     }
-    const bool direct = a->out_dtype == (ops[a->op].pred ? TRN_DTYPE_BOOL : nat) &&
+    const bool direct = rows == 1 && a->out_dtype == (ops[a->op].pred ? TRN_DTYPE_BOOL : nat) &&
                         os == (int64_t)(ops[a->op].pred ? 1 : cs) && !a->out_cast;
     void *obuf = direct ? (void *)out : tmp[3];
     fn(n, obuf, buf[0], buf[1], buf[2], &a->ctx);
@@ -732,14 +757,20 @@ static bool run_block(const ew_args *a, block_fn fn, char *out, int64_t os, cons
         }
     }
     if (!direct) {
-        if (ops[a->op].pred)
-            store_pred(a->out_dtype, obuf, out, os, n);
-        else if (a->fam == FAM_F)
-            store_f(a->out_dtype, obuf, out, os, n);
-        else if (a->fam == FAM_D)
-            store_d(a->out_dtype, obuf, out, os, n);
-        else
-            store_i(a->out_dtype, obuf, out, os, n);
+        const int rn = n / rows;
+        const size_t vs = ops[a->op].pred ? 1 : cs;
+        for (int r = 0; r < rows; r++) {
+            const void *v = (const char *)obuf + (size_t)r * (size_t)rn * vs;
+            char *o = out + r * ors;
+            if (ops[a->op].pred)
+                store_pred(a->out_dtype, v, o, os, rn);
+            else if (a->fam == FAM_F)
+                store_f(a->out_dtype, v, o, os, rn);
+            else if (a->fam == FAM_D)
+                store_d(a->out_dtype, v, o, os, rn);
+            else
+                store_i(a->out_dtype, v, o, os, rn);
+        }
     }
     return true;
 }
@@ -814,17 +845,21 @@ static void ew_range(void *vrun, int64_t begin, int64_t end) {
             int64_t cnt = size[d1] - index[d1];
             if (cnt > (end - pos) / row) cnt = (end - pos) / row;
             const int n = (int)row;
-            for (int64_t r = 0; r < cnt; r++) {
+            const int64_t irs[3] = {istr[0][d1], istr[1][d1], istr[2][d1]};
+            const int64_t is[3] = {istr[0][inner], istr[1][inner], istr[2][inner]};
+            // Staged rows of up to a quarter block go BLOCK / row at a time
+            // (longer rows gain less than the copy of in-place operands costs).
+            const int64_t group = direct_rows || 4 * row > BLOCK ? 1 : BLOCK / row;
+            for (int64_t r = 0; r < cnt; r += group) {
+                const int g = (int)(cnt - r < group ? cnt - r : group);
                 const char *in[3];
                 for (int k = 0; k < 3; k++)
-                    in[k] = a->in[k] == NULL ? NULL : a->in[k] + off_i[k] + r * istr[k][d1];
+                    in[k] = a->in[k] == NULL ? NULL : a->in[k] + off_i[k] + r * irs[k];
                 char *o = a->out + off_o + r * ostr[d1];
                 if (direct_rows) {
                     fn(n, o, in[0], in[1], in[2], &a->ctx);
-                } else if (!run_block(
-                               a, fn, o, ostr[inner], in,
-                               (const int64_t[3]){istr[0][inner], istr[1][inner], istr[2][inner]},
-                               n, pos + r * row, scal, tmp)) {
+                } else if (!run_block(a, fn, o, ostr[inner], in, is, n, pos + r * row, scal, tmp, g,
+                                      irs, ostr[d1])) {
                     run->zero_division = true;
                     return;
                 }
@@ -847,7 +882,7 @@ static void ew_range(void *vrun, int64_t begin, int64_t end) {
                 is[k] = istr[k][inner];
             }
             if (!run_block(a, fn, a->out + off_o + c * ostr[inner], ostr[inner], in, is, n,
-                           pos + (c - col), scal, tmp)) {
+                           pos + (c - col), scal, tmp, 1, is, 0)) {
                 run->zero_division = true;
                 return;
             }
