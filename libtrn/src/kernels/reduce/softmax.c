@@ -23,6 +23,8 @@
 
 #define COLS 256
 #define L 16
+// Longest 16-bit row whose exps are kept in a float stack buffer (16 KiB).
+#define EBUF 4096
 
 typedef struct softmax_args {
     trn_softmax_op op;
@@ -46,7 +48,7 @@ static inline int64_t units_per_outer(int64_t inner) {
 }
 
 #define DEFINE_SOFTMAX(N, T, C, LD, ST, EXP, RT)                                                   \
-    static C rowmax_##N(const T *restrict x, int64_t n) {                                          \
+    static C rowmax_nan_##N(const T *restrict x, int64_t n) {                                      \
         C m[L];                                                                                    \
         for (int j = 0; j < L; j++) m[j] = -(C)INFINITY;                                           \
         int64_t i = 0;                                                                             \
@@ -56,6 +58,68 @@ static inline int64_t units_per_outer(int64_t inner) {
         for (int w = L / 2; w > 0; w /= 2)                                                         \
             for (int j = 0; j < w; j++) m[j] = MAXN(m[j], m[j + w]);                               \
         return m[0];                                                                               \
+    }                                                                                              \
+    /* The row max in GNU vectors of L lanes (an array of lanes compiled */                        \
+    /* to scalar vmaxss chains, a quarter of the float32 forward): */                              \
+    /* m > v ? m : v is MAXN without its NaN test (the same value, signed */                       \
+    /* zeros included); v * 0 is NaN only for a NaN or an infinity, and */                         \
+    /* such rows are redone with the NaN-propagating loop. */                                      \
+    typedef C vec_##N __attribute__((vector_size(L * sizeof(C))));                                 \
+    static inline vec_##N vld_##N(const T *restrict x) {                                           \
+        vec_##N v;                                                                                 \
+        if (sizeof(T) == sizeof(C)) {                                                              \
+            memcpy(&v, x, sizeof v);                                                               \
+        } else {                                                                                   \
+            C t[L];                                                                                \
+            for (int j = 0; j < L; j++) t[j] = (C)LD(x[j]);                                        \
+            memcpy(&v, t, sizeof v);                                                               \
+        }                                                                                          \
+        return v;                                                                                  \
+    }                                                                                              \
+    /* The lanes' pairwise tree (lane j with j + w, w = L/2 .. 1) in */                            \
+    /* halving vectors: the scalar tree's arithmetic, without its trip */                          \
+    /* through the stack (a fixed ~100 cycles a row: most of a row of 64). */                      \
+    typedef C vec8_##N __attribute__((vector_size(8 * sizeof(C))));                                \
+    typedef C vec4_##N __attribute__((vector_size(4 * sizeof(C))));                                \
+    static inline C vsum_##N(vec_##N v) {                                                          \
+        vec8_##N a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +                       \
+                     __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);                  \
+        vec4_##N b =                                                                               \
+            __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7); \
+        const C c0 = b[0] + b[2], c1 = b[1] + b[3];                                                \
+        return c0 + c1;                                                                            \
+    }                                                                                              \
+    /* The same tree of m > v ? m : v (MAXN of NaN-free lanes). */                                 \
+    static inline C vmax_##N(vec_##N v) {                                                          \
+        vec8_##N p = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);                        \
+        vec8_##N q = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);                  \
+        const __typeof__(p > q) k = p > q;                                                         \
+        vec8_##N a = (vec8_##N)(((__typeof__(k))p & k) | ((__typeof__(k))q & ~k));                 \
+        vec4_##N b0 = __builtin_shufflevector(a, a, 0, 1, 2, 3);                                   \
+        vec4_##N b1 = __builtin_shufflevector(a, a, 4, 5, 6, 7);                                   \
+        const __typeof__(b0 > b1) kb = b0 > b1;                                                    \
+        vec4_##N b = (vec4_##N)(((__typeof__(kb))b0 & kb) | ((__typeof__(kb))b1 & ~kb));           \
+        const C c0 = b[0] > b[2] ? b[0] : b[2], c1 = b[1] > b[3] ? b[1] : b[3];                    \
+        return c0 > c1 ? c0 : c1;                                                                  \
+    }                                                                                              \
+    static C rowmax_##N(const T *restrict x, int64_t n) {                                          \
+        vec_##N m, f = {0};                                                                        \
+        for (int j = 0; j < L; j++) m[j] = -(C)INFINITY;                                           \
+        int64_t i = 0;                                                                             \
+        for (; i + L <= n; i += L) {                                                               \
+            const vec_##N v = vld_##N(x + i);                                                      \
+            const __typeof__(m > v) k = m > v;                                                     \
+            m = (vec_##N)(((__typeof__(k))m & k) | ((__typeof__(k))v & ~k));                       \
+            f += v * (C)0;                                                                         \
+        }                                                                                          \
+        if (vsum_##N(f) != 0) return rowmax_nan_##N(x, n);                                         \
+        if (i == n) return vmax_##N(m);                                                            \
+        C r[L];                                                                                    \
+        for (int j = 0; j < L; j++) r[j] = m[j];                                                   \
+        for (int j = 0; i < n; i++, j++) r[j] = MAXN(r[j], (C)LD(x[i]));                           \
+        for (int w = L / 2; w > 0; w /= 2)                                                         \
+            for (int j = 0; j < w; j++) r[j] = MAXN(r[j], r[j + w]);                               \
+        return r[0];                                                                               \
     }                                                                                              \
     static C rowexpsum_##N(const T *restrict x, int64_t n, C mx) {                                 \
         C s[L];                                                                                    \
@@ -68,40 +132,43 @@ static inline int64_t units_per_outer(int64_t inner) {
             for (int j = 0; j < w; j++) s[j] += s[j + w];                                          \
         return s[0];                                                                               \
     }                                                                                              \
-    /* rowexpsum that also stores each exp in y (when T holds C exactly). */                       \
-    static C rowexpstore_##N(const T *x, T *y, int64_t n, C mx) {                                  \
-        C s[L];                                                                                    \
-        for (int j = 0; j < L; j++) s[j] = 0;                                                      \
+    /* e = exp(x - mx) over a row (e may be x). */                                                 \
+    static void rowexp_##N(const T *x, C *e, int64_t n, C mx) {                                    \
+        for (int64_t i = 0; i < n; i++) e[i] = EXP((C)LD(x[i]) - mx);                              \
+    }                                                                                              \
+    /* The sum of a row in rowexpsum's order: lane j takes elements */                             \
+    /* i = j mod L, then the lanes pairwise. */                                                    \
+    static C rowsum_##N(const C *restrict e, int64_t n) {                                          \
+        vec_##N acc = {0};                                                                         \
         int64_t i = 0;                                                                             \
-        for (; i + L <= n; i += L)                                                                 \
-            for (int j = 0; j < L; j++) {                                                          \
-                const C e = EXP((C)LD(x[i + j]) - mx);                                             \
-                y[i + j] = ST(e);                                                                  \
-                s[j] += e;                                                                         \
-            }                                                                                      \
-        for (int j = 0; i < n; i++, j++) {                                                         \
-            const C e = EXP((C)LD(x[i]) - mx);                                                     \
-            y[i] = ST(e);                                                                          \
-            s[j] += e;                                                                             \
+        for (; i + L <= n; i += L) {                                                               \
+            vec_##N v;                                                                             \
+            memcpy(&v, e + i, sizeof v);                                                           \
+            acc += v;                                                                              \
         }                                                                                          \
+        if (i == n) return vsum_##N(acc);                                                          \
+        C s[L];                                                                                    \
+        for (int j = 0; j < L; j++) s[j] = acc[j];                                                 \
+        for (int j = 0; i < n; i++, j++) s[j] += e[i];                                             \
         for (int w = L / 2; w > 0; w /= 2)                                                         \
             for (int j = 0; j < w; j++) s[j] += s[j + w];                                          \
         return s[0];                                                                               \
     }                                                                                              \
     /* sum(g * y) (softmax) or sum(g) (log_softmax) over a row. */                                 \
     static C rowdot_##N(const T *restrict g, const T *restrict y, int64_t n, int islog) {          \
-        C s[L];                                                                                    \
-        for (int j = 0; j < L; j++) s[j] = 0;                                                      \
+        vec_##N acc = {0};                                                                         \
         int64_t i = 0;                                                                             \
-        if (islog) {                                                                               \
-            for (; i + L <= n; i += L)                                                             \
-                for (int j = 0; j < L; j++) s[j] += (C)LD(g[i + j]);                               \
+        if (islog)                                                                                 \
+            for (; i + L <= n; i += L) acc += vld_##N(g + i);                                      \
+        else                                                                                       \
+            for (; i + L <= n; i += L) acc += vld_##N(g + i) * vld_##N(y + i);                     \
+        if (i == n) return vsum_##N(acc);                                                          \
+        C s[L];                                                                                    \
+        for (int j = 0; j < L; j++) s[j] = acc[j];                                                 \
+        if (islog)                                                                                 \
             for (int j = 0; i < n; i++, j++) s[j] += (C)LD(g[i]);                                  \
-        } else {                                                                                   \
-            for (; i + L <= n; i += L)                                                             \
-                for (int j = 0; j < L; j++) s[j] += (C)LD(g[i + j]) * (C)LD(y[i + j]);             \
+        else                                                                                       \
             for (int j = 0; i < n; i++, j++) s[j] += (C)LD(g[i]) * (C)LD(y[i]);                    \
-        }                                                                                          \
         for (int w = L / 2; w > 0; w /= 2)                                                         \
             for (int j = 0; j < w; j++) s[j] += s[j + w];                                          \
         return s[0];                                                                               \
@@ -115,11 +182,23 @@ static inline int64_t units_per_outer(int64_t inner) {
             T *y = (T *)(void *)a->out + o * D * I;                                                \
             if (I == 1) {                                                                          \
                 const C mx = rowmax_##N(x, D);                                                     \
-                if (!islog && sizeof(T) == sizeof(C)) {                                            \
-                    /* exp once: y = exp(x - max), then y *= 1 / sum (the */                       \
-                    /* same float products as below; x may alias y) */                             \
-                    const C r = (C)1 / rowexpstore_##N(x, y, D, mx);                               \
-                    for (int64_t i = 0; i < D; i++) y[i] = ST((C)LD(y[i]) * r);                    \
+                if (D <= EBUF || (!islog && sizeof(T) == sizeof(C))) {                             \
+                    /* Each exp once, into y itself (float32 / float64 */                          \
+                    /* softmax; x may alias y) or a float stack row, then */                       \
+                    /* summed from there: the values and sum of computing */                       \
+                    /* it twice, without the exp loop's lane sums on the */                        \
+                    /* stack (a store-to-load chain per vector). */                                \
+                    C eb[EBUF];                                                                    \
+                    C *e = !islog && sizeof(T) == sizeof(C) ? (C *)(void *)y : eb;                 \
+                    rowexp_##N(x, e, D, mx);                                                       \
+                    const C s = rowsum_##N(e, D);                                                  \
+                    if (islog) {                                                                   \
+                        const C t = mx + (C)log((double)s);                                        \
+                        for (int64_t i = 0; i < D; i++) y[i] = ST((C)LD(x[i]) - t);                \
+                    } else {                                                                       \
+                        const C r = (C)1 / s;                                                      \
+                        for (int64_t i = 0; i < D; i++) y[i] = ST(e[i] * r);                       \
+                    }                                                                              \
                     continue;                                                                      \
                 }                                                                                  \
                 const C s = rowexpsum_##N(x, D, mx);                                               \

@@ -1,0 +1,123 @@
+"""Every ATen op of a training step timed inside the step, neuron vs PyTorch CPU.
+
+A TorchDispatchMode around one AdamW step (bench_models.make_step; fusion off, so
+each op runs its own kernel) synchronizes the device before and after each op and
+adds the process CPU time in between to the op's key (name, dtype), so an op pays
+what it pays in the model (host path, kernel, cold operands). Steps alternate the
+devices; per key the minimum over steps is kept. Prints the ops sorted by how much
+more time neuron spends on them than the CPU (the losers first) and the sums.
+The mode's own Python cost is outside the timed windows. One thread each side:
+
+    OMP_NUM_THREADS=1 TORCH_NEURONX_NUM_THREADS=1 \\
+        .venv/bin/python bench/bench_ops_inmodel.py --model llama [--autocast] [--top 25]
+"""
+
+import argparse
+import collections
+import copy
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.dirname(__file__))
+
+import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+import model_zoo as zoo  # noqa: E402
+from bench_models import make_step  # noqa: E402
+from torch_neuronx import eager_fusion  # noqa: E402
+
+
+def key_of(func, args):
+    """(name, dtype); the devices' SDPA variants under one name. The optimizer
+    differs by design (foreach lists on neuron, per-tensor ops on the CPU), so
+    its ops do not pair up: their sums are comparable, not their rows."""
+    first = args[0] if args and isinstance(args[0], (list, tuple)) and args[0] else None
+    t = (
+        first[0]
+        if first is not None
+        else next((a for a in args if isinstance(a, torch.Tensor)), None)
+    )
+    dtype = str(t.dtype).replace("torch.", "") if isinstance(t, torch.Tensor) else "-"
+    name = str(func.overloadpacket.__name__)
+    if "scaled_dot_product" in name:
+        name = "sdpa_backward" if name.endswith("backward") else "sdpa"
+    return (name, dtype)
+
+
+class InModel(TorchDispatchMode):
+    """Per op key: summed process CPU time and calls in one step."""
+
+    def __init__(self, sync):
+        super().__init__()
+        self.sync = sync
+        self.time = collections.Counter()
+        self.calls = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        key = key_of(func, args)
+        self.sync()
+        c0 = time.process_time()
+        out = func(*args, **kwargs)
+        self.sync()
+        self.time[key] += time.process_time() - c0
+        self.calls[key] += 1
+        return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="llama")
+    ap.add_argument("--steps", type=int, default=4, help="measured steps per device")
+    ap.add_argument("--autocast", action="store_true", help="bf16 autocast")
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    eager_fusion.set_enabled(False)
+    torch.manual_seed(0)
+    cpu_model = zoo.MODELS[args.model]("small")
+    gen = torch.Generator().manual_seed(0)
+    batch = (
+        zoo.image_batch(32, 32, gen=gen) if args.model == "resnet" else zoo.lm_batch(8, 64, gen=gen)
+    )
+    sync = {"cpu": lambda: None, "neuron": torch.neuron.synchronize}
+    steps = {
+        dev: make_step(args.model, copy.deepcopy(cpu_model).to(dev), dev, batch, args.autocast)
+        for dev in ("cpu", "neuron")
+    }
+    for dev in steps:
+        steps[dev]()
+        steps[dev]()
+    best = {dev: {} for dev in steps}
+    calls = {}
+    for _ in range(args.steps):
+        for dev in ("neuron", "cpu"):
+            mode = InModel(sync[dev])
+            with mode:
+                steps[dev]()
+            sync[dev]()
+            for k, t in mode.time.items():
+                best[dev][k] = min(best[dev].get(k, float("inf")), t)
+                calls[k] = mode.calls[k]
+    keys = set(best["neuron"]) | set(best["cpu"])
+    rows = []
+    for k in keys:
+        n, c = best["neuron"].get(k, 0.0) * 1e3, best["cpu"].get(k, 0.0) * 1e3
+        rows.append((n - c, k, n, c))
+    rows.sort(reverse=True)
+    tag = f"{args.model} {'bf16 autocast' if args.autocast else 'f32'}"
+    print(f"{tag}: per-step ms in ops (min over {args.steps} steps), neuron - CPU, losers first")
+    print(f"{'op':34}{'dtype':10}{'calls':>6}{'neuron ms':>11}{'cpu ms':>9}{'cpu/neuron':>12}")
+    for d, (op, dt), n, c in rows[: args.top]:
+        r = c / n if n > 0 else float("nan")
+        print(f"{op:34}{dt:10}{calls[(op, dt)]:6d}{n:11.3f}{c:9.3f}{r:12.2f}")
+    tn = sum(r[2] for r in rows)
+    tc = sum(r[3] for r in rows)
+    print(f"{'all ops':50}{tn:11.3f}{tc:9.3f}{tc / tn:12.2f}")
+
+
+if __name__ == "__main__":
+    main()
