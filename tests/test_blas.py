@@ -348,9 +348,10 @@ def test_conv_split_strided_operands():
 
 
 # 2-d convolutions with channel counts that are multiples of 16 compute on
-# nChw16c; libtrn moves NCHW operands whose planes are dense (any batch /
-# channel strides) to and from it with its own transposes (conv_layout.h),
-# other layouts (channels-last) through oneDNN's reorders. Both are copies
+# nChw16c; libtrn moves bfloat16 NCHW operands whose planes are dense (any
+# batch / channel strides) to and from it with its own transposes
+# (conv_layout.h), other layouts (channels-last) and float32 through
+# oneDNN's reorders. Both are copies
 # into the same kernel: the two paths agree in every bit. Planes of 35
 # pixels (two 16-pixel tiles and a tail) and of 1 pixel, a channel slice
 # (batch stride of 48 channels), and the 3-channel stem (blocked output only).

@@ -1,13 +1,13 @@
-// conv_layout.h - owns the copies between PyTorch's channels-first
+// conv_layout.h - owns the bfloat16 copies between PyTorch's channels-first
 // activations (each [n, c] plane a dense H x W block, any n / c strides) and
 // oneDNN's nChw16c layout ([n][c/16][h][w][16 channels]) that conv.c's
-// direct convolutions compute on. oneDNN's own reorders for these ran at
-// 2-6 GB/s (bfloat16 `jit:uni`: 0.13 ms for a 32x32x16x16 batch that sits
-// in L2) and were 12-15 % of a ResNet-18 bf16 training step, the same
-// reorders PyTorch CPU's ideep pays. Here each 16 channels x 16 pixels tile
-// is loaded as 16 vectors, transposed in registers (four rounds of
-// two-input shuffles) and stored as 16 vectors. A copy moves bits, so the
-// results are those of the oneDNN reorder.
+// direct convolutions compute on. oneDNN 2.6's own bfloat16 reorders for
+// these (`jit:uni`) ran at 2-4 GB/s, 0.13 ms for a 32x32x16x16 batch that
+// sits in L2, and were 12-15 % of a ResNet-18 bf16 autocast training step
+// (the same reorders PyTorch CPU's ideep pays). Here each 16 channels x 16
+// pixels tile is loaded as 16 vectors, transposed in registers (four rounds
+// of two-input shuffles) and stored as 16 vectors: 4-5x faster. A copy moves
+// bits, so the results are those of the oneDNN reorder.
 #ifndef TRN_KERNELS_BLAS_CONV_LAYOUT_H
 #define TRN_KERNELS_BLAS_CONV_LAYOUT_H
 
@@ -17,7 +17,6 @@
 
 #define CONV_LAYOUT_BLOCK 16
 
-typedef uint32_t conv_v16x4 __attribute__((vector_size(64)));
 typedef uint16_t conv_v16x2 __attribute__((vector_size(32)));
 
 // One round of the 16x16 transpose: rows i and i + h (i & h == 0) swap
@@ -62,7 +61,6 @@ typedef uint16_t conv_v16x2 __attribute__((vector_size(32)));
         CONV_LAYOUT_ROUND(V, M, r, 1);                                                             \
         for (int j = 0; j < 16; j++) memcpy(dst + j * ds, &r[j], sizeof r[j]);                     \
     }
-CONV_LAYOUT_TILE(conv_layout_tile4, uint32_t, conv_v16x4, conv_v16x4)
 CONV_LAYOUT_TILE(conv_layout_tile2, uint16_t, conv_v16x2, conv_v16x2)
 
 // One [c/16 block] of one image: `plain` holds 16 planes of `hw` elements
@@ -85,23 +83,17 @@ CONV_LAYOUT_TILE(conv_layout_tile2, uint16_t, conv_v16x2, conv_v16x2)
                     plain[j * cs + p] = blk[p * 16 + j];                                           \
             }                                                                                      \
     }
-CONV_LAYOUT_PLANE(conv_layout_plane4, uint32_t, conv_layout_tile4)
 CONV_LAYOUT_PLANE(conv_layout_plane2, uint16_t, conv_layout_tile2)
 
 // plain [n, c, hw] (strides ns, cs elements; each plane dense) <-> blk
-// (dense nChw16c, c % 16 == 0), elements of es (2 or 4) bytes.
-static void conv_layout_move(void *plain, int64_t ns, int64_t cs, void *blk, int64_t n, int64_t c,
-                             int64_t hw, int es, bool to_blocked) {
+// (dense nChw16c, c % 16 == 0), 2-byte elements (bfloat16: float32 stays
+// with oneDNN's `jit:blk` reorders, which were as fast on ResNet's planes).
+static void conv_layout_move(uint16_t *plain, int64_t ns, int64_t cs, uint16_t *blk, int64_t n,
+                             int64_t c, int64_t hw, bool to_blocked) {
     for (int64_t b = 0; b < n; b++)
-        for (int64_t c0 = 0; c0 < c; c0 += CONV_LAYOUT_BLOCK) {
-            const int64_t po = b * ns + c0 * cs, bo = (b * c + c0) * hw;
-            if (es == 4)
-                conv_layout_plane4((uint32_t *)plain + po, cs, (uint32_t *)blk + bo, hw,
-                                   to_blocked);
-            else
-                conv_layout_plane2((uint16_t *)plain + po, cs, (uint16_t *)blk + bo, hw,
-                                   to_blocked);
-        }
+        for (int64_t c0 = 0; c0 < c; c0 += CONV_LAYOUT_BLOCK)
+            conv_layout_plane2(plain + b * ns + c0 * cs, cs, blk + (b * c + c0) * hw, hw,
+                               to_blocked);
 }
 
 #endif
