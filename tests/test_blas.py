@@ -354,12 +354,18 @@ def test_conv_split_strided_operands():
 # oneDNN's reorders. Both are copies
 # into the same kernel: the two paths agree in every bit. Planes of 35
 # pixels (two 16-pixel tiles and a tail) and of 1 pixel, a channel slice
-# (batch stride of 48 channels), and the 3-channel stem (blocked output only).
+# (batch stride of 48 channels), the 3-channel stem (blocked output only),
+# and convolutions split into pieces.
 LAYOUT_CASES = [
     ((3, 48, 7, 5), slice(8, 40), (16, 32, 3, 3), dict(padding=1)),
     ((2, 32, 1, 1), slice(0, 32), (32, 32, 1, 1), dict()),
     ((2, 16, 9, 9), slice(0, 16), (32, 16, 3, 3), dict(stride=2, padding=1)),
     ((4, 3, 8, 8), slice(0, 3), (16, 3, 3, 3), dict(padding=1)),
+    # Large enough to run as pieces on the pool (with 2+ threads): along the
+    # batch, and for one image along channels (40 = 16 + 16 + 8: the
+    # 8-channel piece stays with oneDNN's layouts).
+    ((4, 32, 20, 20), slice(0, 32), (48, 32, 3, 3), dict(padding=1)),
+    ((1, 40, 24, 24), slice(0, 40), (32, 40, 3, 3), dict(padding=1)),
 ]
 
 
