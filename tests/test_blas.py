@@ -347,6 +347,54 @@ def test_conv_split_strided_operands():
     _no_fallback()
 
 
+# 2-d convolutions with channel counts that are multiples of 16 compute on
+# nChw16c; libtrn moves bfloat16 NCHW operands whose planes are dense (any
+# batch / channel strides) to and from it with its own transposes
+# (conv_layout.h), other layouts (channels-last) and float32 through
+# oneDNN's reorders. Both are copies
+# into the same kernel: the two paths agree in every bit. Planes of 35
+# pixels (two 16-pixel tiles and a tail) and of 1 pixel, a channel slice
+# (batch stride of 48 channels), the 3-channel stem (blocked output only),
+# and convolutions split into pieces.
+LAYOUT_CASES = [
+    ((3, 48, 7, 5), slice(8, 40), (16, 32, 3, 3), dict(padding=1)),
+    ((2, 32, 1, 1), slice(0, 32), (32, 32, 1, 1), dict()),
+    ((2, 16, 9, 9), slice(0, 16), (32, 16, 3, 3), dict(stride=2, padding=1)),
+    ((4, 3, 8, 8), slice(0, 3), (16, 3, 3, 3), dict(padding=1)),
+    # Large enough to run as pieces on the pool (with 2+ threads): along the
+    # batch, and for one image along channels (40 = 16 + 16 + 8: the
+    # 8-channel piece stays with oneDNN's layouts).
+    ((4, 32, 20, 20), slice(0, 32), (48, 32, 3, 3), dict(padding=1)),
+    ((1, 40, 24, 24), slice(0, 40), (32, 40, 3, 3), dict(padding=1)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("xs,cs,ws,kw", LAYOUT_CASES)
+def test_conv_blocked_layout_moves_match_reorders(xs, cs, ws, kw, dtype):
+    gen = torch.Generator().manual_seed(0)
+    big = torch.randn(xs, generator=gen).to(dtype)
+    w = torch.randn(ws, generator=gen).to(dtype)
+    g = torch.randn(F.conv2d(big[:, cs].float(), w.float(), **kw).shape, generator=gen).to(dtype)
+    outs = []
+    for channels_last in (False, True):
+        x = big.to(DEV)[:, cs]
+        gd = g.to(DEV)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+            gd = gd.contiguous(memory_format=torch.channels_last)
+        x.requires_grad_()
+        wd = w.to(DEV).requires_grad_()
+        y = F.conv2d(x, wd, **kw)
+        outs.append([t.cpu() for t in (y, *torch.autograd.grad(y, (x, wd), gd))])
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+    ref = F.conv2d(big[:, cs].double(), w.double(), **kw)
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    torch.testing.assert_close(outs[0][0].double(), ref, rtol=tol, atol=tol)
+    _no_fallback()
+
+
 def _check_conv(fn, xs, ws, kw, bias, atol):
     x, w = torch.randn(xs, requires_grad=True), torch.randn(ws, requires_grad=True)
     b = torch.randn(ws[0], requires_grad=True) if bias else None
