@@ -22,7 +22,6 @@ shared):
 
 import argparse
 import collections
-import copy
 import os
 import sys
 import time
@@ -34,9 +33,8 @@ import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 import torch_neuronx  # noqa: E402,F401
-import model_zoo as zoo  # noqa: E402
 from bench_gemm_shapes import OPS, operand  # noqa: E402
-from bench_models import make_step  # noqa: E402
+from bench_models import paired_steps  # noqa: E402
 
 
 def key_of(func, args, kwargs):
@@ -94,17 +92,7 @@ def main():
     ap.add_argument("--reps", type=int, default=5, help="isolated repeats per call")
     ap.add_argument("--autocast", action="store_true", help="bf16 autocast")
     args = ap.parse_args()
-    torch.manual_seed(0)
-    cpu_model = zoo.MODELS[args.model]("small")
-    gen = torch.Generator().manual_seed(0)
-    batch = (
-        zoo.image_batch(32, 32, gen=gen) if args.model == "resnet" else zoo.lm_batch(8, 64, gen=gen)
-    )
-    sync = {"cpu": lambda: None, "neuron": torch.neuron.synchronize}
-    steps = {
-        dev: make_step(args.model, copy.deepcopy(cpu_model).to(dev), dev, batch, args.autocast)
-        for dev in ("cpu", "neuron")
-    }
+    steps, sync = paired_steps(args.model, args.autocast)
     for dev in steps:  # warm-up: plans, allocator, compiles
         steps[dev]()
         steps[dev]()

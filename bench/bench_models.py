@@ -68,6 +68,24 @@ def make_step(name, model, device, batch, autocast=False):
     return step
 
 
+def zoo_batch(name):
+    """The bench's training batch for zoo model `name` (seeded, on the CPU)."""
+    gen = torch.Generator().manual_seed(0)
+    return zoo.image_batch(32, 32, gen=gen) if name == "resnet" else zoo.lm_batch(8, 64, gen=gen)
+
+
+def paired_steps(name, autocast=False):
+    """make_step on copies of one seeded model and batch, per device, and each device's sync."""
+    torch.manual_seed(0)
+    cpu_model = zoo.MODELS[name]("small")
+    batch = zoo_batch(name)
+    steps = {
+        dev: make_step(name, copy.deepcopy(cpu_model).to(dev), dev, batch, autocast)
+        for dev in ("cpu", "neuron")
+    }
+    return steps, {"cpu": lambda: None, "neuron": torch.neuron.synchronize}
+
+
 def cpu_peak_bytes(step) -> int:
     """Peak of live CPU allocations during one step, above the level at its start.
 
@@ -107,13 +125,8 @@ def neuron_peak_bytes(step) -> int:
 
 
 def bench(name, steps, warmup, autocast=False):
-    torch.manual_seed(0)
-    cpu = zoo.MODELS[name]("small")
-    dev = copy.deepcopy(cpu).to("neuron")
-    gen = torch.Generator().manual_seed(0)
-    batch = zoo.image_batch(32, 32, gen=gen) if name == "resnet" else zoo.lm_batch(8, 64, gen=gen)
-    run_dev = make_step(name, dev, "neuron", batch, autocast)
-    run_cpu = make_step(name, cpu, "cpu", batch, autocast)
+    pair, _ = paired_steps(name, autocast)
+    run_dev, run_cpu = pair["neuron"], pair["cpu"]
     for _ in range(warmup):
         run_dev()
         run_cpu()
@@ -230,12 +243,7 @@ def solo_child(side, rows, steps, warmup):
     """Times `rows` on one device only, prints one `SOLO model bf16 seconds` line each."""
     for name, ac in rows:
         torch.manual_seed(0)
-        model = zoo.MODELS[name]("small").to(side)
-        gen = torch.Generator().manual_seed(0)
-        batch = (
-            zoo.image_batch(32, 32, gen=gen) if name == "resnet" else zoo.lm_batch(8, 64, gen=gen)
-        )
-        step = make_step(name, model, side, batch, ac)
+        step = make_step(name, zoo.MODELS[name]("small").to(side), side, zoo_batch(name), ac)
         for _ in range(warmup):
             step()
         if side == "neuron":

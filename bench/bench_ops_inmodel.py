@@ -14,7 +14,6 @@ The mode's own Python cost is outside the timed windows. One thread each side:
 
 import argparse
 import collections
-import copy
 import os
 import sys
 import time
@@ -25,8 +24,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-import model_zoo as zoo  # noqa: E402
-from bench_models import make_step  # noqa: E402
+from bench_models import paired_steps  # noqa: E402
 from torch_neuronx import eager_fusion  # noqa: E402
 
 
@@ -77,17 +75,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(1)
     eager_fusion.set_enabled(False)
-    torch.manual_seed(0)
-    cpu_model = zoo.MODELS[args.model]("small")
-    gen = torch.Generator().manual_seed(0)
-    batch = (
-        zoo.image_batch(32, 32, gen=gen) if args.model == "resnet" else zoo.lm_batch(8, 64, gen=gen)
-    )
-    sync = {"cpu": lambda: None, "neuron": torch.neuron.synchronize}
-    steps = {
-        dev: make_step(args.model, copy.deepcopy(cpu_model).to(dev), dev, batch, args.autocast)
-        for dev in ("cpu", "neuron")
-    }
+    steps, sync = paired_steps(args.model, args.autocast)
     for dev in steps:
         steps[dev]()
         steps[dev]()

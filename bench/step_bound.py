@@ -69,14 +69,11 @@ def child(name: str, device: str, autocast: bool, secs: float, ready: str) -> No
     import model_zoo as zoo
 
     sys.path.insert(0, HERE)
-    from bench_models import make_step
+    from bench_models import make_step, zoo_batch
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = zoo.MODELS[name]("small").to(device)
-    gen = torch.Generator().manual_seed(0)
-    batch = zoo.image_batch(32, 32, gen=gen) if name == "resnet" else zoo.lm_batch(8, 64, gen=gen)
-    step = make_step(name, model, device, batch, autocast)
+    step = make_step(name, zoo.MODELS[name]("small").to(device), device, zoo_batch(name), autocast)
     for _ in range(4):
         step()
     if device == "neuron":

@@ -142,6 +142,15 @@ def test_deterministic_turns_chains_off():
         torch.use_deterministic_algorithms(False)
 
 
+def _chains_off(fn):
+    """fn() with foreach chains switched off (Adaptive Eager stays on)."""
+    _C._foreach_chain_set_enabled(False)
+    try:
+        return fn()
+    finally:
+        _C._foreach_chain_set_enabled(True)
+
+
 def _lists(n=3, size=5000):
     return [torch.randn(size).to(DEV) for _ in range(n)]
 
@@ -162,12 +171,7 @@ def test_chain_ends_before_a_read():
     f0 = _C._foreach_chain_counts()[0]
     on = _reads_after_chain()
     assert _C._foreach_chain_counts()[0] >= f0 + 2
-    _C._foreach_chain_set_enabled(False)
-    try:
-        off = _reads_after_chain()
-    finally:
-        _C._foreach_chain_set_enabled(True)
-    _assert_bits(on, off)
+    _assert_bits(on, _chains_off(_reads_after_chain))
     torch.manual_seed(3)
     ca, cb = [t.cpu() for t in _lists()], [t.cpu() for t in _lists()]
     torch._foreach_mul_(ca, 3.0)
@@ -195,12 +199,7 @@ def test_aliased_positions_run_op_by_op():
     on = _shared_reads()
     _, unfused1 = _C._foreach_chain_counts()
     assert unfused1 > unfused0
-    _C._foreach_chain_set_enabled(False)
-    try:
-        off = _shared_reads()
-    finally:
-        _C._foreach_chain_set_enabled(True)
-    _assert_bits(on, off)
+    _assert_bits(on, _chains_off(_shared_reads))
 
 
 def test_errors_raise_at_the_call():
@@ -242,12 +241,7 @@ def _two_streams():
 
 def test_chains_across_streams():
     on = _two_streams()
-    _C._foreach_chain_set_enabled(False)
-    try:
-        off = _two_streams()
-    finally:
-        _C._foreach_chain_set_enabled(True)
-    _assert_bits(on, off)
+    _assert_bits(on, _chains_off(_two_streams))
 
 
 def test_eager_fusion_flush_runs_held_ops():
