@@ -92,6 +92,7 @@ bench: build
 	$(PY) bench/bench_ops.py
 	$(PY) bench/bench_copy.py
 	$(PY) bench/bench_models.py
+	$(PY) bench/bench_models.py --solo
 	$(PY) bench/bench_models.py --generate
 	$(PY) bench/step_bound.py --top 12
 	$(PY) bench/bench_moe.py
