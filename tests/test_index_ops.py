@@ -134,3 +134,26 @@ def test_out_of_range_raises_like_cpu(case):
     assert str(dev.value).splitlines()[0] == str(cpu.value).splitlines()[0]
     # the device still works afterwards
     assert N(torch.arange(3.0))[N(torch.tensor([2]))].cpu().item() == 2.0
+
+
+def test_cat_functional_layout_promotion_and_devices():
+    # The functional cat kernel allocates its output as PyTorch's meta function
+    # declares it: channels_last inputs give a channels_last result, mixed
+    # dtypes promote, a KV-cache append matches CPU bit for bit, and a CPU
+    # input raises instead of being read from the wrong device.
+    torch_neuronx.clear_op_tracking()
+    a = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    b = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    want = torch.cat([a, b], 1)
+    got = torch.cat([a.to("neuron"), b.to("neuron")], 1)
+    assert got.stride() == want.stride()
+    assert torch.equal(got.cpu(), want)
+    got = torch.cat([a.half().to("neuron"), b.to("neuron")], 0)
+    assert got.dtype == torch.float32
+    assert torch.equal(got.cpu(), torch.cat([a.half(), b], 0))
+    cache, new = torch.randn(1, 4, 20, 64), torch.randn(1, 4, 1, 64)
+    got = torch.cat([cache.to("neuron"), new.to("neuron")], dim=-2)
+    assert torch.equal(got.cpu(), torch.cat([cache, new], dim=-2))
+    assert "aten::cat" not in torch_neuronx.get_fallback_ops()
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.cat([a.to("neuron"), b], 0)

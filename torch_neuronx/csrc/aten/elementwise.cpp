@@ -13,6 +13,7 @@
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
+#include <ATen/ops/result_type_native.h>
 #include <torch/library.h>
 
 #include <array>
@@ -191,7 +192,7 @@ bool binary_run(Tensor &out, const Tensor &a, const Tensor &b, const char *name,
     if constexpr (K == Kind::Comparison && (OP == TRN_EW_EQ || OP == TRN_EW_NE)) {
         if (float8_compare(OP == TRN_EW_EQ, out, a, b)) return true;
     }
-    at::ScalarType rt = at::result_type(a, b);
+    at::ScalarType rt = at::native::result_type(a, b);
     if (K == Kind::BinaryFloat && at::isIntegralType(rt, /*includeBool=*/true))
         rt = c10::typeMetaToScalarType(c10::get_default_dtype());
     if (!supports(OP, rt)) return false;
@@ -223,7 +224,7 @@ template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP, Kind K> st
 template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP> struct AlphaOp {
     static void check(const Tensor &a, const Tensor &b, const Scalar &alpha) {
         if (OP == TRN_EW_SUB) at::native::sub_check(a, b);
-        at::native::alpha_check(at::result_type(a, b), alpha);
+        at::native::alpha_check(at::native::result_type(a, b), alpha);
     }
     static double value(const Scalar &alpha) {
         return alpha.isBoolean() ? (alpha.toBool() ? 1.0 : 0.0) : alpha.toDouble();
@@ -490,7 +491,7 @@ Tensor &where_out(const Tensor &cond, const Tensor &self, const Tensor &other, T
     TORCH_CHECK(cond.scalar_type() == at::kBool,
                 "where expected condition to be a boolean tensor, but got a tensor with dtype ",
                 cond.scalar_type());
-    at::ScalarType rt = at::result_type(self, other);
+    at::ScalarType rt = at::native::result_type(self, other);
     // CPU's where_self_out: out= must have the promoted type (no casting).
     TORCH_CHECK(result.scalar_type() == rt, "Expected out type to be ", rt, " but got ",
                 result.scalar_type());
@@ -511,7 +512,7 @@ Tensor &where_out(const Tensor &cond, const Tensor &self, const Tensor &other, T
 }
 
 Tensor where(const Tensor &cond, const Tensor &self, const Tensor &other) {
-    at::ScalarType rt = at::result_type(self, other);
+    at::ScalarType rt = at::native::result_type(self, other);
     if (!supports(TRN_EW_WHERE, rt)) return fallback<at::_ops::where_self>(cond, self, other);
     Tensor result = at::empty({0}, self.options().dtype(rt));
     return where_out(cond, self, other, result);
@@ -524,8 +525,8 @@ bool clamp_run(Tensor &out, const Tensor &self, const std::optional<Scalar> &lo,
     TORCH_CHECK(lo || hi, "torch.clamp: At least one of 'min' or 'max' must not be None");
     at::ScalarType rt = self.scalar_type();
     if (!at::isFloatingType(rt)) {  // floating is the highest clamp promotes to
-        if (lo) rt = c10::promoteTypes(rt, at::result_type(self, *lo));
-        if (hi) rt = c10::promoteTypes(rt, at::result_type(self, *hi));
+        if (lo) rt = c10::promoteTypes(rt, at::native::result_type(self, *lo));
+        if (hi) rt = c10::promoteTypes(rt, at::native::result_type(self, *hi));
     }
     // In-place clamping may not promote; the CPU path raises PyTorch's error.
     if (out.defined() && out.is_same(self) && rt != self.scalar_type()) return false;
@@ -1188,7 +1189,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 // ---------------------------------------------------------------------------
 bool backward_run(Tensor &out, const Tensor &grad, const Tensor &x, trn_ew_op op, const char *name,
                   std::array<double, 4> p = {}) {
-    if (!supports(op, at::result_type(grad, x))) return false;
+    if (!supports(op, at::native::result_type(grad, x))) return false;
     TensorIterator iter = TensorIterator::borrowing_binary_op(out, grad, x);
     if (!launch(iter, op, iter.common_dtype(), name, p)) return false;
     if (!out.defined()) out = iter.output();

@@ -771,6 +771,37 @@ Tensor masked_select(const Tensor &self, const Tensor &mask) {
 // ---------------------------------------------------------------------------
 // cat
 // ---------------------------------------------------------------------------
+// Copies `mat` into `out` (sized by cat's meta function, no overlap with the
+// inputs, a native dtype): the shared body of cat and cat.out.
+void cat_run(const at::MaterializedITensorListRef &mat, int64_t dim, Tensor &out) {
+    if (out.numel() == 0) {
+        tracking::record_executed("aten::cat");
+        return;
+    }
+    dim = at::legacy_cat_wrap_dim(dim, mat);
+    std::vector<Tensor> keep;  // converted inputs stay alive until launched
+    std::vector<trn_cat_input> inputs;
+    keep.reserve(mat.size());
+    inputs.reserve(mat.size());
+    for (const Tensor &t : mat) {
+        if (t.dim() == 1 && t.size(0) == 0 && out.dim() != 1)
+            continue;  // legacy empty tensors are skipped
+        keep.push_back(t.scalar_type() == out.scalar_type() ? t : t.to(out.scalar_type()));
+    }
+    for (const Tensor &t : keep) inputs.push_back({t.data_ptr(), t.strides().data(), t.size(dim)});
+    trn_cat_desc d{};
+    d.dtype = *native_dtype(out.scalar_type());
+    d.ndim = static_cast<int>(out.dim());
+    d.sizes = out.sizes().data();
+    d.out = out.data_ptr();
+    d.out_strides = out.strides().data();
+    d.dim = static_cast<int>(dim);
+    d.ninputs = static_cast<int>(inputs.size());
+    d.inputs = inputs.data();
+    TRN_CHECK(trn_cat_launch(stream_of(out), &d));
+    tracking::record_executed("aten::cat");
+}
+
 Tensor &cat_out(const at::ITensorListRef &tensors, int64_t dim, Tensor &out) {
     auto mat = tensors.materialize();
     // PyTorch's own (C++) meta function decides the shape, dtype and every
@@ -790,30 +821,28 @@ Tensor &cat_out(const at::ITensorListRef &tensors, int64_t dim, Tensor &out) {
         return fallback<at::_ops::cat_out>(tensors, dim, out);
     at::assert_no_internal_overlap(out);
     for (const Tensor &t : mat) at::assert_no_overlap(out, t);
-    if (out.numel() == 0) {
-        tracking::record_executed("aten::cat");
-        return out;
-    }
-    dim = at::legacy_cat_wrap_dim(dim, mat);
-    std::vector<Tensor> keep;  // converted inputs stay alive until launched
-    std::vector<trn_cat_input> inputs;
-    for (const Tensor &t : mat) {
-        if (t.dim() == 1 && t.size(0) == 0 && out.dim() != 1)
-            continue;  // legacy empty tensors are skipped
-        keep.push_back(t.scalar_type() == out.scalar_type() ? t : t.to(out.scalar_type()));
-    }
-    for (const Tensor &t : keep) inputs.push_back({t.data_ptr(), t.strides().data(), t.size(dim)});
-    trn_cat_desc d{};
-    d.dtype = *native_dtype(out.scalar_type());
-    d.ndim = static_cast<int>(out.dim());
-    d.sizes = out.sizes().data();
-    d.out = out.data_ptr();
-    d.out_strides = out.strides().data();
-    d.dim = static_cast<int>(dim);
-    d.ninputs = static_cast<int>(inputs.size());
-    d.inputs = inputs.data();
-    TRN_CHECK(trn_cat_launch(stream_of(out), &d));
-    tracking::record_executed("aten::cat");
+    cat_run(mat, dim, out);
+    return out;
+}
+
+// The functional form (a decode step's KV-cache append): without it PyTorch's
+// composite kernel ran the meta function, allocated through the dispatcher and
+// called cat.out, which ran the meta function again. The output is allocated
+// as the meta function declares it (its dtype and memory format), so it cannot
+// overlap an input and needs no resize.
+Tensor cat(const at::ITensorListRef &tensors, int64_t dim) {
+    MetaShape<at::meta::structured_cat, /*Alloc=*/false> shape_of;
+    shape_of.meta(tensors, dim);
+    auto mat = tensors.materialize();
+    for (const Tensor &t : mat)
+        TORCH_CHECK(t.device() == shape_of.options(0).device(),
+                    "torch.cat(): all input tensors and out must be on the same device, but "
+                    "inputs are on ",
+                    t.device(), " and out is on ", shape_of.options(0).device());
+    Tensor out = at::empty(shape_of.sizes(0), shape_of.options(0));
+    if (!native(out.scalar_type()) || out.dim() > TRN_INDEX_MAX_DIMS)
+        return fallback<at::_ops::cat_out>(tensors, dim, out);
+    cat_run(mat, dim, out);
     return out;
 }
 
@@ -875,6 +904,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl("masked_select.out", TORCH_FN(masked_select_out));
     m.impl("nonzero", TORCH_FN(nonzero));
     m.impl("nonzero.out", TORCH_FN(nonzero_out));
+    m.impl("cat", TORCH_FN(cat));
     m.impl("cat.out", TORCH_FN(cat_out));
     m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));
 }

@@ -41,7 +41,10 @@ struct NeuronDeviceAllocator final : public c10::DeviceAllocator {
         eager_group::release_dead_storages();
         void *ptr = nullptr;
         TRN_CHECK(trn_mem_alloc(dev, nbytes, nullptr, &ptr));
-        memory_history::on_alloc(dev, ptr, nbytes, trn_stream_id(current_trn_stream(dev)));
+        // The stream is looked up only while history records (a TLS read and
+        // a libtrn call on every allocation otherwise).
+        if (memory_history::g_recording.load(std::memory_order_relaxed))
+            memory_history::on_alloc(dev, ptr, nbytes, trn_stream_id(current_trn_stream(dev)));
         return {ptr, ptr, &device_delete, c10::Device(kNeuron, dev)};
     }
     c10::DeleterFnPtr raw_deleter() const override { return &device_delete; }
