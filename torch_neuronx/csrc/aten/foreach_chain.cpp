@@ -180,6 +180,8 @@ BindingsRegistrar reg([](pybind11::module_ &m) {
         });
     });
     m.def("_foreach_chain_enabled", [] { return switched_on(); });
+    // Whether a chain is held now (not yet launched): for tests of what ends one.
+    m.def("_foreach_chain_held", [] { return g_held.load(); });
     // Chain tasks run chunk-major and op by op (operands overlapped) so far.
     m.def("_foreach_chain_counts", [] {
         int64_t fused = 0, unfused = 0;
