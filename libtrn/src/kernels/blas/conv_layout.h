@@ -36,18 +36,12 @@ typedef uint16_t conv_v16x2 __attribute__((vector_size(32)));
 
 #define CONV_LAYOUT_LO1(h, j) ((j) & (h) ? 16 + (j) - (h) : (j))
 #define CONV_LAYOUT_HI1(h, j) ((j) & (h) ? 16 + (j) : (j) + (h))
-#define CONV_LAYOUT_MASKS_LO(h)                                                                    \
-    CONV_LAYOUT_LO1(h, 0), CONV_LAYOUT_LO1(h, 1), CONV_LAYOUT_LO1(h, 2), CONV_LAYOUT_LO1(h, 3),    \
-        CONV_LAYOUT_LO1(h, 4), CONV_LAYOUT_LO1(h, 5), CONV_LAYOUT_LO1(h, 6),                       \
-        CONV_LAYOUT_LO1(h, 7), CONV_LAYOUT_LO1(h, 8), CONV_LAYOUT_LO1(h, 9),                       \
-        CONV_LAYOUT_LO1(h, 10), CONV_LAYOUT_LO1(h, 11), CONV_LAYOUT_LO1(h, 12),                    \
-        CONV_LAYOUT_LO1(h, 13), CONV_LAYOUT_LO1(h, 14), CONV_LAYOUT_LO1(h, 15)
-#define CONV_LAYOUT_MASKS_HI(h)                                                                    \
-    CONV_LAYOUT_HI1(h, 0), CONV_LAYOUT_HI1(h, 1), CONV_LAYOUT_HI1(h, 2), CONV_LAYOUT_HI1(h, 3),    \
-        CONV_LAYOUT_HI1(h, 4), CONV_LAYOUT_HI1(h, 5), CONV_LAYOUT_HI1(h, 6),                       \
-        CONV_LAYOUT_HI1(h, 7), CONV_LAYOUT_HI1(h, 8), CONV_LAYOUT_HI1(h, 9),                       \
-        CONV_LAYOUT_HI1(h, 10), CONV_LAYOUT_HI1(h, 11), CONV_LAYOUT_HI1(h, 12),                    \
-        CONV_LAYOUT_HI1(h, 13), CONV_LAYOUT_HI1(h, 14), CONV_LAYOUT_HI1(h, 15)
+// The 16 lanes of a shuffle mask, lane j given by F(h, j).
+#define CONV_LAYOUT_MASKS(F, h)                                                                    \
+    F(h, 0), F(h, 1), F(h, 2), F(h, 3), F(h, 4), F(h, 5), F(h, 6), F(h, 7), F(h, 8), F(h, 9),      \
+        F(h, 10), F(h, 11), F(h, 12), F(h, 13), F(h, 14), F(h, 15)
+#define CONV_LAYOUT_MASKS_LO(h) CONV_LAYOUT_MASKS(CONV_LAYOUT_LO1, h)
+#define CONV_LAYOUT_MASKS_HI(h) CONV_LAYOUT_MASKS(CONV_LAYOUT_HI1, h)
 
 // A 16 x 16 tile: element (i, j) of `src` (row i at src + i * ss, element j
 // at + j) to element (j, i) of `dst` (row j at dst + j * ds).
