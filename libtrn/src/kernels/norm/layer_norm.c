@@ -1,10 +1,11 @@
 // layer_norm.c - owns the layer norm forward/backward kernels (trn/norm.h):
 // their per-row math; checks and the row driver are norm_common.h's.
 //
-// Rows are independent: the forward and the dx part of the backward split
-// rows across the thread pool. dweight/dbias are column sums over all rows:
-// they split the columns instead (each piece walks every row over its own
-// column range, so pieces never share an accumulator). weight/bias are
+// Rows are independent: the forward and the dx-only backward split rows
+// across the thread pool. With dweight/dbias the backward is one pass over
+// blocks of TRN__NORM_ROWBLOCK rows: each block writes its dx rows and its
+// own double column partials, which the driver sums over blocks in order
+// (no shared accumulator; the bits do not depend on the threads). weight/bias are
 // converted once per launch into a compute-type buffer, so the per-element
 // loops never switch on the parameter dtype.
 #include <math.h>
@@ -14,7 +15,7 @@
 #include "norm_common.h"
 #include "trn/norm.h"
 
-#define COLBLOCK TRN__NORM_COLBLOCK
+#define ROWBLOCK TRN__NORM_ROWBLOCK
 
 typedef trn__row_norm_args ln_args;
 
@@ -37,6 +38,31 @@ typedef trn__row_norm_ctx ln_run;
         acc1 += gv;                                                                                \
         acc2 += gv * xv;                                                                           \
     }
+
+// s1 = mean of dy * w, s2 = mean of dy * w * xhat over the row (x, dy,
+// mean, rstd, n and w in scope): the dx formula's two row constants.
+#define DX_ROW_SUMS(C, V, LD)                                                                      \
+    const int L = TRN_VLANES(V, C);                                                                \
+    const int64_t nv = n - n % L;                                                                  \
+    V acc1 = {0}, acc2 = {0};                                                                      \
+    /* unswitched on w: a select here defeats the vectorizer */                                    \
+    if (w) {                                                                                       \
+        DX_SUMS(C, V, LD, w[i + j]);                                                               \
+    } else {                                                                                       \
+        DX_SUMS(C, V, LD, (C)1);                                                                   \
+    }                                                                                              \
+    C s1 = 0, s2 = 0;                                                                              \
+    for (int j = 0; j < L; j++) {                                                                  \
+        s1 += acc1[j];                                                                             \
+        s2 += acc2[j];                                                                             \
+    }                                                                                              \
+    for (int64_t i = nv; i < n; i++) {                                                             \
+        const C g = (C)LD(dy[i]) * (w ? w[i] : (C)1);                                              \
+        s1 += g;                                                                                   \
+        s2 += g * ((C)LD(x[i]) - mean) * rstd;                                                     \
+    }                                                                                              \
+    s1 /= (C)n;                                                                                    \
+    s2 /= (C)n;
 
 // total += sum over the row x[0..n) of EXPR (an expression of x[i + j]),
 // squared when SQ is 1: lanes of V accumulate the whole lane groups, moved
@@ -112,27 +138,7 @@ typedef trn__row_norm_ctx ln_run;
             T *dx = (T *)a->dx + r * n;                                                            \
             const C mean = (C)trn__load_real(a->stat_dtype, a->mean_in, r);                        \
             const C rstd = (C)trn__load_real(a->stat_dtype, a->rstd_in, r);                        \
-            const int L = TRN_VLANES(V, C);                                                        \
-            const int64_t nv = n - n % L;                                                          \
-            V acc1 = {0}, acc2 = {0};                                                              \
-            /* unswitched on w: a select here defeats the vectorizer */                            \
-            if (w) {                                                                               \
-                DX_SUMS(C, V, LD, w[i + j]);                                                       \
-            } else {                                                                               \
-                DX_SUMS(C, V, LD, (C)1);                                                           \
-            }                                                                                      \
-            C s1 = 0, s2 = 0;                                                                      \
-            for (int j = 0; j < L; j++) {                                                          \
-                s1 += acc1[j];                                                                     \
-                s2 += acc2[j];                                                                     \
-            }                                                                                      \
-            for (int64_t i = nv; i < n; i++) {                                                     \
-                const C g = (C)LD(dy[i]) * (w ? w[i] : (C)1);                                      \
-                s1 += g;                                                                           \
-                s2 += g * ((C)LD(x[i]) - mean) * rstd;                                             \
-            }                                                                                      \
-            s1 /= (C)n;                                                                            \
-            s2 /= (C)n;                                                                            \
+            DX_ROW_SUMS(C, V, LD);                                                                 \
             if (w)                                                                                 \
                 for (int64_t i = 0; i < n; i++) {                                                  \
                     const C g = (C)LD(dy[i]) * w[i];                                               \
@@ -147,32 +153,53 @@ typedef trn__row_norm_ctx ln_run;
                 }                                                                                  \
         }                                                                                          \
     }                                                                                              \
-    /* Columns [blk * COLBLOCK, ...) of dweight / dbias. */                                        \
-    static void bwd_dw_##N(void *ctx, int64_t b0, int64_t b1) {                                    \
+    /* Row block blk (ROWBLOCK rows): dx when asked, and the block's */                            \
+    /* dweight / dbias partials in double (a float sum over many   */                              \
+    /* rows would round once per row: CPU's error or worse), summed */                             \
+    /* in row order into part + blk * 2n (dweight then dbias); one  */                             \
+    /* pass over dy and x instead of a second column walk.          */                             \
+    static void bwd_dxw_##N(void *ctx, int64_t b0, int64_t b1) {                                   \
         const ln_run *run = ctx;                                                                   \
         const ln_args *a = run->a;                                                                 \
         const int64_t n = a->cols;                                                                 \
+        const C *w = run->w;                                                                       \
         for (int64_t blk = b0; blk < b1; blk++) {                                                  \
-            const int64_t c0 = blk * COLBLOCK;                                                     \
-            const int64_t w = n - c0 < COLBLOCK ? n - c0 : COLBLOCK;                               \
-            /* double column sums: a float sum over many rows would */                             \
-            /* round once per row (CPU's error or worse).           */                             \
-            double gw[COLBLOCK], gb[COLBLOCK];                                                     \
-            for (int64_t j = 0; j < w; j++) gw[j] = gb[j] = 0;                                     \
-            for (int64_t r = 0; r < a->rows; r++) {                                                \
-                const T *x = (const T *)a->x + r * n + c0;                                         \
-                const T *dy = (const T *)a->dy + r * n + c0;                                       \
+            double *gw = run->part + blk * 2 * n, *gb = gw + n;                                    \
+            for (int64_t i = 0; i < n; i++) gw[i] = gb[i] = 0;                                     \
+            const int64_t r0 = blk * ROWBLOCK;                                                     \
+            const int64_t r1 = a->rows - r0 < ROWBLOCK ? a->rows : r0 + ROWBLOCK;                  \
+            for (int64_t r = r0; r < r1; r++) {                                                    \
+                const T *x = (const T *)a->x + r * n;                                              \
+                const T *dy = (const T *)a->dy + r * n;                                            \
                 const C mean = (C)trn__load_real(a->stat_dtype, a->mean_in, r);                    \
                 const C rstd = (C)trn__load_real(a->stat_dtype, a->rstd_in, r);                    \
-                for (int64_t j = 0; j < w; j++) {                                                  \
-                    const C g = (C)LD(dy[j]);                                                      \
-                    gw[j] += (double)(g * (((C)LD(x[j]) - mean) * rstd));                          \
-                    gb[j] += (double)g;                                                            \
+                if (a->dx == NULL) {                                                               \
+                    for (int64_t i = 0; i < n; i++) {                                              \
+                        const C g = (C)LD(dy[i]);                                                  \
+                        gw[i] += (double)(g * (((C)LD(x[i]) - mean) * rstd));                      \
+                        gb[i] += (double)g;                                                        \
+                    }                                                                              \
+                    continue;                                                                      \
                 }                                                                                  \
-            }                                                                                      \
-            for (int64_t j = 0; j < w; j++) {                                                      \
-                if (a->dweight) trn__store_real(a->param_dtype, a->dweight, c0 + j, gw[j]);        \
-                if (a->dbias) trn__store_real(a->param_dtype, a->dbias, c0 + j, gb[j]);            \
+                T *dx = (T *)a->dx + r * n;                                                        \
+                DX_ROW_SUMS(C, V, LD);                                                             \
+                if (w)                                                                             \
+                    for (int64_t i = 0; i < n; i++) {                                              \
+                        const C g0 = (C)LD(dy[i]);                                                 \
+                        const C g = g0 * w[i];                                                     \
+                        const C xh = ((C)LD(x[i]) - mean) * rstd;                                  \
+                        dx[i] = ST(rstd * (g - s1 - xh * s2));                                     \
+                        gw[i] += (double)(g0 * xh);                                                \
+                        gb[i] += (double)g0;                                                       \
+                    }                                                                              \
+                else                                                                               \
+                    for (int64_t i = 0; i < n; i++) {                                              \
+                        const C g = (C)LD(dy[i]);                                                  \
+                        const C xh = ((C)LD(x[i]) - mean) * rstd;                                  \
+                        dx[i] = ST(rstd * (g - s1 - xh * s2));                                     \
+                        gw[i] += (double)(g * xh);                                                 \
+                        gb[i] += (double)g;                                                        \
+                    }                                                                              \
             }                                                                                      \
         }                                                                                          \
     }
@@ -187,10 +214,10 @@ int trn_layer_norm_supports(trn_dtype dtype, trn_dtype param_dtype, trn_dtype st
 static trn__row_norm_fns pick(trn_dtype d) {
     switch (d) {
 #define CASE(E, N, ...)                                                                            \
-    case E: return (trn__row_norm_fns){fwd_##N, bwd_dx_##N, bwd_dw_##N};
+    case E: return (trn__row_norm_fns){fwd_##N, bwd_dx_##N, NULL, bwd_dxw_##N};
         TRN_KIT_FLOAT_TYPES(CASE)
 #undef CASE
-    default: return (trn__row_norm_fns){NULL, NULL, NULL};
+    default: return (trn__row_norm_fns){NULL, NULL, NULL, NULL};
     }
 }
 

@@ -46,18 +46,53 @@ void *trn__norm_param_to_compute(trn_dtype d, const void *p, int64_t n, int is_d
     return buf;
 }
 
-static void row_norm_run(const trn__row_norm_args *a, trn__row_norm_fns f, trn__row_norm_ctx *run) {
+// dweight / dbias [c0, c1) from dxw's partials: blocks summed in order.
+static void row_norm_sum_parts(void *ctx, int64_t c0, int64_t c1) {
+    const trn__row_norm_ctx *run = ctx;
+    const trn__row_norm_args *a = run->a;
+    const int64_t n = a->cols, blocks = (a->rows + TRN__NORM_ROWBLOCK - 1) / TRN__NORM_ROWBLOCK;
+    for (int64_t c = c0; c < c1; c++) {
+        double gw = 0, gb = 0;
+        for (int64_t k = 0; k < blocks; k++) {
+            gw += run->part[2 * n * k + c];
+            gb += run->part[2 * n * k + n + c];
+        }
+        if (a->dweight) trn__store_real(a->param_dtype, a->dweight, c, gw);
+        if (a->dbias) trn__store_real(a->param_dtype, a->dbias, c, gb);
+    }
+}
+
+static trn_status row_norm_run(const trn__row_norm_args *a, trn__row_norm_fns f,
+                               trn__row_norm_ctx *run) {
     const int64_t grain = trn__grain(TRN__NORM_GRAIN, a->cols);
     if (!a->backward) {
         trn_parallel_for(a->rows, grain, f.fwd, run);
-        return;
+        return TRN_SUCCESS;
+    }
+    const int params = a->dweight || a->dbias;
+    if (params && f.dxw) {
+        const int64_t blocks = (a->rows + TRN__NORM_ROWBLOCK - 1) / TRN__NORM_ROWBLOCK;
+        size_t bytes;
+        if (__builtin_mul_overflow((size_t)blocks, (size_t)a->cols * 2 * sizeof(double), &bytes))
+            return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "%s: partial sums too large", a->what);
+        run->part = malloc(bytes + 1);
+        if (run->part == NULL)
+            return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "%s: out of host memory", a->what);
+        const int64_t bgrain = grain / TRN__NORM_ROWBLOCK > 1 ? grain / TRN__NORM_ROWBLOCK : 1;
+        trn_parallel_for(blocks, bgrain, f.dxw, run);
+        trn_parallel_for(a->cols, trn__grain(TRN__NORM_GRAIN, 2 * (blocks > 0 ? blocks : 1)),
+                         row_norm_sum_parts, run);
+        free(run->part);
+        run->part = NULL;
+        return TRN_SUCCESS;
     }
     if (a->dx) trn_parallel_for(a->rows, grain, f.dx, run);
-    if (a->dweight || a->dbias) {
+    if (params) {
         const int64_t blocks = (a->cols + TRN__NORM_COLBLOCK - 1) / TRN__NORM_COLBLOCK;
         const int64_t rows = a->rows > 0 ? a->rows : 1;
         trn_parallel_for(blocks, trn__grain(TRN__NORM_GRAIN, rows * TRN__NORM_COLBLOCK), f.dw, run);
     }
+    return TRN_SUCCESS;
 }
 
 trn_status trn__row_norm_task(void *args) {
@@ -83,7 +118,7 @@ trn_status trn__row_norm_task(void *args) {
     }
     trn_status st = trn__access_begin(&rg);
     const int dbl = a->dtype == TRN_DTYPE_F64;
-    trn__row_norm_ctx run = {a, NULL, NULL};
+    trn__row_norm_ctx run = {a, NULL, NULL, NULL};
     void *w = NULL, *b = NULL;
     if (st == TRN_SUCCESS && a->weight) {
         run.w = w = trn__norm_param_to_compute(a->param_dtype, a->weight, a->cols, dbl);
@@ -95,7 +130,7 @@ trn_status trn__row_norm_task(void *args) {
         if (b == NULL)
             st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "%s: out of host memory", a->what);
     }
-    if (st == TRN_SUCCESS) row_norm_run(a, a->fns, &run);
+    if (st == TRN_SUCCESS) st = row_norm_run(a, a->fns, &run);
     free(w);
     free(b);
     trn__access_end(&rg);

@@ -14,8 +14,12 @@
 
 // Elements per parallel piece of a row norm.
 #define TRN__NORM_GRAIN 16384
-// Columns per piece of the dweight/dbias sums.
+// Columns per piece of the dweight/dbias sums (column walk).
 #define TRN__NORM_COLBLOCK 64
+// Rows per dweight/dbias partial of the one-pass backward: fixed, so the
+// sums' order (rows within a block, then blocks in order) and so their bits
+// do not depend on the thread count.
+#define TRN__NORM_ROWBLOCK 64
 
 // A floating data dtype whose parameter (or statistic) dtype `other` is the
 // same, or float32 for 16-bit data (mixed precision, as ATen allows).
@@ -35,10 +39,14 @@ trn_status trn__norm_check_rows(int64_t rows, int64_t cols, const char *fn);
 // else float); NULL when out of memory. The caller frees it.
 void *trn__norm_param_to_compute(trn_dtype d, const void *p, int64_t n, int is_double);
 
-// A kernel's loops for one dtype: forward and dx over rows, the
-// dweight/dbias sums over column blocks of TRN__NORM_COLBLOCK.
+// A kernel's loops for one dtype: forward and dx over rows, and either the
+// dweight/dbias sums over column blocks of TRN__NORM_COLBLOCK (dw) or one
+// pass over row blocks of TRN__NORM_ROWBLOCK (dxw) that writes dx (when
+// asked) and each block's double dweight/dbias partials, which the driver
+// then sums over blocks in order. dxw, when set, is used whenever dweight
+// or dbias is asked for.
 typedef struct trn__row_norm_fns {
-    trn_parallel_fn fwd, dx, dw;
+    trn_parallel_fn fwd, dx, dw, dxw;
 } trn__row_norm_fns;
 
 // The task arguments of a row norm (layer norm uses every field, RMS norm
@@ -59,10 +67,12 @@ typedef struct trn__row_norm_args {
 _Static_assert(sizeof(trn__row_norm_args) <= TRN_TASK_MAX_ARGS, "row norm args too large");
 
 // What the loops see: the arguments, and weight / bias converted into the
-// compute type (NULL: absent).
+// compute type (NULL: absent), and dxw's partials (row block k's dweight
+// sums at part + 2 * cols * k, its dbias sums cols further).
 typedef struct trn__row_norm_ctx {
     const trn__row_norm_args *a;
     const void *w, *b;
+    double *part;
 } trn__row_norm_ctx;
 
 // The task of a row norm (args: a trn__row_norm_args): opens the ranges,

@@ -94,10 +94,10 @@ int trn_rms_norm_supports(trn_dtype dtype, trn_dtype param_dtype, trn_dtype stat
 static trn__row_norm_fns pick(trn_dtype d) {
     switch (d) {
 #define CASE(E, N, ...)                                                                            \
-    case E: return (trn__row_norm_fns){fwd_##N, bwd_dx_##N, bwd_dw_##N};
+    case E: return (trn__row_norm_fns){fwd_##N, bwd_dx_##N, bwd_dw_##N, NULL};
         TRN_KIT_FLOAT_TYPES(CASE)
 #undef CASE
-    default: return (trn__row_norm_fns){NULL, NULL, NULL};
+    default: return (trn__row_norm_fns){NULL, NULL, NULL, NULL};
     }
 }
 
