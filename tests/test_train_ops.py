@@ -3,6 +3,10 @@ kernels, layer norm (forward/backward), nll_loss / nll_loss2d / cross
 entropy, dropout (same seed -> same mask), mse_loss, and an end-to-end
 training step of a small transformer block with no CPU fallback."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn as nn
@@ -143,6 +147,34 @@ def test_layer_norm_stats_and_multidim():
         lambda t: F.layer_norm(t.transpose(0, 1), [6]), [x], torch.float32, rtol=1e-4, atol=1e-4
     )
     _compare(lambda t: F.layer_norm(t, [6]), [torch.zeros(0, 6)], torch.float32)
+
+
+def test_layer_norm_backward_params_do_not_depend_on_threads():
+    # dweight / dbias are summed per fixed block of rows, then over the blocks
+    # in order: the same bits for any thread count (and dx, row by row), with
+    # double sums close to a float64 reference computed on the CPU.
+    code = (
+        "import torch, torch_neuronx\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "x, dy = (torch.randn(1000, 300, generator=g, dtype=torch.float64) + 20 for _ in range(2))\n"
+        "w, b = torch.randn(2, 300, generator=g, dtype=torch.float64)\n"
+        "a = [t.to('neuron') for t in (x, w, b, dy)]\n"
+        "y, m, r = torch.native_layer_norm(a[0], [300], a[1], a[2], 1e-5)\n"
+        "o = torch.ops.aten.native_layer_norm_backward(a[3], a[0], [300], m, r, a[1], a[2],"
+        " [True, True, True])\n"
+        "e = torch.ops.aten.native_layer_norm_backward(dy, x, [300], m.cpu(), r.cpu(), w, b,"
+        " [True, True, True])\n"
+        "for gi, ei in zip(o, e): torch.testing.assert_close(gi.cpu(), ei, rtol=1e-12, atol=1e-12)\n"
+        "print([t.cpu().numpy().tobytes().hex() for t in o])\n"
+    )
+    outs = set()
+    for threads in ("1", "2", "3"):
+        env = dict(os.environ, TORCH_NEURONX_NUM_THREADS=threads)
+        r = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        outs.add(r.stdout.strip())
+    assert len(outs) == 1
 
 
 def test_layer_norm_mixed_dtype():
