@@ -74,10 +74,11 @@ static inline void vst_f64(double *p, trn__vec_d f) { memcpy(p, &f, sizeof f); }
 // at most 1.5x CPU's on every output, also for channels of a few elements,
 // where a float lane sum rounded 16 terms and CPU's own order landed closer):
 // a float lane group is widened to two double halves (vcvtps2pd) and x - mean
-// and the products are formed in double, so sum(x), sum((x - mean)^2),
-// sum(dy) and sum(dy * (x - mean)) are within a double rounding or so of the
-// exact sums, and the float32 results (dbias, dweight, running stats) are
-// their correct roundings, barring ties.
+// and the products are formed in double, so sum(x), sum(dy) and
+// sum(dy * (x - mean)) - sums that cancel - are within a double rounding or
+// so of the exact sums, and the float32 results (dbias, dweight, running
+// mean) their correct roundings, barring ties. sum((x - mean)^2) (positive
+// terms) stays in float lanes flushed to double (see the forward).
 typedef float bn_vec_f8 __attribute__((vector_size(32)));
 
 static inline trn__vec_d bn_lo(trn__vec_f v) {
@@ -92,24 +93,14 @@ static inline trn__vec_d bn_hi(trn__vec_f v) {
     return __builtin_convertvector(h, trn__vec_d);
 }
 
-// acc += v; acc += (v - m)^2; acc += g * (v - m), lane by lane in double.
+// acc += v; acc += g * (v - m), lane by lane in double.
 static inline void bn_acc_f(trn__vec_d *acc, trn__vec_f v) { *acc += bn_lo(v) + bn_hi(v); }
-
-static inline void bn_acc_sq_f(trn__vec_d *acc, trn__vec_f v, double m) {
-    const trn__vec_d lo = bn_lo(v) - m, hi = bn_hi(v) - m;
-    *acc += lo * lo + hi * hi;
-}
 
 static inline void bn_acc_dot_f(trn__vec_d *acc, trn__vec_f g, trn__vec_f v, double m) {
     *acc += bn_lo(g) * (bn_lo(v) - m) + bn_hi(g) * (bn_hi(v) - m);
 }
 
 static inline void bn_acc_d(trn__vec_d *acc, trn__vec_d v) { *acc += v; }
-
-static inline void bn_acc_sq_d(trn__vec_d *acc, trn__vec_d v, double m) {
-    const trn__vec_d d = v - m;
-    *acc += d * d;
-}
 
 static inline void bn_acc_dot_d(trn__vec_d *acc, trn__vec_d g, trn__vec_d v, double m) {
     *acc += g * (v - m);
@@ -312,13 +303,32 @@ static void bn_refine(const bn_args *a, double m, double dsum, double *mean, dou
                     mean[k] = sum[k] / (double)(a->batch * S);                                     \
                     dsum[k] = 0;                                                                   \
                 }                                                                                  \
+                /* The squares are positive (no cancellation): float */                            \
+                /* lanes, flushed to double, keep var within a float */                            \
+                /* rounding or two, as CPU's; x - mean with the mean as */                         \
+                /* a float pair (hi + lo). Double lanes here cost 1.3x. */                         \
+                V accq[BN_GROUP];                                                                  \
+                C sqt[BN_GROUP], qh[BN_GROUP], ql[BN_GROUP];                                       \
+                memset(accq, 0, sizeof accq);                                                      \
+                for (int64_t k = 0; k < G; k++) {                                                  \
+                    sqt[k] = 0;                                                                    \
+                    qh[k] = (C)mean[k], ql[k] = (C)(mean[k] - (double)qh[k]);                      \
+                }                                                                                  \
                 BN_GROUP_ROWS(                                                                     \
-                    bn_acc_sq_##W(&acc[k], VLD(X + row + i), mean[k]),                             \
                     {                                                                              \
-                        const double d = (double)LD(X[row + i]) - mean[k];                         \
-                        s[k] += d * d;                                                             \
+                        const V d = (VLD(X + row + i) - qh[k]) - ql[k];                            \
+                        accq[k] += d * d;                                                          \
                     },                                                                             \
-                    BN_FLUSH(acc[k], s[k], sq[k]));                                                \
+                    {                                                                              \
+                        const C d = ((C)LD(X[row + i]) - qh[k]) - ql[k];                           \
+                        sqt[k] += d * d;                                                           \
+                    },                                                                             \
+                    {                                                                              \
+                        TRN_VREDUCE(V, C, accq[k], sq[k]);                                         \
+                        sq[k] += (double)sqt[k];                                                   \
+                        sqt[k] = 0;                                                                \
+                        memset(&accq[k], 0, sizeof accq[k]);                                       \
+                    });                                                                            \
                 /* Float data: sum(x) in double is exact or nearly, so no */                       \
                 /* refinement is needed; double data sums as CPU does. */                          \
                 bool refine = false;                                                               \
