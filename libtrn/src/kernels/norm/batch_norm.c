@@ -191,7 +191,9 @@ static double bn_backward_mean(const bn_args *a, double saved, double invstd, do
 // sums of x itself lose ~1e-7 of it (a float ulp of the mean, which every
 // output and the weight gradient would inherit); sum(d^2) is corrected to
 // the refined mean the same way. Elsewhere (ResNet's activations) the sums of
-// d are no more accurate than those of x, and no pass is added.
+// d are no more accurate than those of x, and no pass is added. Only double
+// data takes it: float data's sum(x) accumulates in double lanes, already
+// exact or nearly.
 static bool bn_offset(const bn_args *a, double m, double sq) {
     const double n = (double)(a->batch * a->spatial);
     return n > 0 && fabs(m) > sqrt(sq / n + a->eps);
@@ -204,13 +206,13 @@ static void bn_refine(const bn_args *a, double m, double dsum, double *mean, dou
     if (*sq < 0) *sq = 0;
 }
 
-// Channel sums: lane partial sums (and a scalar sum of the tails of rows
-// that are not whole lane groups) move to the double total, lane by lane, every
-// TRN_VFLUSH_ELEMS elements of a channel, rows cut into chunks of at most that
-// many, so a lane never holds more than TRN_VFLUSH_ELEMS / lanes (16 floats)
-// terms: the float part of every sum is short, and the statistics and the
-// weight gradient stay within a few float roundings of the exact values
-// (CPU's float32 error or better; tests/test_numerics_vs_f64.py).
+// Channel sums: lane partial sums (double lanes for sum(x), sum(dy),
+// sum(dy * (x - mean)); float lanes for sum((x - mean)^2)) and a scalar sum
+// of the tails of rows that are not whole lane groups move to the double
+// total, lane by lane, every TRN_VFLUSH_ELEMS elements of a channel, rows cut
+// into chunks of at most that many: a float lane never holds more than 16
+// terms, so the variance stays within a few float roundings of the exact
+// value (CPU's float32 error or better; tests/test_numerics_vs_f64.py).
 // Deterministic: the grouping depends only on the shape, not on the split.
 #define BN_FLUSH(acc, tail, total)                                                                 \
     do {                                                                                           \
