@@ -1,8 +1,10 @@
 """Batch norm forward / backward µs on neuron at ResNet's shapes (batch 32),
 float32 and bfloat16, training, process CPU time (run with one thread:
-OMP_NUM_THREADS=1 TORCH_NEURONX_NUM_THREADS=1). Prints the min and median
-of several rounds per shape; compare builds by alternating processes."""
+OMP_NUM_THREADS=1 TORCH_NEURONX_NUM_THREADS=1; torch's thread count follows
+OMP_NUM_THREADS). Prints the min and median of several rounds per shape;
+compare builds by alternating processes (swap torch_neuronx/lib/libtrn.so)."""
 
+import os
 import statistics
 import time
 
@@ -23,7 +25,7 @@ def timed(fn, reps):
 
 
 def main():
-    torch.set_num_threads(1)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     for dtype in (torch.float32, torch.bfloat16):
         for n, c, p in SHAPES:
             x = torch.randn(n, c, p, p).to(dtype).to("neuron")
