@@ -69,6 +69,42 @@ static inline trn__vec_d vld_f64(const double *p) {
 }
 
 static inline void vst_f64(double *p, trn__vec_d f) { memcpy(p, &f, sizeof f); }
+
+// The per-channel sums accumulate in double lanes (issue 22: neuron's error
+// at most 1.5x CPU's on every output, also for channels of a few elements,
+// where a float lane sum rounded 16 terms and CPU's own order landed closer):
+// a float lane group is widened to two double halves (vcvtps2pd) and x - mean
+// and the products are formed in double, so sum(x), sum(dy) and
+// sum(dy * (x - mean)) - sums that cancel - are within a double rounding or
+// so of the exact sums, and the float32 results (dbias, dweight, running
+// mean) their correct roundings, barring ties. sum((x - mean)^2) (positive
+// terms) stays in float lanes flushed to double (see the forward).
+typedef float bn_vec_f8 __attribute__((vector_size(32)));
+
+static inline trn__vec_d bn_lo(trn__vec_f v) {
+    bn_vec_f8 h;
+    memcpy(&h, &v, sizeof h);
+    return __builtin_convertvector(h, trn__vec_d);
+}
+
+static inline trn__vec_d bn_hi(trn__vec_f v) {
+    bn_vec_f8 h;
+    memcpy(&h, (const char *)&v + sizeof h, sizeof h);
+    return __builtin_convertvector(h, trn__vec_d);
+}
+
+// acc += v; acc += g * (v - m), lane by lane in double.
+static inline void bn_acc_f(trn__vec_d *acc, trn__vec_f v) { *acc += bn_lo(v) + bn_hi(v); }
+
+static inline void bn_acc_dot_f(trn__vec_d *acc, trn__vec_f g, trn__vec_f v, double m) {
+    *acc += bn_lo(g) * (bn_lo(v) - m) + bn_hi(g) * (bn_hi(v) - m);
+}
+
+static inline void bn_acc_d(trn__vec_d *acc, trn__vec_d v) { *acc += v; }
+
+static inline void bn_acc_dot_d(trn__vec_d *acc, trn__vec_d g, trn__vec_d v, double m) {
+    *acc += g * (v - m);
+}
 typedef struct bn_args {
     trn_dtype dtype, pdt;
     int64_t batch, channels, spatial;
@@ -155,7 +191,9 @@ static double bn_backward_mean(const bn_args *a, double saved, double invstd, do
 // sums of x itself lose ~1e-7 of it (a float ulp of the mean, which every
 // output and the weight gradient would inherit); sum(d^2) is corrected to
 // the refined mean the same way. Elsewhere (ResNet's activations) the sums of
-// d are no more accurate than those of x, and no pass is added.
+// d are no more accurate than those of x, and no pass is added. Only double
+// data takes it: float data's sum(x) accumulates in double lanes, already
+// exact or nearly.
 static bool bn_offset(const bn_args *a, double m, double sq) {
     const double n = (double)(a->batch * a->spatial);
     return n > 0 && fabs(m) > sqrt(sq / n + a->eps);
@@ -168,17 +206,17 @@ static void bn_refine(const bn_args *a, double m, double dsum, double *mean, dou
     if (*sq < 0) *sq = 0;
 }
 
-// Channel sums: lane partial sums (and a scalar sum of the tails of rows
-// that are not whole lane groups) move to the double total, lane by lane, every
-// TRN_VFLUSH_ELEMS elements of a channel, rows cut into chunks of at most that
-// many, so a lane never holds more than TRN_VFLUSH_ELEMS / lanes (16 floats)
-// terms: the float part of every sum is short, and the statistics and the
-// weight gradient stay within a few float roundings of the exact values
-// (CPU's float32 error or better; tests/test_numerics_vs_f64.py).
+// Channel sums: lane partial sums (double lanes for sum(x), sum(dy),
+// sum(dy * (x - mean)); float lanes for sum((x - mean)^2)) and a scalar sum
+// of the tails of rows that are not whole lane groups move to the double
+// total, lane by lane, every TRN_VFLUSH_ELEMS elements of a channel, rows cut
+// into chunks of at most that many: a float lane never holds more than 16
+// terms, so the variance stays within a few float roundings of the exact
+// value (CPU's float32 error or better; tests/test_numerics_vs_f64.py).
 // Deterministic: the grouping depends only on the shape, not on the split.
-#define BN_FLUSH(V, C, acc, tail, total)                                                           \
+#define BN_FLUSH(acc, tail, total)                                                                 \
     do {                                                                                           \
-        TRN_VREDUCE(V, C, acc, total);                                                             \
+        TRN_VREDUCE(trn__vec_d, double, acc, total);                                               \
         (total) += (double)(tail);                                                                 \
         (tail) = 0;                                                                                \
         memset(&(acc), 0, sizeof(acc));                                                            \
@@ -242,7 +280,7 @@ static void bn_refine(const bn_args *a, double m, double dsum, double *mean, dou
         for (int64_t k = 0; k < G; k++) FLUSH;                                                     \
     } while (0)
 
-#define DEFINE_BN(N, T, C, V, LD, ST, VLD, VST)                                                    \
+#define DEFINE_BN(N, T, C, V, LD, ST, VLD, VST, W)                                                 \
     static void fwd_##N(void *ctx, int64_t c0, int64_t c1) {                                       \
         const bn_args *a = ctx;                                                                    \
         const int64_t S = a->spatial, CH = a->channels;                                            \
@@ -254,40 +292,56 @@ static void bn_refine(const bn_args *a, double m, double dsum, double *mean, dou
             C alpha[BN_GROUP], beta[BN_GROUP], mhi[BN_GROUP], mlo[BN_GROUP];                       \
             for (int64_t k = 0; k < G; k++) mean[k] = sq[k] = sum[k] = 0;                          \
             if (a->training) {                                                                     \
-                V acc[BN_GROUP];                                                                   \
-                V acc_d[BN_GROUP];                                                                 \
-                C s[BN_GROUP], sd[BN_GROUP], m[BN_GROUP];                                          \
+                trn__vec_d acc[BN_GROUP], acc_d[BN_GROUP];                                         \
+                double s[BN_GROUP], sd[BN_GROUP];                                                  \
                 double dsum[BN_GROUP];                                                             \
                 memset(acc, 0, sizeof acc);                                                        \
                 memset(acc_d, 0, sizeof acc_d);                                                    \
                 memset(s, 0, sizeof s);                                                            \
                 memset(sd, 0, sizeof sd);                                                          \
-                BN_GROUP_ROWS(acc[k] += VLD(X + row + i), s[k] += (C)LD(X[row + i]),               \
-                              BN_FLUSH(V, C, acc[k], s[k], sum[k]));                               \
+                BN_GROUP_ROWS(bn_acc_##W(&acc[k], VLD(X + row + i)),                               \
+                              s[k] += (double)LD(X[row + i]), BN_FLUSH(acc[k], s[k], sum[k]));     \
                 for (int64_t k = 0; k < G; k++) {                                                  \
                     mean[k] = sum[k] / (double)(a->batch * S);                                     \
-                    m[k] = (C)mean[k];                                                             \
                     dsum[k] = 0;                                                                   \
+                }                                                                                  \
+                /* The squares are positive (no cancellation): float */                            \
+                /* lanes, flushed to double, keep var within a float */                            \
+                /* rounding or two, as CPU's; x - mean with the mean as */                         \
+                /* a float pair (hi + lo). Double lanes here cost 1.3x. */                         \
+                V accq[BN_GROUP];                                                                  \
+                C sqt[BN_GROUP], qh[BN_GROUP], ql[BN_GROUP];                                       \
+                memset(accq, 0, sizeof accq);                                                      \
+                for (int64_t k = 0; k < G; k++) {                                                  \
+                    sqt[k] = 0;                                                                    \
+                    qh[k] = (C)mean[k], ql[k] = (C)(mean[k] - (double)qh[k]);                      \
                 }                                                                                  \
                 BN_GROUP_ROWS(                                                                     \
                     {                                                                              \
-                        const V d = VLD(X + row + i) - m[k];                                       \
-                        acc[k] += d * d;                                                           \
+                        const V d = (VLD(X + row + i) - qh[k]) - ql[k];                            \
+                        accq[k] += d * d;                                                          \
                     },                                                                             \
                     {                                                                              \
-                        const C d = (C)LD(X[row + i]) - m[k];                                      \
-                        s[k] += d * d;                                                             \
+                        const C d = ((C)LD(X[row + i]) - qh[k]) - ql[k];                           \
+                        sqt[k] += d * d;                                                           \
                     },                                                                             \
-                    BN_FLUSH(V, C, acc[k], s[k], sq[k]));                                          \
+                    {                                                                              \
+                        TRN_VREDUCE(V, C, accq[k], sq[k]);                                         \
+                        sq[k] += (double)sqt[k];                                                   \
+                        sqt[k] = 0;                                                                \
+                        memset(&accq[k], 0, sizeof accq[k]);                                       \
+                    });                                                                            \
+                /* Float data: sum(x) in double is exact or nearly, so no */                       \
+                /* refinement is needed; double data sums as CPU does. */                          \
                 bool refine = false;                                                               \
-                for (int64_t k = 0; k < G; k++) refine |= bn_offset(a, m[k], sq[k]);               \
-                if (refine) {                                                                      \
-                    BN_GROUP_ROWS(acc_d[k] += VLD(X + row + i) - m[k],                             \
-                                  sd[k] += (C)LD(X[row + i]) - m[k],                               \
-                                  BN_FLUSH(V, C, acc_d[k], sd[k], dsum[k]));                       \
+                for (int64_t k = 0; k < G; k++) refine |= bn_offset(a, mean[k], sq[k]);            \
+                if (refine && sizeof(C) == sizeof(double)) {                                       \
+                    BN_GROUP_ROWS(bn_acc_##W(&acc_d[k], VLD(X + row + i) - (C)mean[k]),            \
+                                  sd[k] += (double)LD(X[row + i]) - mean[k],                       \
+                                  BN_FLUSH(acc_d[k], sd[k], dsum[k]));                             \
                     for (int64_t k = 0; k < G; k++)                                                \
-                        if (bn_offset(a, m[k], sq[k]))                                             \
-                            bn_refine(a, m[k], dsum[k], &mean[k], &sq[k]);                         \
+                        if (bn_offset(a, mean[k], sq[k]))                                          \
+                            bn_refine(a, mean[k], dsum[k], &mean[k], &sq[k]);                      \
                 }                                                                                  \
             }                                                                                      \
             for (int64_t k = 0; k < G; k++) {                                                      \
@@ -319,8 +373,8 @@ static void bn_refine(const bn_args *a, double m, double dsum, double *mean, dou
             const int64_t G = c1 - g0 < BN_GROUP ? c1 - g0 : BN_GROUP;                             \
             double invstd[BN_GROUP], sum[BN_GROUP], dot[BN_GROUP], sumd[BN_GROUP], ms[BN_GROUP];   \
             C mhi[BN_GROUP], mlo[BN_GROUP], scale[BN_GROUP], kk[BN_GROUP], gmean[BN_GROUP];        \
-            V acc_s[BN_GROUP], acc_d[BN_GROUP], acc_x[BN_GROUP];                                   \
-            C s[BN_GROUP], d[BN_GROUP], sx[BN_GROUP];                                              \
+            trn__vec_d acc_s[BN_GROUP], acc_d[BN_GROUP], acc_x[BN_GROUP];                          \
+            double s[BN_GROUP], d[BN_GROUP], sx[BN_GROUP];                                         \
             memset(acc_s, 0, sizeof acc_s);                                                        \
             memset(acc_d, 0, sizeof acc_d);                                                        \
             memset(acc_x, 0, sizeof acc_x);                                                        \
@@ -335,28 +389,24 @@ static void bn_refine(const bn_args *a, double m, double dsum, double *mean, dou
             BN_GROUP_ROWS(                                                                         \
                 {                                                                                  \
                     const V g = VLD(DY + row + i);                                                 \
-                    const V x = VLD(X + row + i);                                                  \
-                    acc_s[k] += g;                                                                 \
-                    const V dv = (x - mhi[k]) - mlo[k];                                            \
-                    acc_d[k] += g * dv;                                                            \
+                    bn_acc_##W(&acc_s[k], g);                                                      \
+                    bn_acc_dot_##W(&acc_d[k], g, VLD(X + row + i), ms[k]);                         \
                 },                                                                                 \
                 {                                                                                  \
-                    const C g = (C)LD(DY[row + i]);                                                \
-                    const C x = (C)LD(X[row + i]);                                                 \
+                    const double g = (double)LD(DY[row + i]);                                      \
                     s[k] += g;                                                                     \
-                    const C dv = (x - mhi[k]) - mlo[k];                                            \
-                    d[k] += g * dv;                                                                \
+                    d[k] += g * ((double)LD(X[row + i]) - ms[k]);                                  \
                 },                                                                                 \
                 {                                                                                  \
-                    BN_FLUSH(V, C, acc_s[k], s[k], sum[k]);                                        \
-                    BN_FLUSH(V, C, acc_d[k], d[k], dot[k]);                                        \
+                    BN_FLUSH(acc_s[k], s[k], sum[k]);                                              \
+                    BN_FLUSH(acc_d[k], d[k], dot[k]);                                              \
                 });                                                                                \
             bool recover = false;                                                                  \
             for (int64_t k = 0; k < G; k++) recover |= bn_backward_offset(a, ms[k], invstd[k]);    \
             if (recover)                                                                           \
-                BN_GROUP_ROWS(acc_x[k] += (VLD(X + row + i) - mhi[k]) - mlo[k],                    \
-                              sx[k] += ((C)LD(X[row + i]) - mhi[k]) - mlo[k],                      \
-                              BN_FLUSH(V, C, acc_x[k], sx[k], sumd[k]));                           \
+                BN_GROUP_ROWS(bn_acc_##W(&acc_x[k], (VLD(X + row + i) - mhi[k]) - mlo[k]),         \
+                              sx[k] += (double)(((C)LD(X[row + i]) - mhi[k]) - mlo[k]),            \
+                              BN_FLUSH(acc_x[k], sx[k], sumd[k]));                                 \
             for (int64_t k = 0; k < G; k++) {                                                      \
                 const double mean = bn_backward_mean(a, ms[k], invstd[k], sumd[k]);                \
                 dot[k] += (ms[k] - mean) * sum[k];                                                 \
@@ -394,10 +444,10 @@ static void bn_refine(const bn_args *a, double m, double dsum, double *mean, dou
 // for x near the mean, so a mean offset far larger than the spread (100 +-
 // 1) loses no more than one rounding, where x * alpha + (bias - mean *
 // alpha) would cancel two large terms.
-DEFINE_BN(f16, uint16_t, float, trn__vec_f, LD_f16, ST_f16, vld_f16, vst_f16)
-DEFINE_BN(bf16, uint16_t, float, trn__vec_f, LD_bf16, ST_bf16, vld_bf16, vst_bf16)
-DEFINE_BN(f32, float, float, trn__vec_f, LD_id, ST_id, vld_f32, vst_f32)
-DEFINE_BN(f64, double, double, trn__vec_d, LD_id, ST_id, vld_f64, vst_f64)
+DEFINE_BN(f16, uint16_t, float, trn__vec_f, LD_f16, ST_f16, vld_f16, vst_f16, f)
+DEFINE_BN(bf16, uint16_t, float, trn__vec_f, LD_bf16, ST_bf16, vld_bf16, vst_bf16, f)
+DEFINE_BN(f32, float, float, trn__vec_f, LD_id, ST_id, vld_f32, vst_f32, f)
+DEFINE_BN(f64, double, double, trn__vec_d, LD_id, ST_id, vld_f64, vst_f64, d)
 
 typedef void (*piece_fn)(void *, int64_t, int64_t);
 
