@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import torch_neuronx
+from _thread_counts import outputs_at_thread_counts
 
 DEV = "neuron"
 
@@ -75,13 +76,7 @@ def test_full_sum_same_bits_for_any_thread_count():
         "print(repr(x.sum().item()), repr(x.abs().amax().item()), "
         "repr(x.view(3072, 1024).sum(0).sum().item()))"
     )
-    outs = set()
-    for threads in ("1", "2", "3"):
-        env = dict(os.environ, TORCH_NEURONX_NUM_THREADS=threads)
-        r = subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-        )
-        outs.add(r.stdout.strip())
+    outs = outputs_at_thread_counts(code)
     assert len(outs) == 1, outs
 
 

@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torch_neuronx
+from _thread_counts import outputs_at_thread_counts
 
 FLOATS = [torch.float32, torch.bfloat16, torch.float64]
 
@@ -167,13 +168,7 @@ def test_layer_norm_backward_params_do_not_depend_on_threads():
         "for gi, ei in zip(o, e): torch.testing.assert_close(gi.cpu(), ei, rtol=1e-12, atol=1e-12)\n"
         "print([t.cpu().numpy().tobytes().hex() for t in o])\n"
     )
-    outs = set()
-    for threads in ("1", "2", "3"):
-        env = dict(os.environ, TORCH_NEURONX_NUM_THREADS=threads)
-        r = subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-        )
-        outs.add(r.stdout.strip())
+    outs = outputs_at_thread_counts(code)
     assert len(outs) == 1
 
 
