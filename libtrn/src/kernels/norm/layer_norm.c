@@ -93,6 +93,28 @@ typedef trn__row_norm_ctx ln_run;
         (total) += (double)tail_;                                                                  \
     } while (0)
 
+// dx of one row (x, dy, dx, mean, rstd, w, s1, s2 in scope), then ACC(g, xh)
+// per element with g = dy[i] and xh = (x[i] - mean) * rstd: nothing for dx
+// alone, the block's dweight / dbias partials in the one-pass backward.
+#define LN_DX_ROW(C, LD, ST, ACC)                                                                  \
+    if (w)                                                                                         \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            const C g0 = (C)LD(dy[i]);                                                             \
+            const C g = g0 * w[i];                                                                 \
+            const C xh = ((C)LD(x[i]) - mean) * rstd;                                              \
+            dx[i] = ST(rstd * (g - s1 - xh * s2));                                                 \
+            ACC(g0, xh);                                                                           \
+        }                                                                                          \
+    else                                                                                           \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            const C g = (C)LD(dy[i]);                                                              \
+            const C xh = ((C)LD(x[i]) - mean) * rstd;                                              \
+            dx[i] = ST(rstd * (g - s1 - xh * s2));                                                 \
+            ACC(g, xh);                                                                            \
+        }
+#define LN_DX_ONLY(g, xh) ((void)0)
+#define LN_DX_PARTIALS(g, xh) (gw[i] += (double)((g) * (xh)), gb[i] += (double)(g))
+
 #define DEFINE_LN(E, N, T, C, V, LD, ST)                                                           \
     static void fwd_##N(void *ctx, int64_t r0, int64_t r1) {                                       \
         const ln_run *run = ctx;                                                                   \
@@ -139,18 +161,7 @@ typedef trn__row_norm_ctx ln_run;
             const C mean = (C)trn__load_real(a->stat_dtype, a->mean_in, r);                        \
             const C rstd = (C)trn__load_real(a->stat_dtype, a->rstd_in, r);                        \
             DX_ROW_SUMS(C, V, LD);                                                                 \
-            if (w)                                                                                 \
-                for (int64_t i = 0; i < n; i++) {                                                  \
-                    const C g = (C)LD(dy[i]) * w[i];                                               \
-                    const C xh = ((C)LD(x[i]) - mean) * rstd;                                      \
-                    dx[i] = ST(rstd * (g - s1 - xh * s2));                                         \
-                }                                                                                  \
-            else                                                                                   \
-                for (int64_t i = 0; i < n; i++) {                                                  \
-                    const C g = (C)LD(dy[i]);                                                      \
-                    const C xh = ((C)LD(x[i]) - mean) * rstd;                                      \
-                    dx[i] = ST(rstd * (g - s1 - xh * s2));                                         \
-                }                                                                                  \
+            LN_DX_ROW(C, LD, ST, LN_DX_ONLY);                                                      \
         }                                                                                          \
     }                                                                                              \
     /* Row block blk (ROWBLOCK rows): dx when asked, and the block's */                            \
@@ -183,23 +194,7 @@ typedef trn__row_norm_ctx ln_run;
                 }                                                                                  \
                 T *dx = (T *)a->dx + r * n;                                                        \
                 DX_ROW_SUMS(C, V, LD);                                                             \
-                if (w)                                                                             \
-                    for (int64_t i = 0; i < n; i++) {                                              \
-                        const C g0 = (C)LD(dy[i]);                                                 \
-                        const C g = g0 * w[i];                                                     \
-                        const C xh = ((C)LD(x[i]) - mean) * rstd;                                  \
-                        dx[i] = ST(rstd * (g - s1 - xh * s2));                                     \
-                        gw[i] += (double)(g0 * xh);                                                \
-                        gb[i] += (double)g0;                                                       \
-                    }                                                                              \
-                else                                                                               \
-                    for (int64_t i = 0; i < n; i++) {                                              \
-                        const C g = (C)LD(dy[i]);                                                  \
-                        const C xh = ((C)LD(x[i]) - mean) * rstd;                                  \
-                        dx[i] = ST(rstd * (g - s1 - xh * s2));                                     \
-                        gw[i] += (double)(g * xh);                                                 \
-                        gb[i] += (double)g;                                                        \
-                    }                                                                              \
+                LN_DX_ROW(C, LD, ST, LN_DX_PARTIALS);                                              \
             }                                                                                      \
         }                                                                                          \
     }
