@@ -10,6 +10,9 @@
 
 static trn_stream *g_stream;
 
+// kernels/blas/dnnl_common.h (not included: it needs oneDNN's headers).
+void trn__dnnl_set_amx(int forced);
+
 typedef struct geo {
     int sp;
     int64_t n, ci, co, g, in[3], k[3], s[3], p[3], d[3], out[3];
@@ -239,6 +242,24 @@ int main(void) {
     }
     trn_matmul_set_bf16_native(true);
     CHECK(trn_matmul_bf16_native() == native);
+    if (native) {
+        // The layouts oneDNN chooses for bfloat16 on an AMX CPU (conv.c),
+        // forced so that every AVX512-BF16 CPU runs them; plus a stem (3 ->
+        // 16 channels) and a 32-channel image, the shapes whose layouts
+        // differ from the non-AMX choice.
+        trn__dnnl_set_amx(1);
+        for (int exact = 0; exact < 2; exact++) {
+            g_exact = exact;
+            test_shapes(TRN_DTYPE_BF16);
+            check_conv(TRN_DTYPE_BF16,
+                       (geo){2, 2, 3, 16, 1, {9, 9}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {0}}, true,
+                       false);
+            check_conv(TRN_DTYPE_BF16,
+                       (geo){2, 2, 32, 32, 1, {6, 6}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {0}}, false,
+                       true);
+        }
+        trn__dnnl_set_amx(-1);
+    }
     g_exact = true;
     test_shapes(TRN_DTYPE_F32);
     g_exact = false;

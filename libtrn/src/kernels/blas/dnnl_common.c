@@ -76,6 +76,21 @@ void trn__dnnl_set_bf16_native(bool allow) {
     atomic_store_explicit(&g_bf16_allowed, allow, memory_order_relaxed);
 }
 
+static atomic_int g_amx_forced = -1;
+
+bool trn__dnnl_amx(void) {
+    const int forced = atomic_load_explicit(&g_amx_forced, memory_order_relaxed);
+    if (forced >= 0) return forced != 0;
+    dnnl_engine_t engine;
+    if (trn__dnnl_engine(&engine) != TRN_SUCCESS) return false;
+    const unsigned amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
+    return ((unsigned)dnnl_get_effective_cpu_isa() & amx) == amx;
+}
+
+void trn__dnnl_set_amx(int forced) {
+    atomic_store_explicit(&g_amx_forced, forced < 0 ? -1 : forced != 0, memory_order_relaxed);
+}
+
 // ---- errors --------------------------------------------------------------------
 
 trn_status trn__dnnl_error(dnnl_status_t st, const char *call, const char *context) {

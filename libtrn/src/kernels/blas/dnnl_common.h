@@ -52,7 +52,8 @@
     X(dnnl_reorder_primitive_desc_create)                                      \
     X(dnnl_dilated_convolution_forward_desc_init)                              \
     X(dnnl_dilated_convolution_backward_data_desc_init)                        \
-    X(dnnl_dilated_convolution_backward_weights_desc_init)
+    X(dnnl_dilated_convolution_backward_weights_desc_init)                    \
+    X(dnnl_get_effective_cpu_isa)
 // clang-format on
 
 typedef struct trn__dnnl_api {
@@ -94,6 +95,7 @@ extern trn__dnnl_api trn__dnnl;
 #define dnnl_primitive_destroy (trn__dnnl.dnnl_primitive_destroy_fn)
 #define dnnl_primitive_execute (trn__dnnl.dnnl_primitive_execute_fn)
 #define dnnl_reorder_primitive_desc_create (trn__dnnl.dnnl_reorder_primitive_desc_create_fn)
+#define dnnl_get_effective_cpu_isa (trn__dnnl.dnnl_get_effective_cpu_isa_fn)
 #define dnnl_dilated_convolution_forward_desc_init                                                 \
     (trn__dnnl.dnnl_dilated_convolution_forward_desc_init_fn)
 #define dnnl_dilated_convolution_backward_data_desc_init                                           \
@@ -177,6 +179,15 @@ trn__dnnl_impl trn__dnnl_impl_of(const_dnnl_primitive_desc_t pd);
 // (public as trn_matmul_bf16_native / trn_matmul_set_bf16_native).
 bool trn__dnnl_bf16_native(void);
 void trn__dnnl_set_bf16_native(bool allow);
+
+// Whether oneDNN dispatches to AMX tiles (the CPU has AMX-BF16, the OS lets
+// the process use the tile state, ONEDNN_MAX_CPU_ISA allows it): its
+// bfloat16 kernels that use the tiles want their own layouts (see conv.c).
+// False when oneDNN cannot be loaded. trn__dnnl_set_amx forces the answer
+// (1 or 0; -1 asks oneDNN again) so that a test can run the AMX layout
+// choices on any CPU.
+bool trn__dnnl_amx(void);
+void trn__dnnl_set_amx(int forced);
 
 // ---- plan cache --------------------------------------------------------------
 #define TRN__PLAN_KEY_MAX 512
