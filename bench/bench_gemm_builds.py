@@ -74,7 +74,7 @@ def child(which, threads, rounds):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--builds", required=True, help="two source trees, comma-separated")
+    ap.add_argument("--builds", help="two source trees, comma-separated (A,B)")
     ap.add_argument("--set", choices=("model", "big"), default="model")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3, help="alternated processes per build")
@@ -83,6 +83,8 @@ def main():
     if args.child:
         child(args.set, args.threads, 5 if args.set == "model" else 3)
         return
+    if not args.builds or len(args.builds.split(",")) != 2:
+        ap.error("--builds takes two source trees: A,B")
     builds = [os.path.abspath(b) for b in args.builds.split(",")]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     env["TORCH_NEURONX_NUM_THREADS"] = str(args.threads)
