@@ -73,6 +73,19 @@ def test_matmul_transposed_and_batched():
     _check("bmm transposed", lambda a, b: torch.bmm(a.transpose(1, 2), b.transpose(1, 2)), [a, b])
 
 
+@pytest.mark.parametrize("ta,tb", [(False, True), (True, False)])
+def test_matmul_wide_row_groups(ta, tb):
+    # n = 2304: the float32 k blocks run in row groups of 256 rows (a group
+    # sized for L2 alone would be 56), here 256 + a 44-row tail, 3 k blocks.
+    a = _randn(384, 300, seed=11) if ta else _randn(300, 384, seed=11)
+    b = _randn(2304, 384, seed=12) if tb else _randn(384, 2304, seed=12)
+
+    def fn(a, b):
+        return torch.mm(a.t() if ta else a, b.t() if tb else b)
+
+    _check(f"mm 300x384x2304 {'nt'[ta]}{'nt'[tb]}", fn, [a, b])
+
+
 def test_linear_with_bias():
     _check(
         "linear",
