@@ -421,8 +421,11 @@ static void row_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t ars
 _Static_assert(TILE_KB % 16 == 0, "bt_rows ends k blocks on 16 x 16 transposed blocks");
 // How far ahead along k bt_rows prefetches each weight row (floats): 1 KiB,
 // the next strip's rows for k = 256 (C microbenchmark, 40 weights cycling,
-// 1 x 256 by 256 x 544: 57 -> 43 us; 64: 47 us).
+// 1 x 256 by 256 x 544: 57 -> 43 us; 64: 47 us; F.linear, load ~4: 43-53 ->
+// 22-31 us). A weight in L1/L2 pays ~12 % for the prefetch instructions
+// (bench_decode_ops.py's one weight: 256 -> 544 15.0 -> 16.9 us).
 #define BT_AHEAD 256
+#define BT_LONG 1024
 // One body per row count (M a constant after inlining): the accumulators
 // and the transposed block stay in registers, and a full 16-deep block
 // unrolls (a variable row count kept them on the stack: 2.5x slower).
@@ -430,6 +433,9 @@ static inline __attribute__((always_inline)) void bt_rows(const int M, int64_t n
                                                           const float *A, int64_t ars, int64_t acs,
                                                           const float *Bt, int64_t ldbt, float *C,
                                                           int64_t ldc) {
+    // Rows of BT_LONG floats or more are streams the hardware follows
+    // (1 x 1024 by 1024 x 1024: 216-227 us without, 230-270 with).
+    const bool prefetch = k < BT_LONG;
     for (int64_t j0 = 0; j0 < n; j0 += 16) {
         const __mmask16 mj = t16_mask(n - j0);
         __m512 c[BT_ROWS], s[BT_ROWS];
@@ -450,7 +456,7 @@ static inline __attribute__((always_inline)) void bt_rows(const int M, int64_t n
             for (int i = 0; i < 16; i++) {
                 r16[i] = j0 + i < n ? _mm512_maskz_loadu_ps(mp, Bt + (j0 + i) * ldbt + p0)
                                     : _mm512_setzero_ps();
-                if (ja + i < n)
+                if (prefetch && ja + i < n)
                     _mm_prefetch((const char *)(Bt + (ja + i) * ldbt + pa), _MM_HINT_T0);
             }
             t16_transpose(r16, o);
