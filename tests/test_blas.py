@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_neuronx
+from _thread_counts import outputs_at_thread_counts
 
 DEV = "neuron"
 
@@ -166,7 +167,8 @@ def test_linear():
 def test_linear_few_rows_same_bits_as_contiguous_weight(n, k):
     # Up to 8 rows by nn.Linear's (transposed) weight, the float32 tiles
     # transpose the weight block by block in registers instead of packing it;
-    # each element is still the same multiply-add chain, so the bits equal the
+    # each element is still summed the same way (k in blocks of 32 terms,
+    # each a multiply-add chain, added in order), so the bits equal the
     # product with the weight made contiguous (the tile path below 2^19
     # multiply-adds), and the values match CPU.
     x, w = torch.randn(8, k), torch.randn(n, k)
@@ -180,11 +182,52 @@ def test_linear_few_rows_same_bits_as_contiguous_weight(n, k):
     _no_fallback()
 
 
+@pytest.mark.parametrize("n,k", [(2048, 300), (1029, 1024), (4100, 130)])
+def test_linear_few_rows_past_tile_size_same_bits_as_weight_slices(n, k):
+    # Past 2^19 multiply-adds, up to 4 rows by nn.Linear's weight still take
+    # the register-transposed tiles (split over the pool by column strips),
+    # not oneDNN: each output column is summed as the tiles sum it (k blocks
+    # of multiply-add chains, added in order), so it equals the product with a
+    # slice of the weight's rows small enough for the tiles, bit for bit,
+    # bias included.
+    x, w, bias = torch.randn(4, k), torch.randn(n, k), torch.randn(n)
+    x[1, 5] = float("inf")
+    xd, wd, bd = x.to(DEV), w.to(DEV), bias.to(DEV)
+    step = 16 * max(1, (2**19 // (4 * k)) // 16)
+    for m in range(1, 5):
+        assert m * n * k >= 2**19
+        got, got_b = F.linear(xd[:m], wd).cpu(), F.linear(xd[:m], wd, bd).cpu()
+        for j in range(0, n, step):
+            part = F.linear(xd[:m], wd[j : j + step]).cpu()
+            assert torch.equal(got[:, j : j + step].nan_to_num(), part.nan_to_num())
+            part_b = F.linear(xd[:m], wd[j : j + step], bd[j : j + step]).cpu()
+            assert torch.equal(got_b[:, j : j + step].nan_to_num(), part_b.nan_to_num())
+        # Long chains: no worse than CPU against a float64 reference.
+        ref = F.linear(x[:m].double(), w.double(), bias.double())
+        fin = ref.isfinite()
+        err = (got_b.double() - ref)[fin].abs().max()
+        assert err <= 1.5 * (F.linear(x[:m], w, bias).double() - ref)[fin].abs().max() + 1e-30
+        assert torch.equal(got_b.isfinite(), fin)
+    _no_fallback()
+
+
+def test_linear_few_rows_past_tile_size_same_bits_at_any_thread_count():
+    code = (
+        "import hashlib, torch, torch.nn.functional as F, torch_neuronx\n"
+        "torch.manual_seed(0)\n"
+        "x, w = torch.randn(3, 1024).to('neuron'), torch.randn(1040, 1024).to('neuron')\n"
+        "for m in (1, 3):\n"
+        "    y = F.linear(x[:m], w).cpu()\n"
+        "    print(hashlib.sha256(y.numpy().tobytes()).hexdigest())\n"
+    )
+    assert len(outputs_at_thread_counts(code)) == 1
+
+
 @pytest.mark.parametrize("k,n", [(64, 1000), (33, 1500), (256, 200), (7, 17), (300, 1)])
 def test_mm_few_rows_same_bits_as_more_rows(k, n):
     # Up to 4 rows, the float32 tiles stream B row by row into accumulators
-    # in L1 (a decode step's product); each element is still the same
-    # multiply-add chain, so a row's bits do not depend on how many rows the
+    # in L1 (a decode step's product); each element is still summed the same
+    # way (k blocks of multiply-add chains), so a row's bits do not depend on how many rows the
     # product has (8 rows take the register tiles; all below 2^19 multiply-adds).
     x, w, bias = torch.randn(8, k), torch.randn(k, n), torch.randn(n)
     x[1, 2] = float("inf")

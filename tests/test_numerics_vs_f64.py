@@ -86,6 +86,23 @@ def test_matmul_wide_row_groups(ta, tb):
     _check(f"mm 300x384x2304 {'nt'[ta]}{'nt'[tb]}", fn, [a, b])
 
 
+@pytest.mark.parametrize(
+    "m,n,k",
+    [(1, 256, 256), (1, 544, 256), (1, 256, 544), (4, 768, 160), (1, 1024, 1024), (3, 8192, 256)],
+)
+def test_linear_few_rows(m, n, k):
+    # A decode step's products: one to a few rows by nn.Linear's weight (the
+    # register-transposed tiles, below and past 2^19 multiply-adds).
+    _check(f"linear {m}x{k}->{n}", F.linear, [_randn(m, k, seed=8), _randn(n, k, seed=9)])
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 512, 300), (3, 1000, 96), (8, 2048, 24)])
+def test_matmul_few_rows_and_small_tiles(m, k, n):
+    # Row-major B below 2^19 multiply-adds: the row-streaming path (up to 4
+    # rows) and the register tiles, with long k.
+    _check(f"mm {m}x{k}x{n}", torch.mm, [_randn(m, k, seed=10), _randn(k, n, seed=11)])
+
+
 def test_linear_with_bias():
     _check(
         "linear",

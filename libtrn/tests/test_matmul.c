@@ -9,6 +9,7 @@
 // kernel, so the test also runs in protect-memory mode.
 #include "internal.h"
 #include "test_common_dev.h"
+#include "trn/cpu.h"
 #include "trn/matmul_bias.h"
 
 static trn_stream *g_stream;
@@ -290,10 +291,19 @@ static void test_bias(void) {
 // Float32 products below 2^19 multiply-adds with beta 0 run on register
 // tiles (masked column tails, repeated last rows, transposed or strided B
 // copied row-major first, a C without contiguous rows written through a
-// row-major copy): each element must be exactly the fused multiply-add chain
-// over k in order from zero, then times alpha, then plus the bias (so
-// |error| <= k u sum|a b| + one rounding each, u = 2^-24), whatever the
-// block it falls in and whatever the layouts.
+// row-major copy): each element must be exactly k in blocks of TILE_KB
+// terms, each block a fused multiply-add chain in order from zero, the
+// block sums added in order from zero (matmul.c's TILE_KB; one block of all
+// of k where the kernels lack AVX-512: tile_mm.h's trn_tile_mm), then times
+// alpha, then plus the bias, whatever the block it falls in and whatever
+// the layouts.
+#define TILE_KB 32
+static int64_t tile_kb(int64_t k) {
+    const char *level = trn_cpu_capability();
+    const bool avx512 = __builtin_cpu_supports("avx512f") && strcmp(level, "avx2") != 0;
+    return avx512 ? TILE_KB : k > 0 ? k : 1;
+}
+
 static void check_tile(int64_t batch, int64_t m, int64_t n, int64_t k, layout lb, float alpha,
                        bool bias, layout lc) {
     g_case++;
@@ -323,13 +333,19 @@ static void check_tile(int64_t batch, int64_t m, int64_t n, int64_t k, layout lb
     CHECK_OK(trn_stream_synchronize(g_stream));
     xfer(g_stream, out, dc, (size_t)cn * 4);
     int bad = 0;
+    const int64_t kb = tile_kb(k);
     for (int64_t t = 0; t < batch; t++)
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) {
-                float acc = 0;
-                for (int64_t p = 0; p < k; p++)
-                    acc = fmaf(ha[t * as[0] + i * as[1] + p * as[2]],
-                               hb[t * bs[0] + p * bs[1] + j * bs[2]], acc);
+                float acc = 0, blk = 0;
+                for (int64_t p = 0; p < k; p++) {
+                    blk = fmaf(ha[t * as[0] + i * as[1] + p * as[2]],
+                               hb[t * bs[0] + p * bs[1] + j * bs[2]], blk);
+                    if ((p + 1) % kb == 0 || p + 1 == k) {
+                        acc += blk;
+                        blk = 0;
+                    }
+                }
                 float want = alpha * acc;
                 if (bias) want += hbias[j];
                 const float got = out[t * cs[0] + i * cs[1] + j * cs[2]];

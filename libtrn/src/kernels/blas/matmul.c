@@ -112,6 +112,20 @@ DEFINE_LOOP(loop_i16, int16_t, uint64_t, d->alpha_int, d->beta_int)
 DEFINE_LOOP(loop_i32, int32_t, uint64_t, d->alpha_int, d->beta_int)
 DEFINE_LOOP(loop_i64, int64_t, uint64_t, d->alpha_int, d->beta_int)
 
+// Every float32 product below TILE_MNK (and the few-row products past it)
+// sums each element of C the same way, whichever path runs it: k in blocks
+// of TILE_KB consecutive terms, each block one fused multiply-add chain in
+// order from zero, the block sums added to the total in order from zero.
+// One chain over all of k (until session 24) had 2.3-3.8x PyTorch CPU's
+// largest error against a float64 reference on a decode step's products
+// (1 x 256 by 256 x 256: 3.75x); blocks of 32 have 0.4-0.95x there (blocks
+// of 16 did as well on those but not on a tiny Llama's first-step
+// gradients, k = 64: tests/test_numerics_vs_f64.py). The paths still agree
+// bit for bit: a row of C depends neither on how many rows the product has
+// nor on the weight's layout. (Without AVX-512, TILE_F32 is tile_mm.h's
+// trn_tile_mm, still one chain over k; there is no few-row path then.)
+#define TILE_KB 32
+
 // Small float products (m * n * k < SMALL_MNK): the same loop in float32,
 // halves converted on load and rounded once on store. Below this size
 // oneDNN's per-call cost (memory objects, plan lookup, stream) exceeds the
@@ -122,7 +136,7 @@ DEFINE_LOOP(loop_i64, int64_t, uint64_t, d->alpha_int, d->beta_int)
         const float alpha = (float)d->alpha, beta = (float)d->beta;                                \
         const bool read_c = d->beta != 0;                                                          \
         const int64_t *as = d->a_strides, *bs = d->b_strides, *cs = d->c_strides;                  \
-        float acc[BI][BJ];                                                                         \
+        float acc[BI][BJ], blk[BI][BJ];                                                            \
         for (int64_t t = 0; t < d->batch; t++) {                                                   \
             const T *A = (const T *)d->a + t * as[0];                                              \
             const T *B = (const T *)d->b + t * bs[0];                                              \
@@ -132,18 +146,23 @@ DEFINE_LOOP(loop_i64, int64_t, uint64_t, d->alpha_int, d->beta_int)
                 for (int64_t j0 = 0; j0 < d->n; j0 += BJ) {                                        \
                     const int64_t nj = min64(BJ, d->n - j0);                                       \
                     memset(acc, 0, sizeof acc);                                                    \
-                    for (int64_t p = 0; p < d->k; p++) {                                           \
-                        const T *brow = B + p * bs[1] + j0 * bs[2];                                \
-                        for (int64_t r = 0; r < ni; r++) {                                         \
-                            const float av = LD(A[(i0 + r) * as[1] + p * as[2]]);                  \
-                            float *ar = acc[r];                                                    \
-                            if (bs[2] == 1) {                                                      \
-                                for (int64_t j = 0; j < nj; j++) ar[j] += av * LD(brow[j]);        \
-                            } else {                                                               \
-                                for (int64_t j = 0; j < nj; j++)                                   \
-                                    ar[j] += av * LD(brow[j * bs[2]]);                             \
+                    for (int64_t p0 = 0; p0 < d->k; p0 += TILE_KB) {                               \
+                        memset(blk, 0, sizeof blk);                                                \
+                        for (int64_t p = p0; p < min64(p0 + TILE_KB, d->k); p++) {                 \
+                            const T *brow = B + p * bs[1] + j0 * bs[2];                            \
+                            for (int64_t r = 0; r < ni; r++) {                                     \
+                                const float av = LD(A[(i0 + r) * as[1] + p * as[2]]);              \
+                                float *ar = blk[r];                                                \
+                                if (bs[2] == 1) {                                                  \
+                                    for (int64_t j = 0; j < nj; j++) ar[j] += av * LD(brow[j]);    \
+                                } else {                                                           \
+                                    for (int64_t j = 0; j < nj; j++)                               \
+                                        ar[j] += av * LD(brow[j * bs[2]]);                         \
+                                }                                                                  \
                             }                                                                      \
                         }                                                                          \
+                        for (int64_t r = 0; r < ni; r++)                                           \
+                            for (int64_t j = 0; j < nj; j++) acc[r][j] += blk[r][j];               \
                     }                                                                              \
                     for (int64_t r = 0; r < ni; r++)                                               \
                         for (int64_t j = 0; j < nj; j++) {                                         \
@@ -165,8 +184,8 @@ DEFINE_SMALL(small_f32, float, LD_F32, ST_F32)
 // tile in memory (a load and a store per multiply-add, and a 4 KiB memset
 // per tile: a 32 x 10 x 64 product took 5.7 us), and below this size
 // oneDNN's per-call cost (plan lookup, memory objects, malloc) is most of
-// its time (32 x 64 x 32: 2.7 us). Each element of C is the same fused
-// multiply-add chain over k in order, from zero, as in small_f32, so the
+// its time (32 x 64 x 32: 2.7 us). Each element of C is summed in the
+// same TILE_KB blocks of fused multiply-add chains as in small_f32, so the
 // bits equal small_f32's for every product both take.
 #define TILE_MNK ((int64_t)1 << 19)
 
@@ -183,12 +202,19 @@ static bool tile_f32_fits(const trn_matmul_desc *d) {
 // Accumulators are named variables: GCC keeps an array of them in memory
 // (tile_mm.h).
 #define T16_ROW(r) const float *a##r = A + (i + ((r) < rows ? (r) : rows - 1)) * ars
-#define T16_FMA1(r) c##r##0 = _mm512_fmadd_ps(_mm512_set1_ps(a##r[p * acs]), b0, c##r##0)
+// s: the current k block's chain (TILE_KB), c: the total it is added to.
+#define T16_FMA1(r) s##r##0 = _mm512_fmadd_ps(_mm512_set1_ps(a##r[p * acs]), b0, s##r##0)
 #define T16_FMA2(r)                                                                                \
     do {                                                                                           \
         const __m512 av = _mm512_set1_ps(a##r[p * acs]);                                           \
-        c##r##0 = _mm512_fmadd_ps(av, b0, c##r##0);                                                \
-        c##r##1 = _mm512_fmadd_ps(av, b1, c##r##1);                                                \
+        s##r##0 = _mm512_fmadd_ps(av, b0, s##r##0);                                                \
+        s##r##1 = _mm512_fmadd_ps(av, b1, s##r##1);                                                \
+    } while (0)
+#define T16_ADD1(r) c##r##0 = _mm512_add_ps(c##r##0, s##r##0)
+#define T16_ADD2(r)                                                                                \
+    do {                                                                                           \
+        c##r##0 = _mm512_add_ps(c##r##0, s##r##0);                                                 \
+        c##r##1 = _mm512_add_ps(c##r##1, s##r##1);                                                 \
     } while (0)
 #define T16_ST1(r)                                                                                 \
     if ((r) < rows) _mm512_mask_storeu_ps(C + (i + (r)) * ldc + j, m0, c##r##0)
@@ -219,16 +245,28 @@ static void tile16_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t 
                 T16_ROW(7);
                 __m512 c00 = _mm512_setzero_ps(), c10 = c00, c20 = c00, c30 = c00, c40 = c00,
                        c50 = c00, c60 = c00, c70 = c00;
-                for (int64_t p = 0; p < k; p++) {
-                    const __m512 b0 = _mm512_maskz_loadu_ps(m0, B + p * ldb + j);
-                    T16_FMA1(0);
-                    T16_FMA1(1);
-                    T16_FMA1(2);
-                    T16_FMA1(3);
-                    T16_FMA1(4);
-                    T16_FMA1(5);
-                    T16_FMA1(6);
-                    T16_FMA1(7);
+                for (int64_t p0 = 0; p0 < k; p0 += TILE_KB) {
+                    __m512 s00 = _mm512_setzero_ps(), s10 = s00, s20 = s00, s30 = s00, s40 = s00,
+                           s50 = s00, s60 = s00, s70 = s00;
+                    for (int64_t p = p0; p < min64(p0 + TILE_KB, k); p++) {
+                        const __m512 b0 = _mm512_maskz_loadu_ps(m0, B + p * ldb + j);
+                        T16_FMA1(0);
+                        T16_FMA1(1);
+                        T16_FMA1(2);
+                        T16_FMA1(3);
+                        T16_FMA1(4);
+                        T16_FMA1(5);
+                        T16_FMA1(6);
+                        T16_FMA1(7);
+                    }
+                    T16_ADD1(0);
+                    T16_ADD1(1);
+                    T16_ADD1(2);
+                    T16_ADD1(3);
+                    T16_ADD1(4);
+                    T16_ADD1(5);
+                    T16_ADD1(6);
+                    T16_ADD1(7);
                 }
                 T16_ST1(0);
                 T16_ST1(1);
@@ -249,13 +287,21 @@ static void tile16_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t 
             T16_ROW(3);
             __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
                    c30 = c00, c31 = c00;
-            for (int64_t p = 0; p < k; p++) {
-                const __m512 b0 = _mm512_maskz_loadu_ps(m0, B + p * ldb + j);
-                const __m512 b1 = _mm512_maskz_loadu_ps(m1, B + p * ldb + j + 16);
-                T16_FMA2(0);
-                T16_FMA2(1);
-                T16_FMA2(2);
-                T16_FMA2(3);
+            for (int64_t p0 = 0; p0 < k; p0 += TILE_KB) {
+                __m512 s00 = _mm512_setzero_ps(), s01 = s00, s10 = s00, s11 = s00, s20 = s00,
+                       s21 = s00, s30 = s00, s31 = s00;
+                for (int64_t p = p0; p < min64(p0 + TILE_KB, k); p++) {
+                    const __m512 b0 = _mm512_maskz_loadu_ps(m0, B + p * ldb + j);
+                    const __m512 b1 = _mm512_maskz_loadu_ps(m1, B + p * ldb + j + 16);
+                    T16_FMA2(0);
+                    T16_FMA2(1);
+                    T16_FMA2(2);
+                    T16_FMA2(3);
+                }
+                T16_ADD2(0);
+                T16_ADD2(1);
+                T16_ADD2(2);
+                T16_ADD2(3);
             }
             T16_ST2(0) T16_ST2(1) T16_ST2(2) T16_ST2(3)
         }
@@ -316,26 +362,47 @@ static void pack_transposed(int64_t k, int64_t n, const float *B, int64_t ldbt, 
 // at a time (k rows 4 KiB apart, then again for the next strip), which the
 // prefetchers follow badly. Here each row of B is read once, contiguously,
 // into accumulators for up to ROW_COLS columns kept in L1. Each element of
-// C is the same fused multiply-add chain over k in order, from zero, as in
+// C is summed in the same TILE_KB blocks of fused multiply-add chains as in
 // tile16_f32: the same bits.
 #define ROW_M 4
+// Whole rows of B up to ROW_COLS: splitting a row (512) made the reads
+// strided again and GPT-2's 1 x 256 by 256 x 768 took 20 us instead of 14.
 #define ROW_COLS 1024
 static void row_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t ars, int64_t acs,
                     const float *B, int64_t ldb, float *C, int64_t ldc) {
+    // acc: the totals; blk: the current k block's chains, added into acc
+    // and cleared in the pass of the block's last term (no extra pass).
     float acc[ROW_M][ROW_COLS] __attribute__((aligned(64)));
+    float blk[ROW_M][ROW_COLS] __attribute__((aligned(64)));
+    const __m512 zero = _mm512_setzero_ps();
     for (int64_t j0 = 0; j0 < n; j0 += ROW_COLS) {
         const int64_t w = n - j0 < ROW_COLS ? n - j0 : ROW_COLS;
-        for (int64_t r = 0; r < m; r++) memset(acc[r], 0, (size_t)w * sizeof(float));
+        for (int64_t r = 0; r < m; r++) {
+            memset(acc[r], 0, (size_t)w * sizeof(float));
+            memset(blk[r], 0, (size_t)w * sizeof(float));
+        }
         for (int64_t p = 0; p < k; p++) {
             const float *b = B + p * ldb + j0;
+            const bool last = (p + 1) % TILE_KB == 0 || p + 1 == k;
             for (int64_t r = 0; r < m; r++) {
                 const __m512 av = _mm512_set1_ps(A[r * ars + p * acs]);
-                float *c = acc[r];
+                float *sb = blk[r], *c = acc[r];
+                if (!last) {
+                    for (int64_t j = 0; j < w; j += 16) {
+                        const __mmask16 mj = t16_mask(w - j);
+                        const __m512 bv = _mm512_maskz_loadu_ps(mj, b + j);
+                        _mm512_mask_storeu_ps(
+                            sb + j, mj, _mm512_fmadd_ps(av, bv, _mm512_maskz_loadu_ps(mj, sb + j)));
+                    }
+                    continue;
+                }
                 for (int64_t j = 0; j < w; j += 16) {
                     const __mmask16 mj = t16_mask(w - j);
                     const __m512 bv = _mm512_maskz_loadu_ps(mj, b + j);
-                    _mm512_mask_storeu_ps(
-                        c + j, mj, _mm512_fmadd_ps(av, bv, _mm512_maskz_loadu_ps(mj, c + j)));
+                    const __m512 t = _mm512_fmadd_ps(av, bv, _mm512_maskz_loadu_ps(mj, sb + j));
+                    _mm512_mask_storeu_ps(c + j, mj,
+                                          _mm512_add_ps(_mm512_maskz_loadu_ps(mj, c + j), t));
+                    _mm512_mask_storeu_ps(sb + j, mj, zero);
                 }
             }
         }
@@ -348,9 +415,17 @@ static void row_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t ars
 // Bt is transposed in registers and used at once, so a decode-sized product
 // (1 x 256 by 256 x 768) does not copy the whole weight into a packed
 // buffer first (the copy took 3x the product's time). Each element of C is
-// the same fused multiply-add chain over k in order, from zero, as in
+// summed in the same TILE_KB blocks of fused multiply-add chains as in
 // tile16_f32 on the packed copy: the same bits.
 #define BT_ROWS 8
+_Static_assert(TILE_KB % 16 == 0, "bt_rows ends k blocks on 16 x 16 transposed blocks");
+// How far ahead along k bt_rows prefetches each weight row (floats): 1 KiB,
+// the next strip's rows for k = 256 (C microbenchmark, 40 weights cycling,
+// 1 x 256 by 256 x 544: 57 -> 43 us; 64: 47 us; F.linear, load ~4: 43-53 ->
+// 22-31 us). A weight in L1/L2 pays ~12 % for the prefetch instructions
+// (bench_decode_ops.py's one weight: 256 -> 544 15.0 -> 16.9 us).
+#define BT_AHEAD 256
+#define BT_LONG 1024
 // One body per row count (M a constant after inlining): the accumulators
 // and the transposed block stay in registers, and a full 16-deep block
 // unrolls (a variable row count kept them on the stack: 2.5x slower).
@@ -358,29 +433,50 @@ static inline __attribute__((always_inline)) void bt_rows(const int M, int64_t n
                                                           const float *A, int64_t ars, int64_t acs,
                                                           const float *Bt, int64_t ldbt, float *C,
                                                           int64_t ldc) {
+    // Rows of BT_LONG floats or more are streams the hardware follows
+    // (1 x 1024 by 1024 x 1024: 216-227 us without, 230-270 with).
+    const bool prefetch = k < BT_LONG;
     for (int64_t j0 = 0; j0 < n; j0 += 16) {
         const __mmask16 mj = t16_mask(n - j0);
-        __m512 c[BT_ROWS];
-        for (int r = 0; r < M; r++) c[r] = _mm512_setzero_ps();
+        __m512 c[BT_ROWS], s[BT_ROWS];
+        for (int r = 0; r < M; r++) c[r] = s[r] = _mm512_setzero_ps();
         for (int64_t p0 = 0; p0 < k; p0 += 16) {
             const __mmask16 mp = t16_mask(k - p0);
             __m512 r16[16], o[16];
-            for (int i = 0; i < 16; i++)
+            // The 16 rows are 16 streams 64 bytes at a time, which the
+            // hardware prefetchers follow badly (a decode step's weight
+            // comes from L3 or memory: the loads' misses were most of the
+            // time). Ask for each row BT_AHEAD floats ahead, past a row's
+            // end the next strip's row. Only the loads move; not the math.
+            int64_t pa = p0 + BT_AHEAD, ja = j0;
+            while (pa >= k) {  // short rows: strips further on
+                pa -= (k + 15) & ~(int64_t)15;
+                ja += 16;
+            }
+            for (int i = 0; i < 16; i++) {
                 r16[i] = j0 + i < n ? _mm512_maskz_loadu_ps(mp, Bt + (j0 + i) * ldbt + p0)
                                     : _mm512_setzero_ps();
+                if (prefetch && ja + i < n)
+                    _mm_prefetch((const char *)(Bt + (ja + i) * ldbt + pa), _MM_HINT_T0);
+            }
             t16_transpose(r16, o);
+            // A k block (TILE_KB) spans TILE_KB / 16 transposed blocks.
+            if (p0 % TILE_KB == 0)
+                for (int r = 0; r < M; r++) s[r] = _mm512_setzero_ps();
             if (k - p0 >= 16) {
 #pragma GCC unroll 16
                 for (int i = 0; i < 16; i++)
                     for (int r = 0; r < M; r++)
-                        c[r] = _mm512_fmadd_ps(_mm512_set1_ps(A[r * ars + (p0 + i) * acs]), o[i],
-                                               c[r]);
+                        s[r] = _mm512_fmadd_ps(_mm512_set1_ps(A[r * ars + (p0 + i) * acs]), o[i],
+                                               s[r]);
             } else {
                 for (int64_t i = 0; i < k - p0; i++)
                     for (int r = 0; r < M; r++)
-                        c[r] = _mm512_fmadd_ps(_mm512_set1_ps(A[r * ars + (p0 + i) * acs]), o[i],
-                                               c[r]);
+                        s[r] = _mm512_fmadd_ps(_mm512_set1_ps(A[r * ars + (p0 + i) * acs]), o[i],
+                                               s[r]);
             }
+            if ((p0 + 16) % TILE_KB == 0 || p0 + 16 >= k)
+                for (int r = 0; r < M; r++) c[r] = _mm512_add_ps(c[r], s[r]);
         }
         for (int r = 0; r < M; r++) _mm512_mask_storeu_ps(C + r * ldc + j0, mj, c[r]);
     }
@@ -1072,8 +1168,60 @@ static void broadcast_bias(const trn_matmul_desc *d, const void *bias, int64_t b
         }
 }
 
+#ifdef PACK_TRANSPOSED
+// A few float32 rows by a transposed B (nn.Linear's weight) of any size:
+// tile16_bt_f32 over column strips, split across the pool, instead of
+// oneDNN. One row by a weight past TILE_MNK (1 x 1024 by 1024 x 1024) is a
+// matrix-vector product bound by streaming the weight, and oneDNN's took
+// 1.5x MKL's sgemv time; the register transposes keep up with the stream.
+// Each element of C is summed as below TILE_MNK (TILE_KB blocks), so a
+// column's bits depend neither on the split nor on the thread count, and
+// the error against a float64 reference stays below PyTorch CPU's (0.4-0.9x
+// on 1 x 1024 by 1024 x 1024, 1 x 256 by 256 x 8192).
+#define FEW_BT_ROWS 4
+// Multiply-adds per piece: below this a pool hand-off costs more than it saves.
+#define FEW_BT_PIECE_MACS ((int64_t)1 << 17)
+
+typedef struct few_bt {
+    trn_matmul_desc d;
+    const float *bias;
+    int64_t bias_stride;
+} few_bt;
+
+static bool few_bt_fits(const trn_matmul_desc *d) {
+    const int64_t *bs = d->b_strides, *cs = d->c_strides;
+    // Direct into C (rows contiguous) and no packed copy: tile_f32 then
+    // allocates nothing and cannot fail.
+    return d->dtype == TRN_DTYPE_F32 && d->beta == 0 && d->k > 0 && d->batch == 1 &&
+           d->m <= FEW_BT_ROWS && d->n > 1 && bs[1] == 1 && bs[2] != 1 && cs[2] == 1;
+}
+
+static void few_bt_piece(void *ctx, int64_t s0, int64_t s1) {
+    const few_bt *f = ctx;
+    trn_matmul_desc d = f->d;
+    const int64_t j0 = s0 * 16, j1 = min64(s1 * 16, d.n);
+    d.n = j1 - j0;
+    d.b = (const float *)d.b + j0 * d.b_strides[2];
+    d.c = (float *)d.c + j0;
+    (void)tile_f32(&d, f->bias != NULL ? f->bias + j0 * f->bias_stride : NULL, f->bias_stride);
+}
+
+static void few_bt_run(const trn_matmul_desc *d, const float *bias, int64_t bias_stride) {
+    const few_bt f = {*d, bias, bias_stride};
+    int64_t grain = FEW_BT_PIECE_MACS / (16 * d->k * d->m);
+    if (grain < 1) grain = 1;
+    trn_parallel_for((d->n + 15) / 16, grain, few_bt_piece, (void *)&f);
+}
+#endif
+
 static trn_status mm_run(const trn_matmul_desc *d, const void *bias, int64_t bias_stride) {
     if (d->k > 0 && tile_f32_fits(d) && tile_f32(d, bias, bias_stride)) return TRN_SUCCESS;
+#ifdef PACK_TRANSPOSED
+    if (few_bt_fits(d)) {
+        few_bt_run(d, (const float *)bias, bias_stride);
+        return TRN_SUCCESS;
+    }
+#endif
     trn_matmul_desc unfused;
     if (bias != NULL && !bias_fused(d, bias_stride)) {
         broadcast_bias(d, bias, bias_stride);
