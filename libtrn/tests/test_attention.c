@@ -69,7 +69,13 @@ static void check_case(int mask_kind, int causal) {
     trn_attention_desc d;
     make_desc(&d, mask_kind, causal);
     CHECK_OK(trn_attention_launch(g_stream, &d));
-    trn_attention_backward_desc bd = {d, dout, {H * L * EV, L * EV, EV}, dq, dk, dv, dmask};
+    trn_attention_backward_desc bd = {.fwd = d,
+                                      .dout = dout,
+                                      .dout_strides = {H * L * EV, L * EV, EV},
+                                      .dq = dq,
+                                      .dk = dk,
+                                      .dv = dv,
+                                      .dmask = dmask};
     CHECK_OK(trn_attention_backward_launch(g_stream, &bd));
     CHECK_OK(trn_stream_synchronize(g_stream));
     static double rdq[B * H * L * E], rdk[B * HK * S * E], rdv[B * HK * S * EV];
@@ -128,7 +134,12 @@ static void test_dropout(void) {
     CHECK_OK(trn_attention_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     CHECK(memcmp(out1, out, sizeof out) == 0);
-    trn_attention_backward_desc bd = {d, dout, {H * L * EV, L * EV, EV}, dq, dk, dv, NULL};
+    trn_attention_backward_desc bd = {.fwd = d,
+                                      .dout = dout,
+                                      .dout_strides = {H * L * EV, L * EV, EV},
+                                      .dq = dq,
+                                      .dk = dk,
+                                      .dv = dv};
     CHECK_OK(trn_attention_backward_launch(g_stream, &bd));
     CHECK_OK(trn_stream_synchronize(g_stream));
     const int idx = 3 * EV + 2;  // an element of v[0, 0]
@@ -156,7 +167,12 @@ static void test_strided_grads(void) {
     trn_attention_desc d;
     make_desc(&d, 0, 1);
     CHECK_OK(trn_attention_launch(g_stream, &d));
-    trn_attention_backward_desc bd = {d, dout, {H * L * EV, L * EV, EV}, dq, dk, dv, NULL};
+    trn_attention_backward_desc bd = {.fwd = d,
+                                      .dout = dout,
+                                      .dout_strides = {H * L * EV, L * EV, EV},
+                                      .dq = dq,
+                                      .dk = dk,
+                                      .dv = dv};
     CHECK_OK(trn_attention_backward_launch(g_stream, &bd));
     static float sq[B * H * L * E], sk[B * HK * S * E], sv[B * HK * S * EV];
     trn_attention_backward_desc sd = bd;
