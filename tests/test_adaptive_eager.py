@@ -600,3 +600,17 @@ def test_gpt2_training_peak_with_fusion_not_above_without(fusion):
         peak_off = _step_peak(step)
     # The margin: the inputs a group may still hold (release_dead_storages).
     assert peak_on <= peak_off * 1.02 + (1 << 20), (peak_on, peak_off)
+
+
+def bf16_gelu_neg_chain(x, g):
+    """bfloat16 erf GELU (its bfloat16 form, scalar.h), its gradient, and neg
+    (the sign-flip path unfused), chained so a group holds all three."""
+    y = torch.nn.functional.gelu(x * 1.5)
+    return -(torch.ops.aten.gelu_backward(g, y) + y)
+
+
+def test_bf16_gelu_and_neg_fused_bit_identical(fusion):
+    x_cpu = edge_values(4099, seed=3).to(torch.bfloat16)
+    g_cpu = edge_values(4099, seed=4).to(torch.bfloat16)
+    n = fused_matches_unfused(bf16_gelu_neg_chain, lambda: (x_cpu.to(DEV), g_cpu.to(DEV)))
+    assert n == 1

@@ -2,7 +2,8 @@
 libtrn/src/kernels/nn/attention.c): F.scaled_dot_product_attention selects it
 through the _fused_sdp_choice stub; forward and backward match CPU for
 causal, bool and additive (broadcast, differentiable) masks, grouped-query
-heads, transposed inputs, 16-bit dtypes and causal plus mask; dropout is reproducible under
+heads, transposed inputs, 16-bit dtypes and causal plus mask; gradients come
+back in CPU's layout; dropout is reproducible under
 torch.manual_seed and its backward uses the forward's mask; a 4096-long
 sequence runs with memory far below its score matrix; the math path is
 taken where the kernel does not apply."""
@@ -82,6 +83,21 @@ def test_gqa_and_transposed_inputs():
     kt = torch.randn(2, 53, 4, 16).transpose(1, 2).requires_grad_()
     vt = torch.randn(2, 53, 4, 16).transpose(1, 2).requires_grad_()
     _compare(qt, kt, vt)
+
+
+def test_gradients_in_cpus_layout():
+    """dq / dk / dv come back as [B, L, H, E] storage seen as [B, H, L, E], as
+    CPU's flash kernel returns them, so an HF model's transpose(1, 2).reshape
+    of each gradient is a view: no copy per attention input (GQA included)."""
+    for hk in (4, 2):
+        q, k, v = _qkv(H=4, Hk=hk)
+        g = torch.randn(2, 4, 37, 16)
+        _, ref_g = _run(q, k, v, "cpu", g, is_causal=True, enable_gqa=True)
+        _, grads = _run(q, k, v, "neuron", g, is_causal=True, enable_gqa=True)
+        for a, b in zip(grads, ref_g):
+            assert a.stride() == b.stride()
+            assert a.transpose(1, 2).is_contiguous()
+            torch.testing.assert_close(a.cpu(), b, atol=1e-4, rtol=5e-4)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -172,3 +172,22 @@ def test_add_sub_alpha_16bit_bitwise_cpu(dtype):
             want = a.clone().add_(0.3, alpha=alpha)
             got = a.to("neuron").add_(0.3, alpha=alpha).cpu()
             assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+
+
+def test_bfloat16_neg_sign_flip_matches_float_path():
+    """bfloat16 neg with contiguous rows flips the sign bit (and quiets a NaN)
+    without staging through float: over every bit pattern it gives the bits
+    of the staged float path (taken here through a strided output, and what
+    fused groups compute), which is CPU's -x except for signalling NaNs."""
+    x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    xn = x.to("neuron")
+    fast = (-xn).cpu().view(torch.int16)
+    staged = torch.empty(2 * x.numel(), dtype=torch.bfloat16, device="neuron")
+    torch.neg(xn, out=staged[::2])
+    assert torch.equal(fast, staged[::2].cpu().view(torch.int16))
+    half = xn.view(256, 256)[:, 128:]  # a RoPE half: rows of 128, row stride 256
+    assert torch.equal((-half).cpu().view(torch.int16), fast.view(256, 256)[:, 128:])
+    cpu = (-x).view(torch.int16)
+    signalling = ((x.view(torch.int16) & 0x7FFF) > 0x7F80) & ((x.view(torch.int16) & 0x40) == 0)
+    assert torch.equal(fast[~signalling], cpu[~signalling])
+    assert no_fallback()

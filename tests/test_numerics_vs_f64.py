@@ -263,6 +263,35 @@ def test_softmax(fn):
     _check(fn.__name__, lambda x: fn(x, -1), [_randn(64, 4096, seed=38, scale=10.0)])
 
 
+def _gelu_and_grad(x):
+    return F.gelu(x), torch.ops.aten.gelu_backward(torch.ones_like(x), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gelu_every_rounding(dtype):
+    """Erf GELU and its gradient where the result type rounds: every finite
+    bfloat16 input (bfloat16 has its own, shorter polynomial: scalar.h), or
+    a dense float32 grid over [-14, 14]. In bfloat16, besides the two error
+    measures, the count of results that are not the float64 answer correctly
+    rounded must not exceed the CPU's."""
+    if dtype == torch.bfloat16:
+        x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype)
+        x = x[torch.isfinite(x.float())]
+    else:
+        x = torch.linspace(-14.0, 14.0, 1_000_003, dtype=dtype)
+    refs = _gelu_and_grad(x.double())
+    cpus = _gelu_and_grad(x)
+    neus = _gelu_and_grad(x.to("neuron"))
+    for r, c, n in zip(refs, cpus, neus):
+        n = n.cpu()
+        ce, ne = _errors(c, r), _errors(n, r)
+        for cv, nv in zip(ce, ne):
+            assert nv <= RATIO * cv + FLOOR, (nv, cv)
+        if dtype == torch.bfloat16:
+            rounded = r.to(dtype)
+            assert (n != rounded).sum() <= (c != rounded).sum()
+
+
 # ---- whole models: the first step's gradients --------------------------------------
 
 

@@ -2,8 +2,8 @@
 // double-precision evaluation of the definition: forward and backward with
 // an additive mask, a bool mask, causal masking, grouped-query heads, more
 // keys than one tile, and dropout (reproducible from the seed; the backward
-// agrees with the forward's mask through a finite-difference check); plus
-// argument errors.
+// agrees with the forward's mask through a finite-difference check),
+// gradients into strided storage; plus argument errors.
 #include <math.h>
 #include <stdlib.h>
 
@@ -69,7 +69,13 @@ static void check_case(int mask_kind, int causal) {
     trn_attention_desc d;
     make_desc(&d, mask_kind, causal);
     CHECK_OK(trn_attention_launch(g_stream, &d));
-    trn_attention_backward_desc bd = {d, dout, {H * L * EV, L * EV, EV}, dq, dk, dv, dmask};
+    trn_attention_backward_desc bd = {.fwd = d,
+                                      .dout = dout,
+                                      .dout_strides = {H * L * EV, L * EV, EV},
+                                      .dq = dq,
+                                      .dk = dk,
+                                      .dv = dv,
+                                      .dmask = dmask};
     CHECK_OK(trn_attention_backward_launch(g_stream, &bd));
     CHECK_OK(trn_stream_synchronize(g_stream));
     static double rdq[B * H * L * E], rdk[B * HK * S * E], rdv[B * HK * S * EV];
@@ -128,7 +134,12 @@ static void test_dropout(void) {
     CHECK_OK(trn_attention_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     CHECK(memcmp(out1, out, sizeof out) == 0);
-    trn_attention_backward_desc bd = {d, dout, {H * L * EV, L * EV, EV}, dq, dk, dv, NULL};
+    trn_attention_backward_desc bd = {.fwd = d,
+                                      .dout = dout,
+                                      .dout_strides = {H * L * EV, L * EV, EV},
+                                      .dq = dq,
+                                      .dk = dk,
+                                      .dv = dv};
     CHECK_OK(trn_attention_backward_launch(g_stream, &bd));
     CHECK_OK(trn_stream_synchronize(g_stream));
     const int idx = 3 * EV + 2;  // an element of v[0, 0]
@@ -148,6 +159,49 @@ static void test_dropout(void) {
     CHECK_OK(trn_attention_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     CHECK(memcmp(out1, out, sizeof out) != 0);
+}
+
+// Gradients into [B, rows, heads, width] storage (strides given, as the
+// adapter asks for): the same bits as the contiguous gradients, moved.
+static void test_strided_grads(void) {
+    trn_attention_desc d;
+    make_desc(&d, 0, 1);
+    CHECK_OK(trn_attention_launch(g_stream, &d));
+    trn_attention_backward_desc bd = {.fwd = d,
+                                      .dout = dout,
+                                      .dout_strides = {H * L * EV, L * EV, EV},
+                                      .dq = dq,
+                                      .dk = dk,
+                                      .dv = dv};
+    CHECK_OK(trn_attention_backward_launch(g_stream, &bd));
+    static float sq[B * H * L * E], sk[B * HK * S * E], sv[B * HK * S * EV];
+    trn_attention_backward_desc sd = bd;
+    sd.dq = sq, sd.dk = sk, sd.dv = sv;
+    const int64_t qs[3] = {L * H * E, E, H * E}, ks[3] = {S * HK * E, E, HK * E},
+                  vs[3] = {S * HK * EV, EV, HK * EV};
+    memcpy(sd.dq_strides, qs, sizeof qs);
+    memcpy(sd.dk_strides, ks, sizeof ks);
+    memcpy(sd.dv_strides, vs, sizeof vs);
+    CHECK_OK(trn_attention_backward_launch(g_stream, &sd));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    int same = 1;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < L; i++)
+                for (int e = 0; e < E; e++)
+                    same &= dq[((b * H + h) * L + i) * E + e] ==
+                            sq[b * qs[0] + h * qs[1] + i * qs[2] + e];
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < HK; h++)
+            for (int j = 0; j < S; j++) {
+                for (int e = 0; e < E; e++)
+                    same &= dk[((b * HK + h) * S + j) * E + e] ==
+                            sk[b * ks[0] + h * ks[1] + j * ks[2] + e];
+                for (int e = 0; e < EV; e++)
+                    same &= dv[((b * HK + h) * S + j) * EV + e] ==
+                            sv[b * vs[0] + h * vs[1] + j * vs[2] + e];
+            }
+    CHECK(same);
 }
 
 static void test_errors(void) {
@@ -181,6 +235,7 @@ int main(void) {
     check_case(2, 0);
     check_case(0, 1);
     test_dropout();
+    test_strided_grads();
     test_errors();
     return TEST_REPORT();
 }

@@ -66,8 +66,13 @@ typedef struct trn_attention_backward_desc {
     trn_attention_desc fwd;  // the forward's inputs, out and lse (read only)
     const void *dout;        // [batch, heads, q_len, v_dim]
     int64_t dout_strides[3];
-    void *dq, *dk, *dv;  // contiguous, shapes of q, k, v; NULL: not wanted
+    void *dq, *dk, *dv;  // shapes of q, k, v; NULL: not wanted
     void *dmask;         // contiguous [batch, heads, q_len, kv_len] of dtype; NULL
+    // Batch, head, row strides (elements; rows contiguous) of dq / dk / dv.
+    // All three zero: contiguous. Each must describe a dense tensor (a
+    // permutation of the dims): [B, L, H, E] storage seen as [B, H, L, E],
+    // as CPU's flash kernel returns, makes the model's transpose back free.
+    int64_t dq_strides[3], dk_strides[3], dv_strides[3];
 } trn_attention_backward_desc;
 
 // Whether dtype (and mask dtype, when has_mask) are supported; sets no error.

@@ -197,12 +197,18 @@ sdpa_backward(const Tensor &grad_out, const Tensor &query, const Tensor &key, co
     Tensor dq, dk, dv, dmask;
     // dq/dk/dv are always computed (one pass yields all three); masks only
     // decide what is returned.
-    dq = at::empty(q.sizes(), q.options());
-    dk = at::empty(k.sizes(), k.options());
-    dv = at::empty(v.sizes(), v.options());
+    // [B, L, H, E] storage seen as [B, H, L, E], as CPU's flash kernel
+    // returns them: the model's transpose(1, 2).reshape(...) of each gradient
+    // (back through its head split) is then a view, not a copy.
+    dq = at::empty({q.size(0), q.size(2), q.size(1), q.size(3)}, q.options()).transpose(1, 2);
+    dk = at::empty({k.size(0), k.size(2), k.size(1), k.size(3)}, k.options()).transpose(1, 2);
+    dv = at::empty({v.size(0), v.size(2), v.size(1), v.size(3)}, v.options()).transpose(1, 2);
     bd.dq = dq.data_ptr();
     bd.dk = dk.data_ptr();
     bd.dv = dv.data_ptr();
+    fill_strides(bd.dq_strides, dq);
+    fill_strides(bd.dk_strides, dk);
+    fill_strides(bd.dv_strides, dv);
     const bool want_bias = grad_input_mask[3] && attn_bias.defined();
     if (want_bias) {
         dmask = at::zeros({q.size(0), q.size(1), q.size(2), k.size(2)}, q.options());

@@ -222,6 +222,20 @@ static void fwd_piece(void *ctx, int64_t u0, int64_t u1) {
 //   dQ += scale dS . K   (dS read from dS^T with swapped strides).
 // Q and dO are transposed once per query block; key and value tiles are
 // used as stored.
+// rows [0, n) of (b, h) from float32 src (n x width) into dst (NULL: not
+// wanted); one call when the rows are back to back.
+static void store_rows(trn_dtype dt, void *dst, const int64_t st[3], int64_t b, int64_t h,
+                       int64_t n, int64_t width, const float *src) {
+    if (dst == NULL) return;
+    const int64_t base = b * st[0] + h * st[1];
+    if (st[2] == width) {
+        trn__store_row_f32(dt, dst, base, n * width, src, 1.0f);
+        return;
+    }
+    for (int64_t j = 0; j < n; j++)
+        trn__store_row_f32(dt, dst, base + j * st[2], width, src + j * width, 1.0f);
+}
+
 typedef struct bwd_scratch {
     float *qt, *q, *dout, *dot, *dd, *lsub, *dq, *k, *v, *pt, *dst, *dk, *dv, *row;
 } bwd_scratch;
@@ -316,14 +330,14 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
             }
             if (bd->dq)
                 for (int64_t i = 0; i < ni; i++)
-                    trn__store_row_f32(d->dtype, bd->dq, ((b * d->heads + h) * L + i0 + i) * E, E,
-                                       w->dq + i * E, 1.0f);
+                    trn__store_row_f32(d->dtype, bd->dq,
+                                       b * bd->dq_strides[0] + h * bd->dq_strides[1] +
+                                           (i0 + i) * bd->dq_strides[2],
+                                       E, w->dq + i * E, 1.0f);
         }
     }
-    if (bd->dk)
-        trn__store_row_f32(d->dtype, bd->dk, (b * d->kv_heads + hk) * S * E, S * E, w->dk, 1.0f);
-    if (bd->dv)
-        trn__store_row_f32(d->dtype, bd->dv, (b * d->kv_heads + hk) * S * Ev, S * Ev, w->dv, 1.0f);
+    store_rows(d->dtype, bd->dk, bd->dk_strides, b, hk, S, E, w->dk);
+    store_rows(d->dtype, bd->dv, bd->dv_strides, b, hk, S, Ev, w->dv);
 }
 
 static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
@@ -395,10 +409,15 @@ static trn_status attn_task(void *args) {
         const int64_t on[4] = {d->batch, d->heads, d->q_len, d->v_dim};
         const int64_t gs[4] = {bd->dout_strides[0], bd->dout_strides[1], bd->dout_strides[2], 1};
         trn__access_add(&rg, bd->dout, trn__span4_bytes(on, gs, es));
-        trn__access_add(&rg, bd->dq, (size_t)(d->batch * d->heads * d->q_len * d->head_dim) * es);
-        trn__access_add(&rg, bd->dk,
-                        (size_t)(d->batch * d->kv_heads * d->kv_len * d->head_dim) * es);
-        trn__access_add(&rg, bd->dv, (size_t)(d->batch * d->kv_heads * d->kv_len * d->v_dim) * es);
+        const int64_t kn[4] = {d->batch, d->kv_heads, d->kv_len, d->head_dim};
+        const int64_t vn[4] = {d->batch, d->kv_heads, d->kv_len, d->v_dim};
+        const int64_t qn[4] = {d->batch, d->heads, d->q_len, d->head_dim};
+        const int64_t qs[4] = {bd->dq_strides[0], bd->dq_strides[1], bd->dq_strides[2], 1};
+        const int64_t ks[4] = {bd->dk_strides[0], bd->dk_strides[1], bd->dk_strides[2], 1};
+        const int64_t vs[4] = {bd->dv_strides[0], bd->dv_strides[1], bd->dv_strides[2], 1};
+        trn__access_add(&rg, bd->dq, trn__span4_bytes(qn, qs, es));
+        trn__access_add(&rg, bd->dk, trn__span4_bytes(kn, ks, es));
+        trn__access_add(&rg, bd->dv, trn__span4_bytes(vn, vs, es));
         trn__access_add(&rg, bd->dmask, (size_t)(d->batch * d->heads * d->q_len * d->kv_len) * es);
     }
     trn_status st = trn__access_begin(&rg);
@@ -457,6 +476,14 @@ trn_status trn_attention_launch(trn_stream *stream, const trn_attention_desc *de
     return trn_stream_launch(stream, attn_task, &a, sizeof a);
 }
 
+// Gradient strides left all zero: [batch, heads, rows, width] contiguous.
+static void contiguous_if_unset(int64_t st[3], int64_t heads, int64_t rows, int64_t width) {
+    if (st[0] != 0 || st[1] != 0 || st[2] != 0) return;
+    st[2] = width;
+    st[1] = rows * width;
+    st[0] = heads * rows * width;
+}
+
 trn_status trn_attention_backward_launch(trn_stream *stream,
                                          const trn_attention_backward_desc *desc) {
     if (stream == NULL || desc == NULL)
@@ -468,6 +495,9 @@ trn_status trn_attention_backward_launch(trn_stream *stream,
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_attention_backward_launch: dout or lse is NULL");
     if (d->batch * d->kv_heads == 0) return TRN_SUCCESS;
-    const attn_args a = {.d = *desc, .backward = 1};
+    attn_args a = {.d = *desc, .backward = 1};
+    contiguous_if_unset(a.d.dq_strides, d->heads, d->q_len, d->head_dim);
+    contiguous_if_unset(a.d.dk_strides, d->kv_heads, d->kv_len, d->head_dim);
+    contiguous_if_unset(a.d.dv_strides, d->kv_heads, d->kv_len, d->v_dim);
     return trn_stream_launch(stream, attn_task, &a, sizeof a);
 }
