@@ -71,6 +71,13 @@ static inline bn_f8 bn_narrow(trn__vec_d v) { return __builtin_convertvector(v, 
 
 static inline trn__vec_d bn_splat(double s) { return (trn__vec_d){s, s, s, s, s, s, s, s}; }
 
+// a + b on the FMA units (as fma(a, 1, b): the same bits as the add). On
+// Zen 4 the adders also run the float <-> double conversions, which bound
+// these loops; moving sums over balances the two (stats pass 1.2x faster).
+static inline trn__vec_d bn_add_f(trn__vec_d a, trn__vec_d b) {
+    return bn_fma(a, bn_splat(1.0), b);
+}
+
 static inline void st8_f32(float *p, trn__vec_d v) {
     const bn_f8 h = bn_narrow(v);
     memcpy(p, &h, sizeof h);
@@ -111,6 +118,106 @@ static inline trn__vec_d ld8_f16(const uint16_t *p) {
 static inline void st8_f16(uint16_t *p, trn__vec_d v) {
     for (int j = 0; j < 8; j++) p[j] = trn_float_to_half((float)v[j]);
 }
+
+// 16-bit data's y and dx (most of the time) compute in float lanes, 16 a
+// vector: a float result is within 2^-16 of the output's own rounding
+// (2^-9), so it rounds as the exact value would except within 2^-16 of a
+// tie, where either way is half a unit off. The lane conversions are the
+// bits of LD_* / ST_* (whole-vector forms: GCC 12 built a bf16 vector from
+// 16 scalar word inserts when converting per element).
+typedef uint16_t bn_u16x16 __attribute__((vector_size(32)));
+typedef uint32_t bn_u32x16 __attribute__((vector_size(64)));
+
+static inline trn__vec_f vld16_bf16(const uint16_t *p) {
+    bn_u16x16 h;
+    memcpy(&h, p, sizeof h);
+    const bn_u32x16 u = __builtin_convertvector(h, bn_u32x16) << 16;
+    trn__vec_f f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline void vst16_bf16(uint16_t *p, trn__vec_f f) {
+    bn_u32x16 u;
+    memcpy(&u, &f, sizeof u);
+    const bn_u32x16 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    const bn_u32x16 nan = (u >> 16) | 0x0040u;
+    const bn_u32x16 is_nan = (bn_u32x16)((u & 0x7FFFFFFFu) > 0x7F800000u);
+    const bn_u16x16 h = __builtin_convertvector((is_nan & nan) | (~is_nan & rounded), bn_u16x16);
+    memcpy(p, &h, sizeof h);
+}
+
+static inline trn__vec_f vld16_f16(const uint16_t *p) {
+    trn__vec_f f;
+    for (int j = 0; j < 16; j++) f[j] = trn_half_to_float(p[j]);
+    return f;
+}
+
+static inline void vst16_f16(uint16_t *p, trn__vec_f f) {
+    for (int j = 0; j < 16; j++) p[j] = trn_float_to_half(f[j]);
+}
+
+// Per-channel constants of the elementwise passes: y = x al + be, dx = dy
+// sc + (x c1 + c0) in double; y = ((x - hi) - lo) fa + fb and dx = ((dy -
+// fgm) - ((x - hi) - lo) fk) fsc in float (16-bit data; hi + lo the mean).
+typedef struct bn_coef {
+    double al, be, sc, c1, c0;
+    float hi, lo, fa, fb, fsc, fk, fgm;
+    bool dbl;  // 16-bit dx: double lanes (the channel's dx cancels)
+} bn_coef;
+
+static inline void bn_coef_mean(bn_coef *c, double mean) {
+    c->hi = (float)mean;
+    c->lo = (float)(mean - (double)c->hi);
+}
+
+// Rows of the elementwise passes in double lanes: y (float32 / float64
+// data) and dx (all; 16-bit data where dx cancels).
+#define DEFINE_BN_Y_D(N, T, LDD, STD, LD8, ST8)                                                    \
+    static void y_row_d_##N(const T *x, T *y, int64_t S, const bn_coef *c) {                       \
+        const trn__vec_d al = bn_splat(c->al), be = bn_splat(c->be);                               \
+        int64_t i = 0;                                                                             \
+        for (; i + 8 <= S; i += 8) ST8(y + i, bn_fma(LD8(x + i), al, be));                         \
+        for (; i < S; i++) y[i] = STD(fma(LDD(x[i]), c->al, c->be));                               \
+    }
+
+#define DEFINE_BN_DX_D(N, T, LDD, STD, LD8, ST8)                                                   \
+    static void dx_row_d_##N(const T *x, const T *dy, T *dx, int64_t S, const bn_coef *c,          \
+                             bool training) {                                                      \
+        const trn__vec_d sc = bn_splat(c->sc), c1 = bn_splat(c->c1), c0 = bn_splat(c->c0);         \
+        int64_t i = 0;                                                                             \
+        if (training) {                                                                            \
+            for (; i + 8 <= S; i += 8)                                                             \
+                ST8(dx + i, bn_fma(LD8(dy + i), sc, bn_fma(LD8(x + i), c1, c0)));                  \
+            for (; i < S; i++) dx[i] = STD(fma(LDD(dy[i]), c->sc, fma(LDD(x[i]), c->c1, c->c0)));  \
+        } else {                                                                                   \
+            for (; i + 8 <= S; i += 8) ST8(dx + i, LD8(dy + i) * sc);                              \
+            for (; i < S; i++) dx[i] = STD(LDD(dy[i]) * c->sc);                                    \
+        }                                                                                          \
+    }
+
+// Rows of the elementwise passes in float lanes (16-bit data).
+#define DEFINE_BN_ROWS_F(N, LD, ST, VLD, VST)                                                      \
+    static void y_row_f_##N(const uint16_t *x, uint16_t *y, int64_t S, const bn_coef *c) {         \
+        int64_t i = 0;                                                                             \
+        for (; i + 16 <= S; i += 16) VST(y + i, ((VLD(x + i) - c->hi) - c->lo) * c->fa + c->fb);   \
+        for (; i < S; i++) y[i] = ST(((LD(x[i]) - c->hi) - c->lo) * c->fa + c->fb);                \
+    }                                                                                              \
+    static void dx_row_f_##N(const uint16_t *x, const uint16_t *dy, uint16_t *dx, int64_t S,       \
+                             const bn_coef *c, bool training) {                                    \
+        int64_t i = 0;                                                                             \
+        if (training) {                                                                            \
+            for (; i + 16 <= S; i += 16)                                                           \
+                VST(dx + i,                                                                        \
+                    ((VLD(dy + i) - c->fgm) - ((VLD(x + i) - c->hi) - c->lo) * c->fk) * c->fsc);   \
+            for (; i < S; i++)                                                                     \
+                dx[i] =                                                                            \
+                    ST(((LD(dy[i]) - c->fgm) - ((LD(x[i]) - c->hi) - c->lo) * c->fk) * c->fsc);    \
+        } else {                                                                                   \
+            for (; i + 16 <= S; i += 16) VST(dx + i, VLD(dy + i) * c->fsc);                        \
+            for (; i < S; i++) dx[i] = ST(LD(dy[i]) * c->fsc);                                     \
+        }                                                                                          \
+    }
 
 // One element as double, and back (rounded as the vector forms).
 #define LDD_f16(v) ((double)trn_half_to_float(v))
@@ -201,59 +308,86 @@ static int64_t bn_group(const bn_args *a, int64_t c0, int64_t c1, int arrays) {
 }
 
 // For each batch item b, each channel k of the group: BODY_V on the 8
-// elements at row + i, BODY_S on the element row + i of a row's tail.
+// elements at row + e with lane set j (0 or 1: two sets of lane sums break
+// the add latency chain of a long row), BODY_S on the element row + e of a
+// row's tail. Which element goes to which set depends on the shape only.
 #define BN_ROWS(BODY_V, BODY_S)                                                                    \
     for (int64_t b = 0; b < a->batch; b++)                                                         \
         for (int64_t k = 0; k < G; k++) {                                                          \
             const int64_t row = (b * CH + g0 + k) * S;                                             \
             int64_t i = 0;                                                                         \
-            for (; i + 8 <= S; i += 8) BODY_V;                                                     \
-            for (; i < S; i++) BODY_S;                                                             \
+            for (; i + 16 <= S; i += 16) {                                                         \
+                {                                                                                  \
+                    const int j = 0;                                                               \
+                    const int64_t e = i;                                                           \
+                    (void)j;                                                                       \
+                    BODY_V;                                                                        \
+                }                                                                                  \
+                {                                                                                  \
+                    const int j = 1;                                                               \
+                    const int64_t e = i + 8;                                                       \
+                    (void)j;                                                                       \
+                    BODY_V;                                                                        \
+                }                                                                                  \
+            }                                                                                      \
+            for (; i + 8 <= S; i += 8) {                                                           \
+                const int j = 0;                                                                   \
+                const int64_t e = i;                                                               \
+                (void)j;                                                                           \
+                BODY_V;                                                                            \
+            }                                                                                      \
+            for (; i < S; i++) {                                                                   \
+                const int64_t e = i;                                                               \
+                BODY_S;                                                                            \
+            }                                                                                      \
         }
 
-// The forward's statistics, one pass: sums of d = x - K and d^2 about K, the
-// channel's first element (d exact in double for float and 16-bit data),
-// so mean = K + sum(d) / n and m2 = sum(d^2) - sum(d)^2 / n. K is a sample
-// of the channel, so the subtraction cancels little: (mean - K)^2 is a few
-// variances for any sensible data. Where it is more than BN_SHIFT_MAX
-// variances (an outlier first element), a second pass sums about the mean.
-#define BN_SHIFT_MAX 64.0
+static inline double bn_total(const trn__vec_d v[2], double tail) {
+    return bn_vsum(v[0] + v[1]) + tail;
+}
 
-#define DEFINE_BN(N, T, LDD, STD, LD8, ST8)                                                        \
+// The forward's statistics in one pass: s1 = sum(x), s2 = sum(x^2) (x^2
+// exact in double for float and 16-bit data), m2 = s2 - s1^2 / n. Each
+// lane sum rounds at most len = n / 16 + 4 times, so m2 is off by at most
+// ~2 len 2^-53 s2: below 2^-30 m2 (far below a float rounding) while s2 len
+// <= 2^22 m2, i.e. while the mean is within a few tens of standard
+// deviations of 0 (ResNet's activations). Otherwise (a mean offset like 100
+// +- 1) a second pass sums d = x - mean and d^2 about that mean.
+#define BN_CANCEL_MAX 4194304.0
+
+#define DEFINE_BN(N, T, LDD, STD, LD8, ST8, HALF, YROW, DXF, DXD)                                  \
     static void fwd_##N(void *ctx, int64_t c0, int64_t c1) {                                       \
         const bn_args *a = ctx;                                                                    \
         const int64_t S = a->spatial, CH = a->channels;                                            \
         const double n = (double)(a->batch * S);                                                   \
+        const double len = n / 16 + 4;                                                             \
         const T *X = (const T *)a->x;                                                              \
         for (int64_t g0 = c0, G; g0 < c1; g0 += G) {                                               \
             G = bn_group(a, g0, c1, 2);                                                            \
-            double mean[BN_GROUP], m2[BN_GROUP], al[BN_GROUP], be[BN_GROUP];                       \
+            double mean[BN_GROUP], m2[BN_GROUP];                                                   \
             if (a->training) {                                                                     \
-                trn__vec_d acc1[BN_GROUP], acc2[BN_GROUP];                                         \
-                double t1[BN_GROUP], t2[BN_GROUP], K[BN_GROUP];                                    \
+                trn__vec_d acc1[BN_GROUP][2], acc2[BN_GROUP][2];                                   \
+                double t1[BN_GROUP], t2[BN_GROUP];                                                 \
                 memset(acc1, 0, sizeof acc1);                                                      \
                 memset(acc2, 0, sizeof acc2);                                                      \
-                for (int64_t k = 0; k < G; k++) {                                                  \
-                    t1[k] = t2[k] = 0;                                                             \
-                    K[k] = n > 0 ? LDD(X[(g0 + k) * S]) : 0;                                       \
-                }                                                                                  \
+                for (int64_t k = 0; k < G; k++) t1[k] = t2[k] = 0;                                 \
                 BN_ROWS(                                                                           \
                     {                                                                              \
-                        const trn__vec_d d = LD8(X + row + i) - K[k];                              \
-                        acc1[k] += d;                                                              \
-                        acc2[k] = bn_fma(d, d, acc2[k]);                                           \
+                        const trn__vec_d v = LD8(X + row + e);                                     \
+                        acc1[k][j] = bn_add_f(v, acc1[k][j]);                                      \
+                        acc2[k][j] = bn_fma(v, v, acc2[k][j]);                                     \
                     },                                                                             \
                     {                                                                              \
-                        const double d = LDD(X[row + i]) - K[k];                                   \
-                        t1[k] += d;                                                                \
-                        t2[k] = fma(d, d, t2[k]);                                                  \
+                        const double v = LDD(X[row + e]);                                          \
+                        t1[k] += v;                                                                \
+                        t2[k] = fma(v, v, t2[k]);                                                  \
                     })                                                                             \
                 bool again = false;                                                                \
                 for (int64_t k = 0; k < G; k++) {                                                  \
-                    const double s1 = bn_vsum(acc1[k]) + t1[k], s2 = bn_vsum(acc2[k]) + t2[k];     \
-                    mean[k] = K[k] + s1 / n;                                                       \
-                    m2[k] = fmax(s2 - s1 * s1 / n, 0);                                             \
-                    again |= s1 * s1 / n > BN_SHIFT_MAX * m2[k];                                   \
+                    const double s1 = bn_total(acc1[k], t1[k]), s2 = bn_total(acc2[k], t2[k]);     \
+                    mean[k] = s1 / n;                                                              \
+                    m2[k] = fmax(s2 - s1 * mean[k], 0);                                            \
+                    again |= !(s2 * len <= BN_CANCEL_MAX * m2[k]);                                 \
                 }                                                                                  \
                 if (again) {                                                                       \
                     memset(acc1, 0, sizeof acc1);                                                  \
@@ -261,18 +395,18 @@ static int64_t bn_group(const bn_args *a, int64_t c0, int64_t c1, int arrays) {
                     for (int64_t k = 0; k < G; k++) t1[k] = t2[k] = 0;                             \
                     BN_ROWS(                                                                       \
                         {                                                                          \
-                            const trn__vec_d d = LD8(X + row + i) - mean[k];                       \
-                            acc1[k] += d;                                                          \
-                            acc2[k] = bn_fma(d, d, acc2[k]);                                       \
+                            const trn__vec_d d = bn_add_f(LD8(X + row + e), bn_splat(-mean[k]));   \
+                            acc1[k][j] = bn_add_f(d, acc1[k][j]);                                  \
+                            acc2[k][j] = bn_fma(d, d, acc2[k][j]);                                 \
                         },                                                                         \
                         {                                                                          \
-                            const double d = LDD(X[row + i]) - mean[k];                            \
+                            const double d = LDD(X[row + e]) - mean[k];                            \
                             t1[k] += d;                                                            \
                             t2[k] = fma(d, d, t2[k]);                                              \
                         })                                                                         \
                     for (int64_t k = 0; k < G; k++) {                                              \
-                        const double s1 = bn_vsum(acc1[k]) + t1[k];                                \
-                        const double s2 = bn_vsum(acc2[k]) + t2[k];                                \
+                        const double s1 = bn_total(acc1[k], t1[k]);                                \
+                        const double s2 = bn_total(acc2[k], t2[k]);                                \
                         mean[k] += s1 / n;                                                         \
                         m2[k] = fmax(s2 - s1 * s1 / n, 0);                                         \
                     }                                                                              \
@@ -280,15 +414,22 @@ static int64_t bn_group(const bn_args *a, int64_t c0, int64_t c1, int arrays) {
             }                                                                                      \
             /* y = x * al + be in double: the error of be's rounding, */                           \
             /* 2^-53 of mean * al, stays far below y's own rounding. */                            \
+            bn_coef co[BN_GROUP];                                                                  \
             for (int64_t k = 0; k < G; k++) {                                                      \
                 double invstd;                                                                     \
                 channel_stats(a, g0 + k, a->training ? m2[k] : 0, &mean[k], &invstd);              \
-                al[k] = invstd * param_or(a, a->weight, g0 + k, 1.0);                              \
-                be[k] = param_or(a, a->bias, g0 + k, 0.0) - mean[k] * al[k];                       \
+                const double bias = param_or(a, a->bias, g0 + k, 0.0);                             \
+                co[k].al = invstd * param_or(a, a->weight, g0 + k, 1.0);                           \
+                co[k].be = bias - mean[k] * co[k].al;                                              \
+                co[k].fa = (float)co[k].al, co[k].fb = (float)bias;                                \
+                bn_coef_mean(&co[k], mean[k]);                                                     \
             }                                                                                      \
             T *Y = (T *)a->y;                                                                      \
-            BN_ROWS(ST8(Y + row + i, bn_fma(LD8(X + row + i), bn_splat(al[k]), bn_splat(be[k]))),  \
-                    Y[row + i] = STD(fma(LDD(X[row + i]), al[k], be[k])))                          \
+            for (int64_t b = 0; b < a->batch; b++)                                                 \
+                for (int64_t k = 0; k < G; k++) {                                                  \
+                    const int64_t row = (b * CH + g0 + k) * S;                                     \
+                    YROW(X + row, Y + row, S, &co[k]);                                             \
+                }                                                                                  \
         }                                                                                          \
     }                                                                                              \
     static void bwd_##N(void *ctx, int64_t c0, int64_t c1) {                                       \
@@ -303,54 +444,63 @@ static int64_t bn_group(const bn_args *a, int64_t c0, int64_t c1, int arrays) {
         const bool exact = a->training && a->pdt == TRN_DTYPE_F32;                                 \
         for (int64_t g0 = c0, G; g0 < c1; g0 += G) {                                               \
             G = bn_group(a, g0, c1, 3);                                                            \
-            double ms[BN_GROUP], inv[BN_GROUP], sc[BN_GROUP], c1v[BN_GROUP], c0v[BN_GROUP];        \
-            trn__vec_d as[BN_GROUP], ap[BN_GROUP], ad[BN_GROUP], aq[BN_GROUP];                     \
-            double ts[BN_GROUP], tp[BN_GROUP], td[BN_GROUP], tq[BN_GROUP];                         \
+            double ms[BN_GROUP], inv[BN_GROUP];                                                    \
+            bn_coef co[BN_GROUP];                                                                  \
+            trn__vec_d as[BN_GROUP][2], ap[BN_GROUP][2], ad[BN_GROUP][2], aq[BN_GROUP][2];         \
+            trn__vec_d ag[BN_GROUP][2];                                                            \
+            double ts[BN_GROUP], tp[BN_GROUP], td[BN_GROUP], tq[BN_GROUP], tg[BN_GROUP];           \
             memset(as, 0, sizeof as);                                                              \
             memset(ap, 0, sizeof ap);                                                              \
             memset(ad, 0, sizeof ad);                                                              \
             memset(aq, 0, sizeof aq);                                                              \
+            memset(ag, 0, sizeof ag);                                                              \
             for (int64_t k = 0; k < G; k++) {                                                      \
                 ms[k] = trn__load_real(a->pdt, a->mean_in, g0 + k);                                \
                 const double sv = trn__load_real(a->pdt, a->var_in, g0 + k);                       \
                 inv[k] = a->training ? sv : 1.0 / sqrt(sv + a->eps);                               \
-                ts[k] = tp[k] = td[k] = tq[k] = 0;                                                 \
+                ts[k] = tp[k] = td[k] = tq[k] = tg[k] = 0;                                         \
             }                                                                                      \
+            /* 16-bit data also sums dy^2: whether dx cancels (below). */                          \
             if (exact)                                                                             \
                 BN_ROWS(                                                                           \
                     {                                                                              \
-                        const trn__vec_d g = LD8(DY + row + i);                                    \
-                        const trn__vec_d d = LD8(X + row + i) - ms[k];                             \
-                        as[k] += g;                                                                \
-                        ap[k] = bn_fma(g, d, ap[k]);                                               \
-                        ad[k] += d;                                                                \
-                        aq[k] = bn_fma(d, d, aq[k]);                                               \
+                        const trn__vec_d g = LD8(DY + row + e);                                    \
+                        const trn__vec_d d = bn_add_f(LD8(X + row + e), bn_splat(-ms[k]));         \
+                        as[k][j] += g;                                                             \
+                        ap[k][j] = bn_fma(g, d, ap[k][j]);                                         \
+                        ad[k][j] = bn_add_f(d, ad[k][j]);                                          \
+                        aq[k][j] = bn_fma(d, d, aq[k][j]);                                         \
+                        if (HALF) ag[k][j] = bn_fma(g, g, ag[k][j]);                               \
                     },                                                                             \
                     {                                                                              \
-                        const double g = LDD(DY[row + i]);                                         \
-                        const double d = LDD(X[row + i]) - ms[k];                                  \
+                        const double g = LDD(DY[row + e]);                                         \
+                        const double d = LDD(X[row + e]) - ms[k];                                  \
                         ts[k] += g;                                                                \
                         tp[k] = fma(g, d, tp[k]);                                                  \
                         td[k] += d;                                                                \
                         tq[k] = fma(d, d, tq[k]);                                                  \
+                        tg[k] = fma(g, g, tg[k]);                                                  \
                     })                                                                             \
             else                                                                                   \
                 BN_ROWS(                                                                           \
                     {                                                                              \
-                        const trn__vec_d g = LD8(DY + row + i);                                    \
-                        as[k] += g;                                                                \
-                        ap[k] = bn_fma(g, LD8(X + row + i) - ms[k], ap[k]);                        \
+                        const trn__vec_d g = LD8(DY + row + e);                                    \
+                        const trn__vec_d d = bn_add_f(LD8(X + row + e), bn_splat(-ms[k]));         \
+                        as[k][j] += g;                                                             \
+                        ap[k][j] = bn_fma(g, d, ap[k][j]);                                         \
+                        if (HALF) ag[k][j] = bn_fma(g, g, ag[k][j]);                               \
                     },                                                                             \
                     {                                                                              \
-                        const double g = LDD(DY[row + i]);                                         \
+                        const double g = LDD(DY[row + e]);                                         \
                         ts[k] += g;                                                                \
-                        tp[k] = fma(g, LDD(X[row + i]) - ms[k], tp[k]);                            \
+                        tp[k] = fma(g, LDD(X[row + e]) - ms[k], tp[k]);                            \
+                        tg[k] = fma(g, g, tg[k]);                                                  \
                     })                                                                             \
             for (int64_t k = 0; k < G; k++) {                                                      \
-                const double sum = bn_vsum(as[k]) + ts[k];                                         \
-                double dot = bn_vsum(ap[k]) + tp[k], mean = ms[k];                                 \
+                const double sum = bn_total(as[k], ts[k]);                                         \
+                double dot = bn_total(ap[k], tp[k]), mean = ms[k];                                 \
                 if (exact) {                                                                       \
-                    const double sd = bn_vsum(ad[k]) + td[k], sq = bn_vsum(aq[k]) + tq[k];         \
+                    const double sd = bn_total(ad[k], td[k]), sq = bn_total(aq[k], tq[k]);         \
                     const double m = ms[k] + sd / n;                                               \
                     const double iv = 1.0 / sqrt(fmax(sq - sd * sd / n, 0) / n + a->eps);          \
                     if ((float)m == ms[k] && (float)iv == inv[k]) {                                \
@@ -363,30 +513,53 @@ static int64_t bn_group(const bn_args *a, int64_t c0, int64_t c1, int arrays) {
                 /* dx = sc (dy - sum / n - (x - mean) kq), kq = dot inv^2 / n, */                  \
                 /* as dy * sc + (x * c1 + c0): in double the cancelling */                         \
                 /* terms lose 2^-53 of mean / std, far below dx's rounding. */                     \
-                sc[k] = inv[k] * param_or(a, a->weight, g0 + k, 1.0);                              \
+                bn_coef *c = &co[k];                                                               \
+                c->sc = inv[k] * param_or(a, a->weight, g0 + k, 1.0);                              \
                 const double kq = a->training ? dot * inv[k] * inv[k] / n : 0;                     \
                 const double gm = a->training ? sum / n : 0;                                       \
-                c1v[k] = -kq * sc[k];                                                              \
-                c0v[k] = (mean * kq - gm) * sc[k];                                                 \
+                c->c1 = -kq * c->sc;                                                               \
+                c->c0 = (mean * kq - gm) * c->sc;                                                  \
+                c->fsc = (float)c->sc, c->fk = (float)kq, c->fgm = (float)gm;                      \
+                bn_coef_mean(c, mean);                                                             \
+                /* 16-bit dx in float unless what is left of dy after */                           \
+                /* taking out mean(dy) and xhat mean(dy xhat) has under */                         \
+                /* 2^-8 of dy's rms (energy r; sum xhat^2 = n (1 - eps inv^2)): */                 \
+                /* float's error then stays under 2^-16 of dx's scale. Else */                     \
+                /* double (n = 2 leaves eps / var of dy). */                                       \
+                const double g2 = bn_total(ag[k], tg[k]);                                          \
+                const double s2 = 1 - a->eps * inv[k] * inv[k];                                    \
+                const double r = g2 - n * gm * gm - dot * kq * (2 - s2);                           \
+                c->dbl = HALF && a->training && !(r >= 0x1p-16 * g2);                              \
             }                                                                                      \
             if (!a->dx) continue;                                                                  \
             T *DX = (T *)a->dx;                                                                    \
-            if (a->training)                                                                       \
-                BN_ROWS(ST8(DX + row + i,                                                          \
-                            bn_fma(LD8(DY + row + i), bn_splat(sc[k]),                             \
-                                   bn_fma(LD8(X + row + i), bn_splat(c1v[k]), bn_splat(c0v[k])))), \
-                        DX[row + i] = STD(                                                         \
-                            fma(LDD(DY[row + i]), sc[k], fma(LDD(X[row + i]), c1v[k], c0v[k]))))   \
-            else                                                                                   \
-                BN_ROWS(ST8(DX + row + i, LD8(DY + row + i) * sc[k]),                              \
-                        DX[row + i] = STD(LDD(DY[row + i]) * sc[k]))                               \
+            for (int64_t b = 0; b < a->batch; b++)                                                 \
+                for (int64_t k = 0; k < G; k++) {                                                  \
+                    const int64_t row = (b * CH + g0 + k) * S;                                     \
+                    if (co[k].dbl)                                                                 \
+                        DXD(X + row, DY + row, DX + row, S, &co[k], a->training);                  \
+                    else                                                                           \
+                        DXF(X + row, DY + row, DX + row, S, &co[k], a->training);                  \
+                }                                                                                  \
         }                                                                                          \
     }
 
-DEFINE_BN(f16, uint16_t, LDD_f16, STD_f16, ld8_f16, st8_f16)
-DEFINE_BN(bf16, uint16_t, LDD_bf16, STD_bf16, ld8_bf16, st8_bf16)
-DEFINE_BN(f32, float, LDD_id, STD_f32, ld8_f32, st8_f32)
-DEFINE_BN(f64, double, LDD_id, STD_f64, ld8_f64, st8_f64)
+DEFINE_BN_Y_D(f32, float, LDD_id, STD_f32, ld8_f32, st8_f32)
+DEFINE_BN_Y_D(f64, double, LDD_id, STD_f64, ld8_f64, st8_f64)
+DEFINE_BN_DX_D(f16, uint16_t, LDD_f16, STD_f16, ld8_f16, st8_f16)
+DEFINE_BN_DX_D(bf16, uint16_t, LDD_bf16, STD_bf16, ld8_bf16, st8_bf16)
+DEFINE_BN_DX_D(f32, float, LDD_id, STD_f32, ld8_f32, st8_f32)
+DEFINE_BN_DX_D(f64, double, LDD_id, STD_f64, ld8_f64, st8_f64)
+DEFINE_BN_ROWS_F(f16, LD_f16, ST_f16, vld16_f16, vst16_f16)
+DEFINE_BN_ROWS_F(bf16, LD_bf16, ST_bf16, vld16_bf16, vst16_bf16)
+
+DEFINE_BN(f16, uint16_t, LDD_f16, STD_f16, ld8_f16, st8_f16, 1, y_row_f_f16, dx_row_f_f16,
+          dx_row_d_f16)
+DEFINE_BN(bf16, uint16_t, LDD_bf16, STD_bf16, ld8_bf16, st8_bf16, 1, y_row_f_bf16, dx_row_f_bf16,
+          dx_row_d_bf16)
+DEFINE_BN(f32, float, LDD_id, STD_f32, ld8_f32, st8_f32, 0, y_row_d_f32, dx_row_d_f32, dx_row_d_f32)
+DEFINE_BN(f64, double, LDD_id, STD_f64, ld8_f64, st8_f64, 0, y_row_d_f64, dx_row_d_f64,
+          dx_row_d_f64)
 
 typedef void (*piece_fn)(void *, int64_t, int64_t);
 
