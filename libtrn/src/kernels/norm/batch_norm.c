@@ -298,7 +298,7 @@ static void channel_stats(const bn_args *a, int64_t c, double m2, double *mean, 
 // reads the group again from L2 rather than from L3 / memory. Each channel's
 // sums are the same operations in the same order whatever the group.
 #define BN_GROUP 32
-#define BN_GROUP_BYTES (192 * 1024)
+#define BN_GROUP_BYTES (512 * 1024)
 
 static int64_t bn_group(const bn_args *a, int64_t c0, int64_t c1, int arrays) {
     const int64_t per = a->batch * a->spatial * (int64_t)trn_dtype_size(a->dtype) * arrays;
