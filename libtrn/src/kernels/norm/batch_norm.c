@@ -435,7 +435,7 @@ static inline double bn_total(const trn__vec_d v[2], double tail) {
     static void bwd_##N(void *ctx, int64_t c0, int64_t c1) {                                       \
         const bn_args *a = ctx;                                                                    \
         const int64_t S = a->spatial, CH = a->channels;                                            \
-        const double n = (double)(a->batch * S);                                                   \
+        const double n = (double)(a->batch * S), len = n / 16 + 4;                                 \
         const T *X = (const T *)a->x, *DY = (const T *)a->dy;                                      \
         /* Training with float32 params: the saved stats are the float */                          \
         /* roundings of the forward's exact ones; the backward recovers */                         \
@@ -461,7 +461,43 @@ static inline double bn_total(const trn__vec_d v[2], double tail) {
                 ts[k] = tp[k] = td[k] = tq[k] = tg[k] = 0;                                         \
             }                                                                                      \
             /* 16-bit data also sums dy^2: whether dx cancels (below). */                          \
-            if (exact)                                                                             \
+            /* exact: raw sums of x, x^2, dy x first (4 lane ops, as the */                        \
+            /* forward's; a second pass about the saved mean where they */                         \
+            /* cancel, the forward's test), else sums about the mean. */                           \
+            bool raw = false;                                                                      \
+            if (exact) {                                                                           \
+                BN_ROWS(                                                                           \
+                    {                                                                              \
+                        const trn__vec_d g = LD8(DY + row + e);                                    \
+                        const trn__vec_d v = LD8(X + row + e);                                     \
+                        as[k][j] += g;                                                             \
+                        ap[k][j] = bn_fma(g, v, ap[k][j]);                                         \
+                        ad[k][j] = bn_add_f(v, ad[k][j]);                                          \
+                        aq[k][j] = bn_fma(v, v, aq[k][j]);                                         \
+                        if (HALF) ag[k][j] = bn_fma(g, g, ag[k][j]);                               \
+                    },                                                                             \
+                    {                                                                              \
+                        const double g = LDD(DY[row + e]);                                         \
+                        const double v = LDD(X[row + e]);                                          \
+                        ts[k] += g;                                                                \
+                        tp[k] = fma(g, v, tp[k]);                                                  \
+                        td[k] += v;                                                                \
+                        tq[k] = fma(v, v, tq[k]);                                                  \
+                        tg[k] = fma(g, g, tg[k]);                                                  \
+                    })                                                                             \
+                raw = true;                                                                        \
+                for (int64_t k = 0; k < G; k++) {                                                  \
+                    const double s1 = bn_total(ad[k], td[k]), s2 = bn_total(aq[k], tq[k]);         \
+                    raw &= s2 * len <= BN_CANCEL_MAX * fmax(s2 - s1 * s1 / n, 0);                  \
+                }                                                                                  \
+            }                                                                                      \
+            if (exact && !raw) {                                                                   \
+                memset(as, 0, sizeof as);                                                          \
+                memset(ap, 0, sizeof ap);                                                          \
+                memset(ad, 0, sizeof ad);                                                          \
+                memset(aq, 0, sizeof aq);                                                          \
+                memset(ag, 0, sizeof ag);                                                          \
+                for (int64_t k = 0; k < G; k++) ts[k] = tp[k] = td[k] = tq[k] = tg[k] = 0;         \
                 BN_ROWS(                                                                           \
                     {                                                                              \
                         const trn__vec_d g = LD8(DY + row + e);                                    \
@@ -481,7 +517,7 @@ static inline double bn_total(const trn__vec_d v[2], double tail) {
                         tq[k] = fma(d, d, tq[k]);                                                  \
                         tg[k] = fma(g, g, tg[k]);                                                  \
                     })                                                                             \
-            else                                                                                   \
+            } else if (!exact)                                                                     \
                 BN_ROWS(                                                                           \
                     {                                                                              \
                         const trn__vec_d g = LD8(DY + row + e);                                    \
@@ -501,8 +537,12 @@ static inline double bn_total(const trn__vec_d v[2], double tail) {
                 double dot = bn_total(ap[k], tp[k]), mean = ms[k];                                 \
                 if (exact) {                                                                       \
                     const double sd = bn_total(ad[k], td[k]), sq = bn_total(aq[k], tq[k]);         \
-                    const double m = ms[k] + sd / n;                                               \
-                    const double iv = 1.0 / sqrt(fmax(sq - sd * sd / n, 0) / n + a->eps);          \
+                    /* raw: sd = sum x, sq = sum x^2, dot = sum dy x; else */                      \
+                    /* the sums of d = x - saved mean, d^2 and dy d. */                            \
+                    const double m = raw ? sd / n : ms[k] + sd / n;                                \
+                    const double m2 = fmax(raw ? sq - sd * m : sq - sd * sd / n, 0);               \
+                    const double iv = 1.0 / sqrt(m2 / n + a->eps);                                 \
+                    if (raw) dot -= ms[k] * sum;                                                   \
                     if ((float)m == ms[k] && (float)iv == inv[k]) {                                \
                         dot -= (m - ms[k]) * sum;                                                  \
                         mean = m, inv[k] = iv;                                                     \
