@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 
 import torch_neuronx
+from _thread_counts import outputs_at_thread_counts
 
 
 def _rand(*shape, seed=0, dtype=torch.float32):
@@ -198,6 +199,34 @@ def test_batch_norm_channels_do_not_depend_on_grouping(plane, dtype):
     for i, (a, p) in enumerate(zip(whole, part)):
         a = a[:, 5:41] if a.dim() > 1 else a[5:41]
         assert torch.equal(a, p), f"output {i}"
+
+
+# Channels are split over the pool's threads and each channel's sums run in
+# an order fixed by the shape: the same bits at any thread count, forward and
+# backward (float32 and bfloat16; planes in one row walk, 4x4, and chunks;
+# mean offset 0 and 100, which takes the second statistics pass).
+def test_batch_norm_same_bits_for_any_thread_count():
+    code = (
+        "import hashlib, torch, torch_neuronx\n"
+        "import torch.nn.functional as F\n"
+        "out = []\n"
+        "for dt in (torch.float32, torch.bfloat16):\n"
+        "    for shape, off in (((4, 40, 4, 4), 0.0), ((3, 9, 17, 23), 100.0)):\n"
+        "        g = torch.Generator().manual_seed(0)\n"
+        "        x = (torch.randn(*shape, generator=g) + off).to(dt).to('neuron')\n"
+        "        dy = torch.randn(*shape, generator=g).to(dt).to('neuron')\n"
+        "        w = (torch.rand(shape[1], generator=g) + 0.5).to('neuron')\n"
+        "        b = torch.randn(shape[1], generator=g).to('neuron')\n"
+        "        rm, rv = torch.zeros_like(w), torch.ones_like(w)\n"
+        "        x.requires_grad_(); w.requires_grad_(); b.requires_grad_()\n"
+        "        y = F.batch_norm(x, rm, rv, w, b, training=True)\n"
+        "        gs = torch.autograd.grad(y, (x, w, b), dy)\n"
+        "        for t in (y, *gs, rm, rv):\n"
+        "            out.append(t.detach().cpu().float().numpy().tobytes())\n"
+        "print(hashlib.sha256(b''.join(out)).hexdigest())\n"
+    )
+    outs = outputs_at_thread_counts(code)
+    assert len(outs) == 1, outs
 
 
 # Issue 22's batch-norm sweep (bench/sweep_batch_norm.py, the full grid),
