@@ -2,16 +2,19 @@
 //
 // Channels are independent: both passes split channels across the thread
 // pool; each piece walks the batch * spatial elements of its channels (one
-// contiguous run of `spatial` elements per batch item). Every dtype computes
-// in double lanes (8 elements a vector, widened straight from memory): the
-// per-channel sums are within a few double roundings of the exact sums, the
-// statistics and the float32 per-channel outputs their correct roundings,
-// and y / dx are computed per element in double from exact statistics and
-// rounded once to the data dtype (issue 22: neuron's error at most 1.5x
-// PyTorch CPU's on every output; CPU forms y / dx in float with float
-// statistics, so a correctly rounded result is never further from float64).
-// Each channel's sums run in an order fixed by the shape alone: the bits do
-// not depend on the thread split or on the channel grouping.
+// contiguous run of `spatial` elements per batch item). The per-channel sums
+// run in double lanes (8 elements a vector, widened straight from memory):
+// they are within a few double roundings of the exact sums, the statistics
+// and the float32 per-channel outputs their correct roundings. y / dx are
+// computed per element from exact statistics, in double for float32 /
+// float64 data (rounded once to the output) and in float for 16-bit data
+// (within 2^-16 of the output's rounding; dx in double where it cancels).
+// Issue 22: neuron's error at most 1.5x PyTorch CPU's on every output; CPU
+// forms y / dx in float with float statistics, so a correctly rounded result
+// is never further from float64. Each channel's sums run in an order fixed
+// by the shape alone: the bits do not depend on the thread split or on the
+// channel grouping. (trn/batch_norm.h's "sums in double ... two passes" is
+// the older design; its comment waits for the next header change.)
 #include <math.h>
 #include <string.h>
 
