@@ -2,8 +2,10 @@
 float32 and bfloat16, training, process CPU time (run with one thread:
 OMP_NUM_THREADS=1 TORCH_NEURONX_NUM_THREADS=1; torch's thread count follows
 OMP_NUM_THREADS). Prints the min and median of several rounds per shape;
-compare builds by alternating processes (swap torch_neuronx/lib/libtrn.so)."""
+compare builds by alternating processes (swap torch_neuronx/lib/libtrn.so).
+`--device cpu` times PyTorch CPU's batch norm on the same shapes."""
 
+import argparse
 import os
 import statistics
 import time
@@ -25,13 +27,16 @@ def timed(fn, reps):
 
 
 def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--device", default="neuron", choices=("neuron", "cpu"))
+    dev = p.parse_args().device
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     for dtype in (torch.float32, torch.bfloat16):
         for n, c, p in SHAPES:
-            x = torch.randn(n, c, p, p).to(dtype).to("neuron")
-            dy = torch.randn(n, c, p, p).to(dtype).to("neuron")
-            w, b = torch.rand(c, device="neuron") + 0.5, torch.randn(c, device="neuron")
-            rm, rv = torch.zeros(c, device="neuron"), torch.ones(c, device="neuron")
+            x = torch.randn(n, c, p, p).to(dtype).to(dev)
+            dy = torch.randn(n, c, p, p).to(dtype).to(dev)
+            w, b = torch.rand(c, device=dev) + 0.5, torch.randn(c, device=dev)
+            rm, rv = torch.zeros(c, device=dev), torch.ones(c, device=dev)
             _, sm, si = torch.ops.aten.native_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5)
 
             def fwd():

@@ -2,9 +2,19 @@
 //
 // Channels are independent: both passes split channels across the thread
 // pool; each piece walks the batch * spatial elements of its channels (one
-// contiguous run of `spatial` elements per batch item). Per-channel sums are
-// accumulated in double, so the statistics do not depend on how the work is
-// split and are at least as accurate as PyTorch CPU's.
+// contiguous run of `spatial` elements per batch item). The per-channel sums
+// run in double lanes (8 elements a vector, widened straight from memory):
+// they are within a few double roundings of the exact sums, the statistics
+// and the float32 per-channel outputs their correct roundings. y / dx are
+// computed per element from exact statistics, in double for float32 /
+// float64 data (rounded once to the output) and in float for 16-bit data
+// (within 2^-16 of the output's rounding; dx in double where it cancels).
+// Issue 22: neuron's error at most 1.5x PyTorch CPU's on every output; CPU
+// forms y / dx in float with float statistics, so a correctly rounded result
+// is never further from float64. Each channel's sums run in an order fixed
+// by the shape alone: the bits do not depend on the thread split or on the
+// channel grouping. (trn/batch_norm.h's "sums in double ... two passes" is
+// the older design; its comment waits for the next header change.)
 #include <math.h>
 #include <string.h>
 
@@ -16,94 +26,216 @@
 // Elements per parallel piece.
 #define GRAIN 32768
 
-// Whole-vector loads and stores of one lane group. Written out because GCC
-// 12 assembled a bf16 vector from 16 scalar word inserts when the
-// conversion was per element inside TRN_VACC (bf16 batch norm ran at half
-// of CPU's speed); the conversions are the same bits as LD_* / ST_*.
-typedef uint16_t bn_vec_u16 __attribute__((vector_size(32)));
-typedef uint32_t bn_vec_u32 __attribute__((vector_size(64)));
+// Eight elements of each dtype as double lanes, and back (rounded once to
+// float, then for 16-bit dtypes once more: a double result within 2^-29 of
+// a 16-bit tie may round the other way, at an error of half a unit either
+// way). float32 widens straight from memory (vcvtps2pd zmm, m256); bfloat16
+// is a shift of its 16 bits; float16 converts element by element.
+typedef float bn_f8 __attribute__((vector_size(32)));
+typedef uint16_t bn_u16x8 __attribute__((vector_size(16)));
+typedef uint32_t bn_u32x8 __attribute__((vector_size(32)));
 
-static inline trn__vec_f vld_bf16(const uint16_t *p) {
-    bn_vec_u16 h;
+// GCC 12 splits __builtin_convertvector(float x8 -> double x8) into two
+// 4-lane conversions and an insert, and (ISO C: no FP contraction) a * b + c
+// into a multiply and an add; with AVX-512 the intrinsics say what is meant.
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+static inline trn__vec_d bn_fma(trn__vec_d a, trn__vec_d b, trn__vec_d c) {
+    return (trn__vec_d)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
+}
+
+static inline trn__vec_d bn_widen(bn_u32x8 u) {
+    return (trn__vec_d)_mm512_cvtps_pd(_mm256_castsi256_ps((__m256i)u));
+}
+
+static inline trn__vec_d ld8_f32(const float *p) {
+    return (trn__vec_d)_mm512_cvtps_pd(_mm256_loadu_ps(p));
+}
+
+static inline bn_f8 bn_narrow(trn__vec_d v) { return (bn_f8)_mm512_cvtpd_ps((__m512d)v); }
+#else
+static inline trn__vec_d bn_fma(trn__vec_d a, trn__vec_d b, trn__vec_d c) { return a * b + c; }
+
+static inline trn__vec_d bn_widen(bn_u32x8 u) {
+    bn_f8 f;
+    memcpy(&f, &u, sizeof f);
+    return __builtin_convertvector(f, trn__vec_d);
+}
+
+static inline trn__vec_d ld8_f32(const float *p) {
+    bn_f8 h;
     memcpy(&h, p, sizeof h);
-    const bn_vec_u32 u = __builtin_convertvector(h, bn_vec_u32) << 16;
+    return __builtin_convertvector(h, trn__vec_d);
+}
+
+static inline bn_f8 bn_narrow(trn__vec_d v) { return __builtin_convertvector(v, bn_f8); }
+#endif
+
+static inline trn__vec_d bn_splat(double s) { return (trn__vec_d){s, s, s, s, s, s, s, s}; }
+
+// a + b on the FMA units (as fma(a, 1, b): the same bits as the add). On
+// Zen 4 the adders also run the float <-> double conversions; moving sums
+// over balances the two pipes (no measurable change per call on the loaded
+// machine of session 24; kept as it costs nothing).
+static inline trn__vec_d bn_add_f(trn__vec_d a, trn__vec_d b) {
+    return bn_fma(a, bn_splat(1.0), b);
+}
+
+static inline void st8_f32(float *p, trn__vec_d v) {
+    const bn_f8 h = bn_narrow(v);
+    memcpy(p, &h, sizeof h);
+}
+
+static inline trn__vec_d ld8_f64(const double *p) {
+    trn__vec_d v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void st8_f64(double *p, trn__vec_d v) { memcpy(p, &v, sizeof v); }
+
+static inline trn__vec_d ld8_bf16(const uint16_t *p) {
+    bn_u16x8 h;
+    memcpy(&h, p, sizeof h);
+    return bn_widen(__builtin_convertvector(h, bn_u32x8) << 16);
+}
+
+// Round to nearest even, NaN kept quiet: the bits of trn_float_to_bf16.
+static inline void st8_bf16(uint16_t *p, trn__vec_d v) {
+    const bn_f8 f = bn_narrow(v);
+    bn_u32x8 u;
+    memcpy(&u, &f, sizeof u);
+    const bn_u32x8 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    const bn_u32x8 nan = (u >> 16) | 0x0040u;
+    const bn_u32x8 is_nan = (bn_u32x8)((u & 0x7FFFFFFFu) > 0x7F800000u);
+    const bn_u16x8 h = __builtin_convertvector((is_nan & nan) | (~is_nan & rounded), bn_u16x8);
+    memcpy(p, &h, sizeof h);
+}
+
+static inline trn__vec_d ld8_f16(const uint16_t *p) {
+    trn__vec_d v;
+    for (int j = 0; j < 8; j++) v[j] = trn_half_to_float(p[j]);
+    return v;
+}
+
+static inline void st8_f16(uint16_t *p, trn__vec_d v) {
+    for (int j = 0; j < 8; j++) p[j] = trn_float_to_half((float)v[j]);
+}
+
+// 16-bit data's y and dx (most of the time) compute in float lanes, 16 a
+// vector: a float result is within 2^-16 of the output's own rounding
+// (2^-9), so it rounds as the exact value would except within 2^-16 of a
+// tie, where either way is half a unit off. The lane conversions are the
+// bits of LD_* / ST_* (whole-vector forms: GCC 12 built a bf16 vector from
+// 16 scalar word inserts when converting per element).
+typedef uint16_t bn_u16x16 __attribute__((vector_size(32)));
+typedef uint32_t bn_u32x16 __attribute__((vector_size(64)));
+
+static inline trn__vec_f vld16_bf16(const uint16_t *p) {
+    bn_u16x16 h;
+    memcpy(&h, p, sizeof h);
+    const bn_u32x16 u = __builtin_convertvector(h, bn_u32x16) << 16;
     trn__vec_f f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-static inline void vst_bf16(uint16_t *p, trn__vec_f f) {
-    bn_vec_u32 u;
+static inline void vst16_bf16(uint16_t *p, trn__vec_f f) {
+    bn_u32x16 u;
     memcpy(&u, &f, sizeof u);
-    const bn_vec_u32 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    const bn_vec_u32 nan = (u >> 16) | 0x0040u;
-    const bn_vec_u32 is_nan = (bn_vec_u32)((u & 0x7FFFFFFFu) > 0x7F800000u);
-    const bn_vec_u16 h = __builtin_convertvector((is_nan & nan) | (~is_nan & rounded), bn_vec_u16);
+    const bn_u32x16 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    const bn_u32x16 nan = (u >> 16) | 0x0040u;
+    const bn_u32x16 is_nan = (bn_u32x16)((u & 0x7FFFFFFFu) > 0x7F800000u);
+    const bn_u16x16 h = __builtin_convertvector((is_nan & nan) | (~is_nan & rounded), bn_u16x16);
     memcpy(p, &h, sizeof h);
 }
 
-static inline trn__vec_f vld_f16(const uint16_t *p) {
-    float t[TRN_VLANES(trn__vec_f, float)];
-    for (int j = 0; j < TRN_VLANES(trn__vec_f, float); j++) t[j] = trn_half_to_float(p[j]);
+static inline trn__vec_f vld16_f16(const uint16_t *p) {
     trn__vec_f f;
-    memcpy(&f, t, sizeof f);
+    for (int j = 0; j < 16; j++) f[j] = trn_half_to_float(p[j]);
     return f;
 }
 
-static inline void vst_f16(uint16_t *p, trn__vec_f f) {
-    for (int j = 0; j < TRN_VLANES(trn__vec_f, float); j++) p[j] = trn_float_to_half(f[j]);
+static inline void vst16_f16(uint16_t *p, trn__vec_f f) {
+    for (int j = 0; j < 16; j++) p[j] = trn_float_to_half(f[j]);
 }
 
-static inline trn__vec_f vld_f32(const float *p) {
-    trn__vec_f f;
-    memcpy(&f, p, sizeof f);
-    return f;
+// Per-channel constants of the elementwise passes: y = x al + be, dx = dy
+// sc + (x c1 + c0) in double; y = ((x - hi) - lo) fa + fb and dx = ((dy -
+// fgm) - ((x - hi) - lo) fk) fsc in float (16-bit data; hi + lo the mean).
+typedef struct bn_coef {
+    double al, be, sc, c1, c0;
+    float hi, lo, fa, fb, fsc, fk, fgm;
+    bool dbl;  // 16-bit dx: double lanes (the channel's dx cancels)
+} bn_coef;
+
+static inline void bn_coef_mean(bn_coef *c, double mean) {
+    c->hi = (float)mean;
+    c->lo = (float)(mean - (double)c->hi);
 }
 
-static inline void vst_f32(float *p, trn__vec_f f) { memcpy(p, &f, sizeof f); }
+// Rows of the elementwise passes in double lanes: y (float32 / float64
+// data) and dx (all; 16-bit data where dx cancels).
+#define DEFINE_BN_Y_D(N, T, LDD, STD, LD8, ST8)                                                    \
+    static void y_row_d_##N(const T *x, T *y, int64_t S, const bn_coef *c) {                       \
+        const trn__vec_d al = bn_splat(c->al), be = bn_splat(c->be);                               \
+        int64_t i = 0;                                                                             \
+        for (; i + 8 <= S; i += 8) ST8(y + i, bn_fma(LD8(x + i), al, be));                         \
+        for (; i < S; i++) y[i] = STD(fma(LDD(x[i]), c->al, c->be));                               \
+    }
 
-static inline trn__vec_d vld_f64(const double *p) {
-    trn__vec_d f;
-    memcpy(&f, p, sizeof f);
-    return f;
-}
+#define DEFINE_BN_DX_D(N, T, LDD, STD, LD8, ST8)                                                   \
+    static void dx_row_d_##N(const T *x, const T *dy, T *dx, int64_t S, const bn_coef *c,          \
+                             bool training) {                                                      \
+        const trn__vec_d sc = bn_splat(c->sc), c1 = bn_splat(c->c1), c0 = bn_splat(c->c0);         \
+        int64_t i = 0;                                                                             \
+        if (training) {                                                                            \
+            for (; i + 8 <= S; i += 8)                                                             \
+                ST8(dx + i, bn_fma(LD8(dy + i), sc, bn_fma(LD8(x + i), c1, c0)));                  \
+            for (; i < S; i++) dx[i] = STD(fma(LDD(dy[i]), c->sc, fma(LDD(x[i]), c->c1, c->c0)));  \
+        } else {                                                                                   \
+            for (; i + 8 <= S; i += 8) ST8(dx + i, LD8(dy + i) * sc);                              \
+            for (; i < S; i++) dx[i] = STD(LDD(dy[i]) * c->sc);                                    \
+        }                                                                                          \
+    }
 
-static inline void vst_f64(double *p, trn__vec_d f) { memcpy(p, &f, sizeof f); }
+// Rows of the elementwise passes in float lanes (16-bit data).
+#define DEFINE_BN_ROWS_F(N, LD, ST, VLD, VST)                                                      \
+    static void y_row_f_##N(const uint16_t *x, uint16_t *y, int64_t S, const bn_coef *c) {         \
+        int64_t i = 0;                                                                             \
+        for (; i + 16 <= S; i += 16) VST(y + i, ((VLD(x + i) - c->hi) - c->lo) * c->fa + c->fb);   \
+        for (; i < S; i++) y[i] = ST(((LD(x[i]) - c->hi) - c->lo) * c->fa + c->fb);                \
+    }                                                                                              \
+    static void dx_row_f_##N(const uint16_t *x, const uint16_t *dy, uint16_t *dx, int64_t S,       \
+                             const bn_coef *c, bool training) {                                    \
+        int64_t i = 0;                                                                             \
+        if (training) {                                                                            \
+            for (; i + 16 <= S; i += 16)                                                           \
+                VST(dx + i,                                                                        \
+                    ((VLD(dy + i) - c->fgm) - ((VLD(x + i) - c->hi) - c->lo) * c->fk) * c->fsc);   \
+            for (; i < S; i++)                                                                     \
+                dx[i] =                                                                            \
+                    ST(((LD(dy[i]) - c->fgm) - ((LD(x[i]) - c->hi) - c->lo) * c->fk) * c->fsc);    \
+        } else {                                                                                   \
+            for (; i + 16 <= S; i += 16) VST(dx + i, VLD(dy + i) * c->fsc);                        \
+            for (; i < S; i++) dx[i] = ST(LD(dy[i]) * c->fsc);                                     \
+        }                                                                                          \
+    }
 
-// The per-channel sums accumulate in double lanes (issue 22: neuron's error
-// at most 1.5x CPU's on every output, also for channels of a few elements,
-// where a float lane sum rounded 16 terms and CPU's own order landed closer):
-// a float lane group is widened to two double halves (vcvtps2pd) and x - mean
-// and the products are formed in double, so sum(x), sum(dy) and
-// sum(dy * (x - mean)) - sums that cancel - are within a double rounding or
-// so of the exact sums, and the float32 results (dbias, dweight, running
-// mean) their correct roundings, barring ties. sum((x - mean)^2) (positive
-// terms) stays in float lanes flushed to double (see the forward).
-typedef float bn_vec_f8 __attribute__((vector_size(32)));
+// One element as double, and back (rounded as the vector forms).
+#define LDD_f16(v) ((double)trn_half_to_float(v))
+#define LDD_bf16(v) ((double)trn_bf16_to_float(v))
+#define LDD_id(v) ((double)(v))
+#define STD_f16(v) trn_float_to_half((float)(v))
+#define STD_bf16(v) trn_float_to_bf16((float)(v))
+#define STD_f32(v) ((float)(v))
+#define STD_f64(v) (v)
 
-static inline trn__vec_d bn_lo(trn__vec_f v) {
-    bn_vec_f8 h;
-    memcpy(&h, &v, sizeof h);
-    return __builtin_convertvector(h, trn__vec_d);
-}
-
-static inline trn__vec_d bn_hi(trn__vec_f v) {
-    bn_vec_f8 h;
-    memcpy(&h, (const char *)&v + sizeof h, sizeof h);
-    return __builtin_convertvector(h, trn__vec_d);
-}
-
-// acc += v; acc += g * (v - m), lane by lane in double.
-static inline void bn_acc_f(trn__vec_d *acc, trn__vec_f v) { *acc += bn_lo(v) + bn_hi(v); }
-
-static inline void bn_acc_dot_f(trn__vec_d *acc, trn__vec_f g, trn__vec_f v, double m) {
-    *acc += bn_lo(g) * (bn_lo(v) - m) + bn_hi(g) * (bn_hi(v) - m);
-}
-
-static inline void bn_acc_d(trn__vec_d *acc, trn__vec_d v) { *acc += v; }
-
-static inline void bn_acc_dot_d(trn__vec_d *acc, trn__vec_d g, trn__vec_d v, double m) {
-    *acc += g * (v - m);
+static inline double bn_vsum(trn__vec_d v) {
+    double s = 0;
+    TRN_VREDUCE(trn__vec_d, double, v, s);
+    return s;
 }
 typedef struct bn_args {
     trn_dtype dtype, pdt;
@@ -116,37 +248,40 @@ typedef struct bn_args {
 
 _Static_assert(sizeof(bn_args) <= TRN_TASK_MAX_ARGS, "batch norm args too large");
 
+_Static_assert(sizeof(bn_args) <= TRN_TASK_MAX_ARGS, "batch norm args too large");
+
 static double param_or(const bn_args *a, const void *p, int64_t c, double dflt) {
     return p ? trn__load_real(a->pdt, p, c) : dflt;
 }
 
+static bool bn_half(const bn_args *a) {
+    return a->pdt == TRN_DTYPE_F16 || a->pdt == TRN_DTYPE_BF16;
+}
+
 // Per-channel statistics of the forward pass: mean and 1 / sqrt(var + eps),
-// from the batch (training, also updating the running stats) or from the
-// running stats (eval).
-static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, double *mean,
-                          double *invstd) {
+// from the batch (training: the exact mean and the sum of squared
+// deviations m2; also updates the running stats) or from the running stats
+// (eval).
+static void channel_stats(const bn_args *a, int64_t c, double m2, double *mean, double *invstd) {
     const int64_t n = a->batch * a->spatial;
     if (!a->training) {
         *mean = trn__load_real(a->pdt, a->rmean, c);
         *invstd = 1.0 / sqrt(trn__load_real(a->pdt, a->rvar, c) + a->eps);
         return;
     }
-    (void)sum;
-    const double var = sq / (double)n;
-    *invstd = 1.0 / sqrt(var + a->eps);
+    *invstd = 1.0 / sqrt(m2 / (double)n + a->eps);
     // The running update uses the exact statistics; the normalization uses
     // them as saved when the param dtype is 16-bit, as PyTorch CPU does, and
     // exact (double) otherwise: a float32 mean of 100 is off by up to 4e-6,
     // which would be an error of 4e-6 / std in every output.
     const double exact_mean = *mean;
-    const bool half = a->pdt == TRN_DTYPE_F16 || a->pdt == TRN_DTYPE_BF16;
     if (a->smean) {
         trn__store_real(a->pdt, a->smean, c, *mean);
-        if (half) *mean = trn__load_real(a->pdt, a->smean, c);
+        if (bn_half(a)) *mean = trn__load_real(a->pdt, a->smean, c);
     }
     if (a->sinvstd) {
         trn__store_real(a->pdt, a->sinvstd, c, *invstd);
-        if (half) *invstd = trn__load_real(a->pdt, a->sinvstd, c);
+        if (bn_half(a)) *invstd = trn__load_real(a->pdt, a->sinvstd, c);
     }
     if (a->rmean) {
         const double rm = trn__load_real(a->pdt, a->rmean, c);
@@ -154,300 +289,323 @@ static void channel_stats(const bn_args *a, int64_t c, double sum, double sq, do
     }
     if (a->rvar) {
         const double rv = trn__load_real(a->pdt, a->rvar, c);
-        const double unbiased = sq / (double)(n - 1);
+        const double unbiased = m2 / (double)(n - 1);
         trn__store_real(a->pdt, a->rvar, c, a->momentum * unbiased + (1 - a->momentum) * rv);
     }
 }
 
-// The mean the backward normalizes with. In training with float32 / float64
-// params the forward normalizes with the unrounded (double) batch mean but
-// saves it rounded to the param dtype: with a mean offset of 100 the rounding
-// (up to 4e-6) shifts every x - mean, and the weight gradient by that times
-// sum(dy) - an error several times CPU's. Where the mean exceeds the spread
-// (bn_backward_offset) an extra pass sums d = x - saved (exact near the
-// mean, so the sum is accurate where one of x is not) and
-// recovers the batch mean as saved + sum(d) / n; when the saved mean is its
-// rounding the backward normalizes with it instead (the caller then corrects
-// sum(dy * d) by (saved - mean) * sum(dy)). Any other saved mean (a caller's
-// own) is used as given, as are 16-bit params' (the forward used them rounded)
-// and means within the spread (invstd: the saved 1 / std), which the forward
-// did not refine either (bn_refine).
-static bool bn_backward_offset(const bn_args *a, double saved, double invstd) {
-    return a->training && a->pdt != TRN_DTYPE_F16 && a->pdt != TRN_DTYPE_BF16 &&
-           fabs(saved) * invstd > 1.0;
-}
-
-static double bn_backward_mean(const bn_args *a, double saved, double invstd, double sum_d) {
-    if (!bn_backward_offset(a, saved, invstd)) return saved;
-    const double m = saved + sum_d / (double)(a->batch * a->spatial);
-    const double rounded = a->pdt == TRN_DTYPE_F32 ? (double)(float)m : m;
-    return rounded == saved ? m : saved;
-}
-
-// Where the mean exceeds the spread (bn_offset: an offset like 100 +- 2), an
-// extra pass after the variance pass sums d = x - m around the first pass's
-// mean m rounded to the compute type: near the mean d is exact or nearly, so
-// m + sum(d) / n is the batch mean to double accuracy, where the float lane
-// sums of x itself lose ~1e-7 of it (a float ulp of the mean, which every
-// output and the weight gradient would inherit); sum(d^2) is corrected to
-// the refined mean the same way. Elsewhere (ResNet's activations) the sums of
-// d are no more accurate than those of x, and no pass is added. Only double
-// data takes it: float data's sum(x) accumulates in double lanes, already
-// exact or nearly.
-static bool bn_offset(const bn_args *a, double m, double sq) {
-    const double n = (double)(a->batch * a->spatial);
-    return n > 0 && fabs(m) > sqrt(sq / n + a->eps);
-}
-
-static void bn_refine(const bn_args *a, double m, double dsum, double *mean, double *sq) {
-    const double n = (double)(a->batch * a->spatial);
-    *mean = m + dsum / n;
-    *sq -= dsum * dsum / n;
-    if (*sq < 0) *sq = 0;
-}
-
-// Channel sums: lane partial sums (double lanes for sum(x), sum(dy),
-// sum(dy * (x - mean)); float lanes for sum((x - mean)^2)) and a scalar sum
-// of the tails of rows that are not whole lane groups move to the double
-// total, lane by lane, every TRN_VFLUSH_ELEMS elements of a channel, rows cut
-// into chunks of at most that many: a float lane never holds more than 16
-// terms, so the variance stays within a few float roundings of the exact
-// value (CPU's float32 error or better; tests/test_numerics_vs_f64.py).
-// Deterministic: the grouping depends only on the shape, not on the split.
-#define BN_FLUSH(acc, tail, total)                                                                 \
-    do {                                                                                           \
-        TRN_VREDUCE(trn__vec_d, double, acc, total);                                               \
-        (total) += (double)(tail);                                                                 \
-        (tail) = 0;                                                                                \
-        memset(&(acc), 0, sizeof(acc));                                                            \
-    } while (0)
-
-// Channels are walked in groups of up to BN_GROUP, in memory order: batch
-// item outer, channel inner, one contiguous stretch of the group's rows per
-// item. Walking one channel at a time hops CH * S elements from row to row,
-// which the prefetchers follow badly: on ResNet's small planes batch norm ran
-// at ~1.5x its in-cache time, and on 32x32 planes (batch 32) the group walk
-// takes 0.6-0.7x the per-channel walk's time (float32 and bfloat16, forward
-// and backward). Per-channel lane sums are flushed at the same points as a
-// per-channel walk would: each row is cut into chunks of at most
-// TRN_VFLUSH_ELEMS elements and a channel flushes after every
-// TRN_VFLUSH_ELEMS of its elements and at the end (the running count is the
-// same for every channel). Each channel's sums are therefore the same
-// operations in the same order as the per-channel walk's: the same bits.
+// Channels are walked in groups, in memory order: batch item outer, channel
+// inner, one contiguous stretch of the group's rows per item (walking one
+// channel at a time hops CH * S elements from row to row, which the
+// prefetchers follow badly). A group holds up to BN_GROUP channels and
+// about BN_GROUP_BYTES of data, so that the pass after the sums (y, or dx)
+// reads the group again from L2 rather than from L3 / memory. Each channel's
+// sums are the same operations in the same order whatever the group.
 #define BN_GROUP 32
+#define BN_GROUP_BYTES (512 * 1024)
 
-// For each batch item b, each channel c = g0 + k of the group: BODY_V /
-// BODY_S on row `row` at lane group / element i; FLUSH(k) for every channel
-// after every TRN_VFLUSH_ELEMS elements of a channel and at the end.
-#define BN_GROUP_ROWS(BODY_V, BODY_S, FLUSH)                                                       \
-    do {                                                                                           \
-        int64_t run = 0;                                                                           \
-        if (S <= TRN_VFLUSH_ELEMS) {                                                               \
-            for (int64_t b = 0; b < a->batch; b++) {                                               \
-                for (int64_t k = 0; k < G; k++) {                                                  \
-                    const int64_t row = (b * CH + g0 + k) * S;                                     \
-                    int64_t i = 0;                                                                 \
-                    for (; i + L <= S; i += L) BODY_V;                                             \
-                    for (; i < S; i++) BODY_S;                                                     \
+static int64_t bn_group(const bn_args *a, int64_t c0, int64_t c1, int arrays) {
+    const int64_t per = a->batch * a->spatial * (int64_t)trn_dtype_size(a->dtype) * arrays;
+    int64_t g = per > 0 ? BN_GROUP_BYTES / per : BN_GROUP;
+    g = g < 1 ? 1 : g > BN_GROUP ? BN_GROUP : g;
+    return c1 - c0 < g ? c1 - c0 : g;
+}
+
+// For each batch item b, each channel k of the group: BODY_V on the 8
+// elements at row + e with lane set j (0 or 1: two sets of lane sums break
+// the add latency chain of a long row; rows under 32 elements use set 0
+// only, half the sums to reload per row: 4x4 planes 5-10 % faster), BODY_S
+// on the element row + e of a row's tail. Which element goes to which set
+// depends on the shape only.
+#define BN_ROWS(BODY_V, BODY_S)                                                                    \
+    for (int64_t b = 0; b < a->batch; b++)                                                         \
+        for (int64_t k = 0; k < G; k++) {                                                          \
+            const int64_t row = (b * CH + g0 + k) * S;                                             \
+            int64_t i = 0;                                                                         \
+            for (; S >= 32 && i + 16 <= S; i += 16) {                                              \
+                {                                                                                  \
+                    const int j = 0;                                                               \
+                    const int64_t e = i;                                                           \
+                    (void)j;                                                                       \
+                    BODY_V;                                                                        \
                 }                                                                                  \
-                if ((run += S) >= TRN_VFLUSH_ELEMS) {                                              \
-                    for (int64_t k = 0; k < G; k++) FLUSH;                                         \
-                    run = 0;                                                                       \
+                {                                                                                  \
+                    const int j = 1;                                                               \
+                    const int64_t e = i + 8;                                                       \
+                    (void)j;                                                                       \
+                    BODY_V;                                                                        \
                 }                                                                                  \
             }                                                                                      \
-        } else {                                                                                   \
-            /* Rows longer than a flush: cut into chunks, counted per channel. */                  \
-            for (int64_t b = 0; b < a->batch; b++) {                                               \
-                int64_t run_end = run;                                                             \
-                for (int64_t k = 0; k < G; k++) {                                                  \
-                    const int64_t row = (b * CH + g0 + k) * S;                                     \
-                    int64_t r = run;                                                               \
-                    for (int64_t i0 = 0; i0 < S; i0 += TRN_VFLUSH_ELEMS) {                         \
-                        const int64_t i1 = S - i0 < TRN_VFLUSH_ELEMS ? S : i0 + TRN_VFLUSH_ELEMS;  \
-                        int64_t i = i0;                                                            \
-                        for (; i + L <= i1; i += L) BODY_V;                                        \
-                        for (; i < i1; i++) BODY_S;                                                \
-                        if ((r += i1 - i0) >= TRN_VFLUSH_ELEMS) {                                  \
-                            FLUSH;                                                                 \
-                            r = 0;                                                                 \
-                        }                                                                          \
-                    }                                                                              \
-                    run_end = r;                                                                   \
-                }                                                                                  \
-                run = run_end;                                                                     \
+            for (; i + 8 <= S; i += 8) {                                                           \
+                const int j = 0;                                                                   \
+                const int64_t e = i;                                                               \
+                (void)j;                                                                           \
+                BODY_V;                                                                            \
             }                                                                                      \
-        }                                                                                          \
-        for (int64_t k = 0; k < G; k++) FLUSH;                                                     \
-    } while (0)
+            for (; i < S; i++) {                                                                   \
+                const int64_t e = i;                                                               \
+                BODY_S;                                                                            \
+            }                                                                                      \
+        }
 
-#define DEFINE_BN(N, T, C, V, LD, ST, VLD, VST, W)                                                 \
+static inline double bn_total(const trn__vec_d v[2], double tail) {
+    return bn_vsum(v[0] + v[1]) + tail;
+}
+
+// The forward's statistics in one pass: s1 = sum(x), s2 = sum(x^2) (x^2
+// exact in double for float and 16-bit data), m2 = s2 - s1^2 / n. Each
+// lane sum rounds at most len = n / 16 + 4 times, so m2 is off by at most
+// ~2 len 2^-53 s2: below 2^-30 m2 (far below a float rounding) while s2 len
+// <= 2^22 m2, i.e. while the mean is within a few tens of standard
+// deviations of 0 (ResNet's activations). Otherwise (a mean offset like 100
+// +- 1) a second pass sums d = x - mean and d^2 about that mean.
+#define BN_CANCEL_MAX 4194304.0
+
+#define DEFINE_BN(N, T, LDD, STD, LD8, ST8, HALF, YROW, DXF, DXD)                                  \
     static void fwd_##N(void *ctx, int64_t c0, int64_t c1) {                                       \
         const bn_args *a = ctx;                                                                    \
         const int64_t S = a->spatial, CH = a->channels;                                            \
-        const int64_t L = TRN_VLANES(V, C);                                                        \
+        const double n = (double)(a->batch * S);                                                   \
+        const double len = n / 16 + 4;                                                             \
         const T *X = (const T *)a->x;                                                              \
-        for (int64_t g0 = c0; g0 < c1; g0 += BN_GROUP) {                                           \
-            const int64_t G = c1 - g0 < BN_GROUP ? c1 - g0 : BN_GROUP;                             \
-            double mean[BN_GROUP], sq[BN_GROUP], sum[BN_GROUP];                                    \
-            C alpha[BN_GROUP], beta[BN_GROUP], mhi[BN_GROUP], mlo[BN_GROUP];                       \
-            for (int64_t k = 0; k < G; k++) mean[k] = sq[k] = sum[k] = 0;                          \
+        for (int64_t g0 = c0, G; g0 < c1; g0 += G) {                                               \
+            G = bn_group(a, g0, c1, 2);                                                            \
+            double mean[BN_GROUP], m2[BN_GROUP];                                                   \
             if (a->training) {                                                                     \
-                trn__vec_d acc[BN_GROUP], acc_d[BN_GROUP];                                         \
-                double s[BN_GROUP], sd[BN_GROUP];                                                  \
-                double dsum[BN_GROUP];                                                             \
-                memset(acc, 0, sizeof acc);                                                        \
-                memset(acc_d, 0, sizeof acc_d);                                                    \
-                memset(s, 0, sizeof s);                                                            \
-                memset(sd, 0, sizeof sd);                                                          \
-                BN_GROUP_ROWS(bn_acc_##W(&acc[k], VLD(X + row + i)),                               \
-                              s[k] += (double)LD(X[row + i]), BN_FLUSH(acc[k], s[k], sum[k]));     \
-                for (int64_t k = 0; k < G; k++) {                                                  \
-                    mean[k] = sum[k] / (double)(a->batch * S);                                     \
-                    dsum[k] = 0;                                                                   \
-                }                                                                                  \
-                /* The squares are positive (no cancellation): float */                            \
-                /* lanes, flushed to double, keep var within a float */                            \
-                /* rounding or two, as CPU's; x - mean with the mean as */                         \
-                /* a float pair (hi + lo). Double lanes here cost 1.3x. */                         \
-                V accq[BN_GROUP];                                                                  \
-                C sqt[BN_GROUP], qh[BN_GROUP], ql[BN_GROUP];                                       \
-                memset(accq, 0, sizeof accq);                                                      \
-                for (int64_t k = 0; k < G; k++) {                                                  \
-                    sqt[k] = 0;                                                                    \
-                    qh[k] = (C)mean[k], ql[k] = (C)(mean[k] - (double)qh[k]);                      \
-                }                                                                                  \
-                BN_GROUP_ROWS(                                                                     \
+                trn__vec_d acc1[BN_GROUP][2], acc2[BN_GROUP][2];                                   \
+                double t1[BN_GROUP], t2[BN_GROUP];                                                 \
+                memset(acc1, 0, sizeof acc1);                                                      \
+                memset(acc2, 0, sizeof acc2);                                                      \
+                for (int64_t k = 0; k < G; k++) t1[k] = t2[k] = 0;                                 \
+                BN_ROWS(                                                                           \
                     {                                                                              \
-                        const V d = (VLD(X + row + i) - qh[k]) - ql[k];                            \
-                        accq[k] += d * d;                                                          \
+                        const trn__vec_d v = LD8(X + row + e);                                     \
+                        acc1[k][j] = bn_add_f(v, acc1[k][j]);                                      \
+                        acc2[k][j] = bn_fma(v, v, acc2[k][j]);                                     \
                     },                                                                             \
                     {                                                                              \
-                        const C d = ((C)LD(X[row + i]) - qh[k]) - ql[k];                           \
-                        sqt[k] += d * d;                                                           \
-                    },                                                                             \
-                    {                                                                              \
-                        TRN_VREDUCE(V, C, accq[k], sq[k]);                                         \
-                        sq[k] += (double)sqt[k];                                                   \
-                        sqt[k] = 0;                                                                \
-                        memset(&accq[k], 0, sizeof accq[k]);                                       \
-                    });                                                                            \
-                /* Float data: sum(x) in double is exact or nearly, so no */                       \
-                /* refinement is needed; double data sums as CPU does. */                          \
-                bool refine = false;                                                               \
-                for (int64_t k = 0; k < G; k++) refine |= bn_offset(a, mean[k], sq[k]);            \
-                if (refine && sizeof(C) == sizeof(double)) {                                       \
-                    BN_GROUP_ROWS(bn_acc_##W(&acc_d[k], VLD(X + row + i) - (C)mean[k]),            \
-                                  sd[k] += (double)LD(X[row + i]) - mean[k],                       \
-                                  BN_FLUSH(acc_d[k], sd[k], dsum[k]));                             \
-                    for (int64_t k = 0; k < G; k++)                                                \
-                        if (bn_offset(a, mean[k], sq[k]))                                          \
-                            bn_refine(a, mean[k], dsum[k], &mean[k], &sq[k]);                      \
+                        const double v = LDD(X[row + e]);                                          \
+                        t1[k] += v;                                                                \
+                        t2[k] = fma(v, v, t2[k]);                                                  \
+                    })                                                                             \
+                bool again = false;                                                                \
+                for (int64_t k = 0; k < G; k++) {                                                  \
+                    const double s1 = bn_total(acc1[k], t1[k]), s2 = bn_total(acc2[k], t2[k]);     \
+                    mean[k] = s1 / n;                                                              \
+                    m2[k] = fmax(s2 - s1 * mean[k], 0);                                            \
+                    again |= !(s2 * len <= BN_CANCEL_MAX * m2[k]);                                 \
+                }                                                                                  \
+                if (again) {                                                                       \
+                    memset(acc1, 0, sizeof acc1);                                                  \
+                    memset(acc2, 0, sizeof acc2);                                                  \
+                    for (int64_t k = 0; k < G; k++) t1[k] = t2[k] = 0;                             \
+                    BN_ROWS(                                                                       \
+                        {                                                                          \
+                            const trn__vec_d d = bn_add_f(LD8(X + row + e), bn_splat(-mean[k]));   \
+                            acc1[k][j] = bn_add_f(d, acc1[k][j]);                                  \
+                            acc2[k][j] = bn_fma(d, d, acc2[k][j]);                                 \
+                        },                                                                         \
+                        {                                                                          \
+                            const double d = LDD(X[row + e]) - mean[k];                            \
+                            t1[k] += d;                                                            \
+                            t2[k] = fma(d, d, t2[k]);                                              \
+                        })                                                                         \
+                    for (int64_t k = 0; k < G; k++) {                                              \
+                        const double s1 = bn_total(acc1[k], t1[k]);                                \
+                        const double s2 = bn_total(acc2[k], t2[k]);                                \
+                        mean[k] += s1 / n;                                                         \
+                        m2[k] = fmax(s2 - s1 * s1 / n, 0);                                         \
+                    }                                                                              \
                 }                                                                                  \
             }                                                                                      \
+            /* y = x * al + be in double: the error of be's rounding, */                           \
+            /* 2^-53 of mean * al, stays far below y's own rounding. */                            \
+            bn_coef co[BN_GROUP];                                                                  \
             for (int64_t k = 0; k < G; k++) {                                                      \
                 double invstd;                                                                     \
-                channel_stats(a, g0 + k, sum[k], sq[k], &mean[k], &invstd);                        \
-                const double w = param_or(a, a->weight, g0 + k, 1.0);                              \
-                alpha[k] = (C)(invstd * w), beta[k] = (C)param_or(a, a->bias, g0 + k, 0.0);        \
-                mhi[k] = (C)mean[k], mlo[k] = (C)(mean[k] - (double)mhi[k]);                       \
+                channel_stats(a, g0 + k, a->training ? m2[k] : 0, &mean[k], &invstd);              \
+                const double bias = param_or(a, a->bias, g0 + k, 0.0);                             \
+                co[k].al = invstd * param_or(a, a->weight, g0 + k, 1.0);                           \
+                co[k].be = bias - mean[k] * co[k].al;                                              \
+                co[k].fa = (float)co[k].al, co[k].fb = (float)bias;                                \
+                bn_coef_mean(&co[k], mean[k]);                                                     \
             }                                                                                      \
-            for (int64_t b = 0; b < a->batch; b++) {                                               \
+            T *Y = (T *)a->y;                                                                      \
+            for (int64_t b = 0; b < a->batch; b++)                                                 \
                 for (int64_t k = 0; k < G; k++) {                                                  \
-                    const T *x = X + (b * CH + g0 + k) * S;                                        \
-                    T *y = (T *)a->y + (b * CH + g0 + k) * S;                                      \
-                    const C ah = alpha[k], bh = beta[k], hi = mhi[k], lo = mlo[k];                 \
-                    int64_t i = 0;                                                                 \
-                    for (; i + L <= S; i += L) VST(y + i, ((VLD(x + i) - hi) - lo) * ah + bh);     \
-                    for (; i < S; i++) y[i] = ST((((C)LD(x[i]) - hi) - lo) * ah + bh);             \
+                    const int64_t row = (b * CH + g0 + k) * S;                                     \
+                    YROW(X + row, Y + row, S, &co[k]);                                             \
                 }                                                                                  \
-            }                                                                                      \
         }                                                                                          \
     }                                                                                              \
     static void bwd_##N(void *ctx, int64_t c0, int64_t c1) {                                       \
         const bn_args *a = ctx;                                                                    \
         const int64_t S = a->spatial, CH = a->channels;                                            \
-        const int64_t L = TRN_VLANES(V, C);                                                        \
-        const double n = (double)(a->batch * S);                                                   \
+        const double n = (double)(a->batch * S), len = n / 16 + 4;                                 \
         const T *X = (const T *)a->x, *DY = (const T *)a->dy;                                      \
-        for (int64_t g0 = c0; g0 < c1; g0 += BN_GROUP) {                                           \
-            const int64_t G = c1 - g0 < BN_GROUP ? c1 - g0 : BN_GROUP;                             \
-            double invstd[BN_GROUP], sum[BN_GROUP], dot[BN_GROUP], sumd[BN_GROUP], ms[BN_GROUP];   \
-            C mhi[BN_GROUP], mlo[BN_GROUP], scale[BN_GROUP], kk[BN_GROUP], gmean[BN_GROUP];        \
-            trn__vec_d acc_s[BN_GROUP], acc_d[BN_GROUP], acc_x[BN_GROUP];                          \
-            double s[BN_GROUP], d[BN_GROUP], sx[BN_GROUP];                                         \
-            memset(acc_s, 0, sizeof acc_s);                                                        \
-            memset(acc_d, 0, sizeof acc_d);                                                        \
-            memset(acc_x, 0, sizeof acc_x);                                                        \
+        /* Training with float32 params: the saved stats are the float */                          \
+        /* roundings of the forward's exact ones; the backward recovers */                         \
+        /* those from sums of d = x - saved mean and d^2 (two more lane */                         \
+        /* sums) and uses them where they round to the saved values. */                            \
+        const bool exact = a->training && a->pdt == TRN_DTYPE_F32;                                 \
+        for (int64_t g0 = c0, G; g0 < c1; g0 += G) {                                               \
+            G = bn_group(a, g0, c1, 3);                                                            \
+            double ms[BN_GROUP], inv[BN_GROUP];                                                    \
+            bn_coef co[BN_GROUP];                                                                  \
+            trn__vec_d as[BN_GROUP][2], ap[BN_GROUP][2], ad[BN_GROUP][2], aq[BN_GROUP][2];         \
+            trn__vec_d ag[BN_GROUP][2];                                                            \
+            double ts[BN_GROUP], tp[BN_GROUP], td[BN_GROUP], tq[BN_GROUP], tg[BN_GROUP];           \
+            memset(as, 0, sizeof as);                                                              \
+            memset(ap, 0, sizeof ap);                                                              \
+            memset(ad, 0, sizeof ad);                                                              \
+            memset(aq, 0, sizeof aq);                                                              \
+            memset(ag, 0, sizeof ag);                                                              \
             for (int64_t k = 0; k < G; k++) {                                                      \
-                const double mean = trn__load_real(a->pdt, a->mean_in, g0 + k);                    \
+                ms[k] = trn__load_real(a->pdt, a->mean_in, g0 + k);                                \
                 const double sv = trn__load_real(a->pdt, a->var_in, g0 + k);                       \
-                invstd[k] = a->training ? sv : 1.0 / sqrt(sv + a->eps);                            \
-                ms[k] = mean, mhi[k] = (C)mean, mlo[k] = (C)(mean - (double)mhi[k]);               \
-                sum[k] = dot[k] = sumd[k] = 0;                                                     \
-                s[k] = d[k] = sx[k] = 0;                                                           \
+                inv[k] = a->training ? sv : 1.0 / sqrt(sv + a->eps);                               \
+                ts[k] = tp[k] = td[k] = tq[k] = tg[k] = 0;                                         \
             }                                                                                      \
-            BN_GROUP_ROWS(                                                                         \
-                {                                                                                  \
-                    const V g = VLD(DY + row + i);                                                 \
-                    bn_acc_##W(&acc_s[k], g);                                                      \
-                    bn_acc_dot_##W(&acc_d[k], g, VLD(X + row + i), ms[k]);                         \
-                },                                                                                 \
-                {                                                                                  \
-                    const double g = (double)LD(DY[row + i]);                                      \
-                    s[k] += g;                                                                     \
-                    d[k] += g * ((double)LD(X[row + i]) - ms[k]);                                  \
-                },                                                                                 \
-                {                                                                                  \
-                    BN_FLUSH(acc_s[k], s[k], sum[k]);                                              \
-                    BN_FLUSH(acc_d[k], d[k], dot[k]);                                              \
-                });                                                                                \
-            bool recover = false;                                                                  \
-            for (int64_t k = 0; k < G; k++) recover |= bn_backward_offset(a, ms[k], invstd[k]);    \
-            if (recover)                                                                           \
-                BN_GROUP_ROWS(bn_acc_##W(&acc_x[k], (VLD(X + row + i) - mhi[k]) - mlo[k]),         \
-                              sx[k] += (double)(((C)LD(X[row + i]) - mhi[k]) - mlo[k]),            \
-                              BN_FLUSH(acc_x[k], sx[k], sumd[k]));                                 \
-            for (int64_t k = 0; k < G; k++) {                                                      \
-                const double mean = bn_backward_mean(a, ms[k], invstd[k], sumd[k]);                \
-                dot[k] += (ms[k] - mean) * sum[k];                                                 \
-                mhi[k] = (C)mean, mlo[k] = (C)(mean - (double)mhi[k]);                             \
-                if (a->dweight) trn__store_real(a->pdt, a->dweight, g0 + k, dot[k] * invstd[k]);   \
-                if (a->dbias) trn__store_real(a->pdt, a->dbias, g0 + k, sum[k]);                   \
-                const double w = param_or(a, a->weight, g0 + k, 1.0);                              \
-                scale[k] = (C)(invstd[k] * w);                                                     \
-                kk[k] = a->training ? (C)(dot[k] * invstd[k] * invstd[k] / n) : (C)0;              \
-                gmean[k] = a->training ? (C)(sum[k] / n) : (C)0;                                   \
-            }                                                                                      \
-            if (!a->dx) continue;                                                                  \
-            for (int64_t b = 0; b < a->batch; b++) {                                               \
+            /* 16-bit data also sums dy^2: whether dx cancels (below). */                          \
+            /* exact: raw sums of x, x^2, dy x first (4 lane ops, as the */                        \
+            /* forward's; a second pass about the saved mean where they */                         \
+            /* cancel, the forward's test), else sums about the mean. */                           \
+            bool raw = false;                                                                      \
+            if (exact) {                                                                           \
+                BN_ROWS(                                                                           \
+                    {                                                                              \
+                        const trn__vec_d g = LD8(DY + row + e);                                    \
+                        const trn__vec_d v = LD8(X + row + e);                                     \
+                        as[k][j] += g;                                                             \
+                        ap[k][j] = bn_fma(g, v, ap[k][j]);                                         \
+                        ad[k][j] = bn_add_f(v, ad[k][j]);                                          \
+                        aq[k][j] = bn_fma(v, v, aq[k][j]);                                         \
+                        if (HALF) ag[k][j] = bn_fma(g, g, ag[k][j]);                               \
+                    },                                                                             \
+                    {                                                                              \
+                        const double g = LDD(DY[row + e]);                                         \
+                        const double v = LDD(X[row + e]);                                          \
+                        ts[k] += g;                                                                \
+                        tp[k] = fma(g, v, tp[k]);                                                  \
+                        td[k] += v;                                                                \
+                        tq[k] = fma(v, v, tq[k]);                                                  \
+                        tg[k] = fma(g, g, tg[k]);                                                  \
+                    })                                                                             \
+                raw = true;                                                                        \
                 for (int64_t k = 0; k < G; k++) {                                                  \
-                    const int64_t off = (b * CH + g0 + k) * S;                                     \
-                    const T *x = X + off, *dy = DY + off;                                          \
-                    T *dx = (T *)a->dx + off;                                                      \
-                    const C sc = scale[k], kq = kk[k], gm = gmean[k], hi = mhi[k], lo = mlo[k];    \
-                    int64_t i = 0;                                                                 \
-                    if (a->training) {                                                             \
-                        for (; i + L <= S; i += L)                                                 \
-                            VST(dx + i, (VLD(dy + i) - gm - ((VLD(x + i) - hi) - lo) * kq) * sc);  \
-                        for (; i < S; i++)                                                         \
-                            dx[i] = ST(((C)LD(dy[i]) - gm - (((C)LD(x[i]) - hi) - lo) * kq) * sc); \
-                    } else {                                                                       \
-                        for (; i + L <= S; i += L) VST(dx + i, VLD(dy + i) * sc);                  \
-                        for (; i < S; i++) dx[i] = ST((C)LD(dy[i]) * sc);                          \
-                    }                                                                              \
+                    const double s1 = bn_total(ad[k], td[k]), s2 = bn_total(aq[k], tq[k]);         \
+                    raw &= s2 * len <= BN_CANCEL_MAX * fmax(s2 - s1 * s1 / n, 0);                  \
                 }                                                                                  \
             }                                                                                      \
+            if (exact && !raw) {                                                                   \
+                memset(as, 0, sizeof as);                                                          \
+                memset(ap, 0, sizeof ap);                                                          \
+                memset(ad, 0, sizeof ad);                                                          \
+                memset(aq, 0, sizeof aq);                                                          \
+                memset(ag, 0, sizeof ag);                                                          \
+                for (int64_t k = 0; k < G; k++) ts[k] = tp[k] = td[k] = tq[k] = tg[k] = 0;         \
+                BN_ROWS(                                                                           \
+                    {                                                                              \
+                        const trn__vec_d g = LD8(DY + row + e);                                    \
+                        const trn__vec_d d = bn_add_f(LD8(X + row + e), bn_splat(-ms[k]));         \
+                        as[k][j] += g;                                                             \
+                        ap[k][j] = bn_fma(g, d, ap[k][j]);                                         \
+                        ad[k][j] = bn_add_f(d, ad[k][j]);                                          \
+                        aq[k][j] = bn_fma(d, d, aq[k][j]);                                         \
+                        if (HALF) ag[k][j] = bn_fma(g, g, ag[k][j]);                               \
+                    },                                                                             \
+                    {                                                                              \
+                        const double g = LDD(DY[row + e]);                                         \
+                        const double d = LDD(X[row + e]) - ms[k];                                  \
+                        ts[k] += g;                                                                \
+                        tp[k] = fma(g, d, tp[k]);                                                  \
+                        td[k] += d;                                                                \
+                        tq[k] = fma(d, d, tq[k]);                                                  \
+                        tg[k] = fma(g, g, tg[k]);                                                  \
+                    })                                                                             \
+            } else if (!exact)                                                                     \
+                BN_ROWS(                                                                           \
+                    {                                                                              \
+                        const trn__vec_d g = LD8(DY + row + e);                                    \
+                        const trn__vec_d d = bn_add_f(LD8(X + row + e), bn_splat(-ms[k]));         \
+                        as[k][j] += g;                                                             \
+                        ap[k][j] = bn_fma(g, d, ap[k][j]);                                         \
+                        if (HALF) ag[k][j] = bn_fma(g, g, ag[k][j]);                               \
+                    },                                                                             \
+                    {                                                                              \
+                        const double g = LDD(DY[row + e]);                                         \
+                        ts[k] += g;                                                                \
+                        tp[k] = fma(g, LDD(X[row + e]) - ms[k], tp[k]);                            \
+                        tg[k] = fma(g, g, tg[k]);                                                  \
+                    })                                                                             \
+            for (int64_t k = 0; k < G; k++) {                                                      \
+                const double sum = bn_total(as[k], ts[k]);                                         \
+                double dot = bn_total(ap[k], tp[k]), mean = ms[k];                                 \
+                if (exact) {                                                                       \
+                    const double sd = bn_total(ad[k], td[k]), sq = bn_total(aq[k], tq[k]);         \
+                    /* raw: sd = sum x, sq = sum x^2, dot = sum dy x; else */                      \
+                    /* the sums of d = x - saved mean, d^2 and dy d. */                            \
+                    const double m = raw ? sd / n : ms[k] + sd / n;                                \
+                    const double m2 = fmax(raw ? sq - sd * m : sq - sd * sd / n, 0);               \
+                    const double iv = 1.0 / sqrt(m2 / n + a->eps);                                 \
+                    if (raw) dot -= ms[k] * sum;                                                   \
+                    if ((float)m == ms[k] && (float)iv == inv[k]) {                                \
+                        dot -= (m - ms[k]) * sum;                                                  \
+                        mean = m, inv[k] = iv;                                                     \
+                    }                                                                              \
+                }                                                                                  \
+                if (a->dweight) trn__store_real(a->pdt, a->dweight, g0 + k, dot * inv[k]);         \
+                if (a->dbias) trn__store_real(a->pdt, a->dbias, g0 + k, sum);                      \
+                /* dx = sc (dy - sum / n - (x - mean) kq), kq = dot inv^2 / n, */                  \
+                /* as dy * sc + (x * c1 + c0): in double the cancelling */                         \
+                /* terms lose 2^-53 of mean / std, far below dx's rounding. */                     \
+                bn_coef *c = &co[k];                                                               \
+                c->sc = inv[k] * param_or(a, a->weight, g0 + k, 1.0);                              \
+                const double kq = a->training ? dot * inv[k] * inv[k] / n : 0;                     \
+                const double gm = a->training ? sum / n : 0;                                       \
+                c->c1 = -kq * c->sc;                                                               \
+                c->c0 = (mean * kq - gm) * c->sc;                                                  \
+                c->fsc = (float)c->sc, c->fk = (float)kq, c->fgm = (float)gm;                      \
+                bn_coef_mean(c, mean);                                                             \
+                /* 16-bit dx in float unless what is left of dy after */                           \
+                /* taking out mean(dy) and xhat mean(dy xhat) has under */                         \
+                /* 2^-8 of dy's rms (energy r; sum xhat^2 = n (1 - eps inv^2)): */                 \
+                /* float's error then stays under 2^-16 of dx's scale. Else */                     \
+                /* double (n = 2 leaves eps / var of dy). */                                       \
+                const double g2 = bn_total(ag[k], tg[k]);                                          \
+                const double s2 = 1 - a->eps * inv[k] * inv[k];                                    \
+                const double r = g2 - n * gm * gm - dot * kq * (2 - s2);                           \
+                c->dbl = HALF && a->training && !(r >= 0x1p-16 * g2);                              \
+            }                                                                                      \
+            if (!a->dx) continue;                                                                  \
+            T *DX = (T *)a->dx;                                                                    \
+            for (int64_t b = 0; b < a->batch; b++)                                                 \
+                for (int64_t k = 0; k < G; k++) {                                                  \
+                    const int64_t row = (b * CH + g0 + k) * S;                                     \
+                    if (co[k].dbl)                                                                 \
+                        DXD(X + row, DY + row, DX + row, S, &co[k], a->training);                  \
+                    else                                                                           \
+                        DXF(X + row, DY + row, DX + row, S, &co[k], a->training);                  \
+                }                                                                                  \
         }                                                                                          \
     }
 
-// x - mean with the double mean as a float pair (hi + lo): x - hi is exact
-// for x near the mean, so a mean offset far larger than the spread (100 +-
-// 1) loses no more than one rounding, where x * alpha + (bias - mean *
-// alpha) would cancel two large terms.
-DEFINE_BN(f16, uint16_t, float, trn__vec_f, LD_f16, ST_f16, vld_f16, vst_f16, f)
-DEFINE_BN(bf16, uint16_t, float, trn__vec_f, LD_bf16, ST_bf16, vld_bf16, vst_bf16, f)
-DEFINE_BN(f32, float, float, trn__vec_f, LD_id, ST_id, vld_f32, vst_f32, f)
-DEFINE_BN(f64, double, double, trn__vec_d, LD_id, ST_id, vld_f64, vst_f64, d)
+DEFINE_BN_Y_D(f32, float, LDD_id, STD_f32, ld8_f32, st8_f32)
+DEFINE_BN_Y_D(f64, double, LDD_id, STD_f64, ld8_f64, st8_f64)
+DEFINE_BN_DX_D(f16, uint16_t, LDD_f16, STD_f16, ld8_f16, st8_f16)
+DEFINE_BN_DX_D(bf16, uint16_t, LDD_bf16, STD_bf16, ld8_bf16, st8_bf16)
+DEFINE_BN_DX_D(f32, float, LDD_id, STD_f32, ld8_f32, st8_f32)
+DEFINE_BN_DX_D(f64, double, LDD_id, STD_f64, ld8_f64, st8_f64)
+DEFINE_BN_ROWS_F(f16, LD_f16, ST_f16, vld16_f16, vst16_f16)
+DEFINE_BN_ROWS_F(bf16, LD_bf16, ST_bf16, vld16_bf16, vst16_bf16)
+
+DEFINE_BN(f16, uint16_t, LDD_f16, STD_f16, ld8_f16, st8_f16, 1, y_row_f_f16, dx_row_f_f16,
+          dx_row_d_f16)
+DEFINE_BN(bf16, uint16_t, LDD_bf16, STD_bf16, ld8_bf16, st8_bf16, 1, y_row_f_bf16, dx_row_f_bf16,
+          dx_row_d_bf16)
+DEFINE_BN(f32, float, LDD_id, STD_f32, ld8_f32, st8_f32, 0, y_row_d_f32, dx_row_d_f32, dx_row_d_f32)
+DEFINE_BN(f64, double, LDD_id, STD_f64, ld8_f64, st8_f64, 0, y_row_d_f64, dx_row_d_f64,
+          dx_row_d_f64)
 
 typedef void (*piece_fn)(void *, int64_t, int64_t);
 
