@@ -9,9 +9,11 @@
 // Dtypes: x / y / dy / dx are F16, BF16, F32 or F64, all the same. Every
 // per-channel vector (weight, bias, running stats, saved stats and their
 // grads) has `param_dtype`: x's dtype, or F32 with a 16-bit x (PyTorch's
-// mixed-type batch norm). Arithmetic is float32 (sums in double) for 16-bit
-// and float32 data and double for float64. Statistics use two passes (mean,
-// then the sum of squared deviations), like PyTorch CPU.
+// mixed-type batch norm). Per-channel sums are double. float32 and float64
+// y / dx are formed in double and rounded once; 16-bit y / dx in float32
+// (dx in double where a channel's dx cancels). Statistics come from one pass
+// of raw sums (x, x^2) with a cancellation test, and a second pass about the
+// mean where it fails (kernels/norm/batch_norm.c).
 #ifndef TRN_BATCH_NORM_H
 #define TRN_BATCH_NORM_H
 

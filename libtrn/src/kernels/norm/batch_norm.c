@@ -13,8 +13,7 @@
 // forms y / dx in float with float statistics, so a correctly rounded result
 // is never further from float64. Each channel's sums run in an order fixed
 // by the shape alone: the bits do not depend on the thread split or on the
-// channel grouping. (trn/batch_norm.h's "sums in double ... two passes" is
-// the older design; its comment waits for the next header change.)
+// channel grouping.
 #include <math.h>
 #include <string.h>
 
