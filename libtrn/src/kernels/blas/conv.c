@@ -16,6 +16,8 @@
 #include "trn/parallel.h"
 
 typedef enum conv_kind { CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS } conv_kind;
+// conv_key.kind of the float32 move of trn_conv_backward_launch's plan.
+#define CONV_MOVE_KEY 3
 typedef enum slot { S_INPUT, S_WEIGHT, S_BIAS, S_OUTPUT, S_COUNT } slot;
 
 typedef struct conv_args {
@@ -1016,22 +1018,83 @@ static trn_status bwd_blk_buffer(size_t bytes, void **out) {
     return TRN_SUCCESS;
 }
 
+// float32 moves by oneDNN's reorder (`jit:blk`, a plan cached under
+// CONV_MOVE_KEY): on a cold 32 x 32 x 16 x 16 gradient it ran 2-3x faster than
+// 4-byte register transposes (16 rows per tile from 16 planes in memory).
+static trn_status move_f32(const trn_conv_desc *d, int64_t b0, int64_t n, char *blk) {
+    trn_status st = TRN_SUCCESS;
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    if ((st = trn__dnnl_engine(&engine)) != TRN_SUCCESS) return st;
+    if ((st = trn__dnnl_stream(&stream)) != TRN_SUCCESS) return st;
+    conv_key key;
+    memset(&key, 0, sizeof key);
+    key.kind = CONV_MOVE_KEY, key.dtype = d->dtype, key.spatial = 2, key.n = n,
+    key.c_out = d->c_out;
+    memcpy(key.out_size, d->out_size, 2 * sizeof(int64_t));
+    memcpy(key.output_strides, d->output_strides, 4 * sizeof(int64_t));
+    conv_plan *plan = trn__plan_find(&key, sizeof key), *own = NULL;
+    dnnl_primitive_desc_t rpd = NULL;
+    dnnl_memory_t from = NULL, to = NULL;
+    if (plan == NULL) {
+        if ((own = calloc(1, sizeof *own)) == NULL)
+            return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "out of host memory for a conv plan");
+        operand *o = &own->op[S_OUTPUT];
+        const dnnl_dims_t dims = {n, d->c_out, d->out_size[0], d->out_size[1]};
+        dnnl_dims_t strides;
+        memcpy(strides, d->output_strides, 4 * sizeof(int64_t));
+        TRN_DNNL_TRY(dnnl_memory_desc_init_by_strides(&o->user_md, 4, dims, dnnl_f32, strides),
+                     "convolution output gradient layout");
+        TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&o->comp_md, 4, dims, dnnl_f32, dnnl_nChw16c),
+                     "convolution output gradient layout");
+        TRN_DNNL_TRY(dnnl_reorder_primitive_desc_create(&rpd, &o->user_md, engine, &o->comp_md,
+                                                        engine, NULL),
+                     "convolution output gradient reorder");
+        TRN_DNNL_TRY(dnnl_primitive_create(&o->reorder, rpd),
+                     "convolution output gradient reorder");
+        plan = trn__plan_insert(&key, sizeof key, own);
+        if (plan == own)
+            own = NULL;
+        else if (plan == NULL)
+            plan = own;
+    }
+    const operand *o = &plan->op[S_OUTPUT];
+    TRN_DNNL_TRY(dnnl_memory_create(&from, &o->user_md, engine,
+                                    (float *)d->output + b0 * d->output_strides[0]),
+                 "convolution output gradient");
+    TRN_DNNL_TRY(dnnl_memory_create(&to, &o->comp_md, engine, blk), "convolution output gradient");
+    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    TRN_DNNL_TRY(dnnl_primitive_execute(o->reorder, stream, 2, a), "convolution output gradient");
+    TRN_DNNL_TRY(dnnl_stream_wait(stream), "convolution output gradient");
+fail:
+    if (from) dnnl_memory_destroy(from);
+    if (to) dnnl_memory_destroy(to);
+    if (rpd) dnnl_primitive_desc_destroy(rpd);
+    plan_destroy(own);
+    return st;
+}
+
 typedef struct bwd_move {
     const trn_conv_desc *d;
     char *blk;
+    trn__split_error error;
 } bwd_move;
 
 static void bwd_move_piece(void *ctx, int64_t b0, int64_t b1) {
-    const bwd_move *m = ctx;
+    bwd_move *m = ctx;
     const trn_conv_desc *d = m->d;
     const int64_t hw = out_plane(d), ns = d->output_strides[0], cs = d->output_strides[1];
     const int64_t at = b0 * d->c_out * hw;
-    if (d->dtype == TRN_DTYPE_F32)
-        conv_layout_move4((uint32_t *)d->output + b0 * ns, ns, cs, (uint32_t *)m->blk + at, b1 - b0,
-                          d->c_out, hw, true);
-    else
+    if (d->dtype != TRN_DTYPE_F32) {
         conv_layout_move((uint16_t *)d->output + b0 * ns, ns, cs, (uint16_t *)m->blk + at, b1 - b0,
                          d->c_out, hw, true);
+        return;
+    }
+    const int saved = trn__dnnl_serial_begin();
+    trn_clear_error();
+    const trn_status st = move_f32(d, b0, b1 - b0, m->blk + at * 4);
+    if (st != TRN_SUCCESS) trn__split_error_record(&m->error, st);
+    trn__dnnl_serial_end(saved);
 }
 
 static trn_status conv_bwd_run(const conv_bwd_args *b) {
@@ -1045,10 +1108,17 @@ static trn_status conv_bwd_run(const conv_bwd_args *b) {
     const size_t es = trn_dtype_size(d->dtype);
     char *buf = NULL;
     if ((st = bwd_blk_buffer((size_t)(d->n * item) * es, (void **)&buf)) != TRN_SUCCESS) return st;
-    bwd_move m = {d, buf};
+    bwd_move *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
+                              "out of host memory for a convolution backward");
+    m->d = d, m->blk = buf;
     // Pieces of at least ~64 KiB.
     const int64_t grain = item * (int64_t)es >= 65536 ? 1 : 65536 / (item * (int64_t)es);
-    trn_parallel_for(d->n, grain, bwd_move_piece, &m);
+    trn_parallel_for(d->n, grain, bwd_move_piece, m);
+    st = trn__split_error_raise(&m->error);
+    free(m);
+    if (st != TRN_SUCCESS) return st;
     const conv_blk blk = {buf, item};
     st = conv_run(&b->data, &blk);
     return st != TRN_SUCCESS ? st : conv_run(&b->weights, &blk);

@@ -18,7 +18,6 @@
 #define CONV_LAYOUT_BLOCK 16
 
 typedef uint16_t conv_v16x2 __attribute__((vector_size(32)));
-typedef uint32_t conv_v16x4 __attribute__((vector_size(64)));
 
 // One round of the 16x16 transpose: rows i and i + h (i & h == 0) swap
 // their off-diagonal h x h blocks. The four rounds h = 8, 4, 2, 1 together
@@ -57,7 +56,6 @@ typedef uint32_t conv_v16x4 __attribute__((vector_size(64)));
         for (int j = 0; j < 16; j++) memcpy(dst + j * ds, &r[j], sizeof r[j]);                     \
     }
 CONV_LAYOUT_TILE(conv_layout_tile2, uint16_t, conv_v16x2, conv_v16x2)
-CONV_LAYOUT_TILE(conv_layout_tile4, uint32_t, conv_v16x4, conv_v16x4)
 
 // One [c/16 block] of one image: `plain` holds 16 planes of `hw` elements
 // (plane j at plain + j * cs), `blk` hw x 16 elements. to_blocked: plain ->
@@ -80,7 +78,6 @@ CONV_LAYOUT_TILE(conv_layout_tile4, uint32_t, conv_v16x4, conv_v16x4)
             }                                                                                      \
     }
 CONV_LAYOUT_PLANE(conv_layout_plane2, uint16_t, conv_layout_tile2)
-CONV_LAYOUT_PLANE(conv_layout_plane4, uint32_t, conv_layout_tile4)
 
 // plain [n, c, hw] (strides ns, cs elements; each plane dense) <-> blk
 // (dense nChw16c, c % 16 == 0), 2-byte elements (bfloat16: float32 stays
@@ -90,17 +87,6 @@ static void conv_layout_move(uint16_t *plain, int64_t ns, int64_t cs, uint16_t *
     for (int64_t b = 0; b < n; b++)
         for (int64_t c0 = 0; c0 < c; c0 += CONV_LAYOUT_BLOCK)
             conv_layout_plane2(plain + b * ns + c0 * cs, cs, blk + (b * c + c0) * hw, hw,
-                               to_blocked);
-}
-
-// The same for 4-byte elements: only the output gradient that both backward
-// convolutions share (conv.c, trn_conv_backward_launch) moves this way; the
-// rest of float32 keeps oneDNN's reorders.
-static void conv_layout_move4(uint32_t *plain, int64_t ns, int64_t cs, uint32_t *blk, int64_t n,
-                              int64_t c, int64_t hw, bool to_blocked) {
-    for (int64_t b = 0; b < n; b++)
-        for (int64_t c0 = 0; c0 < c; c0 += CONV_LAYOUT_BLOCK)
-            conv_layout_plane4(plain + b * ns + c0 * cs, cs, blk + (b * c + c0) * hw, hw,
                                to_blocked);
 }
 
