@@ -444,6 +444,25 @@ def test_conv_backward_in_one_launch_matches_two(xs, ws, kw, grad_layout, dtype)
     _no_fallback()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_conv_backward_one_launch_switch_keeps_bits(monkeypatch, dtype):
+    """TORCH_NEURONX_CONV_BACKWARD_ONE_LAUNCH=0 (read per call) runs the two
+    launches; autograd's gradients through two ResNet convolutions are the
+    same bits either way."""
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(4, 32, 8, 8, generator=gen).to(dtype)
+    ws = [torch.randn(32, 32, 3, 3, generator=gen).to(dtype) for _ in range(2)]
+    grads = []
+    for flag in ("1", "0"):
+        monkeypatch.setenv("TORCH_NEURONX_CONV_BACKWARD_ONE_LAUNCH", flag)
+        leaves = [t.to(DEV).requires_grad_() for t in (x, *ws)]
+        y = F.conv2d(F.relu(F.conv2d(leaves[0], leaves[1], padding=1)), leaves[2], padding=1)
+        grads.append([g.cpu() for g in torch.autograd.grad(y.square().sum(), leaves)])
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+    _no_fallback()
+
+
 def _check_conv(fn, xs, ws, kw, bias, atol):
     x, w = torch.randn(xs, requires_grad=True), torch.randn(ws, requires_grad=True)
     b = torch.randn(ws[0], requires_grad=True) if bias else None
