@@ -438,6 +438,74 @@ def test_conv_blocked_layout_moves_match_reorders(xs, cs, ws, kw, dtype):
     _no_fallback()
 
 
+# convolution_backward with both gradients wanted is one libtrn launch
+# (trn_conv_backward_launch): where both convolutions compute on nChw16c
+# (bfloat16, channels a multiple of 16) the output gradient is moved there
+# once for the two. Same kernels on the same bits: the gradients equal those
+# of the input-gradient and weight-gradient launches run apart, for
+# ResNet's shapes, an output gradient that is a channel slice (a longer
+# batch stride) or channels-last (no shared move), one image (input-gradient
+# pieces along channels) and convolutions large enough to run as pieces.
+BACKWARD_CASES = [
+    ((4, 32, 16, 16), (32, 32, 3, 3), dict(padding=1)),
+    ((4, 32, 16, 16), (64, 32, 3, 3), dict(stride=2, padding=1)),
+    ((4, 32, 16, 16), (64, 32, 1, 1), dict(stride=2)),
+    ((3, 16, 7, 5), (48, 16, 3, 3), dict(padding=2, dilation=2)),
+    ((1, 48, 9, 7), (32, 48, 3, 3), dict(padding=1)),
+    ((6, 64, 20, 20), (48, 64, 3, 3), dict(padding=1)),
+    ((4, 3, 8, 8), (16, 3, 3, 3), dict(padding=1)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("grad_layout", ["dense", "slice", "channels_last"])
+@pytest.mark.parametrize("xs,ws,kw", BACKWARD_CASES)
+def test_conv_backward_in_one_launch_matches_two(xs, ws, kw, grad_layout, dtype):
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(xs, generator=gen).to(dtype)
+    w = torch.randn(ws, generator=gen).to(dtype)
+    ys = F.conv2d(x[:1].float(), w.float(), **kw).shape[1:]
+    g = torch.randn((xs[0], ys[0] + 16, *ys[1:]), generator=gen).to(dtype)
+    gd = g.to(DEV)
+    gd = gd[:, 16:] if grad_layout == "slice" else gd[:, : ys[0]].contiguous()
+    if grad_layout == "channels_last":
+        gd = gd.contiguous(memory_format=torch.channels_last)
+    xd, wd = x.to(DEV), w.to(DEV)
+    geo = (kw.get("stride", 1),) * 2, (kw.get("padding", 0),) * 2, (kw.get("dilation", 1),) * 2
+    args = (gd, xd, wd, [ws[0]], *geo, False, [0, 0], 1)
+    both = torch.ops.aten.convolution_backward(*args, [True, True, True])
+    gi = torch.ops.aten.convolution_backward(*args, [True, False, False])[0]
+    gw, gb = torch.ops.aten.convolution_backward(*args, [False, True, True])[1:]
+    for a, b in zip(both, (gi, gw, gb)):
+        assert torch.equal(a.cpu(), b.cpu())
+    ref = torch.ops.aten.convolution_backward(
+        gd.cpu().double(), x.double(), w.double(), [ws[0]], *geo, False, [0, 0], 1, [True] * 3
+    )
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    for a, r in zip(both, ref):
+        torch.testing.assert_close(a.cpu().double(), r, rtol=tol, atol=tol * r.abs().max().item())
+    _no_fallback()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_conv_backward_one_launch_switch_keeps_bits(monkeypatch, dtype):
+    """TORCH_NEURONX_CONV_BACKWARD_ONE_LAUNCH=0 (read per call) runs the two
+    launches; autograd's gradients through two ResNet convolutions are the
+    same bits either way."""
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(4, 32, 8, 8, generator=gen).to(dtype)
+    ws = [torch.randn(32, 32, 3, 3, generator=gen).to(dtype) for _ in range(2)]
+    grads = []
+    for flag in ("1", "0"):
+        monkeypatch.setenv("TORCH_NEURONX_CONV_BACKWARD_ONE_LAUNCH", flag)
+        leaves = [t.to(DEV).requires_grad_() for t in (x, *ws)]
+        y = F.conv2d(F.relu(F.conv2d(leaves[0], leaves[1], padding=1)), leaves[2], padding=1)
+        grads.append([g.cpu() for g in torch.autograd.grad(y.square().sum(), leaves)])
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+    _no_fallback()
+
+
 def _check_conv(fn, xs, ws, kw, bias, atol):
     x, w = torch.randn(xs, requires_grad=True), torch.randn(ws, requires_grad=True)
     b = torch.randn(ws[0], requires_grad=True) if bias else None

@@ -2,11 +2,14 @@
 // weights + bias) against naive double-precision loops: 1-d/2-d/3-d, groups,
 // stride, padding, dilation, with and without bias, channels-last inputs,
 // bfloat16 (natively and through float32 staging, bit for bit on
-// small-integer operands), an empty batch, and invalid descriptors. Device memory moves
+// small-integer operands), both gradients in one launch
+// (trn_conv_backward_launch: the bits of the two launches), an empty batch,
+// and invalid descriptors. Device memory moves
 // through the copy kernel, so the test also runs in protect-memory mode.
 #include "internal.h"
 #include "test_common_dev.h"
 #include "trn/blas.h"
+#include "trn/conv_backward.h"
 
 static trn_stream *g_stream;
 
@@ -154,17 +157,41 @@ static void check_conv(trn_dtype dt, geo G, bool bias, bool channels_last) {
     CHECK_OK(trn_stream_synchronize(g_stream));
     xfer(g_stream, got, din, (size_t)in_n * es);
     COMPARE("grad_input", in_n, rgi);
+    char *sep = malloc((size_t)(in_n + w_n + G.co) * es);
+    memcpy(sep, got, (size_t)in_n * es);
     // backward weights (+ bias)
     xfer(g_stream, din, hin, (size_t)in_n * es);
     CHECK_OK(trn_conv_backward_weights_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     xfer(g_stream, got, dw, (size_t)w_n * es);
     COMPARE("grad_weight", w_n, rgw);
+    memcpy(sep + in_n * es, got, (size_t)w_n * es);
     if (bias) {
         xfer(g_stream, got, db, (size_t)G.co * es);
         COMPARE("grad_bias", G.co, rgb);
+        memcpy(sep + (in_n + w_n) * es, got, (size_t)G.co * es);
     }
     CHECK_INT(bad, 0);
+    // Both gradients in one launch (dout still holds the output gradient,
+    // din the input; dw gets the weights back): the bits of the two
+    // launches above.
+    xfer(g_stream, dw, hw, (size_t)w_n * es);
+    char *gi = dev_alloc(g_stream, (size_t)in_n * es), *gw = dev_alloc(g_stream, (size_t)w_n * es),
+         *gb = dev_alloc(g_stream, (size_t)G.co * es);
+    trn_conv_desc dd = d, dwd = d;
+    dd.input = gi, dd.bias = NULL;
+    dwd.weight = gw, dwd.bias = bias ? gb : NULL;
+    CHECK_OK(trn_conv_backward_launch(g_stream, &dd, &dwd));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    xfer(g_stream, got, gi, (size_t)in_n * es);
+    CHECK(memcmp(got, sep, (size_t)in_n * es) == 0);
+    xfer(g_stream, got, gw, (size_t)w_n * es);
+    CHECK(memcmp(got, sep + in_n * es, (size_t)w_n * es) == 0);
+    if (bias) {
+        xfer(g_stream, got, gb, (size_t)G.co * es);
+        CHECK(memcmp(got, sep + (in_n + w_n) * es, (size_t)G.co * es) == 0);
+    }
+    trn_mem_free(gi), trn_mem_free(gw), trn_mem_free(gb), free(sep);
     trn_mem_free(din), trn_mem_free(dw), trn_mem_free(db), trn_mem_free(dout);
     free(hin), free(hw), free(hb), free(hout), free(rf), free(rgi), free(rgw), free(rgb), free(got);
 }
@@ -177,6 +204,12 @@ static void test_shapes(trn_dtype dt) {
     check_conv(dt, (geo){2, 1, 4, 4, 4, {6, 6}, {3, 3}, {1, 1}, {1, 1}, {2, 1}, {0}}, true, false);
     check_conv(dt, (geo){2, 2, 6, 4, 2, {9, 7}, {3, 3}, {2, 1}, {0, 2}, {1, 2}, {0}}, true, true);
     check_conv(dt, (geo){2, 2, 16, 16, 1, {8, 8}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {0}}, true,
+               false);
+    // Channels multiples of 16: the backward launch shares the moved output
+    // gradient (stride 2 and a 1x1 kernel as ResNet's downsampling).
+    check_conv(dt, (geo){2, 3, 32, 16, 1, {7, 6}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {0}}, true,
+               false);
+    check_conv(dt, (geo){2, 2, 16, 32, 1, {6, 6}, {1, 1}, {2, 2}, {0, 0}, {1, 1}, {0}}, false,
                false);
     check_conv(dt, (geo){3, 1, 2, 3, 1, {5, 4, 6}, {2, 3, 2}, {1, 1, 2}, {1, 0, 1}, {1, 1, 1}, {0}},
                true, false);
@@ -224,6 +257,20 @@ static void test_errors(void) {
     CHECK_STATUS(trn_conv_backward_weights_launch(g_stream, &d), TRN_ERROR_INVALID_ARGUMENT);
     CHECK_CONTAINS(trn_last_error(), "expected 3");
     CHECK_STATUS(trn_conv_forward_launch(NULL, &d), TRN_ERROR_INVALID_ARGUMENT);
+    // The backward launch takes two descriptors of one convolution.
+    float x[5] = {0}, w[3] = {0}, y[3] = {0}, gx[5], gw[3];
+    d.c_in = 1, d.c_out = 1, d.out_size[0] = 3;
+    d.input_strides[0] = d.input_strides[1] = 5, d.input_strides[2] = 1;
+    d.weight_strides[0] = d.weight_strides[1] = 3, d.weight_strides[2] = 1;
+    d.output_strides[0] = d.output_strides[1] = 3, d.output_strides[2] = 1;
+    trn_conv_desc dd = d, dwd = d;
+    dd.input = gx, dd.weight = w, dd.output = y;
+    dwd.input = x, dwd.weight = gw, dwd.output = gx;
+    CHECK_STATUS(trn_conv_backward_launch(g_stream, &dd, &dwd), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(trn_last_error(), "one convolution and one output gradient");
+    dwd.output = y, dwd.stride[0] = 2, dwd.out_size[0] = 2;
+    CHECK_STATUS(trn_conv_backward_launch(g_stream, &dd, &dwd), TRN_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(trn_conv_backward_launch(g_stream, NULL, &dwd), TRN_ERROR_INVALID_ARGUMENT);
 }
 
 int main(void) {

@@ -15,7 +15,11 @@
 #include <ATen/native/ConvUtils.h>
 #include <torch/library.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "aten/conv_transpose.h"
+#include "trn/conv_backward.h"
 #include "runtime/device.h"
 #include "observe/op_tracking.h"
 
@@ -38,6 +42,15 @@ void record_cpu(const char *op, const char *why) {
 const char *cpu_reason(bool transposed) {
     return transposed ? "has no native neuron kernel for transposed convolution in this dtype"
                       : "has no native neuron kernel for this dtype";
+}
+
+// TORCH_NEURONX_CONV_BACKWARD_ONE_LAUNCH=0: the input and weight gradients
+// in two launches (each moving the output gradient itself), for
+// side-by-side measurements; read per call (15 per ResNet step) so that a
+// benchmark can switch it between steps.
+bool backward_one_launch() {
+    const char *v = std::getenv("TORCH_NEURONX_CONV_BACKWARD_ONE_LAUNCH");
+    return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 void check_same_type(const Tensor &input, const Tensor &other, const char *what) {
@@ -111,6 +124,24 @@ convolution_backward_overrideable(const Tensor &grad_output, const Tensor &input
     }
     trn_stream *s = current_trn_stream(input.device().index());
     Tensor grad_input, grad_weight, grad_bias;
+    if (output_mask[0] && output_mask[1] && input.numel() != 0 && backward_one_launch()) {
+        // Both gradients in one launch: libtrn moves the output gradient to
+        // the kernels' blocked layout once for the two.
+        grad_input = at::empty_like(input);
+        grad_weight = at::empty_like(weight);
+        if (output_mask[2]) grad_bias = at::empty({weight.size(0)}, weight.options());
+        trn_conv_desc dd = make_desc(grad_input, weight, grad_output, stride, padding, dilation,
+                                     groups, "convolution");
+        trn_conv_desc dw = make_desc(input, grad_weight, grad_output, stride, padding, dilation,
+                                     groups, "convolution");
+        if (grad_bias.defined()) {
+            dw.bias = grad_bias.data_ptr();
+            dw.bias_stride = 1;
+        }
+        TRN_CHECK(trn_conv_backward_launch(s, &dd, &dw));
+        tracking::record_executed("aten::convolution_backward_overrideable");
+        return {grad_input, grad_weight, grad_bias};
+    }
     if (output_mask[0]) {
         grad_input = at::empty_like(input);
         if (grad_input.numel() != 0) {
