@@ -974,8 +974,11 @@ _Static_assert(sizeof(conv_bwd_args) <= TRN_TASK_MAX_ARGS, "conv backward args t
 // float32 or bfloat16 computed natively, a 2-d conv_ch16_direct geometry,
 // and each (n, c) plane of the output gradient dense.
 static bool bwd_shares_blocked(const trn_conv_desc *d) {
-    const bool dt =
-        d->dtype == TRN_DTYPE_F32 || (d->dtype == TRN_DTYPE_BF16 && trn__dnnl_bf16_native());
+    // Not native bfloat16 on AMX: its convolutions choose their own layouts
+    // (init_mds), and an nChw16c output gradient would hold them to the
+    // non-AMX kernels.
+    const bool dt = d->dtype == TRN_DTYPE_F32 ||
+                    (d->dtype == TRN_DTYPE_BF16 && trn__dnnl_bf16_native() && !trn__dnnl_amx());
     if (!dt || d->spatial != 2 || d->n <= 0) return false;
     if (!conv_ch16_direct(CONV_BWD_DATA, d->spatial, d->groups, d->c_in, d->c_out,
                           kernel_volume(d)))
