@@ -100,15 +100,19 @@ static inline trn__vec_d ld8_bf16(const uint16_t *p) {
     return bn_widen(__builtin_convertvector(h, bn_u32x8) << 16);
 }
 
-// Round to nearest even, NaN kept quiet: the bits of trn_float_to_bf16.
+// float bits `u` (a U32 vector) to bfloat16 bits (a U16 vector of the same
+// width): round to nearest even, NaN kept quiet, the bits of trn_float_to_bf16.
+#define BN_BF16_BITS(u, U32, U16)                                                                  \
+    __builtin_convertvector(((U32)(((u)&0x7FFFFFFFu) > 0x7F800000u) & (((u) >> 16) | 0x0040u)) |   \
+                                (~(U32)(((u)&0x7FFFFFFFu) > 0x7F800000u) &                         \
+                                 (((u) + 0x7FFFu + (((u) >> 16) & 1u)) >> 16)),                    \
+                            U16)
+
 static inline void st8_bf16(uint16_t *p, trn__vec_d v) {
     const bn_f8 f = bn_narrow(v);
     bn_u32x8 u;
     memcpy(&u, &f, sizeof u);
-    const bn_u32x8 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    const bn_u32x8 nan = (u >> 16) | 0x0040u;
-    const bn_u32x8 is_nan = (bn_u32x8)((u & 0x7FFFFFFFu) > 0x7F800000u);
-    const bn_u16x8 h = __builtin_convertvector((is_nan & nan) | (~is_nan & rounded), bn_u16x8);
+    const bn_u16x8 h = BN_BF16_BITS(u, bn_u32x8, bn_u16x8);
     memcpy(p, &h, sizeof h);
 }
 
@@ -143,10 +147,7 @@ static inline trn__vec_f vld16_bf16(const uint16_t *p) {
 static inline void vst16_bf16(uint16_t *p, trn__vec_f f) {
     bn_u32x16 u;
     memcpy(&u, &f, sizeof u);
-    const bn_u32x16 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    const bn_u32x16 nan = (u >> 16) | 0x0040u;
-    const bn_u32x16 is_nan = (bn_u32x16)((u & 0x7FFFFFFFu) > 0x7F800000u);
-    const bn_u16x16 h = __builtin_convertvector((is_nan & nan) | (~is_nan & rounded), bn_u16x16);
+    const bn_u16x16 h = BN_BF16_BITS(u, bn_u32x16, bn_u16x16);
     memcpy(p, &h, sizeof h);
 }
 
