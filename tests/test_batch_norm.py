@@ -304,3 +304,30 @@ def test_batch_norm_within_1_5x_cpu_error(n, c, hw, dtype, training, affine, off
     for name, r in ref.items():
         for what, ce, ne in zip(("max", "rms"), errors(cpu[name], r), errors(neu[name], r)):
             assert ne <= RATIO * ce + 1e-9, f"{name} {what}: neuron {ne:.3g}, CPU {ce:.3g}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("offset", [0.0, 100.0])
+def test_non_finite_input_gives_cpu_statistics(dtype, offset):
+    # A channel holding inf or NaN: its saved mean and invstd are CPU's (inf /
+    # NaN), never a variance of 0 (invstd 1 / sqrt(eps)); the finite channels
+    # are unaffected, also when they take the second pass about the mean.
+    x = torch.randn(2, 6, 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    x = (x + offset).to(dtype)
+    x[0, 0, 1] = float("inf")
+    x[1, 1, 2] = float("-inf")
+    x[0, 2, 3] = float("nan")
+    x[0, 3, 0], x[1, 3, 0] = float("inf"), float("-inf")
+    pdt = torch.float32 if dtype == torch.bfloat16 else dtype
+    outs = {}
+    for dev in ("cpu", "neuron"):
+        rm, rv = torch.zeros(6, dtype=pdt, device=dev), torch.ones(6, dtype=pdt, device=dev)
+        out, mean, invstd = torch.ops.aten._native_batch_norm_legit.default(
+            x.to(dev), None, None, rm, rv, True, 0.1, 1e-5
+        )
+        outs[dev] = [t.cpu() for t in (out, mean, invstd, rm, rv)]
+    for name, got, want in zip(
+        ("y", "mean", "invstd", "running_mean", "running_var"), outs["neuron"], outs["cpu"]
+    ):
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-2, atol=1e-2, msg=name)
+    assert torch.isnan(outs["neuron"][2][:4]).all()

@@ -361,6 +361,10 @@ static inline double bn_total(const trn__vec_d v[2], double tail) {
 // +- 1) a second pass sums d = x - mean and d^2 about that mean.
 #define BN_CANCEL_MAX 4194304.0
 
+// max(v, 0) that keeps a NaN (fmax would return 0: a NaN variance would
+// become 0 and invstd 1 / sqrt(eps)).
+static inline double bn_nonneg(double v) { return v < 0 ? 0 : v; }
+
 #define DEFINE_BN(N, T, LDD, STD, LD8, ST8, HALF, YROW, DXF, DXD)                                  \
     static void fwd_##N(void *ctx, int64_t c0, int64_t c1) {                                       \
         const bn_args *a = ctx;                                                                    \
@@ -388,12 +392,15 @@ static inline double bn_total(const trn__vec_d v[2], double tail) {
                         t1[k] += v;                                                                \
                         t2[k] = fma(v, v, t2[k]);                                                  \
                     })                                                                             \
-                bool again = false;                                                                \
+                bool again = false, finite[BN_GROUP];                                              \
                 for (int64_t k = 0; k < G; k++) {                                                  \
                     const double s1 = bn_total(acc1[k], t1[k]), s2 = bn_total(acc2[k], t2[k]);     \
                     mean[k] = s1 / n;                                                              \
-                    m2[k] = fmax(s2 - s1 * mean[k], 0);                                            \
-                    again |= !(s2 * len <= BN_CANCEL_MAX * m2[k]);                                 \
+                    m2[k] = bn_nonneg(s2 - s1 * mean[k]);                                          \
+                    /* An inf or NaN in the channel: mean and variance stay */                     \
+                    /* as these sums give them (inf / NaN), as on CPU. */                          \
+                    finite[k] = isfinite(s1);                                                      \
+                    again |= finite[k] && !(s2 * len <= BN_CANCEL_MAX * m2[k]);                    \
                 }                                                                                  \
                 if (again) {                                                                       \
                     memset(acc1, 0, sizeof acc1);                                                  \
@@ -411,10 +418,11 @@ static inline double bn_total(const trn__vec_d v[2], double tail) {
                             t2[k] = fma(d, d, t2[k]);                                              \
                         })                                                                         \
                     for (int64_t k = 0; k < G; k++) {                                              \
+                        if (!finite[k]) continue;                                                  \
                         const double s1 = bn_total(acc1[k], t1[k]);                                \
                         const double s2 = bn_total(acc2[k], t2[k]);                                \
                         mean[k] += s1 / n;                                                         \
-                        m2[k] = fmax(s2 - s1 * s1 / n, 0);                                         \
+                        m2[k] = bn_nonneg(s2 - s1 * s1 / n);                                       \
                     }                                                                              \
                 }                                                                                  \
             }                                                                                      \
@@ -494,7 +502,7 @@ static inline double bn_total(const trn__vec_d v[2], double tail) {
                 raw = true;                                                                        \
                 for (int64_t k = 0; k < G; k++) {                                                  \
                     const double s1 = bn_total(ad[k], td[k]), s2 = bn_total(aq[k], tq[k]);         \
-                    raw &= s2 * len <= BN_CANCEL_MAX * fmax(s2 - s1 * s1 / n, 0);                  \
+                    raw &= s2 * len <= BN_CANCEL_MAX * bn_nonneg(s2 - s1 * s1 / n);                \
                 }                                                                                  \
             }                                                                                      \
             if (exact && !raw) {                                                                   \
@@ -546,7 +554,7 @@ static inline double bn_total(const trn__vec_d v[2], double tail) {
                     /* raw: sd = sum x, sq = sum x^2, dot = sum dy x; else */                      \
                     /* the sums of d = x - saved mean, d^2 and dy d. */                            \
                     const double m = raw ? sd / n : ms[k] + sd / n;                                \
-                    const double m2 = fmax(raw ? sq - sd * m : sq - sd * sd / n, 0);               \
+                    const double m2 = bn_nonneg(raw ? sq - sd * m : sq - sd * sd / n);             \
                     const double iv = 1.0 / sqrt(m2 / n + a->eps);                                 \
                     if (raw) dot -= ms[k] * sum;                                                   \
                     if ((float)m == ms[k] && (float)iv == inv[k]) {                                \
