@@ -94,6 +94,7 @@ bench: build
 	$(PY) bench/bench_models.py
 	$(PY) bench/bench_models.py --solo
 	$(PY) bench/bench_models.py --generate
+	OMP_NUM_THREADS=1 TORCH_NEURONX_NUM_THREADS=1 $(PY) bench/bench_fusion_models.py --rounds 3
 	$(PY) bench/step_bound.py --top 12
 	$(PY) bench/bench_moe.py
 	$(PY) bench/bench_flex_attention.py
