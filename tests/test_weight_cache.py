@@ -74,6 +74,26 @@ def test_cached_product_same_bits_as_uncached(m, k, n, with_bias):
     )
 
 
+@pytest.mark.parametrize("m,k,n", [(1, 256, 768), (1, 256, 1024), (1, 1024, 256), (4, 256, 256), (3, 70, 100)])
+def test_row_major_weight_same_bits_as_uncached(m, k, n):
+    # GPT-2's Conv1D: addmm by a row-major (k x n) weight, below 2^19
+    # multiply-adds (row_f32 uncached).
+    x, w, b = torch.randn(m, k).to(DEV), torch.randn(k, n).to(DEV), torch.randn(n).to(DEV)
+    want = torch.addmm(b, x, w.clone()).cpu()
+    packs = _stats()["packs"]
+    for _ in range(3):
+        assert torch.equal(torch.addmm(b, x, w).cpu(), want)
+    assert _stats()["packs"] == packs + 1
+
+
+def test_row_major_weight_past_tile_size_is_not_cached():
+    # Past 2^19 the uncached row-major product is oneDNN's (other sums).
+    x, w = torch.randn(1, 1024).to(DEV), torch.randn(1024, 1024).to(DEV)
+    for _ in range(3):
+        torch.mm(x, w)
+    assert _stats()["packed"] == 0
+
+
 def test_addmm_alpha_same_bits_as_uncached():
     x, w, c = torch.randn(2, 256).to(DEV), torch.randn(544, 256).to(DEV), torch.randn(544).to(DEV)
     want = torch.addmm(c, x, w.clone().t(), alpha=0.5)

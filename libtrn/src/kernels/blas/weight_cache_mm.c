@@ -30,6 +30,8 @@
 // pieces of at least this many multiply-adds.
 #define WC_PARALLEL_MACS ((int64_t)1 << 19)
 #define WC_PIECE_MACS ((int64_t)1 << 17)
+// matmul.c's TILE_MNK: row-major weights take row_f32 below it.
+#define WC_ROW_MAJOR_MACS ((int64_t)1 << 19)
 
 static int64_t panels_of(int64_t n) { return (n + WC_PANEL - 1) / WC_PANEL; }
 
@@ -147,12 +149,15 @@ static void wc_panels(void *ctx, int64_t q0, int64_t q1) {
 
 bool trn__wcache_matmul(const trn_matmul_desc *d, const float *bias, int64_t bias_stride) {
     const int64_t *bs = d->b_strides;
-    // Few rows by a transposed weight (nn.Linear's): the products whose
-    // kernels transpose the weight on every call. Row-major weights
-    // (GPT-2's Conv1D) already stream row by row.
+    // Few rows by a weight: nn.Linear's (transposed: the tiles transpose it
+    // block by block on every call) at any size, or a row-major one (GPT-2's
+    // Conv1D: row_f32 keeps its sums in memory, not registers) below
+    // WC_ROW_MAJOR_MACS, where row_f32 is the uncached path: past it oneDNN
+    // runs and sums otherwise.
+    const bool bt = bs[1] == 1 && bs[2] != 1, rowmajor = bs[2] == 1 && bs[1] >= d->n;
     if (d->b_version == 0 || d->dtype != TRN_DTYPE_F32 || d->beta != 0 || d->batch != 1 ||
-        d->m < 1 || d->m > WC_ROWS || d->k < 1 || d->n < 2 || d->k * d->n < WC_MIN_ELEMS ||
-        bs[1] != 1 || bs[2] == 1 || d->c_strides[2] != 1)
+        d->m < 1 || d->m > WC_ROWS || d->k < 2 || d->n < 2 || d->k * d->n < WC_MIN_ELEMS ||
+        d->c_strides[2] != 1 || !(bt || (rowmajor && d->m * d->n * d->k < WC_ROW_MAJOR_MACS)))
         return false;
     const trn__wcache_key key = {d->b, d->k, d->n, bs[1], bs[2], TRN_DTYPE_F32, WC_FMT};
     const size_t bytes = (size_t)(panels_of(d->n) * d->k * WC_PANEL) * sizeof(float);
