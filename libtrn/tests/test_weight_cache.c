@@ -9,6 +9,7 @@
 #include "internal.h"
 #include "test_common_dev.h"
 #include "trn/cpu.h"
+#include "trn/matmul_bias.h"
 
 // The packed path is AVX-512 code: at the avx2 level nothing is cached.
 static bool g_packs;
