@@ -29,6 +29,7 @@ def _clear():
 
 
 def _stats():
+    torch_neuronx.synchronize()  # async launches: the products have run
     return _C._weight_cache_stats()
 
 
@@ -74,7 +75,9 @@ def test_cached_product_same_bits_as_uncached(m, k, n, with_bias):
     )
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 256, 768), (1, 256, 1024), (1, 1024, 256), (4, 256, 256), (3, 70, 100)])
+@pytest.mark.parametrize(
+    "m,k,n", [(1, 256, 768), (1, 256, 1024), (1, 1024, 256), (4, 256, 256), (3, 70, 100)]
+)
 def test_row_major_weight_same_bits_as_uncached(m, k, n):
     # GPT-2's Conv1D: addmm by a row-major (k x n) weight, below 2^19
     # multiply-adds (row_f32 uncached).
