@@ -184,7 +184,7 @@ static void test_int_wraps(void) {
     xfer(g_stream, da, a8, 2);
     xfer(g_stream, db, b8, 2);
     trn_matmul_desc d = {TRN_DTYPE_I8, 1,  1,         1, 2, da, {0, 2, 1}, db,
-                         {0, 1, 1},    dc, {0, 1, 1}, 1, 0, 1,  0};
+                         {0, 1, 1},    dc, {0, 1, 1}, 1, 0, 1,  0,         0};
     CHECK_OK(trn_matmul_launch(g_stream, &d));
     xfer(g_stream, &c8, dc, 1);
     CHECK_INT(c8, (int8_t)(uint8_t)(10000 + 100));
@@ -195,7 +195,7 @@ static void test_int_wraps(void) {
     xfer(g_stream, da, a, 8);
     xfer(g_stream, db, b, 8);
     trn_matmul_desc e = {TRN_DTYPE_I64, 1,  1,         1, 1, da, {1, 1, 1}, db,
-                         {1, 1, 1},     dc, {1, 1, 1}, 1, 0, 3,  0};
+                         {1, 1, 1},     dc, {1, 1, 1}, 1, 0, 3,  0,         0};
     CHECK_OK(trn_matmul_launch(g_stream, &e));
     xfer(g_stream, &c, dc, 8);
     CHECK_INT(c, 0);  // 3 * 2^64 mod 2^64
@@ -205,7 +205,7 @@ static void test_int_wraps(void) {
 static void test_errors(void) {
     float x[4] = {0};
     trn_matmul_desc d = {TRN_DTYPE_BOOL, 1, 2,         2, 1, x, {0, 1, 1}, x,
-                         {0, 2, 1},      x, {0, 2, 1}, 1, 0, 1, 0};
+                         {0, 2, 1},      x, {0, 2, 1}, 1, 0, 1, 0,         0};
     CHECK(!trn_matmul_supports(TRN_DTYPE_BOOL));
     CHECK(!trn_matmul_supports(TRN_DTYPE_C64));
     CHECK(trn_matmul_supports(TRN_DTYPE_BF16));
@@ -228,7 +228,7 @@ static void test_errors(void) {
     CHECK_STATUS(trn_matmul_launch(g_stream, &d), TRN_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(trn_matmul_launch(NULL, &d), TRN_ERROR_INVALID_ARGUMENT);
     // Empty outputs are a no-op even with NULL pointers.
-    trn_matmul_desc e = {TRN_DTYPE_F32, 0, 2, 2, 2, NULL, {0}, NULL, {0}, NULL, {0}, 1, 0, 1, 0};
+    trn_matmul_desc e = {TRN_DTYPE_F32, 0, 2, 2, 2, NULL, {0}, NULL, {0}, NULL, {0}, 1, 0, 1, 0, 0};
     CHECK_OK(trn_matmul_launch(g_stream, &e));
     // A bias comes with beta == 0, a non-negative stride, and a pointer.
     d.c = x;

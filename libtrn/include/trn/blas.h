@@ -57,6 +57,11 @@ typedef struct trn_matmul_desc {
     int64_t c_strides[3];
     double alpha, beta;           // floating dtypes
     int64_t alpha_int, beta_int;  // integer dtypes
+    // B's version + 1 (a tensor's version counter, which every in-place
+    // write moves) where B may be a weight reused across calls: a few-row
+    // product may then keep a packed copy of B for the next call at the same
+    // version (src/kernels/blas/weight_cache.h). 0: never cached.
+    uint64_t b_version;
 } trn_matmul_desc;
 
 // Whether the kernel supports `dtype` (false: the caller must not launch).

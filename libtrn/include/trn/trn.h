@@ -24,6 +24,7 @@
 #include "trn/parallel.h"
 #include "trn/index.h"
 #include "trn/blas.h"
+#include "trn/weight_cache.h"
 #include "trn/conv.h"
 #include "trn/reduce.h"
 #include "trn/fill.h"

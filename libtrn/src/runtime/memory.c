@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "../internal.h"
+#include "../kernels/blas/weight_cache.h"
 #include "trn/ipc.h"
 #include "trn/log.h"
 
@@ -625,6 +626,9 @@ trn_status trn_mem_free(void *ptr) {
         trn__unlock(&g_mu);
         return st;
     }
+    // Before the block can be handed out again: no packed copy of what it
+    // held may be found by an operand that reuses its address.
+    trn__wcache_drop_range(b->ptr, b->size);
     dev_alloc *d = &g_dev[b->device];
     d->stats.allocated_bytes -= b->size;
     d->stats.requested_bytes -= b->requested;

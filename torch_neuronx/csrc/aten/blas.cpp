@@ -60,13 +60,22 @@ struct Mat {
     int64_t batch, rows, cols;
     int64_t s[3];
     void *ptr;
+    uint64_t version = 0;  // trn_matmul_desc's b_version where it is B
 };
 
+// The tensor's version counter + 1 (every in-place write moves it): lets
+// libtrn keep a packed copy of a weight between decode steps. Inference
+// tensors have no counter: 0, never cached.
+uint64_t version_of(const Tensor &t) {
+    return t.is_inference() ? 0 : static_cast<uint64_t>(t._version()) + 1;
+}
+
 Mat mat3(const Tensor &t) {  // 3-d
-    return {t.size(0), t.size(1), t.size(2), {t.stride(0), t.stride(1), t.stride(2)}, t.data_ptr()};
+    return {t.size(0),    t.size(1),    t.size(2), {t.stride(0), t.stride(1), t.stride(2)},
+            t.data_ptr(), version_of(t)};
 }
 Mat mat2(const Tensor &t) {  // 2-d
-    return {1, t.size(0), t.size(1), {0, t.stride(0), t.stride(1)}, t.data_ptr()};
+    return {1, t.size(0), t.size(1), {0, t.stride(0), t.stride(1)}, t.data_ptr(), version_of(t)};
 }
 Mat col(const Tensor &v) {  // 1-d as (n, 1)
     return {1, v.size(0), 1, {0, v.stride(0), 1}, v.data_ptr()};
@@ -92,6 +101,7 @@ void launch(at::ScalarType type, const Mat &c, const Mat &a, const Mat &b, int64
     d.a = a.ptr;
     d.b = b.ptr;
     d.c = c.ptr;
+    d.b_version = b.version;
     for (int i = 0; i < 3; ++i) {
         d.a_strides[i] = a.s[i];
         d.b_strides[i] = b.s[i];

@@ -20,6 +20,7 @@
 #include "../kit/launch.h"
 #include "matmul_run.h"
 #include "tile_mm.h"
+#include "weight_cache.h"
 #include "trn/parallel.h"
 #include "trn/blas.h"
 #include "trn/convert.h"
@@ -1215,6 +1216,9 @@ static void few_bt_run(const trn_matmul_desc *d, const float *bias, int64_t bias
 #endif
 
 static trn_status mm_run(const trn_matmul_desc *d, const void *bias, int64_t bias_stride) {
+    // A weight reused by decode-sized products: its cached packed copy.
+    if (d->b_version != 0 && trn__wcache_matmul(d, (const float *)bias, bias_stride))
+        return TRN_SUCCESS;
     if (d->k > 0 && tile_f32_fits(d) && tile_f32(d, bias, bias_stride)) return TRN_SUCCESS;
 #ifdef PACK_TRANSPOSED
     if (few_bt_fits(d)) {

@@ -1,0 +1,168 @@
+// test_weight_cache.c - the packed-weight cache of few-row float32 products
+// (src/kernels/blas/weight_cache.h): a product given B's version packs B on
+// its second call and reads the copy after, with the bits of the uncached
+// product (version 0); a new version, a freed block (whose address a new
+// allocation then reuses), and a write that did not move the version (caught
+// by the sampled elements) never find a stale copy; the table is empty once
+// its weights are freed. Buffers live in device memory, so the test also
+// runs in protect-memory mode.
+#include "internal.h"
+#include "test_common_dev.h"
+#include "trn/cpu.h"
+#include "trn/matmul_bias.h"
+
+// The packed path is AVX-512 code: at the avx2 level nothing is cached.
+static bool g_packs;
+
+static trn_stream *g_stream;
+
+typedef struct prod {
+    int64_t m, k, n;
+    float *da, *db, *dc, *dbias;
+} prod;
+
+static void fill_dev(float *dst, int64_t count) {
+    float *h = malloc((size_t)count * sizeof *h);
+    for (int64_t i = 0; i < count; i++) h[i] = (float)rng_unit();
+    xfer(g_stream, dst, h, (size_t)count * sizeof *h);
+    free(h);
+}
+
+static prod prod_make(int64_t m, int64_t k, int64_t n, bool bias) {
+    prod p = {m, k, n, NULL, NULL, NULL, NULL};
+    p.da = dev_alloc(g_stream, (size_t)(m * k) * sizeof(float));
+    p.db = dev_alloc(g_stream, (size_t)(n * k) * sizeof(float));  // n rows of k (nn.Linear)
+    p.dc = dev_alloc(g_stream, (size_t)(m * n) * sizeof(float));
+    fill_dev(p.da, m * k);
+    fill_dev(p.db, n * k);
+    if (bias) {
+        p.dbias = dev_alloc(g_stream, (size_t)n * sizeof(float));
+        fill_dev(p.dbias, n);
+    }
+    return p;
+}
+
+static void prod_free(prod *p) {
+    CHECK_OK(trn_mem_free(p->da));
+    CHECK_OK(trn_mem_free(p->db));
+    CHECK_OK(trn_mem_free(p->dc));
+    if (p->dbias) CHECK_OK(trn_mem_free(p->dbias));
+}
+
+// C on the host after C = alpha * A.B^T (+ bias), B given its version.
+static float *run(const prod *p, double alpha, uint64_t version) {
+    trn_matmul_desc d;
+    memset(&d, 0, sizeof d);
+    d.dtype = TRN_DTYPE_F32, d.batch = 1, d.m = p->m, d.n = p->n, d.k = p->k;
+    d.a = p->da, d.b = p->db, d.c = p->dc;
+    d.a_strides[1] = p->k, d.a_strides[2] = 1;
+    d.b_strides[1] = 1, d.b_strides[2] = p->k;
+    d.c_strides[1] = p->n, d.c_strides[2] = 1;
+    d.alpha = alpha;
+    d.b_version = version;
+    CHECK_OK(p->dbias ? trn_matmul_bias_launch(g_stream, &d, p->dbias, 1)
+                      : trn_matmul_launch(g_stream, &d));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    float *h = malloc((size_t)(p->m * p->n) * sizeof *h);
+    xfer(g_stream, h, p->dc, (size_t)(p->m * p->n) * sizeof *h);
+    return h;
+}
+
+static bool same_bits(const float *a, const float *b, int64_t count) {
+    return memcmp(a, b, (size_t)count * sizeof *a) == 0;
+}
+
+static trn_weight_cache_stats stats(void) {
+    trn_weight_cache_stats s;
+    trn_weight_cache_stats_get(&s);
+    return s;
+}
+
+// Record, pack, hit: each the uncached bits.
+static void test_same_bits(int64_t m, int64_t k, int64_t n, bool bias, double alpha) {
+    prod p = prod_make(m, k, n, bias);
+    float *want = run(&p, alpha, 0);
+    const trn_weight_cache_stats s0 = stats();
+    for (int i = 0; i < 3; i++) {
+        float *got = run(&p, alpha, 7);
+        CHECK(same_bits(got, want, m * n));
+        free(got);
+    }
+    const trn_weight_cache_stats s1 = stats();
+    CHECK_U64(s1.packs, s0.packs + (g_packs ? 1 : 0));
+    CHECK_U64(s1.hits, s0.hits + (g_packs ? 1 : 0));
+    free(want);
+    prod_free(&p);
+    CHECK_INT(stats().entries, 0);  // freed with B's block
+}
+
+// A new version repacks from what B holds now.
+static void test_new_version(void) {
+    prod p = prod_make(1, 256, 544, false);
+    for (int i = 0; i < 3; i++) free(run(&p, 1.0, 1));
+    // One element no sample reads: only the version tells.
+    float v = 9.0f;
+    xfer(g_stream, p.db + 7 * 256 + 9, &v, sizeof v);
+    float *want = run(&p, 1.0, 0);
+    for (int i = 0; i < 3; i++) {
+        float *got = run(&p, 1.0, 2);
+        CHECK(same_bits(got, want, 544));
+        free(got);
+    }
+    free(want);
+    prod_free(&p);
+}
+
+// Written without the version moving: the samples catch a whole rewrite.
+static void test_samples(void) {
+    prod p = prod_make(2, 256, 544, false);
+    for (int i = 0; i < 3; i++) free(run(&p, 1.0, 1));
+    fill_dev(p.db, 544 * 256);
+    const uint64_t drops = stats().drops;
+    float *want = run(&p, 1.0, 0), *got = run(&p, 1.0, 1);
+    CHECK(same_bits(got, want, 2 * 544));
+    CHECK(stats().drops > drops || !g_packs);
+    free(want);
+    free(got);
+    prod_free(&p);
+}
+
+// The freed block's address handed out again, same shape and version.
+static void test_reuse(void) {
+    prod p = prod_make(1, 256, 544, false);
+    for (int i = 0; i < 3; i++) free(run(&p, 1.0, 1));
+    CHECK_INT(stats().packed, g_packs ? 1 : 0);
+    float *old = p.db;
+    CHECK_OK(trn_mem_free(p.db));
+    CHECK_INT(stats().entries, 0);
+    p.db = dev_alloc(g_stream, 544 * 256 * sizeof(float));
+    fill_dev(p.db, 544 * 256);
+    if (p.db == old) {
+        float *want = run(&p, 1.0, 0);
+        for (int i = 0; i < 3; i++) {
+            float *got = run(&p, 1.0, 1);
+            CHECK(same_bits(got, want, 544));
+            free(got);
+        }
+        free(want);
+    }
+    prod_free(&p);
+}
+
+int main(void) {
+    CHECK_OK(trn_stream_get_default(0, &g_stream));
+    trn_weight_cache_clear();
+    g_packs = strcmp(trn_cpu_capability(), "avx2") != 0;
+    const int64_t shapes[][3] = {{1, 256, 544}, {4, 33, 200},    {3, 300, 17},
+                                 {2, 64, 1000}, {1, 1024, 1024}, {4, 130, 4100}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        test_same_bits(shapes[i][0], shapes[i][1], shapes[i][2], false, 1.0);
+        test_same_bits(shapes[i][0], shapes[i][1], shapes[i][2], true, 1.0);
+        test_same_bits(shapes[i][0], shapes[i][1], shapes[i][2], true, 0.5);
+    }
+    test_new_version();
+    test_samples();
+    test_reuse();
+    CHECK_INT(stats().entries, 0);
+    return TEST_REPORT();
+}

@@ -1,0 +1,240 @@
+"""libtrn's packed-weight cache (trn/weight_cache.h): a few-row float32
+product by nn.Linear's weight keeps a packed copy of the weight, found again
+only at the same address, shape and version. Checks: the cached product has
+the uncached product's bits; an in-place write (version counter) or a freed
+and reused address never finds a stale copy; the bytes stay within
+TORCH_NEURONX_WEIGHT_CACHE_SIZE."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_neuronx
+from torch_neuronx import _C
+
+DEV = "neuron"
+
+
+@pytest.fixture(autouse=True)
+def _clear():
+    _C._weight_cache_clear()
+    torch.manual_seed(0)
+    yield
+    _C._weight_cache_clear()
+
+
+def _stats():
+    torch_neuronx.synchronize()  # async launches: the products have run
+    return _C._weight_cache_stats()
+
+
+def _uncached(x, w, bias=None):
+    # A fresh copy of the weight: seen once, so never packed (its first
+    # call only records it); the product then runs the register-transposed
+    # tiles, the path the cache replaces.
+    return F.linear(x, w.clone(), None if bias is None else bias)
+
+
+@pytest.mark.parametrize(
+    "m,k,n",
+    [
+        (1, 256, 544),
+        (1, 544, 256),
+        (2, 256, 256),
+        (3, 300, 17),
+        (4, 33, 200),
+        (1, 64, 1000),
+        (4, 256, 544),
+        (1, 1024, 1024),
+        (1, 256, 8192),
+        (3, 130, 4100),
+    ],
+)
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_cached_product_same_bits_as_uncached(m, k, n, with_bias):
+    x, w, b = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+    x[0, min(3, k - 1)] = float("inf")
+    xd, wd, bd = x.to(DEV), w.to(DEV), b.to(DEV)
+    bias = bd if with_bias else None
+    want = _uncached(xd, wd, bias).cpu()
+    before = _stats()
+    got = [F.linear(xd, wd, bias).cpu() for _ in range(3)]  # record, pack, hit
+    after = _stats()
+    assert after["packs"] == before["packs"] + 1
+    assert after["hits"] >= before["hits"] + 1
+    for g in got:
+        assert torch.equal(g.nan_to_num(), want.nan_to_num())
+        assert torch.equal(g.isnan(), want.isnan())
+    torch.testing.assert_close(
+        got[-1], F.linear(x, w, b if with_bias else None), rtol=1e-4, atol=1e-4, equal_nan=True
+    )
+
+
+@pytest.mark.parametrize(
+    "m,k,n", [(1, 256, 768), (1, 256, 1024), (1, 1024, 256), (4, 256, 256), (3, 70, 100)]
+)
+def test_row_major_weight_same_bits_as_uncached(m, k, n):
+    # GPT-2's Conv1D: addmm by a row-major (k x n) weight, below 2^19
+    # multiply-adds (row_f32 uncached).
+    x, w, b = torch.randn(m, k).to(DEV), torch.randn(k, n).to(DEV), torch.randn(n).to(DEV)
+    want = torch.addmm(b, x, w.clone()).cpu()
+    packs = _stats()["packs"]
+    for _ in range(3):
+        assert torch.equal(torch.addmm(b, x, w).cpu(), want)
+    assert _stats()["packs"] == packs + 1
+
+
+def test_row_major_weight_past_tile_size_is_not_cached():
+    # Past 2^19 the uncached row-major product is oneDNN's (other sums).
+    x, w = torch.randn(1, 1024).to(DEV), torch.randn(1024, 1024).to(DEV)
+    for _ in range(3):
+        torch.mm(x, w)
+    assert _stats()["packed"] == 0
+
+
+def test_addmm_alpha_same_bits_as_uncached():
+    x, w, c = torch.randn(2, 256).to(DEV), torch.randn(544, 256).to(DEV), torch.randn(544).to(DEV)
+    want = torch.addmm(c, x, w.clone().t(), alpha=0.5)
+    for _ in range(3):
+        assert torch.equal(torch.addmm(c, x, w.t(), alpha=0.5).cpu(), want.cpu())
+    assert _stats()["hits"] >= 1
+
+
+def _warm(x, w):
+    for _ in range(3):
+        F.linear(x, w)
+    assert _stats()["packed"] >= 1
+
+
+@pytest.mark.parametrize("write", ["mul_", "copy_", "view_fill", "sgd_step", "setitem"])
+def test_in_place_write_never_uses_stale_copy(write):
+    x, w = torch.randn(1, 256).to(DEV), torch.randn(544, 256).to(DEV)
+    w.requires_grad_(True)
+    with torch.no_grad():
+        _warm(x, w)
+        if write == "mul_":
+            w.mul_(2)
+        elif write == "copy_":
+            w.copy_(torch.randn(544, 256).to(DEV))
+        elif write == "view_fill":
+            w.t()[5].fill_(3.0)  # a view shares the version counter
+        elif write == "setitem":
+            w[7, 9] = 100.0  # one element the staleness samples miss
+    if write == "sgd_step":
+        opt = torch.optim.SGD([w], lr=0.1)
+        F.linear(x, w).sum().backward()
+        opt.step()
+    with torch.no_grad():
+        for _ in range(3):
+            got = F.linear(x, w).cpu()
+            assert torch.equal(got, _uncached(x, w).cpu())
+            torch.testing.assert_close(
+                got, F.linear(x.cpu(), w.detach().cpu()), rtol=1e-4, atol=1e-4
+            )
+
+
+def test_write_through_data_is_caught_by_samples():
+    # .data is a tensor with its own version counter: a write through it does
+    # not move w's. The sampled elements catch a whole-weight write.
+    x, w = torch.randn(1, 256).to(DEV), torch.randn(544, 256).to(DEV)
+    _warm(x, w)
+    w.data.copy_(torch.randn(544, 256).to(DEV))
+    drops = _stats()["drops"]
+    got = F.linear(x, w).cpu()
+    assert torch.equal(got, _uncached(x, w).cpu())
+    assert _stats()["drops"] > drops
+
+
+def test_freed_weight_drops_its_entry_and_reused_address_is_not_stale():
+    x = torch.randn(1, 256).to(DEV)
+    w = torch.randn(544, 256).to(DEV)
+    _warm(x, w)
+    ptr = w.data_ptr()
+    del w
+    assert _stats()["entries"] == 0
+    # The allocator hands the same block out again: same address, shape and
+    # version as the freed weight, other values.
+    w2 = torch.randn(544, 256).to(DEV)
+    if w2.data_ptr() != ptr:
+        pytest.skip("the allocator did not reuse the address")
+    for _ in range(3):
+        assert torch.equal(F.linear(x, w2).cpu(), _uncached(x, w2).cpu())
+
+
+def test_activation_seen_once_is_never_packed():
+    x = torch.randn(1, 256).to(DEV)
+    packs = _stats()["packs"]
+    for _ in range(5):
+        F.linear(x, torch.randn(544, 256).to(DEV))
+    s = _stats()
+    assert s["packs"] == packs and s["bytes"] == 0 and s["entries"] == 0
+
+
+def test_inference_mode_weight_is_not_cached():
+    with torch.inference_mode():
+        x, w = torch.randn(1, 256).to(DEV), torch.randn(544, 256).to(DEV)
+        for _ in range(3):
+            F.linear(x, w)
+    assert _stats()["entries"] == 0
+
+
+def _run(code, env):
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+_BUDGET_SCRIPT = """
+import torch, torch.nn.functional as F, torch_neuronx
+from torch_neuronx import _C
+torch.manual_seed(0)
+x = torch.randn(1, 256).to("neuron")
+ws = [torch.randn(544, 256).to("neuron") for _ in range(4)]  # 576 KiB packed each
+for _ in range(3):
+    for w in ws:
+        y = F.linear(x, w)
+        assert torch.equal(y.cpu(), F.linear(x, w.clone()).cpu())
+s = _C._weight_cache_stats()
+print(s["budget"], s["bytes"], s["packed"])
+"""
+
+
+@pytest.mark.parametrize("size,packed", [("1300K", 2), ("0", 0), ("", 4)])
+def test_budget_bounds_packed_bytes(size, packed):
+    r = _run(_BUDGET_SCRIPT, {"TORCH_NEURONX_WEIGHT_CACHE_SIZE": size})
+    assert r.returncode == 0, r.stderr
+    budget, used, n = map(int, r.stdout.split())
+    assert used <= budget and n == packed
+    assert budget == {"1300K": 1300 << 10, "0": 0, "": 256 << 20}[size]
+
+
+def test_threads_share_the_cache_safely():
+    import threading
+
+    x = torch.randn(2, 256).to(DEV)
+    ws = [torch.randn(544, 256).to(DEV) for _ in range(3)]
+    want = [_uncached(x, w).cpu() for w in ws]
+    bad = []
+
+    def loop():
+        for _ in range(20):
+            for w, ref in zip(ws, want):
+                if not torch.equal(F.linear(x, w).cpu(), ref):
+                    bad.append(1)
+
+    ts = [threading.Thread(target=loop) for _ in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not bad
+    assert torch_neuronx.get_fallback_ops() == []
