@@ -138,6 +138,24 @@ def test_in_place_write_never_uses_stale_copy(write):
             )
 
 
+def test_training_forward_never_packs_so_data_writes_are_seen():
+    # Manual SGD through .data (w's version never moves) on one-hot inputs
+    # writes one column: the samples would miss it. A product recorded for
+    # autograd never uses the cache, so every step sees the new weight.
+    w = torch.randn(544, 256).to(DEV).requires_grad_(True)
+    packed = _stats()["packed"]
+    x = torch.zeros(1, 256)
+    x[0, 0] = 1.0
+    x = x.to(DEV)
+    for _ in range(4):
+        y = F.linear(x, w)
+        assert torch.equal(y.detach().cpu(), F.linear(x.cpu(), w.detach().cpu()))
+        y.sum().backward()
+        w.data.add_(w.grad, alpha=-0.5)
+        w.grad = None
+    assert _stats()["packed"] == packed
+
+
 def test_write_through_data_is_caught_by_samples():
     # .data is a tensor with its own version counter: a write through it does
     # not move w's. The sampled elements catch a whole-weight write.

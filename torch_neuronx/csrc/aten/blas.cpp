@@ -64,10 +64,15 @@ struct Mat {
 };
 
 // The tensor's version counter + 1 (every in-place write moves it): lets
-// libtrn keep a packed copy of a weight between decode steps. Inference
-// tensors have no counter: 0, never cached.
+// libtrn keep a packed copy of a weight between decode steps. 0 (never
+// cached): inference tensors, which have no counter, and a weight that
+// requires grad in a product recorded for autograd. A training loop is where
+// weights are written through `.data` (manual SGD, as PyTorch's own
+// tutorials do), which has its own counter: w's never moves, and only the
+// cache's sampled elements would see the write. Decoding runs under no_grad.
 uint64_t version_of(const Tensor &t) {
-    return t.is_inference() ? 0 : static_cast<uint64_t>(t._version()) + 1;
+    if (t.is_inference() || (t.requires_grad() && at::GradMode::is_enabled())) return 0;
+    return static_cast<uint64_t>(t._version()) + 1;
 }
 
 Mat mat3(const Tensor &t) {  // 3-d
