@@ -144,9 +144,26 @@ static inline trn__vec_f vld16_bf16(const uint16_t *p) {
     return f;
 }
 
+// With AVX512-BF16 one vcvtneps2bf16 rounds the 16 lanes (the select form
+// above is about a dozen integer ops per vector, the larger part of the y /
+// dx loops): it rounds to nearest even and quiets NaNs as trn_float_to_bf16
+// does but flushes denormal inputs to zero, so a vector holding a nonzero
+// denormal takes the select form (kit/bf16_store.h's rule: the same bits
+// for every input).
 static inline void vst16_bf16(uint16_t *p, trn__vec_f f) {
     bn_u32x16 u;
     memcpy(&u, &f, sizeof u);
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+    // (|u| - 1) < 0x7FFFFF unsigned: a nonzero denormal.
+    if (!_mm512_cmplt_epu32_mask(
+            _mm512_sub_epi32(_mm512_and_si512((__m512i)u, _mm512_set1_epi32(0x7FFFFFFF)),
+                             _mm512_set1_epi32(1)),
+            _mm512_set1_epi32(0x007FFFFF))) {
+        const __m256bh h = _mm512_cvtneps_pbh((__m512)f);
+        memcpy(p, &h, sizeof h);
+        return;
+    }
+#endif
     const bn_u16x16 h = BN_BF16_BITS(u, bn_u32x16, bn_u16x16);
     memcpy(p, &h, sizeof h);
 }
