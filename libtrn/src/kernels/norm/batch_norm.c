@@ -144,13 +144,20 @@ static inline void st8_f16(uint16_t *p, trn__vec_d v) {
 typedef uint16_t bn_u16x16 __attribute__((vector_size(32)));
 typedef uint32_t bn_u32x16 __attribute__((vector_size(64)));
 
+// (AVX-512: one vpmovzxwd from memory; GCC 12 widened the generic form as
+// two halves and an insert, as ld8_bf16's.)
 static inline trn__vec_f vld16_bf16(const uint16_t *p) {
+#if defined(__AVX512F__)
+    return (trn__vec_f)_mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+#else
     bn_u16x16 h;
     memcpy(&h, p, sizeof h);
     const bn_u32x16 u = __builtin_convertvector(h, bn_u32x16) << 16;
     trn__vec_f f;
     memcpy(&f, &u, sizeof f);
     return f;
+#endif
 }
 
 // With AVX512-BF16 one vcvtneps2bf16 rounds the 16 lanes (the select form
