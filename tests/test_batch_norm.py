@@ -331,3 +331,27 @@ def test_non_finite_input_gives_cpu_statistics(dtype, offset):
     ):
         torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-2, atol=1e-2, msg=name)
     assert torch.isnan(outs["neuron"][2][:4]).all()
+
+
+@pytest.mark.parametrize("hw", [(4, 4), (16, 16)])
+def test_bfloat16_denormal_results_are_rounded_not_flushed(hw):
+    # A weight of 1e-39 (a float32 denormal) makes every y and dx a float
+    # denormal. The 16-lane bfloat16 stores round with vcvtneps2bf16 where the
+    # CPU has it, which flushes denormal inputs to zero: those vectors must
+    # take the exact rounding instead (nonzero bfloat16 denormals, as CPU's).
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(4, 3, *hw, generator=g).to(torch.bfloat16)
+    dy = torch.randn(4, 3, *hw, generator=g).to(torch.bfloat16)
+    w = torch.full((3,), 1e-39)
+    b = torch.zeros(3)
+    outs = {}
+    for dev in ("cpu", "neuron"):
+        xd = x.to(dev).detach().clone().requires_grad_()
+        wd, bd = w.to(dev).clone().requires_grad_(), b.to(dev).clone().requires_grad_()
+        y = torch.nn.functional.batch_norm(xd, None, None, wd, bd, True, 0.1, 1e-5)
+        y.backward(dy.to(dev))
+        outs[dev] = (y.detach().cpu().float(), xd.grad.cpu().float())
+    for name, got, want in zip(("y", "dx"), outs["neuron"], outs["cpu"]):
+        assert (want != 0).float().mean() > 0.9, name  # the case is what it claims
+        assert torch.equal(got != 0, want != 0), name
+        torch.testing.assert_close(got, want, rtol=0.1, atol=0, msg=name)

@@ -18,6 +18,19 @@
 #define CONV_LAYOUT_BLOCK 16
 
 typedef uint16_t conv_v16x2 __attribute__((vector_size(32)));
+// The same vector at any 2-byte alignment, for the tile's loads and stores.
+// GCC 12 fused the 16 row stores of a tile whose rows are adjacent (to
+// nChw16c, where the row stride was a constant of a clone: 512 contiguous
+// bytes) into zmm stores built through the stack: 16 ymm stores, then 8 zmm
+// loads of them, each waiting on two stores it cannot forward from (perf: a
+// third of the move's samples on that stack traffic). So the tile keeps its
+// strides as arguments (noclone) and accesses rows as vectors.
+typedef uint16_t conv_v16x2u __attribute__((vector_size(32), aligned(2), may_alias));
+#if defined(__clang__)
+#define CONV_LAYOUT_NOCLONE __attribute__((noinline))
+#else
+#define CONV_LAYOUT_NOCLONE __attribute__((noinline, noclone))
+#endif
 
 // One round of the 16x16 transpose: rows i and i + h (i & h == 0) swap
 // their off-diagonal h x h blocks. The four rounds h = 8, 4, 2, 1 together
@@ -45,17 +58,17 @@ typedef uint16_t conv_v16x2 __attribute__((vector_size(32)));
 
 // A 16 x 16 tile: element (i, j) of `src` (row i at src + i * ss, element j
 // at + j) to element (j, i) of `dst` (row j at dst + j * ds).
-#define CONV_LAYOUT_TILE(NAME, T, V, M)                                                            \
-    static inline void NAME(T *dst, int64_t ds, const T *src, int64_t ss) {                        \
+#define CONV_LAYOUT_TILE(NAME, T, V, U, M)                                                         \
+    static CONV_LAYOUT_NOCLONE void NAME(T *dst, int64_t ds, const T *src, int64_t ss) {           \
         V r[16];                                                                                   \
-        for (int i = 0; i < 16; i++) memcpy(&r[i], src + i * ss, sizeof r[i]);                     \
+        for (int i = 0; i < 16; i++) r[i] = *(const U *)(src + i * ss);                            \
         CONV_LAYOUT_ROUND(V, M, r, 8);                                                             \
         CONV_LAYOUT_ROUND(V, M, r, 4);                                                             \
         CONV_LAYOUT_ROUND(V, M, r, 2);                                                             \
         CONV_LAYOUT_ROUND(V, M, r, 1);                                                             \
-        for (int j = 0; j < 16; j++) memcpy(dst + j * ds, &r[j], sizeof r[j]);                     \
+        for (int j = 0; j < 16; j++) *(U *)(dst + j * ds) = r[j];                                  \
     }
-CONV_LAYOUT_TILE(conv_layout_tile2, uint16_t, conv_v16x2, conv_v16x2)
+CONV_LAYOUT_TILE(conv_layout_tile2, uint16_t, conv_v16x2, conv_v16x2u, conv_v16x2)
 
 // One [c/16 block] of one image: `plain` holds 16 planes of `hw` elements
 // (plane j at plain + j * cs), `blk` hw x 16 elements. to_blocked: plain ->
