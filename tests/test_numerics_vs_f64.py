@@ -292,6 +292,46 @@ def test_gelu_every_rounding(dtype):
             assert (n != rounded).sum() <= (c != rounded).sum()
 
 
+def _mean_ulps(out, ref):
+    """Mean error in units of the float32 spacing at the reference."""
+    r = ref.float().abs()
+    ulp = torch.nextafter(r, torch.tensor(float("inf"))).double() - r.double()
+    return ((out.detach().cpu().double() - ref).abs() / ulp).mean().item()
+
+
+@pytest.mark.parametrize(
+    "lo,hi,fwd_bound,bwd_bound",
+    [
+        (-0.7, 0.7, 0.33, 0.76),
+        (0.7, 3.0, 0.35, 0.32),
+        (-3.0, -0.7, 1.1, None),
+        (-8.0, -3.0, 1.05, 0.7),
+        (-13.0, -8.0, 1.05, 0.7),
+    ],
+)
+def test_gelu_float32_ulps_per_range(lo, hi, fwd_bound, bwd_bound):
+    """Erf GELU float32, mean error in float32 ulps per input range, forward
+    and backward (where the gradient crosses zero near x = -0.75 its ulps
+    are huge on every implementation; the backward is checked outside that
+    range, None). The negative tail's exp(-x^2/2) used to take the rounding of
+    x^2/2 (4-15 ulp there); near 0 the Taylor form's coefficient rounding cost
+    0.40 ulp where the CPU has 0.38. Bounds are the current form's with a
+    small margin; each is at or below the CPU's mean error."""
+    x = torch.linspace(lo, hi, 200_001, dtype=torch.float32)
+    # ATen's float64 GELU forms 1 + erf and loses the tail to cancellation
+    # (2 % off at x = -8): the reference is built on erfc instead.
+    xd = x.double()
+    cdf = 0.5 * torch.special.erfc(-xd * 0.5**0.5)
+    fwd_ref, bwd_ref = xd * cdf, cdf + xd * torch.exp(-0.5 * xd * xd) * (2 * torch.pi) ** -0.5
+    fwd_cpu, bwd_cpu = _gelu_and_grad(x)
+    fwd, bwd = (t.cpu() for t in _gelu_and_grad(x.to("neuron")))
+    nf, cf = _mean_ulps(fwd, fwd_ref), _mean_ulps(fwd_cpu, fwd_ref)
+    assert nf <= fwd_bound and nf <= cf, (nf, cf)
+    if bwd_bound is not None:
+        nb, cb = _mean_ulps(bwd, bwd_ref), _mean_ulps(bwd_cpu, bwd_ref)
+        assert nb <= bwd_bound and nb <= cb, (nb, cb)
+
+
 # ---- whole models: the first step's gradients --------------------------------------
 
 
