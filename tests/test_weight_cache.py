@@ -145,7 +145,7 @@ def test_training_forward_never_packs_so_data_writes_are_seen():
     w = torch.randn(544, 256).to(DEV).requires_grad_(True)
     packed = _stats()["packed"]
     x = torch.zeros(1, 256)
-    x[0, 0] = 1.0
+    x[0, 77] = 1.0  # an input feature no staleness sample reads
     x = x.to(DEV)
     for _ in range(4):
         y = F.linear(x, w)
