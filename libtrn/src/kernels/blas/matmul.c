@@ -1025,6 +1025,14 @@ static trn_status run_kblocked(const trn_matmul_desc *d, const void *bias) {
 // Pieces per pool thread: more than one, so a thread that is descheduled
 // mid-product leaves most of its share to the others.
 #define SPLIT_PER_THREAD 2
+// One piece per thread for float32 products run as k blocks (k > MM_KC):
+// each piece is a k-block loop of oneDNN calls, and every call packs its
+// block of B (row pieces) or of A (column pieces) again, so at two pieces
+// per thread a 512-token model product (rows or columns cut in 4) packed
+// its operand blocks twice as often as the arithmetic needs. Model set
+// (20 products of bench_gemm_builds.py, 2 threads, process CPU time, load
+// 6-7): 1.06x in all, up to 1.18x on 512 x 256 x 1024 nt (session 25).
+#define KBLOCK_PER_THREAD 1
 
 typedef struct mm_split {
     trn_matmul_desc d;
@@ -1088,7 +1096,8 @@ static trn_status run_split(const trn_matmul_desc *d, const void *bias) {
     if (!trn__dnnl_can_serialize()) return run_kblocked(d, bias);  // oneDNN threads it
     const int threads = trn_parallel_threads();
     const int64_t macs = d->batch * d->m * d->n * d->k;
-    int64_t want = (int64_t)threads * SPLIT_PER_THREAD;
+    const bool kblocked = d->dtype == TRN_DTYPE_F32 && d->k > MM_KC;
+    int64_t want = (int64_t)threads * (kblocked ? KBLOCK_PER_THREAD : SPLIT_PER_THREAD);
     if (macs / SPLIT_MIN_MACS < want) want = macs / SPLIT_MIN_MACS;
     if (threads <= 1 || want <= 1) {
         const int saved = trn__dnnl_serial_begin();
