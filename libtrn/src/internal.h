@@ -177,6 +177,8 @@ void trn__stream_fork_parent(void);
 bool trn__stream_fork_child(void);  // false: a condition variable failed
 void trn__mem_fork_prepare(void);
 void trn__mem_fork_release(void);
+void trn__wcache_fork_prepare(void);  // the weight cache's table (nests inside the allocator's)
+void trn__wcache_fork_release(void);
 void trn__host_fork_prepare(void);
 void trn__host_fork_release(void);
 void trn__plan_fork_prepare(void);

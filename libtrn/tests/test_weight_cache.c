@@ -6,6 +6,12 @@
 // by the sampled elements) never find a stale copy; the table is empty once
 // its weights are freed. Buffers live in device memory, so the test also
 // runs in protect-memory mode.
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "internal.h"
 #include "test_common_dev.h"
 #include "trn/cpu.h"
@@ -149,6 +155,56 @@ static void test_reuse(void) {
     prod_free(&p);
 }
 
+// fork() while another thread is inside the cache's lock: the runtime's fork
+// handlers take it first, so no child inherits it held (a child's first
+// cached product then waited forever).
+static atomic_bool g_hammer_stop;
+
+static void *hammer(void *arg) {
+    (void)arg;
+    trn_weight_cache_stats s;
+    while (!atomic_load(&g_hammer_stop)) trn_weight_cache_stats_get(&s);
+    return NULL;
+}
+
+static void test_fork_while_locked(void) {
+    pthread_t t;
+    atomic_store(&g_hammer_stop, false);
+    CHECK(pthread_create(&t, NULL, hammer, NULL) == 0);
+    enum { FORKS = 100 };
+    pid_t pids[FORKS];
+    int forked = 0;
+    for (int i = 0; i < FORKS; i++) {
+        const pid_t pid = fork();
+        if (pid == 0) {
+            trn_weight_cache_stats s;
+            trn_weight_cache_stats_get(&s);
+            _exit(0);
+        }
+        if (pid > 0) pids[forked++] = pid;
+    }
+    atomic_store(&g_hammer_stop, true);
+    pthread_join(t, NULL);
+    int hung = 0, failed = 0;
+    const time_t deadline = time(NULL) + 20;
+    for (int i = 0; i < forked; i++) {
+        int status = 0;
+        pid_t done = 0;
+        while ((done = waitpid(pids[i], &status, WNOHANG)) == 0 && time(NULL) < deadline)
+            usleep(1000);
+        if (done == 0) {
+            hung++;
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], &status, 0);
+        } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            failed++;
+        }
+    }
+    CHECK_INT(forked, FORKS);
+    CHECK_INT(hung, 0);
+    CHECK_INT(failed, 0);
+}
+
 int main(void) {
     CHECK_OK(trn_stream_get_default(0, &g_stream));
     trn_weight_cache_clear();
@@ -163,6 +219,7 @@ int main(void) {
     test_new_version();
     test_samples();
     test_reuse();
+    test_fork_while_locked();
     CHECK_INT(stats().entries, 0);
     return TEST_REPORT();
 }

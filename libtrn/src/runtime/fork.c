@@ -5,7 +5,7 @@
 // Why this is sound: before fork, the forking thread drains every stream's
 // queue and takes every runtime lock, in the order the code nests them
 // (stream exec locks, the stream table, each stream's queue lock, then the
-// allocator, pinned-host registry, oneDNN plan cache, trace buffer and
+// allocator, the weight cache's table, pinned-host registry, oneDNN plan cache, trace buffer and
 // metrics table, all leaves). So no other thread is inside any of them when
 // the address space is copied: the child's allocator, registries and queues
 // are consistent, and its device memory is the parent's, copied on write
@@ -23,6 +23,7 @@
 static void fork_prepare(void) {
     trn__stream_fork_prepare();
     trn__mem_fork_prepare();
+    trn__wcache_fork_prepare();
     trn__host_fork_prepare();
     trn__plan_fork_prepare();
     trn__trace_fork_prepare();
@@ -34,6 +35,7 @@ static void release_leaves(void) {
     trn__trace_fork_release();
     trn__plan_fork_release();
     trn__host_fork_release();
+    trn__wcache_fork_release();
     trn__mem_fork_release();
 }
 

@@ -235,3 +235,8 @@ void trn_weight_cache_clear(void) {
     while (g_n > 0) remove_at(g_n - 1);
     trn__unlock(&g_mu);
 }
+
+// fork.c: held across fork, so a child never inherits the table mid-update
+// (a DataLoader worker's first product would wait on it forever).
+void trn__wcache_fork_prepare(void) { trn__lock(&g_mu); }
+void trn__wcache_fork_release(void) { trn__unlock(&g_mu); }
