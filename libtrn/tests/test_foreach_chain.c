@@ -2,13 +2,16 @@
 // chain run chunk-major gives the bytes of its ops launched one by one
 // (float32 and bfloat16, a multi-chunk tensor, odd and empty ones), a
 // scratch output is never stored, overlapping operands run op by op (same
-// bytes), and argument errors.
+// bytes), Adam's step run as one loop (foreach_adam_chain.h) gives the
+// bytes of its ops, and argument errors.
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "test.h"
 #include "trn/convert.h"
 #include "trn/foreach_chain.h"
+#include "trn/metrics.h"
 
 static trn_stream *g_stream;
 
@@ -150,6 +153,92 @@ static void test_overlap(void) {
     free(p1), free(p2), free(g);
 }
 
+static double adam_loops(void) {
+    trn_metric_info m[TRN_METRICS_MAX];
+    const size_t n = trn_metrics_list(m, TRN_METRICS_MAX);
+    for (size_t i = 0; i < n && i < TRN_METRICS_MAX; i++)
+        if (strcmp(m[i].name, "ForeachChainAdamLoops") == 0) return m[i].sum;
+    return 0;
+}
+
+// PyTorch's foreach Adam / AdamW step (7 or 8 ops) on float32 lists P, G, M,
+// V and the denominator D: the chain takes the one-loop form and its bytes
+// are those of the ops launched one by one, for AdamW (weight decay) and
+// Adam, lerp weights on both sides of 0.5, D in scratch or stored, divisor
+// and step scalars per tensor or from a scalar tensor. Values include zero
+// and subnormal second moments, a NaN and infinite gradients.
+static void test_adam(int wd, double w, int scratch_d, int scalar_tensor) {
+    enum { NA = 4, NL = 5 };
+    static const int64_t na[NA] = {40000, 7, 0, 1000};
+    float *l[2][NL][NA];
+    unsigned s = 11;
+    for (int t = 0; t < NA; t++)
+        for (int k = 0; k < NL; k++) {
+            l[0][k][t] = malloc((size_t)(na[t] + 1) * sizeof(float));
+            l[1][k][t] = malloc((size_t)(na[t] + 1) * sizeof(float));
+            for (int64_t j = 0; j < na[t]; j++) {
+                float v = (float)frand(&s);
+                if (k == 3) v = v * v * 1e-3f;  // exp_avg_sq >= 0
+                if (k == 3 && j % 97 == 3) v = j % 2 ? 0.0f : 1e-41f;
+                if (k == 1 && j == 5) v = NAN;
+                if (k == 1 && j == 6) v = -INFINITY;
+                if (k == 4) v = 0;
+                l[0][k][t][j] = l[1][k][t][j] = v;
+            }
+        }
+    const float div_by = 0.75f;  // the scalar tensor's value (divisor of D)
+    trn_foreach_tensor ts[2][8][NA];
+    trn_foreach_desc ops[2][8];
+    const trn_foreach_op op[8] = {TRN_FOREACH_MUL,     TRN_FOREACH_LERP,   TRN_FOREACH_MUL,
+                                  TRN_FOREACH_ADDCMUL, TRN_FOREACH_SQRT,   TRN_FOREACH_DIV,
+                                  TRN_FOREACH_ADD,     TRN_FOREACH_ADDCDIV};
+    const int first = wd ? 0 : 1, nops = 8 - first;
+    for (int r = 0; r < 2; r++) {
+        for (int t = 0; t < NA; t++) {
+            float *P = l[r][0][t], *G = l[r][1][t], *M = l[r][2][t], *V = l[r][3][t];
+            float *D = l[r][4][t];
+            const int64_t n = na[t];
+            ts[r][0][t] = (trn_foreach_tensor){P, P, NULL, NULL, n, 0.999};
+            ts[r][1][t] = (trn_foreach_tensor){M, M, G, NULL, n, w};
+            ts[r][2][t] = (trn_foreach_tensor){V, V, NULL, NULL, n, 0.999};
+            ts[r][3][t] = (trn_foreach_tensor){V, V, G, G, n, 1 - 0.999};
+            ts[r][4][t] = (trn_foreach_tensor){D, V, NULL, NULL, n, 0};
+            ts[r][5][t] = (trn_foreach_tensor){D, D, NULL, NULL, n, 0.1 + 0.2 * t};
+            ts[r][6][t] = (trn_foreach_tensor){D, D, NULL, NULL, n, 1e-8};
+            ts[r][7][t] = (trn_foreach_tensor){P, P, M, D, n, -0.01 * (t + 1)};
+        }
+        for (int k = 0; k < 8; k++) {
+            memset(&ops[r][k], 0, sizeof ops[r][k]);
+            ops[r][k].op = op[k];
+            ops[r][k].dtype = TRN_DTYPE_F32;
+            ops[r][k].count = NA;
+            ops[r][k].tensors = ts[r][k];
+            ops[r][k].alpha = 1.0;
+            ops[r][k].ord = 2;
+        }
+        if (scalar_tensor) {
+            ops[r][5].scalar_tensor = &div_by;
+            ops[r][5].scalar_dtype = TRN_DTYPE_F32;
+        }
+    }
+    for (int k = first; k < 8; k++) CHECK_OK(trn_foreach_launch(g_stream, &ops[0][k]));
+    unsigned char scratch[8] = {0};
+    scratch[4 - first] = (unsigned char)scratch_d;
+    const double loops0 = adam_loops();
+    CHECK_OK(trn_foreach_chain_launch(g_stream, &ops[1][first], nops, scratch));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    CHECK(adam_loops() == loops0 + 1);
+    for (int t = 0; t < NA; t++)
+        for (int k = 0; k < NL; k++) {
+            if (k == 4 && scratch_d) continue;
+            CHECK(memcmp(l[0][k][t], l[1][k][t], (size_t)na[t] * sizeof(float)) == 0);
+        }
+    if (scratch_d) CHECK(l[1][4][0][5] == 0.0f);  // D never stored
+    for (int r = 0; r < 2; r++)
+        for (int t = 0; t < NA; t++)
+            for (int k = 0; k < NL; k++) free(l[r][k][t]);
+}
+
 static void test_errors(void) {
     float x[4] = {1, 2, 3, 4};
     trn_foreach_tensor t = {x, x, NULL, NULL, 4, 2.0};
@@ -176,6 +265,10 @@ int main(void) {
     test_bits(TRN_DTYPE_F32);
     test_bits(TRN_DTYPE_BF16);
     test_overlap();
+    test_adam(1, 0.1, 1, 0);
+    test_adam(0, 0.1, 0, 1);
+    test_adam(1, 0.7, 0, 0);
+    test_adam(0, 0.6, 1, 1);
     test_errors();
     return TEST_REPORT();
 }

@@ -16,7 +16,10 @@
 #include "trn/convert.h"
 #include "trn/foreach.h"
 #include "trn/foreach_chain.h"
+#include "trn/metrics.h"
 #include "trn/parallel.h"
+
+#include "foreach_adam_chain.h"
 
 enum { CHUNK = 65536, BLK = 256 };
 
@@ -688,6 +691,10 @@ typedef struct chain_run {
     const fe_chunk *chunks;
     const unsigned char *scratch;  // per op: its outputs live in a chunk-sized scratch
     int64_t nscratch;              // ops with scratch outputs
+    const adam_chain *adam;        // non-NULL: the chain is Adam's step, run as one loop
+    const trn_foreach_desc *ops;   // adam only: the chain's ops, their scalar tensors' values
+    const double *overrides;
+    const int *has_override;
 } chain_run;
 
 // Op k's operand p at position t, or, where p is the output of an earlier
@@ -706,6 +713,13 @@ static const void *chain_operand(const chain_run *cr, int64_t k, int64_t t, int6
 
 static void chain_piece(void *ctx, int64_t c0, int64_t c1) {
     const chain_run *cr = ctx;
+    if (cr->adam != NULL) {
+        const int store_d = !cr->scratch[cr->adam->sqrt];
+        for (int64_t c = c0; c < c1; c++)
+            adam_chain_run(cr->adam, cr->ops, cr->overrides, cr->has_override, store_d,
+                           cr->chunks[c].t, cr->chunks[c].begin, cr->chunks[c].end);
+        return;
+    }
     char *slots[TRN_FOREACH_CHAIN_MAX_OPS] = {0};
     char *buf = NULL;
     if (cr->nscratch > 0) {
@@ -820,7 +834,20 @@ static trn_status chain_task(void *args) {
     }
     atomic_fetch_add(&g_chain_fused, 1);
     const int64_t nscratch = chain_scratch_check(ops, nops, ca->scratch);
-    chain_run cr = {runs, nops, chunks, ca->scratch, nscratch};
+    chain_run cr = {runs, nops, chunks, ca->scratch, nscratch, NULL, ops, NULL, NULL};
+    adam_chain adam;
+    double overrides[TRN_FOREACH_CHAIN_MAX_OPS];
+    int has_override[TRN_FOREACH_CHAIN_MAX_OPS];
+    if (adam_chain_match(ops, nops, &adam)) {
+        for (int64_t k = 0; k < nops; k++) {
+            overrides[k] = runs[k].scalar_override;
+            has_override[k] = runs[k].has_override;
+        }
+        cr.adam = &adam;
+        cr.overrides = overrides;
+        cr.has_override = has_override;
+        trn_named_counter_add("ForeachChainAdamLoops", 1);
+    }
     trn_parallel_for(nchunks, 1, chain_piece, &cr);
 out:
     free(runs);
