@@ -72,6 +72,8 @@ OPTS = {
     "adamw_amsgrad_maximize": lambda ps: torch.optim.AdamW(
         ps, lr=1e-2, weight_decay=0.05, amsgrad=True, maximize=True
     ),
+    # beta1 0.4: lerp's weight 0.6 takes its second form
+    "adam_beta1_low": lambda ps: torch.optim.Adam(ps, lr=1e-2, betas=(0.4, 0.9)),
     "adam_capturable": lambda ps: torch.optim.Adam(ps, lr=1e-2, weight_decay=0.1, capturable=True),
     "sgd_momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01),
     "sgd_nesterov": lambda ps: torch.optim.SGD(
@@ -92,6 +94,7 @@ def test_optimizer_step_bits_chain_on_vs_off(name, dtype):
     make = OPTS[name]
     fused0, _ = _C._foreach_chain_counts()
     scratch0 = _counter("ForeachChainScratchLists")
+    loops0 = _counter("ForeachChainAdamLoops")
     on = _states(*_train(make, dtype, chain=True))
     fused1, _ = _C._foreach_chain_counts()
     off = _states(*_train(make, dtype, chain=False))
@@ -99,6 +102,9 @@ def test_optimizer_step_bits_chain_on_vs_off(name, dtype):
     if name.startswith("adam") and "capturable" not in name:
         # sqrt(exp_avg_sq), dropped before the step ends, lived in scratch
         assert _counter("ForeachChainScratchLists") > scratch0
+    if dtype == torch.float32 and name in ("adamw", "adamw_default", "adam_beta1_low"):
+        # float32 Adam / AdamW ran as one loop (foreach_adam_chain.h): same bits
+        assert _counter("ForeachChainAdamLoops") > loops0
     _assert_bits(on, off)
 
 

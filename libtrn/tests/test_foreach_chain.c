@@ -195,7 +195,9 @@ static void test_adam(int wd, double w, int scratch_d, int scalar_tensor) {
     const int first = wd ? 0 : 1, nops = 8 - first;
     for (int r = 0; r < 2; r++) {
         for (int t = 0; t < NA; t++) {
-            float *P = l[r][0][t], *G = l[r][1][t], *M = l[r][2][t], *V = l[r][3][t];
+            // an empty tensor's data pointer may be NULL (PyTorch's are)
+            float *P = l[r][0][t], *G = na[t] ? l[r][1][t] : NULL, *M = l[r][2][t];
+            float *V = l[r][3][t];
             float *D = l[r][4][t];
             const int64_t n = na[t];
             ts[r][0][t] = (trn_foreach_tensor){P, P, NULL, NULL, n, 0.999};

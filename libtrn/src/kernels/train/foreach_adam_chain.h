@@ -57,6 +57,8 @@ static int adam_chain_match(const trn_foreach_desc *ops, int64_t nops, adam_chai
         !adam_op_is(&ops[m->addcdiv], TRN_FOREACH_ADDCDIV))
         return 0;
     for (int64_t t = 0; t < ops[0].count; t++) {
+        // An empty position is no work (its data pointers may be NULL).
+        if (ops[0].tensors[t].n == 0) continue;
         const trn_foreach_tensor *lerp = &ops[m->lerp].tensors[t];
         const trn_foreach_tensor *mv = &ops[m->mul_v].tensors[t];
         const trn_foreach_tensor *acm = &ops[m->addcmul].tensors[t];
@@ -76,7 +78,6 @@ static int adam_chain_match(const trn_foreach_desc *ops, int64_t nops, adam_chai
         if (dv->out != D || dv->a != D || dv->b != NULL || dv->c != NULL) return 0;
         if (ad->out != D || ad->a != D || ad->b != NULL || ad->c != NULL) return 0;
         if (acd->a != P || acd->b != M || acd->c != D) return 0;
-        if (lerp->n == 0) continue;
         if (P == NULL || M == NULL || V == NULL || D == NULL) return 0;
         const void *all[5] = {P, G, M, V, D};
         for (int i = 0; i < 5; i++)
