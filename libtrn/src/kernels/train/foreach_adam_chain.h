@@ -93,9 +93,10 @@ static float adam_scalar(const trn_foreach_desc *d, const double *override, cons
     return (float)(*has ? *override : d->tensors[t].scalar);
 }
 
-// Elements [begin, end) of position t. scalars[k] / has[k]: op k's scalar
-// tensor value (read once per chain, as the chain reads them), store_d:
-// whether D is stored (0 when it lives in scratch).
+// Elements [begin, end) of position t. overrides[k] / has[k]: op k's scalar
+// tensor value and whether it has one (read once per chain, before any op
+// runs, as the chain reads them); store_d: whether D is stored (0 when it
+// lives in scratch).
 static void adam_chain_run(const adam_chain *m, const trn_foreach_desc *ops,
                            const double *overrides, const int *has, int store_d, int64_t t,
                            int64_t begin, int64_t end) {
