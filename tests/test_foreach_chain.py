@@ -138,6 +138,37 @@ def test_adamw_matches_fusion_off_and_cpu_close():
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
+def _train_clipped(chain, steps=3):
+    """AdamW steps back to back, each after clip_grad_norm_ (foreach) and with
+    zero_grad(set_to_none=False): the chain holds the clip's _foreach_mul_,
+    the steps and _foreach_zero_ around Adam's ops."""
+    _C._foreach_chain_set_enabled(chain)
+    try:
+        params = [p.to(DEV).requires_grad_() for p in _data(torch.float32, 0, 1)]
+        opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1)
+        for step in range(steps):
+            for p, g in zip(params, _data(torch.float32, step, 2)):
+                if p.grad is None:
+                    p.grad = g.to(DEV)
+                else:
+                    p.grad.copy_(g)
+            torch.nn.utils.clip_grad_norm_(params, 0.5, foreach=True)
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+        torch_neuronx.synchronize()
+        return params, opt
+    finally:
+        _C._foreach_chain_set_enabled(True)
+
+
+def test_adam_loop_inside_longer_chains_bits():
+    loops0 = _counter("ForeachChainAdamLoops")
+    on = _states(*_train_clipped(chain=True))
+    assert _counter("ForeachChainAdamLoops") >= loops0 + 3  # each step ran as one loop
+    off = _states(*_train_clipped(chain=False))
+    _assert_bits(on, off)
+
+
 def test_deterministic_turns_chains_off():
     torch.use_deterministic_algorithms(True)
     try:

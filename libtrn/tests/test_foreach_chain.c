@@ -241,6 +241,99 @@ static void test_adam(int wd, double w, int scratch_d, int scalar_tensor) {
             for (int k = 0; k < NL; k++) free(l[r][k][t]);
 }
 
+// Adam steps inside a longer chain: a clip-like _foreach_mul_ of the grads,
+// two AdamW steps back to back (the first's D in scratch, the second's
+// stored), then zero_grad's _foreach_zero_: both steps run as loops, same
+// bytes as the ops one by one. With a _foreach_neg of the grads into a
+// scratch list first (maximize), the step reads that list: no loop, same
+// bytes.
+static void test_adam_in_chain(int neg) {
+    enum { NA = 3, NL = 7, NOPS_MAX = 19 };
+    static const int64_t na[NA] = {40000, 0, 333};
+    float *l[2][NL][NA];
+    unsigned s = 23;
+    for (int t = 0; t < NA; t++)
+        for (int k = 0; k < NL; k++) {
+            l[0][k][t] = malloc((size_t)(na[t] + 1) * sizeof(float));
+            l[1][k][t] = malloc((size_t)(na[t] + 1) * sizeof(float));
+            for (int64_t j = 0; j < na[t]; j++) {
+                float v = (float)frand(&s);
+                if (k == 3) v = v * v * 1e-3f;
+                if (k >= 4) v = 0;
+                l[0][k][t][j] = l[1][k][t][j] = v;
+            }
+        }
+    // lists: 0 P, 1 G, 2 M, 3 V, 4 D1, 5 D2, 6 G' (neg's output)
+    trn_foreach_tensor ts[2][NOPS_MAX][NA];
+    trn_foreach_desc ops[2][NOPS_MAX];
+    trn_foreach_op op[NOPS_MAX];
+    int nops = 0;
+    for (int r = 0; r < 2; r++) {
+        int k = 0;
+        for (int t = 0; t < NA; t++) {
+            float *P = l[r][0][t], *G = l[r][1][t], *M = l[r][2][t], *V = l[r][3][t];
+            float *D1 = l[r][4][t], *D2 = l[r][5][t], *Gn = l[r][6][t];
+            const int64_t n = na[t];
+            float *g = neg ? Gn : G;
+            k = 0;
+            if (neg) {
+                op[k] = TRN_FOREACH_NEG;
+                ts[r][k++][t] = (trn_foreach_tensor){Gn, G, NULL, NULL, n, 0};
+            }
+            op[k] = TRN_FOREACH_MUL;  // clip
+            ts[r][k++][t] = (trn_foreach_tensor){G, G, NULL, NULL, n, 0.5};
+            for (int step = 0; step < 2; step++) {
+                float *D = step ? D2 : D1;
+                const double bc = 0.2 + 0.1 * step;
+                op[k] = TRN_FOREACH_MUL;
+                ts[r][k++][t] = (trn_foreach_tensor){P, P, NULL, NULL, n, 0.999};
+                op[k] = TRN_FOREACH_LERP;
+                ts[r][k++][t] = (trn_foreach_tensor){M, M, g, NULL, n, 0.1};
+                op[k] = TRN_FOREACH_MUL;
+                ts[r][k++][t] = (trn_foreach_tensor){V, V, NULL, NULL, n, 0.999};
+                op[k] = TRN_FOREACH_ADDCMUL;
+                ts[r][k++][t] = (trn_foreach_tensor){V, V, g, g, n, 1e-3};
+                op[k] = TRN_FOREACH_SQRT;
+                ts[r][k++][t] = (trn_foreach_tensor){D, V, NULL, NULL, n, 0};
+                op[k] = TRN_FOREACH_DIV;
+                ts[r][k++][t] = (trn_foreach_tensor){D, D, NULL, NULL, n, bc};
+                op[k] = TRN_FOREACH_ADD;
+                ts[r][k++][t] = (trn_foreach_tensor){D, D, NULL, NULL, n, 1e-8};
+                op[k] = TRN_FOREACH_ADDCDIV;
+                ts[r][k++][t] = (trn_foreach_tensor){P, P, M, D, n, -0.01 / bc};
+            }
+            op[k] = TRN_FOREACH_ZERO;
+            ts[r][k++][t] = (trn_foreach_tensor){G, G, NULL, NULL, n, 0};
+        }
+        nops = k;
+        for (int j = 0; j < nops; j++) {
+            memset(&ops[r][j], 0, sizeof ops[r][j]);
+            ops[r][j].op = op[j];
+            ops[r][j].dtype = TRN_DTYPE_F32;
+            ops[r][j].count = NA;
+            ops[r][j].tensors = ts[r][j];
+            ops[r][j].alpha = 1.0;
+            ops[r][j].ord = 2;
+        }
+    }
+    for (int j = 0; j < nops; j++) CHECK_OK(trn_foreach_launch(g_stream, &ops[0][j]));
+    unsigned char scratch[NOPS_MAX] = {0};
+    scratch[neg ? 6 : 5] = 1;  // the first step's D
+    if (neg) scratch[0] = 1;   // G'
+    const double loops0 = adam_loops();
+    CHECK_OK(trn_foreach_chain_launch(g_stream, ops[1], nops, scratch));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    CHECK(adam_loops() == loops0 + (neg ? 0 : 2));
+    for (int t = 0; t < NA; t++)
+        for (int k = 0; k < NL; k++) {
+            if (k == 4 || (k == 6 && neg)) continue;  // scratch lists
+            CHECK(memcmp(l[0][k][t], l[1][k][t], (size_t)na[t] * sizeof(float)) == 0);
+        }
+    for (int r = 0; r < 2; r++)
+        for (int t = 0; t < NA; t++)
+            for (int k = 0; k < NL; k++) free(l[r][k][t]);
+}
+
 static void test_errors(void) {
     float x[4] = {1, 2, 3, 4};
     trn_foreach_tensor t = {x, x, NULL, NULL, 4, 2.0};
@@ -271,6 +364,8 @@ int main(void) {
     test_adam(0, 0.1, 0, 1);
     test_adam(1, 0.7, 0, 0);
     test_adam(0, 0.6, 1, 1);
+    test_adam_in_chain(0);
+    test_adam_in_chain(1);
     test_errors();
     return TEST_REPORT();
 }

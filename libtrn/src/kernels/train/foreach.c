@@ -691,8 +691,11 @@ typedef struct chain_run {
     const fe_chunk *chunks;
     const unsigned char *scratch;  // per op: its outputs live in a chunk-sized scratch
     int64_t nscratch;              // ops with scratch outputs
-    const adam_chain *adam;        // non-NULL: the chain is Adam's step, run as one loop
-    const trn_foreach_desc *ops;   // adam only: the chain's ops, their scalar tensors' values
+    // Adam steps inside the chain (foreach_adam_chain.h): seg_len[k] > 0 when
+    // ops k .. k + seg_len[k] - 1 are one, run as one loop (segs[k]); NULL: none.
+    const unsigned char *seg_len;
+    const adam_chain *segs;
+    const trn_foreach_desc *ops;  // the chain's ops, their scalar tensors' values
     const double *overrides;
     const int *has_override;
 } chain_run;
@@ -713,13 +716,6 @@ static const void *chain_operand(const chain_run *cr, int64_t k, int64_t t, int6
 
 static void chain_piece(void *ctx, int64_t c0, int64_t c1) {
     const chain_run *cr = ctx;
-    if (cr->adam != NULL) {
-        const int store_d = !cr->scratch[cr->adam->sqrt];
-        for (int64_t c = c0; c < c1; c++)
-            adam_chain_run(cr->adam, cr->ops, cr->overrides, cr->has_override, store_d,
-                           cr->chunks[c].t, cr->chunks[c].begin, cr->chunks[c].end);
-        return;
-    }
     char *slots[TRN_FOREACH_CHAIN_MAX_OPS] = {0};
     char *buf = NULL;
     if (cr->nscratch > 0) {
@@ -735,6 +731,13 @@ static void chain_piece(void *ctx, int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; c++) {
         const fe_chunk *ch = &cr->chunks[c];
         for (int64_t k = 0; k < cr->nops; k++) {
+            if (cr->seg_len != NULL && cr->seg_len[k] > 0) {
+                const adam_chain *m = &cr->segs[k];
+                adam_chain_run(m, cr->ops + k, cr->overrides + k, cr->has_override + k,
+                               !cr->scratch[k + m->sqrt], ch->t, ch->begin, ch->end);
+                k += cr->seg_len[k] - 1;
+                continue;
+            }
             const fe_run *r = &cr->runs[k];
             fe_run rr;
             trn_foreach_desc dd;
@@ -834,19 +837,22 @@ static trn_status chain_task(void *args) {
     }
     atomic_fetch_add(&g_chain_fused, 1);
     const int64_t nscratch = chain_scratch_check(ops, nops, ca->scratch);
-    chain_run cr = {runs, nops, chunks, ca->scratch, nscratch, NULL, ops, NULL, NULL};
-    adam_chain adam;
+    chain_run cr = {runs, nops, chunks, ca->scratch, nscratch, NULL, NULL, ops, NULL, NULL};
+    unsigned char seg_len[TRN_FOREACH_CHAIN_MAX_OPS];
+    adam_chain segs[TRN_FOREACH_CHAIN_MAX_OPS];
     double overrides[TRN_FOREACH_CHAIN_MAX_OPS];
     int has_override[TRN_FOREACH_CHAIN_MAX_OPS];
-    if (adam_chain_match(ops, nops, &adam)) {
+    const int64_t nsegs = adam_chain_find(ops, nops, ca->scratch, seg_len, segs);
+    if (nsegs > 0) {
         for (int64_t k = 0; k < nops; k++) {
             overrides[k] = runs[k].scalar_override;
             has_override[k] = runs[k].has_override;
         }
-        cr.adam = &adam;
+        cr.seg_len = seg_len;
+        cr.segs = segs;
         cr.overrides = overrides;
         cr.has_override = has_override;
-        trn_named_counter_add("ForeachChainAdamLoops", 1);
+        trn_named_counter_add("ForeachChainAdamLoops", nsegs);
     }
     trn_parallel_for(nchunks, 1, chain_piece, &cr);
 out:

@@ -28,6 +28,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "trn/foreach.h"
 
@@ -85,6 +86,59 @@ static int adam_chain_match(const trn_foreach_desc *ops, int64_t nops, adam_chai
                 if (all[i] == all[j]) return 0;
     }
     return 1;
+}
+
+// Whether list p is an operand of op k at any position.
+static int adam_op_touches(const trn_foreach_desc *d, const void *p, int64_t t) {
+    const trn_foreach_tensor *x = &d->tensors[t];
+    return x->out == p || x->a == p || x->b == p || x->c == p;
+}
+
+// Marks the Adam steps in a fusable chain of nops ops (scratch: the flags
+// chain_scratch_check left): seg_len[k] = 7 or 8 where one starts at op k,
+// else 0. A chain can hold more than one step (steps back to back) or other
+// ops around it (clip_grad_norm_'s _foreach_mul_ of the grads, zero_grad's
+// _foreach_zero_). A step is taken only where running it from memory gives
+// what the op-by-op chain gives: its operands are no scratch output of
+// another op (those live in the chain's scratch slots), and a scratch D is
+// touched by no op outside the step (nothing fills its slot). Returns the
+// number of steps.
+static int64_t adam_chain_find(const trn_foreach_desc *ops, int64_t nops,
+                               const unsigned char *scratch, unsigned char *seg_len,
+                               adam_chain *segs) {
+    int64_t n = 0;
+    memset(seg_len, 0, (size_t)nops);
+    for (int64_t k = 0; k < nops;) {
+        int64_t len = 0;
+        if (k + 8 <= nops && adam_chain_match(ops + k, 8, &segs[k]))
+            len = 8;
+        else if (k + 7 <= nops && adam_chain_match(ops + k, 7, &segs[k]))
+            len = 7;
+        const adam_chain *m = &segs[k];
+        for (int64_t t = 0; len > 0 && t < ops[0].count; t++) {
+            if (ops[0].tensors[t].n == 0) continue;
+            const trn_foreach_desc *s = ops + k;
+            const void *lists[5] = {s[m->addcdiv].tensors[t].out, s[m->lerp].tensors[t].b,
+                                    s[m->lerp].tensors[t].out, s[m->mul_v].tensors[t].out,
+                                    s[m->sqrt].tensors[t].out};
+            const int d_scratch = scratch[k + m->sqrt] != 0;
+            for (int64_t j = 0; j < nops && len > 0; j++) {
+                if (j >= k && j < k + len) continue;
+                for (int i = 0; i < 5 && len > 0; i++)
+                    if ((scratch[j] && ops[j].tensors[t].out == lists[i]) ||
+                        (i == 4 && d_scratch && adam_op_touches(&ops[j], lists[4], t)))
+                        len = 0;
+            }
+        }
+        if (len > 0) {
+            seg_len[k] = (unsigned char)len;
+            n++;
+            k += len;
+        } else {
+            k++;
+        }
+    }
+    return n;
 }
 
 // Op k's scalar for position t, as chunk_f reads it.
