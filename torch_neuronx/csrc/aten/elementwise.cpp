@@ -37,21 +37,24 @@ using at::TensorIterator;
 using at::TensorIteratorConfig;
 
 // native_dtype as an inline table lookup: the launch path asks ~10 times per
-// op, and the out-of-line switch was ~2.5 % of a small op's time.
-std::optional<trn_dtype> ew_dtype(at::ScalarType type) {
-    static const auto table = [] {
-        std::array<int8_t, static_cast<size_t>(at::ScalarType::NumOptions)> m{};
-        for (size_t i = 0; i < m.size(); i++) {
-            const auto d = native_dtype(static_cast<at::ScalarType>(i));
-            m[i] = d ? static_cast<int8_t>(*d) : int8_t{-1};
-        }
-        return m;
-    }();
-    const auto i = static_cast<size_t>(type);
-    if (i >= table.size() || table[i] < 0) return std::nullopt;
-    return static_cast<trn_dtype>(table[i]);
-}
+// op, and the out-of-line switch was ~2.5 % of a small op's time. Built at
+// load time (native_dtype has no static state), so a lookup has no guard.
+using DtypeTable = std::array<int8_t, static_cast<size_t>(at::ScalarType::NumOptions)>;
+const DtypeTable g_dtype_table = [] {
+    DtypeTable m{};
+    for (size_t i = 0; i < m.size(); i++) {
+        const auto d = native_dtype(static_cast<at::ScalarType>(i));
+        m[i] = d ? static_cast<int8_t>(*d) : int8_t{-1};
+    }
+    return m;
+}();
 static_assert(TRN_DTYPE_COUNT <= 127, "ew_dtype's table holds a trn_dtype in an int8_t");
+
+inline std::optional<trn_dtype> ew_dtype(at::ScalarType type) {
+    const auto i = static_cast<size_t>(type);
+    if (i >= g_dtype_table.size() || g_dtype_table[i] < 0) return std::nullopt;
+    return static_cast<trn_dtype>(g_dtype_table[i]);
+}
 
 bool supports(trn_ew_op op, at::ScalarType type) {
     auto d = ew_dtype(type);
