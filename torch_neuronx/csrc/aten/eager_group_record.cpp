@@ -134,8 +134,19 @@ bool is_float(trn_dtype d) { return d == TRN_DTYPE_F32 || is16(d); }
 
 bool element_strides(int ndim, const int64_t *bytes, trn_dtype d, int64_t *out) {
     const int64_t es = static_cast<int64_t>(trn_dtype_size(d));
+    if (es > 0 && (es & (es - 1)) == 0) {
+        // Every element size is a power of two: a mask and a shift, not two
+        // integer divisions per dim (this runs for each operand of each
+        // offered op, and the divisions were most of offer_ew's own time).
+        const int shift = __builtin_ctzll(static_cast<unsigned long long>(es));
+        for (int i = 0; i < ndim; i++) {
+            if (bytes[i] < 0 || (bytes[i] & (es - 1)) != 0) return false;
+            out[i] = bytes[i] >> shift;
+        }
+        return true;
+    }
     for (int i = 0; i < ndim; i++) {
-        if (bytes[i] < 0 || bytes[i] % es != 0) return false;
+        if (es <= 0 || bytes[i] < 0 || bytes[i] % es != 0) return false;
         out[i] = bytes[i] / es;
     }
     return true;
@@ -322,8 +333,13 @@ trn_status pending_hook(trn_stream *s, int why, char *msg, size_t msg_size) {
 }  // namespace
 
 void install_hook() {
+    // Every recorded op asks: after the first, one acquire load (std::call_once
+    // is a pthread_once call each time).
+    static std::atomic<bool> installed{false};
+    if (installed.load(std::memory_order_acquire)) return;
     static std::once_flag once;
     std::call_once(once, [] { trn_stream_set_pending_hook(pending_hook); });
+    installed.store(true, std::memory_order_release);
 }
 
 }  // namespace detail
