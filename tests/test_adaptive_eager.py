@@ -614,3 +614,34 @@ def test_bf16_gelu_and_neg_fused_bit_identical(fusion):
     g_cpu = edge_values(4099, seed=4).to(torch.bfloat16)
     n = fused_matches_unfused(bf16_gelu_neg_chain, lambda: (x_cpu.to(DEV), g_cpu.to(DEV)))
     assert n == 1
+
+
+def test_adaptive_decode_mix_lone_ops_bits_and_op_log(fusion):
+    """A decode step's elementwise mix: ops over alternating shapes (each ends
+    the last one's group), an in-place update, and views of one storage. Once
+    their groups were seen alone they launch at once (lone starts, no clock
+    read, no storage reference taken); every round gives the unfused bits and
+    the op log still lists every op."""
+    eager_fusion.set_adaptive(True)
+    h_cpu, m_cpu = edge_values(256, seed=3), edge_values(544, seed=4)
+
+    def step(h, m):
+        a = h * 0.5 + h  # mul, add over 256
+        b = torch.neg(m)  # 544: ends a's group
+        a.add_(h)  # in place, back on 256
+        c = torch.rsqrt(a.abs() + 1.0)
+        d = b[:272] * b[272:]  # two views of one storage
+        return a, c, d
+
+    with fusion_off():
+        ref = [t.cpu() for t in step(h_cpu.to(DEV), m_cpu.to(DEV))]
+    lone0 = eager_fusion.stats()["lone_starts"]
+    h, m = h_cpu.to(DEV), m_cpu.to(DEV)
+    for _ in range(5):
+        torch_neuronx.clear_op_tracking()
+        out = [t.cpu() for t in step(h, m)]
+        assert_bits_equal(out, ref)
+        ops = torch_neuronx.get_executed_ops()
+        for name, n in [("aten::mul", 2), ("aten::add", 2), ("aten::neg", 1), ("aten::add_", 1)]:
+            assert ops.count(name) == n, (name, ops)
+    assert eager_fusion.stats()["lone_starts"] > lone0

@@ -69,10 +69,20 @@ static void config_read(void) {
     g_config.capacity = bytes;
 }
 
+// Set (release) once config_read has run: every launch reads the config
+// several times, and one acquire load is cheaper than a pthread_once call.
+static atomic_bool g_config_ready;
+
+static void config_read_once(void) {
+    config_read();
+    atomic_store_explicit(&g_config_ready, true, memory_order_release);
+}
+
 const trn__config *trn__config_get(void) {
     // pthread_once cannot fail with a valid once-control; if it somehow did,
     // the zeroed config (inline, no protection) is still a safe answer.
-    (void)pthread_once(&g_config_once, config_read);
+    if (!atomic_load_explicit(&g_config_ready, memory_order_acquire))
+        (void)pthread_once(&g_config_once, config_read_once);
     return &g_config;
 }
 

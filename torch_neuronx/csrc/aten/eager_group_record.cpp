@@ -17,6 +17,8 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <type_traits>
 
 #include "aten/eager_group_impl.h"
 #include "aten/foreach_chain.h"
@@ -84,12 +86,17 @@ StartSigs &start_sigs() {
 
 namespace {
 
-// FNV-1a over the bytes of each field.
+// One multiply per field (each at most 8 bytes), not per byte: start_sig
+// runs for every offered op, and a byte-wise hash of its ~150 bytes was a
+// chain of ~150 dependent multiplies.
 struct Hasher {
     uint64_t h = 1469598103934665603ull;
     template <typename T> void add(const T &v) {
-        const auto *p = reinterpret_cast<const unsigned char *>(&v);
-        for (size_t i = 0; i < sizeof v; i++) h = (h ^ p[i]) * 1099511628211ull;
+        static_assert(sizeof v <= sizeof(uint64_t) && std::is_trivially_copyable_v<T>);
+        uint64_t w = 0;
+        std::memcpy(&w, &v, sizeof v);
+        h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 29;
     }
 };
 
@@ -127,8 +134,19 @@ bool is_float(trn_dtype d) { return d == TRN_DTYPE_F32 || is16(d); }
 
 bool element_strides(int ndim, const int64_t *bytes, trn_dtype d, int64_t *out) {
     const int64_t es = static_cast<int64_t>(trn_dtype_size(d));
+    if (es > 0 && (es & (es - 1)) == 0) {
+        // Every element size is a power of two: a mask and a shift, not two
+        // integer divisions per dim (this runs for each operand of each
+        // offered op, and the divisions were most of offer_ew's own time).
+        const int shift = __builtin_ctzll(static_cast<unsigned long long>(es));
+        for (int i = 0; i < ndim; i++) {
+            if (bytes[i] < 0 || (bytes[i] & (es - 1)) != 0) return false;
+            out[i] = bytes[i] >> shift;
+        }
+        return true;
+    }
     for (int i = 0; i < ndim; i++) {
-        if (bytes[i] < 0 || bytes[i] % es != 0) return false;
+        if (es <= 0 || bytes[i] < 0 || bytes[i] % es != 0) return false;
         out[i] = bytes[i] / es;
     }
     return true;
@@ -216,12 +234,14 @@ int add_storage(Group &g, const c10::Storage &st) {
     return static_cast<int>(g.storages.size() - 1);
 }
 
-// The access of one operand, before it is added.
+// The access of one operand, before it is added. The storage is borrowed
+// from the caller's tensor (alive for the offer): no reference count is
+// taken unless the group keeps it (add_storage).
 struct Access {
     const void *ptr;
     trn_dtype dtype;
     const int64_t *strides;
-    c10::Storage storage;
+    const c10::Storage *storage;
     bool write;
 };
 using Accesses = c10::SmallVector<Access, 4>;  // output first, then inputs
@@ -243,8 +263,8 @@ void release_dead(Group &g) {
 namespace {
 
 bool over_held_bytes(const Group &g, const Access &out) {
-    return storage_index(g, out.storage.unsafeGetStorageImpl()) < 0 &&
-           g.held_bytes + out.storage.nbytes() > kMaxHeldBytes;
+    return storage_index(g, out.storage->unsafeGetStorageImpl()) < 0 &&
+           g.held_bytes + out.storage->nbytes() > kMaxHeldBytes;
 }
 
 // Whether adding these accesses keeps every written storage behind a single
@@ -252,11 +272,11 @@ bool over_held_bytes(const Group &g, const Access &out) {
 bool alias_safe(const Group &g, const Accesses &acc) {
     const int nd = g.ndim;
     for (size_t a = 0; a < acc.size(); a++) {
-        const auto *impl = acc[a].storage.unsafeGetStorageImpl();
+        const auto *impl = acc[a].storage->unsafeGetStorageImpl();
         const int si = storage_index(g, impl);
         bool written = acc[a].write || (si >= 0 && g.st_written[si]);
         for (size_t b = 0; b < acc.size(); b++)
-            if (acc[b].storage.unsafeGetStorageImpl() == impl && acc[b].write) written = true;
+            if (acc[b].storage->unsafeGetStorageImpl() == impl && acc[b].write) written = true;
         if (!written) continue;
         // The group's buffers of this storage: at most one, with this signature.
         if (si >= 0) {
@@ -266,7 +286,7 @@ bool alias_safe(const Group &g, const Accesses &acc) {
                 return false;
         }
         for (size_t b = 0; b < acc.size(); b++) {
-            if (acc[b].storage.unsafeGetStorageImpl() != impl) continue;
+            if (acc[b].storage->unsafeGetStorageImpl() != impl) continue;
             if (acc[b].ptr != acc[a].ptr || acc[b].dtype != acc[a].dtype) return false;
             for (int i = 0; i < nd; i++)
                 if (acc[b].strides[i] != acc[a].strides[i]) return false;
@@ -276,12 +296,12 @@ bool alias_safe(const Group &g, const Accesses &acc) {
 }
 
 int buf_index(Group &g, const Access &a) {
-    int si = storage_index(g, a.storage.unsafeGetStorageImpl());
+    int si = storage_index(g, a.storage->unsafeGetStorageImpl());
     if (si >= 0) {
         for (int i : g.st_bufs[si])
             if (same_sig(g.bufs[i], a.ptr, a.dtype, a.strides, g.ndim)) return i;
     } else {
-        si = add_storage(g, a.storage);
+        si = add_storage(g, *a.storage);
     }
     Buf b;
     b.ptr = const_cast<void *>(a.ptr);
@@ -313,8 +333,13 @@ trn_status pending_hook(trn_stream *s, int why, char *msg, size_t msg_size) {
 }  // namespace
 
 void install_hook() {
+    // Every recorded op asks: after the first, one acquire load (std::call_once
+    // is a pthread_once call each time).
+    static std::atomic<bool> installed{false};
+    if (installed.load(std::memory_order_acquire)) return;
     static std::once_flag once;
     std::call_once(once, [] { trn_stream_set_pending_hook(pending_hook); });
+    installed.store(true, std::memory_order_release);
 }
 
 }  // namespace detail
@@ -380,13 +405,19 @@ bool starts_no_group(int ndim, const int64_t *sizes, const Accesses &acc, const 
 // op cannot join (another stream or shape, an alias hazard, the caps).
 // acc[0] is the output; op.in[i].buf holds, for tensor operands, the index
 // into acc of the input (replaced by its buffer here).
-bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, Op op, int64_t t0) {
+//
+// The recording time (Group::record_ns, adaptive only) is read from here on,
+// and only for ops that join a group: most decode ops start no group
+// (starts_no_group) and read no clock.
+bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, Op op) {
     for (const Access &a : acc)
-        if (!a.storage) return false;
+        if (!*a.storage) return false;
     foreach_chain::flush(nullptr);  // held foreach ops come first
     install_hook();
     std::lock_guard<std::recursive_mutex> lk(group_mu());
+    int64_t t0 = 0;
     if (!open_group().empty()) {
+        t0 = adaptive_clock();
         bool same_shape = open_group().ndim == ndim;
         for (int i = 0; same_shape && i < ndim; i++) same_shape = open_group().sizes[i] == sizes[i];
         if (open_group().s != s)
@@ -397,11 +428,11 @@ bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, 
             flush(End::Alias);
         else if (open_group().ops.size() >= kMaxOps || over_held_bytes(open_group(), acc[0]))
             flush(End::Cap);
-        if (t0 != 0 && open_group().empty()) t0 = now_ns();  // the flush is not this op's cost
     }
     Group &g = open_group();
     if (g.empty()) {
         if (starts_no_group(ndim, sizes, acc, op)) return false;
+        t0 = adaptive_clock();  // after any flush above: that is not this op's cost
         g.s = s;
         g.ndim = ndim;
         g.sizes.fill(0);
@@ -418,8 +449,8 @@ bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, 
     for (int i = 0; i < op.n_in; i++)
         if (op.in[i].buf >= 0) op.in[i].buf = buf_index(g, acc[op.in[i].buf]);
     // The output last: an in-place op reads its buffer before writing it.
-    const bool created = storage_index(g, acc[0].storage.unsafeGetStorageImpl()) < 0;
-    if (created) g.held_bytes += acc[0].storage.nbytes();
+    const bool created = storage_index(g, acc[0].storage->unsafeGetStorageImpl()) < 0;
+    if (created) g.held_bytes += acc[0].storage->nbytes();
     op.out = buf_index(g, acc[0]);
     g.bufs[op.out].written = true;
     g.st_written[g.bufs[op.out].storage] = 1;
@@ -437,13 +468,12 @@ bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, 
 bool offer_ew(trn_stream *s, const trn_ew_desc &d, const at::TensorIteratorBase &iter,
               const char *name) {
     if (switched_off_now() || !op_fusible(d)) return false;
-    const int64_t t0 = adaptive_clock();
     const int n_in = trn_ew_op_arity(d.op);
     // Operand accesses: output 0, then the inputs in kernel slot order (the
     // iterator's args after its outputs, as elementwise.cpp's launch builds d).
     Accesses acc;
     acc.reserve(4);
-    acc.push_back({d.out, d.out_dtype, d.out_strides, iter.tensor_base(0).storage(), true});
+    acc.push_back({d.out, d.out_dtype, d.out_strides, &iter.tensor_base(0).storage(), true});
     Op op{};
     op.op = d.op;
     op.compute = d.dtype;
@@ -465,14 +495,13 @@ bool offer_ew(trn_stream *s, const trn_ew_desc &d, const at::TensorIteratorBase 
         if (arg >= iter.ntensors() || iter.data_ptr(arg) != d.in[i]) return false;
         o.buf = static_cast<int>(acc.size());
         acc.push_back(
-            {d.in[i], d.in_dtype[i], d.in_strides[i], iter.tensor_base(arg).storage(), false});
+            {d.in[i], d.in_dtype[i], d.in_strides[i], &iter.tensor_base(arg).storage(), false});
     }
-    return record(s, d.ndim, d.sizes, acc, op, t0);
+    return record(s, d.ndim, d.sizes, acc, op);
 }
 
 bool offer_copy(trn_stream *s, const at::Tensor &dst, const at::Tensor &src) {
     if (switched_off_now()) return false;
-    const int64_t t0 = adaptive_clock();
     if (src.device() != dst.device() || dst.numel() == 0 || dst.dim() > TRN_MAX_DIMS ||
         src.is_conj() || src.is_neg() || dst.is_conj() || dst.is_neg())
         return false;
@@ -509,8 +538,8 @@ bool offer_copy(trn_stream *s, const at::Tensor &dst, const at::Tensor &src) {
         sbytes[i] = sstr[i] * static_cast<int64_t>(trn_dtype_size(*sd));
     }
     Accesses acc;
-    acc.push_back({dst.data_ptr(), *dd, dbytes, dst.storage(), true});
-    acc.push_back({src.const_data_ptr(), *sd, sbytes, src.storage(), false});
+    acc.push_back({dst.data_ptr(), *dd, dbytes, &dst.storage(), true});
+    acc.push_back({src.const_data_ptr(), *sd, sbytes, &src.storage(), false});
     Op op{};
     op.cast = true;
     op.op = TRN_EW_OP_COUNT;
@@ -519,7 +548,7 @@ bool offer_copy(trn_stream *s, const at::Tensor &dst, const at::Tensor &src) {
     op.n_in = 1;
     op.in[0].buf = 1;
     op.name = "aten::_copy_from";
-    return record(s, nd, sizes, acc, op, t0);
+    return record(s, nd, sizes, acc, op);
 }
 
 }  // namespace neuron::eager_group

@@ -1006,8 +1006,10 @@ trn_status trn_ew_launch(trn_stream *stream, const trn_ew_desc *desc) {
     if (st != TRN_SUCCESS || numel == 0) return st;
     if (desc->out == NULL) return invalid("output pointer is NULL");
 
+    // Only the fixed part is cleared: the ~2.5 KiB dims tail is written by
+    // trn_kit_dims_pack and only that much of it is launched (`used`).
     ew_args a;
-    memset(&a, 0, sizeof a);
+    memset(&a, 0, offsetof(ew_args, dims));
     a.op = op;
     a.dtype = desc->dtype;
     a.out_dtype = desc->out_dtype;
