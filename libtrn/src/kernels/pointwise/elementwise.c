@@ -20,6 +20,7 @@
 #include "../kit/launch.h"
 #include "../kit/bf16_store.h"
 #include "../kit/dims.h"
+#include "ew_bf16.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
 #include "trn/scalar.h"
@@ -1160,6 +1161,22 @@ trn_status trn_ew_launch(trn_stream *stream, const trn_ew_desc *desc) {
         // Rows contiguous in both: ew_range runs it unstaged (see FAM_S16).
         a.fam = FAM_S16;
         a.fn = blk_neg_bits16;
+    }
+    // bfloat16 relu / threshold_backward / add (ResNet's, ew_bf16.c): the
+    // same bits on the 16-bit data when every operand is a bfloat16 tensor
+    // with contiguous rows (add / sub only in their one-rounding form).
+    if (a.fam == FAM_F && desc->dtype == TRN_DTYPE_BF16 && a.out_dtype == TRN_DTYPE_BF16 &&
+        dims.stride[0][n - 1] == 2 && !a.add16 && !a.out_cast &&
+        (a.ctx.round16 == 0 || (op != TRN_EW_ADD && op != TRN_EW_SUB))) {
+        trn__ew_bf16_block f = trn__ew_bf16_block_of(op, a.ctx.p[0]);
+        for (int k = 0; k < a.arity && f != NULL; k++)
+            if (a.is_scalar[k] || a.in_dtype[k] != TRN_DTYPE_BF16 || a.in_cast[k] ||
+                dims.stride[k + 1][n - 1] != 2)
+                f = NULL;
+        if (f != NULL) {
+            a.fam = FAM_S16;
+            a.fn = f;
+        }
     }
     const int64_t *end = trn_kit_dims_pack(&dims, a.dims);
     const size_t used = (size_t)((const char *)end - (const char *)&a);
