@@ -1225,9 +1225,9 @@ static void few_bt_run(const trn_matmul_desc *d, const float *bias, int64_t bias
 #endif
 
 static trn_status mm_run(const trn_matmul_desc *d, const void *bias, int64_t bias_stride) {
-    // A weight reused by decode-sized products: its cached packed copy.
-    if (d->b_version != 0 && trn__wcache_matmul(d, (const float *)bias, bias_stride))
-        return TRN_SUCCESS;
+    // A weight reused by decode-sized products: its cached packed copy (and
+    // every few-row bfloat16 product, cached or not: weight_cache_mm.c).
+    if (trn__wcache_matmul(d, bias, bias_stride)) return TRN_SUCCESS;
     if (d->k > 0 && tile_f32_fits(d) && tile_f32(d, bias, bias_stride)) return TRN_SUCCESS;
 #ifdef PACK_TRANSPOSED
     if (few_bt_fits(d)) {

@@ -1,5 +1,5 @@
-// weight_cache_mm.c - few-row float32 products by a cached packed weight
-// (weight_cache.h), per CPU level.
+// weight_cache_mm.c - few-row float32 and bfloat16 products by a cached
+// packed weight (weight_cache.h), per CPU level.
 //
 // Layout (fmt 1): B (k x n) in panels of WC_PANEL columns, each panel k rows
 // of WC_PANEL floats, one after the other, columns past n zero. A product
@@ -8,10 +8,18 @@
 // each a fused multiply-add chain in order from zero, the block sums added
 // in order to a total from zero; then alpha, then the bias): the same bits
 // as without the cache, whichever way the columns are split over threads.
+//
+// Bfloat16 (fmt 1 too, keyed by dtype): the weight is packed as float32 (the
+// conversion is exact) and the product sums as above in float32, then alpha,
+// then the bias, then one rounding to bfloat16. oneDNN, which ran these, sums
+// in its own order, so every few-row bfloat16 product this path takes runs it
+// whether the cache has a copy or not (a copy packed for the one call where
+// there is none): a cached and an uncached call give the same bits.
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../internal.h"
+#include "trn/convert.h"
 #include "trn/parallel.h"
 #include "weight_cache.h"
 
@@ -32,13 +40,21 @@
 #define WC_PIECE_MACS ((int64_t)1 << 17)
 // matmul.c's TILE_MNK: row-major weights take row_f32 below it.
 #define WC_ROW_MAJOR_MACS ((int64_t)1 << 19)
+// matmul.c's SMALL_MNK: bfloat16 products below it stay on small_bf16.
+#define WC_SMALL_MACS ((int64_t)32768)
 
 static int64_t panels_of(int64_t n) { return (n + WC_PANEL - 1) / WC_PANEL; }
 
+// Element (p, j) of the operand as float32 (exact for both dtypes).
+static inline float wc_elem(const trn__wcache_key *key, int64_t p, int64_t j) {
+    const int64_t i = p * key->rs + j * key->cs;
+    return key->dtype == TRN_DTYPE_BF16 ? trn_bf16_to_float(((const uint16_t *)key->b)[i])
+                                        : ((const float *)key->b)[i];
+}
+
 static void wc_pack(const trn__wcache_key *key, void *out) {
-    const float *B = key->b;
     float *P = out;
-    const int64_t k = key->k, n = key->n, rs = key->rs, cs = key->cs;
+    const int64_t k = key->k, n = key->n;
     for (int64_t q = 0; q < panels_of(n); q++) {
         float *panel = P + q * k * WC_PANEL;
         const int64_t j0 = q * WC_PANEL, w = n - j0 < WC_PANEL ? n - j0 : WC_PANEL;
@@ -50,7 +66,7 @@ static void wc_pack(const trn__wcache_key *key, void *out) {
             const int64_t p1 = p0 + 16 < k ? p0 + 16 : k;
             for (int64_t jj = 0; jj < w; jj++)
                 for (int64_t p = p0; p < p1; p++)
-                    panel[p * WC_PANEL + jj] = B[p * rs + (j0 + jj) * cs];
+                    panel[p * WC_PANEL + jj] = wc_elem(key, p, j0 + jj);
         }
     }
 }
@@ -63,9 +79,9 @@ static bool wc_samples_match(const trn__wcache_key *key, const float *P) {
     const int64_t ps[4] = {0, k - 1, k / 2, k / 3}, js[4] = {0, n - 1, n / 3, n / 2};
     for (int s = 0; s < 4; s++) {
         const int64_t p = ps[s], j = js[s];
-        const float *src = (const float *)key->b + p * key->rs + j * key->cs;
+        const float src = wc_elem(key, p, j);
         const float *dst = P + (j / WC_PANEL) * k * WC_PANEL + p * WC_PANEL + j % WC_PANEL;
-        if (memcmp(src, dst, sizeof(float)) != 0) return false;
+        if (memcmp(&src, dst, sizeof(float)) != 0) return false;
     }
     return true;
 }
@@ -100,7 +116,10 @@ static inline __attribute__((always_inline)) void wc_block(const int M, const in
 
 typedef struct wc_run {
     const trn_matmul_desc *d;
-    const float *P, *bias;
+    const float *P;
+    const float *a;    // A as float32: d->a, or bfloat16 A converted
+    int64_t ars, acs;  // its strides
+    const void *bias;  // of d->dtype
     int64_t bias_stride;
 } wc_run;
 
@@ -108,10 +127,10 @@ static void wc_panels(void *ctx, int64_t q0, int64_t q1) {
     const wc_run *w = ctx;
     const trn_matmul_desc *d = w->d;
     const int64_t k = d->k, n = d->n, m = d->m;
-    const float *A = d->a;
-    const int64_t ars = d->a_strides[1], acs = d->a_strides[2];
-    float *C = d->c;
+    const float *A = w->a;
+    const int64_t ars = w->ars, acs = w->acs;
     const int64_t ldc = d->c_strides[1];
+    const bool bf16 = d->dtype == TRN_DTYPE_BF16;
     const float alpha = (float)d->alpha;
     float out[WC_ROWS][WC_PANEL] __attribute__((aligned(64)));
     for (int64_t q = q0; q < q1; q++) {
@@ -132,22 +151,36 @@ static void wc_panels(void *ctx, int64_t q0, int64_t q1) {
         }
         const int64_t j0 = q * WC_PANEL, wdt = n - j0 < WC_PANEL ? n - j0 : WC_PANEL;
         for (int64_t r = 0; r < m; r++) {
-            float *crow = C + r * ldc + j0;
-            if (alpha == 1.0f && w->bias == NULL) {
+            if (bf16) {
+                uint16_t *crow = (uint16_t *)d->c + r * ldc + j0;
+                const uint16_t *bias = w->bias;
+                for (int64_t j = 0; j < wdt; j++) {
+                    float v = alpha * out[r][j];
+                    if (bias != NULL) v += trn_bf16_to_float(bias[(j0 + j) * w->bias_stride]);
+                    crow[j] = trn_float_to_bf16(v);
+                }
+                continue;
+            }
+            float *crow = (float *)d->c + r * ldc + j0;
+            const float *bias = w->bias;
+            if (alpha == 1.0f && bias == NULL) {
                 memcpy(crow, out[r], (size_t)wdt * sizeof(float));
                 continue;
             }
             // As tile_f32: alpha times the sum, then the bias (one rounding each).
             for (int64_t j = 0; j < wdt; j++) {
                 float v = alpha * out[r][j];
-                if (w->bias != NULL) v += w->bias[(j0 + j) * w->bias_stride];
+                if (bias != NULL) v += bias[(j0 + j) * w->bias_stride];
                 crow[j] = v;
             }
         }
     }
 }
 
-bool trn__wcache_matmul(const trn_matmul_desc *d, const float *bias, int64_t bias_stride) {
+// Whether this path runs the product: float32 only with a version (the
+// uncached float32 path sums the same way: tiles), bfloat16 always (see the
+// top of the file).
+static bool wc_fits(const trn_matmul_desc *d) {
     const int64_t *bs = d->b_strides;
     // Few rows by a weight: nn.Linear's (transposed: the tiles transpose it
     // block by block on every call) at any size, or a row-major one (GPT-2's
@@ -155,34 +188,75 @@ bool trn__wcache_matmul(const trn_matmul_desc *d, const float *bias, int64_t bia
     // WC_ROW_MAJOR_MACS, where row_f32 is the uncached path: past it oneDNN
     // runs and sums otherwise.
     const bool bt = bs[1] == 1 && bs[2] != 1, rowmajor = bs[2] == 1 && bs[1] >= d->n;
-    if (d->b_version == 0 || d->dtype != TRN_DTYPE_F32 || d->beta != 0 || d->batch != 1 ||
-        d->m < 1 || d->m > WC_ROWS || d->k < 2 || d->n < 2 || d->k * d->n < WC_MIN_ELEMS ||
-        d->c_strides[2] != 1 || !(bt || (rowmajor && d->m * d->n * d->k < WC_ROW_MAJOR_MACS)))
+    const int64_t macs = d->m * d->n * d->k;
+    if (d->beta != 0 || d->batch != 1 || d->m < 1 || d->m > WC_ROWS || d->k < 2 || d->n < 2 ||
+        d->c_strides[2] != 1)
         return false;
-    const trn__wcache_key key = {d->b, d->k, d->n, bs[1], bs[2], TRN_DTYPE_F32, WC_FMT};
-    const size_t bytes = (size_t)(panels_of(d->n) * d->k * WC_PANEL) * sizeof(float);
-    trn__wcache_entry *e = NULL;
-    const float *P = trn__wcache_acquire(&key, d->b_version, bytes, wc_pack, &e);
-    if (P == NULL) return false;
-    if (!wc_samples_match(&key, P)) {
-        trn__wcache_invalidate(e);
-        trn__wcache_release(e);
-        return false;
-    }
-    wc_run w = {d, P, bias, bias_stride};
+    if (d->dtype == TRN_DTYPE_F32)
+        return d->b_version != 0 && d->k * d->n >= WC_MIN_ELEMS &&
+               (bt || (rowmajor && macs < WC_ROW_MAJOR_MACS));
+    return d->dtype == TRN_DTYPE_BF16 && macs >= WC_SMALL_MACS && (bt || rowmajor);
+}
+
+static void wc_compute(wc_run *w) {
+    const trn_matmul_desc *d = w->d;
     const int64_t panels = panels_of(d->n);
     if (d->m * d->n * d->k < WC_PARALLEL_MACS) {
-        wc_panels(&w, 0, panels);
+        wc_panels(w, 0, panels);
     } else {
         int64_t grain = WC_PIECE_MACS / (WC_PANEL * d->k * d->m);
         if (grain < 1) grain = 1;
-        trn_parallel_for(panels, grain, wc_panels, &w);
+        trn_parallel_for(panels, grain, wc_panels, w);
     }
-    trn__wcache_release(e);
-    return true;
+}
+
+bool trn__wcache_matmul(const trn_matmul_desc *d, const void *bias, int64_t bias_stride) {
+    if (!wc_fits(d)) return false;
+    const bool bf16 = d->dtype == TRN_DTYPE_BF16;
+    const int64_t *bs = d->b_strides;
+    const trn__wcache_key key = {
+        d->b, d->k, d->n, bs[1], bs[2], bf16 ? TRN_DTYPE_BF16 : TRN_DTYPE_F32, WC_FMT};
+    const size_t bytes = (size_t)(panels_of(d->n) * d->k * WC_PANEL) * sizeof(float);
+    wc_run w = {d, NULL, d->a, d->a_strides[1], d->a_strides[2], bias, bias_stride};
+    float *a32 = NULL, *own = NULL;
+    if (bf16) {  // A's few rows as float32 (exact), once rather than per panel
+        if ((a32 = malloc((size_t)(d->m * d->k) * sizeof(float))) == NULL) return false;
+        const uint16_t *A = d->a;
+        for (int64_t r = 0; r < d->m; r++)
+            for (int64_t p = 0; p < d->k; p++)
+                a32[r * d->k + p] = trn_bf16_to_float(A[r * d->a_strides[1] + p * d->a_strides[2]]);
+        w.a = a32;
+        w.ars = d->k;
+        w.acs = 1;
+    }
+    trn__wcache_entry *e = NULL;
+    const float *P =
+        d->b_version != 0 ? trn__wcache_acquire(&key, d->b_version, bytes, wc_pack, &e) : NULL;
+    if (P != NULL && !wc_samples_match(&key, P)) {
+        trn__wcache_invalidate(e);
+        trn__wcache_release(e);
+        P = NULL;
+        e = NULL;
+    }
+    if (P == NULL && bf16) {
+        // No copy: one packed for this call, so that the sums are the cached
+        // path's. Out of memory, oneDNN computes it (right, other bits).
+        if ((own = aligned_alloc(64, bytes)) != NULL) {
+            wc_pack(&key, own);
+            P = own;
+        }
+    }
+    if (P != NULL) {
+        w.P = P;
+        wc_compute(&w);
+    }
+    if (e != NULL) trn__wcache_release(e);
+    free(own);
+    free(a32);
+    return P != NULL;
 }
 #else
-bool trn__wcache_matmul(const trn_matmul_desc *d, const float *bias, int64_t bias_stride) {
+bool trn__wcache_matmul(const trn_matmul_desc *d, const void *bias, int64_t bias_stride) {
     (void)d;
     (void)bias;
     (void)bias_stride;
