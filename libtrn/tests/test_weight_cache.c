@@ -278,7 +278,7 @@ int main(void) {
     }
     test_bf16_same_bits(1, 256, 544, false);
     test_bf16_same_bits(3, 300, 170, true);
-    test_bf16_same_bits(4, 1024, 2048, true);
+    test_bf16_same_bits(4, 1024, 1024, true);
     test_new_version();
     test_samples();
     test_reuse();

@@ -21,6 +21,7 @@
 #include "../../internal.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
+#include "t16_transpose.h"
 #include "weight_cache.h"
 
 #if defined(__AVX512F__)
@@ -42,6 +43,11 @@
 #define WC_ROW_MAJOR_MACS ((int64_t)1 << 19)
 // matmul.c's SMALL_MNK: bfloat16 products below it stay on small_bf16.
 #define WC_SMALL_MACS ((int64_t)32768)
+// Bfloat16 weights past this many elements stay on oneDNN: the float32 copy
+// streams twice the bytes, and a product bound by streaming lost (1 x 2048
+// by 2048 x 2048: 0.88-0.92 ms cached vs oneDNN's 0.55-0.59; 1 x 1024 by
+// 1024 x 1024: 74-83 us vs 85-113).
+#define WC_BF16_MAX_ELEMS ((int64_t)1 << 20)
 
 static int64_t panels_of(int64_t n) { return (n + WC_PANEL - 1) / WC_PANEL; }
 
@@ -52,23 +58,64 @@ static inline float wc_elem(const trn__wcache_key *key, int64_t p, int64_t j) {
                                         : ((const float *)key->b)[i];
 }
 
-static void wc_pack(const trn__wcache_key *key, void *out) {
-    float *P = out;
-    const int64_t k = key->k, n = key->n;
-    for (int64_t q = 0; q < panels_of(n); q++) {
-        float *panel = P + q * k * WC_PANEL;
-        const int64_t j0 = q * WC_PANEL, w = n - j0 < WC_PANEL ? n - j0 : WC_PANEL;
-        if (w < WC_PANEL)
-            for (int64_t p = 0; p < k; p++)
-                memset(panel + p * WC_PANEL + w, 0, (size_t)(WC_PANEL - w) * sizeof(float));
-        // 16 terms of k at a time: the transposed reads stay in a few lines.
-        for (int64_t p0 = 0; p0 < k; p0 += 16) {
-            const int64_t p1 = p0 + 16 < k ? p0 + 16 : k;
-            for (int64_t jj = 0; jj < w; jj++)
-                for (int64_t p = p0; p < p1; p++)
-                    panel[p * WC_PANEL + jj] = wc_elem(key, p, j0 + jj);
+static inline __m512 wc_bf16x16(const uint16_t *src, __mmask16 m) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));  // exact widening
+}
+
+// Bfloat16 panel q: 16 x 16 blocks widened and transposed in registers for
+// nn.Linear's weight (k contiguous), rows of 64 widened for a row-major one.
+static void wc_pack_panel_bf16(const trn__wcache_key *key, int64_t q, float *panel) {
+    const uint16_t *B = key->b;
+    const int64_t k = key->k, n = key->n, rs = key->rs, cs = key->cs;
+    const int64_t j0 = q * WC_PANEL, w = n - j0 < WC_PANEL ? n - j0 : WC_PANEL;
+    if (cs == 1) {
+        for (int64_t p = 0; p < k; p++)
+            for (int64_t v = 0; v < WC_PANEL; v += 16) {
+                const int64_t left = w - v;
+                const __mmask16 m =
+                    left >= 16 ? 0xffff : (left > 0 ? (__mmask16)((1u << left) - 1) : 0);
+                _mm512_store_ps(panel + p * WC_PANEL + v, wc_bf16x16(B + p * rs + j0 + v, m));
+            }
+        return;
+    }
+    for (int64_t p0 = 0; p0 < k; p0 += 16) {
+        const int64_t kl = k - p0;
+        const __mmask16 mp = kl >= 16 ? 0xffff : (__mmask16)((1u << kl) - 1);
+        for (int64_t v = 0; v < WC_PANEL; v += 16) {
+            __m512 r[16], o[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = v + i < w ? wc_bf16x16(B + (j0 + v + i) * cs + p0, mp) : _mm512_setzero_ps();
+            t16_transpose(r, o);
+            for (int i = 0; i < 16 && p0 + i < k; i++)
+                _mm512_store_ps(panel + (p0 + i) * WC_PANEL + v, o[i]);
         }
     }
+}
+
+// Panel q of the operand: k rows of WC_PANEL floats, columns past n zero.
+static void wc_pack_panel(const trn__wcache_key *key, int64_t q, float *panel) {
+    if (key->dtype == TRN_DTYPE_BF16 && (key->cs == 1 || key->rs == 1)) {
+        wc_pack_panel_bf16(key, q, panel);
+        return;
+    }
+    const int64_t k = key->k, n = key->n;
+    const int64_t j0 = q * WC_PANEL, w = n - j0 < WC_PANEL ? n - j0 : WC_PANEL;
+    if (w < WC_PANEL)
+        for (int64_t p = 0; p < k; p++)
+            memset(panel + p * WC_PANEL + w, 0, (size_t)(WC_PANEL - w) * sizeof(float));
+    // 16 terms of k at a time: the transposed reads stay in a few lines.
+    for (int64_t p0 = 0; p0 < k; p0 += 16) {
+        const int64_t p1 = p0 + 16 < k ? p0 + 16 : k;
+        for (int64_t jj = 0; jj < w; jj++)
+            for (int64_t p = p0; p < p1; p++) panel[p * WC_PANEL + jj] = wc_elem(key, p, j0 + jj);
+    }
+}
+
+static void wc_pack(const trn__wcache_key *key, void *out) {
+    float *P = out;
+    for (int64_t q = 0; q < panels_of(key->n); q++)
+        wc_pack_panel(key, q, P + q * key->k * WC_PANEL);
 }
 
 // Sampled elements of the operand still equal their packed copies (memory
@@ -116,7 +163,9 @@ static inline __attribute__((always_inline)) void wc_block(const int M, const in
 
 typedef struct wc_run {
     const trn_matmul_desc *d;
-    const float *P;
+    const float *P;  // the packed copy, or NULL: each panel packed into `panel`
+    const trn__wcache_key *key;
+    float *panel;
     const float *a;    // A as float32: d->a, or bfloat16 A converted
     int64_t ars, acs;  // its strides
     const void *bias;  // of d->dtype
@@ -134,7 +183,11 @@ static void wc_panels(void *ctx, int64_t q0, int64_t q1) {
     const float alpha = (float)d->alpha;
     float out[WC_ROWS][WC_PANEL] __attribute__((aligned(64)));
     for (int64_t q = q0; q < q1; q++) {
-        const float *panel = w->P + q * k * WC_PANEL;
+        const float *panel = w->panel;
+        if (w->P != NULL)
+            panel = w->P + q * k * WC_PANEL;
+        else
+            wc_pack_panel(w->key, q, w->panel);
         // One body per row count: accumulators in registers (m * V * 2 of
         // them, at most 16: 3 and 4 rows take the panel in two halves).
         switch (m) {
@@ -195,7 +248,8 @@ static bool wc_fits(const trn_matmul_desc *d) {
     if (d->dtype == TRN_DTYPE_F32)
         return d->b_version != 0 && d->k * d->n >= WC_MIN_ELEMS &&
                (bt || (rowmajor && macs < WC_ROW_MAJOR_MACS));
-    return d->dtype == TRN_DTYPE_BF16 && macs >= WC_SMALL_MACS && (bt || rowmajor);
+    return d->dtype == TRN_DTYPE_BF16 && macs >= WC_SMALL_MACS &&
+           d->k * d->n <= WC_BF16_MAX_ELEMS && (bt || rowmajor);
 }
 
 static void wc_compute(wc_run *w) {
@@ -210,6 +264,44 @@ static void wc_compute(wc_run *w) {
     }
 }
 
+// Uncached bfloat16: the panels in `pieces` contiguous runs, piece i
+// packing into its own scratch panel (scratch + i * k * WC_PANEL).
+typedef struct wc_split {
+    const wc_run *w;
+    float *scratch;
+    int64_t pieces;
+} wc_split;
+
+static void wc_split_piece(void *ctx, int64_t i0, int64_t i1) {
+    const wc_split *sp = ctx;
+    const int64_t panels = panels_of(sp->w->d->n), k = sp->w->d->k;
+    for (int64_t i = i0; i < i1; i++) {
+        wc_run w = *sp->w;
+        w.panel = sp->scratch + i * k * WC_PANEL;
+        wc_panels(&w, panels * i / sp->pieces, panels * (i + 1) / sp->pieces);
+    }
+}
+
+// No copy: each panel packed as it is used so that the sums are the cached
+// path's; a panel (k x 64 floats) stays in L2 between its packing and its
+// product. Past WC_PARALLEL_MACS one run of panels per thread, each with
+// its own panel. False (nothing written) when out of memory.
+static bool wc_uncached(const wc_run *w) {
+    const trn_matmul_desc *d = w->d;
+    int64_t pieces = 1;
+    if (d->m * d->n * d->k >= WC_PARALLEL_MACS) pieces = trn_parallel_threads();
+    if (pieces > panels_of(d->n)) pieces = panels_of(d->n);
+    float *scratch = aligned_alloc(64, (size_t)(pieces * d->k * WC_PANEL) * sizeof(float));
+    if (scratch == NULL) return false;
+    const wc_split sp = {w, scratch, pieces};
+    if (pieces > 1)
+        trn_parallel_for(pieces, 1, wc_split_piece, (void *)&sp);
+    else
+        wc_split_piece((void *)&sp, 0, 1);
+    free(scratch);
+    return true;
+}
+
 bool trn__wcache_matmul(const trn_matmul_desc *d, const void *bias, int64_t bias_stride) {
     if (!wc_fits(d)) return false;
     const bool bf16 = d->dtype == TRN_DTYPE_BF16;
@@ -217,8 +309,8 @@ bool trn__wcache_matmul(const trn_matmul_desc *d, const void *bias, int64_t bias
     const trn__wcache_key key = {
         d->b, d->k, d->n, bs[1], bs[2], bf16 ? TRN_DTYPE_BF16 : TRN_DTYPE_F32, WC_FMT};
     const size_t bytes = (size_t)(panels_of(d->n) * d->k * WC_PANEL) * sizeof(float);
-    wc_run w = {d, NULL, d->a, d->a_strides[1], d->a_strides[2], bias, bias_stride};
-    float *a32 = NULL, *own = NULL;
+    wc_run w = {d, NULL, &key, NULL, d->a, d->a_strides[1], d->a_strides[2], bias, bias_stride};
+    float *a32 = NULL;
     if (bf16) {  // A's few rows as float32 (exact), once rather than per panel
         if ((a32 = malloc((size_t)(d->m * d->k) * sizeof(float))) == NULL) return false;
         const uint16_t *A = d->a;
@@ -238,22 +330,17 @@ bool trn__wcache_matmul(const trn_matmul_desc *d, const void *bias, int64_t bias
         P = NULL;
         e = NULL;
     }
-    if (P == NULL && bf16) {
-        // No copy: one packed for this call, so that the sums are the cached
-        // path's. Out of memory, oneDNN computes it (right, other bits).
-        if ((own = aligned_alloc(64, bytes)) != NULL) {
-            wc_pack(&key, own);
-            P = own;
-        }
-    }
+    bool done = false;
     if (P != NULL) {
         w.P = P;
         wc_compute(&w);
+        done = true;
+    } else if (bf16) {
+        done = wc_uncached(&w);  // out of memory: oneDNN (right, other bits)
     }
     if (e != NULL) trn__wcache_release(e);
-    free(own);
     free(a32);
-    return P != NULL;
+    return done;
 }
 #else
 bool trn__wcache_matmul(const trn_matmul_desc *d, const void *bias, int64_t bias_stride) {
