@@ -13,8 +13,9 @@
 // conversion is exact) and the product sums as above in float32, then alpha,
 // then the bias, then one rounding to bfloat16. oneDNN, which ran these, sums
 // in its own order, so every few-row bfloat16 product this path takes runs it
-// whether the cache has a copy or not (a copy packed for the one call where
-// there is none): a cached and an uncached call give the same bits.
+// whether the cache has a copy or not (without one, each panel is packed as
+// it is used): a cached and an uncached call give the same bits. Weights past
+// WC_BF16_MAX_ELEMS stay on oneDNN, cached or not.
 #include <stdlib.h>
 #include <string.h>
 
