@@ -197,3 +197,22 @@ def test_decode_query_matches_its_row_of_the_block_bitwise(kv_len):
         assert FWD in torch_neuronx.get_executed_ops()
         ref = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
         torch.testing.assert_close(full, ref, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kv_len", [20, 3000])
+def test_heads_inline_or_split_over_the_pool_bitwise(kv_len):
+    # The forward's units (batch, head, query block) go over the pool only in
+    # pieces of at least 2^17 multiply-adds (attention.c's fwd_grain): a
+    # decode step's short cache runs inline, a long one per head on the pool.
+    # A unit computes the same either way, so all heads at once equal each
+    # head alone (one unit: always inline), bit for bit.
+    g = torch.Generator().manual_seed(kv_len)
+    q = torch.randn(1, 8, 1, 64, generator=g).to("neuron")
+    k, v = (torch.randn(1, 8, kv_len, 64, generator=g).to("neuron") for _ in range(2))
+    full = F.scaled_dot_product_attention(q, k, v).cpu()
+    for h in range(8):
+        s = slice(h, h + 1)
+        one = F.scaled_dot_product_attention(q[:, s], k[:, s], v[:, s])
+        assert torch.equal(one.cpu(), full[:, s])
+    ref = F.scaled_dot_product_attention(q.cpu(), k.cpu(), v.cpu())
+    torch.testing.assert_close(full, ref, atol=2e-5, rtol=1e-4)

@@ -316,3 +316,63 @@ def test_forked_children_use_the_cache_while_another_thread_does():
     )
     assert out.returncode == 0, out.stderr
     assert "hung 0 bad []" in out.stdout, out.stdout + out.stderr
+
+
+# Bfloat16: every few-row product past 2^15 multiply-adds sums in float32 on
+# the packed panels, from a cached copy or from one packed for the call, so a
+# cached call, an uncached one (a fresh weight, or one autograd records) and
+# a row-major weight all give the same bits.
+@pytest.mark.parametrize("m,k,n", [(1, 256, 544), (1, 544, 256), (3, 256, 768), (4, 130, 300)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_bf16_cached_product_same_bits_as_uncached(m, k, n, with_bias):
+    bf = torch.bfloat16
+    x, w, b = torch.randn(m, k, dtype=bf), torch.randn(n, k, dtype=bf), torch.randn(n, dtype=bf)
+    xd, wd, bd = x.to(DEV), w.to(DEV), b.to(DEV)
+    bias = bd if with_bias else None
+    want = _uncached(xd, wd, bias).cpu()
+    packs = _stats()["packs"]
+    got = [F.linear(xd, wd, bias).cpu() for _ in range(3)]  # record, pack, hit
+    assert _stats()["packs"] == packs + 1
+    wg = wd.clone().requires_grad_(True)  # recorded by autograd: version 0, never cached
+    got.append(F.linear(xd, wg, bias).detach().cpu())
+    wr = wd.t().contiguous()  # GPT-2's Conv1D layout
+    got.append((torch.addmm(bd, xd, wr) if with_bias else torch.mm(xd, wr)).cpu())
+    for g in got:
+        assert torch.equal(g, want)
+    torch.testing.assert_close(got[0], F.linear(x, w, b if with_bias else None))
+
+
+def test_bf16_few_row_error_vs_float64_as_cpus():
+    # Both round the output once to bfloat16, which dominates the error: the
+    # float32 sums before it are blocked as the float32 path's (matmul.c's
+    # TILE_KB). Outputs off the correctly rounded value: neuron 0 and CPU 1
+    # of 4096 here; the summed error is the same.
+    g = torch.Generator().manual_seed(1)
+    bf = torch.bfloat16
+    x = torch.randn(4, 1024, generator=g).to(bf)
+    w = torch.randn(1024, 1024, generator=g).to(bf)
+    ref = x.double() @ w.double().t()
+    near = ref.to(bf).double()
+    dev = F.linear(x.to(DEV), w.to(DEV)).cpu().double()
+    cpu = F.linear(x, w).double()
+    assert (dev != near).sum() <= (cpu != near).sum() + ref.numel() // 1000
+    assert (dev - ref).abs().sum() <= 1.001 * (cpu - ref).abs().sum()
+
+
+def test_bf16_small_product_is_not_packed():
+    # Below 2^15 multiply-adds small_bf16 runs it (its own sums), uncached.
+    bf = torch.bfloat16
+    x, w = torch.randn(1, 64, dtype=bf).to(DEV), torch.randn(64, 64, dtype=bf).to(DEV)
+    packs = _stats()["packs"]
+    for _ in range(3):
+        F.linear(x, w)
+    assert _stats()["packs"] == packs
+
+
+def test_bf16_in_place_write_never_uses_stale_copy():
+    bf = torch.bfloat16
+    x, w = torch.randn(1, 256, dtype=bf).to(DEV), torch.randn(544, 256, dtype=bf).to(DEV)
+    _warm(x, w)
+    w[7, 9] = 100.0  # one element the staleness samples miss
+    for _ in range(3):
+        assert torch.equal(F.linear(x, w).cpu(), _uncached(x, w).cpu())

@@ -5,7 +5,10 @@
 // allocation then reuses), and a write that did not move the version (caught
 // by the sampled elements) never find a stale copy; the table is empty once
 // its weights are freed. Buffers live in device memory, so the test also
-// runs in protect-memory mode.
+// runs in protect-memory mode. Bfloat16 few-row products (packed as
+// float32, cached or packed for the call) give the same bits with and
+// without a version, close to a double reference.
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -14,6 +17,7 @@
 
 #include "internal.h"
 #include "test_common_dev.h"
+#include "trn/convert.h"
 #include "trn/cpu.h"
 #include "trn/matmul_bias.h"
 
@@ -100,6 +104,62 @@ static void test_same_bits(int64_t m, int64_t k, int64_t n, bool bias, double al
     free(want);
     prod_free(&p);
     CHECK_INT(stats().entries, 0);  // freed with B's block
+}
+
+// Bfloat16 C = A.B^T (+ bias) with B's version: the call without a version
+// (a copy packed for the call) and the cached calls agree bit for bit, and
+// each output is within a bf16 rounding (plus float32 sums) of a double sum.
+static void test_bf16_same_bits(int64_t m, int64_t k, int64_t n, bool with_bias) {
+    const size_t es = sizeof(uint16_t);
+    uint16_t *ha = malloc((size_t)(m * k) * es), *hb = malloc((size_t)(n * k) * es);
+    uint16_t *hbias = malloc((size_t)n * es), *want = malloc((size_t)(m * n) * es);
+    uint16_t *got = malloc((size_t)(m * n) * es);
+    for (int64_t i = 0; i < m * k; i++) ha[i] = trn_float_to_bf16((float)rng_unit());
+    for (int64_t i = 0; i < n * k; i++) hb[i] = trn_float_to_bf16((float)rng_unit());
+    for (int64_t i = 0; i < n; i++) hbias[i] = trn_float_to_bf16((float)rng_unit());
+    void *da = dev_alloc(g_stream, (size_t)(m * k) * es),
+         *db = dev_alloc(g_stream, (size_t)(n * k) * es);
+    void *dc = dev_alloc(g_stream, (size_t)(m * n) * es),
+         *dbias = dev_alloc(g_stream, (size_t)n * es);
+    xfer(g_stream, da, ha, (size_t)(m * k) * es);
+    xfer(g_stream, db, hb, (size_t)(n * k) * es);
+    xfer(g_stream, dbias, hbias, (size_t)n * es);
+    trn_matmul_desc d;
+    memset(&d, 0, sizeof d);
+    d.dtype = TRN_DTYPE_BF16, d.batch = 1, d.m = m, d.n = n, d.k = k;
+    d.a = da, d.b = db, d.c = dc;
+    d.a_strides[1] = k, d.a_strides[2] = 1;
+    d.b_strides[1] = 1, d.b_strides[2] = k;
+    d.c_strides[1] = n, d.c_strides[2] = 1;
+    d.alpha = 1.0;
+    const trn_weight_cache_stats s0 = stats();
+    for (int i = 0; i < 4; i++) {
+        d.b_version = i == 0 ? 0 : 3;
+        CHECK_OK(with_bias ? trn_matmul_bias_launch(g_stream, &d, dbias, 1)
+                           : trn_matmul_launch(g_stream, &d));
+        CHECK_OK(trn_stream_synchronize(g_stream));
+        xfer(g_stream, i == 0 ? want : got, dc, (size_t)(m * n) * es);
+        if (i > 0) CHECK(memcmp(got, want, (size_t)(m * n) * es) == 0);
+    }
+    CHECK_U64(stats().packs, s0.packs + (g_packs ? 1 : 0));
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t j = 0; j < n; j++) {
+            double ref = with_bias ? trn_bf16_to_float(hbias[j]) : 0.0, mag = fabs(ref);
+            for (int64_t p = 0; p < k; p++) {
+                const double t =
+                    (double)trn_bf16_to_float(ha[r * k + p]) * trn_bf16_to_float(hb[j * k + p]);
+                ref += t;
+                mag += fabs(t);
+            }
+            const double err = fabs(trn_bf16_to_float(want[r * n + j]) - ref);
+            CHECK(err <= fabs(ref) / 256.0 + mag * 1e-6);
+        }
+    CHECK_OK(trn_mem_free(da));
+    CHECK_OK(trn_mem_free(db));
+    CHECK_OK(trn_mem_free(dc));
+    CHECK_OK(trn_mem_free(dbias));
+    free(ha), free(hb), free(hbias), free(want), free(got);
+    CHECK_INT(stats().entries, 0);
 }
 
 // A new version repacks from what B holds now.
@@ -216,6 +276,9 @@ int main(void) {
         test_same_bits(shapes[i][0], shapes[i][1], shapes[i][2], true, 1.0);
         test_same_bits(shapes[i][0], shapes[i][1], shapes[i][2], true, 0.5);
     }
+    test_bf16_same_bits(1, 256, 544, false);
+    test_bf16_same_bits(3, 300, 170, true);
+    test_bf16_same_bits(4, 1024, 1024, true);
     test_new_version();
     test_samples();
     test_reuse();

@@ -76,11 +76,21 @@ uint64_t version_of(const Tensor &t) {
 }
 
 Mat mat3(const Tensor &t) {  // 3-d
-    return {t.size(0),    t.size(1),    t.size(2), {t.stride(0), t.stride(1), t.stride(2)},
-            t.data_ptr(), version_of(t)};
+    return {t.size(0), t.size(1), t.size(2), {t.stride(0), t.stride(1), t.stride(2)}, t.data_ptr()};
 }
 Mat mat2(const Tensor &t) {  // 2-d
-    return {1, t.size(0), t.size(1), {0, t.stride(0), t.stride(1)}, t.data_ptr(), version_of(t)};
+    return {1, t.size(0), t.size(1), {0, t.stride(0), t.stride(1)}, t.data_ptr()};
+}
+// B of a product: the only operand whose version libtrn reads.
+Mat weight3(const Tensor &t) {
+    Mat m = mat3(t);
+    m.version = version_of(t);
+    return m;
+}
+Mat weight2(const Tensor &t) {
+    Mat m = mat2(t);
+    m.version = version_of(t);
+    return m;
 }
 Mat col(const Tensor &v) {  // 1-d as (n, 1)
     return {1, v.size(0), 1, {0, v.stride(0), 1}, v.data_ptr()};
@@ -195,13 +205,13 @@ void addmm_into(Tensor &out, const Tensor &self, const Tensor &m1, const Tensor 
     // product included): a self that does not broadcast raises expand's error.
     if (!out.is_same(self)) (void)self.expand(out.sizes());
     if (out.numel() != 0 && self_as_bias(out, self, beta)) {
-        launch(out.scalar_type(), mat2(out), mat2(m1), mat2(m2), m1.size(1), alpha, 0,
+        launch(out.scalar_type(), mat2(out), mat2(m1), weight2(m2), m1.size(1), alpha, 0,
                out.device().index(), &self);
         return;
     }
     const bool use_c = !is_zero(beta);
     if (use_c) copy_broadcast(out, self);
-    launch(out.scalar_type(), mat2(out), mat2(m1), mat2(m2), m1.size(1), alpha,
+    launch(out.scalar_type(), mat2(out), mat2(m1), weight2(m2), m1.size(1), alpha,
            use_c ? beta : Scalar(0), out.device().index());
 }
 
@@ -210,7 +220,7 @@ void baddbmm_into(Tensor &out, const Tensor &self, const Tensor &b1, const Tenso
     check_devices(out, {&self, &b1, &b2});
     const bool use_c = !is_zero(beta);
     if (use_c) copy_broadcast(out, self);
-    launch(out.scalar_type(), mat3(out), mat3(b1), mat3(b2), b1.size(2), alpha,
+    launch(out.scalar_type(), mat3(out), mat3(b1), weight3(b2), b1.size(2), alpha,
            use_c ? beta : Scalar(0), out.device().index());
 }
 
@@ -229,7 +239,7 @@ void addbmm_into(Tensor &out, const Tensor &self, const Tensor &b1, const Tensor
         return;
     }
     for (int64_t i = 0; i < batches; ++i)
-        launch(out.scalar_type(), mat2(out), mat2(b1.select(0, i)), mat2(b2.select(0, i)),
+        launch(out.scalar_type(), mat2(out), mat2(b1.select(0, i)), weight2(b2.select(0, i)),
                b1.size(2), alpha, i == 0 ? first_beta : Scalar(1), dev);
 }
 

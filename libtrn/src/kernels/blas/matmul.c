@@ -19,6 +19,7 @@
 #include "dnnl_common.h"
 #include "../kit/launch.h"
 #include "matmul_run.h"
+#include "t16_transpose.h"
 #include "tile_mm.h"
 #include "weight_cache.h"
 #include "trn/parallel.h"
@@ -310,35 +311,6 @@ static void tile16_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t 
 }
 #define TILE_F32(m, n, k, A, ars, acs, B, ldb, C, ldc)                                             \
     tile16_f32(m, n, k, A, ars, acs, B, ldb, C, ldc)
-
-// Transposes 16 x 16 floats in registers (unpack pairs, then pairs of
-// pairs, then 128-bit lanes twice): r[i] holds row i, o[c] gets column c.
-static inline void t16_transpose(__m512 r[16], __m512 o[16]) {
-    __m512 t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    // r[4i + c], 128-bit lane L: rows 4i..4i+3 of column 4L + c.
-    for (int i = 0; i < 4; i++) {
-        const __m512d t0 = _mm512_castps_pd(t[4 * i]), t1 = _mm512_castps_pd(t[4 * i + 1]),
-                      t2 = _mm512_castps_pd(t[4 * i + 2]), t3 = _mm512_castps_pd(t[4 * i + 3]);
-        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
-        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
-        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
-        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
-    }
-    for (int c = 0; c < 4; c++) {
-        const __m512 u0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88),
-                     u1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd),
-                     u2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88),
-                     u3 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
-        o[c] = _mm512_shuffle_f32x4(u0, u2, 0x88);
-        o[4 + c] = _mm512_shuffle_f32x4(u1, u3, 0x88);
-        o[8 + c] = _mm512_shuffle_f32x4(u0, u2, 0xdd);
-        o[12 + c] = _mm512_shuffle_f32x4(u1, u3, 0xdd);
-    }
-}
 
 // packed[p * n + j] = B[j * ldbt + p] (B's rows contiguous along k), in
 // 16 x 16 blocks transposed in registers, tails masked.
@@ -1225,9 +1197,9 @@ static void few_bt_run(const trn_matmul_desc *d, const float *bias, int64_t bias
 #endif
 
 static trn_status mm_run(const trn_matmul_desc *d, const void *bias, int64_t bias_stride) {
-    // A weight reused by decode-sized products: its cached packed copy.
-    if (d->b_version != 0 && trn__wcache_matmul(d, (const float *)bias, bias_stride))
-        return TRN_SUCCESS;
+    // A weight reused by decode-sized products: its cached packed copy (and
+    // every few-row bfloat16 product, cached or not: weight_cache_mm.c).
+    if (trn__wcache_matmul(d, bias, bias_stride)) return TRN_SUCCESS;
     if (d->k > 0 && tile_f32_fits(d) && tile_f32(d, bias, bias_stride)) return TRN_SUCCESS;
 #ifdef PACK_TRANSPOSED
     if (few_bt_fits(d)) {

@@ -53,9 +53,11 @@ void trn__wcache_invalidate(trn__wcache_entry *e);
 // allocator calls it when it frees a block, before the block can be reused.
 void trn__wcache_drop_range(const void *lo, size_t nbytes);
 
-// weight_cache_mm.c (per CPU level): C = alpha * A.B (+ bias) from the
-// cached packed copy of B; false (nothing written) where the cache does not
-// apply or has no copy yet, and the caller computes as without a cache.
-bool trn__wcache_matmul(const trn_matmul_desc *d, const float *bias, int64_t bias_stride);
+// weight_cache_mm.c (per CPU level): C = alpha * A.B (+ bias, of C's dtype)
+// from the cached packed copy of B (bfloat16: from a copy packed for the
+// call where none is cached); false (nothing written) where the path does
+// not apply or float32 has no copy yet, and the caller computes as without
+// a cache.
+bool trn__wcache_matmul(const trn_matmul_desc *d, const void *bias, int64_t bias_stride);
 
 #endif
