@@ -466,6 +466,28 @@ def test_adaptive_lone_op_launches_at_once(fusion):
     assert counter("EagerFusionCompiles") == compiles0 + 1
 
 
+def test_adaptive_lone_op_forgotten_with_the_cache(fusion):
+    """A lone op is known without the group lock (a table read on every
+    offer); clear_cache() forgets that too, so the op is recorded again and
+    starts the chain's group, with the unfused bits either way."""
+    eager_fusion.set_adaptive(True)
+    x = torch.randn(3001).to(DEV)
+
+    def exp_then_chain(x):
+        return gelu_tanh_8(torch.exp(x) * 0.25)
+
+    with fusion_off():
+        ref = exp_then_chain(x).cpu()
+    for _ in range(3):
+        torch.exp(x).cpu()
+    assert_bits_equal(exp_then_chain(x).cpu(), ref)
+    assert eager_fusion.recent_groups()[-1]["ops"][0] == "aten::mul"  # exp launched at once
+    eager_fusion.clear_cache()
+    assert_bits_equal(exp_then_chain(x).cpu(), ref)
+    last = eager_fusion.recent_groups()[-1]
+    assert last["ops"][0] == "aten::exp" and last["n_ops"] == 10
+
+
 def test_profiler_shows_fused_group(fusion):
     from torch.profiler import ProfilerActivity, profile
 

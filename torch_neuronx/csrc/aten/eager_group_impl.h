@@ -133,6 +133,17 @@ struct StartSigs {
 };
 StartSigs &start_sigs();
 
+// The signatures StartSigs says start no group, in a direct-mapped table read
+// without group_mu(): a lone decode op then skips the lock and the three set
+// lookups. Learnt and forgotten under group_mu(); whoever makes StartSigs
+// stop saying "no group" for a signature (wanted, multi, single cleared)
+// forgets it here. A stale read only picks fused or unfused for one op, and
+// both give the same bits.
+bool lone_known(uint64_t sig);
+void lone_learn(uint64_t sig);
+void lone_forget(uint64_t sig);
+void lone_forget_all();
+
 // Lets go of the created storages only the group still references (group_mu() held).
 void release_dead(Group &g);
 

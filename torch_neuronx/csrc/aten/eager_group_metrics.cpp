@@ -136,6 +136,7 @@ BindingsRegistrar reg([](pybind11::module_ &m) {
                 lk.unlock();
                 std::lock_guard<std::recursive_mutex> glk(group_mu());
                 start_sigs() = StartSigs{};
+                lone_forget_all();
             });
         },
         "Forgets every fused pattern (tests: see compiles happen again).");

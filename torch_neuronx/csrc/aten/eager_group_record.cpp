@@ -86,6 +86,32 @@ StartSigs &start_sigs() {
 
 namespace {
 
+// 2048 x 8 bytes: decode's lone signatures (a few hundred per token, the
+// KV cache's growing shapes among them) with few collisions; 0 marks a free
+// slot (a signature of 0 is never learnt).
+constexpr size_t kLoneSlots = 2048;
+std::atomic<uint64_t> g_lone[kLoneSlots];
+
+std::atomic<uint64_t> &lone_slot(uint64_t sig) { return g_lone[(sig ^ (sig >> 32)) % kLoneSlots]; }
+
+}  // namespace
+
+bool lone_known(uint64_t sig) {
+    return sig != 0 && lone_slot(sig).load(std::memory_order_relaxed) == sig;
+}
+void lone_learn(uint64_t sig) {
+    if (sig != 0) lone_slot(sig).store(sig, std::memory_order_relaxed);
+}
+void lone_forget(uint64_t sig) {
+    std::atomic<uint64_t> &slot = lone_slot(sig);
+    if (slot.load(std::memory_order_relaxed) == sig) slot.store(0, std::memory_order_relaxed);
+}
+void lone_forget_all() {
+    for (auto &slot : g_lone) slot.store(0, std::memory_order_relaxed);
+}
+
+namespace {
+
 // One multiply per field (each at most 8 bytes), not per byte: start_sig
 // runs for every offered op, and a byte-wise hash of its ~150 bytes was a
 // chain of ~150 dependent multiplies.
@@ -384,21 +410,31 @@ bool switched_off_now() {
     return true;
 }
 
-// Whether op (operands still indexing acc) starts no group (StartSigs):
-// then it is launched at once, as with fusion off.
-bool starts_no_group(int ndim, const int64_t *sizes, const Accesses &acc, const Op &op) {
-    const StartSigs &ss = start_sigs();
-    if ((ss.declined.empty() && ss.single.empty()) ||
-        g_adaptive.load(std::memory_order_relaxed) == kAdaptiveOff)
-        return false;
+// op's start signature (operands still indexing acc).
+uint64_t offered_sig(int ndim, const int64_t *sizes, const Accesses &acc, const Op &op) {
     OperandView in[3]{};
     for (int i = 0; i < op.n_in; i++)
         in[i] = op.in[i].buf < 0 ? OperandView{op.in[i].dtype, nullptr}
                                  : OperandView{acc[op.in[i].buf].dtype, acc[op.in[i].buf].strides};
-    const uint64_t sig = start_sig(op, ndim, sizes, in, OperandView{acc[0].dtype, acc[0].strides});
-    if (ss.declined.count(sig) != 0 && ss.wanted.count(sig) == 0) return true;
-    const auto it = ss.single.find(sig);
-    return it != ss.single.end() && it->second >= 2 && ss.multi.count(sig) == 0;
+    return start_sig(op, ndim, sizes, in, OperandView{acc[0].dtype, acc[0].strides});
+}
+
+// Whether op starts no group (StartSigs, group_mu() held): then it is launched
+// at once, as with fusion off. sig: its signature, 0 if not computed yet.
+bool starts_no_group(int ndim, const int64_t *sizes, const Accesses &acc, const Op &op,
+                     uint64_t sig) {
+    const StartSigs &ss = start_sigs();
+    if ((ss.declined.empty() && ss.single.empty()) ||
+        g_adaptive.load(std::memory_order_relaxed) == kAdaptiveOff)
+        return false;
+    if (sig == 0) sig = offered_sig(ndim, sizes, acc, op);
+    bool lone = ss.declined.count(sig) != 0 && ss.wanted.count(sig) == 0;
+    if (!lone) {
+        const auto it = ss.single.find(sig);
+        lone = it != ss.single.end() && it->second >= 2 && ss.multi.count(sig) == 0;
+    }
+    if (lone) lone_learn(sig);
+    return lone;
 }
 
 // Adds one op over (ndim, sizes) to the open group, ending it first when the
@@ -414,6 +450,14 @@ bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, 
         if (!*a.storage) return false;
     foreach_chain::flush(nullptr);  // held foreach ops come first
     install_hook();
+    // No open group and a signature known to start none: launched at once,
+    // without the group lock (decode's lone ops).
+    uint64_t sig = 0;
+    if (!g_open.load(std::memory_order_acquire) &&
+        g_adaptive.load(std::memory_order_relaxed) != kAdaptiveOff) {
+        sig = offered_sig(ndim, sizes, acc, op);
+        if (lone_known(sig)) return false;
+    }
     std::lock_guard<std::recursive_mutex> lk(group_mu());
     int64_t t0 = 0;
     if (!open_group().empty()) {
@@ -431,7 +475,7 @@ bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, 
     }
     Group &g = open_group();
     if (g.empty()) {
-        if (starts_no_group(ndim, sizes, acc, op)) return false;
+        if (starts_no_group(ndim, sizes, acc, op, sig)) return false;
         t0 = adaptive_clock();  // after any flush above: that is not this op's cost
         g.s = s;
         g.ndim = ndim;

@@ -186,7 +186,9 @@ void record_trial(const Group &g, Entry &e, bool fused, int64_t ns) {
                       g_adaptive.load(std::memory_order_relaxed) != kAdaptiveDecline;
     e.choice.store(fuse ? Entry::Fuse : Entry::Unfuse);
     if (fuse) {
-        start_sigs().wanted.insert(op_start_sig(g, g.ops[0]));
+        const uint64_t sig = op_start_sig(g, g.ops[0]);
+        start_sigs().wanted.insert(sig);
+        lone_forget(sig);
     } else {
         count("EagerFusionDeclined");
         for (const Op &op : g.ops) start_sigs().declined.insert(op_start_sig(g, op));
@@ -217,7 +219,10 @@ void flush(End why) {
     const bool adaptive = g_adaptive.load(std::memory_order_relaxed) != kAdaptiveOff;
     // One-off shapes (a growing KV cache) add signatures without end: past a
     // bound they are forgotten and learnt again.
-    if (start_sigs().single.size() > kMaxStartSigs) start_sigs().single.clear();
+    if (start_sigs().single.size() > kMaxStartSigs) {
+        start_sigs().single.clear();
+        lone_forget_all();
+    }
     if (start_sigs().multi.size() > kMaxStartSigs) start_sigs().multi.clear();
     if (g.ops.size() == 1) {
         if (adaptive) {
@@ -227,7 +232,11 @@ void flush(End why) {
         replay(g);  // its output may have been let go (release_dead)
         return;
     }
-    if (adaptive) start_sigs().multi.insert(op_start_sig(g, g.ops[0]));
+    if (adaptive) {
+        const uint64_t sig = op_start_sig(g, g.ops[0]);
+        start_sigs().multi.insert(sig);
+        lone_forget(sig);
+    }
     // An output nobody holds any more is not written (it stays in registers);
     // the group holds one reference per storage.
     std::vector<char> alive(g.bufs.size(), 0);
