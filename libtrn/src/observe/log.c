@@ -69,7 +69,15 @@ static void log_init(void) {
     atomic_store(&g_level, (int)level);
 }
 
-static void ensure_init(void) { (void)pthread_once(&g_once, log_init); }
+// trn_log_enabled runs twice per allocation: an acquire load once log_init
+// has run instead of a pthread_once call.
+static atomic_bool g_ready;
+
+static void ensure_init(void) {
+    if (atomic_load_explicit(&g_ready, memory_order_acquire)) return;
+    (void)pthread_once(&g_once, log_init);
+    atomic_store_explicit(&g_ready, true, memory_order_release);
+}
 
 bool trn_log_enabled(trn_log_level level) {
     ensure_init();

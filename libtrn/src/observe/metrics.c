@@ -137,8 +137,15 @@ static void page_open(void) {
     trn_log(TRN_LOG_DEBUG, "metrics", "stats page %s", g_path);
 }
 
+// Set once page_open has run: the launch path reads the page ~5 times per op,
+// and an acquire load is cheaper than a pthread_once call each time.
+static bool g_page_ready;
+
 trn_stats_page *trn_stats_page_get(void) {
-    (void)pthread_once(&g_page_once, page_open);
+    if (!__atomic_load_n(&g_page_ready, __ATOMIC_ACQUIRE)) {
+        (void)pthread_once(&g_page_once, page_open);
+        __atomic_store_n(&g_page_ready, true, __ATOMIC_RELEASE);
+    }
     return g_page;
 }
 

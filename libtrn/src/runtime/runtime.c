@@ -115,6 +115,9 @@ trn_status trn_runtime_init(void) {
     // A refused TORCH_NEURONX_CPU_CAPABILITY fails the first device use.
     st = trn_cpu_level_status();
     if (st != TRN_SUCCESS) return st;
+    // Set only by a successful initialisation: then no pthread_once call
+    // (trn_stream_get_current and trn_mem_alloc come here on every op).
+    if (atomic_load_explicit(&g_initialized, memory_order_acquire)) return TRN_SUCCESS;
     int rc = pthread_once(&g_init_once, runtime_init_once);
     if (rc != 0)
         return trn__set_error(TRN_ERROR_SYSTEM,
