@@ -445,15 +445,16 @@ bool starts_no_group(int ndim, const int64_t *sizes, const Accesses &acc, const 
 // The recording time (Group::record_ns, adaptive only) is read from here on,
 // and only for ops that join a group: most decode ops start no group
 // (starts_no_group) and read no clock.
-bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, Op op) {
+// sig: op's start signature if the caller has it (no group open then), else 0.
+bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, Op op,
+            uint64_t sig = 0) {
     for (const Access &a : acc)
         if (!*a.storage) return false;
     foreach_chain::flush(nullptr);  // held foreach ops come first
     install_hook();
     // No open group and a signature known to start none: launched at once,
     // without the group lock (decode's lone ops).
-    uint64_t sig = 0;
-    if (!g_open.load(std::memory_order_acquire) &&
+    if (sig == 0 && !g_open.load(std::memory_order_acquire) &&
         g_adaptive.load(std::memory_order_relaxed) != kAdaptiveOff) {
         sig = offered_sig(ndim, sizes, acc, op);
         if (lone_known(sig)) return false;
@@ -511,13 +512,8 @@ bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, 
 
 bool offer_ew(trn_stream *s, const trn_ew_desc &d, const at::TensorIteratorBase &iter,
               const char *name) {
-    if (switched_off_now() || !op_fusible(d)) return false;
+    if (switched_off_now() || d.ndim < 1 || d.ndim > TRN_MAX_DIMS) return false;
     const int n_in = trn_ew_op_arity(d.op);
-    // Operand accesses: output 0, then the inputs in kernel slot order (the
-    // iterator's args after its outputs, as elementwise.cpp's launch builds d).
-    Accesses acc;
-    acc.reserve(4);
-    acc.push_back({d.out, d.out_dtype, d.out_strides, &iter.tensor_base(0).storage(), true});
     Op op{};
     op.op = d.op;
     op.compute = d.dtype;
@@ -533,15 +529,40 @@ bool offer_ew(trn_stream *s, const trn_ew_desc &d, const at::TensorIteratorBase 
             o.buf = -1;
             o.scalar = d.scalar_in[i];
             o.dtype = (d.op == TRN_EW_WHERE && i == 0) ? TRN_DTYPE_BOOL : d.dtype;
-            continue;
         }
+    }
+    // A lone op (no group open, its signature known to start none) is
+    // launched at once, before the fusibility checks and operand accesses:
+    // only a fusible op's signature is ever learnt.
+    uint64_t sig = 0;
+    if (!g_open.load(std::memory_order_acquire) &&
+        g_adaptive.load(std::memory_order_relaxed) != kAdaptiveOff) {
+        OperandView in[3]{};
+        for (int i = 0; i < n_in; i++)
+            in[i] = d.in[i] == nullptr ? OperandView{op.in[i].dtype, nullptr}
+                                       : OperandView{d.in_dtype[i], d.in_strides[i]};
+        sig = start_sig(op, d.ndim, d.sizes, in, OperandView{d.out_dtype, d.out_strides});
+        if (lone_known(sig)) {
+            foreach_chain::flush(nullptr);  // held foreach ops still come first
+            return false;
+        }
+    }
+    if (!op_fusible(d)) return false;
+    // Operand accesses: output 0, then the inputs in kernel slot order (the
+    // iterator's args after its outputs, as elementwise.cpp's launch builds d).
+    Accesses acc;
+    acc.reserve(4);
+    acc.push_back({d.out, d.out_dtype, d.out_strides, &iter.tensor_base(0).storage(), true});
+    for (int i = 0; i < n_in; i++) {
+        if (d.in[i] == nullptr) continue;
+        Operand &o = op.in[i];
         const int arg = i + iter.noutputs();
         if (arg >= iter.ntensors() || iter.data_ptr(arg) != d.in[i]) return false;
         o.buf = static_cast<int>(acc.size());
         acc.push_back(
             {d.in[i], d.in_dtype[i], d.in_strides[i], &iter.tensor_base(arg).storage(), false});
     }
-    return record(s, d.ndim, d.sizes, acc, op);
+    return record(s, d.ndim, d.sizes, acc, op, sig);
 }
 
 bool offer_copy(trn_stream *s, const at::Tensor &dst, const at::Tensor &src) {
