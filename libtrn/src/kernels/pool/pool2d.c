@@ -88,12 +88,13 @@ static int max_fast_ok(const trn_pool2d_geometry *g) {
 
 TRN_KIT_FLOAT_TYPES(DEFINE_MAX_FAST)
 
-// Zeroes n bytes (a multiple of 4) with 64-byte vector stores. The plain
-// loop became a memset call, whose `rep stosb` stores the scatter's loads
-// then had to wait for (perf: most of the scatter's samples on the add that
-// reads sum[k] right after the memset).
+// Zeroes n bytes with 64-byte vector stores. GCC turned the plain loop into
+// a memset call (rep stosb), after which perf put most of the scatter's
+// samples on the add that reads sum[k]; these stores measured a little
+// faster (docs/performance.md, resnet3).
 static void zero_plane(void *p, size_t n) {
-    typedef uint32_t v16u __attribute__((vector_size(64), aligned(4)));
+    // may_alias: the plane is float / double / 16-bit data, read back as such.
+    typedef uint32_t v16u __attribute__((vector_size(64), aligned(4), may_alias));
     const v16u z = {0};
     char *c = p;
     size_t i = 0;
@@ -101,7 +102,7 @@ static void zero_plane(void *p, size_t n) {
         __asm__("" : "+r"(i));  // keeps the loop from becoming a memset call
         *(v16u *)(c + i) = z;
     }
-    for (; i < n; i += 4) *(uint32_t *)(c + i) = 0;
+    memset(c + i, 0, n - i);
 }
 
 // The max backward's scatter of one plane: sum[ix[o]] += dy[o] in output
