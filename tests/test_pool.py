@@ -93,6 +93,44 @@ def test_max_windows_inside_the_image_match_cpu_exactly(dtype, kernel, stride):
 
 
 @pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str
+)
+@pytest.mark.parametrize("kernel,stride,padding", [(2, 2, 0), (3, 2, 1), (3, 1, 1)])
+def test_max_backward_scatter_matches_cpu_bits(dtype, kernel, stride, padding):
+    """pool2d.c's max_scatter: the gradient of max pooling equals CPU's bit
+    for bit, with ResNet's non-overlapping windows and overlapping ones
+    (several outputs add into one input, in output order), planes larger
+    than the 16-bit types' on-stack sum."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randint(-2, 3, (2, 3, 33, 34), generator=g).to(dtype)  # ties
+    y, ix = F.max_pool2d(x, kernel, stride, padding, return_indices=True)
+    dy = torch.randn(y.shape, generator=g, dtype=torch.float64).mul(1e3).to(dtype)
+    op = torch.ops.aten.max_pool2d_with_indices_backward
+    args = ([kernel] * 2, [stride] * 2, [padding] * 2, [1, 1], False)
+    dc = op(dy, x, *args, ix)
+    dd = op(dy.to("neuron"), x.to("neuron"), *args, ix.to("neuron")).cpu()
+    if dtype.itemsize == 2 and kernel > stride:
+        # Overlapping windows: CPU adds in the 16-bit type (a rounding per
+        # add), neuron in float32 and rounds once: never further from the
+        # float64 sum than CPU.
+        ref = op(dy.double(), x.double(), *args, ix)
+        assert ((dd.double() - ref).abs() <= (dc.double() - ref).abs()).all()
+        return
+    bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
+    assert torch.equal(dd.view(bits), dc.view(bits))
+
+
+def test_max_backward_index_outside_its_plane_is_an_error():
+    x = _rand(1, 2, 4, 4)
+    y, ix = F.max_pool2d(x, 2, return_indices=True)
+    ix[0, 1, 1, 1] = 16
+    op = torch.ops.aten.max_pool2d_with_indices_backward
+    args = ([2, 2], [2, 2], [0, 0], [1, 1], False)
+    with pytest.raises(ValueError, match="outside its input plane"):
+        op(y.to("neuron"), x.to("neuron"), *args, ix.to("neuron")).cpu()
+
+
+@pytest.mark.parametrize(
     "kwargs,msg",
     [
         (dict(kernel_size=3, padding=2), "pad should be at most half"),

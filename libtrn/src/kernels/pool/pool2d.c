@@ -88,6 +88,47 @@ static int max_fast_ok(const trn_pool2d_geometry *g) {
 
 TRN_KIT_FLOAT_TYPES(DEFINE_MAX_FAST)
 
+// Zeroes n bytes with 64-byte vector stores. GCC turned the plain loop into
+// a memset call (rep stosb), after which perf put most of the scatter's
+// samples on the add that reads sum[k]; these stores measured a little
+// faster (docs/performance.md, resnet3).
+static void zero_plane(void *p, size_t n) {
+    // may_alias: the plane is float / double / 16-bit data, read back as such.
+    typedef uint32_t v16u __attribute__((vector_size(64), aligned(4), may_alias));
+    const v16u z = {0};
+    char *c = p;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __asm__("" : "+r"(i));  // keeps the loop from becoming a memset call
+        *(v16u *)(c + i) = z;
+    }
+    memset(c + i, 0, n - i);
+}
+
+// The max backward's scatter of one plane: sum[ix[o]] += dy[o] in output
+// order (overlapping windows add in CPU's order, so the same bits). Its own
+// function with restrict operands: inside the general loop the compiler had
+// to assume each store could change the task's args, and reloaded
+// a->idx_in and a->mode after every one of them (perf: 45 % of the loop on
+// that store, float32 ~1.4x CPU's per-call time). Returns 1 if an index is
+// outside the plane (that one is skipped).
+#define DEFINE_MAX_SCATTER(E, N, T, C, V, LD, ST)                                                  \
+    static int max_scatter_##N(const T *restrict dy, const int64_t *restrict ix, C *restrict sum,  \
+                               int64_t out_n, int64_t in_n) {                                      \
+        int bad = 0;                                                                               \
+        for (int64_t o = 0; o < out_n; o++) {                                                      \
+            const int64_t k = ix[o];                                                               \
+            if ((uint64_t)k >= (uint64_t)in_n) {                                                   \
+                bad = 1;                                                                           \
+                continue;                                                                          \
+            }                                                                                      \
+            sum[k] += (C)LD(dy[o]);                                                                \
+        }                                                                                          \
+        return bad;                                                                                \
+    }
+
+TRN_KIT_FLOAT_TYPES(DEFINE_MAX_SCATTER)
+
 #define DEFINE_POOL(E, N, T, C, V, LD, ST)                                                         \
     static void fwd_##N(void *ctx, int64_t p0, int64_t p1) {                                       \
         const trn__pool_io *a = &((const pool_args *)ctx)->io;                                     \
@@ -157,27 +198,23 @@ TRN_KIT_FLOAT_TYPES(DEFINE_MAX_FAST)
                 atomic_store(a->bad, 2);                                                           \
                 return;                                                                            \
             }                                                                                      \
-            for (int64_t i = 0; i < in_n; i++) sum[i] = 0;                                         \
-            for (int64_t oh = 0; oh < g->out_h; oh++)                                              \
-                for (int64_t ow = 0; ow < g->out_w; ow++) {                                        \
-                    const int64_t o = oh * g->out_w + ow;                                          \
-                    const C gv = (C)LD(dy[o]);                                                     \
-                    if (a->mode == TRN_POOL_MAX) {                                                 \
-                        const int64_t k = a->idx_in[p * out_n + o];                                \
-                        if (k < 0 || k >= in_n) {                                                  \
-                            atomic_store(a->bad, 1);                                               \
-                            continue;                                                              \
-                        }                                                                          \
-                        sum[k] += gv;                                                              \
-                        continue;                                                                  \
+            zero_plane(sum, (size_t)in_n * sizeof(C));                                             \
+            if (a->mode == TRN_POOL_MAX) {                                                         \
+                if (max_scatter_##N(dy, a->idx_in + p * out_n, sum, out_n, in_n))                  \
+                    atomic_store(a->bad, 1);                                                       \
+            } else {                                                                               \
+                for (int64_t oh = 0; oh < g->out_h; oh++)                                          \
+                    for (int64_t ow = 0; ow < g->out_w; ow++) {                                    \
+                        const int64_t o = oh * g->out_w + ow;                                      \
+                        const C gv = (C)LD(dy[o]);                                                 \
+                        int64_t h0, h1, w0, w1;                                                    \
+                        double div;                                                                \
+                        if (!avg_window(g, oh, ow, &h0, &h1, &w0, &w1, &div)) continue;            \
+                        const C share = (C)(gv / (C)div);                                          \
+                        for (int64_t h = h0; h < h1; h++)                                          \
+                            for (int64_t w = w0; w < w1; w++) sum[h * g->in_w + w] += share;       \
                     }                                                                              \
-                    int64_t h0, h1, w0, w1;                                                        \
-                    double div;                                                                    \
-                    if (!avg_window(g, oh, ow, &h0, &h1, &w0, &w1, &div)) continue;                \
-                    const C share = (C)(gv / (C)div);                                              \
-                    for (int64_t h = h0; h < h1; h++)                                              \
-                        for (int64_t w = w0; w < w1; w++) sum[h * g->in_w + w] += share;           \
-                }                                                                                  \
+            }                                                                                      \
             if ((void *)sum != (void *)dx)                                                         \
                 for (int64_t i = 0; i < in_n; i++) dx[i] = ST(sum[i]);                             \
         }                                                                                          \
