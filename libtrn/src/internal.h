@@ -23,6 +23,18 @@
 // Longest error message kept (per thread, and per stream for deferred errors).
 #define TRN__ERROR_MAX 1024
 
+// ---- once ------------------------------------------------------------------
+// Runs `init` once per process, like pthread_once, but once it has run each
+// call costs one acquire load: the per-op paths (allocation, launch, logging,
+// stats) ask for their settings several times per op, and pthread_once is a
+// library call every time. Returns pthread_once's result (0 once `init` ran).
+static inline int trn__once_fast(pthread_once_t *once, atomic_bool *ready, void (*init)(void)) {
+    if (atomic_load_explicit(ready, memory_order_acquire)) return 0;
+    int rc = pthread_once(once, init);
+    if (rc == 0) atomic_store_explicit(ready, true, memory_order_release);
+    return rc;
+}
+
 // ---- status.c --------------------------------------------------------------
 // Formats the calling thread's last-error message and returns `status`, so an
 // error path reads `return trn__set_error(TRN_ERROR_..., "...", ...);`.

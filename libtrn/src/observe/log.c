@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../internal.h"
 #include "trn/log.h"
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -69,15 +70,10 @@ static void log_init(void) {
     atomic_store(&g_level, (int)level);
 }
 
-// trn_log_enabled runs twice per allocation: an acquire load once log_init
-// has run instead of a pthread_once call.
+// trn_log_enabled runs twice per allocation.
 static atomic_bool g_ready;
 
-static void ensure_init(void) {
-    if (atomic_load_explicit(&g_ready, memory_order_acquire)) return;
-    (void)pthread_once(&g_once, log_init);
-    atomic_store_explicit(&g_ready, true, memory_order_release);
-}
+static void ensure_init(void) { (void)trn__once_fast(&g_once, &g_ready, log_init); }
 
 bool trn_log_enabled(trn_log_level level) {
     ensure_init();

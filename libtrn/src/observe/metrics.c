@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../internal.h"
 #include "trn/log.h"
 #include "trn/metrics.h"
 
@@ -137,15 +138,11 @@ static void page_open(void) {
     trn_log(TRN_LOG_DEBUG, "metrics", "stats page %s", g_path);
 }
 
-// Set once page_open has run: the launch path reads the page ~5 times per op,
-// and an acquire load is cheaper than a pthread_once call each time.
-static bool g_page_ready;
+// The launch path reads the page ~5 times per op.
+static atomic_bool g_page_ready;
 
 trn_stats_page *trn_stats_page_get(void) {
-    if (!__atomic_load_n(&g_page_ready, __ATOMIC_ACQUIRE)) {
-        (void)pthread_once(&g_page_once, page_open);
-        __atomic_store_n(&g_page_ready, true, __ATOMIC_RELEASE);
-    }
+    (void)trn__once_fast(&g_page_once, &g_page_ready, page_open);
     return g_page;
 }
 

@@ -118,19 +118,16 @@ int trn__device_parse_env(const char *visible_cores, const char *num_cores, char
     return TRN_DEFAULT_DEVICE_COUNT;
 }
 
-// Set (release) once count_read has run: allocation and launch checks ask
-// for the count on every op; one acquire load is cheaper than pthread_once.
+// Allocation and launch checks ask for the count on every op.
 static atomic_bool g_count_ready;
 
 static void count_read(void) {
     g_count = trn__device_parse_env(getenv("NEURON_RT_VISIBLE_CORES"),
                                     getenv("NEURON_RT_NUM_CORES"), g_count_why, sizeof g_count_why);
-    atomic_store_explicit(&g_count_ready, true, memory_order_release);
 }
 
 int trn_device_count(void) {
-    if (atomic_load_explicit(&g_count_ready, memory_order_acquire)) return g_count;
-    if (pthread_once(&g_count_once, count_read) != 0) return 0;
+    if (trn__once_fast(&g_count_once, &g_count_ready, count_read) != 0) return 0;
     return g_count;
 }
 

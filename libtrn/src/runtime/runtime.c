@@ -25,6 +25,7 @@ static trn_status g_init_status = TRN_SUCCESS;
 static char g_init_error[TRN__ERROR_MAX];
 
 static atomic_bool g_initialized;
+static atomic_bool g_init_ran;  // runtime_init_once has run (it may have failed)
 static atomic_bool g_bad_fork;
 
 // Unset or empty -> fallback; "0", "false", "no", "off" -> false; else true.
@@ -69,20 +70,13 @@ static void config_read(void) {
     g_config.capacity = bytes;
 }
 
-// Set (release) once config_read has run: every launch reads the config
-// several times, and one acquire load is cheaper than a pthread_once call.
+// Every launch reads the config several times.
 static atomic_bool g_config_ready;
-
-static void config_read_once(void) {
-    config_read();
-    atomic_store_explicit(&g_config_ready, true, memory_order_release);
-}
 
 const trn__config *trn__config_get(void) {
     // pthread_once cannot fail with a valid once-control; if it somehow did,
     // the zeroed config (inline, no protection) is still a safe answer.
-    if (!atomic_load_explicit(&g_config_ready, memory_order_acquire))
-        (void)pthread_once(&g_config_once, config_read_once);
+    (void)trn__once_fast(&g_config_once, &g_config_ready, config_read);
     return &g_config;
 }
 
@@ -115,10 +109,8 @@ trn_status trn_runtime_init(void) {
     // A refused TORCH_NEURONX_CPU_CAPABILITY fails the first device use.
     st = trn_cpu_level_status();
     if (st != TRN_SUCCESS) return st;
-    // Set only by a successful initialisation: then no pthread_once call
-    // (trn_stream_get_current and trn_mem_alloc come here on every op).
-    if (atomic_load_explicit(&g_initialized, memory_order_acquire)) return TRN_SUCCESS;
-    int rc = pthread_once(&g_init_once, runtime_init_once);
+    // trn_stream_get_current and trn_mem_alloc come here on every op.
+    int rc = trn__once_fast(&g_init_once, &g_init_ran, runtime_init_once);
     if (rc != 0)
         return trn__set_error(TRN_ERROR_SYSTEM,
                               "neuron runtime initialisation failed: "
