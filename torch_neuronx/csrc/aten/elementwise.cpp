@@ -36,28 +36,8 @@ using at::Tensor;
 using at::TensorIterator;
 using at::TensorIteratorConfig;
 
-// native_dtype as an inline table lookup: the launch path asks ~10 times per
-// op, and the out-of-line switch was ~2.5 % of a small op's time. Built at
-// load time (native_dtype has no static state), so a lookup has no guard.
-using DtypeTable = std::array<int8_t, static_cast<size_t>(at::ScalarType::NumOptions)>;
-const DtypeTable g_dtype_table = [] {
-    DtypeTable m{};
-    for (size_t i = 0; i < m.size(); i++) {
-        const auto d = native_dtype(static_cast<at::ScalarType>(i));
-        m[i] = d ? static_cast<int8_t>(*d) : int8_t{-1};
-    }
-    return m;
-}();
-static_assert(TRN_DTYPE_COUNT <= 127, "ew_dtype's table holds a trn_dtype in an int8_t");
-
-inline std::optional<trn_dtype> ew_dtype(at::ScalarType type) {
-    const auto i = static_cast<size_t>(type);
-    if (i >= g_dtype_table.size() || g_dtype_table[i] < 0) return std::nullopt;
-    return static_cast<trn_dtype>(g_dtype_table[i]);
-}
-
 bool supports(trn_ew_op op, at::ScalarType type) {
-    auto d = ew_dtype(type);
+    auto d = native_dtype(type);
     return d && trn_ew_supports(op, *d);
 }
 
@@ -113,12 +93,12 @@ trn_scalar cpu_scalar_value(at::TensorIteratorBase &iter, int arg, int slot, trn
 // Whether libtrn can run `op` in compute dtype `compute` over the iterator's
 // operand dtypes (it converts on the fly, like CUDA's dynamic casting).
 bool operands_supported(const at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute) {
-    auto c = ew_dtype(compute);
+    auto c = native_dtype(compute);
     if (!c || !trn_ew_supports(op, *c)) return false;
     for (int arg = 0; arg < iter.ntensors(); ++arg) {
         const bool is_out = arg < iter.noutputs();
         if (!is_out && iter.is_cpu_scalar(arg)) continue;
-        auto d = ew_dtype(iter.dtype(arg));
+        auto d = native_dtype(iter.dtype(arg));
         if (!d) return false;
         if (op == TRN_EW_WHERE && arg == iter.noutputs() && *d == TRN_DTYPE_BOOL) continue;
         if (!trn_ew_supports_operand(op, *c, *d, is_out)) return false;
@@ -152,12 +132,12 @@ bool launch(at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute, 
         };
         trn_ew_desc d{};
         d.op = op;
-        d.dtype = *ew_dtype(compute);
+        d.dtype = *native_dtype(compute);
         d.ndim = nd;
         d.sizes = reversed(0, iter.shape());
         d.out = iter.data_ptr(0);
         d.out_strides = reversed(1, iter.strides(0));
-        d.out_dtype = *ew_dtype(iter.dtype(0));
+        d.out_dtype = *native_dtype(iter.dtype(0));
         for (int k = 0; k < 4; ++k) d.params[k] = params[k];
         d.cpu_block = cpu_add_block();
         d.cpu_threads = at::get_num_threads();
@@ -170,7 +150,7 @@ bool launch(at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute, 
             } else {
                 d.in[i] = iter.data_ptr(arg);
                 d.in_strides[i] = reversed(2 + i, iter.strides(arg));
-                d.in_dtype[i] = *ew_dtype(iter.dtype(arg));
+                d.in_dtype[i] = *native_dtype(iter.dtype(arg));
             }
         }
         for (const ExtraScalar &e : extras) {

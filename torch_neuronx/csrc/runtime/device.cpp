@@ -35,33 +35,6 @@ trn_stream *current_trn_stream(c10::DeviceIndex index) {
     return s;
 }
 
-std::optional<trn_dtype> native_dtype(c10::ScalarType type) {
-    using c10::ScalarType;
-    switch (type) {
-    case ScalarType::Bool: return TRN_DTYPE_BOOL;
-    case ScalarType::Byte: return TRN_DTYPE_U8;
-    case ScalarType::Char: return TRN_DTYPE_I8;
-    case ScalarType::Short: return TRN_DTYPE_I16;
-    case ScalarType::Int: return TRN_DTYPE_I32;
-    case ScalarType::Long: return TRN_DTYPE_I64;
-    case ScalarType::UInt16: return TRN_DTYPE_U16;
-    case ScalarType::UInt32: return TRN_DTYPE_U32;
-    case ScalarType::UInt64: return TRN_DTYPE_U64;
-    case ScalarType::Half: return TRN_DTYPE_F16;
-    case ScalarType::BFloat16: return TRN_DTYPE_BF16;
-    case ScalarType::Float: return TRN_DTYPE_F32;
-    case ScalarType::Double: return TRN_DTYPE_F64;
-    case ScalarType::ComplexFloat: return TRN_DTYPE_C64;
-    case ScalarType::ComplexDouble: return TRN_DTYPE_C128;
-    case ScalarType::Float8_e4m3fn: return TRN_DTYPE_F8E4M3FN;
-    case ScalarType::Float8_e5m2: return TRN_DTYPE_F8E5M2;
-    case ScalarType::Float8_e4m3fnuz: return TRN_DTYPE_F8E4M3FNUZ;
-    case ScalarType::Float8_e5m2fnuz: return TRN_DTYPE_F8E5M2FNUZ;
-    case ScalarType::Float8_e8m0fnu: return TRN_DTYPE_F8E8M0FNU;
-    default: return std::nullopt;
-    }
-}
-
 bool is_storable(c10::ScalarType type) { return native_dtype(type).has_value(); }
 
 void check_storable(c10::ScalarType type) {
