@@ -64,35 +64,6 @@ typedef trn__row_norm_ctx ln_run;
     s1 /= (C)n;                                                                                    \
     s2 /= (C)n;
 
-// total += sum over the row x[0..n) of EXPR (an expression of x[i + j]),
-// squared when SQ is 1: lanes of V accumulate the whole lane groups, moved
-// to the double total every TRN_VFLUSH_ELEMS elements (vec_sum.h), then the
-// tail. Deterministic per shape.
-#define LN_CHUNKS(V, C, EXPR, total, SQ)                                                           \
-    do {                                                                                           \
-        const int64_t nv_ = n - n % L;                                                             \
-        for (int64_t i0 = 0; i0 < nv_; i0 += TRN_VFLUSH_ELEMS) {                                   \
-            const int64_t i1 = nv_ - i0 < TRN_VFLUSH_ELEMS ? nv_ : i0 + TRN_VFLUSH_ELEMS;          \
-            V acc_;                                                                                \
-            memset(&acc_, 0, sizeof acc_);                                                         \
-            for (int64_t i = i0; i < i1; i += L) {                                                 \
-                C t_[TRN_VLANES(V, C)];                                                            \
-                for (int j = 0; j < L; j++) t_[j] = (EXPR);                                        \
-                V v_;                                                                              \
-                memcpy(&v_, t_, sizeof v_);                                                        \
-                acc_ += (SQ) ? v_ * v_ : v_;                                                       \
-            }                                                                                      \
-            TRN_VREDUCE(V, C, acc_, total);                                                        \
-        }                                                                                          \
-        C tail_ = 0;                                                                               \
-        for (int64_t i = nv_; i < n; i++) {                                                        \
-            const int j = 0;                                                                       \
-            const C e_ = (EXPR);                                                                   \
-            tail_ += (SQ) ? e_ * e_ : e_;                                                          \
-        }                                                                                          \
-        (total) += (double)tail_;                                                                  \
-    } while (0)
-
 // dx of one row (x, dy, dx, mean, rstd, w, s1, s2 in scope), then ACC(g, xh)
 // per element with g = dy[i] and xh = (x[i] - mean) * rstd: nothing for dx
 // alone, the block's dweight / dbias partials in the one-pass backward.
@@ -115,39 +86,114 @@ typedef trn__row_norm_ctx ln_run;
 #define LN_DX_ONLY(g, xh) ((void)0)
 #define LN_DX_PARTIALS(g, xh) (gw[i] += (double)((g) * (xh)), gb[i] += (double)(g))
 
+// v = the L elements at p as a V of C: one vector load when T is C, else
+// converted lane by lane (LD).
+#define LN_LOADV(V, C, T, LD, p, v)                                                                \
+    do {                                                                                           \
+        if (sizeof(T) == sizeof(C)) {                                                              \
+            memcpy(&(v), (p), sizeof(v));                                                          \
+        } else {                                                                                   \
+            C t_[TRN_VLANES(V, C)];                                                                \
+            for (int j = 0; j < TRN_VLANES(V, C); j++) t_[j] = (C)LD((p)[j]);                      \
+            memcpy(&(v), t_, sizeof(v));                                                           \
+        }                                                                                          \
+    } while (0)
+
+// totals[rr] += the sum over row rr (xs[rr], n elements) of EXPR, squared
+// when SQ is 1, for R rows at once: lanes of V accumulate the whole lane
+// groups (VEXPR: EXPR on a loaded vector), moved to the double total every
+// TRN_VFLUSH_ELEMS elements (vec_sum.h), then the tail (EXPR uses xr, rr, i
+// and j). Each row's sum is the same for any R; the rows only interleave:
+// one row's sum is a chain of dependent vector adds, then of double adds
+// (the flush), so rows of 256 floats one at a time were latency-bound.
+#define LN_CHUNKS_ROWS(V, C, T, LD, R, xs, VEXPR, EXPR, totals, SQ)                                \
+    do {                                                                                           \
+        const int64_t nv_ = n - n % L;                                                             \
+        for (int64_t i0 = 0; i0 < nv_; i0 += TRN_VFLUSH_ELEMS) {                                   \
+            const int64_t i1 = nv_ - i0 < TRN_VFLUSH_ELEMS ? nv_ : i0 + TRN_VFLUSH_ELEMS;          \
+            V acc_[R];                                                                             \
+            memset(acc_, 0, sizeof acc_);                                                          \
+            for (int64_t i = i0; i < i1; i += L) {                                                 \
+                _Pragma("GCC unroll 4") for (int rr = 0; rr < (R); rr++) {                         \
+                    V v_;                                                                          \
+                    LN_LOADV(V, C, T, LD, (xs)[rr] + i, v_);                                       \
+                    v_ = VEXPR(v_);                                                                \
+                    acc_[rr] += (SQ) ? v_ * v_ : v_;                                               \
+                }                                                                                  \
+            }                                                                                      \
+            for (int j_ = 0; j_ < L; j_++)                                                         \
+                _Pragma("GCC unroll 4") for (int rr = 0; rr < (R); rr++)(totals)[rr] +=            \
+                    acc_[rr][j_];                                                                  \
+        }                                                                                          \
+        _Pragma("GCC unroll 4") for (int rr = 0; rr < (R); rr++) {                                 \
+            const T *xr = (xs)[rr];                                                                \
+            C tail_ = 0;                                                                           \
+            for (int64_t i = nv_; i < n; i++) {                                                    \
+                const int j = 0;                                                                   \
+                const C e_ = (EXPR);                                                               \
+                tail_ += (SQ) ? e_ * e_ : e_;                                                      \
+            }                                                                                      \
+            (totals)[rr] += (double)tail_;                                                         \
+        }                                                                                          \
+    } while (0)
+#define LN_V_ID(v) (v)
+#define LN_V_CENTER(v) (((v)-mhi[rr]) - mlo[rr])
+
+// The forward of R rows from r (a, n, w, b in scope): statistics for the R
+// rows together (LN_CHUNKS_ROWS), then each row's y and stats as before.
+#define LN_FWD_ROWS(V, C, T, LD, ST, R)                                                            \
+    do {                                                                                           \
+        const int L = TRN_VLANES(V, C);                                                            \
+        const T *xs[R];                                                                            \
+        for (int rr = 0; rr < (R); rr++) xs[rr] = (const T *)a->x + (r + rr) * n;                  \
+        /* Lane sums flushed to double every TRN_VFLUSH_ELEMS: the  */                             \
+        /* mean of 100 +- 1 data stays exact to a few roundings.    */                             \
+        double sum[R], sq[R], dmean[R];                                                            \
+        C mhi[R], mlo[R], rstd[R];                                                                 \
+        for (int rr = 0; rr < (R); rr++) sum[rr] = sq[rr] = 0;                                     \
+        LN_CHUNKS_ROWS(V, C, T, LD, R, xs, LN_V_ID, (C)LD(xr[i + j]), sum, 0);                     \
+        for (int rr = 0; rr < (R); rr++) {                                                         \
+            dmean[rr] = sum[rr] / (double)n;                                                       \
+            /* x - mean with the mean as hi + lo floats (x - hi exact). */                         \
+            C hi_ = (C)dmean[rr];                                                                  \
+            /* GCC 12's vectorizer dropped the rounding of dmean to C  */                          \
+            /* here (lo came out 0 for 4 rows): the empty asm makes it */                          \
+            /* use the rounded value.                                  */                          \
+            __asm__("" : "+x"(hi_));                                                               \
+            mhi[rr] = hi_;                                                                         \
+            mlo[rr] = (C)(dmean[rr] - (double)hi_);                                                \
+        }                                                                                          \
+        LN_CHUNKS_ROWS(V, C, T, LD, R, xs, LN_V_CENTER, ((C)LD(xr[i + j]) - mhi[rr]) - mlo[rr],    \
+                       sq, 1);                                                                     \
+        for (int rr = 0; rr < (R); rr++) rstd[rr] = (C)(1.0 / sqrt(sq[rr] / (double)n + a->eps));  \
+        for (int rr = 0; rr < (R); rr++) {                                                         \
+            const T *x = xs[rr];                                                                   \
+            T *y = (T *)a->y + (r + rr) * n;                                                       \
+            const C hi = mhi[rr], lo = mlo[rr], rs = rstd[rr];                                     \
+            if (w && b)                                                                            \
+                for (int64_t i = 0; i < n; i++)                                                    \
+                    y[i] = ST((((C)LD(x[i]) - hi) - lo) * rs * w[i] + b[i]);                       \
+            else if (w)                                                                            \
+                for (int64_t i = 0; i < n; i++) y[i] = ST((((C)LD(x[i]) - hi) - lo) * rs * w[i]);  \
+            else                                                                                   \
+                for (int64_t i = 0; i < n; i++)                                                    \
+                    y[i] = ST((((C)LD(x[i]) - hi) - lo) * rs + (b ? b[i] : (C)0));                 \
+            if (a->mean) trn__store_real(a->stat_dtype, a->mean, r + rr, dmean[rr]);               \
+            if (a->rstd) trn__store_real(a->stat_dtype, a->rstd, r + rr, (double)rs);              \
+        }                                                                                          \
+    } while (0)
+
+// Rows go 4 at a time through the statistics (LN_FWD_ROWS), the rest one
+// by one; every row's arithmetic is the same either way.
 #define DEFINE_LN(E, N, T, C, V, LD, ST)                                                           \
     static void fwd_##N(void *ctx, int64_t r0, int64_t r1) {                                       \
         const ln_run *run = ctx;                                                                   \
         const ln_args *a = run->a;                                                                 \
         const int64_t n = a->cols;                                                                 \
         const C *w = run->w, *b = run->b;                                                          \
-        for (int64_t r = r0; r < r1; r++) {                                                        \
-            const T *x = (const T *)a->x + r * n;                                                  \
-            T *y = (T *)a->y + r * n;                                                              \
-            const int L = TRN_VLANES(V, C);                                                        \
-            /* Lane sums flushed to double every TRN_VFLUSH_ELEMS: the  */                         \
-            /* mean of 100 +- 1 data stays exact to a few roundings.    */                         \
-            double sum = 0, sq = 0;                                                                \
-            LN_CHUNKS(V, C, (C)LD(x[i + j]), sum, 0);                                              \
-            const double dmean = sum / (double)n;                                                  \
-            /* x - mean with the mean as hi + lo floats (x - hi exact). */                         \
-            const C mhi = (C)dmean, mlo = (C)(dmean - (double)mhi);                                \
-            LN_CHUNKS(V, C, ((C)LD(x[i + j]) - mhi) - mlo, sq, 1);                                 \
-            const C mean = mhi;                                                                    \
-            const C rstd = (C)(1.0 / sqrt(sq / (double)n + a->eps));                               \
-            if (w && b)                                                                            \
-                for (int64_t i = 0; i < n; i++)                                                    \
-                    y[i] = ST((((C)LD(x[i]) - mhi) - mlo) * rstd * w[i] + b[i]);                   \
-            else if (w)                                                                            \
-                for (int64_t i = 0; i < n; i++)                                                    \
-                    y[i] = ST((((C)LD(x[i]) - mhi) - mlo) * rstd * w[i]);                          \
-            else                                                                                   \
-                for (int64_t i = 0; i < n; i++)                                                    \
-                    y[i] = ST((((C)LD(x[i]) - mhi) - mlo) * rstd + (b ? b[i] : (C)0));             \
-            if (a->mean) trn__store_real(a->stat_dtype, a->mean, r, dmean);                        \
-            if (a->rstd) trn__store_real(a->stat_dtype, a->rstd, r, (double)rstd);                 \
-            (void)mean;                                                                            \
-        }                                                                                          \
+        int64_t r = r0;                                                                            \
+        for (; r + 4 <= r1; r += 4) LN_FWD_ROWS(V, C, T, LD, ST, 4);                               \
+        for (; r < r1; r++) LN_FWD_ROWS(V, C, T, LD, ST, 1);                                       \
     }                                                                                              \
     static void bwd_dx_##N(void *ctx, int64_t r0, int64_t r1) {                                    \
         const ln_run *run = ctx;                                                                   \
