@@ -22,6 +22,7 @@ SHAPES = [
     ((8, 64, 256), (1, 64, 1)),
     ((8, 1, 256), (8, 64, 1)),  # both operands broadcast somewhere
     ((6, 2), (6, 1)),
+    ((257, 509), (257, 1)),  # > 2 pieces at two threads, cut inside rows
 ]
 
 OPS = {
