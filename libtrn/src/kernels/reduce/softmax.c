@@ -39,8 +39,9 @@ typedef struct softmax_args {
 #define EXP_f(x) trn_sc_expf(x)
 #define EXP_d(x) exp(x)
 // The log of a row's sum of exps: float compute takes trn/scalar.h's
-// inline double log (a few double ulps: the float result is the correctly
-// rounded one), which vectorizes over a group of rows; double keeps libm's.
+// inline double log (within ~5 double ulps; rounded to float it equalled
+// libm's on 20 M sampled sums), which vectorizes over a group of rows;
+// double keeps libm's.
 #define LOG_f16(v) trn_sc_log_d(v)
 #define LOG_bf16(v) trn_sc_log_d(v)
 #define LOG_f32(v) trn_sc_log_d(v)
