@@ -141,6 +141,18 @@ typedef void (*block_fn)(int n, void *o, const void *a, const void *b, const voi
         for (int i = 0; i < n; i++) o[i] = (uint8_t)trn_sc_##FN##_##SUF##p(a[i], b[i]);            \
     }
 
+// float32 o[i] = op(a[i], b) for b broadcast along the row (one value, read
+// once): a row of RMSNorm's x * rsqrt(mean) without spreading b first.
+#define BLK2_BS(FN)                                                                                \
+    static void blk_##FN##_fbs(int n, void *o_, const void *a_, const void *b_, const void *c_,    \
+                               const trn_sc_ctx *cp) {                                             \
+        (void)c_;                                                                                  \
+        float *o = o_;                                                                             \
+        const float *a = a_;                                                                       \
+        const float b = *(const float *)b_;                                                        \
+        UNSWITCH16(cp, for (int i = 0; i < n; i++) o[i] = trn_sc_##FN##_f(a[i], b, &ctx);)         \
+    }
+
 // Ops with float and double versions; "I" adds the integer version.
 #define FD1(FN) BLK1(FN, f, float) BLK1(FN, dd, double)
 #define FDI1(FN) FD1(FN) BLK1(FN, i, int64_t)
@@ -176,6 +188,7 @@ BLK2_16(gelu_backward) BLK2(gelu_backward, dd, double)
 FD2(gelu_tanh_backward) FD2(silu_backward) FD2(elu_backward) FD2(softplus_backward)
 FD2(mish_backward)
 FDI3(where) FDI3(clamp) FD3(lerp) FDI3(addcmul) FD3(addcdiv)
+BLK2_BS(add) BLK2_BS(sub) BLK2_BS(mul) BLK2_BS(div)
     // clang-format on
 
     // ---- op table ---------------------------------------------------------------------
@@ -811,6 +824,35 @@ static bool run_block(const ew_args *a, block_fn fn, char *out, int64_t os, cons
     return true;
 }
 
+// The float32 block function taking input 1 as one value, if op has one.
+static block_fn bcast_b_fn(trn_ew_op op) {
+    switch (op) {
+    case TRN_EW_ADD: return blk_add_fbs;
+    case TRN_EW_SUB: return blk_sub_fbs;
+    case TRN_EW_MUL: return blk_mul_fbs;
+    case TRN_EW_DIV: return blk_div_fbs;
+    default: return NULL;
+    }
+}
+
+// buf[0 .. n) = the compute-type value at src (a row-broadcast operand).
+static const void *spread(family f, const char *src, int n, void *buf) {
+    if (f == FAM_F) {
+        float *v = buf;
+        const float x = load_f32(src);
+        for (int i = 0; i < n; i++) v[i] = x;
+    } else if (f == FAM_D) {
+        double *v = buf;
+        const double x = load_f64(src);
+        for (int i = 0; i < n; i++) v[i] = x;
+    } else {
+        int64_t *v = buf;
+        const int64_t x = load_i64(src);
+        for (int i = 0; i < n; i++) v[i] = x;
+    }
+    return buf;
+}
+
 // Runs the linear range [begin, end) of the coalesced index space.
 static void ew_range(void *vrun, int64_t begin, int64_t end) {
     ew_run *run = vrun;
@@ -831,10 +873,29 @@ static void ew_range(void *vrun, int64_t begin, int64_t end) {
     const trn_dtype nat = native_of(a->fam);
     bool unstaged = a->out_dtype == (ops[a->op].pred ? TRN_DTYPE_BOOL : nat) &&
                     ostr[inner] == (int64_t)(ops[a->op].pred ? 1 : cs) && !a->out_cast;
-    for (int k = 0; k < a->arity; k++)
-        unstaged = unstaged && !a->is_scalar[k] && a->in_dtype[k] == nat && !a->in_cast[k] &&
-                   istr[k][inner] == (int64_t)cs;
-    const int64_t chunk = unstaged ? UNSTAGED_CHUNK : BLOCK;
+    // Tensor operands broadcast along the row (inner stride 0: RMSNorm's
+    // x * rsqrt(mean) with [.., 1]) are otherwise unstaged too: per row,
+    // their one value is spread over a buffer and the block function runs
+    // on the row directly. Staged through run_block, a [8, 64, 256] *
+    // [8, 64, 1] mul took 1.8x CPU's time (per-row bookkeeping).
+    bool row_bcast = false;
+    bool bcast[3] = {false, false, false};
+    for (int k = 0; k < a->arity; k++) {
+        const bool base = !a->is_scalar[k] && a->in_dtype[k] == nat && !a->in_cast[k];
+        bcast[k] = base && istr[k][inner] == 0 && row > 1 && a->fam != FAM_S16;
+        row_bcast = row_bcast || bcast[k];
+        unstaged = unstaged && base && (istr[k][inner] == (int64_t)cs || bcast[k]);
+    }
+    // Broadcast rows are spread into BLOCK-element buffers, so the row
+    // path takes them only when a row fits one (else they are staged).
+    if (row_bcast && row > BLOCK) unstaged = false;
+    const int64_t chunk = unstaged && !row_bcast ? UNSTAGED_CHUNK : BLOCK;
+    // A float32 binary op whose input 1 alone is broadcast along the row
+    // reads that one value in its block function (no spread buffer).
+    const block_fn bfn = unstaged && a->fam == FAM_F && a->arity == 2 && bcast[1] && !bcast[0] &&
+                                 fn == ops[a->op].fam[FAM_F]
+                             ? bcast_b_fn(a->op)
+                             : NULL;
 
     // Buffers: 3 inputs + output of BLOCK compute elements, scalars pre-filled.
     _Alignas(64) char tmpmem[4][BLOCK * 8];
@@ -892,8 +953,13 @@ static void ew_range(void *vrun, int64_t begin, int64_t end) {
                 for (int k = 0; k < 3; k++)
                     in[k] = a->in[k] == NULL ? NULL : a->in[k] + off_i[k] + r * irs[k];
                 char *o = a->out + off_o + r * ostr[d1];
-                if (direct_rows) {
-                    fn(n, o, in[0], in[1], in[2], &a->ctx);
+                if (direct_rows && bfn != NULL) {
+                    bfn(n, o, in[0], in[1], NULL, &a->ctx);
+                } else if (direct_rows) {
+                    const void *op[3] = {in[0], in[1], in[2]};
+                    for (int k = 0; k < a->arity; k++)
+                        if (bcast[k]) op[k] = spread(a->fam, in[k], n, tmp[k]);
+                    fn(n, o, op[0], op[1], op[2], &a->ctx);
                 } else if (!run_block(a, fn, o, ostr[inner], in, is, n, pos + r * row, scal, tmp, g,
                                       irs, ostr[d1])) {
                     run->zero_division = true;
