@@ -870,7 +870,10 @@ static void split_piece(void *ctx, int64_t p0, int64_t p1) {
 // Here each block is the one-thread path's call, block 0 into the weight,
 // block k into a buffer of its own, and the buffers are added to the weight
 // in block order afterwards: the additions bwd_weights_blocked makes, so
-// the bits are the one-thread bits at any thread count.
+// the bits are the one-thread bits at any thread count. The buffers hold a
+// weight per block, so large weights with many blocks keep the channel
+// split (CONV_W_PART_MAX bytes at most; ResNet's largest is 0.26 MiB).
+#define CONV_W_PART_MAX ((int64_t)4 << 20)
 typedef struct wgrad_split {
     trn_conv_desc d;
     int64_t nb, wn;
@@ -975,7 +978,10 @@ static trn_status conv_run(const conv_args *a, const conv_blk *blk) {
     }
     if (a->kind == CONV_BWD_WEIGHTS && threads > 1 && want > 1) {
         const int64_t nb = wgrad_block_items(d);
-        if (nb > 0 && (d->n + nb - 1) / nb >= threads) return wgrad_blocks_parallel(d, nb, blk);
+        const int64_t blocks = nb > 0 ? (d->n + nb - 1) / nb : 0;
+        const int64_t part = (blocks - 1) * (d->c_out * d->c_in * kernel_volume(d) + d->c_out) * 4;
+        if (nb > 0 && blocks >= threads && part <= CONV_W_PART_MAX)
+            return wgrad_blocks_parallel(d, nb, blk);
     }
     if (want > extent) want = extent;
     if (threads <= 1 || want <= 1) {
