@@ -487,6 +487,65 @@ def test_conv_backward_in_one_launch_matches_two(xs, ws, kw, grad_layout, dtype)
     _no_fallback()
 
 
+WGRAD_BLOCK_CASES = [
+    # (input, weight, kwargs, bias): float32 weight gradients reduced in batch
+    # blocks (about 1024 terms each), spread over the pool by block.
+    ((8, 32, 16, 16), (32, 32, 3, 3), dict(padding=1), False),  # ResNet stage 1: 2 blocks
+    ((8, 3, 32, 32), (32, 3, 3, 3), dict(padding=1), False),  # stem: one image a block
+    ((7, 16, 20, 20), (32, 16, 3, 3), dict(padding=1), True),  # short last block, bias
+    ((8, 32, 16, 16), (64, 32, 3, 3), dict(stride=2, padding=1), False),
+]
+
+
+@pytest.mark.parametrize("grad_layout", ["dense", "slice"])
+def test_conv_weight_gradient_blocks_same_bits_at_any_thread_count(grad_layout):
+    # The blocks run on any thread, each into its own buffer, and are added
+    # in block order: the one-thread bits at every pool size.
+    code = (
+        "import hashlib, torch, torch_neuronx\n"
+        f"cases, layout = {WGRAD_BLOCK_CASES!r}, {grad_layout!r}\n"
+        "gen = torch.Generator().manual_seed(3)\n"
+        "for xs, ws, kw, bias in cases:\n"
+        "    x, w = torch.randn(xs, generator=gen), torch.randn(ws, generator=gen)\n"
+        "    y = torch.nn.functional.conv2d(x, w, **kw)\n"
+        "    g = torch.randn((y.shape[0], y.shape[1] + 16, *y.shape[2:]), generator=gen)\n"
+        "    gd = g.to('neuron')\n"
+        "    gd = gd[:, 16:] if layout == 'slice' else gd[:, :y.shape[1]].contiguous()\n"
+        "    s, p = kw.get('stride', 1), kw.get('padding', 0)\n"
+        "    r = torch.ops.aten.convolution_backward(gd, x.to('neuron'), w.to('neuron'),\n"
+        "        [ws[0]] if bias else None, [s, s], [p, p], [1, 1], False, [0, 0], 1,\n"
+        "        [False, True, bias])\n"
+        "    for t in r[1:]:\n"
+        "        if t is not None:\n"
+        "            print(hashlib.sha256(t.cpu().numpy().tobytes()).hexdigest())\n"
+    )
+    assert len(outputs_at_thread_counts(code)) == 1
+    # And the blocks' sums are a float32 weight gradient (float64 reference).
+    gen = torch.Generator().manual_seed(3)
+    for xs, ws, kw, bias in WGRAD_BLOCK_CASES:
+        x, w = torch.randn(xs, generator=gen), torch.randn(ws, generator=gen)
+        y = F.conv2d(x, w, **kw)
+        g = torch.randn((y.shape[0], y.shape[1] + 16, *y.shape[2:]), generator=gen)
+        gd = g.to(DEV)
+        gd = gd[:, 16:] if grad_layout == "slice" else gd[:, : y.shape[1]].contiguous()
+        gc = g[:, 16:] if grad_layout == "slice" else g[:, : y.shape[1]]
+        geo = (kw.get("stride", 1),) * 2, (kw.get("padding", 0),) * 2, (1, 1)
+        mask = [False, True, bias]
+        b = [ws[0]] if bias else None
+        got = torch.ops.aten.convolution_backward(
+            gd, x.to(DEV), w.to(DEV), b, *geo, False, [0, 0], 1, mask
+        )
+        ref = torch.ops.aten.convolution_backward(
+            gc.double(), x.double(), w.double(), b, *geo, False, [0, 0], 1, mask
+        )
+        for a, r in zip(got[1:], ref[1:]):
+            if r is not None:
+                torch.testing.assert_close(
+                    a.cpu().double(), r, rtol=1e-4, atol=1e-4 * r.abs().max().item()
+                )
+    _no_fallback()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_conv_backward_one_launch_switch_keeps_bits(monkeypatch, dtype):
     """TORCH_NEURONX_CONV_BACKWARD_ONE_LAUNCH=0 (read per call) runs the two

@@ -772,6 +772,15 @@ static trn_status bwd_weights_blocked(const trn_conv_desc *d, int64_t nb, const 
     return TRN_SUCCESS;
 }
 
+// Batch items per block of a float32 weight gradient that runs in batch
+// blocks (about CONV_W_BLOCK reduction terms each); 0: one call.
+static int64_t wgrad_block_items(const trn_conv_desc *d) {
+    if (d->dtype != TRN_DTYPE_F32 || d->groups != 1 || d->n <= 0) return 0;
+    const int64_t plane = out_plane(d) > 0 ? out_plane(d) : 1;
+    const int64_t nb = CONV_W_BLOCK / plane > 1 ? CONV_W_BLOCK / plane : 1;
+    return nb < d->n ? nb : 0;
+}
+
 // One convolution of `d` on the calling thread, float32 reductions blocked.
 static trn_status conv_run_one(conv_kind kind, const trn_conv_desc *d, const conv_blk *blk) {
     if (d->dtype == TRN_DTYPE_F32 && d->groups == 1 && d->n > 0 &&
@@ -781,12 +790,8 @@ static trn_status conv_run_one(conv_kind kind, const trn_conv_desc *d, const con
         if (kind == CONV_FWD && (cb = channel_block(d->c_in, kvol)) > 0) return fwd_blocked(d, cb);
         if (kind == CONV_BWD_DATA && (cb = channel_block(d->c_out, kvol)) > 0)
             return bwd_data_blocked(d, cb);
-        if (kind == CONV_BWD_WEIGHTS) {
-            // Batch items per block: about CONV_W_BLOCK reduction terms.
-            const int64_t plane = out_plane(d) > 0 ? out_plane(d) : 1;
-            const int64_t nb = CONV_W_BLOCK / plane > 1 ? CONV_W_BLOCK / plane : 1;
-            if (nb < d->n) return bwd_weights_blocked(d, nb, blk);
-        }
+        const int64_t nb = kind == CONV_BWD_WEIGHTS ? wgrad_block_items(d) : 0;
+        if (nb > 0) return bwd_weights_blocked(d, nb, blk);
     }
     return conv_run_plan(kind, d, false, false, blk);
 }
@@ -857,6 +862,89 @@ static void split_piece(void *ctx, int64_t p0, int64_t p1) {
     trn__dnnl_serial_end(saved);
 }
 
+// A float32 weight gradient in batch blocks, the blocks spread over the
+// pool. Split along output channels instead (as other weight gradients),
+// every piece reordered all of the input to its kernel's layout again and
+// ran each block as a half-width oneDNN call: at 2 threads the ResNet
+// stage-1 and stem weight gradients took 6-15 % more CPU time than at one.
+// Here each block is the one-thread path's call, block 0 into the weight,
+// block k into a buffer of its own, and the buffers are added to the weight
+// in block order afterwards: the additions bwd_weights_blocked makes, so
+// the bits are the one-thread bits at any thread count. The buffers hold a
+// weight per block, so large weights with many blocks keep the channel
+// split (CONV_W_PART_MAX bytes at most; ResNet's largest is 0.26 MiB).
+#define CONV_W_PART_MAX ((int64_t)4 << 20)
+typedef struct wgrad_split {
+    trn_conv_desc d;
+    int64_t nb, wn;
+    int64_t tst[5];
+    float *part;   // block k > 0: wn + c_out floats at (k - 1) * (wn + c_out)
+    conv_blk blk;  // ptr NULL: none
+    trn__split_error error;
+} wgrad_split;
+
+static void wgrad_piece(void *ctx, int64_t p0, int64_t p1) {
+    wgrad_split *ws = ctx;
+    const trn_conv_desc *d = &ws->d;
+    const int saved = trn__dnnl_serial_begin();
+    for (int64_t p = p0; p < p1; p++) {
+        if (trn__split_failed(&ws->error)) break;
+        const int64_t b = p * ws->nb;
+        trn_conv_desc q = *d;
+        q.n = d->n - b < ws->nb ? d->n - b : ws->nb;
+        q.input = offset_f32(d->input, b * d->input_strides[0]);
+        q.output = offset_f32(d->output, b * d->output_strides[0]);
+        if (p > 0) {
+            float *t = ws->part + (p - 1) * (ws->wn + d->c_out);
+            q.weight = t;
+            memcpy(q.weight_strides, ws->tst, sizeof ws->tst);
+            if (d->bias) q.bias = t + ws->wn, q.bias_stride = 1;
+        }
+        conv_blk qb = {NULL, 0};
+        if (ws->blk.ptr != NULL) qb = (conv_blk){ws->blk.ptr + b * ws->blk.ns * 4, ws->blk.ns};
+        trn_clear_error();
+        const trn_status st =
+            conv_run_plan(CONV_BWD_WEIGHTS, &q, false, false, qb.ptr ? &qb : NULL);
+        if (st != TRN_SUCCESS) {
+            trn__split_error_record(&ws->error, st);
+            break;
+        }
+    }
+    trn__dnnl_serial_end(saved);
+}
+
+static trn_status wgrad_blocks_parallel(const trn_conv_desc *d, int64_t nb, const conv_blk *blk) {
+    const int nd = 2 + d->spatial;
+    const int64_t blocks = (d->n + nb - 1) / nb;
+    int64_t wsz[5] = {d->c_out, d->c_in}, one = 1;
+    memcpy(wsz + 2, d->kernel, (size_t)d->spatial * sizeof(int64_t));
+    wgrad_split *ws = calloc(1, sizeof *ws);
+    if (ws == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
+                              "out of host memory for a convolution split");
+    ws->d = *d;
+    ws->nb = nb;
+    ws->wn = d->c_out * d->c_in * kernel_volume(d);
+    dense_strides(d, d->c_in, d->kernel, false, ws->tst);
+    if (blk != NULL) ws->blk = *blk;
+    ws->part = malloc((size_t)((blocks - 1) * (ws->wn + d->c_out)) * sizeof(float));
+    if (ws->part == NULL) {
+        free(ws);
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
+                              "out of host memory for weight-gradient blocks");
+    }
+    trn_parallel_for(blocks, 1, wgrad_piece, ws);
+    trn_status st = trn__split_error_raise(&ws->error);
+    for (int64_t k = 1; st == TRN_SUCCESS && k < blocks; k++) {
+        const float *t = ws->part + (k - 1) * (ws->wn + d->c_out);
+        conv_move_f32(d->weight, d->weight_strides, t, ws->tst, nd, wsz, true);
+        if (d->bias) conv_move_f32(d->bias, &d->bias_stride, t + ws->wn, &one, 1, &d->c_out, true);
+    }
+    free(ws->part);
+    free(ws);
+    return st;
+}
+
 static int64_t conv_macs(const trn_conv_desc *d) {
     int64_t m = d->n * d->c_out * (d->c_in / d->groups);
     for (int i = 0; i < d->spatial; i++) m *= d->out_size[i] * d->kernel[i];
@@ -887,6 +975,13 @@ static trn_status conv_run(const conv_args *a, const conv_blk *blk) {
     } else if (d->groups == 1) {
         axis = a->kind == CONV_BWD_DATA ? AXIS_C_IN : AXIS_C_OUT;
         extent = axis == AXIS_C_IN ? d->c_in : d->c_out;
+    }
+    if (a->kind == CONV_BWD_WEIGHTS && threads > 1 && want > 1) {
+        const int64_t nb = wgrad_block_items(d);
+        const int64_t blocks = nb > 0 ? (d->n + nb - 1) / nb : 0;
+        const int64_t part = (blocks - 1) * (d->c_out * d->c_in * kernel_volume(d) + d->c_out) * 4;
+        if (nb > 0 && blocks >= threads && part <= CONV_W_PART_MAX)
+            return wgrad_blocks_parallel(d, nb, blk);
     }
     if (want > extent) want = extent;
     if (threads <= 1 || want <= 1) {
