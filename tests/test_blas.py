@@ -223,6 +223,26 @@ def test_linear_few_rows_past_tile_size_same_bits_at_any_thread_count():
     assert len(outputs_at_thread_counts(code)) == 1
 
 
+@pytest.mark.parametrize("m,n,k", [(512, 256, 1024), (256, 1024, 300), (300, 257, 768)])
+def test_linear_weight_copy_same_bits_as_contiguous_weight(m, n, k):
+    # From 256 rows and k past one k block (128), a float32 product by a
+    # transposed weight runs on a row-major copy of it (rows padded where n is
+    # a multiple of 256); oneDNN sums both layouts the same way, so the bits
+    # equal the product with the weight made contiguous, bias (addmm) included,
+    # and the error against float64 is no worse than CPU's.
+    x, w, bias = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+    xd, wd, bd = x.to(DEV), w.to(DEV), bias.to(DEV)
+    wt = wd.t().contiguous()
+    got = F.linear(xd, wd).cpu()
+    assert torch.equal(got, torch.mm(xd, wt).cpu())
+    got_b = F.linear(xd, wd, bd).cpu()
+    assert torch.equal(got_b, torch.addmm(bd, xd, wt).cpu())
+    ref = F.linear(x.double(), w.double(), bias.double())
+    cpu_err = (F.linear(x, w, bias).double() - ref).abs().max()
+    assert (got_b.double() - ref).abs().max() <= 1.5 * cpu_err
+    _no_fallback()
+
+
 @pytest.mark.parametrize("k,n", [(64, 1000), (33, 1500), (256, 200), (7, 17), (300, 1)])
 def test_mm_few_rows_same_bits_as_more_rows(k, n):
     # Up to 4 rows, the float32 tiles stream B row by row into accumulators

@@ -314,7 +314,8 @@ static void tile16_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t 
 
 // packed[p * n + j] = B[j * ldbt + p] (B's rows contiguous along k), in
 // 16 x 16 blocks transposed in registers, tails masked.
-static void pack_transposed(int64_t k, int64_t n, const float *B, int64_t ldbt, float *packed) {
+static void pack_transposed_ld(int64_t k, int64_t n, const float *B, int64_t ldbt, float *packed,
+                               int64_t ld) {
     for (int64_t j0 = 0; j0 < n; j0 += 16)
         for (int64_t p0 = 0; p0 < k; p0 += 16) {
             const __mmask16 mp = t16_mask(k - p0), mj = t16_mask(n - j0);
@@ -324,8 +325,11 @@ static void pack_transposed(int64_t k, int64_t n, const float *B, int64_t ldbt, 
                                   : _mm512_setzero_ps();
             t16_transpose(r, o);
             for (int i = 0; i < 16 && p0 + i < k; i++)
-                _mm512_mask_storeu_ps(packed + (p0 + i) * n + j0, mj, o[i]);
+                _mm512_mask_storeu_ps(packed + (p0 + i) * ld + j0, mj, o[i]);
         }
+}
+static void pack_transposed(int64_t k, int64_t n, const float *B, int64_t ldbt, float *packed) {
+    pack_transposed_ld(k, n, B, ldbt, packed, n);
 }
 #define PACK_TRANSPOSED 1
 
@@ -1059,12 +1063,64 @@ static void split_piece(void *ctx, int64_t p0, int64_t p1) {
     trn__dnnl_serial_end(saved);
 }
 
+#ifdef PACK_TRANSPOSED
+// A k-blocked float32 product whose B is transposed (x W^T of nn.Linear,
+// B's columns contiguous along k) runs on a row-major copy of B made here,
+// once per product: oneDNN's gemm gives the same bits for B either way
+// (bench/hash_gemm.py, 1 and 2 threads), but with B transposed each
+// k-block call packs its block of B^T again, and at two threads each row
+// piece packs all of it. 512 x 256 x 1024 took 2.70-2.78 ms of CPU time at
+// one thread, 2.54-2.59 through the copy (256 x 256 x 1024: 1.43 -> 1.30;
+// session 27). Rows of the copy whose length is a multiple of 1 KiB get
+// 16 floats of padding: at n = 1024 the unpadded copy ran 3-4 % slower than
+// no copy (4 KiB-aliased rows), padded it is even or ahead. alpha 1 only:
+// oneDNN folds another alpha into its packing of B, which rounds
+// differently for the two layouts. Below BT_COPY_MIN_ROWS rows of C the
+// copy is amortized over too few rows; above BT_COPY_MAX_FLOATS the
+// per-thread buffer would stay large.
+#define BT_COPY_MIN_ROWS 256
+#define BT_COPY_MAX_FLOATS ((int64_t)1 << 20)
+
+static bool bt_copy_fits(const trn_matmul_desc *d) {
+    const int64_t *bs = d->b_strides;
+    return d->dtype == TRN_DTYPE_F32 && d->alpha == 1.0 && d->batch == 1 && d->k > MM_KC &&
+           d->m >= BT_COPY_MIN_ROWS && d->n > 1 && bs[1] == 1 && bs[2] >= d->k &&
+           d->k * d->n <= BT_COPY_MAX_FLOATS;
+}
+
+// Rewrites d's B as a row-major copy in this thread's accumulation buffer
+// (nothing else of matmul uses it; valid until the next user on this thread).
+static trn_status bt_copy(trn_matmul_desc *d) {
+    float *packed = NULL;
+    const int64_t ld = d->n % 256 == 0 ? d->n + 16 : d->n;  // see above: 4 KiB aliasing
+    trn_status st = trn__dnnl_accum_buffer((size_t)(d->k * ld) * sizeof(float), (void **)&packed);
+    if (st != TRN_SUCCESS) return st;
+    pack_transposed_ld(d->k, d->n, (const float *)d->b, d->b_strides[2], packed, ld);
+    d->b = packed;
+    d->b_strides[0] = 0;
+    d->b_strides[1] = ld;
+    d->b_strides[2] = 1;
+    return TRN_SUCCESS;
+}
+#endif
+
 // Runs `d` (not both operands broadcast) as pieces over the pool, or as one
 // single-threaded call when it is small or the pool has one thread.
-static trn_status run_split(const trn_matmul_desc *d, const void *bias) {
+static trn_status run_split(const trn_matmul_desc *in, const void *bias) {
     dnnl_engine_t engine;  // loads oneDNN, which finds its OpenMP runtime
     trn_status st = trn__dnnl_engine(&engine);
     if (st != TRN_SUCCESS) return st;
+    trn_matmul_desc copy;
+    const trn_matmul_desc *d = in;
+#ifdef PACK_TRANSPOSED
+    if (bt_copy_fits(in)) {
+        copy = *in;
+        if ((st = bt_copy(&copy)) != TRN_SUCCESS) return st;
+        d = &copy;
+    }
+#else
+    (void)copy;
+#endif
     if (!trn__dnnl_can_serialize()) return run_kblocked(d, bias);  // oneDNN threads it
     const int threads = trn_parallel_threads();
     const int64_t macs = d->batch * d->m * d->n * d->k;
