@@ -741,12 +741,27 @@ static trn_status bwd_data_blocked(const trn_conv_desc *d, int64_t cb) {
     return TRN_SUCCESS;
 }
 
-static trn_status bwd_weights_blocked(const trn_conv_desc *d, int64_t nb, const conv_blk *blk) {
-    const int nd = 2 + d->spatial;
-    int64_t wsz[5] = {d->c_out, d->c_in}, tst[5], one = 1;
+// Elements of a float32 weight gradient (its bias follows in a block buffer).
+static int64_t wgrad_weight_elems(const trn_conv_desc *d) {
+    return d->c_out * d->c_in * kernel_volume(d);
+}
+
+// Adds one batch block's gradient (dense weight with strides `tst`, then
+// c_out bias values) into the weight and bias. Serial and pooled runs both
+// add their blocks through here in block order: that shared order is what
+// makes the bits the same at every thread count.
+static void wgrad_block_add(const trn_conv_desc *d, const float *t, const int64_t *tst,
+                            int64_t wn) {
+    int64_t wsz[5] = {d->c_out, d->c_in}, one = 1;
     memcpy(wsz + 2, d->kernel, (size_t)d->spatial * sizeof(int64_t));
+    conv_move_f32(d->weight, d->weight_strides, t, tst, 2 + d->spatial, wsz, true);
+    if (d->bias) conv_move_f32(d->bias, &d->bias_stride, t + wn, &one, 1, &d->c_out, true);
+}
+
+static trn_status bwd_weights_blocked(const trn_conv_desc *d, int64_t nb, const conv_blk *blk) {
+    int64_t tst[5];
     dense_strides(d, d->c_in, d->kernel, false, tst);
-    const int64_t wn = d->c_out * d->c_in * kernel_volume(d);
+    const int64_t wn = wgrad_weight_elems(d);
     float *tmp = NULL;
     trn_status st = trn__dnnl_accum_buffer((size_t)(wn + d->c_out) * 4, (void **)&tmp);
     if (st != TRN_SUCCESS) return st;
@@ -765,9 +780,7 @@ static trn_status bwd_weights_blocked(const trn_conv_desc *d, int64_t nb, const 
         if ((st = conv_run_plan(CONV_BWD_WEIGHTS, &q, false, false, blk ? &qb : NULL)) !=
             TRN_SUCCESS)
             return st;
-        if (b == 0) continue;
-        conv_move_f32(d->weight, d->weight_strides, tmp, tst, nd, wsz, true);
-        if (d->bias) conv_move_f32(d->bias, &d->bias_stride, tmp + wn, &one, 1, &d->c_out, true);
+        if (b > 0) wgrad_block_add(d, tmp, tst, wn);
     }
     return TRN_SUCCESS;
 }
@@ -913,21 +926,20 @@ static void wgrad_piece(void *ctx, int64_t p0, int64_t p1) {
     trn__dnnl_serial_end(saved);
 }
 
-static trn_status wgrad_blocks_parallel(const trn_conv_desc *d, int64_t nb, const conv_blk *blk) {
-    const int nd = 2 + d->spatial;
-    const int64_t blocks = (d->n + nb - 1) / nb;
-    int64_t wsz[5] = {d->c_out, d->c_in}, one = 1;
-    memcpy(wsz + 2, d->kernel, (size_t)d->spatial * sizeof(int64_t));
+// `nb` items per block, `blocks` blocks, `part_bytes` the buffers of blocks
+// 1.. (conv_run sized them against CONV_W_PART_MAX).
+static trn_status wgrad_blocks_parallel(const trn_conv_desc *d, int64_t nb, int64_t blocks,
+                                        int64_t part_bytes, const conv_blk *blk) {
     wgrad_split *ws = calloc(1, sizeof *ws);
     if (ws == NULL)
         return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
                               "out of host memory for a convolution split");
     ws->d = *d;
     ws->nb = nb;
-    ws->wn = d->c_out * d->c_in * kernel_volume(d);
+    ws->wn = wgrad_weight_elems(d);
     dense_strides(d, d->c_in, d->kernel, false, ws->tst);
     if (blk != NULL) ws->blk = *blk;
-    ws->part = malloc((size_t)((blocks - 1) * (ws->wn + d->c_out)) * sizeof(float));
+    ws->part = malloc((size_t)part_bytes);
     if (ws->part == NULL) {
         free(ws);
         return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
@@ -935,11 +947,8 @@ static trn_status wgrad_blocks_parallel(const trn_conv_desc *d, int64_t nb, cons
     }
     trn_parallel_for(blocks, 1, wgrad_piece, ws);
     trn_status st = trn__split_error_raise(&ws->error);
-    for (int64_t k = 1; st == TRN_SUCCESS && k < blocks; k++) {
-        const float *t = ws->part + (k - 1) * (ws->wn + d->c_out);
-        conv_move_f32(d->weight, d->weight_strides, t, ws->tst, nd, wsz, true);
-        if (d->bias) conv_move_f32(d->bias, &d->bias_stride, t + ws->wn, &one, 1, &d->c_out, true);
-    }
+    for (int64_t k = 1; st == TRN_SUCCESS && k < blocks; k++)
+        wgrad_block_add(d, ws->part + (k - 1) * (ws->wn + d->c_out), ws->tst, ws->wn);
     free(ws->part);
     free(ws);
     return st;
@@ -979,9 +988,9 @@ static trn_status conv_run(const conv_args *a, const conv_blk *blk) {
     if (a->kind == CONV_BWD_WEIGHTS && threads > 1 && want > 1) {
         const int64_t nb = wgrad_block_items(d);
         const int64_t blocks = nb > 0 ? (d->n + nb - 1) / nb : 0;
-        const int64_t part = (blocks - 1) * (d->c_out * d->c_in * kernel_volume(d) + d->c_out) * 4;
+        const int64_t part = (blocks - 1) * (wgrad_weight_elems(d) + d->c_out) * 4;
         if (nb > 0 && blocks >= threads && part <= CONV_W_PART_MAX)
-            return wgrad_blocks_parallel(d, nb, blk);
+            return wgrad_blocks_parallel(d, nb, blocks, part, blk);
     }
     if (want > extent) want = extent;
     if (threads <= 1 || want <= 1) {
