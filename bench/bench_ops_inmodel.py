@@ -28,10 +28,29 @@ from bench_models import paired_steps  # noqa: E402
 from torch_neuronx import eager_fusion  # noqa: E402
 
 
-def key_of(func, args):
+SPLIT = set()  # op names (--split) whose rows are split by operand shapes
+
+
+def shapes_of(args, kwargs):
+    """Each tensor operand's shape (with its strides when not contiguous) and
+    the keyword dtype, so one op's calls split into the cases the model makes."""
+    parts = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            s = "x".join(map(str, a.shape)) or "scalar"
+            if not a.is_contiguous():
+                s += "/s" + ",".join(map(str, a.stride()))
+            parts.append(s)
+    if isinstance(kwargs.get("dtype"), torch.dtype):
+        parts.append("->" + str(kwargs["dtype"]).replace("torch.", ""))
+    return " ".join(parts)
+
+
+def key_of(func, args, kwargs=None):
     """(name, dtype); the devices' SDPA variants under one name. The optimizer
     differs by design (foreach lists on neuron, per-tensor ops on the CPU), so
-    its ops do not pair up: their sums are comparable, not their rows."""
+    its ops do not pair up: their sums are comparable, not their rows. Ops
+    named in SPLIT get their operand shapes appended to the name."""
     first = args[0] if args and isinstance(args[0], (list, tuple)) and args[0] else None
     t = (
         first[0]
@@ -42,6 +61,8 @@ def key_of(func, args):
     name = str(func.overloadpacket.__name__)
     if "scaled_dot_product" in name:
         name = "sdpa_backward" if name.endswith("backward") else "sdpa"
+    if name in SPLIT:
+        name += " " + shapes_of(args, kwargs or {})
     return (name, dtype)
 
 
@@ -56,7 +77,7 @@ class InModel(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        key = key_of(func, args)
+        key = key_of(func, args, kwargs)
         self.sync()
         c0 = time.process_time()
         out = func(*args, **kwargs)
@@ -72,7 +93,9 @@ def main():
     ap.add_argument("--steps", type=int, default=4, help="measured steps per device")
     ap.add_argument("--autocast", action="store_true", help="bf16 autocast")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--split", default="", help="comma-separated op names to split by shapes")
     args = ap.parse_args()
+    SPLIT.update(filter(None, args.split.split(",")))
     torch.set_num_threads(1)
     eager_fusion.set_enabled(False)
     steps, sync = paired_steps(args.model, args.autocast)
@@ -98,13 +121,14 @@ def main():
     rows.sort(reverse=True)
     tag = f"{args.model} {'bf16 autocast' if args.autocast else 'f32'}"
     print(f"{tag}: per-step ms in ops (min over {args.steps} steps), neuron - CPU, losers first")
-    print(f"{'op':34}{'dtype':10}{'calls':>6}{'neuron ms':>11}{'cpu ms':>9}{'cpu/neuron':>12}")
+    w = max([34] + [len(k[0]) + 2 for k in keys])
+    print(f"{'op':{w}}{'dtype':10}{'calls':>6}{'neuron ms':>11}{'cpu ms':>9}{'cpu/neuron':>12}")
     for d, (op, dt), n, c in rows[: args.top]:
         r = c / n if n > 0 else float("nan")
-        print(f"{op:34}{dt:10}{calls[(op, dt)]:6d}{n:11.3f}{c:9.3f}{r:12.2f}")
+        print(f"{op:{w}}{dt:10}{calls[(op, dt)]:6d}{n:11.3f}{c:9.3f}{r:12.2f}")
     tn = sum(r[2] for r in rows)
     tc = sum(r[3] for r in rows)
-    print(f"{'all ops':50}{tn:11.3f}{tc:9.3f}{tc / tn:12.2f}")
+    print(f"{'all ops':{w + 16}}{tn:11.3f}{tc:9.3f}{tc / tn:12.2f}")
 
 
 if __name__ == "__main__":

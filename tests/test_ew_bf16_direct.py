@@ -1,4 +1,5 @@
-"""bfloat16 relu, threshold_backward and add / sub computed on the 16-bit data
+"""bfloat16 relu, threshold_backward, add / sub, mul, div and the activations
+silu / sigmoid / tanh / exp with their backward, computed on the 16-bit data
 (libtrn/src/kernels/pointwise/ew_bf16.c): bit for bit the staged float path
 (widen to float32, the float op, round with trn_float_to_bf16), NaN payloads
 and denormal sums included, at every CPU level the build holds; and the same
@@ -32,6 +33,14 @@ def same(got, ref, what):
 def f2b(t):
     return t.to(torch.bfloat16)
 
+def same_but_nan_pairs(got, ref, p, q, what):
+    # A product or quotient of two NaNs is a NaN of either operand: x86 takes
+    # the instruction's first operand's, and the compiler orders the operands
+    # of a commutative op as it likes (the float path has no fixed choice).
+    both = (p.isnan() & q.isnan()).cpu()
+    assert got.cpu()[both].isnan().all(), what
+    same(got.cpu()[~both], ref.cpu()[~both], what)
+
 gen = torch.Generator().manual_seed(0)
 every = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
 x = every.to("neuron")
@@ -57,6 +66,24 @@ for alpha in (1, -1, 2, 0.5):
     else:
         torch.add(x, other, alpha=alpha)
         torch.sub(x, other, alpha=alpha)
+# mul / div and the activations: every bfloat16 against a permutation (NaN,
+# inf, denormals, signed zeros), and against a gradient; odd lengths.
+F = torch.nn.functional
+A = torch.ops.aten
+for p, q in ((x, other), (grad, x), (x[:70001], other[:70001]), (x[5:22], grad[:17])):
+    same_but_nan_pairs(p * q, f2b(p.float() * q.float()), p, q, "mul")
+    same_but_nan_pairs(p / q, f2b(p.float() / q.float()), p, q, "div")
+    same(A.silu_backward(p, q), f2b(A.silu_backward(p.float(), q.float())), "silu_backward")
+    same(A.sigmoid_backward(p, q), f2b(A.sigmoid_backward(p.float(), q.float())), "sigmoid_backward")
+    same(A.tanh_backward(p, q), f2b(A.tanh_backward(p.float(), q.float())), "tanh_backward")
+    for name, f in (("silu", F.silu), ("sigmoid", torch.sigmoid), ("tanh", torch.tanh), ("exp", torch.exp)):
+        same(f(p), f2b(f(p.float())), name)
+# Products of tiny values: denormal results inside groups of 16.
+for n in (70001, 17):
+    a = torch.randint(-14000, 14000, (n,), generator=gen).to(torch.int16).view(torch.bfloat16)
+    b = torch.randint(-14000, 14000, (n,), generator=gen).to(torch.int16).view(torch.bfloat16)
+    a, b = a.to("neuron"), b.to("neuron")
+    same(a * b, f2b(a.float() * b.float()), ("denormal mul", n))
 # Sums of tiny values: some groups of 16 hold a nonzero denormal result
 # (vcvtneps2bf16 would flush it), odd lengths leave scalar tails.
 for n in (70001, 17, 5):
@@ -105,9 +132,17 @@ def test_values_equal_cpu(shape):
         (torch.relu(na), torch.relu(a)),
         (na + nb, a + b),
         (na - nb, a - b),
+        (na * nb, a * b),
         (
             torch.ops.aten.threshold_backward(nb, na, 0.0),
             torch.ops.aten.threshold_backward(b, a, 0.0),
         ),
     ):
         torch.testing.assert_close(got.cpu(), ref, rtol=0, atol=0, equal_nan=True)
+    # exp-based activations: CPU's exp may differ by a float ulp before rounding.
+    for got, ref in (
+        (torch.nn.functional.silu(na), torch.nn.functional.silu(a)),
+        (torch.ops.aten.silu_backward(nb, na), torch.ops.aten.silu_backward(b, a)),
+        (torch.tanh(na), torch.tanh(a)),
+    ):
+        torch.testing.assert_close(got.cpu(), ref, equal_nan=True)

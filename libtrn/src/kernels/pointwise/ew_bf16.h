@@ -1,5 +1,5 @@
-// ew_bf16.h - bfloat16 relu, threshold_backward and add / sub computed on the
-// 16-bit data itself (ResNet's activations under autocast), for
+// ew_bf16.h - bfloat16 elementwise ops computed on the 16-bit data itself
+// (autocast's activations: ResNet's relu / add, Llama's mul / silu), for
 // elementwise.c. Internal to libtrn.
 #ifndef TRN_EW_BF16_H
 #define TRN_EW_BF16_H
@@ -14,7 +14,8 @@ typedef void (*trn__ew_bf16_block)(int n, void *o, const void *a, const void *b,
 // The block function computing `op` straight on bfloat16 operands and result,
 // bit for bit what the float path gives (widen, the trn/scalar.h function,
 // trn_float_to_bf16), or NULL where there is none: relu, threshold_backward,
-// and add / sub with alpha +-1 (`alpha`: the op's params[0]).
+// add / sub with alpha +-1 (`alpha`: the op's params[0]), mul, div, silu,
+// sigmoid, tanh, exp, and silu / sigmoid / tanh backward.
 trn__ew_bf16_block trn__ew_bf16_block_of(trn_ew_op op, double alpha);
 
 #endif
