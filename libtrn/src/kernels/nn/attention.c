@@ -291,7 +291,7 @@ static void store_rows(trn_dtype dt, void *dst, const int64_t st[3], int64_t b, 
 }
 
 typedef struct bwd_scratch {
-    float *qt, *q, *dout, *dot, *dd, *lsub, *dq, *k, *v, *pt, *dst, *dk, *dv, *row;
+    float *qt, *q, *dout, *dot, *o, *ot, *dd, *lsub, *dq, *k, *v, *pt, *dst, *dk, *dv, *row;
     unsigned char *seen;  // per key tile: dk / dv written once already
 } bwd_scratch;
 
@@ -321,7 +321,7 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
     const float keep = (float)(1.0 - d->dropout_p);
     const float rkeep = keep > 0.0f ? 1.0f / keep : 0.0f;
     const int dropout = d->dropout_p > 0.0;
-    int64_t lddk, lddv, lddq, ldq, lddo, ldk, ldv;
+    int64_t lddk, lddv, lddq, ldq, lddo, ldo, ldk, ldv;
     // The first product into a key tile's dk / dv overwrites (accumulate 0),
     // later ones add: the same sums, in the same order, as adding to zeros.
     float *const dkp = grad_rows(d, bd->dk, bd->dk_strides, b, hk, 0, E, w->dk, &lddk);
@@ -335,18 +335,19 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
             const float *dop =
                 rows_f32(d->dtype, bd->dout, bd->dout_strides, b, h, i0, ni, Ev, w->dout, &lddo);
             transpose_mul(dop, lddo, ni, Ev, 1.0f, w->dot);
+            // D_i = dout_i . out_i, each row's sum in order over e as a
+            // row-at-a-time dot product would add it, but over the
+            // transposed blocks: rows side by side in vectors instead of
+            // one serial chain of adds per row.
+            const float *op =
+                rows_f32(d->dtype, d->out, d->out_strides, b, h, i0, ni, Ev, w->o, &ldo);
+            transpose_mul(op, ldo, ni, Ev, 1.0f, w->ot);
+            for (int64_t i = 0; i < ni; i++) w->dd[i] = 0.0f;
+            for (int64_t e = 0; e < Ev; e++) {
+                const float *dc = w->dot + e * BQ, *oc = w->ot + e * BQ;
+                for (int64_t i = 0; i < ni; i++) w->dd[i] += dc[i] * oc[i];
+            }
             for (int64_t i = 0; i < ni; i++) {
-                const float *dor = dop + i * lddo;
-                const int64_t at =
-                    b * d->out_strides[0] + h * d->out_strides[1] + (i0 + i) * d->out_strides[2];
-                const float *orow = (const float *)d->out + at;
-                if (d->dtype != TRN_DTYPE_F32) {
-                    trn__load_row_f32(d->dtype, d->out, at, Ev, 1.0f, w->row);
-                    orow = w->row;
-                }
-                float dd = 0.0f;
-                for (int64_t e = 0; e < Ev; e++) dd += dor[e] * orow[e];
-                w->dd[i] = dd;
                 // A row with no visible key (lse -inf) has P = 0:
                 // exp(s - inf) = 0 for every score, where s - (-inf) would not be.
                 const float lse = d->lse[(b * d->heads + h) * L + i0 + i];
@@ -450,7 +451,7 @@ static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
     const int64_t E = d->head_dim, Ev = d->v_dim, S = d->kv_len;
     const int64_t wide = E > Ev ? E : Ev;
     const int64_t row = wide > BK ? wide : BK;
-    const size_t floats = (size_t)(2 * E * BQ + 2 * BQ * Ev + 2 * BQ + BQ * E + BK * E + BK * Ev +
+    const size_t floats = (size_t)(2 * E * BQ + 4 * BQ * Ev + 2 * BQ + BQ * E + BK * E + BK * Ev +
                                    2 * BK * BQ + S * E + S * Ev + row + (S + BK - 1) / BK);
     float *buf = calloc(floats, sizeof(float));
     if (buf == NULL) return;
@@ -459,7 +460,9 @@ static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
     w.q = w.qt + E * BQ;
     w.dout = w.q + BQ * E;
     w.dot = w.dout + BQ * Ev;
-    w.dd = w.dot + Ev * BQ;
+    w.o = w.dot + Ev * BQ;
+    w.ot = w.o + BQ * Ev;
+    w.dd = w.ot + Ev * BQ;
     w.lsub = w.dd + BQ;
     w.dq = w.lsub + BQ;
     w.k = w.dq + BQ * E;
