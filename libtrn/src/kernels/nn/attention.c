@@ -19,6 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include "../kit/dtype_io.h"
 #include "../kit/launch.h"
 #include "online_softmax.h"
@@ -30,6 +34,8 @@
 #include "trn/parallel.h"
 
 enum { BQ = 64, BK = 64 };
+// Query rows per summation chain of the dK / dV products (kv_product).
+enum { CHAIN = 16, CHAINS = BQ / CHAIN };
 
 typedef struct attn_args {
     trn_attention_backward_desc d;  // d.fwd for the forward
@@ -123,13 +129,61 @@ static void load_rows(trn_dtype t, const void *p, const int64_t *st, int64_t b, 
                           dst + r * dim);
 }
 
-// The same rows transposed into dst[e * BQ + r], times mul.
-static void load_rows_t(trn_dtype t, const void *p, const int64_t *st, int64_t b, int64_t head,
-                        int64_t r0, int64_t n, int64_t dim, float mul, float *row, float *dst) {
-    for (int64_t r = 0; r < n; r++) {
-        trn__load_row_f32(t, p, b * st[0] + head * st[1] + (r0 + r) * st[2], dim, mul, row);
-        for (int64_t e = 0; e < dim; e++) dst[e * BQ + r] = row[e];
+// Rows [r0, r0 + n) of (b, head) as float32 rows, *ld apart: a float32
+// operand is read in place (its rows are contiguous), others are converted
+// into scratch (rows dim apart). The tile products take any row stride, so
+// float32 inputs are never copied.
+static const float *rows_f32(trn_dtype t, const void *p, const int64_t *st, int64_t b, int64_t head,
+                             int64_t r0, int64_t n, int64_t dim, float *scratch, int64_t *ld) {
+    if (t == TRN_DTYPE_F32) {
+        *ld = st[2];
+        return (const float *)p + b * st[0] + head * st[1] + r0 * st[2];
     }
+    load_rows(t, p, st, b, head, r0, n, dim, scratch);
+    *ld = dim;
+    return scratch;
+}
+
+// dst[e * BQ + r] = src[r * ld + e] * mul (r < n, e < dim): a query or
+// output-gradient block turned into the columns the tile products read.
+// 8 x 8 blocks go through registers (one element at a time this was a
+// strided store per element); each element is multiplied once, as before.
+static void transpose_mul(const float *src, int64_t ld, int64_t n, int64_t dim, float mul,
+                          float *dst) {
+    int64_t r = 0;
+#if defined(__AVX2__)
+    const __m256 m = _mm256_set1_ps(mul);
+    for (; r + 8 <= n; r += 8) {
+        const float *s = src + r * ld;
+        int64_t e = 0;
+        for (; e + 8 <= dim; e += 8) {
+            __m256 x[8], t[8], u[8];
+            for (int k = 0; k < 8; k++) x[k] = _mm256_loadu_ps(s + k * ld + e);
+            for (int k = 0; k < 8; k += 2) {
+                t[k] = _mm256_unpacklo_ps(x[k], x[k + 1]);
+                t[k + 1] = _mm256_unpackhi_ps(x[k], x[k + 1]);
+            }
+            for (int k = 0; k < 8; k += 4) {
+                u[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
+                u[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xEE);
+                u[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+                u[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
+            }
+            // u[c] (c < 4) holds column c of rows 0-3 and column c + 4 of
+            // rows 0-3 in its halves; u[c + 4] the same for rows 4-7.
+            for (int c = 0; c < 4; c++) {
+                const __m256 lo = _mm256_permute2f128_ps(u[c], u[c + 4], 0x20);
+                const __m256 hi = _mm256_permute2f128_ps(u[c], u[c + 4], 0x31);
+                _mm256_storeu_ps(dst + (e + c) * BQ + r, _mm256_mul_ps(lo, m));
+                _mm256_storeu_ps(dst + (e + c + 4) * BQ + r, _mm256_mul_ps(hi, m));
+            }
+        }
+        for (; e < dim; e++)
+            for (int64_t k = 0; k < 8; k++) dst[e * BQ + r + k] = s[k * ld + e] * mul;
+    }
+#endif
+    for (; r < n; r++)
+        for (int64_t e = 0; e < dim; e++) dst[e * BQ + r] = src[r * ld + e] * mul;
 }
 
 // ---- forward --------------------------------------------------------------------
@@ -139,7 +193,7 @@ static void load_rows_t(trn_dtype t, const void *p, const int64_t *st, int64_t b
 // (vectorized over the block's queries) and O += P . V reads P^T with
 // swapped strides.
 typedef struct fwd_scratch {
-    float *qt, *k, *v, *st, *o, *m, *l, *msub, *alpha, *sum, *row;
+    float *qt, *q, *k, *v, *st, *o, *m, *l, *msub, *alpha, *sum;
 } fwd_scratch;
 
 static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t unit) {
@@ -151,7 +205,9 @@ static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t 
     const int64_t ni = min64(BQ, L - i0);
     const float keep = (float)(1.0 - d->dropout_p);
     const float rkeep = keep > 0.0f ? 1.0f / keep : 0.0f;
-    load_rows_t(d->dtype, d->q, d->q_strides, b, h, i0, ni, E, (float)d->scale, w->row, w->qt);
+    int64_t ldq, ldk, ldv;
+    const float *qp = rows_f32(d->dtype, d->q, d->q_strides, b, h, i0, ni, E, w->q, &ldq);
+    transpose_mul(qp, ldq, ni, E, (float)d->scale, w->qt);
     for (int64_t i = 0; i < ni; i++) {
         w->m[i] = -INFINITY;
         w->l[i] = 0.0f;
@@ -160,11 +216,11 @@ static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t 
     const int64_t jend = d->causal ? min64(S, i0 + ni) : S;
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {
         const int64_t nj = min64(BK, jend - j0);
-        load_rows(d->dtype, d->k, d->k_strides, b, hk, j0, nj, E, w->k);
-        load_rows(d->dtype, d->v, d->v_strides, b, hk, j0, nj, Ev, w->v);
+        const float *kp = rows_f32(d->dtype, d->k, d->k_strides, b, hk, j0, nj, E, w->k, &ldk);
+        const float *vp = rows_f32(d->dtype, d->v, d->v_strides, b, hk, j0, nj, Ev, w->v, &ldv);
         float *st = w->st;
         const trn_tile_band sband = causal_band(d, i0 - j0, 0), oband = causal_band(d, i0 - j0, 2);
-        trn_tile_mm_band(nj, ni, E, w->k, E, 1, w->qt, BQ, st, BQ, 0, sband);
+        trn_tile_mm_band(nj, ni, E, kp, ldk, 1, w->qt, BQ, st, BQ, 0, sband);
         mask_tile_t(d, st, ni, nj, b, h, i0, j0);
         trn__online_softmax_step((trn__online_softmax){w->m, w->l, w->o, w->msub, w->alpha, w->sum},
                                  st, BQ, ni, nj, Ev);
@@ -175,7 +231,7 @@ static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t 
                     float *p = st + j * BQ + i;
                     *p = keep_elem(d->seed, flat, keep) ? *p * rkeep : 0.0f;
                 }
-        trn_tile_mm_band(ni, Ev, nj, st, 1, BQ, w->v, Ev, w->o, Ev, 1, oband);
+        trn_tile_mm_band(ni, Ev, nj, st, 1, BQ, vp, ldv, w->o, Ev, 1, oband);
     }
     for (int64_t i = 0; i < ni; i++) {
         const float l = w->l[i];
@@ -192,15 +248,15 @@ static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t 
 static void fwd_piece(void *ctx, int64_t u0, int64_t u1) {
     const trn_attention_desc *d = ctx;
     const int64_t E = d->head_dim, Ev = d->v_dim;
-    const int64_t wide = E > Ev ? E : Ev;
-    const size_t floats = (size_t)(E * BQ + BK * E + BK * Ev + BK * BQ + BQ * Ev + 5 * BQ + wide);
+    const size_t floats = (size_t)(2 * E * BQ + BK * E + BK * Ev + BK * BQ + BQ * Ev + 5 * BQ);
     // Zeroed: causal tiles leave masked score columns unwritten by the
     // product (mask_tile_t overwrites them), never uninitialized memory.
     float *buf = calloc(floats, sizeof(float));
     if (buf == NULL) return;  // checked by the task (see attn_task)
     fwd_scratch w;
     w.qt = buf;
-    w.k = w.qt + E * BQ;
+    w.q = w.qt + E * BQ;
+    w.k = w.q + BQ * E;
     w.v = w.k + BK * E;
     w.st = w.v + BK * Ev;
     w.o = w.st + BK * BQ;
@@ -209,7 +265,6 @@ static void fwd_piece(void *ctx, int64_t u0, int64_t u1) {
     w.msub = w.l + BQ;
     w.alpha = w.msub + BQ;
     w.sum = w.alpha + BQ;
-    w.row = w.sum + BQ;
     for (int64_t u = u0; u < u1; u++) fwd_unit(d, &w, u);
     free(buf);
 }
@@ -237,8 +292,62 @@ static void store_rows(trn_dtype dt, void *dst, const int64_t st[3], int64_t b, 
 }
 
 typedef struct bwd_scratch {
-    float *qt, *q, *dout, *dot, *dd, *lsub, *dq, *k, *v, *pt, *dst, *dk, *dv, *row;
+    float *qt, *q, *dout, *dot, *o, *ot, *dd, *lsub, *dq, *k, *v, *pt, *dst, *dk, *dv, *row;
+    float *t[CHAINS];     // kv_product's chains
+    unsigned char *seen;  // per key tile: dk / dv written once already
 } bwd_scratch;
+
+// Where a gradient accumulates: a float32 gradient in its own storage (the
+// products write it directly; no zero fill and no copy at the end), other
+// dtypes (or a gradient not wanted) in float32 scratch rows `width` apart.
+static float *grad_rows(const trn_attention_desc *d, void *grad, const int64_t st[3], int64_t b,
+                        int64_t h, int64_t r0, int64_t width, float *scratch, int64_t *ld) {
+    if (grad != NULL && d->dtype == TRN_DTYPE_F32) {
+        *ld = st[2];
+        return (float *)grad + b * st[0] + h * st[1] + r0 * st[2];
+    }
+    *ld = width;
+    return scratch;
+}
+
+static void zero_rows(float *p, int64_t ld, int64_t n, int64_t width) {
+    for (int64_t r = 0; r < n; r++) memset(p + r * ld, 0, (size_t)width * sizeof(float));
+}
+
+// dK / dV tile (+)= A . B summed over the block's query rows (terms; A is
+// dS^T or P^T, terms contiguous in its rows). One fused multiply-add chain
+// over 64 rows, on top of earlier blocks and heads, left the key gradients
+// up to 1.3x (rms) / 2.2x (max) CPU's error vs float64: the terms go in
+// chains of CHAIN rows, each from zero, added pairwise into the tile.
+static void kv_product(const trn_attention_desc *d, int64_t dlt, int64_t m, int64_t n, int64_t k,
+                       const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
+                       int accumulate, float *const t[CHAINS]) {
+    if (k <= CHAIN) {
+        trn_tile_mm_band(m, n, k, a, BQ, 1, b, ldb, c, ldc, accumulate, causal_band(d, dlt, 1));
+        return;
+    }
+    const int64_t nc = (k + CHAIN - 1) / CHAIN;
+    for (int64_t q = 0; q < nc; q++) {
+        const int64_t p0 = q * CHAIN, kk = min64(CHAIN, k - p0);
+        trn_tile_mm_band(m, n, kk, a + p0, BQ, 1, b + p0 * ldb, ldb, t[q], n, 0,
+                         causal_band(d, dlt + p0, 1));
+    }
+    for (int64_t r = 0; r < m; r++) {
+        float *cr = c + r * ldc;
+        const float *x0 = t[0] + r * n, *x1 = t[1] + r * n, *x2 = t[2] + r * n, *x3 = t[3] + r * n;
+        float *s = t[0] + r * n;  // the pairwise sum, in place of chain 0
+        if (nc == 2)
+            for (int64_t e = 0; e < n; e++) s[e] = x0[e] + x1[e];
+        else if (nc == 3)
+            for (int64_t e = 0; e < n; e++) s[e] = (x0[e] + x1[e]) + x2[e];
+        else
+            for (int64_t e = 0; e < n; e++) s[e] = (x0[e] + x1[e]) + (x2[e] + x3[e]);
+        if (accumulate)
+            for (int64_t e = 0; e < n; e++) cr[e] += s[e];
+        else
+            for (int64_t e = 0; e < n; e++) cr[e] = s[e];
+    }
+}
 
 static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w, int64_t unit) {
     const trn_attention_desc *d = &bd->fwd;
@@ -249,46 +358,59 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
     const float keep = (float)(1.0 - d->dropout_p);
     const float rkeep = keep > 0.0f ? 1.0f / keep : 0.0f;
     const int dropout = d->dropout_p > 0.0;
-    memset(w->dk, 0, (size_t)(S * E) * sizeof(float));
-    memset(w->dv, 0, (size_t)(S * Ev) * sizeof(float));
+    int64_t lddk, lddv, lddq, ldq, lddo, ldo, ldk, ldv;
+    // The first product into a key tile's dk / dv overwrites (accumulate 0),
+    // later ones add: the same sums, in the same order, as adding to zeros.
+    float *const dkp = grad_rows(d, bd->dk, bd->dk_strides, b, hk, 0, E, w->dk, &lddk);
+    float *const dvp = grad_rows(d, bd->dv, bd->dv_strides, b, hk, 0, Ev, w->dv, &lddv);
+    memset(w->seen, 0, (size_t)((S + BK - 1) / BK));
     for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
         for (int64_t i0 = 0; i0 < L; i0 += BQ) {
             const int64_t ni = min64(BQ, L - i0);
-            load_rows(d->dtype, d->q, d->q_strides, b, h, i0, ni, E, w->q);
-            for (int64_t i = 0; i < ni; i++)
-                for (int64_t e = 0; e < E; e++) w->qt[e * BQ + i] = w->q[i * E + e] * scale;
-            load_rows(d->dtype, bd->dout, bd->dout_strides, b, h, i0, ni, Ev, w->dout);
+            const float *qp = rows_f32(d->dtype, d->q, d->q_strides, b, h, i0, ni, E, w->q, &ldq);
+            transpose_mul(qp, ldq, ni, E, scale, w->qt);
+            const float *dop =
+                rows_f32(d->dtype, bd->dout, bd->dout_strides, b, h, i0, ni, Ev, w->dout, &lddo);
+            transpose_mul(dop, lddo, ni, Ev, 1.0f, w->dot);
+            // D_i = dout_i . out_i, each row's sum in order over e as a
+            // row-at-a-time dot product would add it, but over the
+            // transposed blocks: rows side by side in vectors instead of
+            // one serial chain of adds per row.
+            const float *op =
+                rows_f32(d->dtype, d->out, d->out_strides, b, h, i0, ni, Ev, w->o, &ldo);
+            transpose_mul(op, ldo, ni, Ev, 1.0f, w->ot);
+            for (int64_t i = 0; i < ni; i++) w->dd[i] = 0.0f;
+            for (int64_t e = 0; e < Ev; e++) {
+                const float *dc = w->dot + e * BQ, *oc = w->ot + e * BQ;
+                for (int64_t i = 0; i < ni; i++) w->dd[i] += dc[i] * oc[i];
+            }
             for (int64_t i = 0; i < ni; i++) {
-                const float *dor = w->dout + i * Ev;
-                for (int64_t e = 0; e < Ev; e++) w->dot[e * BQ + i] = dor[e];
-                trn__load_row_f32(d->dtype, d->out,
-                                  b * d->out_strides[0] + h * d->out_strides[1] +
-                                      (i0 + i) * d->out_strides[2],
-                                  Ev, 1.0f, w->row);
-                float dd = 0.0f;
-                for (int64_t e = 0; e < Ev; e++) dd += dor[e] * w->row[e];
-                w->dd[i] = dd;
                 // A row with no visible key (lse -inf) has P = 0:
                 // exp(s - inf) = 0 for every score, where s - (-inf) would not be.
                 const float lse = d->lse[(b * d->heads + h) * L + i0 + i];
                 w->lsub[i] = lse == -INFINITY ? INFINITY : lse;
             }
-            for (int64_t e = 0; e < ni * E; e++) w->dq[e] = 0.0f;
+            float *const dqp = grad_rows(d, bd->dq, bd->dq_strides, b, h, i0, E, w->dq, &lddq);
             const int64_t jend = d->causal ? min64(S, i0 + ni) : S;
+            if (jend <= 0) zero_rows(dqp, lddq, ni, E);
             for (int64_t j0 = 0; j0 < jend; j0 += BK) {
                 const int64_t nj = min64(BK, jend - j0);
-                load_rows(d->dtype, d->k, d->k_strides, b, hk, j0, nj, E, w->k);
-                load_rows(d->dtype, d->v, d->v_strides, b, hk, j0, nj, Ev, w->v);
+                const float *kp =
+                    rows_f32(d->dtype, d->k, d->k_strides, b, hk, j0, nj, E, w->k, &ldk);
+                const float *vp =
+                    rows_f32(d->dtype, d->v, d->v_strides, b, hk, j0, nj, Ev, w->v, &ldv);
                 float *pt = w->pt, *dst = w->dst;
                 const trn_tile_band sband = causal_band(d, i0 - j0, 0);
-                const trn_tile_band kvband = causal_band(d, i0 - j0, 1),
-                                    qband = causal_band(d, i0 - j0, 2);
-                trn_tile_mm_band(nj, ni, E, w->k, E, 1, w->qt, BQ, pt, BQ, 0, sband);
+                const trn_tile_band qband = causal_band(d, i0 - j0, 2);
+                trn_tile_mm_band(nj, ni, E, kp, ldk, 1, w->qt, BQ, pt, BQ, 0, sband);
                 mask_tile_t(d, pt, ni, nj, b, h, i0, j0);
                 for (int64_t j = 0; j < nj; j++)
                     for (int64_t i = 0; i < ni; i++)
                         pt[j * BQ + i] = trn_sc_expf(pt[j * BQ + i] - w->lsub[i]);
-                trn_tile_mm_band(nj, ni, Ev, w->v, Ev, 1, w->dot, BQ, dst, BQ, 0, sband);
+                trn_tile_mm_band(nj, ni, Ev, vp, ldv, 1, w->dot, BQ, dst, BQ, 0, sband);
+                // dS^T; scaled by `scale` for dK and dQ in the same pass
+                // unless the mask gradient (unscaled dS) is wanted first.
+                const float post = bd->dmask ? 1.0f : scale;
                 for (int64_t j = 0; j < nj; j++) {
                     float *pr = pt + j * BQ, *dr = dst + j * BQ;
                     if (dropout) {
@@ -296,29 +418,39 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                             const int64_t flat = ((b * d->heads + h) * L + i0 + i) * S + j0 + j;
                             const float z = keep_elem(d->seed, flat, keep) ? rkeep : 0.0f;
                             const float p = pr[i];
-                            dr[i] = p == 0.0f ? 0.0f : p * (dr[i] * z - w->dd[i]);
+                            dr[i] = (p == 0.0f ? 0.0f : p * (dr[i] * z - w->dd[i])) * post;
                             pr[i] = p * z;
                         }
                     } else {
                         for (int64_t i = 0; i < ni; i++) {
                             const float p = pr[i];
-                            dr[i] = p == 0.0f ? 0.0f : p * (dr[i] - w->dd[i]);
+                            dr[i] = (p == 0.0f ? 0.0f : p * (dr[i] - w->dd[i])) * post;
                         }
                     }
                 }
-                if (bd->dmask)
+                if (bd->dmask) {
                     for (int64_t i = 0; i < ni; i++) {
                         for (int64_t j = 0; j < nj; j++) w->row[j] = dst[j * BQ + i];
                         trn__store_row_f32(d->dtype, bd->dmask,
                                            ((b * d->heads + h) * L + i0 + i) * S + j0, nj, w->row,
                                            1.0f);
                     }
-                trn_tile_mm_band(nj, Ev, ni, pt, BQ, 1, w->dout, Ev, w->dv + j0 * Ev, Ev, 1,
-                                 kvband);
-                for (int64_t j = 0; j < nj; j++)
-                    for (int64_t i = 0; i < ni; i++) dst[j * BQ + i] *= scale;
-                trn_tile_mm_band(nj, E, ni, dst, BQ, 1, w->q, E, w->dk + j0 * E, E, 1, kvband);
-                trn_tile_mm_band(ni, E, nj, dst, 1, BQ, w->k, E, w->dq, E, 1, qband);
+                    for (int64_t j = 0; j < nj; j++)
+                        for (int64_t i = 0; i < ni; i++) dst[j * BQ + i] *= scale;
+                }
+                const int more = w->seen[j0 / BK];
+                w->seen[j0 / BK] = 1;
+                kv_product(d, i0 - j0, nj, Ev, ni, pt, dop, lddo, dvp + j0 * lddv, lddv, more,
+                           w->t);
+                kv_product(d, i0 - j0, nj, E, ni, dst, qp, ldq, dkp + j0 * lddk, lddk, more, w->t);
+                trn_tile_mm_band(ni, E, nj, dst, 1, BQ, kp, ldk, dqp, lddq, j0 > 0, qband);
+                // A causal block's first tile may stop short of the tile's
+                // keys; later blocks (larger jend) add to those rows too.
+                const int64_t tile_rows = min64(BK, S - j0);
+                if (!more && nj < tile_rows) {
+                    zero_rows(dvp + (j0 + nj) * lddv, lddv, tile_rows - nj, Ev);
+                    zero_rows(dkp + (j0 + nj) * lddk, lddk, tile_rows - nj, E);
+                }
             }
             // Keys a causal row never reaches: their bias gradient is 0.
             if (bd->dmask && jend < S) {
@@ -328,7 +460,7 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                                ((((b * d->heads + h) * L + i0 + i) * S + jend) * (int64_t)es),
                            0, (size_t)(S - jend) * es);
             }
-            if (bd->dq)
+            if (bd->dq && dqp == w->dq)
                 for (int64_t i = 0; i < ni; i++)
                     trn__store_row_f32(d->dtype, bd->dq,
                                        b * bd->dq_strides[0] + h * bd->dq_strides[1] +
@@ -336,8 +468,16 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                                        E, w->dq + i * E, 1.0f);
         }
     }
-    store_rows(d->dtype, bd->dk, bd->dk_strides, b, hk, S, E, w->dk);
-    store_rows(d->dtype, bd->dv, bd->dv_strides, b, hk, S, Ev, w->dv);
+    // Key tiles no query reached (causal rows shorter than the keys, or no
+    // query rows at all): zero gradients.
+    for (int64_t j0 = 0; j0 < S; j0 += BK)
+        if (!w->seen[j0 / BK]) {
+            const int64_t nj = min64(BK, S - j0);
+            zero_rows(dkp + j0 * lddk, lddk, nj, E);
+            zero_rows(dvp + j0 * lddv, lddv, nj, Ev);
+        }
+    if (dkp == w->dk) store_rows(d->dtype, bd->dk, bd->dk_strides, b, hk, S, E, w->dk);
+    if (dvp == w->dv) store_rows(d->dtype, bd->dv, bd->dv_strides, b, hk, S, Ev, w->dv);
 }
 
 static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
@@ -346,8 +486,9 @@ static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
     const int64_t E = d->head_dim, Ev = d->v_dim, S = d->kv_len;
     const int64_t wide = E > Ev ? E : Ev;
     const int64_t row = wide > BK ? wide : BK;
-    const size_t floats = (size_t)(2 * E * BQ + 2 * BQ * Ev + 2 * BQ + BQ * E + BK * E + BK * Ev +
-                                   2 * BK * BQ + S * E + S * Ev + row);
+    const size_t floats =
+        (size_t)(2 * E * BQ + 4 * BQ * Ev + 2 * BQ + BQ * E + BK * E + BK * Ev + 2 * BK * BQ +
+                 S * E + S * Ev + row + CHAINS * BK * wide + (S + BK - 1) / BK);
     float *buf = calloc(floats, sizeof(float));
     if (buf == NULL) return;
     bwd_scratch w;
@@ -355,7 +496,9 @@ static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
     w.q = w.qt + E * BQ;
     w.dout = w.q + BQ * E;
     w.dot = w.dout + BQ * Ev;
-    w.dd = w.dot + Ev * BQ;
+    w.o = w.dot + Ev * BQ;
+    w.ot = w.o + BQ * Ev;
+    w.dd = w.ot + Ev * BQ;
     w.lsub = w.dd + BQ;
     w.dq = w.lsub + BQ;
     w.k = w.dq + BQ * E;
@@ -365,6 +508,8 @@ static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
     w.dk = w.dst + BK * BQ;
     w.dv = w.dk + S * E;
     w.row = w.dv + S * Ev;
+    for (int c = 0; c < CHAINS; c++) w.t[c] = w.row + row + c * BK * wide;
+    w.seen = (unsigned char *)(w.row + row + CHAINS * BK * wide);
     for (int64_t u = u0; u < u1; u++) bwd_unit(bd, &w, u);
     free(buf);
 }
