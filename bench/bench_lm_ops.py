@@ -78,6 +78,19 @@ def cases():
         torch.mul,
         False,
     )
+    c["sum0_512x768"] = (lambda: [rn(B * T, 3 * D, grad=False)], lambda x: x.sum(0), False)
+    # Llama's RoPE half: slice_backward of a cat-backward view [8, 4, 64, 32] of [.., 64]
+    c["slice_backward_rope"] = (
+        lambda: [rn(B, H, T, 2 * (D // H), grad=False)],
+        lambda w: torch.ops.aten.slice_backward(w[..., : D // H], list(w.shape), -1, 0, D // H, 1),
+        False,
+    )
+    # GPT-2's HF cache append: cat([empty, k], -2) of k = x.view(B, T, H, d).transpose(1, 2)
+    c["cat_kv_view"] = (
+        lambda: [rn(B, T, D, grad=False), rn(B, H, 0, D // H, grad=False)],
+        lambda x, e: torch.cat([e, x.view(B, T, H, D // H).transpose(1, 2)], -2),
+        False,
+    )
     c["mul_same_544"] = (
         lambda: [rn(B * T, 2 * D + 32, grad=False), rn(B * T, 2 * D + 32, grad=False)],
         torch.mul,

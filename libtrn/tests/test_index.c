@@ -3,8 +3,9 @@
 // to synchronize, with PyTorch's message), scatter stores and reductions
 // (add with alpha, mul, max/min with NaN, mean with and without self,
 // bool/int/bf16), masked_fill, count_nonzero / nonzero / masked_select
-// (-0.0, NaN, strided), cat (contiguous, strided, empty inputs, many inputs)
-// and invalid descriptors. Buffers are device memory so the protect-memory
+// (-0.0, NaN, strided), cat (contiguous, strided, empty inputs, many inputs),
+// slice_backward (steps, transposed and expanded gradients) and invalid
+// descriptors. Buffers are device memory so the protect-memory
 // run checks the kernels' access brackets.
 #include <math.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "internal.h"
 #include "test.h"
 #include "trn/convert.h"
+#include "trn/slice_backward.h"
 
 static trn_stream *S;
 
@@ -352,6 +354,51 @@ static void test_cat(void) {
     trn_mem_free(dst);
 }
 
+// slice_backward: out [3, 4, 5] int32 (poisoned first), dim 1, rows 1 and 3
+// (step 2) from a grad [3, 2, 5] laid out transposed (strides 1, 3, 6);
+// then dim 2 with step 1 from an expanded grad (stride 0), and the checks.
+static void test_slice_backward(void) {
+    enum { A = 3, B = 4, C = 5, N = A * B * C };
+    int32_t hg[A * 2 * C], ho[N];
+    for (int i = 0; i < A * 2 * C; i++) hg[i] = 100 + i;
+    int32_t *g = dev(sizeof hg), *o = dev(sizeof ho);
+    h2d(g, hg, sizeof hg);
+    for (int i = 0; i < N; i++) ho[i] = -7;
+    h2d(o, ho, sizeof ho);
+    int64_t sz[3] = {A, B, C}, gst[3] = {1, 3, 6};
+    trn_slice_backward_desc d = {TRN_DTYPE_I32, 3, sz, o, g, gst, 1, 1, 2, 2};
+    CHECK_INT(trn_slice_backward_launch(S, &d), TRN_SUCCESS);
+    d2h(ho, o, sizeof ho);
+    int bad = 0;
+    for (int a = 0; a < A; a++)
+        for (int b = 0; b < B; b++)
+            for (int c = 0; c < C; c++) {
+                const int32_t want = (b == 1 || b == 3) ? hg[a + (b / 2) * 3 + c * 6] : 0;
+                bad += ho[(a * B + b) * C + c] != want;
+            }
+    CHECK_INT(bad, 0);
+    int64_t est[3] = {0, 0, 0};
+    trn_slice_backward_desc e = {TRN_DTYPE_I32, 3, sz, o, g, est, 2, 2, 1, 3};
+    CHECK_INT(trn_slice_backward_launch(S, &e), TRN_SUCCESS);
+    d2h(ho, o, sizeof ho);
+    bad = 0;
+    for (int i = 0; i < N; i++) bad += ho[i] != (i % C >= 2 ? hg[0] : 0);
+    CHECK_INT(bad, 0);
+    e.count = 4;  // rows 2..5 of 5: outside the output
+    CHECK_INT(trn_slice_backward_launch(S, &e), TRN_ERROR_INVALID_ARGUMENT);
+    e.count = 0;  // nothing sliced: all zeros, grad never read
+    e.grad = NULL;
+    CHECK_INT(trn_slice_backward_launch(S, &e), TRN_SUCCESS);
+    d2h(ho, o, sizeof ho);
+    bad = 0;
+    for (int i = 0; i < N; i++) bad += ho[i] != 0;
+    CHECK_INT(bad, 0);
+    e.step = 0;
+    CHECK_INT(trn_slice_backward_launch(S, &e), TRN_ERROR_INVALID_ARGUMENT);
+    trn_mem_free(g);
+    trn_mem_free(o);
+}
+
 int main(void) {
     if (trn_stream_get_default(0, &S) != TRN_SUCCESS) return 1;
     test_gather_rows();
@@ -360,5 +407,6 @@ int main(void) {
     test_scalar_put_two_indices();
     test_masks();
     test_cat();
+    test_slice_backward();
     return TEST_REPORT();
 }

@@ -1,5 +1,6 @@
 """Indexing and data-movement ops native on neuron (torch_neuronx/csrc/aten/index.cpp,
-libtrn/src/kernels/{gather,scatter,mask,cat}.c): OpInfo names, all variants."""
+libtrn/src/kernels/{gather,scatter,mask,cat,slice_backward}.c): OpInfo names, all variants.
+slice / narrow are views; their gradients run the native slice_backward."""
 
 OPS = {
     "cat",
@@ -21,4 +22,6 @@ OPS = {
     "nonzero",
     "argwhere",
     "nn.functional.embedding",
+    "slice",
+    "narrow",
 }

@@ -1,6 +1,6 @@
 // aten/index.cpp - indexing and data-movement ops on neuron (index,
 // index_put, index_select, gather, scatter*, index_add, index_copy, masked_fill,
-// masked_select, nonzero, cat, embedding_dense_backward), run by libtrn's
+// masked_select, nonzero, cat, slice_backward, embedding_dense_backward), run by libtrn's
 // trn/index.h kernels. PyTorch's own helpers decide shapes and layouts
 // (expandTensors / the AdvancedIndex restriding, the scatter/gather shape
 // checks, TensorIterator for broadcasting and dimension coalescing); this
@@ -32,6 +32,7 @@
 #include <ATen/ops/scatter_reduce_meta.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -41,6 +42,7 @@
 #include "runtime/device.h"
 #include "aten/meta.h"
 #include "observe/op_tracking.h"
+#include "trn/slice_backward.h"
 
 namespace neuron {
 namespace {
@@ -847,6 +849,58 @@ Tensor cat(const at::ITensorListRef &tensors, int64_t dim) {
 }
 
 // ---------------------------------------------------------------------------
+// slice_backward: zeros outside the slice, the gradient inside, each output
+// element written once (PyTorch's composite zero-fills, then copies).
+// ---------------------------------------------------------------------------
+// slice()'s bounds: negative ones count from the end, both clamped to [0, size].
+int64_t slice_bound(int64_t v, int64_t size) {
+    if (v < 0) v = v < -size ? 0 : v + size;
+    return v > size ? size : v;
+}
+
+Tensor slice_backward(const Tensor &grad, c10::SymIntArrayRef sym_sizes, int64_t dim,
+                      c10::SymInt sym_start, c10::SymInt sym_end, c10::SymInt sym_step) {
+    const at::IntArrayRef sizes = C10_AS_INTARRAYREF_SLOW(sym_sizes);
+    const int64_t step = sym_step.guard_int(__FILE__, __LINE__);
+    const int64_t nd = static_cast<int64_t>(sizes.size());
+    bool ok = native(grad.scalar_type()) && nd >= 1 && nd <= TRN_INDEX_MAX_DIMS && step > 0 &&
+              grad.dim() == nd;
+    int64_t start = 0, count = 0;
+    if (ok) {
+        dim = at::maybe_wrap_dim(dim, nd);
+        const int64_t size = sizes[dim];
+        start = slice_bound(sym_start.guard_int(__FILE__, __LINE__), size);
+        const int64_t end =
+            std::max(start, slice_bound(sym_end.guard_int(__FILE__, __LINE__), size));
+        count = (end - start + step - 1) / step;
+        for (int64_t k = 0; k < nd && ok; k++) ok = grad.size(k) == (k == dim ? count : sizes[k]);
+    }
+    if (!ok) {  // PyTorch's composite: its checks, broadcasting and errors
+        Tensor out = at::zeros_symint(sym_sizes, grad.options());
+        out.slice_symint(dim, std::move(sym_start), std::move(sym_end), std::move(sym_step))
+            .copy_(grad);
+        return out;
+    }
+    Tensor out = at::empty(sizes, grad.options());
+    if (out.numel() > 0) {
+        trn_slice_backward_desc d{};
+        d.dtype = *native_dtype(out.scalar_type());
+        d.ndim = static_cast<int>(nd);
+        d.sizes = sizes.data();
+        d.out = out.data_ptr();
+        d.grad = count > 0 ? grad.const_data_ptr() : nullptr;
+        d.grad_strides = grad.strides().data();
+        d.dim = static_cast<int>(dim);
+        d.start = start;
+        d.step = step;
+        d.count = count;
+        TRN_CHECK(trn_slice_backward_launch(stream_of(out), &d));
+    }
+    tracking::record_executed("aten::slice_backward");
+    return out;
+}
+
+// ---------------------------------------------------------------------------
 // embedding backward: zeros, index_add of the gradient rows, padding row
 // cleared (it only ever receives the rows whose index is padding_idx).
 // ---------------------------------------------------------------------------
@@ -906,6 +960,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl("nonzero.out", TORCH_FN(nonzero_out));
     m.impl("cat", TORCH_FN(cat));
     m.impl("cat.out", TORCH_FN(cat_out));
+    m.impl("slice_backward", TORCH_FN(slice_backward));
     m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));
 }
 

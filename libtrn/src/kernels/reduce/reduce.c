@@ -468,6 +468,99 @@ INT_DTYPES(DEFINE_INT_KINDS)
     MC(normp_##N, T, C, C, LD, (C)pow((double)(x < 0 ? -x : x), p), C_ADD, 0, FIN_POW, STORE_F)
 FLOAT_DTYPES(DEFINE_FLOAT_KINDS)
 
+// ---- float32 column sums in registers ----------------------------------------------
+// sum over an outer dim of float32 (bias gradients: sum(0) of [512, 768]):
+// the column loop above keeps its accumulators in a stack array, so each
+// row costs a load, an add and a store per vector and the accumulators'
+// store-to-load chain runs from row to row. Here strips of COL_STRIP
+// columns keep theirs in registers across the rows. Per column the
+// additions are the column loop's, in its order (acc every row, acc into
+// mid every FLUSH rows, mid into tot every FLUSH flushes, tot + (mid + acc)
+// at the end), so the results are the same bits.
+typedef float v8f __attribute__((vector_size(32)));
+#define COL_STRIP 64
+
+static inline v8f ld8(const float *p) {
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+// Sums the COL_STRIP columns at x over `rows` rows rs elements apart into s.
+static void sum_f32_strip(const float *restrict x, int64_t rows, int64_t rs, float *restrict s) {
+    v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
+    v8f mid[8], tot[8];
+    for (int k = 0; k < 8; k++) mid[k] = tot[k] = (v8f){0};
+    int flushes = 0;
+    for (int64_t r = 0; r < rows;) {
+        const int64_t n = rows - r < FLUSH ? rows - r : FLUSH;
+        for (int64_t i = 0; i < n; i++, x += rs) {
+            a0 += ld8(x);
+            a1 += ld8(x + 8);
+            a2 += ld8(x + 16);
+            a3 += ld8(x + 24);
+            a4 += ld8(x + 32);
+            a5 += ld8(x + 40);
+            a6 += ld8(x + 48);
+            a7 += ld8(x + 56);
+        }
+        r += n;
+        if (n < FLUSH) break;
+        mid[0] += a0;
+        mid[1] += a1;
+        mid[2] += a2;
+        mid[3] += a3;
+        mid[4] += a4;
+        mid[5] += a5;
+        mid[6] += a6;
+        mid[7] += a7;
+        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = (v8f){0};
+        if (++flushes == FLUSH) {
+            flushes = 0;
+            for (int k = 0; k < 8; k++) {
+                tot[k] += mid[k];
+                mid[k] = (v8f){0};
+            }
+        }
+    }
+    const v8f acc[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+    for (int k = 0; k < 8; k++) {
+        const v8f v = tot[k] + (mid[k] + acc[k]);
+        memcpy(s + 8 * k, &v, sizeof v);
+    }
+}
+
+// sum_f32_run, with the column shape of one reduced dim in register strips.
+static void sum_f32_col_run(const reduce_args *a) {
+    const int no = a->n_outer;
+    const int64_t *os = OSIZE(a), *osi = OSTR_IN(a), *oso = OSTR_OUT(a);
+    const int64_t wtot = os[no - 1];
+    if (!a->column || a->n_inner != 1 || wtot < COL_STRIP) {
+        sum_f32_run(a);
+        return;
+    }
+    const float *in = (const float *)(const void *)a->in;
+    const int64_t rows = ISIZE(a)[0], rs = ISTR(a)[0], oes = esize(a->out_dtype);
+    const int64_t wfast = wtot / COL_STRIP * COL_STRIP;
+    int64_t oidx[TRN_MAX_DIMS] = {0}, ioff = 0, ooff = 0;
+    float s[COL_STRIP];
+    do {
+        for (int64_t j0 = 0; j0 < wfast; j0 += COL_STRIP) {
+            sum_f32_strip(in + ioff + j0, rows, rs, s);
+            for (int j = 0; j < COL_STRIP; j++)
+                store_f(a->out_dtype, a->out + (ooff + j0 + j) * oes, (double)s[j]);
+        }
+    } while (trn_kit_odo_next(no - 1, os, oidx, osi, &ioff, oso, &ooff, NULL, NULL));
+    if (wfast == wtot) return;
+    // The last columns: the column loop on a launch narrowed to them.
+    reduce_args tail;
+    memcpy(&tail, a, offsetof(reduce_args, dims) + (size_t)(4 * no + 2) * sizeof(int64_t));
+    OSIZE(&tail)[no - 1] = wtot - wfast;
+    tail.in = a->in + wfast * (int64_t)sizeof(float);
+    tail.out = a->out + wfast * oes;
+    sum_f32_run(&tail);
+}
+
 // ---- index reductions -------------------------------------------------------------
 // MAX/MIN/ARGMAX/ARGMIN: one output at a time; the index is row-major over
 // the (coalesced, never reordered) inner dims. BETTER(x, best) is true when
@@ -672,6 +765,7 @@ static int is_real(trn_dtype d) {
 
 // The loop of (op, dtype); NULL when unsupported. NORM picks by p.
 static run_fn pick(trn_reduce_op op, trn_dtype d, double p) {
+    if (op == TRN_REDUCE_SUM && d == TRN_DTYPE_F32) return sum_f32_col_run;
     switch (d) {
 #define INT_CASE(E, N, T, LO, HI)                                                                  \
     case E:                                                                                        \
