@@ -101,9 +101,13 @@ typedef struct free_list {
 // sizes once per op; a bin hit skips the best-fit search, the split, the
 // merge and their registry and free-list memmoves (most of the allocator's
 // time per op; the lock itself is a small part of it). A bin block counts as
-// cached (reserved, not allocated). Whatever wants whole segments or the
-// merged layout (release_cached, the snapshot) flushes the bins first, so
-// the blocks merge as they would have at their free.
+// cached (reserved, not allocated). A request of another size takes its best
+// fit from the free list, without the bins' blocks unless nothing else holds
+// it; whatever wants whole segments or the merged layout (a request about to
+// reserve a segment, release_cached, the snapshot) flushes the bins first,
+// so their blocks merge as they would have at their free. What a bin keeps
+// from merging is bounded: QUICK_N blocks of at most QUICK_MAX_BLOCK per
+// stream.
 #define QUICK_N 8
 #define QUICK_MAX_BLOCK (64 * KiB)  // larger blocks take the free list
 typedef struct quick_bin {
@@ -147,6 +151,14 @@ static size_t limit_of(int device) {
     size_t limit = g_limit[device];
     return limit != 0 && limit < capacity ? limit : capacity;
 }
+// Blocks handed out lately, direct-mapped by address, so that a free finds
+// its block without the registry's binary search (pointer chasing through
+// every level: ~1 % of a decode op). An entry is NULL or an allocated block:
+// set by trn_mem_alloc, cleared by the free of its block.
+#define RECENT_N 64
+static block *g_recent[RECENT_N];
+static size_t recent_slot(const void *ptr) { return ((uintptr_t)ptr / MIN_BLOCK) % RECENT_N; }
+
 // Every block (allocated or cached) of every device, sorted by address, for
 // pointer validation and interior-pointer lookup.
 static block **g_reg;
@@ -612,14 +624,15 @@ trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream, void **p
 
     trn__lock(&g_mu);
     block *b = NULL;
-    if (small && !exact) {
-        // A miss merges the bin first, so the best fit sees what it would
-        // have seen without bins.
-        quick_bin *q = &d->quick[trn__stream_index(stream)];
-        if (size <= QUICK_MAX_BLOCK) b = quick_take(d, q, size);
-        if (b == NULL) quick_flush_bin(d, q);
-    }
+    quick_bin *q = small && !exact ? &d->quick[trn__stream_index(stream)] : NULL;
+    if (q != NULL && size <= QUICK_MAX_BLOCK) b = quick_take(d, q, size);
     if (b == NULL) b = free_take(d, fl, size, exact);
+    if (b == NULL && q != NULL && q->n != 0) {
+        // Merged, the bin's blocks may hold the request: before a new
+        // segment. (A miss does not flush: decode alternates sizes.)
+        quick_flush_bin(d, q);
+        b = free_take(d, fl, size, exact);
+    }
     while (b == NULL) {
         bool host_failed = false;
         b = segment_reserve(device, size, small, stream, &host_failed);
@@ -657,6 +670,7 @@ trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream, void **p
     stat_add(&d->stats.requested_bytes, &d->stats.requested_bytes_peak, nbytes);
     stat_add(&d->stats.active_blocks, &d->stats.active_blocks_peak, 1);
     d->stats.num_allocs++;
+    g_recent[recent_slot(b->ptr)] = b;
     publish(device);
     trn__unlock(&g_mu);
     *ptr = b->ptr;
@@ -693,7 +707,9 @@ trn_status trn_mem_free(void *ptr) {
     if (st != TRN_SUCCESS) return st;
 
     trn__lock(&g_mu);
-    block *b = reg_find_containing(ptr);
+    block **slot = &g_recent[recent_slot(ptr)];
+    block *b = *slot != NULL && (*slot)->ptr == (char *)ptr ? *slot : reg_find_containing(ptr);
+    if (*slot == b) *slot = NULL;
     if (b == NULL || b->ptr != (char *)ptr || b->state != BLOCK_ALLOCATED) {
         st = bad_pointer("trn_mem_free", ptr);
         trn__unlock(&g_mu);
