@@ -61,6 +61,7 @@ typedef enum block_state {
     BLOCK_ALLOCATED,  // handed to a user
     BLOCK_FREEING,    // freed, waiting for recorded streams before caching
     BLOCK_CACHED,     // in its stream's free list
+    BLOCK_QUICK,      // freed whole into its stream's quick bin (not merged)
     BLOCK_RELEASED,   // returned to the host; about to leave the registry
 } block_state;
 
@@ -95,10 +96,30 @@ typedef struct free_list {
     size_t n, cap, blocks;
 } free_list;
 
+// Small blocks freed whole, kept unmerged for the next request of exactly
+// their size on their stream. Decode frees and allocates the same few small
+// sizes once per op; a bin hit skips the best-fit search, the split, the
+// merge and their registry and free-list memmoves (most of the allocator's
+// time per op; the lock itself is a small part of it). A bin block counts as
+// cached (reserved, not allocated). A request of another size takes its best
+// fit from the free list, without the bins' blocks unless nothing else holds
+// it; whatever wants whole segments or the merged layout (a request about to
+// reserve a segment, release_cached, the snapshot) flushes the bins first,
+// so their blocks merge as they would have at their free. What a bin keeps
+// from merging is bounded: QUICK_N blocks of at most QUICK_MAX_BLOCK per
+// stream.
+#define QUICK_N 8
+#define QUICK_MAX_BLOCK (64 * KiB)  // larger blocks take the free list
+typedef struct quick_bin {
+    block *items[QUICK_N];  // oldest first
+    size_t n;
+} quick_bin;
+
 typedef struct dev_alloc {
     trn_mem_stats stats;
-    uint64_t cached_bytes;
+    uint64_t cached_bytes;                        // free lists and quick bins
     free_list free[2][1 + TRN_STREAM_POOL_SIZE];  // [small][stream index]
+    quick_bin quick[1 + TRN_STREAM_POOL_SIZE];    // [stream index], small pool
 } dev_alloc;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -130,6 +151,14 @@ static size_t limit_of(int device) {
     size_t limit = g_limit[device];
     return limit != 0 && limit < capacity ? limit : capacity;
 }
+// Blocks handed out lately, direct-mapped by address, so that a free finds
+// its block without the registry's binary search (pointer chasing through
+// every level: ~1 % of a decode op). An entry is NULL or an allocated block:
+// set by trn_mem_alloc, cleared by the free of its block.
+#define RECENT_N 64
+static block *g_recent[RECENT_N];
+static size_t recent_slot(const void *ptr) { return ((uintptr_t)ptr / MIN_BLOCK) % RECENT_N; }
+
 // Every block (allocated or cached) of every device, sorted by address, for
 // pointer validation and interior-pointer lookup.
 static block **g_reg;
@@ -419,6 +448,53 @@ static void block_cache(dev_alloc *d, block *b) {
     free_put(d, fl, b);
 }
 
+// Puts a whole freed small block in its stream's quick bin; the bin's oldest
+// block goes to the free list when the bin is full.
+static void quick_put(dev_alloc *d, block *b) {
+    quick_bin *q = &d->quick[trn__stream_index(b->stream)];
+    if (q->n == QUICK_N) {
+        block *old = q->items[0];
+        memmove(&q->items[0], &q->items[1], (QUICK_N - 1) * sizeof *q->items);
+        q->n--;
+        d->cached_bytes -= old->size;
+        block_cache(d, old);
+    }
+    b->free_seq = trn__stream_launched(b->stream);
+    b->state = BLOCK_QUICK;
+    q->items[q->n++] = b;
+    d->cached_bytes += b->size;
+    MEM_POISON(b->ptr, b->size);
+}
+
+// The newest block of exactly `size` in a stream's quick bin, taken out;
+// NULL if none. The stream ordering is the free list's: the bin is the
+// allocation stream's, and a block other streams used enters it only after
+// their work finished (trn_mem_free waits, as for the free list).
+static block *quick_take(dev_alloc *d, quick_bin *q, size_t size) {
+    for (size_t i = q->n; i-- > 0;) {
+        block *b = q->items[i];
+        if (b->size != size) continue;
+        memmove(&q->items[i], &q->items[i + 1], (q->n - i - 1) * sizeof *q->items);
+        q->n--;
+        d->cached_bytes -= b->size;
+        return b;
+    }
+    return NULL;
+}
+
+// Moves a quick bin's blocks to their free list, merged.
+static void quick_flush_bin(dev_alloc *d, quick_bin *q) {
+    for (size_t i = 0; i < q->n; i++) {
+        d->cached_bytes -= q->items[i]->size;
+        block_cache(d, q->items[i]);
+    }
+    q->n = 0;
+}
+
+static void quick_flush(dev_alloc *d) {
+    for (size_t s = 0; s < 1 + TRN_STREAM_POOL_SIZE; s++) quick_flush_bin(d, &d->quick[s]);
+}
+
 // Returns the device's whole cached segments to the host, except those whose
 // stream may still be running work queued before they were freed. Caller
 // holds g_mu and has usually waited for the device first. Returns the bytes
@@ -426,6 +502,7 @@ static void block_cache(dev_alloc *d, block *b) {
 static uint64_t release_cached(int device) {
     dev_alloc *d = &g_dev[device];
     uint64_t released = 0;
+    quick_flush(d);
     for (size_t pool = 0; pool < 2; pool++) {
         for (size_t s = 0; s < 1 + TRN_STREAM_POOL_SIZE; s++) {
             free_list *fl = &d->free[pool][s];
@@ -546,7 +623,16 @@ trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream, void **p
     bool flushed = false;
 
     trn__lock(&g_mu);
-    block *b = free_take(d, fl, size, exact);
+    block *b = NULL;
+    quick_bin *q = small && !exact ? &d->quick[trn__stream_index(stream)] : NULL;
+    if (q != NULL && size <= QUICK_MAX_BLOCK) b = quick_take(d, q, size);
+    if (b == NULL) b = free_take(d, fl, size, exact);
+    if (b == NULL && q != NULL && q->n != 0) {
+        // Merged, the bin's blocks may hold the request: before a new
+        // segment. (A miss does not flush: decode alternates sizes.)
+        quick_flush_bin(d, q);
+        b = free_take(d, fl, size, exact);
+    }
     while (b == NULL) {
         bool host_failed = false;
         b = segment_reserve(device, size, small, stream, &host_failed);
@@ -584,6 +670,7 @@ trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream, void **p
     stat_add(&d->stats.requested_bytes, &d->stats.requested_bytes_peak, nbytes);
     stat_add(&d->stats.active_blocks, &d->stats.active_blocks_peak, 1);
     d->stats.num_allocs++;
+    g_recent[recent_slot(b->ptr)] = b;
     publish(device);
     trn__unlock(&g_mu);
     *ptr = b->ptr;
@@ -620,7 +707,9 @@ trn_status trn_mem_free(void *ptr) {
     if (st != TRN_SUCCESS) return st;
 
     trn__lock(&g_mu);
-    block *b = reg_find_containing(ptr);
+    block **slot = &g_recent[recent_slot(ptr)];
+    block *b = *slot != NULL && (*slot)->ptr == (char *)ptr ? *slot : reg_find_containing(ptr);
+    if (*slot == b) *slot = NULL;
     if (b == NULL || b->ptr != (char *)ptr || b->state != BLOCK_ALLOCATED) {
         st = bad_pointer("trn_mem_free", ptr);
         trn__unlock(&g_mu);
@@ -670,7 +759,11 @@ trn_status trn_mem_free(void *ptr) {
         free(uses);
         trn__lock(&g_mu);
     }
-    block_cache(d, b);
+    // Protect mode keeps its exact reuse in the free lists (no bins there).
+    if (b->small && b->size <= QUICK_MAX_BLOCK && b->map_size == 0 && !trn__config_get()->protect)
+        quick_put(d, b);
+    else
+        block_cache(d, b);
     publish(d - g_dev);
     trn__unlock(&g_mu);
     if (trn_log_enabled(TRN_LOG_DEBUG)) trn_log(TRN_LOG_DEBUG, "alloc", "free %p", ptr);
@@ -751,6 +844,8 @@ size_t trn_mem_get_limit(int device) {
 
 size_t trn_mem_snapshot(int device, trn_mem_block_info *out, size_t max) {
     trn__lock(&g_mu);
+    // The snapshot shows blocks as freeing merged them (see quick_bin).
+    if (device >= 0 && device < TRN_MAX_DEVICES) quick_flush(&g_dev[device]);
     size_t n = 0;
     // A segment's blocks are consecutive in the registry (address order).
     const block *seg = NULL;
