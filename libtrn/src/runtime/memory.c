@@ -247,6 +247,49 @@ static void reg_drop_released(void) {
     g_reg_n = kept;
 }
 
+// ---- debug poisoning ---------------------------------------------------------
+
+// TORCH_NEURONX_DEBUG_POISON_FREED=1: every byte of device memory that no
+// tensor owns holds POISON_BYTE (NaN in every floating dtype, -1 in the
+// integer ones): fresh segments, and a freed block as soon as the work
+// queued on its stream before the free has run. Whatever reads a block after
+// its free (a kernel on another stream, a collective's thread, a deferred
+// group) then sees NaN, deterministically, instead of whatever the block's
+// next owner happened to write; a write after the free is caught when the
+// block is handed out again (its poison no longer intact: abort, naming the
+// block). Protect mode and shared blocks are left alone. Debugging aid: each
+// free waits for its stream and each allocation scans its block.
+#define POISON_BYTE 0xFF
+
+static bool poison_on(const block *b) {
+    return trn__config_get()->poison && b->map_size == 0 && !b->shared;
+}
+
+static void poison_fill(block *b) {
+    MEM_UNPOISON(b->ptr, b->size);
+    memset(b->ptr, POISON_BYTE, b->size);
+}
+
+// b was just taken from the cache (or a fresh segment) for a request.
+static void poison_check(const block *b) {
+    static unsigned char ref[4096];
+    if (ref[0] != POISON_BYTE) memset(ref, POISON_BYTE, sizeof ref);  // under g_mu
+    MEM_UNPOISON(b->ptr, b->size);
+    for (size_t at = 0; at < b->size; at += sizeof ref) {
+        size_t n = b->size - at < sizeof ref ? b->size - at : sizeof ref;
+        if (memcmp(b->ptr + at, ref, n) == 0) continue;
+        size_t i = at;
+        while ((unsigned char)b->ptr[i] == POISON_BYTE) i++;
+        fprintf(stderr,
+                "[libtrn] neuron:%d: byte %zu of the free block %p (%zu bytes, stream %lld) "
+                "was written after the block was freed "
+                "(TORCH_NEURONX_DEBUG_POISON_FREED)\n",
+                b->device, i, (void *)b->ptr, b->size,
+                b->stream != NULL ? (long long)trn_stream_id(b->stream) : 0LL);
+        abort();
+    }
+}
+
 // ---- free lists -------------------------------------------------------------
 
 static free_list *free_list_of(dev_alloc *d, const block *b) {
@@ -359,6 +402,10 @@ static block *segment_create(int device, size_t size, bool small, trn_stream *st
         segment_free(b);
         free(b);
         return NULL;
+    }
+    if (poison_on(b)) {
+        poison_fill(b);
+        MEM_POISON(b->ptr, b->size);
     }
     reg_insert(b);  // reserved above
     stat_add(&d->stats.reserved_bytes, &d->stats.reserved_bytes_peak, size);
@@ -660,6 +707,7 @@ trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream, void **p
         return st;
     }
     block_split(d, b, size);
+    if (poison_on(b)) poison_check(b);
     b->state = BLOCK_ALLOCATED;
     b->requested = nbytes;
     if (b->map_size == 0 && !b->shared) {
@@ -757,6 +805,14 @@ trn_status trn_mem_free(void *ptr) {
         trn__unlock(&g_mu);
         for (size_t i = 0; i < n_uses; i++) trn__stream_wait_idle(uses[i]);
         free(uses);
+        trn__lock(&g_mu);
+    }
+    if (poison_on(b)) {
+        // Once the work queued on its stream before the free (which may
+        // still read it) has run.
+        trn__unlock(&g_mu);
+        trn__stream_wait_launched(b->stream);
+        poison_fill(b);
         trn__lock(&g_mu);
     }
     // Protect mode keeps its exact reuse in the free lists (no bins there).

@@ -1,0 +1,154 @@
+// test_poison.c - debug poisoning of freed device memory
+// (TORCH_NEURONX_DEBUG_POISON_FREED, read once at init). Children re-exec
+// this binary with it on, inline and with worker-thread streams: memory no
+// tensor owns reads as 0xFF bytes (NaN floats), a free poisons only after the
+// work queued before it ran, and a host write into a freed block aborts the
+// allocation that would hand it out again. Under AddressSanitizer the host
+// touches of freed blocks are ASan's to report, so those checks are skipped.
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "test.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TRN_TEST_ASAN 1
+#else
+#define TRN_TEST_ASAN 0
+#endif
+
+static bool all_poison(const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != 0xFF) return false;
+    return true;
+}
+
+// Sleeps, then writes `value` over n floats: work queued on a stream that
+// still writes a block when the host frees it.
+typedef struct late_write_args {
+    unsigned usec;
+    float *dst;
+    int n;
+    float value;
+} late_write_args;
+
+static trn_status late_write_task(void *p) {
+    const late_write_args *a = p;
+    usleep(a->usec);
+    for (int i = 0; i < a->n; i++) a->dst[i] = a->value;
+    return TRN_SUCCESS;
+}
+
+static trn_status copy_f32(trn_stream *s, void *dst, const void *src, int64_t n) {
+    int64_t one = 1;
+    trn_copy_desc c = {1, &n, dst, &one, TRN_DTYPE_F32, src, &one, TRN_DTYPE_F32};
+    return trn_copy_launch(s, &c);
+}
+
+// Child: what must hold with poisoning on (and never abort).
+static int child_fill(void) {
+    CHECK(trn__config_get()->poison);
+    trn_stream *s;
+    CHECK_OK(trn_stream_get_default(0, &s));
+    enum { N = 1000 };
+    float h[N], back[N];
+    for (int i = 0; i < N; i++) h[i] = (float)i;
+
+    // A fresh block holds poison, not zeros: an unwritten output is NaN.
+    void *d;
+    CHECK_OK(trn_mem_alloc(0, sizeof h, NULL, &d));
+    CHECK_OK(copy_f32(s, back, d, N));
+    CHECK_OK(trn_stream_synchronize(s));
+    CHECK(back[0] != back[0] && back[N - 1] != back[N - 1]);
+
+    // The next owner of a freed block never sees the last owner's values.
+    CHECK_OK(copy_f32(s, d, h, N));
+    CHECK_OK(trn_stream_synchronize(s));
+    CHECK_OK(trn_mem_free(d));
+#if !TRN_TEST_ASAN
+    CHECK(all_poison(d, sizeof h));  // a read after the free sees NaN
+#endif
+    void *d2;
+    CHECK_OK(trn_mem_alloc(0, sizeof h, NULL, &d2));
+    CHECK(d2 == d);  // exact reuse (its quick bin)
+    CHECK(all_poison(d2, sizeof h));
+
+    // Work queued before the free still writes the block: the free poisons
+    // after it, so the block's next allocation finds its poison intact
+    // (without the wait, the late write would abort that allocation).
+    late_write_args a = {20000, d2, N, 7.0f};
+    CHECK_OK(trn_stream_launch(s, late_write_task, &a, sizeof a));
+    CHECK_OK(trn_mem_free(d2));
+    void *d3;
+    CHECK_OK(trn_mem_alloc(0, sizeof h, NULL, &d3));
+    CHECK(d3 == d2);
+    CHECK(all_poison(d3, sizeof h));
+
+    // Split and merged blocks stay poisoned too.
+    void *big, *part;
+    CHECK_OK(trn_mem_alloc(0, 200 * 1024, NULL, &big));
+    memset(big, 0, 200 * 1024);
+    CHECK_OK(trn_mem_free(big));
+    CHECK_OK(trn_mem_alloc(0, 100 * 1024, NULL, &part));
+    CHECK(all_poison(part, 100 * 1024));
+    CHECK_OK(trn_mem_free(part));
+    CHECK_OK(trn_mem_free(d3));
+    CHECK_OK(trn_stream_synchronize(s));
+    CHECK_OK(trn_mem_empty_cache(0));
+    return TEST_REPORT();
+}
+
+// Child: a host write into a freed block must abort its next allocation.
+static int child_write_after_free(void) {
+    void *d;
+    if (trn_mem_alloc(0, 4096, NULL, &d) != TRN_SUCCESS || trn_mem_free(d) != TRN_SUCCESS) return 2;
+    ((volatile float *)d)[100] = 1.0f;  // the late writer
+    void *again;
+    (void)trn_mem_alloc(0, 4096, NULL, &again);  // must abort
+    return 3;
+}
+
+// Re-executes this binary in `mode` with poisoning on, `async` streams or not.
+static int run_child(const char *self, const char *mode, bool async) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("TORCH_NEURONX_DEBUG_POISON_FREED", "1", 1);
+        setenv("TORCH_NEURONX_ENABLE_ASYNC_NRT", async ? "1" : "0", 1);
+        struct rlimit no_core = {0, 0};
+        setrlimit(RLIMIT_CORE, &no_core);
+        execl("/proc/self/exe", self, mode, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    return status;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "fill") == 0) return child_fill();
+    if (argc > 1 && strcmp(argv[1], "write") == 0) return child_write_after_free();
+
+    // Off unless asked for.
+    unsetenv("TORCH_NEURONX_DEBUG_POISON_FREED");
+    CHECK_OK(trn_runtime_init());
+    CHECK(!trn__config_get()->poison);
+
+    for (int async = 0; async < 2; async++) {
+        int st = run_child(argv[0], "fill", async);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    if (!TRN_TEST_ASAN) {
+        int st = run_child(argv[0], "write", false);
+        CHECK(WIFSIGNALED(st));
+        if (WIFSIGNALED(st))
+            CHECK_INT(WTERMSIG(st), SIGABRT);
+        else
+            fprintf(stderr, "write child exited with %d\n", WEXITSTATUS(st));
+    }
+    return TEST_REPORT();
+}
