@@ -1,9 +1,10 @@
 // test_poison.c - debug poisoning of freed device memory
 // (TORCH_NEURONX_DEBUG_POISON_FREED, read once at init). Children re-exec
 // this binary with it on, inline and with worker-thread streams: memory no
-// tensor owns reads as 0xFF bytes (NaN floats), a free poisons only after the
-// work queued before it ran, and a host write into a freed block aborts the
-// allocation that would hand it out again. Under AddressSanitizer the host
+// tensor owns reads as 0xFF bytes (NaN floats), a freed block waits in the
+// quarantine before reuse, a free poisons only after the work queued before
+// it ran, and a host write into a freed block aborts when the block leaves
+// the quarantine. Under AddressSanitizer the host
 // touches of freed blocks are ASan's to report, so those checks are skipped.
 #include <signal.h>
 #include <stdlib.h>
@@ -72,21 +73,34 @@ static int child_fill(void) {
 #if !TRN_TEST_ASAN
     CHECK(all_poison(d, sizeof h));  // a read after the free sees NaN
 #endif
+    // Not handed out again at once (quarantine): a late reader meets poison.
     void *d2;
     CHECK_OK(trn_mem_alloc(0, sizeof h, NULL, &d2));
-    CHECK(d2 == d);  // exact reuse (its quick bin)
+    CHECK(d2 != d);
     CHECK(all_poison(d2, sizeof h));
 
     // Work queued before the free still writes the block: the free poisons
-    // after it, so the block's next allocation finds its poison intact
-    // (without the wait, the late write would abort that allocation).
+    // after it, so the poison is intact when the block leaves the quarantine
+    // (empty_cache drains it; without the wait, the late write would abort).
     late_write_args a = {20000, d2, N, 7.0f};
     CHECK_OK(trn_stream_launch(s, late_write_task, &a, sizeof a));
     CHECK_OK(trn_mem_free(d2));
+    CHECK_OK(trn_mem_empty_cache(0));
     void *d3;
     CHECK_OK(trn_mem_alloc(0, sizeof h, NULL, &d3));
-    CHECK(d3 == d2);
     CHECK(all_poison(d3, sizeof h));
+
+    // Past the quarantine's length, freed blocks are reused again.
+    void *many[300];
+    for (int i = 0; i < 300; i++) CHECK_OK(trn_mem_alloc(0, 512, NULL, &many[i]));
+    for (int i = 0; i < 300; i++) CHECK_OK(trn_mem_free(many[i]));
+    void *again;
+    CHECK_OK(trn_mem_alloc(0, 512, NULL, &again));
+    bool reused = false;
+    for (int i = 0; i < 300; i++) reused = reused || again == many[i];
+    CHECK(reused);
+    CHECK(all_poison(again, 512));
+    CHECK_OK(trn_mem_free(again));
 
     // Split and merged blocks stay poisoned too.
     void *big, *part;
@@ -102,13 +116,13 @@ static int child_fill(void) {
     return TEST_REPORT();
 }
 
-// Child: a host write into a freed block must abort its next allocation.
+// Child: a host write into a freed block must abort when the block leaves
+// the quarantine (drained here by empty_cache).
 static int child_write_after_free(void) {
     void *d;
     if (trn_mem_alloc(0, 4096, NULL, &d) != TRN_SUCCESS || trn_mem_free(d) != TRN_SUCCESS) return 2;
     ((volatile float *)d)[100] = 1.0f;  // the late writer
-    void *again;
-    (void)trn_mem_alloc(0, 4096, NULL, &again);  // must abort
+    (void)trn_mem_empty_cache(0);       // must abort
     return 3;
 }
 

@@ -115,11 +115,22 @@ typedef struct quick_bin {
     size_t n;
 } quick_bin;
 
+// Poison mode (see poison_on): freed small blocks wait here, oldest first,
+// before anything can reuse them, so that a late reader finds poison rather
+// than the next owner's values (LIFO reuse would hand a block out again at
+// once). A block leaving it has its poison checked.
+#define QUARANTINE_N 256
+typedef struct quarantine {
+    block *items[QUARANTINE_N];  // a ring: items[head] is the oldest
+    size_t head, n;
+} quarantine;
+
 typedef struct dev_alloc {
     trn_mem_stats stats;
-    uint64_t cached_bytes;                        // free lists and quick bins
+    uint64_t cached_bytes;                        // free lists, quick bins, quarantine
     free_list free[2][1 + TRN_STREAM_POOL_SIZE];  // [small][stream index]
     quick_bin quick[1 + TRN_STREAM_POOL_SIZE];    // [stream index], small pool
+    quarantine quarantine;
 } dev_alloc;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -255,10 +266,13 @@ static void reg_drop_released(void) {
 // queued on its stream before the free has run. Whatever reads a block after
 // its free (a kernel on another stream, a collective's thread, a deferred
 // group) then sees NaN, deterministically, instead of whatever the block's
-// next owner happened to write; a write after the free is caught when the
-// block is handed out again (its poison no longer intact: abort, naming the
-// block). Protect mode and shared blocks are left alone. Debugging aid: each
-// free waits for its stream and each allocation scans its block.
+// next owner happened to write (freed small blocks also wait in a
+// quarantine of QUARANTINE_N blocks before reuse, so a late reader meets
+// poison, not a new owner); a write after the free is caught when the block
+// leaves the quarantine or is handed out again (its poison no longer intact:
+// abort, naming the block). Protect mode and shared blocks are left alone.
+// Debugging aid: each free waits for its stream and each allocation scans
+// its block.
 #define POISON_BYTE 0xFF
 
 static bool poison_on(const block *b) {
@@ -538,7 +552,38 @@ static void quick_flush_bin(dev_alloc *d, quick_bin *q) {
     q->n = 0;
 }
 
+// Caches a freed block: whole into its quick bin, or merged into its free
+// list. Protect mode keeps its exact reuse in the free lists (no bins there).
+static void cache_freed(dev_alloc *d, block *b) {
+    if (b->small && b->size <= QUICK_MAX_BLOCK && b->map_size == 0 && !trn__config_get()->protect)
+        quick_put(d, b);
+    else
+        block_cache(d, b);
+}
+
+static void quarantine_pop(dev_alloc *d) {
+    quarantine *qt = &d->quarantine;
+    block *old = qt->items[qt->head];
+    qt->head = (qt->head + 1) % QUARANTINE_N;
+    qt->n--;
+    d->cached_bytes -= old->size;
+    poison_check(old);
+    cache_freed(d, old);
+}
+
+// A freed, poisoned small block (poison mode) waits behind the others.
+static void quarantine_put(dev_alloc *d, block *b) {
+    quarantine *qt = &d->quarantine;
+    if (qt->n == QUARANTINE_N) quarantine_pop(d);
+    qt->items[(qt->head + qt->n) % QUARANTINE_N] = b;
+    qt->n++;
+    d->cached_bytes += b->size;
+    MEM_POISON(b->ptr, b->size);
+}
+
+// Empties the quarantine and the quick bins into the free lists.
 static void quick_flush(dev_alloc *d) {
+    while (d->quarantine.n != 0) quarantine_pop(d);
     for (size_t s = 0; s < 1 + TRN_STREAM_POOL_SIZE; s++) quick_flush_bin(d, &d->quick[s]);
 }
 
@@ -815,11 +860,10 @@ trn_status trn_mem_free(void *ptr) {
         poison_fill(b);
         trn__lock(&g_mu);
     }
-    // Protect mode keeps its exact reuse in the free lists (no bins there).
-    if (b->small && b->size <= QUICK_MAX_BLOCK && b->map_size == 0 && !trn__config_get()->protect)
-        quick_put(d, b);
+    if (poison_on(b) && b->small)
+        quarantine_put(d, b);
     else
-        block_cache(d, b);
+        cache_freed(d, b);
     publish(d - g_dev);
     trn__unlock(&g_mu);
     if (trn_log_enabled(TRN_LOG_DEBUG)) trn_log(TRN_LOG_DEBUG, "alloc", "free %p", ptr);
