@@ -4,9 +4,12 @@
 // tensor owns reads as 0xFF bytes (NaN floats), a freed block waits in the
 // quarantine before reuse, a free poisons only after the work queued before
 // it ran, and a host write into a freed block aborts when the block leaves
-// the quarantine. Under AddressSanitizer the host
+// the quarantine; a block freed while another stream still reads it (no
+// trn_mem_record_stream) reads as NaN there, every time. Under AddressSanitizer the host
 // touches of freed blocks are ASan's to report, so those checks are skipped.
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -42,6 +45,24 @@ static trn_status late_write_task(void *p) {
     usleep(a->usec);
     for (int i = 0; i < a->n; i++) a->dst[i] = a->value;
     return TRN_SUCCESS;
+}
+
+// Holds its stream until *open is set: work queued behind it waits for the
+// test, not for a clock.
+typedef struct gate_args {
+    atomic_int *open;
+} gate_args;
+
+static trn_status gate_task(void *p) {
+    const gate_args *g = p;
+    while (!atomic_load(g->open)) usleep(100);
+    return TRN_SUCCESS;
+}
+
+static void *open_later(void *p) {
+    usleep(20000);
+    atomic_store((atomic_int *)p, 1);
+    return NULL;
 }
 
 static trn_status copy_f32(trn_stream *s, void *dst, const void *src, int64_t n) {
@@ -101,6 +122,43 @@ static int child_fill(void) {
     CHECK(reused);
     CHECK(all_poison(again, 512));
     CHECK_OK(trn_mem_free(again));
+
+    // A block read on another stream and freed without
+    // trn_mem_record_stream: the free poisons it at once (its own stream is
+    // idle), so the other stream's queued read computes NaN every time,
+    // where without poisoning it would read the old values or, after reuse,
+    // the next owner's. Recorded, the free waits for that stream first.
+    if (trn_stream_async_enabled()) {
+        trn_stream *side;
+        CHECK_OK(trn_stream_create(0, 0, &side));
+        static atomic_int open;
+        for (int record = TRN_TEST_ASAN; record < 2; record++) {
+            atomic_store(&open, 0);
+            void *x;
+            CHECK_OK(trn_mem_alloc(0, sizeof h, NULL, &x));
+            CHECK_OK(copy_f32(s, x, h, N));
+            CHECK_OK(trn_stream_synchronize(s));
+            gate_args g = {&open};
+            CHECK_OK(trn_stream_launch(side, gate_task, &g, sizeof g));
+            back[0] = back[N - 1] = 0.0f;
+            CHECK_OK(copy_f32(side, back, x, N));
+            if (record) {
+                CHECK_OK(trn_mem_record_stream(x, side));
+                pthread_t t;
+                CHECK_INT(pthread_create(&t, NULL, open_later, &open), 0);
+                CHECK_OK(trn_mem_free(x));  // returns once the side stream ran
+                CHECK_INT(pthread_join(t, NULL), 0);
+            } else {
+                CHECK_OK(trn_mem_free(x));
+                atomic_store(&open, 1);
+            }
+            CHECK_OK(trn_stream_synchronize(side));
+            if (record)
+                CHECK(back[0] == 0.0f && back[N - 1] == (float)(N - 1));
+            else
+                CHECK(back[0] != back[0] && back[N - 1] != back[N - 1]);
+        }
+    }
 
     // Split and merged blocks stay poisoned too.
     void *big, *part;
