@@ -122,3 +122,24 @@ def test_protect_mode_makes_device_memory_unreadable_from_host(python):
     )
     assert r.stdout.startswith("ok") and "read succeeded" not in r.stdout
     assert r.returncode != 0  # killed by SIGSEGV
+
+
+def test_poison_mode_fills_memory_no_tensor_owns(python):
+    # TORCH_NEURONX_DEBUG_POISON_FREED: unwritten and freed memory reads as
+    # 0xFF bytes (NaN floats, -1 integers); the ops still compute right.
+    r = python(
+        """
+        import torch
+        import torch_neuronx  # noqa: F401
+        assert torch.isnan(torch.empty(64, device="neuron").cpu()).all()
+        x = torch.arange(64.0, device="neuron")
+        del x
+        i = torch.empty(16, dtype=torch.int32, device="neuron")
+        assert (i.cpu() == -1).all()
+        y = torch.arange(64.0, device="neuron") * 2 + 1
+        assert torch.equal(y.cpu(), torch.arange(64.0) * 2 + 1)
+        print("ok")
+    """,
+        env={"TORCH_NEURONX_DEBUG_POISON_FREED": "1"},
+    )
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]

@@ -46,6 +46,7 @@ typedef struct trn__config {
     bool async;                // TORCH_NEURONX_ENABLE_ASYNC_NRT (default off)
     bool launch_blocking;      // NEURON_LAUNCH_BLOCKING
     bool protect;              // TORCH_NEURONX_DEBUG_PROTECT_MEMORY
+    bool poison;               // TORCH_NEURONX_DEBUG_POISON_FREED
     size_t capacity;           // bytes per device (0 when capacity_error is set)
     char capacity_error[256];  // why TORCH_NEURONX_HBM_SIZE was rejected
 } trn__config;
@@ -132,6 +133,9 @@ int trn__mem_device_of(const void *ptr);
 // touching its deferred error (the allocator uses this before it recycles
 // memory).
 void trn__stream_wait_idle(trn_stream *stream);
+// Waits for the tasks already launched on `stream`, without running its
+// pending hook (safe inside a deleter, which a hook's flush may call).
+void trn__stream_wait_launched(trn_stream *stream);
 // The same for every stream of the device that exists.
 void trn__device_wait_idle(int device);
 // Counters of launched and finished tasks; a block freed when launched == n

@@ -3,7 +3,7 @@
 // capacity OOM (message and recovery), host OOM, empty_cache, invalid and
 // double frees, interior-pointer lookup, record_stream, blocks split from
 // segments and merged back, fragmentation, the segment-size fallback under a
-// limit, threads, pinned host memory.
+// limit, threads, quick bins, pinned host memory.
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -131,10 +131,11 @@ static void test_alloc_reuse_stats(void) {
     CHECK_U64(s.requested_bytes_peak, 1000);
     CHECK_OK(trn_mem_free(q));
 
-    // A larger request is split from the same cached block (protect mode:
-    // only the same size takes it).
+    // A larger request is split from the cached rest of the segment: the
+    // freed block waits in its quick bin for its own size (protect mode:
+    // only the same size takes a block).
     CHECK_OK(trn_mem_alloc(0, 2000, NULL, &q));
-    CHECK(prot ? q != p : q == p);
+    CHECK(prot ? q != p : q == (char *)p + 1024);
     CHECK_U64(stats(0).allocated_bytes, 2048);
     CHECK_OK(trn_mem_free(q));
 
@@ -371,13 +372,20 @@ static void test_split_merge(void) {
     CHECK(b == (char *)a + 1024);
     CHECK(c == (char *)b + 3072);
 
-    // A hole between allocated blocks is the best fit for what it holds.
+    // A hole between allocated blocks waits in its quick bin for its size,
+    // and once the bins are flushed (a snapshot flushes them) it is the best
+    // fit for what it holds.
     CHECK_OK(trn_mem_free(b));
+    CHECK_OK(trn_mem_alloc(0, 3000, NULL, &d));
+    CHECK(d == b);
+    CHECK_OK(trn_mem_free(d));
+    CHECK(trn_mem_snapshot(0, NULL, 0) > 0);
     CHECK_OK(trn_mem_alloc(0, 2048, NULL, &d));
     CHECK(d == b);
     CHECK_OK(trn_mem_free(d));  // merges with the 1 KiB left after it
     // Freeing a merges it with the hole: 4 KiB at a, no new segment.
     CHECK_OK(trn_mem_free(a));
+    CHECK(trn_mem_snapshot(0, NULL, 0) > 0);
     CHECK_OK(trn_mem_alloc(0, 4096, NULL, &d));
     CHECK(d == a);
     CHECK_OK(trn_mem_free(d));
@@ -530,6 +538,120 @@ static void test_threads(void) {
     CHECK_U64(trn_mem_snapshot(0, NULL, 0), 0);
 }
 
+// Quick bins: a small block freed whole is reused by the next request of
+// its size on its stream, counted as cached (reserved, not allocated)
+// meanwhile; double frees, OOM flushes, empty_cache (from another thread
+// too), the snapshot and other streams see it as a cached block.
+#define QUICK_THREADS 2
+#define QUICK_ROUNDS 3000
+
+static void *quick_thread(void *arg) {
+    const unsigned char tag = (unsigned char)(uintptr_t)arg;
+    const bool prot = trn_mem_protect_enabled();
+    for (int r = 0; r < QUICK_ROUNDS; r++) {
+        void *p, *q;
+        CHECK_OK(trn_mem_alloc(0, 1000, NULL, &p));
+        CHECK_OK(trn_mem_alloc(0, 2500, NULL, &q));
+        if (!prot) {
+            ((unsigned char *)p)[999] = tag;
+            ((unsigned char *)q)[2499] = tag;
+            CHECK_INT(((unsigned char *)p)[999], tag);
+            CHECK_INT(((unsigned char *)q)[2499], tag);
+        }
+        CHECK_OK(trn_mem_free(p));
+        CHECK_OK(trn_mem_free(q));
+    }
+    return NULL;
+}
+
+static void *empty_cache_thread(void *arg) {
+    (void)arg;
+    CHECK_OK(trn_mem_empty_cache(0));
+    return NULL;
+}
+
+static void test_quick_bins(void) {
+    const bool prot = trn_mem_protect_enabled();
+    CHECK_OK(trn_mem_empty_cache(0));
+    CHECK_OK(trn_mem_reset_accumulated(0));
+    void *a, *b, *c;
+    CHECK_OK(trn_mem_alloc(0, 1000, NULL, &a));
+    CHECK_OK(trn_mem_alloc(0, 3000, NULL, &b));
+    CHECK_OK(trn_mem_free(a));
+    trn_mem_stats s = stats(0);
+    CHECK_U64(s.allocated_bytes, 3072);
+    CHECK_U64(s.requested_bytes, 3000);
+    CHECK_U64(s.active_blocks, 1);
+    CHECK_U64(s.reserved_bytes, prot ? 1024 + 3072 : 2 * MiB);
+    // Same rounded size: the freed block itself.
+    CHECK_OK(trn_mem_alloc(0, 1010, NULL, &c));
+    CHECK(c == a);
+    CHECK_U64(stats(0).allocated_bytes, 1024 + 3072);
+    CHECK_OK(trn_mem_free(c));
+    // A block in a bin is freed already.
+    CHECK_STATUS(trn_mem_free(a), TRN_ERROR_INVALID_POINTER);
+    CHECK_CONTAINS(trn_last_error(), "double free");
+    CHECK_U64(stats(0).num_frees, 2);
+    if (!prot) {
+        // The snapshot shows a as a cached block, and merged with the
+        // rest of the segment once b goes too.
+        trn_mem_block_info info[4];
+        CHECK_U64(trn_mem_snapshot(0, info, 4), 3);
+        CHECK(info[0].ptr == a && !info[0].allocated && info[0].size == 1024);
+        CHECK(info[1].ptr == b && info[1].allocated);
+        CHECK_OK(trn_mem_free(b));
+        CHECK_U64(trn_mem_snapshot(0, info, 4), 1);
+        CHECK_U64(info[0].size, 2 * MiB);
+    } else {
+        CHECK_OK(trn_mem_free(b));
+    }
+
+    // Another stream's request of the same size does not take the block.
+    trn_stream *side;
+    CHECK_OK(trn_stream_create(0, 0, &side));
+    CHECK_OK(trn_mem_alloc(0, 4096, NULL, &a));
+    CHECK_OK(trn_mem_free(a));
+    CHECK_OK(trn_mem_alloc(0, 4096, side, &c));
+    CHECK(c != a);
+    CHECK_OK(trn_mem_free(c));
+    CHECK_OK(trn_stream_synchronize(side));
+
+    // OOM under a limit: a full small segment whose blocks sit in bins
+    // (and the free list) goes back to the host to fit a large request.
+    CHECK_OK(trn_mem_empty_cache(0));
+    CHECK_OK(trn_mem_set_limit(0, 4 * MiB));
+    CHECK_OK(trn_mem_reset_accumulated(0));
+    void *blocks[32];
+    for (int i = 0; i < 32; i++) CHECK_OK(trn_mem_alloc(0, 64 * KiB, NULL, &blocks[i]));
+    for (int i = 0; i < 32; i++) CHECK_OK(trn_mem_free(blocks[i]));
+    CHECK_U64(stats(0).allocated_bytes, 0);
+    CHECK_OK(trn_mem_alloc(0, 3 * MiB, NULL, &a));
+    s = stats(0);
+    CHECK_U64(s.num_alloc_retries, 1);
+    CHECK_U64(s.num_ooms, 0);
+    CHECK_U64(s.reserved_bytes, 3 * MiB);
+    CHECK_OK(trn_mem_free(a));
+    CHECK_OK(trn_mem_set_limit(0, 0));
+
+    // Two threads reusing the same sizes at once; then empty_cache from
+    // another thread releases what sits in the bins.
+    pthread_t t[QUICK_THREADS];
+    for (int i = 0; i < QUICK_THREADS; i++)
+        CHECK_INT(pthread_create(&t[i], NULL, quick_thread, (void *)(uintptr_t)(i + 1)), 0);
+    for (int i = 0; i < QUICK_THREADS; i++) CHECK_INT(pthread_join(t[i], NULL), 0);
+    s = stats(0);
+    CHECK_U64(s.allocated_bytes, 0);
+    CHECK_U64(s.active_blocks, 0);
+    CHECK(s.reserved_bytes > 0);
+    pthread_t e;
+    CHECK_INT(pthread_create(&e, NULL, empty_cache_thread, NULL), 0);
+    CHECK_INT(pthread_join(e, NULL), 0);
+    s = stats(0);
+    CHECK_U64(s.reserved_bytes, 0);
+    CHECK_U64(s.segments, 0);
+    CHECK_U64(trn_mem_snapshot(0, NULL, 0), 0);
+}
+
 static void test_pinned(void) {
     void *h = NULL;
     CHECK_OK(trn_host_alloc(100, &h));
@@ -649,6 +771,7 @@ int main(void) {
     test_fragmentation();
     test_segment_fallback();
     test_threads();
+    test_quick_bins();
     test_pinned();
     test_asan_poison();
     return TEST_REPORT();

@@ -61,6 +61,7 @@ typedef enum block_state {
     BLOCK_ALLOCATED,  // handed to a user
     BLOCK_FREEING,    // freed, waiting for recorded streams before caching
     BLOCK_CACHED,     // in its stream's free list
+    BLOCK_QUICK,      // freed whole into its stream's quick bin (not merged)
     BLOCK_RELEASED,   // returned to the host; about to leave the registry
 } block_state;
 
@@ -95,10 +96,41 @@ typedef struct free_list {
     size_t n, cap, blocks;
 } free_list;
 
+// Small blocks freed whole, kept unmerged for the next request of exactly
+// their size on their stream. Decode frees and allocates the same few small
+// sizes once per op; a bin hit skips the best-fit search, the split, the
+// merge and their registry and free-list memmoves (most of the allocator's
+// time per op; the lock itself is a small part of it). A bin block counts as
+// cached (reserved, not allocated). A request of another size takes its best
+// fit from the free list, without the bins' blocks unless nothing else holds
+// it; whatever wants whole segments or the merged layout (a request about to
+// reserve a segment, release_cached, the snapshot) flushes the bins first,
+// so their blocks merge as they would have at their free. What a bin keeps
+// from merging is bounded: QUICK_N blocks of at most QUICK_MAX_BLOCK per
+// stream.
+#define QUICK_N 8
+#define QUICK_MAX_BLOCK (64 * KiB)  // larger blocks take the free list
+typedef struct quick_bin {
+    block *items[QUICK_N];  // oldest first
+    size_t n;
+} quick_bin;
+
+// Poison mode (see poison_on): freed small blocks wait here, oldest first,
+// before anything can reuse them, so that a late reader finds poison rather
+// than the next owner's values (LIFO reuse would hand a block out again at
+// once). A block leaving it has its poison checked.
+#define QUARANTINE_N 256
+typedef struct quarantine {
+    block *items[QUARANTINE_N];  // a ring: items[head] is the oldest
+    size_t head, n;
+} quarantine;
+
 typedef struct dev_alloc {
     trn_mem_stats stats;
-    uint64_t cached_bytes;
+    uint64_t cached_bytes;                        // free lists, quick bins, quarantine
     free_list free[2][1 + TRN_STREAM_POOL_SIZE];  // [small][stream index]
+    quick_bin quick[1 + TRN_STREAM_POOL_SIZE];    // [stream index], small pool
+    quarantine quarantine;
 } dev_alloc;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -130,6 +162,14 @@ static size_t limit_of(int device) {
     size_t limit = g_limit[device];
     return limit != 0 && limit < capacity ? limit : capacity;
 }
+// Blocks handed out lately, direct-mapped by address, so that a free finds
+// its block without the registry's binary search (pointer chasing through
+// every level: ~1 % of a decode op). An entry is NULL or an allocated block:
+// set by trn_mem_alloc, cleared by the free of its block.
+#define RECENT_N 64
+static block *g_recent[RECENT_N];
+static size_t recent_slot(const void *ptr) { return ((uintptr_t)ptr / MIN_BLOCK) % RECENT_N; }
+
 // Every block (allocated or cached) of every device, sorted by address, for
 // pointer validation and interior-pointer lookup.
 static block **g_reg;
@@ -216,6 +256,52 @@ static void reg_drop_released(void) {
         }
     }
     g_reg_n = kept;
+}
+
+// ---- debug poisoning ---------------------------------------------------------
+
+// TORCH_NEURONX_DEBUG_POISON_FREED=1: every byte of device memory that no
+// tensor owns holds POISON_BYTE (NaN in every floating dtype, -1 in the
+// integer ones): fresh segments, and a freed block as soon as the work
+// queued on its stream before the free has run. Whatever reads a block after
+// its free (a kernel on another stream, a collective's thread, a deferred
+// group) then sees NaN, deterministically, instead of whatever the block's
+// next owner happened to write (freed small blocks also wait in a
+// quarantine of QUARANTINE_N blocks before reuse, so a late reader meets
+// poison, not a new owner); a write after the free is caught when the block
+// leaves the quarantine or is handed out again (its poison no longer intact:
+// abort, naming the block). Protect mode and shared blocks are left alone.
+// Debugging aid: each free waits for its stream and each allocation scans
+// its block.
+#define POISON_BYTE 0xFF
+
+static bool poison_on(const block *b) {
+    return trn__config_get()->poison && b->map_size == 0 && !b->shared;
+}
+
+static void poison_fill(block *b) {
+    MEM_UNPOISON(b->ptr, b->size);
+    memset(b->ptr, POISON_BYTE, b->size);
+}
+
+// b was just taken from the cache (or a fresh segment) for a request.
+static void poison_check(const block *b) {
+    static unsigned char ref[4096];
+    if (ref[0] != POISON_BYTE) memset(ref, POISON_BYTE, sizeof ref);  // under g_mu
+    MEM_UNPOISON(b->ptr, b->size);
+    for (size_t at = 0; at < b->size; at += sizeof ref) {
+        size_t n = b->size - at < sizeof ref ? b->size - at : sizeof ref;
+        if (memcmp(b->ptr + at, ref, n) == 0) continue;
+        size_t i = at;
+        while ((unsigned char)b->ptr[i] == POISON_BYTE) i++;
+        fprintf(stderr,
+                "[libtrn] neuron:%d: byte %zu of the free block %p (%zu bytes, stream %lld) "
+                "was written after the block was freed "
+                "(TORCH_NEURONX_DEBUG_POISON_FREED)\n",
+                b->device, i, (void *)b->ptr, b->size,
+                b->stream != NULL ? (long long)trn_stream_id(b->stream) : 0LL);
+        abort();
+    }
 }
 
 // ---- free lists -------------------------------------------------------------
@@ -331,6 +417,10 @@ static block *segment_create(int device, size_t size, bool small, trn_stream *st
         free(b);
         return NULL;
     }
+    if (poison_on(b)) {
+        poison_fill(b);
+        MEM_POISON(b->ptr, b->size);
+    }
     reg_insert(b);  // reserved above
     stat_add(&d->stats.reserved_bytes, &d->stats.reserved_bytes_peak, size);
     stat_add(&d->stats.segments, &d->stats.segments_peak, 1);
@@ -419,6 +509,84 @@ static void block_cache(dev_alloc *d, block *b) {
     free_put(d, fl, b);
 }
 
+// Puts a whole freed small block in its stream's quick bin; the bin's oldest
+// block goes to the free list when the bin is full.
+static void quick_put(dev_alloc *d, block *b) {
+    quick_bin *q = &d->quick[trn__stream_index(b->stream)];
+    if (q->n == QUICK_N) {
+        block *old = q->items[0];
+        memmove(&q->items[0], &q->items[1], (QUICK_N - 1) * sizeof *q->items);
+        q->n--;
+        d->cached_bytes -= old->size;
+        block_cache(d, old);
+    }
+    b->free_seq = trn__stream_launched(b->stream);
+    b->state = BLOCK_QUICK;
+    q->items[q->n++] = b;
+    d->cached_bytes += b->size;
+    MEM_POISON(b->ptr, b->size);
+}
+
+// The newest block of exactly `size` in a stream's quick bin, taken out;
+// NULL if none. The stream ordering is the free list's: the bin is the
+// allocation stream's, and a block other streams used enters it only after
+// their work finished (trn_mem_free waits, as for the free list).
+static block *quick_take(dev_alloc *d, quick_bin *q, size_t size) {
+    for (size_t i = q->n; i-- > 0;) {
+        block *b = q->items[i];
+        if (b->size != size) continue;
+        memmove(&q->items[i], &q->items[i + 1], (q->n - i - 1) * sizeof *q->items);
+        q->n--;
+        d->cached_bytes -= b->size;
+        return b;
+    }
+    return NULL;
+}
+
+// Moves a quick bin's blocks to their free list, merged.
+static void quick_flush_bin(dev_alloc *d, quick_bin *q) {
+    for (size_t i = 0; i < q->n; i++) {
+        d->cached_bytes -= q->items[i]->size;
+        block_cache(d, q->items[i]);
+    }
+    q->n = 0;
+}
+
+// Caches a freed block: whole into its quick bin, or merged into its free
+// list. Protect mode keeps its exact reuse in the free lists (no bins there).
+static void cache_freed(dev_alloc *d, block *b) {
+    if (b->small && b->size <= QUICK_MAX_BLOCK && b->map_size == 0 && !trn__config_get()->protect)
+        quick_put(d, b);
+    else
+        block_cache(d, b);
+}
+
+static void quarantine_pop(dev_alloc *d) {
+    quarantine *qt = &d->quarantine;
+    block *old = qt->items[qt->head];
+    qt->head = (qt->head + 1) % QUARANTINE_N;
+    qt->n--;
+    d->cached_bytes -= old->size;
+    poison_check(old);
+    cache_freed(d, old);
+}
+
+// A freed, poisoned small block (poison mode) waits behind the others.
+static void quarantine_put(dev_alloc *d, block *b) {
+    quarantine *qt = &d->quarantine;
+    if (qt->n == QUARANTINE_N) quarantine_pop(d);
+    qt->items[(qt->head + qt->n) % QUARANTINE_N] = b;
+    qt->n++;
+    d->cached_bytes += b->size;
+    MEM_POISON(b->ptr, b->size);
+}
+
+// Empties the quarantine and the quick bins into the free lists.
+static void quick_flush(dev_alloc *d) {
+    while (d->quarantine.n != 0) quarantine_pop(d);
+    for (size_t s = 0; s < 1 + TRN_STREAM_POOL_SIZE; s++) quick_flush_bin(d, &d->quick[s]);
+}
+
 // Returns the device's whole cached segments to the host, except those whose
 // stream may still be running work queued before they were freed. Caller
 // holds g_mu and has usually waited for the device first. Returns the bytes
@@ -426,6 +594,7 @@ static void block_cache(dev_alloc *d, block *b) {
 static uint64_t release_cached(int device) {
     dev_alloc *d = &g_dev[device];
     uint64_t released = 0;
+    quick_flush(d);
     for (size_t pool = 0; pool < 2; pool++) {
         for (size_t s = 0; s < 1 + TRN_STREAM_POOL_SIZE; s++) {
             free_list *fl = &d->free[pool][s];
@@ -546,7 +715,16 @@ trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream, void **p
     bool flushed = false;
 
     trn__lock(&g_mu);
-    block *b = free_take(d, fl, size, exact);
+    block *b = NULL;
+    quick_bin *q = small && !exact ? &d->quick[trn__stream_index(stream)] : NULL;
+    if (q != NULL && size <= QUICK_MAX_BLOCK) b = quick_take(d, q, size);
+    if (b == NULL) b = free_take(d, fl, size, exact);
+    if (b == NULL && q != NULL && q->n != 0) {
+        // Merged, the bin's blocks may hold the request: before a new
+        // segment. (A miss does not flush: decode alternates sizes.)
+        quick_flush_bin(d, q);
+        b = free_take(d, fl, size, exact);
+    }
     while (b == NULL) {
         bool host_failed = false;
         b = segment_reserve(device, size, small, stream, &host_failed);
@@ -574,6 +752,7 @@ trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream, void **p
         return st;
     }
     block_split(d, b, size);
+    if (poison_on(b)) poison_check(b);
     b->state = BLOCK_ALLOCATED;
     b->requested = nbytes;
     if (b->map_size == 0 && !b->shared) {
@@ -584,6 +763,7 @@ trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream, void **p
     stat_add(&d->stats.requested_bytes, &d->stats.requested_bytes_peak, nbytes);
     stat_add(&d->stats.active_blocks, &d->stats.active_blocks_peak, 1);
     d->stats.num_allocs++;
+    g_recent[recent_slot(b->ptr)] = b;
     publish(device);
     trn__unlock(&g_mu);
     *ptr = b->ptr;
@@ -620,7 +800,9 @@ trn_status trn_mem_free(void *ptr) {
     if (st != TRN_SUCCESS) return st;
 
     trn__lock(&g_mu);
-    block *b = reg_find_containing(ptr);
+    block **slot = &g_recent[recent_slot(ptr)];
+    block *b = *slot != NULL && (*slot)->ptr == (char *)ptr ? *slot : reg_find_containing(ptr);
+    if (*slot == b) *slot = NULL;
     if (b == NULL || b->ptr != (char *)ptr || b->state != BLOCK_ALLOCATED) {
         st = bad_pointer("trn_mem_free", ptr);
         trn__unlock(&g_mu);
@@ -670,7 +852,18 @@ trn_status trn_mem_free(void *ptr) {
         free(uses);
         trn__lock(&g_mu);
     }
-    block_cache(d, b);
+    if (poison_on(b)) {
+        // Once the work queued on its stream before the free (which may
+        // still read it) has run.
+        trn__unlock(&g_mu);
+        trn__stream_wait_launched(b->stream);
+        poison_fill(b);
+        trn__lock(&g_mu);
+    }
+    if (poison_on(b) && b->small)
+        quarantine_put(d, b);
+    else
+        cache_freed(d, b);
     publish(d - g_dev);
     trn__unlock(&g_mu);
     if (trn_log_enabled(TRN_LOG_DEBUG)) trn_log(TRN_LOG_DEBUG, "alloc", "free %p", ptr);
@@ -751,6 +944,8 @@ size_t trn_mem_get_limit(int device) {
 
 size_t trn_mem_snapshot(int device, trn_mem_block_info *out, size_t max) {
     trn__lock(&g_mu);
+    // The snapshot shows blocks as freeing merged them (see quick_bin).
+    if (device >= 0 && device < TRN_MAX_DEVICES) quick_flush(&g_dev[device]);
     size_t n = 0;
     // A segment's blocks are consecutive in the registry (address order).
     const block *seg = NULL;

@@ -265,6 +265,10 @@ void trn__stream_wait_idle(trn_stream *stream) {
     wait_completed(stream, trn__stream_launched(stream));
 }
 
+void trn__stream_wait_launched(trn_stream *stream) {
+    wait_completed(stream, trn__stream_launched(stream));
+}
+
 void trn__device_wait_idle(int device) {
     for (int i = 0; i < STREAMS_PER_DEVICE; i++) {
         trn_stream *s = atomic_load(&g_streams[device][i]);
