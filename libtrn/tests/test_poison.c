@@ -11,12 +11,11 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "internal.h"
 #include "test.h"
+#include "test_reexec.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define TRN_TEST_ASAN 1
@@ -184,21 +183,10 @@ static int child_write_after_free(void) {
     return 3;
 }
 
-// Re-executes this binary in `mode` with poisoning on, `async` streams or not.
-static int run_child(const char *self, const char *mode, bool async) {
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        setenv("TORCH_NEURONX_DEBUG_POISON_FREED", "1", 1);
-        setenv("TORCH_NEURONX_ENABLE_ASYNC_NRT", async ? "1" : "0", 1);
-        struct rlimit no_core = {0, 0};
-        setrlimit(RLIMIT_CORE, &no_core);
-        execl("/proc/self/exe", self, mode, (char *)NULL);
-        _exit(127);
-    }
-    int status = 0;
-    if (waitpid(pid, &status, 0) != pid) return -1;
-    return status;
+// The child's settings: poisoning on, worker-thread streams (`*async`) or not.
+static void poison_env(const void *async) {
+    setenv("TORCH_NEURONX_DEBUG_POISON_FREED", "1", 1);
+    setenv("TORCH_NEURONX_ENABLE_ASYNC_NRT", *(const bool *)async ? "1" : "0", 1);
 }
 
 int main(int argc, char **argv) {
@@ -211,11 +199,13 @@ int main(int argc, char **argv) {
     CHECK(!trn__config_get()->poison);
 
     for (int async = 0; async < 2; async++) {
-        int st = run_child(argv[0], "fill", async);
+        const bool on = async;
+        int st = test_reexec(argv[0], "fill", poison_env, &on);
         CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     }
     if (!TRN_TEST_ASAN) {
-        int st = run_child(argv[0], "write", false);
+        const bool off = false;
+        int st = test_reexec(argv[0], "write", poison_env, &off);
         CHECK(WIFSIGNALED(st));
         if (WIFSIGNALED(st))
             CHECK_INT(WTERMSIG(st), SIGABRT);

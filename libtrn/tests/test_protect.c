@@ -6,12 +6,11 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "internal.h"
 #include "test.h"
+#include "test_reexec.h"
 
 static trn_status copy_f32(trn_stream *s, void *dst, const void *src, int64_t n) {
     int64_t one = 1;
@@ -94,22 +93,12 @@ static void append_env(const char *name, const char *option) {
     setenv(name, buf, 1);
 }
 
-// Re-executes this binary in `mode`, with protection on.
-static int run_child(const char *self, const char *mode) {
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        setenv("TORCH_NEURONX_DEBUG_PROTECT_MEMORY", "1", 1);
-        append_env("ASAN_OPTIONS", "handle_segv=0");
-        append_env("UBSAN_OPTIONS", "handle_segv=0");
-        struct rlimit no_core = {0, 0};
-        setrlimit(RLIMIT_CORE, &no_core);
-        execl("/proc/self/exe", self, mode, (char *)NULL);
-        _exit(127);
-    }
-    int status = 0;
-    if (waitpid(pid, &status, 0) != pid) return -1;
-    return status;
+// The child's settings: protection on, sanitizers leaving SIGSEGV to it.
+static void protect_env(const void *unused) {
+    (void)unused;
+    setenv("TORCH_NEURONX_DEBUG_PROTECT_MEMORY", "1", 1);
+    append_env("ASAN_OPTIONS", "handle_segv=0");
+    append_env("UBSAN_OPTIONS", "handle_segv=0");
 }
 
 int main(int argc, char **argv) {
@@ -126,9 +115,9 @@ int main(int argc, char **argv) {
     trn__mem_access_end(d, 64);
     CHECK_OK(trn_mem_free(d));
 
-    int st = run_child(argv[0], "copy");
+    int st = test_reexec(argv[0], "copy", protect_env, NULL);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    st = run_child(argv[0], "read");
+    st = test_reexec(argv[0], "read", protect_env, NULL);
     CHECK(WIFSIGNALED(st));
     if (WIFSIGNALED(st))
         CHECK_INT(WTERMSIG(st), SIGSEGV);
