@@ -502,46 +502,52 @@ static void test_sc_expf(void) {
     CHECK(trn_sc_expf(0.0f) == 1.0f);
 }
 
-// float32 sums over rows (the column shape, run in register strips of 64
-// columns and the column loop for the rest): each column must be the bits
-// of the column loop's order (acc every row, into mid every 16 rows, into
-// tot every 16 flushes, tot + (mid + acc)); rows 1..4100 cross each flush,
-// widths cross the strips, rows padded (stride > width) too.
+// The cascade a float32 column sum must follow (reduce.c's column loop and
+// its register strips; PyTorch CPU's order): level 0 takes every row, level
+// k flushes into k+1 every `step` of its flushes, ((l0 + l1) + l2) + l3.
+static float sum_cascade(const float *x, int64_t rows, int64_t rs, int64_t step) {
+    float l[4] = {0, 0, 0, 0};
+    for (int64_t i = 0; i < rows; i++) {
+        l[0] += x[i * rs];
+        for (int64_t k = 0, n = i + 1; k < 3 && n % step == 0; k++, n /= step) {
+            l[k + 1] += l[k];
+            l[k] = 0;
+        }
+    }
+    return ((l[0] + l[1]) + l[2]) + l[3];
+}
+
+// Every column of float32 sums over rows (strips of 64 columns and the
+// column loop for the rest) must be the cascade's bits: rows cross each
+// level's flush (16, 256, 4096 and its multiples), past four levels of 16
+// (2^19 + 1 rows flush every 32), widths cross the strips, rows padded
+// (stride > width) too.
 static void test_sum_columns_order(void) {
-    static const int64_t rows[] = {1, 15, 16, 17, 257, 300, 4100};
-    static const int64_t cols[] = {8, 64, 100, 200, 768};
+    static const struct {
+        int64_t rows, cols, step;
+    } cases[] = {{1, 8, 16},           {15, 64, 16},           {16, 100, 16},   {17, 200, 16},
+                 {257, 768, 16},       {300, 64, 16},          {4096, 100, 16}, {4100, 768, 16},
+                 {65536 + 17, 72, 16}, {(1 << 19) + 1, 72, 32}};
     unsigned seed = 7;
-    for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
-        for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++)
-            for (int pad = 0; pad < 2; pad++) {
-                const int64_t r = rows[ri], c = cols[ci], rs = c + 3 * pad;
-                float *x = malloc(sizeof(float) * (size_t)(r * rs)), *got = malloc(4 * (size_t)c);
-                for (int64_t i = 0; i < r * rs; i++)
-                    x[i] = (float)(frand(&seed) * (i % 5 == 0 ? 1000.0 : 1.0));
-                reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_F32, TRN_DTYPE_F32, x,
-                         sizeof(float) * (size_t)(r * rs), r, c, rs, 1, 1, 0, got, 4 * (size_t)c,
-                         NULL, TRN_SUCCESS);
-                int bad = 0;
-                for (int64_t j = 0; j < c; j++) {
-                    float acc = 0, mid = 0, tot = 0;
-                    for (int64_t i = 0; i < r; i++) {
-                        acc += x[i * rs + j];
-                        if ((i + 1) % 16 == 0) {
-                            mid += acc;
-                            acc = 0;
-                            if ((i + 1) % 256 == 0) {
-                                tot += mid;
-                                mid = 0;
-                            }
-                        }
-                    }
-                    const float want = tot + (mid + acc);
-                    bad += memcmp(&want, &got[j], 4) != 0;
-                }
-                CHECK_INT(bad, 0);
-                free(x);
-                free(got);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int pad = 0; pad < 2; pad++) {
+            const int64_t r = cases[ci].rows, c = cases[ci].cols, rs = c + 3 * pad;
+            float *x = malloc(sizeof(float) * (size_t)(r * rs)), *got = malloc(4 * (size_t)c);
+            CHECK(x != NULL && got != NULL);
+            for (int64_t i = 0; i < r * rs; i++)
+                x[i] = (float)(frand(&seed) * (i % 5 == 0 ? 1000.0 : 1.0));
+            reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_F32, TRN_DTYPE_F32, x,
+                     sizeof(float) * (size_t)(r * rs), r, c, rs, 1, 1, 0, got, 4 * (size_t)c, NULL,
+                     TRN_SUCCESS);
+            int bad = 0;
+            for (int64_t j = 0; j < c; j++) {
+                const float want = sum_cascade(x + j, r, rs, cases[ci].step);
+                bad += memcmp(&want, &got[j], 4) != 0;
             }
+            CHECK_INT(bad, 0);
+            free(x);
+            free(got);
+        }
 }
 
 TEST_MAIN_DEFAULT_STREAM(test_sc_expf, test_sum_large, test_ops_layouts, test_nan_and_indices,

@@ -10,10 +10,13 @@
 //    elements keep ~log2(n) ulp error and the loop vectorizes;
 //  - column: the innermost kept dim has stride 1 in the input and output
 //    (a reduction over an outer dim): whole input rows are folded into a
-//    vector of up to COLS partial results, flushed every FLUSH rows into a
-//    second vector, flushed every FLUSH flushes into the total (three
-//    short float sums: within CPU's cascade-sum error, where one flush per
-//    256 rows was 3x it);
+//    vector of up to COLS partial results, a cascade of four levels: level
+//    0 takes every row, level k flushes into level k+1 every `step` of its
+//    own flushes, the result is ((l0 + l1) + l2) + l3. PyTorch CPU's
+//    cascade sum has this shape and step (column_step), so float32 column
+//    sums are its bits; with three levels the top one took every 256th
+//    row's flush, and past 4096 rows the error grew linearly (1.8x CPU's
+//    at 10000 rows, 3.6x at 65536);
 //  - strided: anything else, one output at a time.
 // Index kinds (max/min with indices, argmax/argmin), var/std and logsumexp
 // have their own per-output loops.
@@ -43,7 +46,15 @@ _Static_assert(TRN_DTYPE_COUNT == 20, "add the new dtype to this file");
 #define LANES 32
 #define BLOCK 2048
 #define COLS 4096
-#define FLUSH 16
+
+// Rows per flush of each cascade level: 16, or more once four levels of 16
+// would not cover the rows pairwise-ish (2^(ceil(log2 rows) / 4) past 2^19
+// rows), as PyTorch CPU picks it.
+static int64_t column_step(int64_t rows) {
+    int lg = 0;
+    while (lg < 62 && ((int64_t)1 << lg) < rows) lg++;
+    return (int64_t)1 << (lg / 4 > 4 ? lg / 4 : 4);
+}
 
 typedef struct reduce_args {
     trn_reduce_op op;
@@ -352,33 +363,41 @@ static int par_segments(int64_t off, int64_t n, int depth, par_seg *out, int k) 
         if (a->column) {                                                                           \
             /* column loop over the last outer dim */                                              \
             const int64_t wtot = os[no - 1];                                                       \
-            A acc[COLS], mid[COLS], tot[COLS];                                                     \
+            const int64_t step = column_step(a->count);                                            \
+            A acc[COLS], mid[COLS], tot[COLS], top[COLS];                                          \
             do {                                                                                   \
                 for (int64_t j0 = 0; j0 < wtot; j0 += COLS) {                                      \
                     const int64_t w = wtot - j0 < COLS ? wtot - j0 : COLS;                         \
-                    for (int64_t j = 0; j < w; j++) tot[j] = (IDENT);                              \
+                    for (int64_t j = 0; j < w; j++) tot[j] = top[j] = (IDENT);                     \
                     for (int64_t j = 0; j < w; j++) acc[j] = mid[j] = (IDENT);                     \
                     memset(iidx, 0, sizeof(int64_t) * (size_t)ni);                                 \
-                    int64_t roff = 0, rows = 0, flushes = 0;                                       \
+                    int64_t roff = 0, rows = 0, flushes = 0, flushes2 = 0;                         \
                     do {                                                                           \
                         fn##_row(acc, in + ioff + j0 + roff, w, p);                                \
-                        if (++rows == FLUSH) {                                                     \
+                        if (++rows == step) {                                                      \
                             rows = 0;                                                              \
                             for (int64_t j = 0; j < w; j++) {                                      \
                                 mid[j] = COMB(mid[j], acc[j]);                                     \
                                 acc[j] = (IDENT);                                                  \
                             }                                                                      \
-                            if (++flushes == FLUSH) {                                              \
+                            if (++flushes == step) {                                               \
                                 flushes = 0;                                                       \
                                 for (int64_t j = 0; j < w; j++) {                                  \
                                     tot[j] = COMB(tot[j], mid[j]);                                 \
                                     mid[j] = (IDENT);                                              \
                                 }                                                                  \
+                                if (++flushes2 == step) {                                          \
+                                    flushes2 = 0;                                                  \
+                                    for (int64_t j = 0; j < w; j++) {                              \
+                                        top[j] = COMB(top[j], tot[j]);                             \
+                                        tot[j] = (IDENT);                                          \
+                                    }                                                              \
+                                }                                                                  \
                             }                                                                      \
                         }                                                                          \
                     } while (trn_kit_odo_next(ni, is, iidx, ist, &roff, NULL, NULL, NULL, NULL));  \
                     for (int64_t j = 0; j < w; j++) {                                              \
-                        const A v = COMB(tot[j], COMB(mid[j], acc[j]));                            \
+                        const A v = COMB(top[j], COMB(tot[j], COMB(mid[j], acc[j])));              \
                         STORE(a->out + (ooff + j0 + j) * oes, FIN(A, v, cnt, p));                  \
                     }                                                                              \
                 }                                                                                  \
@@ -474,9 +493,8 @@ FLOAT_DTYPES(DEFINE_FLOAT_KINDS)
 // row costs a load, an add and a store per vector and the accumulators'
 // store-to-load chain runs from row to row. Here strips of COL_STRIP
 // columns keep theirs in registers across the rows. Per column the
-// additions are the column loop's, in its order (acc every row, acc into
-// mid every FLUSH rows, mid into tot every FLUSH flushes, tot + (mid + acc)
-// at the end), so the results are the same bits.
+// additions are the column loop's, in its cascade order (column_step), so
+// the results are the same bits.
 typedef float v8f __attribute__((vector_size(32)));
 #define COL_STRIP 64
 
@@ -489,11 +507,12 @@ static inline v8f ld8(const float *p) {
 // Sums the COL_STRIP columns at x over `rows` rows rs elements apart into s.
 static void sum_f32_strip(const float *restrict x, int64_t rows, int64_t rs, float *restrict s) {
     v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
-    v8f mid[8], tot[8];
-    for (int k = 0; k < 8; k++) mid[k] = tot[k] = (v8f){0};
-    int flushes = 0;
+    v8f mid[8], tot[8], top[8];
+    for (int k = 0; k < 8; k++) mid[k] = tot[k] = top[k] = (v8f){0};
+    const int64_t step = column_step(rows);
+    int64_t flushes = 0, flushes2 = 0;
     for (int64_t r = 0; r < rows;) {
-        const int64_t n = rows - r < FLUSH ? rows - r : FLUSH;
+        const int64_t n = rows - r < step ? rows - r : step;
         for (int64_t i = 0; i < n; i++, x += rs) {
             a0 += ld8(x);
             a1 += ld8(x + 8);
@@ -505,7 +524,7 @@ static void sum_f32_strip(const float *restrict x, int64_t rows, int64_t rs, flo
             a7 += ld8(x + 56);
         }
         r += n;
-        if (n < FLUSH) break;
+        if (n < step) break;
         mid[0] += a0;
         mid[1] += a1;
         mid[2] += a2;
@@ -515,17 +534,24 @@ static void sum_f32_strip(const float *restrict x, int64_t rows, int64_t rs, flo
         mid[6] += a6;
         mid[7] += a7;
         a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = (v8f){0};
-        if (++flushes == FLUSH) {
+        if (++flushes == step) {
             flushes = 0;
             for (int k = 0; k < 8; k++) {
                 tot[k] += mid[k];
                 mid[k] = (v8f){0};
             }
+            if (++flushes2 == step) {
+                flushes2 = 0;
+                for (int k = 0; k < 8; k++) {
+                    top[k] += tot[k];
+                    tot[k] = (v8f){0};
+                }
+            }
         }
     }
     const v8f acc[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
     for (int k = 0; k < 8; k++) {
-        const v8f v = tot[k] + (mid[k] + acc[k]);
+        const v8f v = top[k] + (tot[k] + (mid[k] + acc[k]));
         memcpy(s + 8 * k, &v, sizeof v);
     }
 }
