@@ -196,17 +196,6 @@ typedef struct fwd_scratch {
     float *qt, *q, *k, *v, *st, *o, *pv, *m, *l, *msub, *alpha, *sum;
 } fwd_scratch;
 
-// Adds the n x width rows of a key tile's product t (ld width) into c (ld
-// ldc). O and dQ sum over every key: one fused multiply-add chain through
-// all S keys left them up to 3.0x (O) / 2.2x (dQ) CPU's rms error vs
-// float64 at S = 4096 (1.7x / 1.5x at 1024; CPU's chains end at its
-// 512-key blocks). Each key tile's terms now go in a chain from zero, and
-// the tiles' sums are added here.
-static void add_tile(float *c, int64_t ldc, const float *t, int64_t n, int64_t width) {
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t e = 0; e < width; e++) c[i * ldc + e] += t[i * width + e];
-}
-
 static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t unit) {
     const int64_t E = d->head_dim, Ev = d->v_dim, L = d->q_len, S = d->kv_len;
     const int64_t nqb = (L + BQ - 1) / BQ;
@@ -244,7 +233,7 @@ static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t 
                 }
         // The first tile's chain starts on O's zeros: the same sums as from zero.
         trn_tile_mm_band(ni, Ev, nj, st, 1, BQ, vp, ldv, j0 == 0 ? w->o : w->pv, Ev, 0, oband);
-        if (j0 > 0) add_tile(w->o, Ev, w->pv, ni, Ev);
+        if (j0 > 0) trn__attn_add_tile(w->o, Ev, w->pv, ni, Ev);
     }
     for (int64_t i = 0; i < ni; i++) {
         const float l = w->l[i];
@@ -457,11 +446,11 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                 kv_product(d, i0 - j0, nj, Ev, ni, pt, dop, lddo, dvp + j0 * lddv, lddv, more,
                            w->t);
                 kv_product(d, i0 - j0, nj, E, ni, dst, qp, ldq, dkp + j0 * lddk, lddk, more, w->t);
-                // dQ per key tile as O in the forward (add_tile); kv_product
+                // dQ per key tile as O in the forward (trn__attn_add_tile); kv_product
                 // is done with its chains, so t[0] holds the tile's sum.
                 trn_tile_mm_band(ni, E, nj, dst, 1, BQ, kp, ldk, j0 == 0 ? dqp : w->t[0],
                                  j0 == 0 ? lddq : E, 0, qband);
-                if (j0 > 0) add_tile(dqp, lddq, w->t[0], ni, E);
+                if (j0 > 0) trn__attn_add_tile(dqp, lddq, w->t[0], ni, E);
                 // A causal block's first tile may stop short of the tile's
                 // keys; later blocks (larger jend) add to those rows too.
                 const int64_t tile_rows = min64(BK, S - j0);

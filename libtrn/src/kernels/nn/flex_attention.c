@@ -108,7 +108,7 @@ static void block_list(const trn_flex_attention_desc *d, int list, int64_t b, in
 
 // ---- forward --------------------------------------------------------------------
 typedef struct fwd_scratch {
-    float *qt, *k, *v, *st, *o, *m, *l, *msub, *alpha, *sum, *row;
+    float *qt, *k, *v, *st, *o, *pv, *m, *l, *msub, *alpha, *sum, *row;
     int64_t tq, tk;
 } fwd_scratch;
 
@@ -132,7 +132,8 @@ static inline __attribute__((always_inline)) void fwd_tile_with(const trn_flex_a
     if (masked && tile_all_masked(st, TQ, ni, nj)) return;
     trn__online_softmax_step((trn__online_softmax){w->m, w->l, w->o, w->msub, w->alpha, w->sum}, st,
                              TQ, ni, nj, Ev);
-    trn__flex_mm(ni, Ev, nj, st, 1, TQ, v, vld, w->o, Ev, 1);
+    trn__flex_mm(ni, Ev, nj, st, 1, TQ, v, vld, w->pv, Ev, 0);
+    trn__attn_add_tile(w->o, Ev, w->pv, ni, Ev);
 }
 
 static void fwd_tile(const trn_flex_attention_desc *d, const fwd_scratch *w, int64_t b, int64_t h,
@@ -240,7 +241,8 @@ static void fwd_piece(void *ctx, int64_t p0, int64_t p1) {
     const int64_t E = d->head_dim, Ev = d->v_dim;
     const int64_t TQ = tile_of(d->q_block), TK = tile_of(d->kv_block);
     const int64_t wide = E > Ev ? E : Ev;
-    const size_t floats = (size_t)(E * TQ + TK * E + TK * Ev + TK * TQ + TQ * Ev + 5 * TQ + wide);
+    const size_t floats =
+        (size_t)(E * TQ + TK * E + TK * Ev + TK * TQ + 2 * TQ * Ev + 5 * TQ + wide);
     float *buf = calloc(floats, sizeof(float));
     if (buf == NULL) return;  // checked by the task (see flex_task)
     fwd_scratch w;
@@ -251,7 +253,8 @@ static void fwd_piece(void *ctx, int64_t p0, int64_t p1) {
     w.v = w.k + TK * E;
     w.st = w.v + TK * Ev;
     w.o = w.st + TK * TQ;
-    w.m = w.o + TQ * Ev;
+    w.pv = w.o + TQ * Ev;
+    w.m = w.pv + TQ * Ev;
     w.l = w.m + TQ;
     w.msub = w.l + TQ;
     w.alpha = w.msub + TQ;
@@ -267,6 +270,7 @@ static void fwd_piece(void *ctx, int64_t p0, int64_t p1) {
 //   dV += P^T . dO,  dK += scale dS^T . Q,  dQ += scale dS . K.
 typedef struct bwd_scratch {
     float *qt, *q, *dout, *dot, *dd, *lsub, *glse, *dq, *k, *v, *sraw, *pt, *dst, *dk, *dv, *row;
+    float *tile;  // one tile's product, added into dk, dv or dq (trn__attn_add_tile)
     int64_t tq, tk;
 } bwd_scratch;
 
@@ -295,12 +299,15 @@ static void bwd_tile(const trn_flex_attention_backward_desc *bd, const bwd_scrat
     }
     if (d->grad_fn) d->grad_fn(&d->buffers, b, h, i0, ni, j0, nj, w->sraw, dst, TQ);
     // dV += P^T . dO (rows: keys, terms: queries).
-    trn__flex_mm(nj, Ev, ni, pt, TQ, 1, w->dout, Ev, w->dv + j0 * Ev, Ev, 1);
+    trn__flex_mm(nj, Ev, ni, pt, TQ, 1, w->dout, Ev, w->tile, Ev, 0);
+    trn__attn_add_tile(w->dv + j0 * Ev, Ev, w->tile, nj, Ev);
     for (int64_t j = 0; j < nj; j++)
         for (int64_t i = 0; i < ni; i++) dst[j * TQ + i] *= scale;
     // dK += dS^T . Q;  dQ += dS . K.
-    trn__flex_mm(nj, E, ni, dst, TQ, 1, w->q, E, w->dk + j0 * E, E, 1);
-    trn__flex_mm(ni, E, nj, dst, 1, TQ, k, kld, w->dq, E, 1);
+    trn__flex_mm(nj, E, ni, dst, TQ, 1, w->q, E, w->tile, E, 0);
+    trn__attn_add_tile(w->dk + j0 * E, E, w->tile, nj, E);
+    trn__flex_mm(ni, E, nj, dst, 1, TQ, k, kld, w->tile, E, 0);
+    trn__attn_add_tile(w->dq, E, w->tile, ni, E);
 }
 
 // dk, dv of kv head hk of batch b (S rows of E and Ev floats) into the outputs.
@@ -435,8 +442,9 @@ static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
     const int64_t E = d->head_dim, Ev = d->v_dim, S = d->kv_len;
     const int64_t TQ = tile_of(d->q_block), TK = tile_of(d->kv_block);
     const int64_t wide = E > Ev ? E : Ev;
+    const int64_t tile = (TK > TQ ? TK : TQ) * wide;
     const size_t floats = (size_t)(E * TQ + TQ * E + TQ * Ev + Ev * TQ + 3 * TQ + TQ * E + TK * E +
-                                   TK * Ev + 3 * TK * TQ + S * E + S * Ev + wide);
+                                   TK * Ev + 3 * TK * TQ + S * E + S * Ev + wide + tile);
     float *buf = calloc(floats, sizeof(float));
     if (buf == NULL) return;  // checked by the task (see flex_task)
     bwd_scratch w;
@@ -458,6 +466,7 @@ static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
     w.dk = w.dst + TK * TQ;
     w.dv = w.dk + S * E;
     w.row = w.dv + S * Ev;
+    w.tile = w.row + wide;
     for (int64_t u = u0; u < u1; u++)
         bwd_unit(bd, &w, u / pl->parts, u % pl->parts, pl->parts, pl->partial);
     free(buf);

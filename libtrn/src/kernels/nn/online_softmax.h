@@ -1,7 +1,8 @@
 // nn/online_softmax.h - owns the flash-attention online-softmax step shared
 // by the SDPA kernel (attention.c) and the flex attention kernel
 // (flex_attention.c): one key block's scores folded into the running row
-// maxima, exp-sums and output rows. Private to src/kernels.
+// maxima, exp-sums and output rows; and the tile sums' addition both use
+// for their long sums. Private to src/kernels.
 #ifndef TRN_KERNELS_NN_ONLINE_SOFTMAX_H
 #define TRN_KERNELS_NN_ONLINE_SOFTMAX_H
 
@@ -49,6 +50,18 @@ static inline void trn__online_softmax_step(trn__online_softmax w, float *st, in
             for (int64_t e = 0; e < ev; e++) o[e] *= w.alpha[i];
         }
     }
+}
+
+// Adds the n x width rows of one key (or query) tile's product t (ld width)
+// into c (ld ldc). O and dQ sum over every key, dK and dV over every query:
+// one fused multiply-add chain through all of them left SDPA's O and dQ up
+// to 3.0x / 2.2x CPU's rms error vs float64 at 4096 keys (1.7x / 1.5x at
+// 1024; CPU's chains end at its 512-key blocks). Each tile's terms go in a
+// chain from zero instead, and the tiles' sums are added here.
+static inline void trn__attn_add_tile(float *c, int64_t ldc, const float *t, int64_t n,
+                                      int64_t width) {
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t e = 0; e < width; e++) c[i * ldc + e] += t[i * width + e];
 }
 
 #endif
