@@ -223,6 +223,27 @@ def test_linear_few_rows_past_tile_size_same_bits_at_any_thread_count():
     assert len(outputs_at_thread_counts(code)) == 1
 
 
+def test_kblocked_split_same_bits_at_any_thread_count():
+    # A float32 product with k past one k block is cut over the pool into row
+    # pieces of C even where C is wider than tall (512 x 1024 nn with a bias,
+    # GPT-2's MLP; 256 x 768 tn, a weight gradient), into column pieces where
+    # row pieces would be thin (96 x 3000); each element's k blocks do not
+    # depend on the pieces, so the bits are those of one thread.
+    code = (
+        "import hashlib, torch, torch_neuronx\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "h = hashlib.sha256()\n"
+        "for m, n, k in ((512, 1024, 256), (256, 768, 512), (96, 3000, 300)):\n"
+        "    x, w = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)\n"
+        "    b, xt = torch.randn(n, generator=g), torch.randn(k, m, generator=g)\n"
+        "    xd, wd, bd, xtd = (t.to('neuron') for t in (x, w, b, xt))\n"
+        "    for y in (torch.addmm(bd, xd, wd), torch.mm(xtd.t(), wd)):\n"
+        "        h.update(y.cpu().numpy().tobytes())\n"
+        "print(h.hexdigest())\n"
+    )
+    assert len(outputs_at_thread_counts(code)) == 1
+
+
 @pytest.mark.parametrize("m,n,k", [(512, 256, 1024), (256, 1024, 300), (300, 257, 768)])
 def test_linear_weight_copy_same_bits_as_contiguous_weight(m, n, k):
     # From 256 rows and k past one k block (128), a float32 product by a

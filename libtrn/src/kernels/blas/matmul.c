@@ -1009,6 +1009,17 @@ static trn_status run_kblocked(const trn_matmul_desc *d, const void *bias) {
 // (20 products of bench_gemm_builds.py, 2 threads, process CPU time, load
 // 6-7): 1.06x in all, up to 1.18x on 512 x 256 x 1024 nt (session 25).
 #define KBLOCK_PER_THREAD 1
+// Pieces of a product split across threads are row blocks of C whenever
+// each gets at least this many rows, even where C is wider than tall. Two
+// column pieces running at once cost far more than their serial sum: at two
+// threads (SCHED_FIFO, so both cores were ours) 512 x 1024 x 256 float32
+// nn with a bias ran 2.09-2.13 ms as column halves against 1.51-1.54 as row
+// halves (one thread 2.67), 512 x 768 x 256 1.47-1.49 vs 0.98-1.00, the
+// weight gradient 256 x 768 x 512 tn 1.44-1.46 vs 1.00-1.05; run one after
+// the other on one thread the column pieces cost what the whole product
+// does (session 29). Thinner row pieces pack all of B for too few rows:
+// 64 x 4096 x 1024 ran 3.1-3.4 ms as columns, 4.2-4.8 as 32-row pieces.
+#define SPLIT_MIN_ROWS 64
 
 typedef struct mm_split {
     trn_matmul_desc d;
@@ -1152,15 +1163,16 @@ static trn_status run_split(const trn_matmul_desc *in, const void *bias) {
         trn__dnnl_serial_end(saved);
         return st;
     }
-    // A real batch splits best (whole matrices per piece); else the longer
-    // of C's dims, in blocks of whole cache lines of C where possible.
+    // A real batch splits best (whole matrices per piece); else rows of C
+    // (SPLIT_MIN_ROWS above), in blocks of whole cache lines of C where
+    // possible; columns when C is wider than tall and row pieces would be thin.
     mm_split *sp = calloc(1, sizeof *sp);
     if (sp == NULL)
         return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "out of host memory for a matmul split");
     sp->d = *d;
     sp->bias = bias;
     const bool batched = d->batch >= want;
-    sp->axis = batched ? 0 : d->m >= d->n ? 1 : 2;
+    sp->axis = batched ? 0 : (d->m >= d->n || d->m >= want * SPLIT_MIN_ROWS) ? 1 : 2;
     sp->extent = sp->axis == 0 ? d->batch : sp->axis == 1 ? d->m : d->n;
     int64_t step = (sp->extent + want - 1) / want;
     if (sp->axis != 0 && step > 16) step = (step + 15) / 16 * 16;
