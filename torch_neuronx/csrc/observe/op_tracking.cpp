@@ -4,6 +4,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <array>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -19,6 +21,26 @@ struct Log {
     std::vector<std::string> names;
     std::vector<uint32_t> executed, fallback;
     std::unordered_set<std::string> warned;
+    // Recently interned names by address (direct-mapped, under mutex): a
+    // decode step records ~200 small ops per token, and the map lookup
+    // (two integer divisions, a node chase, a string compare) was most of
+    // record_executed's time there. A hit is checked against the name, so
+    // an address reused for another string (a caller's temporary) interns
+    // that string afresh.
+    struct Slot {
+        const char *ptr = nullptr;
+        uint32_t id = 0;
+    };
+    std::array<Slot, 64> by_addr{};
+
+    uint32_t intern(const char *op) {
+        const auto a = reinterpret_cast<uintptr_t>(op);
+        Slot &slot = by_addr[(a ^ (a >> 6) ^ (a >> 12)) % by_addr.size()];
+        if (slot.ptr == op && std::strcmp(names[slot.id].c_str(), op) == 0) return slot.id;
+        const uint32_t id = intern(std::string(op));
+        slot = Slot{op, id};
+        return id;
+    }
 
     uint32_t intern(const std::string &op) {
         auto it = ids.find(op);
@@ -44,6 +66,12 @@ Log &log() {
 }  // namespace
 
 void record_executed(const std::string &op) {
+    Log &l = log();
+    std::lock_guard<std::mutex> lock(l.mutex);
+    l.executed.push_back(l.intern(op));
+}
+
+void record_executed(const char *op) {
     Log &l = log();
     std::lock_guard<std::mutex> lock(l.mutex);
     l.executed.push_back(l.intern(op));

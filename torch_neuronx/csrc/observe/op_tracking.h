@@ -14,6 +14,10 @@ namespace neuron::tracking {
 
 // `op` is the qualified name without overload: "aten::mm".
 void record_executed(const std::string &op);
+// The same for a name the caller keeps alive for the call (a literal, as
+// every kernel passes): looked up by its address first, without building a
+// std::string or hashing it.
+void record_executed(const char *op);
 void record_fallback(const std::string &op);
 std::vector<std::string> executed_ops();
 std::vector<std::string> fallback_ops();
