@@ -391,13 +391,17 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
             // row-at-a-time dot product would add it, but over the
             // transposed blocks: rows side by side in vectors instead of
             // one serial chain of adds per row.
-            const float *op =
-                rows_f32(d->dtype, d->out, d->out_strides, b, h, i0, ni, Ev, w->o, &ldo);
-            transpose_mul(op, ldo, ni, Ev, 1.0f, w->ot);
+            // With kept probabilities D_i = sum_j P_ij dP_ij instead (below,
+            // from the tile): the output is then not read at all.
             for (int64_t i = 0; i < ni; i++) w->dd[i] = 0.0f;
-            for (int64_t e = 0; e < Ev; e++) {
-                const float *dc = w->dot + e * BQ, *oc = w->ot + e * BQ;
-                for (int64_t i = 0; i < ni; i++) w->dd[i] += dc[i] * oc[i];
+            if (!kept) {
+                const float *op =
+                    rows_f32(d->dtype, d->out, d->out_strides, b, h, i0, ni, Ev, w->o, &ldo);
+                transpose_mul(op, ldo, ni, Ev, 1.0f, w->ot);
+                for (int64_t e = 0; e < Ev; e++) {
+                    const float *dc = w->dot + e * BQ, *oc = w->ot + e * BQ;
+                    for (int64_t i = 0; i < ni; i++) w->dd[i] += dc[i] * oc[i];
+                }
             }
             for (int64_t i = 0; i < ni; i++) {
                 // A row with no visible key (lse -inf) has P = 0:
@@ -427,6 +431,12 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                             pt[j * BQ + i] = trn_sc_expf(pt[j * BQ + i] - w->lsub[i]);
                 }
                 trn_tile_mm_band(nj, ni, Ev, vp, ldv, 1, w->dot, BQ, dst, BQ, 0, sband);
+                if (kept)  // the block's only key tile; masked entries (P = 0) skipped
+                    for (int64_t j = 0; j < nj; j++)
+                        for (int64_t i = 0; i < ni; i++) {
+                            const float p = pt[j * BQ + i];
+                            w->dd[i] += p == 0.0f ? 0.0f : p * dst[j * BQ + i];
+                        }
                 // dS^T; scaled by `scale` for dK and dQ in the same pass
                 // unless the mask gradient (unscaled dS) is wanted first.
                 const float post = bd->dmask ? 1.0f : scale;
