@@ -255,3 +255,71 @@ def test_multi_tile_gradients_vs_float64(causal):
         assert (n - r).abs().max() <= 1.5 * (c - r).abs().max()
     if causal:
         assert torch.all(neu[1][:, :, L:] == 0) and torch.all(neu[2][:, :, L:] == 0)
+
+
+@pytest.mark.parametrize("causal,Hk,L", [(False, 4, 64), (True, 2, 64), (False, 2, 100)])
+def test_kept_probabilities_gradients_vs_float64(causal, Hk, L):
+    """Keys in one tile (<= 64): the forward keeps the softmax probabilities
+    (returned as cum_seq_q) and the backward reads them instead of
+    recomputing exp(s - lse). Every gradient's error vs float64 is within
+    CPU's (rms, and 1.5x its max), and the output's bits are those of a
+    forward that keeps nothing (no_grad)."""
+    g = torch.Generator().manual_seed(3)
+    B, H, S, E = 4, 4, 48 if L == 100 else 64, 64
+
+    def mk(heads, n):  # HF layout: [B, n, heads, E] seen as [B, heads, n, E]
+        return torch.randn(B, n, heads, E, generator=g, dtype=torch.float64).transpose(1, 2)
+
+    q, k, v = mk(H, L), mk(Hk, S), mk(Hk, S)
+    dout = torch.randn(B, H, L, E, generator=g, dtype=torch.float64)
+    mask = None
+    if not causal:  # BERT's padding mask [B, 1, 1, S]
+        mask = torch.zeros(B, 1, 1, S, dtype=torch.float64)
+        mask[1, :, :, S - 12 :] = torch.finfo(torch.float32).min
+
+    def grads(dev, dtype):
+        leaves = [t.to(dtype).to(dev).requires_grad_() for t in (q, k, v)]
+        m = mask.to(dtype).to(dev) if mask is not None else None
+        kw = dict(attn_mask=m, is_causal=causal, enable_gqa=True)
+        out = F.scaled_dot_product_attention(*leaves, **kw)
+        if dev == "neuron":
+            with torch.no_grad():
+                plain = F.scaled_dot_product_attention(*leaves, **kw)
+            assert torch.equal(out.cpu(), plain.cpu())
+        return [t.cpu().double() for t in torch.autograd.grad(out, leaves, dout.to(dtype).to(dev))]
+
+    ref = grads("cpu", torch.float64)
+    cpu = grads("cpu", torch.float32)
+    neu = grads("neuron", torch.float32)
+    for r, c, n in zip(ref, cpu, neu):
+        assert (n - r).pow(2).mean().sqrt() <= (c - r).pow(2).mean().sqrt()
+        assert (n - r).abs().max() <= 1.5 * (c - r).abs().max()
+
+
+def test_kept_probabilities_only_when_useful():
+    """The forward keeps probabilities only for one key tile, without
+    dropout, and when a backward will run; the backward without them (a
+    direct call with cum_seq_q undefined) gives the same gradients to
+    rounding."""
+    op = torch.ops.aten._scaled_dot_product_fused_attention_overrideable
+    bwd = torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 64, 32, device="neuron", requires_grad=True) for _ in range(3))
+    assert op(q, k, v)[2].numel() == 2 * 4 * 64 * 64
+    with torch.no_grad():
+        assert op(q, k, v)[2] is None
+    kl = torch.randn(2, 4, 65, 32, device="neuron", requires_grad=True)
+    assert op(q, kl, kl)[2] is None
+    assert op(q, k, v, dropout_p=0.5)[2] is None
+    out, lse, kept, _, mq, mk, seed, off, _ = (
+        t.detach() if isinstance(t, torch.Tensor) else t for t in op(q, k, v)
+    )
+    with torch.no_grad():
+        go = torch.randn_like(out)
+        args = (go, q, k, v, None, [True, True, True, False], out, lse)
+        rest = (None, mq, mk, 0.0, False, seed, off)
+        with_kept = bwd(*args, kept, *rest)
+        without = bwd(*args, None, *rest)
+    for a, b in zip(with_kept[:3], without[:3]):
+        torch.testing.assert_close(a.cpu(), b.cpu(), atol=2e-5, rtol=1e-4)
+        assert not torch.equal(a.cpu(), b.cpu()) or a.abs().max() == 0

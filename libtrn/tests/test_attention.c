@@ -204,6 +204,67 @@ static void test_strided_grads(void) {
     CHECK(same);
 }
 
+// Keys in one tile (60 of the 83): the forward keeps the probabilities and
+// the backward reads them instead of recomputing exp(s - lse). The output's
+// bits are unchanged; the gradients (and the mask gradient) agree with the
+// recomputing backward to rounding; a fully masked row (bool mask row 5)
+// still gives zeros. No probabilities past one key tile or with dropout.
+static void test_kept_probs(int mask_kind, int causal) {
+    enum { SK = 60 };
+    static float o0[B * H * L * EV], g0[B * H * L * E + B * HK * SK * (E + EV)];
+    static float m0[B * H * L * SK], m1[B * H * L * SK];
+    trn_attention_desc d;
+    make_desc(&d, mask_kind, causal);
+    d.kv_len = SK;
+    const int64_t n = trn_attention_probs_floats(&d);
+    CHECK(n == (int64_t)B * H * 2 * 64 * 64);
+    float *kept = malloc((size_t)n * sizeof(float));
+    CHECK(kept != NULL);
+    if (kept == NULL) return;
+    trn_attention_backward_desc bd = {.fwd = d,
+                                      .dout = dout,
+                                      .dout_strides = {H * L * EV, L * EV, EV},
+                                      .dq = dq,
+                                      .dk = dk,
+                                      .dv = dv,
+                                      .dmask = m0};
+    CHECK_OK(trn_attention_launch(g_stream, &d));
+    CHECK_OK(trn_attention_backward_launch(g_stream, &bd));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    memcpy(o0, out, sizeof o0);
+    memcpy(g0, dq, sizeof(float) * B * H * L * E);
+    memcpy(g0 + B * H * L * E, dk, sizeof(float) * B * HK * SK * E);
+    memcpy(g0 + B * H * L * E + B * HK * SK * E, dv, sizeof(float) * B * HK * SK * EV);
+    d.probs = kept;
+    bd.fwd = d;
+    bd.dmask = m1;
+    CHECK_OK(trn_attention_launch(g_stream, &d));
+    CHECK_OK(trn_attention_backward_launch(g_stream, &bd));
+    CHECK_OK(trn_stream_synchronize(g_stream));
+    CHECK(memcmp(o0, out, sizeof o0) == 0);
+    double worst = 0, big = 0;
+    for (int t = 0; t < B * H * L * E; t++) worst = fmax(worst, fabs(g0[t] - dq[t]));
+    for (int t = 0; t < B * HK * SK * E; t++)
+        worst = fmax(worst, fabs(g0[B * H * L * E + t] - dk[t]));
+    for (int t = 0; t < B * HK * SK * EV; t++)
+        worst = fmax(worst, fabs(g0[B * H * L * E + B * HK * SK * E + t] - dv[t]));
+    for (int t = 0; t < B * H * L * SK; t++) worst = fmax(worst, fabs(m0[t] - m1[t]));
+    for (int t = 0; t < B * H * L * E; t++) big = fmax(big, fabs(dq[t]));
+    CHECK(worst < 1e-5);
+    CHECK(big > 1e-2);  // the comparison is not between zeros
+    if (mask_kind == 2)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int e = 0; e < E; e++) CHECK(dq[((b * H + h) * L + 5) * E + e] == 0.0f);
+    free(kept);
+    d.probs = NULL;
+    d.dropout_p = 0.1;
+    CHECK(trn_attention_probs_floats(&d) == 0);
+    d.dropout_p = 0.0;
+    d.kv_len = 65;
+    CHECK(trn_attention_probs_floats(&d) == 0);
+}
+
 static void test_errors(void) {
     trn_attention_desc d;
     make_desc(&d, 0, 0);
@@ -236,6 +297,9 @@ int main(void) {
     check_case(0, 1);
     test_dropout();
     test_strided_grads();
+    test_kept_probs(1, 0);
+    test_kept_probs(2, 0);
+    test_kept_probs(0, 1);
     test_errors();
     return TEST_REPORT();
 }

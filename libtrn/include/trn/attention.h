@@ -60,6 +60,12 @@ typedef struct trn_attention_desc {
     int causal;
     double dropout_p;
     uint64_t seed;
+    // Optional (NULL: none), float32, trn_attention_probs_floats() of them:
+    // the forward writes the softmax probabilities there and the backward
+    // reads them instead of recomputing the scores and their exponentials.
+    // Only where the keys fit one tile and without dropout (else the count
+    // is 0 and the pointer is ignored); the layout is the kernel's own.
+    float *probs;
 } trn_attention_desc;
 
 typedef struct trn_attention_backward_desc {
@@ -78,6 +84,9 @@ typedef struct trn_attention_backward_desc {
 // Whether dtype (and mask dtype, when has_mask) are supported; sets no error.
 int trn_attention_supports(trn_dtype dtype, int has_mask, trn_dtype mask_dtype);
 trn_status trn_attention_launch(trn_stream *stream, const trn_attention_desc *desc);
+// Floats of desc->probs for these sizes; 0 where probabilities are not kept
+// (more than 64 keys, or dropout).
+int64_t trn_attention_probs_floats(const trn_attention_desc *desc);
 trn_status trn_attention_backward_launch(trn_stream *stream,
                                          const trn_attention_backward_desc *desc);
 

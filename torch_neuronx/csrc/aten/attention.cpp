@@ -156,18 +156,30 @@ FwdResult sdpa_forward(const Tensor &query, const Tensor &key, const Tensor &val
     Tensor lse = at::empty({B, H, L}, q.options().dtype(at::kFloat));
     const uint64_t seed = dropout_p > 0 ? draw_key(std::nullopt, q.device().index()) : 0;
     trn_attention_desc d = make_desc(q, k, v, mask, out, lse, dropout_p, is_causal, scale, seed);
+    // Keys in one tile and a backward to come: the kernel keeps the softmax
+    // probabilities, returned as cum_seq_q (unused for dense inputs) so that
+    // autograd hands them to the backward, which then skips the score
+    // product and its exponentials.
+    Tensor probs;
+    const int64_t pn = trn_attention_probs_floats(&d);
+    const bool grad = at::GradMode::is_enabled() &&
+                      (query.requires_grad() || key.requires_grad() || value.requires_grad());
+    if (pn > 0 && grad) {
+        probs = at::empty({pn}, q.options().dtype(at::kFloat));
+        d.probs = probs.data_ptr<float>();
+    }
     TRN_CHECK(trn_attention_launch(current_trn_stream(q.device().index()), &d));
     tracking::record_executed("aten::_scaled_dot_product_fused_attention_overrideable");
     Tensor seed_t = at::scalar_tensor(static_cast<int64_t>(seed), at::dtype(at::kLong));
     Tensor offset_t = at::scalar_tensor(static_cast<int64_t>(0), at::dtype(at::kLong));
-    return {out,    lse,      Tensor(), Tensor(), c10::SymInt(L), c10::SymInt(k.size(2)),
+    return {out,    lse,      probs,   Tensor(), c10::SymInt(L), c10::SymInt(k.size(2)),
             seed_t, offset_t, Tensor()};
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor>
 sdpa_backward(const Tensor &grad_out, const Tensor &query, const Tensor &key, const Tensor &value,
               const Tensor &attn_bias, std::array<bool, 4> grad_input_mask, const Tensor &out,
-              const Tensor &logsumexp, const Tensor & /*cum_seq_q*/, const Tensor & /*cum_seq_k*/,
+              const Tensor &logsumexp, const Tensor &cum_seq_q, const Tensor & /*cum_seq_k*/,
               c10::SymInt /*max_q*/, c10::SymInt /*max_k*/, double dropout_p, bool is_causal,
               const Tensor &philox_seed, const Tensor & /*philox_offset*/,
               std::optional<double> scale) {
@@ -186,6 +198,12 @@ sdpa_backward(const Tensor &grad_out, const Tensor &query, const Tensor &key, co
     }
     trn_attention_backward_desc bd{};
     bd.fwd = make_desc(q, k, v, attn_bias, o, lse, dropout_p, is_causal, scale, seed);
+    // The forward's kept probabilities (see sdpa_forward), when they match.
+    const int64_t pn = trn_attention_probs_floats(&bd.fwd);
+    if (pn > 0 && cum_seq_q.defined() && cum_seq_q.device() == q.device() &&
+        cum_seq_q.scalar_type() == at::kFloat && cum_seq_q.dim() == 1 && cum_seq_q.numel() == pn &&
+        cum_seq_q.is_contiguous())
+        bd.fwd.probs = const_cast<float *>(cum_seq_q.data_ptr<float>());
     TORCH_CHECK(go.sizes() == o.sizes(),
                 "scaled_dot_product_attention backward on neuron: grad_out ", go.sizes(),
                 " does not match out ", o.sizes());

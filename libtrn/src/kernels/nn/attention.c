@@ -234,6 +234,15 @@ static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t 
         // The first tile's chain starts on O's zeros: the same sums as from zero.
         trn_tile_mm_band(ni, Ev, nj, st, 1, BQ, vp, ldv, j0 == 0 ? w->o : w->pv, Ev, 0, oband);
         if (j0 > 0) trn__attn_add_tile(w->o, Ev, w->pv, ni, Ev);
+        if (d->probs) {
+            // One key tile (probs_kept): st is exp(s - m) over the final
+            // maxima and l its final sums, so P^T = st / l, kept for the
+            // backward in its tile layout.
+            float *pk = d->probs + unit * (int64_t)(BK * BQ);
+            for (int64_t i = 0; i < ni; i++) w->alpha[i] = w->l[i] > 0.0f ? 1.0f / w->l[i] : 0.0f;
+            for (int64_t j = 0; j < nj; j++)
+                for (int64_t i = 0; i < ni; i++) pk[j * BQ + i] = st[j * BQ + i] * w->alpha[i];
+        }
     }
     for (int64_t i = 0; i < ni; i++) {
         const float l = w->l[i];
@@ -371,7 +380,13 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
         for (int64_t i0 = 0; i0 < L; i0 += BQ) {
             const int64_t ni = min64(BQ, L - i0);
             const float *qp = rows_f32(d->dtype, d->q, d->q_strides, b, h, i0, ni, E, w->q, &ldq);
-            transpose_mul(qp, ldq, ni, E, scale, w->qt);
+            // Kept probabilities: the block's P^T tile as the forward wrote
+            // it; the scores (and so the transposed query block) not needed.
+            const float *kept =
+                d->probs ? d->probs + ((b * d->heads + h) * ((L + BQ - 1) / BQ) + i0 / BQ) *
+                                          (int64_t)(BK * BQ)
+                         : NULL;
+            if (!kept) transpose_mul(qp, ldq, ni, E, scale, w->qt);
             const float *dop =
                 rows_f32(d->dtype, bd->dout, bd->dout_strides, b, h, i0, ni, Ev, w->dout, &lddo);
             transpose_mul(dop, lddo, ni, Ev, 1.0f, w->dot);
@@ -379,13 +394,17 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
             // row-at-a-time dot product would add it, but over the
             // transposed blocks: rows side by side in vectors instead of
             // one serial chain of adds per row.
-            const float *op =
-                rows_f32(d->dtype, d->out, d->out_strides, b, h, i0, ni, Ev, w->o, &ldo);
-            transpose_mul(op, ldo, ni, Ev, 1.0f, w->ot);
+            // With kept probabilities D_i = sum_j P_ij dP_ij instead (below,
+            // from the tile): the output is then not read at all.
             for (int64_t i = 0; i < ni; i++) w->dd[i] = 0.0f;
-            for (int64_t e = 0; e < Ev; e++) {
-                const float *dc = w->dot + e * BQ, *oc = w->ot + e * BQ;
-                for (int64_t i = 0; i < ni; i++) w->dd[i] += dc[i] * oc[i];
+            if (!kept) {
+                const float *op =
+                    rows_f32(d->dtype, d->out, d->out_strides, b, h, i0, ni, Ev, w->o, &ldo);
+                transpose_mul(op, ldo, ni, Ev, 1.0f, w->ot);
+                for (int64_t e = 0; e < Ev; e++) {
+                    const float *dc = w->dot + e * BQ, *oc = w->ot + e * BQ;
+                    for (int64_t i = 0; i < ni; i++) w->dd[i] += dc[i] * oc[i];
+                }
             }
             for (int64_t i = 0; i < ni; i++) {
                 // A row with no visible key (lse -inf) has P = 0:
@@ -405,12 +424,22 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                 float *pt = w->pt, *dst = w->dst;
                 const trn_tile_band sband = causal_band(d, i0 - j0, 0);
                 const trn_tile_band qband = causal_band(d, i0 - j0, 2);
-                trn_tile_mm_band(nj, ni, E, kp, ldk, 1, w->qt, BQ, pt, BQ, 0, sband);
-                mask_tile_t(d, pt, ni, nj, b, h, i0, j0);
-                for (int64_t j = 0; j < nj; j++)
-                    for (int64_t i = 0; i < ni; i++)
-                        pt[j * BQ + i] = trn_sc_expf(pt[j * BQ + i] - w->lsub[i]);
+                if (kept) {
+                    pt = (float *)kept;  // read only below (no dropout here)
+                } else {
+                    trn_tile_mm_band(nj, ni, E, kp, ldk, 1, w->qt, BQ, pt, BQ, 0, sband);
+                    mask_tile_t(d, pt, ni, nj, b, h, i0, j0);
+                    for (int64_t j = 0; j < nj; j++)
+                        for (int64_t i = 0; i < ni; i++)
+                            pt[j * BQ + i] = trn_sc_expf(pt[j * BQ + i] - w->lsub[i]);
+                }
                 trn_tile_mm_band(nj, ni, Ev, vp, ldv, 1, w->dot, BQ, dst, BQ, 0, sband);
+                if (kept)  // the block's only key tile; masked entries (P = 0) skipped
+                    for (int64_t j = 0; j < nj; j++)
+                        for (int64_t i = 0; i < ni; i++) {
+                            const float p = pt[j * BQ + i];
+                            w->dd[i] += p == 0.0f ? 0.0f : p * dst[j * BQ + i];
+                        }
                 // dS^T; scaled by `scale` for dK and dQ in the same pass
                 // unless the mask gradient (unscaled dS) is wanted first.
                 const float post = bd->dmask ? 1.0f : scale;
@@ -548,6 +577,13 @@ static void add_operands(trn__access_set *rg, const trn_attention_desc *d) {
         trn__access_add(rg, d->mask,
                         trn__span4_bytes(mn, d->mask_strides, trn_dtype_size(d->mask_dtype)));
     trn__access_add(rg, d->lse, (size_t)(d->batch * d->heads * d->q_len) * sizeof(float));
+    if (d->probs)
+        trn__access_add(rg, d->probs, (size_t)trn_attention_probs_floats(d) * sizeof(float));
+}
+
+int64_t trn_attention_probs_floats(const trn_attention_desc *d) {
+    if (d == NULL || d->kv_len > BK || d->dropout_p > 0.0) return 0;
+    return d->batch * d->heads * ((d->q_len + BQ - 1) / BQ) * (int64_t)(BK * BQ);
 }
 
 // Units per pool piece. A decode step's attention (one query row per head,
@@ -638,6 +674,7 @@ trn_status trn_attention_launch(trn_stream *stream, const trn_attention_desc *de
     attn_args a;
     memset(&a, 0, sizeof a);
     a.d.fwd = *desc;
+    if (trn_attention_probs_floats(desc) == 0) a.d.fwd.probs = NULL;
     return trn_stream_launch(stream, attn_task, &a, sizeof a);
 }
 
@@ -661,6 +698,7 @@ trn_status trn_attention_backward_launch(trn_stream *stream,
                               "trn_attention_backward_launch: dout or lse is NULL");
     if (d->batch * d->kv_heads == 0) return TRN_SUCCESS;
     attn_args a = {.d = *desc, .backward = 1};
+    if (trn_attention_probs_floats(d) == 0) a.d.fwd.probs = NULL;
     contiguous_if_unset(a.d.dq_strides, d->heads, d->q_len, d->head_dim);
     contiguous_if_unset(a.d.dk_strides, d->kv_heads, d->kv_len, d->head_dim);
     contiguous_if_unset(a.d.dv_strides, d->kv_heads, d->kv_len, d->v_dim);
