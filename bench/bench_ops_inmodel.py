@@ -10,6 +10,13 @@ The mode's own Python cost is outside the timed windows. One thread each side:
 
     OMP_NUM_THREADS=1 TORCH_NEURONX_NUM_THREADS=1 \\
         .venv/bin/python bench/bench_ops_inmodel.py --model llama [--autocast] [--top 25]
+
+`--threads 2` (with TORCH_NEURONX_NUM_THREADS=2 in the environment: libtrn's pool
+size is read once, at its first use) times each op by wall clock instead: process
+time would add both threads and the workers' spin. Wall times need a quiet machine:
+on a loaded one libtrn's pool worker yields its core while it spins (parallel.c) and
+rarely gets it back in time, so neuron runs its kernels on one thread, while
+PyTorch's OpenMP workers keep spinning and take their share.
 """
 
 import argparse
@@ -61,7 +68,7 @@ def key_of(func, args, kwargs=None):
     name = str(func.overloadpacket.__name__)
     if "scaled_dot_product" in name:
         name = "sdpa_backward" if name.endswith("backward") else "sdpa"
-    if name in SPLIT:
+    if name in SPLIT or "all" in SPLIT:
         name += " " + shapes_of(args, kwargs or {})
     return (name, dtype)
 
@@ -69,9 +76,10 @@ def key_of(func, args, kwargs=None):
 class InModel(TorchDispatchMode):
     """Per op key: summed process CPU time and calls in one step."""
 
-    def __init__(self, sync):
+    def __init__(self, sync, clock=time.process_time):
         super().__init__()
         self.sync = sync
+        self.clock = clock
         self.time = collections.Counter()
         self.calls = collections.Counter()
 
@@ -79,10 +87,10 @@ class InModel(TorchDispatchMode):
         kwargs = kwargs or {}
         key = key_of(func, args, kwargs)
         self.sync()
-        c0 = time.process_time()
+        c0 = self.clock()
         out = func(*args, **kwargs)
         self.sync()
-        self.time[key] += time.process_time() - c0
+        self.time[key] += self.clock() - c0
         self.calls[key] += 1
         return out
 
@@ -93,10 +101,14 @@ def main():
     ap.add_argument("--steps", type=int, default=4, help="measured steps per device")
     ap.add_argument("--autocast", action="store_true", help="bf16 autocast")
     ap.add_argument("--top", type=int, default=25)
-    ap.add_argument("--split", default="", help="comma-separated op names to split by shapes")
+    ap.add_argument(
+        "--split", default="", help="comma-separated op names to split by shapes ('all': every op)"
+    )
+    ap.add_argument("--threads", type=int, default=1, help="CPU threads; > 1 times by wall clock")
     args = ap.parse_args()
     SPLIT.update(filter(None, args.split.split(",")))
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
+    clock = time.perf_counter if args.threads > 1 else time.process_time
     eager_fusion.set_enabled(False)
     steps, sync = paired_steps(args.model, args.autocast)
     for dev in steps:
@@ -106,7 +118,7 @@ def main():
     calls = {}
     for _ in range(args.steps):
         for dev in ("neuron", "cpu"):
-            mode = InModel(sync[dev])
+            mode = InModel(sync[dev], clock)
             with mode:
                 steps[dev]()
             sync[dev]()
@@ -119,7 +131,7 @@ def main():
         n, c = best["neuron"].get(k, 0.0) * 1e3, best["cpu"].get(k, 0.0) * 1e3
         rows.append((n - c, k, n, c))
     rows.sort(reverse=True)
-    tag = f"{args.model} {'bf16 autocast' if args.autocast else 'f32'}"
+    tag = f"{args.model} {'bf16 autocast' if args.autocast else 'f32'}, {args.threads} thread(s)"
     print(f"{tag}: per-step ms in ops (min over {args.steps} steps), neuron - CPU, losers first")
     w = max([34] + [len(k[0]) + 2 for k in keys])
     print(f"{'op':{w}}{'dtype':10}{'calls':>6}{'neuron ms':>11}{'cpu ms':>9}{'cpu/neuron':>12}")
