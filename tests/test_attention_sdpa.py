@@ -218,6 +218,37 @@ def test_heads_inline_or_split_over_the_pool_bitwise(kv_len):
     torch.testing.assert_close(full, ref, atol=2e-5, rtol=1e-4)
 
 
+def _gqa_case(g, B, H, Hk, L, S, E, masked_tail):
+    """q, k, v in HF's layout ([B, n, heads, E] seen as [B, heads, n, E]), an
+    output gradient, and BERT's padding mask [B, 1, 1, S] hiding batch 1's
+    last `masked_tail` keys (None: no mask), all float64."""
+
+    def mk(heads, n):
+        return torch.randn(B, n, heads, E, generator=g, dtype=torch.float64).transpose(1, 2)
+
+    q, k, v = mk(H, L), mk(Hk, S), mk(Hk, S)
+    dout = torch.randn(B, H, L, E, generator=g, dtype=torch.float64)
+    mask = None
+    if masked_tail is not None:
+        mask = torch.zeros(B, 1, 1, S, dtype=torch.float64)
+        mask[1, :, :, S - masked_tail :] = torch.finfo(torch.float32).min
+    return q, k, v, dout, mask
+
+
+def _sdpa_grads(q, k, v, dout, mask, causal, dev, dtype, same_as_no_grad=False):
+    """dq, dk, dv (float64, on the CPU) of SDPA in `dtype` on `dev`; with
+    same_as_no_grad, also checks the output equals a no_grad forward's."""
+    leaves = [t.to(dtype).to(dev).requires_grad_() for t in (q, k, v)]
+    m = mask.to(dtype).to(dev) if mask is not None else None
+    kw = dict(attn_mask=m, is_causal=causal, enable_gqa=True)
+    out = F.scaled_dot_product_attention(*leaves, **kw)
+    if same_as_no_grad:
+        with torch.no_grad():
+            plain = F.scaled_dot_product_attention(*leaves, **kw)
+        assert torch.equal(out.cpu(), plain.cpu())
+    return [t.cpu().double() for t in torch.autograd.grad(out, leaves, dout.to(dtype).to(dev))]
+
+
 @pytest.mark.parametrize("causal", [True, False])
 def test_multi_tile_gradients_vs_float64(causal):
     """Float32 gradients accumulate in their own storage over several query
@@ -226,30 +257,12 @@ def test_multi_tile_gradients_vs_float64(causal):
     error vs float64 within 1.5x CPU's, and keys no causal query reaches get
     exactly zero gradients."""
     g = torch.Generator().manual_seed(5)
-    B, H, Hk, L, S, E = 2, 4, 2, 100, 150, 64
-
-    def mk(heads, n):  # HF layout: [B, n, heads, E] seen as [B, heads, n, E]
-        return torch.randn(B, n, heads, E, generator=g, dtype=torch.float64).transpose(1, 2)
-
-    q, k, v = mk(H, L), mk(Hk, S), mk(Hk, S)
-    dout = torch.randn(B, H, L, E, generator=g, dtype=torch.float64)
-    mask = None
-    if not causal:  # BERT's padding mask [B, 1, 1, S]
-        mask = torch.zeros(B, 1, 1, S, dtype=torch.float64)
-        mask[1, :, :, S - 30 :] = torch.finfo(torch.float32).min
-
-    def grads(dev, dtype):
-        leaves = [t.to(dtype).to(dev).requires_grad_() for t in (q, k, v)]
-        m = mask.to(dtype).to(dev) if mask is not None else None
-        out = F.scaled_dot_product_attention(
-            *leaves, attn_mask=m, is_causal=causal, enable_gqa=True
-        )
-        return [t.cpu().double() for t in torch.autograd.grad(out, leaves, dout.to(dtype).to(dev))]
-
-    ref = grads("cpu", torch.float64)
-    cpu = grads("cpu", torch.float32)
+    L, S = 100, 150
+    case = _gqa_case(g, 2, 4, 2, L, S, 64, None if causal else 30)
+    ref = _sdpa_grads(*case, causal, "cpu", torch.float64)
+    cpu = _sdpa_grads(*case, causal, "cpu", torch.float32)
     torch_neuronx.clear_op_tracking()
-    neu = grads("neuron", torch.float32)
+    neu = _sdpa_grads(*case, causal, "neuron", torch.float32)
     assert BWD in torch_neuronx.get_executed_ops()
     for r, c, n in zip(ref, cpu, neu):
         assert (n - r).abs().max() <= 1.5 * (c - r).abs().max()
@@ -265,32 +278,10 @@ def test_kept_probabilities_gradients_vs_float64(causal, Hk, L):
     CPU's (rms, and 1.5x its max), and the output's bits are those of a
     forward that keeps nothing (no_grad)."""
     g = torch.Generator().manual_seed(3)
-    B, H, S, E = 4, 4, 48 if L == 100 else 64, 64
-
-    def mk(heads, n):  # HF layout: [B, n, heads, E] seen as [B, heads, n, E]
-        return torch.randn(B, n, heads, E, generator=g, dtype=torch.float64).transpose(1, 2)
-
-    q, k, v = mk(H, L), mk(Hk, S), mk(Hk, S)
-    dout = torch.randn(B, H, L, E, generator=g, dtype=torch.float64)
-    mask = None
-    if not causal:  # BERT's padding mask [B, 1, 1, S]
-        mask = torch.zeros(B, 1, 1, S, dtype=torch.float64)
-        mask[1, :, :, S - 12 :] = torch.finfo(torch.float32).min
-
-    def grads(dev, dtype):
-        leaves = [t.to(dtype).to(dev).requires_grad_() for t in (q, k, v)]
-        m = mask.to(dtype).to(dev) if mask is not None else None
-        kw = dict(attn_mask=m, is_causal=causal, enable_gqa=True)
-        out = F.scaled_dot_product_attention(*leaves, **kw)
-        if dev == "neuron":
-            with torch.no_grad():
-                plain = F.scaled_dot_product_attention(*leaves, **kw)
-            assert torch.equal(out.cpu(), plain.cpu())
-        return [t.cpu().double() for t in torch.autograd.grad(out, leaves, dout.to(dtype).to(dev))]
-
-    ref = grads("cpu", torch.float64)
-    cpu = grads("cpu", torch.float32)
-    neu = grads("neuron", torch.float32)
+    case = _gqa_case(g, 4, 4, Hk, L, 48 if L == 100 else 64, 64, None if causal else 12)
+    ref = _sdpa_grads(*case, causal, "cpu", torch.float64)
+    cpu = _sdpa_grads(*case, causal, "cpu", torch.float32)
+    neu = _sdpa_grads(*case, causal, "neuron", torch.float32, same_as_no_grad=True)
     for r, c, n in zip(ref, cpu, neu):
         assert (n - r).pow(2).mean().sqrt() <= (c - r).pow(2).mean().sqrt()
         assert (n - r).abs().max() <= 1.5 * (c - r).abs().max()

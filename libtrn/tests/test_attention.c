@@ -44,6 +44,17 @@ static void make_desc(trn_attention_desc *d, int mask_kind, int causal) {
 }
 
 // Softmax probabilities of row (b, h, i) in double; p[j].
+// The backward of d into the globals dq, dk, dv (and dmask: NULL for none).
+static trn_attention_backward_desc backward_desc(const trn_attention_desc *d, float *dmask_out) {
+    return (trn_attention_backward_desc){.fwd = *d,
+                                         .dout = dout,
+                                         .dout_strides = {H * L * EV, L * EV, EV},
+                                         .dq = dq,
+                                         .dk = dk,
+                                         .dv = dv,
+                                         .dmask = dmask_out};
+}
+
 static void ref_probs(const trn_attention_desc *d, int b, int h, int i, double *p) {
     const int hk = h / (H / HK);
     double mx = -INFINITY;
@@ -69,13 +80,7 @@ static void check_case(int mask_kind, int causal) {
     trn_attention_desc d;
     make_desc(&d, mask_kind, causal);
     CHECK_OK(trn_attention_launch(g_stream, &d));
-    trn_attention_backward_desc bd = {.fwd = d,
-                                      .dout = dout,
-                                      .dout_strides = {H * L * EV, L * EV, EV},
-                                      .dq = dq,
-                                      .dk = dk,
-                                      .dv = dv,
-                                      .dmask = dmask};
+    trn_attention_backward_desc bd = backward_desc(&d, dmask);
     CHECK_OK(trn_attention_backward_launch(g_stream, &bd));
     CHECK_OK(trn_stream_synchronize(g_stream));
     static double rdq[B * H * L * E], rdk[B * HK * S * E], rdv[B * HK * S * EV];
@@ -134,12 +139,7 @@ static void test_dropout(void) {
     CHECK_OK(trn_attention_launch(g_stream, &d));
     CHECK_OK(trn_stream_synchronize(g_stream));
     CHECK(memcmp(out1, out, sizeof out) == 0);
-    trn_attention_backward_desc bd = {.fwd = d,
-                                      .dout = dout,
-                                      .dout_strides = {H * L * EV, L * EV, EV},
-                                      .dq = dq,
-                                      .dk = dk,
-                                      .dv = dv};
+    trn_attention_backward_desc bd = backward_desc(&d, NULL);
     CHECK_OK(trn_attention_backward_launch(g_stream, &bd));
     CHECK_OK(trn_stream_synchronize(g_stream));
     const int idx = 3 * EV + 2;  // an element of v[0, 0]
@@ -167,12 +167,7 @@ static void test_strided_grads(void) {
     trn_attention_desc d;
     make_desc(&d, 0, 1);
     CHECK_OK(trn_attention_launch(g_stream, &d));
-    trn_attention_backward_desc bd = {.fwd = d,
-                                      .dout = dout,
-                                      .dout_strides = {H * L * EV, L * EV, EV},
-                                      .dq = dq,
-                                      .dk = dk,
-                                      .dv = dv};
+    trn_attention_backward_desc bd = backward_desc(&d, NULL);
     CHECK_OK(trn_attention_backward_launch(g_stream, &bd));
     static float sq[B * H * L * E], sk[B * HK * S * E], sv[B * HK * S * EV];
     trn_attention_backward_desc sd = bd;
@@ -221,13 +216,7 @@ static void test_kept_probs(int mask_kind, int causal) {
     float *kept = malloc((size_t)n * sizeof(float));
     CHECK(kept != NULL);
     if (kept == NULL) return;
-    trn_attention_backward_desc bd = {.fwd = d,
-                                      .dout = dout,
-                                      .dout_strides = {H * L * EV, L * EV, EV},
-                                      .dq = dq,
-                                      .dk = dk,
-                                      .dv = dv,
-                                      .dmask = m0};
+    trn_attention_backward_desc bd = backward_desc(&d, m0);
     CHECK_OK(trn_attention_launch(g_stream, &d));
     CHECK_OK(trn_attention_backward_launch(g_stream, &bd));
     CHECK_OK(trn_stream_synchronize(g_stream));

@@ -364,40 +364,29 @@ static int par_segments(int64_t off, int64_t n, int depth, par_seg *out, int k) 
             /* column loop over the last outer dim */                                              \
             const int64_t wtot = os[no - 1];                                                       \
             const int64_t step = column_step(a->count);                                            \
-            A acc[COLS], mid[COLS], tot[COLS], top[COLS];                                          \
+            A lev[4][COLS]; /* the cascade's levels (column_step) */                               \
             do {                                                                                   \
                 for (int64_t j0 = 0; j0 < wtot; j0 += COLS) {                                      \
                     const int64_t w = wtot - j0 < COLS ? wtot - j0 : COLS;                         \
-                    for (int64_t j = 0; j < w; j++) tot[j] = top[j] = (IDENT);                     \
-                    for (int64_t j = 0; j < w; j++) acc[j] = mid[j] = (IDENT);                     \
+                    for (int l = 0; l < 4; l++)                                                    \
+                        for (int64_t j = 0; j < w; j++) lev[l][j] = (IDENT);                       \
                     memset(iidx, 0, sizeof(int64_t) * (size_t)ni);                                 \
-                    int64_t roff = 0, rows = 0, flushes = 0, flushes2 = 0;                         \
+                    int64_t roff = 0, rows = 0, flushes[2] = {0, 0};                               \
                     do {                                                                           \
-                        fn##_row(acc, in + ioff + j0 + roff, w, p);                                \
-                        if (++rows == step) {                                                      \
-                            rows = 0;                                                              \
+                        fn##_row(lev[0], in + ioff + j0 + roff, w, p);                             \
+                        if (++rows < step) continue;                                               \
+                        rows = 0;                                                                  \
+                        for (int l = 0;; l++) {                                                    \
                             for (int64_t j = 0; j < w; j++) {                                      \
-                                mid[j] = COMB(mid[j], acc[j]);                                     \
-                                acc[j] = (IDENT);                                                  \
+                                lev[l + 1][j] = COMB(lev[l + 1][j], lev[l][j]);                    \
+                                lev[l][j] = (IDENT);                                               \
                             }                                                                      \
-                            if (++flushes == step) {                                               \
-                                flushes = 0;                                                       \
-                                for (int64_t j = 0; j < w; j++) {                                  \
-                                    tot[j] = COMB(tot[j], mid[j]);                                 \
-                                    mid[j] = (IDENT);                                              \
-                                }                                                                  \
-                                if (++flushes2 == step) {                                          \
-                                    flushes2 = 0;                                                  \
-                                    for (int64_t j = 0; j < w; j++) {                              \
-                                        top[j] = COMB(top[j], tot[j]);                             \
-                                        tot[j] = (IDENT);                                          \
-                                    }                                                              \
-                                }                                                                  \
-                            }                                                                      \
+                            if (l == 2 || ++flushes[l] < step) break;                              \
+                            flushes[l] = 0;                                                        \
                         }                                                                          \
                     } while (trn_kit_odo_next(ni, is, iidx, ist, &roff, NULL, NULL, NULL, NULL));  \
                     for (int64_t j = 0; j < w; j++) {                                              \
-                        const A v = COMB(top[j], COMB(tot[j], COMB(mid[j], acc[j])));              \
+                        const A v = COMB(lev[3][j], COMB(lev[2][j], COMB(lev[1][j], lev[0][j])));  \
                         STORE(a->out + (ooff + j0 + j) * oes, FIN(A, v, cnt, p));                  \
                     }                                                                              \
                 }                                                                                  \
