@@ -19,13 +19,19 @@ run; weights, gradients and AdamW stay float32).
 
     .venv/bin/python bench/bench_models.py [--steps N] [--models gpt2,llama] [--no-autocast]
 
-`--solo` runs each side in its own process instead (processes alternated over
-`--rounds` rounds, `--threads` threads each): as users run one device or the
-other, with no other runtime's idle threads in the process (PyTorch's OpenMP
-workers spin for milliseconds after a CPU step). It prints the median step
-time of each side.
+`--solo` runs each side in its own process instead (`--threads` threads each):
+as users run one device or the other, with no other runtime's idle threads in
+the process (PyTorch's OpenMP workers spin for milliseconds after a CPU step).
+Both processes stay alive and take turns, `--steps` steps each per turn over
+`--rounds` rounds, the one not running blocked on its pipe. Turns are short on
+purpose: this VM has speed phases of 20-25 % that last seconds to minutes and
+move both sides (measured in one process running steps for a minute), so
+sides measured minutes apart compare phases, not code. It prints each side's
+median step and the median over rounds of the per-round ratio (the phase
+cancels within a round). `--baseline TREE` adds a third process running
+neuron from another checkout's build (an A/B of two builds against the CPU).
 
-    .venv/bin/python bench/bench_models.py --solo [--threads 1] [--rounds 3]
+    .venv/bin/python bench/bench_models.py --solo [--threads 1] [--rounds 8] [--baseline ../main]
 
 `--generate` times greedy `generate()` instead (the language models only:
 prompt of 8 tokens, `--tokens` new tokens, batch `--batch`), neuron with
@@ -242,16 +248,41 @@ def main_generate(args):
 def solo_child(side, rows, steps, warmup):
     """Times `rows` on one device only, prints one `SOLO model bf16 seconds` line each."""
     for name, ac in rows:
-        torch.manual_seed(0)
-        step = make_step(name, zoo.MODELS[name]("small").to(side), side, zoo_batch(name), ac)
-        for _ in range(warmup):
-            step()
-        if side == "neuron":
-            torch_neuronx.eager_fusion.wait_for_compiles()
+        step = solo_step(side, name, ac, warmup)
         t = time.perf_counter()
         for _ in range(steps):
             step()
         print(f"SOLO {name} {int(ac)} {(time.perf_counter() - t) / steps:.6f}", flush=True)
+
+
+def solo_step(side, name, ac, warmup):
+    """A warmed-up training step of `name` on `side` alone (fused groups compiled)."""
+    torch.manual_seed(0)
+    step = make_step(name, zoo.MODELS[name]("small").to(side), side, zoo_batch(name), ac)
+    for _ in range(warmup):
+        step()
+    if side == "neuron":
+        torch_neuronx.eager_fusion.wait_for_compiles()
+    return step
+
+
+def solo_serve(side, warmup):
+    """Child of --solo: reads `name bf16 steps` lines, answers each with the
+    per-step seconds of that many steps; the step of the current row is kept
+    between turns and rebuilt when the row changes."""
+    row, step = None, None
+    print("READY", flush=True)
+    for line in sys.stdin:
+        name, ac, n = line.split()
+        if row != (name, ac):
+            row, step = (name, ac), None
+            step = solo_step(side, name, ac == "1", warmup)
+        times = []
+        for _ in range(int(n)):
+            t = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t)
+        print("TIMES " + " ".join(f"{x:.6f}" for x in times), flush=True)
 
 
 def main_solo(args, rows):
@@ -261,27 +292,66 @@ def main_solo(args, rows):
     env = dict(os.environ)
     if args.threads:
         env.update(OMP_NUM_THREADS=str(args.threads), TORCH_NEURONX_NUM_THREADS=str(args.threads))
-    times = {}
-    for r in range(args.rounds):
-        for side in ("neuron", "cpu") if r % 2 == 0 else ("cpu", "neuron"):
-            cmd = [sys.executable, os.path.abspath(__file__), "--solo-child", side]
-            cmd += ["--models", args.models, "--steps", str(args.steps)]
-            cmd += ["--warmup", str(args.warmup)] + (["--no-autocast"] if args.no_autocast else [])
-            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-            for line in out.splitlines():
-                if line.startswith("SOLO "):
-                    _, name, ac, sec = line.split()
-                    times.setdefault((name, ac == "1"), {}).setdefault(side, []).append(float(sec))
-    threads = args.threads or "default"
-    print(f"training step (AdamW), each side alone in its process, {threads} threads,")
-    print(f"median of {args.rounds} alternated processes; ratio > 1: neuron faster")
-    print(f"{'model':13s} {'neuron ms':>10s} {'cpu ms':>8s} {'ratio':>6s}")
-    for name, ac in rows:
-        med = {k: statistics.median(v) * 1e3 for k, v in times[(name, ac)].items()}
-        label = name + (" bf16" if ac else "")
-        print(
-            f"{label:13s} {med['neuron']:10.1f} {med['cpu']:8.1f} {med['cpu'] / med['neuron']:6.2f}"
+    here = os.path.abspath(__file__)
+    sides = {"neuron": (None, "neuron"), "cpu": (None, "cpu")}
+    if args.baseline:
+        sides = {"base": (os.path.abspath(args.baseline), "neuron"), **sides}
+    procs = {}
+    for key, (tree, side) in sides.items():
+        e = dict(env, PYTHONPATH=tree) if tree else env
+        cmd = [sys.executable, here, "--solo-serve", side, "--warmup", str(args.warmup)]
+        procs[key] = subprocess.Popen(
+            cmd, env=e, cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
+    for p in procs.values():  # imports done before any turn is timed
+        while p.stdout.readline().strip() != "READY":
+            if p.poll() is not None:
+                raise RuntimeError("a --solo child failed to start")
+
+    def turn(key, name, ac):
+        p = procs[key]
+        p.stdin.write(f"{name} {int(ac)} {args.steps}\n")
+        p.stdin.flush()
+        line = p.stdout.readline()
+        if not line.startswith("TIMES "):
+            raise RuntimeError(f"--solo child {key} failed on {name}")
+        return statistics.median(float(x) for x in line.split()[1:]) * 1e3
+
+    threads = args.threads or "default"
+    keys = list(procs)
+    print(f"training step (AdamW), each side alone in its process, {threads} threads, turns of")
+    print(
+        f"{args.steps} steps alternated over {args.rounds} rounds; ms = median of the turns' medians;"
+    )
+    print("ratio = median over rounds of the round's CPU ÷ neuron (> 1: neuron faster)")
+    head = f"{'model':13s} {'neuron ms':>10s} {'cpu ms':>8s} {'ratio':>6s} {'range':>11s}"
+    if args.baseline:
+        head += f" {'base ms':>8s} {'base ratio':>10s} {'new÷base':>8s}"
+    print(head, flush=True)
+    for name, ac in rows:
+        ms = {k: [] for k in keys}
+        for r in range(args.rounds):
+            order = keys if r % 2 == 0 else keys[::-1]
+            if r == 0:  # build and warm every side before the first timed turn
+                for k in order:
+                    turn(k, name, ac)
+            for k in order:
+                ms[k].append(turn(k, name, ac))
+        med = {k: statistics.median(v) for k, v in ms.items()}
+        ratio = sorted(c / n for c, n in zip(ms["cpu"], ms["neuron"]))
+        label = name + (" bf16" if ac else "")
+        line = (
+            f"{label:13s} {med['neuron']:10.1f} {med['cpu']:8.1f} {statistics.median(ratio):6.2f} "
+            f"{ratio[0]:5.2f}-{ratio[-1]:<5.2f}"
+        )
+        if args.baseline:
+            base = statistics.median(c / b for c, b in zip(ms["cpu"], ms["base"]))
+            speed = statistics.median(b / n for b, n in zip(ms["base"], ms["neuron"]))
+            line += f" {med['base']:8.1f} {base:10.2f} {speed:8.2f}"
+        print(line, flush=True)
+    for p in procs.values():
+        p.stdin.close()
+        p.wait()
     print(f"load after: {os.getloadavg()[0]:.1f}")
 
 
@@ -300,7 +370,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (--generate, --solo)")
     ap.add_argument("--solo", action="store_true", help="each side in its own process")
     ap.add_argument("--threads", type=int, default=0, help="threads per side for --solo")
+    ap.add_argument("--baseline", help="--solo: also time neuron from this checkout's build")
     ap.add_argument("--solo-child", choices=("neuron", "cpu"), help=argparse.SUPPRESS)
+    ap.add_argument("--solo-serve", choices=("neuron", "cpu"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.generate:
         main_generate(args)
@@ -311,6 +383,9 @@ def main():
         for ac in (False, True)
         if not (ac and args.no_autocast)
     ]
+    if args.solo_serve:
+        solo_serve(args.solo_serve, args.warmup)
+        return
     if args.solo_child:
         solo_child(args.solo_child, rows, args.steps, args.warmup)
         return
