@@ -157,3 +157,23 @@ def test_cat_functional_layout_promotion_and_devices():
     assert "aten::cat" not in torch_neuronx.get_fallback_ops()
     with pytest.raises(RuntimeError, match="same device"):
         torch.cat([a.to("neuron"), b], 0)
+
+
+@pytest.mark.parametrize(
+    "shapes,dim",
+    [
+        (((512, 1024), (512, 1024)), -1),  # wide rows: split by rows of the output
+        (((8, 64, 688), (8, 64, 100)), -1),
+        (((3, 5, 40000), (3, 2, 40000)), 1),  # outer dims too short: split inside the rows
+        (((70000, 3), (50000, 3)), 0),
+    ],
+)
+def test_cat_large_inputs_split_across_threads(shapes, dim):
+    # Inputs past cat.c's parallel threshold (512 KiB), contiguous and
+    # transposed, match CPU bit for bit whichever dim the pieces split.
+    gen = torch.Generator().manual_seed(0)
+    ins = [torch.randn(s, generator=gen) for s in shapes]
+    ins.append(torch.randn(tuple(reversed(shapes[0])), generator=gen).transpose(0, -1))
+    want = torch.cat(ins, dim)
+    got = torch.cat([t.to("neuron") for t in ins], dim)
+    assert torch.equal(got.cpu(), want)
