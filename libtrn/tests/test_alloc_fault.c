@@ -1,4 +1,5 @@
-// test_alloc_fault.c - kernels whose parallel pieces allocate scratch, with
+// test_alloc_fault.c - kernels whose parallel pieces allocate scratch (SDPA,
+// FlexAttention, select, sort, embedding_bag, multinomial), with
 // each allocation libtrn makes during a call failed in turn (the Debug
 // builds' injection, src/runtime/alloc_fault.c). Every such call must either
 // fail with TRN_ERROR_OUT_OF_MEMORY or succeed with the bits of a clean run
@@ -13,7 +14,9 @@
 
 #include "test.h"
 #include "trn/attention.h"
+#include "trn/embedding_bag.h"
 #include "trn/flex_attention.h"
+#include "trn/sample.h"
 #include "trn/select.h"
 #include "trn/sort.h"
 
@@ -170,6 +173,41 @@ static trn_status sort_rows(void) {
     return trn_sort_launch(g_stream, &d);
 }
 
+// embedding_bag (each piece's bag accumulator) and multinomial (each
+// piece's cumulative weights).
+enum { NW = 500, DIM = 64, BAGS = 256, PER_BAG = 10, MR = 32, MC = 2000, MS = 4 };
+static float ew[NW * DIM], eout[BAGS * DIM], mprobs[MR * MC];
+static int64_t eidx[BAGS * PER_BAG], eoff[BAGS], msamples[MR * MS];
+
+static trn_status embedding_bag_sum(void) {
+    const trn_embedding_bag_desc d = {.dtype = TRN_DTYPE_F32,
+                                      .index_dtype = TRN_DTYPE_I64,
+                                      .mode = TRN_EMBEDDING_BAG_SUM,
+                                      .num_weights = NW,
+                                      .dim = DIM,
+                                      .num_indices = BAGS * PER_BAG,
+                                      .num_offsets = BAGS,
+                                      .num_bags = BAGS,
+                                      .padding_idx = -1,
+                                      .weight = ew,
+                                      .indices = eidx,
+                                      .offsets = eoff,
+                                      .output = eout};
+    return trn_embedding_bag_launch(g_stream, &d);
+}
+
+static trn_status multinomial(void) {
+    const trn_multinomial_desc d = {.dtype = TRN_DTYPE_F32,
+                                    .rows = MR,
+                                    .categories = MC,
+                                    .samples = MS,
+                                    .replacement = 1,
+                                    .probs = mprobs,
+                                    .out = msamples,
+                                    .seed = 1234};
+    return trn_multinomial_launch(g_stream, &d);
+}
+
 // ---- the sweep -----------------------------------------------------------------
 static trn_status run(const fault_case *c) {
     for (int i = 0; i < NOUT; i++)
@@ -257,6 +295,11 @@ int main(void) {
     fill(fv, sizeof fv / sizeof *fv, 7);
     fill(fdout, sizeof fdout / sizeof *fdout, 8);
     fill(sx, sizeof sx / sizeof *sx, 9);
+    fill(ew, sizeof ew / sizeof *ew, 10);
+    fill(mprobs, sizeof mprobs / sizeof *mprobs, 11);
+    for (size_t i = 0; i < sizeof mprobs / sizeof *mprobs; i++) mprobs[i] = fabsf(mprobs[i]);
+    for (int i = 0; i < BAGS * PER_BAG; i++) eidx[i] = (i * 37) % NW;
+    for (int b = 0; b < BAGS; b++) eoff[b] = b * PER_BAG;
     for (int m = 0; m < NQB; m++) {  // causal blocks: n <= m listed
         kv_num[m] = m + 1;
         for (int n = 0; n <= m; n++) kv_idx[m * NKB + n] = n;
@@ -274,6 +317,8 @@ int main(void) {
         {"flex_attention", flex_fwd, {fout, flse}, {sizeof fout, sizeof flse}},
         {"select", select_kth, {selv, seli}, {sizeof selv, sizeof seli}},
         {"sort", sort_rows, {sval, sidx}, {sizeof sval, sizeof sidx}},
+        {"embedding_bag", embedding_bag_sum, {eout}, {sizeof eout}},
+        {"multinomial", multinomial, {msamples}, {sizeof msamples}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) sweep(&cases[i]);
     // The forward sweeps leave out and lse as a clean run wrote them.
