@@ -18,11 +18,14 @@ void *__real_calloc(size_t n, size_t size);
 void *__real_realloc(void *p, size_t size);
 void *__real_aligned_alloc(size_t align, size_t size);
 int __real_posix_memalign(void **out, size_t align, size_t size);
-void *__wrap_malloc(size_t size);
-void *__wrap_calloc(size_t n, size_t size);
-void *__wrap_realloc(void *p, size_t size);
-void *__wrap_aligned_alloc(size_t align, size_t size);
-int __wrap_posix_memalign(void **out, size_t align, size_t size);
+// Hidden: only libtrn's own calls are redirected here (by the linker), and
+// no other library in the process can bind to them.
+#define WRAP __attribute__((visibility("hidden")))
+WRAP void *__wrap_malloc(size_t size);
+WRAP void *__wrap_calloc(size_t n, size_t size);
+WRAP void *__wrap_realloc(void *p, size_t size);
+WRAP void *__wrap_aligned_alloc(size_t align, size_t size);
+WRAP int __wrap_posix_memalign(void **out, size_t align, size_t size);
 
 // > 0: allocations left until the one that fails (any thread's: pool
 // workers and stream threads count too). Threads that race past the failing
