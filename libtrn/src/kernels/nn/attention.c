@@ -27,6 +27,7 @@
 #include "../kit/launch.h"
 #include "online_softmax.h"
 #include "../kit/counter_rng.h"
+#include "../kit/piece_status.h"
 #include "trn/scalar.h"
 #include "../blas/tile_mm.h"
 #include "trn/attention.h"
@@ -43,6 +44,13 @@ typedef struct attn_args {
 } attn_args;
 
 _Static_assert(sizeof(attn_args) <= TRN_TASK_MAX_ARGS, "attention args too large");
+
+// What the pieces of one call share: the arguments, and where a piece whose
+// scratch allocation failed says so (the task then fails the op).
+typedef struct attn_run {
+    const attn_args *a;
+    trn__piece_status status;
+} attn_run;
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -257,13 +265,14 @@ static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t 
 }
 
 static void fwd_piece(void *ctx, int64_t u0, int64_t u1) {
-    const trn_attention_desc *d = ctx;
+    attn_run *run = ctx;
+    const trn_attention_desc *d = &run->a->d.fwd;
     const int64_t E = d->head_dim, Ev = d->v_dim;
     const size_t floats = (size_t)(2 * E * BQ + BK * E + BK * Ev + BK * BQ + 2 * BQ * Ev + 5 * BQ);
     // Zeroed: causal tiles leave masked score columns unwritten by the
     // product (mask_tile_t overwrites them), never uninitialized memory.
-    float *buf = calloc(floats, sizeof(float));
-    if (buf == NULL) return;  // checked by the task (see attn_task)
+    float *buf = trn__piece_calloc(&run->status, floats, sizeof(float));
+    if (buf == NULL) return;  // the task reports it
     fwd_scratch w;
     w.qt = buf;
     w.q = w.qt + E * BQ;
@@ -517,7 +526,8 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
 }
 
 static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
-    const trn_attention_backward_desc *bd = ctx;
+    attn_run *run = ctx;
+    const trn_attention_backward_desc *bd = &run->a->d;
     const trn_attention_desc *d = &bd->fwd;
     const int64_t E = d->head_dim, Ev = d->v_dim, S = d->kv_len;
     const int64_t wide = E > Ev ? E : Ev;
@@ -525,8 +535,8 @@ static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
     const size_t floats =
         (size_t)(2 * E * BQ + 4 * BQ * Ev + 2 * BQ + BQ * E + BK * E + BK * Ev + 2 * BK * BQ +
                  S * E + S * Ev + row + CHAINS * BK * wide + (S + BK - 1) / BK);
-    float *buf = calloc(floats, sizeof(float));
-    if (buf == NULL) return;
+    float *buf = trn__piece_calloc(&run->status, floats, sizeof(float));
+    if (buf == NULL) return;  // the task reports it
     bwd_scratch w;
     w.qt = buf;
     w.q = w.qt + E * BQ;
@@ -623,21 +633,19 @@ static trn_status attn_task(void *args) {
     }
     trn_status st = trn__access_begin(&rg);
     if (st == TRN_SUCCESS) {
-        // Scratch is allocated per piece; probe once here so that an
-        // out-of-memory host reports an error instead of skipping work.
-        void *probe =
-            malloc((size_t)(d->kv_len * (d->head_dim + d->v_dim) + 64 * 1024) * sizeof(float));
-        if (probe == NULL) {
-            st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "attention: out of host memory");
+        // Each piece allocates its own scratch and reports a failure in
+        // run.status (no probe up front: it could pass and a piece still
+        // fail, and it cost a malloc + free of the largest scratch a call).
+        attn_run run;
+        run.a = a;
+        trn__piece_status_init(&run.status);
+        if (!a->backward) {
+            const int64_t units = d->batch * d->heads * ((d->q_len + BQ - 1) / BQ);
+            trn_parallel_for(units, fwd_grain(d), fwd_piece, &run);
         } else {
-            free(probe);
-            if (!a->backward) {
-                const int64_t units = d->batch * d->heads * ((d->q_len + BQ - 1) / BQ);
-                trn_parallel_for(units, fwd_grain(d), fwd_piece, (void *)d);
-            } else {
-                trn_parallel_for(d->batch * d->kv_heads, 1, bwd_piece, &a->d);
-            }
+            trn_parallel_for(d->batch * d->kv_heads, 1, bwd_piece, &run);
         }
+        st = trn__piece_status_raise(&run.status, a->backward ? "attention backward" : "attention");
     }
     trn__access_end(&rg);
     return st;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../kit/launch.h"
+#include "../kit/piece_status.h"
 #include "../kit/dtype_io.h"
 #include "trn/convert.h"
 #include "trn/embedding_bag.h"
@@ -34,7 +35,8 @@ typedef struct eb_run {
     const eb_args *a;
     const int64_t *count;             // backward with scale_grad_by_freq: [num_weights]
     atomic_llong bad_index, bad_pos;  // an out-of-range index and its position
-    atomic_int bad, oom;
+    atomic_int bad;
+    trn__piece_status status;  // a piece could not allocate its accumulator
 } eb_run;
 
 static inline int64_t ld_index(trn_dtype t, const void *p, int64_t i) {
@@ -60,7 +62,7 @@ static void note_bad(eb_run *run, int64_t pos, int64_t v) {
         const T *psw = d->per_sample_weights;                                                      \
         C *acc = malloc(sizeof(C) * (size_t)(D > 0 ? D : 1));                                      \
         if (acc == NULL) {                                                                         \
-            atomic_store(&run->oom, 1);                                                            \
+            trn__piece_oom(&run->status, 0);                                                       \
             return;                                                                                \
         }                                                                                          \
         for (int64_t b = b0; b < b1; b++) {                                                        \
@@ -115,7 +117,7 @@ static void note_bad(eb_run *run, int64_t pos, int64_t v) {
         const int direct = sizeof(T) == sizeof(C);                                                 \
         C *acc = direct ? NULL : malloc(sizeof(C) * (size_t)(NW * COLBLOCK + 1));                  \
         if (!direct && acc == NULL) {                                                              \
-            atomic_store(&run->oom, 1);                                                            \
+            trn__piece_oom(&run->status, 0);                                                       \
             return;                                                                                \
         }                                                                                          \
         for (int64_t blk = k0; blk < k1; blk++) {                                                  \
@@ -241,7 +243,7 @@ static trn_status eb_task(void *args) {
     atomic_init(&run.bad_index, 0);
     atomic_init(&run.bad_pos, 0);
     atomic_init(&run.bad, 0);
-    atomic_init(&run.oom, 0);
+    trn__piece_status_init(&run.status);
     int64_t *count = NULL;
     piece_fn fwd, bw, bp;
     pick(d->dtype, &fwd, &bw, &bp);
@@ -276,8 +278,7 @@ static trn_status eb_task(void *args) {
         }
     }
     free(count);
-    if (st == TRN_SUCCESS && atomic_load(&run.oom))
-        st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "embedding_bag: out of host memory");
+    if (st == TRN_SUCCESS) st = trn__piece_status_raise(&run.status, "embedding_bag");
     if (st == TRN_SUCCESS && atomic_load(&run.bad))
         st = trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                             "Index %lld of input takes value %lld which is not in the valid "

@@ -23,6 +23,7 @@
 
 #include "../kit/dtype_io.h"
 #include "../kit/launch.h"
+#include "../kit/piece_status.h"
 #include "online_softmax.h"
 #include "trn/scalar.h"
 #include "flex_tile.h"
@@ -199,6 +200,7 @@ typedef struct fwd_plan {
     const trn_flex_attention_desc *d;
     const int64_t *cost;  // cost[u]: the cost of the units before u (units + 1 entries)
     int64_t units, pieces;
+    trn__piece_status status;  // a piece whose scratch allocation failed
 } fwd_plan;
 
 static int64_t unit_cost(const trn_flex_attention_desc *d, int64_t unit, int64_t tq, int64_t tk) {
@@ -234,7 +236,7 @@ static int64_t piece_start(const fwd_plan *pl, int64_t p) {
 }
 
 static void fwd_piece(void *ctx, int64_t p0, int64_t p1) {
-    const fwd_plan *pl = ctx;
+    fwd_plan *pl = ctx;
     const trn_flex_attention_desc *d = pl->d;
     const int64_t u0 = piece_start(pl, p0), u1 = piece_start(pl, p1);
     if (u0 >= u1) return;
@@ -243,8 +245,8 @@ static void fwd_piece(void *ctx, int64_t p0, int64_t p1) {
     const int64_t wide = E > Ev ? E : Ev;
     const size_t floats =
         (size_t)(E * TQ + TK * E + TK * Ev + TK * TQ + 2 * TQ * Ev + 5 * TQ + wide);
-    float *buf = calloc(floats, sizeof(float));
-    if (buf == NULL) return;  // checked by the task (see flex_task)
+    float *buf = trn__piece_calloc(&pl->status, floats, sizeof(float));
+    if (buf == NULL) return;  // the task reports it
     fwd_scratch w;
     w.tq = TQ;
     w.tk = TK;
@@ -334,7 +336,8 @@ static void store_dkv(const trn_flex_attention_backward_desc *bd, int64_t b, int
 typedef struct bwd_plan {
     const trn_flex_attention_backward_desc *bd;
     int64_t parts;
-    float *partial;  // parts > 1: [unit][part] blocks of S * (E + Ev) floats, dk then dv
+    float *partial;            // parts > 1: [unit][part] blocks of S * (E + Ev) floats, dk then dv
+    trn__piece_status status;  // a piece whose scratch allocation failed
 } bwd_plan;
 
 // The key tiles the query tile at row i0 of (b, h) visits, plus one.
@@ -436,7 +439,7 @@ static void bwd_unit(const trn_flex_attention_backward_desc *bd, const bwd_scrat
 }
 
 static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
-    const bwd_plan *pl = ctx;
+    bwd_plan *pl = ctx;
     const trn_flex_attention_backward_desc *bd = pl->bd;
     const trn_flex_attention_desc *d = &bd->fwd;
     const int64_t E = d->head_dim, Ev = d->v_dim, S = d->kv_len;
@@ -445,8 +448,8 @@ static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
     const int64_t tile = (TK > TQ ? TK : TQ) * wide;
     const size_t floats = (size_t)(E * TQ + TQ * E + TQ * Ev + Ev * TQ + 3 * TQ + TQ * E + TK * E +
                                    TK * Ev + 3 * TK * TQ + S * E + S * Ev + wide + tile);
-    float *buf = calloc(floats, sizeof(float));
-    if (buf == NULL) return;  // checked by the task (see flex_task)
+    float *buf = trn__piece_calloc(&pl->status, floats, sizeof(float));
+    if (buf == NULL) return;  // the task reports it
     bwd_scratch w;
     w.tq = TQ;
     w.tk = TK;
@@ -511,10 +514,11 @@ static trn_status fwd_run(const trn_flex_attention_desc *d) {
     // so a thread the machine delays does not hold back the rest.
     int64_t pieces = 8 * (int64_t)trn_parallel_threads();
     if (pieces > units) pieces = units;
-    const fwd_plan pl = {d, cost, units, pieces};
-    trn_parallel_for(pieces, 1, fwd_piece, (void *)&pl);
+    fwd_plan pl = {.d = d, .cost = cost, .units = units, .pieces = pieces};
+    trn__piece_status_init(&pl.status);
+    trn_parallel_for(pieces, 1, fwd_piece, &pl);
     free(cost);
-    return TRN_SUCCESS;
+    return trn__piece_status_raise(&pl.status, "flex_attention");
 }
 
 static trn_status bwd_run(const trn_flex_attention_backward_desc *bd) {
@@ -524,7 +528,8 @@ static trn_status bwd_run(const trn_flex_attention_backward_desc *bd) {
     const int64_t pairs = d->heads / d->kv_heads * ((d->q_len + tq - 1) / tq);
     int64_t parts = units >= threads ? 1 : (threads + units - 1) / units;
     if (parts > pairs) parts = pairs;
-    bwd_plan pl = {bd, parts > 1 ? parts : 1, NULL};
+    bwd_plan pl = {.bd = bd, .parts = parts > 1 ? parts : 1, .partial = NULL};
+    trn__piece_status_init(&pl.status);
     const int64_t row = d->kv_len * (d->head_dim + d->v_dim);
     if (pl.parts > 1) {
         pl.partial = malloc((size_t)(units * pl.parts * row + 1) * sizeof(float));  // + 1: S = 0
@@ -532,7 +537,8 @@ static trn_status bwd_run(const trn_flex_attention_backward_desc *bd) {
             return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "flex_attention: out of host memory");
     }
     trn_parallel_for(units * pl.parts, 1, bwd_piece, &pl);
-    if (pl.parts > 1) {
+    const trn_status st = trn__piece_status_raise(&pl.status, "flex_attention backward");
+    if (st == TRN_SUCCESS && pl.parts > 1) {
         // Part 0's block collects the others', then goes to the outputs.
         for (int64_t u = 0; u < units; u++) {
             float *sum = pl.partial + u * pl.parts * row;
@@ -542,9 +548,9 @@ static trn_status bwd_run(const trn_flex_attention_backward_desc *bd) {
             }
             store_dkv(bd, u / d->kv_heads, u % d->kv_heads, sum, sum + d->kv_len * d->head_dim);
         }
-        free(pl.partial);
     }
-    return TRN_SUCCESS;
+    free(pl.partial);
+    return st;
 }
 
 static trn_status flex_task(void *args) {
@@ -571,22 +577,10 @@ static trn_status flex_task(void *args) {
     }
     trn_status st = trn__access_begin(&rg);
     if (st == TRN_SUCCESS) {
-        // The pieces allocate their scratch (the largest is the backward's
-        // dk/dv of a whole kv head); a probe of that size checks memory once
-        // here, where an error can be returned.
-        void *probe = malloc((size_t)(d->kv_len * (d->head_dim + d->v_dim) +
-                                      8 * TILE_MAX * (TILE_MAX + d->head_dim + d->v_dim)) *
-                             sizeof(float));
-        if (probe == NULL) {
-            st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "flex_attention: out of host memory");
-        } else {
-            free(probe);
-            if (!a->backward) {
-                st = fwd_run(d);
-            } else {
-                st = bwd_run(&a->d);
-            }
-        }
+        // Each piece allocates its own scratch and reports a failure in the
+        // plan's status (no probe up front: it could pass and a piece still
+        // fail, and it cost a malloc + free of the largest scratch a call).
+        st = a->backward ? bwd_run(&a->d) : fwd_run(d);
     }
     trn__access_end(&rg);
     return st;

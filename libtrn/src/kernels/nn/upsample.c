@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../kit/launch.h"
+#include "../kit/piece_status.h"
 #include "../kit/dtype_io.h"
 #include "trn/convert.h"
 #include "trn/dtype.h"
@@ -38,7 +39,7 @@ typedef struct up_tables {
 typedef struct up_run {
     const up_args *a;
     up_tables t;
-    atomic_int oom;  // a piece could not allocate its accumulator
+    trn__piece_status status;  // a piece could not allocate its accumulator
 } up_run;
 
 static float scale_f(double scale, int64_t in, int64_t out) {
@@ -222,7 +223,7 @@ static trn_status build_tables(const trn_upsample_desc *d, int backward, up_tabl
             T *gi = (T *)d->dst + p * in_plane;                                                    \
             C *s = direct ? (C *)(void *)gi : acc;                                                 \
             if (s == NULL) { /* reported by the task */                                            \
-                atomic_store(&((up_run *)ctx)->oom, 1);                                            \
+                trn__piece_oom(&((up_run *)ctx)->status, 0);                                       \
                 return;                                                                            \
             }                                                                                      \
             for (int64_t i = 0; i < in_plane; i++) s[i] = 0;                                       \
@@ -307,7 +308,7 @@ static trn_status build_tables(const trn_upsample_desc *d, int backward, up_tabl
             T *gi = (T *)d->dst + p * IH * IW;                                                     \
             C *s = direct ? (C *)(void *)gi : acc;                                                 \
             if (s == NULL) { /* reported by the task */                                            \
-                atomic_store(&((up_run *)ctx)->oom, 1);                                            \
+                trn__piece_oom(&((up_run *)ctx)->status, 0);                                       \
                 return;                                                                            \
             }                                                                                      \
             for (int64_t i = 0; i < IH * IW; i++) s[i] = 0;                                        \
@@ -410,15 +411,15 @@ static trn_status up_task(void *args) {
     trn__access_add(&rg, d->dst, dst_bytes);
     trn_status st = trn__access_begin(&rg);
     if (st != TRN_SUCCESS) return st;
-    up_run run = {a, {{NULL, NULL, NULL}, {NULL, NULL, NULL}}, 0};
+    up_run run = {.a = a, .t = {{NULL, NULL, NULL}, {NULL, NULL, NULL}}};
+    trn__piece_status_init(&run.status);
     st = build_tables(d, a->backward, &run.t);
     if (st == TRN_SUCCESS) {
         const piece_fn fn = pick(d->dtype, d->mode, a->backward);
         const int64_t per = a->backward ? in_plane + out_plane : out_plane;
         const int64_t grain = per > 0 && GRAIN / per > 1 ? GRAIN / per : 1;
         trn_parallel_for(d->planes, grain, fn, &run);
-        if (atomic_load(&run.oom))
-            st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "upsample: out of host memory");
+        st = trn__piece_status_raise(&run.status, "upsample");
     }
     for (int k = 0; k < 3; k++) {
         free(run.t.idx[k]);

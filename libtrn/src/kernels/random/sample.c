@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../kit/launch.h"
+#include "../kit/piece_status.h"
 #include "../kit/counter_rng.h"
 #include "../kit/dtype_io.h"
 #include "trn/parallel.h"
@@ -86,7 +87,8 @@ trn_status trn_randperm_launch(trn_stream *stream, const trn_randperm_desc *d) {
 
 typedef struct multi_args {
     trn_multinomial_desc d;
-    atomic_int *bad;  // 1: invalid row; 2: out of memory
+    atomic_int *bad;            // an invalid row
+    trn__piece_status *status;  // a piece could not allocate its buffer
 } multi_args;
 
 typedef struct keyed {
@@ -137,11 +139,9 @@ static void multi_piece(void *ctx, int64_t r0, int64_t r1) {
     const trn_multinomial_desc *d = &a->d;
     const int64_t nc = d->categories, ns = d->samples;
     // Cumulative weights (with replacement) or keys (without).
-    void *buf = malloc((size_t)nc * (d->replacement ? sizeof(double) : sizeof(keyed)));
-    if (buf == NULL) {
-        atomic_store(a->bad, 2);
-        return;
-    }
+    void *buf = trn__piece_malloc(a->status,
+                                  (size_t)nc * (d->replacement ? sizeof(double) : sizeof(keyed)));
+    if (buf == NULL) return;  // the task reports it
     for (int64_t r = r0; r < r1; r++) {
         int64_t *out = d->out + r * ns;
         double total = 0;
@@ -208,17 +208,18 @@ static trn_status multi_task(void *args) {
     }
     atomic_int bad = 0;
     a->bad = &bad;
+    trn__piece_status status;
+    trn__piece_status_init(&status);
+    a->status = &status;
     const int64_t per_row = d->categories + d->samples;
     trn_parallel_for(d->rows, per_row >= 16384 ? 1 : 16384 / per_row, multi_piece, a);
     trn__mem_access_end(d->out, out_b);
     trn__mem_access_end(d->probs, in_b);
-    if (atomic_load(&bad) == 1)
+    if (atomic_load(&bad))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "multinomial: probability tensor contains either `inf`, `nan` or "
                               "element < 0, or a row sums to 0");
-    if (atomic_load(&bad) == 2)
-        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "multinomial: out of host memory");
-    return TRN_SUCCESS;
+    return trn__piece_status_raise(&status, "multinomial");
 }
 
 trn_status trn_multinomial_launch(trn_stream *stream, const trn_multinomial_desc *d) {
@@ -242,6 +243,6 @@ trn_status trn_multinomial_launch(trn_stream *stream, const trn_multinomial_desc
     if (d->probs == NULL || d->out == NULL)
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_multinomial_launch: probs or out is NULL");
-    multi_args a = {*d, NULL};
+    multi_args a = {.d = *d};
     return trn_stream_launch(stream, multi_task, &a, sizeof a);
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../kit/launch.h"
+#include "../kit/piece_status.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
 #include "trn/select.h"
@@ -22,7 +23,7 @@
 
 typedef struct select_args {
     trn_select_desc d;
-    atomic_int *oom;
+    trn__piece_status *status;  // the pieces' failed allocations
 } select_args;
 
 typedef struct fpair {
@@ -142,11 +143,8 @@ static int64_t select_row(const trn_select_desc *d, const void *row_base, int64_
 static void select_piece(void *ctx, int64_t r0, int64_t r1) {
     const select_args *a = ctx;
     const trn_select_desc *d = &a->d;
-    void *buf = malloc((size_t)d->n * sizeof(fpair));
-    if (buf == NULL) {
-        atomic_store(a->oom, 1);
-        return;
-    }
+    void *buf = trn__piece_malloc(a->status, (size_t)d->n * sizeof(fpair));
+    if (buf == NULL) return;  // the task reports it
     const size_t es = trn_dtype_size(d->dtype);
     for (int64_t r = r0; r < r1; r++) {
         const int64_t j = select_row(d, d->x, r, buf);
@@ -168,14 +166,13 @@ static trn_status select_task(void *args) {
     trn__access_add(&rg, d->indices, (size_t)d->rows * 8);
     trn_status st = trn__access_begin(&rg);
     if (st != TRN_SUCCESS) return st;
-    atomic_int oom = 0;
-    a->oom = &oom;
+    trn__piece_status status;
+    trn__piece_status_init(&status);
+    a->status = &status;
     const int64_t grain = d->n >= GRAIN ? 1 : GRAIN / d->n;
     trn_parallel_for(d->rows, grain, select_piece, a);
     trn__access_end(&rg);
-    if (atomic_load(&oom))
-        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "select: out of host memory");
-    return TRN_SUCCESS;
+    return trn__piece_status_raise(&status, "select");
 }
 
 trn_status trn_select_launch(trn_stream *stream, const trn_select_desc *d) {

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "../kit/launch.h"
+#include "../kit/piece_status.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
 #include "trn/sort.h"
@@ -216,7 +217,7 @@ _Static_assert(sizeof(sort_args) <= TRN_TASK_MAX_ARGS, "sort args too large");
 typedef struct sort_ctx {
     const sort_args *a;
     dtype_info info;
-    _Atomic int failed;
+    trn__piece_status status;  // a piece whose scratch allocation failed
 } sort_ctx;
 
 // values[j * vs] = in[idx[j] * is] for j < n, by element size.
@@ -295,7 +296,7 @@ static void sort_rows(void *ctx, int64_t begin, int64_t end) {
     int64_t *ib = packed ? NULL : malloc((size_t)k * sizeof(int64_t));
     if (kb == NULL || (!packed && !use_heap && xb == NULL) || (use_heap && hp == NULL) ||
         (!packed && ib == NULL)) {
-        c->failed = 1;
+        trn__piece_oom(&c->status, 0);
         free(kb);
         free(xb);
         free(hp);
@@ -323,7 +324,7 @@ static void sort_rows(void *ctx, int64_t begin, int64_t end) {
             for (int64_t j = 0; j < n; j++) kb[j] = kb[j] << 32 | (uint64_t)j;
             pk = radix_packed(kb, kb + n, n, 4, 7);
             if (pk == NULL) {
-                c->failed = 1;
+                trn__piece_oom(&c->status, 0);
                 break;
             }
         } else {
@@ -331,7 +332,7 @@ static void sort_rows(void *ctx, int64_t begin, int64_t end) {
             int64_t *xx = xb;
             for (int64_t j = 0; j < n; j++) xx[j] = j;
             if (!radix_pairs(&kk, &xx, kb + n, xb + n, n)) {
-                c->failed = 1;
+                trn__piece_oom(&c->status, 0);
                 break;
             }
             idx = xx;
@@ -365,14 +366,12 @@ static trn_status sort_task(void *args) {
     sort_ctx c;
     c.a = a;
     dtype_lookup(a->dtype, &c.info);
-    c.failed = 0;
+    trn__piece_status_init(&c.status);
     int64_t rows = 1;
     for (int d = 0; d < a->nd; d++) rows *= a->dims[d];
     const int64_t grain = ROW_GRAIN / (a->len > 0 ? a->len : 1);
     trn_parallel_for(rows, grain > 0 ? grain : 1, sort_rows, &c);
-    if (c.failed)
-        st = trn__set_error(TRN_ERROR_OUT_OF_MEMORY, "%s: out of host memory for scratch",
-                            a->topk ? "trn_topk_launch" : "trn_sort_launch");
+    st = trn__piece_status_raise(&c.status, a->topk ? "trn_topk_launch" : "trn_sort_launch");
     trn__access_end(&rg);
     return st;
 }
