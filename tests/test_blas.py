@@ -228,16 +228,22 @@ def test_kblocked_split_same_bits_at_any_thread_count():
     # pieces of C even where C is wider than tall (512 x 1024 nn with a bias,
     # GPT-2's MLP; 256 x 768 tn, a weight gradient), into column pieces where
     # row pieces would be thin (96 x 3000); each element's k blocks do not
-    # depend on the pieces, so the bits are those of one thread.
+    # depend on the pieces, so the bits are those of one thread. At two
+    # threads and more a row piece's C is summed in groups of 128 rows
+    # where C is 768 wide or more (512 x 768 nn: 256 at one thread), kept
+    # even-sized (300 x 4096: no thin last group, which takes another of
+    # oneDNN's kernels).
     code = (
         "import hashlib, torch, torch_neuronx\n"
         "g = torch.Generator().manual_seed(0)\n"
         "h = hashlib.sha256()\n"
-        "for m, n, k in ((512, 1024, 256), (256, 768, 512), (96, 3000, 300)):\n"
+        "for m, n, k in ((512, 1024, 256), (256, 768, 512), (96, 3000, 300), (512, 768, 256),\n"
+        "                (300, 4096, 384)):\n"
         "    x, w = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)\n"
         "    b, xt = torch.randn(n, generator=g), torch.randn(k, m, generator=g)\n"
         "    xd, wd, bd, xtd = (t.to('neuron') for t in (x, w, b, xt))\n"
-        "    for y in (torch.addmm(bd, xd, wd), torch.mm(xtd.t(), wd)):\n"
+        "    wtd = torch.randn(n, k, generator=g).to('neuron')\n"
+        "    for y in (torch.addmm(bd, xd, wd), torch.mm(xtd.t(), wd), torch.mm(xd, wtd.t())):\n"
         "        h.update(y.cpu().numpy().tobytes())\n"
         "print(h.hexdigest())\n"
     )

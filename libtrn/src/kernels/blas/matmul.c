@@ -952,14 +952,32 @@ static trn_status run_plan(const trn_matmul_desc *d, const void *bias) {
 #define MM_KC 128
 #define MM_C_BLOCK ((int64_t)512 * 1024)
 #define MM_MIN_ROWS 256
+// The same floor for a piece of a product split over two or more threads.
+// Both cores then stream their C groups through the one shared L3, and a
+// 256-row group of a 1024-wide C (1 MiB, the whole of a core's L2) is read
+// back from there for every k block: 512 x 1024 x 256 float32 nn with a
+// bias ran 1.60-1.80 ms as two 256-row groups, 1.45-1.53 as two 128-row
+// groups per piece, 512 x 768 x 256 0.97-0.98 -> 0.91-0.92 (2 threads,
+// SCHED_FIFO, alternated per call in one process; session 30). One thread
+// gains nothing from it (0.3-1 % slower: B's blocks packed twice as often).
+// Same bits (bench/hash_gemm.py at 2 threads) as long as no group is thin:
+// see the even groups below.
+#define MM_PIECE_MIN_ROWS 128
 
 static void normalize_matrix(int64_t rows, int64_t cols, int64_t *s);
 
-static trn_status run_kblocked(const trn_matmul_desc *d, const void *bias) {
+// `min_rows`: the floor of a row group, MM_MIN_ROWS or MM_PIECE_MIN_ROWS.
+static trn_status run_kblocked_rows(const trn_matmul_desc *d, const void *bias, int64_t min_rows) {
     if (d->dtype != TRN_DTYPE_F32 || d->k <= MM_KC) return run_plan(d, bias);
     const int64_t es = (int64_t)sizeof(float);
     int64_t mb = MM_C_BLOCK / (d->n * es);
-    mb = mb < MM_MIN_ROWS ? MM_MIN_ROWS : mb / 16 * 16;
+    mb = mb < min_rows ? min_rows : mb / 16 * 16;
+    if (min_rows == MM_PIECE_MIN_ROWS && mb < d->m) {
+        // Groups of even size: a thin last group (32 of a 160-row piece)
+        // takes another of oneDNN's kernels, with other bits.
+        const int64_t groups = (d->m + mb - 1) / mb;
+        mb = ((d->m + groups - 1) / groups + 15) / 16 * 16;
+    }
     const int64_t nk = (d->k + MM_KC - 1) / MM_KC, kc = (d->k + nk - 1) / nk;
     for (int64_t t = 0; t < d->batch; t++) {
         for (int64_t r0 = 0; r0 < d->m; r0 += mb) {
@@ -983,6 +1001,10 @@ static trn_status run_kblocked(const trn_matmul_desc *d, const void *bias) {
         }
     }
     return TRN_SUCCESS;
+}
+
+static trn_status run_kblocked(const trn_matmul_desc *d, const void *bias) {
+    return run_kblocked_rows(d, bias, MM_MIN_ROWS);
 }
 
 // ---- splitting over libtrn's pool --------------------------------------------------
@@ -1065,7 +1087,7 @@ static void split_piece(void *ctx, int64_t p0, int64_t p1) {
         d.b = (const char *)d.b + boff * es;
         d.c = (char *)d.c + coff * es;
         trn_clear_error();
-        trn_status st = run_kblocked(&d, bias);
+        trn_status st = run_kblocked_rows(&d, bias, MM_PIECE_MIN_ROWS);
         if (st != TRN_SUCCESS) {
             trn__split_error_record(&sp->error, st);
             break;
