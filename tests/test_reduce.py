@@ -237,6 +237,25 @@ def test_softmax_autograd_matches_cpu():
     torch.testing.assert_close(xd.grad.cpu(), xc.grad)
 
 
+def test_log_softmax_split_rows_do_not_depend_on_threads():
+    # A language model's loss shape ([512, 128], 64K elements) runs in two
+    # pieces from two threads on (softmax.c's 32K grain): every row's result,
+    # forward and backward (and a row group cut short by a piece end), is
+    # the same at 1, 2 and 3 threads.
+    from _thread_counts import outputs_at_thread_counts
+
+    code = (
+        "import torch, torch_neuronx\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "x, gy = (torch.randn(517, 128, generator=g).to('neuron') for _ in range(2))\n"
+        "y = torch.ops.aten._log_softmax(x, 1, False)\n"
+        "gx = torch.ops.aten._log_softmax_backward_data(gy, y, 1, torch.float32)\n"
+        "s = torch.softmax(x, 1)\n"
+        "print([t.cpu().numpy().tobytes().hex() for t in (y, gx, s)])\n"
+    )
+    assert len(outputs_at_thread_counts(code)) == 1
+
+
 def test_large_sum_matches_cpu():
     x = torch.randn(1_000_000, generator=torch.Generator().manual_seed(0)) + 0.5
     _check(lambda t: t.sum(), x, rtol=1e-6, atol=1e-3)

@@ -172,6 +172,38 @@ def test_layer_norm_backward_params_do_not_depend_on_threads():
     assert len(outs) == 1
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layer_norm_backward_dx_same_with_param_grads(dtype):
+    # With dweight / dbias asked for, rows go four at a time through one
+    # column loop (dx and the four rows' partials); dx must be the bits of the
+    # dx-only backward (row by row), tail rows (517 = 8 blocks + 5) included,
+    # and the parameter gradients no further from float64 than the CPU's.
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(517, 256, generator=g) * 2 + 3).to(dtype)
+    dy = torch.randn(517, 256, generator=g).to(dtype)
+    w, b = (torch.randn(256, generator=g).to(dtype) for _ in range(2))
+    xd, dyd, wd, bd = (t.to("neuron") for t in (x, dy, w, b))
+    _, m, r = torch.native_layer_norm(xd, [256], wd, bd, 1e-12)
+    full = torch.ops.aten.native_layer_norm_backward(
+        dyd, xd, [256], m, r, wd, bd, [True, True, True]
+    )
+    dx_only = torch.ops.aten.native_layer_norm_backward(
+        dyd, xd, [256], m, r, wd, bd, [True, False, False]
+    )
+    assert torch.equal(full[0].cpu(), dx_only[0].cpu())
+    _, mc, rc = torch.native_layer_norm(x, [256], w, b, 1e-12)
+    cpu = torch.ops.aten.native_layer_norm_backward(dy, x, [256], mc, rc, w, b, [True, True, True])
+    xd64, dy64, w64, b64 = (t.double() for t in (x, dy, w, b))
+    _, m64, r64 = torch.native_layer_norm(xd64, [256], w64, b64, 1e-12)
+    ref = torch.ops.aten.native_layer_norm_backward(
+        dy64, xd64, [256], m64, r64, w64, b64, [True, True, True]
+    )
+    for k in (1, 2):
+        err = (full[k].cpu().double() - ref[k]).abs().max()
+        err_cpu = (cpu[k].double() - ref[k]).abs().max()
+        assert err <= err_cpu, (k, err, err_cpu)
+
+
 def test_layer_norm_mixed_dtype():
     # bfloat16 input with float32 parameters (as under autocast).
     x = _rand((8, 32), torch.bfloat16)

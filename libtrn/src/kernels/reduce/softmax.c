@@ -361,12 +361,18 @@ static void par_piece(void *ctx, int64_t b, int64_t e) {
     c->fn(c->a, b, e);
 }
 
-// Units in parallel, none less than 64K elements of work per piece.
+// Units in parallel, none less than SOFTMAX_GRAIN elements of work per
+// piece. 32K (elementwise's grain): at 64K the [512, 128] log_softmax of a
+// language model's loss (and its backward) ran in one piece at any thread
+// count, where CPU's splits it. A row's result does not depend on which
+// piece (or log_softmax row group) holds it.
+#define SOFTMAX_GRAIN 32768
 static void softmax_run(const softmax_args *a) {
     const int64_t nb = units_per_outer(a->inner);
     const int64_t units = a->outer * nb;
     const int64_t per_unit = a->dim * (a->inner < COLS ? a->inner : COLS);
-    const int64_t grain = per_unit >= 65536 ? 1 : 65536 / (per_unit > 0 ? per_unit : 1);
+    const int64_t grain =
+        per_unit >= SOFTMAX_GRAIN ? 1 : SOFTMAX_GRAIN / (per_unit > 0 ? per_unit : 1);
     par_ctx c = {a, pick(a->op, a->dtype)};
     trn_parallel_for(units, grain, par_piece, &c);
 }
