@@ -43,6 +43,11 @@ typedef struct fault_case {
     size_t bytes[NOUT];
 } fault_case;
 
+// Strides of a contiguous [batch, heads, len, dim] tensor (the last, 1, implied).
+static void bhld_strides(int64_t s[3], int64_t heads, int64_t len, int64_t dim) {
+    s[0] = heads * len * dim, s[1] = len * dim, s[2] = dim;
+}
+
 // Fused attention: three query blocks per head, so the forward runs in
 // several pieces over the pool; grouped-query heads for the backward.
 enum { AB = 2, AH = 4, AHK = 2, AL = 150, AS = 83, AE = 16 };
@@ -55,11 +60,11 @@ static trn_attention_desc attn_desc(void) {
     d.dtype = TRN_DTYPE_F32;
     d.batch = AB, d.heads = AH, d.kv_heads = AHK, d.q_len = AL, d.kv_len = AS;
     d.head_dim = AE, d.v_dim = AE;
-    d.q = aq, d.q_strides[0] = AH * AL * AE, d.q_strides[1] = AL * AE, d.q_strides[2] = AE;
-    d.k = ak, d.k_strides[0] = AHK * AS * AE, d.k_strides[1] = AS * AE, d.k_strides[2] = AE;
-    d.v = av, d.v_strides[0] = AHK * AS * AE, d.v_strides[1] = AS * AE, d.v_strides[2] = AE;
-    d.out = aout, d.out_strides[0] = AH * AL * AE, d.out_strides[1] = AL * AE,
-    d.out_strides[2] = AE;
+    d.q = aq, d.k = ak, d.v = av, d.out = aout;
+    bhld_strides(d.q_strides, AH, AL, AE);
+    bhld_strides(d.k_strides, AHK, AS, AE);
+    bhld_strides(d.v_strides, AHK, AS, AE);
+    bhld_strides(d.out_strides, AH, AL, AE);
     d.lse = alse;
     d.scale = 0.25;
     d.causal = 1;
@@ -105,11 +110,11 @@ static trn_flex_attention_desc flex_desc(void) {
     d.dtype = TRN_DTYPE_F32;
     d.batch = FB, d.heads = FH, d.kv_heads = FHK, d.q_len = FL, d.kv_len = FS;
     d.head_dim = FE, d.v_dim = FE;
-    d.q = fq, d.q_strides[0] = FH * FL * FE, d.q_strides[1] = FL * FE, d.q_strides[2] = FE;
-    d.k = fk, d.k_strides[0] = FHK * FS * FE, d.k_strides[1] = FS * FE, d.k_strides[2] = FE;
-    d.v = fv, d.v_strides[0] = FHK * FS * FE, d.v_strides[1] = FS * FE, d.v_strides[2] = FE;
-    d.out = fout, d.out_strides[0] = FH * FL * FE, d.out_strides[1] = FL * FE,
-    d.out_strides[2] = FE;
+    d.q = fq, d.k = fk, d.v = fv, d.out = fout;
+    bhld_strides(d.q_strides, FH, FL, FE);
+    bhld_strides(d.k_strides, FHK, FS, FE);
+    bhld_strides(d.v_strides, FHK, FS, FE);
+    bhld_strides(d.out_strides, FH, FL, FE);
     d.lse = flse;
     d.scale = 0.3;
     d.q_block = BLK, d.kv_block = BLK;
