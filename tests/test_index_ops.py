@@ -177,3 +177,31 @@ def test_cat_large_inputs_split_across_threads(shapes, dim):
     want = torch.cat(ins, dim)
     got = torch.cat([t.to("neuron") for t in ins], dim)
     assert torch.equal(got.cpu(), want)
+
+
+def test_gathers_large_enough_to_split_across_threads():
+    # Past gather.c's parallel threshold (131072 elements): pieces are whole
+    # rows of the outermost dim with >= 8 indices (trn_kit_split_dim); every
+    # gather form matches CPU bit for bit, including an output with a short
+    # outer dim (3 x 50000) that splits inside its rows.
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(512, 2048, generator=gen)
+    rows = torch.randint(0, 512, (600,), generator=gen)
+    cols = torch.randint(0, 2048, (300,), generator=gen)
+    w = torch.randn(1000, 768, generator=gen)
+    ids = torch.randint(0, 1000, (8, 64), generator=gen)
+    y = torch.randn(64, 8192, generator=gen)
+    yi = torch.randint(0, 8192, (64, 8192), generator=gen)
+    z = torch.randn(3, 50000, generator=gen)
+    zi = torch.randint(0, 50000, (3, 50000), generator=gen)
+    N = lambda t: t.to("neuron")  # noqa: E731
+    cases = [
+        (lambda a, i: a.index_select(0, i), x, rows),
+        (lambda a, i: a.index_select(1, i), x, cols),
+        (lambda a, i: a[i], x, rows),
+        (lambda a, i: torch.nn.functional.embedding(i, a), w, ids),
+        (lambda a, i: torch.gather(a, 1, i), y, yi),
+        (lambda a, i: torch.gather(a, 1, i), z, zi),
+    ]
+    for fn, a, i in cases:
+        assert torch.equal(fn(N(a), N(i)).cpu(), fn(a, i))

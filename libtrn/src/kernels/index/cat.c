@@ -43,11 +43,7 @@ static void copy_nd(char *dst, const char *src, int n, const int64_t *size, cons
 }
 
 // Big copies are split across threads (pieces of at least PAR_BYTES) along
-// the outermost dim with at least SPLIT_MIN_SIZE indices, so that a piece is
-// a run of whole rows: long memcpys, each thread on its own lines. Splitting
-// the largest dim instead cut a wide cat (512 x 1024 twice along the last
-// dim) into stripes of every row, 8x the memcpy calls and both threads
-// writing the same rows: 10x slower at two threads than at one.
+// trn_kit_split_dim's dim: whole rows per piece.
 #define PAR_BYTES ((int64_t)256 * 1024)
 #define SPLIT_MIN_SIZE 8
 
@@ -70,13 +66,9 @@ static void copy_piece(void *ctx, int64_t b, int64_t e) {
 
 static void copy_par(char *dst, const char *src, int n, const int64_t *size, const int64_t *dstr,
                      const int64_t *sstr, size_t es) {
-    int k = -1;
+    const int k = trn_kit_split_dim(n, size, SPLIT_MIN_SIZE);
     int64_t bytes = (int64_t)es;
-    for (int d = 0; d < n; d++) {
-        bytes *= size[d];
-        if (k < 0 && size[d] >= SPLIT_MIN_SIZE) k = d;
-    }
-    if (k < 0) k = n - 1;
+    for (int d = 0; d < n; d++) bytes *= size[d];
     if (bytes < 2 * PAR_BYTES) {
         copy_nd(dst, src, n, size, dstr, sstr, es);
         return;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../kit/dims.h"
 #include "../kit/launch.h"
 #include "index_impl.h"
 #include "trn/parallel.h"
@@ -18,11 +19,12 @@ TRN__INDEX_DRIVER(gather4, 0, 4, TRN__INDEX_MOVE4, 1, )
 TRN__INDEX_DRIVER(gather8, 0, 8, TRN__INDEX_MOVE8, 1, )
 TRN__INDEX_DRIVER(gather16, 0, 16, TRN__INDEX_MOVE16, 1, )
 
-// A big gather is split across threads along its largest dim (pieces of at
-// least PAR_ELEMS elements), each piece a gather of its own. An index error
+// A big gather is split across threads along trn_kit_split_dim's dim (whole
+// rows per piece; pieces of at least PAR_ELEMS elements), each piece a gather of its own. An index error
 // in a piece is reported by rerunning the whole gather on this thread (same
 // result: the first bad index in order, its message in this thread's error).
 #define PAR_ELEMS 65536
+#define SPLIT_MIN_SIZE 8
 
 typedef trn_status (*gather_fn)(const index_args *, const char *, int64_t *);
 
@@ -46,12 +48,9 @@ static void gather_piece(void *ctx, int64_t b, int64_t e) {
 }
 
 static trn_status gather_run(const index_args *a, const char *src0, gather_fn fn) {
-    int k = 0;
+    const int k = trn_kit_split_dim(a->ndim, a->sizes, SPLIT_MIN_SIZE);
     int64_t numel = 1;
-    for (int d = 0; d < a->ndim; d++) {
-        numel *= a->sizes[d];
-        if (a->sizes[d] > a->sizes[k]) k = d;
-    }
+    for (int d = 0; d < a->ndim; d++) numel *= a->sizes[d];
     if (numel < 2 * PAR_ELEMS) return fn(a, src0, NULL);
     const int64_t unit = numel / a->sizes[k];
     gather_ctx c = {a, src0, fn, k, 0};
