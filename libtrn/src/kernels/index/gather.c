@@ -20,9 +20,10 @@ TRN__INDEX_DRIVER(gather8, 0, 8, TRN__INDEX_MOVE8, 1, )
 TRN__INDEX_DRIVER(gather16, 0, 16, TRN__INDEX_MOVE16, 1, )
 
 // A big gather is split across threads along trn_kit_split_dim's dim (whole
-// rows per piece; pieces of at least PAR_ELEMS elements), each piece a gather of its own. An index error
-// in a piece is reported by rerunning the whole gather on this thread (same
-// result: the first bad index in order, its message in this thread's error).
+// rows per piece; pieces of at least PAR_ELEMS elements), each piece a
+// gather of its own. An index error in a piece is reported by rerunning the
+// whole gather on this thread (same result: the first bad index in order,
+// its message in this thread's error).
 #define PAR_ELEMS 65536
 #define SPLIT_MIN_SIZE 8
 
