@@ -205,3 +205,50 @@ def test_gathers_large_enough_to_split_across_threads():
     ]
     for fn, a, i in cases:
         assert torch.equal(fn(N(a), N(i)).cpu(), fn(a, i))
+
+
+def test_single_index_loops_match_cpu():
+    # gather / scatter with one index move elements in one of two loops
+    # (index_impl.h): constant-scaled addresses when the moved side, the index
+    # and the indexed dim are contiguous and no index is negative, strided
+    # addresses otherwise; indices are checked first (once per call when every
+    # row has the same ones). Every form matches CPU bit for bit.
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(40, 300, generator=gen)
+    xt = torch.randn(300, 40, generator=gen).t()  # indexed dim strided
+    cols = torch.randint(0, 300, (90,), generator=gen)
+    neg = cols - 300  # wraps under advanced indexing
+    mixed = torch.where(torch.arange(90) % 2 == 0, cols, neg)
+    gi = torch.randint(0, 300, (40, 70), generator=gen)
+    upd = torch.randn(40, 70, generator=gen)
+    cases = [
+        (lambda a, i: a.index_select(1, i), x, cols),
+        (lambda a, i: a.index_select(1, i), xt, cols),
+        (lambda a, i: a.index_select(1, i[::2]), x, cols),  # strided index
+        (lambda a, i: a[:, i], x, neg),
+        (lambda a, i: a[:, i], x, mixed),
+        (lambda a, i: a[:, i], xt, mixed),
+        (lambda a, i: torch.gather(a, 1, i), x, gi),
+        (lambda a, i: torch.gather(a, 1, i), xt, gi),
+        (lambda a, i: a.clone().scatter_(1, i, upd.to(a.device)), x, gi),
+        (lambda a, i: a.clone().scatter_add_(1, i, upd.to(a.device)), x, gi),
+        (
+            lambda a, i: a.clone().index_put_((i,), a[:1].expand(90, 300), accumulate=True),
+            x.repeat(3, 1),
+            cols % 120,
+        ),
+        (lambda a, i: a.double().index_select(1, i), x, cols),
+        (lambda a, i: a.bfloat16().index_select(1, i), x, cols),
+    ]
+    for fn, a, i in cases:
+        assert torch.equal(fn(N(a), N(i)).cpu(), fn(a, i))
+    # an out-of-range index past the first rows is still reported like CPU's
+    bad = cols.clone()
+    bad[50] = 300
+    for fn in (lambda a, i: a.index_select(1, i), lambda a, i: a[:, i]):
+        with pytest.raises(Exception) as cpu:
+            fn(x, bad)
+        with pytest.raises(Exception) as dev:
+            fn(N(x), N(bad))
+        assert type(dev.value) is type(cpu.value)
+        assert str(dev.value).splitlines()[0] == str(cpu.value).splitlines()[0]
