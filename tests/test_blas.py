@@ -593,6 +593,77 @@ def test_conv_weight_gradient_blocks_same_bits_at_any_thread_count(grad_layout):
     _no_fallback()
 
 
+BF16_WGRAD_HALF_CASES = [
+    # (input, weight, kwargs, bias, channels_last): native bfloat16 weight
+    # gradients in two batch halves (float32 partial sums, rounded once).
+    ((8, 32, 16, 16), (32, 32, 3, 3), dict(padding=1), False, False),  # ResNet stage 1
+    ((5, 32, 24, 24), (32, 32, 3, 3), dict(padding=1), True, False),  # odd batch, bias
+    ((16, 32, 16, 16), (64, 32, 3, 3), dict(stride=2, padding=1), False, True),
+    ((32, 32, 16, 16), (64, 32, 1, 1), dict(stride=2), False, False),  # downsample
+]
+
+
+@pytest.mark.parametrize("grad_layout", ["dense", "slice"])
+def test_bf16_conv_weight_gradient_halves_same_bits_and_error(grad_layout):
+    # The halves are fixed by the shape: the same bits at every pool size.
+    code = (
+        "import hashlib, torch, torch_neuronx\n"
+        f"cases, layout = {BF16_WGRAD_HALF_CASES!r}, {grad_layout!r}\n"
+        "gen = torch.Generator().manual_seed(4)\n"
+        "for xs, ws, kw, bias, cl in cases:\n"
+        "    x = torch.randn(xs, generator=gen).bfloat16()\n"
+        "    w = torch.randn(ws, generator=gen).bfloat16()\n"
+        "    y = torch.nn.functional.conv2d(x.float(), w.float(), **kw)\n"
+        "    g = torch.randn((y.shape[0], y.shape[1] + 16, *y.shape[2:]), generator=gen)\n"
+        "    gd = g.bfloat16().to('neuron')\n"
+        "    gd = gd[:, 16:] if layout == 'slice' else gd[:, :y.shape[1]].contiguous()\n"
+        "    xd = x.to('neuron')\n"
+        "    if cl:\n"
+        "        xd = xd.to(memory_format=torch.channels_last)\n"
+        "    s, p = kw.get('stride', 1), kw.get('padding', 0)\n"
+        "    r = torch.ops.aten.convolution_backward(gd, xd, w.to('neuron'),\n"
+        "        [ws[0]] if bias else None, [s, s], [p, p], [1, 1], False, [0, 0], 1,\n"
+        "        [True, True, bias])\n"
+        "    for t in r:\n"
+        "        if t is not None:\n"
+        "            print(hashlib.sha256(t.float().cpu().numpy().tobytes()).hexdigest())\n"
+    )
+    assert len(outputs_at_thread_counts(code)) == 1
+    # Each gradient's error vs float64 at most PyTorch CPU's (both round once
+    # to bfloat16 from float32 sums) plus a bfloat16 unit of slack.
+    gen = torch.Generator().manual_seed(4)
+    for xs, ws, kw, bias, cl in BF16_WGRAD_HALF_CASES:
+        x = torch.randn(xs, generator=gen).bfloat16()
+        w = torch.randn(ws, generator=gen).bfloat16()
+        y = F.conv2d(x.float(), w.float(), **kw)
+        g = torch.randn((y.shape[0], y.shape[1] + 16, *y.shape[2:]), generator=gen).bfloat16()
+        gd = g.to(DEV)
+        gd = gd[:, 16:] if grad_layout == "slice" else gd[:, : y.shape[1]].contiguous()
+        gc = g[:, 16:] if grad_layout == "slice" else g[:, : y.shape[1]]
+        xd = x.to(DEV)
+        if cl:
+            xd = xd.to(memory_format=torch.channels_last)
+        geo = (kw.get("stride", 1),) * 2, (kw.get("padding", 0),) * 2, (1, 1)
+        mask = [True, True, bias]
+        b = [ws[0]] if bias else None
+        got = torch.ops.aten.convolution_backward(
+            gd, xd, w.to(DEV), b, *geo, False, [0, 0], 1, mask
+        )
+        cpu = torch.ops.aten.convolution_backward(gc, x, w, b, *geo, False, [0, 0], 1, mask)
+        ref = torch.ops.aten.convolution_backward(
+            gc.double(), x.double(), w.double(), b, *geo, False, [0, 0], 1, mask
+        )
+        for a, c, r in zip(got, cpu, ref):
+            if r is None:
+                continue
+            assert a.dtype == torch.bfloat16
+            scale = r.abs().max().item()
+            err_dev = (a.cpu().double() - r).abs().max().item()
+            err_cpu = (c.double() - r).abs().max().item()
+            assert err_dev <= err_cpu + 2**-8 * scale, (xs, ws, err_dev, err_cpu, scale)
+    _no_fallback()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_conv_backward_one_launch_switch_keeps_bits(monkeypatch, dtype):
     """TORCH_NEURONX_CONV_BACKWARD_ONE_LAUNCH=0 (read per call) runs the two

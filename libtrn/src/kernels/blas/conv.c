@@ -10,6 +10,7 @@
 #include "conv_layout.h"
 #include "conv_move.h"
 #include "dnnl_common.h"
+#include "../kit/bf16_store.h"
 #include "../kit/launch.h"
 #include "trn/conv.h"
 #include "trn/conv_backward.h"
@@ -46,6 +47,9 @@ typedef struct conv_key {
     // Backward: the output gradient is given in nChw16c (conv_blk), its
     // batch stride in elements; 0: as output_strides say.
     int64_t out_blk_ns;
+    // Backward weights of 16-bit data: the weight (and bias) gradient is
+    // written as float32 (wgrad_halves' partial sums).
+    int64_t wei_f32;
 } conv_key;
 
 // An output gradient already in nChw16c (trn_conv_backward_launch moves it
@@ -192,18 +196,19 @@ static trn_status init_mds(const conv_key *k, conv_plan *p, dnnl_data_type_t cdt
         memcpy(dims + 2, k->kernel, sp * sizeof(int64_t));
         memcpy(strides, k->weight_strides, (size_t)wnd * sizeof(int64_t));
     }
+    const dnnl_data_type_t wdt = k->wei_f32 ? dnnl_f32 : udt;
     TRN_DNNL_TRY(
-        dnnl_memory_desc_init_by_strides(&p->op[S_WEIGHT].user_md, wnd, dims, udt, strides),
+        dnnl_memory_desc_init_by_strides(&p->op[S_WEIGHT].user_md, wnd, dims, wdt, strides),
         "convolution weight layout");
-    TRN_DNNL_TRY(
-        dnnl_memory_desc_init_by_tag(&p->op[S_WEIGHT].comp_md, wnd, dims, cdt, dnnl_format_tag_any),
-        "convolution weight layout");
+    TRN_DNNL_TRY(dnnl_memory_desc_init_by_tag(&p->op[S_WEIGHT].comp_md, wnd, dims,
+                                              k->wei_f32 ? dnnl_f32 : cdt, dnnl_format_tag_any),
+                 "convolution weight layout");
 
     if (k->has_bias) {
         dims[0] = k->c_out;
         strides[0] = k->bias_stride;
         TRN_DNNL_TRY(
-            dnnl_memory_desc_init_by_strides(&p->op[S_BIAS].user_md, 1, dims, udt, strides),
+            dnnl_memory_desc_init_by_strides(&p->op[S_BIAS].user_md, 1, dims, wdt, strides),
             "convolution bias layout");
         TRN_DNNL_TRY(
             dnnl_memory_desc_init_by_tag(&p->op[S_BIAS].comp_md, 1, dims, dnnl_f32, dnnl_a),
@@ -326,8 +331,14 @@ static trn_status plan_build_as(const conv_key *k, dnnl_data_type_t cdt, bool na
         role[S_OUTPUT] =
             (__typeof__(role[0])){true, false, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md};
         break;
-    case CONV_BWD_WEIGHTS:
-        if ((st = fwd_desc(k, p, dnnl_forward_training, &cd)) != TRN_SUCCESS) goto fail;
+    case CONV_BWD_WEIGHTS: {
+        // The forward hint takes weights of the data's type (float32
+        // gradients of bfloat16 data are a backward-only combination).
+        const dnnl_memory_desc_t wmd = p->op[S_WEIGHT].comp_md;
+        p->op[S_WEIGHT].comp_md.data_type = cdt;
+        st = fwd_desc(k, p, dnnl_forward_training, &cd);
+        p->op[S_WEIGHT].comp_md = wmd;
+        if (st != TRN_SUCCESS) goto fail;
         TRN_DNNL_TRY(dnnl_primitive_desc_create(&hint, &cd, NULL, engine, NULL),
                      "convolution forward (hint for backward weights)");
         TRN_DNNL_TRY(dnnl_dilated_convolution_backward_weights_desc_init(
@@ -345,6 +356,7 @@ static trn_status plan_build_as(const conv_key *k, dnnl_data_type_t cdt, bool na
         role[S_OUTPUT] =
             (__typeof__(role[0])){true, false, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md};
         break;
+    }
     }
     // A native attempt accepts only a kernel known to be optimized: the
     // float32 staging plan it would otherwise fall back to is always fast.
@@ -541,12 +553,14 @@ static void zero_strided(trn_dtype dt, void *base, int nd, const int64_t *sizes,
 // `blk`, the output gradient is read from there where oneDNN has an
 // optimized kernel for it (the plan is cached either way: a plan without a
 // primitive says "none"), else from d->output as usual.
-static trn_status conv_run_plan(conv_kind kind, const trn_conv_desc *d, bool accum, bool dst_plain,
-                                const conv_blk *blk) {
+// wei_f32: a backward-weights call writes float32 gradients (conv_key).
+static trn_status conv_run_plan_w(conv_kind kind, const trn_conv_desc *d, bool accum,
+                                  bool dst_plain, const conv_blk *blk, bool wei_f32) {
     const trn_conv_desc *orig = d;
     conv_key key;
     memset(&key, 0, sizeof key);
     key.kind = kind;
+    key.wei_f32 = wei_f32;
     key.accum = accum;
     key.dst_plain = dst_plain;
     key.dtype = d->dtype;
@@ -613,11 +627,16 @@ static trn_status conv_run_plan(conv_kind kind, const trn_conv_desc *d, bool acc
     }
     trn_status st;
     if (plan->prim == NULL)  // no kernel for the blocked output gradient
-        st = conv_run_plan(kind, orig, accum, dst_plain, NULL);
+        st = conv_run_plan_w(kind, orig, accum, dst_plain, NULL, wei_f32);
     else
         st = plan_execute(plan, d);
     plan_destroy(own);
     return st;
+}
+
+static trn_status conv_run_plan(conv_kind kind, const trn_conv_desc *d, bool accum, bool dst_plain,
+                                const conv_blk *blk) {
+    return conv_run_plan_w(kind, d, accum, dst_plain, blk, false);
 }
 
 // ---- blocked reduction (float32) -------------------------------------------------
@@ -960,6 +979,134 @@ static int64_t conv_macs(const trn_conv_desc *d) {
     return m;
 }
 
+// A native bfloat16 weight gradient (non-AMX kernels) in two batch halves,
+// each a full-width oneDNN call writing float32 sums into a buffer of its
+// own; the halves are added in float32 and rounded once to the caller's
+// type. Split along output channels instead (the pool split of other
+// weight gradients), each piece reordered all of the input again and ran a
+// narrower kernel: ResNet's 64 -> 64 8 x 8 gradient took 1.19x its
+// one-thread CPU time at two threads in 4 pieces, the stride-2 ones
+// 1.4-1.5x. The halves are fixed by the shape (never by the pool size), so
+// the bits are the same at every thread count; each half sums in float32 as
+// the one call did, and the one extra float32 addition is far below the
+// bfloat16 rounding that follows.
+#define CONV_HALVES 2
+typedef struct wgrad_halves {
+    trn_conv_desc d;
+    int64_t half, wn;
+    int64_t tst[5];
+    float *part;   // half h: wn + c_out floats at h * (wn + c_out)
+    conv_blk blk;  // ptr NULL: none
+    trn__split_error error;
+} wgrad_halves;
+
+// Whether `d` (backward weights) runs as wgrad_halves: native bfloat16 off
+// AMX (whose kernels choose their own layouts), a batch to halve, at least
+// CONV_SPLIT_MIN_MACS per half, the two float32 buffers within
+// CONV_W_PART_MAX, and at least CONV_W_BLOCK batch x plane terms per weight:
+// the partial sums cost about 1 ns per weight element (two reorders to the
+// dense buffers, the addition, the rounding), which on 4 x 4 planes (512
+// terms) made one thread 6-11 % slower than one full-batch call for a 0-18 %
+// gain at two threads.
+static bool wgrad_halves_fit(const trn_conv_desc *d) {
+    if (d->dtype != TRN_DTYPE_BF16 || !trn__dnnl_bf16_native() || trn__dnnl_amx() ||
+        d->groups != 1 || d->n < CONV_HALVES)
+        return false;
+    const int64_t part = CONV_HALVES * (wgrad_weight_elems(d) + d->c_out) * 4;
+    return conv_macs(d) >= CONV_HALVES * CONV_SPLIT_MIN_MACS && part <= CONV_W_PART_MAX &&
+           d->n * out_plane(d) >= CONV_W_BLOCK;
+}
+
+static void wgrad_half_piece(void *ctx, int64_t p0, int64_t p1) {
+    wgrad_halves *wh = ctx;
+    const trn_conv_desc *d = &wh->d;
+    const size_t es = trn_dtype_size(d->dtype);
+    const int saved = trn__dnnl_serial_begin();
+    for (int64_t p = p0; p < p1; p++) {
+        if (trn__split_failed(&wh->error)) break;
+        const int64_t b = p * wh->half;
+        trn_conv_desc q = *d;
+        q.n = d->n - b < wh->half ? d->n - b : wh->half;
+        q.input = byte_offset(d->input, b * d->input_strides[0], es);
+        q.output = byte_offset(d->output, b * d->output_strides[0], es);
+        float *t = wh->part + p * (wh->wn + d->c_out);
+        q.weight = t;
+        memcpy(q.weight_strides, wh->tst, sizeof wh->tst);
+        if (d->bias) q.bias = t + wh->wn, q.bias_stride = 1;
+        conv_blk qb = {NULL, 0};
+        if (wh->blk.ptr != NULL)
+            qb = (conv_blk){byte_offset(wh->blk.ptr, b * wh->blk.ns, es), wh->blk.ns};
+        trn_clear_error();
+        const trn_status st =
+            conv_run_plan_w(CONV_BWD_WEIGHTS, &q, false, false, qb.ptr ? &qb : NULL, true);
+        if (st != TRN_SUCCESS) {
+            trn__split_error_record(&wh->error, st);
+            break;
+        }
+    }
+    trn__dnnl_serial_end(saved);
+}
+
+// dst (bfloat16, strides ds) = round(src) for a dense float32 src of shape
+// sizes[nd]; one contiguous run where dst is dense in the same order.
+static void store_bf16(void *dst, const int64_t *ds, const float *src, int nd,
+                       const int64_t *sizes) {
+    int64_t total = 1;
+    bool dense = true;
+    for (int i = nd - 1; i >= 0; i--) {
+        if (sizes[i] != 1 && ds[i] != total) dense = false;
+        total *= sizes[i];
+    }
+    if (dense) {
+        trn__bf16_store_run(dst, (const char *)src, total);
+        return;
+    }
+    int64_t idx[5] = {0};
+    uint16_t *o = dst;
+    for (int64_t t = 0; t < total; t++) {
+        int64_t off = 0;
+        for (int i = 0; i < nd; i++) off += idx[i] * ds[i];
+        o[off] = trn_float_to_bf16(src[t]);
+        for (int i = nd - 1; i >= 0; i--) {
+            if (++idx[i] < sizes[i]) break;
+            idx[i] = 0;
+        }
+    }
+}
+
+static trn_status wgrad_halves_run(const trn_conv_desc *d, const conv_blk *blk) {
+    wgrad_halves *wh = calloc(1, sizeof *wh);
+    if (wh == NULL)
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
+                              "out of host memory for a convolution split");
+    wh->d = *d;
+    wh->half = (d->n + CONV_HALVES - 1) / CONV_HALVES;
+    wh->wn = wgrad_weight_elems(d);
+    dense_strides(d, d->c_in, d->kernel, false, wh->tst);
+    if (blk != NULL) wh->blk = *blk;
+    const int64_t each = wh->wn + d->c_out;
+    wh->part = malloc((size_t)(CONV_HALVES * each) * 4);
+    if (wh->part == NULL) {
+        free(wh);
+        return trn__set_error(TRN_ERROR_OUT_OF_MEMORY,
+                              "out of host memory for weight-gradient halves");
+    }
+    const int64_t pieces = (d->n + wh->half - 1) / wh->half;
+    trn_parallel_for(pieces, 1, wgrad_half_piece, wh);
+    trn_status st = trn__split_error_raise(&wh->error);
+    if (st == TRN_SUCCESS) {
+        for (int64_t h = 1; h < pieces; h++)
+            conv_move_run(wh->part, wh->part + h * each, each, true);
+        int64_t wsz[5] = {d->c_out, d->c_in};
+        memcpy(wsz + 2, d->kernel, (size_t)d->spatial * sizeof(int64_t));
+        store_bf16(d->weight, d->weight_strides, wh->part, 2 + d->spatial, wsz);
+        if (d->bias) store_bf16(d->bias, &d->bias_stride, wh->part + wh->wn, 1, &d->c_out);
+    }
+    free(wh->part);
+    free(wh);
+    return st;
+}
+
 static trn_status conv_run(const conv_args *a, const conv_blk *blk) {
     const trn_conv_desc *d = &a->d;
     if (a->kind == CONV_BWD_WEIGHTS && d->n == 0) {
@@ -985,6 +1132,7 @@ static trn_status conv_run(const conv_args *a, const conv_blk *blk) {
         axis = a->kind == CONV_BWD_DATA ? AXIS_C_IN : AXIS_C_OUT;
         extent = axis == AXIS_C_IN ? d->c_in : d->c_out;
     }
+    if (a->kind == CONV_BWD_WEIGHTS && wgrad_halves_fit(d)) return wgrad_halves_run(d, blk);
     if (a->kind == CONV_BWD_WEIGHTS && threads > 1 && want > 1) {
         const int64_t nb = wgrad_block_items(d);
         const int64_t blocks = nb > 0 ? (d->n + nb - 1) / nb : 0;
