@@ -166,10 +166,12 @@ def test_cat_functional_layout_promotion_and_devices():
         (((8, 64, 688), (8, 64, 100)), -1),
         (((3, 5, 40000), (3, 2, 40000)), 1),  # outer dims too short: split inside the rows
         (((70000, 3), (50000, 3)), 0),
+        (((8, 64, 128), (8, 64, 128)), -1),  # 256 KiB inputs: split since session 31
+        (((8, 64, 128), (8, 64, 128)), 0),
     ],
 )
 def test_cat_large_inputs_split_across_threads(shapes, dim):
-    # Inputs past cat.c's parallel threshold (512 KiB), contiguous and
+    # Inputs past cat.c's parallel threshold (128 KiB), contiguous and
     # transposed, match CPU bit for bit whichever dim the pieces split.
     gen = torch.Generator().manual_seed(0)
     ins = [torch.randn(s, generator=gen) for s in shapes]

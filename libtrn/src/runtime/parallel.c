@@ -37,16 +37,31 @@
 // Chunks per thread: enough for a late thread's share to be taken by others.
 #define CHUNKS_PER_THREAD 4
 
-// State word: generation (20 bits) | claimed (22 bits) | finished (22 bits).
-#define FIN_BITS 22
-#define CLAIM_SHIFT FIN_BITS
-#define GEN_SHIFT (2 * FIN_BITS)
-#define FIELD_MASK ((UINT64_C(1) << FIN_BITS) - 1)
+// State word: generation (20 bits) | claimed from the front (14 bits) |
+// claimed from the back (14) | finished (16). Chunks never exceed
+// MAX_THREADS * CHUNKS_PER_THREAD (256), far below the fields' limits.
+//
+// The launching thread claims chunks from the front (0, 1, ...), workers
+// from the back (last, last - 1, ...): at two threads the launcher runs the
+// first half of every job and the worker the second, as a static split
+// would, so an op reads the half of its operand that the same core wrote
+// in the op before (in its L2) instead of whichever chunks it happened to
+// claim (the other core's L2, one cross-core transfer per line). Who runs
+// a chunk never changes its result: the chunks are the same either way.
+#define FIN_BITS 16
+#define SIDE_BITS 14
+#define BACK_SHIFT FIN_BITS
+#define FRONT_SHIFT (FIN_BITS + SIDE_BITS)
+#define GEN_SHIFT (FIN_BITS + 2 * SIDE_BITS)
+#define FIN_MASK ((UINT64_C(1) << FIN_BITS) - 1)
+#define SIDE_MASK ((UINT64_C(1) << SIDE_BITS) - 1)
 #define GEN_MASK ((UINT64_C(1) << (64 - GEN_SHIFT)) - 1)
+_Static_assert((MAX_THREADS * CHUNKS_PER_THREAD) <= SIDE_MASK, "chunks overflow the state word");
 
 static inline uint64_t st_gen(uint64_t s) { return s >> GEN_SHIFT; }
-static inline int64_t st_claimed(uint64_t s) { return (int64_t)((s >> CLAIM_SHIFT) & FIELD_MASK); }
-static inline int64_t st_finished(uint64_t s) { return (int64_t)(s & FIELD_MASK); }
+static inline int64_t st_front(uint64_t s) { return (int64_t)((s >> FRONT_SHIFT) & SIDE_MASK); }
+static inline int64_t st_back(uint64_t s) { return (int64_t)((s >> BACK_SHIFT) & SIDE_MASK); }
+static inline int64_t st_finished(uint64_t s) { return (int64_t)(s & FIN_MASK); }
 
 // A job slot. Fields are relaxed atomics: a late worker may read a slot
 // while it is rewritten, but then its claim fails and it uses nothing read.
@@ -80,18 +95,19 @@ static void piece_bounds(int64_t n, int64_t pieces, int64_t i, int64_t *b, int64
 }
 
 // Claims and runs chunks of job generation `gen` until none is left (or the
-// job is gone). Returns when this thread has nothing more to do for it.
-static void run_chunks(uint64_t gen) {
+// job is gone), from the front (the launcher) or the back (workers).
+// Returns when this thread has nothing more to do for it.
+static void run_chunks(uint64_t gen, bool from_back) {
+    const uint64_t one = UINT64_C(1) << (from_back ? BACK_SHIFT : FRONT_SHIFT);
     uint64_t s = atomic_load_explicit(&pool.state, memory_order_acquire);
     for (;;) {
         if (st_gen(s) != gen) return;
         const job *j = &pool.slots[gen & 1];
         const int64_t chunks = atomic_load_explicit(&j->chunks, memory_order_relaxed);
-        const int64_t c = st_claimed(s);
-        if (c >= chunks) return;
-        if (!atomic_compare_exchange_weak_explicit(&pool.state, &s,
-                                                   s + (UINT64_C(1) << CLAIM_SHIFT),
-                                                   memory_order_acquire, memory_order_acquire))
+        if (st_front(s) + st_back(s) >= chunks) return;
+        const int64_t c = from_back ? chunks - 1 - st_back(s) : st_front(s);
+        if (!atomic_compare_exchange_weak_explicit(&pool.state, &s, s + one, memory_order_acquire,
+                                                   memory_order_acquire))
             continue;  // s now holds the current state
         // Claimed chunk c of job `gen`: the job cannot finish (and its slot
         // cannot be reused) before this chunk is counted finished below.
@@ -126,7 +142,7 @@ static void *worker_main(void *arg) {
             spins = 0;
         }
         seen = gen;
-        run_chunks(gen);
+        run_chunks(gen, true);
     }
     return NULL;
 }
@@ -197,7 +213,7 @@ void trn_parallel_for(int64_t n, int64_t grain, trn_parallel_fn fn, void *ctx) {
         trn__unlock(&pool.mutex);
     }
     in_parallel = true;
-    run_chunks(gen);
+    run_chunks(gen, false);
     in_parallel = false;
     // Only chunks another thread claimed can still be running. Yield while
     // waiting long: the thread running them may have been preempted and need

@@ -1031,6 +1031,17 @@ static trn_status run_kblocked(const trn_matmul_desc *d, const void *bias) {
 // (20 products of bench_gemm_builds.py, 2 threads, process CPU time, load
 // 6-7): 1.06x in all, up to 1.18x on 512 x 256 x 1024 nt (session 25).
 #define KBLOCK_PER_THREAD 1
+// One piece per thread for bfloat16 products too: every oneDNN bf16 call
+// repacks its B (into the pairs of k that vdpbf16ps reads; A too when it
+// is transposed, where oneDNN 2.6 runs gemm:jit), so four 128-row pieces
+// of a 512-row product packed all of B four times for the two threads.
+// GPT-2's bf16 mm shapes at two threads (SCHED_FIFO, 2 and 1 pieces a
+// thread alternated per call, 12 x 5 calls, medians): nn 512x1024x256
+// 635 -> 611 us, nn 512x768x256 480 -> 454, nt 512x256x256 167 -> 157, tn
+// 256x1024x512 683 -> 651, tn 256x256x512 181 -> 171; none slower
+// (session 31). The claim-based pool still gives a late thread's piece to
+// the one that is ready.
+#define BF16_PER_THREAD 1
 // Pieces of a product split across threads are row blocks of C whenever
 // each gets at least this many rows, even where C is wider than tall. Two
 // column pieces running at once cost far more than their serial sum: at two
@@ -1177,7 +1188,10 @@ static trn_status run_split(const trn_matmul_desc *in, const void *bias) {
     const int threads = trn_parallel_threads();
     const int64_t macs = d->batch * d->m * d->n * d->k;
     const bool kblocked = d->dtype == TRN_DTYPE_F32 && d->k > MM_KC;
-    int64_t want = (int64_t)threads * (kblocked ? KBLOCK_PER_THREAD : SPLIT_PER_THREAD);
+    const int per_thread = kblocked                     ? KBLOCK_PER_THREAD
+                           : d->dtype == TRN_DTYPE_BF16 ? BF16_PER_THREAD
+                                                        : SPLIT_PER_THREAD;
+    int64_t want = (int64_t)threads * per_thread;
     if (macs / SPLIT_MIN_MACS < want) want = macs / SPLIT_MIN_MACS;
     if (threads <= 1 || want <= 1) {
         const int saved = trn__dnnl_serial_begin();
