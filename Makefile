@@ -53,9 +53,9 @@ test-c-asan: deps
 	cd $(SAN) && ctest --output-on-failure
 
 # ThreadSanitizer over what runs concurrently: streams (worker threads and
-# inline), the device thread pool, fork, the compiler (gcc from several
+# inline), the device thread pool (and its chunk claims), fork, the compiler (gcc from several
 # threads) and the collective engine's threads; any report fails the run.
-TSAN_TESTS := stream_async|stream_inline|event|device|fork|compiler|collectives|memory|observe|status|elementwise_async
+TSAN_TESTS := parallel|stream_async|stream_inline|event|device|fork|compiler|collectives|memory|observe|status|elementwise_async
 test-c-tsan: deps
 	cmake -S libtrn -B $(TSAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRN_SANITIZE_THREAD=ON >/dev/null
 	cmake --build $(TSAN)
