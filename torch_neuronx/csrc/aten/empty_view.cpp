@@ -89,8 +89,7 @@ at::Tensor empty_for_iter(at::IntArrayRef sizes, at::IntArrayRef strides,
                           const at::TensorOptions &options) {
     if (strides.empty())
         return empty_memory_format(sizes, options.dtype().toScalarType(), at::kStrided,
-                                   options.device(), std::nullopt,
-                                   options.memory_format_opt());
+                                   options.device(), std::nullopt, options.memory_format_opt());
     return empty_strided(sizes, strides, options.dtype().toScalarType(), at::kStrided,
                          options.device(), std::nullopt);
 }
