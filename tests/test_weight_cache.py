@@ -308,9 +308,12 @@ print("hung", len(pids), "bad", bad)
 
 def test_forked_children_use_the_cache_while_another_thread_does():
     # Children forked while another thread runs cached products get the
-    # right results from the inherited table. (The lock race itself is
-    # libtrn's test_weight_cache.c: Python threads hold the GIL, so here no
-    # thread is inside the cache's lock at the fork.)
+    # right results from the inherited table. PyTorch releases the GIL
+    # inside an op, so the other thread may be inside any lock an op takes
+    # at the fork: the runtime's (libtrn's test_weight_cache.c and
+    # test_fork.c) and the op log's (test_observe_op_tracking.py's fork test;
+    # this test hung a child about 1 run in 3 on it before it was held
+    # across fork).
     out = subprocess.run(
         [sys.executable, "-c", _FORK_SCRIPT], capture_output=True, text=True, timeout=240
     )

@@ -215,6 +215,27 @@ static void test_reuse(void) {
     prod_free(&p);
 }
 
+// B inside a larger block (a view past its start): only the block holding a
+// recorded operand drops entries at its free, so freeing other blocks keeps
+// them and freeing the holder, found from the interior address, drops them.
+static void test_interior_operand(void) {
+    prod p = prod_make(1, 256, 544, false);
+    float *whole = p.db;
+    p.db = dev_alloc(g_stream, 2 * 544 * 256 * sizeof(float));
+    float *block = p.db;
+    p.db = block + 544 * 256;
+    fill_dev(p.db, 544 * 256);
+    for (int i = 0; i < 3; i++) free(run(&p, 1.0, 1));
+    CHECK(stats().entries >= 1);
+    const uint64_t entries = stats().entries;
+    CHECK_OK(trn_mem_free(whole));  // never an operand: its free drops nothing
+    CHECK_INT(stats().entries, entries);
+    CHECK_OK(trn_mem_free(block));
+    CHECK_INT(stats().entries, 0);
+    p.db = dev_alloc(g_stream, 544 * 256 * sizeof(float));
+    prod_free(&p);
+}
+
 // fork() while another thread is inside the cache's lock: the runtime's fork
 // handlers take it first, so no child inherits it held (a child's first
 // cached product then waited forever).
@@ -282,6 +303,7 @@ int main(void) {
     test_new_version();
     test_samples();
     test_reuse();
+    test_interior_operand();
     test_fork_while_locked();
     CHECK_INT(stats().entries, 0);
     return TEST_REPORT();

@@ -82,6 +82,10 @@ typedef struct block {
     trn_stream **uses;          // other streams recorded with trn_mem_record_stream
     size_t n_uses, cap_uses;
     int access;  // protect mode: kernel accesses in flight
+    // The weight cache holds entries for operands inside this block (set by
+    // trn__mem_mark_wcached while allocated): only such a block's free takes
+    // the cache's lock to drop them, not every activation's.
+    bool wcached;
     int shm_fd;  // shared block (trn/ipc.h): its memfd; else -1 (or 0 from
                  // calloc, see is_shared)
     bool shared;
@@ -754,6 +758,7 @@ trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream, void **p
     block_split(d, b, size);
     if (poison_on(b)) poison_check(b);
     b->state = BLOCK_ALLOCATED;
+    b->wcached = false;
     b->requested = nbytes;
     if (b->map_size == 0 && !b->shared) {
         MEM_UNPOISON(b->ptr, nbytes);
@@ -810,7 +815,10 @@ trn_status trn_mem_free(void *ptr) {
     }
     // Before the block can be handed out again: no packed copy of what it
     // held may be found by an operand that reuses its address.
-    trn__wcache_drop_range(b->ptr, b->size);
+    if (b->wcached) {
+        b->wcached = false;
+        trn__wcache_drop_range(b->ptr, b->size);
+    }
     dev_alloc *d = &g_dev[b->device];
     d->stats.allocated_bytes -= b->size;
     d->stats.requested_bytes -= b->requested;
@@ -1056,6 +1064,18 @@ trn_status trn_mem_get_device(const void *ptr, int *device) {
         st = trn__set_error(TRN_ERROR_INVALID_POINTER, "%p is not neuron device memory", ptr);
     trn__unlock(&g_mu);
     return st;
+}
+
+int trn__mem_mark_wcached(const void *ptr) {
+    trn__lock(&g_mu);
+    block *b = ptr != NULL ? reg_find_containing(ptr) : NULL;
+    int device = -1;
+    if (b != NULL && b->state == BLOCK_ALLOCATED) {
+        b->wcached = true;
+        device = b->device;
+    }
+    trn__unlock(&g_mu);
+    return device;
 }
 
 int trn__mem_device_of(const void *ptr) {

@@ -128,27 +128,39 @@ struct Hasher {
 
 }  // namespace
 
+// The small fields go in two packed words (op, dtypes, counts, which
+// operands are scalars, which params are nonzero) and only nonzero params are
+// hashed: a decode op's signature is ~7 multiplies, not ~20 (it is computed
+// for every offered op, most of them lone). A collision only decides whether
+// an op is recorded or launched at once, never its result.
 uint64_t start_sig(const Op &op, int ndim, const int64_t *sizes, const OperandView *in,
                    const OperandView &out) {
-    Hasher h;
-    h.add(op.cast);
-    h.add(op.op);
-    h.add(op.compute);
-    h.add(op.out_dtype);
-    h.add(op.n_in);
-    h.add(ndim);
-    for (int d = 0; d < ndim; d++) h.add(sizes[d]);
-    for (double p : op.params) h.add(p);
-    auto view = [&](const OperandView &v) {
-        h.add(v.dtype);
-        h.add(v.strides != nullptr);
-        if (v.strides != nullptr)
-            for (int d = 0; d < ndim; d++) h.add(v.strides[d]);
+    static_assert(TRN_EW_OP_COUNT < (1 << 16) && TRN_MAX_DIMS < 128);
+    auto bits = [](const OperandView &v) -> uint64_t {
+        return (static_cast<uint64_t>(static_cast<uint8_t>(v.dtype)) << 1) |
+               (v.strides != nullptr ? 1u : 0u);
     };
-    view(out);
+    uint64_t params = 0;
+    for (int k = 0; k < 4; k++) params |= static_cast<uint64_t>(op.params[k] != 0.0) << k;
+    Hasher h;
+    h.add(static_cast<uint64_t>(static_cast<uint16_t>(op.op)) |
+          static_cast<uint64_t>(static_cast<uint8_t>(op.compute)) << 16 |
+          static_cast<uint64_t>(static_cast<uint8_t>(op.out_dtype)) << 24 |
+          static_cast<uint64_t>(op.n_in & 3) << 32 | static_cast<uint64_t>(ndim & 127) << 34 |
+          static_cast<uint64_t>(op.cast) << 41 | params << 42 | bits(out) << 46);
+    uint64_t views = 0;
+    for (int i = 0; i < op.n_in; i++) views |= bits(in[i]) << (9 * i);
+    h.add(views);
+    for (int d = 0; d < ndim; d++) h.add(sizes[d]);
+    for (int k = 0; k < 4; k++)
+        if (op.params[k] != 0.0) h.add(op.params[k]);
+    if (out.strides != nullptr)
+        for (int d = 0; d < ndim; d++) h.add(out.strides[d]);
     for (int i = 0; i < op.n_in; i++) {
-        view(in[i]);
-        if (in[i].strides == nullptr) h.add(op.in[i].scalar.i);
+        if (in[i].strides != nullptr)
+            for (int d = 0; d < ndim; d++) h.add(in[i].strides[d]);
+        else
+            h.add(op.in[i].scalar.i);
     }
     return h.h;
 }

@@ -23,6 +23,7 @@
 
 #include "fallback/cpu_fallback.h"
 #include "aten/cpu_add_block.h"
+#include "aten/direct_iter.h"
 #include "aten/eager_group.h"
 #include "aten/float8.h"
 #include "runtime/device.h"
@@ -178,11 +179,12 @@ bool launch(at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute, 
 // ---------------------------------------------------------------------------
 enum class Kind { Binary, BinaryFloat, Comparison };
 
-TensorIterator build_binary(Kind kind, Tensor &out, const Tensor &a, const Tensor &b) {
+template <typename It>
+void build_binary(It &iter, Kind kind, const Tensor &out, const Tensor &a, const Tensor &b) {
     switch (kind) {
-    case Kind::BinaryFloat: return TensorIterator::binary_float_op(out, a, b);
-    case Kind::Comparison: return TensorIterator::comparison_op(out, a, b);
-    default: return TensorIterator::binary_op(out, a, b);
+    case Kind::BinaryFloat: iter.build_binary_float_op(out, a, b); break;
+    case Kind::Comparison: iter.build_comparison_op(out, a, b); break;
+    default: iter.build_binary_op(out, a, b);
     }
 }
 
@@ -196,10 +198,16 @@ bool binary_run(Tensor &out, const Tensor &a, const Tensor &b, const char *name,
     if (K == Kind::BinaryFloat && at::isIntegralType(rt, /*includeBool=*/true))
         rt = c10::typeMetaToScalarType(c10::get_default_dtype());
     if (!supports(OP, rt)) return false;
-    TensorIterator iter = build_binary(K, out, a, b);
-    if (!launch(iter, OP, iter.common_dtype(), name, {alpha, 0, 0, 0})) return false;
-    if (!out.defined()) out = iter.output();
-    return true;
+    if (!out.defined()) {
+        DirectIter iter;
+        build_binary(iter, K, out, a, b);
+        if (!launch(iter, OP, iter.common_dtype(), name, {alpha, 0, 0, 0})) return false;
+        out = iter.outs[0];
+        return true;
+    }
+    TensorIterator iter;
+    build_binary(iter, K, out, a, b);
+    return launch(iter, OP, iter.common_dtype(), name, {alpha, 0, 0, 0});
 }
 
 template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP, Kind K> struct BinaryOp {
@@ -343,11 +351,22 @@ bool unary_run(Tensor &out, const Tensor &a, const char *name, std::array<double
     if (FLOAT && at::isIntegralType(rt, true))
         rt = c10::typeMetaToScalarType(c10::get_default_dtype());
     if (!supports(OP, rt)) return false;
-    TensorIterator iter =
-        FLOAT ? TensorIterator::unary_float_op(out, a) : TensorIterator::unary_op(out, a);
-    if (!launch(iter, OP, iter.common_dtype(), name, p)) return false;
-    if (!out.defined()) out = iter.output();
-    return true;
+    auto build = [&](auto &iter) {
+        if (FLOAT)
+            iter.build_unary_float_op(out, a);
+        else
+            iter.build_unary_op(out, a);
+    };
+    if (!out.defined()) {
+        DirectIter iter;
+        build(iter);
+        if (!launch(iter, OP, iter.common_dtype(), name, p)) return false;
+        out = iter.outs[0];
+        return true;
+    }
+    TensorIterator iter;
+    build(iter);
+    return launch(iter, OP, iter.common_dtype(), name, p);
 }
 
 template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP, bool FLOAT> struct UnaryOp {

@@ -13,6 +13,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include "aten/direct_iter.h"
 #include "runtime/device.h"
 
 namespace neuron {
@@ -81,6 +82,19 @@ at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride,
     return at::detail::empty_strided_generic(
         size, stride, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), type);
 }
+
+}  // namespace
+
+at::Tensor empty_for_iter(at::IntArrayRef sizes, at::IntArrayRef strides,
+                          const at::TensorOptions &options) {
+    if (strides.empty())
+        return empty_memory_format(sizes, options.dtype().toScalarType(), at::kStrided,
+                                   options.device(), std::nullopt, options.memory_format_opt());
+    return empty_strided(sizes, strides, options.dtype().toScalarType(), at::kStrided,
+                         options.device(), std::nullopt);
+}
+
+namespace {
 
 const at::Tensor &resize_(const at::Tensor &self, at::IntArrayRef size,
                           std::optional<at::MemoryFormat> memory_format) {

@@ -5,12 +5,18 @@
 #include <c10/util/Exception.h>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
+
+#include "trn/fork.h"
+#include "trn/status.h"
 
 namespace neuron::tracking {
 namespace {
@@ -58,8 +64,22 @@ struct Log {
     }
 };
 
+Log *g_log;
+
+void log_lock() { g_log->mutex.lock(); }
+void log_unlock() { g_log->mutex.unlock(); }
+
 Log &log() {
-    static Log *instance = new Log();  // never destroyed: used at exit too
+    // Never destroyed: used at exit too. Every native op takes its lock, a
+    // leaf (nothing else is taken under it), with the GIL released: held
+    // across fork by the runtime's handlers, or a child forked while another
+    // thread records an op waits on it forever at its first op.
+    static Log *instance = [] {
+        g_log = new Log();
+        TORCH_CHECK(trn_fork_add_leaf_lock(log_lock, log_unlock) == TRN_SUCCESS,
+                    "neuron op log: ", trn_last_error());
+        return g_log;
+    }();
     return *instance;
 }
 
@@ -81,6 +101,18 @@ void record_fallback(const std::string &op) {
     Log &l = log();
     std::lock_guard<std::mutex> lock(l.mutex);
     l.fallback.push_back(l.intern(op));
+}
+
+void hold_lock_for_test(int ms) {
+    Log &l = log();
+    std::promise<void> held;
+    auto f = held.get_future();
+    std::thread([&l, ms, h = std::move(held)]() mutable {
+        std::lock_guard<std::mutex> lock(l.mutex);
+        h.set_value();
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    }).detach();
+    f.wait();
 }
 
 std::vector<std::string> executed_ops() {

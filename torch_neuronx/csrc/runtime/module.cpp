@@ -16,6 +16,13 @@
 
 namespace py = pybind11;
 
+namespace neuron::tracking {
+// observe/op_tracking.cpp, for tests only (not in its header, which every
+// kernel includes): another thread takes the op log's lock and holds it for
+// `ms`; returns once it is held.
+void hold_lock_for_test(int ms);
+}  // namespace neuron::tracking
+
 namespace neuron {
 
 // Filled by static BindingsRegistrar objects in other files before
@@ -145,6 +152,8 @@ PYBIND11_MODULE(_C, m) {
     m.def("_get_default_generator",
           [](int i) { return guarded([&] { return default_generator_object(i); }); });
     m.def("_executed_ops", [] { return tracking::executed_ops(); });
+    m.def("_op_log_hold_for_test", &tracking::hold_lock_for_test,
+          py::call_guard<py::gil_scoped_release>());
     m.def("_fallback_ops", [] { return tracking::fallback_ops(); });
     m.def("_clear_op_tracking", [] { tracking::clear(); });
     for (BindingsFn fn : neuron::bindings_list()) fn(m);

@@ -134,10 +134,10 @@ const void *trn__wcache_acquire(const trn__wcache_key *key, uint64_t version, si
     size_t i = find(key);
     if (i == SIZE_MAX) {
         trn__unlock(&g_mu);
-        // Only operands in the allocator's blocks: their frees drop the
-        // entries. (The caller's product reads the operand, so its block
-        // cannot be freed before the insert below.)
-        if (trn__mem_device_of(key->b) < 0) return NULL;
+        // Only operands in the allocator's blocks, marked so that their
+        // frees drop the entries. (The caller's product reads the operand,
+        // so its block cannot be freed before the insert below.)
+        if (trn__mem_mark_wcached(key->b) < 0) return NULL;
         trn__lock(&g_mu);
         if (find(key) == SIZE_MAX) (void)insert_at(lower(key->b), key, version);
         trn__unlock(&g_mu);

@@ -53,6 +53,13 @@ void trn__wcache_invalidate(trn__wcache_entry *e);
 // allocator calls it when it frees a block, before the block can be reused.
 void trn__wcache_drop_range(const void *lo, size_t nbytes);
 
+// memory.c: trn__mem_device_of (internal.h) for an operand the cache is
+// about to record, which also marks its block: trn_mem_free calls
+// trn__wcache_drop_range only for marked blocks, so frees of activations
+// skip the cache's lock. The caller keeps the operand alive until its entry
+// is in the table.
+int trn__mem_mark_wcached(const void *ptr);
+
 // weight_cache_mm.c (per CPU level): C = alpha * A.B (+ bias, of C's dtype)
 // from the cached packed copy of B (bfloat16: from a copy packed for the
 // call where none is cached); false (nothing written) where the path does

@@ -1,0 +1,63 @@
+"""Functional elementwise ops allocate their outputs without the dispatcher
+(aten/direct_iter.h): the outputs must keep TensorIterator's layout, dtype
+and values exactly as CPU gives them."""
+
+import pytest
+import torch
+
+import torch_neuronx  # noqa: F401
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 4, 5, generator=g)
+    return {
+        "contiguous": (x, torch.randn(2, 3, 4, 5, generator=g)),
+        "transposed": (x.transpose(1, 3), torch.randn(2, 5, 4, 3, generator=g)),
+        "channels_last": (
+            x.contiguous(memory_format=torch.channels_last),
+            torch.randn(2, 3, 4, 5, generator=g).contiguous(memory_format=torch.channels_last),
+        ),
+        "broadcast": (x, torch.randn(5, generator=g)),
+        "expanded": (torch.randn(1, 3, 1, 5, generator=g).expand(2, 3, 4, 5), x),
+        "int_float": (torch.randint(-5, 5, (3, 4), generator=g), torch.randn(3, 4, generator=g)),
+        "cpu_scalar": (x, torch.tensor(2.5)),
+        "zero_dim": (torch.tensor(1.5), torch.tensor(-0.25)),
+        "empty": (torch.randn(0, 3, generator=g), torch.randn(0, 3, generator=g)),
+    }
+
+
+@pytest.mark.parametrize("case", list(_inputs()))
+@pytest.mark.parametrize("op", [torch.add, torch.mul, torch.sub, torch.maximum, torch.lt])
+def test_binary_outputs_match_cpu(case, op):
+    a, b = _inputs()[case]
+    want = op(a, b)
+    # A 0-dim CPU tensor stays on the host, as models pass it.
+    db = b if case == "cpu_scalar" else b.to("neuron")
+    got = op(a.to("neuron"), db)
+    assert got.device.type == "neuron"
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("case", ["contiguous", "transposed", "channels_last", "int_float"])
+@pytest.mark.parametrize("op", [torch.neg, torch.exp, torch.sigmoid, torch.abs])
+def test_unary_outputs_match_cpu(case, op):
+    a = _inputs()[case][0]
+    # exp / sigmoid of an integer input: the default dtype, as on CPU.
+    want = op(a)
+    got = op(a.to("neuron"))
+    assert got.dtype == want.dtype and got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-6, atol=1e-6)
+
+
+def test_out_and_inplace_unchanged():
+    a, b = torch.randn(4, 5), torch.randn(4, 5)
+    da, db = a.to("neuron"), b.to("neuron")
+    out = torch.empty(0, device="neuron")
+    torch.add(da, db, out=out)
+    assert out.shape == (4, 5)
+    torch.testing.assert_close(out.cpu(), a + b, rtol=0, atol=0)
+    da.mul_(db)
+    torch.testing.assert_close(da.cpu(), a * b, rtol=0, atol=0)
