@@ -534,6 +534,34 @@ def test_conv_backward_in_one_launch_matches_two(xs, ws, kw, grad_layout, dtype)
     _no_fallback()
 
 
+def conv_backward_hash_code(cases, layout, seed, dtype, input_grad):
+    """A script printing the sha256 of each convolution_backward gradient of
+    `cases` ((input, weight, kwargs, bias[, channels_last]) in `dtype`, the
+    output gradient dense or a channel slice), for outputs_at_thread_counts."""
+    return (
+        "import hashlib, torch, torch_neuronx\n"
+        f"cases, layout = {cases!r}, {layout!r}\n"
+        f"gen = torch.Generator().manual_seed({seed})\n"
+        "for xs, ws, kw, bias, *cl in cases:\n"
+        f"    x = torch.randn(xs, generator=gen).{dtype}()\n"
+        f"    w = torch.randn(ws, generator=gen).{dtype}()\n"
+        "    y = torch.nn.functional.conv2d(x.float(), w.float(), **kw)\n"
+        "    g = torch.randn((y.shape[0], y.shape[1] + 16, *y.shape[2:]), generator=gen)\n"
+        f"    gd = g.{dtype}().to('neuron')\n"
+        "    gd = gd[:, 16:] if layout == 'slice' else gd[:, :y.shape[1]].contiguous()\n"
+        "    xd = x.to('neuron')\n"
+        "    if cl and cl[0]:\n"
+        "        xd = xd.to(memory_format=torch.channels_last)\n"
+        "    s, p = kw.get('stride', 1), kw.get('padding', 0)\n"
+        "    r = torch.ops.aten.convolution_backward(gd, xd, w.to('neuron'),\n"
+        "        [ws[0]] if bias else None, [s, s], [p, p], [1, 1], False, [0, 0], 1,\n"
+        f"        [{input_grad}, True, bias])\n"
+        "    for t in r:\n"
+        "        if t is not None:\n"
+        "            print(hashlib.sha256(t.float().cpu().numpy().tobytes()).hexdigest())\n"
+    )
+
+
 WGRAD_BLOCK_CASES = [
     # (input, weight, kwargs, bias): float32 weight gradients reduced in batch
     # blocks (about 1024 terms each), spread over the pool by block.
@@ -548,24 +576,7 @@ WGRAD_BLOCK_CASES = [
 def test_conv_weight_gradient_blocks_same_bits_at_any_thread_count(grad_layout):
     # The blocks run on any thread, each into its own buffer, and are added
     # in block order: the one-thread bits at every pool size.
-    code = (
-        "import hashlib, torch, torch_neuronx\n"
-        f"cases, layout = {WGRAD_BLOCK_CASES!r}, {grad_layout!r}\n"
-        "gen = torch.Generator().manual_seed(3)\n"
-        "for xs, ws, kw, bias in cases:\n"
-        "    x, w = torch.randn(xs, generator=gen), torch.randn(ws, generator=gen)\n"
-        "    y = torch.nn.functional.conv2d(x, w, **kw)\n"
-        "    g = torch.randn((y.shape[0], y.shape[1] + 16, *y.shape[2:]), generator=gen)\n"
-        "    gd = g.to('neuron')\n"
-        "    gd = gd[:, 16:] if layout == 'slice' else gd[:, :y.shape[1]].contiguous()\n"
-        "    s, p = kw.get('stride', 1), kw.get('padding', 0)\n"
-        "    r = torch.ops.aten.convolution_backward(gd, x.to('neuron'), w.to('neuron'),\n"
-        "        [ws[0]] if bias else None, [s, s], [p, p], [1, 1], False, [0, 0], 1,\n"
-        "        [False, True, bias])\n"
-        "    for t in r[1:]:\n"
-        "        if t is not None:\n"
-        "            print(hashlib.sha256(t.cpu().numpy().tobytes()).hexdigest())\n"
-    )
+    code = conv_backward_hash_code(WGRAD_BLOCK_CASES, grad_layout, 3, "float", "False")
     assert len(outputs_at_thread_counts(code)) == 1
     # And the blocks' sums are a float32 weight gradient (float64 reference).
     gen = torch.Generator().manual_seed(3)
@@ -606,28 +617,7 @@ BF16_WGRAD_HALF_CASES = [
 @pytest.mark.parametrize("grad_layout", ["dense", "slice"])
 def test_bf16_conv_weight_gradient_halves_same_bits_and_error(grad_layout):
     # The halves are fixed by the shape: the same bits at every pool size.
-    code = (
-        "import hashlib, torch, torch_neuronx\n"
-        f"cases, layout = {BF16_WGRAD_HALF_CASES!r}, {grad_layout!r}\n"
-        "gen = torch.Generator().manual_seed(4)\n"
-        "for xs, ws, kw, bias, cl in cases:\n"
-        "    x = torch.randn(xs, generator=gen).bfloat16()\n"
-        "    w = torch.randn(ws, generator=gen).bfloat16()\n"
-        "    y = torch.nn.functional.conv2d(x.float(), w.float(), **kw)\n"
-        "    g = torch.randn((y.shape[0], y.shape[1] + 16, *y.shape[2:]), generator=gen)\n"
-        "    gd = g.bfloat16().to('neuron')\n"
-        "    gd = gd[:, 16:] if layout == 'slice' else gd[:, :y.shape[1]].contiguous()\n"
-        "    xd = x.to('neuron')\n"
-        "    if cl:\n"
-        "        xd = xd.to(memory_format=torch.channels_last)\n"
-        "    s, p = kw.get('stride', 1), kw.get('padding', 0)\n"
-        "    r = torch.ops.aten.convolution_backward(gd, xd, w.to('neuron'),\n"
-        "        [ws[0]] if bias else None, [s, s], [p, p], [1, 1], False, [0, 0], 1,\n"
-        "        [True, True, bias])\n"
-        "    for t in r:\n"
-        "        if t is not None:\n"
-        "            print(hashlib.sha256(t.float().cpu().numpy().tobytes()).hexdigest())\n"
-    )
+    code = conv_backward_hash_code(BF16_WGRAD_HALF_CASES, grad_layout, 4, "bfloat16", "True")
     assert len(outputs_at_thread_counts(code)) == 1
     # Each gradient's error vs float64 at most PyTorch CPU's (both round once
     # to bfloat16 from float32 sums) plus a bfloat16 unit of slack.
