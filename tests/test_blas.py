@@ -2,6 +2,10 @@
 oneDNN) against PyTorch CPU: layouts, alpha/beta, broadcasting, dtypes,
 gradients, and proof that nothing fell back to the CPU."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -736,11 +740,39 @@ def bf16_path(request):
         yield request.param
     finally:
         torch.neuron.synchronize()
-        C._set_matmul_bf16_native(True)
+        C._set_matmul_bf16_native(None)
 
 
 def test_bf16_native_follows_cpu_and_switch(bf16_path):
     assert torch_neuronx._C._matmul_bf16_native() == (bf16_path and _cpu_has_avx512_bf16())
+
+
+@pytest.mark.parametrize("env", ["native", "float32", "auto", "bogus", None])
+def test_bf16_default_path_follows_env(env):
+    """TORCH_NEURONX_BF16_KERNELS picks the default path (a fresh process:
+    it is read once); 'auto' and unknown values measure the core (True
+    only where the CPU has AVX512-BF16), and a forced path is restored to
+    that default by None."""
+    code = (
+        "import torch, torch_neuronx; C = torch_neuronx._C\n"
+        "d = C._matmul_bf16_native(); C._set_matmul_bf16_native(False)\n"
+        "assert not C._matmul_bf16_native(); C._set_matmul_bf16_native(None)\n"
+        "assert C._matmul_bf16_native() == d; print(int(d))\n"
+    )
+    env_vars = {k: v for k, v in os.environ.items() if k != "TORCH_NEURONX_BF16_KERNELS"}
+    if env is not None:
+        env_vars["TORCH_NEURONX_BF16_KERNELS"] = env
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env_vars, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    native = out.stdout.strip().splitlines()[-1] == "1"
+    if not _cpu_has_avx512_bf16() or env == "float32":
+        assert not native
+    elif env == "native":
+        assert native
+    if env == "bogus":
+        assert "TORCH_NEURONX_BF16_KERNELS='bogus'" in out.stderr
 
 
 def _ints(*shape):

@@ -8,6 +8,7 @@
 // through the copy kernel, so the test also runs in protect-memory mode.
 #include "internal.h"
 #include "test_common_dev.h"
+#include "trn/bf16_path.h"
 #include "trn/blas.h"
 #include "trn/conv_backward.h"
 
@@ -278,7 +279,10 @@ int main(void) {
     test_shapes(TRN_DTYPE_F32);
     // bfloat16 on both paths: native (where the CPU has AVX512-BF16) and
     // float32 staging, forced by the switch shared with matmul.
-    const bool native = trn_matmul_bf16_native();
+    const bool default_path = trn_matmul_bf16_native();
+    trn_matmul_set_bf16_native(true);
+    const bool native = trn_matmul_bf16_native();  // the CPU has AVX512-BF16
+    CHECK(native || !default_path);
     for (int pass = 0; pass < 2; pass++) {
         trn_matmul_set_bf16_native(pass == 0);
         CHECK(trn_matmul_bf16_native() == (pass == 0 && native));
@@ -287,8 +291,8 @@ int main(void) {
         g_exact = true;
         test_shapes(TRN_DTYPE_BF16);
     }
-    trn_matmul_set_bf16_native(true);
-    CHECK(trn_matmul_bf16_native() == native);
+    trn_matmul_set_bf16_default();
+    CHECK(trn_matmul_bf16_native() == default_path);
     if (native) {
         // The layouts oneDNN chooses for bfloat16 on an AMX CPU (conv.c),
         // forced so that every AVX512-BF16 CPU runs them; plus a stem (3 ->

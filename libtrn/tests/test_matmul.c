@@ -9,6 +9,7 @@
 // kernel, so the test also runs in protect-memory mode.
 #include "internal.h"
 #include "test_common_dev.h"
+#include "trn/bf16_path.h"
 #include "trn/cpu.h"
 #include "trn/matmul_bias.h"
 
@@ -389,7 +390,10 @@ static void test_tile_f32(void) {
 // fused into oneDNN's matmul or added through C, pieces over the pool), once natively (where the CPU allows) and once
 // through float32 staging.
 static void test_bf16_paths(void) {
-    const bool native = trn_matmul_bf16_native();
+    const bool default_path = trn_matmul_bf16_native();
+    trn_matmul_set_bf16_native(true);
+    const bool native = trn_matmul_bf16_native();  // the CPU has AVX512-BF16
+    CHECK(native || !default_path);
     for (int pass = 0; pass < 2; pass++) {
         trn_matmul_set_bf16_native(pass == 0);
         CHECK(trn_matmul_bf16_native() == (pass == 0 && native));
@@ -416,8 +420,8 @@ static void test_bf16_paths(void) {
         check_mm(dt, 1, 67, 301, 211, ROW, ROW, COL, 1, 0, false);
         g_bias_stride = 0;
     }
-    trn_matmul_set_bf16_native(true);
-    CHECK(trn_matmul_bf16_native() == native);
+    trn_matmul_set_bf16_default();
+    CHECK(trn_matmul_bf16_native() == default_path);
 }
 
 int main(void) {

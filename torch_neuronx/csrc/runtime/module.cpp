@@ -2,11 +2,14 @@
 // every kernel, the guard, allocators, hooks and fallbacks (static
 // registrars in the other files); the functions below expose runtime state
 // to the Python package. Each one converts, checks and calls libtrn.
+#include <optional>
+
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <vector>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
+#include <trn/bf16_path.h>
 #include <trn/cpu.h>
 
 #include "runtime/generator.h"
@@ -121,9 +124,18 @@ PYBIND11_MODULE(_C, m) {
     m.def("_stream_async_enabled", [] { return trn_stream_async_enabled(); });
     m.def("_num_threads", [] { return trn_parallel_threads(); });
     m.def("_float64_native", [] { return trn_float64_native() != 0; });
-    // Tests and benchmarks: which bfloat16 matmul path runs (trn/blas.h).
+    // Tests and benchmarks: which bfloat16 matmul path runs (trn/blas.h);
+    // True / False force one, None restores the default.
     m.def("_matmul_bf16_native", [] { return trn_matmul_bf16_native(); });
-    m.def("_set_matmul_bf16_native", [](bool allow) { trn_matmul_set_bf16_native(allow); });
+    m.def(
+        "_set_matmul_bf16_native",
+        [](std::optional<bool> native) {
+            if (native)
+                trn_matmul_set_bf16_native(*native);
+            else
+                trn_matmul_set_bf16_default();
+        },
+        pybind11::arg("native"));
     m.def("_memory_protect_enabled", [] { return trn_mem_protect_enabled(); });
     // Streams as (stream_id, device_index, device_type), torch.Stream's fields.
     m.def("_current_stream", [](int i) {

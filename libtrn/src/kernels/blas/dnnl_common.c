@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trn/log.h"
+
 // oneDNN 2.x by its soname (any 2.x the system has), then the file found at
 // build time (a oneDNN outside the loader's path), unless
 // TORCH_NEURONX_DNNL_LIBRARY names one.
@@ -41,11 +43,17 @@ trn__dnnl_impl trn__dnnl_impl_of(const_dnnl_primitive_desc_t pd) {
 
 // ---- native bfloat16 -------------------------------------------------------------
 // oneDNN 2.6 has bf16 matmul and convolution kernels that use vdpbf16ps on an
-// AVX512-BF16 CPU; they run at the float32 kernel's multiply-add rate per
-// instruction with twice the elements, and skip the staging copies. On an
-// AVX-512 CPU without BF16 oneDNN emulates the instruction (slower than
-// staging to float32), and on AVX2 it has only its reference kernel, so the
-// native path is taken only where the CPU has the instruction.
+// AVX512-BF16 CPU (and AMX tiles where the CPU and OS allow). On an AVX-512
+// CPU without BF16 oneDNN emulates the instruction (slower than the float32
+// kernels on widened operands), and on AVX2 it has only its reference
+// kernel, so the native path needs the instruction. Where the CPU has it,
+// the default follows the core: native when AMX is usable or vdpbf16ps
+// gives at least 1.5x the float32 FMA's multiply-adds per second
+// (bf16_rate.c: 2.0 on AMD Zen 4, 1.0 on an Intel Xeon without AMX, where
+// the float32 kernels ran bfloat16 products 1.3-1.7x faster).
+// TORCH_NEURONX_BF16_KERNELS=native / float32 overrides the measurement.
+#define BF16_NATIVE_MIN_RATIO 1.5
+
 static bool cpu_has_avx512_bf16(void) {
 #if defined(__x86_64__) || defined(__i386__)
     unsigned eax, ebx, ecx, edx;
@@ -62,18 +70,46 @@ static bool cpu_has_avx512_bf16(void) {
 }
 
 static pthread_once_t g_bf16_once = PTHREAD_ONCE_INIT;
-static bool g_bf16_cpu;
-static atomic_bool g_bf16_allowed = true;
+static bool g_bf16_cpu;      // the CPU has vdpbf16ps
+static bool g_bf16_default;  // what the process runs unless a test forces a path
+static double g_bf16_ratio;  // bf16_rate.c's measurement (0: not measured)
+static atomic_int g_bf16_forced = -1;  // -1: the default; 0 / 1: forced
 
-static void bf16_probe(void) { g_bf16_cpu = cpu_has_avx512_bf16(); }
+static void bf16_probe(void) {
+    g_bf16_cpu = cpu_has_avx512_bf16();
+    if (!g_bf16_cpu) return;
+    const char *env = getenv("TORCH_NEURONX_BF16_KERNELS");
+    if (env != NULL && strcmp(env, "native") == 0) {
+        g_bf16_default = true;
+        return;
+    }
+    if (env != NULL && strcmp(env, "float32") == 0) return;
+    if (env != NULL && *env != '\0' && strcmp(env, "auto") != 0)
+        trn_log(TRN_LOG_WARNING, "matmul",
+                "TORCH_NEURONX_BF16_KERNELS='%s' is not 'auto', 'native' or 'float32': "
+                "using 'auto'",
+                env);
+    if (trn__dnnl_amx()) {
+        g_bf16_default = true;
+        return;
+    }
+    g_bf16_ratio = trn__bf16_dot_rate_ratio();
+    g_bf16_default = g_bf16_ratio >= BF16_NATIVE_MIN_RATIO;
+    trn_log(TRN_LOG_INFO, "matmul",
+            "bfloat16 products and convolutions: %s kernels (vdpbf16ps gives %.2fx the "
+            "float32 FMA's multiply-adds per second here)",
+            g_bf16_default ? "native bfloat16" : "float32", g_bf16_ratio);
+}
 
 bool trn__dnnl_bf16_native(void) {
     (void)pthread_once(&g_bf16_once, bf16_probe);
-    return g_bf16_cpu && atomic_load_explicit(&g_bf16_allowed, memory_order_relaxed);
+    if (!g_bf16_cpu) return false;
+    const int forced = atomic_load_explicit(&g_bf16_forced, memory_order_relaxed);
+    return forced >= 0 ? forced != 0 : g_bf16_default;
 }
 
-void trn__dnnl_set_bf16_native(bool allow) {
-    atomic_store_explicit(&g_bf16_allowed, allow, memory_order_relaxed);
+void trn__dnnl_set_bf16_native(int forced) {
+    atomic_store_explicit(&g_bf16_forced, forced < 0 ? -1 : forced != 0, memory_order_relaxed);
 }
 
 static atomic_int g_amx_forced = -1;
@@ -217,6 +253,8 @@ typedef struct thread_state {
     size_t workspace_size;
     void *accum;
     size_t accum_size;
+    void *widen;
+    size_t widen_size;
 } thread_state;
 
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
@@ -228,6 +266,7 @@ static void state_destroy(void *p) {
     if (ts->stream) dnnl_stream_destroy(ts->stream);
     free(ts->workspace);
     free(ts->accum);
+    free(ts->widen);
     free(ts);
 }
 
@@ -310,6 +349,16 @@ trn_status trn__dnnl_accum_buffer(size_t bytes, void **ptr) {
     if ((st = grow(&ts->accum, &ts->accum_size, bytes, "accumulation buffer")) != TRN_SUCCESS)
         return st;
     *ptr = ts->accum;
+    return TRN_SUCCESS;
+}
+
+trn_status trn__dnnl_widen_buffer(size_t bytes, void **ptr) {
+    thread_state *ts = NULL;
+    trn_status st = thread_state_get(&ts);
+    if (st != TRN_SUCCESS) return st;
+    if ((st = grow(&ts->widen, &ts->widen_size, bytes, "float32 operand buffer")) != TRN_SUCCESS)
+        return st;
+    *ptr = ts->widen;
     return TRN_SUCCESS;
 }
 

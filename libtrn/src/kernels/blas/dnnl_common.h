@@ -144,6 +144,11 @@ trn_status trn__dnnl_workspace(size_t bytes, void **ptr);
 // reductions keep their partial sums here.
 trn_status trn__dnnl_accum_buffer(size_t bytes, void **ptr);
 
+// A third, for a bfloat16 product's operands widened to float32
+// (matmul_widen.c), which live across the float32 product that uses the
+// other two.
+trn_status trn__dnnl_widen_buffer(size_t bytes, void **ptr);
+
 // Sets the libtrn error for a failed oneDNN call and returns its trn status.
 trn_status trn__dnnl_error(dnnl_status_t st, const char *call, const char *context);
 
@@ -172,13 +177,18 @@ typedef enum trn__dnnl_impl {
 trn__dnnl_impl trn__dnnl_impl_of(const_dnnl_primitive_desc_t pd);
 
 // ---- native bfloat16 ----------------------------------------------------------
-// Whether bfloat16 GEMMs and convolutions run as bfloat16 in oneDNN (true
-// when the CPU has AVX512-BF16 and trn__dnnl_set_bf16_native has not turned
-// it off) instead of staging their operands to float32. One switch for both
-// kernels so a test can force every bfloat16 product onto the staging path
-// (public as trn_matmul_bf16_native / trn_matmul_set_bf16_native).
+// Whether bfloat16 GEMMs and convolutions run as bfloat16 in oneDNN or on
+// the float32 kernels with widened operands (the default: where the CPU has
+// AVX512-BF16 and its vdpbf16ps outruns float32 FMA, see dnnl_common.c and
+// bf16_rate.c). trn__dnnl_set_bf16_native forces a path (1: native where the
+// CPU has the instruction, 0: float32) or restores the default (-1). One
+// switch for both kernels (public as trn_matmul_bf16_native /
+// trn_matmul_set_bf16_native).
 bool trn__dnnl_bf16_native(void);
-void trn__dnnl_set_bf16_native(bool allow);
+void trn__dnnl_set_bf16_native(int forced);
+// Multiply-adds per second of vdpbf16ps over float32 FMA on this core,
+// measured (bf16_rate.c; ~50 us); 0 where it cannot be measured.
+double trn__bf16_dot_rate_ratio(void);
 
 // Whether oneDNN dispatches to AMX tiles (the CPU has AMX-BF16, the OS lets
 // the process use the tile state, ONEDNN_MAX_CPU_ISA allows it): its

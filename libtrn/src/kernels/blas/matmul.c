@@ -1,8 +1,8 @@
 // matmul.c - owns the matmul kernel declared in trn/blas.h: descriptor
 // validation and stride normalisation at launch, the oneDNN path for float32
-// and bfloat16 (natively on an AVX512-BF16 CPU), float16 and the rest of
-// bfloat16 through float32 staging buffers, and blocked C loops for float64
-// and the integer dtypes.
+// and bfloat16 (natively where dnnl_common.c chooses it, else on the float32
+// path with widened operands: matmul_widen.c), float16 through float32
+// staging buffers, and blocked C loops for float64 and the integer dtypes.
 //
 // oneDNN path: a plan (cached by geometry, see dnnl_common.h) holds the matmul
 // primitive and, when an operand cannot be handed to it as is, a copy that
@@ -19,11 +19,13 @@
 #include "dnnl_common.h"
 #include "../kit/launch.h"
 #include "matmul_run.h"
+#include "matmul_widen.h"
 #include "t16_transpose.h"
 #include "tile_mm.h"
 #include "weight_cache.h"
 #include "trn/parallel.h"
 #include "trn/blas.h"
+#include "trn/bf16_path.h"
 #include "trn/convert.h"
 #include "trn/matmul_bias.h"
 
@@ -58,7 +60,9 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 // the same ones.
 bool trn_matmul_bf16_native(void) { return trn__dnnl_bf16_native(); }
 
-void trn_matmul_set_bf16_native(bool allow) { trn__dnnl_set_bf16_native(allow); }
+void trn_matmul_set_bf16_native(bool allow) { trn__dnnl_set_bf16_native(allow ? 1 : 0); }
+
+void trn_matmul_set_bf16_default(void) { trn__dnnl_set_bf16_native(-1); }
 
 // ---- C loops: float64 and integers ---------------------------------------------
 // Rows of C in blocks of BI, columns in blocks of BJ accumulated in a local
@@ -1248,8 +1252,9 @@ static bool is_small(const trn_matmul_desc *d) {
 // rounding, as adding it through C (copied there, beta 1) would, without
 // writing and reading C once more.
 static bool bias_fused(const trn_matmul_desc *d, int64_t bias_stride) {
-    const bool dtype_ok =
-        d->dtype == TRN_DTYPE_F32 || (d->dtype == TRN_DTYPE_BF16 && trn_matmul_bf16_native());
+    // bfloat16 on either path: oneDNN's bias argument natively, the float32
+    // kernels' after widening (matmul_widen.c).
+    const bool dtype_ok = d->dtype == TRN_DTYPE_F32 || d->dtype == TRN_DTYPE_BF16;
     return dtype_ok && d->alpha == 1.0 && bias_stride == 1 && d->k > 0 && !is_small(d);
 }
 
@@ -1369,6 +1374,9 @@ static trn_status mm_run(const trn_matmul_desc *d, const void *bias, int64_t bia
     case TRN_DTYPE_I16: loop_i16(d); return TRN_SUCCESS;
     case TRN_DTYPE_I32: loop_i32(d); return TRN_SUCCESS;
     case TRN_DTYPE_I64: loop_i64(d); return TRN_SUCCESS;
+    case TRN_DTYPE_BF16:
+        if (!trn_matmul_bf16_native()) return trn__matmul_bf16_widened(d, bias, run_dnnl);
+        return run_dnnl(d, bias);
     default: return run_dnnl(d, bias);
     }
 }
