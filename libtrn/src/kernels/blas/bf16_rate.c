@@ -19,8 +19,8 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-#define CHAINS 12   // independent accumulators: covers latency x ports on both
-#define ROUNDS 2048 // instructions per chain per trial: ~10-50 us
+#define CHAINS 12    // independent accumulators: covers latency x ports on both
+#define ROUNDS 2048  // instructions per chain per trial: ~10-50 us
 #define TRIALS 7
 
 static double now_ns(void) {

@@ -70,9 +70,9 @@ static bool cpu_has_avx512_bf16(void) {
 }
 
 static pthread_once_t g_bf16_once = PTHREAD_ONCE_INIT;
-static bool g_bf16_cpu;      // the CPU has vdpbf16ps
-static bool g_bf16_default;  // what the process runs unless a test forces a path
-static double g_bf16_ratio;  // bf16_rate.c's measurement (0: not measured)
+static bool g_bf16_cpu;                // the CPU has vdpbf16ps
+static bool g_bf16_default;            // what the process runs unless a test forces a path
+static double g_bf16_ratio;            // bf16_rate.c's measurement (0: not measured)
 static atomic_int g_bf16_forced = -1;  // -1: the default; 0 / 1: forced
 
 static void bf16_probe(void) {

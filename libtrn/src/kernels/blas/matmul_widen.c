@@ -63,8 +63,7 @@ static void round_lines(void *ctx, int64_t l0, int64_t l1) {
 
 // Lays out a batch x rows x cols operand with strides s as dense float32
 // in its own storage order; fills the float32 strides fs.
-static widen_mat widen_plan(int64_t batch, int64_t rows, int64_t cols, const int64_t *s,
-                            float *dst, int64_t *fs) {
+static widen_mat widen_plan(int64_t rows, int64_t cols, const int64_t *s, float *dst, int64_t *fs) {
     // Column-major where the columns are the contiguous runs.
     const bool by_cols = s[1] == 1 && s[2] != 1 && rows > 1;
     widen_mat w = {.dst = dst, .s0 = s[0]};
@@ -75,7 +74,7 @@ static widen_mat widen_plan(int64_t batch, int64_t rows, int64_t cols, const int
         w.lines = rows, w.len = cols, w.s_line = s[1], w.s_elem = s[2];
         fs[1] = cols, fs[2] = 1;
     }
-    fs[0] = batch == 1 ? rows * cols : rows * cols;
+    fs[0] = rows * cols;
     return w;
 }
 
@@ -121,12 +120,9 @@ trn_status trn__matmul_bf16_widened(const trn_matmul_desc *d, const void *bias,
     f.a = buf + oa;
     f.b = buf + ob;
     f.c = buf + oc;
-    widen_mat wa = widen_plan(ab, d->m, d->k, d->a_strides, (float *)(void *)(buf + oa),
-                              f.a_strides);
-    widen_mat wb = widen_plan(bb, d->k, d->n, d->b_strides, (float *)(void *)(buf + ob),
-                              f.b_strides);
-    widen_mat wc = widen_plan(d->batch, d->m, d->n, d->c_strides, (float *)(void *)(buf + oc),
-                              f.c_strides);
+    widen_mat wa = widen_plan(d->m, d->k, d->a_strides, (float *)(void *)(buf + oa), f.a_strides);
+    widen_mat wb = widen_plan(d->k, d->n, d->b_strides, (float *)(void *)(buf + ob), f.b_strides);
+    widen_mat wc = widen_plan(d->m, d->n, d->c_strides, (float *)(void *)(buf + oc), f.c_strides);
     if (ab == 1 && d->batch > 1) f.a_strides[0] = 0;
     if (bb == 1 && d->batch > 1) f.b_strides[0] = 0;
     widen_run(&wa, ab, d->a);

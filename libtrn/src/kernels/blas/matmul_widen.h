@@ -15,7 +15,6 @@ typedef trn_status (*trn__mm_f32_fn)(const trn_matmul_desc *f, const void *bias)
 // bfloat16) widened to float32 once, `run` computes the float32 product,
 // and C is rounded to bfloat16 once. Float32 sums of exact products and one
 // rounding to nearest even, the native kernel's contract.
-trn_status trn__matmul_bf16_widened(const trn_matmul_desc *d, const void *bias,
-                                    trn__mm_f32_fn run);
+trn_status trn__matmul_bf16_widened(const trn_matmul_desc *d, const void *bias, trn__mm_f32_fn run);
 
 #endif
