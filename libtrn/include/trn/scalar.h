@@ -348,8 +348,9 @@ TRN_SC_INLINE float trn_sc_exp_reduced_f(float xc, int32_t *ni) {
     return fmaf(p, r * r, r) + 1.0f;
 }
 
-// e^xc for xc already clamped to [-104, 89]: the arithmetic trn_sc_expf and
-// GELU's trn_sc_exp_nonpos_f share (one definition, the same bits).
+// e^xc for xc already clamped to [-104, 89]: the bits trn_sc_expf gives (it
+// repeats this scaling with its last factor zeroed below -104; test_reduce.c
+// checks the two agree) and GELU's trn_sc_exp_nonpos_f matches for xc <= 0.
 TRN_SC_INLINE float trn_sc_exp_clamped_f(float xc) {
     int32_t ni;
     const float p = trn_sc_exp_reduced_f(xc, &ni);
