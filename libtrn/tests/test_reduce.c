@@ -2,8 +2,10 @@
 // references: every loop shape (contiguous runs, column, strided), dtypes,
 // NaN rules, indices, empty reductions, protect mode (run again with
 // TORCH_NEURONX_DEBUG_PROTECT_MEMORY=1) and invalid descriptors.
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 #include "test.h"
@@ -502,6 +504,37 @@ static void test_sc_expf(void) {
     CHECK(trn_sc_expf(0.0f) == 1.0f);
 }
 
+// trn_sc_expf zeroes its last factor at x <= -104 instead of running the
+// clamped arithmetic (whose underflow costs Intel cores an assist): the
+// results must stay those of the clamped arithmetic, +0 and the subnormal
+// tail included, in the vectorized loop as well as the scalar calls.
+__attribute__((noinline)) static void expf_rows(const float *x, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] = trn_sc_expf(x[i]);
+}
+
+static void test_sc_expf_low_tail(void) {
+    enum { N = 4099 };
+    static float x[N], y[N];
+    for (int i = 0; i < N; i++) x[i] = -112.0f + 0.006f * (float)i;  // [-112, -87.4]
+    x[0] = -INFINITY;
+    x[1] = -104.0f;
+    x[2] = nextafterf(-104.0f, 0.0f);
+    x[3] = -FLT_MAX;
+    expf_rows(x, y, N);
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        const float xc = x[i] > -104.0f ? x[i] : -104.0f;
+        const float want = trn_sc_exp_clamped_f(xc);
+        uint32_t a, b;
+        memcpy(&a, &y[i], 4);
+        memcpy(&b, &want, 4);
+        bad += a != b;
+        if (x[i] <= -104.0f) bad += a != 0;  // +0, not -0
+    }
+    CHECK(bad == 0);
+    CHECK(y[N - 1] > 0.0f && y[N - 1] < FLT_MIN);  // the subnormal tail kept
+}
+
 // The cascade a float32 column sum must follow (reduce.c's column loop and
 // its register strips; PyTorch CPU's order): level 0 takes every row, level
 // k flushes into k+1 every `step` of its flushes, ((l0 + l1) + l2) + l3.
@@ -550,6 +583,6 @@ static void test_sum_columns_order(void) {
         }
 }
 
-TEST_MAIN_DEFAULT_STREAM(test_sc_expf, test_sum_large, test_ops_layouts, test_nan_and_indices,
-                         test_int_and_half, test_empty, test_scan, test_softmax,
-                         test_sum_columns_order)
+TEST_MAIN_DEFAULT_STREAM(test_sc_expf, test_sc_expf_low_tail, test_sum_large, test_ops_layouts,
+                         test_nan_and_indices, test_int_and_half, test_empty, test_scan,
+                         test_softmax, test_sum_columns_order)

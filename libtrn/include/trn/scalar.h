@@ -348,8 +348,9 @@ TRN_SC_INLINE float trn_sc_exp_reduced_f(float xc, int32_t *ni) {
     return fmaf(p, r * r, r) + 1.0f;
 }
 
-// e^xc for xc already clamped to [-104, 89]: the arithmetic trn_sc_expf and
-// GELU's trn_sc_exp_nonpos_f share (one definition, the same bits).
+// e^xc for xc already clamped to [-104, 89]: the bits trn_sc_expf gives (it
+// repeats this scaling with its last factor zeroed below -104; test_reduce.c
+// checks the two agree) and GELU's trn_sc_exp_nonpos_f matches for xc <= 0.
 TRN_SC_INLINE float trn_sc_exp_clamped_f(float xc) {
     int32_t ni;
     const float p = trn_sc_exp_reduced_f(xc, &ni);
@@ -368,7 +369,19 @@ TRN_SC_INLINE float trn_sc_expf(float x) {
     // separate NaN select: 20% faster, and bit-identical over all 2^32 inputs.
     float xc = x > -104.0f ? x : -104.0f;
     xc = xc < 89.0f ? xc : 89.0f;
-    const float res = trn_sc_exp_clamped_f(xc);
+    int32_t ni;
+    const float p = trn_sc_exp_reduced_f(xc, &ni);
+    const int32_t n1 = ni >> 1, n2 = ni - n1;
+    const float s1 = trn_fp32_from_bits((uint32_t)(n1 + 127) << 23);
+    // Every x <= -104 (masked scores: -inf) gives +0 (as trn_sc_exp_clamped_f
+    // (-104) rounds to): the last factor is 0 there instead of 2^-75. p s1 s2
+    // underflows at -104, and on Intel cores a vector product that underflows
+    // takes a microcode assist - 4.0 instead of 0.4 ns an element, which ran
+    // half-masked causal attention tiles at a fraction of their speed. 0 is
+    // exact: no assist. Subnormal results (x in (-104, -87.3)) still pay it.
+    // Bit-identical to trn_sc_exp_clamped_f over all 2^32 inputs.
+    const float s2 = x > -104.0f ? trn_fp32_from_bits((uint32_t)(n2 + 127) << 23) : 0.0f;
+    const float res = p * s1 * s2;
     return x != x ? x : res;
 }
 
