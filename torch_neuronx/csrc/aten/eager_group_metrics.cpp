@@ -74,6 +74,14 @@ BindingsRegistrar reg([](pybind11::module_ &m) {
         "0: a compiled pattern always runs fused; 1: timed fused against unfused first "
         "(default); 2: as 1, every trial declines (tests).");
     m.def("_eager_fusion_adaptive", [] { return g_adaptive.load(); });
+    m.def(
+        "_eager_fusion_open_record_ns",
+        [] {
+            std::lock_guard<std::recursive_mutex> lk(group_mu());
+            return open_group().empty() ? int64_t{-1} : open_group().record_ns;
+        },
+        "The open group's recording time so far in ns (what a fused trial adds to its run); "
+        "-1 with no group open (tests).");
     m.def("_eager_fusion_switched_on", [] { return switched_on(); });
     m.def("_eager_fusion_active", [] { return fusion_on(); });
     m.def(

@@ -386,8 +386,19 @@ using namespace detail;
 
 void release_dead_storages() {
     if (!g_open.load(std::memory_order_relaxed)) return;
+    // Fusion's cost, not the allocation's: counted as recording time, so the
+    // adaptive trials weigh it (with fusion off this check does not run).
+    const int64_t t0 = adaptive_clock();
     std::lock_guard<std::recursive_mutex> lk(group_mu());
     Group &g = open_group();
+    if (g.empty()) return;
+    struct Charge {
+        Group &g;
+        int64_t t0;
+        ~Charge() {
+            if (t0 != 0 && !g.empty()) g.record_ns += now_ns() - t0;
+        }
+    } charge{g, t0};
     release_dead(g);
     // Inputs only the group still holds (saved activations autograd has let
     // go of, a gradient already consumed) are what fusing still costs in
@@ -454,12 +465,16 @@ bool starts_no_group(int ndim, const int64_t *sizes, const Accesses &acc, const 
 // acc[0] is the output; op.in[i].buf holds, for tensor operands, the index
 // into acc of the input (replaced by its buffer here).
 //
-// The recording time (Group::record_ns, adaptive only) is read from here on,
-// and only for ops that join a group: most decode ops start no group
-// (starts_no_group) and read no clock.
+// The recording time (Group::record_ns, adaptive only) runs from the offer's
+// operand checks (t_in; 0: from here) and counts only for ops that join a
+// group; lone ops (lone_known, checked before) read no clock. It includes
+// the wait for the lock and, with the allocator's dead-storage checks while
+// the group is open (release_dead_storages), is what a fused trial adds to
+// its run: the adaptive choice must see every host cost that fusion off
+// does not pay, or a pattern is kept fused while its ops launch faster.
 // sig: op's start signature if the caller has it (no group open then), else 0.
 bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, Op op,
-            uint64_t sig = 0) {
+            uint64_t sig = 0, int64_t t_in = 0) {
     for (const Access &a : acc)
         if (!*a.storage) return false;
     foreach_chain::flush(nullptr);  // held foreach ops come first
@@ -471,10 +486,13 @@ bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, 
         sig = offered_sig(ndim, sizes, acc, op);
         if (lone_known(sig)) return false;
     }
+    // From before the lock: waiting for it is part of what recording costs.
+    if (t_in == 0) t_in = adaptive_clock();
     std::lock_guard<std::recursive_mutex> lk(group_mu());
     int64_t t0 = 0;
-    if (!open_group().empty()) {
-        t0 = adaptive_clock();
+    const bool was_open = !open_group().empty();
+    if (was_open) {
+        t0 = t_in;
         bool same_shape = open_group().ndim == ndim;
         for (int i = 0; same_shape && i < ndim; i++) same_shape = open_group().sizes[i] == sizes[i];
         if (open_group().s != s)
@@ -489,7 +507,8 @@ bool record(trn_stream *s, int ndim, const int64_t *sizes, const Accesses &acc, 
     Group &g = open_group();
     if (g.empty()) {
         if (starts_no_group(ndim, sizes, acc, op, sig)) return false;
-        t0 = adaptive_clock();  // after any flush above: that is not this op's cost
+        // After any flush above: that is not this op's cost.
+        t0 = was_open ? adaptive_clock() : t_in;
         g.s = s;
         g.ndim = ndim;
         g.sizes.fill(0);
@@ -560,6 +579,9 @@ bool offer_ew(trn_stream *s, const trn_ew_desc &d, const at::TensorIteratorBase 
         }
     }
     if (!op_fusible(d)) return false;
+    // A fusible op that is not lone: from here on its time is recording time
+    // (Group::record_ns, counted once it joins a group).
+    const int64_t t_in = adaptive_clock();
     // Operand accesses: output 0, then the inputs in kernel slot order (the
     // iterator's args after its outputs, as elementwise.cpp's launch builds d).
     Accesses acc;
@@ -574,7 +596,7 @@ bool offer_ew(trn_stream *s, const trn_ew_desc &d, const at::TensorIteratorBase 
         acc.push_back(
             {d.in[i], d.in_dtype[i], d.in_strides[i], &iter.tensor_base(arg).storage(), false});
     }
-    return record(s, d.ndim, d.sizes, acc, op, sig);
+    return record(s, d.ndim, d.sizes, acc, op, sig, t_in);
 }
 
 bool offer_copy(trn_stream *s, const at::Tensor &dst, const at::Tensor &src) {
