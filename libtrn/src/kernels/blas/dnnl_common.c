@@ -217,6 +217,8 @@ typedef struct thread_state {
     size_t workspace_size;
     void *accum;
     size_t accum_size;
+    void *stage;
+    size_t stage_size;
 } thread_state;
 
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
@@ -228,6 +230,7 @@ static void state_destroy(void *p) {
     if (ts->stream) dnnl_stream_destroy(ts->stream);
     free(ts->workspace);
     free(ts->accum);
+    free(ts->stage);
     free(ts);
 }
 
@@ -310,6 +313,16 @@ trn_status trn__dnnl_accum_buffer(size_t bytes, void **ptr) {
     if ((st = grow(&ts->accum, &ts->accum_size, bytes, "accumulation buffer")) != TRN_SUCCESS)
         return st;
     *ptr = ts->accum;
+    return TRN_SUCCESS;
+}
+
+trn_status trn__dnnl_stage_buffer(size_t bytes, void **ptr) {
+    thread_state *ts = NULL;
+    trn_status st = thread_state_get(&ts);
+    if (st != TRN_SUCCESS) return st;
+    if ((st = grow(&ts->stage, &ts->stage_size, bytes, "float16 staging buffer")) != TRN_SUCCESS)
+        return st;
+    *ptr = ts->stage;
     return TRN_SUCCESS;
 }
 
