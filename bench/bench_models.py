@@ -40,6 +40,9 @@ neuron off, CPU, ...); it prints the min and median tokens/s of each and the
 ratios of the medians (>1: neuron faster).
 
     .venv/bin/python bench/bench_models.py --generate [--size tiny] [--rounds 5]
+
+`--autocast-dtype float16` makes the autocast rows float16 instead (labelled
+"f16"; no GradScaler: the timing is the point, not the training).
 """
 
 import argparse
@@ -56,6 +59,10 @@ from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E
 import torch_neuronx  # noqa: E402,F401
 import model_zoo as zoo  # noqa: E402
 
+# The autocast rows' dtype (--autocast-dtype) and their label.
+AUTOCAST = {"bfloat16": (torch.bfloat16, "bf16"), "float16": (torch.float16, "f16")}
+autocast_dtype, autocast_label = AUTOCAST["bfloat16"]
+
 
 def make_step(name, model, device, batch, autocast=False):
     """One AdamW training step; with `autocast`, forward and loss under
@@ -65,7 +72,7 @@ def make_step(name, model, device, batch, autocast=False):
 
     def step():
         opt.zero_grad()
-        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast(device_type=device, dtype=autocast_dtype, enabled=autocast):
             loss = zoo.loss_of(name, model, batch)
         loss.backward()
         opt.step()
@@ -306,6 +313,7 @@ def main_solo(args, rows):
     for key, (tree, side) in sides.items():
         e = dict(env, PYTHONPATH=tree) if tree else env
         cmd = [sys.executable, here, "--solo-serve", side, "--warmup", str(args.warmup)]
+        cmd += ["--autocast-dtype", args.autocast_dtype]
         procs[key] = subprocess.Popen(
             cmd, env=e, cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
@@ -345,7 +353,7 @@ def main_solo(args, rows):
                 ms[k].append(turn(k, name, ac))
         med = {k: statistics.median(v) for k, v in ms.items()}
         ratio = sorted(c / n for c, n in zip(ms["cpu"], ms["neuron"]))
-        label = name + (" bf16" if ac else "")
+        label = name + (" " + autocast_label if ac else "")
         line = (
             f"{label:13s} {med['neuron']:10.1f} {med['cpu']:8.1f} {statistics.median(ratio):6.2f} "
             f"{ratio[0]:5.2f}-{ratio[-1]:<5.2f}"
@@ -379,7 +387,12 @@ def main():
     ap.add_argument("--baseline", help="--solo: also time neuron from this checkout's build")
     ap.add_argument("--solo-child", choices=("neuron", "cpu"), help=argparse.SUPPRESS)
     ap.add_argument("--solo-serve", choices=("neuron", "cpu"), help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--autocast-dtype", choices=tuple(AUTOCAST), default="bfloat16", help="autocast rows' dtype"
+    )
     args = ap.parse_args()
+    global autocast_dtype, autocast_label
+    autocast_dtype, autocast_label = AUTOCAST[args.autocast_dtype]
     if args.generate:
         main_generate(args)
         return
@@ -406,7 +419,7 @@ def main():
     )
     for name, ac in rows:
         sd, so, sc, md, mc = bench(name, args.steps, args.warmup, ac)
-        label = name + (" bf16" if ac else "")
+        label = name + (" " + autocast_label if ac else "")
         print(
             f"{label:13s} {sd:14.2f} {so:10.2f} {sc:11.2f} {sd / sc:6.2f} {so / sc:7.2f}   "
             f"{md / 2**20:15.1f} {mc / 2**20:12.1f} {md / max(mc, 1):6.2f}",

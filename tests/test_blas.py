@@ -888,3 +888,111 @@ def test_missing_onednn_is_a_clear_error_never_zeros(python):
         assert "cannot load oneDNN" in line and "apt-get install libdnnl2" in line, line
         assert "/nonexistent/libdnnl.so.2" in line, line
     assert "aten::_copy_from" not in r.stdout.splitlines()[-1], r.stdout
+
+
+# float16: oneDNN 2.6 has no float16 matmul or convolution for the CPU, so
+# libtrn runs the float32 kernels on float32 copies of the operands, each in
+# its own dim order (transposed, broadcast, channels-last, sliced), and
+# rounds the results once: on small integers the exact value rounded once,
+# bit for bit (every partial sum is exact in float32).
+def _ints16(*shape):
+    return torch.randint(-4, 5, shape).to(torch.float16)
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_f16_mm_rounds_once(ta, tb):
+    a = _ints16(200, 96).t() if ta else _ints16(96, 200)
+    b = _ints16(130, 200).t() if tb else _ints16(200, 130)
+    got = torch.mm(a.to(DEV), b.to(DEV))
+    assert torch.equal(got.cpu(), (a.double() @ b.double()).half())
+    sa, sb = _ints16(96, 400)[:, ::2], _ints16(600, 131)[::3][:, 1:]  # strided views
+    got = torch.mm(sa.to(DEV), sb.to(DEV))
+    assert torch.equal(got.cpu(), (sa.double() @ sb.double()).half())
+    _no_fallback()
+
+
+def test_f16_addmm_linear_bmm_round_once():
+    x, w, bias = _ints16(8, 64, 96), _ints16(160, 96), _ints16(160)
+    want = (x.double() @ w.double().t() + bias.double()).half()
+    assert torch.equal(F.linear(x.to(DEV), w.to(DEV), bias.to(DEV)).cpu(), want)
+    c, m1, m2 = _ints16(100, 70), _ints16(100, 300), _ints16(70, 300).t()
+    got = torch.addmm(c.to(DEV), m1.to(DEV), m2.to(DEV), beta=2, alpha=0.5)
+    assert torch.equal(got.cpu(), (2 * c.double() + 0.5 * (m1.double() @ m2.double())).half())
+    out = torch.full((100, 70), float("nan"), dtype=torch.float16, device=DEV)
+    torch.mm(m1.to(DEV), m2.to(DEV), out=out)  # beta 0: C's NaNs are never read
+    assert torch.equal(out.cpu(), (m1.double() @ m2.double()).half())
+    q, k = _ints16(6, 64, 48), _ints16(6, 80, 48)
+    got = torch.bmm(q.to(DEV), k.to(DEV).transpose(1, 2))
+    assert torch.equal(got.cpu(), (q.double() @ k.double().transpose(1, 2)).half())
+    s = _ints16(6, 64, 80)
+    got = torch.baddbmm(s.to(DEV), q.to(DEV), k.to(DEV).transpose(1, 2), beta=-1, alpha=2)
+    assert torch.equal(
+        got.cpu(), (2 * (q.double() @ k.double().transpose(1, 2)) - s.double()).half()
+    )
+    wb = _ints16(48, 72)  # a broadcast operand: one copy for the whole batch
+    got = torch.matmul(q.to(DEV), wb.to(DEV))
+    assert torch.equal(got.cpu(), (q.double() @ wb.double()).half())
+    _no_fallback()
+
+
+@pytest.mark.parametrize("fn,xs,ws,kw,channels_last", BF16_CONV_CASES)
+def test_f16_conv_rounds_once(fn, xs, ws, kw, channels_last):
+    x, w = _ints16(*xs), _ints16(*ws)
+    b = _ints16(ws[1] if fn is F.conv_transpose2d else ws[0])
+    ref_in = [t.double().requires_grad_() for t in (x, w, b)]
+    ref = fn(*ref_in, **kw)
+    g = _ints16(*ref.shape)
+    ref_grads = torch.autograd.grad(ref, ref_in, g.double())
+    xd, wd = x.to(DEV), w.to(DEV)
+    if channels_last:
+        xd = xd.to(memory_format=torch.channels_last)
+        wd = wd.to(memory_format=torch.channels_last)
+    dev_in = [t.requires_grad_() for t in (xd, wd, b.to(DEV))]
+    got = fn(*dev_in, **kw)
+    got_grads = torch.autograd.grad(got, dev_in, g.to(DEV))
+    for r, d in zip((ref,) + ref_grads, (got,) + got_grads):
+        assert d.dtype == torch.float16
+        assert torch.equal(d.detach().cpu(), r.detach().half())
+    _no_fallback()
+
+
+def test_f16_conv_sliced_input_rounds_once():
+    # An input whose planes are not dense (a channel slice of a wider
+    # tensor): the copy gathers it.
+    x = _ints16(3, 24, 11, 12)[:, 4:20]
+    w, b = _ints16(16, 16, 3, 3), _ints16(16)
+    want = F.conv2d(x.double(), w.double(), b.double(), padding=1).half()
+    got = F.conv2d(x.to(DEV), w.to(DEV), b.to(DEV), padding=1)
+    assert torch.equal(got.cpu(), want)
+    _no_fallback()
+
+
+def _rel_err(got, ref):
+    return ((got.double() - ref).norm() / ref.norm()).item()
+
+
+@pytest.mark.parametrize("shape", [(512, 1024, 512), (64, 4096, 96), (1, 2048, 300)])
+def test_f16_mm_error_vs_f64_no_worse_than_cpu(shape):
+    # float32 sums rounded once: the error against float64 is the float16
+    # rounding itself, as PyTorch CPU's (which sums in float32 too).
+    m, k, n = shape
+    a, b = torch.randn(m, k).half(), torch.randn(k, n).half()
+    ref = a.double() @ b.double()
+    got = torch.mm(a.to(DEV), b.to(DEV)).cpu()
+    assert _rel_err(got, ref) <= 1.02 * _rel_err(torch.mm(a, b), ref)
+
+
+def test_f16_conv_error_vs_f64_no_worse_than_cpu():
+    x, w = torch.randn(4, 64, 16, 16).half(), (torch.randn(96, 64, 3, 3) * 0.1).half()
+    ref_in = [t.double().requires_grad_() for t in (x, w)]
+    ref = F.conv2d(*ref_in, padding=1)
+    g = torch.randn(ref.shape).half()
+    ref_grads = torch.autograd.grad(ref, ref_in, g.double())
+    cpu_in = [t.clone().requires_grad_() for t in (x, w)]
+    cpu = F.conv2d(*cpu_in, padding=1)
+    cpu_grads = torch.autograd.grad(cpu, cpu_in, g)
+    dev_in = [t.to(DEV).requires_grad_() for t in (x, w)]
+    dev = F.conv2d(*dev_in, padding=1)
+    dev_grads = torch.autograd.grad(dev, dev_in, g.to(DEV))
+    for r, c, d in zip((ref,) + ref_grads, (cpu,) + cpu_grads, (dev,) + dev_grads):
+        assert _rel_err(d.detach().cpu(), r) <= 1.02 * _rel_err(c.detach(), r) + 1e-7

@@ -313,6 +313,13 @@ int main(void) {
     }
     g_exact = true;
     test_shapes(TRN_DTYPE_F32);
+    // float16: float32 copies of every tensor in its own dim order, the
+    // float32 kernels, one rounding (conv.c's conv_f16_run): exact on small
+    // integers, within a float16 rounding otherwise.
+    for (int exact = 0; exact < 2; exact++) {
+        g_exact = exact;
+        test_shapes(TRN_DTYPE_F16);
+    }
     g_exact = false;
     check_conv(TRN_DTYPE_F16, (geo){2, 2, 3, 5, 1, {7, 8}, {3, 2}, {1, 2}, {1, 0}, {1, 1}, {0}},
                true, false);

@@ -424,6 +424,35 @@ static void test_bf16_paths(void) {
     CHECK(trn_matmul_bf16_native() == default_path);
 }
 
+// float16 products past SMALL_MNK: one batch (or a broadcast operand) runs on
+// float32 copies of A, B (C when beta reads it, the bias row) in each
+// operand's own dim order, rounded once into C (matmul.c's f16_run); a real
+// batch stages inside each oneDNN call. Every layout, alpha/beta, a bias
+// (contiguous and strided), NaN in C with beta 0.
+static void test_f16_paths(void) {
+    const trn_dtype dt = TRN_DTYPE_F16;
+    check_mm(dt, 1, 64, 70, 300, ROW, ROW, ROW, 1, 0, false);
+    check_mm(dt, 1, 64, 70, 300, ROW, COL, ROW, 1, 0, true);
+    check_mm(dt, 1, 67, 45, 33, COL, ROW, ROW, 1, 0, false);
+    check_mm(dt, 1, 67, 45, 33, COL, COL, ROW, 0.5, 2, false);
+    check_mm(dt, 1, 61, 47, 39, ROW, ROW, COL, 1, 0, false);
+    check_mm(dt, 1, 61, 47, 39, STEP2, ROW, STEP2, -1, 0.5, false);
+    check_mm(dt, 1, 301, 67, 211, ROW, COL, ROW, 1, 1, false);
+    check_mm(dt, 1, 67, 301, 211, COL, ROW, ROW, 2, 0, true);
+    check_mm(dt, 9, 37, 41, 70, ROW, COL, ROW, 2, 0.5, false);
+    check_mm(dt, 9, 37, 41, 700, BCAST, COL, ROW, 1, 0, false);
+    check_mm(dt, 9, 37, 41, 70, ROW, BCAST, ROW, 1, 1, false);
+    check_mm(dt, 3, 101, 67, 70, BCAST, BCAST, ROW, 1, 0, false);
+    g_bias_stride = 1;
+    check_mm(dt, 1, 64, 70, 300, ROW, COL, ROW, 1, 0, true);
+    check_mm(dt, 1, 301, 67, 211, ROW, COL, ROW, 1, 0, false);
+    check_mm(dt, 3, 37, 41, 700, ROW, BCAST, ROW, 0.5, 0, false);
+    check_mm(dt, 1, 67, 301, 211, ROW, ROW, COL, 1, 0, true);
+    g_bias_stride = 3;
+    check_mm(dt, 1, 67, 301, 211, ROW, ROW, COL, 1, 0, false);
+    g_bias_stride = 0;
+}
+
 int main(void) {
     CHECK_OK(trn_stream_get_default(0, &g_stream));
     const trn_dtype dts[] = {TRN_DTYPE_F32, TRN_DTYPE_BF16, TRN_DTYPE_F16,
@@ -433,6 +462,7 @@ int main(void) {
     test_beta_zero_ignores_nan(TRN_DTYPE_F32);
     test_beta_zero_ignores_nan(TRN_DTYPE_BF16);
     test_beta_zero_ignores_nan(TRN_DTYPE_F64);
+    test_beta_zero_ignores_nan(TRN_DTYPE_F16);
     test_int_wraps();
     test_errors();
     test_plan_reuse();
@@ -440,5 +470,6 @@ int main(void) {
     test_bias();
     test_tile_f32();
     test_bf16_paths();
+    test_f16_paths();
     return TEST_REPORT();
 }

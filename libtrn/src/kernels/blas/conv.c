@@ -10,6 +10,7 @@
 #include "conv_layout.h"
 #include "conv_move.h"
 #include "dnnl_common.h"
+#include "f16_stage.h"
 #include "../kit/bf16_store.h"
 #include "../kit/launch.h"
 #include "trn/conv.h"
@@ -1196,11 +1197,121 @@ static void access_end(const conv_args *a, int skip, int begun) {
             trn__mem_access_end(trn__offset_ptr(ptrs[i], a->lo[i]), (size_t)a->span[i]);
 }
 
+// ---- float16 (f16_stage.h) ----------------------------------------------------------------
+// A float16 convolution runs as the float32 one on float32 copies of its
+// tensors (each in its own dim order, so channels-last stays channels-last),
+// its results rounded to float16 once. oneDNN's own staging (its
+// `simple:any` float16 reorders, about 20 ns an element) made a 64 -> 64
+// 3x3 forward on 8 x 32 x 32 images 20x slower than float32.
+
+typedef struct f16_slot {
+    int nd;
+    int64_t sizes[5], dense[5], off;
+} f16_slot;
+
+// The shape, strides and pointer of tensor `s` of `d`.
+static int slot_of(trn_conv_desc *d, int s, int64_t *sizes, int64_t **strides, void ***ptr) {
+    const int sp = d->spatial;
+    const size_t sb = (size_t)sp * sizeof(int64_t);
+    switch (s) {
+    case S_INPUT:
+        sizes[0] = d->n, sizes[1] = d->c_in;
+        memcpy(sizes + 2, d->in_size, sb);
+        *strides = d->input_strides, *ptr = &d->input;
+        return 2 + sp;
+    case S_WEIGHT:
+        sizes[0] = d->c_out, sizes[1] = d->c_in / d->groups;
+        memcpy(sizes + 2, d->kernel, sb);
+        *strides = d->weight_strides, *ptr = &d->weight;
+        return 2 + sp;
+    case S_BIAS:
+        sizes[0] = d->c_out;
+        *strides = &d->bias_stride, *ptr = &d->bias;
+        return 1;
+    default:
+        sizes[0] = d->n, sizes[1] = d->c_out;
+        memcpy(sizes + 2, d->out_size, sb);
+        *strides = d->output_strides, *ptr = &d->output;
+        return 2 + sp;
+    }
+}
+
+// Places tensor `s` of `d` at *total (elements) of the staging buffer.
+static void f16_slot_place(trn_conv_desc *d, int s, f16_slot *o, int64_t *total) {
+    int64_t *strides;
+    void **ptr;
+    o->nd = slot_of(d, s, o->sizes, &strides, &ptr);
+    o->off = *total;
+    *total += (trn__f16_dense_like(o->nd, o->sizes, strides, o->dense) + 15) / 16 * 16;
+}
+
+// Points tensor `s` of q (float32 now) at its copy; widens the float16
+// data there when `in`.
+static void f16_slot_bind(trn_conv_desc *q, int s, const f16_slot *o, float *buf, bool in,
+                          trn_dtype dt) {
+    int64_t sizes[5], *strides;
+    void **ptr;
+    slot_of(q, s, sizes, &strides, &ptr);
+    if (in) trn__h16_widen_nd(dt, o->nd, o->sizes, *ptr, strides, buf + o->off, o->dense);
+    *ptr = buf + o->off;
+    memcpy(strides, o->dense, (size_t)o->nd * sizeof(int64_t));
+}
+
+static void f16_slot_store(const trn_conv_desc *d, int s, const f16_slot *o, const float *buf) {
+    int64_t sizes[5], *strides;
+    void **ptr;
+    trn_conv_desc copy = *d;
+    slot_of(&copy, s, sizes, &strides, &ptr);
+    trn__h16_narrow_nd(d->dtype, o->nd, o->sizes, buf + o->off, o->dense, *ptr, strides);
+}
+
+// Which tensors of a convolution of `kind` it reads and writes.
+static void f16_roles(const trn_conv_desc *d, conv_kind kind, bool *in, bool *out) {
+    for (int i = 0; i < S_COUNT; i++) in[i] = out[i] = false;
+    switch (kind) {
+    case CONV_FWD:
+        in[S_INPUT] = in[S_WEIGHT] = true, in[S_BIAS] = d->bias != NULL, out[S_OUTPUT] = true;
+        break;
+    case CONV_BWD_DATA: in[S_OUTPUT] = in[S_WEIGHT] = true, out[S_INPUT] = true; break;
+    case CONV_BWD_WEIGHTS:
+        in[S_INPUT] = in[S_OUTPUT] = true, out[S_WEIGHT] = true, out[S_BIAS] = d->bias != NULL;
+        break;
+    }
+}
+
+static trn_status conv_f16_run(const conv_args *a) {
+    conv_args q = *a;
+    q.d.dtype = TRN_DTYPE_F32;
+    bool in[S_COUNT], out[S_COUNT];
+    f16_roles(&a->d, a->kind, in, out);
+    f16_slot sl[S_COUNT];
+    int64_t total = 0;
+    for (int i = 0; i < S_COUNT; i++)
+        if (in[i] || out[i]) f16_slot_place(&q.d, i, &sl[i], &total);
+    float *buf = NULL;
+    trn_status st = trn__dnnl_stage_buffer((size_t)total * sizeof(float), (void **)&buf);
+    if (st != TRN_SUCCESS) return st;
+    for (int i = 0; i < S_COUNT; i++)
+        if (in[i] || out[i]) f16_slot_bind(&q.d, i, &sl[i], buf, in[i], a->d.dtype);
+    if ((st = conv_run(&q, NULL)) != TRN_SUCCESS) return st;
+    for (int i = 0; i < S_COUNT; i++)
+        if (out[i]) f16_slot_store(&a->d, i, &sl[i], buf);
+    return TRN_SUCCESS;
+}
+
+// float16: float32 kernels on widened copies. bfloat16 off its native path
+// (trn__dnnl_bf16_native, dnnl_common.c) keeps the plan's staging into
+// oneDNN's blocked float32 layouts: through these plain copies (then
+// reordered by oneDNN) ResNet-18's bf16 step ran 0-25 % slower (session 32).
+static bool conv_h16_widened(const trn_conv_desc *d) { return d->dtype == TRN_DTYPE_F16; }
+
+static bool conv_f16_staged(const conv_args *a) { return conv_h16_widened(&a->d) && a->d.n > 0; }
+
 static trn_status conv_task(void *args) {
     const conv_args *a = args;
     int begun;
     trn_status st = access_begin(a, S_COUNT, &begun);
-    if (st == TRN_SUCCESS) st = conv_run(a, NULL);
+    if (st == TRN_SUCCESS) st = conv_f16_staged(a) ? conv_f16_run(a) : conv_run(a, NULL);
     access_end(a, S_COUNT, begun);
     return st;
 }
@@ -1392,13 +1503,47 @@ static trn_status conv_bwd_run(const conv_bwd_args *b) {
     return st != TRN_SUCCESS ? st : conv_run(&b->weights, &blk);
 }
 
+// Both backward convolutions of float16 (or widened bfloat16) tensors on float32 copies; the
+// output gradient is copied once for both.
+static trn_status conv_bwd_f16_run(const conv_bwd_args *b) {
+    const trn_dtype dt = b->data.d.dtype;
+    conv_bwd_args q = *b;
+    q.data.d.dtype = q.weights.d.dtype = TRN_DTYPE_F32;
+    f16_slot ds[S_COUNT], ws[S_COUNT];
+    int64_t total = 0;
+    f16_slot_place(&q.data.d, S_OUTPUT, &ds[S_OUTPUT], &total);
+    f16_slot_place(&q.data.d, S_WEIGHT, &ds[S_WEIGHT], &total);
+    f16_slot_place(&q.data.d, S_INPUT, &ds[S_INPUT], &total);
+    f16_slot_place(&q.weights.d, S_INPUT, &ws[S_INPUT], &total);
+    f16_slot_place(&q.weights.d, S_WEIGHT, &ws[S_WEIGHT], &total);
+    const bool bias = b->weights.d.bias != NULL;
+    if (bias) f16_slot_place(&q.weights.d, S_BIAS, &ws[S_BIAS], &total);
+    ws[S_OUTPUT] = ds[S_OUTPUT];
+    float *buf = NULL;
+    trn_status st = trn__dnnl_stage_buffer((size_t)total * sizeof(float), (void **)&buf);
+    if (st != TRN_SUCCESS) return st;
+    f16_slot_bind(&q.data.d, S_OUTPUT, &ds[S_OUTPUT], buf, true, dt);
+    f16_slot_bind(&q.data.d, S_WEIGHT, &ds[S_WEIGHT], buf, true, dt);
+    f16_slot_bind(&q.data.d, S_INPUT, &ds[S_INPUT], buf, false, dt);
+    f16_slot_bind(&q.weights.d, S_OUTPUT, &ws[S_OUTPUT], buf, false, dt);
+    f16_slot_bind(&q.weights.d, S_INPUT, &ws[S_INPUT], buf, true, dt);
+    f16_slot_bind(&q.weights.d, S_WEIGHT, &ws[S_WEIGHT], buf, false, dt);
+    if (bias) f16_slot_bind(&q.weights.d, S_BIAS, &ws[S_BIAS], buf, false, dt);
+    if ((st = conv_bwd_run(&q)) != TRN_SUCCESS) return st;
+    f16_slot_store(&b->data.d, S_INPUT, &ds[S_INPUT], buf);
+    f16_slot_store(&b->weights.d, S_WEIGHT, &ws[S_WEIGHT], buf);
+    if (bias) f16_slot_store(&b->weights.d, S_BIAS, &ws[S_BIAS], buf);
+    return TRN_SUCCESS;
+}
+
 static trn_status conv_bwd_task(void *args) {
     const conv_bwd_args *b = args;
     int begun_d, begun_w = 0;
     // The output gradient is one tensor: its access is begun once.
     trn_status st = access_begin(&b->data, S_COUNT, &begun_d);
     if (st == TRN_SUCCESS) st = access_begin(&b->weights, S_OUTPUT, &begun_w);
-    if (st == TRN_SUCCESS) st = conv_bwd_run(b);
+    if (st == TRN_SUCCESS)
+        st = conv_h16_widened(&b->data.d) ? conv_bwd_f16_run(b) : conv_bwd_run(b);
     access_end(&b->weights, S_OUTPUT, begun_w);
     access_end(&b->data, S_COUNT, begun_d);
     return st;

@@ -253,8 +253,8 @@ typedef struct thread_state {
     size_t workspace_size;
     void *accum;
     size_t accum_size;
-    void *widen;
-    size_t widen_size;
+    void *stage;
+    size_t stage_size;
 } thread_state;
 
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
@@ -266,7 +266,7 @@ static void state_destroy(void *p) {
     if (ts->stream) dnnl_stream_destroy(ts->stream);
     free(ts->workspace);
     free(ts->accum);
-    free(ts->widen);
+    free(ts->stage);
     free(ts);
 }
 
@@ -352,13 +352,13 @@ trn_status trn__dnnl_accum_buffer(size_t bytes, void **ptr) {
     return TRN_SUCCESS;
 }
 
-trn_status trn__dnnl_widen_buffer(size_t bytes, void **ptr) {
+trn_status trn__dnnl_stage_buffer(size_t bytes, void **ptr) {
     thread_state *ts = NULL;
     trn_status st = thread_state_get(&ts);
     if (st != TRN_SUCCESS) return st;
-    if ((st = grow(&ts->widen, &ts->widen_size, bytes, "float32 operand buffer")) != TRN_SUCCESS)
+    if ((st = grow(&ts->stage, &ts->stage_size, bytes, "float16 staging buffer")) != TRN_SUCCESS)
         return st;
-    *ptr = ts->widen;
+    *ptr = ts->stage;
     return TRN_SUCCESS;
 }
 

@@ -144,10 +144,10 @@ trn_status trn__dnnl_workspace(size_t bytes, void **ptr);
 // reductions keep their partial sums here.
 trn_status trn__dnnl_accum_buffer(size_t bytes, void **ptr);
 
-// A third, for a bfloat16 product's operands widened to float32
-// (matmul_widen.c), which live across the float32 product that uses the
-// other two.
-trn_status trn__dnnl_widen_buffer(size_t bytes, void **ptr);
+// A third one, for the float32 copies of a float16 matmul's or
+// convolution's tensors (f16_stage.h): they live across the whole float32
+// kernel, which uses the other two on every thread it runs on.
+trn_status trn__dnnl_stage_buffer(size_t bytes, void **ptr);
 
 // Sets the libtrn error for a failed oneDNN call and returns its trn status.
 trn_status trn__dnnl_error(dnnl_status_t st, const char *call, const char *context);
