@@ -53,7 +53,7 @@
     X(dnnl_dilated_convolution_forward_desc_init)                              \
     X(dnnl_dilated_convolution_backward_data_desc_init)                        \
     X(dnnl_dilated_convolution_backward_weights_desc_init)                    \
-    X(dnnl_get_effective_cpu_isa)
+    X(dnnl_get_effective_cpu_isa) X(dnnl_sgemm)
 // clang-format on
 
 typedef struct trn__dnnl_api {
@@ -96,6 +96,7 @@ extern trn__dnnl_api trn__dnnl;
 #define dnnl_primitive_execute (trn__dnnl.dnnl_primitive_execute_fn)
 #define dnnl_reorder_primitive_desc_create (trn__dnnl.dnnl_reorder_primitive_desc_create_fn)
 #define dnnl_get_effective_cpu_isa (trn__dnnl.dnnl_get_effective_cpu_isa_fn)
+#define dnnl_sgemm (trn__dnnl.dnnl_sgemm_fn)
 #define dnnl_dilated_convolution_forward_desc_init                                                 \
     (trn__dnnl.dnnl_dilated_convolution_forward_desc_init_fn)
 #define dnnl_dilated_convolution_backward_data_desc_init                                           \

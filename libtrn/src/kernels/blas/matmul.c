@@ -978,6 +978,40 @@ static trn_status run_plan(const trn_matmul_desc *d, const void *bias) {
 
 static void normalize_matrix(int64_t rows, int64_t cols, int64_t *s);
 
+// A k block after the first adds its product to C (beta 1). oneDNN 2.6's
+// matmul (`gemm:jit`) runs that as sgemm with beta 1 and then passes over
+// all of C again for the sum post-op that sgemm already applied
+// (`jit_pp_kernel_t`: 5.6 % of such a call's samples on an Intel Xeon,
+// perf with DNNL_JIT_PROFILE=2). dnnl_sgemm makes the same sgemm call
+// (extended_sgemm, operands swapped for row-major) without that pass: same
+// bits (bench/hash_gemm.py, 1 and 2 threads) for alpha 1; with another
+// alpha 1 of its 333 results differed (addmm 33 x 3072 x 300, A
+// transposed): the matmul applies that alpha elsewhere for some calls.
+// False when the call is not one of those (the caller then runs the
+// matmul), C untouched.
+static bool sgemm_operand(const int64_t *s, char *trans, int64_t *ld) {
+    if (s[2] == 1) {
+        *trans = 'N';
+        *ld = s[1];
+    } else if (s[1] == 1) {
+        *trans = 'T';
+        *ld = s[2];
+    } else {
+        return false;
+    }
+    return *ld > 0 && *ld <= INT32_MAX;
+}
+
+static bool sgemm_add_block(const trn_matmul_desc *q) {
+    char ta, tb;
+    int64_t lda, ldb;
+    if (q->alpha != 1.0 || q->beta != 1.0 || q->c_strides[2] != 1 || q->c_strides[1] > INT32_MAX ||
+        !sgemm_operand(q->a_strides, &ta, &lda) || !sgemm_operand(q->b_strides, &tb, &ldb))
+        return false;
+    return dnnl_sgemm(ta, tb, q->m, q->n, q->k, 1.0f, q->a, lda, q->b, ldb, 1.0f, q->c,
+                      q->c_strides[1]) == dnnl_success;
+}
+
 // `min_rows`: the floor of a row group, MM_MIN_ROWS or MM_PIECE_MIN_ROWS.
 static trn_status run_kblocked_rows(const trn_matmul_desc *d, const void *bias, int64_t min_rows) {
     if (d->dtype != TRN_DTYPE_F32 || d->k <= MM_KC) return run_plan(d, bias);
@@ -1007,6 +1041,7 @@ static trn_status run_kblocked_rows(const trn_matmul_desc *d, const void *bias, 
                 normalize_matrix(q.m, q.k, q.a_strides);
                 normalize_matrix(q.k, q.n, q.b_strides);
                 normalize_matrix(q.m, q.n, q.c_strides);
+                if (k0 > 0 && sgemm_add_block(&q)) continue;
                 trn_status st = run_plan(&q, k0 == 0 ? bias : NULL);
                 if (st != TRN_SUCCESS) return st;
             }
