@@ -338,16 +338,19 @@ static void check_tile(int64_t batch, int64_t m, int64_t n, int64_t k, layout lb
     for (int64_t t = 0; t < batch; t++)
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) {
-                float acc = 0, blk = 0;
+                // Block sums added compensated (src/kernels/blas/block_sum.h).
+                float acc = 0, cmp = 0, blk = 0;
                 for (int64_t p = 0; p < k; p++) {
                     blk = fmaf(ha[t * as[0] + i * as[1] + p * as[2]],
                                hb[t * bs[0] + p * bs[1] + j * bs[2]], blk);
                     if ((p + 1) % kb == 0 || p + 1 == k) {
-                        acc += blk;
+                        const float sum = acc + blk, bp = sum - acc;
+                        cmp += (acc - (sum - bp)) + (blk - bp);
+                        acc = sum;
                         blk = 0;
                     }
                 }
-                float want = alpha * acc;
+                float want = alpha * (isfinite(acc) ? acc + cmp : acc);
                 if (bias) want += hbias[j];
                 const float got = out[t * cs[0] + i * cs[1] + j * cs[2]];
                 if (memcmp(&got, &want, 4) != 0 && bad++ < 3)

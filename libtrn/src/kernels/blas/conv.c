@@ -807,10 +807,17 @@ static trn_status bwd_weights_blocked(const trn_conv_desc *d, int64_t nb, const 
 
 // Batch items per block of a float32 weight gradient that runs in batch
 // blocks (about CONV_W_BLOCK reduction terms each); 0: one call.
+// A reduction of at least 2 x CONV_W_HALF_MIN terms runs as two blocks or
+// more even when one would hold it: oneDNN's one call sums every batch item
+// into one chain per weight, where PyTorch CPU's two-thread call sums two
+// halves (its oneDNN splits the batch between the threads). On the Intel host
+// (session 32) 8 x 8 x 8 x 8 gradients were 1.6-2.5x CPU's error unsplit.
+#define CONV_W_HALF_MIN 256
 static int64_t wgrad_block_items(const trn_conv_desc *d) {
     if (d->dtype != TRN_DTYPE_F32 || d->groups != 1 || d->n <= 0) return 0;
     const int64_t plane = out_plane(d) > 0 ? out_plane(d) : 1;
-    const int64_t nb = CONV_W_BLOCK / plane > 1 ? CONV_W_BLOCK / plane : 1;
+    int64_t nb = CONV_W_BLOCK / plane > 1 ? CONV_W_BLOCK / plane : 1;
+    if (nb >= d->n && d->n >= 2 && d->n * plane >= 2 * CONV_W_HALF_MIN) nb = (d->n + 1) / 2;
     return nb < d->n ? nb : 0;
 }
 

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block_sum.h"
 #include "dnnl_common.h"
 #include "f16_stage.h"
 #include "../kit/launch.h"
@@ -142,7 +143,7 @@ DEFINE_LOOP(loop_i64, int64_t, uint64_t, d->alpha_int, d->beta_int)
         const float alpha = (float)d->alpha, beta = (float)d->beta;                                \
         const bool read_c = d->beta != 0;                                                          \
         const int64_t *as = d->a_strides, *bs = d->b_strides, *cs = d->c_strides;                  \
-        float acc[BI][BJ], blk[BI][BJ];                                                            \
+        float acc[BI][BJ], cmp[BI][BJ], blk[BI][BJ];                                               \
         for (int64_t t = 0; t < d->batch; t++) {                                                   \
             const T *A = (const T *)d->a + t * as[0];                                              \
             const T *B = (const T *)d->b + t * bs[0];                                              \
@@ -152,6 +153,7 @@ DEFINE_LOOP(loop_i64, int64_t, uint64_t, d->alpha_int, d->beta_int)
                 for (int64_t j0 = 0; j0 < d->n; j0 += BJ) {                                        \
                     const int64_t nj = min64(BJ, d->n - j0);                                       \
                     memset(acc, 0, sizeof acc);                                                    \
+                    memset(cmp, 0, sizeof cmp);                                                    \
                     for (int64_t p0 = 0; p0 < d->k; p0 += TILE_KB) {                               \
                         memset(blk, 0, sizeof blk);                                                \
                         for (int64_t p = p0; p < min64(p0 + TILE_KB, d->k); p++) {                 \
@@ -168,12 +170,13 @@ DEFINE_LOOP(loop_i64, int64_t, uint64_t, d->alpha_int, d->beta_int)
                             }                                                                      \
                         }                                                                          \
                         for (int64_t r = 0; r < ni; r++)                                           \
-                            for (int64_t j = 0; j < nj; j++) acc[r][j] += blk[r][j];               \
+                            for (int64_t j = 0; j < nj; j++)                                       \
+                                trn__blk_add(&acc[r][j], &cmp[r][j], blk[r][j]);                   \
                     }                                                                              \
                     for (int64_t r = 0; r < ni; r++)                                               \
                         for (int64_t j = 0; j < nj; j++) {                                         \
                             T *cp = C + (i0 + r) * cs[1] + (j0 + j) * cs[2];                       \
-                            float v = alpha * acc[r][j];                                           \
+                            float v = alpha * trn__blk_total(acc[r][j], cmp[r][j]);                \
                             if (read_c) v += beta * LD(*cp);                                       \
                             *cp = ST(v);                                                           \
                         }                                                                          \
@@ -216,18 +219,21 @@ static bool tile_f32_fits(const trn_matmul_desc *d) {
         s##r##0 = _mm512_fmadd_ps(av, b0, s##r##0);                                                \
         s##r##1 = _mm512_fmadd_ps(av, b1, s##r##1);                                                \
     } while (0)
-#define T16_ADD1(r) c##r##0 = _mm512_add_ps(c##r##0, s##r##0)
+// e: the compensation of c's additions (block_sum.h).
+#define T16_ADD1(r) TRN__BLK_ADD512(c##r##0, e##r##0, s##r##0)
 #define T16_ADD2(r)                                                                                \
     do {                                                                                           \
-        c##r##0 = _mm512_add_ps(c##r##0, s##r##0);                                                 \
-        c##r##1 = _mm512_add_ps(c##r##1, s##r##1);                                                 \
+        TRN__BLK_ADD512(c##r##0, e##r##0, s##r##0);                                                \
+        TRN__BLK_ADD512(c##r##1, e##r##1, s##r##1);                                                \
     } while (0)
 #define T16_ST1(r)                                                                                 \
-    if ((r) < rows) _mm512_mask_storeu_ps(C + (i + (r)) * ldc + j, m0, c##r##0)
+    if ((r) < rows)                                                                                \
+    _mm512_mask_storeu_ps(C + (i + (r)) * ldc + j, m0, trn__blk_total512(c##r##0, e##r##0))
 #define T16_ST2(r)                                                                                 \
     if ((r) < rows) {                                                                              \
-        _mm512_mask_storeu_ps(C + (i + (r)) * ldc + j, m0, c##r##0);                               \
-        _mm512_mask_storeu_ps(C + (i + (r)) * ldc + j + 16, m1, c##r##1);                          \
+        _mm512_mask_storeu_ps(C + (i + (r)) * ldc + j, m0, trn__blk_total512(c##r##0, e##r##0));   \
+        _mm512_mask_storeu_ps(C + (i + (r)) * ldc + j + 16, m1,                                    \
+                              trn__blk_total512(c##r##1, e##r##1));                                \
     }
 
 static __mmask16 t16_mask(int64_t w) {
@@ -251,6 +257,8 @@ static void tile16_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t 
                 T16_ROW(7);
                 __m512 c00 = _mm512_setzero_ps(), c10 = c00, c20 = c00, c30 = c00, c40 = c00,
                        c50 = c00, c60 = c00, c70 = c00;
+                __m512 e00 = c00, e10 = c00, e20 = c00, e30 = c00, e40 = c00, e50 = c00, e60 = c00,
+                       e70 = c00;
                 for (int64_t p0 = 0; p0 < k; p0 += TILE_KB) {
                     __m512 s00 = _mm512_setzero_ps(), s10 = s00, s20 = s00, s30 = s00, s40 = s00,
                            s50 = s00, s60 = s00, s70 = s00;
@@ -293,6 +301,8 @@ static void tile16_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t 
             T16_ROW(3);
             __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
                    c30 = c00, c31 = c00;
+            __m512 e00 = c00, e01 = c00, e10 = c00, e11 = c00, e20 = c00, e21 = c00, e30 = c00,
+                   e31 = c00;
             for (int64_t p0 = 0; p0 < k; p0 += TILE_KB) {
                 __m512 s00 = _mm512_setzero_ps(), s01 = s00, s10 = s00, s11 = s00, s20 = s00,
                        s21 = s00, s30 = s00, s31 = s00;
@@ -354,12 +364,14 @@ static void row_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t ars
     // acc: the totals; blk: the current k block's chains, added into acc
     // and cleared in the pass of the block's last term (no extra pass).
     float acc[ROW_M][ROW_COLS] __attribute__((aligned(64)));
+    float cmp[ROW_M][ROW_COLS] __attribute__((aligned(64)));  // acc's compensation
     float blk[ROW_M][ROW_COLS] __attribute__((aligned(64)));
     const __m512 zero = _mm512_setzero_ps();
     for (int64_t j0 = 0; j0 < n; j0 += ROW_COLS) {
         const int64_t w = n - j0 < ROW_COLS ? n - j0 : ROW_COLS;
         for (int64_t r = 0; r < m; r++) {
             memset(acc[r], 0, (size_t)w * sizeof(float));
+            memset(cmp[r], 0, (size_t)w * sizeof(float));
             memset(blk[r], 0, (size_t)w * sizeof(float));
         }
         for (int64_t p = 0; p < k; p++) {
@@ -367,7 +379,7 @@ static void row_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t ars
             const bool last = (p + 1) % TILE_KB == 0 || p + 1 == k;
             for (int64_t r = 0; r < m; r++) {
                 const __m512 av = _mm512_set1_ps(A[r * ars + p * acs]);
-                float *sb = blk[r], *c = acc[r];
+                float *sb = blk[r], *c = acc[r], *ce = cmp[r];
                 if (!last) {
                     for (int64_t j = 0; j < w; j += 16) {
                         const __mmask16 mj = t16_mask(w - j);
@@ -381,13 +393,22 @@ static void row_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t ars
                     const __mmask16 mj = t16_mask(w - j);
                     const __m512 bv = _mm512_maskz_loadu_ps(mj, b + j);
                     const __m512 t = _mm512_fmadd_ps(av, bv, _mm512_maskz_loadu_ps(mj, sb + j));
-                    _mm512_mask_storeu_ps(c + j, mj,
-                                          _mm512_add_ps(_mm512_maskz_loadu_ps(mj, c + j), t));
+                    __m512 cv = _mm512_maskz_loadu_ps(mj, c + j),
+                           ev = _mm512_maskz_loadu_ps(mj, ce + j);
+                    TRN__BLK_ADD512(cv, ev, t);
+                    _mm512_mask_storeu_ps(c + j, mj, cv);
+                    _mm512_mask_storeu_ps(ce + j, mj, ev);
                     _mm512_mask_storeu_ps(sb + j, mj, zero);
                 }
             }
         }
-        for (int64_t r = 0; r < m; r++) memcpy(C + r * ldc + j0, acc[r], (size_t)w * sizeof(float));
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t j = 0; j < w; j += 16) {
+                const __mmask16 mj = t16_mask(w - j);
+                _mm512_mask_storeu_ps(C + r * ldc + j0 + j, mj,
+                                      trn__blk_total512(_mm512_maskz_loadu_ps(mj, acc[r] + j),
+                                                        _mm512_maskz_loadu_ps(mj, cmp[r] + j)));
+            }
     }
 }
 
@@ -419,8 +440,8 @@ static inline __attribute__((always_inline)) void bt_rows(const int M, int64_t n
     const bool prefetch = k < BT_LONG;
     for (int64_t j0 = 0; j0 < n; j0 += 16) {
         const __mmask16 mj = t16_mask(n - j0);
-        __m512 c[BT_ROWS], s[BT_ROWS];
-        for (int r = 0; r < M; r++) c[r] = s[r] = _mm512_setzero_ps();
+        __m512 c[BT_ROWS], e[BT_ROWS], s[BT_ROWS];
+        for (int r = 0; r < M; r++) c[r] = e[r] = s[r] = _mm512_setzero_ps();
         for (int64_t p0 = 0; p0 < k; p0 += 16) {
             const __mmask16 mp = t16_mask(k - p0);
             __m512 r16[16], o[16];
@@ -457,9 +478,10 @@ static inline __attribute__((always_inline)) void bt_rows(const int M, int64_t n
                                                s[r]);
             }
             if ((p0 + 16) % TILE_KB == 0 || p0 + 16 >= k)
-                for (int r = 0; r < M; r++) c[r] = _mm512_add_ps(c[r], s[r]);
+                for (int r = 0; r < M; r++) TRN__BLK_ADD512(c[r], e[r], s[r]);
         }
-        for (int r = 0; r < M; r++) _mm512_mask_storeu_ps(C + r * ldc + j0, mj, c[r]);
+        for (int r = 0; r < M; r++)
+            _mm512_mask_storeu_ps(C + r * ldc + j0, mj, trn__blk_total512(c[r], e[r]));
     }
 }
 

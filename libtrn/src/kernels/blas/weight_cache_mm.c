@@ -22,6 +22,7 @@
 #include "../../internal.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
+#include "block_sum.h"
 #include "t16_transpose.h"
 #include "weight_cache.h"
 
@@ -139,9 +140,9 @@ static inline __attribute__((always_inline)) void wc_block(const int M, const in
                                                            const float *A, int64_t ars, int64_t acs,
                                                            const float *panel, int64_t c0,
                                                            float out[WC_ROWS][WC_PANEL]) {
-    __m512 c[WC_ROWS][4], s[WC_ROWS][4];
+    __m512 c[WC_ROWS][4], e[WC_ROWS][4], s[WC_ROWS][4];
     for (int r = 0; r < M; r++)
-        for (int v = 0; v < V; v++) c[r][v] = _mm512_setzero_ps();
+        for (int v = 0; v < V; v++) c[r][v] = e[r][v] = _mm512_setzero_ps();
     for (int64_t p0 = 0; p0 < k; p0 += WC_KB) {
         const int64_t p1 = p0 + WC_KB < k ? p0 + WC_KB : k;
         for (int r = 0; r < M; r++)
@@ -156,10 +157,11 @@ static inline __attribute__((always_inline)) void wc_block(const int M, const in
             }
         }
         for (int r = 0; r < M; r++)
-            for (int v = 0; v < V; v++) c[r][v] = _mm512_add_ps(c[r][v], s[r][v]);
+            for (int v = 0; v < V; v++) TRN__BLK_ADD512(c[r][v], e[r][v], s[r][v]);
     }
     for (int r = 0; r < M; r++)
-        for (int v = 0; v < V; v++) _mm512_storeu_ps(out[r] + c0 + 16 * v, c[r][v]);
+        for (int v = 0; v < V; v++)
+            _mm512_storeu_ps(out[r] + c0 + 16 * v, trn__blk_total512(c[r][v], e[r][v]));
 }
 
 typedef struct wc_run {
