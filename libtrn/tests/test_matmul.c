@@ -388,52 +388,9 @@ static void test_tile_f32(void) {
     }
 }
 
-// bfloat16 products big enough for oneDNN (odd sizes, transposed, strided
-// and broadcast operands, column-major C, alpha/beta, NaN in C, bias rows
-// fused into oneDNN's matmul or added through C, pieces over the pool), once natively (where the CPU allows) and once
-// through float32 staging.
-static void test_bf16_paths(void) {
-    const bool default_path = trn_matmul_bf16_native();
-    trn_matmul_set_bf16_native(true);
-    const bool native = trn_matmul_bf16_native();  // the CPU has AVX512-BF16
-    CHECK(native || !default_path);
-    for (int pass = 0; pass < 2; pass++) {
-        trn_matmul_set_bf16_native(pass == 0);
-        CHECK(trn_matmul_bf16_native() == (pass == 0 && native));
-        const trn_dtype dt = TRN_DTYPE_BF16;
-        check_mm(dt, 1, 64, 70, 300, ROW, ROW, ROW, 1, 0, false);
-        check_mm(dt, 1, 64, 70, 300, ROW, COL, ROW, 1, 0, true);
-        check_mm(dt, 1, 67, 45, 33, COL, ROW, ROW, 1, 0, false);
-        check_mm(dt, 1, 67, 45, 33, COL, COL, ROW, 0.5, 2, false);
-        check_mm(dt, 1, 61, 47, 39, ROW, ROW, COL, 1, 0, false);
-        check_mm(dt, 1, 61, 47, 39, STEP2, ROW, STEP2, -1, 0.5, false);
-        check_mm(dt, 1, 301, 67, 211, ROW, COL, ROW, 1, 1, false);
-        check_mm(dt, 1, 67, 301, 211, COL, ROW, ROW, 2, 0, true);
-        check_mm(dt, 9, 37, 41, 70, ROW, COL, ROW, 2, 0.5, false);
-        check_mm(dt, 9, 37, 41, 700, BCAST, COL, ROW, 1, 0, false);
-        check_mm(dt, 9, 37, 41, 70, ROW, BCAST, ROW, 1, 1, false);
-        check_mm(dt, 3, 101, 67, 70, BCAST, BCAST, ROW, 1, 0, false);
-        g_bias_stride = 1;
-        check_mm(dt, 1, 64, 70, 300, ROW, COL, ROW, 1, 0, true);
-        check_mm(dt, 1, 301, 67, 211, ROW, COL, ROW, 1, 0, false);
-        check_mm(dt, 3, 37, 41, 700, ROW, ROW, ROW, 0.5, 0, false);
-        check_mm(dt, 1, 67, 301, 211, ROW, ROW, COL, 1, 0, true);  // staged, bias fused
-        check_mm(dt, 2, 61, 47, 390, STEP2, COL, ROW, 1, 0, false);
-        g_bias_stride = 3;
-        check_mm(dt, 1, 67, 301, 211, ROW, ROW, COL, 1, 0, false);
-        g_bias_stride = 0;
-    }
-    trn_matmul_set_bf16_default();
-    CHECK(trn_matmul_bf16_native() == default_path);
-}
-
-// float16 products past SMALL_MNK: one batch (or a broadcast operand) runs on
-// float32 copies of A, B (C when beta reads it, the bias row) in each
-// operand's own dim order, rounded once into C (matmul.c's f16_run); a real
-// batch stages inside each oneDNN call. Every layout, alpha/beta, a bias
-// (contiguous and strided), NaN in C with beta 0.
-static void test_f16_paths(void) {
-    const trn_dtype dt = TRN_DTYPE_F16;
+// The 16-bit float cases both paths run: every layout, alpha/beta, broadcast
+// operands, a bias (contiguous and strided), NaN in C with beta 0.
+static void check_half_cases(trn_dtype dt) {
     check_mm(dt, 1, 64, 70, 300, ROW, ROW, ROW, 1, 0, false);
     check_mm(dt, 1, 64, 70, 300, ROW, COL, ROW, 1, 0, true);
     check_mm(dt, 1, 67, 45, 33, COL, ROW, ROW, 1, 0, false);
@@ -449,12 +406,37 @@ static void test_f16_paths(void) {
     g_bias_stride = 1;
     check_mm(dt, 1, 64, 70, 300, ROW, COL, ROW, 1, 0, true);
     check_mm(dt, 1, 301, 67, 211, ROW, COL, ROW, 1, 0, false);
+    check_mm(dt, 3, 37, 41, 700, ROW, ROW, ROW, 0.5, 0, false);
     check_mm(dt, 3, 37, 41, 700, ROW, BCAST, ROW, 0.5, 0, false);
-    check_mm(dt, 1, 67, 301, 211, ROW, ROW, COL, 1, 0, true);
+    check_mm(dt, 1, 67, 301, 211, ROW, ROW, COL, 1, 0, true);  // staged, bias fused
+    check_mm(dt, 2, 61, 47, 390, STEP2, COL, ROW, 1, 0, false);
     g_bias_stride = 3;
     check_mm(dt, 1, 67, 301, 211, ROW, ROW, COL, 1, 0, false);
     g_bias_stride = 0;
 }
+
+// bfloat16 products big enough for oneDNN (pieces over the pool too), once
+// natively (where the CPU allows) and once on the float32 kernels (float32
+// copies, matmul.c's h16_run; a real batch stages inside each oneDNN call).
+static void test_bf16_paths(void) {
+    const bool default_path = trn_matmul_bf16_native();
+    trn_matmul_set_bf16_native(true);
+    const bool native = trn_matmul_bf16_native();  // the CPU has AVX512-BF16
+    CHECK(native || !default_path);
+    for (int pass = 0; pass < 2; pass++) {
+        trn_matmul_set_bf16_native(pass == 0);
+        CHECK(trn_matmul_bf16_native() == (pass == 0 && native));
+        check_half_cases(TRN_DTYPE_BF16);
+    }
+    trn_matmul_set_bf16_default();
+    CHECK(trn_matmul_bf16_native() == default_path);
+}
+
+// float16 products past SMALL_MNK: one batch (or a broadcast operand) runs on
+// float32 copies of A, B (C when beta reads it, the bias row) in each
+// operand's own dim order, rounded once into C (matmul.c's h16_run); a real
+// batch stages inside each oneDNN call.
+static void test_f16_paths(void) { check_half_cases(TRN_DTYPE_F16); }
 
 int main(void) {
     CHECK_OK(trn_stream_get_default(0, &g_stream));

@@ -67,14 +67,17 @@ typedef struct trn_matmul_desc {
 // Whether the kernel supports `dtype` (false: the caller must not launch).
 bool trn_matmul_supports(trn_dtype dtype);
 
-// Whether bfloat16 products and convolutions (trn/conv.h) may use the
-// native bf16 path (the CPU has AVX512-BF16 and trn_matmul_set_bf16_native
-// has not turned it off).
+// Whether bfloat16 products and convolutions (trn/conv.h) run on oneDNN's
+// bfloat16 kernels now, rather than on its float32 kernels with the operands
+// widened to float32 (float32 sums and one rounding to bfloat16 either way).
+// The default (trn/bf16_path.h): native where the CPU has AVX512-BF16 and its
+// vdpbf16ps outruns its float32 FMA, or oneDNN uses AMX.
 bool trn_matmul_bf16_native(void);
 
 // For tests and benchmarks: false makes every bfloat16 product and
-// convolution take the float32 staging path; true restores the native path
-// where the CPU has it. Affects kernels launched afterwards.
+// convolution take the float32 path; true the native one where the CPU has
+// AVX512-BF16; trn_matmul_set_bf16_default (trn/bf16_path.h) restores the
+// default. Affects kernels launched afterwards.
 void trn_matmul_set_bf16_native(bool allow);
 
 // Validates the descriptor and enqueues the product on `stream`. The

@@ -247,14 +247,13 @@ trn_status trn__split_error_raise(trn__split_error *e) {
 
 // ---- per-thread state ------------------------------------------------------------
 
+// The per-thread buffers (dnnl_common.h): workspace, accumulation, staging.
+enum { BUF_WORKSPACE, BUF_ACCUM, BUF_STAGE, BUF_COUNT };
+
 typedef struct thread_state {
     dnnl_stream_t stream;
-    void *workspace;
-    size_t workspace_size;
-    void *accum;
-    size_t accum_size;
-    void *stage;
-    size_t stage_size;
+    void *buf[BUF_COUNT];
+    size_t buf_size[BUF_COUNT];
 } thread_state;
 
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
@@ -264,9 +263,7 @@ static int key_rc;
 static void state_destroy(void *p) {
     thread_state *ts = p;
     if (ts->stream) dnnl_stream_destroy(ts->stream);
-    free(ts->workspace);
-    free(ts->accum);
-    free(ts->stage);
+    for (int i = 0; i < BUF_COUNT; i++) free(ts->buf[i]);
     free(ts);
 }
 
@@ -332,34 +329,25 @@ static trn_status grow(void **buf, size_t *size, size_t bytes, const char *what)
     return TRN_SUCCESS;
 }
 
-trn_status trn__dnnl_workspace(size_t bytes, void **ptr) {
+static trn_status thread_buffer(int which, size_t bytes, void **ptr, const char *what) {
     thread_state *ts = NULL;
     trn_status st = thread_state_get(&ts);
     if (st != TRN_SUCCESS) return st;
-    if ((st = grow(&ts->workspace, &ts->workspace_size, bytes, "workspace")) != TRN_SUCCESS)
-        return st;
-    *ptr = ts->workspace;
+    if ((st = grow(&ts->buf[which], &ts->buf_size[which], bytes, what)) != TRN_SUCCESS) return st;
+    *ptr = ts->buf[which];
     return TRN_SUCCESS;
+}
+
+trn_status trn__dnnl_workspace(size_t bytes, void **ptr) {
+    return thread_buffer(BUF_WORKSPACE, bytes, ptr, "workspace");
 }
 
 trn_status trn__dnnl_accum_buffer(size_t bytes, void **ptr) {
-    thread_state *ts = NULL;
-    trn_status st = thread_state_get(&ts);
-    if (st != TRN_SUCCESS) return st;
-    if ((st = grow(&ts->accum, &ts->accum_size, bytes, "accumulation buffer")) != TRN_SUCCESS)
-        return st;
-    *ptr = ts->accum;
-    return TRN_SUCCESS;
+    return thread_buffer(BUF_ACCUM, bytes, ptr, "accumulation buffer");
 }
 
 trn_status trn__dnnl_stage_buffer(size_t bytes, void **ptr) {
-    thread_state *ts = NULL;
-    trn_status st = thread_state_get(&ts);
-    if (st != TRN_SUCCESS) return st;
-    if ((st = grow(&ts->stage, &ts->stage_size, bytes, "float16 staging buffer")) != TRN_SUCCESS)
-        return st;
-    *ptr = ts->stage;
-    return TRN_SUCCESS;
+    return thread_buffer(BUF_STAGE, bytes, ptr, "float32 staging buffer");
 }
 
 // ---- plan cache --------------------------------------------------------------------
