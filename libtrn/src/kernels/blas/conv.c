@@ -10,7 +10,7 @@
 #include "conv_layout.h"
 #include "conv_move.h"
 #include "dnnl_common.h"
-#include "f16_stage.h"
+#include "h16_stage.h"
 #include "../kit/bf16_store.h"
 #include "../kit/launch.h"
 #include "trn/conv.h"
@@ -1204,7 +1204,7 @@ static void access_end(const conv_args *a, int skip, int begun) {
             trn__mem_access_end(trn__offset_ptr(ptrs[i], a->lo[i]), (size_t)a->span[i]);
 }
 
-// ---- float16 (f16_stage.h) ----------------------------------------------------------------
+// ---- float16 (h16_stage.h) ----------------------------------------------------------------
 // A float16 convolution runs as the float32 one on float32 copies of its
 // tensors (each in its own dim order, so channels-last stays channels-last),
 // its results rounded to float16 once. oneDNN's own staging (its
@@ -1310,9 +1310,9 @@ static trn_status conv_f16_run(const conv_args *a) {
 // (trn__dnnl_bf16_native, dnnl_common.c) keeps the plan's staging into
 // oneDNN's blocked float32 layouts: through these plain copies (then
 // reordered by oneDNN) ResNet-18's bf16 step ran 0-25 % slower (session 32).
-static bool conv_h16_widened(const trn_conv_desc *d) { return d->dtype == TRN_DTYPE_F16; }
-
-static bool conv_f16_staged(const conv_args *a) { return conv_h16_widened(&a->d) && a->d.n > 0; }
+static bool conv_f16_staged(const conv_args *a) {
+    return a->d.dtype == TRN_DTYPE_F16 && a->d.n > 0;
+}
 
 static trn_status conv_task(void *args) {
     const conv_args *a = args;
@@ -1550,7 +1550,7 @@ static trn_status conv_bwd_task(void *args) {
     trn_status st = access_begin(&b->data, S_COUNT, &begun_d);
     if (st == TRN_SUCCESS) st = access_begin(&b->weights, S_OUTPUT, &begun_w);
     if (st == TRN_SUCCESS)
-        st = conv_h16_widened(&b->data.d) ? conv_bwd_f16_run(b) : conv_bwd_run(b);
+        st = b->data.d.dtype == TRN_DTYPE_F16 ? conv_bwd_f16_run(b) : conv_bwd_run(b);
     access_end(&b->weights, S_OUTPUT, begun_w);
     access_end(&b->data, S_COUNT, begun_d);
     return st;

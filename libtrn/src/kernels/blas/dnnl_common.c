@@ -72,7 +72,6 @@ static bool cpu_has_avx512_bf16(void) {
 static pthread_once_t g_bf16_once = PTHREAD_ONCE_INIT;
 static bool g_bf16_cpu;                // the CPU has vdpbf16ps
 static bool g_bf16_default;            // what the process runs unless a test forces a path
-static double g_bf16_ratio;            // bf16_rate.c's measurement (0: not measured)
 static atomic_int g_bf16_forced = -1;  // -1: the default; 0 / 1: forced
 
 static void bf16_probe(void) {
@@ -93,12 +92,12 @@ static void bf16_probe(void) {
         g_bf16_default = true;
         return;
     }
-    g_bf16_ratio = trn__bf16_dot_rate_ratio();
-    g_bf16_default = g_bf16_ratio >= BF16_NATIVE_MIN_RATIO;
+    const double ratio = trn__bf16_dot_rate_ratio();
+    g_bf16_default = ratio >= BF16_NATIVE_MIN_RATIO;
     trn_log(TRN_LOG_INFO, "matmul",
             "bfloat16 products and convolutions: %s kernels (vdpbf16ps gives %.2fx the "
             "float32 FMA's multiply-adds per second here)",
-            g_bf16_default ? "native bfloat16" : "float32", g_bf16_ratio);
+            g_bf16_default ? "native bfloat16" : "float32", ratio);
 }
 
 bool trn__dnnl_bf16_native(void) {

@@ -146,7 +146,7 @@ trn_status trn__dnnl_workspace(size_t bytes, void **ptr);
 trn_status trn__dnnl_accum_buffer(size_t bytes, void **ptr);
 
 // A third one, for the float32 copies of a float16 matmul's or
-// convolution's tensors (f16_stage.h): they live across the whole float32
+// convolution's tensors (h16_stage.h): they live across the whole float32
 // kernel, which uses the other two on every thread it runs on.
 trn_status trn__dnnl_stage_buffer(size_t bytes, void **ptr);
 

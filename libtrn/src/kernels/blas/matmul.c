@@ -2,7 +2,7 @@
 // validation and stride normalisation at launch, the oneDNN path for float32
 // and bfloat16 (natively where dnnl_common.c chooses it), float16 and the
 // other bfloat16 products on the float32 path with widened operands (h16_run,
-// f16_stage.c), and blocked C loops for float64 and the integer dtypes.
+// h16_stage.c), and blocked C loops for float64 and the integer dtypes.
 //
 // oneDNN path: a plan (cached by geometry, see dnnl_common.h) holds the matmul
 // primitive and, when an operand cannot be handed to it as is, a copy that
@@ -18,7 +18,7 @@
 
 #include "block_sum.h"
 #include "dnnl_common.h"
-#include "f16_stage.h"
+#include "h16_stage.h"
 #include "../kit/launch.h"
 #include "matmul_run.h"
 #include "t16_transpose.h"
@@ -1393,7 +1393,7 @@ static trn_status mm_run(const trn_matmul_desc *d, const void *bias, int64_t bia
 // ---- float16, and bfloat16 off its native path ----------------------------------------
 // A float16 product past SMALL_MNK runs as the float32 product of float32
 // copies of A and B (and C when beta reads it, and the bias row), whose
-// result is rounded to float16 once: f16_stage.h says why. So does a
+// result is rounded to float16 once: h16_stage.h says why. So does a
 // bfloat16 one where the core's float32 FMA outruns its vdpbf16ps
 // (trn_matmul_bf16_native false, dnnl_common.c): the float32 kernels then
 // run it 1.1-1.7x faster than oneDNN's bfloat16 ones, same contract (exact

@@ -1,5 +1,5 @@
-// f16_stage.c - see f16_stage.h (float16, and bfloat16 off its native path).
-#include "f16_stage.h"
+// h16_stage.c - see h16_stage.h (float16, and bfloat16 off its native path).
+#include "h16_stage.h"
 
 #include <stdbool.h>
 #include <string.h>

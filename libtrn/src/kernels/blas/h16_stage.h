@@ -1,4 +1,5 @@
-// f16_stage.h - float16 operands of matmul and convolution as float32
+// h16_stage.h - 16-bit float operands (float16; bfloat16 products off their
+// native path, trn__dnnl_bf16_native) of matmul and convolution as float32
 // copies. oneDNN 2.6 has no float16 matmul or convolution for the CPU at all
 // (not even a reference one: dnnl_unimplemented, on AVX512-FP16 too), and
 // its float16 <-> float32 reorders are its generic `simple:any` loops. So a
@@ -6,8 +7,8 @@
 // (vcvtph2ps / vcvtps2ph, split over the pool), runs the float32 kernel on
 // them (its blocked reductions and pool splits included) and rounds the
 // float32 results to float16 once. Internal to libtrn.
-#ifndef TRN_F16_STAGE_H
-#define TRN_F16_STAGE_H
+#ifndef TRN_H16_STAGE_H
+#define TRN_H16_STAGE_H
 
 #include <stdint.h>
 
