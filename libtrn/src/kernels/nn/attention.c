@@ -348,6 +348,32 @@ static void kv_product(const trn_attention_desc *d, int64_t dlt, int64_t m, int6
         return;
     }
     const int64_t nc = (k + CHAIN - 1) / CHAIN;
+    if (trn__attn_mm_ep_ok(n)) {
+        // The pairwise sum below, bit for bit, in the products' stores: the
+        // chain tiles stay in L1 and no pass reads them back (the pass was
+        // a quarter of kv_product's time once the products ran on AVX-512).
+        // t[0] becomes x0 + x1; the last chain adds t[2] (x2) or the sum.
+        for (int64_t q = 0; q < nc; q++) {
+            const int64_t p0 = q * CHAIN, kk = min64(CHAIN, k - p0);
+            trn__attn_mm_ep ep = {NULL, NULL, n, 0};
+            float *dst = t[q];
+            int64_t ldd = n;
+            if (q == 1) {
+                ep.xa = t[0];
+                dst = t[0];
+            }
+            if (q == nc - 1) {
+                ep.xa = nc == 4 ? t[2] : t[0];
+                ep.xb = nc == 4 ? t[0] : NULL;
+                ep.cadd = accumulate;
+                dst = c;
+                ldd = ldc;
+            }
+            trn__attn_mm_ep_band(m, n, kk, a + p0, BQ, 1, b + p0 * ldb, ldb, dst, ldd,
+                                 causal_band(d, dlt + p0, 1), &ep);
+        }
+        return;
+    }
     for (int64_t q = 0; q < nc; q++) {
         const int64_t p0 = q * CHAIN, kk = min64(CHAIN, k - p0);
         trn__attn_mm_band(m, n, kk, a + p0, BQ, 1, b + p0 * ldb, ldb, t[q], n, 0,
@@ -367,6 +393,30 @@ static void kv_product(const trn_attention_desc *d, int64_t dlt, int64_t m, int6
             for (int64_t e = 0; e < n; e++) cr[e] += s[e];
         else
             for (int64_t e = 0; e < n; e++) cr[e] = s[e];
+    }
+}
+
+// D_i += sum_j P_ij dP_ij over one tile (transposed: key j, query i at
+// [j * BQ + i]); masked entries (P = 0) are skipped. The row sums run side
+// by side in vectors, each in order over j. `restrict`: with the scratch
+// pointers read through the scratch struct GCC left this loop and ds_row
+// scalar (a quarter of the backward's own time).
+static void d_from_tile(const float *restrict pt, const float *restrict dpt, float *restrict dd,
+                        int64_t ni, int64_t nj) {
+    for (int64_t j = 0; j < nj; j++)
+        for (int64_t i = 0; i < ni; i++) {
+            const float p = pt[j * BQ + i];
+            dd[i] += p == 0.0f ? 0.0f : p * dpt[j * BQ + i];
+        }
+}
+
+// One key's row of dS^T = P^T * (dP^T - D), times post; masked entries
+// (P = 0) give 0 whatever dP is.
+static void ds_row(const float *restrict pr, float *restrict dr, const float *restrict dd,
+                   int64_t ni, float post) {
+    for (int64_t i = 0; i < ni; i++) {
+        const float p = pr[i];
+        dr[i] = (p == 0.0f ? 0.0f : p * (dr[i] - dd[i])) * post;
     }
 }
 
@@ -443,12 +493,8 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                             pt[j * BQ + i] = trn_sc_expf(pt[j * BQ + i] - w->lsub[i]);
                 }
                 trn__attn_mm_band(nj, ni, Ev, vp, ldv, 1, w->dot, BQ, dst, BQ, 0, sband);
-                if (kept)  // the block's only key tile; masked entries (P = 0) skipped
-                    for (int64_t j = 0; j < nj; j++)
-                        for (int64_t i = 0; i < ni; i++) {
-                            const float p = pt[j * BQ + i];
-                            w->dd[i] += p == 0.0f ? 0.0f : p * dst[j * BQ + i];
-                        }
+                if (kept)  // the block's only key tile
+                    d_from_tile(pt, dst, w->dd, ni, nj);
                 // dS^T; scaled by `scale` for dK and dQ in the same pass
                 // unless the mask gradient (unscaled dS) is wanted first.
                 const float post = bd->dmask ? 1.0f : scale;
@@ -463,10 +509,7 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                             pr[i] = p * z;
                         }
                     } else {
-                        for (int64_t i = 0; i < ni; i++) {
-                            const float p = pr[i];
-                            dr[i] = (p == 0.0f ? 0.0f : p * (dr[i] - w->dd[i])) * post;
-                        }
+                        ds_row(pr, dr, w->dd, ni, post);
                     }
                 }
                 if (bd->dmask) {

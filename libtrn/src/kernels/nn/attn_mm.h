@@ -20,6 +20,17 @@
 
 #include "../blas/tile_mm.h"
 
+// What a product adds before its store (attn_mm_ep_band): C = xa + acc,
+// then xb + that, then the old C + that (cadd), each where given (NULL /
+// 0: not); xa and xb are read with row stride ldx. Float additions in
+// that order, so a caller can rebuild a pairwise sum of chains bit for bit
+// without a pass over the chain tiles.
+typedef struct trn__attn_mm_ep {
+    const float *xa, *xb;
+    int64_t ldx;
+    int cadd;
+} trn__attn_mm_ep;
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
@@ -44,19 +55,32 @@
         if (W > 2) c##r##2 = _mm512_fmadd_ps(av, b2, c##r##2);                                     \
         if (W > 3) c##r##3 = _mm512_fmadd_ps(av, b3, c##r##3);                                     \
     } while (0)
+// The epilogue (trn__attn_mm_ep): acc = xa + acc, then xb + acc, then
+// c + acc, each where given, before the store.
+#define TRN__AMM_EP1(r, v, o)                                                                      \
+    do {                                                                                           \
+        if (xa) v = _mm512_add_ps(_mm512_loadu_ps(xa + (r)*ldx + (o)), v);                         \
+        if (xb) v = _mm512_add_ps(_mm512_loadu_ps(xb + (r)*ldx + (o)), v);                         \
+        if (cadd) v = _mm512_add_ps(_mm512_loadu_ps(c + (r)*ldc + (o)), v);                        \
+        _mm512_storeu_ps(c + (r)*ldc + (o), v);                                                    \
+    } while (0)
 #define TRN__AMM_STORE(r)                                                                          \
     do {                                                                                           \
-        _mm512_storeu_ps(c + (r)*ldc, c##r##0);                                                    \
-        if (W > 1) _mm512_storeu_ps(c + (r)*ldc + 16, c##r##1);                                    \
-        if (W > 2) _mm512_storeu_ps(c + (r)*ldc + 32, c##r##2);                                    \
-        if (W > 3) _mm512_storeu_ps(c + (r)*ldc + 48, c##r##3);                                    \
+        TRN__AMM_EP1(r, c##r##0, 0);                                                               \
+        if (W > 1) TRN__AMM_EP1(r, c##r##1, 16);                                                   \
+        if (W > 2) TRN__AMM_EP1(r, c##r##2, 32);                                                   \
+        if (W > 3) TRN__AMM_EP1(r, c##r##3, 48);                                                   \
     } while (0)
 
 // R rows (1, 4 or 6) x 16 W columns; R and W are constants at every call,
 // so the unused accumulators and branches fold away.
 static inline __attribute__((always_inline)) void
 trn__amm_block(const int R, const int W, int64_t k, const float *a, int64_t ars, int64_t acs,
-               const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate) {
+               const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate,
+               const trn__attn_mm_ep *ep) {
+    const float *const xa = ep ? ep->xa : NULL, *const xb = ep ? ep->xb : NULL;
+    const int64_t ldx = ep ? ep->ldx : 0;
+    const int cadd = ep ? ep->cadd : 0;
     TRN__AMM_DECL(0);
     TRN__AMM_DECL(1);
     TRN__AMM_DECL(2);
@@ -104,8 +128,9 @@ trn__amm_block(const int R, const int W, int64_t k, const float *a, int64_t ars,
 
 #define TRN__AMM_KERNEL(NAME, R, W)                                                                \
     static void NAME(int64_t k, const float *a, int64_t ars, int64_t acs, const float *b,          \
-                     int64_t ldb, float *c, int64_t ldc, int accumulate) {                         \
-        trn__amm_block(R, W, k, a, ars, acs, b, ldb, c, ldc, accumulate);                          \
+                     int64_t ldb, float *c, int64_t ldc, int accumulate,                           \
+                     const trn__attn_mm_ep *ep) {                                                  \
+        trn__amm_block(R, W, k, a, ars, acs, b, ldb, c, ldc, accumulate, ep);                      \
     }
 TRN__AMM_KERNEL(trn__amm_6x64, 6, 4)
 TRN__AMM_KERNEL(trn__amm_4x64, 4, 4)
@@ -116,7 +141,7 @@ TRN__AMM_KERNEL(trn__amm_1x16, 1, 1)
 #undef TRN__AMM_KERNEL
 
 typedef void (*trn__amm_fn)(int64_t, const float *, int64_t, int64_t, const float *, int64_t,
-                            float *, int64_t, int);
+                            float *, int64_t, int, const trn__attn_mm_ep *);
 
 // Columns [j, j + width) of every row block, as trn_tile_mm_band's loop:
 // a block runs the union of its rows' term ranges and is skipped where
@@ -124,14 +149,22 @@ typedef void (*trn__amm_fn)(int64_t, const float *, int64_t, int64_t, const floa
 static inline void trn__amm_cols(trn__amm_fn f6, trn__amm_fn f4, trn__amm_fn f1, int64_t width,
                                  int64_t j, int64_t m, int64_t k, const float *a, int64_t ars,
                                  int64_t acs, const float *b, int64_t ldb, float *c, int64_t ldc,
-                                 int accumulate, const trn_tile_band *bd) {
+                                 int accumulate, const trn_tile_band *bd,
+                                 const trn__attn_mm_ep *ep) {
     int64_t p0, p1, i = 0;
+    trn__attn_mm_ep at;  // ep at the block's first element
 #define TRN__AMM_CALL(F, ROWS)                                                                     \
     do {                                                                                           \
         trn__tile_range(bd, i, ROWS, k, &p0, &p1);                                                 \
-        if (j + width > i + bd->clo && (p1 > p0 || !accumulate))                                   \
+        if (j + width > i + bd->clo && (p1 > p0 || !accumulate)) {                                 \
+            if (ep) {                                                                              \
+                at = *ep;                                                                          \
+                if (at.xa) at.xa += i * at.ldx + j;                                                \
+                if (at.xb) at.xb += i * at.ldx + j;                                                \
+            }                                                                                      \
             F(p1 - p0, a + i * ars + p0 * acs, ars, acs, b + p0 * ldb + j, ldb, c + i * ldc + j,   \
-              ldc, accumulate);                                                                    \
+              ldc, accumulate, ep ? &at : NULL);                                                   \
+        }                                                                                          \
     } while (0)
     for (; i + 6 <= m; i += 6) TRN__AMM_CALL(f6, 6);
     for (; i + 4 <= m; i += 4) TRN__AMM_CALL(f4, 4);
@@ -145,10 +178,10 @@ static inline void trn__attn_mm_band(int64_t m, int64_t n, int64_t k, const floa
     int64_t j = 0;
     for (; j + 64 <= n; j += 64)
         trn__amm_cols(trn__amm_6x64, trn__amm_4x64, trn__amm_1x64, 64, j, m, k, a, ars, acs, b, ldb,
-                      c, ldc, accumulate, &bd);
+                      c, ldc, accumulate, &bd, NULL);
     for (; j + 16 <= n; j += 16)
         trn__amm_cols(trn__amm_6x16, trn__amm_4x16, trn__amm_1x16, 16, j, m, k, a, ars, acs, b, ldb,
-                      c, ldc, accumulate, &bd);
+                      c, ldc, accumulate, &bd, NULL);
     if (j < n) {
         // The rest through tile_mm.h, its columns counted from j.
         trn_tile_band rest = bd;
@@ -156,7 +189,37 @@ static inline void trn__attn_mm_band(int64_t m, int64_t n, int64_t k, const floa
         trn_tile_mm_band(m, n - j, k, a, ars, acs, b + j, ldb, c + j, ldc, accumulate, rest);
     }
 }
+
+// Whether attn_mm_ep_band takes n columns.
+static inline int trn__attn_mm_ep_ok(int64_t n) { return n % 16 == 0; }
+
+// C = epilogue(A . B) (no accumulate: each chain from zero); n a multiple
+// of 16 (trn__attn_mm_ep_ok).
+static inline void trn__attn_mm_ep_band(int64_t m, int64_t n, int64_t k, const float *a,
+                                        int64_t ars, int64_t acs, const float *b, int64_t ldb,
+                                        float *c, int64_t ldc, trn_tile_band bd,
+                                        const trn__attn_mm_ep *ep) {
+    int64_t j = 0;
+    for (; j + 64 <= n; j += 64)
+        trn__amm_cols(trn__amm_6x64, trn__amm_4x64, trn__amm_1x64, 64, j, m, k, a, ars, acs, b, ldb,
+                      c, ldc, 0, &bd, ep);
+    for (; j + 16 <= n; j += 16)
+        trn__amm_cols(trn__amm_6x16, trn__amm_4x16, trn__amm_1x16, 16, j, m, k, a, ars, acs, b, ldb,
+                      c, ldc, 0, &bd, ep);
+}
 #else
+static inline int trn__attn_mm_ep_ok(int64_t n) {
+    (void)n;
+    return 0;
+}
+static inline void trn__attn_mm_ep_band(int64_t m, int64_t n, int64_t k, const float *a,
+                                        int64_t ars, int64_t acs, const float *b, int64_t ldb,
+                                        float *c, int64_t ldc, trn_tile_band bd,
+                                        const trn__attn_mm_ep *ep) {
+    (void)m, (void)n, (void)k, (void)a, (void)ars, (void)acs, (void)b, (void)ldb, (void)c;
+    (void)ldc, (void)bd, (void)ep;
+}
+
 static inline void trn__attn_mm_band(int64_t m, int64_t n, int64_t k, const float *a, int64_t ars,
                                      int64_t acs, const float *b, int64_t ldb, float *c,
                                      int64_t ldc, int accumulate, trn_tile_band bd) {
