@@ -230,8 +230,10 @@ static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t 
         const trn_tile_band sband = causal_band(d, i0 - j0, 0), oband = causal_band(d, i0 - j0, 2);
         trn__attn_mm_band(nj, ni, E, kp, ldk, 1, w->qt, BQ, st, BQ, 0, sband);
         mask_tile_t(d, st, ni, nj, b, h, i0, j0);
-        trn__online_softmax_step((trn__online_softmax){w->m, w->l, w->o, w->msub, w->alpha, w->sum},
-                                 st, BQ, ni, nj, Ev);
+        // o is zero before the first key tile (filled above).
+        trn__online_softmax_step_z(
+            (trn__online_softmax){w->m, w->l, w->o, w->msub, w->alpha, w->sum}, st, BQ, ni, nj, Ev,
+            j0 == 0);
         if (d->dropout_p > 0.0)
             for (int64_t j = 0; j < nj; j++)
                 for (int64_t i = 0; i < ni; i++) {
