@@ -11,7 +11,7 @@
 // is one fused multiply-add chain over p in order, from zero or from C,
 // and the rows are grouped into blocks of 6 / 4 / 1 exactly as there, so a
 // causal band gives every block the same range of terms. Columns past the
-// last multiple of 16 go to trn_tile_mm_band itself. Private to
+// last multiple of 32 go to trn_tile_mm_band itself. Private to
 // src/kernels.
 #ifndef TRN_KERNELS_NN_ATTN_MM_H
 #define TRN_KERNELS_NN_ATTN_MM_H
@@ -179,7 +179,10 @@ static inline void trn__attn_mm_band(int64_t m, int64_t n, int64_t k, const floa
     for (; j + 64 <= n; j += 64)
         trn__amm_cols(trn__amm_6x64, trn__amm_4x64, trn__amm_1x64, 64, j, m, k, a, ars, acs, b, ldb,
                       c, ldc, accumulate, &bd, NULL);
-    for (; j + 16 <= n; j += 16)
+    // 16-column blocks only where tile_mm.h has 32-column ones: past the
+    // last multiple of 32 it runs 8 columns a row at a time (each row its
+    // own range of terms under a band), so those columns go to it.
+    for (; j + 16 <= n / 32 * 32; j += 16)
         trn__amm_cols(trn__amm_6x16, trn__amm_4x16, trn__amm_1x16, 16, j, m, k, a, ars, acs, b, ldb,
                       c, ldc, accumulate, &bd, NULL);
     if (j < n) {
@@ -190,11 +193,11 @@ static inline void trn__attn_mm_band(int64_t m, int64_t n, int64_t k, const floa
     }
 }
 
-// Whether attn_mm_ep_band takes n columns.
-static inline int trn__attn_mm_ep_ok(int64_t n) { return n % 16 == 0; }
+// Whether attn_mm_ep_band takes n columns (blocks as attn_mm_band's).
+static inline int trn__attn_mm_ep_ok(int64_t n) { return n % 32 == 0; }
 
 // C = epilogue(A . B) (no accumulate: each chain from zero); n a multiple
-// of 16 (trn__attn_mm_ep_ok).
+// of 32 (trn__attn_mm_ep_ok).
 static inline void trn__attn_mm_ep_band(int64_t m, int64_t n, int64_t k, const float *a,
                                         int64_t ars, int64_t acs, const float *b, int64_t ldb,
                                         float *c, int64_t ldc, trn_tile_band bd,
