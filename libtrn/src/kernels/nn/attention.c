@@ -6,7 +6,7 @@
 // the keys in tiles of BK: the tile's scores S^T = K . Q^T, the running row
 // maximum and sum (online softmax: earlier partial sums are rescaled by
 // exp(m_old - m_new)), then O += P . V into a float32 accumulator. Every
-// product is a register-blocked tile product (tile_mm.h); the transposed
+// product is a register-blocked tile product (attn_mm.h); the transposed
 // score layout lets key and value tiles be used as stored.
 //
 // Backward: the units are (batch, kv head), so dk/dv of a kv head are
@@ -29,7 +29,7 @@
 #include "../kit/counter_rng.h"
 #include "../kit/piece_status.h"
 #include "trn/scalar.h"
-#include "../blas/tile_mm.h"
+#include "attn_mm.h"
 #include "trn/attention.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
@@ -228,10 +228,12 @@ static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t 
         const float *vp = rows_f32(d->dtype, d->v, d->v_strides, b, hk, j0, nj, Ev, w->v, &ldv);
         float *st = w->st;
         const trn_tile_band sband = causal_band(d, i0 - j0, 0), oband = causal_band(d, i0 - j0, 2);
-        trn_tile_mm_band(nj, ni, E, kp, ldk, 1, w->qt, BQ, st, BQ, 0, sband);
+        trn__attn_mm_band(nj, ni, E, kp, ldk, 1, w->qt, BQ, st, BQ, 0, sband);
         mask_tile_t(d, st, ni, nj, b, h, i0, j0);
-        trn__online_softmax_step((trn__online_softmax){w->m, w->l, w->o, w->msub, w->alpha, w->sum},
-                                 st, BQ, ni, nj, Ev);
+        // o is zero before the first key tile (filled above).
+        trn__online_softmax_step_z(
+            (trn__online_softmax){w->m, w->l, w->o, w->msub, w->alpha, w->sum}, st, BQ, ni, nj, Ev,
+            j0 == 0);
         if (d->dropout_p > 0.0)
             for (int64_t j = 0; j < nj; j++)
                 for (int64_t i = 0; i < ni; i++) {
@@ -240,7 +242,7 @@ static void fwd_unit(const trn_attention_desc *d, const fwd_scratch *w, int64_t 
                     *p = keep_elem(d->seed, flat, keep) ? *p * rkeep : 0.0f;
                 }
         // The first tile's chain starts on O's zeros: the same sums as from zero.
-        trn_tile_mm_band(ni, Ev, nj, st, 1, BQ, vp, ldv, j0 == 0 ? w->o : w->pv, Ev, 0, oband);
+        trn__attn_mm_band(ni, Ev, nj, st, 1, BQ, vp, ldv, j0 == 0 ? w->o : w->pv, Ev, 0, oband);
         if (j0 > 0) trn__attn_add_tile(w->o, Ev, w->pv, ni, Ev);
         if (d->probs) {
             // One key tile (probs_kept): st is exp(s - m) over the final
@@ -344,14 +346,40 @@ static void kv_product(const trn_attention_desc *d, int64_t dlt, int64_t m, int6
                        const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
                        int accumulate, float *const t[CHAINS]) {
     if (k <= CHAIN) {
-        trn_tile_mm_band(m, n, k, a, BQ, 1, b, ldb, c, ldc, accumulate, causal_band(d, dlt, 1));
+        trn__attn_mm_band(m, n, k, a, BQ, 1, b, ldb, c, ldc, accumulate, causal_band(d, dlt, 1));
         return;
     }
     const int64_t nc = (k + CHAIN - 1) / CHAIN;
+    if (trn__attn_mm_ep_ok(n)) {
+        // The pairwise sum below, bit for bit, in the products' stores: the
+        // chain tiles stay in L1 and no pass reads them back (the pass was
+        // a quarter of kv_product's time once the products ran on AVX-512).
+        // t[0] becomes x0 + x1; the last chain adds t[2] (x2) or the sum.
+        for (int64_t q = 0; q < nc; q++) {
+            const int64_t p0 = q * CHAIN, kk = min64(CHAIN, k - p0);
+            trn__attn_mm_ep ep = {NULL, NULL, n, 0};
+            float *dst = t[q];
+            int64_t ldd = n;
+            if (q == 1) {
+                ep.xa = t[0];
+                dst = t[0];
+            }
+            if (q == nc - 1) {
+                ep.xa = nc == 4 ? t[2] : t[0];
+                ep.xb = nc == 4 ? t[0] : NULL;
+                ep.cadd = accumulate;
+                dst = c;
+                ldd = ldc;
+            }
+            trn__attn_mm_ep_band(m, n, kk, a + p0, BQ, 1, b + p0 * ldb, ldb, dst, ldd,
+                                 causal_band(d, dlt + p0, 1), &ep);
+        }
+        return;
+    }
     for (int64_t q = 0; q < nc; q++) {
         const int64_t p0 = q * CHAIN, kk = min64(CHAIN, k - p0);
-        trn_tile_mm_band(m, n, kk, a + p0, BQ, 1, b + p0 * ldb, ldb, t[q], n, 0,
-                         causal_band(d, dlt + p0, 1));
+        trn__attn_mm_band(m, n, kk, a + p0, BQ, 1, b + p0 * ldb, ldb, t[q], n, 0,
+                          causal_band(d, dlt + p0, 1));
     }
     for (int64_t r = 0; r < m; r++) {
         float *cr = c + r * ldc;
@@ -367,6 +395,30 @@ static void kv_product(const trn_attention_desc *d, int64_t dlt, int64_t m, int6
             for (int64_t e = 0; e < n; e++) cr[e] += s[e];
         else
             for (int64_t e = 0; e < n; e++) cr[e] = s[e];
+    }
+}
+
+// D_i += sum_j P_ij dP_ij over one tile (transposed: key j, query i at
+// [j * BQ + i]); masked entries (P = 0) are skipped. The row sums run side
+// by side in vectors, each in order over j. `restrict`: with the scratch
+// pointers read through the scratch struct GCC left this loop and ds_row
+// scalar (a quarter of the backward's own time).
+static void d_from_tile(const float *restrict pt, const float *restrict dpt, float *restrict dd,
+                        int64_t ni, int64_t nj) {
+    for (int64_t j = 0; j < nj; j++)
+        for (int64_t i = 0; i < ni; i++) {
+            const float p = pt[j * BQ + i];
+            dd[i] += p == 0.0f ? 0.0f : p * dpt[j * BQ + i];
+        }
+}
+
+// One key's row of dS^T = P^T * (dP^T - D), times post; masked entries
+// (P = 0) give 0 whatever dP is.
+static void ds_row(const float *restrict pr, float *restrict dr, const float *restrict dd,
+                   int64_t ni, float post) {
+    for (int64_t i = 0; i < ni; i++) {
+        const float p = pr[i];
+        dr[i] = (p == 0.0f ? 0.0f : p * (dr[i] - dd[i])) * post;
     }
 }
 
@@ -436,19 +488,15 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                 if (kept) {
                     pt = (float *)kept;  // read only below (no dropout here)
                 } else {
-                    trn_tile_mm_band(nj, ni, E, kp, ldk, 1, w->qt, BQ, pt, BQ, 0, sband);
+                    trn__attn_mm_band(nj, ni, E, kp, ldk, 1, w->qt, BQ, pt, BQ, 0, sband);
                     mask_tile_t(d, pt, ni, nj, b, h, i0, j0);
                     for (int64_t j = 0; j < nj; j++)
                         for (int64_t i = 0; i < ni; i++)
                             pt[j * BQ + i] = trn_sc_expf(pt[j * BQ + i] - w->lsub[i]);
                 }
-                trn_tile_mm_band(nj, ni, Ev, vp, ldv, 1, w->dot, BQ, dst, BQ, 0, sband);
-                if (kept)  // the block's only key tile; masked entries (P = 0) skipped
-                    for (int64_t j = 0; j < nj; j++)
-                        for (int64_t i = 0; i < ni; i++) {
-                            const float p = pt[j * BQ + i];
-                            w->dd[i] += p == 0.0f ? 0.0f : p * dst[j * BQ + i];
-                        }
+                trn__attn_mm_band(nj, ni, Ev, vp, ldv, 1, w->dot, BQ, dst, BQ, 0, sband);
+                if (kept)  // the block's only key tile
+                    d_from_tile(pt, dst, w->dd, ni, nj);
                 // dS^T; scaled by `scale` for dK and dQ in the same pass
                 // unless the mask gradient (unscaled dS) is wanted first.
                 const float post = bd->dmask ? 1.0f : scale;
@@ -463,10 +511,7 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                             pr[i] = p * z;
                         }
                     } else {
-                        for (int64_t i = 0; i < ni; i++) {
-                            const float p = pr[i];
-                            dr[i] = (p == 0.0f ? 0.0f : p * (dr[i] - w->dd[i])) * post;
-                        }
+                        ds_row(pr, dr, w->dd, ni, post);
                     }
                 }
                 if (bd->dmask) {
@@ -486,8 +531,8 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                 kv_product(d, i0 - j0, nj, E, ni, dst, qp, ldq, dkp + j0 * lddk, lddk, more, w->t);
                 // dQ per key tile as O in the forward (trn__attn_add_tile); kv_product
                 // is done with its chains, so t[0] holds the tile's sum.
-                trn_tile_mm_band(ni, E, nj, dst, 1, BQ, kp, ldk, j0 == 0 ? dqp : w->t[0],
-                                 j0 == 0 ? lddq : E, 0, qband);
+                trn__attn_mm_band(ni, E, nj, dst, 1, BQ, kp, ldk, j0 == 0 ? dqp : w->t[0],
+                                  j0 == 0 ? lddq : E, 0, qband);
                 if (j0 > 0) trn__attn_add_tile(dqp, lddq, w->t[0], ni, E);
                 // A causal block's first tile may stop short of the tile's
                 // keys; later blocks (larger jend) add to those rows too.
