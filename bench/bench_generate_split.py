@@ -5,8 +5,10 @@ times per side in a child process under `perf record` (attached after the
 warm-up, detached when the calls end, so both sides are sampled over the same
 work) and prints microseconds per token by category: CPython, PyTorch's
 Python binding, ATen / c10, the products' kernels (MKL's gemv / gemm on CPU,
-libtrn's and oneDNN's on neuron), the rest of libtrn, the adapter (`_C`),
-pthread mutexes, the rest of libc, the kernel and other. The Python each side
+libtrn's weight-cache kernels and oneDNN's JIT code on neuron; with
+TORCH_NEURONX_WEIGHT_CACHE_SIZE=0 libtrn's products count as libtrn), the
+rest of libtrn, the adapter (`_C`), pthread mutexes, the rest of libc, the
+kernel and other. The Python each side
 runs is the same (one generate() makes the same Python calls on both), so the
 CPython row measures the run's noise: compare the other rows with it in mind.
 Needs `perf` (`kernel.perf_event_paranoid` <= 1 or root). One thread a side:
