@@ -181,6 +181,27 @@ def test_cat_large_inputs_split_across_threads(shapes, dim):
     assert torch.equal(got.cpu(), want)
 
 
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int16, torch.float32, torch.float64])
+def test_cat_short_rows_copied_inline(dtype):
+    # Rows of up to 512 bytes are copied inline (cat.c's copy_short: 32-byte
+    # steps, then 8-byte steps, then bytes), longer ones by memcpy: every
+    # tail length on each side of those steps and of the 512-byte switch,
+    # strided sources (a RoPE half of a transposed [.., 64]) included, gives
+    # CPU's bytes.
+    gen = torch.Generator().manual_seed(0)
+    es = torch.empty((), dtype=dtype).element_size()
+    q = (torch.randn(4, 8, 2, 64, generator=gen) * 4).to(dtype).transpose(1, 2)
+    qn = q.to("neuron")
+    for width in sorted({1, 3, 7, 8, 9, 31, 33, 40, 41, 512 // es - 1, 512 // es, 512 // es + 3}):
+        a = (torch.randn(6, 5, width, generator=gen) * 4).to(dtype)
+        b = (torch.randn(6, 5, 2, generator=gen) * 4).to(dtype)
+        want = torch.cat((a, b, a), -1)
+        got = torch.cat((a.to("neuron"), b.to("neuron"), a.to("neuron")), -1)
+        assert torch.equal(got.cpu(), want), width
+    want = torch.cat((q[..., 32:], q[..., :32]), -1)
+    assert torch.equal(torch.cat((qn[..., 32:], qn[..., :32]), -1).cpu(), want)
+
+
 def test_gathers_large_enough_to_split_across_threads():
     # Past gather.c's parallel threshold (131072 elements): pieces are whole
     # rows of the outermost dim with >= 8 indices (trn_kit_split_dim); every
