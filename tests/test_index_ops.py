@@ -202,6 +202,30 @@ def test_cat_short_rows_copied_inline(dtype):
     assert torch.equal(torch.cat((qn[..., 32:], qn[..., :32]), -1).cpu(), want)
 
 
+@pytest.mark.parametrize(
+    "shapes,dim",
+    [
+        (((8, 64, 256),) * 3, -1),  # GPT-2's qkv gradient: 1.5 MiB, split by output rows
+        (((5, 3, 7), (5, 2, 7), (5, 1, 7)), 1),  # [rows, slab] inputs of different widths
+        (((4, 9),) * 17, 1),  # more inputs than the row-wise copy takes
+        (((6, 4), (6, 1), (6, 3)), 1),  # a one-column input coalesces to 1-d
+        (((3, 700),) * 2, 1),  # rows over SHORT_ROW: memcpy
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8])
+def test_cat_contiguous_rows_written_row_by_row(shapes, dim, dtype):
+    # Inputs that are all [rows, contiguous row] are copied output row by
+    # output row (cat.c's rowwise_piece); the rest input by input. Both give
+    # CPU's bytes, with a transposed input mixed in too.
+    gen = torch.Generator().manual_seed(0)
+    ins = [(torch.randn(s, generator=gen) * 8).to(dtype) for s in shapes]
+    want = torch.cat(ins, dim)
+    assert torch.equal(torch.cat([t.to("neuron") for t in ins], dim).cpu(), want)
+    t = (torch.randn(tuple(reversed(shapes[0])), generator=gen) * 8).to(dtype).transpose(0, -1)
+    want = torch.cat([*ins, t], dim)
+    assert torch.equal(torch.cat([x.to("neuron") for x in (*ins, t)], dim).cpu(), want)
+
+
 def test_gathers_large_enough_to_split_across_threads():
     # Past gather.c's parallel threshold (131072 elements): pieces are whole
     # rows of the outermost dim with >= 8 indices (trn_kit_split_dim); every
