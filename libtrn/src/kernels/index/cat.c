@@ -1,8 +1,9 @@
 // cat.c - owns trn_cat_launch: copies same-dtype inputs into consecutive
 // slices of the output along one dimension. Each input's copy is coalesced
 // (size-1 dims dropped, contiguous neighbours merged) so contiguous inputs
-// become one memcpy per outer row; inputs are packed into as few tasks as
-// the launch argument limit allows.
+// become one copy per outer row (inline below SHORT_ROW bytes); inputs are
+// packed into as few tasks as the launch argument limit allows, and a task
+// whose inputs are all [rows, contiguous row] is copied output row by row.
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
