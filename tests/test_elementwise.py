@@ -214,6 +214,7 @@ def same(got, want):
 
 same(-qn[..., 32:], -q[..., 32:])
 same(qn * cn, q * cos)
+same(qn[..., 32:] * cn[0, 0, 0, :32], q[..., 32:] * cos[0, 0, 0, :32])  # one row for all rows
 same(qn[..., 32:] + cn[..., :32], q[..., 32:] + cos[..., :32])
 same(qn[..., :32] - qn[..., 32:], q[..., :32] - q[..., 32:])
 same(qn[..., 32:] > 0.1, q[..., 32:] > 0.1)

@@ -859,10 +859,10 @@ static const void *spread(family f, const char *src, int n, void *buf) {
     return buf;
 }
 
-// g rows of n elements of size es, src rows srs bytes apart, to dst back to
-// back (or the reverse with `out`: dst rows drs bytes apart). Typed loops:
-// a memcpy call per 128-byte row cost as much as the block-function call
-// that packing saves.
+// g rows of n elements of size es from src (rows srs bytes apart; 0: one
+// row repeated) to dst (rows drs bytes apart). Typed loops: a memcpy call
+// per 128-byte row cost as much as the block-function call that packing
+// saves.
 static void copy_rows(char *dst, int64_t drs, const char *src, int64_t srs, int g, int n,
                       size_t es) {
     for (int r = 0; r < g; r++) {
