@@ -191,3 +191,67 @@ def test_bfloat16_neg_sign_flip_matches_float_path():
     signalling = ((x.view(torch.int16) & 0x7FFF) > 0x7F80) & ((x.view(torch.int16) & 0x40) == 0)
     assert torch.equal(fast[~signalling], cpu[~signalling])
     assert no_fallback()
+
+
+PACKED_ROWS_CHECK = """
+import torch, torch_neuronx
+dtype = getattr(torch, "DTYPE")
+torch.set_num_threads(THREADS)
+g = torch.Generator().manual_seed(0)
+q = torch.randn(8, 64, 4, 64, generator=g, dtype=dtype).transpose(1, 2)
+cos = torch.randn(1, 1, 64, 64, generator=g, dtype=dtype)
+odd = torch.randn(301, 3, 7, generator=g, dtype=dtype)  # rows of 5, 2107 of them
+# 9999 rows of 7: two threads split the range inside a row
+wide = torch.randn(9999, 13, generator=g, dtype=dtype)
+long = wide[:, 3:10]
+qn, cn, on = q.to("neuron"), cos.to("neuron"), odd.to("neuron")
+
+
+def same(got, want):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert torch.equal(got.cpu(), want), (got.cpu() - want).abs().max()
+
+
+same(-qn[..., 32:], -q[..., 32:])
+same(qn * cn, q * cos)
+same(qn[..., 32:] * cn[0, 0, 0, :32], q[..., 32:] * cos[0, 0, 0, :32])  # one row for all rows
+same(qn[..., 32:] + cn[..., :32], q[..., 32:] + cos[..., :32])
+same(qn[..., :32] - qn[..., 32:], q[..., :32] - q[..., 32:])
+same(qn[..., 32:] > 0.1, q[..., 32:] > 0.1)
+same(-on[..., 1:6], -odd[..., 1:6])
+same(on[:, 1:, 2:] * on[:, :2, :5], odd[:, 1:, 2:] * odd[:, :2, :5])
+ln = wide.to("neuron")[:, 3:10]
+same(-ln, -long)
+same(ln * ln.flip(0), long * long.flip(0))
+# strided output rows (out=), and in place on a strided slice
+buf_n = torch.zeros(8, 4, 64, 64, dtype=dtype, device="neuron")
+buf = torch.zeros(8, 4, 64, 64, dtype=dtype)
+torch.neg(qn[..., 32:], out=buf_n[..., :32])
+torch.neg(q[..., 32:], out=buf[..., :32])
+same(buf_n, buf)
+ip_n, ip = qn.clone(), q.clone()
+ip_n[..., 32:].mul_(ip_n[..., :32])
+ip[..., 32:].mul_(ip[..., :32])
+same(ip_n, ip)
+# transcendental ops keep their bits however the rows are grouped
+x, y = qn[..., 16:48], qn[..., :32]
+assert torch.equal(torch.atan2(x, y).cpu(), torch.atan2(x.contiguous(), y.contiguous()).cpu())
+gelu = torch.nn.functional.gelu
+assert torch.equal(gelu(x).cpu(), gelu(x.contiguous()).cpu())
+assert torch_neuronx.get_fallback_ops() == [], torch_neuronx.get_fallback_ops()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_short_strided_rows_packed(python, dtype, threads):
+    """Short rows of strided operands (a RoPE half of a transposed [.., 64])
+    run in groups packed back to back (elementwise.c, `packed`): every layout
+    of that path gives CPU's result bit for bit - strided and contiguous
+    inputs mixed, a strided output, in place, a bool output, odd row lengths
+    and group remainders, two threads splitting the range mid-group. float64
+    natively (the packed path takes float32 and native float64 rows)."""
+    code = PACKED_ROWS_CHECK.replace("DTYPE", dtype).replace("THREADS", threads)
+    r = python(code, env={"TORCH_NEURONX_NATIVE_FLOAT64": "1"})
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

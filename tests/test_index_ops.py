@@ -181,6 +181,51 @@ def test_cat_large_inputs_split_across_threads(shapes, dim):
     assert torch.equal(got.cpu(), want)
 
 
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int16, torch.float32, torch.float64])
+def test_cat_short_rows_copied_inline(dtype):
+    # Rows of up to 512 bytes are copied inline (cat.c's copy_short: 32-byte
+    # steps, then 8-byte steps, then bytes), longer ones by memcpy: every
+    # tail length on each side of those steps and of the 512-byte switch,
+    # strided sources (a RoPE half of a transposed [.., 64]) included, gives
+    # CPU's bytes.
+    gen = torch.Generator().manual_seed(0)
+    es = torch.empty((), dtype=dtype).element_size()
+    q = (torch.randn(4, 8, 2, 64, generator=gen) * 4).to(dtype).transpose(1, 2)
+    qn = q.to("neuron")
+    for width in sorted({1, 3, 7, 8, 9, 31, 33, 40, 41, 512 // es - 1, 512 // es, 512 // es + 3}):
+        a = (torch.randn(6, 5, width, generator=gen) * 4).to(dtype)
+        b = (torch.randn(6, 5, 2, generator=gen) * 4).to(dtype)
+        want = torch.cat((a, b, a), -1)
+        got = torch.cat((a.to("neuron"), b.to("neuron"), a.to("neuron")), -1)
+        assert torch.equal(got.cpu(), want), width
+    want = torch.cat((q[..., 32:], q[..., :32]), -1)
+    assert torch.equal(torch.cat((qn[..., 32:], qn[..., :32]), -1).cpu(), want)
+
+
+@pytest.mark.parametrize(
+    "shapes,dim",
+    [
+        (((8, 64, 256),) * 3, -1),  # GPT-2's qkv gradient: 1.5 MiB, split by output rows
+        (((5, 3, 7), (5, 2, 7), (5, 1, 7)), 1),  # [rows, slab] inputs of different widths
+        (((4, 9),) * 17, 1),  # more inputs than the row-wise copy takes
+        (((6, 4), (6, 1), (6, 3)), 1),  # a one-column input coalesces to 1-d
+        (((3, 700),) * 2, 1),  # rows over SHORT_ROW: memcpy
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8])
+def test_cat_contiguous_rows_written_row_by_row(shapes, dim, dtype):
+    # Inputs that are all [rows, contiguous row] are copied output row by
+    # output row (cat.c's rowwise_piece); the rest input by input. Both give
+    # CPU's bytes, with a transposed input mixed in too.
+    gen = torch.Generator().manual_seed(0)
+    ins = [(torch.randn(s, generator=gen) * 8).to(dtype) for s in shapes]
+    want = torch.cat(ins, dim)
+    assert torch.equal(torch.cat([t.to("neuron") for t in ins], dim).cpu(), want)
+    t = (torch.randn(tuple(reversed(shapes[0])), generator=gen) * 8).to(dtype).transpose(0, -1)
+    want = torch.cat([*ins, t], dim)
+    assert torch.equal(torch.cat([x.to("neuron") for x in (*ins, t)], dim).cpu(), want)
+
+
 def test_gathers_large_enough_to_split_across_threads():
     # Past gather.c's parallel threshold (131072 elements): pieces are whole
     # rows of the outermost dim with >= 8 indices (trn_kit_split_dim); every

@@ -1,9 +1,11 @@
 // cat.c - owns trn_cat_launch: copies same-dtype inputs into consecutive
 // slices of the output along one dimension. Each input's copy is coalesced
 // (size-1 dims dropped, contiguous neighbours merged) so contiguous inputs
-// become one memcpy per outer row; inputs are packed into as few tasks as
-// the launch argument limit allows.
+// become one copy per outer row (inline below SHORT_ROW bytes); inputs are
+// packed into as few tasks as the launch argument limit allows, and a task
+// whose inputs are all [rows, contiguous row] is copied output row by row.
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "../../internal.h"
@@ -25,15 +27,38 @@ _Static_assert(sizeof(cat_args) <= TRN_TASK_MAX_ARGS, "cat args too large");
 // Entry layout: [dst_off, src(ptr as int64), src_lo, src_span, es, n, sizes[n], dstr[n], sstr[n]]
 #define CAT_HEADER 6
 
+// Rows of up to SHORT_ROW bytes are copied inline, 32 bytes a step: a
+// libc memcpy call per 128-byte row (Llama's rotate_half cat of two
+// [8, 4, 64, 32] halves) cost as much as the bytes it moved.
+#define SHORT_ROW 512
+
+static inline void copy_short(char *restrict d, const char *restrict s, size_t bytes) {
+    size_t i = 0;
+    for (; i + 32 <= bytes; i += 32) {
+        uint64_t v[4];
+        memcpy(v, s + i, 32);
+        memcpy(d + i, v, 32);
+    }
+    for (; i + 8 <= bytes; i += 8) {
+        uint64_t v;
+        memcpy(&v, s + i, 8);
+        memcpy(d + i, &v, 8);
+    }
+    for (; i < bytes; i++) d[i] = s[i];
+}
+
 static void copy_nd(char *dst, const char *src, int n, const int64_t *size, const int64_t *dstr,
                     const int64_t *sstr, size_t es) {
     const int inner = n - 1;
     const bool contig = dstr[inner] == (int64_t)es && sstr[inner] == (int64_t)es;
+    const size_t row = (size_t)size[inner] * es;
     int64_t outer = 1, pos[TRN_INDEX_MAX_DIMS] = {0}, doff = 0, soff = 0;
     for (int d = 0; d < inner; d++) outer *= size[d];
     for (int64_t it = 0; it < outer; it++) {
-        if (contig) {
-            memcpy(dst + doff, src + soff, (size_t)size[inner] * es);
+        if (contig && row <= SHORT_ROW) {
+            copy_short(dst + doff, src + soff, row);
+        } else if (contig) {
+            memcpy(dst + doff, src + soff, row);
         } else {
             for (int64_t i = 0; i < size[inner]; i++)
                 memcpy(dst + doff + i * dstr[inner], src + soff + i * sstr[inner], es);
@@ -86,10 +111,93 @@ static void copy_par(char *dst, const char *src, int n, const int64_t *size, con
     trn_parallel_for(size[k], grain, copy_piece, &c);
 }
 
+// Inputs that are all [rows, contiguous row] into output rows of the same
+// stride (a last-dim cat of contiguous tensors: GPT-2's qkv gradient of
+// three [8, 64, 256]) are copied output row by output row, every input's
+// piece in turn, so the output is written once front to back instead of in
+// one strided pass per input.
+#define ROWWISE_MAX 16
+
+typedef struct rowwise_ctx {
+    char *out;
+    int ninputs;
+    int64_t ostride;
+    const char *src[ROWWISE_MAX];
+    int64_t off[ROWWISE_MAX], sstride[ROWWISE_MAX], bytes[ROWWISE_MAX];
+} rowwise_ctx;
+
+static void rowwise_piece(void *ctx, int64_t b, int64_t e) {
+    const rowwise_ctx *c = ctx;
+    for (int64_t r = b; r < e; r++) {
+        char *orow = c->out + r * c->ostride;
+        for (int i = 0; i < c->ninputs; i++) {
+            char *d = orow + c->off[i];
+            const char *s = c->src[i] + r * c->sstride[i];
+            if (c->bytes[i] <= SHORT_ROW)
+                copy_short(d, s, (size_t)c->bytes[i]);
+            else
+                memcpy(d, s, (size_t)c->bytes[i]);
+        }
+    }
+}
+
+// Fills *c and returns true when every input of the task fits the row-wise
+// copy; the rows' count goes to *rows and the task's bytes to *total.
+static bool rowwise_of(const cat_args *a, rowwise_ctx *c, int64_t *rows, int64_t *total) {
+    if (a->ninputs < 2 || a->ninputs > ROWWISE_MAX) return false;
+    const int64_t *p = a->data;
+    c->out = a->out;
+    c->ninputs = a->ninputs;
+    *total = 0;
+    for (int i = 0; i < a->ninputs; i++) {
+        const int64_t es = p[4], *size = p + CAT_HEADER, *dstr = size + 2, *sstr = size + 4;
+        if (p[5] != 2 || dstr[1] != es || sstr[1] != es) return false;
+        if (i == 0) {
+            *rows = size[0];
+            c->ostride = dstr[0];
+        } else if (size[0] != *rows || dstr[0] != c->ostride) {
+            return false;
+        }
+        memcpy(&c->src[i], &p[1], sizeof c->src[i]);
+        c->off[i] = p[0];
+        c->sstride[i] = sstr[0];
+        c->bytes[i] = size[1] * es;
+        *total += size[0] * size[1] * es;
+        p += CAT_HEADER + 3 * 2;
+    }
+    return true;
+}
+
 static trn_status cat_task(void *args) {
     const cat_args *a = args;
     trn_status st = trn__mem_access_begin(a->out + a->out_lo, (size_t)a->out_span);
     if (st != TRN_SUCCESS) return st;
+    rowwise_ctx rw;
+    int64_t rows = 0, total = 0;
+    if (rowwise_of(a, &rw, &rows, &total)) {
+        const int64_t *p = a->data;
+        int began = 0;
+        for (; began < a->ninputs; began++, p += CAT_HEADER + 3 * 2) {
+            st = trn__mem_access_begin(rw.src[began] + p[2], (size_t)p[3]);
+            if (st != TRN_SUCCESS) break;
+        }
+        if (st == TRN_SUCCESS) {
+            if (total < 2 * PAR_BYTES) {
+                rowwise_piece(&rw, 0, rows);
+            } else {
+                const int threads = trn_parallel_threads();
+                int64_t grain = (rows + threads - 1) / threads;
+                const int64_t unit = total / rows;
+                if (grain * unit < PAR_BYTES) grain = (PAR_BYTES + unit - 1) / unit;
+                trn_parallel_for(rows, grain, rowwise_piece, &rw);
+            }
+        }
+        p = a->data;
+        for (int i = 0; i < began; i++, p += CAT_HEADER + 3 * 2)
+            trn__mem_access_end(rw.src[i] + p[2], (size_t)p[3]);
+        trn__mem_access_end(a->out + a->out_lo, (size_t)a->out_span);
+        return st;
+    }
     const int64_t *p = a->data;
     for (int i = 0; i < a->ninputs && st == TRN_SUCCESS; i++) {
         const char *src;
