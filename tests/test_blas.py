@@ -254,6 +254,42 @@ def test_kblocked_split_same_bits_at_any_thread_count():
     assert len(outputs_at_thread_counts(code)) == 1
 
 
+@pytest.mark.parametrize("m,n,k", [(300, 200, 300), (96, 3000, 300)])
+@pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False)])
+def test_kblocked_first_block_into_strided_nan_out(ta, tb, m, n, k):
+    # A float32 product past one k block runs every k block as dnnl_sgemm:
+    # the first with beta 0 (out='s NaNs are never read) or, with a bias row,
+    # on C filled with the bias (beta 1), row by row at C's own row stride
+    # (96 x 3000 splits into column pieces at two threads: a piece's rows are
+    # narrower than C's); addmm's beta 1 on a full matrix adds C as it is.
+    a = torch.randn(k, m).t() if ta else torch.randn(m, k)
+    b = torch.randn(n, k).t() if tb else torch.randn(k, n)
+    bias, full = torch.randn(n), torch.randn(m, n)
+    a[3, 5] = float("inf")
+    ad, bd = a.t().contiguous().to(DEV).t() if ta else a.to(DEV), b.to(DEV)
+    if tb:
+        bd = b.t().contiguous().to(DEV).t()
+    for with_bias in (False, True):
+        wide = torch.full((m, 2 * n), float("nan"), device=DEV)
+        out = wide[:, :n]
+        if with_bias:
+            torch.addmm(bias.to(DEV), ad, bd, out=out)
+            want = torch.addmm(bias, a, b)
+        else:
+            torch.mm(ad, bd, out=out)
+            want = a @ b
+        torch.testing.assert_close(out.cpu(), want, rtol=1e-4, atol=1e-4, equal_nan=True)
+        assert torch.isnan(wide[:, n:].cpu()).all()
+        contiguous = torch.full((m, n), float("nan"), device=DEV)
+        torch.addmm(bias.to(DEV), ad, bd, out=contiguous) if with_bias else torch.mm(
+            ad, bd, out=contiguous
+        )
+        assert torch.equal(out.cpu().nan_to_num(), contiguous.cpu().nan_to_num())
+    got = torch.addmm(full.to(DEV), ad, bd).cpu()
+    torch.testing.assert_close(got, torch.addmm(full, a, b), rtol=1e-4, atol=1e-4, equal_nan=True)
+    _no_fallback()
+
+
 @pytest.mark.parametrize("m,n,k", [(512, 256, 1024), (256, 1024, 300), (300, 257, 768)])
 def test_linear_weight_copy_same_bits_as_contiguous_weight(m, n, k):
     # From 256 rows and k past one k block (128), a float32 product by a

@@ -1034,6 +1034,34 @@ static bool sgemm_add_block(const trn_matmul_desc *q) {
                       q->c_strides[1]) == dnnl_success;
 }
 
+// The first k block as dnnl_sgemm too: the matmul's host path per call (plan
+// lookup, memory objects, execution context) goes, and with a bias its pass
+// over C (the same `jit_pp_kernel_t`, 3-4 % of an nn product with a bias;
+// gemm32, session 32). The bias goes in as C's prior value: C is filled with
+// the bias row and sgemm runs with beta 1, which rounds acc + bias once, as
+// the matmul's bias pass does (bench/hash_gemm.py: all 333 results the same
+// bits at 1 and 2 threads). Only where the matmul runs `gemm:jit` itself for
+// these blocks (k blocks of a k-blocked product, batch 1, alpha 1, beta 0 or
+// 1): a product of one block may take `brg:avx512_core`, which sums in
+// another order. False (the caller runs the matmul, which overwrites C
+// where it was filled) where it does not apply or sgemm fails.
+static bool sgemm_first_block(const trn_matmul_desc *q, const void *bias) {
+    char ta, tb;
+    int64_t lda, ldb;
+    if (q->alpha != 1.0 || (q->beta != 0.0 && (q->beta != 1.0 || bias != NULL)) ||
+        q->c_strides[2] != 1 || q->c_strides[1] > INT32_MAX ||
+        !sgemm_operand(q->a_strides, &ta, &lda) || !sgemm_operand(q->b_strides, &tb, &ldb))
+        return false;
+    float beta = (float)q->beta;
+    if (bias != NULL) {
+        for (int64_t i = 0; i < q->m; i++)
+            memcpy((float *)q->c + i * q->c_strides[1], bias, (size_t)q->n * sizeof(float));
+        beta = 1.0f;
+    }
+    return dnnl_sgemm(ta, tb, q->m, q->n, q->k, 1.0f, q->a, lda, q->b, ldb, beta, q->c,
+                      q->c_strides[1]) == dnnl_success;
+}
+
 // `min_rows`: the floor of a row group, MM_MIN_ROWS or MM_PIECE_MIN_ROWS.
 static trn_status run_kblocked_rows(const trn_matmul_desc *d, const void *bias, int64_t min_rows) {
     if (d->dtype != TRN_DTYPE_F32 || d->k <= MM_KC) return run_plan(d, bias);
@@ -1063,7 +1091,7 @@ static trn_status run_kblocked_rows(const trn_matmul_desc *d, const void *bias, 
                 normalize_matrix(q.m, q.k, q.a_strides);
                 normalize_matrix(q.k, q.n, q.b_strides);
                 normalize_matrix(q.m, q.n, q.c_strides);
-                if (k0 > 0 && sgemm_add_block(&q)) continue;
+                if (k0 > 0 ? sgemm_add_block(&q) : sgemm_first_block(&q, bias)) continue;
                 trn_status st = run_plan(&q, k0 == 0 ? bias : NULL);
                 if (st != TRN_SUCCESS) return st;
             }
