@@ -102,23 +102,16 @@ static void test_epilogue_pairwise(void) {
                                           : (x[0][i] + x[1][i]) + (x[2][i] + x[3][i]);
                 want[i] = acc ? want[i] + s : s;
             }
-            // attention.c's kv_product, step by step.
+            // attention.c's kv_product: the same stores (trn__attn_chain_dst).
             const trn_tile_band all = {-TRN_TILE_UNBOUNDED, TRN_TILE_UNBOUNDED,
                                        -TRN_TILE_UNBOUNDED};
+            float *const tp[4] = {t[0], t[1], t[2], t[3]};
             for (int q = 0; q < nc; q++) {
-                trn__attn_mm_ep ep = {NULL, NULL, N, 0};
-                float *dst = t[q];
-                if (q == 1) {
-                    ep.xa = t[0];
-                    dst = t[0];
-                }
-                if (q == nc - 1) {
-                    ep.xa = nc == 4 ? t[2] : t[0];
-                    ep.xb = nc == 4 ? t[0] : NULL;
-                    ep.cadd = acc;
-                    dst = c;
-                }
-                trn__attn_mm_ep_band(M, N, C, a + q * C, K, 1, b + q * C * N, N, dst, N, all, &ep);
+                trn__attn_mm_ep ep;
+                int64_t ldd;
+                float *dst = trn__attn_chain_dst(q, nc, tp, N, c, N, acc, &ep, &ldd);
+                trn__attn_mm_ep_band(M, N, C, a + q * C, K, 1, b + q * C * N, N, dst, ldd, all,
+                                     &ep);
             }
             CHECK(same_bits(c, want, M, N, N, N));
         }

@@ -353,24 +353,13 @@ static void kv_product(const trn_attention_desc *d, int64_t dlt, int64_t m, int6
     if (trn__attn_mm_ep_ok(n)) {
         // The pairwise sum below, bit for bit, in the products' stores: the
         // chain tiles stay in L1 and no pass reads them back (the pass was
-        // a quarter of kv_product's time once the products ran on AVX-512).
-        // t[0] becomes x0 + x1; the last chain adds t[2] (x2) or the sum.
+        // a quarter of kv_product's time once the products ran on AVX-512;
+        // the wiring: trn__attn_chain_dst).
         for (int64_t q = 0; q < nc; q++) {
             const int64_t p0 = q * CHAIN, kk = min64(CHAIN, k - p0);
-            trn__attn_mm_ep ep = {NULL, NULL, n, 0};
-            float *dst = t[q];
-            int64_t ldd = n;
-            if (q == 1) {
-                ep.xa = t[0];
-                dst = t[0];
-            }
-            if (q == nc - 1) {
-                ep.xa = nc == 4 ? t[2] : t[0];
-                ep.xb = nc == 4 ? t[0] : NULL;
-                ep.cadd = accumulate;
-                dst = c;
-                ldd = ldc;
-            }
+            trn__attn_mm_ep ep;
+            int64_t ldd;
+            float *dst = trn__attn_chain_dst(q, nc, t, n, c, ldc, accumulate, &ep, &ldd);
             trn__attn_mm_ep_band(m, n, kk, a + p0, BQ, 1, b + p0 * ldb, ldb, dst, ldd,
                                  causal_band(d, dlt + p0, 1), &ep);
         }

@@ -31,6 +31,32 @@ typedef struct trn__attn_mm_ep {
     int cadd;
 } trn__attn_mm_ep;
 
+// Where chain q of nc (2-4 chains of one k-split product, each from zero)
+// is stored so that the products' stores rebuild the pairwise sum
+// ((x0 + x1) + x2, or (x0 + x1) + (x2 + x3)) without a pass over the
+// chain tiles: chain q goes to t[q] (row stride n), chain 1 adds t[0] and
+// stays there, the last adds t[2] and / or t[0] and goes to C (onto C
+// when `accumulate`). Fills *ep and *ldd; returns the destination.
+static inline float *trn__attn_chain_dst(int64_t q, int64_t nc, float *const *t, int64_t n,
+                                         float *c, int64_t ldc, int accumulate, trn__attn_mm_ep *ep,
+                                         int64_t *ldd) {
+    *ep = (trn__attn_mm_ep){NULL, NULL, n, 0};
+    *ldd = n;
+    float *dst = t[q];
+    if (q == 1) {
+        ep->xa = t[0];
+        dst = t[0];
+    }
+    if (q == nc - 1) {
+        ep->xa = nc == 4 ? t[2] : t[0];
+        ep->xb = nc == 4 ? t[0] : NULL;
+        ep->cadd = accumulate;
+        dst = c;
+        *ldd = ldc;
+    }
+    return dst;
+}
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
