@@ -1025,3 +1025,64 @@ def _diverge_abort(rank, world, dev, t):
         why = "shut down" if rank == 1 else "aborted"
         _expect_error(lambda: dist.send(one, peer), why)
         _expect_error(lambda: dist.isend(one, peer).wait(), why)
+
+
+class _SlowStore(dist.Store):
+    """A rank's view of the TCP store that waits before every call: a rank
+    0 that leaves the rendezvous early has exited, and its store with it,
+    before this rank's next read."""
+
+    def __init__(self, inner, delay: float):
+        super().__init__()
+        self.inner, self.delay = inner, delay
+
+    def _wait(self):
+        import time
+
+        time.sleep(self.delay)
+
+    def set(self, key, value):
+        self._wait()
+        self.inner.set(key, value)
+
+    def get(self, key):
+        self._wait()
+        return self.inner.get(key)
+
+    def add(self, key, n):
+        self._wait()
+        return self.inner.add(key, n)
+
+    def delete_key(self, key):
+        self._wait()
+        return self.inner.delete_key(key)
+
+    def wait(self, keys, timeout=None):
+        self._wait()
+        if timeout is None:
+            return self.inner.wait(keys)
+        return self.inner.wait(keys, timeout)
+
+
+def init_then_exit():
+    """Rank 0 hosts the store and exits the moment init_process_group
+    returns, as accelerate's notebook_launcher environment check does; rank
+    1 reads the store slowly. Rank 1's group must still come up: no rank
+    may leave the group's construction while a peer still uses the store."""
+    rank, world = rank_world()
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world,
+        rank == 0,
+        timeout=datetime.timedelta(seconds=30),
+    )
+    if rank != 0:
+        store = _SlowStore(store, 0.2)
+    dist.init_process_group(
+        "neuron", store=store, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=30)
+    )
+    if rank == 0:
+        _exit(0)
+    backend = dist.group.WORLD._get_backend(torch.device("neuron"))
+    print(f"rank {rank} joined over {backend.transport}", flush=True)

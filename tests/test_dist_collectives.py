@@ -106,6 +106,15 @@ def test_new_group_subgroups_next_to_the_world_group():
     check_ranks("subgroups", 4, timeout=120)
 
 
+# accelerate's notebook_launcher (ACCELERATE_DEBUG_MODE) builds a group in
+# processes that exit as soon as init_process_group returns; rank 0 hosts the
+# store, so a peer still reading it saw "Connection reset by peer".
+@pytest.mark.parametrize("transport", ["shm", "gloo"])
+def test_store_host_exits_right_after_init(transport):
+    outs = check_ranks("init_then_exit", 2, {"TORCH_NEURONX_DIST_TRANSPORT": transport}, timeout=90)
+    assert f"rank 1 joined over {transport}" in outs[1][1]
+
+
 # destroy_process_group() then init_process_group() on a store that outlives
 # the groups (torchrun's agent store): every incarnation must rendezvous on
 # its own keys (a stale region address or Gloo key of the last one made ranks

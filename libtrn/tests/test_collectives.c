@@ -1,7 +1,10 @@
 // test_collectives.c - the shared-memory collective engine with forked ranks:
 // every collective against values computed here, messages larger than a slot
-// or a pipe, mismatches, a stalled rank (timeout) and a dead rank.
+// or a pipe, mismatches, a stalled rank (timeout), a dead rank, and an attach
+// that waits for every rank.
+#include <fcntl.h>
 #include <signal.h>
+#include <string.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -366,7 +369,41 @@ static int ranks_dead(trn_comm *c) {
     return fails;
 }
 
+// Attach returns only once every rank attached (the rendezvous that handed
+// out the descriptor is then over everywhere): rank 1 writes a byte, pauses,
+// then attaches; rank 0 must find the byte the moment its attach returns.
+static int attach_waits_for_every_rank(void) {
+    int fd = -1, p[2];
+    if (trn_comm_region_create(2, &fd) != TRN_SUCCESS || pipe(p) != 0) return 1;
+    pid_t pids[2];
+    for (int r = 0; r < 2; r++) {
+        pids[r] = fork();
+        if (pids[r] != 0) continue;
+        if (r == 1) {
+            usleep(200 * 1000);
+            if (write(p[1], "x", 1) != 1) _exit(101);
+        }
+        trn_comm *c = NULL;
+        if (trn_comm_attach(fd, r, 2, 60000, &c) != TRN_SUCCESS) _exit(100);
+        char b = 0;
+        int bad = r == 0 && (fcntl(p[0], F_SETFL, O_NONBLOCK) != 0 || read(p[0], &b, 1) != 1);
+        trn_comm_destroy(c);
+        _exit(bad);
+    }
+    close(fd);
+    int failed = 0;
+    for (int r = 0; r < 2; r++) {
+        int status = 0;
+        waitpid(pids[r], &status, 0);
+        failed += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    }
+    close(p[0]);
+    close(p[1]);
+    return failed;
+}
+
 int main(void) {
+    CHECK_INT(attach_waits_for_every_rank(), 0);
     for (g_single_copy = SC_DEFAULT; g_single_copy <= SC_MIXED; g_single_copy++) {
         CHECK_INT(run_ranks(3, 60000, ranks_allreduce), 0);
         CHECK_INT(run_ranks(2, 60000, ranks_allreduce), 0);
@@ -385,6 +422,10 @@ int main(void) {
     CHECK(trn_comm_region_create(0, &fd) == TRN_ERROR_INVALID_ARGUMENT);
     CHECK(trn_comm_region_create(2, &fd) == TRN_SUCCESS);
     CHECK(trn_comm_attach(fd, 0, 3, 0, &c) == TRN_ERROR_INVALID_ARGUMENT);
+    // A rank that never comes: the attach times out naming it.
+    CHECK(trn_comm_attach(fd, 0, 2, 200, &c) == TRN_ERROR_SYSTEM);
+    CHECK(strstr(trn_last_error(), "waiting for rank(s) 1") != NULL);
+    CHECK(c == NULL);
     close(fd);
     return TEST_REPORT();
 }

@@ -82,18 +82,15 @@ def _incarnation_store(store, rank: int, size: int):
 
 def _release_keys(store, rank: int, size: int, keys) -> None:
     """Every rank calls this once it read all it needs from this
-    incarnation's keys; the last one deletes them (a rank that lost count
-    then waits and times out instead of reading stale values). Best effort:
-    the rank that hosts the store may have returned from
-    init_process_group and exited already (accelerate's notebook_launcher
-    checks the environment with processes that only build the group), and
-    the keys went with its store."""
-    import torch.distributed as dist
-
-    try:
-        if store.add("left", 1) != size:
-            return
-    except dist.DistNetworkError:
+    incarnation's keys, before it builds the backend; the last one deletes
+    them (a rank that lost count then waits and times out instead of
+    reading stale values). This is each rank's last use of the store: the
+    backend's construction then waits for every rank (the shared region's
+    attach, Gloo's connections), so the rank that hosts the store cannot
+    return from init_process_group and exit (accelerate's notebook_launcher
+    checks the environment with processes that only build the group) while
+    a peer still talks to its store."""
+    if store.add("left", 1) != size:
         return
     for key in list(keys) + ["left"]:
         try:
@@ -141,6 +138,7 @@ def _make_backend(store, rank: int, size: int, timeout):
                 "group are not on one host (or cannot share "
                 "memory)"
             )
+    _release_keys(store, rank, size, keys)
     gloo = None
     try:
         if fd < 0:
@@ -149,11 +147,13 @@ def _make_backend(store, rank: int, size: int, timeout):
             # Gloo's own rendezvous keys stay (their names are Gloo's); they
             # are under this incarnation's prefix, so never read again.
             gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
+            # Gloo's mesh can be up on rank 0 while a peer still finishes
+            # its connections: as the region's attach, nobody leaves first.
+            gloo.barrier().wait()
         backend = _C.ProcessGroupNeuron(rank, size, timeout_ms, fd, gloo)
     finally:
         if fd >= 0:
             os.close(fd)  # the mapping keeps the region alive
-    _release_keys(store, rank, size, keys)
     return backend
 
 

@@ -62,8 +62,9 @@ typedef struct trn_reduce_post {
 // Creates a region for `size` ranks; *fd is a descriptor the caller closes
 // once every rank attached.
 trn_status trn_comm_region_create(int size, int *fd);
-// Maps the region behind `fd` as `rank`; timeout_ms bounds every wait
-// (<= 0: wait forever). Fails if the region was made for another size.
+// Maps the region behind `fd` as `rank` and returns once every rank of the
+// group attached; timeout_ms bounds every wait (<= 0: wait forever). Fails if
+// the region was made for another size, or a rank never came.
 trn_status trn_comm_attach(int fd, int rank, int size, int64_t timeout_ms, trn_comm **comm);
 // Unmaps; comm may be NULL. Never waits for peers.
 void trn_comm_destroy(trn_comm *comm);

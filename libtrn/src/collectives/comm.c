@@ -112,6 +112,16 @@ trn_status trn_comm_attach(int fd, int rank, int size, int64_t timeout_ms, trn_c
     c->timeout_ms = timeout_ms;
     trn__comm_ctl(c, rank)->base_addr = (uint64_t)(uintptr_t)base;
     trn__comm_ctl(c, rank)->pid = (int32_t)getpid();
+    // Nobody leaves before everybody is here: the rendezvous that handed out
+    // the descriptor (a TCP store hosted by rank 0's process) is then over on
+    // every rank, so a rank 0 that returns and exits at once (accelerate's
+    // notebook_launcher environment check) cannot reset a peer still reading
+    // the store.
+    trn_status st = trn__comm_barrier(c, "attach");
+    if (st != TRN_SUCCESS) {
+        trn_comm_destroy(c);
+        return st;
+    }
     *out = c;
     return TRN_SUCCESS;
 }
