@@ -258,6 +258,47 @@ def test_threads_share_the_cache_safely():
     assert torch_neuronx.get_fallback_ops() == []
 
 
+_SPLIT_SCRIPT = """
+import hashlib
+import torch, torch.nn.functional as F
+import torch_neuronx
+torch.manual_seed(0)
+h = hashlib.sha256()
+with torch.no_grad():
+    for m, k, n in [(1, 256, 256), (1, 256, 128), (1, 544, 256), (2, 256, 544), (4, 256, 300),
+                    (3, 130, 4100)]:
+        x, w, b = torch.randn(m, k).to("neuron"), torch.randn(n, k).to("neuron"), torch.randn(n)
+        for _ in range(3):  # record, pack, hit
+            y = F.linear(x, w, b.to("neuron"))
+        h.update(y.cpu().numpy().tobytes())
+    for m, k, n in [(1, 256, 768), (1, 1024, 256)]:  # GPT-2's Conv1D: row-major weights
+        x, w, b = torch.randn(m, k).to("neuron"), torch.randn(k, n).to("neuron"), torch.randn(n)
+        for _ in range(3):
+            y = torch.addmm(b.to("neuron"), x, w)
+        h.update(y.cpu().numpy().tobytes())
+    x, w = torch.randn(1, 256).bfloat16().to("neuron"), torch.randn(544, 256).bfloat16().to("neuron")
+    for _ in range(3):
+        y = F.linear(x, w)
+    h.update(y.cpu().view(torch.int16).numpy().tobytes())
+print(torch_neuronx._C._weight_cache_stats()["hits"], h.hexdigest())
+"""
+
+
+def test_decode_sized_cached_products_same_bits_at_any_thread_count():
+    # A decode step's cached products (one to four rows by a hidden-256
+    # model's weights) split their panels over the pool from 2^15
+    # multiply-adds (until session 34: 2^19, so they ran on one thread):
+    # each column's sum is one thread's, so the bits cannot depend on the
+    # split. Same bits by construction: this checks it, at 1, 2 and 3
+    # threads (3: uneven runs of panels).
+    from _thread_counts import outputs_at_thread_counts
+
+    outs = outputs_at_thread_counts(_SPLIT_SCRIPT)
+    assert len(outs) == 1, outs
+    hits = int(next(iter(outs)).split()[0])
+    assert hits >= 9  # every product above was served from its packed copy
+
+
 _FORK_SCRIPT = """
 import os, threading, time
 import torch, torch.nn.functional as F

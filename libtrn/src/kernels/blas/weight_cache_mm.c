@@ -37,10 +37,20 @@
 #define WC_ROWS 4
 // Smaller weights are cheap to transpose on the fly (and stay in L1).
 #define WC_MIN_ELEMS 4096
-// As few_bt_run in matmul.c: products past TILE_MNK go over the pool, in
-// pieces of at least this many multiply-adds.
-#define WC_PARALLEL_MACS ((int64_t)1 << 19)
-#define WC_PIECE_MACS ((int64_t)1 << 17)
+// A cached product from this many multiply-adds goes over the pool, in
+// pieces of at least WC_PIECE_MACS (one 64-column panel of a 256-row
+// weight, 64 KiB). A decode step's weights come from L3, where one core's
+// reads are the bound: split over the two cores, a token's products took
+// 0.56-0.78x the time (bench_decode_products.py, one row: Llama small's 29
+// products of 128-544 x 256, 453-545 -> 307-353 us; GPT-2's 17, 522-650 ->
+// 307-343), where MKL's gemv had been 1.43-1.66x ahead with its two threads.
+// Until session 34 the bounds were few_bt_run's (2^19 and 2^17): every
+// product of a hidden-256 model ran on one thread.
+#define WC_PARALLEL_MACS ((int64_t)1 << 15)
+#define WC_PIECE_MACS ((int64_t)1 << 14)
+// The uncached bfloat16 path (each piece packs its own scratch panel) keeps
+// few_bt_run's bound: not measured at decode sizes.
+#define WC_UNCACHED_PARALLEL_MACS ((int64_t)1 << 19)
 // matmul.c's TILE_MNK: row-major weights take row_f32 below it.
 #define WC_ROW_MAJOR_MACS ((int64_t)1 << 19)
 // matmul.c's SMALL_MNK: bfloat16 products below it stay on small_bf16.
@@ -287,12 +297,12 @@ static void wc_split_piece(void *ctx, int64_t i0, int64_t i1) {
 
 // No copy: each panel packed as it is used so that the sums are the cached
 // path's; a panel (k x 64 floats) stays in L2 between its packing and its
-// product. Past WC_PARALLEL_MACS one run of panels per thread, each with
+// product. Past WC_UNCACHED_PARALLEL_MACS one run of panels per thread, each with
 // its own panel. False (nothing written) when out of memory.
 static bool wc_uncached(const wc_run *w) {
     const trn_matmul_desc *d = w->d;
     int64_t pieces = 1;
-    if (d->m * d->n * d->k >= WC_PARALLEL_MACS) pieces = trn_parallel_threads();
+    if (d->m * d->n * d->k >= WC_UNCACHED_PARALLEL_MACS) pieces = trn_parallel_threads();
     if (pieces > panels_of(d->n)) pieces = panels_of(d->n);
     float *scratch = aligned_alloc(64, (size_t)(pieces * d->k * WC_PANEL) * sizeof(float));
     if (scratch == NULL) return false;
