@@ -34,7 +34,11 @@
 // matmul.c's TILE_KB: the block length of every few-row float32 sum
 // (tests/test_weight_cache.py checks the cached path's bits against it).
 #define WC_KB 32
-#define WC_ROWS 4
+// Rows of A a product may have: float32 up to 8 (a batch of 8 sequences
+// decoding; matmul.c's transposed-row tiles take as many, so the uncached
+// path sums the same way), bfloat16 up to 4 (5-8 rows stay on oneDNN).
+#define WC_ROWS 8
+#define WC_BF16_ROWS 4
 // Smaller weights are cheap to transpose on the fly (and stay in L1).
 #define WC_MIN_ELEMS 4096
 // A cached product from this many multiply-adds goes over the pool, in
@@ -51,8 +55,6 @@
 // The uncached bfloat16 path (each piece packs its own scratch panel) keeps
 // few_bt_run's bound: not measured at decode sizes.
 #define WC_UNCACHED_PARALLEL_MACS ((int64_t)1 << 19)
-// matmul.c's TILE_MNK: row-major weights take row_f32 below it.
-#define WC_ROW_MAJOR_MACS ((int64_t)1 << 19)
 // matmul.c's SMALL_MNK: bfloat16 products below it stay on small_bf16.
 #define WC_SMALL_MACS ((int64_t)32768)
 // Bfloat16 weights past this many elements stay on oneDNN: the float32 copy
@@ -149,8 +151,8 @@ static bool wc_samples_match(const trn__wcache_key *key, const float *P) {
 static inline __attribute__((always_inline)) void wc_block(const int M, const int V, int64_t k,
                                                            const float *A, int64_t ars, int64_t acs,
                                                            const float *panel, int64_t c0,
-                                                           float out[WC_ROWS][WC_PANEL]) {
-    __m512 c[WC_ROWS][4], e[WC_ROWS][4], s[WC_ROWS][4];
+                                                           float out[][WC_PANEL]) {
+    __m512 c[4][4], e[4][4], s[4][4];
     for (int r = 0; r < M; r++)
         for (int v = 0; v < V; v++) c[r][v] = e[r][v] = _mm512_setzero_ps();
     for (int64_t p0 = 0; p0 < k; p0 += WC_KB) {
@@ -172,6 +174,24 @@ static inline __attribute__((always_inline)) void wc_block(const int M, const in
     for (int r = 0; r < M; r++)
         for (int v = 0; v < V; v++)
             _mm512_storeu_ps(out[r] + c0 + 16 * v, trn__blk_total512(c[r][v], e[r][v]));
+}
+
+// Rows 1-4 of a panel, one body per row count: accumulators in registers
+// (m * V * 3 of them, at most 24: 3 and 4 rows take the panel in two halves).
+static inline void wc_rows(int64_t m, int64_t k, const float *A, int64_t ars, int64_t acs,
+                           const float *panel, float out[][WC_PANEL]) {
+    switch (m) {
+    case 1: wc_block(1, 4, k, A, ars, acs, panel, 0, out); break;
+    case 2: wc_block(2, 4, k, A, ars, acs, panel, 0, out); break;
+    case 3:
+        wc_block(3, 2, k, A, ars, acs, panel, 0, out);
+        wc_block(3, 2, k, A, ars, acs, panel, 32, out);
+        break;
+    default:
+        wc_block(4, 2, k, A, ars, acs, panel, 0, out);
+        wc_block(4, 2, k, A, ars, acs, panel, 32, out);
+        break;
+    }
 }
 
 typedef struct wc_run {
@@ -201,20 +221,11 @@ static void wc_panels(void *ctx, int64_t q0, int64_t q1) {
             panel = w->P + q * k * WC_PANEL;
         else
             wc_pack_panel(w->key, q, w->panel);
-        // One body per row count: accumulators in registers (m * V * 2 of
-        // them, at most 16: 3 and 4 rows take the panel in two halves).
-        switch (m) {
-        case 1: wc_block(1, 4, k, A, ars, acs, panel, 0, out); break;
-        case 2: wc_block(2, 4, k, A, ars, acs, panel, 0, out); break;
-        case 3:
-            wc_block(3, 2, k, A, ars, acs, panel, 0, out);
-            wc_block(3, 2, k, A, ars, acs, panel, 32, out);
-            break;
-        default:
-            wc_block(4, 2, k, A, ars, acs, panel, 0, out);
-            wc_block(4, 2, k, A, ars, acs, panel, 32, out);
-            break;
-        }
+        // Rows 5-8: the first four, then the rest (two bodies: wc_block(8,
+        // 1) took 8 broadcasts and a load per 8 multiply-adds, 4 x 2 takes 6
+        // per 8, and each element's sum is the same either way).
+        wc_rows(m < 4 ? m : 4, k, A, ars, acs, panel, out);
+        if (m > 4) wc_rows(m - 4, k, A + 4 * ars, ars, acs, panel, out + 4);
         const int64_t j0 = q * WC_PANEL, wdt = n - j0 < WC_PANEL ? n - j0 : WC_PANEL;
         for (int64_t r = 0; r < m; r++) {
             if (bf16) {
@@ -249,18 +260,19 @@ static void wc_panels(void *ctx, int64_t q0, int64_t q1) {
 static bool wc_fits(const trn_matmul_desc *d) {
     const int64_t *bs = d->b_strides;
     // Few rows by a weight: nn.Linear's (transposed: the tiles transpose it
-    // block by block on every call) at any size, or a row-major one (GPT-2's
-    // Conv1D: row_f32 keeps its sums in memory, not registers) below
-    // WC_ROW_MAJOR_MACS, where row_f32 is the uncached path: past it oneDNN
-    // runs and sums otherwise.
+    // block by block on every call) or a row-major one (GPT-2's Conv1D:
+    // row_f32 keeps its sums in memory, not registers), at any size: past
+    // TILE_MNK the uncached call runs the same sums split over the pool
+    // (matmul.c's few_bt_run; until session 34 a row-major one ran oneDNN
+    // there and was not cached).
     const bool bt = bs[1] == 1 && bs[2] != 1, rowmajor = bs[2] == 1 && bs[1] >= d->n;
     const int64_t macs = d->m * d->n * d->k;
     if (d->beta != 0 || d->batch != 1 || d->m < 1 || d->m > WC_ROWS || d->k < 2 || d->n < 2 ||
         d->c_strides[2] != 1)
         return false;
+    if (d->dtype == TRN_DTYPE_BF16 && d->m > WC_BF16_ROWS) return false;
     if (d->dtype == TRN_DTYPE_F32)
-        return d->b_version != 0 && d->k * d->n >= WC_MIN_ELEMS &&
-               (bt || (rowmajor && macs < WC_ROW_MAJOR_MACS));
+        return d->b_version != 0 && d->k * d->n >= WC_MIN_ELEMS && (bt || rowmajor);
     return d->dtype == TRN_DTYPE_BF16 && macs >= WC_SMALL_MACS &&
            d->k * d->n <= WC_BF16_MAX_ELEMS && (bt || rowmajor);
 }
