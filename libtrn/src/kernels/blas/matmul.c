@@ -1392,12 +1392,15 @@ typedef struct few_bt {
     int64_t bias_stride;
 } few_bt;
 
-// A row-major B (GPT-2's Conv1D weight, x @ W) takes the same pieces since
-// session 34 (row_f32 up to 4 rows, tile16_f32 for 5-8; before, oneDNN past
-// TILE_MNK), so that the weight cache can serve it at any size with the
-// uncached call's bits.
+// One row by a row-major B (GPT-2's Conv1D weight, x @ W) takes the same
+// pieces since session 34 (row_f32; before, oneDNN past TILE_MNK), so that
+// the weight cache can serve it at any size with the uncached call's bits,
+// and the uncached call runs at the stream's speed (1 x 768 by 768 x 2304:
+// 146-180 us, oneDNN 285-299). Not 2-8 rows: row_f32 keeps its sums in
+// memory and tile16_f32 walks B in column strips (4 x 1024 by 1024 x 1024:
+// 260-331 us, oneDNN 115-131).
 static bool few_rm(const trn_matmul_desc *d) {
-    return d->b_strides[2] == 1 && d->b_strides[1] >= d->n;
+    return d->m == 1 && d->b_strides[2] == 1 && d->b_strides[1] >= d->n;
 }
 
 static bool few_bt_fits(const trn_matmul_desc *d) {

@@ -55,6 +55,8 @@
 // The uncached bfloat16 path (each piece packs its own scratch panel) keeps
 // few_bt_run's bound: not measured at decode sizes.
 #define WC_UNCACHED_PARALLEL_MACS ((int64_t)1 << 19)
+// matmul.c's TILE_MNK: row-major weights take the tiles below it.
+#define WC_ROW_MAJOR_MACS ((int64_t)1 << 19)
 // matmul.c's SMALL_MNK: bfloat16 products below it stay on small_bf16.
 #define WC_SMALL_MACS ((int64_t)32768)
 // Bfloat16 weights past this many elements stay on oneDNN: the float32 copy
@@ -260,11 +262,12 @@ static void wc_panels(void *ctx, int64_t q0, int64_t q1) {
 static bool wc_fits(const trn_matmul_desc *d) {
     const int64_t *bs = d->b_strides;
     // Few rows by a weight: nn.Linear's (transposed: the tiles transpose it
-    // block by block on every call) or a row-major one (GPT-2's Conv1D:
-    // row_f32 keeps its sums in memory, not registers), at any size: past
-    // TILE_MNK the uncached call runs the same sums split over the pool
-    // (matmul.c's few_bt_run; until session 34 a row-major one ran oneDNN
-    // there and was not cached).
+    // block by block on every call) at any size, or a row-major one (GPT-2's
+    // Conv1D: row_f32 keeps its sums in memory, not registers) below
+    // WC_ROW_MAJOR_MACS, or of one row at any size: there the uncached call
+    // runs the same sums (matmul.c's tiles, or few_bt_run's pieces for one
+    // row past TILE_MNK since session 34); elsewhere it runs oneDNN, which
+    // sums otherwise.
     const bool bt = bs[1] == 1 && bs[2] != 1, rowmajor = bs[2] == 1 && bs[1] >= d->n;
     const int64_t macs = d->m * d->n * d->k;
     if (d->beta != 0 || d->batch != 1 || d->m < 1 || d->m > WC_ROWS || d->k < 2 || d->n < 2 ||
@@ -272,7 +275,8 @@ static bool wc_fits(const trn_matmul_desc *d) {
         return false;
     if (d->dtype == TRN_DTYPE_BF16 && d->m > WC_BF16_ROWS) return false;
     if (d->dtype == TRN_DTYPE_F32)
-        return d->b_version != 0 && d->k * d->n >= WC_MIN_ELEMS && (bt || rowmajor);
+        return d->b_version != 0 && d->k * d->n >= WC_MIN_ELEMS &&
+               (bt || (rowmajor && (macs < WC_ROW_MAJOR_MACS || d->m == 1)));
     return d->dtype == TRN_DTYPE_BF16 && macs >= WC_SMALL_MACS &&
            d->k * d->n <= WC_BF16_MAX_ELEMS && (bt || rowmajor);
 }
