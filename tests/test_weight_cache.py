@@ -53,6 +53,15 @@ def _uncached(x, w, bias=None):
         (1, 1024, 1024),
         (1, 256, 8192),
         (3, 130, 4100),
+        # 5-8 rows (a batch of sequences decoding): cached since session 34,
+        # below and past 2^19 multiply-adds (uncached: the transposed-row
+        # tiles, split over the pool past it, as for 1-4 rows).
+        (5, 256, 256),
+        (6, 300, 17),
+        (7, 33, 200),
+        (8, 256, 544),
+        (8, 544, 256),
+        (8, 1024, 1024),
     ],
 )
 @pytest.mark.parametrize("with_bias", [False, True])
@@ -76,7 +85,8 @@ def test_cached_product_same_bits_as_uncached(m, k, n, with_bias):
 
 
 @pytest.mark.parametrize(
-    "m,k,n", [(1, 256, 768), (1, 256, 1024), (1, 1024, 256), (4, 256, 256), (3, 70, 100)]
+    "m,k,n",
+    [(1, 256, 768), (1, 256, 1024), (1, 1024, 256), (4, 256, 256), (3, 70, 100), (8, 64, 256)],
 )
 def test_row_major_weight_same_bits_as_uncached(m, k, n):
     # GPT-2's Conv1D: addmm by a row-major (k x n) weight, below 2^19
@@ -89,11 +99,32 @@ def test_row_major_weight_same_bits_as_uncached(m, k, n):
     assert _stats()["packs"] == packs + 1
 
 
-def test_row_major_weight_past_tile_size_is_not_cached():
-    # Past 2^19 the uncached row-major product is oneDNN's (other sums).
-    x, w = torch.randn(1, 1024).to(DEV), torch.randn(1024, 1024).to(DEV)
+@pytest.mark.parametrize("m,k,n", [(1, 1024, 1024), (1, 768, 2304)])
+def test_row_major_weight_past_tile_size_same_bits_as_uncached(m, k, n):
+    # Past 2^19 multiply-adds one row by a row-major weight (GPT-2's Conv1D
+    # at real sizes) ran oneDNN uncached, so the cache left it alone (other
+    # sums); since session 34 the uncached call sums as the tiles do, split
+    # over the pool by columns, and the cache serves it with the same bits,
+    # no worse than CPU.
+    x, w, b = torch.randn(m, k), torch.randn(k, n), torch.randn(n)
+    xd, wd, bd = x.to(DEV), w.to(DEV), b.to(DEV)
+    want = torch.addmm(bd, xd, wd.clone()).cpu()
+    packs = _stats()["packs"]
     for _ in range(3):
-        torch.mm(x, w)
+        assert torch.equal(torch.addmm(bd, xd, wd).cpu(), want)
+    assert _stats()["packs"] == packs + 1
+    ref = torch.addmm(b.double(), x.double(), w.double())
+    err = (want.double() - ref).abs().max()
+    assert err <= 1.5 * (torch.addmm(b, x, w).double() - ref).abs().max()
+
+
+def test_row_major_weight_of_rows_past_tile_size_is_not_cached():
+    # 2-8 rows past 2^19 stay on oneDNN uncached (faster there than the
+    # tiles' row-major walks), so the cache leaves them alone (other sums).
+    for m, k, n in [(4, 1024, 1024), (8, 256, 768)]:
+        x, w = torch.randn(m, k).to(DEV), torch.randn(k, n).to(DEV)
+        for _ in range(3):
+            torch.mm(x, w)
     assert _stats()["packed"] == 0
 
 
@@ -256,6 +287,47 @@ def test_threads_share_the_cache_safely():
         t.join()
     assert not bad
     assert torch_neuronx.get_fallback_ops() == []
+
+
+_SPLIT_SCRIPT = """
+import hashlib
+import torch, torch.nn.functional as F
+import torch_neuronx
+torch.manual_seed(0)
+h = hashlib.sha256()
+with torch.no_grad():
+    for m, k, n in [(1, 256, 256), (1, 256, 128), (1, 544, 256), (2, 256, 544), (4, 256, 300),
+                    (3, 130, 4100), (8, 256, 544), (5, 544, 256)]:
+        x, w, b = torch.randn(m, k).to("neuron"), torch.randn(n, k).to("neuron"), torch.randn(n)
+        for _ in range(3):  # record, pack, hit
+            y = F.linear(x, w, b.to("neuron"))
+        h.update(y.cpu().numpy().tobytes())
+    for m, k, n in [(1, 256, 768), (1, 1024, 256)]:  # GPT-2's Conv1D: row-major weights
+        x, w, b = torch.randn(m, k).to("neuron"), torch.randn(k, n).to("neuron"), torch.randn(n)
+        for _ in range(3):
+            y = torch.addmm(b.to("neuron"), x, w)
+        h.update(y.cpu().numpy().tobytes())
+    x, w = torch.randn(1, 256).bfloat16().to("neuron"), torch.randn(544, 256).bfloat16().to("neuron")
+    for _ in range(3):
+        y = F.linear(x, w)
+    h.update(y.cpu().view(torch.int16).numpy().tobytes())
+print(torch_neuronx._C._weight_cache_stats()["hits"], h.hexdigest())
+"""
+
+
+def test_decode_sized_cached_products_same_bits_at_any_thread_count():
+    # A decode step's cached products (one to four rows by a hidden-256
+    # model's weights) split their panels over the pool from 2^15
+    # multiply-adds (until session 34: 2^19, so they ran on one thread):
+    # each column's sum is one thread's, so the bits cannot depend on the
+    # split. Same bits by construction: this checks it, at 1, 2 and 3
+    # threads (3: uneven runs of panels).
+    from _thread_counts import outputs_at_thread_counts
+
+    outs = outputs_at_thread_counts(_SPLIT_SCRIPT)
+    assert len(outs) == 1, outs
+    hits = int(next(iter(outs)).split()[0])
+    assert hits >= 11  # every product above was served from its packed copy
 
 
 _FORK_SCRIPT = """

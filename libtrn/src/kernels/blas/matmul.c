@@ -1371,16 +1371,18 @@ static void broadcast_bias(const trn_matmul_desc *d, const void *bias, int64_t b
 }
 
 #ifdef PACK_TRANSPOSED
-// A few float32 rows by a transposed B (nn.Linear's weight) of any size:
-// tile16_bt_f32 over column strips, split across the pool, instead of
-// oneDNN. One row by a weight past TILE_MNK (1 x 1024 by 1024 x 1024) is a
+// A few float32 rows (up to 8, as the weight cache's panels: a cached and
+// an uncached call give the same bits; until session 34 up to 4, and 5-8
+// rows past TILE_MNK ran oneDNN) by a transposed B (nn.Linear's weight) of
+// any size: tile16_bt_f32 over column strips, split across the pool, instead
+// of oneDNN. One row by a weight past TILE_MNK (1 x 1024 by 1024 x 1024) is a
 // matrix-vector product bound by streaming the weight, and oneDNN's took
 // 1.5x MKL's sgemv time; the register transposes keep up with the stream.
 // Each element of C is summed as below TILE_MNK (TILE_KB blocks), so a
 // column's bits depend neither on the split nor on the thread count, and
 // the error against a float64 reference stays below PyTorch CPU's (0.4-0.9x
 // on 1 x 1024 by 1024 x 1024, 1 x 256 by 256 x 8192).
-#define FEW_BT_ROWS 4
+#define FEW_BT_ROWS 8
 // Multiply-adds per piece: below this a pool hand-off costs more than it saves.
 #define FEW_BT_PIECE_MACS ((int64_t)1 << 17)
 
@@ -1390,12 +1392,24 @@ typedef struct few_bt {
     int64_t bias_stride;
 } few_bt;
 
+// One row by a row-major B (GPT-2's Conv1D weight, x @ W) takes the same
+// pieces since session 34 (row_f32; before, oneDNN past TILE_MNK), so that
+// the weight cache can serve it at any size with the uncached call's bits,
+// and the uncached call runs at the stream's speed (1 x 768 by 768 x 2304:
+// 146-180 us, oneDNN 285-299). Not 2-8 rows: row_f32 keeps its sums in
+// memory and tile16_f32 walks B in column strips (4 x 1024 by 1024 x 1024:
+// 260-331 us, oneDNN 115-131).
+static bool few_rm(const trn_matmul_desc *d) {
+    return d->m == 1 && d->b_strides[2] == 1 && d->b_strides[1] >= d->n;
+}
+
 static bool few_bt_fits(const trn_matmul_desc *d) {
     const int64_t *bs = d->b_strides, *cs = d->c_strides;
     // Direct into C (rows contiguous) and no packed copy: tile_f32 then
     // allocates nothing and cannot fail.
     return d->dtype == TRN_DTYPE_F32 && d->beta == 0 && d->k > 0 && d->batch == 1 &&
-           d->m <= FEW_BT_ROWS && d->n > 1 && bs[1] == 1 && bs[2] != 1 && cs[2] == 1;
+           d->m <= FEW_BT_ROWS && d->n > 1 && ((bs[1] == 1 && bs[2] != 1) || few_rm(d)) &&
+           cs[2] == 1;
 }
 
 static void few_bt_piece(void *ctx, int64_t s0, int64_t s1) {
@@ -1410,9 +1424,16 @@ static void few_bt_piece(void *ctx, int64_t s0, int64_t s1) {
 
 static void few_bt_run(const trn_matmul_desc *d, const float *bias, int64_t bias_stride) {
     const few_bt f = {*d, bias, bias_stride};
+    const int64_t strips = (d->n + 15) / 16;
     int64_t grain = FEW_BT_PIECE_MACS / (16 * d->k * d->m);
+    // Row-major: one run of columns per thread, each row of B read in runs as
+    // long as they can be (row_f32: a row cut in 512-column pieces streamed
+    // worse, 20 us instead of 14 for 1 x 256 by 256 x 768).
+    const int threads = trn_parallel_threads();
+    if (few_rm(d) && grain < (strips + threads - 1) / threads)
+        grain = (strips + threads - 1) / threads;
     if (grain < 1) grain = 1;
-    trn_parallel_for((d->n + 15) / 16, grain, few_bt_piece, (void *)&f);
+    trn_parallel_for(strips, grain, few_bt_piece, (void *)&f);
 }
 #endif
 

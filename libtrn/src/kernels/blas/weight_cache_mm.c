@@ -34,14 +34,28 @@
 // matmul.c's TILE_KB: the block length of every few-row float32 sum
 // (tests/test_weight_cache.py checks the cached path's bits against it).
 #define WC_KB 32
-#define WC_ROWS 4
+// Rows of A a product may have: float32 up to 8 (a batch of 8 sequences
+// decoding; matmul.c's transposed-row tiles take as many, so the uncached
+// path sums the same way), bfloat16 up to 4 (5-8 rows stay on oneDNN).
+#define WC_ROWS 8
+#define WC_BF16_ROWS 4
 // Smaller weights are cheap to transpose on the fly (and stay in L1).
 #define WC_MIN_ELEMS 4096
-// As few_bt_run in matmul.c: products past TILE_MNK go over the pool, in
-// pieces of at least this many multiply-adds.
-#define WC_PARALLEL_MACS ((int64_t)1 << 19)
-#define WC_PIECE_MACS ((int64_t)1 << 17)
-// matmul.c's TILE_MNK: row-major weights take row_f32 below it.
+// A cached product from this many multiply-adds goes over the pool, in
+// pieces of at least WC_PIECE_MACS (one 64-column panel of a 256-row
+// weight, 64 KiB). A decode step's weights come from L3, where one core's
+// reads are the bound: split over the two cores, a token's products took
+// 0.56-0.78x the time (bench_decode_products.py, one row: Llama small's 29
+// products of 128-544 x 256, 453-545 -> 307-353 us; GPT-2's 17, 522-650 ->
+// 307-343), where MKL's gemv had been 1.43-1.66x ahead with its two threads.
+// Until session 34 the bounds were few_bt_run's (2^19 and 2^17): every
+// product of a hidden-256 model ran on one thread.
+#define WC_PARALLEL_MACS ((int64_t)1 << 15)
+#define WC_PIECE_MACS ((int64_t)1 << 14)
+// The uncached bfloat16 path (each piece packs its own scratch panel) keeps
+// few_bt_run's bound: not measured at decode sizes.
+#define WC_UNCACHED_PARALLEL_MACS ((int64_t)1 << 19)
+// matmul.c's TILE_MNK: row-major weights take the tiles below it.
 #define WC_ROW_MAJOR_MACS ((int64_t)1 << 19)
 // matmul.c's SMALL_MNK: bfloat16 products below it stay on small_bf16.
 #define WC_SMALL_MACS ((int64_t)32768)
@@ -139,8 +153,8 @@ static bool wc_samples_match(const trn__wcache_key *key, const float *P) {
 static inline __attribute__((always_inline)) void wc_block(const int M, const int V, int64_t k,
                                                            const float *A, int64_t ars, int64_t acs,
                                                            const float *panel, int64_t c0,
-                                                           float out[WC_ROWS][WC_PANEL]) {
-    __m512 c[WC_ROWS][4], e[WC_ROWS][4], s[WC_ROWS][4];
+                                                           float out[][WC_PANEL]) {
+    __m512 c[4][4], e[4][4], s[4][4];
     for (int r = 0; r < M; r++)
         for (int v = 0; v < V; v++) c[r][v] = e[r][v] = _mm512_setzero_ps();
     for (int64_t p0 = 0; p0 < k; p0 += WC_KB) {
@@ -162,6 +176,24 @@ static inline __attribute__((always_inline)) void wc_block(const int M, const in
     for (int r = 0; r < M; r++)
         for (int v = 0; v < V; v++)
             _mm512_storeu_ps(out[r] + c0 + 16 * v, trn__blk_total512(c[r][v], e[r][v]));
+}
+
+// Rows 1-4 of a panel, one body per row count: accumulators in registers
+// (m * V * 3 of them, at most 24: 3 and 4 rows take the panel in two halves).
+static inline void wc_rows(int64_t m, int64_t k, const float *A, int64_t ars, int64_t acs,
+                           const float *panel, float out[][WC_PANEL]) {
+    switch (m) {
+    case 1: wc_block(1, 4, k, A, ars, acs, panel, 0, out); break;
+    case 2: wc_block(2, 4, k, A, ars, acs, panel, 0, out); break;
+    case 3:
+        wc_block(3, 2, k, A, ars, acs, panel, 0, out);
+        wc_block(3, 2, k, A, ars, acs, panel, 32, out);
+        break;
+    default:
+        wc_block(4, 2, k, A, ars, acs, panel, 0, out);
+        wc_block(4, 2, k, A, ars, acs, panel, 32, out);
+        break;
+    }
 }
 
 typedef struct wc_run {
@@ -191,20 +223,11 @@ static void wc_panels(void *ctx, int64_t q0, int64_t q1) {
             panel = w->P + q * k * WC_PANEL;
         else
             wc_pack_panel(w->key, q, w->panel);
-        // One body per row count: accumulators in registers (m * V * 2 of
-        // them, at most 16: 3 and 4 rows take the panel in two halves).
-        switch (m) {
-        case 1: wc_block(1, 4, k, A, ars, acs, panel, 0, out); break;
-        case 2: wc_block(2, 4, k, A, ars, acs, panel, 0, out); break;
-        case 3:
-            wc_block(3, 2, k, A, ars, acs, panel, 0, out);
-            wc_block(3, 2, k, A, ars, acs, panel, 32, out);
-            break;
-        default:
-            wc_block(4, 2, k, A, ars, acs, panel, 0, out);
-            wc_block(4, 2, k, A, ars, acs, panel, 32, out);
-            break;
-        }
+        // Rows 5-8: the first four, then the rest (two bodies: wc_block(8,
+        // 1) took 8 broadcasts and a load per 8 multiply-adds, 4 x 2 takes 6
+        // per 8, and each element's sum is the same either way).
+        wc_rows(m < 4 ? m : 4, k, A, ars, acs, panel, out);
+        if (m > 4) wc_rows(m - 4, k, A + 4 * ars, ars, acs, panel, out + 4);
         const int64_t j0 = q * WC_PANEL, wdt = n - j0 < WC_PANEL ? n - j0 : WC_PANEL;
         for (int64_t r = 0; r < m; r++) {
             if (bf16) {
@@ -241,16 +264,19 @@ static bool wc_fits(const trn_matmul_desc *d) {
     // Few rows by a weight: nn.Linear's (transposed: the tiles transpose it
     // block by block on every call) at any size, or a row-major one (GPT-2's
     // Conv1D: row_f32 keeps its sums in memory, not registers) below
-    // WC_ROW_MAJOR_MACS, where row_f32 is the uncached path: past it oneDNN
-    // runs and sums otherwise.
+    // WC_ROW_MAJOR_MACS, or of one row at any size: there the uncached call
+    // runs the same sums (matmul.c's tiles, or few_bt_run's pieces for one
+    // row past TILE_MNK since session 34); elsewhere it runs oneDNN, which
+    // sums otherwise.
     const bool bt = bs[1] == 1 && bs[2] != 1, rowmajor = bs[2] == 1 && bs[1] >= d->n;
     const int64_t macs = d->m * d->n * d->k;
     if (d->beta != 0 || d->batch != 1 || d->m < 1 || d->m > WC_ROWS || d->k < 2 || d->n < 2 ||
         d->c_strides[2] != 1)
         return false;
+    if (d->dtype == TRN_DTYPE_BF16 && d->m > WC_BF16_ROWS) return false;
     if (d->dtype == TRN_DTYPE_F32)
         return d->b_version != 0 && d->k * d->n >= WC_MIN_ELEMS &&
-               (bt || (rowmajor && macs < WC_ROW_MAJOR_MACS));
+               (bt || (rowmajor && (macs < WC_ROW_MAJOR_MACS || d->m == 1)));
     return d->dtype == TRN_DTYPE_BF16 && macs >= WC_SMALL_MACS &&
            d->k * d->n <= WC_BF16_MAX_ELEMS && (bt || rowmajor);
 }
@@ -287,12 +313,12 @@ static void wc_split_piece(void *ctx, int64_t i0, int64_t i1) {
 
 // No copy: each panel packed as it is used so that the sums are the cached
 // path's; a panel (k x 64 floats) stays in L2 between its packing and its
-// product. Past WC_PARALLEL_MACS one run of panels per thread, each with
+// product. Past WC_UNCACHED_PARALLEL_MACS one run of panels per thread, each with
 // its own panel. False (nothing written) when out of memory.
 static bool wc_uncached(const wc_run *w) {
     const trn_matmul_desc *d = w->d;
     int64_t pieces = 1;
-    if (d->m * d->n * d->k >= WC_PARALLEL_MACS) pieces = trn_parallel_threads();
+    if (d->m * d->n * d->k >= WC_UNCACHED_PARALLEL_MACS) pieces = trn_parallel_threads();
     if (pieces > panels_of(d->n)) pieces = panels_of(d->n);
     float *scratch = aligned_alloc(64, (size_t)(pieces * d->k * WC_PANEL) * sizeof(float));
     if (scratch == NULL) return false;
