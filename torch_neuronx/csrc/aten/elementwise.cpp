@@ -224,8 +224,9 @@ template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP, Kind K> st
         return out;
     }
     static Tensor &inplace(Tensor &a, const Tensor &b) {
-        Tensor out = a;
-        if (!binary_run<OP, K>(out, a, b, InOp::name)) return fallback<InOp>(a, b);
+        // `a` itself as the (defined, never reassigned) output: a copy of the
+        // handle would cost two GIL round trips (see build_binary).
+        if (!binary_run<OP, K>(a, a, b, InOp::name)) return fallback<InOp>(a, b);
         return a;
     }
     static Tensor &out(const Tensor &a, const Tensor &b, Tensor &result) {
@@ -253,8 +254,7 @@ template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP> struct Alp
     }
     static Tensor &inplace(Tensor &a, const Tensor &b, const Scalar &alpha) {
         check(a, b, alpha);
-        Tensor out = a;
-        if (!binary_run<OP, Kind::Binary>(out, a, b, InOp::name, value(alpha)))
+        if (!binary_run<OP, Kind::Binary>(a, a, b, InOp::name, value(alpha)))
             return fallback<InOp>(a, b, alpha);
         return a;
     }
@@ -386,8 +386,8 @@ template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP, bool FLOAT
         return out;
     }
     static Tensor &inplace(Tensor &a) {
-        Tensor out = a;
-        if (!unary_run<OP, FLOAT>(out, a, InOp::name)) return fallback<InOp>(a);
+        // `a` as the output, not a copy (see BinaryOp::inplace).
+        if (!unary_run<OP, FLOAT>(a, a, InOp::name)) return fallback<InOp>(a);
         return a;
     }
     static Tensor &out(const Tensor &a, Tensor &result) {
