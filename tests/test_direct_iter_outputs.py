@@ -61,3 +61,15 @@ def test_out_and_inplace_unchanged():
     torch.testing.assert_close(out.cpu(), a + b, rtol=0, atol=0)
     da.mul_(db)
     torch.testing.assert_close(da.cpu(), a * b, rtol=0, atol=0)
+
+
+def test_functional_builders_borrow_their_operands():
+    # An owned operand bumps the TensorImpl's use count, and PyTorch 2.13 then
+    # takes the GIL (incref_pyobject / decref_pyobject) twice per op for a
+    # tensor only Python holds; the borrowing builders leave the count alone.
+    # Order: before, then while binary / float / comparison / unary / unary
+    # float builders hold `a`.
+    a, b = torch.randn(1, 768, device="neuron"), torch.randn(1, 768, device="neuron")
+    counts = torch_neuronx._C._ew_operand_use_counts_for_test(a, b)
+    assert len(counts) == 6
+    assert counts[1:] == [counts[0]] * 5

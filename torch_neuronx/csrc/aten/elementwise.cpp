@@ -179,12 +179,19 @@ bool launch(at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute, 
 // ---------------------------------------------------------------------------
 enum class Kind { Binary, BinaryFloat, Comparison };
 
+// Borrowing builders (the same configs as build_binary_op and the rest,
+// operands held by reference): the caller keeps `out`, `a` and `b` alive for
+// the iterator's life. An owned operand bumps the TensorImpl's refcount, and
+// PyTorch 2.13 takes the GIL (incref_pyobject / decref_pyobject) when that
+// count leaves and returns to 1, as it does for a tensor only Python holds:
+// two GIL round trips per lone op, which PyTorch's CPU kernels (borrowing
+// too) do not pay.
 template <typename It>
 void build_binary(It &iter, Kind kind, const Tensor &out, const Tensor &a, const Tensor &b) {
     switch (kind) {
-    case Kind::BinaryFloat: iter.build_binary_float_op(out, a, b); break;
-    case Kind::Comparison: iter.build_comparison_op(out, a, b); break;
-    default: iter.build_binary_op(out, a, b);
+    case Kind::BinaryFloat: iter.build_borrowing_binary_float_op(out, a, b); break;
+    case Kind::Comparison: iter.build_borrowing_comparison_op(out, a, b); break;
+    default: iter.build_borrowing_binary_op(out, a, b);
     }
 }
 
@@ -217,8 +224,9 @@ template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP, Kind K> st
         return out;
     }
     static Tensor &inplace(Tensor &a, const Tensor &b) {
-        Tensor out = a;
-        if (!binary_run<OP, K>(out, a, b, InOp::name)) return fallback<InOp>(a, b);
+        // `a` itself as the (defined, never reassigned) output: a copy of the
+        // handle would cost two GIL round trips (see build_binary).
+        if (!binary_run<OP, K>(a, a, b, InOp::name)) return fallback<InOp>(a, b);
         return a;
     }
     static Tensor &out(const Tensor &a, const Tensor &b, Tensor &result) {
@@ -246,8 +254,7 @@ template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP> struct Alp
     }
     static Tensor &inplace(Tensor &a, const Tensor &b, const Scalar &alpha) {
         check(a, b, alpha);
-        Tensor out = a;
-        if (!binary_run<OP, Kind::Binary>(out, a, b, InOp::name, value(alpha)))
+        if (!binary_run<OP, Kind::Binary>(a, a, b, InOp::name, value(alpha)))
             return fallback<InOp>(a, b, alpha);
         return a;
     }
@@ -345,18 +352,21 @@ Tensor &logical_out(const Tensor &a, const Tensor &b, Tensor &result) {
 // ---------------------------------------------------------------------------
 // unary ops
 // ---------------------------------------------------------------------------
+// Borrowing, as build_binary (above) explains.
+template <bool FLOAT, typename It> void build_unary(It &iter, const Tensor &out, const Tensor &a) {
+    if (FLOAT)
+        iter.build_borrowing_unary_float_op(out, a);
+    else
+        iter.build_borrowing_unary_op(out, a);
+}
+
 template <trn_ew_op OP, bool FLOAT>
 bool unary_run(Tensor &out, const Tensor &a, const char *name, std::array<double, 4> p = {}) {
     at::ScalarType rt = a.scalar_type();
     if (FLOAT && at::isIntegralType(rt, true))
         rt = c10::typeMetaToScalarType(c10::get_default_dtype());
     if (!supports(OP, rt)) return false;
-    auto build = [&](auto &iter) {
-        if (FLOAT)
-            iter.build_unary_float_op(out, a);
-        else
-            iter.build_unary_op(out, a);
-    };
+    auto build = [&](auto &iter) { build_unary<FLOAT>(iter, out, a); };
     if (!out.defined()) {
         DirectIter iter;
         build(iter);
@@ -376,8 +386,8 @@ template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP, bool FLOAT
         return out;
     }
     static Tensor &inplace(Tensor &a) {
-        Tensor out = a;
-        if (!unary_run<OP, FLOAT>(out, a, InOp::name)) return fallback<InOp>(a);
+        // `a` as the output, not a copy (see BinaryOp::inplace).
+        if (!unary_run<OP, FLOAT>(a, a, InOp::name)) return fallback<InOp>(a);
         return a;
     }
     static Tensor &out(const Tensor &a, Tensor &result) {
@@ -1392,4 +1402,29 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl("native_dropout_backward", TORCH_FN(native_dropout_backward));
 }
 }  // namespace
+
+// For tests (bound in runtime/module.cpp): the use count of `a`'s TensorImpl before and while each
+// functional builder (binary, float, comparison, unary, unary float) holds it
+// as an operand. Equal when the builders borrow (no GIL round trip).
+std::vector<int64_t> ew_operand_use_counts_for_test(const Tensor &a, const Tensor &b) {
+    std::vector<int64_t> counts{static_cast<int64_t>(a.use_count())};
+    const Tensor undefined;
+    for (Kind k : {Kind::Binary, Kind::BinaryFloat, Kind::Comparison}) {
+        DirectIter iter;
+        build_binary(iter, k, undefined, a, b);
+        counts.push_back(static_cast<int64_t>(a.use_count()));
+    }
+    {
+        DirectIter iter;
+        build_unary<false>(iter, undefined, a);
+        counts.push_back(static_cast<int64_t>(a.use_count()));
+    }
+    {
+        DirectIter iter;
+        build_unary<true>(iter, undefined, a);
+        counts.push_back(static_cast<int64_t>(a.use_count()));
+    }
+    return counts;
+}
+
 }  // namespace neuron

@@ -9,6 +9,7 @@
 #include <vector>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/pybind.h>
 #include <trn/bf16_path.h>
 #include <trn/cpu.h>
 
@@ -25,6 +26,12 @@ namespace neuron::tracking {
 // `ms`; returns once it is held.
 void hold_lock_for_test(int ms);
 }  // namespace neuron::tracking
+
+namespace neuron {
+// aten/elementwise.cpp, for tests only: `a`'s TensorImpl use count before and
+// while each functional elementwise builder holds it.
+std::vector<int64_t> ew_operand_use_counts_for_test(const at::Tensor &a, const at::Tensor &b);
+}  // namespace neuron
 
 namespace neuron {
 
@@ -166,6 +173,9 @@ PYBIND11_MODULE(_C, m) {
     m.def("_executed_ops", [] { return tracking::executed_ops(); });
     m.def("_op_log_hold_for_test", &tracking::hold_lock_for_test,
           py::call_guard<py::gil_scoped_release>());
+    m.def("_ew_operand_use_counts_for_test", [](const at::Tensor &a, const at::Tensor &b) {
+        return guarded([&] { return ew_operand_use_counts_for_test(a, b); });
+    });
     m.def("_fallback_ops", [] { return tracking::fallback_ops(); });
     m.def("_clear_op_tracking", [] { tracking::clear(); });
     for (BindingsFn fn : neuron::bindings_list()) fn(m);
