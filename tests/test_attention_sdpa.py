@@ -314,3 +314,58 @@ def test_kept_probabilities_only_when_useful():
     for a, b in zip(with_kept[:3], without[:3]):
         torch.testing.assert_close(a.cpu(), b.cpu(), atol=2e-5, rtol=1e-4)
         assert not torch.equal(a.cpu(), b.cpu()) or a.abs().max() == 0
+
+
+def _sdpa_bits(case, fill=None):
+    """Output, no-grad output and the gradients of one SDPA call on neuron,
+    from seeded inputs (all of them `fill` when given)."""
+    B, H, Hk, L, S, E, Ev, mask, causal, dtype, p = case
+    g = torch.Generator().manual_seed(L * 1000 + S * 10 + E)
+    mk = lambda *s: torch.randn(*s, generator=g).to(dtype)
+    q, k, v = mk(B, L, H, E).transpose(1, 2), mk(B, Hk, S, E), mk(B, Hk, S, Ev)
+    if fill is not None:
+        q, k, v = q.fill_(fill), k.fill_(fill), v.fill_(fill)
+    q, k, v = (t.to("neuron").requires_grad_() for t in (q, k, v))
+    m = None
+    if mask == "bool":
+        mb = torch.rand(B, 1, L, S, generator=g) > 0.3
+        mb[0, 0, 0] = False  # a row with no visible key
+        m = mb.to("neuron")
+    elif mask == "add":
+        m = (torch.randn(B, H, L, S, generator=g) * 2).to(dtype).to("neuron").requires_grad_()
+    kw = dict(attn_mask=m, is_causal=causal, dropout_p=p, enable_gqa=H != Hk)
+    torch.manual_seed(7)
+    out = F.scaled_dot_product_attention(q, k, v, **kw)
+    out.backward(torch.randn(out.shape, generator=g).to(dtype).to("neuron"))
+    with torch.no_grad():
+        torch.manual_seed(7)
+        out_ng = F.scaled_dot_product_attention(q, k, v, **kw)
+    grads = [t.grad for t in (q, k, v, m) if t is not None and t.requires_grad]
+    return [t.detach().cpu() for t in (out, out_ng, *grads)]
+
+
+def test_results_do_not_depend_on_earlier_calls_scratch():
+    """The kernels' pieces keep their scratch buffers per thread between calls
+    instead of zero-filling a fresh one each (attention.c, piece_scratch):
+    every scratch element a unit reads it writes first. Each case gives the
+    same bits after calls that leave NaN / inf and other shapes' data in
+    those buffers (larger calls first, so the buffers are the kept ones)."""
+    f32, bf16 = torch.float32, torch.bfloat16
+    cases = [
+        (8, 4, 4, 64, 64, 64, 64, None, False, f32, 0.0),  # BERT: kept probabilities
+        (2, 4, 2, 64, 64, 64, 64, None, True, f32, 0.0),  # causal GQA
+        (2, 3, 3, 100, 150, 64, 64, "bool", False, f32, 0.0),  # key tiles, an empty row
+        (2, 2, 1, 130, 130, 32, 48, None, True, f32, 0.0),
+        (2, 2, 2, 33, 17, 96, 40, "add", False, f32, 0.0),  # mask gradient, tails
+        (3, 2, 2, 70, 60, 72, 24, "bool", True, f32, 0.0),
+        (2, 4, 4, 64, 64, 64, 64, None, True, bf16, 0.0),
+        (2, 2, 2, 64, 64, 64, 64, None, False, f32, 0.1),  # dropout
+    ]
+    first = [_sdpa_bits(c) for c in cases]
+    dirty = (2, 2, 2, 150, 150, 128, 128, None, True, f32, 0.0)
+    for fill in (float("nan"), float("inf"), None):
+        _sdpa_bits(dirty, fill)
+        for c, ref in zip(reversed(cases), reversed(first)):
+            got = _sdpa_bits(c)
+            for a, b in zip(got, ref):
+                assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), c
