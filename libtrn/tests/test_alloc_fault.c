@@ -22,6 +22,8 @@
 
 void trn__alloc_fault_arm(int64_t nth) __attribute__((weak));
 bool trn__alloc_fault_disarm(void) __attribute__((weak));
+// attention.c: its pieces keep their scratch per thread between calls.
+void trn__attention_scratch_forget(void);
 
 static trn_stream *g_stream;
 
@@ -71,8 +73,11 @@ static trn_attention_desc attn_desc(void) {
     return d;
 }
 
+// Each call starts cold, as the first call on a thread: the kept scratch
+// is allocated again, so its failures are exercised.
 static trn_status attn_fwd(void) {
     const trn_attention_desc d = attn_desc();
+    trn__attention_scratch_forget();
     return trn_attention_launch(g_stream, &d);
 }
 
@@ -83,6 +88,7 @@ static trn_status attn_bwd(void) {
                                             .dq = adq,
                                             .dk = adk,
                                             .dv = adv};
+    trn__attention_scratch_forget();
     return trn_attention_backward_launch(g_stream, &bd);
 }
 

@@ -17,6 +17,7 @@
 // holds with dropout).
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,7 +72,14 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 typedef struct attn_kept {
     float *buf;
     size_t floats;
+    unsigned generation;  // kept_generation when buf was allocated
 } attn_kept;
+
+// Bumped by trn__attention_scratch_forget: a thread's kept buffer from an
+// older generation is replaced at its next piece. File-local, as every
+// kernel file's data (one copy per CPU level; the level that runs is the one
+// whose function the trampoline reaches).
+static _Atomic unsigned kept_generation;
 
 static pthread_key_t kept_key;
 static pthread_once_t kept_once = PTHREAD_ONCE_INIT;
@@ -85,6 +93,12 @@ static void kept_release(void *p) {
 
 static void kept_key_init(void) { kept_key_ok = pthread_key_create(&kept_key, kept_release) == 0; }
 
+// Every thread's kept scratch counts as gone: the next pieces allocate
+// again. For test_alloc_fault.c, whose reference call leaves each thread a
+// buffer, so the calls it fails allocation by allocation would otherwise
+// allocate nothing.
+void trn__attention_scratch_forget(void) { atomic_fetch_add(&kept_generation, 1); }
+
 // `floats` floats of scratch for a piece: the thread's kept buffer (replaced by
 // a larger zeroed one when short), else a fresh zeroed one the piece frees
 // (*owned = 1). NULL when out of memory (recorded in s).
@@ -92,8 +106,9 @@ static float *piece_scratch(trn__piece_status *s, size_t floats, int *owned) {
     *owned = 0;
     pthread_once(&kept_once, kept_key_init);
     if (kept_key_ok && floats <= ATTN_KEEP_BYTES / sizeof(float)) {
+        const unsigned g = atomic_load_explicit(&kept_generation, memory_order_relaxed);
         attn_kept *k = pthread_getspecific(kept_key);
-        if (k != NULL && k->floats >= floats) return k->buf;
+        if (k != NULL && k->floats >= floats && k->generation == g) return k->buf;
         if (k == NULL) {
             k = calloc(1, sizeof *k);
             if (k != NULL && pthread_setspecific(kept_key, k) != 0) {
@@ -107,6 +122,7 @@ static float *piece_scratch(trn__piece_status *s, size_t floats, int *owned) {
             free(k->buf);
             k->buf = buf;
             k->floats = floats;
+            k->generation = g;
             return buf;
         }
     }
