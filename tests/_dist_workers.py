@@ -868,6 +868,17 @@ def _region_leftovers():
     return maps, fds
 
 
+def _env_tcp_store(rank, world):
+    """The TCP store at MASTER_ADDR:MASTER_PORT, hosted by rank 0."""
+    return dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world,
+        rank == 0,
+        timeout=datetime.timedelta(seconds=30),
+    )
+
+
 def reinit_cycles():
     """destroy_process_group() then init_process_group(), DIST_ARGS times, on
     one store that outlives every group (as torchrun's agent store does, and
@@ -881,13 +892,7 @@ def reinit_cycles():
     under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ
     store = None
     if not under_torchrun:
-        store = dist.TCPStore(
-            os.environ["MASTER_ADDR"],
-            int(os.environ["MASTER_PORT"]),
-            world,
-            rank == 0,
-            timeout=datetime.timedelta(seconds=30),
-        )
+        store = _env_tcp_store(rank, world)
     want = "gloo" if _gloo() else "shm"
     dev = torch.device("neuron", rank % torch.neuron.device_count())
     torch.neuron.set_device(dev)
@@ -1070,13 +1075,7 @@ def init_then_exit():
     1 reads the store slowly. Rank 1's group must still come up: no rank
     may leave the group's construction while a peer still uses the store."""
     rank, world = rank_world()
-    store = dist.TCPStore(
-        os.environ["MASTER_ADDR"],
-        int(os.environ["MASTER_PORT"]),
-        world,
-        rank == 0,
-        timeout=datetime.timedelta(seconds=30),
-    )
+    store = _env_tcp_store(rank, world)
     if rank != 0:
         store = _SlowStore(store, 0.2)
     dist.init_process_group(
