@@ -78,6 +78,21 @@ def per_call_us(fn, calls):
     return (time.process_time() - t) / calls * 1e6
 
 
+def time_pair(dev_fn, cpu_fn, rounds, calls, warmup):
+    """us per call of each side, rounds alternated after `warmup` calls of
+    both: (neuron's sorted, CPU's sorted). bench_lone_op.py uses it too."""
+    for _ in range(warmup):
+        dev_fn()
+        cpu_fn()
+    torch.neuron.synchronize()
+    n, c = [], []
+    for _ in range(rounds):
+        n.append(per_call_us(dev_fn, calls))
+        torch.neuron.synchronize()
+        c.append(per_call_us(cpu_fn, calls))
+    return sorted(n), sorted(c)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kv", type=int, default=20, help="KV cache length (sdpa, cat kv)")
@@ -93,16 +108,7 @@ def main():
     for name in dev:
         if args.ops and name not in args.ops:
             continue
-        for _ in range(50):
-            dev[name]()
-            cpu[name]()
-        torch.neuron.synchronize()
-        t = {"n": [], "c": []}
-        for _ in range(args.rounds):
-            t["n"].append(per_call_us(dev[name], args.calls))
-            torch.neuron.synchronize()
-            t["c"].append(per_call_us(cpu[name], args.calls))
-        n, c = sorted(t["n"]), sorted(t["c"])
+        n, c = time_pair(dev[name], cpu[name], args.rounds, args.calls, warmup=50)
         mid = args.rounds // 2
         print(
             f"{name:16s} {n[0]:7.2f}/{n[mid]:7.2f} {c[0]:7.2f}/{c[mid]:7.2f}  {n[mid] / c[mid]:.2f}"

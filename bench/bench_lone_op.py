@@ -11,11 +11,11 @@ builds (PYTHONPATH picks the build):
 """
 
 import argparse
-import time
 
 import torch
 
 import torch_neuronx  # noqa: F401
+from bench_decode_ops import time_pair
 
 
 def cases(dev, hidden):
@@ -29,13 +29,6 @@ def cases(dev, hidden):
     }
 
 
-def per_call_us(fn, calls):
-    t = time.process_time()
-    for _ in range(calls):
-        fn()
-    return (time.process_time() - t) / calls * 1e6
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hidden", type=int, default=768)
@@ -45,16 +38,7 @@ def main():
     args = ap.parse_args()
     dev, cpu = cases("neuron", args.hidden), cases("cpu", args.hidden)
     for name in dev:
-        for _ in range(200):
-            dev[name]()
-            cpu[name]()
-        torch.neuron.synchronize()
-        t = {"n": [], "c": []}
-        for _ in range(args.rounds):
-            t["n"].append(per_call_us(dev[name], args.calls))
-            torch.neuron.synchronize()
-            t["c"].append(per_call_us(cpu[name], args.calls))
-        n, c = sorted(t["n"]), sorted(t["c"])
+        n, c = time_pair(dev[name], cpu[name], args.rounds, args.calls, warmup=200)
         mid = args.rounds // 2
         print(
             f"{args.tag}{name:5s} neuron {n[0]:5.2f}/{n[mid]:5.2f}  cpu {c[0]:5.2f}/{c[mid]:5.2f}"
