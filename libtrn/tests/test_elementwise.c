@@ -191,6 +191,63 @@ static void test_special_values(void) {
     CHECK(out[0] == 1.0f && out[1] == 1.0f && out[2] == 3.0f);
 }
 
+// tanh's e^2|x| is its own reduction with one 2^n factor (scalar.h, session
+// 35), not trn_sc_expf: the eager kernel must still give the bits of the
+// trn_sc_expf form (below) on every input, NaN excepted (a NaN stays a NaN).
+// One float in 4096 over all bit patterns, plus every float near the 0.625
+// switch and the clamp at 20.
+static float tanh_expf_form(float x) {
+    const float ax = fabsf(x);
+    const float z = x * x;
+    float p = -5.70498872745e-3f;
+    p = fmaf(p, z, 2.06390887954e-2f);
+    p = fmaf(p, z, -5.37397155531e-2f);
+    p = fmaf(p, z, 1.33314422036e-1f);
+    p = fmaf(p, z, -3.33332819422e-1f);
+    const float small = fmaf(p * z, x, x);
+    const float e = trn_sc_expf(2.0f * (ax > 20.0f ? 20.0f : ax));
+    const float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
+    return ax < 0.625f ? small : big;
+}
+
+static void test_tanh_bits(void) {
+    enum { STRIDE = 4096, NEAR = 2048, N = (1 << 20) + 4 * NEAR };
+    float *in = malloc(N * sizeof(float)), *out = malloc(N * sizeof(float));
+    CHECK(in != NULL && out != NULL);
+    if (in == NULL || out == NULL) {
+        free(in);
+        free(out);
+        return;
+    }
+    int n = 0;
+    for (uint64_t u = 0; u < (1ull << 32); u += STRIDE) {
+        const uint32_t b = (uint32_t)u + (uint32_t)(u >> 12) % STRIDE;  // varied low bits
+        memcpy(&in[n++], &b, 4);
+    }
+    const float centres[2] = {0.625f, 20.0f};
+    for (int c = 0; c < 2; c++) {
+        float lo = centres[c];
+        for (int k = 0; k < NEAR / 2; k++) lo = nextafterf(lo, 0.0f);
+        for (int k = 0; k < NEAR; k++, lo = nextafterf(lo, INFINITY)) {
+            in[n++] = lo;
+            in[n++] = -lo;
+        }
+    }
+    CHECK_OK(run1d(TRN_EW_TANH, TRN_DTYPE_F32, TRN_DTYPE_F32, n, out, in, NULL, NULL, NULL));
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        const float want = tanh_expf_form(in[i]);
+        if (isnan(want) && isnan(out[i])) continue;
+        if (memcmp(&want, &out[i], 4) != 0) {
+            if (bad < 5) printf("tanh(%a) = %a, trn_sc_expf form %a\n", in[i], out[i], want);
+            bad++;
+        }
+    }
+    CHECK_INT(bad, 0);
+    free(in);
+    free(out);
+}
+
 static void test_integer_semantics(void) {
     const int64_t a[] = {7, -7, 7, -7, INT64_MIN, INT64_MAX, 5};
     const int64_t b[] = {2, 2, -2, -2, -1, 1, 3};
@@ -588,6 +645,7 @@ int main(void) {
     }
     test_transcendental_accuracy();
     test_special_values();
+    test_tanh_bits();
     test_integer_semantics();
     test_layouts();
     test_device_memory();

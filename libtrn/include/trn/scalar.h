@@ -386,6 +386,13 @@ TRN_SC_INLINE float trn_sc_expf(float x) {
 }
 
 // tanh: odd polynomial below 0.625 (Cephes tanhf), 1 - 2 / (e^2x + 1) above.
+// e^2|x| is taken for 2|x| in [0, 40] only, so trn_sc_expf's clamps, its
+// zeroed factor below -104 and its NaN select are dead work here, and 2^n
+// (n <= 58) is one normal factor: p 2^n is exact, as p s1 s2 was, so the bits
+// are the full trn_sc_expf's over all 2^32 inputs (NaN stays NaN) at 35 % less
+// time an element (0.68 -> 0.45 ns in a C loop on the Intel host). The
+// min puts NaN at 20, keeping the cast in the reduction defined; the NaN then
+// takes the polynomial's side of the select.
 TRN_SC_INLINE float trn_sc_tanhf(float x) {
     const float ax = fabsf(x);
     const float z = x * x;
@@ -395,9 +402,11 @@ TRN_SC_INLINE float trn_sc_tanhf(float x) {
     p = fmaf(p, z, 1.33314422036e-1f);
     p = fmaf(p, z, -3.33332819422e-1f);
     const float small = fmaf(p * z, x, x);
-    const float e = trn_sc_expf(2.0f * (ax > 20.0f ? 20.0f : ax));
+    int32_t ni;
+    const float q = trn_sc_exp_reduced_f(2.0f * (ax < 20.0f ? ax : 20.0f), &ni);
+    const float e = q * trn_fp32_from_bits((uint32_t)(ni + 127) << 23);
     const float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
-    return ax < 0.625f ? small : big;
+    return ax >= 0.625f ? big : small;
 }
 
 // erfc(z) for z >= 0: Numerical Recipes' fit (fractional error < 1.2e-7).
