@@ -94,15 +94,12 @@ trn_scalar cpu_scalar_value(at::TensorIteratorBase &iter, int arg, int slot, trn
 
 // Whether libtrn can run `op` in compute dtype `compute` over the iterator's
 // operand dtypes (it converts on the fly, like CUDA's dynamic casting).
-// cpu_scalar[arg]: whether operand `arg` is a CPU scalar (asked once per op:
-// is_cpu_scalar is an out-of-line call).
-bool operands_supported(const at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute,
-                        const std::array<bool, 8> &cpu_scalar) {
+bool operands_supported(const at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute) {
     auto c = native_dtype(compute);
     if (!c || !trn_ew_supports(op, *c)) return false;
     for (int arg = 0; arg < iter.ntensors(); ++arg) {
         const bool is_out = arg < iter.noutputs();
-        if (!is_out && cpu_scalar[arg]) continue;
+        if (!is_out && iter.is_cpu_scalar(arg)) continue;
         auto d = native_dtype(iter.dtype(arg));
         if (!d) return false;
         if (op == TRN_EW_WHERE && arg == iter.noutputs() && *d == TRN_DTYPE_BOOL) continue;
@@ -126,12 +123,7 @@ bool launch(at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute, 
         g_use_count_probe =
             iter.ninputs() > 0 ? static_cast<int64_t>(iter.tensor_base(iter.noutputs()).use_count())
                                : -1;
-    std::array<bool, 8> cpu_scalar{};
-    TORCH_CHECK(iter.ntensors() <= static_cast<int>(cpu_scalar.size()),
-                "neuron elementwise ops take at most ", cpu_scalar.size(), " operands");
-    for (int arg = iter.noutputs(); arg < iter.ntensors(); ++arg)
-        cpu_scalar[arg] = iter.is_cpu_scalar(arg);
-    if (!operands_supported(iter, op, compute, cpu_scalar)) return false;
+    if (!operands_supported(iter, op, compute)) return false;
     if (compute == at::kDouble && !trn_float64_native()) {
         TORCH_WARN_ONCE("neuron computes float64 tensors in float32 (as TorchNeuron does): "
                         "results keep dtype float64 but have float32 precision. Set "
@@ -163,7 +155,7 @@ bool launch(at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute, 
         for (int i = 0; i < iter.ninputs(); ++i) {
             const int arg = i + iter.noutputs();
             const at::ScalarType expected = (op == TRN_EW_WHERE && i == 0) ? at::kBool : compute;
-            if (cpu_scalar[arg]) {
+            if (iter.is_cpu_scalar(arg)) {
                 d.in[i] = nullptr;
                 d.scalar_in[i] = cpu_scalar_value(iter, arg, i, op, expected);
             } else {
