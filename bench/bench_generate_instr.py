@@ -14,7 +14,10 @@ valgrind does not decode AVX-512, so every side runs its AVX2 kernels
 (TORCH_NEURONX_CPU_CAPABILITY=avx2, ATEN_CPU_CAPABILITY=avx2; MKL picks AVX2
 itself) and Adaptive Eager's compiled groups are built with -march=x86-64-v3
 (a CC wrapper) into a private graph cache. The products' counts are therefore
-not those of the native build; compare the other rows. Needs valgrind, its
+not those of the native build; compare the other rows. Adaptive Eager is off
+unless --fusion: its trials time groups, and valgrind's timings change which
+patterns it keeps from run to run (GPT-2's `_C` row read 168 vs 351 thousand
+for two builds with the same eager path). Needs valgrind, its
 headers (valgrind/callgrind.h) and gcc. ~1.5 min per side and model:
 
     .venv/bin/python bench/bench_generate_instr.py [--models llama,gpt2] [--baseline ../main]
@@ -97,7 +100,7 @@ def category(obj, fn):
     return "other"
 
 
-def count(tree, device, model, calls, work):
+def count(tree, device, model, calls, work, fusion):
     out = os.path.join(work, f"cg.{device}.{model}.{abs(hash(tree))}")
     env = {
         **os.environ,
@@ -108,6 +111,7 @@ def count(tree, device, model, calls, work):
         "OMP_NUM_THREADS": "1",
         "CC": os.path.join(work, "cc.sh"),
         "TORCH_NEURONX_NEFF_CACHE_DIR": os.path.join(work, "graphs"),
+        "TORCH_NEURONX_EAGER_FUSION": "1" if fusion else "0",
     }
     cmd = [
         "valgrind",
@@ -150,6 +154,7 @@ def main():
     ap.add_argument("--models", default="llama,gpt2")
     ap.add_argument("--baseline", help="also neuron from this tree's build")
     ap.add_argument("--calls", type=int, default=1, help="generate() calls counted per side")
+    ap.add_argument("--fusion", action="store_true", help="leave Adaptive Eager on")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -172,7 +177,10 @@ def main():
         os.mkdir(os.path.join(work, "graphs"), 0o700)
         print("thousand instructions per token (callgrind, one thread, AVX2 kernels)")
         for model in args.models.split(","):
-            res = {name: count(tree, dev, model, args.calls, work) for name, tree, dev in sides}
+            res = {
+                name: count(tree, dev, model, args.calls, work, args.fusion)
+                for name, tree, dev in sides
+            }
             names = [name for name, _, _ in sides]
             print(f"{model}:")
             print(f"  {'category':14s}" + "".join(f"{n:>10s}" for n in names))
