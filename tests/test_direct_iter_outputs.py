@@ -73,3 +73,46 @@ def test_functional_builders_borrow_their_operands():
     counts = torch_neuronx._C._ew_operand_use_counts_for_test(a, b)
     assert len(counts) == 6
     assert counts[1:] == [counts[0]] * 5
+
+
+def test_inplace_and_param_ops_launch_without_a_second_handle():
+    # While launch() runs, the first input's TensorImpl should hold no more
+    # references than for `neg` called the same way (a method call, or a
+    # function whose argument parser keeps one handle): a copied handle in an
+    # in-place wrapper or an owning iterator builder adds one, and PyTorch 2.13
+    # then takes the GIL twice per op (see the test above).
+    F = torch.nn.functional
+    probe = torch_neuronx._C._ew_launch_use_count_probe_for_test
+    a = torch.randn(4, 8, device="neuron")
+    b = torch.rand(4, 8, device="neuron") + 1
+    methods = {
+        "gt_": lambda: a.clone().gt_(0.5),
+        "div_ floor": lambda: a.clone().div_(b, rounding_mode="floor"),
+        "clamp": lambda: a.clamp(-0.5, 0.5),
+        "clamp_": lambda: a.clone().clamp_(-0.5, 0.5),
+        "clamp_ tensor": lambda: a.clone().clamp_(min=b * -1, max=b),
+        "relu_": lambda: a.clone().relu_(),
+        "pow_ scalar": lambda: a.clone().pow_(2),
+        "pow_ tensor": lambda: a.clone().abs_().pow_(b),
+    }
+    functions = {
+        "leaky_relu_": lambda: F.leaky_relu_(a.clone(), 0.1),
+        "hardtanh_": lambda: F.hardtanh_(a.clone()),
+        "elu": lambda: F.elu(a),
+        "elu_": lambda: F.elu_(a.clone()),
+        "gelu": lambda: F.gelu(a, approximate="tanh"),
+        "gelu_": lambda: torch._C._nn.gelu_(a.clone()),
+    }
+    probe(True)
+    try:
+        counts, expected = {}, {}
+        for base, calls in ((lambda: a.neg(), methods), (lambda: torch.neg(a), functions)):
+            base()
+            held = probe(True)
+            assert held >= 1
+            for name, fn in calls.items():
+                fn()
+                counts[name], expected[name] = probe(True), held
+    finally:
+        probe(False)
+    assert counts == expected

@@ -80,6 +80,10 @@ static void test_current(void) {
     CHECK_OK(trn_stream_set_current(def));
     CHECK_STATUS(trn_stream_set_current(NULL), TRN_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(trn_stream_get_current(5, &cur), TRN_ERROR_INVALID_DEVICE);
+    // With streams of device 0 made, the quick path still refuses bad arguments.
+    CHECK_STATUS(trn_stream_get_current(-1, &cur), TRN_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(trn_stream_get_current(TRN_MAX_DEVICES, &cur), TRN_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(trn_stream_get_current(0, NULL), TRN_ERROR_INVALID_ARGUMENT);
 }
 
 // Ordering: each task checks its argument block and appends its sequence

@@ -204,6 +204,18 @@ int trn_stream_device(const trn_stream *stream) { return stream != NULL ? stream
 int trn__stream_index(const trn_stream *stream) { return stream->index; }
 
 trn_status trn_stream_get_current(int device, trn_stream **stream) {
+    // Every op and allocation asks (~400 calls a decode token). A stream of
+    // `device` exists only once stream_enter passed for it (runtime
+    // initialised, CPU level accepted, device in range), so finding one
+    // repeats nothing but the fork check.
+    if ((unsigned)device < TRN_MAX_DEVICES && stream != NULL && trn__fork_check() == TRN_SUCCESS) {
+        trn_stream *s = tl_current[device];
+        if (s == NULL) s = atomic_load_explicit(&g_streams[device][0], memory_order_acquire);
+        if (s != NULL) {
+            *stream = s;
+            return TRN_SUCCESS;
+        }
+    }
     trn_status st = stream_enter(device, stream);
     if (st != TRN_SUCCESS) return st;
     if (tl_current[device] != NULL) {

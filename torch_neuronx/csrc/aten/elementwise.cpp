@@ -17,6 +17,7 @@
 #include <torch/library.h>
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -107,12 +108,21 @@ bool operands_supported(const at::TensorIteratorBase &iter, trn_ew_op op, at::Sc
     return true;
 }
 
+// For tests (_ew_launch_use_count_probe_for_test): while armed, launch()
+// keeps the use count of its first input's TensorImpl.
+std::atomic<bool> g_use_count_probe_armed{false};
+std::atomic<int64_t> g_use_count_probe{-1};
+
 // Launches `op` over a built iterator (output 0, inputs in kernel slot
 // order) in compute dtype `compute`. Returns false, having done nothing,
 // when an operand dtype is unsupported (the caller falls back). Records the
 // op as executed natively.
 bool launch(at::TensorIteratorBase &iter, trn_ew_op op, at::ScalarType compute, const char *name,
             std::array<double, 4> params = {}, std::initializer_list<ExtraScalar> extras = {}) {
+    if (C10_UNLIKELY(g_use_count_probe_armed.load(std::memory_order_relaxed)))
+        g_use_count_probe =
+            iter.ninputs() > 0 ? static_cast<int64_t>(iter.tensor_base(iter.noutputs()).use_count())
+                               : -1;
     if (!operands_supported(iter, op, compute)) return false;
     if (compute == at::kDouble && !trn_float64_native()) {
         TORCH_WARN_ONCE("neuron computes float64 tensors in float32 (as TorchNeuron does): "
@@ -300,8 +310,7 @@ Tensor div_mode(const Tensor &a, const Tensor &b, std::optional<std::string_view
     return out;
 }
 Tensor &div_mode_(Tensor &a, const Tensor &b, std::optional<std::string_view> mode) {
-    Tensor out = a;
-    if (!div_run(out, a, b, mode, "aten::div_"))
+    if (!div_run(a, a, b, mode, "aten::div_"))
         return fallback<at::_ops::div__Tensor_mode>(a, b, mode);
     return a;
 }
@@ -324,8 +333,7 @@ template <typename FnOp, typename InOp, typename OutOp, trn_ew_op OP> struct Sca
         return out;
     }
     static Tensor &inplace(Tensor &a, const Scalar &s) {
-        Tensor out = a;
-        if (!binary_run<OP, Kind::Comparison>(out, a, at::native::wrapped_scalar_tensor(s),
+        if (!binary_run<OP, Kind::Comparison>(a, a, at::native::wrapped_scalar_tensor(s),
                                               InOp::name))
             return fallback<InOp>(a, s);
         return a;
@@ -415,8 +423,7 @@ Tensor relu(const Tensor &a) {
 }
 Tensor &relu_(Tensor &a) {
     TORCH_CHECK(a.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
-    Tensor out = a;
-    if (!unary_run<TRN_EW_RELU, false>(out, a, "aten::relu_")) return fallback<at::_ops::relu_>(a);
+    if (!unary_run<TRN_EW_RELU, false>(a, a, "aten::relu_")) return fallback<at::_ops::relu_>(a);
     return a;
 }
 
@@ -446,8 +453,7 @@ template <typename FnOp, typename InOp, typename OutOp> struct LeakyRelu {
         return out;
     }
     static Tensor &inplace(Tensor &a, const Scalar &slope) {
-        Tensor out = a;
-        if (!unary_run<TRN_EW_LEAKY_RELU, false>(out, a, InOp::name, {slope.toDouble()}))
+        if (!unary_run<TRN_EW_LEAKY_RELU, false>(a, a, InOp::name, {slope.toDouble()}))
             return fallback<InOp>(a, slope);
         return a;
     }
@@ -471,9 +477,8 @@ struct Hardtanh {
         return out;
     }
     static Tensor &inplace(Tensor &a, const Scalar &lo, const Scalar &hi) {
-        Tensor out = a;
         if (a.scalar_type() == at::kBool ||
-            !unary_run<TRN_EW_HARDTANH, false>(out, a, "aten::hardtanh_", p(lo, hi)))
+            !unary_run<TRN_EW_HARDTANH, false>(a, a, "aten::hardtanh_", p(lo, hi)))
             return fallback<at::_ops::hardtanh_>(a, lo, hi);
         return a;
     }
@@ -561,8 +566,13 @@ bool clamp_run(Tensor &out, const Tensor &self, const std::optional<Scalar> &lo,
     if (out.defined() && out.is_same(self) && rt != self.scalar_type()) return false;
     // ATen has no bool clamp: the CPU path raises its NotImplementedError.
     if (!supports(TRN_EW_CLAMP, rt) || rt == at::kBool) return false;
-    Tensor s = self.scalar_type() == rt ? self : self.to(rt);
-    TensorIterator iter = TensorIterator::unary_op(out, s);
+    // A promoted copy only when needed: a second handle to `self` would cost
+    // two GIL round trips (build_binary).
+    Tensor promoted;
+    if (self.scalar_type() != rt) promoted = self.to(rt);
+    const Tensor &s = promoted.defined() ? promoted : self;
+    TensorIterator iter;  // borrowing (build_binary): `out` and `s` outlive it
+    iter.build_borrowing_unary_op(out, s);
     if (!launch(iter, TRN_EW_CLAMP, rt, name, {lo ? 1.0 : 0.0, hi ? 1.0 : 0.0, 0, 0},
                 {ExtraScalar{1, lo.value_or(Scalar(0))}, ExtraScalar{2, hi.value_or(Scalar(0))}}))
         return false;
@@ -579,8 +589,7 @@ Tensor neuron_clamp(const Tensor &self, const std::optional<Scalar> &lo,
 }
 Tensor &neuron_clamp_(Tensor &self, const std::optional<Scalar> &lo,
                       const std::optional<Scalar> &hi) {
-    Tensor out = self;
-    if (!clamp_run(out, self, lo, hi, "aten::clamp_"))
+    if (!clamp_run(self, self, lo, hi, "aten::clamp_"))
         return fallback<at::_ops::clamp_>(self, lo, hi);
     return self;
 }
@@ -665,8 +674,12 @@ bool param_unary_run(Tensor &out, const Tensor &a, trn_ew_op op, bool float_op,
     if (float_op && at::isIntegralType(rt, true))
         rt = c10::typeMetaToScalarType(c10::get_default_dtype());
     if (!supports(op, rt)) return false;
-    TensorIterator iter =
-        float_op ? TensorIterator::unary_float_op(out, a) : TensorIterator::unary_op(out, a);
+    // Borrowing, as build_binary explains: `out` and `a` outlive the iterator.
+    TensorIterator iter;
+    if (float_op)
+        iter.build_borrowing_unary_float_op(out, a);
+    else
+        iter.build_borrowing_unary_op(out, a);
     if (!launch(iter, op, iter.common_dtype(), name, p)) return false;
     if (!out.defined()) out = iter.output();
     return true;
@@ -682,8 +695,7 @@ bool param_unary_run(Tensor &out, const Tensor &a, trn_ew_op op, bool float_op,
             return out;                                                                            \
         }                                                                                          \
         static Tensor &inplace(Tensor &a, __VA_ARGS__) {                                           \
-            Tensor out = a;                                                                        \
-            if (!param_unary_run(out, a, OP, FLOAT, PARAMS, OPS_IN::name))                         \
+            if (!param_unary_run(a, a, OP, FLOAT, PARAMS, OPS_IN::name))                           \
                 return fallback<OPS_IN>(a, ARGS);                                                  \
             return a;                                                                              \
         }                                                                                          \
@@ -708,8 +720,7 @@ struct Gelu {
         return out;
     }
     static Tensor &inplace(Tensor &a, std::string_view approx) {
-        Tensor out = a;
-        if (!param_unary_run(out, a, gelu_op(approx), false, {}, "aten::gelu_"))
+        if (!param_unary_run(a, a, gelu_op(approx), false, {}, "aten::gelu_"))
             return fallback<at::_ops::gelu_>(a, approx);
         return a;
     }
@@ -770,8 +781,7 @@ struct PowTT {
         return out;
     }
     static Tensor &inplace(Tensor &a, const Tensor &b) {
-        Tensor out = a;
-        if (!binary_run<TRN_EW_POW, Kind::Binary>(out, a, b, "aten::pow_"))
+        if (!binary_run<TRN_EW_POW, Kind::Binary>(a, a, b, "aten::pow_"))
             return fallback<at::_ops::pow__Tensor>(a, b);
         return a;
     }
@@ -798,8 +808,7 @@ struct PowTS {
         return out;
     }
     static Tensor &inplace(Tensor &a, const Scalar &e) {
-        Tensor out = a;
-        if (a.is_complex() || e.isComplex() || !pow_scalar_run(out, a, e, "aten::pow_"))
+        if (a.is_complex() || e.isComplex() || !pow_scalar_run(a, a, e, "aten::pow_"))
             return fallback<at::_ops::pow__Scalar>(a, e);
         return a;
     }
@@ -873,8 +882,7 @@ Tensor clamp_tensor(const Tensor &self, const std::optional<Tensor> &lo,
 }
 Tensor &clamp_tensor_(Tensor &self, const std::optional<Tensor> &lo,
                       const std::optional<Tensor> &hi) {
-    Tensor out = self;
-    if (!clamp_tensor_run(out, self, lo, hi, "aten::clamp_"))
+    if (!clamp_tensor_run(self, self, lo, hi, "aten::clamp_"))
         return fallback<at::_ops::clamp__Tensor>(self, lo, hi);
     return self;
 }
@@ -1402,6 +1410,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl("native_dropout_backward", TORCH_FN(native_dropout_backward));
 }
 }  // namespace
+
+// For tests (bound in runtime/module.cpp): arms or disarms launch()'s use
+// count probe and returns the count it last kept (-1: none).
+int64_t ew_launch_use_count_probe_for_test(bool arm) {
+    g_use_count_probe_armed = arm;
+    return g_use_count_probe.exchange(-1);
+}
 
 // For tests (bound in runtime/module.cpp): the use count of `a`'s TensorImpl before and while each
 // functional builder (binary, float, comparison, unary, unary float) holds it

@@ -31,6 +31,7 @@ namespace neuron {
 // aten/elementwise.cpp, for tests only: `a`'s TensorImpl use count before and
 // while each functional elementwise builder holds it.
 std::vector<int64_t> ew_operand_use_counts_for_test(const at::Tensor &a, const at::Tensor &b);
+int64_t ew_launch_use_count_probe_for_test(bool arm);
 }  // namespace neuron
 
 namespace neuron {
@@ -175,6 +176,9 @@ PYBIND11_MODULE(_C, m) {
           py::call_guard<py::gil_scoped_release>());
     m.def("_ew_operand_use_counts_for_test", [](const at::Tensor &a, const at::Tensor &b) {
         return guarded([&] { return ew_operand_use_counts_for_test(a, b); });
+    });
+    m.def("_ew_launch_use_count_probe_for_test", [](bool arm) {
+        return guarded([&] { return ew_launch_use_count_probe_for_test(arm); });
     });
     m.def("_fallback_ops", [] { return tracking::fallback_ops(); });
     m.def("_clear_op_tracking", [] { tracking::clear(); });
