@@ -255,14 +255,14 @@ def test_kblocked_split_same_bits_at_any_thread_count():
     assert len(outputs_at_thread_counts(code)) == 1
 
 
-def test_transposed_b_copy_per_piece_same_bits_at_any_thread_count():
+def test_transposed_b_copy_same_bits_at_any_thread_count():
     # x @ W^T (nn.Linear's weight) past one k block runs on a row-major copy
-    # of B. Split into row pieces, each piece copies a B of up to 3 x 2^16
-    # floats into its own thread's buffer (Llama's 544 x 256 and 256 x 544
-    # weights, 768 x 256 at the limit; 300 and 256 rows: uneven pieces and
-    # the copy's row floor); larger ones (1024 x 256) share one copy made
-    # over the pool. Either way the bits are those of one thread and of the
-    # same product on a contiguous B.
+    # of B, which the row pieces of a split product then read (Llama's
+    # 544 x 256 and 256 x 544 weights, 768 x 256, 1024 x 256; 300 and 256
+    # rows: uneven pieces and the copy's row floor). The bits are those of one
+    # thread and of the same product on a contiguous B, with or without a
+    # bias. Session 35 tried a copy per piece (not landed); this pins the
+    # bits any such change must keep.
     code = (
         "import hashlib, torch, torch.nn.functional as F, torch_neuronx\n"
         "g = torch.Generator().manual_seed(0)\n"

@@ -1158,12 +1158,7 @@ typedef struct mm_split {
     int64_t step;      // items per piece along `axis`
     int64_t extent;    // items along `axis`
     trn__split_error error;
-    bool bt_own;  // each piece copies the transposed B itself (BT_OWN_MAX_FLOATS)
 } mm_split;
-
-#ifdef PACK_TRANSPOSED
-static trn_status bt_copy(trn_matmul_desc *d);
-#endif
 
 static void split_piece(void *ctx, int64_t p0, int64_t p1) {
     mm_split *sp = ctx;
@@ -1200,14 +1195,7 @@ static void split_piece(void *ctx, int64_t p0, int64_t p1) {
         d.b = (const char *)d.b + boff * es;
         d.c = (char *)d.c + coff * es;
         trn_clear_error();
-#ifdef PACK_TRANSPOSED
-        // In a pool piece the copy's own trn_parallel_for runs inline, into
-        // this thread's buffer.
-        trn_status st = sp->bt_own ? bt_copy(&d) : TRN_SUCCESS;
-#else
-        trn_status st = TRN_SUCCESS;
-#endif
-        if (st == TRN_SUCCESS) st = run_kblocked_rows(&d, bias, MM_PIECE_MIN_ROWS);
+        trn_status st = run_kblocked_rows(&d, bias, MM_PIECE_MIN_ROWS);
         if (st != TRN_SUCCESS) {
             trn__split_error_record(&sp->error, st);
             break;
@@ -1233,20 +1221,6 @@ static void split_piece(void *ctx, int64_t p0, int64_t p1) {
 // per-thread buffer would stay large.
 #define BT_COPY_MIN_ROWS 256
 #define BT_COPY_MAX_FLOATS ((int64_t)1 << 20)
-// Row pieces of a split product whose B^T has at most this many floats
-// (768 KiB: with a piece's C row group, MM_C_BLOCK, and its A block it stays
-// in a 2 MB L2) each copy all of B themselves, into their own thread's
-// buffer, instead of sharing one copy made in strips over the pool. The
-// shared copy's stores hit lines that both cores read in the product before
-// (the same buffer, every call): on the Intel Xeon its strips ran at ~5 GB/s
-// a core (8 x 14 us for 544 x 256 floats; a second buffer alternated did not
-// help), where a copy into a core's own buffer takes ~20 us for all of it.
-// The copy work doubles at two threads, but it is off the shared path and
-// one pool hand-off goes: nt 512 x 256 x {128, 256, 544, 768} and 512 x 544
-// x 256 1.04-1.12x, alone at 2 threads; in a BERT step the 1 MiB copies of
-// 512 x 1024 x 256 and 512 x 256 x 1024 were 1-2 % slower than shared
-// (session 35). Same bits: the same copy, the same oneDNN calls.
-#define BT_OWN_MAX_FLOATS ((int64_t)3 << 16)
 
 static bool bt_copy_fits(const trn_matmul_desc *d) {
     const int64_t *bs = d->b_strides;
@@ -1298,34 +1272,24 @@ static trn_status run_split(const trn_matmul_desc *in, const void *bias) {
     if (st != TRN_SUCCESS) return st;
     trn_matmul_desc copy;
     const trn_matmul_desc *d = in;
-    // The copy never changes the sizes the split is chosen from.
-    const bool serial = !trn__dnnl_can_serialize();  // oneDNN threads it
-    const int threads = trn_parallel_threads();
-    const int64_t macs = in->batch * in->m * in->n * in->k;
-    const bool kblocked = in->dtype == TRN_DTYPE_F32 && in->k > MM_KC;
-    const int per_thread = kblocked                      ? KBLOCK_PER_THREAD
-                           : in->dtype == TRN_DTYPE_BF16 ? BF16_PER_THREAD
-                                                         : SPLIT_PER_THREAD;
-    int64_t want = (int64_t)threads * per_thread;
-    if (macs / SPLIT_MIN_MACS < want) want = macs / SPLIT_MIN_MACS;
-    const bool pieces_rows = !serial && threads > 1 && want > 1 && in->batch < want &&
-                             (in->m >= in->n || in->m >= want * SPLIT_MIN_ROWS);
-    bool bt_own = false;
 #ifdef PACK_TRANSPOSED
     if (bt_copy_fits(in)) {
-        if (pieces_rows && in->k * in->n <= BT_OWN_MAX_FLOATS) {
-            bt_own = true;
-        } else {
-            copy = *in;
-            if ((st = bt_copy(&copy)) != TRN_SUCCESS) return st;
-            d = &copy;
-        }
+        copy = *in;
+        if ((st = bt_copy(&copy)) != TRN_SUCCESS) return st;
+        d = &copy;
     }
 #else
     (void)copy;
-    (void)pieces_rows;
 #endif
-    if (serial) return run_kblocked(d, bias);
+    if (!trn__dnnl_can_serialize()) return run_kblocked(d, bias);  // oneDNN threads it
+    const int threads = trn_parallel_threads();
+    const int64_t macs = d->batch * d->m * d->n * d->k;
+    const bool kblocked = d->dtype == TRN_DTYPE_F32 && d->k > MM_KC;
+    const int per_thread = kblocked                     ? KBLOCK_PER_THREAD
+                           : d->dtype == TRN_DTYPE_BF16 ? BF16_PER_THREAD
+                                                        : SPLIT_PER_THREAD;
+    int64_t want = (int64_t)threads * per_thread;
+    if (macs / SPLIT_MIN_MACS < want) want = macs / SPLIT_MIN_MACS;
     if (threads <= 1 || want <= 1) {
         const int saved = trn__dnnl_serial_begin();
         st = run_kblocked(d, bias);
@@ -1342,7 +1306,6 @@ static trn_status run_split(const trn_matmul_desc *in, const void *bias) {
     sp->bias = bias;
     const bool batched = d->batch >= want;
     sp->axis = batched ? 0 : (d->m >= d->n || d->m >= want * SPLIT_MIN_ROWS) ? 1 : 2;
-    sp->bt_own = bt_own;
     sp->extent = sp->axis == 0 ? d->batch : sp->axis == 1 ? d->m : d->n;
     int64_t step = (sp->extent + want - 1) / want;
     if (sp->axis != 0 && step > 16) step = (step + 15) / 16 * 16;
