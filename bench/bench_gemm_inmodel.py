@@ -48,9 +48,10 @@ class InModel(TorchDispatchMode):
     """Per GEMM key: summed process CPU time of its calls in one step; also
     the step's call sequence."""
 
-    def __init__(self, sync):
+    def __init__(self, sync, clock):
         super().__init__()
         self.sync = sync
+        self.clock = clock
         self.time = collections.Counter()
         self.order = []
 
@@ -60,10 +61,10 @@ class InModel(TorchDispatchMode):
             return func(*args, **kwargs)
         key = key_of(func, args, kwargs)
         self.sync()
-        c0 = time.process_time()
+        c0 = self.clock()
         out = func(*args, **kwargs)
         self.sync()
-        self.time[key] += time.process_time() - c0
+        self.time[key] += self.clock() - c0
         self.order.append(key)
         return out
 
@@ -91,7 +92,13 @@ def main():
     ap.add_argument("--steps", type=int, default=4, help="measured steps per device")
     ap.add_argument("--reps", type=int, default=5, help="isolated repeats per call")
     ap.add_argument("--autocast", action="store_true", help="bf16 autocast")
+    ap.add_argument(
+        "--wall",
+        action="store_true",
+        help="wall clock instead of process CPU time (two threads: a call's time, not its work)",
+    )
     args = ap.parse_args()
+    clock = time.perf_counter if args.wall else time.process_time
     steps, sync = paired_steps(args.model, args.autocast)
     for dev in steps:  # warm-up: plans, allocator, compiles
         steps[dev]()
@@ -102,10 +109,11 @@ def main():
     for _ in range(args.steps):
         for dev in ("neuron", "cpu"):
             sync[dev]()
-            c0 = time.process_time()
-            steps[dev]()  # plain step: whole-step CPU time
-            step_cpu[dev] = min(step_cpu[dev], time.process_time() - c0)
-            mode = InModel(sync[dev])
+            c0 = clock()
+            steps[dev]()  # plain step: whole-step time
+            sync[dev]()
+            step_cpu[dev] = min(step_cpu[dev], clock() - c0)
+            mode = InModel(sync[dev], clock)
             with mode:
                 steps[dev]()
             for k, t in mode.time.items():
@@ -122,27 +130,27 @@ def main():
         for k, fn in fns.items():
             fn()
             sync[dev]()
-            c0 = time.process_time()
+            c0 = clock()
             for _ in range(args.reps):
                 fn()
             sync[dev]()
-            iso[dev][k] = (time.process_time() - c0) / args.reps * counts[k]
+            iso[dev][k] = (clock() - c0) / args.reps * counts[k]
         best = None
         for _ in range(3):
             run = collections.Counter()
             for k in order:
                 sync[dev]()
-                c0 = time.process_time()
+                c0 = clock()
                 fns[k]()
                 sync[dev]()
-                run[k] += time.process_time() - c0
+                run[k] += clock() - c0
             if best is None or sum(run.values()) < sum(best.values()):
                 best = run
         seq[dev] = best
     rows = sorted(counts, key=lambda k: -inmodel["neuron"][k])
     print(
         f"{args.model}{' bf16 autocast' if args.autocast else ' f32'}: {len(order)} GEMM calls, "
-        f"{torch.get_num_threads()} threads; process CPU ms per step (all calls of a key), "
+        f"{torch.get_num_threads()} threads; {'wall' if args.wall else 'process CPU'} ms per step (all calls of a key), "
         f"min of {args.steps} steps"
     )
     print(
@@ -168,10 +176,10 @@ def main():
     macs = sum(macs_of(k) * n for k, n in counts.items())
     print(
         f"{macs / 1e9:.2f} G multiply-adds per step: in-model rate neuron "
-        f"{macs / tot['inn'] / 1e9:.1f}, cpu {macs / tot['inc'] / 1e9:.1f} G/s per CPU-second"
+        f"{macs / tot['inn'] / 1e9:.1f}, cpu {macs / tot['inc'] / 1e9:.1f} G/s per {'second' if args.wall else 'CPU-second'}"
     )
     print(
-        f"whole step CPU time: neuron {step_cpu['neuron'] * 1e3:.1f} ms, "
+        f"whole step {'wall' if args.wall else 'CPU'} time: neuron {step_cpu['neuron'] * 1e3:.1f} ms, "
         f"cpu {step_cpu['cpu'] * 1e3:.1f} ms ({step_cpu['neuron'] / step_cpu['cpu']:.2f}x)"
     )
 

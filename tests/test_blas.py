@@ -255,6 +255,34 @@ def test_kblocked_split_same_bits_at_any_thread_count():
     assert len(outputs_at_thread_counts(code)) == 1
 
 
+def test_transposed_b_copy_same_bits_at_any_thread_count():
+    # x @ W^T (nn.Linear's weight) past one k block runs on a row-major copy
+    # of B, which the row pieces of a split product then read (Llama's
+    # 544 x 256 and 256 x 544 weights, 768 x 256, 1024 x 256; 300 and 256
+    # rows: uneven pieces and the copy's row floor). The bits are those of one
+    # thread and of the same product on a contiguous B, with or without a
+    # bias. Session 35 tried a copy per piece (not landed); this pins the
+    # bits any such change must keep.
+    code = (
+        "import hashlib, torch, torch.nn.functional as F, torch_neuronx\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "h = hashlib.sha256()\n"
+        "for m, n, k in ((512, 544, 256), (512, 256, 544), (300, 768, 256), (256, 128, 256),\n"
+        "                (512, 1024, 256)):\n"
+        "    x, w = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g)\n"
+        "    b = torch.randn(n, generator=g)\n"
+        "    xd, wd, bd = x.to('neuron'), w.to('neuron'), b.to('neuron')\n"
+        "    wtd = w.t().contiguous().to('neuron')\n"
+        "    for y, ref in ((torch.mm(xd, wd.t()), torch.mm(xd, wtd)),\n"
+        "                   (F.linear(xd, wd, bd), torch.addmm(bd, xd, wtd))):\n"
+        "        y, ref = y.cpu(), ref.cpu()\n"
+        "        assert torch.equal(y, ref), (m, n, k)\n"
+        "        h.update(y.numpy().tobytes())\n"
+        "print(h.hexdigest())\n"
+    )
+    assert len(outputs_at_thread_counts(code)) == 1
+
+
 @pytest.mark.parametrize("m,n,k", [(300, 200, 300), (96, 3000, 300)])
 @pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False)])
 def test_kblocked_first_block_into_strided_nan_out(ta, tb, m, n, k):
