@@ -102,3 +102,38 @@ def test_launch_blocking_and_inline_modes(python):
     ]:
         r = python(code, env=env)
         assert r.returncode == 0 and r.stdout.strip() == "ok", (env, r.stderr)
+
+
+def test_compiled_code_outlives_its_queued_runs(python):
+    """With worker threads, freeing a compiled graph (Dynamo's reset drops
+    it) must wait for its runs still queued on a stream: the worker calls
+    into the program's loaded code, which used to be unmapped under it
+    (a segfault in `trn.cc_kernel_launch`)."""
+    code = """
+        import gc
+        import torch
+        import torch_neuronx  # noqa: F401
+
+        def f(x):
+            return torch.relu(x * 2.0 + 1.0).sum(dim=1)
+
+        a = torch.randn(768, 768, device="neuron") * 0.03
+        x = torch.randn(64, 257)
+        want = f(x)
+        for _ in range(5):
+            g = torch.compile(f, backend="neuron")
+            g(x.to("neuron"))  # compiles and runs
+            torch.neuron.synchronize()
+            b = a
+            for _ in range(24):  # keeps the worker busy for a while
+                b = b @ a
+            y = g(x.to("neuron"))  # queued behind the products
+            del g
+            torch._dynamo.reset()
+            gc.collect()  # the program is freed here, its run still queued
+            torch.neuron.synchronize()
+            assert torch.allclose(y.cpu(), want, rtol=1e-5, atol=1e-5)
+        print("ok")
+    """
+    r = python(code, env={"TORCH_NEURONX_ENABLE_ASYNC_NRT": "1"})
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (r.returncode, r.stderr[-3000:])

@@ -18,6 +18,7 @@
 #include "../compiler/compiler_impl.h"
 #include "../internal.h"
 #include "../kernels/blas/matmul_run.h"
+#include "../runtime/stream_drain.h"
 #include "nki_impl.h"
 
 typedef int (*nki_instance_fn)(void *const *args, const int64_t *pid, char *scratch,
@@ -136,6 +137,8 @@ trn_status trn_nki_compile(const char *ir, const trn_compile_options *opts, trn_
 
 void trn_nki_program_free(trn_nki_program *p) {
     if (p == NULL) return;
+    // Queued launches of the kernel call its code and use its buffers.
+    trn__streams_drain();
     if (p->dl) dlclose(p->dl);
     nki__prog_free(&p->prog);
     free(p->source);

@@ -15,6 +15,7 @@
 
 #include "../internal.h"
 #include "../observe/trace_next.h"
+#include "stream_drain.h"
 #include "trn/stream_hook.h"
 
 #define RING_BYTES ((size_t)256 * 1024)
@@ -72,6 +73,8 @@ static pthread_mutex_t g_table_mu = PTHREAD_MUTEX_INITIALIZER;
 static trn_stream *_Atomic g_streams[TRN_MAX_DEVICES][STREAMS_PER_DEVICE];
 static atomic_uint g_next_pool[TRN_MAX_DEVICES];
 static _Thread_local trn_stream *tl_current[TRN_MAX_DEVICES];
+// The stream whose worker this thread is (NULL on other threads).
+static _Thread_local trn_stream *tl_worker_of;
 
 bool trn_stream_async_enabled(void) { return trn__config_get()->async; }
 
@@ -344,6 +347,18 @@ trn_status trn_device_synchronize(int device) {
     return first == TRN_SUCCESS ? first : trn__set_error(first, "%s", message);
 }
 
+void trn__streams_drain(void) {
+    for (int d = 0; d < TRN_MAX_DEVICES; d++)
+        for (int i = 0; i < STREAMS_PER_DEVICE; i++) {
+            trn_stream *s = atomic_load(&g_streams[d][i]);
+            if (s == NULL || s == tl_worker_of) continue;
+            trn__lock(&s->mu);
+            const bool queued = s->worker_started;
+            trn__unlock(&s->mu);
+            if (queued) trn__stream_wait_launched(s);
+        }
+}
+
 // ---- execution ----------------------------------------------------------------
 
 // Records a task's failure, with s->mu held: either for its blocking
@@ -393,6 +408,7 @@ static size_t worker_run(trn_stream *s, task_header *h) {
 
 static void *worker_main(void *arg) {
     trn_stream *s = arg;
+    tl_worker_of = s;
     trn__lock(&s->mu);
     for (;;) {
         if (s->used == 0) {

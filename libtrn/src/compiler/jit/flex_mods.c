@@ -11,6 +11,7 @@
 
 #include "../../internal.h"
 #include "../compiler_impl.h"
+#include "../../runtime/stream_drain.h"
 
 struct trn_flex_mods {
     void *dl;
@@ -52,6 +53,8 @@ trn_status trn_flex_mods_compile(const char *source, const trn_compile_options *
 
 void trn_flex_mods_free(trn_flex_mods *m) {
     if (m == NULL) return;
+    // Queued attention tasks may still call the modifiers.
+    trn__streams_drain();
     if (m->dl) dlclose(m->dl);
     free(m);
 }

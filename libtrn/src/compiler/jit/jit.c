@@ -30,6 +30,7 @@
 
 #include "../../internal.h"
 #include "../compiler_impl.h"
+#include "../../runtime/stream_drain.h"
 
 extern char **environ;
 
@@ -571,6 +572,8 @@ trn_status trn_program_compile(const trn_graph *g, const trn_compile_options *op
 
 void trn_program_free(trn_program *p) {
     if (p == NULL) return;
+    // Queued runs of the program call its code and read its schedule.
+    trn__streams_drain();
     if (p->dl) dlclose(p->dl);
     trn__cc_schedule_free(&p->sched);
     free(p->graph.nodes);
