@@ -63,14 +63,14 @@ test-c-tsan: deps
 
 # The whole suite (inline streams, the default); then tensor and fallback
 # tests (and compiled graphs) with device memory unreadable from host code
-# outside kernels (catches any host-side access); then tensor, stream and Adaptive Eager tests with worker threads.
+# outside kernels (catches any host-side access); then tensor, stream, profiler and Adaptive Eager tests with worker threads.
 test-py: build
 	$(PY) -m pytest -q tests
 	TORCH_NEURONX_DEBUG_PROTECT_MEMORY=1 $(PY) -m pytest -q tests/test_tensors.py tests/test_fallback.py tests/test_fallback_aliasing.py \
 	  tests/test_elementwise.py tests/test_reduce.py tests/test_index_ops.py tests/test_blas.py \
 	  tests/conformance/test_opinfo_compile.py tests/test_compile_inplace.py tests/fuzz/test_fuzz.py
 	TORCH_NEURONX_ENABLE_ASYNC_NRT=1 $(PY) -m pytest -q tests/test_tensors.py tests/test_streams.py tests/test_accelerator.py \
-	  tests/test_elementwise.py tests/test_adaptive_eager.py tests/test_foreach_chain.py
+	  tests/test_elementwise.py tests/test_adaptive_eager.py tests/test_foreach_chain.py tests/test_observe_profiler.py
 
 # The bad-input fuzzer's full run (docs/fuzz.md): every OpInfo entry, four
 # dtypes, two samples each, every mutation; counts per class, report in
