@@ -3,10 +3,12 @@
 // NEURON_LAUNCH_BLOCKING=0/1): stream ids and the pool, current stream,
 // in-order execution of many tasks with argument blocks of every size (ring
 // wrap-around), query, synchronize, deferred errors, launch blocking,
-// concurrent launches from several threads, parallel streams.
+// concurrent launches from several threads, parallel streams, a synchronising
+// thread running a worker's parallel chunks.
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -321,6 +323,44 @@ static void test_parallel(void) {
     CHECK_OK(trn_stream_synchronize(b));
 }
 
+// With worker threads, a thread that waits for a stream lends its core to the
+// kernels the worker runs: some of a parallel kernel's chunks run on it.
+enum { ASSIST_CHUNKS = 8 };
+typedef struct assist_args {
+    pthread_t *ran_on;
+} assist_args;
+
+static void assist_chunk(void *ctx, int64_t begin, int64_t end) {
+    pthread_t *ran_on = ctx;
+    for (int64_t i = begin; i < end; i++) {
+        ran_on[i] = pthread_self();
+        // Long enough that the synchronising thread arrives while chunks are
+        // left, even on a loaded machine.
+        struct timespec ts = {0, 25 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static trn_status assist_task(void *p) {
+    const assist_args *a = p;
+    trn_parallel_for(ASSIST_CHUNKS, 1, assist_chunk, a->ran_on);
+    return TRN_SUCCESS;
+}
+
+static void test_sync_assists(void) {
+    if (!g_async || trn_parallel_threads() < 2) return;
+    trn_stream *s;
+    CHECK_OK(trn_stream_from_id(0, 7, &s));
+    pthread_t ran_on[ASSIST_CHUNKS];
+    assist_args a = {ran_on};
+    CHECK_OK(trn_stream_launch(s, assist_task, &a, sizeof a));
+    CHECK_OK(trn_stream_synchronize(s));
+    int here = 0;
+    for (int i = 0; i < ASSIST_CHUNKS; i++) here += pthread_equal(ran_on[i], pthread_self()) != 0;
+    CHECK(here > 0);
+    CHECK(here < ASSIST_CHUNKS);  // the worker ran its share too
+}
+
 int main(void) {
     g_async = env_is("TORCH_NEURONX_ENABLE_ASYNC_NRT", "1");
     g_blocking = env_is("NEURON_LAUNCH_BLOCKING", "1");
@@ -334,5 +374,6 @@ int main(void) {
     test_errors();
     test_threads();
     test_parallel();
+    test_sync_assists();
     return TEST_REPORT();
 }

@@ -23,6 +23,7 @@
 
 #include "../internal.h"
 #include "trn/parallel.h"
+#include "parallel_assist.h"
 
 #define MAX_THREADS 64
 // Spin iterations (pause instructions) before a worker sleeps: ~0.5 ms.
@@ -168,14 +169,21 @@ static int parse_threads(void) {
 static void pool_init(void) {
     pool.threads = parse_threads();
     pthread_atfork(NULL, NULL, on_fork_child);
-    for (int i = 1; i < pool.threads; i++) {
+    // With asynchronous streams a stream's worker launches the kernels and
+    // the application's thread joins them whenever it waits for that worker
+    // (trn__parallel_assist), so one dedicated worker fewer keeps the threads
+    // that run at once to the pool's size: while the application's thread
+    // runs Python, its core is not also wanted by a worker.
+    const int dedicated =
+        trn__config_get()->async && pool.threads > 1 ? pool.threads - 1 : pool.threads;
+    for (int i = 1; i < dedicated; i++) {
         pthread_t t;
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         // A worker that cannot start just leaves the pool smaller.
         if (pthread_create(&t, &attr, worker_main, (void *)(intptr_t)i) != 0) {
-            pool.threads = i;
+            pool.threads = i + pool.threads - dedicated;
             pthread_attr_destroy(&attr);
             break;
         }
@@ -225,4 +233,60 @@ void trn_parallel_for(int64_t n, int64_t grain, trn_parallel_fn fn, void *ctx) {
         if (i > YIELD_AFTER && i % YIELD_EVERY == 0) sched_yield();
     }
     atomic_flag_clear(&pool.busy);
+}
+
+// Assisting threads spin this long (as a stream's synchroniser does) before
+// they sleep until a new job or their target.
+#define ASSIST_SPIN_NS 50000
+
+bool trn__parallel_assist(const atomic_uint_fast64_t *counter, uint64_t target,
+                          atomic_uint_fast64_t *wake_at) {
+    pthread_once(&pool.once, pool_init);
+    if (atomic_load(&pool.forked)) return false;
+    uint64_t helped = UINT64_MAX, idle_since = 0;
+    for (unsigned i = 1; atomic_load_explicit(counter, memory_order_acquire) < target; i++) {
+        const uint64_t gen = st_gen(atomic_load_explicit(&pool.state, memory_order_acquire));
+        if (gen != helped && !in_parallel) {
+            // A chunk this thread runs gives the same result as on a worker:
+            // the chunks are fixed when the job is published.
+            helped = gen;
+            in_parallel = true;
+            run_chunks(gen, true);
+            in_parallel = false;
+            idle_since = 0;
+            continue;
+        }
+        trn__cpu_relax();
+        if (i % 64 != 0) continue;
+        const uint64_t now = trn__now_ns();
+        if (idle_since == 0) idle_since = now;
+        if (now - idle_since < ASSIST_SPIN_NS) {
+            if (now - idle_since > ASSIST_SPIN_NS / 5) sched_yield();
+            continue;
+        }
+        // Sleep until a new job or the target. The notifier bumps *counter,
+        // then reads *wake_at; this thread lowers *wake_at, then reads
+        // *counter (all seq_cst): one of them sees the other's write.
+        trn__lock(&pool.mutex);
+        atomic_fetch_add(&pool.sleepers, 1);
+        for (;;) {
+            uint64_t w = atomic_load(wake_at);
+            while (w > target && !atomic_compare_exchange_weak(wake_at, &w, target)) {}
+            if (atomic_load(counter) >= target || st_gen(atomic_load(&pool.state)) != helped) break;
+            trn__wait(&pool.wake, &pool.mutex);
+        }
+        atomic_fetch_sub(&pool.sleepers, 1);
+        trn__unlock(&pool.mutex);
+        idle_since = 0;
+    }
+    return true;
+}
+
+void trn__parallel_assist_reached(atomic_uint_fast64_t *wake_at, uint64_t value) {
+    if (atomic_load(wake_at) > value) return;
+    // Every sleeper re-registers its target before it sleeps again.
+    trn__lock(&pool.mutex);
+    atomic_store(wake_at, UINT64_MAX);
+    trn__broadcast(&pool.wake);
+    trn__unlock(&pool.mutex);
 }

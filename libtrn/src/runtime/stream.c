@@ -15,6 +15,7 @@
 
 #include "../internal.h"
 #include "../observe/trace_next.h"
+#include "parallel_assist.h"
 #include "stream_drain.h"
 #include "trn/stream_hook.h"
 
@@ -62,6 +63,12 @@ struct trn_stream {
     // always sees the other.
     atomic_int waiters;
     bool worker_started, worker_sleeping;
+    // worker_started, readable without mu: a synchroniser then assists the
+    // worker's kernels (wait_completed).
+    atomic_bool worker_running;
+    // Lowest completion count an assisting synchroniser sleeps for
+    // (UINT64_MAX: none); see parallel_assist.h.
+    atomic_uint_fast64_t assist_wake;
     trn_status error;  // first deferred error, guarded by mu
     char error_message[TRN__ERROR_MAX];
     atomic_bool pending;  // held work above libtrn (trn_stream_mark_pending)
@@ -126,6 +133,7 @@ static trn_stream *stream_new(int device, int index) {
     if (s == NULL) return NULL;
     s->device = device;
     s->index = index;
+    atomic_init(&s->assist_wake, UINT64_MAX);
     int stage = 0;
     if (pthread_mutex_init(&s->mu, NULL) != 0) goto fail;
     stage = 1;
@@ -267,6 +275,12 @@ static bool spin_until(atomic_uint_fast64_t *counter, uint64_t target, bool chan
 // common case (synchronise right after a small launch) finishes within
 // microseconds and a futex sleep/wake pair costs more than that.
 static void wait_completed(trn_stream *s, uint64_t target) {
+    if (trn__stream_completed(s) >= target) return;
+    // A worker thread runs this stream's tasks: this thread's core joins
+    // their kernels' parallel pieces while it waits, instead of idling.
+    if (atomic_load_explicit(&s->worker_running, memory_order_acquire)) {
+        if (trn__parallel_assist(&s->completed, target, &s->assist_wake)) return;
+    }
     if (spin_until(&s->completed, target, false)) return;
     trn__lock(&s->mu);
     atomic_fetch_add(&s->waiters, 1);
@@ -382,12 +396,13 @@ static void task_failed(trn_stream *s, trn_status st, task_result *result) {
 // Publishes one more finished task and wakes synchronisers, if any.
 static void task_done(trn_stream *s, trn_status st, task_result *result) {
     if (result != NULL) result->status = st;
-    atomic_fetch_add(&s->completed, 1);
+    const uint64_t completed = atomic_fetch_add(&s->completed, 1) + 1;
     if (atomic_load(&s->waiters) > 0) {
         trn__lock(&s->mu);
         trn__broadcast(&s->done_cv);
         trn__unlock(&s->mu);
     }
+    trn__parallel_assist_reached(&s->assist_wake, completed);
 }
 
 // Runs one queued task (or skips padding); returns the entry's length.
@@ -475,6 +490,7 @@ static trn_status worker_start(trn_stream *s) {
                               s->device, s->index, strerror(rc));
     }
     s->worker_started = true;
+    atomic_store_explicit(&s->worker_running, true, memory_order_release);
     return TRN_SUCCESS;
 }
 
@@ -678,10 +694,12 @@ bool trn__stream_fork_child(void) {
                 free(s->ring);
                 s->ring = NULL;
                 s->worker_started = false;
+                atomic_store(&s->worker_running, false);
             }
             s->worker_sleeping = false;
             s->head = s->tail = s->used = 0;
             atomic_store(&s->waiters, 0);
+            atomic_store(&s->assist_wake, UINT64_MAX);
             ok = pthread_cond_init(&s->work_cv, NULL) == 0 && ok;
             ok = pthread_cond_init(&s->done_cv, NULL) == 0 && ok;
         }
