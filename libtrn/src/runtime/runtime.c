@@ -50,7 +50,7 @@ static size_t default_capacity(void) {
 }
 
 static void config_read(void) {
-    g_config.async = env_flag("TORCH_NEURONX_ENABLE_ASYNC_NRT", false);
+    g_config.async = env_flag("TORCH_NEURONX_ENABLE_ASYNC_NRT", true);
     g_config.launch_blocking = env_flag("NEURON_LAUNCH_BLOCKING", false);
     g_config.protect = env_flag("TORCH_NEURONX_DEBUG_PROTECT_MEMORY", false);
     g_config.poison = env_flag("TORCH_NEURONX_DEBUG_POISON_FREED", false);
