@@ -224,6 +224,34 @@ def test_activation_seen_once_is_never_packed():
     assert s["packs"] == packs and s["bytes"] == 0 and s["entries"] == 0
 
 
+def test_queued_products_by_reused_addresses_never_share_a_copy():
+    """With worker-thread streams (the default) the host frees each weight
+    and hands its address to the next one before the queued products run.
+    Each product must still use its own weight. Keyed by the address and the
+    version counter alone (each clone is at version 0), the second product
+    packed its weight and the third found that copy; the weights differ in
+    one element the stale-copy check does not sample, so the third product
+    returned the second's result (session 36: off by the changed element)."""
+    x_cpu = torch.randn(1, 256)
+    w_cpu = torch.randn(544, 256).expand(6, 544, 256).clone()
+    w_cpu[:, 5, 7] = torch.arange(6.0) * 100  # sampled elements stay equal
+    x, ws = x_cpu.to(DEV), w_cpu.to(DEV)
+    big = torch.randn(1024, 1024, device=DEV)
+    ys, addresses = [], set()
+    with torch.no_grad():
+        for _ in range(4):
+            big = big @ big  # keeps the worker busy while the loop below queues
+        for i in range(6):
+            w = ws[i].clone()  # a new tensor at the last one's address
+            addresses.add(w.data_ptr())
+            ys.append(F.linear(x, w))
+            if i < 5:  # the last stays alive while the products run
+                del w
+    assert len(addresses) < 6  # addresses were reused (else nothing is tested)
+    for i, y in enumerate(ys):
+        torch.testing.assert_close(y.cpu(), x_cpu @ w_cpu[i].T, rtol=1e-5, atol=1e-4)
+
+
 def test_inference_mode_weight_is_not_cached():
     with torch.inference_mode():
         x, w = torch.randn(1, 256).to(DEV), torch.randn(544, 256).to(DEV)

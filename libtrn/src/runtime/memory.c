@@ -83,9 +83,15 @@ typedef struct block {
     size_t n_uses, cap_uses;
     int access;  // protect mode: kernel accesses in flight
     // The weight cache holds entries for operands inside this block (set by
-    // trn__mem_mark_wcached while allocated): only such a block's free takes
+    // trn__mem_wcache_record while allocated): only such a block's free takes
     // the cache's lock to drop them, not every activation's.
     bool wcached;
+    // The weight cache's name for this allocation at wc_version (0: none
+    // yet; trn__mem_wcache_token): unique in the process, so an entry made
+    // for one allocation is never found by a later one at the same address.
+    // With worker-thread streams a product's kernel can run after the host
+    // freed its operand's block and handed the address to a new tensor.
+    uint64_t wc_token, wc_version;
     int shm_fd;  // shared block (trn/ipc.h): its memfd; else -1 (or 0 from
                  // calloc, see is_shared)
     bool shared;
@@ -759,6 +765,7 @@ trn_status trn_mem_alloc(int device, size_t nbytes, trn_stream *stream, void **p
     if (poison_on(b)) poison_check(b);
     b->state = BLOCK_ALLOCATED;
     b->wcached = false;
+    b->wc_token = 0;
     b->requested = nbytes;
     if (b->map_size == 0 && !b->shared) {
         MEM_UNPOISON(b->ptr, nbytes);
@@ -1066,16 +1073,35 @@ trn_status trn_mem_get_device(const void *ptr, int *device) {
     return st;
 }
 
-int trn__mem_mark_wcached(const void *ptr) {
+uint64_t trn__mem_wcache_token(const void *ptr, uint64_t version) {
+    static uint64_t last_token;  // guarded by g_mu
     trn__lock(&g_mu);
     block *b = ptr != NULL ? reg_find_containing(ptr) : NULL;
-    int device = -1;
+    uint64_t token = 0;
     if (b != NULL && b->state == BLOCK_ALLOCATED) {
-        b->wcached = true;
-        device = b->device;
+        if (b->wc_token == 0 || b->wc_version != version) {
+            b->wc_token = ++last_token;
+            b->wc_version = version;
+        }
+        token = b->wc_token;
     }
     trn__unlock(&g_mu);
-    return device;
+    return token;
+}
+
+bool trn__mem_wcache_record(const void *ptr, uint64_t token, void (*record)(void *ctx), void *ctx) {
+    trn__lock(&g_mu);
+    block *b = ptr != NULL ? reg_find_containing(ptr) : NULL;
+    // Only while the allocation the token names is alive: under the lock
+    // its free (which drops the block's entries) comes wholly before or
+    // after the record.
+    const bool alive = b != NULL && b->state == BLOCK_ALLOCATED && b->wc_token == token;
+    if (alive) {
+        b->wcached = true;
+        record(ctx);
+    }
+    trn__unlock(&g_mu);
+    return alive;
 }
 
 int trn__mem_device_of(const void *ptr) {

@@ -1655,6 +1655,9 @@ static trn_status launch(trn_stream *stream, const trn_matmul_desc *desc, const 
         (bias != NULL && !trn__view_span(1, &d->n, &bias_stride, es, &a.bias_lo, &a.bias_span)))
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_matmul_launch: strides overflow the address space");
+    // The weight cache keys B by its allocation as the host sees it now, not
+    // by what its address holds when the kernel runs (weight_cache.h).
+    if (d->b_version != 0) d->b_version = trn__mem_wcache_token(d->b, d->b_version);
     return trn_stream_launch(stream, mm_task, &a, sizeof a);
 }
 
@@ -1665,6 +1668,7 @@ trn_status trn_matmul_launch(trn_stream *stream, const trn_matmul_desc *desc) {
 // matmul_run.h: the normalisation launch() does, then the body mm_task runs.
 trn_status trn__matmul_run_now(const trn_matmul_desc *desc) {
     trn_matmul_desc d = *desc;
+    d.b_version = 0;  // runs inside a task: no launch-time token (launch())
     if (d.batch == 0 || d.m == 0 || d.n == 0) return TRN_SUCCESS;
     if (d.batch == 1) d.a_strides[0] = d.b_strides[0] = d.c_strides[0] = 0;
     normalize_matrix(d.m, d.k, d.a_strides);

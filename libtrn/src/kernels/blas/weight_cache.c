@@ -125,6 +125,19 @@ static bool insert_at(size_t i, const trn__wcache_key *key, uint64_t version) {
     return true;
 }
 
+typedef struct record_ctx {
+    const trn__wcache_key *key;
+    uint64_t version;
+} record_ctx;
+
+// Called by trn__mem_wcache_record under the allocator's lock.
+static void record_locked(void *ctx) {
+    const record_ctx *r = ctx;
+    trn__lock(&g_mu);
+    if (find(r->key) == SIZE_MAX) (void)insert_at(lower(r->key->b), r->key, r->version);
+    trn__unlock(&g_mu);
+}
+
 const void *trn__wcache_acquire(const trn__wcache_key *key, uint64_t version, size_t bytes,
                                 trn__wcache_pack_fn pack, trn__wcache_entry **held) {
     *held = NULL;
@@ -135,12 +148,11 @@ const void *trn__wcache_acquire(const trn__wcache_key *key, uint64_t version, si
     if (i == SIZE_MAX) {
         trn__unlock(&g_mu);
         // Only operands in the allocator's blocks, marked so that their
-        // frees drop the entries. (The caller's product reads the operand,
-        // so its block cannot be freed before the insert below.)
-        if (trn__mem_mark_wcached(key->b) < 0) return NULL;
-        trn__lock(&g_mu);
-        if (find(key) == SIZE_MAX) (void)insert_at(lower(key->b), key, version);
-        trn__unlock(&g_mu);
+        // frees drop the entries, and only while the allocation `version`
+        // names is alive: with worker threads the host may have freed it
+        // before this kernel runs.
+        record_ctx r = {key, version};
+        (void)trn__mem_wcache_record(key->b, version, record_locked, &r);
         return NULL;
     }
     trn__wcache_entry *e = g_ent[i];

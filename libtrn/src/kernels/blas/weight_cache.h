@@ -10,6 +10,10 @@
 // version the caller passes (the tensor's version counter, bumped by every
 // in-place write), and dropped when the block holding the operand is freed
 // (trn_mem_free), so an address reused by a new allocation never finds it.
+// The version the kernel sees is a token the launch took on the host
+// (trn__mem_wcache_token): a new one per allocation and version counter, as
+// with worker-thread streams the kernel may run after the host freed the
+// operand and gave its address to another tensor.
 //
 // Internal to libtrn. The table is process-wide (weight_cache.c is built
 // once, not per CPU level); the packing and the products are per CPU level
@@ -53,12 +57,19 @@ void trn__wcache_invalidate(trn__wcache_entry *e);
 // allocator calls it when it frees a block, before the block can be reused.
 void trn__wcache_drop_range(const void *lo, size_t nbytes);
 
-// memory.c: trn__mem_device_of (internal.h) for an operand the cache is
-// about to record, which also marks its block: trn_mem_free calls
-// trn__wcache_drop_range only for marked blocks, so frees of activations
-// skip the cache's lock. The caller keeps the operand alive until its entry
-// is in the table.
-int trn__mem_mark_wcached(const void *ptr);
+// memory.c, on the launching thread: the token that names the allocation
+// holding ptr at `version` (the caller's version counter), unique in the
+// process; 0 where ptr is not in an allocated block (never cached).
+// trn_matmul_launch puts it in the queued descriptor's b_version, so the
+// kernel's lookup (which may run after the host freed the operand and gave
+// its address to another tensor) can only match the same allocation.
+uint64_t trn__mem_wcache_token(const void *ptr, uint64_t version);
+// memory.c: under the allocator's lock, if the block holding ptr is still the
+// allocation `token` names, marks it (its free then calls
+// trn__wcache_drop_range; frees of activations skip the cache's lock) and
+// calls record(ctx); false otherwise. The allocator's lock is taken before
+// the cache's, as in trn_mem_free.
+bool trn__mem_wcache_record(const void *ptr, uint64_t token, void (*record)(void *ctx), void *ctx);
 
 // weight_cache_mm.c (per CPU level): C = alpha * A.B (+ bias, of C's dtype)
 // from the cached packed copy of B (bfloat16: from a copy packed for the
