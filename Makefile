@@ -61,15 +61,16 @@ test-c-tsan: deps
 	cmake --build $(TSAN)
 	cd $(TSAN) && TSAN_OPTIONS=halt_on_error=1:exitcode=66 ctest --output-on-failure -R '^trn_($(TSAN_TESTS))'
 
-# The whole suite (inline streams, the default); then tensor and fallback
+# The whole suite (worker-thread streams, the default); then tensor and fallback
 # tests (and compiled graphs) with device memory unreadable from host code
-# outside kernels (catches any host-side access); then tensor, stream, profiler and Adaptive Eager tests with worker threads.
+# outside kernels (catches any host-side access); then tensor, stream, profiler and Adaptive Eager
+# tests with inline streams (launches run on the calling thread; Adaptive Eager's timed trial runs only there).
 test-py: build
 	$(PY) -m pytest -q tests
 	TORCH_NEURONX_DEBUG_PROTECT_MEMORY=1 $(PY) -m pytest -q tests/test_tensors.py tests/test_fallback.py tests/test_fallback_aliasing.py \
 	  tests/test_elementwise.py tests/test_reduce.py tests/test_index_ops.py tests/test_blas.py \
 	  tests/conformance/test_opinfo_compile.py tests/test_compile_inplace.py tests/fuzz/test_fuzz.py
-	TORCH_NEURONX_ENABLE_ASYNC_NRT=1 $(PY) -m pytest -q tests/test_tensors.py tests/test_streams.py tests/test_accelerator.py \
+	TORCH_NEURONX_ENABLE_ASYNC_NRT=0 $(PY) -m pytest -q tests/test_tensors.py tests/test_streams.py tests/test_accelerator.py \
 	  tests/test_elementwise.py tests/test_adaptive_eager.py tests/test_foreach_chain.py tests/test_observe_profiler.py
 
 # The bad-input fuzzer's full run (docs/fuzz.md): every OpInfo entry, four

@@ -271,6 +271,10 @@ static void leaf_scenario(void) {
 
 int main(void) {
     setenv("TORCH_NEURONX_HBM_SIZE", "1G", 1);
+    // The parent's scenario runs its streams inline (a fork while a launch
+    // runs on the calling thread); async_scenario repeats it with worker
+    // threads, the default, in a child that sets the variable back to 1.
+    setenv("TORCH_NEURONX_ENABLE_ASYNC_NRT", "0", 1);
     unsetenv("LOCAL_RANK");
     CHECK_INT(trn_device_get_current(), 0);  // read in the parent first
     in_child(child_reads_local_rank);
