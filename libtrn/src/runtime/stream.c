@@ -616,6 +616,22 @@ static trn_status launch_inline(trn_stream *s, trn_task_fn fn, const void *args,
     return trn__set_error(st, "%s", result.message);
 }
 
+// trn__stats_launch without its read of the page's `in_use` once this process
+// has set it: that word shares a cache line with `running`, which the worker
+// writes twice a task, so the read missed in this core's cache on every
+// launch (~0.1 us, launch@5us in bench/c/stream_overhead.c). The page is
+// copied on fork and never cleared, so once set it stays set.
+static atomic_bool g_page_in_use[TRN_MAX_DEVICES];
+
+static void stats_launch(int device) {
+    trn_stats_device *d = &trn_stats_page_get()->devices[device];
+    __atomic_fetch_add(&d->counters[TRN_COUNTER_KERNEL_LAUNCHES], 1, __ATOMIC_RELAXED);
+    if (!atomic_load_explicit(&g_page_in_use[device], memory_order_relaxed)) {
+        __atomic_store_n(&d->in_use, 1, __ATOMIC_RELAXED);
+        atomic_store_explicit(&g_page_in_use[device], true, memory_order_relaxed);
+    }
+}
+
 trn_status trn_stream_launch(trn_stream *stream, trn_task_fn fn, const void *args,
                              size_t args_size) {
     if (stream == NULL || fn == NULL)
@@ -635,7 +651,7 @@ trn_status trn_stream_launch(trn_stream *stream, trn_task_fn fn, const void *arg
     if (st != TRN_SUCCESS) return st;
     st = pending_run(stream, TRN_PENDING_LAUNCH);
     if (st != TRN_SUCCESS) return st;
-    trn__stats_launch(stream->device);
+    stats_launch(stream->device);
     // While a profiler traces, the task runs wrapped in one that times it
     // and records it (trace.c).
     _Alignas(ENTRY_ALIGN) unsigned char traced[TRN__TRACE_HEADER + TRN_TASK_MAX_ARGS];
