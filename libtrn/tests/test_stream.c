@@ -4,7 +4,7 @@
 // in-order execution of many tasks with argument blocks of every size (ring
 // wrap-around), query, synchronize, deferred errors, launch blocking,
 // concurrent launches from several threads, parallel streams, a synchronising
-// thread running a worker's parallel chunks.
+// thread running a worker's parallel chunks, a full ring, a sleeping worker.
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -361,6 +361,91 @@ static void test_sync_assists(void) {
     CHECK(here < ASSIST_CHUNKS);  // the worker ran its share too
 }
 
+// The worker takes queued tasks without the launchers' lock. A ring full
+// behind a task that has not finished makes launchers wait for space, which
+// the worker's release must wake; entries that wrap (padding published with
+// them) must still run in order with their arguments intact.
+static trn_status gate_task(void *p) {
+    atomic_int *gate = *(atomic_int **)p;
+    uint64_t start = trn__now_ns();
+    while (!atomic_load(gate))
+        if (trn__now_ns() - start > 5000000000u)
+            return trn__set_error(TRN_ERROR_KERNEL, "the gate was never opened");
+    return TRN_SUCCESS;
+}
+
+enum { FULL_RING_TASKS = 300 };  // ~1.2 MB of entries, several ring lengths
+
+typedef struct fill_ctx {
+    trn_stream *stream;
+    order_log *log;
+    atomic_int launched;
+    int failures;
+} fill_ctx;
+
+static void *fill_launcher(void *arg) {
+    fill_ctx *ctx = arg;
+    _Alignas(16) unsigned char buf[TRN_TASK_MAX_ARGS];
+    order_args *a = (order_args *)buf;
+    for (int64_t i = 0; i < FULL_RING_TASKS; i++) {
+        uint32_t fill = (uint32_t)(TRN_TASK_MAX_ARGS - sizeof(order_args) - (i % 7) * 96);
+        a->log = ctx->log;
+        a->seq = i;
+        a->fill_size = fill;
+        for (uint32_t k = 0; k < fill; k++) a->fill[k] = (unsigned char)(i * 31 + k);
+        ctx->failures +=
+            trn_stream_launch(ctx->stream, order_task, a, sizeof(order_args) + fill) != TRN_SUCCESS;
+        atomic_fetch_add(&ctx->launched, 1);
+    }
+    return NULL;
+}
+
+static void test_full_ring(void) {
+    if (!g_async || g_blocking) return;  // inline, the gate would block here
+    trn_stream *s;
+    CHECK_OK(trn_stream_from_id(0, 5, &s));
+    order_log log = {calloc(FULL_RING_TASKS, sizeof(int64_t)), 0};
+    CHECK(log.entries != NULL);
+    if (log.entries == NULL) return;
+    atomic_int gate = 0;
+    atomic_int *gp = &gate;
+    CHECK_OK(trn_stream_launch(s, gate_task, &gp, sizeof gp));
+    fill_ctx ctx = {s, &log, 0, 0};
+    pthread_t th;
+    CHECK_INT(pthread_create(&th, NULL, fill_launcher, &ctx), 0);
+    usleep(50000);
+    // The ring holds well under FULL_RING_TASKS entries of ~4 KB.
+    CHECK(atomic_load(&ctx.launched) < FULL_RING_TASKS);
+    atomic_store(&gate, 1);
+    CHECK_INT(pthread_join(th, NULL), 0);
+    CHECK_INT(ctx.failures, 0);
+    CHECK_OK(trn_stream_synchronize(s));
+    CHECK_INT(log.count, FULL_RING_TASKS);
+    int out_of_order = 0;
+    for (int64_t i = 0; i < log.count; i++) out_of_order += log.entries[i] != i;
+    CHECK_INT(out_of_order, 0);
+    free(log.entries);
+}
+
+// A launch must wake a worker that went to sleep (idle past its spin): the
+// task runs without anyone synchronising.
+static void test_wakes_sleeping_worker(void) {
+    trn_stream *s;
+    CHECK_OK(trn_stream_from_id(0, 6, &s));
+    for (int round = 0; round < 20; round++) {
+        CHECK_OK(trn_stream_synchronize(s));
+        usleep(2000);  // longer than the worker spins before it sleeps
+        atomic_int flag = 0;
+        sleep_args a = {0, &flag};
+        CHECK_OK(trn_stream_launch(s, sleep_task, &a, sizeof a));
+        uint64_t start = trn__now_ns();
+        while (!atomic_load(&flag) && trn__now_ns() - start < 2000000000u) usleep(100);
+        CHECK(atomic_load(&flag));
+        if (!atomic_load(&flag)) break;
+    }
+    CHECK_OK(trn_stream_synchronize(s));
+}
+
 int main(void) {
     g_async = env_is("TORCH_NEURONX_ENABLE_ASYNC_NRT", "1");
     g_blocking = env_is("NEURON_LAUNCH_BLOCKING", "1");
@@ -375,5 +460,7 @@ int main(void) {
     test_threads();
     test_parallel();
     test_sync_assists();
+    test_full_ring();
+    test_wakes_sleeping_worker();
     return TEST_REPORT();
 }

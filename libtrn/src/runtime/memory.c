@@ -141,6 +141,7 @@ typedef struct dev_alloc {
     free_list free[2][1 + TRN_STREAM_POOL_SIZE];  // [small][stream index]
     quick_bin quick[1 + TRN_STREAM_POOL_SIZE];    // [stream index], small pool
     quarantine quarantine;
+    bool page_in_use;  // this process set the stats page's in_use (publish)
 } dev_alloc;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -164,7 +165,14 @@ static void publish(int device) {
     __atomic_store_n(&p->mem_allocated, st->allocated_bytes, __ATOMIC_RELAXED);
     __atomic_store_n(&p->mem_reserved, st->reserved_bytes, __ATOMIC_RELAXED);
     __atomic_store_n(&p->mem_capacity, (uint64_t)limit_of(device), __ATOMIC_RELAXED);
-    __atomic_store_n(&p->in_use, 1, __ATOMIC_RELAXED);
+    // Once: `in_use` shares a cache line with `running`, which a stream's
+    // worker writes twice a task, so storing it on every allocation and free
+    // took that line from the worker's core each time (the page is copied,
+    // never cleared, so once set it stays set, in a forked child too).
+    if (!g_dev[device].page_in_use) {
+        __atomic_store_n(&p->in_use, 1, __ATOMIC_RELAXED);
+        g_dev[device].page_in_use = true;
+    }
 }
 
 static size_t limit_of(int device) {

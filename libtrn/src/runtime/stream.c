@@ -20,10 +20,17 @@
 #include "trn/stream_hook.h"
 
 #define RING_BYTES ((size_t)256 * 1024)
+#define TRN_CACHE_LINE 64
 #define ENTRY_ALIGN 32
-// How long an idle worker, or a synchronising thread, spins before sleeping:
-// long enough to catch back-to-back launches, short enough not to burn a core.
+// How long a synchronising thread spins before sleeping: long enough to
+// catch a small task's end, short enough not to burn a core.
 #define SPIN_NS 50000
+// How long an idle worker spins before sleeping. Longer: waking a sleeping
+// worker costs the launching thread a futex wake, ~10 us here (launch@200us
+// in bench/c/stream_overhead.c) against ~0.2 us, and a decode token's Python
+// pauses between ops for 50-500 us several times a token (HF's logits and
+// stopping code). OpenMP runtimes spin for as long or longer.
+#define WORKER_SPIN_NS 500000
 // After this much spinning, spin with sched_yield instead of pause: when
 // every core is busy, the thread being waited for may need ours.
 #define YIELD_AFTER_NS 10000
@@ -55,14 +62,30 @@ struct trn_stream {
     // launch on it.
     pthread_mutex_t exec_mu;
     unsigned char *ring;
-    size_t head, tail, used;  // byte offsets / count, guarded by mu
-    atomic_uint_fast64_t launched, completed;
+    // The worker consumes without mu: launchers (serialised by mu) write an
+    // entry into free space, then add its bytes to `used`; the worker runs
+    // the entries that `used` counts from `head`, then subtracts them. A lock
+    // both sides took for every task made them queue on each other's futex
+    // when a launch and a task's end coincided. The data always lies in
+    // [tail - used, tail) modulo RING_BYTES. What launchers write on every
+    // launch, what the worker writes on every task and the count both write
+    // lie on separate cache lines, so one side's stores do not take away the
+    // line the other is about to write.
+    _Alignas(TRN_CACHE_LINE) size_t tail;  // the launchers' write offset, guarded by mu
+    atomic_uint_fast64_t launched;
+    _Alignas(TRN_CACHE_LINE) size_t head;  // the worker's read offset (only the worker's)
+    atomic_uint_fast64_t completed;
+    _Alignas(TRN_CACHE_LINE) atomic_uint_fast64_t used;
     // Threads in done_cv. Atomic so that the worker can skip the lock when
     // nobody waits: it bumps `completed`, then reads this, while a waiter
     // bumps this, then reads `completed` (both seq_cst), so one of them
     // always sees the other.
     atomic_int waiters;
-    bool worker_started, worker_sleeping;
+    bool worker_started;
+    // Set under mu before the worker re-checks `used` and sleeps; a launcher
+    // adds to `used`, then reads this (both seq_cst), so either the worker
+    // sees the entry or the launcher sees it asleep and signals work_cv.
+    atomic_bool worker_sleeping;
     // worker_started, readable without mu: a synchroniser then assists the
     // worker's kernels (wait_completed).
     atomic_bool worker_running;
@@ -71,7 +94,8 @@ struct trn_stream {
     atomic_uint_fast64_t assist_wake;
     trn_status error;  // first deferred error, guarded by mu
     char error_message[TRN__ERROR_MAX];
-    atomic_bool pending;  // held work above libtrn (trn_stream_mark_pending)
+    _Alignas(TRN_CACHE_LINE) atomic_bool pending;  // held work above libtrn
+                                                   // (trn_stream_mark_pending)
 };
 
 #define STREAMS_PER_DEVICE (1 + TRN_STREAM_POOL_SIZE)
@@ -129,8 +153,9 @@ static void pending_run_sticky(trn_stream *s) {
 // ---- table --------------------------------------------------------------------
 
 static trn_stream *stream_new(int device, int index) {
-    trn_stream *s = calloc(1, sizeof *s);
+    trn_stream *s = aligned_alloc(TRN_CACHE_LINE, sizeof *s);
     if (s == NULL) return NULL;
+    memset(s, 0, sizeof *s);
     s->device = device;
     s->index = index;
     atomic_init(&s->assist_wake, UINT64_MAX);
@@ -255,9 +280,10 @@ uint64_t trn__stream_completed(const trn_stream *stream) {
     return atomic_load_explicit(&stream->completed, memory_order_acquire);
 }
 
-// Spins for up to SPIN_NS until *counter reaches `target` (or, with
+// Spins for up to `spin_ns` until *counter reaches `target` (or, with
 // `changed`, differs from it). True if it did.
-static bool spin_until(atomic_uint_fast64_t *counter, uint64_t target, bool changed) {
+static bool spin_until(atomic_uint_fast64_t *counter, uint64_t target, bool changed,
+                       uint64_t spin_ns) {
     uint64_t start = trn__now_ns();
     for (unsigned i = 1;; i++) {
         uint64_t v = atomic_load_explicit(counter, memory_order_acquire);
@@ -265,7 +291,7 @@ static bool spin_until(atomic_uint_fast64_t *counter, uint64_t target, bool chan
         trn__cpu_relax();
         if (i % 64 == 0) {
             uint64_t spent = trn__now_ns() - start;
-            if (spent > SPIN_NS) return false;
+            if (spent > spin_ns) return false;
             if (spent > YIELD_AFTER_NS) sched_yield();
         }
     }
@@ -281,7 +307,7 @@ static void wait_completed(trn_stream *s, uint64_t target) {
     if (atomic_load_explicit(&s->worker_running, memory_order_acquire)) {
         if (trn__parallel_assist(&s->completed, target, &s->assist_wake)) return;
     }
-    if (spin_until(&s->completed, target, false)) return;
+    if (spin_until(&s->completed, target, false, SPIN_NS)) return;
     trn__lock(&s->mu);
     atomic_fetch_add(&s->waiters, 1);
     while (atomic_load(&s->completed) < target) trn__wait(&s->done_cv, &s->mu);
@@ -421,41 +447,44 @@ static size_t worker_run(trn_stream *s, task_header *h) {
     return h->len;
 }
 
+// Sleeps until a launch adds to the queue. Only the worker calls this.
+static void worker_sleep(trn_stream *s) {
+    trn__lock(&s->mu);
+    atomic_store(&s->worker_sleeping, true);
+    while (atomic_load(&s->used) == 0) trn__wait(&s->work_cv, &s->mu);
+    atomic_store(&s->worker_sleeping, false);
+    trn__unlock(&s->mu);
+}
+
 static void *worker_main(void *arg) {
     trn_stream *s = arg;
     tl_worker_of = s;
-    trn__lock(&s->mu);
     for (;;) {
-        if (s->used == 0) {
-            // Spin briefly without the lock: a launch right after the last
-            // one is then picked up without a sleep/wake round trip.
-            uint64_t seen = trn__stream_launched(s);
-            trn__unlock(&s->mu);
-            (void)spin_until(&s->launched, seen, true);
-            trn__lock(&s->mu);
-            while (s->used == 0) {
-                s->worker_sleeping = true;
-                trn__wait(&s->work_cv, &s->mu);
-                s->worker_sleeping = false;
-            }
+        const uint64_t batch = atomic_load_explicit(&s->used, memory_order_acquire);
+        if (batch == 0) {
+            // Spin briefly first: a launch right after the last one is then
+            // picked up without a sleep/wake round trip.
+            if (!spin_until(&s->used, 0, true, WORKER_SPIN_NS)) worker_sleep(s);
+            continue;
         }
-        // Drain everything queued so far without the lock; launchers only
-        // write to free space, so these entries stay intact. Their space is
-        // released in one step afterwards, which keeps the lock out of the
-        // per-task path.
-        size_t offset = s->head, batch = s->used;
-        trn__unlock(&s->mu);
-        for (size_t done = 0; done < batch;) {
+        // Run everything queued so far; launchers only write to free space,
+        // so these entries stay intact until `used` gives them back.
+        size_t offset = s->head;
+        for (uint64_t done = 0; done < batch;) {
             size_t len = worker_run(s, (task_header *)(s->ring + offset));
             done += len;
             offset += len;
             if (offset == RING_BYTES) offset = 0;
         }
-        trn__lock(&s->mu);
         s->head = offset;
-        s->used -= batch;
-        // A launcher may be waiting for ring space.
-        if (atomic_load(&s->waiters) > 0) trn__broadcast(&s->done_cv);
+        atomic_fetch_sub(&s->used, batch);
+        // A launcher may be waiting for ring space (it counts itself in
+        // `waiters`, then re-reads `used`: one of the two sees the other).
+        if (atomic_load(&s->waiters) > 0) {
+            trn__lock(&s->mu);
+            trn__broadcast(&s->done_cv);
+            trn__unlock(&s->mu);
+        }
     }
     return NULL;
 }
@@ -494,26 +523,32 @@ static trn_status worker_start(trn_stream *s) {
     return TRN_SUCCESS;
 }
 
-// Offset where an entry of `len` bytes can go, writing a padding entry first
-// if it must wrap; false if the ring has no room now.
-static bool ring_reserve(trn_stream *s, size_t len, size_t *offset) {
-    if (s->used == 0) s->head = s->tail = 0;  // most contiguous space
-    if (s->used == RING_BYTES) return false;
-    if (s->tail >= s->head) {  // data in [head, tail): free at both ends
+// Offset where an entry of `len` bytes can go, with mu held; if it must wrap,
+// a padding entry is written at the end and its bytes are added to *pad (the
+// launcher publishes them with the entry). False if the ring has no room
+// now. The worker only frees space meanwhile, so a stale `used` is safe. The
+// load is seq_cst: a launcher that found no room counts itself in `waiters`
+// and reads `used` again, while the worker subtracts from `used` and then
+// reads `waiters`, so one of the two sees the other.
+static bool ring_reserve(trn_stream *s, size_t len, size_t *offset, size_t *pad) {
+    const size_t used = (size_t)atomic_load(&s->used);
+    if (used == RING_BYTES) return false;
+    const size_t head = (s->tail + RING_BYTES - used) % RING_BYTES;
+    if (s->tail >= head) {  // data in [head, tail): free at both ends
         if (RING_BYTES - s->tail >= len) {
             *offset = s->tail;
             return true;
         }
-        if (s->head < len) return false;
-        task_header *pad = (task_header *)(s->ring + s->tail);
-        pad->fn = NULL;
-        pad->len = (uint32_t)(RING_BYTES - s->tail);
-        s->used += pad->len;
+        if (head < len) return false;
+        task_header *p = (task_header *)(s->ring + s->tail);
+        p->fn = NULL;
+        p->len = (uint32_t)(RING_BYTES - s->tail);
+        *pad = p->len;
         s->tail = 0;
         *offset = 0;
         return true;
     }
-    if (s->head - s->tail < len) return false;  // wrapped: free in [tail, head)
+    if (head - s->tail < len) return false;  // wrapped: free in [tail, head)
     *offset = s->tail;
     return true;
 }
@@ -529,10 +564,10 @@ static trn_status launch_async(trn_stream *s, trn_task_fn fn, const void *args, 
             return st;
         }
     }
-    size_t offset;
-    while (!ring_reserve(s, len, &offset)) {
+    size_t offset, pad = 0;
+    if (!ring_reserve(s, len, &offset, &pad)) {
         atomic_fetch_add(&s->waiters, 1);
-        trn__wait(&s->done_cv, &s->mu);
+        while (!ring_reserve(s, len, &offset, &pad)) trn__wait(&s->done_cv, &s->mu);
         atomic_fetch_sub(&s->waiters, 1);
     }
     task_header *h = (task_header *)(s->ring + offset);
@@ -543,9 +578,11 @@ static trn_status launch_async(trn_stream *s, trn_task_fn fn, const void *args, 
     if (args_size != 0) memcpy(h + 1, args, args_size);
     s->tail = offset + len;
     if (s->tail == RING_BYTES) s->tail = 0;
-    s->used += len;
+    // Counted launched before the worker can see it, so `completed` never
+    // passes `launched`.
     uint64_t seq = atomic_fetch_add_explicit(&s->launched, 1, memory_order_release) + 1;
-    if (s->worker_sleeping) trn__signal(&s->work_cv);
+    atomic_fetch_add(&s->used, pad + len);
+    if (atomic_load(&s->worker_sleeping)) trn__signal(&s->work_cv);
     trn__unlock(&s->mu);
     if (result == NULL) return TRN_SUCCESS;
     wait_completed(s, seq);
@@ -579,6 +616,22 @@ static trn_status launch_inline(trn_stream *s, trn_task_fn fn, const void *args,
     return trn__set_error(st, "%s", result.message);
 }
 
+// trn__stats_launch without its read of the page's `in_use` once this process
+// has set it: that word shares a cache line with `running`, which the worker
+// writes twice a task, so the read missed in this core's cache on every
+// launch (~0.1 us, launch@5us in bench/c/stream_overhead.c). The page is
+// copied on fork and never cleared, so once set it stays set.
+static atomic_bool g_page_in_use[TRN_MAX_DEVICES];
+
+static void stats_launch(int device) {
+    trn_stats_device *d = &trn_stats_page_get()->devices[device];
+    __atomic_fetch_add(&d->counters[TRN_COUNTER_KERNEL_LAUNCHES], 1, __ATOMIC_RELAXED);
+    if (!atomic_load_explicit(&g_page_in_use[device], memory_order_relaxed)) {
+        __atomic_store_n(&d->in_use, 1, __ATOMIC_RELAXED);
+        atomic_store_explicit(&g_page_in_use[device], true, memory_order_relaxed);
+    }
+}
+
 trn_status trn_stream_launch(trn_stream *stream, trn_task_fn fn, const void *args,
                              size_t args_size) {
     if (stream == NULL || fn == NULL)
@@ -598,7 +651,7 @@ trn_status trn_stream_launch(trn_stream *stream, trn_task_fn fn, const void *arg
     if (st != TRN_SUCCESS) return st;
     st = pending_run(stream, TRN_PENDING_LAUNCH);
     if (st != TRN_SUCCESS) return st;
-    trn__stats_launch(stream->device);
+    stats_launch(stream->device);
     // While a profiler traces, the task runs wrapped in one that times it
     // and records it (trace.c).
     _Alignas(ENTRY_ALIGN) unsigned char traced[TRN__TRACE_HEADER + TRN_TASK_MAX_ARGS];
@@ -660,7 +713,7 @@ void trn__stream_fork_prepare(void) {
             // completed, so an empty ring under the lock means an idle queue.
             for (;;) {
                 trn__lock(&s->mu);
-                if (s->used == 0) break;
+                if (atomic_load(&s->used) == 0) break;
                 trn__unlock(&s->mu);
                 // Not trn__stream_wait_idle: held eager work (the pending
                 // hook) must not launch while every exec_mu is held.
@@ -696,8 +749,9 @@ bool trn__stream_fork_child(void) {
                 s->worker_started = false;
                 atomic_store(&s->worker_running, false);
             }
-            s->worker_sleeping = false;
-            s->head = s->tail = s->used = 0;
+            atomic_store(&s->worker_sleeping, false);
+            s->head = s->tail = 0;
+            atomic_store(&s->used, 0);
             atomic_store(&s->waiters, 0);
             atomic_store(&s->assist_wake, UINT64_MAX);
             ok = pthread_cond_init(&s->work_cv, NULL) == 0 && ok;
