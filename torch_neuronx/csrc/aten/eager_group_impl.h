@@ -37,9 +37,13 @@ constexpr size_t kMaxStartSigs = 65536;  // StartSigs.single / .multi bound
 // unfused execution would free at once): bounded, as a size cap (End::Cap).
 constexpr size_t kMaxHeldBytes = size_t{1} << 30;
 // Inputs of the group that nobody else holds any more (release_dead_storages)
-// may keep at most this much, or 1/32 of the device memory in use if more,
-// before the group runs (End::Cap).
+// may keep at least this much, or 1/32 of the device memory in use if more;
+// past that, only while allocations stay within the peak already reached
+// (else the group runs: End::Cap).
 constexpr size_t kMinDeadInputBytes = size_t{1} << 20;
+// libtrn's allocation granule (runtime/memory.c's MIN_BLOCK): a request
+// occupies its size rounded up to it in trn_mem_stats.allocated_bytes.
+constexpr size_t kAllocGranule = 512;
 
 // ---- switches (eager_group_record.cpp) ----------------------------------------------------
 

@@ -384,7 +384,7 @@ void install_hook() {
 
 using namespace detail;
 
-void release_dead_storages() {
+void release_dead_storages(size_t nbytes) {
     if (!g_open.load(std::memory_order_relaxed)) return;
     // Fusion's cost, not the allocation's: counted as recording time, so the
     // adaptive trials weigh it (with fusion off this check does not run).
@@ -402,8 +402,14 @@ void release_dead_storages() {
     release_dead(g);
     // Inputs only the group still holds (saved activations autograd has let
     // go of, a gradient already consumed) are what fusing still costs in
-    // memory: their reads wait for the fused run. Past a budget (1/32 of the
-    // device memory in use, at least kMinDeadInputBytes) the group runs now.
+    // memory: their reads wait for the fused run. A small budget of them
+    // (1/32 of the device memory in use, at least kMinDeadInputBytes) is
+    // always kept. Past it they are kept only while this allocation leaves
+    // the memory in use within the peak the device has already reached: a
+    // training step's backward runs below its forward's peak except near
+    // where the peak is (GPT-2's tanh-GELU backward is then one group in
+    // every layer but the last); there the group runs now and its dead inputs
+    // are freed before this allocation, so fusion does not raise the peak.
     size_t dead = 0;
     for (size_t si = 0; si < g.storages.size(); si++)
         if (!g.st_created[si] && g.storages[si].use_count() == 1) dead += g.storages[si].nbytes();
@@ -413,7 +419,11 @@ void release_dead_storages() {
         trn_clear_error();
         return;
     }
-    if (dead > st.allocated_bytes / 32) flush(End::Cap);
+    if (dead <= st.allocated_bytes / 32) return;
+    // The allocator's blocks are whole granules (allocated_bytes counts them).
+    const size_t block = (nbytes + kAllocGranule - 1) / kAllocGranule * kAllocGranule;
+    if (st.allocated_bytes + block <= st.allocated_bytes_peak) return;
+    flush(End::Cap);
 }
 
 // The outermost hint wins: a fallback's host copies end a group as a fallback.

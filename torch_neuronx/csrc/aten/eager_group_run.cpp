@@ -17,6 +17,7 @@
 // Ready pattern runs fused.
 #include <ATen/ops/empty.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -90,6 +91,12 @@ void launch_one(const Group &g, const Op &op) {
 // (release_dead) gets a temporary from the caching allocator at its first
 // op, returned after its last one: as unfused execution would have held it.
 // Its old address may belong to another tensor by now.
+//
+// An input only the group still holds (a saved activation autograd let go
+// of) is let go after its last op too, before the next temporary: the
+// temporaries are allocated past the peak check of release_dead_storages,
+// and holding both raised the peak (and reserved a segment) before the
+// pattern compiled.
 void replay(Group &g) {
     const size_t nb = g.bufs.size();
     std::vector<int> last(nb, -1);
@@ -105,6 +112,9 @@ void replay(Group &g) {
         for (int k = 0; k < op.n_in; k++)
             if (op.in[k].buf >= 0) last[op.in[k].buf] = static_cast<int>(i);
     }
+    std::vector<int> st_last(g.storages.size(), -1);
+    for (size_t b = 0; b < nb; b++)
+        st_last[g.bufs[b].storage] = std::max(st_last[g.bufs[b].storage], last[b]);
     std::vector<at::Tensor> temp(nb);
     const c10::Device dev(c10::DeviceType::PrivateUse1, trn_stream_device(g.s));
     for (size_t i = 0; i < g.ops.size(); i++) {
@@ -122,6 +132,10 @@ void replay(Group &g) {
         launch_one(g, op);
         for (size_t k = 0; k < nb; k++)
             if (last[k] == static_cast<int>(i) && temp[k].defined()) temp[k] = at::Tensor();
+        for (size_t si = 0; si < g.storages.size(); si++)
+            if (st_last[si] == static_cast<int>(i) && g.storages[si] &&
+                g.storages[si].use_count() == 1)
+                g.storages[si] = c10::Storage();
     }
 }
 
