@@ -116,7 +116,11 @@ void replay(Group &g) {
     for (size_t b = 0; b < nb; b++)
         st_last[g.bufs[b].storage] = std::max(st_last[g.bufs[b].storage], last[b]);
     std::vector<at::Tensor> temp(nb);
-    const c10::Device dev(c10::DeviceType::PrivateUse1, trn_stream_device(g.s));
+    const int device = trn_stream_device(g.s);
+    const c10::Device dev(c10::DeviceType::PrivateUse1, device);
+    trn_mem_stats before{};
+    const bool stats = trn_mem_get_stats(device, &before) == TRN_SUCCESS;
+    if (!stats) trn_clear_error();
     for (size_t i = 0; i < g.ops.size(); i++) {
         const Op &op = g.ops[i];
         // Created storages are written before they are read: the output is
@@ -137,6 +141,11 @@ void replay(Group &g) {
                 g.storages[si].use_count() == 1)
                 g.storages[si] = c10::Storage();
     }
+    trn_mem_stats after{};
+    if (stats && trn_mem_get_stats(device, &after) == TRN_SUCCESS)
+        replay_raised_peak(device, before.allocated_bytes_peak, after.allocated_bytes_peak);
+    else
+        trn_clear_error();
 }
 
 void run_fused(const Group &g, const Entry &e, End why) {
