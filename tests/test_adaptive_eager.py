@@ -707,41 +707,39 @@ def test_backward_dead_inputs_do_not_raise_the_peak(fusion):
     assert peak_on <= peak_off, (peak_on, peak_off)
 
 
-def test_gpt2_warm_up_peak_with_fusion_not_above_without(fusion):
-    """The device's peak over a training run's first steps (each new pattern
-    replayed until it compiles), not only a steady step's: replays' temporaries
-    raised the peak once, the next step's groups held dead inputs up to that
-    raised peak, and so on (GPT-2 "small", bench_models.py's step: 106 -> 112
-    MiB over three steps, fusion off 104; session 36's base build 106). The
-    tiny config is not used: there warm-up replays go 1 MiB past fusion off's
-    peak on either build, with no dead inputs to hold."""
-    pytest.importorskip("transformers")
+def _gpt2_small_first_steps_peak(n):
+    """bench_models.py's GPT-2 "small" step on a fresh model: the device's
+    peak over its first n steps, above what was in use before them."""
     from model_zoo import MODELS, lm_batch, loss_of, to_device
 
     torch.manual_seed(0)
     model = MODELS["gpt2"]("small").to(DEV)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
     batch = to_device(lm_batch(8, 64, gen=torch.Generator().manual_seed(0)), DEV)
-
-    def step():
+    torch.neuron.synchronize()
+    base = torch.neuron.memory_allocated()
+    torch.neuron.reset_peak_memory_stats()
+    for i in range(n):
         opt.zero_grad()
         loss_of("gpt2", model, batch).backward()
         opt.step()
+        if i == 1:
+            eager_fusion.wait_for_compiles(600)
+    torch.neuron.synchronize()
+    return torch.neuron.max_memory_allocated() - base
 
-    def run_peak(n):
-        torch.neuron.synchronize()
-        torch.neuron.reset_peak_memory_stats()
-        for i in range(n):
-            step()
-            if i == 1:
-                eager_fusion.wait_for_compiles(600)
-        torch.neuron.synchronize()
-        return torch.neuron.max_memory_allocated()
 
+def test_gpt2_warm_up_peak_with_fusion_not_above_without(fusion):
+    """The device's peak over a training run's first steps (each new pattern
+    replayed until it compiles), not only a steady step's: a replay at the
+    peak allocates its temporaries past it, the next step's groups held dead
+    inputs up to that raised peak, and so on (GPT-2 "small": 106 -> 112 MiB
+    over three steps against fusion off's 104; session 36's base build: 106,
+    its dead-input budget let a held input cross the peak)."""
+    pytest.importorskip("transformers")
     with fusion_off():
-        run_peak(2)
-        peak_off = run_peak(3)
-    peak_on = run_peak(6)
+        peak_off = _gpt2_small_first_steps_peak(6)
+    peak_on = _gpt2_small_first_steps_peak(6)
     assert peak_on <= peak_off, (peak_on, peak_off)
 
 

@@ -151,11 +151,14 @@ void lone_forget_all();
 void release_dead(Group &g);
 
 // The device's peak of memory in use (trn_mem_stats.allocated_bytes_peak) less
-// what unfused replays' temporaries added to it (replay_raised_peak), which
-// release_dead_storages compares with (group_mu() held). Replays allocate
-// their temporaries after the ops' own outputs, so they can go past the peak
-// that unfused execution reaches; comparing with that raised peak let each
-// warm-up step's new patterns hold more (GPT-2: 106 -> 112 MiB over 3 steps).
+// what replays of groups that release_dead_storages ran at the peak (End::Cap)
+// added to it (replay_raised_peak): what release_dead_storages compares with
+// (group_mu() held). Such a replay allocates its temporaries after the ops'
+// own outputs, so it goes past the peak that unfused execution reaches;
+// comparing with that raised peak let each warm-up step's new patterns hold
+// more (GPT-2: 106 -> 112 MiB over three steps). Other replays are not
+// counted: the first step's, while the peak still grows, made the reference
+// too low (GPT-2: 88.6 against 104 MiB, one layer fused fewer).
 size_t reference_peak(int device, size_t peak);
 void replay_raised_peak(int device, size_t peak_before, size_t peak_after);
 

@@ -93,11 +93,11 @@ void launch_one(const Group &g, const Op &op) {
 // Its old address may belong to another tensor by now.
 //
 // An input only the group still holds (a saved activation autograd let go
-// of) is let go after its last op too, before the next temporary: the
-// temporaries are allocated past the peak check of release_dead_storages,
-// and holding both raised the peak (and reserved a segment) before the
-// pattern compiled.
-void replay(Group &g) {
+// of) is let go after its last op too, as unfused execution frees it. The
+// temporaries are allocated past the peak check of release_dead_storages:
+// what a replay of a group ended there (why: End::Cap) adds to the peak is
+// noted (replay_raised_peak), so the check does not count it as reached.
+void replay(Group &g, End why) {
     const size_t nb = g.bufs.size();
     std::vector<int> last(nb, -1);
     bool any = false;
@@ -119,8 +119,8 @@ void replay(Group &g) {
     const int device = trn_stream_device(g.s);
     const c10::Device dev(c10::DeviceType::PrivateUse1, device);
     trn_mem_stats before{};
-    const bool stats = trn_mem_get_stats(device, &before) == TRN_SUCCESS;
-    if (!stats) trn_clear_error();
+    const bool stats = why == End::Cap && trn_mem_get_stats(device, &before) == TRN_SUCCESS;
+    if (why == End::Cap && !stats) trn_clear_error();
     for (size_t i = 0; i < g.ops.size(); i++) {
         const Op &op = g.ops[i];
         // Created storages are written before they are read: the output is
@@ -142,7 +142,8 @@ void replay(Group &g) {
                 g.storages[si] = c10::Storage();
     }
     trn_mem_stats after{};
-    if (stats && trn_mem_get_stats(device, &after) == TRN_SUCCESS)
+    if (!stats) return;
+    if (trn_mem_get_stats(device, &after) == TRN_SUCCESS)
         replay_raised_peak(device, before.allocated_bytes_peak, after.allocated_bytes_peak);
     else
         trn_clear_error();
@@ -252,7 +253,7 @@ void flush(End why) {
             const uint64_t sig = op_start_sig(g, g.ops[0]);
             if (start_sigs().multi.count(sig) == 0) start_sigs().single[sig]++;
         }
-        replay(g);  // its output may have been let go (release_dead)
+        replay(g, why);  // its output may have been let go (release_dead)
         return;
     }
     if (adaptive) {
@@ -299,7 +300,7 @@ void flush(End why) {
         if (fused) {
             run_fused(g, *e, why);
         } else {
-            replay(g);
+            replay(g, why);
         }
         if (timed) record_trial(g, *e, fused, now_ns() - t0 + (fused ? overhead : 0));
         if (fused) {
@@ -318,7 +319,7 @@ void flush(End why) {
         e->node = std::move(node);
         enqueue(e, graph);
     }
-    replay(g);
+    replay(g, why);
     count("EagerUnfusedGroups");
     log_group(g, why, false);
 }
