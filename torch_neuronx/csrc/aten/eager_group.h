@@ -44,10 +44,12 @@ bool offer_ew(trn_stream *s, const trn_ew_desc &d, const at::TensorIteratorBase 
 // a floating destination: a cast node in the group.
 bool offer_copy(trn_stream *s, const at::Tensor &dst, const at::Tensor &src);
 
-// Called by the device allocator before each allocation: the open group lets
-// go of the storages it created that nobody else holds any more, so their
-// memory can serve this allocation, as it would have with fusion off.
-void release_dead_storages();
+// Called by the device allocator before each allocation of nbytes: the open
+// group lets go of the storages it created that nobody else holds any more,
+// so their memory can serve this allocation, as it would have with fusion
+// off; and it runs now if the inputs only it still holds would make this
+// allocation raise the device's peak of memory in use.
+void release_dead_storages(size_t nbytes);
 
 // Names the reason for flushes triggered on this thread while it lives
 // (nested hints keep the outermost).

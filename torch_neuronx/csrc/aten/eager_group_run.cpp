@@ -17,6 +17,7 @@
 // Ready pattern runs fused.
 #include <ATen/ops/empty.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -90,7 +91,13 @@ void launch_one(const Group &g, const Op &op) {
 // (release_dead) gets a temporary from the caching allocator at its first
 // op, returned after its last one: as unfused execution would have held it.
 // Its old address may belong to another tensor by now.
-void replay(Group &g) {
+//
+// An input only the group still holds (a saved activation autograd let go
+// of) is let go after its last op too, as unfused execution frees it. The
+// temporaries are allocated past the peak check of release_dead_storages:
+// what a replay of a group ended there (why: End::Cap) adds to the peak is
+// noted (replay_raised_peak), so the check does not count it as reached.
+void replay(Group &g, End why) {
     const size_t nb = g.bufs.size();
     std::vector<int> last(nb, -1);
     bool any = false;
@@ -105,8 +112,15 @@ void replay(Group &g) {
         for (int k = 0; k < op.n_in; k++)
             if (op.in[k].buf >= 0) last[op.in[k].buf] = static_cast<int>(i);
     }
+    std::vector<int> st_last(g.storages.size(), -1);
+    for (size_t b = 0; b < nb; b++)
+        st_last[g.bufs[b].storage] = std::max(st_last[g.bufs[b].storage], last[b]);
     std::vector<at::Tensor> temp(nb);
-    const c10::Device dev(c10::DeviceType::PrivateUse1, trn_stream_device(g.s));
+    const int device = trn_stream_device(g.s);
+    const c10::Device dev(c10::DeviceType::PrivateUse1, device);
+    trn_mem_stats before{};
+    const bool stats = why == End::Cap && trn_mem_get_stats(device, &before) == TRN_SUCCESS;
+    if (why == End::Cap && !stats) trn_clear_error();
     for (size_t i = 0; i < g.ops.size(); i++) {
         const Op &op = g.ops[i];
         // Created storages are written before they are read: the output is
@@ -122,7 +136,17 @@ void replay(Group &g) {
         launch_one(g, op);
         for (size_t k = 0; k < nb; k++)
             if (last[k] == static_cast<int>(i) && temp[k].defined()) temp[k] = at::Tensor();
+        for (size_t si = 0; si < g.storages.size(); si++)
+            if (st_last[si] == static_cast<int>(i) && g.storages[si] &&
+                g.storages[si].use_count() == 1)
+                g.storages[si] = c10::Storage();
     }
+    trn_mem_stats after{};
+    if (!stats) return;
+    if (trn_mem_get_stats(device, &after) == TRN_SUCCESS)
+        replay_raised_peak(device, before.allocated_bytes_peak, after.allocated_bytes_peak);
+    else
+        trn_clear_error();
 }
 
 void run_fused(const Group &g, const Entry &e, End why) {
@@ -229,7 +253,7 @@ void flush(End why) {
             const uint64_t sig = op_start_sig(g, g.ops[0]);
             if (start_sigs().multi.count(sig) == 0) start_sigs().single[sig]++;
         }
-        replay(g);  // its output may have been let go (release_dead)
+        replay(g, why);  // its output may have been let go (release_dead)
         return;
     }
     if (adaptive) {
@@ -276,7 +300,7 @@ void flush(End why) {
         if (fused) {
             run_fused(g, *e, why);
         } else {
-            replay(g);
+            replay(g, why);
         }
         if (timed) record_trial(g, *e, fused, now_ns() - t0 + (fused ? overhead : 0));
         if (fused) {
@@ -295,7 +319,7 @@ void flush(End why) {
         e->node = std::move(node);
         enqueue(e, graph);
     }
-    replay(g);
+    replay(g, why);
     count("EagerUnfusedGroups");
     log_group(g, why, false);
 }

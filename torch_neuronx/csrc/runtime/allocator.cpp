@@ -38,7 +38,7 @@ struct NeuronDeviceAllocator final : public c10::DeviceAllocator {
     c10::DataPtr allocate(size_t nbytes) override {
         c10::DeviceIndex dev = current_device();
         check_device(dev);
-        eager_group::release_dead_storages();
+        eager_group::release_dead_storages(nbytes);
         void *ptr = nullptr;
         TRN_CHECK(trn_mem_alloc(dev, nbytes, nullptr, &ptr));
         // The stream is looked up only while history records (a TLS read and
