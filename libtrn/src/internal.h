@@ -43,7 +43,7 @@ trn_status trn__set_error(trn_status status, const char *fmt, ...) TRN__PRINTF(2
 // ---- runtime.c -------------------------------------------------------------
 // Settings read from the environment once, before any stream or block exists.
 typedef struct trn__config {
-    bool async;                // TORCH_NEURONX_ENABLE_ASYNC_NRT (default off)
+    bool async;                // TORCH_NEURONX_ENABLE_ASYNC_NRT (default on)
     bool launch_blocking;      // NEURON_LAUNCH_BLOCKING
     bool protect;              // TORCH_NEURONX_DEBUG_PROTECT_MEMORY
     bool poison;               // TORCH_NEURONX_DEBUG_POISON_FREED
