@@ -670,19 +670,26 @@ def _gelu_backward(x_cpu, g_cpu, raise_peak_mib):
     return grad, groups, torch.neuron.max_memory_allocated() - base
 
 
+def _gelu_backward_warmed(raise_peak_mib):
+    """_gelu_backward's operands, its fusion-off result and peak, after three
+    fused warm-up runs whose patterns have compiled."""
+    x_cpu = edge_values(512 * 1024, seed=7, lo=-4.0, hi=4.0).view(512, 1024)
+    g_cpu = edge_values(512 * 1024, seed=8, lo=-1.0, hi=1.0).view(512, 1024)
+    with fusion_off():
+        ref, _, peak_off = _gelu_backward(x_cpu, g_cpu, raise_peak_mib)
+    for _ in range(3):
+        _gelu_backward(x_cpu, g_cpu, raise_peak_mib)
+    assert eager_fusion.wait_for_compiles(600)
+    return x_cpu, g_cpu, ref, peak_off
+
+
 def test_backward_keeps_dead_inputs_below_the_peak(fusion):
     """Saved activations a group still reads after autograd let them go are
     kept while allocations stay within the device's peak already reached (a
     step's backward after its peak): GPT-2's tanh-GELU backward is then one
     group, not five cut by the dead-input budget (on the build before, the
     group with tanh_backward ended `cap` after 2 ops). Same bits as fusion off."""
-    x_cpu = edge_values(512 * 1024, seed=7, lo=-4.0, hi=4.0).view(512, 1024)
-    g_cpu = edge_values(512 * 1024, seed=8, lo=-1.0, hi=1.0).view(512, 1024)
-    with fusion_off():
-        ref, _, _ = _gelu_backward(x_cpu, g_cpu, 64)
-    for _ in range(3):
-        _gelu_backward(x_cpu, g_cpu, 64)
-    assert eager_fusion.wait_for_compiles(600)
+    x_cpu, g_cpu, ref, _ = _gelu_backward_warmed(64)
     grad, groups, _ = _gelu_backward(x_cpu, g_cpu, 64)
     assert_bits_equal(grad, ref)
     assert len(groups) == 1, groups
@@ -693,13 +700,7 @@ def test_backward_keeps_dead_inputs_below_the_peak(fusion):
 def test_backward_dead_inputs_do_not_raise_the_peak(fusion):
     """Where the backward itself sets the peak, a group that holds dead inputs
     runs before an allocation would go past it: the peak is fusion off's."""
-    x_cpu = edge_values(512 * 1024, seed=7, lo=-4.0, hi=4.0).view(512, 1024)
-    g_cpu = edge_values(512 * 1024, seed=8, lo=-1.0, hi=1.0).view(512, 1024)
-    with fusion_off():
-        ref, _, peak_off = _gelu_backward(x_cpu, g_cpu, 0)
-    for _ in range(3):
-        _gelu_backward(x_cpu, g_cpu, 0)
-    assert eager_fusion.wait_for_compiles(600)
+    x_cpu, g_cpu, ref, peak_off = _gelu_backward_warmed(0)
     fused0 = counter("EagerFusedGroups")
     grad, _, peak_on = _gelu_backward(x_cpu, g_cpu, 0)
     assert counter("EagerFusedGroups") > fused0  # fusion took part
