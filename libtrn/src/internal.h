@@ -72,6 +72,13 @@ bool trn__parse_size(const char *text, size_t *bytes);
 void trn__format_bytes(char *buf, size_t size, uint64_t bytes);
 uint64_t trn__now_ns(void);  // CLOCK_MONOTONIC
 void trn__cpu_relax(void);   // pause instruction for spin loops
+// How a thread that waits for another (a stream's synchroniser, an assisting
+// synchroniser in parallel.c) spins before it sleeps: long enough to catch a
+// small task's end, short enough not to burn a core; past TRN__SYNC_YIELD_NS
+// it yields between checks, because when every core is busy the thread being
+// waited for may need ours.
+#define TRN__SYNC_SPIN_NS 50000
+#define TRN__SYNC_YIELD_NS 10000
 
 // Lock, unlock and wait on mutexes and condition variables that libtrn
 // initialised itself. These fail only if that state is corrupt (never because

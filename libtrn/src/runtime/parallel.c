@@ -235,10 +235,6 @@ void trn_parallel_for(int64_t n, int64_t grain, trn_parallel_fn fn, void *ctx) {
     atomic_flag_clear(&pool.busy);
 }
 
-// Assisting threads spin this long (as a stream's synchroniser does) before
-// they sleep until a new job or their target.
-#define ASSIST_SPIN_NS 50000
-
 bool trn__parallel_assist(const atomic_uint_fast64_t *counter, uint64_t target,
                           atomic_uint_fast64_t *wake_at) {
     pthread_once(&pool.once, pool_init);
@@ -260,8 +256,10 @@ bool trn__parallel_assist(const atomic_uint_fast64_t *counter, uint64_t target,
         if (i % 64 != 0) continue;
         const uint64_t now = trn__now_ns();
         if (idle_since == 0) idle_since = now;
-        if (now - idle_since < ASSIST_SPIN_NS) {
-            if (now - idle_since > ASSIST_SPIN_NS / 5) sched_yield();
+        // Spin as a stream's synchroniser does before sleeping until a new
+        // job or the target.
+        if (now - idle_since < TRN__SYNC_SPIN_NS) {
+            if (now - idle_since > TRN__SYNC_YIELD_NS) sched_yield();
             continue;
         }
         // Sleep until a new job or the target. The notifier bumps *counter,

@@ -22,18 +22,12 @@
 #define RING_BYTES ((size_t)256 * 1024)
 #define TRN_CACHE_LINE 64
 #define ENTRY_ALIGN 32
-// How long a synchronising thread spins before sleeping: long enough to
-// catch a small task's end, short enough not to burn a core.
-#define SPIN_NS 50000
 // How long an idle worker spins before sleeping. Longer: waking a sleeping
 // worker costs the launching thread a futex wake, ~10 us here (launch@200us
 // in bench/c/stream_overhead.c) against ~0.2 us, and a decode token's Python
 // pauses between ops for 50-500 us several times a token (HF's logits and
 // stopping code). OpenMP runtimes spin for as long or longer.
 #define WORKER_SPIN_NS 500000
-// After this much spinning, spin with sched_yield instead of pause: when
-// every core is busy, the thread being waited for may need ours.
-#define YIELD_AFTER_NS 10000
 
 // What a launch under NEURON_LAUNCH_BLOCKING waits for: the task's own status.
 typedef struct task_result {
@@ -81,14 +75,13 @@ struct trn_stream {
     // bumps this, then reads `completed` (both seq_cst), so one of them
     // always sees the other.
     atomic_int waiters;
-    bool worker_started;
+    // Set under mu; atomic so that a synchroniser can read it without mu
+    // and assist the worker's kernels (wait_completed).
+    atomic_bool worker_started;
     // Set under mu before the worker re-checks `used` and sleeps; a launcher
     // adds to `used`, then reads this (both seq_cst), so either the worker
     // sees the entry or the launcher sees it asleep and signals work_cv.
     atomic_bool worker_sleeping;
-    // worker_started, readable without mu: a synchroniser then assists the
-    // worker's kernels (wait_completed).
-    atomic_bool worker_running;
     // Lowest completion count an assisting synchroniser sleeps for
     // (UINT64_MAX: none); see parallel_assist.h.
     atomic_uint_fast64_t assist_wake;
@@ -292,7 +285,7 @@ static bool spin_until(atomic_uint_fast64_t *counter, uint64_t target, bool chan
         if (i % 64 == 0) {
             uint64_t spent = trn__now_ns() - start;
             if (spent > spin_ns) return false;
-            if (spent > YIELD_AFTER_NS) sched_yield();
+            if (spent > TRN__SYNC_YIELD_NS) sched_yield();
         }
     }
 }
@@ -304,10 +297,10 @@ static void wait_completed(trn_stream *s, uint64_t target) {
     if (trn__stream_completed(s) >= target) return;
     // A worker thread runs this stream's tasks: this thread's core joins
     // their kernels' parallel pieces while it waits, instead of idling.
-    if (atomic_load_explicit(&s->worker_running, memory_order_acquire)) {
+    if (atomic_load_explicit(&s->worker_started, memory_order_acquire)) {
         if (trn__parallel_assist(&s->completed, target, &s->assist_wake)) return;
     }
-    if (spin_until(&s->completed, target, false, SPIN_NS)) return;
+    if (spin_until(&s->completed, target, false, TRN__SYNC_SPIN_NS)) return;
     trn__lock(&s->mu);
     atomic_fetch_add(&s->waiters, 1);
     while (atomic_load(&s->completed) < target) trn__wait(&s->done_cv, &s->mu);
@@ -518,8 +511,7 @@ static trn_status worker_start(trn_stream *s) {
                               "stream %d: %s",
                               s->device, s->index, strerror(rc));
     }
-    s->worker_started = true;
-    atomic_store_explicit(&s->worker_running, true, memory_order_release);
+    atomic_store_explicit(&s->worker_started, true, memory_order_release);
     return TRN_SUCCESS;
 }
 
@@ -746,8 +738,7 @@ bool trn__stream_fork_child(void) {
             if (s->worker_started) {
                 free(s->ring);
                 s->ring = NULL;
-                s->worker_started = false;
-                atomic_store(&s->worker_running, false);
+                atomic_store(&s->worker_started, false);
             }
             atomic_store(&s->worker_sleeping, false);
             s->head = s->tail = 0;
