@@ -1656,8 +1656,13 @@ static trn_status launch(trn_stream *stream, const trn_matmul_desc *desc, const 
         return trn__set_error(TRN_ERROR_INVALID_ARGUMENT,
                               "trn_matmul_launch: strides overflow the address space");
     // The weight cache keys B by its allocation as the host sees it now, not
-    // by what its address holds when the kernel runs (weight_cache.h).
-    if (d->b_version != 0) d->b_version = trn__mem_wcache_token(d->b, d->b_version);
+    // by what its address holds when the kernel runs (weight_cache.h). Only
+    // few-row products read it: the others (a backward's products, whose
+    // operands carry versions) skip the allocator's lock.
+    if (d->b_version != 0)
+        d->b_version = d->batch == 1 && d->m <= TRN__WCACHE_MAX_ROWS
+                           ? trn__mem_wcache_token(d->b, d->b_version)
+                           : 0;
     return trn_stream_launch(stream, mm_task, &a, sizeof a);
 }
 

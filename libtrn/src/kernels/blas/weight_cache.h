@@ -57,6 +57,11 @@ void trn__wcache_invalidate(trn__wcache_entry *e);
 // allocator calls it when it frees a block, before the block can be reused.
 void trn__wcache_drop_range(const void *lo, size_t nbytes);
 
+// Rows of A a cached product may have (float32; bfloat16 fewer): a batch of
+// 8 sequences decoding. Larger products never read the cache, so their
+// launch takes no token.
+#define TRN__WCACHE_MAX_ROWS 8
+
 // memory.c, on the launching thread: the token that names the allocation
 // holding ptr at `version` (the caller's version counter), unique in the
 // process; 0 where ptr is not in an allocated block (never cached).

@@ -37,7 +37,7 @@
 // Rows of A a product may have: float32 up to 8 (a batch of 8 sequences
 // decoding; matmul.c's transposed-row tiles take as many, so the uncached
 // path sums the same way), bfloat16 up to 4 (5-8 rows stay on oneDNN).
-#define WC_ROWS 8
+#define WC_ROWS TRN__WCACHE_MAX_ROWS
 #define WC_BF16_ROWS 4
 // Smaller weights are cheap to transpose on the fly (and stay in L1).
 #define WC_MIN_ELEMS 4096
