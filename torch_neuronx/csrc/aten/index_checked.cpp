@@ -1,0 +1,97 @@
+// aten/index_checked.cpp - the memo behind index_checked.h: a few recent
+// checks, each keyed by its tensor's storage (held weakly, so a freed
+// storage whose address comes back never matches), the elements it reads
+// (data pointer and count for a dense tensor, else also sizes and strides:
+// an expanded index such as BERT's token types), dtype and version.
+#include "aten/index_checked.h"
+
+#include <c10/core/StorageImpl.h>
+
+#include <array>
+#include <mutex>
+#include <vector>
+
+namespace neuron {
+namespace {
+
+struct Entry {
+    c10::weak_intrusive_ptr<c10::StorageImpl> storage{c10::intrusive_ptr<c10::StorageImpl>()};
+    const void *data = nullptr;
+    int64_t numel = 0;
+    bool dense = true;
+    std::vector<int64_t> sizes, strides;  // of a tensor that is not dense
+    at::ScalarType dtype = at::ScalarType::Undefined;
+    uint32_t version = 0;
+    IndexCheck check{IndexCheck::Kind::Index, 0};
+};
+
+// A step's forwards check a handful of index tensors (BERT: the token ids,
+// position ids, token types and the loss's labels) before their backwards
+// read them; older entries are overwritten round robin.
+constexpr size_t kEntries = 8;
+
+std::mutex g_mu;
+std::array<Entry, kEntries> g_entries;
+size_t g_next = 0;
+
+// The tensor's version, or false when it cannot be keyed (inference tensors
+// have no version counter; tensors without storage).
+bool key_of(const at::Tensor &t, uint32_t *version) {
+    if (!t.defined() || t.is_inference() || !t.has_storage()) return false;
+    *version = t.unsafeGetTensorImpl()->version_counter().current_version();
+    return true;
+}
+
+// Whether `e` keys the elements `t` reads: a dense block matches any dense
+// view of it (the forward checks indices.reshape(-1), the backward reshapes
+// them again); other views match only the same sizes and strides.
+bool same_elements(const Entry &e, const at::Tensor &t) {
+    if (e.data != t.const_data_ptr() || e.numel != t.numel() || e.dtype != t.scalar_type())
+        return false;
+    if (t.is_contiguous()) return e.dense;
+    return !e.dense && t.sizes().equals(e.sizes) && t.strides().equals(e.strides);
+}
+
+bool within(const IndexCheck &have, const IndexCheck &need) {
+    if (have.kind != need.kind || have.bound > need.bound) return false;
+    return have.kind == IndexCheck::Kind::Index || have.ignore == need.ignore;
+}
+
+}  // namespace
+
+void index_checked_note(const at::Tensor &idx, const IndexCheck &check) {
+    uint32_t version;
+    if (!key_of(idx, &version)) return;
+    Entry e;
+    e.storage = idx.storage().getWeakStorageImpl();
+    e.data = idx.const_data_ptr();
+    e.numel = idx.numel();
+    e.dtype = idx.scalar_type();
+    e.dense = idx.is_contiguous();
+    if (!e.dense) {
+        e.sizes = idx.sizes().vec();
+        e.strides = idx.strides().vec();
+    }
+    e.version = version;
+    e.check = check;
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_entries[g_next] = std::move(e);
+    g_next = (g_next + 1) % kEntries;
+}
+
+bool index_checked_covers(const at::Tensor &idx, const IndexCheck &need) {
+    uint32_t version;
+    if (!key_of(idx, &version)) return false;
+    const c10::StorageImpl *storage = idx.storage().unsafeGetStorageImpl();
+    std::lock_guard<std::mutex> lock(g_mu);
+    for (const Entry &e : g_entries) {
+        if (e.version != version || !within(e.check, need) || !same_elements(e, idx)) continue;
+        // Alive and the same storage: a freed one expired, so an address
+        // reused by a later storage is never taken for the checked one.
+        const c10::intrusive_ptr<c10::StorageImpl> alive = e.storage.lock();
+        if (alive && alive.get() == storage) return true;
+    }
+    return false;
+}
+
+}  // namespace neuron
