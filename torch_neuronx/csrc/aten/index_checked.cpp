@@ -7,6 +7,8 @@
 
 #include <c10/core/StorageImpl.h>
 
+#include <pthread.h>
+
 #include <array>
 #include <mutex>
 #include <vector>
@@ -30,9 +32,26 @@ struct Entry {
 // read them; older entries are overwritten round robin.
 constexpr size_t kEntries = 8;
 
-std::mutex g_mu;
-std::array<Entry, kEntries> g_entries;
-size_t g_next = 0;
+struct Memo {
+    std::mutex mu;
+    std::array<Entry, kEntries> entries;
+    size_t next = 0;
+};
+
+Memo *g_memo = nullptr;
+std::once_flag g_memo_once;
+
+// A forked child may have forked while another thread held the lock: it
+// starts from an empty memo (the parent's is left as it was).
+void memo_after_fork_child() { g_memo = new Memo; }
+
+Memo &memo() {
+    std::call_once(g_memo_once, [] {
+        g_memo = new Memo;
+        pthread_atfork(nullptr, nullptr, memo_after_fork_child);
+    });
+    return *g_memo;
+}
 
 // The tensor's version, or false when it cannot be keyed (inference tensors
 // have no version counter; tensors without storage).
@@ -74,17 +93,19 @@ void index_checked_note(const at::Tensor &idx, const IndexCheck &check) {
     }
     e.version = version;
     e.check = check;
-    std::lock_guard<std::mutex> lock(g_mu);
-    g_entries[g_next] = std::move(e);
-    g_next = (g_next + 1) % kEntries;
+    Memo &m = memo();
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.entries[m.next] = std::move(e);
+    m.next = (m.next + 1) % kEntries;
 }
 
 bool index_checked_covers(const at::Tensor &idx, const IndexCheck &need) {
     uint32_t version;
     if (!key_of(idx, &version)) return false;
     const c10::StorageImpl *storage = idx.storage().unsafeGetStorageImpl();
-    std::lock_guard<std::mutex> lock(g_mu);
-    for (const Entry &e : g_entries) {
+    Memo &m = memo();
+    std::lock_guard<std::mutex> lock(m.mu);
+    for (const Entry &e : m.entries) {
         if (e.version != version || !within(e.check, need) || !same_elements(e, idx)) continue;
         // Alive and the same storage: a freed one expired, so an address
         // reused by a later storage is never taken for the checked one.
