@@ -1,6 +1,6 @@
 // aten/index.cpp - indexing and data-movement ops on neuron (index,
 // index_put, index_select, gather, scatter*, index_add, index_copy, masked_fill,
-// masked_select, nonzero, cat, slice_backward, embedding_dense_backward), run by libtrn's
+// masked_select, nonzero, cat, slice_backward, embedding and its dense backward), run by libtrn's
 // trn/index.h kernels. PyTorch's own helpers decide shapes and layouts
 // (expandTensors / the AdvancedIndex restriding, the scatter/gather shape
 // checks, TensorIterator for broadcasting and dimension coalescing); this
@@ -9,7 +9,8 @@
 // Index errors: kernels check every index and fail their task; ops that
 // check indices synchronize after the launch so the error is raised at the
 // call, with the exception type PyTorch CPU raises (IndexError for
-// index/index_put/index_select(dim 0), RuntimeError otherwise).
+// index/index_put/index_select(dim 0), RuntimeError otherwise). The embedding
+// backward skips that wait for indices its forward checked (index_checked.h).
 // Dtypes libtrn cannot handle (or shapes beyond TRN_INDEX_MAX_*) fall back
 // to the CPU.
 #include <ATen/Dispatch_v2.h>
@@ -22,6 +23,7 @@
 #include <ATen/native/IndexingUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/ScatterGatherChecks.h>
+#include <ATen/ops/embedding_native.h>
 #include <ATen/native/TensorAdvancedIndexingUtils.h>
 #include <ATen/ops/cat_meta.h>
 #include <ATen/ops/gather_meta.h>
@@ -40,6 +42,7 @@
 
 #include "fallback/cpu_fallback.h"
 #include "runtime/device.h"
+#include "aten/index_checked.h"
 #include "aten/meta.h"
 #include "observe/op_tracking.h"
 #include "trn/slice_backward.h"
@@ -365,7 +368,10 @@ Tensor &index_select_out(const Tensor &self, int64_t dim, const Tensor &index, T
     l.dims = {static_cast<int>(dim)};
     const Err kind = dim == 0 ? Err::IndexSelect0 : Err::IndexSelectN;
     launch_iter(iter, self.scalar_type(), 1, 2, l, kind);
-    if (iter.numel() != 0) sync_checked(stream_of(self), kind);
+    if (iter.numel() != 0) {
+        sync_checked(stream_of(self), kind);
+        index_checked_note(index, {IndexCheck::Kind::Index, self1.size(dim)});
+    }
     tracking::record_executed("aten::index_select");
     return out;
 }
@@ -377,8 +383,10 @@ Tensor index_select(const Tensor &self, int64_t dim, const Tensor &index) {
 
 // out = self; out[..., index[i], ...] += alpha * source[..., i, ...], or with
 // `copy`, = source[..., i, ...] (index_copy: a static KV cache's update).
+// `checked`: a synchronized check already proved `index` in range
+// (index_checked.h), so the launch is not waited for.
 bool index_add_run(const Tensor &self, int64_t dim, const Tensor &index, const Tensor &source,
-                   const Scalar &alpha, const Tensor &out, bool copy) {
+                   const Scalar &alpha, const Tensor &out, bool copy, bool checked = false) {
     dim = at::maybe_wrap_dim(dim, self.dim());
     check_index_vector("index_add_", index);
     TORCH_CHECK(index.numel() == (source.dim() == 0 ? 1 : source.size(dim)),
@@ -425,7 +433,7 @@ bool index_add_run(const Tensor &self, int64_t dim, const Tensor &index, const T
     l.dims = {static_cast<int>(dim)};
     const Err kind = copy ? Err::IndexCopy : Err::Runtime;
     launch_iter(iter, self.scalar_type(), 1, 2, l, kind);
-    sync_checked(stream_of(self), kind);
+    if (!checked) sync_checked(stream_of(self), kind);
     return true;
 }
 
@@ -917,6 +925,18 @@ void fill_zero(const Tensor &t) {
     launch_iter(iter, t.scalar_type(), -1, 1, l);
 }
 
+// ATen's embedding (index_select of the flattened indices), noting the
+// indices as the caller passed them checked: a non-contiguous index tensor
+// is flattened into a copy, and the backward flattens it into another.
+Tensor embedding(const Tensor &weight, const Tensor &indices, c10::SymInt padding_idx,
+                 bool scale_grad_by_freq, bool sparse) {
+    Tensor out = at::native::embedding_symint(weight, indices, std::move(padding_idx),
+                                              scale_grad_by_freq, sparse);
+    if (weight.dim() == 2 && indices.numel() != 0)
+        index_checked_note(indices, {IndexCheck::Kind::Index, weight.size(0)});
+    return out;
+}
+
 Tensor embedding_dense_backward(const Tensor &grad, const Tensor &indices, int64_t num_weights,
                                 int64_t padding_idx, bool scale_grad_by_freq) {
     if (scale_grad_by_freq || !native(grad.scalar_type()) || grad.is_complex() ||
@@ -926,10 +946,13 @@ Tensor embedding_dense_backward(const Tensor &grad, const Tensor &indices, int64
     const int64_t width = grad.size(-1);
     Tensor weight = at::empty({num_weights, width}, grad.options());
     fill_zero(weight);
+    // The embedding's forward checked these indices against the weight's rows
+    // unless they were written since or come from elsewhere.
+    const bool checked = index_checked_covers(indices, {IndexCheck::Kind::Index, num_weights});
     Tensor flat_idx = indices.reshape({-1});
     Tensor flat_grad = grad.reshape({flat_idx.numel(), width});
     if (flat_idx.numel() > 0)
-        TORCH_CHECK(index_add_run(weight, 0, flat_idx, flat_grad, 1, weight, false),
+        TORCH_CHECK(index_add_run(weight, 0, flat_idx, flat_grad, 1, weight, false, checked),
                     "embedding_dense_backward: unsupported input");
     if (padding_idx >= 0 && padding_idx < num_weights) fill_zero(weight.select(0, padding_idx));
     tracking::record_executed("aten::embedding_dense_backward");
@@ -961,6 +984,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl("cat", TORCH_FN(cat));
     m.impl("cat.out", TORCH_FN(cat_out));
     m.impl("slice_backward", TORCH_FN(slice_backward));
+    m.impl("embedding", TORCH_FN(embedding));
     m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));
 }
 

@@ -13,6 +13,7 @@
 
 #include <tuple>
 
+#include "aten/index_checked.h"
 #include "fallback/cpu_fallback.h"
 #include "runtime/generator.h"
 #include "runtime/device.h"
@@ -261,6 +262,7 @@ void nll_forward_run(const Tensor &self, const Tensor &target, const Tensor &wei
     d.total_weight = total_weight.data_ptr();
     trn_stream *s = stream_of(self);
     sync_targets(s, trn_nll_loss_launch(s, &d));
+    index_checked_note(t, {IndexCheck::Kind::Target, sh.classes, ignore_index});
     tracking::record_executed(name);
 }
 
@@ -319,7 +321,12 @@ Tensor nll_backward_run(const Tensor &grad_output, const Tensor &self, const Ten
     d.total_weight = tw.data_ptr();
     d.grad_input = grad_input.data_ptr();
     trn_stream *s = stream_of(self);
-    sync_targets(s, trn_nll_loss_backward_launch(s, &d));
+    // The forward checked this target (unless it was written since): its
+    // kernel still fails on a bad one, reported at the next synchronize.
+    if (index_checked_covers(t, {IndexCheck::Kind::Target, sh.classes, ignore_index}))
+        TRN_CHECK(trn_nll_loss_backward_launch(s, &d));
+    else
+        sync_targets(s, trn_nll_loss_backward_launch(s, &d));
     tracking::record_executed(name);
     return grad_input;
 }
