@@ -368,10 +368,7 @@ Tensor &index_select_out(const Tensor &self, int64_t dim, const Tensor &index, T
     l.dims = {static_cast<int>(dim)};
     const Err kind = dim == 0 ? Err::IndexSelect0 : Err::IndexSelectN;
     launch_iter(iter, self.scalar_type(), 1, 2, l, kind);
-    if (iter.numel() != 0) {
-        sync_checked(stream_of(self), kind);
-        index_checked_note(index, {IndexCheck::Kind::Index, self1.size(dim)});
-    }
+    if (iter.numel() != 0) sync_checked(stream_of(self), kind);
     tracking::record_executed("aten::index_select");
     return out;
 }
@@ -927,7 +924,8 @@ void fill_zero(const Tensor &t) {
 
 // ATen's embedding (index_select of the flattened indices), noting the
 // indices as the caller passed them checked: a non-contiguous index tensor
-// is flattened into a copy, and the backward flattens it into another.
+// is flattened into a copy, and the backward flattens it into another. The
+// only note: index_select itself notes nothing (nothing else reads it).
 Tensor embedding(const Tensor &weight, const Tensor &indices, c10::SymInt padding_idx,
                  bool scale_grad_by_freq, bool sparse) {
     Tensor out = at::native::embedding_symint(weight, indices, std::move(padding_idx),
