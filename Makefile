@@ -64,7 +64,7 @@ test-c-tsan: deps
 # The whole suite (worker-thread streams, the default); then tensor and fallback
 # tests (and compiled graphs) with device memory unreadable from host code
 # outside kernels (catches any host-side access); then tensor, stream, profiler and Adaptive Eager
-# tests with inline streams (launches run on the calling thread; Adaptive Eager's timed trial runs only there).
+# tests with inline streams (launches run on the calling thread; Adaptive Eager's trials are timed on the host there).
 test-py: build
 	$(PY) -m pytest -q tests
 	TORCH_NEURONX_DEBUG_PROTECT_MEMORY=1 $(PY) -m pytest -q tests/test_tensors.py tests/test_fallback.py tests/test_fallback_aliasing.py \

@@ -47,8 +47,8 @@ trn_status trn_stream_get_default(int device, trn_stream **stream);
 // Next stream of the device's pool (round-robin); priority is recorded only.
 trn_status trn_stream_create(int device, int priority, trn_stream **stream);
 // Execution mode chosen at initialisation: true when streams run their tasks
-// on worker threads (TORCH_NEURONX_ENABLE_ASYNC_NRT=1), false when
-// launches run them inline (the default).
+// on worker threads (TORCH_NEURONX_ENABLE_ASYNC_NRT=1, the default), false
+// when launches run them inline (=0).
 bool trn_stream_async_enabled(void);
 
 // Stream by (device, id) as PyTorch's c10::Stream stores it.

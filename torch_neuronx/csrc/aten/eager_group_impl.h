@@ -26,6 +26,7 @@
 
 #include "aten/eager_group.h"
 #include "trn/compiler.h"
+#include "trn/stream.h"
 
 namespace neuron::eager_group::detail {
 
@@ -182,6 +183,16 @@ struct Entry {
     std::atomic<int> choice{Trial};
     int trials = 0;
     int64_t best_fused_ns = INT64_MAX, best_unfused_ns = INT64_MAX;
+    // Worker-thread streams: a timed run's launches return before they ran,
+    // so two timing events around them measure the stream's side, and the
+    // trial is scored at a later run of the pattern once both completed.
+    trn_event *trial_start = nullptr, *trial_end = nullptr;
+    bool trial_pending = false, trial_fused = false;
+    int64_t trial_host_ns = 0;  // the timed run's host time (fused: with recording)
+    Entry() = default;
+    Entry(const Entry &) = delete;
+    Entry &operator=(const Entry &) = delete;
+    ~Entry();
 };
 
 struct Settings {
