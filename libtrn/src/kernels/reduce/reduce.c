@@ -981,11 +981,15 @@ typedef struct split_ctx {
     run_fn fn;
     int k;          // the outer dim split
     size_t header;  // bytes of reduce_args to copy
+    int64_t unit;   // items of dim k per parallel_for item
 } split_ctx;
 
 static void split_piece(void *ctx, int64_t b, int64_t e) {
     const split_ctx *c = ctx;
     const reduce_args *a = c->a;
+    const int64_t n = OSIZE(a)[c->k];
+    b *= c->unit;
+    e = e * c->unit < n ? e * c->unit : n;
     reduce_args sub;
     memcpy(&sub, a, c->header);
     OSIZE(&sub)[c->k] = e - b;
@@ -1012,10 +1016,15 @@ static trn_status reduce_run(const void *args) {
         return TRN_SUCCESS;
     }
     const int64_t work = (nout / os[k]) * (a->count > 0 ? a->count : 1);
+    // Column loops get whole register strips: a piece of 32 columns (a
+    // 4096x256 sum(0) cut into 8) ran the stack-array loop, not the strips.
+    const int64_t unit = a->column && k == a->n_outer - 1 ? COL_STRIP : 1;
     split_ctx c = {a, fn, k,
                    offsetof(reduce_args, dims) +
-                       (size_t)(4 * a->n_outer + 2 * a->n_inner) * sizeof(int64_t)};
-    trn_parallel_for(os[k], par_grain(work), split_piece, &c);
+                       (size_t)(4 * a->n_outer + 2 * a->n_inner) * sizeof(int64_t),
+                   unit};
+    trn_parallel_for((os[k] + unit - 1) / unit, (par_grain(work) + unit - 1) / unit, split_piece,
+                     &c);
     return TRN_SUCCESS;
 }
 
