@@ -265,6 +265,57 @@ def test_large_sum_matches_cpu():
     _check(lambda t: t.sum(1), m, rtol=1e-5, atol=1e-4)
 
 
+# Shapes of libtrn's register column loop (sum/mean over dim 0 of float32
+# and bfloat16, 64-column strips, 2048-column chunks, rows in blocks of the
+# cascade's step): bias-gradient sizes, a width crossing a chunk, rows
+# crossing the cascade's flushes, a padded (strided) row.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    "shape", [(512, 768), (33, 4160), (4097, 256), (300, 2048 + 64), (1, 64)], ids=str
+)
+def test_column_sums_match_cpu_bits_and_float64(dtype, shape):
+    g = torch.Generator().manual_seed(shape[0] * 7 + shape[1])
+    x = (torch.randn(shape, generator=g) * (1 + 100 * (torch.rand(shape, generator=g) < 0.1))).to(
+        dtype
+    )
+    ref = x.double().sum(0)
+    views = [x, torch.cat([x, x[:, :3]], 1)[:, : shape[1]]]  # contiguous, rows padded
+    for v in views:
+        for op in ("sum", "mean"):
+            want = getattr(v, op)(0)
+            torch_neuronx.clear_op_tracking()
+            got = getattr(v.to("neuron"), op)(0).cpu()
+            assert torch_neuronx.get_fallback_ops() == []
+            # Same cascade as CPU's column sum: the same bits.
+            assert torch.equal(got, want), (op, v.stride())
+        got = v.to("neuron").sum(0).cpu().double()
+        cpu_err = (v.sum(0).double() - ref).abs().max().item()
+        assert (got - ref).abs().max().item() <= cpu_err
+
+
+# Row sums end each leaf of 32 lanes with a pairwise tree, in vector
+# registers for float and double sums: lengths around the lanes, a leaf
+# with a tail, two leaves; against CPU and float64.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 256, 1000, 2049, 4096])
+def test_row_sums_lane_tree(dtype, n):
+    g = torch.Generator().manual_seed(n)
+    x = (torch.randn(64, n, generator=g, dtype=torch.float64) * 100 + 1).to(dtype)
+    ref = x.double().sum(-1)
+    for op in ("sum", "mean"):
+        tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+        _check(lambda t: getattr(t, op)(-1), x, rtol=tol, atol=tol * ref.abs().max().item())
+    got = x.to("neuron").sum(-1).cpu().double()
+    cpu_err = (x.sum(-1).double() - ref).abs().max().item()
+    if dtype == torch.float32:  # both accumulate in float32: errors of the same size
+        assert (got - ref).abs().max().item() <= 4 * cpu_err + 1e-6 * ref.abs().max().item()
+    var = x.to("neuron").var(-1).cpu() if n > 1 else None
+    if var is not None:
+        torch.testing.assert_close(
+            var, x.var(-1), rtol=1e-2 if dtype == torch.bfloat16 else 1e-5, atol=1e-3
+        )
+
+
 def test_dtype_argument_and_promotion():
     x = _sample(torch.int32)
     _check(lambda t: t.sum(1), x)  # int32 -> int64

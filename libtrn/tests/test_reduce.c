@@ -553,33 +553,58 @@ static float sum_cascade(const float *x, int64_t rows, int64_t rs, int64_t step)
 // Every column of float32 sums over rows (strips of 64 columns and the
 // column loop for the rest) must be the cascade's bits: rows cross each
 // level's flush (16, 256, 4096 and its multiples), past four levels of 16
-// (2^19 + 1 rows flush every 32), widths cross the strips, rows padded
-// (stride > width) too.
+// (2^19 + 1 rows flush every 32), widths cross the strips and the
+// register loop's 2048-column chunks (and the threads' pieces), rows padded
+// (stride > width) too. bfloat16 sums are the same cascade over the widened
+// values, rounded once; means are the float32 sums divided in float.
 static void test_sum_columns_order(void) {
     static const struct {
         int64_t rows, cols, step;
-    } cases[] = {{1, 8, 16},           {15, 64, 16},           {16, 100, 16},   {17, 200, 16},
-                 {257, 768, 16},       {300, 64, 16},          {4096, 100, 16}, {4100, 768, 16},
-                 {65536 + 17, 72, 16}, {(1 << 19) + 1, 72, 32}};
+    } cases[] = {{1, 8, 16},          {15, 64, 16},         {16, 100, 16},
+                 {17, 200, 16},       {257, 768, 16},       {300, 64, 16},
+                 {4096, 100, 16},     {4100, 768, 16},      {600, 2048 + 3 * 64 + 5, 16},
+                 {33, 4096 + 64, 16}, {65536 + 17, 72, 16}, {(1 << 19) + 1, 72, 32}};
     unsigned seed = 7;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
         for (int pad = 0; pad < 2; pad++) {
             const int64_t r = cases[ci].rows, c = cases[ci].cols, rs = c + 3 * pad;
             float *x = malloc(sizeof(float) * (size_t)(r * rs)), *got = malloc(4 * (size_t)c);
-            CHECK(x != NULL && got != NULL);
-            for (int64_t i = 0; i < r * rs; i++)
+            float *xw = malloc(sizeof(float) * (size_t)(r * rs));
+            uint16_t *xh = malloc(2 * (size_t)(r * rs)), *goth = malloc(2 * (size_t)c);
+            CHECK(x != NULL && got != NULL && xw != NULL && xh != NULL && goth != NULL);
+            for (int64_t i = 0; i < r * rs; i++) {
                 x[i] = (float)(frand(&seed) * (i % 5 == 0 ? 1000.0 : 1.0));
-            reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_F32, TRN_DTYPE_F32, x,
-                     sizeof(float) * (size_t)(r * rs), r, c, rs, 1, 1, 0, got, 4 * (size_t)c, NULL,
-                     TRN_SUCCESS);
+                xh[i] = trn_float_to_bf16(x[i]);
+                xw[i] = trn_bf16_to_float(xh[i]);
+            }
+            const size_t in_bytes = sizeof(float) * (size_t)(r * rs);
+            reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_F32, TRN_DTYPE_F32, x, in_bytes, r, c, rs, 1, 1, 0,
+                     got, 4 * (size_t)c, NULL, TRN_SUCCESS);
             int bad = 0;
             for (int64_t j = 0; j < c; j++) {
                 const float want = sum_cascade(x + j, r, rs, cases[ci].step);
                 bad += memcmp(&want, &got[j], 4) != 0;
             }
             CHECK_INT(bad, 0);
+            reduce2d(TRN_REDUCE_MEAN, TRN_DTYPE_F32, TRN_DTYPE_F32, x, in_bytes, r, c, rs, 1, 1, 0,
+                     got, 4 * (size_t)c, NULL, TRN_SUCCESS);
+            bad = 0;
+            for (int64_t j = 0; j < c; j++) {
+                const float want = sum_cascade(x + j, r, rs, cases[ci].step) / (float)r;
+                bad += memcmp(&want, &got[j], 4) != 0;
+            }
+            CHECK_INT(bad, 0);
+            reduce2d(TRN_REDUCE_SUM, TRN_DTYPE_BF16, TRN_DTYPE_BF16, xh, in_bytes / 2, r, c, rs, 1,
+                     1, 0, goth, 2 * (size_t)c, NULL, TRN_SUCCESS);
+            bad = 0;
+            for (int64_t j = 0; j < c; j++)
+                bad += trn_float_to_bf16(sum_cascade(xw + j, r, rs, cases[ci].step)) != goth[j];
+            CHECK_INT(bad, 0);
             free(x);
             free(got);
+            free(xw);
+            free(xh);
+            free(goth);
         }
 }
 

@@ -31,6 +31,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "../kit/dims.h"
 #include "../kit/launch.h"
@@ -75,6 +78,8 @@ typedef struct reduce_args {
 } reduce_args;
 
 _Static_assert(sizeof(reduce_args) <= TRN_TASK_MAX_ARGS, "reduce args too large");
+
+typedef void (*run_fn)(const reduce_args *a);
 
 #define OSIZE(a) ((a)->dims)
 #define OSTR_IN(a) ((a)->dims + (a)->n_outer)
@@ -224,9 +229,64 @@ static int par_segments(int64_t off, int64_t n, int depth, par_seg *out, int k) 
         const CT x = (CT)LD(xs[i]);                                                                \
         acc[j] = COMB(acc[j], (A)(MAP));                                                           \
     }                                                                                              \
+    LANE_TREE_##COMB(A, COMB, acc)
+
+// The LANES accumulators combined pairwise: acc[j] = COMB(acc[j], acc[j + w])
+// for w = LANES/2 .. 1, then acc[0]. GCC ran that loop through the stack
+// with partial reloads of full-width stores (store-forwarding stalls, ~100
+// cycles a leaf: sum over the last dim of [4096, 256] float32 at 0.54x
+// CPU); float and double sums halve vectors in registers instead, the same
+// pairs in the same order (the same bits).
+#define LANE_TREE_LOOP(COMB, acc)                                                                  \
     for (int w = LANES / 2; w > 0; w /= 2)                                                         \
         for (int j = 0; j < w; j++) acc[j] = COMB(acc[j], acc[j + w]);                             \
     return acc[0];
+#define LANE_TREE_C_ADD(A, COMB, acc) return lane_add_##A(acc);
+#define LANE_TREE_C_MUL(A, COMB, acc) LANE_TREE_LOOP(COMB, acc)
+#define LANE_TREE_C_MAX(A, COMB, acc) LANE_TREE_LOOP(COMB, acc)
+#define LANE_TREE_C_MIN(A, COMB, acc) LANE_TREE_LOOP(COMB, acc)
+#define LANE_TREE_C_IMAX(A, COMB, acc) LANE_TREE_LOOP(COMB, acc)
+#define LANE_TREE_C_IMIN(A, COMB, acc) LANE_TREE_LOOP(COMB, acc)
+#define LANE_TREE_C_OR(A, COMB, acc) LANE_TREE_LOOP(COMB, acc)
+#define LANE_TREE_C_AND(A, COMB, acc) LANE_TREE_LOOP(COMB, acc)
+
+_Static_assert(LANES == 32, "lane_add_float/double halve 32 lanes");
+typedef float v16f_t __attribute__((vector_size(64)));
+typedef float v8f_t __attribute__((vector_size(32)));
+typedef float v4f_t __attribute__((vector_size(16)));
+typedef double v8d_t __attribute__((vector_size(64)));
+typedef double v4d_t __attribute__((vector_size(32)));
+typedef double v2d_t __attribute__((vector_size(16)));
+
+static inline float lane_add_float(const float *acc) {
+    v16f_t lo, hi;
+    memcpy(&lo, acc, sizeof lo);
+    memcpy(&hi, acc + 16, sizeof hi);
+    const v16f_t s16 = lo + hi;  // acc[j] + acc[j + 16]
+    const v8f_t s8 = __builtin_shufflevector(s16, s16, 0, 1, 2, 3, 4, 5, 6, 7) +
+                     __builtin_shufflevector(s16, s16, 8, 9, 10, 11, 12, 13, 14, 15);
+    const v4f_t s4 =
+        __builtin_shufflevector(s8, s8, 0, 1, 2, 3) + __builtin_shufflevector(s8, s8, 4, 5, 6, 7);
+    const float s2[2] = {s4[0] + s4[2], s4[1] + s4[3]};
+    return s2[0] + s2[1];
+}
+
+static inline double lane_add_double(const double *acc) {
+    v8d_t a, b, c, d;
+    memcpy(&a, acc, sizeof a);
+    memcpy(&b, acc + 8, sizeof b);
+    memcpy(&c, acc + 16, sizeof c);
+    memcpy(&d, acc + 24, sizeof d);
+    const v8d_t lo = a + c, hi = b + d;  // acc[j] + acc[j + 16], j < 8 and 8 <= j < 16
+    const v8d_t s8 = lo + hi;            // + 8
+    const v4d_t s4 =
+        __builtin_shufflevector(s8, s8, 0, 1, 2, 3) + __builtin_shufflevector(s8, s8, 4, 5, 6, 7);
+    const v2d_t s2 = __builtin_shufflevector(s4, s4, 0, 1) + __builtin_shufflevector(s4, s4, 2, 3);
+    return s2[0] + s2[1];
+}
+
+// Integer sums are exact in any order: the loop.
+static inline uint64_t lane_add_uint64_t(uint64_t *acc) { LANE_TREE_LOOP(C_ADD, acc) }
 
 // DEFINE_MC with a select fast path for the NaN-propagating max/min (COMB):
 // SEL(acc, x) is the plain compare-select `acc > x ? acc : x` (one vmaxps,
@@ -476,105 +536,157 @@ INT_DTYPES(DEFINE_INT_KINDS)
     MC(normp_##N, T, C, C, LD, (C)pow((double)(x < 0 ? -x : x), p), C_ADD, 0, FIN_POW, STORE_F)
 FLOAT_DTYPES(DEFINE_FLOAT_KINDS)
 
-// ---- float32 column sums in registers ----------------------------------------------
-// sum over an outer dim of float32 (bias gradients: sum(0) of [512, 768]):
-// the column loop above keeps its accumulators in a stack array, so each
-// row costs a load, an add and a store per vector and the accumulators'
-// store-to-load chain runs from row to row. Here strips of COL_STRIP
-// columns keep theirs in registers across the rows. Per column the
-// additions are the column loop's, in its cascade order (column_step), so
-// the results are the same bits.
+// ---- float32 / bfloat16 column sums in registers -----------------------------------
+// sum and mean over an outer dim (bias gradients: sum(0) of [512, 768]): the
+// column loop above keeps its accumulators in a stack array, so each row
+// costs a load, an add and a store per vector. Here the cascade's level 0
+// (the `step` rows between two flushes) stays in registers, COL_STRIP
+// columns at a time, and levels 1..3 live in an array per chunk of
+// COL_CHUNK columns, touched once per `step` rows.
+// The rows are taken a block of `step` at a time across the whole chunk
+// (block-major). Session 37's strips ran down all the rows of 64 columns
+// before the next 64: at 4096 columns each row was a new 4 KiB page read
+// for 256 bytes, so every row missed the TLB and no prefetcher followed
+// (sum(0) of 4096x4096 at 0.52-0.87x CPU); block-major reads `step` rows
+// side by side, each sequentially.
+// Per column the additions are the column loop's, in its cascade order
+// (column_step), so the results are the same bits (bfloat16 widens exactly).
 typedef float v8f __attribute__((vector_size(32)));
+typedef uint16_t v8h __attribute__((vector_size(16)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
 #define COL_STRIP 64
+#define COL_CHUNK 2048
 
-static inline v8f ld8(const float *p) {
+static inline v8f ld8_f32(const float *p) {
     v8f v;
     memcpy(&v, p, sizeof v);
     return v;
 }
 
-// Sums the COL_STRIP columns at x over `rows` rows rs elements apart into s.
-static void sum_f32_strip(const float *restrict x, int64_t rows, int64_t rs, float *restrict s) {
-    v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
-    v8f mid[8], tot[8], top[8];
-    for (int k = 0; k < 8; k++) mid[k] = tot[k] = top[k] = (v8f){0};
-    const int64_t step = column_step(rows);
-    int64_t flushes = 0, flushes2 = 0;
-    for (int64_t r = 0; r < rows;) {
-        const int64_t n = rows - r < step ? rows - r : step;
-        for (int64_t i = 0; i < n; i++, x += rs) {
-            a0 += ld8(x);
-            a1 += ld8(x + 8);
-            a2 += ld8(x + 16);
-            a3 += ld8(x + 24);
-            a4 += ld8(x + 32);
-            a5 += ld8(x + 40);
-            a6 += ld8(x + 48);
-            a7 += ld8(x + 56);
-        }
-        r += n;
-        if (n < step) break;
-        mid[0] += a0;
-        mid[1] += a1;
-        mid[2] += a2;
-        mid[3] += a3;
-        mid[4] += a4;
-        mid[5] += a5;
-        mid[6] += a6;
-        mid[7] += a7;
-        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = (v8f){0};
-        if (++flushes == step) {
-            flushes = 0;
-            for (int k = 0; k < 8; k++) {
-                tot[k] += mid[k];
-                mid[k] = (v8f){0};
-            }
-            if (++flushes2 == step) {
-                flushes2 = 0;
-                for (int k = 0; k < 8; k++) {
-                    top[k] += tot[k];
-                    tot[k] = (v8f){0};
-                }
-            }
-        }
-    }
-    const v8f acc[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
-    for (int k = 0; k < 8; k++) {
-        const v8f v = top[k] + (tot[k] + (mid[k] + acc[k]));
-        memcpy(s + 8 * k, &v, sizeof v);
+static inline void st8_f32(float *p, v8f v) { memcpy(p, &v, sizeof v); }
+
+// bfloat16 -> float32 is the 16 bits shifted into the high half (exact).
+// GCC 12 splits __builtin_convertvector(v8h -> v8u) into two 128-bit
+// widenings and an insert (the strip ran at 0.7x the stack-array column
+// loop), so every level (all have AVX2) takes the one vpmovzxwd.
+#if defined(__AVX2__)
+static inline v8f ld8_bf16(const uint16_t *p) {
+    const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return (v8f)_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+#else
+static inline v8f ld8_bf16(const uint16_t *p) {
+    v8h h;
+    memcpy(&h, p, sizeof h);
+    const v8u u = __builtin_convertvector(h, v8u) << 16;
+    v8f v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+#endif
+
+// dst += src; src = 0 over w floats (one flush of a cascade level).
+static void col_flush(float *restrict dst, float *restrict src, int64_t w) {
+    for (int64_t j = 0; j < w; j++) {
+        dst[j] += src[j];
+        src[j] = 0;
     }
 }
 
-// sum_f32_run, with the column shape of one reduced dim in register strips.
-static void sum_f32_col_run(const reduce_args *a) {
-    const int no = a->n_outer;
-    const int64_t *os = OSIZE(a), *osi = OSTR_IN(a), *oso = OSTR_OUT(a);
-    const int64_t wtot = os[no - 1];
-    if (!a->column || a->n_inner != 1 || wtot < COL_STRIP) {
-        sum_f32_run(a);
-        return;
+// N##_strip(x, n, rs, acc): the sums of n rows (rs elements apart) of the
+// COL_STRIP columns at x, in eight registers (level 0 of the cascade).
+// N##_chunk(x, rows, rs, w, lev, s): s[0..w) = the cascade sums of w columns
+// (a multiple of COL_STRIP) over `rows` rows; lev holds 3 * w floats.
+#define DEFINE_COL_SUM(N, T, LD8)                                                                  \
+    static inline void N##_strip(const T *restrict x, int64_t n, int64_t rs, v8f acc[8]) {         \
+        v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};        \
+        for (int64_t i = 0; i < n; i++, x += rs) {                                                 \
+            a0 += LD8(x);                                                                          \
+            a1 += LD8(x + 8);                                                                      \
+            a2 += LD8(x + 16);                                                                     \
+            a3 += LD8(x + 24);                                                                     \
+            a4 += LD8(x + 32);                                                                     \
+            a5 += LD8(x + 40);                                                                     \
+            a6 += LD8(x + 48);                                                                     \
+            a7 += LD8(x + 56);                                                                     \
+        }                                                                                          \
+        acc[0] = a0;                                                                               \
+        acc[1] = a1;                                                                               \
+        acc[2] = a2;                                                                               \
+        acc[3] = a3;                                                                               \
+        acc[4] = a4;                                                                               \
+        acc[5] = a5;                                                                               \
+        acc[6] = a6;                                                                               \
+        acc[7] = a7;                                                                               \
+    }                                                                                              \
+    static void N##_chunk(const T *restrict x, int64_t rows, int64_t rs, int64_t w,                \
+                          float *restrict lev, float *restrict s) {                                \
+        float *mid = lev, *tot = lev + w, *top = lev + 2 * w;                                      \
+        memset(lev, 0, sizeof(float) * (size_t)(3 * w));                                           \
+        const int64_t step = column_step(rows);                                                    \
+        int64_t r = 0, flushes = 0, flushes2 = 0;                                                  \
+        v8f acc[8];                                                                                \
+        for (; rows - r >= step; r += step, x += step * rs) {                                      \
+            for (int64_t j = 0; j < w; j += COL_STRIP) {                                           \
+                N##_strip(x + j, step, rs, acc);                                                   \
+                for (int k = 0; k < 8; k++)                                                        \
+                    st8_f32(mid + j + 8 * k, ld8_f32(mid + j + 8 * k) + acc[k]);                   \
+            }                                                                                      \
+            if (++flushes < step) continue;                                                        \
+            flushes = 0;                                                                           \
+            col_flush(tot, mid, w);                                                                \
+            if (++flushes2 < step) continue;                                                       \
+            flushes2 = 0;                                                                          \
+            col_flush(top, tot, w);                                                                \
+        }                                                                                          \
+        for (int64_t j = 0; j < w; j += COL_STRIP) {                                               \
+            N##_strip(x + j, rows - r, rs, acc);                                                   \
+            for (int k = 0; k < 8; k++) {                                                          \
+                const int64_t c = j + 8 * k;                                                       \
+                st8_f32(s + c,                                                                     \
+                        ld8_f32(top + c) + (ld8_f32(tot + c) + (ld8_f32(mid + c) + acc[k])));      \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    /* sum_N_run / mean_N_run, with the column shape of one reduced dim in */                      \
+    /* register strips. */                                                                         \
+    static void N##_col_run(const reduce_args *a) {                                                \
+        const int mean = a->op == TRN_REDUCE_MEAN;                                                 \
+        const run_fn loop = mean ? mean_##N##_run : sum_##N##_run;                                 \
+        const int no = a->n_outer;                                                                 \
+        const int64_t *os = OSIZE(a), *osi = OSTR_IN(a), *oso = OSTR_OUT(a);                       \
+        const int64_t wtot = os[no - 1];                                                           \
+        if (!a->column || a->n_inner != 1 || wtot < COL_STRIP) {                                   \
+            loop(a);                                                                               \
+            return;                                                                                \
+        }                                                                                          \
+        const T *in = (const T *)(const void *)a->in;                                              \
+        const int64_t rows = ISIZE(a)[0], rs = ISTR(a)[0], oes = esize(a->out_dtype);              \
+        const int64_t wfast = wtot / COL_STRIP * COL_STRIP;                                        \
+        int64_t oidx[TRN_MAX_DIMS] = {0}, ioff = 0, ooff = 0;                                      \
+        float lev[3 * COL_CHUNK], s[COL_CHUNK];                                                    \
+        do {                                                                                       \
+            for (int64_t j0 = 0; j0 < wfast; j0 += COL_CHUNK) {                                    \
+                const int64_t w = wfast - j0 < COL_CHUNK ? wfast - j0 : COL_CHUNK;                 \
+                N##_chunk(in + ioff + j0, rows, rs, w, lev, s);                                    \
+                for (int64_t j = 0; j < w; j++) {                                                  \
+                    /* FIN_MEAN's division, in float */                                            \
+                    const float v = mean ? s[j] / (float)a->count : s[j];                          \
+                    store_f(a->out_dtype, a->out + (ooff + j0 + j) * oes, (double)v);              \
+                }                                                                                  \
+            }                                                                                      \
+        } while (trn_kit_odo_next(no - 1, os, oidx, osi, &ioff, oso, &ooff, NULL, NULL));          \
+        if (wfast == wtot) return;                                                                 \
+        /* The last columns: the column loop on a launch narrowed to them. */                      \
+        reduce_args tail;                                                                          \
+        memcpy(&tail, a, offsetof(reduce_args, dims) + (size_t)(4 * no + 2) * sizeof(int64_t));    \
+        OSIZE(&tail)[no - 1] = wtot - wfast;                                                       \
+        tail.in = a->in + wfast * (int64_t)sizeof(T);                                              \
+        tail.out = a->out + wfast * oes;                                                           \
+        loop(&tail);                                                                               \
     }
-    const float *in = (const float *)(const void *)a->in;
-    const int64_t rows = ISIZE(a)[0], rs = ISTR(a)[0], oes = esize(a->out_dtype);
-    const int64_t wfast = wtot / COL_STRIP * COL_STRIP;
-    int64_t oidx[TRN_MAX_DIMS] = {0}, ioff = 0, ooff = 0;
-    float s[COL_STRIP];
-    do {
-        for (int64_t j0 = 0; j0 < wfast; j0 += COL_STRIP) {
-            sum_f32_strip(in + ioff + j0, rows, rs, s);
-            for (int j = 0; j < COL_STRIP; j++)
-                store_f(a->out_dtype, a->out + (ooff + j0 + j) * oes, (double)s[j]);
-        }
-    } while (trn_kit_odo_next(no - 1, os, oidx, osi, &ioff, oso, &ooff, NULL, NULL));
-    if (wfast == wtot) return;
-    // The last columns: the column loop on a launch narrowed to them.
-    reduce_args tail;
-    memcpy(&tail, a, offsetof(reduce_args, dims) + (size_t)(4 * no + 2) * sizeof(int64_t));
-    OSIZE(&tail)[no - 1] = wtot - wfast;
-    tail.in = a->in + wfast * (int64_t)sizeof(float);
-    tail.out = a->out + wfast * oes;
-    sum_f32_run(&tail);
-}
+DEFINE_COL_SUM(f32, float, ld8_f32)
+DEFINE_COL_SUM(bf16, uint16_t, ld8_bf16)
 
 // ---- index reductions -------------------------------------------------------------
 // MAX/MIN/ARGMAX/ARGMIN: one output at a time; the index is row-major over
@@ -772,7 +884,6 @@ FLOAT_DTYPES(DEFINE_ARG_FLOAT)
 FLOAT_DTYPES(DEFINE_STATS)
 
 // ---- dispatch -----------------------------------------------------------------------
-typedef void (*run_fn)(const reduce_args *a);
 
 static int is_real(trn_dtype d) {
     return (unsigned)d < TRN_DTYPE_COUNT && d != TRN_DTYPE_C64 && d != TRN_DTYPE_C128;
@@ -780,7 +891,10 @@ static int is_real(trn_dtype d) {
 
 // The loop of (op, dtype); NULL when unsupported. NORM picks by p.
 static run_fn pick(trn_reduce_op op, trn_dtype d, double p) {
-    if (op == TRN_REDUCE_SUM && d == TRN_DTYPE_F32) return sum_f32_col_run;
+    if (op == TRN_REDUCE_SUM || op == TRN_REDUCE_MEAN) {
+        if (d == TRN_DTYPE_F32) return f32_col_run;
+        if (d == TRN_DTYPE_BF16) return bf16_col_run;
+    }
     switch (d) {
 #define INT_CASE(E, N, T, LO, HI)                                                                  \
     case E:                                                                                        \
@@ -867,11 +981,15 @@ typedef struct split_ctx {
     run_fn fn;
     int k;          // the outer dim split
     size_t header;  // bytes of reduce_args to copy
+    int64_t unit;   // items of dim k per parallel_for item
 } split_ctx;
 
 static void split_piece(void *ctx, int64_t b, int64_t e) {
     const split_ctx *c = ctx;
     const reduce_args *a = c->a;
+    const int64_t n = OSIZE(a)[c->k];
+    b *= c->unit;
+    e = e * c->unit < n ? e * c->unit : n;
     reduce_args sub;
     memcpy(&sub, a, c->header);
     OSIZE(&sub)[c->k] = e - b;
@@ -898,10 +1016,15 @@ static trn_status reduce_run(const void *args) {
         return TRN_SUCCESS;
     }
     const int64_t work = (nout / os[k]) * (a->count > 0 ? a->count : 1);
+    // Column loops get whole register strips: a piece of 32 columns (a
+    // 4096x256 sum(0) cut into 8) ran the stack-array loop, not the strips.
+    const int64_t unit = a->column && k == a->n_outer - 1 ? COL_STRIP : 1;
     split_ctx c = {a, fn, k,
                    offsetof(reduce_args, dims) +
-                       (size_t)(4 * a->n_outer + 2 * a->n_inner) * sizeof(int64_t)};
-    trn_parallel_for(os[k], par_grain(work), split_piece, &c);
+                       (size_t)(4 * a->n_outer + 2 * a->n_inner) * sizeof(int64_t),
+                   unit};
+    trn_parallel_for((os[k] + unit - 1) / unit, (par_grain(work) + unit - 1) / unit, split_piece,
+                     &c);
     return TRN_SUCCESS;
 }
 
