@@ -224,7 +224,8 @@ bool choose_fused(const Group &g, Entry &e, bool &timed) {
 // Worker-thread streams: marks the stream before a timed run's launches
 // (false: no events, the run goes untimed).
 bool start_stream_timing(Entry &e, trn_stream *s) {
-    if (e.trial_start == nullptr && trn_event_create(TRN_EVENT_TIMING, &e.trial_start) != TRN_SUCCESS) {
+    if (e.trial_start == nullptr &&
+        trn_event_create(TRN_EVENT_TIMING, &e.trial_start) != TRN_SUCCESS) {
         trn_clear_error();
         return false;
     }
