@@ -224,20 +224,13 @@ bool choose_fused(const Group &g, Entry &e, bool &timed) {
 // Worker-thread streams: marks the stream before a timed run's launches
 // (false: no events, the run goes untimed).
 bool start_stream_timing(Entry &e, trn_stream *s) {
-    if (e.trial_start == nullptr &&
-        trn_event_create(TRN_EVENT_TIMING, &e.trial_start) != TRN_SUCCESS) {
-        trn_clear_error();
-        return false;
-    }
-    if (e.trial_end == nullptr && trn_event_create(TRN_EVENT_TIMING, &e.trial_end) != TRN_SUCCESS) {
-        trn_clear_error();
-        return false;
-    }
-    if (trn_event_record(e.trial_start, s) != TRN_SUCCESS) {
-        trn_clear_error();
-        return false;
-    }
-    return true;
+    const bool ok = (e.trial_start != nullptr ||
+                     trn_event_create(TRN_EVENT_TIMING, &e.trial_start) == TRN_SUCCESS) &&
+                    (e.trial_end != nullptr ||
+                     trn_event_create(TRN_EVENT_TIMING, &e.trial_end) == TRN_SUCCESS) &&
+                    trn_event_record(e.trial_start, s) == TRN_SUCCESS;
+    if (!ok) trn_clear_error();
+    return ok;
 }
 
 uint64_t op_start_sig(const Group &g, const Op &op) {

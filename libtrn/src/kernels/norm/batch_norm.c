@@ -17,6 +17,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../kit/bf16_load.h"
 #include "norm_common.h"
 #include "trn/batch_norm.h"
 #include "trn/convert.h"
@@ -94,19 +95,9 @@ static inline trn__vec_d ld8_f64(const double *p) {
 
 static inline void st8_f64(double *p, trn__vec_d v) { memcpy(p, &v, sizeof v); }
 
-// With AVX-512: one vpmovzxwd from memory. GCC 12 compiled the generic
-// form into a 16-byte load, a byte shift, two 4-lane widenings and an
-// insert (perf: the sums' hottest instructions in the bf16 passes).
+// (kit/bf16_load.h: one vpmovzxwd from memory, then vcvtps2pd.)
 static inline trn__vec_d ld8_bf16(const uint16_t *p) {
-#if defined(__AVX512F__)
-    const __m256i u =
-        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16);
-    return (trn__vec_d)_mm512_cvtps_pd(_mm256_castsi256_ps(u));
-#else
-    bn_u16x8 h;
-    memcpy(&h, p, sizeof h);
-    return bn_widen(__builtin_convertvector(h, bn_u32x8) << 16);
-#endif
+    return bn_widen((bn_u32x8)trn__bf16_load8(p));
 }
 
 // float bits `u` (a U32 vector) to bfloat16 bits (a U16 vector of the same
@@ -144,21 +135,7 @@ static inline void st8_f16(uint16_t *p, trn__vec_d v) {
 typedef uint16_t bn_u16x16 __attribute__((vector_size(32)));
 typedef uint32_t bn_u32x16 __attribute__((vector_size(64)));
 
-// (AVX-512: one vpmovzxwd from memory; GCC 12 widened the generic form as
-// two halves and an insert, as ld8_bf16's.)
-static inline trn__vec_f vld16_bf16(const uint16_t *p) {
-#if defined(__AVX512F__)
-    return (trn__vec_f)_mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
-#else
-    bn_u16x16 h;
-    memcpy(&h, p, sizeof h);
-    const bn_u32x16 u = __builtin_convertvector(h, bn_u32x16) << 16;
-    trn__vec_f f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-#endif
-}
+static inline trn__vec_f vld16_bf16(const uint16_t *p) { return trn__bf16_load16(p); }
 
 // With AVX512-BF16 one vcvtneps2bf16 rounds the 16 lanes (the select form
 // above is about a dozen integer ops per vector, the larger part of the y /

@@ -35,6 +35,7 @@
 #include <immintrin.h>
 #endif
 
+#include "../kit/bf16_load.h"
 #include "../kit/dims.h"
 #include "../kit/launch.h"
 #include "trn/scalar.h"
@@ -552,8 +553,6 @@ FLOAT_DTYPES(DEFINE_FLOAT_KINDS)
 // Per column the additions are the column loop's, in its cascade order
 // (column_step), so the results are the same bits (bfloat16 widens exactly).
 typedef float v8f __attribute__((vector_size(32)));
-typedef uint16_t v8h __attribute__((vector_size(16)));
-typedef uint32_t v8u __attribute__((vector_size(32)));
 #define COL_STRIP 64
 #define COL_CHUNK 2048
 
@@ -565,25 +564,8 @@ static inline v8f ld8_f32(const float *p) {
 
 static inline void st8_f32(float *p, v8f v) { memcpy(p, &v, sizeof v); }
 
-// bfloat16 -> float32 is the 16 bits shifted into the high half (exact).
-// GCC 12 splits __builtin_convertvector(v8h -> v8u) into two 128-bit
-// widenings and an insert (the strip ran at 0.7x the stack-array column
-// loop), so every level (all have AVX2) takes the one vpmovzxwd.
-#if defined(__AVX2__)
-static inline v8f ld8_bf16(const uint16_t *p) {
-    const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
-    return (v8f)_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-#else
-static inline v8f ld8_bf16(const uint16_t *p) {
-    v8h h;
-    memcpy(&h, p, sizeof h);
-    const v8u u = __builtin_convertvector(h, v8u) << 16;
-    v8f v;
-    memcpy(&v, &u, sizeof v);
-    return v;
-}
-#endif
+// (kit/bf16_load.h: one vpmovzxwd from memory and a shift.)
+static inline v8f ld8_bf16(const uint16_t *p) { return trn__bf16_load8(p); }
 
 // dst += src; src = 0 over w floats (one flush of a cascade level).
 static void col_flush(float *restrict dst, float *restrict src, int64_t w) {
