@@ -99,7 +99,9 @@ static void test_transcendental_accuracy(void) {
         ref1 ref;
         double lo, hi, max_ulp, floor_abs;
     } cases[] = {
-        {TRN_EW_EXP, exp, -104, 89, 1, 0},
+        {TRN_EW_EXP, exp, -87, 89, 0.7, 0},
+        // Subnormal results: p (rounded) times 2^n rounds a second time.
+        {TRN_EW_EXP, exp, -104, -87, 1, 0},
         {TRN_EW_EXP2, exp2, -149, 128, 1, 0},
         {TRN_EW_EXPM1, expm1, -20, 88, 1, 0},
         {TRN_EW_EXPM1, expm1, -1e-3, 1e-3, 1, 0},
@@ -119,13 +121,14 @@ static void test_transcendental_accuracy(void) {
         {TRN_EW_SINH, sinh, -89, 89, 1, 0},
         {TRN_EW_SINH, sinh, -1e-3, 1e-3, 1, 0},
         {TRN_EW_COSH, cosh, -89, 89, 1, 0},
-        {TRN_EW_TANH, tanh, -20, 20, 1.5, 0},
+        {TRN_EW_TANH, tanh, -20, 20, 0.7, 0},
         {TRN_EW_TANH, tanh, -1e-3, 1e-3, 1, 0},
         // 1 / (1 + e^-x) in float, as ATen: e^-x overflows below -88.7.
         {TRN_EW_SIGMOID, ref_sigmoid, -100, 100, 2.5, 1e-37},
         {TRN_EW_SILU, ref_silu, -100, 100, 2.5, 1e-35},
-        {TRN_EW_ERF, erf, -6, 6, 3, 0},
-        {TRN_EW_ERFC, erfc, -6, 10, 3, 0},
+        {TRN_EW_ERF, erf, -6, 6, 0.51, 0},
+        {TRN_EW_ERF, erf, -1e-3, 1e-3, 0.51, 0},
+        {TRN_EW_ERFC, erfc, -6, 10.5, 0.51, 0},
         // GELU is float-native for speed: within 8 ulp from -2 up; in the
         // negative tail (|result| < 0.05) the float rounding of x^2 / x^3
         // inside exp grows with |x| (to ~1.5e-5 relative at x = -10), where
@@ -191,27 +194,12 @@ static void test_special_values(void) {
     CHECK(out[0] == 1.0f && out[1] == 1.0f && out[2] == 3.0f);
 }
 
-// tanh's e^2|x| is its own reduction with one 2^n factor (scalar.h, session
-// 35), not trn_sc_expf: the eager kernel must still give the bits of the
-// trn_sc_expf form (below) on every input, NaN excepted (a NaN stays a NaN).
-// One float in 4096 over all bit patterns, plus every float near the 0.625
-// switch and the clamp at 20.
-static float tanh_expf_form(float x) {
-    const float ax = fabsf(x);
-    const float z = x * x;
-    float p = -5.70498872745e-3f;
-    p = fmaf(p, z, 2.06390887954e-2f);
-    p = fmaf(p, z, -5.37397155531e-2f);
-    p = fmaf(p, z, 1.33314422036e-1f);
-    p = fmaf(p, z, -3.33332819422e-1f);
-    const float small = fmaf(p * z, x, x);
-    const float e = trn_sc_expf(2.0f * (ax > 20.0f ? 20.0f : ax));
-    const float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
-    return ax < 0.625f ? small : big;
-}
-
-static void test_tanh_bits(void) {
-    enum { STRIDE = 4096, NEAR = 2048, N = (1 << 20) + 4 * NEAR };
+// tanh's big side carries e^2|x| + 1 and 2 / (e + 1) with their rounding
+// errors (scalar.h): within 0.7 ulp of libm on every input tried - one float
+// in 4096 over all bit patterns, plus every float near the 0.625 switch, 9.01
+// (where tanh starts to round to 1) and the clamp at 10 - and tanh(-0) = -0.
+static void test_tanh_accuracy(void) {
+    enum { STRIDE = 4096, NEAR = 2048, N = (1 << 20) + 6 * NEAR };
     float *in = malloc(N * sizeof(float)), *out = malloc(N * sizeof(float));
     CHECK(in != NULL && out != NULL);
     if (in == NULL || out == NULL) {
@@ -224,8 +212,8 @@ static void test_tanh_bits(void) {
         const uint32_t b = (uint32_t)u + (uint32_t)(u >> 12) % STRIDE;  // varied low bits
         memcpy(&in[n++], &b, 4);
     }
-    const float centres[2] = {0.625f, 20.0f};
-    for (int c = 0; c < 2; c++) {
+    const float centres[3] = {0.625f, 9.01f, 10.0f};
+    for (int c = 0; c < 3; c++) {
         float lo = centres[c];
         for (int k = 0; k < NEAR / 2; k++) lo = nextafterf(lo, 0.0f);
         for (int k = 0; k < NEAR; k++, lo = nextafterf(lo, INFINITY)) {
@@ -236,10 +224,11 @@ static void test_tanh_bits(void) {
     CHECK_OK(run1d(TRN_EW_TANH, TRN_DTYPE_F32, TRN_DTYPE_F32, n, out, in, NULL, NULL, NULL));
     int bad = 0;
     for (int i = 0; i < n; i++) {
-        const float want = tanh_expf_form(in[i]);
+        const double want = tanh((double)in[i]);
         if (isnan(want) && isnan(out[i])) continue;
-        if (memcmp(&want, &out[i], 4) != 0) {
-            if (bad < 5) printf("tanh(%a) = %a, trn_sc_expf form %a\n", in[i], out[i], want);
+        const double e = want == 0 ? fabs((double)out[i]) : ulps(out[i], want);
+        if (e > 0.7 || !signbit(out[i]) != !signbit(want)) {
+            if (bad < 5) printf("tanh(%a) = %a, libm %a (%.2f ulp)\n", in[i], out[i], want, e);
             bad++;
         }
     }
@@ -645,7 +634,7 @@ int main(void) {
     }
     test_transcendental_accuracy();
     test_special_values();
-    test_tanh_bits();
+    test_tanh_accuracy();
     test_integer_semantics();
     test_layouts();
     test_device_memory();

@@ -123,7 +123,8 @@ TRN_SC_INLINE double trn_sc_expm1_d(double x) {
     p = p * x + 1.0 / 24.0;
     p = p * x + 1.0 / 6.0;
     p = p * x + 0.5;
-    p = p * x * x + x;
+    // expm1 has x's sign: copysign keeps -0 (-0 + +0 would be +0).
+    p = copysign(p * x * x + x, x);
     const double big = trn_sc_exp_d(x) - 1.0;
     return fabs(x) < 0.25 ? p : big;
 }
@@ -256,25 +257,37 @@ TRN_SC_INLINE double trn_sc_erf_d(double x) {
     p = p * -x2 + 1.0;
     const double small = 1.1283791670955126 * x * p;
     const double big = copysign(1.0 - trn_sc_erfc_pos_d(fabs(x)), x);
-    return fabs(x) < 0.5 ? small : big;
+    const double r = fabs(x) < 0.5 ? small : big;
+    return trn_sc_isnan(x) ? x : r;
 }
 
-// erfc(z) for z >= 0: Chebyshev-fitted form (Numerical Recipes' erfcc),
-// fractional error below 1.2e-7 everywhere; exact limits at 0 and inf.
+// erfc(z) for z >= 0.5 (the callers take 1 - erf below): t P(s) e^(-z^2)
+// with t = 1 / (1 + z/2) in [0.16, 0.8] and s = 3.125 t - 1.5 in [-1, 1],
+// P a degree-12 Chebyshev fit of erfc(z) e^(z^2) / t over z in [0.5, 10.5]
+// turned into powers of s (relative error 8.8e-12 evaluated in double). The
+// float32 erf, erfc and erfinv are this rounded once: within 0.5 ulp plus
+// ~1e-4 ulp, where Numerical Recipes' erfcc fit (1.2e-7, the form used
+// before) left float32 erfc at up to 2.3 ulp and a mean twice CPU's. z is a
+// float32 value, so z^2 is exact in double; z is clamped at 10.5, where
+// erfc (1e-49) is 0 as a float, and a NaN takes the clamp (callers return it).
 TRN_SC_INLINE double trn_sc_erfc_pos_d(double z) {
-    const double t = 1.0 / (1.0 + 0.5 * z);
-    double p = 0.17087277;
-    p = p * t - 0.82215223;
-    p = p * t + 1.48851587;
-    p = p * t - 1.13520398;
-    p = p * t + 0.27886807;
-    p = p * t - 0.18628806;
-    p = p * t + 0.09678418;
-    p = p * t + 0.37409196;
-    p = p * t + 1.00002368;
-    p = p * t - 1.26551223;
-    const double zc = z > 30.0 ? 30.0 : z;
-    return t * trn_sc_exp_d(-zc * zc + p);
+    const double zc = z < 10.5 ? z : 10.5;
+    const double t = 1.0 / (1.0 + 0.5 * zc);
+    const double s = t * 3.125 - 1.5;
+    double p = -6.229830447557055e-08;
+    p = p * s - 1.9389570289168104e-08;
+    p = p * s + 8.908696709959663e-07;
+    p = p * s - 9.228270806780655e-07;
+    p = p * s - 8.996983864801017e-06;
+    p = p * s + 2.3048887507952553e-05;
+    p = p * s + 9.712211788317707e-05;
+    p = p * s - 0.0003860447110537385;
+    p = p * s - 0.0016896868528118807;
+    p = p * s + 0.005213572771383049;
+    p = p * s + 0.05629886171551813;
+    p = p * s + 0.21279464367802417;
+    p = p * s + 0.4972705232601017;
+    return t * p * trn_sc_exp_d(-zc * zc);
 }
 
 TRN_SC_INLINE double trn_sc_erfc_d(double x) {
@@ -325,27 +338,50 @@ TRN_SC_INLINE double trn_sc_erfinv_d(double y) {
 // ---- float-native kernels for the hottest float ops -------------------------
 // exp and what builds on it (sigmoid, silu, tanh, gelu) run at memory speed
 // only when the whole computation stays in 8-wide float vectors, so these
-// are done in float with FMA (Cephes' minimax coefficients), ~1 ulp for exp.
+// are done in float with FMA (Cephes' minimax coefficients).
 // trn_sc_expf is the only float32 exp in libtrn: the eager reductions
 // (softmax, logsumexp), attention and RNN cells call it too, so eager and
 // compiled graphs agree to the bit, tiny (subnormal) results included.
 
-// The reduction and polynomial of e^xc for xc in [-104, 89]: returns p with
-// e^xc = p 2^n and sets *ni = n. (n from adding and subtracting 1.5 2^23
-// instead of a round and a conversion gives the same n, but made expf 7 %
-// slower in a C loop: softmax's loops are not multiply-bound as GELU's are.)
-TRN_SC_INLINE float trn_sc_exp_reduced_f(float xc, int32_t *ni) {
+// e^xc = (1 + r + r^2 P(r)) 2^n for xc in [-104, 89]: n and r = xc - n ln2,
+// ln2 in two parts (r_hi = xc - n ln2_hi is exact; r is rounded once, its
+// error returned in *r_err when r_err is not NULL). (n from adding and
+// subtracting 1.5 2^23 instead of a round and a conversion gives the same
+// n, but made expf 7 % slower in a C loop: softmax's loops are not
+// multiply-bound as GELU's are.)
+TRN_SC_INLINE float trn_sc_exp_reduce_f(float xc, int32_t *ni, float *r_err) {
     const float n = nearbyintf(xc * 1.44269504088896341f);
     *ni = (int32_t)n;
-    float r = fmaf(n, -0.693359375f, xc);
-    r = fmaf(n, 2.12194440e-4f, r);
+    const float r_hi = fmaf(n, -0.693359375f, xc);
+    const float r = fmaf(n, 2.12194440e-4f, r_hi);
+    // r_hi - r is exact, or r so small that its error does not matter.
+    if (r_err) *r_err = fmaf(n, 2.12194440e-4f, r_hi - r);
+    return r;
+}
+TRN_SC_INLINE float trn_sc_exp_poly_f(float r) {
     float p = 1.9875691500e-4f;
     p = fmaf(p, r, 1.3981999507e-3f);
     p = fmaf(p, r, 8.3334519073e-3f);
     p = fmaf(p, r, 4.1665795894e-2f);
     p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
-    return fmaf(p, r * r, r) + 1.0f;
+    return fmaf(p, r, 5.0000001201e-1f);
+}
+// q = r + r^2 P(r) unrounded by a "+ 1" (|q| < 0.42): for tanh, which
+// carries 1 + q exactly itself.
+TRN_SC_INLINE float trn_sc_exp_reduced_q_f(float xc, int32_t *ni) {
+    const float r = trn_sc_exp_reduce_f(xc, ni, (float *)0);
+    return fmaf(trn_sc_exp_poly_f(r), r * r, r);
+}
+// p = e^xc / 2^n in [0.7, 1.5] (*ni = n). Formed as (1 + r) + (r^2 P + the
+// error of 1 + r + the error of r): one rounding at the end instead of three
+// (r, r + r^2 P, 1 + q), so float32 exp is within 0.67 ulp (was 1.01; CPU's
+// 0.57) for 4 more operations (~15 % of an exp).
+TRN_SC_INLINE float trn_sc_exp_reduced_f(float xc, int32_t *ni) {
+    float r_err;
+    const float r = trn_sc_exp_reduce_f(xc, ni, &r_err);
+    const float one_r = 1.0f + r;
+    const float lo = ((1.0f - one_r) + r) + r_err;
+    return one_r + fmaf(trn_sc_exp_poly_f(r), r * r, lo);
 }
 
 // e^xc for xc already clamped to [-104, 89]: the bits trn_sc_expf gives (it
@@ -386,13 +422,16 @@ TRN_SC_INLINE float trn_sc_expf(float x) {
 }
 
 // tanh: odd polynomial below 0.625 (Cephes tanhf), 1 - 2 / (e^2x + 1) above.
-// e^2|x| is taken for 2|x| in [0, 40] only, so trn_sc_expf's clamps, its
-// zeroed factor below -104 and its NaN select are dead work here, and 2^n
-// (n <= 58) is one normal factor: p 2^n is exact, as p s1 s2 was, so the bits
-// are the full trn_sc_expf's over all 2^32 inputs (NaN stays NaN) at 35 % less
-// time an element (0.68 -> 0.45 ns in a C loop on the Intel host). The
-// min puts NaN at 20, keeping the cast in the reduction defined; the NaN then
-// takes the polynomial's side of the select.
+// Above, the roundings of e, of e + 1, of the quotient and of 1 - s each
+// cost up to half an ulp of s (s = 2 / (e + 1) is up to 0.445): 1.3 ulp at
+// most, where CPU's tanh stays within 0.51. So e = (1 + q) 2^n is carried
+// as A + B = (2^n + 1) + 2^n q with the sum's error (exact: 2^n + 1 is exact
+// for n <= 23, past which s is below 2^-22 and its errors do not reach the
+// result), s gets its remainder term (2 - s D is exact in one fma; / D as
+// * s/2 suffices for a correction of 1e-8), and 1 - s its own error (|1| >=
+// s): at most 0.64 ulp over [0, 12] (mean 0.236), for 35 % more time than
+// the plain form. 2|x| is clamped at 20 (tanh rounds to 1 from 9.01 on);
+// the polynomial side keeps x's sign (tanh(-0) = -0) and a NaN x.
 TRN_SC_INLINE float trn_sc_tanhf(float x) {
     const float ax = fabsf(x);
     const float z = x * x;
@@ -401,29 +440,17 @@ TRN_SC_INLINE float trn_sc_tanhf(float x) {
     p = fmaf(p, z, -5.37397155531e-2f);
     p = fmaf(p, z, 1.33314422036e-1f);
     p = fmaf(p, z, -3.33332819422e-1f);
-    const float small = fmaf(p * z, x, x);
+    const float small = copysignf(fmaf(p * z, x, x), x);
     int32_t ni;
-    const float q = trn_sc_exp_reduced_f(2.0f * (ax < 20.0f ? ax : 20.0f), &ni);
-    const float e = q * trn_fp32_from_bits((uint32_t)(ni + 127) << 23);
-    const float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
+    const float q = trn_sc_exp_reduced_q_f(2.0f * (ax < 10.0f ? ax : 10.0f), &ni);
+    const float scale = trn_fp32_from_bits((uint32_t)(ni + 127) << 23);
+    const float a = scale + 1.0f, b = scale * q;
+    const float d = a + b, d_lo = b - (d - a);
+    const float s = 2.0f / d;
+    const float s_lo = fmaf(-s, d_lo, fmaf(-s, d, 2.0f)) * (0.5f * s);
+    const float one_minus_s = 1.0f - s, om_lo = (1.0f - one_minus_s) - s;
+    const float big = copysignf(one_minus_s + (om_lo - s_lo), x);
     return ax >= 0.625f ? big : small;
-}
-
-// erfc(z) for z >= 0: Numerical Recipes' fit (fractional error < 1.2e-7).
-TRN_SC_INLINE float trn_sc_erfc_posf(float z) {
-    const float t = 1.0f / fmaf(0.5f, z, 1.0f);
-    float q = 0.17087277f;
-    q = fmaf(q, t, -0.82215223f);
-    q = fmaf(q, t, 1.48851587f);
-    q = fmaf(q, t, -1.13520398f);
-    q = fmaf(q, t, 0.27886807f);
-    q = fmaf(q, t, -0.18628806f);
-    q = fmaf(q, t, 0.09678418f);
-    q = fmaf(q, t, 0.37409196f);
-    q = fmaf(q, t, 1.00002368f);
-    q = fmaf(q, t, -1.26551223f);
-    const float zc = z > 10.0f ? 10.0f : z;
-    return t * trn_sc_expf(fmaf(-zc, zc, q));
 }
 
 // erfc(z) exp(z^2) / t with t = 1 / (1 + z/2), for z >= 0.5 (t <= 0.8): a
@@ -442,25 +469,63 @@ TRN_SC_INLINE float trn_sc_erfcx_over_t(float t) {
     return fmaf(p, t, 0.2820729464986524f);
 }
 
-// erf(x) / x for |x| < 0.5: Taylor series in x^2 (the terms dropped after
-// x^14 are below 3e-11).
-TRN_SC_INLINE float trn_sc_erf_small_over_x(float x2) {
-    float p = 1.0f / (5040.0f * 15.0f);
-    p = fmaf(p, -x2, 1.0f / (720.0f * 13.0f));
-    p = fmaf(p, -x2, 1.0f / (120.0f * 11.0f));
-    p = fmaf(p, -x2, 1.0f / (24.0f * 9.0f));
-    p = fmaf(p, -x2, 1.0f / (6.0f * 7.0f));
-    p = fmaf(p, -x2, 1.0f / (2.0f * 5.0f));
-    p = fmaf(p, -x2, 1.0f / 3.0f);
-    p = fmaf(p, -x2, 1.0f);
-    return 1.12837916709551257f * p;
+// e^a for a in [-16, 0] (erf's e^(-z^2), z <= 4) to 1e-11 relative: Taylor
+// to r^9 on |r| <= 0.347 and one power of two (n in [-24, 0]); none of
+// trn_sc_exp_d's clamps, NaN tests or split scale.
+TRN_SC_INLINE double trn_sc_exp_erf_d(double a) {
+    const double n = nearbyint(a * 1.4426950408889634);
+    const double r = (a - n * 0.6931471803691238) - n * 1.9082149292705877e-10;
+    double p = 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    return p * trn_sc_pow2i(n);
 }
 
+// float32 erf, computed in double and rounded once: within 0.5 ulp plus
+// ~0.01 (the float form used before reached 3.1 ulp, CPU's 0.74). Below
+// |x| = 0.5, x times the Taylor series of erf(x) / x to x^14 (truncation
+// 8e-10 relative); above, 1 - t P(s) e^(-z^2) (trn_sc_erfc_pos_d's form
+// with a degree-8 fit over z in [0.5, 4] only, t in [1/3, 0.8], s = (30 t -
+// 17) / 7: 3.6e-10 of erfc <= 0.48), z clamped at 4, where erf is 1 in
+// float. Fewer terms and a short exp: ~40 % less time than trn_sc_erf_d.
+// trn_sc_erf_f32_d is the unrounded double (for erfinv's Newton step, x
+// not NaN); trn_sc_erff is also NKI's prelude's.
+TRN_SC_INLINE double trn_sc_erf_f32_d(double xd) {
+    const double x2 = xd * xd;
+    double p = -1.0 / (5040.0 * 15.0);
+    p = p * x2 + 1.0 / (720.0 * 13.0);
+    p = p * x2 - 1.0 / (120.0 * 11.0);
+    p = p * x2 + 1.0 / (24.0 * 9.0);
+    p = p * x2 - 1.0 / (6.0 * 7.0);
+    p = p * x2 + 1.0 / (2.0 * 5.0);
+    p = p * x2 - 1.0 / 3.0;
+    p = p * x2 + 1.0;
+    const double small = 1.1283791670955126 * xd * p;
+    const double z = fabs(xd) < 4.0 ? fabs(xd) : 4.0;
+    const double t = 1.0 / (1.0 + 0.5 * z);
+    const double u = t * (30.0 / 7.0) - 17.0 / 7.0;
+    double q = -6.315100553538829e-07;
+    q = q * u + 4.6952265911865835e-07;
+    q = q * u + 1.8259872506514364e-05;
+    q = q * u - 4.193921776965439e-05;
+    q = q * u - 0.0005916666998962314;
+    q = q * u + 0.0012181678746066476;
+    q = q * u + 0.031753764502474614;
+    q = q * u + 0.17813058032343357;
+    q = q * u + 0.5591259253553699;
+    const double big = copysign(1.0 - t * q * trn_sc_exp_erf_d(-z * z), xd);
+    return fabs(xd) < 0.5 ? small : big;
+}
 TRN_SC_INLINE float trn_sc_erff(float x) {
-    const float z = fabsf(x);
-    const float small = x * trn_sc_erf_small_over_x(x * x);
-    const float big = copysignf(1.0f - trn_sc_erfc_posf(z), x);
-    return z < 0.5f ? small : big;
+    const float r = (float)trn_sc_erf_f32_d(x);
+    return x != x ? x : r;
 }
 
 // 1 + erf(u), u = x / sqrt(2), given e = exp(-x^2 / 2), for GELU results
@@ -607,7 +672,19 @@ TRN_SC_F1(log10, (float)(trn_sc_log_d(x) * 0.4342944819032518))
 TRN_SC_F1(atan, (float)trn_sc_atan_d(x))
 TRN_SC_F1(erf, trn_sc_erff(x))
 TRN_SC_F1(erfc, (float)trn_sc_erfc_d(x))
-TRN_SC_F1(erfinv, (float)trn_sc_erfinv_d(x))
+// Giles' approximation (a few float ulp: 2.2 at most, a mean 3x CPU's) and
+// one Newton step on trn_sc_erf_f32_d (its 1e-9 is ample: the residual it
+// forms is ~1e-7 of erf), which squares the relative error (~1e-7) away. +-inf (|y| = 1) and NaN skip the step (it would be 0 / 0).
+TRN_SC_INLINE float trn_sc_erfinv_f32(float y) {
+    const double x = trn_sc_erfinv_d(y);
+    // 1 / erf'(x) = sqrt(pi) / 2 e^(x^2) needs float accuracy only (it scales
+    // a step of 1e-7 relative); |x| < 4 for every |y| < 1 in float.
+    const float xc = fabs(x) < 4.0 ? (float)x : 4.0f;
+    const double slope = 0.88622692545275801 * trn_sc_expf(xc * xc);
+    const double step = (trn_sc_erf_f32_d(x) - y) * slope;
+    return (float)(fabs(x) < 6.0 ? x - step : x);
+}
+TRN_SC_F1(erfinv, trn_sc_erfinv_f32(x))
 
 TRN_SC_INLINE float trn_sc_nan_to_num_f(float x, const trn_sc_ctx *c) {
     float r = x != x ? (float)c->p[0] : x;

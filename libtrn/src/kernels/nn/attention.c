@@ -39,6 +39,12 @@
 enum { BQ = 64, BK = 64 };
 // Query rows per summation chain of the dK / dV products (kv_product).
 enum { CHAIN = 16, CHAINS = BQ / CHAIN };
+// Query blocks summed into a key tile's level-1 dK / dV before that sum is
+// added to the gradient (fold_tile): one chain of (heads in the group x
+// query blocks) additions per element, 32 at 2048 queries, left dV's largest
+// error 1.3-1.6x CPU's there; chains of KV_GROUP and of n / KV_GROUP
+// instead. With at most KV_GROUP blocks the bits are those of one chain.
+enum { KV_GROUP = 8 };
 
 typedef struct attn_args {
     trn_attention_backward_desc d;  // d.fwd for the forward
@@ -393,8 +399,9 @@ static void store_rows(trn_dtype dt, void *dst, const int64_t st[3], int64_t b, 
 
 typedef struct bwd_scratch {
     float *qt, *q, *dout, *dot, *o, *ot, *dd, *lsub, *dq, *k, *v, *pt, *dst, *dk, *dv, *row;
-    float *t[CHAINS];     // kv_product's chains
-    unsigned char *seen;  // per key tile: dk / dv written once already
+    float *dk1, *dv1;  // level-1 sums per key tile (KV_GROUP query blocks)
+    float *t[CHAINS];  // kv_product's chains
+    uint32_t *blocks;  // per key tile: query blocks added so far
 } bwd_scratch;
 
 // Where a gradient accumulates: a float32 gradient in its own storage (the
@@ -412,6 +419,19 @@ static float *grad_rows(const trn_attention_desc *d, void *grad, const int64_t s
 
 static void zero_rows(float *p, int64_t ld, int64_t n, int64_t width) {
     for (int64_t r = 0; r < n; r++) memset(p + r * ld, 0, (size_t)width * sizeof(float));
+}
+
+// grad rows [0, n) (+)= the level-1 sums `l1` (row stride `width`): the
+// first fold into a key tile overwrites, later ones add.
+static void fold_tile(float *grad, int64_t ld, const float *l1, int64_t n, int64_t width, int add) {
+    for (int64_t r = 0; r < n; r++) {
+        float *g = grad + r * ld;
+        const float *x = l1 + r * width;
+        if (add)
+            for (int64_t e = 0; e < width; e++) g[e] += x[e];
+        else
+            memcpy(g, x, (size_t)width * sizeof(float));
+    }
 }
 
 // dK / dV tile (+)= A . B summed over the block's query rows (terms; A is
@@ -498,11 +518,13 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
     const float rkeep = keep > 0.0f ? 1.0f / keep : 0.0f;
     const int dropout = d->dropout_p > 0.0;
     int64_t lddk, lddv, lddq, ldq, lddo, ldo, ldk, ldv;
-    // The first product into a key tile's dk / dv overwrites (accumulate 0),
-    // later ones add: the same sums, in the same order, as adding to zeros.
+    // The first product into a key tile's level-1 dk / dv overwrites
+    // (accumulate 0), later ones add: the same sums, in the same order, as
+    // adding to zeros; every KV_GROUP blocks the level-1 tile goes into
+    // dkp / dvp (fold_tile), and at the end what is left of a group.
     float *const dkp = grad_rows(d, bd->dk, bd->dk_strides, b, hk, 0, E, w->dk, &lddk);
     float *const dvp = grad_rows(d, bd->dv, bd->dv_strides, b, hk, 0, Ev, w->dv, &lddv);
-    memset(w->seen, 0, (size_t)((S + BK - 1) / BK));
+    memset(w->blocks, 0, (size_t)((S + BK - 1) / BK) * sizeof(uint32_t));
     for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
         for (int64_t i0 = 0; i0 < L; i0 += BQ) {
             const int64_t ni = min64(BQ, L - i0);
@@ -590,11 +612,11 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                     for (int64_t j = 0; j < nj; j++)
                         for (int64_t i = 0; i < ni; i++) dst[j * BQ + i] *= scale;
                 }
-                const int more = w->seen[j0 / BK];
-                w->seen[j0 / BK] = 1;
-                kv_product(d, i0 - j0, nj, Ev, ni, pt, dop, lddo, dvp + j0 * lddv, lddv, more,
-                           w->t);
-                kv_product(d, i0 - j0, nj, E, ni, dst, qp, ldq, dkp + j0 * lddk, lddk, more, w->t);
+                const uint32_t nb = w->blocks[j0 / BK]++;
+                const int more = nb % KV_GROUP != 0;
+                float *const dv1 = w->dv1 + j0 * Ev, *const dk1 = w->dk1 + j0 * E;
+                kv_product(d, i0 - j0, nj, Ev, ni, pt, dop, lddo, dv1, Ev, more, w->t);
+                kv_product(d, i0 - j0, nj, E, ni, dst, qp, ldq, dk1, E, more, w->t);
                 // dQ per key tile as O in the forward (trn__attn_add_tile); kv_product
                 // is done with its chains, so t[0] holds the tile's sum.
                 trn__attn_mm_band(ni, E, nj, dst, 1, BQ, kp, ldk, j0 == 0 ? dqp : w->t[0],
@@ -604,8 +626,12 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                 // keys; later blocks (larger jend) add to those rows too.
                 const int64_t tile_rows = min64(BK, S - j0);
                 if (!more && nj < tile_rows) {
-                    zero_rows(dvp + (j0 + nj) * lddv, lddv, tile_rows - nj, Ev);
-                    zero_rows(dkp + (j0 + nj) * lddk, lddk, tile_rows - nj, E);
+                    zero_rows(dv1 + nj * Ev, Ev, tile_rows - nj, Ev);
+                    zero_rows(dk1 + nj * E, E, tile_rows - nj, E);
+                }
+                if (nb % KV_GROUP == KV_GROUP - 1) {
+                    fold_tile(dvp + j0 * lddv, lddv, dv1, tile_rows, Ev, nb >= KV_GROUP);
+                    fold_tile(dkp + j0 * lddk, lddk, dk1, tile_rows, E, nb >= KV_GROUP);
                 }
             }
             // Keys a causal row never reaches: their bias gradient is 0.
@@ -624,14 +650,20 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                                        E, w->dq + i * E, 1.0f);
         }
     }
-    // Key tiles no query reached (causal rows shorter than the keys, or no
-    // query rows at all): zero gradients.
-    for (int64_t j0 = 0; j0 < S; j0 += BK)
-        if (!w->seen[j0 / BK]) {
-            const int64_t nj = min64(BK, S - j0);
+    // A group's last partial level-1 sums; key tiles no query reached
+    // (causal rows shorter than the keys, or no query rows at all): zero
+    // gradients.
+    for (int64_t j0 = 0; j0 < S; j0 += BK) {
+        const int64_t nj = min64(BK, S - j0);
+        const uint32_t nb = w->blocks[j0 / BK];
+        if (nb == 0) {
             zero_rows(dkp + j0 * lddk, lddk, nj, E);
             zero_rows(dvp + j0 * lddv, lddv, nj, Ev);
+        } else if (nb % KV_GROUP != 0) {
+            fold_tile(dvp + j0 * lddv, lddv, w->dv1 + j0 * Ev, nj, Ev, nb > KV_GROUP);
+            fold_tile(dkp + j0 * lddk, lddk, w->dk1 + j0 * E, nj, E, nb > KV_GROUP);
         }
+    }
     if (dkp == w->dk) store_rows(d->dtype, bd->dk, bd->dk_strides, b, hk, S, E, w->dk);
     if (dvp == w->dv) store_rows(d->dtype, bd->dv, bd->dv_strides, b, hk, S, Ev, w->dv);
 }
@@ -645,7 +677,7 @@ static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
     const int64_t row = wide > BK ? wide : BK;
     const size_t floats =
         (size_t)(2 * E * BQ + 4 * BQ * Ev + 2 * BQ + BQ * E + BK * E + BK * Ev + 2 * BK * BQ +
-                 S * E + S * Ev + row + CHAINS * BK * wide + (S + BK - 1) / BK);
+                 2 * (S * E + S * Ev) + row + CHAINS * BK * wide + (S + BK - 1) / BK);
     int owned;
     float *buf = piece_scratch(&run->status, floats, &owned);
     if (buf == NULL) return;  // the task reports it
@@ -665,9 +697,11 @@ static void bwd_piece(void *ctx, int64_t u0, int64_t u1) {
     w.dst = w.pt + BK * BQ;
     w.dk = w.dst + BK * BQ;
     w.dv = w.dk + S * E;
-    w.row = w.dv + S * Ev;
+    w.dk1 = w.dv + S * Ev;
+    w.dv1 = w.dk1 + S * E;
+    w.row = w.dv1 + S * Ev;
     for (int c = 0; c < CHAINS; c++) w.t[c] = w.row + row + c * BK * wide;
-    w.seen = (unsigned char *)(w.row + row + CHAINS * BK * wide);
+    w.blocks = (uint32_t *)(w.row + row + CHAINS * BK * wide);
     for (int64_t u = u0; u < u1; u++) bwd_unit(bd, &w, u);
     if (owned) free(buf);
 }
