@@ -124,22 +124,19 @@ typedef void (*block_fn)(int n, void *o, const void *a, const void *b, const voi
         const float *a = a_;                                                                       \
         UNSWITCH16_3(cp, for (int i = 0; i < n; i++) o[i] = trn_sc_##FN##_f(a[i], &ctx);)          \
     }
-// GELU: the float32 / float16 form through ew_gelu.c (each branch of its
-// select computed only where taken, same bits); bfloat16 storage has its own
-// form (trn_sc_gelu_f with round16 == 2, a constant in its loop copy).
+// GELU: trn_sc_gelu_f's float32 / float16 form or, for bfloat16 storage
+// (round16 == 2), its bfloat16 form, through ew_gelu.c (each branch of the
+// form's select computed only where taken; the same bits).
 static void blk_gelu_f(int n, void *o_, const void *a_, const void *b_, const void *c_,
                        const trn_sc_ctx *cp) {
     (void)b_;
     (void)c_;
     float *o = o_;
     const float *a = a_;
-    if (cp->round16 == 2) {
-        trn_sc_ctx ctx = *cp;
-        ctx.round16 = 2;
-        for (int i = 0; i < n; i++) o[i] = trn_sc_gelu_f(a[i], &ctx);
-    } else {
+    if (cp->round16 == 2)
+        trn__ew_gelu_bf16_run(n, o, a);
+    else
         trn__ew_gelu_f32_run(n, o, a);
-    }
 }
 // Predicates write bool bytes.
 #define PRED1(FN, SUF, T)                                                                          \
