@@ -132,6 +132,8 @@ CHAINS = {
     "pow_rsqrt": lambda a, b: torch.rsqrt(a * a + 1e-6) * torch.pow(b, 2) - a.reciprocal(),
     "compare_bool": lambda a, b: ((a > 0) & (b < 1)) | (a == b),
     "addcmul_lerp": lambda a, b: torch.lerp(a, b, 0.3).addcmul(a, b, value=0.25),
+    # erf GELU: the eager kernel evaluates its select's branches apart (ew_gelu.c)
+    "gelu_erf": lambda a, b: torch.nn.functional.gelu(a) * b + torch.nn.functional.gelu(b * 0.7),
 }
 
 

@@ -627,6 +627,79 @@ static void test_add16_cpu_rounding(void) {
     free(o);
 }
 
+// The GELU kernel computes each branch of trn/scalar.h's select only where
+// it is taken (ew_gelu.c packs the big-|u| lanes): the bits must be the
+// select's, which fused code computes. float32 over every 4096th bit
+// pattern plus the thresholds' neighbourhoods (|u| = 0.5 and, for the
+// bfloat16 form, 1), at odd lengths and offsets (tails) and in place;
+// bfloat16 over all 65536 patterns.
+static int gelu_same(float got, float want) {
+    return (isnan(got) && isnan(want)) || memcmp(&got, &want, 4) == 0;
+}
+static void test_gelu_split_bits(void) {
+    enum { STRIDE = 4096, NEAR = 1024, N = (1 << 20) + 8 * NEAR };
+    float *in = malloc(N * sizeof(float)), *out = malloc(N * sizeof(float));
+    uint16_t *hin = malloc(65536 * 2), *hout = malloc(65536 * 2);
+    CHECK(in != NULL && out != NULL && hin != NULL && hout != NULL);
+    if (in == NULL || out == NULL || hin == NULL || hout == NULL) {
+        free(in);
+        free(out);
+        free(hin);
+        free(hout);
+        return;
+    }
+    int n = 0;
+    for (uint64_t u = 0; u < (1ull << 32); u += STRIDE) {
+        const uint32_t b = (uint32_t)u + (uint32_t)(u >> 12) % STRIDE;
+        memcpy(&in[n++], &b, 4);
+    }
+    const float centres[2] = {0.70710678f, 1.41421356f};
+    for (int c = 0; c < 2; c++) {
+        float lo = centres[c];
+        for (int k = 0; k < NEAR / 2; k++) lo = nextafterf(lo, 0.0f);
+        for (int k = 0; k < NEAR; k++, lo = nextafterf(lo, INFINITY)) {
+            in[n++] = lo;
+            in[n++] = -lo;
+        }
+    }
+    int bad = 0;
+    const int offs[3] = {0, 3, 17};
+    for (int t = 0; t < 3; t++) {
+        const int m = n - offs[t] - t;  // odd lengths: tails after the packed vectors
+        CHECK_OK(run1d(TRN_EW_GELU, TRN_DTYPE_F32, TRN_DTYPE_F32, m, out, in + offs[t], NULL, NULL,
+                       NULL));
+        for (int i = 0; i < m; i++) {
+            const float want = trn_sc_gelu_f32_form(in[offs[t] + i]);
+            if (!gelu_same(out[i], want)) {
+                if (bad < 5) printf("gelu(%a) = %a, select %a\n", in[offs[t] + i], out[i], want);
+                bad++;
+            }
+        }
+    }
+    memcpy(out, in, (size_t)n * sizeof(float));
+    CHECK_OK(run1d(TRN_EW_GELU, TRN_DTYPE_F32, TRN_DTYPE_F32, n, out, out, NULL, NULL, NULL));
+    for (int i = 0; i < n; i++) bad += !gelu_same(out[i], trn_sc_gelu_f32_form(in[i]));
+    CHECK_INT(bad, 0);
+    for (int i = 0; i < 65536; i++) hin[i] = (uint16_t)i;
+    CHECK_OK(
+        run1d(TRN_EW_GELU, TRN_DTYPE_BF16, TRN_DTYPE_BF16, 65536, hout, hin, NULL, NULL, NULL));
+    int bad16 = 0;
+    for (int i = 0; i < 65536; i++) {
+        const float x = trn_bf16_to_float(hin[i]);
+        const float got = trn_bf16_to_float(hout[i]);
+        const float want = trn_bf16_to_float(trn_float_to_bf16(trn_sc_gelu_bf16_form(x)));
+        if (!gelu_same(got, want)) {
+            if (bad16 < 5) printf("bf16 gelu(%a) = %a, select %a\n", x, got, want);
+            bad16++;
+        }
+    }
+    CHECK_INT(bad16, 0);
+    free(in);
+    free(out);
+    free(hin);
+    free(hout);
+}
+
 int main(void) {
     if (trn_stream_get_default(0, &g_stream) != TRN_SUCCESS) {
         fprintf(stderr, "no default stream: %s\n", trn_last_error());
@@ -635,6 +708,7 @@ int main(void) {
     test_transcendental_accuracy();
     test_special_values();
     test_tanh_accuracy();
+    test_gelu_split_bits();
     test_integer_semantics();
     test_layouts();
     test_device_memory();

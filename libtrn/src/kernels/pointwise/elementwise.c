@@ -21,6 +21,7 @@
 #include "../kit/bf16_store.h"
 #include "../kit/dims.h"
 #include "ew_bf16.h"
+#include "ew_gelu.h"
 #include "trn/convert.h"
 #include "trn/parallel.h"
 #include "trn/scalar.h"
@@ -123,6 +124,20 @@ typedef void (*block_fn)(int n, void *o, const void *a, const void *b, const voi
         const float *a = a_;                                                                       \
         UNSWITCH16_3(cp, for (int i = 0; i < n; i++) o[i] = trn_sc_##FN##_f(a[i], &ctx);)          \
     }
+// GELU: trn_sc_gelu_f's float32 / float16 form or, for bfloat16 storage
+// (round16 == 2), its bfloat16 form, through ew_gelu.c (each branch of the
+// form's select computed only where taken; the same bits).
+static void blk_gelu_f(int n, void *o_, const void *a_, const void *b_, const void *c_,
+                       const trn_sc_ctx *cp) {
+    (void)b_;
+    (void)c_;
+    float *o = o_;
+    const float *a = a_;
+    if (cp->round16 == 2)
+        trn__ew_gelu_bf16_run(n, o, a);
+    else
+        trn__ew_gelu_f32_run(n, o, a);
+}
 // Predicates write bool bytes.
 #define PRED1(FN, SUF, T)                                                                          \
     static void blk_##FN##_##SUF##p(int n, void *o_, const void *a_, const void *b_,               \
@@ -174,7 +189,7 @@ P1(logical_not) P1(isnan) P1(isinf) P1(isfinite) P1(isposinf) P1(isneginf)
 FD1(nan_to_num) FDI1(hardtanh) FD1(hardsigmoid) FD1(hardswish) FD1(leaky_relu)
 FD1(exp) FD1(exp2) FD1(expm1) FD1(log) FD1(log2) FD1(log10) FD1(log1p)
 FD1(sin) FD1(cos) FD1(tan) FD1(asin) FD1(acos) FD1(atan) FD1(sinh) FD1(cosh)
-FD1(tanh) FD1(sigmoid) BLK1_16(logit) BLK1(logit, dd, double) FD1(erf) FD1(erfc) FD1(erfinv) BLK1_16(gelu) BLK1(gelu, dd, double)
+FD1(tanh) FD1(sigmoid) BLK1_16(logit) BLK1(logit, dd, double) FD1(erf) FD1(erfc) FD1(erfinv) BLK1(gelu, dd, double)
 FD1(gelu_tanh) FD1(silu) FD1(mish) FD1(softplus) FD1(elu) FD1(round_decimals)
 BLK2_16(add) BLK2(add, dd, double) BLK2(add, i, int64_t)
 BLK2_16(sub) BLK2(sub, dd, double) BLK2(sub, i, int64_t) FDI2(mul) FD2(div)

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "../kit/bf16_store.h"
+#include "ew_gelu.h"
 #include "trn/convert.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -183,6 +184,48 @@ VIA_F1(tanh)
 VIA_F2(tanh_backward)
 VIA_F1(exp)
 
+// The erf GELU and its backward read round16 (their bfloat16 forms,
+// trn/scalar.h); this path only computes bfloat16 results, where the staged
+// path's ctx has round16 == 2: a constant here, so the loops vectorize. The
+// forward goes through ew_gelu.c (each branch only where taken).
+static void gelu_bf16(int n, void *o_, const void *a_, const void *b_, const void *c_,
+                      const trn_sc_ctx *cp) {
+    (void)b_;
+    (void)c_;
+    (void)cp;
+    uint16_t *o = o_;
+    const uint16_t *a = a_;
+    // Longer chunks than VIA_F_CHUNK: ew_gelu.c's packed erfc form gets ~16 %
+    // of the lanes, and its loop's set-up is paid per call.
+    enum { GELU_BF16_CHUNK = 1024 };
+    _Alignas(64) float fa[GELU_BF16_CHUNK];
+    _Alignas(64) float fo[GELU_BF16_CHUNK];
+    for (int i0 = 0; i0 < n; i0 += GELU_BF16_CHUNK) {
+        const int m = n - i0 < GELU_BF16_CHUNK ? n - i0 : GELU_BF16_CHUNK;
+        for (int i = 0; i < m; i++) fa[i] = trn_bf16_to_float(a[i0 + i]);
+        trn__ew_gelu_bf16_run(m, fo, fa);
+        trn__bf16_store_run((char *)(o + i0), (const char *)fo, m);
+    }
+}
+static void gelu_backward_bf16(int n, void *o_, const void *a_, const void *b_, const void *c_,
+                               const trn_sc_ctx *cp) {
+    (void)c_;
+    uint16_t *o = o_;
+    const uint16_t *a = a_, *b = b_;
+    trn_sc_ctx ctx = *cp;
+    ctx.round16 = 2;
+    float fa[VIA_F_CHUNK], fb[VIA_F_CHUNK], fo[VIA_F_CHUNK];
+    for (int i0 = 0; i0 < n; i0 += VIA_F_CHUNK) {
+        const int m = n - i0 < VIA_F_CHUNK ? n - i0 : VIA_F_CHUNK;
+        for (int i = 0; i < m; i++) {
+            fa[i] = trn_bf16_to_float(a[i0 + i]);
+            fb[i] = trn_bf16_to_float(b[i0 + i]);
+        }
+        for (int i = 0; i < m; i++) fo[i] = trn_sc_gelu_backward_f(fa[i], fb[i], &ctx);
+        trn__bf16_store_run((char *)(o + i0), (const char *)fo, m);
+    }
+}
+
 trn__ew_bf16_block trn__ew_bf16_block_of(trn_ew_op op, double alpha) {
     switch (op) {
     case TRN_EW_MUL: return mul_bf16;
@@ -194,6 +237,8 @@ trn__ew_bf16_block trn__ew_bf16_block_of(trn_ew_op op, double alpha) {
     case TRN_EW_TANH: return tanh_bf16;
     case TRN_EW_TANH_BACKWARD: return tanh_backward_bf16;
     case TRN_EW_EXP: return exp_bf16;
+    case TRN_EW_GELU: return gelu_bf16;
+    case TRN_EW_GELU_BACKWARD: return gelu_backward_bf16;
     case TRN_EW_RELU: return relu_bf16;
     case TRN_EW_THRESHOLD_BACKWARD: return threshold_backward_bf16;
     // fmaf(alpha, b, a) with sub's -alpha: the sign of alpha picks the function.

@@ -15,7 +15,7 @@ typedef void (*trn__ew_bf16_block)(int n, void *o, const void *a, const void *b,
 // bit for bit what the float path gives (widen, the trn/scalar.h function,
 // trn_float_to_bf16), or NULL where there is none: relu, threshold_backward,
 // add / sub with alpha +-1 (`alpha`: the op's params[0]), mul, div, silu,
-// sigmoid, tanh, exp, and silu / sigmoid / tanh backward.
+// sigmoid, tanh, exp, the erf GELU, and silu / sigmoid / tanh / GELU backward.
 trn__ew_bf16_block trn__ew_bf16_block_of(trn_ew_op op, double alpha);
 
 #endif
