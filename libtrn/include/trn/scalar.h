@@ -81,18 +81,14 @@ TRN_SC_INLINE double trn_sc_pow2i(double n) {
     return trn_sc_dfrom(((k + 1023) & 0x7ff) << 52);
 }
 
-// e^x. Clamped to where float results under- or overflow: float needs only
-// x in [-104, 89]; NaN passes through.
-TRN_SC_INLINE double trn_sc_exp_d(double x) {
-    double xc = x < -745.0 ? -745.0 : (x > 709.0 ? 709.0 : x);
-    xc = trn_sc_isnan(xc) ? 0.0 : xc;
-    const double n = nearbyint(xc * 1.4426950408889634);
-    // r = x - n ln2 with ln2 split so n*ln2_hi is exact.
-    const double r = (xc - n * 0.6931471803691238) - n * 1.9082149292705877e-10;
-    // e^r on |r| <= 0.347: Taylor to r^11 (truncation < 1e-14 relative).
-    double p = 1.0 / 39916800.0;
-    p = p * r + 1.0 / 3628800.0;
-    p = p * r + 1.0 / 362880.0;
+// r = x - n ln2 (n = round(x / ln2)), with ln2 split so n*ln2_hi is exact.
+TRN_SC_INLINE double trn_sc_exp_reduce_d(double x, double *n) {
+    *n = nearbyint(x * 1.4426950408889634);
+    return (x - *n * 0.6931471803691238) - *n * 1.9082149292705877e-10;
+}
+// The Taylor series of e^r from the r^8 term down, Horner steps onto p
+// (the sum of the higher terms' coefficients so far).
+TRN_SC_INLINE double trn_sc_exp_taylor_tail_d(double p, double r) {
     p = p * r + 1.0 / 40320.0;
     p = p * r + 1.0 / 5040.0;
     p = p * r + 1.0 / 720.0;
@@ -101,7 +97,20 @@ TRN_SC_INLINE double trn_sc_exp_d(double x) {
     p = p * r + 1.0 / 6.0;
     p = p * r + 0.5;
     p = p * r + 1.0;
-    p = p * r + 1.0;
+    return p * r + 1.0;
+}
+
+// e^x. Clamped to where float results under- or overflow: float needs only
+// x in [-104, 89]; NaN passes through.
+TRN_SC_INLINE double trn_sc_exp_d(double x) {
+    double xc = x < -745.0 ? -745.0 : (x > 709.0 ? 709.0 : x);
+    xc = trn_sc_isnan(xc) ? 0.0 : xc;
+    double n;
+    const double r = trn_sc_exp_reduce_d(xc, &n);
+    // e^r on |r| <= 0.347: Taylor to r^11 (truncation < 1e-14 relative).
+    double p = 1.0 / 39916800.0;
+    p = p * r + 1.0 / 3628800.0;
+    p = trn_sc_exp_taylor_tail_d(p * r + 1.0 / 362880.0, r);
     // Split the scale so n = -1074..1023 stays in 2^[-1022, 1023].
     const double h = nearbyint(n * 0.5);
     const double res = p * trn_sc_pow2i(h) * trn_sc_pow2i(n - h);
@@ -473,19 +482,9 @@ TRN_SC_INLINE float trn_sc_erfcx_over_t(float t) {
 // to r^9 on |r| <= 0.347 and one power of two (n in [-24, 0]); none of
 // trn_sc_exp_d's clamps, NaN tests or split scale.
 TRN_SC_INLINE double trn_sc_exp_erf_d(double a) {
-    const double n = nearbyint(a * 1.4426950408889634);
-    const double r = (a - n * 0.6931471803691238) - n * 1.9082149292705877e-10;
-    double p = 1.0 / 362880.0;
-    p = p * r + 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
-    return p * trn_sc_pow2i(n);
+    double n;
+    const double r = trn_sc_exp_reduce_d(a, &n);
+    return trn_sc_exp_taylor_tail_d(1.0 / 362880.0, r) * trn_sc_pow2i(n);
 }
 
 // float32 erf, computed in double and rounded once: within 0.5 ulp plus
