@@ -13,7 +13,13 @@ back for users and tests.
 
 from __future__ import annotations
 
+import atexit
+
 from . import _C
+
+# Before the interpreter finalizes: the C++ compile thread must not take the
+# GIL from then on (it asks _compile_settings below of Python).
+atexit.register(_C._eager_fusion_python_exiting)
 
 
 def _compile_settings() -> tuple:

@@ -220,6 +220,10 @@ struct Cache {
     int compiling = 0;
     std::deque<Job> jobs;
     bool worker_started = false;
+    // Held while the compile thread asks Python for `settings`; python_gone
+    // from atexit on (python_exiting).
+    std::mutex python_mu;
+    bool python_gone = false;
 };
 Cache &cache();
 
@@ -230,6 +234,9 @@ std::string pattern_key(const Group &g, const std::vector<char> &alive);
 trn_graph *build_graph(const Group &g, const std::vector<char> &alive, std::vector<int> &node);
 // Hands the graph to the compile thread (started on first use); e becomes Compiling.
 void enqueue(const std::shared_ptr<Entry> &e, trn_graph *graph);
+// Called by Python's atexit (GIL held): the compile thread asks Python for
+// its settings only before this, never while the interpreter finalizes.
+void python_exiting();
 
 // ---- run (eager_group_run.cpp) -----------------------------------------------------------
 

@@ -75,6 +75,9 @@ BindingsRegistrar reg([](pybind11::module_ &m) {
         "(default); 2: as 1, every trial declines (tests).");
     m.def("_eager_fusion_adaptive", [] { return g_adaptive.load(); });
     m.def(
+        "_eager_fusion_python_exiting", [] { python_exiting(); },
+        "From atexit: the compile thread no longer asks Python for its settings.");
+    m.def(
         "_eager_fusion_open_record_ns",
         [] {
             std::lock_guard<std::recursive_mutex> lk(group_mu());

@@ -131,10 +131,16 @@ namespace {
 // The compile settings torch.compile uses (headers, disk cache, -O level,
 // flags), asked of torch_neuronx/eager_fusion.py once, from this thread,
 // when the first group compiles: nothing is resolved (no cache directory is
-// created) in a process that never compiles one.
+// created) in a process that never compiles one. Not once the interpreter
+// is exiting: a thread that takes the GIL while it finalizes is ended inside
+// pybind11's frames, whose unwinding then aborts the process
+// ("PyThreadState_Get: the GIL is released"; seen when a program raised
+// while its first groups compiled). python_exiting() waits for an ask in
+// progress and closes the door.
 Settings resolve_settings() {
     Settings s;
-    if (Py_IsInitialized() && !_Py_IsFinalizing()) {
+    std::unique_lock<std::mutex> py(cache().python_mu);
+    if (!cache().python_gone && Py_IsInitialized() && !_Py_IsFinalizing()) {
         pybind11::gil_scoped_acquire gil;
         try {
             auto t = pybind11::module_::import("torch_neuronx.eager_fusion")
@@ -152,6 +158,7 @@ Settings resolve_settings() {
                             "); fused groups run unfused");
         }
     }
+    py.unlock();
     std::lock_guard<std::mutex> lk(cache().mu);
     if (!cache().settings.configured) cache().settings = s;
     return cache().settings;
@@ -169,6 +176,18 @@ void worker_main() {
             s = cache().settings;
         }
         if (!s.configured) s = resolve_settings();
+        if (!s.configured) {
+            // No settings (warned), or the interpreter is exiting: the
+            // group's ops keep running unfused.
+            trn_graph_free(job.graph);
+            {
+                std::lock_guard<std::mutex> lk(cache().mu);
+                job.entry->state = Entry::Failed;
+                cache().compiling--;
+            }
+            cache().cv.notify_all();
+            continue;
+        }
         trn_compile_options o{};
         o.include_dir = s.include_dir.c_str();
         o.cache_dir = s.cache_dir.empty() ? nullptr : s.cache_dir.c_str();
@@ -207,6 +226,13 @@ void worker_main() {
 }
 
 }  // namespace
+
+void python_exiting() {
+    // The compile thread may hold python_mu and wait for the GIL.
+    pybind11::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lk(cache().python_mu);
+    cache().python_gone = true;
+}
 
 void enqueue(const std::shared_ptr<Entry> &e, trn_graph *graph) {
     std::lock_guard<std::mutex> lk(cache().mu);
