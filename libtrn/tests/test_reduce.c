@@ -535,6 +535,54 @@ static void test_sc_expf_low_tail(void) {
     CHECK(y[N - 1] > 0.0f && y[N - 1] < FLT_MIN);  // the subnormal tail kept
 }
 
+// softmax.c and the attention kernels take trn_sc_exp_nonpos_f /
+// trn_sc_exp_nonpos_nan_f where every argument is a score minus its row max:
+// they must give trn_sc_expf's bits for every float <= 43 (and NaN), in the
+// vectorized loop as well as the scalar calls. Float bit patterns at a
+// stride over [-inf, 43] and [-0, 43], plus the edges.
+__attribute__((noinline)) static void exp_nonpos_rows(const float *x, float *y, float *z, int n) {
+    for (int i = 0; i < n; i++) y[i] = trn_sc_exp_nonpos_nan_f(x[i]);
+    for (int i = 0; i < n; i++) z[i] = trn_sc_exp_nonpos_f(x[i]);
+}
+
+static void test_sc_exp_nonpos_matches_expf(void) {
+    enum { N = 1 << 16 };
+    static float x[N], y[N], z[N], want[N];
+    const uint32_t top43 = 0x422c0000u;  // 43.0f
+    int bad = 0, n = 0;
+    for (uint64_t pass = 0; pass < 2; pass++) {
+        // pass 0: negatives from -0 (0x80000000) to -inf (0xff800000);
+        // pass 1: +0 to 43.
+        const uint64_t lo = pass == 0 ? 0x80000000u : 0u, hi = pass == 0 ? 0xff800000u : top43;
+        for (uint64_t b = lo; b <= hi; b += 997) {
+            const uint32_t u = (uint32_t)b;
+            memcpy(&x[n], &u, 4);
+            if (++n == N) {
+                exp_nonpos_rows(x, y, z, n);
+                for (int i = 0; i < n; i++) {
+                    want[i] = trn_sc_expf(x[i]);
+                    bad += memcmp(&y[i], &want[i], 4) != 0 || memcmp(&z[i], &want[i], 4) != 0;
+                }
+                n = 0;
+            }
+        }
+    }
+    const float edge[] = {-INFINITY, -FLT_MAX, -104.0f, nextafterf(-104.0f, 0.0f),
+                          -87.5f,    -1e-30f,  -0.0f,   0.0f,
+                          1e-30f,    0.5f,     43.0f,   NAN};
+    const int ne = (int)(sizeof edge / sizeof edge[0]);
+    for (int i = 0; i < ne; i++) x[n + i] = edge[i];
+    n += ne;
+    exp_nonpos_rows(x, y, z, n);
+    for (int i = 0; i < n; i++) {
+        want[i] = trn_sc_expf(x[i]);
+        bad += memcmp(&y[i], &want[i], 4) != 0;
+        if (x[i] == x[i]) bad += memcmp(&z[i], &want[i], 4) != 0;
+    }
+    CHECK(bad == 0);
+    CHECK(y[n - 1] != y[n - 1]);  // NaN stays NaN
+}
+
 // The cascade a float32 column sum must follow (reduce.c's column loop and
 // its register strips; PyTorch CPU's order): level 0 takes every row, level
 // k flushes into k+1 every `step` of its flushes, ((l0 + l1) + l2) + l3.
@@ -608,6 +656,6 @@ static void test_sum_columns_order(void) {
         }
 }
 
-TEST_MAIN_DEFAULT_STREAM(test_sc_expf, test_sc_expf_low_tail, test_sum_large, test_ops_layouts,
-                         test_nan_and_indices, test_int_and_half, test_empty, test_scan,
-                         test_softmax, test_sum_columns_order)
+TEST_MAIN_DEFAULT_STREAM(test_sc_expf, test_sc_expf_low_tail, test_sc_exp_nonpos_matches_expf,
+                         test_sum_large, test_ops_layouts, test_nan_and_indices, test_int_and_half,
+                         test_empty, test_scan, test_softmax, test_sum_columns_order)

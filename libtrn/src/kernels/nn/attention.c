@@ -580,7 +580,7 @@ static void bwd_unit(const trn_attention_backward_desc *bd, const bwd_scratch *w
                     mask_tile_t(d, pt, ni, nj, b, h, i0, j0);
                     for (int64_t j = 0; j < nj; j++)
                         for (int64_t i = 0; i < ni; i++)
-                            pt[j * BQ + i] = trn_sc_expf(pt[j * BQ + i] - w->lsub[i]);
+                            pt[j * BQ + i] = trn_sc_exp_nonpos_nan_f(pt[j * BQ + i] - w->lsub[i]);
                 }
                 trn__attn_mm_band(nj, ni, Ev, vp, ldv, 1, w->dot, BQ, dst, BQ, 0, sband);
                 if (kept)  // the block's only key tile

@@ -292,7 +292,8 @@ static void bwd_tile(const trn_flex_attention_backward_desc *bd, const bwd_scrat
         for (int64_t j = 0; j < nj; j++) memcpy(w->sraw + j * TQ, pt + j * TQ, (size_t)ni * 4);
     d->score_fn(&d->buffers, b, h, i0, ni, j0, nj, pt, TQ, masked);
     for (int64_t j = 0; j < nj; j++)
-        for (int64_t i = 0; i < ni; i++) pt[j * TQ + i] = trn_sc_expf(pt[j * TQ + i] - w->lsub[i]);
+        for (int64_t i = 0; i < ni; i++)
+            pt[j * TQ + i] = trn_sc_exp_nonpos_nan_f(pt[j * TQ + i] - w->lsub[i]);
     trn__flex_mm(nj, ni, Ev, v, vld, 1, w->dot, TQ, dst, TQ, 0);
     for (int64_t j = 0; j < nj; j++) {
         const float *pr = pt + j * TQ;

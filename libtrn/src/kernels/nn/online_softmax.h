@@ -109,14 +109,14 @@ static inline void trn__online_softmax_step_z(trn__online_softmax w, float *st, 
         // Every key so far masked: subtract 0 (exp(-inf) = 0 keeps the row
         // empty) instead of -inf (NaN).
         w.msub[i] = mnew == -INFINITY ? 0.0f : mnew;
-        w.alpha[i] = trn_sc_expf(w.m[i] - w.msub[i]);
+        w.alpha[i] = trn_sc_exp_nonpos_nan_f(w.m[i] - w.msub[i]);
         w.m[i] = mnew;
         w.sum[i] = 0.0f;
     }
     for (int64_t j = 0; j < nj; j++) {
         float *restrict sr = st + j * ld;
         const float *restrict ms = w.msub;
-        for (int64_t i = 0; i < ni; i++) sr[i] = trn_sc_expf(sr[i] - ms[i]);
+        for (int64_t i = 0; i < ni; i++) sr[i] = trn_sc_exp_nonpos_nan_f(sr[i] - ms[i]);
     }
     trn__os_col_sum(st, ld, ni, nj, w.sum);
     for (int64_t i = 0; i < ni; i++) {

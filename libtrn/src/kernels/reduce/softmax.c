@@ -38,6 +38,13 @@ typedef struct softmax_args {
 
 #define EXP_f(x) trn_sc_expf(x)
 #define EXP_d(x) exp(x)
+// exp of an argument known to be <= 0 or -inf (never NaN): trn_sc_expf's
+// bits (trn/scalar.h) with 10 fewer vector operations (no upper clamp, NaN
+// patch or two-factor scaling).
+#define EXPN_f16(x) trn_sc_exp_nonpos_f(x)
+#define EXPN_bf16(x) trn_sc_exp_nonpos_f(x)
+#define EXPN_f32(x) trn_sc_exp_nonpos_f(x)
+#define EXPN_f64(x) exp(x)
 // The log of a row's sum of exps: float compute takes trn/scalar.h's
 // inline double log (within ~5 double ulps; rounded to float it equalled
 // libm's on 20 M sampled sums), which vectorizes over a group of rows;
@@ -112,14 +119,40 @@ static inline int64_t units_per_outer(int64_t inner) {
         const C c0 = b[0] > b[2] ? b[0] : b[2], c1 = b[1] > b[3] ? b[1] : b[3];                    \
         return c0 > c1 ? c0 : c1;                                                                  \
     }                                                                                              \
+    /* m > v ? m : v, lane by lane. */                                                             \
+    static inline vec_##N vmax2_##N(vec_##N m, vec_##N v) {                                        \
+        const __typeof__(m > v) k = m > v;                                                         \
+        return (vec_##N)(((__typeof__(k))m & k) | ((__typeof__(k))v & ~k));                        \
+    }                                                                                              \
+    /* Four running maxima over blocks of 4 L: one select chain (compare, */                       \
+    /* two logic ops) per L elements was latency-bound, a third of a */                            \
+    /* [1024, 512] softmax's exp loop. The max is the same value in any */                         \
+    /* order (a zero's sign aside, which no result depends on: x - mx and */                       \
+    /* mx + log s are the same for either). */                                                     \
     static C rowmax_##N(const T *restrict x, int64_t n) {                                          \
         vec_##N m, f = {0};                                                                        \
         for (int j = 0; j < L; j++) m[j] = -(C)INFINITY;                                           \
         int64_t i = 0;                                                                             \
+        if (n >= 4 * L) {                                                                          \
+            vec_##N m1 = m, m2 = m, m3 = m, f1 = f, f2 = f, f3 = f;                                \
+            for (; i + 4 * L <= n; i += 4 * L) {                                                   \
+                const vec_##N v0 = vld_##N(x + i), v1 = vld_##N(x + i + L);                        \
+                const vec_##N v2 = vld_##N(x + i + 2 * L), v3 = vld_##N(x + i + 3 * L);            \
+                m = vmax2_##N(m, v0);                                                              \
+                m1 = vmax2_##N(m1, v1);                                                            \
+                m2 = vmax2_##N(m2, v2);                                                            \
+                m3 = vmax2_##N(m3, v3);                                                            \
+                f += v0 * (C)0;                                                                    \
+                f1 += v1 * (C)0;                                                                   \
+                f2 += v2 * (C)0;                                                                   \
+                f3 += v3 * (C)0;                                                                   \
+            }                                                                                      \
+            m = vmax2_##N(vmax2_##N(m, m1), vmax2_##N(m2, m3));                                    \
+            f += (f1 + f2) + f3;                                                                   \
+        }                                                                                          \
         for (; i + L <= n; i += L) {                                                               \
             const vec_##N v = vld_##N(x + i);                                                      \
-            const __typeof__(m > v) k = m > v;                                                     \
-            m = (vec_##N)(((__typeof__(k))m & k) | ((__typeof__(k))v & ~k));                       \
+            m = vmax2_##N(m, v);                                                                   \
             f += v * (C)0;                                                                         \
         }                                                                                          \
         if (vsum_##N(f) != 0) return rowmax_nan_##N(x, n);                                         \
@@ -142,9 +175,14 @@ static inline int64_t units_per_outer(int64_t inner) {
             for (int j = 0; j < w; j++) s[j] += s[j + w];                                          \
         return s[0];                                                                               \
     }                                                                                              \
-    /* e = exp(x - mx) over a row (e may be x). */                                                 \
+    /* e = exp(x - mx) over a row (e may be x). With a finite max the */                           \
+    /* row holds no NaN or +inf (rowmax), so every x - mx is <= 0 or -inf: */                      \
+    /* EXPN, the same bits without the upper clamp and the NaN patch. */                           \
     static void rowexp_##N(const T *x, C *e, int64_t n, C mx) {                                    \
-        for (int64_t i = 0; i < n; i++) e[i] = EXP((C)LD(x[i]) - mx);                              \
+        if (isfinite(mx))                                                                          \
+            for (int64_t i = 0; i < n; i++) e[i] = EXPN_##N((C)LD(x[i]) - mx);                     \
+        else                                                                                       \
+            for (int64_t i = 0; i < n; i++) e[i] = EXP((C)LD(x[i]) - mx);                          \
     }                                                                                              \
     /* The sum of a row in rowexpsum's order: lane j takes elements */                             \
     /* i = j mod L, then the lanes pairwise. */                                                    \
