@@ -789,9 +789,26 @@ TRN_SC_INLINE double trn_sc_tanh_d(double d) {
     return e / (e + 2.0);
 }
 TRN_SC_F1(tanh, trn_sc_tanhf(x))
-// As ATen's vectorized sigmoid and silu: 1 / (1 + e^-x), x / (1 + e^-x).
-TRN_SC_F1(sigmoid, 1.0f / (1.0f + trn_sc_expf(-x)))
-TRN_SC_F1(silu, x / (1.0f + trn_sc_expf(-x)))
+// As ATen's vectorized sigmoid and silu: 1 / (1 + e^-x), x / (1 + e^-x),
+// for x >= -43, with e^-x from trn_sc_exp_nonpos_nan_f (trn_sc_expf's bits
+// for arguments up to 43, ~8 fewer vector operations: silu and sigmoid ran
+// at 0.84x PyTorch CPU's speed). Below -43, 1 + e^-x rounds to e^-x
+// (> 2^62), so the results are e^x and x e^x, with e^x from the same call:
+// nonzero down to the subnormals, where 1 / (1 + e^-x) gave 0 from x = -88.7
+// on (e^-x overflowed). NaN stays NaN; x = -inf gives 0 and NaN as before.
+TRN_SC_INLINE float trn_sc_sigmoid_e_f(float x) {
+    return trn_sc_exp_nonpos_nan_f(x < -43.0f ? x : -x);
+}
+TRN_SC_INLINE float trn_sc_sigmoid_f(float x, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    const float e = trn_sc_sigmoid_e_f(x);
+    return x < -43.0f ? e : 1.0f / (1.0f + e);
+}
+TRN_SC_INLINE float trn_sc_silu_f(float x, const trn_sc_ctx *c) {
+    TRN_SC_UNUSED(c);
+    const float e = trn_sc_sigmoid_e_f(x);
+    return x < -43.0f ? x * e : x / (1.0f + e);
+}
 
 TRN_SC_INLINE float trn_sc_logit_f(float x, const trn_sc_ctx *c) {
     // p0 >= 0: clamp to [eps, 1 - eps] first; p0 < 0: no eps.
@@ -1037,7 +1054,7 @@ TRN_SC_INLINE float trn_sc_gelu_tanh_backward_f(float a, float b, const trn_sc_c
 }
 TRN_SC_INLINE float trn_sc_silu_backward_f(float a, float b, const trn_sc_ctx *c) {
     TRN_SC_UNUSED(c);
-    const float s = 1.0f / (1.0f + trn_sc_expf(-b));
+    const float s = trn_sc_sigmoid_f(b, c);
     return a * s * (1.0f + b * (1.0f - s));
 }
 // p0 alpha, p1 scale, p2 input_scale, p3 != 0: b is the forward's result.
