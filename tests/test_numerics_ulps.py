@@ -100,3 +100,24 @@ def test_signed_zero_and_limits():
         assert torch.equal(torch.signbit(c[finite]), torch.signbit(n[finite])), (fn.__name__, n)
     c, n = torch.erfc(x), torch.erfc(x.to("neuron")).cpu()
     assert torch.equal(c.nan_to_num(7.0), n.nan_to_num(7.0))
+
+
+def test_sigmoid_silu_far_tail():
+    """Below x = -43 sigmoid and silu are e^x and x e^x: nonzero down to the subnormals, where
+    1 / (1 + e^-x) gave 0 from -88.7 on (as CPU's still does). Within 2 ulps while e^x is a
+    normal float; below x = -87.3 within the subnormal spacing (2^-149) of e^x, times |x| for
+    silu. NaN and +-inf as on the CPU."""
+    x = torch.linspace(-110.0, -43.5, 4001)
+    tiny = torch.finfo(torch.float32).tiny
+    for fn, scale in ((torch.sigmoid, 1.0), (F.silu, 110.0)):
+        ref = fn(x.double())
+        n = fn(x.to("neuron")).cpu().double()
+        normal_e = torch.exp(x.double()) >= tiny
+        nmax, _, nbad = _ulp_errors(n[normal_e], ref[normal_e])
+        assert nbad == 0 and nmax <= 2.0, (fn, nmax)
+        err = (n[~normal_e] - ref[~normal_e]).abs()
+        assert (err <= scale * 2.0**-149 + 2.0**-24 * ref[~normal_e].abs()).all(), fn
+        assert (n[torch.exp(x.double()) >= 2.0**-148] != 0).all(), fn
+        edge = torch.tensor([float("nan"), float("inf"), -float("inf"), -43.0, 0.0, 30.0])
+        c, e = fn(edge), fn(edge.to("neuron")).cpu()
+        assert torch.equal(c.nan_to_num(7.0), e.nan_to_num(7.0)), (fn, c, e)

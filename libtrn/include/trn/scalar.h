@@ -795,7 +795,9 @@ TRN_SC_F1(tanh, trn_sc_tanhf(x))
 // at 0.84x PyTorch CPU's speed). Below -43, 1 + e^-x rounds to e^-x
 // (> 2^62), so the results are e^x and x e^x, with e^x from the same call:
 // nonzero down to the subnormals, where 1 / (1 + e^-x) gave 0 from x = -88.7
-// on (e^-x overflowed). NaN stays NaN; x = -inf gives 0 and NaN as before.
+// on (e^-x overflowed; CPU's still does). x e^x carries the absolute error
+// of a subnormal e^x (below x = -87.3) times |x|. NaN stays NaN; x = -inf
+// gives 0 and NaN as before.
 TRN_SC_INLINE float trn_sc_sigmoid_e_f(float x) {
     return trn_sc_exp_nonpos_nan_f(x < -43.0f ? x : -x);
 }
