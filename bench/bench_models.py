@@ -34,12 +34,21 @@ neuron from another checkout's build (an A/B of two builds against the CPU).
     .venv/bin/python bench/bench_models.py --solo [--threads 1] [--rounds 8] [--baseline ../main]
 
 `--generate` times greedy `generate()` instead (the language models only:
-prompt of 8 tokens, `--tokens` new tokens, batch `--batch`), neuron with
-Adaptive Eager on and off against the CPU, rounds interleaved (neuron on,
-neuron off, CPU, ...); it prints the min and median tokens/s of each and the
-ratios of the medians (>1: neuron faster).
+prompt of 8 tokens, `--tokens` new tokens, batch `--batch`): neuron with
+Adaptive Eager on, neuron with it off (`TORCH_NEURONX_EAGER_FUSION=0`) and
+the CPU, each in its own process, as a user runs one of them. The processes
+take turns of `--calls` timed calls after one untimed call (the threads the
+previous side left spinning - MKL's OpenMP team, libtrn's stream worker -
+land on that one), the side order reversed every other round. It prints the
+min and median tokens/s of each, the ratios of the medians to CPU's and the
+median over rounds of the round's on ÷ off (>1: neuron faster, fusion on
+faster), and checks that fusion on and off generated the same tokens.
+(Until session 40 the three sides shared one process, fusion toggled by
+`set_enabled` around the "off" calls, in a rotation that always put "on"
+right after the CPU side: it read fusion on 8-16 % slower than off, a cost
+of that position, not of fusion; docs/performance.md, gen40.)
 
-    .venv/bin/python bench/bench_models.py --generate [--size tiny] [--rounds 5]
+    .venv/bin/python bench/bench_models.py --generate [--size tiny] [--rounds 5] [--calls 2]
 
 `--autocast-dtype float16` makes the autocast rows float16 instead (labelled
 "f16"; no GradScaler: the timing is the point, not the training).
@@ -194,67 +203,139 @@ def make_generate(model, device, ids, tokens):
     return run
 
 
-def bench_generate(name, size, batch, tokens, rounds):
-    """tokens/s of neuron (fusion on, fusion off) and CPU, interleaved rounds."""
-    torch.manual_seed(0)
-    cpu = zoo.MODELS[name](size).eval()
-    dev = copy.deepcopy(cpu).to("neuron")
-    ids = torch.randint(0, zoo.VOCAB, (batch, 8), generator=torch.Generator().manual_seed(0))
-    runs = {
-        "on": make_generate(dev, "neuron", ids, tokens),
-        "off": make_generate(dev, "neuron", ids, tokens),
-        "cpu": make_generate(cpu, "cpu", ids, tokens),
-    }
-    results = {}
-    for key, run in runs.items():  # warm-up; fused groups compile here
-        torch_neuronx.eager_fusion.set_enabled(key != "off")
-        results[key] = run()
-        results[key] = run()
-    torch_neuronx.eager_fusion.wait_for_compiles()
-    if not torch.equal(results["on"], results["off"]):
-        raise AssertionError(f"{name}: generate() differs with fusion on and off")
-    times = {k: [] for k in runs}
-    keys = list(runs)
-    for r in range(rounds):
-        # The side order rotates round by round: with a fixed order, fusion on
-        # always ran right after the CPU side and fusion off right after it,
-        # so any cost of a position (caches, the CPU side's threads winding
-        # down) was charged to one side only.
-        for key in keys[r % 3 :] + keys[: r % 3]:
-            run = runs[key]
-            torch_neuronx.eager_fusion.set_enabled(key != "off")
+# --generate's sides: (device, TORCH_NEURONX_EAGER_FUSION or None to leave it as it is).
+GENERATE_SIDES = {"on": ("neuron", None), "off": ("neuron", "0"), "cpu": ("cpu", None)}
+
+
+def generate_serve(side):
+    """Child of --generate: reads `model size batch tokens calls` lines and
+    answers each with `TIMES` (seconds of `calls` timed generate() calls, after
+    one untimed call) and `IDS` (the tokens generated, for the on / off check).
+    The model is built and warmed up (fused groups compiled) at its first line."""
+    device = GENERATE_SIDES[side][0]
+    runs = {}
+    # Whether Adaptive Eager is on in this process, for the parent to check.
+    print(f"READY {int(torch_neuronx.eager_fusion.is_enabled())}", flush=True)
+    for line in sys.stdin:
+        name, size, batch, tokens, calls = line.split()
+        key = (name, size, batch, tokens)
+        if key not in runs:
+            torch.manual_seed(0)
+            model = zoo.MODELS[name](size).eval().to(device)
+            ids = torch.randint(
+                0, zoo.VOCAB, (int(batch), 8), generator=torch.Generator().manual_seed(0)
+            )
+            runs[key] = make_generate(model, device, ids, int(tokens))
+            for _ in range(2):
+                runs[key]()
+            if device == "neuron":
+                torch_neuronx.eager_fusion.wait_for_compiles()
+        run = runs[key]
+        out = run()  # untimed: the previous side's spinning threads
+        times = []
+        for _ in range(int(calls)):
             t = time.perf_counter()
             run()
-            times[key].append(time.perf_counter() - t)
-    torch_neuronx.eager_fusion.set_enabled(True)
-    rate = {k: sorted(batch * tokens / t for t in v) for k, v in times.items()}
-    return rate
+            times.append(time.perf_counter() - t)
+        print("TIMES " + " ".join(f"{x:.6f}" for x in times), flush=True)
+        print("IDS " + ",".join(str(int(v)) for v in out.flatten()), flush=True)
+
+
+def start_generate_sides(threads):
+    """One --generate-serve child per side of GENERATE_SIDES, imports done."""
+    import subprocess
+
+    here = os.path.abspath(__file__)
+    procs = {}
+    for key, (_, fusion) in GENERATE_SIDES.items():
+        env = dict(os.environ)
+        if threads:
+            env.update(OMP_NUM_THREADS=str(threads), TORCH_NEURONX_NUM_THREADS=str(threads))
+        if fusion is not None:
+            env["TORCH_NEURONX_EAGER_FUSION"] = fusion
+        procs[key] = subprocess.Popen(
+            [sys.executable, here, "--generate-serve", key],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+    for key, p in procs.items():
+        line = p.stdout.readline()
+        while not line.startswith("READY"):
+            if p.poll() is not None:
+                raise RuntimeError("a --generate child failed to start")
+            line = p.stdout.readline()
+        if key != "cpu" and line.split()[1] != ("1" if key == "on" else "0"):
+            raise RuntimeError(
+                f"--generate side {key}: fusion is {'on' if key == 'off' else 'off'}"
+            )
+    return procs
+
+
+def bench_generate(procs, name, size, batch, tokens, rounds, calls):
+    """tokens/s of each side (sorted) and on ÷ off per round, the sides in turns."""
+    import statistics
+
+    def turn(key):
+        p = procs[key]
+        p.stdin.write(f"{name} {size} {batch} {tokens} {calls}\n")
+        p.stdin.flush()
+        times, ids = p.stdout.readline(), p.stdout.readline()
+        if not times.startswith("TIMES ") or not ids.startswith("IDS "):
+            raise RuntimeError(f"--generate child {key} failed on {name}")
+        return [batch * tokens / float(x) for x in times.split()[1:]], ids
+
+    keys = list(procs)
+    rate = {k: [] for k in keys}
+    on_off = []
+    outs = {}
+    for r in range(rounds):
+        # Reversed every other round: no side always follows the same one.
+        turn_rate = {}
+        for key in keys if r % 2 == 0 else keys[::-1]:
+            turn_rate[key], outs[key] = turn(key)
+            rate[key] += turn_rate[key]
+        on_off.append(statistics.median(turn_rate["on"]) / statistics.median(turn_rate["off"]))
+    if outs["on"] != outs["off"]:
+        raise AssertionError(f"{name}: generate() differs with fusion on and off")
+    return {k: sorted(v) for k, v in rate.items()}, sorted(on_off)
 
 
 def main_generate(args):
+    import statistics
+
+    procs = start_generate_sides(args.threads)
+    threads = args.threads or "default"
     print(
         f"greedy generate(), {args.tokens} new tokens, batch {args.batch}, {args.size} configs, "
-        f"{torch.get_num_threads()} CPU threads, {args.rounds} interleaved rounds; "
-        f"load {os.getloadavg()[0]:.1f}"
+        f"{threads} threads; sides in their own processes (fusion on, off, CPU), {args.rounds} "
+        f"rounds x {args.calls} calls; load {os.getloadavg()[0]:.1f}"
     )
     print(
         f"{'model':8s} {'neuron tok/s (min/med)':>23s} {'no fusion':>16s} {'cpu':>16s} "
-        f"{'on/cpu':>7s} {'off/cpu':>7s}"
+        f"{'on/cpu':>7s} {'off/cpu':>7s} {'on/off':>6s} {'range':>11s}"
     )
     for name in args.models.split(","):
         if name not in ("gpt2", "llama"):
             continue
-        r = bench_generate(name, args.size, args.batch, args.tokens, args.rounds)
+        r, on_off = bench_generate(
+            procs, name, args.size, args.batch, args.tokens, args.rounds, args.calls
+        )
 
         def cell(v):
-            return f"{v[0]:7.1f} / {v[len(v) // 2]:7.1f}"
+            return f"{v[0]:7.1f} / {statistics.median(v):7.1f}"
 
-        med = {k: v[len(v) // 2] for k, v in r.items()}
+        med = {k: statistics.median(v) for k, v in r.items()}
         print(
             f"{name:8s} {cell(r['on']):>23s} {cell(r['off']):>16s} {cell(r['cpu']):>16s} "
-            f"{med['on'] / med['cpu']:7.2f} {med['off'] / med['cpu']:7.2f}",
+            f"{med['on'] / med['cpu']:7.2f} {med['off'] / med['cpu']:7.2f} "
+            f"{statistics.median(on_off):6.3f} {on_off[0]:5.3f}-{on_off[-1]:<5.3f}",
             flush=True,
         )
+    for p in procs.values():
+        p.stdin.close()
+        p.wait()
     print(f"load after: {os.getloadavg()[0]:.1f}")
 
 
@@ -382,17 +463,24 @@ def main():
     ap.add_argument("--batch", type=int, default=1, help="batch for --generate")
     ap.add_argument("--tokens", type=int, default=32, help="new tokens for --generate")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (--generate, --solo)")
+    ap.add_argument("--calls", type=int, default=2, help="timed calls per turn (--generate)")
     ap.add_argument("--solo", action="store_true", help="each side in its own process")
-    ap.add_argument("--threads", type=int, default=0, help="threads per side for --solo")
+    ap.add_argument(
+        "--threads", type=int, default=0, help="threads per side for --solo, --generate"
+    )
     ap.add_argument("--baseline", help="--solo: also time neuron from this checkout's build")
     ap.add_argument("--solo-child", choices=("neuron", "cpu"), help=argparse.SUPPRESS)
     ap.add_argument("--solo-serve", choices=("neuron", "cpu"), help=argparse.SUPPRESS)
+    ap.add_argument("--generate-serve", choices=tuple(GENERATE_SIDES), help=argparse.SUPPRESS)
     ap.add_argument(
         "--autocast-dtype", choices=tuple(AUTOCAST), default="bfloat16", help="autocast rows' dtype"
     )
     args = ap.parse_args()
     global autocast_dtype, autocast_label
     autocast_dtype, autocast_label = AUTOCAST[args.autocast_dtype]
+    if args.generate_serve:
+        generate_serve(args.generate_serve)
+        return
     if args.generate:
         main_generate(args)
         return
