@@ -39,8 +39,8 @@ typedef struct softmax_args {
 #define EXP_f(x) trn_sc_expf(x)
 #define EXP_d(x) exp(x)
 // exp of an argument known to be <= 0 or -inf (never NaN): trn_sc_expf's
-// bits (trn/scalar.h) with 10 fewer vector operations (no upper clamp, NaN
-// patch or two-factor scaling).
+// bits (trn/scalar.h) without its upper clamp, NaN patch and two-factor
+// scaling (the row loop: 33 instructions instead of 42).
 #define EXPN_f16(x) trn_sc_exp_nonpos_f(x)
 #define EXPN_bf16(x) trn_sc_exp_nonpos_f(x)
 #define EXPN_f32(x) trn_sc_exp_nonpos_f(x)
