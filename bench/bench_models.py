@@ -56,6 +56,7 @@ of that position, not of fusion; docs/performance.md, gen40.)
 
 import argparse
 import copy
+import itertools
 import os
 import sys
 import time
@@ -157,10 +158,13 @@ def bench(name, steps, warmup, autocast=False):
     torch_neuronx.eager_fusion.wait_for_compiles()
 
     # Neuron with fusion, neuron without, CPU: one step each per round, the
-    # order rotated every round. A fixed order biased the side that follows the
+    # order changed every round. A fixed order biased the side that follows the
     # CPU step: PyTorch's OpenMP threads keep spinning for a while after a
     # parallel region and took a core from it (fusion "on" measured 5-12 %
-    # behind "off" on ResNet with no fused group at all).
+    # behind "off" on ResNet with no fused group at all). A rotation keeps the
+    # cycle (on after CPU in two rounds of three, gen40); the six orders in
+    # turn put each neuron side after the CPU step equally often, within a
+    # round and across the rounds' boundaries.
     def run_off():
         torch_neuronx.eager_fusion.set_enabled(False)
         try:
@@ -170,9 +174,9 @@ def bench(name, steps, warmup, autocast=False):
 
     sides = [run_dev, run_off, run_cpu]
     total = [0.0, 0.0, 0.0]
+    orders = list(itertools.permutations(range(3)))
     for i in range(steps):
-        for j in range(3):
-            k = (i + j) % 3
+        for k in orders[i % len(orders)]:
             t = time.perf_counter()
             sides[k]()
             total[k] += time.perf_counter() - t
@@ -452,7 +456,9 @@ def main_solo(args, rows):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument(
+        "--steps", type=int, default=5, help="rounds (training mode: 6 runs each side order once)"
+    )
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--models", default=",".join(zoo.MODELS))
     ap.add_argument(
